@@ -1,0 +1,197 @@
+"""The attention-backend contract.
+
+A backend module ``attnserve/attention/backends/<name>.py`` exports four classes:
+
+* ``<Name>Backend``: static facts (what it supports, which package it needs, the KV-cache shape) and
+  factories for the three others. ``validate(selector_config, platform)`` returns the reasons it cannot
+  run a model on a platform; an empty list means usable.
+* ``<Name>Metadata``: a dataclass with the kernel arguments of one step.
+* ``<Name>MetadataBuilder``: built once per model runner; ``build(common)`` runs once per step and turns
+  the step's :class:`CommonAttentionMetadata` into ``<Name>Metadata``.
+* ``<Name>Impl``: one per attention layer; ``forward`` writes the step's new K/V into the paged cache and
+  computes attention for the step's query tokens.
+
+Shapes follow vLLM's ``v1/attention/backend.py`` (the interface users and kernel authors know). Within a
+step the scheduler orders requests with decodes (query length 1) first, then prefills (chunked or not).
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnserve.attention.selector import AttentionSelectorConfig
+    from attnserve.platforms.interface import Platform
+
+
+class AttentionType(str, enum.Enum):
+    """Which tokens a layer attends to. Only causal decoder self-attention runs in this engine so far."""
+
+    DECODER = "decoder"
+    ENCODER_ONLY = "encoder_only"
+
+
+class KVCacheLayout(str, enum.Enum):
+    """Memory order of one block of the paged KV cache.
+
+    NHD: ``(block_size, num_kv_heads, head_size)`` per block; HND: ``(num_kv_heads, block_size, head_size)``.
+    """
+
+    NHD = "NHD"
+    HND = "HND"
+
+
+class CudaGraphSupport(enum.IntEnum):
+    """How much of a step a backend can run inside a captured CUDA graph (vLLM's AttentionCGSupport)."""
+
+    NEVER = 0
+    UNIFORM_SINGLE_TOKEN_DECODE = 1  # pure-decode batches only
+    UNIFORM_BATCH = 2  # batches where every request has the same query length
+    ALWAYS = 3  # any batch, mixed prefill and decode included
+
+
+@dataclass
+class CommonAttentionMetadata:
+    """The per-step attention inputs shared by every backend; built once per step by the model runner.
+
+    B is the number of requests in the step, T the number of query tokens (sum of query lengths).
+    Requests are ordered decodes first, then prefills.
+    """
+
+    query_start_loc: torch.Tensor  # (B + 1,) int32 on device: cumulative query lengths, starts at 0
+    query_start_loc_cpu: torch.Tensor  # (B + 1,) int32 on CPU, same values
+    seq_lens: torch.Tensor  # (B,) int32 on device: context length of each request after this step
+    seq_lens_cpu: torch.Tensor  # (B,) int32 on CPU, same values
+    block_table: torch.Tensor  # (B, max_blocks_per_seq) int32 on device, physical block ids, -1 padding
+    slot_mapping: torch.Tensor  # (T,) int64 on device: flat cache slot of each new token, -1 = skip
+    num_reqs: int
+    num_actual_tokens: int  # T
+    max_query_len: int
+    max_seq_len: int
+    num_decodes: int  # requests with query length 1, all before the prefills
+    num_decode_tokens: int  # == num_decodes
+    block_size: int
+
+    @property
+    def num_prefills(self) -> int:
+        return self.num_reqs - self.num_decodes
+
+    @property
+    def query_lens_cpu(self) -> torch.Tensor:  # (B,) int32
+        return self.query_start_loc_cpu[1:] - self.query_start_loc_cpu[:-1]
+
+
+@dataclass(frozen=True)
+class AttentionLayerSpec:
+    """What one attention layer needs from its backend's Impl; given at model construction."""
+
+    num_heads: int  # query heads on this rank
+    head_size: int
+    scale: float  # softmax scale, usually head_size ** -0.5
+    num_kv_heads: int
+    sliding_window: int | None = None  # attend to at most this many most recent keys (incl. self)
+    logits_soft_cap: float | None = None  # tanh soft cap: cap * tanh(s / cap)
+    kv_cache_dtype: str = "auto"  # "auto" = model dtype, or "fp8" / "fp8_e4m3"
+    attn_type: AttentionType = AttentionType.DECODER
+
+
+class AttentionImpl(ABC):
+    """Per-layer attention computation over the paged KV cache."""
+
+    def __init__(self, spec: AttentionLayerSpec) -> None:
+        self.spec = spec
+        self.num_heads = spec.num_heads
+        self.num_kv_heads = spec.num_kv_heads
+        self.head_size = spec.head_size
+        self.scale = spec.scale
+        self.sliding_window = spec.sliding_window
+        self.logits_soft_cap = spec.logits_soft_cap
+
+    @abstractmethod
+    def forward(
+        self,
+        query: torch.Tensor,  # (T, Hq, D) model dtype
+        key: torch.Tensor,  # (T, Hkv, D)
+        value: torch.Tensor,  # (T, Hkv, D)
+        kv_cache: torch.Tensor,  # the backend's get_kv_cache_shape(...)
+        metadata: Any,  # this backend's Metadata
+    ) -> torch.Tensor:  # (T, Hq, D) model dtype
+        """Write key/value at ``metadata``'s slot mapping into ``kv_cache``, then attend."""
+
+
+class AttentionMetadataBuilder(ABC):
+    """Turns the step's common metadata into this backend's kernel arguments, once per step."""
+
+    def __init__(self, layer_spec: AttentionLayerSpec, device: torch.device, dtype: torch.dtype) -> None:
+        self.layer_spec = layer_spec
+        self.device = device
+        self.dtype = dtype
+
+    @abstractmethod
+    def build(self, common: CommonAttentionMetadata) -> Any:
+        """Return this backend's Metadata for one step."""
+
+
+class AttentionBackend(ABC):
+    """Static facts about a backend and factories for its metadata builder and per-layer impl.
+
+    Capability declarations are class attributes so that the selector and the docs generator read them
+    without importing any kernel library. ``None`` in a ``supported_*`` attribute means "any".
+    """
+
+    name: ClassVar[str]
+    supported_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16)
+    supported_kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto",)
+    supported_head_sizes: ClassVar[tuple[int, ...] | None] = None
+    # block sizes: either an explicit tuple or a "multiple of" rule
+    supported_block_sizes: ClassVar[tuple[int, ...] | None] = None
+    block_size_multiple_of: ClassVar[int | None] = None
+    min_compute_capability: ClassVar[tuple[int, int] | None] = None
+    max_compute_capability: ClassVar[tuple[int, int] | None] = None  # inclusive major.minor
+    supports_sliding_window: ClassVar[bool] = False
+    supports_logits_soft_cap: ClassVar[bool] = False
+    supports_sinks: ClassVar[bool] = False
+    supported_attn_types: ClassVar[tuple[AttentionType, ...]] = (AttentionType.DECODER,)
+    device_types: ClassVar[tuple[str, ...]] = ("cuda",)
+    required_package: ClassVar[str | None] = None  # importable module name
+    pip_extra: ClassVar[str | None] = None  # attnserve[<extra>] that brings it
+    required_kv_cache_layout: ClassVar[KVCacheLayout | None] = None
+    cuda_graph_support: ClassVar[CudaGraphSupport] = CudaGraphSupport.NEVER
+
+    @staticmethod
+    @abstractmethod
+    def get_impl_cls() -> type[AttentionImpl]: ...
+
+    @staticmethod
+    @abstractmethod
+    def get_builder_cls() -> type[AttentionMetadataBuilder]: ...
+
+    @classmethod
+    def get_kv_cache_shape(
+        cls, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int
+    ) -> tuple[int, ...]:
+        """Logical KV-cache shape of one layer: ``(2, num_blocks, block_size, num_kv_heads, head_size)``.
+
+        Index 0 of the first dim holds keys, 1 values. The NHD layout is the logical one for every backend;
+        :meth:`get_kv_cache_stride_order` gives the physical order.
+        """
+        return (2, num_blocks, block_size, num_kv_heads, head_size)
+
+    @classmethod
+    def get_kv_cache_stride_order(cls, layout: KVCacheLayout = KVCacheLayout.NHD) -> tuple[int, ...]:
+        """Permutation from the logical shape to the physical memory order for ``layout``."""
+        if layout == KVCacheLayout.HND:
+            return (0, 1, 3, 2, 4)
+        return (0, 1, 2, 3, 4)
+
+    @classmethod
+    def validate(cls, selector_config: "AttentionSelectorConfig", platform: "Platform") -> list[str]:
+        """Reasons this backend cannot run ``selector_config`` on ``platform``; empty when it can."""
+        from attnserve.attention.validation import capability_reasons
+
+        return capability_reasons(cls, selector_config, platform)
