@@ -67,7 +67,7 @@ class CommonAttentionMetadata:
     query_start_loc_cpu: torch.Tensor  # (B + 1,) int32 on CPU, same values
     seq_lens: torch.Tensor  # (B,) int32 on device: context length of each request after this step
     seq_lens_cpu: torch.Tensor  # (B,) int32 on CPU, same values
-    block_table: torch.Tensor  # (B, max_blocks_per_seq) int32 on device, physical block ids, -1 padding
+    block_table: torch.Tensor  # (B, max_blocks_per_seq) int32 on device, physical block ids, 0 padding
     slot_mapping: torch.Tensor  # (T,) int64 on device: flat cache slot of each new token, -1 = skip
     num_reqs: int
     num_actual_tokens: int  # T

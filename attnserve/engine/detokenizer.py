@@ -1,0 +1,49 @@
+"""Incremental detokenization: text deltas as tokens arrive, without re-decoding the whole output.
+
+The prefix/read-offset method of Hugging Face TGI and vLLM (``detokenize_incrementally``): decode a short
+window of recent tokens twice, with and without the new ones, and emit the difference; hold text back
+while it ends in an incomplete UTF-8 sequence (U+FFFD).
+"""
+
+from __future__ import annotations
+
+
+class IncrementalDetokenizer:
+    """Per-request detokenizer state; ``step()`` returns the new text since the last call."""
+
+    # how many already-emitted tokens to re-decode as context (covers multi-token characters and spaces)
+    CONTEXT_TOKENS = 5
+
+    def __init__(self, tokenizer, prompt_token_ids: list[int], skip_special_tokens: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.token_ids = list(prompt_token_ids[-self.CONTEXT_TOKENS :])
+        self.prefix_offset = 0
+        self.read_offset = len(self.token_ids)
+        self.text = ""
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
+    def step(self, new_token_ids: list[int]) -> str:
+        """Add tokens; return the text they complete (possibly empty) and append it to ``self.text``."""
+        self.token_ids.extend(new_token_ids)
+        prefix_text = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
+        new_text = self._decode(self.token_ids[self.prefix_offset :])
+        if len(new_text) <= len(prefix_text) or new_text.endswith("\ufffd"):
+            return ""
+        delta = new_text[len(prefix_text) :]
+        self.prefix_offset = self.read_offset
+        self.read_offset = len(self.token_ids)
+        self.text += delta
+        return delta
+
+    def flush(self) -> str:
+        """At the end of a request: emit whatever was held back (e.g. a trailing partial character)."""
+        rest = self._decode(self.token_ids[self.prefix_offset :])
+        prefix_text = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
+        delta = rest[len(prefix_text) :] if rest.startswith(prefix_text) else ""
+        self.read_offset = len(self.token_ids)
+        self.prefix_offset = self.read_offset
+        self.text += delta
+        return delta

@@ -1,0 +1,103 @@
+"""LLMEngine: add_request / step / abort. The orchestrator: schedule, execute, update, detokenize."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+from attnserve.config.engine import EngineConfig
+from attnserve.engine.block_manager import BlockManager
+from attnserve.engine.output_processor import OutputProcessor
+from attnserve.engine.request import FinishReason, Request
+from attnserve.engine.sampling_params import SamplingParams
+from attnserve.engine.scheduler import Scheduler
+from attnserve.engine.outputs import RequestOutput
+from attnserve.model_executor.loader import load_hf_config, load_tokenizer, resolve_model_source
+from attnserve.model_executor.model_runner import ModelRunner
+
+logger = logging.getLogger(__name__)
+
+
+class PromptTooLongError(ValueError):
+    """A prompt that leaves no room for a generated token within max_model_len."""
+
+
+class LLMEngine:
+    """Continuous-batching engine over one model. Not thread-safe: one caller steps it."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        source = resolve_model_source(config.model.model)
+        self.hf_config = load_hf_config(source)
+        self.tokenizer = load_tokenizer(source, config.model.tokenizer)
+        self.max_model_len = config.model.max_model_len or self.hf_config.max_position_embeddings
+        self.runner = ModelRunner(config, self.hf_config, source)
+        self.block_manager = BlockManager(self.runner.num_blocks, config.cache.block_size)
+        self.scheduler = Scheduler(
+            self.block_manager,
+            config.scheduler.max_num_batched_tokens,
+            config.scheduler.max_num_seqs,
+            config.scheduler.enable_chunked_prefill,
+        )
+        self.output_processor = OutputProcessor(self.tokenizer)
+        self._ids = itertools.count()
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.tokenizer.eos_token_id
+
+    def tokenize(self, prompt: str | list[int]) -> list[int]:
+        return list(prompt) if not isinstance(prompt, str) else self.tokenizer.encode(prompt)
+
+    def add_request(
+        self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None
+    ) -> str:
+        """Queue a prompt (text or token ids) with ``params.n`` completions; returns the request id.
+
+        Raises PromptTooLongError when the prompt has max_model_len tokens or more.
+        """
+        request_id = request_id if request_id is not None else str(next(self._ids))
+        token_ids = self.tokenize(prompt)
+        if len(token_ids) >= self.max_model_len:
+            raise PromptTooLongError(
+                f"prompt has {len(token_ids)} tokens; max_model_len is {self.max_model_len}, "
+                "so at most max_model_len - 1 prompt tokens fit"
+            )
+        if not token_ids:
+            raise ValueError("prompt is empty (0 tokens)")
+        children = []
+        for i in range(params.n):
+            child_params = params
+            if params.n > 1:
+                seed = None if params.seed is None else params.seed + i
+                child_params = SamplingParams(**{**vars(params), "n": 1, "seed": seed})
+            children.append(Request(
+                request_id=f"{request_id}#{i}",
+                prompt_token_ids=token_ids,
+                sampling_params=child_params,
+                eos_token_id=self.eos_token_id,
+                max_model_len=self.max_model_len,
+            ))
+        self.output_processor.add(request_id, prompt if isinstance(prompt, str) else None, token_ids, params, children)
+        for child in children:
+            self.scheduler.add_request(child)
+        return request_id
+
+    def abort_request(self, request_id: str) -> None:
+        """Stop a request and free its KV blocks (no-op for an unknown or finished id)."""
+        for child_id in self.output_processor.child_ids(request_id):
+            self.scheduler.finish_request(child_id, FinishReason.ABORT)
+        self.output_processor.abort(request_id)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[RequestOutput]:
+        """Schedule, run the model once, append sampled tokens; returns outputs of requests that changed."""
+        sched = self.scheduler.schedule()
+        result = self.runner.execute(sched)
+        updated = self.scheduler.update(sched, result.sampled)
+        outputs, stopped = self.output_processor.process(updated)
+        for child_id, stop_string in stopped:
+            self.scheduler.finish_request(child_id, FinishReason.STOP, stop_string)
+        return outputs

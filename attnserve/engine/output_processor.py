@@ -1,0 +1,143 @@
+"""OutputProcessor: turns requests with new tokens into RequestOutputs (detokenized text, logprobs,
+stop strings), grouping the ``n`` child requests of one prompt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnserve.engine.detokenizer import IncrementalDetokenizer
+from attnserve.engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
+from attnserve.engine.request import FinishReason, Request
+from attnserve.engine.sampling_params import SamplingParams
+
+
+@dataclass
+class _Child:
+    request: Request
+    completion: CompletionOutput
+    detokenizer: IncrementalDetokenizer
+
+
+@dataclass
+class _Parent:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    children: list[_Child]
+    metrics: RequestMetrics
+
+    @property
+    def finished(self) -> bool:
+        return all(c.completion.finished for c in self.children)
+
+
+class OutputProcessor:
+    """Keeps per-request text state between steps and builds RequestOutputs."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.parents: dict[str, _Parent] = {}
+        self.child_to_parent: dict[str, tuple[_Parent, _Child]] = {}
+
+    def add(self, request_id: str, prompt: str | None, prompt_ids: list[int], params: SamplingParams,
+            children: list[Request]) -> None:
+        kids = [
+            _Child(
+                request=r,
+                completion=CompletionOutput(index=i, text="", token_ids=[],
+                                            logprobs=[] if params.logprobs is not None else None),
+                detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_ids, params.skip_special_tokens),
+            )
+            for i, r in enumerate(children)
+        ]
+        parent = _Parent(request_id, prompt, prompt_ids, kids, RequestMetrics(arrival_time=children[0].arrival_time))
+        self.parents[request_id] = parent
+        for kid in kids:
+            self.child_to_parent[kid.request.request_id] = (parent, kid)
+
+    def child_ids(self, request_id: str) -> list[str]:
+        parent = self.parents.get(request_id)
+        return [] if parent is None else [c.request.request_id for c in parent.children]
+
+    def abort(self, request_id: str) -> None:
+        parent = self.parents.pop(request_id, None)
+        for kid in parent.children if parent else []:
+            self.child_to_parent.pop(kid.request.request_id, None)
+
+    def process(self, updated: list[Request]) -> tuple[list[RequestOutput], list[tuple[str, str]]]:
+        """Detokenize each request's new token; returns the outputs and (child id, stop string) pairs
+        of requests a stop string ended."""
+        touched: dict[str, _Parent] = {}
+        stopped: list[tuple[str, str]] = []
+        for req in updated:
+            entry = self.child_to_parent.get(req.request_id)
+            if entry is None:
+                continue
+            parent, kid = entry
+            stop = self._advance(kid, req)
+            if stop is not None:
+                stopped.append((req.request_id, stop))
+            touched[parent.request_id] = parent
+        outputs = []
+        for parent in touched.values():
+            first = [k.request.first_token_time for k in parent.children if k.request.first_token_time is not None]
+            parent.metrics.first_token_time = min(first) if first else None
+            if parent.finished:
+                parent.metrics.finished_time = max(k.request.finished_time or 0.0 for k in parent.children)
+                self.abort(parent.request_id)  # forget its state
+            outputs.append(RequestOutput(
+                request_id=parent.request_id,
+                prompt=parent.prompt,
+                prompt_token_ids=parent.prompt_token_ids,
+                outputs=[_snapshot(k.completion) for k in parent.children],
+                finished=parent.finished,
+                metrics=RequestMetrics(**vars(parent.metrics)),
+                num_preemptions=sum(k.request.num_preemptions for k in parent.children),
+            ))
+        return outputs, stopped
+
+    def _advance(self, kid: _Child, req: Request) -> str | None:
+        c = kid.completion
+        token_id = req.output_token_ids[-1]
+        c.token_ids.append(token_id)
+        c.num_new_tokens = 1
+        if c.logprobs is not None and req.output_logprobs:
+            c.logprobs.append(self._logprobs(req.output_logprobs[-1], token_id))
+        ended = req.is_finished
+        hide = ended and req.finish_reason == FinishReason.STOP and req.stop_reason is None  # EOS not shown
+        delta = "" if hide else kid.detokenizer.step([token_id])
+        if ended:
+            delta += kid.detokenizer.flush() if not hide else ""
+        stop_string = None
+        old_len = len(c.text)
+        text = c.text + delta
+        for s in req.sampling_params.stop:
+            # search only where the new text could complete a match
+            idx = text.find(s, max(0, old_len - len(s) + 1))
+            if idx != -1 and (stop_string is None or idx < text.find(stop_string)):
+                stop_string = s
+        if stop_string is not None:
+            text = text[: text.find(stop_string)]
+            c.finish_reason, c.stop_reason = FinishReason.STOP.value, stop_string
+        elif ended:
+            c.finish_reason = req.finish_reason.value
+            c.stop_reason = req.stop_reason
+        c.text_delta = text[old_len:] if len(text) >= old_len else ""
+        c.text = text
+        return stop_string
+
+    def _logprobs(self, entry, token_id: int) -> dict[int, Logprob]:
+        sampled_lp, rank, top = entry
+        out = {token_id: Logprob(sampled_lp, rank, self.tokenizer.decode([token_id]))}
+        for r, (tid, lp) in enumerate(top, start=1):
+            if tid not in out:
+                out[tid] = Logprob(lp, r, self.tokenizer.decode([tid]))
+        return out
+
+
+def _snapshot(c: CompletionOutput) -> CompletionOutput:
+    return CompletionOutput(
+        index=c.index, text=c.text, token_ids=list(c.token_ids), finish_reason=c.finish_reason,
+        stop_reason=c.stop_reason, logprobs=None if c.logprobs is None else list(c.logprobs),
+        text_delta=c.text_delta, num_new_tokens=c.num_new_tokens,
+    )

@@ -1,0 +1,86 @@
+"""What the engine returns for a request: completions with text, tokens, logprobs, finish reason, timing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Logprob:
+    """One token's log probability under the model (natural log) and its rank (1 = most likely)."""
+
+    logprob: float
+    rank: int
+    decoded_token: str
+
+
+@dataclass
+class RequestMetrics:
+    """Times in seconds (``time.monotonic``). TTFT = first_token_time - arrival_time."""
+
+    arrival_time: float
+    first_token_time: float | None = None
+    finished_time: float | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token_time is None else self.first_token_time - self.arrival_time
+
+    @property
+    def e2e(self) -> float | None:
+        return None if self.finished_time is None else self.finished_time - self.arrival_time
+
+
+@dataclass
+class CompletionOutput:
+    """One of the ``n`` completions of a request."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None  # "stop", "length", "abort", None while running
+    stop_reason: str | int | None = None
+    # per generated token: {token_id: Logprob} with the sampled token and the top-k, when asked for
+    logprobs: list[dict[int, Logprob]] | None = None
+    text_delta: str = ""  # text added by the last step (streaming)
+    num_new_tokens: int = 0  # tokens added by the last step (streaming)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestOutput:
+    """The state of one request (all its completions) after a step, or at the end."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    metrics: RequestMetrics
+    num_preemptions: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-ready summary (for ``--output-json``)."""
+        return {
+            "request_id": self.request_id,
+            "prompt": self.prompt,
+            "prompt_token_ids": self.prompt_token_ids,
+            "outputs": [
+                {
+                    "index": o.index,
+                    "text": o.text,
+                    "token_ids": o.token_ids,
+                    "finish_reason": o.finish_reason,
+                    "logprobs": None
+                    if o.logprobs is None
+                    else [{str(t): lp.logprob for t, lp in d.items()} for d in o.logprobs],
+                }
+                for o in self.outputs
+            ],
+            "ttft_s": self.metrics.ttft,
+            "e2e_s": self.metrics.e2e,
+        }

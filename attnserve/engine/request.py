@@ -1,0 +1,81 @@
+"""Request: one sequence's tokens, progress and state inside the engine. No torch."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+from attnserve.engine.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class FinishReason(str, enum.Enum):
+    """Why a request stopped (OpenAI's finish_reason values)."""
+
+    STOP = "stop"  # EOS, a stop token or a stop string
+    LENGTH = "length"  # max_tokens or max_model_len reached
+    ABORT = "abort"
+
+
+@dataclass
+class Request:
+    """One sequence. ``num_computed_tokens`` catches up to ``num_tokens`` under the scheduler's budget;
+    when it does, the step's sampled token is appended. Preemption resets it to 0 (recompute)."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    eos_token_id: int | None
+    max_model_len: int
+    arrival_time: float = field(default_factory=time.monotonic)
+    output_token_ids: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    status: RequestStatus = RequestStatus.WAITING
+    finish_reason: FinishReason | None = None
+    stop_reason: str | int | None = None  # the stop string or token id that ended it
+    first_token_time: float | None = None
+    finished_time: float | None = None
+    num_preemptions: int = 0
+    # per output token: (logprob, rank, top [(token_id, logprob)]), when logprobs were asked for
+    output_logprobs: list = field(default_factory=list)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == RequestStatus.FINISHED
+
+    def append_token(self, token_id: int, logprobs=None) -> None:
+        """Add a sampled token and apply the token-level stop rules (EOS, stop ids, max_tokens, length)."""
+        if self.first_token_time is None:
+            self.first_token_time = time.monotonic()
+        self.output_token_ids.append(token_id)
+        if logprobs is not None:
+            self.output_logprobs.append(logprobs)
+        p = self.sampling_params
+        if not p.ignore_eos and token_id == self.eos_token_id:
+            self.finish(FinishReason.STOP)
+        elif token_id in p.stop_token_ids:
+            self.finish(FinishReason.STOP, stop_reason=token_id)
+        elif (p.max_tokens is not None and len(self.output_token_ids) >= p.max_tokens) or (
+            self.num_tokens >= self.max_model_len
+        ):
+            self.finish(FinishReason.LENGTH)
+
+    def finish(self, reason: FinishReason, stop_reason: str | int | None = None) -> None:
+        self.status = RequestStatus.FINISHED
+        self.finish_reason = reason
+        self.stop_reason = stop_reason
+        self.finished_time = time.monotonic()

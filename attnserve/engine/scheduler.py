@@ -1,0 +1,177 @@
+"""Scheduler: continuous batching under a token budget, chunked prefill, preemption by recompute. No torch.
+
+The scheduler speaks in tokens, not phases: each step every scheduled request computes up to
+``num_tokens - num_computed_tokens`` of its tokens, which covers prefill, chunked prefill, recompute
+after preemption and decode in one path (vLLM v1's scheduler). Running requests go first, in arrival
+order; when blocks run out the most recently admitted running request is preempted: its blocks are
+freed and it goes back to the front of the waiting queue to be recomputed later.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from attnserve.engine.block_manager import BlockManager
+from attnserve.engine.request import FinishReason, Request, RequestStatus
+from attnserve.engine.sampling_params import SamplingParams
+
+
+@dataclass
+class ScheduledRequest:
+    """One request's share of a step."""
+
+    request_id: str
+    token_ids: list[int]  # the tokens to compute this step
+    start_position: int  # position of token_ids[0] in the sequence
+    block_table: list[int]  # physical blocks covering positions 0 .. start_position + len(token_ids) - 1
+    sampling_params: SamplingParams
+    samples: bool  # True when this step reaches the end of the sequence, so its sampled token is kept
+
+
+@dataclass
+class SchedulerOutput:
+    """A step's plan: scheduled requests ordered decodes (one token) first, then the longer ones."""
+
+    requests: list[ScheduledRequest]
+    preempted_ids: list[str] = field(default_factory=list)
+    finished_ids: list[str] = field(default_factory=list)  # finished since the last step (runner frees state)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(r.token_ids) for r in self.requests)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.requests
+
+
+class Scheduler:
+    """Decides each step which requests compute how many tokens, and keeps the KV blocks in step."""
+
+    def __init__(
+        self, block_manager: BlockManager, max_num_batched_tokens: int, max_num_seqs: int, enable_chunked_prefill: bool = True
+    ) -> None:
+        self.block_manager = block_manager
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.enable_chunked_prefill = enable_chunked_prefill
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+        self._finished_ids: list[str] = []
+
+    def add_request(self, request: Request) -> None:
+        """Queue a request. Raises ValueError if it can never fit the KV cache or the token budget."""
+        need = self.block_manager.blocks_needed(request.max_model_len)
+        if self.block_manager.blocks_needed(request.num_tokens + 1) > self.block_manager.num_blocks:
+            raise ValueError(
+                f"request {request.request_id} needs {self.block_manager.blocks_needed(request.num_tokens + 1)} KV blocks, "
+                f"the cache has {self.block_manager.num_blocks} (of which max_model_len needs {need})"
+            )
+        if not self.enable_chunked_prefill and request.num_tokens > self.max_num_batched_tokens:
+            raise ValueError(
+                f"prompt of {request.num_tokens} tokens exceeds max_num_batched_tokens {self.max_num_batched_tokens} "
+                "with chunked prefill disabled"
+            )
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        budget = self.max_num_batched_tokens
+        scheduled: list[tuple[Request, int]] = []
+        preempted: list[str] = []
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            while not self.block_manager.allocate(req.request_id, req.num_computed_tokens + num_new):
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted.append(victim.request_id)
+                if victim is req:
+                    break
+            else:
+                scheduled.append((req, num_new))
+                budget -= num_new
+                i += 1
+        # admit waiting requests only when nothing was preempted this step (it would just thrash)
+        while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            num_new = req.num_tokens - req.num_computed_tokens
+            if num_new > budget and not self.enable_chunked_prefill:
+                break
+            num_new = min(num_new, budget)
+            if not self.block_manager.allocate(req.request_id, req.num_computed_tokens + num_new):
+                break
+            self.waiting.popleft()
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            scheduled.append((req, num_new))
+            budget -= num_new
+        scheduled.sort(key=lambda item: item[1] > 1)  # stable: decodes first, then prefills
+        out = SchedulerOutput(
+            requests=[self._scheduled(req, n) for req, n in scheduled],
+            preempted_ids=preempted,
+            finished_ids=self._finished_ids,
+        )
+        self._finished_ids = []
+        return out
+
+    def _scheduled(self, req: Request, num_new: int) -> ScheduledRequest:
+        start = req.num_computed_tokens
+        return ScheduledRequest(
+            request_id=req.request_id,
+            token_ids=req.all_token_ids[start : start + num_new],
+            start_position=start,
+            block_table=list(self.block_manager.block_tables[req.request_id]),
+            sampling_params=req.sampling_params,
+            samples=start + num_new == req.num_tokens,
+        )
+
+    def _preempt(self, req: Request) -> None:
+        self.block_manager.free(req.request_id)
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        req.status = RequestStatus.WAITING
+        self.waiting.appendleft(req)
+
+    def update(self, output: SchedulerOutput, sampled: dict[str, tuple[int, object]]) -> list[Request]:
+        """Advance each scheduled request; append its sampled token ``(token_id, logprobs)`` when it samples.
+
+        Returns the requests that got a new token (finished ones included, already freed).
+        """
+        updated = []
+        for s in output.requests:
+            req = self.requests.get(s.request_id)
+            if req is None or req.is_finished:  # aborted while the step ran
+                continue
+            req.num_computed_tokens += len(s.token_ids)
+            if s.samples:
+                token_id, logprobs = sampled[s.request_id]
+                req.append_token(token_id, logprobs)
+                updated.append(req)
+                if req.is_finished:
+                    self._release(req)
+        return updated
+
+    def finish_request(self, request_id: str, reason: FinishReason, stop_reason: str | int | None = None) -> None:
+        """End a request (a stop string was seen, or it was aborted) and free its blocks."""
+        req = self.requests.get(request_id)
+        if req is None:
+            return
+        if not req.is_finished:
+            req.finish(reason, stop_reason)
+        self._release(req)
+
+    def _release(self, req: Request) -> None:
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.block_manager.free(req.request_id)
+        self.requests.pop(req.request_id, None)
+        self._finished_ids.append(req.request_id)

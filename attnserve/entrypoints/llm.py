@@ -1,0 +1,113 @@
+"""LLM: the offline Python API (vLLM's ``LLM.generate`` / ``LLM.chat``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from attnserve.config import AttentionConfig, CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from attnserve.config.attention import ConfigError
+from attnserve.engine.llm_engine import LLMEngine
+from attnserve.engine.outputs import RequestOutput
+from attnserve.engine.sampling_params import SamplingParams
+
+_SECTIONS = {"model": ModelConfig, "cache": CacheConfig, "scheduler": SchedulerConfig}
+
+
+def build_engine_config(model: str | None = None, *, attention_backend=None, attention_config=None, **kwargs) -> EngineConfig:
+    """EngineConfig from flat engine arguments (``dtype=``, ``block_size=``, ...). Unknown names raise ConfigError."""
+    sections: dict[str, dict] = {name: {} for name in _SECTIONS}
+    top = {}
+    for key, value in kwargs.items():
+        for name, cls in _SECTIONS.items():
+            if key in cls.__dataclass_fields__:
+                sections[name][key] = value
+                break
+        else:
+            if key in ("device", "enforce_eager"):
+                top[key] = value
+            else:
+                raise ConfigError(f"unknown engine argument {key!r}")
+    if isinstance(attention_config, dict):
+        attention_config = AttentionConfig.from_dict(attention_config)
+    attention_config = attention_config or AttentionConfig()
+    if attention_backend is not None:
+        if attention_config.backend is not None and AttentionConfig(backend=attention_backend).backend != attention_config.backend:
+            raise ConfigError(
+                f"attention_backend {attention_backend!r} conflicts with attention_config.backend {attention_config.backend.name}"
+            )
+        attention_config = AttentionConfig(**{**vars(attention_config), "backend": attention_backend})
+    return EngineConfig(
+        model=ModelConfig(model=model, **sections["model"]),
+        cache=CacheConfig(**sections["cache"]),
+        scheduler=SchedulerConfig(**sections["scheduler"]),
+        attention=attention_config,
+        **top,
+    )
+
+
+class LLM:
+    """An engine over one model for offline batched generation.
+
+    ``LLM()`` loads the default model (SmolLM2-135M-Instruct). Engine arguments are the flag names with
+    underscores: ``LLM("path", dtype="float32", block_size=16, attention_backend="CPU_ATTN")``.
+    Raises ConfigError for a bad argument, ModelNotFoundError for a missing model.
+    """
+
+    def __init__(self, model: str | None = None, **kwargs) -> None:
+        config = kwargs.pop("config", None) or build_engine_config(model, **kwargs)
+        self.engine = LLMEngine(config)
+        self.tokenizer = self.engine.tokenizer
+
+    def generate(
+        self,
+        prompts: str | Sequence[str] | Sequence[list[int]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
+        """Generate for every prompt (text or token ids); outputs in prompt order.
+
+        All prompts are validated and queued before the first step; a bad one raises before any work.
+        """
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        params = sampling_params if sampling_params is not None else SamplingParams()
+        params_list = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise ValueError(f"{len(params_list)} sampling params for {len(prompts)} prompts")
+        for prompt in prompts:  # validate all before queueing any
+            if len(self.engine.tokenize(prompt)) >= self.engine.max_model_len:
+                self.engine.add_request(prompt, params_list[0], request_id="validate")  # raises with the numbers
+        ids = [self.engine.add_request(p, sp) for p, sp in zip(prompts, params_list)]
+        return self._run(ids, use_tqdm)
+
+    def chat(
+        self,
+        messages: list[dict] | list[list[dict]],
+        sampling_params: SamplingParams | None = None,
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
+        """Apply the tokenizer's chat template to each conversation and generate the assistant's reply."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        prompts = [
+            self.tokenizer.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+            for conv in conversations
+        ]
+        token_prompts = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        return self.generate(token_prompts, sampling_params, use_tqdm)
+
+    def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+        final: dict[str, RequestOutput] = {}
+        bar = None
+        if use_tqdm:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(ids), desc="Processed prompts", unit="req")
+        while self.engine.has_unfinished_requests():
+            for out in self.engine.step():
+                if out.finished:
+                    final[out.request_id] = out
+                    if bar is not None:
+                        bar.update(1)
+        if bar is not None:
+            bar.close()
+        return [final[i] for i in ids]

@@ -1,0 +1,52 @@
+"""Sizing and allocating the paged KV cache: one tensor per layer in the backend's shape."""
+
+from __future__ import annotations
+
+import torch
+
+from attnserve.config.cache import CacheConfig
+
+CPU_DEFAULT_KV_CACHE_BYTES = 2 << 30  # 2 GiB
+
+
+def kv_cache_torch_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
+    """``auto`` = the model dtype; ``fp8``/``fp8_e4m3`` = float8_e4m3fn."""
+    return model_dtype if kv_cache_dtype == "auto" else torch.float8_e4m3fn
+
+
+def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_size: int, dtype: torch.dtype) -> int:
+    """K and V of one block in every layer, in bytes."""
+    return 2 * num_layers * block_size * num_kv_heads * head_size * torch.empty((), dtype=dtype).element_size()
+
+
+def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, reserve_bytes: int) -> int:
+    """How many blocks fit: ``num_gpu_blocks`` if set; else ``kv_cache_memory`` bytes; else 2 GiB on CPU or
+    ``gpu_memory_utilization`` of the GPU minus what is allocated now and ``reserve_bytes`` for activations."""
+    if cache.num_gpu_blocks is not None:
+        return cache.num_gpu_blocks
+    if cache.kv_cache_memory is not None:
+        budget = cache.kv_cache_memory
+    elif device.type == "cpu":
+        budget = CPU_DEFAULT_KV_CACHE_BYTES
+    else:
+        total = torch.cuda.get_device_properties(device).total_memory
+        budget = int(total * cache.gpu_memory_utilization) - torch.cuda.memory_allocated(device) - reserve_bytes
+    blocks = budget // block_bytes
+    if blocks < 1:
+        raise ValueError(
+            f"KV-cache budget of {budget} bytes holds no block of {block_bytes} bytes; "
+            "raise kv_cache_memory / gpu_memory_utilization or set num_gpu_blocks"
+        )
+    return int(blocks)
+
+
+def allocate_kv_caches(
+    backend, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
+    dtype: torch.dtype, device: torch.device,
+) -> list[torch.Tensor]:
+    """One zeroed tensor per layer with the backend's logical shape and physical stride order."""
+    shape = backend.get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size)
+    order = backend.get_kv_cache_stride_order()
+    physical = tuple(shape[i] for i in order)
+    inverse = [order.index(i) for i in range(len(order))]
+    return [torch.zeros(physical, dtype=dtype, device=device).permute(*inverse) for _ in range(num_layers)]

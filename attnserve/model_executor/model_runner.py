@@ -1,0 +1,185 @@
+"""ModelRunner: SchedulerOutput -> ForwardBatch -> model -> logits -> Sampler -> sampled tokens.
+
+Owns the model, the KV cache tensors, the attention backend's metadata builder and the per-request
+random generators. Holds no request state beyond those generators: every step's inputs come in the
+SchedulerOutput.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata
+from attnserve.attention.layer import Attention
+from attnserve.attention.selector import AttentionSelectorConfig, get_attn_backend
+from attnserve.config.engine import EngineConfig
+from attnserve.engine.scheduler import SchedulerOutput
+from attnserve.model_executor.forward_batch import ForwardBatch
+from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
+from attnserve.model_executor.loader import ModelSource, load_weights, resolve_dtype
+from attnserve.model_executor.sampler import Sampler
+from attnserve.models.llama import head_size_of, sliding_window_of
+from attnserve.models.registry import get_model_class
+from attnserve.platforms import detect_platform
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelRunnerOutput:
+    """Sampled token and logprobs of each request that sampled this step."""
+
+    sampled: dict[str, tuple[int, tuple | None]]
+
+
+@contextmanager
+def _default(device: torch.device, dtype: torch.dtype):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+class ModelRunner:
+    """Runs the model for one step at a time on one device."""
+
+    def __init__(self, config: EngineConfig, hf_config, source: ModelSource) -> None:
+        self.config = config
+        self.hf_config = hf_config
+        self.platform = detect_platform(config.device)
+        self.device = torch.device("cpu" if self.platform.device_type == "cpu" else (
+            config.device if config.device.startswith("cuda") else "cuda"))
+        self.dtype = resolve_dtype(config.model.dtype, hf_config, self.device)
+        self.block_size = config.cache.block_size
+        self.head_size = head_size_of(hf_config)
+        self.num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
+        self.num_layers = hf_config.num_hidden_layers
+        self.kv_dtype = kv_cache_torch_dtype(config.cache.kv_cache_dtype, self.dtype)
+
+        selector_config = AttentionSelectorConfig(
+            head_size=self.head_size,
+            dtype=self.dtype,
+            kv_cache_dtype=config.cache.kv_cache_dtype,
+            block_size=self.block_size,
+            sliding_window=sliding_window_of(hf_config),
+        )
+        self.backend = get_attn_backend(config.attention.backend, selector_config, self.platform)
+        self.layer_specs: list[AttentionLayerSpec] = []
+
+        def make_attention(spec: AttentionLayerSpec, layer_index: int) -> Attention:
+            self.layer_specs.append(spec)
+            return Attention(self.backend.get_impl_cls()(spec), layer_index)
+
+        with _default(self.device, self.dtype):
+            self.model = get_model_class(hf_config)(hf_config, make_attention)
+        load_weights(self.model, source, config.model.load_format, hf_config, config.model.seed)
+        self.model.eval()
+
+        block_bytes = bytes_per_block(self.num_layers, self.block_size, self.num_kv_heads, self.head_size, self.kv_dtype)
+        reserve = self._activation_reserve_bytes()
+        self.num_blocks = num_kv_blocks(config.cache, self.device, block_bytes, reserve)
+        self.kv_caches = allocate_kv_caches(
+            self.backend, self.num_layers, self.num_blocks, self.block_size, self.num_kv_heads, self.head_size,
+            self.kv_dtype, self.device,
+        )
+        self.builder = self.backend.get_builder_cls()(self.layer_specs[0], self.device, self.dtype)
+        self.sampler = Sampler()
+        self.default_generator = torch.Generator(device=self.device).manual_seed(config.model.seed)
+        self.generators: dict[str, torch.Generator] = {}
+        logger.info("KV cache: %d blocks of %d tokens (%s, %s)", self.num_blocks, self.block_size,
+                    self.kv_dtype, self.backend.name)
+
+    def _activation_reserve_bytes(self) -> int:
+        """Rough peak activation memory of one step, kept free of KV cache on GPU."""
+        if self.device.type == "cpu":
+            return 0
+        cfg, sched = self.hf_config, self.config.scheduler
+        tokens = sched.max_num_batched_tokens
+        per_token = 4 * (4 * cfg.hidden_size + 2 * cfg.intermediate_size)
+        logits = sched.max_num_seqs * cfg.vocab_size * 4 * 3
+        return tokens * per_token + logits + (512 << 20)
+
+    def prepare(self, sched: SchedulerOutput) -> ForwardBatch:
+        """Flatten the step's requests into one batch and build the backend's metadata once."""
+        reqs = sched.requests
+        bs = self.block_size
+        query_lens = np.array([len(r.token_ids) for r in reqs], dtype=np.int64)
+        starts = np.array([r.start_position for r in reqs], dtype=np.int64)
+        seq_lens = starts + query_lens
+        qsl = np.zeros(len(reqs) + 1, dtype=np.int64)
+        np.cumsum(query_lens, out=qsl[1:])
+        max_blocks = max(len(r.block_table) for r in reqs)
+        block_table = np.zeros((len(reqs), max_blocks), dtype=np.int64)
+        for i, r in enumerate(reqs):
+            block_table[i, : len(r.block_table)] = r.block_table
+        req_index = np.repeat(np.arange(len(reqs)), query_lens)
+        positions = np.arange(qsl[-1]) - qsl[req_index] + starts[req_index]
+        slot_mapping = block_table[req_index, positions // bs] * bs + positions % bs
+        input_ids = np.fromiter((t for r in reqs for t in r.token_ids), dtype=np.int64, count=int(qsl[-1]))
+
+        dev = self.device
+        qsl_cpu = torch.from_numpy(qsl.astype(np.int32))
+        seq_lens_cpu = torch.from_numpy(seq_lens.astype(np.int32))
+        num_decodes = int((query_lens == 1).sum())
+        common = CommonAttentionMetadata(
+            query_start_loc=qsl_cpu.to(dev, non_blocking=True),
+            query_start_loc_cpu=qsl_cpu,
+            seq_lens=seq_lens_cpu.to(dev, non_blocking=True),
+            seq_lens_cpu=seq_lens_cpu,
+            block_table=torch.from_numpy(block_table.astype(np.int32)).to(dev, non_blocking=True),
+            slot_mapping=torch.from_numpy(slot_mapping).to(dev, non_blocking=True),
+            num_reqs=len(reqs),
+            num_actual_tokens=int(qsl[-1]),
+            max_query_len=int(query_lens.max()),
+            max_seq_len=int(seq_lens.max()),
+            num_decodes=num_decodes,
+            num_decode_tokens=num_decodes,
+            block_size=bs,
+        )
+        return ForwardBatch(
+            input_ids=torch.from_numpy(input_ids).to(dev, non_blocking=True),
+            positions=torch.from_numpy(positions).to(dev, non_blocking=True),
+            logits_indices=torch.from_numpy(qsl[1:] - 1).to(dev, non_blocking=True),
+            attn_metadata=self.builder.build(common),
+            kv_caches=self.kv_caches,
+        )
+
+    @torch.inference_mode()
+    def compute_logits(self, sched: SchedulerOutput) -> torch.Tensor:  # (B, vocab) float32
+        """Run the model on the step's tokens; logits at each request's last token."""
+        batch = self.prepare(sched)
+        hidden = self.model(batch.input_ids, batch.positions, batch)
+        return self.model.compute_logits(hidden[batch.logits_indices])
+
+    def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+        """One step: forward pass and sampling for the requests that reached the end of their sequence."""
+        for rid in sched.finished_ids:
+            self.generators.pop(rid, None)
+        if sched.is_empty:
+            return ModelRunnerOutput(sampled={})
+        logits = self.compute_logits(sched)
+        rows = [i for i, r in enumerate(sched.requests) if r.samples]
+        if not rows:
+            return ModelRunnerOutput(sampled={})
+        reqs = [sched.requests[i] for i in rows]
+        params = [r.sampling_params for r in reqs]
+        gens = [self._generator(r.request_id, r.sampling_params.seed) for r in reqs]
+        out = self.sampler(logits[rows], params, gens)
+        return ModelRunnerOutput(
+            sampled={r.request_id: (out.token_ids[j], out.logprobs[j]) for j, r in enumerate(reqs)}
+        )
+
+    def _generator(self, request_id: str, seed: int | None) -> torch.Generator:
+        if seed is None:
+            return self.default_generator
+        if request_id not in self.generators:
+            self.generators[request_id] = torch.Generator(device=self.device).manual_seed(seed)
+        return self.generators[request_id]

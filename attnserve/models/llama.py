@@ -1,0 +1,197 @@
+"""The Llama family: Llama 2/3, Mistral, SmolLM2; with options that Qwen2 (QKV bias) and Qwen3 (q/k norm) reuse.
+
+Follows transformers' ``modeling_llama.py`` numerics, with q/k/v and gate/up fused into one matmul each
+(vLLM's QKVParallelLinear / MergedColumnParallelLinear; the loader stacks the checkpoint's shards).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from attnserve.attention.backend import AttentionLayerSpec
+from attnserve.attention.layer import Attention
+from attnserve.layers.activation import SiluAndMul
+from attnserve.layers.norm import RMSNorm
+from attnserve.layers.rotary import RotaryEmbedding
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnserve.model_executor.forward_batch import ForwardBatch
+
+# builds a layer's Attention module from its spec and layer index (given by the model runner)
+AttentionFactory = Callable[[AttentionLayerSpec, int], Attention]
+
+
+def head_size_of(config) -> int:
+    """Per-head size: ``config.head_dim`` when set, else hidden_size / num_attention_heads."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def sliding_window_of(config) -> int | None:
+    """The attention window in tokens, or None when every layer attends to the whole context."""
+    if getattr(config, "use_sliding_window", True) is False:
+        return None
+    return getattr(config, "sliding_window", None)
+
+
+class LlamaAttention(nn.Module):
+    qkv_bias: bool = False  # Qwen2 sets True (bias on q/k/v, none on o)
+    qk_norm: bool = False  # Qwen3 sets True (RMSNorm over each head of q and k, before RoPE)
+
+    def __init__(self, config, layer_index: int, make_attention: AttentionFactory) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
+        self.head_size = head_size_of(config)
+        self.q_size = self.num_heads * self.head_size
+        self.kv_size = self.num_kv_heads * self.head_size
+        bias = self.qkv_bias or getattr(config, "attention_bias", False)
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=getattr(config, "attention_bias", False))
+        if self.qk_norm:
+            self.q_norm = RMSNorm(self.head_size, config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_size, config.rms_norm_eps)
+        rope_params = getattr(config, "rope_parameters", None) or {}
+        theta = rope_params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+        scaling = getattr(config, "rope_scaling", None) or (rope_params if rope_params.get("rope_type", "default") != "default" else None)
+        self.rotary = RotaryEmbedding(self.head_size, config.max_position_embeddings, theta, scaling)
+        spec = AttentionLayerSpec(
+            num_heads=self.num_heads,
+            head_size=self.head_size,
+            scale=self.head_size**-0.5,
+            num_kv_heads=self.num_kv_heads,
+            sliding_window=sliding_window_of(config),
+        )
+        self.attn = make_attention(spec, layer_index)
+
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, batch: "ForwardBatch") -> torch.Tensor:
+        T = hidden.shape[0]
+        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(T, self.num_heads, self.head_size)
+        k = k.view(T, self.num_kv_heads, self.head_size)
+        v = v.view(T, self.num_kv_heads, self.head_size)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary(positions, q, k)
+        out = self.attn(q, k, v, batch)
+        return self.o_proj(out.reshape(T, self.q_size))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config) -> None:
+        super().__init__()
+        bias = getattr(config, "mlp_bias", False)
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
+        if getattr(config, "hidden_act", "silu") != "silu":
+            raise ValueError(f"hidden_act {config.hidden_act!r} not supported (supported: silu)")
+        self.act = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_up_proj(x)))
+
+
+class LlamaDecoderLayer(nn.Module):
+    attention_cls = LlamaAttention
+
+    def __init__(self, config, layer_index: int, make_attention: AttentionFactory) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = self.attention_cls(config, layer_index, make_attention)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = LlamaMLP(config)
+
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, batch: "ForwardBatch") -> torch.Tensor:
+        hidden = hidden + self.self_attn(positions, self.input_layernorm(hidden), batch)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class LlamaForCausalLM(nn.Module):
+    """Decoder-only transformer: embeddings, N pre-norm decoder layers, final RMSNorm, LM head."""
+
+    layer_cls = LlamaDecoderLayer
+    # checkpoint shard name -> (fused parameter name, shard index)
+    stacked_params = {
+        "q_proj": ("qkv_proj", 0),
+        "k_proj": ("qkv_proj", 1),
+        "v_proj": ("qkv_proj", 2),
+        "gate_proj": ("gate_up_proj", 0),
+        "up_proj": ("gate_up_proj", 1),
+    }
+
+    def __init__(self, config, make_attention: AttentionFactory) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            self.layer_cls(config, i, make_attention) for i in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
+        if not self.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (T,) int64
+        positions: torch.Tensor,  # (T,) int64
+        batch: "ForwardBatch",
+    ) -> torch.Tensor:  # (T, hidden) model dtype
+        hidden = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            hidden = layer(positions, hidden, batch)
+        return self.norm(hidden)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab) float32
+        weight = self.embed_tokens.weight if self.tie_word_embeddings else self.lm_head.weight
+        return (hidden @ weight.t()).float()
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Copy checkpoint tensors (Hugging Face names) into the parameters; returns the names loaded.
+
+        Raises KeyError naming a checkpoint tensor that has no parameter, ValueError on a shape mismatch.
+        """
+        params = dict(self.named_parameters())
+        loaded: set[str] = set()
+        for hf_name, tensor in weights:
+            name = hf_name.removeprefix("model.")
+            if "rotary_emb.inv_freq" in name or (self.tie_word_embeddings and name == "lm_head.weight"):
+                continue
+            shard = None
+            for ckpt, (fused, index) in self.stacked_params.items():
+                if f".{ckpt}." in name:
+                    name, shard = name.replace(f".{ckpt}.", f".{fused}."), index
+                    break
+            if name not in params:
+                raise KeyError(f"checkpoint tensor {hf_name!r} has no matching parameter in {type(self).__name__}")
+            param = params[name]
+            target = param.data if shard is None else self._shard_view(name, param.data, shard)
+            if tuple(target.shape) != tuple(tensor.shape):
+                raise ValueError(f"{hf_name}: checkpoint shape {tuple(tensor.shape)} != expected {tuple(target.shape)}")
+            target.copy_(tensor)
+            loaded.add(name if shard is None else f"{name}#{shard}")
+        return loaded
+
+    def _shard_view(self, name: str, data: torch.Tensor, shard: int) -> torch.Tensor:
+        if ".qkv_proj." in name:
+            attn = self.layers[0].self_attn
+            sizes = [attn.q_size, attn.kv_size, attn.kv_size]
+        else:
+            sizes = [data.shape[0] // 2] * 2
+        start = sum(sizes[:shard])
+        return data.narrow(0, start, sizes[shard])
+
+    def expected_weight_names(self) -> set[str]:
+        """Every name load_weights must see for a complete checkpoint (fused shards as ``name#i``)."""
+        names = set()
+        for name, _ in self.named_parameters():
+            if ".qkv_proj." in name:
+                names |= {f"{name}#{i}" for i in range(3)}
+            elif ".gate_up_proj." in name:
+                names |= {f"{name}#{i}" for i in range(2)}
+            else:
+                names.add(name)
+        return names

@@ -1,0 +1,39 @@
+"""Hugging Face ``architectures`` name -> model class path, imported lazily."""
+
+from __future__ import annotations
+
+import importlib
+
+MODEL_REGISTRY: dict[str, str] = {
+    "LlamaForCausalLM": "attnserve.models.llama.LlamaForCausalLM",
+    "MistralForCausalLM": "attnserve.models.llama.LlamaForCausalLM",
+    "Qwen2ForCausalLM": "attnserve.models.qwen.Qwen2ForCausalLM",
+    "Qwen3ForCausalLM": "attnserve.models.qwen.Qwen3ForCausalLM",
+}
+
+
+# model_type -> architecture, for configs that name no architectures (those read from GGUF metadata)
+MODEL_TYPE_ARCHITECTURES: dict[str, str] = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+
+
+class UnsupportedArchitectureError(ValueError):
+    """The checkpoint's architecture has no model class here."""
+
+
+def get_model_class(config) -> type:
+    """The model class for ``config.architectures``; raises UnsupportedArchitectureError naming it."""
+    archs = list(getattr(config, "architectures", None) or [])
+    if not archs and getattr(config, "model_type", None) in MODEL_TYPE_ARCHITECTURES:
+        archs = [MODEL_TYPE_ARCHITECTURES[config.model_type]]
+    for arch in archs:
+        if arch in MODEL_REGISTRY:
+            module, _, name = MODEL_REGISTRY[arch].rpartition(".")
+            return getattr(importlib.import_module(module), name)
+    raise UnsupportedArchitectureError(
+        f"model architecture {archs or getattr(config, 'model_type', '(none given)')} not supported (supported: {', '.join(sorted(MODEL_REGISTRY))})"
+    )

@@ -1,0 +1,34 @@
+"""Test helpers: tiny random models from transformers configs, and transformers' greedy reference."""
+
+from __future__ import annotations
+
+import torch
+
+
+def save_tiny_model(config, path, seed: int = 0) -> None:
+    """Build a random-weight transformers model from ``config`` and save it (safetensors) to ``path``."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():  # larger than init std so that random models have peaked, unambiguous argmaxes
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.1)
+    model.save_pretrained(path, safe_serialization=True)
+
+
+@torch.no_grad()
+def hf_greedy(model, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
+    """transformers' greedy tokens (EOS ignored) and the last-position logits of the prompt, float32."""
+    ids = torch.tensor([prompt_ids])
+    out = model(ids, use_cache=True)
+    first_logits = out.logits[0, -1].float()
+    past, tokens = out.past_key_values, []
+    next_id = int(first_logits.argmax())
+    for _ in range(max_new_tokens):
+        tokens.append(next_id)
+        out = model(torch.tensor([[next_id]]), past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        next_id = int(out.logits[0, -1].argmax())
+    return tokens, first_logits
