@@ -21,3 +21,25 @@ def default_llm():
     from attnserve import LLM
 
     return LLM(dtype="float32", device="cpu", attention_backend="CPU_ATTN")
+
+
+@pytest.fixture(scope="session")
+def default_tokenizer():
+    from attnserve.model_executor.loader import load_tokenizer, resolve_model_source
+
+    return load_tokenizer(resolve_model_source(None))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, default_tokenizer):
+    """Factory: architecture name -> folder with a tiny random model (config.json, safetensors, tokenizer)."""
+    from tests.models.tiny import make_tiny_model
+
+    made: dict[str, str] = {}
+
+    def make(arch: str) -> str:
+        if arch not in made:
+            made[arch] = make_tiny_model(arch, tmp_path_factory.mktemp(arch), default_tokenizer)
+        return made[arch]
+
+    return make

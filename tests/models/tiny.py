@@ -1,0 +1,45 @@
+"""Tiny random-weight checkpoints of each supported architecture, built from transformers configs."""
+
+from __future__ import annotations
+
+from tests.helpers import save_tiny_model
+
+COMMON = dict(
+    vocab_size=49152,  # the default model's tokenizer is saved beside the weights
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    tie_word_embeddings=False,
+)
+
+
+def tiny_config(arch: str):
+    """A transformers config of architecture ``arch`` with tiny dimensions."""
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+
+    if arch == "llama":
+        return LlamaConfig(**COMMON, rope_theta=10000.0)
+    if arch == "llama3":  # Llama 3.1 RoPE scaling, tied embeddings
+        return LlamaConfig(**{**COMMON, "tie_word_embeddings": True}, rope_theta=500000.0, rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64})
+    if arch == "mistral":
+        return MistralConfig(**COMMON, sliding_window=None)
+    if arch == "qwen2":
+        return Qwen2Config(**COMMON)
+    if arch == "qwen3":
+        return Qwen3Config(**COMMON, head_dim=32)
+    raise ValueError(arch)
+
+
+def make_tiny_model(arch: str, path, tokenizer) -> str:
+    config = tiny_config(arch)
+    config.architectures = [type(config).__name__.replace("Config", "ForCausalLM")]
+    config.eos_token_id = tokenizer.eos_token_id
+    config.bos_token_id = tokenizer.bos_token_id
+    save_tiny_model(config, path)
+    tokenizer.save_pretrained(path)
+    return str(path)
