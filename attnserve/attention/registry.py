@@ -190,10 +190,23 @@ def lookup_backend(name: "str | AttentionBackendEnum | None") -> BackendName | N
     raise UnknownBackendError(_unknown_message(key, original=name))
 
 
+def suggest_backend_name(name: str, valid: list[str]) -> str | None:
+    """The valid name closest to ``name``. "ATTENTION" and "ATTN" count as the same word, so that
+    ``FLASH_ATTENTION`` suggests FLASH_ATTN (plain difflib would say FLEX_ATTENTION)."""
+    def norm(text: str) -> str:
+        return text.upper().replace("-", "_").replace("ATTENTION", "ATTN")
+
+    by_norm = {norm(v): v for v in valid}
+    if norm(name) in by_norm:
+        return by_norm[norm(name)]
+    match = difflib.get_close_matches(norm(name), list(by_norm), n=1)
+    return by_norm[match[0]] if match else None
+
+
 def _unknown_message(key: str, original: str | None = None) -> str:
     valid = registered_names()
-    match = difflib.get_close_matches(key, valid, n=1)
-    hint = f"; did you mean {match[0]!r}?" if match else ""
+    match = suggest_backend_name(key, valid)
+    hint = f"; did you mean {match!r}?" if match else ""
     return f"unknown attention backend {original or key!r} (valid: {', '.join(valid)}, auto){hint}"
 
 
