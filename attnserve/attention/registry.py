@@ -62,7 +62,7 @@ _entry_points_loaded = False
 
 
 def _name(backend: BackendName) -> str:
-    return backend.name if isinstance(backend, AttentionBackendEnum) else str(backend).upper()
+    return backend.name if isinstance(backend, AttentionBackendEnum) else str(backend).strip().upper().replace("-", "_")
 
 
 def on_registry_change(callback: Callable[[], None]) -> None:
