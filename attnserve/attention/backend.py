@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
+    from attnserve.attention.capabilities import BackendCapabilities
     from attnserve.attention.selector import AttentionSelectorConfig
+    from attnserve.config.attention import AttentionConfig
     from attnserve.platforms.interface import Platform
 
 
@@ -141,13 +143,19 @@ class AttentionBackend(ABC):
     """Static facts about a backend and factories for its metadata builder and per-layer impl.
 
     Capability declarations are class attributes so that the selector and the docs generator read them
-    without importing any kernel library. ``None`` in a ``supported_*`` attribute means "any".
+    without importing any kernel library. ``None`` in a ``supported_*`` attribute means "any". A backend
+    whose limits depend on the platform or on the AttentionConfig (FLASH_ATTN's version, FLASHINFER's
+    TRT-LLM kernels) overrides :meth:`capabilities` and/or :meth:`extra_reasons`.
     """
 
     name: ClassVar[str]
     supported_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16)
     supported_kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto",)
     supported_head_sizes: ClassVar[tuple[int, ...] | None] = None
+    # head sizes as a rule, used when supported_head_sizes is None: multiple of N within [min, max]
+    head_size_multiple_of: ClassVar[int | None] = None
+    min_head_size: ClassVar[int | None] = None
+    max_head_size: ClassVar[int | None] = None
     # block sizes: either an explicit tuple or a "multiple of" rule
     supported_block_sizes: ClassVar[tuple[int, ...] | None] = None
     block_size_multiple_of: ClassVar[int | None] = None
@@ -158,8 +166,9 @@ class AttentionBackend(ABC):
     supports_sinks: ClassVar[bool] = False
     supported_attn_types: ClassVar[tuple[AttentionType, ...]] = (AttentionType.DECODER,)
     device_types: ClassVar[tuple[str, ...]] = ("cuda",)
-    required_package: ClassVar[str | None] = None  # importable module name
+    required_package: ClassVar[str | None] = None  # importable module name ("flash_attn.cute" allowed)
     pip_extra: ClassVar[str | None] = None  # attnserve[<extra>] that brings it
+    install_hint: ClassVar[str | None] = None  # shown instead of the pip-extra hint when set
     required_kv_cache_layout: ClassVar[KVCacheLayout | None] = None
     cuda_graph_support: ClassVar[CudaGraphSupport] = CudaGraphSupport.NEVER
 
@@ -184,14 +193,51 @@ class AttentionBackend(ABC):
 
     @classmethod
     def get_kv_cache_stride_order(cls, layout: KVCacheLayout = KVCacheLayout.NHD) -> tuple[int, ...]:
-        """Permutation from the logical shape to the physical memory order for ``layout``."""
+        """Permutation from the logical shape to the physical memory order for ``layout``.
+
+        ``torch.empty(shape permuted by order).permute(inverse(order))`` gives a tensor with the logical
+        shape whose memory follows ``layout``. Backends with another logical shape override this.
+        """
         if layout == KVCacheLayout.HND:
             return (0, 1, 3, 2, 4)
         return (0, 1, 2, 3, 4)
 
     @classmethod
-    def validate(cls, selector_config: "AttentionSelectorConfig", platform: "Platform") -> list[str]:
-        """Reasons this backend cannot run ``selector_config`` on ``platform``; empty when it can."""
+    def capabilities(
+        cls, platform: "Platform | None" = None, attention_config: "AttentionConfig | None" = None,
+        assume_installed: bool = False,
+    ) -> "BackendCapabilities":
+        """The declared limits as one typed record (what validation and the docs read)."""
+        from attnserve.attention.capabilities import BackendCapabilities
+
+        return BackendCapabilities.from_backend(cls)
+
+    @classmethod
+    def extra_reasons(
+        cls, selector_config: "AttentionSelectorConfig", platform: "Platform",
+        attention_config: "AttentionConfig | None" = None,
+    ) -> list[str]:
+        """Backend-specific reasons beyond the declared limits (e.g. a flag that needs another GPU)."""
+        return []
+
+    @classmethod
+    def get_required_kv_cache_layout(
+        cls, platform: "Platform | None" = None, attention_config: "AttentionConfig | None" = None
+    ) -> KVCacheLayout | None:
+        """The KV layout this backend's kernels need on ``platform``, or None when either works."""
+        return cls.required_kv_cache_layout
+
+    @classmethod
+    def validate(
+        cls, selector_config: "AttentionSelectorConfig", platform: "Platform",
+        attention_config: "AttentionConfig | None" = None, assume_installed: bool = False,
+    ) -> list[str]:
+        """Reasons this backend cannot run ``selector_config`` on ``platform``; empty when it can.
+
+        ``assume_installed`` skips the package check (planning for another machine).
+        """
         from attnserve.attention.validation import capability_reasons
 
-        return capability_reasons(cls, selector_config, platform)
+        caps = cls.capabilities(platform, attention_config, assume_installed)
+        reasons = capability_reasons(caps, selector_config, platform, assume_installed=assume_installed)
+        return reasons + cls.extra_reasons(selector_config, platform, attention_config)

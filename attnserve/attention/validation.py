@@ -1,48 +1,94 @@
-"""The capability checks every backend shares: declared facts vs. a selector config and platform."""
+"""The capability checks every backend shares: declared limits vs. a selector config and platform.
+
+Every reason carries the values involved (the given value and what is supported), so a user never has to
+guess. Reasons are plain strings; an empty list means usable.
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import os
 from typing import TYPE_CHECKING
 
+from attnserve.attention.capabilities import BackendCapabilities, cc_str, dtype_name
+
 if TYPE_CHECKING:  # pragma: no cover
-    from attnserve.attention.backend import AttentionBackend
     from attnserve.attention.selector import AttentionSelectorConfig
     from attnserve.platforms.interface import Platform
 
 
-def capability_reasons(cls: "type[AttentionBackend]", cfg: "AttentionSelectorConfig", platform: "Platform") -> list[str]:
-    """Every reason ``cls`` cannot run ``cfg`` on ``platform``, each with the values involved."""
+@functools.lru_cache(maxsize=None)
+def package_installed(module: str) -> bool:
+    """Whether ``module`` (dotted names allowed) can be imported, without importing it.
+
+    ``importlib.util.find_spec("a.b")`` would import package ``a``; for a kernel library that is slow and
+    may fail, so a dotted name is looked up as a file or folder under the top package's search path.
+    """
+    top, _, rest = module.partition(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    if not rest:
+        return True
+    for location in spec.submodule_search_locations or ():
+        path = os.path.join(location, *rest.split("."))
+        if os.path.isdir(path) or os.path.isfile(path + ".py"):
+            return True
+    return False
+
+
+def _qual(caps: BackendCapabilities) -> str:
+    return f" with {caps.qualifier}" if caps.qualifier else ""
+
+
+def capability_reasons(
+    caps: BackendCapabilities, cfg: "AttentionSelectorConfig", platform: "Platform", *,
+    assume_installed: bool = False,
+) -> list[str]:
+    """Every reason the backend described by ``caps`` cannot run ``cfg`` on ``platform``.
+
+    Examples: ``head_size 80 not supported (supported: 64, 128, 256)``,
+    ``block_size 8 not supported (multiples of 16)``,
+    ``compute capability 7.5 not supported (needs >= 8.0)``,
+    ``not installed: pip install 'attnserve[flashinfer]'``.
+    """
+    q = _qual(caps)
     reasons: list[str] = []
-    if platform.device_type not in cls.device_types:
-        reasons.append(f"device {platform.device_type} not supported (supported: {', '.join(cls.device_types)})")
-    if cls.required_package and importlib.util.find_spec(cls.required_package) is None:
-        extra = f"pip install 'attnserve[{cls.pip_extra}]'" if cls.pip_extra else f"pip install {cls.required_package}"
-        reasons.append(f"not installed: {extra}")
-    if cfg.dtype not in cls.supported_dtypes:
-        names = ", ".join(str(d).removeprefix("torch.") for d in cls.supported_dtypes)
-        reasons.append(f"dtype {str(cfg.dtype).removeprefix('torch.')} not supported (supported: {names})")
-    if cfg.kv_cache_dtype not in cls.supported_kv_cache_dtypes:
-        reasons.append(f"kv_cache_dtype {cfg.kv_cache_dtype} not supported (supported: {', '.join(cls.supported_kv_cache_dtypes)})")
-    if cls.supported_head_sizes is not None and cfg.head_size not in cls.supported_head_sizes:
-        reasons.append(f"head_size {cfg.head_size} not supported (supported: {', '.join(map(str, cls.supported_head_sizes))})")
-    if cls.supported_block_sizes is not None and cfg.block_size not in cls.supported_block_sizes:
-        reasons.append(f"block_size {cfg.block_size} not supported (supported: {', '.join(map(str, cls.supported_block_sizes))})")
-    if cls.block_size_multiple_of and cfg.block_size % cls.block_size_multiple_of:
-        reasons.append(f"block_size {cfg.block_size} not supported (multiples of {cls.block_size_multiple_of})")
-    if cfg.sliding_window is not None and not cls.supports_sliding_window:
-        reasons.append(f"sliding_window {cfg.sliding_window} not supported")
-    if cfg.logits_soft_cap is not None and not cls.supports_logits_soft_cap:
-        reasons.append(f"logits_soft_cap {cfg.logits_soft_cap} not supported")
-    if cfg.has_sink and not cls.supports_sinks:
-        reasons.append("attention sinks not supported")
-    if cfg.attn_type not in cls.supported_attn_types:
-        reasons.append(f"attention type {cfg.attn_type.value} not supported")
+    if platform.device_type not in caps.device_types:
+        reasons.append(f"device {platform.device_type} not supported (supported: {', '.join(caps.device_types)})")
     cc = platform.compute_capability
-    if platform.device_type == "cuda" and cc is not None:
-        lo, hi = cls.min_compute_capability, cls.max_compute_capability
-        if lo is not None and cc < lo:
-            reasons.append(f"compute capability {cc[0]}.{cc[1]} not supported (needs >= {lo[0]}.{lo[1]})")
-        if hi is not None and cc > hi:
-            reasons.append(f"compute capability {cc[0]}.{cc[1]} not supported (needs <= {hi[0]}.{hi[1]})")
+    if platform.device_type == "cuda" and cc is not None and "cuda" in caps.device_types:
+        lo, hi = caps.min_compute_capability, caps.max_compute_capability
+        if (lo is not None and cc < lo) or (hi is not None and cc > hi):
+            reasons.append(f"compute capability {cc_str(cc)} not supported{q} (needs {caps.compute_capability_rule()})")
+    if caps.required_package and not assume_installed and not package_installed(caps.required_package):
+        reasons.append(f"not installed: {caps.install_command()}")
+    if cfg.dtype not in caps.dtypes:
+        names = ", ".join(dtype_name(d) for d in caps.dtypes)
+        reasons.append(f"dtype {dtype_name(cfg.dtype)} not supported{q} (supported: {names})")
+    if cfg.kv_cache_dtype not in caps.kv_cache_dtypes:
+        reasons.append(
+            f"kv_cache_dtype {cfg.kv_cache_dtype} not supported{q} (supported: {', '.join(caps.kv_cache_dtypes)})"
+        )
+    if not caps.head_size_ok(cfg.head_size):
+        rule = caps.head_size_rule()
+        rule = f"supported: {rule}" if caps.head_sizes is not None else rule
+        reasons.append(f"head_size {cfg.head_size} not supported{q} ({rule})")
+    if not caps.block_size_ok(cfg.block_size):
+        rule = caps.block_size_rule()
+        rule = f"supported: {rule}" if caps.block_sizes is not None else rule
+        reasons.append(f"block_size {cfg.block_size} not supported{q} ({rule})")
+    if cfg.sliding_window is not None and not caps.sliding_window:
+        reasons.append(f"sliding_window {cfg.sliding_window} not supported{q}")
+    if cfg.logits_soft_cap is not None and not caps.logits_soft_cap:
+        reasons.append(f"logits_soft_cap {cfg.logits_soft_cap} not supported{q}")
+    if cfg.has_sink and not caps.sinks:
+        reasons.append(f"attention sinks not supported{q}")
+    if cfg.attn_type not in caps.attn_types:
+        names = ", ".join(t.value for t in caps.attn_types)
+        reasons.append(f"attention type {cfg.attn_type.value} not supported{q} (supported: {names})")
     return reasons

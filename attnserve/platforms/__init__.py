@@ -1,26 +1,40 @@
-"""Device platforms: detection and explicit naming (``cuda:9.0``, ``cpu``)."""
+"""Device platforms: detection (once per device string) and explicit naming for planning.
+
+Device strings: ``auto`` (the first GPU if CUDA is available, else the CPU), ``cpu``, ``cuda``,
+``cuda:N`` (GPU N of this machine) and ``cuda:MAJOR.MINOR`` (a simulated GPU of that compute
+capability, e.g. ``cuda:9.0``; nothing is detected).
+"""
 
 from __future__ import annotations
 
 import functools
+import re
 
 from attnserve.platforms.interface import Platform
+
+_SIMULATED = re.compile(r"^cuda:(\d+)\.(\d+)$")
+_INDEXED = re.compile(r"^cuda(?::(\d+))?$")
 
 
 @functools.lru_cache(maxsize=None)
 def detect_platform(device: str = "auto") -> Platform:
-    """The platform of ``device`` ("auto", "cpu", "cuda", "cuda:N"), detected once per device string."""
-    import torch
+    """The platform named by ``device`` (see the module docstring). Raises ValueError for a bad string."""
+    from attnserve.platforms.cpu import cpu_platform
+    from attnserve.platforms.cuda import detect_cuda_platform, simulated_cuda_platform
 
-    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
-        return Platform(device_type="cpu", device_name="cpu")
-    index = int(device.split(":")[1]) if ":" in device else 0
-    props = torch.cuda.get_device_properties(index)
-    return Platform(
-        device_type="cuda",
-        device_name=props.name,
-        compute_capability=(props.major, props.minor),
-        total_memory=props.total_memory,
+    text = device.strip().lower()
+    if text == "cpu":
+        return cpu_platform()
+    if m := _SIMULATED.match(text):
+        return simulated_cuda_platform((int(m.group(1)), int(m.group(2))))
+    if text == "auto":
+        import torch
+
+        return detect_cuda_platform(0) if torch.cuda.is_available() else cpu_platform()
+    if m := _INDEXED.match(text):
+        return detect_cuda_platform(int(m.group(1) or 0))
+    raise ValueError(
+        f"device {device!r} not understood (allowed: auto, cpu, cuda, cuda:N, cuda:MAJOR.MINOR such as cuda:9.0)"
     )
 
 

@@ -9,6 +9,7 @@ import sys
 # subcommand -> module exposing add_parser(subparsers) (which sets ``func`` on its parser)
 COMMANDS = {
     "generate": "attnserve.entrypoints.cli.generate",
+    "backends": "attnserve.entrypoints.cli.backends",
 }
 
 

@@ -1,0 +1,193 @@
+"""FLASH_ATTN: FlashAttention 2, 3 or 4 over a paged KV cache. Declarations only (kernels: issue 6).
+
+Which FlashAttention runs is ``attention_config.flash_attn_version``:
+
+| version | package (pip extra)                         | GPUs (compute capability)       | source of the limits |
+| 2       | ``flash_attn`` (``attnserve[fa2]``)          | Ampere, Ada, Hopper: 8.0 to 9.0 | README "FlashAttention-2 currently supports" |
+| 3       | ``flash_attn_interface`` (``attnserve[fa3]``) | Hopper: 9.0                     | hopper/README: H100/H800, fp8 forward |
+| 4       | ``flash_attn.cute`` (``attnserve[fa4]``)      | Hopper, Blackwell: 9.0 to 10.3  | flash-attn-4 on PyPI: "for Hopper and Blackwell GPUs" |
+
+None picks the best version that is installed and supports this GPU (CC 9.x: 3, 4, 2; CC 10.x: 4;
+CC 8.x: 2, 4), preferring one that also supports the model. A version that is not installed, or does not
+support this GPU, is a reason naming the package that brings it; it is never silently swapped.
+
+Limits, per version:
+* head sizes: multiples of 8 up to 256 (FA2: "all head dimensions up to 256"; FA3 the same); FA4 up to
+  128 (Blackwell TMEM limit, Dao-AILab/flash-attention#1959).
+* block size: FA2's paged KV requires ``page_block_size`` a multiple of 256 (flash_api.cpp check,
+  Dao-AILab/flash-attention#828). FA3 accepts any page size (#1627) and FA4 on SM100 any (#1999); we
+  declare multiples of 16 for both, vLLM's contract, which our issue-6 kernels target and §7 relies on.
+* fp8 KV cache: FA3 only (fp8 e4m3 forward on Hopper).
+* sinks: FA4 only (``learnable_sink``); upstream FA2/FA3 take no sink argument.
+* logits soft cap and sliding window: all three versions (``softcap``, ``window_size``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from attnserve.attention.backend import AttentionBackend, AttentionType, CudaGraphSupport
+from attnserve.attention.capabilities import BackendCapabilities, cc_str
+from attnserve.attention.validation import capability_reasons, package_installed
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnserve.attention.selector import AttentionSelectorConfig
+    from attnserve.config.attention import AttentionConfig
+    from attnserve.platforms.interface import Platform
+
+
+@dataclass(frozen=True)
+class FlashAttnVersion:
+    """The limits of one FlashAttention version (fields override the backend's class attributes)."""
+
+    version: int
+    package: str
+    pip_extra: str
+    min_compute_capability: tuple[int, int]
+    max_compute_capability: tuple[int, int]
+    kv_cache_dtypes: tuple[str, ...]
+    max_head_size: int
+    block_size_multiple_of: int
+    sinks: bool
+    cuda_graph_support: CudaGraphSupport
+
+    def supports_gpu(self, cc: tuple[int, int] | None) -> bool:
+        return cc is not None and self.min_compute_capability <= cc <= self.max_compute_capability
+
+    def gpu_rule(self) -> str:
+        lo, hi = self.min_compute_capability, self.max_compute_capability
+        return cc_str(lo) if lo == hi else f"{cc_str(lo)} to {cc_str(hi)}"
+
+
+FLASH_ATTN_VERSIONS: dict[int, FlashAttnVersion] = {
+    2: FlashAttnVersion(2, "flash_attn", "fa2", (8, 0), (9, 0), ("auto",), 256, 256, False,
+                        CudaGraphSupport.UNIFORM_BATCH),
+    3: FlashAttnVersion(3, "flash_attn_interface", "fa3", (9, 0), (9, 0), ("auto", "fp8", "fp8_e4m3"), 256, 16,
+                        False, CudaGraphSupport.ALWAYS),
+    4: FlashAttnVersion(4, "flash_attn.cute", "fa4", (9, 0), (10, 3), ("auto",), 128, 16, True,
+                        CudaGraphSupport.UNIFORM_BATCH),
+}
+
+# Preference by compute-capability major (design §1); other GPUs try FA2 only, which then names its range.
+_PREFERENCE: dict[int, tuple[int, ...]] = {8: (2, 4), 9: (3, 4, 2), 10: (4,)}
+
+
+def version_preference(cc: tuple[int, int] | None) -> tuple[int, ...]:
+    """Versions to try for ``flash_attn_version=None`` on a GPU of compute capability ``cc``, best first."""
+    return _PREFERENCE.get(cc[0], (2,)) if cc else (2,)
+
+
+class FlashAttentionBackend(AttentionBackend):
+    """FlashAttention (Dao-AILab) over a paged KV cache. Class attributes are the union over versions;
+    :meth:`capabilities` gives one version's limits."""
+
+    name: ClassVar[str] = "FLASH_ATTN"
+    supported_dtypes = (torch.float16, torch.bfloat16)
+    supported_kv_cache_dtypes = ("auto", "fp8", "fp8_e4m3")  # fp8: version 3 only
+    head_size_multiple_of = 8
+    max_head_size = 256
+    block_size_multiple_of = 16
+    min_compute_capability = (8, 0)
+    max_compute_capability = (10, 3)
+    supports_sliding_window = True
+    supports_logits_soft_cap = True
+    supports_sinks = True  # version 4 only
+    supported_attn_types = (AttentionType.DECODER, AttentionType.ENCODER_ONLY)
+    device_types = ("cuda",)
+    required_package = "flash_attn_interface"  # the default version's; see FLASH_ATTN_VERSIONS
+    pip_extra = "fa3"
+    cuda_graph_support = CudaGraphSupport.ALWAYS  # version 3; 2 and 4: UNIFORM_BATCH
+
+    @staticmethod
+    def get_impl_cls():
+        raise NotImplementedError("kernels: issue 6")
+
+    @staticmethod
+    def get_builder_cls():
+        raise NotImplementedError("kernels: issue 6")
+
+    @classmethod
+    def version_capabilities(cls, version: int) -> BackendCapabilities:
+        """The limits of FlashAttention ``version`` (2, 3 or 4)."""
+        v = FLASH_ATTN_VERSIONS[version]
+        return BackendCapabilities.from_backend(
+            cls, kv_cache_dtypes=v.kv_cache_dtypes, max_head_size=v.max_head_size,
+            block_size_multiple_of=v.block_size_multiple_of, min_compute_capability=v.min_compute_capability,
+            max_compute_capability=v.max_compute_capability, sinks=v.sinks, required_package=v.package,
+            pip_extra=v.pip_extra, cuda_graph_support=v.cuda_graph_support,
+            qualifier=f"flash_attn_version {version}",
+        )
+
+    @classmethod
+    def capabilities(cls, platform=None, attention_config=None, assume_installed=False) -> BackendCapabilities:
+        version = attention_config.flash_attn_version if attention_config is not None else None
+        if version is None and platform is not None:
+            version = cls.resolve_version(None, platform, attention_config, assume_installed)
+        return cls.version_capabilities(version) if version else BackendCapabilities.from_backend(cls)
+
+    @classmethod
+    def resolve_version(
+        cls, selector_config: "AttentionSelectorConfig | None", platform: "Platform",
+        attention_config: "AttentionConfig | None" = None, assume_installed: bool = False,
+    ) -> int | None:
+        """The FlashAttention version that would run: the configured one, else the best installed version
+        for this GPU (one that also supports ``selector_config`` when given). None when there is none."""
+        if attention_config is not None and attention_config.flash_attn_version is not None:
+            return attention_config.flash_attn_version
+        cc = platform.compute_capability
+        usable = [v for v in version_preference(cc) if FLASH_ATTN_VERSIONS[v].supports_gpu(cc)
+                  and (assume_installed or package_installed(FLASH_ATTN_VERSIONS[v].package))]
+        if not usable:
+            return None
+        if selector_config is not None:
+            for v in usable:
+                if not capability_reasons(cls.version_capabilities(v), selector_config, platform,
+                                          assume_installed=True):
+                    return v
+        return usable[0]
+
+    @classmethod
+    def validate(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[str]:
+        if platform.device_type != "cuda":
+            return [f"device {platform.device_type} not supported (supported: cuda)"]
+        cc = platform.compute_capability
+        requested = attention_config.flash_attn_version if attention_config is not None else None
+        if requested is not None:
+            v = FLASH_ATTN_VERSIONS[requested]
+            reasons = []
+            if not v.supports_gpu(cc):
+                where = f"compute capability {cc_str(cc)}" if cc else "this device"
+                reasons.append(f"flash_attn_version {requested} not supported on {where} "
+                               f"(FlashAttention {requested} needs {v.gpu_rule()})")
+            if not assume_installed and not package_installed(v.package):
+                reasons.append(f"flash_attn_version {requested} not installed: pip install 'attnserve[{v.pip_extra}]'")
+            caps = cls.version_capabilities(requested)
+            # the GPU and package reasons above are the version-specific wording of these two checks
+            caps_reasons = capability_reasons(caps, selector_config, platform, assume_installed=True)
+            return reasons + [r for r in caps_reasons if not r.startswith("compute capability")]
+        candidates = [v for v in version_preference(cc) if FLASH_ATTN_VERSIONS[v].supports_gpu(cc)]
+        if not candidates:
+            return [cls._gpu_reason(cc)]
+        version = cls.resolve_version(selector_config, platform, attention_config, assume_installed)
+        if version is None:
+            extras = [f"'attnserve[{FLASH_ATTN_VERSIONS[v].pip_extra}]'" for v in candidates]
+            alt = f" (or {', '.join(extras[1:])})" if len(extras) > 1 else ""
+            # judge the model too, against the version that would run once installed: every reason at once
+            would_be = cls.resolve_version(selector_config, platform, attention_config, assume_installed=True)
+            return [f"not installed: pip install {extras[0]}{alt}"] + capability_reasons(
+                cls.version_capabilities(would_be), selector_config, platform, assume_installed=True)
+        return capability_reasons(cls.version_capabilities(version), selector_config, platform,
+                                  assume_installed=True)
+
+    @staticmethod
+    def _gpu_reason(cc: tuple[int, int] | None) -> str:
+        lowest = min(v.min_compute_capability for v in FLASH_ATTN_VERSIONS.values())
+        if cc is None:
+            return "compute capability unknown (FlashAttention needs a CUDA GPU)"
+        if cc < lowest:
+            return f"compute capability {cc_str(cc)} not supported (needs >= {cc_str(lowest)})"
+        ranges = "; ".join(f"FlashAttention {n}: {v.gpu_rule()}" for n, v in FLASH_ATTN_VERSIONS.items())
+        return f"compute capability {cc_str(cc)} not supported ({ranges})"

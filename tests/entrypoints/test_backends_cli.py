@@ -1,0 +1,119 @@
+"""``attnserve backends``: table, --json, explicit choice exit codes, --model folders, planning flags."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnserve.attention.validation import package_installed
+from attnserve.entrypoints.cli import backends
+from attnserve.entrypoints.cli.main import COMMANDS
+
+
+def run_json(capsys, *argv) -> tuple[int, dict]:
+    rc = backends.main([*argv, "--json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_registered_as_subcommand():
+    assert COMMANDS["backends"] == "attnserve.entrypoints.cli.backends"
+
+
+def test_planning_for_hopper_names_flash_attn(capsys):
+    rc, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed")
+    assert rc == 0
+    assert report["selected"] == "FLASH_ATTN" and report["flash_attn_version"] == 3
+    assert report["platform"]["compute_capability"] == "9.0"
+    assert report["selector_config"]["head_size"] == 64 and report["selector_config"]["dtype"] == "bfloat16"
+    assert report["priority"] == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"]
+    assert set(report["backends"]) >= set(report["priority"]) | {"CPU_ATTN"}
+    assert report["backends"]["FLASH_ATTN"] == {"usable": True, "reasons": [], "in_priority": True}
+
+
+def test_without_assume_installed_names_what_this_machine_can_run(capsys):
+    rc, report = run_json(capsys, "--device", "cuda:9.0")
+    assert rc == 0
+    usable = [n for n in report["priority"] if report["backends"][n]["usable"]]
+    assert report["selected"] == (usable[0] if usable else None)
+    if not any(package_installed(p) for p in ("flash_attn", "flash_attn_interface", "flash_attn.cute")):
+        assert report["selected"] != "FLASH_ATTN"
+        assert report["backends"]["FLASH_ATTN"]["reasons"][0].startswith("not installed: pip install 'attnserve[fa3]'")
+
+
+def test_blackwell_plan_uses_flashinfer_with_hnd(capsys):
+    _, report = run_json(capsys, "--device", "cuda:10.0", "--assume-installed", "--head-size", "128")
+    assert (report["selected"], report["kv_cache_layout"]) == ("FLASHINFER", "HND")
+    assert report["priority"][0] == "FLASHINFER"
+
+
+def test_explicit_valid_exits_0(capsys):
+    rc, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "--attention-backend", "triton_attn")
+    assert rc == 0 and report["explicit"] == report["selected"] == "TRITON_ATTN"
+
+
+def test_explicit_invalid_exits_1_with_reasons(capsys):
+    rc = backends.main(["--device", "cuda:8.0", "--assume-installed", "--attention-backend", "FLASHINFER",
+                        "--head-size", "80"])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert "FLASHINFER" in out and "head_size 80 not supported (supported: 64, 128, 256)" in out
+    assert "Explicit choice: FLASHINFER ✗ cannot run" in out
+    assert "Backends that would work: TRITON_ATTN, FLEX_ATTENTION." in err
+
+
+def test_explicit_invalid_json_has_null_selected(capsys):
+    rc, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "--attention-backend", "flash_attn",
+                          "--block-size", "8")
+    assert rc == 1 and report["selected"] is None
+    assert "block_size 8 not supported with flash_attn_version 3 (multiples of 16)" in report["error"]
+
+
+def test_plain_table(capsys):
+    assert backends.main(["--device", "cuda:7.0", "--assume-installed"]) == 0
+    out = capsys.readouterr().out
+    assert "TRITON_ATTN     3     ✓" in out
+    assert "compute capability 7.0 not supported (needs >= 8.0)" in out
+    assert "Priority order: FLASH_ATTN > FLASHINFER > TRITON_ATTN > FLEX_ATTENTION" in out
+    assert "Automatic selection: TRITON_ATTN" in out
+
+
+def test_flags_feed_the_selector_config(capsys):
+    _, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "--head-size", "96",
+                         "--num-heads", "12", "--num-kv-heads", "4", "--dtype", "float32", "--block-size", "32",
+                         "--kv-cache-dtype", "fp8", "--sliding-window", "4096")
+    assert report["selector_config"] == {"head_size": 96, "dtype": "float32", "kv_cache_dtype": "fp8",
+                                         "block_size": 32, "sliding_window": 4096, "logits_soft_cap": None,
+                                         "has_sink": False, "attn_type": "decoder"}
+    assert report["model"]["num_heads"] == 12 and report["selected"] == "TRITON_ATTN"
+
+
+def test_flash_attn_version_flag(capsys):
+    rc, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "--flash-attn-version", "2",
+                          "--attention-backend", "FLASH_ATTN")
+    assert rc == 1
+    assert report["backends"]["FLASH_ATTN"]["reasons"] == [
+        "block_size 16 not supported with flash_attn_version 2 (multiples of 256)"]
+
+
+def test_model_folder_reads_config_only(tmp_path, capsys):
+    from transformers import LlamaConfig
+
+    LlamaConfig(hidden_size=640, num_attention_heads=8, num_key_value_heads=2, intermediate_size=64,
+                num_hidden_layers=1, torch_dtype="float16").save_pretrained(tmp_path)
+    _, report = run_json(capsys, "--model", str(tmp_path), "--device", "cuda:9.0", "--assume-installed")
+    assert report["selector_config"]["head_size"] == 80 and report["selector_config"]["dtype"] == "float16"
+    assert (report["model"]["num_heads"], report["model"]["num_kv_heads"]) == (8, 2)
+    assert report["backends"]["FLASHINFER"]["reasons"] == ["head_size 80 not supported (supported: 64, 128, 256)"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--device", "tpu"], "device 'tpu' not understood"),
+    (["--attention-backend", "FLASH_ATTENTION"], "did you mean 'FLASH_ATTN'"),
+    (["--model", "/no/such/folder"], "is not a model folder"),
+    (["--dtype", "int8"], "dtype 'int8' not allowed"),
+])
+def test_bad_values_exit_2_with_one_line(argv, message, capsys):
+    assert backends.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
