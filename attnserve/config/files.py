@@ -8,6 +8,7 @@ a duplicate key, an unknown key or a malformed file is an error naming the file 
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ def loads_json(text: str, what: str) -> Any:
         raise ConfigError(f"malformed JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
     except ConfigError as e:
         raise ConfigError(f"{what}: {e}" if what else str(e)) from None
+    except RecursionError:
+        raise ConfigError(f"{what + ': ' if what else ''}malformed JSON: nested too deeply") from None
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -45,6 +48,8 @@ class _StrictLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, typing.Hashable):
+                continue  # SafeLoader reports the unhashable key itself
             if key in seen:
                 raise yaml.constructor.ConstructorError(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
             seen.add(key)
@@ -60,6 +65,8 @@ def loads_yaml(text: str, what: str) -> Any:
         where = f"{what}:{mark.line + 1}:{mark.column + 1}" if mark else what
         problem = " ".join(str(e.problem or e.context or "").split())
         raise ConfigError(f"{where}: malformed YAML: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{what}: malformed YAML: nested too deeply") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{what}: malformed YAML: {' '.join(str(e).split())}") from None
 
