@@ -2,97 +2,131 @@
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass, fields
+import logging
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
 
 from attnserve.attention.registry import AttentionBackendEnum
+from attnserve.config.fields import ConfigError, did_you_mean, validate_fields
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AttentionConfig", "ConfigError", "parse_backend"]
 
 
-class ConfigError(ValueError):
-    """A configuration value or key that is not allowed; the message names it and what is allowed."""
-
-
-def _closest(name: str, choices: list[str]) -> str:
-    match = difflib.get_close_matches(name, choices, n=1)
-    return f"; did you mean {match[0]!r}?" if match else ""
-
-
-def parse_backend(value: "str | AttentionBackendEnum | None") -> AttentionBackendEnum | None:
-    """Parse a backend name case-insensitively; None, '' and 'auto' mean automatic selection.
+def parse_backend(value: str | AttentionBackendEnum | None, key: str = "attention_config.backend") -> AttentionBackendEnum | None:
+    """Parse a backend name case-insensitively (``-`` = ``_``); None, '' and 'auto' mean automatic selection.
 
     Raises ConfigError naming the value, the valid names and the closest one.
     """
     if value is None or isinstance(value, AttentionBackendEnum):
         return value
+    valid = [m.name for m in AttentionBackendEnum]
     if not isinstance(value, str):
-        raise ConfigError(f"attention backend must be a string, got {value!r}")
+        raise ConfigError(f"{key} {value!r} not allowed (allowed: {', '.join(valid)}, auto, null)", key=key)
     name = value.strip().upper().replace("-", "_")
     if name in ("", "AUTO"):
         return None
     try:
         return AttentionBackendEnum[name]
     except KeyError:
-        valid = [m.name for m in AttentionBackendEnum]
+        # an abbreviation or expansion ("FLASH_ATTENTION" -> FLASH_ATTN, "TRITON" -> TRITON_ATTN) beats
+        # spelling distance, which would suggest FLEX_ATTENTION for "FLASH_ATTENTION"
+        near = [v for v in valid if _subsequence(v, name) or _subsequence(name, v)]
+        hint = f"; did you mean {near[0]!r}?" if len(near) == 1 else did_you_mean(name, valid)
         raise ConfigError(
-            f"unknown attention backend {value!r} (valid: {', '.join(valid)}, auto)" + _closest(name, valid)
+            f"{key} {value!r}: unknown attention backend (valid: {', '.join(valid)}, auto)" + hint, key=key
         ) from None
+
+
+def _subsequence(short: str, long: str) -> bool:
+    it = iter(long)
+    return all(c in it for c in short)
+
+
+def _only(*backends: str) -> dict:
+    """Field metadata: the option applies to these backends only."""
+    return {"backends": backends}
 
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """Attention backend selection and per-backend options. Validated at construction."""
+    """Attention backend selection and per-backend options. Validated at construction; unknown fields are errors."""
 
     backend: AttentionBackendEnum | None = None
-    """Attention backend to use; None or "auto" selects the first backend of the platform's priority
-    list that supports the model. Names are case-insensitive."""
+    """Attention backend: FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN or CUSTOM
+    (case-insensitive); None or "auto" = the first backend of the platform's priority list that supports
+    the model."""
 
-    flash_attn_version: int | None = None
-    """FLASH_ATTN only: FlashAttention version 2, 3 or 4; None = the best installed version for this GPU."""
+    flash_attn_version: int | None = field(default=None, metadata={"choices": (2, 3, 4), **_only("FLASH_ATTN")})
+    """FLASH_ATTN only: FlashAttention version 2, 3 or 4; None = the best version that is installed and
+    supports this GPU. A version that is not installed or does not support the GPU is an error."""
 
     use_prefill_decode_attention: bool = False
-    """Run prefill and decode tokens through separate kernels instead of one unified call."""
+    """Run each step's prefill tokens and decode tokens through separate kernels (varlen prefill, then
+    paged decode) instead of one unified call over the mixed batch."""
 
-    flash_attn_max_num_splits_for_cuda_graph: int = 32
-    """Upper bound on FlashAttention split-KV splits for decode under CUDA graphs."""
+    flash_attn_max_num_splits_for_cuda_graph: int = field(default=32, metadata={"ge": 1, **_only("FLASH_ATTN")})
+    """FLASH_ATTN only: upper bound on split-KV splits when decode runs under CUDA graphs (buffers are
+    sized for it)."""
 
-    use_trtllm_attention: bool | None = None
-    """FLASHINFER only: use FlashInfer's TRT-LLM kernels (CC 10.x); None = where they apply."""
+    use_trtllm_attention: bool | None = field(default=None, metadata=_only("FLASHINFER"))
+    """FLASHINFER only: FlashInfer's TRT-LLM kernels (CC 10.x only). None = where they apply; true on
+    another GPU is an error; false = never."""
 
-    disable_flashinfer_prefill: bool = False
-    """FLASHINFER only: prefill tokens use the fallback prefill kernel; decode stays on FlashInfer."""
+    disable_flashinfer_prefill: bool = field(default=False, metadata=_only("FLASHINFER"))
+    """FLASHINFER only: prefill tokens use the fallback prefill kernel (FlashAttention if installed, else
+    Triton) while decode stays on FlashInfer."""
 
-    disable_flashinfer_q_quantization: bool = False
-    """FLASHINFER only, fp8 KV cache: keep the query in the model dtype instead of fp8."""
+    disable_flashinfer_q_quantization: bool = field(default=False, metadata=_only("FLASHINFER"))
+    """FLASHINFER only, fp8 KV cache: keep the query in the model dtype instead of quantizing it to fp8."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backend", parse_backend(self.backend))
-        if self.flash_attn_version not in (None, 2, 3, 4) or isinstance(self.flash_attn_version, bool):
-            raise ConfigError(
-                f"attention_config.flash_attn_version {self.flash_attn_version!r} not allowed (allowed: 2, 3, 4, null)"
-            )
-        for f in ("use_prefill_decode_attention", "disable_flashinfer_prefill", "disable_flashinfer_q_quantization"):
-            if not isinstance(getattr(self, f), bool):
-                raise ConfigError(f"attention_config.{f} {getattr(self, f)!r} not allowed (allowed: true, false)")
-        if self.use_trtllm_attention not in (None, True, False):
-            raise ConfigError(
-                f"attention_config.use_trtllm_attention {self.use_trtllm_attention!r} not allowed (allowed: true, false, null)"
-            )
-        n = self.flash_attn_max_num_splits_for_cuda_graph
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(
-                f"attention_config.flash_attn_max_num_splits_for_cuda_graph {n!r} not allowed (allowed: integer >= 1)"
-            )
+        validate_fields(self, prefix="attention_config.")
 
     @classmethod
-    def from_dict(cls, values: dict) -> "AttentionConfig":
+    def field_names(cls) -> list[str]:
+        """The valid field names, in declaration order."""
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def normalize_key(cls, key: object, where: str = "") -> str:
+        """Map a user's field name (``-`` or ``_``) to the field; unknown names raise with a suggestion.
+
+        ``where`` completes the error message, e.g. ``"in cfg.yaml"``.
+        """
+        valid = cls.field_names()
+        name = str(key).replace("-", "_")
+        if name not in valid:
+            raise ConfigError(
+                f"unknown attention_config field {key!r}{' ' + where if where else ''} (valid: {', '.join(valid)})"
+                + did_you_mean(name, valid),
+                key=f"attention_config.{name}",
+            )
+        return name
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> AttentionConfig:
         """Build from a mapping; keys may use '-' or '_'. Unknown keys raise ConfigError with a suggestion."""
-        valid = [f.name for f in fields(cls)]
-        kwargs = {}
-        for key, value in values.items():
-            name = str(key).replace("-", "_")
-            if name not in valid:
-                raise ConfigError(
-                    f"unknown attention_config field {key!r} (valid: {', '.join(valid)})" + _closest(name, valid)
-                )
-            kwargs[name] = value
-        return cls(**kwargs)
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"attention_config must be a mapping of field names to values, got {values!r}")
+        return cls(**{cls.normalize_key(k): v for k, v in values.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields; the backend as its name (None = auto)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["backend"] = self.backend.name if self.backend is not None else None
+        return d
+
+    def unused_options(self) -> list[str]:
+        """Options set away from their default that do not apply to the explicitly chosen backend."""
+        if self.backend is None:
+            return []
+        return [
+            f.name
+            for f in fields(self)
+            if "backends" in f.metadata
+            and self.backend.name not in f.metadata["backends"]
+            and getattr(self, f.name) != f.default
+        ]

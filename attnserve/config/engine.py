@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass, field
+from typing import Any
 
-from attnserve.config.attention import AttentionConfig, ConfigError
+from attnserve.config.attention import AttentionConfig
 from attnserve.config.cache import CacheConfig
+from attnserve.config.fields import ConfigError, validate_fields
 from attnserve.config.model import ModelConfig
 from attnserve.config.parallel import ParallelConfig
 from attnserve.config.scheduler import SchedulerConfig
@@ -22,11 +26,31 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     attention: AttentionConfig = field(default_factory=AttentionConfig)
+
     device: str = "auto"
-    """auto (cuda when available, else cpu), cpu or cuda."""
+    """Device: auto (cuda when available, else cpu), cpu, cuda or cuda:N."""
+
     enforce_eager: bool = False
-    """Never capture CUDA graphs."""
+    """Never capture CUDA graphs; run every step eagerly."""
 
     def __post_init__(self) -> None:
-        if self.device not in DEVICES and not str(self.device).startswith("cuda:"):
-            raise ConfigError(f"device {self.device!r} not allowed (allowed: {', '.join(DEVICES)}, cuda:N)")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(f.default_factory) and not isinstance(value, f.default_factory):  # type: ignore[arg-type]
+                raise ConfigError(f"EngineConfig.{f.name} must be a {f.default_factory.__name__}, got {value!r}")  # type: ignore[union-attr]
+        validate_fields(self)
+        if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):
+            raise ConfigError(f"device {self.device!r} not allowed (allowed: {', '.join(DEVICES)}, cuda:N)", key="device")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready nested dict: one object per sub-config, the attention backend as its name."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, AttentionConfig):
+                out[f.name] = value.to_dict()
+            elif dataclasses.is_dataclass(value):
+                out[f.name] = dataclasses.asdict(value)
+            else:
+                out[f.name] = value
+        return out

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from attnserve.config.attention import ConfigError
+from attnserve.config.fields import validate_fields
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+DTYPE_ALIASES = {"float": "float32", "half": "float16"}  # vLLM's spellings, normalized at construction
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 
 
@@ -21,22 +22,19 @@ class ModelConfig:
     tokenizer: str | None = None
     """Tokenizer source when it differs from the model."""
 
-    dtype: str = "auto"
-    """Model dtype: auto (float32 on CPU, the checkpoint's dtype or bfloat16 on GPU), float32, float16, bfloat16."""
+    dtype: str = field(default="auto", metadata={"choices": DTYPES + tuple(DTYPE_ALIASES)})
+    """Model dtype: auto (float32 on CPU, the checkpoint's dtype or bfloat16 on GPU), float32, float16,
+    bfloat16 (half = float16, float = float32)."""
 
-    max_model_len: int | None = None
+    max_model_len: int | None = field(default=None, metadata={"ge": 1})
     """Longest sequence (prompt + output) in tokens; None = the model's max_position_embeddings."""
 
-    load_format: str = "auto"
-    """auto (from the path), safetensors, gguf, or dummy (random weights in the real shapes)."""
+    load_format: str = field(default="auto", metadata={"choices": LOAD_FORMATS})
+    """Weight format: auto (from the path), safetensors, gguf, or dummy (random weights in the real shapes)."""
 
     seed: int = 0
     """Seed for random weights (dummy) and for sampling requests that give no seed."""
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"dtype {self.dtype!r} not allowed (allowed: {', '.join(DTYPES)})")
-        if self.load_format not in LOAD_FORMATS:
-            raise ConfigError(f"load_format {self.load_format!r} not allowed (allowed: {', '.join(LOAD_FORMATS)})")
-        if self.max_model_len is not None and (isinstance(self.max_model_len, bool) or self.max_model_len < 1):
-            raise ConfigError(f"max_model_len {self.max_model_len!r} not allowed (allowed: integer >= 1)")
+        validate_fields(self)
+        object.__setattr__(self, "dtype", DTYPE_ALIASES.get(self.dtype, self.dtype))

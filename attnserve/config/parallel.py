@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from attnserve.config.attention import ConfigError
+from attnserve.config.fields import validate_fields
 
 
 @dataclass(frozen=True)
 class ParallelConfig:
     """Parallelism settings. Validated at construction."""
 
-    tensor_parallel_size: int = 1
-    """Number of devices the model's layers are split across (only 1 so far)."""
+    tensor_parallel_size: int = field(default=1, metadata={"choices": (1,)})
+    """Number of devices the model's layers are split across (only 1: tensor parallelism is not built yet)."""
 
     def __post_init__(self) -> None:
-        if self.tensor_parallel_size != 1:
-            raise ConfigError(
-                f"tensor_parallel_size {self.tensor_parallel_size!r} not allowed (allowed: 1; tensor parallelism is not built yet)"
-            )
+        validate_fields(self)

@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from attnserve.config.attention import ConfigError
+from attnserve.config.fields import validate_fields
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Continuous-batching limits. Validated at construction."""
 
-    max_num_batched_tokens: int = 2048
+    max_num_batched_tokens: int = field(default=2048, metadata={"ge": 1})
     """Most tokens (prefill + decode) computed in one step."""
 
-    max_num_seqs: int = 256
+    max_num_seqs: int = field(default=256, metadata={"ge": 1})
     """Most requests running at once."""
 
     enable_chunked_prefill: bool = True
     """Split a prompt longer than the step's remaining token budget over several steps."""
 
     def __post_init__(self) -> None:
-        for name in ("max_num_batched_tokens", "max_num_seqs"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{name} {v!r} not allowed (allowed: integer >= 1)")
+        validate_fields(self)

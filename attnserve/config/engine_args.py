@@ -1,0 +1,286 @@
+"""Engine arguments: flat names (``block_size``, ``attention_backend``, ...) -> one EngineConfig.
+
+Every surface (CLI flags, config files, ``LLM(**kwargs)``) speaks in flat engine-argument names. The
+name -> (sub-config, field) table is derived here, once, from the dataclass fields of EngineConfig's
+sub-configs, so a new field is a new flag, file key and keyword at once.
+
+Each surface turns what the user gave into an ordered list of ``Setting``s; ``resolve`` applies them
+left to right (a later setting of the same key wins, so callers order them defaults < files < command
+line), checks the ``attention_backend`` / ``attention_config.backend`` exclusion, builds the records
+and names the flag, file or keyword of any bad value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from attnserve.config.attention import AttentionConfig, parse_backend
+from attnserve.config.engine import EngineConfig
+from attnserve.config.env import warn_ignored_vllm_env
+from attnserve.config.fields import ConfigError, allowed_values, did_you_mean, field_docs, field_types
+
+logger = logging.getLogger(__name__)
+
+ATTENTION_BACKEND = "attention_backend"
+ATTENTION_CONFIG = "attention_config"
+ATTENTION_PREFIX = ATTENTION_CONFIG + "."
+
+
+@dataclass(frozen=True)
+class EngineArg:
+    """One flat engine argument: where its value lives in EngineConfig and how it is declared."""
+
+    name: str
+    """Flat name, e.g. ``block_size`` (the flag is ``--block-size``)."""
+    section: str | None
+    """The EngineConfig field holding it (``cache``), or None for EngineConfig's own fields."""
+    owner: type
+    """The dataclass declaring the field."""
+
+    @property
+    def field(self) -> dataclasses.Field:
+        return self.owner.__dataclass_fields__[self.name]  # type: ignore[attr-defined]
+
+    @property
+    def type(self) -> object:
+        return field_types(self.owner)[self.name]
+
+    @property
+    def default(self) -> Any:
+        return self.field.default
+
+    @property
+    def doc(self) -> str:
+        return field_docs(self.owner).get(self.name, self.name)
+
+    @property
+    def allowed(self) -> str:
+        return allowed_values(self.owner, self.name)
+
+    @property
+    def path(self) -> str:
+        """Dotted path in EngineConfig, e.g. ``cache.block_size``."""
+        return f"{self.section}.{self.name}" if self.section else self.name
+
+
+@functools.cache
+def engine_args() -> dict[str, EngineArg]:
+    """Flat name -> EngineArg for every field of EngineConfig and its sub-configs except attention.
+
+    The attention config is reached through ``attention_backend`` and ``attention_config`` instead.
+    """
+    table: dict[str, EngineArg] = {}
+    for f in dataclasses.fields(EngineConfig):
+        tp = field_types(EngineConfig)[f.name]
+        if tp is AttentionConfig:
+            continue
+        members = [(sf.name, f.name, tp) for sf in dataclasses.fields(tp)] if dataclasses.is_dataclass(tp) else [(f.name, None, EngineConfig)]
+        for name, section, owner in members:
+            assert name not in table, f"engine argument {name} declared twice"  # flat names must be unique
+            table[name] = EngineArg(name, section, owner)  # type: ignore[arg-type]
+    return table
+
+
+def engine_arg_names() -> list[str]:
+    """Every key a config file or ``LLM(...)`` accepts."""
+    return [*engine_args(), ATTENTION_BACKEND, ATTENTION_CONFIG]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One value a user gave for one engine argument, and where they gave it."""
+
+    key: str
+    """Flat engine argument name, or ``attention_config.<field>``."""
+    value: Any
+    source: str
+    """For ``attnserve config --explain``: ``command line (--block-size)``, ``file cfg.yaml``, ..."""
+    label: str
+    """How the user named it: ``--attention-backend``, ``attention_backend in cfg.yaml``, ``attention_backend=``."""
+    where: str = ""
+    """Prefix of an error about the value: ``argument --block-size``, ``cfg.yaml``, or empty."""
+
+
+def normalize_key(key: object, where: str) -> str:
+    """Canonical engine-argument key for a user's key (``-`` or ``_``; ``attention_config.FIELD`` allowed).
+
+    ``where`` completes the error, e.g. ``"in cfg.yaml"``. Unknown keys raise with a suggestion.
+    """
+    name = str(key).replace("-", "_")
+    if name.startswith(ATTENTION_PREFIX):
+        return ATTENTION_PREFIX + AttentionConfig.normalize_key(name[len(ATTENTION_PREFIX):], where)
+    valid = engine_arg_names()
+    if name not in valid:
+        raise ConfigError(
+            f"unknown key {key!r} {where} (valid: {', '.join(valid)}, {ATTENTION_PREFIX}FIELD)" + did_you_mean(name, valid)
+        )
+    return name
+
+
+def attention_settings(values: object, source: str, in_where: str = "", where: str = "") -> list[Setting]:
+    """One Setting per field of an attention_config mapping (a JSON object, a file's nested object, a dict).
+
+    ``in_where`` completes messages (``"in cfg.yaml"``, ``"in -ac"``); ``where`` prefixes value errors.
+    """
+    if not isinstance(values, Mapping):
+        raise ConfigError(
+            f"{ATTENTION_CONFIG} {in_where + ' ' if in_where else ''}must be an object of field names to values, got {values!r}"
+        )
+    out = []
+    for key, value in values.items():
+        name = AttentionConfig.normalize_key(key, in_where)
+        out.append(Setting(ATTENTION_PREFIX + name, value, source, f"{ATTENTION_PREFIX}{name} {in_where}".strip(), where))
+    return out
+
+
+def settings_from_mapping(values: Mapping[Any, Any], source: str, in_where: str, where: str = "") -> list[Setting]:
+    """Settings from a flat mapping of engine arguments (a config file's top level).
+
+    ``attention_config`` may be a nested object or dotted keys. ``in_where`` is ``"in cfg.yaml"``.
+    """
+    out: list[Setting] = []
+    for key, value in values.items():
+        name = normalize_key(key, in_where)
+        if name == ATTENTION_CONFIG:
+            out += attention_settings(value, source, in_where, where)
+        else:
+            out.append(Setting(name, value, source, f"{name} {in_where}", where))
+    return out
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The built EngineConfig and, per key that the user set, the Setting that won."""
+
+    config: EngineConfig
+    chosen: dict[str, Setting]
+
+    def explain(self) -> list[tuple[str, Any, str]]:
+        """``(path in EngineConfig, value, source)`` for every leaf value; source ``default`` when unset."""
+        cfg = self.config.to_dict()
+        rows = []
+        for arg in engine_args().values():
+            value = cfg[arg.section][arg.name] if arg.section else cfg[arg.name]
+            rows.append((arg.path, value, self.chosen[arg.name].source if arg.name in self.chosen else "default"))
+        for name in AttentionConfig.field_names():
+            s = self.chosen.get(ATTENTION_PREFIX + name)
+            if name == "backend" and s is None:
+                s = self.chosen.get(ATTENTION_BACKEND)
+            rows.append((f"attention.{name}", cfg["attention"][name], s.source if s else "default"))
+        return rows
+
+
+def _located(e: ConfigError, s: Setting | None) -> ConfigError:
+    return ConfigError(f"{s.where}: {e}" if s is not None and s.where else str(e), key=e.key)
+
+
+def resolve(settings: Iterable[Setting]) -> Resolved:
+    """Apply ``settings`` in order (later wins per key) and build the EngineConfig.
+
+    Raises ConfigError with one line naming the flag/file/keyword, the value and what is allowed.
+    """
+    warn_ignored_vllm_env()
+    chosen: dict[str, Setting] = {}
+    for s in settings:
+        chosen[s.key] = s
+
+    ab, cb = chosen.get(ATTENTION_BACKEND), chosen.get(ATTENTION_PREFIX + "backend")
+    parsed = {}
+    for s, key in ((ab, ATTENTION_BACKEND), (cb, ATTENTION_PREFIX + "backend")):
+        if s is not None:
+            try:
+                parsed[key] = parse_backend(s.value, key=key)
+            except ConfigError as e:
+                raise _located(e, s) from None
+    if ab is not None and cb is not None and len(set(parsed.values())) > 1:
+        raise ConfigError(
+            f"{ab.label} {ab.value!r} conflicts with {cb.label} {cb.value!r}: they name different backends; "
+            "set the attention backend in one place",
+            key=ATTENTION_BACKEND,
+        )
+
+    sections: dict[str | None, dict[str, Any]] = {}
+    table = engine_args()
+    for key, s in chosen.items():
+        if key in table:
+            sections.setdefault(table[key].section, {})[key] = s.value
+    attention = {k[len(ATTENTION_PREFIX):]: s.value for k, s in chosen.items() if k.startswith(ATTENTION_PREFIX)}
+    if ab is not None:
+        attention["backend"] = parsed[ATTENTION_BACKEND]
+
+    try:
+        parts = {
+            f.name: field_types(EngineConfig)[f.name](**sections.get(f.name, {}))  # type: ignore[operator]
+            for f in dataclasses.fields(EngineConfig)
+            if dataclasses.is_dataclass(field_types(EngineConfig)[f.name]) and f.name != "attention"
+        }
+        parts["attention"] = AttentionConfig(**attention)
+        config = EngineConfig(**parts, **sections.get(None, {}))
+    except ConfigError as e:
+        s = chosen.get(e.key or "")
+        if s is None and e.key == ATTENTION_PREFIX + "backend":
+            s = ab
+        raise _located(e, s) from None
+    _log_unused_options(config.attention)
+    return Resolved(config, chosen)
+
+
+@functools.cache
+def _log_unused_options_once(backend: str, names: tuple[str, ...]) -> None:
+    logger.warning("attention_config options %s do not apply to attention backend %s and are unused", ", ".join(names), backend)
+
+
+def _log_unused_options(attention: AttentionConfig) -> None:
+    unused = attention.unused_options()
+    if unused and attention.backend is not None:
+        _log_unused_options_once(attention.backend.name, tuple(unused))
+
+
+def python_settings(
+    model: str | None,
+    attention_backend: Any,
+    attention_config: AttentionConfig | Mapping[str, Any] | None,
+    engine_kwargs: Mapping[str, Any],
+) -> list[Setting]:
+    """Settings from Python arguments (``LLM(...)``, ``build_engine_config(...)``)."""
+    out: list[Setting] = []
+    if model is not None:
+        out.append(Setting("model", model, "python (model=)", "model="))
+    table = engine_args()
+    for key, value in engine_kwargs.items():
+        name = key.replace("-", "_")
+        if name not in table or name == "model":
+            valid = [n for n in table if n != "model"]
+            raise ConfigError(f"unknown engine argument {key!r} (valid: {', '.join(valid)})" + did_you_mean(name, valid))
+        out.append(Setting(name, value, f"python ({name}=)", f"{name}="))
+    if attention_backend is not None:
+        out.append(Setting(ATTENTION_BACKEND, attention_backend, "python (attention_backend=)", "attention_backend="))
+    if isinstance(attention_config, AttentionConfig):
+        for name, value in attention_config.to_dict().items():
+            if name == "backend" and value is None:
+                continue  # an AttentionConfig cannot tell "auto" from "not given": it names no backend
+            out.append(Setting(ATTENTION_PREFIX + name, value, "python (attention_config=)", f"attention_config.{name}"))
+    elif attention_config is not None:
+        out += attention_settings(attention_config, "python (attention_config=)")
+    return out
+
+
+def build_engine_config(
+    model: str | None = None,
+    *,
+    attention_backend: Any = None,
+    attention_config: AttentionConfig | Mapping[str, Any] | None = None,
+    **engine_kwargs: Any,
+) -> EngineConfig:
+    """The EngineConfig for ``LLM(model, attention_backend=..., attention_config=..., **engine_kwargs)``.
+
+    ``engine_kwargs`` are flat engine argument names (dtype, block_size, max_model_len, device, ...).
+    ``attention_config`` is an AttentionConfig or a dict (unknown keys rejected). Giving
+    ``attention_backend`` and an attention_config backend that names a different backend is an error.
+    Raises ConfigError naming the argument, the value and what is allowed.
+    """
+    return resolve(python_settings(model, attention_backend, attention_config, engine_kwargs)).config

@@ -1,0 +1,131 @@
+"""What the config records share: ConfigError, field docstrings (CLI help) and per-field validation.
+
+A config field is declared once, on its dataclass: its type annotation, its default, an attribute
+docstring (read here with ``ast``; it becomes the CLI help), and optional metadata with the allowed
+values (``choices``, ``ge``, ``gt``, ``le``). ``validate_fields`` checks every field against that
+declaration, so the records, the CLI, the config files and the Python API all enforce the same rules.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import functools
+import inspect
+import textwrap
+import types
+import typing
+
+
+class ConfigError(ValueError):
+    """A configuration value or key that is not allowed; the message names it and what is allowed.
+
+    ``key`` is the engine argument the error is about (``"block_size"``, ``"attention_config.backend"``)
+    when there is one; the argument layer uses it to name the flag or file the value came from.
+    """
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def did_you_mean(name: str, choices: typing.Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``choices``, or ``""`` when none is close."""
+    match = difflib.get_close_matches(name, list(choices), n=1)
+    return f"; did you mean {match[0]!r}?" if match else ""
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of a dataclass, whitespace-collapsed: ``{field name: doc}``."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):  # no source (frozen app): help falls back to the field name
+        return {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+@functools.cache
+def field_types(cls: type) -> dict[str, object]:
+    """Resolved type annotations of a dataclass's fields."""
+    return typing.get_type_hints(cls)
+
+
+def split_optional(tp: object) -> tuple[object, bool]:
+    """``int | None`` -> ``(int, True)``; ``int`` -> ``(int, False)``."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], len(args) < len(typing.get_args(tp))
+    return tp, False
+
+
+_TYPE_WORDS = {bool: "true, false", int: "integer", float: "number", str: "string"}
+
+
+def allowed_values(cls: type, name: str) -> str:
+    """The allowed values of field ``name`` of ``cls`` in words, e.g. ``"integer >= 1"``, ``"2, 3, 4, null"``."""
+    f = cls.__dataclass_fields__[name]
+    base, optional = split_optional(field_types(cls)[name])
+    meta = f.metadata
+    if "choices" in meta:
+        words = ", ".join(str(c) for c in meta["choices"])
+    else:
+        words = _TYPE_WORDS.get(base, getattr(base, "__name__", str(base)))
+        bounds = [f"{op} {meta[k]}" for k, op in (("gt", ">"), ("ge", ">="), ("le", "<=")) if k in meta]
+        if bounds:
+            words += " " + " and ".join(bounds)
+    return words + (", null" if optional else "")
+
+
+def _type_ok(value: object, base: object) -> bool:
+    if base is bool:
+        return isinstance(value, bool)
+    if base is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if base is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(base, type):
+        return isinstance(value, base)
+    return True
+
+
+def validate_fields(obj: object, prefix: str = "") -> None:
+    """Check every field of the frozen dataclass ``obj`` against its type and metadata.
+
+    Integers given for float fields become floats. Raises ConfigError naming ``prefix + name``, the
+    value and the allowed values.
+    """
+    cls = type(obj)
+    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+        value = getattr(obj, f.name)
+        base, optional = split_optional(field_types(cls)[f.name])
+        if value is None and optional:
+            continue
+        meta = f.metadata
+        ok = _type_ok(value, base)
+        if ok and "choices" in meta:
+            ok = value in meta["choices"]
+        if ok and not isinstance(value, bool) and isinstance(value, (int, float)):
+            ok = (
+                ("ge" not in meta or value >= meta["ge"])
+                and ("gt" not in meta or value > meta["gt"])
+                and ("le" not in meta or value <= meta["le"])
+            )
+        if not ok:
+            key = prefix + f.name
+            raise ConfigError(f"{key} {value!r} not allowed (allowed: {allowed_values(cls, f.name)})", key=key)
+        if base is float and isinstance(value, int):
+            object.__setattr__(obj, f.name, float(value))

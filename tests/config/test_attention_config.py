@@ -1,0 +1,114 @@
+"""AttentionConfig: parsing, validation, closed fields, docstrings (design §1, §7)."""
+
+import dataclasses
+
+import pytest
+
+from attnserve.attention.registry import AttentionBackendEnum
+from attnserve.config import AttentionConfig, ConfigError
+from attnserve.config.fields import field_docs
+
+
+@pytest.mark.parametrize("name", ["flash_attn", "FLASH_ATTN", "Flash_Attn", "flash-attn", " FLASH_ATTN "])
+def test_backend_names_are_case_insensitive(name):
+    assert AttentionConfig(backend=name).backend is AttentionBackendEnum.FLASH_ATTN
+
+
+@pytest.mark.parametrize("name", ["auto", "AUTO", "Auto", "", None])
+def test_auto_means_automatic_selection(name):
+    assert AttentionConfig(backend=name).backend is None
+
+
+def test_enum_member_accepted():
+    assert AttentionConfig(backend=AttentionBackendEnum.FLASHINFER).backend is AttentionBackendEnum.FLASHINFER
+
+
+def test_unknown_backend_lists_valid_names_and_suggests():
+    with pytest.raises(ConfigError) as e:
+        AttentionConfig(backend="FLASH_ATTENTION")
+    msg = str(e.value)
+    assert "'FLASH_ATTENTION'" in msg and "did you mean 'FLASH_ATTN'?" in msg
+    for member in AttentionBackendEnum:
+        assert member.name in msg
+    assert "\n" not in msg
+
+
+def test_backend_of_wrong_type():
+    with pytest.raises(ConfigError, match="attention_config.backend 3 not allowed"):
+        AttentionConfig(backend=3)
+
+
+@pytest.mark.parametrize("version", [2, 3, 4, None])
+def test_flash_attn_version_allowed(version):
+    assert AttentionConfig(flash_attn_version=version).flash_attn_version == version
+
+
+@pytest.mark.parametrize("version", [5, 1, 0, True, "3", 3.0])
+def test_flash_attn_version_rejected(version):
+    with pytest.raises(ConfigError, match=r"flash_attn_version .* not allowed \(allowed: 2, 3, 4, null\)"):
+        AttentionConfig(flash_attn_version=version)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("use_prefill_decode_attention", "true"),
+        ("use_prefill_decode_attention", None),
+        ("use_trtllm_attention", 1),
+        ("disable_flashinfer_prefill", "yes"),
+        ("disable_flashinfer_q_quantization", 0),
+        ("flash_attn_max_num_splits_for_cuda_graph", 0),
+        ("flash_attn_max_num_splits_for_cuda_graph", True),
+        ("flash_attn_max_num_splits_for_cuda_graph", "32"),
+    ],
+)
+def test_bad_values_name_field_value_and_allowed(field, value):
+    with pytest.raises(ConfigError) as e:
+        AttentionConfig(**{field: value})
+    assert f"attention_config.{field} {value!r} not allowed (allowed: " in str(e.value)
+    assert e.value.key == f"attention_config.{field}"
+
+
+def test_use_trtllm_attention_is_tri_state():
+    for v in (None, True, False):
+        assert AttentionConfig(use_trtllm_attention=v).use_trtllm_attention is v
+
+
+def test_unknown_field_rejected_with_suggestion():
+    with pytest.raises(ConfigError) as e:
+        AttentionConfig.from_dict({"flash_attn_verison": 3})
+    msg = str(e.value)
+    assert "'flash_attn_verison'" in msg and "did you mean 'flash_attn_version'?" in msg
+    assert "use_trtllm_attention" in msg  # lists the valid fields
+
+
+def test_unknown_keyword_is_a_type_error_in_python():
+    with pytest.raises(TypeError):
+        AttentionConfig(bakend="FLASH_ATTN")  # type: ignore[call-arg]
+
+
+def test_from_dict_accepts_dashes():
+    cfg = AttentionConfig.from_dict({"flash-attn-version": 4, "backend": "flash_attn"})
+    assert cfg == AttentionConfig(backend=AttentionBackendEnum.FLASH_ATTN, flash_attn_version=4)
+
+
+def test_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        AttentionConfig().backend = None  # type: ignore[misc]
+
+
+def test_every_field_has_a_docstring():
+    docs = field_docs(AttentionConfig)
+    assert set(docs) == set(AttentionConfig.field_names())
+    assert all(len(d) > 20 for d in docs.values())
+
+
+def test_unused_options_for_explicit_backend():
+    cfg = AttentionConfig(backend="FLASHINFER", flash_attn_version=3, use_trtllm_attention=False)
+    assert cfg.unused_options() == ["flash_attn_version"]
+    assert AttentionConfig(flash_attn_version=3).unused_options() == []  # auto: the selector decides
+
+
+def test_to_dict_roundtrip():
+    cfg = AttentionConfig(backend="flashinfer", use_trtllm_attention=True)
+    assert AttentionConfig.from_dict(cfg.to_dict()) == cfg

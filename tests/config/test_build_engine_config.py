@@ -1,0 +1,127 @@
+"""The Python surface: build_engine_config(model, attention_backend=, attention_config=, **engine_kwargs)."""
+
+import dataclasses
+import logging
+
+import pytest
+
+from attnserve.attention.registry import AttentionBackendEnum
+from attnserve.config import (
+    AttentionConfig,
+    CacheConfig,
+    ConfigError,
+    EngineConfig,
+    ModelConfig,
+    SchedulerConfig,
+    build_engine_config,
+)
+from attnserve.config import env as env_mod
+from attnserve.config.engine_args import engine_args
+
+FA = AttentionBackendEnum.FLASH_ATTN
+FI = AttentionBackendEnum.FLASHINFER
+
+
+def test_defaults():
+    assert build_engine_config() == EngineConfig()
+
+
+def test_flat_kwargs_land_in_their_sections():
+    cfg = build_engine_config(
+        "m", dtype="bfloat16", block_size=32, max_model_len=4096, kv_cache_memory=1 << 30, num_gpu_blocks=100,
+        max_num_seqs=8, max_num_batched_tokens=512, device="cpu", enforce_eager=True, seed=3, load_format="dummy",
+        tokenizer="tok", gpu_memory_utilization=0.5,
+    )
+    assert cfg == EngineConfig(
+        model=ModelConfig(model="m", tokenizer="tok", dtype="bfloat16", max_model_len=4096, load_format="dummy", seed=3),
+        cache=CacheConfig(block_size=32, num_gpu_blocks=100, kv_cache_memory=1 << 30, gpu_memory_utilization=0.5),
+        scheduler=SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=8),
+        device="cpu",
+        enforce_eager=True,
+    )
+
+
+def test_table_covers_every_field_once():
+    names = {a.path for a in engine_args().values()}
+    expected = {"device", "enforce_eager"}
+    for f in dataclasses.fields(EngineConfig):
+        if dataclasses.is_dataclass(f.default_factory) and f.name != "attention":
+            expected |= {f"{f.name}.{sf.name}" for sf in dataclasses.fields(f.default_factory)}
+    assert names == expected
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"attention_backend": "FLASHINFER"},
+        {"attention_backend": FI},
+        {"attention_config": AttentionConfig(backend="flashinfer")},
+        {"attention_config": {"backend": "FLASHINFER"}},
+        {"attention_backend": "flashinfer", "attention_config": {"backend": "FLASHINFER"}},  # same backend: fine
+        {"attention_backend": "FLASHINFER", "attention_config": AttentionConfig()},
+    ],
+)
+def test_attention_surfaces(kwargs):
+    assert build_engine_config("m", **kwargs).attention.backend is FI
+
+
+def test_attention_config_dict_with_options():
+    cfg = build_engine_config(attention_config={"backend": "flash_attn", "flash-attn-version": 4})
+    assert cfg.attention == AttentionConfig(backend=FA, flash_attn_version=4)
+
+
+def test_attention_backend_plus_options_object():
+    cfg = build_engine_config(attention_backend="FLASH_ATTN", attention_config=AttentionConfig(flash_attn_version=3))
+    assert cfg.attention == AttentionConfig(backend=FA, flash_attn_version=3)
+
+
+@pytest.mark.parametrize(
+    "ac",
+    [AttentionConfig(backend="FLASH_ATTN"), {"backend": "FLASH_ATTN"}, {"backend": "auto"}],
+)
+def test_mutual_exclusion(ac):
+    with pytest.raises(ConfigError) as e:
+        build_engine_config(attention_backend="FLASHINFER", attention_config=ac)
+    assert "attention_backend= 'FLASHINFER' conflicts with attention_config.backend" in str(e.value)
+
+
+def test_unknown_kwarg_did_you_mean():
+    with pytest.raises(ConfigError, match=r"unknown engine argument 'blocksize' .*did you mean 'block_size'\?"):
+        build_engine_config(blocksize=16)
+
+
+def test_unknown_attention_dict_key():
+    with pytest.raises(ConfigError, match=r"unknown attention_config field 'backnd'.*did you mean 'backend'\?"):
+        build_engine_config(attention_config={"backnd": "FLASH_ATTN"})
+
+
+def test_attention_config_of_wrong_type():
+    with pytest.raises(ConfigError, match="must be an object of field names"):
+        build_engine_config(attention_config="FLASH_ATTN")
+
+
+def test_bad_value():
+    with pytest.raises(ConfigError, match=r"^dtype 'float64' not allowed \(allowed: "):
+        build_engine_config(dtype="float64")
+    with pytest.raises(ConfigError, match="flash_attn_version 5 not allowed"):
+        build_engine_config(attention_config={"flash_attn_version": 5})
+
+
+def test_vllm_env_warned_once(monkeypatch, caplog):
+    monkeypatch.setattr(env_mod, "_warned", set())
+    monkeypatch.setenv("VLLM_ATTENTION_BACKEND", "FLASHINFER")
+    monkeypatch.setenv("VLLM_FLASH_ATTN_VERSION", "3")
+    with caplog.at_level(logging.WARNING, logger="attnserve.config"):
+        cfg = build_engine_config()
+        build_engine_config()
+    assert cfg.attention.backend is None  # ignored
+    msgs = [r.getMessage() for r in caplog.records if "is ignored by attnserve" in r.getMessage()]
+    assert len(msgs) == 2
+    assert any("VLLM_ATTENTION_BACKEND=FLASHINFER" in m and "--attention-backend FLASHINFER" in m for m in msgs)
+    assert any("--attention-config.flash_attn_version 3" in m for m in msgs)
+
+
+def test_unused_option_logged(caplog):
+    with caplog.at_level(logging.WARNING, logger="attnserve.config"):
+        build_engine_config(attention_backend="TRITON_ATTN", attention_config={"use_trtllm_attention": False})
+    assert any("use_trtllm_attention" in r.getMessage() and "TRITON_ATTN" in r.getMessage() for r in caplog.records)

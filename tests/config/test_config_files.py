@@ -1,0 +1,82 @@
+"""Config files: YAML/JSON, nested and dotted attention_config, kept false values, errors with file:line:col."""
+
+import pytest
+
+from attnserve.attention.registry import AttentionBackendEnum
+from attnserve.config import ConfigError
+from attnserve.config.engine_args import resolve
+from attnserve.config.files import file_settings
+
+
+def load(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return resolve(file_settings(str(p))).config, str(p)
+
+
+def test_yaml_nested_attention_and_dashes(tmp_path):
+    cfg, _ = load(tmp_path, "c.yaml", "model: m\nblock-size: 32\nattention_config:\n  backend: flashinfer\n  use-trtllm-attention: false\n")
+    assert cfg.model.model == "m" and cfg.cache.block_size == 32
+    assert cfg.attention.backend is AttentionBackendEnum.FLASHINFER
+    assert cfg.attention.use_trtllm_attention is False
+
+
+def test_yaml_dotted_attention_keys(tmp_path):
+    cfg, _ = load(tmp_path, "c.yml", "attention_config.backend: FLASH_ATTN\nattention-config.flash_attn_version: 3\n")
+    assert (cfg.attention.backend, cfg.attention.flash_attn_version) == (AttentionBackendEnum.FLASH_ATTN, 3)
+
+
+def test_yaml_false_values_kept(tmp_path):
+    cfg, _ = load(tmp_path, "c.yaml", "enable_chunked_prefill: false\nenforce_eager: false\n")
+    assert cfg.scheduler.enable_chunked_prefill is False  # default is True: a dropped false would show
+
+
+def test_json_file(tmp_path):
+    cfg, _ = load(tmp_path, "c.json", '{"model": "m", "attention_config": {"backend": "FLASH_ATTN", "flash_attn_version": 4}}')
+    assert cfg.attention.flash_attn_version == 4
+
+
+def test_empty_file_sets_nothing(tmp_path):
+    cfg, _ = load(tmp_path, "c.yaml", "")
+    assert cfg.model.model is None
+
+
+@pytest.mark.parametrize(
+    "name, text, pattern",
+    [
+        ("c.yaml", "blok_size: 16\n", r"unknown key 'blok_size' in {p} .*did you mean 'block_size'\?"),
+        ("c.yaml", "attention_config:\n  bakend: X\n", r"unknown attention_config field 'bakend' in {p} .*did you mean 'backend'\?"),
+        ("c.yaml", "attention_config.bakend: X\n", r"unknown attention_config field 'bakend' in {p}"),
+        ("c.yaml", "model: m\n  x: [1,\n", r"^{p}:2:4: malformed YAML: "),
+        ("c.yaml", "a: [1, 2\n", r"^{p}:2:1: malformed YAML: "),
+        ("c.json", '{\n  "model": "m",\n  "block_size" 16\n}', r"^{p}:3:16: malformed JSON: Expecting ':' delimiter"),
+        ("c.json", '{"model": "a", "model": "b"}', r"^{p}: duplicate key 'model'"),
+        ("c.yaml", "model: a\nmodel: b\n", r"^{p}:2:1: malformed YAML: duplicate key 'model'"),
+        ("c.yaml", "- 1\n- 2\n", r"^{p}: the top level must be a mapping"),
+        ("c.yaml", "block_size: 0\n", r"^{p}: block_size 0 not allowed \(allowed: integer >= 1\)"),
+        ("c.yaml", "block_size: '16'\n", r"^{p}: block_size '16' not allowed"),
+        ("c.yaml", "attention_config:\n  flash_attn_version: 5\n", r"^{p}: attention_config.flash_attn_version 5 not allowed"),
+        ("c.yaml", "attention_config: FLASH_ATTN\n", r"attention_config in {p} must be an object"),
+    ],
+)
+def test_errors_name_file(tmp_path, name, text, pattern):
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        resolve(file_settings(str(p)))
+    import re
+
+    assert re.search(pattern.format(p=re.escape(str(p))), str(e.value)), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config file .*No such file"):
+        file_settings(str(tmp_path / "nope.yaml"))
+
+
+def test_mutual_exclusion_inside_a_file(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("attention_backend: FLASHINFER\nattention_config:\n  backend: FLASH_ATTN\n")
+    with pytest.raises(ConfigError, match=rf"attention_backend in {p} 'FLASHINFER' conflicts with attention_config.backend in {p} 'FLASH_ATTN'"):
+        resolve(file_settings(str(p)))

@@ -1,0 +1,64 @@
+"""Model, cache, scheduler, parallel and engine records: validation from field declarations."""
+
+import pytest
+
+from attnserve.config import CacheConfig, ConfigError, EngineConfig, ModelConfig, ParallelConfig, SchedulerConfig
+
+
+@pytest.mark.parametrize(
+    "cls, field, value, allowed",
+    [
+        (ModelConfig, "dtype", "float64", "auto, float32, float16, bfloat16, float, half"),
+        (ModelConfig, "load_format", "pt", "auto, safetensors, gguf, dummy"),
+        (ModelConfig, "max_model_len", 0, "integer >= 1, null"),
+        (ModelConfig, "model", 5, "string, null"),
+        (ModelConfig, "seed", "1", "integer"),
+        (CacheConfig, "block_size", 0, "integer >= 1"),
+        (CacheConfig, "block_size", 16.0, "integer >= 1"),
+        (CacheConfig, "kv_cache_dtype", "int8", "auto, fp8, fp8_e4m3"),
+        (CacheConfig, "gpu_memory_utilization", 1.5, "number > 0 and <= 1"),
+        (CacheConfig, "num_gpu_blocks", -1, "integer >= 1, null"),
+        (SchedulerConfig, "max_num_seqs", 0, "integer >= 1"),
+        (SchedulerConfig, "enable_chunked_prefill", "no", "true, false"),
+        (ParallelConfig, "tensor_parallel_size", 2, "1"),
+    ],
+)
+def test_bad_value_names_field_value_allowed(cls, field, value, allowed):
+    with pytest.raises(ConfigError) as e:
+        cls(**{field: value})
+    assert str(e.value) == f"{field} {value!r} not allowed (allowed: {allowed})"
+    assert e.value.key == field
+
+
+def test_dtype_aliases_normalized():
+    assert ModelConfig(dtype="half").dtype == "float16"
+    assert ModelConfig(dtype="float").dtype == "float32"
+
+
+def test_int_for_float_field_becomes_float():
+    assert CacheConfig(gpu_memory_utilization=1).gpu_memory_utilization == 1.0
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:0", "cuda:7"])
+def test_devices(device):
+    assert EngineConfig(device=device).device == device
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:", "cuda:x", "tpu"])
+def test_bad_device(device):
+    with pytest.raises(ConfigError, match="allowed: auto, cpu, cuda, cuda:N"):
+        EngineConfig(device=device)
+
+
+def test_engine_config_rejects_wrong_section_type():
+    with pytest.raises(ConfigError, match="EngineConfig.cache must be a CacheConfig"):
+        EngineConfig(cache={"block_size": 16})  # type: ignore[arg-type]
+
+
+def test_to_dict_is_json_ready():
+    import json
+
+    d = EngineConfig().to_dict()
+    json.dumps(d)
+    assert set(d) == {"model", "cache", "scheduler", "parallel", "attention", "device", "enforce_eager"}
+    assert d["attention"]["backend"] is None

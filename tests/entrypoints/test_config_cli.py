@@ -1,0 +1,281 @@
+"""`attnserve config`: every CLI surface of design §5/§7, vLLM's documented examples, and error paths."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnserve.attention.registry import AttentionBackendEnum
+from attnserve.config import AttentionConfig, build_engine_config
+from attnserve.entrypoints.cli.main import main
+
+FA = AttentionBackendEnum.FLASH_ATTN
+FI = AttentionBackendEnum.FLASHINFER
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(argv, capsys):
+    """Run `attnserve ARGV` in-process: (exit status, stdout, stderr)."""
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def config(argv, capsys) -> dict:
+    rc, out, err = run(["config", *argv], capsys)
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def error(argv, capsys) -> str:
+    rc, out, err = run(["config", *argv], capsys)
+    assert rc == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("attnserve config: error: ")
+    return lines[0]
+
+
+# --- vLLM's documentation examples, verbatim with our command name -------------------------------------
+
+def test_vllm_doc_serve_model_attention_backend(capsys):
+    cfg = config(["meta-llama/Llama-3.1-8B", "--attention-backend", "FLASH_ATTN"], capsys)
+    assert cfg["model"]["model"] == "meta-llama/Llama-3.1-8B" and cfg["attention"]["backend"] == "FLASH_ATTN"
+
+
+def test_vllm_doc_flash_attn_version(capsys):
+    cfg = config(["--attention-config.backend", "FLASH_ATTN", "--attention-config.flash_attn_version", "4"], capsys)
+    assert cfg["attention"]["backend"] == "FLASH_ATTN" and cfg["attention"]["flash_attn_version"] == 4
+
+
+def test_vllm_doc_trtllm(capsys):
+    cfg = config(["--attention-config.backend", "FLASHINFER", "--attention-config.use_trtllm_attention", "true"], capsys)
+    assert cfg["attention"]["backend"] == "FLASHINFER" and cfg["attention"]["use_trtllm_attention"] is True
+
+
+def test_vllm_doc_json_config(tmp_path, capsys):
+    p = tmp_path / "my_config.json"
+    p.write_text(json.dumps({"model": "meta-llama/Llama-3.1-8B", "attention_config": {"backend": "FLASHINFER", "use_trtllm_attention": False}}))
+    cfg = config(["--json-config", str(p)], capsys)
+    assert cfg["model"]["model"] == "meta-llama/Llama-3.1-8B"
+    assert cfg["attention"]["backend"] == "FLASHINFER" and cfg["attention"]["use_trtllm_attention"] is False
+
+
+# --- attention surfaces and their merge -----------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--attention-backend", "flashinfer"],
+        ["--attention-backend=FlashInfer"],
+        ["--attention_backend", "FLASHINFER"],
+        ["--attention-config.backend", "FLASHINFER"],
+        ["--attention-config.backend=FLASHINFER"],
+        ["-ac.backend", "FLASHINFER"],
+        ["-ac.backend=flashinfer"],
+        ["-ac", '{"backend": "FLASHINFER"}'],
+        ["--attention-config", '{"backend": "FLASHINFER"}'],
+        ["--attention-config={\"backend\": \"FLASHINFER\"}"],
+        ["--attention_config.backend", "FLASHINFER"],
+    ],
+)
+def test_every_spelling_selects_the_backend(argv, capsys):
+    assert config(argv, capsys)["attention"]["backend"] == "FLASHINFER"
+
+
+@pytest.mark.parametrize("name", ["auto", "AUTO", "Auto"])
+def test_auto(name, capsys):
+    assert config(["--attention-backend", name], capsys)["attention"]["backend"] is None
+
+
+def test_json_then_dotted_both_kept(capsys):
+    a = config(["--attention-config", '{"backend":"FLASH_ATTN"}', "--attention-config.flash_attn_version", "3"], capsys)["attention"]
+    assert (a["backend"], a["flash_attn_version"]) == ("FLASH_ATTN", 3)
+
+
+def test_dotted_then_json_both_kept(capsys):
+    a = config(["-ac.flash_attn_version", "3", "-ac", '{"backend":"FLASH_ATTN"}'], capsys)["attention"]
+    assert (a["backend"], a["flash_attn_version"]) == ("FLASH_ATTN", 3)
+
+
+def test_later_keys_override_earlier_across_forms(capsys):
+    a = config(["-ac", '{"backend":"FLASH_ATTN","flash_attn_version":2}', "--attention-config.flash-attn-version=3",
+                "--attention-config", '{"flash_attn_version": 4}', "-ac.use_prefill_decode_attention", "true"], capsys)["attention"]
+    assert (a["backend"], a["flash_attn_version"], a["use_prefill_decode_attention"]) == ("FLASH_ATTN", 4, True)
+
+
+def test_dotted_values_are_json_decoded(capsys):
+    a = config(["-ac.use_trtllm_attention", "null", "-ac.flash_attn_max_num_splits_for_cuda_graph", "64",
+                "-ac.disable_flashinfer_prefill", "false", "-ac.backend", '"TRITON_ATTN"'], capsys)["attention"]
+    assert a["use_trtllm_attention"] is None and a["flash_attn_max_num_splits_for_cuda_graph"] == 64
+    assert a["disable_flashinfer_prefill"] is False and a["backend"] == "TRITON_ATTN"
+
+
+def test_same_backend_in_both_places_is_fine(capsys):
+    assert config(["--attention-backend", "FLASH_ATTN", "-ac.backend", "flash_attn"], capsys)["attention"]["backend"] == "FLASH_ATTN"
+
+
+# --- engine flags, files and precedence -----------------------------------------------------------------
+
+def test_engine_flags(capsys):
+    cfg = config(["--model", "m", "--dtype", "bfloat16", "--block-size", "32", "--kv-cache-dtype", "fp8",
+                  "--max-model-len", "4096", "--max_num_seqs", "8", "--enforce-eager", "--no-enable-chunked-prefill",
+                  "--device", "cuda:1", "--gpu-memory-utilization", "0.5", "--num-gpu-blocks", "null"], capsys)
+    assert cfg["model"] | {} == {"model": "m", "tokenizer": None, "dtype": "bfloat16", "max_model_len": 4096, "load_format": "auto", "seed": 0}
+    assert cfg["cache"]["block_size"] == 32 and cfg["cache"]["kv_cache_dtype"] == "fp8"
+    assert cfg["scheduler"]["max_num_seqs"] == 8 and cfg["scheduler"]["enable_chunked_prefill"] is False
+    assert cfg["enforce_eager"] is True and cfg["device"] == "cuda:1" and cfg["cache"]["gpu_memory_utilization"] == 0.5
+
+
+def test_config_equals_form_applies_file_and_cli_wins(tmp_path, capsys):
+    p = tmp_path / "cfg.yaml"
+    p.write_text("model: from-file\nblock_size: 32\ndtype: float16\n")
+    cfg = config([f"--config={p}", "--block-size", "64"], capsys)
+    assert (cfg["model"]["model"], cfg["cache"]["block_size"], cfg["model"]["dtype"]) == ("from-file", 64, "float16")
+
+
+def test_cli_before_file_still_wins(tmp_path, capsys):
+    p = tmp_path / "cfg.yaml"
+    p.write_text("block_size: 32\n")
+    assert config(["--block-size", "64", "--config", str(p)], capsys)["cache"]["block_size"] == 64
+
+
+def test_file_nested_attention_and_cli_dotted_both_survive(tmp_path, capsys):
+    p = tmp_path / "cfg.yaml"
+    p.write_text("attention_config:\n  backend: FLASH_ATTN\n  use_prefill_decode_attention: true\n")
+    a = config(["--config", str(p), "--attention-config.flash_attn_version", "3"], capsys)["attention"]
+    assert (a["backend"], a["use_prefill_decode_attention"], a["flash_attn_version"]) == ("FLASH_ATTN", True, 3)
+
+
+def test_cli_dotted_overrides_file_field(tmp_path, capsys):
+    p = tmp_path / "cfg.yaml"
+    p.write_text("attention_config:\n  backend: FLASH_ATTN\n  flash_attn_version: 2\n")
+    a = config(["--config", str(p), "-ac.flash_attn_version", "3"], capsys)["attention"]
+    assert (a["backend"], a["flash_attn_version"]) == ("FLASH_ATTN", 3)
+
+
+def test_yaml_false_kept_from_file(tmp_path, capsys):
+    p = tmp_path / "cfg.yaml"
+    p.write_text("enable_chunked_prefill: false\n")
+    assert config(["--config", str(p)], capsys)["scheduler"]["enable_chunked_prefill"] is False
+
+
+def test_two_files_apply_in_order(tmp_path, capsys):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.json"
+    a.write_text("block_size: 32\nseed: 1\n")
+    b.write_text('{"block_size": 64}')
+    cfg = config(["--config", str(a), "--json-config", str(b)], capsys)
+    assert (cfg["cache"]["block_size"], cfg["model"]["seed"]) == (64, 1)
+
+
+def test_every_engine_argument_settable_from_a_file(tmp_path, capsys):
+    values = {"model": "m", "tokenizer": "t", "dtype": "float16", "max_model_len": 7, "load_format": "dummy", "seed": 5,
+              "block_size": 32, "kv_cache_dtype": "fp8", "num_gpu_blocks": 9, "kv_cache_memory": 1000,
+              "gpu_memory_utilization": 0.3, "max_num_batched_tokens": 99, "max_num_seqs": 3,
+              "enable_chunked_prefill": False, "tensor_parallel_size": 1, "device": "cpu", "enforce_eager": True,
+              "attention_backend": "TRITON_ATTN"}
+    p = tmp_path / "all.json"
+    p.write_text(json.dumps(values))
+    cfg = config(["--json-config", str(p)], capsys)
+    expected = build_engine_config(**{k: v for k, v in values.items()})
+    assert cfg == expected.to_dict()
+
+
+def test_positional_model_and_same_model_flag(capsys):
+    assert config(["m", "--model", "m"], capsys)["model"]["model"] == "m"
+
+
+def test_explain_names_sources(tmp_path, capsys):
+    p = tmp_path / "cfg.yaml"
+    p.write_text("block_size: 32\nattention_config:\n  backend: FLASH_ATTN\n")
+    rc, out, _ = run(["config", "MODEL", "--config", str(p), "-ac.flash_attn_version", "3", "--explain"], capsys)
+    assert rc == 0
+    rows = {line.split()[0]: line for line in out.splitlines()}
+    assert rows["model.model"].endswith("command line (MODEL)")
+    assert rows["cache.block_size"].endswith(f"file {p}")
+    assert rows["attention.backend"].endswith(f"file {p}")
+    assert rows["attention.flash_attn_version"].endswith("command line (-ac.flash_attn_version)")
+    assert rows["model.dtype"].endswith("default")
+    assert len(rows) == 17 + len(AttentionConfig.field_names())
+
+
+def test_help_comes_from_field_docstrings(capsys):
+    rc, out, _ = run(["config", "--help"], capsys)
+    assert rc == 0
+    flat = " ".join(out.split())
+    assert "Tokens per KV-cache block" in flat
+    assert "FLASHINFER only: FlashInfer's TRT-LLM kernels" in flat
+    assert "--attention-config.flash_attn_version" in flat
+
+
+# --- errors: exit 2, one line, the flag or key, the value, what is allowed ------------------------------
+
+@pytest.mark.parametrize(
+    "argv, parts",
+    [
+        (["--dtype", "float64"], ["--dtype", "'float64'", "'bfloat16'"]),
+        (["--attention-config.flash_attn_version", "5"], ["--attention-config.flash_attn_version", "5", "2, 3, 4"]),
+        (["-ac", '{"flash_attn_version": 5}'], ["-ac", "5", "2, 3, 4"]),
+        (["--attention-backend", "FLASH_ATTENTION"], ["--attention-backend", "'FLASH_ATTENTION'", "did you mean 'FLASH_ATTN'?"]),
+        (["-ac.backend", "nope"], ["-ac.backend", "'nope'", "FLASHINFER"]),
+        (["--attention-config.bakend", "X"], ["'bakend'", "did you mean 'backend'?"]),
+        (["-ac.flash_attn_verison=3"], ["'flash_attn_verison'", "did you mean 'flash_attn_version'?"]),
+        (["-ac", '{"bakend": "X"}'], ["-ac", "'bakend'", "did you mean 'backend'?"]),
+        (["-ac", "{bad"], ["-ac", "malformed JSON", "line 1, column 2"]),
+        (["-ac", "[1]"], ["-ac", "must be an object"]),
+        (["--block-size", "0"], ["--block-size", "0", "integer >= 1"]),
+        (["--block-size", "x"], ["--block-size", "'x'", "int"]),
+        (["--gpu-memory-utilization", "2"], ["--gpu-memory-utilization", "2.0", "<= 1"]),
+        (["--device", "tpu"], ["--device", "'tpu'", "cuda:N"]),
+        (["--kv-cache-dtype", "int4"], ["--kv-cache-dtype", "'int4'", "'fp8'"]),
+        (["--blok-size", "16"], ["--blok-size", "did you mean '--block-size'?"]),
+        (["--attention-backend", "FLASHINFER", "-ac.backend", "FLASH_ATTN"], ["--attention-backend 'FLASHINFER'", "-ac.backend 'FLASH_ATTN'"]),
+        (["--attention-backend", "auto", "-ac", '{"backend": "FLASH_ATTN"}'], ["--attention-backend 'auto'", "'FLASH_ATTN'"]),
+        (["a", "--model", "b"], ["MODEL 'a'", "--model 'b'"]),
+        (["--config", "/nonexistent/cfg.yaml"], ["cannot read config file", "/nonexistent/cfg.yaml"]),
+        (["--attention-config.use_trtllm_attention", "yes"], ["use_trtllm_attention", "'yes'", "true, false, null"]),
+    ],
+)
+def test_errors(argv, parts, capsys):
+    line = error(argv, capsys)
+    for part in parts:
+        assert part in line, line
+
+
+def test_file_errors(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: m\nblock_size: [1,\n")
+    assert f"{bad}:3:1: malformed YAML" in error(["--config", str(bad)], capsys)
+    unknown = tmp_path / "u.json"
+    unknown.write_text('{"blok_size": 16}')
+    line = error(["--json-config", str(unknown)], capsys)
+    assert "'blok_size'" in line and str(unknown) in line and "did you mean 'block_size'?" in line
+    conflict = tmp_path / "c.yaml"
+    conflict.write_text("attention_config:\n  backend: FLASH_ATTN\n")
+    line = error(["--config", str(conflict), "--attention-backend", "FLASHINFER"], capsys)
+    assert "--attention-backend 'FLASHINFER'" in line and f"attention_config.backend in {conflict} 'FLASH_ATTN'" in line
+
+
+def test_unused_option_warned(capsys, caplog):
+    rc, _, _ = run(["config", "--attention-backend", "FLEX_ATTENTION", "-ac.disable_flashinfer_prefill", "true"], capsys)
+    assert rc == 0
+    assert any("disable_flashinfer_prefill" in r.getMessage() and "unused" in r.getMessage() for r in caplog.records)
+
+
+def test_subprocess_python_m_attnserve(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VLLM_ATTENTION_BACKEND": "FLASHINFER"}
+    ok = subprocess.run([sys.executable, "-m", "attnserve", "config", "m", "--attention-backend", "FLASH_ATTN"],
+                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["attention"]["backend"] == "FLASH_ATTN"
+    assert "VLLM_ATTENTION_BACKEND=FLASHINFER is ignored" in ok.stderr and "--attention-backend" in ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "attnserve", "config", "--dtype", "float64"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr  # flag error comes first
+    assert bad.stderr.startswith("attnserve config: error: argument --dtype: invalid choice: 'float64'")
