@@ -4,46 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnserve.config import AttentionConfig, CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
-from attnserve.config.attention import ConfigError
+from attnserve.config import EngineConfig, build_engine_config
 from attnserve.engine.llm_engine import LLMEngine
 from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.sampling_params import SamplingParams
-
-_SECTIONS = {"model": ModelConfig, "cache": CacheConfig, "scheduler": SchedulerConfig}
-
-
-def build_engine_config(model: str | None = None, *, attention_backend=None, attention_config=None, **kwargs) -> EngineConfig:
-    """EngineConfig from flat engine arguments (``dtype=``, ``block_size=``, ...). Unknown names raise ConfigError."""
-    sections: dict[str, dict] = {name: {} for name in _SECTIONS}
-    top = {}
-    for key, value in kwargs.items():
-        for name, cls in _SECTIONS.items():
-            if key in cls.__dataclass_fields__:
-                sections[name][key] = value
-                break
-        else:
-            if key in ("device", "enforce_eager"):
-                top[key] = value
-            else:
-                raise ConfigError(f"unknown engine argument {key!r}")
-    if isinstance(attention_config, dict):
-        attention_config = AttentionConfig.from_dict(attention_config)
-    attention_config = attention_config or AttentionConfig()
-    if attention_backend is not None:
-        if attention_config.backend is not None and AttentionConfig(backend=attention_backend).backend != attention_config.backend:
-            raise ConfigError(
-                f"attention_backend {attention_backend!r} conflicts with attention_config.backend {attention_config.backend.name}"
-            )
-        attention_config = AttentionConfig(**{**vars(attention_config), "backend": attention_backend})
-    return EngineConfig(
-        model=ModelConfig(model=model, **sections["model"]),
-        cache=CacheConfig(**sections["cache"]),
-        scheduler=SchedulerConfig(**sections["scheduler"]),
-        attention=attention_config,
-        **top,
-    )
-
 
 class LLM:
     """An engine over one model for offline batched generation.
@@ -53,8 +17,8 @@ class LLM:
     Raises ConfigError for a bad argument, ModelNotFoundError for a missing model.
     """
 
-    def __init__(self, model: str | None = None, **kwargs) -> None:
-        config = kwargs.pop("config", None) or build_engine_config(model, **kwargs)
+    def __init__(self, model: str | None = None, *, config: EngineConfig | None = None, **kwargs) -> None:
+        config = config or build_engine_config(model, **kwargs)
         self.engine = LLMEngine(config)
         self.tokenizer = self.engine.tokenizer
 

@@ -41,12 +41,12 @@ def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, re
 
 
 def allocate_kv_caches(
-    backend, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
+    backend, layout, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
     dtype: torch.dtype, device: torch.device,
 ) -> list[torch.Tensor]:
-    """One zeroed tensor per layer with the backend's logical shape and physical stride order."""
+    """One zeroed tensor per layer with the backend's logical shape, its memory in ``layout`` (NHD/HND) order."""
     shape = backend.get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size)
-    order = backend.get_kv_cache_stride_order()
+    order = backend.get_kv_cache_stride_order(layout)
     physical = tuple(shape[i] for i in order)
     inverse = [order.index(i) for i in range(len(order))]
     return [torch.zeros(physical, dtype=dtype, device=device).permute(*inverse) for _ in range(num_layers)]

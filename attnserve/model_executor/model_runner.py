@@ -16,7 +16,7 @@ import torch
 
 from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata
 from attnserve.attention.layer import Attention
-from attnserve.attention.selector import AttentionSelectorConfig, get_attn_backend
+from attnserve.attention.selector import AttentionSelectorConfig, select_attn_backend
 from attnserve.config.engine import EngineConfig
 from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.model_executor.forward_batch import ForwardBatch
@@ -71,7 +71,8 @@ class ModelRunner:
             block_size=self.block_size,
             sliding_window=sliding_window_of(hf_config),
         )
-        self.backend = get_attn_backend(config.attention.backend, selector_config, self.platform)
+        self.attn_selection = select_attn_backend(config.attention, selector_config, self.platform)
+        self.backend = self.attn_selection.backend_cls
         self.layer_specs: list[AttentionLayerSpec] = []
 
         def make_attention(spec: AttentionLayerSpec, layer_index: int) -> Attention:
@@ -87,7 +88,7 @@ class ModelRunner:
         reserve = self._activation_reserve_bytes()
         self.num_blocks = num_kv_blocks(config.cache, self.device, block_bytes, reserve)
         self.kv_caches = allocate_kv_caches(
-            self.backend, self.num_layers, self.num_blocks, self.block_size, self.num_kv_heads, self.head_size,
+            self.backend, self.attn_selection.kv_cache_layout, self.num_layers, self.num_blocks, self.block_size, self.num_kv_heads, self.head_size,
             self.kv_dtype, self.device,
         )
         self.builder = self.backend.get_builder_cls()(self.layer_specs[0], self.device, self.dtype)

@@ -1,0 +1,140 @@
+"""``attnserve generate``: run prompts through the engine and stream the text to the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+DEFAULT_PROMPT = "What are the three primary colors? Answer in one sentence."
+
+
+def add_parser(subparsers) -> None:
+    from attnserve.entrypoints.cli.engine_args import add_engine_args
+
+    p = subparsers.add_parser(
+        "generate",
+        help="generate text for prompts (default model and prompt when none are given)",
+        description="Generate text with the engine. With no --prompt, asks the default prompt as a chat.",
+    )
+    add_engine_args(p)
+    g = p.add_argument_group("prompts and sampling")
+    g.add_argument("--prompt", action="append", default=None, help="a prompt (repeat for several)")
+    g.add_argument("--prompts-file", default=None, help="a text file with one prompt per line")
+    g.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template")
+    g.add_argument("--max-tokens", type=int, default=128, help="most tokens to generate per prompt (>= 1)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
+    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = all")
+    g.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min_p x the top probability")
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeat for several)")
+    g.add_argument("--n", type=int, default=1, help="completions per prompt")
+    g.add_argument("--logprobs", type=int, default=None, help="top logprobs to return per token")
+    g.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS")
+    g.add_argument("--output-json", default=None, help="write every request's prompt, text, tokens and timings here")
+    p.set_defaults(func=run)
+
+
+def _error(message: str) -> int:
+    print(f"attnserve generate: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
+    prompts = list(args.prompt or [])
+    if args.prompts_file:
+        with open(args.prompts_file, encoding="utf-8") as f:
+            prompts += [line.rstrip("\n") for line in f if line.strip()]
+    if not prompts:
+        return [DEFAULT_PROMPT], True
+    return prompts, args.chat
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnserve.entrypoints.cli.engine_args import engine_config_from_args
+
+    config = engine_config_from_args(args)
+    from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
+
+    try:
+        params = SamplingParams(
+            n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+            max_tokens=args.max_tokens, stop=args.stop, logprobs=args.logprobs,
+            ignore_eos=args.ignore_eos,
+        )
+        prompts, chat = _prompts(args)
+    except SamplingParamsError as e:
+        return _error(f"--{str(e).split()[0].replace('_', '-')}: {e}")
+    except OSError as e:
+        return _error(f"--prompts-file {args.prompts_file!r}: {e.strerror}")
+
+    try:
+        outputs, stats = generate_to_terminal(config, prompts, params, chat, sys.stdout, sys.stderr)
+    except (ValueError, FileNotFoundError) as e:  # unknown model, bad architecture, prompt too long, ...
+        return _error(str(e))
+    if args.output_json:
+        with open(args.output_json, "w", encoding="utf-8") as f:
+            json.dump({"stats": stats, "requests": [o.to_dict() for o in outputs]}, f, indent=2)
+    return 0
+
+
+def generate_to_terminal(config, prompts: list[str], params, chat: bool, out, err) -> tuple[list, dict]:
+    """Run ``prompts``; stream one prompt's text to ``out`` as it is generated, or show a tqdm bar on
+    ``err`` for several and print each result at the end. Returns the outputs and timing stats."""
+    from attnserve.engine.llm_engine import LLMEngine
+
+    t0 = time.perf_counter()
+    engine = LLMEngine(config)
+    load_s = time.perf_counter() - t0
+    tok = engine.tokenizer
+    if chat:
+        prompts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+                   for p in prompts]
+    token_prompts = [tok.encode(p, add_special_tokens=not chat) for p in prompts]
+    for ids in token_prompts:  # reject a bad prompt before any work
+        if len(ids) >= engine.max_model_len:
+            engine.add_request(ids, params)  # raises PromptTooLongError with the numbers
+    ids = [engine.add_request(p, params) for p in token_prompts]
+    stream = len(prompts) == 1 and params.n == 1
+    bar = None
+    if not stream:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(ids), desc="Processed prompts", unit="req", file=err)
+    final, t1 = {}, time.perf_counter()
+    while engine.has_unfinished_requests():
+        for o in engine.step():
+            if stream:
+                out.write(o.outputs[0].text_delta)
+                out.flush()
+            if o.finished:
+                final[o.request_id] = o
+                if bar is not None:
+                    bar.update(1)
+    gen_s = time.perf_counter() - t1
+    if bar is not None:
+        bar.close()
+    outputs = [final[i] for i in ids]
+    if stream:
+        out.write("\n")
+    else:
+        for prompt, o in zip(prompts, outputs):
+            for c in o.outputs:
+                out.write(f"--- prompt: {prompt!r}" + (f" [{c.index}]" if params.n > 1 else "") + f"\n{c.text}\n")
+    new_tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+    ttfts = [o.metrics.ttft for o in outputs if o.metrics.ttft is not None]
+    stats = {
+        "model_load_s": load_s,
+        "generate_s": gen_s,
+        "prompt_tokens": sum(len(p) for p in token_prompts),
+        "generated_tokens": new_tokens,
+        "output_tokens_per_s": new_tokens / gen_s if gen_s > 0 else None,
+        "mean_ttft_s": sum(ttfts) / len(ttfts) if ttfts else None,
+        "attention_backend": engine.runner.backend.name,
+        "device": str(engine.runner.device),
+        "dtype": str(engine.runner.dtype).removeprefix("torch."),
+    }
+    err.write(f"[attnserve] {new_tokens} tokens in {gen_s:.2f} s ({stats['output_tokens_per_s']:.1f} tok/s), "
+              f"backend {stats['attention_backend']}, {stats['device']}, {stats['dtype']}; model loaded in {load_s:.1f} s\n")
+    return outputs, stats
