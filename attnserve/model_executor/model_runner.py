@@ -65,14 +65,14 @@ class ModelRunner:
         self.num_layers = self.dims.num_layers
         self.kv_dtype = kv_cache_torch_dtype(config.cache.kv_cache_dtype, self.dtype)
 
-        selector_config = AttentionSelectorConfig(
+        self.selector_config = AttentionSelectorConfig(
             head_size=self.head_size,
             dtype=self.dtype,
             kv_cache_dtype=config.cache.kv_cache_dtype,
             block_size=self.block_size,
             sliding_window=self.dims.sliding_window,
         )
-        self.backend = get_attn_backend(config.attention.backend, selector_config, self.platform)
+        self.backend = get_attn_backend(config.attention.backend, self.selector_config, self.platform)
         self.layer_specs: list[AttentionLayerSpec] = []
 
         def make_attention(spec: AttentionLayerSpec, layer_index: int) -> Attention:

@@ -16,9 +16,12 @@ COMMON = dict(
 )
 
 
+SLIDING_WINDOW = 8  # tiny, so that test prompts and generations run past it
+
+
 def tiny_config(arch: str):
     """A transformers config of architecture ``arch`` with tiny dimensions."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+    from transformers import GPT2Config, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config, Qwen3Config
 
     if arch == "llama":
         return LlamaConfig(**COMMON, rope_theta=10000.0)
@@ -28,6 +31,17 @@ def tiny_config(arch: str):
             "original_max_position_embeddings": 64})
     if arch == "mistral":
         return MistralConfig(**COMMON, sliding_window=None)
+    if arch == "mistral_sw":  # Mistral v0.1's sliding window (4096 there)
+        return MistralConfig(**COMMON, sliding_window=SLIDING_WINDOW)
+    if arch == "gpt2":  # tied LM head, GELU (tanh), n_inner None = 4 * n_embd
+        return GPT2Config(vocab_size=49152, n_embd=64, n_layer=2, n_head=4, n_positions=512)
+    if arch.startswith("opt"):
+        opt = dict(vocab_size=49152, hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4,
+                   max_position_embeddings=512, word_embed_proj_dim=64)
+        if arch == "opt":  # pre-LayerNorm (opt-125m and larger)
+            return OPTConfig(**opt, do_layer_norm_before=True)
+        if arch == "opt_post_ln":  # post-LayerNorm with 32-wide embeddings projected in and out (opt-350m)
+            return OPTConfig(**{**opt, "word_embed_proj_dim": 32}, do_layer_norm_before=False)
     if arch == "qwen2":
         return Qwen2Config(**COMMON)
     if arch == "qwen3":
@@ -35,9 +49,12 @@ def tiny_config(arch: str):
     raise ValueError(arch)
 
 
+ARCHITECTURES = {"GPT2Config": "GPT2LMHeadModel", "OPTConfig": "OPTForCausalLM"}
+
+
 def make_tiny_model(arch: str, path, tokenizer) -> str:
     config = tiny_config(arch)
-    config.architectures = [type(config).__name__.replace("Config", "ForCausalLM")]
+    config.architectures = [ARCHITECTURES.get(type(config).__name__, type(config).__name__.replace("Config", "ForCausalLM"))]
     config.eos_token_id = tokenizer.eos_token_id
     config.bos_token_id = tokenizer.bos_token_id
     save_tiny_model(config, path)
