@@ -75,7 +75,27 @@ def load_hf_config(source: ModelSource):
     """The model's transformers config (from config.json, or from the GGUF's metadata)."""
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(source.folder, **source.hf_kwargs())
+    config = AutoConfig.from_pretrained(source.folder, **source.hf_kwargs())
+    if source.is_gguf:
+        _complete_gguf_config(config, source.path)
+    return config
+
+
+def _complete_gguf_config(config, path: str) -> None:
+    """Fill what transformers' GGUF metadata mapping leaves at the config class's defaults.
+
+    * ``vocab_size``: transformers takes it from the GGUF's tokenizer tokens; the token embedding's rows are
+      the model's own answer (and the only one when the file carries no tokenizer).
+    * GPT-2's context length: transformers maps ``gpt2.context_length`` to ``n_ctx``, which GPT2Config no longer
+      reads; the position table (``n_positions``) has that many rows.
+    """
+    from attnserve.model_executor.weights import gguf_tensor_shape
+
+    rows = gguf_tensor_shape(path, "token_embd.weight")
+    if rows is not None:
+        config.vocab_size = rows[0]
+    if getattr(config, "model_type", None) == "gpt2" and getattr(config, "n_ctx", None):
+        config.n_positions = config.n_ctx
 
 
 def load_tokenizer(source: ModelSource, tokenizer: str | None = None):

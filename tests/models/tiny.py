@@ -60,3 +60,38 @@ def make_tiny_model(arch: str, path, tokenizer) -> str:
     save_tiny_model(config, path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+def write_gpt2_gguf(model_dir: str, out_path: str) -> str:
+    """Convert a GPT-2 safetensors folder to an F32 GGUF in llama.cpp's layout (``convert_hf_to_gguf.py``'s
+    GPT2Model: metadata keys, tensor names from gguf's own name map, Conv1D weights transposed to (out, in),
+    causal-mask buffers dropped). No tokenizer is written: tests pass the folder's tokenizer."""
+    import gguf
+    import numpy as np
+    from transformers import AutoConfig
+
+    from attnserve.model_executor.weights import safetensors_weights
+
+    config = AutoConfig.from_pretrained(model_dir)
+    writer = gguf.GGUFWriter(out_path, "gpt2")
+    writer.add_block_count(config.n_layer)
+    writer.add_context_length(config.n_positions)
+    writer.add_embedding_length(config.n_embd)
+    writer.add_feed_forward_length(4 * config.n_embd)
+    writer.add_head_count(config.n_head)
+    writer.add_layer_norm_eps(config.layer_norm_epsilon)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GPT2, config.n_layer)
+    for name, tensor in safetensors_weights(model_dir):
+        if name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue
+        if name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
+            tensor = tensor.t()
+        new_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert new_name is not None, name
+        writer.add_tensor(new_name, np.ascontiguousarray(tensor.float().numpy()))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out_path
