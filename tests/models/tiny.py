@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.helpers import save_tiny_model
 
-COMMON = dict(
+_COMMON = dict(
     vocab_size=49152,  # the default model's tokenizer is saved beside the weights
     hidden_size=64,
     intermediate_size=128,
@@ -19,10 +19,12 @@ COMMON = dict(
 SLIDING_WINDOW = 8  # tiny, so that test prompts and generations run past it
 
 
-def tiny_config(arch: str):
-    """A transformers config of architecture ``arch`` with tiny dimensions."""
+def tiny_config(arch: str, hidden: int = 64):
+    """A transformers config of architecture ``arch`` with tiny dimensions: 4 query heads of ``hidden / 4``
+    (16 on CPU; the GPU tests use 256, since some GPU backends support only head sizes 64, 128, 256)."""
     from transformers import GPT2Config, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config, Qwen3Config
 
+    COMMON = {**_COMMON, "hidden_size": hidden, "intermediate_size": 2 * hidden}
     if arch == "llama":
         return LlamaConfig(**COMMON, rope_theta=10000.0)
     if arch == "llama3":  # Llama 3.1 RoPE scaling, tied embeddings
@@ -34,26 +36,26 @@ def tiny_config(arch: str):
     if arch == "mistral_sw":  # Mistral v0.1's sliding window (4096 there)
         return MistralConfig(**COMMON, sliding_window=SLIDING_WINDOW)
     if arch == "gpt2":  # tied LM head, GELU (tanh), n_inner None = 4 * n_embd
-        return GPT2Config(vocab_size=49152, n_embd=64, n_layer=2, n_head=4, n_positions=512)
+        return GPT2Config(vocab_size=49152, n_embd=hidden, n_layer=2, n_head=4, n_positions=512)
     if arch.startswith("opt"):
-        opt = dict(vocab_size=49152, hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4,
-                   max_position_embeddings=512, word_embed_proj_dim=64)
+        opt = dict(vocab_size=49152, hidden_size=hidden, ffn_dim=2 * hidden, num_hidden_layers=2, num_attention_heads=4,
+                   max_position_embeddings=512, word_embed_proj_dim=hidden)
         if arch == "opt":  # pre-LayerNorm (opt-125m and larger)
             return OPTConfig(**opt, do_layer_norm_before=True)
-        if arch == "opt_post_ln":  # post-LayerNorm with 32-wide embeddings projected in and out (opt-350m)
-            return OPTConfig(**{**opt, "word_embed_proj_dim": 32}, do_layer_norm_before=False)
+        if arch == "opt_post_ln":  # post-LayerNorm with half-wide embeddings projected in and out (opt-350m)
+            return OPTConfig(**{**opt, "word_embed_proj_dim": hidden // 2}, do_layer_norm_before=False)
     if arch == "qwen2":
         return Qwen2Config(**COMMON)
     if arch == "qwen3":
-        return Qwen3Config(**COMMON, head_dim=32)
+        return Qwen3Config(**COMMON, head_dim=hidden // 2)
     raise ValueError(arch)
 
 
 ARCHITECTURES = {"GPT2Config": "GPT2LMHeadModel", "OPTConfig": "OPTForCausalLM"}
 
 
-def make_tiny_model(arch: str, path, tokenizer) -> str:
-    config = tiny_config(arch)
+def make_tiny_model(arch: str, path, tokenizer, hidden: int = 64) -> str:
+    config = tiny_config(arch, hidden)
     config.architectures = [ARCHITECTURES.get(type(config).__name__, type(config).__name__.replace("Config", "ForCausalLM"))]
     config.eos_token_id = tokenizer.eos_token_id
     config.bos_token_id = tokenizer.bos_token_id
