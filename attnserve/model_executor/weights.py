@@ -1,8 +1,15 @@
 """Checkpoint readers: (Hugging Face name, tensor) pairs from safetensors folders and GGUF files.
 
-GGUF tensors are dequantized with the ``gguf`` package. llama.cpp's converter permutes the rows of Q and K
-of llama-architecture models (``convert_hf_to_gguf.py: LlamaModel.permute``) to its interleaved RoPE;
-:func:`unpermute_qk` undoes it so the weights match Hugging Face's NeoX-style rotary layout.
+GGUF tensors are dequantized with the ``gguf`` package and renamed per architecture (``general.architecture``)
+to the names and layouts of the Hugging Face checkpoint, so that a model's ``load_weights`` reads both alike:
+
+* llama / mistral / qwen2 / qwen3: llama.cpp's converter permutes the rows of Q and K of llama-architecture
+  models (``convert_hf_to_gguf.py: LlamaModel.permute``) to its interleaved RoPE; :func:`unpermute_qk` undoes
+  it so the weights match Hugging Face's NeoX-style rotary layout.
+* gpt2: the converter (``GPT2Model.modify_tensors``) transposes the Conv1D weights ``c_attn``, ``c_proj``,
+  ``c_fc`` to ``(out, in)`` and drops the causal-mask buffers; they are transposed back to Conv1D's ``(in, out)``.
+
+OPT has no llama.cpp architecture, so no GGUF mapping.
 """
 
 from __future__ import annotations
@@ -34,6 +41,29 @@ _GGUF_GLOBAL_NAMES = {
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
 }
+# GPT-2 (llama.cpp arch "gpt2"): GGUF name after "blk.N." -> HF name after "transformer.h.N."
+_GGUF_GPT2_LAYER_NAMES = {
+    "attn_norm": "ln_1",
+    "attn_qkv": "attn.c_attn",
+    "attn_output": "attn.c_proj",
+    "ffn_norm": "ln_2",
+    "ffn_up": "mlp.c_fc",
+    "ffn_down": "mlp.c_proj",
+}
+_GGUF_GPT2_GLOBAL_NAMES = {
+    "token_embd.weight": "transformer.wte.weight",
+    "position_embd.weight": "transformer.wpe.weight",
+    "output_norm.weight": "transformer.ln_f.weight",
+    "output_norm.bias": "transformer.ln_f.bias",
+    "output.weight": "lm_head.weight",  # older converters wrote a copy of token_embd; the tied model skips it
+}
+_GPT2_CONV1D = ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")
+
+# general.architecture -> (global names, per-layer names, HF prefix of layer N)
+_GGUF_NAMES = {
+    "gpt2": (_GGUF_GPT2_GLOBAL_NAMES, _GGUF_GPT2_LAYER_NAMES, "transformer.h.{}"),
+}
+_LLAMA_NAMES = (_GGUF_GLOBAL_NAMES, _GGUF_LAYER_NAMES, "model.layers.{}")
 # architectures whose Q/K rows llama.cpp permutes
 _PERMUTED_QK_ARCHS = {"llama", "mistral"}
 
@@ -63,26 +93,39 @@ def unpermute_qk(weight: np.ndarray, num_heads: int) -> np.ndarray:
     return w.swapaxes(2, 1).reshape(weight.shape)
 
 
+def gguf_tensor_shape(path: str, name: str) -> tuple[int, ...] | None:
+    """Shape of tensor ``name`` in a GGUF file in PyTorch order (rows first), or None when absent."""
+    from gguf import GGUFReader
+
+    for tensor in GGUFReader(path).tensors:
+        if tensor.name == name:
+            return tuple(reversed(tensor.shape.tolist()))
+    return None
+
+
 def gguf_weights(path: str, num_heads: int, num_kv_heads: int) -> Iterator[tuple[str, torch.Tensor]]:
     """Every tensor of a GGUF file, dequantized to float32, under its Hugging Face name."""
     from gguf import GGUFReader, dequantize
 
     reader = GGUFReader(path)
     arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    global_names, layer_names, layer_prefix = _GGUF_NAMES.get(arch, _LLAMA_NAMES)
     for tensor in reader.tensors:
         name = tensor.name
-        if name in _GGUF_GLOBAL_NAMES:
-            hf_name = _GGUF_GLOBAL_NAMES[name]
+        if name in global_names:
+            hf_name = global_names[name]
         else:
             m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", name)
-            if m is None or m.group(2) not in _GGUF_LAYER_NAMES:
+            if m is None or m.group(2) not in layer_names:
                 if name == "rope_freqs.weight":
                     continue  # RoPE scaling factors, recomputed from the config
-                raise KeyError(f"GGUF tensor {name!r} in {path} has no known Hugging Face name")
-            hf_name = f"model.layers.{m.group(1)}.{_GGUF_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
+                raise KeyError(f"GGUF tensor {name!r} in {path} (architecture {arch}) has no known Hugging Face name")
+            hf_name = f"{layer_prefix.format(m.group(1))}.{layer_names[m.group(2)]}.{m.group(3)}"
         data = dequantize(tensor.data, tensor.tensor_type).reshape(tuple(reversed(tensor.shape.tolist())))
         if arch in _PERMUTED_QK_ARCHS and name.endswith(("attn_q.weight", "attn_q.bias")):
             data = unpermute_qk(data, num_heads)
         elif arch in _PERMUTED_QK_ARCHS and name.endswith(("attn_k.weight", "attn_k.bias")):
             data = unpermute_qk(data, num_kv_heads)
+        elif arch == "gpt2" and name.endswith(_GPT2_CONV1D):
+            data = data.T  # back to Conv1D's (in, out)
         yield hf_name, torch.from_numpy(np.array(data, dtype=np.float32))  # a copy: GGUF data is a read-only memmap

@@ -17,24 +17,13 @@ from attnserve.attention.layer import Attention
 from attnserve.layers.activation import SiluAndMul
 from attnserve.layers.norm import RMSNorm
 from attnserve.layers.rotary import RotaryEmbedding
+from attnserve.models.dims import ModelDims, head_size_of, sliding_window_of, standard_dims
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.model_executor.forward_batch import ForwardBatch
 
 # builds a layer's Attention module from its spec and layer index (given by the model runner)
 AttentionFactory = Callable[[AttentionLayerSpec, int], Attention]
-
-
-def head_size_of(config) -> int:
-    """Per-head size: ``config.head_dim`` when set, else hidden_size / num_attention_heads."""
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-
-
-def sliding_window_of(config) -> int | None:
-    """The attention window in tokens, or None when every layer attends to the whole context."""
-    if getattr(config, "use_sliding_window", True) is False:
-        return None
-    return getattr(config, "sliding_window", None)
 
 
 class LlamaAttention(nn.Module):
@@ -133,6 +122,11 @@ class LlamaForCausalLM(nn.Module):
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
         if not self.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    @classmethod
+    def dims(cls, config) -> ModelDims:
+        """Layer count, KV heads, head size and sliding window, for the runner's KV cache and backend choice."""
+        return standard_dims(config)
 
     def forward(
         self,

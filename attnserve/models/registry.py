@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 
 MODEL_REGISTRY: dict[str, str] = {
+    "GPT2LMHeadModel": "attnserve.models.gpt2.GPT2LMHeadModel",
     "LlamaForCausalLM": "attnserve.models.llama.LlamaForCausalLM",
     "MistralForCausalLM": "attnserve.models.llama.LlamaForCausalLM",
+    "OPTForCausalLM": "attnserve.models.opt.OPTForCausalLM",
     "Qwen2ForCausalLM": "attnserve.models.qwen.Qwen2ForCausalLM",
     "Qwen3ForCausalLM": "attnserve.models.qwen.Qwen3ForCausalLM",
 }
@@ -14,8 +16,10 @@ MODEL_REGISTRY: dict[str, str] = {
 
 # model_type -> architecture, for configs that name no architectures (those read from GGUF metadata)
 MODEL_TYPE_ARCHITECTURES: dict[str, str] = {
+    "gpt2": "GPT2LMHeadModel",
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
+    "opt": "OPTForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.helpers import save_tiny_model
 
-COMMON = dict(
+_COMMON = dict(
     vocab_size=49152,  # the default model's tokenizer is saved beside the weights
     hidden_size=64,
     intermediate_size=128,
@@ -16,10 +16,15 @@ COMMON = dict(
 )
 
 
-def tiny_config(arch: str):
-    """A transformers config of architecture ``arch`` with tiny dimensions."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+SLIDING_WINDOW = 8  # tiny, so that test prompts and generations run past it
 
+
+def tiny_config(arch: str, hidden: int = 64):
+    """A transformers config of architecture ``arch`` with tiny dimensions: 4 query heads of ``hidden / 4``
+    (16 on CPU; the GPU tests use 256, since some GPU backends support only head sizes 64, 128, 256)."""
+    from transformers import GPT2Config, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config, Qwen3Config
+
+    COMMON = {**_COMMON, "hidden_size": hidden, "intermediate_size": 2 * hidden}
     if arch == "llama":
         return LlamaConfig(**COMMON, rope_theta=10000.0)
     if arch == "llama3":  # Llama 3.1 RoPE scaling, tied embeddings
@@ -28,18 +33,67 @@ def tiny_config(arch: str):
             "original_max_position_embeddings": 64})
     if arch == "mistral":
         return MistralConfig(**COMMON, sliding_window=None)
+    if arch == "mistral_sw":  # Mistral v0.1's sliding window (4096 there)
+        return MistralConfig(**COMMON, sliding_window=SLIDING_WINDOW)
+    if arch == "gpt2":  # tied LM head, GELU (tanh), n_inner None = 4 * n_embd
+        return GPT2Config(vocab_size=49152, n_embd=hidden, n_layer=2, n_head=4, n_positions=512)
+    if arch.startswith("opt"):
+        opt = dict(vocab_size=49152, hidden_size=hidden, ffn_dim=2 * hidden, num_hidden_layers=2, num_attention_heads=4,
+                   max_position_embeddings=512, word_embed_proj_dim=hidden)
+        if arch == "opt":  # pre-LayerNorm (opt-125m and larger)
+            return OPTConfig(**opt, do_layer_norm_before=True)
+        if arch == "opt_post_ln":  # post-LayerNorm with half-wide embeddings projected in and out (opt-350m)
+            return OPTConfig(**{**opt, "word_embed_proj_dim": hidden // 2}, do_layer_norm_before=False)
     if arch == "qwen2":
         return Qwen2Config(**COMMON)
     if arch == "qwen3":
-        return Qwen3Config(**COMMON, head_dim=32)
+        return Qwen3Config(**COMMON, head_dim=hidden // 2)
     raise ValueError(arch)
 
 
-def make_tiny_model(arch: str, path, tokenizer) -> str:
-    config = tiny_config(arch)
-    config.architectures = [type(config).__name__.replace("Config", "ForCausalLM")]
+ARCHITECTURES = {"GPT2Config": "GPT2LMHeadModel", "OPTConfig": "OPTForCausalLM"}
+
+
+def make_tiny_model(arch: str, path, tokenizer, hidden: int = 64) -> str:
+    config = tiny_config(arch, hidden)
+    config.architectures = [ARCHITECTURES.get(type(config).__name__, type(config).__name__.replace("Config", "ForCausalLM"))]
     config.eos_token_id = tokenizer.eos_token_id
     config.bos_token_id = tokenizer.bos_token_id
     save_tiny_model(config, path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+def write_gpt2_gguf(model_dir: str, out_path: str) -> str:
+    """Convert a GPT-2 safetensors folder to an F32 GGUF in llama.cpp's layout (``convert_hf_to_gguf.py``'s
+    GPT2Model: metadata keys, tensor names from gguf's own name map, Conv1D weights transposed to (out, in),
+    causal-mask buffers dropped). No tokenizer is written: tests pass the folder's tokenizer."""
+    import gguf
+    import numpy as np
+    from transformers import AutoConfig
+
+    from attnserve.model_executor.weights import safetensors_weights
+
+    config = AutoConfig.from_pretrained(model_dir)
+    writer = gguf.GGUFWriter(out_path, "gpt2")
+    writer.add_block_count(config.n_layer)
+    writer.add_context_length(config.n_positions)
+    writer.add_embedding_length(config.n_embd)
+    writer.add_feed_forward_length(4 * config.n_embd)
+    writer.add_head_count(config.n_head)
+    writer.add_layer_norm_eps(config.layer_norm_epsilon)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GPT2, config.n_layer)
+    for name, tensor in safetensors_weights(model_dir):
+        if name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue
+        if name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
+            tensor = tensor.t()
+        new_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert new_name is not None, name
+        writer.add_tensor(new_name, np.ascontiguousarray(tensor.float().numpy()))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out_path

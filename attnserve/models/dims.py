@@ -1,0 +1,49 @@
+"""ModelDims: the few facts about a model that the runner needs before building it.
+
+The runner sizes the KV cache (layers x KV heads x head size) and chooses the attention backend (head size,
+sliding window) from these. Each model class answers them from its own Hugging Face config through a
+``dims(config)`` classmethod, since configs name them differently (GPT-2: ``n_layer``/``n_head``/``n_inner``;
+OPT: ``ffn_dim``, no ``num_key_value_heads``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """Shape facts of one decoder-only model, read from its config."""
+
+    num_layers: int  # attention layers, one KV cache each
+    num_kv_heads: int  # KV heads per layer (== query heads without GQA)
+    head_size: int
+    hidden_size: int
+    intermediate_size: int  # MLP width (for the activation-memory estimate)
+    vocab_size: int
+    sliding_window: int | None = None  # attention window in tokens; None = full context
+
+
+def head_size_of(config) -> int:
+    """Per-head size: ``config.head_dim`` when set, else hidden_size / num_attention_heads."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def sliding_window_of(config) -> int | None:
+    """The attention window in tokens, or None when every layer attends to the whole context."""
+    if getattr(config, "use_sliding_window", True) is False:
+        return None
+    return getattr(config, "sliding_window", None)
+
+
+def standard_dims(config) -> ModelDims:
+    """Dims from the Llama-style field names (``num_key_value_heads`` falls back to the query heads)."""
+    return ModelDims(
+        num_layers=config.num_hidden_layers,
+        num_kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
+        head_size=head_size_of(config),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        vocab_size=config.vocab_size,
+        sliding_window=sliding_window_of(config),
+    )
