@@ -113,7 +113,7 @@ def resolve_dtype(dtype: str, hf_config, device: torch.device) -> torch.dtype:
         return getattr(torch, dtype)
     if device.type == "cpu":
         return torch.float32
-    ckpt = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None)
+    ckpt = getattr(hf_config, "dtype", None)
     if isinstance(ckpt, str):
         ckpt = getattr(torch, ckpt, None)
     return ckpt if ckpt in (torch.float16, torch.bfloat16) else torch.bfloat16

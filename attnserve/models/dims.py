@@ -16,6 +16,7 @@ class ModelDims:
     """Shape facts of one decoder-only model, read from its config."""
 
     num_layers: int  # attention layers, one KV cache each
+    num_heads: int  # query heads per layer
     num_kv_heads: int  # KV heads per layer (== query heads without GQA)
     head_size: int
     hidden_size: int
@@ -40,6 +41,7 @@ def standard_dims(config) -> ModelDims:
     """Dims from the Llama-style field names (``num_key_value_heads`` falls back to the query heads)."""
     return ModelDims(
         num_layers=config.num_hidden_layers,
+        num_heads=config.num_attention_heads,
         num_kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
         head_size=head_size_of(config),
         hidden_size=config.hidden_size,

@@ -102,6 +102,7 @@ class GPT2LMHeadModel(nn.Module):
         """GPT-2's config names: ``n_layer``, ``n_head``, ``n_embd``, ``n_inner`` (aliased by transformers)."""
         return ModelDims(
             num_layers=config.num_hidden_layers,
+            num_heads=config.num_attention_heads,
             num_kv_heads=config.num_attention_heads,
             head_size=config.hidden_size // config.num_attention_heads,
             hidden_size=config.hidden_size,

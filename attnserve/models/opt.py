@@ -120,6 +120,7 @@ class OPTForCausalLM(nn.Module):
         """OPT's config has ``ffn_dim`` for the MLP width and no KV-head or head-size fields."""
         return ModelDims(
             num_layers=config.num_hidden_layers,
+            num_heads=config.num_attention_heads,
             num_kv_heads=config.num_attention_heads,
             head_size=config.hidden_size // config.num_attention_heads,
             hidden_size=config.hidden_size,

@@ -6,7 +6,6 @@ files only). With no model, the default model's facts are used.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -28,12 +27,6 @@ class ModelAttentionFacts:
     logits_soft_cap: float | None = None
 
 
-# SmolLM2-135M-Instruct's config.json: hidden_size 576, 9 heads, 3 KV heads, bfloat16. Used when the
-# engine's model resolver is not available (see _default_model_folder).
-DEFAULT_MODEL_FACTS = ModelAttentionFacts(
-    source="SmolLM2-135M-Instruct (default model)", head_size=64, num_heads=9, num_kv_heads=3, dtype=torch.bfloat16)
-
-
 def parse_dtype(name: str) -> torch.dtype:
     """``"bfloat16"`` -> ``torch.bfloat16``. Raises ValueError listing the allowed names."""
     try:
@@ -42,51 +35,25 @@ def parse_dtype(name: str) -> torch.dtype:
         raise ValueError(f"dtype {name!r} not allowed (allowed: {', '.join(_DTYPES)}, auto)") from None
 
 
-def facts_from_hf_config(config, source: str) -> ModelAttentionFacts:
-    """Read head size, head counts, dtype, sliding window and soft cap from a transformers config."""
-    text = getattr(config, "get_text_config", lambda: config)()
-    num_heads = text.num_attention_heads
-    head_size = getattr(text, "head_dim", None) or text.hidden_size // num_heads
-    num_kv_heads = getattr(text, "num_key_value_heads", None) or num_heads
-    raw = getattr(text, "torch_dtype", None) or getattr(text, "dtype", None) or "float32"
-    dtype = raw if isinstance(raw, torch.dtype) else parse_dtype(str(raw))
-    window = getattr(text, "sliding_window", None)
-    if not getattr(text, "use_sliding_window", True):  # Qwen2 carries a window it does not use
-        window = None
-    cap = getattr(text, "attn_logit_softcapping", None)
-    return ModelAttentionFacts(source, int(head_size), int(num_heads), int(num_kv_heads), dtype,
-                               int(window) if window else None, float(cap) if cap else None)
-
-
-def _default_model_folder() -> str | None:
-    """The default model's folder through the engine's resolver, when this build has it.
-
-    MERGE NOTE: rewire to ``attnserve.model_executor.loader.resolve_model_source`` once its signature is
-    settled; until then any failure falls back to DEFAULT_MODEL_FACTS.
-    """
-    try:
-        from attnserve.model_executor.loader import resolve_model_source  # type: ignore[attr-defined]
-
-        folder = resolve_model_source(None)
-    except Exception:
-        return None
-    folder = str(getattr(folder, "path", folder))
-    return folder if os.path.isfile(os.path.join(folder, "config.json")) else None
-
-
 def read_model_facts(model: str | None) -> ModelAttentionFacts:
-    """Facts of ``model`` (a folder with config.json), or of the default model when None.
+    """Facts of ``model`` (a folder, a .gguf file, or None for the default model), from its config only.
 
-    Raises ValueError for a path that is not a model folder.
+    Uses the engine's own resolver and the model class's ``dims`` so that ``backends`` judges exactly
+    what the engine would run. Raises ValueError for a path that is no model or an unsupported architecture.
     """
-    if model is None:
-        folder = _default_model_folder()
-        if folder is None:
-            return DEFAULT_MODEL_FACTS
-        model = folder
-    if not os.path.isdir(model) or not os.path.isfile(os.path.join(model, "config.json")):
-        raise ValueError(f"--model {model!r} is not a model folder with a config.json "
-                         f"(or pass --head-size, --num-heads, --num-kv-heads)")
-    from transformers import AutoConfig
+    from attnserve.model_executor.loader import load_hf_config, resolve_model_source
+    from attnserve.models.registry import get_model_class
 
-    return facts_from_hf_config(AutoConfig.from_pretrained(model, local_files_only=True), model)
+    try:
+        source = resolve_model_source(model)
+    except FileNotFoundError as e:
+        raise ValueError(f"--model: {e} (or pass --head-size, --num-heads, --num-kv-heads)") from None
+    config = load_hf_config(source)
+    dims = get_model_class(config).dims(config)
+    raw = getattr(config, "dtype", None)
+    dtype = raw if isinstance(raw, torch.dtype) else (parse_dtype(str(raw)) if raw else torch.bfloat16)
+    if dtype not in (torch.float16, torch.bfloat16):  # "auto" on a GPU runs float32 checkpoints in bfloat16
+        dtype = torch.bfloat16
+    cap = getattr(config, "attn_logit_softcapping", None)
+    return ModelAttentionFacts(source.path, dims.head_size, dims.num_heads, dims.num_kv_heads, dtype,
+                               dims.sliding_window, float(cap) if cap else None)
