@@ -110,7 +110,7 @@ def test_model_folder_reads_config_only(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--device", "tpu"], "device 'tpu' not understood"),
     (["--attention-backend", "FLASH_ATTENTION"], "did you mean 'FLASH_ATTN'"),
-    (["--model", "/no/such/folder"], "is not a model folder"),
+    (["--model", "/no/such/folder"], "model '/no/such/folder' not found"),
     (["--dtype", "int8"], "dtype 'int8' not allowed"),
 ])
 def test_bad_values_exit_2_with_one_line(argv, message, capsys):

@@ -116,6 +116,8 @@ def generate_to_terminal(config, prompts: list[str], params, chat: bool, out, er
     if bar is not None:
         bar.close()
     outputs = [final[i] for i in ids]
+    for prompt, o in zip(prompts, outputs):
+        o.prompt = prompt  # the text the model saw (chat template applied), for --output-json
     if stream:
         out.write("\n")
     else:

@@ -1,0 +1,172 @@
+"""End-to-end engine behaviour on a tiny random Llama (CPU, float32): preemption, chunked prefill,
+sampling options, stop conditions, logprobs, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from attnserve import LLM, SamplingParams
+from attnserve.engine.sampling_params import SamplingParamsError
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], list(range(100, 137)), [42], list(range(300, 318))]
+GREEDY = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tiny_model_dir):
+    return tiny_model_dir("llama")
+
+
+@pytest.fixture(scope="module")
+def llm(llama_dir):
+    return LLM(llama_dir, dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20)
+
+
+@pytest.fixture(scope="module")
+def reference_tokens(llm):
+    return [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)]
+
+
+def test_preemption_with_a_small_kv_cache_gives_the_same_tokens(llama_dir, reference_tokens):
+    # 20 blocks of 4 tokens hold 80 positions; the four requests need 27 + 57 + 21 + 38 = 143
+    small = LLM(llama_dir, dtype="float32", device="cpu", block_size=4, num_gpu_blocks=20)
+    outs = small.generate(PROMPTS, GREEDY)
+    assert [o.outputs[0].token_ids for o in outs] == reference_tokens
+    assert sum(o.num_preemptions for o in outs) > 0  # the cache really was too small
+    assert small.engine.block_manager.num_free_blocks == 20
+
+
+def test_chunked_prefill_with_a_small_token_budget_gives_the_same_tokens(llama_dir, reference_tokens):
+    chunked = LLM(llama_dir, dtype="float32", device="cpu", block_size=4, max_num_batched_tokens=5,
+                  kv_cache_memory=8 << 20)
+    outs = chunked.generate(PROMPTS, GREEDY)
+    assert [o.outputs[0].token_ids for o in outs] == reference_tokens
+
+
+def test_one_prompt_at_a_time_equals_the_batch(llm, reference_tokens):
+    for prompt, ref in zip(PROMPTS, reference_tokens):
+        assert llm.generate([prompt], GREEDY)[0].outputs[0].token_ids == ref
+
+
+def test_seeded_sampling_is_reproducible_and_differs_across_seeds(llm):
+    p = lambda seed: SamplingParams(temperature=1.0, top_p=0.9, top_k=50, min_p=0.01, seed=seed, max_tokens=16, ignore_eos=True)
+    a = llm.generate(PROMPTS[:2], p(1))
+    b = llm.generate(PROMPTS[:2], p(1))
+    c = llm.generate(PROMPTS[:2], p(2))
+    assert [o.outputs[0].token_ids for o in a] == [o.outputs[0].token_ids for o in b]
+    assert [o.outputs[0].token_ids for o in a] != [o.outputs[0].token_ids for o in c]
+
+
+def test_top_k_one_is_greedy(llm, reference_tokens):
+    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0.8, top_k=1, max_tokens=20, ignore_eos=True, seed=3))
+    assert out[0].outputs[0].token_ids == reference_tokens[0]
+
+
+def test_n_completions(llm):
+    out = llm.generate(PROMPTS[1], SamplingParams(n=3, temperature=1.0, seed=5, max_tokens=8, ignore_eos=True))[0]
+    assert [c.index for c in out.outputs] == [0, 1, 2]
+    assert all(len(c.token_ids) == 8 for c in out.outputs)
+    assert len({tuple(c.token_ids) for c in out.outputs}) > 1
+
+
+def test_max_tokens_and_stop_token_ids(llm, reference_tokens):
+    ref = reference_tokens[1]
+    out = llm.generate(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True))[0].outputs[0]
+    assert out.token_ids == ref[:5] and out.finish_reason == "length"
+    stop_id = ref[3]
+    first = ref.index(stop_id)
+    out = llm.generate(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=20, stop_token_ids=[stop_id], ignore_eos=True))[0].outputs[0]
+    assert out.token_ids == ref[: first + 1] and out.finish_reason == "stop" and out.stop_reason == stop_id
+
+
+@pytest.mark.parametrize("ignore_eos", [False, True])
+def test_eos_stops_unless_ignored(llm, reference_tokens, ignore_eos):
+    # declare the 4th greedy token to be EOS: generation stops right after it unless ignore_eos
+    from attnserve.engine.request import Request
+
+    ref = reference_tokens[1]
+    eos = ref[3]
+    r = Request("x", PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=ignore_eos),
+                eos_token_id=eos, max_model_len=512)
+    llm.engine.scheduler.add_request(r)
+    while llm.engine.has_unfinished_requests():
+        llm.engine.step()
+    expected = ref if ignore_eos else ref[: ref.index(eos) + 1]
+    assert r.output_token_ids == expected
+    assert r.finish_reason.value == ("length" if ignore_eos else "stop")
+
+
+def test_stop_string_truncates_text(llm):
+    full = llm.generate(PROMPTS[3], GREEDY)[0].outputs[0].text
+    assert len(full) > 6
+    stop = full[3:6]
+    out = llm.generate(PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=20, stop=[stop], ignore_eos=True))[0].outputs[0]
+    assert out.text == full[: full.index(stop)]
+    assert out.finish_reason == "stop" and out.stop_reason == stop
+
+
+def test_logprobs_of_sampled_and_top_tokens(llm):
+    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=4, logprobs=3, ignore_eos=True))[0].outputs[0]
+    assert len(out.logprobs) == 4
+    runner = llm.engine.runner
+    from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
+
+    logits = runner.compute_logits(SchedulerOutput([ScheduledRequest("lp", PROMPTS[0], 0, list(range(2)), GREEDY, True)]))[0]
+    expected = torch.log_softmax(logits, -1)
+    first = out.logprobs[0]
+    top3 = torch.topk(expected, 3)
+    assert list(first)[:1] == [out.token_ids[0]] and first[out.token_ids[0]].rank == 1
+    assert {t: round(lp.logprob, 4) for t, lp in first.items()} == {
+        t: round(v, 4) for t, v in zip(top3.indices.tolist(), top3.values.tolist())}
+
+
+def test_text_equals_decoding_the_tokens(llm):
+    out = llm.generate(PROMPTS[2], GREEDY)[0].outputs[0]
+    assert out.text == llm.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_tokens": 0}, "max_tokens 0 not allowed (allowed: integer >= 1)"),
+    ({"top_p": 0.0}, "top_p 0.0 not allowed (allowed: (0, 1])"),
+    ({"top_p": 1.5}, "top_p 1.5 not allowed (allowed: (0, 1])"),
+    ({"temperature": -1}, "temperature -1 not allowed (allowed: >= 0)"),
+])
+def test_bad_sampling_params(kwargs, message):
+    with pytest.raises(SamplingParamsError) as e:
+        SamplingParams(**kwargs)
+    assert str(e.value) == message
+
+
+def test_prompt_longer_than_max_model_len(llama_dir):
+    llm = LLM(llama_dir, dtype="float32", device="cpu", max_model_len=16, kv_cache_memory=8 << 20)
+    with pytest.raises(ValueError) as e:
+        llm.generate([PROMPTS[0], PROMPTS[1]], GREEDY)
+    assert str(e.value).startswith("prompt has 37 tokens; max_model_len is 16")
+    assert not llm.engine.has_unfinished_requests()  # nothing was queued
+
+
+def test_generation_stops_at_max_model_len(llama_dir):
+    llm = LLM(llama_dir, dtype="float32", device="cpu", max_model_len=12, kv_cache_memory=8 << 20)
+    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True))[0].outputs[0]
+    assert len(out.token_ids) == 12 - len(PROMPTS[0]) and out.finish_reason == "length"
+
+
+def test_unknown_model_path():
+    with pytest.raises(FileNotFoundError) as e:
+        LLM("/no/such/model")
+    assert str(e.value) == "model '/no/such/model' not found: give a folder with config.json and safetensors, or a .gguf file"
+
+
+def test_unsupported_architecture(tmp_path, llama_dir):
+    import shutil
+
+    shutil.copytree(llama_dir, tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["architectures"] = ["FalconForCausalLM"]
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError) as e:
+        LLM(str(tmp_path / "m"), device="cpu")
+    assert "model architecture ['FalconForCausalLM'] not supported (supported: " in str(e.value)

@@ -1,0 +1,62 @@
+"""``attnserve generate``: the README's main job, output JSON, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from attnserve.entrypoints.cli.main import main
+
+
+def test_default_command_answers_the_default_chat_prompt(tmp_path):
+    out_json = tmp_path / "out.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnserve", "generate", "--max-tokens", "24", "--output-json", str(out_json)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out_json.read_text())
+    (request,) = data["requests"]
+    text = request["outputs"][0]["text"]
+    assert text.strip() and proc.stdout.strip() == text.strip()  # streamed text == the final text
+    assert "<|im_start|>user" in request["prompt"]  # the default prompt goes through the chat template
+    assert data["stats"]["attention_backend"] == "CPU_ATTN"
+    assert data["stats"]["generated_tokens"] == len(request["outputs"][0]["token_ids"]) <= 24
+
+
+def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello there\n\nthe sky is\nnumbers: 1 2 3\n")
+    out_json = tmp_path / "out.json"
+    rc = main(["generate", "--model", tiny_model_dir("llama"), "--prompts-file", str(prompts), "--max-tokens", "5",
+               "--ignore-eos", "--n", "2", "--temperature", "0.7", "--seed", "3", "--logprobs", "2",
+               "--output-json", str(out_json)])
+    assert rc == 0
+    data = json.loads(out_json.read_text())
+    assert [r["prompt"] for r in data["requests"]] == ["hello there", "the sky is", "numbers: 1 2 3"]
+    for r in data["requests"]:
+        assert [len(o["token_ids"]) for o in r["outputs"]] == [5, 5]
+        assert all(len(o["logprobs"]) == 5 for o in r["outputs"])
+        assert r["ttft_s"] > 0 and r["e2e_s"] >= r["ttft_s"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-tokens", "0"], "attnserve generate: error: --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
+    (["--top-p", "0"], "attnserve generate: error: --top-p: top_p 0.0 not allowed (allowed: (0, 1])"),
+    (["--model", "/no/such/dir"], "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, or a .gguf file"),
+])
+def test_bad_input_exits_2_with_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        raise SystemExit(main(["generate", *argv]))
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip() == message
+
+
+def test_prompt_longer_than_max_model_len(tiny_model_dir, capsys):
+    rc = main(["generate", "--model", tiny_model_dir("llama"), "--max-model-len", "8", "--prompt", "word " * 20])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert err.startswith("attnserve generate: error: prompt has ") and "max_model_len is 8" in err
