@@ -49,14 +49,11 @@ class LLMEngine:
     def tokenize(self, prompt: str | list[int]) -> list[int]:
         return list(prompt) if not isinstance(prompt, str) else self.tokenizer.encode(prompt)
 
-    def add_request(
-        self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None
-    ) -> str:
-        """Queue a prompt (text or token ids) with ``params.n`` completions; returns the request id.
+    def check_prompt(self, prompt: str | list[int]) -> list[int]:
+        """Tokenize ``prompt`` and check that it fits; returns its token ids.
 
-        Raises PromptTooLongError when the prompt has max_model_len tokens or more.
+        Raises PromptTooLongError (prompt of max_model_len tokens or more) or ValueError (empty prompt).
         """
-        request_id = request_id if request_id is not None else str(next(self._ids))
         token_ids = self.tokenize(prompt)
         if len(token_ids) >= self.max_model_len:
             raise PromptTooLongError(
@@ -65,6 +62,19 @@ class LLMEngine:
             )
         if not token_ids:
             raise ValueError("prompt is empty (0 tokens)")
+        return token_ids
+
+    def add_request(
+        self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None,
+        *, prompt_token_ids: list[int] | None = None,
+    ) -> str:
+        """Queue a prompt (text or token ids) with ``params.n`` completions; returns the request id.
+
+        ``prompt_token_ids``: the text prompt's ids when the caller already ran :meth:`check_prompt`.
+        Raises PromptTooLongError when the prompt has max_model_len tokens or more.
+        """
+        request_id = request_id if request_id is not None else str(next(self._ids))
+        token_ids = prompt_token_ids if prompt_token_ids is not None else self.check_prompt(prompt)
         children = []
         for i in range(params.n):
             child_params = params

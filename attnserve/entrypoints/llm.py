@@ -38,10 +38,8 @@ class LLM:
         params_list = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
         if len(params_list) != len(prompts):
             raise ValueError(f"{len(params_list)} sampling params for {len(prompts)} prompts")
-        for prompt in prompts:  # validate all before queueing any
-            if len(self.engine.tokenize(prompt)) >= self.engine.max_model_len:
-                self.engine.add_request(prompt, params_list[0], request_id="validate")  # raises with the numbers
-        ids = [self.engine.add_request(p, sp) for p, sp in zip(prompts, params_list)]
+        token_prompts = [self.engine.check_prompt(p) for p in prompts]  # all checked before any is queued
+        ids = [self.engine.add_request(p, sp, prompt_token_ids=t) for p, t, sp in zip(prompts, token_prompts, params_list)]
         return self._run(ids, use_tqdm)
 
     def chat(

@@ -91,10 +91,7 @@ def generate_to_terminal(config, prompts: list[str], params, chat: bool, out, er
     if chat:
         prompts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
                    for p in prompts]
-    token_prompts = [tok.encode(p, add_special_tokens=not chat) for p in prompts]
-    for ids in token_prompts:  # reject a bad prompt before any work
-        if len(ids) >= engine.max_model_len:
-            engine.add_request(ids, params)  # raises PromptTooLongError with the numbers
+    token_prompts = [engine.check_prompt(tok.encode(p, add_special_tokens=not chat)) for p in prompts]
     ids = [engine.add_request(p, params) for p in token_prompts]
     stream = len(prompts) == 1 and params.n == 1
     bar = None
