@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 
 # subcommand -> module exposing add_parser(subparsers) (which sets ``func`` on its parser)
 COMMANDS = {
     "generate": "attnserve.entrypoints.cli.generate",
+    "serve": "attnserve.entrypoints.cli.serve",
+    "bench": "attnserve.entrypoints.cli.bench",
 }
 
 
@@ -17,6 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for module in COMMANDS.values():
+        if importlib.util.find_spec(module) is None:  # a subcommand not in this checkout (yet)
+            continue
         importlib.import_module(module).add_parser(sub)
     return parser
 
