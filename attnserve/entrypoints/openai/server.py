@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -185,5 +186,12 @@ def run_server(config: EngineConfig, args: ServerArgs) -> int:
         app, host=args.host, port=args.port, log_level=args.log_level,
         timeout_graceful_shutdown=max(1, int(args.shutdown_timeout)), timeout_keep_alive=5))
     logger.info("serving %s on http://%s:%d", names[0], args.host, args.port)
-    server.run()
+    # uvicorn re-raises the SIGINT/SIGTERM it caught once it has shut down, with the handlers it found
+    # installed; no-op handlers make a graceful shutdown end in a normal return (exit code 0)
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0 if engine.load_error is None else 1

@@ -7,7 +7,7 @@ import asyncio
 import time
 
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "My favourite food is"]
-KW = dict(temperature=0, max_tokens=12, extra_body={"ignore_eos": True})
+KW = dict(temperature=0, max_tokens=8, extra_body={"ignore_eos": True})
 NUM_CLIENTS = 32
 
 

@@ -6,7 +6,7 @@ import pytest
 
 PROMPT = "The capital of France is"
 MESSAGES = [{"role": "user", "content": "Name three colors."}]
-GREEDY = dict(temperature=0, max_tokens=12)
+GREEDY = dict(temperature=0, max_tokens=8)
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def test_completion(greedy_completion, model_name):
     (choice,) = r.choices
     assert choice.text and choice.finish_reason in ("length", "stop")
     assert r.usage.prompt_tokens > 0
-    assert r.usage.completion_tokens == 12 or choice.finish_reason == "stop"
+    assert r.usage.completion_tokens == 8 or choice.finish_reason == "stop"
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
 
 
@@ -54,11 +54,11 @@ def test_echo(client, model_name, greedy_completion):
 
 
 def test_n2_seeded_sampling(client, model_name):
-    kw = dict(model=model_name, prompt=PROMPT, n=2, temperature=1.0, seed=1234, max_tokens=8)
+    kw = dict(model=model_name, prompt=PROMPT, n=2, temperature=1.0, seed=1234, max_tokens=4)
     a, b = client.completions.create(**kw), client.completions.create(**kw)
     assert [c.index for c in a.choices] == [0, 1]
     assert [c.text for c in a.choices] == [c.text for c in b.choices]  # a seed makes sampling reproducible
-    assert 2 <= a.usage.completion_tokens <= 16
+    assert 2 <= a.usage.completion_tokens <= 8
 
 
 def test_n2_greedy_streamed(client, model_name, greedy_completion):
