@@ -7,7 +7,7 @@ import asyncio
 import time
 
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "My favourite food is"]
-KW = dict(temperature=0, max_tokens=8, extra_body={"ignore_eos": True})
+KW = dict(temperature=0, max_tokens=6, extra_body={"ignore_eos": True})
 NUM_CLIENTS = 32
 
 
@@ -17,7 +17,7 @@ async def _client(aclient, model_name, i: int) -> str | None:
     async for chunk in stream:
         text += "".join(c.text for c in chunk.choices)
         chunks += 1
-        if i % 3 == 0 and chunks == 3:  # hang up midway
+        if i % 3 == 0 and chunks == 2:  # hang up midway
             await stream.close()
             return None
     return text

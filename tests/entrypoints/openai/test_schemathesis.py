@@ -38,7 +38,7 @@ def _cap_cost(body) -> None:
 
 
 @schema.parametrize()
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 def test_no_server_errors(case, server):
     _cap_cost(case.body)
     response = case.call(base_url=server.url, timeout=120)
