@@ -54,3 +54,24 @@ def test_disconnect_storm_frees_kv_cache(server, client, model_name):
 
     after = client.completions.create(model=model_name, prompt=PROMPTS[0], **KW)
     assert after.choices[0].text == expected[0]
+
+
+def test_non_streaming_client_gone_aborts(server, client, model_name):
+    """A non-streamed request whose client times out is aborted too (the server watches for disconnect)."""
+    import httpx
+
+    aborted_before = server.metrics().get("attnserve_request_aborted_total", 0.0)
+    body = {"model": model_name, "prompt": PROMPTS[1], "max_tokens": 200, "ignore_eos": True}
+    try:
+        httpx.post(server.url + "/v1/completions", json=body, timeout=2.0)
+    except httpx.ReadTimeout:
+        pass
+    deadline = time.monotonic() + 30
+    while True:
+        m = server.metrics()
+        if (m["attnserve_request_aborted_total"] > aborted_before
+                and m["attnserve_kv_cache_free_blocks"] == m["attnserve_kv_cache_total_blocks"]):
+            break
+        assert time.monotonic() < deadline, m
+        time.sleep(0.2)
+    assert client.completions.create(model=model_name, prompt="Hi", max_tokens=1).choices
