@@ -28,6 +28,7 @@ def apply_filters(logits: torch.Tensor, top_k: int, top_p: float, min_p: float) 
         cum = sorted_logits.softmax(-1).cumsum(-1)
         # drop a token when the tokens before it already reach top_p (the first token always stays)
         drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p
+        drop_sorted[0] = False  # explicitly: a top_p below float32's smallest value rounds to 0 and would drop it
         logits = logits.masked_fill(torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted), float("-inf"))
     if min_p > 0.0:
         probs = logits.softmax(-1)

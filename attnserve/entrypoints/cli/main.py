@@ -11,6 +11,8 @@ from attnserve.entrypoints.cli.engine_args import EngineArgumentParser
 # subcommand -> module exposing add_parser(subparsers) (which sets ``func`` on its parser)
 COMMANDS = {
     "generate": "attnserve.entrypoints.cli.generate",
+    "serve": "attnserve.entrypoints.cli.serve",
+    "bench": "attnserve.entrypoints.cli.bench",
     "backends": "attnserve.entrypoints.cli.backends",
     "config": "attnserve.entrypoints.cli.config",
 }

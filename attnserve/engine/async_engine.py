@@ -1,0 +1,233 @@
+"""AsyncLLMEngine: the synchronous LLMEngine behind an asyncio interface, for the server.
+
+One background thread owns the engine: it builds it, steps it, and is the only caller of its methods
+(the engine is not thread-safe). The event loop hands work over through a thread-safe command queue
+(add, abort, stop) and receives each request's outputs on its own ``asyncio.Queue``, filled with
+``loop.call_soon_threadsafe`` so the loop never blocks on a model step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from attnserve.config.engine import EngineConfig
+from attnserve.engine.llm_engine import LLMEngine
+from attnserve.engine.outputs import RequestOutput
+from attnserve.engine.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class EngineNotReadyError(RuntimeError):
+    """The engine is still loading, failed to load, or is shutting down."""
+
+
+class EngineDeadError(RuntimeError):
+    """A model step raised; the requests in that step were failed."""
+
+
+class RequestAbortedError(RuntimeError):
+    """The engine aborted a request that a caller was still reading (the server is shutting down)."""
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the engine's load, taken by the engine thread after every step (read by /metrics)."""
+
+    num_running: int = 0  # sequences (each of a request's n completions counts once)
+    num_waiting: int = 0
+    num_free_blocks: int = 0
+    num_blocks: int = 0
+
+    @property
+    def kv_cache_usage(self) -> float:
+        return 0.0 if self.num_blocks == 0 else 1.0 - self.num_free_blocks / self.num_blocks
+
+
+@dataclass
+class _Stream:
+    """Where one request's outputs go: an asyncio queue on ``loop``."""
+
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue  # of RequestOutput | BaseException
+
+    def put(self, item: RequestOutput | BaseException) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
+
+
+@dataclass
+class _Add:
+    request_id: str
+    prompt: str | list[int]
+    params: SamplingParams
+    stream: _Stream
+
+
+@dataclass
+class _Abort:
+    request_id: str
+
+
+class _Stop:
+    pass
+
+
+class AsyncLLMEngine:
+    """Runs an LLMEngine on a background thread; ``generate`` yields a request's outputs as they come."""
+
+    def __init__(self, config: EngineConfig, engine_factory: Callable[[EngineConfig], LLMEngine] = LLMEngine) -> None:
+        self.config = config
+        self._factory = engine_factory
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._streams: dict[str, _Stream] = {}  # owned by the engine thread
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stopping = False
+        self.engine: LLMEngine | None = None
+        self.load_error: BaseException | None = None
+        self.stats = EngineStats()  # replaced whole by the engine thread (an atomic reference swap)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the engine thread, which loads the model then serves commands. Returns at once."""
+        assert self._thread is None, "start() called twice"
+        # daemon: a process told to exit while the model is still loading must not wait for the load
+        self._thread = threading.Thread(target=self._run, name="attnserve-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def is_ready(self) -> bool:
+        return self._ready.is_set() and self.load_error is None and not self._stopping
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until the model is loaded; raise its load error if loading failed."""
+        await asyncio.to_thread(self._ready.wait, timeout)
+        if self.load_error is not None:
+            raise self.load_error
+
+    async def shutdown(self, timeout: float = 10.0) -> None:
+        """Refuse new requests, abort the unfinished ones, stop the thread (waits up to ``timeout``)."""
+        self._stopping = True
+        self._commands.put(_Stop())
+        if self._thread is not None and self._ready.is_set():
+            await asyncio.to_thread(self._thread.join, timeout)
+
+    # --- requests --------------------------------------------------------------------------------
+    async def generate(
+        self, prompt: str | list[int], params: SamplingParams, request_id: str
+    ) -> AsyncIterator[RequestOutput]:
+        """Queue a request and yield its RequestOutput after each step that changed it, the last one
+        with ``finished=True``. Raises the engine's error for a rejected prompt (PromptTooLongError,
+        ValueError). Leaving the iteration early (a disconnected client, a cancelled task) aborts the
+        request, which frees its KV blocks."""
+        if not self.is_ready:
+            raise EngineNotReadyError("the engine is still loading" if not self._stopping else "the server is shutting down")
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        self._commands.put(_Add(request_id, prompt, params, stream))
+        finished = False
+        try:
+            while not finished:
+                item = await stream.queue.get()
+                if isinstance(item, BaseException):
+                    finished = True  # the engine thread has already dropped the request
+                    raise item
+                finished = item.finished
+                yield item
+        finally:
+            if not finished:
+                self.abort(request_id)
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request (frees its KV blocks); a no-op when it has finished. Thread-safe."""
+        self._commands.put(_Abort(request_id))
+
+    # --- the engine thread -----------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            t0 = time.monotonic()
+            self.engine = self._factory(self.config)
+            logger.info("engine ready in %.1f s", time.monotonic() - t0)
+        except BaseException as e:  # reported to the server, which answers 503 with the reason
+            logger.exception("engine failed to load")
+            self.load_error = e
+            self._ready.set()
+            return
+        self._snapshot()
+        self._ready.set()
+        while True:
+            # block only while idle; while requests run, take what has arrived and step again
+            if not self._drain(block=not self.engine.has_unfinished_requests()):
+                break
+            if self.engine.has_unfinished_requests():
+                self._step()
+        for request_id in list(self._streams):
+            self._abort(request_id)
+        self._snapshot()
+
+    def _drain(self, block: bool) -> bool:
+        """Apply queued commands; False once told to stop."""
+        while True:
+            try:
+                cmd = self._commands.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if isinstance(cmd, _Stop):
+                return False
+            if isinstance(cmd, _Abort):
+                self._abort(cmd.request_id)
+            elif isinstance(cmd, _Add):
+                try:
+                    self.engine.add_request(cmd.prompt, cmd.params, cmd.request_id)
+                    self._streams[cmd.request_id] = cmd.stream
+                except Exception as e:  # a rejected prompt: the caller raises it
+                    cmd.stream.put(e)
+            self._snapshot()
+
+    def _abort(self, request_id: str) -> None:
+        stream = self._streams.pop(request_id, None)
+        if stream is not None:
+            self.engine.abort_request(request_id)
+            stream.put(RequestAbortedError(f"request {request_id} was aborted (the server is shutting down)"))
+
+    def _step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except Exception as e:
+            # fail every request in flight rather than the server: abort them all (frees their blocks)
+            logger.exception("engine step failed; aborting %d requests", len(self._streams))
+            for request_id, stream in list(self._streams.items()):
+                self._streams.pop(request_id)
+                try:
+                    self.engine.abort_request(request_id)
+                except Exception:  # the engine's state may be what broke; the request is failed anyway
+                    logger.exception("abort of %s failed", request_id)
+                stream.put(EngineDeadError(f"engine step failed: {type(e).__name__}: {e}"))
+            self._snapshot()
+            return
+        for out in outputs:
+            stream = self._streams.get(out.request_id)
+            if stream is None:
+                continue
+            if out.finished:
+                del self._streams[out.request_id]
+            stream.put(out)
+        self._snapshot()
+
+    def _snapshot(self) -> None:
+        e = self.engine
+        self.stats = EngineStats(
+            num_running=len(e.scheduler.running),
+            num_waiting=len(e.scheduler.waiting),
+            num_free_blocks=e.block_manager.num_free_blocks,
+            num_blocks=e.block_manager.num_blocks,
+        )

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP server (FastAPI, pydantic, uvicorn load only from here)."""

@@ -1,0 +1,219 @@
+"""Pydantic request and response models of the OpenAI API subset the server speaks.
+
+Field names, defaults and shapes follow OpenAI's API reference (completions, chat completions, models,
+errors); ``top_k``, ``min_p``, ``ignore_eos``, ``stop_token_ids`` and ``skip_special_tokens`` are vLLM's
+extensions. Unknown request fields are ignored (as vLLM does) so that existing tools work unchanged.
+Ranges are declared on the fields, so that they show in the OpenAPI schema and violations are 400s.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# torch.Generator.manual_seed takes 64-bit seeds; a request's n completions use seed, seed + 1, ...
+_SEED = dict(ge=-(2**63), le=2**63 - 1 - 1024)
+MAX_LOGPROBS = 20  # vLLM's default max_logprobs
+MAX_N = 128
+
+
+class OpenAIModel(BaseModel):
+    """Request models: ignore unknown fields; reject NaN and infinity (JSON has neither)."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+
+# --- errors ------------------------------------------------------------------------------------------
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    error: ErrorInfo
+
+
+# --- shared pieces -----------------------------------------------------------------------------------
+class StreamOptions(OpenAIModel):
+    include_usage: bool | None = False
+
+
+class UsageInfo(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class SamplingFields(OpenAIModel):
+    """The sampling and stopping fields that completions and chat completions share."""
+
+    model: str | None = None  # None or "" = the served model
+    n: int = Field(1, ge=1, le=MAX_N)
+    temperature: float | None = Field(None, ge=0.0, description="0 = greedy; default 1.0")
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1, description="vLLM extension; 0 or -1 = all tokens")
+    min_p: float | None = Field(None, ge=0.0, le=1.0, description="vLLM extension")
+    seed: int | None = Field(None, **_SEED)
+    stop: str | list[str] | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: float | None = Field(0.0, ge=-2.0, le=2.0, description="only 0 is supported")
+    frequency_penalty: float | None = Field(0.0, ge=-2.0, le=2.0, description="only 0 is supported")
+    logit_bias: dict[str, float] | None = Field(None, description="not supported: must be empty")
+    user: str | None = None
+    ignore_eos: bool = False
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
+    skip_special_tokens: bool = True
+
+
+# --- completions -------------------------------------------------------------------------------------
+class CompletionRequest(SamplingFields):
+    """``POST /v1/completions``."""
+
+    prompt: str | list[str] | list[Annotated[int, Field(ge=0)]] | list[list[Annotated[int, Field(ge=0)]]]
+    max_tokens: int | None = Field(16, ge=1, description="None = up to the context length")
+    echo: bool | None = False
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    best_of: int | None = Field(None, ge=1, le=MAX_N, description="must equal n when given")
+    suffix: str | None = Field(None, description="not supported: must be empty")
+
+
+class CompletionLogProbs(BaseModel):
+    text_offset: list[int] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogProbs | None = None
+    finish_reason: Literal["stop", "length", "abort"] | None = None
+    stop_reason: int | str | None = None  # vLLM extension: the stop string or token id
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[CompletionChoice]
+    usage: UsageInfo
+    system_fingerprint: str | None = None
+
+
+class CompletionStreamResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[CompletionChoice]
+    usage: UsageInfo | None = None
+
+
+# --- chat completions --------------------------------------------------------------------------------
+class ContentPart(OpenAIModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(OpenAIModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class ChatCompletionRequest(SamplingFields):
+    """``POST /v1/chat/completions``. The prompt is the tokenizer's chat template over ``messages``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1, description="deprecated by OpenAI for max_completion_tokens")
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    add_generation_prompt: bool = True
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChatChoiceLogprobs(BaseModel):
+    content: list[ChatTokenLogprob] | None = None
+
+
+class ChatResponseMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+
+
+class ChatDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChatCompletionChoice(BaseModel):
+    index: int
+    message: ChatResponseMessage
+    logprobs: ChatChoiceLogprobs | None = None
+    finish_reason: Literal["stop", "length", "abort"] | None = None
+    stop_reason: int | str | None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChatCompletionChoice]
+    usage: UsageInfo
+    system_fingerprint: str | None = None
+
+
+class ChatStreamChoice(BaseModel):
+    index: int
+    delta: ChatDelta
+    logprobs: ChatChoiceLogprobs | None = None
+    finish_reason: Literal["stop", "length", "abort"] | None = None
+    stop_reason: int | str | None = None
+
+
+class ChatCompletionStreamResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChatStreamChoice]
+    usage: UsageInfo | None = None
+
+
+# --- models, version ---------------------------------------------------------------------------------
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    owned_by: str = "attnserve"
+    root: str | None = None
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class VersionResponse(BaseModel):
+    version: str

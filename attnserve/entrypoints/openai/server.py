@@ -1,0 +1,197 @@
+"""The OpenAI-compatible HTTP server: FastAPI routes over an AsyncLLMEngine, run by uvicorn.
+
+The app starts answering as soon as the socket is bound: while the model loads, ``/health`` and the API
+answer 503. SIGINT/SIGTERM stop accepting connections, let in-flight requests finish for up to
+``shutdown_timeout`` seconds, then cancel (abort) the rest and stop the engine thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+import attnserve
+from attnserve.config.engine import EngineConfig
+from attnserve.engine.async_engine import AsyncLLMEngine
+from attnserve.entrypoints.openai.errors import OpenAIError, error_response, status_phrase
+from attnserve.entrypoints.openai.metrics import ServerMetrics
+from attnserve.entrypoints.openai.protocol import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    VersionResponse,
+)
+from attnserve.entrypoints.openai.serving import ServingContext
+from attnserve.entrypoints.openai.serving_chat import create_chat_completion
+from attnserve.entrypoints.openai.serving_completion import create_completion
+
+logger = logging.getLogger(__name__)
+
+_API_ERRORS = {s: {"model": ErrorResponse, "description": status_phrase(s)} for s in (400, 401, 503)}
+_SSE = {"text/event-stream": {"schema": {"type": "string"}, "description": "with stream: true"}}
+_KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/version", "/metrics"}
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    """How to serve: address, the names the model answers to, the key, the shutdown grace period."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_names: tuple[str, ...] = ()
+    api_key: str | None = None
+    shutdown_timeout: float = 10.0  # seconds in-flight requests get after SIGINT/SIGTERM
+    log_level: str = "info"
+
+
+def default_served_name(model: str | None) -> str:
+    """The name clients use: the --model string as given, or the default model's name."""
+    if model:
+        return model
+    from attnserve.model_executor.loader import default_model_path
+
+    return os.path.basename(default_model_path()).split(".")[0]
+
+
+def build_app(ctx: ServingContext, shutdown_timeout: float = 10.0) -> FastAPI:
+    """The FastAPI app over a (not yet started) engine; the lifespan starts and stops it."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        ctx.engine.start()
+        yield
+        await ctx.engine.shutdown(timeout=shutdown_timeout)
+
+    app = FastAPI(title="attnserve OpenAI-compatible API", version=attnserve.__version__, lifespan=lifespan)
+    app.state.ctx = ctx
+    _add_error_handlers(app)
+    app.add_middleware(_AuthAndCount, ctx=ctx)
+
+    @app.get("/health", responses={503: _API_ERRORS[503]})
+    async def health() -> Response:
+        """200 once the model is loaded; 503 while loading, after a failed load, or while shutting down."""
+        ctx.check_ready()
+        return Response(status_code=200)
+
+    @app.get("/version")
+    async def version() -> VersionResponse:
+        return VersionResponse(version=attnserve.__version__)
+
+    @app.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+    async def metrics() -> Response:
+        """Prometheus text format."""
+        return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models", responses={401: _API_ERRORS[401]})
+    async def models() -> ModelList:
+        max_len = ctx.max_model_len if ctx.engine.is_ready else None
+        root = ctx.engine.config.model.model
+        return ModelList(data=[ModelCard(id=name, root=root, max_model_len=max_len) for name in ctx.served_model_names])
+
+    @app.post("/v1/completions", response_model=CompletionResponse,
+              responses={200: {"content": _SSE}, **_API_ERRORS})
+    async def completions(body: CompletionRequest, raw: Request) -> Response:
+        return await create_completion(ctx, body, raw)
+
+    @app.post("/v1/chat/completions", response_model=ChatCompletionResponse,
+              responses={200: {"content": _SSE}, **_API_ERRORS})
+    async def chat_completions(body: ChatCompletionRequest, raw: Request) -> Response:
+        return await create_chat_completion(ctx, body, raw)
+
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(OpenAIError)
+    async def openai_error(_: Request, e: OpenAIError) -> JSONResponse:
+        return error_response(e.message, e.status, e.param, e.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        # malformed JSON and schema violations: 400 (FastAPI's default is 422), naming the first field
+        errors = e.errors()
+        first = errors[0] if errors else {}
+        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+        message = "; ".join(f"{'.'.join(str(x) for x in err.get('loc', ()) if x != 'body') or 'body'}: "
+                            f"{err.get('msg')}" for err in errors[:5])
+        return error_response(message or "invalid request", 400, ".".join(loc) or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        return error_response(str(e.detail), e.status_code, headers=getattr(e, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def internal(_: Request, e: Exception) -> JSONResponse:
+        logger.exception("unhandled error")
+        return error_response(f"internal error: {type(e).__name__}: {e}", 500)
+
+
+class _AuthAndCount:
+    """ASGI middleware: the API key on /v1 routes (401 otherwise), and a request counter by status.
+
+    Plain ASGI rather than BaseHTTPMiddleware, which would break streaming disconnect detection."""
+
+    def __init__(self, app, ctx: ServingContext) -> None:
+        self.app = app
+        self.ctx = ctx
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        endpoint = path if path in _KNOWN_PATHS else "other"
+        status = {"code": 500}
+
+        async def counting_send(message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            key = self.ctx.api_key
+            if key is not None and path.startswith("/v1"):
+                headers = dict(scope.get("headers") or [])
+                if headers.get(b"authorization", b"").decode("latin-1") != f"Bearer {key}":
+                    response = error_response("missing or wrong API key (send 'Authorization: Bearer <key>')",
+                                              401, code="invalid_api_key")
+                    return await response(scope, receive, counting_send)
+            await self.app(scope, receive, counting_send)
+        finally:
+            self.ctx.metrics.http_requests.labels(endpoint, str(status["code"])).inc()
+
+
+def run_server(config: EngineConfig, args: ServerArgs) -> int:
+    """Serve until SIGINT/SIGTERM. Returns the exit code."""
+    import uvicorn
+
+    names = list(args.served_model_names) or [default_served_name(config.model.model)]
+    engine = AsyncLLMEngine(config)
+    ctx = ServingContext(engine=engine, served_model_names=names,
+                         metrics=ServerMetrics(names[0], lambda: engine.stats), api_key=args.api_key)
+    app = build_app(ctx, shutdown_timeout=args.shutdown_timeout)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=args.host, port=args.port, log_level=args.log_level,
+        timeout_graceful_shutdown=max(1, int(args.shutdown_timeout)), timeout_keep_alive=5))
+    logger.info("serving %s on http://%s:%d", names[0], args.host, args.port)
+    # uvicorn re-raises the SIGINT/SIGTERM it caught once it has shut down, with the handlers it found
+    # installed; no-op handlers make a graceful shutdown end in a normal return (exit code 0)
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0 if engine.load_error is None else 1

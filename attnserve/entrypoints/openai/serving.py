@@ -1,0 +1,234 @@
+"""What completions and chat completions share: request checks, SamplingParams, running one HTTP
+request's prompts on the engine (with metrics), SSE framing, and aborting when the client goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from attnserve.engine.async_engine import AsyncLLMEngine, EngineNotReadyError
+from attnserve.engine.llm_engine import PromptTooLongError
+from attnserve.engine.outputs import RequestOutput
+from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
+from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.metrics import ServerMetrics
+from attnserve.entrypoints.openai.protocol import SamplingFields
+
+# temperatures below this are greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow to inf
+_GREEDY_EPS = 1e-5
+
+
+@dataclass
+class ServingContext:
+    """The server's shared state: the engine, the names it answers to, its metrics."""
+
+    engine: AsyncLLMEngine
+    served_model_names: list[str]
+    metrics: ServerMetrics
+    api_key: str | None = None
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_names[0]
+
+    @property
+    def tokenizer(self):
+        return self.engine.engine.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.engine.max_model_len
+
+    @property
+    def vocab_size(self) -> int:
+        return self.engine.engine.hf_config.vocab_size
+
+    def check_ready(self) -> None:
+        if not self.engine.is_ready:
+            if self.engine.load_error is not None:
+                raise OpenAIError(f"the model failed to load: {self.engine.load_error}", 503)
+            raise OpenAIError("the server is starting (loading the model) or shutting down; retry later", 503)
+
+    def check_model(self, name: str | None) -> str:
+        """The model name to answer with; 400 for a name this server does not serve."""
+        if not name:
+            return self.model_name
+        if name not in self.served_model_names:
+            raise OpenAIError(f"model {name!r} does not exist (served: {', '.join(self.served_model_names)})",
+                              400, param="model", code="model_not_found")
+        return name
+
+    def check_prompt(self, token_ids: list[int], max_tokens: int | None) -> int:
+        """Validate one tokenized prompt; return the max_tokens to use (None = the rest of the context)."""
+        if not token_ids:
+            raise OpenAIError("the prompt is empty (0 tokens)", 400, param="prompt")
+        bad = next((t for t in token_ids if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise OpenAIError(f"token id {bad} is out of range (vocabulary size {self.vocab_size})", 400, param="prompt")
+        limit, n = self.max_model_len, len(token_ids)
+        if max_tokens is None:
+            max_tokens = limit - n
+        if n + max_tokens > limit:
+            raise OpenAIError(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{n + max_tokens} tokens ({n} in the prompt, {max_tokens} in the completion). "
+                "Please reduce the length of the prompt or completion.", 400, param="max_tokens")
+        if max_tokens < 1:
+            raise OpenAIError(f"the prompt has {n} tokens, which leaves no room in the context of {limit}",
+                              400, param="prompt")
+        return max_tokens
+
+
+def check_unsupported(req: SamplingFields) -> None:
+    """400 for OpenAI parameters this engine does not implement (rather than silently ignoring them)."""
+    if req.presence_penalty or req.frequency_penalty:
+        raise OpenAIError("presence_penalty and frequency_penalty are not supported (only 0)", 400,
+                          param="presence_penalty" if req.presence_penalty else "frequency_penalty")
+    if req.logit_bias:
+        raise OpenAIError("logit_bias is not supported", 400, param="logit_bias")
+
+
+def sampling_params(req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:
+    """SamplingParams from a request's fields; 400 naming the bad value."""
+    temperature = 1.0 if req.temperature is None else req.temperature
+    try:
+        return SamplingParams(
+            n=req.n,
+            temperature=0.0 if temperature < _GREEDY_EPS else temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            top_k=0 if req.top_k is None else req.top_k,
+            min_p=0.0 if req.min_p is None else req.min_p,
+            seed=req.seed,
+            max_tokens=max_tokens,
+            stop=[] if req.stop is None else req.stop,
+            stop_token_ids=req.stop_token_ids or [],
+            ignore_eos=req.ignore_eos,
+            logprobs=logprobs,
+            skip_special_tokens=req.skip_special_tokens,
+        )
+    except SamplingParamsError as e:
+        raise OpenAIError(str(e), 400, param=str(e).split(" ", 1)[0]) from None
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+async def generate_all(ctx: ServingContext, prompts: list[list[int]], params: list[SamplingParams],
+                       request_id: str) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """Run every prompt of one HTTP request; yield (prompt index, output) as outputs arrive.
+
+    Records each prompt's TTFT/TPOT/latency, measured from now, when it finishes. Closing the iterator
+    early aborts the unfinished prompts (each ``engine.generate`` aborts its own request)."""
+    t0 = time.monotonic()
+    first: dict[int, float] = {}
+    done: set[int] = set()
+
+    def record(i: int, out: RequestOutput) -> None:
+        now = time.monotonic()
+        first.setdefault(i, now)
+        if out.finished:
+            done.add(i)
+            ctx.metrics.observe_request(
+                ttft=first[i] - t0, e2e=now - t0,
+                num_output_tokens=sum(len(c.token_ids) for c in out.outputs),
+                num_prompt_tokens=len(out.prompt_token_ids),
+                finish_reasons=[c.finish_reason or "abort" for c in out.outputs])
+
+    streams = [ctx.engine.generate(p, sp, f"{request_id}-{i}") for i, (p, sp) in enumerate(zip(prompts, params))]
+    try:
+        async for i, out in _merge(streams):
+            record(i, out)
+            yield i, out
+    except EngineNotReadyError as e:
+        raise OpenAIError(str(e), 503) from None
+    except PromptTooLongError as e:
+        raise OpenAIError(str(e), 400, param="prompt") from None
+    except ValueError as e:  # the engine rejected a prompt
+        raise OpenAIError(str(e), 400) from None
+    finally:
+        if len(done) < len(prompts):
+            ctx.metrics.requests_aborted.labels(ctx.model_name).inc()
+
+
+async def _merge(streams: list[AsyncIterator[RequestOutput]]) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """Interleave async iterators as their items arrive. One stream is iterated directly (no task)."""
+    if len(streams) == 1:
+        try:
+            async for out in streams[0]:
+                yield 0, out
+        finally:
+            await streams[0].aclose()
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    end = object()
+
+    async def pump(i: int, stream: AsyncIterator[RequestOutput]) -> None:
+        try:
+            async for out in stream:
+                await queue.put((i, out))
+            await queue.put((i, end))
+        except BaseException as e:  # handed to the consumer; cancellation included
+            await queue.put((i, e))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            i, item = await queue.get()
+            if item is end:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield i, item
+    finally:
+        for t in tasks:
+            t.cancel()  # each generate() aborts its request as it unwinds
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def until_disconnected(request: Request, work: Awaitable):
+    """Await ``work``, cancelling it (which aborts its engine requests) if the client disconnects first.
+
+    Returns (True, result) or (False, None) when the client went away."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)  # let it unwind (abort) before we answer
+    if task.cancelled():
+        return False, None
+    return True, task.result()
+
+
+def sse(data: dict | str) -> str:
+    """One server-sent event carrying JSON (or the literal ``[DONE]``)."""
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+async def sse_stream(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
+    """SSE framing with OpenAI's end marker; an error after the headers went out is sent as an event."""
+    try:
+        async for chunk in chunks:
+            yield sse(chunk)
+    except OpenAIError as e:
+        yield sse(e.body().model_dump())
+    except Exception as e:  # noqa: BLE001 - the status is already 200; tell the client in-band
+        yield sse(OpenAIError(f"{type(e).__name__}: {e}", 500).body().model_dump())
+    yield sse("[DONE]")

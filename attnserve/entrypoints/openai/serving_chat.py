@@ -1,0 +1,140 @@
+"""``POST /v1/chat/completions``: messages -> the tokenizer's chat template -> the assistant's reply."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from attnserve.engine.outputs import CompletionOutput, RequestOutput
+from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.protocol import (
+    ChatChoiceLogprobs,
+    ChatCompletionChoice,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatCompletionStreamResponse,
+    ChatDelta,
+    ChatResponseMessage,
+    ChatStreamChoice,
+    ChatTokenLogprob,
+    TopLogprob,
+    UsageInfo,
+)
+from attnserve.entrypoints.openai.serving import (
+    ServingContext,
+    check_unsupported,
+    generate_all,
+    new_id,
+    sampling_params,
+    sse_stream,
+    until_disconnected,
+)
+
+
+async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest, raw: Request) -> Response:
+    ctx.check_ready()
+    model = ctx.check_model(req.model)
+    check_unsupported(req)
+    if req.top_logprobs is not None and not req.logprobs:
+        raise OpenAIError("top_logprobs needs logprobs: true", 400, param="top_logprobs")
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    prompt_ids = render_chat(ctx, req)
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    params = sampling_params(req, ctx.check_prompt(prompt_ids, max_tokens), logprobs)
+    request_id = new_id("chatcmpl")
+    outputs = generate_all(ctx, [prompt_ids], [params], request_id)
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        chunks = _stream(req, model, request_id, outputs, include_usage)
+        return StreamingResponse(sse_stream(chunks), media_type="text/event-stream")
+    connected, final = await until_disconnected(raw, _last(outputs))
+    if not connected:
+        return Response(status_code=499)
+    choices = [
+        ChatCompletionChoice(
+            index=c.index, message=ChatResponseMessage(content=c.text),
+            logprobs=_logprobs(c, 0, len(c.token_ids), req.top_logprobs or 0) if req.logprobs else None,
+            finish_reason=c.finish_reason, stop_reason=c.stop_reason)
+        for c in final.outputs
+    ]
+    completion_tokens = sum(len(c.token_ids) for c in final.outputs)
+    usage = UsageInfo(prompt_tokens=len(prompt_ids), completion_tokens=completion_tokens,
+                      total_tokens=len(prompt_ids) + completion_tokens)
+    body = ChatCompletionResponse(id=request_id, model=model, choices=choices, usage=usage)
+    return JSONResponse(body.model_dump(mode="json"))
+
+
+def render_chat(ctx: ServingContext, req: ChatCompletionRequest) -> list[int]:
+    """The prompt token ids: the tokenizer's chat template over the messages (text parts joined)."""
+    messages = []
+    for m in req.messages:
+        content = m.content if isinstance(m.content, str) or m.content is None else "".join(p.text for p in m.content)
+        msg = {"role": m.role, "content": content or ""}
+        if m.name:
+            msg["name"] = m.name
+        messages.append(msg)
+    if getattr(ctx.tokenizer, "chat_template", None) is None:
+        raise OpenAIError("this model's tokenizer has no chat template; use /v1/completions", 400, param="messages")
+    try:
+        text = ctx.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                 add_generation_prompt=req.add_generation_prompt)
+    except Exception as e:  # noqa: BLE001 - templates raise what they like (jinja's TemplateError, ...)
+        raise OpenAIError(f"the chat template rejected the messages: {e}", 400, param="messages") from None
+    return ctx.tokenizer.encode(text, add_special_tokens=False)
+
+
+async def _last(outputs: AsyncIterator[tuple[int, RequestOutput]]) -> RequestOutput:
+    final = None
+    async for _, out in outputs:
+        final = out
+    return final
+
+
+async def _stream(req: ChatCompletionRequest, model: str, request_id: str,
+                  outputs: AsyncIterator[tuple[int, RequestOutput]], include_usage: bool) -> AsyncIterator[dict]:
+    def chunk(choices: list[ChatStreamChoice]) -> dict:
+        d = ChatCompletionStreamResponse(id=request_id, model=model, choices=choices).model_dump(mode="json")
+        for ch in d["choices"]:
+            ch["delta"] = {k: v for k, v in ch["delta"].items() if v is not None}
+        if not include_usage:
+            d.pop("usage")
+        return d
+
+    # OpenAI's first chunk of each choice carries the role and empty content
+    yield chunk([ChatStreamChoice(index=i, delta=ChatDelta(role="assistant", content="")) for i in range(req.n)])
+    sent_text, sent_tokens, finished = [0] * req.n, [0] * req.n, [False] * req.n
+    prompt_tokens = 0
+    async for _, out in outputs:
+        prompt_tokens = len(out.prompt_token_ids)
+        choices = []
+        for c in out.outputs:
+            i = c.index
+            if finished[i] or (len(c.token_ids) == sent_tokens[i] and c.finish_reason is None):
+                continue
+            logprobs = _logprobs(c, sent_tokens[i], len(c.token_ids), req.top_logprobs or 0) if req.logprobs else None
+            choices.append(ChatStreamChoice(index=i, delta=ChatDelta(content=c.text[sent_text[i]:]),
+                                            logprobs=logprobs, finish_reason=c.finish_reason,
+                                            stop_reason=c.stop_reason))
+            sent_text[i], sent_tokens[i], finished[i] = len(c.text), len(c.token_ids), c.finish_reason is not None
+        if choices:
+            yield chunk(choices)
+    if include_usage:
+        completion_tokens = sum(sent_tokens)
+        usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                          total_tokens=prompt_tokens + completion_tokens)
+        yield ChatCompletionStreamResponse(id=request_id, model=model, choices=[], usage=usage).model_dump(mode="json")
+
+
+def _logprobs(c: CompletionOutput, start: int, end: int, top_n: int) -> ChatChoiceLogprobs:
+    """OpenAI's chat logprobs for generated tokens [start, end), each with its ``top_n`` alternatives."""
+    content = []
+    for tid, entry in zip(c.token_ids[start:end], (c.logprobs or [])[start:end]):
+        sampled = entry[tid]
+        top = sorted(entry.values(), key=lambda e: -e.logprob)[:top_n]
+        content.append(ChatTokenLogprob(
+            token=sampled.decoded_token, logprob=sampled.logprob, bytes=list(sampled.decoded_token.encode()),
+            top_logprobs=[TopLogprob(token=e.decoded_token, logprob=e.logprob, bytes=list(e.decoded_token.encode()))
+                          for e in top]))
+    return ChatChoiceLogprobs(content=content)

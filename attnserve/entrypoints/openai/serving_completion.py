@@ -1,0 +1,150 @@
+"""``POST /v1/completions``: prompts (text or token ids, one or many) -> completions, whole or streamed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from attnserve.engine.outputs import CompletionOutput, RequestOutput
+from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.protocol import (
+    CompletionChoice,
+    CompletionLogProbs,
+    CompletionRequest,
+    CompletionResponse,
+    CompletionStreamResponse,
+    UsageInfo,
+)
+from attnserve.entrypoints.openai.serving import (
+    ServingContext,
+    check_unsupported,
+    generate_all,
+    new_id,
+    sampling_params,
+    sse_stream,
+    until_disconnected,
+)
+
+
+@dataclass
+class _Sent:
+    """How much of one choice a stream has sent."""
+
+    text: int = 0
+    tokens: int = 0
+    offset: int = 0  # text_offset of the next token
+    finished: bool = False
+
+
+async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Request) -> Response:
+    ctx.check_ready()
+    model = ctx.check_model(req.model)
+    check_unsupported(req)
+    if req.suffix:
+        raise OpenAIError("suffix is not supported", 400, param="suffix")
+    if req.best_of is not None and req.best_of != req.n:
+        raise OpenAIError(f"best_of {req.best_of} not supported: it must equal n ({req.n})", 400, param="best_of")
+    if req.echo and req.logprobs is not None:
+        raise OpenAIError("echo with logprobs needs prompt logprobs, which this server does not compute",
+                          400, param="echo")
+    texts, token_prompts = _prompts(ctx, req.prompt)
+    params = [sampling_params(req, ctx.check_prompt(ids, req.max_tokens), req.logprobs) for ids in token_prompts]
+    request_id = new_id("cmpl")
+    outputs = generate_all(ctx, token_prompts, params, request_id)
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        chunks = _stream(req, model, request_id, texts, outputs, include_usage)
+        return StreamingResponse(sse_stream(chunks), media_type="text/event-stream")
+    connected, final = await until_disconnected(raw, _collect(outputs, len(token_prompts)))
+    if not connected:
+        return Response(status_code=499)  # nobody reads it; the requests were aborted
+    choices, completion_tokens = [], 0
+    for p, out in enumerate(final):
+        for c in out.outputs:
+            prefix = texts[p] if req.echo else ""
+            logprobs = _logprobs(c, 0, len(c.token_ids), len(prefix)) if req.logprobs is not None else None
+            choices.append(CompletionChoice(index=p * req.n + c.index, text=prefix + c.text, logprobs=logprobs,
+                                            finish_reason=c.finish_reason, stop_reason=c.stop_reason))
+            completion_tokens += len(c.token_ids)
+    prompt_tokens = sum(len(ids) for ids in token_prompts)
+    usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                      total_tokens=prompt_tokens + completion_tokens)
+    body = CompletionResponse(id=request_id, model=model, choices=choices, usage=usage)
+    return JSONResponse(body.model_dump(mode="json"))
+
+
+def _prompts(ctx: ServingContext, prompt) -> tuple[list[str], list[list[int]]]:
+    """(prompt texts, token-id prompts) for each prompt of the request."""
+    if isinstance(prompt, str):
+        prompt = [prompt]
+    elif prompt and isinstance(prompt[0], int):
+        prompt = [prompt]
+    if not prompt:
+        raise OpenAIError("prompt is empty", 400, param="prompt")
+    token_prompts = [ctx.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompt]
+    for ids in token_prompts:
+        ctx.check_prompt(ids, 1)  # empty / out-of-vocabulary token ids before decoding them
+    texts = [p if isinstance(p, str) else ctx.tokenizer.decode(p) for p in prompt]
+    return texts, token_prompts
+
+
+async def _collect(outputs: AsyncIterator[tuple[int, RequestOutput]], num_prompts: int) -> list[RequestOutput]:
+    final: list[RequestOutput | None] = [None] * num_prompts
+    async for i, out in outputs:
+        final[i] = out
+    return final
+
+
+async def _stream(req: CompletionRequest, model: str, request_id: str, texts: list[str],
+                  outputs: AsyncIterator[tuple[int, RequestOutput]], include_usage: bool) -> AsyncIterator[dict]:
+    sent: dict[int, _Sent] = {}
+    prompt_tokens, completion_tokens = 0, 0
+    async for p, out in outputs:
+        choices = []
+        for c in out.outputs:
+            index = p * req.n + c.index
+            if index not in sent:
+                sent[index] = _Sent(offset=len(texts[p]) if req.echo else 0)
+                prompt_tokens += len(out.prompt_token_ids) if c.index == 0 else 0
+            s = sent[index]
+            if s.finished or (len(c.token_ids) == s.tokens and c.finish_reason is None):
+                continue
+            text = c.text[s.text:]
+            if req.echo and s.tokens == 0 and s.text == 0:
+                text = texts[p] + text
+            logprobs = _logprobs(c, s.tokens, len(c.token_ids), s.offset) if req.logprobs is not None else None
+            if logprobs is not None and logprobs.tokens:
+                s.offset = logprobs.text_offset[-1] + len(logprobs.tokens[-1])
+            completion_tokens += len(c.token_ids) - s.tokens
+            s.text, s.tokens, s.finished = len(c.text), len(c.token_ids), c.finish_reason is not None
+            choices.append(CompletionChoice(index=index, text=text, logprobs=logprobs,
+                                            finish_reason=c.finish_reason, stop_reason=c.stop_reason))
+        if choices:
+            yield _chunk(CompletionStreamResponse(id=request_id, model=model, choices=choices), include_usage)
+    if include_usage:
+        usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                          total_tokens=prompt_tokens + completion_tokens)
+        yield CompletionStreamResponse(id=request_id, model=model, choices=[], usage=usage).model_dump(mode="json")
+
+
+def _chunk(chunk: CompletionStreamResponse, include_usage: bool) -> dict:
+    d = chunk.model_dump(mode="json")
+    if not include_usage:
+        d.pop("usage")
+    return d
+
+
+def _logprobs(c: CompletionOutput, start: int, end: int, offset: int) -> CompletionLogProbs:
+    """OpenAI's legacy logprobs for generated tokens [start, end); ``offset`` is the first token's text offset."""
+    lp = CompletionLogProbs()
+    for tid, entry in zip(c.token_ids[start:end], (c.logprobs or [])[start:end]):
+        sampled = entry[tid]
+        lp.tokens.append(sampled.decoded_token)
+        lp.token_logprobs.append(sampled.logprob)
+        lp.top_logprobs.append({e.decoded_token: e.logprob for e in sorted(entry.values(), key=lambda e: e.rank)})
+        lp.text_offset.append(offset)
+        offset += len(sampled.decoded_token)
+    return lp

@@ -1,0 +1,81 @@
+"""Each invalid request gets its status and OpenAI's error body, and the next valid request succeeds."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.entrypoints.openai.conftest import MAX_MODEL_LEN
+
+
+def _valid(client, model_name) -> None:
+    r = client.completions.create(model=model_name, prompt="Hi", max_tokens=1, temperature=0)
+    assert len(r.choices) == 1 and r.choices[0].finish_reason in ("length", "stop")
+
+
+LONG = "hello " * (MAX_MODEL_LEN + 10)
+
+BAD_COMPLETIONS = {
+    "prompt_longer_than_context": dict(prompt=LONG),
+    "prompt_plus_max_tokens_too_long": dict(prompt="hello " * (MAX_MODEL_LEN - 20), max_tokens=100),
+    "max_tokens_0": dict(max_tokens=0),
+    "max_tokens_negative": dict(max_tokens=-3),
+    "temperature_negative": dict(temperature=-1.0),
+    "top_p_0": dict(top_p=0.0),
+    "n_0": dict(n=0),
+    "logprobs_too_many": dict(logprobs=21),
+    "empty_stop_string": dict(stop=[""]),
+    "empty_prompt_list": dict(prompt=[]),
+    "token_id_out_of_vocab": dict(prompt=[1, 10**9]),
+    "echo_with_logprobs": dict(echo=True, logprobs=1),
+    "frequency_penalty": dict(frequency_penalty=0.5),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_COMPLETIONS), ids=list(BAD_COMPLETIONS))
+def test_bad_completion_is_400(client, model_name, case):
+    kw = {"model": model_name, "prompt": "Hi", "max_tokens": 2, **BAD_COMPLETIONS[case]}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(**kw)
+    assert e.value.status_code == 400
+    error = e.value.body  # the client unwraps {"error": {...}}
+    assert error["type"] == "invalid_request_error" and error["message"]
+    _valid(client, model_name)
+
+
+def test_context_length_message_names_the_numbers(client, model_name):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=model_name, prompt="hello " * (MAX_MODEL_LEN - 20), max_tokens=100)
+    assert f"maximum context length is {MAX_MODEL_LEN}" in e.value.body["message"]
+
+
+def test_unknown_model_is_400(client, model_name):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="no-such-model", prompt="Hi", max_tokens=1)
+    assert e.value.body["code"] == "model_not_found" and e.value.body["param"] == "model"
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "Hi"}])
+    _valid(client, model_name)
+
+
+def test_bad_chat_is_400(client, model_name):
+    for kw in (dict(messages=[]), dict(max_tokens=0), dict(top_logprobs=2),
+               dict(messages=[{"role": "wizard", "content": "Hi"}])):
+        kw = {"model": model_name, "messages": [{"role": "user", "content": "Hi"}], **kw}
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(**kw)
+    _valid(client, model_name)
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"", b"[1, 2]", b'{"prompt": "Hi", "max_tokens": NaN}'])
+def test_malformed_json_is_400(server, client, model_name, body):
+    r = server.post("/v1/completions", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    _valid(client, model_name)
+
+
+def test_unknown_route_is_404_in_openai_format(server, client, model_name):
+    r = server.get("/v1/nothing-here")
+    assert r.status_code == 404 and r.json()["error"]["message"]
+    _valid(client, model_name)

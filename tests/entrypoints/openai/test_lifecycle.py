@@ -1,0 +1,72 @@
+"""API key (401) and graceful shutdown, on a server with a tiny random model (loads in a second or two)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.entrypoints.openai.utils import RemoteServer
+
+KEY = "sk-test-key"
+SHUTDOWN_TIMEOUT = 3
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_model_dir):
+    srv = RemoteServer([tiny_model_dir("llama"), "--served-model-name", "tiny", "tiny-alias",
+                        "--shutdown-timeout", str(SHUTDOWN_TIMEOUT), "--log-level", "warning"], api_key=KEY)
+    yield srv
+    srv.stop()
+
+
+def test_api_key(tiny_server):
+    ok = tiny_server.openai().completions.create(model="tiny", prompt="Hi", max_tokens=2)
+    assert len(ok.choices) == 1
+    for key in ("wrong-key", None):
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        r = httpx.post(tiny_server.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, headers=headers)
+        assert r.status_code == 401
+        assert r.json()["error"]["code"] == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=tiny_server.url + "/v1", api_key="wrong", max_retries=0).models.list()
+    assert httpx.get(tiny_server.url + "/health").status_code == 200  # health and metrics need no key
+    assert httpx.get(tiny_server.url + "/metrics").status_code == 200
+    assert tiny_server.openai().completions.create(model="tiny-alias", prompt="Hi", max_tokens=1).model == "tiny-alias"
+
+
+def test_sigterm_with_request_in_flight(tiny_server):
+    """SIGTERM with a long stream in flight: the stream ends within the timeout, the process exits 0."""
+    events: list[str] = []
+    first = threading.Event()
+
+    def long_stream() -> None:
+        body = {"prompt": "Hi", "max_tokens": 400, "ignore_eos": True, "stream": True}
+        try:
+            with httpx.stream("POST", tiny_server.url + "/v1/completions", json=body, headers=tiny_server.headers,
+                              timeout=60) as r:
+                for line in r.iter_lines():
+                    if line:
+                        events.append(line)
+                        first.set()
+        except httpx.HTTPError as e:
+            events.append(f"closed: {type(e).__name__}")
+        finally:
+            first.set()
+
+    t = threading.Thread(target=long_stream)
+    t.start()
+    assert first.wait(60)
+    t0 = time.monotonic()
+    code = tiny_server.stop(signal.SIGTERM, timeout=SHUTDOWN_TIMEOUT + 20)
+    elapsed = time.monotonic() - t0
+    t.join(10)
+    assert code == 0, tiny_server.log_tail()
+    assert elapsed < SHUTDOWN_TIMEOUT + 15, elapsed
+    assert not t.is_alive() and events
+    with pytest.raises(httpx.TransportError):
+        httpx.get(tiny_server.url + "/health", timeout=2)
