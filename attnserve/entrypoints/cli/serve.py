@@ -13,8 +13,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "serve", help="start the OpenAI-compatible HTTP server",
         description="Serve a model over OpenAI's HTTP API (/v1/completions, /v1/chat/completions, /v1/models, "
                     "/health, /version, /metrics).")
-    parser.add_argument("model_tag", nargs="?", default=None, metavar="MODEL",
-                        help="model folder or .gguf file (same as --model; default: SmolLM2-135M-Instruct)")
     g = parser.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
     g.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
@@ -24,7 +22,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--shutdown-timeout", type=float, default=10.0,
                    help="seconds in-flight requests get to finish after SIGINT/SIGTERM before they are aborted")
     g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-    add_engine_args(parser)
+    add_engine_args(parser, positional_model=True)
     parser.set_defaults(func=run)
     return parser
 
@@ -32,10 +30,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.openai.server import ServerArgs, run_server
 
-    if args.model_tag is not None:
-        if args.model is not None and args.model != args.model_tag:
-            raise SystemExit(f"attnserve serve: error: MODEL {args.model_tag!r} conflicts with --model {args.model!r}")
-        args.model = args.model_tag
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(asctime)s %(name)s: %(message)s")
     config = engine_config_from_args(args)
     server_args = ServerArgs(host=args.host, port=args.port, served_model_names=tuple(args.served_model_name or ()),
