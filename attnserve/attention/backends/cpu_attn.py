@@ -1,7 +1,8 @@
-"""CPU_ATTN: paged attention on the CPU with PyTorch's scaled_dot_product_attention.
+"""CPU_ATTN: paged attention on the CPU in plain PyTorch ops.
 
-Per step the builder turns the block table into, per request, the index of each cached token and the
-attention mask; every layer then gathers its keys/values with one ``index_select`` and runs SDPA.
+Per step the builder turns the block tables into flat cache slots and masks once; every layer then
+gathers its keys/values with ``index_select`` and attends. All decodes of a step (query length 1) run as
+one padded batch; each prefill (or prefill chunk) runs on its own.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from attnserve.attention.ops.reference import causal_mask
 
 
 @dataclass
-class CPUAttentionRequest:
-    """One request's view of the cache for this step."""
+class CPUPrefill:
+    """One prefill request's view of the cache for this step."""
 
     query_start: int
     query_end: int
@@ -34,14 +35,21 @@ class CPUAttentionRequest:
 
 @dataclass
 class CPUAttentionMetadata:
-    """CPU_ATTN's per-step arguments."""
+    """CPU_ATTN's per-step arguments. Decodes are query rows 0..num_decodes-1."""
 
     slot_mapping: torch.Tensor  # (T,) int64
-    requests: list[CPUAttentionRequest]
+    num_decodes: int
+    decode_slots: torch.Tensor  # (num_decodes, max_decode_len) int64, padded with slot 0
+    decode_mask: torch.Tensor  # (num_decodes, 1, 1, max_decode_len) bool, True = attend
+    prefills: list[CPUPrefill]
+
+
+def _slots(block_table_row: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
+    return block_table_row[positions // block_size].long() * block_size + positions % block_size
 
 
 class CPUAttentionMetadataBuilder(AttentionMetadataBuilder):
-    """Computes each request's token slots and mask once per step (shared by all layers)."""
+    """Computes token slots and masks once per step (shared by all layers)."""
 
     def build(self, common: CommonAttentionMetadata) -> CPUAttentionMetadata:
         bs = common.block_size
@@ -50,45 +58,35 @@ class CPUAttentionMetadataBuilder(AttentionMetadataBuilder):
         block_table = common.block_table.cpu()
         window = self.layer_spec.sliding_window
         group = self.layer_spec.num_heads // self.layer_spec.num_kv_heads
-        requests = []
-        for i, seq_len in enumerate(seq_lens):
-            q_len = qsl[i + 1] - qsl[i]
-            positions = torch.arange(seq_len)
-            slots = block_table[i, positions // bs].long() * bs + positions % bs
+        nd = common.num_decodes
+
+        dec_lens = torch.tensor(seq_lens[:nd], dtype=torch.int64)
+        width = int(dec_lens.max()) if nd else 0
+        positions = torch.arange(width).expand(nd, width)
+        valid = positions < dec_lens[:, None]
+        if window is not None:  # the decode token at position L-1 sees positions > L-1-window
+            valid &= positions > (dec_lens[:, None] - 1 - window)
+        safe = torch.where(valid, positions, 0)
+        decode_slots = torch.gather(block_table[:nd].long(), 1, safe // bs) * bs + safe % bs
+
+        prefills = []
+        for i in range(nd, common.num_reqs):
+            q_len, seq_len = qsl[i + 1] - qsl[i], seq_lens[i]
             mask = None
             if q_len > 1 or (window is not None and seq_len > window):
                 mask = causal_mask(q_len, seq_len, window).repeat(group, 1)
-            requests.append(CPUAttentionRequest(qsl[i], qsl[i + 1], slots, mask))
-        return CPUAttentionMetadata(slot_mapping=common.slot_mapping, requests=requests)
-
-
-class CPUAttentionImpl(AttentionImpl):
-    """Gathers each request's K/V from the paged cache and calls SDPA once per request.
-
-    GQA without copying K/V: the G query heads that share a KV head are stacked along the query axis,
-    ``(Hkv, G * q_len, D)``, so SDPA's batch is the KV heads. (SDPA's own ``enable_gqa`` takes ~35 ms per
-    call on CPU in torch 2.13, 100x slower than this.)
-    """
-
-    def forward(self, query, key, value, kv_cache, metadata: CPUAttentionMetadata) -> torch.Tensor:
-        write_kv_cache(key, value, kv_cache, metadata.slot_mapping)
-        out = torch.empty_like(query)
-        k_flat = kv_cache[0].reshape(-1, self.num_kv_heads, self.head_size)
-        v_flat = kv_cache[1].reshape(-1, self.num_kv_heads, self.head_size)
-        hkv, d = self.num_kv_heads, self.head_size
-        for r in metadata.requests:
-            q_len = r.query_end - r.query_start
-            # (q_len, Hq, D) -> (Hq, q_len, D) -> (Hkv, G * q_len, D): head h uses KV head h // G
-            q = query[r.query_start : r.query_end].transpose(0, 1).reshape(hkv, -1, d)
-            k = k_flat.index_select(0, r.token_slots).transpose(0, 1).to(q.dtype)  # (Hkv, seq_len, D)
-            v = v_flat.index_select(0, r.token_slots).transpose(0, 1).to(q.dtype)
-            o = _attend(q, k, v, r.mask, self.scale)
-            out[r.query_start : r.query_end] = o.reshape(self.num_heads, q_len, d).transpose(0, 1)
-        return out
+            prefills.append(CPUPrefill(qsl[i], qsl[i + 1], _slots(block_table[i], torch.arange(seq_len), bs), mask))
+        return CPUAttentionMetadata(
+            slot_mapping=common.slot_mapping,
+            num_decodes=nd,
+            decode_slots=decode_slots,
+            decode_mask=valid[:, None, None, :],
+            prefills=prefills,
+        )
 
 
 # below this many attention scores per request, explicit matmuls beat SDPA's CPU kernel, whose fixed cost
-# (~0.2-2 ms per call in torch 2.13) dominates decode; above it SDPA avoids materializing the scores
+# (~0.2-2 ms per call in torch 2.13) dominates small problems; above it SDPA avoids materializing the scores
 _SMALL_SCORES = 1 << 22
 
 
@@ -102,8 +100,42 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     return torch.bmm(scores.softmax(dim=-1), v)
 
 
+class CPUAttentionImpl(AttentionImpl):
+    """Attention over the paged cache with GQA by grouping, never by copying K/V.
+
+    The G query heads that share a KV head are stacked: decodes as ``(B, Hkv, G, D)`` against keys
+    ``(B, Hkv, L, D)``, prefills as ``(Hkv, G * q_len, D)`` so the matmul batch is the KV heads. (SDPA's
+    own ``enable_gqa`` takes ~35 ms per call on CPU in torch 2.13.)
+    """
+
+    def forward(self, query, key, value, kv_cache, metadata: CPUAttentionMetadata) -> torch.Tensor:
+        write_kv_cache(key, value, kv_cache, metadata.slot_mapping)
+        out = torch.empty_like(query)
+        hkv, d = self.num_kv_heads, self.head_size
+        k_flat = kv_cache[0].reshape(-1, hkv, d)
+        v_flat = kv_cache[1].reshape(-1, hkv, d)
+        nd = metadata.num_decodes
+        if nd:
+            slots = metadata.decode_slots
+            q = query[:nd].view(nd, hkv, -1, d)  # head h uses KV head h // G
+            k = k_flat[slots].to(q.dtype).permute(0, 2, 3, 1)  # (B, Hkv, D, L)
+            v = v_flat[slots].to(q.dtype).transpose(1, 2)  # (B, Hkv, L, D)
+            scores = torch.matmul(q, k) * self.scale  # (B, Hkv, G, L)
+            scores = scores.masked_fill(~metadata.decode_mask, float("-inf"))
+            out[:nd] = torch.matmul(scores.softmax(dim=-1), v).reshape(nd, self.num_heads, d)
+        for r in metadata.prefills:
+            q_len = r.query_end - r.query_start
+            # (q_len, Hq, D) -> (Hq, q_len, D) -> (Hkv, G * q_len, D)
+            q = query[r.query_start : r.query_end].transpose(0, 1).reshape(hkv, -1, d)
+            k = k_flat.index_select(0, r.token_slots).transpose(0, 1).to(q.dtype)  # (Hkv, seq_len, D)
+            v = v_flat.index_select(0, r.token_slots).transpose(0, 1).to(q.dtype)
+            o = _attend(q, k, v, r.mask, self.scale)
+            out[r.query_start : r.query_end] = o.reshape(self.num_heads, q_len, d).transpose(0, 1)
+        return out
+
+
 class CPUAttentionBackend(AttentionBackend):
-    """Paged attention on the CPU through PyTorch SDPA; any head size and block size."""
+    """Paged attention on the CPU in PyTorch; any head size and block size."""
 
     name = "CPU_ATTN"
     device_types = ("cpu",)
