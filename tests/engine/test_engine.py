@@ -170,3 +170,30 @@ def test_unsupported_architecture(tmp_path, llama_dir):
     with pytest.raises(ValueError) as e:
         LLM(str(tmp_path / "m"), device="cpu")
     assert "model architecture ['FalconForCausalLM'] not supported (supported: " in str(e.value)
+
+
+def test_sharded_safetensors_and_dummy_weights(tmp_path, llama_dir, reference_tokens):
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    sharded = tmp_path / "sharded"
+    AutoModelForCausalLM.from_pretrained(llama_dir).save_pretrained(sharded, max_shard_size="2MB")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(f"{llama_dir}/{f}", sharded / f)
+    assert len(list(sharded.glob("*.safetensors"))) > 1 and (sharded / "model.safetensors.index.json").exists()
+    llm = LLM(str(sharded), dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20)
+    assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)] == reference_tokens
+    dummy = LLM(llama_dir, dtype="float32", device="cpu", load_format="dummy", kv_cache_memory=8 << 20)
+    out = dummy.generate(PROMPTS[0], GREEDY)[0].outputs[0]
+    assert len(out.token_ids) == 20 and out.token_ids != reference_tokens[0]
+
+
+def test_abort_frees_the_requests_blocks(llm):
+    engine = llm.engine
+    free = engine.block_manager.num_free_blocks
+    rid = engine.add_request(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=50, ignore_eos=True))
+    engine.step()
+    assert engine.block_manager.num_free_blocks < free
+    engine.abort_request(rid)
+    assert engine.block_manager.num_free_blocks == free and not engine.has_unfinished_requests()

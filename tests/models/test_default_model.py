@@ -64,3 +64,13 @@ def test_last_position_logits_match(default_llm, hf_reference):
     for i, prompt in enumerate(PROMPTS):
         diff = (logits[i] - hf_reference[prompt][1]).abs().max().item()
         assert diff < 1e-3, (prompt, diff)
+
+
+def test_chat_answers_with_the_chat_template(default_llm):
+    out = default_llm.chat([{"role": "user", "content": "What is the capital of France?"}],
+                           SamplingParams(temperature=0.0, max_tokens=16))[0]
+    tok = default_llm.tokenizer
+    expected_prompt = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                              tokenize=False, add_generation_prompt=True)
+    assert out.prompt_token_ids == tok.encode(expected_prompt, add_special_tokens=False)
+    assert "Paris" in out.outputs[0].text
