@@ -17,6 +17,7 @@ from attnserve.attention.layer import Attention
 from attnserve.layers.activation import SiluAndMul
 from attnserve.layers.norm import RMSNorm
 from attnserve.layers.rotary import RotaryEmbedding
+from attnserve.models.weight_utils import copy_weight
 from attnserve.models.dims import ModelDims, head_size_of, sliding_window_of, standard_dims
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -159,13 +160,10 @@ class LlamaForCausalLM(nn.Module):
                 if f".{ckpt}." in name:
                     name, shard = name.replace(f".{ckpt}.", f".{fused}."), index
                     break
-            if name not in params:
-                raise KeyError(f"checkpoint tensor {hf_name!r} has no matching parameter in {type(self).__name__}")
-            param = params[name]
-            target = param.data if shard is None else self._shard_view(name, param.data, shard)
-            if tuple(target.shape) != tuple(tensor.shape):
-                raise ValueError(f"{hf_name}: checkpoint shape {tuple(tensor.shape)} != expected {tuple(target.shape)}")
-            target.copy_(tensor)
+            if shard is not None and name in params:
+                copy_weight({name: self._shard_view(name, params[name].data, shard)}, name, tensor, hf_name, type(self).__name__)
+            else:
+                copy_weight(params, name, tensor, hf_name, type(self).__name__)
             loaded.add(name if shard is None else f"{name}#{shard}")
         return loaded
 
