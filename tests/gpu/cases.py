@@ -161,6 +161,8 @@ def run_case(backend_cls, case: Case, device: str | torch.device, attention_conf
     if case.prefill_decode:
         cfg = dataclasses.replace(cfg, use_prefill_decode_attention=True)
     builder = backend_cls.get_builder_cls()(spec, device, case.dtype, attention_config=cfg, kv_cache_layout=case.layout)
+    if hasattr(builder, "num_cache_blocks"):
+        builder.num_cache_blocks = num_blocks
     impl = backend_cls.get_impl_cls()(spec, attention_config=cfg)
     if fp8:
         impl.k_scale, impl.v_scale = k_scale, v_scale
