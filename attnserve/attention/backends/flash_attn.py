@@ -317,6 +317,7 @@ class FlashAttentionImpl(AttentionImpl):
         self.v_scale = 1.0
 
     def forward(self, query, key, value, kv_cache, metadata: FlashAttentionMetadata) -> torch.Tensor:
+        self.last_q_scales = []  # (first, end, scale) of each fp8-quantized query slice, for tests
         key_cache, value_cache = kv_views(kv_cache, 0)
         write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
         if len(metadata.calls) == 1:
@@ -356,6 +357,7 @@ class FlashAttentionImpl(AttentionImpl):
             shape = (call.seq_lens.numel(), self.num_kv_heads)
             q_scale = (q.abs().amax().float() / torch.finfo(key_cache.dtype).max).clamp_min(1e-12)
             q = (q.float() / q_scale).to(key_cache.dtype)
+            self.last_q_scales.append((call.query_start, call.query_end, q_scale))
             descales = dict(q_descale=q_scale.reshape(1, 1).expand(shape).contiguous(), k_descale=torch.full(shape, self.k_scale, device=q.device),
                             v_descale=torch.full(shape, self.v_scale, device=q.device))
         out = self.fa.flash_attn_with_kvcache(

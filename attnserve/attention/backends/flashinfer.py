@@ -247,6 +247,7 @@ class FlashInferImpl(AttentionImpl):
         self.v_scale = 1.0
 
     def forward(self, query, key, value, kv_cache, metadata: FlashInferMetadata) -> torch.Tensor:
+        self.last_q_scales = []  # (first, end, scale) of each fp8-quantized query slice, for tests
         key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
         write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
         # FlashInfer takes the cache in its physical order: (N, 2, B, H, D) for NHD, (N, 2, H, B, D) for HND
@@ -269,5 +270,6 @@ class FlashInferImpl(AttentionImpl):
                 q_scale = (q.abs().amax().float() / torch.finfo(kv_cache.dtype).max).clamp_min(1e-12)
                 q = (q.float() / q_scale).to(kv_cache.dtype)
                 scales["q_scale"] = float(q_scale)
+                self.last_q_scales.append((call.query_start, call.query_end, q_scale))
             out[call.query_start:call.query_end] = call.wrapper.run(q, physical, **scales)
         return out
