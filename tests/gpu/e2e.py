@@ -79,11 +79,15 @@ def run(gguf: str) -> list[dict]:
     from attnserve import LLM
 
     rows, first = [], True
-    for dtype in (torch.float32, torch.bfloat16):
+    dtypes = os.environ.get("ATTNSERVE_E2E_DTYPES", "float32,bfloat16").split(",")
+    only = os.environ.get("ATTNSERVE_E2E_BACKENDS")  # comma-separated labels, to narrow a run
+    for dtype in (getattr(torch, d) for d in dtypes):
         dname = str(dtype).replace("torch.", "")
         ref = None
         tokens_by_backend = {}
         for label, backend, cfg in backends(dtype):
+            if only and label not in only.split(","):
+                continue
             row = {"dtype": dname, "backend": label}
             try:
                 mem = {"gpu_memory_utilization": 0.5} if first else {"kv_cache_memory": 1 << 30}
