@@ -105,8 +105,9 @@ class AttentionLayerSpec:
 class AttentionImpl(ABC):
     """Per-layer attention computation over the paged KV cache."""
 
-    def __init__(self, spec: AttentionLayerSpec) -> None:
+    def __init__(self, spec: AttentionLayerSpec, attention_config: "AttentionConfig | None" = None) -> None:
         self.spec = spec
+        self.attention_config = attention_config  # backend options (FA version, FlashInfer flags); None = defaults
         self.num_heads = spec.num_heads
         self.num_kv_heads = spec.num_kv_heads
         self.head_size = spec.head_size
@@ -129,10 +130,15 @@ class AttentionImpl(ABC):
 class AttentionMetadataBuilder(ABC):
     """Turns the step's common metadata into this backend's kernel arguments, once per step."""
 
-    def __init__(self, layer_spec: AttentionLayerSpec, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self, layer_spec: AttentionLayerSpec, device: torch.device, dtype: torch.dtype,
+        attention_config: "AttentionConfig | None" = None, kv_cache_layout: KVCacheLayout = KVCacheLayout.NHD,
+    ) -> None:
         self.layer_spec = layer_spec
         self.device = device
         self.dtype = dtype
+        self.attention_config = attention_config  # backend options; None = defaults
+        self.kv_cache_layout = kv_cache_layout  # memory order the runner allocated the cache in
 
     @abstractmethod
     def build(self, common: CommonAttentionMetadata) -> Any:

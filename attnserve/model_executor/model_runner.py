@@ -7,6 +7,7 @@ SchedulerOutput.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -74,40 +75,74 @@ class ModelRunner:
         )
         self.attn_selection = select_attn_backend(config.attention, self.selector_config, self.platform)
         self.backend = self.attn_selection.backend_cls
+        # backends read their options (FA version as selected, FlashInfer flags) from the attention config
+        self.attn_config = config.attention
+        if self.attn_selection.flash_attn_version is not None:
+            self.attn_config = dataclasses.replace(config.attention,
+                                                   flash_attn_version=self.attn_selection.flash_attn_version)
         self.layer_specs: list[AttentionLayerSpec] = []
 
         def make_attention(spec: AttentionLayerSpec, layer_index: int) -> Attention:
             self.layer_specs.append(spec)
-            return Attention(self.backend.get_impl_cls()(spec), layer_index)
+            return Attention(self.backend.get_impl_cls()(spec, attention_config=self.attn_config), layer_index)
 
         with _default(self.device, self.dtype):
             self.model = model_cls(hf_config, make_attention)
         load_weights(self.model, source, config.model.load_format, hf_config, config.model.seed)
         self.model.eval()
 
+        self.builder = self.backend.get_builder_cls()(
+            self.layer_specs[0], self.device, self.dtype, attention_config=self.attn_config,
+            kv_cache_layout=self.attn_selection.kv_cache_layout)
+        self.sampler = Sampler()
         block_bytes = bytes_per_block(self.num_layers, self.block_size, self.num_kv_heads, self.head_size, self.kv_dtype)
         reserve = self._activation_reserve_bytes()
         self.num_blocks = num_kv_blocks(config.cache, self.device, block_bytes, reserve)
-        self.kv_caches = allocate_kv_caches(
-            self.backend, self.attn_selection.kv_cache_layout, self.num_layers, self.num_blocks, self.block_size, self.num_kv_heads, self.head_size,
-            self.kv_dtype, self.device,
-        )
-        self.builder = self.backend.get_builder_cls()(self.layer_specs[0], self.device, self.dtype)
-        self.sampler = Sampler()
+        self.kv_caches = self._allocate(self.num_blocks)
         self.default_generator = torch.Generator(device=self.device).manual_seed(config.model.seed)
         self.generators: dict[str, torch.Generator] = {}
         logger.info("KV cache: %d blocks of %d tokens (%s, %s)", self.num_blocks, self.block_size,
                     self.kv_dtype, self.backend.name)
 
+    def _allocate(self, num_blocks: int) -> list[torch.Tensor]:
+        if hasattr(self.builder, "num_cache_blocks"):  # FLEX_ATTENTION sizes its block mask to the cache
+            self.builder.num_cache_blocks = num_blocks
+        return allocate_kv_caches(
+            self.backend, self.attn_selection.kv_cache_layout, self.num_layers, num_blocks, self.block_size,
+            self.num_kv_heads, self.head_size, self.kv_dtype, self.device,
+        )
+
     def _activation_reserve_bytes(self) -> int:
-        """Rough peak activation memory of one step, kept free of KV cache on GPU."""
-        if self.device.type == "cpu":
+        """Peak activation memory of one step, kept free of KV cache on GPU.
+
+        Measured (GPU memory profiling): one forward pass of ``max_num_batched_tokens`` dummy tokens on a
+        temporary cache just big enough for them, peak minus what was allocated before, plus the
+        sampler's float32 logits for ``max_num_seqs`` requests. Skipped (0) on CPU and when the cache size
+        is given explicitly.
+        """
+        cache = self.config.cache
+        if self.device.type != "cuda" or cache.num_gpu_blocks is not None or cache.kv_cache_memory is not None:
             return 0
-        dims, sched = self.dims, self.config.scheduler
-        tokens = sched.max_num_batched_tokens
-        per_token = 4 * (4 * dims.hidden_size + 2 * dims.intermediate_size)
-        logits = sched.max_num_seqs * dims.vocab_size * 4 * 3
-        return tokens * per_token + logits + (512 << 20)
+        from attnserve.engine.sampling_params import SamplingParams
+        from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
+
+        sched = self.config.scheduler
+        tokens = min(sched.max_num_batched_tokens, getattr(self.hf_config, "max_position_embeddings", None) or 1 << 30)
+        n_blocks = -(-tokens // self.block_size)
+        self.kv_caches = self._allocate(n_blocks + 1)
+        torch.cuda.synchronize(self.device)
+        before = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        req = ScheduledRequest("profile", [0] * tokens, 0, list(range(1, n_blocks + 1)),
+                               SamplingParams(temperature=0.0, max_tokens=1), True)
+        self.compute_logits(SchedulerOutput(requests=[req]))
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device) - before
+        self.kv_caches = []
+        torch.cuda.empty_cache()
+        logits = sched.max_num_seqs * self.dims.vocab_size * 4 * 3
+        logger.info("Profiled one step of %d tokens: %.1f MiB of activations", tokens, peak / 2**20)
+        return peak + logits + (256 << 20)
 
     def prepare(self, sched: SchedulerOutput) -> ForwardBatch:
         """Flatten the step's requests into one batch and build the backend's metadata once."""

@@ -273,5 +273,5 @@ def test_kv_cache_shapes_and_stride_orders():
     for cls in (FlashAttentionBackend, FlashInferBackend):
         assert cls.get_kv_cache_stride_order(KVCacheLayout.NHD) == (0, 1, 2, 3, 4)
         assert cls.get_kv_cache_stride_order(KVCacheLayout.HND) == (0, 1, 3, 2, 4)
-    with pytest.raises(NotImplementedError, match="kernels: issue 6"):
-        FlashInferBackend.get_impl_cls()
+    # issue 6 implemented the kernels: the factories return classes (importing no kernel library)
+    assert FlashInferBackend.get_impl_cls().__name__ == "FlashInferImpl"

@@ -1,4 +1,15 @@
-"""FLASH_ATTN: FlashAttention 2, 3 or 4 over a paged KV cache. Declarations only (kernels: issue 6).
+"""FLASH_ATTN: FlashAttention 2, 3 or 4 over a paged KV cache.
+
+One backend over three libraries; the builder resolves the version once and the impl calls it:
+* 3 (``flash_attn_interface``): ``flash_attn_with_kvcache`` with ``page_table``, ``cu_seqlens_q`` and
+  ``cache_seqlens`` runs a whole mixed batch in one call; the builder computes ``get_scheduler_metadata``
+  (the split-KV plan) once per step. fp8 KV cache: the query is quantized to e4m3 with a per-tensor scale
+  computed from its absolute maximum, and the three descales go to the kernel.
+* 4 (``flash_attn.cute``): ``flash_attn_varlen_func`` with ``page_table`` and ``seqused_k``.
+* 2 (``flash_attn``): ``flash_attn_varlen_func`` with ``block_table`` (needs ``cu_seqlens_k``) for mixed
+  batches and ``flash_attn_with_kvcache`` for the decode call.
+With ``use_prefill_decode_attention`` each step makes two calls: decodes (query length 1), then prefills.
+Layout NHD ``(2, num_blocks, block_size, num_kv_heads, head_size)``.
 
 Which FlashAttention runs is ``attention_config.flash_attn_version``:
 
@@ -25,11 +36,19 @@ Limits, per version:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from attnserve.attention.backend import AttentionBackend, AttentionType, CudaGraphSupport
+from attnserve.attention.backend import (
+    AttentionBackend,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+    CudaGraphSupport,
+)
+from attnserve.attention.ops.kv_write import FP8_DTYPES, kv_views, write_kv
 from attnserve.attention.capabilities import BackendCapabilities, cc_str
 from attnserve.attention.validation import capability_reasons, package_installed
 
@@ -102,12 +121,12 @@ class FlashAttentionBackend(AttentionBackend):
     cuda_graph_support = CudaGraphSupport.ALWAYS  # version 3; 2 and 4: UNIFORM_BATCH
 
     @staticmethod
-    def get_impl_cls():
-        raise NotImplementedError("kernels: issue 6")
+    def get_impl_cls() -> type["FlashAttentionImpl"]:
+        return FlashAttentionImpl
 
     @staticmethod
-    def get_builder_cls():
-        raise NotImplementedError("kernels: issue 6")
+    def get_builder_cls() -> type["FlashAttentionMetadataBuilder"]:
+        return FlashAttentionMetadataBuilder
 
     @classmethod
     def version_capabilities(cls, version: int) -> BackendCapabilities:
@@ -191,3 +210,160 @@ class FlashAttentionBackend(AttentionBackend):
             return f"compute capability {cc_str(cc)} not supported (needs >= {cc_str(lowest)})"
         ranges = "; ".join(f"FlashAttention {n}: {v.gpu_rule()}" for n, v in FLASH_ATTN_VERSIONS.items())
         return f"compute capability {cc_str(cc)} not supported ({ranges})"
+
+
+def installed_version(attention_config: "AttentionConfig | None", device: torch.device) -> int:
+    """The configured version, else the best installed one for ``device`` (as the selector resolves it)."""
+    if attention_config is not None and attention_config.flash_attn_version is not None:
+        return attention_config.flash_attn_version
+    cc = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    for v in version_preference(cc):
+        if FLASH_ATTN_VERSIONS[v].supports_gpu(cc) and package_installed(FLASH_ATTN_VERSIONS[v].package):
+            return v
+    raise ValueError(f"no FlashAttention version installed for compute capability {cc}: "
+                     "pip install 'attnserve[fa3]' (or fa4, fa2)")
+
+
+def _load(version: int) -> Any:
+    """The kernel module of ``version`` (imported here, at Impl/Builder construction, never at import)."""
+    if version == 3:
+        import flash_attn_interface as mod
+    elif version == 4:
+        import flash_attn.cute as mod
+    elif version == 2:
+        import flash_attn as mod
+    else:  # pragma: no cover - AttentionConfig validates the choices
+        raise ValueError(f"flash_attn_version {version} not supported (supported: 2, 3, 4)")
+    return mod
+
+
+@dataclass
+class FlashAttentionCall:
+    """One kernel call over requests [first, last) of the step."""
+
+    decode: bool  # every request has query length 1
+    query_start: int  # token range [query_start, query_end) of the call
+    query_end: int
+    query_start_loc: torch.Tensor  # (n + 1,) int32, from 0
+    seq_lens: torch.Tensor  # (n,) int32
+    block_table: torch.Tensor  # (n, max_blocks) int32
+    cu_seqlens_k: torch.Tensor | None  # (n + 1,) int32, FlashAttention 2 only
+    max_query_len: int
+    max_seq_len: int
+    scheduler_metadata: torch.Tensor | None  # FlashAttention 3's split-KV plan for this call
+
+
+@dataclass
+class FlashAttentionMetadata:
+    slot_mapping: torch.Tensor  # (T,) int64
+    calls: list[FlashAttentionCall]
+
+
+class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
+    """Resolves the version once; per step slices the batch into one or two calls and, for version 3,
+    computes the scheduler metadata (how many KV splits each request gets) once for all layers."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.version = installed_version(self.attention_config, self.device)
+        self.fa = _load(self.version)
+        cfg = self.attention_config
+        self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
+
+    def _call(self, common: CommonAttentionMetadata, first: int, last: int) -> FlashAttentionCall:
+        qsl_cpu = common.query_start_loc_cpu
+        q0, q1 = int(qsl_cpu[first]), int(qsl_cpu[last])
+        qsl = common.query_start_loc[first:last + 1] - q0 if first else common.query_start_loc[: last + 1]
+        seq_lens = common.seq_lens[first:last]
+        q_lens = common.query_lens_cpu[first:last]
+        max_q, max_k = int(q_lens.max()), int(common.seq_lens_cpu[first:last].max())
+        cu_k = None
+        if self.version == 2:
+            cu_k = torch.zeros(last - first + 1, dtype=torch.int32, device=self.device)
+            cu_k[1:] = torch.cumsum(seq_lens, 0)
+        sched = None
+        if self.version == 3:
+            spec = self.layer_spec
+            window = (spec.sliding_window - 1, 0) if spec.sliding_window else (-1, -1)
+            fp8 = spec.kv_cache_dtype != "auto"
+            sched = self.fa.get_scheduler_metadata(
+                last - first, max_q, max_k, spec.num_heads, spec.num_kv_heads, spec.head_size, seq_lens,
+                qkv_dtype=torch.float8_e4m3fn if fp8 else self.dtype, cu_seqlens_q=qsl,
+                page_size=common.block_size, causal=True, window_size=window,
+                has_softcap=spec.logits_soft_cap is not None,
+            )
+        return FlashAttentionCall(max_q == 1, q0, q1, qsl, seq_lens, common.block_table[first:last], cu_k,
+                                  max_q, max_k, sched)
+
+    def build(self, common: CommonAttentionMetadata) -> FlashAttentionMetadata:
+        nd, b = common.num_decodes, common.num_reqs
+        if self.prefill_decode and 0 < nd < b:
+            calls = [self._call(common, 0, nd), self._call(common, nd, b)]
+        else:
+            calls = [self._call(common, 0, b)]
+        return FlashAttentionMetadata(common.slot_mapping, calls)
+
+
+class FlashAttentionImpl(AttentionImpl):
+    """Writes K/V (Triton kernel), then one FlashAttention call per metadata call."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.version = installed_version(self.attention_config, torch.device("cuda"))
+        self.fa = _load(self.version)
+        self.window = (self.sliding_window - 1, 0) if self.sliding_window else (-1, -1)
+        self.softcap = self.logits_soft_cap or 0.0
+        self.k_scale = 1.0  # per-tensor fp8 scales: stored value = x / scale
+        self.v_scale = 1.0
+
+    def forward(self, query, key, value, kv_cache, metadata: FlashAttentionMetadata) -> torch.Tensor:
+        self.last_q_scales = []  # (first, end, scale) of each fp8-quantized query slice, for tests
+        key_cache, value_cache = kv_views(kv_cache, 0)
+        write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
+        if len(metadata.calls) == 1:
+            return self._attend(query, key_cache, value_cache, metadata.calls[0])
+        out = torch.empty_like(query)
+        for call in metadata.calls:
+            out[call.query_start:call.query_end] = self._attend(
+                query[call.query_start:call.query_end], key_cache, value_cache, call)
+        return out
+
+    def _attend(self, q, key_cache, value_cache, call: FlashAttentionCall) -> torch.Tensor:
+        if self.version == 3:
+            return self._fa3(q, key_cache, value_cache, call)
+        if self.version == 4:
+            window = (self.window[0], 0) if self.sliding_window else (None, None)
+            res = self.fa.flash_attn_varlen_func(
+                q, key_cache, value_cache, cu_seqlens_q=call.query_start_loc, seqused_k=call.seq_lens,
+                page_table=call.block_table, max_seqlen_q=call.max_query_len, max_seqlen_k=call.max_seq_len,
+                softmax_scale=self.scale, causal=True, window_size=window, softcap=self.softcap)
+            return res[0] if isinstance(res, tuple) else res
+        if call.decode:  # FlashAttention 2: the paged decode kernel
+            out = self.fa.flash_attn_with_kvcache(
+                q.unsqueeze(1), key_cache, value_cache, cache_seqlens=call.seq_lens,
+                block_table=call.block_table, softmax_scale=self.scale, causal=True, window_size=self.window,
+                softcap=self.softcap)
+            return out.squeeze(1)
+        return self.fa.flash_attn_varlen_func(
+            q, key_cache, value_cache, call.query_start_loc, call.cu_seqlens_k, call.max_query_len,
+            call.max_seq_len, softmax_scale=self.scale, causal=True, window_size=self.window,
+            softcap=self.softcap, block_table=call.block_table)
+
+    def _fa3(self, q, key_cache, value_cache, call: FlashAttentionCall) -> torch.Tensor:
+        descales = {}
+        out_dtype = q.dtype
+        if key_cache.dtype in FP8_DTYPES:
+            # FA3's fp8 path needs q, k and v all in e4m3: quantize q with a per-tensor scale
+            shape = (call.seq_lens.numel(), self.num_kv_heads)
+            q_scale = (q.abs().amax().float() / torch.finfo(key_cache.dtype).max).clamp_min(1e-12)
+            q = (q.float() / q_scale).to(key_cache.dtype)
+            self.last_q_scales.append((call.query_start, call.query_end, q_scale))
+            descales = dict(q_descale=q_scale.reshape(1, 1).expand(shape).contiguous(), k_descale=torch.full(shape, self.k_scale, device=q.device),
+                            v_descale=torch.full(shape, self.v_scale, device=q.device))
+        out = self.fa.flash_attn_with_kvcache(
+            q, key_cache, value_cache, cache_seqlens=call.seq_lens, page_table=call.block_table,
+            cu_seqlens_q=call.query_start_loc, max_seqlen_q=call.max_query_len, softmax_scale=self.scale,
+            causal=True, window_size=self.window, softcap=self.softcap,
+            scheduler_metadata=call.scheduler_metadata, **descales)
+        out = out[0] if isinstance(out, tuple) else out
+        return out if out.dtype == out_dtype else out.to(out_dtype)

@@ -1,4 +1,13 @@
-"""FLASHINFER: FlashInfer's paged-KV prefill/decode kernels. Declarations only (kernels: issue 6).
+"""FLASHINFER: FlashInfer's paged-KV prefill/decode kernels.
+
+The builder plans FlashInfer's wrappers once per step (``plan()``: page index arrays, split-KV schedule)
+and each layer only calls ``run()``. Decode-only steps use ``BatchDecodeWithPagedKVCacheWrapper`` (tensor
+cores when GQA groups query heads), prefill-only and mixed steps one ``BatchPrefillWithPagedKVCacheWrapper``
+call; ``use_prefill_decode_attention`` splits a mixed step into a decode and a prefill call;
+``disable_flashinfer_prefill`` runs the prefill part on our Triton kernel. The cache is
+``(num_blocks, 2, block_size, Hkv, D)`` in NHD or HND memory order. fp8 KV cache: per-tensor scales;
+the prefill wrapper's query is quantized to fp8 too unless ``disable_flashinfer_q_quantization``.
+``use_trtllm_attention=True`` off CC 10.x is an error; the TRT-LLM path itself is not wired yet.
 
 Limits (FlashInfer docs and the kernels' dispatch tables, as vLLM declares them):
 * GPUs: SM75 (Turing) through Blackwell: compute capability 7.5 to 12.1.
@@ -12,11 +21,21 @@ Limits (FlashInfer docs and the kernels' dispatch tables, as vLLM declares them)
 
 from __future__ import annotations
 
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 
-from attnserve.attention.backend import AttentionBackend, AttentionType, CudaGraphSupport, KVCacheLayout
+from attnserve.attention.backend import (
+    AttentionBackend,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+    CudaGraphSupport,
+    KVCacheLayout,
+)
+from attnserve.attention.ops.kv_write import kv_views, write_kv
 from attnserve.attention.capabilities import BackendCapabilities
 
 
@@ -47,12 +66,12 @@ class FlashInferBackend(AttentionBackend):
     cuda_graph_support = CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE
 
     @staticmethod
-    def get_impl_cls():
-        raise NotImplementedError("kernels: issue 6")
+    def get_impl_cls() -> type["FlashInferImpl"]:
+        return FlashInferImpl
 
     @staticmethod
-    def get_builder_cls():
-        raise NotImplementedError("kernels: issue 6")
+    def get_builder_cls() -> type["FlashInferMetadataBuilder"]:
+        return FlashInferMetadataBuilder
 
     @classmethod
     def get_kv_cache_shape(cls, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int) -> tuple[int, ...]:
@@ -91,3 +110,166 @@ class FlashInferBackend(AttentionBackend):
     @classmethod
     def get_required_kv_cache_layout(cls, platform=None, attention_config=None) -> KVCacheLayout | None:
         return KVCacheLayout.HND if _trtllm_applies(platform, attention_config) else None
+
+
+_WORKSPACE_BYTES = 256 << 20
+_WORKSPACES: dict[str, torch.Tensor] = {}
+
+
+def _workspace(device: torch.device) -> torch.Tensor:
+    """FlashInfer's float workspace, one per device (shared by the wrappers of every builder)."""
+    key = str(device)
+    if key not in _WORKSPACES:
+        _WORKSPACES[key] = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+    return _WORKSPACES[key]
+
+
+def _kv_torch_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
+    return {"auto": model_dtype, "fp8_e5m2": torch.float8_e5m2}.get(kv_cache_dtype, torch.float8_e4m3fn)
+
+
+@dataclass
+class FlashInferCall:
+    """One wrapper run over requests [first, last): ``decode`` (decode wrapper), ``prefill`` (prefill
+    wrapper, any query lengths) or ``fallback`` (our Triton kernel, for disable_flashinfer_prefill)."""
+
+    kind: str
+    query_start: int
+    query_end: int
+    wrapper: Any = None
+    tiles: tuple | None = None  # fallback only: (tile_seq, tile_start) for the Triton kernel
+
+
+@dataclass
+class FlashInferMetadata:
+    slot_mapping: torch.Tensor  # (T,) int64
+    calls: list[FlashInferCall]
+    # for the fallback prefill kernel
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_table: torch.Tensor
+
+
+class FlashInferMetadataBuilder(AttentionMetadataBuilder):
+    """plan() once per step (decode and/or prefill wrapper); each layer's impl only calls run()."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        import flashinfer
+
+        cfg = self.attention_config
+        self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
+        self.disable_prefill = bool(cfg is not None and cfg.disable_flashinfer_prefill)
+        self.quantize_q = not (cfg is not None and cfg.disable_flashinfer_q_quantization)
+        cc = torch.cuda.get_device_capability(self.device)
+        flag = cfg.use_trtllm_attention if cfg is not None else None
+        if flag is True and cc[0] != 10:
+            raise ValueError(f"use_trtllm_attention=True needs compute capability 10.x (this device: {cc[0]}.{cc[1]}); "
+                             "FlashInfer's TRT-LLM kernels exist for Blackwell only")
+        self.trtllm = cc[0] == 10 and flag is not False
+        spec = self.layer_spec
+        self.kv_dtype = _kv_torch_dtype(spec.kv_cache_dtype, self.dtype)
+        layout = self.kv_cache_layout.value
+        ws = _workspace(self.device)
+        # tensor-core decode for GQA: the grouped query heads of a KV head form the MMA's rows
+        self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            ws, layout, use_tensor_cores=spec.num_heads != spec.num_kv_heads)
+        self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, layout)
+        if self.disable_prefill:
+            from attnserve.attention.ops.triton_attention import block_m_for
+
+            self.block_q = block_m_for(spec.num_heads // spec.num_kv_heads)[1]
+
+    def _paged(self, common: CommonAttentionMetadata, first: int, last: int):
+        """FlashInfer's page arguments for requests [first, last): indptr and last-page length on the host,
+        the page ids on the device."""
+        bs = common.block_size
+        seq_lens = common.seq_lens_cpu[first:last]
+        nblocks = (seq_lens + bs - 1) // bs
+        indptr = torch.zeros(last - first + 1, dtype=torch.int32)
+        indptr[1:] = torch.cumsum(nblocks, 0)
+        last_len = (seq_lens - (nblocks - 1) * bs).to(torch.int32)
+        table = common.block_table[first:last]
+        owned = torch.arange(table.shape[1], device=table.device)[None, :] < nblocks.to(table.device)[:, None]
+        return indptr, table[owned].to(torch.int32), last_len
+
+    def _plan(self, kind: str, common: CommonAttentionMetadata, first: int, last: int) -> FlashInferCall:
+        spec = self.layer_spec
+        qsl = common.query_start_loc_cpu
+        q0, q1 = int(qsl[first]), int(qsl[last])
+        if kind == "fallback":
+            from attnserve.attention.ops.triton_attention import query_tiles
+
+            seq, start = query_tiles(qsl, self.block_q, first, last)
+            return FlashInferCall(kind, q0, q1, tiles=(seq.to(self.device), start.to(self.device)))
+        indptr, indices, last_len = self._paged(common, first, last)
+        window = spec.sliding_window - 1 if spec.sliding_window else -1
+        fp8 = self.kv_dtype != self.dtype
+        if kind == "decode":
+            self.decode.plan(indptr, indices, last_len, spec.num_heads, spec.num_kv_heads, spec.head_size,
+                             common.block_size, window_left=window, logits_soft_cap=spec.logits_soft_cap,
+                             q_data_type=self.dtype, kv_data_type=self.kv_dtype, sm_scale=spec.scale)
+            return FlashInferCall(kind, q0, q1, self.decode)
+        q_dtype = self.kv_dtype if fp8 and self.quantize_q else self.dtype
+        self.prefill.plan((qsl[first:last + 1] - q0).to(torch.int32), indptr, indices, last_len, spec.num_heads,
+                          spec.num_kv_heads, spec.head_size, common.block_size, causal=True, sm_scale=spec.scale,
+                          window_left=window, logits_soft_cap=spec.logits_soft_cap, q_data_type=q_dtype,
+                          kv_data_type=self.kv_dtype, o_data_type=self.dtype)
+        return FlashInferCall(kind, q0, q1, self.prefill)
+
+    def build(self, common: CommonAttentionMetadata) -> FlashInferMetadata:
+        if self.trtllm:  # pragma: no cover - Blackwell only; not reachable on the H200
+            raise NotImplementedError("FlashInfer TRT-LLM kernels (compute capability 10.x) are not wired yet")
+        nd, b = common.num_decodes, common.num_reqs
+        prefill_kind = "fallback" if self.disable_prefill else "prefill"
+        if nd == b:
+            calls = [self._plan("decode", common, 0, b)]
+        elif nd == 0:
+            calls = [self._plan(prefill_kind, common, 0, b)]
+        elif self.prefill_decode or self.disable_prefill:
+            calls = [self._plan("decode", common, 0, nd), self._plan(prefill_kind, common, nd, b)]
+        else:  # one prefill-kernel call over the mixed batch (decodes are prefills of length 1)
+            calls = [self._plan("prefill", common, 0, b)]
+        return FlashInferMetadata(common.slot_mapping, calls, common.query_start_loc, common.seq_lens,
+                                  common.block_table)
+
+
+class FlashInferImpl(AttentionImpl):
+    """Writes K/V (Triton kernel), then run() of each planned wrapper on its slice of the queries."""
+
+    kv_dim = 1  # cache shape (num_blocks, 2, block_size, Hkv, D)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        cfg = self.attention_config
+        self.quantize_q = not (cfg is not None and cfg.disable_flashinfer_q_quantization)
+        self.k_scale = 1.0  # per-tensor fp8 scales: stored value = x / scale
+        self.v_scale = 1.0
+
+    def forward(self, query, key, value, kv_cache, metadata: FlashInferMetadata) -> torch.Tensor:
+        self.last_q_scales = []  # (first, end, scale) of each fp8-quantized query slice, for tests
+        key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
+        write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
+        # FlashInfer takes the cache in its physical order: (N, 2, B, H, D) for NHD, (N, 2, H, B, D) for HND
+        physical = kv_cache if kv_cache.is_contiguous() else kv_cache.transpose(2, 3)
+        assert physical.is_contiguous(), "KV cache must be NHD or HND ordered"
+        fp8 = kv_cache.dtype != query.dtype
+        out = torch.empty_like(query)
+        for call in metadata.calls:
+            q = query[call.query_start:call.query_end]
+            if call.kind == "fallback":
+                from attnserve.attention.ops.triton_attention import paged_attention
+
+                paged_attention(out, query, key_cache, value_cache, metadata.block_table, metadata.seq_lens,
+                                metadata.query_start_loc, *call.tiles, self.scale,
+                                sliding_window=self.sliding_window, logits_soft_cap=self.logits_soft_cap,
+                                k_scale=self.k_scale, v_scale=self.v_scale)
+                continue
+            scales = dict(k_scale=self.k_scale, v_scale=self.v_scale) if fp8 else {}
+            if fp8 and self.quantize_q and call.kind == "prefill":
+                q_scale = (q.abs().amax().float() / torch.finfo(kv_cache.dtype).max).clamp_min(1e-12)
+                q = (q.float() / q_scale).to(kv_cache.dtype)
+                scales["q_scale"] = float(q_scale)
+                self.last_q_scales.append((call.query_start, call.query_end, q_scale))
+            out[call.query_start:call.query_end] = call.wrapper.run(q, physical, **scales)
+        return out

@@ -1,4 +1,11 @@
-"""FLEX_ATTENTION: torch's ``flex_attention`` with a paged block mask. Declarations only (kernels: issue 6).
+"""FLEX_ATTENTION: torch's ``flex_attention`` over the paged KV cache, with a block mask from block tables.
+
+The whole cache of a layer is one long key sequence (``num_blocks * block_size`` slots) and the step's
+query tokens one query sequence. Once per step the builder turns the block tables into a ``BlockMask``
+directly (no dense mask): for each tile of 16 query tokens, the physical cache blocks its requests own;
+the mask function maps a physical slot to its request's logical position (a physical-to-logical block
+map) and applies causality and the sliding window. On CUDA flex_attention is compiled (Triton); on CPU it
+runs eagerly. ``use_prefill_decode_attention`` makes two flex calls (decode tokens, prefill tokens).
 
 Limits: CUDA and CPU; any head size and block size; float32, float16, bfloat16; KV cache in the model
 dtype only (no fp8); sliding window through the mask; no logits soft cap and no sinks (vLLM's FlexAttention
@@ -8,11 +15,20 @@ torch.compile generates its kernels with Triton, so Triton is needed there too.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 
-from attnserve.attention.backend import AttentionBackend, AttentionType, CudaGraphSupport
+from attnserve.attention.backend import (
+    AttentionBackend,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+    CudaGraphSupport,
+)
+from attnserve.attention.ops.kv_write import kv_views, write_kv
 from attnserve.attention.validation import package_installed
 
 
@@ -30,12 +46,12 @@ class FlexAttentionBackend(AttentionBackend):
     cuda_graph_support = CudaGraphSupport.NEVER
 
     @staticmethod
-    def get_impl_cls():
-        raise NotImplementedError("kernels: issue 6")
+    def get_impl_cls() -> type["FlexAttentionImpl"]:
+        return FlexAttentionImpl
 
     @staticmethod
-    def get_builder_cls():
-        raise NotImplementedError("kernels: issue 6")
+    def get_builder_cls() -> type["FlexAttentionMetadataBuilder"]:
+        return FlexAttentionMetadataBuilder
 
     @classmethod
     def validate(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[str]:
@@ -43,3 +59,146 @@ class FlexAttentionBackend(AttentionBackend):
         if platform.device_type == "cuda" and not assume_installed and not package_installed("triton"):
             reasons.append("not installed: pip install 'attnserve[triton]' (flex_attention compiles with Triton on CUDA)")
         return reasons
+
+
+Q_TILE = 16  # query tokens per block-mask row (and kernel BLOCK_M)
+_COMPILED: dict[str, Any] = {}
+
+
+def _flex_fn(device: torch.device):
+    """flex_attention, compiled once per process on CUDA (dynamic shapes: the token count changes every step)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device.type != "cuda":
+        return flex_attention
+    if "cuda" not in _COMPILED:
+        import torch._dynamo
+
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        _COMPILED["cuda"] = torch.compile(flex_attention, fullgraph=True, dynamic=True)
+    return _COMPILED["cuda"]
+
+
+@dataclass
+class FlexAttentionCall:
+    query_start: int  # tokens [query_start, query_end) of the step
+    query_end: int
+    padded_len: int  # query length rounded up to Q_TILE
+    block_mask: Any  # torch BlockMask over (padded_len, num_blocks * block_size)
+
+
+@dataclass
+class FlexAttentionMetadata:
+    slot_mapping: torch.Tensor  # (T,) int64
+    calls: list[FlexAttentionCall]
+
+
+class FlexAttentionMetadataBuilder(AttentionMetadataBuilder):
+    """Builds the BlockMask (one per kernel call) from the block tables, once per step.
+
+    ``num_cache_blocks`` (the cache's block count) sizes the key sequence; the runner sets it. Unset, the
+    mask covers blocks up to the largest id in the table and the impl widens it to the cache.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        from torch.nn.attention.flex_attention import BlockMask
+
+        self.BlockMask = BlockMask
+        cfg = self.attention_config
+        self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
+        self.num_cache_blocks: int | None = None
+
+    def build(self, common: CommonAttentionMetadata) -> FlexAttentionMetadata:
+        nd, b = common.num_decodes, common.num_reqs
+        ranges = [(0, nd), (nd, b)] if self.prefill_decode and 0 < nd < b else [(0, b)]
+        return FlexAttentionMetadata(common.slot_mapping, [self._call(common, lo, hi) for lo, hi in ranges])
+
+    def _call(self, common: CommonAttentionMetadata, first: int, last: int) -> FlexAttentionCall:
+        dev, bs = self.device, common.block_size
+        qsl = common.query_start_loc_cpu.tolist()
+        seq_lens = common.seq_lens_cpu.tolist()
+        q0, q1 = qsl[first], qsl[last]
+        n_q = q1 - q0
+        padded = -(-n_q // Q_TILE) * Q_TILE
+        n_tiles = padded // Q_TILE
+        table = common.block_table[first:last].long()
+        nblocks = torch.tensor([-(-s // bs) for s in seq_lens[first:last]], device=dev)
+        j = torch.arange(table.shape[1], device=dev)
+        owned = j[None, :] < nblocks[:, None]  # (n, max_blocks)
+        num_blocks = self.num_cache_blocks or int(table[owned].max()) + 1
+        # per query token: request (relative) and absolute position; padding tokens see nothing
+        q_lens = [qsl[i + 1] - qsl[i] for i in range(first, last)]
+        token_req = torch.repeat_interleave(torch.arange(last - first), torch.tensor(q_lens))
+        token_pos = torch.cat([torch.arange(seq_lens[i] - ql, seq_lens[i]) for i, ql in zip(range(first, last), q_lens)])
+        token_req = torch.cat([token_req, torch.zeros(padded - n_q, dtype=torch.long)]).to(dev, torch.int32)
+        token_pos = torch.cat([token_pos, torch.full((padded - n_q,), -1)]).to(dev, torch.int32)
+        # physical block -> logical block index within each request (-1: not its block)
+        p2l = torch.full((last - first, num_blocks), -1, dtype=torch.int32, device=dev)
+        rows = torch.arange(last - first, device=dev)[:, None].expand_as(table)
+        p2l[rows[owned], table[owned]] = j[None, :].expand_as(table)[owned].to(torch.int32)
+        # query tile -> the physical blocks of the requests it holds
+        pair_tile, pair_req = [], []
+        for i in range(first, last):
+            lo, hi = (qsl[i] - q0) // Q_TILE, (qsl[i + 1] - q0 - 1) // Q_TILE
+            pair_tile += range(lo, hi + 1)
+            pair_req += [i - first] * (hi - lo + 1)
+        pair_tile = torch.tensor(pair_tile, device=dev)
+        pair_req = torch.tensor(pair_req, device=dev)
+        pt = pair_tile[:, None].expand(-1, table.shape[1])
+        po = owned[pair_req]
+        used = torch.zeros(n_tiles, num_blocks, dtype=torch.int8, device=dev)
+        used[pt[po], table[pair_req][po]] = 1
+        kv_num_blocks = used.sum(-1, dtype=torch.int32)
+        kv_indices = torch.argsort(used, dim=-1, descending=True, stable=True).to(torch.int32)
+        window = self.layer_spec.sliding_window
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            r = token_req[q_idx]
+            blk = kv_idx // bs
+            logical = p2l[r, torch.clamp(blk, max=num_blocks - 1)]  # eager mode evaluates every slot
+            pos = logical * bs + kv_idx % bs
+            ok = (blk < num_blocks) & (logical >= 0) & (pos <= token_pos[q_idx])
+            if window is not None:
+                ok = ok & (pos > token_pos[q_idx] - window)
+            return ok
+
+        mask = self.BlockMask.from_kv_blocks(
+            kv_num_blocks[None, None], kv_indices[None, None], BLOCK_SIZE=(Q_TILE, bs), mask_mod=mask_mod,
+            seq_lengths=(padded, num_blocks * bs))
+        return FlexAttentionCall(q0, q1, padded, mask)
+
+
+class FlexAttentionImpl(AttentionImpl):
+    """Writes K/V, then one flex_attention call per metadata call, the whole cache as the key sequence."""
+
+    def forward(self, query, key, value, kv_cache, metadata: FlexAttentionMetadata) -> torch.Tensor:
+        key_cache, value_cache = kv_views(kv_cache, 0)
+        write_kv(key, value, key_cache, value_cache, metadata.slot_mapping)
+        n_slots = key_cache.shape[0] * key_cache.shape[1]
+        # (1, Hkv, num_blocks * block_size, D): a view for the NHD layout (a copy for HND)
+        k = key_cache.reshape(n_slots, self.num_kv_heads, self.head_size).permute(1, 0, 2)[None]
+        v = value_cache.reshape(n_slots, self.num_kv_heads, self.head_size).permute(1, 0, 2)[None]
+        flex = _flex_fn(query.device)
+        kernel_options = {"BLOCK_M": Q_TILE, "BLOCK_N": 16, "FORCE_USE_FLEX_ATTENTION": True} \
+            if query.is_cuda else None
+        out = torch.empty_like(query)
+        for call in metadata.calls:
+            n = call.query_end - call.query_start
+            q = query.new_zeros(call.padded_len, self.num_heads, self.head_size)
+            q[:n] = query[call.query_start:call.query_end]
+            mask = call.block_mask
+            if mask.seq_lengths[1] != n_slots:  # built without the cache size: same blocks, full key length
+                mask = _resize_kv(mask, n_slots)
+            o = flex(q.transpose(0, 1)[None], k, v, block_mask=mask, scale=self.scale,
+                     enable_gqa=self.num_heads != self.num_kv_heads, kernel_options=kernel_options)
+            out[call.query_start:call.query_end] = o[0].transpose(0, 1)[:n]
+        return out
+
+
+def _resize_kv(mask, n_slots: int):
+    """``mask`` over a key sequence of ``n_slots`` (its block ids already fit)."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    return BlockMask.from_kv_blocks(mask.kv_num_blocks, mask.kv_indices, BLOCK_SIZE=mask.BLOCK_SIZE,
+                                    mask_mod=mask.mask_mod, seq_lengths=(mask.seq_lengths[0], n_slots))

@@ -1,4 +1,10 @@
-"""TRITON_ATTN: a unified paged-attention kernel written in Triton. Declarations only (kernels: issue 6).
+"""TRITON_ATTN: our paged-attention kernels in Triton (``attention/ops/triton_attention.py``).
+
+Per step the builder cuts the batch into query tiles (host side, once); each layer then makes one kernel
+call over the whole mixed batch (the unified kernel), or with ``use_prefill_decode_attention`` two: the
+split-KV kernel over the decode tokens, the unified kernel over the prefill tokens. A decode-only batch too
+small to fill the GPU also takes the split-KV kernel. New K/V go into the cache with the Triton
+``reshape_and_cache`` kernel; an fp8 cache stores ``x / scale`` per tensor (scales 1.0 unless set).
 
 Limits: any CUDA GPU Triton compiles for (compute capability >= 7.0, the minimum of Triton's NVIDIA
 backend and of torch.compile's GPU path); float32 as well as float16/bfloat16; head sizes >= 32 (the
@@ -8,11 +14,118 @@ soft cap and sinks; runs whole mixed batches, so CUDA graphs can capture any ste
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from attnserve.attention.backend import AttentionBackend, AttentionType, CudaGraphSupport
+from attnserve.attention.backend import (
+    AttentionBackend,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+    CudaGraphSupport,
+)
+from attnserve.attention.ops.kv_write import kv_views, write_kv
+
+# Split-KV decode: aim for this many programs per SM, at most this many splits, and only past this context.
+_PROGRAMS_PER_SM = 2
+_MAX_SPLITS = 16
+_MIN_SPLIT_SEQ_LEN = 512
+
+
+@dataclass
+class TritonAttentionTiles:
+    """One kernel call's query tiles: request index and first query token of each tile."""
+
+    tile_seq: torch.Tensor  # (num_tiles,) int32 on device
+    tile_start: torch.Tensor  # (num_tiles,) int32 on device
+    num_splits: int  # > 1: split-KV kernel over these tiles
+    token_range: tuple[int, int]  # the query tokens [first, end) these tiles cover
+
+
+@dataclass
+class TritonAttentionMetadata:
+    """TRITON_ATTN's per-step arguments: the common tensors and one or two tile lists."""
+
+    slot_mapping: torch.Tensor  # (T,) int64
+    query_start_loc: torch.Tensor  # (B + 1,) int32
+    seq_lens: torch.Tensor  # (B,) int32
+    block_table: torch.Tensor  # (B, max_blocks) int32
+    calls: list[TritonAttentionTiles]  # kernel calls of each layer, in order
+
+
+class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
+    """Cuts the step into query tiles once; chooses unified vs split-KV calls."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        from attnserve.attention.ops.triton_attention import block_m_for
+
+        spec = self.layer_spec
+        self.block_q = block_m_for(spec.num_heads // spec.num_kv_heads)[1]
+        self.num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count \
+            if self.device.type == "cuda" else 1
+        cfg = self.attention_config
+        self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
+
+    def _splits(self, num_decodes: int, max_seq_len: int) -> int:
+        programs = num_decodes * self.layer_spec.num_kv_heads
+        if max_seq_len < _MIN_SPLIT_SEQ_LEN or programs >= _PROGRAMS_PER_SM * self.num_sms:
+            return 1
+        want = -(-_PROGRAMS_PER_SM * self.num_sms // programs)
+        return min(_MAX_SPLITS, want, -(-max_seq_len // _MIN_SPLIT_SEQ_LEN))
+
+    def _tiles(self, common: CommonAttentionMetadata, first: int, last: int, splits: int) -> TritonAttentionTiles:
+        from attnserve.attention.ops.triton_attention import query_tiles
+
+        seq, start = query_tiles(common.query_start_loc_cpu, self.block_q, first, last)
+        qsl = common.query_start_loc_cpu
+        return TritonAttentionTiles(seq.to(self.device, non_blocking=True), start.to(self.device, non_blocking=True),
+                                    splits, (int(qsl[first]), int(qsl[last])))
+
+    def build(self, common: CommonAttentionMetadata) -> TritonAttentionMetadata:
+        nd, b = common.num_decodes, common.num_reqs
+        calls = []
+        if nd == b:  # decode only: one call, split-KV when the batch is too small to fill the GPU
+            calls.append(self._tiles(common, 0, b, self._splits(nd, common.max_seq_len)))
+        elif self.prefill_decode:
+            if nd:
+                calls.append(self._tiles(common, 0, nd, self._splits(nd, int(common.seq_lens_cpu[:nd].max()))))
+            calls.append(self._tiles(common, nd, b, 1))
+        else:
+            calls.append(self._tiles(common, 0, b, 1))
+        return TritonAttentionMetadata(common.slot_mapping, common.query_start_loc, common.seq_lens,
+                                       common.block_table, calls)
+
+
+class TritonAttentionImpl(AttentionImpl):
+    """Writes K/V with the Triton kernel, then runs the metadata's kernel calls."""
+
+    kv_dim = 1  # cache shape (num_blocks, 2, block_size, Hkv, D)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        from attnserve.attention.ops import triton_attention
+
+        self._ops = triton_attention
+        self.k_scale = 1.0  # per-tensor fp8 scales: stored value = x / scale
+        self.v_scale = 1.0
+
+    def forward(self, query, key, value, kv_cache, metadata: TritonAttentionMetadata) -> torch.Tensor:
+        key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
+        write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
+        out = torch.empty_like(query)
+        for call in metadata.calls:
+            self._ops.paged_attention(
+                out, query, key_cache, value_cache, metadata.block_table, metadata.seq_lens,
+                metadata.query_start_loc, call.tile_seq, call.tile_start, self.scale,
+                num_splits=call.num_splits, sliding_window=self.sliding_window,
+                logits_soft_cap=self.logits_soft_cap, k_scale=self.k_scale, v_scale=self.v_scale,
+                split_token_range=call.token_range,
+            )
+        return out
 
 
 class TritonAttentionBackend(AttentionBackend):
@@ -32,12 +145,12 @@ class TritonAttentionBackend(AttentionBackend):
     cuda_graph_support = CudaGraphSupport.ALWAYS
 
     @staticmethod
-    def get_impl_cls():
-        raise NotImplementedError("kernels: issue 6")
+    def get_impl_cls() -> type[TritonAttentionImpl]:
+        return TritonAttentionImpl
 
     @staticmethod
-    def get_builder_cls():
-        raise NotImplementedError("kernels: issue 6")
+    def get_builder_cls() -> type[TritonAttentionMetadataBuilder]:
+        return TritonAttentionMetadataBuilder
 
     @classmethod
     def get_kv_cache_shape(cls, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int) -> tuple[int, ...]:

@@ -1,0 +1,226 @@
+"""Paged attention in Triton: one kernel for mixed prefill/decode batches, and a split-KV variant.
+
+Design after vLLM's ``triton_unified_attention.py``: a program owns one tile of query rows of one KV head
+(``BLOCK_Q`` query tokens x the ``NUM_QPKV`` query heads that share the KV head, padded to ``BLOCK_M``
+rows so that ``tl.dot`` gets at least 16 rows even for a single decode token), and walks that request's
+KV blocks one page at a time with an online softmax. The split-KV variant gives each program only a
+``1/NUM_SPLITS`` slice of the pages and writes a partial output and its log-sum-exp; a second kernel
+merges the slices. That keeps the GPU busy for decode batches too small to fill it.
+
+The KV cache arrives as two views ``(num_blocks, block_size, Hkv, D)`` with any strides, so both the
+``(2, N, ...)`` and ``(N, 2, ...)`` cache shapes and the NHD and HND memory orders work unchanged. An fp8
+cache is dequantized in registers with per-tensor scales. Math is float32; ``input_precision="ieee"``
+keeps float32 models exact (Triton's default for float32 dot is TF32).
+
+Importing this module imports Triton: only backends import it, lazily.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _attn_tile_loop(
+    q, acc, m_i, l_i, q_pos, row_valid, seq_idx, seq_len, kvh, tile_lo, tile_hi,
+    k_ptr, v_ptr, bt_ptr, stride_bt, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    scale, k_scale, v_scale, softcap, window,
+    HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+    USE_WINDOW: tl.constexpr, KV_FP8: tl.constexpr, PREC: tl.constexpr,
+):
+    offs_d = tl.arange(0, HEAD_PAD)
+    d_mask = offs_d < HEAD
+    offs_n = tl.arange(0, PAGE)
+    for j in range(tile_lo, tile_hi):
+        blk = tl.load(bt_ptr + seq_idx * stride_bt + j).to(tl.int64)
+        k_pos = j * PAGE + offs_n
+        n_valid = k_pos < seq_len
+        k = tl.load(k_ptr + blk * stride_kb + offs_n[None, :] * stride_ks + kvh * stride_kh + offs_d[:, None],
+                    mask=d_mask[:, None] & n_valid[None, :], other=0.0)  # (HEAD_PAD, PAGE)
+        v = tl.load(v_ptr + blk * stride_vb + offs_n[:, None] * stride_vs + kvh * stride_vh + offs_d[None, :],
+                    mask=n_valid[:, None] & d_mask[None, :], other=0.0)  # (PAGE, HEAD_PAD)
+        if KV_FP8:
+            k = (k.to(tl.float32) * k_scale).to(q.dtype)
+            v = (v.to(tl.float32) * v_scale).to(q.dtype)
+        s = tl.dot(q, k, input_precision=PREC) * scale  # (BLOCK_M, PAGE) float32
+        if USE_SOFTCAP:
+            # tanh(x) = 2 sigmoid(2x) - 1, exact enough and available in every Triton version
+            s = softcap * (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0)
+        allowed = row_valid[:, None] & n_valid[None, :] & (k_pos[None, :] <= q_pos[:, None])
+        if USE_WINDOW:
+            allowed = allowed & (k_pos[None, :] > q_pos[:, None] - window)
+        s = tl.where(allowed, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing seen yet stay at 0
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _paged_attention_kernel(
+    out_ptr, q_ptr, k_ptr, v_ptr, bt_ptr, seq_lens_ptr, qsl_ptr, tile_seq_ptr, tile_start_ptr,
+    part_out_ptr, part_lse_ptr,
+    stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
+    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    scale, k_scale, v_scale, softcap, window, num_q_heads,
+    NUM_QPKV: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, HEAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr, PAGE: tl.constexpr, NUM_SPLITS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+    USE_WINDOW: tl.constexpr, KV_FP8: tl.constexpr, PREC: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_idx = tl.load(tile_seq_ptr + tile)
+    q_tile_start = tl.load(tile_start_ptr + tile)  # first query token of this tile, relative to its request
+    q_begin = tl.load(qsl_ptr + seq_idx)
+    q_len = tl.load(qsl_ptr + seq_idx + 1) - q_begin
+    seq_len = tl.load(seq_lens_ptr + seq_idx)
+    context = seq_len - q_len
+
+    offs_m = tl.arange(0, BLOCK_M)
+    q_tok = q_tile_start + offs_m // NUM_QPKV
+    head = kvh * NUM_QPKV + offs_m % NUM_QPKV
+    row_valid = (offs_m // NUM_QPKV < BLOCK_Q) & (q_tok < q_len)
+    q_pos = context + q_tok
+    offs_d = tl.arange(0, HEAD_PAD)
+    d_mask = offs_d < HEAD
+    q = tl.load(q_ptr + (q_begin + q_tok)[:, None].to(tl.int64) * stride_qt + head[:, None] * stride_qh
+                + offs_d[None, :], mask=row_valid[:, None] & d_mask[None, :], other=0.0)
+
+    # pages this tile needs: up to the last query's position; with a window, from the first query's window
+    last_pos = tl.minimum(context + q_tile_start + BLOCK_Q, seq_len)  # exclusive
+    tile_hi = tl.cdiv(last_pos, PAGE)
+    tile_lo = 0
+    if USE_WINDOW:
+        tile_lo = tl.maximum(context + q_tile_start - window + 1, 0) // PAGE
+    if NUM_SPLITS > 1:
+        per_split = tl.cdiv(tile_hi - tile_lo, NUM_SPLITS)
+        tile_lo = tile_lo + split * per_split
+        tile_hi = tl.minimum(tile_hi, tile_lo + per_split)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
+    acc, m_i, l_i = _attn_tile_loop(
+        q, acc, m_i, l_i, q_pos, row_valid, seq_idx, seq_len, kvh, tile_lo, tile_hi,
+        k_ptr, v_ptr, bt_ptr, stride_bt, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+        scale, k_scale, v_scale, softcap, window,
+        HEAD, HEAD_PAD, PAGE, USE_SOFTCAP, USE_WINDOW, KV_FP8, PREC,
+    )
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    tok = (q_begin + q_tok).to(tl.int64)
+    if NUM_SPLITS > 1:
+        # partials: (T, Hq, NUM_SPLITS, HEAD_PAD) and (T, Hq, NUM_SPLITS), float32
+        row = (tok * num_q_heads + head) * NUM_SPLITS + split
+        tl.store(part_out_ptr + row[:, None] * HEAD_PAD + offs_d[None, :], out, mask=row_valid[:, None])
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log(l_safe))
+        tl.store(part_lse_ptr + row, lse, mask=row_valid)
+    else:
+        tl.store(out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None] & d_mask[None, :])
+
+
+@triton.jit
+def _merge_splits_kernel(
+    out_ptr, part_out_ptr, part_lse_ptr, tok_offset, stride_ot, stride_oh, num_q_heads,
+    NUM_SPLITS: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
+):
+    tok = tl.program_id(0).to(tl.int64) + tok_offset
+    head = tl.program_id(1)
+    offs_s = tl.arange(0, NUM_SPLITS)
+    offs_d = tl.arange(0, HEAD_PAD)
+    row = (tok * num_q_heads + head) * NUM_SPLITS
+    lse = tl.load(part_lse_ptr + row + offs_s)
+    lse_max = tl.max(lse, 0)
+    w = tl.where(lse == float("-inf"), 0.0, tl.exp(lse - lse_max))
+    o = tl.load(part_out_ptr + (row + offs_s)[:, None] * HEAD_PAD + offs_d[None, :])
+    merged = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+    tl.store(out_ptr + tok * stride_ot + head * stride_oh + offs_d, merged.to(out_ptr.dtype.element_ty),
+             mask=offs_d < HEAD)
+
+
+def block_m_for(num_queries_per_kv: int) -> tuple[int, int]:
+    """(BLOCK_M rows, BLOCK_Q query tokens) of a tile: at least 16 rows (tl.dot's minimum)."""
+    block_m = max(16, triton.next_power_of_2(num_queries_per_kv))
+    return block_m, block_m // num_queries_per_kv
+
+
+def query_tiles(query_start_loc_cpu: torch.Tensor, block_q: int, first_req: int = 0,
+                last_req: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per tile of ``block_q`` query tokens: its request index and first token (relative to the request).
+
+    Computed on the host once per step (the builder's job), over requests ``[first_req, last_req)``.
+    """
+    qsl = query_start_loc_cpu.tolist()
+    last_req = len(qsl) - 1 if last_req is None else last_req
+    seqs, starts = [], []
+    for i in range(first_req, last_req):
+        q_len = qsl[i + 1] - qsl[i]
+        for s in range(0, q_len, block_q):
+            seqs.append(i)
+            starts.append(s)
+    return torch.tensor(seqs, dtype=torch.int32), torch.tensor(starts, dtype=torch.int32)
+
+
+def paged_attention(
+    out: torch.Tensor,  # (T, Hq, D), written for the tokens of the given tiles
+    query: torch.Tensor,  # (T, Hq, D)
+    key_cache: torch.Tensor,  # (num_blocks, block_size, Hkv, D), any strides, last dim contiguous
+    value_cache: torch.Tensor,  # same
+    block_table: torch.Tensor,  # (B, max_blocks) int32
+    seq_lens: torch.Tensor,  # (B,) int32
+    query_start_loc: torch.Tensor,  # (B + 1,) int32
+    tile_seq: torch.Tensor,  # (num_tiles,) int32 on device, from query_tiles
+    tile_start: torch.Tensor,  # (num_tiles,) int32 on device
+    scale: float,
+    *,
+    num_splits: int = 1,
+    sliding_window: int | None = None,
+    logits_soft_cap: float | None = None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    split_token_range: tuple[int, int] | None = None,  # (first, end) tokens covered, for the merge
+) -> torch.Tensor:
+    """Causal paged attention of the given query tiles. ``num_splits > 1`` splits each tile's pages
+    across programs and merges the partial results (meant for decode tiles)."""
+    num_tokens, num_heads, head = query.shape
+    num_kv_heads, page = key_cache.shape[2], key_cache.shape[1]
+    assert key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1 and query.stride(-1) == 1
+    num_qpkv = num_heads // num_kv_heads
+    block_m, block_q = block_m_for(num_qpkv)
+    head_pad = max(16, triton.next_power_of_2(head))
+    num_tiles = tile_seq.numel()
+    if num_tiles == 0:
+        return out
+    kv_fp8 = key_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    prec = "ieee" if query.dtype == torch.float32 else None  # None: the default for 16-bit inputs
+    part_out = part_lse = out  # unused placeholders when not splitting
+    if num_splits > 1:
+        num_splits = triton.next_power_of_2(num_splits)
+        part_out = torch.empty((num_tokens, num_heads, num_splits, head_pad), dtype=torch.float32, device=query.device)
+        part_lse = torch.empty((num_tokens, num_heads, num_splits), dtype=torch.float32, device=query.device)
+    _paged_attention_kernel[(num_tiles, num_kv_heads, num_splits)](
+        out, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, tile_seq, tile_start,
+        part_out, part_lse,
+        query.stride(0), query.stride(1), out.stride(0), out.stride(1), block_table.stride(0),
+        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+        value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
+        scale, k_scale, v_scale, logits_soft_cap or 0.0, sliding_window or 0, num_heads,
+        NUM_QPKV=num_qpkv, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD=head, HEAD_PAD=head_pad, PAGE=page,
+        NUM_SPLITS=num_splits, USE_SOFTCAP=logits_soft_cap is not None, USE_WINDOW=sliding_window is not None,
+        KV_FP8=kv_fp8, PREC=prec,
+    )
+    if num_splits > 1:
+        first, end = split_token_range if split_token_range is not None else (0, num_tokens)
+        _merge_splits_kernel[(end - first, num_heads)](
+            out, part_out, part_lse, first, out.stride(0), out.stride(1), num_heads,
+            NUM_SPLITS=num_splits, HEAD=head, HEAD_PAD=head_pad,
+        )
+    return out
