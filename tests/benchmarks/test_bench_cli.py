@@ -4,6 +4,7 @@ ratio, the roofline in every row, PNG plots, and one-line errors with exit statu
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -14,7 +15,17 @@ from attnserve.entrypoints.cli.main import main
 SMALL_ENGINE = ["--num-gpu-blocks", "64", "--device", "cpu", "--no-progress"]
 
 
+HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+
+
+def _plot(path) -> list[str]:
+    """``--plot PATH`` where matplotlib is installed (the ``bench`` extra), else nothing."""
+    return ["--plot", str(path)] if HAVE_MATPLOTLIB else []
+
+
 def _png(path) -> bool:
+    if not HAVE_MATPLOTLIB:
+        return True
     return path.exists() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -28,7 +39,7 @@ def test_throughput_counts_lengths_baseline_and_plot(tmp_path, tiny_model_dir):
     out, png = tmp_path / "tp.json", tmp_path / "tp.png"
     rc = main(["bench", "throughput", "--model", tiny_model_dir("llama"), "--num-prompts", "6", "--input-len", "20",
                "--output-len", "8", "--range-ratio", "0.5", "--seed", "3", "--max-num-seqs", "4", *SMALL_ENGINE,
-               "--baseline", "transformers", "--output-json", str(out), "--plot", str(png)])
+               "--baseline", "transformers", "--output-json", str(out), *_plot(png)])
     assert rc == 0
     data = json.loads(out.read_text())
     w = data["workload"]
@@ -88,7 +99,7 @@ def test_latency_rows_percentiles_baseline_and_plot(tmp_path, tiny_model_dir):
     out, png = tmp_path / "lat.json", tmp_path / "lat.png"
     rc = main(["bench", "latency", "--model", tiny_model_dir("llama"), "--batch-size", "1", "3", "--input-len", "8",
                "--output-len", "5", "--num-iters", "2", "--num-iters-warmup", "1", *SMALL_ENGINE,
-               "--baseline", "transformers", "--output-json", str(out), "--plot", str(png)])
+               "--baseline", "transformers", "--output-json", str(out), *_plot(png)])
     assert rc == 0
     data = json.loads(out.read_text())
     assert [(r["name"], r["batch_size"]) for r in data["results"]] == [
@@ -113,7 +124,7 @@ def test_attention_backends_rows_and_plot(tmp_path):
     out, png = tmp_path / "attn.json", tmp_path / "attn.png"
     rc = main(["bench", "attention", "--device", "cpu", "--num-heads", "4", "--num-kv-heads", "2", "--head-size", "16",
                "--block-size", "4", "--batch-size", "2", "--context-lens", "16", "40", "--prefill-lens", "24",
-               "--warmup", "1", "--repeats", "3", "--no-progress", "--output-json", str(out), "--plot", str(png)])
+               "--warmup", "1", "--repeats", "3", "--no-progress", "--output-json", str(out), *_plot(png)])
     assert rc == 0
     data = json.loads(out.read_text())
     assert data["backends"] == ["CPU_ATTN", "FLEX_ATTENTION"] and data["skipped"] == {}

@@ -159,6 +159,14 @@ def _add_attention(kinds) -> None:
     p.set_defaults(func=run_attention, _bench_parser=p)
 
 
+def _check_plot(args: argparse.Namespace, parser) -> None:
+    """Fail before the run, not after it, when --plot cannot be drawn."""
+    import importlib.util
+
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        parser.error("--plot needs matplotlib: pip install 'attnserve[bench]' (or pip install matplotlib)")
+
+
 def _finish(args: argparse.Namespace, result: dict, plot) -> int:
     """Print the table, write the JSON and the plot."""
     print(result["table"])
@@ -175,6 +183,7 @@ def run_throughput(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args
 
     config = engine_config_from_args(args)
+    _check_plot(args, args._engine_arg_parser)
     from attnserve.benchmarks.plots import plot_throughput
     from attnserve.benchmarks.throughput import run_throughput as run
 
@@ -193,6 +202,7 @@ def run_latency(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args
 
     config = engine_config_from_args(args)
+    _check_plot(args, args._engine_arg_parser)
     from attnserve.benchmarks.latency import run_latency as run
     from attnserve.benchmarks.plots import plot_latency
 
@@ -209,6 +219,7 @@ def run_attention(args: argparse.Namespace) -> int:
     from attnserve.benchmarks.attention import run_attention as run
     from attnserve.benchmarks.plots import plot_attention
 
+    _check_plot(args, args._bench_parser)
     if args.num_heads % args.num_kv_heads:
         args._bench_parser.error(f"--num-heads {args.num_heads} is not a multiple of --num-kv-heads {args.num_kv_heads}")
     try:
