@@ -46,8 +46,12 @@ def plot_latency(result: dict, path: str) -> None:
     ax.plot([r["batch_size"] for r in ours], [r["batch_size"] / r["roofline"]["limit_s"] for r in ours], "k--",
             label="roofline (bytes / copy bandwidth)")
     w = result["workload"]
-    ax.set(xscale="log", yscale="log", xlabel="batch size", ylabel="output tokens/s",
+    ax.set(yscale="log", xlabel="batch size", ylabel="output tokens/s",
            title=f"bench latency: in {w['input_len']} / out {w['output_len']}")
+    ax.set_xscale("log", base=2)
+    sizes = sorted({r["batch_size"] for r in result["results"]})
+    ax.set_xticks(sizes, [str(b) for b in sizes])
+    ax.minorticks_off()
     ax.legend()
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
