@@ -1,4 +1,8 @@
-"""``attnserve bench serve``: load-test a running OpenAI-compatible server."""
+"""``attnserve bench KIND``: serve (load-test a running server), throughput, latency (offline, through the
+engine, optionally against transformers), attention (the attention backends' kernels).
+
+The measuring code lives in ``attnserve/benchmarks/`` (one module per kind); this module holds the flags.
+"""
 
 from __future__ import annotations
 
@@ -34,7 +38,198 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--api-key", default=None)
     s.add_argument("--output-json", default=None, metavar="FILE", help="write the results as JSON")
     s.set_defaults(func=run_serve)
+    _add_throughput(kinds)
+    _add_latency(kinds)
+    _add_attention(kinds)
     return parser
+
+
+# ---- flag types: a bad value exits 2 with one line naming the flag, the value and what is allowed ----
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: integer >= 1)")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: integer >= 0)")
+    return value
+
+
+def _range_ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: 0 <= R < 1)")
+    return value
+
+
+def _add_outputs(p: argparse.ArgumentParser, plot_help: str) -> None:
+    g = p.add_argument_group("results")
+    g.add_argument("--output-json", default=None, metavar="FILE", help="write the full results as JSON")
+    g.add_argument("--plot", default=None, metavar="PNG", help=plot_help + " (needs matplotlib)")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bars")
+
+
+def _add_baseline(g) -> None:
+    g.add_argument("--baseline", default=None, choices=["transformers"],
+                   help="also run the same requests through transformers' generate (same model, dtype, device) "
+                        "in this process, and report the ratio")
+
+
+def _add_throughput(kinds) -> None:
+    from attnserve.entrypoints.cli.engine_args import add_engine_args
+
+    p = kinds.add_parser("throughput", help="offline throughput: many requests at once through the engine",
+                         description="Queue N requests (random token ids or --prompts-file), generate exactly the "
+                                     "output length of each (EOS ignored, greedy), report requests/s and tokens/s "
+                                     "and the %% of the memory roofline. --seed (engine flag) seeds the requests.")
+    add_engine_args(p)
+    g = p.add_argument_group("workload")
+    g.add_argument("--num-prompts", type=_positive_int, default=None,
+                   help="requests (default 1000; with --prompts-file: the file's prompts, cycled to N if given)")
+    g.add_argument("--input-len", type=_positive_int, default=128, help="prompt tokens (random prompts)")
+    g.add_argument("--output-len", type=_positive_int, default=128, help="tokens to generate per request")
+    g.add_argument("--range-ratio", type=_range_ratio, default=0.0,
+                   help="lengths uniform in [L(1-R), L(1+R)]; 0 = exactly L (default)")
+    g.add_argument("--prompts-file", default=None, metavar="FILE",
+                   help="prompts instead of random token ids: one per line, or JSONL with 'prompt'")
+    _add_baseline(g)
+    _add_outputs(p, "output tokens over time, per implementation")
+    p.set_defaults(func=run_throughput)
+
+
+def _add_latency(kinds) -> None:
+    from attnserve.entrypoints.cli.engine_args import add_engine_args
+
+    p = kinds.add_parser("latency", help="latency of one batch: TTFT, TPOT, end-to-end, percentiles",
+                         description="Submit a batch of random prompts, generate exactly --output-len tokens each; "
+                                     "report TTFT, TPOT, E2E percentiles, output tokens/s and the %% of the memory "
+                                     "roofline, for each --batch-size.")
+    add_engine_args(p)
+    g = p.add_argument_group("workload")
+    g.add_argument("--batch-size", type=_positive_int, nargs="+", default=[8], metavar="B",
+                   help="requests per batch; several values sweep (default 8)")
+    g.add_argument("--input-len", type=_positive_int, default=32, help="prompt tokens (default 32)")
+    g.add_argument("--output-len", type=_positive_int, default=128, help="tokens to generate (default 128)")
+    g.add_argument("--num-iters", type=_positive_int, default=3, help="timed batches per batch size (default 3)")
+    g.add_argument("--num-iters-warmup", type=_nonnegative_int, default=1,
+                   help="untimed batches first (default 1)")
+    _add_baseline(g)
+    _add_outputs(p, "output tokens/s over batch size, with the roofline")
+    p.set_defaults(func=run_latency)
+
+
+def _add_attention(kinds) -> None:
+    p = kinds.add_parser("attention", help="attention kernels: each usable backend on decode and prefill shapes",
+                         description="Time each usable attention backend's forward on a paged KV cache: decode "
+                                     "(B requests x context C) and causal prefill (one sequence of L tokens); "
+                                     "report microseconds, TB/s of KV read and TFLOP/s.")
+    g = p.add_argument_group("shape")
+    g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"],
+                   help="auto = bfloat16 on GPU, float32 on CPU")
+    g.add_argument("--num-heads", type=_positive_int, default=32, help="query heads (default 32)")
+    g.add_argument("--num-kv-heads", type=_positive_int, default=8, help="KV heads (default 8)")
+    g.add_argument("--head-size", type=_positive_int, default=128, help="default 128")
+    g.add_argument("--block-size", type=_positive_int, default=16, help="KV-cache block size (default 16)")
+    g.add_argument("--batch-size", type=_positive_int, default=None,
+                   help="decode requests (default 64 on GPU, 8 on CPU)")
+    g.add_argument("--context-lens", type=_positive_int, nargs="+", default=None, metavar="C",
+                   help="decode context lengths (default 512..8192 on GPU, 128..1024 on CPU)")
+    g.add_argument("--prefill-lens", type=_positive_int, nargs="+", default=None, metavar="L",
+                   help="prefill sequence lengths (default 512..8192 on GPU, 128..1024 on CPU)")
+    g.add_argument("--backends", nargs="+", default=None, metavar="NAME",
+                   help="only these backends (default: the platform's priority list)")
+    g.add_argument("--warmup", type=_nonnegative_int, default=3, help="untimed calls first (default 3)")
+    g.add_argument("--repeats", type=_positive_int, default=10, help="timed calls; the median is reported")
+    _add_outputs(p, "per-backend kernel time over context length")
+    p.set_defaults(func=run_attention, _bench_parser=p)
+
+
+def _check_plot(args: argparse.Namespace, parser) -> None:
+    """Fail before the run, not after it, when --plot cannot be drawn."""
+    import importlib.util
+
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        parser.error("--plot needs matplotlib: pip install 'attnserve[bench]' (or pip install matplotlib)")
+
+
+def _finish(args: argparse.Namespace, result: dict, plot) -> int:
+    """Print the table, write the JSON and the plot."""
+    print(result["table"])
+    if args.output_json:
+        from attnserve.benchmarks.stats import write_json
+
+        write_json(args.output_json, {k: v for k, v in result.items() if k != "table"})
+    if args.plot:
+        plot(result, args.plot)
+    return 0
+
+
+def run_throughput(args: argparse.Namespace) -> int:
+    from attnserve.entrypoints.cli.engine_args import engine_config_from_args
+
+    config = engine_config_from_args(args)
+    _check_plot(args, args._engine_arg_parser)
+    from attnserve.benchmarks.plots import plot_throughput
+    from attnserve.benchmarks.throughput import run_throughput as run
+
+    try:
+        result = run(config, num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
+                     range_ratio=args.range_ratio, prompts_file=args.prompts_file, baseline=args.baseline,
+                     progress=args.progress)
+    except OSError as e:
+        args._engine_arg_parser.error(f"{e.filename}: {e.strerror}")
+    except ValueError as e:
+        args._engine_arg_parser.error(str(e))
+    return _finish(args, result, plot_throughput)
+
+
+def run_latency(args: argparse.Namespace) -> int:
+    from attnserve.entrypoints.cli.engine_args import engine_config_from_args
+
+    config = engine_config_from_args(args)
+    _check_plot(args, args._engine_arg_parser)
+    from attnserve.benchmarks.latency import run_latency as run
+    from attnserve.benchmarks.plots import plot_latency
+
+    try:
+        result = run(config, batch_sizes=args.batch_size, input_len=args.input_len, output_len=args.output_len,
+                     num_iters=args.num_iters, num_iters_warmup=args.num_iters_warmup, baseline=args.baseline,
+                     progress=args.progress)
+    except (OSError, ValueError) as e:
+        args._engine_arg_parser.error(str(e))
+    return _finish(args, result, plot_latency)
+
+
+def run_attention(args: argparse.Namespace) -> int:
+    from attnserve.benchmarks.attention import run_attention as run
+    from attnserve.benchmarks.plots import plot_attention
+
+    _check_plot(args, args._bench_parser)
+    if args.num_heads % args.num_kv_heads:
+        args._bench_parser.error(f"--num-heads {args.num_heads} is not a multiple of --num-kv-heads {args.num_kv_heads}")
+    try:
+        result = run(device=args.device, dtype=args.dtype, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
+                     head_size=args.head_size, block_size=args.block_size, batch_size=args.batch_size,
+                     context_lens=args.context_lens, prefill_lens=args.prefill_lens, backends=args.backends,
+                     warmup=args.warmup, repeats=args.repeats, progress=args.progress)
+    except ValueError as e:
+        args._bench_parser.error(str(e))
+    return _finish(args, result, plot_attention)
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -1,0 +1,97 @@
+"""What ``bench throughput`` and ``bench latency`` share: the engine under test, its facts, its roofline,
+and the transformers baseline built from the same source afterwards.
+
+Order within one run: measure the copy bandwidth (before anything else takes device memory), build the
+engine, run it, free it, then build and run the baseline (on GPU the engine's KV cache would leave the
+baseline no memory otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnserve.benchmarks.roofline import Roofline, decode_weight_bytes, kv_bytes_per_token, measure_copy_bandwidth
+from attnserve.config import EngineConfig
+from attnserve.model_executor.loader import ModelSource, resolve_model_source
+
+BASELINES = ("transformers",)
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What a result records about the engine, and what the baseline needs to be built the same way."""
+
+    model: str  # the checkpoint path (the default model's GGUF when --model is not given)
+    source: ModelSource
+    hf_config: Any
+    load_format: str
+    seed: int
+    device: torch.device
+    dtype: torch.dtype
+    attention_backend: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    prompt_vocab_size: int  # random prompt ids are drawn below this (model and tokenizer both know them)
+    pad_token_id: int | None
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "load_format": self.load_format, "device": str(self.device),
+                "dtype": str(self.dtype).removeprefix("torch."), "attention_backend": self.attention_backend,
+                "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
+                "max_model_len": self.max_model_len, "torch": torch.__version__}
+
+
+def start_engine(config: EngineConfig):
+    """Measure the copy bandwidth, build the engine; returns ``(engine, facts, roofline)``."""
+    from attnserve.engine.llm_engine import LLMEngine
+    from attnserve.platforms import detect_platform
+
+    platform = detect_platform(config.device)
+    device = torch.device("cpu") if platform.device_type == "cpu" else torch.device(
+        config.device if config.device.startswith("cuda") else "cuda")
+    bandwidth = measure_copy_bandwidth(device)
+    engine = LLMEngine(config)
+    runner = engine.runner
+    tokenizer_size = len(engine.tokenizer) if engine.tokenizer is not None else engine.hf_config.vocab_size
+    facts = EngineFacts(
+        model=resolve_model_source(config.model.model).path, source=resolve_model_source(config.model.model),
+        hf_config=engine.hf_config, load_format=config.model.load_format, seed=config.model.seed,
+        device=runner.device, dtype=runner.dtype, attention_backend=runner.backend.name,
+        max_num_seqs=config.scheduler.max_num_seqs, max_num_batched_tokens=config.scheduler.max_num_batched_tokens,
+        max_model_len=engine.max_model_len, prompt_vocab_size=min(engine.hf_config.vocab_size, tokenizer_size),
+        pad_token_id=engine.tokenizer.pad_token_id if engine.tokenizer is not None else None)
+    roofline = Roofline(copy_bandwidth=bandwidth, weight_bytes=decode_weight_bytes(runner.model),
+                        kv_bytes_per_token=kv_bytes_per_token(runner.num_layers, runner.num_kv_heads,
+                                                              runner.head_size, runner.kv_dtype))
+    return engine, facts, roofline
+
+
+def stop_engine(engine, facts: EngineFacts) -> None:
+    """Drop the engine's model and KV cache (the caller drops its own reference too)."""
+    from attnserve.benchmarks.hf_baseline import free_device_memory
+
+    engine.runner.model = None
+    engine.runner.kv_caches = None
+    free_device_memory(facts.device)
+
+
+def start_baseline(name: str, facts: EngineFacts):
+    """The baseline ``name`` (only "transformers") built from the engine's source, dtype and device."""
+    from attnserve.benchmarks.hf_baseline import TransformersBaseline
+
+    if name not in BASELINES:
+        raise ValueError(f"baseline {name!r} not supported (allowed: {', '.join(BASELINES)})")
+    return TransformersBaseline(facts.source, facts.hf_config, facts.load_format, facts.dtype, facts.device,
+                                facts.seed, facts.pad_token_id)
+
+
+def check_lengths(max_input: int, max_output: int, max_model_len: int) -> None:
+    """Every request must fit: the longest prompt plus the longest output within max_model_len."""
+    if max_input + max_output > max_model_len:
+        raise ValueError(f"the longest prompt ({max_input} tokens) plus the longest output ({max_output} tokens) "
+                         f"exceeds max_model_len {max_model_len}; lower --input-len/--output-len/--range-ratio "
+                         "or raise --max-model-len")

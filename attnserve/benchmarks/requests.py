@@ -1,0 +1,70 @@
+"""The requests an offline benchmark sends: random token ids or a prompts file, lengths drawn from a range.
+
+Lengths are uniform integers in ``[floor(L * (1 - R)), floor(L * (1 + R))]`` (at least 1) for ``--range-ratio
+R`` (vLLM's random dataset); R = 0 gives exactly L. Everything is drawn from one ``numpy`` generator seeded
+with ``--seed``, so the same flags give the same requests.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """One request: its prompt token ids and how many tokens it must generate (EOS ignored)."""
+
+    prompt_token_ids: list[int]
+    output_len: int
+
+    @property
+    def input_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+
+def length_bounds(length: int, range_ratio: float) -> tuple[int, int]:
+    """Inclusive bounds of the lengths drawn for ``length`` and ``range_ratio``."""
+    return max(1, int(length * (1 - range_ratio))), max(1, int(length * (1 + range_ratio)))
+
+
+def sample_lengths(rng: np.random.Generator, n: int, length: int, range_ratio: float) -> list[int]:
+    lo, hi = length_bounds(length, range_ratio)
+    return rng.integers(lo, hi + 1, size=n).tolist()
+
+
+def random_requests(num_prompts: int, input_len: int, output_len: int, range_ratio: float, vocab_size: int,
+                    seed: int) -> list[BenchRequest]:
+    """``num_prompts`` prompts of random token ids in ``[0, vocab_size)``."""
+    rng = np.random.default_rng(seed)
+    in_lens = sample_lengths(rng, num_prompts, input_len, range_ratio)
+    out_lens = sample_lengths(rng, num_prompts, output_len, range_ratio)
+    return [BenchRequest(rng.integers(0, vocab_size, size=n).tolist(), o) for n, o in zip(in_lens, out_lens)]
+
+
+def read_prompts_file(path: str) -> list[str]:
+    """One prompt per non-empty line; a line that is a JSON object uses its ``"prompt"`` (JSONL)."""
+    prompts = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            if line.lstrip().startswith("{"):
+                try:
+                    line = json.loads(line)["prompt"]
+                except (ValueError, KeyError, TypeError):
+                    pass
+            prompts.append(line)
+    return prompts
+
+
+def file_requests(prompts: list[list[int]], num_prompts: int | None, output_len: int, range_ratio: float,
+                  seed: int) -> list[BenchRequest]:
+    """Tokenized prompts (cycled to ``num_prompts`` when given), output lengths drawn as for random ones."""
+    n = len(prompts) if num_prompts is None else num_prompts
+    rng = np.random.default_rng(seed)
+    out_lens = sample_lengths(rng, n, output_len, range_ratio)
+    return [BenchRequest(list(prompts[i % len(prompts)]), o) for i, o in enumerate(out_lens)]

@@ -1,0 +1,174 @@
+"""``attnserve bench throughput | latency | attention`` on CPU with a tiny random Llama: JSON fields with
+exact counts, lengths within the range ratio and reproducible with --seed, the transformers baseline with a
+ratio, the roofline in every row, PNG plots, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from attnserve.benchmarks.requests import length_bounds, random_requests
+from attnserve.entrypoints.cli.main import main
+
+SMALL_ENGINE = ["--num-gpu-blocks", "64", "--device", "cpu", "--no-progress"]
+
+
+HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+
+
+def _plot(path) -> list[str]:
+    """``--plot PATH`` where matplotlib is installed (the ``bench`` extra), else nothing."""
+    return ["--plot", str(path)] if HAVE_MATPLOTLIB else []
+
+
+def _png(path) -> bool:
+    if not HAVE_MATPLOTLIB:
+        return True
+    return path.exists() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _check_roofline(row: dict) -> None:
+    r = row["roofline"]
+    assert r["limit_s"] > 0 and r["measured_s"] > 0 and r["copy_bandwidth_GBps"] > 0
+    assert r["pct_of_limit"] == pytest.approx(100 * r["limit_s"] / r["measured_s"])
+
+
+def test_throughput_counts_lengths_baseline_and_plot(tmp_path, tiny_model_dir):
+    out, png = tmp_path / "tp.json", tmp_path / "tp.png"
+    rc = main(["bench", "throughput", "--model", tiny_model_dir("llama"), "--num-prompts", "6", "--input-len", "20",
+               "--output-len", "8", "--range-ratio", "0.5", "--seed", "3", "--max-num-seqs", "4", *SMALL_ENGINE,
+               "--baseline", "transformers", "--output-json", str(out), *_plot(png)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    w = data["workload"]
+    assert w["num_prompts"] == 6 and len(w["input_lens"]) == len(w["output_lens"]) == 6
+    lo_in, hi_in = length_bounds(20, 0.5)
+    lo_out, hi_out = length_bounds(8, 0.5)
+    assert (lo_in, hi_in, lo_out, hi_out) == (10, 30, 4, 12)
+    assert all(lo_in <= n <= hi_in for n in w["input_lens"]) and all(lo_out <= n <= hi_out for n in w["output_lens"])
+    # the same seed draws the same requests as the library function does
+    expected = random_requests(6, 20, 8, 0.5, 49152, 3)
+    assert w["input_lens"] == [r.input_len for r in expected] and w["output_lens"] == [r.output_len for r in expected]
+    assert w["total_output_tokens"] == sum(w["output_lens"])
+    assert w["total_input_tokens"] == sum(w["input_lens"])
+    ours, theirs = data["results"]
+    assert (ours["name"], theirs["name"], data["baseline"]) == ("attnserve", "transformers", "transformers")
+    for row in (ours, theirs):
+        assert row["num_requests"] == 6
+        assert row["total_output_tokens"] == sum(w["output_lens"])
+        assert row["total_tokens"] == sum(w["output_lens"]) + sum(w["input_lens"])
+        assert row["output_tokens_per_s"] == pytest.approx(row["total_output_tokens"] / row["elapsed_s"])
+        assert row["timeline"][-1][1] == row["total_output_tokens"]
+        _check_roofline(row)
+    # transformers: two static batches (4 + 2 requests), each running its longest output length
+    lens = w["output_lens"]
+    assert theirs["num_steps"] == max(lens[:4]) + max(lens[4:])
+    assert data["ratio_vs_baseline"] == pytest.approx(ours["output_tokens_per_s"] / theirs["output_tokens_per_s"])
+    assert data["engine"]["attention_backend"] == "CPU_ATTN" and data["engine"]["device"] == "cpu"
+    assert _png(png)
+
+
+def test_throughput_prompts_file_cycles_to_num_prompts(tmp_path, tiny_model_dir, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text('hello there\n\n{"prompt": "the sky is"}\n')
+    out = tmp_path / "tp.json"
+    rc = main(["bench", "throughput", "--model", tiny_model_dir("llama"), "--prompts-file", str(prompts),
+               "--num-prompts", "5", "--output-len", "3", *SMALL_ENGINE, "--output-json", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    w = data["workload"]
+    assert w["num_prompts"] == 5 and w["output_lens"] == [3] * 5 and w["total_output_tokens"] == 15
+    a, b = w["input_lens"][:2]
+    assert w["input_lens"] == [a, b, a, b, a]
+    assert data["results"][0]["total_output_tokens"] == 15 and data["ratio_vs_baseline"] is None
+    assert "attnserve" in capsys.readouterr().out  # the table
+
+
+def test_random_requests_reproducible_with_seed():
+    a = random_requests(20, 50, 30, 0.4, 1000, seed=7)
+    assert a == random_requests(20, 50, 30, 0.4, 1000, seed=7)
+    assert a != random_requests(20, 50, 30, 0.4, 1000, seed=8)
+    assert all(30 <= r.input_len <= 70 and 18 <= r.output_len <= 42 for r in a)
+    assert all(0 <= t < 1000 for r in a for t in r.prompt_token_ids)
+    assert {r.input_len for r in random_requests(5, 50, 30, 0.0, 1000, seed=1)} == {50}
+
+
+def test_latency_rows_percentiles_baseline_and_plot(tmp_path, tiny_model_dir):
+    out, png = tmp_path / "lat.json", tmp_path / "lat.png"
+    rc = main(["bench", "latency", "--model", tiny_model_dir("llama"), "--batch-size", "1", "3", "--input-len", "8",
+               "--output-len", "5", "--num-iters", "2", "--num-iters-warmup", "1", *SMALL_ENGINE,
+               "--baseline", "transformers", "--output-json", str(out), *_plot(png)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert [(r["name"], r["batch_size"]) for r in data["results"]] == [
+        ("attnserve", 1), ("attnserve", 3), ("transformers", 1), ("transformers", 3)]
+    for r in data["results"]:
+        assert (r["input_len"], r["output_len"], r["num_iters"]) == (8, 5, 2)
+        for key in ("ttft_s", "tpot_s", "e2e_s", "batch_latency_s"):
+            s = r[key]
+            assert 0 < s["min"] <= s["p50"] <= s["p90"] <= s["p99"] <= s["max"]
+        assert r["e2e_s"]["p50"] >= r["ttft_s"]["p50"]
+        assert r["output_tokens_per_s"] == pytest.approx(r["batch_size"] * 5 * 2 / (2 * r["batch_latency_s"]["mean"]))
+        _check_roofline(r)
+        assert r["roofline"]["measured_s"] == r["tpot_s"]["mean"]
+        # mean decode step: weights + batch x (input + output / 2) cached tokens
+        roof = data["roofline"]
+        assert r["roofline"]["step_bytes"] == roof["weight_bytes"] + r["batch_size"] * 10.5 * roof["kv_bytes_per_token"]
+    assert set(data["ratio_vs_baseline"]) == {"1", "3"} and all(v > 0 for v in data["ratio_vs_baseline"].values())
+    assert _png(png)
+
+
+def test_attention_backends_rows_and_plot(tmp_path):
+    out, png = tmp_path / "attn.json", tmp_path / "attn.png"
+    rc = main(["bench", "attention", "--device", "cpu", "--num-heads", "4", "--num-kv-heads", "2", "--head-size", "16",
+               "--block-size", "4", "--batch-size", "2", "--context-lens", "16", "40", "--prefill-lens", "24",
+               "--warmup", "1", "--repeats", "3", "--no-progress", "--output-json", str(out), *_plot(png)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert data["backends"] == ["CPU_ATTN", "FLEX_ATTENTION"] and data["skipped"] == {}
+    rows = [(r["backend"], r["phase"], r["batch_size"], r["context_len"], r["status"]) for r in data["results"]]
+    assert rows == [("CPU_ATTN", "decode", 2, 16, "ok"), ("CPU_ATTN", "decode", 2, 40, "ok"),
+                    ("CPU_ATTN", "prefill", 1, 24, "ok"), ("FLEX_ATTENTION", "decode", 2, 16, "not implemented"),
+                    ("FLEX_ATTENTION", "decode", 2, 40, "not implemented"),
+                    ("FLEX_ATTENTION", "prefill", 1, 24, "not implemented")]
+    for r in data["results"][:3]:
+        s = r["time_us"] * 1e-6
+        if r["phase"] == "decode":
+            assert r["kv_TBps"] == pytest.approx(2 * 2 * r["context_len"] * 2 * 16 * 4 / s / 1e12)
+        else:
+            assert r["kv_TBps"] is None
+            assert r["tflops"] == pytest.approx(4 * 24 * 24 * 4 * 16 / 2 / s / 1e12)
+    assert all(r["time_us"] is None for r in data["results"][3:])
+    assert _png(png)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["throughput", "--num-prompts", "0"], "attnserve bench throughput: error: argument --num-prompts: 0 not allowed (allowed: integer >= 1)"),
+    (["throughput", "--range-ratio", "1.5"], "attnserve bench throughput: error: argument --range-ratio: 1.5 not allowed (allowed: 0 <= R < 1)"),
+    (["throughput", "--output-len", "x"], "attnserve bench throughput: error: argument --output-len: invalid int value: 'x'"),
+    (["throughput", "--baseline", "vllm"], "attnserve bench throughput: error: argument --baseline: invalid choice: 'vllm' (choose from "),
+    (["latency", "--batch-size", "0"], "attnserve bench latency: error: argument --batch-size: 0 not allowed (allowed: integer >= 1)"),
+    (["latency", "--num-iters-warmup", "-1"], "attnserve bench latency: error: argument --num-iters-warmup: -1 not allowed (allowed: integer >= 0)"),
+    (["attention", "--repeats", "0"], "attnserve bench attention: error: argument --repeats: 0 not allowed (allowed: integer >= 1)"),
+    (["attention", "--num-heads", "6", "--num-kv-heads", "4"], "attnserve bench attention: error: --num-heads 6 is not a multiple of --num-kv-heads 4"),
+    (["attention", "--device", "cuda:9.0"], "attnserve bench attention: error: device 'cuda:9.0' is simulated; bench attention needs a real device (auto, cpu, cuda, cuda:N)"),
+])
+def test_bad_flags_exit_2_with_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert err == message or (message.endswith("(choose from ") and err.startswith(message))  # quoting differs by Python version
+
+
+def test_requests_longer_than_max_model_len_exit_2(tiny_model_dir, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "latency", "--model", tiny_model_dir("llama"), "--max-model-len", "16", "--input-len", "10",
+              "--output-len", "10", *SMALL_ENGINE])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("attnserve bench latency: error: the longest prompt (10 tokens) plus the longest output (10 tokens) "
+                   "exceeds max_model_len 16; lower --input-len/--output-len/--range-ratio or raise --max-model-len")
