@@ -6,7 +6,8 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-from attnserve.attention.registry import AttentionBackendEnum
+from attnserve.attention.registry import (AttentionBackendEnum, BackendName, UnknownBackendError, backend_name,
+                                         lookup_backend, registered_names)
 from attnserve.config.fields import ConfigError, did_you_mean, validate_fields
 
 logger = logging.getLogger(__name__)
@@ -14,10 +15,13 @@ logger = logging.getLogger(__name__)
 __all__ = ["AttentionConfig", "ConfigError", "parse_backend"]
 
 
-def parse_backend(value: str | AttentionBackendEnum | None, key: str = "attention_config.backend") -> AttentionBackendEnum | None:
+def parse_backend(value: "str | BackendName | None", key: str = "attention_config.backend") -> BackendName | None:
     """Parse a backend name case-insensitively (``-`` = ``_``); None, '' and 'auto' mean automatic selection.
 
-    Raises ConfigError naming the value, the valid names and the closest one.
+    Returns the AttentionBackendEnum member, or the name of an out-of-tree backend added with
+    ``register_backend("MY_ATTN", ...)`` or an ``attnserve.attention_backends`` entry point (looked up
+    through the registry; nothing is imported). Raises ConfigError naming the value, the valid names and
+    the closest one.
     """
     if value is None or isinstance(value, AttentionBackendEnum):
         return value
@@ -27,16 +31,18 @@ def parse_backend(value: str | AttentionBackendEnum | None, key: str = "attentio
     name = value.strip().upper().replace("-", "_")
     if name in ("", "AUTO"):
         return None
-    try:
+    if name in AttentionBackendEnum.__members__:
         return AttentionBackendEnum[name]
-    except KeyError:
-        # an abbreviation or expansion ("FLASH_ATTENTION" -> FLASH_ATTN, "TRITON" -> TRITON_ATTN) beats
-        # spelling distance, which would suggest FLEX_ATTENTION for "FLASH_ATTENTION"
-        near = [v for v in valid if _subsequence(v, name) or _subsequence(name, v)]
-        hint = f"; did you mean {near[0]!r}?" if len(near) == 1 else did_you_mean(name, valid)
-        raise ConfigError(
-            f"{key} {value!r}: unknown attention backend (valid: {', '.join(valid)}, auto)" + hint, key=key
-        ) from None
+    try:
+        return lookup_backend(name)  # a registered out-of-tree name
+    except UnknownBackendError:
+        pass
+    valid += [n for n in registered_names() if n not in valid]
+    # an abbreviation or expansion ("FLASH_ATTENTION" -> FLASH_ATTN, "TRITON" -> TRITON_ATTN) beats
+    # spelling distance, which would suggest FLEX_ATTENTION for "FLASH_ATTENTION"
+    near = [v for v in valid if _subsequence(v, name) or _subsequence(name, v)]
+    hint = f"; did you mean {near[0]!r}?" if len(near) == 1 else did_you_mean(name, valid)
+    raise ConfigError(f"{key} {value!r}: unknown attention backend (valid: {', '.join(valid)}, auto)" + hint, key=key)
 
 
 def _subsequence(short: str, long: str) -> bool:
@@ -53,10 +59,10 @@ def _only(*backends: str) -> dict:
 class AttentionConfig:
     """Attention backend selection and per-backend options. Validated at construction; unknown fields are errors."""
 
-    backend: AttentionBackendEnum | None = None
-    """Attention backend: FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN or CUSTOM
-    (case-insensitive); None or "auto" = the first backend of the platform's priority list that supports
-    the model."""
+    backend: AttentionBackendEnum | str | None = None
+    """Attention backend: FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM or the
+    name of a registered out-of-tree backend (case-insensitive); None or "auto" = the first backend of the
+    platform's priority list that supports the model."""
 
     flash_attn_version: int | None = field(default=None, metadata={"choices": (2, 3, 4), **_only("FLASH_ATTN")})
     """FLASH_ATTN only: FlashAttention version 2, 3 or 4; None = the best version that is installed and
@@ -116,7 +122,7 @@ class AttentionConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields; the backend as its name (None = auto)."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["backend"] = self.backend.name if self.backend is not None else None
+        d["backend"] = backend_name(self.backend) if self.backend is not None else None
         return d
 
     def unused_options(self) -> list[str]:
@@ -127,6 +133,6 @@ class AttentionConfig:
             f.name
             for f in fields(self)
             if "backends" in f.metadata
-            and self.backend.name not in f.metadata["backends"]
+            and backend_name(self.backend) not in f.metadata["backends"]
             and getattr(self, f.name) != f.default
         ]

@@ -28,7 +28,9 @@ class EngineConfig:
     attention: AttentionConfig = field(default_factory=AttentionConfig)
 
     device: str = "auto"
-    """Device: auto (cuda when available, else cpu), cpu, cuda or cuda:N."""
+    """Device: auto (cuda when available, else cpu), cpu, cuda or cuda:N. For planning only
+    (``attnserve backends``, ``attnserve config``): cuda:MAJOR.MINOR, a simulated GPU of that compute
+    capability such as cuda:9.0; the engine refuses to run on it."""
 
     enforce_eager: bool = False
     """Never capture CUDA graphs; run every step eagerly."""
@@ -39,8 +41,9 @@ class EngineConfig:
             if dataclasses.is_dataclass(f.default_factory) and not isinstance(value, f.default_factory):  # type: ignore[arg-type]
                 raise ConfigError(f"EngineConfig.{f.name} must be a {f.default_factory.__name__}, got {value!r}")  # type: ignore[union-attr]
         validate_fields(self)
-        if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):
-            raise ConfigError(f"device {self.device!r} not allowed (allowed: {', '.join(DEVICES)}, cuda:N)", key="device")
+        if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+(\.\d+)?", self.device):
+            raise ConfigError(f"device {self.device!r} not allowed (allowed: {', '.join(DEVICES)}, cuda:N, "
+                              "cuda:MAJOR.MINOR to plan for a simulated GPU)", key="device")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict: one object per sub-config, the attention backend as its name."""

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from attnserve.attention.registry import backend_name
 from attnserve.config.attention import AttentionConfig, parse_backend
 from attnserve.config.engine import EngineConfig
 from attnserve.config.env import warn_ignored_vllm_env
@@ -237,7 +238,7 @@ def _log_unused_options_once(backend: str, names: tuple[str, ...]) -> None:
 def _log_unused_options(attention: AttentionConfig) -> None:
     unused = attention.unused_options()
     if unused and attention.backend is not None:
-        _log_unused_options_once(attention.backend.name, tuple(unused))
+        _log_unused_options_once(backend_name(attention.backend), tuple(unused))
 
 
 def python_settings(

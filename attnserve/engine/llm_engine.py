@@ -14,6 +14,7 @@ from attnserve.engine.scheduler import Scheduler
 from attnserve.engine.outputs import RequestOutput
 from attnserve.model_executor.loader import load_hf_config, load_tokenizer, resolve_model_source
 from attnserve.model_executor.model_runner import ModelRunner
+from attnserve.platforms import check_runnable_device
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +28,7 @@ class LLMEngine:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+        check_runnable_device(config.device)  # cuda:9.0 is valid config for planning, not for running
         source = resolve_model_source(config.model.model)
         self.hf_config = load_hf_config(source)
         self.tokenizer = load_tokenizer(source, config.model.tokenizer)

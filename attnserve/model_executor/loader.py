@@ -107,11 +107,17 @@ def load_tokenizer(source: ModelSource, tokenizer: str | None = None):
     return AutoTokenizer.from_pretrained(source.folder, **source.hf_kwargs())
 
 
-def resolve_dtype(dtype: str, hf_config, device: torch.device) -> torch.dtype:
-    """``auto``: float32 on CPU; on GPU the checkpoint's float16/bfloat16, else bfloat16."""
+def resolve_dtype(dtype: str, hf_config, device: "torch.device | str") -> torch.dtype:
+    """``auto``: float32 on CPU; on GPU the checkpoint's float16/bfloat16, else bfloat16.
+
+    ``device`` is a torch.device or a device type (``"cpu"``, ``"cuda"``: a platform's ``device_type``,
+    so that ``attnserve backends`` judges a planned platform with this same rule). ``hf_config`` may be
+    None (no checkpoint: bfloat16 on GPU).
+    """
     if dtype != "auto":
         return getattr(torch, dtype)
-    if device.type == "cpu":
+    device_type = device if isinstance(device, str) else device.type
+    if device_type == "cpu":
         return torch.float32
     ckpt = getattr(hf_config, "dtype", None)
     if isinstance(ckpt, str):

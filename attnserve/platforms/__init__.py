@@ -16,6 +16,20 @@ _SIMULATED = re.compile(r"^cuda:(\d+)\.(\d+)$")
 _INDEXED = re.compile(r"^cuda(?::(\d+))?$")
 
 
+def is_simulated_device(device: str) -> bool:
+    """True for ``cuda:MAJOR.MINOR``: a GPU named for planning, which the engine cannot run on."""
+    return bool(_SIMULATED.match(device.strip().lower()))
+
+
+def check_runnable_device(device: str) -> None:
+    """Raise ValueError when ``device`` is a simulated GPU (``cuda:9.0``): planning only, nothing runs there."""
+    if is_simulated_device(device):
+        raise ValueError(
+            f"device {device!r} is a simulated GPU (compute capability {device.split(':', 1)[1]}) for planning "
+            "with `attnserve backends` / `attnserve config`; the engine cannot run on it: use auto, cpu, cuda or cuda:N"
+        )
+
+
 @functools.lru_cache(maxsize=None)
 def detect_platform(device: str = "auto") -> Platform:
     """The platform named by ``device`` (see the module docstring). Raises ValueError for a bad string."""
@@ -38,4 +52,4 @@ def detect_platform(device: str = "auto") -> Platform:
     )
 
 
-__all__ = ["Platform", "detect_platform"]
+__all__ = ["Platform", "check_runnable_device", "detect_platform", "is_simulated_device"]

@@ -39,12 +39,12 @@ def test_int_for_float_field_becomes_float():
     assert CacheConfig(gpu_memory_utilization=1).gpu_memory_utilization == 1.0
 
 
-@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:0", "cuda:7"])
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:0", "cuda:7", "cuda:9.0", "cuda:10.0"])
 def test_devices(device):
     assert EngineConfig(device=device).device == device
 
 
-@pytest.mark.parametrize("device", ["gpu", "cuda:", "cuda:x", "tpu"])
+@pytest.mark.parametrize("device", ["gpu", "cuda:", "cuda:x", "tpu", "cuda:9.", "cuda:9.0.1"])
 def test_bad_device(device):
     with pytest.raises(ConfigError, match="allowed: auto, cpu, cuda, cuda:N"):
         EngineConfig(device=device)
@@ -62,3 +62,11 @@ def test_to_dict_is_json_ready():
     json.dumps(d)
     assert set(d) == {"model", "cache", "scheduler", "parallel", "attention", "device", "enforce_eager"}
     assert d["attention"]["backend"] is None
+
+
+def test_engine_refuses_to_run_on_a_simulated_device():
+    """cuda:9.0 is a planning device (attnserve backends/config): the engine says so before loading anything."""
+    from attnserve.engine.llm_engine import LLMEngine
+
+    with pytest.raises(ValueError, match="'cuda:9.0' is a simulated GPU .* the engine cannot run on it"):
+        LLMEngine(EngineConfig(device="cuda:9.0"))

@@ -1,4 +1,5 @@
-"""``attnserve backends``: table, --json, explicit choice exit codes, --model folders, planning flags."""
+"""``attnserve backends``: table, --json, explicit choice exit codes, --model folders, planning flags, and
+the engine flags it shares with generate/serve/config (``-ac.FIELD``, ``--config FILE``, ...)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from attnserve.attention.validation import package_installed
 from attnserve.entrypoints.cli import backends
 from attnserve.entrypoints.cli.main import COMMANDS
+from attnserve.entrypoints.cli.main import main as attnserve_main
 
 
 def run_json(capsys, *argv) -> tuple[int, dict]:
@@ -89,7 +91,7 @@ def test_flags_feed_the_selector_config(capsys):
 
 
 def test_flash_attn_version_flag(capsys):
-    rc, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "--flash-attn-version", "2",
+    rc, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "-ac.flash_attn_version", "2",
                           "--attention-backend", "FLASH_ATTN")
     assert rc == 1
     assert report["backends"]["FLASH_ATTN"]["reasons"] == [
@@ -108,12 +110,31 @@ def test_model_folder_reads_config_only(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--device", "tpu"], "device 'tpu' not understood"),
+    (["--device", "tpu"], "argument --device: device 'tpu' not allowed"),
     (["--attention-backend", "FLASH_ATTENTION"], "did you mean 'FLASH_ATTN'"),
     (["--model", "/no/such/folder"], "model '/no/such/folder' not found"),
-    (["--dtype", "int8"], "dtype 'int8' not allowed"),
+    (["--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
+    (["--dtype", "float64"], "argument --dtype: invalid choice: 'float64'"),
+    (["--attention-backend", "FLASH_ATTN", "-ac.backend", "FLASHINFER"],
+     "--attention-backend 'FLASH_ATTN' conflicts with -ac.backend 'FLASHINFER'"),
 ])
 def test_bad_values_exit_2_with_one_line(argv, message, capsys):
     assert backends.main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_shared_attention_flag_on_cpu(capsys):
+    """Through the attnserve command: -ac.backend is the shared flag; --dtype auto on CPU is float32."""
+    rc = attnserve_main(["backends", "-ac.backend", "CPU_ATTN", "--device", "cpu", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and report["explicit"] == report["selected"] == "CPU_ATTN"
+    assert report["selector_config"]["dtype"] == "float32" and report["platform"]["device_type"] == "cpu"
+
+
+def test_config_file_feeds_the_plan(tmp_path, capsys):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("block_size: 8\nattention_config:\n  backend: FLASH_ATTN\n")
+    rc, report = run_json(capsys, "--config", str(cfg), "--device", "cuda:9.0", "--assume-installed")
+    assert rc == 1 and report["explicit"] == "FLASH_ATTN" and report["selector_config"]["block_size"] == 8
+    assert "block_size 8 not supported with flash_attn_version 3 (multiples of 16)" in report["error"]

@@ -279,3 +279,17 @@ def test_subprocess_python_m_attnserve(tmp_path):
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr  # flag error comes first
     assert bad.stderr.startswith("attnserve config: error: argument --dtype: invalid choice: 'float64'")
+
+
+def test_registered_out_of_tree_backend_name_is_accepted(capsys):
+    """A name added with register_backend (out of tree) is a valid --attention-backend; nothing is imported."""
+    from attnserve.attention.registry import register_backend, unregister_backend
+
+    register_backend("MY_OOT_ATTN", "my_oot_package.attention.MyBackend")  # the module does not exist
+    try:
+        assert config(["--attention-backend", "my-oot-attn"], capsys)["attention"]["backend"] == "MY_OOT_ATTN"
+        assert config(["-ac.backend", "MY_OOT_ATTN", "--attention-backend", "my_oot_attn"], capsys)["attention"]["backend"] == "MY_OOT_ATTN"
+        assert AttentionConfig(backend="my_oot_attn").backend == "MY_OOT_ATTN"
+    finally:
+        unregister_backend("MY_OOT_ATTN")
+    assert "unknown attention backend" in error(["--attention-backend", "MY_OOT_ATTN"], capsys)

@@ -1,12 +1,17 @@
 """``attnserve backends``: which attention backends can run a model here (or on a named platform), and why.
 
-    attnserve backends [--model M | --head-size N --num-heads H --num-kv-heads K] [--dtype D]
-                       [--block-size N] [--kv-cache-dtype K] [--sliding-window W] [--device cuda:9.0|cpu]
-                       [--attention-backend X] [--flash-attn-version V] [--assume-installed] [--json]
+    attnserve backends [MODEL] [engine flags] [--head-size N --num-heads H --num-kv-heads K]
+                       [--sliding-window W] [--assume-installed] [--json]
+
+Engine settings come from the argument layer that ``generate``, ``serve`` and ``config`` share
+(``--model``, ``--dtype``, ``--block-size``, ``--kv-cache-dtype``, ``--device``, ``--attention-backend``,
+``-ac.FIELD``, ``-ac JSON``, ``--config FILE``, ...); ``--device`` also takes a simulated GPU such as
+``cuda:9.0`` (compute capability 9.0) to plan for another machine. Only the planning flags are this
+command's own.
 
 Prints every backend with ✓ or its reasons, the platform's priority order and the backend automatic
-selection picks. Exit status: 0; with ``--attention-backend X``, 1 when X cannot run (its reasons are
-printed); 2 for a bad flag value.
+selection picks. Exit status: 0; with an explicit backend (``--attention-backend X`` or
+``attention_config.backend``), 1 when X cannot run (its reasons are printed); 2 for a bad flag value.
 """
 
 from __future__ import annotations
@@ -16,9 +21,8 @@ import dataclasses
 import json
 import sys
 
-from attnserve.entrypoints.cli.model_facts import ModelAttentionFacts, parse_dtype, read_model_facts
-
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+from attnserve.entrypoints.cli.engine_args import EngineArgumentParser, add_engine_args, engine_config_from_args
+from attnserve.entrypoints.cli.model_facts import ModelAttentionFacts, read_model_facts
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -30,55 +34,56 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="model folder (only its config is read); default: the default model")
-    p.add_argument("--head-size", type=int, default=None, help="attention head size (instead of --model)")
-    p.add_argument("--num-heads", type=int, default=None, help="query heads (with --head-size)")
-    p.add_argument("--num-kv-heads", type=int, default=None, help="key/value heads (with --head-size)")
-    p.add_argument("--dtype", default="auto", help="model dtype: auto (the checkpoint's), float16, bfloat16, float32")
-    p.add_argument("--block-size", type=int, default=16, help="tokens per KV-cache block (default 16)")
-    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES, help="KV-cache dtype")
-    p.add_argument("--sliding-window", type=int, default=None, help="sliding window in tokens (default: the model's)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, or a simulated GPU such as cuda:9.0")
-    p.add_argument("--attention-backend", default=None, help="judge this backend (exit 1 when it cannot run)")
-    p.add_argument("--flash-attn-version", type=int, default=None, choices=(2, 3, 4), help="FLASH_ATTN version")
-    p.add_argument("--assume-installed", action="store_true",
-                   help="judge backends as if their packages were installed (planning for another machine)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+def add_arguments(p: EngineArgumentParser) -> None:
+    """The shared engine flags (model, dtype, block size, device, attention, config files) and the
+    planning flags of ``backends``."""
+    add_engine_args(p, positional_model=True)
+    plan = p.add_argument_group("planning", "Describe the model by hand, or judge packages not installed here.")
+    plan.add_argument("--head-size", type=int, default=None, help="attention head size (instead of a model)")
+    plan.add_argument("--num-heads", type=int, default=None, help="query heads (with --head-size)")
+    plan.add_argument("--num-kv-heads", type=int, default=None, help="key/value heads (with --head-size)")
+    plan.add_argument("--sliding-window", type=int, default=None, help="sliding window in tokens (default: the model's)")
+    plan.add_argument("--assume-installed", action="store_true",
+                      help="judge backends as if their packages were installed (planning for another machine)")
+    plan.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
-def _model_facts(args) -> ModelAttentionFacts:
+def _model_facts(args, model: str | None) -> ModelAttentionFacts:
     if args.head_size is not None:
-        base = read_model_facts(args.model) if args.model else None
+        base = read_model_facts(model) if model else None
         heads = args.num_heads or (base.num_heads if base else None)
         return ModelAttentionFacts(
             source=base.source if base else "--head-size", head_size=args.head_size, num_heads=heads,
             num_kv_heads=args.num_kv_heads or (base.num_kv_heads if base else heads),
-            dtype=base.dtype if base else parse_dtype("bfloat16"),
             sliding_window=base.sliding_window if base else None,
-            logits_soft_cap=base.logits_soft_cap if base else None)
-    facts = read_model_facts(args.model)
+            logits_soft_cap=base.logits_soft_cap if base else None,
+            hf_config=base.hf_config if base else None)
+    facts = read_model_facts(model)
     overrides = {k: v for k, v in (("num_heads", args.num_heads), ("num_kv_heads", args.num_kv_heads)) if v}
     return dataclasses.replace(facts, **overrides)
 
 
 def build_report(args) -> dict:
-    """Everything the table and ``--json`` show. Raises ValueError for bad flag values."""
+    """Everything the table and ``--json`` show. Raises ValueError for bad flag values (a bad engine
+    flag exits 2 through the parser, as in every command)."""
     from attnserve.attention.registry import backend_name, lookup_backend, registered_names
     from attnserve.attention.selector import (AttentionSelectorConfig, NoUsableBackendError, backend_reasons,
                                               select_attn_backend)
-    from attnserve.config.attention import AttentionConfig
+    from attnserve.model_executor.loader import resolve_dtype
     from attnserve.platforms import detect_platform
 
-    platform = detect_platform(args.device)
-    facts = _model_facts(args)
-    explicit = lookup_backend(args.attention_backend)
-    attention_config = AttentionConfig(flash_attn_version=args.flash_attn_version)
-    if args.block_size < 1:
-        raise ValueError(f"--block-size {args.block_size} not allowed (allowed: integer >= 1)")
+    config = engine_config_from_args(args)
+    if args.head_size is not None and args.head_size < 1:
+        raise ValueError(f"--head-size {args.head_size} not allowed (allowed: integer >= 1)")
+    platform = detect_platform(config.device)
+    facts = _model_facts(args, config.model.model)
+    attention_config = config.attention
+    explicit = attention_config.backend
     cfg = AttentionSelectorConfig(
-        head_size=facts.head_size, dtype=facts.dtype if args.dtype == "auto" else parse_dtype(args.dtype),
-        kv_cache_dtype=args.kv_cache_dtype, block_size=args.block_size,
+        head_size=facts.head_size,
+        # the engine's own rule for the platform judged: auto = float32 on CPU, the checkpoint's on GPU
+        dtype=resolve_dtype(config.model.dtype, facts.hf_config, platform.device_type),
+        kv_cache_dtype=config.cache.kv_cache_dtype, block_size=config.cache.block_size,
         sliding_window=args.sliding_window if args.sliding_window is not None else facts.sliding_window,
         logits_soft_cap=facts.logits_soft_cap)
     priority = [m.name for m in platform.backend_priorities()]
@@ -95,10 +100,10 @@ def build_report(args) -> dict:
         error = str(e)
     return {
         "platform": platform.to_dict(),
+        "device": config.device,
         "model": {"source": facts.source, "num_heads": facts.num_heads, "num_kv_heads": facts.num_kv_heads},
         "selector_config": cfg.to_dict(),
-        "attention_config": {"backend": backend_name(explicit) if explicit else None,
-                             "flash_attn_version": args.flash_attn_version},
+        "attention_config": attention_config.to_dict(),
         "assume_installed": args.assume_installed,
         "priority": priority,
         "backends": backends,
@@ -180,10 +185,16 @@ def run_backends(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``attnserve backends`` alone (tests, ``python -m attnserve.entrypoints.cli.backends``)."""
-    parser = argparse.ArgumentParser(prog="attnserve backends")
+    """Run ``attnserve backends`` alone (tests, ``python -m attnserve.entrypoints.cli.backends``).
+
+    Returns the exit status (2 for a flag the parser rejects, with its one-line error on stderr).
+    """
+    parser = EngineArgumentParser(prog="attnserve backends")
     add_arguments(parser)
-    return run_backends(parser.parse_args(argv))
+    try:
+        return run_backends(parser.parse_args(argv))
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,12 +6,8 @@ files only). With no model, the default model's facts are used.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
-
-_DTYPES = {"float16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16,
-           "float32": torch.float32, "float": torch.float32}
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -22,17 +18,11 @@ class ModelAttentionFacts:
     head_size: int
     num_heads: int | None  # None when only --head-size was given
     num_kv_heads: int | None
-    dtype: torch.dtype  # the checkpoint dtype ("auto" resolves to it)
     sliding_window: int | None = None  # tokens
     logits_soft_cap: float | None = None
-
-
-def parse_dtype(name: str) -> torch.dtype:
-    """``"bfloat16"`` -> ``torch.bfloat16``. Raises ValueError listing the allowed names."""
-    try:
-        return _DTYPES[name.lower().removeprefix("torch.")]
-    except KeyError:
-        raise ValueError(f"dtype {name!r} not allowed (allowed: {', '.join(_DTYPES)}, auto)") from None
+    hf_config: Any = field(default=None, repr=False, compare=False)
+    """The model's transformers config (its checkpoint dtype decides ``--dtype auto`` on a GPU, through
+    the engine's ``resolve_dtype``); None when the facts came from flags only."""
 
 
 def read_model_facts(model: str | None) -> ModelAttentionFacts:
@@ -50,10 +40,6 @@ def read_model_facts(model: str | None) -> ModelAttentionFacts:
         raise ValueError(f"--model: {e} (or pass --head-size, --num-heads, --num-kv-heads)") from None
     config = load_hf_config(source)
     dims = get_model_class(config).dims(config)
-    raw = getattr(config, "dtype", None)
-    dtype = raw if isinstance(raw, torch.dtype) else (parse_dtype(str(raw)) if raw else torch.bfloat16)
-    if dtype not in (torch.float16, torch.bfloat16):  # "auto" on a GPU runs float32 checkpoints in bfloat16
-        dtype = torch.bfloat16
     cap = getattr(config, "attn_logit_softcapping", None)
-    return ModelAttentionFacts(source.path, dims.head_size, dims.num_heads, dims.num_kv_heads, dtype,
-                               dims.sliding_window, float(cap) if cap else None)
+    return ModelAttentionFacts(source.path, dims.head_size, dims.num_heads, dims.num_kv_heads,
+                               dims.sliding_window, float(cap) if cap else None, hf_config=config)
