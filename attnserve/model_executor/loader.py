@@ -101,6 +101,21 @@ def resolve_model(config: ModelConfig) -> ModelSource:
                                 weights=config.load_format != "dummy")
 
 
+def _tokenizer_revision(config: ModelConfig) -> str | None:
+    """``--revision`` applies to ``--tokenizer`` only when that names the model's own repo."""
+    return config.revision if config.tokenizer == config.model else None
+
+
+def fetch_model(config: ModelConfig) -> ModelSource:
+    """Resolve (for a hub id: download) the model and a separate tokenizer source now, so that a server
+    fails before it starts; the engine later finds both in the cache."""
+    source = resolve_model(config)
+    if config.tokenizer is not None:
+        resolve_model_source(config.tokenizer, revision=_tokenizer_revision(config), download_dir=config.download_dir,
+                             weights=False)
+    return source
+
+
 def load_hf_config(source: ModelSource):
     """The model's transformers config (from config.json, or from the GGUF's metadata)."""
     from transformers import AutoConfig
@@ -136,6 +151,10 @@ def load_tokenizer(source: ModelSource, tokenizer: str | None = None, *, revisio
 
     if tokenizer is not None:
         source = resolve_model_source(tokenizer, revision=revision, download_dir=download_dir, weights=False)
+        if not has_tokenizer(source):
+            at = f" (revision {revision!r})" if revision and source.repo_id else ""
+            raise ModelNotFoundError(f"tokenizer {tokenizer!r}{at} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)}): "
+                                     "give a folder or hub id that has them")
     return AutoTokenizer.from_pretrained(source.folder, **source.hf_kwargs())
 
 
@@ -155,8 +174,8 @@ def load_model_tokenizer(config: ModelConfig, source: ModelSource, hf_config):
     model's ``vocab_size``; otherwise, and for real weights, ModelNotFoundError asks for ``--tokenizer``.
     """
     if config.tokenizer is not None:
-        revision = config.revision if config.tokenizer == config.model else None
-        return load_tokenizer(source, config.tokenizer, revision=revision, download_dir=config.download_dir)
+        return load_tokenizer(source, config.tokenizer, revision=_tokenizer_revision(config),
+                              download_dir=config.download_dir)
     if has_tokenizer(source):
         return load_tokenizer(source)
     ask = "pass --tokenizer (a folder or hub id with this model's tokenizer)"
