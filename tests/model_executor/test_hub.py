@@ -351,3 +351,10 @@ def test_dummy_with_a_vocab_too_small_for_the_default_tokenizer(config_only, tmp
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelNotFoundError, match="do not fit its vocab_size 32000: pass --tokenizer"):
         LLM(str(tmp_path), load_format="dummy", **CPU)
+
+
+def test_serve_fails_before_starting_for_a_missing_hub_model(offline, tmp_path, capsys):
+    rc = main(["serve", "org/not-cached", "--download-dir", str(tmp_path), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("attnserve serve: error: hub model 'org/not-cached' is not in the Hugging Face cache")
