@@ -81,6 +81,11 @@ def download_model(repo_id: str, revision: str | None = None, cache_dir: str | N
     return folder
 
 
+def download_tokenizer(repo_id: str, revision: str | None = None, cache_dir: str | None = None) -> str:
+    """Snapshot folder of ``repo_id`` with its config and tokenizer files (for ``--tokenizer``); no weights."""
+    return _snapshot(repo_id, revision, cache_dir, CONFIG_FILES + TOKENIZER_FILES)
+
+
 def _describe(repo_id: str, revision: str | None) -> str:
     return f"hub model {repo_id!r}" + (f" (revision {revision!r})" if revision else "")
 

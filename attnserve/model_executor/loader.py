@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import glob
 import importlib.util
-import os
 import logging
+import os
 from dataclasses import dataclass
 
 import torch
@@ -111,8 +111,29 @@ def fetch_model(config: ModelConfig) -> ModelSource:
     fails before it starts; the engine later finds both in the cache."""
     source = resolve_model(config)
     if config.tokenizer is not None:
-        resolve_model_source(config.tokenizer, revision=_tokenizer_revision(config), download_dir=config.download_dir,
-                             weights=False)
+        resolve_tokenizer_source(config.tokenizer, _tokenizer_revision(config), config.download_dir)
+    return source
+
+
+def resolve_tokenizer_source(tokenizer: str, revision: str | None = None, download_dir: str | None = None) -> ModelSource:
+    """``--tokenizer``: a folder (config.json not needed), a .gguf file, or a hub id (its config and tokenizer
+    files are downloaded). Raises ModelNotFoundError when it has no tokenizer files."""
+    path = os.path.expanduser(tokenizer)
+    if os.path.isdir(path):
+        source = ModelSource(path, is_gguf=False)
+    elif os.path.isfile(path) and path.endswith(".gguf"):
+        source = ModelSource(path, is_gguf=True)
+    else:
+        from attnserve.model_executor import hub
+
+        if not hub.is_hub_id(tokenizer):
+            raise ModelNotFoundError(f"tokenizer {tokenizer!r} not found: give a folder with tokenizer files, "
+                                     "a .gguf file, or a Hugging Face Hub id (org/name)")
+        source = ModelSource(hub.download_tokenizer(tokenizer, revision, download_dir), is_gguf=False, repo_id=tokenizer)
+    if not has_tokenizer(source):
+        at = f" (revision {revision!r})" if revision and source.repo_id else ""
+        raise ModelNotFoundError(f"tokenizer {tokenizer!r}{at} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)}): "
+                                 "give a folder or hub id that has them")
     return source
 
 
@@ -150,11 +171,7 @@ def load_tokenizer(source: ModelSource, tokenizer: str | None = None, *, revisio
     from transformers import AutoTokenizer
 
     if tokenizer is not None:
-        source = resolve_model_source(tokenizer, revision=revision, download_dir=download_dir, weights=False)
-        if not has_tokenizer(source):
-            at = f" (revision {revision!r})" if revision and source.repo_id else ""
-            raise ModelNotFoundError(f"tokenizer {tokenizer!r}{at} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)}): "
-                                     "give a folder or hub id that has them")
+        source = resolve_tokenizer_source(tokenizer, revision, download_dir)
     return AutoTokenizer.from_pretrained(source.folder, **source.hf_kwargs())
 
 

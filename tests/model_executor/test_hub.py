@@ -358,3 +358,15 @@ def test_serve_fails_before_starting_for_a_missing_hub_model(offline, tmp_path, 
     err = capsys.readouterr().err
     assert rc == 2
     assert err.startswith("attnserve serve: error: hub model 'org/not-cached' is not in the Hugging Face cache")
+
+
+def test_tokenizer_from_another_cached_repo_or_a_bare_folder(hub_cache, config_only, folder_llm, offline, tmp_path):
+    cache, folder, _ = hub_cache
+    tok_only = tmp_path / "tok"
+    tok_only.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(os.path.join(folder, name), tok_only / name)
+    add_to_hub_cache(str(tok_only), cache, "org/tokenizer-only")  # a tokenizer repo needs no config.json
+    for tok in ("org/tokenizer-only", str(tok_only)):
+        llm = LLM(config_only, load_format="dummy", tokenizer=tok, download_dir=cache, **CPU)
+        assert llm.tokenizer.encode("hello world") == folder_llm.tokenizer.encode("hello world")
