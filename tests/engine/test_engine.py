@@ -157,7 +157,7 @@ def test_generation_stops_at_max_model_len(llama_dir):
 def test_unknown_model_path():
     with pytest.raises(FileNotFoundError) as e:
         LLM("/no/such/model")
-    assert str(e.value) == "model '/no/such/model' not found: give a folder with config.json and safetensors, or a .gguf file"
+    assert str(e.value) == "model '/no/such/model' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)"
 
 
 def test_unsupported_architecture(tmp_path, llama_dir):

@@ -127,7 +127,8 @@ def test_engine_flags(capsys):
     cfg = config(["--model", "m", "--dtype", "bfloat16", "--block-size", "32", "--kv-cache-dtype", "fp8",
                   "--max-model-len", "4096", "--max_num_seqs", "8", "--enforce-eager", "--no-enable-chunked-prefill",
                   "--device", "cuda:1", "--gpu-memory-utilization", "0.5", "--num-gpu-blocks", "null"], capsys)
-    assert cfg["model"] | {} == {"model": "m", "tokenizer": None, "dtype": "bfloat16", "max_model_len": 4096, "load_format": "auto", "seed": 0}
+    assert cfg["model"] | {} == {"model": "m", "tokenizer": None, "revision": None, "download_dir": None, "dtype": "bfloat16",
+                                 "max_model_len": 4096, "load_format": "auto", "seed": 0}
     assert cfg["cache"]["block_size"] == 32 and cfg["cache"]["kv_cache_dtype"] == "fp8"
     assert cfg["scheduler"]["max_num_seqs"] == 8 and cfg["scheduler"]["enable_chunked_prefill"] is False
     assert cfg["enforce_eager"] is True and cfg["device"] == "cuda:1" and cfg["cache"]["gpu_memory_utilization"] == 0.5
@@ -175,7 +176,7 @@ def test_two_files_apply_in_order(tmp_path, capsys):
 
 
 def test_every_engine_argument_settable_from_a_file(tmp_path, capsys):
-    values = {"model": "m", "tokenizer": "t", "dtype": "float16", "max_model_len": 7, "load_format": "dummy", "seed": 5,
+    values = {"model": "m", "tokenizer": "t", "revision": "v1", "download_dir": "/d", "dtype": "float16", "max_model_len": 7, "load_format": "dummy", "seed": 5,
               "block_size": 32, "kv_cache_dtype": "fp8", "num_gpu_blocks": 9, "kv_cache_memory": 1000,
               "gpu_memory_utilization": 0.3, "max_num_batched_tokens": 99, "max_num_seqs": 3,
               "enable_chunked_prefill": False, "tensor_parallel_size": 1, "device": "cpu", "enforce_eager": True,
@@ -202,7 +203,7 @@ def test_explain_names_sources(tmp_path, capsys):
     assert rows["attention.backend"].endswith(f"file {p}")
     assert rows["attention.flash_attn_version"].endswith("command line (-ac.flash_attn_version)")
     assert rows["model.dtype"].endswith("default")
-    assert len(rows) == 17 + len(AttentionConfig.field_names())
+    assert len(rows) == 19 + len(AttentionConfig.field_names())
 
 
 def test_help_comes_from_field_docstrings(capsys):

@@ -46,7 +46,7 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
 @pytest.mark.parametrize("argv, message", [
     (["--max-tokens", "0"], "attnserve generate: error: --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
     (["--top-p", "0"], "attnserve generate: error: --top-p: top_p 0.0 not allowed (allowed: (0, 1])"),
-    (["--model", "/no/such/dir"], "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, or a .gguf file"),
+    (["--model", "/no/such/dir"], "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:

@@ -35,7 +35,7 @@ def read_model_facts(model: str | None) -> ModelAttentionFacts:
     from attnserve.models.registry import get_model_class
 
     try:
-        source = resolve_model_source(model)
+        source = resolve_model_source(model, weights=False)  # a hub id: config and tokenizer only
     except FileNotFoundError as e:
         raise ValueError(f"--model: {e} (or pass --head-size, --num-heads, --num-kv-heads)") from None
     config = load_hf_config(source)

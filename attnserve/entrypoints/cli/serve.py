@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
 from attnserve.entrypoints.cli.engine_args import add_engine_args, engine_config_from_args
 
@@ -32,6 +33,13 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(asctime)s %(name)s: %(message)s")
     config = engine_config_from_args(args)
+    from attnserve.model_executor.loader import fetch_model
+
+    try:  # a hub model downloads here, in the foreground with progress bars; the engine then finds it cached
+        fetch_model(config.model)
+    except FileNotFoundError as e:  # ModelNotFoundError: one line saying what to do, not a failed engine thread
+        print(f"attnserve serve: error: {e}", file=sys.stderr)
+        return 2
     server_args = ServerArgs(host=args.host, port=args.port, served_model_names=tuple(args.served_model_name or ()),
                              api_key=args.api_key, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
     return run_server(config, server_args)
