@@ -70,7 +70,7 @@ def run_engine(engine, batch_size: int, input_len: int, output_len: int, num_ite
     """Timed batches through the engine; per-request TTFT/TPOT/E2E from the engine's request metrics."""
     from attnserve.engine.sampling_params import SamplingParams
 
-    device = engine.runner.device
+    device = engine.info.device
     ttfts, tpots, e2es, batches = [], [], [], []
     for it in range(num_iters_warmup + num_iters):
         requests = iteration_requests(batch_size, input_len, output_len, vocab_size, seed, it)

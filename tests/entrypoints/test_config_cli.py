@@ -178,7 +178,8 @@ def test_every_engine_argument_settable_from_a_file(tmp_path, capsys):
     values = {"model": "m", "tokenizer": "t", "dtype": "float16", "max_model_len": 7, "load_format": "dummy", "seed": 5,
               "block_size": 32, "kv_cache_dtype": "fp8", "num_gpu_blocks": 9, "kv_cache_memory": 1000,
               "gpu_memory_utilization": 0.3, "max_num_batched_tokens": 99, "max_num_seqs": 3,
-              "enable_chunked_prefill": False, "tensor_parallel_size": 1, "device": "cpu", "enforce_eager": True,
+              "enable_chunked_prefill": False, "tensor_parallel_size": 2,
+              "distributed_executor_backend": "ray", "device": "cpu", "enforce_eager": True,
               "attention_backend": "TRITON_ATTN"}
     p = tmp_path / "all.json"
     p.write_text(json.dumps(values))
