@@ -90,6 +90,7 @@ class RayExecutor(Executor):
         return results
 
     def shutdown(self) -> None:
-        for w in getattr(self, "workers", []):
-            self.ray.kill(w)
+        if self.ray.is_initialized():  # after ray.shutdown() the actors are gone with their instance
+            for w in getattr(self, "workers", []):
+                self.ray.kill(w)
         self.workers = []

@@ -68,6 +68,7 @@ def test_tp2_ray_matches_tp1_tiny_qwen3(qwen3_dir, qwen3_tp1_tokens, tp2):
     try:
         llm = tp2(qwen3_dir, distributed_executor_backend="ray")
         assert tokens(llm) == qwen3_tp1_tokens
+        llm.engine.shutdown()
     finally:
         ray.shutdown()
 
@@ -89,3 +90,19 @@ def test_dead_worker_fails_pending_requests_quickly(qwen3_dir, tp2):
     with pytest.raises(RuntimeError, match="worker rank 1 .* died"):  # later calls fail the same way
         llm.generate(PROMPTS[0], GREEDY)
     assert not engine.has_unfinished_requests()
+
+
+def test_bench_latency_compares_tp_sizes_in_one_run(qwen3_dir, tmp_path):
+    import json
+
+    from attnserve.entrypoints.cli.main import main
+
+    out = tmp_path / "lat.json"
+    rc = main(["bench", "latency", "--model", qwen3_dir, "--load-format", "dummy", "--batch-size", "1",
+               "--input-len", "8", "--output-len", "4", "--num-iters", "1", "--num-iters-warmup", "0",
+               "--device", "cpu", "--dtype", "float32", "--kv-cache-memory", str(8 << 20),
+               "--compare-tensor-parallel-sizes", "1", "2", "--output-json", str(out), "--no-progress"])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert [(r["name"], r["batch_size"]) for r in data["results"]] == [("attnserve tp1", 1), ("attnserve tp2", 1)]
+    assert all(r["tpot_s"]["p50"] > 0 for r in data["results"])
