@@ -46,6 +46,10 @@ class AttentionSelectorConfig:
     logits_soft_cap: float | None = None
     has_sink: bool = False
     attn_type: AttentionType = AttentionType.DECODER
+    # heads of one tensor-parallel rank (None: not known); every rank is handed the same values, so that
+    # selection, which sees only this record, picks the same backend on every rank
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
 
     def describe(self) -> str:
         """E.g. ``head_size 80, dtype bfloat16, kv_cache_dtype auto, block_size 16``."""
@@ -59,12 +63,15 @@ class AttentionSelectorConfig:
             parts.append("attention sinks")
         if self.attn_type != AttentionType.DECODER:
             parts.append(f"attention type {self.attn_type.value}")
+        if self.num_heads is not None:
+            parts.append(f"{self.num_heads} query / {self.num_kv_heads} KV heads per rank")
         return ", ".join(parts)
 
     def to_dict(self) -> dict:
+        heads = {} if self.num_heads is None else {"num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads}
         return {"head_size": self.head_size, "dtype": dtype_name(self.dtype), "kv_cache_dtype": self.kv_cache_dtype,
                 "block_size": self.block_size, "sliding_window": self.sliding_window,
-                "logits_soft_cap": self.logits_soft_cap, "has_sink": self.has_sink, "attn_type": self.attn_type.value}
+                "logits_soft_cap": self.logits_soft_cap, "has_sink": self.has_sink, "attn_type": self.attn_type.value, **heads}
 
 
 @dataclass(frozen=True)

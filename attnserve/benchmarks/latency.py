@@ -70,7 +70,7 @@ def run_engine(engine, batch_size: int, input_len: int, output_len: int, num_ite
     """Timed batches through the engine; per-request TTFT/TPOT/E2E from the engine's request metrics."""
     from attnserve.engine.sampling_params import SamplingParams
 
-    device = engine.runner.device
+    device = engine.info.device
     ttfts, tpots, e2es, batches = [], [], [], []
     for it in range(num_iters_warmup + num_iters):
         requests = iteration_requests(batch_size, input_len, output_len, vocab_size, seed, it)
@@ -131,38 +131,49 @@ def format_table(rows: list[LatencyRow]) -> str:
 
 
 def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: int, num_iters: int,
-                num_iters_warmup: int, baseline: str | None = None, progress: bool = True) -> dict:
+                num_iters_warmup: int, baseline: str | None = None, progress: bool = True,
+                tensor_parallel_sizes: list[int] | None = None) -> dict:
     """The whole benchmark over ``batch_sizes``: the engine's rows, then the baseline's; JSON-ready result.
 
-    Raises ValueError when input_len + output_len exceeds max_model_len.
+    ``tensor_parallel_sizes``: run the engine once per size, one after the other (rows ``attnserve tpN``);
+    default: the config's size only. Raises ValueError when input_len + output_len exceeds max_model_len.
     """
+    import dataclasses
+
     from tqdm import tqdm
 
     from attnserve.benchmarks.offline import check_lengths, start_baseline, start_engine, stop_engine
 
     seed = config.model.seed
-    engine, facts, roofline = start_engine(config)
-    check_lengths(input_len, output_len, facts.max_model_len)
+    sizes = tensor_parallel_sizes or [config.parallel.tensor_parallel_size]
     iters = len(batch_sizes) * (num_iters + num_iters_warmup)
-    args = (input_len, output_len, num_iters, num_iters_warmup, facts.prompt_vocab_size, seed, roofline)
-    with tqdm(total=iters, desc="attnserve", unit="batch", disable=not progress) as bar:
-        rows = [run_engine(engine, b, *args, bar=bar) for b in batch_sizes]
-    stop_engine(engine, facts)
-    del engine
+    rows, first = [], None
+    for tp in sizes:
+        cfg = dataclasses.replace(config, parallel=dataclasses.replace(config.parallel, tensor_parallel_size=tp))
+        engine, facts, roofline = start_engine(cfg)
+        check_lengths(input_len, output_len, facts.max_model_len)
+        first = first or (facts, roofline)
+        args = (input_len, output_len, num_iters, num_iters_warmup, facts.prompt_vocab_size, seed, roofline)
+        name = "attnserve" if tensor_parallel_sizes is None else f"attnserve tp{tp}"
+        with tqdm(total=iters, desc=name, unit="batch", disable=not progress) as bar:
+            rows += [dataclasses.replace(run_engine(engine, b, *args, bar=bar), name=name) for b in batch_sizes]
+        stop_engine(engine, facts)
+        del engine
+    facts, roofline = first
     ratios = None
     if baseline:
         hf = start_baseline(baseline, facts)
         with tqdm(total=iters, desc="transformers", unit="batch", disable=not progress) as bar:
             theirs = [run_transformers(hf, b, *args, bar=bar) for b in batch_sizes]
         hf.close()
-        ratios = {str(o.batch_size): o.output_tokens_per_s / t.output_tokens_per_s for o, t in zip(rows, theirs)}
+        ratios = {str(o.batch_size): o.output_tokens_per_s / t.output_tokens_per_s for o, t in zip(rows, theirs)}  # first size's rows
         rows += theirs
     return {
         "kind": "latency",
         "engine": facts.to_dict(),
         "workload": {"batch_sizes": batch_sizes, "input_len": input_len, "output_len": output_len,
                      "num_iters": num_iters, "num_iters_warmup": num_iters_warmup, "seed": seed, "ignore_eos": True,
-                     "temperature": 0.0},
+                     "temperature": 0.0, "tensor_parallel_sizes": sizes},
         "roofline": roofline.to_dict(),
         "baseline": baseline,
         "ratio_vs_baseline": ratios,  # per batch size: attnserve output tok/s / transformers output tok/s

@@ -55,18 +55,19 @@ def start_engine(config: EngineConfig):
         config.device if config.device.startswith("cuda") else "cuda")
     bandwidth = measure_copy_bandwidth(device)
     engine = LLMEngine(config)
-    runner = engine.runner
+    info = engine.info
     tokenizer_size = len(engine.tokenizer) if engine.tokenizer is not None else engine.hf_config.vocab_size
     facts = EngineFacts(
         model=resolve_model_source(config.model.model).path, source=resolve_model_source(config.model.model),
         hf_config=engine.hf_config, load_format=config.model.load_format, seed=config.model.seed,
-        device=runner.device, dtype=runner.dtype, attention_backend=runner.backend.name,
+        device=info.device, dtype=info.dtype, attention_backend=info.backend_name,
         max_num_seqs=config.scheduler.max_num_seqs, max_num_batched_tokens=config.scheduler.max_num_batched_tokens,
         max_model_len=engine.max_model_len, prompt_vocab_size=min(engine.hf_config.vocab_size, tokenizer_size),
         pad_token_id=engine.tokenizer.pad_token_id if engine.tokenizer is not None else None)
-    roofline = Roofline(copy_bandwidth=bandwidth, weight_bytes=decode_weight_bytes(runner.model),
-                        kv_bytes_per_token=kv_bytes_per_token(runner.num_layers, runner.num_kv_heads,
-                                                              runner.head_size, runner.kv_dtype))
+    # per rank under tensor parallelism: each GPU reads its shard of the weights and KV cache in parallel
+    roofline = Roofline(copy_bandwidth=bandwidth, weight_bytes=info.weight_bytes,
+                        kv_bytes_per_token=kv_bytes_per_token(info.num_layers, info.num_kv_heads,
+                                                              info.head_size, info.kv_dtype))
     return engine, facts, roofline
 
 
@@ -74,8 +75,10 @@ def stop_engine(engine, facts: EngineFacts) -> None:
     """Drop the engine's model and KV cache (the caller drops its own reference too)."""
     from attnserve.benchmarks.hf_baseline import free_device_memory
 
-    engine.runner.model = None
-    engine.runner.kv_caches = None
+    if engine.runner is not None:
+        engine.runner.model = None
+        engine.runner.kv_caches = None
+    engine.shutdown()
     free_device_memory(facts.device)
 
 

@@ -56,12 +56,17 @@ def measure_copy_bandwidth(device: torch.device | str, nbytes: int | None = None
 def decode_weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of the weights one decode step reads: every parameter once (shared ones once), except an
     ``nn.Embedding`` table that is not shared with another module (the LM head): only B rows of it are read."""
+    from attnserve.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+
+    def is_table(m: torch.nn.Module) -> bool:  # a lookup table, not an LM head
+        return isinstance(m, (torch.nn.Embedding, VocabParallelEmbedding)) and not isinstance(m, ParallelLMHead)
+
     embedding_only = set()
     for m in model.modules():
-        if isinstance(m, torch.nn.Embedding):
+        if is_table(m):
             embedding_only.add(id(m.weight))
     for m in model.modules():
-        if not isinstance(m, torch.nn.Embedding):
+        if not is_table(m):
             for p in m.parameters(recurse=False):
                 embedding_only.discard(id(p))
     # a tied head reads the token table through F.linear(hidden, embed.weight): count the largest table then

@@ -68,7 +68,7 @@ def run_engine(engine, requests: list[BenchRequest], roofline: Roofline, progres
 
     from attnserve.engine.sampling_params import SamplingParams
 
-    device = engine.runner.device
+    device = engine.info.device
     warm_up_engine(engine, requests)
     bar = tqdm(total=len(requests), desc="attnserve", unit="req", disable=not progress)
     t0 = now(device)

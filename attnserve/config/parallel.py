@@ -1,4 +1,4 @@
-"""ParallelConfig: how the model is split over devices."""
+"""ParallelConfig: how the model is split over devices and which processes run the shards."""
 
 from __future__ import annotations
 
@@ -6,13 +6,20 @@ from dataclasses import dataclass, field
 
 from attnserve.config.fields import validate_fields
 
+DISTRIBUTED_EXECUTOR_BACKENDS = ("mp", "ray")
+
 
 @dataclass(frozen=True)
 class ParallelConfig:
     """Parallelism settings. Validated at construction."""
 
-    tensor_parallel_size: int = field(default=1, metadata={"choices": (1,)})
-    """Number of devices the model's layers are split across (only 1: tensor parallelism is not built yet)."""
+    tensor_parallel_size: int = field(default=1, metadata={"ge": 1})
+    """Number of devices (one worker process each) the model's layers are split across, Megatron-style:
+    attention heads and MLP columns per rank, an all-reduce after each block's output projection."""
+
+    distributed_executor_backend: str = field(default="mp", metadata={"choices": DISTRIBUTED_EXECUTOR_BACKENDS})
+    """How tensor-parallel workers are started: mp (spawned processes on this host) or ray (Ray actors;
+    a ``ray start`` cluster spans hosts). Unused when tensor_parallel_size is 1."""
 
     def __post_init__(self) -> None:
         validate_fields(self)

@@ -12,8 +12,8 @@ from attnserve.engine.request import FinishReason, Request
 from attnserve.engine.sampling_params import SamplingParams
 from attnserve.engine.scheduler import Scheduler
 from attnserve.engine.outputs import RequestOutput
+from attnserve.executor.base import WorkerDiedError, make_executor
 from attnserve.model_executor.loader import load_hf_config, load_model_tokenizer, resolve_model
-from attnserve.model_executor.model_runner import ModelRunner
 from attnserve.platforms import check_runnable_device
 
 logger = logging.getLogger(__name__)
@@ -33,8 +33,11 @@ class LLMEngine:
         self.hf_config = load_hf_config(source)
         self.tokenizer = load_model_tokenizer(config.model, source, self.hf_config)
         self.max_model_len = config.model.max_model_len or self.hf_config.max_position_embeddings
-        self.runner = ModelRunner(config, self.hf_config, source)
-        self.block_manager = BlockManager(self.runner.num_blocks, config.cache.block_size)
+        self.executor = make_executor(config, self.hf_config, source)
+        self.info = self.executor.info  # backend, device, dtype, KV blocks (rank 0's under tensor parallelism)
+        # the in-process ModelRunner (tensor_parallel_size 1 only; None when workers run the model)
+        self.runner = getattr(self.executor, "runner", None)
+        self.block_manager = BlockManager(self.info.num_blocks, config.cache.block_size)
         self.scheduler = Scheduler(
             self.block_manager,
             config.scheduler.max_num_batched_tokens,
@@ -107,9 +110,22 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Schedule, run the model once, append sampled tokens; returns outputs of requests that changed."""
         sched = self.scheduler.schedule()
-        result = self.runner.execute(sched)
+        try:
+            result = self.executor.execute(sched)
+        except WorkerDiedError:
+            self._fail_all()
+            raise
         updated = self.scheduler.update(sched, result.sampled)
         outputs, stopped = self.output_processor.process(updated)
         for child_id, stop_string in stopped:
             self.scheduler.finish_request(child_id, FinishReason.STOP, stop_string)
         return outputs
+
+    def _fail_all(self) -> None:
+        """The model can no longer run: finish every request (aborted) so nothing waits on a dead engine."""
+        for request_id in list(self.output_processor.parents):
+            self.abort_request(request_id)
+
+    def shutdown(self) -> None:
+        """Stop the executor's workers (also done when the engine is garbage-collected or at exit)."""
+        self.executor.shutdown()

@@ -232,8 +232,12 @@ def resolve_dtype(dtype: str, hf_config, device: "torch.device | str") -> torch.
     return ckpt if ckpt in (torch.float16, torch.bfloat16) else torch.bfloat16
 
 
-def load_weights(model: torch.nn.Module, source: ModelSource, load_format: str, hf_config, seed: int = 0) -> None:
+def load_weights(model: torch.nn.Module, source: ModelSource, load_format: str, hf_config, seed: int = 0,
+                 sharded: bool = False) -> None:
     """Fill ``model``'s parameters from the checkpoint, or randomly for ``load_format="dummy"``.
+
+    ``sharded`` (a tensor-parallel rank): safetensors tensors are read lazily, so each rank reads only its
+    slice of each; GGUF tensors are dequantized whole (the format stores quantized blocks), then narrowed.
 
     Raises ValueError when the checkpoint misses a tensor the model needs.
     """
@@ -257,7 +261,7 @@ def load_weights(model: torch.nn.Module, source: ModelSource, load_format: str, 
         num_heads = hf_config.num_attention_heads
         weights = gguf_weights(source.path, num_heads, getattr(hf_config, "num_key_value_heads", num_heads))
     else:
-        weights = safetensors_weights(source.folder)
+        weights = safetensors_weights(source.folder, lazy=sharded)
     with torch.no_grad():
         loaded = model.load_weights(weights)
     missing = model.expected_weight_names() - loaded

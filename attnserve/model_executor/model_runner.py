@@ -3,6 +3,10 @@
 Owns the model, the KV cache tensors, the attention backend's metadata builder and the per-request
 random generators. Holds no request state beyond those generators: every step's inputs come in the
 SchedulerOutput.
+
+Under tensor parallelism one ModelRunner runs in each worker process with its rank's ``tp``: it builds its
+shard of the model, a KV cache for its KV heads, and runs the same forward pass as the others (the layers'
+collectives meet in lockstep); only rank 0 samples.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetad
 from attnserve.attention.layer import Attention
 from attnserve.attention.selector import AttentionSelectorConfig, select_attn_backend
 from attnserve.config.engine import EngineConfig
+from attnserve.distributed.group import SINGLE, TPGroup
+from attnserve.distributed.sharding import shard_heads
 from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.model_executor.forward_batch import ForwardBatch
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
@@ -51,29 +57,41 @@ def _default(device: torch.device, dtype: torch.dtype):
 class ModelRunner:
     """Runs the model for one step at a time on one device."""
 
-    def __init__(self, config: EngineConfig, hf_config, source: ModelSource) -> None:
+    def __init__(self, config: EngineConfig, hf_config, source: ModelSource, tp: TPGroup = SINGLE) -> None:
         self.config = config
         self.hf_config = hf_config
+        self.tp = tp
         self.platform = detect_platform(config.device)
         self.device = torch.device("cpu" if self.platform.device_type == "cpu" else (
             config.device if config.device.startswith("cuda") else "cuda"))
         self.dtype = resolve_dtype(config.model.dtype, hf_config, self.device)
         self.block_size = config.cache.block_size
         model_cls = get_model_class(hf_config)
+        if tp.size > 1 and not getattr(model_cls, "supports_tensor_parallel", False):
+            raise ValueError(f"tensor_parallel_size {tp.size} not supported for {model_cls.__name__} "
+                             "(tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3)")
         self.dims = model_cls.dims(hf_config)
         self.head_size = self.dims.head_size
-        self.num_kv_heads = self.dims.num_kv_heads
+        heads = shard_heads(self.dims.num_heads, self.dims.num_kv_heads, tp.size, tp.rank)
+        self.num_kv_heads = heads.num_kv_heads  # this rank's: its KV cache holds only these
         self.num_layers = self.dims.num_layers
         self.kv_dtype = kv_cache_torch_dtype(config.cache.kv_cache_dtype, self.dtype)
 
+        # rank 0 has the most heads (uneven splits give the first ranks one more); every rank selects with
+        # rank 0's counts, so the selector config and hence the backend are the same everywhere
+        head0 = shard_heads(self.dims.num_heads, self.dims.num_kv_heads, tp.size, 0)
         self.selector_config = AttentionSelectorConfig(
             head_size=self.head_size,
             dtype=self.dtype,
             kv_cache_dtype=config.cache.kv_cache_dtype,
             block_size=self.block_size,
             sliding_window=self.dims.sliding_window,
+            num_heads=head0.num_heads if tp.size > 1 else None,
+            num_kv_heads=head0.num_kv_heads if tp.size > 1 else None,
         )
         self.attn_selection = select_attn_backend(config.attention, self.selector_config, self.platform)
+        names = tp.all_gather_object(self.attn_selection.name)
+        assert len(set(names)) == 1, f"ranks selected different attention backends: {names}"
         self.backend = self.attn_selection.backend_cls
         # backends read their options (FA version as selected, FlashInfer flags) from the attention config
         self.attn_config = config.attention
@@ -87,8 +105,8 @@ class ModelRunner:
             return Attention(self.backend.get_impl_cls()(spec, attention_config=self.attn_config), layer_index)
 
         with _default(self.device, self.dtype):
-            self.model = model_cls(hf_config, make_attention)
-        load_weights(self.model, source, config.model.load_format, hf_config, config.model.seed)
+            self.model = model_cls(hf_config, make_attention, **({"tp": tp} if tp.size > 1 else {}))
+        load_weights(self.model, source, config.model.load_format, hf_config, config.model.seed, sharded=tp.size > 1)
         self.model.eval()
 
         self.builder = self.backend.get_builder_cls()(
@@ -97,7 +115,8 @@ class ModelRunner:
         self.sampler = Sampler()
         block_bytes = bytes_per_block(self.num_layers, self.block_size, self.num_kv_heads, self.head_size, self.kv_dtype)
         reserve = self._activation_reserve_bytes()
-        self.num_blocks = num_kv_blocks(config.cache, self.device, block_bytes, reserve)
+        # the scheduler hands out one block count: every rank must hold that many
+        self.num_blocks = tp.min_int(num_kv_blocks(config.cache, self.device, block_bytes, reserve), self.device)
         self.kv_caches = self._allocate(self.num_blocks)
         self.default_generator = torch.Generator(device=self.device).manual_seed(config.model.seed)
         self.generators: dict[str, torch.Generator] = {}
@@ -204,7 +223,7 @@ class ModelRunner:
             return ModelRunnerOutput(sampled={})
         logits = self.compute_logits(sched)
         rows = [i for i, r in enumerate(sched.requests) if r.samples]
-        if not rows:
+        if not rows or not self.tp.is_driver:
             return ModelRunnerOutput(sampled={})
         reqs = [sched.requests[i] for i in rows]
         params = [r.sampling_params for r in reqs]

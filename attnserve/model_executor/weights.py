@@ -68,8 +68,27 @@ _LLAMA_NAMES = (_GGUF_GLOBAL_NAMES, _GGUF_LAYER_NAMES, "model.layers.{}")
 _PERMUTED_QK_ARCHS = {"llama", "mistral"}
 
 
-def safetensors_weights(folder: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor of the folder's ``*.safetensors`` files (sharded checkpoints via their index)."""
+class LazySlice:
+    """A checkpoint tensor not yet read: ``narrow`` reads only the asked rows/columns from the file,
+    ``[...]`` reads it whole. Tensor-parallel ranks load through it, so each reads only its shard."""
+
+    def __init__(self, handle, name: str) -> None:
+        self._slice = handle.get_slice(name)
+        self.shape = tuple(self._slice.get_shape())
+
+    def narrow(self, dim: int, start: int, length: int) -> torch.Tensor:
+        index = (slice(None),) * dim + (slice(start, start + length),)
+        return self._slice[index]
+
+    def __getitem__(self, index) -> torch.Tensor:
+        return self._slice[:] if index is Ellipsis else self._slice[index]
+
+
+def safetensors_weights(folder: str, lazy: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor of the folder's ``*.safetensors`` files (sharded checkpoints via their index).
+
+    ``lazy``: yield a :class:`LazySlice` per tensor instead (valid until the next item is taken).
+    """
     from safetensors import safe_open
 
     index = os.path.join(folder, "model.safetensors.index.json")
@@ -83,7 +102,7 @@ def safetensors_weights(folder: str) -> Iterator[tuple[str, torch.Tensor]]:
     for file in files:
         with safe_open(os.path.join(folder, file), framework="pt") as f:
             for name in f.keys():
-                yield name, f.get_tensor(name)
+                yield name, (LazySlice(f, name) if lazy else f.get_tensor(name))
 
 
 def unpermute_qk(weight: np.ndarray, num_heads: int) -> np.ndarray:

@@ -2,6 +2,10 @@
 
 Follows transformers' ``modeling_llama.py`` numerics, with q/k/v and gate/up fused into one matmul each
 (vLLM's QKVParallelLinear / MergedColumnParallelLinear; the loader stacks the checkpoint's shards).
+
+Tensor parallelism (``tp``): heads and MLP columns split over ranks (``attnserve/layers/linear.py``), one
+all-reduce after ``o_proj`` and one after ``down_proj``, vocabulary-split embedding and LM head. With one
+rank the layers are plain ``F.linear`` / ``F.embedding``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ from torch import nn
 
 from attnserve.attention.backend import AttentionLayerSpec
 from attnserve.attention.layer import Attention
+from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.layers.activation import SiluAndMul
+from attnserve.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from attnserve.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from attnserve.layers.norm import RMSNorm
 from attnserve.layers.rotary import RotaryEmbedding
 from attnserve.models.weight_utils import copy_weight
@@ -31,16 +38,19 @@ class LlamaAttention(nn.Module):
     qkv_bias: bool = False  # Qwen2 sets True (bias on q/k/v, none on o)
     qk_norm: bool = False  # Qwen3 sets True (RMSNorm over each head of q and k, before RoPE)
 
-    def __init__(self, config, layer_index: int, make_attention: AttentionFactory) -> None:
+    def __init__(self, config, layer_index: int, make_attention: AttentionFactory, tp: TPGroup = SINGLE) -> None:
         super().__init__()
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
+        total_heads = config.num_attention_heads
+        total_kv_heads = getattr(config, "num_key_value_heads", None) or total_heads
         self.head_size = head_size_of(config)
-        self.q_size = self.num_heads * self.head_size
-        self.kv_size = self.num_kv_heads * self.head_size
         bias = self.qkv_bias or getattr(config, "attention_bias", False)
-        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=getattr(config, "attention_bias", False))
+        self.qkv_proj = QKVParallelLinear(config.hidden_size, self.head_size, total_heads, total_kv_heads, bias, tp)
+        # this rank's heads
+        self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
+        self.q_size, self.kv_size = self.qkv_proj.q_size, self.qkv_proj.kv_size
+        self.o_proj = RowParallelLinear(total_heads * self.head_size, config.hidden_size,
+                                        getattr(config, "attention_bias", False), tp,
+                                        in_shard=(self.qkv_proj.head_shard.q_start * self.head_size, self.q_size))
         if self.qk_norm:
             self.q_norm = RMSNorm(self.head_size, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_size, config.rms_norm_eps)
@@ -71,11 +81,12 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, config) -> None:
+    def __init__(self, config, tp: TPGroup = SINGLE) -> None:
         super().__init__()
         bias = getattr(config, "mlp_bias", False)
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=bias)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
+        size = config.intermediate_size
+        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [size, size], bias, tp)
+        self.down_proj = RowParallelLinear(size, config.hidden_size, bias, tp)
         if getattr(config, "hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act {config.hidden_act!r} not supported (supported: silu)")
         self.act = SiluAndMul()
@@ -87,12 +98,12 @@ class LlamaMLP(nn.Module):
 class LlamaDecoderLayer(nn.Module):
     attention_cls = LlamaAttention
 
-    def __init__(self, config, layer_index: int, make_attention: AttentionFactory) -> None:
+    def __init__(self, config, layer_index: int, make_attention: AttentionFactory, tp: TPGroup = SINGLE) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = self.attention_cls(config, layer_index, make_attention)
+        self.self_attn = self.attention_cls(config, layer_index, make_attention, tp)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = LlamaMLP(config)
+        self.mlp = LlamaMLP(config, tp)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor, batch: "ForwardBatch") -> torch.Tensor:
         hidden = hidden + self.self_attn(positions, self.input_layernorm(hidden), batch)
@@ -112,17 +123,19 @@ class LlamaForCausalLM(nn.Module):
         "up_proj": ("gate_up_proj", 1),
     }
 
-    def __init__(self, config, make_attention: AttentionFactory) -> None:
+    supports_tensor_parallel = True
+
+    def __init__(self, config, make_attention: AttentionFactory, tp: TPGroup = SINGLE) -> None:
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp)
         self.layers = nn.ModuleList(
-            self.layer_cls(config, i, make_attention) for i in range(config.num_hidden_layers)
+            self.layer_cls(config, i, make_attention, tp) for i in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
         if not self.tie_word_embeddings:
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, tp)
 
     @classmethod
     def dims(cls, config) -> ModelDims:
@@ -141,8 +154,7 @@ class LlamaForCausalLM(nn.Module):
         return self.norm(hidden)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab) float32
-        weight = self.embed_tokens.weight if self.tie_word_embeddings else self.lm_head.weight
-        return (hidden @ weight.t()).float()
+        return (self.embed_tokens if self.tie_word_embeddings else self.lm_head).logits(hidden)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy checkpoint tensors (Hugging Face names) into the parameters; returns the names loaded.
@@ -160,21 +172,16 @@ class LlamaForCausalLM(nn.Module):
                 if f".{ckpt}." in name:
                     name, shard = name.replace(f".{ckpt}.", f".{fused}."), index
                     break
-            if shard is not None and name in params:
-                copy_weight({name: self._shard_view(name, params[name].data, shard)}, name, tensor, hf_name, type(self).__name__)
-            else:
+            loader = getattr(params.get(name), "weight_loader", None)
+            if loader is None:
                 copy_weight(params, name, tensor, hf_name, type(self).__name__)
+            else:
+                try:  # narrows the full checkpoint tensor to this rank's rows / columns
+                    loader(params[name], tensor, shard)
+                except ValueError as e:
+                    raise ValueError(f"{hf_name}: {e}") from None
             loaded.add(name if shard is None else f"{name}#{shard}")
         return loaded
-
-    def _shard_view(self, name: str, data: torch.Tensor, shard: int) -> torch.Tensor:
-        if ".qkv_proj." in name:
-            attn = self.layers[0].self_attn
-            sizes = [attn.q_size, attn.kv_size, attn.kv_size]
-        else:
-            sizes = [data.shape[0] // 2] * 2
-        start = sum(sizes[:shard])
-        return data.narrow(0, start, sizes[shard])
 
     def expected_weight_names(self) -> set[str]:
         """Every name load_weights must see for a complete checkpoint (fused shards as ``name#i``)."""

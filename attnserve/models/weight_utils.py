@@ -15,4 +15,4 @@ def copy_weight(params: dict[str, torch.Tensor], name: str, tensor: torch.Tensor
     target = params[name]
     if tuple(target.shape) != tuple(tensor.shape):
         raise ValueError(f"{hf_name}: checkpoint shape {tuple(tensor.shape)} != expected {tuple(target.shape)}")
-    target.data.copy_(tensor)
+    target.data.copy_(tensor[...])  # [...]: a lazy checkpoint slice reads its data here

@@ -20,7 +20,8 @@ from attnserve.config import CacheConfig, ConfigError, EngineConfig, ModelConfig
         (CacheConfig, "num_gpu_blocks", -1, "integer >= 1, null"),
         (SchedulerConfig, "max_num_seqs", 0, "integer >= 1"),
         (SchedulerConfig, "enable_chunked_prefill", "no", "true, false"),
-        (ParallelConfig, "tensor_parallel_size", 2, "1"),
+        (ParallelConfig, "tensor_parallel_size", 0, "integer >= 1"),
+        (ParallelConfig, "distributed_executor_backend", "mpi", "mp, ray"),
     ],
 )
 def test_bad_value_names_field_value_allowed(cls, field, value, allowed):

@@ -179,7 +179,8 @@ def test_every_engine_argument_settable_from_a_file(tmp_path, capsys):
     values = {"model": "m", "tokenizer": "t", "revision": "v1", "download_dir": "/d", "dtype": "float16", "max_model_len": 7, "load_format": "dummy", "seed": 5,
               "block_size": 32, "kv_cache_dtype": "fp8", "num_gpu_blocks": 9, "kv_cache_memory": 1000,
               "gpu_memory_utilization": 0.3, "max_num_batched_tokens": 99, "max_num_seqs": 3,
-              "enable_chunked_prefill": False, "tensor_parallel_size": 1, "device": "cpu", "enforce_eager": True,
+              "enable_chunked_prefill": False, "tensor_parallel_size": 2,
+              "distributed_executor_backend": "ray", "device": "cpu", "enforce_eager": True,
               "attention_backend": "TRITON_ATTN"}
     p = tmp_path / "all.json"
     p.write_text(json.dumps(values))
@@ -203,7 +204,7 @@ def test_explain_names_sources(tmp_path, capsys):
     assert rows["attention.backend"].endswith(f"file {p}")
     assert rows["attention.flash_attn_version"].endswith("command line (-ac.flash_attn_version)")
     assert rows["model.dtype"].endswith("default")
-    assert len(rows) == 19 + len(AttentionConfig.field_names())
+    assert len(rows) == 20 + len(AttentionConfig.field_names())
 
 
 def test_help_comes_from_field_docstrings(capsys):

@@ -127,6 +127,8 @@ def _add_latency(kinds) -> None:
     g.add_argument("--num-iters", type=_positive_int, default=3, help="timed batches per batch size (default 3)")
     g.add_argument("--num-iters-warmup", type=_nonnegative_int, default=1,
                    help="untimed batches first (default 1)")
+    g.add_argument("--compare-tensor-parallel-sizes", type=_positive_int, nargs="+", default=None, metavar="N",
+                   help="run the engine once per tensor-parallel size, in this run (e.g. 1 2); rows 'attnserve tpN'")
     _add_baseline(g)
     _add_outputs(p, "output tokens/s over batch size, with the roofline")
     p.set_defaults(func=run_latency)
@@ -209,7 +211,7 @@ def run_latency(args: argparse.Namespace) -> int:
     try:
         result = run(config, batch_sizes=args.batch_size, input_len=args.input_len, output_len=args.output_len,
                      num_iters=args.num_iters, num_iters_warmup=args.num_iters_warmup, baseline=args.baseline,
-                     progress=args.progress)
+                     progress=args.progress, tensor_parallel_sizes=args.compare_tensor_parallel_sizes)
     except (OSError, ValueError) as e:
         args._engine_arg_parser.error(str(e))
     return _finish(args, result, plot_latency)

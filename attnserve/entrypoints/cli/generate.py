@@ -130,9 +130,9 @@ def generate_to_terminal(config, prompts: list[str], params, chat: bool, out, er
         "generated_tokens": new_tokens,
         "output_tokens_per_s": new_tokens / gen_s if gen_s > 0 else None,
         "mean_ttft_s": sum(ttfts) / len(ttfts) if ttfts else None,
-        "attention_backend": engine.runner.backend.name,
-        "device": str(engine.runner.device),
-        "dtype": str(engine.runner.dtype).removeprefix("torch."),
+        "attention_backend": engine.info.backend_name,
+        "device": str(engine.info.device),
+        "dtype": str(engine.info.dtype).removeprefix("torch."),
     }
     err.write(f"[attnserve] {new_tokens} tokens in {gen_s:.2f} s ({stats['output_tokens_per_s']:.1f} tok/s), "
               f"backend {stats['attention_backend']}, {stats['device']}, {stats['dtype']}; model loaded in {load_s:.1f} s\n")

@@ -1,0 +1,65 @@
+"""How a dimension splits over tensor-parallel ranks: plain integer arithmetic, testable without processes.
+
+Splits need not be even: ``shard_range`` gives the first ``total % size`` ranks one more item, so e.g. the
+default model's 3 KV heads (9 query heads) run on 2 ranks as 2 + 1 KV heads (6 + 3 query heads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def shard_range(total: int, size: int, rank: int) -> tuple[int, int]:
+    """``(start, length)`` of ``rank``'s part of ``total`` items split as evenly as possible."""
+    base, extra = divmod(total, size)
+    return rank * base + min(rank, extra), base + (1 if rank < extra else 0)
+
+
+@dataclass(frozen=True)
+class HeadShard:
+    """The attention heads one rank computes: query heads ``[q_start, q_start + num_heads)`` and KV heads
+    ``[kv_start, kv_start + num_kv_heads)`` of the checkpoint (each query head's KV head is on the same rank)."""
+
+    q_start: int
+    num_heads: int
+    kv_start: int
+    num_kv_heads: int
+
+
+def shard_heads(num_heads: int, num_kv_heads: int, size: int, rank: int) -> HeadShard:
+    """Split attention heads by KV group; with fewer KV heads than ranks each KV head is replicated.
+
+    Raises ValueError naming the head counts when they cannot be split over ``size`` ranks.
+    """
+    if num_heads % num_kv_heads:
+        raise ValueError(f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads")
+    group = num_heads // num_kv_heads
+    if num_kv_heads >= size:
+        kv_start, n_kv = shard_range(num_kv_heads, size, rank)
+        return HeadShard(kv_start * group, n_kv * group, kv_start, n_kv)
+    # fewer KV heads than ranks: KV head j lives on `replicas` ranks, which split its query heads
+    replicas = size // num_kv_heads
+    if size % num_kv_heads or group % replicas:
+        raise ValueError(
+            f"tensor_parallel_size {size} cannot split {num_heads} query heads over {num_kv_heads} KV heads: "
+            f"with fewer KV heads than ranks the ranks must be a multiple of the KV heads and divide each KV "
+            f"head's {group} query heads"
+        )
+    per = num_heads // size
+    return HeadShard(rank * per, per, rank // replicas, 1)
+
+
+@dataclass(frozen=True)
+class VocabShard:
+    """Rows ``[start, end)`` of the vocabulary on one rank, stored padded to ``rows`` (same on every rank,
+    so that gathered logits line up: rank r's rows sit at ``[r * rows, (r + 1) * rows)``)."""
+
+    start: int
+    end: int
+    rows: int
+
+
+def shard_vocab(vocab_size: int, size: int, rank: int) -> VocabShard:
+    rows = -(-vocab_size // size)
+    start = min(rank * rows, vocab_size)
+    return VocabShard(start, min(start + rows, vocab_size), rows)

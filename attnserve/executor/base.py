@@ -1,0 +1,75 @@
+"""The executor contract the engine steps through, the facts it reports, and the factory.
+
+    executor = make_executor(config, hf_config, source)
+    executor.info.num_blocks       # KV blocks every rank holds: the scheduler's budget
+    executor.execute(sched)        # -> ModelRunnerOutput (rank 0's sampled tokens)
+    executor.shutdown()
+
+A dead or failed worker makes ``execute`` raise WorkerDiedError (and every later call too); it never hangs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from attnserve.config.engine import EngineConfig
+from attnserve.engine.scheduler import SchedulerOutput
+from attnserve.model_executor.loader import ModelSource
+from attnserve.model_executor.model_runner import ModelRunner, ModelRunnerOutput
+
+
+class WorkerDiedError(RuntimeError):
+    """A tensor-parallel worker exited or raised; the message names its rank, pid and exit code or error."""
+
+
+@dataclass(frozen=True)
+class RunnerInfo:
+    """What the engine, CLI and benchmarks read about the runner(s); rank 0's values under TP."""
+
+    backend_name: str
+    device: torch.device  # rank 0's device
+    dtype: torch.dtype
+    num_blocks: int
+    num_layers: int
+    num_kv_heads: int  # per rank
+    head_size: int
+    kv_dtype: torch.dtype
+    weight_bytes: int  # weights one decode step reads on one rank (roofline)
+    tensor_parallel_size: int = 1
+
+    @classmethod
+    def of(cls, runner: ModelRunner) -> "RunnerInfo":
+        from attnserve.benchmarks.roofline import decode_weight_bytes
+
+        return cls(runner.backend.name, runner.device, runner.dtype, runner.num_blocks, runner.num_layers,
+                   runner.num_kv_heads, runner.head_size, runner.kv_dtype, decode_weight_bytes(runner.model),
+                   runner.tp.size)
+
+
+class Executor(ABC):
+    info: RunnerInfo
+
+    @abstractmethod
+    def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+        """Run one step on every rank; rank 0's sampled tokens."""
+
+    def shutdown(self) -> None:
+        """Stop workers (no-op in process)."""
+
+
+def make_executor(config: EngineConfig, hf_config, source: ModelSource) -> Executor:
+    """In process for one rank; else ``parallel.distributed_executor_backend``'s workers."""
+    if config.parallel.tensor_parallel_size == 1:
+        from attnserve.executor.uniproc import UniProcExecutor
+
+        return UniProcExecutor(config, hf_config, source)
+    if config.parallel.distributed_executor_backend == "ray":
+        from attnserve.executor.ray_executor import RayExecutor
+
+        return RayExecutor(config, hf_config, source)
+    from attnserve.executor.multiproc import MultiprocExecutor
+
+    return MultiprocExecutor(config, hf_config, source)

@@ -1,0 +1,120 @@
+"""MultiprocExecutor: one spawned worker process per rank on this host, a pipe to each.
+
+The engine (scheduler, detokenizer) stays in this process. Each step the SchedulerOutput is pickled once
+and sent down every pipe; rank 0 answers with the sampled tokens. While waiting, the executor watches every
+worker's pipe and process sentinel, so a worker that raises or dies (killed, out of memory) fails the step
+at once with its rank, pid and exit code; the others are killed, since they would wait forever in a
+collective with the dead one.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from multiprocessing import connection
+
+import torch.multiprocessing as mp
+
+from attnserve.config.engine import EngineConfig
+from attnserve.engine.scheduler import SchedulerOutput
+from attnserve.executor.base import Executor, RunnerInfo, WorkerDiedError
+from attnserve.executor.env import free_port, worker_env
+from attnserve.executor.worker import run_worker
+from attnserve.model_executor.loader import ModelSource
+from attnserve.model_executor.model_runner import ModelRunnerOutput
+
+logger = logging.getLogger(__name__)
+
+
+class MultiprocExecutor(Executor):
+    def __init__(self, config: EngineConfig, hf_config, source: ModelSource) -> None:
+        n = config.parallel.tensor_parallel_size
+        ctx = mp.get_context("spawn")  # fork would copy CUDA state and the engine's threads
+        init_method = f"tcp://127.0.0.1:{free_port()}"
+        env = worker_env()
+        self.procs, self.conns = [], []
+        self.failed: str | None = None
+        for rank in range(n):
+            parent, child = ctx.Pipe()
+            kwargs = dict(config=config, hf_config=hf_config, source=source, rank=rank, world_size=n,
+                          local_rank=rank, init_method=init_method, env=env)
+            p = ctx.Process(target=run_worker, args=(child, kwargs), name=f"attnserve-tp{rank}", daemon=True)
+            p.start()
+            child.close()
+            self.procs.append(p)
+            self.conns.append(parent)
+        self._finalizer = weakref.finalize(self, _stop, self.procs, self.conns)
+        infos = self._wait(set(range(n)))
+        self.info = infos[0]
+        logger.info("Tensor parallel: %d worker processes (pids %s), %s", n, [p.pid for p in self.procs],
+                    self.info.backend_name)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+        if self.failed:
+            raise WorkerDiedError(self.failed)
+        for rank, c in enumerate(self.conns):
+            try:
+                c.send(sched)
+            except (BrokenPipeError, ConnectionResetError, EOFError):
+                self._check_dead()
+                self._fail(f"worker rank {rank} (pid {self.procs[rank].pid}) is unreachable")
+        return self._wait({0})[0]
+
+    def _wait(self, ranks: set[int]) -> dict:
+        """Replies of ``ranks``; raises WorkerDiedError as soon as any worker errors or exits."""
+        got: dict = {}
+        watch = [*self.conns, *(p.sentinel for p in self.procs)]
+        while len(got) < len(ranks):
+            ready = connection.wait(watch)
+            for rank, c in enumerate(self.conns):
+                if c not in ready:
+                    continue
+                try:
+                    kind, payload = c.recv()
+                except (EOFError, ConnectionResetError):
+                    self._check_dead()
+                    self._fail(f"worker rank {rank} (pid {self.procs[rank].pid}) closed its pipe")
+                if kind == "error":
+                    self._fail(f"worker rank {rank} (pid {self.procs[rank].pid}) failed; pending requests "
+                               f"failed. Its traceback:\n{payload}")
+                if rank in ranks:
+                    got[rank] = payload
+            self._check_dead()
+        return got
+
+    def _check_dead(self) -> None:
+        for rank, p in enumerate(self.procs):
+            if not p.is_alive():
+                p.join(timeout=1)
+                self._fail(f"worker rank {rank} (pid {p.pid}) died (exit code {p.exitcode}); pending requests failed")
+
+    def _fail(self, message: str):
+        self.failed = message
+        _stop(self.procs, self.conns, graceful=False)
+        raise WorkerDiedError(message)
+
+    def shutdown(self) -> None:
+        self._finalizer()
+
+
+def _stop(procs, conns, graceful: bool = True) -> None:
+    """Ask live workers to exit (graceful), then kill whatever is left. Only our own children."""
+    if graceful:
+        for p, c in zip(procs, conns):
+            if p.is_alive():
+                try:
+                    c.send(None)
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass
+        for p in procs:
+            p.join(timeout=5)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5)
+    for c in conns:
+        c.close()

@@ -1,0 +1,18 @@
+"""UniProcExecutor: one ModelRunner in the engine's process (tensor_parallel_size 1)."""
+
+from __future__ import annotations
+
+from attnserve.config.engine import EngineConfig
+from attnserve.engine.scheduler import SchedulerOutput
+from attnserve.executor.base import Executor, RunnerInfo
+from attnserve.model_executor.loader import ModelSource
+from attnserve.model_executor.model_runner import ModelRunner, ModelRunnerOutput
+
+
+class UniProcExecutor(Executor):
+    def __init__(self, config: EngineConfig, hf_config, source: ModelSource) -> None:
+        self.runner = ModelRunner(config, hf_config, source)
+        self.info = RunnerInfo.of(self.runner)
+
+    def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+        return self.runner.execute(sched)
