@@ -370,3 +370,15 @@ def test_tokenizer_from_another_cached_repo_or_a_bare_folder(hub_cache, config_o
     for tok in ("org/tokenizer-only", str(tok_only)):
         llm = LLM(config_only, load_format="dummy", tokenizer=tok, download_dir=cache, **CPU)
         assert llm.tokenizer.encode("hello world") == folder_llm.tokenizer.encode("hello world")
+
+
+def test_bench_latency_runs_on_a_bare_config_json_with_dummy_weights(config_only, tmp_path):
+    from attnserve.entrypoints.cli.main import main
+
+    out = tmp_path / "lat.json"
+    rc = main(["bench", "latency", "--model", config_only, "--load-format", "dummy", "--device", "cpu",
+               "--dtype", "float32", "--batch-size", "2", "--input-len", "6", "--output-len", "3", "--num-iters", "1",
+               "--no-progress", "--output-json", str(out)])
+    assert rc == 0
+    (row,) = [r for r in json.loads(out.read_text())["results"] if r["batch_size"] == 2]
+    assert row["output_len"] == 3 and row["input_len"] == 6
