@@ -77,7 +77,10 @@ class RequestOutput:
                     "finish_reason": o.finish_reason,
                     "logprobs": None
                     if o.logprobs is None
-                    else [{str(t): lp.logprob for t, lp in d.items()} for d in o.logprobs],
+                    else [
+                        {str(t): {"logprob": lp.logprob, "rank": lp.rank, "token": lp.decoded_token} for t, lp in d.items()}
+                        for d in o.logprobs
+                    ],
                 }
                 for o in self.outputs
             ],

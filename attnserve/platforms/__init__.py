@@ -22,12 +22,14 @@ def is_simulated_device(device: str) -> bool:
 
 
 def check_runnable_device(device: str) -> None:
-    """Raise ValueError when ``device`` is a simulated GPU (``cuda:9.0``): planning only, nothing runs there."""
+    """Raise ValueError, before any model loads, when the engine cannot run on ``device``: a simulated GPU
+    (``cuda:9.0``, planning only) or a CUDA device on a machine without one."""
     if is_simulated_device(device):
         raise ValueError(
             f"device {device!r} is a simulated GPU (compute capability {device.split(':', 1)[1]}) for planning "
             "with `attnserve backends` / `attnserve config`; the engine cannot run on it: use auto, cpu, cuda or cuda:N"
         )
+    detect_platform(device)  # raises for cuda / cuda:N without that GPU
 
 
 @functools.lru_cache(maxsize=None)

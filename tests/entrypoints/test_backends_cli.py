@@ -19,7 +19,7 @@ def run_json(capsys, *argv) -> tuple[int, dict]:
 
 
 def test_registered_as_subcommand():
-    assert COMMANDS["backends"] == "attnserve.entrypoints.cli.backends"
+    assert COMMANDS["backends"][0] == "attnserve.entrypoints.cli.backends"
 
 
 def test_planning_for_hopper_names_flash_attn(capsys):

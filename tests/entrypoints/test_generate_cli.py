@@ -46,6 +46,7 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
 @pytest.mark.parametrize("argv, message", [
     (["--max-tokens", "0"], "attnserve generate: error: --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
     (["--top-p", "0"], "attnserve generate: error: --top-p: top_p 0.0 not allowed (allowed: (0, 1])"),
+    (["--prompt", ""], "attnserve generate: error: --prompt: an empty prompt (give text, or leave --prompt out for the default prompt)"),
     (["--model", "/no/such/dir"], "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):
@@ -60,3 +61,10 @@ def test_prompt_longer_than_max_model_len(tiny_model_dir, capsys):
     err = capsys.readouterr().err.strip()
     assert rc == 2
     assert err.startswith("attnserve generate: error: prompt has ") and "max_model_len is 8" in err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_on_a_machine_without_one_fails_before_loading(capsys):
+    assert main(["generate", "--device", "cuda"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "attnserve generate: error: device cuda:0 requested but CUDA is not available on this machine")

@@ -48,6 +48,8 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
             prompts += [line.rstrip("\n") for line in f if line.strip()]
     if not prompts:
         return [DEFAULT_PROMPT], True
+    if any(not p for p in prompts):
+        raise ValueError("--prompt: an empty prompt (give text, or leave --prompt out for the default prompt)")
     return prompts, args.chat
 
 
@@ -68,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         return _error(f"--{str(e).split()[0].replace('_', '-')}: {e}")
     except OSError as e:
         return _error(f"--prompts-file {args.prompts_file!r}: {e.strerror}")
+    except ValueError as e:
+        return _error(str(e))
 
     try:
         outputs, stats = generate_to_terminal(config, prompts, params, chat, sys.stdout, sys.stderr)

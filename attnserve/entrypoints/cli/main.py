@@ -8,13 +8,13 @@ import sys
 
 from attnserve.entrypoints.cli.engine_args import EngineArgumentParser
 
-# subcommand -> module exposing add_parser(subparsers) (which sets ``func`` on its parser)
+# subcommand -> (module exposing add_parser(subparsers), which sets ``func`` on its parser; one-line help)
 COMMANDS = {
-    "generate": "attnserve.entrypoints.cli.generate",
-    "serve": "attnserve.entrypoints.cli.serve",
-    "bench": "attnserve.entrypoints.cli.bench",
-    "backends": "attnserve.entrypoints.cli.backends",
-    "config": "attnserve.entrypoints.cli.config",
+    "generate": ("attnserve.entrypoints.cli.generate", "generate text for prompts (default model and prompt if none)"),
+    "serve": ("attnserve.entrypoints.cli.serve", "start the OpenAI-compatible HTTP server"),
+    "bench": ("attnserve.entrypoints.cli.bench", "benchmarks: throughput, latency, attention kernels, a running server"),
+    "backends": ("attnserve.entrypoints.cli.backends", "which attention backends can run a model here, and why not"),
+    "config": ("attnserve.entrypoints.cli.config", "print the effective engine configuration (--explain: where from)"),
 }
 
 
@@ -23,11 +23,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = EngineArgumentParser(prog="attnserve", description="LLM inference with pluggable attention backends")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=EngineArgumentParser)
     sub.required = True
-    for name, module in COMMANDS.items():
+    for name, (module, help_text) in COMMANDS.items():
         if name == command:
             importlib.import_module(module).add_parser(sub)
         else:
-            sub.add_parser(name, help=f"(attnserve {name} --help)")
+            sub.add_parser(name, help=help_text)
     return parser
 
 

@@ -124,6 +124,10 @@ def _add_error_handlers(app: FastAPI) -> None:
         # malformed JSON and schema violations: 400 (FastAPI's default is 422), naming the first field
         errors = e.errors()
         first = errors[0] if errors else {}
+        if first.get("type") == "json_invalid":  # loc is ("body", character offset): no parameter to name
+            detail = (first.get("ctx") or {}).get("error", "invalid JSON")
+            offset = first.get("loc", (None, None))[-1]
+            return error_response(f"malformed JSON body: {detail} at character {offset}", 400, None)
         loc = [str(x) for x in first.get("loc", ()) if x != "body"]
         message = "; ".join(f"{'.'.join(str(x) for x in err.get('loc', ()) if x != 'body') or 'body'}: "
                             f"{err.get('msg')}" for err in errors[:5])

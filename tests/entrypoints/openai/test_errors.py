@@ -75,6 +75,13 @@ def test_malformed_json_is_400(server, client, model_name, body):
     _valid(client, model_name)
 
 
+def test_malformed_json_names_the_problem_not_a_parameter(server):
+    r = server.post("/v1/completions", content=b'{"prompt": "Hi", "max_tokens": ', headers={"Content-Type": "application/json"})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] is None
+    assert err["message"] == "malformed JSON body: Expecting value at character 31"
+
+
 def test_unknown_route_is_404_in_openai_format(server, client, model_name):
     r = server.get("/v1/nothing-here")
     assert r.status_code == 404 and r.json()["error"]["message"]
