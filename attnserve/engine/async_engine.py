@@ -81,6 +81,10 @@ class _Stop:
     pass
 
 
+class _AbortAll:
+    pass
+
+
 class AsyncLLMEngine:
     """Runs an LLMEngine on a background thread; ``generate`` yields a request's outputs as they come."""
 
@@ -150,6 +154,12 @@ class AsyncLLMEngine:
         """Abort a request (frees its KV blocks); a no-op when it has finished. Thread-safe."""
         self._commands.put(_Abort(request_id))
 
+    def abort_all(self) -> None:
+        """Refuse new requests and abort every unfinished one (shutdown); each stream ends with
+        RequestAbortedError. Thread-safe."""
+        self._stopping = True
+        self._commands.put(_AbortAll())
+
     # --- the engine thread -----------------------------------------------------------------------
     def _run(self) -> None:
         try:
@@ -185,6 +195,9 @@ class AsyncLLMEngine:
                 return False
             if isinstance(cmd, _Abort):
                 self._abort(cmd.request_id)
+            elif isinstance(cmd, _AbortAll):
+                for request_id in list(self._streams):
+                    self._abort(request_id)
             elif isinstance(cmd, _Add):
                 try:
                     self.engine.add_request(cmd.prompt, cmd.params, cmd.request_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -186,9 +187,22 @@ def run_server(config: EngineConfig, args: ServerArgs) -> int:
     ctx = ServingContext(engine=engine, served_model_names=names,
                          metrics=ServerMetrics(names[0], lambda: engine.stats), api_key=args.api_key)
     app = build_app(ctx, shutdown_timeout=args.shutdown_timeout)
-    server = uvicorn.Server(uvicorn.Config(
+    grace = max(1, int(args.shutdown_timeout))
+
+    class Server(uvicorn.Server):
+        """Aborts the requests still running just before uvicorn's graceful-shutdown deadline, so their
+        streams end with an error event and [DONE] instead of being cancelled mid-write."""
+
+        def handle_exit(self, sig, frame) -> None:
+            if not self.should_exit:
+                timer = threading.Timer(max(0.0, grace - 0.5), engine.abort_all)
+                timer.daemon = True
+                timer.start()
+            super().handle_exit(sig, frame)
+
+    server = Server(uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level,
-        timeout_graceful_shutdown=max(1, int(args.shutdown_timeout)), timeout_keep_alive=5))
+        timeout_graceful_shutdown=grace, timeout_keep_alive=5))
     logger.info("serving %s on http://%s:%d", names[0], args.host, args.port)
     # uvicorn re-raises the SIGINT/SIGTERM it caught once it has shut down, with the handlers it found
     # installed; no-op handlers make a graceful shutdown end in a normal return (exit code 0)
