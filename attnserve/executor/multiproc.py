@@ -76,6 +76,8 @@ class MultiprocExecutor(Executor):
                 try:
                     kind, payload = c.recv()
                 except (EOFError, ConnectionResetError):
+                    # the pipe closes as its process dies, a moment before the exit can be reaped
+                    self.procs[rank].join(timeout=2)
                     self._check_dead()
                     self._fail(f"worker rank {rank} (pid {self.procs[rank].pid}) closed its pipe")
                 if kind == "error":
