@@ -295,3 +295,16 @@ def test_registered_out_of_tree_backend_name_is_accepted(capsys):
     finally:
         unregister_backend("MY_OOT_ATTN")
     assert "unknown attention backend" in error(["--attention-backend", "MY_OOT_ATTN"], capsys)
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`attnserve config --explain | head -1`: the closed pipe ends the command quietly."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "attnserve", "config", "--explain"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the command writes anything
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

@@ -65,12 +65,24 @@ Q_TILE = 16  # query tokens per block-mask row (and kernel BLOCK_M)
 _COMPILED: dict[str, Any] = {}
 
 
+def _eager_flex(*args, **kwargs):
+    """Eager flex_attention (CPU) without torch's per-call advice to compile it: eager is our choice there,
+    and a user of ``attnserve generate`` cannot act on that warning."""
+    import warnings
+
+    from torch.nn.attention.flex_attention import flex_attention
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
+        return flex_attention(*args, **kwargs)
+
+
 def _flex_fn(device: torch.device):
     """flex_attention, compiled once per process on CUDA (dynamic shapes: the token count changes every step)."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if device.type != "cuda":
-        return flex_attention
+        return _eager_flex
     if "cuda" not in _COMPILED:
         import torch._dynamo
 
