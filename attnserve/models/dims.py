@@ -49,3 +49,17 @@ def standard_dims(config) -> ModelDims:
         vocab_size=config.vocab_size,
         sliding_window=sliding_window_of(config),
     )
+
+
+def mha_dims(config, intermediate_size: int) -> ModelDims:
+    """Dims of a multi-head-attention model without GQA (GPT-2, OPT): one KV head per query head, head size
+    hidden_size / num_attention_heads; the MLP width comes from the model's own config field."""
+    return ModelDims(
+        num_layers=config.num_hidden_layers,
+        num_heads=config.num_attention_heads,
+        num_kv_heads=config.num_attention_heads,
+        head_size=config.hidden_size // config.num_attention_heads,
+        hidden_size=config.hidden_size,
+        intermediate_size=intermediate_size,
+        vocab_size=config.vocab_size,
+    )

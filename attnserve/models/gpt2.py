@@ -15,7 +15,7 @@ from torch import nn
 
 from attnserve.attention.backend import AttentionLayerSpec
 from attnserve.layers.activation import get_act_fn
-from attnserve.models.dims import ModelDims
+from attnserve.models.dims import ModelDims, mha_dims
 from attnserve.models.llama import AttentionFactory
 from attnserve.models.weight_utils import copy_weight
 
@@ -100,15 +100,7 @@ class GPT2LMHeadModel(nn.Module):
     @classmethod
     def dims(cls, config) -> ModelDims:
         """GPT-2's config names: ``n_layer``, ``n_head``, ``n_embd``, ``n_inner`` (aliased by transformers)."""
-        return ModelDims(
-            num_layers=config.num_hidden_layers,
-            num_heads=config.num_attention_heads,
-            num_kv_heads=config.num_attention_heads,
-            head_size=config.hidden_size // config.num_attention_heads,
-            hidden_size=config.hidden_size,
-            intermediate_size=_intermediate_size(config),
-            vocab_size=config.vocab_size,
-        )
+        return mha_dims(config, _intermediate_size(config))
 
     def forward(
         self,

@@ -21,7 +21,7 @@ from torch import nn
 
 from attnserve.attention.backend import AttentionLayerSpec
 from attnserve.layers.activation import get_act_fn
-from attnserve.models.dims import ModelDims
+from attnserve.models.dims import ModelDims, mha_dims
 from attnserve.models.llama import AttentionFactory
 from attnserve.models.weight_utils import copy_weight
 
@@ -118,15 +118,7 @@ class OPTForCausalLM(nn.Module):
     @classmethod
     def dims(cls, config) -> ModelDims:
         """OPT's config has ``ffn_dim`` for the MLP width and no KV-head or head-size fields."""
-        return ModelDims(
-            num_layers=config.num_hidden_layers,
-            num_heads=config.num_attention_heads,
-            num_kv_heads=config.num_attention_heads,
-            head_size=config.hidden_size // config.num_attention_heads,
-            hidden_size=config.hidden_size,
-            intermediate_size=config.ffn_dim,
-            vocab_size=config.vocab_size,
-        )
+        return mha_dims(config, config.ffn_dim)
 
     def forward(
         self,
