@@ -78,6 +78,8 @@ class CommonAttentionMetadata:
     num_decodes: int  # requests with query length 1, all before the prefills
     num_decode_tokens: int  # == num_decodes
     block_size: int
+    # (B, max_blocks_per_seq) int32 on CPU, same values as block_table; None when the caller has no host copy
+    block_table_cpu: torch.Tensor | None = None
 
     @property
     def num_prefills(self) -> int:
@@ -143,6 +145,23 @@ class AttentionMetadataBuilder(ABC):
     @abstractmethod
     def build(self, common: CommonAttentionMetadata) -> Any:
         """Return this backend's Metadata for one step."""
+
+    def build_for_cudagraph_capture(self, common: CommonAttentionMetadata) -> Any:
+        """Metadata for capturing a pure-decode step of ``common.num_reqs`` requests in a CUDA graph.
+
+        ``common``'s device tensors are the runner's static buffers, which every replay refills in place;
+        ``max_seq_len`` is ``max_model_len``, so launch shapes chosen on the host cover any replay. The
+        default builds ordinary metadata, right for backends whose metadata holds only those tensors and
+        values that stay fixed for a batch size.
+        """
+        return self.build(common)
+
+    def prepare_cudagraph_replay(self, metadata: Any, common: CommonAttentionMetadata) -> None:
+        """Refresh host-planned state of captured ``metadata`` before a replay (FlashInfer's ``plan()``).
+
+        ``common`` holds this step's values (padded to the captured size), already copied into the static
+        buffers. The default does nothing.
+        """
 
 
 class AttentionBackend(ABC):

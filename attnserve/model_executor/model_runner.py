@@ -16,17 +16,17 @@ import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata
+from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, CudaGraphSupport
 from attnserve.attention.layer import Attention
 from attnserve.attention.selector import AttentionSelectorConfig, select_attn_backend
 from attnserve.config.engine import EngineConfig
 from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads
 from attnserve.engine.scheduler import SchedulerOutput
-from attnserve.model_executor.forward_batch import ForwardBatch
+from attnserve.model_executor.cuda_graph import CudaGraphRunner, capture_sizes
+from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging, host_batch
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
 from attnserve.model_executor.loader import ModelSource, load_weights, resolve_dtype
 from attnserve.model_executor.sampler import Sampler
@@ -113,15 +113,47 @@ class ModelRunner:
             self.layer_specs[0], self.device, self.dtype, attention_config=self.attn_config,
             kv_cache_layout=self.attn_selection.kv_cache_layout)
         self.sampler = Sampler()
+        self.staging = PinnedStaging(self.device)
+        self.cuda_graphs: CudaGraphRunner | None = None
         block_bytes = bytes_per_block(self.num_layers, self.block_size, self.num_kv_heads, self.head_size, self.kv_dtype)
         reserve = self._activation_reserve_bytes()
         # the scheduler hands out one block count: every rank must hold that many
         self.num_blocks = tp.min_int(num_kv_blocks(config.cache, self.device, block_bytes, reserve), self.device)
-        self.kv_caches = self._allocate(self.num_blocks)
+        graphs = self._cuda_graph_plan()
+        if graphs and self.num_blocks > 1 and config.cache.num_gpu_blocks is None:
+            self.num_blocks -= 1  # the last block is the graphs' padding ("null") block, never scheduled
+        self.kv_caches = self._allocate(self.num_blocks + (1 if graphs else 0))
         self.default_generator = torch.Generator(device=self.device).manual_seed(config.model.seed)
         self.generators: dict[str, torch.Generator] = {}
         logger.info("KV cache: %d blocks of %d tokens (%s, %s)", self.num_blocks, self.block_size,
                     self.kv_dtype, self.backend.name)
+        if graphs:
+            self._capture_cuda_graphs()
+
+    def _cuda_graph_plan(self) -> bool:
+        """Whether decode steps will run as CUDA graphs; logs why not when they will not."""
+        if self.device.type != "cuda" or self.config.enforce_eager:
+            return False
+        support = self.backend.capabilities(self.platform, self.attn_config).cuda_graph_support
+        if support == CudaGraphSupport.NEVER:
+            logger.info("CUDA graphs off: %s declares no CUDA-graph support; decode steps run eagerly",
+                        self.backend.name)
+            return False
+        return True
+
+    def _capture_cuda_graphs(self) -> None:
+        max_model_len = self.config.model.max_model_len or self.hf_config.max_position_embeddings
+        self.cuda_graphs = CudaGraphRunner(
+            self.model, self.builder, self.kv_caches,
+            sizes=capture_sizes(self.config.scheduler.max_num_seqs), hidden_size=self.dims.hidden_size,
+            dtype=self.dtype, device=self.device, block_size=self.block_size,
+            max_blocks=-(-max_model_len // self.block_size), null_block=self.num_blocks,
+            max_model_len=max_model_len,
+        )
+        self.cuda_graphs.capture()
+        logger.info("CUDA graphs: captured %d decode batch sizes (%d to %d) in %.1f s",
+                    len(self.cuda_graphs.sizes), self.cuda_graphs.sizes[0], self.cuda_graphs.max_size,
+                    self.cuda_graphs.capture_seconds)
 
     def _allocate(self, num_blocks: int) -> list[torch.Tensor]:
         if hasattr(self.builder, "num_cache_blocks"):  # FLEX_ATTENTION sizes its block mask to the cache
@@ -164,54 +196,53 @@ class ModelRunner:
         return peak + logits + (256 << 20)
 
     def prepare(self, sched: SchedulerOutput) -> ForwardBatch:
-        """Flatten the step's requests into one batch and build the backend's metadata once."""
-        reqs = sched.requests
-        bs = self.block_size
-        query_lens = np.array([len(r.token_ids) for r in reqs], dtype=np.int64)
-        starts = np.array([r.start_position for r in reqs], dtype=np.int64)
-        seq_lens = starts + query_lens
-        qsl = np.zeros(len(reqs) + 1, dtype=np.int64)
-        np.cumsum(query_lens, out=qsl[1:])
-        max_blocks = max(len(r.block_table) for r in reqs)
-        block_table = np.zeros((len(reqs), max_blocks), dtype=np.int64)
-        for i, r in enumerate(reqs):
-            block_table[i, : len(r.block_table)] = r.block_table
-        req_index = np.repeat(np.arange(len(reqs)), query_lens)
-        positions = np.arange(qsl[-1]) - qsl[req_index] + starts[req_index]
-        slot_mapping = block_table[req_index, positions // bs] * bs + positions % bs
-        input_ids = np.fromiter((t for r in reqs for t in r.token_ids), dtype=np.int64, count=int(qsl[-1]))
+        """Flatten the step's requests into one batch and build the backend's metadata once (eager path)."""
+        return self._device_batch(host_batch(sched, self.block_size))
 
+    def _device_batch(self, host: HostBatch) -> ForwardBatch:
+        """Copy a host batch to the device (pinned, non-blocking) and build the backend's metadata."""
+        st = self.staging
+        st.begin()
+        qsl_cpu = st.pinned("qsl", host.query_start_loc)
+        seq_lens_cpu = st.pinned("seq_lens", host.seq_lens)
+        table_cpu = st.pinned("block_table", host.block_table)
         dev = self.device
-        qsl_cpu = torch.from_numpy(qsl.astype(np.int32))
-        seq_lens_cpu = torch.from_numpy(seq_lens.astype(np.int32))
-        num_decodes = int((query_lens == 1).sum())
         common = CommonAttentionMetadata(
             query_start_loc=qsl_cpu.to(dev, non_blocking=True),
             query_start_loc_cpu=qsl_cpu,
             seq_lens=seq_lens_cpu.to(dev, non_blocking=True),
             seq_lens_cpu=seq_lens_cpu,
-            block_table=torch.from_numpy(block_table.astype(np.int32)).to(dev, non_blocking=True),
-            slot_mapping=torch.from_numpy(slot_mapping).to(dev, non_blocking=True),
-            num_reqs=len(reqs),
-            num_actual_tokens=int(qsl[-1]),
-            max_query_len=int(query_lens.max()),
-            max_seq_len=int(seq_lens.max()),
-            num_decodes=num_decodes,
-            num_decode_tokens=num_decodes,
-            block_size=bs,
+            block_table=table_cpu.to(dev, non_blocking=True),
+            slot_mapping=st.to_device("slots", host.slot_mapping),
+            num_reqs=host.num_reqs,
+            num_actual_tokens=host.num_tokens,
+            max_query_len=host.max_query_len,
+            max_seq_len=host.max_seq_len,
+            num_decodes=host.num_decodes,
+            num_decode_tokens=host.num_decodes,
+            block_size=self.block_size,
+            block_table_cpu=table_cpu,
         )
-        return ForwardBatch(
-            input_ids=torch.from_numpy(input_ids).to(dev, non_blocking=True),
-            positions=torch.from_numpy(positions).to(dev, non_blocking=True),
-            logits_indices=torch.from_numpy(qsl[1:] - 1).to(dev, non_blocking=True),
+        batch = ForwardBatch(
+            input_ids=st.to_device("ids", host.input_ids),
+            positions=st.to_device("pos", host.positions),
+            logits_indices=st.to_device("logits_idx", host.logits_indices),
             attn_metadata=self.builder.build(common),
             kv_caches=self.kv_caches,
         )
+        st.end()
+        return batch
 
     @torch.inference_mode()
     def compute_logits(self, sched: SchedulerOutput) -> torch.Tensor:  # (B, vocab) float32
-        """Run the model on the step's tokens; logits at each request's last token."""
-        batch = self.prepare(sched)
+        """Run the model on the step's tokens; logits at each request's last token.
+
+        A pure-decode step within the captured batch sizes replays a CUDA graph; any other step runs eagerly.
+        """
+        host = host_batch(sched, self.block_size)
+        if self.cuda_graphs is not None and self.cuda_graphs.can_run(host):
+            return self.model.compute_logits(self.cuda_graphs.run(host, self.staging))
+        batch = self._device_batch(host)
         hidden = self.model(batch.input_ids, batch.positions, batch)
         return self.model.compute_logits(hidden[batch.logits_indices])
 

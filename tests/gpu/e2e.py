@@ -35,7 +35,8 @@ BF16_CHECKED = 16
 
 def backends(dtype: torch.dtype) -> list[tuple[str, str, dict]]:
     """(label, backend, attention_config) installed here that support ``dtype``."""
-    out = [("TRITON_ATTN", "TRITON_ATTN", {}), ("TRITON_ATTN pd", "TRITON_ATTN", {"use_prefill_decode_attention": True}),
+    out = [("TRITON_ATTN", "TRITON_ATTN", {}), ("TRITON_ATTN eager", "TRITON_ATTN", {}),
+           ("TRITON_ATTN pd", "TRITON_ATTN", {"use_prefill_decode_attention": True}),
            ("FLEX_ATTENTION", "FLEX_ATTENTION", {})]
     if dtype != torch.float32:
         if _has("flash_attn_interface"):
@@ -91,9 +92,12 @@ def run(gguf: str) -> list[dict]:
             row = {"dtype": dname, "backend": label}
             try:
                 mem = {"gpu_memory_utilization": 0.5} if first else {"kv_cache_memory": 1 << 30}
-                llm = LLM(gguf, dtype=dname, device="cuda", attention_backend=backend, attention_config=cfg, **mem)
+                eager = label.endswith(" eager")  # the same backend without CUDA graphs
+                llm = LLM(gguf, dtype=dname, device="cuda", attention_backend=backend, attention_config=cfg,
+                          enforce_eager=eager, **mem)
                 first = False
-                row["kv_blocks"] = llm.engine.runner.num_blocks
+                runner = llm.engine.runner
+                row["kv_blocks"] = runner.num_blocks
                 if ref is None:
                     ref = transformers_reference(gguf, dtype, llm.tokenizer)
                 params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
@@ -108,6 +112,7 @@ def run(gguf: str) -> list[dict]:
                     if k is not None:
                         diverge.append({"prompt": p[:24], "step": k, "hf_margin": round(margins[k], 4)})
                 row["match_hf"] = not diverge
+                row["graph_replays"] = runner.cuda_graphs.replays if runner.cuda_graphs is not None else 0
                 row["divergences"] = diverge
                 del llm
             except Exception as e:  # recorded, the other backends still run
@@ -127,11 +132,12 @@ def run(gguf: str) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = [f"{'dtype':<9} {'backend':<32} {'same as transformers':<21} divergences (prompt, step, hf margin)"]
+    lines = [f"{'dtype':<9} {'backend':<32} {'graph replays':>13} {'same as transformers':<21} "
+             "divergences (prompt, step, hf margin)"]
     for r in rows:
         status = "ERROR " + r["error"][:80] if "error" in r else ("yes" if r["match_hf"] else "no")
         div = "; ".join(f"{d['prompt']!r}@{d['step']} m={d['hf_margin']}" for d in r.get("divergences", []))
-        lines.append(f"{r['dtype']:<9} {r['backend']:<32} {status:<21} {div}")
+        lines.append(f"{r['dtype']:<9} {r['backend']:<32} {r.get('graph_replays', ''):>13} {status:<21} {div}")
     return "\n".join(lines)
 
 

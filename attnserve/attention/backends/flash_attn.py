@@ -270,7 +270,8 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         cfg = self.attention_config
         self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
 
-    def _call(self, common: CommonAttentionMetadata, first: int, last: int) -> FlashAttentionCall:
+    def _call(self, common: CommonAttentionMetadata, first: int, last: int,
+              plan_splits: bool = True) -> FlashAttentionCall:
         qsl_cpu = common.query_start_loc_cpu
         q0, q1 = int(qsl_cpu[first]), int(qsl_cpu[last])
         qsl = common.query_start_loc[first:last + 1] - q0 if first else common.query_start_loc[: last + 1]
@@ -282,7 +283,7 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
             cu_k = torch.zeros(last - first + 1, dtype=torch.int32, device=self.device)
             cu_k[1:] = torch.cumsum(seq_lens, 0)
         sched = None
-        if self.version == 3:
+        if self.version == 3 and plan_splits:
             spec = self.layer_spec
             window = (spec.sliding_window - 1, 0) if spec.sliding_window else (-1, -1)
             fp8 = spec.kv_cache_dtype != "auto"
@@ -302,6 +303,12 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         else:
             calls = [self._call(common, 0, b)]
         return FlashAttentionMetadata(common.slot_mapping, calls)
+
+    def build_for_cudagraph_capture(self, common: CommonAttentionMetadata) -> FlashAttentionMetadata:
+        """One decode call on the static buffers. FlashAttention 3 gets no host-planned scheduler metadata
+        here: its launch shape then follows the page table's width (fixed) and its device-side split
+        planning reads the replayed ``cache_seqlens``."""
+        return FlashAttentionMetadata(common.slot_mapping, [self._call(common, 0, common.num_reqs, plan_splits=False)])
 
 
 class FlashAttentionImpl(AttentionImpl):

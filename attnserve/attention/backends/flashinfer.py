@@ -189,9 +189,45 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         indptr = torch.zeros(last - first + 1, dtype=torch.int32)
         indptr[1:] = torch.cumsum(nblocks, 0)
         last_len = (seq_lens - (nblocks - 1) * bs).to(torch.int32)
-        table = common.block_table[first:last]
+        # the host copy of the block table avoids a device-side boolean gather (a host sync)
+        table = common.block_table_cpu if common.block_table_cpu is not None else common.block_table
+        table = table[first:last]
         owned = torch.arange(table.shape[1], device=table.device)[None, :] < nblocks.to(table.device)[:, None]
         return indptr, table[owned].to(torch.int32), last_len
+
+    def _plan_decode(self, wrapper, common: CommonAttentionMetadata, first: int, last: int) -> None:
+        spec = self.layer_spec
+        indptr, indices, last_len = self._paged(common, first, last)
+        window = spec.sliding_window - 1 if spec.sliding_window else -1
+        wrapper.plan(indptr, indices, last_len, spec.num_heads, spec.num_kv_heads, spec.head_size,
+                     common.block_size, window_left=window, logits_soft_cap=spec.logits_soft_cap,
+                     q_data_type=self.dtype, kv_data_type=self.kv_dtype, sm_scale=spec.scale)
+
+    def build_for_cudagraph_capture(self, common: CommonAttentionMetadata) -> FlashInferMetadata:
+        """A CUDA-graph decode wrapper for this batch size (FlashInfer's ``use_cuda_graph=True``: fixed
+        batch size, page arrays in buffers that ``plan()`` refills before each replay). The buffers are
+        shared by every batch size's wrapper: only one graph runs at a time."""
+        import flashinfer
+
+        bs, spec = common.num_reqs, self.layer_spec
+        need = bs * common.block_table.shape[1]
+        if getattr(self, "_graph_indices", None) is None or self._graph_indices.numel() < need:
+            # the first (largest) capture sizes them
+            self._graph_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
+            self._graph_last_len = torch.zeros(bs, dtype=torch.int32, device=self.device)
+            self._graph_indices = torch.zeros(need, dtype=torch.int32, device=self.device)
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            _workspace(self.device), self.kv_cache_layout.value, use_cuda_graph=True,
+            use_tensor_cores=spec.num_heads != spec.num_kv_heads,
+            paged_kv_indptr_buffer=self._graph_indptr[: bs + 1],
+            paged_kv_indices_buffer=self._graph_indices[:need],
+            paged_kv_last_page_len_buffer=self._graph_last_len[:bs])
+        self._plan_decode(wrapper, common, 0, bs)
+        return FlashInferMetadata(common.slot_mapping, [FlashInferCall("decode", 0, bs, wrapper)],
+                                  common.query_start_loc, common.seq_lens, common.block_table)
+
+    def prepare_cudagraph_replay(self, metadata: FlashInferMetadata, common: CommonAttentionMetadata) -> None:
+        self._plan_decode(metadata.calls[0].wrapper, common, 0, common.num_reqs)
 
     def _plan(self, kind: str, common: CommonAttentionMetadata, first: int, last: int) -> FlashInferCall:
         spec = self.layer_spec
@@ -202,14 +238,12 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
 
             seq, start = query_tiles(qsl, self.block_q, first, last)
             return FlashInferCall(kind, q0, q1, tiles=(seq.to(self.device), start.to(self.device)))
+        if kind == "decode":
+            self._plan_decode(self.decode, common, first, last)
+            return FlashInferCall(kind, q0, q1, self.decode)
         indptr, indices, last_len = self._paged(common, first, last)
         window = spec.sliding_window - 1 if spec.sliding_window else -1
         fp8 = self.kv_dtype != self.dtype
-        if kind == "decode":
-            self.decode.plan(indptr, indices, last_len, spec.num_heads, spec.num_kv_heads, spec.head_size,
-                             common.block_size, window_left=window, logits_soft_cap=spec.logits_soft_cap,
-                             q_data_type=self.dtype, kv_data_type=self.kv_dtype, sm_scale=spec.scale)
-            return FlashInferCall(kind, q0, q1, self.decode)
         q_dtype = self.kv_dtype if fp8 and self.quantize_q else self.dtype
         self.prefill.plan((qsl[first:last + 1] - q0).to(torch.int32), indptr, indices, last_len, spec.num_heads,
                           spec.num_kv_heads, spec.head_size, common.block_size, causal=True, sm_scale=spec.scale,

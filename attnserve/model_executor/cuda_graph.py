@@ -1,0 +1,162 @@
+"""CUDA graphs for decode steps: one captured forward pass per batch-size bucket, replayed with new inputs.
+
+A pure-decode step of ``n`` requests (every query length 1) runs the graph of the smallest captured batch
+size ``bs >= n``; rows ``n..bs`` are padding: token 0 at position 0, context length 1, their one block the
+runner's spare *null block* (never handed to the scheduler), so their K/V writes and reads touch no
+request's cache. Every input lives in a static device buffer that the graphs were captured on; a replay
+copies the step's values into those buffers (non-blocking, from pinned memory), lets the backend's metadata
+builder refresh whatever it plans on the host (FlashInfer's ``plan()``), and replays. Steps with a prefill,
+or more requests than the largest bucket, run eagerly.
+
+As in vLLM (``vllm/v1/worker/gpu_model_runner.py``, ``capture_model``) and nano-vllm (``model_runner.py``,
+``capture_cudagraph``): buckets 1, 2, 4, 8, then multiples of 16; captured largest first into one shared
+memory pool; the logits are computed eagerly after the replay (one matmul) from the captured hidden states.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from attnserve.attention.backend import AttentionMetadataBuilder, CommonAttentionMetadata
+from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging
+
+logger = logging.getLogger(__name__)
+
+# the largest decode batch captured by default (vLLM's default max capture size)
+MAX_CAPTURE_SIZE = 512
+
+
+def capture_sizes(max_num_seqs: int, limit: int = MAX_CAPTURE_SIZE) -> list[int]:
+    """Batch-size buckets: 1, 2, 4, 8, 16, 32, 48, ... up to ``min(max_num_seqs, limit)`` (always included)."""
+    top = max(1, min(max_num_seqs, limit))
+    sizes = [s for s in (1, 2, 4, 8) if s <= top] + list(range(16, top + 1, 16))
+    if sizes[-1] != top:
+        sizes.append(top)
+    return sizes
+
+
+@dataclass
+class _Graph:
+    graph: torch.cuda.CUDAGraph
+    metadata: Any  # the backend metadata the graph was captured with (kept alive with it)
+    common: CommonAttentionMetadata
+
+
+class CudaGraphRunner:
+    """Captures ``forward(input_ids, positions, batch) -> hidden (T, H)`` for decode batch-size buckets.
+
+    ``forward`` is the model's forward pass (every rank of a tensor-parallel group captures the same buckets
+    in the same order, so the collectives inside the graphs meet). ``null_block`` is a KV-cache block id no
+    request uses; ``max_blocks`` the block-table width (``ceil(max_model_len / block_size)``).
+    """
+
+    def __init__(
+        self, forward: Callable[[torch.Tensor, torch.Tensor, ForwardBatch], torch.Tensor],
+        builder: AttentionMetadataBuilder, kv_caches: list[torch.Tensor], *, sizes: list[int], hidden_size: int,
+        dtype: torch.dtype, device: torch.device, block_size: int, max_blocks: int, null_block: int,
+        max_model_len: int,
+    ) -> None:
+        self.forward = forward
+        self.builder = builder
+        self.kv_caches = kv_caches
+        self.sizes = sorted(sizes)
+        self.max_size = self.sizes[-1]
+        self.device = device
+        self.block_size = block_size
+        self.null_block = null_block
+        self.max_model_len = max_model_len
+        n, dev = self.max_size, device
+        self.input_ids = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.positions = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.slot_mapping = torch.full((n,), null_block * block_size, dtype=torch.int64, device=dev)
+        self.seq_lens = torch.ones(n, dtype=torch.int32, device=dev)
+        self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=dev)
+        self.block_table = torch.full((n, max_blocks), null_block, dtype=torch.int32, device=dev)
+        self.hidden = torch.zeros(n, hidden_size, dtype=dtype, device=dev)
+        self.graphs: dict[int, _Graph] = {}
+        self.capture_seconds = 0.0
+        self.replays = 0  # decode steps run as a graph replay so far
+
+    def bucket(self, num_reqs: int) -> int | None:
+        """The smallest captured batch size holding ``num_reqs`` requests, or None."""
+        for s in self.sizes:
+            if s >= num_reqs:
+                return s
+        return None
+
+    def can_run(self, host: HostBatch) -> bool:
+        return (host.is_pure_decode and host.num_reqs <= self.max_size and bool(self.graphs)
+                and host.block_table.shape[1] <= self.block_table.shape[1])
+
+    def _common(self, bs: int, seq_lens_cpu: torch.Tensor, block_table_cpu: torch.Tensor | None,
+                max_seq_len: int) -> CommonAttentionMetadata:
+        return CommonAttentionMetadata(
+            query_start_loc=self.query_start_loc[: bs + 1],
+            query_start_loc_cpu=torch.arange(bs + 1, dtype=torch.int32),
+            seq_lens=self.seq_lens[:bs],
+            seq_lens_cpu=seq_lens_cpu,
+            block_table=self.block_table[:bs],
+            slot_mapping=self.slot_mapping[:bs],
+            num_reqs=bs, num_actual_tokens=bs, max_query_len=1, max_seq_len=max_seq_len,
+            num_decodes=bs, num_decode_tokens=bs, block_size=self.block_size,
+            block_table_cpu=block_table_cpu,
+        )
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        """Capture every bucket, largest first, into one memory pool (two warm-up runs each first)."""
+        t0 = time.perf_counter()
+        pool = torch.cuda.graph_pool_handle()
+        for bs in sorted(self.sizes, reverse=True):
+            # capture as if the longest context were present: host-chosen launch shapes (split-KV counts)
+            # must cover every replay
+            common = self._common(bs, torch.ones(bs, dtype=torch.int32),
+                                  torch.full((bs, 1), self.null_block, dtype=torch.int32), self.max_model_len)
+            metadata = self.builder.build_for_cudagraph_capture(common)
+            batch = ForwardBatch(self.input_ids[:bs], self.positions[:bs], self.query_start_loc[1: bs + 1] - 1,
+                                 metadata, self.kv_caches)
+            for _ in range(2):  # compiles Triton kernels and sets up cuBLAS outside the capture
+                self.hidden[:bs] = self.forward(self.input_ids[:bs], self.positions[:bs], batch)
+            torch.cuda.synchronize(self.device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self.hidden[:bs] = self.forward(self.input_ids[:bs], self.positions[:bs], batch)
+            self.graphs[bs] = _Graph(graph, metadata, common)
+        torch.cuda.synchronize(self.device)
+        self.capture_seconds = time.perf_counter() - t0
+
+    def run(self, host: HostBatch, staging: PinnedStaging) -> torch.Tensor:  # (n, hidden)
+        """Replay the bucket of ``host`` (a pure-decode step) with its inputs; the hidden states of its rows."""
+        n = host.num_reqs
+        bs = self.bucket(n)
+        g = self.graphs[bs]
+        w = host.block_table.shape[1]
+        pad = bs - n
+        ids = np.concatenate([host.input_ids, np.zeros(pad, np.int64)]) if pad else host.input_ids
+        pos = np.concatenate([host.positions, np.zeros(pad, np.int64)]) if pad else host.positions
+        slots = np.concatenate([host.slot_mapping, np.full(pad, self.null_block * self.block_size, np.int64)]) \
+            if pad else host.slot_mapping
+        lens = np.concatenate([host.seq_lens, np.ones(pad, np.int32)]) if pad else host.seq_lens
+        table = host.block_table
+        if pad:
+            table = np.concatenate([table, np.full((pad, w), self.null_block, np.int32)])
+        staging.begin()
+        self.input_ids[:bs].copy_(staging.pinned("g_ids", ids), non_blocking=True)
+        self.positions[:bs].copy_(staging.pinned("g_pos", pos), non_blocking=True)
+        self.slot_mapping[:bs].copy_(staging.pinned("g_slots", slots), non_blocking=True)
+        lens_cpu = staging.pinned("g_lens", lens)
+        self.seq_lens[:bs].copy_(lens_cpu, non_blocking=True)
+        table_cpu = staging.pinned("g_table", table)
+        self.block_table[:bs, :w].copy_(table_cpu, non_blocking=True)
+        staging.end()
+        common = self._common(bs, lens_cpu, table_cpu, host.max_seq_len)
+        self.builder.prepare_cudagraph_replay(g.metadata, common)
+        g.graph.replay()
+        self.replays += 1
+        return self.hidden[:n]
