@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# One device call on the H200 machine (2-GPU kind): after tests/gpu/stage.sh has installed the parts,
+# run the named jobs, results under $OUT (at most 8 files come back: logs + one results tarball).
+#
+#   bash tests/gpu/h200_session.sh JOB...
+#
+# Jobs: tests   GPU correctness on GPU 1 (FA4 kernels, CUDA graphs, models x FlashInfer/FA, default model e2e)
+#       bench   speed on GPU 0 (latency and throughput of the Qwen3-0.6B and Llama-3.1-8B shapes)
+#       attn    `bench attention` on GPU 0
+#       tp      tensor parallelism on both GPUs (TP=2 vs TP=1 tests, Llama-3.1-8B TP latency)
+# `tests` and `bench` run side by side (one GPU each); `tp` runs after them.
+set -o pipefail
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FLASHINFER_CUDA_ARCH_LIST=9.0 MAX_JOBS=12
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/out}; RES=/tmp/res; mkdir -p "$OUT" "$RES"
+LIMIT=${LIMIT:-560}
+START=$(date +%s)
+left() { echo $(( LIMIT - ($(date +%s) - START) )); }
+nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader
+
+QWEN=benchmarks/shapes/qwen3-0.6b
+LLAMA=benchmarks/shapes/llama-3.1-8b
+DUMMY="--load-format dummy --dtype bfloat16 --no-progress"
+
+job_tests() {  # GPU 1
+  export CUDA_VISIBLE_DEVICES=1 ATTNSERVE_GPU_RESULTS=$RES/kernels.json
+  t() { timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider "$@"; }
+  ATTNSERVE_GPU_BACKENDS=FLASH_ATTN/4 t tests/gpu/test_backends_vs_reference.py
+  t tests/gpu/test_cuda_graphs.py
+  t tests/gpu/test_models_gpu.py -k "FLASHINFER or FLASH_ATTN"
+  ATTNSERVE_E2E_BACKENDS="FLASHINFER,FLASH_ATTN/4,TRITON_ATTN,TRITON_ATTN eager" \
+    timeout "$(left)" python3 -m tests.gpu.e2e --json "$RES/e2e.json"
+}
+
+bench() {  # NAME ARGS...: one bench command, its JSON in $RES/NAME.json
+  local name=$1; shift
+  echo "== $name: attnserve bench $*"
+  timeout "$(left)" python3 -m attnserve.entrypoints.cli.main bench "$@" --output-json "$RES/$name.json" \
+    || echo "!! $name failed (rc $?)"
+}
+
+job_bench() {  # GPU 0
+  export CUDA_VISIBLE_DEVICES=0
+  for be in FLASHINFER FLASH_ATTN; do
+    bench "lat_qwen_$be" latency --model $QWEN $DUMMY --attention-backend $be --batch-size 1 64 \
+      --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536
+  done
+  bench thr_qwen_FLASHINFER throughput --model $QWEN $DUMMY --attention-backend FLASHINFER --num-prompts 256 \
+    --input-len 562 --output-len 562 --range-ratio 0.822 --max-num-seqs 256 --max-num-batched-tokens 16384 \
+    --max-model-len 2304 --baseline transformers
+  bench thr_qwen_FLASH_ATTN throughput --model $QWEN $DUMMY --attention-backend FLASH_ATTN --num-prompts 256 \
+    --input-len 562 --output-len 562 --range-ratio 0.822 --max-num-seqs 256 --max-num-batched-tokens 16384 \
+    --max-model-len 2304
+  for be in FLASHINFER FLASH_ATTN; do
+    bench "lat_llama_$be" latency --model $LLAMA $DUMMY --attention-backend $be --batch-size 1 64 \
+      --input-len 1024 --output-len 64 --num-iters 2 --max-model-len 4096 --max-num-batched-tokens 65536
+  done
+}
+
+job_attn() {
+  export CUDA_VISIBLE_DEVICES=0
+  bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
+    --context-lens 1024 2048 4096 8192 --prefill-lens 4096 --no-progress
+}
+
+job_tp() {
+  unset CUDA_VISIBLE_DEVICES
+  timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/gpu/test_tp_gpu.py
+  bench lat_llama_tp latency --model $LLAMA $DUMMY --batch-size 1 --input-len 1024 --output-len 64 \
+    --num-iters 2 --max-model-len 4096 --compare-tensor-parallel-sizes 1 2
+}
+
+pids=()
+for j in "$@"; do
+  case "$j" in
+    tests) job_tests > "$OUT/tests.log" 2>&1 & pids+=($!) ;;
+    bench) job_bench > "$OUT/bench.log" 2>&1 & pids+=($!) ;;
+    attn) wait "${pids[@]}" 2>/dev/null; pids=(); job_attn > "$OUT/attn.log" 2>&1 ;;
+    tp) wait "${pids[@]}" 2>/dev/null; pids=(); job_tp > "$OUT/tp.log" 2>&1 ;;
+    *) echo "unknown job $j" >&2 ;;
+  esac
+done
+wait
+tar czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null
+for f in "$OUT"/*.log; do echo "=== $f (tail)"; grep -E "passed|failed|error|Error|PASS|FAIL|tok/s|TPOT|ratio|%|==|!!" "$f" | tail -25; done
+echo "elapsed $(( $(date +%s) - START )) s"
