@@ -251,6 +251,7 @@ class FlashAttentionCall:
     max_query_len: int
     max_seq_len: int
     scheduler_metadata: torch.Tensor | None  # FlashAttention 3's split-KV plan for this call
+    fresh: bool = False  # every request's whole context is in this step (prefill of new prompts only)
 
 
 @dataclass
@@ -293,8 +294,9 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
                 page_size=common.block_size, causal=True, window_size=window,
                 has_softcap=spec.logits_soft_cap is not None,
             )
+        fresh = max_q > 1 and bool((common.seq_lens_cpu[first:last] == q_lens).all())
         return FlashAttentionCall(max_q == 1, q0, q1, qsl, seq_lens, common.block_table[first:last], cu_k,
-                                  max_q, max_k, sched)
+                                  max_q, max_k, sched, fresh)
 
     def build(self, common: CommonAttentionMetadata) -> FlashAttentionMetadata:
         nd, b = common.num_decodes, common.num_reqs
@@ -328,15 +330,22 @@ class FlashAttentionImpl(AttentionImpl):
         key_cache, value_cache = kv_views(kv_cache, 0)
         write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
         if len(metadata.calls) == 1:
-            return self._attend(query, key_cache, value_cache, metadata.calls[0])
+            return self._attend(query, key, value, key_cache, value_cache, metadata.calls[0])
         out = torch.empty_like(query)
         for call in metadata.calls:
-            out[call.query_start:call.query_end] = self._attend(
-                query[call.query_start:call.query_end], key_cache, value_cache, call)
+            s = slice(call.query_start, call.query_end)
+            out[s] = self._attend(query[s], key[s], value[s], key_cache, value_cache, call)
         return out
 
-    def _attend(self, q, key_cache, value_cache, call: FlashAttentionCall) -> torch.Tensor:
+    def _attend(self, q, k, v, key_cache, value_cache, call: FlashAttentionCall) -> torch.Tensor:
         if self.version == 3:
+            if call.fresh and key_cache.dtype == q.dtype:
+                # no cached context: attend over this step's contiguous K/V, not through the page table
+                # (FA3's dense varlen path uses TMA loads; the paged one cannot with small pages)
+                out = self.fa.flash_attn_varlen_func(
+                    q, k, v, call.query_start_loc, call.query_start_loc, call.max_query_len, call.max_query_len,
+                    softmax_scale=self.scale, causal=True, window_size=self.window, softcap=self.softcap)
+                return out[0] if isinstance(out, tuple) else out
             return self._fa3(q, key_cache, value_cache, call)
         if self.version == 4:
             window = (self.window[0], 0) if self.sliding_window else (None, None)
