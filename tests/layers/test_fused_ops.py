@@ -99,8 +99,9 @@ def test_triton_kernel_matches_pytorch_on_cuda(name, cuda_cases):
 @pytest.mark.gpu
 def test_kernels_replay_in_a_cuda_graph(cuda_cases):
     """Captured after a warm-up (which compiles them), the kernels read new inputs on replay."""
-    x, w = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16), torch.randn(1024, device="cuda", dtype=torch.bfloat16)
-    r, gu = torch.randn_like(x), torch.randn(4, 2 * 1024, device="cuda", dtype=torch.bfloat16)
+    new = dict(device="cuda", dtype=torch.bfloat16)
+    x, r, w = torch.randn(4, 1024, **new), torch.randn(4, 1024, **new), torch.randn(1024, **new)
+    gu = torch.randn(4, 2048, **new)
     case = cuda_cases["rotary-d128-q16-kv8-t5-norm-bf16"]
     qkv = case["qkv"].clone()
 
@@ -132,8 +133,8 @@ def test_kernels_replay_in_a_cuda_graph(cuda_cases):
 
 # ---------------------------------------------------------------------------------------- dispatch, layers
 def test_cpu_tensors_take_the_pytorch_path_without_importing_triton():
-    code = ("import sys, torch\nfrom attnserve.layers.norm import RMSNorm\nfrom attnserve.layers.activation import SiluAndMul\n"
-            "from attnserve.layers.rotary import RotaryEmbedding\n"
+    code = ("import sys, torch\nfrom attnserve.layers.norm import RMSNorm\n"
+            "from attnserve.layers.activation import SiluAndMul\nfrom attnserve.layers.rotary import RotaryEmbedding\n"
             "x = torch.randn(3, 64)\nRMSNorm(64)(x, x)\nSiluAndMul()(x)\n"
             "q = torch.randn(3, 2, 64)\nRotaryEmbedding(64, 16, 1e4)(torch.arange(3), q, q.clone())\n"
             "print('triton' in sys.modules)")
