@@ -6,13 +6,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnserve.layers.fused_ops import silu_and_mul
+
 
 class SiluAndMul(nn.Module):
     """SwiGLU (Shazeer 2020): input ``[gate, up]`` concatenated on the last dim -> ``silu(gate) * up``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, 2I) -> (T, I)
-        gate, up = x.chunk(2, dim=-1)
-        return F.silu(gate) * up
+        return silu_and_mul(x)  # one kernel on CUDA
 
 
 # Hugging Face ``activation_function`` / ``hidden_act`` name -> elementwise activation (transformers' ACT2FN)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnserve.layers.fused_ops import rms_norm
+
 
 class RMSNorm(nn.Module):
     """``x / sqrt(mean(x^2) + eps) * weight`` (Zhang & Sennrich 2019), statistics in float32 like HF Llama."""
@@ -14,8 +16,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., hidden) -> same shape and dtype
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+    def forward(
+        self,
+        x: torch.Tensor,  # (..., hidden)
+        residual: torch.Tensor | None = None,  # (..., hidden): normalize x + residual instead
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """``norm(x)``; with ``residual``, ``(norm(x + residual), x + residual)`` in one kernel on CUDA
+        (vLLM's fused_add_rms_norm): a pre-norm block passes its residual stream through here."""
+        return rms_norm(x, self.weight, self.eps, residual)

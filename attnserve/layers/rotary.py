@@ -7,6 +7,9 @@ import math
 import torch
 from torch import nn
 
+from attnserve.layers.fused_ops import rotary_embedding
+from attnserve.layers.norm import RMSNorm
+
 
 def _inv_freq(head_size: int, base: float, rope_scaling: dict | None) -> torch.Tensor:
     inv_freq = 1.0 / (base ** (torch.arange(0, head_size, 2, dtype=torch.int64).float() / head_size))
@@ -43,14 +46,14 @@ class RotaryEmbedding(nn.Module):
     def forward(
         self,
         positions: torch.Tensor,  # (T,) int64
-        query: torch.Tensor,  # (T, Hq, D)
+        query: torch.Tensor,  # (T, Hq, D), last dim contiguous (a view into the fused qkv output is fine)
         key: torch.Tensor,  # (T, Hkv, D)
+        q_norm: RMSNorm | None = None,
+        k_norm: RMSNorm | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        cos = self.cos_cache[positions].unsqueeze(1)  # (T, 1, D/2), float32
-        sin = self.sin_cache[positions].unsqueeze(1)
-        return _apply(query, cos, sin), _apply(key, cos, sin)
-
-
-def _apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.float().chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+        """Rotates ``query`` and ``key`` **in place** (one kernel on CUDA) and returns them. With
+        ``q_norm``/``k_norm`` (Qwen3), each head is RMS-normalized first, in the same pass."""
+        rotary_embedding(positions, query, key, self.cos_cache, self.sin_cache,
+                         None if q_norm is None else (q_norm.weight, q_norm.eps),
+                         None if k_norm is None else (k_norm.weight, k_norm.eps))
+        return query, key

@@ -73,9 +73,10 @@ class LlamaAttention(nn.Module):
         q = q.view(T, self.num_heads, self.head_size)
         k = k.view(T, self.num_kv_heads, self.head_size)
         v = v.view(T, self.num_kv_heads, self.head_size)
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(positions, q, k)
+        if self.qk_norm:  # Qwen3: per-head RMSNorm, fused with RoPE (one launch for q and k, in place)
+            self.rotary(positions, q, k, self.q_norm, self.k_norm)
+        else:
+            self.rotary(positions, q, k)
         out = self.attn(q, k, v, batch)
         return self.o_proj(out.reshape(T, self.q_size))
 
@@ -105,9 +106,23 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = LlamaMLP(config, tp)
 
-    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, batch: "ForwardBatch") -> torch.Tensor:
-        hidden = hidden + self.self_attn(positions, self.input_layernorm(hidden), batch)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+    def forward(
+        self,
+        positions: torch.Tensor,  # (T,) int64
+        hidden: torch.Tensor,  # (T, hidden): the previous layer's MLP output (the embeddings for layer 0)
+        residual: torch.Tensor | None,  # (T, hidden): the residual stream before that output; None for layer 0
+        batch: "ForwardBatch",
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # (this layer's MLP output, the residual stream before it)
+        """HF's ``h = h + attn(norm(h)); h = h + mlp(norm(h))`` with each residual add done by the next
+        norm's kernel (vLLM's residual passing): the stream is ``residual + hidden``, the same sums in the
+        same order, so the same roundings."""
+        if residual is None:
+            hidden, residual = self.input_layernorm(hidden), hidden
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(positions, hidden, batch)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -148,10 +163,12 @@ class LlamaForCausalLM(nn.Module):
         positions: torch.Tensor,  # (T,) int64
         batch: "ForwardBatch",
     ) -> torch.Tensor:  # (T, hidden) model dtype
-        hidden = self.embed_tokens(input_ids)
+        hidden, residual = self.embed_tokens(input_ids), None
         for layer in self.layers:
-            hidden = layer(positions, hidden, batch)
-        return self.norm(hidden)
+            hidden, residual = layer(positions, hidden, residual, batch)
+        if residual is None:  # no layers
+            return self.norm(hidden)
+        return self.norm(hidden, residual)[0]  # the last residual add, fused into the final norm
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab) float32
         return (self.embed_tokens if self.tie_word_embeddings else self.lm_head).logits(hidden)
