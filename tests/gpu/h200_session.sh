@@ -26,10 +26,10 @@ job_tests() {  # GPU 1
   export CUDA_VISIBLE_DEVICES=1 ATTNSERVE_GPU_RESULTS=$RES/kernels.json
   t() { timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider "$@"; }
   ATTNSERVE_GPU_BACKENDS=FLASH_ATTN/4 t tests/gpu/test_backends_vs_reference.py
-  t tests/gpu/test_cuda_graphs.py
-  t tests/gpu/test_models_gpu.py -k "FLASHINFER or FLASH_ATTN"
+  t tests/gpu/test_cuda_graphs.py -k "FLASH_ATTN/4 or TRITON_ATTN"
   ATTNSERVE_E2E_BACKENDS="FLASHINFER,FLASH_ATTN/4,TRITON_ATTN,TRITON_ATTN eager" \
     timeout "$(left)" python3 -m tests.gpu.e2e --json "$RES/e2e.json"
+  t tests/gpu/test_models_gpu.py -k "FLASHINFER"
 }
 
 bench() {  # NAME ARGS...: one bench command, its JSON in $RES/NAME.json
@@ -41,20 +41,25 @@ bench() {  # NAME ARGS...: one bench command, its JSON in $RES/NAME.json
 
 job_bench() {  # GPU 0
   export CUDA_VISIBLE_DEVICES=0
-  for be in FLASHINFER FLASH_ATTN; do
+  python3 -m tests.gpu.flashinfer_warm 16:8:128 32:8:128 > "$RES/fi_warm.log" 2>&1 &  # compiles beside the FA3 runs
+  bench "lat_qwen_FLASH_ATTN" latency --model $QWEN $DUMMY --attention-backend FLASH_ATTN --batch-size 1 64 \
+    --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536
+  timeout "$(left)" python3 -m tests.gpu.bench_decode_graph --backend FLASH_ATTN --context 1024 \
+    --json "$RES/decode_graph_fa3.json" 2>&1 | tail -30
+  wait
+  for be in FLASHINFER; do
     bench "lat_qwen_$be" latency --model $QWEN $DUMMY --attention-backend $be --batch-size 1 64 \
       --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536
   done
   bench thr_qwen_FLASHINFER throughput --model $QWEN $DUMMY --attention-backend FLASHINFER --num-prompts 256 \
     --input-len 562 --output-len 562 --range-ratio 0.822 --max-num-seqs 256 --max-num-batched-tokens 16384 \
     --max-model-len 2304 --baseline transformers
+  bench "lat_llama_FLASHINFER" latency --model $LLAMA $DUMMY --attention-backend FLASHINFER --batch-size 1 64 \
+    --input-len 1024 --output-len 64 --num-iters 2 --max-model-len 4096 --max-num-batched-tokens 65536
+  job_attn
   bench thr_qwen_FLASH_ATTN throughput --model $QWEN $DUMMY --attention-backend FLASH_ATTN --num-prompts 256 \
     --input-len 562 --output-len 562 --range-ratio 0.822 --max-num-seqs 256 --max-num-batched-tokens 16384 \
     --max-model-len 2304
-  for be in FLASHINFER FLASH_ATTN; do
-    bench "lat_llama_$be" latency --model $LLAMA $DUMMY --attention-backend $be --batch-size 1 64 \
-      --input-len 1024 --output-len 64 --num-iters 2 --max-model-len 4096 --max-num-batched-tokens 65536
-  done
 }
 
 job_attn() {
