@@ -75,8 +75,10 @@ def run_engine(engine, batch_size: int, input_len: int, output_len: int, num_ite
     for it in range(num_iters_warmup + num_iters):
         requests = iteration_requests(batch_size, input_len, output_len, vocab_size, seed, it)
         t0 = now(device)
+        # detokenize=False: the benchmark counts tokens, so no per-token decoding in the timed loop
+        params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True, detokenize=False)
         for r in requests:
-            engine.add_request(r.prompt_token_ids, SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True))
+            engine.add_request(r.prompt_token_ids, params)
         finished = []
         while engine.has_unfinished_requests():
             finished += [o for o in engine.step() if o.finished]

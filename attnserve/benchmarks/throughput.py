@@ -57,7 +57,8 @@ def warm_up_engine(engine, requests: list[BenchRequest]) -> None:
     """One short request first, so that one-time costs (allocator, lazy init) stay out of the timing."""
     from attnserve.engine.sampling_params import SamplingParams
 
-    engine.add_request(requests[0].prompt_token_ids[:16], SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True))
+    params = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True, detokenize=False)
+    engine.add_request(requests[0].prompt_token_ids[:16], params)
     while engine.has_unfinished_requests():
         engine.step()
 
@@ -73,7 +74,9 @@ def run_engine(engine, requests: list[BenchRequest], roofline: Roofline, progres
     bar = tqdm(total=len(requests), desc="attnserve", unit="req", disable=not progress)
     t0 = now(device)
     for r in requests:
-        engine.add_request(r.prompt_token_ids, SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True))
+        # detokenize=False: the benchmark counts tokens, so no per-token decoding in the timed loop
+        params = SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True, detokenize=False)
+        engine.add_request(r.prompt_token_ids, params)
     steps = kv_tokens = out_tokens = 0
     lengths: dict[str, int] = {}
     timeline: list[tuple[float, int]] = []

@@ -15,7 +15,7 @@ from attnserve.engine.sampling_params import SamplingParams
 class _Child:
     request: Request
     completion: CompletionOutput
-    detokenizer: IncrementalDetokenizer
+    detokenizer: IncrementalDetokenizer | None  # None: detokenize=False
 
 
 @dataclass
@@ -25,10 +25,16 @@ class _Parent:
     prompt_token_ids: list[int]
     children: list[_Child]
     metrics: RequestMetrics
+    num_unfinished: int  # children whose completion has no finish_reason yet
 
     @property
     def finished(self) -> bool:
-        return all(c.completion.finished for c in self.children)
+        return self.num_unfinished == 0
+
+    @property
+    def num_preemptions(self) -> int:
+        kids = self.children
+        return kids[0].request.num_preemptions if len(kids) == 1 else sum(k.request.num_preemptions for k in kids)
 
 
 class OutputProcessor:
@@ -46,11 +52,13 @@ class OutputProcessor:
                 request=r,
                 completion=CompletionOutput(index=i, text="", token_ids=[],
                                             logprobs=[] if params.logprobs is not None else None),
-                detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_ids, params.skip_special_tokens),
+                detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_ids, params.skip_special_tokens)
+                if params.detokenize else None,
             )
             for i, r in enumerate(children)
         ]
-        parent = _Parent(request_id, prompt, prompt_ids, kids, RequestMetrics(arrival_time=children[0].arrival_time))
+        parent = _Parent(request_id, prompt, prompt_ids, kids, RequestMetrics(arrival_time=children[0].arrival_time),
+                         len(kids))
         self.parents[request_id] = parent
         for kid in kids:
             self.child_to_parent[kid.request.request_id] = (parent, kid)
@@ -74,27 +82,31 @@ class OutputProcessor:
             if entry is None:
                 continue
             parent, kid = entry
+            running = kid.completion.finish_reason is None
             stop = self._advance(kid, req)
             if stop is not None:
                 stopped.append((req.request_id, stop))
+            if running and kid.completion.finish_reason is not None:
+                parent.num_unfinished -= 1
             touched[parent.request_id] = parent
-        outputs = []
-        for parent in touched.values():
+        return [self._output(parent) for parent in touched.values()], stopped
+
+    def _output(self, parent: _Parent) -> RequestOutput:
+        """The parent's RequestOutput now: copies of its completions, so later steps leave it unchanged."""
+        metrics = parent.metrics
+        if metrics.first_token_time is None:  # set once: the first child's first token is the earliest
             first = [k.request.first_token_time for k in parent.children if k.request.first_token_time is not None]
-            parent.metrics.first_token_time = min(first) if first else None
-            if parent.finished:
-                parent.metrics.finished_time = max(k.request.finished_time or 0.0 for k in parent.children)
-                self.abort(parent.request_id)  # forget its state
-            outputs.append(RequestOutput(
-                request_id=parent.request_id,
-                prompt=parent.prompt,
-                prompt_token_ids=parent.prompt_token_ids,
-                outputs=[_snapshot(k.completion) for k in parent.children],
-                finished=parent.finished,
-                metrics=RequestMetrics(**vars(parent.metrics)),
-                num_preemptions=sum(k.request.num_preemptions for k in parent.children),
-            ))
-        return outputs, stopped
+            metrics.first_token_time = min(first) if first else None
+        finished = parent.finished
+        if finished:
+            metrics.finished_time = max(k.request.finished_time or 0.0 for k in parent.children)
+            self.abort(parent.request_id)  # forget its state
+        return RequestOutput(
+            parent.request_id, parent.prompt, parent.prompt_token_ids,
+            [_snapshot(k.completion) for k in parent.children], finished,
+            RequestMetrics(metrics.arrival_time, metrics.first_token_time, metrics.finished_time),
+            parent.num_preemptions,
+        )
 
     def _advance(self, kid: _Child, req: Request) -> str | None:
         c = kid.completion
@@ -102,12 +114,23 @@ class OutputProcessor:
         c.token_ids.append(token_id)
         c.num_new_tokens = 1
         if c.logprobs is not None and req.output_logprobs:
-            c.logprobs.append(self._logprobs(req.output_logprobs[-1], token_id))
+            c.logprobs.append(self._logprobs(req.output_logprobs[-1], token_id, kid.detokenizer is not None))
         ended = req.is_finished
+        if kid.detokenizer is None:  # token ids only: no text, so no stop strings (SamplingParams checks)
+            if ended:
+                c.finish_reason, c.stop_reason = req.finish_reason.value, req.stop_reason
+            return None
         hide = ended and req.finish_reason == FinishReason.STOP and req.stop_reason is None  # EOS not shown
         delta = "" if hide else kid.detokenizer.step([token_id])
         if ended:
             delta += kid.detokenizer.flush() if not hide else ""
+        if not req.sampling_params.stop:  # nothing to search: append the delta
+            if ended:
+                c.finish_reason, c.stop_reason = req.finish_reason.value, req.stop_reason
+            c.text_delta = delta
+            if delta:
+                c.text += delta
+            return None
         stop_string = None
         old_len = len(c.text)
         text = c.text + delta
@@ -126,18 +149,17 @@ class OutputProcessor:
         c.text = text
         return stop_string
 
-    def _logprobs(self, entry, token_id: int) -> dict[int, Logprob]:
+    def _logprobs(self, entry, token_id: int, detokenize: bool) -> dict[int, Logprob]:
         sampled_lp, rank, top = entry
-        out = {token_id: Logprob(sampled_lp, rank, self.tokenizer.decode([token_id]))}
+        decode = self.tokenizer.decode if detokenize else lambda ids: None
+        out = {token_id: Logprob(sampled_lp, rank, decode([token_id]))}
         for r, (tid, lp) in enumerate(top, start=1):
             if tid not in out:
-                out[tid] = Logprob(lp, r, self.tokenizer.decode([tid]))
+                out[tid] = Logprob(lp, r, decode([tid]))
         return out
 
 
 def _snapshot(c: CompletionOutput) -> CompletionOutput:
-    return CompletionOutput(
-        index=c.index, text=c.text, token_ids=list(c.token_ids), finish_reason=c.finish_reason,
-        stop_reason=c.stop_reason, logprobs=None if c.logprobs is None else list(c.logprobs),
-        text_delta=c.text_delta, num_new_tokens=c.num_new_tokens,
-    )
+    # positional (the field order of CompletionOutput): a few hundred of these per step
+    return CompletionOutput(c.index, c.text, c.token_ids[:], c.finish_reason, c.stop_reason,
+                            None if c.logprobs is None else c.logprobs[:], c.text_delta, c.num_new_tokens)

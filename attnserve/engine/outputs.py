@@ -11,7 +11,7 @@ class Logprob:
 
     logprob: float
     rank: int
-    decoded_token: str
+    decoded_token: str | None  # None when the request's detokenize is False
 
 
 @dataclass

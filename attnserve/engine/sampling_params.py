@@ -28,6 +28,8 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None  # number of top logprobs per generated token (the sampled one is added)
     skip_special_tokens: bool = True
+    # False: outputs carry token ids only (text "", logprobs' decoded_token None), no per-token decoding
+    detokenize: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -45,6 +47,7 @@ class SamplingParams:
             (self.max_tokens is None or self.max_tokens >= 1, "max_tokens", self.max_tokens, "integer >= 1"),
             (self.logprobs is None or self.logprobs >= 0, "logprobs", self.logprobs, "integer >= 0"),
             (all(s for s in self.stop), "stop", self.stop, "non-empty strings"),
+            (self.detokenize or not self.stop, "stop", self.stop, "none when detokenize is False: stop strings match text"),
         ]
         for ok, name, value, allowed in checks:
             if not ok:

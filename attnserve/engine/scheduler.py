@@ -22,9 +22,11 @@ class ScheduledRequest:
     """One request's share of a step."""
 
     request_id: str
-    token_ids: list[int]  # the tokens to compute this step
+    token_ids: list[int]  # the tokens to compute this step (a decode: its one new token)
     start_position: int  # position of token_ids[0] in the sequence
-    block_table: list[int]  # physical blocks covering positions 0 .. start_position + len(token_ids) - 1
+    # physical blocks covering positions 0 .. start_position + len(token_ids) - 1: the block manager's own
+    # list, not a copy (valid for this step; it grows in place on later steps)
+    block_table: list[int]
     sampling_params: SamplingParams
     samples: bool  # True when this step reaches the end of the sequence, so its sampled token is kept
 
@@ -125,9 +127,9 @@ class Scheduler:
         start = req.num_computed_tokens
         return ScheduledRequest(
             request_id=req.request_id,
-            token_ids=req.all_token_ids[start : start + num_new],
+            token_ids=req.token_slice(start, start + num_new),  # O(num_new), not O(sequence length)
             start_position=start,
-            block_table=list(self.block_manager.block_tables[req.request_id]),
+            block_table=self.block_manager.block_tables[req.request_id],
             sampling_params=req.sampling_params,
             samples=start + num_new == req.num_tokens,
         )

@@ -1,4 +1,15 @@
-"""Sampler: logits -> next tokens (greedy, temperature, top-k, top-p, min-p, per-request seeds) + logprobs."""
+"""Sampler: logits -> next tokens (greedy, temperature, top-k, top-p, min-p, per-request seeds) + logprobs.
+
+Batched on the logits' device: per-row parameters become one small tensor (or Python scalars when every
+row shares a value), the filters are vectorized, and sampling is the exponential race
+``argmax(probs / q)``, ``q ~ Exponential(1)`` i.i.d. per token, which picks token ``i`` with probability
+``probs[i] / sum(probs)`` (vLLM, nano-vllm). It needs no normalized distribution and no host sync; the
+noise of all unseeded rows is one draw from the shared generator, a seeded row draws its own ``(V,)``
+noise from its request's generator, so its tokens depend only on its seed and logits, not on the batch.
+
+The host sees exactly one device->host copy of the sampled token ids, plus one for the logprobs of the
+rows that asked for them.
+"""
 
 from __future__ import annotations
 
@@ -18,22 +29,60 @@ class SamplerOutput:
     logprobs: list[tuple[float, int, list[tuple[int, float]]] | None]
 
 
-def apply_filters(logits: torch.Tensor, top_k: int, top_p: float, min_p: float) -> torch.Tensor:
-    """Mask (to -inf) the tokens top-k, then top-p, then min-p remove from one row ``(V,)`` float32."""
-    if top_k > 0 and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        # drop a token when the tokens before it already reach top_p (the first token always stays)
-        drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p
-        drop_sorted[0] = False  # explicitly: a top_p below float32's smallest value rounds to 0 and would drop it
-        logits = logits.masked_fill(torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted), float("-inf"))
-    if min_p > 0.0:
-        probs = logits.softmax(-1)
-        logits = logits.masked_fill(probs < min_p * probs.max(), float("-inf"))
-    return logits
+def _column(values: list[float], device: torch.device) -> float | torch.Tensor:
+    """One per-row parameter: a Python scalar when every row has the same value, else ``(R, 1)`` float32."""
+    first = values[0]
+    if all(v == first for v in values):
+        return first
+    cpu = torch.tensor(values, dtype=torch.float32)
+    if device.type == "cuda":  # pinned + non_blocking: the copy does not wait for the forward pass
+        return cpu.pin_memory().to(device, non_blocking=True)[:, None]
+    return cpu.to(device)[:, None]
+
+
+def apply_filters(
+    logits: torch.Tensor,  # (R, V) float32, already divided by the temperature; not modified
+    top_k: list[int],  # per row; 0 = off
+    top_p: list[float],  # per row; 1.0 = off
+    min_p: list[float],  # per row; 0.0 = off
+) -> torch.Tensor:  # (R, V) float32 probabilities, unnormalized after min-p; filtered tokens exactly 0
+    """Top-k, then top-p, then min-p (vLLM's order), each row with its own values."""
+    vocab = logits.shape[-1]
+    dev = logits.device
+    use_k = any(0 < k < vocab for k in top_k)
+    use_p = any(p < 1.0 for p in top_p)
+    neg_inf = float("-inf")
+    if use_p:  # one sort serves top-k and top-p
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        if use_k:
+            k = _column([k if 0 < k < vocab else vocab for k in top_k], dev)
+            k_index = (k - 1).long() if isinstance(k, torch.Tensor) else torch.full((len(top_k), 1), k - 1, device=dev)
+            kth = sorted_logits.gather(1, k_index)
+            sorted_logits.masked_fill_(sorted_logits < kth, neg_inf)  # ties with the k-th stay, as in torch.topk
+        probs = sorted_logits.softmax(dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # mass of the tokens ranked above each token
+        # a row without top-p gets an unreachable threshold: float32 rounding must not cut its tail
+        drop = before >= _column([p if p < 1.0 else float("inf") for p in top_p], dev)
+        drop[:, 0] = False  # the most likely token always stays (also when top_p rounds to 0)
+        sorted_logits.masked_fill_(drop, neg_inf)
+        logits = torch.empty_like(logits).scatter_(1, order, sorted_logits)
+    elif use_k:
+        ks = [k if 0 < k < vocab else 0 for k in top_k]
+        k_max = max(ks)
+        top = logits.topk(k_max, dim=-1).values  # (R, k_max) descending
+        k = _column([float(k) for k in ks], dev)
+        if isinstance(k, torch.Tensor):
+            kth = top.gather(1, (k.long() - 1).clamp_min(0))
+            kth = kth.masked_fill(k == 0, neg_inf)  # rows without top-k keep everything
+        else:
+            kth = top[:, k_max - 1 : k_max]
+        logits = logits.masked_fill(logits < kth, neg_inf)
+    probs = logits.softmax(dim=-1)
+    if any(m > 0.0 for m in min_p):
+        threshold = _column(min_p, dev)
+        # zeroing without renormalizing is enough: argmax(probs / q) does not change when a row is scaled
+        probs = probs.masked_fill(probs < threshold * probs.amax(dim=-1, keepdim=True), 0.0)
+    return probs
 
 
 class Sampler:
@@ -41,27 +90,56 @@ class Sampler:
 
     def __call__(
         self,
-        logits: torch.Tensor,  # (B, V) float32
+        logits: torch.Tensor,  # (B, V) float32; not modified
         params: list[SamplingParams],
-        generators: list[torch.Generator | None],  # per row; None = the default generator
+        generators: list[torch.Generator | None],  # per row; unseeded rows share one (None = torch's default)
     ) -> SamplerOutput:
-        greedy_ids = logits.argmax(dim=-1)
-        token_ids = greedy_ids.tolist()
-        for i, p in enumerate(params):
-            if p.greedy:
-                continue
-            row = apply_filters(logits[i] / p.temperature, p.top_k, p.top_p, p.min_p)
-            token_ids[i] = int(torch.multinomial(row.softmax(-1), 1, generator=generators[i]).item())
-        want = [p.logprobs is not None for p in params]
-        logprobs: list = [None] * len(params)
-        if any(want):
-            lp = torch.log_softmax(logits, dim=-1)
-            for i, p in enumerate(params):
-                if not want[i]:
-                    continue
-                sampled = lp[i, token_ids[i]]
-                rank = int((lp[i] > sampled).sum().item()) + 1
-                top = torch.topk(lp[i], p.logprobs) if p.logprobs else None
-                top_list = list(zip(top.indices.tolist(), top.values.tolist())) if top is not None else []
-                logprobs[i] = (float(sampled), rank, top_list)
-        return SamplerOutput(token_ids=token_ids, logprobs=logprobs)
+        num_rows = len(params)
+        random_rows = [i for i, p in enumerate(params) if p.temperature != 0.0]
+        if len(random_rows) == num_rows:
+            token_ids = self._sample(logits, params, generators)
+        else:
+            token_ids = logits.argmax(dim=-1)
+            if random_rows:
+                index = torch.tensor(random_rows, device=logits.device)
+                token_ids[index] = self._sample(
+                    logits[index], [params[i] for i in random_rows], [generators[i] for i in random_rows])
+        want = [i for i, p in enumerate(params) if p.logprobs is not None]
+        packed = self._logprobs(logits, token_ids, [params[i].logprobs for i in want], want) if want else None
+        ids = token_ids.tolist()  # the one sync for the tokens; the logprobs (if any) are computed by now
+        logprobs: list = [None] * num_rows
+        if packed is not None:
+            ids_at = 2 + (packed.shape[1] - 2) // 2  # column of the first top-k id
+            for i, row in zip(want, packed.tolist()):
+                k = params[i].logprobs
+                logprobs[i] = (row[0], int(row[1]), [(int(t), v) for t, v in zip(row[ids_at : ids_at + k], row[2 : 2 + k])])
+        return SamplerOutput(token_ids=ids, logprobs=logprobs)
+
+    @staticmethod
+    def _sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]):
+        """Rows with temperature > 0: scale, filter, exponential race. Returns ``(R,)`` int64 on device."""
+        temperature = _column([p.temperature for p in params], logits.device)
+        probs = apply_filters(logits / temperature, [p.top_k for p in params], [p.top_p for p in params],
+                              [p.min_p for p in params])
+        seeded = [i for i, p in enumerate(params) if p.seed is not None]
+        noise = torch.empty_like(probs)
+        if len(seeded) < len(params):  # one draw for every unseeded row (seeded rows overwrite theirs)
+            shared = next(g for g, p in zip(generators, params) if p.seed is None)
+            noise.exponential_(generator=shared)
+        for i in seeded:
+            noise[i].exponential_(generator=generators[i])
+        # exponential_ can return exactly 0; a filtered token has probability exactly 0 and stays last
+        return probs.div_(noise.clamp_min_(1e-20)).argmax(dim=-1)
+
+    @staticmethod
+    def _logprobs(logits: torch.Tensor, token_ids: torch.Tensor, ks: list[int], rows: list[int]) -> torch.Tensor:
+        """``(n, 2 + 2 k_max)`` float64 on device: sampled logprob, its rank, top-k logprobs, top-k ids."""
+        if len(rows) < logits.shape[0]:
+            index = torch.tensor(rows, device=logits.device)
+            logits, token_ids = logits[index], token_ids[index]
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        sampled = lp.gather(1, token_ids[:, None])
+        rank = (lp > sampled).sum(dim=-1, keepdim=True) + 1
+        top = lp.topk(max(ks), dim=-1)
+        # float64 holds float32 logprobs and integer ranks / ids (< 2**53) exactly: one copy for all
+        return torch.cat([sampled.double(), rank.double(), top.values.double(), top.indices.double()], dim=1)

@@ -123,6 +123,17 @@ def test_logprobs_of_sampled_and_top_tokens(llm):
         t: round(v, 4) for t, v in zip(top3.indices.tolist(), top3.values.tolist())}
 
 
+def test_detokenize_false_gives_the_same_tokens_without_text(llm, reference_tokens):
+    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True, detokenize=False, logprobs=2)
+    outs = llm.generate(PROMPTS, params)
+    assert [o.outputs[0].token_ids for o in outs] == reference_tokens
+    assert all(o.outputs[0].text == "" and o.outputs[0].finish_reason == "length" for o in outs)
+    assert all(lp.decoded_token is None for d in outs[0].outputs[0].logprobs for lp in d.values())
+    with pytest.raises(SamplingParamsError) as e:
+        SamplingParams(stop=["x"], detokenize=False)
+    assert str(e.value) == "stop ['x'] not allowed (allowed: none when detokenize is False: stop strings match text)"
+
+
 def test_text_equals_decoding_the_tokens(llm):
     out = llm.generate(PROMPTS[2], GREEDY)[0].outputs[0]
     assert out.text == llm.tokenizer.decode(out.token_ids, skip_special_tokens=True)

@@ -82,3 +82,26 @@ def test_request_that_can_never_fit_is_rejected():
         assert "needs 3 KV blocks, the cache has 2" in str(e)
     else:
         raise AssertionError("expected ValueError")
+
+
+def test_token_slice_equals_slicing_all_token_ids():
+    r = Request("a", [1, 2, 3, 4], SamplingParams(max_tokens=10), eos_token_id=None, max_model_len=100)
+    r.output_token_ids = [5, 6, 7]
+    for start in range(8):
+        for end in range(start, 9):
+            assert r.token_slice(start, end) == r.all_token_ids[start:end], (start, end)
+
+
+def test_a_decode_carries_only_its_new_token_and_the_live_block_table():
+    bm = BlockManager(64, 4)
+    s = Scheduler(bm, max_num_batched_tokens=100, max_num_seqs=8)
+    s.add_request(req("a", 6, max_tokens=10))
+    step(s, token=40)
+    out = step(s, token=41)
+    (r,) = out.requests
+    assert (r.token_ids, r.start_position) == ([40], 6)
+    assert r.block_table is bm.block_tables["a"]  # no per-step copy
+    # after a preemption the recompute spans prompt and outputs
+    s.requests["a"].num_computed_tokens = 0
+    out = s.schedule()
+    assert out.requests[0].token_ids == [1, 2, 3, 4, 5, 6, 40, 41]
