@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import weakref
 from multiprocessing import connection
+from multiprocessing.reduction import ForkingPickler
 
 import torch.multiprocessing as mp
 
 from attnserve.config.engine import EngineConfig
 from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.executor.base import Executor, RunnerInfo, WorkerDiedError
-from attnserve.executor.env import free_port, worker_env
+from attnserve.executor.env import environ, free_port, worker_env
 from attnserve.executor.worker import run_worker
 from attnserve.model_executor.loader import ModelSource
 from attnserve.model_executor.model_runner import ModelRunnerOutput
@@ -29,7 +30,10 @@ logger = logging.getLogger(__name__)
 class MultiprocExecutor(Executor):
     def __init__(self, config: EngineConfig, hf_config, source: ModelSource) -> None:
         n = config.parallel.tensor_parallel_size
-        ctx = mp.get_context("spawn")  # fork would copy CUDA state and the engine's threads
+        check_gpu_count(config.device, n)
+        # spawn, never fork: this process may already hold a CUDA context (fork would copy it, broken) and
+        # the engine's threads. Rank r uses GPU r of this host (cuda:r as CUDA_VISIBLE_DEVICES numbers them).
+        ctx = mp.get_context("spawn")
         init_method = f"tcp://127.0.0.1:{free_port()}"
         env = worker_env()
         self.procs, self.conns = [], []
@@ -39,7 +43,8 @@ class MultiprocExecutor(Executor):
             kwargs = dict(config=config, hf_config=hf_config, source=source, rank=rank, world_size=n,
                           local_rank=rank, init_method=init_method, env=env)
             p = ctx.Process(target=run_worker, args=(child, kwargs), name=f"attnserve-tp{rank}", daemon=True)
-            p.start()
+            with environ(env):  # the worker starts with the NCCL variables, before it imports torch
+                p.start()
             child.close()
             self.procs.append(p)
             self.conns.append(parent)
@@ -56,9 +61,10 @@ class MultiprocExecutor(Executor):
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         if self.failed:
             raise WorkerDiedError(self.failed)
+        data = ForkingPickler.dumps(sched)  # pickled once for all ranks; each worker's recv() unpickles it
         for rank, c in enumerate(self.conns):
             try:
-                c.send(sched)
+                c.send_bytes(data)
             except (BrokenPipeError, ConnectionResetError, EOFError):
                 self._check_dead()
                 self._fail(f"worker rank {rank} (pid {self.procs[rank].pid}) is unreachable")
@@ -101,6 +107,24 @@ class MultiprocExecutor(Executor):
 
     def shutdown(self) -> None:
         self._finalizer()
+
+
+def check_gpu_count(device: str, n: int) -> None:
+    """On a GPU platform, refuse (ValueError) a tensor_parallel_size larger than the GPUs this host shows,
+    before any worker starts."""
+    from attnserve.platforms import detect_platform
+
+    if detect_platform(device).device_type == "cpu":
+        return
+    import torch
+
+    count = torch.cuda.device_count()
+    if n > count:
+        import os
+
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise ValueError(f"tensor_parallel_size {n} needs {n} GPUs (one per rank); this host shows {count}"
+                         + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""))
 
 
 def _stop(procs, conns, graceful: bool = True) -> None:

@@ -26,16 +26,20 @@ class Worker:
                  local_rank: int, init_method: str, env: dict[str, str]) -> None:
         os.environ.update(env)  # before the process group: NCCL reads its variables at communicator setup
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))  # ranks share the host's cores
-        from attnserve.platforms import detect_platform
-
-        on_cpu = detect_platform(config.device).device_type == "cpu"
-        if not on_cpu:
-            torch.cuda.set_device(local_rank)
-            config = dataclasses.replace(config, device=f"cuda:{local_rank}")
+        # not detect_platform(config.device): a Ray actor sees one GPU, whatever cuda:N the config names
+        on_cpu = config.device == "cpu" or not torch.cuda.is_available()
         import torch.distributed as dist
 
-        dist.init_process_group("gloo" if on_cpu else "nccl", init_method=init_method, rank=rank,
-                                world_size=world_size)
+        if on_cpu:
+            dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
+        else:
+            # this rank's GPU first: NCCL (and all_gather_object's tensors) use the current device; device_id
+            # binds the process group to it and sets up the communicator now, so that a bad setup fails here
+            device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(device)
+            config = dataclasses.replace(config, device=str(device))
+            dist.init_process_group("nccl", init_method=init_method, rank=rank, world_size=world_size,
+                                    device_id=device)
         from attnserve.model_executor.model_runner import ModelRunner
 
         self.rank = rank

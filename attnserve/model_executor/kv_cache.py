@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from attnserve.config.cache import CacheConfig
+
+logger = logging.getLogger(__name__)
 
 CPU_DEFAULT_KV_CACHE_BYTES = 2 << 30  # 2 GiB
 
@@ -21,7 +25,8 @@ def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_si
 
 def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, reserve_bytes: int) -> int:
     """How many blocks fit: ``num_gpu_blocks`` if set; else ``kv_cache_memory`` bytes; else 2 GiB on CPU or
-    ``gpu_memory_utilization`` of the GPU minus what is allocated now and ``reserve_bytes`` for activations."""
+    ``gpu_memory_utilization`` of the GPU minus what is allocated now and ``reserve_bytes`` for activations,
+    at most what is free on the GPU now (other processes' memory included) minus ``reserve_bytes``."""
     if cache.num_gpu_blocks is not None:
         return cache.num_gpu_blocks
     if cache.kv_cache_memory is not None:
@@ -30,7 +35,18 @@ def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, re
         budget = CPU_DEFAULT_KV_CACHE_BYTES
     else:
         total = torch.cuda.get_device_properties(device).total_memory
-        budget = int(total * cache.gpu_memory_utilization) - torch.cuda.memory_allocated(device) - reserve_bytes
+        allocated = torch.cuda.memory_allocated(device)
+        budget = int(total * cache.gpu_memory_utilization) - allocated - reserve_bytes
+        # other processes on this GPU (the engine's process beside tensor-parallel rank 0, another engine)
+        # and memory outside torch's allocator (CUDA context, NCCL) count too: never plan past what is free
+        free, _ = torch.cuda.mem_get_info(device)
+        available = free + torch.cuda.memory_reserved(device) - allocated - reserve_bytes
+        if available < budget:
+            logger.warning("KV cache: %.2f GiB of %s is in use outside this process's tensors; the cache gets "
+                           "%.2f GiB instead of the %.2f GiB gpu_memory_utilization %.2f allows",
+                           (total - free - torch.cuda.memory_reserved(device)) / 2**30, device, available / 2**30,
+                           budget / 2**30, cache.gpu_memory_utilization)
+            budget = available
     blocks = budget // block_bytes
     if blocks < 1:
         raise ValueError(

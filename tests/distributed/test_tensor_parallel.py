@@ -106,3 +106,43 @@ def test_bench_latency_compares_tp_sizes_in_one_run(qwen3_dir, tmp_path):
     data = json.loads(out.read_text())
     assert [(r["name"], r["batch_size"]) for r in data["results"]] == [("attnserve tp1", 1), ("attnserve tp2", 1)]
     assert all(r["tpot_s"]["p50"] > 0 for r in data["results"])
+
+
+def _proc_environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(i.decode().split("=", 1) for i in f.read().split(b"\0") if b"=" in i)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="reads /proc/PID/environ")
+def test_workers_start_with_nccl_env_and_exit_cleanly(qwen3_dir, tp2, monkeypatch):
+    from attnserve.executor.env import WORKER_ENV_DEFAULTS
+
+    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    monkeypatch.setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "7")  # the user's value wins
+    llm = tp2(qwen3_dir)
+    procs = llm.engine.executor.procs
+    for p in procs:  # in the environment the process started with, not only set later in Python
+        env = _proc_environ(p.pid)
+        assert env["NCCL_NVLS_ENABLE"] == WORKER_ENV_DEFAULTS["NCCL_NVLS_ENABLE"] == "0"
+        assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "7"
+        assert env["NVSHMEM_DISABLE_NVLS"] == "1"
+    assert "NCCL_NVLS_ENABLE" not in os.environ  # set for the spawn only
+    assert len(tokens(llm, PROMPTS[:1])[0]) == GREEDY.max_tokens
+    llm.engine.shutdown()
+    assert [p.exitcode for p in procs] == [0, 0]  # asked to stop: the process group destroyed, a clean exit
+
+
+def test_more_ranks_than_gpus_is_refused_before_any_worker_starts(monkeypatch):
+    import torch
+
+    import attnserve.platforms as platforms
+    from attnserve.executor.multiproc import check_gpu_count
+    from attnserve.platforms.interface import Platform
+
+    monkeypatch.setattr(platforms, "detect_platform", lambda device: Platform("cuda", "test GPU", (9, 0)))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    with pytest.raises(ValueError, match=r"tensor_parallel_size 2 needs 2 GPUs \(one per rank\); this host shows 1 "
+                                         r"\(CUDA_VISIBLE_DEVICES=3\)"):
+        check_gpu_count("cuda", 2)
+    check_gpu_count("cuda", 1)

@@ -1,0 +1,47 @@
+"""KV-cache sizing on a GPU (torch.cuda's memory queries faked): gpu_memory_utilization of the device, but
+never more than is free, so that a second process on the GPU (the engine's process beside tensor-parallel
+rank 0) shrinks the cache instead of running it out of memory."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from attnserve.config.cache import CacheConfig
+from attnserve.model_executor.kv_cache import num_kv_blocks
+
+GiB = 1 << 30
+
+
+def fake_gpu(monkeypatch, total: int, free: int, allocated: int, reserved: int) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=total))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: (free, total))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d: allocated)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d: reserved)
+
+
+def test_gpu_budget_is_utilization_minus_allocated_and_reserve(monkeypatch):
+    fake_gpu(monkeypatch, total=100 * GiB, free=80 * GiB, allocated=10 * GiB, reserved=12 * GiB)
+    # 0.5 * 100 - 10 - 5 = 35 GiB; free 80 + 2 cached - 5 = 77: the utilization decides
+    assert num_kv_blocks(CacheConfig(gpu_memory_utilization=0.5), torch.device("cuda", 0), GiB, 5 * GiB) == 35
+
+
+def test_gpu_budget_never_exceeds_free_memory(monkeypatch, caplog):
+    # another process holds 60 GiB of this 100 GiB GPU: 0.9 would plan 75 GiB, only 30 - 5 + 2 = 27 are there
+    fake_gpu(monkeypatch, total=100 * GiB, free=28 * GiB, allocated=10 * GiB, reserved=12 * GiB)
+    with caplog.at_level("WARNING"):
+        assert num_kv_blocks(CacheConfig(), torch.device("cuda", 0), GiB, 5 * GiB) == 25
+    assert "60.00 GiB of cuda:0 is in use outside this process's tensors" in caplog.text
+
+
+def test_gpu_budget_with_nothing_free_says_what_to_do(monkeypatch):
+    fake_gpu(monkeypatch, total=100 * GiB, free=1 * GiB, allocated=0, reserved=0)
+    with pytest.raises(ValueError, match="holds no block"):
+        num_kv_blocks(CacheConfig(), torch.device("cuda", 0), GiB, 5 * GiB)
+
+
+def test_explicit_kv_cache_memory_is_taken_as_given(monkeypatch):
+    fake_gpu(monkeypatch, total=100 * GiB, free=1 * GiB, allocated=0, reserved=0)
+    assert num_kv_blocks(CacheConfig(kv_cache_memory=4 * GiB), torch.device("cuda", 0), GiB, 0) == 4
