@@ -66,6 +66,8 @@ class MultiprocExecutor(Executor):
             try:
                 c.send_bytes(data)
             except (BrokenPipeError, ConnectionResetError, EOFError):
+                # a dead process's pipe closes a moment before its exit can be reaped: name the exit code
+                self.procs[rank].join(timeout=2)
                 self._check_dead()
                 self._fail(f"worker rank {rank} (pid {self.procs[rank].pid}) is unreachable")
         return self._wait({0})[0]
