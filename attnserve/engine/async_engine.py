@@ -233,7 +233,8 @@ class AsyncLLMEngine:
                 continue
             if out.finished:
                 del self._streams[out.request_id]
-            stream.put(out)
+            # the event loop reads it later, while this thread steps on: freeze the growing token lists
+            stream.put(out if out.finished else out.snapshot())
         self._snapshot()
 
     def _snapshot(self) -> None:

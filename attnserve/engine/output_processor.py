@@ -92,7 +92,7 @@ class OutputProcessor:
         return [self._output(parent) for parent in touched.values()], stopped
 
     def _output(self, parent: _Parent) -> RequestOutput:
-        """The parent's RequestOutput now: copies of its completions, so later steps leave it unchanged."""
+        """The parent's RequestOutput now (its completions' token lists are shared: see CompletionOutput)."""
         metrics = parent.metrics
         if metrics.first_token_time is None:  # set once: the first child's first token is the earliest
             first = [k.request.first_token_time for k in parent.children if k.request.first_token_time is not None]
@@ -160,6 +160,7 @@ class OutputProcessor:
 
 
 def _snapshot(c: CompletionOutput) -> CompletionOutput:
-    # positional (the field order of CompletionOutput): a few hundred of these per step
-    return CompletionOutput(c.index, c.text, c.token_ids[:], c.finish_reason, c.stop_reason,
-                            None if c.logprobs is None else c.logprobs[:], c.text_delta, c.num_new_tokens)
+    # token_ids and logprobs are shared, not copied: a copy is O(length) per request per step (see
+    # CompletionOutput); positional (CompletionOutput's field order): a few hundred of these per step
+    return CompletionOutput(c.index, c.text, c.token_ids, c.finish_reason, c.stop_reason, c.logprobs, c.text_delta,
+                            c.num_new_tokens)

@@ -33,7 +33,12 @@ class RequestMetrics:
 
 @dataclass
 class CompletionOutput:
-    """One of the ``n`` completions of a request."""
+    """One of the ``n`` completions of a request.
+
+    While the request runs, ``token_ids`` and ``logprobs`` are the engine's own lists (vLLM's cumulative
+    outputs do the same): they keep growing on later steps, so a step's output costs no O(length) copy.
+    Read them before the next step, or keep ``RequestOutput.snapshot()``. A finished output's lists are final.
+    """
 
     index: int
     text: str
@@ -62,6 +67,15 @@ class RequestOutput:
     metrics: RequestMetrics
     num_preemptions: int = 0
     extra: dict = field(default_factory=dict)
+
+    def snapshot(self) -> RequestOutput:
+        """A copy whose completions' ``token_ids`` and ``logprobs`` stay as they are now (for a reader that
+        may look after the engine's next step, e.g. on another thread)."""
+        outputs = [CompletionOutput(c.index, c.text, list(c.token_ids), c.finish_reason, c.stop_reason,
+                                    None if c.logprobs is None else list(c.logprobs), c.text_delta, c.num_new_tokens)
+                   for c in self.outputs]
+        return RequestOutput(self.request_id, self.prompt, self.prompt_token_ids, outputs, self.finished,
+                             self.metrics, self.num_preemptions, self.extra)
 
     def to_dict(self) -> dict:
         """JSON-ready summary (for ``--output-json``)."""

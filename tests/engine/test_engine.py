@@ -134,6 +134,18 @@ def test_detokenize_false_gives_the_same_tokens_without_text(llm, reference_toke
     assert str(e.value) == "stop ['x'] not allowed (allowed: none when detokenize is False: stop strings match text)"
 
 
+def test_step_outputs_share_the_growing_token_list_and_snapshot_freezes_it(llm, reference_tokens):
+    engine = llm.engine
+    engine.add_request(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True, logprobs=1))
+    first = engine.step()[0]
+    frozen = first.snapshot()
+    while engine.has_unfinished_requests():
+        last = engine.step()[-1]
+    assert frozen.outputs[0].token_ids == reference_tokens[0][:1] and len(frozen.outputs[0].logprobs) == 1
+    assert first.outputs[0].token_ids == last.outputs[0].token_ids == reference_tokens[0][:3]  # no per-step copy
+    assert first.outputs[0].num_new_tokens == 1 and not first.finished and last.finished
+
+
 def test_text_equals_decoding_the_tokens(llm):
     out = llm.generate(PROMPTS[2], GREEDY)[0].outputs[0]
     assert out.text == llm.tokenizer.decode(out.token_ids, skip_special_tokens=True)
