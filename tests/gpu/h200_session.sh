@@ -71,7 +71,7 @@ job_attn() {
 job_tp() {
   unset CUDA_VISIBLE_DEVICES
   timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/gpu/test_tp_gpu.py
-  bench lat_llama_tp latency --model $LLAMA $DUMMY --batch-size 1 --input-len 1024 --output-len 64 \
+  bench lat_llama_tp latency --model $LLAMA $DUMMY --attention-backend FLASHINFER --batch-size 1 --input-len 1024 --output-len 64 \
     --num-iters 2 --max-model-len 4096 --compare-tensor-parallel-sizes 1 2
 }
 
