@@ -79,8 +79,7 @@ def stop_engine(engine, facts: EngineFacts) -> None:
     from attnserve.benchmarks.hf_baseline import free_device_memory
 
     if engine.runner is not None:
-        engine.runner.model = None
-        engine.runner.kv_caches = None
+        engine.runner.release()
     engine.shutdown()
     free_device_memory(facts.device)
 

@@ -60,6 +60,7 @@ class Worker:
     def close(self) -> None:
         import torch.distributed as dist
 
+        self.runner.release()  # CUDA graphs hold NCCL work: free them before the communicator goes
         if dist.is_initialized():
             dist.destroy_process_group()
 

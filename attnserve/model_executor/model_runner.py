@@ -130,6 +130,17 @@ class ModelRunner:
         if graphs:
             self._capture_cuda_graphs()
 
+    def release(self) -> None:
+        """Free the captured CUDA graphs, the model and the KV cache (before a process group is destroyed:
+        graphs that captured NCCL collectives must go before their communicator)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.cuda_graphs = None
+        self.model = None
+        self.kv_caches = []
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     def _cuda_graph_plan(self) -> bool:
         """Whether decode steps will run as CUDA graphs; logs why not when they will not."""
         if self.device.type != "cuda" or self.config.enforce_eager:

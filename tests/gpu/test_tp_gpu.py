@@ -145,13 +145,13 @@ def test_default_model_float32_tp2_matches_tp1(default_gguf, backend, enforce_ea
     tp, f2 = _run(default_gguf, CHATS, params, tensor_parallel_size=2, **engine)
     label = f"default model float32 {backend} enforce_eager={enforce_eager}"
     print(f"\n[{label}] TP=1 {f1}\n[{label}] TP=2 {f2}")
+    failures = _compare(ref, tp, TIE["float32"], label)  # printed first: the tokens are the main result
     assert f1["backend"] == f2["backend"] == backend
     assert f2["kv_heads_rank0"] == 2  # 3 KV heads over 2 ranks: 2 + 1
     assert f2["exit_codes"] == [0, 0], "workers did not exit cleanly on shutdown"
     assert f2["worker_env"] == {"NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE", "0"),
                                 "TORCH_SYMM_MEM_DISABLE_MULTICAST": os.environ.get("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")}
     assert all(len(o.outputs[0].token_ids) == NEW_TOKENS for o in ref + tp)
-    failures = _compare(ref, tp, TIE["float32"], label)
     assert not failures, failures
 
 
