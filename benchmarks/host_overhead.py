@@ -168,8 +168,6 @@ def main() -> None:
         parts["host"] = step - parts["forward"]
         parts["outside"] = step - n["execute"]
         decode_steps.append(parts)
-        if os.environ.get("HOST_OVERHEAD_DEBUG"):
-            print({k: round(v * 1e3, 2) for k, v in parts.items()})
     total = time.perf_counter() - t_all
 
     med = {k: statistics.median(s[k] for s in decode_steps) * 1e3 for k in decode_steps[0]}

@@ -29,15 +29,19 @@ class SamplerOutput:
     logprobs: list[tuple[float, int, list[tuple[int, float]]] | None]
 
 
+def _to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    cpu = torch.tensor(values, dtype=dtype)
+    if device.type == "cuda":  # pinned + non_blocking: the copy does not wait for the forward pass to end
+        return cpu.pin_memory().to(device, non_blocking=True)
+    return cpu.to(device)
+
+
 def _column(values: list[float], device: torch.device) -> float | torch.Tensor:
     """One per-row parameter: a Python scalar when every row has the same value, else ``(R, 1)`` float32."""
     first = values[0]
     if all(v == first for v in values):
         return first
-    cpu = torch.tensor(values, dtype=torch.float32)
-    if device.type == "cuda":  # pinned + non_blocking: the copy does not wait for the forward pass
-        return cpu.pin_memory().to(device, non_blocking=True)[:, None]
-    return cpu.to(device)[:, None]
+    return _to_device(values, torch.float32, device)[:, None]
 
 
 def _exponential_(noise: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -113,7 +117,7 @@ class Sampler:
         else:
             token_ids = logits.argmax(dim=-1)
             if random_rows:
-                index = torch.tensor(random_rows, device=logits.device)
+                index = _to_device(random_rows, torch.int64, logits.device)
                 token_ids[index] = self._sample(
                     logits[index], [params[i] for i in random_rows], [generators[i] for i in random_rows])
         want = [i for i, p in enumerate(params) if p.logprobs is not None]
@@ -124,7 +128,8 @@ class Sampler:
             ids_at = 2 + (packed.shape[1] - 2) // 2  # column of the first top-k id
             for i, row in zip(want, packed.tolist()):
                 k = params[i].logprobs
-                logprobs[i] = (row[0], int(row[1]), [(int(t), v) for t, v in zip(row[ids_at : ids_at + k], row[2 : 2 + k])])
+                top = [(int(t), v) for t, v in zip(row[ids_at : ids_at + k], row[2 : 2 + k])]
+                logprobs[i] = (row[0], int(row[1]), top)
         return SamplerOutput(token_ids=ids, logprobs=logprobs)
 
     @staticmethod
@@ -147,7 +152,7 @@ class Sampler:
     def _logprobs(logits: torch.Tensor, token_ids: torch.Tensor, ks: list[int], rows: list[int]) -> torch.Tensor:
         """``(n, 2 + 2 k_max)`` float64 on device: sampled logprob, its rank, top-k logprobs, top-k ids."""
         if len(rows) < logits.shape[0]:
-            index = torch.tensor(rows, device=logits.device)
+            index = _to_device(rows, torch.int64, logits.device)
             logits, token_ids = logits[index], token_ids[index]
         lp = torch.log_softmax(logits.float(), dim=-1)
         sampled = lp.gather(1, token_ids[:, None])
