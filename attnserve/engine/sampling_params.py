@@ -47,7 +47,8 @@ class SamplingParams:
             (self.max_tokens is None or self.max_tokens >= 1, "max_tokens", self.max_tokens, "integer >= 1"),
             (self.logprobs is None or self.logprobs >= 0, "logprobs", self.logprobs, "integer >= 0"),
             (all(s for s in self.stop), "stop", self.stop, "non-empty strings"),
-            (self.detokenize or not self.stop, "stop", self.stop, "none when detokenize is False: stop strings match text"),
+            (self.detokenize or not self.stop, "stop", self.stop,
+             "none when detokenize is False: stop strings match text"),
         ]
         for ok, name, value, allowed in checks:
             if not ok:

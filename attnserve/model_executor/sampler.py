@@ -29,15 +29,26 @@ class SamplerOutput:
     logprobs: list[tuple[float, int, list[tuple[int, float]]] | None]
 
 
+def _to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    cpu = torch.tensor(values, dtype=dtype)
+    if device.type == "cuda":  # pinned + non_blocking: the copy does not wait for the forward pass to end
+        return cpu.pin_memory().to(device, non_blocking=True)
+    return cpu.to(device)
+
+
 def _column(values: list[float], device: torch.device) -> float | torch.Tensor:
     """One per-row parameter: a Python scalar when every row has the same value, else ``(R, 1)`` float32."""
     first = values[0]
     if all(v == first for v in values):
         return first
-    cpu = torch.tensor(values, dtype=torch.float32)
-    if device.type == "cuda":  # pinned + non_blocking: the copy does not wait for the forward pass
-        return cpu.pin_memory().to(device, non_blocking=True)[:, None]
-    return cpu.to(device)[:, None]
+    return _to_device(values, torch.float32, device)[:, None]
+
+
+def _exponential_(noise: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Fill ``noise`` with Exponential(1) draws, in place."""
+    if noise.device.type == "cpu":  # -log(U): ~6x faster than exponential_ on the CPU
+        return noise.uniform_(generator=generator).log_().neg_()
+    return noise.exponential_(generator=generator)  # one kernel
 
 
 def apply_filters(
@@ -53,19 +64,24 @@ def apply_filters(
     use_p = any(p < 1.0 for p in top_p)
     neg_inf = float("-inf")
     if use_p:  # one sort serves top-k and top-p
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        if all(0 < k < vocab for k in top_k):  # only the k_max most likely can stay: sort just those
+            width = max(top_k)
+            sorted_logits, order = logits.topk(width, dim=-1)  # descending
+        else:
+            width = vocab
+            sorted_logits, order = logits.sort(dim=-1, descending=True)
         if use_k:
-            k = _column([k if 0 < k < vocab else vocab for k in top_k], dev)
+            k = _column([k if 0 < k < vocab else width for k in top_k], dev)
             k_index = (k - 1).long() if isinstance(k, torch.Tensor) else torch.full((len(top_k), 1), k - 1, device=dev)
             kth = sorted_logits.gather(1, k_index)
-            sorted_logits.masked_fill_(sorted_logits < kth, neg_inf)  # ties with the k-th stay, as in torch.topk
+            sorted_logits.masked_fill_(sorted_logits < kth, neg_inf)  # ties with the k-th stay
         probs = sorted_logits.softmax(dim=-1)
         before = probs.cumsum(dim=-1) - probs  # mass of the tokens ranked above each token
         # a row without top-p gets an unreachable threshold: float32 rounding must not cut its tail
         drop = before >= _column([p if p < 1.0 else float("inf") for p in top_p], dev)
         drop[:, 0] = False  # the most likely token always stays (also when top_p rounds to 0)
         sorted_logits.masked_fill_(drop, neg_inf)
-        logits = torch.empty_like(logits).scatter_(1, order, sorted_logits)
+        logits = torch.full_like(logits, neg_inf).scatter_(1, order, sorted_logits)
     elif use_k:
         ks = [k if 0 < k < vocab else 0 for k in top_k]
         k_max = max(ks)
@@ -101,7 +117,7 @@ class Sampler:
         else:
             token_ids = logits.argmax(dim=-1)
             if random_rows:
-                index = torch.tensor(random_rows, device=logits.device)
+                index = _to_device(random_rows, torch.int64, logits.device)
                 token_ids[index] = self._sample(
                     logits[index], [params[i] for i in random_rows], [generators[i] for i in random_rows])
         want = [i for i, p in enumerate(params) if p.logprobs is not None]
@@ -112,7 +128,8 @@ class Sampler:
             ids_at = 2 + (packed.shape[1] - 2) // 2  # column of the first top-k id
             for i, row in zip(want, packed.tolist()):
                 k = params[i].logprobs
-                logprobs[i] = (row[0], int(row[1]), [(int(t), v) for t, v in zip(row[ids_at : ids_at + k], row[2 : 2 + k])])
+                top = [(int(t), v) for t, v in zip(row[ids_at : ids_at + k], row[2 : 2 + k])]
+                logprobs[i] = (row[0], int(row[1]), top)
         return SamplerOutput(token_ids=ids, logprobs=logprobs)
 
     @staticmethod
@@ -125,17 +142,17 @@ class Sampler:
         noise = torch.empty_like(probs)
         if len(seeded) < len(params):  # one draw for every unseeded row (seeded rows overwrite theirs)
             shared = next(g for g, p in zip(generators, params) if p.seed is None)
-            noise.exponential_(generator=shared)
+            _exponential_(noise, shared)
         for i in seeded:
-            noise[i].exponential_(generator=generators[i])
-        # exponential_ can return exactly 0; a filtered token has probability exactly 0 and stays last
+            _exponential_(noise[i], generators[i])
+        # a draw can be exactly 0; a filtered token has probability exactly 0 and stays last
         return probs.div_(noise.clamp_min_(1e-20)).argmax(dim=-1)
 
     @staticmethod
     def _logprobs(logits: torch.Tensor, token_ids: torch.Tensor, ks: list[int], rows: list[int]) -> torch.Tensor:
         """``(n, 2 + 2 k_max)`` float64 on device: sampled logprob, its rank, top-k logprobs, top-k ids."""
         if len(rows) < logits.shape[0]:
-            index = torch.tensor(rows, device=logits.device)
+            index = _to_device(rows, torch.int64, logits.device)
             logits, token_ids = logits[index], token_ids[index]
         lp = torch.log_softmax(logits.float(), dim=-1)
         sampled = lp.gather(1, token_ids[:, None])
