@@ -45,3 +45,14 @@ def test_capture_sizes():
     assert capture_sizes(3) == [1, 2, 3]
     assert capture_sizes(50) == [1, 2, 4, 8, 16, 32, 48, 50]
     assert capture_sizes(4096)[-1] == 512
+
+
+def test_cpu_runner_has_no_graphs_and_release_frees_model_and_cache(tiny_model_dir):
+    from attnserve import LLM
+
+    llm = LLM(tiny_model_dir("llama"), dtype="float32", device="cpu", kv_cache_memory=1 << 20)
+    runner = llm.engine.runner
+    assert runner.cuda_graphs is None  # CUDA graphs never apply on CPU, enforce_eager or not
+    assert runner.kv_caches and runner.model is not None
+    runner.release()
+    assert (runner.cuda_graphs, runner.model, runner.kv_caches) == (None, None, [])
