@@ -1,7 +1,8 @@
 """ModelRunner: SchedulerOutput -> ForwardBatch -> model -> logits -> Sampler -> sampled tokens.
 
-Owns the model, the KV cache tensors, the attention backend's metadata builder and the per-request
-random generators. Holds no request state beyond those generators: every step's inputs come in the
+Owns the model, the KV cache tensors, the attention backend's metadata builder, the captured CUDA graphs
+of decode steps (``cuda_graph.py``; on CUDA unless ``enforce_eager`` or the backend declares no support) and
+the per-request random generators. Holds no request state beyond those generators: every step's inputs come in the
 SchedulerOutput.
 
 Under tensor parallelism one ModelRunner runs in each worker process with its rank's ``tp``: it builds its
