@@ -89,6 +89,10 @@ class MultiprocExecutor(Executor):
                     self._check_dead()
                     self._fail(f"worker rank {rank} (pid {self.procs[rank].pid}) closed its pipe")
                 if kind == "error":
+                    # a rank's error is often the echo of a peer that died (its collective lost the peer):
+                    # give a dead peer a moment to be reaped and name it, the cause, instead
+                    connection.wait([p.sentinel for r, p in enumerate(self.procs) if r != rank], timeout=1.0)
+                    self._check_dead()
                     self._fail(f"worker rank {rank} (pid {self.procs[rank].pid}) failed; pending requests "
                                f"failed. Its traceback:\n{payload}")
                 if rank in ranks:
