@@ -258,6 +258,10 @@ def run_attention(*, device: str = "auto", dtype: str = "auto", num_heads: int =
             cls = get_backend_class(lookup_backend(name))
             rows += bench_backend(name, cls, shape, platform, dev, batch_size, context_lens, prefill_lens,
                                   warmup, repeats, bar)
+    skipped = {n: r for n, r in reasons.items() if r}
+    table = format_table(rows)
+    if skipped:  # the reasons in the printed table too, not only in the JSON
+        table += "\n" + "\n".join(f"skipped {n}: {'; '.join(r)}" for n, r in skipped.items())
     return {
         "kind": "attention",
         "device": platform.description,
@@ -269,7 +273,7 @@ def run_attention(*, device: str = "auto", dtype: str = "auto", num_heads: int =
         "warmup": warmup,
         "repeats": repeats,
         "backends": usable,
-        "skipped": {n: r for n, r in reasons.items() if r},
+        "skipped": skipped,
         "results": [r.to_dict() for r in rows],
-        "table": format_table(rows),
+        "table": table,
     }

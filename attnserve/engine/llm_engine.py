@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import numbers
 
 from attnserve.config.engine import EngineConfig
 from attnserve.engine.block_manager import BlockManager
@@ -57,9 +58,15 @@ class LLMEngine:
     def check_prompt(self, prompt: str | list[int]) -> list[int]:
         """Tokenize ``prompt`` and check that it fits; returns its token ids.
 
-        Raises PromptTooLongError (prompt of max_model_len tokens or more) or ValueError (empty prompt).
+        Raises PromptTooLongError (prompt of max_model_len tokens or more) or ValueError (empty prompt, a
+        token id that is not an integer in [0, vocab_size)).
         """
         token_ids = self.tokenize(prompt)
+        vocab = self.hf_config.vocab_size
+        bad = next((t for t in token_ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)
+                    or not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ValueError(f"token id {bad!r} not allowed (allowed: integers in [0, {vocab}), the vocabulary size)")
         if len(token_ids) >= self.max_model_len:
             raise PromptTooLongError(
                 f"prompt has {len(token_ids)} tokens; max_model_len is {self.max_model_len}, "

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
+
+
+MAX_LOGPROBS = 20  # the most top logprobs a request may ask for (vLLM's default max_logprobs)
+
+
+def _is_int(x) -> bool:  # int or numpy integer, not bool
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _is_real(x) -> bool:  # finite int or float (numpy's too), not bool
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
 class SamplingParamsError(ValueError):
@@ -39,13 +52,16 @@ class SamplingParams:
         if self.top_k == -1:
             self.top_k = 0
         checks = [
-            (self.n >= 1, "n", self.n, "integer >= 1"),
-            (self.temperature >= 0.0, "temperature", self.temperature, ">= 0"),
-            (0.0 < self.top_p <= 1.0, "top_p", self.top_p, "(0, 1]"),
-            (self.top_k >= 0, "top_k", self.top_k, "0 or -1 (all), or integer >= 1"),
-            (0.0 <= self.min_p <= 1.0, "min_p", self.min_p, "[0, 1]"),
-            (self.max_tokens is None or self.max_tokens >= 1, "max_tokens", self.max_tokens, "integer >= 1"),
-            (self.logprobs is None or self.logprobs >= 0, "logprobs", self.logprobs, "integer >= 0"),
+            (_is_int(self.n) and self.n >= 1, "n", self.n, "integer >= 1"),
+            (_is_real(self.temperature) and self.temperature >= 0.0, "temperature", self.temperature, "finite, >= 0"),
+            (_is_real(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p, "(0, 1]"),
+            (_is_int(self.top_k) and self.top_k >= 0, "top_k", self.top_k, "0 or -1 (all), or integer >= 1"),
+            (_is_real(self.min_p) and 0.0 <= self.min_p <= 1.0, "min_p", self.min_p, "[0, 1]"),
+            (self.seed is None or _is_int(self.seed), "seed", self.seed, "an integer or None"),
+            (self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1), "max_tokens",
+             self.max_tokens, "integer >= 1"),
+            (self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS), "logprobs",
+             self.logprobs, f"integer in [0, {MAX_LOGPROBS}]"),
             (all(s for s in self.stop), "stop", self.stop, "non-empty strings"),
             (self.detokenize or not self.stop, "stop", self.stop,
              "none when detokenize is False: stop strings match text"),

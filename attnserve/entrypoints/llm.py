@@ -64,12 +64,20 @@ class LLM:
             from tqdm import tqdm
 
             bar = tqdm(total=len(ids), desc="Processed prompts", unit="req")
-        while self.engine.has_unfinished_requests():
-            for out in self.engine.step():
-                if out.finished:
-                    final[out.request_id] = out
-                    if bar is not None:
-                        bar.update(1)
-        if bar is not None:
-            bar.close()
+        try:
+            while self.engine.has_unfinished_requests():
+                for out in self.engine.step():
+                    if out.finished:
+                        final[out.request_id] = out
+                        if bar is not None:
+                            bar.update(1)
+        except BaseException:
+            # a step that raises (or ^C) must not leave this call's requests queued for the next call
+            for request_id in ids:
+                if request_id not in final:
+                    self.engine.abort_request(request_id)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
         return [final[i] for i in ids]

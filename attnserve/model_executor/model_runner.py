@@ -271,7 +271,8 @@ class ModelRunner:
         reqs = [sched.requests[i] for i in rows]
         params = [r.sampling_params for r in reqs]
         gens = [self._generator(r.request_id, r.sampling_params.seed) for r in reqs]
-        out = self.sampler(logits[rows], params, gens)
+        # every row samples in most steps: no copy of the (B, vocab) logits then
+        out = self.sampler(logits if len(rows) == len(sched.requests) else logits[rows], params, gens)
         return ModelRunnerOutput(
             sampled={r.request_id: (out.token_ids[j], out.logprobs[j]) for j, r in enumerate(reqs)}
         )

@@ -144,6 +144,15 @@ def test_attention_backends_rows_and_plot(tmp_path):
     assert _png(png)
 
 
+def test_attention_with_no_usable_backend_says_why_and_fails(capsys):
+    rc = main(["bench", "attention", "--device", "cpu", "--backends", "FLASH_ATTN", "--batch-size", "2",
+               "--context-lens", "16", "--prefill-lens", "16", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert "skipped FLASH_ATTN: device cpu not supported (supported: cuda)" in out.splitlines()
+    assert err.startswith("attnserve bench attention: no usable backend on cpu")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["throughput", "--num-prompts", "0"], "attnserve bench throughput: error: argument --num-prompts: 0 not allowed (allowed: integer >= 1)"),
     (["throughput", "--range-ratio", "1.5"], "attnserve bench throughput: error: argument --range-ratio: 1.5 not allowed (allowed: 0 <= R < 1)"),

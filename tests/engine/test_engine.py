@@ -155,7 +155,13 @@ def test_text_equals_decoding_the_tokens(llm):
     ({"max_tokens": 0}, "max_tokens 0 not allowed (allowed: integer >= 1)"),
     ({"top_p": 0.0}, "top_p 0.0 not allowed (allowed: (0, 1])"),
     ({"top_p": 1.5}, "top_p 1.5 not allowed (allowed: (0, 1])"),
-    ({"temperature": -1}, "temperature -1 not allowed (allowed: >= 0)"),
+    ({"temperature": -1}, "temperature -1 not allowed (allowed: finite, >= 0)"),
+    ({"temperature": float("inf")}, "temperature inf not allowed (allowed: finite, >= 0)"),
+    ({"top_k": 1.5}, "top_k 1.5 not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
+    ({"top_k": True}, "top_k True not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
+    ({"max_tokens": 2.5}, "max_tokens 2.5 not allowed (allowed: integer >= 1)"),
+    ({"seed": "x"}, "seed 'x' not allowed (allowed: an integer or None)"),
+    ({"logprobs": 21}, "logprobs 21 not allowed (allowed: integer in [0, 20])"),
 ])
 def test_bad_sampling_params(kwargs, message):
     with pytest.raises(SamplingParamsError) as e:
@@ -169,6 +175,31 @@ def test_prompt_longer_than_max_model_len(llama_dir):
         llm.generate([PROMPTS[0], PROMPTS[1]], GREEDY)
     assert str(e.value).startswith("prompt has 37 tokens; max_model_len is 16")
     assert not llm.engine.has_unfinished_requests()  # nothing was queued
+
+
+@pytest.mark.parametrize("prompt, bad", [([5, 10**6], "1000000"), ([-1, 5], "-1"), ([1, "2"], "'2'")])
+def test_token_ids_outside_the_vocabulary_are_refused_up_front(llm, prompt, bad):
+    vocab = llm.engine.hf_config.vocab_size
+    with pytest.raises(ValueError) as e:
+        llm.generate([PROMPTS[0], prompt], GREEDY)
+    assert str(e.value) == f"token id {bad} not allowed (allowed: integers in [0, {vocab}), the vocabulary size)"
+    assert not llm.engine.has_unfinished_requests()
+
+
+def test_a_failed_step_leaves_no_request_behind(llm, reference_tokens, monkeypatch):
+    calls = []
+
+    def broken_step():
+        calls.append(1)
+        raise RuntimeError("step failed")
+
+    monkeypatch.setattr(llm.engine, "step", broken_step)
+    with pytest.raises(RuntimeError, match="step failed"):
+        llm.generate(PROMPTS, GREEDY)
+    monkeypatch.undo()
+    assert calls == [1] and not llm.engine.has_unfinished_requests()
+    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, params)] == reference_tokens  # usable again
 
 
 def test_generation_stops_at_max_model_len(llama_dir):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -230,6 +231,10 @@ def run_attention(args: argparse.Namespace) -> int:
                      warmup=args.warmup, repeats=args.repeats, progress=args.progress)
     except ValueError as e:
         args._bench_parser.error(str(e))
+    if not result["backends"]:  # nothing could run: say why (the table lists the reasons) and fail
+        print(result["table"])
+        print(f"attnserve bench attention: no usable backend on {result['device']}", file=sys.stderr)
+        return 1
     return _finish(args, result, plot_attention)
 
 

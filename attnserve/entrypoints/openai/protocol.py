@@ -13,9 +13,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from attnserve.engine.sampling_params import MAX_LOGPROBS  # vLLM's default max_logprobs
+
 # torch.Generator.manual_seed takes 64-bit seeds; a request's n completions use seed, seed + 1, ...
 _SEED = dict(ge=-(2**63), le=2**63 - 1 - 1024)
-MAX_LOGPROBS = 20  # vLLM's default max_logprobs
 MAX_N = 128
 
 
