@@ -8,7 +8,8 @@
 #       bench   speed on GPU 0 (latency and throughput of the Qwen3-0.6B and Llama-3.1-8B shapes)
 #       attn    `bench attention` on GPU 0
 #       tp      tensor parallelism on both GPUs (TP=2 vs TP=1 tests, Llama-3.1-8B TP latency)
-# `tests` and `bench` run side by side (one GPU each); `tp` runs after them.
+# `tests` and `bench` run side by side (one GPU each); `tp` runs after them. On 2026-11-29 `tests bench`
+# together overran one 600 s call (FlashInfer's JIT compiles): give each its own call, or narrow them.
 set -o pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FLASHINFER_CUDA_ARCH_LIST=9.0 MAX_JOBS=12
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
