@@ -14,6 +14,7 @@ OPT has no llama.cpp architecture, so no GGUF mapping.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -112,11 +113,22 @@ def unpermute_qk(weight: np.ndarray, num_heads: int) -> np.ndarray:
     return w.swapaxes(2, 1).reshape(weight.shape)
 
 
-def gguf_tensor_shape(path: str, name: str) -> tuple[int, ...] | None:
-    """Shape of tensor ``name`` in a GGUF file in PyTorch order (rows first), or None when absent."""
+@functools.lru_cache(maxsize=1)
+def _gguf_reader(path: str, mtime_ns: int):
+    """One parse of a GGUF file (~2.4 s for the default model) for the shape lookups and the weights of
+    a load; ``mtime_ns`` keys a rewritten file apart. The last file's memory map stays open."""
     from gguf import GGUFReader
 
-    for tensor in GGUFReader(path).tensors:
+    return GGUFReader(path)
+
+
+def gguf_reader(path: str):
+    return _gguf_reader(path, os.stat(path).st_mtime_ns)
+
+
+def gguf_tensor_shape(path: str, name: str) -> tuple[int, ...] | None:
+    """Shape of tensor ``name`` in a GGUF file in PyTorch order (rows first), or None when absent."""
+    for tensor in gguf_reader(path).tensors:
         if tensor.name == name:
             return tuple(reversed(tensor.shape.tolist()))
     return None
@@ -124,9 +136,9 @@ def gguf_tensor_shape(path: str, name: str) -> tuple[int, ...] | None:
 
 def gguf_weights(path: str, num_heads: int, num_kv_heads: int) -> Iterator[tuple[str, torch.Tensor]]:
     """Every tensor of a GGUF file, dequantized to float32, under its Hugging Face name."""
-    from gguf import GGUFReader, dequantize
+    from gguf import dequantize
 
-    reader = GGUFReader(path)
+    reader = gguf_reader(path)
     arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
     global_names, layer_names, layer_prefix = _GGUF_NAMES.get(arch, _LLAMA_NAMES)
     for tensor in reader.tensors:
