@@ -202,6 +202,16 @@ def test_a_failed_step_leaves_no_request_behind(llm, reference_tokens, monkeypat
     assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, params)] == reference_tokens  # usable again
 
 
+def test_max_model_len_beyond_the_model_is_refused(llama_dir):
+    from transformers import AutoConfig
+
+    limit = AutoConfig.from_pretrained(llama_dir).max_position_embeddings
+    with pytest.raises(ValueError) as e:
+        LLM(llama_dir, dtype="float32", device="cpu", max_model_len=limit + 1, kv_cache_memory=8 << 20)
+    assert str(e.value) == (f"max_model_len {limit + 1} not allowed (allowed: at most the model's "
+                            f"max_position_embeddings, {limit})")
+
+
 def test_generation_stops_at_max_model_len(llama_dir):
     llm = LLM(llama_dir, dtype="float32", device="cpu", max_model_len=12, kv_cache_memory=8 << 20)
     out = llm.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True))[0].outputs[0]
