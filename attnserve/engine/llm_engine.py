@@ -14,7 +14,7 @@ from attnserve.engine.sampling_params import SamplingParams
 from attnserve.engine.scheduler import Scheduler
 from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError, make_executor
-from attnserve.model_executor.loader import load_hf_config, load_model_tokenizer, resolve_model
+from attnserve.model_executor.loader import load_hf_config, load_model_tokenizer, max_model_len_of, resolve_model
 from attnserve.platforms import check_runnable_device
 
 logger = logging.getLogger(__name__)
@@ -33,12 +33,7 @@ class LLMEngine:
         source = resolve_model(config.model)
         self.hf_config = load_hf_config(source)
         self.tokenizer = load_model_tokenizer(config.model, source, self.hf_config)
-        limit = self.hf_config.max_position_embeddings
-        if config.model.max_model_len is not None and config.model.max_model_len > limit:
-            # positions past the model's own limit have no RoPE / learned position entries (vLLM refuses too)
-            raise ValueError(f"max_model_len {config.model.max_model_len} not allowed (allowed: at most the "
-                             f"model's max_position_embeddings, {limit})")
-        self.max_model_len = config.model.max_model_len or limit
+        self.max_model_len = max_model_len_of(config.model, self.hf_config)
         self.executor = make_executor(config, self.hf_config, source)
         self.info = self.executor.info  # backend, device, dtype, KV blocks (rank 0's under tensor parallelism)
         # the in-process ModelRunner (tensor_parallel_size 1 only; None when workers run the model)

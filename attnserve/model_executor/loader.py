@@ -147,6 +147,19 @@ def load_hf_config(source: ModelSource):
     return config
 
 
+
+def max_model_len_of(model: ModelConfig, hf_config) -> int:
+    """``model.max_model_len``, or the model's ``max_position_embeddings`` when unset.
+
+    Raises ValueError when it is set beyond ``max_position_embeddings`` (positions past the model's own limit
+    have no RoPE / learned position entries; vLLM refuses too).
+    """
+    limit = hf_config.max_position_embeddings
+    if model.max_model_len is not None and model.max_model_len > limit:
+        raise ValueError(f"max_model_len {model.max_model_len} not allowed (allowed: at most the "
+                         f"model's max_position_embeddings, {limit})")
+    return model.max_model_len or limit
+
 def _complete_gguf_config(config, path: str) -> None:
     """Fill what transformers' GGUF metadata mapping leaves at the config class's defaults.
 

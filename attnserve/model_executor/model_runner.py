@@ -29,7 +29,7 @@ from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.model_executor.cuda_graph import CudaGraphRunner, capture_sizes
 from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging, host_batch
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
-from attnserve.model_executor.loader import ModelSource, load_weights, resolve_dtype
+from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of, resolve_dtype
 from attnserve.model_executor.sampler import Sampler
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import detect_platform
@@ -154,7 +154,7 @@ class ModelRunner:
         return True
 
     def _capture_cuda_graphs(self) -> None:
-        max_model_len = self.config.model.max_model_len or self.hf_config.max_position_embeddings
+        max_model_len = max_model_len_of(self.config.model, self.hf_config)
         self.cuda_graphs = CudaGraphRunner(
             self.model, self.builder, self.kv_caches,
             sizes=capture_sizes(self.config.scheduler.max_num_seqs), hidden_size=self.dims.hidden_size,

@@ -30,13 +30,17 @@ CASES = [  # (label, backend, attention_config, dtype, relative tolerance of the
     ("FLASH_ATTN/4 bf16", "FLASH_ATTN", {"flash_attn_version": 4}, "bfloat16", 2e-2),
     ("FLASHINFER bf16", "FLASHINFER", {}, "bfloat16", 2e-2),
 ]
-PACKAGES = {"TRITON_ATTN": "triton", "FLASHINFER": "flashinfer"}
 
 
 def _installed(backend: str, cfg: dict) -> bool:
+    """The package the backend (or FlashAttention version) declares is importable here."""
     if backend == "FLASH_ATTN":
-        return _has({3: "flash_attn_interface", 4: "flash_attn.cute"}[cfg["flash_attn_version"]])
-    return _has(PACKAGES[backend])
+        from attnserve.attention.backends.flash_attn import FLASH_ATTN_VERSIONS
+
+        return _has(FLASH_ATTN_VERSIONS[cfg["flash_attn_version"]].package)
+    from attnserve.attention.registry import get_backend_class, lookup_backend
+
+    return _has(get_backend_class(lookup_backend(backend)).required_package)
 
 
 @pytest.fixture(scope="module")
