@@ -20,5 +20,10 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     """Split a prompt longer than the step's remaining token budget over several steps."""
 
+    async_scheduling: bool | None = None
+    """Schedule and prepare step k+1 on the host while the device runs step k (vLLM's --async-scheduling);
+    a decode's newest token is fed on the device. Default (null): on for a GPU with tensor_parallel_size 1,
+    off on CPU (no overlap to gain). Not supported with tensor_parallel_size > 1."""
+
     def __post_init__(self) -> None:
         validate_fields(self)

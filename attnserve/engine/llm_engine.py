@@ -1,4 +1,9 @@
-"""LLMEngine: add_request / step / abort. The orchestrator: schedule, execute, update, detokenize."""
+"""LLMEngine: add_request / step / abort. The orchestrator: schedule, execute, update, detokenize.
+
+With async scheduling a step schedules and queues step k+1, then reads step k's tokens (queued by the
+previous call) and processes them, so the host's work for a step overlaps the device's work for the one
+before; ``step()`` returns the outputs of the step it read.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.output_processor import OutputProcessor
 from attnserve.engine.request import FinishReason, Request
 from attnserve.engine.sampling_params import SamplingParams
-from attnserve.engine.scheduler import Scheduler
+from attnserve.engine.scheduler import Scheduler, SchedulerOutput
 from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError, make_executor
 from attnserve.model_executor.loader import load_hf_config, load_model_tokenizer, max_model_len_of, resolve_model
@@ -22,6 +27,14 @@ logger = logging.getLogger(__name__)
 
 class PromptTooLongError(ValueError):
     """A prompt that leaves no room for a generated token within max_model_len."""
+
+
+def resolve_async_scheduling(config: EngineConfig, device) -> bool:
+    """``scheduler.async_scheduling``, or when unset: on for a GPU with tensor_parallel_size 1."""
+    chosen = config.scheduler.async_scheduling
+    if chosen is not None:
+        return chosen
+    return device.type == "cuda" and config.parallel.tensor_parallel_size == 1
 
 
 class LLMEngine:
@@ -47,6 +60,8 @@ class LLMEngine:
         )
         self.output_processor = OutputProcessor(self.tokenizer)
         self._ids = itertools.count()
+        self.async_scheduling = resolve_async_scheduling(config, self.info.device)
+        self._in_flight: tuple[SchedulerOutput, object] | None = None  # queued step not read yet (async)
 
     @property
     def eos_token_id(self) -> int | None:
@@ -112,17 +127,31 @@ class LLMEngine:
         self.output_processor.abort(request_id)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or self._in_flight is not None
 
     def step(self) -> list[RequestOutput]:
-        """Schedule, run the model once, append sampled tokens; returns outputs of requests that changed."""
+        """Schedule, run the model once, append sampled tokens; returns outputs of requests that changed.
+
+        Async scheduling: queue this step, then finish the previous one (its outputs are returned).
+        """
         sched = self.scheduler.schedule()
         try:
-            result = self.executor.execute(sched)
+            if not self.async_scheduling:
+                return self._finish(sched, self.executor.execute(sched))
+            queued = self.executor.execute_async(sched)
+            previous, self._in_flight = self._in_flight, (None if sched.is_empty else (sched, queued))
+            return self._finish(*previous) if previous is not None else []
         except WorkerDiedError:
+            self._in_flight = None
             self._fail_all()
             raise
-        updated = self.scheduler.update(sched, result.sampled)
+        except BaseException:
+            self._in_flight = None  # its requests are aborted by the caller (LLM, server); nothing reads it
+            raise
+
+    def _finish(self, sched: SchedulerOutput, result) -> list[RequestOutput]:
+        """Append a step's sampled tokens (``result.result()``: waits for them), detokenize, apply stop strings."""
+        updated = self.scheduler.update(sched, result.result().sampled)
         outputs, stopped = self.output_processor.process(updated)
         for child_id, stop_string in stopped:
             self.scheduler.finish_request(child_id, FinishReason.STOP, stop_string)

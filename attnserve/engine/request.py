@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 from attnserve.engine.sampling_params import SamplingParams
 
 
+# a token id the host does not know yet (sampled by the step in flight); the model runner fills it in on the device
+PLACEHOLDER_TOKEN = -1
+
+
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
@@ -25,8 +29,13 @@ class FinishReason(str, enum.Enum):
 
 @dataclass
 class Request:
-    """One sequence. ``num_computed_tokens`` catches up to ``num_tokens`` under the scheduler's budget;
-    when it does, the step's sampled token is appended. Preemption resets it to 0 (recompute)."""
+    """One sequence. ``num_computed_tokens`` catches up to ``num_tokens`` under the scheduler's budget
+    (advanced when a step is scheduled); the step that reaches the end samples a token, appended when the
+    step's result is read. Preemption resets it to 0 (recompute).
+
+    Under async scheduling the next step is scheduled before the last one's token is known: that token is
+    *pending* (``num_pending``, 0 or 1 when a step is scheduled) and the next step feeds it to the model
+    from the device (:data:`PLACEHOLDER_TOKEN` in the scheduled token ids)."""
 
     request_id: str
     prompt_token_ids: list[int]
@@ -36,6 +45,7 @@ class Request:
     arrival_time: float = field(default_factory=time.monotonic)
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
+    num_pending: int = 0  # tokens sampled by steps in flight, not yet appended
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None  # the stop string or token id that ended it
@@ -61,6 +71,17 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_scheduled_tokens(self) -> int:
+        """Tokens the scheduler may compute: the known ones plus the pending ones."""
+        return self.num_tokens + self.num_pending
+
+    def length_reached_with_pending(self) -> bool:
+        """True when the pending tokens already reach max_tokens or max_model_len: no further step is needed."""
+        p = self.sampling_params
+        n_out = len(self.output_token_ids) + self.num_pending
+        return (p.max_tokens is not None and n_out >= p.max_tokens) or self.num_scheduled_tokens >= self.max_model_len
 
     @property
     def is_finished(self) -> bool:

@@ -5,6 +5,12 @@ The scheduler speaks in tokens, not phases: each step every scheduled request co
 after preemption and decode in one path (vLLM v1's scheduler). Running requests go first, in arrival
 order; when blocks run out the most recently admitted running request is preempted: its blocks are
 freed and it goes back to the front of the waiting queue to be recomputed later.
+
+A step is accounted when it is scheduled (computed tokens advance, a sampling request gets a pending
+token) and its sampled tokens are appended by :meth:`Scheduler.update` when they are read. With async
+scheduling the engine schedules step k+1 before reading step k's tokens: a decode then feeds its pending
+token as a placeholder the runner fills on the device, and a request whose pending token reaches its
+length limit is not scheduled again.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from attnserve.engine.block_manager import BlockManager
-from attnserve.engine.request import FinishReason, Request, RequestStatus
+from attnserve.engine.request import PLACEHOLDER_TOKEN, FinishReason, Request, RequestStatus
 from attnserve.engine.sampling_params import SamplingParams
 
 
@@ -89,7 +95,10 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            num_new = min(req.num_scheduled_tokens - req.num_computed_tokens, budget)
+            if num_new <= 0 or (req.num_pending and req.length_reached_with_pending()):
+                i += 1  # its last token is in flight and ends it: nothing to compute
+                continue
             while not self.block_manager.allocate(req.request_id, req.num_computed_tokens + num_new):
                 victim = self.running.pop()
                 self._preempt(victim)
@@ -103,6 +112,8 @@ class Scheduler:
         # admit waiting requests only when nothing was preempted this step (it would just thrash)
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
+            if req.num_pending:  # preempted while its token was in flight: recompute once it is known
+                break
             num_new = req.num_tokens - req.num_computed_tokens
             if num_new > budget and not self.enable_chunked_prefill:
                 break
@@ -124,14 +135,23 @@ class Scheduler:
         return out
 
     def _scheduled(self, req: Request, num_new: int) -> ScheduledRequest:
+        """The request's share of the step; advances its computed tokens (and pending ones when it samples)."""
         start = req.num_computed_tokens
+        end = start + num_new
+        token_ids = req.token_slice(start, min(end, req.num_tokens))  # O(num_new), not O(sequence length)
+        if end > req.num_tokens:  # the pending token: the runner takes it from the last step's samples
+            token_ids.append(PLACEHOLDER_TOKEN)
+        samples = end == req.num_scheduled_tokens
+        req.num_computed_tokens = end
+        if samples:
+            req.num_pending += 1
         return ScheduledRequest(
             request_id=req.request_id,
-            token_ids=req.token_slice(start, start + num_new),  # O(num_new), not O(sequence length)
+            token_ids=token_ids,
             start_position=start,
             block_table=self.block_manager.block_tables[req.request_id],
             sampling_params=req.sampling_params,
-            samples=start + num_new == req.num_tokens,
+            samples=samples,
         )
 
     def _preempt(self, req: Request) -> None:
@@ -142,22 +162,23 @@ class Scheduler:
         self.waiting.appendleft(req)
 
     def update(self, output: SchedulerOutput, sampled: dict[str, tuple[int, object]]) -> list[Request]:
-        """Advance each scheduled request; append its sampled token ``(token_id, logprobs)`` when it samples.
+        """Append each sampling request's token ``(token_id, logprobs)`` (its computed tokens advanced when
+        the step was scheduled). A request that ended or was aborted while the step ran is skipped: under
+        async scheduling its token of the step after its last is computed and dropped here.
 
         Returns the requests that got a new token (finished ones included, already freed).
         """
         updated = []
         for s in output.requests:
             req = self.requests.get(s.request_id)
-            if req is None or req.is_finished:  # aborted while the step ran
+            if req is None or req.is_finished or not s.samples:  # aborted or ended while the step ran
                 continue
-            req.num_computed_tokens += len(s.token_ids)
-            if s.samples:
-                token_id, logprobs = sampled[s.request_id]
-                req.append_token(token_id, logprobs)
-                updated.append(req)
-                if req.is_finished:
-                    self._release(req)
+            req.num_pending -= 1
+            token_id, logprobs = sampled[s.request_id]
+            req.append_token(token_id, logprobs)
+            updated.append(req)
+            if req.is_finished:
+                self._release(req)
         return updated
 
     def finish_request(self, request_id: str, reason: FinishReason, stop_reason: str | int | None = None) -> None:

@@ -3,6 +3,7 @@
     executor = make_executor(config, hf_config, source)
     executor.info.num_blocks       # KV blocks every rank holds: the scheduler's budget
     executor.execute(sched)        # -> ModelRunnerOutput (rank 0's sampled tokens)
+    executor.execute_async(sched)  # -> its .result() is that output (queued in process, async scheduling)
     executor.shutdown()
 
 A dead or failed worker makes ``execute`` raise WorkerDiedError (and every later call too); it never hangs.
@@ -18,7 +19,7 @@ import torch
 from attnserve.config.engine import EngineConfig
 from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.model_executor.loader import ModelSource
-from attnserve.model_executor.model_runner import ModelRunner, ModelRunnerOutput
+from attnserve.model_executor.model_runner import ModelRunner, ModelRunnerOutput, PendingStep
 
 
 class WorkerDiedError(RuntimeError):
@@ -55,6 +56,11 @@ class Executor(ABC):
     @abstractmethod
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         """Run one step on every rank; rank 0's sampled tokens."""
+
+    def execute_async(self, sched: SchedulerOutput) -> PendingStep | ModelRunnerOutput:
+        """Queue one step; ``.result()`` of the return value gives its sampled tokens. Executors that cannot
+        queue (workers in other processes) run the step here and return its output."""
+        return self.execute(sched)
 
     def shutdown(self) -> None:
         """Stop workers (no-op in process)."""

@@ -6,7 +6,7 @@ from attnserve.config.engine import EngineConfig
 from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.executor.base import Executor, RunnerInfo
 from attnserve.model_executor.loader import ModelSource
-from attnserve.model_executor.model_runner import ModelRunner, ModelRunnerOutput
+from attnserve.model_executor.model_runner import ModelRunner, ModelRunnerOutput, PendingStep
 
 
 class UniProcExecutor(Executor):
@@ -16,3 +16,6 @@ class UniProcExecutor(Executor):
 
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         return self.runner.execute(sched)
+
+    def execute_async(self, sched: SchedulerOutput) -> PendingStep:
+        return self.runner.execute_async(sched)

@@ -131,8 +131,13 @@ class CudaGraphRunner:
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - t0
 
-    def run(self, host: HostBatch, staging: PinnedStaging) -> torch.Tensor:  # (n, hidden)
-        """Replay the bucket of ``host`` (a pure-decode step) with its inputs; the hidden states of its rows."""
+    def run(self, host: HostBatch, staging: PinnedStaging,
+            fill_input_ids: Callable[[torch.Tensor], Any] | None = None) -> torch.Tensor:  # (n, hidden)
+        """Replay the bucket of ``host`` (a pure-decode step) with its inputs; the hidden states of its rows.
+
+        ``fill_input_ids``: called with the static ``input_ids`` (bs,) after the copy, before the replay, to
+        write token ids that live on the device (async scheduling's placeholders).
+        """
         n = host.num_reqs
         bs = self.bucket(n)
         g = self.graphs[bs]
@@ -155,6 +160,8 @@ class CudaGraphRunner:
         table_cpu = staging.pinned("g_table", table)
         self.block_table[:bs, :w].copy_(table_cpu, non_blocking=True)
         staging.end()
+        if fill_input_ids is not None:
+            fill_input_ids(self.input_ids[:bs])
         common = self._common(bs, lens_cpu, table_cpu, host.max_seq_len)
         self.builder.prepare_cudagraph_replay(g.metadata, common)
         g.graph.replay()

@@ -17,6 +17,7 @@ import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, CudaGraphSupport
@@ -25,12 +26,13 @@ from attnserve.attention.selector import AttentionSelectorConfig, select_attn_ba
 from attnserve.config.engine import EngineConfig
 from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads
+from attnserve.engine.request import PLACEHOLDER_TOKEN
 from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.model_executor.cuda_graph import CudaGraphRunner, capture_sizes
 from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging, host_batch
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
 from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of, resolve_dtype
-from attnserve.model_executor.sampler import Sampler
+from attnserve.model_executor.sampler import DeviceSample, Sampler
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import detect_platform
 
@@ -42,6 +44,24 @@ class ModelRunnerOutput:
     """Sampled token and logprobs of each request that sampled this step."""
 
     sampled: dict[str, tuple[int, tuple | None]]
+
+    def result(self) -> "ModelRunnerOutput":  # already on the host (a step that ran to completion)
+        return self
+
+
+@dataclass
+class PendingStep:
+    """A queued step's sampled tokens, on their way to the host; ``result()`` waits for them."""
+
+    request_ids: list[str]  # the requests that sample, in the sample's row order
+    sample: DeviceSample | None  # None: nothing sampled (empty step, or a rank that does not sample)
+
+    def result(self) -> ModelRunnerOutput:
+        if self.sample is None:
+            return ModelRunnerOutput(sampled={})
+        out = self.sample.result()
+        return ModelRunnerOutput(sampled={rid: (out.token_ids[j], out.logprobs[j])
+                                          for j, rid in enumerate(self.request_ids)})
 
 
 @contextmanager
@@ -126,6 +146,8 @@ class ModelRunner:
         self.kv_caches = self._allocate(self.num_blocks + (1 if graphs else 0))
         self.default_generator = torch.Generator(device=self.device).manual_seed(config.model.seed)
         self.generators: dict[str, torch.Generator] = {}
+        # the last step's sampled tokens (R,) int64 on the device and each sampling request's row in them
+        self._last_sample: tuple[torch.Tensor | None, dict[str, int]] = (None, {})
         logger.info("KV cache: %d blocks of %d tokens (%s, %s)", self.num_blocks, self.block_size,
                     self.kv_dtype, self.backend.name)
         if graphs:
@@ -250,32 +272,64 @@ class ModelRunner:
         """Run the model on the step's tokens; logits at each request's last token.
 
         A pure-decode step within the captured batch sizes replays a CUDA graph; any other step runs eagerly.
+        Placeholder token ids (async scheduling) are filled on the device from the last step's samples.
         """
         host = host_batch(sched, self.block_size)
+        fill = self._placeholder_fill(sched, host)
         if self.cuda_graphs is not None and self.cuda_graphs.can_run(host):
-            return self.model.compute_logits(self.cuda_graphs.run(host, self.staging))
+            return self.model.compute_logits(self.cuda_graphs.run(host, self.staging, fill))
         batch = self._device_batch(host)
+        if fill is not None:
+            fill(batch.input_ids)
         hidden = self.model(batch.input_ids, batch.positions, batch)
         return self.model.compute_logits(hidden[batch.logits_indices])
 
+    def _placeholder_fill(self, sched: SchedulerOutput, host: HostBatch):
+        """For a step with placeholder token ids: a function that writes the last step's sampled tokens into
+        the step's device ``input_ids`` (T,) at those positions; None when there are none."""
+        dst = np.flatnonzero(host.input_ids == PLACEHOLDER_TOKEN)
+        if not len(dst):
+            return None
+        last_tokens, last_rows = self._last_sample
+        req_index = np.searchsorted(host.query_start_loc, dst, side="right") - 1
+        reqs = sched.requests
+        src = np.fromiter((last_rows[reqs[i].request_id] for i in req_index), dtype=np.int64, count=len(dst))
+        n = len(dst)
+        if dst[-1] == n - 1 and src[-1] == n - 1 and (dst == src).all():  # rows 0..n-1 in the last step's order
+            return lambda input_ids: input_ids[:n].copy_(last_tokens[:n])
+        dst_t = self.staging.to_device("fill_dst", dst)
+        src_t = self.staging.to_device("fill_src", src)
+        return lambda input_ids: input_ids.index_copy_(0, dst_t, last_tokens.index_select(0, src_t))
+
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
-        """One step: forward pass and sampling for the requests that reached the end of their sequence."""
+        """One step: forward pass and sampling; waits for the sampled tokens."""
+        return self.execute_async(sched).result()
+
+    @torch.inference_mode()
+    def execute_async(self, sched: SchedulerOutput) -> "PendingStep":
+        """Queue one step (forward pass, sampling, the tokens' copy to the host); returns without waiting.
+
+        The sampled tokens stay on the device for the next step's placeholders (async scheduling).
+        """
         for rid in sched.finished_ids:
             self.generators.pop(rid, None)
         if sched.is_empty:
-            return ModelRunnerOutput(sampled={})
+            return PendingStep([], None)
+        self.staging.begin()  # the pinned buffers are free once the last step's copies have left them
         logits = self.compute_logits(sched)
         rows = [i for i, r in enumerate(sched.requests) if r.samples]
         if not rows or not self.tp.is_driver:
-            return ModelRunnerOutput(sampled={})
+            return PendingStep([], None)
         reqs = [sched.requests[i] for i in rows]
         params = [r.sampling_params for r in reqs]
         gens = [self._generator(r.request_id, r.sampling_params.seed) for r in reqs]
         # every row samples in most steps: no copy of the (B, vocab) logits then
-        out = self.sampler(logits if len(rows) == len(sched.requests) else logits[rows], params, gens)
-        return ModelRunnerOutput(
-            sampled={r.request_id: (out.token_ids[j], out.logprobs[j]) for j, r in enumerate(reqs)}
-        )
+        if len(rows) < len(sched.requests):  # a chunked prefill's partial rows do not sample
+            logits = logits[self.staging.to_device("sample_rows", np.asarray(rows, dtype=np.int64))]
+        sample = self.sampler.sample(logits, params, gens)
+        self.staging.end()  # after the last copy from a pinned buffer of this step
+        self._last_sample = (sample.token_ids, {r.request_id: j for j, r in enumerate(reqs)})
+        return PendingStep([r.request_id for r in reqs], sample)
 
     def _generator(self, request_id: str, seed: int | None) -> torch.Generator:
         if seed is None:

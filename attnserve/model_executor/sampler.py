@@ -8,7 +8,8 @@ noise of all unseeded rows is one draw from the shared generator, a seeded row d
 noise from its request's generator, so its tokens depend only on its seed and logits, not on the batch.
 
 The host sees exactly one device->host copy of the sampled token ids, plus one for the logprobs of the
-rows that asked for them.
+rows that asked for them; :meth:`Sampler.sample` only queues them (async scheduling reads them one step
+later), :meth:`Sampler.__call__` waits.
 """
 
 from __future__ import annotations
@@ -101,6 +102,40 @@ def apply_filters(
     return probs
 
 
+@dataclass
+class DeviceSample:
+    """A step's sampled tokens still on the device, their copy to the host under way (non-blocking).
+
+    ``result()`` waits for that copy only (not for work queued after the step) and unpacks it.
+    """
+
+    token_ids: torch.Tensor  # (B,) int64 on the logits' device
+    _ids_host: torch.Tensor  # (B,) int64, pinned when the device is a GPU
+    _packed_host: torch.Tensor | None  # (len(want), 2 + 2 k_max) float64, see Sampler._logprobs
+    _want: list[int]  # rows that asked for logprobs
+    _ks: list[int]  # their top-k counts
+    _event: torch.cuda.Event | None  # recorded after the copies (GPU only)
+
+    def result(self) -> SamplerOutput:
+        if self._event is not None:
+            self._event.synchronize()
+        logprobs: list = [None] * len(self._ids_host)
+        if self._packed_host is not None:
+            ids_at = 2 + (self._packed_host.shape[1] - 2) // 2  # column of the first top-k id
+            for i, k, row in zip(self._want, self._ks, self._packed_host.tolist()):
+                top = [(int(t), v) for t, v in zip(row[ids_at : ids_at + k], row[2 : 2 + k])]
+                logprobs[i] = (row[0], int(row[1]), top)
+        return SamplerOutput(token_ids=self._ids_host.tolist(), logprobs=logprobs)
+
+
+def _to_host_async(t: torch.Tensor) -> torch.Tensor:
+    """A device->host copy that does not block the host (pinned destination on a GPU)."""
+    if t.device.type != "cuda":
+        return t
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    return host.copy_(t, non_blocking=True)
+
+
 class Sampler:
     """Chooses one token per request row. Logprobs are of the model's raw distribution (vLLM's default)."""
 
@@ -110,6 +145,16 @@ class Sampler:
         params: list[SamplingParams],
         generators: list[torch.Generator | None],  # per row; unseeded rows share one (None = torch's default)
     ) -> SamplerOutput:
+        """Sample and wait for the tokens (the one host-device synchronisation of a step)."""
+        return self.sample(logits, params, generators).result()
+
+    def sample(
+        self,
+        logits: torch.Tensor,  # (B, V) float32; not modified
+        params: list[SamplingParams],
+        generators: list[torch.Generator | None],
+    ) -> DeviceSample:
+        """Queue the sampling kernels and the copy of their results to the host; does not wait for them."""
         num_rows = len(params)
         random_rows = [i for i, p in enumerate(params) if p.temperature != 0.0]
         if len(random_rows) == num_rows:
@@ -121,16 +166,15 @@ class Sampler:
                 token_ids[index] = self._sample(
                     logits[index], [params[i] for i in random_rows], [generators[i] for i in random_rows])
         want = [i for i, p in enumerate(params) if p.logprobs is not None]
-        packed = self._logprobs(logits, token_ids, [params[i].logprobs for i in want], want) if want else None
-        ids = token_ids.tolist()  # the one sync for the tokens; the logprobs (if any) are computed by now
-        logprobs: list = [None] * num_rows
-        if packed is not None:
-            ids_at = 2 + (packed.shape[1] - 2) // 2  # column of the first top-k id
-            for i, row in zip(want, packed.tolist()):
-                k = params[i].logprobs
-                top = [(int(t), v) for t, v in zip(row[ids_at : ids_at + k], row[2 : 2 + k])]
-                logprobs[i] = (row[0], int(row[1]), top)
-        return SamplerOutput(token_ids=ids, logprobs=logprobs)
+        ks = [params[i].logprobs for i in want]
+        packed = self._logprobs(logits, token_ids, ks, want) if want else None
+        event = None
+        ids_host = _to_host_async(token_ids)
+        packed_host = _to_host_async(packed) if packed is not None else None
+        if logits.device.type == "cuda":
+            event = torch.cuda.Event()
+            event.record()
+        return DeviceSample(token_ids, ids_host, packed_host, want, ks, event)
 
     @staticmethod
     def _sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]):
