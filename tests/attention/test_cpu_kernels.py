@@ -89,6 +89,15 @@ def test_flex_attention_on_cpu_keys_are_only_the_steps_blocks(prefill_decode):
         assert call.block_mask.seq_lengths == (call.padded_len, len(owned) * 16)
 
 
+@pytest.mark.parametrize("gather_kv", [True, False])
+def test_flex_attention_on_cpu_hnd_layout(gather_kv):
+    from attnserve.attention.backends.flex_attention import FlexAttentionBackend
+
+    case = Case("mixed", num_heads=8, num_kv_heads=2, head_size=32, dtype=torch.float32, layout=KVCacheLayout.HND)
+    row = run_case(FlexAttentionBackend, case, "cpu", small=True, builder_attrs={"gather_kv": gather_kv})
+    assert row["pass"], row
+
+
 def test_flex_attention_whole_cache_keys_on_request():
     """``gather_kv=False`` (CUDA's default, where the compiled kernel skips unlisted blocks) keeps the whole
     cache as the key sequence."""
