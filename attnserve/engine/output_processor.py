@@ -51,7 +51,8 @@ class OutputProcessor:
             _Child(
                 request=r,
                 completion=CompletionOutput(index=i, text="", token_ids=[],
-                                            logprobs=[] if params.logprobs is not None else None),
+                                            logprobs=[] if params.logprobs is not None else None,
+                                            cumulative_logprob=0.0 if params.logprobs is not None else None),
                 detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_ids, params.skip_special_tokens)
                 if params.detokenize else None,
             )
@@ -114,7 +115,9 @@ class OutputProcessor:
         c.token_ids.append(token_id)
         c.num_new_tokens = 1
         if c.logprobs is not None and req.output_logprobs:
-            c.logprobs.append(self._logprobs(req.output_logprobs[-1], token_id, kid.detokenizer is not None))
+            entry = req.output_logprobs[-1]
+            c.logprobs.append(self._logprobs(entry, token_id, kid.detokenizer is not None))
+            c.cumulative_logprob += entry[0]
         ended = req.is_finished
         if kid.detokenizer is None:  # token ids only: no text, so no stop strings (SamplingParams checks)
             if ended:
@@ -163,4 +166,4 @@ def _snapshot(c: CompletionOutput) -> CompletionOutput:
     # token_ids and logprobs are shared, not copied: a copy is O(length) per request per step (see
     # CompletionOutput); positional (CompletionOutput's field order): a few hundred of these per step
     return CompletionOutput(c.index, c.text, c.token_ids, c.finish_reason, c.stop_reason, c.logprobs, c.text_delta,
-                            c.num_new_tokens)
+                            c.num_new_tokens, c.cumulative_logprob)

@@ -49,6 +49,8 @@ class CompletionOutput:
     logprobs: list[dict[int, Logprob]] | None = None
     text_delta: str = ""  # text added by the last step (streaming)
     num_new_tokens: int = 0  # tokens added by the last step (streaming)
+    # sum of the sampled tokens' logprobs (those in ``logprobs``) when logprobs were asked for, else None
+    cumulative_logprob: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -72,7 +74,8 @@ class RequestOutput:
         """A copy whose completions' ``token_ids`` and ``logprobs`` stay as they are now (for a reader that
         may look after the engine's next step, e.g. on another thread)."""
         outputs = [CompletionOutput(c.index, c.text, list(c.token_ids), c.finish_reason, c.stop_reason,
-                                    None if c.logprobs is None else list(c.logprobs), c.text_delta, c.num_new_tokens)
+                                    None if c.logprobs is None else list(c.logprobs), c.text_delta, c.num_new_tokens,
+                                    c.cumulative_logprob)
                    for c in self.outputs]
         return RequestOutput(self.request_id, self.prompt, self.prompt_token_ids, outputs, self.finished,
                              self.metrics, self.num_preemptions, self.extra)
@@ -89,6 +92,7 @@ class RequestOutput:
                     "text": o.text,
                     "token_ids": o.token_ids,
                     "finish_reason": o.finish_reason,
+                    "cumulative_logprob": o.cumulative_logprob,
                     "logprobs": None
                     if o.logprobs is None
                     else [

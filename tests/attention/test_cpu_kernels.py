@@ -56,9 +56,58 @@ def test_write_kv_cache_keeps_its_contract():
 
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("prefill_decode", [False, True])
-def test_flex_attention_on_cpu_matches_reference(shape, prefill_decode):
+@pytest.mark.parametrize("gather_kv", [True, False], ids=["gathered-keys", "whole-cache-keys"])
+@pytest.mark.parametrize("window", [None, 20])
+def test_flex_attention_on_cpu_matches_reference(shape, prefill_decode, gather_kv, window):
+    """Both key sequences (the CPU default: the step's gathered blocks; CUDA's: the whole cache) give the
+    reference's answer, sliding window included; the cache holds 40 blocks no request owns."""
     from attnserve.attention.backends.flex_attention import FlexAttentionBackend
 
-    case = Case(shape, num_heads=8, num_kv_heads=2, head_size=32, dtype=torch.float32, prefill_decode=prefill_decode)
-    row = run_case(FlexAttentionBackend, case, "cpu", small=True)
+    case = Case(shape, num_heads=8, num_kv_heads=2, head_size=32, dtype=torch.float32, prefill_decode=prefill_decode,
+                sliding_window=window)
+    row = run_case(FlexAttentionBackend, case, "cpu", small=True, builder_attrs={"gather_kv": gather_kv},
+                   spare_blocks=40)
     assert row["pass"], row
+
+
+@pytest.mark.parametrize("prefill_decode", [False, True])
+def test_flex_attention_on_cpu_keys_are_only_the_steps_blocks(prefill_decode):
+    """On CPU (eager flex_attention scores every key) each call's key sequence is exactly the blocks its
+    requests own, in block-id order, however large the cache: cost follows the blocks in use."""
+    from attnserve.attention.backends.flex_attention import FlexAttentionBackend
+
+    case = Case("mixed", num_heads=8, num_kv_heads=2, head_size=32, dtype=torch.float32, prefill_decode=prefill_decode)
+    got: dict = {}
+    row = run_case(FlexAttentionBackend, case, "cpu", small=True, spare_blocks=5000, captured=got)
+    assert row["pass"], row
+    table, seq_lens, calls = got["block_table"], got["seq_lens"], got["metadata"].calls
+    ranges = [(0, 4), (4, 6)] if prefill_decode else [(0, 6)]  # small "mixed": 4 decodes, 2 prefills
+    assert len(calls) == len(ranges)
+    for call, (lo, hi) in zip(calls, ranges):
+        owned = sorted(int(table[i, j]) for i in range(lo, hi) for j in range(-(-seq_lens[i] // 16)))
+        assert call.kv_blocks.tolist() == owned
+        assert call.block_mask.seq_lengths == (call.padded_len, len(owned) * 16)
+
+
+@pytest.mark.parametrize("gather_kv", [True, False])
+def test_flex_attention_on_cpu_hnd_layout(gather_kv):
+    from attnserve.attention.backends.flex_attention import FlexAttentionBackend
+
+    case = Case("mixed", num_heads=8, num_kv_heads=2, head_size=32, dtype=torch.float32, layout=KVCacheLayout.HND)
+    row = run_case(FlexAttentionBackend, case, "cpu", small=True, builder_attrs={"gather_kv": gather_kv})
+    assert row["pass"], row
+
+
+def test_flex_attention_whole_cache_keys_on_request():
+    """``gather_kv=False`` (CUDA's default, where the compiled kernel skips unlisted blocks) keeps the whole
+    cache as the key sequence."""
+    from attnserve.attention.backends.flex_attention import FlexAttentionBackend
+
+    case = Case("mixed", num_heads=8, num_kv_heads=2, head_size=32, dtype=torch.float32)
+    got: dict = {}
+    row = run_case(FlexAttentionBackend, case, "cpu", small=True, spare_blocks=40, builder_attrs={"gather_kv": False},
+                   captured=got)
+    assert row["pass"], row
+    (call,) = got["metadata"].calls
+    n_blocks = sum(-(-s // 16) for s in got["seq_lens"]) + 40
+    assert call.kv_blocks is None and call.block_mask.seq_lengths == (call.padded_len, n_blocks * 16)

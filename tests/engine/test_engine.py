@@ -123,6 +123,51 @@ def test_logprobs_of_sampled_and_top_tokens(llm):
         t: round(v, 4) for t, v in zip(top3.indices.tolist(), top3.values.tolist())}
 
 
+def _sampled_sum(completion) -> float:
+    total = 0.0
+    for token_id, step in zip(completion.token_ids, completion.logprobs):
+        total += step[token_id].logprob
+    return total
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_cumulative_logprob_is_the_sum_of_the_sampled_tokens_logprobs(llm, k):
+    """vLLM's CompletionOutput.cumulative_logprob: the sampled tokens' logprobs summed (logprobs=0 too),
+    per completion, on every step's output; sampled tokens that are not the most likely count as sampled."""
+    params = SamplingParams(temperature=1.0, seed=7, n=2, max_tokens=12, ignore_eos=True, logprobs=k)
+    outs = llm.generate(PROMPTS[:2], params)
+    for completion in (c for o in outs for c in o.outputs):
+        assert len(completion.logprobs) == 12
+        assert completion.cumulative_logprob == _sampled_sum(completion) < 0
+    ranks = [step[t].rank for c in outs[0].outputs for t, step in zip(c.token_ids, c.logprobs)]
+    assert max(ranks) > 1  # temperature 1 sampled some token that is not the top one
+    # the first token's logprob, from the model's logits
+    runner = llm.engine.runner
+    from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
+
+    logits = runner.compute_logits(SchedulerOutput([ScheduledRequest("lp", PROMPTS[0], 0, list(range(2)), GREEDY, True)]))[0]
+    first = outs[0].outputs[0].token_ids[0]
+    assert outs[0].outputs[0].logprobs[0][first].logprob == pytest.approx(torch.log_softmax(logits, -1)[first].item(), abs=1e-5)
+    # each step's output carries the sum so far; a snapshot keeps its value
+    engine = llm.engine
+    engine.add_request(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True, logprobs=0))
+    sums, snaps = [], []
+    while engine.has_unfinished_requests():
+        out = engine.step()[0]
+        snaps.append(out.snapshot())
+        sums.append(out.outputs[0].cumulative_logprob)
+    lps = [step[t].logprob for t, step in zip(out.outputs[0].token_ids, out.outputs[0].logprobs)]
+    assert sums == [lps[0], lps[0] + lps[1], lps[0] + lps[1] + lps[2]]
+    assert [s.outputs[0].cumulative_logprob for s in snaps] == sums
+
+
+def test_cumulative_logprob_is_none_without_logprobs(llm):
+    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True))[0]
+    assert out.outputs[0].logprobs is None and out.outputs[0].cumulative_logprob is None
+    assert out.snapshot().outputs[0].cumulative_logprob is None
+    assert out.to_dict()["outputs"][0]["cumulative_logprob"] is None
+
+
 def test_detokenize_false_gives_the_same_tokens_without_text(llm, reference_tokens):
     params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True, detokenize=False, logprobs=2)
     outs = llm.generate(PROMPTS, params)

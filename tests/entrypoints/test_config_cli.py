@@ -250,6 +250,32 @@ def test_errors(argv, parts, capsys):
         assert part in line, line
 
 
+EAGER_FORMS = "(allowed: no value: --enforce-eager or --no-enforce-eager)"
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["generate", "--enforce-eager=maybe"], f"attnserve generate: error: argument --enforce-eager: value 'maybe' not allowed {EAGER_FORMS}"),
+    (["generate", "--enforce_eager=true"], f"attnserve generate: error: argument --enforce-eager: value 'true' not allowed {EAGER_FORMS}"),
+    (["generate", "--no-enforce-eager=1"], f"attnserve generate: error: argument --no-enforce-eager: value '1' not allowed {EAGER_FORMS}"),
+    (["generate", "--enforce-eager", "maybe"], f"attnserve generate: error: argument --enforce-eager: value 'maybe' not allowed {EAGER_FORMS}"),
+    (["generate", "--enable-chunked-prefill=false"], "attnserve generate: error: argument --enable-chunked-prefill: value 'false' not "
+     "allowed (allowed: no value: --enable-chunked-prefill or --no-enable-chunked-prefill)"),
+    (["generate", "--ignore-eos=yes"], "attnserve generate: error: argument --ignore-eos: value 'yes' not allowed (allowed: no value: --ignore-eos)"),
+    (["generate", "--chat", "hello"], "attnserve generate: error: argument --chat: value 'hello' not allowed (allowed: no value: --chat)"),
+    (["serve", "--enforce-eager=x"], f"attnserve serve: error: argument --enforce-eager: value 'x' not allowed {EAGER_FORMS}"),
+    (["bench", "latency", "--enforce-eager=x"], f"attnserve bench latency: error: argument --enforce-eager: value 'x' not allowed {EAGER_FORMS}"),
+    (["config", "--explain=yes"], "attnserve config: error: argument --explain: value 'yes' not allowed (allowed: no value: --explain)"),
+    (["backends", "--json=1"], "attnserve backends: error: argument --json: value '1' not allowed (allowed: no value: --json)"),
+    (["--help=x"], "attnserve: error: argument --help: value 'x' not allowed (allowed: no value: -h or --help)"),
+    (["generate", "--max-tokens", "0", "extra"], "attnserve generate: error: unrecognized arguments: extra"),  # not after a flag
+])
+def test_a_flag_that_takes_no_value_given_one(argv, line, capsys):
+    """Exit 2, one line: the flag as typed, the value, and the forms allowed (argparse says "ignored
+    explicit argument" or "unrecognized arguments")."""
+    rc, out, err = run(argv, capsys)
+    assert (rc, out, err) == (2, "", line + "\n")
+
+
 def test_file_errors(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: m\nblock_size: [1,\n")

@@ -40,6 +40,11 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
     for r in data["requests"]:
         assert [len(o["token_ids"]) for o in r["outputs"]] == [5, 5]
         assert all(len(o["logprobs"]) == 5 for o in r["outputs"])
+        for o in r["outputs"]:  # the sampled tokens' logprobs summed
+            total = 0.0
+            for t, step in zip(o["token_ids"], o["logprobs"]):
+                total += step[str(t)]["logprob"]
+            assert o["cumulative_logprob"] == total
         assert r["ttft_s"] > 0 and r["e2e_s"] >= r["ttft_s"]
 
 

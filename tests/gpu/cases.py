@@ -54,6 +54,7 @@ class Case:
     kv_cache_dtype: str = "auto"
     prefill_decode: bool = False  # use_prefill_decode_attention
     layout: KVCacheLayout = KVCacheLayout.NHD
+    sliding_window: int | None = None
 
     @property
     def name(self) -> str:
@@ -65,6 +66,8 @@ class Case:
             parts.append("pd")
         if self.layout != KVCacheLayout.NHD:
             parts.append(self.layout.value)
+        if self.sliding_window is not None:
+            parts.append(f"sw{self.sliding_window}")
         return "-".join(parts)
 
 
@@ -100,8 +103,12 @@ def kv_dim_of(backend_cls) -> int:
 
 
 def run_case(backend_cls, case: Case, device: str | torch.device, attention_config=None, small: bool = False,
-             seed: int = 0) -> dict:
-    """Run one case through ``backend_cls``; returns max abs error, relative error, NaN flag, pass."""
+             seed: int = 0, builder_attrs: dict | None = None, spare_blocks: int = 8,
+             captured: dict | None = None) -> dict:
+    """Run one case through ``backend_cls``; returns max abs error, relative error, NaN flag, pass.
+
+    ``builder_attrs`` are set on the builder after the runner's own; ``spare_blocks`` cache blocks belong
+    to no request; ``captured`` (a dict) receives the step's ``metadata`` and ``block_table``."""
     device = torch.device(device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     reqs = shape(case.shape, small)
@@ -109,7 +116,7 @@ def run_case(backend_cls, case: Case, device: str | torch.device, attention_conf
     seq_lens = [c + q for c, q in reqs]
     q_lens = [q for _, q in reqs]
     blocks_per = [-(-s // bs) for s in seq_lens]
-    num_blocks = sum(blocks_per) + 8
+    num_blocks = sum(blocks_per) + spare_blocks
     perm = torch.randperm(num_blocks, generator=gen)
     max_blocks = max(blocks_per)
     block_table = torch.zeros(len(reqs), max_blocks, dtype=torch.int32)
@@ -154,7 +161,7 @@ def run_case(backend_cls, case: Case, device: str | torch.device, attention_conf
         num_decodes=num_decodes, num_decode_tokens=num_decodes, block_size=bs,
     )
     spec = AttentionLayerSpec(num_heads=hq, head_size=d, scale=d ** -0.5, num_kv_heads=hkv,
-                              kv_cache_dtype=case.kv_cache_dtype)
+                              kv_cache_dtype=case.kv_cache_dtype, sliding_window=case.sliding_window)
     from attnserve.config.attention import AttentionConfig
 
     cfg = attention_config or AttentionConfig()
@@ -163,10 +170,14 @@ def run_case(backend_cls, case: Case, device: str | torch.device, attention_conf
     builder = backend_cls.get_builder_cls()(spec, device, case.dtype, attention_config=cfg, kv_cache_layout=case.layout)
     if hasattr(builder, "num_cache_blocks"):
         builder.num_cache_blocks = num_blocks
+    for attr, attr_value in (builder_attrs or {}).items():
+        setattr(builder, attr, attr_value)
     impl = backend_cls.get_impl_cls()(spec, attention_config=cfg)
     if fp8:
         impl.k_scale, impl.v_scale = k_scale, v_scale
     metadata = builder.build(common)
+    if captured is not None:
+        captured.update(metadata=metadata, block_table=block_table, seq_lens=seq_lens)
     out = impl.forward(query, key, value, kv_cache, metadata)
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -178,7 +189,8 @@ def run_case(backend_cls, case: Case, device: str | torch.device, attention_conf
     for first, end, q_scale in getattr(impl, "last_q_scales", []):
         # the kernel saw an fp8 query: so does the reference (quantization error is the format's, not a bug)
         ref_q[first:end] = (ref_q[first:end] / q_scale).to(kv_dtype).float() * q_scale
-    ref = reference_paged_attention(ref_q, ref_cache, qsl, seq_lens_t, block_table, spec.scale)
+    ref = reference_paged_attention(ref_q, ref_cache, qsl, seq_lens_t, block_table, spec.scale,
+                                    sliding_window=case.sliding_window)
     # and the step's K/V must have landed in the cache
     written = key_cache[slot_mapping // bs, slot_mapping % bs].float() * k_scale
     kv_err = (written - key.float()).abs().max().item() / key.float().abs().max().item()

@@ -1,11 +1,15 @@
 """FLEX_ATTENTION: torch's ``flex_attention`` over the paged KV cache, with a block mask from block tables.
 
-The whole cache of a layer is one long key sequence (``num_blocks * block_size`` slots) and the step's
-query tokens one query sequence. Once per step the builder turns the block tables into a ``BlockMask``
-directly (no dense mask): for each tile of 16 query tokens, the physical cache blocks its requests own;
-the mask function maps a physical slot to its request's logical position (a physical-to-logical block
-map) and applies causality and the sliding window. On CUDA flex_attention is compiled (Triton); on CPU it
-runs eagerly. ``use_prefill_decode_attention`` makes two flex calls (decode tokens, prefill tokens).
+The step's query tokens are one query sequence and the key sequence is made of cache blocks. On CUDA the
+key sequence is the layer's whole cache (``num_blocks * block_size`` slots): the compiled kernel visits
+only the blocks the mask lists. On CPU flex_attention runs eagerly, and eager flex_attention scores every
+query against every key (it ignores the mask's block structure), so there the key sequence is only the
+blocks the step's requests own, gathered from the cache in block-id order: each step then costs in
+proportion to the blocks in use, not to the cache size. Once per step the builder turns the block tables
+into a ``BlockMask`` directly (no dense mask): for each tile of 16 query tokens, the key blocks its
+requests own; the mask function maps a key slot to its request's logical position (a key-block-to-logical
+block map) and applies causality and the sliding window. ``use_prefill_decode_attention`` makes two flex
+calls (decode tokens, prefill tokens).
 
 Limits: CUDA and CPU; any head size and block size; float32, float16, bfloat16; KV cache in the model
 dtype only (no fp8); sliding window through the mask; no logits soft cap and no sinks (vLLM's FlexAttention
@@ -96,7 +100,8 @@ class FlexAttentionCall:
     query_start: int  # tokens [query_start, query_end) of the step
     query_end: int
     padded_len: int  # query length rounded up to Q_TILE
-    block_mask: Any  # torch BlockMask over (padded_len, num_blocks * block_size)
+    block_mask: Any  # torch BlockMask over (padded_len, key blocks * block_size)
+    kv_blocks: torch.Tensor | None = None  # the cache blocks that make the key sequence; None: the whole cache
 
 
 @dataclass
@@ -108,8 +113,11 @@ class FlexAttentionMetadata:
 class FlexAttentionMetadataBuilder(AttentionMetadataBuilder):
     """Builds the BlockMask (one per kernel call) from the block tables, once per step.
 
-    ``num_cache_blocks`` (the cache's block count) sizes the key sequence; the runner sets it. Unset, the
-    mask covers blocks up to the largest id in the table and the impl widens it to the cache.
+    ``gather_kv`` (default: on any device but CUDA, where flex_attention runs eagerly): the key sequence is
+    the call's own blocks (sorted physical ids, ``FlexAttentionCall.kv_blocks``), gathered by the impl.
+    Otherwise the key sequence is the whole cache: ``num_cache_blocks`` (the cache's block count) sizes
+    it; the runner sets it. Unset, the mask covers blocks up to the largest id in the table and the impl
+    widens it to the cache.
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -120,6 +128,7 @@ class FlexAttentionMetadataBuilder(AttentionMetadataBuilder):
         cfg = self.attention_config
         self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
         self.num_cache_blocks: int | None = None
+        self.gather_kv = self.device.type != "cuda"
 
     def build(self, common: CommonAttentionMetadata) -> FlexAttentionMetadata:
         nd, b = common.num_decodes, common.num_reqs
@@ -138,18 +147,24 @@ class FlexAttentionMetadataBuilder(AttentionMetadataBuilder):
         nblocks = torch.tensor([-(-s // bs) for s in seq_lens[first:last]], device=dev)
         j = torch.arange(table.shape[1], device=dev)
         owned = j[None, :] < nblocks[:, None]  # (n, max_blocks)
-        num_blocks = self.num_cache_blocks or int(table[owned].max()) + 1
+        kv_blocks = None
+        if self.gather_kv:  # key block k = physical block kv_blocks[k]
+            kv_blocks = torch.unique(table[owned])  # sorted
+            table = torch.searchsorted(kv_blocks, table).clamp_(max=len(kv_blocks) - 1)  # not-owned: unused
+            num_blocks = len(kv_blocks)
+        else:  # key block = physical block
+            num_blocks = self.num_cache_blocks or int(table[owned].max()) + 1
         # per query token: request (relative) and absolute position; padding tokens see nothing
         q_lens = [qsl[i + 1] - qsl[i] for i in range(first, last)]
         token_req = torch.repeat_interleave(torch.arange(last - first), torch.tensor(q_lens))
         token_pos = torch.cat([torch.arange(seq_lens[i] - ql, seq_lens[i]) for i, ql in zip(range(first, last), q_lens)])
         token_req = torch.cat([token_req, torch.zeros(padded - n_q, dtype=torch.long)]).to(dev, torch.int32)
         token_pos = torch.cat([token_pos, torch.full((padded - n_q,), -1)]).to(dev, torch.int32)
-        # physical block -> logical block index within each request (-1: not its block)
+        # key block -> logical block index within each request (-1: not its block)
         p2l = torch.full((last - first, num_blocks), -1, dtype=torch.int32, device=dev)
         rows = torch.arange(last - first, device=dev)[:, None].expand_as(table)
         p2l[rows[owned], table[owned]] = j[None, :].expand_as(table)[owned].to(torch.int32)
-        # query tile -> the physical blocks of the requests it holds
+        # query tile -> the key blocks of the requests it holds
         pair_tile, pair_req = [], []
         for i in range(first, last):
             lo, hi = (qsl[i] - q0) // Q_TILE, (qsl[i + 1] - q0 - 1) // Q_TILE
@@ -178,19 +193,18 @@ class FlexAttentionMetadataBuilder(AttentionMetadataBuilder):
         mask = self.BlockMask.from_kv_blocks(
             kv_num_blocks[None, None], kv_indices[None, None], BLOCK_SIZE=(Q_TILE, bs), mask_mod=mask_mod,
             seq_lengths=(padded, num_blocks * bs))
-        return FlexAttentionCall(q0, q1, padded, mask)
+        return FlexAttentionCall(q0, q1, padded, mask, kv_blocks)
 
 
 class FlexAttentionImpl(AttentionImpl):
-    """Writes K/V, then one flex_attention call per metadata call, the whole cache as the key sequence."""
+    """Writes K/V, then one flex_attention call per metadata call: the key sequence is the call's gathered
+    blocks (``kv_blocks``) or the whole cache."""
 
     def forward(self, query, key, value, kv_cache, metadata: FlexAttentionMetadata) -> torch.Tensor:
         key_cache, value_cache = kv_views(kv_cache, 0)
         write_kv(key, value, key_cache, value_cache, metadata.slot_mapping)
         n_slots = key_cache.shape[0] * key_cache.shape[1]
-        # (1, Hkv, num_blocks * block_size, D): a view for the NHD layout (a copy for HND)
-        k = key_cache.reshape(n_slots, self.num_kv_heads, self.head_size).permute(1, 0, 2)[None]
-        v = value_cache.reshape(n_slots, self.num_kv_heads, self.head_size).permute(1, 0, 2)[None]
+        whole_k = whole_v = None
         flex = _flex_fn(query.device)
         kernel_options = {"BLOCK_M": Q_TILE, "BLOCK_N": 16, "FORCE_USE_FLEX_ATTENTION": True} \
             if query.is_cuda else None
@@ -200,12 +214,25 @@ class FlexAttentionImpl(AttentionImpl):
             q = query.new_zeros(call.padded_len, self.num_heads, self.head_size)
             q[:n] = query[call.query_start:call.query_end]
             mask = call.block_mask
-            if mask.seq_lengths[1] != n_slots:  # built without the cache size: same blocks, full key length
-                mask = _resize_kv(mask, n_slots)
+            if call.kv_blocks is not None:
+                k, v = _keys(key_cache[call.kv_blocks]), _keys(value_cache[call.kv_blocks])
+            else:
+                if whole_k is None:
+                    whole_k, whole_v = _keys(key_cache), _keys(value_cache)
+                k, v = whole_k, whole_v
+                if mask.seq_lengths[1] != n_slots:  # built without the cache size: same blocks, full key length
+                    mask = _resize_kv(mask, n_slots)
             o = flex(q.transpose(0, 1)[None], k, v, block_mask=mask, scale=self.scale,
                      enable_gqa=self.num_heads != self.num_kv_heads, kernel_options=kernel_options)
             out[call.query_start:call.query_end] = o[0].transpose(0, 1)[:n]
         return out
+
+
+def _keys(blocks: torch.Tensor) -> torch.Tensor:
+    """(num_blocks, block_size, Hkv, D) -> (1, Hkv, num_blocks * block_size, D): a view for the NHD layout
+    of a whole cache, a copy otherwise."""
+    n, bs, h, d = blocks.shape
+    return blocks.reshape(n * bs, h, d).permute(1, 0, 2)[None]
 
 
 def _resize_kv(mask, n_slots: int):

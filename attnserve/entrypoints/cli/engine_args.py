@@ -86,11 +86,37 @@ class EngineArgumentParser(argparse.ArgumentParser):
         return out
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):  # type: ignore[override]
-        arg_strings = sys.argv[1:] if args is None else list(args)
-        ns, extras = super().parse_known_args(self._canonical_flags(arg_strings), namespace)
+        arg_strings = self._canonical_flags(sys.argv[1:] if args is None else list(args))
+        self._refuse_flag_values(arg_strings)
+        ns, extras = super().parse_known_args(arg_strings, namespace)
+        if extras:
+            self._refuse_flag_values(arg_strings, extras)
         if extras and self.has_engine_args:
             self._unrecognized(extras)
         return ns, extras
+
+    def _refuse_flag_values(self, arg_strings: list[str], extras: list[str] | None = None) -> None:
+        """A flag that takes no value given one: ``--enforce-eager=maybe`` or, when ``maybe`` was left over
+        (``extras``), ``--enforce-eager maybe``. One line naming the value and the allowed forms, instead
+        of argparse's "ignored explicit argument" / "unrecognized arguments"."""
+        subcommands = {n for a in self._actions if isinstance(a, argparse._SubParsersAction) for n in a.choices}
+        previous = None
+        for arg in arg_strings:
+            if arg == "--" or arg in subcommands:  # the rest is positional, or a subcommand's to check
+                return
+            flag, eq, value = arg.partition("=")
+            if eq and arg.startswith("-"):
+                self._no_value(flag, value)
+            elif extras and arg in extras and previous is not None:
+                self._no_value(previous, arg)
+            previous = arg
+        return
+
+    def _no_value(self, flag: str, value: str) -> None:
+        action = self._option_string_actions.get(flag)
+        if action is not None and action.nargs == 0:
+            forms = " or ".join(action.option_strings)
+            self.error(f"argument {flag}: value {value!r} not allowed (allowed: no value: {forms})")
 
     def _unrecognized(self, extras: list[str]) -> NoReturn:
         flag = next((e.partition("=")[0] for e in extras if e.startswith("-")), None)
