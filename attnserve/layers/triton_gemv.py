@@ -124,6 +124,26 @@ def prepare(device: torch.device | str) -> torch.Tensor:
 
 
 @triton.jit
+def _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.constexpr,
+               PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+    """One BLOCK_K step at column ``k``: the weight tile times every row of x, added to ``acc``."""
+    if MASKED:
+        w = tl.load(w_ptrs + k, mask=k + k_offs < K, other=0.0)
+        x = tl.load(x_ptrs + k, mask=k + k_offs < K, other=0.0)
+    else:
+        w = tl.load(w_ptrs + k)
+        x = tl.load(x_ptrs + k)
+    if DOT:
+        if INTERPRET:  # the interpreter's dot multiplies 16-bit floats' bits as integers
+            acc = tl.dot(w.to(tl.float32), tl.trans(x.to(tl.float32)), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(w, tl.trans(x), acc, input_precision=PRECISION)
+    else:
+        acc += x.to(tl.float32) * w.to(tl.float32)  # (BLOCK_M, 1, BK) * (1, BLOCK_N, BK): K reduced at the end
+    return acc
+
+
+@triton.jit(do_not_specialize=["splits"])  # one compiled kernel for every split count
 def _gemv_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, stride_xm, stride_wn, stride_ym, k_per_split, splits,
@@ -132,7 +152,7 @@ def _gemv_kernel(
     INTERPRET: tl.constexpr,
 ):
     """Program (n tile, k split): ``y[:, tile] (+)= x[:, split] @ w[tile, split].T``. The split count is
-    a runtime argument (one compiled kernel serves every split count); SPLIT says whether there are several."""
+    a runtime argument; SPLIT says whether there are several."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
@@ -144,35 +164,27 @@ def _gemv_kernel(
     rows_n = tl.minimum(offs_n, N - 1).to(tl.int64)
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
+    # whole BLOCK_K steps unmasked; the one split that holds K's ragged end adds a masked step
+    k_main = tl.minimum(k_hi, K - K % BLOCK_K)
     if DOT:
-        w_ptrs = w_ptr + rows_n[:, None] * stride_wn + offs_k[None, :]  # (BLOCK_N, BLOCK_K)
-        x_ptrs = x_ptr + rows_m[:, None] * stride_xm + offs_k[None, :]  # (BLOCK_M, BLOCK_K)
-        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        for k in range(k_lo, k_hi, BLOCK_K):
-            if EVEN_K:
-                w = tl.load(w_ptrs + k)
-                x = tl.load(x_ptrs + k)
-            else:
-                w = tl.load(w_ptrs + k, mask=(k + offs_k)[None, :] < K, other=0.0)
-                x = tl.load(x_ptrs + k, mask=(k + offs_k)[None, :] < K, other=0.0)
-            if INTERPRET:  # the interpreter's dot multiplies 16-bit floats' bits as integers
-                acc_t = tl.dot(w.to(tl.float32), tl.trans(x.to(tl.float32)), acc_t, input_precision="ieee")
-            else:
-                acc_t = tl.dot(w, tl.trans(x), acc_t, input_precision=PRECISION)
-        acc = tl.trans(acc_t)  # (BLOCK_M, BLOCK_N)
+        k_offs = offs_k[None, :]
+        w_ptrs = w_ptr + rows_n[:, None] * stride_wn + k_offs  # (BLOCK_N, BLOCK_K)
+        x_ptrs = x_ptr + rows_m[:, None] * stride_xm + k_offs  # (BLOCK_M, BLOCK_K)
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # transposed: weight rows are the MMA's M
     else:
-        w_ptrs = w_ptr + rows_n[None, :, None] * stride_wn + offs_k[None, None, :]  # (1, BLOCK_N, BLOCK_K)
-        x_ptrs = x_ptr + rows_m[:, None, None] * stride_xm + offs_k[None, None, :]  # (BLOCK_M, 1, BLOCK_K)
-        acc3 = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
-        for k in range(k_lo, k_hi, BLOCK_K):
-            if EVEN_K:
-                w = tl.load(w_ptrs + k)
-                x = tl.load(x_ptrs + k)
-            else:
-                w = tl.load(w_ptrs + k, mask=(k + offs_k)[None, None, :] < K, other=0.0)
-                x = tl.load(x_ptrs + k, mask=(k + offs_k)[None, None, :] < K, other=0.0)
-            acc3 += x.to(tl.float32) * w.to(tl.float32)
-        acc = tl.sum(acc3, axis=2)  # (BLOCK_M, BLOCK_N)
+        k_offs = offs_k[None, None, :]
+        w_ptrs = w_ptr + rows_n[None, :, None] * stride_wn + k_offs  # (1, BLOCK_N, BLOCK_K)
+        x_ptrs = x_ptr + rows_m[:, None, None] * stride_xm + k_offs  # (BLOCK_M, 1, BLOCK_K)
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for k in range(k_lo, k_main, BLOCK_K):
+        acc = _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, False, DOT, PRECISION, INTERPRET)
+    if not EVEN_K:
+        if k_main < k_hi:
+            acc = _gemv_step(acc, w_ptrs, x_ptrs, k_main, K, k_offs, True, DOT, PRECISION, INTERPRET)
+    if DOT:
+        acc = tl.trans(acc)  # (BLOCK_M, BLOCK_N)
+    else:
+        acc = tl.sum(acc, axis=2)  # (BLOCK_M, BLOCK_N): the one cross-lane reduction
 
     out_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :]
@@ -212,12 +224,12 @@ def gemv(
         raise ValueError("gemv needs the weight's K dimension contiguous (nn.Linear's layout)")
     if x.stride(1) != 1:
         x = x.contiguous()
-    if config is None:
-        config = default_config(n, k, m, x.element_size())
-    check_config(config, m, x.dtype)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return y
+    if config is None:
+        config = default_config(n, k, m, x.element_size())
+    check_config(config, m, x.dtype)
     if k == 0:
         return y.copy_(bias.expand(m, n)) if bias is not None else y.zero_()
     if bias is not None and bias.stride(0) != 1:

@@ -60,12 +60,50 @@ def run(case: dict, gemv) -> torch.Tensor:
     return gemv(case["x"], case["weight"], case["bias"], None if cfg is None else GemvConfig(**cfg))
 
 
+def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """``name -> (layer output, F.linear reference)`` for every linear layer and the LM head of a tiny
+    Qwen2 (qkv bias, untied head) and a tiny Llama 3 (tied head), float32, after a GemvPlan that picks the
+    Triton GEMV for every shape and bucket; 9 rows is past the tables (cuBLAS path)."""
+    import torch.nn.functional as F
+
+    from attnserve.layers.embedding import VocabParallelEmbedding
+    from attnserve.layers.gemv_plan import DECODE_MS, GemvChoice, GemvPlan, gemv_layers
+    from attnserve.layers.triton_gemv import GemvConfig
+    from attnserve.models.llama import LlamaForCausalLM
+    from tests.models.tiny import tiny_config
+
+    out = {}
+    for arch in ("qwen2", "llama3"):
+        config = tiny_config(arch)
+        config.vocab_size = 300
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config, lambda spec, i: torch.nn.Identity())
+        for p in model.parameters():
+            p.data.normal_(0.0, 0.1)
+        shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
+        cfg = GemvConfig(block_n=64, block_k=32, split_k=2)  # big tiles: few interpreted programs
+        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg, True) for n, k in shapes for m in DECODE_MS})
+        plan.apply(model)
+        for name, module in model.named_modules():
+            if getattr(module, "gemv", None) is None:
+                continue
+            for rows in (1, 3, 9):
+                x = torch.randn(rows, module.weight.shape[1])
+                if isinstance(module, VocabParallelEmbedding):
+                    got, want = module.logits(x), F.linear(x, module.weight).float()
+                else:
+                    got, want = module(x), F.linear(x, module.weight, module.bias)
+                out[f"{arch}.{name}.rows{rows}"] = (got, want)
+    return out
+
+
 def main(src: str, dst: str) -> None:
     from attnserve.layers import triton_gemv
 
     cases = torch.load(src)
     out = {name: run(case, triton_gemv.gemv) for name, case in cases.items()}
     out["__counters__"] = triton_gemv.prepare("cpu").clone()
+    out["__layers__"] = layer_outputs()
     torch.save(out, dst)
 
 

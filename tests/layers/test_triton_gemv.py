@@ -71,6 +71,19 @@ def test_split_k_counters_are_reset_after_every_launch(interpreted):
     assert int(interpreted["__counters__"].abs().sum()) == 0
 
 
+def test_layers_route_decode_rows_through_the_plan_in_interpreter(interpreted):
+    """Every linear layer and both kinds of LM head (tied, untied) of tiny Llama-family models, with a
+    plan that picks Triton everywhere: 1 and 3 rows go through the GEMV, 9 rows through F.linear."""
+    layers = interpreted["__layers__"]
+    assert len([n for n in layers if n.startswith("qwen2.")]) == 3 * (2 * 4 + 1)  # 2 layers x 4 linears + head
+    assert any(".lm_head." in n for n in layers) and any(".embed_tokens." in n for n in layers)
+    for name, (got, want) in layers.items():
+        if name.endswith("rows9"):
+            assert torch.equal(got, want), name
+        else:
+            assert_close(name, got, want, ulps=2)
+
+
 # ------------------------------------------------------------------------------------- launch choices
 def test_default_config_fills_the_gpu_and_keeps_whole_steps():
     pytest.importorskip("triton")
