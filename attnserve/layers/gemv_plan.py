@@ -165,7 +165,8 @@ def gemv_layers(model: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
     from attnserve.layers.linear import ColumnParallelLinear, RowParallelLinear
 
     mods = list(model.modules())
-    heads = [m for m in mods if isinstance(m, ParallelLMHead)] or [m for m in mods if isinstance(m, VocabParallelEmbedding)]
+    heads = ([m for m in mods if isinstance(m, ParallelLMHead)]
+             or [m for m in mods if isinstance(m, VocabParallelEmbedding)])
     linears = [m for m in mods if isinstance(m, (ColumnParallelLinear, RowParallelLinear))]
     return [(m, m.weight) for m in linears + heads]
 

@@ -6,7 +6,8 @@
 
 With ``tp.size == 1`` every layer is exactly ``F.linear(x, weight, bias)``: today's ``nn.Linear`` math and
 no collective. With ``use_skinny_gemm``, a decode step of up to 8 rows may instead run the Triton GEMV that
-``gemv_plan.GemvPlan`` measured faster than cuBLAS for the layer's shape (the layer's ``gemv`` table). Parameters keep ``nn.Linear``'s names (``weight``, ``bias``) so checkpoints map unchanged.
+``gemv_plan.GemvPlan`` measured faster than cuBLAS for the layer's shape (the layer's ``gemv`` table).
+Parameters keep ``nn.Linear``'s names (``weight``, ``bias``) so checkpoints map unchanged.
 
 Loading: each parameter carries ``weight_loader(param, loaded, shard_id=None)``, which narrows the *full*
 checkpoint tensor to this rank's slice and copies it. ``loaded`` is a tensor or a lazy checkpoint slice
