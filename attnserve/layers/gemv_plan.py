@@ -58,12 +58,15 @@ def auto_split(n: int, k: int, block_n: int, block_k: int, num_sms: int) -> int:
 
 
 def sweep_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 132) -> list[GemvConfig]:
-    """A few dozen launch configurations for (N, K, M): FMA tiles with the automatic split, half and
-    double it; tensor-core tiles (16-bit only) with the automatic split and double it; the default."""
+    """A few dozen launch configurations for (N, K, M): the default and it with a shallower and a deeper
+    pipeline; FMA tiles with the automatic split, half and double it; tensor-core tiles (16-bit only) with
+    the automatic split and double it."""
     from attnserve.layers.triton_gemv import GemvConfig, default_config
 
     rows = _pow2(m)
-    out = [default_config(n, k, m, elem_bytes, num_sms)]
+    base = default_config(n, k, m, elem_bytes, num_sms)
+    out = [base] + [GemvConfig(base.block_n, base.block_k, base.split_k, base.num_warps, stages, base.dot)
+                    for stages in ((1, 3) if not base.dot else (2, 5))]
     for bn, bk, warps in _FMA_TILES:
         bn = max(1, bn // rows)
         bk = min(bk * 2 // elem_bytes, _pow2(k))

@@ -6,20 +6,22 @@ dtype. Products are summed in float32 and rounded once, after the bias, as cuBLA
 
 Why: at batch 1..8 a linear layer reads its whole weight to produce a few outputs, so its time is the weight
 bytes over memory bandwidth. cuBLAS's small-M kernels reach ~2.7 TB/s of the H200's ~4.2 on Llama-3.1-8B
-shapes and, for the 2-12 MB matrices of a 0.6B model, launch too few thread blocks to fill 132 SMs (no
-split-K). This kernel is the usual memory-bound design (vLLM's ROCm "skinny GEMMs", ``csrc/rocm/
-skinny_gemms.cu`` ``wvSplitK``; gpt-fast-style GEMV): each program streams a ``BLOCK_N x BLOCK_K`` tile of
-the weight per step with 16-byte loads along K, uses it for every row of x (the weight is read once for all
-M rows), and K is split over ``SPLIT_K`` programs when N alone gives too few programs to fill the GPU.
+shapes and take ~7 us for each 2-12 MB matrix of a 0.6B model (latency-bound: apparently too few thread
+blocks for 132 SMs, no split-K). This kernel is the usual memory-bound design, as in vLLM's ROCm "skinny GEMMs" for small batches
+(``csrc/rocm/skinny_gemms.cu``, ``wvSplitK``, switched by ``VLLM_ROCM_USE_SKINNY_GEMM``): each program
+streams a ``BLOCK_N x BLOCK_K`` tile of the weight per step with 16-byte loads along K, uses it for every
+row of x (the weight is read once for all M rows), and K is split over ``SPLIT_K`` programs when N alone
+gives too few programs to fill the GPU.
 
 Two ways to multiply a tile (``GemvConfig.dot``):
 - FMA (``dot=False``): elementwise products accumulated in a (BLOCK_M, BLOCK_N, BLOCK_K) float32 register
-  tile, reduced over K once at the end (no cross-lane shuffles in the loop). Best for M = 1.
+  tile, reduced over K once at the end (no cross-lane shuffles in the loop). The default for M <= 2.
 - tensor cores (``dot=True``): ``tl.dot(w_tile, x_tile.T)`` with the weight as the MMA's M side and x's
   rows padded to 16 as its N side ("swap AB"), so a tile of 64+ weight rows is one MMA operand; the loads
-  are then pipelined ``num_stages`` deep through shared memory. For M = 2..8, where FMAs start to cost.
+  are then pipelined ``num_stages`` deep through shared memory. The default for M >= 3, where the FMAs
+  per weight byte add up. (Both defaults are unmeasured guesses; ``tests/gpu/bench_gemv.py`` settles them.)
 
-Split-K reduction in one launch (the CUDA sample ``threadFenceReduction``'s "last block reduces"): each
+Split-K reduction in one launch (the CUDA samples' ``threadFenceReduction``: the last block reduces): each
 split writes its float32 partial tile to a workspace, then takes a ticket from a per-tile counter; the
 split that draws the last ticket sums the partials in split order (deterministic: the result does not
 depend on which split finished first), adds the bias, writes y and resets the counter to 0 for the next
