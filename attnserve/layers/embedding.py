@@ -13,11 +13,13 @@ from torch import nn
 
 from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_vocab
-from attnserve.layers.linear import check_shape
+from attnserve.layers.linear import check_shape, gemv_or_linear
 
 
 class VocabParallelEmbedding(nn.Module):
     """Embedding table ``(vocab, dim)``; this rank's rows in ``weight`` ``(ceil(vocab / size), dim)``."""
+
+    gemv: tuple | None = None  # for logits(), set once by GemvPlan.apply (as ColumnParallelLinear.gemv)
 
     def __init__(self, num_embeddings: int, embedding_dim: int, tp: TPGroup = SINGLE) -> None:
         super().__init__()
@@ -36,7 +38,7 @@ class VocabParallelEmbedding(nn.Module):
         return self.tp.all_reduce(out.masked_fill(~mine.unsqueeze(-1), 0))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, dim) -> (N, vocab) float32, on every rank
-        local = hidden @ self.weight.t()
+        local = hidden @ self.weight.t() if self.gemv is None else gemv_or_linear(self.gemv, hidden, self.weight, None)
         if self.tp.size > 1:
             local = self.tp.all_gather(local)[:, : self.num_embeddings]
         return local.float()

@@ -5,7 +5,9 @@
   layer before it; partial products are summed with one all-reduce, then the bias is added once.
 
 With ``tp.size == 1`` every layer is exactly ``F.linear(x, weight, bias)``: today's ``nn.Linear`` math and
-no collective. Parameters keep ``nn.Linear``'s names (``weight``, ``bias``) so checkpoints map unchanged.
+no collective. With ``use_skinny_gemm``, a decode step of up to 8 rows may instead run the Triton GEMV that
+``gemv_plan.GemvPlan`` measured faster than cuBLAS for the layer's shape (the layer's ``gemv`` table).
+Parameters keep ``nn.Linear``'s names (``weight``, ``bias``) so checkpoints map unchanged.
 
 Loading: each parameter carries ``weight_loader(param, loaded, shard_id=None)``, which narrows the *full*
 checkpoint tensor to this rank's slice and copies it. ``loaded`` is a tensor or a lazy checkpoint slice
@@ -23,6 +25,15 @@ from torch import nn
 
 from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads, shard_range
+
+
+def gemv_or_linear(gemv: tuple, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear``, or the Triton GEMV that a ``GemvPlan`` chose for x's row count (``gemv_plan.py``).
+
+    ``gemv``: a layer's table, row count -> ``f(x, weight, bias)`` or None (cuBLAS)."""
+    rows = x.shape[0]
+    f = gemv[rows] if rows < len(gemv) else None
+    return F.linear(x, weight, bias) if f is None else f(x, weight, bias)
 
 
 def check_shape(loaded, expected: tuple[int, ...]) -> None:
@@ -47,6 +58,8 @@ class OutputShard:
 class ColumnParallelLinear(nn.Module):
     """``y_local = x W_local^T + b_local``: (T, in) -> (T, sum of this rank's shard sizes)."""
 
+    gemv: tuple | None = None  # set once by GemvPlan.apply: small row counts -> a Triton GEMV (None: cuBLAS)
+
     def __init__(self, in_features: int, out_features: int, bias: bool = True, tp: TPGroup = SINGLE,
                  shards: list[OutputShard] | None = None) -> None:
         super().__init__()
@@ -65,7 +78,9 @@ class ColumnParallelLinear(nn.Module):
             self.bias.weight_loader = self.weight_loader
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, in) -> (T, local out)
-        return F.linear(x, self.weight, self.bias)
+        if self.gemv is None:
+            return F.linear(x, self.weight, self.bias)
+        return gemv_or_linear(self.gemv, x, self.weight, self.bias)
 
     def weight_loader(self, param: nn.Parameter, loaded, shard_id: int | None = None) -> None:
         """Copy this rank's rows of checkpoint part ``shard_id`` (None: the one part, or all parts fused)."""
@@ -116,6 +131,8 @@ class RowParallelLinear(nn.Module):
     match the column-parallel layer that produced ``x_local``.
     """
 
+    gemv: tuple | None = None  # as ColumnParallelLinear.gemv
+
     def __init__(self, in_features: int, out_features: int, bias: bool = True, tp: TPGroup = SINGLE,
                  in_shard: tuple[int, int] | None = None) -> None:
         super().__init__()
@@ -130,8 +147,11 @@ class RowParallelLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, local in) -> (T, out)
         if self.tp.size == 1:
-            return F.linear(x, self.weight, self.bias)
-        y = self.tp.all_reduce(F.linear(x, self.weight))
+            if self.gemv is None:
+                return F.linear(x, self.weight, self.bias)
+            return gemv_or_linear(self.gemv, x, self.weight, self.bias)
+        y = self.tp.all_reduce(F.linear(x, self.weight) if self.gemv is None else
+                               gemv_or_linear(self.gemv, x, self.weight, None))
         return y if self.bias is None else y + self.bias  # the bias once, not once per rank
 
     def weight_loader(self, param: nn.Parameter, loaded, shard_id: int | None = None) -> None:

@@ -150,6 +150,9 @@ class ModelRunner:
         self._last_sample: tuple[torch.Tensor | None, dict[str, int]] = (None, {})
         logger.info("KV cache: %d blocks of %d tokens (%s, %s)", self.num_blocks, self.block_size,
                     self.kv_dtype, self.backend.name)
+        if graphs and config.use_skinny_gemm:  # before capture, so the graphs take the measured GEMV choices
+            from attnserve.layers.gemv_plan import GemvPlan
+            self.gemv_plan = GemvPlan.measure(self.model).apply(self.model)
         if graphs:
             self._capture_cuda_graphs()
 

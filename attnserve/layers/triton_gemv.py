@@ -1,0 +1,256 @@
+"""A Triton GEMV for decode: ``y = x @ weight.T (+ bias)`` for a few rows of ``x`` (M = 1..16).
+
+Shapes and dtypes: ``x`` (M, K) and ``weight`` (N, K), both float32, float16 or bfloat16 (the same dtype),
+K contiguous (``nn.Linear``'s layout, what ``F.linear`` takes); ``bias`` (N,) or None; ``y`` (M, N) in x's
+dtype. Products are summed in float32 and rounded once, after the bias, as cuBLAS does.
+
+Why: at batch 1..8 a linear layer reads its whole weight to produce a few outputs, so its time is the weight
+bytes over memory bandwidth. cuBLAS's small-M kernels reach ~2.7 TB/s of the H200's ~4.2 on Llama-3.1-8B
+shapes and take ~7 us for each 2-12 MB matrix of a 0.6B model (latency-bound: apparently too few thread
+blocks for 132 SMs, no split-K). This kernel is the usual memory-bound design, as in vLLM's ROCm "skinny GEMMs" for small batches
+(``csrc/rocm/skinny_gemms.cu``, ``wvSplitK``, switched by ``VLLM_ROCM_USE_SKINNY_GEMM``): each program
+streams a ``BLOCK_N x BLOCK_K`` tile of the weight per step with 16-byte loads along K, uses it for every
+row of x (the weight is read once for all M rows), and K is split over ``SPLIT_K`` programs when N alone
+gives too few programs to fill the GPU.
+
+Two ways to multiply a tile (``GemvConfig.dot``):
+- FMA (``dot=False``): elementwise products accumulated in a (BLOCK_M, BLOCK_N, BLOCK_K) float32 register
+  tile, reduced over K once at the end (no cross-lane shuffles in the loop). The default for M <= 2.
+- tensor cores (``dot=True``): ``tl.dot(w_tile, x_tile.T)`` with the weight as the MMA's M side and x's
+  rows padded to 16 as its N side ("swap AB"), so a tile of 64+ weight rows is one MMA operand; the loads
+  are then pipelined ``num_stages`` deep through shared memory. The default for M >= 3, where the FMAs
+  per weight byte add up. (Both defaults are unmeasured guesses; ``tests/gpu/bench_gemv.py`` settles them.)
+
+Split-K reduction in one launch (the CUDA samples' ``threadFenceReduction``: the last block reduces): each
+split writes its float32 partial tile to a workspace, then takes a ticket from a per-tile counter; the
+split that draws the last ticket sums the partials in split order (deterministic: the result does not
+depend on which split finished first), adds the bias, writes y and resets the counter to 0 for the next
+launch. No memset, no second kernel, no host sync and no data-dependent allocation: CUDA-graph safe. The
+counters are one persistent int32 buffer per device (:func:`prepare`), so launches of this kernel on one
+device must not run concurrently on different streams.
+
+Under the Triton interpreter (``TRITON_INTERPRET=1``: CPU tensors, for tests) the kernel runs as is;
+``_round`` does the float32 -> bfloat16 rounding the interpreter's cast does not do, and ``tl.dot`` gets
+float32 operands (the interpreter's dot multiplies 16-bit floats' bit patterns as integers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from attnserve.layers.triton_fused_ops import _INTERPRET, _round
+
+MAX_M = 16
+# split-K counters per device: one per N tile of a split launch (65536 tiles of >= 8 rows: N <= 524288)
+_NUM_COUNTERS = 1 << 16
+_counters: dict[torch.device, torch.Tensor] = {}
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    """One launch configuration. ``split_k`` is an upper bound: K is cut in whole ``block_k`` steps, so
+    fewer splits run when K is short (:meth:`splits`)."""
+
+    block_n: int  # weight rows per program (power of 2; >= 16 with dot)
+    block_k: int  # K elements per loop step (power of 2, >= 16)
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 2
+    dot: bool = False
+
+    def block_m(self, m: int) -> int:
+        return max(16, triton.next_power_of_2(m)) if self.dot else triton.next_power_of_2(m)
+
+    def k_per_split(self, k: int) -> int:
+        return triton.cdiv(triton.cdiv(k, self.split_k), self.block_k) * self.block_k
+
+    def splits(self, k: int) -> int:
+        return triton.cdiv(k, self.k_per_split(k))
+
+    def label(self) -> str:
+        return (f"{'dot' if self.dot else 'fma'} n{self.block_n} k{self.block_k} s{self.split_k} "
+                f"w{self.num_warps} st{self.num_stages}")
+
+
+def default_config(n: int, k: int, m: int = 1, elem_bytes: int = 2, num_sms: int = 132) -> GemvConfig:
+    """A launch for (N, K, M) without measuring (the benchmark sweep and :class:`GemvPlan` measure).
+
+    FMA for M <= 2 and for float32 (tensor cores for 16-bit M >= 3, where the FMAs per weight byte add up):
+    ~16 KB of weight per program step with 16-byte loads along K, a register tile of 64 float32 per thread
+    (BLOCK_M * BLOCK_N * BLOCK_K / 128 threads); then K is split until ``tiles * splits >= 4 * num_sms``
+    programs run, each split keeping at least one full step (>= 256 K elements with FMA, 128 with dot).
+    """
+    dot = m >= 3 and elem_bytes == 2
+    if dot:
+        block_n, block_k, stages, min_step = (64 if n >= 8192 else 32), 128, 4, 128
+    else:
+        block_n, block_k, stages, min_step = max(2, 16 // triton.next_power_of_2(m)), 1024 // elem_bytes, 2, 256
+    block_k = min(block_k, max(16, triton.next_power_of_2(k)))
+    tiles = triton.cdiv(n, block_n)
+    split = 1
+    while tiles * split < 4 * num_sms and split < 32 and k // (2 * split) >= min_step:
+        split *= 2
+    if split > 1:
+        per_split = k // split  # >= 256
+        block_k = min(block_k, 1 << (per_split.bit_length() - 1))
+    return GemvConfig(block_n, block_k, split, num_warps=4, num_stages=stages, dot=dot)
+
+
+def check_config(cfg: GemvConfig, m: int, dtype: torch.dtype) -> None:
+    """Raise ValueError for a configuration the kernel cannot run."""
+    pow2 = lambda v: v > 0 and v & (v - 1) == 0  # noqa: E731
+    if not (pow2(cfg.block_n) and pow2(cfg.block_k) and cfg.block_k >= 16 and cfg.split_k >= 1):
+        raise ValueError(f"bad GEMV config {cfg}: block sizes must be powers of 2, block_k >= 16, split_k >= 1")
+    if cfg.dot and (cfg.block_n < 16 or dtype not in (torch.float16, torch.bfloat16, torch.float32)):
+        raise ValueError(f"bad GEMV config {cfg}: dot needs block_n >= 16")
+    if not 1 <= m <= MAX_M:
+        raise ValueError(f"gemv takes 1..{MAX_M} rows, got {m}")
+
+
+def prepare(device: torch.device | str) -> torch.Tensor:
+    """The split-K counters of ``device`` (zeros, allocated once). Call before capturing a CUDA graph."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    buf = _counters.get(device)
+    if buf is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("triton_gemv.prepare(device) must run before CUDA-graph capture "
+                               "(the split-K counters must outlive every graph)")
+        buf = _counters[device] = torch.zeros(_NUM_COUNTERS, dtype=torch.int32, device=device)
+    return buf
+
+
+@triton.jit
+def _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.constexpr,
+               PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+    """One BLOCK_K step at column ``k``: the weight tile times every row of x, added to ``acc``."""
+    if MASKED:
+        w = tl.load(w_ptrs + k, mask=k + k_offs < K, other=0.0)
+        x = tl.load(x_ptrs + k, mask=k + k_offs < K, other=0.0)
+    else:
+        w = tl.load(w_ptrs + k)
+        x = tl.load(x_ptrs + k)
+    if DOT:
+        if INTERPRET:  # the interpreter's dot multiplies 16-bit floats' bits as integers
+            acc = tl.dot(w.to(tl.float32), tl.trans(x.to(tl.float32)), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(w, tl.trans(x), acc, input_precision=PRECISION)
+    else:
+        acc += x.to(tl.float32) * w.to(tl.float32)  # (BLOCK_M, 1, BK) * (1, BLOCK_N, BK): K reduced at the end
+    return acc
+
+
+@triton.jit(do_not_specialize=["splits"])  # one compiled kernel for every split count
+def _gemv_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, stride_xm, stride_wn, stride_ym, k_per_split, splits,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
+    DOT: tl.constexpr, PRECISION: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    """Program (n tile, k split): ``y[:, tile] (+)= x[:, split] @ w[tile, split].T``. The split count is
+    a runtime argument; SPLIT says whether there are several."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # rows past M / N are clamped to the last one, not masked: the loads stay unpredicated 16-byte vectors;
+    # those rows are computed and never stored
+    rows_m = tl.minimum(offs_m, M - 1)
+    rows_n = tl.minimum(offs_n, N - 1).to(tl.int64)
+    k_lo = pid_k * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, K)
+    # whole BLOCK_K steps unmasked; the one split that holds K's ragged end adds a masked step
+    k_main = tl.minimum(k_hi, K - K % BLOCK_K)
+    if DOT:
+        k_offs = offs_k[None, :]
+        w_ptrs = w_ptr + rows_n[:, None] * stride_wn + k_offs  # (BLOCK_N, BLOCK_K)
+        x_ptrs = x_ptr + rows_m[:, None] * stride_xm + k_offs  # (BLOCK_M, BLOCK_K)
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # transposed: weight rows are the MMA's M
+    else:
+        k_offs = offs_k[None, None, :]
+        w_ptrs = w_ptr + rows_n[None, :, None] * stride_wn + k_offs  # (1, BLOCK_N, BLOCK_K)
+        x_ptrs = x_ptr + rows_m[:, None, None] * stride_xm + k_offs  # (BLOCK_M, 1, BLOCK_K)
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for k in range(k_lo, k_main, BLOCK_K):
+        acc = _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, False, DOT, PRECISION, INTERPRET)
+    if not EVEN_K:
+        if k_main < k_hi:
+            acc = _gemv_step(acc, w_ptrs, x_ptrs, k_main, K, k_offs, True, DOT, PRECISION, INTERPRET)
+    if DOT:
+        acc = tl.trans(acc)  # (BLOCK_M, BLOCK_N)
+    else:
+        acc = tl.sum(acc, axis=2)  # (BLOCK_M, BLOCK_N): the one cross-lane reduction
+
+    out_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :]
+    if not SPLIT:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + rows_n).to(tl.float32)[None, :]
+        tl.store(y_ptrs, _round(acc, y_ptr.dtype.element_ty, INTERPRET), mask=out_mask)
+    else:
+        tile = offs_m[:, None] * N + offs_n[None, :]  # (BLOCK_M, BLOCK_N) in one split's (M, N) partial
+        tl.store(part_ptr + pid_k * M * N + tile, acc, mask=out_mask)
+        # every thread's partial is stored before the ticket (a CTA barrier, then the atomic's release at
+        # GPU scope); the last split's loads below come after its acquire
+        tl.debug_barrier()
+        ticket = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+        if ticket == splits - 1:
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(0, splits):  # split order, whoever came last: deterministic
+                total += tl.load(part_ptr + s * M * N + tile, mask=out_mask, other=0.0, cache_modifier=".cg")
+            if HAS_BIAS:
+                total += tl.load(b_ptr + rows_n).to(tl.float32)[None, :]
+            tl.store(y_ptrs, _round(total, y_ptr.dtype.element_ty, INTERPRET), mask=out_mask)
+            tl.atomic_xchg(count_ptr + pid_n, 0)  # ready for the next launch
+
+
+def gemv(
+    x: torch.Tensor,  # (M, K), M <= 16; float32 / float16 / bfloat16
+    weight: torch.Tensor,  # (N, K), same dtype, K contiguous
+    bias: torch.Tensor | None = None,  # (N,)
+    config: GemvConfig | None = None,  # None: default_config(N, K, M)
+) -> torch.Tensor:  # (M, N), x's dtype
+    """``F.linear(x, weight, bias)`` for a few rows of x, as a Triton GEMV (see the module docstring)."""
+    m, k = x.shape
+    n = weight.shape[0]
+    assert weight.shape == (n, k) and weight.dtype == x.dtype, (tuple(weight.shape), weight.dtype, x.dtype)
+    assert bias is None or bias.shape == (n,), bias.shape
+    if weight.stride(1) != 1:
+        raise ValueError("gemv needs the weight's K dimension contiguous (nn.Linear's layout)")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return y
+    if config is None:
+        config = default_config(n, k, m, x.element_size())
+    check_config(config, m, x.dtype)
+    if k == 0:
+        return y.copy_(bias.expand(m, n)) if bias is not None else y.zero_()
+    if bias is not None and bias.stride(0) != 1:
+        bias = bias.contiguous()
+    k_per_split = config.k_per_split(k)
+    splits = triton.cdiv(k, k_per_split)
+    tiles = triton.cdiv(n, config.block_n)
+    if splits > 1:
+        assert tiles <= _NUM_COUNTERS, f"{tiles} tiles with split-K: more than {_NUM_COUNTERS} counters"
+        part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+        counters = prepare(x.device)
+    else:
+        part = counters = y  # unused pointers
+    _gemv_kernel[(tiles, splits)](
+        x, weight, bias if bias is not None else y, y, part, counters,
+        m, n, k, x.stride(0), weight.stride(0), y.stride(0), k_per_split, splits,
+        BLOCK_M=config.block_m(m), BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT=splits > 1,
+        DOT=config.dot, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0, INTERPRET=_INTERPRET,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return y

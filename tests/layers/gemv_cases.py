@@ -1,0 +1,111 @@
+"""Named inputs for the Triton GEMV, and a runner for it under the Triton interpreter.
+
+``python -m tests.layers.gemv_cases IN OUT`` (with ``TRITON_INTERPRET=1`` set before Triton is imported)
+loads the cases saved at IN, runs each through ``attnserve.layers.triton_gemv.gemv`` on CPU tensors and
+saves the results at OUT (plus the split-K counters after all cases: they must be back to zero).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+# (name, config fields or None for the default chooser): FMA and tensor-core paths, one K step or several,
+# one split or several (a split count that does not divide the K steps evenly included), N tiles that
+# overhang N
+CONFIGS = {
+    "default": None,
+    "fma-n16-k32": dict(block_n=16, block_k=32),
+    "fma-n8-k64-split3": dict(block_n=8, block_k=64, split_k=3),
+    "fma-n32-k16-split4": dict(block_n=32, block_k=16, split_k=4),
+    "dot-n16-k32": dict(block_n=16, block_k=32, dot=True),
+    "dot-n32-k16-split4": dict(block_n=32, block_k=16, split_k=4, dot=True),
+}
+
+# (M, N, K): N and K that are not multiples of any block, M = 1 and M = 3 (padded rows), M = 8
+SHAPES = [(1, 37, 100), (3, 50, 130), (1, 64, 256), (8, 33, 192), (2, 16, 48)]
+
+
+def make_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, dict]:
+    g = torch.Generator().manual_seed(0)
+
+    def randn(*shape, dt):
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dt)
+
+    cases: dict[str, dict] = {}
+    for dname in dtypes:
+        dt = DTYPES[dname]
+        for m, n, k in SHAPES:
+            for cname, cfg in CONFIGS.items():
+                if dname == "fp16" and cname not in ("default", "dot-n32-k16-split4"):
+                    continue  # fp16 shares every code path with bf16: two configs are enough
+                for bias in (False, True):
+                    cases[f"{m}x{n}x{k}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
+                        x=randn(m, k, dt=dt), weight=randn(n, k, dt=dt), bias=randn(n, dt=dt) if bias else None,
+                        config=cfg)
+        # x rows with a stride (a slice of a wider activation), split K
+        wide = randn(3, 160, dt=dt)
+        cases[f"strided_x-{dname}"] = dict(x=wide[:, :128], weight=randn(40, 128, dt=dt), bias=None,
+                                           config=dict(block_n=16, block_k=32, split_k=2))
+    return cases
+
+
+def run(case: dict, gemv) -> torch.Tensor:
+    from attnserve.layers.triton_gemv import GemvConfig
+
+    cfg = case["config"]
+    return gemv(case["x"], case["weight"], case["bias"], None if cfg is None else GemvConfig(**cfg))
+
+
+def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """``name -> (layer output, F.linear reference)`` for every linear layer and the LM head of a tiny
+    Qwen2 (qkv bias, untied head) and a tiny Llama 3 (tied head), float32, after a GemvPlan that picks the
+    Triton GEMV for every shape and bucket; 9 rows is past the tables (cuBLAS path)."""
+    import torch.nn.functional as F
+
+    from attnserve.layers.embedding import VocabParallelEmbedding
+    from attnserve.layers.gemv_plan import DECODE_MS, GemvChoice, GemvPlan, gemv_layers
+    from attnserve.layers.triton_gemv import GemvConfig
+    from attnserve.models.llama import LlamaForCausalLM
+    from tests.models.tiny import tiny_config
+
+    out = {}
+    for arch in ("qwen2", "llama3"):
+        config = tiny_config(arch)
+        config.vocab_size = 300
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config, lambda spec, i: torch.nn.Identity())
+        for p in model.parameters():
+            p.data.normal_(0.0, 0.1)
+        shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
+        cfg = GemvConfig(block_n=64, block_k=32, split_k=2)  # big tiles: few interpreted programs
+        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg, True) for n, k in shapes for m in DECODE_MS})
+        plan.apply(model)
+        for name, module in model.named_modules():
+            if getattr(module, "gemv", None) is None:
+                continue
+            for rows in (1, 3, 9):
+                x = torch.randn(rows, module.weight.shape[1])
+                if isinstance(module, VocabParallelEmbedding):
+                    got, want = module.logits(x), F.linear(x, module.weight).float()
+                else:
+                    got, want = module(x), F.linear(x, module.weight, module.bias)
+                out[f"{arch}.{name}.rows{rows}"] = (got, want)
+    return out
+
+
+def main(src: str, dst: str) -> None:
+    from attnserve.layers import triton_gemv
+
+    cases = torch.load(src)
+    out = {name: run(case, triton_gemv.gemv) for name, case in cases.items()}
+    out["__counters__"] = triton_gemv.prepare("cpu").clone()
+    out["__layers__"] = layer_outputs()
+    torch.save(out, dst)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

@@ -1,0 +1,165 @@
+"""The Triton GEMV against ``F.linear``: under the Triton interpreter on CPU in every run, compiled on CUDA
+with ``-m gpu`` (real Llama-3.1-8B and Qwen3-0.6B shapes, and a CUDA-graph replay).
+
+Tolerances. The kernel sums float32 products in another order than the reference, then rounds once: a
+16-bit output is within 1 ulp of the exactly rounded result (float64 reference), and within 2 ulp of
+``F.linear`` in the same dtype (which rounds once too, from its own order); an ulp is bounded by
+``eps * |value|``, plus a float32 summation slack of 1e-5 of the output's largest magnitude for values
+near zero. float32 outputs: within 1e-5 of the largest magnitude.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.layers.gemv_cases import make_cases, run
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = make_cases()
+
+
+def exact(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear`` in float64, rounded once to x's dtype."""
+    return F.linear(x.double(), w.double(), None if b is None else b.double()).to(x.dtype)
+
+
+def assert_close(name: str, got: torch.Tensor, want: torch.Tensor, ulps: int) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape, (name, got.dtype, got.shape, want.shape)
+    scale = float(want.float().abs().max().clamp_min(1e-30))
+    if got.dtype == torch.float32:
+        err = float((got - want).abs().max()) / scale
+        assert err <= 1e-5, f"{name}: relative error {err:.2e}"
+        return
+    eps = torch.finfo(want.dtype).eps
+    torch.testing.assert_close(got.float(), want.float(), rtol=ulps * eps, atol=1e-5 * scale, msg=name)
+
+
+def assert_case(name: str, case: dict, got: torch.Tensor) -> None:
+    x, w, b = case["x"], case["weight"], case["bias"]
+    assert_close(name + " vs exact", got, exact(x, w, b), ulps=1)
+    assert_close(name + " vs F.linear", got, F.linear(x, w, b), ulps=2)
+
+
+# ------------------------------------------------------------------------------- Triton interpreter (CPU)
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory) -> dict:
+    """Every case's result, run in one subprocess under the Triton interpreter."""
+    pytest.importorskip("triton")
+    folder = tmp_path_factory.mktemp("gemv")
+    torch.save(CASES, folder / "in.pt")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.layers.gemv_cases", str(folder / "in.pt"), str(folder / "out.pt")],
+        cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return torch.load(folder / "out.pt")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gemv_matches_f_linear_in_interpreter(name, interpreted):
+    assert_case(name, CASES[name], interpreted[name])
+
+
+def test_split_k_counters_are_reset_after_every_launch(interpreted):
+    """The last split of each tile puts its counter back to 0: the next launch (or graph replay) starts clean."""
+    assert int(interpreted["__counters__"].abs().sum()) == 0
+
+
+def test_layers_route_decode_rows_through_the_plan_in_interpreter(interpreted):
+    """Every linear layer and both kinds of LM head (tied, untied) of tiny Llama-family models, with a
+    plan that picks Triton everywhere: 1 and 3 rows go through the GEMV, 9 rows through F.linear."""
+    layers = interpreted["__layers__"]
+    assert len([n for n in layers if n.startswith("qwen2.")]) == 3 * (2 * 4 + 1)  # 2 layers x 4 linears + head
+    assert any(".lm_head." in n for n in layers) and any(".embed_tokens." in n for n in layers)
+    for name, (got, want) in layers.items():
+        if name.endswith("rows9"):
+            assert torch.equal(got, want), name
+        else:
+            assert_close(name, got, want, ulps=2)
+
+
+# ------------------------------------------------------------------------------------- launch choices
+def test_default_config_fills_the_gpu_and_keeps_whole_steps():
+    pytest.importorskip("triton")
+    from attnserve.layers.triton_gemv import default_config
+
+    for n, k in [(6144, 4096), (4096, 14336), (128256, 4096), (1024, 2048), (1024, 3072), (151936, 1024)]:
+        for m in (1, 2, 4, 8):
+            cfg = default_config(n, k, m)
+            programs = -(-n // cfg.block_n) * cfg.splits(k)
+            assert programs >= 2 * 132 or cfg.split_k >= 16, (n, k, m, cfg)
+            assert cfg.k_per_split(k) % cfg.block_k == 0 and cfg.k_per_split(k) >= cfg.block_k
+            assert cfg.splits(k) * cfg.k_per_split(k) >= k > (cfg.splits(k) - 1) * cfg.k_per_split(k)
+
+
+def test_bad_configs_are_refused():
+    pytest.importorskip("triton")
+    from attnserve.layers.triton_gemv import GemvConfig, check_config
+
+    with pytest.raises(ValueError, match="powers of 2"):
+        check_config(GemvConfig(block_n=24, block_k=64), 1, torch.bfloat16)
+    with pytest.raises(ValueError, match="block_n >= 16"):
+        check_config(GemvConfig(block_n=8, block_k=64, dot=True), 1, torch.bfloat16)
+    with pytest.raises(ValueError, match="1..16 rows"):
+        check_config(GemvConfig(block_n=8, block_k=64), 17, torch.bfloat16)
+
+
+# ----------------------------------------------------------------------------------- compiled, on CUDA
+# Llama-3.1-8B and Qwen3-0.6B (N, K): qkv, o, gate_up, down, lm_head
+REAL_SHAPES = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096),
+               (4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(CASES))
+def test_gemv_matches_f_linear_on_cuda(name):
+    case = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in CASES[name].items()}
+    from attnserve.layers.triton_gemv import gemv
+
+    assert_case(name, {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in case.items()},
+                run(case, gemv).cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,k", REAL_SHAPES)
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_gemv_real_shapes_on_cuda(n, k, m):
+    from attnserve.layers.gemv_plan import candidate_configs
+    from attnserve.layers.triton_gemv import gemv
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) * k**-0.5
+    want = F.linear(x, w)
+    for cfg in [None, *candidate_configs(n, k, m)]:
+        got = gemv(x, w, None, cfg)
+        assert_close(f"{n}x{k} m{m} {cfg}", got, want, ulps=2)
+
+
+@pytest.mark.gpu
+def test_gemv_replays_in_a_cuda_graph():
+    """Split-K and not, captured after a warm-up; replays read new inputs and reuse the counters."""
+    from attnserve.layers.triton_gemv import GemvConfig, gemv
+
+    x = torch.randn(4, 2048, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, 2048, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    cfgs = [GemvConfig(16, 256, 8), GemvConfig(32, 128, 16, dot=True), GemvConfig(16, 512)]
+    for cfg in cfgs:
+        gemv(x, w, b, cfg)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [gemv(x, w, b, cfg) for cfg in cfgs]
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        for cfg, out in zip(cfgs, outs):
+            assert_close(str(cfg), out, F.linear(x, w, b), ulps=2)
