@@ -4,8 +4,9 @@
 #
 #   bash tests/gpu/h200_session.sh JOB...
 #
-# Jobs: tests   GPU correctness on GPU 1 (FA4 kernels, CUDA graphs, models x FlashInfer/FA, default model e2e)
-#       bench   speed on GPU 0 (latency and throughput of the Qwen3-0.6B and Llama-3.1-8B shapes)
+# Jobs: tests   GPU correctness on GPU 1 (async scheduling, CUDA graphs, sampler, GEMV, models x FlashInfer)
+#       bench   speed on GPU 0 (GEMV sweep; latency of the Qwen3-0.6B and Llama-3.1-8B shapes)
+#       bench2  throughput of the Qwen3-0.6B shape, FlashInfer latency of the Llama-3.1-8B shape (GPU 0)
 #       attn    `bench attention` on GPU 0
 #       tp      tensor parallelism on both GPUs (TP=2 vs TP=1 tests, Llama-3.1-8B TP latency)
 # `tests` and `bench` run side by side (one GPU each); `tp` runs after them. On 2026-11-29 `tests bench`
@@ -23,13 +24,12 @@ QWEN=benchmarks/shapes/qwen3-0.6b
 LLAMA=benchmarks/shapes/llama-3.1-8b
 DUMMY="--load-format dummy --dtype bfloat16 --no-progress"
 
-job_tests() {  # GPU 1
-  export CUDA_VISIBLE_DEVICES=1 ATTNSERVE_GPU_RESULTS=$RES/kernels.json
+job_tests() {  # GPU 1: correctness
+  export CUDA_VISIBLE_DEVICES=1
   t() { timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider "$@"; }
-  ATTNSERVE_GPU_BACKENDS=FLASH_ATTN/4 t tests/gpu/test_backends_vs_reference.py
-  t tests/gpu/test_cuda_graphs.py -k "FLASH_ATTN/4 or TRITON_ATTN"
-  ATTNSERVE_E2E_BACKENDS="FLASHINFER,FLASH_ATTN/4,TRITON_ATTN,TRITON_ATTN eager" \
-    timeout "$(left)" python3 -m tests.gpu.e2e --json "$RES/e2e.json"
+  t tests/gpu/test_async_scheduling_gpu.py tests/gpu/test_cuda_graphs.py -k "not FLASH_ATTN/4"
+  t tests/model_executor/test_sampler.py tests/layers/test_triton_gemv.py tests/gpu/test_skinny_gemm.py
+  timeout "$(left)" python3 -m tests.gpu.bench_flashinfer_plan --json "$RES/fi_plan.json" 2>&1 | tail -20
   t tests/gpu/test_models_gpu.py -k "FLASHINFER"
 }
 
@@ -40,27 +40,25 @@ bench() {  # NAME ARGS...: one bench command, its JSON in $RES/NAME.json
     || echo "!! $name failed (rc $?)"
 }
 
-job_bench() {  # GPU 0
+LAT="--batch-size 1 64 --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536"
+
+job_bench() {  # GPU 0: speed (issue 8)
   export CUDA_VISIBLE_DEVICES=0
-  python3 -m tests.gpu.flashinfer_warm 16:8:128 32:8:128 > "$RES/fi_warm.log" 2>&1 &  # compiles beside the FA3 runs
-  bench "lat_qwen_FLASH_ATTN" latency --model $QWEN $DUMMY --attention-backend FLASH_ATTN --batch-size 1 64 \
-    --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536
-  timeout "$(left)" python3 -m tests.gpu.bench_decode_graph --backend FLASH_ATTN --context 1024 \
-    --json "$RES/decode_graph_fa3.json" 2>&1 | tail -30
-  wait
-  for be in FLASHINFER; do
-    bench "lat_qwen_$be" latency --model $QWEN $DUMMY --attention-backend $be --batch-size 1 64 \
-      --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536
-  done
-  bench thr_qwen_FLASHINFER throughput --model $QWEN $DUMMY --attention-backend FLASHINFER --num-prompts 256 \
-    --input-len 562 --output-len 562 --range-ratio 0.822 --max-num-seqs 256 --max-num-batched-tokens 16384 \
-    --max-model-len 2304 --baseline transformers
-  bench "lat_llama_FLASHINFER" latency --model $LLAMA $DUMMY --attention-backend FLASHINFER --batch-size 1 64 \
-    --input-len 1024 --output-len 64 --num-iters 2 --max-model-len 4096 --max-num-batched-tokens 65536
-  job_attn
-  bench thr_qwen_FLASH_ATTN throughput --model $QWEN $DUMMY --attention-backend FLASH_ATTN --num-prompts 256 \
+  timeout 150 python3 -m tests.gpu.bench_gemv --json "$RES/gemv.json" --budget-s 100 2>&1 | tail -40
+  bench lat_qwen_fa3 latency --model $QWEN $DUMMY --attention-backend FLASH_ATTN $LAT
+  bench lat_qwen_fa3_sync latency --model $QWEN $DUMMY --attention-backend FLASH_ATTN $LAT --no-async-scheduling
+  bench lat_qwen_fa3_skinny latency --model $QWEN $DUMMY --attention-backend FLASH_ATTN $LAT --use-skinny-gemm
+  bench lat_llama_fa3 latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN $LAT
+  bench lat_llama_fa3_skinny latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN $LAT --use-skinny-gemm
+  bench lat_qwen_fi latency --model $QWEN $DUMMY --attention-backend FLASHINFER $LAT
+}
+
+job_bench2() {  # GPU 0: throughput, FlashInfer on Llama
+  export CUDA_VISIBLE_DEVICES=0
+  bench thr_qwen_fa3 throughput --model $QWEN $DUMMY --attention-backend FLASH_ATTN --num-prompts 256 \
     --input-len 562 --output-len 562 --range-ratio 0.822 --max-num-seqs 256 --max-num-batched-tokens 16384 \
     --max-model-len 2304
+  bench lat_llama_fi latency --model $LLAMA $DUMMY --attention-backend FLASHINFER $LAT
 }
 
 job_attn() {
@@ -69,11 +67,11 @@ job_attn() {
     --context-lens 1024 2048 4096 8192 --prefill-lens 4096 --no-progress
 }
 
-job_tp() {
+job_tp() {  # both GPUs (issue 9)
   unset CUDA_VISIBLE_DEVICES
   timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/gpu/test_tp_gpu.py
-  bench lat_llama_tp latency --model $LLAMA $DUMMY --attention-backend FLASHINFER --batch-size 1 --input-len 1024 --output-len 64 \
-    --num-iters 2 --max-model-len 4096 --compare-tensor-parallel-sizes 1 2
+  bench lat_llama_tp latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 1 --input-len 1024 \
+    --output-len 64 --num-iters 2 --max-model-len 4096 --compare-tensor-parallel-sizes 1 2
 }
 
 pids=()
@@ -81,6 +79,7 @@ for j in "$@"; do
   case "$j" in
     tests) job_tests > "$OUT/tests.log" 2>&1 & pids+=($!) ;;
     bench) job_bench > "$OUT/bench.log" 2>&1 & pids+=($!) ;;
+    bench2) job_bench2 > "$OUT/bench2.log" 2>&1 & pids+=($!) ;;
     attn) wait "${pids[@]}" 2>/dev/null; pids=(); job_attn > "$OUT/attn.log" 2>&1 ;;
     tp) wait "${pids[@]}" 2>/dev/null; pids=(); job_tp > "$OUT/tp.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;
