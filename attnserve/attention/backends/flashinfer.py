@@ -407,7 +407,10 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
                      spec.num_heads, spec.num_kv_heads, spec.head_size, common.block_size,
                      window_left=self.window_left, logits_soft_cap=spec.logits_soft_cap, q_data_type=self.dtype,
                      kv_data_type=self.kv_dtype, sm_scale=spec.scale, seq_lens=common.seq_lens_cpu, **extra)
-        g.plan_info = [int(x) for x in wrapper._plan_info] if wrapper._plan_info is not None else None
+        try:  # the launch layout the graph's kernels get (FlashInfer's PrefillPlanInfo as a list)
+            g.plan_info = [int(x) for x in wrapper._plan_info]
+        except Exception:  # noqa: BLE001 - none, or not a list of ints: no fast re-plan
+            g.plan_info = None
         fa2 = self.tensor_cores and getattr(wrapper, "_backend", None) == "fa2" \
             and getattr(wrapper, "_jit_module", None) is None and g.plan_info is not None
         if fa2 and not split:
