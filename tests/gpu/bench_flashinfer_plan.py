@@ -19,7 +19,10 @@ built on the host, FlashInfer's ``plan()`` on every replay with a host page-id t
 
 ``eager_forward_ms``: the same ``--layers`` layers run eagerly on one eager plan (GPU time, launches included).
 
-Then ``replan`` (after only): what a replay of that batch size re-plans (``none``/``fast``/``plan``).
+Then ``replan`` (after only): what a replay of that batch size re-plans (``none``/``fast``/``plan``), and
+``legacy_paged_us`` (before only): the old host page-array code alone (torch CPU ops with a boolean-mask
+gather, whose OpenMP threads dominate its time on a busy host: 2.8 ms at batch 64 on a loaded 2-core machine,
+0.05 ms with one thread).
 """
 
 from __future__ import annotations
@@ -163,7 +166,8 @@ def main() -> None:
         print(f"{name}: captured {sizes} in {r.capture_seconds:.1f} s", flush=True)
     staging = PinnedStaging(dev)
     results = {"context": args.context, "layers": args.layers, "iters": args.iters,
-               "device": torch.cuda.get_device_name(dev), "split_limit": builders["after"].split_limit, "rows": []}
+               "device": torch.cuda.get_device_name(dev), "split_limit": builders["after"].split_limit,
+               "torch_threads": torch.get_num_threads(), "rows": []}
     for n in args.batch_sizes:
         host = host_batch(n, args.context, max_blocks, perm)
         # eager reference of the same step (the new builder's build(), FlashInfer's non-graph wrappers)
@@ -237,6 +241,13 @@ def main() -> None:
                    "top_kernels": {k: [c, round(us, 1)] for k, (c, us) in list(top.items())[:5]}}
             if name == "after":
                 row["replan"] = g.metadata.graph.replan
+            else:  # the legacy host page arrays alone (torch CPU ops, a boolean-mask gather among them)
+                paged = []
+                for _ in range(args.iters):
+                    t0 = time.perf_counter()
+                    b._paged(common, 0, bs)
+                    paged.append(time.perf_counter() - t0)
+                row["legacy_paged_us"] = statistics.median(paged) * 1e6
             results["rows"].append(row)
             print(json.dumps(row), flush=True)
     results["seconds"] = time.perf_counter() - t_start
