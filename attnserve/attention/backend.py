@@ -156,11 +156,22 @@ class AttentionMetadataBuilder(ABC):
         """
         return self.build(common)
 
+    def cudagraph_prologue(self, metadata: Any) -> None:
+        """Device work captured at the head of the decode graph, before the forward pass: every replay
+        runs it again on the runner's static buffers (FlashInfer rebuilds its page arrays from the static
+        ``seq_lens`` and block table here, so replays copy nothing for it).
+
+        ``metadata`` is what :meth:`build_for_cudagraph_capture` returned. It must launch only
+        capturable work: fixed shapes, no host synchronisation. The default does nothing.
+        """
+
     def prepare_cudagraph_replay(self, metadata: Any, common: CommonAttentionMetadata) -> None:
         """Refresh host-planned state of captured ``metadata`` before a replay (FlashInfer's ``plan()``).
 
         ``common`` holds this step's values (padded to the captured size), already copied into the static
-        buffers. The default does nothing.
+        buffers; its ``seq_lens_cpu`` and ``block_table_cpu`` are pinned host tensors. Called on every
+        replay, so it should do little host work and never synchronise with the device (the host may be
+        preparing a step while the device still runs the previous one). The default does nothing.
         """
 
 

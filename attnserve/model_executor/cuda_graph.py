@@ -5,8 +5,10 @@ size ``bs >= n``; rows ``n..bs`` are padding: token 0 at position 0, context len
 runner's spare *null block* (never handed to the scheduler), so their K/V writes and reads touch no
 request's cache. Every input lives in a static device buffer that the graphs were captured on; a replay
 copies the step's values into those buffers (non-blocking, from pinned memory), lets the backend's metadata
-builder refresh whatever it plans on the host (FlashInfer's ``plan()``), and replays. Steps with a prefill,
-or more requests than the largest bucket, run eagerly.
+builder refresh whatever it plans on the host (FlashInfer's ``plan()``, for the batch sizes where its split-KV
+schedule depends on the context lengths), and replays. Each graph starts with the builder's
+``cudagraph_prologue`` (FlashInfer: its page arrays, rebuilt on the device from the static buffers). Steps
+with a prefill, or more requests than the largest bucket, run eagerly.
 
 As in vLLM (``vllm/v1/worker/gpu_model_runner.py``, ``capture_model``) and nano-vllm (``model_runner.py``,
 ``capture_cudagraph``): buckets 1, 2, 4, 8, then multiples of 16; captured largest first into one shared
@@ -121,12 +123,17 @@ class CudaGraphRunner:
             metadata = self.builder.build_for_cudagraph_capture(common)
             batch = ForwardBatch(self.input_ids[:bs], self.positions[:bs], self.query_start_loc[1: bs + 1] - 1,
                                  metadata, self.kv_caches)
-            for _ in range(2):  # compiles Triton kernels and sets up cuBLAS outside the capture
+
+            def step(bs=bs, metadata=metadata, batch=batch) -> None:
+                self.builder.cudagraph_prologue(metadata)
                 self.hidden[:bs] = self.forward(self.input_ids[:bs], self.positions[:bs], batch)
+
+            for _ in range(2):  # compiles Triton kernels and sets up cuBLAS outside the capture
+                step()
             torch.cuda.synchronize(self.device)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self.hidden[:bs] = self.forward(self.input_ids[:bs], self.positions[:bs], batch)
+                step()
             self.graphs[bs] = _Graph(graph, metadata, common)
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - t0
