@@ -318,19 +318,22 @@ class ModelRunner:
             self.generators.pop(rid, None)
         if sched.is_empty:
             return PendingStep([], None)
-        self.staging.begin()  # the pinned buffers are free once the last step's copies have left them
-        logits = self.compute_logits(sched)
+        # the pinned buffers are free once the last step's copies have left them; this step's copies all go
+        # before the forward pass (the staging event is recorded after them, not after the step's kernels,
+        # so the next step's host work never waits for this step's forward pass)
+        self.staging.begin()
         rows = [i for i, r in enumerate(sched.requests) if r.samples]
+        sample_rows = None
+        if rows and len(rows) < len(sched.requests):  # a chunked prefill's partial rows do not sample
+            sample_rows = self.staging.to_device("sample_rows", np.asarray(rows, dtype=np.int64))
+        logits = self.compute_logits(sched)
         if not rows or not self.tp.is_driver:
             return PendingStep([], None)
         reqs = [sched.requests[i] for i in rows]
         params = [r.sampling_params for r in reqs]
         gens = [self._generator(r.request_id, r.sampling_params.seed) for r in reqs]
         # every row samples in most steps: no copy of the (B, vocab) logits then
-        if len(rows) < len(sched.requests):  # a chunked prefill's partial rows do not sample
-            logits = logits[self.staging.to_device("sample_rows", np.asarray(rows, dtype=np.int64))]
-        sample = self.sampler.sample(logits, params, gens)
-        self.staging.end()  # after the last copy from a pinned buffer of this step
+        sample = self.sampler.sample(logits if sample_rows is None else logits[sample_rows], params, gens)
         self._last_sample = (sample.token_ids, {r.request_id: j for j, r in enumerate(reqs)})
         return PendingStep([r.request_id for r in reqs], sample)
 

@@ -124,6 +124,7 @@ def eager_common(host: HostBatch, device) -> CommonAttentionMetadata:
         block_size=PAGE, block_table_cpu=t(host.block_table))
 
 
+@torch.inference_mode()  # as the model runner runs
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the results here")

@@ -27,7 +27,7 @@ DUMMY="--load-format dummy --dtype bfloat16 --no-progress"
 job_tests() {  # GPU 1: correctness
   export CUDA_VISIBLE_DEVICES=1
   t() { timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider "$@"; }
-  t tests/gpu/test_async_scheduling_gpu.py tests/gpu/test_cuda_graphs.py -k "not FLASH_ATTN/4"
+  t tests/gpu/test_async_scheduling_gpu.py tests/gpu/test_cuda_graphs.py -k "FLASHINFER"
   t tests/model_executor/test_sampler.py tests/layers/test_triton_gemv.py tests/gpu/test_skinny_gemm.py
   timeout "$(left)" python3 -m tests.gpu.bench_flashinfer_plan --json "$RES/fi_plan.json" 2>&1 | tail -20
   t tests/gpu/test_models_gpu.py -k "FLASHINFER"

@@ -111,6 +111,7 @@ FI_SHAPES = [  # (num_heads, num_kv_heads, head_size, block_size, sliding_window
 
 
 @pytest.mark.parametrize("hq,hkv,d,page,window", FI_SHAPES, ids=lambda x: str(x))
+@torch.inference_mode()  # as the model runner runs (FlashInfer's plan() updates buffers made in inference mode)
 def test_flashinfer_graph_replays_match_reference(hq, hkv, d, page, window):
     """CudaGraphRunner replays of FLASHINFER decode steps (two attention layers per graph) against the
     reference and the eager build, at batch sizes 1..64 and contexts 1..4k; replays never synchronise."""
