@@ -50,10 +50,6 @@ class EngineConfig:
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+(\.\d+)?", self.device):
             raise ConfigError(f"device {self.device!r} not allowed (allowed: {', '.join(DEVICES)}, cuda:N, "
                               "cuda:MAJOR.MINOR to plan for a simulated GPU)", key="device")
-        if self.scheduler.async_scheduling and self.parallel.tensor_parallel_size > 1:
-            raise ConfigError(f"async_scheduling true not allowed with tensor_parallel_size "
-                              f"{self.parallel.tensor_parallel_size} (allowed: tensor_parallel_size 1; leave "
-                              "async_scheduling unset or false)", key="async_scheduling")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict: one object per sub-config, the attention backend as its name."""

@@ -22,8 +22,8 @@ class SchedulerConfig:
 
     async_scheduling: bool | None = None
     """Schedule and prepare step k+1 on the host while the device runs step k (vLLM's --async-scheduling);
-    a decode's newest token is fed on the device. Default (null): on for a GPU with tensor_parallel_size 1,
-    off on CPU (no overlap to gain). Not supported with tensor_parallel_size > 1."""
+    a decode's newest token is fed on the device (under tensor parallelism rank 0 broadcasts it to the other
+    ranks). Default (null): on for a GPU, any tensor_parallel_size; off on CPU (no overlap to gain)."""
 
     def __post_init__(self) -> None:
         validate_fields(self)

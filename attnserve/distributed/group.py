@@ -46,6 +46,16 @@ class TPGroup:
         dist.all_gather(parts, x)
         return torch.cat(parts, dim=-1)
 
+    def broadcast(self, x: torch.Tensor, src: int = 0) -> torch.Tensor:
+        """``x`` of rank ``src`` on every rank, in place (the others pass a buffer of the same shape and dtype).
+        Queued on the device's stream like the other collectives (no host wait on a GPU)."""
+        if self.size == 1:
+            return x
+        import torch.distributed as dist
+
+        dist.broadcast(x, src=src)
+        return x
+
     def min_int(self, value: int, device: torch.device) -> int:
         """The smallest ``value`` over ranks (e.g. KV blocks: every rank must hold the scheduler's count)."""
         if self.size == 1:

@@ -30,11 +30,11 @@ class PromptTooLongError(ValueError):
 
 
 def resolve_async_scheduling(config: EngineConfig, device) -> bool:
-    """``scheduler.async_scheduling``, or when unset: on for a GPU with tensor_parallel_size 1."""
+    """``scheduler.async_scheduling``, or when unset: on for a GPU (one or several ranks), off on CPU."""
     chosen = config.scheduler.async_scheduling
     if chosen is not None:
         return chosen
-    return device.type == "cuda" and config.parallel.tensor_parallel_size == 1
+    return device.type == "cuda"
 
 
 class LLMEngine:

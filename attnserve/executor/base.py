@@ -3,7 +3,7 @@
     executor = make_executor(config, hf_config, source)
     executor.info.num_blocks       # KV blocks every rank holds: the scheduler's budget
     executor.execute(sched)        # -> ModelRunnerOutput (rank 0's sampled tokens)
-    executor.execute_async(sched)  # -> its .result() is that output (queued in process, async scheduling)
+    executor.execute_async(sched)  # -> its .result() is that output (the step queued on every rank: async scheduling)
     executor.shutdown()
 
 A dead or failed worker makes ``execute`` raise WorkerDiedError (and every later call too); it never hangs.
@@ -58,8 +58,9 @@ class Executor(ABC):
         """Run one step on every rank; rank 0's sampled tokens."""
 
     def execute_async(self, sched: SchedulerOutput) -> PendingStep | ModelRunnerOutput:
-        """Queue one step; ``.result()`` of the return value gives its sampled tokens. Executors that cannot
-        queue (workers in other processes) run the step here and return its output."""
+        """Queue one step; ``.result()`` of the return value gives its sampled tokens. Results are read in
+        step order (a handle left unread is skipped). Executors that cannot queue run the step here and
+        return its output."""
         return self.execute(sched)
 
     def shutdown(self) -> None:

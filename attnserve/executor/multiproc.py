@@ -1,7 +1,9 @@
 """MultiprocExecutor: one spawned worker process per rank on this host, a pipe to each.
 
 The engine (scheduler, detokenizer) stays in this process. Each step the SchedulerOutput is pickled once
-and sent down every pipe; rank 0 answers with the sampled tokens. While waiting, the executor watches every
+and sent down every pipe (``execute_async``: the workers queue it at once); rank 0 answers with the sampled
+tokens, one reply per step in step order, read by the step's handle (``result()``), so the engine can send
+step k+1 before it reads step k's tokens (async scheduling). While waiting, the executor watches every
 worker's pipe and process sentinel, so a worker that raises or dies (killed, out of memory) fails the step
 at once with its rank, pid and exit code; the others are killed, since they would wait forever in a
 collective with the dead one.
@@ -38,6 +40,8 @@ class MultiprocExecutor(Executor):
         env = worker_env()
         self.procs, self.conns = [], []
         self.failed: str | None = None
+        self._sent = 0  # steps sent (numbered 1, 2, ...); rank 0 replies to each, in order
+        self._received = 0  # replies read
         for rank in range(n):
             parent, child = ctx.Pipe()
             kwargs = dict(config=config, hf_config=hf_config, source=source, rank=rank, world_size=n,
@@ -59,6 +63,10 @@ class MultiprocExecutor(Executor):
         return [p.pid for p in self.procs]
 
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+        return self.execute_async(sched).result()
+
+    def execute_async(self, sched: SchedulerOutput) -> "StepReply":
+        """Send the step to every rank (each queues it) and return without waiting for its tokens."""
         if self.failed:
             raise WorkerDiedError(self.failed)
         data = ForkingPickler.dumps(sched)  # pickled once for all ranks; each worker's recv() unpickles it
@@ -70,7 +78,19 @@ class MultiprocExecutor(Executor):
                 self.procs[rank].join(timeout=2)
                 self._check_dead()
                 self._fail(f"worker rank {rank} (pid {self.procs[rank].pid}) is unreachable")
-        return self._wait({0})[0]
+        self._sent += 1
+        return StepReply(self, self._sent)
+
+    def _reply(self, seq: int) -> ModelRunnerOutput:
+        """Rank 0's reply to step ``seq``; replies of earlier steps nobody asked for are dropped."""
+        if self.failed:
+            raise WorkerDiedError(self.failed)
+        if seq <= self._received:
+            raise RuntimeError(f"the reply to step {seq} was dropped: a later step's reply was read first")
+        while self._received < seq:
+            payload = self._wait({0})[0]
+            self._received += 1
+        return payload
 
     def _wait(self, ranks: set[int]) -> dict:
         """Replies of ``ranks``; raises WorkerDiedError as soon as any worker errors or exits."""
@@ -113,6 +133,20 @@ class MultiprocExecutor(Executor):
 
     def shutdown(self) -> None:
         self._finalizer()
+
+
+class StepReply:
+    """One sent step; ``result()`` waits for rank 0's reply to it (its sampled tokens). Read in step order."""
+
+    def __init__(self, executor: MultiprocExecutor, seq: int) -> None:
+        self._executor = executor
+        self.seq = seq
+        self._out: ModelRunnerOutput | None = None
+
+    def result(self) -> ModelRunnerOutput:
+        if self._out is None:
+            self._out = self._executor._reply(self.seq)
+        return self._out
 
 
 def check_gpu_count(device: str, n: int) -> None:

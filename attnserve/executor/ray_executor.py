@@ -4,6 +4,11 @@ Uses the running Ray instance when there is one (``ray.init()`` by the caller, o
 starts a local one. Across hosts: ``ray start --head`` on one machine, ``ray start --address=HEAD:6379``
 on the others, then run attnserve on the head with ``--distributed-executor-backend ray``; the process
 group's rendezvous is rank 0's actor's node address. A dead actor fails the step with WorkerDiedError.
+
+Each step is put in the object store once and queued on every actor (``Worker.queue_step``, which returns once its
+device has the step queued); its handle's ``result()`` asks rank 0's actor for the tokens (``Worker.take_step``).
+An actor runs its calls in the order this process submits them, so the engine's order (queue step k+1, then
+take step k) queues step k+1 on every rank before rank 0 waits for step k (async scheduling).
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ class RayExecutor(Executor):
         probe = ray.remote(_Rendezvous).options(num_cpus=0, runtime_env=runtime_env).remote()
         self.failed: str | None = None
         self.workers = []
+        self._seq = 0  # steps queued (numbered 1, 2, ...)
+        self._unchecked: dict = {}  # each rank's queue_step() calls not seen to succeed yet -> rank
         init_method = self._get([probe.address.remote()])[0]
         ray.kill(probe)
         for rank in range(n):
@@ -66,31 +73,74 @@ class RayExecutor(Executor):
         logger.info("Tensor parallel: %d Ray actors (pids %s), %s", n, self.pids, self.info.backend_name)
 
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+        return self.execute_async(sched).result()
+
+    def execute_async(self, sched: SchedulerOutput) -> "RayStepReply":
+        """Queue the step on every rank; returns without waiting for it."""
         if self.failed:
             raise WorkerDiedError(self.failed)
-        return self._get([w.execute.remote(sched) for w in self.workers])[0]
+        self._seq += 1
+        ref = self.ray.put(sched)  # serialized once for all ranks
+        for rank, w in enumerate(self.workers):
+            self._unchecked[w.queue_step.remote(ref, self._seq)] = rank
+        return RayStepReply(self, self._seq)
 
-    def _get(self, refs: list) -> list:
-        """Results in order; the first failure (any rank) raises at once instead of waiting on the others."""
+    def _take(self, seq: int) -> ModelRunnerOutput:
+        """Rank 0's tokens of step ``seq``, watching every rank's queued steps for a failure meanwhile."""
+        if self.failed:
+            raise WorkerDiedError(self.failed)
+        return self._get([self.workers[0].take_step.remote(seq)], watch=self._unchecked)[0]
+
+    def _get(self, refs: list, watch: dict | None = None) -> list:
+        """Results in order; the first failure (any rank, or any ref of ``watch``: ref -> rank) raises at once
+        instead of waiting on the others. Watched refs seen to succeed leave ``watch``."""
         ray = self.ray
         index = {ref: i for i, ref in enumerate(refs)}
         results: list = [None] * len(refs)
-        pending = list(refs)
-        while pending:
+        waiting = set(refs)
+        pending = list(refs) + list(watch or ())
+        while waiting:
             ready, pending = ray.wait(pending, num_returns=1)
-            try:
-                results[index[ready[0]]] = ray.get(ready[0])
-            except ray.exceptions.RayError as e:
-                rank = index[ready[0]]
-                pid = self.pids[rank] if getattr(self, "pids", None) else "?"
-                kind = "died" if isinstance(e, ray.exceptions.RayActorError) else "failed"
-                self.failed = f"worker rank {rank} (pid {pid}, Ray actor) {kind}; pending requests failed: {e}"
-                self.shutdown()
-                raise WorkerDiedError(self.failed) from None
+            if pending:  # and whatever else is done by now: watched refs leave ``watch`` as they succeed
+                more, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
+                ready += more
+            for ref in ready:
+                try:
+                    value = ray.get(ref)
+                except ray.exceptions.RayError as e:
+                    self._failed(index[ref] if ref in index else watch[ref], e)
+                if ref in index:
+                    results[index[ref]] = value
+                    waiting.discard(ref)
+                else:
+                    del watch[ref]
         return results
 
+    def _failed(self, rank: int, e: Exception):
+        ray = self.ray
+        pid = self.pids[rank] if getattr(self, "pids", None) else "?"
+        kind = "died" if isinstance(e, ray.exceptions.RayActorError) else "failed"
+        self.failed = f"worker rank {rank} (pid {pid}, Ray actor) {kind}; pending requests failed: {e}"
+        self.shutdown()
+        raise WorkerDiedError(self.failed) from None
+
     def shutdown(self) -> None:
+        self._unchecked = {}
         if self.ray.is_initialized():  # after ray.shutdown() the actors are gone with their instance
             for w in getattr(self, "workers", []):
                 self.ray.kill(w)
         self.workers = []
+
+
+class RayStepReply:
+    """One queued step; ``result()`` waits for its tokens from rank 0's actor. Read in step order."""
+
+    def __init__(self, executor: RayExecutor, seq: int) -> None:
+        self._executor = executor
+        self.seq = seq
+        self._out: ModelRunnerOutput | None = None
+
+    def result(self) -> ModelRunnerOutput:
+        if self._out is None:
+            self._out = self._executor._take(self.seq)
+        return self._out

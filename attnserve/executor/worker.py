@@ -2,12 +2,19 @@
 
 Every rank receives the same SchedulerOutput each step and runs the same forward pass, the layers'
 collectives meeting in lockstep; rank 0 also samples and returns the tokens.
+
+Steps are queued, never waited for, by the loop that receives them (``ModelRunner.execute_async``): a worker
+queues step k+1 on its device while step k still runs. Rank 0's replies (each step's tokens, in step order)
+are sent by a reply thread in a spawned worker, by ``take_step(seq)`` calls in a Ray actor.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
+import queue
+import threading
 import traceback
 
 import torch
@@ -16,7 +23,7 @@ from attnserve.config.engine import EngineConfig
 from attnserve.distributed.group import TPGroup
 from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.model_executor.loader import ModelSource
-from attnserve.model_executor.model_runner import ModelRunnerOutput
+from attnserve.model_executor.model_runner import ModelRunnerOutput, PendingStep
 
 
 class Worker:
@@ -44,15 +51,30 @@ class Worker:
 
         self.rank = rank
         self.runner = ModelRunner(config, hf_config, source, TPGroup(rank, world_size))
+        self._queued: collections.deque[tuple[int, PendingStep]] = collections.deque()  # rank 0, Ray: take_step()
 
     def info(self):
         from attnserve.executor.base import RunnerInfo
 
         return RunnerInfo.of(self.runner)
 
-    def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput | None:
-        out = self.runner.execute(sched)
-        return out if self.rank == 0 else None
+    def execute_async(self, sched: SchedulerOutput) -> PendingStep:
+        """Queue one step on this rank's device; rank 0's result() gives the tokens (other ranks: none)."""
+        return self.runner.execute_async(sched)
+
+    def queue_step(self, sched: SchedulerOutput, seq: int) -> None:
+        """Ray: queue step ``seq`` (numbered 1, 2, ... by the executor); rank 0 keeps it for :meth:`take_step`."""
+        pending = self.runner.execute_async(sched)
+        if self.rank == 0:
+            self._queued.append((seq, pending))
+
+    def take_step(self, seq: int) -> ModelRunnerOutput:
+        """Ray, rank 0: wait for step ``seq``'s tokens. Earlier queued steps nobody asked for are dropped."""
+        while self._queued:
+            queued_seq, pending = self._queued.popleft()
+            if queued_seq == seq:
+                return pending.result()
+        raise RuntimeError(f"step {seq} is not queued on rank 0")
 
     def pid(self) -> int:
         return os.getpid()
@@ -65,11 +87,49 @@ class Worker:
             dist.destroy_process_group()
 
 
-def run_worker(conn, kwargs: dict) -> None:
-    """Process entry (``spawn``): build the Worker, then serve steps from ``conn`` until None or EOF.
+class _Replies:
+    """Rank 0's replies to the engine, sent in step order by a thread: it waits for each queued step's tokens
+    while the worker's loop receives and queues the next steps. ``send`` is shared with that loop (errors)."""
 
-    Replies: ``("ready", RunnerInfo)`` once from every rank; per step ``("ok", output)`` from rank 0 only;
-    ``("error", traceback)`` from any rank that fails (it then exits).
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self.failed = False
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="attnserve-replies", daemon=True)
+        self._thread.start()
+
+    def put(self, pending: PendingStep) -> None:
+        self._queue.put(pending)
+
+    def send(self, message) -> None:
+        with self._lock:
+            try:
+                self.conn.send(message)
+            except (BrokenPipeError, ConnectionResetError, OSError):  # the engine is gone
+                pass
+
+    def close(self) -> None:
+        """Send the replies still queued, then stop the thread."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (pending := self._queue.get()) is not None:
+            try:
+                out = pending.result()
+            except BaseException:
+                self.failed = True
+                self.send(("error", traceback.format_exc()))
+                return
+            self.send(("ok", out))
+
+
+def run_worker(conn, kwargs: dict) -> None:
+    """Process entry (``spawn``): build the Worker, then queue steps from ``conn`` until None or EOF.
+
+    Replies: ``("ready", RunnerInfo)`` once from every rank; per step ``("ok", output)`` from rank 0 only, in
+    step order (its reply thread); ``("error", traceback)`` from any rank that fails (it then exits).
     """
     try:
         worker = Worker(**kwargs)
@@ -77,18 +137,20 @@ def run_worker(conn, kwargs: dict) -> None:
     except BaseException:
         conn.send(("error", traceback.format_exc()))
         return
+    replies = _Replies(conn)
     try:
-        while True:
+        while not replies.failed:
             try:
                 sched = conn.recv()
             except EOFError:  # the engine is gone
                 break
             if sched is None:
                 break
-            out = worker.execute(sched)
+            pending = worker.execute_async(sched)  # queued: step k+1 starts before step k's tokens are read
             if worker.rank == 0:
-                conn.send(("ok", out))
+                replies.put(pending)
     except BaseException:
-        conn.send(("error", traceback.format_exc()))
+        replies.send(("error", traceback.format_exc()))
     finally:
+        replies.close()
         worker.close()

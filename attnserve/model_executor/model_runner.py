@@ -7,7 +7,8 @@ SchedulerOutput.
 
 Under tensor parallelism one ModelRunner runs in each worker process with its rank's ``tp``: it builds its
 shard of the model, a KV cache for its KV heads, and runs the same forward pass as the others (the layers'
-collectives meet in lockstep); only rank 0 samples.
+collectives meet in lockstep); only rank 0 samples. With async scheduling a step's placeholder tokens are
+the last step's samples: the first step that needs them broadcasts them from rank 0 (``_placeholder_fill``).
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ class ModelRunner:
         self.kv_caches = self._allocate(self.num_blocks + (1 if graphs else 0))
         self.default_generator = torch.Generator(device=self.device).manual_seed(config.model.seed)
         self.generators: dict[str, torch.Generator] = {}
-        # the last step's sampled tokens (R,) int64 on the device and each sampling request's row in them
+        # the last step's sampled tokens (R,) int64 on the device and each sampling request's row in them;
+        # under TP only rank 0 samples: the others hold (None, rows) until a placeholder step broadcasts them
         self._last_sample: tuple[torch.Tensor | None, dict[str, int]] = (None, {})
         logger.info("KV cache: %d blocks of %d tokens (%s, %s)", self.num_blocks, self.block_size,
                     self.kv_dtype, self.backend.name)
@@ -294,6 +296,12 @@ class ModelRunner:
         if not len(dst):
             return None
         last_tokens, last_rows = self._last_sample
+        if self.tp.size > 1:
+            # only rank 0 sampled: its tokens reach the other ranks now, when a step first needs them (one
+            # small collective, queued on the stream before this step's forward pass; none without placeholders)
+            last_tokens = self.tp.broadcast(last_tokens.contiguous() if self.tp.is_driver else
+                                            torch.empty(len(last_rows), dtype=torch.int64, device=self.device))
+            self._last_sample = (last_tokens, last_rows)
         req_index = np.searchsorted(host.query_start_loc, dst, side="right") - 1
         reqs = sched.requests
         src = np.fromiter((last_rows[reqs[i].request_id] for i in req_index), dtype=np.int64, count=len(dst))
@@ -324,17 +332,21 @@ class ModelRunner:
         self.staging.begin()
         rows = [i for i, r in enumerate(sched.requests) if r.samples]
         sample_rows = None
-        if rows and len(rows) < len(sched.requests):  # a chunked prefill's partial rows do not sample
+        if rows and len(rows) < len(sched.requests) and self.tp.is_driver:  # partial prefill rows do not sample
             sample_rows = self.staging.to_device("sample_rows", np.asarray(rows, dtype=np.int64))
         logits = self.compute_logits(sched)
-        if not rows or not self.tp.is_driver:
+        if not rows:
             return PendingStep([], None)
         reqs = [sched.requests[i] for i in rows]
+        last_rows = {r.request_id: j for j, r in enumerate(reqs)}
+        if not self.tp.is_driver:  # no sampler here: rank 0's tokens come by broadcast when a placeholder needs them
+            self._last_sample = (None, last_rows)
+            return PendingStep([], None)
         params = [r.sampling_params for r in reqs]
         gens = [self._generator(r.request_id, r.sampling_params.seed) for r in reqs]
         # every row samples in most steps: no copy of the (B, vocab) logits then
         sample = self.sampler.sample(logits if sample_rows is None else logits[sample_rows], params, gens)
-        self._last_sample = (sample.token_ids, {r.request_id: j for j, r in enumerate(reqs)})
+        self._last_sample = (sample.token_ids, last_rows)
         return PendingStep([r.request_id for r in reqs], sample)
 
     def _generator(self, request_id: str, seed: int | None) -> torch.Generator:

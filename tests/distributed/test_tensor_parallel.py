@@ -1,5 +1,7 @@
 """Tensor parallelism on CPU (gloo): TP=2 gives exactly TP=1's greedy tokens, with spawned processes and with
-Ray actors; a worker that dies fails the step with a clear error instead of hanging."""
+Ray actors, with synchronous and async scheduling (rank 0 broadcasts the tokens the other ranks' placeholders
+need); a worker that dies fails the step with a clear error instead of hanging; a worker queues the next step
+before the last one's tokens are ready and replies in step order."""
 
 from __future__ import annotations
 
@@ -46,19 +48,87 @@ def tp2():
         llm.engine.shutdown()
 
 
-def test_tp2_mp_matches_tp1_tiny_qwen3(qwen3_dir, qwen3_tp1_tokens, tp2):
-    llm = tp2(qwen3_dir)
-    assert llm.engine.runner is None and llm.engine.info.tensor_parallel_size == 2
-    assert llm.engine.info.num_kv_heads == 1  # each rank caches one of the 2 KV heads
-    assert tokens(llm) == qwen3_tp1_tokens
+@pytest.fixture(scope="module")
+def qwen3_tp2_pair(qwen3_dir):
+    """Two TP=2 engines of spawned workers: synchronous and async scheduling; shut down after the module."""
+    pair = [LLM(qwen3_dir, tensor_parallel_size=2, async_scheduling=a, **ENGINE) for a in (False, True)]
+    yield pair
+    for llm in pair:
+        llm.engine.shutdown()
 
 
-def test_tp2_mp_matches_tp1_default_model(default_llm, tp2):
+def _summary(outs) -> list:
+    return [[(c.token_ids, c.text, c.finish_reason, c.stop_reason) for c in o.outputs] for o in outs]
+
+
+def _assert_logprobs_close(outs, ref_outs) -> None:
+    """Same top tokens and ranks; values within float32 rounding: async scheduling can batch a step
+    differently (it computes a request's step after a stop, then drops it), which moves the last bits."""
+    for o, r in zip(outs, ref_outs):
+        for c, rc in zip(o.outputs, r.outputs):
+            assert len(c.logprobs) == len(rc.logprobs)
+            for step, ref_step in zip(c.logprobs, rc.logprobs):
+                assert {t: lp.rank for t, lp in step.items()} == {t: lp.rank for t, lp in ref_step.items()}
+                assert all(abs(lp.logprob - ref_step[t].logprob) < 1e-4 for t, lp in step.items())
+
+
+def _all_blocks_free(llm: LLM) -> bool:
+    bm = llm.engine.block_manager
+    return bm.num_free_blocks == bm.num_blocks and llm.engine._in_flight is None
+
+
+def test_tp2_mp_matches_tp1_tiny_qwen3(qwen3_tp2_pair, qwen3_tp1_tokens):
+    sync, asynchronous = qwen3_tp2_pair
+    assert (sync.engine.async_scheduling, asynchronous.engine.async_scheduling) == (False, True)
+    for llm in qwen3_tp2_pair:
+        assert llm.engine.runner is None and llm.engine.info.tensor_parallel_size == 2
+        assert llm.engine.info.num_kv_heads == 1  # each rank caches one of the 2 KV heads
+        assert tokens(llm) == qwen3_tp1_tokens
+        assert _all_blocks_free(llm)
+
+
+def test_tp2_async_stop_rules_logprobs_and_seeded_sampling_match_sync(qwen3_tp2_pair, qwen3_tp1_tokens):
+    sync, asynchronous = qwen3_tp2_pair
+    # stop on a token each request generates mid-way (EOS is rare for random weights), at max_tokens, on a string
+    params = [SamplingParams(temperature=0.0, max_tokens=3 + i, stop_token_ids=[toks[2]], logprobs=2)
+              for i, toks in enumerate(qwen3_tp1_tokens)]
+    params[2] = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=1,
+                               stop=[sync.tokenizer.decode(qwen3_tp1_tokens[2][4:6])])
+    s, a = sync.generate(PROMPTS, params), asynchronous.generate(PROMPTS, params)
+    assert _summary(a) == _summary(s)
+    _assert_logprobs_close(a, s)
+    assert [len(o.outputs[0].token_ids) for o in s][:2] == [3, 3]  # stopped by the stop token
+    assert s[2].outputs[0].finish_reason == "stop" and len(s[2].outputs[0].token_ids) < 12
+    short = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)  # the prefill's token ends it
+    assert tokens(asynchronous, PROMPTS, short) == [t[:1] for t in qwen3_tp1_tokens]
+    seeded = SamplingParams(temperature=1.0, top_k=20, seed=7, n=2, max_tokens=8, ignore_eos=True)
+    assert _summary(asynchronous.generate(PROMPTS, seeded)) == _summary(sync.generate(PROMPTS, seeded))
+    assert _all_blocks_free(asynchronous)
+
+
+def test_tp2_async_abort_while_a_step_is_in_flight(qwen3_tp2_pair, qwen3_tp1_tokens):
+    engine = qwen3_tp2_pair[1].engine
+    keep = engine.add_request(PROMPTS[0], GREEDY)
+    drop = engine.add_request(PROMPTS[1], GREEDY)
+    engine.step()
+    engine.step()
+    assert engine._in_flight is not None
+    engine.abort_request(drop)
+    final = {}
+    while engine.has_unfinished_requests():
+        final.update({o.request_id: o for o in engine.step() if o.finished})
+    assert list(final) == [keep]
+    assert final[keep].outputs[0].token_ids == qwen3_tp1_tokens[0]
+    assert _all_blocks_free(qwen3_tp2_pair[1])
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_tp2_mp_matches_tp1_default_model(default_llm, tp2, async_scheduling):
     params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
     prompts = ["The capital of France is", "def fibonacci(n):"]
     expected = tokens(default_llm, prompts, params)
     # 9 query / 3 KV heads: rank 0 gets 2 KV heads (6 query), rank 1 one (3 query)
-    llm = tp2(None, attention_backend="CPU_ATTN", kv_cache_memory=32 << 20)
+    llm = tp2(None, attention_backend="CPU_ATTN", kv_cache_memory=32 << 20, async_scheduling=async_scheduling)
     assert tokens(llm, prompts, params) == expected
 
 
@@ -66,15 +136,31 @@ def test_tp2_ray_matches_tp1_tiny_qwen3(qwen3_dir, qwen3_tp1_tokens, tp2):
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False)
     try:
-        llm = tp2(qwen3_dir, distributed_executor_backend="ray")
-        assert tokens(llm) == qwen3_tp1_tokens
-        llm.engine.shutdown()
+        for async_scheduling in (False, True):  # one after the other: each actor takes one of the 2 CPUs
+            llm = tp2(qwen3_dir, distributed_executor_backend="ray", async_scheduling=async_scheduling)
+            assert llm.engine.async_scheduling is async_scheduling
+            assert tokens(llm) == qwen3_tp1_tokens
+            assert _all_blocks_free(llm)
+            if not async_scheduling:
+                llm.engine.shutdown()
+        engine = llm.engine  # async: an actor killed while steps are queued fails them, no hang
+        engine.add_request(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=50, ignore_eos=True))
+        engine.step()
+        engine.step()
+        pid = engine.executor.pids[1]
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerDiedError, match=rf"worker rank 1 \(pid {pid}, Ray actor\) died; pending"):
+            while engine.has_unfinished_requests():
+                engine.step()
+        assert time.monotonic() - t0 < 10 and not engine.has_unfinished_requests()
     finally:
         ray.shutdown()
 
 
-def test_dead_worker_fails_pending_requests_quickly(qwen3_dir, tp2):
-    llm = tp2(qwen3_dir)
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_dead_worker_fails_pending_requests_quickly(qwen3_dir, tp2, async_scheduling):
+    llm = tp2(qwen3_dir, async_scheduling=async_scheduling)
     engine = llm.engine
     engine.add_request(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=50, ignore_eos=True))
     engine.step()
@@ -90,6 +176,70 @@ def test_dead_worker_fails_pending_requests_quickly(qwen3_dir, tp2):
     with pytest.raises(RuntimeError, match="worker rank 1 .* died"):  # later calls fail the same way
         llm.generate(PROMPTS[0], GREEDY)
     assert not engine.has_unfinished_requests()
+
+
+def test_worker_queues_the_next_step_before_the_last_ones_tokens_are_ready(monkeypatch):
+    """run_worker with a stand-in Worker (in this process): steps 1 and 2 are both queued while step 1's tokens
+    are not ready; rank 0's replies come in step order; a step whose tokens fail sends the error."""
+    import multiprocessing
+    import threading
+
+    from attnserve.executor import worker as worker_module
+    from attnserve.model_executor.model_runner import ModelRunnerOutput
+
+    queued = []
+
+    class Pending:
+        def __init__(self, seq):
+            self.seq, self.ready = seq, threading.Event()
+
+        def result(self):
+            assert self.ready.wait(30)
+            if self.seq == 3:
+                raise RuntimeError("device error in step 3")
+            return ModelRunnerOutput(sampled={"r": (self.seq, None)})
+
+    class StandIn:
+        rank = 0
+
+        def __init__(self, **kwargs):
+            pass
+
+        def info(self):
+            return "info"
+
+        def execute_async(self, seq):
+            queued.append(Pending(seq))
+            return queued[-1]
+
+        def close(self):
+            queued.append("closed")
+
+    monkeypatch.setattr(worker_module, "Worker", StandIn)
+    engine_end, worker_end = multiprocessing.Pipe()
+    loop = threading.Thread(target=worker_module.run_worker, args=(worker_end, {}), daemon=True)
+    loop.start()
+    assert engine_end.recv() == ("ready", "info")
+    engine_end.send(1)
+    engine_end.send(2)
+    deadline = time.monotonic() + 30
+    while len(queued) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [p.seq for p in queued] == [1, 2]  # step 2 queued before step 1's tokens are ready
+    queued[1].ready.set()
+    assert not engine_end.poll(0.3)  # step 2's reply waits for step 1's
+    queued[0].ready.set()
+    assert engine_end.recv() == ("ok", ModelRunnerOutput(sampled={"r": (1, None)}))
+    assert engine_end.recv() == ("ok", ModelRunnerOutput(sampled={"r": (2, None)}))
+    engine_end.send(3)
+    while len(queued) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    queued[2].ready.set()
+    kind, trace = engine_end.recv()
+    assert kind == "error" and "device error in step 3" in trace
+    engine_end.send(None)
+    loop.join(30)
+    assert not loop.is_alive() and queued[-1] == "closed"
 
 
 def test_bench_latency_compares_tp_sizes_in_one_run(qwen3_dir, tmp_path):
@@ -119,7 +269,7 @@ def test_workers_start_with_nccl_env_and_exit_cleanly(qwen3_dir, tp2, monkeypatc
 
     monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
     monkeypatch.setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "7")  # the user's value wins
-    llm = tp2(qwen3_dir)
+    llm = tp2(qwen3_dir, async_scheduling=True)  # a reply thread in rank 0's worker must not keep it alive
     procs = llm.engine.executor.procs
     for p in procs:  # in the environment the process started with, not only set later in Python
         env = _proc_environ(p.pid)

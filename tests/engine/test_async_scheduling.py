@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from attnserve import LLM, SamplingParams
-from attnserve.config import ConfigError, build_engine_config
+from attnserve.config import build_engine_config
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.request import PLACEHOLDER_TOKEN, Request
 from attnserve.engine.scheduler import Scheduler
@@ -113,6 +113,17 @@ def test_scheduler_feeds_the_pending_token_as_a_placeholder_and_stops_at_the_len
     assert req.output_token_ids == [9, 8] and req.is_finished
 
 
-def test_async_scheduling_with_tensor_parallelism_is_refused():
-    with pytest.raises(ConfigError, match="async_scheduling true not allowed with tensor_parallel_size 2"):
-        build_engine_config(None, tensor_parallel_size=2, async_scheduling=True)
+@pytest.mark.parametrize("executor", ["mp", "ray"])
+def test_async_scheduling_is_allowed_and_the_gpu_default_with_tensor_parallelism(executor):
+    import torch
+
+    from attnserve.engine.llm_engine import resolve_async_scheduling
+
+    config = build_engine_config(None, tensor_parallel_size=2, distributed_executor_backend=executor,
+                                 async_scheduling=True)
+    assert config.scheduler.async_scheduling is True
+    auto = build_engine_config(None, tensor_parallel_size=2, distributed_executor_backend=executor)
+    assert resolve_async_scheduling(auto, torch.device("cuda", 0)) is True
+    assert resolve_async_scheduling(auto, torch.device("cpu")) is False
+    assert resolve_async_scheduling(build_engine_config(None, tensor_parallel_size=2, async_scheduling=False),
+                                    torch.device("cuda", 0)) is False

@@ -4,7 +4,11 @@ that dies fails the engine's requests with a clear error instead of hanging.
 * the default model (SmolLM2-135M GGUF: 9 query / 3 KV heads, split 6 + 3 / 2 + 1) in float32, TRITON_ATTN and
   FLEX_ATTENTION, eager and with CUDA graphs allowed: 4 chat prompts x 32 greedy tokens, TP=2 == TP=1;
 * a tiny random Qwen3 (4 query / 2 KV heads of 128, untied LM head) in bfloat16: TP=2 vs TP=1;
-* rank 1 killed with SIGKILL mid-generation: WorkerDiedError naming it within 30 s, every request finished.
+* the tiny Qwen3 in float32 with requests of different lengths (rows leave the batch mid-run): TP=2 with async
+  scheduling (the default on GPUs: rank 0 broadcasts the sampled tokens the next step's placeholders need) vs
+  TP=2 synchronous;
+* rank 1 killed with SIGKILL mid-generation (async scheduling): WorkerDiedError naming it within 30 s, every
+  request finished.
 
 Tokens must be identical; the only divergence accepted is at a near tie of TP=1's own choice (top-1 minus
 top-2 logprob below ``TIE``: the sum order of a row-parallel all-reduce differs from one matmul's, a
@@ -82,7 +86,7 @@ def _run(model, prompts, params, **engine) -> tuple[list, dict]:
     llm = LLM(model, kv_cache_memory=KV, max_num_seqs=8, **engine)  # 8: few CUDA-graph batch sizes to capture
     info = llm.engine.info
     facts = {"backend": info.backend_name, "kv_blocks": info.num_blocks, "kv_heads_rank0": info.num_kv_heads,
-             "start_s": round(time.monotonic() - t0, 1)}
+             "async": llm.engine.async_scheduling, "start_s": round(time.monotonic() - t0, 1)}
     try:
         t0 = time.monotonic()
         if isinstance(prompts[0], list) and prompts[0] and isinstance(prompts[0][0], dict):
@@ -109,12 +113,12 @@ def _proc_environ(pid: int) -> dict[str, str]:
     return dict(i.decode(errors="replace").split("=", 1) for i in items if b"=" in i)
 
 
-def _compare(ref_outs, tp_outs, tie: float, label: str) -> list[str]:
+def _compare(ref_outs, tp_outs, tie: float, label: str, what: str = "TP=2 vs TP=1") -> list[str]:
     """Per prompt: TP=2's tokens against TP=1's up to the first difference; a difference must be at a near tie
     of TP=1, and the first step's top logprobs (same context on both) must agree within ``tie``. Prints the
     comparison; returns the failures."""
     failures = []
-    print(f"\n[{label}] TP=2 vs TP=1, {len(ref_outs)} prompts x {len(ref_outs[0].outputs[0].token_ids)} greedy tokens")
+    print(f"\n[{label}] {what}, {len(ref_outs)} prompts x {len(ref_outs[0].outputs[0].token_ids)} greedy tokens")
     for i, (r, t) in enumerate(zip(ref_outs, tp_outs)):
         a, b = r.outputs[0], t.outputs[0]
         k = next((j for j, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), None)
@@ -147,6 +151,7 @@ def test_default_model_float32_tp2_matches_tp1(default_gguf, backend, enforce_ea
     print(f"\n[{label}] TP=1 {f1}\n[{label}] TP=2 {f2}")
     failures = _compare(ref, tp, TIE["float32"], label)  # printed first: the tokens are the main result
     assert f1["backend"] == f2["backend"] == backend
+    assert f1["async"] is f2["async"] is True  # the GPU default, with tensor parallelism too
     assert f2["kv_heads_rank0"] == 2  # 3 KV heads over 2 ranks: 2 + 1
     assert f2["exit_codes"] == [0, 0], "workers did not exit cleanly on shutdown"
     assert f2["worker_env"] == {"NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE", "0"),
@@ -168,12 +173,30 @@ def test_tiny_qwen3_bfloat16_tp2_matches_tp1(tiny_qwen3):
     assert not failures, failures
 
 
+def test_tiny_qwen3_tp2_async_matches_tp2_sync(tiny_qwen3):
+    """Async scheduling feeds each decode's newest token from rank 0's broadcast samples; with requests of
+    different max_tokens, rows leave the batch mid-run (the placeholders are gathered, not copied in order).
+    The same steps run as with synchronous scheduling: the tokens must be the same."""
+    prompts = [list(range(100, 140)), [2, 44, 9000, 13, 77, 1200, 5, 6, 7], [15], [300, 301, 302]]
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, logprobs=2) for n in (24, 7, 16, 3)]
+    engine = dict(dtype="float32", attention_backend="TRITON_ATTN", tensor_parallel_size=2)
+    asynchronous, fa = _run(tiny_qwen3, prompts, params, **engine)
+    sync, fs = _run(tiny_qwen3, prompts, params, async_scheduling=False, **engine)
+    label = "tiny Qwen3 float32 TRITON_ATTN TP=2"
+    print(f"\n[{label}] async {fa}\n[{label}] sync {fs}")
+    assert fa["async"] is True and fs["async"] is False and fa["exit_codes"] == [0, 0]
+    assert [len(o.outputs[0].token_ids) for o in asynchronous] == [24, 7, 16, 3]
+    failures = _compare(sync, asynchronous, TIE["float32"], label, what="TP=2 async vs TP=2 sync")
+    assert not failures, failures
+
+
 def test_dead_worker_fails_requests_within_30s(tiny_qwen3):
     from attnserve.executor.base import WorkerDiedError
 
     llm = LLM(tiny_qwen3, dtype="float32", attention_backend="TRITON_ATTN", tensor_parallel_size=2,
               kv_cache_memory=KV, max_num_seqs=8)  # CUDA graphs where the backend allows: the default path
     engine = llm.engine
+    assert engine.async_scheduling is True  # the default: steps are queued ahead in every worker
     try:
         params = SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True)
         for p in ([5, 6, 7], list(range(100, 164)), [42] * 10):
