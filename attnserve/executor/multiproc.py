@@ -111,19 +111,40 @@ class MultiprocExecutor(Executor):
                 if kind == "error":
                     # a rank's error is often the echo of a peer that died (its collective lost the peer):
                     # give a dead peer a moment to be reaped and name it, the cause, instead
+                    # (a worker that sent an error exits cleanly: not a crash); else the rank that failed first
                     connection.wait([p.sentinel for r, p in enumerate(self.procs) if r != rank], timeout=1.0)
-                    self._check_dead()
-                    self._fail(f"worker rank {rank} (pid {self.procs[rank].pid}) failed; pending requests "
-                               f"failed. Its traceback:\n{payload}")
+                    self._check_dead(crashed_only=True)
+                    self._fail_with_errors({rank: payload})
                 if rank in ranks:
                     got[rank] = payload
             self._check_dead()
         return got
 
-    def _check_dead(self) -> None:
+    def _fail_with_errors(self, errors: dict[int, tuple[float, str]]):
+        """Fail naming the rank whose error (time, traceback) came first, among ``errors`` and any other rank's
+        error already in its pipe, with its traceback."""
+        for rank, c in enumerate(self.conns):
+            try:
+                while rank not in errors and c.poll(0):
+                    kind, payload = c.recv()
+                    if kind == "error":
+                        errors[rank] = payload
+            except (EOFError, OSError):
+                pass
+        first = min(errors, key=lambda r: errors[r][0])
+        others = sorted(r for r in errors if r != first)
+        also = f" (then rank {', '.join(map(str, others))} too)" if others else ""
+        self._fail(f"worker rank {first} (pid {self.procs[first].pid}) failed{also}; pending requests failed. "
+                   f"Its traceback:\n{errors[first][1]}")
+
+    def _check_dead(self, crashed_only: bool = False) -> None:
+        """Fail naming the first dead worker; ``crashed_only``: only one that did not exit cleanly (code 0 is
+        a worker's exit after it sent an error)."""
         for rank, p in enumerate(self.procs):
             if not p.is_alive():
                 p.join(timeout=1)
+                if crashed_only and p.exitcode == 0:
+                    continue
                 self._fail(f"worker rank {rank} (pid {p.pid}) died (exit code {p.exitcode}); pending requests failed")
 
     def _fail(self, message: str):

@@ -15,6 +15,7 @@ import dataclasses
 import os
 import queue
 import threading
+import time
 import traceback
 
 import torch
@@ -87,6 +88,12 @@ class Worker:
             dist.destroy_process_group()
 
 
+def _error() -> tuple[str, tuple[float, str]]:
+    """The message of a failing rank: when (wall clock: the executor names the rank that failed first) and
+    the traceback of the exception being handled."""
+    return "error", (time.time(), traceback.format_exc())
+
+
 class _Replies:
     """Rank 0's replies to the engine, sent in step order by a thread: it waits for each queued step's tokens
     while the worker's loop receives and queues the next steps. ``send`` is shared with that loop (errors)."""
@@ -120,7 +127,7 @@ class _Replies:
                 out = pending.result()
             except BaseException:
                 self.failed = True
-                self.send(("error", traceback.format_exc()))
+                self.send(_error())
                 return
             self.send(("ok", out))
 
@@ -129,13 +136,13 @@ def run_worker(conn, kwargs: dict) -> None:
     """Process entry (``spawn``): build the Worker, then queue steps from ``conn`` until None or EOF.
 
     Replies: ``("ready", RunnerInfo)`` once from every rank; per step ``("ok", output)`` from rank 0 only, in
-    step order (its reply thread); ``("error", traceback)`` from any rank that fails (it then exits).
+    step order (its reply thread); ``("error", (time, traceback))`` from any rank that fails (it then exits).
     """
     try:
         worker = Worker(**kwargs)
         conn.send(("ready", worker.info()))
     except BaseException:
-        conn.send(("error", traceback.format_exc()))
+        conn.send(_error())
         return
     replies = _Replies(conn)
     try:
@@ -150,7 +157,7 @@ def run_worker(conn, kwargs: dict) -> None:
             if worker.rank == 0:
                 replies.put(pending)
     except BaseException:
-        replies.send(("error", traceback.format_exc()))
+        replies.send(_error())
     finally:
         replies.close()
         worker.close()

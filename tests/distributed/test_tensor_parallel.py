@@ -6,6 +6,7 @@ before the last one's tokens are ready and replies in step order."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -235,11 +236,35 @@ def test_worker_queues_the_next_step_before_the_last_ones_tokens_are_ready(monke
     while len(queued) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
     queued[2].ready.set()
-    kind, trace = engine_end.recv()
-    assert kind == "error" and "device error in step 3" in trace
+    kind, (when, trace) = engine_end.recv()
+    assert kind == "error" and "device error in step 3" in trace and abs(time.time() - when) < 60
     engine_end.send(None)
     loop.join(30)
     assert not loop.is_alive() and queued[-1] == "closed"
+
+
+def test_a_worker_that_raises_fails_the_step_with_its_traceback(qwen3_dir, tp2):
+    """Both ranks raise on a step naming a request they never saw (async scheduling on): the step fails with
+    the first failing rank's traceback, not as a clean exit of a dead worker; no worker is left running."""
+    from attnserve.engine.request import PLACEHOLDER_TOKEN
+    from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
+
+    llm = tp2(qwen3_dir, async_scheduling=True)
+    assert len(tokens(llm, PROMPTS[:1])[0]) == GREEDY.max_tokens  # the ranks hold a last sample now
+    ghost = ScheduledRequest("ghost", [PLACEHOLDER_TOKEN], 3, [1], SamplingParams(temperature=0.0), True)
+    executor = llm.engine.executor
+    t0 = time.monotonic()
+    with pytest.raises(WorkerDiedError) as e:
+        executor.execute_async(SchedulerOutput(requests=[ghost])).result()
+    assert time.monotonic() - t0 < 10
+    assert re.match(r"worker rank [01] \(pid \d+\) failed( \(then rank [01] too\))?; pending requests failed\. "
+                    r"Its traceback:\n", str(e.value)), str(e.value)
+    assert "KeyError: 'ghost'" in str(e.value)
+    for p in executor.procs:
+        p.join(timeout=10)
+    assert not any(p.is_alive() for p in executor.procs)
+    with pytest.raises(WorkerDiedError, match="worker rank [01] .* failed"):  # later calls fail the same way
+        llm.generate(PROMPTS[0], GREEDY)
 
 
 def test_bench_latency_compares_tp_sizes_in_one_run(qwen3_dir, tmp_path):
