@@ -12,6 +12,7 @@ collective with the dead one.
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from multiprocessing import connection
 from multiprocessing.reduction import ForkingPickler
@@ -188,6 +189,9 @@ def check_gpu_count(device: str, n: int) -> None:
                          + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""))
 
 
+GRACEFUL_EXIT_S = 30.0  # how long shutdown waits for workers to exit on their own before killing them
+
+
 def _stop(procs, conns, graceful: bool = True) -> None:
     """Ask live workers to exit (graceful), then kill whatever is left. Only our own children."""
     if graceful:
@@ -197,8 +201,12 @@ def _stop(procs, conns, graceful: bool = True) -> None:
                     c.send(None)
                 except (BrokenPipeError, ConnectionResetError, OSError):
                     pass
+        # one deadline for all: a rank may need seconds to free its graphs, destroy its NCCL communicators
+        # and stop torch.compile's worker pool (on 2 x H200 a FLEX_ATTENTION rank 0 took over 5 s and was
+        # killed, exit code -9)
+        deadline = time.monotonic() + GRACEFUL_EXIT_S
         for p in procs:
-            p.join(timeout=5)
+            p.join(timeout=max(0.1, deadline - time.monotonic()))
     for p in procs:
         if p.is_alive():
             p.kill()

@@ -29,7 +29,6 @@ job_tests() {  # GPU 1: correctness (async scheduling per backend, FlashInfer's 
   export CUDA_VISIBLE_DEVICES=1
   t() { timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider --tb=short "$@"; }
   t tests/gpu/test_async_scheduling_gpu.py tests/model_executor/test_sampler.py
-  timeout "$(left)" python3 -m tests.gpu.bench_flashinfer_plan --json "$RES/fi_plan.json" 2>&1 | tail -20
 }
 
 job_models() {  # GPU 1: every architecture on FlashInfer (issue 5), FlashInfer graph replays
@@ -52,9 +51,7 @@ job_bench() {  # GPU 0: speed (issue 8)
   bench lat_qwen_fa3 latency --model $QWEN $DUMMY --attention-backend FLASH_ATTN $LAT
   bench lat_qwen_fa3_sync latency --model $QWEN $DUMMY --attention-backend FLASH_ATTN $LAT --no-async-scheduling
   bench lat_qwen_fa3_skinny latency --model $QWEN $DUMMY --attention-backend FLASH_ATTN $LAT --use-skinny-gemm
-  bench lat_qwen_fi_skinny latency --model $QWEN $DUMMY --attention-backend FLASHINFER $LAT --use-skinny-gemm
   bench lat_llama_fa3_skinny latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN $LAT --use-skinny-gemm
-  bench lat_llama_fi_skinny latency --model $LLAMA $DUMMY --attention-backend FLASHINFER $LAT --use-skinny-gemm
 }
 
 job_bench2() {  # GPU 0: throughput, FlashInfer on Llama
