@@ -7,6 +7,8 @@
 # Jobs: tests   GPU correctness on GPU 1 (async scheduling, CUDA graphs, sampler, GEMV, models x FlashInfer)
 #       bench   speed on GPU 0 (GEMV sweep; latency of the Qwen3-0.6B and Llama-3.1-8B shapes)
 #       models  every architecture on FLASHINFER (GPU 1)     fiwarm  compile FlashInfer's Qwen3/Llama kernels (GPU 0)
+#       next    what session 3 left unrun (FLASHINFER x OPT post-LN alone, FlashInfer + async latency,
+#               throughput with async, then `tp`): run it first next time
 #       bench2  throughput of the Qwen3-0.6B shape, FlashInfer latency of the Llama-3.1-8B shape (GPU 0)
 #       attn    `bench attention` on GPU 0
 #       tp      tensor parallelism on both GPUs (TP=2 vs TP=1 tests, Llama-3.1-8B TP latency)
@@ -62,6 +64,20 @@ job_bench2() {  # GPU 0: throughput, FlashInfer on Llama
   bench lat_llama_fi latency --model $LLAMA $DUMMY --attention-backend FLASHINFER $LAT
 }
 
+job_next() {  # what session 3 left unrun: ~450 s with g1 g2 fa3 fi staged (GPU 1 tests beside GPU 0 benches)
+  (export CUDA_VISIBLE_DEVICES=1
+   timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider --tb=long -rf tests/gpu/test_models_gpu.py \
+     -k "FLASHINFER and opt_post_ln") > "$OUT/next_models.log" 2>&1 &
+  export CUDA_VISIBLE_DEVICES=0
+  bench lat_qwen_fi_skinny latency --model $QWEN $DUMMY --attention-backend FLASHINFER $LAT --use-skinny-gemm
+  bench lat_llama_fi_skinny latency --model $LLAMA $DUMMY --attention-backend FLASHINFER $LAT --use-skinny-gemm
+  bench thr_qwen_fa3 throughput --model $QWEN $DUMMY --attention-backend FLASH_ATTN --num-prompts 256 \
+    --input-len 562 --output-len 562 --range-ratio 0.822 --max-num-seqs 256 --max-num-batched-tokens 16384 \
+    --max-model-len 2304
+  wait
+  job_tp
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
@@ -85,6 +101,7 @@ for j in "$@"; do
     bench2) job_bench2 > "$OUT/bench2.log" 2>&1 & pids+=($!) ;;
     attn) wait "${pids[@]}" 2>/dev/null; pids=(); job_attn > "$OUT/attn.log" 2>&1 ;;
     tp) wait "${pids[@]}" 2>/dev/null; pids=(); job_tp > "$OUT/tp.log" 2>&1 ;;
+    next) wait "${pids[@]}" 2>/dev/null; pids=(); job_next > "$OUT/next.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;
   esac
 done
