@@ -20,7 +20,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 OUT=${OUT:-/tmp/out}; RES=/tmp/res; mkdir -p "$OUT" "$RES"
 LIMIT=${LIMIT:-560}
 START=$(date +%s)
-left() { echo $(( LIMIT - ($(date +%s) - START) )); }
+left() { local l=$(( LIMIT - ($(date +%s) - START) )); echo $(( l > 1 ? l : 1 )); }  # never <= 0 (timeout reads "-5" as an option)
 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader
 
 QWEN=benchmarks/shapes/qwen3-0.6b
