@@ -32,3 +32,19 @@ def hf_greedy(model, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[i
         past = out.past_key_values
         next_id = int(out.logits[0, -1].argmax())
     return tokens, first_logits
+
+
+def abort_second_while_in_flight(engine, keep_prompt: list[int], drop_prompt: list[int], params) -> dict:
+    """Queue two requests, step twice (async scheduling: a step is then in flight), abort the second, run
+    to the end; returns the finished outputs by request id (only the first's when the abort worked)."""
+    keep = engine.add_request(keep_prompt, params)
+    drop = engine.add_request(drop_prompt, params)
+    engine.step()
+    engine.step()
+    assert engine._in_flight is not None
+    engine.abort_request(drop)
+    final = {}
+    while engine.has_unfinished_requests():
+        final.update({o.request_id: o for o in engine.step() if o.finished})
+    assert list(final) == [keep]
+    return final

@@ -14,6 +14,7 @@ import pytest
 
 from attnserve import LLM, SamplingParams
 from attnserve.executor.base import WorkerDiedError
+from tests.helpers import abort_second_while_in_flight
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], list(range(100, 137)), [42]]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
@@ -108,18 +109,8 @@ def test_tp2_async_stop_rules_logprobs_and_seeded_sampling_match_sync(qwen3_tp2_
 
 
 def test_tp2_async_abort_while_a_step_is_in_flight(qwen3_tp2_pair, qwen3_tp1_tokens):
-    engine = qwen3_tp2_pair[1].engine
-    keep = engine.add_request(PROMPTS[0], GREEDY)
-    drop = engine.add_request(PROMPTS[1], GREEDY)
-    engine.step()
-    engine.step()
-    assert engine._in_flight is not None
-    engine.abort_request(drop)
-    final = {}
-    while engine.has_unfinished_requests():
-        final.update({o.request_id: o for o in engine.step() if o.finished})
-    assert list(final) == [keep]
-    assert final[keep].outputs[0].token_ids == qwen3_tp1_tokens[0]
+    final = abort_second_while_in_flight(qwen3_tp2_pair[1].engine, PROMPTS[0], PROMPTS[1], GREEDY)
+    assert [o.outputs[0].token_ids for o in final.values()] == [qwen3_tp1_tokens[0]]
     assert _all_blocks_free(qwen3_tp2_pair[1])
 
 

@@ -11,6 +11,7 @@ from attnserve.config import build_engine_config
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.request import PLACEHOLDER_TOKEN, Request
 from attnserve.engine.scheduler import Scheduler
+from tests.helpers import abort_second_while_in_flight
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], list(range(100, 137)), [42], list(range(300, 318))]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
@@ -100,17 +101,9 @@ def test_preemption_and_chunked_prefill_equal(llama_dir):
 def test_abort_while_a_step_is_in_flight(pair):
     sync, asynchronous = pair
     engine = asynchronous.engine
-    keep = engine.add_request(PROMPTS[0], GREEDY)
-    drop = engine.add_request(PROMPTS[1], GREEDY)
-    engine.step()
-    engine.step()
-    assert engine._in_flight is not None
-    engine.abort_request(drop)
-    final = {}
-    while engine.has_unfinished_requests():
-        final.update({o.request_id: o for o in engine.step() if o.finished})
-    assert list(final) == [keep]
-    assert final[keep].outputs[0].token_ids == sync.generate([PROMPTS[0]], GREEDY)[0].outputs[0].token_ids
+    final = abort_second_while_in_flight(engine, PROMPTS[0], PROMPTS[1], GREEDY)
+    assert [o.outputs[0].token_ids for o in final.values()] == \
+        [sync.generate([PROMPTS[0]], GREEDY)[0].outputs[0].token_ids]
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
 
 
