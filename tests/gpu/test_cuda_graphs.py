@@ -45,6 +45,18 @@ def _installed(backend: str, cfg: dict) -> bool:
     return _has(get_backend_class(lookup_backend(backend)).required_package)
 
 
+def prefill_then_decode_step(llm: LLM) -> SchedulerOutput:
+    """Prefill each of PROMPTS in its own eager step (4 blocks each, no scheduler), then return one decode
+    step of all three (token 42 + i), to be run as a graph replay or eagerly."""
+    runner = llm.engine.runner
+    prompts = [llm.tokenizer.encode(p) for p in PROMPTS]
+    tables = [[10 * i + j for j in range(4)] for i in range(len(prompts))]
+    for i, p in enumerate(prompts):
+        runner.compute_logits(SchedulerOutput([ScheduledRequest(f"r{i}", p, 0, tables[i], GREEDY, True)]))
+    return SchedulerOutput([ScheduledRequest(f"r{i}", [42 + i], len(p), tables[i], GREEDY, True)
+                            for i, p in enumerate(prompts)])
+
+
 @pytest.fixture(scope="module")
 def default_gguf():
     from attnserve.model_executor.loader import resolve_model_source
@@ -61,13 +73,8 @@ def test_decode_graph_matches_eager(label, backend, cfg, dtype, tol, default_ggu
     runner = llm.engine.runner
     assert runner.cuda_graphs is not None, f"{label}: no CUDA graphs captured"
     assert runner.cuda_graphs.sizes == [1, 2, 4, 8, 16, 32, 48, 64]
-    prompts = [llm.tokenizer.encode(p) for p in PROMPTS]
     # prefill each prompt (eager), then one decode step of all three: graph replay vs eager
-    tables = [[10 * i + j for j in range(4)] for i in range(len(prompts))]
-    for i, p in enumerate(prompts):
-        runner.compute_logits(SchedulerOutput([ScheduledRequest(f"r{i}", p, 0, tables[i], GREEDY, True)]))
-    step = SchedulerOutput([ScheduledRequest(f"r{i}", [42 + i], len(p), tables[i], GREEDY, True)
-                            for i, p in enumerate(prompts)])
+    step = prefill_then_decode_step(llm)
     before = runner.cuda_graphs.replays
     graph_logits = runner.compute_logits(step).float().cpu()
     assert runner.cuda_graphs.replays == before + 1

@@ -13,21 +13,11 @@ import pytest
 import torch
 
 from attnserve import LLM, SamplingParams
-from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
 from attnserve.layers import gemv_plan
 from attnserve.layers.gemv_plan import gemv_layers
+from tests.gpu.test_cuda_graphs import PROMPTS, default_gguf, prefill_then_decode_step  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.gpu
-
-GREEDY = SamplingParams(temperature=0.0, max_tokens=1)
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,"]
-
-
-@pytest.fixture(scope="module")
-def default_gguf():
-    from attnserve.model_executor.loader import resolve_model_source
-
-    return resolve_model_source(None).path
 
 
 def _llm(path: str) -> LLM:
@@ -57,12 +47,7 @@ def test_decode_graph_with_triton_gemvs_matches_cublas(default_gguf, monkeypatch
     runner = llm.engine.runner
     layers = [m for m, _ in gemv_layers(runner.model)]
     assert all(m.gemv is not None and all(f is not None for f in m.gemv[1:]) for m in layers)
-    prompts = [llm.tokenizer.encode(p) for p in PROMPTS]
-    tables = [[10 * i + j for j in range(4)] for i in range(len(prompts))]
-    for i, p in enumerate(prompts):
-        runner.compute_logits(SchedulerOutput([ScheduledRequest(f"r{i}", p, 0, tables[i], GREEDY, True)]))
-    step = SchedulerOutput([ScheduledRequest(f"r{i}", [42 + i], len(p), tables[i], GREEDY, True)
-                            for i, p in enumerate(prompts)])
+    step = prefill_then_decode_step(llm)
     before = runner.cuda_graphs.replays
     triton_logits = runner.compute_logits(step).float().cpu()  # 3 rows: the 4-bucket graph, a 3-row LM head
     assert runner.cuda_graphs.replays == before + 1
