@@ -12,6 +12,7 @@ A dead or failed worker makes ``execute`` raise WorkerDiedError (and every later
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +49,21 @@ class RunnerInfo:
         return cls(runner.backend.name, runner.device, runner.dtype, runner.num_blocks, runner.num_layers,
                    runner.num_kv_heads, runner.head_size, runner.kv_dtype, decode_weight_bytes(runner.model),
                    runner.tp.size)
+
+
+class StepReply:
+    """One step sent to worker processes or actors; ``result()`` fetches rank 0's reply to it (its sampled
+    tokens) once, through ``fetch(seq)``. Replies are read in step order."""
+
+    def __init__(self, fetch: Callable[[int], ModelRunnerOutput], seq: int) -> None:
+        self._fetch = fetch
+        self.seq = seq
+        self._out: ModelRunnerOutput | None = None
+
+    def result(self) -> ModelRunnerOutput:
+        if self._out is None:
+            self._out = self._fetch(self.seq)
+        return self._out
 
 
 class Executor(ABC):

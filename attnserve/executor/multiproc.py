@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 
 from attnserve.config.engine import EngineConfig
 from attnserve.engine.scheduler import SchedulerOutput
-from attnserve.executor.base import Executor, RunnerInfo, WorkerDiedError
+from attnserve.executor.base import Executor, RunnerInfo, StepReply, WorkerDiedError
 from attnserve.executor.env import environ, free_port, worker_env
 from attnserve.executor.worker import run_worker
 from attnserve.model_executor.loader import ModelSource
@@ -66,7 +66,7 @@ class MultiprocExecutor(Executor):
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         return self.execute_async(sched).result()
 
-    def execute_async(self, sched: SchedulerOutput) -> "StepReply":
+    def execute_async(self, sched: SchedulerOutput) -> StepReply:
         """Send the step to every rank (each queues it) and return without waiting for its tokens."""
         if self.failed:
             raise WorkerDiedError(self.failed)
@@ -80,7 +80,7 @@ class MultiprocExecutor(Executor):
                 self._check_dead()
                 self._fail(f"worker rank {rank} (pid {self.procs[rank].pid}) is unreachable")
         self._sent += 1
-        return StepReply(self, self._sent)
+        return StepReply(self._reply, self._sent)
 
     def _reply(self, seq: int) -> ModelRunnerOutput:
         """Rank 0's reply to step ``seq``; replies of earlier steps nobody asked for are dropped."""
@@ -155,20 +155,6 @@ class MultiprocExecutor(Executor):
 
     def shutdown(self) -> None:
         self._finalizer()
-
-
-class StepReply:
-    """One sent step; ``result()`` waits for rank 0's reply to it (its sampled tokens). Read in step order."""
-
-    def __init__(self, executor: MultiprocExecutor, seq: int) -> None:
-        self._executor = executor
-        self.seq = seq
-        self._out: ModelRunnerOutput | None = None
-
-    def result(self) -> ModelRunnerOutput:
-        if self._out is None:
-            self._out = self._executor._reply(self.seq)
-        return self._out
 
 
 def check_gpu_count(device: str, n: int) -> None:

@@ -18,7 +18,7 @@ import os
 
 from attnserve.config.engine import EngineConfig
 from attnserve.engine.scheduler import SchedulerOutput
-from attnserve.executor.base import Executor, WorkerDiedError
+from attnserve.executor.base import Executor, StepReply, WorkerDiedError
 from attnserve.executor.env import free_port, worker_env
 from attnserve.executor.worker import Worker
 from attnserve.model_executor.loader import ModelSource
@@ -75,7 +75,7 @@ class RayExecutor(Executor):
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         return self.execute_async(sched).result()
 
-    def execute_async(self, sched: SchedulerOutput) -> "RayStepReply":
+    def execute_async(self, sched: SchedulerOutput) -> StepReply:
         """Queue the step on every rank; returns without waiting for it."""
         if self.failed:
             raise WorkerDiedError(self.failed)
@@ -83,7 +83,7 @@ class RayExecutor(Executor):
         ref = self.ray.put(sched)  # serialized once for all ranks
         for rank, w in enumerate(self.workers):
             self._unchecked[w.queue_step.remote(ref, self._seq)] = rank
-        return RayStepReply(self, self._seq)
+        return StepReply(self._take, self._seq)
 
     def _take(self, seq: int) -> ModelRunnerOutput:
         """Rank 0's tokens of step ``seq``, watching every rank's queued steps for a failure meanwhile."""
@@ -130,17 +130,3 @@ class RayExecutor(Executor):
             for w in getattr(self, "workers", []):
                 self.ray.kill(w)
         self.workers = []
-
-
-class RayStepReply:
-    """One queued step; ``result()`` waits for its tokens from rank 0's actor. Read in step order."""
-
-    def __init__(self, executor: RayExecutor, seq: int) -> None:
-        self._executor = executor
-        self.seq = seq
-        self._out: ModelRunnerOutput | None = None
-
-    def result(self) -> ModelRunnerOutput:
-        if self._out is None:
-            self._out = self._executor._take(self.seq)
-        return self._out
