@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def save_tiny_model(config, path, seed: int = 0) -> None:
@@ -48,3 +55,14 @@ def abort_second_while_in_flight(engine, keep_prompt: list[int], drop_prompt: li
         final.update({o.request_id: o for o in engine.step() if o.finished})
     assert list(final) == [keep]
     return final
+
+
+def run_cases_in_triton_interpreter(module: str, cases: dict, folder: Path) -> dict:
+    """``python -m module in.pt out.pt`` under ``TRITON_INTERPRET=1`` (a subprocess: the interpreter mode is
+    fixed when Triton's kernels are decorated); the cases go in and their results come back through ``folder``."""
+    torch.save(cases, folder / "in.pt")
+    proc = subprocess.run([sys.executable, "-m", module, str(folder / "in.pt"), str(folder / "out.pt")],
+                          cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return torch.load(folder / "out.pt")

@@ -11,7 +11,6 @@ ones within 1e-6 of the tensor's largest magnitude.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 import torch
 
 from attnserve.layers import fused_ops
+from tests.helpers import run_cases_in_triton_interpreter
 from tests.layers.fused_cases import DTYPES, TORCH_OPS, make_cases, qk_views, run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,13 +66,7 @@ def assert_case(name: str, case: dict, got, want) -> None:
 def interpreted(tmp_path_factory) -> dict:
     """Every case's Triton result, run in one subprocess under the Triton interpreter."""
     pytest.importorskip("triton")
-    folder = tmp_path_factory.mktemp("fused_ops")
-    torch.save(CASES, folder / "in.pt")
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.layers.fused_cases", str(folder / "in.pt"), str(folder / "out.pt")],
-        cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return torch.load(folder / "out.pt")
+    return run_cases_in_triton_interpreter("tests.layers.fused_cases", CASES, tmp_path_factory.mktemp("fused_ops"))
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -10,18 +10,13 @@ near zero. float32 outputs: within 1e-5 of the largest magnitude.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.helpers import run_cases_in_triton_interpreter
 from tests.layers.gemv_cases import make_cases, run
 
-ROOT = Path(__file__).resolve().parents[2]
 CASES = make_cases()
 
 
@@ -52,13 +47,7 @@ def assert_case(name: str, case: dict, got: torch.Tensor) -> None:
 def interpreted(tmp_path_factory) -> dict:
     """Every case's result, run in one subprocess under the Triton interpreter."""
     pytest.importorskip("triton")
-    folder = tmp_path_factory.mktemp("gemv")
-    torch.save(CASES, folder / "in.pt")
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.layers.gemv_cases", str(folder / "in.pt"), str(folder / "out.pt")],
-        cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return torch.load(folder / "out.pt")
+    return run_cases_in_triton_interpreter("tests.layers.gemv_cases", CASES, tmp_path_factory.mktemp("gemv"))
 
 
 @pytest.mark.parametrize("name", list(CASES))
