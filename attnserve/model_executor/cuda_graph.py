@@ -53,6 +53,10 @@ class _Graph:
 class CudaGraphRunner:
     """Captures ``forward(input_ids, positions, batch) -> hidden (T, H)`` for decode batch-size buckets.
 
+    ``H`` and the dtype of the graphs' output buffer are those of the forward's own output in the first
+    warm-up run: the LM head's input width, which is not always the hidden size (OPT-350m projects 1024 down
+    to 512 before it).
+
     ``forward`` is the model's forward pass (every rank of a tensor-parallel group captures the same buckets
     in the same order, so the collectives inside the graphs meet). ``null_block`` is a KV-cache block id no
     request uses; ``max_blocks`` the block-table width (``ceil(max_model_len / block_size)``).
@@ -60,9 +64,8 @@ class CudaGraphRunner:
 
     def __init__(
         self, forward: Callable[[torch.Tensor, torch.Tensor, ForwardBatch], torch.Tensor],
-        builder: AttentionMetadataBuilder, kv_caches: list[torch.Tensor], *, sizes: list[int], hidden_size: int,
-        dtype: torch.dtype, device: torch.device, block_size: int, max_blocks: int, null_block: int,
-        max_model_len: int,
+        builder: AttentionMetadataBuilder, kv_caches: list[torch.Tensor], *, sizes: list[int],
+        device: torch.device, block_size: int, max_blocks: int, null_block: int, max_model_len: int,
     ) -> None:
         self.forward = forward
         self.builder = builder
@@ -80,7 +83,7 @@ class CudaGraphRunner:
         self.seq_lens = torch.ones(n, dtype=torch.int32, device=dev)
         self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=dev)
         self.block_table = torch.full((n, max_blocks), null_block, dtype=torch.int32, device=dev)
-        self.hidden = torch.zeros(n, hidden_size, dtype=dtype, device=dev)
+        self.hidden: torch.Tensor | None = None  # (max_size, H): allocated by the first warm-up run
         self.graphs: dict[int, _Graph] = {}
         self.capture_seconds = 0.0
         self.replays = 0  # decode steps run as a graph replay so far
@@ -126,7 +129,10 @@ class CudaGraphRunner:
 
             def step(bs=bs, metadata=metadata, batch=batch) -> None:
                 self.builder.cudagraph_prologue(metadata)
-                self.hidden[:bs] = self.forward(self.input_ids[:bs], self.positions[:bs], batch)
+                out = self.forward(self.input_ids[:bs], self.positions[:bs], batch)
+                if self.hidden is None:  # the largest bucket's first warm-up run, outside any capture
+                    self.hidden = out.new_zeros(self.max_size, out.shape[-1])
+                self.hidden[:bs] = out
 
             for _ in range(2):  # compiles Triton kernels and sets up cuBLAS outside the capture
                 step()

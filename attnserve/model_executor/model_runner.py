@@ -184,8 +184,7 @@ class ModelRunner:
         max_model_len = max_model_len_of(self.config.model, self.hf_config)
         self.cuda_graphs = CudaGraphRunner(
             self.model, self.builder, self.kv_caches,
-            sizes=capture_sizes(self.config.scheduler.max_num_seqs), hidden_size=self.dims.hidden_size,
-            dtype=self.dtype, device=self.device, block_size=self.block_size,
+            sizes=capture_sizes(self.config.scheduler.max_num_seqs), device=self.device, block_size=self.block_size,
             max_blocks=-(-max_model_len // self.block_size), null_block=self.num_blocks,
             max_model_len=max_model_len,
         )

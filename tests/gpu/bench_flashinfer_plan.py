@@ -160,7 +160,7 @@ def main() -> None:
     builders = {"before": LegacyBuilder(spec, dev, dtype), "after": FlashInferMetadataBuilder(spec, dev, dtype)}
     runners = {}
     for name, b in builders.items():
-        r = CudaGraphRunner(forward, b, [cache], sizes=sizes, hidden_size=HQ * D, dtype=dtype, device=dev,
+        r = CudaGraphRunner(forward, b, [cache], sizes=sizes, device=dev,
                             block_size=PAGE, max_blocks=max_blocks, null_block=null, max_model_len=max_model_len)
         r.capture()
         runners[name] = r

@@ -148,7 +148,7 @@ def test_flashinfer_graph_replays_match_reference(hq, hkv, d, page, window):
         impl.forward(q[:n], k[:n], v[:n], cache, batch.attn_metadata)
         return impl.forward(q[:n], k[:n], v[:n], cache, batch.attn_metadata).view(n, -1)
 
-    runner = CudaGraphRunner(forward, builder, [cache], sizes=sizes, hidden_size=hq * d, dtype=dtype, device=dev,
+    runner = CudaGraphRunner(forward, builder, [cache], sizes=sizes, device=dev,
                              block_size=page, max_blocks=max_blocks, null_block=num_blocks, max_model_len=max_model_len)
     runner.capture()
     modes = {bs: g.metadata.graph.replan for bs, g in runner.graphs.items()}
