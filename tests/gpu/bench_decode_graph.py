@@ -35,8 +35,8 @@ def qwen3_0_6b_dir(tokenizer_dir: str | None = None) -> str:
     return path
 
 
-def profile_kernels(fn) -> tuple[int, float, dict[str, tuple[int, float]]]:
-    """Kernels one call of ``fn`` launches, their GPU time (ms), and the top kernel names ->
+def profile_kernels(fn, top: int = 12) -> tuple[int, float, dict[str, tuple[int, float]]]:
+    """Kernels one call of ``fn`` launches, their GPU time (ms), and the ``top`` kernel names by GPU time ->
     (launches, GPU microseconds)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -48,8 +48,8 @@ def profile_kernels(fn) -> tuple[int, float, dict[str, tuple[int, float]]]:
     for e in kernels:
         n, us = by_name.get(e.name[:90], (0, 0.0))
         by_name[e.name[:90]] = (n + 1, us + e.device_time)
-    top = dict(sorted(by_name.items(), key=lambda kv: -kv[1][1])[:12])
-    return len(kernels), sum(e.device_time for e in kernels) / 1000, top
+    best = dict(sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top])
+    return len(kernels), sum(e.device_time for e in kernels) / 1000, best
 
 
 def time_graph(fn, iters: int = 200) -> float:  # ms per replay

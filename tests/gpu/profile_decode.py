@@ -1,0 +1,92 @@
+"""Where a decode step's time goes: the kernels of one forward pass of a model shape (random weights) at a batch
+size and context, their GPU time, and the same forward captured in a CUDA graph (the gap between the two is
+launch latency and idle time between kernels).
+
+``python -m tests.gpu.profile_decode [--model benchmarks/shapes/llama-3.1-8b] [--backend FLASHINFER]
+[--batch-size 1] [--context 1024] [--use-skinny-gemm] [--json OUT]`` on a GPU. The kernels are those of the
+engine's own layers (``LLM(..., load_format="dummy")``); each request's KV blocks are its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+import torch
+
+from tests.gpu.bench_decode_graph import profile_kernels, time_graph
+
+# kernel-name patterns -> category (first match wins); the rest are "other"
+CATEGORIES = [("matmul", r"gemm|gemv|nvjet|cutlass|xmma|sm90_|_mm_|matmul"),
+              ("attention", r"attention|flash|decode|prefill|fwd_kernel|splitkv|combine|merge"),
+              ("norm", r"norm"), ("rope", r"rope|rotary"), ("kv_write", r"cache|reshape_and")]
+
+
+def categorize(top: dict[str, tuple[int, float]]) -> dict[str, dict[str, float]]:
+    """Launches and GPU microseconds per category of kernel name."""
+    out: dict[str, dict[str, float]] = {}
+    for name, (n, us) in top.items():
+        cat = next((c for c, pat in CATEGORIES if re.search(pat, name, re.I)), "other")
+        row = out.setdefault(cat, {"launches": 0, "gpu_us": 0.0})
+        row["launches"] += n
+        row["gpu_us"] += us
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="benchmarks/shapes/qwen3-0.6b")
+    ap.add_argument("--backend", default="FLASH_ATTN")
+    ap.add_argument("--batch-size", type=int, default=1)
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--use-skinny-gemm", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+
+    from attnserve import LLM, SamplingParams
+    from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
+
+    bs, ctx, block = args.batch_size, args.context, 16
+    llm = LLM(args.model, load_format="dummy", dtype="bfloat16", attention_backend=args.backend, block_size=block,
+              max_model_len=ctx + 16, max_num_seqs=max(bs, 8), use_skinny_gemm=args.use_skinny_gemm,
+              enforce_eager=True)
+    runner = llm.engine.runner
+    per_req = -(-ctx // block)
+    reqs = [ScheduledRequest(f"r{i}", [11 + i], ctx - 1, list(range(i * per_req, (i + 1) * per_req)),
+                             SamplingParams(max_tokens=1), True) for i in range(bs)]
+    assert bs * per_req <= runner.num_blocks, (bs * per_req, runner.num_blocks)
+    batch = runner.prepare(SchedulerOutput(requests=reqs))
+    model = runner.model
+
+    def forward():
+        return model(batch.input_ids, batch.positions, batch)
+
+    def step():
+        return model.compute_logits(forward()[batch.logits_indices])
+
+    with torch.inference_mode():
+        step()
+        num, gpu_ms, by_name = profile_kernels(step, top=60)
+        try:  # the eager metadata of some backends (FLASHINFER's planned wrapper) cannot be captured as is
+            graph_ms = time_graph(step)
+        except RuntimeError as e:
+            graph_ms, graph_error = float("nan"), str(e).splitlines()[0]
+        else:
+            graph_error = None
+    layers = runner.dims.num_layers
+    result = {"model": args.model, "backend": runner.backend.name, "batch_size": bs, "context": ctx,
+              "skinny_gemm": args.use_skinny_gemm, "gpu": torch.cuda.get_device_name(),
+              "kernels_per_step": num, "kernels_per_layer": round(num / layers, 2), "kernel_time_ms": gpu_ms,
+              "graph_step_ms": graph_ms, "graph_error": graph_error, "gap_ms": graph_ms - gpu_ms, "by_category": categorize(by_name),
+              "kernels_us": by_name}
+    print(json.dumps({k: v for k, v in result.items() if k != "kernels_us"}, indent=1))
+    for name, (n, us) in list(by_name.items())[:25]:
+        print(f"{n:5d} x {us / n:8.2f} us = {us:9.1f} us  {name}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
