@@ -12,9 +12,7 @@ the prefill wrapper's query is quantized to fp8 too unless ``disable_flashinfer_
 Planning never synchronises with the device: plan() gets its host arrays (``indptr``, ``last_page_len``,
 ``seq_lens``) in pinned memory and the page ids as a device tensor built by a kernel from the device block
 table (FlashInfer copies a host page-id tensor with a *blocking* copy, a full stream synchronisation). CUDA
-graphs (pure decode): one ``use_cuda_graph`` wrapper per batch size whose graph rebuilds the page arrays
-itself (``cudagraph_prologue``); replays re-plan only where the split-KV schedule depends on the context
-lengths (see ``FlashInferMetadataBuilder.build_for_cudagraph_capture``).
+graphs (pure decode): see :mod:`attnserve.attention.backends.flashinfer_graphs`.
 
 Limits (FlashInfer docs and the kernels' dispatch tables, as vLLM declares them):
 * GPUs: SM75 (Turing) through Blackwell: compute capability 7.5 to 12.1.
@@ -28,9 +26,8 @@ Limits (FlashInfer docs and the kernels' dispatch tables, as vLLM declares them)
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -45,9 +42,11 @@ from attnserve.attention.backend import (
 )
 from attnserve.attention.ops.kv_write import kv_views, write_kv
 from attnserve.attention.ops.paged_kv_indices import device_pages, host_pages
+from attnserve.attention.ops.pinned_ring import PinnedRing
 from attnserve.attention.capabilities import BackendCapabilities
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:  # flashinfer_graphs imports this module: the planner itself is imported in the builder
+    from attnserve.attention.backends.flashinfer_graphs import FlashInferGraph
 
 
 def _trtllm_applies(platform, attention_config) -> bool:
@@ -152,30 +151,6 @@ class FlashInferCall:
 
 
 @dataclass
-class FlashInferGraph:
-    """The decode wrapper of one captured batch size and what its replays need.
-
-    ``replan`` says how a replay refreshes the wrapper's host-planned schedule: ``"none"`` (the schedule
-    does not depend on the context lengths: planned once at capture with split-KV off), ``"fast"`` (the
-    tensor-core kernel's C++ planner called directly, no Python plan()) or ``"plan"`` (FlashInfer's
-    ``plan()``: the CUDA-core decode kernel, or a kernel other than fa2). The page arrays themselves are
-    rebuilt inside the graph (``cudagraph_prologue``) from the runner's static ``seq_lens``/``block_table``.
-    """
-
-    wrapper: Any
-    batch_size: int
-    block_size: int
-    seq_lens: torch.Tensor  # the runner's static (bs,) buffer
-    block_table: torch.Tensor  # the runner's static (bs, W) buffer
-    indptr: torch.Tensor  # (bs + 1,) the wrapper's buffers, written by the prologue
-    last_page_len: torch.Tensor  # (bs,)
-    indices: torch.Tensor  # (bs * W + 1,)
-    replan: str
-    plan_info: list[int] | None = None  # what the capture's plan() returned (the graph's kernel arguments)
-    qo_indptr: torch.Tensor | None = None  # (bs + 1,) arange on the host, for the fast plan
-
-
-@dataclass
 class FlashInferMetadata:
     slot_mapping: torch.Tensor  # (T,) int64
     calls: list[FlashInferCall]
@@ -186,82 +161,21 @@ class FlashInferMetadata:
     graph: FlashInferGraph | None = None  # CUDA-graph metadata only
 
 
-class _PlanChanged(RuntimeError):
-    """A replay's plan differs from the captured one in what the graph's kernels were launched with."""
-
-
-# FlashInfer's batch-prefill planner (the tensor-core decode's) budgets 2 CTAs per SM
-# (PrefillPlanImpl in include/flashinfer/attention/scheduler.cuh: num_blocks_per_sm = 2) and splits a
-# request's KV only while batch_size * num_kv_heads leaves SMs idle: past max_batch_size_if_split =
-# 2 * num_SMs // num_kv_heads requests every request is one chunk whatever its length.
-_PLANNER_CTAS_PER_SM = 2
-
-
-class _PinnedRing:
-    """Pinned host buffers that asynchronous host-to-device copies read, in rotating sets.
-
-    ``acquire()`` takes the next set, waiting (rarely) until the copies enqueued from it last time have run:
-    a host that prepares step k+1 while the device still runs step k must not overwrite data a pending copy
-    of step k has yet to read (FlashInfer's own planner reuses one pinned buffer per wrapper, which is safe
-    only when every step ends with a host synchronisation). ``release()`` marks the end of a set's copies.
-    """
-
-    def __init__(self, cuda: bool = True, slots: int = 2) -> None:
-        self.cuda = cuda  # False: plain host memory, no events (device-less tests)
-        self._sets: list[dict[str, torch.Tensor]] = [{} for _ in range(slots)]
-        self._events: list[Any] = [None] * slots
-        self._retired: list[torch.Tensor] = []  # outgrown buffers a pending copy may still read
-        self._next = 0
-        self._cur = 0
-
-    def acquire(self) -> None:
-        self._cur, self._next = self._next, (self._next + 1) % len(self._sets)
-        event = self._events[self._cur]
-        if event is not None and not event.query():
-            event.synchronize()  # the device is more than one step behind: wait for that set's copies only
-
-    def buffer(self, name: str, numel: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
-        """The current set's pinned buffer ``name``, its first ``numel`` entries."""
-        bufs = self._sets[self._cur]
-        buf = bufs.get(name)
-        if buf is None or buf.numel() < numel or buf.dtype != dtype:
-            size = max(numel, 256)
-            if buf is not None:
-                self._retired.append(buf)
-                size = max(size, 2 * buf.numel())  # grow geometrically: few retired buffers
-            buf = torch.empty(size, dtype=dtype, pin_memory=self.cuda)
-            bufs[name] = buf
-        return buf[:numel]
-
-    def reserve(self, name: str, numel: int, dtype: torch.dtype = torch.int32) -> None:
-        """Allocate ``name`` in every set now (pinned allocations are slow: not in a replay)."""
-        cur = self._cur
-        for i in range(len(self._sets)):
-            self._cur = i
-            self.buffer(name, numel, dtype)
-        self._cur = cur
-
-    def release(self) -> None:
-        if not self.cuda:
-            return
-        event = self._events[self._cur]
-        if event is None:
-            event = self._events[self._cur] = torch.cuda.Event()
-        event.record()
-
-
 class FlashInferMetadataBuilder(AttentionMetadataBuilder):
     """plan() once per step (decode and/or prefill wrapper); each layer's impl only calls run().
 
     Host work per step, and no host-device synchronisation: ``indptr``/``last_page_len``/``seq_lens`` with
-    numpy into pinned buffers (a rotating pair, see :class:`_PinnedRing`), the page ids on the device
+    numpy into pinned buffers (a rotating pair, see :class:`PinnedRing`), the page ids on the device
     (``device_pages``), plan(). CUDA-graph replays rebuild the page arrays inside the graph and re-plan only
-    the batch sizes whose split-KV schedule depends on the context lengths (see :meth:`build_for_cudagraph_capture`).
+    the batch sizes whose split-KV schedule depends on the context lengths (see
+    ``flashinfer_graphs.FlashInferGraphPlanner.build_for_cudagraph_capture``).
     """
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         import flashinfer
+
+        from attnserve.attention.backends.flashinfer_graphs import FlashInferGraphPlanner
 
         cfg = self.attention_config
         self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
@@ -286,19 +200,17 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
             ws, layout, use_tensor_cores=self.tensor_cores, backend=self.decode_backend)
         self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, layout)
         self.window_left = spec.sliding_window - 1 if spec.sliding_window else -1
-        sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-        self.split_limit = _PLANNER_CTAS_PER_SM * sms // spec.num_kv_heads
+        # the CUDA-graph decode path: its buffers, pinned ring, split limit and fast-plan state
+        self.graph_planner = FlashInferGraphPlanner(self)
         cuda = self.device.type == "cuda"
-        self._rings = {"decode": _PinnedRing(cuda), "prefill": _PinnedRing(cuda), "graph": _PinnedRing(cuda)}
-        self._graph_bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        self.fast_plan_error: str | None = None  # why replays fell back to plan(), if they did
+        self._rings = {"decode": PinnedRing(cuda), "prefill": PinnedRing(cuda)}
         if self.disable_prefill:
             from attnserve.attention.ops.triton_attention import block_m_for
 
             self.block_q = block_m_for(spec.num_heads // spec.num_kv_heads)[1]
 
     # ------------------------------------------------------------------------------------------ eager steps
-    def _pages(self, common: CommonAttentionMetadata, first: int, last: int, ring: _PinnedRing):
+    def _pages(self, common: CommonAttentionMetadata, first: int, last: int, ring: PinnedRing):
         """FlashInfer's page arguments for requests [first, last): ``indptr``, ``last_page_len`` and
         ``seq_lens`` in pinned host memory (plan() reads them and copies them without blocking), the page
         ids built on the device from the device block table. No host-device synchronisation."""
@@ -369,118 +281,33 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
                                   common.block_table)
 
     # ------------------------------------------------------------------------------------------ CUDA graphs
+    # flashinfer_graphs.FlashInferGraphPlanner plans them; the hooks the model runner calls delegate to it
     def build_for_cudagraph_capture(self, common: CommonAttentionMetadata) -> FlashInferMetadata:
-        """A CUDA-graph decode wrapper for this batch size (FlashInfer's ``use_cuda_graph=True``: fixed
-        batch size, page arrays in fixed buffers), planned once here.
-
-        The page arrays are rebuilt at the head of every replay from the runner's static buffers
-        (:meth:`cudagraph_prologue`). Whether a replay re-plans depends on the batch size: above FlashInfer's
-        split limit (``2 * SMs // num_kv_heads`` requests, 33 for 8 KV heads on an H200) its planner never
-        splits a request's KV, so the tensor-core wrapper is planned with ``disable_split_kv=True``: the
-        same one-chunk-per-request work, no merge kernel, and a schedule that does not depend on the context
-        lengths: replays plan nothing. At or below the limit the split count follows the longest context,
-        and each replay re-plans (the C++ planner directly, :meth:`_fast_plan`). The buffers are shared by
-        every batch size's wrapper: only one graph runs at a time.
-        """
-        import flashinfer
-
-        spec, bs = self.layer_spec, common.num_reqs
-        need = bs * common.block_table.shape[1] + 1  # + the device builder's scratch entry
-        if self._graph_bufs is None or self._graph_bufs[2].numel() < need or self._graph_bufs[0].numel() < bs + 1:
-            # the first (largest) capture sizes them
-            self._graph_bufs = (torch.zeros(bs + 1, dtype=torch.int32, device=self.device),
-                                torch.ones(bs, dtype=torch.int32, device=self.device),
-                                torch.zeros(need, dtype=torch.int32, device=self.device))
-        indptr, last_len, indices = self._graph_bufs[0][: bs + 1], self._graph_bufs[1][:bs], self._graph_bufs[2][:need]
-        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            _workspace(self.device), self.kv_cache_layout.value, use_cuda_graph=True,
-            use_tensor_cores=self.tensor_cores, backend=self.decode_backend, paged_kv_indptr_buffer=indptr,
-            paged_kv_indices_buffer=indices, paged_kv_last_page_len_buffer=last_len)
-        split = bs <= self.split_limit
-        g = FlashInferGraph(wrapper, bs, common.block_size, common.seq_lens, common.block_table, indptr, last_len,
-                            indices, "plan")
-        self.cudagraph_prologue(FlashInferMetadata(common.slot_mapping, [], common.query_start_loc,
-                                                   common.seq_lens, common.block_table, g))
-        host_indptr, host_last = host_pages(common.seq_lens_cpu.numpy(), common.block_size)
-        extra = dict(disable_split_kv=not split) if self.tensor_cores else {}
-        wrapper.plan(torch.from_numpy(host_indptr), indices[: int(host_indptr[-1])], torch.from_numpy(host_last),
-                     spec.num_heads, spec.num_kv_heads, spec.head_size, common.block_size,
-                     window_left=self.window_left, logits_soft_cap=spec.logits_soft_cap, q_data_type=self.dtype,
-                     kv_data_type=self.kv_dtype, sm_scale=spec.scale, seq_lens=common.seq_lens_cpu, **extra)
-        try:  # the launch layout the graph's kernels get (FlashInfer's PrefillPlanInfo as a list)
-            g.plan_info = [int(x) for x in wrapper._plan_info]
-        except Exception:  # noqa: BLE001 - none, or not a list of ints: no fast re-plan
-            g.plan_info = None
-        fa2 = self.tensor_cores and getattr(wrapper, "_backend", None) == "fa2" \
-            and getattr(wrapper, "_jit_module", None) is None and g.plan_info is not None
-        if fa2 and not split:
-            g.replan = "none"
-        elif fa2 and self.fast_plan_error is None:
-            g.replan = "fast"
-            g.qo_indptr = torch.arange(bs + 1, dtype=torch.int32)
-        if g.replan != "none":
-            ring = self._rings["graph"]
-            ring.reserve("plan", wrapper._int_workspace_buffer.numel(), torch.uint8)
-            ring.reserve("indptr", bs + 1)
-            ring.reserve("last", bs)
-        return FlashInferMetadata(common.slot_mapping, [FlashInferCall("decode", 0, bs, wrapper)],
-                                  common.query_start_loc, common.seq_lens, common.block_table, g)
+        return self.graph_planner.build_for_cudagraph_capture(common)
 
     def cudagraph_prologue(self, metadata: FlashInferMetadata) -> None:
-        """The page arrays of this replay, from the static ``seq_lens`` and block table (one kernel)."""
-        g = metadata.graph
-        device_pages(g.seq_lens, g.block_table, g.block_size, g.indptr, g.last_page_len, g.indices)
+        self.graph_planner.cudagraph_prologue(metadata)
 
     def prepare_cudagraph_replay(self, metadata: FlashInferMetadata, common: CommonAttentionMetadata) -> None:
-        """Re-plan the split-KV schedule when this batch size's depends on the context lengths; nothing
-        otherwise. No host-device synchronisation either way."""
-        g = metadata.graph
-        if g.replan == "none":
-            return
-        ring = self._rings["graph"]
-        ring.acquire()
-        n = g.batch_size
-        indptr, last_len = ring.buffer("indptr", n + 1), ring.buffer("last", n)
-        host_pages(common.seq_lens_cpu.numpy(), common.block_size, indptr.numpy(), last_len.numpy())
-        pinned = ring.buffer("plan", g.wrapper._int_workspace_buffer.numel(), torch.uint8)
-        if g.replan == "fast":
-            try:
-                self._fast_plan(g, indptr, common.seq_lens_cpu, common.block_size, pinned)
-            except _PlanChanged:
-                raise
-            except Exception as e:  # another FlashInfer version's planner signature: plan() from now on
-                self.fast_plan_error = f"{type(e).__name__}: {e}"
-                logger.warning("FlashInfer fast re-plan failed (%s); CUDA-graph replays call plan()",
-                               self.fast_plan_error)
-                g.replan = "plan"
-        if g.replan == "plan":
-            spec = self.layer_spec
-            g.wrapper._pin_memory_int_workspace_buffer = pinned
-            # the indices argument is the wrapper's own buffer (the prologue fills it): plan() copies nothing
-            g.wrapper.plan(indptr, g.indices[: int(indptr[n])], last_len, spec.num_heads, spec.num_kv_heads,
-                           spec.head_size, common.block_size, window_left=self.window_left,
-                           logits_soft_cap=spec.logits_soft_cap, q_data_type=self.dtype,
-                           kv_data_type=self.kv_dtype, sm_scale=spec.scale, seq_lens=common.seq_lens_cpu,
-                           **(dict(disable_split_kv=False) if self.tensor_cores else {}))
-        ring.release()
+        self.graph_planner.prepare_cudagraph_replay(metadata, common)
 
-    def _fast_plan(self, g: FlashInferGraph, indptr: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
-                   pinned: torch.Tensor) -> None:
-        """The tensor-core decode wrapper's plan() reduced to its C++ planner call (FlashInfer 0.7.2,
-        ``BatchDecodeWithPagedKVCacheWrapper._plan_impl``'s tensor-core branch; as vLLM's
-        ``fast_plan_decode``): the arguments the captured graph was planned with but the context
-        lengths. The page buffers need no copy (the graph's prologue fills them). The planner writes the
-        schedule into ``pinned`` and copies it to the wrapper's int workspace without blocking."""
-        spec, w, n = self.layer_spec, g.wrapper, g.batch_size
-        args = [w._float_workspace_buffer, w._int_workspace_buffer, pinned, g.qo_indptr, indptr, seq_lens,
-                n, n, spec.num_heads, spec.num_kv_heads, block_size, True, spec.head_size, spec.head_size,
-                False, self.window_left,
-                -1, False, 0, 0]  # fa2: fixed_split_size, disable_split_kv, num_colocated_ctas, uniform_q_len
-        info = w._cached_module.plan(*args)
-        if [int(x) for x in info] != g.plan_info:
-            raise _PlanChanged(f"FlashInfer re-plan of the batch-{n} CUDA graph changed its launch layout "
-                               f"({g.plan_info} at capture, {list(info)} now)")
-        w._plan_info = info
+    @property
+    def split_limit(self) -> int:
+        """FlashInfer's split limit in requests (see ``flashinfer_graphs._PLANNER_CTAS_PER_SM``)."""
+        return self.graph_planner.split_limit
+
+    @split_limit.setter
+    def split_limit(self, value: int) -> None:
+        self.graph_planner.split_limit = value
+
+    @property
+    def fast_plan_error(self) -> str | None:
+        """Why CUDA-graph replays fell back to plan(), if they did."""
+        return self.graph_planner.fast_plan_error
+
+    @fast_plan_error.setter
+    def fast_plan_error(self, value: str | None) -> None:
+        self.graph_planner.fast_plan_error = value
 
 
 class FlashInferImpl(AttentionImpl):
