@@ -12,6 +12,9 @@
 #       bench2  throughput of the Qwen3-0.6B shape, FlashInfer latency of the Llama-3.1-8B shape (GPU 0)
 #       attn    `bench attention` on GPU 0
 #       tp      tensor parallelism on both GPUs (TP=2 vs TP=1 tests, Llama-3.1-8B TP latency)
+#       check   session 4, first call: every architecture x backend (OPT post-LN's graph fix), FlashInfer's graph
+#               path (GPU 1) beside decode-step kernel profiles and `bench attention` block sizes (GPU 0)
+#       tpfast  session 4, second call: the symmetric-memory all-reduce (bench, test), TP tests, TP latency
 # `tests` and `bench` run side by side (one GPU each); `tp` runs after them. On 2026-11-29 `tests bench`
 # together overran one 600 s call (FlashInfer's JIT compiles): give each its own call, or narrow them.
 set -o pipefail
@@ -78,6 +81,36 @@ job_next() {  # what session 3 left unrun: ~450 s with g1 g2 fa3 fi staged (GPU 
   job_tp
 }
 
+job_check() {  # ~300 s with g1 g2 fa3 fi staged
+  (export CUDA_VISIBLE_DEVICES=1
+   t() { timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider --tb=short -rf "$@"; }
+   t tests/gpu/test_models_gpu.py -k "not FLASHINFER or opt_post_ln"
+   t tests/gpu/test_cuda_graphs.py tests/gpu/test_async_scheduling_gpu.py -k FLASHINFER) > "$OUT/check_tests.log" 2>&1 &
+  export CUDA_VISIBLE_DEVICES=0
+  prof() { local name=$1; shift; echo "== profile $name: $*"
+    timeout "$(left)" python3 -m tests.gpu.profile_decode "$@" --json "$RES/prof_$name.json" || echo "!! $name failed"; }
+  prof qwen_fa3_b1 --model $QWEN --backend FLASH_ATTN --batch-size 1 --use-skinny-gemm
+  prof qwen_fa3_b64 --model $QWEN --backend FLASH_ATTN --batch-size 64
+  prof qwen_fi_b64 --model $QWEN --backend FLASHINFER --batch-size 64
+  prof llama_fa3_b1 --model $LLAMA --backend FLASH_ATTN --batch-size 1 --use-skinny-gemm
+  for b in 16 64; do
+    bench attn_qwen_bs$b attention --dtype bfloat16 --num-heads 16 --num-kv-heads 8 --head-size 128 --batch-size 64 \
+      --context-lens 1024 --prefill-lens 1024 --block-size $b --backends FLASH_ATTN FLASHINFER --no-progress
+  done
+  wait
+}
+
+job_tpfast() {  # both GPUs: the symmetric-memory all-reduce, then TP with it (issue 9)
+  unset CUDA_VISIBLE_DEVICES
+  timeout "$(left)" python3 -m tests.gpu.bench_allreduce --json "$RES/allreduce.json" || echo "!! bench_allreduce failed"
+  timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider --tb=short -rf tests/gpu/test_all_reduce_gpu.py \
+    tests/gpu/test_tp_gpu.py -k "all_reduce or (TRITON_ATTN and cudagraph) or tiny"
+  local tp="--model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 1 --input-len 1024 --output-len 64 \
+    --num-iters 2 --max-model-len 4096 --use-skinny-gemm"
+  bench lat_llama_tp latency $tp --compare-tensor-parallel-sizes 1 2
+  bench lat_llama_tp2_nccl latency $tp --tensor-parallel-size 2 --disable-custom-all-reduce
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
@@ -102,6 +135,8 @@ for j in "$@"; do
     attn) wait "${pids[@]}" 2>/dev/null; pids=(); job_attn > "$OUT/attn.log" 2>&1 ;;
     tp) wait "${pids[@]}" 2>/dev/null; pids=(); job_tp > "$OUT/tp.log" 2>&1 ;;
     next) wait "${pids[@]}" 2>/dev/null; pids=(); job_next > "$OUT/next.log" 2>&1 ;;
+    check) job_check > "$OUT/check.log" 2>&1 & pids+=($!) ;;
+    tpfast) wait "${pids[@]}" 2>/dev/null; pids=(); job_tpfast > "$OUT/tpfast.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;
   esac
 done
