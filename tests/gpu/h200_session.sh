@@ -12,6 +12,7 @@
 #       bench2  throughput of the Qwen3-0.6B shape, FlashInfer latency of the Llama-3.1-8B shape (GPU 0)
 #       attn    `bench attention` on GPU 0
 #       tp      tensor parallelism on both GPUs (TP=2 vs TP=1 tests, Llama-3.1-8B TP latency)
+#       allreduce  symmetric-memory all-reduce vs NCCL on both GPUs (equality test, per-call times)
 # `tests` and `bench` run side by side (one GPU each); `tp` runs after them. On 2026-11-29 `tests bench`
 # together overran one 600 s call (FlashInfer's JIT compiles): give each its own call, or narrow them.
 set -o pipefail
@@ -91,6 +92,12 @@ job_tp() {  # both GPUs (issue 9)
     --output-len 64 --num-iters 2 --max-model-len 4096 --compare-tensor-parallel-sizes 1 2 --use-skinny-gemm
 }
 
+job_allreduce() {  # both GPUs: the custom all-reduce equals NCCL, and its per-call time
+  unset CUDA_VISIBLE_DEVICES
+  timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider --tb=short -rf tests/gpu/test_all_reduce_gpu.py
+  timeout "$(left)" python3 -m tests.gpu.bench_allreduce --json "$RES/allreduce.json"
+}
+
 pids=()
 for j in "$@"; do
   case "$j" in
@@ -101,6 +108,7 @@ for j in "$@"; do
     bench2) job_bench2 > "$OUT/bench2.log" 2>&1 & pids+=($!) ;;
     attn) wait "${pids[@]}" 2>/dev/null; pids=(); job_attn > "$OUT/attn.log" 2>&1 ;;
     tp) wait "${pids[@]}" 2>/dev/null; pids=(); job_tp > "$OUT/tp.log" 2>&1 ;;
+    allreduce) wait "${pids[@]}" 2>/dev/null; pids=(); job_allreduce > "$OUT/allreduce.log" 2>&1 ;;
     next) wait "${pids[@]}" 2>/dev/null; pids=(); job_next > "$OUT/next.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;
   esac
