@@ -21,5 +21,10 @@ class ParallelConfig:
     """How tensor-parallel workers are started: mp (spawned processes on this host) or ray (Ray actors;
     a ``ray start`` cluster spans hosts). Unused when tensor_parallel_size is 1."""
 
+    disable_custom_all_reduce: bool = False
+    """Disable the custom all-reduce kernel and fall back to NCCL. The custom one (CUDA, tensor_parallel_size
+    2 to 8) sums small bfloat16 / float32 tensors, such as decode steps' activations, with a one-shot kernel
+    over PyTorch symmetric memory (P2P over NVLink); larger tensors always use NCCL."""
+
     def __post_init__(self) -> None:
         validate_fields(self)

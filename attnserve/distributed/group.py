@@ -3,14 +3,19 @@
 Passed explicitly (model constructors take ``tp=``), never read from a module-level global. With
 ``size == 1`` every collective returns its input untouched, so a single process runs no torch.distributed
 code at all. With ``size > 1`` the default process group must be initialized (NCCL on GPUs, gloo on CPU);
-the workers in ``attnserve/executor`` do that.
+the workers in ``attnserve/executor`` do that. On CUDA a worker may attach a :class:`SymmMemAllReduce`
+(``fast_all_reduce``), which :meth:`TPGroup.all_reduce` uses for the small tensors it takes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from attnserve.distributed.symm_mem_all_reduce import SymmMemAllReduce
 
 
 @dataclass(frozen=True)
@@ -19,6 +24,9 @@ class TPGroup:
 
     rank: int = 0
     size: int = 1
+    fast_all_reduce: SymmMemAllReduce | None = field(default=None, compare=False, repr=False)
+    """The symmetric-memory all-reduce for small CUDA tensors (None: NCCL / gloo for every all-reduce). Not
+    part of the group's identity: excluded from ``==``, ``hash`` and ``repr``."""
 
     def __post_init__(self) -> None:
         assert 0 <= self.rank < self.size, (self.rank, self.size)
@@ -31,6 +39,8 @@ class TPGroup:
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:  # any shape; summed over ranks, in place
         if self.size == 1:
             return x
+        if self.fast_all_reduce is not None and self.fast_all_reduce.should_use(x):
+            return self.fast_all_reduce.all_reduce(x)
         import torch.distributed as dist
 
         dist.all_reduce(x)

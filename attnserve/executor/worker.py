@@ -50,8 +50,14 @@ class Worker:
                                     device_id=device)
         from attnserve.model_executor.model_runner import ModelRunner
 
+        tp = TPGroup(rank, world_size)
+        if not on_cpu and world_size > 1 and not config.parallel.disable_custom_all_reduce:
+            from attnserve.distributed.symm_mem_all_reduce import SymmMemAllReduce
+
+            # collective (every rank or none gets one); None, after a warning line, on any setup failure
+            tp = TPGroup(rank, world_size, SymmMemAllReduce.create(tp, torch.device(config.device)))
         self.rank = rank
-        self.runner = ModelRunner(config, hf_config, source, TPGroup(rank, world_size))
+        self.runner = ModelRunner(config, hf_config, source, tp)
         self._queued: collections.deque[tuple[int, PendingStep]] = collections.deque()  # rank 0, Ray: take_step()
 
     def info(self):

@@ -22,6 +22,7 @@ from attnserve.config import CacheConfig, ConfigError, EngineConfig, ModelConfig
         (SchedulerConfig, "enable_chunked_prefill", "no", "true, false"),
         (ParallelConfig, "tensor_parallel_size", 0, "integer >= 1"),
         (ParallelConfig, "distributed_executor_backend", "mpi", "mp, ray"),
+        (ParallelConfig, "disable_custom_all_reduce", "yes", "true, false"),
     ],
 )
 def test_bad_value_names_field_value_allowed(cls, field, value, allowed):
@@ -29,6 +30,11 @@ def test_bad_value_names_field_value_allowed(cls, field, value, allowed):
         cls(**{field: value})
     assert str(e.value) == f"{field} {value!r} not allowed (allowed: {allowed})"
     assert e.value.key == field
+
+
+def test_custom_all_reduce_on_by_default():
+    assert ParallelConfig().disable_custom_all_reduce is False
+    assert ParallelConfig(disable_custom_all_reduce=True).disable_custom_all_reduce is True
 
 
 def test_dtype_aliases_normalized():

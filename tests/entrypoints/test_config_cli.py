@@ -134,6 +134,13 @@ def test_engine_flags(capsys):
     assert cfg["enforce_eager"] is True and cfg["device"] == "cuda:1" and cfg["cache"]["gpu_memory_utilization"] == 0.5
 
 
+def test_disable_custom_all_reduce_flag(capsys):
+    assert config([], capsys)["parallel"]["disable_custom_all_reduce"] is False
+    assert config(["--disable-custom-all-reduce"], capsys)["parallel"]["disable_custom_all_reduce"] is True
+    assert config(["--disable-custom-all-reduce", "--no-disable-custom-all-reduce"],
+                  capsys)["parallel"]["disable_custom_all_reduce"] is False
+
+
 def test_config_equals_form_applies_file_and_cli_wins(tmp_path, capsys):
     p = tmp_path / "cfg.yaml"
     p.write_text("model: from-file\nblock_size: 32\ndtype: float16\n")
@@ -180,8 +187,8 @@ def test_every_engine_argument_settable_from_a_file(tmp_path, capsys):
               "block_size": 32, "kv_cache_dtype": "fp8", "num_gpu_blocks": 9, "kv_cache_memory": 1000,
               "gpu_memory_utilization": 0.3, "max_num_batched_tokens": 99, "max_num_seqs": 3,
               "enable_chunked_prefill": False, "tensor_parallel_size": 2,
-              "distributed_executor_backend": "ray", "device": "cpu", "enforce_eager": True,
-              "attention_backend": "TRITON_ATTN"}
+              "distributed_executor_backend": "ray", "disable_custom_all_reduce": True, "device": "cpu",
+              "enforce_eager": True, "attention_backend": "TRITON_ATTN"}
     p = tmp_path / "all.json"
     p.write_text(json.dumps(values))
     cfg = config(["--json-config", str(p)], capsys)
@@ -204,7 +211,7 @@ def test_explain_names_sources(tmp_path, capsys):
     assert rows["attention.backend"].endswith(f"file {p}")
     assert rows["attention.flash_attn_version"].endswith("command line (-ac.flash_attn_version)")
     assert rows["model.dtype"].endswith("default")
-    assert len(rows) == 22 + len(AttentionConfig.field_names())
+    assert len(rows) == 23 + len(AttentionConfig.field_names())
 
 
 def test_help_comes_from_field_docstrings(capsys):
@@ -264,6 +271,8 @@ EAGER_FORMS = "(allowed: no value: --enforce-eager or --no-enforce-eager)"
     (["generate", "--chat", "hello"], "attnserve generate: error: argument --chat: value 'hello' not allowed (allowed: no value: --chat)"),
     (["serve", "--enforce-eager=x"], f"attnserve serve: error: argument --enforce-eager: value 'x' not allowed {EAGER_FORMS}"),
     (["bench", "latency", "--enforce-eager=x"], f"attnserve bench latency: error: argument --enforce-eager: value 'x' not allowed {EAGER_FORMS}"),
+    (["generate", "--disable-custom-all-reduce=x"], "attnserve generate: error: argument --disable-custom-all-reduce: value "
+     "'x' not allowed (allowed: no value: --disable-custom-all-reduce or --no-disable-custom-all-reduce)"),
     (["config", "--explain=yes"], "attnserve config: error: argument --explain: value 'yes' not allowed (allowed: no value: --explain)"),
     (["backends", "--json=1"], "attnserve backends: error: argument --json: value '1' not allowed (allowed: no value: --json)"),
     (["--help=x"], "attnserve: error: argument --help: value 'x' not allowed (allowed: no value: -h or --help)"),

@@ -81,14 +81,17 @@ job_next() {  # what session 3 left unrun: ~450 s with g1 g2 fa3 fi staged (GPU 
   job_tp
 }
 
+prof() {  # NAME ARGS...: tests.gpu.profile_decode, its JSON in $RES/prof_NAME.json
+  echo "== profile $1: ${*:2}"
+  timeout "$(left)" python3 -m tests.gpu.profile_decode "${@:2}" --json "$RES/prof_$1.json" || echo "!! $1 failed"
+}
+
 job_check() {  # ~300 s with g1 g2 fa3 fi staged
   (export CUDA_VISIBLE_DEVICES=1
    t() { timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider --tb=short -rf "$@"; }
    t tests/gpu/test_models_gpu.py -k "not FLASHINFER or opt_post_ln"
    t tests/gpu/test_cuda_graphs.py tests/gpu/test_async_scheduling_gpu.py -k FLASHINFER) > "$OUT/check_tests.log" 2>&1 &
   export CUDA_VISIBLE_DEVICES=0
-  prof() { local name=$1; shift; echo "== profile $name: $*"
-    timeout "$(left)" python3 -m tests.gpu.profile_decode "$@" --json "$RES/prof_$name.json" || echo "!! $name failed"; }
   prof qwen_fa3_b1 --model $QWEN --backend FLASH_ATTN --batch-size 1 --use-skinny-gemm
   prof qwen_fa3_b64 --model $QWEN --backend FLASH_ATTN --batch-size 64
   prof qwen_fi_b64 --model $QWEN --backend FLASHINFER --batch-size 64
@@ -104,11 +107,15 @@ job_tpfast() {  # both GPUs: the symmetric-memory all-reduce, then TP with it (i
   unset CUDA_VISIBLE_DEVICES
   timeout "$(left)" python3 -m tests.gpu.bench_allreduce --json "$RES/allreduce.json" || echo "!! bench_allreduce failed"
   timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider --tb=short -rf tests/gpu/test_all_reduce_gpu.py \
-    tests/gpu/test_tp_gpu.py -k "all_reduce or (TRITON_ATTN and cudagraph) or tiny"
+    tests/gpu/test_tp_gpu.py -k "all_reduce or (TRITON_ATTN and cudagraph) or tiny or dead"
   local tp="--model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 1 --input-len 1024 --output-len 64 \
     --num-iters 2 --max-model-len 4096 --use-skinny-gemm"
   bench lat_llama_tp latency $tp --compare-tensor-parallel-sizes 1 2
   bench lat_llama_tp2_nccl latency $tp --tensor-parallel-size 2 --disable-custom-all-reduce
+  export CUDA_VISIBLE_DEVICES=0  # then, time permitting, where a decode step's time goes
+  prof qwen_fa3_b1 --model $QWEN --backend FLASH_ATTN --batch-size 1 --use-skinny-gemm
+  prof llama_fa3_b1 --model $LLAMA --backend FLASH_ATTN --batch-size 1 --use-skinny-gemm
+  prof qwen_fa3_b64 --model $QWEN --backend FLASH_ATTN --batch-size 64
 }
 
 job_attn() {

@@ -56,8 +56,9 @@ def main() -> None:
     reqs = [ScheduledRequest(f"r{i}", [11 + i], ctx - 1, list(range(i * per_req, (i + 1) * per_req)),
                              SamplingParams(max_tokens=1), True) for i in range(bs)]
     assert bs * per_req <= runner.num_blocks, (bs * per_req, runner.num_blocks)
-    batch = runner.prepare(SchedulerOutput(requests=reqs))
     model = runner.model
+    torch.inference_mode().__enter__()  # the whole script: the engine's buffers are inference tensors
+    batch = runner.prepare(SchedulerOutput(requests=reqs))
 
     def forward():
         return model(batch.input_ids, batch.positions, batch)
@@ -65,15 +66,14 @@ def main() -> None:
     def step():
         return model.compute_logits(forward()[batch.logits_indices])
 
-    with torch.inference_mode():
-        step()
-        num, gpu_ms, by_name = profile_kernels(step, top=60)
-        try:  # the eager metadata of some backends (FLASHINFER's planned wrapper) cannot be captured as is
-            graph_ms = time_graph(step)
-        except RuntimeError as e:
-            graph_ms, graph_error = float("nan"), str(e).splitlines()[0]
-        else:
-            graph_error = None
+    step()
+    num, gpu_ms, by_name = profile_kernels(step, top=60)
+    try:  # the eager metadata of some backends (FLASHINFER's planned wrapper) cannot be captured as is
+        graph_ms = time_graph(step)
+    except RuntimeError as e:
+        graph_ms, graph_error = float("nan"), str(e).splitlines()[0]
+    else:
+        graph_error = None
     layers = runner.dims.num_layers
     result = {"model": args.model, "backend": runner.backend.name, "batch_size": bs, "context": ctx,
               "skinny_gemm": args.use_skinny_gemm, "gpu": torch.cuda.get_device_name(),
