@@ -64,8 +64,8 @@ def unavailable_reason(device: torch.device, world_size: int) -> str | None:
         return f"world size {world_size} is not one of {min(MAX_BYTES)}..{max(MAX_BYTES)}"
     if not torch.cuda.is_available():
         return "CUDA is not available"
-    try:
-        import torch.distributed._symmetric_memory  # noqa: F401  (registers the symm_mem ops' Python parts)
+    try:  # registers the symm_mem ops' Python parts (``from``: a plain ``import torch.x`` would bind a local torch)
+        from torch.distributed import _symmetric_memory  # noqa: F401
     except ImportError as e:
         return f"torch {torch.__version__} has no symmetric memory ({e})"
     ops = torch.ops.symm_mem

@@ -50,6 +50,12 @@ def test_unavailable_reason(device, world_size, words):
     assert words in unavailable_reason(torch.device(device), world_size)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the answer on a machine without CUDA")
+def test_unavailable_reason_past_the_shape_checks_without_cuda():
+    # reaches the CUDA and torch-version checks (a local ``import torch.x`` there once shadowed ``torch``)
+    assert unavailable_reason(torch.device("cuda", 0), 2) == "CUDA is not available"
+
+
 def test_limits_shrink_with_world_size():
     assert list(MAX_BYTES) == list(range(2, 9))
     assert all(MAX_BYTES[n] >= MAX_BYTES[n + 1] for n in range(2, 8))
