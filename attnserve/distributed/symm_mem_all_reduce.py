@@ -110,7 +110,10 @@ class SymmMemAllReduce:
         import torch.distributed as dist
 
         limit = -(-(max_bytes if max_bytes is not None else MAX_BYTES.get(tp.size, 0)) // ALIGN) * ALIGN
-        reason = unavailable_reason(device, tp.size)
+        try:
+            reason = unavailable_reason(device, tp.size)
+        except Exception as e:  # noqa: BLE001  (a probe that breaks is a reason too: NCCL on every rank)
+            reason = f"probing symmetric memory failed: {type(e).__name__}: {e}"
         buffer = None
         if reason is None:
             from torch.distributed import _symmetric_memory as symm_mem
