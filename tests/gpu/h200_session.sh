@@ -118,6 +118,15 @@ job_tpfast() {  # both GPUs: the symmetric-memory all-reduce, then TP with it (i
   prof qwen_fa3_b64 --model $QWEN --backend FLASH_ATTN --batch-size 64
 }
 
+job_tplast() {  # ~250 s: tpfast's essentials after its first run found the all-reduce setup bug
+  unset CUDA_VISIBLE_DEVICES
+  timeout 100 python3 -m pytest -m gpu -q -s -p no:cacheprovider --tb=short -rf tests/gpu/test_all_reduce_gpu.py \
+    tests/gpu/test_tp_gpu.py -k "all_reduce or (TRITON_ATTN and cudagraph)"
+  bench lat_llama_tp latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 1 --input-len 1024 \
+    --output-len 64 --num-iters 2 --max-model-len 4096 --use-skinny-gemm --compare-tensor-parallel-sizes 1 2
+  timeout "$(left)" python3 -m tests.gpu.bench_allreduce --json "$RES/allreduce.json" || echo "!! bench_allreduce failed"
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
@@ -143,6 +152,7 @@ for j in "$@"; do
     tp) wait "${pids[@]}" 2>/dev/null; pids=(); job_tp > "$OUT/tp.log" 2>&1 ;;
     next) wait "${pids[@]}" 2>/dev/null; pids=(); job_next > "$OUT/next.log" 2>&1 ;;
     check) job_check > "$OUT/check.log" 2>&1 & pids+=($!) ;;
+    tplast) job_tplast > "$OUT/tplast.log" 2>&1 ;;
     tpfast) wait "${pids[@]}" 2>/dev/null; pids=(); job_tpfast > "$OUT/tpfast.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;
   esac

@@ -56,9 +56,20 @@ def main() -> None:
     reqs = [ScheduledRequest(f"r{i}", [11 + i], ctx - 1, list(range(i * per_req, (i + 1) * per_req)),
                              SamplingParams(max_tokens=1), True) for i in range(bs)]
     assert bs * per_req <= runner.num_blocks, (bs * per_req, runner.num_blocks)
+    with torch.inference_mode():  # the engine's buffers are inference tensors
+        result = _profile(runner, runner.prepare(SchedulerOutput(requests=reqs)))
+    result.update(model=args.model, batch_size=bs, context=ctx, skinny_gemm=args.use_skinny_gemm)
+    print(json.dumps({k: v for k, v in result.items() if k != "kernels_us"}, indent=1))
+    for name, (n, us) in list(result["kernels_us"].items())[:25]:
+        print(f"{n:5d} x {us / n:8.2f} us = {us:9.1f} us  {name}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+def _profile(runner, batch) -> dict:
+    """Kernels of one decode step (forward + LM head) of ``batch``, eager, and its time as a CUDA graph."""
     model = runner.model
-    torch.inference_mode().__enter__()  # the whole script: the engine's buffers are inference tensors
-    batch = runner.prepare(SchedulerOutput(requests=reqs))
 
     def forward():
         return model(batch.input_ids, batch.positions, batch)
@@ -69,23 +80,13 @@ def main() -> None:
     step()
     num, gpu_ms, by_name = profile_kernels(step, top=60)
     try:  # the eager metadata of some backends (FLASHINFER's planned wrapper) cannot be captured as is
-        graph_ms = time_graph(step)
+        graph_ms, graph_error = time_graph(step), None
     except RuntimeError as e:
         graph_ms, graph_error = float("nan"), str(e).splitlines()[0]
-    else:
-        graph_error = None
-    layers = runner.dims.num_layers
-    result = {"model": args.model, "backend": runner.backend.name, "batch_size": bs, "context": ctx,
-              "skinny_gemm": args.use_skinny_gemm, "gpu": torch.cuda.get_device_name(),
-              "kernels_per_step": num, "kernels_per_layer": round(num / layers, 2), "kernel_time_ms": gpu_ms,
-              "graph_step_ms": graph_ms, "graph_error": graph_error, "gap_ms": graph_ms - gpu_ms, "by_category": categorize(by_name),
-              "kernels_us": by_name}
-    print(json.dumps({k: v for k, v in result.items() if k != "kernels_us"}, indent=1))
-    for name, (n, us) in list(by_name.items())[:25]:
-        print(f"{n:5d} x {us / n:8.2f} us = {us:9.1f} us  {name}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+    return {"backend": runner.backend.name, "gpu": torch.cuda.get_device_name(), "kernels_per_step": num,
+            "kernels_per_layer": round(num / runner.dims.num_layers, 2), "kernel_time_ms": gpu_ms,
+            "graph_step_ms": graph_ms, "graph_error": graph_error, "gap_ms": graph_ms - gpu_ms,
+            "by_category": categorize(by_name), "kernels_us": by_name}
 
 
 if __name__ == "__main__":
