@@ -24,7 +24,8 @@ class ParallelConfig:
     disable_custom_all_reduce: bool = False
     """Disable the custom all-reduce kernel and fall back to NCCL. The custom one (CUDA, tensor_parallel_size
     2 to 8) sums small bfloat16 / float32 tensors, such as decode steps' activations, with a one-shot kernel
-    over PyTorch symmetric memory (P2P over NVLink); larger tensors always use NCCL."""
+    over PyTorch symmetric memory (P2P over NVLink); larger tensors always use NCCL, and so does the ray
+    executor (its actors may span hosts)."""
 
     def __post_init__(self) -> None:
         validate_fields(self)

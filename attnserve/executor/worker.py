@@ -51,7 +51,10 @@ class Worker:
         from attnserve.model_executor.model_runner import ModelRunner
 
         tp = TPGroup(rank, world_size)
-        if not on_cpu and world_size > 1 and not config.parallel.disable_custom_all_reduce:
+        # mp only: Ray actors see one GPU each and may sit on different hosts, where peer memory does not reach
+        # (and the setup's failure path is untested there): NCCL
+        if (not on_cpu and world_size > 1 and not config.parallel.disable_custom_all_reduce
+                and config.parallel.distributed_executor_backend == "mp"):
             from attnserve.distributed.symm_mem_all_reduce import SymmMemAllReduce
 
             # collective (every rank or none gets one); None, after a warning line, on any setup failure
