@@ -7,8 +7,8 @@
 # Jobs: tests   GPU correctness on GPU 1 (async scheduling, CUDA graphs, sampler, GEMV, models x FlashInfer)
 #       bench   speed on GPU 0 (GEMV sweep; latency of the Qwen3-0.6B and Llama-3.1-8B shapes)
 #       models  every architecture on FLASHINFER (GPU 1)     fiwarm  compile FlashInfer's Qwen3/Llama kernels (GPU 0)
-#       next    what session 3 left unrun (FLASHINFER x OPT post-LN alone, FlashInfer + async latency,
-#               throughput with async, then `tp`): run it first next time
+#       next    what session 4 left unrun (FlashInfer graph tests after the file split, decode-step profiles,
+#               TP=2 TTFT synchronous): run it first next time
 #       bench2  throughput of the Qwen3-0.6B shape, FlashInfer latency of the Llama-3.1-8B shape (GPU 0)
 #       attn    `bench attention` on GPU 0
 #       tp      tensor parallelism on both GPUs (TP=2 vs TP=1 tests, Llama-3.1-8B TP latency)
@@ -67,18 +67,19 @@ job_bench2() {  # GPU 0: throughput, FlashInfer on Llama
   bench lat_llama_fi latency --model $LLAMA $DUMMY --attention-backend FLASHINFER $LAT
 }
 
-job_next() {  # what session 3 left unrun: ~450 s with g1 g2 fa3 fi staged (GPU 1 tests beside GPU 0 benches)
-  (export CUDA_VISIBLE_DEVICES=1
-   timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider --tb=long -rf tests/gpu/test_models_gpu.py \
-     -k "FLASHINFER and opt_post_ln") > "$OUT/next_models.log" 2>&1 &
-  export CUDA_VISIBLE_DEVICES=0
-  bench lat_qwen_fi_skinny latency --model $QWEN $DUMMY --attention-backend FLASHINFER $LAT --use-skinny-gemm
-  bench lat_llama_fi_skinny latency --model $LLAMA $DUMMY --attention-backend FLASHINFER $LAT --use-skinny-gemm
-  bench thr_qwen_fa3 throughput --model $QWEN $DUMMY --attention-backend FLASH_ATTN --num-prompts 256 \
-    --input-len 562 --output-len 562 --range-ratio 0.822 --max-num-seqs 256 --max-num-batched-tokens 16384 \
-    --max-model-len 2304
+job_next() {  # what session 4 left unrun (~400 s with g1 g2 fa3 fi staged): run it first next time
+  (export CUDA_VISIBLE_DEVICES=1  # FlashInfer's graph path after its move to flashinfer_graphs.py
+   timeout "$(left)" python3 -m pytest -m gpu -q -s -p no:cacheprovider --tb=short -rf tests/gpu/test_cuda_graphs.py \
+     tests/gpu/test_async_scheduling_gpu.py -k FLASHINFER) > "$OUT/next_fi.log" 2>&1 &
+  export CUDA_VISIBLE_DEVICES=0  # where a decode step's time goes (issue 8's two misses)
+  prof qwen_fa3_b1 --model $QWEN --backend FLASH_ATTN --batch-size 1 --use-skinny-gemm
+  prof qwen_fa3_b64 --model $QWEN --backend FLASH_ATTN --batch-size 64
+  prof llama_fa3_b1 --model $LLAMA --backend FLASH_ATTN --batch-size 1 --use-skinny-gemm
   wait
-  job_tp
+  unset CUDA_VISIBLE_DEVICES  # TTFT at TP=2 (1.6-2.4x TP=1's in session 4): synchronous, for comparison
+  bench lat_llama_tp2_sync latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 1 \
+    --input-len 1024 --output-len 64 --num-iters 2 --max-model-len 4096 --use-skinny-gemm --tensor-parallel-size 2 \
+    --no-async-scheduling
 }
 
 prof() {  # NAME ARGS...: tests.gpu.profile_decode, its JSON in $RES/prof_NAME.json
