@@ -108,6 +108,37 @@ def test_stop_string_truncates_text(llm):
     assert out.finish_reason == "stop" and out.stop_reason == stop
 
 
+def _stream(engine, prompt, params) -> tuple[list[str], list[str], object]:
+    """Step one request to the end: (each step's text_delta, each step's text, the final completion)."""
+    engine.add_request(prompt, params)
+    deltas, texts = [], []
+    while engine.has_unfinished_requests():
+        for o in engine.step():
+            deltas.append(o.outputs[0].text_delta)
+            texts.append(o.outputs[0].text)
+            final = o.outputs[0]
+    return deltas, texts, final
+
+
+def test_streamed_text_never_shows_part_of_a_stop_string(llm):
+    """A stop string spanning two tokens: the step that ends in its first character must not stream that
+    character (vLLM holds back len(longest stop) - 1 characters), so the deltas add up to the final text
+    and every step's text is a prefix of it."""
+    deltas, _, full = _stream(llm.engine, PROMPTS[3], GREEDY)
+    ends = [sum(map(len, deltas[: i + 1])) for i in range(len(deltas))]
+    # a boundary between two non-empty token texts where the two characters around it first occur
+    b = next(e for e, d, nxt in zip(ends, deltas, deltas[1:]) if d and nxt and full.text.index(full.text[e - 1: e + 1]) == e - 1)
+    stop = full.text[b - 1: b + 1]
+    deltas, texts, out = _stream(llm.engine, PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=20, stop=[stop], ignore_eos=True))
+    assert out.text == full.text[: b - 1] and out.finish_reason == "stop" and out.stop_reason == stop
+    assert "".join(deltas) == out.text
+    assert all(out.text.startswith(t) for t in texts)
+    # a stop string longer than the whole text that never matches: all of it comes out at the end
+    deltas, texts, out = _stream(llm.engine, PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=20, stop=["\x00" * 200], ignore_eos=True))
+    assert out.text == full.text and out.finish_reason == "length" and "".join(deltas) == full.text
+    assert set(texts[:-1]) == {""}
+
+
 def test_logprobs_of_sampled_and_top_tokens(llm):
     out = llm.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=4, logprobs=3, ignore_eos=True))[0].outputs[0]
     assert len(out.logprobs) == 4
