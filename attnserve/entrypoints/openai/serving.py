@@ -64,13 +64,17 @@ class ServingContext:
                               400, param="model", code="model_not_found")
         return name
 
-    def check_prompt(self, token_ids: list[int], max_tokens: int | None) -> int:
-        """Validate one tokenized prompt; return the max_tokens to use (None = the rest of the context)."""
+    def check_token_ids(self, token_ids: list[int]) -> None:
+        """400 for an empty prompt or a token id outside the vocabulary (the length is check_prompt's)."""
         if not token_ids:
             raise OpenAIError("the prompt is empty (0 tokens)", 400, param="prompt")
         bad = next((t for t in token_ids if not 0 <= t < self.vocab_size), None)
         if bad is not None:
             raise OpenAIError(f"token id {bad} is out of range (vocabulary size {self.vocab_size})", 400, param="prompt")
+
+    def check_prompt(self, token_ids: list[int], max_tokens: int | None) -> int:
+        """Validate one tokenized prompt; return the max_tokens to use (None = the rest of the context)."""
+        self.check_token_ids(token_ids)
         limit, n = self.max_model_len, len(token_ids)
         if max_tokens is None:
             max_tokens = limit - n

@@ -86,7 +86,7 @@ def _prompts(ctx: ServingContext, prompt) -> tuple[list[str], list[list[int]]]:
         raise OpenAIError("prompt is empty", 400, param="prompt")
     token_prompts = [ctx.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompt]
     for ids in token_prompts:
-        ctx.check_prompt(ids, 1)  # empty / out-of-vocabulary token ids before decoding them
+        ctx.check_token_ids(ids)  # empty / out-of-vocabulary token ids before decoding them
     texts = [p if isinstance(p, str) else ctx.tokenizer.decode(p) for p in prompt]
     return texts, token_prompts
 

@@ -49,6 +49,16 @@ def test_context_length_message_names_the_numbers(client, model_name):
     assert f"maximum context length is {MAX_MODEL_LEN}" in e.value.body["message"]
 
 
+def test_prompt_longer_than_context_message_names_the_requested_max_tokens(client, model_name, default_tokenizer):
+    """A prompt that alone overflows the context: the message counts the max_tokens the client asked for."""
+    n = len(default_tokenizer.encode(LONG))
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=model_name, prompt=LONG, max_tokens=7)
+    assert e.value.body["message"] == (
+        f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, you requested {n + 7} tokens "
+        f"({n} in the prompt, 7 in the completion). Please reduce the length of the prompt or completion.")
+
+
 def test_unknown_model_is_400(client, model_name):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model="no-such-model", prompt="Hi", max_tokens=1)
