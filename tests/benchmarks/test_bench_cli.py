@@ -163,6 +163,13 @@ def test_attention_with_no_usable_backend_says_why_and_fails(capsys):
     (["attention", "--repeats", "0"], "attnserve bench attention: error: argument --repeats: 0 not allowed (allowed: integer >= 1)"),
     (["attention", "--num-heads", "6", "--num-kv-heads", "4"], "attnserve bench attention: error: --num-heads 6 is not a multiple of --num-kv-heads 4"),
     (["attention", "--device", "cuda:9.0"], "attnserve bench attention: error: device 'cuda:9.0' is simulated; bench attention needs a real device (auto, cpu, cuda, cuda:N)"),
+    (["serve", "--num-prompts", "0"], "attnserve bench serve: error: argument --num-prompts: 0 not allowed (allowed: integer >= 1)"),
+    (["serve", "--request-rate", "0"], "attnserve bench serve: error: argument --request-rate: 0.0 not allowed (allowed: number > 0, or inf)"),
+    (["serve", "--request-rate", "-2"], "attnserve bench serve: error: argument --request-rate: -2.0 not allowed (allowed: number > 0, or inf)"),
+    (["serve", "--request-rate", "nan"], "attnserve bench serve: error: argument --request-rate: nan not allowed (allowed: number > 0, or inf)"),
+    (["serve", "--max-concurrency", "0"], "attnserve bench serve: error: argument --max-concurrency: 0 not allowed (allowed: integer >= 1)"),
+    (["serve", "--input-len", "0"], "attnserve bench serve: error: argument --input-len: 0 not allowed (allowed: integer >= 1)"),
+    (["serve", "--output-len", "-1"], "attnserve bench serve: error: argument --output-len: -1 not allowed (allowed: integer >= 1)"),
 ])
 def test_bad_flags_exit_2_with_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
