@@ -38,7 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--api-key", default=None)
     s.add_argument("--output-json", default=None, metavar="FILE", help="write the results as JSON")
-    s.set_defaults(func=run_serve)
+    s.set_defaults(func=run_serve, _bench_parser=s)
     _add_throughput(kinds)
     _add_latency(kinds)
     _add_attention(kinds)
@@ -250,7 +250,7 @@ def run_attention(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from attnserve.benchmarks.serving import BenchConfig, format_summary, run_benchmark
+    from attnserve.benchmarks.serving import BenchConfig, BenchServerError, format_summary, run_benchmark
 
     if args.dataset == "file" and not args.prompt_file:
         raise SystemExit("attnserve bench serve: error: --dataset file needs --prompt-file")
@@ -260,7 +260,14 @@ def run_serve(args: argparse.Namespace) -> int:
         input_len=args.input_len, output_len=args.output_len,
         prompt_file=args.prompt_file if args.dataset == "file" else None, ignore_eos=args.ignore_eos,
         temperature=args.temperature, seed=args.seed, api_key=args.api_key)
-    summary = asyncio.run(run_benchmark(cfg))
+    try:
+        summary = asyncio.run(run_benchmark(cfg))
+    except OSError as e:  # the prompt file
+        args._bench_parser.error(f"--prompt-file: {e.filename}: {e.strerror}")
+    except ValueError as e:  # no prompts in it, or a malformed JSONL line
+        args._bench_parser.error(f"--prompt-file: {e}")
+    except BenchServerError as e:
+        raise SystemExit(f"attnserve bench serve: error: {e}") from None
     print(format_summary(summary))
     if args.output_json:
         with open(args.output_json, "w") as f:
