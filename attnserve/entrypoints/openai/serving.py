@@ -89,6 +89,12 @@ class ServingContext:
         return max_tokens
 
 
+def check_stream_options(req: SamplingFields) -> None:
+    """400 for stream_options on a request that does not stream (OpenAI and vLLM refuse it too)."""
+    if req.stream_options is not None and not req.stream:
+        raise OpenAIError("stream_options is only allowed with stream: true", 400, param="stream_options")
+
+
 def check_unsupported(req: SamplingFields) -> None:
     """400 for OpenAI parameters this engine does not implement (rather than silently ignoring them)."""
     if req.presence_penalty or req.frequency_penalty:

@@ -20,6 +20,7 @@ from attnserve.entrypoints.openai.protocol import (
 )
 from attnserve.entrypoints.openai.serving import (
     ServingContext,
+    check_stream_options,
     check_unsupported,
     generate_all,
     new_id,
@@ -43,6 +44,7 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     ctx.check_ready()
     model = ctx.check_model(req.model)
     check_unsupported(req)
+    check_stream_options(req)
     if req.suffix:
         raise OpenAIError("suffix is not supported", 400, param="suffix")
     if req.best_of is not None and req.best_of != req.n:
