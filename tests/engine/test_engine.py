@@ -46,6 +46,28 @@ def test_chunked_prefill_with_a_small_token_budget_gives_the_same_tokens(llama_d
     assert [o.outputs[0].token_ids for o in outs] == reference_tokens
 
 
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_request_that_outgrows_the_whole_kv_cache_ends_with_length(llama_dir, reference_tokens, async_scheduling):
+    """3 blocks of 4 tokens hold 12 positions, fewer than max_model_len: a lone request of 7 prompt tokens
+    stops after 5 generated tokens (finish_reason length, as at max_model_len) instead of preempting itself
+    and waiting forever for blocks that can never be free."""
+    small = LLM(llama_dir, dtype="float32", device="cpu", block_size=4, num_gpu_blocks=3, async_scheduling=async_scheduling)
+    engine = small.engine
+    assert engine.async_scheduling is async_scheduling
+    assert engine.max_model_len > 12
+    engine.add_request(PROMPTS[0], GREEDY)
+    final = None
+    for _ in range(50):  # a bounded loop: the bug was a busy loop of empty steps
+        for o in engine.step():
+            final = o if o.finished else final
+        if not engine.has_unfinished_requests():
+            break
+    assert final is not None, "the request never finished"
+    out = final.outputs[0]
+    assert out.token_ids == reference_tokens[0][:5] and out.finish_reason == "length"
+    assert engine.block_manager.num_free_blocks == 3
+
+
 def test_one_prompt_at_a_time_equals_the_batch(llm, reference_tokens):
     for prompt, ref in zip(PROMPTS, reference_tokens):
         assert llm.generate([prompt], GREEDY)[0].outputs[0].token_ids == ref
