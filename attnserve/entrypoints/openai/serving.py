@@ -53,6 +53,8 @@ class ServingContext:
         if not self.engine.is_ready:
             if self.engine.load_error is not None:
                 raise OpenAIError(f"the model failed to load: {self.engine.load_error}", 503)
+            if self.engine.dead_error is not None:  # a worker died: restart the server
+                raise OpenAIError(f"the engine is dead ({self.engine.dead_error}); restart the server", 503)
             raise OpenAIError("the server is starting (loading the model) or shutting down; retry later", 503)
 
     def check_model(self, name: str | None) -> str:
