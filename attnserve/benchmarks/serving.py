@@ -108,13 +108,38 @@ async def _one(client: httpx.AsyncClient, cfg: BenchConfig, model: str, prompt: 
     return res
 
 
+class BenchServerError(RuntimeError):
+    """The server could not be asked for its model (not running there, wrong key): one line for the CLI."""
+
+
+async def _served_model(client: httpx.AsyncClient, cfg: BenchConfig) -> str:
+    """The server's first model name, from ``GET /v1/models``."""
+    url = f"{cfg.base_url.rstrip('/')}/v1/models"
+    try:
+        r = await client.get("/v1/models")
+    except httpx.HTTPError as e:
+        raise BenchServerError(f"GET {url} failed ({type(e).__name__}: {e}); is the server running there? "
+                               "(--host, --port, --base-url)") from None
+    body = r.text.replace("\n", " ")[:300]
+    if r.status_code != 200:
+        hint = "; pass its key with --api-key" if r.status_code == 401 else ""
+        raise BenchServerError(f"GET {url} answered HTTP {r.status_code}: {body}{hint}")
+    try:
+        return r.json()["data"][0]["id"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise BenchServerError(f"GET {url} listed no model ({body}); name one with --model") from None
+
+
 async def run_benchmark(cfg: BenchConfig) -> dict:
-    """Send the load; return the summary (what ``--output-json`` writes)."""
+    """Send the load; return the summary (what ``--output-json`` writes).
+
+    Raises OSError / ValueError for an unreadable prompt file (before any request) and BenchServerError
+    when the server cannot name its model."""
+    prompts = load_prompts(cfg)
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(base_url=cfg.base_url, headers=headers, timeout=cfg.timeout, limits=limits) as client:
-        model = cfg.model or (await client.get("/v1/models")).raise_for_status().json()["data"][0]["id"]
-        prompts = load_prompts(cfg)
+        model = cfg.model or await _served_model(client, cfg)
         gate = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
         rng = np.random.default_rng(cfg.seed)
 

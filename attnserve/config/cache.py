@@ -20,7 +20,8 @@ class CacheConfig:
     """KV-cache element type: auto (= model dtype), fp8 or fp8_e4m3."""
 
     num_gpu_blocks: int | None = field(default=None, metadata={"ge": 1})
-    """Number of KV-cache blocks; overrides the memory budget when set."""
+    """Number of KV-cache blocks; overrides the memory budget when set. A cache smaller than max_model_len
+    ends each request (finish_reason length) when it fills the whole cache."""
 
     kv_cache_memory: int | None = field(default=None, metadata={"ge": 1})
     """KV-cache budget in bytes (all layers, K and V). None = 2 GiB on CPU, gpu_memory_utilization on GPU."""

@@ -20,6 +20,7 @@ from attnserve.config.engine import EngineConfig
 from attnserve.engine.llm_engine import LLMEngine
 from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.sampling_params import SamplingParams
+from attnserve.executor.base import WorkerDiedError
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ class AsyncLLMEngine:
         self._stopping = False
         self.engine: LLMEngine | None = None
         self.load_error: BaseException | None = None
+        # a worker died (WorkerDiedError): every later step would fail the same way, so no new requests
+        self.dead_error: BaseException | None = None
         self.stats = EngineStats()  # replaced whole by the engine thread (an atomic reference swap)
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -110,7 +113,7 @@ class AsyncLLMEngine:
 
     @property
     def is_ready(self) -> bool:
-        return self._ready.is_set() and self.load_error is None and not self._stopping
+        return self._ready.is_set() and self.load_error is None and self.dead_error is None and not self._stopping
 
     async def wait_ready(self, timeout: float | None = None) -> None:
         """Wait until the model is loaded; raise its load error if loading failed."""
@@ -134,6 +137,8 @@ class AsyncLLMEngine:
         ValueError). Leaving the iteration early (a disconnected client, a cancelled task) aborts the
         request, which frees its KV blocks."""
         if not self.is_ready:
+            if self.dead_error is not None:
+                raise EngineNotReadyError(f"the engine is dead: {type(self.dead_error).__name__}: {self.dead_error}")
             raise EngineNotReadyError("the engine is still loading" if not self._stopping else "the server is shutting down")
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         self._commands.put(_Add(request_id, prompt, params, stream))
@@ -218,6 +223,8 @@ class AsyncLLMEngine:
         except Exception as e:
             # fail every request in flight rather than the server: abort them all (frees their blocks)
             logger.exception("engine step failed; aborting %d requests", len(self._streams))
+            if isinstance(e, WorkerDiedError):
+                self.dead_error = e
             for request_id, stream in list(self._streams.items()):
                 self._streams.pop(request_id)
                 try:

@@ -52,6 +52,13 @@ class LLMEngine:
         # the in-process ModelRunner (tensor_parallel_size 1 only; None when workers run the model)
         self.runner = getattr(self.executor, "runner", None)
         self.block_manager = BlockManager(self.info.num_blocks, config.cache.block_size)
+        # the longest a sequence may grow: past the whole KV cache it would preempt itself and wait forever
+        # for blocks that can never be free, so it ends there (finish_reason length) as at max_model_len
+        self.max_request_len = min(self.max_model_len, self.info.num_blocks * config.cache.block_size)
+        if self.max_request_len < self.max_model_len:
+            logger.warning("the KV cache holds %d tokens, fewer than max_model_len %d: a request ends (finish_reason "
+                           "length) when it reaches %d tokens; give the KV cache more memory or lower max_model_len",
+                           self.max_request_len, self.max_model_len, self.max_request_len)
         self.scheduler = Scheduler(
             self.block_manager,
             config.scheduler.max_num_batched_tokens,
@@ -113,7 +120,7 @@ class LLMEngine:
                 prompt_token_ids=token_ids,
                 sampling_params=child_params,
                 eos_token_id=self.eos_token_id,
-                max_model_len=self.max_model_len,
+                max_model_len=self.max_request_len,
             ))
         self.output_processor.add(request_id, prompt if isinstance(prompt, str) else None, token_ids, params, children)
         for child in children:

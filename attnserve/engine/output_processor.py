@@ -16,6 +16,9 @@ class _Child:
     request: Request
     completion: CompletionOutput
     detokenizer: IncrementalDetokenizer | None  # None: detokenize=False
+    # with stop strings: the text so far, of which ``completion.text`` holds back the last
+    # len(longest stop) - 1 characters while the request runs (they may begin a stop string)
+    text: str = ""
 
 
 @dataclass
@@ -135,8 +138,8 @@ class OutputProcessor:
                 c.text += delta
             return None
         stop_string = None
-        old_len = len(c.text)
-        text = c.text + delta
+        old_len = len(kid.text)
+        text = kid.text + delta
         for s in req.sampling_params.stop:
             # search only where the new text could complete a match
             idx = text.find(s, max(0, old_len - len(s) + 1))
@@ -148,8 +151,13 @@ class OutputProcessor:
         elif ended:
             c.finish_reason = req.finish_reason.value
             c.stop_reason = req.stop_reason
-        c.text_delta = text[old_len:] if len(text) >= old_len else ""
-        c.text = text
+        kid.text = text
+        # while running, hold back what a later token could turn into a stop string (streams must not send
+        # text that the stop string then removes); the held-back characters never precede a match found later
+        hold = 0 if c.finish_reason is not None else max(len(s) for s in req.sampling_params.stop) - 1
+        shown = text[: max(0, len(text) - hold)]
+        c.text_delta = shown[len(c.text):]
+        c.text = shown
         return stop_string
 
     def _logprobs(self, entry, token_id: int, detokenize: bool) -> dict[int, Logprob]:

@@ -23,7 +23,7 @@ class FinishReason(str, enum.Enum):
     """Why a request stopped (OpenAI's finish_reason values)."""
 
     STOP = "stop"  # EOS, a stop token or a stop string
-    LENGTH = "length"  # max_tokens or max_model_len reached
+    LENGTH = "length"  # max_tokens or max_model_len (or the whole KV cache, when smaller) reached
     ABORT = "abort"
 
 
@@ -41,7 +41,7 @@ class Request:
     prompt_token_ids: list[int]
     sampling_params: SamplingParams
     eos_token_id: int | None
-    max_model_len: int
+    max_model_len: int  # the most tokens it may reach (the engine's max_request_len)
     arrival_time: float = field(default_factory=time.monotonic)
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0

@@ -71,11 +71,11 @@ class Scheduler:
 
     def add_request(self, request: Request) -> None:
         """Queue a request. Raises ValueError if it can never fit the KV cache or the token budget."""
-        need = self.block_manager.blocks_needed(request.max_model_len)
         if self.block_manager.blocks_needed(request.num_tokens + 1) > self.block_manager.num_blocks:
             raise ValueError(
                 f"request {request.request_id} needs {self.block_manager.blocks_needed(request.num_tokens + 1)} KV blocks, "
-                f"the cache has {self.block_manager.num_blocks} (of which max_model_len needs {need})"
+                f"the cache has {self.block_manager.num_blocks} "
+                f"({self.block_manager.num_blocks * self.block_manager.block_size} tokens)"
             )
         if not self.enable_chunked_prefill and request.num_tokens > self.max_num_batched_tokens:
             raise ValueError(

@@ -163,6 +163,13 @@ def test_attention_with_no_usable_backend_says_why_and_fails(capsys):
     (["attention", "--repeats", "0"], "attnserve bench attention: error: argument --repeats: 0 not allowed (allowed: integer >= 1)"),
     (["attention", "--num-heads", "6", "--num-kv-heads", "4"], "attnserve bench attention: error: --num-heads 6 is not a multiple of --num-kv-heads 4"),
     (["attention", "--device", "cuda:9.0"], "attnserve bench attention: error: device 'cuda:9.0' is simulated; bench attention needs a real device (auto, cpu, cuda, cuda:N)"),
+    (["serve", "--num-prompts", "0"], "attnserve bench serve: error: argument --num-prompts: 0 not allowed (allowed: integer >= 1)"),
+    (["serve", "--request-rate", "0"], "attnserve bench serve: error: argument --request-rate: 0.0 not allowed (allowed: number > 0, or inf)"),
+    (["serve", "--request-rate", "-2"], "attnserve bench serve: error: argument --request-rate: -2.0 not allowed (allowed: number > 0, or inf)"),
+    (["serve", "--request-rate", "nan"], "attnserve bench serve: error: argument --request-rate: nan not allowed (allowed: number > 0, or inf)"),
+    (["serve", "--max-concurrency", "0"], "attnserve bench serve: error: argument --max-concurrency: 0 not allowed (allowed: integer >= 1)"),
+    (["serve", "--input-len", "0"], "attnserve bench serve: error: argument --input-len: 0 not allowed (allowed: integer >= 1)"),
+    (["serve", "--output-len", "-1"], "attnserve bench serve: error: argument --output-len: -1 not allowed (allowed: integer >= 1)"),
 ])
 def test_bad_flags_exit_2_with_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -181,3 +188,30 @@ def test_requests_longer_than_max_model_len_exit_2(tiny_model_dir, capsys):
     err = capsys.readouterr().err.strip()
     assert err == ("attnserve bench latency: error: the longest prompt (10 tokens) plus the longest output (10 tokens) "
                    "exceeds max_model_len 16; lower --input-len/--output-len/--range-ratio or raise --max-model-len")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_bench_serve_without_a_server_says_so_in_one_line(capsys):
+    port = _free_port()
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "serve", "--port", str(port), "--num-prompts", "1"])
+    assert e.value.code == (f"attnserve bench serve: error: GET http://127.0.0.1:{port}/v1/models failed "
+                            "(ConnectError: All connection attempts failed); is the server running there? "
+                            "(--host, --port, --base-url)")
+
+
+def test_bench_serve_missing_prompt_file_exits_2_with_one_line(tmp_path, capsys):
+    missing = tmp_path / "none.txt"
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "serve", "--port", str(_free_port()), "--model", "m", "--dataset", "file",
+              "--prompt-file", str(missing)])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"attnserve bench serve: error: --prompt-file: {missing}: No such file or directory")

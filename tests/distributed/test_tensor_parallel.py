@@ -150,6 +150,43 @@ def test_tp2_ray_matches_tp1_tiny_qwen3(qwen3_dir, qwen3_tp1_tokens, tp2):
         ray.shutdown()
 
 
+def test_async_engine_with_a_dead_worker_is_not_ready(qwen3_dir):
+    """The server's engine after a worker died: the request in flight fails with EngineDeadError, and the
+    engine is no longer ready (/health 503), new requests naming the dead worker, since every later step
+    would fail the same way."""
+    import asyncio
+
+    from attnserve.config import build_engine_config
+    from attnserve.engine.async_engine import AsyncLLMEngine, EngineDeadError, EngineNotReadyError
+
+    engine = AsyncLLMEngine(build_engine_config(qwen3_dir, tensor_parallel_size=2, **ENGINE))
+    engine.start()
+    params = SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True)
+
+    async def run() -> tuple[str, str]:
+        await engine.wait_ready(120)
+        pid = engine.engine.executor.pids[1]
+        with pytest.raises(EngineDeadError) as dead:
+            async for _ in engine.generate(PROMPTS[0], params, "a"):
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+                    pid = 0
+        assert not engine.is_ready
+        with pytest.raises(EngineNotReadyError) as refused:
+            async for _ in engine.generate(PROMPTS[0], params, "b"):
+                pass
+        await engine.shutdown(timeout=10)
+        return str(dead.value), str(refused.value)
+
+    try:
+        dead, refused = asyncio.run(run())
+    finally:
+        engine.engine.shutdown()
+    assert re.fullmatch(r"engine step failed: WorkerDiedError: worker rank 1 \(pid \d+\) died \(exit code -9\); "
+                        r"pending requests failed", dead)
+    assert refused == "the engine is dead: " + dead.removeprefix("engine step failed: ")
+
+
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 def test_dead_worker_fails_pending_requests_quickly(qwen3_dir, tp2, async_scheduling):
     llm = tp2(qwen3_dir, async_scheduling=async_scheduling)

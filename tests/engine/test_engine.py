@@ -46,6 +46,28 @@ def test_chunked_prefill_with_a_small_token_budget_gives_the_same_tokens(llama_d
     assert [o.outputs[0].token_ids for o in outs] == reference_tokens
 
 
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_request_that_outgrows_the_whole_kv_cache_ends_with_length(llama_dir, reference_tokens, async_scheduling):
+    """3 blocks of 4 tokens hold 12 positions, fewer than max_model_len: a lone request of 7 prompt tokens
+    stops after 5 generated tokens (finish_reason length, as at max_model_len) instead of preempting itself
+    and waiting forever for blocks that can never be free."""
+    small = LLM(llama_dir, dtype="float32", device="cpu", block_size=4, num_gpu_blocks=3, async_scheduling=async_scheduling)
+    engine = small.engine
+    assert engine.async_scheduling is async_scheduling
+    assert engine.max_model_len > 12
+    engine.add_request(PROMPTS[0], GREEDY)
+    final = None
+    for _ in range(50):  # a bounded loop: the bug was a busy loop of empty steps
+        for o in engine.step():
+            final = o if o.finished else final
+        if not engine.has_unfinished_requests():
+            break
+    assert final is not None, "the request never finished"
+    out = final.outputs[0]
+    assert out.token_ids == reference_tokens[0][:5] and out.finish_reason == "length"
+    assert engine.block_manager.num_free_blocks == 3
+
+
 def test_one_prompt_at_a_time_equals_the_batch(llm, reference_tokens):
     for prompt, ref in zip(PROMPTS, reference_tokens):
         assert llm.generate([prompt], GREEDY)[0].outputs[0].token_ids == ref
@@ -106,6 +128,37 @@ def test_stop_string_truncates_text(llm):
     out = llm.generate(PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=20, stop=[stop], ignore_eos=True))[0].outputs[0]
     assert out.text == full[: full.index(stop)]
     assert out.finish_reason == "stop" and out.stop_reason == stop
+
+
+def _stream(engine, prompt, params) -> tuple[list[str], list[str], object]:
+    """Step one request to the end: (each step's text_delta, each step's text, the final completion)."""
+    engine.add_request(prompt, params)
+    deltas, texts = [], []
+    while engine.has_unfinished_requests():
+        for o in engine.step():
+            deltas.append(o.outputs[0].text_delta)
+            texts.append(o.outputs[0].text)
+            final = o.outputs[0]
+    return deltas, texts, final
+
+
+def test_streamed_text_never_shows_part_of_a_stop_string(llm):
+    """A stop string spanning two tokens: the step that ends in its first character must not stream that
+    character (vLLM holds back len(longest stop) - 1 characters), so the deltas add up to the final text
+    and every step's text is a prefix of it."""
+    deltas, _, full = _stream(llm.engine, PROMPTS[3], GREEDY)
+    ends = [sum(map(len, deltas[: i + 1])) for i in range(len(deltas))]
+    # a boundary between two non-empty token texts where the two characters around it first occur
+    b = next(e for e, d, nxt in zip(ends, deltas, deltas[1:]) if d and nxt and full.text.index(full.text[e - 1: e + 1]) == e - 1)
+    stop = full.text[b - 1: b + 1]
+    deltas, texts, out = _stream(llm.engine, PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=20, stop=[stop], ignore_eos=True))
+    assert out.text == full.text[: b - 1] and out.finish_reason == "stop" and out.stop_reason == stop
+    assert "".join(deltas) == out.text
+    assert all(out.text.startswith(t) for t in texts)
+    # a stop string longer than the whole text that never matches: all of it comes out at the end
+    deltas, texts, out = _stream(llm.engine, PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=20, stop=["\x00" * 200], ignore_eos=True))
+    assert out.text == full.text and out.finish_reason == "length" and "".join(deltas) == full.text
+    assert set(texts[:-1]) == {""}
 
 
 def test_logprobs_of_sampled_and_top_tokens(llm):

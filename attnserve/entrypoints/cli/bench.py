@@ -24,21 +24,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--endpoint", default="/v1/completions", choices=["/v1/completions", "/v1/chat/completions"])
     s.add_argument("--model", default=None, help="model name (default: the server's first model)")
-    s.add_argument("--num-prompts", type=int, default=100)
-    s.add_argument("--request-rate", type=float, default=float("inf"),
+    s.add_argument("--num-prompts", type=_positive_int, default=100)
+    s.add_argument("--request-rate", type=_request_rate, default=float("inf"),
                    help="requests per second, Poisson arrivals (default inf: all at once)")
-    s.add_argument("--max-concurrency", type=int, default=None, help="most requests in flight")
+    s.add_argument("--max-concurrency", type=_positive_int, default=None, help="most requests in flight")
     s.add_argument("--dataset", default="random", choices=["random", "file"])
     s.add_argument("--prompt-file", default=None, help="with --dataset file: one prompt per line, or JSONL 'prompt'")
-    s.add_argument("--input-len", type=int, default=128, help="random prompts: words per prompt")
-    s.add_argument("--output-len", type=int, default=128, help="max_tokens per request")
+    s.add_argument("--input-len", type=_positive_int, default=128, help="random prompts: words per prompt")
+    s.add_argument("--output-len", type=_positive_int, default=128, help="max_tokens per request")
     s.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="let requests stop at EOS (default: generate exactly --output-len tokens)")
     s.add_argument("--temperature", type=float, default=0.0)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--api-key", default=None)
     s.add_argument("--output-json", default=None, metavar="FILE", help="write the results as JSON")
-    s.set_defaults(func=run_serve)
+    s.set_defaults(func=run_serve, _bench_parser=s)
     _add_throughput(kinds)
     _add_latency(kinds)
     _add_attention(kinds)
@@ -64,6 +64,17 @@ def _int_at_least(low: int):
 
 _positive_int = _int_at_least(1)
 _nonnegative_int = _int_at_least(0)
+
+
+def _request_rate(text: str) -> float:
+    """bench serve's --request-rate: requests per second, > 0 (``inf``: all at once)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not value > 0.0:  # nan too
+        raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: number > 0, or inf)")
+    return value
 
 
 def _range_ratio(text: str) -> float:
@@ -239,7 +250,7 @@ def run_attention(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from attnserve.benchmarks.serving import BenchConfig, format_summary, run_benchmark
+    from attnserve.benchmarks.serving import BenchConfig, BenchServerError, format_summary, run_benchmark
 
     if args.dataset == "file" and not args.prompt_file:
         raise SystemExit("attnserve bench serve: error: --dataset file needs --prompt-file")
@@ -249,7 +260,14 @@ def run_serve(args: argparse.Namespace) -> int:
         input_len=args.input_len, output_len=args.output_len,
         prompt_file=args.prompt_file if args.dataset == "file" else None, ignore_eos=args.ignore_eos,
         temperature=args.temperature, seed=args.seed, api_key=args.api_key)
-    summary = asyncio.run(run_benchmark(cfg))
+    try:
+        summary = asyncio.run(run_benchmark(cfg))
+    except OSError as e:  # the prompt file
+        args._bench_parser.error(f"--prompt-file: {e.filename}: {e.strerror}")
+    except ValueError as e:  # no prompts in it, or a malformed JSONL line
+        args._bench_parser.error(f"--prompt-file: {e}")
+    except BenchServerError as e:
+        raise SystemExit(f"attnserve bench serve: error: {e}") from None
     print(format_summary(summary))
     if args.output_json:
         with open(args.output_json, "w") as f:

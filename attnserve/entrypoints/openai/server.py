@@ -83,7 +83,8 @@ def build_app(ctx: ServingContext, shutdown_timeout: float = 10.0) -> FastAPI:
 
     @app.get("/health", responses={503: _API_ERRORS[503]})
     async def health() -> Response:
-        """200 once the model is loaded; 503 while loading, after a failed load, or while shutting down."""
+        """200 once the model is loaded; 503 while loading, after a failed load, after a worker died, or while
+        shutting down."""
         ctx.check_ready()
         return Response(status_code=200)
 

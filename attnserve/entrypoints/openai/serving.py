@@ -53,6 +53,8 @@ class ServingContext:
         if not self.engine.is_ready:
             if self.engine.load_error is not None:
                 raise OpenAIError(f"the model failed to load: {self.engine.load_error}", 503)
+            if self.engine.dead_error is not None:  # a worker died: restart the server
+                raise OpenAIError(f"the engine is dead ({self.engine.dead_error}); restart the server", 503)
             raise OpenAIError("the server is starting (loading the model) or shutting down; retry later", 503)
 
     def check_model(self, name: str | None) -> str:
@@ -64,13 +66,17 @@ class ServingContext:
                               400, param="model", code="model_not_found")
         return name
 
-    def check_prompt(self, token_ids: list[int], max_tokens: int | None) -> int:
-        """Validate one tokenized prompt; return the max_tokens to use (None = the rest of the context)."""
+    def check_token_ids(self, token_ids: list[int]) -> None:
+        """400 for an empty prompt or a token id outside the vocabulary (the length is check_prompt's)."""
         if not token_ids:
             raise OpenAIError("the prompt is empty (0 tokens)", 400, param="prompt")
         bad = next((t for t in token_ids if not 0 <= t < self.vocab_size), None)
         if bad is not None:
             raise OpenAIError(f"token id {bad} is out of range (vocabulary size {self.vocab_size})", 400, param="prompt")
+
+    def check_prompt(self, token_ids: list[int], max_tokens: int | None) -> int:
+        """Validate one tokenized prompt; return the max_tokens to use (None = the rest of the context)."""
+        self.check_token_ids(token_ids)
         limit, n = self.max_model_len, len(token_ids)
         if max_tokens is None:
             max_tokens = limit - n
@@ -83,6 +89,12 @@ class ServingContext:
             raise OpenAIError(f"the prompt has {n} tokens, which leaves no room in the context of {limit}",
                               400, param="prompt")
         return max_tokens
+
+
+def check_stream_options(req: SamplingFields) -> None:
+    """400 for stream_options on a request that does not stream (OpenAI and vLLM refuse it too)."""
+    if req.stream_options is not None and not req.stream:
+        raise OpenAIError("stream_options is only allowed with stream: true", 400, param="stream_options")
 
 
 def check_unsupported(req: SamplingFields) -> None:

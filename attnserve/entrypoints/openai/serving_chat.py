@@ -24,6 +24,7 @@ from attnserve.entrypoints.openai.protocol import (
 )
 from attnserve.entrypoints.openai.serving import (
     ServingContext,
+    check_stream_options,
     check_unsupported,
     generate_all,
     new_id,
@@ -37,6 +38,7 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     ctx.check_ready()
     model = ctx.check_model(req.model)
     check_unsupported(req)
+    check_stream_options(req)
     if req.top_logprobs is not None and not req.logprobs:
         raise OpenAIError("top_logprobs needs logprobs: true", 400, param="top_logprobs")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None

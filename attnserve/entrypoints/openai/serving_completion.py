@@ -20,6 +20,7 @@ from attnserve.entrypoints.openai.protocol import (
 )
 from attnserve.entrypoints.openai.serving import (
     ServingContext,
+    check_stream_options,
     check_unsupported,
     generate_all,
     new_id,
@@ -43,6 +44,7 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     ctx.check_ready()
     model = ctx.check_model(req.model)
     check_unsupported(req)
+    check_stream_options(req)
     if req.suffix:
         raise OpenAIError("suffix is not supported", 400, param="suffix")
     if req.best_of is not None and req.best_of != req.n:
@@ -86,7 +88,7 @@ def _prompts(ctx: ServingContext, prompt) -> tuple[list[str], list[list[int]]]:
         raise OpenAIError("prompt is empty", 400, param="prompt")
     token_prompts = [ctx.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompt]
     for ids in token_prompts:
-        ctx.check_prompt(ids, 1)  # empty / out-of-vocabulary token ids before decoding them
+        ctx.check_token_ids(ids)  # empty / out-of-vocabulary token ids before decoding them
     texts = [p if isinstance(p, str) else ctx.tokenizer.decode(p) for p in prompt]
     return texts, token_prompts
 

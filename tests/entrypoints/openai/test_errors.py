@@ -29,6 +29,7 @@ BAD_COMPLETIONS = {
     "token_id_out_of_vocab": dict(prompt=[1, 10**9]),
     "echo_with_logprobs": dict(echo=True, logprobs=1),
     "frequency_penalty": dict(frequency_penalty=0.5),
+    "stream_options_without_stream": dict(stream_options={"include_usage": True}),
 }
 
 
@@ -49,6 +50,24 @@ def test_context_length_message_names_the_numbers(client, model_name):
     assert f"maximum context length is {MAX_MODEL_LEN}" in e.value.body["message"]
 
 
+def test_stream_options_without_stream_names_the_parameter(client, model_name):
+    """As OpenAI and vLLM: stream_options only goes with stream: true (not silently ignored)."""
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=model_name, prompt="Hi", max_tokens=1, stream_options={"include_usage": True})
+    assert e.value.body["message"] == "stream_options is only allowed with stream: true"
+    assert e.value.body["param"] == "stream_options"
+
+
+def test_prompt_longer_than_context_message_names_the_requested_max_tokens(client, model_name, default_tokenizer):
+    """A prompt that alone overflows the context: the message counts the max_tokens the client asked for."""
+    n = len(default_tokenizer.encode(LONG))
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=model_name, prompt=LONG, max_tokens=7)
+    assert e.value.body["message"] == (
+        f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, you requested {n + 7} tokens "
+        f"({n} in the prompt, 7 in the completion). Please reduce the length of the prompt or completion.")
+
+
 def test_unknown_model_is_400(client, model_name):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model="no-such-model", prompt="Hi", max_tokens=1)
@@ -60,7 +79,7 @@ def test_unknown_model_is_400(client, model_name):
 
 def test_bad_chat_is_400(client, model_name):
     for kw in (dict(messages=[]), dict(max_tokens=0), dict(top_logprobs=2),
-               dict(messages=[{"role": "wizard", "content": "Hi"}])):
+               dict(messages=[{"role": "wizard", "content": "Hi"}]), dict(stream_options={"include_usage": True})):
         kw = {"model": model_name, "messages": [{"role": "user", "content": "Hi"}], **kw}
         with pytest.raises(openai.BadRequestError):
             client.chat.completions.create(**kw)

@@ -1,0 +1,22 @@
+"""``attnserve serve``'s own flags: a bad value exits 2 with one line before any model loads."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnserve.entrypoints.cli.main import main
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--port", "99999"], "argument --port: 99999 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
+    (["--port", "-1"], "argument --port: -1 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
+    (["--port", "x"], "argument --port: invalid int value: 'x'"),
+    (["--shutdown-timeout", "-1"], "argument --shutdown-timeout: -1.0 not allowed (allowed: seconds, a finite number >= 0)"),
+    (["--shutdown-timeout", "nan"], "argument --shutdown-timeout: nan not allowed (allowed: seconds, a finite number >= 0)"),
+    (["--shutdown-timeout", "inf"], "argument --shutdown-timeout: inf not allowed (allowed: seconds, a finite number >= 0)"),
+])
+def test_bad_server_flags_exit_2_with_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["serve", *argv])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip() == f"attnserve serve: error: {message}"
