@@ -63,6 +63,8 @@ class SamplingParams:
             (self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS), "logprobs",
              self.logprobs, f"integer in [0, {MAX_LOGPROBS}]"),
             (all(s for s in self.stop), "stop", self.stop, "non-empty strings"),
+            (all(_is_int(t) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", self.stop_token_ids,
+             "token ids (integers >= 0)"),
             (self.detokenize or not self.stop, "stop", self.stop,
              "none when detokenize is False: stop strings match text"),
         ]

@@ -260,6 +260,8 @@ def test_text_equals_decoding_the_tokens(llm):
     ({"max_tokens": 2.5}, "max_tokens 2.5 not allowed (allowed: integer >= 1)"),
     ({"seed": "x"}, "seed 'x' not allowed (allowed: an integer or None)"),
     ({"logprobs": 21}, "logprobs 21 not allowed (allowed: integer in [0, 20])"),
+    ({"stop_token_ids": [2, -1]}, "stop_token_ids [2, -1] not allowed (allowed: token ids (integers >= 0))"),
+    ({"stop_token_ids": [2.0]}, "stop_token_ids [2.0] not allowed (allowed: token ids (integers >= 0))"),
 ])
 def test_bad_sampling_params(kwargs, message):
     with pytest.raises(SamplingParamsError) as e:
