@@ -11,6 +11,8 @@ import asyncio
 import json
 import sys
 
+from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, positive_int
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("bench", help="benchmarks", description="Benchmarks.")
@@ -24,14 +26,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--endpoint", default="/v1/completions", choices=["/v1/completions", "/v1/chat/completions"])
     s.add_argument("--model", default=None, help="model name (default: the server's first model)")
-    s.add_argument("--num-prompts", type=_positive_int, default=100)
+    s.add_argument("--num-prompts", type=positive_int, default=100)
     s.add_argument("--request-rate", type=_request_rate, default=float("inf"),
                    help="requests per second, Poisson arrivals (default inf: all at once)")
-    s.add_argument("--max-concurrency", type=_positive_int, default=None, help="most requests in flight")
+    s.add_argument("--max-concurrency", type=positive_int, default=None, help="most requests in flight")
     s.add_argument("--dataset", default="random", choices=["random", "file"])
     s.add_argument("--prompt-file", default=None, help="with --dataset file: one prompt per line, or JSONL 'prompt'")
-    s.add_argument("--input-len", type=_positive_int, default=128, help="random prompts: words per prompt")
-    s.add_argument("--output-len", type=_positive_int, default=128, help="max_tokens per request")
+    s.add_argument("--input-len", type=positive_int, default=128, help="random prompts: words per prompt")
+    s.add_argument("--output-len", type=positive_int, default=128, help="max_tokens per request")
     s.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="let requests stop at EOS (default: generate exactly --output-len tokens)")
     s.add_argument("--temperature", type=float, default=0.0)
@@ -45,46 +47,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-# ---- flag types: a bad value exits 2 with one line naming the flag, the value and what is allowed ----
-
-def _int_at_least(low: int):
-    """An argparse type: an integer >= ``low``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: integer >= {low})")
-        return value
-
-    return parse
-
-
-_positive_int = _int_at_least(1)
-_nonnegative_int = _int_at_least(0)
-
-
-def _request_rate(text: str) -> float:
-    """bench serve's --request-rate: requests per second, > 0 (``inf``: all at once)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
-    if not value > 0.0:  # nan too
-        raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: number > 0, or inf)")
-    return value
-
-
-def _range_ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: 0 <= R < 1)")
-    return value
+# flag types: a bad value exits 2 with one line naming the flag, the value and what is allowed
+_request_rate = checked(float, lambda v: v > 0.0, "number > 0, or inf")  # nan fails too
+_range_ratio = checked(float, lambda v: 0.0 <= v < 1.0, "0 <= R < 1")
 
 
 def _add_outputs(p: argparse.ArgumentParser, plot_help: str) -> None:
@@ -109,10 +74,10 @@ def _add_throughput(kinds) -> None:
                                      "and the %% of the memory roofline. --seed (engine flag) seeds the requests.")
     add_engine_args(p)
     g = p.add_argument_group("workload")
-    g.add_argument("--num-prompts", type=_positive_int, default=None,
+    g.add_argument("--num-prompts", type=positive_int, default=None,
                    help="requests (default 1000; with --prompts-file: the file's prompts, cycled to N if given)")
-    g.add_argument("--input-len", type=_positive_int, default=128, help="prompt tokens (random prompts)")
-    g.add_argument("--output-len", type=_positive_int, default=128, help="tokens to generate per request")
+    g.add_argument("--input-len", type=positive_int, default=128, help="prompt tokens (random prompts)")
+    g.add_argument("--output-len", type=positive_int, default=128, help="tokens to generate per request")
     g.add_argument("--range-ratio", type=_range_ratio, default=0.0,
                    help="lengths uniform in [L(1-R), L(1+R)]; 0 = exactly L (default)")
     g.add_argument("--prompts-file", default=None, metavar="FILE",
@@ -131,14 +96,14 @@ def _add_latency(kinds) -> None:
                                      "roofline, for each --batch-size.")
     add_engine_args(p)
     g = p.add_argument_group("workload")
-    g.add_argument("--batch-size", type=_positive_int, nargs="+", default=[8], metavar="B",
+    g.add_argument("--batch-size", type=positive_int, nargs="+", default=[8], metavar="B",
                    help="requests per batch; several values sweep (default 8)")
-    g.add_argument("--input-len", type=_positive_int, default=32, help="prompt tokens (default 32)")
-    g.add_argument("--output-len", type=_positive_int, default=128, help="tokens to generate (default 128)")
-    g.add_argument("--num-iters", type=_positive_int, default=3, help="timed batches per batch size (default 3)")
-    g.add_argument("--num-iters-warmup", type=_nonnegative_int, default=1,
+    g.add_argument("--input-len", type=positive_int, default=32, help="prompt tokens (default 32)")
+    g.add_argument("--output-len", type=positive_int, default=128, help="tokens to generate (default 128)")
+    g.add_argument("--num-iters", type=positive_int, default=3, help="timed batches per batch size (default 3)")
+    g.add_argument("--num-iters-warmup", type=nonnegative_int, default=1,
                    help="untimed batches first (default 1)")
-    g.add_argument("--compare-tensor-parallel-sizes", type=_positive_int, nargs="+", default=None, metavar="N",
+    g.add_argument("--compare-tensor-parallel-sizes", type=positive_int, nargs="+", default=None, metavar="N",
                    help="run the engine once per tensor-parallel size, in this run (e.g. 1 2); rows 'attnserve tpN'")
     _add_baseline(g)
     _add_outputs(p, "output tokens/s over batch size, with the roofline")
@@ -154,20 +119,20 @@ def _add_attention(kinds) -> None:
     g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"],
                    help="auto = bfloat16 on GPU, float32 on CPU")
-    g.add_argument("--num-heads", type=_positive_int, default=32, help="query heads (default 32)")
-    g.add_argument("--num-kv-heads", type=_positive_int, default=8, help="KV heads (default 8)")
-    g.add_argument("--head-size", type=_positive_int, default=128, help="default 128")
-    g.add_argument("--block-size", type=_positive_int, default=16, help="KV-cache block size (default 16)")
-    g.add_argument("--batch-size", type=_positive_int, default=None,
+    g.add_argument("--num-heads", type=positive_int, default=32, help="query heads (default 32)")
+    g.add_argument("--num-kv-heads", type=positive_int, default=8, help="KV heads (default 8)")
+    g.add_argument("--head-size", type=positive_int, default=128, help="default 128")
+    g.add_argument("--block-size", type=positive_int, default=16, help="KV-cache block size (default 16)")
+    g.add_argument("--batch-size", type=positive_int, default=None,
                    help="decode requests (default 64 on GPU, 8 on CPU)")
-    g.add_argument("--context-lens", type=_positive_int, nargs="+", default=None, metavar="C",
+    g.add_argument("--context-lens", type=positive_int, nargs="+", default=None, metavar="C",
                    help="decode context lengths (default 512..8192 on GPU, 128..1024 on CPU)")
-    g.add_argument("--prefill-lens", type=_positive_int, nargs="+", default=None, metavar="L",
+    g.add_argument("--prefill-lens", type=positive_int, nargs="+", default=None, metavar="L",
                    help="prefill sequence lengths (default 512..8192 on GPU, 128..1024 on CPU)")
     g.add_argument("--backends", nargs="+", default=None, metavar="NAME",
                    help="only these backends (default: the platform's priority list)")
-    g.add_argument("--warmup", type=_nonnegative_int, default=3, help="untimed calls first (default 3)")
-    g.add_argument("--repeats", type=_positive_int, default=10, help="timed calls; the median is reported")
+    g.add_argument("--warmup", type=nonnegative_int, default=3, help="untimed calls first (default 3)")
+    g.add_argument("--repeats", type=positive_int, default=10, help="timed calls; the median is reported")
     _add_outputs(p, "per-backend kernel time over context length")
     p.set_defaults(func=run_attention, _bench_parser=p)
 

@@ -4,32 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 
+from attnserve.entrypoints.cli.arg_types import port, seconds
 from attnserve.entrypoints.cli.engine_args import add_engine_args, engine_config_from_args
-
-
-def _port(text: str) -> int:
-    """An argparse type: a TCP port (0: the OS picks a free one)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: integer in [0, 65535]; 0 picks a free port)")
-    return value
-
-
-def _seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: seconds, a finite number >= 0)")
-    return value
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -39,11 +17,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "/health, /version, /metrics).")
     g = parser.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
-    g.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
+    g.add_argument("--port", type=port, default=8000, help="TCP port (default 8000)")
     g.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
                    help="model name(s) clients use; the first is reported (default: the model argument)")
     g.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
-    g.add_argument("--shutdown-timeout", type=_seconds, default=10.0,
+    g.add_argument("--shutdown-timeout", type=seconds, default=10.0,
                    help="seconds in-flight requests get to finish after SIGINT/SIGTERM before they are aborted")
     g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     add_engine_args(parser, positional_model=True)

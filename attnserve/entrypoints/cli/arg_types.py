@@ -1,0 +1,38 @@
+"""Checked argparse types: a bad flag value exits 2 with one line naming the value and what is allowed.
+
+``checked(int, lambda v: v >= 1, "integer >= 1")`` parses ``"0"`` into argparse's error
+``argument --num-prompts: 0 not allowed (allowed: integer >= 1)``; text that is not a number reads
+``invalid int value: 'x'`` (argparse's own wording for ``type=int``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Callable
+
+
+def checked(convert: type[int] | type[float], ok: Callable[[float], bool], allowed: str) -> Callable[[str], float]:
+    """An argparse type: ``convert(text)`` (int or float), accepted when ``ok(value)``; ArgumentTypeError else."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {convert.__name__} value: {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: {allowed})")
+        return value
+
+    return parse
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An integer >= ``low``."""
+    return checked(int, lambda v: v >= low, f"integer >= {low}")
+
+
+positive_int = int_at_least(1)
+nonnegative_int = int_at_least(0)
+port = checked(int, lambda v: 0 <= v <= 65535, "integer in [0, 65535]; 0 picks a free port")
+seconds = checked(float, lambda v: math.isfinite(v) and v >= 0, "seconds, a finite number >= 0")
