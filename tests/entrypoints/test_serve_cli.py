@@ -20,3 +20,16 @@ def test_bad_server_flags_exit_2_with_one_line(argv, message, capsys):
         main(["serve", *argv])
     assert e.value.code == 2
     assert capsys.readouterr().err.strip() == f"attnserve serve: error: {message}"
+
+
+def test_a_port_in_use_fails_at_once_with_one_line(capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["serve", "--port", str(port), "--log-level", "warning"])  # returns before any model loads
+    assert code == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"attnserve serve: error: cannot listen on 127.0.0.1:{port}: Address already in use"

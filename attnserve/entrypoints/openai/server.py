@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
+import sys
 import threading
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -179,10 +181,31 @@ class _AuthAndCount:
             self.ctx.metrics.http_requests.labels(endpoint, str(status["code"])).inc()
 
 
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (port 0: a free one), before anything slow starts; uvicorn listens
+    on it. Raises OSError (e.g. the port is in use)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: restart past TIME_WAIT
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def run_server(config: EngineConfig, args: ServerArgs) -> int:
-    """Serve until SIGINT/SIGTERM. Returns the exit code."""
+    """Serve until SIGINT/SIGTERM. Returns the exit code: 0, or 1 when the engine failed to load or the
+    address cannot be bound (one line on stderr, before the model loads)."""
     import uvicorn
 
+    try:
+        sock = bind_socket(args.host, args.port)
+    except OSError as e:
+        print(f"attnserve serve: error: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    port = sock.getsockname()[1]
     names = list(args.served_model_names) or [default_served_name(config.model.model)]
     engine = AsyncLLMEngine(config)
     ctx = ServingContext(engine=engine, served_model_names=names,
@@ -204,13 +227,14 @@ def run_server(config: EngineConfig, args: ServerArgs) -> int:
     server = Server(uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level,
         timeout_graceful_shutdown=grace, timeout_keep_alive=5))
-    logger.info("serving %s on http://%s:%d", names[0], args.host, args.port)
+    logger.info("serving %s on http://%s:%d", names[0], args.host, port)
     # uvicorn re-raises the SIGINT/SIGTERM it caught once it has shut down, with the handlers it found
     # installed; no-op handlers make a graceful shutdown end in a normal return (exit code 0)
     previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0 if engine.load_error is None else 1
