@@ -155,6 +155,9 @@ class ModelRunner:
         if graphs and config.use_skinny_gemm:  # before capture, so the graphs take the measured GEMV choices
             from attnserve.layers.gemv_plan import GemvPlan
             self.gemv_plan = GemvPlan.measure(self.model).apply(self.model)
+        elif config.use_skinny_gemm and tp.is_driver:
+            logger.warning("use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps "
+                           "only (this engine: %s)", "no CUDA" if self.device.type != "cuda" else "CUDA graphs off")
         if graphs:
             self._capture_cuda_graphs()
 

@@ -361,3 +361,11 @@ def test_abort_frees_the_requests_blocks(llm):
     assert engine.block_manager.num_free_blocks < free
     engine.abort_request(rid)
     assert engine.block_manager.num_free_blocks == free and not engine.has_unfinished_requests()
+
+
+def test_use_skinny_gemm_on_cpu_says_it_does_nothing(llama_dir, caplog):
+    with caplog.at_level("WARNING", logger="attnserve.model_executor.model_runner"):
+        LLM(llama_dir, dtype="float32", device="cpu", max_model_len=16, kv_cache_memory=8 << 20, use_skinny_gemm=True)
+    assert [r.getMessage() for r in caplog.records if r.name == "attnserve.model_executor.model_runner"
+            and r.levelname == "WARNING"] == [
+        "use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps only (this engine: no CUDA)"]
