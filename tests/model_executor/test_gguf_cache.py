@@ -17,7 +17,8 @@ from attnserve.model_executor.loader import load_hf_config, load_tokenizer, reso
 
 TEXTS = ["Hello, world!", "  leading spaces and\ttabs\nnewlines", "héllo wörld — ünïcödé ✓ 日本語 🙂",
          "<|im_start|>user\nhi<|im_end|>", "", "1234567890 3.14159 x**2"]
-CONVERSATION = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi in Français 🙂"},
+CONVERSATION = [{"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Say hi in Français 🙂"},
                 {"role": "assistant", "content": "Salut!"}, {"role": "user", "content": "Again?"}]
 
 
