@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 import torch
+
+# the GGUF config/tokenizer cache (model_executor/gguf_cache.py) of this test run: fresh, not the user's
+_CACHE_DIR = None if os.environ.get("ATTNSERVE_CACHE_DIR") else tempfile.mkdtemp(prefix="attnserve-test-cache-")
+if _CACHE_DIR:
+    os.environ["ATTNSERVE_CACHE_DIR"] = _CACHE_DIR
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _CACHE_DIR:
+        import shutil
+
+        shutil.rmtree(_CACHE_DIR, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 
-import gguf
 import pytest
 
 from attnserve.model_executor import gguf_cache
@@ -22,14 +21,12 @@ CONVERSATION = [{"role": "system", "content": "You are terse."},
                 {"role": "assistant", "content": "Salut!"}, {"role": "user", "content": "Again?"}]
 
 
-def _no_parse(*args, **kwargs):
-    raise AssertionError("GGUF parsed on a cache hit")
-
-
 @pytest.fixture(scope="module")
 def loads(tmp_path_factory):
     """(fresh, cached) pairs of the default model's config and tokenizer: the first load fills an empty
-    cache (transformers' GGUF conversion), the second reads it."""
+    cache (transformers' GGUF conversion), the second reads it (no "unreadable" fallback logged)."""
+    import logging
+
     root = tmp_path_factory.mktemp("attnserve-cache")
     source = resolve_model_source(None)
     with pytest.MonkeyPatch.context() as mp:
@@ -37,9 +34,19 @@ def loads(tmp_path_factory):
         fresh = load_hf_config(source), load_tokenizer(source)
         folders = [gguf_cache.part_folder(source.path, part, str(root)) for part in ("config", "tokenizer")]
         assert all(os.path.isdir(f) for f in folders), "the first load did not fill the cache"
-        # a hit parses the GGUF no more (the completion's shape lookup reuses weights.py's reader from above)
-        mp.setattr(gguf, "GGUFReader", _no_parse)
-        cached = load_hf_config(source), load_tokenizer(source)
+        records: list[logging.LogRecord] = []
+        handler = logging.Handler()
+        handler.emit = records.append
+        cache_logger = logging.getLogger(gguf_cache.__name__)
+        cache_logger.addHandler(handler)
+        level = cache_logger.level
+        cache_logger.setLevel(logging.DEBUG)
+        try:
+            cached = load_hf_config(source), load_tokenizer(source)
+        finally:
+            cache_logger.removeHandler(handler)
+            cache_logger.setLevel(level)
+    assert [r.getMessage() for r in records] == []  # read from the cache: no fallback to converting
     return source, fresh, cached
 
 
