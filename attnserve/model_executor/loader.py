@@ -147,12 +147,20 @@ def load_hf_config(source: ModelSource):
         return AutoConfig.from_pretrained(source.folder)
     # the cache holds transformers' conversion only; the completion below is ours and runs on every load
     # (its shape lookup is the parse the GGUF weights load shares), so a change to it needs no new cache key
-    config = gguf_cache.cached_gguf_part(
-        source.path, "config", lambda: AutoConfig.from_pretrained(source.folder, **source.hf_kwargs()),
-        AutoConfig.from_pretrained, gguf_cache.cache_root())
-    config._name_or_path = source.folder  # as from the GGUF, not the cache folder
+    config = _from_gguf(AutoConfig, source, "config")
     _complete_gguf_config(config, source.path)
     return config
+
+
+def _from_gguf(auto_cls, source: ModelSource, part: str):
+    """``auto_cls.from_pretrained`` (AutoConfig or AutoTokenizer) of a GGUF source, through the GGUF cache
+    (``gguf_cache.py``: transformers' conversion on a miss, the cached folder on a hit); its ``name_or_path``
+    is the GGUF's folder either way."""
+    obj = gguf_cache.cached_gguf_part(
+        source.path, part, lambda: auto_cls.from_pretrained(source.folder, **source.hf_kwargs()),
+        auto_cls.from_pretrained, gguf_cache.cache_root())
+    obj.name_or_path = source.folder  # as from the GGUF, not the cache folder
+    return obj
 
 
 
@@ -198,11 +206,7 @@ def load_tokenizer(source: ModelSource, tokenizer: str | None = None, *, revisio
         return AutoTokenizer.from_pretrained(source.folder, **source.hf_kwargs())
     if not source.is_gguf:
         return AutoTokenizer.from_pretrained(source.folder)
-    tok = gguf_cache.cached_gguf_part(
-        source.path, "tokenizer", lambda: AutoTokenizer.from_pretrained(source.folder, **source.hf_kwargs()),
-        AutoTokenizer.from_pretrained, gguf_cache.cache_root())
-    tok.name_or_path = source.folder  # as from the GGUF, not the cache folder
-    return tok
+    return _from_gguf(AutoTokenizer, source, "tokenizer")
 
 
 def has_tokenizer(source: ModelSource) -> bool:
