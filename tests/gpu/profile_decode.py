@@ -52,6 +52,9 @@ def main() -> None:
               max_model_len=ctx + 16, max_num_seqs=max(bs, 8), use_skinny_gemm=args.use_skinny_gemm,
               enforce_eager=True)
     runner = llm.engine.runner
+    if args.use_skinny_gemm:  # the runner measures the plan only when it captures graphs (this engine is eager)
+        from attnserve.layers.gemv_plan import GemvPlan
+        runner.gemv_plan = GemvPlan.measure(runner.model).apply(runner.model)
     per_req = -(-ctx // block)
     reqs = [ScheduledRequest(f"r{i}", [11 + i], ctx - 1, list(range(i * per_req, (i + 1) * per_req)),
                              SamplingParams(max_tokens=1), True) for i in range(bs)]
