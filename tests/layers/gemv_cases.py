@@ -145,6 +145,59 @@ def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
+def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int]]]:
+    """``name -> (MLP output, reference, row counts the fused GEMV saw)`` for each layer's MLP of a tiny
+    Llama (float32, MLP bias) and Qwen3 (bfloat16) after a plan that picks the fused SwiGLU GEMV at every
+    bucket and the plain Triton GEMV (same config) everywhere. Reference: 1 and 3 rows, the plain GEMV of
+    the ``silu_and_mul`` kernel's output (bitwise the same); 9 rows, past the tables: ``SiluAndMul`` then
+    ``F.linear``."""
+    import torch.nn.functional as F
+
+    from attnserve.layers import triton_fused_ops
+    from attnserve.layers.gemv_plan import DECODE_MS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers
+    from attnserve.layers.triton_gemv import GemvConfig, gemv
+    from attnserve.models.llama import LlamaForCausalLM
+    from attnserve.models.qwen import Qwen3ForCausalLM
+    from tests.models.tiny import tiny_config
+
+    out = {}
+    for arch, cls, dtype in (("llama", LlamaForCausalLM, torch.float32), ("qwen3", Qwen3ForCausalLM, torch.bfloat16)):
+        config = tiny_config(arch)
+        config.vocab_size = 300
+        config.mlp_bias = arch == "llama"
+        torch.manual_seed(0)
+        model = cls(config, lambda spec, i: torch.nn.Identity())
+        for p in model.parameters():
+            p.data.normal_(0.0, 0.1)
+        model.to(dtype)
+        cfg = GemvConfig(block_n=32, block_k=32, split_k=2)
+        shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
+        down = tuple(model.layers[0].mlp.down_proj.weight.shape)
+        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg, True) for n, k in shapes for m in DECODE_MS},
+                        silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg, True) for m in DECODE_MS})
+        plan.apply(model)
+        for i, layer in enumerate(model.layers):
+            mlp = layer.mlp
+            seen: list[int] = []
+
+            def record(f, seen=seen):
+                return None if f is None else lambda gu, w, b: (seen.append(gu.shape[0]), f(gu, w, b))[1]
+
+            mlp.down_proj.gemv_silu_mul = tuple(record(f) for f in mlp.down_proj.gemv_silu_mul)
+            for rows in (1, 3, 9):
+                x = torch.randn(rows, config.hidden_size).to(dtype)
+                seen.clear()
+                got = mlp(x)
+                gate_up = mlp.gate_up_proj(x)
+                if rows <= 8:
+                    act = triton_fused_ops.silu_and_mul(gate_up)
+                    want = gemv(act, mlp.down_proj.weight, mlp.down_proj.bias, cfg)
+                else:
+                    want = F.linear(mlp.act(gate_up), mlp.down_proj.weight, mlp.down_proj.bias)
+                out[f"{arch}.layers.{i}.mlp.rows{rows}"] = (got, want, list(seen))
+    return out
+
+
 def main(src: str, dst: str) -> None:
     from attnserve.layers import triton_gemv
 
@@ -153,6 +206,7 @@ def main(src: str, dst: str) -> None:
            for name, case in cases.items()}
     out["__counters__"] = triton_gemv.prepare("cpu").clone()
     out["__layers__"] = layer_outputs()
+    out["__silu_mul_mlp__"] = silu_mul_mlp_outputs()
     torch.save(out, dst)
 
 

@@ -103,6 +103,18 @@ def test_layers_route_decode_rows_through_the_plan_in_interpreter(interpreted):
             assert_close(name, got, want, ulps=2)
 
 
+def test_mlp_routes_decode_rows_through_the_fused_silu_mul_gemv_in_interpreter(interpreted):
+    """Each MLP of a tiny Llama (float32, MLP bias) and Qwen3 (bfloat16) with a plan that picks the fused
+    GEMV everywhere: 1 and 3 rows take it (and equal silu_and_mul + the plain GEMV bit for bit), 9 rows take
+    SiluAndMul + F.linear."""
+    mlps = interpreted["__silu_mul_mlp__"]
+    assert len(mlps) == 2 * 2 * 3
+    for name, (got, want, seen) in mlps.items():
+        assert torch.equal(got, want), (name, float((got.float() - want.float()).abs().max()))
+        rows = int(name.rsplit("rows", 1)[1])
+        assert seen == ([rows] if rows <= 8 else []), (name, seen)
+
+
 # ------------------------------------------------------------------------------------- launch choices
 def test_default_config_fills_the_gpu_and_keeps_whole_steps():
     pytest.importorskip("triton")
