@@ -298,7 +298,7 @@ class GemvPlan:
                     x = torch.randn(m, k, device=device, dtype=dtype)
                     cublas = time_per_call_us(lambda w: F.linear(x, w), copies, calls, replays)
                     want = F.linear(x, copies[0])
-                    timed = _time_candidates(lambda w, cfg: gemv(x, w, None, cfg), want, copies, n, k, m,
+                    timed = time_candidates(lambda w, cfg: gemv(x, w, None, cfg), want, copies, n, k, m,
                                              candidate_configs(n, k, m, dtype.itemsize, num_sms), calls, replays)
                     best_us, best_cfg, use = pick_fastest(cublas, timed, margin)
                     plan.choices[(n, k, m)] = GemvChoice(n, k, m, cublas, best_us, best_cfg, use)
@@ -328,7 +328,7 @@ class GemvPlan:
             unfused = lambda w: F.linear(silu_and_mul(gate_up), w)  # noqa: E731
         unfused_us = time_per_call_us(unfused, copies, calls, replays)
         want = F.linear(silu_and_mul(gate_up), copies[0])
-        timed = _time_candidates(lambda w, cfg: gemv(gate_up, w, None, cfg, act="silu_mul"), want, copies, n, k,
+        timed = time_candidates(lambda w, cfg: gemv(gate_up, w, None, cfg, act="silu_mul"), want, copies, n, k,
                                  m, candidate_configs(n, k, m, copies[0].element_size(), num_sms), calls, replays)
         fused_us, cfg, use = pick_fastest(unfused_us, timed, margin)
         return SiluMulChoice(n, k, m, unfused_us, label, fused_us, cfg, use)
@@ -349,7 +349,7 @@ class GemvPlan:
         return "\n".join(lines)
 
 
-def _time_candidates(call: Callable[[torch.Tensor, GemvConfig], torch.Tensor], want: torch.Tensor,
+def time_candidates(call: Callable[[torch.Tensor, GemvConfig], torch.Tensor], want: torch.Tensor,
                      copies: list[torch.Tensor], n: int, k: int, m: int, configs: list[GemvConfig], calls: int,
                      replays: int) -> list[tuple[float, GemvConfig]]:
     """(microseconds, config) of each config whose ``call(weight, config)`` agrees with ``want`` on the first
