@@ -13,6 +13,13 @@ Timing imitates a decode step inside a CUDA graph: each measurement is one graph
 no call finds its weight in L2 (in a real step the rest of the model has passed through L2 in between),
 timed with CUDA events over several replays.
 
+SwiGLU layers (a ``RowParallelLinear`` built with ``silu_mul_input``: the MLP's down projection, whose
+input is ``silu_and_mul`` of the gate/up output) get a second table, ``layer.gemv_silu_mul``: for each
+row count the plan also times "``silu_and_mul``, then the choice above (cuBLAS or the Triton GEMV)" against
+the fused GEMV (``triton_gemv.gemv(gate_up, weight, act="silu_mul")``: one launch instead of two) over the
+same candidate configurations, and keeps the fused one only where its best is faster by the same margin
+and agrees with ``F.linear(silu_and_mul(gate_up), weight)``.
+
 Triton is imported when a plan is measured, never by importing this module.
 """
 
@@ -148,6 +155,17 @@ def agrees(got: torch.Tensor, want: torch.Tensor) -> bool:
 
 
 # --------------------------------------------------------------------------------------------- the plan
+def pick_fastest(reference_us: float, timed: list[tuple[float, GemvConfig]],
+                 margin: float) -> tuple[float | None, GemvConfig | None, bool]:
+    """The fastest of ``timed`` (microseconds, config; the candidates that ran and agreed) as (its time, its
+    config, whether it replaces the reference: at most ``1 - margin`` of ``reference_us``); (None, None,
+    False) when nothing was timed. Ties keep the first."""
+    if not timed:
+        return None, None, False
+    us, cfg = min(timed, key=lambda t: t[0])
+    return us, cfg, us <= (1.0 - margin) * reference_us
+
+
 @dataclass(frozen=True)
 class GemvChoice:
     """One measured (N, K, M): cuBLAS's time, the best Triton candidate and its time, and the verdict."""
@@ -159,6 +177,21 @@ class GemvChoice:
     triton_us: float | None  # None: no candidate ran (or none agreed with F.linear)
     config: GemvConfig | None  # the best candidate
     use_triton: bool
+
+
+@dataclass(frozen=True)
+class SiluMulChoice:
+    """One measured (N, K, M) of a SwiGLU layer: ``silu_and_mul`` then the plain choice (``unfused``: cuBLAS
+    or the chosen Triton config, its label in ``unfused_label``) against the best fused GEMV."""
+
+    n: int
+    k: int  # the layer's input width I; the fused GEMV reads (M, 2I)
+    m: int
+    unfused_us: float
+    unfused_label: str
+    fused_us: float | None  # None: no candidate ran (or none agreed)
+    config: GemvConfig | None  # the best fused candidate
+    use_fused: bool
 
 
 def gemv_layers(model: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
@@ -174,29 +207,51 @@ def gemv_layers(model: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
     return [(m, m.weight) for m in linears + heads]
 
 
+def silu_mul_layers(model: nn.Module) -> list[nn.Module]:
+    """The layers whose input is SwiGLU of a gate/up output (``RowParallelLinear(silu_mul_input=True)``)."""
+    from attnserve.layers.linear import RowParallelLinear
+
+    return [m for m in model.modules() if isinstance(m, RowParallelLinear) and m.silu_mul_input]
+
+
+def _bucket_table(chosen: dict[int, Callable | None]) -> tuple[Callable | None, ...] | None:
+    """Row count (index 0..MAX_ROWS) -> the GEMV chosen at the smallest measured bucket >= it (``chosen``:
+    bucket -> GEMV or None); None when no row count has one."""
+    measured = sorted(chosen)
+    entries: list[Callable | None] = [None] * (MAX_ROWS + 1)
+    for rows in range(1, MAX_ROWS + 1):
+        bucket = next((m for m in measured if m >= rows), None)
+        entries[rows] = chosen[bucket] if bucket is not None else None
+    return tuple(entries) if any(entries) else None
+
+
 @dataclass
 class GemvPlan:
     """The measured choices, keyed by (N, K, M); :meth:`apply` hands each layer its table."""
 
     choices: dict[tuple[int, int, int], GemvChoice] = field(default_factory=dict)
     seconds: float = 0.0
+    silu_mul: dict[tuple[int, int, int], SiluMulChoice] = field(default_factory=dict)  # SwiGLU layers' shapes
 
     def table(self, n: int, k: int) -> tuple[Callable | None, ...] | None:
         """Row count (index 0..MAX_ROWS) -> the chosen GEMV ``f(x, weight, bias)``, or None for cuBLAS;
         None when Triton wins at no row count of (N, K)."""
         from attnserve.layers.triton_gemv import gemv
 
-        entries: list[Callable | None] = [None] * (MAX_ROWS + 1)
-        measured = sorted(m for (nn_, kk, m) in self.choices if (nn_, kk) == (n, k))
-        for rows in range(1, MAX_ROWS + 1):
-            bucket = next((m for m in measured if m >= rows), None)
-            c = self.choices.get((n, k, bucket)) if bucket is not None else None
-            if c is not None and c.use_triton:
-                entries[rows] = functools.partial(gemv, config=c.config)
-        return tuple(entries) if any(entries) else None
+        return _bucket_table({m: functools.partial(gemv, config=c.config) if c.use_triton else None
+                              for (nn_, kk, m), c in self.choices.items() if (nn_, kk) == (n, k)})
+
+    def silu_mul_table(self, n: int, k: int) -> tuple[Callable | None, ...] | None:
+        """Row count -> the chosen fused GEMV ``f(gate_up (M, 2K), weight, bias)``, or None for
+        ``silu_and_mul`` then :meth:`table`'s choice; None when the fused GEMV wins at no row count."""
+        from attnserve.layers.triton_gemv import gemv
+
+        return _bucket_table({m: functools.partial(gemv, config=c.config, act="silu_mul") if c.use_fused else None
+                              for (nn_, kk, m), c in self.silu_mul.items() if (nn_, kk) == (n, k)})
 
     def apply(self, model: nn.Module) -> GemvPlan:
-        """Set ``layer.gemv`` on every layer (None where cuBLAS stays); logs how many layers use Triton."""
+        """Set ``layer.gemv`` on every layer (None where cuBLAS stays) and ``layer.gemv_silu_mul`` on the
+        SwiGLU layers (None where the SwiGLU stays its own kernel); logs how many layers use Triton."""
         used = 0
         tables: dict[tuple[int, int], tuple | None] = {}
         for module, weight in gemv_layers(model):
@@ -205,15 +260,23 @@ class GemvPlan:
                 tables[key] = self.table(*key)
             module.gemv = tables[key]
             used += tables[key] is not None
-        logger.info("GEMV plan: %d of %d linear layers use the Triton GEMV for some decode batch sizes",
-                    used, len(gemv_layers(model)))
+        fused = 0
+        silu_mul = silu_mul_layers(model)
+        for module in silu_mul:
+            module.gemv_silu_mul = self.silu_mul_table(*module.weight.shape)
+            fused += module.gemv_silu_mul is not None
+        logger.info("GEMV plan: %d of %d linear layers use the Triton GEMV for some decode batch sizes; "
+                    "%d of %d SwiGLU layers the fused SwiGLU GEMV", used, len(gemv_layers(model)), fused,
+                    len(silu_mul))
         return self
 
     @classmethod
     def measure(cls, model: nn.Module, ms: tuple[int, ...] = DECODE_MS, margin: float | None = None,
                 calls: int = 20, replays: int = 10) -> GemvPlan:
         """Time cuBLAS and :func:`candidate_configs` for each distinct layer shape and row count in ``ms``;
-        Triton is used where its best time is at most ``1 - margin`` (default ``MARGIN``) of cuBLAS's."""
+        Triton is used where its best time is at most ``1 - margin`` (default ``MARGIN``) of cuBLAS's. For
+        the SwiGLU layers' shapes, then time ``silu_and_mul`` + that choice against the fused candidates
+        (:meth:`_measure_silu_mul`), with the same margin."""
         margin = MARGIN if margin is None else margin
         from attnserve.layers.triton_gemv import gemv, prepare
 
@@ -221,6 +284,7 @@ class GemvPlan:
         plan = cls()
         shapes = dict.fromkeys(tuple(w.shape) for _, w in gemv_layers(model))
         weights = {tuple(w.shape): w for _, w in gemv_layers(model)}
+        silu_mul_shapes = {tuple(m.weight.shape) for m in silu_mul_layers(model)}
         if not shapes:
             return plan
         any_w = next(iter(weights.values()))
@@ -234,26 +298,40 @@ class GemvPlan:
                     x = torch.randn(m, k, device=device, dtype=dtype)
                     cublas = time_per_call_us(lambda w: F.linear(x, w), copies, calls, replays)
                     want = F.linear(x, copies[0])
-                    best: tuple[float, GemvConfig] | None = None
-                    for cfg in candidate_configs(n, k, m, dtype.itemsize, num_sms):
-                        try:
-                            if not agrees(gemv(x, copies[0], None, cfg), want):
-                                logger.warning("GEMV plan: %s disagrees with F.linear on (%d, %d) x %d rows; "
-                                               "skipped", cfg.label(), n, k, m)
-                                continue
-                            us = time_per_call_us(lambda w: gemv(x, w, None, cfg), copies, calls, replays)
-                        except Exception as e:  # a launch that does not fit this GPU (shared memory, registers)
-                            logger.debug("GEMV plan: %s failed on (%d, %d) x %d: %s", cfg.label(), n, k, m, e)
-                            continue
-                        if best is None or us < best[0]:
-                            best = (us, cfg)
-                    use = best is not None and best[0] <= (1.0 - margin) * cublas
-                    plan.choices[(n, k, m)] = GemvChoice(n, k, m, cublas, best and best[0], best and best[1], use)
+                    timed = time_candidates(lambda w, cfg: gemv(x, w, None, cfg), want, copies, n, k, m,
+                                             candidate_configs(n, k, m, dtype.itemsize, num_sms), calls, replays)
+                    best_us, best_cfg, use = pick_fastest(cublas, timed, margin)
+                    plan.choices[(n, k, m)] = GemvChoice(n, k, m, cublas, best_us, best_cfg, use)
+                    if (n, k) in silu_mul_shapes:
+                        plan.silu_mul[(n, k, m)] = plan._measure_silu_mul(copies, m, num_sms, margin, calls, replays)
                 del copies
         torch.cuda.empty_cache()
         plan.seconds = time.perf_counter() - t0
         logger.info("GEMV plan measured in %.1f s:\n%s", plan.seconds, plan.summary())
         return plan
+
+    def _measure_silu_mul(self, copies: list[torch.Tensor], m: int, num_sms: int, margin: float, calls: int,
+                          replays: int) -> SiluMulChoice:
+        """(N, K, M) of a SwiGLU layer, after its plain choice: ``silu_and_mul`` then that choice, against
+        the fused GEMV's candidates on a random (M, 2K) gate/up output."""
+        from attnserve.layers.fused_ops import silu_and_mul
+        from attnserve.layers.triton_gemv import gemv
+
+        n, k = copies[0].shape
+        plain = self.choices[(n, k, m)]
+        gate_up = torch.randn(m, 2 * k, device=copies[0].device, dtype=copies[0].dtype)
+        if plain.use_triton:
+            label = f"triton {plain.config.label()}"
+            unfused = lambda w: gemv(silu_and_mul(gate_up), w, None, plain.config)  # noqa: E731
+        else:
+            label = "cuBLAS"
+            unfused = lambda w: F.linear(silu_and_mul(gate_up), w)  # noqa: E731
+        unfused_us = time_per_call_us(unfused, copies, calls, replays)
+        want = F.linear(silu_and_mul(gate_up), copies[0])
+        timed = time_candidates(lambda w, cfg: gemv(gate_up, w, None, cfg, act="silu_mul"), want, copies, n, k,
+                                 m, candidate_configs(n, k, m, copies[0].element_size(), num_sms), calls, replays)
+        fused_us, cfg, use = pick_fastest(unfused_us, timed, margin)
+        return SiluMulChoice(n, k, m, unfused_us, label, fused_us, cfg, use)
 
     def summary(self) -> str:
         lines = [f"{'N':>7} {'K':>6} {'M':>2} {'cuBLAS us':>10} {'Triton us':>10}  choice"]
@@ -261,4 +339,30 @@ class GemvPlan:
             tri = f"{c.triton_us:10.2f}" if c.triton_us is not None else f"{'-':>10}"
             what = f"triton {c.config.label()}" if c.use_triton and c.config else "cuBLAS"
             lines.append(f"{n:>7} {k:>6} {m:>2} {c.cublas_us:10.2f} {tri}  {what}")
+        if self.silu_mul:
+            lines.append(f"SwiGLU layers: silu_and_mul + the choice above vs the fused SwiGLU GEMV\n"
+                         f"{'N':>7} {'K':>6} {'M':>2} {'unfused us':>10} {'fused us':>10}  choice")
+            for (n, k, m), c in sorted(self.silu_mul.items()):
+                fused = f"{c.fused_us:10.2f}" if c.fused_us is not None else f"{'-':>10}"
+                what = f"fused {c.config.label()}" if c.use_fused and c.config else f"silu_and_mul + {c.unfused_label}"
+                lines.append(f"{n:>7} {k:>6} {m:>2} {c.unfused_us:10.2f} {fused}  {what}")
         return "\n".join(lines)
+
+
+def time_candidates(call: Callable[[torch.Tensor, GemvConfig], torch.Tensor], want: torch.Tensor,
+                     copies: list[torch.Tensor], n: int, k: int, m: int, configs: list[GemvConfig], calls: int,
+                     replays: int) -> list[tuple[float, GemvConfig]]:
+    """(microseconds, config) of each config whose ``call(weight, config)`` agrees with ``want`` on the first
+    copy; a config that disagrees is logged and skipped, one that fails to launch (shared memory, registers
+    of this GPU) skipped."""
+    timed = []
+    for cfg in configs:
+        try:
+            if not agrees(call(copies[0], cfg), want):
+                logger.warning("GEMV plan: %s disagrees with F.linear on (%d, %d) x %d rows; skipped",
+                               cfg.label(), n, k, m)
+                continue
+            timed.append((time_per_call_us(lambda w: call(w, cfg), copies, calls, replays), cfg))
+        except Exception as e:  # a launch that does not fit this GPU
+            logger.debug("GEMV plan: %s failed on (%d, %d) x %d: %s", cfg.label(), n, k, m, e)
+    return timed

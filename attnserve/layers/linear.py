@@ -6,7 +6,10 @@
 
 With ``tp.size == 1`` every layer is exactly ``F.linear(x, weight, bias)``: today's ``nn.Linear`` math and
 no collective. With ``use_skinny_gemm``, a decode step of up to 8 rows may instead run the Triton GEMV that
-``gemv_plan.GemvPlan`` measured faster than cuBLAS for the layer's shape (the layer's ``gemv`` table).
+``gemv_plan.GemvPlan`` measured faster than cuBLAS for the layer's shape (the layer's ``gemv`` table); a
+row-parallel layer whose input is SwiGLU (``silu_mul_input``: an MLP's down projection) may instead take the
+gate/up output and run a GEMV that computes the SwiGLU itself (``forward_silu_mul``, the ``gemv_silu_mul``
+table).
 Parameters keep ``nn.Linear``'s names (``weight``, ``bias``) so checkpoints map unchanged.
 
 Loading: each parameter carries ``weight_loader(param, loaded, shard_id=None)``, which narrows the *full*
@@ -17,6 +20,7 @@ Raises ValueError on a checkpoint shape that does not match the full (unsplit) l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -31,9 +35,13 @@ def gemv_or_linear(gemv: tuple, x: torch.Tensor, weight: torch.Tensor, bias: tor
     """``F.linear``, or the Triton GEMV that a ``GemvPlan`` chose for x's row count (``gemv_plan.py``).
 
     ``gemv``: a layer's table, row count -> ``f(x, weight, bias)`` or None (cuBLAS)."""
-    rows = x.shape[0]
-    f = gemv[rows] if rows < len(gemv) else None
+    f = table_entry(gemv, x.shape[0])
     return F.linear(x, weight, bias) if f is None else f(x, weight, bias)
+
+
+def table_entry(table: tuple | None, rows: int) -> Callable | None:
+    """A GemvPlan table's GEMV for ``rows`` rows, or None (no table, past its row counts, or not chosen)."""
+    return table[rows] if table is not None and rows < len(table) else None
 
 
 def check_shape(loaded, expected: tuple[int, ...]) -> None:
@@ -128,15 +136,21 @@ class RowParallelLinear(nn.Module):
     """``y = all_reduce(x_local W_local^T) + b``: (T, local in) -> (T, out), the same on every rank.
 
     ``in_shard`` = ``(start, size)`` of the input columns this rank holds (default: an even split); it must
-    match the column-parallel layer that produced ``x_local``.
+    match the column-parallel layer that produced ``x_local``. ``silu_mul_input``: the input is SwiGLU of a
+    ``[gate, up]`` column-parallel output (call :meth:`forward_silu_mul` with that output), so GemvPlan
+    also measures the GEMV with the SwiGLU fused in.
     """
 
     gemv: tuple | None = None  # as ColumnParallelLinear.gemv
+    # set once by GemvPlan.apply on a silu_mul_input layer: small row counts -> a GEMV f(gate_up, weight, bias)
+    # that applies the SwiGLU itself (None: the SwiGLU kernel, then this layer)
+    gemv_silu_mul: tuple | None = None
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, tp: TPGroup = SINGLE,
-                 in_shard: tuple[int, int] | None = None) -> None:
+                 in_shard: tuple[int, int] | None = None, silu_mul_input: bool = False) -> None:
         super().__init__()
         self.tp = tp
+        self.silu_mul_input = silu_mul_input
         self.in_features = in_features
         self.in_start, in_size = in_shard if in_shard is not None else shard_range(in_features, tp.size, tp.rank)
         self.weight = _param(out_features, in_size)
@@ -153,6 +167,19 @@ class RowParallelLinear(nn.Module):
         y = self.tp.all_reduce(F.linear(x, self.weight) if self.gemv is None else
                                gemv_or_linear(self.gemv, x, self.weight, None))
         return y if self.bias is None else y + self.bias  # the bias once, not once per rank
+
+    def forward_silu_mul(self, gate_up: torch.Tensor,  # (T, 2 * local in): [gate | up] of this rank's columns
+                         act: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:  # (T, out)
+        """``self(act(gate_up))`` with ``act`` the SwiGLU (``SiluAndMul``); where the plan chose the fused
+        GEMV for T rows, that one launch instead (the same bits: ``triton_gemv``). The choice is a tuple
+        lookup: no host sync, CUDA-graph capturable."""
+        f = table_entry(self.gemv_silu_mul, gate_up.shape[0])
+        if f is None:
+            return self(act(gate_up))
+        if self.tp.size == 1:
+            return f(gate_up, self.weight, self.bias)
+        y = self.tp.all_reduce(f(gate_up, self.weight, None))
+        return y if self.bias is None else y + self.bias
 
     def weight_loader(self, param: nn.Parameter, loaded, shard_id: int | None = None) -> None:
         if param.dim() == 1:  # bias: replicated

@@ -209,6 +209,16 @@ def rotary_embedding(
 
 # ------------------------------------------------------------------------------------------------ SwiGLU
 @triton.jit
+def _silu_mul(gate, up, dtype: tl.constexpr, INTERPRET: tl.constexpr):
+    """float32 ``gate`` and ``up`` -> ``silu(gate) * up`` in ``dtype``, rounded after the silu and after the
+    product, as PyTorch's two ops round. Shared by :func:`silu_and_mul` and the SwiGLU prologue of
+    ``triton_gemv`` (so both give the same bits); a kernel calling it must be compiled without FP contraction
+    (``_LAUNCH``): libdevice's ``exp`` ends in a multiply that ``1.0 +`` would otherwise fuse into an FMA."""
+    act = _round(tl.math.div_rn(gate, 1.0 + _exp(-gate, INTERPRET)), dtype, INTERPRET).to(tl.float32)
+    return _round(act * up, dtype, INTERPRET)
+
+
+@triton.jit
 def _silu_and_mul_kernel(
     x_ptr, out_ptr, stride_x, stride_out,
     INTER: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr,
@@ -217,11 +227,9 @@ def _silu_and_mul_kernel(
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < INTER
-    dtype = out_ptr.dtype.element_ty
     gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * stride_x + INTER + cols, mask=mask, other=0.0).to(tl.float32)
-    act = _round(tl.math.div_rn(gate, 1.0 + _exp(-gate, INTERPRET)), dtype, INTERPRET).to(tl.float32)
-    tl.store(out_ptr + row * stride_out + cols, _round(act * up, dtype, INTERPRET), mask=mask)
+    tl.store(out_ptr + row * stride_out + cols, _silu_mul(gate, up, out_ptr.dtype.element_ty, INTERPRET), mask=mask)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:  # (T, 2I) -> (T, I)

@@ -29,6 +29,15 @@ launch. No memset, no second kernel, no host sync and no data-dependent allocati
 counters are one persistent int32 buffer per device (:func:`prepare`), so launches of this kernel on one
 device must not run concurrently on different streams.
 
+SwiGLU prologue (``act="silu_mul"``, for an MLP's down projection): x is the gate/up projection's output
+(M, 2K) = ``[gate | up]`` and the GEMV computes ``silu(gate) * up @ weight.T``: each x tile is made from the
+gate tile at column k and the up tile at k + K by ``triton_fused_ops._silu_mul``, the function the
+``silu_and_mul`` kernel uses, rounded to x's dtype as it rounds, so the fused GEMV multiplies bitwise the
+same x as ``gemv(silu_and_mul(x), weight)`` and (same config) returns the same bits, with one launch and no
+(M, K) intermediate instead of two. To keep the silu's bits this variant is compiled, like
+``silu_and_mul``, without FP contraction, and its FMA path calls ``tl.fma`` where the plain GEMV's
+``acc += x * w`` is contracted to an FMA by the compiler; nothing else in the kernel multiplies and adds.
+
 Under the Triton interpreter (``TRITON_INTERPRET=1``: CPU tensors, for tests) the kernel runs as is;
 ``_round`` does the float32 -> bfloat16 rounding the interpreter's cast does not do, and ``tl.dot`` gets
 float32 operands (the interpreter's dot multiplies 16-bit floats' bit patterns as integers).
@@ -42,9 +51,10 @@ import torch
 import triton
 import triton.language as tl
 
-from attnserve.layers.triton_fused_ops import _INTERPRET, _round
+from attnserve.layers.triton_fused_ops import _INTERPRET, _LAUNCH, _round, _silu_mul
 
 MAX_M = 16
+ACTS = ("none", "silu_mul")  # gemv's x prologue: x as given, or SwiGLU of x = [gate | up]
 # split-K counters per device: one per N tile of a split launch (65536 tiles of >= 8 rows: N <= 524288)
 _NUM_COUNTERS = 1 << 16
 _counters: dict[torch.device, torch.Tensor] = {}
@@ -127,21 +137,34 @@ def prepare(device: torch.device | str) -> torch.Tensor:
 
 @triton.jit
 def _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.constexpr,
-               PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
-    """One BLOCK_K step at column ``k``: the weight tile times every row of x, added to ``acc``."""
+               PRECISION: tl.constexpr, ACT: tl.constexpr, INTERPRET: tl.constexpr):
+    """One BLOCK_K step at column ``k``: the weight tile times every row of x, added to ``acc``. With
+    ``ACT == "silu_mul"`` the x tile is ``silu(gate) * up`` of the gate at ``x_ptrs`` and the up K columns on."""
     if MASKED:
         w = tl.load(w_ptrs + k, mask=k + k_offs < K, other=0.0)
         x = tl.load(x_ptrs + k, mask=k + k_offs < K, other=0.0)
     else:
         w = tl.load(w_ptrs + k)
         x = tl.load(x_ptrs + k)
+    if ACT == "silu_mul":  # masked columns: silu(0) * 0 = 0, times a 0 weight
+        if MASKED:
+            up = tl.load(x_ptrs + K + k, mask=k + k_offs < K, other=0.0)
+        else:
+            up = tl.load(x_ptrs + K + k)
+        x = _silu_mul(x.to(tl.float32), up.to(tl.float32), x.dtype, INTERPRET)  # silu_and_mul's bits
     if DOT:
         if INTERPRET:  # the interpreter's dot multiplies 16-bit floats' bits as integers
             acc = tl.dot(w.to(tl.float32), tl.trans(x.to(tl.float32)), acc, input_precision="ieee")
         else:
             acc = tl.dot(w, tl.trans(x), acc, input_precision=PRECISION)
     else:
-        acc += x.to(tl.float32) * w.to(tl.float32)  # (BLOCK_M, 1, BK) * (1, BLOCK_N, BK): K reduced at the end
+        if ACT == "silu_mul":
+            if INTERPRET:  # the interpreter rounds the product and the sum, as the plain path's line below
+                acc += x.to(tl.float32) * w.to(tl.float32)
+            else:  # compiled without contraction: the FMA that the plain GEMV's compiler makes of that line
+                acc = tl.fma(x.to(tl.float32), w.to(tl.float32), acc)
+        else:
+            acc += x.to(tl.float32) * w.to(tl.float32)  # (BLOCK_M, 1, BK) * (1, BLOCK_N, BK): K reduced at the end
     return acc
 
 
@@ -151,10 +174,10 @@ def _gemv_kernel(
     M, N, K, stride_xm, stride_wn, stride_ym, k_per_split, splits,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
     DOT: tl.constexpr, PRECISION: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    ACT: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Program (n tile, k split): ``y[:, tile] (+)= x[:, split] @ w[tile, split].T``. The split count is
-    a runtime argument; SPLIT says whether there are several."""
+    a runtime argument; SPLIT says whether there are several. ``ACT``: x's prologue (``ACTS``)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
@@ -179,10 +202,10 @@ def _gemv_kernel(
         x_ptrs = x_ptr + rows_m[:, None, None] * stride_xm + k_offs  # (BLOCK_M, 1, BLOCK_K)
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     for k in range(k_lo, k_main, BLOCK_K):
-        acc = _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, False, DOT, PRECISION, INTERPRET)
+        acc = _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, False, DOT, PRECISION, ACT, INTERPRET)
     if not EVEN_K:
         if k_main < k_hi:
-            acc = _gemv_step(acc, w_ptrs, x_ptrs, k_main, K, k_offs, True, DOT, PRECISION, INTERPRET)
+            acc = _gemv_step(acc, w_ptrs, x_ptrs, k_main, K, k_offs, True, DOT, PRECISION, ACT, INTERPRET)
     if DOT:
         acc = tl.trans(acc)  # (BLOCK_M, BLOCK_N)
     else:
@@ -212,15 +235,21 @@ def _gemv_kernel(
 
 
 def gemv(
-    x: torch.Tensor,  # (M, K), M <= 16; float32 / float16 / bfloat16
+    x: torch.Tensor,  # (M, K), M <= 16; float32 / float16 / bfloat16. act="silu_mul": (M, 2K) = [gate | up]
     weight: torch.Tensor,  # (N, K), same dtype, K contiguous
     bias: torch.Tensor | None = None,  # (N,)
     config: GemvConfig | None = None,  # None: default_config(N, K, M)
+    act: str = "none",  # x's prologue: "none", or "silu_mul" (SwiGLU, see the module docstring)
 ) -> torch.Tensor:  # (M, N), x's dtype
-    """``F.linear(x, weight, bias)`` for a few rows of x, as a Triton GEMV (see the module docstring)."""
-    m, k = x.shape
+    """``F.linear(x, weight, bias)`` for a few rows of x, as a Triton GEMV (see the module docstring);
+    with ``act="silu_mul"``, ``F.linear(silu_and_mul(x), weight, bias)`` in one launch."""
+    if act not in ACTS:
+        raise ValueError(f"gemv act must be one of {ACTS}, got {act!r}")
+    m, k = x.shape[0], weight.shape[1]
     n = weight.shape[0]
-    assert weight.shape == (n, k) and weight.dtype == x.dtype, (tuple(weight.shape), weight.dtype, x.dtype)
+    x_cols = 2 * k if act == "silu_mul" else k
+    assert x.dim() == 2 and x.shape[1] == x_cols, (tuple(x.shape), tuple(weight.shape), act)
+    assert weight.dtype == x.dtype, (weight.dtype, x.dtype)
     assert bias is None or bias.shape == (n,), bias.shape
     if weight.stride(1) != 1:
         raise ValueError("gemv needs the weight's K dimension contiguous (nn.Linear's layout)")
@@ -250,7 +279,7 @@ def gemv(
         m, n, k, x.stride(0), weight.stride(0), y.stride(0), k_per_split, splits,
         BLOCK_M=config.block_m(m), BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT=splits > 1,
         DOT=config.dot, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0, INTERPRET=_INTERPRET,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0, ACT=act, INTERPRET=_INTERPRET,
+        num_warps=config.num_warps, num_stages=config.num_stages, **(_LAUNCH if act == "silu_mul" else {}),
     )
     return y

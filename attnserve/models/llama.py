@@ -87,13 +87,14 @@ class LlamaMLP(nn.Module):
         bias = getattr(config, "mlp_bias", False)
         size = config.intermediate_size
         self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [size, size], bias, tp)
-        self.down_proj = RowParallelLinear(size, config.hidden_size, bias, tp)
+        self.down_proj = RowParallelLinear(size, config.hidden_size, bias, tp, silu_mul_input=True)
         if getattr(config, "hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act {config.hidden_act!r} not supported (supported: silu)")
         self.act = SiluAndMul()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_up_proj(x)))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, hidden) -> (T, hidden)
+        # down(SwiGLU(gate_up)); at decode row counts where GemvPlan chose it, the SwiGLU runs inside down's GEMV
+        return self.down_proj.forward_silu_mul(self.gate_up_proj(x), self.act)
 
 
 class LlamaDecoderLayer(nn.Module):

@@ -2,7 +2,8 @@
 with Triton GEMVs in every linear layer and the LM head computing what cuBLAS computes.
 
 The second test forces Triton wherever a candidate runs and agrees with F.linear (margin -10), so the
-kernels inside the captured graphs are exercised whatever the timings say.
+kernels inside the captured graphs are exercised whatever the timings say: the plain GEMVs, and in the
+MLPs' down projections the GEMV with the SwiGLU fused in (``gemv_silu_mul``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 
 from attnserve import LLM, SamplingParams
 from attnserve.layers import gemv_plan
-from attnserve.layers.gemv_plan import gemv_layers
+from attnserve.layers.gemv_plan import gemv_layers, silu_mul_layers
 from tests.gpu.test_cuda_graphs import PROMPTS, default_gguf, prefill_then_decode_step  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.gpu
@@ -34,6 +35,10 @@ def test_plan_keeps_triton_only_where_faster(default_gguf):
     for c in plan.choices.values():
         assert c.cublas_us > 0
         assert not c.use_triton or c.triton_us <= (1 - gemv_plan.MARGIN) * c.cublas_us
+    downs = {tuple(m.weight.shape) for m in silu_mul_layers(llm.engine.runner.model)}
+    assert downs and {(n, k) for n, k, _ in plan.silu_mul} == downs
+    for c in plan.silu_mul.values():
+        assert not c.use_fused or c.fused_us <= (1 - gemv_plan.MARGIN) * c.unfused_us
     out = llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
     assert all(len(o.outputs[0].token_ids) == 8 for o in out)
     del llm
@@ -47,20 +52,30 @@ def test_decode_graph_with_triton_gemvs_matches_cublas(default_gguf, monkeypatch
     runner = llm.engine.runner
     layers = [m for m, _ in gemv_layers(runner.model)]
     assert all(m.gemv is not None and all(f is not None for f in m.gemv[1:]) for m in layers)
+    downs = silu_mul_layers(runner.model)
+    assert downs and all(m.gemv_silu_mul is not None and all(f is not None for f in m.gemv_silu_mul[1:])
+                         for m in downs)
+    print(f"\nSwiGLU part of the forced plan:\n{runner.gemv_plan.summary().split('SwiGLU layers')[1]}")
     step = prefill_then_decode_step(llm)
     before = runner.cuda_graphs.replays
     triton_logits = runner.compute_logits(step).float().cpu()  # 3 rows: the 4-bucket graph, a 3-row LM head
     assert runner.cuda_graphs.replays == before + 1
     saved = [m.gemv for m in layers]
+    saved_fused = [m.gemv_silu_mul for m in downs]
     graphs, runner.cuda_graphs = runner.cuda_graphs, None
     for m in layers:
         m.gemv = None
+    for m in downs:
+        m.gemv_silu_mul = None
     cublas_logits = runner.compute_logits(step).float().cpu()
     runner.cuda_graphs = graphs
     for m, t in zip(layers, saved):
         m.gemv = t
+    for m, t in zip(downs, saved_fused):
+        m.gemv_silu_mul = t
     err = ((triton_logits - cublas_logits).abs().max() / cublas_logits.abs().max()).item()
-    print(f"decode logits, Triton GEMVs in a graph vs cuBLAS eager: max relative difference {err:.2e}")
+    print(f"decode logits, Triton GEMVs (fused SwiGLU in down) in a graph vs SiluAndMul + cuBLAS eager: "
+          f"max relative difference {err:.2e}")
     assert not torch.isnan(triton_logits).any()
     assert err <= 2e-2
     out = llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))

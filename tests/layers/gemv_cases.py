@@ -2,7 +2,9 @@
 
 ``python -m tests.layers.gemv_cases IN OUT`` (with ``TRITON_INTERPRET=1`` set before Triton is imported)
 loads the cases saved at IN, runs each through ``attnserve.layers.triton_gemv.gemv`` on CPU tensors and
-saves the results at OUT (plus the split-K counters after all cases: they must be back to zero).
+saves the results at OUT (plus the split-K counters after all cases: they must be back to zero). A SwiGLU
+case (``act="silu_mul"``: x is a gate/up output (M, 2K)) gives the pair (fused GEMV, the same config's plain
+GEMV of the ``silu_and_mul`` kernel's output).
 """
 
 from __future__ import annotations
@@ -53,11 +55,57 @@ def make_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, dict]:
     return cases
 
 
+# SwiGLU prologue: (M, N, I) with I (the down projection's K) odd or not a multiple of the block, M = 1, 2,
+# 3 (padded rows), 8; configs without and with split-K (one not dividing the K steps), FMA and tensor cores
+SILU_MUL_SHAPES = [(1, 37, 100), (2, 24, 77), (3, 50, 130), (8, 33, 61)]
+SILU_MUL_CONFIGS = {
+    "default": None,
+    "fma-n16-k32": dict(block_n=16, block_k=32),
+    "fma-n8-k16-split3": dict(block_n=8, block_k=16, split_k=3),
+    "dot-n16-k32": dict(block_n=16, block_k=32, dot=True),
+    "dot-n32-k16-split4": dict(block_n=32, block_k=16, split_k=4, dot=True),
+}
+
+
+def make_silu_mul_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, dict]:
+    """``silu_mul-...`` cases: x (M, 2I) = [gate | up] (scaled by 3: the silu's curved part and its tails),
+    the down weight (N, I) scaled by I^-1/2, a bias in half of them."""
+    g = torch.Generator().manual_seed(1)
+
+    def randn(*shape, dt, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dt)
+
+    cases: dict[str, dict] = {}
+    for dname in dtypes:
+        dt = DTYPES[dname]
+        for i, (m, n, inter) in enumerate(SILU_MUL_SHAPES):
+            for cname, cfg in SILU_MUL_CONFIGS.items():
+                bias = (i + len(cname)) % 2 == 0
+                cases[f"silu_mul-{m}x{n}x{inter}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
+                    x=randn(m, 2 * inter, dt=dt, scale=3.0), weight=randn(n, inter, dt=dt, scale=inter**-0.5),
+                    bias=randn(n, dt=dt) if bias else None, config=cfg, act="silu_mul")
+        # the gate/up rows as a slice of a wider buffer (a row stride past 2I)
+        wide = randn(3, 2 * 45 + 6, dt=dt, scale=3.0)
+        cases[f"silu_mul-strided_x-{dname}"] = dict(x=wide[:, :90], weight=randn(20, 45, dt=dt, scale=45**-0.5),
+                                                   bias=None, config=dict(block_n=16, block_k=16, split_k=2),
+                                                   act="silu_mul")
+    return cases
+
+
 def run(case: dict, gemv) -> torch.Tensor:
     from attnserve.layers.triton_gemv import GemvConfig
 
     cfg = case["config"]
-    return gemv(case["x"], case["weight"], case["bias"], None if cfg is None else GemvConfig(**cfg))
+    return gemv(case["x"], case["weight"], case["bias"], None if cfg is None else GemvConfig(**cfg),
+                act=case.get("act", "none"))
+
+
+def run_silu_mul_pair(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the fused GEMV, the plain GEMV of the same config on the ``silu_and_mul`` kernel's output)."""
+    from attnserve.layers import triton_fused_ops, triton_gemv
+
+    plain = dict(case, x=triton_fused_ops.silu_and_mul(case["x"]), act="none")
+    return run(case, triton_gemv.gemv), run(plain, triton_gemv.gemv)
 
 
 def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -97,13 +145,68 @@ def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
+def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int]]]:
+    """``name -> (MLP output, reference, row counts the fused GEMV saw)`` for each layer's MLP of a tiny
+    Llama (float32, MLP bias) and Qwen3 (bfloat16) after a plan that picks the fused SwiGLU GEMV at every
+    bucket and the plain Triton GEMV (same config) everywhere. Reference: 1 and 3 rows, the plain GEMV of
+    the ``silu_and_mul`` kernel's output (bitwise the same); 9 rows, past the tables: ``SiluAndMul`` then
+    ``F.linear``."""
+    import torch.nn.functional as F
+
+    from attnserve.layers import triton_fused_ops
+    from attnserve.layers.gemv_plan import DECODE_MS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers
+    from attnserve.layers.triton_gemv import GemvConfig, gemv
+    from attnserve.models.llama import LlamaForCausalLM
+    from attnserve.models.qwen import Qwen3ForCausalLM
+    from tests.models.tiny import tiny_config
+
+    out = {}
+    for arch, cls, dtype in (("llama", LlamaForCausalLM, torch.float32), ("qwen3", Qwen3ForCausalLM, torch.bfloat16)):
+        config = tiny_config(arch)
+        config.vocab_size = 300
+        config.mlp_bias = arch == "llama"
+        torch.manual_seed(0)
+        model = cls(config, lambda spec, i: torch.nn.Identity())
+        for p in model.parameters():
+            p.data.normal_(0.0, 0.1)
+        model.to(dtype)
+        cfg = GemvConfig(block_n=32, block_k=32, split_k=2)
+        shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
+        down = tuple(model.layers[0].mlp.down_proj.weight.shape)
+        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg, True) for n, k in shapes for m in DECODE_MS},
+                        silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg, True) for m in DECODE_MS})
+        plan.apply(model)
+        for i, layer in enumerate(model.layers):
+            mlp = layer.mlp
+            seen: list[int] = []
+
+            def record(f, seen=seen):
+                return None if f is None else lambda gu, w, b: (seen.append(gu.shape[0]), f(gu, w, b))[1]
+
+            mlp.down_proj.gemv_silu_mul = tuple(record(f) for f in mlp.down_proj.gemv_silu_mul)
+            for rows in (1, 3, 9):
+                x = torch.randn(rows, config.hidden_size).to(dtype)
+                seen.clear()
+                got = mlp(x)
+                gate_up = mlp.gate_up_proj(x)
+                if rows <= 8:
+                    act = triton_fused_ops.silu_and_mul(gate_up)
+                    want = gemv(act, mlp.down_proj.weight, mlp.down_proj.bias, cfg)
+                else:
+                    want = F.linear(mlp.act(gate_up), mlp.down_proj.weight, mlp.down_proj.bias)
+                out[f"{arch}.layers.{i}.mlp.rows{rows}"] = (got, want, list(seen))
+    return out
+
+
 def main(src: str, dst: str) -> None:
     from attnserve.layers import triton_gemv
 
     cases = torch.load(src)
-    out = {name: run(case, triton_gemv.gemv) for name, case in cases.items()}
+    out = {name: run_silu_mul_pair(case) if case.get("act") == "silu_mul" else run(case, triton_gemv.gemv)
+           for name, case in cases.items()}
     out["__counters__"] = triton_gemv.prepare("cpu").clone()
     out["__layers__"] = layer_outputs()
+    out["__silu_mul_mlp__"] = silu_mul_mlp_outputs()
     torch.save(out, dst)
 
 

@@ -9,7 +9,8 @@ import torch
 pytest.importorskip("triton")
 
 from attnserve.layers.gemv_plan import (  # noqa: E402
-    DECODE_MS, MAX_ROWS, GemvChoice, GemvPlan, candidate_configs, gemv_layers, sweep_configs,
+    DECODE_MS, MARGIN, MAX_ROWS, GemvChoice, GemvPlan, SiluMulChoice, candidate_configs, gemv_layers, pick_fastest,
+    silu_mul_layers, sweep_configs,
 )
 from attnserve.layers.triton_gemv import GemvConfig, check_config  # noqa: E402
 from tests.layers.test_triton_gemv import REAL_SHAPES  # noqa: E402
@@ -76,3 +77,67 @@ def test_use_skinny_gemm_is_inert_without_cuda_graphs(tiny_model_dir):
     llm = LLM(tiny_model_dir("llama"), device="cpu", attention_backend="CPU_ATTN", use_skinny_gemm=True)
     assert llm.engine.config.use_skinny_gemm
     assert all(m.gemv is None for m, _ in gemv_layers(llm.engine.runner.model))
+
+
+# ------------------------------------------------------------------------------------- SwiGLU fusion
+def test_pick_fastest_needs_the_margin_over_the_reference():
+    a, b = GemvConfig(16, 64), GemvConfig(32, 128)
+    assert pick_fastest(10.0, [], MARGIN) == (None, None, False)
+    assert pick_fastest(10.0, [(9.6, a), (9.0, b)], MARGIN) == (9.0, b, True)  # 10% faster
+    assert pick_fastest(10.0, [(9.6, a)], MARGIN) == (9.6, a, False)  # 4%: not enough
+    assert pick_fastest(10.0, [(9.5, a), (9.5, b)], MARGIN) == (9.5, a, True)  # exactly 5%; ties keep the first
+    assert pick_fastest(10.0, [(12.0, a)], -10.0)[2]  # a negative margin forces Triton (the GPU tests do)
+
+
+def _silu_mul_plan(n: int, k: int, use: dict[int, bool]) -> GemvPlan:
+    return GemvPlan({(n, k, m): GemvChoice(n, k, m, 10.0, 12.0, GemvConfig(16, 64), False) for m in use},
+                    silu_mul={(n, k, m): SiluMulChoice(n, k, m, 12.0, "cuBLAS", 9.0, GemvConfig(16, 64 * m), u)
+                              for m, u in use.items()})
+
+
+def test_silu_mul_table_maps_row_counts_to_fused_gemvs_of_the_next_bucket():
+    plan = _silu_mul_plan(64, 128, {1: True, 2: False, 4: True, 8: False})
+    table = plan.silu_mul_table(64, 128)
+    assert [f is not None for f in table[1:]] == [True, False, True, True, False, False, False, False]
+    assert table[3].keywords == dict(config=GemvConfig(16, 256), act="silu_mul")
+    assert plan.table(64, 128) is None  # the plain choices stay cuBLAS
+    assert _silu_mul_plan(64, 128, {m: False for m in DECODE_MS}).silu_mul_table(64, 128) is None
+    assert "fused fma n16 k64" in plan.summary() and "silu_and_mul + cuBLAS" in plan.summary()
+
+
+def test_silu_mul_layers_are_the_mlp_down_projections():
+    model = _tiny("qwen3")
+    names = {id(m): n for n, m in model.named_modules()}
+    assert [names[id(m)] for m in silu_mul_layers(model)] == [f"layers.{i}.mlp.down_proj" for i in range(2)]
+
+
+def test_apply_sets_the_fused_table_on_the_down_projections_only():
+    model = _tiny("llama")
+    shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
+    down = tuple(model.layers[0].mlp.down_proj.weight.shape)
+    plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 1.0, 2.0, GemvConfig(16, 64), False)
+                     for n, k in shapes for m in DECODE_MS},
+                    silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, GemvConfig(16, 64), m <= 2)
+                              for m in DECODE_MS})
+    plan.apply(model)
+    for module, _ in gemv_layers(model):
+        assert module.gemv is None
+        if module in silu_mul_layers(model):
+            assert [f is not None for f in module.gemv_silu_mul] == [False, True, True] + [False] * 6
+        else:
+            assert getattr(module, "gemv_silu_mul", None) is None
+
+
+def test_mlp_without_a_plan_is_silu_and_mul_then_down():
+    """No plan (CPU, or no use_skinny_gemm): the MLP computes exactly what it computed before the fusion."""
+    import torch.nn.functional as F
+
+    from attnserve.layers.fused_ops import silu_and_mul_torch
+
+    model = _tiny("llama")
+    for p in model.parameters():
+        p.data.normal_(0.0, 0.1)
+    mlp = model.layers[0].mlp
+    x = torch.randn(3, mlp.gate_up_proj.in_features)
+    want = F.linear(silu_and_mul_torch(F.linear(x, mlp.gate_up_proj.weight)), mlp.down_proj.weight)
+    assert torch.equal(mlp(x), want)

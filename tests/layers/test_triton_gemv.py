@@ -15,9 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from tests.helpers import run_cases_in_triton_interpreter
-from tests.layers.gemv_cases import make_cases, run
+from attnserve.layers.fused_ops import silu_and_mul_torch
+from tests.layers.gemv_cases import make_cases, make_silu_mul_cases, run
 
 CASES = make_cases()
+SILU_MUL_CASES = make_silu_mul_cases()
 
 
 def exact(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
@@ -47,12 +49,40 @@ def assert_case(name: str, case: dict, got: torch.Tensor) -> None:
 def interpreted(tmp_path_factory) -> dict:
     """Every case's result, run in one subprocess under the Triton interpreter."""
     pytest.importorskip("triton")
-    return run_cases_in_triton_interpreter("tests.layers.gemv_cases", CASES, tmp_path_factory.mktemp("gemv"))
+    return run_cases_in_triton_interpreter("tests.layers.gemv_cases", {**CASES, **SILU_MUL_CASES},
+                                           tmp_path_factory.mktemp("gemv"))
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_gemv_matches_f_linear_in_interpreter(name, interpreted):
     assert_case(name, CASES[name], interpreted[name])
+
+
+def assert_silu_mul_case(name: str, case: dict, fused: torch.Tensor, unfused: torch.Tensor,
+                         act: torch.Tensor | None = None) -> None:
+    """The fused GEMV is bitwise the plain GEMV (same config) of ``silu_and_mul``'s output, and within the
+    GEMV tolerances of ``F.linear(act, weight, bias)``; ``act``: the SwiGLU output, by default the PyTorch
+    definition ``silu_and_mul_torch(x)`` (the interpreter's kernel gives its bits)."""
+    assert torch.equal(fused, unfused), (
+        f"{name}: fused != silu_and_mul + GEMV in {int((fused != unfused).sum())} of {fused.numel()} outputs, "
+        f"max |diff| {float((fused.float() - unfused.float()).abs().max()):.3g}")
+    assert_case(name, dict(case, x=silu_and_mul_torch(case["x"]) if act is None else act), fused)
+
+
+@pytest.mark.parametrize("name", list(SILU_MUL_CASES))
+def test_silu_mul_gemv_matches_silu_and_mul_then_gemv_in_interpreter(name, interpreted):
+    assert_silu_mul_case(name, SILU_MUL_CASES[name], *interpreted[name])
+
+
+def test_silu_mul_gemv_refuses_a_plain_width_x():
+    pytest.importorskip("triton")
+    from attnserve.layers.triton_gemv import gemv
+
+    x, w = torch.zeros(1, 8), torch.zeros(4, 8)
+    with pytest.raises(AssertionError):
+        gemv(x, w, act="silu_mul")  # x must be (M, 2K)
+    with pytest.raises(ValueError, match="act"):
+        gemv(torch.zeros(1, 16), w, act="gelu_mul")
 
 
 def test_split_k_counters_are_reset_after_every_launch(interpreted):
@@ -71,6 +101,18 @@ def test_layers_route_decode_rows_through_the_plan_in_interpreter(interpreted):
             assert torch.equal(got, want), name
         else:
             assert_close(name, got, want, ulps=2)
+
+
+def test_mlp_routes_decode_rows_through_the_fused_silu_mul_gemv_in_interpreter(interpreted):
+    """Each MLP of a tiny Llama (float32, MLP bias) and Qwen3 (bfloat16) with a plan that picks the fused
+    GEMV everywhere: 1 and 3 rows take it (and equal silu_and_mul + the plain GEMV bit for bit), 9 rows take
+    SiluAndMul + F.linear."""
+    mlps = interpreted["__silu_mul_mlp__"]
+    assert len(mlps) == 2 * 2 * 3
+    for name, (got, want, seen) in mlps.items():
+        assert torch.equal(got, want), (name, float((got.float() - want.float()).abs().max()))
+        rows = int(name.rsplit("rows", 1)[1])
+        assert seen == ([rows] if rows <= 8 else []), (name, seen)
 
 
 # ------------------------------------------------------------------------------------- launch choices
@@ -113,6 +155,19 @@ def test_gemv_matches_f_linear_on_cuda(name):
 
     assert_case(name, {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in case.items()},
                 run(case, gemv).cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(SILU_MUL_CASES))
+def test_silu_mul_gemv_matches_silu_and_mul_then_gemv_on_cuda(name):
+    """Compiled: bitwise equality needs the fused kernel's no-contraction build and its ``tl.fma`` to
+    reproduce the silu_and_mul kernel and the plain GEMV's contracted FMA exactly."""
+    from attnserve.layers.fused_ops import silu_and_mul
+    from tests.layers.gemv_cases import run_silu_mul_pair
+
+    case = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in SILU_MUL_CASES[name].items()}
+    fused, unfused = run_silu_mul_pair(case)
+    assert_silu_mul_case(name, SILU_MUL_CASES[name], fused.cpu(), unfused.cpu(), silu_and_mul(case["x"]).cpu())
 
 
 @pytest.mark.gpu
