@@ -128,6 +128,17 @@ job_tplast() {  # ~250 s: tpfast's essentials after its first run found the all-
   timeout "$(left)" python3 -m tests.gpu.bench_allreduce --json "$RES/allreduce.json" || echo "!! bench_allreduce failed"
 }
 
+job_s5a() {  # session 5, first call (one GPU, fa3 staged): the fused SwiGLU GEMV, then decode-step profiles
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 150 python3 -m pytest -m gpu -q -s -p no:cacheprovider --tb=short -rf tests/gpu/test_silu_mul_gemv.py \
+    tests/gpu/test_skinny_gemm.py
+  timeout 60 python3 -m tests.gpu.bench_silu_mul_gemv --json "$RES/silu_mul_gemv.json" || echo "!! bench_silu_mul_gemv"
+  prof qwen_fa3_b1 --model $QWEN --backend FLASH_ATTN --batch-size 1 --use-skinny-gemm
+  prof llama_fa3_b1 --model $LLAMA --backend FLASH_ATTN --batch-size 1 --use-skinny-gemm
+  prof qwen_fa3_b64 --model $QWEN --backend FLASH_ATTN --batch-size 64
+  prof llama_fa3_b64 --model $LLAMA --backend FLASH_ATTN --batch-size 64
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
@@ -153,6 +164,7 @@ for j in "$@"; do
     tp) wait "${pids[@]}" 2>/dev/null; pids=(); job_tp > "$OUT/tp.log" 2>&1 ;;
     next) wait "${pids[@]}" 2>/dev/null; pids=(); job_next > "$OUT/next.log" 2>&1 ;;
     check) job_check > "$OUT/check.log" 2>&1 & pids+=($!) ;;
+    s5a) job_s5a > "$OUT/s5a.log" 2>&1 ;;
     tplast) job_tplast > "$OUT/tplast.log" 2>&1 ;;
     tpfast) wait "${pids[@]}" 2>/dev/null; pids=(); job_tpfast > "$OUT/tpfast.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;

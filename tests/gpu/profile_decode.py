@@ -84,12 +84,43 @@ def _profile(runner, batch) -> dict:
     num, gpu_ms, by_name = profile_kernels(step, top=60)
     try:  # the eager metadata of some backends (FLASHINFER's planned wrapper) cannot be captured as is
         graph_ms, graph_error = time_graph(step), None
+        in_graph = _profile_replay(step)
     except RuntimeError as e:
-        graph_ms, graph_error = float("nan"), str(e).splitlines()[0]
-    return {"backend": runner.backend.name, "gpu": torch.cuda.get_device_name(), "kernels_per_step": num,
+        graph_ms, graph_error, in_graph = float("nan"), str(e).splitlines()[0], {}
+    return {"in_graph": in_graph, "backend": runner.backend.name, "gpu": torch.cuda.get_device_name(), "kernels_per_step": num,
             "kernels_per_layer": round(num / runner.dims.num_layers, 2), "kernel_time_ms": gpu_ms,
             "graph_step_ms": graph_ms, "graph_error": graph_error, "gap_ms": graph_ms - gpu_ms,
             "by_category": categorize(by_name), "kernels_us": by_name}
+
+
+def _profile_replay(step) -> dict:
+    """The kernels of one CUDA-graph replay of ``step`` as CUPTI sees them: their summed GPU time, the span from
+    the first kernel's start to the last one's end (the difference is idle time between kernels), and the
+    summed time per category."""
+    from torch.profiler import ProfilerActivity, profile
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(5):
+        graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if not kernels:
+        return {"kernels": 0}
+    by_name: dict[str, tuple[int, float]] = {}
+    for e in kernels:
+        n, us = by_name.get(e.name[:90], (0, 0.0))
+        by_name[e.name[:90]] = (n + 1, us + e.device_time)
+    starts = [e.time_range.start for e in kernels]
+    ends = [e.time_range.end for e in kernels]
+    busy_us = sum(e.device_time for e in kernels)
+    return {"kernels": len(kernels), "busy_ms": busy_us / 1000, "span_ms": (max(ends) - min(starts)) / 1000,
+            "idle_ms": (max(ends) - min(starts) - busy_us) / 1000, "by_category": categorize(by_name),
+            "kernels_us": dict(sorted(by_name.items(), key=lambda kv: -kv[1][1])[:40])}
 
 
 if __name__ == "__main__":
