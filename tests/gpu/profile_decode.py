@@ -18,8 +18,8 @@ import torch
 from tests.gpu.bench_decode_graph import profile_kernels, time_graph
 
 # kernel-name patterns -> category (first match wins); the rest are "other"
-CATEGORIES = [("matmul", r"gemm|gemv|nvjet|cutlass|xmma|sm90_|_mm_|matmul"),
-              ("attention", r"attention|flash|decode|prefill|fwd_kernel|splitkv|combine|merge"),
+CATEGORIES = [("attention", r"attention|flash|decode|prefill|fwd_kernel|splitkv|combine|merge"),  # FA3 is cutlass
+              ("matmul", r"gemm|gemv|nvjet|cutlass|xmma|sm90_|_mm_|matmul|splitKreduce"),
               ("norm", r"norm"), ("rope", r"rope|rotary"), ("kv_write", r"cache|reshape_and")]
 
 
