@@ -37,11 +37,11 @@ class VocabParallelEmbedding(nn.Module):
         out = F.embedding(torch.where(mine, input_ids - s.start, 0), self.weight)
         return self.tp.all_reduce(out.masked_fill(~mine.unsqueeze(-1), 0))
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, dim) -> (N, vocab) float32, on every rank
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, dim) -> (N, vocab) model dtype, on every rank
         local = hidden @ self.weight.t() if self.gemv is None else gemv_or_linear(self.gemv, hidden, self.weight, None)
         if self.tp.size > 1:
             local = self.tp.all_gather(local)[:, : self.num_embeddings]
-        return local.float()
+        return local
 
     def weight_loader(self, param: nn.Parameter, loaded, shard_id: int | None = None) -> None:
         check_shape(loaded, (self.num_embeddings, param.shape[1]))

@@ -276,7 +276,12 @@ class ModelRunner:
 
     @torch.inference_mode()
     def compute_logits(self, sched: SchedulerOutput) -> torch.Tensor:  # (B, vocab) float32
-        """Run the model on the step's tokens; logits at each request's last token.
+        """Run the model on the step's tokens; logits at each request's last token, in float32."""
+        return self._logits(sched).float()
+
+    def _logits(self, sched: SchedulerOutput) -> torch.Tensor:  # (B, vocab) model dtype
+        """The model's logits in its own dtype (the sampler upcasts only where it needs float32: a greedy
+        step's argmax does not, and saves a (B, vocab) copy: 28 us at batch 64 of Qwen3-0.6B on an H200).
 
         A pure-decode step within the captured batch sizes replays a CUDA graph; any other step runs eagerly.
         Placeholder token ids (async scheduling) are filled on the device from the last step's samples.
@@ -336,7 +341,7 @@ class ModelRunner:
         sample_rows = None
         if rows and len(rows) < len(sched.requests) and self.tp.is_driver:  # partial prefill rows do not sample
             sample_rows = self.staging.to_device("sample_rows", np.asarray(rows, dtype=np.int64))
-        logits = self.compute_logits(sched)
+        logits = self._logits(sched)
         if not rows:
             return PendingStep([], None)
         reqs = [sched.requests[i] for i in rows]

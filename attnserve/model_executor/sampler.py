@@ -141,7 +141,7 @@ class Sampler:
 
     def __call__(
         self,
-        logits: torch.Tensor,  # (B, V) float32; not modified
+        logits: torch.Tensor,  # (B, V) float32, or the model's 16-bit dtype (upcast where needed); not modified
         params: list[SamplingParams],
         generators: list[torch.Generator | None],  # per row; unseeded rows share one (None = torch's default)
     ) -> SamplerOutput:
@@ -150,7 +150,7 @@ class Sampler:
 
     def sample(
         self,
-        logits: torch.Tensor,  # (B, V) float32; not modified
+        logits: torch.Tensor,  # (B, V) as in __call__; not modified
         params: list[SamplingParams],
         generators: list[torch.Generator | None],
     ) -> DeviceSample:
@@ -180,7 +180,7 @@ class Sampler:
     def _sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]):
         """Rows with temperature > 0: scale, filter, exponential race. Returns ``(R,)`` int64 on device."""
         temperature = _column([p.temperature for p in params], logits.device)
-        probs = apply_filters(logits / temperature, [p.top_k for p in params], [p.top_p for p in params],
+        probs = apply_filters(logits.float() / temperature, [p.top_k for p in params], [p.top_p for p in params],
                               [p.min_p for p in params])
         seeded = [i for i, p in enumerate(params) if p.seed is not None]
         noise = torch.empty_like(probs)

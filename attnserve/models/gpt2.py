@@ -113,9 +113,9 @@ class GPT2LMHeadModel(nn.Module):
             hidden = block(hidden, batch)
         return self.ln_f(hidden)
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab) float32
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab) model dtype
         weight = self.wte.weight if self.tie_word_embeddings else self.lm_head.weight
-        return (hidden @ weight.t()).float()
+        return hidden @ weight.t()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy checkpoint tensors (Hugging Face names, with or without ``transformer.``); returns the names loaded.

@@ -171,7 +171,7 @@ class LlamaForCausalLM(nn.Module):
             return self.norm(hidden)
         return self.norm(hidden, residual)[0]  # the last residual add, fused into the final norm
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab) float32
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab) model dtype
         return (self.embed_tokens if self.tie_word_embeddings else self.lm_head).logits(hidden)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

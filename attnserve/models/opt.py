@@ -128,9 +128,9 @@ class OPTForCausalLM(nn.Module):
     ) -> torch.Tensor:  # (T, word_embed_proj_dim) model dtype
         return self.decoder(input_ids, positions, batch)
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, proj_dim) -> (N, vocab) float32
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, proj_dim) -> (N, vocab) model dtype
         weight = self.decoder.embed_tokens.weight if self.tie_word_embeddings else self.lm_head.weight
-        return (hidden @ weight.t()).float()
+        return hidden @ weight.t()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy checkpoint tensors (``model.decoder.*`` or ``decoder.*``, ``lm_head.weight``); returns the names loaded.

@@ -180,3 +180,20 @@ def test_uniform_and_mixed_parameters_agree(dev):
     other = SamplingParams(temperature=0.3, top_k=2, seed=5)
     mixed = sample(torch.cat([logits, logits[:1]]), [p, p, p, other]).token_ids
     assert mixed[:3] == uniform
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_logits_sample_as_their_float32_upcast(dtype, dev):
+    """The runner hands the sampler the model's own logits dtype: every path must give what the float32
+    upcast of those logits gives (greedy, filtered random rows with a shared and a seeded generator,
+    logprobs), bit for bit."""
+    logits = logits_rows(8, device=dev).to(dtype)
+    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.7, top_p=0.9),
+              SamplingParams(temperature=1.3, top_k=5, seed=3), SamplingParams(temperature=0.0, logprobs=4),
+              SamplingParams(temperature=1.0, min_p=0.1, logprobs=2), SamplingParams(temperature=0.0),
+              SamplingParams(temperature=0.5), SamplingParams(temperature=0.0, top_k=2)]
+    low = sample(logits, params, seed=11)
+    high = sample(logits.float(), params, seed=11)
+    assert low.token_ids == high.token_ids
+    assert low.logprobs == high.logprobs
+    assert sample(logits, [SamplingParams(temperature=0.0)] * 8).token_ids == logits.float().argmax(-1).tolist()
