@@ -237,6 +237,12 @@ def _load(version: int) -> Any:
     return mod
 
 
+# FlashAttention 3's split-KV bound in CUDA-graph decode steps (the plan splits each request up to this many
+# times for its own length). On an H200 8, 16 and 32 all gave 9.8 us per call at batch 1 (Llama-3.1-8B heads,
+# 1k context) and 81-83 us at batch 64 (tests/gpu/bench_fa3_decode.py); vLLM's default bound is 32.
+GRAPH_NUM_SPLITS = 16
+
+
 @dataclass
 class FlashAttentionCall:
     """One kernel call over requests [first, last) of the step."""
@@ -252,6 +258,8 @@ class FlashAttentionCall:
     max_seq_len: int
     scheduler_metadata: torch.Tensor | None  # FlashAttention 3's split-KV plan for this call
     fresh: bool = False  # every request's whole context is in this step (prefill of new prompts only)
+    num_splits: int = 0  # FlashAttention 3's split-KV bound (0: its heuristic); the plan's, when there is one
+    page_size: int = 0  # the KV cache's block size (for the plan made inside a CUDA graph)
 
 
 @dataclass
@@ -307,10 +315,30 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         return FlashAttentionMetadata(common.slot_mapping, calls)
 
     def build_for_cudagraph_capture(self, common: CommonAttentionMetadata) -> FlashAttentionMetadata:
-        """One decode call on the static buffers. FlashAttention 3 gets no host-planned scheduler metadata
-        here: its launch shape then follows the page table's width (fixed) and its device-side split
-        planning reads the replayed ``cache_seqlens``."""
-        return FlashAttentionMetadata(common.slot_mapping, [self._call(common, 0, common.num_reqs, plan_splits=False)])
+        """One decode call on the static buffers. For FlashAttention 3 its split plan is made on the device
+        by :meth:`cudagraph_prologue`, inside the graph, once per step for every layer."""
+        call = self._call(common, 0, common.num_reqs, plan_splits=False)
+        if self.version == 3:
+            call.num_splits, call.page_size = GRAPH_NUM_SPLITS, common.block_size
+        return FlashAttentionMetadata(common.slot_mapping, [call])
+
+    def cudagraph_prologue(self, metadata: FlashAttentionMetadata) -> None:
+        """FlashAttention 3: ``get_scheduler_metadata`` (one small kernel) on the static ``seq_lens``, captured
+        at the head of the decode graph, so each replay plans the splits for its own lengths and no layer
+        plans again. Without it each layer's call ran that planning kernel itself: 11.7 vs 9.8 us per call
+        for Llama-3.1-8B heads at batch 1, 1k context, on an H200 (``tests/gpu/bench_fa3_decode.py``)."""
+        if self.version != 3:
+            return
+        call = metadata.calls[0]
+        spec = self.layer_spec
+        window = (spec.sliding_window - 1, 0) if spec.sliding_window else (-1, -1)
+        fp8 = spec.kv_cache_dtype != "auto"
+        n = call.seq_lens.numel()
+        call.scheduler_metadata = self.fa.get_scheduler_metadata(
+            n, 1, call.block_table.shape[1] * call.page_size, spec.num_heads, spec.num_kv_heads, spec.head_size,
+            call.seq_lens, qkv_dtype=torch.float8_e4m3fn if fp8 else self.dtype, cu_seqlens_q=call.query_start_loc,
+            page_size=call.page_size, causal=True, window_size=window, has_softcap=spec.logits_soft_cap is not None,
+            num_splits=call.num_splits)
 
 
 class FlashAttentionImpl(AttentionImpl):
@@ -380,6 +408,6 @@ class FlashAttentionImpl(AttentionImpl):
             q, key_cache, value_cache, cache_seqlens=call.seq_lens, page_table=call.block_table,
             cu_seqlens_q=call.query_start_loc, max_seqlen_q=call.max_query_len, softmax_scale=self.scale,
             causal=True, window_size=self.window, softcap=self.softcap,
-            scheduler_metadata=call.scheduler_metadata, **descales)
+            scheduler_metadata=call.scheduler_metadata, num_splits=call.num_splits, **descales)
         out = out[0] if isinstance(out, tuple) else out
         return out if out.dtype == out_dtype else out.to(out_dtype)
