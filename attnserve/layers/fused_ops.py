@@ -117,9 +117,11 @@ def rotary_embedding_kv_write(
     q_norm: tuple[torch.Tensor, float] | None = None,  # (weight (D,), eps)
     k_norm: tuple[torch.Tensor, float] | None = None,  # (weight (D,), eps)
 ) -> None:
-    """:func:`rotary_embedding` (in place), then each token's rotated key and its value stored at its slot
-    of ``target``'s paged cache, as vLLM's ``reshape_and_cache`` stores them (an fp8 cache gets
-    ``x / scale`` saturated to the format's range; slot -1 = the token is rotated but not stored).
+    """:func:`rotary_embedding` (RoPE, Su et al. 2021, in place; with ``q_norm``/``k_norm`` after the
+    per-head RMSNorm), then each token's rotated key and its value stored at its slot of ``target``'s paged
+    cache, as vLLM's ``reshape_and_cache`` stores them (an fp8 cache gets ``x / scale`` saturated to the
+    format's range; slot -1 = the token is rotated but not stored). Errors: AssertionError on shapes,
+    dtypes or strides the kernel does not take (internal invariants: the layers always pass valid ones).
 
     On CUDA one kernel does both (instead of the RoPE kernel, then the KV-write kernel reading k back),
     with the same bits as the two. Elsewhere: :func:`rotary_embedding_torch`, then ``target.write``, the
