@@ -9,7 +9,9 @@ A backend module ``attnserve/attention/backends/<name>.py`` exports four classes
 * ``<Name>MetadataBuilder``: built once per model runner; ``build(common)`` runs once per step and turns
   the step's :class:`CommonAttentionMetadata` into ``<Name>Metadata``.
 * ``<Name>Impl``: one per attention layer; ``forward`` writes the step's new K/V into the paged cache and
-  computes attention for the step's query tokens.
+  computes attention for the step's query tokens. An Impl may expose where that write goes
+  (``kv_write_target``): the layer's RoPE kernel then writes K/V itself and ``forward`` gets
+  ``kv_written=True``.
 
 Shapes follow vLLM's ``v1/attention/backend.py`` (the interface users and kernel authors know). Within a
 step the scheduler orders requests with decodes (query length 1) first, then prefills (chunked or not).
@@ -26,6 +28,7 @@ import torch
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.capabilities import BackendCapabilities
+    from attnserve.attention.ops.kv_write import KVWriteTarget
     from attnserve.attention.selector import AttentionSelectorConfig
     from attnserve.config.attention import AttentionConfig
     from attnserve.platforms.interface import Platform
@@ -125,8 +128,17 @@ class AttentionImpl(ABC):
         value: torch.Tensor,  # (T, Hkv, D)
         kv_cache: torch.Tensor,  # the backend's get_kv_cache_shape(...)
         metadata: Any,  # this backend's Metadata
+        kv_written: bool = False,  # key/value are already in kv_cache (written through kv_write_target)
     ) -> torch.Tensor:  # (T, Hq, D) model dtype
-        """Write key/value at ``metadata``'s slot mapping into ``kv_cache``, then attend."""
+        """Write key/value at ``metadata``'s slot mapping into ``kv_cache`` (unless ``kv_written``), then
+        attend. ``key``/``value`` are given either way: a kernel may read this step's K/V from them."""
+
+    def kv_write_target(self, kv_cache: torch.Tensor, metadata: Any) -> "KVWriteTarget | None":
+        """Where :meth:`forward` writes this step's key/value: the cache views it reads, the slot mapping,
+        the fp8 scales. A caller that stores K/V there itself (with ``write_kv``'s numerics) then calls
+        ``forward(..., kv_written=True)``. None (the default): only ``forward`` writes, and it is never
+        called with ``kv_written=True``."""
+        return None
 
 
 class AttentionMetadataBuilder(ABC):

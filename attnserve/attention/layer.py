@@ -10,6 +10,8 @@ from torch import nn
 from attnserve.attention.backend import AttentionImpl
 
 if TYPE_CHECKING:  # pragma: no cover
+    from attnserve.layers.norm import RMSNorm
+    from attnserve.layers.rotary import RotaryEmbedding
     from attnserve.model_executor.forward_batch import ForwardBatch
 
 
@@ -29,3 +31,28 @@ class Attention(nn.Module):
         batch: "ForwardBatch",
     ) -> torch.Tensor:  # (T, Hq, D)
         return self.impl.forward(query, key, value, batch.kv_caches[self.layer_index], batch.attn_metadata)
+
+    def forward_with_rope(
+        self,
+        positions: torch.Tensor,  # (T,) int64
+        query: torch.Tensor,  # (T, Hq, D), last dim contiguous (views into the fused qkv output are fine)
+        key: torch.Tensor,  # (T, Hkv, D)
+        value: torch.Tensor,  # (T, Hkv, D)
+        batch: "ForwardBatch",
+        rotary: "RotaryEmbedding",
+        q_norm: "RMSNorm | None" = None,  # Qwen3: RMSNorm over each query head before RoPE
+        k_norm: "RMSNorm | None" = None,
+    ) -> torch.Tensor:  # (T, Hq, D)
+        """RoPE on ``query`` and ``key`` (in place), then :meth:`forward`.
+
+        When the backend says where its KV write goes (``impl.kv_write_target``), the rotation stores the
+        rotated keys and the values there itself (one kernel on CUDA instead of RoPE, then the backend's
+        ``reshape_and_cache``) and the backend skips its write. Same values in the cache and the output
+        either way; on CPU the same PyTorch ops in the same order."""
+        kv_cache, metadata = batch.kv_caches[self.layer_index], batch.attn_metadata
+        target = self.impl.kv_write_target(kv_cache, metadata)
+        if target is None:
+            rotary(positions, query, key, q_norm, k_norm)
+            return self.impl.forward(query, key, value, kv_cache, metadata)
+        rotary.forward_kv_write(positions, query, key, value, target, q_norm, k_norm)
+        return self.impl.forward(query, key, value, kv_cache, metadata, kv_written=True)

@@ -9,17 +9,21 @@ another order (the RMSNorm statistic; see ``triton_fused_ops.py``).
 
 Launches per Llama decoder layer on CUDA, besides the matmuls and attention: 2 RMSNorms that also add the
 residual (vLLM's ``fused_add_rms_norm``), 1 RoPE over q and k (with Qwen3's per-head q/k RMSNorm in the same
-pass), 1 SwiGLU: 4 instead of ~40. Triton is imported on the first call with a CUDA tensor, never by
-``import attnserve``.
+pass, and, where the attention backend allows it, the paged-KV-cache write of k and v too), 1 SwiGLU: 4
+instead of ~40. Triton is imported on the first call with a CUDA tensor, never by ``import attnserve``.
 """
 
 from __future__ import annotations
 
 import functools
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnserve.attention.ops.kv_write import KVWriteTarget
 
 
 @functools.cache
@@ -100,6 +104,34 @@ def rotary_embedding_torch(positions: torch.Tensor, query: torch.Tensor, key: to
     for x, norm in ((query, q_norm), (key, k_norm)):
         normed = x if norm is None else rms_norm_torch(x, norm[0], norm[1])
         x.copy_(_rotate(normed, cos, sin))
+
+
+def rotary_embedding_kv_write(
+    positions: torch.Tensor,  # (T,) int64
+    query: torch.Tensor,  # (T, Hq, D), last dim contiguous; may be a view into a fused qkv output
+    key: torch.Tensor,  # (T, Hkv, D), same
+    value: torch.Tensor,  # (T, Hkv, D), same
+    cos_cache: torch.Tensor,  # (max_position, D/2) float32
+    sin_cache: torch.Tensor,  # (max_position, D/2) float32
+    target: "KVWriteTarget",  # the attention backend's cache views, slot mapping (T,), fp8 scales
+    q_norm: tuple[torch.Tensor, float] | None = None,  # (weight (D,), eps)
+    k_norm: tuple[torch.Tensor, float] | None = None,  # (weight (D,), eps)
+) -> None:
+    """:func:`rotary_embedding` (RoPE, Su et al. 2021, in place; with ``q_norm``/``k_norm`` after the
+    per-head RMSNorm), then each token's rotated key and its value stored at its slot of ``target``'s paged
+    cache, as vLLM's ``reshape_and_cache`` stores them (an fp8 cache gets ``x / scale`` saturated to the
+    format's range; slot -1 = the token is rotated but not stored). Errors: AssertionError on shapes,
+    dtypes or strides the kernel does not take (internal invariants: the layers always pass valid ones).
+
+    On CUDA one kernel does both (instead of the RoPE kernel, then the KV-write kernel reading k back),
+    with the same bits as the two. Elsewhere: :func:`rotary_embedding_torch`, then ``target.write``, the
+    very ops the unfused path runs."""
+    ops = _use_triton(query)
+    if ops is not None:
+        ops.rotary_embedding_kv_write(positions, query, key, value, cos_cache, sin_cache, target, q_norm, k_norm)
+        return
+    rotary_embedding_torch(positions, query, key, cos_cache, sin_cache, q_norm, k_norm)
+    target.write(key, value)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

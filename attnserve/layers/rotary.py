@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from attnserve.layers.fused_ops import rotary_embedding
+from attnserve.layers.fused_ops import rotary_embedding, rotary_embedding_kv_write
 from attnserve.layers.norm import RMSNorm
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnserve.attention.ops.kv_write import KVWriteTarget
 
 
 def _inv_freq(head_size: int, base: float, rope_scaling: dict | None) -> torch.Tensor:
@@ -53,7 +57,24 @@ class RotaryEmbedding(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotates ``query`` and ``key`` **in place** (one kernel on CUDA) and returns them. With
         ``q_norm``/``k_norm`` (Qwen3), each head is RMS-normalized first, in the same pass."""
-        rotary_embedding(positions, query, key, self.cos_cache, self.sin_cache,
-                         None if q_norm is None else (q_norm.weight, q_norm.eps),
-                         None if k_norm is None else (k_norm.weight, k_norm.eps))
+        rotary_embedding(positions, query, key, self.cos_cache, self.sin_cache, _norm(q_norm), _norm(k_norm))
         return query, key
+
+    def forward_kv_write(
+        self,
+        positions: torch.Tensor,  # (T,) int64
+        query: torch.Tensor,  # (T, Hq, D), last dim contiguous
+        key: torch.Tensor,  # (T, Hkv, D)
+        value: torch.Tensor,  # (T, Hkv, D)
+        target: "KVWriteTarget",  # where the attention backend keeps this layer's K/V
+        q_norm: RMSNorm | None = None,
+        k_norm: RMSNorm | None = None,
+    ) -> None:
+        """:meth:`forward`, and the rotated keys and the values stored in ``target``'s paged cache, in the
+        same kernel on CUDA (``fused_ops.rotary_embedding_kv_write``)."""
+        rotary_embedding_kv_write(positions, query, key, value, self.cos_cache, self.sin_cache, target,
+                                  _norm(q_norm), _norm(k_norm))
+
+
+def _norm(norm: RMSNorm | None) -> tuple[torch.Tensor, float] | None:
+    return None if norm is None else (norm.weight, norm.eps)

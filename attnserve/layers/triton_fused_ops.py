@@ -1,5 +1,6 @@
-"""Triton kernels for ``fused_ops.py``: RMSNorm (+ residual add), RoPE on q and k (+ Qwen3's q/k norm),
-SwiGLU. Importing this module imports Triton; ``fused_ops`` imports it on the first CUDA call.
+"""Triton kernels for ``fused_ops.py``: RMSNorm (+ residual add), RoPE on q and k (+ Qwen3's q/k norm, + the
+paged-KV-cache write of k and v), SwiGLU. Importing this module imports Triton; ``fused_ops`` imports it on
+the first CUDA call.
 
 Numerics: every kernel loads its inputs, computes in float32 and rounds to the storage dtype exactly where
 the PyTorch definition in ``fused_ops.py`` rounds (after each PyTorch op whose output is 16-bit). A
@@ -21,10 +22,17 @@ cast does not round to nearest even, so :func:`_round` does that rounding with i
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
+
+from attnserve.attention.ops.triton_kv_write import _cache_value, _slot_ptr, cache_fp8_max
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnserve.attention.ops.kv_write import KVWriteTarget
 
 _INTERPRET = bool(triton.knobs.runtime.interpret)
 # no FMA contraction (see the module docstring)
@@ -130,7 +138,8 @@ def _rope_heads(
     HAS_NORM: tl.constexpr, ROUND_NORM: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Rotates (after RMS-normalizing, with HAS_NORM) the NUM_HEADS heads of one token at ``ptr``, in place.
-    ``cos``/``sin``: (1, HALF_PAD) float32."""
+    ``cos``/``sin``: (1, HALF_PAD) float32. Returns the two stored halves, (HEADS_PAD, HALF_PAD) each in the
+    tensor's dtype (dimensions [0, HALF) and [HALF, 2 HALF) of each head)."""
     dtype = ptr.dtype.element_ty
     offs_h = tl.arange(0, HEADS_PAD)[:, None]
     offs_d = tl.arange(0, HALF_PAD)[None, :]
@@ -148,8 +157,11 @@ def _rope_heads(
         if ROUND_NORM:  # the norm's output dtype is the tensor's (not float32, as with a float32 weight)
             x1 = _round(x1, dtype, INTERPRET).to(tl.float32)
             x2 = _round(x2, dtype, INTERPRET).to(tl.float32)
-    tl.store(p1, _round(x1 * cos - x2 * sin, dtype, INTERPRET), mask=mask)
-    tl.store(p1 + HALF, _round(x2 * cos + x1 * sin, dtype, INTERPRET), mask=mask)
+    y1 = _round(x1 * cos - x2 * sin, dtype, INTERPRET)
+    y2 = _round(x2 * cos + x1 * sin, dtype, INTERPRET)
+    tl.store(p1, y1, mask=mask)
+    tl.store(p1 + HALF, y2, mask=mask)
+    return y1, y2
 
 
 @triton.jit
@@ -172,6 +184,35 @@ def _rotary_kernel(
                 HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_K, INTERPRET)
 
 
+def _rope_launch(
+    query: torch.Tensor, key: torch.Tensor, cos_cache: torch.Tensor, sin_cache: torch.Tensor,
+    q_norm: tuple[torch.Tensor, float] | None, k_norm: tuple[torch.Tensor, float] | None,
+) -> tuple[tuple[torch.Tensor, torch.Tensor, float, float], dict]:
+    """The checks and the arguments both RoPE kernels share: ``((q weight, k weight, q eps, k eps),
+    constexprs and launch options)``. Both launch with the same tile shapes and warps, so the q/k norm's
+    float32 sums run in the same order in both (equal bits)."""
+    num_tokens, hq, d = query.shape
+    hk = key.shape[1]
+    assert d % 2 == 0 and key.shape == (num_tokens, hk, d) and key.dtype == query.dtype
+    assert query.stride(-1) == 1 and key.stride(-1) == 1
+    assert cos_cache.shape[-1] == d // 2 and cos_cache.stride() == sin_cache.stride() and cos_cache.stride(-1) == 1
+    assert (q_norm is None) == (k_norm is None), "normalize both q and k heads or neither"
+    has_norm = q_norm is not None
+    qw, q_eps = q_norm if has_norm else (cos_cache, 0.0)  # unused pointer without norms
+    kw, k_eps = k_norm if has_norm else (cos_cache, 0.0)
+    if has_norm:
+        assert qw.shape == (d,) and kw.shape == (d,) and qw.stride(0) == 1 and kw.stride(0) == 1
+    half = d // 2
+    meta = dict(
+        HQ=hq, HQ_PAD=triton.next_power_of_2(hq), HK=hk, HK_PAD=triton.next_power_of_2(hk),
+        HALF=half, HALF_PAD=triton.next_power_of_2(half), HAS_NORM=has_norm,
+        ROUND_Q=has_norm and torch.promote_types(qw.dtype, query.dtype) == query.dtype,
+        ROUND_K=has_norm and torch.promote_types(kw.dtype, key.dtype) == key.dtype,
+        INTERPRET=_INTERPRET, num_warps=4, **_LAUNCH,
+    )
+    return (qw, kw, q_eps, k_eps), meta
+
+
 def rotary_embedding(
     positions: torch.Tensor,  # (T,) int64
     query: torch.Tensor,  # (T, Hq, D), last dim contiguous
@@ -182,28 +223,83 @@ def rotary_embedding(
     k_norm: tuple[torch.Tensor, float] | None = None,
 ) -> None:
     """See ``fused_ops.rotary_embedding``."""
-    num_tokens, hq, d = query.shape
-    hk = key.shape[1]
-    assert d % 2 == 0 and key.shape == (num_tokens, hk, d) and key.dtype == query.dtype
-    assert query.stride(-1) == 1 and key.stride(-1) == 1
-    assert cos_cache.shape[-1] == d // 2 and cos_cache.stride() == sin_cache.stride() and cos_cache.stride(-1) == 1
-    assert (q_norm is None) == (k_norm is None), "normalize both q and k heads or neither"
+    (qw, kw, q_eps, k_eps), meta = _rope_launch(query, key, cos_cache, sin_cache, q_norm, k_norm)
+    if query.shape[0] == 0:
+        return
+    _rotary_kernel[(query.shape[0],)](
+        positions, query, key, cos_cache, sin_cache, qw, kw,
+        query.stride(0), query.stride(1), key.stride(0), key.stride(1), cos_cache.stride(0), q_eps, k_eps, **meta,
+    )
+
+
+# ----------------------------------------------------------------- RoPE (+ q/k norm) + KV-cache write
+@triton.jit
+def _rotary_kv_write_kernel(
+    pos_ptr, q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, slot_ptr, kc_ptr, vc_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_cos, q_eps, k_eps,
+    stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, k_scale, v_scale, fmax,
+    HQ: tl.constexpr, HQ_PAD: tl.constexpr, HK: tl.constexpr, HK_PAD: tl.constexpr,
+    HALF: tl.constexpr, HALF_PAD: tl.constexpr,
+    HAS_NORM: tl.constexpr, ROUND_Q: tl.constexpr, ROUND_K: tl.constexpr,
+    PAGE: tl.constexpr, FP8: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """Program (token, 0): the token's query heads, as ``_rotary_kernel`` rotates them. Program (token, 1):
+    its key heads, likewise, then (unless its slot is -1) the rotated keys and the values into the cache
+    slot, as ``_reshape_and_cache_kernel`` stores them. q and k run side by side: at decode batch sizes
+    there are fewer tokens than SMs, so each token's two halves of the work take two of the idle ones."""
+    tok = tl.program_id(0).to(tl.int64)
+    pos = tl.load(pos_ptr + tok).to(tl.int64)
+    offs_d = tl.arange(0, HALF_PAD)[None, :]
+    cos = tl.load(cos_ptr + pos * stride_cos + offs_d, mask=offs_d < HALF, other=0.0)
+    sin = tl.load(sin_ptr + pos * stride_cos + offs_d, mask=offs_d < HALF, other=0.0)
+    if tl.program_id(1) == 0:
+        _rope_heads(q_ptr + tok * stride_qt, stride_qh, qw_ptr, q_eps, cos, sin,
+                    HQ, HQ_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, INTERPRET)
+    else:
+        k1, k2 = _rope_heads(k_ptr + tok * stride_kt, stride_kh, kw_ptr, k_eps, cos, sin,
+                             HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_K, INTERPRET)
+        slot = tl.load(slot_ptr + tok)
+        if slot >= 0:
+            offs_h = tl.arange(0, HK_PAD)[:, None]
+            mask = (offs_h < HK) & (offs_d < HALF)
+            kc = _slot_ptr(kc_ptr, slot, stride_kcb, stride_kcs, PAGE) + offs_h * stride_kch + offs_d
+            tl.store(kc, _cache_value(k1, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
+            tl.store(kc + HALF, _cache_value(k2, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
+            v = v_ptr + tok * stride_vt + offs_h * stride_vh + offs_d
+            vc = _slot_ptr(vc_ptr, slot, stride_vcb, stride_vcs, PAGE) + offs_h * stride_vch + offs_d
+            tl.store(vc, _cache_value(tl.load(v, mask=mask), v_scale, fmax, vc_ptr.dtype.element_ty, FP8), mask=mask)
+            tl.store(vc + HALF, _cache_value(tl.load(v + HALF, mask=mask), v_scale, fmax, vc_ptr.dtype.element_ty, FP8),
+                     mask=mask)
+
+
+def rotary_embedding_kv_write(
+    positions: torch.Tensor,  # (T,) int64
+    query: torch.Tensor,  # (T, Hq, D), last dim contiguous
+    key: torch.Tensor,  # (T, Hkv, D), last dim contiguous
+    value: torch.Tensor,  # (T, Hkv, D), last dim contiguous
+    cos_cache: torch.Tensor,  # (max_position, D/2) float32, last dim contiguous
+    sin_cache: torch.Tensor,
+    target: "KVWriteTarget",
+    q_norm: tuple[torch.Tensor, float] | None = None,
+    k_norm: tuple[torch.Tensor, float] | None = None,
+) -> None:
+    """See ``fused_ops.rotary_embedding_kv_write``."""
+    (qw, kw, q_eps, k_eps), meta = _rope_launch(query, key, cos_cache, sin_cache, q_norm, k_norm)
+    kc, vc, slots = target.key_cache, target.value_cache, target.slot_mapping
+    num_tokens, hk, d = key.shape
+    assert value.shape == key.shape and value.dtype == key.dtype and value.stride(-1) == 1
+    assert kc.shape[2:] == (hk, d) and vc.shape == kc.shape and kc.dtype == vc.dtype
+    assert kc.stride(-1) == 1 and vc.stride(-1) == 1
+    assert slots.shape == (num_tokens,) and slots.dtype == torch.int64
     if num_tokens == 0:
         return
-    has_norm = q_norm is not None
-    qw, q_eps = q_norm if has_norm else (cos_cache, 0.0)  # unused pointer without norms
-    kw, k_eps = k_norm if has_norm else (cos_cache, 0.0)
-    if has_norm:
-        assert qw.shape == (d,) and kw.shape == (d,) and qw.stride(0) == 1 and kw.stride(0) == 1
-    half = d // 2
-    _rotary_kernel[(num_tokens,)](
-        positions, query, key, cos_cache, sin_cache, qw, kw,
-        query.stride(0), query.stride(1), key.stride(0), key.stride(1), cos_cache.stride(0), q_eps, k_eps,
-        HQ=hq, HQ_PAD=triton.next_power_of_2(hq), HK=hk, HK_PAD=triton.next_power_of_2(hk),
-        HALF=half, HALF_PAD=triton.next_power_of_2(half), HAS_NORM=has_norm,
-        ROUND_Q=has_norm and torch.promote_types(qw.dtype, query.dtype) == query.dtype,
-        ROUND_K=has_norm and torch.promote_types(kw.dtype, key.dtype) == key.dtype,
-        INTERPRET=_INTERPRET, num_warps=4, **_LAUNCH,
+    fp8, fmax = cache_fp8_max(kc)
+    _rotary_kv_write_kernel[(num_tokens, 2)](
+        positions, query, key, value, cos_cache, sin_cache, qw, kw, slots, kc, vc,
+        query.stride(0), query.stride(1), key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+        cos_cache.stride(0), q_eps, k_eps,
+        kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2),
+        target.k_scale, target.v_scale, fmax, PAGE=kc.shape[1], FP8=fp8, **meta,
     )
 
 

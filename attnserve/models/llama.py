@@ -73,11 +73,10 @@ class LlamaAttention(nn.Module):
         q = q.view(T, self.num_heads, self.head_size)
         k = k.view(T, self.num_kv_heads, self.head_size)
         v = v.view(T, self.num_kv_heads, self.head_size)
-        if self.qk_norm:  # Qwen3: per-head RMSNorm, fused with RoPE (one launch for q and k, in place)
-            self.rotary(positions, q, k, self.q_norm, self.k_norm)
-        else:
-            self.rotary(positions, q, k)
-        out = self.attn(q, k, v, batch)
+        # RoPE in place (Qwen3: after the per-head q/k RMSNorm, in the same launch), which also writes k and
+        # v into the paged KV cache where the backend allows it, then attention
+        norms = (self.q_norm, self.k_norm) if self.qk_norm else (None, None)
+        out = self.attn.forward_with_rope(positions, q, k, v, batch, self.rotary, *norms)
         return self.o_proj(out.reshape(T, self.q_size))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -102,13 +103,35 @@ def kv_dim_of(backend_cls) -> int:
     return 0 if backend_cls.get_kv_cache_shape(7, 16, 1, 8)[0] == 2 else 1
 
 
-def run_case(backend_cls, case: Case, device: str | torch.device, attention_config=None, small: bool = False,
-             seed: int = 0, builder_attrs: dict | None = None, spare_blocks: int = 8,
-             captured: dict | None = None) -> dict:
-    """Run one case through ``backend_cls``; returns max abs error, relative error, NaN flag, pass.
+@dataclass
+class Step:
+    """One case's step, ready for ``impl.forward(query, key, value, kv_cache, metadata)``: the context is in
+    the cache, this step's K/V are not yet."""
+
+    impl: Any
+    metadata: Any
+    kv_cache: torch.Tensor  # the backend's shape, in the case's layout
+    key_cache: torch.Tensor  # (num_blocks, block_size, Hkv, D) views of kv_cache
+    value_cache: torch.Tensor
+    query: torch.Tensor  # (T, Hq, D)
+    key: torch.Tensor  # (T, Hkv, D)
+    value: torch.Tensor
+    positions: torch.Tensor  # (T,) int64, each token's position in its request
+    slot_mapping: torch.Tensor  # (T,) int64
+    query_start_loc: torch.Tensor  # (B + 1,) int32, CPU
+    seq_lens: torch.Tensor  # (B,) int32, CPU
+    block_table: torch.Tensor  # (B, W) int32, CPU
+    k_scale: float
+    v_scale: float
+    kv_dtype: torch.dtype
+
+
+def make_step(backend_cls, case: Case, device: str | torch.device, attention_config=None, small: bool = False,
+              seed: int = 0, builder_attrs: dict | None = None, spare_blocks: int = 8) -> Step:
+    """Build one case's cache (context written), inputs, metadata and impl for ``backend_cls``.
 
     ``builder_attrs`` are set on the builder after the runner's own; ``spare_blocks`` cache blocks belong
-    to no request; ``captured`` (a dict) receives the step's ``metadata`` and ``block_table``."""
+    to no request."""
     device = torch.device(device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     reqs = shape(case.shape, small)
@@ -175,11 +198,27 @@ def run_case(backend_cls, case: Case, device: str | torch.device, attention_conf
     impl = backend_cls.get_impl_cls()(spec, attention_config=cfg)
     if fp8:
         impl.k_scale, impl.v_scale = k_scale, v_scale
-    metadata = builder.build(common)
+    positions = torch.cat([torch.arange(c, c + q) for c, q in reqs]).to(device)
+    return Step(impl, builder.build(common), kv_cache, key_cache, value_cache, query, key, value, positions,
+                slot_mapping, qsl, seq_lens_t, block_table, k_scale, v_scale, kv_dtype)
+
+
+def run_case(backend_cls, case: Case, device: str | torch.device, attention_config=None, small: bool = False,
+             seed: int = 0, builder_attrs: dict | None = None, spare_blocks: int = 8,
+             captured: dict | None = None) -> dict:
+    """Run one case through ``backend_cls``; returns max abs error, relative error, NaN flag, pass.
+
+    ``builder_attrs``, ``spare_blocks``: see :func:`make_step`; ``captured`` (a dict) receives the step's
+    ``metadata``, ``block_table`` and ``seq_lens``."""
+    st = make_step(backend_cls, case, device, attention_config, small, seed, builder_attrs, spare_blocks)
+    impl, metadata, kv_cache, key_cache, value_cache = st.impl, st.metadata, st.kv_cache, st.key_cache, st.value_cache
+    query, key, slot_mapping, k_scale, v_scale = st.query, st.key, st.slot_mapping, st.k_scale, st.v_scale
+    qsl, seq_lens_t, block_table, kv_dtype = st.query_start_loc, st.seq_lens, st.block_table, st.kv_dtype
+    fp8, bs = case.kv_cache_dtype != "auto", case.block_size
     if captured is not None:
-        captured.update(metadata=metadata, block_table=block_table, seq_lens=seq_lens)
-    out = impl.forward(query, key, value, kv_cache, metadata)
-    if device.type == "cuda":
+        captured.update(metadata=metadata, block_table=block_table, seq_lens=seq_lens_t.tolist())
+    out = impl.forward(query, key, st.value, kv_cache, metadata)
+    if kv_cache.is_cuda:
         torch.cuda.synchronize()
     # reference over the cache as the backend left it (dequantized when fp8)
     ref_k = key_cache.float() * k_scale
@@ -189,7 +228,7 @@ def run_case(backend_cls, case: Case, device: str | torch.device, attention_conf
     for first, end, q_scale in getattr(impl, "last_q_scales", []):
         # the kernel saw an fp8 query: so does the reference (quantization error is the format's, not a bug)
         ref_q[first:end] = (ref_q[first:end] / q_scale).to(kv_dtype).float() * q_scale
-    ref = reference_paged_attention(ref_q, ref_cache, qsl, seq_lens_t, block_table, spec.scale,
+    ref = reference_paged_attention(ref_q, ref_cache, qsl, seq_lens_t, block_table, impl.scale,
                                     sliding_window=case.sliding_window)
     # and the step's K/V must have landed in the cache
     written = key_cache[slot_mapping // bs, slot_mapping % bs].float() * k_scale
@@ -200,3 +239,46 @@ def run_case(backend_cls, case: Case, device: str | torch.device, attention_conf
     nan = bool(torch.isnan(out).any())
     return {"case": case.name, "max_err": err, "rel_err": rel, "kv_write_err": kv_err, "nan": nan, "tol": tol,
             "pass": (not nan) and rel <= tol and kv_err <= max(tol, 0.07 if fp8 else 0.0)}
+
+
+def run_rope_paths(backend_cls, case: Case, device: str | torch.device, attention_config=None,
+                   qk_norm: bool = False, small: bool = False, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
+    """One step of a RoPE model's attention layer both ways, on copies of the same inputs and cache:
+    ``unfused`` = RoPE on q and k, then ``Attention.forward`` (the backend writes K/V); ``fused`` =
+    ``Attention.forward_with_rope`` (where the backend has a ``kv_write_target``, the RoPE op writes K/V and
+    the backend skips its write). q, k and v are views of one fused qkv tensor, as the models pass them;
+    ``qk_norm``: Qwen3's per-head RMSNorm first. Returns, per path, (output, qkv after the step, kv cache)."""
+    from types import SimpleNamespace
+
+    from attnserve.attention.layer import Attention
+    from attnserve.layers.norm import RMSNorm
+    from attnserve.layers.rotary import RotaryEmbedding
+
+    st = make_step(backend_cls, case, device, attention_config, small, seed)
+    device, d = st.query.device, case.head_size
+    gen = torch.Generator().manual_seed(seed + 1)
+    rotary = RotaryEmbedding(d, int(st.seq_lens.max()) + 1, 1e6).to(device)
+    norms = (None, None)
+    if qk_norm:
+        norms = tuple(RMSNorm(d, 1e-6).to(device, case.dtype) for _ in range(2))
+        for n in norms:
+            n.weight.data.copy_(torch.randn(d, generator=gen) * 0.1 + 1)
+    qkv = torch.cat([x.flatten(1) for x in (st.query, st.key, st.value)], dim=-1)
+    attn = Attention(st.impl, 0)
+    results = {}
+    for path in ("unfused", "fused"):
+        step_qkv, cache = qkv.clone(), st.kv_cache.clone()  # clone keeps the cache's (NHD/HND) strides
+        t = step_qkv.shape[0]
+        q, k, v = step_qkv.split([st.query[0].numel(), st.key[0].numel(), st.value[0].numel()], dim=-1)
+        q, k, v = q.view(t, -1, d), k.view(t, -1, d), v.view(t, -1, d)
+        batch = SimpleNamespace(kv_caches=[cache], attn_metadata=st.metadata)
+        with torch.no_grad():
+            if path == "unfused":
+                rotary(st.positions, q, k, *norms)
+                out = attn(q, k, v, batch)
+            else:
+                out = attn.forward_with_rope(st.positions, q, k, v, batch, rotary, *norms)
+        results[path] = (out, step_qkv, cache)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return results

@@ -20,7 +20,8 @@ from tests.gpu.bench_decode_graph import profile_kernels, time_graph
 # kernel-name patterns -> category (first match wins); the rest are "other"
 CATEGORIES = [("attention", r"attention|flash|decode|prefill|fwd_kernel|splitkv|combine|merge"),  # FA3 is cutlass
               ("matmul", r"gemm|gemv|nvjet|cutlass|xmma|sm90_|_mm_|matmul|splitKreduce"),
-              ("norm", r"norm"), ("rope", r"rope|rotary"), ("kv_write", r"cache|reshape_and")]
+              ("norm", r"norm"), ("rope+kv_write", r"rotary_kv_write"), ("rope", r"rope|rotary"),
+              ("kv_write", r"cache|reshape_and")]
 
 
 def categorize(top: dict[str, tuple[int, float]]) -> dict[str, dict[str, float]]:

@@ -19,7 +19,7 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.ops.kv_write import write_kv_cache
+from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views, write_kv_cache
 from attnserve.attention.ops.reference import causal_mask
 
 
@@ -108,8 +108,13 @@ class CPUAttentionImpl(AttentionImpl):
     own ``enable_gqa`` takes ~35 ms per call on CPU in torch 2.13.)
     """
 
-    def forward(self, query, key, value, kv_cache, metadata: CPUAttentionMetadata) -> torch.Tensor:
-        write_kv_cache(key, value, kv_cache, metadata.slot_mapping)
+    def kv_write_target(self, kv_cache, metadata: CPUAttentionMetadata) -> KVWriteTarget:
+        return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping)
+
+    def forward(self, query, key, value, kv_cache, metadata: CPUAttentionMetadata,
+                kv_written: bool = False) -> torch.Tensor:
+        if not kv_written:
+            write_kv_cache(key, value, kv_cache, metadata.slot_mapping)
         out = torch.empty_like(query)
         hkv, d = self.num_kv_heads, self.head_size
         k_flat = kv_cache[0].reshape(-1, hkv, d)

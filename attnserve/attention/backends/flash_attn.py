@@ -48,7 +48,7 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.ops.kv_write import FP8_DTYPES, kv_views, write_kv
+from attnserve.attention.ops.kv_write import FP8_DTYPES, KVWriteTarget, kv_views, write_kv
 from attnserve.attention.capabilities import BackendCapabilities, cc_str
 from attnserve.attention.validation import capability_reasons, package_installed
 
@@ -353,10 +353,16 @@ class FlashAttentionImpl(AttentionImpl):
         self.k_scale = 1.0  # per-tensor fp8 scales: stored value = x / scale
         self.v_scale = 1.0
 
-    def forward(self, query, key, value, kv_cache, metadata: FlashAttentionMetadata) -> torch.Tensor:
+    def kv_write_target(self, kv_cache, metadata: FlashAttentionMetadata) -> KVWriteTarget:
+        return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping, self.k_scale, self.v_scale)
+
+    def forward(self, query, key, value, kv_cache, metadata: FlashAttentionMetadata,
+                kv_written: bool = False) -> torch.Tensor:
         self.last_q_scales = []  # (first, end, scale) of each fp8-quantized query slice, for tests
         key_cache, value_cache = kv_views(kv_cache, 0)
-        write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
+        if not kv_written:
+            write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
+        # key/value stay arguments either way: the fresh-prefill path below attends over them directly
         if len(metadata.calls) == 1:
             return self._attend(query, key, value, key_cache, value_cache, metadata.calls[0])
         out = torch.empty_like(query)

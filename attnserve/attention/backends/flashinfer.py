@@ -40,7 +40,7 @@ from attnserve.attention.backend import (
     CudaGraphSupport,
     KVCacheLayout,
 )
-from attnserve.attention.ops.kv_write import kv_views, write_kv
+from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views, write_kv
 from attnserve.attention.ops.paged_kv_indices import device_pages, host_pages
 from attnserve.attention.ops.pinned_ring import PinnedRing
 from attnserve.attention.capabilities import BackendCapabilities
@@ -322,10 +322,15 @@ class FlashInferImpl(AttentionImpl):
         self.k_scale = 1.0  # per-tensor fp8 scales: stored value = x / scale
         self.v_scale = 1.0
 
-    def forward(self, query, key, value, kv_cache, metadata: FlashInferMetadata) -> torch.Tensor:
+    def kv_write_target(self, kv_cache, metadata: FlashInferMetadata) -> KVWriteTarget:
+        return KVWriteTarget(*kv_views(kv_cache, self.kv_dim), metadata.slot_mapping, self.k_scale, self.v_scale)
+
+    def forward(self, query, key, value, kv_cache, metadata: FlashInferMetadata,
+                kv_written: bool = False) -> torch.Tensor:
         self.last_q_scales = []  # (first, end, scale) of each fp8-quantized query slice, for tests
         key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
-        write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
+        if not kv_written:
+            write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
         # FlashInfer takes the cache in its physical order: (N, 2, B, H, D) for NHD, (N, 2, H, B, D) for HND
         physical = kv_cache if kv_cache.is_contiguous() else kv_cache.transpose(2, 3)
         assert physical.is_contiguous(), "KV cache must be NHD or HND ordered"

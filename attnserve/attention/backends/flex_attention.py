@@ -32,7 +32,7 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.ops.kv_write import kv_views, write_kv
+from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views, write_kv
 from attnserve.attention.validation import package_installed
 
 
@@ -200,9 +200,14 @@ class FlexAttentionImpl(AttentionImpl):
     """Writes K/V, then one flex_attention call per metadata call: the key sequence is the call's gathered
     blocks (``kv_blocks``) or the whole cache."""
 
-    def forward(self, query, key, value, kv_cache, metadata: FlexAttentionMetadata) -> torch.Tensor:
+    def kv_write_target(self, kv_cache, metadata: FlexAttentionMetadata) -> KVWriteTarget:
+        return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping)
+
+    def forward(self, query, key, value, kv_cache, metadata: FlexAttentionMetadata,
+                kv_written: bool = False) -> torch.Tensor:
         key_cache, value_cache = kv_views(kv_cache, 0)
-        write_kv(key, value, key_cache, value_cache, metadata.slot_mapping)
+        if not kv_written:
+            write_kv(key, value, key_cache, value_cache, metadata.slot_mapping)
         n_slots = key_cache.shape[0] * key_cache.shape[1]
         whole_k = whole_v = None
         flex = _flex_fn(query.device)

@@ -27,7 +27,7 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.ops.kv_write import kv_views, write_kv
+from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views, write_kv
 
 # Split-KV decode: aim for this many programs per SM, at most this many splits, and only past this context.
 _PROGRAMS_PER_SM = 2
@@ -113,9 +113,14 @@ class TritonAttentionImpl(AttentionImpl):
         self.k_scale = 1.0  # per-tensor fp8 scales: stored value = x / scale
         self.v_scale = 1.0
 
-    def forward(self, query, key, value, kv_cache, metadata: TritonAttentionMetadata) -> torch.Tensor:
+    def kv_write_target(self, kv_cache, metadata: TritonAttentionMetadata) -> KVWriteTarget:
+        return KVWriteTarget(*kv_views(kv_cache, self.kv_dim), metadata.slot_mapping, self.k_scale, self.v_scale)
+
+    def forward(self, query, key, value, kv_cache, metadata: TritonAttentionMetadata,
+                kv_written: bool = False) -> torch.Tensor:
         key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
-        write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
+        if not kv_written:
+            write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
         out = torch.empty_like(query)
         for call in metadata.calls:
             self._ops.paged_attention(

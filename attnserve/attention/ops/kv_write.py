@@ -4,9 +4,14 @@ Two implementations of one operation: a Triton kernel (one program per token, bo
 quantization with a per-tensor scale fused in) and a plain-PyTorch fallback that runs on any device.
 Both take the cache as two views ``(num_blocks, block_size, Hkv, D)`` of any strides (:func:`kv_views`),
 so every backend's cache shape and both memory orders (NHD, HND) are written correctly.
+
+A backend that lets the layer's RoPE kernel write K/V for it (one launch instead of two) says where they go
+with a :class:`KVWriteTarget` (``AttentionImpl.kv_write_target``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -17,6 +22,21 @@ def kv_views(kv_cache: torch.Tensor, kv_dim: int = 0) -> tuple[torch.Tensor, tor
     """Key and value views ``(num_blocks, block_size, Hkv, D)`` of a layer's cache whose K/V index is
     dimension ``kv_dim``: 0 for ``(2, N, B, H, D)``, 1 for ``(N, 2, B, H, D)``."""
     return kv_cache.select(kv_dim, 0), kv_cache.select(kv_dim, 1)
+
+
+@dataclass(frozen=True)
+class KVWriteTarget:
+    """Where one layer's new keys and values go in one step: the arguments of :func:`write_kv` but K/V."""
+
+    key_cache: torch.Tensor  # (num_blocks, block_size, Hkv, D), any strides, last dim contiguous
+    value_cache: torch.Tensor  # (num_blocks, block_size, Hkv, D), same
+    slot_mapping: torch.Tensor  # (T,) int64: flat slot = block_id * block_size + offset; -1 = skip the token
+    k_scale: float = 1.0  # fp8 cache: stored key = key / k_scale, saturated
+    v_scale: float = 1.0
+
+    def write(self, key: torch.Tensor, value: torch.Tensor) -> None:  # (T, Hkv, D) each
+        """:func:`write_kv` of ``key``/``value`` here."""
+        write_kv(key, value, self.key_cache, self.value_cache, self.slot_mapping, self.k_scale, self.v_scale)
 
 
 def write_kv_cache(

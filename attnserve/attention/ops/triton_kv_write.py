@@ -1,7 +1,10 @@
-"""``reshape_and_cache`` as a Triton kernel: one program per token writes its K and V (all heads).
+"""``reshape_and_cache`` (vLLM's ``csrc/cache_kernels.cu``) as a Triton kernel: one program per token writes
+its K and V (all heads).
 
 The cache views may have any strides (NHD or HND order, ``(2, N, ...)`` or ``(N, 2, ...)`` shapes); an fp8
-cache gets ``x / scale`` saturated to the format's range. Importing this module imports Triton.
+cache gets ``x / scale`` saturated to the format's range. The two ``@triton.jit`` helpers (the slot's
+address, the value a cache element gets) are shared with the RoPE kernel that writes K/V itself
+(``layers/triton_fused_ops.py``), so both store the same bits. Importing this module imports Triton.
 """
 
 from __future__ import annotations
@@ -9,6 +12,22 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def _slot_ptr(cache_ptr, slot, stride_b, stride_s, PAGE: tl.constexpr):
+    """The address of flat cache slot ``slot`` (``block * PAGE + offset``, int64) in a
+    ``(num_blocks, PAGE, H, D)`` view with block / in-block strides ``stride_b`` / ``stride_s``."""
+    return cache_ptr + (slot // PAGE) * stride_b + (slot % PAGE) * stride_s
+
+
+@triton.jit
+def _cache_value(x, scale, fmax, dtype: tl.constexpr, FP8: tl.constexpr):
+    """``x`` (a loaded K or V tile, in its storage dtype) as the cache stores it: cast to ``dtype``; in an
+    fp8 cache ``x / scale`` saturated to +-``fmax`` first."""
+    if FP8:
+        x = tl.clamp(x.to(tl.float32) / scale, -fmax, fmax)
+    return x.to(dtype)
 
 
 @triton.jit
@@ -24,20 +43,21 @@ def _reshape_and_cache_kernel(
     slot = tl.load(slot_ptr + tok)
     if slot < 0:
         return
-    blk = slot // PAGE
-    off = slot % PAGE
     offs_h = tl.arange(0, H_PAD)
     offs_d = tl.arange(0, D_PAD)
     mask = (offs_h[:, None] < NUM_HEADS) & (offs_d[None, :] < HEAD)
     k = tl.load(key_ptr + tok * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :], mask=mask)
     v = tl.load(value_ptr + tok * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :], mask=mask)
-    if FP8:
-        k = tl.clamp(k.to(tl.float32) / k_scale, -fmax, fmax)
-        v = tl.clamp(v.to(tl.float32) / v_scale, -fmax, fmax)
-    tl.store(kc_ptr + blk * stride_kcb + off * stride_kcs + offs_h[:, None] * stride_kch + offs_d[None, :],
-             k.to(kc_ptr.dtype.element_ty), mask=mask)
-    tl.store(vc_ptr + blk * stride_vcb + off * stride_vcs + offs_h[:, None] * stride_vch + offs_d[None, :],
-             v.to(vc_ptr.dtype.element_ty), mask=mask)
+    tl.store(_slot_ptr(kc_ptr, slot, stride_kcb, stride_kcs, PAGE) + offs_h[:, None] * stride_kch + offs_d[None, :],
+             _cache_value(k, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
+    tl.store(_slot_ptr(vc_ptr, slot, stride_vcb, stride_vcs, PAGE) + offs_h[:, None] * stride_vch + offs_d[None, :],
+             _cache_value(v, v_scale, fmax, vc_ptr.dtype.element_ty, FP8), mask=mask)
+
+
+def cache_fp8_max(key_cache: torch.Tensor) -> tuple[bool, float]:
+    """(whether the cache is fp8, the format's largest finite value or 0.0): the kernels' FP8/fmax arguments."""
+    fp8 = key_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    return fp8, (torch.finfo(key_cache.dtype).max if fp8 else 0.0)
 
 
 def reshape_and_cache(
@@ -54,8 +74,7 @@ def reshape_and_cache(
         return
     assert key.stride(-1) == 1 and value.stride(-1) == 1
     assert key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1
-    fp8 = key_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
-    fmax = torch.finfo(key_cache.dtype).max if fp8 else 0.0
+    fp8, fmax = cache_fp8_max(key_cache)
     _reshape_and_cache_kernel[(num_tokens,)](
         key, value, key_cache, value_cache, slot_mapping,
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),
