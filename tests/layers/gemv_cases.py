@@ -52,7 +52,29 @@ def make_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, dict]:
         wide = randn(3, 160, dt=dt)
         cases[f"strided_x-{dname}"] = dict(x=wide[:, :128], weight=randn(40, 128, dt=dt), bias=None,
                                            config=dict(block_n=16, block_k=32, split_k=2))
+        for m, n, k in MANY_ROWS_SHAPES:
+            for cname, cfg in MANY_ROWS_CONFIGS.items():
+                if (cname == "fma-n8-k32" and m > 16) or (dname == "fp16" and cname != "dot-n32-k16-split4"):
+                    continue  # FMA takes <= 16 rows; fp16 shares every code path with bf16
+                for bias in (False, True):
+                    cases[f"{m}x{n}x{k}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
+                        x=randn(m, k, dt=dt), weight=randn(n, k, dt=dt), bias=randn(n, dt=dt) if bias else None,
+                        config=cfg)
     return cases
+
+
+# 16..64 rows (the tensor-core path's x tile of 16, 32 or 64 rows; the padded rows 24 -> 32, 40 and 48 -> 64
+# computed on clamped copies and never stored), N and K not multiples of the blocks (but 32 x 64 x 128);
+# the default (dot past 16 rows in every dtype, float32 too), tensor-core tiles with and without split-K
+# (a split count not dividing the K steps), and the FMA path at its 16-row limit
+MANY_ROWS_SHAPES = [(16, 40, 96), (24, 33, 100), (32, 64, 128), (40, 20, 70), (48, 50, 130), (64, 37, 72)]
+MANY_ROWS_CONFIGS = {
+    "default": None,
+    "fma-n8-k32": dict(block_n=8, block_k=32),
+    "dot-n16-k32": dict(block_n=16, block_k=32, dot=True),
+    "dot-n32-k16-split4": dict(block_n=32, block_k=16, split_k=4, dot=True),
+    "dot-n64-k32-split3": dict(block_n=64, block_k=32, split_k=3, dot=True),
+}
 
 
 # SwiGLU prologue: (M, N, I) with I (the down projection's K) odd or not a multiple of the block, M = 1, 2,
@@ -62,6 +84,15 @@ SILU_MUL_CONFIGS = {
     "default": None,
     "fma-n16-k32": dict(block_n=16, block_k=32),
     "fma-n8-k16-split3": dict(block_n=8, block_k=16, split_k=3),
+    "dot-n16-k32": dict(block_n=16, block_k=32, dot=True),
+    "dot-n32-k16-split4": dict(block_n=32, block_k=16, split_k=4, dot=True),
+}
+
+
+# the SwiGLU prologue on 16..64 rows (x tiles of 16, 32 and 64 rows), tensor cores (the default past 16 rows)
+SILU_MUL_MANY_ROWS_SHAPES = [(16, 24, 40), (24, 33, 61), (32, 20, 48), (48, 37, 100), (64, 16, 45)]
+SILU_MUL_MANY_ROWS_CONFIGS = {
+    "default": None,
     "dot-n16-k32": dict(block_n=16, block_k=32, dot=True),
     "dot-n32-k16-split4": dict(block_n=32, block_k=16, split_k=4, dot=True),
 }
@@ -84,6 +115,12 @@ def make_silu_mul_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, 
                 cases[f"silu_mul-{m}x{n}x{inter}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
                     x=randn(m, 2 * inter, dt=dt, scale=3.0), weight=randn(n, inter, dt=dt, scale=inter**-0.5),
                     bias=randn(n, dt=dt) if bias else None, config=cfg, act="silu_mul")
+        for i, (m, n, inter) in enumerate(SILU_MUL_MANY_ROWS_SHAPES):
+            for cname, cfg in SILU_MUL_MANY_ROWS_CONFIGS.items():
+                bias = (i + len(cname)) % 2 == 0
+                cases[f"silu_mul-{m}x{n}x{inter}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
+                    x=randn(m, 2 * inter, dt=dt, scale=3.0), weight=randn(n, inter, dt=dt, scale=inter**-0.5),
+                    bias=randn(n, dt=dt) if bias else None, config=cfg, act="silu_mul")
         # the gate/up rows as a slice of a wider buffer (a row stride past 2I)
         wide = randn(3, 2 * 45 + 6, dt=dt, scale=3.0)
         cases[f"silu_mul-strided_x-{dname}"] = dict(x=wide[:, :90], weight=randn(20, 45, dt=dt, scale=45**-0.5),
@@ -101,9 +138,17 @@ def run(case: dict, gemv) -> torch.Tensor:
 
 
 def run_silu_mul_pair(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the fused GEMV, the plain GEMV of the same config on the ``silu_and_mul`` kernel's output)."""
+    """(the fused GEMV, the plain GEMV of the same config on the ``silu_and_mul`` kernel's output). A case
+    without a config takes the fused GEMV's default (``default_config(..., act="silu_mul")``) for both: past
+    16 rows it has a shorter K step than the plain default, so another summation order."""
+    import dataclasses
+
     from attnserve.layers import triton_fused_ops, triton_gemv
 
+    if case["config"] is None:
+        (m, _), (n, k) = case["x"].shape, case["weight"].shape
+        cfg = triton_gemv.default_config(n, k, m, case["x"].element_size(), act="silu_mul")
+        case = dict(case, config=dataclasses.asdict(cfg))
     plain = dict(case, x=triton_fused_ops.silu_and_mul(case["x"]), act="none")
     return run(case, triton_gemv.gemv), run(plain, triton_gemv.gemv)
 
