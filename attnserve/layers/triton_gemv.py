@@ -117,7 +117,8 @@ def fit_config(cfg: GemvConfig, m: int, elem_bytes: int = 2, act: str = "none") 
     if act == "silu_mul":
         while bk > 16 and cfg.block_m(m) * bk > PROLOGUE_X_PER_THREAD * 32 * cfg.num_warps:
             bk //= 2
-    while cfg.dot and stages > 1 and replace(cfg, block_k=bk, num_stages=stages).smem_bytes(m, elem_bytes, act) > SMEM_BUDGET:
+    smem = lambda st: replace(cfg, block_k=bk, num_stages=st).smem_bytes(m, elem_bytes, act)  # noqa: E731
+    while stages > 1 and smem(stages) > SMEM_BUDGET:  # 0 without dot
         stages -= 1
     return replace(cfg, block_k=bk, num_stages=stages)
 
