@@ -153,15 +153,35 @@ def run_silu_mul_pair(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return run(case, triton_gemv.gemv), run(plain, triton_gemv.gemv)
 
 
+# row counts sent through the layers of a plan that picks Triton at every bucket: two small buckets (3: the
+# 4-row bucket's), 40 (the 48-row bucket's) and 65, past the largest bucket (cuBLAS)
+ROUTED_ROWS = (1, 3, 40, 65)
+
+
+def bucket(rows: int) -> int:
+    """The smallest ``DECODE_MS`` bucket holding ``rows`` rows."""
+    from attnserve.layers.gemv_plan import DECODE_MS
+
+    return next(m for m in DECODE_MS if m >= rows)
+
+
+def bucket_config(block_n: int):
+    """``m -> GemvConfig``: split-K FMA tiles of ``block_n`` weight rows up to 16 rows, tensor cores past
+    16 (the FMA path's limit)."""
+    from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig
+
+    return lambda m: GemvConfig(block_n=block_n, block_k=32, split_k=2, dot=m > MAX_FMA_M)
+
+
 def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """``name -> (layer output, F.linear reference)`` for every linear layer and the LM head of a tiny
     Qwen2 (qkv bias, untied head) and a tiny Llama 3 (tied head), float32, after a GemvPlan that picks the
-    Triton GEMV for every shape and bucket; 9 rows is past the tables (cuBLAS path)."""
+    Triton GEMV for every shape and bucket (FMA up to 16 rows, tensor cores past that); 1, 3 and 40 rows
+    take it (40: the 48-row bucket's), 65 rows is past the tables (cuBLAS path)."""
     import torch.nn.functional as F
 
     from attnserve.layers.embedding import VocabParallelEmbedding
     from attnserve.layers.gemv_plan import DECODE_MS, GemvChoice, GemvPlan, gemv_layers
-    from attnserve.layers.triton_gemv import GemvConfig
     from attnserve.models.llama import LlamaForCausalLM
     from tests.models.tiny import tiny_config
 
@@ -174,13 +194,13 @@ def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         for p in model.parameters():
             p.data.normal_(0.0, 0.1)
         shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
-        cfg = GemvConfig(block_n=64, block_k=32, split_k=2)  # big tiles: few interpreted programs
-        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg, True) for n, k in shapes for m in DECODE_MS})
+        cfg = bucket_config(64)  # big tiles: few interpreted programs
+        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg(m), True) for n, k in shapes for m in DECODE_MS})
         plan.apply(model)
         for name, module in model.named_modules():
             if getattr(module, "gemv", None) is None:
                 continue
-            for rows in (1, 3, 9):
+            for rows in ROUTED_ROWS:
                 x = torch.randn(rows, module.weight.shape[1])
                 if isinstance(module, VocabParallelEmbedding):
                     got, want = module.logits(x), F.linear(x, module.weight).float()
@@ -193,14 +213,14 @@ def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
 def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int]]]:
     """``name -> (MLP output, reference, row counts the fused GEMV saw)`` for each layer's MLP of a tiny
     Llama (float32, MLP bias) and Qwen3 (bfloat16) after a plan that picks the fused SwiGLU GEMV at every
-    bucket and the plain Triton GEMV (same config) everywhere. Reference: 1 and 3 rows, the plain GEMV of
-    the ``silu_and_mul`` kernel's output (bitwise the same); 9 rows, past the tables: ``SiluAndMul`` then
-    ``F.linear``."""
+    bucket and the plain Triton GEMV (same config) everywhere. Reference: 1, 3 and 40 rows, the plain GEMV
+    (the bucket's config) of the ``silu_and_mul`` kernel's output (bitwise the same); 65 rows, past the
+    tables: ``SiluAndMul`` then ``F.linear``."""
     import torch.nn.functional as F
 
     from attnserve.layers import triton_fused_ops
-    from attnserve.layers.gemv_plan import DECODE_MS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers
-    from attnserve.layers.triton_gemv import GemvConfig, gemv
+    from attnserve.layers.gemv_plan import DECODE_MS, MAX_ROWS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers
+    from attnserve.layers.triton_gemv import gemv
     from attnserve.models.llama import LlamaForCausalLM
     from attnserve.models.qwen import Qwen3ForCausalLM
     from tests.models.tiny import tiny_config
@@ -215,11 +235,12 @@ def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[i
         for p in model.parameters():
             p.data.normal_(0.0, 0.1)
         model.to(dtype)
-        cfg = GemvConfig(block_n=32, block_k=32, split_k=2)
+        cfg = bucket_config(32)
         shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
         down = tuple(model.layers[0].mlp.down_proj.weight.shape)
-        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg, True) for n, k in shapes for m in DECODE_MS},
-                        silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg, True) for m in DECODE_MS})
+        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg(m), True) for n, k in shapes for m in DECODE_MS},
+                        silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg(m), True)
+                                  for m in DECODE_MS})
         plan.apply(model)
         for i, layer in enumerate(model.layers):
             mlp = layer.mlp
@@ -229,14 +250,14 @@ def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[i
                 return None if f is None else lambda gu, w, b: (seen.append(gu.shape[0]), f(gu, w, b))[1]
 
             mlp.down_proj.gemv_silu_mul = tuple(record(f) for f in mlp.down_proj.gemv_silu_mul)
-            for rows in (1, 3, 9):
+            for rows in ROUTED_ROWS:
                 x = torch.randn(rows, config.hidden_size).to(dtype)
                 seen.clear()
                 got = mlp(x)
                 gate_up = mlp.gate_up_proj(x)
-                if rows <= 8:
+                if rows <= MAX_ROWS:
                     act = triton_fused_ops.silu_and_mul(gate_up)
-                    want = gemv(act, mlp.down_proj.weight, mlp.down_proj.bias, cfg)
+                    want = gemv(act, mlp.down_proj.weight, mlp.down_proj.bias, cfg(bucket(rows)))
                 else:
                     want = F.linear(mlp.act(gate_up), mlp.down_proj.weight, mlp.down_proj.bias)
                 out[f"{arch}.layers.{i}.mlp.rows{rows}"] = (got, want, list(seen))
