@@ -41,7 +41,7 @@ class EngineConfig:
     and captured batch size (1, 2, 4, 8, 16, 32, 48, 64), it is at least 5% faster (vLLM's name for its
     small-batch GEMMs, VLLM_ROCM_USE_SKINNY_GEMM); in the MLP's down projection, also a GEMV that computes
     the SwiGLU itself (one launch instead of two) where that is 5% faster than the SwiGLU kernel and the best
-    plain choice. Adds the timing (~300 timings) and ~65 Triton compiles to start-up (cached on disk)."""
+    plain choice. Adds the timing (~300 timings) and ~55 Triton compiles to start-up (cached on disk)."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -16,8 +16,10 @@ measured bucket, cuBLAS.
 
 Start-up cost: per (N, K, M) one cuBLAS timing and up to 6 Triton ones (each a CUDA graph of >= 20 calls,
 replayed 11 times), plus one Triton compile per distinct launch (tile, stages, warps, padded rows, split or
-not, K tail or not): a few seconds of timing and a few dozen compiles per model (cached on disk by Triton
-for the next start). ``measure`` logs its time and counts.
+not, K tail or not; not the row count itself). For the Llama-3.1-8B and Qwen3-0.6B shapes with rows
+1..64: ~300 timings (estimated 5-10 s on an H200, most of it the LM head's) and ~55 distinct kernels (~0.4 s
+each to compile for sm_90 on one CPU core, ~20-25 s; Triton caches them on disk for the next start), about
+twice the work of rows 1..8. ``measure`` logs its time and counts.
 
 Timing imitates a decode step inside a CUDA graph: each measurement is one graph of back-to-back calls
 (``calls``, default 20) cycling through copies of the weight whose total exceeds twice the L2 cache, so

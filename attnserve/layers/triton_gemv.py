@@ -132,10 +132,11 @@ def default_config(n: int, k: int, m: int = 1, elem_bytes: int = 2, num_sms: int
     16-byte loads along K, a register tile of 64 float32 per thread (BLOCK_M * BLOCK_N * BLOCK_K / 128
     threads). Tensor cores: 128 K elements (256 bytes) per step; up to 16 rows a 32-row weight tile (64 from
     N = 8192), 4 stages; 32 and 64 rows a 64-row weight tile (128 from N = 16384: x is re-read from L2 once
-    per N tile, M / BLOCK_N of the weight's bytes), 4 / 3 stages (<= 96 KB of shared memory: two programs
-    per SM). Then K is split until ``tiles * splits >= 4 * num_sms`` programs run, each split keeping at
-    least one full step (>= 256 K elements with FMA, 128 with dot) and, with dot, at least 4 * M K elements,
-    so that its float32 partials (M x BLOCK_N x 4 bytes) stay under half the weight bytes it reads. Last,
+    per N tile, M / BLOCK_N of the weight's bytes), 4 / 3 stages (96 KB of shared memory with the 64-row
+    tile: two programs per SM; 144-160 KB, one, with the 128-row one). Then K is split until
+    ``tiles * splits >= 4 * num_sms`` programs run, each split keeping at least one full step (>= 256 K
+    elements with FMA, 128 with dot) and, with dot, at least 4 * M K elements, so that its float32 partials
+    (M x BLOCK_N x 4 bytes) are at most half the weight bytes it reads. Last,
     :func:`fit_config` for ``act`` (shared memory; the SwiGLU prologue's registers).
     """
     dot = (m >= 3 and elem_bytes == 2) or m > MAX_FMA_M
@@ -221,7 +222,10 @@ def _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.
     return acc
 
 
-@triton.jit(do_not_specialize=["splits"])  # one compiled kernel for every split count
+# one compiled kernel for every split count, and for every row count of a BLOCK_M: Triton would otherwise
+# compile M % 16 == 0 (a bucket: 16, 32, 48, 64) apart from the row counts between buckets (the LM head's
+# exact request count, short eager steps), at their first call, mid-serving
+@triton.jit(do_not_specialize=["M", "splits"])
 def _gemv_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, stride_xm, stride_wn, stride_ym, k_per_split, splits,

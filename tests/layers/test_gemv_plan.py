@@ -92,8 +92,8 @@ MODEL_SHAPES = {"llama-3.1-8b": (REAL_SHAPES[:5], (4096, 14336)), "qwen3-0.6b": 
 def _startup_work(shapes, down, ms) -> tuple[int, int]:
     """(timings, distinct compiled kernels) of GemvPlan.measure on bfloat16 ``shapes``: per (N, K, M) one
     cuBLAS timing and one per candidate, again for the SwiGLU layer's shape; a kernel per distinct launch
-    (padded rows, tile, warps, stages, split or not, K tail or not, act, and Triton's specialization of M:
-    1, a multiple of 16, other)."""
+    (padded rows, tile, warps, stages, split or not, K tail or not, act; the kernel does not specialize on
+    M)."""
     timings, kernels = 0, set()
     for n, k in shapes:
         for m in ms:
@@ -101,21 +101,21 @@ def _startup_work(shapes, down, ms) -> tuple[int, int]:
                 cands = candidate_configs(n, k, m, act=act)
                 timings += 1 + len(cands)
                 kernels |= {(c.block_m(m), c.block_n, c.block_k, c.num_warps, c.num_stages, c.dot, c.splits(k) > 1,
-                             k % c.block_k == 0, act, m == 1, m % 16 == 0) for c in cands}
+                             k % c.block_k == 0, act) for c in cands}
     return timings, len(kernels)
 
 
 @pytest.mark.parametrize("model", list(MODEL_SHAPES))
 def test_startup_work_of_the_plan_is_bounded(model):
-    """Rows up to 64 double the plan's work of rows up to 8: ~300 timings (a few seconds on an H200) and ~65
+    """Rows up to 64 double the plan's work of rows up to 8: ~300 timings (a few seconds on an H200) and ~55
     Triton compiles (~0.4 s each for sm_90 on one core; cached on disk by Triton for the next start)."""
     shapes, down = MODEL_SHAPES[model]
     small = _startup_work(shapes, down, (1, 2, 4, 8))
     full = _startup_work(shapes, down, DECODE_MS)
     print(f"{model}: rows 1..8 {small[0]} timings, {small[1]} kernels; rows 1..64 {full[0]} timings, "
           f"{full[1]} kernels")
-    assert small[0] <= 140 and small[1] <= 32
-    assert full[0] <= 300 and full[1] <= 70
+    assert small[0] <= 140 and small[1] <= 28
+    assert full[0] <= 300 and full[1] <= 60
 
 
 def _tiny(arch: str):
