@@ -175,6 +175,15 @@ def test_bad_configs_are_refused():
     check_config(GemvConfig(block_n=8, block_k=64), 16, torch.bfloat16)
 
 
+def test_kernel_is_not_specialized_on_the_row_count():
+    """One compiled kernel per bucket config for every row count it serves (Triton would key M % 16 == 0
+    and M == 1 apart: a compile at the first 40-row LM head of a 48-row bucket), and per split count."""
+    pytest.importorskip("triton")
+    from attnserve.layers.triton_gemv import _gemv_kernel
+
+    assert {p.name for p in _gemv_kernel.params if p.do_not_specialize} == {"M", "splits"}
+
+
 def test_gemv_refuses_65_rows():
     pytest.importorskip("triton")
     from attnserve.layers.triton_gemv import GemvConfig, gemv
