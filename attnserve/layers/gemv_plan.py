@@ -1,12 +1,25 @@
 """GemvPlan: where the Triton GEMV (``triton_gemv.py``) beats cuBLAS on this GPU, measured at start-up.
 
 For every distinct weight shape (N, K) of the model's linear layers and LM head, and each decode batch
-size M of the CUDA-graph buckets up to 8 (1, 2, 4, 8), the plan times ``F.linear`` (cuBLAS) and a handful
-of Triton launch configurations, and keeps Triton only where its best one is faster by ``margin`` (5%) and
-agrees with ``F.linear``. Each layer then holds a small table (``layer.gemv``: row count -> the chosen
-GEMV, or None for cuBLAS), set once; the forward pass reads one attribute when the table is unset.
-Row counts between buckets (3, 5..7: the LM head sees the exact request count) use the next bucket's
-choice: the kernel pads rows to the same power of two.
+size M of the CUDA-graph buckets up to ``MAX_ROWS`` = 64 that the engine captures (by default 1, 2, 4, 8,
+16, 32, 48, 64; :func:`plan_rows` of ``cuda_graph.capture_sizes(max_num_seqs)``), the plan times
+``F.linear`` (cuBLAS) and at most 6 Triton launch configurations (:func:`candidate_configs`), and keeps
+Triton only where its best one is faster by ``margin`` (5%) and agrees with ``F.linear``. Batch 16..64
+is measured too: there cuBLAS's GEMMs are still latency-bound (an H200 at batch 64, Qwen3-0.6B shapes:
+5-6 us each, plus a 1.9 us split-K reduce kernel for gate_up, for weights that stream in 1-3 us; see
+``triton_gemv``); the LM head at 64 rows is a large GEMM where cuBLAS likely stays, and the plan decides.
+Each layer then holds a small table (``layer.gemv``: row count 0..``MAX_ROWS`` -> the chosen GEMV, or None
+for cuBLAS), set once; the forward pass reads one attribute when the table is unset. Row counts between
+buckets (3, 5..7, 9..15, 17..31, 33..47, 49..63: the LM head sees the exact request count, and an eager
+step of that many tokens reads the same table) use the next measured bucket's choice; past the largest
+measured bucket, cuBLAS.
+
+Start-up cost: per (N, K, M) one cuBLAS timing and up to 6 Triton ones (each a CUDA graph of >= 20 calls,
+replayed 11 times), plus one Triton compile per distinct launch (tile, stages, warps, padded rows, split or
+not, K tail or not; not the row count itself). For the Llama-3.1-8B and Qwen3-0.6B shapes with rows
+1..64: ~300 timings (estimated 5-10 s on an H200, most of it the LM head's) and ~55 distinct kernels (~0.4 s
+each to compile for sm_90 on one CPU core, ~20-25 s; Triton caches them on disk for the next start), about
+twice the work of rows 1..8. ``measure`` logs its time and counts.
 
 Timing imitates a decode step inside a CUDA graph: each measurement is one graph of back-to-back calls
 (``calls``, default 20) cycling through copies of the weight whose total exceeds twice the L2 cache, so
@@ -40,72 +53,112 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DECODE_MS = (1, 2, 4, 8)  # the decode CUDA-graph buckets up to 8 (cuda_graph.capture_sizes)
-MAX_ROWS = 8  # row counts above this always take cuBLAS
+DECODE_MS = (1, 2, 4, 8, 16, 32, 48, 64)  # the decode CUDA-graph buckets up to MAX_ROWS (cuda_graph.capture_sizes)
+MAX_ROWS = 64  # row counts above this always take cuBLAS (triton_gemv.MAX_M)
 MARGIN = 0.05  # Triton must be this much faster than cuBLAS to be used
 
 # FMA tiles for one row (block_n, block_k per 2-byte element, num_warps): 32..128 float32 of register tile
 # per thread; for M rows block_n shrinks by M's power of two (the tile is M times taller)
 _FMA_TILES = [(8, 512, 4), (16, 512, 4), (32, 256, 4), (16, 1024, 8), (32, 512, 8), (64, 256, 8), (32, 512, 4)]
-# tensor-core tiles (block_n, block_k, num_warps, num_stages): <= ~125 KB of shared memory in flight
+# tensor-core tiles (block_n, block_k per 2-byte element, num_warps, num_stages) up to 16 rows: <= ~125 KB of
+# shared memory in flight
 _DOT_TILES = [(32, 128, 4, 4), (64, 128, 4, 4), (64, 256, 4, 3), (128, 128, 8, 3), (32, 256, 4, 4), (128, 64, 4, 4)]
+# the same for 17..64 rows (x tiles of 32 or 64 rows; stages cut to triton_gemv.SMEM_BUDGET by fit_config):
+# the wider weight tiles re-read x (from L2) fewer times, the narrower ones give more programs
+_WIDE_DOT_TILES = [(32, 128, 4, 4), (64, 128, 4, 3), (64, 128, 4, 4), (128, 128, 8, 3), (128, 128, 4, 3),
+                   (32, 256, 4, 3), (64, 256, 4, 2), (64, 64, 4, 4), (128, 64, 4, 4), (256, 64, 8, 3)]
+# the start-up plan's extra tiles for 17..64 rows, after the default and its split halved / doubled
+_WIDE_CANDIDATE_TILES = [(32, 128, 4, 4), (128, 128, 8, 3), (64, 256, 4, 2)]
 
 
 def _pow2(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
 
 
-def auto_split(n: int, k: int, block_n: int, block_k: int, num_sms: int) -> int:
-    """Splits of K so that about ``4 * num_sms`` programs run, each with at least one full K step."""
+def plan_rows(sizes: list[int] | tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """The row counts a plan measures: the CUDA-graph batch sizes ``sizes`` (``cuda_graph.capture_sizes``;
+    None: ``DECODE_MS``) of 1..``MAX_ROWS`` rows, ascending."""
+    return tuple(sorted({s for s in (DECODE_MS if sizes is None else sizes) if 1 <= s <= MAX_ROWS}))
+
+
+def auto_split(n: int, k: int, block_n: int, block_k: int, num_sms: int, m: int = 1) -> int:
+    """Splits of K so that about ``4 * num_sms`` programs run, each with at least one full K step and at
+    least ``4 * m`` K elements (its float32 partials at most half the weight bytes it reads)."""
     tiles = -(-n // block_n)
     split = 1
-    while tiles * split < 4 * num_sms and split < 32 and k // (2 * split) >= block_k:
+    while tiles * split < 4 * num_sms and split < 32 and k // (2 * split) >= max(block_k, 4 * m):
         split *= 2
     return split
 
 
+def _wide_dot(n: int, k: int, m: int, bn: int, bk: int, warps: int, stages: int, elem_bytes: int, num_sms: int,
+              split_factors: tuple[float, ...] = (1,)) -> list[GemvConfig]:
+    """Tensor-core configs of one tile for 17..64 rows: block_k (given per 2-byte element) scaled to the
+    dtype and K, the automatic split times each of ``split_factors`` (1..32)."""
+    from attnserve.layers.triton_gemv import GemvConfig
+
+    bk = max(16, min(bk * 2 // elem_bytes, _pow2(k)))
+    s = auto_split(n, k, bn, bk, num_sms, m)
+    return [GemvConfig(bn, bk, max(1, min(32, int(s * f))), num_warps=warps, num_stages=stages, dot=True)
+            for f in split_factors]
+
+
 def sweep_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 132) -> list[GemvConfig]:
     """A few dozen launch configurations for (N, K, M): the default and it with a shallower and a deeper
-    pipeline; FMA tiles with the automatic split, half and double it; tensor-core tiles (16-bit only) with
-    the automatic split and double it."""
-    from attnserve.layers.triton_gemv import GemvConfig, default_config
+    pipeline; up to 16 rows, FMA tiles with the automatic split, half and double it, and tensor-core tiles
+    (16-bit only) with the automatic split and double it; past 16 rows (tensor cores only, every dtype),
+    wide tensor-core tiles with the automatic split, half and double it. Each fitted to M rows
+    (``triton_gemv.fit_config``: shared memory)."""
+    from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
 
     rows = _pow2(m)
     base = default_config(n, k, m, elem_bytes, num_sms)
     out = [base] + [GemvConfig(base.block_n, base.block_k, base.split_k, base.num_warps, stages, base.dot)
                     for stages in ((1, 3) if not base.dot else (2, 5))]
-    for bn, bk, warps in _FMA_TILES:
-        bn = max(1, bn // rows)
-        bk = min(bk * 2 // elem_bytes, _pow2(k))
-        s = auto_split(n, k, bn, bk, num_sms)
-        for split in {max(1, s // 2), s, min(32, 2 * s)}:
-            out.append(GemvConfig(bn, max(16, bk), split, num_warps=warps, num_stages=2))
-    if elem_bytes == 2:
-        for bn, bk, warps, stages in _DOT_TILES:
-            bk = min(bk, _pow2(k))
+    if m > MAX_FMA_M:
+        for bn, bk, warps, stages in _WIDE_DOT_TILES:
+            out += _wide_dot(n, k, m, bn, bk, warps, stages, elem_bytes, num_sms, (0.5, 1, 2))
+    else:
+        for bn, bk, warps in _FMA_TILES:
+            bn = max(1, bn // rows)
+            bk = min(bk * 2 // elem_bytes, _pow2(k))
             s = auto_split(n, k, bn, bk, num_sms)
-            for split in {s, min(32, 2 * s)}:
-                out.append(GemvConfig(bn, max(16, bk), split, num_warps=warps, num_stages=stages, dot=True))
-    return list(dict.fromkeys(out))
+            for split in {max(1, s // 2), s, min(32, 2 * s)}:
+                out.append(GemvConfig(bn, max(16, bk), split, num_warps=warps, num_stages=2))
+        if elem_bytes == 2:
+            for bn, bk, warps, stages in _DOT_TILES:
+                bk = min(bk, _pow2(k))
+                s = auto_split(n, k, bn, bk, num_sms)
+                for split in {s, min(32, 2 * s)}:
+                    out.append(GemvConfig(bn, max(16, bk), split, num_warps=warps, num_stages=stages, dot=True))
+    return list(dict.fromkeys(fit_config(c, m, elem_bytes) for c in out))
 
 
-def candidate_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 132) -> list[GemvConfig]:
-    """The handful the start-up plan times: the default, its split halved and doubled, and two tiles of
-    the other kind (FMA <-> tensor cores) or shape."""
-    from attnserve.layers.triton_gemv import GemvConfig, default_config
+def candidate_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 132,
+                      act: str = "none") -> list[GemvConfig]:
+    """The handful (at most 6) the start-up plan times for ``act`` (``triton_gemv.ACTS``): the default and
+    its split halved and doubled; up to 16 rows, two tiles of the other kind (FMA <-> tensor cores) or
+    shape; past 16 rows three tensor-core tiles: narrower (more programs), wider (x re-read fewer times)
+    and a longer K step. Each fitted to M rows and ``act`` (``triton_gemv.fit_config``: shared memory, and
+    the SwiGLU prologue's registers)."""
+    from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
 
     base = default_config(n, k, m, elem_bytes, num_sms)
     out = [base,
            GemvConfig(base.block_n, base.block_k, max(1, base.split_k // 2), base.num_warps, base.num_stages, base.dot),
            GemvConfig(base.block_n, base.block_k, min(32, base.split_k * 2), base.num_warps, base.num_stages, base.dot)]
-    rows = _pow2(m)
-    bk = min(512 * 2 // elem_bytes, _pow2(k))
-    fma_bn = max(1, 32 // rows)
-    out.append(GemvConfig(fma_bn, bk, auto_split(n, k, fma_bn, bk, num_sms), num_warps=8))
-    if elem_bytes == 2:
-        bk = min(256, _pow2(k))
-        out.append(GemvConfig(64, bk, auto_split(n, k, 64, bk, num_sms), num_warps=4, num_stages=3, dot=True))
-    return list(dict.fromkeys(c for c in out if c.block_k <= max(16, _pow2(k))))
+    if m > MAX_FMA_M:
+        for bn, bk, warps, stages in _WIDE_CANDIDATE_TILES:
+            out += _wide_dot(n, k, m, bn, bk, warps, stages, elem_bytes, num_sms)
+    else:
+        rows = _pow2(m)
+        bk = min(512 * 2 // elem_bytes, _pow2(k))
+        fma_bn = max(1, 32 // rows)
+        out.append(GemvConfig(fma_bn, bk, auto_split(n, k, fma_bn, bk, num_sms), num_warps=8))
+        if elem_bytes == 2:
+            bk = min(256, _pow2(k))
+            out.append(GemvConfig(64, bk, auto_split(n, k, 64, bk, num_sms), num_warps=4, num_stages=3, dot=True))
+    return list(dict.fromkeys(fit_config(c, m, elem_bytes, act) for c in out if c.block_k <= max(16, _pow2(k))))
 
 
 # ------------------------------------------------------------------------------------------------ timing
@@ -216,7 +269,8 @@ def silu_mul_layers(model: nn.Module) -> list[nn.Module]:
 
 def _bucket_table(chosen: dict[int, Callable | None]) -> tuple[Callable | None, ...] | None:
     """Row count (index 0..MAX_ROWS) -> the GEMV chosen at the smallest measured bucket >= it (``chosen``:
-    bucket -> GEMV or None); None when no row count has one."""
+    bucket (1..MAX_ROWS) -> GEMV or None); None past the largest bucket, and None for the whole table when
+    no row count has a GEMV."""
     measured = sorted(chosen)
     entries: list[Callable | None] = [None] * (MAX_ROWS + 1)
     for rows in range(1, MAX_ROWS + 1):
@@ -271,13 +325,16 @@ class GemvPlan:
         return self
 
     @classmethod
-    def measure(cls, model: nn.Module, ms: tuple[int, ...] = DECODE_MS, margin: float | None = None,
+    def measure(cls, model: nn.Module, ms: tuple[int, ...] | None = None, margin: float | None = None,
                 calls: int = 20, replays: int = 10) -> GemvPlan:
-        """Time cuBLAS and :func:`candidate_configs` for each distinct layer shape and row count in ``ms``;
-        Triton is used where its best time is at most ``1 - margin`` (default ``MARGIN``) of cuBLAS's. For
-        the SwiGLU layers' shapes, then time ``silu_and_mul`` + that choice against the fused candidates
-        (:meth:`_measure_silu_mul`), with the same margin."""
+        """Time cuBLAS and :func:`candidate_configs` for each distinct layer shape and row count in ``ms``
+        (default ``DECODE_MS``; pass :func:`plan_rows` of the engine's CUDA-graph sizes; counts past
+        ``MAX_ROWS`` are dropped); Triton is used where its best time is at most ``1 - margin`` (default
+        ``MARGIN``) of cuBLAS's. For the SwiGLU layers' shapes, then time ``silu_and_mul`` + that choice
+        against the fused candidates (:meth:`_measure_silu_mul`), with the same margin. Logs the seconds
+        taken and the number of timings."""
         margin = MARGIN if margin is None else margin
+        ms = plan_rows(ms)
         from attnserve.layers.triton_gemv import gemv, prepare
 
         t0 = time.perf_counter()
@@ -285,12 +342,13 @@ class GemvPlan:
         shapes = dict.fromkeys(tuple(w.shape) for _, w in gemv_layers(model))
         weights = {tuple(w.shape): w for _, w in gemv_layers(model)}
         silu_mul_shapes = {tuple(m.weight.shape) for m in silu_mul_layers(model)}
-        if not shapes:
+        if not shapes or not ms:
             return plan
         any_w = next(iter(weights.values()))
         device, dtype = any_w.device, any_w.dtype
         prepare(device)
         num_sms = torch.cuda.get_device_properties(device).multi_processor_count
+        timings = 0
         with torch.no_grad():
             for n, k in shapes:
                 copies = weight_copies(weights[(n, k)], 2 * l2_bytes(device))
@@ -298,16 +356,20 @@ class GemvPlan:
                     x = torch.randn(m, k, device=device, dtype=dtype)
                     cublas = time_per_call_us(lambda w: F.linear(x, w), copies, calls, replays)
                     want = F.linear(x, copies[0])
-                    timed = time_candidates(lambda w, cfg: gemv(x, w, None, cfg), want, copies, n, k, m,
-                                             candidate_configs(n, k, m, dtype.itemsize, num_sms), calls, replays)
+                    cands = candidate_configs(n, k, m, dtype.itemsize, num_sms)
+                    timed = time_candidates(lambda w, cfg: gemv(x, w, None, cfg), want, copies, n, k, m, cands,
+                                             calls, replays)
+                    timings += 1 + len(cands)
                     best_us, best_cfg, use = pick_fastest(cublas, timed, margin)
                     plan.choices[(n, k, m)] = GemvChoice(n, k, m, cublas, best_us, best_cfg, use)
                     if (n, k) in silu_mul_shapes:
                         plan.silu_mul[(n, k, m)] = plan._measure_silu_mul(copies, m, num_sms, margin, calls, replays)
+                        timings += 1 + len(candidate_configs(n, k, m, dtype.itemsize, num_sms, act="silu_mul"))
                 del copies
         torch.cuda.empty_cache()
         plan.seconds = time.perf_counter() - t0
-        logger.info("GEMV plan measured in %.1f s:\n%s", plan.seconds, plan.summary())
+        logger.info("GEMV plan measured in %.1f s (%d shapes x rows %s, %d timings):\n%s", plan.seconds,
+                    len(shapes), ",".join(map(str, ms)), timings, plan.summary())
         return plan
 
     def _measure_silu_mul(self, copies: list[torch.Tensor], m: int, num_sms: int, margin: float, calls: int,
@@ -328,8 +390,9 @@ class GemvPlan:
             unfused = lambda w: F.linear(silu_and_mul(gate_up), w)  # noqa: E731
         unfused_us = time_per_call_us(unfused, copies, calls, replays)
         want = F.linear(silu_and_mul(gate_up), copies[0])
-        timed = time_candidates(lambda w, cfg: gemv(gate_up, w, None, cfg, act="silu_mul"), want, copies, n, k,
-                                 m, candidate_configs(n, k, m, copies[0].element_size(), num_sms), calls, replays)
+        timed = time_candidates(lambda w, cfg: gemv(gate_up, w, None, cfg, act="silu_mul"), want, copies, n, k, m,
+                                 candidate_configs(n, k, m, copies[0].element_size(), num_sms, act="silu_mul"),
+                                 calls, replays)
         fused_us, cfg, use = pick_fastest(unfused_us, timed, margin)
         return SiluMulChoice(n, k, m, unfused_us, label, fused_us, cfg, use)
 

@@ -5,7 +5,7 @@
   layer before it; partial products are summed with one all-reduce, then the bias is added once.
 
 With ``tp.size == 1`` every layer is exactly ``F.linear(x, weight, bias)``: today's ``nn.Linear`` math and
-no collective. With ``use_skinny_gemm``, a decode step of up to 8 rows may instead run the Triton GEMV that
+no collective. With ``use_skinny_gemm``, a step of up to 64 rows may instead run the Triton GEMV that
 ``gemv_plan.GemvPlan`` measured faster than cuBLAS for the layer's shape (the layer's ``gemv`` table); a
 row-parallel layer whose input is SwiGLU (``silu_mul_input``: an MLP's down projection) may instead take the
 gate/up output and run a GEMV that computes the SwiGLU itself (``forward_silu_mul``, the ``gemv_silu_mul``

@@ -1,4 +1,4 @@
-"""A Triton GEMV for decode: ``y = x @ weight.T (+ bias)`` for a few rows of ``x`` (M = 1..16).
+"""A Triton GEMV for decode: ``y = x @ weight.T (+ bias)`` for a few rows of ``x`` (M = 1..64).
 
 Shapes and dtypes: ``x`` (M, K) and ``weight`` (N, K), both float32, float16 or bfloat16 (the same dtype),
 K contiguous (``nn.Linear``'s layout, what ``F.linear`` takes); ``bias`` (N,) or None; ``y`` (M, N) in x's
@@ -7,7 +7,12 @@ dtype. Products are summed in float32 and rounded once, after the bias, as cuBLA
 Why: at batch 1..8 a linear layer reads its whole weight to produce a few outputs, so its time is the weight
 bytes over memory bandwidth. cuBLAS's small-M kernels reach ~2.7 TB/s of the H200's ~4.2 on Llama-3.1-8B
 shapes and take ~7 us for each 2-12 MB matrix of a 0.6B model (latency-bound: apparently too few thread
-blocks for 132 SMs, no split-K). This kernel is the usual memory-bound design, as in vLLM's ROCm "skinny GEMMs" for small batches
+blocks for 132 SMs, no split-K). At batch 16..64 (the CUDA-graph decode buckets 16, 32, 48, 64) the GEMMs
+are still weight-bound (2 * 64 FLOPs per weight byte is far below the tensor cores' ratio) and cuBLAS is
+still latency-bound: measured on an H200 at batch 64 (Qwen3-0.6B shapes, bfloat16, in a CUDA graph) qkv
+1024 -> 4096 takes 6.15 us (1.4 TB/s), o_proj 2048 -> 1024 5.8 us, gate_up 1024 -> 6144 5.2 us plus a 1.9 us
+split-K reduce kernel, down 3072 -> 1024 5.1 us, where their 2-12 MB would stream in 1-3 us.
+This kernel is the usual memory-bound design, as in vLLM's ROCm "skinny GEMMs" for small batches
 (``csrc/rocm/skinny_gemms.cu``, ``wvSplitK``, switched by ``VLLM_ROCM_USE_SKINNY_GEMM``): each program
 streams a ``BLOCK_N x BLOCK_K`` tile of the weight per step with 16-byte loads along K, uses it for every
 row of x (the weight is read once for all M rows), and K is split over ``SPLIT_K`` programs when N alone
@@ -15,11 +20,14 @@ gives too few programs to fill the GPU.
 
 Two ways to multiply a tile (``GemvConfig.dot``):
 - FMA (``dot=False``): elementwise products accumulated in a (BLOCK_M, BLOCK_N, BLOCK_K) float32 register
-  tile, reduced over K once at the end (no cross-lane shuffles in the loop). The default for M <= 2.
+  tile, reduced over K once at the end (no cross-lane shuffles in the loop). The default for M <= 2; only
+  up to ``MAX_FMA_M`` = 16 rows (past that the register tile, BLOCK_M times taller, no longer fits).
 - tensor cores (``dot=True``): ``tl.dot(w_tile, x_tile.T)`` with the weight as the MMA's M side and x's
-  rows padded to 16 as its N side ("swap AB"), so a tile of 64+ weight rows is one MMA operand; the loads
-  are then pipelined ``num_stages`` deep through shared memory. The default for M >= 3, where the FMAs
-  per weight byte add up. (Both defaults are unmeasured guesses; ``tests/gpu/bench_gemv.py`` settles them.)
+  rows padded to a power of two >= 16 (16, 32 or 64) as its N side ("swap AB"), so a tile of 64+ weight
+  rows is one MMA operand; the loads are then pipelined ``num_stages`` deep through shared memory
+  (``(BLOCK_N + BLOCK_M) * BLOCK_K`` elements per stage). The default for M >= 3 in 16-bit floats, and
+  the only path past 16 rows (float32 too: an IEEE float32 dot). (The defaults are unmeasured guesses;
+  ``tests/gpu/bench_gemv.py`` settles them.)
 
 Split-K reduction in one launch (the CUDA samples' ``threadFenceReduction``: the last block reduces): each
 split writes its float32 partial tile to a workspace, then takes a ticket from a per-tile counter; the
@@ -45,7 +53,7 @@ float32 operands (the interpreter's dot multiplies 16-bit floats' bit patterns a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -53,7 +61,10 @@ import triton.language as tl
 
 from attnserve.layers.triton_fused_ops import _INTERPRET, _LAUNCH, _round, _silu_mul
 
-MAX_M = 16
+MAX_M = 64  # rows of x; the padded rows (to BLOCK_M) are computed on clamped copies and never stored
+MAX_FMA_M = 16  # the FMA path's (BLOCK_M, BLOCK_N, BLOCK_K) float32 register tile: dot past this
+SMEM_BUDGET = 160 << 10  # bytes of pipelined tiles per program that default_config / the plan stay under
+PROLOGUE_X_PER_THREAD = 32  # x elements per thread in the SwiGLU prologue that fit_config keeps to
 ACTS = ("none", "silu_mul")  # gemv's x prologue: x as given, or SwiGLU of x = [gate | up]
 # split-K counters per device: one per N tile of a split launch (65536 tiles of >= 8 rows: N <= 524288)
 _NUM_COUNTERS = 1 << 16
@@ -73,6 +84,7 @@ class GemvConfig:
     dot: bool = False
 
     def block_m(self, m: int) -> int:
+        """x rows per tile for ``m`` rows: m's power of two, at least 16 with dot (the MMA's N side)."""
         return max(16, triton.next_power_of_2(m)) if self.dot else triton.next_power_of_2(m)
 
     def k_per_split(self, k: int) -> int:
@@ -81,37 +93,77 @@ class GemvConfig:
     def splits(self, k: int) -> int:
         return triton.cdiv(k, self.k_per_split(k))
 
+    def smem_bytes(self, m: int, elem_bytes: int = 2, act: str = "none") -> int:
+        """Shared memory of the pipelined tiles for ``m`` rows, bytes: ``num_stages`` weight and x tiles (two
+        x tiles, gate and up, with ``act="silu_mul"``) with dot; 0 for FMA (registers only). An upper bound
+        on what Triton allocates for them (on sm_90 it allocates all ``num_stages`` for wgmma tiles, one
+        fewer for mma.sync ones)."""
+        if not self.dot:
+            return 0
+        x_tiles = 2 if act == "silu_mul" else 1
+        return (self.block_n + x_tiles * self.block_m(m)) * self.block_k * elem_bytes * self.num_stages
+
     def label(self) -> str:
         return (f"{'dot' if self.dot else 'fma'} n{self.block_n} k{self.block_k} s{self.split_k} "
                 f"w{self.num_warps} st{self.num_stages}")
 
 
-def default_config(n: int, k: int, m: int = 1, elem_bytes: int = 2, num_sms: int = 132) -> GemvConfig:
+def fit_config(cfg: GemvConfig, m: int, elem_bytes: int = 2, act: str = "none") -> GemvConfig:
+    """``cfg`` cut to fit ``m`` rows: with ``act="silu_mul"``, block_k halved (not below 16) until the
+    prologue's x tile holds at most ``PROLOGUE_X_PER_THREAD`` elements per thread (its gate and up are
+    float32 registers: compiled for sm_90, a 64 x 128 x tile on 4 warps, 64 per thread, spills); with dot,
+    num_stages lowered (not below 1) until :meth:`GemvConfig.smem_bytes` is within ``SMEM_BUDGET``."""
+    bk, stages = cfg.block_k, cfg.num_stages
+    if act == "silu_mul":
+        while bk > 16 and cfg.block_m(m) * bk > PROLOGUE_X_PER_THREAD * 32 * cfg.num_warps:
+            bk //= 2
+    smem = lambda st: replace(cfg, block_k=bk, num_stages=st).smem_bytes(m, elem_bytes, act)  # noqa: E731
+    while stages > 1 and smem(stages) > SMEM_BUDGET:  # 0 without dot
+        stages -= 1
+    return replace(cfg, block_k=bk, num_stages=stages)
+
+
+def default_config(n: int, k: int, m: int = 1, elem_bytes: int = 2, num_sms: int = 132,
+                   act: str = "none") -> GemvConfig:
     """A launch for (N, K, M) without measuring (the benchmark sweep and :class:`GemvPlan` measure).
 
-    FMA for M <= 2 and for float32 (tensor cores for 16-bit M >= 3, where the FMAs per weight byte add up):
-    ~16 KB of weight per program step with 16-byte loads along K, a register tile of 64 float32 per thread
-    (BLOCK_M * BLOCK_N * BLOCK_K / 128 threads); then K is split until ``tiles * splits >= 4 * num_sms``
-    programs run, each split keeping at least one full step (>= 256 K elements with FMA, 128 with dot).
+    FMA for M <= 2 and for float32 up to 16 rows (tensor cores for 16-bit M >= 3, where the FMAs per weight
+    byte add up, and for every dtype past ``MAX_FMA_M`` rows). FMA: ~16 KB of weight per program step with
+    16-byte loads along K, a register tile of 64 float32 per thread (BLOCK_M * BLOCK_N * BLOCK_K / 128
+    threads). Tensor cores: 128 K elements (256 bytes) per step; up to 16 rows a 32-row weight tile (64 from
+    N = 8192), 4 stages; 32 and 64 rows a 64-row weight tile (128 from N = 16384: x is re-read from L2 once
+    per N tile, M / BLOCK_N of the weight's bytes), 4 / 3 stages (96 KB of shared memory with the 64-row
+    tile: two programs per SM; 144-160 KB, one, with the 128-row one). Then K is split until
+    ``tiles * splits >= 4 * num_sms`` programs run, each split keeping at least one full step (>= 256 K
+    elements with FMA, 128 with dot) and, with dot, at least 4 * M K elements, so that its float32 partials
+    (M x BLOCK_N x 4 bytes) are at most half the weight bytes it reads. Last,
+    :func:`fit_config` for ``act`` (shared memory; the SwiGLU prologue's registers).
     """
-    dot = m >= 3 and elem_bytes == 2
+    dot = (m >= 3 and elem_bytes == 2) or m > MAX_FMA_M
     if dot:
-        block_n, block_k, stages, min_step = (64 if n >= 8192 else 32), 128, 4, 128
+        rows = max(16, triton.next_power_of_2(m))
+        if rows <= 16:
+            block_n, stages = (64 if n >= 8192 else 32), 4
+        else:
+            block_n, stages = (128 if n >= 16384 else 64), (4 if rows <= 32 else 3)
+        block_k, min_step = 256 // elem_bytes, max(128, 4 * m)
     else:
-        block_n, block_k, stages, min_step = max(2, 16 // triton.next_power_of_2(m)), 1024 // elem_bytes, 2, 256
+        block_n, block_k, min_step = max(2, 16 // triton.next_power_of_2(m)), 1024 // elem_bytes, 256
+        stages = 2
     block_k = min(block_k, max(16, triton.next_power_of_2(k)))
     tiles = triton.cdiv(n, block_n)
     split = 1
     while tiles * split < 4 * num_sms and split < 32 and k // (2 * split) >= min_step:
         split *= 2
     if split > 1:
-        per_split = k // split  # >= 256
+        per_split = k // split  # >= min_step
         block_k = min(block_k, 1 << (per_split.bit_length() - 1))
-    return GemvConfig(block_n, block_k, split, num_warps=4, num_stages=stages, dot=dot)
+    return fit_config(GemvConfig(block_n, block_k, split, num_warps=4, num_stages=stages, dot=dot), m, elem_bytes, act)
 
 
 def check_config(cfg: GemvConfig, m: int, dtype: torch.dtype) -> None:
-    """Raise ValueError for a configuration the kernel cannot run."""
+    """Raise ValueError for a configuration the kernel cannot run: block sizes not powers of 2, block_k < 16,
+    dot with block_n < 16, rows outside 1..MAX_M, or FMA past MAX_FMA_M rows."""
     pow2 = lambda v: v > 0 and v & (v - 1) == 0  # noqa: E731
     if not (pow2(cfg.block_n) and pow2(cfg.block_k) and cfg.block_k >= 16 and cfg.split_k >= 1):
         raise ValueError(f"bad GEMV config {cfg}: block sizes must be powers of 2, block_k >= 16, split_k >= 1")
@@ -119,6 +171,8 @@ def check_config(cfg: GemvConfig, m: int, dtype: torch.dtype) -> None:
         raise ValueError(f"bad GEMV config {cfg}: dot needs block_n >= 16")
     if not 1 <= m <= MAX_M:
         raise ValueError(f"gemv takes 1..{MAX_M} rows, got {m}")
+    if not cfg.dot and m > MAX_FMA_M:
+        raise ValueError(f"bad GEMV config {cfg}: the FMA path takes 1..{MAX_FMA_M} rows, got {m} (use dot=True)")
 
 
 def prepare(device: torch.device | str) -> torch.Tensor:
@@ -168,7 +222,10 @@ def _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.
     return acc
 
 
-@triton.jit(do_not_specialize=["splits"])  # one compiled kernel for every split count
+# one compiled kernel for every split count, and for every row count of a BLOCK_M: Triton would otherwise
+# compile M % 16 == 0 (a bucket: 16, 32, 48, 64) apart from the row counts between buckets (the LM head's
+# exact request count, short eager steps), at their first call, mid-serving
+@triton.jit(do_not_specialize=["M", "splits"])
 def _gemv_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, stride_xm, stride_wn, stride_ym, k_per_split, splits,
@@ -235,10 +292,10 @@ def _gemv_kernel(
 
 
 def gemv(
-    x: torch.Tensor,  # (M, K), M <= 16; float32 / float16 / bfloat16. act="silu_mul": (M, 2K) = [gate | up]
+    x: torch.Tensor,  # (M, K), M <= 64 (MAX_M); float32 / float16 / bfloat16. act="silu_mul": (M, 2K) = [gate | up]
     weight: torch.Tensor,  # (N, K), same dtype, K contiguous
     bias: torch.Tensor | None = None,  # (N,)
-    config: GemvConfig | None = None,  # None: default_config(N, K, M)
+    config: GemvConfig | None = None,  # None: default_config(N, K, M, act=act)
     act: str = "none",  # x's prologue: "none", or "silu_mul" (SwiGLU, see the module docstring)
 ) -> torch.Tensor:  # (M, N), x's dtype
     """``F.linear(x, weight, bias)`` for a few rows of x, as a Triton GEMV (see the module docstring);
@@ -259,7 +316,7 @@ def gemv(
     if m == 0 or n == 0:
         return y
     if config is None:
-        config = default_config(n, k, m, x.element_size())
+        config = default_config(n, k, m, x.element_size(), act=act)
     check_config(config, m, x.dtype)
     if k == 0:
         return y.copy_(bias.expand(m, n)) if bias is not None else y.zero_()

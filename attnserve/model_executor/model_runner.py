@@ -153,8 +153,10 @@ class ModelRunner:
         logger.info("KV cache: %d blocks of %d tokens (%s, %s)", self.num_blocks, self.block_size,
                     self.kv_dtype, self.backend.name)
         if graphs and config.use_skinny_gemm:  # before capture, so the graphs take the measured GEMV choices
-            from attnserve.layers.gemv_plan import GemvPlan
-            self.gemv_plan = GemvPlan.measure(self.model).apply(self.model)
+            from attnserve.layers.gemv_plan import GemvPlan, plan_rows
+            # the batch sizes the graphs will run (up to gemv_plan.MAX_ROWS)
+            rows = plan_rows(capture_sizes(self.config.scheduler.max_num_seqs))
+            self.gemv_plan = GemvPlan.measure(self.model, rows).apply(self.model)
         elif config.use_skinny_gemm and tp.is_driver:
             logger.warning("use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps "
                            "only (this engine: %s)", "no CUDA" if self.device.type != "cuda" else "CUDA graphs off")

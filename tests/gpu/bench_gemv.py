@@ -1,7 +1,9 @@
-"""Triton GEMV (``attnserve/layers/triton_gemv.py``) vs cuBLAS (``F.linear``) for decode-sized M on the
-linear-layer and LM-head weight shapes of Llama-3.1-8B and Qwen3-0.6B, bfloat16.
+"""Triton GEMV (``attnserve/layers/triton_gemv.py``) vs cuBLAS (``F.linear``) for decode-sized M (the
+CUDA-graph buckets 1, 2, 4, 8, 16, 32, 48, 64) on the linear-layer and LM-head weight shapes of
+Llama-3.1-8B and Qwen3-0.6B, bfloat16.
 
-``python -m tests.gpu.bench_gemv [--json OUT] [--models llama qwen] [--ms 1 2 4 8] [--budget-s 100]`` on a GPU.
+``python -m tests.gpu.bench_gemv [--json OUT] [--models llama qwen] [--ms 1 2 4 8 16 32 48 64] [--budget-s 300]``
+on a GPU; ``--dry-run`` checks the script on CPU.
 
 Each time is one CUDA graph of back-to-back calls (20, or more to use every weight copy) cycling through
 copies of the weight whose total exceeds twice the L2 cache, so the weight is read from HBM as in a decode
@@ -9,8 +11,10 @@ step; CUDA events around 10 replays; microseconds per call (``gemv_plan.time_per
 harness the start-up plan uses). TB/s counts the weight's bytes only. For each (shape, M): cuBLAS, the
 default config, the best of the sweep (``gemv_plan.sweep_configs``: a few dozen FMA and tensor-core tiles
 and split counts) and the best of the start-up plan's candidates (``candidate_configs``: what
-``use_skinny_gemm`` would pick from). Every config's output is checked against ``F.linear`` (2 ulp plus a
-float32-sum slack) before it is timed; a config that disagrees is reported and never counted as best.
+``use_skinny_gemm`` would pick from), and the plan's choice: the best candidate where it is at least
+``gemv_plan.MARGIN`` (5%) faster than cuBLAS, else cuBLAS. Every config's output is checked against
+``F.linear`` (2 ulp plus a float32-sum slack) before it is timed; a config that disagrees is reported and
+never counted as best.
 Past ``--budget-s`` the remaining shapes time only the default and the candidates (the JSON says so).
 Writes every config's time to the JSON for tuning ``default_config`` / ``candidate_configs``.
 """
@@ -32,6 +36,22 @@ SHAPES = {  # model -> [(layer, N, K)]
              ("lm_head", 151936, 1024)],
 }
 MODEL_NAMES = {"llama": "Llama-3.1-8B", "qwen": "Qwen3-0.6B"}
+NUM_LAYERS = {"Llama-3.1-8B": 32, "Qwen3-0.6B": 28}
+
+
+def per_layer(rows: list[dict]) -> list[str]:
+    """Per (model, M): the four GEMMs of one layer (all but the LM head) with cuBLAS and with the plan's
+    choices (us), and what the plan saves per decode step over the model's layers (ms)."""
+    lines = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        for m in dict.fromkeys(r["m"] for r in rows if r["model"] == model):
+            mine = [r for r in rows if r["model"] == model and r["m"] == m and r["layer"] != "lm_head"]
+            cublas = sum(r["cublas_us"] for r in mine)
+            plan = sum(r["candidate_us"] if r["plan_choice"] != "cuBLAS" else r["cublas_us"] for r in mine)
+            saved_ms = (cublas - plan) * NUM_LAYERS[model] / 1e3
+            lines.append(f"{model:<13} M={m:<2} {len(mine)} GEMMs per layer: cuBLAS {cublas:7.2f} us, plan "
+                         f"{plan:7.2f} us; x {NUM_LAYERS[model]} layers: {saved_ms:.3f} ms saved per step")
+    return lines
 
 
 def _f(v: float | None, width: int) -> str:
@@ -63,8 +83,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--models", nargs="+", choices=list(SHAPES), default=list(SHAPES))
-    ap.add_argument("--ms", nargs="+", type=int, default=[1, 2, 4, 8])
-    ap.add_argument("--budget-s", type=float, default=100.0, help="after this, time only default + candidates")
+    ap.add_argument("--ms", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32, 48, 64])
+    ap.add_argument("--budget-s", type=float, default=300.0, help="after this, time only default + candidates")
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--dry-run", action="store_true", help="check this script on CPU: TRITON_INTERPRET=1, "
@@ -73,8 +93,8 @@ def main() -> None:
     if not torch.cuda.is_available() and not args.dry_run:
         raise SystemExit("bench_gemv needs a CUDA GPU")
 
-    from attnserve.layers.gemv_plan import (agrees, candidate_configs, l2_bytes, sweep_configs, time_per_call_us,
-                                            weight_copies)
+    from attnserve.layers.gemv_plan import (MARGIN, agrees, candidate_configs, l2_bytes, sweep_configs,
+                                            time_per_call_us, weight_copies)
     from attnserve.layers.triton_gemv import default_config, gemv, prepare
 
     t0 = time.perf_counter()
@@ -93,7 +113,8 @@ def main() -> None:
     print(f"{name}: {num_sms} SMs, L2 {l2 >> 20} MiB, copy bandwidth {copy:.2f} TB/s; "
           f"torch {torch.__version__}, triton {__import__('triton').__version__}")
     head = (f"{'model':<13} {'layer':<8} {'N':>6} {'K':>6} {'M':>2} {'MB':>7} | {'cuBLAS us':>9} {'TB/s':>5} | "
-            f"{'default':>7} | {'best us':>8} {'TB/s':>5} {'x cuBLAS':>8} | {'cand us':>7} {'x':>5} | best config")
+            f"{'default':>7} | {'best us':>8} {'TB/s':>5} {'x cuBLAS':>8} | {'cand us':>7} {'x':>5} | "
+            f"{'best config':<24} | plan")
     print(head)
     print("-" * len(head))
     rows, dtype = [], torch.bfloat16
@@ -145,12 +166,15 @@ def main() -> None:
                     row["best_tbps"] = best and n * k * 2 / (best["us"] * 1e-6) / 1e12
                     row["speedup"] = best and cublas / best["us"]
                     row["candidate_speedup"] = best_cand and cublas / best_cand["us"]
+                    use = best_cand is not None and best_cand["us"] <= (1 - MARGIN) * cublas
+                    row["plan_choice"] = best_cand["label"] if use else "cuBLAS"  # what GemvPlan would keep
                     rows.append(row)
                     print(f"{row['model']:<13} {layer:<8} {n:>6} {k:>6} {m:>2} {mbytes:>7.1f} | {cublas:>9.2f} "
                           f"{row['cublas_tbps']:>5.2f} | {_f(d_us, 7)} | {_f(row['best_us'], 8)} "
                           f"{_f(row['best_tbps'], 5)} {_f(row['speedup'], 8)} | "
                           f"{_f(row['candidate_us'], 7)} {_f(row['candidate_speedup'], 5)} | "
-                          f"{row['best_config'] or '-'}{'' if budget_left else ' (budget: no sweep)'}", flush=True)
+                          f"{(row['best_config'] or '-') + ('' if budget_left else ' (no sweep)'):<24} | "
+                          f"{row['plan_choice']}", flush=True)
                 del copies, w
                 torch.cuda.empty_cache()
     elapsed = time.perf_counter() - t0
@@ -159,6 +183,7 @@ def main() -> None:
           f"candidates alone in {sum(1 for r in rows if r['candidate_speedup'] and r['candidate_speedup'] >= 1.05)}; "
           f"disagreements {sum(r['disagreements'] for r in rows)}, launch errors {sum(r['errors'] for r in rows)}; "
           f"{elapsed:.1f} s")
+    print("\n".join(per_layer(rows)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(device=name, num_sms=num_sms, l2_bytes=l2, copy_tbps=copy,

@@ -1,8 +1,9 @@
 """The SwiGLU fused into the down projection's GEMV (``triton_gemv.gemv(gate_up, w, act="silu_mul")``) against
 ``silu_and_mul`` then the down projection (cuBLAS, or the plain Triton GEMV), on the down shapes of
-Llama-3.1-8B (N 4096, K 14336) and Qwen3-0.6B (N 1024, K 3072), bfloat16, decode M = 1, 2, 4, 8.
+Llama-3.1-8B (N 4096, K 14336) and Qwen3-0.6B (N 1024, K 3072), bfloat16, decode M = 1, 2, 4, 8, 16, 32, 48,
+64.
 
-``python -m tests.gpu.bench_silu_mul_gemv [--json OUT] [--models llama qwen] [--ms 1 2 4 8]`` on a GPU;
+``python -m tests.gpu.bench_silu_mul_gemv [--json OUT] [--models llama qwen] [--ms 1 2 4 8 16 32 48 64]`` on a GPU;
 ``--dry-run`` checks the script on CPU (``TRITON_INTERPRET=1``, shapes / 64, wall-clock times of one call:
 meaningless as timings).
 
@@ -13,8 +14,10 @@ per call. Columns, per (shape, M):
 - ``silu``: ``silu_and_mul`` alone (its launch in a graph, the (M, 2K) read and (M, K) write);
 - ``+cuBLAS``: ``silu_and_mul`` then ``F.linear``;
 - ``+GEMV``: ``silu_and_mul`` then the plain Triton GEMV with the best start-up candidate for (N, K, M);
-- ``fused same``: the fused GEMV with that same config (its bits are checked equal to ``+GEMV``'s);
-- ``fused best``: the best start-up candidate of the fused GEMV (the one ``GemvPlan`` would compare);
+- ``fused same``: the fused GEMV with that same config (its bits are checked equal to ``+GEMV``'s), where
+  that config is one of the fused candidates (past 16 rows they have shorter K steps: ``fit_config``);
+- ``fused best``: the best start-up candidate of the fused GEMV (``candidate_configs(..., act="silu_mul")``,
+  the ones ``GemvPlan`` would compare);
 - ``saved``: ``min(+cuBLAS, +GEMV) - fused best``: what one down projection per layer saves per step, and
   ``x``: the ratio (GemvPlan picks the fused GEMV where it is >= 1.05).
 """
@@ -45,7 +48,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--models", nargs="+", choices=list(SHAPES), default=list(SHAPES))
-    ap.add_argument("--ms", nargs="+", type=int, default=[1, 2, 4, 8])
+    ap.add_argument("--ms", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32, 48, 64])
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--dry-run", action="store_true", help="check this script on CPU (see the docstring)")
@@ -92,8 +95,9 @@ def main() -> None:
                 plain = gemv_plan.time_candidates(lambda v, cfg: gemv(silu_and_mul(gate_up), v, None, cfg), want,
                                                   copies, n, k, m, cands, args.calls, args.replays)
                 plain_us, plain_cfg, _ = gemv_plan.pick_fastest(cublas_us, plain, 0.0)
+                fused_cands = gemv_plan.candidate_configs(n, k, m, 2, num_sms, act="silu_mul")
                 fused = gemv_plan.time_candidates(lambda v, cfg: gemv(gate_up, v, None, cfg, act="silu_mul"), want,
-                                                   copies, n, k, m, cands, args.calls, args.replays)
+                                                   copies, n, k, m, fused_cands, args.calls, args.replays)
                 fused_us, fused_cfg, _ = gemv_plan.pick_fastest(cublas_us, fused, 0.0)
                 same_us = next((us for us, cfg in fused if cfg == plain_cfg), None)
                 bitwise = None

@@ -54,8 +54,11 @@ def main() -> None:
               enforce_eager=True)
     runner = llm.engine.runner
     if args.use_skinny_gemm:  # the runner measures the plan only when it captures graphs (this engine is eager)
-        from attnserve.layers.gemv_plan import GemvPlan
-        runner.gemv_plan = GemvPlan.measure(runner.model).apply(runner.model)
+        from attnserve.layers.gemv_plan import GemvPlan, plan_rows
+        from attnserve.model_executor.cuda_graph import capture_sizes
+
+        rows = plan_rows(capture_sizes(max(bs, 8)))  # the buckets a graph engine of this max_num_seqs measures
+        runner.gemv_plan = GemvPlan.measure(runner.model, rows).apply(runner.model)
     per_req = -(-ctx // block)
     reqs = [ScheduledRequest(f"r{i}", [11 + i], ctx - 1, list(range(i * per_req, (i + 1) * per_req)),
                              SamplingParams(max_tokens=1), True) for i in range(bs)]

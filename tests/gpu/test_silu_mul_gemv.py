@@ -2,7 +2,8 @@
 of Llama-3.1-8B (N 4096, K 14336) and Qwen3-0.6B (N 1024, K 3072), bfloat16:
 
 - inside a captured CUDA graph it gives bit for bit what ``silu_and_mul`` then the plain GEMV of the same
-  config gives (every start-up candidate config, M = 1, 2, 3, 4, 8, replays on new inputs);
+  config gives (every start-up candidate config of the fused GEMV, M = 1, 2, 3, 4, 8, 16, 24, 32, 40, 48, 64,
+  replays on new inputs);
 - the start-up plan for a layer of the Llama shape: its choice table (printed), the margin kept, and the
   layer's ``forward_silu_mul`` inside a graph agreeing with ``silu_and_mul`` + ``F.linear``.
 
@@ -28,7 +29,7 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> str:
 
 
 @pytest.mark.parametrize("model", list(DOWN_SHAPES))
-@pytest.mark.parametrize("m", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 8, 16, 24, 32, 40, 48, 64])
 def test_fused_gemv_in_a_graph_equals_silu_and_mul_then_gemv(model, m):
     from attnserve.layers.fused_ops import silu_and_mul
     from attnserve.layers.gemv_plan import agrees, candidate_configs
@@ -39,7 +40,7 @@ def test_fused_gemv_in_a_graph_equals_silu_and_mul_then_gemv(model, m):
     gate_up = torch.randn(m, 2 * k, device="cuda", dtype=torch.bfloat16, generator=g) * 3
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) * k**-0.5
     prepare("cuda")
-    cfgs = list(dict.fromkeys([default_config(n, k, m), *candidate_configs(n, k, m)]))
+    cfgs = list(dict.fromkeys([default_config(n, k, m, act="silu_mul"), *candidate_configs(n, k, m, act="silu_mul")]))
     for cfg in cfgs:  # compile and warm outside the graph
         gemv(gate_up, w, None, cfg, act="silu_mul")
         gemv(silu_and_mul(gate_up), w, None, cfg)
@@ -92,7 +93,7 @@ def test_plan_choice_table_and_fused_forward_in_a_graph(model):
     down, act = mod.down_proj, SiluAndMul()
     for which, p in (("measured", plan), ("forced", forced)):
         p.apply(mod)
-        for m in (1, 3, 8):
+        for m in (1, 3, 8, 40, 64):
             gate_up = torch.randn(m, 2 * k, device="cuda", dtype=torch.bfloat16) * 3
             down.forward_silu_mul(gate_up, act)
             torch.cuda.synchronize()

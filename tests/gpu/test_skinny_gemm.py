@@ -1,9 +1,11 @@
-"""``use_skinny_gemm`` on the GPU: the start-up GemvPlan on the default model, and decode steps replayed
-with Triton GEMVs in every linear layer and the LM head computing what cuBLAS computes.
+"""``use_skinny_gemm`` on the GPU: the start-up GemvPlan on the default model (max_num_seqs 64: buckets 1, 2,
+4, 8, 16, 32, 48, 64 measured), and decode steps replayed with Triton GEMVs in every linear layer and the LM
+head computing what cuBLAS computes.
 
 The second test forces Triton wherever a candidate runs and agrees with F.linear (margin -10), so the
 kernels inside the captured graphs are exercised whatever the timings say: the plain GEMVs, and in the
-MLPs' down projections the GEMV with the SwiGLU fused in (``gemv_silu_mul``).
+MLPs' down projections the GEMV with the SwiGLU fused in (``gemv_silu_mul``), for decode steps of 3, 40 and
+64 requests (the 4-, 48- and 64-row graphs; the LM head sees the exact count).
 """
 
 from __future__ import annotations
@@ -14,16 +16,31 @@ import pytest
 import torch
 
 from attnserve import LLM, SamplingParams
+from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
 from attnserve.layers import gemv_plan
 from attnserve.layers.gemv_plan import gemv_layers, silu_mul_layers
-from tests.gpu.test_cuda_graphs import PROMPTS, default_gguf, prefill_then_decode_step  # noqa: F401 (fixture)
+from tests.gpu.test_cuda_graphs import (  # noqa: F401 (fixture)
+    GREEDY, PROMPTS, default_gguf, prefill_then_decode_step,
+)
 
 pytestmark = pytest.mark.gpu
 
 
 def _llm(path: str) -> LLM:
     return LLM(path, dtype="bfloat16", device="cuda", attention_backend="TRITON_ATTN", kv_cache_memory=1 << 30,
-               max_num_seqs=16, use_skinny_gemm=True)
+               max_num_seqs=64, use_skinny_gemm=True)
+
+
+def decode_step_of(llm: LLM, n: int) -> SchedulerOutput:
+    """Prefill ``n`` requests (PROMPTS in turn, 4 blocks each) one eager step each, then return one decode
+    step of all ``n`` (a graph replay of the smallest bucket >= n, or eager)."""
+    runner = llm.engine.runner
+    prompts = [llm.tokenizer.encode(PROMPTS[i % len(PROMPTS)]) for i in range(n)]
+    tables = [[4 * i + j for j in range(4)] for i in range(n)]
+    for i, p in enumerate(prompts):
+        runner.compute_logits(SchedulerOutput([ScheduledRequest(f"n{n}.r{i}", p, 0, tables[i], GREEDY, True)]))
+    return SchedulerOutput([ScheduledRequest(f"n{n}.r{i}", [42 + i], len(p), tables[i], GREEDY, True)
+                            for i, p in enumerate(prompts)])
 
 
 def test_plan_keeps_triton_only_where_faster(default_gguf):
@@ -32,6 +49,7 @@ def test_plan_keeps_triton_only_where_faster(default_gguf):
     print(f"\nGEMV plan of the default model, {plan.seconds:.1f} s:\n{plan.summary()}")
     shapes = {tuple(w.shape) for _, w in gemv_layers(llm.engine.runner.model)}
     assert {(n, k) for n, k, _ in plan.choices} == shapes
+    assert {m for _, _, m in plan.choices} == set(gemv_plan.DECODE_MS)  # the captured buckets up to 64
     for c in plan.choices.values():
         assert c.cublas_us > 0
         assert not c.use_triton or c.triton_us <= (1 - gemv_plan.MARGIN) * c.cublas_us
@@ -56,28 +74,30 @@ def test_decode_graph_with_triton_gemvs_matches_cublas(default_gguf, monkeypatch
     assert downs and all(m.gemv_silu_mul is not None and all(f is not None for f in m.gemv_silu_mul[1:])
                          for m in downs)
     print(f"\nSwiGLU part of the forced plan:\n{runner.gemv_plan.summary().split('SwiGLU layers')[1]}")
-    step = prefill_then_decode_step(llm)
+    for n in (3, 40, 64):  # the 4-, 48- and 64-row graphs (past 16 rows: tensor-core tiles only)
+        step = prefill_then_decode_step(llm) if n == 3 else decode_step_of(llm, n)
+        before = runner.cuda_graphs.replays
+        triton_logits = runner.compute_logits(step).float().cpu()  # the bucket's graph, an n-row LM head
+        assert runner.cuda_graphs.replays == before + 1
+        saved = [m.gemv for m in layers]
+        saved_fused = [m.gemv_silu_mul for m in downs]
+        graphs, runner.cuda_graphs = runner.cuda_graphs, None
+        for m in layers:
+            m.gemv = None
+        for m in downs:
+            m.gemv_silu_mul = None
+        cublas_logits = runner.compute_logits(step).float().cpu()
+        runner.cuda_graphs = graphs
+        for m, t in zip(layers, saved):
+            m.gemv = t
+        for m, t in zip(downs, saved_fused):
+            m.gemv_silu_mul = t
+        err = ((triton_logits - cublas_logits).abs().max() / cublas_logits.abs().max()).item()
+        print(f"decode logits of {n} requests, Triton GEMVs (fused SwiGLU in down) in a graph vs SiluAndMul + "
+              f"cuBLAS eager: max relative difference {err:.2e}")
+        assert not torch.isnan(triton_logits).any()
+        assert err <= 2e-2, (n, err)
     before = runner.cuda_graphs.replays
-    triton_logits = runner.compute_logits(step).float().cpu()  # 3 rows: the 4-bucket graph, a 3-row LM head
-    assert runner.cuda_graphs.replays == before + 1
-    saved = [m.gemv for m in layers]
-    saved_fused = [m.gemv_silu_mul for m in downs]
-    graphs, runner.cuda_graphs = runner.cuda_graphs, None
-    for m in layers:
-        m.gemv = None
-    for m in downs:
-        m.gemv_silu_mul = None
-    cublas_logits = runner.compute_logits(step).float().cpu()
-    runner.cuda_graphs = graphs
-    for m, t in zip(layers, saved):
-        m.gemv = t
-    for m, t in zip(downs, saved_fused):
-        m.gemv_silu_mul = t
-    err = ((triton_logits - cublas_logits).abs().max() / cublas_logits.abs().max()).item()
-    print(f"decode logits, Triton GEMVs (fused SwiGLU in down) in a graph vs SiluAndMul + cuBLAS eager: "
-          f"max relative difference {err:.2e}")
-    assert not torch.isnan(triton_logits).any()
-    assert err <= 2e-2
     out = llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
     assert runner.cuda_graphs.replays > before + 20
     assert all(len(o.outputs[0].token_ids) == 24 for o in out)

@@ -52,7 +52,29 @@ def make_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, dict]:
         wide = randn(3, 160, dt=dt)
         cases[f"strided_x-{dname}"] = dict(x=wide[:, :128], weight=randn(40, 128, dt=dt), bias=None,
                                            config=dict(block_n=16, block_k=32, split_k=2))
+        for m, n, k in MANY_ROWS_SHAPES:
+            for cname, cfg in MANY_ROWS_CONFIGS.items():
+                if (cname == "fma-n8-k32" and m > 16) or (dname == "fp16" and cname != "dot-n32-k16-split4"):
+                    continue  # FMA takes <= 16 rows; fp16 shares every code path with bf16
+                for bias in (False, True):
+                    cases[f"{m}x{n}x{k}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
+                        x=randn(m, k, dt=dt), weight=randn(n, k, dt=dt), bias=randn(n, dt=dt) if bias else None,
+                        config=cfg)
     return cases
+
+
+# 16..64 rows (the tensor-core path's x tile of 16, 32 or 64 rows; the padded rows 24 -> 32, 40 and 48 -> 64
+# computed on clamped copies and never stored), N and K not multiples of the blocks (but 32 x 64 x 128);
+# the default (dot past 16 rows in every dtype, float32 too), tensor-core tiles with and without split-K
+# (a split count not dividing the K steps), and the FMA path at its 16-row limit
+MANY_ROWS_SHAPES = [(16, 40, 96), (24, 33, 100), (32, 64, 128), (40, 20, 70), (48, 50, 130), (64, 37, 72)]
+MANY_ROWS_CONFIGS = {
+    "default": None,
+    "fma-n8-k32": dict(block_n=8, block_k=32),
+    "dot-n16-k32": dict(block_n=16, block_k=32, dot=True),
+    "dot-n32-k16-split4": dict(block_n=32, block_k=16, split_k=4, dot=True),
+    "dot-n64-k32-split3": dict(block_n=64, block_k=32, split_k=3, dot=True),
+}
 
 
 # SwiGLU prologue: (M, N, I) with I (the down projection's K) odd or not a multiple of the block, M = 1, 2,
@@ -62,6 +84,15 @@ SILU_MUL_CONFIGS = {
     "default": None,
     "fma-n16-k32": dict(block_n=16, block_k=32),
     "fma-n8-k16-split3": dict(block_n=8, block_k=16, split_k=3),
+    "dot-n16-k32": dict(block_n=16, block_k=32, dot=True),
+    "dot-n32-k16-split4": dict(block_n=32, block_k=16, split_k=4, dot=True),
+}
+
+
+# the SwiGLU prologue on 16..64 rows (x tiles of 16, 32 and 64 rows), tensor cores (the default past 16 rows)
+SILU_MUL_MANY_ROWS_SHAPES = [(16, 24, 40), (24, 33, 61), (32, 20, 48), (48, 37, 100), (64, 16, 45)]
+SILU_MUL_MANY_ROWS_CONFIGS = {
+    "default": None,
     "dot-n16-k32": dict(block_n=16, block_k=32, dot=True),
     "dot-n32-k16-split4": dict(block_n=32, block_k=16, split_k=4, dot=True),
 }
@@ -84,6 +115,12 @@ def make_silu_mul_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, 
                 cases[f"silu_mul-{m}x{n}x{inter}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
                     x=randn(m, 2 * inter, dt=dt, scale=3.0), weight=randn(n, inter, dt=dt, scale=inter**-0.5),
                     bias=randn(n, dt=dt) if bias else None, config=cfg, act="silu_mul")
+        for i, (m, n, inter) in enumerate(SILU_MUL_MANY_ROWS_SHAPES):
+            for cname, cfg in SILU_MUL_MANY_ROWS_CONFIGS.items():
+                bias = (i + len(cname)) % 2 == 0
+                cases[f"silu_mul-{m}x{n}x{inter}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
+                    x=randn(m, 2 * inter, dt=dt, scale=3.0), weight=randn(n, inter, dt=dt, scale=inter**-0.5),
+                    bias=randn(n, dt=dt) if bias else None, config=cfg, act="silu_mul")
         # the gate/up rows as a slice of a wider buffer (a row stride past 2I)
         wide = randn(3, 2 * 45 + 6, dt=dt, scale=3.0)
         cases[f"silu_mul-strided_x-{dname}"] = dict(x=wide[:, :90], weight=randn(20, 45, dt=dt, scale=45**-0.5),
@@ -101,22 +138,50 @@ def run(case: dict, gemv) -> torch.Tensor:
 
 
 def run_silu_mul_pair(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the fused GEMV, the plain GEMV of the same config on the ``silu_and_mul`` kernel's output)."""
+    """(the fused GEMV, the plain GEMV of the same config on the ``silu_and_mul`` kernel's output). A case
+    without a config takes the fused GEMV's default (``default_config(..., act="silu_mul")``) for both: past
+    16 rows it has a shorter K step than the plain default, so another summation order."""
+    import dataclasses
+
     from attnserve.layers import triton_fused_ops, triton_gemv
 
+    if case["config"] is None:
+        (m, _), (n, k) = case["x"].shape, case["weight"].shape
+        cfg = triton_gemv.default_config(n, k, m, case["x"].element_size(), act="silu_mul")
+        case = dict(case, config=dataclasses.asdict(cfg))
     plain = dict(case, x=triton_fused_ops.silu_and_mul(case["x"]), act="none")
     return run(case, triton_gemv.gemv), run(plain, triton_gemv.gemv)
+
+
+# row counts sent through the layers of a plan that picks Triton at every bucket: two small buckets (3: the
+# 4-row bucket's), 40 (the 48-row bucket's) and 65, past the largest bucket (cuBLAS)
+ROUTED_ROWS = (1, 3, 40, 65)
+
+
+def bucket(rows: int) -> int:
+    """The smallest ``DECODE_MS`` bucket holding ``rows`` rows."""
+    from attnserve.layers.gemv_plan import DECODE_MS
+
+    return next(m for m in DECODE_MS if m >= rows)
+
+
+def bucket_config(block_n: int):
+    """``m -> GemvConfig``: split-K FMA tiles of ``block_n`` weight rows up to 16 rows, tensor cores past
+    16 (the FMA path's limit)."""
+    from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig
+
+    return lambda m: GemvConfig(block_n=block_n, block_k=32, split_k=2, dot=m > MAX_FMA_M)
 
 
 def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """``name -> (layer output, F.linear reference)`` for every linear layer and the LM head of a tiny
     Qwen2 (qkv bias, untied head) and a tiny Llama 3 (tied head), float32, after a GemvPlan that picks the
-    Triton GEMV for every shape and bucket; 9 rows is past the tables (cuBLAS path)."""
+    Triton GEMV for every shape and bucket (FMA up to 16 rows, tensor cores past that); 1, 3 and 40 rows
+    take it (40: the 48-row bucket's), 65 rows is past the tables (cuBLAS path)."""
     import torch.nn.functional as F
 
     from attnserve.layers.embedding import VocabParallelEmbedding
     from attnserve.layers.gemv_plan import DECODE_MS, GemvChoice, GemvPlan, gemv_layers
-    from attnserve.layers.triton_gemv import GemvConfig
     from attnserve.models.llama import LlamaForCausalLM
     from tests.models.tiny import tiny_config
 
@@ -129,13 +194,13 @@ def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         for p in model.parameters():
             p.data.normal_(0.0, 0.1)
         shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
-        cfg = GemvConfig(block_n=64, block_k=32, split_k=2)  # big tiles: few interpreted programs
-        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg, True) for n, k in shapes for m in DECODE_MS})
+        cfg = bucket_config(64)  # big tiles: few interpreted programs
+        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg(m), True) for n, k in shapes for m in DECODE_MS})
         plan.apply(model)
         for name, module in model.named_modules():
             if getattr(module, "gemv", None) is None:
                 continue
-            for rows in (1, 3, 9):
+            for rows in ROUTED_ROWS:
                 x = torch.randn(rows, module.weight.shape[1])
                 if isinstance(module, VocabParallelEmbedding):
                     got, want = module.logits(x), F.linear(x, module.weight).float()
@@ -148,14 +213,14 @@ def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
 def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int]]]:
     """``name -> (MLP output, reference, row counts the fused GEMV saw)`` for each layer's MLP of a tiny
     Llama (float32, MLP bias) and Qwen3 (bfloat16) after a plan that picks the fused SwiGLU GEMV at every
-    bucket and the plain Triton GEMV (same config) everywhere. Reference: 1 and 3 rows, the plain GEMV of
-    the ``silu_and_mul`` kernel's output (bitwise the same); 9 rows, past the tables: ``SiluAndMul`` then
-    ``F.linear``."""
+    bucket and the plain Triton GEMV (same config) everywhere. Reference: 1, 3 and 40 rows, the plain GEMV
+    (the bucket's config) of the ``silu_and_mul`` kernel's output (bitwise the same); 65 rows, past the
+    tables: ``SiluAndMul`` then ``F.linear``."""
     import torch.nn.functional as F
 
     from attnserve.layers import triton_fused_ops
-    from attnserve.layers.gemv_plan import DECODE_MS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers
-    from attnserve.layers.triton_gemv import GemvConfig, gemv
+    from attnserve.layers.gemv_plan import DECODE_MS, MAX_ROWS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers
+    from attnserve.layers.triton_gemv import gemv
     from attnserve.models.llama import LlamaForCausalLM
     from attnserve.models.qwen import Qwen3ForCausalLM
     from tests.models.tiny import tiny_config
@@ -170,11 +235,12 @@ def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[i
         for p in model.parameters():
             p.data.normal_(0.0, 0.1)
         model.to(dtype)
-        cfg = GemvConfig(block_n=32, block_k=32, split_k=2)
+        cfg = bucket_config(32)
         shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
         down = tuple(model.layers[0].mlp.down_proj.weight.shape)
-        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg, True) for n, k in shapes for m in DECODE_MS},
-                        silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg, True) for m in DECODE_MS})
+        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg(m), True) for n, k in shapes for m in DECODE_MS},
+                        silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg(m), True)
+                                  for m in DECODE_MS})
         plan.apply(model)
         for i, layer in enumerate(model.layers):
             mlp = layer.mlp
@@ -184,14 +250,14 @@ def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[i
                 return None if f is None else lambda gu, w, b: (seen.append(gu.shape[0]), f(gu, w, b))[1]
 
             mlp.down_proj.gemv_silu_mul = tuple(record(f) for f in mlp.down_proj.gemv_silu_mul)
-            for rows in (1, 3, 9):
+            for rows in ROUTED_ROWS:
                 x = torch.randn(rows, config.hidden_size).to(dtype)
                 seen.clear()
                 got = mlp(x)
                 gate_up = mlp.gate_up_proj(x)
-                if rows <= 8:
+                if rows <= MAX_ROWS:
                     act = triton_fused_ops.silu_and_mul(gate_up)
-                    want = gemv(act, mlp.down_proj.weight, mlp.down_proj.bias, cfg)
+                    want = gemv(act, mlp.down_proj.weight, mlp.down_proj.bias, cfg(bucket(rows)))
                 else:
                     want = F.linear(mlp.act(gate_up), mlp.down_proj.weight, mlp.down_proj.bias)
                 out[f"{arch}.layers.{i}.mlp.rows{rows}"] = (got, want, list(seen))

@@ -10,9 +10,10 @@ pytest.importorskip("triton")
 
 from attnserve.layers.gemv_plan import (  # noqa: E402
     DECODE_MS, MARGIN, MAX_ROWS, GemvChoice, GemvPlan, SiluMulChoice, candidate_configs, gemv_layers, pick_fastest,
-    silu_mul_layers, sweep_configs,
+    plan_rows, silu_mul_layers, sweep_configs,
 )
-from attnserve.layers.triton_gemv import GemvConfig, check_config  # noqa: E402
+from attnserve.layers.triton_gemv import MAX_FMA_M, MAX_M, SMEM_BUDGET, GemvConfig, check_config  # noqa: E402
+from attnserve.model_executor.cuda_graph import capture_sizes  # noqa: E402
 from tests.layers.test_triton_gemv import REAL_SHAPES  # noqa: E402
 
 
@@ -22,10 +23,38 @@ def _plan(n: int, k: int, use: dict[int, bool]) -> GemvPlan:
 
 def test_table_maps_row_counts_to_the_next_measured_bucket():
     table = _plan(64, 128, {1: True, 2: False, 4: True, 8: False}).table(64, 128)
-    assert len(table) == MAX_ROWS + 1 and table[0] is None
-    assert [f is not None for f in table[1:]] == [True, False, True, True, False, False, False, False]
+    assert len(table) == MAX_ROWS + 1 == 65 and table[0] is None
+    assert [f is not None for f in table[1:]] == [True, False, True, True, False, False, False, False] + [False] * 56
     assert table[3].keywords["config"] == table[4].keywords["config"] == GemvConfig(16, 256)
     assert table[1].keywords["config"] == GemvConfig(16, 64)
+
+
+def test_table_maps_every_row_count_to_its_bucket_up_to_64():
+    """Every bucket of DECODE_MS chooses Triton with its own config: row count r takes the config of the
+    smallest bucket >= r (1, 2, 4, 4, 8 x4, 16 x8, 32 x16, 48 x16, 64 x16)."""
+    table = _plan(64, 128, {m: True for m in DECODE_MS}).table(64, 128)
+    want = [1, 2, 4, 4] + [8] * 4 + [16] * 8 + [32] * 16 + [48] * 16 + [64] * 16
+    assert DECODE_MS == (1, 2, 4, 8, 16, 32, 48, 64) and MAX_ROWS == MAX_M == 64 and len(want) == 64
+    assert table[0] is None
+    assert [table[r].keywords["config"] for r in range(1, 65)] == [GemvConfig(16, 64 * m) for m in want]
+
+
+def test_table_of_the_engines_buckets_stops_at_the_largest():
+    """max_num_seqs 40: graphs of 1, 2, 4, 8, 16, 32, 40; rows 33..40 take the 40 bucket, 41..64 cuBLAS."""
+    rows = plan_rows(capture_sizes(40))
+    assert rows == (1, 2, 4, 8, 16, 32, 40)
+    table = _plan(64, 128, {m: m != 16 for m in rows}).table(64, 128)
+    assert [table[r] is not None for r in range(1, 65)] == [True] * 8 + [False] * 8 + [True] * 24 + [False] * 24
+    assert all(table[r].keywords["config"] == GemvConfig(16, 64 * 40) for r in range(33, 41))
+    assert table[17].keywords["config"] == GemvConfig(16, 64 * 32)
+
+
+def test_plan_rows_are_the_captured_buckets_up_to_64():
+    assert plan_rows() == DECODE_MS == plan_rows(capture_sizes(512)) == plan_rows(capture_sizes(64))
+    assert plan_rows(capture_sizes(16)) == (1, 2, 4, 8, 16)
+    assert plan_rows(capture_sizes(1)) == (1,)
+    assert plan_rows(capture_sizes(100)) == DECODE_MS  # 80, 96, 100: cuBLAS
+    assert plan_rows([64, 8, 65, 0, 8]) == (8, 64)
 
 
 def test_table_is_none_where_cublas_always_wins_or_nothing_was_measured():
@@ -35,15 +64,58 @@ def test_table_is_none_where_cublas_always_wins_or_nothing_was_measured():
 
 @pytest.mark.parametrize("n,k", REAL_SHAPES)
 def test_tried_configs_are_valid_and_bounded(n, k):
-    for m in DECODE_MS:
+    for m in (*DECODE_MS, 24, 40):
         cands, sweep = candidate_configs(n, k, m), sweep_configs(n, k, m)
+        fused = candidate_configs(n, k, m, act="silu_mul")
         assert 3 <= len(cands) <= 6 and len(set(cands)) == len(cands)
+        assert 3 <= len(fused) <= 6 and len(set(fused)) == len(fused)
         assert 10 <= len(sweep) <= 40 and len(set(sweep)) == len(sweep)
-        for cfg in cands + sweep:
+        for cfg in cands + sweep + fused:
             check_config(cfg, m, torch.bfloat16)
             assert cfg.k_per_split(k) >= cfg.block_k
+            assert cfg.smem_bytes(m, 2, "silu_mul" if cfg in fused else "none") <= SMEM_BUDGET, (m, cfg)
+            assert cfg.dot or m <= MAX_FMA_M
+        for cfg in fused:  # the SwiGLU prologue's x tile: <= 32 elements per thread
+            assert cfg.block_m(m) * cfg.block_k <= 32 * 32 * cfg.num_warps, (m, cfg)
+        if m <= MAX_FMA_M:  # up to 16 rows the fused GEMV tries the plain GEMV's configs
+            assert fused == cands
         for cfg in candidate_configs(n, k, m, elem_bytes=4) + sweep_configs(n, k, m, elem_bytes=4):
-            assert not cfg.dot  # float32 stays on FMAs (an IEEE float32 dot is slow)
+            check_config(cfg, m, torch.float32)
+            # float32 stays on FMAs (an IEEE float32 dot is slow) while the FMA path takes the rows
+            assert cfg.dot == (m > MAX_FMA_M), (m, cfg)
+
+
+# (linear shapes + LM head, the down projection) of the two models the plan is tuned on
+MODEL_SHAPES = {"llama-3.1-8b": (REAL_SHAPES[:5], (4096, 14336)), "qwen3-0.6b": (REAL_SHAPES[5:], (1024, 3072))}
+
+
+def _startup_work(shapes, down, ms) -> tuple[int, int]:
+    """(timings, distinct compiled kernels) of GemvPlan.measure on bfloat16 ``shapes``: per (N, K, M) one
+    cuBLAS timing and one per candidate, again for the SwiGLU layer's shape; a kernel per distinct launch
+    (padded rows, tile, warps, stages, split or not, K tail or not, act; the kernel does not specialize on
+    M)."""
+    timings, kernels = 0, set()
+    for n, k in shapes:
+        for m in ms:
+            for act in ("none", "silu_mul") if (n, k) == down else ("none",):
+                cands = candidate_configs(n, k, m, act=act)
+                timings += 1 + len(cands)
+                kernels |= {(c.block_m(m), c.block_n, c.block_k, c.num_warps, c.num_stages, c.dot, c.splits(k) > 1,
+                             k % c.block_k == 0, act) for c in cands}
+    return timings, len(kernels)
+
+
+@pytest.mark.parametrize("model", list(MODEL_SHAPES))
+def test_startup_work_of_the_plan_is_bounded(model):
+    """Rows up to 64 double the plan's work of rows up to 8: ~300 timings (a few seconds on an H200) and ~55
+    Triton compiles (~0.4 s each for sm_90 on one core; cached on disk by Triton for the next start)."""
+    shapes, down = MODEL_SHAPES[model]
+    small = _startup_work(shapes, down, (1, 2, 4, 8))
+    full = _startup_work(shapes, down, DECODE_MS)
+    print(f"{model}: rows 1..8 {small[0]} timings, {small[1]} kernels; rows 1..64 {full[0]} timings, "
+          f"{full[1]} kernels")
+    assert small[0] <= 140 and small[1] <= 28
+    assert full[0] <= 300 and full[1] <= 60
 
 
 def _tiny(arch: str):
@@ -96,9 +168,11 @@ def _silu_mul_plan(n: int, k: int, use: dict[int, bool]) -> GemvPlan:
 
 
 def test_silu_mul_table_maps_row_counts_to_fused_gemvs_of_the_next_bucket():
-    plan = _silu_mul_plan(64, 128, {1: True, 2: False, 4: True, 8: False})
+    plan = _silu_mul_plan(64, 128, {1: True, 2: False, 4: True, 8: False, 16: False, 48: True})
     table = plan.silu_mul_table(64, 128)
-    assert [f is not None for f in table[1:]] == [True, False, True, True, False, False, False, False]
+    assert [f is not None for f in table[1:]] == ([True, False, True, True] + [False] * 12 + [True] * 32
+                                                   + [False] * 16)
+    assert table[17].keywords == dict(config=GemvConfig(16, 64 * 48), act="silu_mul")
     assert table[3].keywords == dict(config=GemvConfig(16, 256), act="silu_mul")
     assert plan.table(64, 128) is None  # the plain choices stay cuBLAS
     assert _silu_mul_plan(64, 128, {m: False for m in DECODE_MS}).silu_mul_table(64, 128) is None
@@ -123,7 +197,7 @@ def test_apply_sets_the_fused_table_on_the_down_projections_only():
     for module, _ in gemv_layers(model):
         assert module.gemv is None
         if module in silu_mul_layers(model):
-            assert [f is not None for f in module.gemv_silu_mul] == [False, True, True] + [False] * 6
+            assert [f is not None for f in module.gemv_silu_mul] == [False, True, True] + [False] * 62
         else:
             assert getattr(module, "gemv_silu_mul", None) is None
 

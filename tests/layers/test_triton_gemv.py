@@ -92,12 +92,12 @@ def test_split_k_counters_are_reset_after_every_launch(interpreted):
 
 def test_layers_route_decode_rows_through_the_plan_in_interpreter(interpreted):
     """Every linear layer and both kinds of LM head (tied, untied) of tiny Llama-family models, with a
-    plan that picks Triton everywhere: 1 and 3 rows go through the GEMV, 9 rows through F.linear."""
+    plan that picks Triton everywhere: 1, 3 and 40 rows go through the GEMV, 65 rows through F.linear."""
     layers = interpreted["__layers__"]
-    assert len([n for n in layers if n.startswith("qwen2.")]) == 3 * (2 * 4 + 1)  # 2 layers x 4 linears + head
+    assert len([n for n in layers if n.startswith("qwen2.")]) == 4 * (2 * 4 + 1)  # 2 layers x 4 linears + head
     assert any(".lm_head." in n for n in layers) and any(".embed_tokens." in n for n in layers)
     for name, (got, want) in layers.items():
-        if name.endswith("rows9"):
+        if name.endswith("rows65"):
             assert torch.equal(got, want), name
         else:
             assert_close(name, got, want, ulps=2)
@@ -105,28 +105,55 @@ def test_layers_route_decode_rows_through_the_plan_in_interpreter(interpreted):
 
 def test_mlp_routes_decode_rows_through_the_fused_silu_mul_gemv_in_interpreter(interpreted):
     """Each MLP of a tiny Llama (float32, MLP bias) and Qwen3 (bfloat16) with a plan that picks the fused
-    GEMV everywhere: 1 and 3 rows take it (and equal silu_and_mul + the plain GEMV bit for bit), 9 rows take
-    SiluAndMul + F.linear."""
+    GEMV everywhere: 1, 3 and 40 rows take it (and equal silu_and_mul + the plain GEMV bit for bit), 65 rows
+    take SiluAndMul + F.linear."""
     mlps = interpreted["__silu_mul_mlp__"]
-    assert len(mlps) == 2 * 2 * 3
+    assert len(mlps) == 2 * 2 * 4
     for name, (got, want, seen) in mlps.items():
         assert torch.equal(got, want), (name, float((got.float() - want.float()).abs().max()))
         rows = int(name.rsplit("rows", 1)[1])
-        assert seen == ([rows] if rows <= 8 else []), (name, seen)
+        assert seen == ([rows] if rows <= 64 else []), (name, seen)
 
 
 # ------------------------------------------------------------------------------------- launch choices
 def test_default_config_fills_the_gpu_and_keeps_whole_steps():
+    """At least 2 programs per SM, unless K is split 16 ways or more, or (tensor cores) one more split would
+    leave fewer than 4 * M K elements per split (partials over half the weight bytes)."""
     pytest.importorskip("triton")
     from attnserve.layers.triton_gemv import default_config
 
     for n, k in [(6144, 4096), (4096, 14336), (128256, 4096), (1024, 2048), (1024, 3072), (151936, 1024)]:
-        for m in (1, 2, 4, 8):
+        for m in (1, 2, 4, 8, 16, 32, 48, 64):
             cfg = default_config(n, k, m)
             programs = -(-n // cfg.block_n) * cfg.splits(k)
-            assert programs >= 2 * 132 or cfg.split_k >= 16, (n, k, m, cfg)
+            assert (programs >= 2 * 132 or cfg.split_k >= 16
+                    or (cfg.dot and k // (2 * cfg.split_k) < 4 * m)), (n, k, m, cfg)
             assert cfg.k_per_split(k) % cfg.block_k == 0 and cfg.k_per_split(k) >= cfg.block_k
             assert cfg.splits(k) * cfg.k_per_split(k) >= k > (cfg.splits(k) - 1) * cfg.k_per_split(k)
+            assert not cfg.dot or cfg.k_per_split(k) >= min(k, 4 * m), (n, k, m, cfg)
+
+
+def test_default_config_past_16_rows_is_tensor_cores_within_the_shared_memory_budget():
+    """17..64 rows: the dot path in every dtype (the FMA path stops at MAX_FMA_M), x tiles of 32 or 64 rows,
+    pipelined tiles within SMEM_BUDGET; the SwiGLU variant keeps its prologue's x tile at <= 32 elements per
+    thread (the 64 x 128 tile of the plain default would spill registers)."""
+    pytest.importorskip("triton")
+    from attnserve.layers.triton_gemv import MAX_FMA_M, SMEM_BUDGET, default_config
+
+    assert MAX_FMA_M == 16
+    for n, k in [(6144, 4096), (4096, 14336), (128256, 4096), (1024, 2048), (1024, 3072), (151936, 1024)]:
+        for m in (17, 24, 32, 33, 48, 64):
+            for elem_bytes in (2, 4):
+                cfg = default_config(n, k, m, elem_bytes)
+                assert cfg.dot and cfg.block_m(m) == (32 if m <= 32 else 64), (n, k, m, cfg)
+                assert cfg.smem_bytes(m, elem_bytes) <= SMEM_BUDGET and cfg.num_stages >= 2, (n, k, m, cfg)
+                fused = default_config(n, k, m, elem_bytes, act="silu_mul")
+                assert fused.smem_bytes(m, elem_bytes, "silu_mul") <= SMEM_BUDGET, (n, k, m, fused)
+                assert cfg.block_m(m) * fused.block_k <= 32 * 32 * fused.num_warps, (n, k, m, fused)
+                assert (fused.block_n, fused.split_k, fused.dot) == (cfg.block_n, cfg.split_k, cfg.dot)
+    assert default_config(1024, 3072, 64).label() == "dot n64 k128 s8 w4 st3"
+    assert default_config(1024, 3072, 64, act="silu_mul").label() == "dot n64 k64 s8 w4 st3"
+    assert default_config(151936, 1024, 64).label() == "dot n128 k128 s1 w4 st3"  # 1187 tiles: no split
 
 
 def test_bad_configs_are_refused():
@@ -137,8 +164,32 @@ def test_bad_configs_are_refused():
         check_config(GemvConfig(block_n=24, block_k=64), 1, torch.bfloat16)
     with pytest.raises(ValueError, match="block_n >= 16"):
         check_config(GemvConfig(block_n=8, block_k=64, dot=True), 1, torch.bfloat16)
-    with pytest.raises(ValueError, match="1..16 rows"):
+    with pytest.raises(ValueError, match="1..64 rows"):
+        check_config(GemvConfig(block_n=16, block_k=64, dot=True), 65, torch.bfloat16)
+    with pytest.raises(ValueError, match="1..64 rows"):
+        check_config(GemvConfig(block_n=16, block_k=64, dot=True), 0, torch.bfloat16)
+    with pytest.raises(ValueError, match="FMA path takes 1..16 rows"):
         check_config(GemvConfig(block_n=8, block_k=64), 17, torch.bfloat16)
+    for m in (16, 17, 48, 64):
+        check_config(GemvConfig(block_n=16, block_k=64, dot=True), m, torch.float32)
+    check_config(GemvConfig(block_n=8, block_k=64), 16, torch.bfloat16)
+
+
+def test_kernel_is_not_specialized_on_the_row_count():
+    """One compiled kernel per bucket config for every row count it serves (Triton would key M % 16 == 0
+    and M == 1 apart: a compile at the first 40-row LM head of a 48-row bucket), and per split count."""
+    pytest.importorskip("triton")
+    from attnserve.layers.triton_gemv import _gemv_kernel
+
+    assert {p.name for p in _gemv_kernel.params if p.do_not_specialize} == {"M", "splits"}
+
+
+def test_gemv_refuses_65_rows():
+    pytest.importorskip("triton")
+    from attnserve.layers.triton_gemv import GemvConfig, gemv
+
+    with pytest.raises(ValueError, match="1..64 rows"):
+        gemv(torch.zeros(65, 32), torch.zeros(16, 32), config=GemvConfig(block_n=16, block_k=32, dot=True))
 
 
 # ----------------------------------------------------------------------------------- compiled, on CUDA
@@ -172,7 +223,7 @@ def test_silu_mul_gemv_matches_silu_and_mul_then_gemv_on_cuda(name):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,k", REAL_SHAPES)
-@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("m", [1, 3, 8, 16, 24, 48, 64])
 def test_gemv_real_shapes_on_cuda(n, k, m):
     from attnserve.layers.gemv_plan import candidate_configs
     from attnserve.layers.triton_gemv import gemv
@@ -187,14 +238,18 @@ def test_gemv_real_shapes_on_cuda(n, k, m):
 
 
 @pytest.mark.gpu
-def test_gemv_replays_in_a_cuda_graph():
-    """Split-K and not, captured after a warm-up; replays read new inputs and reuse the counters."""
+@pytest.mark.parametrize("m", [4, 48])
+def test_gemv_replays_in_a_cuda_graph(m):
+    """Split-K and not, captured after a warm-up; replays read new inputs and reuse the counters. 48 rows:
+    tensor-core tiles only (x tiles of 64 rows, 16 of them padding)."""
     from attnserve.layers.triton_gemv import GemvConfig, gemv
 
-    x = torch.randn(4, 2048, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(m, 2048, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(1024, 2048, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
-    cfgs = [GemvConfig(16, 256, 8), GemvConfig(32, 128, 16, dot=True), GemvConfig(16, 512)]
+    cfgs = ([GemvConfig(16, 256, 8), GemvConfig(32, 128, 16, dot=True), GemvConfig(16, 512)] if m <= 16 else
+            [GemvConfig(64, 128, 8, num_stages=3, dot=True), GemvConfig(32, 128, 16, num_stages=4, dot=True),
+             GemvConfig(128, 128, 1, num_warps=8, num_stages=3, dot=True)])
     for cfg in cfgs:
         gemv(x, w, b, cfg)
     torch.cuda.synchronize()
