@@ -139,6 +139,26 @@ job_s5a() {  # session 5, first call (one GPU, fa3 staged): the fused SwiGLU GEM
   prof llama_fa3_b64 --model $LLAMA --backend FLASH_ATTN --batch-size 64
 }
 
+job_s5b() {  # session 5 (one GPU; fa3, g1, g2 staged): the fused RoPE + KV write, FA3's graph plan, then speed
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 170 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf -x tests/gpu/test_rope_kv_write_gpu.py \
+    tests/gpu/test_cuda_graphs.py -k "not FLASHINFER and not FLEX"
+  bench lat_qwen_fa3_skinny latency --model $QWEN $DUMMY --attention-backend FLASH_ATTN $LAT --use-skinny-gemm
+  bench lat_llama_fa3_b1_skinny latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 1 \
+    --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536 --use-skinny-gemm
+  timeout 60 python3 -m tests.gpu.bench_fa3_decode --json "$RES/fa3_decode.json" || echo "!! bench_fa3_decode"
+  prof qwen_fa3_b64 --model $QWEN --backend FLASH_ATTN --batch-size 64 --use-skinny-gemm
+}
+
+job_s5c() {  # session 5 (fi staged too): FlashInfer speed, then the GEMV/SwiGLU tests and the 16..64-row GEMV bench
+  export CUDA_VISIBLE_DEVICES=0
+  bench lat_qwen_fi_skinny latency --model $QWEN $DUMMY --attention-backend FLASHINFER $LAT --use-skinny-gemm
+  timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_skinny_gemm.py \
+    tests/gpu/test_silu_mul_gemv.py tests/model_executor/test_sampler.py tests/gpu/test_rope_kv_write_gpu.py \
+    -k "not FLASH_ATTN_2 and not FA4"
+  timeout "$(left)" python3 -m tests.gpu.bench_gemv --models qwen --json "$RES/gemv64.json" || echo "!! bench_gemv"
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
@@ -165,6 +185,8 @@ for j in "$@"; do
     next) wait "${pids[@]}" 2>/dev/null; pids=(); job_next > "$OUT/next.log" 2>&1 ;;
     check) job_check > "$OUT/check.log" 2>&1 & pids+=($!) ;;
     s5a) job_s5a > "$OUT/s5a.log" 2>&1 ;;
+    s5b) job_s5b > "$OUT/s5b.log" 2>&1 ;;
+    s5c) job_s5c > "$OUT/s5c.log" 2>&1 ;;
     tplast) job_tplast > "$OUT/tplast.log" 2>&1 ;;
     tpfast) wait "${pids[@]}" 2>/dev/null; pids=(); job_tpfast > "$OUT/tpfast.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;
