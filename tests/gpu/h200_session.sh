@@ -159,6 +159,18 @@ job_s5c() {  # session 5 (fi staged too): FlashInfer speed, then the GEMV/SwiGLU
   timeout "$(left)" python3 -m tests.gpu.bench_gemv --models qwen --json "$RES/gemv64.json" || echo "!! bench_gemv"
 }
 
+job_s5d() {  # session 5 (fa3, g1, g2 staged): the failed forced-Triton test, host gaps between steps, Llama b64
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=long -rf \
+    tests/gpu/test_skinny_gemm.py::test_decode_graph_with_triton_gemvs_matches_cublas 2>&1 | tail -60
+  timeout 120 python3 -m tests.gpu.profile_engine_steps --batch-size 64 --use-skinny-gemm \
+    --json "$RES/engine_steps_qwen_fa3_b64.json" || echo "!! profile_engine_steps"
+  timeout 60 python3 -m tests.gpu.bench_silu_mul_gemv --models qwen --ms 8 16 32 64 --json "$RES/silu_mul_gemv64.json" \
+    || echo "!! bench_silu_mul_gemv"
+  bench lat_llama_fa3_b64_skinny latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 64 \
+    --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536 --use-skinny-gemm
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
@@ -187,6 +199,7 @@ for j in "$@"; do
     s5a) job_s5a > "$OUT/s5a.log" 2>&1 ;;
     s5b) job_s5b > "$OUT/s5b.log" 2>&1 ;;
     s5c) job_s5c > "$OUT/s5c.log" 2>&1 ;;
+    s5d) job_s5d > "$OUT/s5d.log" 2>&1 ;;
     tplast) job_tplast > "$OUT/tplast.log" 2>&1 ;;
     tpfast) wait "${pids[@]}" 2>/dev/null; pids=(); job_tpfast > "$OUT/tpfast.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;
