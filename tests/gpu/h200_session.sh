@@ -171,6 +171,13 @@ job_s5d() {  # session 5 (fa3, g1, g2 staged): the failed forced-Triton test, ho
     --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536 --use-skinny-gemm
 }
 
+job_s5e() {  # session 5, last call (g1, g2, fi staged): the forced-Triton test's bound, FlashInfer's fused RoPE + KV
+  export CUDA_VISIBLE_DEVICES=0  # write and graph path (after flashinfer_graphs.py)
+  t() { timeout "$(left)" python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf "$@"; }
+  t tests/gpu/test_skinny_gemm.py::test_decode_graph_with_triton_gemvs_matches_cublas
+  t tests/gpu/test_rope_kv_write_gpu.py tests/gpu/test_cuda_graphs.py -k FLASHINFER
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
@@ -200,6 +207,7 @@ for j in "$@"; do
     s5b) job_s5b > "$OUT/s5b.log" 2>&1 ;;
     s5c) job_s5c > "$OUT/s5c.log" 2>&1 ;;
     s5d) job_s5d > "$OUT/s5d.log" 2>&1 ;;
+    s5e) job_s5e > "$OUT/s5e.log" 2>&1 ;;
     tplast) job_tplast > "$OUT/tplast.log" 2>&1 ;;
     tpfast) wait "${pids[@]}" 2>/dev/null; pids=(); job_tpfast > "$OUT/tpfast.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;
