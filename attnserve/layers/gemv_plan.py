@@ -21,10 +21,9 @@ not, K tail or not; not the row count itself). For the Llama-3.1-8B and Qwen3-0.
 each to compile for sm_90 on one CPU core, ~20-25 s; Triton caches them on disk for the next start), about
 twice the work of rows 1..8. ``measure`` logs its time and counts.
 
-Timing imitates a decode step inside a CUDA graph: each measurement is one graph of back-to-back calls
-(``calls``, default 20) cycling through copies of the weight whose total exceeds twice the L2 cache, so
-no call finds its weight in L2 (in a real step the rest of the model has passed through L2 in between),
-timed with CUDA events over several replays.
+Timing imitates a decode step inside a CUDA graph (``gemv_timing.py``: one graph of back-to-back calls
+cycling through copies of the weight whose total exceeds twice the L2 cache); the launch configurations
+tried are ``gemv_tiles.py``'s.
 
 SwiGLU layers (a ``RowParallelLinear`` built with ``silu_mul_input``: the MLP's down projection, whose
 input is ``silu_and_mul`` of the gate/up output) get a second table, ``layer.gemv_silu_mul``: for each
@@ -48,6 +47,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnserve.layers.gemv_tiles import candidate_configs
+from attnserve.layers.gemv_timing import l2_bytes, time_candidates, time_per_call_us, weight_copies
+
 if TYPE_CHECKING:
     from attnserve.layers.triton_gemv import GemvConfig
 
@@ -57,154 +59,10 @@ DECODE_MS = (1, 2, 4, 8, 16, 32, 48, 64)  # the decode CUDA-graph buckets up to 
 MAX_ROWS = 64  # row counts above this always take cuBLAS (triton_gemv.MAX_M)
 MARGIN = 0.05  # Triton must be this much faster than cuBLAS to be used
 
-# FMA tiles for one row (block_n, block_k per 2-byte element, num_warps): 32..128 float32 of register tile
-# per thread; for M rows block_n shrinks by M's power of two (the tile is M times taller)
-_FMA_TILES = [(8, 512, 4), (16, 512, 4), (32, 256, 4), (16, 1024, 8), (32, 512, 8), (64, 256, 8), (32, 512, 4)]
-# tensor-core tiles (block_n, block_k per 2-byte element, num_warps, num_stages) up to 16 rows: <= ~125 KB of
-# shared memory in flight
-_DOT_TILES = [(32, 128, 4, 4), (64, 128, 4, 4), (64, 256, 4, 3), (128, 128, 8, 3), (32, 256, 4, 4), (128, 64, 4, 4)]
-# the same for 17..64 rows (x tiles of 32 or 64 rows; stages cut to triton_gemv.SMEM_BUDGET by fit_config):
-# the wider weight tiles re-read x (from L2) fewer times, the narrower ones give more programs
-_WIDE_DOT_TILES = [(32, 128, 4, 4), (64, 128, 4, 3), (64, 128, 4, 4), (128, 128, 8, 3), (128, 128, 4, 3),
-                   (32, 256, 4, 3), (64, 256, 4, 2), (64, 64, 4, 4), (128, 64, 4, 4), (256, 64, 8, 3)]
-# the start-up plan's extra tiles for 17..64 rows, after the default and its split halved / doubled
-_WIDE_CANDIDATE_TILES = [(32, 128, 4, 4), (128, 128, 8, 3), (64, 256, 4, 2)]
-
-
-def _pow2(v: int) -> int:
-    return 1 << max(0, (v - 1).bit_length())
-
-
 def plan_rows(sizes: list[int] | tuple[int, ...] | None = None) -> tuple[int, ...]:
     """The row counts a plan measures: the CUDA-graph batch sizes ``sizes`` (``cuda_graph.capture_sizes``;
     None: ``DECODE_MS``) of 1..``MAX_ROWS`` rows, ascending."""
     return tuple(sorted({s for s in (DECODE_MS if sizes is None else sizes) if 1 <= s <= MAX_ROWS}))
-
-
-def auto_split(n: int, k: int, block_n: int, block_k: int, num_sms: int, m: int = 1) -> int:
-    """Splits of K so that about ``4 * num_sms`` programs run, each with at least one full K step and at
-    least ``4 * m`` K elements (its float32 partials at most half the weight bytes it reads)."""
-    tiles = -(-n // block_n)
-    split = 1
-    while tiles * split < 4 * num_sms and split < 32 and k // (2 * split) >= max(block_k, 4 * m):
-        split *= 2
-    return split
-
-
-def _wide_dot(n: int, k: int, m: int, bn: int, bk: int, warps: int, stages: int, elem_bytes: int, num_sms: int,
-              split_factors: tuple[float, ...] = (1,)) -> list[GemvConfig]:
-    """Tensor-core configs of one tile for 17..64 rows: block_k (given per 2-byte element) scaled to the
-    dtype and K, the automatic split times each of ``split_factors`` (1..32)."""
-    from attnserve.layers.triton_gemv import GemvConfig
-
-    bk = max(16, min(bk * 2 // elem_bytes, _pow2(k)))
-    s = auto_split(n, k, bn, bk, num_sms, m)
-    return [GemvConfig(bn, bk, max(1, min(32, int(s * f))), num_warps=warps, num_stages=stages, dot=True)
-            for f in split_factors]
-
-
-def sweep_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 132) -> list[GemvConfig]:
-    """A few dozen launch configurations for (N, K, M): the default and it with a shallower and a deeper
-    pipeline; up to 16 rows, FMA tiles with the automatic split, half and double it, and tensor-core tiles
-    (16-bit only) with the automatic split and double it; past 16 rows (tensor cores only, every dtype),
-    wide tensor-core tiles with the automatic split, half and double it. Each fitted to M rows
-    (``triton_gemv.fit_config``: shared memory)."""
-    from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
-
-    rows = _pow2(m)
-    base = default_config(n, k, m, elem_bytes, num_sms)
-    out = [base] + [GemvConfig(base.block_n, base.block_k, base.split_k, base.num_warps, stages, base.dot)
-                    for stages in ((1, 3) if not base.dot else (2, 5))]
-    if m > MAX_FMA_M:
-        for bn, bk, warps, stages in _WIDE_DOT_TILES:
-            out += _wide_dot(n, k, m, bn, bk, warps, stages, elem_bytes, num_sms, (0.5, 1, 2))
-    else:
-        for bn, bk, warps in _FMA_TILES:
-            bn = max(1, bn // rows)
-            bk = min(bk * 2 // elem_bytes, _pow2(k))
-            s = auto_split(n, k, bn, bk, num_sms)
-            for split in {max(1, s // 2), s, min(32, 2 * s)}:
-                out.append(GemvConfig(bn, max(16, bk), split, num_warps=warps, num_stages=2))
-        if elem_bytes == 2:
-            for bn, bk, warps, stages in _DOT_TILES:
-                bk = min(bk, _pow2(k))
-                s = auto_split(n, k, bn, bk, num_sms)
-                for split in {s, min(32, 2 * s)}:
-                    out.append(GemvConfig(bn, max(16, bk), split, num_warps=warps, num_stages=stages, dot=True))
-    return list(dict.fromkeys(fit_config(c, m, elem_bytes) for c in out))
-
-
-def candidate_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 132,
-                      act: str = "none") -> list[GemvConfig]:
-    """The handful (at most 6) the start-up plan times for ``act`` (``triton_gemv.ACTS``): the default and
-    its split halved and doubled; up to 16 rows, two tiles of the other kind (FMA <-> tensor cores) or
-    shape; past 16 rows three tensor-core tiles: narrower (more programs), wider (x re-read fewer times)
-    and a longer K step. Each fitted to M rows and ``act`` (``triton_gemv.fit_config``: shared memory, and
-    the SwiGLU prologue's registers)."""
-    from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
-
-    base = default_config(n, k, m, elem_bytes, num_sms)
-    out = [base,
-           GemvConfig(base.block_n, base.block_k, max(1, base.split_k // 2), base.num_warps, base.num_stages, base.dot),
-           GemvConfig(base.block_n, base.block_k, min(32, base.split_k * 2), base.num_warps, base.num_stages, base.dot)]
-    if m > MAX_FMA_M:
-        for bn, bk, warps, stages in _WIDE_CANDIDATE_TILES:
-            out += _wide_dot(n, k, m, bn, bk, warps, stages, elem_bytes, num_sms)
-    else:
-        rows = _pow2(m)
-        bk = min(512 * 2 // elem_bytes, _pow2(k))
-        fma_bn = max(1, 32 // rows)
-        out.append(GemvConfig(fma_bn, bk, auto_split(n, k, fma_bn, bk, num_sms), num_warps=8))
-        if elem_bytes == 2:
-            bk = min(256, _pow2(k))
-            out.append(GemvConfig(64, bk, auto_split(n, k, 64, bk, num_sms), num_warps=4, num_stages=3, dot=True))
-    return list(dict.fromkeys(fit_config(c, m, elem_bytes, act) for c in out if c.block_k <= max(16, _pow2(k))))
-
-
-# ------------------------------------------------------------------------------------------------ timing
-def l2_bytes(device: torch.device) -> int:
-    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20))
-
-
-def weight_copies(weight: torch.Tensor, min_bytes: int) -> list[torch.Tensor]:
-    """``weight`` and random copies of it until their bytes reach ``min_bytes`` (at least one: itself)."""
-    size = weight.numel() * weight.element_size()
-    copies = [weight]
-    while len(copies) * size < min_bytes:
-        copies.append(torch.randn_like(weight))
-    return copies
-
-
-def time_per_call_us(call: Callable[[torch.Tensor], object], weights: list[torch.Tensor], calls: int = 20,
-                     replays: int = 10) -> float:
-    """Mean device time of ``call(w)`` in microseconds: one CUDA graph of back-to-back calls cycling through
-    ``weights``, replayed ``replays`` times between two CUDA events. The first call (compiling, allocating)
-    runs outside the graph; an error there propagates before any capture starts."""
-    call(weights[0])
-    torch.cuda.synchronize()
-    calls = -(-max(calls, len(weights)) // len(weights)) * len(weights)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            call(weights[i % len(weights)])
-    graph.replay()  # warm
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    us = start.elapsed_time(end) * 1000.0 / (replays * calls)
-    del graph
-    return us
-
-
-def agrees(got: torch.Tensor, want: torch.Tensor) -> bool:
-    """Within 2 ulp of ``F.linear`` plus a float32 summation slack (the GPU tests' tolerance)."""
-    scale = float(want.float().abs().max().clamp_min(1e-30))
-    eps = torch.finfo(want.dtype).eps if want.dtype != torch.float32 else 1e-5
-    err = (got.float() - want.float()).abs()
-    return bool((err <= 2 * eps * want.float().abs() + 1e-5 * scale).all())
 
 
 # --------------------------------------------------------------------------------------------- the plan
@@ -410,22 +268,3 @@ class GemvPlan:
                 what = f"fused {c.config.label()}" if c.use_fused and c.config else f"silu_and_mul + {c.unfused_label}"
                 lines.append(f"{n:>7} {k:>6} {m:>2} {c.unfused_us:10.2f} {fused}  {what}")
         return "\n".join(lines)
-
-
-def time_candidates(call: Callable[[torch.Tensor, GemvConfig], torch.Tensor], want: torch.Tensor,
-                     copies: list[torch.Tensor], n: int, k: int, m: int, configs: list[GemvConfig], calls: int,
-                     replays: int) -> list[tuple[float, GemvConfig]]:
-    """(microseconds, config) of each config whose ``call(weight, config)`` agrees with ``want`` on the first
-    copy; a config that disagrees is logged and skipped, one that fails to launch (shared memory, registers
-    of this GPU) skipped."""
-    timed = []
-    for cfg in configs:
-        try:
-            if not agrees(call(copies[0], cfg), want):
-                logger.warning("GEMV plan: %s disagrees with F.linear on (%d, %d) x %d rows; skipped",
-                               cfg.label(), n, k, m)
-                continue
-            timed.append((time_per_call_us(lambda w: call(w, cfg), copies, calls, replays), cfg))
-        except Exception as e:  # a launch that does not fit this GPU
-            logger.debug("GEMV plan: %s failed on (%d, %d) x %d: %s", cfg.label(), n, k, m, e)
-    return timed

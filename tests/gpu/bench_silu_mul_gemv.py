@@ -7,7 +7,7 @@ Llama-3.1-8B (N 4096, K 14336) and Qwen3-0.6B (N 1024, K 3072), bfloat16, decode
 ``--dry-run`` checks the script on CPU (``TRITON_INTERPRET=1``, shapes / 64, wall-clock times of one call:
 meaningless as timings).
 
-Timing: ``gemv_plan.time_per_call_us`` (what the start-up plan uses): one CUDA graph of back-to-back calls
+Timing: ``gemv_timing.time_per_call_us`` (what the start-up plan uses): one CUDA graph of back-to-back calls
 cycling through weight copies that exceed twice the L2 cache, CUDA events around 10 replays, microseconds
 per call. Columns, per (shape, M):
 
@@ -56,20 +56,20 @@ def main() -> None:
     if not torch.cuda.is_available() and not args.dry_run:
         raise SystemExit("bench_silu_mul_gemv needs a CUDA GPU")
 
-    from attnserve.layers import gemv_plan
+    from attnserve.layers import gemv_plan, gemv_tiles, gemv_timing
     from attnserve.layers.fused_ops import silu_and_mul
     from attnserve.layers.triton_gemv import gemv, prepare
 
-    time_us = gemv_plan.time_per_call_us
+    time_us = gemv_timing.time_per_call_us
     shapes = dict(SHAPES)
     if args.dry_run:
         dev, name, num_sms, l2 = torch.device("cpu"), "CPU (dry run)", 132, 1 << 20
-        time_us = gemv_plan.time_per_call_us = _wall_us  # also for gemv_plan.time_candidates
+        time_us = gemv_timing.time_per_call_us = _wall_us  # also for gemv_timing.time_candidates
         shapes = {key: (label, n // 64, k // 64) for key, (label, n, k) in shapes.items()}
     else:
         dev = torch.device("cuda")
         props = torch.cuda.get_device_properties(dev)
-        name, num_sms, l2 = props.name, props.multi_processor_count, gemv_plan.l2_bytes(dev)
+        name, num_sms, l2 = props.name, props.multi_processor_count, gemv_timing.l2_bytes(dev)
     prepare(dev)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     print(f"{name}: {num_sms} SMs, L2 {l2 >> 20} MiB; torch {torch.__version__}, "
@@ -84,19 +84,19 @@ def main() -> None:
         for key in args.models:
             label, n, k = shapes[key]
             w = torch.randn(n, k, device=dev, dtype=dtype, generator=g) * k**-0.5
-            copies = gemv_plan.weight_copies(w, 2 * l2)
+            copies = gemv_timing.weight_copies(w, 2 * l2)
             for m in args.ms:
                 gate_up = torch.randn(m, 2 * k, device=dev, dtype=dtype, generator=g) * 3
                 act = silu_and_mul(gate_up)
                 want = F.linear(act, w)
-                cands = gemv_plan.candidate_configs(n, k, m, 2, num_sms)
+                cands = gemv_tiles.candidate_configs(n, k, m, 2, num_sms)
                 silu_us = time_us(lambda v: silu_and_mul(gate_up), copies, args.calls, args.replays)
                 cublas_us = time_us(lambda v: F.linear(silu_and_mul(gate_up), v), copies, args.calls, args.replays)
-                plain = gemv_plan.time_candidates(lambda v, cfg: gemv(silu_and_mul(gate_up), v, None, cfg), want,
+                plain = gemv_timing.time_candidates(lambda v, cfg: gemv(silu_and_mul(gate_up), v, None, cfg), want,
                                                   copies, n, k, m, cands, args.calls, args.replays)
                 plain_us, plain_cfg, _ = gemv_plan.pick_fastest(cublas_us, plain, 0.0)
-                fused_cands = gemv_plan.candidate_configs(n, k, m, 2, num_sms, act="silu_mul")
-                fused = gemv_plan.time_candidates(lambda v, cfg: gemv(gate_up, v, None, cfg, act="silu_mul"), want,
+                fused_cands = gemv_tiles.candidate_configs(n, k, m, 2, num_sms, act="silu_mul")
+                fused = gemv_timing.time_candidates(lambda v, cfg: gemv(gate_up, v, None, cfg, act="silu_mul"), want,
                                                    copies, n, k, m, fused_cands, args.calls, args.replays)
                 fused_us, fused_cfg, _ = gemv_plan.pick_fastest(cublas_us, fused, 0.0)
                 same_us = next((us for us, cfg in fused if cfg == plain_cfg), None)

@@ -32,7 +32,8 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> str:
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 8, 16, 24, 32, 40, 48, 64])
 def test_fused_gemv_in_a_graph_equals_silu_and_mul_then_gemv(model, m):
     from attnserve.layers.fused_ops import silu_and_mul
-    from attnserve.layers.gemv_plan import agrees, candidate_configs
+    from attnserve.layers.gemv_tiles import candidate_configs
+    from attnserve.layers.gemv_timing import agrees
     from attnserve.layers.triton_gemv import default_config, gemv, prepare
 
     n, k = DOWN_SHAPES[model]
@@ -72,7 +73,7 @@ class _Down(nn.Module):
 
 @pytest.mark.parametrize("model", list(DOWN_SHAPES))
 def test_plan_choice_table_and_fused_forward_in_a_graph(model):
-    from attnserve.layers import gemv_plan
+    from attnserve.layers import gemv_plan, gemv_timing
     from attnserve.layers.activation import SiluAndMul
     from attnserve.layers.fused_ops import silu_and_mul
     from attnserve.layers.linear import table_entry
@@ -106,4 +107,4 @@ def test_plan_choice_table_and_fused_forward_in_a_graph(model):
             fused = table_entry(down.gemv_silu_mul, m) is not None
             assert fused or which == "measured", f"{model} m{m}: no fused config ran"
             want = F.linear(silu_and_mul(gate_up), down.weight)
-            assert gemv_plan.agrees(y, want), f"{model} m{m} {which} plan (fused: {fused}): {_diff(y, want)}"
+            assert gemv_timing.agrees(y, want), f"{model} m{m} {which} plan (fused: {fused}): {_diff(y, want)}"

@@ -9,9 +9,10 @@ import torch
 pytest.importorskip("triton")
 
 from attnserve.layers.gemv_plan import (  # noqa: E402
-    DECODE_MS, MARGIN, MAX_ROWS, GemvChoice, GemvPlan, SiluMulChoice, candidate_configs, gemv_layers, pick_fastest,
-    plan_rows, silu_mul_layers, sweep_configs,
+    DECODE_MS, MARGIN, MAX_ROWS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers, pick_fastest, plan_rows,
+    silu_mul_layers,
 )
+from attnserve.layers.gemv_tiles import candidate_configs, sweep_configs  # noqa: E402
 from attnserve.layers.triton_gemv import MAX_FMA_M, MAX_M, SMEM_BUDGET, GemvConfig, check_config  # noqa: E402
 from attnserve.model_executor.cuda_graph import capture_sizes  # noqa: E402
 from tests.layers.test_triton_gemv import REAL_SHAPES  # noqa: E402

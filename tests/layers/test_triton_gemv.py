@@ -225,7 +225,7 @@ def test_silu_mul_gemv_matches_silu_and_mul_then_gemv_on_cuda(name):
 @pytest.mark.parametrize("n,k", REAL_SHAPES)
 @pytest.mark.parametrize("m", [1, 3, 8, 16, 24, 48, 64])
 def test_gemv_real_shapes_on_cuda(n, k, m):
-    from attnserve.layers.gemv_plan import candidate_configs
+    from attnserve.layers.gemv_tiles import candidate_configs
     from attnserve.layers.triton_gemv import gemv
 
     g = torch.Generator(device="cuda").manual_seed(0)
