@@ -53,7 +53,7 @@ def _rows() -> list[str]:
         except ImportError:
             continue  # not part of this build (e.g. a backend another branch adds)
         if member is AttentionBackendEnum.FLASH_ATTN:
-            from attnserve.attention.backends.flash_attn import FLASH_ATTN_VERSIONS
+            from attnserve.attention.backends.flash_attn_versions import FLASH_ATTN_VERSIONS
 
             rows += [_row(f"FLASH_ATTN (v{v})", cls.version_capabilities(v)) for v in FLASH_ATTN_VERSIONS]
         else:

@@ -37,7 +37,7 @@ CASES = [  # (label, backend, attention_config, dtype, relative tolerance of the
 def _installed(backend: str, cfg: dict) -> bool:
     """The package the backend (or FlashAttention version) declares is importable here."""
     if backend == "FLASH_ATTN":
-        from attnserve.attention.backends.flash_attn import FLASH_ATTN_VERSIONS
+        from attnserve.attention.backends.flash_attn_versions import FLASH_ATTN_VERSIONS
 
         return _has(FLASH_ATTN_VERSIONS[cfg["flash_attn_version"]].package)
     from attnserve.attention.registry import get_backend_class, lookup_backend
