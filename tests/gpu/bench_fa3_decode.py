@@ -19,7 +19,7 @@ for 4 MB of KV: latency, not bytes. This measures what each knob gives per shape
 Cases cover block sizes 16 to 256 (FA3 takes its TMA path for K/V only when pages are large enough).
 
 Each time is one CUDA graph of back-to-back calls cycling through copies of the KV cache whose total exceeds
-twice the L2 cache (a decode step reads each layer's KV from HBM), CUDA events around the replays,
+twice the L2 cache (``gemv_timing.time_per_call_us``, the GEMV plan's harness) (a decode step reads each layer's KV from HBM), CUDA events around the replays,
 microseconds per call. Every variant's output is compared with the ``graph`` variant's (bf16 tolerance).
 """
 
@@ -30,30 +30,14 @@ import json
 
 import torch
 
+from attnserve.layers.gemv_timing import time_per_call_us
+
 # name, batch, q heads, kv heads, context, page table width (blocks), block size: the engine's bench shapes
 CASES = [("llama_b1", 1, 32, 8, 1024, 256, 16), ("qwen_b64", 64, 16, 8, 1024, 256, 16),
          ("llama_b64", 64, 32, 8, 1024, 256, 16), ("qwen_b64_bs64", 64, 16, 8, 1024, 64, 64),
          ("qwen_b64_bs128", 64, 16, 8, 1024, 32, 128), ("qwen_b64_bs256", 64, 16, 8, 1024, 16, 256),
          ("llama_b1_bs128", 1, 32, 8, 1024, 32, 128)]
 HEAD = 128
-
-
-def _graph_us(fn, copies: int, calls: int = 40, replays: int = 10) -> float:
-    calls = -(-max(calls, copies) // copies) * copies
-    fn(0)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(i % copies)
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000.0 / (replays * calls)
 
 
 def bench_case(fa, name: str, batch: int, hq: int, hkv: int, ctx: int, width: int, block: int) -> dict:
@@ -72,8 +56,8 @@ def bench_case(fa, name: str, batch: int, hq: int, hkv: int, ctx: int, width: in
     seqlens = torch.full((batch,), ctx, dtype=torch.int32, device=dev)
     cu_q = torch.arange(batch + 1, dtype=torch.int32, device=dev)
 
-    def call(i: int, **kw):
-        kc, vc = caches[i]
+    def call(kv: tuple[torch.Tensor, torch.Tensor], **kw):
+        kc, vc = kv
         out = fa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, page_table=table, cu_seqlens_q=cu_q,
                                          max_seqlen_q=1, softmax_scale=HEAD**-0.5, causal=True, **kw)
         return out[0] if isinstance(out, tuple) else out
@@ -92,12 +76,12 @@ def bench_case(fa, name: str, batch: int, hq: int, hkv: int, ctx: int, width: in
         variants[f"sched splits={s}"] = {"scheduler_metadata": sched(s), "num_splits": s}
     # the engine's graphs (flash_attn.py: cudagraph_prologue): planned for the table's width, bound 16
     variants["engine"] = {"scheduler_metadata": sched(16, max_k=width * block), "num_splits": 16}
-    ref = call(0).float()
+    ref = call(caches[0]).float()
     rows = {}
     for label, kw in variants.items():
         try:
-            err = float((call(0, **kw).float() - ref).abs().max())
-            us = _graph_us(lambda i, kw=kw: call(i, **kw), copies)
+            err = float((call(caches[0], **kw).float() - ref).abs().max())
+            us = time_per_call_us(lambda kv, kw=kw: call(kv, **kw), caches, calls=40)
             rows[label] = {"us": round(us, 2), "tbps": round(kv_bytes / us / 1e6, 3), "max_err": err}
         except Exception as e:  # a knob this build rejects: reported, never counted
             rows[label] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
