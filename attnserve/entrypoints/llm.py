@@ -9,6 +9,7 @@ from attnserve.config import EngineConfig, build_engine_config
 from attnserve.engine.llm_engine import LLMEngine
 from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.sampling_params import SamplingParams
+from attnserve.entrypoints.chat_utils import chat_messages
 
 PromptType = str | list[int] | dict  # text, token ids, or vLLM's {"prompt": str} / {"prompt_token_ids": list[int]}
 
@@ -67,13 +68,8 @@ class LLM:
         one raises before any work.
         """
         prompts = [parse_prompt(p) for p in ([prompts] if _is_single_prompt(prompts) else prompts)]
-        params = sampling_params if sampling_params is not None else SamplingParams()
-        params_list = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
-        if len(params_list) != len(prompts):
-            raise ValueError(f"{len(params_list)} sampling params for {len(prompts)} prompts")
         token_prompts = [self.engine.check_prompt(p) for p in prompts]  # all checked before any is queued
-        ids = [self.engine.add_request(p, sp, prompt_token_ids=t) for p, t, sp in zip(prompts, token_prompts, params_list)]
-        return self._run(ids, use_tqdm)
+        return self._generate(prompts, token_prompts, sampling_params, use_tqdm)
 
     def chat(
         self,
@@ -81,14 +77,35 @@ class LLM:
         sampling_params: SamplingParams | None = None,
         use_tqdm: bool = False,
     ) -> list[RequestOutput]:
-        """Apply the tokenizer's chat template to each conversation and generate the assistant's reply."""
-        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        prompts = [
-            self.tokenizer.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
-            for conv in conversations
-        ]
-        token_prompts = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
-        return self.generate(token_prompts, sampling_params, use_tqdm)
+        """Apply the tokenizer's chat template to each conversation and generate the assistant's reply.
+
+        Messages are checked as the server checks them (:func:`chat_messages`: content None or missing is "");
+        a bad one raises ValueError naming the conversation and message index. ``RequestOutput.prompt`` is the
+        rendered prompt text.
+        """
+        single = bool(messages) and isinstance(messages[0], Mapping)
+        conversations = [messages] if single else messages
+        prompts = []
+        for i, conv in enumerate(conversations):
+            try:
+                checked = chat_messages(conv)
+            except ValueError as e:
+                raise ValueError(str(e) if single else f"conversation {i}: {e}") from None
+            prompts.append(self.tokenizer.apply_chat_template(checked, tokenize=False, add_generation_prompt=True))
+        # the template already holds the special tokens (BOS, ...); all checked before any is queued
+        token_prompts = [self.engine.check_prompt(self.tokenizer.encode(p, add_special_tokens=False)) for p in prompts]
+        return self._generate(prompts, token_prompts, sampling_params, use_tqdm)
+
+    def _generate(self, prompts: list[str | list[int]], token_prompts: list[list[int]],
+                  sampling_params: SamplingParams | Sequence[SamplingParams] | None,
+                  use_tqdm: bool) -> list[RequestOutput]:
+        """Queue checked prompts (``prompts``: the text, or token ids, that outputs report) and run them."""
+        params = sampling_params if sampling_params is not None else SamplingParams()
+        params_list = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise ValueError(f"{len(params_list)} sampling params for {len(prompts)} prompts")
+        ids = [self.engine.add_request(p, sp, prompt_token_ids=t) for p, t, sp in zip(prompts, token_prompts, params_list)]
+        return self._run(ids, use_tqdm)
 
     def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         final: dict[str, RequestOutput] = {}
