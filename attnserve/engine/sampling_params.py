@@ -36,8 +36,8 @@ class SamplingParams:
     min_p: float = 0.0  # drop tokens less likely than min_p * p(most likely)
     seed: int | None = None  # per-request random seed
     max_tokens: int | None = 16  # None = up to max_model_len
-    stop: list[str] = field(default_factory=list)  # stop strings, not included in the output text
-    stop_token_ids: list[int] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list)  # stop strings, not included in the output text; None = []
+    stop_token_ids: list[int] = field(default_factory=list)  # None = [] (vLLM's default is None)
     ignore_eos: bool = False
     logprobs: int | None = None  # number of top logprobs per generated token (the sampled one is added)
     skip_special_tokens: bool = True
@@ -45,10 +45,19 @@ class SamplingParams:
     detokenize: bool = True
 
     def __post_init__(self) -> None:
+        # vLLM's defaults are None; stored as [] so that downstream code sees lists only
+        if self.stop is None:
+            self.stop = []
+        if self.stop_token_ids is None:
+            self.stop_token_ids = []
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        self.stop = list(self.stop)
-        self.stop_token_ids = list(self.stop_token_ids)
+        for name, allowed in (("stop", "a string, a list of strings, or None"),
+                              ("stop_token_ids", "a list of token ids, or None")):
+            value = getattr(self, name)
+            if not isinstance(value, (list, tuple)):
+                raise SamplingParamsError(f"{name} {value!r} not allowed (allowed: {allowed})")
+            setattr(self, name, list(value))
         if self.top_k == -1:
             self.top_k = 0
         checks = [
@@ -62,7 +71,7 @@ class SamplingParams:
              self.max_tokens, "integer >= 1"),
             (self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS), "logprobs",
              self.logprobs, f"integer in [0, {MAX_LOGPROBS}]"),
-            (all(s for s in self.stop), "stop", self.stop, "non-empty strings"),
+            (all(isinstance(s, str) and s for s in self.stop), "stop", self.stop, "non-empty strings"),
             (all(_is_int(t) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", self.stop_token_ids,
              "token ids (integers >= 0)"),
             (self.detokenize or not self.stop, "stop", self.stop,

@@ -262,11 +262,20 @@ def test_text_equals_decoding_the_tokens(llm):
     ({"logprobs": 21}, "logprobs 21 not allowed (allowed: integer in [0, 20])"),
     ({"stop_token_ids": [2, -1]}, "stop_token_ids [2, -1] not allowed (allowed: token ids (integers >= 0))"),
     ({"stop_token_ids": [2.0]}, "stop_token_ids [2.0] not allowed (allowed: token ids (integers >= 0))"),
+    ({"stop_token_ids": 2}, "stop_token_ids 2 not allowed (allowed: a list of token ids, or None)"),
+    ({"stop": 5}, "stop 5 not allowed (allowed: a string, a list of strings, or None)"),
+    ({"stop": ["a", 5]}, "stop ['a', 5] not allowed (allowed: non-empty strings)"),
 ])
 def test_bad_sampling_params(kwargs, message):
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(**kwargs)
     assert str(e.value) == message
+
+
+def test_none_stop_and_stop_token_ids_mean_none_as_in_vllm():
+    params = SamplingParams(stop=None, stop_token_ids=None)
+    assert params.stop == [] and params.stop_token_ids == []
+    assert SamplingParams(stop="x", stop_token_ids=(3,)).stop_token_ids == [3]
 
 
 def test_prompt_longer_than_max_model_len(llama_dir):

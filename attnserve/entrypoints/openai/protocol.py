@@ -126,7 +126,7 @@ class ContentPart(OpenAIModel):
 
 
 class ChatMessage(OpenAIModel):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]  # chat_utils.CHAT_ROLES
     content: str | list[ContentPart] | None = None
     name: str | None = None
 

@@ -8,6 +8,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from attnserve.engine.outputs import CompletionOutput, RequestOutput
+from attnserve.entrypoints.chat_utils import chat_messages
 from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.protocol import (
     ChatChoiceLogprobs,
@@ -70,13 +71,7 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
 
 def render_chat(ctx: ServingContext, req: ChatCompletionRequest) -> list[int]:
     """The prompt token ids: the tokenizer's chat template over the messages (text parts joined)."""
-    messages = []
-    for m in req.messages:
-        content = m.content if isinstance(m.content, str) or m.content is None else "".join(p.text for p in m.content)
-        msg = {"role": m.role, "content": content or ""}
-        if m.name:
-            msg["name"] = m.name
-        messages.append(msg)
+    messages = chat_messages([m.model_dump() for m in req.messages])  # pydantic checked them already
     if getattr(ctx.tokenizer, "chat_template", None) is None:
         raise OpenAIError("this model's tokenizer has no chat template; use /v1/completions", 400, param="messages")
     try:
