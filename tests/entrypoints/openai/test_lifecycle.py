@@ -75,3 +75,32 @@ def test_sigterm_with_request_in_flight(tiny_server):
     assert "Traceback" not in tiny_server.log_tail()
     with pytest.raises(httpx.TransportError):
         httpx.get(tiny_server.url + "/health", timeout=2)
+
+
+def test_a_model_that_fails_to_load_ends_the_server_with_exit_1(tiny_model_dir, tmp_path):
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.entrypoints.openai.utils import REPO, free_port
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir("llama"), broken)
+    config = json.loads((broken / "config.json").read_text())
+    config["hidden_size"] += 8  # the checkpoint's tensors no longer match
+    (broken / "config.json").write_text(json.dumps(config))
+    proc = subprocess.run([sys.executable, "-m", "attnserve", "serve", str(broken), "--port", str(free_port())],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("attnserve serve: error: the model failed to load: "), proc.stderr[-3000:]
+
+
+def test_a_load_error_summary_leaves_out_the_worker_traceback():
+    from attnserve.entrypoints.openai.serving import load_error_summary
+    from attnserve.executor.base import WorkerDiedError
+
+    e = WorkerDiedError("worker rank 1 (pid 7) failed; pending requests failed. Its traceback:\n"
+                        "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nValueError: bad heads\n")
+    assert load_error_summary(e) == "worker rank 1 (pid 7) failed; pending requests failed. ValueError: bad heads"
