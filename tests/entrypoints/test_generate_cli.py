@@ -73,3 +73,29 @@ def test_cuda_on_a_machine_without_one_fails_before_loading(capsys):
     assert main(["generate", "--device", "cuda"]) == 2
     assert capsys.readouterr().err.strip() == (
         "attnserve generate: error: device cuda:0 requested but CUDA is not available on this machine")
+
+
+SPLIT_ERROR = ("tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads: with fewer KV heads than ranks "
+               "the ranks must be a multiple of the KV heads and divide each KV head's 3 query heads "
+               "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)")
+
+
+@pytest.mark.parametrize("command", [
+    ["generate", "--prompt", "The capital of France is", "--max-tokens", "12", "--tensor-parallel-size", "4"],
+    ["bench", "latency", "--batch-size", "1", "--input-len", "4", "--output-len", "2", "--num-iters", "1",
+     "--num-iters-warmup", "0", "--compare-tensor-parallel-sizes", "1", "4"],
+])
+def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_any_worker(command):
+    """The default model (9 query heads, 3 KV heads) on 4 ranks: one line from its config, no worker started."""
+    proc = subprocess.run([sys.executable, "-m", "attnserve", *command, "--device", "cpu"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip() == f"attnserve {command[0]}{' latency' if command[0] == 'bench' else ''}: error: {SPLIT_ERROR}"
+    assert proc.stdout == ""
+
+
+def test_the_python_api_says_the_same_in_a_value_error():
+    from attnserve import LLM
+
+    with pytest.raises(ValueError, match=r"^tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads"):
+        LLM(tensor_parallel_size=4, device="cpu")
