@@ -99,3 +99,27 @@ def test_the_python_api_says_the_same_in_a_value_error():
 
     with pytest.raises(ValueError, match=r"^tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads"):
         LLM(tensor_parallel_size=4, device="cpu")
+
+
+@pytest.mark.parametrize("command", [
+    ["generate", "--max-tokens", "2", "--prompt", "hi"],
+    ["bench", "latency", "--batch-size", "1", "--input-len", "4", "--output-len", "2", "--num-iters", "1",
+     "--num-iters-warmup", "0", "--device", "cpu", "--no-progress"],
+    ["bench", "throughput", "--num-prompts", "2", "--input-len", "4", "--output-len", "2", "--device", "cpu",
+     "--no-progress"],
+    ["bench", "attention", "--device", "cpu", "--batch-size", "1", "--context-lens", "16", "--no-progress"],
+    ["bench", "serve", "--num-prompts", "1", "--port", "9"],
+])
+@pytest.mark.parametrize("flag", ["--output-json", "--plot"])
+def test_an_output_file_in_a_missing_folder_exits_2_before_the_run(command, flag, tiny_model_dir):
+    if flag == "--plot" and command[0] == "generate" or command[1:2] == ["serve"] and flag == "--plot":
+        pytest.skip("no --plot here")
+    model = ["--model", tiny_model_dir("llama")] if command[:2] != ["bench", "attention"] and command[1:2] != ["serve"] else []
+    proc = subprocess.run([sys.executable, "-m", "attnserve", *command, *model, flag, "/nonexistent/dir/out.json"],
+                          capture_output=True, text=True, timeout=600)
+    prog = "attnserve " + " ".join(command[:2] if command[0] == "bench" else command[:1])
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip() == (
+        f"{prog}: error: argument {flag}: '/nonexistent/dir/out.json' not allowed (allowed: a file path in an "
+        "existing, writable folder; folder /nonexistent/dir does not exist)")
+    assert proc.stdout == ""
