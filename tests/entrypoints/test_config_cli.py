@@ -349,3 +349,17 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 1
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+@pytest.mark.parametrize("command", [["attnserve"], [sys.executable, "-m", "attnserve"]])
+def test_version(command):
+    import shutil
+
+    import attnserve
+
+    if command == ["attnserve"]:
+        if shutil.which("attnserve") is None:
+            pytest.skip("the attnserve script is not installed")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"attnserve {attnserve.__version__}\n", "")
