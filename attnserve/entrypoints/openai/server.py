@@ -170,7 +170,7 @@ class _AuthAndCount:
 
         try:
             key = self.ctx.api_key
-            if key is not None and path.startswith("/v1"):
+            if key and path.startswith("/v1"):  # an empty key: no key (as vLLM)
                 headers = dict(scope.get("headers") or [])
                 if headers.get(b"authorization", b"").decode("latin-1") != f"Bearer {key}":
                     response = error_response("missing or wrong API key (send 'Authorization: Bearer <key>')",

@@ -104,3 +104,14 @@ def test_a_load_error_summary_leaves_out_the_worker_traceback():
     e = WorkerDiedError("worker rank 1 (pid 7) failed; pending requests failed. Its traceback:\n"
                         "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nValueError: bad heads\n")
     assert load_error_summary(e) == "worker rank 1 (pid 7) failed; pending requests failed. ValueError: bad heads"
+
+
+def test_an_empty_api_key_means_no_key(tiny_model_dir):
+    """As vLLM: ``--api-key ""`` turns no authentication on (it used to answer 401 to every request)."""
+    srv = RemoteServer([tiny_model_dir("llama"), "--api-key", "", "--log-level", "warning"])
+    try:
+        r = httpx.post(srv.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 1})
+        assert r.status_code == 200, r.text
+        assert httpx.get(srv.url + "/v1/models").status_code == 200
+    finally:
+        srv.stop()
