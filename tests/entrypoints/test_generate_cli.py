@@ -123,3 +123,33 @@ def test_an_output_file_in_a_missing_folder_exits_2_before_the_run(command, flag
         f"{prog}: error: argument {flag}: '/nonexistent/dir/out.json' not allowed (allowed: a file path in an "
         "existing, writable folder; folder /nonexistent/dir does not exist)")
     assert proc.stdout == ""
+
+
+def test_a_stale_cached_gguf_config_is_dropped_and_converted_again(tiny_model_dir, tmp_path):
+    """A cached GGUF config that does not fit the weights: one warning naming the cache folder, the entry is
+    converted again from the GGUF, and the run succeeds (it used to end in 'checkpoint shape ... != expected')."""
+    import os
+
+    from attnserve.model_executor import gguf_cache
+    from tests.models.tiny import write_gpt2_gguf
+
+    folder = tiny_model_dir("gpt2")
+    gguf_path = write_gpt2_gguf(folder, str(tmp_path / "tiny-gpt2-f32.gguf"))
+    cache = tmp_path / "cache"
+    env = {**os.environ, gguf_cache.CACHE_DIR_ENV: str(cache)}
+    command = [sys.executable, "-m", "attnserve", "generate", "--model", gguf_path, "--tokenizer", folder,
+               "--prompt", "hi", "--max-tokens", "2", "--device", "cpu", "--dtype", "float32"]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    config_json = os.path.join(gguf_cache.part_folder(gguf_path, "config", str(cache)), "config.json")
+    good = json.loads(open(config_json).read())
+    stale = {**good, "n_inner": 3 * good["n_embd"]}  # the MLP no longer fits the checkpoint's tensors
+    with open(config_json, "w") as f:
+        json.dump(stale, f)
+
+    second = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    entry = os.path.dirname(os.path.dirname(config_json))
+    warnings = [line for line in second.stderr.splitlines() if "does not fit the weights" in line]
+    assert len(warnings) == 1 and entry in warnings[0] and "checkpoint shape" in warnings[0], second.stderr[-3000:]
+    assert json.loads(open(config_json).read()).get("n_inner") == good.get("n_inner")  # converted again
