@@ -42,6 +42,15 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:  # ModelNotFoundError: one line saying what to do, not a failed engine thread
         print(f"attnserve serve: error: {e}", file=sys.stderr)
         return 2
+    if config.parallel.tensor_parallel_size > 1:  # heads the ranks cannot split: one line now, not a failed load
+        from attnserve.distributed.sharding import check_tensor_parallel_size
+        from attnserve.model_executor.loader import load_hf_config, resolve_model
+
+        try:
+            check_tensor_parallel_size(load_hf_config(resolve_model(config.model)), config.parallel.tensor_parallel_size)
+        except ValueError as e:
+            print(f"attnserve serve: error: {e}", file=sys.stderr)
+            return 2
     server_args = ServerArgs(host=args.host, port=args.port, served_model_names=tuple(args.served_model_name or ()),
                              api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
     return run_server(config, server_args)

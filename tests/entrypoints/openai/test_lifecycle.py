@@ -115,3 +115,19 @@ def test_an_empty_api_key_means_no_key(tiny_model_dir):
         assert httpx.get(srv.url + "/v1/models").status_code == 200
     finally:
         srv.stop()
+
+
+def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_serving():
+    import subprocess
+    import sys
+
+    from tests.entrypoints.openai.utils import REPO, free_port
+
+    proc = subprocess.run([sys.executable, "-m", "attnserve", "serve", "--port", str(free_port()),
+                           "--tensor-parallel-size", "4", "--device", "cpu"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip() == (
+        "attnserve serve: error: tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads: with fewer KV "
+        "heads than ranks the ranks must be a multiple of the KV heads and divide each KV head's 3 query heads "
+        "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)")
