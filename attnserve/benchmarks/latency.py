@@ -132,6 +132,16 @@ def format_table(rows: list[LatencyRow]) -> str:
     return "\n".join(lines)
 
 
+def _check_sizes(config, sizes: list[int]) -> None:
+    """ValueError for a tensor-parallel size the model's heads cannot split, from its config alone."""
+    from attnserve.distributed.sharding import check_tensor_parallel_size
+    from attnserve.model_executor.loader import load_hf_config, resolve_model
+
+    hf_config = load_hf_config(resolve_model(config.model))
+    for tp in sizes:
+        check_tensor_parallel_size(hf_config, tp)
+
+
 def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: int, num_iters: int,
                 num_iters_warmup: int, baseline: str | None = None, progress: bool = True,
                 tensor_parallel_sizes: list[int] | None = None) -> dict:
@@ -148,6 +158,7 @@ def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: i
 
     seed = config.model.seed
     sizes = tensor_parallel_sizes or [config.parallel.tensor_parallel_size]
+    _check_sizes(config, sizes)  # every size before the first run: not a ValueError after tp1's whole run
     iters = len(batch_sizes) * (num_iters + num_iters_warmup)
     rows, first = [], None
     for tp in sizes:

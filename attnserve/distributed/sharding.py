@@ -63,3 +63,27 @@ def shard_vocab(vocab_size: int, size: int, rank: int) -> VocabShard:
     rows = -(-vocab_size // size)
     start = min(rank * rows, vocab_size)
     return VocabShard(start, min(start + rows, vocab_size), rows)
+
+
+def tensor_parallel_sizes_for(num_heads: int, num_kv_heads: int) -> list[int]:
+    """Every tensor_parallel_size (1 .. num_heads) that can split these attention heads."""
+    ok = []
+    for size in range(1, num_heads + 1):
+        try:
+            shard_heads(num_heads, num_kv_heads, size, 0)
+        except ValueError:
+            continue
+        ok.append(size)
+    return ok
+
+
+def check_tensor_parallel_size(hf_config, size: int) -> None:
+    """Raise ValueError (naming the head counts and the sizes that work) when a model with this Hugging Face
+    config cannot run on ``size`` ranks; read from the config, before any worker starts."""
+    num_heads = hf_config.num_attention_heads
+    num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or num_heads
+    try:
+        shard_heads(num_heads, num_kv_heads, size, 0)
+    except ValueError as e:
+        sizes = ", ".join(map(str, tensor_parallel_sizes_for(num_heads, num_kv_heads)))
+        raise ValueError(f"{e} (allowed for this model: tensor_parallel_size {sizes})") from None

@@ -99,6 +99,8 @@ class AsyncLLMEngine:
         self._stopping = False
         self.engine: LLMEngine | None = None
         self.load_error: BaseException | None = None
+        # called on the engine thread once loading failed (the server then exits: a supervisor restarts it)
+        self.on_load_error: Callable[[BaseException], None] | None = None
         # a worker died (WorkerDiedError): every later step would fail the same way, so no new requests
         self.dead_error: BaseException | None = None
         self.stats = EngineStats()  # replaced whole by the engine thread (an atomic reference swap)
@@ -171,10 +173,12 @@ class AsyncLLMEngine:
             t0 = time.monotonic()
             self.engine = self._factory(self.config)
             logger.info("engine ready in %.1f s", time.monotonic() - t0)
-        except BaseException as e:  # reported to the server, which answers 503 with the reason
+        except BaseException as e:  # the server answers 503 with the reason, then exits (on_load_error)
             logger.exception("engine failed to load")
             self.load_error = e
             self._ready.set()
+            if self.on_load_error is not None:
+                self.on_load_error(e)
             return
         self._snapshot()
         self._ready.set()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import numbers
+import shutil
 
 from attnserve.config.engine import EngineConfig
 from attnserve.engine.block_manager import BlockManager
@@ -19,10 +20,14 @@ from attnserve.engine.sampling_params import SamplingParams
 from attnserve.engine.scheduler import Scheduler, SchedulerOutput
 from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError, make_executor
+from attnserve.model_executor import gguf_cache
 from attnserve.model_executor.loader import load_hf_config, load_model_tokenizer, max_model_len_of, resolve_model
 from attnserve.platforms import check_runnable_device
 
 logger = logging.getLogger(__name__)
+
+# in the ValueError of a checkpoint tensor whose shape differs from the model's (weight_utils, layers/linear)
+_SHAPE_MISMATCH = "checkpoint shape "
 
 
 class PromptTooLongError(ValueError):
@@ -44,10 +49,18 @@ class LLMEngine:
         self.config = config
         check_runnable_device(config.device)  # cuda:9.0 is valid config for planning, not for running
         source = resolve_model(config.model)
-        self.hf_config = load_hf_config(source)
-        self.tokenizer = load_model_tokenizer(config.model, source, self.hf_config)
-        self.max_model_len = max_model_len_of(config.model, self.hf_config)
-        self.executor = make_executor(config, self.hf_config, source)
+        # a GGUF's config read from the cache (gguf_cache.py) that does not fit its weights (stale, damaged):
+        # drop that cache entry and convert the GGUF again, once
+        cached = gguf_cache.cached_entry(source.path, gguf_cache.cache_root()) if source.is_gguf else None
+        try:
+            self._load(config, source)
+        except (ValueError, WorkerDiedError) as e:
+            if cached is None or _SHAPE_MISMATCH not in str(e):
+                raise
+            logger.warning("the GGUF config cached in %s does not fit the weights (%s); deleting that cache entry "
+                           "and converting %s again", cached, str(e).strip().splitlines()[-1], source.path)
+            shutil.rmtree(cached, ignore_errors=True)
+            self._load(config, source)
         self.info = self.executor.info  # backend, device, dtype, KV blocks (rank 0's under tensor parallelism)
         # the in-process ModelRunner (tensor_parallel_size 1 only; None when workers run the model)
         self.runner = getattr(self.executor, "runner", None)
@@ -69,6 +82,13 @@ class LLMEngine:
         self._ids = itertools.count()
         self.async_scheduling = resolve_async_scheduling(config, self.info.device)
         self._in_flight: tuple[SchedulerOutput, object] | None = None  # queued step not read yet (async)
+
+    def _load(self, config: EngineConfig, source) -> None:
+        """The model's config, tokenizer and executor (which loads the weights)."""
+        self.hf_config = load_hf_config(source)
+        self.tokenizer = load_model_tokenizer(config.model, source, self.hf_config)
+        self.max_model_len = max_model_len_of(config.model, self.hf_config)
+        self.executor = make_executor(config, self.hf_config, source)
 
     @property
     def eos_token_id(self) -> int | None:

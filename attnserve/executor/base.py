@@ -84,7 +84,11 @@ class Executor(ABC):
 
 
 def make_executor(config: EngineConfig, hf_config, source: ModelSource) -> Executor:
-    """In process for one rank; else ``parallel.distributed_executor_backend``'s workers."""
+    """In process for one rank; else ``parallel.distributed_executor_backend``'s workers. Raises ValueError,
+    before any worker starts, when the model's attention heads cannot be split over the ranks."""
+    from attnserve.distributed.sharding import check_tensor_parallel_size
+
+    check_tensor_parallel_size(hf_config, config.parallel.tensor_parallel_size)
     if config.parallel.tensor_parallel_size == 1:
         from attnserve.executor.uniproc import UniProcExecutor
 

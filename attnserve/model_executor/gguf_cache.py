@@ -10,7 +10,9 @@ Layout: ``<root>/gguf/<key>/<part>/`` with ``part`` ``config`` or ``tokenizer``;
 the GGUF's absolute path, size and mtime (a rewritten file misses) and the transformers version (a newer one
 may convert differently). A part is written into a temporary folder beside it and renamed into place, so
 a reader sees it whole or not at all; when a concurrent writer renames first, its copy stays. The cache never
-fails a load: an error reading or writing it falls back to converting from the GGUF, with one log line.
+fails a load: an error reading or writing it falls back to converting from the GGUF, with one log line; a
+cached config whose shapes do not fit the weights makes the engine delete the entry (``cached_entry``) and
+convert again once, with one warning naming the folder.
 """
 
 from __future__ import annotations
@@ -99,3 +101,12 @@ def _save(obj, folder: str, part: str) -> None:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cached_entry(gguf_path: str, root: str) -> str | None:
+    """The cache folder of ``gguf_path`` (``<root>/gguf/<key>``, all its parts) when it exists, else None."""
+    try:
+        folder = os.path.dirname(part_folder(gguf_path, "config", root))
+    except OSError:
+        return None
+    return folder if os.path.isdir(folder) else None

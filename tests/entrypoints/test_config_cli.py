@@ -277,6 +277,12 @@ EAGER_FORMS = "(allowed: no value: --enforce-eager or --no-enforce-eager)"
     (["backends", "--json=1"], "attnserve backends: error: argument --json: value '1' not allowed (allowed: no value: --json)"),
     (["--help=x"], "attnserve: error: argument --help: value 'x' not allowed (allowed: no value: -h or --help)"),
     (["generate", "--max-tokens", "0", "extra"], "attnserve generate: error: unrecognized arguments: extra"),  # not after a flag
+    # a true/false word after a flag without a value is not the positional MODEL
+    (["config", "--enforce-eager", "false"], f"attnserve config: error: argument --enforce-eager: value 'false' not allowed {EAGER_FORMS}"),
+    (["serve", "--enforce-eager", "false"], f"attnserve serve: error: argument --enforce-eager: value 'false' not allowed {EAGER_FORMS}"),
+    (["backends", "--no-enforce-eager", "On"], "attnserve backends: error: argument --no-enforce-eager: value 'On' not "
+     "allowed (allowed: no value: --enforce-eager or --no-enforce-eager)"),
+    (["config", "--explain", "1"], "attnserve config: error: argument --explain: value '1' not allowed (allowed: no value: --explain)"),
 ])
 def test_a_flag_that_takes_no_value_given_one(argv, line, capsys):
     """Exit 2, one line: the flag as typed, the value, and the forms allowed (argparse says "ignored
@@ -343,3 +349,17 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 1
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+@pytest.mark.parametrize("command", [["attnserve"], [sys.executable, "-m", "attnserve"]])
+def test_version(command):
+    import shutil
+
+    import attnserve
+
+    if command == ["attnserve"]:
+        if shutil.which("attnserve") is None:
+            pytest.skip("the attnserve script is not installed")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"attnserve {attnserve.__version__}\n", "")

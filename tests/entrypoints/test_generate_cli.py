@@ -73,3 +73,83 @@ def test_cuda_on_a_machine_without_one_fails_before_loading(capsys):
     assert main(["generate", "--device", "cuda"]) == 2
     assert capsys.readouterr().err.strip() == (
         "attnserve generate: error: device cuda:0 requested but CUDA is not available on this machine")
+
+
+SPLIT_ERROR = ("tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads: with fewer KV heads than ranks "
+               "the ranks must be a multiple of the KV heads and divide each KV head's 3 query heads "
+               "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)")
+
+
+@pytest.mark.parametrize("command", [
+    ["generate", "--prompt", "The capital of France is", "--max-tokens", "12", "--tensor-parallel-size", "4"],
+    ["bench", "latency", "--batch-size", "1", "--input-len", "4", "--output-len", "2", "--num-iters", "1",
+     "--num-iters-warmup", "0", "--compare-tensor-parallel-sizes", "1", "4"],
+])
+def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_any_worker(command):
+    """The default model (9 query heads, 3 KV heads) on 4 ranks: one line from its config, no worker started."""
+    proc = subprocess.run([sys.executable, "-m", "attnserve", *command, "--device", "cpu"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip() == f"attnserve {command[0]}{' latency' if command[0] == 'bench' else ''}: error: {SPLIT_ERROR}"
+    assert proc.stdout == ""
+
+
+def test_the_python_api_says_the_same_in_a_value_error():
+    from attnserve import LLM
+
+    with pytest.raises(ValueError, match=r"^tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads"):
+        LLM(tensor_parallel_size=4, device="cpu")
+
+
+@pytest.mark.parametrize("command", [
+    ["generate", "--max-tokens", "2", "--prompt", "hi"],
+    ["bench", "latency", "--batch-size", "1", "--input-len", "4", "--output-len", "2", "--num-iters", "1",
+     "--num-iters-warmup", "0", "--device", "cpu", "--no-progress"],
+    ["bench", "throughput", "--num-prompts", "2", "--input-len", "4", "--output-len", "2", "--device", "cpu",
+     "--no-progress"],
+    ["bench", "attention", "--device", "cpu", "--batch-size", "1", "--context-lens", "16", "--no-progress"],
+    ["bench", "serve", "--num-prompts", "1", "--port", "9"],
+])
+@pytest.mark.parametrize("flag", ["--output-json", "--plot"])
+def test_an_output_file_in_a_missing_folder_exits_2_before_the_run(command, flag, tiny_model_dir):
+    if flag == "--plot" and command[0] == "generate" or command[1:2] == ["serve"] and flag == "--plot":
+        pytest.skip("no --plot here")
+    model = ["--model", tiny_model_dir("llama")] if command[:2] != ["bench", "attention"] and command[1:2] != ["serve"] else []
+    proc = subprocess.run([sys.executable, "-m", "attnserve", *command, *model, flag, "/nonexistent/dir/out.json"],
+                          capture_output=True, text=True, timeout=600)
+    prog = "attnserve " + " ".join(command[:2] if command[0] == "bench" else command[:1])
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip() == (
+        f"{prog}: error: argument {flag}: '/nonexistent/dir/out.json' not allowed (allowed: a file path in an "
+        "existing, writable folder; folder /nonexistent/dir does not exist)")
+    assert proc.stdout == ""
+
+
+def test_a_stale_cached_gguf_config_is_dropped_and_converted_again(tiny_model_dir, tmp_path):
+    """A cached GGUF config that does not fit the weights: one warning naming the cache folder, the entry is
+    converted again from the GGUF, and the run succeeds (it used to end in 'checkpoint shape ... != expected')."""
+    import os
+
+    from attnserve.model_executor import gguf_cache
+    from tests.models.tiny import write_gpt2_gguf
+
+    folder = tiny_model_dir("gpt2")
+    gguf_path = write_gpt2_gguf(folder, str(tmp_path / "tiny-gpt2-f32.gguf"))
+    cache = tmp_path / "cache"
+    env = {**os.environ, gguf_cache.CACHE_DIR_ENV: str(cache)}
+    command = [sys.executable, "-m", "attnserve", "generate", "--model", gguf_path, "--tokenizer", folder,
+               "--prompt", "hi", "--max-tokens", "2", "--device", "cpu", "--dtype", "float32"]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    config_json = os.path.join(gguf_cache.part_folder(gguf_path, "config", str(cache)), "config.json")
+    good = json.loads(open(config_json).read())
+    stale = {**good, "n_inner": 3 * good["n_embd"]}  # the MLP no longer fits the checkpoint's tensors
+    with open(config_json, "w") as f:
+        json.dump(stale, f)
+
+    second = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    entry = os.path.dirname(os.path.dirname(config_json))
+    warnings = [line for line in second.stderr.splitlines() if "does not fit the weights" in line]
+    assert len(warnings) == 1 and entry in warnings[0] and "checkpoint shape" in warnings[0], second.stderr[-3000:]
+    assert json.loads(open(config_json).read()).get("n_inner") == good.get("n_inner")  # converted again

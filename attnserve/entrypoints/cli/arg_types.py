@@ -36,3 +36,21 @@ positive_int = int_at_least(1)
 nonnegative_int = int_at_least(0)
 port = checked(int, lambda v: 0 <= v <= 65535, "integer in [0, 65535]; 0 picks a free port")
 seconds = checked(float, lambda v: math.isfinite(v) and v >= 0, "seconds, a finite number >= 0")
+
+
+def output_file(text: str) -> str:
+    """A file to write at the end of a run (``--output-json``, ``--plot``): its folder must exist and be
+    writable now, so that a long run's results are not lost to a typo in the path."""
+    import os
+
+    folder = os.path.dirname(os.path.abspath(text)) if text else ""
+    if not text or os.path.isdir(text):
+        problem = "it is a folder" if text else "it is empty"
+    elif not os.path.isdir(folder):
+        problem = f"folder {folder} does not exist"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        problem = f"folder {folder} is not writable"
+    else:
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} not allowed (allowed: a file path in an existing, writable folder; "
+                                     f"{problem})")

@@ -11,7 +11,7 @@ import asyncio
 import json
 import sys
 
-from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, positive_int
+from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -39,7 +39,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--temperature", type=float, default=0.0)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--api-key", default=None)
-    s.add_argument("--output-json", default=None, metavar="FILE", help="write the results as JSON")
+    s.add_argument("--output-json", type=output_file, default=None, metavar="FILE", help="write the results as JSON")
     s.set_defaults(func=run_serve, _bench_parser=s)
     _add_throughput(kinds)
     _add_latency(kinds)
@@ -54,8 +54,8 @@ _range_ratio = checked(float, lambda v: 0.0 <= v < 1.0, "0 <= R < 1")
 
 def _add_outputs(p: argparse.ArgumentParser, plot_help: str) -> None:
     g = p.add_argument_group("results")
-    g.add_argument("--output-json", default=None, metavar="FILE", help="write the full results as JSON")
-    g.add_argument("--plot", default=None, metavar="PNG", help=plot_help + " (needs matplotlib)")
+    g.add_argument("--output-json", type=output_file, default=None, metavar="FILE", help="write the full results as JSON")
+    g.add_argument("--plot", type=output_file, default=None, metavar="PNG", help=plot_help + " (needs matplotlib)")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bars")
 
 

@@ -53,6 +53,8 @@ __all__ = [
 _ITEMS = "_engine_arg_items"  # namespace attribute: Settings and config files, in command-line order
 _PARSER = "_engine_arg_parser"  # namespace attribute: the parser that owns the engine flags
 _ATTENTION_DOTTED = ("--attention-config.", "-ac.")
+# after a flag that takes no value, these are a value meant for it, not the positional MODEL
+_BOOL_WORDS = {"true", "false", "yes", "no", "0", "1", "on", "off"}
 
 
 def _norm(flag: str) -> str:
@@ -97,9 +99,11 @@ class EngineArgumentParser(argparse.ArgumentParser):
 
     def _refuse_flag_values(self, arg_strings: list[str], extras: list[str] | None = None) -> None:
         """A flag that takes no value given one: ``--enforce-eager=maybe`` or, when ``maybe`` was left over
-        (``extras``), ``--enforce-eager maybe``. One line naming the value and the allowed forms, instead
-        of argparse's "ignored explicit argument" / "unrecognized arguments"."""
+        (``extras``), ``--enforce-eager maybe``; with a positional MODEL, also ``--enforce-eager false``
+        (a true/false word would otherwise be taken as the model). One line naming the value and the
+        allowed forms, instead of argparse's "ignored explicit argument" / "unrecognized arguments"."""
         subcommands = {n for a in self._actions if isinstance(a, argparse._SubParsersAction) for n in a.choices}
+        positional_model = any(a.dest == "model_tag" for a in self._actions)
         previous = None
         for arg in arg_strings:
             if arg == "--" or arg in subcommands:  # the rest is positional, or a subcommand's to check
@@ -107,7 +111,8 @@ class EngineArgumentParser(argparse.ArgumentParser):
             flag, eq, value = arg.partition("=")
             if eq and arg.startswith("-"):
                 self._no_value(flag, value)
-            elif extras and arg in extras and previous is not None:
+            elif previous is not None and (extras and arg in extras
+                                           or positional_model and arg.lower() in _BOOL_WORDS):
                 self._no_value(previous, arg)
             previous = arg
         return

@@ -11,6 +11,7 @@ DEFAULT_PROMPT = "What are the three primary colors? Answer in one sentence."
 
 
 def add_parser(subparsers) -> None:
+    from attnserve.entrypoints.cli.arg_types import output_file
     from attnserve.entrypoints.cli.engine_args import add_engine_args
 
     p = subparsers.add_parser(
@@ -32,7 +33,7 @@ def add_parser(subparsers) -> None:
     g.add_argument("--n", type=int, default=1, help="completions per prompt")
     g.add_argument("--logprobs", type=int, default=None, help="top logprobs to return per token")
     g.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS")
-    g.add_argument("--output-json", default=None, help="write every request's prompt, text, tokens and timings here")
+    g.add_argument("--output-json", type=output_file, default=None, metavar="FILE", help="write every request's prompt, text, tokens and timings here")
     p.set_defaults(func=run)
 
 

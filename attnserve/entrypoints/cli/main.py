@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 
+import attnserve
 from attnserve.entrypoints.cli.engine_args import EngineArgumentParser
 
 # subcommand -> (module exposing add_parser(subparsers), which sets ``func`` on its parser; one-line help)
@@ -22,6 +23,8 @@ COMMANDS = {
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The attnserve parser; only ``command``'s module is imported (the others are listed by name)."""
     parser = EngineArgumentParser(prog="attnserve", description="LLM inference with pluggable attention backends")
+    parser.add_argument("--version", action="version", version=f"attnserve {attnserve.__version__}",
+                        help="print the attnserve version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=EngineArgumentParser)
     sub.required = True
     for name, (module, help_text) in COMMANDS.items():

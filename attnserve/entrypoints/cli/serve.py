@@ -20,7 +20,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--port", type=port, default=8000, help="TCP port (default 8000)")
     g.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
                    help="model name(s) clients use; the first is reported (default: the model argument)")
-    g.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
+    g.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on /v1 routes; an empty key means no key, as in vLLM")
     g.add_argument("--shutdown-timeout", type=seconds, default=10.0,
                    help="seconds in-flight requests get to finish after SIGINT/SIGTERM before they are aborted")
     g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -41,6 +42,15 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:  # ModelNotFoundError: one line saying what to do, not a failed engine thread
         print(f"attnserve serve: error: {e}", file=sys.stderr)
         return 2
+    if config.parallel.tensor_parallel_size > 1:  # heads the ranks cannot split: one line now, not a failed load
+        from attnserve.distributed.sharding import check_tensor_parallel_size
+        from attnserve.model_executor.loader import load_hf_config, resolve_model
+
+        try:
+            check_tensor_parallel_size(load_hf_config(resolve_model(config.model)), config.parallel.tensor_parallel_size)
+        except ValueError as e:
+            print(f"attnserve serve: error: {e}", file=sys.stderr)
+            return 2
     server_args = ServerArgs(host=args.host, port=args.port, served_model_names=tuple(args.served_model_name or ()),
-                             api_key=args.api_key, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
+                             api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
     return run_server(config, server_args)

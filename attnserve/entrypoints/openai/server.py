@@ -1,7 +1,7 @@
 """The OpenAI-compatible HTTP server: FastAPI routes over an AsyncLLMEngine, run by uvicorn.
 
 The app starts answering as soon as the socket is bound: while the model loads, ``/health`` and the API
-answer 503. SIGINT/SIGTERM stop accepting connections, let in-flight requests finish for up to
+answer 503. A failed load ends the process with exit code 1 and one line on stderr. SIGINT/SIGTERM stop accepting connections, let in-flight requests finish for up to
 ``shutdown_timeout`` seconds, then cancel (abort) the rest and stop the engine thread.
 """
 
@@ -37,7 +37,7 @@ from attnserve.entrypoints.openai.protocol import (
     ModelList,
     VersionResponse,
 )
-from attnserve.entrypoints.openai.serving import ServingContext
+from attnserve.entrypoints.openai.serving import ServingContext, load_error_summary
 from attnserve.entrypoints.openai.serving_chat import create_chat_completion
 from attnserve.entrypoints.openai.serving_completion import create_completion
 
@@ -170,7 +170,7 @@ class _AuthAndCount:
 
         try:
             key = self.ctx.api_key
-            if key is not None and path.startswith("/v1"):
+            if key and path.startswith("/v1"):  # an empty key: no key (as vLLM)
                 headers = dict(scope.get("headers") or [])
                 if headers.get(b"authorization", b"").decode("latin-1") != f"Bearer {key}":
                     response = error_response("missing or wrong API key (send 'Authorization: Bearer <key>')",
@@ -227,6 +227,8 @@ def run_server(config: EngineConfig, args: ServerArgs) -> int:
     server = Server(uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level,
         timeout_graceful_shutdown=grace, timeout_keep_alive=5))
+    # a failed load ends the process (exit 1) instead of answering 503 forever: a supervisor restarts it
+    engine.on_load_error = lambda e: setattr(server, "should_exit", True)
     logger.info("serving %s on http://%s:%d", names[0], args.host, port)
     # uvicorn re-raises the SIGINT/SIGTERM it caught once it has shut down, with the handlers it found
     # installed; no-op handlers make a graceful shutdown end in a normal return (exit code 0)
@@ -237,4 +239,8 @@ def run_server(config: EngineConfig, args: ServerArgs) -> int:
         sock.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return 0 if engine.load_error is None else 1
+    if engine.load_error is not None:
+        print(f"attnserve serve: error: the model failed to load: {load_error_summary(engine.load_error)}",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -24,6 +24,16 @@ from attnserve.entrypoints.openai.protocol import SamplingFields
 _GREEDY_EPS = 1e-5
 
 
+def load_error_summary(e: BaseException) -> str:
+    """One line for a load error, without a worker's traceback (it stays in the server log): the message's
+    first line and, for a multi-line message, its last line (a traceback's exception line)."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    first = lines[0].removesuffix("Its traceback:").strip()
+    return first if len(lines) == 1 else f"{first} {lines[-1]}"
+
+
 @dataclass
 class ServingContext:
     """The server's shared state: the engine, the names it answers to, its metrics."""
@@ -52,7 +62,7 @@ class ServingContext:
     def check_ready(self) -> None:
         if not self.engine.is_ready:
             if self.engine.load_error is not None:
-                raise OpenAIError(f"the model failed to load: {self.engine.load_error}", 503)
+                raise OpenAIError(f"the model failed to load: {load_error_summary(self.engine.load_error)}", 503)
             if self.engine.dead_error is not None:  # a worker died: restart the server
                 raise OpenAIError(f"the engine is dead ({self.engine.dead_error}); restart the server", 503)
             raise OpenAIError("the server is starting (loading the model) or shutting down; retry later", 503)

@@ -75,3 +75,59 @@ def test_sigterm_with_request_in_flight(tiny_server):
     assert "Traceback" not in tiny_server.log_tail()
     with pytest.raises(httpx.TransportError):
         httpx.get(tiny_server.url + "/health", timeout=2)
+
+
+def test_a_model_that_fails_to_load_ends_the_server_with_exit_1(tiny_model_dir, tmp_path):
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.entrypoints.openai.utils import REPO, free_port
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir("llama"), broken)
+    config = json.loads((broken / "config.json").read_text())
+    config["hidden_size"] += 8  # the checkpoint's tensors no longer match
+    (broken / "config.json").write_text(json.dumps(config))
+    proc = subprocess.run([sys.executable, "-m", "attnserve", "serve", str(broken), "--port", str(free_port())],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("attnserve serve: error: the model failed to load: "), proc.stderr[-3000:]
+
+
+def test_a_load_error_summary_leaves_out_the_worker_traceback():
+    from attnserve.entrypoints.openai.serving import load_error_summary
+    from attnserve.executor.base import WorkerDiedError
+
+    e = WorkerDiedError("worker rank 1 (pid 7) failed; pending requests failed. Its traceback:\n"
+                        "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nValueError: bad heads\n")
+    assert load_error_summary(e) == "worker rank 1 (pid 7) failed; pending requests failed. ValueError: bad heads"
+
+
+def test_an_empty_api_key_means_no_key(tiny_model_dir):
+    """As vLLM: ``--api-key ""`` turns no authentication on (it used to answer 401 to every request)."""
+    srv = RemoteServer([tiny_model_dir("llama"), "--api-key", "", "--log-level", "warning"])
+    try:
+        r = httpx.post(srv.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 1})
+        assert r.status_code == 200, r.text
+        assert httpx.get(srv.url + "/v1/models").status_code == 200
+    finally:
+        srv.stop()
+
+
+def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_serving():
+    import subprocess
+    import sys
+
+    from tests.entrypoints.openai.utils import REPO, free_port
+
+    proc = subprocess.run([sys.executable, "-m", "attnserve", "serve", "--port", str(free_port()),
+                           "--tensor-parallel-size", "4", "--device", "cpu"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip() == (
+        "attnserve serve: error: tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads: with fewer KV "
+        "heads than ranks the ranks must be a multiple of the KV heads and divide each KV head's 3 query heads "
+        "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)")
