@@ -216,6 +216,13 @@ def has_tokenizer(source: ModelSource) -> bool:
         or bool(glob.glob(os.path.join(folder, "*.tiktoken")))
 
 
+def has_weights(source: ModelSource) -> bool:
+    """Whether the source carries weights: a GGUF file, or a folder with ``.safetensors`` files (or their index)."""
+    folder = source.folder
+    return source.is_gguf or os.path.exists(os.path.join(folder, "model.safetensors.index.json")) \
+        or bool(glob.glob(os.path.join(folder, "*.safetensors")))
+
+
 def load_model_tokenizer(config: ModelConfig, source: ModelSource, hf_config):
     """The engine's tokenizer for ``config``: ``config.tokenizer`` when given (at ``config.revision`` when it
     names the model itself), else the model's own.
@@ -231,6 +238,11 @@ def load_model_tokenizer(config: ModelConfig, source: ModelSource, hf_config):
         return load_tokenizer(source)
     ask = "pass --tokenizer (a folder or hub id with this model's tokenizer)"
     if config.load_format != "dummy":
+        if not has_weights(source):  # a shape-only folder (benchmarks/shapes/): the weights are what is missing
+            raise ModelNotFoundError(
+                f"model {source.name!r} has no weights (no .safetensors files) and no tokenizer files: pass "
+                "--load-format dummy for random weights in its shape (with the default model's tokenizer), or a "
+                "checkpoint folder or hub id")
         raise ModelNotFoundError(f"model {source.name!r} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)}): {ask}")
     try:
         default = load_tokenizer(resolve_model_source(None))

@@ -340,9 +340,22 @@ def test_dummy_from_hub_config_only(config_only, offline, tmp_path):
     assert [len(o.outputs[0].token_ids) for o in llm.generate(PROMPTS, GREEDY)] == [8, 8]
 
 
-def test_config_only_with_real_weights_asks_for_tokenizer(config_only):
-    with pytest.raises(ModelNotFoundError, match=r"has no tokenizer files .*: pass --tokenizer"):
+def test_config_only_without_dummy_says_the_weights_are_missing(config_only):
+    # the weights are what is missing, not only the tokenizer: the message says how to run the shape
+    with pytest.raises(ModelNotFoundError, match=r"has no weights \(no \.safetensors files\) and no tokenizer files: "
+                                                 r"pass --load-format dummy for random weights"):
         LLM(config_only, **CPU)
+
+
+def test_weights_without_tokenizer_files_ask_for_tokenizer(config_only, tmp_path, tiny_model_dir):
+    folder = str(tmp_path / "weights-only")
+    shutil.copytree(config_only, folder)
+    src = tiny_model_dir("llama")
+    for f in os.listdir(src):
+        if f.endswith(".safetensors") or f == "model.safetensors.index.json":
+            shutil.copyfile(os.path.join(src, f), os.path.join(folder, f))
+    with pytest.raises(ModelNotFoundError, match=r"has no tokenizer files .*: pass --tokenizer"):
+        LLM(folder, **CPU)
 
 
 def test_dummy_with_a_vocab_too_small_for_the_default_tokenizer(config_only, tmp_path):
