@@ -43,7 +43,7 @@ def plot_latency(result: dict, path: str) -> None:
         rows = sorted((r for r in result["results"] if r["name"] == name), key=lambda r: r["batch_size"])
         ax.plot([r["batch_size"] for r in rows], [r["output_tokens_per_s"] for r in rows], "o-", label=name)
     ours = sorted((r for r in result["results"] if r["name"] == "attnserve"), key=lambda r: r["batch_size"])
-    ax.plot([r["batch_size"] for r in ours], [r["batch_size"] / r["roofline"]["limit_s"] for r in ours], "k--",
+    ax.plot([r["batch_size"] for r in ours], [r["batch_size"] / r["roofline"]["limit_s"] for r in ours], "kx--",
             label="roofline (bytes / copy bandwidth)")
     w = result["workload"]
     ax.set(yscale="log", xlabel="batch size", ylabel="output tokens/s",
