@@ -211,18 +211,23 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
             cu_k[1:] = torch.cumsum(seq_lens, 0)
         sched = None
         if self.version == 3 and plan_splits:
-            spec = self.layer_spec
-            window = (spec.sliding_window - 1, 0) if spec.sliding_window else (-1, -1)
-            fp8 = spec.kv_cache_dtype != "auto"
-            sched = self.fa.get_scheduler_metadata(
-                last - first, max_q, max_k, spec.num_heads, spec.num_kv_heads, spec.head_size, seq_lens,
-                qkv_dtype=torch.float8_e4m3fn if fp8 else self.dtype, cu_seqlens_q=qsl,
-                page_size=common.block_size, causal=True, window_size=window,
-                has_softcap=spec.logits_soft_cap is not None,
-            )
+            sched = self._split_plan(seq_lens, qsl, max_q, max_k, common.block_size)
         fresh = max_q > 1 and bool((common.seq_lens_cpu[first:last] == q_lens).all())
         return FlashAttentionCall(max_q == 1, q0, q1, qsl, seq_lens, common.block_table[first:last], cu_k,
                                   max_q, max_k, sched, fresh)
+
+    def _split_plan(self, seq_lens: torch.Tensor, query_start_loc: torch.Tensor, max_q: int, max_k: int,
+                    page_size: int, num_splits: int = 0) -> torch.Tensor:
+        """FlashAttention 3's scheduler metadata (KV splits per request) for this layer spec's heads, window,
+        soft cap and KV dtype: one small kernel on the device."""
+        spec = self.layer_spec
+        window = (spec.sliding_window - 1, 0) if spec.sliding_window else (-1, -1)
+        fp8 = spec.kv_cache_dtype != "auto"
+        return self.fa.get_scheduler_metadata(
+            seq_lens.numel(), max_q, max_k, spec.num_heads, spec.num_kv_heads, spec.head_size, seq_lens,
+            qkv_dtype=torch.float8_e4m3fn if fp8 else self.dtype, cu_seqlens_q=query_start_loc,
+            page_size=page_size, causal=True, window_size=window, has_softcap=spec.logits_soft_cap is not None,
+            num_splits=num_splits)
 
     def build(self, common: CommonAttentionMetadata) -> FlashAttentionMetadata:
         nd, b = common.num_decodes, common.num_reqs
@@ -248,15 +253,9 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         if self.version != 3:
             return
         call = metadata.calls[0]
-        spec = self.layer_spec
-        window = (spec.sliding_window - 1, 0) if spec.sliding_window else (-1, -1)
-        fp8 = spec.kv_cache_dtype != "auto"
-        n = call.seq_lens.numel()
-        call.scheduler_metadata = self.fa.get_scheduler_metadata(
-            n, 1, call.block_table.shape[1] * call.page_size, spec.num_heads, spec.num_kv_heads, spec.head_size,
-            call.seq_lens, qkv_dtype=torch.float8_e4m3fn if fp8 else self.dtype, cu_seqlens_q=call.query_start_loc,
-            page_size=call.page_size, causal=True, window_size=window, has_softcap=spec.logits_soft_cap is not None,
-            num_splits=call.num_splits)
+        call.scheduler_metadata = self._split_plan(call.seq_lens, call.query_start_loc, 1,
+                                                   call.block_table.shape[1] * call.page_size, call.page_size,
+                                                   call.num_splits)
 
 
 class FlashAttentionImpl(AttentionImpl):
