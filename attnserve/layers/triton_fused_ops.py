@@ -30,6 +30,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from attnserve.attention.ops.triton_kv_write import _cache_value, _slot_ptr, cache_fp8_max
+from attnserve.layers import pdl
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.ops.kv_write import KVWriteTarget
@@ -48,6 +49,15 @@ def _round(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
         return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
     else:
         return x.to(dtype)
+
+
+@triton.jit
+def pdl_wait(USE_PDL: tl.constexpr):
+    """Steps 2 and 3 of ``layers/pdl.py``'s protocol in a kernel launched with ``launch_pdl``: wait for the
+    kernels before it, then let the next one start. A no-op without PDL."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit
@@ -72,12 +82,15 @@ def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr,
     stride_x, stride_res, stride_out, stride_sum, eps,
     H: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, INTERPRET: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """One program per row. ``sum_ptr``: where ``x + residual`` goes (and its dtype is the dtype the
     normalized row is rounded to before the weight; without a residual it is ``x_ptr``, never written)."""
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < H
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)  # a weight: before PDL's wait
+    pdl_wait(USE_PDL)
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + row * stride_res + offs, mask=mask, other=0.0).to(tl.float32)
@@ -86,7 +99,6 @@ def _rms_norm_kernel(
         x = s.to(tl.float32)
     mean_sq = tl.math.div_rn(tl.sum(x * x, axis=0), tl.full((), H, tl.float32))
     y = _round(x * _rsqrt(mean_sq + eps, INTERPRET), sum_ptr.dtype.element_ty, INTERPRET).to(tl.float32)
-    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * stride_out + offs, _round(w * y, out_ptr.dtype.element_ty, INTERPRET), mask=mask)
 
 
@@ -125,7 +137,7 @@ def rms_norm(
             x2, r2, weight, out2, s2,
             x2.stride(0), r2.stride(0), out2.stride(0), s2.stride(0), eps,
             H=H, BLOCK=block, HAS_RESIDUAL=residual is not None, INTERPRET=_INTERPRET,
-            num_warps=min(max(block // 256, 1), 16), **_LAUNCH,
+            num_warps=min(max(block // 256, 1), 16), **_LAUNCH, **pdl.launch(x2),
         )
     return out if residual is None else (out, s)
 
@@ -171,9 +183,11 @@ def _rotary_kernel(
     HQ: tl.constexpr, HQ_PAD: tl.constexpr, HK: tl.constexpr, HK_PAD: tl.constexpr,
     HALF: tl.constexpr, HALF_PAD: tl.constexpr,
     HAS_NORM: tl.constexpr, ROUND_Q: tl.constexpr, ROUND_K: tl.constexpr, INTERPRET: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """One program per token: all its query heads, then all its key heads."""
     tok = tl.program_id(0).to(tl.int64)
+    pdl_wait(USE_PDL)
     pos = tl.load(pos_ptr + tok).to(tl.int64)
     offs_d = tl.arange(0, HALF_PAD)[None, :]
     cos = tl.load(cos_ptr + pos * stride_cos + offs_d, mask=offs_d < HALF, other=0.0)
@@ -208,7 +222,7 @@ def _rope_launch(
         HALF=half, HALF_PAD=triton.next_power_of_2(half), HAS_NORM=has_norm,
         ROUND_Q=has_norm and torch.promote_types(qw.dtype, query.dtype) == query.dtype,
         ROUND_K=has_norm and torch.promote_types(kw.dtype, key.dtype) == key.dtype,
-        INTERPRET=_INTERPRET, num_warps=4, **_LAUNCH,
+        INTERPRET=_INTERPRET, num_warps=4, **_LAUNCH, **pdl.launch(query),
     )
     return (qw, kw, q_eps, k_eps), meta
 
@@ -241,13 +255,14 @@ def _rotary_kv_write_kernel(
     HQ: tl.constexpr, HQ_PAD: tl.constexpr, HK: tl.constexpr, HK_PAD: tl.constexpr,
     HALF: tl.constexpr, HALF_PAD: tl.constexpr,
     HAS_NORM: tl.constexpr, ROUND_Q: tl.constexpr, ROUND_K: tl.constexpr,
-    PAGE: tl.constexpr, FP8: tl.constexpr, INTERPRET: tl.constexpr,
+    PAGE: tl.constexpr, FP8: tl.constexpr, INTERPRET: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     """Program (token, 0): the token's query heads, as ``_rotary_kernel`` rotates them. Program (token, 1):
     its key heads, likewise, then (unless its slot is -1) the rotated keys and the values into the cache
     slot, as ``_reshape_and_cache_kernel`` stores them. q and k run side by side: at decode batch sizes
     there are fewer tokens than SMs, so each token's two halves of the work take two of the idle ones."""
     tok = tl.program_id(0).to(tl.int64)
+    pdl_wait(USE_PDL)
     pos = tl.load(pos_ptr + tok).to(tl.int64)
     offs_d = tl.arange(0, HALF_PAD)[None, :]
     cos = tl.load(cos_ptr + pos * stride_cos + offs_d, mask=offs_d < HALF, other=0.0)
@@ -317,10 +332,11 @@ def _silu_mul(gate, up, dtype: tl.constexpr, INTERPRET: tl.constexpr):
 @triton.jit
 def _silu_and_mul_kernel(
     x_ptr, out_ptr, stride_x, stride_out,
-    INTER: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr,
+    INTER: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     """Program (row, column block): ``out[row, cols] = silu(x[row, cols]) * x[row, INTER + cols]``."""
     row = tl.program_id(0).to(tl.int64)
+    pdl_wait(USE_PDL)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < INTER
     gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
@@ -337,6 +353,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:  # (T, 2I) -> (T, I)
         block = min(triton.next_power_of_2(inter), 1024)
         _silu_and_mul_kernel[(x2.shape[0], triton.cdiv(inter, block))](
             x2, out.view(-1, inter), x2.stride(0), inter,
-            INTER=inter, BLOCK=block, INTERPRET=_INTERPRET, num_warps=4, **_LAUNCH,
+            INTER=inter, BLOCK=block, INTERPRET=_INTERPRET, num_warps=4, **_LAUNCH, **pdl.launch(x2),
         )
     return out

@@ -59,7 +59,8 @@ import torch
 import triton
 import triton.language as tl
 
-from attnserve.layers.triton_fused_ops import _INTERPRET, _LAUNCH, _round, _silu_mul
+from attnserve.layers import pdl
+from attnserve.layers.triton_fused_ops import _INTERPRET, _LAUNCH, _round, _silu_mul, pdl_wait
 
 MAX_M = 64  # rows of x; the padded rows (to BLOCK_M) are computed on clamped copies and never stored
 MAX_FMA_M = 16  # the FMA path's (BLOCK_M, BLOCK_N, BLOCK_K) float32 register tile: dot past this
@@ -222,6 +223,13 @@ def _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.
     return acc
 
 
+@triton.jit
+def _prefetch_l2(ptrs):
+    """PTX ``prefetch.global.L2``: bring each address's line into L2, nothing into registers."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0 unused", "=r,l", [ptrs], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
 # one compiled kernel for every split count, and for every row count of a BLOCK_M: Triton would otherwise
 # compile M % 16 == 0 (a bucket: 16, 32, 48, 64) apart from the row counts between buckets (the LM head's
 # exact request count, short eager steps), at their first call, mid-serving
@@ -231,10 +239,13 @@ def _gemv_kernel(
     M, N, K, stride_xm, stride_wn, stride_ym, k_per_split, splits,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
     DOT: tl.constexpr, PRECISION: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-    ACT: tl.constexpr, INTERPRET: tl.constexpr,
+    ACT: tl.constexpr, INTERPRET: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH_LINES: tl.constexpr,
+    LINE_ELEMS: tl.constexpr,
 ):
     """Program (n tile, k split): ``y[:, tile] (+)= x[:, split] @ w[tile, split].T``. The split count is
-    a runtime argument; SPLIT says whether there are several. ``ACT``: x's prologue (``ACTS``)."""
+    a runtime argument; SPLIT says whether there are several. ``ACT``: x's prologue (``ACTS``). With
+    ``USE_PDL`` (``layers/pdl.py``), before waiting for the kernel before it, the program asks L2 to
+    prefetch the first ``PREFETCH_LINES`` 128-byte lines of each of its weight rows in its split."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
@@ -248,6 +259,10 @@ def _gemv_kernel(
     k_hi = tl.minimum(k_lo + k_per_split, K)
     # whole BLOCK_K steps unmasked; the one split that holds K's ragged end adds a masked step
     k_main = tl.minimum(k_hi, K - K % BLOCK_K)
+    if PREFETCH_LINES > 0:  # weights only: no kernel writes them, so before the wait
+        cols = tl.minimum(k_lo + tl.arange(0, PREFETCH_LINES) * LINE_ELEMS, K - 1)
+        _prefetch_l2(w_ptr + rows_n[:, None] * stride_wn + cols[None, :])
+    pdl_wait(USE_PDL)
     if DOT:
         k_offs = offs_k[None, :]
         w_ptrs = w_ptr + rows_n[:, None] * stride_wn + k_offs  # (BLOCK_N, BLOCK_K)
@@ -291,6 +306,15 @@ def _gemv_kernel(
             tl.atomic_xchg(count_ptr + pid_n, 0)  # ready for the next launch
 
 
+def _prefetch_lines(launch: dict, elem_bytes: int, k_per_split: int) -> int:
+    """128-byte lines of each weight row to prefetch before PDL's wait: ``pdl.gemv_prefetch_bytes()``
+    capped at one split's row, a power of 2 (a tile dimension); 0 without PDL."""
+    if not launch["USE_PDL"]:
+        return 0
+    lines = min(pdl.gemv_prefetch_bytes(), k_per_split * elem_bytes) // 128
+    return 1 << (lines.bit_length() - 1) if lines else 0
+
+
 def gemv(
     x: torch.Tensor,  # (M, K), M <= 64 (MAX_M); float32 / float16 / bfloat16. act="silu_mul": (M, 2K) = [gate | up]
     weight: torch.Tensor,  # (N, K), same dtype, K contiguous
@@ -324,6 +348,7 @@ def gemv(
         bias = bias.contiguous()
     k_per_split = config.k_per_split(k)
     splits = triton.cdiv(k, k_per_split)
+    launch = pdl.launch(x)
     tiles = triton.cdiv(n, config.block_n)
     if splits > 1:
         assert tiles <= _NUM_COUNTERS, f"{tiles} tiles with split-K: more than {_NUM_COUNTERS} counters"
@@ -337,6 +362,7 @@ def gemv(
         BLOCK_M=config.block_m(m), BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT=splits > 1,
         DOT=config.dot, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0, ACT=act, INTERPRET=_INTERPRET,
-        num_warps=config.num_warps, num_stages=config.num_stages, **(_LAUNCH if act == "silu_mul" else {}),
+        PREFETCH_LINES=_prefetch_lines(launch, x.element_size(), k_per_split), LINE_ELEMS=128 // x.element_size(),
+        num_warps=config.num_warps, num_stages=config.num_stages, **(_LAUNCH if act == "silu_mul" else {}), **launch,
     )
     return y

@@ -68,7 +68,7 @@ def test_to_dict_is_json_ready():
     d = EngineConfig().to_dict()
     json.dumps(d)
     assert set(d) == {"model", "cache", "scheduler", "parallel", "attention", "device", "enforce_eager",
-                      "use_skinny_gemm"}
+                      "use_skinny_gemm", "enable_pdl"}
     assert d["attention"]["backend"] is None
 
 

@@ -178,6 +178,15 @@ job_s5e() {  # session 5, last call (g1, g2, fi staged): the forced-Triton test'
   t tests/gpu/test_rope_kv_write_gpu.py tests/gpu/test_cuda_graphs.py -k FLASHINFER
 }
 
+job_s6a() {  # session 6, first call (fa3, g1, g2 staged): PDL correctness, then PDL variants of a decode step
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_pdl_gpu.py
+  timeout 240 python3 -m tests.gpu.bench_pdl --model $LLAMA --batch-size 1 --json "$RES/pdl_llama_b1.json" \
+    || echo "!! bench_pdl llama"
+  timeout "$(left)" python3 -m tests.gpu.bench_pdl --model $QWEN --batch-size 64 --prefetch 2048 \
+    --json "$RES/pdl_qwen_b64.json" || echo "!! bench_pdl qwen"
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
@@ -208,6 +217,7 @@ for j in "$@"; do
     s5c) job_s5c > "$OUT/s5c.log" 2>&1 ;;
     s5d) job_s5d > "$OUT/s5d.log" 2>&1 ;;
     s5e) job_s5e > "$OUT/s5e.log" 2>&1 ;;
+    s6*) "job_$j" > "$OUT/$j.log" 2>&1 ;;
     tplast) job_tplast > "$OUT/tplast.log" 2>&1 ;;
     tpfast) wait "${pids[@]}" 2>/dev/null; pids=(); job_tpfast > "$OUT/tpfast.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;

@@ -45,13 +45,8 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
 
-    from attnserve import LLM, SamplingParams
-    from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
-
-    bs, ctx, block = args.batch_size, args.context, 16
-    llm = LLM(args.model, load_format="dummy", dtype="bfloat16", attention_backend=args.backend, block_size=block,
-              max_model_len=ctx + 16, max_num_seqs=max(bs, 8), use_skinny_gemm=args.use_skinny_gemm,
-              enforce_eager=True)
+    bs, ctx = args.batch_size, args.context
+    llm, batch = decode_batch(args.model, args.backend, bs, ctx)
     runner = llm.engine.runner
     if args.use_skinny_gemm:  # the runner measures the plan only when it captures graphs (this engine is eager)
         from attnserve.layers.gemv_plan import GemvPlan, plan_rows
@@ -59,12 +54,8 @@ def main() -> None:
 
         rows = plan_rows(capture_sizes(max(bs, 8)))  # the buckets a graph engine of this max_num_seqs measures
         runner.gemv_plan = GemvPlan.measure(runner.model, rows).apply(runner.model)
-    per_req = -(-ctx // block)
-    reqs = [ScheduledRequest(f"r{i}", [11 + i], ctx - 1, list(range(i * per_req, (i + 1) * per_req)),
-                             SamplingParams(max_tokens=1), True) for i in range(bs)]
-    assert bs * per_req <= runner.num_blocks, (bs * per_req, runner.num_blocks)
     with torch.inference_mode():  # the engine's buffers are inference tensors
-        result = _profile(runner, runner.prepare(SchedulerOutput(requests=reqs)))
+        result = _profile(runner, batch)
     result.update(model=args.model, batch_size=bs, context=ctx, skinny_gemm=args.use_skinny_gemm)
     print(json.dumps({k: v for k, v in result.items() if k != "kernels_us"}, indent=1))
     for name, (n, us) in list(result["kernels_us"].items())[:25]:
@@ -72,6 +63,24 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
+
+
+def decode_batch(model: str, backend: str, bs: int, ctx: int, block: int = 16):
+    """An eager engine of ``model``'s shape (random bf16 weights) and the prepared input of one decode step of
+    ``bs`` requests at context ``ctx`` (each request's KV blocks its own): ``(llm, batch)``; the engine's
+    runner is ``llm.engine.runner`` (keep ``llm``: it owns the runner)."""
+    from attnserve import LLM, SamplingParams
+    from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
+
+    llm = LLM(model, load_format="dummy", dtype="bfloat16", attention_backend=backend, block_size=block,
+              max_model_len=ctx + 16, max_num_seqs=max(bs, 8), enforce_eager=True)
+    runner = llm.engine.runner
+    per_req = -(-ctx // block)
+    reqs = [ScheduledRequest(f"r{i}", [11 + i], ctx - 1, list(range(i * per_req, (i + 1) * per_req)),
+                             SamplingParams(max_tokens=1), True) for i in range(bs)]
+    assert bs * per_req <= runner.num_blocks, (bs * per_req, runner.num_blocks)
+    with torch.inference_mode():  # the engine's buffers are inference tensors
+        return llm, runner.prepare(SchedulerOutput(requests=reqs))
 
 
 def _profile(runner, batch) -> dict:
