@@ -240,7 +240,7 @@ def _gemv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
     DOT: tl.constexpr, PRECISION: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
     ACT: tl.constexpr, INTERPRET: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH_LINES: tl.constexpr,
-    LINE_ELEMS: tl.constexpr,
+    LINE_ELEMS: tl.constexpr, UNROLL: tl.constexpr,
 ):
     """Program (n tile, k split): ``y[:, tile] (+)= x[:, split] @ w[tile, split].T``. The split count is
     a runtime argument; SPLIT says whether there are several. ``ACT``: x's prologue (``ACTS``). With
@@ -298,12 +298,38 @@ def _gemv_kernel(
         ticket = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
         if ticket == splits - 1:
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for s in range(0, splits):  # split order, whoever came last: deterministic
-                total += tl.load(part_ptr + s * M * N + tile, mask=out_mask, other=0.0, cache_modifier=".cg")
+            # split order, whoever came last: deterministic. UNROLL partials are loaded before any is added (one
+            # L2 round trip per UNROLL splits instead of per split); a split past the last adds -0.0, which
+            # leaves every float32 sum, -0.0 included, as it was
+            parts = part_ptr + tile
+            last = splits - 1
+            for s in range(0, splits, UNROLL):
+                p0 = tl.load(parts + s * M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
+                if UNROLL >= 2:  # (a split past the last re-loads the last one, then drops it)
+                    p1 = tl.load(parts + tl.minimum(s + 1, last) * M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
+                if UNROLL >= 4:
+                    p2 = tl.load(parts + tl.minimum(s + 2, last) * M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
+                    p3 = tl.load(parts + tl.minimum(s + 3, last) * M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
+                total += p0
+                if UNROLL >= 2:
+                    total += tl.where(s + 1 < splits, p1, -0.0)
+                if UNROLL >= 4:
+                    total += tl.where(s + 2 < splits, p2, -0.0)
+                    total += tl.where(s + 3 < splits, p3, -0.0)
             if HAS_BIAS:
                 total += tl.load(b_ptr + rows_n).to(tl.float32)[None, :]
             tl.store(y_ptrs, _round(total, y_ptr.dtype.element_ty, INTERPRET), mask=out_mask)
             tl.atomic_xchg(count_ptr + pid_n, 0)  # ready for the next launch
+
+
+def _reduce_unroll(config: GemvConfig, m: int, splits: int) -> int:
+    """Split-K partials the last split loads at once (1, 2 or 4): up to 4 while they hold at most 128 float32
+    registers per thread, and no more than the splits."""
+    per_thread = config.block_m(m) * config.block_n // (32 * config.num_warps)
+    unroll = 4
+    while unroll > 1 and (unroll * per_thread > 128 or unroll > splits):
+        unroll //= 2
+    return unroll
 
 
 def _prefetch_lines(launch: dict, elem_bytes: int, k_per_split: int) -> int:
@@ -363,6 +389,7 @@ def gemv(
         DOT=config.dot, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0, ACT=act, INTERPRET=_INTERPRET,
         PREFETCH_LINES=_prefetch_lines(launch, x.element_size(), k_per_split), LINE_ELEMS=128 // x.element_size(),
+        UNROLL=_reduce_unroll(config, m, splits),
         num_warps=config.num_warps, num_stages=config.num_stages, **(_LAUNCH if act == "silu_mul" else {}), **launch,
     )
     return y

@@ -187,6 +187,22 @@ job_s6a() {  # session 6, first call (fa3, g1, g2 staged): PDL correctness, then
     --json "$RES/pdl_qwen_b64.json" || echo "!! bench_pdl qwen"
 }
 
+job_s6b() {  # session 6 (g1, g2, fi staged): PDL engine test, the GEMV's unrolled split-K reduction, FlashInfer +- PDL
+  export CUDA_VISIBLE_DEVICES=0
+  (timeout 300 python3 -m tests.gpu.flashinfer_warm 16:8:128 > "$OUT/fiwarm.log" 2>&1) & local warm=$!
+  timeout 170 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_pdl_gpu.py \
+    tests/gpu/test_silu_mul_gemv.py -k "engine or silu_mul or fused"
+  timeout 120 python3 -m tests.gpu.bench_gemv --models qwen --ms 1 4 16 64 --json "$RES/gemv_unroll.json" \
+    || echo "!! bench_gemv"
+  wait $warm
+  bench lat_qwen_fi_skinny latency --model $QWEN $DUMMY --attention-backend FLASHINFER $LAT --use-skinny-gemm
+  bench lat_qwen_fi_skinny_pdl latency --model $QWEN $DUMMY --attention-backend FLASHINFER $LAT --use-skinny-gemm \
+    --enable-pdl
+  bench lat_llama_fa3_b1_pdl latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 1 \
+    --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536 \
+    --use-skinny-gemm --enable-pdl
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
