@@ -43,11 +43,13 @@ class EngineConfig:
     the SwiGLU itself (one launch instead of two) where that is 5% faster than the SwiGLU kernel and the best
     plain choice. Adds the timing (~300 timings) and ~55 Triton compiles to start-up (cached on disk)."""
 
-    enable_pdl: bool = False
+    enable_pdl: bool = True
     """Launch attnserve's Triton kernels (RMSNorm, RoPE + KV-cache write, SwiGLU, the skinny-GEMM GEMV) with
     programmatic dependent launch on GPUs of compute capability 9.0 and later: each may start while the
     kernel before it still runs and waits in-kernel for its inputs (``attnserve/layers/pdl.py``), so launch
-    latency between kernels overlaps work. No effect elsewhere (a warning says so)."""
+    latency between kernels overlaps work; the results are the same bits. Measured on an H200 (Qwen3-0.6B
+    shape, FLASHINFER, ``--use-skinny-gemm``): decode TPOT at batch 1 1.29 -> 1.18 ms, at batch 64 3.39 ->
+    3.34 ms. Ignored on CPU and older GPUs."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

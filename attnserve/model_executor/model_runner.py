@@ -152,7 +152,7 @@ class ModelRunner:
         self._last_sample: tuple[torch.Tensor | None, dict[str, int]] = (None, {})
         logger.info("KV cache: %d blocks of %d tokens (%s, %s)", self.num_blocks, self.block_size,
                     self.kv_dtype, self.backend.name)
-        self._configure_pdl(config.enable_pdl, tp.is_driver)
+        self._configure_pdl(config.enable_pdl)
         if graphs and config.use_skinny_gemm:  # before capture, so the graphs take the measured GEMV choices
             from attnserve.layers.gemv_plan import GemvPlan, plan_rows
             # the batch sizes the graphs will run (up to gemv_plan.MAX_ROWS)
@@ -164,15 +164,12 @@ class ModelRunner:
         if graphs:
             self._capture_cuda_graphs()
 
-    def _configure_pdl(self, requested: bool, warn: bool) -> None:
-        """PDL launches of the Triton kernels (``layers/pdl.py``), before the GEMV plan and graph capture."""
+    def _configure_pdl(self, requested: bool) -> None:
+        """PDL launches of the Triton kernels (``layers/pdl.py``) where the GPU has them, before the GEMV plan
+        and graph capture."""
         from attnserve.layers import pdl
 
-        on = pdl.configure(requested and pdl.supported(self.device))
-        if requested and not on and warn:
-            logger.warning("enable_pdl has no effect here: programmatic dependent launch needs a CUDA GPU of "
-                           "compute capability 9.0 or later (this engine: %s)", self.device)
-        elif on:
+        if pdl.configure(requested and pdl.supported(self.device)):
             logger.info("Triton kernels launch with programmatic dependent launch (enable_pdl)")
 
     def release(self) -> None:

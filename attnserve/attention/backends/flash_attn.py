@@ -29,7 +29,7 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.ops.kv_write import FP8_DTYPES, KVWriteTarget, kv_views, write_kv
+from attnserve.attention.ops.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.attention.capabilities import BackendCapabilities, cc_str
 from attnserve.attention.backends.flash_attn_versions import (
     FLASH_ATTN_VERSIONS, installed_version, load_kernels, version_preference,
@@ -278,7 +278,7 @@ class FlashAttentionImpl(AttentionImpl):
         self.last_q_scales = []  # (first, end, scale) of each fp8-quantized query slice, for tests
         key_cache, value_cache = kv_views(kv_cache, 0)
         if not kv_written:
-            write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
+            self.kv_write_target(kv_cache, metadata).write(key, value)
         # key/value stay arguments either way: the fresh-prefill path below attends over them directly
         if len(metadata.calls) == 1:
             return self._attend(query, key, value, key_cache, value_cache, metadata.calls[0])

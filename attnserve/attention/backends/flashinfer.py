@@ -40,7 +40,7 @@ from attnserve.attention.backend import (
     CudaGraphSupport,
     KVCacheLayout,
 )
-from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views, write_kv
+from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views
 from attnserve.attention.ops.paged_kv_indices import device_pages, host_pages
 from attnserve.attention.ops.pinned_ring import PinnedRing
 from attnserve.attention.capabilities import BackendCapabilities
@@ -330,7 +330,7 @@ class FlashInferImpl(AttentionImpl):
         self.last_q_scales = []  # (first, end, scale) of each fp8-quantized query slice, for tests
         key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
         if not kv_written:
-            write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
+            self.kv_write_target(kv_cache, metadata).write(key, value)
         # FlashInfer takes the cache in its physical order: (N, 2, B, H, D) for NHD, (N, 2, H, B, D) for HND
         physical = kv_cache if kv_cache.is_contiguous() else kv_cache.transpose(2, 3)
         assert physical.is_contiguous(), "KV cache must be NHD or HND ordered"

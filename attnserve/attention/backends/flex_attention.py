@@ -32,7 +32,7 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views, write_kv
+from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views
 from attnserve.attention.validation import package_installed
 
 
@@ -207,7 +207,7 @@ class FlexAttentionImpl(AttentionImpl):
                 kv_written: bool = False) -> torch.Tensor:
         key_cache, value_cache = kv_views(kv_cache, 0)
         if not kv_written:
-            write_kv(key, value, key_cache, value_cache, metadata.slot_mapping)
+            self.kv_write_target(kv_cache, metadata).write(key, value)
         n_slots = key_cache.shape[0] * key_cache.shape[1]
         whole_k = whole_v = None
         flex = _flex_fn(query.device)

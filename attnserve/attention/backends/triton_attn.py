@@ -27,7 +27,7 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views, write_kv
+from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views
 
 # Split-KV decode: aim for this many programs per SM, at most this many splits, and only past this context.
 _PROGRAMS_PER_SM = 2
@@ -120,7 +120,7 @@ class TritonAttentionImpl(AttentionImpl):
                 kv_written: bool = False) -> torch.Tensor:
         key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
         if not kv_written:
-            write_kv(key, value, key_cache, value_cache, metadata.slot_mapping, self.k_scale, self.v_scale)
+            self.kv_write_target(kv_cache, metadata).write(key, value)
         out = torch.empty_like(query)
         for call in metadata.calls:
             self._ops.paged_attention(
