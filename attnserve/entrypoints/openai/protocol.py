@@ -4,14 +4,15 @@ Field names, defaults and shapes follow OpenAI's API reference (completions, cha
 errors); ``top_k``, ``min_p``, ``ignore_eos``, ``stop_token_ids`` and ``skip_special_tokens`` are vLLM's
 extensions. Unknown request fields are ignored (as vLLM does) so that existing tools work unchanged, except
 the ones that ask for something attnserve cannot do, which are declared here and refused with a 400:
-``response_format`` other than text (structured output).
+``response_format`` other than text (structured output); on chat, non-empty ``tools`` or ``functions`` and
+``tool_choice`` other than "none" (tool calling).
 Ranges are declared on the fields, so that they show in the OpenAPI schema and violations are 400s.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -149,6 +150,9 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool | None = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     add_generation_prompt: bool = True
+    tools: list[dict[str, Any]] | None = Field(None, description="not supported: must be empty")
+    functions: list[dict[str, Any]] | None = Field(None, description="deprecated by OpenAI for tools; must be empty")
+    tool_choice: str | dict[str, Any] | None = Field(None, description="not supported: only 'none'")
 
 
 class TopLogprob(BaseModel):

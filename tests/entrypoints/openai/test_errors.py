@@ -160,3 +160,53 @@ def test_response_format_text_or_null_is_accepted(server, path, body, response_f
     r = server.post(path, json={**body, "max_tokens": 1, "temperature": 0, "response_format": response_format})
     assert r.status_code == 200, r.text
     assert len(r.json()["choices"]) == 1
+
+
+NO_TOOLS = "attnserve has no tool calling"
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
+
+# tools, functions and tool_choice ask for tool calls, which attnserve cannot parse out of the text
+LISTS_ALLOWED = f"is not supported (supported: absent, null or []); {NO_TOOLS}"
+CHOICE_ALLOWED = f"is not supported (supported: absent, null or 'none'); {NO_TOOLS}"
+REFUSED_TOOL_FIELDS = {
+    "tools": (dict(tools=[TOOL]), "tools", f"tools ['get_weather'] {LISTS_ALLOWED}"),
+    "functions": (dict(functions=[TOOL["function"]]), "functions", f"functions ['get_weather'] {LISTS_ALLOWED}"),
+    "tool_choice_auto": (dict(tool_choice="auto"), "tool_choice", f"tool_choice 'auto' {CHOICE_ALLOWED}"),
+    "tool_choice_required": (dict(tool_choice="required"), "tool_choice", f"tool_choice 'required' {CHOICE_ALLOWED}"),
+    "tool_choice_named": (dict(tool_choice={"type": "function", "function": {"name": "get_weather"}}), "tool_choice",
+                          'tool_choice {"type": "function", "function": {"name": "get_weather"}} '
+                          + CHOICE_ALLOWED),
+    "tools_with_tool_choice_none": (dict(tools=[TOOL], tool_choice="none"), "tools",
+                                    f"tools ['get_weather'] {LISTS_ALLOWED}"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_TOOL_FIELDS), ids=list(REFUSED_TOOL_FIELDS))
+def test_chat_tool_calling_is_400(client, model_name, case):
+    fields, param, message = REFUSED_TOOL_FIELDS[case]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=1, **fields)
+    assert e.value.status_code == 400
+    assert e.value.body == {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+    _valid_chat(client, model_name)
+
+
+def test_chat_streamed_tool_calling_is_400(client, model_name):
+    """Refused before the stream starts: a 400, not a 200 with an error event."""
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=1, stream=True, tools=[TOOL])
+    assert e.value.status_code == 400 and e.value.body["param"] == "tools"
+    _valid_chat(client, model_name)
+
+
+@pytest.mark.parametrize("fields", [
+    dict(tools=[]), dict(functions=[]), dict(tools=None, functions=None, tool_choice=None), dict(tool_choice="none"),
+    dict(tools=[], tool_choice="none"),
+    # other fields attnserve does not know are still ignored, as in vLLM
+    dict(parallel_tool_calls=False, store=False, metadata={"k": "v"}, no_such_field=1),
+], ids=["tools_empty", "functions_empty", "all_null", "tool_choice_none", "tools_empty_tool_choice_none",
+        "unknown_fields"])
+def test_chat_without_tool_calling_is_accepted(server, fields):
+    r = server.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 1, "temperature": 0, **fields})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["choices"]) == 1
