@@ -2,14 +2,17 @@
 
 Field names, defaults and shapes follow OpenAI's API reference (completions, chat completions, models,
 errors); ``top_k``, ``min_p``, ``ignore_eos``, ``stop_token_ids`` and ``skip_special_tokens`` are vLLM's
-extensions. Unknown request fields are ignored (as vLLM does) so that existing tools work unchanged.
+extensions. Unknown request fields are ignored (as vLLM does) so that existing tools work unchanged, except
+the ones that ask for something attnserve cannot do, which are declared here and refused with a 400:
+``response_format`` other than text (structured output); on chat, non-empty ``tools`` or ``functions`` and
+``tool_choice`` other than "none" (tool calling).
 Ranges are declared on the fields, so that they show in the OpenAPI schema and violations are 400s.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,6 +48,12 @@ class StreamOptions(OpenAIModel):
     include_usage: bool | None = False
 
 
+class ResponseFormat(OpenAIModel):
+    """OpenAI's ``response_format``; only ``{"type": "text"}`` is supported (``json_schema`` etc. ignored)."""
+
+    type: str
+
+
 class UsageInfo(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -67,6 +76,7 @@ class SamplingFields(OpenAIModel):
     presence_penalty: float | None = Field(0.0, ge=-2.0, le=2.0, description="only 0 is supported")
     frequency_penalty: float | None = Field(0.0, ge=-2.0, le=2.0, description="only 0 is supported")
     logit_bias: dict[str, float] | None = Field(None, description="not supported: must be empty")
+    response_format: ResponseFormat | None = Field(None, description="only type 'text' is supported")
     user: str | None = None
     ignore_eos: bool = False
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
@@ -140,6 +150,9 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool | None = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     add_generation_prompt: bool = True
+    tools: list[dict[str, Any]] | None = Field(None, description="not supported: must be empty")
+    functions: list[dict[str, Any]] | None = Field(None, description="deprecated by OpenAI for tools; must be empty")
+    tool_choice: str | dict[str, Any] | None = Field(None, description="not supported: only 'none'")
 
 
 class TopLogprob(BaseModel):

@@ -108,12 +108,18 @@ def check_stream_options(req: SamplingFields) -> None:
 
 
 def check_unsupported(req: SamplingFields) -> None:
-    """400 for OpenAI parameters this engine does not implement (rather than silently ignoring them)."""
+    """400 for OpenAI parameters this engine does not implement (rather than silently ignoring them).
+
+    Raises OpenAIError (400) naming the parameter: presence_penalty or frequency_penalty other than 0,
+    a non-empty logit_bias, a response_format type other than 'text'."""
     if req.presence_penalty or req.frequency_penalty:
         raise OpenAIError("presence_penalty and frequency_penalty are not supported (only 0)", 400,
                           param="presence_penalty" if req.presence_penalty else "frequency_penalty")
     if req.logit_bias:
         raise OpenAIError("logit_bias is not supported", 400, param="logit_bias")
+    if req.response_format is not None and req.response_format.type != "text":
+        raise OpenAIError(f"response_format type {req.response_format.type!r} is not supported (supported: 'text'); "
+                          "attnserve has no structured-output decoding", 400, param="response_format")
 
 
 def sampling_params(req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 from fastapi import Request
@@ -39,6 +40,7 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     ctx.check_ready()
     model = ctx.check_model(req.model)
     check_unsupported(req)
+    check_no_tool_calling(req)
     check_stream_options(req)
     if req.top_logprobs is not None and not req.logprobs:
         raise OpenAIError("top_logprobs needs logprobs: true", 400, param="top_logprobs")
@@ -67,6 +69,23 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
                       total_tokens=len(prompt_ids) + completion_tokens)
     body = ChatCompletionResponse(id=request_id, model=model, choices=choices, usage=usage)
     return JSONResponse(body.model_dump(mode="json"))
+
+
+def check_no_tool_calling(req: ChatCompletionRequest) -> None:
+    """400 for a request that asks for tool calls: attnserve cannot parse them out of the generated text.
+
+    Raises OpenAIError (400) naming the parameter: non-empty tools or functions (with their function names),
+    a tool_choice other than 'none'. Absent, null and empty lists are accepted."""
+    no_tools = "attnserve has no tool calling"
+    for param, entries in (("tools", req.tools), ("functions", req.functions)):
+        if entries:
+            names = [fn.get("name") if isinstance(fn := e.get("function", e), dict) else None for e in entries]
+            raise OpenAIError(f"{param} {names!r} is not supported (supported: absent, null or []); {no_tools}",
+                              400, param=param)
+    if req.tool_choice is not None and req.tool_choice != "none":
+        value = repr(req.tool_choice) if isinstance(req.tool_choice, str) else json.dumps(req.tool_choice)
+        raise OpenAIError(f"tool_choice {value} is not supported (supported: absent, null or 'none'); {no_tools}",
+                          400, param="tool_choice")
 
 
 def render_chat(ctx: ServingContext, req: ChatCompletionRequest) -> list[int]:

@@ -105,3 +105,108 @@ def test_unknown_route_is_404_in_openai_format(server, client, model_name):
     r = server.get("/v1/nothing-here")
     assert r.status_code == 404 and r.json()["error"]["message"]
     _valid(client, model_name)
+
+
+CHAT = [{"role": "user", "content": "Hi"}]
+NO_JSON = "attnserve has no structured-output decoding"
+
+
+def _valid_chat(client, model_name) -> None:
+    r = client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=1, temperature=0)
+    assert len(r.choices) == 1 and r.choices[0].finish_reason in ("length", "stop")
+
+
+# OpenAI's response_format other than text asks for structured output, which attnserve cannot decode:
+# a 400 naming the type rather than plain text with a 200
+REFUSED_RESPONSE_FORMATS = {
+    "json_object": ({"type": "json_object"},
+                    f"response_format type 'json_object' is not supported (supported: 'text'); {NO_JSON}"),
+    "json_schema": ({"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}}},
+                    f"response_format type 'json_schema' is not supported (supported: 'text'); {NO_JSON}"),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("case", list(REFUSED_RESPONSE_FORMATS), ids=list(REFUSED_RESPONSE_FORMATS))
+def test_chat_response_format_other_than_text_is_400(client, model_name, case, stream):
+    response_format, message = REFUSED_RESPONSE_FORMATS[case]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=1, stream=stream,
+                                       response_format=response_format)
+    assert e.value.status_code == 400
+    assert e.value.body == {"message": message, "type": "invalid_request_error", "param": "response_format",
+                            "code": None}
+    _valid_chat(client, model_name)
+
+
+@pytest.mark.parametrize("case", list(REFUSED_RESPONSE_FORMATS), ids=list(REFUSED_RESPONSE_FORMATS))
+def test_completion_response_format_other_than_text_is_400(client, model_name, case):
+    """vLLM's /v1/completions takes response_format too; a client relying on it is told, not ignored."""
+    response_format, message = REFUSED_RESPONSE_FORMATS[case]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=model_name, prompt="Hi", max_tokens=1,
+                                  extra_body={"response_format": response_format})
+    assert e.value.status_code == 400
+    assert e.value.body["message"] == message and e.value.body["param"] == "response_format"
+    _valid(client, model_name)
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", {"messages": CHAT}),
+    ("/v1/completions", {"prompt": "Hi"}),
+], ids=["chat", "completion"])
+@pytest.mark.parametrize("response_format", [None, {"type": "text"}], ids=["null", "text"])
+def test_response_format_text_or_null_is_accepted(server, path, body, response_format):
+    r = server.post(path, json={**body, "max_tokens": 1, "temperature": 0, "response_format": response_format})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["choices"]) == 1
+
+
+NO_TOOLS = "attnserve has no tool calling"
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
+
+# tools, functions and tool_choice ask for tool calls, which attnserve cannot parse out of the text
+LISTS_ALLOWED = f"is not supported (supported: absent, null or []); {NO_TOOLS}"
+CHOICE_ALLOWED = f"is not supported (supported: absent, null or 'none'); {NO_TOOLS}"
+REFUSED_TOOL_FIELDS = {
+    "tools": (dict(tools=[TOOL]), "tools", f"tools ['get_weather'] {LISTS_ALLOWED}"),
+    "functions": (dict(functions=[TOOL["function"]]), "functions", f"functions ['get_weather'] {LISTS_ALLOWED}"),
+    "tool_choice_auto": (dict(tool_choice="auto"), "tool_choice", f"tool_choice 'auto' {CHOICE_ALLOWED}"),
+    "tool_choice_required": (dict(tool_choice="required"), "tool_choice", f"tool_choice 'required' {CHOICE_ALLOWED}"),
+    "tool_choice_named": (dict(tool_choice={"type": "function", "function": {"name": "get_weather"}}), "tool_choice",
+                          'tool_choice {"type": "function", "function": {"name": "get_weather"}} '
+                          + CHOICE_ALLOWED),
+    "tools_with_tool_choice_none": (dict(tools=[TOOL], tool_choice="none"), "tools",
+                                    f"tools ['get_weather'] {LISTS_ALLOWED}"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_TOOL_FIELDS), ids=list(REFUSED_TOOL_FIELDS))
+def test_chat_tool_calling_is_400(client, model_name, case):
+    fields, param, message = REFUSED_TOOL_FIELDS[case]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=1, **fields)
+    assert e.value.status_code == 400
+    assert e.value.body == {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+    _valid_chat(client, model_name)
+
+
+def test_chat_streamed_tool_calling_is_400(client, model_name):
+    """Refused before the stream starts: a 400, not a 200 with an error event."""
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=1, stream=True, tools=[TOOL])
+    assert e.value.status_code == 400 and e.value.body["param"] == "tools"
+    _valid_chat(client, model_name)
+
+
+@pytest.mark.parametrize("fields", [
+    dict(tools=[]), dict(functions=[]), dict(tools=None, functions=None, tool_choice=None), dict(tool_choice="none"),
+    dict(tools=[], tool_choice="none"),
+    # other fields attnserve does not know are still ignored, as in vLLM
+    dict(parallel_tool_calls=False, store=False, metadata={"k": "v"}, no_such_field=1),
+], ids=["tools_empty", "functions_empty", "all_null", "tool_choice_none", "tools_empty_tool_choice_none",
+        "unknown_fields"])
+def test_chat_without_tool_calling_is_accepted(server, fields):
+    r = server.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 1, "temperature": 0, **fields})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["choices"]) == 1
