@@ -203,6 +203,18 @@ job_s6b() {  # session 6 (g1, g2, fi staged): PDL engine test, the GEMV's unroll
     --use-skinny-gemm --enable-pdl
 }
 
+job_s6c() {  # session 6 (g1, g2, fa3 staged): L2 prefetch premise, GPU tests with PDL on, FA3 latency with PDL on
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 60 python3 -m tests.gpu.bench_l2_prefetch --json "$RES/l2_prefetch.json" || echo "!! bench_l2_prefetch"
+  timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_pdl_gpu.py \
+    tests/gpu/test_rope_kv_write_gpu.py tests/gpu/test_cuda_graphs.py -k "engine or not (FLASHINFER or FLEX or chain)"
+  bench lat_qwen_fa3_skinny latency --model $QWEN $DUMMY --attention-backend FLASH_ATTN $LAT --use-skinny-gemm
+  bench lat_llama_fa3_b1_skinny latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 1 \
+    --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536 --use-skinny-gemm
+  bench lat_llama_fa3_b64_skinny latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 64 \
+    --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536 --use-skinny-gemm
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
