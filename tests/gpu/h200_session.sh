@@ -215,6 +215,30 @@ job_s6c() {  # session 6 (g1, g2, fa3 staged): L2 prefetch premise, GPU tests wi
     --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536 --use-skinny-gemm
 }
 
+B64="--batch-size 64 --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536"
+
+job_s6d() {  # session 6 (g1, g2, fa3 staged): batch 64 with and without PDL on one machine, FA3
+  export CUDA_VISIBLE_DEVICES=0
+  for m in qwen llama; do
+    local model=$QWEN; [ $m = llama ] && model=$LLAMA
+    bench lat_${m}_fa3_b64_nopdl latency --model $model $DUMMY --attention-backend FLASH_ATTN $B64 --use-skinny-gemm \
+      --no-enable-pdl
+    bench lat_${m}_fa3_b64_pdl latency --model $model $DUMMY --attention-backend FLASH_ATTN $B64 --use-skinny-gemm
+  done
+}
+
+job_s6e() {  # session 6 (g1, g2, fia, fib staged): FlashInfer tests after the PDL default, Llama batch 1 +- PDL
+  export CUDA_VISIBLE_DEVICES=0
+  (timeout 200 python3 -m tests.gpu.flashinfer_warm 32:8:128 > "$OUT/fiwarm.log" 2>&1) & local warm=$!
+  timeout 230 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_rope_kv_write_gpu.py \
+    tests/gpu/test_cuda_graphs.py -k FLASHINFER
+  wait $warm
+  local b1="--batch-size 1 --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536"
+  bench lat_llama_fi_b1_pdl latency --model $LLAMA $DUMMY --attention-backend FLASHINFER $b1 --use-skinny-gemm
+  bench lat_llama_fi_b1_nopdl latency --model $LLAMA $DUMMY --attention-backend FLASHINFER $b1 --use-skinny-gemm \
+    --no-enable-pdl
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
