@@ -223,13 +223,6 @@ def _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.
     return acc
 
 
-@triton.jit
-def _prefetch_l2(ptrs):
-    """PTX ``prefetch.global.L2``: bring each address's line into L2, nothing into registers."""
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0 unused", "=r,l", [ptrs], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
 # one compiled kernel for every split count, and for every row count of a BLOCK_M: Triton would otherwise
 # compile M % 16 == 0 (a bucket: 16, 32, 48, 64) apart from the row counts between buckets (the LM head's
 # exact request count, short eager steps), at their first call, mid-serving
@@ -239,13 +232,11 @@ def _gemv_kernel(
     M, N, K, stride_xm, stride_wn, stride_ym, k_per_split, splits,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
     DOT: tl.constexpr, PRECISION: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-    ACT: tl.constexpr, INTERPRET: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH_LINES: tl.constexpr,
-    LINE_ELEMS: tl.constexpr, UNROLL: tl.constexpr,
+    ACT: tl.constexpr, INTERPRET: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     """Program (n tile, k split): ``y[:, tile] (+)= x[:, split] @ w[tile, split].T``. The split count is
-    a runtime argument; SPLIT says whether there are several. ``ACT``: x's prologue (``ACTS``). With
-    ``USE_PDL`` (``layers/pdl.py``), before waiting for the kernel before it, the program asks L2 to
-    prefetch the first ``PREFETCH_LINES`` 128-byte lines of each of its weight rows in its split."""
+    a runtime argument; SPLIT says whether there are several. ``ACT``: x's prologue (``ACTS``). ``USE_PDL``:
+    launched with programmatic dependent launch (``layers/pdl.py``)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
@@ -259,9 +250,6 @@ def _gemv_kernel(
     k_hi = tl.minimum(k_lo + k_per_split, K)
     # whole BLOCK_K steps unmasked; the one split that holds K's ragged end adds a masked step
     k_main = tl.minimum(k_hi, K - K % BLOCK_K)
-    if PREFETCH_LINES > 0:  # weights only: no kernel writes them, so before the wait
-        cols = tl.minimum(k_lo + tl.arange(0, PREFETCH_LINES) * LINE_ELEMS, K - 1)
-        _prefetch_l2(w_ptr + rows_n[:, None] * stride_wn + cols[None, :])
     pdl_wait(USE_PDL)
     if DOT:
         k_offs = offs_k[None, :]
@@ -298,47 +286,12 @@ def _gemv_kernel(
         ticket = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
         if ticket == splits - 1:
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            # split order, whoever came last: deterministic. UNROLL partials are loaded before any is added (one
-            # L2 round trip per UNROLL splits instead of per split); a split past the last adds -0.0, which
-            # leaves every float32 sum, -0.0 included, as it was
-            parts = part_ptr + tile
-            last = splits - 1
-            for s in range(0, splits, UNROLL):
-                p0 = tl.load(parts + s * M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
-                if UNROLL >= 2:  # (a split past the last re-loads the last one, then drops it)
-                    p1 = tl.load(parts + tl.minimum(s + 1, last) * M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
-                if UNROLL >= 4:
-                    p2 = tl.load(parts + tl.minimum(s + 2, last) * M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
-                    p3 = tl.load(parts + tl.minimum(s + 3, last) * M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
-                total += p0
-                if UNROLL >= 2:
-                    total += tl.where(s + 1 < splits, p1, -0.0)
-                if UNROLL >= 4:
-                    total += tl.where(s + 2 < splits, p2, -0.0)
-                    total += tl.where(s + 3 < splits, p3, -0.0)
+            for s in range(0, splits):  # split order, whoever came last: deterministic
+                total += tl.load(part_ptr + s * M * N + tile, mask=out_mask, other=0.0, cache_modifier=".cg")
             if HAS_BIAS:
                 total += tl.load(b_ptr + rows_n).to(tl.float32)[None, :]
             tl.store(y_ptrs, _round(total, y_ptr.dtype.element_ty, INTERPRET), mask=out_mask)
             tl.atomic_xchg(count_ptr + pid_n, 0)  # ready for the next launch
-
-
-def _reduce_unroll(config: GemvConfig, m: int, splits: int) -> int:
-    """Split-K partials the last split loads at once (1, 2 or 4): up to 4 while they hold at most 128 float32
-    registers per thread, and no more than the splits."""
-    per_thread = config.block_m(m) * config.block_n // (32 * config.num_warps)
-    unroll = 4
-    while unroll > 1 and (unroll * per_thread > 128 or unroll > splits):
-        unroll //= 2
-    return unroll
-
-
-def _prefetch_lines(launch: dict, elem_bytes: int, k_per_split: int) -> int:
-    """128-byte lines of each weight row to prefetch before PDL's wait: ``pdl.gemv_prefetch_bytes()``
-    capped at one split's row, a power of 2 (a tile dimension); 0 without PDL."""
-    if not launch["USE_PDL"]:
-        return 0
-    lines = min(pdl.gemv_prefetch_bytes(), k_per_split * elem_bytes) // 128
-    return 1 << (lines.bit_length() - 1) if lines else 0
 
 
 def gemv(
@@ -374,7 +327,6 @@ def gemv(
         bias = bias.contiguous()
     k_per_split = config.k_per_split(k)
     splits = triton.cdiv(k, k_per_split)
-    launch = pdl.launch(x)
     tiles = triton.cdiv(n, config.block_n)
     if splits > 1:
         assert tiles <= _NUM_COUNTERS, f"{tiles} tiles with split-K: more than {_NUM_COUNTERS} counters"
@@ -388,8 +340,6 @@ def gemv(
         BLOCK_M=config.block_m(m), BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT=splits > 1,
         DOT=config.dot, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0, ACT=act, INTERPRET=_INTERPRET,
-        PREFETCH_LINES=_prefetch_lines(launch, x.element_size(), k_per_split), LINE_ELEMS=128 // x.element_size(),
-        UNROLL=_reduce_unroll(config, m, splits),
-        num_warps=config.num_warps, num_stages=config.num_stages, **(_LAUNCH if act == "silu_mul" else {}), **launch,
+        num_warps=config.num_warps, num_stages=config.num_stages, **(_LAUNCH if act == "silu_mul" else {}), **pdl.launch(x),
     )
     return y

@@ -5,11 +5,11 @@ shape, batch and KV cache, one CUDA graph per variant, each variant's ms per ste
 ``python -m tests.gpu.bench_pdl [--model benchmarks/shapes/llama-3.1-8b] [--backend FLASH_ATTN]
 [--batch-size 1] [--context 1024] [--json OUT]`` on a GPU of compute capability >= 9.0.
 
-Variants (name: GEMV choice, PDL, L2 prefetch bytes per weight row before the wait):
+Variants (name: GEMV choice, PDL):
 - ``plan``: the plan measured without PDL; PDL off (today's engine with ``--use-skinny-gemm``);
 - ``plan+pdl``: the same choices, PDL on (the same kernels: logits must be bitwise equal to ``plan``'s);
 - ``pdlplan+pdl``: the plan measured with PDL on (its timing chains of one GEMV then see PDL too);
-- ``triton`` / ``triton+pdl`` / ``triton+pdl+pfN``: the Triton GEMV wherever a candidate runs (margin -10);
+- ``triton`` / ``triton+pdl``: the Triton GEMV wherever a candidate runs (margin -10);
 - ``cublas+pdl``: no GEMV plan (cuBLAS), PDL on for the small kernels only.
 """
 
@@ -31,7 +31,6 @@ def main() -> None:
     ap.add_argument("--backend", default="FLASH_ATTN")
     ap.add_argument("--batch-size", type=int, default=1)
     ap.add_argument("--context", type=int, default=1024)
-    ap.add_argument("--prefetch", type=int, nargs="*", default=[2048, 8192])
     ap.add_argument("--profile", action="store_true", help="also the kernel timeline of each graph replay")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -49,8 +48,8 @@ def main() -> None:
 
     plans: dict[str, GemvPlan | None] = {}
 
-    def use(plan_name: str | None, pdl_on: bool, prefetch: int = 0) -> None:
-        pdl.configure(pdl_on, prefetch)
+    def use(plan_name: str | None, pdl_on: bool) -> None:
+        pdl.configure(pdl_on)
         if plan_name is None:
             for m, _ in gemv_layers(model):
                 m.gemv = None
@@ -63,21 +62,18 @@ def main() -> None:
             print(f"plan {plan_name}: {time.perf_counter() - t0:.1f} s\n{plans[plan_name].summary()}", flush=True)
         plans[plan_name].apply(model)
 
-    variants = [("plan", "plan", False, 0), ("plan+pdl", "plan", True, 0), ("pdlplan+pdl", "pdlplan", True, 0),
-                ("triton", "triton", False, 0), ("triton+pdl", "triton", True, 0)]
-    variants += [(f"triton+pdl+pf{b}", "triton", True, b) for b in args.prefetch]
-    variants += [("cublas+pdl", None, True, 0)]
+    variants = [("plan", "plan", False), ("plan+pdl", "plan", True), ("pdlplan+pdl", "pdlplan", True),
+                ("triton", "triton", False), ("triton+pdl", "triton", True), ("cublas+pdl", None, True)]
     results, base_logits, base_ms = [], None, None
     with torch.inference_mode():
-        for name, plan_name, pdl_on, prefetch in variants:
+        for name, plan_name, pdl_on in variants:
             if plan_name == "pdlplan":
                 pdl.configure(True)  # the plan's own timings run with PDL on
-            use(plan_name, pdl_on, prefetch)
+            use(plan_name, pdl_on)
             try:
                 logits = step().float()
                 ms = time_graph(step)
-                graph_logits = None
-                row = {"variant": name, "ms": ms, "pdl": pdl_on, "prefetch_bytes": prefetch}
+                row = {"variant": name, "ms": ms, "pdl": pdl_on}
                 if args.profile:
                     row["in_graph"] = {k: v for k, v in _profile_replay(step).items() if k != "kernels_us"}
             except Exception as e:  # a variant that fails is reported, the others still run
@@ -89,7 +85,6 @@ def main() -> None:
             row["ratio"] = ms / base_ms
             row["logits_equal_base"] = bool(torch.equal(logits, base_logits))
             row["logits_max_diff"] = float((logits - base_logits).abs().max())
-            del graph_logits
             results.append(row)
             print(f"{name:22s} {ms:8.4f} ms  x{row['ratio']:.3f}  equal={row['logits_equal_base']} "
                   f"maxdiff={row['logits_max_diff']:.3g}", flush=True)
