@@ -177,6 +177,17 @@ def _rope_heads(
 
 
 @triton.jit
+def _token_cos_sin(pos_ptr, tok, cos_ptr, sin_ptr, stride_cos, HALF: tl.constexpr, HALF_PAD: tl.constexpr):
+    """Token ``tok``'s position's cos and sin rows, (1, HALF_PAD) float32 each (0 past HALF), and the
+    (1, HALF_PAD) dimension offsets they were loaded at."""
+    pos = tl.load(pos_ptr + tok).to(tl.int64)
+    offs_d = tl.arange(0, HALF_PAD)[None, :]
+    cos = tl.load(cos_ptr + pos * stride_cos + offs_d, mask=offs_d < HALF, other=0.0)
+    sin = tl.load(sin_ptr + pos * stride_cos + offs_d, mask=offs_d < HALF, other=0.0)
+    return cos, sin, offs_d
+
+
+@triton.jit
 def _rotary_kernel(
     pos_ptr, q_ptr, k_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_cos, q_eps, k_eps,
@@ -188,10 +199,7 @@ def _rotary_kernel(
     """One program per token: all its query heads, then all its key heads."""
     tok = tl.program_id(0).to(tl.int64)
     pdl_wait(USE_PDL)
-    pos = tl.load(pos_ptr + tok).to(tl.int64)
-    offs_d = tl.arange(0, HALF_PAD)[None, :]
-    cos = tl.load(cos_ptr + pos * stride_cos + offs_d, mask=offs_d < HALF, other=0.0)
-    sin = tl.load(sin_ptr + pos * stride_cos + offs_d, mask=offs_d < HALF, other=0.0)
+    cos, sin, offs_d = _token_cos_sin(pos_ptr, tok, cos_ptr, sin_ptr, stride_cos, HALF, HALF_PAD)
     _rope_heads(q_ptr + tok * stride_qt, stride_qh, qw_ptr, q_eps, cos, sin,
                 HQ, HQ_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, INTERPRET)
     _rope_heads(k_ptr + tok * stride_kt, stride_kh, kw_ptr, k_eps, cos, sin,
@@ -263,10 +271,7 @@ def _rotary_kv_write_kernel(
     there are fewer tokens than SMs, so each token's two halves of the work take two of the idle ones."""
     tok = tl.program_id(0).to(tl.int64)
     pdl_wait(USE_PDL)
-    pos = tl.load(pos_ptr + tok).to(tl.int64)
-    offs_d = tl.arange(0, HALF_PAD)[None, :]
-    cos = tl.load(cos_ptr + pos * stride_cos + offs_d, mask=offs_d < HALF, other=0.0)
-    sin = tl.load(sin_ptr + pos * stride_cos + offs_d, mask=offs_d < HALF, other=0.0)
+    cos, sin, offs_d = _token_cos_sin(pos_ptr, tok, cos_ptr, sin_ptr, stride_cos, HALF, HALF_PAD)
     if tl.program_id(1) == 0:
         _rope_heads(q_ptr + tok * stride_qt, stride_qh, qw_ptr, q_eps, cos, sin,
                     HQ, HQ_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, INTERPRET)

@@ -24,6 +24,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from tests.gpu.bench_decode_graph import time_graph
+
 
 @triton.jit
 def _prefetch_kernel(ptr, n_lines, LINE_ELEMS: tl.constexpr, LINES: tl.constexpr):
@@ -39,21 +41,9 @@ def prefetch_l2(t: torch.Tensor, lines_per_program: int = 1024) -> None:
                                                                    LINES=lines_per_program, num_warps=4)
 
 
-def time_graph_us(fn, layers: int, iters: int = 50) -> float:
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(5):
-        g.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        g.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / iters / layers
+def time_graph_us(fn, layers: int) -> float:
+    """Microseconds per layer of one CUDA-graph replay of ``fn`` (``bench_decode_graph.time_graph``)."""
+    return time_graph(fn, iters=50) * 1000 / layers
 
 
 def main() -> None:
