@@ -4,8 +4,8 @@ Field names, defaults and shapes follow OpenAI's API reference (completions, cha
 errors); ``top_k``, ``min_p``, ``ignore_eos``, ``stop_token_ids`` and ``skip_special_tokens`` are vLLM's
 extensions. Unknown request fields are ignored (as vLLM does) so that existing tools work unchanged, except
 the ones that ask for something attnserve cannot do, which are declared here and refused with a 400:
-``response_format`` other than text (structured output); on chat, non-empty ``tools`` or ``functions`` and
-``tool_choice`` other than "none" (tool calling).
+``response_format`` other than text and vLLM's ``guided_*`` / ``structured_outputs`` (structured output); on
+chat, non-empty ``tools`` or ``functions``, ``tool_choice`` or ``function_call`` other than "none" (tool calling).
 Ranges are declared on the fields, so that they show in the OpenAPI schema and violations are 400s.
 """
 
@@ -77,6 +77,13 @@ class SamplingFields(OpenAIModel):
     frequency_penalty: float | None = Field(0.0, ge=-2.0, le=2.0, description="only 0 is supported")
     logit_bias: dict[str, float] | None = Field(None, description="not supported: must be empty")
     response_format: ResponseFormat | None = Field(None, description="only type 'text' is supported")
+    # vLLM's structured-output extensions (``guided_*`` up to vLLM 0.10, then ``structured_outputs``): declared
+    # so that a request using them is refused (``serving.check_unsupported``), not answered in free text
+    guided_json: str | dict[str, Any] | None = Field(None, description="vLLM extension; not supported")
+    guided_regex: str | None = Field(None, description="vLLM extension; not supported")
+    guided_choice: list[str] | None = Field(None, description="vLLM extension; not supported")
+    guided_grammar: str | None = Field(None, description="vLLM extension; not supported")
+    structured_outputs: dict[str, Any] | None = Field(None, description="vLLM extension; not supported")
     user: str | None = None
     ignore_eos: bool = False
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
@@ -153,6 +160,8 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[dict[str, Any]] | None = Field(None, description="not supported: must be empty")
     functions: list[dict[str, Any]] | None = Field(None, description="deprecated by OpenAI for tools; must be empty")
     tool_choice: str | dict[str, Any] | None = Field(None, description="not supported: only 'none'")
+    function_call: str | dict[str, Any] | None = Field(None, description="deprecated by OpenAI for tool_choice; "
+                                                                        "only 'none'")
 
 
 class TopLogprob(BaseModel):

@@ -107,11 +107,17 @@ def check_stream_options(req: SamplingFields) -> None:
         raise OpenAIError("stream_options is only allowed with stream: true", 400, param="stream_options")
 
 
+NO_STRUCTURED_OUTPUT = "attnserve has no structured-output decoding"
+# vLLM's structured-output request extensions (SamplingFields declares them)
+STRUCTURED_OUTPUT_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
+
+
 def check_unsupported(req: SamplingFields) -> None:
     """400 for OpenAI parameters this engine does not implement (rather than silently ignoring them).
 
     Raises OpenAIError (400) naming the parameter: presence_penalty or frequency_penalty other than 0,
-    a non-empty logit_bias, a response_format type other than 'text'."""
+    a non-empty logit_bias, a response_format type other than 'text', any of vLLM's structured-output
+    fields (``STRUCTURED_OUTPUT_FIELDS``) set."""
     if req.presence_penalty or req.frequency_penalty:
         raise OpenAIError("presence_penalty and frequency_penalty are not supported (only 0)", 400,
                           param="presence_penalty" if req.presence_penalty else "frequency_penalty")
@@ -119,7 +125,11 @@ def check_unsupported(req: SamplingFields) -> None:
         raise OpenAIError("logit_bias is not supported", 400, param="logit_bias")
     if req.response_format is not None and req.response_format.type != "text":
         raise OpenAIError(f"response_format type {req.response_format.type!r} is not supported (supported: 'text'); "
-                          "attnserve has no structured-output decoding", 400, param="response_format")
+                          f"{NO_STRUCTURED_OUTPUT}", 400, param="response_format")
+    for name in STRUCTURED_OUTPUT_FIELDS:
+        if getattr(req, name) is not None:
+            raise OpenAIError(f"{name} is not supported (supported: absent or null); {NO_STRUCTURED_OUTPUT}", 400,
+                              param=name)
 
 
 def sampling_params(req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:

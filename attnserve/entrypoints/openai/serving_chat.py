@@ -75,17 +75,18 @@ def check_no_tool_calling(req: ChatCompletionRequest) -> None:
     """400 for a request that asks for tool calls: attnserve cannot parse them out of the generated text.
 
     Raises OpenAIError (400) naming the parameter: non-empty tools or functions (with their function names),
-    a tool_choice other than 'none'. Absent, null and empty lists are accepted."""
+    a tool_choice or function_call other than 'none'. Absent, null and empty lists are accepted."""
     no_tools = "attnserve has no tool calling"
     for param, entries in (("tools", req.tools), ("functions", req.functions)):
         if entries:
             names = [fn.get("name") if isinstance(fn := e.get("function", e), dict) else None for e in entries]
             raise OpenAIError(f"{param} {names!r} is not supported (supported: absent, null or []); {no_tools}",
                               400, param=param)
-    if req.tool_choice is not None and req.tool_choice != "none":
-        value = repr(req.tool_choice) if isinstance(req.tool_choice, str) else json.dumps(req.tool_choice)
-        raise OpenAIError(f"tool_choice {value} is not supported (supported: absent, null or 'none'); {no_tools}",
-                          400, param="tool_choice")
+    for param, choice in (("tool_choice", req.tool_choice), ("function_call", req.function_call)):
+        if choice is not None and choice != "none":
+            value = repr(choice) if isinstance(choice, str) else json.dumps(choice)
+            raise OpenAIError(f"{param} {value} is not supported (supported: absent, null or 'none'); {no_tools}",
+                              400, param=param)
 
 
 def render_chat(ctx: ServingContext, req: ChatCompletionRequest) -> list[int]:

@@ -162,6 +162,32 @@ def test_response_format_text_or_null_is_accepted(server, path, body, response_f
     assert len(r.json()["choices"]) == 1
 
 
+# vLLM's structured-output extensions: refused by name on both endpoints
+REFUSED_VLLM_FIELDS = {
+    "guided_json": {"type": "object"}, "guided_regex": "[0-9]+", "guided_choice": ["yes", "no"],
+    "guided_grammar": "root ::= \"a\"", "structured_outputs": {"choice": ["yes", "no"]},
+}
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", {"messages": CHAT}),
+    ("/v1/completions", {"prompt": "Hi"}),
+], ids=["chat", "completion"])
+@pytest.mark.parametrize("field", list(REFUSED_VLLM_FIELDS))
+def test_vllm_structured_output_fields_are_400(server, client, model_name, path, body, field):
+    r = server.post(path, json={**body, "max_tokens": 1, field: REFUSED_VLLM_FIELDS[field]})
+    assert r.status_code == 400
+    assert r.json() == {"error": {"message": f"{field} is not supported (supported: absent or null); {NO_JSON}",
+                                  "type": "invalid_request_error", "param": field, "code": None}}
+    _valid(client, model_name)
+
+
+def test_vllm_structured_output_fields_null_are_accepted(server):
+    r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, "temperature": 0,
+                                             **dict.fromkeys(REFUSED_VLLM_FIELDS)})
+    assert r.status_code == 200, r.text
+
+
 NO_TOOLS = "attnserve has no tool calling"
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
 
@@ -178,6 +204,8 @@ REFUSED_TOOL_FIELDS = {
                           + CHOICE_ALLOWED),
     "tools_with_tool_choice_none": (dict(tools=[TOOL], tool_choice="none"), "tools",
                                     f"tools ['get_weather'] {LISTS_ALLOWED}"),
+    "function_call_auto": (dict(extra_body={"function_call": "auto"}), "function_call",
+                           f"function_call 'auto' {CHOICE_ALLOWED}"),
 }
 
 
@@ -201,11 +229,11 @@ def test_chat_streamed_tool_calling_is_400(client, model_name):
 
 @pytest.mark.parametrize("fields", [
     dict(tools=[]), dict(functions=[]), dict(tools=None, functions=None, tool_choice=None), dict(tool_choice="none"),
-    dict(tools=[], tool_choice="none"),
+    dict(tools=[], tool_choice="none"), dict(function_call="none"),
     # other fields attnserve does not know are still ignored, as in vLLM
     dict(parallel_tool_calls=False, store=False, metadata={"k": "v"}, no_such_field=1),
 ], ids=["tools_empty", "functions_empty", "all_null", "tool_choice_none", "tools_empty_tool_choice_none",
-        "unknown_fields"])
+        "function_call_none", "unknown_fields"])
 def test_chat_without_tool_calling_is_accepted(server, fields):
     r = server.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 1, "temperature": 0, **fields})
     assert r.status_code == 200, r.text
