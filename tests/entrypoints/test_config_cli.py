@@ -211,7 +211,8 @@ def test_explain_names_sources(tmp_path, capsys):
     assert rows["attention.backend"].endswith(f"file {p}")
     assert rows["attention.flash_attn_version"].endswith("command line (-ac.flash_attn_version)")
     assert rows["model.dtype"].endswith("default")
-    assert len(rows) == 23 + len(AttentionConfig.field_names())
+    assert rows["enable_pdl"].endswith("default")
+    assert len(rows) == 24 + len(AttentionConfig.field_names())
 
 
 def test_help_comes_from_field_docstrings(capsys):
