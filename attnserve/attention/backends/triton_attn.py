@@ -8,8 +8,9 @@ small to fill the GPU also takes the split-KV kernel. New K/V go into the cache 
 
 Limits: any CUDA GPU Triton compiles for (compute capability >= 7.0, the minimum of Triton's NVIDIA
 backend and of torch.compile's GPU path); float32 as well as float16/bfloat16; head sizes >= 32 (the
-kernel pads to the next power of two); block sizes multiples of 16; fp8 KV cache; sliding window, logits
-soft cap and sinks; runs whole mixed batches, so CUDA graphs can capture any step.
+kernel pads to the next power of two); block sizes multiples of 16; fp8 KV cache; sliding window and logits
+soft cap; no attention sinks (the kernel has no sink term, unlike vLLM's); runs whole mixed batches, so CUDA
+graphs can capture any step.
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ class TritonAttentionBackend(AttentionBackend):
     min_compute_capability = (7, 0)
     supports_sliding_window = True
     supports_logits_soft_cap = True
-    supports_sinks = True
+    supports_sinks = False  # the kernel has no sink term
     supported_attn_types = (AttentionType.DECODER,)
     device_types = ("cuda",)
     required_package = "triton"
