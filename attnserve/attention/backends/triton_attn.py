@@ -8,7 +8,8 @@ small to fill the GPU also takes the split-KV kernel. New K/V go into the cache 
 
 Limits: any CUDA GPU Triton compiles for (compute capability >= 7.0, the minimum of Triton's NVIDIA
 backend and of torch.compile's GPU path); float32 as well as float16/bfloat16; head sizes >= 32 (the
-kernel pads to the next power of two); block sizes multiples of 16; fp8 KV cache; sliding window and logits
+kernel pads to the next power of two); block sizes 16, 32, 64, 128 and 256 (a page is one power-of-two
+tile); fp8 KV cache; sliding window and logits
 soft cap; no attention sinks (the kernel has no sink term, unlike vLLM's); runs whole mixed batches, so CUDA
 graphs can capture any step.
 """
@@ -139,7 +140,8 @@ class TritonAttentionBackend(AttentionBackend):
     supported_dtypes = (torch.float16, torch.bfloat16, torch.float32)
     supported_kv_cache_dtypes = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
     min_head_size = 32
-    block_size_multiple_of = 16
+    # a page is one tl.arange in the kernel: a power of two (48 would pass "multiples of 16" and fail to compile)
+    supported_block_sizes = (16, 32, 64, 128, 256)
     min_compute_capability = (7, 0)
     supports_sliding_window = True
     supports_logits_soft_cap = True
