@@ -72,8 +72,9 @@ class ServingContext:
         if not name:
             return self.model_name
         if name not in self.served_model_names:
+            # 404 as OpenAI's API and vLLM answer a model that is not there (the body's code says which)
             raise OpenAIError(f"model {name!r} does not exist (served: {', '.join(self.served_model_names)})",
-                              400, param="model", code="model_not_found")
+                              404, param="model", code="model_not_found")
         return name
 
     def check_token_ids(self, token_ids: list[int]) -> None:

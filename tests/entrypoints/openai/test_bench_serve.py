@@ -35,4 +35,4 @@ def test_bench_serve_reports_errors(server, tmp_path):
             "--output-len", "2", "--output-json", str(out)]
     assert main(argv) == 1
     s = json.loads(out.read_text())
-    assert s["failed"] == 2 and "HTTP 400" in s["errors"][0]
+    assert s["failed"] == 2 and "HTTP 404" in s["errors"][0]

@@ -68,12 +68,16 @@ def test_prompt_longer_than_context_message_names_the_requested_max_tokens(clien
         f"({n} in the prompt, 7 in the completion). Please reduce the length of the prompt or completion.")
 
 
-def test_unknown_model_is_400(client, model_name):
-    with pytest.raises(openai.BadRequestError) as e:
+def test_unknown_model_is_404(client, model_name):
+    """OpenAI's API and vLLM answer a model they do not serve with 404 (code model_not_found)."""
+    with pytest.raises(openai.NotFoundError) as e:
         client.completions.create(model="no-such-model", prompt="Hi", max_tokens=1)
-    assert e.value.body["code"] == "model_not_found" and e.value.body["param"] == "model"
-    with pytest.raises(openai.BadRequestError):
+    assert e.value.status_code == 404
+    assert e.value.body == {"message": f"model 'no-such-model' does not exist (served: {model_name})",
+                            "type": "not_found_error", "param": "model", "code": "model_not_found"}
+    with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "Hi"}])
+    _valid(client, model_name)
     _valid(client, model_name)
 
 
