@@ -7,7 +7,7 @@ One background thread owns the engine: it builds it, steps it, and is the only c
 
 Shutdown: ``begin_shutdown`` refuses new requests at once and, after an optional drain period, aborts the
 unfinished ones between two steps; an aborted request's stream ends with a final output whose unfinished
-completions have finish_reason "abort". ``shutdown`` then stops the thread.
+completions have finish_reason "abort". ``shutdown`` then stops the thread and the executor's workers.
 """
 
 from __future__ import annotations
@@ -127,11 +127,15 @@ class AsyncLLMEngine:
             raise self.load_error
 
     async def shutdown(self, timeout: float = 10.0) -> None:
-        """Refuse new requests, abort the unfinished ones, stop the thread (waits up to ``timeout``)."""
+        """Refuse new requests, abort the unfinished ones and stop the thread (waits up to ``timeout`` for the
+        step in progress to end), then stop the executor's tensor-parallel workers, within the executor's own
+        deadline (they used to be stopped only by a finalizer at interpreter exit)."""
         self._stopping = True
         self._commands.put(_Stop())
         if self._thread is not None and self._ready.is_set():
             await asyncio.to_thread(self._thread.join, timeout)
+            if not self._thread.is_alive() and self.engine is not None:  # the thread that owned it has ended
+                await asyncio.to_thread(self.engine.shutdown)
 
     # --- requests --------------------------------------------------------------------------------
     async def generate(

@@ -97,3 +97,22 @@ def test_begin_shutdown_with_a_drain_timeout_lets_requests_finish_until_the_dead
     assert long_outs[-1].outputs[0].finish_reason == "abort"
     assert ended - began[0] >= drain - 0.05
     assert engine.engine.block_manager.num_free_blocks == engine.engine.block_manager.num_blocks
+
+
+def test_shutdown_stops_the_tensor_parallel_workers(tiny_model_dir):
+    """Not left to a finalizer at interpreter exit (where multiprocessing may terminate them first)."""
+    config = build_engine_config(tiny_model_dir("llama"), dtype="float32", device="cpu", kv_cache_memory=8 << 20,
+                                 tensor_parallel_size=2)
+    engine = AsyncLLMEngine(config)
+    engine.start()
+
+    async def run():
+        await engine.wait_ready(300)
+        outs = await _consume(engine, "a", SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True))
+        await engine.shutdown(timeout=10)
+        return outs
+
+    assert asyncio.run(run())[-1].outputs[0].finish_reason == "length"
+    procs = engine.engine.executor.procs
+    assert len(procs) == 2 and not any(p.is_alive() for p in procs)
+    assert [p.exitcode for p in procs] == [0, 0]
