@@ -2,8 +2,12 @@
 
 One background thread owns the engine: it builds it, steps it, and is the only caller of its methods
 (the engine is not thread-safe). The event loop hands work over through a thread-safe command queue
-(add, abort, stop) and receives each request's outputs on its own ``asyncio.Queue``, filled with
+(add, abort, shut down, stop) and receives each request's outputs on its own ``asyncio.Queue``, filled with
 ``loop.call_soon_threadsafe`` so the loop never blocks on a model step.
+
+Shutdown: ``begin_shutdown`` refuses new requests at once and, after an optional drain period, aborts the
+unfinished ones between two steps; an aborted request's stream ends with a final output whose unfinished
+completions have finish_reason "abort". ``shutdown`` then stops the thread and the executor's workers.
 """
 
 from __future__ import annotations
@@ -31,10 +35,6 @@ class EngineNotReadyError(RuntimeError):
 
 class EngineDeadError(RuntimeError):
     """A model step raised; the requests in that step were failed."""
-
-
-class RequestAbortedError(RuntimeError):
-    """The engine aborted a request that a caller was still reading (the server is shutting down)."""
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,9 @@ class _Stop:
     pass
 
 
-class _AbortAll:
-    pass
+@dataclass
+class _Shutdown:
+    abort_at: float  # time.monotonic() from which the unfinished requests are aborted
 
 
 class AsyncLLMEngine:
@@ -97,6 +98,8 @@ class AsyncLLMEngine:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stopping = False
+        self._abort_at: float | None = None  # engine thread: set once shutdown began
+        self._aborted_all = False  # engine thread: the shutdown's abort happened (and was logged)
         self.engine: LLMEngine | None = None
         self.load_error: BaseException | None = None
         # called on the engine thread once loading failed (the server then exits: a supervisor restarts it)
@@ -124,20 +127,25 @@ class AsyncLLMEngine:
             raise self.load_error
 
     async def shutdown(self, timeout: float = 10.0) -> None:
-        """Refuse new requests, abort the unfinished ones, stop the thread (waits up to ``timeout``)."""
+        """Refuse new requests, abort the unfinished ones and stop the thread (waits up to ``timeout`` for the
+        step in progress to end), then stop the executor's tensor-parallel workers, within the executor's own
+        deadline (they used to be stopped only by a finalizer at interpreter exit)."""
         self._stopping = True
         self._commands.put(_Stop())
         if self._thread is not None and self._ready.is_set():
             await asyncio.to_thread(self._thread.join, timeout)
+            if not self._thread.is_alive() and self.engine is not None:  # the thread that owned it has ended
+                await asyncio.to_thread(self.engine.shutdown)
 
     # --- requests --------------------------------------------------------------------------------
     async def generate(
         self, prompt: str | list[int], params: SamplingParams, request_id: str
     ) -> AsyncIterator[RequestOutput]:
         """Queue a request and yield its RequestOutput after each step that changed it, the last one
-        with ``finished=True``. Raises the engine's error for a rejected prompt (PromptTooLongError,
-        ValueError). Leaving the iteration early (a disconnected client, a cancelled task) aborts the
-        request, which frees its KV blocks."""
+        with ``finished=True`` (finish_reason "abort" when shutdown aborted it). Raises the engine's error
+        for a rejected prompt (PromptTooLongError, ValueError), EngineNotReadyError once shutdown began.
+        Leaving the iteration early (a disconnected client, a cancelled task) aborts the request, which
+        frees its KV blocks."""
         if not self.is_ready:
             if self.dead_error is not None:
                 raise EngineNotReadyError(f"the engine is dead: {type(self.dead_error).__name__}: {self.dead_error}")
@@ -161,11 +169,13 @@ class AsyncLLMEngine:
         """Abort a request (frees its KV blocks); a no-op when it has finished. Thread-safe."""
         self._commands.put(_Abort(request_id))
 
-    def abort_all(self) -> None:
-        """Refuse new requests and abort every unfinished one (shutdown); each stream ends with
-        RequestAbortedError. Thread-safe."""
+    def begin_shutdown(self, drain_timeout: float = 0.0) -> None:
+        """Refuse new requests from now on; let the unfinished ones run for up to ``drain_timeout`` seconds,
+        then abort them (0: at once, before the next step). Each aborted stream ends with a final output
+        (finish_reason "abort"); one log line says how many were aborted. Returns at once; thread-safe and
+        safe in a signal handler (a flag and a SimpleQueue put)."""
         self._stopping = True
-        self._commands.put(_AbortAll())
+        self._commands.put(_Shutdown(time.monotonic() + drain_timeout))
 
     # --- the engine thread -----------------------------------------------------------------------
     def _run(self) -> None:
@@ -186,10 +196,12 @@ class AsyncLLMEngine:
             # block only while idle; while requests run, take what has arrived and step again
             if not self._drain(block=not self.engine.has_unfinished_requests()):
                 break
+            if not self._aborted_all and self._abort_at is not None and time.monotonic() >= self._abort_at:
+                self._abort_all()
             if self.engine.has_unfinished_requests():
                 self._step()
-        for request_id in list(self._streams):
-            self._abort(request_id)
+        if not self._aborted_all:
+            self._abort_all()
         self._snapshot()
 
     def _drain(self, block: bool) -> bool:
@@ -204,10 +216,12 @@ class AsyncLLMEngine:
                 return False
             if isinstance(cmd, _Abort):
                 self._abort(cmd.request_id)
-            elif isinstance(cmd, _AbortAll):
-                for request_id in list(self._streams):
-                    self._abort(request_id)
+            elif isinstance(cmd, _Shutdown):
+                self._abort_at = cmd.abort_at if self._abort_at is None else min(self._abort_at, cmd.abort_at)
             elif isinstance(cmd, _Add):
+                if self._abort_at is not None:  # queued just before shutdown began: refused as a new request
+                    cmd.stream.put(EngineNotReadyError("the server is shutting down"))
+                    continue
                 try:
                     self.engine.add_request(cmd.prompt, cmd.params, cmd.request_id)
                     self._streams[cmd.request_id] = cmd.stream
@@ -216,10 +230,18 @@ class AsyncLLMEngine:
             self._snapshot()
 
     def _abort(self, request_id: str) -> None:
+        """Abort a request; its stream (if still read) ends with the final output, finish_reason "abort"."""
         stream = self._streams.pop(request_id, None)
         if stream is not None:
-            self.engine.abort_request(request_id)
-            stream.put(RequestAbortedError(f"request {request_id} was aborted (the server is shutting down)"))
+            stream.put(self.engine.abort_request(request_id))
+
+    def _abort_all(self) -> None:
+        """Shutdown: abort every unfinished request, once, and log how many there were."""
+        n = len(self._streams)
+        for request_id in list(self._streams):
+            self._abort(request_id)
+        self._aborted_all = True
+        logger.info("shutting down: aborted %d request%s in flight", n, "" if n == 1 else "s")
 
     def _step(self) -> None:
         try:

@@ -147,11 +147,12 @@ class LLMEngine:
             self.scheduler.add_request(child)
         return request_id
 
-    def abort_request(self, request_id: str) -> None:
-        """Stop a request and free its KV blocks (no-op for an unknown or finished id)."""
+    def abort_request(self, request_id: str) -> RequestOutput | None:
+        """Stop a request and free its KV blocks. Returns its final output: the text and tokens so far, each
+        unfinished completion with finish_reason "abort"; None (and nothing done) for an unknown or finished id."""
         for child_id in self.output_processor.child_ids(request_id):
             self.scheduler.finish_request(child_id, FinishReason.ABORT)
-        self.output_processor.abort(request_id)
+        return self.output_processor.abort(request_id)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished() or self._in_flight is not None

@@ -71,7 +71,26 @@ class OutputProcessor:
         parent = self.parents.get(request_id)
         return [] if parent is None else [c.request.request_id for c in parent.children]
 
-    def abort(self, request_id: str) -> None:
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """End an unfinished request (its children are already finished in the scheduler): every completion
+        still running gets finish_reason "abort" and keeps its text so far, with what was held back
+        released (a partial character, the start of a possible stop string). Returns that final output and
+        forgets the request; None for an unknown or finished id."""
+        parent = self.parents.get(request_id)
+        if parent is None:
+            return None
+        for kid in parent.children:
+            c = kid.completion
+            if c.finish_reason is not None:  # a sibling (n > 1) that ended before
+                continue
+            tail = kid.detokenizer.flush() if kid.detokenizer is not None else ""
+            text = (kid.text if kid.request.sampling_params.stop else c.text) + tail
+            c.text_delta, c.num_new_tokens, c.text = text[len(c.text):], 0, text
+            c.finish_reason, c.stop_reason = FinishReason.ABORT.value, None
+            parent.num_unfinished -= 1
+        return self._output(parent)
+
+    def _forget(self, request_id: str) -> None:
         parent = self.parents.pop(request_id, None)
         for kid in parent.children if parent else []:
             self.child_to_parent.pop(kid.request.request_id, None)
@@ -104,7 +123,7 @@ class OutputProcessor:
         finished = parent.finished
         if finished:
             metrics.finished_time = max(k.request.finished_time or 0.0 for k in parent.children)
-            self.abort(parent.request_id)  # forget its state
+            self._forget(parent.request_id)
         return RequestOutput(
             parent.request_id, parent.prompt, parent.prompt_token_ids,
             [_snapshot(k.completion) for k in parent.children], finished,

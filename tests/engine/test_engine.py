@@ -372,6 +372,23 @@ def test_abort_frees_the_requests_blocks(llm):
     assert engine.block_manager.num_free_blocks == free and not engine.has_unfinished_requests()
 
 
+@pytest.mark.parametrize("stop", [None, ["never seen"]])
+def test_abort_returns_the_final_output_with_finish_reason_abort(llm, stop):
+    """The text so far (held-back stop-string prefix included) and the tokens so far; then the id is unknown."""
+    engine = llm.engine
+    params = SamplingParams(temperature=0.0, max_tokens=50, ignore_eos=True, stop=stop, n=2)
+    rid = engine.add_request(PROMPTS[1], params)
+    for _ in range(4):
+        engine.step()
+    out = engine.abort_request(rid)
+    assert out.finished and len(out.outputs) == 2
+    for c in out.outputs:
+        assert c.finish_reason == "abort" and c.stop_reason is None
+        assert 0 < len(c.token_ids) < 50
+        assert c.text == llm.tokenizer.decode(c.token_ids, skip_special_tokens=True)
+    assert engine.abort_request(rid) is None and engine.abort_request("unknown") is None
+
+
 def test_use_skinny_gemm_on_cpu_says_it_does_nothing(llama_dir, caplog):
     with caplog.at_level("WARNING", logger="attnserve.model_executor.model_runner"):
         LLM(llama_dir, dtype="float32", device="cpu", max_model_len=16, kv_cache_memory=8 << 20, use_skinny_gemm=True)

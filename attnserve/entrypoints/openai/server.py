@@ -1,8 +1,13 @@
 """The OpenAI-compatible HTTP server: FastAPI routes over an AsyncLLMEngine, run by uvicorn.
 
 The app starts answering as soon as the socket is bound: while the model loads, ``/health`` and the API
-answer 503. A failed load ends the process with exit code 1 and one line on stderr. SIGINT/SIGTERM stop accepting connections, let in-flight requests finish for up to
-``shutdown_timeout`` seconds, then cancel (abort) the rest and stop the engine thread.
+answer 503. A failed load ends the process with exit code 1 and one line on stderr.
+
+SIGINT/SIGTERM: the server stops accepting connections and new requests (503), lets the requests in flight
+run for ``shutdown_timeout`` seconds (default 0), then aborts the rest between two engine steps. Each
+aborted request still gets its answer: a stream's last chunk has finish_reason "abort", then ``data: [DONE]``;
+a non-streamed request gets its partial result with finish_reason "abort". uvicorn waits up to
+``ABORT_GRACE_S`` more for those answers to go out, the engine thread stops, and the process exits 0.
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -43,6 +47,10 @@ from attnserve.entrypoints.openai.serving_completion import create_completion
 
 logger = logging.getLogger(__name__)
 
+# after the requests in flight were aborted: how long their last chunks have to go out (the abort lands
+# between two engine steps) before uvicorn cancels what is left, and how long the engine thread then has to stop
+ABORT_GRACE_S = 5.0
+
 _API_ERRORS = {s: {"model": ErrorResponse, "description": status_phrase(s)} for s in (400, 401, 503)}
 _SSE = {"text/event-stream": {"schema": {"type": "string"}, "description": "with stream: true"}}
 _KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/version", "/metrics"}
@@ -56,7 +64,7 @@ class ServerArgs:
     port: int = 8000
     served_model_names: tuple[str, ...] = ()
     api_key: str | None = None
-    shutdown_timeout: float = 10.0  # seconds in-flight requests get after SIGINT/SIGTERM
+    shutdown_timeout: float = 0.0  # seconds in-flight requests may run on after SIGINT/SIGTERM, then aborted
     log_level: str = "info"
 
 
@@ -69,14 +77,14 @@ def default_served_name(model: str | None) -> str:
     return os.path.basename(default_model_path()).split(".")[0]
 
 
-def build_app(ctx: ServingContext, shutdown_timeout: float = 10.0) -> FastAPI:
+def build_app(ctx: ServingContext) -> FastAPI:
     """The FastAPI app over a (not yet started) engine; the lifespan starts and stops it."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         ctx.engine.start()
         yield
-        await ctx.engine.shutdown(timeout=shutdown_timeout)
+        await ctx.engine.shutdown(timeout=ABORT_GRACE_S)
 
     app = FastAPI(title="attnserve OpenAI-compatible API", version=attnserve.__version__, lifespan=lifespan)
     app.state.ctx = ctx
@@ -210,23 +218,21 @@ def run_server(config: EngineConfig, args: ServerArgs) -> int:
     engine = AsyncLLMEngine(config)
     ctx = ServingContext(engine=engine, served_model_names=names,
                          metrics=ServerMetrics(names[0], lambda: engine.stats), api_key=args.api_key)
-    app = build_app(ctx, shutdown_timeout=args.shutdown_timeout)
-    grace = max(1, int(args.shutdown_timeout))
+    app = build_app(ctx)
 
     class Server(uvicorn.Server):
-        """Aborts the requests still running just before uvicorn's graceful-shutdown deadline, so their
-        streams end with an error event and [DONE] instead of being cancelled mid-write."""
+        """On the first SIGINT/SIGTERM the engine refuses new requests and, after ``shutdown_timeout``
+        seconds, aborts the running ones, which end their responses themselves; uvicorn waits for them
+        (``timeout_graceful_shutdown``) instead of cancelling them mid-write."""
 
         def handle_exit(self, sig, frame) -> None:
             if not self.should_exit:
-                timer = threading.Timer(max(0.0, grace - 0.5), engine.abort_all)
-                timer.daemon = True
-                timer.start()
+                engine.begin_shutdown(drain_timeout=args.shutdown_timeout)
             super().handle_exit(sig, frame)
 
     server = Server(uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level,
-        timeout_graceful_shutdown=grace, timeout_keep_alive=5))
+        timeout_graceful_shutdown=args.shutdown_timeout + ABORT_GRACE_S, timeout_keep_alive=5))
     # a failed load ends the process (exit 1) instead of answering 503 forever: a supervisor restarts it
     engine.on_load_error = lambda e: setattr(server, "should_exit", True)
     logger.info("serving %s on http://%s:%d", names[0], args.host, port)
