@@ -23,9 +23,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="model name(s) clients use; the first is reported (default: the model argument)")
     g.add_argument("--api-key", default=None,
                    help="require 'Authorization: Bearer KEY' on /v1 routes; an empty key means no key, as in vLLM")
-    g.add_argument("--shutdown-timeout", type=seconds, default=0.0,
+    g.add_argument("--shutdown-timeout", type=seconds, default=10.0,
                    help="seconds in-flight requests may run on after SIGINT/SIGTERM before they are aborted "
-                        "(default 0: at once, as vLLM; an aborted request ends with finish_reason abort)")
+                        "(default 10; 0: at once; an aborted request ends with finish_reason abort)")
     g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     add_engine_args(parser, positional_model=True)
     parser.set_defaults(func=run)

@@ -4,7 +4,8 @@ The app starts answering as soon as the socket is bound: while the model loads, 
 answer 503. A failed load ends the process with exit code 1 and one line on stderr.
 
 SIGINT/SIGTERM: the server stops accepting connections and new requests (503), lets the requests in flight
-run for ``shutdown_timeout`` seconds (default 0), then aborts the rest between two engine steps. Each
+run for ``shutdown_timeout`` seconds (default 10: a rolling restart drains), then aborts the rest between two
+engine steps. Each
 aborted request still gets its answer: a stream's last chunk has finish_reason "abort", then ``data: [DONE]``;
 a non-streamed request gets its partial result with finish_reason "abort". uvicorn waits up to
 ``ABORT_GRACE_S`` more for those answers to go out, the engine thread stops, and the process exits 0.
@@ -64,7 +65,7 @@ class ServerArgs:
     port: int = 8000
     served_model_names: tuple[str, ...] = ()
     api_key: str | None = None
-    shutdown_timeout: float = 0.0  # seconds in-flight requests may run on after SIGINT/SIGTERM, then aborted
+    shutdown_timeout: float = 10.0  # seconds in-flight requests may run on after SIGINT/SIGTERM, then aborted
     log_level: str = "info"
 
 
