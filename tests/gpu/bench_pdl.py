@@ -67,9 +67,7 @@ def main() -> None:
     results, base_logits, base_ms = [], None, None
     with torch.inference_mode():
         for name, plan_name, pdl_on in variants:
-            if plan_name == "pdlplan":
-                pdl.configure(True)  # the plan's own timings run with PDL on
-            use(plan_name, pdl_on)
+            use(plan_name, pdl_on)  # a plan measured here times its GEMVs with this variant's PDL setting
             try:
                 logits = step().float()
                 ms = time_graph(step)
