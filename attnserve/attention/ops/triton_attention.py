@@ -3,9 +3,19 @@
 Design after vLLM's ``triton_unified_attention.py``: a program owns one tile of query rows of one KV head
 (``BLOCK_Q`` query tokens x the ``NUM_QPKV`` query heads that share the KV head, padded to ``BLOCK_M``
 rows so that ``tl.dot`` gets at least 16 rows even for a single decode token), and walks that request's
-KV blocks one page at a time with an online softmax. The split-KV variant gives each program only a
-``1/NUM_SPLITS`` slice of the pages and writes a partial output and its log-sum-exp; a second kernel
-merges the slices. That keeps the GPU busy for decode batches too small to fill it.
+KV in tiles of ``BLOCK_N = PAGE * PAGES_PER_TILE`` tokens with an online softmax. A KV tile spans
+``PAGES_PER_TILE`` cache pages: the physical block id of each of its tokens comes from the block table in
+one vector load (``PAGES_PER_TILE`` distinct addresses, as vLLM's kernel loads ``seq_offset // BLOCK_SIZE``
+per token of its ``TILE_SIZE`` tile), and K / V are loaded as ``(HEAD_PAD, BLOCK_N)`` / ``(BLOCK_N,
+HEAD_PAD)`` with per-token addresses; each iteration is then one ``(BLOCK_M, HEAD_PAD) @ (HEAD_PAD,
+BLOCK_N)`` dot instead of a dot per 16-token page (decode on a GPU is latency-bound at one page per
+iteration). ``PAGES_PER_TILE`` is chosen from the page size (``default_pages_per_tile``: tiles of
+``KV_TILE_TOKENS`` tokens, one page per tile for pages that large); ``PAGES_PER_TILE = 1`` is the first
+version's page-at-a-time loop (one scalar block-id load per iteration), kept for comparisons.
+
+The split-KV variant gives each program a ``1/NUM_SPLITS`` slice of the KV tiles (a whole number of
+tiles) and writes a partial output and its log-sum-exp; a second kernel merges the slices. That keeps the
+GPU busy for decode batches too small to fill it.
 
 The KV cache arrives as two views ``(num_blocks, block_size, Hkv, D)`` with any strides, so both the
 ``(2, N, ...)`` and ``(N, 2, ...)`` cache shapes and the NHD and HND memory orders work unchanged. An fp8
@@ -24,27 +34,46 @@ import triton.language as tl
 
 @triton.jit
 def _attn_tile_loop(
-    q, acc, m_i, l_i, q_pos, row_valid, seq_idx, seq_len, kvh, tile_lo, tile_hi,
+    q, acc, m_i, l_i, q_pos, row_valid, seq_idx, seq_len, kvh, kv_lo, kv_hi,
     k_ptr, v_ptr, bt_ptr, stride_bt, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     scale, k_scale, v_scale, softcap, window,
-    HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    USE_WINDOW: tl.constexpr, KV_FP8: tl.constexpr, PREC: tl.constexpr,
+    HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr, PAGES_PER_TILE: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, KV_FP8: tl.constexpr, PREC: tl.constexpr,
 ):
+    """Online softmax over KV tiles ``[kv_lo, kv_hi)`` of ``BLOCK_N = PAGE * PAGES_PER_TILE`` tokens.
+
+    q: (BLOCK_M, HEAD_PAD) in the query dtype; acc: (BLOCK_M, HEAD_PAD) float32; m_i, l_i: (BLOCK_M,)
+    float32 running max and sum; q_pos: (BLOCK_M,) position of each row's query token; row_valid:
+    (BLOCK_M,) bool. Keys at positions >= seq_len (the ragged last tile) are neither loaded nor attended.
+    """
+    BLOCK_N: tl.constexpr = PAGE * PAGES_PER_TILE
     offs_d = tl.arange(0, HEAD_PAD)
     d_mask = offs_d < HEAD
-    offs_n = tl.arange(0, PAGE)
-    for j in range(tile_lo, tile_hi):
-        blk = tl.load(bt_ptr + seq_idx * stride_bt + j).to(tl.int64)
-        k_pos = j * PAGE + offs_n
+    offs_n = tl.arange(0, BLOCK_N)
+    bt_row = bt_ptr + seq_idx * stride_bt
+    for j in range(kv_lo, kv_hi):
+        k_pos = j * BLOCK_N + offs_n
         n_valid = k_pos < seq_len
-        k = tl.load(k_ptr + blk * stride_kb + offs_n[None, :] * stride_ks + kvh * stride_kh + offs_d[:, None],
-                    mask=d_mask[:, None] & n_valid[None, :], other=0.0)  # (HEAD_PAD, PAGE)
-        v = tl.load(v_ptr + blk * stride_vb + offs_n[:, None] * stride_vs + kvh * stride_vh + offs_d[None, :],
-                    mask=n_valid[:, None] & d_mask[None, :], other=0.0)  # (PAGE, HEAD_PAD)
+        if PAGES_PER_TILE == 1:
+            # one page per tile: one block id (the page-at-a-time loop); j < cdiv(seq_len, PAGE) here
+            blk = tl.load(bt_row + j).to(tl.int64)
+            k_off = blk * stride_kb + offs_n * stride_ks  # (BLOCK_N,)
+            v_off = blk * stride_vb + offs_n * stride_vs
+        else:
+            # each token's physical block: one (BLOCK_N,) load over the tile's PAGES_PER_TILE table
+            # entries; tokens past seq_len read no entry (the table may be exactly cdiv(seq_len, PAGE) wide)
+            blk = tl.load(bt_row + k_pos // PAGE, mask=n_valid, other=0).to(tl.int64)  # (BLOCK_N,)
+            slot = offs_n % PAGE
+            k_off = blk * stride_kb + slot * stride_ks
+            v_off = blk * stride_vb + slot * stride_vs
+        k = tl.load(k_ptr + k_off[None, :] + kvh * stride_kh + offs_d[:, None],
+                    mask=d_mask[:, None] & n_valid[None, :], other=0.0)  # (HEAD_PAD, BLOCK_N)
+        v = tl.load(v_ptr + v_off[:, None] + kvh * stride_vh + offs_d[None, :],
+                    mask=n_valid[:, None] & d_mask[None, :], other=0.0)  # (BLOCK_N, HEAD_PAD)
         if KV_FP8:
             k = (k.to(tl.float32) * k_scale).to(q.dtype)
             v = (v.to(tl.float32) * v_scale).to(q.dtype)
-        s = tl.dot(q, k, input_precision=PREC) * scale  # (BLOCK_M, PAGE) float32
+        s = tl.dot(q, k, input_precision=PREC) * scale  # (BLOCK_M, BLOCK_N) float32
         if USE_SOFTCAP:
             # tanh(x) = 2 sigmoid(2x) - 1, exact enough and available in every Triton version
             s = softcap * (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0)
@@ -70,9 +99,11 @@ def _paged_attention_kernel(
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     scale, k_scale, v_scale, softcap, window, num_q_heads,
     NUM_QPKV: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, HEAD: tl.constexpr,
-    HEAD_PAD: tl.constexpr, PAGE: tl.constexpr, NUM_SPLITS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    USE_WINDOW: tl.constexpr, KV_FP8: tl.constexpr, PREC: tl.constexpr,
+    HEAD_PAD: tl.constexpr, PAGE: tl.constexpr, PAGES_PER_TILE: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, KV_FP8: tl.constexpr, PREC: tl.constexpr,
 ):
+    """Grid (num_query_tiles, Hkv, NUM_SPLITS): one query tile of one KV head, over one split of its KV."""
+    BLOCK_N: tl.constexpr = PAGE * PAGES_PER_TILE
     tile = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -93,25 +124,26 @@ def _paged_attention_kernel(
     q = tl.load(q_ptr + (q_begin + q_tok)[:, None].to(tl.int64) * stride_qt + head[:, None] * stride_qh
                 + offs_d[None, :], mask=row_valid[:, None] & d_mask[None, :], other=0.0)
 
-    # pages this tile needs: up to the last query's position; with a window, from the first query's window
+    # KV tiles this query tile needs: up to the last query's position; with a window, from the first
+    # query's window
     last_pos = tl.minimum(context + q_tile_start + BLOCK_Q, seq_len)  # exclusive
-    tile_hi = tl.cdiv(last_pos, PAGE)
-    tile_lo = 0
+    kv_hi = tl.cdiv(last_pos, BLOCK_N)
+    kv_lo = 0
     if USE_WINDOW:
-        tile_lo = tl.maximum(context + q_tile_start - window + 1, 0) // PAGE
-    if NUM_SPLITS > 1:
-        per_split = tl.cdiv(tile_hi - tile_lo, NUM_SPLITS)
-        tile_lo = tile_lo + split * per_split
-        tile_hi = tl.minimum(tile_hi, tile_lo + per_split)
+        kv_lo = tl.maximum(context + q_tile_start - window + 1, 0) // BLOCK_N
+    if NUM_SPLITS > 1:  # each split owns a whole number of KV tiles; trailing splits may own none
+        per_split = tl.cdiv(kv_hi - kv_lo, NUM_SPLITS)
+        kv_lo = kv_lo + split * per_split
+        kv_hi = tl.minimum(kv_hi, kv_lo + per_split)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
     acc, m_i, l_i = _attn_tile_loop(
-        q, acc, m_i, l_i, q_pos, row_valid, seq_idx, seq_len, kvh, tile_lo, tile_hi,
+        q, acc, m_i, l_i, q_pos, row_valid, seq_idx, seq_len, kvh, kv_lo, kv_hi,
         k_ptr, v_ptr, bt_ptr, stride_bt, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
         scale, k_scale, v_scale, softcap, window,
-        HEAD, HEAD_PAD, PAGE, USE_SOFTCAP, USE_WINDOW, KV_FP8, PREC,
+        HEAD, HEAD_PAD, PAGE, PAGES_PER_TILE, USE_SOFTCAP, USE_WINDOW, KV_FP8, PREC,
     )
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
@@ -144,6 +176,27 @@ def _merge_splits_kernel(
     merged = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
     tl.store(out_ptr + tok * stride_ot + head * stride_oh + offs_d, merged.to(out_ptr.dtype.element_ty),
              mask=offs_d < HEAD)
+
+
+# tokens per KV tile of the attention loop (BLOCK_N) when the page is smaller: decode's loads and dots
+# are then 64 tokens wide instead of one 16-token page per iteration ...
+KV_TILE_TOKENS = 64
+# ... as long as one K tile (BLOCK_N x HEAD_PAD elements) stays within 16 KiB: Triton stages K and V
+# through shared memory, pipelined over 3 iterations by default, so 16 KiB tiles keep a program near
+# 40 KB (sm_90 build: 16-bit, head 128, 64 tokens: 39 KB, 152 registers). Wider tiles for float32 or
+# head 256 would need 76-152 KB (more than sm_75/sm_8x's per-block limit, and spills for float32/256).
+KV_TILE_BYTES = 16 * 1024
+
+
+def default_pages_per_tile(page_size: int, head_pad: int = 128, elem_bytes: int = 2,
+                           tile_tokens: int = KV_TILE_TOKENS) -> int:
+    """Pages per KV tile: the largest power of two <= ``tokens // page_size``, at least one, where
+    ``tokens = min(tile_tokens, KV_TILE_BYTES // (head_pad * elem_bytes))``; ``elem_bytes`` is the larger
+    of the query's and the cache's element sizes. 16-bit, head <= 128: pages of 16 -> 4, 32 -> 2, 64 and up
+    -> 1 (pages that large are one page per tile); float32 or head 256: tiles of 32 tokens."""
+    tokens = min(tile_tokens, KV_TILE_BYTES // (head_pad * elem_bytes))
+    n = max(1, tokens // page_size)
+    return 1 << (n.bit_length() - 1)
 
 
 def block_m_for(num_queries_per_kv: int) -> tuple[int, int]:
@@ -187,15 +240,24 @@ def paged_attention(
     k_scale: float = 1.0,
     v_scale: float = 1.0,
     split_token_range: tuple[int, int] | None = None,  # (first, end) tokens covered, for the merge
+    pages_per_tile: int | None = None,
 ) -> torch.Tensor:
-    """Causal paged attention of the given query tiles. ``num_splits > 1`` splits each tile's pages
-    across programs and merges the partial results (meant for decode tiles)."""
+    """Causal paged attention of the given query tiles. ``num_splits > 1`` splits each tile's KV tiles
+    across programs and merges the partial results (meant for decode tiles).
+
+    The KV is walked in tiles of ``pages_per_tile`` pages (a power of two; None: ``default_pages_per_tile``
+    for the page size, head size and element sizes; 1: the page-at-a-time loop of the first version, for
+    comparisons)."""
     num_tokens, num_heads, head = query.shape
     num_kv_heads, page = key_cache.shape[2], key_cache.shape[1]
     assert key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1 and query.stride(-1) == 1
     num_qpkv = num_heads // num_kv_heads
     block_m, block_q = block_m_for(num_qpkv)
     head_pad = max(16, triton.next_power_of_2(head))
+    if pages_per_tile is None:
+        elem_bytes = max(query.element_size(), key_cache.element_size())
+        pages_per_tile = default_pages_per_tile(page, head_pad, elem_bytes)
+    assert pages_per_tile >= 1 and pages_per_tile & (pages_per_tile - 1) == 0, pages_per_tile
     num_tiles = tile_seq.numel()
     if num_tiles == 0:
         return out
@@ -214,8 +276,8 @@ def paged_attention(
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
         scale, k_scale, v_scale, logits_soft_cap or 0.0, sliding_window or 0, num_heads,
         NUM_QPKV=num_qpkv, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD=head, HEAD_PAD=head_pad, PAGE=page,
-        NUM_SPLITS=num_splits, USE_SOFTCAP=logits_soft_cap is not None, USE_WINDOW=sliding_window is not None,
-        KV_FP8=kv_fp8, PREC=prec,
+        PAGES_PER_TILE=pages_per_tile, NUM_SPLITS=num_splits, USE_SOFTCAP=logits_soft_cap is not None,
+        USE_WINDOW=sliding_window is not None, KV_FP8=kv_fp8, PREC=prec,
     )
     if num_splits > 1:
         first, end = split_token_range if split_token_range is not None else (0, num_tokens)
