@@ -197,9 +197,18 @@ def _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.
     ``ACT == "silu_mul"`` the x tile is ``silu(gate) * up`` of the gate at ``x_ptrs`` and the up K columns on."""
     if MASKED:
         w = tl.load(w_ptrs + k, mask=k + k_offs < K, other=0.0)
-        x = tl.load(x_ptrs + k, mask=k + k_offs < K, other=0.0)
     else:
         w = tl.load(w_ptrs + k)
+    return _gemv_tile(acc, w, x_ptrs, k, K, k_offs, MASKED, DOT, PRECISION, ACT, INTERPRET)
+
+
+@triton.jit
+def _gemv_tile(acc, w, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.constexpr,
+               PRECISION: tl.constexpr, ACT: tl.constexpr, INTERPRET: tl.constexpr):
+    """:func:`_gemv_step` with the weight tile ``w`` at column ``k`` already loaded."""
+    if MASKED:
+        x = tl.load(x_ptrs + k, mask=k + k_offs < K, other=0.0)
+    else:
         x = tl.load(x_ptrs + k)
     if ACT == "silu_mul":  # masked columns: silu(0) * 0 = 0, times a 0 weight
         if MASKED:
@@ -236,7 +245,8 @@ def _gemv_kernel(
 ):
     """Program (n tile, k split): ``y[:, tile] (+)= x[:, split] @ w[tile, split].T``. The split count is
     a runtime argument; SPLIT says whether there are several. ``ACT``: x's prologue (``ACTS``). ``USE_PDL``:
-    launched with programmatic dependent launch (``layers/pdl.py``)."""
+    launched with programmatic dependent launch (``layers/pdl.py``): with ``EVEN_K`` each program loads its
+    first weight tile before the wait, into registers (the same products in the same order: the same bits)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
@@ -250,7 +260,6 @@ def _gemv_kernel(
     k_hi = tl.minimum(k_lo + k_per_split, K)
     # whole BLOCK_K steps unmasked; the one split that holds K's ragged end adds a masked step
     k_main = tl.minimum(k_hi, K - K % BLOCK_K)
-    pdl_wait(USE_PDL)
     if DOT:
         k_offs = offs_k[None, :]
         w_ptrs = w_ptr + rows_n[:, None] * stride_wn + k_offs  # (BLOCK_N, BLOCK_K)
@@ -261,6 +270,15 @@ def _gemv_kernel(
         w_ptrs = w_ptr + rows_n[None, :, None] * stride_wn + k_offs  # (1, BLOCK_N, BLOCK_K)
         x_ptrs = x_ptr + rows_m[:, None, None] * stride_xm + k_offs  # (BLOCK_M, 1, BLOCK_K)
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    if USE_PDL and EVEN_K:
+        # the split's first weight tile is loaded while the kernel before this one still runs (a weight is
+        # no kernel's output: step 1 of layers/pdl.py); with EVEN_K every split has at least one full step
+        w_first = tl.load(w_ptrs + k_lo)
+        pdl_wait(USE_PDL)
+        acc = _gemv_tile(acc, w_first, x_ptrs, k_lo, K, k_offs, False, DOT, PRECISION, ACT, INTERPRET)
+        k_lo += BLOCK_K
+    else:
+        pdl_wait(USE_PDL)
     for k in range(k_lo, k_main, BLOCK_K):
         acc = _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, False, DOT, PRECISION, ACT, INTERPRET)
     if not EVEN_K:
