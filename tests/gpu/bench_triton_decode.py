@@ -99,11 +99,12 @@ def bench_case(name: str, batch: int, hq: int, hkv: int, ctx: int, block: int, a
               for _ in range(max(1, -(-2 * l2 // cache_bytes)))]
     out = torch.empty_like(query)
 
-    def run(kv: torch.Tensor, pages_per_tile: int | None) -> torch.Tensor:
+    def run(kv: torch.Tensor, pages_per_tile: int | None, launch: dict | None = None,
+            num_splits: int | None = None) -> torch.Tensor:
         key_cache, value_cache = kv_views(kv, 1)
         return paged_attention(out, query, key_cache, value_cache, md.block_table, md.seq_lens, md.query_start_loc,
-                               call.tile_seq, call.tile_start, HEAD**-0.5, num_splits=splits,
-                               split_token_range=call.token_range, pages_per_tile=pages_per_tile)
+                               call.tile_seq, call.tile_start, HEAD**-0.5, num_splits=num_splits or splits,
+                               split_token_range=call.token_range, pages_per_tile=pages_per_tile, launch=launch)
 
     key_cache, value_cache = kv_views(copies[0], 1)
     ref = reference_paged_attention(query.float(), torch.stack([key_cache.float(), value_cache.float()]),
@@ -120,9 +121,39 @@ def bench_case(name: str, batch: int, hq: int, hkv: int, ctx: int, block: int, a
                        "ok": rel <= TOLERANCE[torch.bfloat16]}
     for v in rows.values():
         v["x_page"] = round(rows["page"]["us"] / v["us"], 3)
+    sweep = []
+    for ppt, split_list, launch in _sweep(args, block, splits):
+        for ns in split_list:
+            try:
+                rel = float((run(copies[0], ppt, launch, ns).float() - ref).abs().max()) / scale
+                us = time_us(lambda kv, ppt=ppt, launch=launch, ns=ns: run(kv, ppt, launch, ns), copies, args.calls,
+                             args.replays)
+            except Exception as e:  # noqa: BLE001 - a launch that does not compile (shared memory) is a row
+                sweep.append(dict(pages_per_tile=ppt, splits=ns, **launch, error=f"{type(e).__name__}: {e}"[:200]))
+                continue
+            sweep.append(dict(pages_per_tile=ppt, splits=ns, **launch, us=round(us, 2),
+                              tbps=round(kv_bytes / us / 1e6, 3), ok=rel <= TOLERANCE[torch.bfloat16]))
     return dict(case=name, batch=batch, q_heads=hq, kv_heads=hkv, context=ctx, block_size=block,
                 table_width=step["width"], num_splits=splits, kv_mb=round(kv_bytes / 1e6, 2), copies=len(copies),
-                variants=rows)
+                variants=rows, sweep=sorted(sweep, key=lambda r: r.get("us", 1e9)))
+
+
+def _sweep(args, block: int, splits: int) -> list[tuple[int, list[int], dict]]:
+    """``--sweep``: (pages per tile, split counts, launch options) to time besides the variants."""
+    if not args.sweep:
+        return []
+    split_list = sorted({splits, 2 * splits} if splits == 1 else {splits // 2, splits, 2 * splits, 32} - {0})
+    out = []
+    for tokens in (64, 128):
+        ppt = max(1, tokens // block)
+        for warps in (4, 8):
+            for stages in (2, 3, 4):
+                for maxnreg in (None, 128):
+                    launch = dict(num_warps=warps, num_stages=stages)
+                    if maxnreg:
+                        launch["maxnreg"] = maxnreg
+                    out.append((ppt, split_list, launch))
+    return out
 
 
 def main() -> None:
@@ -135,6 +166,8 @@ def main() -> None:
     ap.add_argument("--table-tokens", type=int, default=4096, help="block table width in tokens (max_model_len)")
     ap.add_argument("--calls", type=int, default=40)
     ap.add_argument("--replays", type=int, default=10)
+    ap.add_argument("--sweep", action="store_true",
+                    help="also time 64/128-token tiles x 4/8 warps x 2-4 stages x maxnreg 128 or not x split counts")
     ap.add_argument("--dry-run", action="store_true", help="check this script on CPU (see the docstring)")
     args = ap.parse_args()
     if not torch.cuda.is_available() and not args.dry_run:
@@ -171,6 +204,8 @@ def main() -> None:
                 print(f"   {label:8s} {v['pages_per_tile']:2d} pages/tile {v['us']:9.2f} us {v['tbps']:7.3f} TB/s "
                       f"x page {v['x_page']:5.2f}  rel err {v['rel_err']:.1e}{'' if v['ok'] else '  WRONG'}",
                       flush=True)
+            for row in r["sweep"][:6]:
+                print(f"   sweep {row}", flush=True)
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
     print(f"{time.perf_counter() - t0:.1f} s")

@@ -239,6 +239,54 @@ job_s6e() {  # session 6 (g1, g2, fia, fib staged): FlashInfer tests after the P
     --no-enable-pdl
 }
 
+job_s7a() {  # session 7, first call (g1, g2, fia, fib staged): TRITON_ATTN's KV tiles; decode by KV layout and block size
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 150 python3 -m tests.gpu.bench_triton_decode --json "$RES/triton_decode.json"
+  timeout "$(left)" python3 -m tests.gpu.bench_decode_layout --backends FLASHINFER TRITON_ATTN --json "$RES/decode_layout.json"
+}
+
+job_s7b() {  # session 7 (g1, g2, fia, fib staged): TRITON_ATTN with vector block ids, PDL and finer splits:
+  # correctness, kernel times, engine latency against FLASHINFER on the same machine, a step profile
+  export CUDA_VISIBLE_DEVICES=0
+  (timeout 200 python3 -m tests.gpu.flashinfer_warm 16:8:128 > "$OUT/fiwarm.log" 2>&1) & local warm=$!
+  timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_backends_vs_reference.py \
+    tests/gpu/test_cuda_graphs.py tests/gpu/test_rope_kv_write_gpu.py -k TRITON
+  timeout 60 python3 -m tests.gpu.bench_triton_decode --json "$RES/triton_decode2.json"
+  timeout 90 python3 -m tests.gpu.bench_decode_layout --backends TRITON_ATTN FLASHINFER --layouts NHD \
+    --json "$RES/decode_layout2.json"
+  local b1="--batch-size 1 --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536"
+  bench lat_qwen_triton latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm
+  prof qwen_triton_b64 --model $QWEN --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm
+  wait $warm
+  bench lat_qwen_fi latency --model $QWEN $DUMMY --attention-backend FLASHINFER $LAT --use-skinny-gemm
+  bench lat_llama_triton_b1 latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN $b1 --use-skinny-gemm
+}
+
+job_s7c() {  # session 7 (g1, g2 staged): GEMV first weight tile before the PDL wait, TRITON_ATTN decode launch
+  # options: GPU correctness, then in-process PDL/GEMV variants of a step, the engine's step loop, latency
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 170 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_pdl_gpu.py \
+    tests/gpu/test_skinny_gemm.py tests/gpu/test_backends_vs_reference.py tests/gpu/test_cuda_graphs.py -k \
+    "not FLASHINFER and not FLASH_ATTN and not FLEX"
+  timeout 110 python3 -m tests.gpu.bench_pdl --model $QWEN --backend TRITON_ATTN --batch-size 64 --json "$RES/pdl_qwen_b64.json"
+  timeout 130 python3 -m tests.gpu.bench_pdl --model $LLAMA --backend TRITON_ATTN --batch-size 1 --json "$RES/pdl_llama_b1.json"
+  timeout 60 python3 -m tests.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
+    --json "$RES/engine_steps_qwen_triton_b64.json" | tail -15
+  bench lat_qwen_triton2 latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm
+}
+
+job_s7d() {  # session 7, last call (g1, g2 staged): RoPE + KV write inside TRITON_ATTN's decode kernel:
+  # GPU correctness (bitwise against the unfused path), kernel times, latency of both shapes, a step profile
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 250 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_rope_kv_write_gpu.py \
+    tests/gpu/test_pdl_gpu.py tests/gpu/test_cuda_graphs.py tests/gpu/test_backends_vs_reference.py \
+    tests/gpu/test_skinny_gemm.py -k "not FLASHINFER and not FLASH_ATTN and not FLEX"
+  timeout 40 python3 -m tests.gpu.bench_triton_decode --cases qwen3_b64 llama_b1 --json "$RES/triton_decode3.json"
+  bench lat_qwen_triton3 latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm
+  prof qwen_triton_b64_rope --model $QWEN --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm
+  bench lat_llama_triton3 latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
@@ -269,7 +317,7 @@ for j in "$@"; do
     s5c) job_s5c > "$OUT/s5c.log" 2>&1 ;;
     s5d) job_s5d > "$OUT/s5d.log" 2>&1 ;;
     s5e) job_s5e > "$OUT/s5e.log" 2>&1 ;;
-    s6*) "job_$j" > "$OUT/$j.log" 2>&1 ;;
+    s6*|s7*) "job_$j" > "$OUT/$j.log" 2>&1 ;;
     tplast) job_tplast > "$OUT/tplast.log" 2>&1 ;;
     tpfast) wait "${pids[@]}" 2>/dev/null; pids=(); job_tpfast > "$OUT/tpfast.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;
