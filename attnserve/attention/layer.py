@@ -43,13 +43,17 @@ class Attention(nn.Module):
         q_norm: "RMSNorm | None" = None,  # Qwen3: RMSNorm over each query head before RoPE
         k_norm: "RMSNorm | None" = None,
     ) -> torch.Tensor:  # (T, Hq, D)
-        """RoPE on ``query`` and ``key`` (in place), then :meth:`forward`.
+        """RoPE on ``query`` and ``key`` (in place), then :meth:`forward`; in one kernel where the backend
+        can (``impl.forward_with_rope``).
 
         When the backend says where its KV write goes (``impl.kv_write_target``), the rotation stores the
         rotated keys and the values there itself (one kernel on CUDA instead of RoPE, then the backend's
         ``reshape_and_cache``) and the backend skips its write. Same values in the cache and the output
         either way; on CPU the same PyTorch ops in the same order."""
         kv_cache, metadata = batch.kv_caches[self.layer_index], batch.attn_metadata
+        out = self.impl.forward_with_rope(positions, query, key, value, kv_cache, metadata, rotary, q_norm, k_norm)
+        if out is not None:  # the backend's kernel did it all (TRITON_ATTN's decode steps)
+            return out
         target = self.impl.kv_write_target(kv_cache, metadata)
         if target is None:
             rotary(positions, query, key, q_norm, k_norm)

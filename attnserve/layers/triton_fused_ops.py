@@ -147,11 +147,13 @@ def rms_norm(
 def _rope_heads(
     ptr, stride_h, w_ptr, eps, cos, sin,
     NUM_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-    HAS_NORM: tl.constexpr, ROUND_NORM: tl.constexpr, INTERPRET: tl.constexpr,
+    HAS_NORM: tl.constexpr, ROUND_NORM: tl.constexpr, INTERPRET: tl.constexpr, store_lo, store_hi,
 ):
-    """Rotates (after RMS-normalizing, with HAS_NORM) the NUM_HEADS heads of one token at ``ptr``, in place.
-    ``cos``/``sin``: (1, HALF_PAD) float32. Returns the two stored halves, (HEADS_PAD, HALF_PAD) each in the
-    tensor's dtype (dimensions [0, HALF) and [HALF, 2 HALF) of each head)."""
+    """Rotates (after RMS-normalizing, with HAS_NORM) the NUM_HEADS heads of one token at ``ptr``; stores heads
+    [store_lo, store_hi) back in place. ``cos``/``sin``: (1, HALF_PAD) float32. Returns the
+    two halves, (HEADS_PAD, HALF_PAD) each in the tensor's dtype (dimensions [0, HALF) and [HALF, 2 HALF) of
+    each head). Each head's result depends on that head alone: a caller that stores a subset may load heads
+    another program has already rotated, as long as it never stores them."""
     dtype = ptr.dtype.element_ty
     offs_h = tl.arange(0, HEADS_PAD)[:, None]
     offs_d = tl.arange(0, HALF_PAD)[None, :]
@@ -171,8 +173,9 @@ def _rope_heads(
             x2 = _round(x2, dtype, INTERPRET).to(tl.float32)
     y1 = _round(x1 * cos - x2 * sin, dtype, INTERPRET)
     y2 = _round(x2 * cos + x1 * sin, dtype, INTERPRET)
-    tl.store(p1, y1, mask=mask)
-    tl.store(p1 + HALF, y2, mask=mask)
+    store = mask & (offs_h >= store_lo) & (offs_h < store_hi)
+    tl.store(p1, y1, mask=store)
+    tl.store(p1 + HALF, y2, mask=store)
     return y1, y2
 
 
@@ -201,9 +204,9 @@ def _rotary_kernel(
     pdl_wait(USE_PDL)
     cos, sin, offs_d = _token_cos_sin(pos_ptr, tok, cos_ptr, sin_ptr, stride_cos, HALF, HALF_PAD)
     _rope_heads(q_ptr + tok * stride_qt, stride_qh, qw_ptr, q_eps, cos, sin,
-                HQ, HQ_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, INTERPRET)
+                HQ, HQ_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, INTERPRET, 0, HQ)
     _rope_heads(k_ptr + tok * stride_kt, stride_kh, kw_ptr, k_eps, cos, sin,
-                HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_K, INTERPRET)
+                HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_K, INTERPRET, 0, HK)
 
 
 def _rope_launch(
@@ -274,22 +277,62 @@ def _rotary_kv_write_kernel(
     cos, sin, offs_d = _token_cos_sin(pos_ptr, tok, cos_ptr, sin_ptr, stride_cos, HALF, HALF_PAD)
     if tl.program_id(1) == 0:
         _rope_heads(q_ptr + tok * stride_qt, stride_qh, qw_ptr, q_eps, cos, sin,
-                    HQ, HQ_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, INTERPRET)
+                    HQ, HQ_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, INTERPRET, 0, HQ)
     else:
         k1, k2 = _rope_heads(k_ptr + tok * stride_kt, stride_kh, kw_ptr, k_eps, cos, sin,
-                             HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_K, INTERPRET)
-        slot = tl.load(slot_ptr + tok)
-        if slot >= 0:
-            offs_h = tl.arange(0, HK_PAD)[:, None]
-            mask = (offs_h < HK) & (offs_d < HALF)
-            kc = _slot_ptr(kc_ptr, slot, stride_kcb, stride_kcs, PAGE) + offs_h * stride_kch + offs_d
-            tl.store(kc, _cache_value(k1, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
-            tl.store(kc + HALF, _cache_value(k2, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
-            v = v_ptr + tok * stride_vt + offs_h * stride_vh + offs_d
-            vc = _slot_ptr(vc_ptr, slot, stride_vcb, stride_vcs, PAGE) + offs_h * stride_vch + offs_d
-            tl.store(vc, _cache_value(tl.load(v, mask=mask), v_scale, fmax, vc_ptr.dtype.element_ty, FP8), mask=mask)
-            tl.store(vc + HALF, _cache_value(tl.load(v + HALF, mask=mask), v_scale, fmax, vc_ptr.dtype.element_ty, FP8),
-                     mask=mask)
+                             HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_K, INTERPRET, 0, HK)
+        _cache_kv_rows(k1, k2, v_ptr + tok * stride_vt, stride_vh, tl.load(slot_ptr + tok), kc_ptr, vc_ptr,
+                       stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, k_scale, v_scale, fmax,
+                       0, HK, HK_PAD, HALF, HALF_PAD, PAGE, FP8)
+
+
+@triton.jit
+def _cache_kv_rows(k1, k2, v_ptr, stride_vh, slot, kc_ptr, vc_ptr,
+                   stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, k_scale, v_scale, fmax,
+                   row_lo, row_hi, HK_PAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
+                   PAGE: tl.constexpr, FP8: tl.constexpr):
+    """One token's rotated key heads ``k1``/``k2`` (halves, (HK_PAD, HALF_PAD)) and its value heads at
+    ``v_ptr`` into cache slot ``slot`` (nothing when it is -1, a padding token), heads [row_lo, row_hi), as
+    ``_reshape_and_cache_kernel`` stores them."""
+    if slot >= 0:
+        offs_h = tl.arange(0, HK_PAD)[:, None]
+        offs_d = tl.arange(0, HALF_PAD)[None, :]
+        mask = (offs_h >= row_lo) & (offs_h < row_hi) & (offs_d < HALF)
+        kc = _slot_ptr(kc_ptr, slot, stride_kcb, stride_kcs, PAGE) + offs_h * stride_kch + offs_d
+        tl.store(kc, _cache_value(k1, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
+        tl.store(kc + HALF, _cache_value(k2, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
+        v = v_ptr + offs_h * stride_vh + offs_d
+        vc = _slot_ptr(vc_ptr, slot, stride_vcb, stride_vcs, PAGE) + offs_h * stride_vch + offs_d
+        tl.store(vc, _cache_value(tl.load(v, mask=mask), v_scale, fmax, vc_ptr.dtype.element_ty, FP8), mask=mask)
+        tl.store(vc + HALF, _cache_value(tl.load(v + HALF, mask=mask), v_scale, fmax, vc_ptr.dtype.element_ty, FP8),
+                 mask=mask)
+
+
+@triton.jit
+def decode_rope_kv_write(
+    tok, kvh, pos_ptr, q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, slot_ptr, kc_ptr, vc_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_cos, q_eps, k_eps,
+    stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, k_scale, v_scale, fmax,
+    HQ: tl.constexpr, HQ_PAD: tl.constexpr, HK: tl.constexpr, HK_PAD: tl.constexpr,
+    HALF: tl.constexpr, HALF_PAD: tl.constexpr,
+    HAS_NORM: tl.constexpr, ROUND_Q: tl.constexpr, ROUND_K: tl.constexpr,
+    PAGE: tl.constexpr, FP8: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """``_rotary_kv_write_kernel``'s work for token ``tok``, KV head ``kvh`` only, inside another kernel (a
+    paged-attention program that owns that token and KV head: ``attention/ops/triton_attention.py``): its
+    ``HQ // HK`` query heads rotated in place, its key head rotated in place and, with its value head, stored
+    in the cache. Every head of the token is loaded and computed on the same (HQ_PAD / HK_PAD, HALF_PAD)
+    tiles as that kernel's, so the q/k norm's sums add in the same order (the same bits; compiled, like it,
+    without FP contraction), and only this KV head's rows are stored: the other KV heads' programs store theirs."""
+    cos, sin, offs_d = _token_cos_sin(pos_ptr, tok, cos_ptr, sin_ptr, stride_cos, HALF, HALF_PAD)
+    qpkv = HQ // HK
+    _rope_heads(q_ptr + tok * stride_qt, stride_qh, qw_ptr, q_eps, cos, sin,
+                HQ, HQ_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, INTERPRET, kvh * qpkv, kvh * qpkv + qpkv)
+    k1, k2 = _rope_heads(k_ptr + tok * stride_kt, stride_kh, kw_ptr, k_eps, cos, sin,
+                         HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_K, INTERPRET, kvh, kvh + 1)
+    _cache_kv_rows(k1, k2, v_ptr + tok * stride_vt, stride_vh, tl.load(slot_ptr + tok), kc_ptr, vc_ptr,
+                   stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, k_scale, v_scale, fmax,
+                   kvh, kvh + 1, HK_PAD, HALF, HALF_PAD, PAGE, FP8)
 
 
 def rotary_embedding_kv_write(

@@ -148,7 +148,8 @@ def test_triton_attn_backend_matches_reference_in_interpreter(name, interpreted)
     row = interpreted[name]
     assert row["pass"], row
     if name.endswith("-split"):
-        assert row["splits"] == [16], row  # the split-KV kernel ran, with its maximum split count
+        # the split-KV kernel ran, with its maximum split count (8k tokens are 128 KV tiles: more than enough)
+        assert row["splits"] == [32], row
     elif "ctx8k" in name:
         assert row["splits"] == [1], row
 

@@ -29,9 +29,11 @@ def _tool(name: str) -> str | None:
 
 
 def compile_sm90(dtype: str, head: int, qpkv: int, page: int, num_splits: int, window: bool = False,
-                 pages_per_tile: int | None = None) -> tuple[dict, int]:
-    """``_paged_attention_kernel`` compiled for sm_90 with the constants ``paged_attention`` would pass
-    (pointers and strides specialised as divisible by 16, as the launcher does for such arguments).
+                 pages_per_tile: int | None = None, rope: bool = False) -> tuple[dict, int]:
+    """``_paged_attention_kernel`` compiled for sm_90 with the constants ``paged_attention`` would pass on an
+    H200 (PDL on, no FP contraction, as the engine launches it there; pointers and strides specialised as
+    divisible by 16, as the launcher does for such arguments); ``rope``: with RoPE + q/k norm + the KV write
+    inside (``DecodeRope``; 8 KV heads) and a decode launch's 2 stages.
     Returns (cuobjdump's resource usage: {"REG": n, "STACK": n, "LOCAL": n, ...}, shared memory bytes)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -45,22 +47,29 @@ def compile_sm90(dtype: str, head: int, qpkv: int, page: int, num_splits: int, w
     head_pad = max(16, triton.next_power_of_2(head))
     elem = 4 if dtype == FP32 else 2
     ppt = pages_per_tile or ta.default_pages_per_tile(page, head_pad, elem)
+    hk = 8
     const = dict(NUM_QPKV=qpkv, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD=head, HEAD_PAD=head_pad, PAGE=page,
                  PAGES_PER_TILE=ppt, NUM_SPLITS=num_splits, USE_SOFTCAP=False, USE_WINDOW=window, KV_FP8=False,
-                 PREC="ieee" if dtype == FP32 else None)
-    data = {"out_ptr", "q_ptr", "k_ptr", "v_ptr"}
+                 PREC="ieee" if dtype == FP32 else None, USE_PDL=True, ROPE=rope, HQ=hk * qpkv if rope else 1,
+                 HQ_PAD=triton.next_power_of_2(hk * qpkv) if rope else 1, HK=hk if rope else 1,
+                 HK_PAD=hk if rope else 1, HALF=head // 2 if rope else 1,
+                 HALF_PAD=triton.next_power_of_2(head // 2) if rope else 1, HAS_NORM=rope, ROUND_Q=rope,
+                 ROUND_K=rope, INTERPRET=False)
+    data = {"out_ptr", "q_ptr", "k_ptr", "v_ptr", "key_ptr", "value_ptr", "qw_ptr", "kw_ptr"}
     sig = {}
     for n in names:
         if n in const:
             sig[n] = "constexpr"
         elif n.endswith("_ptr"):
-            sig[n] = f"*{dtype}" if n in data else "*fp32" if n.startswith("part_") else "*i32"
+            sig[n] = (f"*{dtype}" if n in data else "*fp32" if n.startswith(("part_", "cos", "sin"))
+                      else "*i64" if n in ("pos_ptr", "slot_ptr") else "*i32")
         else:
-            sig[n] = "fp32" if n in ("scale", "k_scale", "v_scale", "softcap") else "i32"
+            sig[n] = "fp32" if n in ("scale", "k_scale", "v_scale", "softcap", "q_eps", "k_eps", "fmax") else "i32"
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
              if n.endswith("_ptr") or n.startswith("stride")}
     src = ASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    options = dict(enable_fp_fusion=False, launch_pdl=True, **({"num_stages": 2} if rope else {}))
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     with tempfile.TemporaryDirectory() as folder:
         cubin = os.path.join(folder, "paged_attention.cubin")
         with open(cubin, "wb") as f:

@@ -3,8 +3,14 @@
 Per step the builder cuts the batch into query tiles (host side, once); each layer then makes one kernel
 call over the whole mixed batch (the unified kernel), or with ``use_prefill_decode_attention`` two: the
 split-KV kernel over the decode tokens, the unified kernel over the prefill tokens. A decode-only batch too
-small to fill the GPU also takes the split-KV kernel. New K/V go into the cache with the Triton
-``reshape_and_cache`` kernel; an fp8 cache stores ``x / scale`` per tensor (scales 1.0 unless set).
+small to fill the GPU also takes the split-KV kernel (up to 32 splits of at least one 64-token KV tile).
+The kernels launch with programmatic dependent launch on sm_90+ (``layers/pdl.py``), so the RoPE + KV-write
+kernel before them and the GEMV after them overlap their launches. New K/V go into the cache with the
+Triton ``reshape_and_cache`` kernel; an fp8 cache stores ``x / scale`` per tensor (scales 1.0 unless set).
+
+Measured on an H200 (bf16, head 128, 1k context, ``tests/gpu/bench_triton_decode.py`` and
+``bench_decode_layout.py``): batch 64 x 16/8 heads 67-71 us per layer (3.8-4.0 TB/s of KV, ~89-94% of the
+copy bandwidth; FlashInfer 74.6 us), batch 1 x 32/8 heads 7-9 us (FlashInfer 10.1 us).
 
 Limits: any CUDA GPU Triton compiles for (compute capability >= 7.0, the minimum of Triton's NVIDIA
 backend and of torch.compile's GPU path); float32 as well as float16/bfloat16; head sizes >= 32 (the
@@ -16,7 +22,7 @@ graphs can capture any step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -31,10 +37,17 @@ from attnserve.attention.backend import (
 )
 from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views
 
-# Split-KV decode: aim for this many programs per SM, at most this many splits, and only past this context.
+# Split-KV decode: aim for this many programs per SM, with at most this many splits of at least one KV tile
+# each (``triton_attention.default_pages_per_tile``: 64 tokens for 16-bit head 128). On an H200 a Llama-3.1-8B
+# batch-1 decode at 1k context took 22.4 us with splits of 512 tokens (2 splits, 16 programs) and 10.1 us in
+# FlashInfer (tests/gpu/bench_decode_layout.py).
 _PROGRAMS_PER_SM = 2
-_MAX_SPLITS = 16
-_MIN_SPLIT_SEQ_LEN = 512
+_MAX_SPLITS = 32
+# Launch options of decode calls (one query token per request), by whether KV is split: a 2-stage pipeline
+# (Triton's default is 3), and 8 warps for the short split programs. On an H200 (``python -m
+# tests.gpu.bench_triton_decode --sweep``, bf16, head 128, 1k context): Qwen3 shape batch 64 68.4 -> 67.4 us,
+# Llama-3.1-8B shape batch 1 (16 splits) 7.85 -> 6.95 us.
+_DECODE_LAUNCH = {False: {"num_stages": 2}, True: {"num_stages": 2, "num_warps": 8}}
 
 
 @dataclass
@@ -45,6 +58,8 @@ class TritonAttentionTiles:
     tile_start: torch.Tensor  # (num_tiles,) int32 on device
     num_splits: int  # > 1: split-KV kernel over these tiles
     token_range: tuple[int, int]  # the query tokens [first, end) these tiles cover
+    launch: dict = field(default_factory=dict)  # the kernel's launch options (``paged_attention(launch=)``)
+    decode: bool = False  # every tile is one decode token (one query token per request)
 
 
 @dataclass
@@ -72,29 +87,41 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         cfg = self.attention_config
         self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
 
-    def _splits(self, num_decodes: int, max_seq_len: int) -> int:
-        programs = num_decodes * self.layer_spec.num_kv_heads
-        if max_seq_len < _MIN_SPLIT_SEQ_LEN or programs >= _PROGRAMS_PER_SM * self.num_sms:
-            return 1
-        want = -(-_PROGRAMS_PER_SM * self.num_sms // programs)
-        return min(_MAX_SPLITS, want, -(-max_seq_len // _MIN_SPLIT_SEQ_LEN))
+    def _splits(self, num_decodes: int, max_seq_len: int, block_size: int) -> int:
+        """Split-KV count for a decode call: 1 when ``num_decodes * Hkv`` programs already fill the GPU (or
+        the context is one KV tile); else enough splits for ``_PROGRAMS_PER_SM`` programs per SM, at most
+        ``_MAX_SPLITS`` and at most one per KV tile of ``max_seq_len`` tokens."""
+        from attnserve.attention.ops.triton_attention import default_pages_per_tile
 
-    def _tiles(self, common: CommonAttentionMetadata, first: int, last: int, splits: int) -> TritonAttentionTiles:
+        spec = self.layer_spec
+        programs = num_decodes * spec.num_kv_heads
+        head_pad = max(16, 1 << (spec.head_size - 1).bit_length())
+        tile = default_pages_per_tile(block_size, head_pad, max(2, self.dtype.itemsize)) * block_size
+        tiles = -(-max_seq_len // tile)
+        if tiles < 2 or programs >= _PROGRAMS_PER_SM * self.num_sms:
+            return 1
+        return min(_MAX_SPLITS, -(-_PROGRAMS_PER_SM * self.num_sms // programs), tiles)
+
+    def _tiles(self, common: CommonAttentionMetadata, first: int, last: int, splits: int,
+               decode: bool = False) -> TritonAttentionTiles:
         from attnserve.attention.ops.triton_attention import query_tiles
 
         seq, start = query_tiles(common.query_start_loc_cpu, self.block_q, first, last)
         qsl = common.query_start_loc_cpu
+        launch = _DECODE_LAUNCH[splits > 1] if decode else {}
         return TritonAttentionTiles(seq.to(self.device, non_blocking=True), start.to(self.device, non_blocking=True),
-                                    splits, (int(qsl[first]), int(qsl[last])))
+                                    splits, (int(qsl[first]), int(qsl[last])), launch, decode)
 
     def build(self, common: CommonAttentionMetadata) -> TritonAttentionMetadata:
         nd, b = common.num_decodes, common.num_reqs
         calls = []
         if nd == b:  # decode only: one call, split-KV when the batch is too small to fill the GPU
-            calls.append(self._tiles(common, 0, b, self._splits(nd, common.max_seq_len)))
+            calls.append(self._tiles(common, 0, b, self._splits(nd, common.max_seq_len, common.block_size),
+                                     decode=common.max_query_len == 1))
         elif self.prefill_decode:
             if nd:
-                calls.append(self._tiles(common, 0, nd, self._splits(nd, int(common.seq_lens_cpu[:nd].max()))))
+                longest = int(common.seq_lens_cpu[:nd].max())
+                calls.append(self._tiles(common, 0, nd, self._splits(nd, longest, common.block_size), decode=True))
             calls.append(self._tiles(common, nd, b, 1))
         else:
             calls.append(self._tiles(common, 0, b, 1))
@@ -118,11 +145,33 @@ class TritonAttentionImpl(AttentionImpl):
     def kv_write_target(self, kv_cache, metadata: TritonAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, self.kv_dim), metadata.slot_mapping, self.k_scale, self.v_scale)
 
+    def forward_with_rope(self, positions, query, key, value, kv_cache, metadata: TritonAttentionMetadata,
+                          rotary, q_norm=None, k_norm=None) -> torch.Tensor | None:
+        """A decode step whose one kernel call has one program per request and KV head (no KV split, 4 warps:
+        batch x Hkv >= 2 programs per SM): RoPE, the KV write and attention in that kernel
+        (``paged_attention(rope=...)``), instead of the RoPE + KV-write kernel and then the attention kernel.
+        None for every other step. On an H200 the Qwen3-0.6B shape's batch-64 step lost its 28 RoPE + KV-write
+        kernels (3.2 us each)."""
+        if len(metadata.calls) != 1:
+            return None
+        call = metadata.calls[0]
+        if not call.decode or call.num_splits != 1 or call.launch.get("num_warps", 4) != 4:
+            return None
+        from attnserve.layers.rotary import _norm
+
+        key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
+        rope = self._ops.DecodeRope(positions, key, value, rotary.cos_cache, rotary.sin_cache,
+                                    metadata.slot_mapping, _norm(q_norm), _norm(k_norm))
+        return self._attend(query, key_cache, value_cache, metadata, rope)
+
     def forward(self, query, key, value, kv_cache, metadata: TritonAttentionMetadata,
                 kv_written: bool = False) -> torch.Tensor:
         key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
         if not kv_written:
             self.kv_write_target(kv_cache, metadata).write(key, value)
+        return self._attend(query, key_cache, value_cache, metadata)
+
+    def _attend(self, query, key_cache, value_cache, metadata: TritonAttentionMetadata, rope=None) -> torch.Tensor:
         out = torch.empty_like(query)
         for call in metadata.calls:
             self._ops.paged_attention(
@@ -130,7 +179,7 @@ class TritonAttentionImpl(AttentionImpl):
                 metadata.query_start_loc, call.tile_seq, call.tile_start, self.scale,
                 num_splits=call.num_splits, sliding_window=self.sliding_window,
                 logits_soft_cap=self.logits_soft_cap, k_scale=self.k_scale, v_scale=self.v_scale,
-                split_token_range=call.token_range,
+                split_token_range=call.token_range, launch=call.launch, rope=rope,
             )
         return out
 
