@@ -278,7 +278,7 @@ job_s7c() {  # session 7 (g1, g2 staged): GEMV first weight tile before the PDL 
 job_s7d() {  # session 7, last call (g1, g2 staged): RoPE + KV write inside TRITON_ATTN's decode kernel:
   # GPU correctness (bitwise against the unfused path), kernel times, latency of both shapes, a step profile
   export CUDA_VISIBLE_DEVICES=0
-  timeout 250 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_rope_kv_write_gpu.py \
+  timeout 215 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_rope_kv_write_gpu.py \
     tests/gpu/test_pdl_gpu.py tests/gpu/test_cuda_graphs.py tests/gpu/test_backends_vs_reference.py \
     tests/gpu/test_skinny_gemm.py -k "not FLASHINFER and not FLASH_ATTN and not FLEX"
   timeout 40 python3 -m tests.gpu.bench_triton_decode --cases qwen3_b64 llama_b1 --json "$RES/triton_decode3.json"
