@@ -287,6 +287,13 @@ job_s7d() {  # session 7, last call (g1, g2 staged): RoPE + KV write inside TRIT
   bench lat_llama_triton3 latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm
 }
 
+job_s7e() {  # session 7, after the last (g1, g2 staged): RoPE inside TRITON_ATTN's decode kernel vs two kernels,
+  # same process (Qwen3 then Llama-3.1-8B shape, batch 64)
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 60 python3 -m tests.gpu.bench_rope_fusion --model $QWEN --json "$RES/rope_fusion_qwen.json"
+  timeout "$(left)" python3 -m tests.gpu.bench_rope_fusion --model $LLAMA --json "$RES/rope_fusion_llama.json"
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
