@@ -29,7 +29,7 @@ VARIANTS = [
     ("bf16", 128, 4, 16, 1, False, False),  # Llama-3 8B, 16-token pages: 4 pages per tile
     ("bf16", 128, 2, 16, 16, False, False),  # Qwen3, split-KV
     ("bf16", 128, 4, 32, 1, True, False),  # 2 pages per tile, sliding window
-    ("bf16", 128, 4, 64, 1, False, False),  # one page per tile
+    ("bf16", 128, 4, 64, 1, False, False),  # one page per tile (the scalar block-id path)
     ("bf16", 256, 4, 16, 1, False, False),  # head 256: 32-token tiles
     ("fp32", 128, 4, 16, 4, False, False),  # float32 (ieee dot): 32-token tiles
     ("fp32", 256, 4, 16, 1, False, False),  # float32 head 256: one page per tile

@@ -10,8 +10,8 @@ per token of its ``TILE_SIZE`` tile), and K / V are loaded as ``(HEAD_PAD, BLOCK
 HEAD_PAD)`` with per-token addresses; each iteration is then one ``(BLOCK_M, HEAD_PAD) @ (HEAD_PAD,
 BLOCK_N)`` dot instead of a dot per 16-token page (decode on a GPU is latency-bound at one page per
 iteration). ``PAGES_PER_TILE`` is chosen from the page size (``default_pages_per_tile``: tiles of
-``KV_TILE_TOKENS`` tokens, one page per tile for pages that large); ``PAGES_PER_TILE = 1`` walks one page
-per iteration (the first version's loop), kept for comparisons.
+``KV_TILE_TOKENS`` tokens, one page per tile for pages that large); ``PAGES_PER_TILE = 1`` is the first
+version's page-at-a-time loop (one scalar block-id load per iteration).
 
 The split-KV variant gives each program a ``1/NUM_SPLITS`` slice of the KV tiles (a whole number of
 tiles) and writes a partial output and its log-sum-exp; a second kernel merges the slices. That keeps the
@@ -59,14 +59,20 @@ def _attn_tile_loop(
     for j in range(kv_lo, kv_hi):
         k_pos = j * BLOCK_N + offs_n
         n_valid = k_pos < seq_len
-        # each token's physical block: one (BLOCK_N,) load over the tile's PAGES_PER_TILE table entries
-        # (also for one page per tile: a scalar block-id load there kept Triton from pipelining the tile's
-        # loads, 84 us instead of 69 on an H200 for 64 x 1k tokens of 64-token pages); tokens past seq_len
-        # read no entry (the table may be exactly cdiv(seq_len, PAGE) wide)
-        blk = tl.load(bt_row + k_pos // PAGE, mask=n_valid, other=0).to(tl.int64)  # (BLOCK_N,)
-        slot = offs_n % PAGE
-        k_off = blk * stride_kb + slot * stride_ks
-        v_off = blk * stride_vb + slot * stride_vs
+        if PAGES_PER_TILE == 1:
+            # one page per tile: one block id. (A per-token vector load here, as below, measured slower on an
+            # H200: 64 requests x 1k tokens in 64-token pages, 86.4 -> 89.7 us through TRITON_ATTN's forward.
+            # Two such pages per tile took 69 us: tiles of one page are what is slow, not the scalar load.)
+            blk = tl.load(bt_row + j).to(tl.int64)
+            k_off = blk * stride_kb + offs_n * stride_ks  # (BLOCK_N,)
+            v_off = blk * stride_vb + offs_n * stride_vs
+        else:
+            # each token's physical block: one (BLOCK_N,) load over the tile's PAGES_PER_TILE table
+            # entries; tokens past seq_len read no entry (the table may be exactly cdiv(seq_len, PAGE) wide)
+            blk = tl.load(bt_row + k_pos // PAGE, mask=n_valid, other=0).to(tl.int64)  # (BLOCK_N,)
+            slot = offs_n % PAGE
+            k_off = blk * stride_kb + slot * stride_ks
+            v_off = blk * stride_vb + slot * stride_vs
         k = tl.load(k_ptr + k_off[None, :] + kvh * stride_kh + offs_d[:, None],
                     mask=d_mask[:, None] & n_valid[None, :], other=0.0)  # (HEAD_PAD, BLOCK_N)
         v = tl.load(v_ptr + v_off[:, None] + kvh * stride_vh + offs_d[None, :],
@@ -205,9 +211,10 @@ def _merge_splits_kernel(
 # are then 64 tokens wide instead of one 16-token page per iteration ...
 KV_TILE_TOKENS = 64
 # ... as long as one K tile (BLOCK_N x HEAD_PAD elements) stays within 16 KiB: Triton stages K and V
-# through shared memory, pipelined over 3 iterations by default, so 16 KiB tiles keep a program near
-# 40 KB (sm_90 build: 16-bit, head 128, 64 tokens: 39 KB, 152 registers). Wider tiles for float32 or
-# head 256 would need 76-152 KB (more than sm_75/sm_8x's per-block limit, and spills for float32/256).
+# through shared memory, pipelined over 3 iterations by default (2 in decode launches:
+# ``triton_attn._DECODE_LAUNCH``), so 16 KiB tiles keep a program near 40 KB (sm_90 build: 16-bit, head
+# 128, 64 tokens: 39 KB, 152 registers). Wider tiles for float32 or head 256 would need 76-152 KB (more
+# than sm_75/sm_8x's per-block limit, and spills for float32/256).
 KV_TILE_BYTES = 16 * 1024
 
 
@@ -311,7 +318,7 @@ def paged_attention(
     across programs and merges the partial results (meant for decode tiles).
 
     The KV is walked in tiles of ``pages_per_tile`` pages (a power of two; None: ``default_pages_per_tile``
-    for the page size, head size and element sizes; 1: one page per iteration, the first version's loop, for
+    for the page size, head size and element sizes; 1: the page-at-a-time loop of the first version, for
     comparisons).
 
     ``rope``: the tiles are decode tiles (one new token each) and the kernel first applies RoPE (+ q/k norm)
