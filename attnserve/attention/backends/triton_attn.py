@@ -38,7 +38,7 @@ from attnserve.attention.backend import (
 from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views
 
 # Split-KV decode: aim for this many programs per SM, with at most this many splits of at least one KV tile
-# each (``triton_attention.default_pages_per_tile``: 64 tokens for 16-bit head 128). On an H200 a Llama-3.1-8B
+# each (``triton_attention.kv_tile_tokens``: 64 tokens for 16-bit head 128). On an H200 a Llama-3.1-8B
 # batch-1 decode at 1k context took 22.4 us with splits of 512 tokens (2 splits, 16 programs) and 10.1 us in
 # FlashInfer (tests/gpu/bench_decode_layout.py).
 _PROGRAMS_PER_SM = 2
@@ -91,13 +91,11 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         """Split-KV count for a decode call: 1 when ``num_decodes * Hkv`` programs already fill the GPU (or
         the context is one KV tile); else enough splits for ``_PROGRAMS_PER_SM`` programs per SM, at most
         ``_MAX_SPLITS`` and at most one per KV tile of ``max_seq_len`` tokens."""
-        from attnserve.attention.ops.triton_attention import default_pages_per_tile
+        from attnserve.attention.ops.triton_attention import kv_tile_tokens
 
         spec = self.layer_spec
         programs = num_decodes * spec.num_kv_heads
-        head_pad = max(16, 1 << (spec.head_size - 1).bit_length())
-        tile = default_pages_per_tile(block_size, head_pad, max(2, self.dtype.itemsize)) * block_size
-        tiles = -(-max_seq_len // tile)
+        tiles = -(-max_seq_len // kv_tile_tokens(block_size, spec.head_size, max(2, self.dtype.itemsize)))
         if tiles < 2 or programs >= _PROGRAMS_PER_SM * self.num_sms:
             return 1
         return min(_MAX_SPLITS, -(-_PROGRAMS_PER_SM * self.num_sms // programs), tiles)

@@ -229,6 +229,13 @@ def default_pages_per_tile(page_size: int, head_pad: int = 128, elem_bytes: int 
     return 1 << (n.bit_length() - 1)
 
 
+def kv_tile_tokens(page_size: int, head_size: int, elem_bytes: int) -> int:
+    """Tokens per KV tile of the attention loop for this page size, head size and element size (the larger
+    of the query's and the cache's): ``default_pages_per_tile`` pages, as :func:`paged_attention` picks them."""
+    head_pad = max(16, triton.next_power_of_2(head_size))
+    return default_pages_per_tile(page_size, head_pad, elem_bytes) * page_size
+
+
 def block_m_for(num_queries_per_kv: int) -> tuple[int, int]:
     """(BLOCK_M rows, BLOCK_Q query tokens) of a tile: at least 16 rows (tl.dot's minimum)."""
     block_m = max(16, triton.next_power_of_2(num_queries_per_kv))
