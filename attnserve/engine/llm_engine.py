@@ -70,8 +70,9 @@ class LLMEngine:
         self.max_request_len = min(self.max_model_len, self.info.num_blocks * config.cache.block_size)
         if self.max_request_len < self.max_model_len:
             logger.warning("the KV cache holds %d tokens, fewer than max_model_len %d: a request ends (finish_reason "
-                           "length) when it reaches %d tokens; give the KV cache more memory or lower max_model_len",
-                           self.max_request_len, self.max_model_len, self.max_request_len)
+                           "length) when it reaches %d tokens, and a prompt of %d tokens or more is refused; give the "
+                           "KV cache more memory or lower max_model_len",
+                           self.max_request_len, self.max_model_len, self.max_request_len, self.max_request_len)
         self.scheduler = Scheduler(
             self.block_manager,
             config.scheduler.max_num_batched_tokens,

@@ -4,6 +4,7 @@ sampling options, stop conditions, logprobs, and bad input."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -395,3 +396,14 @@ def test_use_skinny_gemm_on_cpu_says_it_does_nothing(llama_dir, caplog):
     assert [r.getMessage() for r in caplog.records if r.name == "attnserve.model_executor.model_runner"
             and r.levelname == "WARNING"] == [
         "use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps only (this engine: no CUDA)"]
+
+
+def test_a_kv_cache_smaller_than_max_model_len_warns_of_both_limits(llama_dir, caplog):
+    """3 blocks of 4 tokens: the warning names the 12-token limit for requests and for prompts, and both hold."""
+    with caplog.at_level(logging.WARNING):
+        small = LLM(llama_dir, dtype="float32", device="cpu", block_size=4, num_gpu_blocks=3)
+    assert ("a request ends (finish_reason length) when it reaches 12 tokens, and a prompt of 12 tokens or more "
+            "is refused") in caplog.text
+    with pytest.raises(ValueError, match="needs 4 KV blocks, the cache has 3"):
+        small.engine.add_request(list(range(100, 112)), GREEDY)
+    small.engine.add_request(list(range(100, 111)), GREEDY)  # 11 tokens + the one it generates fit

@@ -37,6 +37,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:  # `attnserve` alone: the commands and what each does, not only "required: COMMAND"
+        build_parser().print_help(sys.stderr)
+        return 2
     command = argv[0] if argv and argv[0] in COMMANDS else None
     args = build_parser(command).parse_args(argv)
     try:
