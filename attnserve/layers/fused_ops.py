@@ -1,11 +1,12 @@
 """The decoder layer's elementwise and row-wise ops, fused: one kernel launch each instead of 3 to 10.
 
-Each op has two implementations with one contract: a Triton kernel (``triton_fused_ops.py``) for CUDA
-tensors, and the plain-PyTorch math below for every other device (and on CUDA when Triton is missing).
+Each op has two implementations with one contract: a Triton kernel (``triton_fused_ops.py``, RoPE's in
+``triton_rope.py``) for CUDA tensors, and the plain-PyTorch math below for every other device (and on CUDA
+when Triton is missing).
 The PyTorch path is the definition: it is what the layers computed before the kernels existed, so CPU
 results are unchanged bit for bit, and the kernels round where it rounds (float32 math, one rounding to
 the model dtype after each PyTorch op), so GPU results differ from it only where a float32 sum is added in
-another order (the RMSNorm statistic; see ``triton_fused_ops.py``).
+another order (the RMSNorm statistic; see ``triton_common.py``).
 
 Launches per Llama decoder layer on CUDA, besides the matmuls and attention: 2 RMSNorms that also add the
 residual (vLLM's ``fused_add_rms_norm``), 1 RoPE over q and k (with Qwen3's per-head q/k RMSNorm in the same

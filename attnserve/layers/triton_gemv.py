@@ -60,7 +60,8 @@ import triton
 import triton.language as tl
 
 from attnserve.layers import pdl
-from attnserve.layers.triton_fused_ops import _INTERPRET, _LAUNCH, _round, _silu_mul, pdl_wait
+from attnserve.layers.triton_common import _INTERPRET, _LAUNCH, _round, pdl_wait
+from attnserve.layers.triton_fused_ops import _silu_mul
 
 MAX_M = 64  # rows of x; the padded rows (to BLOCK_M) are computed on clamped copies and never stored
 MAX_FMA_M = 16  # the FMA path's (BLOCK_M, BLOCK_N, BLOCK_K) float32 register tile: dot past this

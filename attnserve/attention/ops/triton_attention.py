@@ -34,7 +34,8 @@ import triton
 import triton.language as tl
 
 from attnserve.layers import pdl
-from attnserve.layers.triton_fused_ops import _INTERPRET, _LAUNCH, decode_rope_kv_write, pdl_wait
+from attnserve.layers.triton_common import _INTERPRET, _LAUNCH, pdl_wait
+from attnserve.layers.triton_rope import decode_rope_kv_write
 
 
 @triton.jit
@@ -119,7 +120,7 @@ def _paged_attention_kernel(
     ``USE_PDL``: launched with programmatic dependent launch (``layers/pdl.py``); every input may come from
     the kernels before it (the query, the KV just written, the step's metadata), so it waits first.
     ``ROPE`` (decode tiles of one token each, ``NUM_SPLITS == 1``): the program first does the RoPE + KV-write
-    kernel's work for its token and KV head (``triton_fused_ops.decode_rope_kv_write``: its query heads and
+    kernel's work for its token and KV head (``triton_rope.decode_rope_kv_write``: its query heads and
     key head rotated in place, the key and value stored in the cache), then, after a barrier that makes
     those stores visible to the whole program, attends as usual: one kernel instead of two per layer."""
     BLOCK_N: tl.constexpr = PAGE * PAGES_PER_TILE
@@ -282,7 +283,7 @@ def _rope_arguments(rope: DecodeRope | None, query: torch.Tensor, key_cache: tor
             ROPE=False, HQ=1, HQ_PAD=1, HK=1, HK_PAD=1, HALF=1, HALF_PAD=1, HAS_NORM=False, ROUND_Q=False,
             ROUND_K=False, INTERPRET=_INTERPRET)
     from attnserve.attention.ops.triton_kv_write import cache_fp8_max
-    from attnserve.layers.triton_fused_ops import _rope_launch
+    from attnserve.layers.triton_rope import _rope_launch
 
     assert num_splits == 1, "RoPE inside the attention kernel needs one program per token and KV head"
     # the q/k norm's sums add in the RoPE kernel's order only on its tiles and warps

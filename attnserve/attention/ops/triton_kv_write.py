@@ -4,7 +4,7 @@ its K and V (all heads).
 The cache views may have any strides (NHD or HND order, ``(2, N, ...)`` or ``(N, 2, ...)`` shapes); an fp8
 cache gets ``x / scale`` saturated to the format's range. The two ``@triton.jit`` helpers (the slot's
 address, the value a cache element gets) are shared with the RoPE kernel that writes K/V itself
-(``layers/triton_fused_ops.py``), so both store the same bits. Importing this module imports Triton.
+(``layers/triton_rope.py``), so both store the same bits. Importing this module imports Triton.
 """
 
 from __future__ import annotations

@@ -1,0 +1,66 @@
+"""Pieces every attnserve Triton kernel shares: the numerics switches, float32 -> 16-bit rounding, libdevice's
+``exp``/``rsqrt`` (numpy's under the interpreter) and the PDL wait. Importing this module imports Triton.
+
+Numerics: every kernel loads its inputs, computes in float32 and rounds to the storage dtype exactly where
+the PyTorch definition in ``fused_ops.py`` rounds (after each PyTorch op whose output is 16-bit). A
+product of two bf16 (or fp16) values is exact in float32, so ``weight * y`` rounded once equals PyTorch's
+16-bit multiply. Three choices keep the kernels on PyTorch's CUDA rounding:
+
+- floating-point contraction is off (``enable_fp_fusion=False``, :data:`_LAUNCH`): ``x1 * cos - x2 * sin``
+  is two rounded products and a rounded difference, as in PyTorch's separate elementwise kernels, not an FMA;
+- divisions are IEEE (``div_rn``; Triton's ``/`` on float32 is the 2-ulp ``div.full``), and ``exp`` and
+  ``rsqrt`` are libdevice's, the functions nvcc compiles ``expf``/``rsqrtf`` in PyTorch's kernels to;
+- the RMSNorm statistic ``mean(x^2)`` is a float32 sum in another order than PyTorch's reduction, so it
+  may differ in the last float32 bit, which flips the rounding of a 16-bit output in rare elements (by 1
+  ulp). That is the only difference from the PyTorch path.
+
+Under the Triton interpreter (``TRITON_INTERPRET=1``: the kernels run on CPU tensors, for tests)
+libdevice is unavailable, so ``exp``/``rsqrt`` are numpy's, and the interpreter's float32 -> bfloat16
+cast does not round to nearest even, so :func:`_round` does that rounding with integer ops there.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+_INTERPRET = bool(triton.knobs.runtime.interpret)
+# no FMA contraction (see the module docstring)
+_LAUNCH = dict(enable_fp_fusion=False)
+
+
+@triton.jit
+def _round(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
+    """float32 ``x`` rounded to nearest (ties to even) in ``dtype``."""
+    if INTERPRET and dtype == tl.bfloat16:  # the interpreter's cast truncates; round in the bits
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = bits + 0x7FFF + ((bits >> 16) & 1)
+        return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        return x.to(dtype)
+
+
+@triton.jit
+def pdl_wait(USE_PDL: tl.constexpr):
+    """Steps 2 and 3 of ``layers/pdl.py``'s protocol in a kernel launched with ``launch_pdl``: wait for the
+    kernels before it, then let the next one start. A no-op without PDL."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def _rsqrt(x, INTERPRET: tl.constexpr):
+    if INTERPRET:
+        return tl.rsqrt(x)
+    else:
+        return libdevice.rsqrt(x)
+
+
+@triton.jit
+def _exp(x, INTERPRET: tl.constexpr):
+    if INTERPRET:
+        return tl.exp(x)
+    else:
+        return libdevice.exp(x)
