@@ -129,15 +129,16 @@ class DeviceSample:
 
 
 def _to_host_async(t: torch.Tensor) -> torch.Tensor:
-    """A device->host copy that does not block the host (pinned destination on a GPU)."""
-    if t.device.type != "cuda":
-        return t
+    """A device->host copy into pinned memory that does not block the host (on the current stream)."""
     host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
     return host.copy_(t, non_blocking=True)
 
 
 class Sampler:
     """Chooses one token per request row. Logprobs are of the model's raw distribution (vLLM's default)."""
+
+    def __init__(self) -> None:
+        self._copy_streams: dict[torch.device, torch.cuda.Stream] = {}  # per device, for the host copies
 
     def __call__(
         self,
@@ -168,13 +169,28 @@ class Sampler:
         want = [i for i, p in enumerate(params) if p.logprobs is not None]
         ks = [params[i].logprobs for i in want]
         packed = self._logprobs(logits, token_ids, ks, want) if want else None
-        event = None
-        ids_host = _to_host_async(token_ids)
-        packed_host = _to_host_async(packed) if packed is not None else None
-        if logits.device.type == "cuda":
+        if logits.device.type != "cuda":
+            return DeviceSample(token_ids, token_ids, packed, want, ks, None)
+        # the copies to the host go on a side stream: the next step's kernels, queued behind this step on the
+        # current stream, need not wait for a copy-engine round trip
+        main = torch.cuda.current_stream(logits.device)
+        copies = self._host_copy_stream(logits.device)
+        copies.wait_stream(main)
+        with torch.cuda.stream(copies):
+            ids_host = _to_host_async(token_ids)
+            packed_host = _to_host_async(packed) if packed is not None else None
             event = torch.cuda.Event()
-            event.record()
+            event.record(copies)
+        for t in (token_ids, packed):  # the caching allocator must not hand them out before the copy read them
+            if t is not None:
+                t.record_stream(copies)
         return DeviceSample(token_ids, ids_host, packed_host, want, ks, event)
+
+    def _host_copy_stream(self, device: torch.device) -> torch.cuda.Stream:
+        """The side stream of ``device`` for copies of sampled tokens to the host (made on first use)."""
+        if device not in self._copy_streams:
+            self._copy_streams[device] = torch.cuda.Stream(device)
+        return self._copy_streams[device]
 
     @staticmethod
     def _sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]):

@@ -58,8 +58,9 @@ def main() -> None:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         steps = batch(1)
         torch.cuda.synchronize()
-    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                      and "Memcpy" not in e.name), key=lambda e: e.time_range.start)
+    cuda_events = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                         key=lambda e: e.time_range.start)
+    kernels = [e for e in cuda_events if "Memcpy" not in e.name and "Memset" not in e.name]
     # the decode steps start after the prefill's last long kernel: the last kernel over 200 us
     first = max((i for i, e in enumerate(kernels) if e.device_time > 200 and "nvjet" not in e.name), default=-1) + 1
     decode = kernels[first:]
@@ -67,16 +68,49 @@ def main() -> None:
     inside = sum(g for g, *_ in gaps if 0 < g < args.step_gap_us)
     between = [g for g in gaps if g[0] >= args.step_gap_us]
     busy = sum(e.device_time for e in decode)
+    start = decode[0].time_range.start if decode else 0.0
+    copies = [e for e in cuda_events if "Memcpy" in e.name and e.time_range.start >= start]
+
+    def copies_in(t0: float, t1: float) -> int:  # copies that overlap [t0, t1]
+        return sum(1 for e in copies if e.time_range.start < t1 and e.time_range.end > t0)
+
+    gap_spans = [(b.time_range.start - a.time_range.end, a.time_range.end, b.time_range.start, a.name[:60], b.name[:60])
+                 for a, b in zip(decode, decode[1:])]
     span = decode[-1].time_range.end - decode[0].time_range.start if decode else 0.0
     result = {"model": args.model, "backend": args.backend, "batch_size": args.batch_size,
               "engine_steps": steps, "decode_kernels": len(decode), "busy_ms": busy / 1e3, "span_ms": span / 1e3,
               "idle_inside_steps_ms": inside / 1e3, "idle_between_steps_ms": sum(g for g, *_ in between) / 1e3,
               "gaps_over_threshold": len(between),
-              "largest_gaps_us": [(round(g, 1), a, b) for g, a, b in sorted(between, reverse=True)[:12]]}
+              "largest_gaps_us": [(round(g, 1), a, b) for g, a, b in sorted(between, reverse=True)[:12]],
+              # the host<->device copies of the decode steps, and how many of them fall in the gaps between steps
+              "copies_per_step": len(copies) / max(steps, 1),
+              "copy_us_per_step": sum(e.device_time for e in copies) / max(steps, 1),
+              "copies_in_gaps_between_steps": sum(copies_in(t0, t1) for g, t0, t1, *_ in gap_spans
+                                                  if g >= args.step_gap_us),
+              "copy_names": sorted({e.name for e in copies}),
+              # per kernel name: launches and GPU time per step, and the idle time before it per step (where the
+              # GPU waits: after which kind of kernel the next one is slow to start)
+              "by_kernel": _by_kernel(decode, max(steps, 1))}
     print(json.dumps(result, indent=1))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
+
+
+def _by_kernel(decode: list, steps: int, top: int = 25) -> list[dict]:
+    """The ``top`` kernel names by GPU time + idle before them, per step (us)."""
+    rows: dict[str, dict] = {}
+    prev_end = None
+    for e in decode:
+        r = rows.setdefault(e.name[:70], {"kernel": e.name[:70], "per_step": 0.0, "us_per_step": 0.0,
+                                          "idle_before_us_per_step": 0.0})
+        r["per_step"] += 1 / steps
+        r["us_per_step"] += e.device_time / steps
+        if prev_end is not None:
+            r["idle_before_us_per_step"] += max(0.0, e.time_range.start - prev_end) / steps
+        prev_end = e.time_range.end
+    out = sorted(rows.values(), key=lambda r: -(r["us_per_step"] + r["idle_before_us_per_step"]))[:top]
+    return [{k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()} for r in out]
 
 
 if __name__ == "__main__":
