@@ -23,11 +23,11 @@ from tests.helpers import ROOT
 
 pytest.importorskip("triton")
 
-# (dtype, head, query heads per KV head, page, num_splits, window, RoPE + KV write inside)
+# (dtype, head, query heads per KV head, page, num_splits, window, RoPE + KV write inside[, a decode call's tiles])
 VARIANTS = [
-    ("bf16", 128, 2, 16, 1, False, True),  # Qwen3 batch-64 decode: RoPE, q/k norm and the KV write inside
+    ("bf16", 128, 2, 16, 1, False, True, True),  # Qwen3 batch-64 decode: RoPE, q/k norm and the KV write inside
     ("bf16", 128, 4, 16, 1, False, False),  # Llama-3 8B, 16-token pages: 4 pages per tile
-    ("bf16", 128, 2, 16, 16, False, False),  # Qwen3, split-KV
+    ("bf16", 128, 2, 16, 16, False, False, True),  # Qwen3, split-KV decode
     ("bf16", 128, 4, 32, 1, True, False),  # 2 pages per tile, sliding window
     ("bf16", 128, 4, 64, 1, False, False),  # one page per tile (the scalar block-id path)
     ("bf16", 256, 4, 16, 1, False, False),  # head 256: 32-token tiles
@@ -43,7 +43,7 @@ def built(tmp_path_factory) -> list:
     if _tool("ptxas") is None or _tool("cuobjdump") is None:
         pytest.skip("needs Triton's NVIDIA backend with ptxas and cuobjdump")
     folder = tmp_path_factory.mktemp("sm90")
-    keys = ("dtype", "head", "qpkv", "page", "num_splits", "window", "rope")
+    keys = ("dtype", "head", "qpkv", "page", "num_splits", "window", "rope", "decode")
     torch.save([dict(zip(keys, v)) for v in VARIANTS], folder / "in.pt")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-m", "tests.attention.triton_attention_sm90", str(folder / "in.pt"),

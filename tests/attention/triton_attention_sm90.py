@@ -29,7 +29,7 @@ def _tool(name: str) -> str | None:
 
 
 def compile_sm90(dtype: str, head: int, qpkv: int, page: int, num_splits: int, window: bool = False,
-                 pages_per_tile: int | None = None, rope: bool = False) -> tuple[dict, int]:
+                 pages_per_tile: int | None = None, rope: bool = False, decode: bool = False) -> tuple[dict, int]:
     """``_paged_attention_kernel`` compiled for sm_90 with the constants ``paged_attention`` would pass on an
     H200 (PDL on, no FP contraction, as the engine launches it there; pointers and strides specialised as
     divisible by 16, as the launcher does for such arguments); ``rope``: with RoPE + q/k norm + the KV write
@@ -54,7 +54,7 @@ def compile_sm90(dtype: str, head: int, qpkv: int, page: int, num_splits: int, w
                  HQ_PAD=triton.next_power_of_2(hk * qpkv) if rope else 1, HK=hk if rope else 1,
                  HK_PAD=hk if rope else 1, HALF=head // 2 if rope else 1,
                  HALF_PAD=triton.next_power_of_2(head // 2) if rope else 1, HAS_NORM=rope, ROUND_Q=rope,
-                 ROUND_K=rope, INTERPRET=False)
+                 ROUND_K=rope, INTERPRET=False, DECODE=decode)
     data = {"out_ptr", "q_ptr", "k_ptr", "v_ptr", "key_ptr", "value_ptr", "qw_ptr", "kw_ptr"}
     sig = {}
     for n in names:

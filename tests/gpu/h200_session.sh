@@ -50,6 +50,8 @@ bench() {  # NAME ARGS...: one bench command, its JSON in $RES/NAME.json
 }
 
 LAT="--batch-size 1 64 --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536"
+QWEN_LAT="latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm"
+LLAMA_LAT="latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm"
 
 job_bench() {  # GPU 0: speed (issue 8)
   export CUDA_VISIBLE_DEVICES=0
@@ -294,6 +296,61 @@ job_s7e() {  # session 7, after the last (g1, g2 staged): RoPE inside TRITON_ATT
   timeout "$(left)" python3 -m tests.gpu.bench_rope_fusion --model $LLAMA --json "$RES/rope_fusion_llama.json"
 }
 
+job_s8a() {  # session 8, first call (g1, g2 staged): side-stream step copies (tests, same-process A/B, engine gaps),
+  # cuBLAS vs cuBLASLt on the decode matmuls, the RoPE-fusion A/B session 7 left unrun, latency +- cuBLASLt
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 150 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_graph_input_stream.py \
+    tests/gpu/test_async_scheduling_gpu.py tests/gpu/test_cuda_graphs.py -k "TRITON or input_stream or in_line" \
+    --junitxml "$RES/s8a_tests.xml" 2>&1 | tail -15
+  timeout 120 python3 -m tests.gpu.bench_step_copies --json "$RES/step_copies_qwen.json"
+  timeout 60 python3 -m tests.gpu.bench_blas --json "$RES/blas.json"
+  timeout 60 python3 -m tests.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
+    --json "$RES/engine_steps_qwen_triton_b64.json" | grep -v '^ *"\|^ *\]\|^ *\[' | head -5
+  timeout 60 python3 -m tests.gpu.bench_rope_fusion --model $QWEN --json "$RES/rope_fusion_qwen.json"
+  bench lat_qwen_triton $QWEN_LAT
+  TORCH_BLAS_PREFER_CUBLASLT=1 bench lat_qwen_triton_lt $QWEN_LAT
+}
+
+job_s8b() {  # session 8 (g1, g2 staged): ran a TRITON_ATTN decode prologue (first KV tile prefetched, q from registers)
+  # since dropped (3.67 / 3.53 ms a step vs 2.96): now the RoPE-fusion A/B, GPU tests, latency, the step breakdown
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 60 python3 -m tests.gpu.bench_rope_fusion --model $QWEN --json "$RES/rope_prologue_qwen.json"
+  timeout 170 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_rope_kv_write_gpu.py \
+    tests/gpu/test_graph_input_stream.py tests/gpu/test_backends_vs_reference.py -k "TRITON or input_stream or in_line" \
+    --junitxml "$RES/s8b_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|Error" | tail -15
+  bench lat_qwen_triton_prefetch $QWEN_LAT
+  timeout 60 python3 -m tests.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
+    --json "$RES/engine_steps_qwen_triton_b64_prefetch.json" > /dev/null
+  python3 -c "import json; [print(r) for r in json.load(open('$RES/engine_steps_qwen_triton_b64_prefetch.json'))['by_kernel']]"
+}
+
+job_s8c() {  # session 8 (g1, g2 staged): the sampler's Triton argmax (tests, kernel A/B), then engine latency of both
+  # shapes with it and the side-stream copies, the step breakdown, Llama batch 64 with cuBLASLt
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 100 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_triton_argmax_gpu.py \
+    tests/gpu/test_async_scheduling_gpu.py tests/model_executor/test_sampler.py -k "not FLASH and not FLEX" \
+    --junitxml "$RES/s8c_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|Error" | tail -8
+  timeout 40 python3 -m tests.gpu.bench_argmax --json "$RES/argmax.json"
+  bench lat_qwen_triton_argmax $QWEN_LAT
+  timeout 60 python3 -m tests.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
+    --json "$RES/engine_steps_qwen_triton_b64_argmax.json" > /dev/null
+  python3 -c "import json; d=json.load(open('$RES/engine_steps_qwen_triton_b64_argmax.json')); print(d['span_ms']/d['engine_steps'], 'ms/step'); [print(r) for r in d['by_kernel'][:14]]"
+  bench lat_llama_triton $LLAMA_LAT
+  TORCH_BLAS_PREFER_CUBLASLT=1 bench lat_llama_triton_b64_lt latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN \
+    ${LAT/--batch-size 1 64/--batch-size 64} --use-skinny-gemm
+}
+
+job_s8d() {  # session 8 (g1, g2 staged): decode calls without tile-array loads (DECODE_DIRECT): tests, kernel-graph
+  # A/B (Qwen3 b64, Llama b1), then the engine variants A/B (side streams, Triton argmax, direct decode) of Qwen3
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 150 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_rope_kv_write_gpu.py \
+    tests/gpu/test_backends_vs_reference.py tests/gpu/test_cuda_graphs.py -k "TRITON" \
+    --junitxml "$RES/s8d_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|Error" | tail -8
+  timeout 60 python3 -m tests.gpu.bench_rope_fusion --model $QWEN --json "$RES/decode_direct_qwen_b64.json"
+  timeout 90 python3 -m tests.gpu.bench_rope_fusion --model $LLAMA --batch-size 1 --json "$RES/decode_direct_llama_b1.json"
+  timeout "$(left)" python3 -m tests.gpu.bench_engine_variants --json "$RES/engine_variants_qwen.json"
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
@@ -324,7 +381,7 @@ for j in "$@"; do
     s5c) job_s5c > "$OUT/s5c.log" 2>&1 ;;
     s5d) job_s5d > "$OUT/s5d.log" 2>&1 ;;
     s5e) job_s5e > "$OUT/s5e.log" 2>&1 ;;
-    s6*|s7*) "job_$j" > "$OUT/$j.log" 2>&1 ;;
+    s6*|s7*|s8*) "job_$j" > "$OUT/$j.log" 2>&1 ;;
     tplast) job_tplast > "$OUT/tplast.log" 2>&1 ;;
     tpfast) wait "${pids[@]}" 2>/dev/null; pids=(); job_tpfast > "$OUT/tpfast.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;

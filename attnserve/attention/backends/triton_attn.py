@@ -177,7 +177,7 @@ class TritonAttentionImpl(AttentionImpl):
                 metadata.query_start_loc, call.tile_seq, call.tile_start, self.scale,
                 num_splits=call.num_splits, sliding_window=self.sliding_window,
                 logits_soft_cap=self.logits_soft_cap, k_scale=self.k_scale, v_scale=self.v_scale,
-                split_token_range=call.token_range, launch=call.launch, rope=rope,
+                split_token_range=call.token_range, launch=call.launch, rope=rope, decode=call.decode,
             )
         return out
 

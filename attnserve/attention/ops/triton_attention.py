@@ -114,7 +114,7 @@ def _paged_attention_kernel(
     USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, KV_FP8: tl.constexpr, PREC: tl.constexpr,
     USE_PDL: tl.constexpr, ROPE: tl.constexpr, HQ: tl.constexpr, HQ_PAD: tl.constexpr, HK: tl.constexpr,
     HK_PAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr, HAS_NORM: tl.constexpr,
-    ROUND_Q: tl.constexpr, ROUND_K: tl.constexpr, INTERPRET: tl.constexpr,
+    ROUND_Q: tl.constexpr, ROUND_K: tl.constexpr, INTERPRET: tl.constexpr, DECODE: tl.constexpr,
 ):
     """Grid (num_query_tiles, Hkv, NUM_SPLITS): one query tile of one KV head, over one split of its KV.
     ``USE_PDL``: launched with programmatic dependent launch (``layers/pdl.py``); every input may come from
@@ -122,15 +122,23 @@ def _paged_attention_kernel(
     ``ROPE`` (decode tiles of one token each, ``NUM_SPLITS == 1``): the program first does the RoPE + KV-write
     kernel's work for its token and KV head (``triton_rope.decode_rope_kv_write``: its query heads and
     key head rotated in place, the key and value stored in the cache), then, after a barrier that makes
-    those stores visible to the whole program, attends as usual: one kernel instead of two per layer."""
+    those stores visible to the whole program, attends as usual: one kernel instead of two per layer.
+    ``DECODE`` (decode tiles of requests 0, 1, ... in order, one query token each): tile i is request i's
+    token i, known without loading the tile and query-start arrays, two dependent loads fewer before the
+    program's first KV load."""
     BLOCK_N: tl.constexpr = PAGE * PAGES_PER_TILE
     tile = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     pdl_wait(USE_PDL)
-    seq_idx = tl.load(tile_seq_ptr + tile)
-    q_tile_start = tl.load(tile_start_ptr + tile)  # first query token of this tile, relative to its request
-    q_begin = tl.load(qsl_ptr + seq_idx)
+    if DECODE:
+        seq_idx = tile
+        q_tile_start = 0
+        q_begin = tile
+    else:
+        seq_idx = tl.load(tile_seq_ptr + tile)
+        q_tile_start = tl.load(tile_start_ptr + tile)  # first query token of this tile, relative to its request
+        q_begin = tl.load(qsl_ptr + seq_idx)
     if ROPE:
         decode_rope_kv_write(
             q_begin.to(tl.int64), kvh, pos_ptr, q_ptr, key_ptr, value_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr,
@@ -139,7 +147,10 @@ def _paged_attention_kernel(
             k_scale, v_scale, fmax, HQ, HQ_PAD, HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, ROUND_K, PAGE,
             KV_FP8, INTERPRET)
         tl.debug_barrier()
-    q_len = tl.load(qsl_ptr + seq_idx + 1) - q_begin
+    if DECODE:
+        q_len = 1
+    else:
+        q_len = tl.load(qsl_ptr + seq_idx + 1) - q_begin
     seq_len = tl.load(seq_lens_ptr + seq_idx)
     context = seq_len - q_len
 
@@ -260,6 +271,11 @@ def query_tiles(query_start_loc_cpu: torch.Tensor, block_q: int, first_req: int 
     return torch.tensor(seqs, dtype=torch.int32), torch.tensor(starts, dtype=torch.int32)
 
 
+# decode calls take tile i as request i's token i (``paged_attention(decode=True)``); a module switch for
+# same-process A/Bs (``tests/gpu/bench_engine_variants.py``)
+DECODE_DIRECT = True
+
+
 @dataclass(frozen=True)
 class DecodeRope:
     """What ``rotary_embedding_kv_write`` would take for a decode step's tokens, for :func:`paged_attention` to
@@ -321,6 +337,7 @@ def paged_attention(
     pages_per_tile: int | None = None,
     launch: dict | None = None,  # extra launch options of the attention kernel (num_warps, num_stages, maxnreg)
     rope: DecodeRope | None = None,
+    decode: bool = False,  # tile i is request i's one query token, token i (a decode call's tiles)
 ) -> torch.Tensor:
     """Causal paged attention of the given query tiles. ``num_splits > 1`` splits each tile's KV tiles
     across programs and merges the partial results (meant for decode tiles).
@@ -332,6 +349,9 @@ def paged_attention(
     ``rope``: the tiles are decode tiles (one new token each) and the kernel first applies RoPE (+ q/k norm)
     to ``query`` and ``rope.key`` in place and writes the keys and values to the cache, with the bits of
     ``rotary_embedding_kv_write`` (:class:`DecodeRope`); needs ``num_splits == 1`` and 4 warps.
+    ``decode``: the tiles are ``query_tiles`` of requests ``0 .. num_tiles - 1`` with one query token each (the
+    decode requests come first in a step); the kernel then takes tile i as request i and token i without
+    loading ``tile_seq``, ``tile_start`` and ``query_start_loc`` (``DECODE_DIRECT`` off: it loads them anyway).
     The kernel is compiled without FP contraction, with or without ``rope``, so that both give the same bits."""
     num_tokens, num_heads, head = query.shape
     num_kv_heads, page = key_cache.shape[2], key_cache.shape[1]
@@ -363,7 +383,8 @@ def paged_attention(
         scale, k_scale, v_scale, logits_soft_cap or 0.0, sliding_window or 0, num_heads, *rope_args,
         NUM_QPKV=num_qpkv, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD=head, HEAD_PAD=head_pad, PAGE=page,
         PAGES_PER_TILE=pages_per_tile, NUM_SPLITS=num_splits, USE_SOFTCAP=logits_soft_cap is not None,
-        USE_WINDOW=sliding_window is not None, KV_FP8=kv_fp8, PREC=prec, **rope_meta, **_LAUNCH,
+        USE_WINDOW=sliding_window is not None, KV_FP8=kv_fp8, PREC=prec, DECODE=decode and DECODE_DIRECT,
+        **rope_meta, **_LAUNCH,
         **pdl.launch(query), **(launch or {}),
     )
     if num_splits > 1:

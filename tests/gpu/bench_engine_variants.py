@@ -1,13 +1,15 @@
-"""A decode step's host<->device copies on side streams against in line with the step's kernels, in one process
-on one engine: TPOT as ``bench latency`` measures it (``latency.run_engine``), the variants alternated.
+"""Engine-level variants of a decode step, in one process on one engine: TPOT as ``bench latency`` measures it
+(``latency.run_engine``), the variants alternated ``--rounds`` times.
 
-``python -m tests.gpu.bench_step_copies [--model benchmarks/shapes/qwen3-0.6b] [--backend TRITON_ATTN]
-[--batch-size 1 64] [--input-len 1024] [--output-len 128] [--rounds 2] [--json OUT]`` on a GPU.
+``python -m tests.gpu.bench_engine_variants [--model benchmarks/shapes/qwen3-0.6b] [--backend TRITON_ATTN]
+[--batch-size 1 64] [--input-len 1024] [--output-len 128] [--rounds 2] [--variants ...] [--json OUT]`` on a GPU.
 
-Variants: ``side streams`` (the engine as built: the graph inputs' copies on ``CudaGraphRunner.input_stream``,
-the sampled tokens' copy to the host on the sampler's side stream) and ``in line`` (both on the current
-stream, as before). Correctness of the side streams: ``tests/gpu/test_async_scheduling_gpu.py`` and
-``tests/gpu/test_cuda_graphs.py``.
+Variants: ``engine`` (as built), ``in-line copies`` (the graph inputs' copies and the sampled tokens' copy to
+the host on the current stream, in line with the step's kernels, instead of on side streams),
+``torch argmax`` (the greedy sampler's argmax as ``torch.argmax`` instead of the Triton kernel),
+``no direct decode`` (TRITON_ATTN's decode calls load their tile arrays: ``triton_attention.DECODE_DIRECT``
+off; takes effect in graphs captured after it is set, so this variant re-captures). Correctness of each:
+``tests/gpu/test_async_scheduling_gpu.py``, ``test_cuda_graphs.py``, ``test_triton_argmax_gpu.py``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def main() -> None:
     ap.add_argument("--input-len", type=int, default=1024)
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--variants", nargs="+", default=["engine", "in-line copies", "torch argmax", "no direct decode"])
     ap.add_argument("--json")
     args = ap.parse_args()
 
@@ -46,27 +49,37 @@ def main() -> None:
     runner = engine.runner
     graphs, sampler = runner.cuda_graphs, runner.sampler
     side_input_stream = graphs.input_stream
+    from attnserve.attention.ops import triton_attention
+    from attnserve.model_executor import sampler as sampler_module
 
-    def use(side: bool) -> None:
-        graphs.input_stream = side_input_stream if side else None
-        if side:
-            sampler.__dict__.pop("_host_copy_stream", None)
-        else:
+    triton_argmax_rows = sampler_module.argmax_rows
+
+    def use(name: str) -> None:
+        graphs.input_stream = None if name == "in-line copies" else side_input_stream
+        if name == "in-line copies":
             sampler._host_copy_stream = lambda dev: torch.cuda.current_stream(dev)
+        else:
+            sampler.__dict__.pop("_host_copy_stream", None)
+        sampler_module.argmax_rows = (lambda x: x.argmax(dim=-1)) if name == "torch argmax" else triton_argmax_rows
+        direct = name != "no direct decode"
+        if triton_attention.DECODE_DIRECT != direct:
+            triton_attention.DECODE_DIRECT = direct
+            graphs.graphs.clear()
+            graphs.capture()
 
     vocab = runner.dims.vocab_size
     rows = []
     for r in range(args.rounds):
-        for name, side in (("side streams", True), ("in line", False)):
-            use(side)
+        for name in args.variants:
+            use(name)
             for b in args.batch_size:
                 row = run_engine(engine, b, args.input_len, args.output_len, 2, 1, vocab, 0, roofline)
                 d = row.to_dict()
                 rows.append({"variant": name, "round": r, "batch_size": b, "tpot_ms": d["tpot_s"]["mean"] * 1e3,
                              "pct_of_limit": d["roofline"]["pct_of_limit"]})
-                print(f"{name:13s} b{b:<3d} TPOT {rows[-1]['tpot_ms']:.4f} ms  "
+                print(f"{name:17s} b{b:<3d} TPOT {rows[-1]['tpot_ms']:.4f} ms  "
                       f"{rows[-1]['pct_of_limit']:.1f}% of limit", flush=True)
-    use(True)
+    use("engine")
     out = {"model": args.model, "backend": args.backend, "copy_bandwidth": bandwidth,
            "gpu": torch.cuda.get_device_name(), "rows": rows}
     if args.json:
