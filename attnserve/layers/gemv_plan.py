@@ -4,12 +4,15 @@ For every distinct weight shape (N, K) of the model's linear layers and LM head,
 size M of the CUDA-graph buckets up to ``MAX_ROWS`` = 64 that the engine captures (by default 1, 2, 4, 8,
 16, 32, 48, 64; :func:`plan_rows` of ``cuda_graph.capture_sizes(max_num_seqs)``), the plan times
 ``F.linear`` (cuBLAS) and at most 6 Triton launch configurations (:func:`candidate_configs`), and keeps
-Triton only where its best one is faster by ``margin`` (5%) and agrees with ``F.linear``. Batch 16..64
+Triton only where its best one is faster by ``margin`` (5%) and agrees with ``F.linear``; it also times
+``F.linear`` through cuBLASLt (``blas.cublaslt_linear``) and takes it where it beats cuBLAS by ``LT_MARGIN``
+(2%) and Triton is not faster still (an H200, Llama-3.1-8B shapes at 64 rows: down 35.9 -> 31.4 us). Batch 16..64
 is measured too: there cuBLAS's GEMMs are still latency-bound (an H200 at batch 64, Qwen3-0.6B shapes:
 5-6 us each, plus a 1.9 us split-K reduce kernel for gate_up, for weights that stream in 1-3 us; see
 ``triton_gemv``); the LM head at 64 rows is a large GEMM where cuBLAS likely stays, and the plan decides.
-Each layer then holds a small table (``layer.gemv``: row count 0..``MAX_ROWS`` -> the chosen GEMV, or None
-for cuBLAS), set once; the forward pass reads one attribute when the table is unset. Row counts between
+Each layer then holds a small table (``layer.gemv``: row count 0..``MAX_ROWS`` -> the chosen function, the
+Triton GEMV or cuBLASLt, or None for cuBLAS), set once; the forward pass reads one attribute when the table
+is unset. Row counts between
 buckets (3, 5..7, 9..15, 17..31, 33..47, 49..63: the LM head sees the exact request count, and an eager
 step of that many tokens reads the same table) use the next measured bucket's choice; past the largest
 measured bucket, cuBLAS.
@@ -48,7 +51,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnserve.layers.gemv_tiles import candidate_configs
-from attnserve.layers.gemv_timing import l2_bytes, time_candidates, time_per_call_us, weight_copies
+from attnserve.layers.blas import cublaslt_linear
+from attnserve.layers.gemv_timing import agrees, l2_bytes, time_candidates, time_per_call_us, weight_copies
 
 if TYPE_CHECKING:
     from attnserve.layers.triton_gemv import GemvConfig
@@ -58,6 +62,7 @@ logger = logging.getLogger(__name__)
 DECODE_MS = (1, 2, 4, 8, 16, 32, 48, 64)  # the decode CUDA-graph buckets up to MAX_ROWS (cuda_graph.capture_sizes)
 MAX_ROWS = 64  # row counts above this always take cuBLAS (triton_gemv.MAX_M)
 MARGIN = 0.05  # Triton must be this much faster than cuBLAS to be used
+LT_MARGIN = 0.02  # cuBLASLt (the same kind of kernels, another heuristic) this much
 
 def plan_rows(sizes: list[int] | tuple[int, ...] | None = None) -> tuple[int, ...]:
     """The row counts a plan measures: the CUDA-graph batch sizes ``sizes`` (``cuda_graph.capture_sizes``;
@@ -88,6 +93,8 @@ class GemvChoice:
     triton_us: float | None  # None: no candidate ran (or none agreed with F.linear)
     config: GemvConfig | None  # the best candidate
     use_triton: bool
+    cublaslt_us: float | None = None  # F.linear through cuBLASLt (None: not measured, or disagreed)
+    use_cublaslt: bool = False  # cuBLASLt instead of cuBLAS (never with use_triton)
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,15 @@ def _bucket_table(chosen: dict[int, Callable | None]) -> tuple[Callable | None, 
     return tuple(entries) if any(entries) else None
 
 
+def _chosen(c: GemvChoice) -> Callable | None:
+    """The function a choice runs, None for cuBLAS."""
+    if c.use_triton:
+        from attnserve.layers.triton_gemv import gemv
+
+        return functools.partial(gemv, config=c.config)
+    return cublaslt_linear if c.use_cublaslt else None
+
+
 @dataclass
 class GemvPlan:
     """The measured choices, keyed by (N, K, M); :meth:`apply` hands each layer its table."""
@@ -146,12 +162,9 @@ class GemvPlan:
     silu_mul: dict[tuple[int, int, int], SiluMulChoice] = field(default_factory=dict)  # SwiGLU layers' shapes
 
     def table(self, n: int, k: int) -> tuple[Callable | None, ...] | None:
-        """Row count (index 0..MAX_ROWS) -> the chosen GEMV ``f(x, weight, bias)``, or None for cuBLAS;
-        None when Triton wins at no row count of (N, K)."""
-        from attnserve.layers.triton_gemv import gemv
-
-        return _bucket_table({m: functools.partial(gemv, config=c.config) if c.use_triton else None
-                              for (nn_, kk, m), c in self.choices.items() if (nn_, kk) == (n, k)})
+        """Row count (index 0..MAX_ROWS) -> the chosen GEMV ``f(x, weight, bias)`` (the Triton GEMV or
+        ``blas.cublaslt_linear``), or None for cuBLAS; None when cuBLAS wins at every row count of (N, K)."""
+        return _bucket_table({m: _chosen(c) for (nn_, kk, m), c in self.choices.items() if (nn_, kk) == (n, k)})
 
     def silu_mul_table(self, n: int, k: int) -> tuple[Callable | None, ...] | None:
         """Row count -> the chosen fused GEMV ``f(gate_up (M, 2K), weight, bias)``, or None for
@@ -219,7 +232,12 @@ class GemvPlan:
                                              calls, replays)
                     timings += 1 + len(cands)
                     best_us, best_cfg, use = pick_fastest(cublas, timed, margin)
-                    plan.choices[(n, k, m)] = GemvChoice(n, k, m, cublas, best_us, best_cfg, use)
+                    lt = time_per_call_us(lambda w: cublaslt_linear(x, w), copies, calls, replays) \
+                        if agrees(cublaslt_linear(x, copies[0]), want) else None
+                    timings += 1
+                    use_lt = lt is not None and lt <= (1.0 - LT_MARGIN) * cublas and not (use and best_us <= lt)
+                    plan.choices[(n, k, m)] = GemvChoice(n, k, m, cublas, best_us, best_cfg, use and not use_lt,
+                                                         lt, use_lt)
                     if (n, k) in silu_mul_shapes:
                         plan.silu_mul[(n, k, m)] = plan._measure_silu_mul(copies, m, num_sms, margin, calls, replays)
                         timings += 1 + len(candidate_configs(n, k, m, dtype.itemsize, num_sms, act="silu_mul"))
@@ -243,6 +261,9 @@ class GemvPlan:
         if plain.use_triton:
             label = f"triton {plain.config.label()}"
             unfused = lambda w: gemv(silu_and_mul(gate_up), w, None, plain.config)  # noqa: E731
+        elif plain.use_cublaslt:
+            label = "cuBLASLt"
+            unfused = lambda w: cublaslt_linear(silu_and_mul(gate_up), w)  # noqa: E731
         else:
             label = "cuBLAS"
             unfused = lambda w: F.linear(silu_and_mul(gate_up), w)  # noqa: E731
@@ -255,11 +276,13 @@ class GemvPlan:
         return SiluMulChoice(n, k, m, unfused_us, label, fused_us, cfg, use)
 
     def summary(self) -> str:
-        lines = [f"{'N':>7} {'K':>6} {'M':>2} {'cuBLAS us':>10} {'Triton us':>10}  choice"]
+        lines = [f"{'N':>7} {'K':>6} {'M':>2} {'cuBLAS us':>10} {'cuBLASLt us':>11} {'Triton us':>10}  choice"]
         for (n, k, m), c in sorted(self.choices.items()):
             tri = f"{c.triton_us:10.2f}" if c.triton_us is not None else f"{'-':>10}"
-            what = f"triton {c.config.label()}" if c.use_triton and c.config else "cuBLAS"
-            lines.append(f"{n:>7} {k:>6} {m:>2} {c.cublas_us:10.2f} {tri}  {what}")
+            lt = f"{c.cublaslt_us:11.2f}" if c.cublaslt_us is not None else f"{'-':>11}"
+            what = (f"triton {c.config.label()}" if c.use_triton and c.config else
+                    "cuBLASLt" if c.use_cublaslt else "cuBLAS")
+            lines.append(f"{n:>7} {k:>6} {m:>2} {c.cublas_us:10.2f} {lt} {tri}  {what}")
         if self.silu_mul:
             lines.append(f"SwiGLU layers: silu_and_mul + the choice above vs the fused SwiGLU GEMV\n"
                          f"{'N':>7} {'K':>6} {'M':>2} {'unfused us':>10} {'fused us':>10}  choice")

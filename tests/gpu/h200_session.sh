@@ -351,6 +351,20 @@ job_s8d() {  # session 8 (g1, g2 staged): decode calls without tile-array loads 
   timeout "$(left)" python3 -m tests.gpu.bench_engine_variants --json "$RES/engine_variants_qwen.json"
 }
 
+job_s8e() {  # session 8, last call (g1, g2 staged): the final latency of both shapes (cuBLASLt in the GEMV plan), the
+  # GEMV-plan GPU tests, throughput of the Qwen3 shape (TRITON_ATTN), Qwen3 batch 64 once more
+  export CUDA_VISIBLE_DEVICES=0
+  bench lat_qwen_final $QWEN_LAT
+  bench lat_llama_final $LLAMA_LAT
+  timeout 100 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_skinny_gemm.py \
+    --junitxml "$RES/s8e_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|Error|cuBLASLt" | tail -30
+  bench thr_qwen_triton throughput --model $QWEN $DUMMY --attention-backend TRITON_ATTN --num-prompts 256 \
+    --input-len 562 --output-len 562 --range-ratio 0.822 --max-num-seqs 256 --max-num-batched-tokens 16384 \
+    --max-model-len 2304 --use-skinny-gemm
+  bench lat_qwen_b64_again latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN \
+    ${LAT/--batch-size 1 64/--batch-size 64} --use-skinny-gemm
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \

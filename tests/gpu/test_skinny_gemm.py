@@ -51,8 +51,9 @@ def test_plan_keeps_triton_only_where_faster(default_gguf):
     assert {(n, k) for n, k, _ in plan.choices} == shapes
     assert {m for _, _, m in plan.choices} == set(gemv_plan.DECODE_MS)  # the captured buckets up to 64
     for c in plan.choices.values():
-        assert c.cublas_us > 0
+        assert c.cublas_us > 0 and c.cublaslt_us is not None and c.cublaslt_us > 0  # measured, and agreed
         assert not c.use_triton or c.triton_us <= (1 - gemv_plan.MARGIN) * c.cublas_us
+        assert not c.use_cublaslt or (c.cublaslt_us <= (1 - gemv_plan.LT_MARGIN) * c.cublas_us and not c.use_triton)
     downs = {tuple(m.weight.shape) for m in silu_mul_layers(llm.engine.runner.model)}
     assert downs and {(n, k) for n, k, _ in plan.silu_mul} == downs
     for c in plan.silu_mul.values():
@@ -106,3 +107,15 @@ def test_decode_graph_with_triton_gemvs_matches_cublas(default_gguf, monkeypatch
     del llm
     gc.collect()
     torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("rows", [1, 64])
+def test_cublaslt_linear_agrees_and_leaves_the_preference_as_it_was(rows):
+    from attnserve.layers.blas import cublaslt_linear
+    from attnserve.layers.gemv_timing import agrees
+
+    x = torch.randn(rows, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(14336, 4096, device="cuda", dtype=torch.bfloat16) * 0.02
+    before = torch.backends.cuda.preferred_blas_library()
+    assert agrees(cublaslt_linear(x, w), torch.nn.functional.linear(x, w))
+    assert torch.backends.cuda.preferred_blas_library() == before

@@ -30,6 +30,21 @@ def test_table_maps_row_counts_to_the_next_measured_bucket():
     assert table[1].keywords["config"] == GemvConfig(16, 64)
 
 
+def test_table_maps_cublaslt_choices_to_cublaslt_linear():
+    from attnserve.layers.blas import cublaslt_linear
+
+    plan = GemvPlan({(64, 128, 1): GemvChoice(64, 128, 1, 10.0, 5.0, GemvConfig(16, 64), True, 4.0, False),
+                     (64, 128, 2): GemvChoice(64, 128, 2, 10.0, 12.0, GemvConfig(16, 64), False, 9.0, True),
+                     (64, 128, 4): GemvChoice(64, 128, 4, 10.0, 12.0, GemvConfig(16, 64), False, 9.9, False)})
+    table = plan.table(64, 128)
+    assert table[1].keywords["config"] == GemvConfig(16, 64)  # Triton
+    assert table[2] is cublaslt_linear
+    assert table[3] is None and table[4] is None  # cuBLAS
+    summary = plan.summary().splitlines()
+    assert summary[0].split()[3:6] == ["cuBLAS", "us", "cuBLASLt"]
+    assert summary[2].split()[-1] == "cuBLASLt" and summary[3].split()[-1] == "cuBLAS"
+
+
 def test_table_maps_every_row_count_to_its_bucket_up_to_64():
     """Every bucket of DECODE_MS chooses Triton with its own config: row count r takes the config of the
     smallest bucket >= r (1, 2, 4, 4, 8 x4, 16 x8, 32 x16, 48 x16, 64 x16)."""
