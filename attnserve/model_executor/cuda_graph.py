@@ -4,9 +4,9 @@ A pure-decode step of ``n`` requests (every query length 1) runs the graph of th
 size ``bs >= n``; rows ``n..bs`` are padding: token 0 at position 0, context length 1, their one block the
 runner's spare *null block* (never handed to the scheduler), so their K/V writes and reads touch no
 request's cache. Every input lives in a static device buffer that the graphs were captured on; a replay
-copies the step's values into those buffers (non-blocking, from pinned memory) on a side stream, lets the backend's metadata
-builder refresh whatever it plans on the host (FlashInfer's ``plan()``, for the batch sizes where its split-KV
-schedule depends on the context lengths), and replays. Each graph starts with the builder's
+copies the step's values into those buffers (non-blocking, from pinned memory, on a side stream), lets the
+backend's metadata builder refresh whatever it plans on the host (FlashInfer's ``plan()``, for the batch
+sizes where its split-KV schedule depends on the context lengths), and replays. Each graph starts with the builder's
 ``cudagraph_prologue`` (FlashInfer: its page arrays, rebuilt on the device from the static buffers). Steps
 with a prefill, or more requests than the largest bucket, run eagerly.
 
