@@ -12,6 +12,7 @@ import pytest
 from attnserve.benchmarks.attention import AttentionRow, format_table, significant
 from attnserve.benchmarks.requests import length_bounds, random_requests
 from attnserve.entrypoints.cli.main import main
+from attnserve.platforms import detect_platform
 
 SMALL_ENGINE = ["--num-gpu-blocks", "64", "--device", "cpu", "--no-progress"]
 
@@ -190,7 +191,7 @@ def test_attention_with_no_usable_backend_says_why_and_fails(capsys):
     out, err = capsys.readouterr()
     assert rc == 1
     assert "skipped FLASH_ATTN: device cpu not supported (supported: cuda)" in out.splitlines()
-    assert err.startswith("attnserve bench attention: no usable backend on cpu")
+    assert err == f"attnserve bench attention: error: no usable backend on {detect_platform('cpu').description}\n"
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -210,6 +211,7 @@ def test_attention_with_no_usable_backend_says_why_and_fails(capsys):
     (["serve", "--max-concurrency", "0"], "attnserve bench serve: error: argument --max-concurrency: 0 not allowed (allowed: integer >= 1)"),
     (["serve", "--input-len", "0"], "attnserve bench serve: error: argument --input-len: 0 not allowed (allowed: integer >= 1)"),
     (["serve", "--output-len", "-1"], "attnserve bench serve: error: argument --output-len: -1 not allowed (allowed: integer >= 1)"),
+    (["serve", "--dataset", "file"], "attnserve bench serve: error: --dataset file needs --prompt-file"),
 ])
 def test_bad_flags_exit_2_with_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:

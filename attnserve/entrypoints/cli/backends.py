@@ -180,7 +180,7 @@ def run_backends(args) -> int:
         if not use_rich:
             print(render_plain(report))
         if report["error"] and report["explicit"]:
-            print(report["error"], file=sys.stderr)
+            print(f"attnserve backends: error: {report['error']}", file=sys.stderr)
     return 1 if report["explicit"] and report["selected"] is None else 0
 
 

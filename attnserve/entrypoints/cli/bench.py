@@ -209,7 +209,7 @@ def run_attention(args: argparse.Namespace) -> int:
         args._bench_parser.error(str(e))
     if not result["backends"]:  # nothing could run: say why (the table lists the reasons) and fail
         print(result["table"])
-        print(f"attnserve bench attention: no usable backend on {result['device']}", file=sys.stderr)
+        print(f"attnserve bench attention: error: no usable backend on {result['device']}", file=sys.stderr)
         return 1
     return _finish(args, result, plot_attention)
 
@@ -218,7 +218,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from attnserve.benchmarks.serving import BenchConfig, BenchServerError, format_summary, run_benchmark
 
     if args.dataset == "file" and not args.prompt_file:
-        raise SystemExit("attnserve bench serve: error: --dataset file needs --prompt-file")
+        args._bench_parser.error("--dataset file needs --prompt-file")
     cfg = BenchConfig(
         base_url=args.base_url or f"http://{args.host}:{args.port}", endpoint=args.endpoint, model=args.model,
         num_prompts=args.num_prompts, request_rate=args.request_rate, max_concurrency=args.max_concurrency,
