@@ -64,8 +64,8 @@ class AttentionRow:
 
 
 def usable_backends(shape: AttentionBenchShape, platform, names: list[str] | None = None) -> dict[str, list[str]]:
-    """Reasons per backend (empty = usable): the platform's priority list, or ``names``.
-    Raises ValueError for an unknown name."""
+    """Reasons per backend (empty = usable): the platform's priority list, or ``names`` (where "auto" stands
+    for the priority list, as it does for --attention-backend). Raises ValueError for an unknown name."""
     from attnserve.attention.registry import lookup_backend
     from attnserve.attention.selector import AttentionSelectorConfig, evaluate_backends
 
@@ -74,9 +74,8 @@ def usable_backends(shape: AttentionBenchShape, platform, names: list[str] | Non
         members = []
         for n in names:
             m = lookup_backend(n)
-            if m is None:
-                raise ValueError(f"unknown attention backend {n!r}")
-            members.append(m)
+            members += platform.backend_priorities() if m is None else [m]
+        members = list(dict.fromkeys(members))
     config = AttentionSelectorConfig(head_size=shape.head_size, dtype=shape.dtype, block_size=shape.block_size)
     return evaluate_backends(config, platform, backends=members)
 

@@ -8,8 +8,9 @@ import importlib.util
 import json
 
 import pytest
+import torch
 
-from attnserve.benchmarks.attention import AttentionRow, format_table, significant
+from attnserve.benchmarks.attention import AttentionBenchShape, AttentionRow, format_table, significant, usable_backends
 from attnserve.benchmarks.requests import length_bounds, random_requests
 from attnserve.entrypoints.cli.main import main
 from attnserve.platforms import detect_platform
@@ -183,6 +184,14 @@ def test_attention_table_cells_exact():
                                      (0.0009996, "0.00100"), (0.99951, "1.00"), (4.2e-7, "0.000000420"), (0.0, "0")])
 def test_significant_digits(x, cell):
     assert significant(x) == cell
+
+
+def test_attention_backends_auto_is_the_priority_list():
+    # "auto" among --backends names stands for the platform's priority list (the unknown-name message lists it)
+    shape = AttentionBenchShape(4, 2, 16, 4, torch.float32)
+    cpu = detect_platform("cpu")
+    assert list(usable_backends(shape, cpu, ["auto"])) == list(usable_backends(shape, cpu)) == ["CPU_ATTN", "FLEX_ATTENTION"]
+    assert list(usable_backends(shape, cpu, ["FLEX_ATTENTION", "auto"])) == ["FLEX_ATTENTION", "CPU_ATTN"]
 
 
 def test_attention_with_no_usable_backend_says_why_and_fails(capsys):

@@ -60,7 +60,12 @@ CASES = [
     (["config", "--config", "{tmp}/bad.yaml"], 2,
      "attnserve config: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
     # backends
-    (["backends", "--head-size", "0"], 2, "attnserve backends: error: --head-size 0 not allowed (allowed: integer >= 1)"),
+    (["backends", "--head-size", "0"], 2,
+     "attnserve backends: error: argument --head-size: 0 not allowed (allowed: integer >= 1)"),
+    (["backends", "--head-size", "64", "--num-heads", "0"], 2,  # was taken as "not given"
+     "attnserve backends: error: argument --num-heads: 0 not allowed (allowed: integer >= 1)"),
+    (["backends", "--head-size", "64", "--num-kv-heads", "-1"], 2,  # was reported as -1 KV heads
+     "attnserve backends: error: argument --num-kv-heads: -1 not allowed (allowed: integer >= 1)"),
     (["backends", "--device", "cuda:8.0", "--assume-installed", "--attention-backend", "FLASHINFER", "--head-size", "80"],
      1,
      "attnserve backends: error: attention backend FLASHINFER cannot run this model (head_size 80, dtype bfloat16, "
@@ -70,12 +75,21 @@ CASES = [
     (["bench"], 2, "attnserve bench: error: the following arguments are required: KIND"),
     (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/none.txt"], 2,
      "attnserve bench throughput: error: {tmp}/none.txt: No such file or directory"),
+    (["bench", "throughput", "--model", "/no/such/dir"], 2, f"attnserve bench throughput: error: {NOT_FOUND}"),  # was "None: None"
     (["bench", "latency", "--model", "/no/such/dir"], 2, f"attnserve bench latency: error: {NOT_FOUND}"),
     (["bench", "attention", "--backends", "NOPE"], 2, "attnserve bench attention: error: unknown attention backend "
                                                       "'NOPE' (valid: FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, auto)"),
     (["bench", "attention", "--num-heads", "6", "--num-kv-heads", "4"], 2,
      "attnserve bench attention: error: --num-heads 6 is not a multiple of --num-kv-heads 4"),
     (["bench", "serve", "--dataset", "file"], 2, "attnserve bench serve: error: --dataset file needs --prompt-file"),
+    # these three were tracebacks from httpx once the run had started
+    (["bench", "serve", "--port", "70000"], 2,
+     "attnserve bench serve: error: argument --port: 70000 not allowed (allowed: integer in [1, 65535])"),
+    (["bench", "serve", "--base-url", "http://127.0.0.1:99999"], 2,
+     "attnserve bench serve: error: argument --base-url: 'http://127.0.0.1:99999' not allowed (allowed: an http:// "
+     "or https:// URL with a host, and a port in [1, 65535] if it names one)"),
+    (["bench", "serve", "--host", "::::"], 2,
+     "attnserve bench serve: error: argument --host: '::::' not allowed (allowed: a host name or IP address)"),
     (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/none.txt"], 2,
      "attnserve bench serve: error: --prompt-file: {tmp}/none.txt: No such file or directory"),
 ]
