@@ -265,4 +265,4 @@ def test_bench_serve_missing_prompt_file_exits_2_with_one_line(tmp_path, capsys)
               "--prompt-file", str(missing)])
     assert e.value.code == 2
     assert capsys.readouterr().err.strip() == (
-        f"attnserve bench serve: error: --prompt-file: {missing}: No such file or directory")
+        f"attnserve bench serve: error: argument --prompt-file: {missing}: No such file or directory")

@@ -24,13 +24,13 @@ CASES = [
     # generate: its own flags, engine flags, attention flags, config files
     (["generate", "--max-tokens", "x"], 2, "attnserve generate: error: argument --max-tokens: invalid int value: 'x'"),
     (["generate", "--max-tokens", "0"], 2,
-     "attnserve generate: error: --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
+     "attnserve generate: error: argument --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
     (["generate", "--top-k", "-2"], 2,
-     "attnserve generate: error: --top-k: top_k -2 not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
-    (["generate", "--prompt", ""], 2, "attnserve generate: error: --prompt: an empty prompt (give text, or leave "
-                                      "--prompt out for the default prompt)"),
+     "attnserve generate: error: argument --top-k: top_k -2 not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
+    (["generate", "--prompt", ""], 2, "attnserve generate: error: argument --prompt: an empty prompt (give text, or "
+                                      "leave --prompt out for the default prompt)"),
     (["generate", "--prompts-file", "{tmp}/none.txt"], 2,
-     "attnserve generate: error: --prompts-file '{tmp}/none.txt': No such file or directory"),
+     "attnserve generate: error: argument --prompts-file: {tmp}/none.txt: No such file or directory"),
     (["generate", "--model", "/no/such/dir"], 2, f"attnserve generate: error: {NOT_FOUND}"),
     (["generate", "--block-size", "0"], 2,
      "attnserve generate: error: argument --block-size: block_size 0 not allowed (allowed: integer >= 1)"),
@@ -43,7 +43,8 @@ CASES = [
     (["generate", "-ac.flash_attn_version", "5"], 2, "attnserve generate: error: argument -ac.flash_attn_version: "
                                                      "attention_config.flash_attn_version 5 not allowed (allowed: 2, 3, 4, null)"),
     (["generate", "-ac.no_such", "1"], 2,
-     f"attnserve generate: error: unknown attention_config field 'no_such' in -ac.no_such (valid: {AC_FIELDS})"),
+     f"attnserve generate: error: argument -ac.no_such: unknown attention_config field 'no_such' in -ac.no_such "
+     f"(valid: {AC_FIELDS})"),
     (["generate", "--config", "{tmp}/none.yaml"], 2,
      "attnserve generate: error: cannot read config file '{tmp}/none.yaml': No such file or directory"),
     (["generate", "--config", "{tmp}/bad.yaml"], 2,
@@ -60,6 +61,8 @@ CASES = [
     (["config", "--config", "{tmp}/bad.yaml"], 2,
      "attnserve config: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
     # backends
+    (["backends", "--model", "/no/such/dir"], 2,
+     f"attnserve backends: error: argument --model: {NOT_FOUND} (or pass --head-size, --num-heads, --num-kv-heads)"),
     (["backends", "--head-size", "0"], 2,
      "attnserve backends: error: argument --head-size: 0 not allowed (allowed: integer >= 1)"),
     (["backends", "--head-size", "64", "--num-heads", "0"], 2,  # was taken as "not given"
@@ -74,11 +77,14 @@ CASES = [
     # bench
     (["bench"], 2, "attnserve bench: error: the following arguments are required: KIND"),
     (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/none.txt"], 2,
-     "attnserve bench throughput: error: {tmp}/none.txt: No such file or directory"),
+     "attnserve bench throughput: error: argument --prompts-file: {tmp}/none.txt: No such file or directory"),
+    (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/empty.txt"], 2,
+     "attnserve bench throughput: error: argument --prompts-file: no prompts in '{tmp}/empty.txt'"),
     (["bench", "throughput", "--model", "/no/such/dir"], 2, f"attnserve bench throughput: error: {NOT_FOUND}"),  # was "None: None"
     (["bench", "latency", "--model", "/no/such/dir"], 2, f"attnserve bench latency: error: {NOT_FOUND}"),
-    (["bench", "attention", "--backends", "NOPE"], 2, "attnserve bench attention: error: unknown attention backend "
-                                                      "'NOPE' (valid: FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, auto)"),
+    (["bench", "attention", "--backends", "NOPE"], 2, "attnserve bench attention: error: argument --backends: unknown "
+                                                      "attention backend 'NOPE' (valid: FLASH_ATTN, FLASHINFER, TRITON_ATTN, "
+                                                      "FLEX_ATTENTION, CPU_ATTN, auto)"),
     (["bench", "attention", "--num-heads", "6", "--num-kv-heads", "4"], 2,
      "attnserve bench attention: error: --num-heads 6 is not a multiple of --num-kv-heads 4"),
     (["bench", "serve", "--dataset", "file"], 2, "attnserve bench serve: error: --dataset file needs --prompt-file"),
@@ -91,7 +97,9 @@ CASES = [
     (["bench", "serve", "--host", "::::"], 2,
      "attnserve bench serve: error: argument --host: '::::' not allowed (allowed: a host name or IP address)"),
     (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/none.txt"], 2,
-     "attnserve bench serve: error: --prompt-file: {tmp}/none.txt: No such file or directory"),
+     "attnserve bench serve: error: argument --prompt-file: {tmp}/none.txt: No such file or directory"),
+    (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/empty.txt"], 2,
+     "attnserve bench serve: error: argument --prompt-file: no prompts in '{tmp}/empty.txt'"),
 ]
 
 
@@ -99,6 +107,7 @@ CASES = [
 def files(tmp_path):
     (tmp_path / "bad.yaml").write_text("a: [1\n")
     (tmp_path / "dtype.yaml").write_text("dtype: float64\n")
+    (tmp_path / "empty.txt").write_text("")
     return tmp_path
 
 

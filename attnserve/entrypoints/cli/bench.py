@@ -171,7 +171,8 @@ def run_throughput(args: argparse.Namespace) -> int:
                      range_ratio=args.range_ratio, prompts_file=args.prompts_file, baseline=args.baseline,
                      progress=args.progress)
     except OSError as e:  # the prompts file, or a model that is not there (whose message names it)
-        args._engine_arg_parser.error(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
+        prompts_file = e.filename is not None and e.filename == args.prompts_file
+        args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}" if prompts_file else str(e))
     except ValueError as e:
         args._engine_arg_parser.error(str(e))
     return _finish(args, result, plot_throughput)
@@ -195,6 +196,7 @@ def run_latency(args: argparse.Namespace) -> int:
 
 
 def run_attention(args: argparse.Namespace) -> int:
+    from attnserve.attention.registry import UnknownBackendError
     from attnserve.benchmarks.attention import run_attention as run
     from attnserve.benchmarks.plots import plot_attention
 
@@ -206,6 +208,8 @@ def run_attention(args: argparse.Namespace) -> int:
                      head_size=args.head_size, block_size=args.block_size, batch_size=args.batch_size,
                      context_lens=args.context_lens, prefill_lens=args.prefill_lens, backends=args.backends,
                      warmup=args.warmup, repeats=args.repeats, progress=args.progress)
+    except UnknownBackendError as e:
+        args._bench_parser.error(f"argument --backends: {e}")
     except ValueError as e:
         args._bench_parser.error(str(e))
     if not result["backends"]:  # nothing could run: say why (the table lists the reasons) and fail
@@ -249,9 +253,9 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         summary = asyncio.run(run_benchmark(cfg))
     except OSError as e:  # the prompt file
-        args._bench_parser.error(f"--prompt-file: {e.filename}: {e.strerror}")
+        args._bench_parser.error(f"argument --prompt-file: {e.filename}: {e.strerror}")
     except ValueError as e:  # no prompts in it, or a malformed JSONL line
-        args._bench_parser.error(f"--prompt-file: {e}")
+        args._bench_parser.error(f"argument --prompt-file: {e}")
     except BenchServerError as e:
         raise SystemExit(f"attnserve bench serve: error: {e}") from None
     print(format_summary(summary))
