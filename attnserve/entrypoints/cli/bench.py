@@ -171,8 +171,9 @@ def run_throughput(args: argparse.Namespace) -> int:
                      range_ratio=args.range_ratio, prompts_file=args.prompts_file, baseline=args.baseline,
                      progress=args.progress)
     except OSError as e:  # the prompts file, or a model that is not there (whose message names it)
-        prompts_file = e.filename is not None and e.filename == args.prompts_file
-        args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}" if prompts_file else str(e))
+        if e.filename is not None and e.filename == args.prompts_file:
+            args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}")
+        args._engine_arg_parser.error(str(e))
     except ValueError as e:
         args._engine_arg_parser.error(str(e))
     return _finish(args, result, plot_throughput)
