@@ -148,7 +148,7 @@ def run_throughput(config, *, num_prompts: int | None, input_len: int, output_le
     if prompts_file:
         texts = read_prompts_file(prompts_file)
         if not texts:
-            raise ValueError(f"--prompts-file {prompts_file!r} has no prompts")
+            raise ValueError(f"argument --prompts-file: no prompts in {prompts_file!r}")
         requests = file_requests([engine.check_prompt(t) for t in texts], num_prompts, output_len, range_ratio, seed)
     else:
         requests = random_requests(num_prompts or 1000, input_len, output_len, range_ratio, facts.prompt_vocab_size, seed)

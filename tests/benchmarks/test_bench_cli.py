@@ -8,9 +8,12 @@ import importlib.util
 import json
 
 import pytest
+import torch
 
+from attnserve.benchmarks.attention import AttentionBenchShape, AttentionRow, format_table, significant, usable_backends
 from attnserve.benchmarks.requests import length_bounds, random_requests
 from attnserve.entrypoints.cli.main import main
+from attnserve.platforms import detect_platform
 
 SMALL_ENGINE = ["--num-gpu-blocks", "64", "--device", "cpu", "--no-progress"]
 
@@ -122,7 +125,7 @@ def test_latency_rows_percentiles_baseline_and_plot(tmp_path, tiny_model_dir):
     assert _png(png)
 
 
-def test_attention_backends_rows_and_plot(tmp_path):
+def test_attention_backends_rows_and_plot(tmp_path, capsys):
     out, png = tmp_path / "attn.json", tmp_path / "attn.png"
     rc = main(["bench", "attention", "--device", "cpu", "--num-heads", "4", "--num-kv-heads", "2", "--head-size", "16",
                "--block-size", "4", "--batch-size", "2", "--context-lens", "16", "40", "--prefill-lens", "24",
@@ -142,6 +145,53 @@ def test_attention_backends_rows_and_plot(tmp_path):
             assert r["kv_TBps"] is None
             assert r["tflops"] == pytest.approx(4 * 24 * 24 * 4 * 16 / 2 / s / 1e12)
     assert _png(png)
+    # the printed table: one line per row, its figures the JSON's to 3 significant digits in the header's unit
+    header, *lines = capsys.readouterr().out.strip().splitlines()
+    unit = {"T": 1, "G": 1e3, "M": 1e6}
+    kv_unit, fl_unit = header.split()[6][0], header.split()[7][0]
+    assert header.split()[5:] == ["KV", f"{kv_unit}B/s", f"{fl_unit}FLOP/s", "status"]
+    assert len(lines) == len(data["results"])
+    for line, r in zip(lines, data["results"]):
+        cells = line.split()
+        if r["phase"] == "decode":
+            assert float(cells[4]) == pytest.approx(r["kv_TBps"] * unit[kv_unit], rel=5e-3)
+        assert float(cells[-2]) == pytest.approx(r["tflops"] * unit[fl_unit], rel=5e-3)
+
+
+def test_attention_table_cells_exact():
+    # a CPU's figures: 0.0042 TB/s is 4.20 GB/s, not the 0.004 (or 0.000) of a fixed 3 decimals in TB/s
+    rows = [AttentionRow("CPU_ATTN", "decode", 8, 1024, "ok", 2000.0, 0.0042, 0.0000336),
+            AttentionRow("CPU_ATTN", "prefill", 1, 1024, "ok", 12345.67, None, 0.0123),
+            AttentionRow("FLEX_ATTENTION", "decode", 8, 1024, "not implemented")]
+    assert format_table(rows).splitlines() == [
+        "backend         phase           shape    time us   KV GB/s   GFLOP/s  status",
+        "CPU_ATTN        decode         8x1024     2000.0      4.20    0.0336  ok",
+        "CPU_ATTN        prefill        L=1024    12345.7                12.3  ok",
+        "FLEX_ATTENTION  decode         8x1024                                 not implemented"]
+    # a GPU's: the column stays in T, and a small figure beside a large one keeps 3 significant digits
+    rows = [AttentionRow("FLASH_ATTN", "decode", 64, 8192, "ok", 1021.5, 3.5178, 1.42),
+            AttentionRow("FLASH_ATTN", "decode", 1, 512, "ok", 9.87, 0.0042, 0.0000336)]
+    assert format_table(rows).splitlines() == [
+        "backend         phase           shape    time us   KV TB/s   TFLOP/s  status",
+        "FLASH_ATTN      decode        64x8192     1021.5      3.52      1.42  ok",
+        "FLASH_ATTN      decode          1x512        9.9   0.00420 0.0000336  ok"]
+    # no figures at all (every row failed): the JSON's units
+    assert format_table([AttentionRow("X", "decode", 1, 1, "error: boom")]).splitlines()[0].split()[5:8] == [
+        "KV", "TB/s", "TFLOP/s"]
+
+
+@pytest.mark.parametrize("x, cell", [(0.0042, "0.00420"), (3.14159, "3.14"), (12.345, "12.3"), (1234.5, "1234"),
+                                     (0.0009996, "0.00100"), (0.99951, "1.00"), (4.2e-7, "0.000000420"), (0.0, "0")])
+def test_significant_digits(x, cell):
+    assert significant(x) == cell
+
+
+def test_attention_backends_auto_is_the_priority_list():
+    # "auto" among --backends names stands for the platform's priority list (the unknown-name message lists it)
+    shape = AttentionBenchShape(4, 2, 16, 4, torch.float32)
+    cpu = detect_platform("cpu")
+    assert list(usable_backends(shape, cpu, ["auto"])) == list(usable_backends(shape, cpu)) == ["CPU_ATTN", "FLEX_ATTENTION"]
+    assert list(usable_backends(shape, cpu, ["FLEX_ATTENTION", "auto"])) == ["FLEX_ATTENTION", "CPU_ATTN"]
 
 
 def test_attention_with_no_usable_backend_says_why_and_fails(capsys):
@@ -150,7 +200,7 @@ def test_attention_with_no_usable_backend_says_why_and_fails(capsys):
     out, err = capsys.readouterr()
     assert rc == 1
     assert "skipped FLASH_ATTN: device cpu not supported (supported: cuda)" in out.splitlines()
-    assert err.startswith("attnserve bench attention: no usable backend on cpu")
+    assert err == f"attnserve bench attention: error: no usable backend on {detect_platform('cpu').description}\n"
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -170,6 +220,7 @@ def test_attention_with_no_usable_backend_says_why_and_fails(capsys):
     (["serve", "--max-concurrency", "0"], "attnserve bench serve: error: argument --max-concurrency: 0 not allowed (allowed: integer >= 1)"),
     (["serve", "--input-len", "0"], "attnserve bench serve: error: argument --input-len: 0 not allowed (allowed: integer >= 1)"),
     (["serve", "--output-len", "-1"], "attnserve bench serve: error: argument --output-len: -1 not allowed (allowed: integer >= 1)"),
+    (["serve", "--dataset", "file"], "attnserve bench serve: error: --dataset file needs --prompt-file"),
 ])
 def test_bad_flags_exit_2_with_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -214,4 +265,4 @@ def test_bench_serve_missing_prompt_file_exits_2_with_one_line(tmp_path, capsys)
               "--prompt-file", str(missing)])
     assert e.value.code == 2
     assert capsys.readouterr().err.strip() == (
-        f"attnserve bench serve: error: --prompt-file: {missing}: No such file or directory")
+        f"attnserve bench serve: error: argument --prompt-file: {missing}: No such file or directory")

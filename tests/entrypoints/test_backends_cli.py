@@ -61,7 +61,10 @@ def test_explicit_invalid_exits_1_with_reasons(capsys):
     assert rc == 1
     assert "FLASHINFER" in out and "head_size 80 not supported (supported: 64, 128, 256)" in out
     assert "Explicit choice: FLASHINFER ✗ cannot run" in out
-    assert "Backends that would work: TRITON_ATTN, FLEX_ATTENTION." in err
+    assert err == ("attnserve backends: error: attention backend FLASHINFER cannot run this model (head_size 80, dtype "
+                   "bfloat16, kv_cache_dtype auto, block_size 16) on simulated CUDA device (compute capability 8.0): "
+                   "head_size 80 not supported (supported: 64, 128, 256). Backends that would work: TRITON_ATTN, "
+                   "FLEX_ATTENTION.\n")
 
 
 def test_explicit_invalid_json_has_null_selected(capsys):

@@ -49,9 +49,9 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--max-tokens", "0"], "attnserve generate: error: --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
-    (["--top-p", "0"], "attnserve generate: error: --top-p: top_p 0.0 not allowed (allowed: (0, 1])"),
-    (["--prompt", ""], "attnserve generate: error: --prompt: an empty prompt (give text, or leave --prompt out for the default prompt)"),
+    (["--max-tokens", "0"], "attnserve generate: error: argument --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
+    (["--top-p", "0"], "attnserve generate: error: argument --top-p: top_p 0.0 not allowed (allowed: (0, 1])"),
+    (["--prompt", ""], "attnserve generate: error: argument --prompt: an empty prompt (give text, or leave --prompt out for the default prompt)"),
     (["--model", "/no/such/dir"], "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import sys
 
+from attnserve.entrypoints.cli.arg_types import positive_int
 from attnserve.entrypoints.cli.engine_args import EngineArgumentParser, add_engine_args, engine_config_from_args
 from attnserve.entrypoints.cli.model_facts import ModelAttentionFacts, read_model_facts
 
@@ -39,10 +40,11 @@ def add_arguments(p: EngineArgumentParser) -> None:
     planning flags of ``backends``."""
     add_engine_args(p, positional_model=True)
     plan = p.add_argument_group("planning", "Describe the model by hand, or judge packages not installed here.")
-    plan.add_argument("--head-size", type=int, default=None, help="attention head size (instead of a model)")
-    plan.add_argument("--num-heads", type=int, default=None, help="query heads (with --head-size)")
-    plan.add_argument("--num-kv-heads", type=int, default=None, help="key/value heads (with --head-size)")
-    plan.add_argument("--sliding-window", type=int, default=None, help="sliding window in tokens (default: the model's)")
+    plan.add_argument("--head-size", type=positive_int, default=None, help="attention head size (instead of a model)")
+    plan.add_argument("--num-heads", type=positive_int, default=None, help="query heads (with --head-size)")
+    plan.add_argument("--num-kv-heads", type=positive_int, default=None, help="key/value heads (with --head-size)")
+    plan.add_argument("--sliding-window", type=positive_int, default=None,
+                      help="sliding window in tokens (default: the model's)")
     plan.add_argument("--assume-installed", action="store_true",
                       help="judge backends as if their packages were installed (planning for another machine)")
     plan.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -73,8 +75,6 @@ def build_report(args) -> dict:
     from attnserve.platforms import detect_platform
 
     config = engine_config_from_args(args)
-    if args.head_size is not None and args.head_size < 1:
-        raise ValueError(f"--head-size {args.head_size} not allowed (allowed: integer >= 1)")
     platform = detect_platform(config.device)
     facts = _model_facts(args, config.model.model)
     attention_config = config.attention
@@ -180,7 +180,7 @@ def run_backends(args) -> int:
         if not use_rich:
             print(render_plain(report))
         if report["error"] and report["explicit"]:
-            print(report["error"], file=sys.stderr)
+            print(f"attnserve backends: error: {report['error']}", file=sys.stderr)
     return 1 if report["explicit"] and report["selected"] is None else 0
 
 

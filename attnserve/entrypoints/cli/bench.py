@@ -23,7 +23,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                      "TTFT/TPOT/ITL/E2E percentiles, throughput and errors.")
     s.add_argument("--base-url", default=None, help="server URL (default http://HOST:PORT)")
     s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--port", type=_server_port, default=8000)
     s.add_argument("--endpoint", default="/v1/completions", choices=["/v1/completions", "/v1/chat/completions"])
     s.add_argument("--model", default=None, help="model name (default: the server's first model)")
     s.add_argument("--num-prompts", type=positive_int, default=100)
@@ -50,6 +50,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 # flag types: a bad value exits 2 with one line naming the flag, the value and what is allowed
 _request_rate = checked(float, lambda v: v > 0.0, "number > 0, or inf")  # nan fails too
 _range_ratio = checked(float, lambda v: 0.0 <= v < 1.0, "0 <= R < 1")
+_server_port = checked(int, lambda v: 1 <= v <= 65535, "integer in [1, 65535]")
 
 
 def _add_outputs(p: argparse.ArgumentParser, plot_help: str) -> None:
@@ -130,7 +131,7 @@ def _add_attention(kinds) -> None:
     g.add_argument("--prefill-lens", type=positive_int, nargs="+", default=None, metavar="L",
                    help="prefill sequence lengths (default 512..8192 on GPU, 128..1024 on CPU)")
     g.add_argument("--backends", nargs="+", default=None, metavar="NAME",
-                   help="only these backends (default: the platform's priority list)")
+                   help="only these backends (default, or auto among them: the platform's priority list)")
     g.add_argument("--warmup", type=nonnegative_int, default=3, help="untimed calls first (default 3)")
     g.add_argument("--repeats", type=positive_int, default=10, help="timed calls; the median is reported")
     _add_outputs(p, "per-backend kernel time over context length")
@@ -169,8 +170,10 @@ def run_throughput(args: argparse.Namespace) -> int:
         result = run(config, num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
                      range_ratio=args.range_ratio, prompts_file=args.prompts_file, baseline=args.baseline,
                      progress=args.progress)
-    except OSError as e:
-        args._engine_arg_parser.error(f"{e.filename}: {e.strerror}")
+    except OSError as e:  # the prompts file, or a model that is not there (whose message names it)
+        if e.filename is not None and e.filename == args.prompts_file:
+            args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}")
+        args._engine_arg_parser.error(str(e))
     except ValueError as e:
         args._engine_arg_parser.error(str(e))
     return _finish(args, result, plot_throughput)
@@ -194,6 +197,7 @@ def run_latency(args: argparse.Namespace) -> int:
 
 
 def run_attention(args: argparse.Namespace) -> int:
+    from attnserve.attention.registry import UnknownBackendError
     from attnserve.benchmarks.attention import run_attention as run
     from attnserve.benchmarks.plots import plot_attention
 
@@ -205,22 +209,44 @@ def run_attention(args: argparse.Namespace) -> int:
                      head_size=args.head_size, block_size=args.block_size, batch_size=args.batch_size,
                      context_lens=args.context_lens, prefill_lens=args.prefill_lens, backends=args.backends,
                      warmup=args.warmup, repeats=args.repeats, progress=args.progress)
+    except UnknownBackendError as e:
+        args._bench_parser.error(f"argument --backends: {e}")
     except ValueError as e:
         args._bench_parser.error(str(e))
     if not result["backends"]:  # nothing could run: say why (the table lists the reasons) and fail
         print(result["table"])
-        print(f"attnserve bench attention: no usable backend on {result['device']}", file=sys.stderr)
+        print(f"attnserve bench attention: error: no usable backend on {result['device']}", file=sys.stderr)
         return 1
     return _finish(args, result, plot_attention)
+
+
+def _base_url(args: argparse.Namespace) -> str:
+    """--base-url, else http://HOST:PORT (an IPv6 host in brackets); exits 2 with one line for a URL that no
+    request could go to (httpx would raise mid-run, with a traceback)."""
+    import httpx
+
+    host = f"[{args.host}]" if ":" in args.host and not args.host.startswith("[") else args.host
+    url = args.base_url or f"http://{host}:{args.port}"
+    try:
+        parsed = httpx.URL(url)
+        ok = parsed.scheme in ("http", "https") and bool(parsed.host) and 1 <= (parsed.port or 80) <= 65535
+    except httpx.InvalidURL:
+        ok = False
+    if not ok and args.base_url:
+        args._bench_parser.error(f"argument --base-url: {args.base_url!r} not allowed (allowed: an http:// or "
+                                 "https:// URL with a host, and a port in [1, 65535] if it names one)")
+    if not ok:
+        args._bench_parser.error(f"argument --host: {args.host!r} not allowed (allowed: a host name or IP address)")
+    return url
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from attnserve.benchmarks.serving import BenchConfig, BenchServerError, format_summary, run_benchmark
 
     if args.dataset == "file" and not args.prompt_file:
-        raise SystemExit("attnserve bench serve: error: --dataset file needs --prompt-file")
+        args._bench_parser.error("--dataset file needs --prompt-file")
     cfg = BenchConfig(
-        base_url=args.base_url or f"http://{args.host}:{args.port}", endpoint=args.endpoint, model=args.model,
+        base_url=_base_url(args), endpoint=args.endpoint, model=args.model,
         num_prompts=args.num_prompts, request_rate=args.request_rate, max_concurrency=args.max_concurrency,
         input_len=args.input_len, output_len=args.output_len,
         prompt_file=args.prompt_file if args.dataset == "file" else None, ignore_eos=args.ignore_eos,
@@ -228,9 +254,9 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         summary = asyncio.run(run_benchmark(cfg))
     except OSError as e:  # the prompt file
-        args._bench_parser.error(f"--prompt-file: {e.filename}: {e.strerror}")
+        args._bench_parser.error(f"argument --prompt-file: {e.filename}: {e.strerror}")
     except ValueError as e:  # no prompts in it, or a malformed JSONL line
-        args._bench_parser.error(f"--prompt-file: {e}")
+        args._bench_parser.error(f"argument --prompt-file: {e}")
     except BenchServerError as e:
         raise SystemExit(f"attnserve bench serve: error: {e}") from None
     print(format_summary(summary))

@@ -130,7 +130,7 @@ class EngineArgumentParser(argparse.ArgumentParser):
                 try:
                     AttentionConfig.normalize_key(flag[len(prefix):], f"in {flag}")  # type: ignore[index]
                 except ConfigError as e:
-                    self.error(str(e))
+                    self.error(f"argument {flag}: {e}")
         hint = did_you_mean(_norm(flag), list(self._option_string_actions)) if flag else ""
         self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
 

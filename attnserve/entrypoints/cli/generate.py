@@ -50,7 +50,7 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
     if not prompts:
         return [DEFAULT_PROMPT], True
     if any(not p for p in prompts):
-        raise ValueError("--prompt: an empty prompt (give text, or leave --prompt out for the default prompt)")
+        raise ValueError("argument --prompt: an empty prompt (give text, or leave --prompt out for the default prompt)")
     return prompts, args.chat
 
 
@@ -68,9 +68,9 @@ def run(args: argparse.Namespace) -> int:
         )
         prompts, chat = _prompts(args)
     except SamplingParamsError as e:
-        return _error(f"--{str(e).split()[0].replace('_', '-')}: {e}")
+        return _error(f"argument --{str(e).split()[0].replace('_', '-')}: {e}")
     except OSError as e:
-        return _error(f"--prompts-file {args.prompts_file!r}: {e.strerror}")
+        return _error(f"argument --prompts-file: {args.prompts_file}: {e.strerror}")
     except ValueError as e:
         return _error(str(e))
 

@@ -37,7 +37,7 @@ def read_model_facts(model: str | None) -> ModelAttentionFacts:
     try:
         source = resolve_model_source(model, weights=False)  # a hub id: config and tokenizer only
     except FileNotFoundError as e:
-        raise ValueError(f"--model: {e} (or pass --head-size, --num-heads, --num-kv-heads)") from None
+        raise ValueError(f"argument --model: {e} (or pass --head-size, --num-heads, --num-kv-heads)") from None
     config = load_hf_config(source)
     dims = get_model_class(config).dims(config)
     cap = getattr(config, "attn_logit_softcapping", None)

@@ -1,0 +1,135 @@
+"""Every subcommand's bad-input paths: the exit status and the one line on stderr, exactly.
+
+A usage error (a bad flag value, a bad combination of flags, a bad config file) exits 2 with one line
+``PROG: error: MESSAGE`` (argparse's form; PROG is ``attnserve``, ``attnserve generate``, ``attnserve bench
+serve``, ...); a valid request that cannot be carried out (an explicit backend that cannot run here, no
+server to benchmark) exits 1 with a line of the same form.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from attnserve.entrypoints.cli.main import main
+
+AC_FIELDS = ("backend, flash_attn_version, use_prefill_decode_attention, flash_attn_max_num_splits_for_cuda_graph, "
+             "use_trtllm_attention, disable_flashinfer_prefill, disable_flashinfer_q_quantization")
+BACKENDS = "FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto"
+NOT_FOUND = ("model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a "
+             "Hugging Face Hub id (org/name)")
+
+CASES = [
+    # attnserve
+    (["nosuch"], 2, "attnserve: error: argument COMMAND: invalid choice: 'nosuch' (choose from "),
+    # generate: its own flags, engine flags, attention flags, config files
+    (["generate", "--max-tokens", "x"], 2, "attnserve generate: error: argument --max-tokens: invalid int value: 'x'"),
+    (["generate", "--max-tokens", "0"], 2,
+     "attnserve generate: error: argument --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
+    (["generate", "--top-k", "-2"], 2,
+     "attnserve generate: error: argument --top-k: top_k -2 not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
+    (["generate", "--prompt", ""], 2, "attnserve generate: error: argument --prompt: an empty prompt (give text, or "
+                                      "leave --prompt out for the default prompt)"),
+    (["generate", "--prompts-file", "{tmp}/none.txt"], 2,
+     "attnserve generate: error: argument --prompts-file: {tmp}/none.txt: No such file or directory"),
+    (["generate", "--model", "/no/such/dir"], 2, f"attnserve generate: error: {NOT_FOUND}"),
+    (["generate", "--block-size", "0"], 2,
+     "attnserve generate: error: argument --block-size: block_size 0 not allowed (allowed: integer >= 1)"),
+    (["generate", "--attention-backend", "NOPE"], 2, "attnserve generate: error: argument --attention-backend: "
+                                                     f"attention_backend 'NOPE': unknown attention backend (valid: {BACKENDS})"),
+    (["generate", "-ac", "{bad"], 2, "attnserve generate: error: argument -ac: malformed JSON (line 1, column 2): "
+                                     "Expecting property name enclosed in double quotes"),
+    (["generate", "-ac", '{"no_such": 1}'], 2,
+     f"attnserve generate: error: argument -ac: unknown attention_config field 'no_such' in -ac (valid: {AC_FIELDS})"),
+    (["generate", "-ac.flash_attn_version", "5"], 2, "attnserve generate: error: argument -ac.flash_attn_version: "
+                                                     "attention_config.flash_attn_version 5 not allowed (allowed: 2, 3, 4, null)"),
+    (["generate", "-ac.no_such", "1"], 2,
+     f"attnserve generate: error: argument -ac.no_such: unknown attention_config field 'no_such' in -ac.no_such "
+     f"(valid: {AC_FIELDS})"),
+    (["generate", "--config", "{tmp}/none.yaml"], 2,
+     "attnserve generate: error: cannot read config file '{tmp}/none.yaml': No such file or directory"),
+    (["generate", "--config", "{tmp}/bad.yaml"], 2,
+     "attnserve generate: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
+    (["generate", "--config", "{tmp}/dtype.yaml"], 2, "attnserve generate: error: {tmp}/dtype.yaml: dtype 'float64' "
+                                                      "not allowed (allowed: auto, float32, float16, bfloat16, float, half)"),
+    # serve
+    (["serve", "--port", "70000"], 2,
+     "attnserve serve: error: argument --port: 70000 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
+    (["serve", "/no/such/dir"], 2, f"attnserve serve: error: {NOT_FOUND}"),
+    (["serve", "a", "--model", "b"], 2,
+     "attnserve serve: error: the model is given twice with different values: MODEL 'a', --model 'b'; give it once"),
+    # config
+    (["config", "--config", "{tmp}/bad.yaml"], 2,
+     "attnserve config: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
+    # backends
+    (["backends", "--model", "/no/such/dir"], 2,
+     f"attnserve backends: error: argument --model: {NOT_FOUND} (or pass --head-size, --num-heads, --num-kv-heads)"),
+    (["backends", "--head-size", "0"], 2,
+     "attnserve backends: error: argument --head-size: 0 not allowed (allowed: integer >= 1)"),
+    (["backends", "--head-size", "64", "--num-heads", "0"], 2,  # was taken as "not given"
+     "attnserve backends: error: argument --num-heads: 0 not allowed (allowed: integer >= 1)"),
+    (["backends", "--head-size", "64", "--num-kv-heads", "-1"], 2,  # was reported as -1 KV heads
+     "attnserve backends: error: argument --num-kv-heads: -1 not allowed (allowed: integer >= 1)"),
+    (["backends", "--device", "cuda:8.0", "--assume-installed", "--attention-backend", "FLASHINFER", "--head-size", "80"],
+     1,
+     "attnserve backends: error: attention backend FLASHINFER cannot run this model (head_size 80, dtype bfloat16, "
+     "kv_cache_dtype auto, block_size 16) on simulated CUDA device (compute capability 8.0): head_size 80 not "
+     "supported (supported: 64, 128, 256). Backends that would work: TRITON_ATTN, FLEX_ATTENTION."),
+    # bench
+    (["bench"], 2, "attnserve bench: error: the following arguments are required: KIND"),
+    (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/none.txt"], 2,
+     "attnserve bench throughput: error: argument --prompts-file: {tmp}/none.txt: No such file or directory"),
+    (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/empty.txt"], 2,
+     "attnserve bench throughput: error: argument --prompts-file: no prompts in '{tmp}/empty.txt'"),
+    (["bench", "throughput", "--model", "/no/such/dir"], 2, f"attnserve bench throughput: error: {NOT_FOUND}"),  # was "None: None"
+    (["bench", "latency", "--model", "/no/such/dir"], 2, f"attnserve bench latency: error: {NOT_FOUND}"),
+    (["bench", "attention", "--backends", "NOPE"], 2, "attnserve bench attention: error: argument --backends: unknown "
+                                                      "attention backend 'NOPE' (valid: FLASH_ATTN, FLASHINFER, TRITON_ATTN, "
+                                                      "FLEX_ATTENTION, CPU_ATTN, auto)"),
+    (["bench", "attention", "--num-heads", "6", "--num-kv-heads", "4"], 2,
+     "attnserve bench attention: error: --num-heads 6 is not a multiple of --num-kv-heads 4"),
+    (["bench", "serve", "--dataset", "file"], 2, "attnserve bench serve: error: --dataset file needs --prompt-file"),
+    # these three were tracebacks from httpx once the run had started
+    (["bench", "serve", "--port", "70000"], 2,
+     "attnserve bench serve: error: argument --port: 70000 not allowed (allowed: integer in [1, 65535])"),
+    (["bench", "serve", "--base-url", "http://127.0.0.1:99999"], 2,
+     "attnserve bench serve: error: argument --base-url: 'http://127.0.0.1:99999' not allowed (allowed: an http:// "
+     "or https:// URL with a host, and a port in [1, 65535] if it names one)"),
+    (["bench", "serve", "--host", "::::"], 2,
+     "attnserve bench serve: error: argument --host: '::::' not allowed (allowed: a host name or IP address)"),
+    (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/none.txt"], 2,
+     "attnserve bench serve: error: argument --prompt-file: {tmp}/none.txt: No such file or directory"),
+    (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/empty.txt"], 2,
+     "attnserve bench serve: error: argument --prompt-file: no prompts in '{tmp}/empty.txt'"),
+]
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "bad.yaml").write_text("a: [1\n")
+    (tmp_path / "dtype.yaml").write_text("dtype: float64\n")
+    (tmp_path / "empty.txt").write_text("")
+    return tmp_path
+
+
+def run(argv: list[str], capsys) -> tuple[int, str]:
+    """``attnserve ARGV`` in this process: the exit status and stderr, as the interpreter would give them."""
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        if isinstance(e.code, str):  # the interpreter prints the message and exits 1
+            return 1, capsys.readouterr().err + e.code + "\n"
+        rc = e.code
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, status, line", CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_bad_input_exits_with_one_line(argv, status, line, files, tiny_model_dir, capsys):
+    tiny = tiny_model_dir("llama") if "{tiny}" in argv else ""
+    fill = lambda s: s.replace("{tmp}", str(files)).replace("{tiny}", tiny)  # noqa: E731
+    capsys.readouterr()  # what making the tiny model wrote
+    rc, err = run([fill(a) for a in argv], capsys)
+    assert rc == status
+    if line.endswith("(choose from "):  # the choices' quoting differs between Python versions
+        assert err.startswith(line) and err.count("\n") == 1
+    else:
+        assert err == fill(line) + "\n"
