@@ -1,5 +1,6 @@
 """An attention backend that cannot run the model is refused from the model's config alone: before the GGUF
-parse, the tokenizer, the executor (worker processes) and the weights, with the selector's own message."""
+parse, the tokenizer, the executor (worker processes) and the weights, with the selector's own message. So is
+tensor parallelism for a model class without it."""
 
 from __future__ import annotations
 
@@ -65,6 +66,15 @@ def test_tensor_parallel_is_refused_with_rank_0s_heads_before_any_worker_starts(
         LLM(tiny_model_dir("llama"), device="cpu", tensor_parallel_size=2, attention_backend="FLASH_ATTN")
     assert str(e.value) == _selector_message("FLASH_ATTN", head_size=16, dtype=torch.float32, num_heads=2,
                                              num_kv_heads=1)
+    assert stages_reached == []
+
+
+def test_a_model_class_without_tensor_parallelism_is_refused_before_any_worker_starts(tiny_model_dir,
+                                                                                     stages_reached):
+    with pytest.raises(ValueError) as e:
+        LLM(tiny_model_dir("gpt2"), device="cpu", tensor_parallel_size=2)
+    assert str(e.value) == ("tensor_parallel_size 2 not supported for GPT2LMHeadModel (tensor parallelism is built "
+                            "for the Llama family: Llama, Mistral, Qwen2, Qwen3)")
     assert stages_reached == []
 
 
