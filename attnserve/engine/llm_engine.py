@@ -13,6 +13,7 @@ import numbers
 import shutil
 
 from attnserve.config.engine import EngineConfig
+from attnserve.distributed.sharding import check_tensor_parallel_size
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.output_processor import OutputProcessor
 from attnserve.engine.request import FinishReason, Request
@@ -21,7 +22,9 @@ from attnserve.engine.scheduler import Scheduler, SchedulerOutput
 from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError, make_executor
 from attnserve.model_executor import gguf_cache
-from attnserve.model_executor.loader import load_hf_config, load_model_tokenizer, max_model_len_of, resolve_model
+from attnserve.model_executor.attention_selection import select_model_attention
+from attnserve.model_executor.loader import (complete_hf_config, load_model_tokenizer, max_model_len_of, read_hf_config,
+                                             resolve_model)
 from attnserve.platforms import check_runnable_device
 
 logger = logging.getLogger(__name__)
@@ -85,8 +88,17 @@ class LLMEngine:
         self._in_flight: tuple[SchedulerOutput, object] | None = None  # queued step not read yet (async)
 
     def _load(self, config: EngineConfig, source) -> None:
-        """The model's config, tokenizer and executor (which loads the weights)."""
-        self.hf_config = load_hf_config(source)
+        """The model's config, tokenizer and executor (which loads the weights).
+
+        What the config alone can refuse is refused first, in seconds: heads the ranks cannot split, the
+        architecture, the attention backend (``select_model_attention``, the call every ModelRunner makes).
+        Only then come the GGUF parse, the tokenizer, the worker processes and the weights.
+        """
+        self.hf_config = read_hf_config(source)
+        tp = config.parallel.tensor_parallel_size
+        check_tensor_parallel_size(self.hf_config, tp)
+        select_model_attention(config, self.hf_config, tp)
+        complete_hf_config(self.hf_config, source)
         self.tokenizer = load_model_tokenizer(config.model, source, self.hf_config)
         self.max_model_len = max_model_len_of(config.model, self.hf_config)
         self.executor = make_executor(config, self.hf_config, source)

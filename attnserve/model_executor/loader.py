@@ -139,17 +139,33 @@ def resolve_tokenizer_source(tokenizer: str, revision: str | None = None, downlo
 
 
 def load_hf_config(source: ModelSource):
-    """The model's transformers config (from config.json, or from the GGUF's metadata, through the GGUF
-    cache of ``gguf_cache.py``)."""
+    """The model's whole transformers config: :func:`read_hf_config`, then :func:`complete_hf_config`."""
+    config = read_hf_config(source)
+    complete_hf_config(config, source)
+    return config
+
+
+def read_hf_config(source: ModelSource):
+    """The model's transformers config as transformers reads it (from config.json, or from the GGUF's metadata
+    through the GGUF cache of ``gguf_cache.py``), without :func:`complete_hf_config`'s parse of the GGUF's
+    tensors: its heads, head size, sliding window and dtype are final, a GGUF's ``vocab_size`` (and GPT-2's
+    ``n_positions``) may not be."""
     from transformers import AutoConfig
 
     if not source.is_gguf:
         return AutoConfig.from_pretrained(source.folder)
-    # the cache holds transformers' conversion only; the completion below is ours and runs on every load
-    # (its shape lookup is the parse the GGUF weights load shares), so a change to it needs no new cache key
-    config = _from_gguf(AutoConfig, source, "config")
-    _complete_gguf_config(config, source.path)
-    return config
+    return _from_gguf(AutoConfig, source, "config")
+
+
+def complete_hf_config(config, source: ModelSource) -> None:
+    """Complete, in place, a config from :func:`read_hf_config` (a no-op unless ``source`` is a GGUF).
+
+    The cache holds transformers' conversion only; this completion is ours and runs on every load, so a
+    change to it needs no new cache key. It parses the whole GGUF file, metadata and tensor index
+    (``weights.gguf_reader``: seconds for the default model), a parse the weights load then reuses.
+    """
+    if source.is_gguf:
+        _complete_gguf_config(config, source.path)
 
 
 def _from_gguf(auto_cls, source: ModelSource, part: str):

@@ -23,7 +23,6 @@ import torch
 
 from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, CudaGraphSupport
 from attnserve.attention.layer import Attention
-from attnserve.attention.selector import AttentionSelectorConfig, select_attn_backend
 from attnserve.config.engine import EngineConfig
 from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads
@@ -32,7 +31,8 @@ from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.model_executor.cuda_graph import CudaGraphRunner, capture_sizes
 from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging, host_batch
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
-from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of, resolve_dtype
+from attnserve.model_executor.attention_selection import select_model_attention
+from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of
 from attnserve.model_executor.sampler import DeviceSample, Sampler
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import detect_platform
@@ -86,32 +86,18 @@ class ModelRunner:
         self.platform = detect_platform(config.device)
         self.device = torch.device("cpu" if self.platform.device_type == "cpu" else (
             config.device if config.device.startswith("cuda") else "cuda"))
-        self.dtype = resolve_dtype(config.model.dtype, hf_config, self.device)
+        # LLMEngine makes this same call before it loads anything (attention_selection.py): in its process this
+        # one is answered from the selector's cache; a tensor-parallel worker judges again on its own device
+        self.selector_config, self.attn_selection = select_model_attention(config, hf_config, tp.size)
+        self.dtype = self.selector_config.dtype  # resolve_dtype's, on this platform
         self.block_size = config.cache.block_size
-        model_cls = get_model_class(hf_config)
-        if tp.size > 1 and not getattr(model_cls, "supports_tensor_parallel", False):
-            raise ValueError(f"tensor_parallel_size {tp.size} not supported for {model_cls.__name__} "
-                             "(tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3)")
+        model_cls = get_model_class(hf_config, tp.size)
         self.dims = model_cls.dims(hf_config)
         self.head_size = self.dims.head_size
         heads = shard_heads(self.dims.num_heads, self.dims.num_kv_heads, tp.size, tp.rank)
         self.num_kv_heads = heads.num_kv_heads  # this rank's: its KV cache holds only these
         self.num_layers = self.dims.num_layers
         self.kv_dtype = kv_cache_torch_dtype(config.cache.kv_cache_dtype, self.dtype)
-
-        # rank 0 has the most heads (uneven splits give the first ranks one more); every rank selects with
-        # rank 0's counts, so the selector config and hence the backend are the same everywhere
-        head0 = shard_heads(self.dims.num_heads, self.dims.num_kv_heads, tp.size, 0)
-        self.selector_config = AttentionSelectorConfig(
-            head_size=self.head_size,
-            dtype=self.dtype,
-            kv_cache_dtype=config.cache.kv_cache_dtype,
-            block_size=self.block_size,
-            sliding_window=self.dims.sliding_window,
-            num_heads=head0.num_heads if tp.size > 1 else None,
-            num_kv_heads=head0.num_kv_heads if tp.size > 1 else None,
-        )
-        self.attn_selection = select_attn_backend(config.attention, self.selector_config, self.platform)
         names = tp.all_gather_object(self.attn_selection.name)
         assert len(set(names)) == 1, f"ranks selected different attention backends: {names}"
         self.backend = self.attn_selection.backend_cls

@@ -29,15 +29,20 @@ class UnsupportedArchitectureError(ValueError):
     """The checkpoint's architecture has no model class here."""
 
 
-def get_model_class(config) -> type:
-    """The model class for ``config.architectures``; raises UnsupportedArchitectureError naming it."""
+def get_model_class(config, tensor_parallel_size: int = 1) -> type:
+    """The model class for ``config.architectures``; raises UnsupportedArchitectureError naming it, and
+    ValueError when ``tensor_parallel_size`` > 1 and the class is not built for tensor parallelism."""
     archs = list(getattr(config, "architectures", None) or [])
     if not archs and getattr(config, "model_type", None) in MODEL_TYPE_ARCHITECTURES:
         archs = [MODEL_TYPE_ARCHITECTURES[config.model_type]]
     for arch in archs:
         if arch in MODEL_REGISTRY:
             module, _, name = MODEL_REGISTRY[arch].rpartition(".")
-            return getattr(importlib.import_module(module), name)
+            cls = getattr(importlib.import_module(module), name)
+            if tensor_parallel_size > 1 and not getattr(cls, "supports_tensor_parallel", False):
+                raise ValueError(f"tensor_parallel_size {tensor_parallel_size} not supported for {cls.__name__} "
+                                 "(tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3)")
+            return cls
     raise UnsupportedArchitectureError(
         f"model architecture {archs or getattr(config, 'model_type', '(none given)')} not supported (supported: {', '.join(sorted(MODEL_REGISTRY))})"
     )
