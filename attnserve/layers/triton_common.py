@@ -1,5 +1,6 @@
 """Pieces every attnserve Triton kernel shares: the numerics switches, float32 -> 16-bit rounding, libdevice's
-``exp``/``rsqrt`` (numpy's under the interpreter) and the PDL wait. Importing this module imports Triton.
+``exp``/``rsqrt`` (numpy's under the interpreter), the PDL wait, and the ticket counters of the kernels whose
+last program reduces a split (:func:`ticket_counters`). Importing this module imports Triton.
 
 Numerics: every kernel loads its inputs, computes in float32 and rounds to the storage dtype exactly where
 the PyTorch definition in ``fused_ops.py`` rounds (after each PyTorch op whose output is 16-bit). A
@@ -21,6 +22,7 @@ cast does not round to nearest even, so :func:`_round` does that rounding with i
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
@@ -28,6 +30,28 @@ from triton.language.extra import libdevice
 _INTERPRET = bool(triton.knobs.runtime.interpret)
 # no FMA contraction (see the module docstring)
 _LAUNCH = dict(enable_fp_fusion=False)
+# counters per ticket buffer: the rows or tiles one split launch of a kernel can take
+TICKETS = 1 << 16
+_tickets: dict[tuple[str, torch.device], torch.Tensor] = {}
+
+
+def ticket_counters(owner: str, device: torch.device | str) -> torch.Tensor:
+    """``owner``'s (a kernel module's name) int32 ticket counters on ``device``: ``TICKETS`` zeros, allocated
+    once and kept. A split launch's programs each take a ticket from their row's or tile's counter and the
+    one that draws the last reduces the splits and resets the counter to 0 (the CUDA samples'
+    ``threadFenceReduction``: ``triton_gemv``'s split-K, ``triton_argmax``'s column chunks), so the buffer
+    needs no memset between launches, and launches of one owner on one device must not run concurrently.
+    Raises RuntimeError when first needed inside a CUDA-graph capture (the buffer must outlive every graph)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    buf = _tickets.get((owner, device))
+    if buf is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(f"{owner}: its ticket counters on {device} must be allocated before CUDA-graph "
+                               "capture (they must outlive every graph)")
+        buf = _tickets[owner, device] = torch.zeros(TICKETS, dtype=torch.int32, device=device)
+    return buf
 
 
 @triton.jit

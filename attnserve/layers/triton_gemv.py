@@ -60,7 +60,7 @@ import triton
 import triton.language as tl
 
 from attnserve.layers import pdl
-from attnserve.layers.triton_common import _INTERPRET, _LAUNCH, _round, pdl_wait
+from attnserve.layers.triton_common import _INTERPRET, _LAUNCH, TICKETS, _round, pdl_wait, ticket_counters
 from attnserve.layers.triton_fused_ops import _silu_mul
 
 MAX_M = 64  # rows of x; the padded rows (to BLOCK_M) are computed on clamped copies and never stored
@@ -69,8 +69,6 @@ SMEM_BUDGET = 160 << 10  # bytes of pipelined tiles per program that default_con
 PROLOGUE_X_PER_THREAD = 32  # x elements per thread in the SwiGLU prologue that fit_config keeps to
 ACTS = ("none", "silu_mul")  # gemv's x prologue: x as given, or SwiGLU of x = [gate | up]
 # split-K counters per device: one per N tile of a split launch (65536 tiles of >= 8 rows: N <= 524288)
-_NUM_COUNTERS = 1 << 16
-_counters: dict[torch.device, torch.Tensor] = {}
 
 
 @dataclass(frozen=True)
@@ -178,17 +176,8 @@ def check_config(cfg: GemvConfig, m: int, dtype: torch.dtype) -> None:
 
 
 def prepare(device: torch.device | str) -> torch.Tensor:
-    """The split-K counters of ``device`` (zeros, allocated once). Call before capturing a CUDA graph."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    buf = _counters.get(device)
-    if buf is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("triton_gemv.prepare(device) must run before CUDA-graph capture "
-                               "(the split-K counters must outlive every graph)")
-        buf = _counters[device] = torch.zeros(_NUM_COUNTERS, dtype=torch.int32, device=device)
-    return buf
+    """The split-K counters of ``device`` (``triton_common.ticket_counters``). Call before capturing a CUDA graph."""
+    return ticket_counters("triton_gemv", device)
 
 
 @triton.jit
@@ -348,7 +337,7 @@ def gemv(
     splits = triton.cdiv(k, k_per_split)
     tiles = triton.cdiv(n, config.block_n)
     if splits > 1:
-        assert tiles <= _NUM_COUNTERS, f"{tiles} tiles with split-K: more than {_NUM_COUNTERS} counters"
+        assert tiles <= TICKETS, f"{tiles} tiles with split-K: more than {TICKETS} counters"
         part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
         counters = prepare(x.device)
     else:

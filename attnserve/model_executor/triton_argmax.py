@@ -13,8 +13,8 @@ The split reduction is the one :mod:`attnserve.layers.triton_gemv` uses (the CUD
 ``threadFenceReduction``): each chunk writes its (max, index) to a workspace and takes a ticket from a
 per-row counter; the program that draws the last ticket reduces the chunks in column order (so the first
 maximum wins whichever chunk finished last), writes the index and resets the counter. No second launch, no
-host sync: safe inside a CUDA graph. The counters are one persistent int32 buffer per device, so launches
-on one device must not run concurrently on different streams.
+host sync: safe inside a CUDA graph. The counters are one persistent int32 buffer per device
+(``triton_common.ticket_counters``), so launches on one device must not run concurrently on different streams.
 """
 
 from __future__ import annotations
@@ -26,24 +26,12 @@ import triton
 import triton.language as tl
 
 from attnserve.layers import pdl
-from attnserve.layers.triton_common import pdl_wait
+from attnserve.layers.triton_common import TICKETS, pdl_wait, ticket_counters
 
 BLOCK = 1024  # columns per program step: 8 per thread of 4 warps (one 16-byte load of 16-bit logits)
 PROGRAMS_PER_SM = 4
-_NUM_COUNTERS = 1 << 16  # rows a split launch can take (one counter each)
 MAX_COLS = 2**31 - 1  # column indices are int32
 _NO_INDEX: tl.constexpr = tl.constexpr(2**31 - 1)  # larger than any column index
-_counters: dict[torch.device, torch.Tensor] = {}
-
-
-def counters(device: torch.device) -> torch.Tensor:
-    """The per-row tickets of ``device`` (zeros, allocated once, before any CUDA-graph capture uses them)."""
-    buf = _counters.get(device)
-    if buf is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("triton_argmax: first call inside a CUDA-graph capture (the counters must outlive it)")
-        buf = _counters[device] = torch.zeros(_NUM_COUNTERS, dtype=torch.int32, device=device)
-    return buf
 
 
 @functools.cache
@@ -118,10 +106,10 @@ def argmax(x: torch.Tensor) -> torch.Tensor:  # (B,) int64
     if cols == 0:
         raise ValueError("argmax of an empty row")
     splits, chunk = split_columns(rows, cols, _num_sms(x.device))
-    if splits > 1 and rows <= _NUM_COUNTERS:
+    if splits > 1 and rows <= TICKETS:
         part_val = torch.empty(rows * splits, dtype=torch.float32, device=x.device)
         part_idx = torch.empty(rows * splits, dtype=torch.int32, device=x.device)
-        count = counters(x.device)
+        count = ticket_counters("triton_argmax", x.device)
     else:
         splits, chunk = 1, cols
         part_val = part_idx = count = out  # unused
