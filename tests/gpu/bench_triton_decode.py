@@ -144,11 +144,11 @@ def _sweep(args, block: int, splits: int) -> list[tuple[int, list[int], dict]]:
         return []
     split_list = sorted({splits, 2 * splits} if splits == 1 else {splits // 2, splits, 2 * splits, 32} - {0})
     out = []
-    for tokens in (64, 128):
+    for tokens in args.sweep_tokens:
         ppt = max(1, tokens // block)
-        for warps in (4, 8):
-            for stages in (2, 3, 4):
-                for maxnreg in (None, 128):
+        for warps in args.sweep_warps:
+            for stages in args.sweep_stages:
+                for maxnreg in (None, 128) if args.sweep_maxnreg else (None,):
                     launch = dict(num_warps=warps, num_stages=stages)
                     if maxnreg:
                         launch["maxnreg"] = maxnreg
@@ -167,7 +167,12 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=40)
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--sweep", action="store_true",
-                    help="also time 64/128-token tiles x 4/8 warps x 2-4 stages x maxnreg 128 or not x split counts")
+                    help="also time KV tiles (--sweep-tokens) x warps x stages x maxnreg 128 or not x split counts")
+    ap.add_argument("--sweep-tokens", type=int, nargs="+", default=[64, 128], help="--sweep's KV tile sizes (tokens)")
+    ap.add_argument("--sweep-warps", type=int, nargs="+", default=[4, 8], help="--sweep's warp counts")
+    ap.add_argument("--sweep-stages", type=int, nargs="+", default=[2, 3, 4], help="--sweep's pipeline depths")
+    ap.add_argument("--no-sweep-maxnreg", dest="sweep_maxnreg", action="store_false",
+                    help="--sweep without the maxnreg=128 variants")
     ap.add_argument("--dry-run", action="store_true", help="check this script on CPU (see the docstring)")
     args = ap.parse_args()
     if not torch.cuda.is_available() and not args.dry_run:

@@ -365,6 +365,28 @@ job_s8e() {  # session 8, last call (g1, g2 staged): the final latency of both s
     ${LAT/--batch-size 1 64/--batch-size 64} --use-skinny-gemm
 }
 
+job_s9a() {  # session 9, first call (g1, g2 staged), run on main + branch splitmerge (not merged: the fused merge was
+  # slower) with a 32-token decode-tile switch (dropped: slower): the fused split-KV merge and session 8's
+  # CPU-only changes (cuBLASLt's silenced warning, shared ticket counters) on the GPU; step A/B of the merge (Llama
+  # b1), a 32-token KV-tile sweep at Qwen3 b64, then the engine A/B of 32-token decode tiles (Qwen3 b64)
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 200 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_split_merge_gpu.py \
+    tests/gpu/test_skinny_gemm.py tests/gpu/test_triton_argmax_gpu.py tests/gpu/test_backends_vs_reference.py \
+    tests/gpu/test_cuda_graphs.py -k "not FLASHINFER and not FLASH_ATTN and not FLEX" \
+    --junitxml "$RES/s9a_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|Error" | tail -20
+  python3 -c "
+import torch; from attnserve.layers.blas import cublaslt_linear
+x = torch.randn(4, 64, device='cuda', dtype=torch.bfloat16); w = torch.randn(32, 64, device='cuda', dtype=torch.bfloat16)
+print('cublaslt_linear max diff', (cublaslt_linear(x, w) - x @ w.T).abs().max().item())" 2> "$RES/blas_stderr.txt"
+  echo "blas stderr bytes: $(wc -c < "$RES/blas_stderr.txt")"
+  timeout 120 python3 -m tests.gpu.bench_split_merge --splits 32 --use-skinny-gemm --rounds 3 \
+    --json "$RES/split_merge_llama_b1.json"
+  timeout 90 python3 -m tests.gpu.bench_triton_decode --cases qwen3_b64 --sweep --sweep-tokens 32 64 \
+    --sweep-warps 2 4 --sweep-stages 2 3 4 --no-sweep-maxnreg --json "$RES/triton_decode_tile32.json"
+  timeout "$(left)" python3 -m tests.gpu.bench_engine_variants --batch-size 64 --rounds 2 \
+    --variants engine "decode tile 32" "decode tile 32, 3 stages" --json "$RES/engine_variants_tile32.json"
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
@@ -395,7 +417,7 @@ for j in "$@"; do
     s5c) job_s5c > "$OUT/s5c.log" 2>&1 ;;
     s5d) job_s5d > "$OUT/s5d.log" 2>&1 ;;
     s5e) job_s5e > "$OUT/s5e.log" 2>&1 ;;
-    s6*|s7*|s8*) "job_$j" > "$OUT/$j.log" 2>&1 ;;
+    s6*|s7*|s8*|s9*) "job_$j" > "$OUT/$j.log" 2>&1 ;;
     tplast) job_tplast > "$OUT/tplast.log" 2>&1 ;;
     tpfast) wait "${pids[@]}" 2>/dev/null; pids=(); job_tpfast > "$OUT/tpfast.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;
