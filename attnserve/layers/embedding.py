@@ -20,6 +20,7 @@ class VocabParallelEmbedding(nn.Module):
     """Embedding table ``(vocab, dim)``; this rank's rows in ``weight`` ``(ceil(vocab / size), dim)``."""
 
     gemv: tuple | None = None  # for logits(), set once by GemvPlan.apply (as ColumnParallelLinear.gemv)
+    greedy: tuple | None = None  # for greedy_tokens(): row count -> fused greedy head or None (GemvPlan.apply)
 
     def __init__(self, num_embeddings: int, embedding_dim: int, tp: TPGroup = SINGLE) -> None:
         super().__init__()
@@ -42,6 +43,15 @@ class VocabParallelEmbedding(nn.Module):
         if self.tp.size > 1:
             local = self.tp.all_gather(local)[:, : self.num_embeddings]
         return local
+
+    def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor | None:  # (N, dim) -> (N,) int64, or None
+        """``logits(hidden).argmax(-1)`` without the logits (``triton_greedy_head``) where the GEMV plan measured
+        that faster for N rows; None otherwise (no plan entry for N, or tensor parallelism: the caller then
+        takes :meth:`logits` and an argmax)."""
+        table = self.greedy
+        if table is None or self.tp.size > 1 or hidden.shape[0] >= len(table) or table[hidden.shape[0]] is None:
+            return None
+        return table[hidden.shape[0]](hidden, self.weight)
 
     def weight_loader(self, param: nn.Parameter, loaded, shard_id: int | None = None) -> None:
         check_shape(loaded, (self.num_embeddings, param.shape[1]))

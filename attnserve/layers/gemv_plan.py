@@ -35,6 +35,13 @@ the fused GEMV (``triton_gemv.gemv(gate_up, weight, act="silu_mul")``: one launc
 same candidate configurations, and keeps the fused one only where its best is faster by the same margin
 and agrees with ``F.linear(silu_and_mul(gate_up), weight)``.
 
+The LM head gets a third table, ``head.greedy``: for each row count the plan times the LM head's choice above
+followed by the greedy argmax (``triton_argmax``) against the fused greedy head
+(``triton_greedy_head.greedy_head``: the argmax of each logits tile in the LM head's epilogue, no (M, vocab)
+logits written or read) over its candidate tiles, and keeps the fused one where it is faster by the same
+margin and its logits agree with ``F.linear`` (its tokens being their argmax). The model runner uses it for
+steps whose every row is greedy without logprobs.
+
 Triton is imported when a plan is measured, never by importing this module.
 """
 
@@ -112,6 +119,30 @@ class SiluMulChoice:
     use_fused: bool
 
 
+@dataclass(frozen=True)
+class GreedyChoice:
+    """One measured row count M of the LM head (N, K): its choice then the argmax (``unfused``) against the best
+    fused greedy head."""
+
+    n: int
+    k: int
+    m: int
+    unfused_us: float
+    unfused_label: str
+    fused_us: float | None  # None: no candidate ran (or none agreed)
+    config: object | None  # the best triton_greedy_head.GreedyHeadConfig
+    use_fused: bool
+
+
+def lm_head(model: nn.Module) -> nn.Module | None:
+    """The module whose ``logits`` the model's LM head is: the last of :func:`gemv_layers` when it is a
+    ``VocabParallelEmbedding`` (an untied ``ParallelLMHead`` or the tied embedding)."""
+    from attnserve.layers.embedding import VocabParallelEmbedding
+
+    layers = gemv_layers(model)
+    return layers[-1][0] if layers and isinstance(layers[-1][0], VocabParallelEmbedding) else None
+
+
 def gemv_layers(model: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
     """(module, weight) of every layer that consults ``module.gemv``: the column- and row-parallel linear
     layers and the LM head (an untied ``ParallelLMHead``, else the tied embedding)."""
@@ -160,6 +191,7 @@ class GemvPlan:
     choices: dict[tuple[int, int, int], GemvChoice] = field(default_factory=dict)
     seconds: float = 0.0
     silu_mul: dict[tuple[int, int, int], SiluMulChoice] = field(default_factory=dict)  # SwiGLU layers' shapes
+    greedy: dict[int, GreedyChoice] = field(default_factory=dict)  # the LM head's rows: fused greedy head or not
 
     def table(self, n: int, k: int) -> tuple[Callable | None, ...] | None:
         """Row count (index 0..MAX_ROWS) -> the chosen GEMV ``f(x, weight, bias)`` (the Triton GEMV or
@@ -173,6 +205,14 @@ class GemvPlan:
 
         return _bucket_table({m: functools.partial(gemv, config=c.config, act="silu_mul") if c.use_fused else None
                               for (nn_, kk, m), c in self.silu_mul.items() if (nn_, kk) == (n, k)})
+
+    def greedy_table(self) -> tuple[Callable | None, ...] | None:
+        """Row count -> the fused greedy head ``f(hidden, weight)`` with its measured tile, or None (the LM head
+        then an argmax); None when it wins at no row count."""
+        from attnserve.layers.triton_greedy_head import greedy_head
+
+        return _bucket_table({m: functools.partial(greedy_head, config=c.config) if c.use_fused else None
+                              for m, c in self.greedy.items()})
 
     def apply(self, model: nn.Module) -> GemvPlan:
         """Set ``layer.gemv`` on every layer (None where cuBLAS stays) and ``layer.gemv_silu_mul`` on the
@@ -190,6 +230,9 @@ class GemvPlan:
         for module in silu_mul:
             module.gemv_silu_mul = self.silu_mul_table(*module.weight.shape)
             fused += module.gemv_silu_mul is not None
+        head = lm_head(model)
+        if head is not None:
+            head.greedy = self.greedy_table()
         logger.info("GEMV plan: %d of %d linear layers use the Triton GEMV for some decode batch sizes; "
                     "%d of %d SwiGLU layers the fused SwiGLU GEMV", used, len(gemv_layers(model)), fused,
                     len(silu_mul))
@@ -207,12 +250,15 @@ class GemvPlan:
         margin = MARGIN if margin is None else margin
         ms = plan_rows(ms)
         from attnserve.layers.triton_gemv import gemv, prepare
+        from attnserve.layers.triton_greedy_head import CANDIDATES as GREEDY_CANDIDATES
 
         t0 = time.perf_counter()
         plan = cls()
         shapes = dict.fromkeys(tuple(w.shape) for _, w in gemv_layers(model))
         weights = {tuple(w.shape): w for _, w in gemv_layers(model)}
         silu_mul_shapes = {tuple(m.weight.shape) for m in silu_mul_layers(model)}
+        head = lm_head(model)
+        head_shape = tuple(head.weight.shape) if head is not None and head.tp.size == 1 else None
         if not shapes or not ms:
             return plan
         any_w = next(iter(weights.values()))
@@ -241,6 +287,9 @@ class GemvPlan:
                     if (n, k) in silu_mul_shapes:
                         plan.silu_mul[(n, k, m)] = plan._measure_silu_mul(copies, m, num_sms, margin, calls, replays)
                         timings += 1 + len(candidate_configs(n, k, m, dtype.itemsize, num_sms, act="silu_mul"))
+                    if (n, k) == head_shape and dtype in (torch.float16, torch.bfloat16):
+                        plan.greedy[m] = plan._measure_greedy(copies, m, margin, calls, replays)
+                        timings += 1 + len(GREEDY_CANDIDATES)
                 del copies
         torch.cuda.empty_cache()
         plan.seconds = time.perf_counter() - t0
@@ -275,6 +324,36 @@ class GemvPlan:
         fused_us, cfg, use = pick_fastest(unfused_us, timed, margin)
         return SiluMulChoice(n, k, m, unfused_us, label, fused_us, cfg, use)
 
+    def _measure_greedy(self, copies: list[torch.Tensor], m: int, margin: float, calls: int,
+                        replays: int) -> GreedyChoice:
+        """M rows of the LM head (N, K), after its plain choice: that choice then ``triton_argmax``, against the
+        fused greedy head's candidates on random hidden states. A candidate counts only if its logits (stored
+        once, for this check) agree with ``F.linear`` and its tokens are their argmax."""
+        from attnserve.layers.triton_greedy_head import CANDIDATES as GREEDY_CANDIDATES, greedy_head
+        from attnserve.model_executor.triton_argmax import argmax
+
+        n, k = copies[0].shape
+        plain = self.choices[(n, k, m)]
+        head = _chosen(plain) or F.linear
+        label = (f"triton {plain.config.label()}" if plain.use_triton else
+                 "cuBLASLt" if plain.use_cublaslt else "cuBLAS") + " + argmax"
+        hidden = torch.randn(m, k, device=copies[0].device, dtype=copies[0].dtype)
+        unfused_us = time_per_call_us(lambda w: argmax(head(hidden, w)), copies, calls, replays)
+        want = F.linear(hidden, copies[0])
+        timed = []
+        for cfg in GREEDY_CANDIDATES:
+            try:
+                logits = torch.empty_like(want)
+                tokens = greedy_head(hidden, copies[0], cfg, logits_out=logits)
+                if not (agrees(logits, want) and torch.equal(tokens, logits.argmax(dim=-1))):
+                    logger.warning("GEMV plan: %s disagrees on (%d, %d) x %d rows; skipped", cfg.label(), n, k, m)
+                    continue
+                timed.append((time_per_call_us(lambda w: greedy_head(hidden, w, cfg), copies, calls, replays), cfg))
+            except Exception as e:  # a launch that does not fit this GPU
+                logger.debug("GEMV plan: %s failed on (%d, %d) x %d: %s", cfg.label(), n, k, m, e)
+        fused_us, cfg, use = pick_fastest(unfused_us, timed, margin)
+        return GreedyChoice(n, k, m, unfused_us, label, fused_us, cfg, use)
+
     def summary(self) -> str:
         lines = [f"{'N':>7} {'K':>6} {'M':>2} {'cuBLAS us':>10} {'cuBLASLt us':>11} {'Triton us':>10}  choice"]
         for (n, k, m), c in sorted(self.choices.items()):
@@ -290,4 +369,11 @@ class GemvPlan:
                 fused = f"{c.fused_us:10.2f}" if c.fused_us is not None else f"{'-':>10}"
                 what = f"fused {c.config.label()}" if c.use_fused and c.config else f"silu_and_mul + {c.unfused_label}"
                 lines.append(f"{n:>7} {k:>6} {m:>2} {c.unfused_us:10.2f} {fused}  {what}")
+        if self.greedy:
+            lines.append(f"greedy steps: the LM head's choice + argmax vs the fused greedy head\n"
+                         f"{'N':>7} {'K':>6} {'M':>2} {'unfused us':>10} {'fused us':>10}  choice")
+            for m, c in sorted(self.greedy.items()):
+                fused = f"{c.fused_us:10.2f}" if c.fused_us is not None else f"{'-':>10}"
+                what = f"fused {c.config.label()}" if c.use_fused and c.config else c.unfused_label
+                lines.append(f"{c.n:>7} {c.k:>6} {m:>2} {c.unfused_us:10.2f} {fused}  {what}")
         return "\n".join(lines)

@@ -278,7 +278,11 @@ class ModelRunner:
 
     def _logits(self, sched: SchedulerOutput) -> torch.Tensor:  # (B, vocab) model dtype
         """The model's logits in its own dtype (the sampler upcasts only where it needs float32: a greedy
-        step's argmax does not, and saves a (B, vocab) copy: 28 us at batch 64 of Qwen3-0.6B on an H200).
+        step's argmax does not, and saves a (B, vocab) copy: 28 us at batch 64 of Qwen3-0.6B on an H200)."""
+        return self.model.compute_logits(self._hidden(sched))
+
+    def _hidden(self, sched: SchedulerOutput) -> torch.Tensor:  # (B, hidden) model dtype
+        """The final hidden state at each request's last token of the step: the LM head's input.
 
         A pure-decode step within the captured batch sizes replays a CUDA graph; any other step runs eagerly.
         Placeholder token ids (async scheduling) are filled on the device from the last step's samples.
@@ -286,12 +290,12 @@ class ModelRunner:
         host = host_batch(sched, self.block_size)
         fill = self._placeholder_fill(sched, host)
         if self.cuda_graphs is not None and self.cuda_graphs.can_run(host):
-            return self.model.compute_logits(self.cuda_graphs.run(host, self.staging, fill))
+            return self.cuda_graphs.run(host, self.staging, fill)
         batch = self._device_batch(host)
         if fill is not None:
             fill(batch.input_ids)
         hidden = self.model(batch.input_ids, batch.positions, batch)
-        return self.model.compute_logits(hidden[batch.logits_indices])
+        return hidden[batch.logits_indices]
 
     def _placeholder_fill(self, sched: SchedulerOutput, host: HostBatch):
         """For a step with placeholder token ids: a function that writes the last step's sampled tokens into
@@ -338,20 +342,34 @@ class ModelRunner:
         sample_rows = None
         if rows and len(rows) < len(sched.requests) and self.tp.is_driver:  # partial prefill rows do not sample
             sample_rows = self.staging.to_device("sample_rows", np.asarray(rows, dtype=np.int64))
-        logits = self._logits(sched)
+        hidden = self._hidden(sched)
+        reqs = [sched.requests[i] for i in rows]
+        params = [r.sampling_params for r in reqs]
+        tokens = self._greedy_tokens(hidden, params) if rows and sample_rows is None else None
+        logits = self.model.compute_logits(hidden) if tokens is None else None
         if not rows:
             return PendingStep([], None)
-        reqs = [sched.requests[i] for i in rows]
         last_rows = {r.request_id: j for j, r in enumerate(reqs)}
         if not self.tp.is_driver:  # no sampler here: rank 0's tokens come by broadcast when a placeholder needs them
             self._last_sample = (None, last_rows)
             return PendingStep([], None)
-        params = [r.sampling_params for r in reqs]
-        gens = [self._generator(r.request_id, r.sampling_params.seed) for r in reqs]
-        # every row samples in most steps: no copy of the (B, vocab) logits then
-        sample = self.sampler.sample(logits if sample_rows is None else logits[sample_rows], params, gens)
+        if tokens is not None:
+            sample = self.sampler.queue(tokens)
+        else:
+            gens = [self._generator(r.request_id, r.sampling_params.seed) for r in reqs]
+            # every row samples in most steps: no copy of the (B, vocab) logits then
+            sample = self.sampler.sample(logits if sample_rows is None else logits[sample_rows], params, gens)
         self._last_sample = (sample.token_ids, last_rows)
         return PendingStep([r.request_id for r in reqs], sample)
+
+    def _greedy_tokens(self, hidden: torch.Tensor, params: list) -> torch.Tensor | None:  # (B,) int64, or None
+        """A step whose every row is greedy without logprobs: its tokens from the model's fused greedy head
+        (``greedy_tokens``: the LM head and argmax without the logits, where the GEMV plan measured it
+        faster for this many rows); None for every other step, and where the model or plan has none."""
+        greedy_tokens = getattr(self.model, "greedy_tokens", None)
+        if greedy_tokens is None or any(p.temperature != 0.0 or p.logprobs is not None for p in params):
+            return None
+        return greedy_tokens(hidden)
 
     def _generator(self, request_id: str, seed: int | None) -> torch.Generator:
         if seed is None:

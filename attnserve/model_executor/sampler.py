@@ -190,12 +190,20 @@ class Sampler:
         want = [i for i, p in enumerate(params) if p.logprobs is not None]
         ks = [params[i].logprobs for i in want]
         packed = self._logprobs(logits, token_ids, ks, want) if want else None
-        if logits.device.type != "cuda":
+        return self.queue(token_ids, packed, want, ks)
+
+    def queue(self, token_ids: torch.Tensor, packed: torch.Tensor | None = None, want: list[int] | None = None,
+              ks: list[int] | None = None) -> DeviceSample:
+        """Sampled ``token_ids`` (B,) int64 (and ``packed`` logprobs of rows ``want``, ``ks`` each) as a
+        :class:`DeviceSample`: on CUDA their copies to the host are queued on a side stream, not waited for.
+        Also the entry for tokens sampled elsewhere (the model's fused greedy head)."""
+        want, ks = want or [], ks or []
+        if token_ids.device.type != "cuda":
             return DeviceSample(token_ids, token_ids, packed, want, ks, None)
         # the copies to the host go on a side stream: the next step's kernels, queued behind this step on the
         # current stream, need not wait for a copy-engine round trip
-        main = torch.cuda.current_stream(logits.device)
-        copies = self._host_copy_stream(logits.device)
+        main = torch.cuda.current_stream(token_ids.device)
+        copies = self._host_copy_stream(token_ids.device)
         copies.wait_stream(main)
         with torch.cuda.stream(copies):
             ids_host = _to_host_async(token_ids)

@@ -173,6 +173,11 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab) model dtype
         return (self.embed_tokens if self.tie_word_embeddings else self.lm_head).logits(hidden)
 
+    def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor | None:  # (N, hidden) -> (N,) int64, or None
+        """``compute_logits(hidden).argmax(-1)`` without the logits where the GEMV plan chose the fused greedy
+        head for N rows (``VocabParallelEmbedding.greedy_tokens``); None otherwise."""
+        return (self.embed_tokens if self.tie_word_embeddings else self.lm_head).greedy_tokens(hidden)
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy checkpoint tensors (Hugging Face names) into the parameters; returns the names loaded.
 

@@ -8,8 +8,10 @@ Variants: ``engine`` (as built), ``in-line copies`` (the graph inputs' copies an
 the host on the current stream, in line with the step's kernels, instead of on side streams),
 ``torch argmax`` (the greedy sampler's argmax as ``torch.argmax`` instead of the Triton kernel),
 ``no direct decode`` (TRITON_ATTN's decode calls load their tile arrays: ``triton_attention.DECODE_DIRECT``
-off; takes effect in graphs captured after it is set, so this variant re-captures). Correctness of each:
-``tests/gpu/test_async_scheduling_gpu.py``, ``test_cuda_graphs.py``, ``test_triton_argmax_gpu.py``.
+off; takes effect in graphs captured after it is set, so this variant re-captures), ``no greedy head`` (greedy
+steps compute the logits and take their argmax instead of the fused greedy head where the GEMV plan chose it;
+the plan's greedy rows are printed and saved). Correctness of each: ``tests/gpu/test_async_scheduling_gpu.py``,
+``test_cuda_graphs.py``, ``test_triton_argmax_gpu.py``, ``test_greedy_head_gpu.py``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,16 @@ def main() -> None:
     from attnserve.model_executor import sampler as sampler_module
 
     triton_argmax_rows = sampler_module.argmax_rows
+    from attnserve.layers.gemv_plan import lm_head
+
+    head = lm_head(runner.model)
+    greedy_table = head.greedy if head is not None else None
+    plan = runner.gemv_plan
+    greedy_plan = [dict(m=m, unfused_us=c.unfused_us, unfused=c.unfused_label, fused_us=c.fused_us,
+                        config=c.config.label() if c.config else None, use_fused=c.use_fused)
+                   for m, c in sorted(plan.greedy.items())] if plan is not None else []
+    for row in greedy_plan:
+        print(f"greedy head plan: {row}", flush=True)
 
     def use(name: str) -> None:
         graphs.input_stream = None if name == "in-line copies" else side_input_stream
@@ -61,6 +73,8 @@ def main() -> None:
         else:
             sampler.__dict__.pop("_host_copy_stream", None)
         sampler_module.argmax_rows = (lambda x: x.argmax(dim=-1)) if name == "torch argmax" else triton_argmax_rows
+        if head is not None:
+            head.greedy = None if name == "no greedy head" else greedy_table
         direct = name != "no direct decode"
         if triton_attention.DECODE_DIRECT != direct:
             triton_attention.DECODE_DIRECT = direct
@@ -80,7 +94,7 @@ def main() -> None:
                 print(f"{name:17s} b{b:<3d} TPOT {rows[-1]['tpot_ms']:.4f} ms  "
                       f"{rows[-1]['pct_of_limit']:.1f}% of limit", flush=True)
     use("engine")
-    out = {"model": args.model, "backend": args.backend, "copy_bandwidth": bandwidth,
+    out = {"model": args.model, "backend": args.backend, "copy_bandwidth": bandwidth, "greedy_plan": greedy_plan,
            "gpu": torch.cuda.get_device_name(), "rows": rows}
     if args.json:
         with open(args.json, "w") as f:

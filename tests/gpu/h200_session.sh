@@ -387,6 +387,19 @@ print('cublaslt_linear max diff', (cublaslt_linear(x, w) - x @ w.T).abs().max().
     --variants engine "decode tile 32" "decode tile 32, 3 stages" --json "$RES/engine_variants_tile32.json"
 }
 
+job_s9b() {  # session 9 (g1, g2 staged): the fused greedy head (LM head + argmax without logits): GPU tests (and
+  # session 8's GEMV-plan / ticket-counter ones), engine A/B against LM head + argmax, latency, the step's kernels
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 260 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_greedy_head_gpu.py \
+    tests/gpu/test_triton_argmax_gpu.py tests/gpu/test_skinny_gemm.py \
+    --junitxml "$RES/s9b_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|Error|error" | tail -20
+  timeout 150 python3 -m tests.gpu.bench_engine_variants --batch-size 1 64 --rounds 2 \
+    --variants engine "no greedy head" --json "$RES/engine_variants_greedy.json"
+  timeout 60 python3 -m tests.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
+    --json "$RES/engine_steps_qwen_b64_greedy.json" > /dev/null
+  python3 -c "import json; d=json.load(open('$RES/engine_steps_qwen_b64_greedy.json')); print(d['span_ms']/d['engine_steps'], 'ms/step'); [print(r) for r in d['by_kernel'][:16]]"
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \

@@ -1,0 +1,110 @@
+"""The fused greedy LM head (``layers/triton_greedy_head.py``) on a GPU: on the interpreter test's cases and on
+decode shapes (Qwen3's and Llama 3's vocabularies, 1..64 rows, every candidate tile) its tokens are
+``torch.argmax`` of the logits it computes and those logits agree with ``F.linear`` (the GEMV plan's check);
+replayed in a CUDA graph with new hidden states; and in the engine on the default model, greedy generation with
+the fused head forced at every row count gives the tokens of the LM head + argmax path."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.layers.test_triton_greedy_head import greedy_head_cases
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA")
+
+
+def _check(hidden, weight, cfg=None):
+    from attnserve.layers.gemv_timing import agrees
+    from attnserve.layers.triton_greedy_head import greedy_head
+
+    logits = torch.empty(hidden.shape[0], weight.shape[0], dtype=weight.dtype, device=weight.device)
+    tokens = greedy_head(hidden, weight, cfg, logits_out=logits)
+    assert torch.equal(tokens, logits.argmax(dim=-1))
+    assert torch.equal(greedy_head(hidden, weight, cfg), tokens)
+    if not weight.isnan().any():
+        assert agrees(logits, F.linear(hidden, weight))
+    return tokens
+
+
+@pytest.mark.parametrize("name", list(greedy_head_cases()))
+def test_interpreter_cases_on_cuda(name):
+    from attnserve.layers.triton_greedy_head import GreedyHeadConfig
+
+    hidden, weight, fields = greedy_head_cases()[name]
+    tokens = _check(hidden.cuda(), weight.cuda(), GreedyHeadConfig(*fields) if fields else None)
+    if name == "ties-m4-n600":
+        assert tokens.tolist() == [5, 0, 5, 5]
+    if name == "nan-m4-n600":
+        assert tokens.tolist() == [400] * 4
+
+
+@pytest.mark.parametrize("rows", [1, 16, 64])
+@pytest.mark.parametrize("vocab,dim", [(151936, 1024), (128256, 4096)])
+def test_decode_shapes_every_candidate(rows, vocab, dim):
+    from attnserve.layers.triton_greedy_head import CANDIDATES
+
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    hidden = torch.randn(rows, dim, device="cuda", generator=g).to(torch.bfloat16)
+    weight = (torch.randn(vocab, dim, device="cuda", generator=g) / dim**0.5).to(torch.bfloat16)
+    for cfg in CANDIDATES:
+        _check(hidden, weight, cfg)
+
+
+def test_in_a_cuda_graph_with_new_hidden_states():
+    from attnserve.layers.triton_greedy_head import greedy_head
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    weight = (torch.randn(151936, 1024, device="cuda", generator=g) / 32).to(torch.bfloat16)
+    static = torch.randn(64, 1024, device="cuda", generator=g).to(torch.bfloat16)
+    greedy_head(static, weight)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = greedy_head(static, weight)
+    for _ in range(3):
+        static.copy_(torch.randn(64, 1024, device="cuda", generator=g).to(torch.bfloat16))
+        graph.replay()
+        assert torch.equal(out, greedy_head(static, weight))
+
+
+def test_engine_greedy_tokens_with_the_fused_head_forced(default_gguf):
+    from attnserve import LLM, SamplingParams
+    from attnserve.layers.gemv_plan import GreedyChoice, lm_head
+    from attnserve.layers.triton_greedy_head import GreedyHeadConfig
+
+    llm = LLM(default_gguf, dtype="bfloat16", device="cuda", attention_backend="TRITON_ATTN",
+              kv_cache_memory=1 << 30, max_num_seqs=16, use_skinny_gemm=True)
+    runner = llm.engine.runner
+    head = lm_head(runner.model)
+    n, k = head.weight.shape
+    plan = runner.gemv_plan
+    prompts = ["The capital of France is", "def fibonacci(n):", "Once upon a time", "1, 2, 3, 4,"]
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    head.greedy = None
+    plain = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    plan.greedy = {m: GreedyChoice(n, k, m, 0.0, "forced", 0.0, GreedyHeadConfig(), True) for m in range(1, 65)}
+    head.greedy = plan.greedy_table()
+    fused_steps = []
+    greedy_tokens = runner.model.greedy_tokens
+
+    def counted(hidden):
+        tokens = greedy_tokens(hidden)
+        fused_steps.append(tokens is not None)
+        return tokens
+
+    runner.model.greedy_tokens = counted
+    fused = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    assert len(fused_steps) >= 24 and all(fused_steps)
+    assert fused == plain
+    del llm
+    gc.collect()
+    torch.cuda.empty_cache()
