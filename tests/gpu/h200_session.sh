@@ -400,6 +400,16 @@ job_s9b() {  # session 9 (g1, g2 staged): the fused greedy head (LM head + argma
   python3 -c "import json; d=json.load(open('$RES/engine_steps_qwen_b64_greedy.json')); print(d['span_ms']/d['engine_steps'], 'ms/step'); [print(r) for r in d['by_kernel'][:16]]"
 }
 
+job_s9c() {  # session 9 (g1, g2 staged): the fused greedy head computing 33..64-row tiles unswapped: GPU tests,
+  # engine A/B against LM head + argmax (Qwen3 b1, b64), the final Qwen3 latency
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 200 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_greedy_head_gpu.py \
+    tests/gpu/test_triton_argmax_gpu.py --junitxml "$RES/s9c_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|rror" | tail -20
+  timeout 150 python3 -m tests.gpu.bench_engine_variants --batch-size 1 64 --rounds 2 \
+    --variants engine "no greedy head" --json "$RES/engine_variants_greedy2.json"
+  bench lat_qwen_final $QWEN_LAT
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \

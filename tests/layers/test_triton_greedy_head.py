@@ -1,5 +1,5 @@
 """The fused greedy LM head (``layers/triton_greedy_head.py``) returns ``torch.argmax`` of the logits it computes,
-and those logits are the LM head's: random shapes (1, 3, 64 rows; K a multiple of the step or not; a vocabulary
+and those logits are the LM head's: random shapes (1, 3, 17, 40, 64 rows: the tile transposed up to 32 rows, not past; K a multiple of the step or not; a vocabulary
 that is no multiple of the tile), 16-bit dtypes, two tiles, and maxima tied within a tile and across tiles (the
 first wins), a NaN logit. Run under the Triton interpreter on CPU; ``tests/gpu/test_greedy_head_gpu.py`` runs
 them on a GPU."""
@@ -23,6 +23,7 @@ def greedy_head_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor, tuple | N
         "m1-n1000-k64-bf16": rand(1, 1000, 64, torch.bfloat16),
         "m3-n4099-k100-fp16": rand(3, 4099, 100, torch.float16),
         "m64-n777-k128-bf16": rand(64, 777, 128, torch.bfloat16),
+        "m40-n500-k100-fp16-n256": rand(40, 500, 100, torch.float16, (256, 64, 8, 3)),
         "m17-n300-k96-bf16-n128k128": rand(17, 300, 96, torch.bfloat16, (128, 128, 8, 3)),
     }
     hidden = torch.ones(4, 32, dtype=torch.bfloat16)
