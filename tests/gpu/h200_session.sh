@@ -410,6 +410,19 @@ job_s9c() {  # session 9 (g1, g2 staged): the fused greedy head computing 33..64
   bench lat_qwen_final $QWEN_LAT
 }
 
+job_s9d() {  # session 9, last call (g1, g2, fa3 staged): Llama-3.1-8B latency with the greedy head in the plan,
+  # throughput of the Qwen3 shape (FA3, session 4's command; TRITON_ATTN), the Qwen3 batch-64 step's kernels
+  export CUDA_VISIBLE_DEVICES=0
+  bench lat_llama_final $LLAMA_LAT
+  local thr="--model $QWEN $DUMMY --num-prompts 256 --input-len 562 --output-len 562 --range-ratio 0.822 \
+    --max-num-seqs 256 --max-num-batched-tokens 16384 --max-model-len 2304 --use-skinny-gemm"
+  bench thr_qwen_fa3 throughput $thr --attention-backend FLASH_ATTN
+  bench thr_qwen_triton throughput $thr --attention-backend TRITON_ATTN
+  timeout "$(left)" python3 -m tests.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
+    --json "$RES/engine_steps_qwen_b64_greedy2.json" > /dev/null
+  python3 -c "import json; d=json.load(open('$RES/engine_steps_qwen_b64_greedy2.json')); print(d['span_ms']/d['engine_steps'], 'ms/step'); [print(r) for r in d['by_kernel'][:16]]"
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
