@@ -423,6 +423,15 @@ job_s9d() {  # session 9, last call (g1, g2, fa3 staged): Llama-3.1-8B latency w
   python3 -c "import json; d=json.load(open('$RES/engine_steps_qwen_b64_greedy2.json')); print(d['span_ms']/d['engine_steps'], 'ms/step'); [print(r) for r in d['by_kernel'][:16]]"
 }
 
+job_s9e() {  # session 9, after the last (g1, g2 staged): Qwen3 batch 64 once more on another machine start: the
+  # engine A/B of the fused greedy head (3 rounds), then bench latency at batch 64
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 200 python3 -m tests.gpu.bench_engine_variants --batch-size 64 --rounds 3 \
+    --variants engine "no greedy head" --json "$RES/engine_variants_greedy3.json"
+  bench lat_qwen_b64_again latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN \
+    ${LAT/--batch-size 1 64/--batch-size 64} --use-skinny-gemm
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
