@@ -9,11 +9,12 @@ counts as +inf (as ``triton_argmax``).
 Why: a greedy decode step computes the (M, N) logits (cuBLAS), writes them, and reads them back for the
 argmax (``triton_argmax``, a second pass). On an H200 at batch 64 of the Qwen3-0.6B shape (vocabulary
 151936) those are 19.4 MB written and read and a 12 us argmax kernel, next to an 82 us LM head. Here the
-first launch is the LM head as ``triton_gemv``'s tensor-core path computes a tile (the weight tile as the
-MMA's M side, the rows padded to 16..64 as its N side; ``_gemv_step``), and each program, instead of
-storing its (M, BLOCK_N) logits, stores per row the largest value of its tile and the first column holding
-it; the second launch (one program per row) reduces the tiles' partials in column order. Nothing of size
-(M, N) is written.
+first launch computes the LM head one tile of ``BLOCK_N`` vocabulary rows per program on tensor cores (up to
+32 rows as ``triton_gemv``'s tensor-core path does, the weight tile as the MMA's M side and the rows padded to
+16 or 32 as its N side, ``_gemv_step``; from 33 rows with x's 64 padded rows as the M side), and each
+program, instead of storing its (M, BLOCK_N) logits, stores per row the largest value of its tile and the
+first column holding it; the second launch (one program per row) reduces the tiles' partials in column order.
+Nothing of size (M, N) is written.
 
 Launch 1 follows ``layers/pdl.py``'s protocol: its first weight tile is loaded before the PDL wait. The
 launch configurations (:class:`GreedyHeadConfig`) are measured at start-up by ``GemvPlan`` against the
@@ -36,7 +37,7 @@ from attnserve.layers import pdl
 from attnserve.layers.triton_common import _INTERPRET, _round, pdl_wait
 from attnserve.layers.triton_gemv import _gemv_step, _gemv_tile
 
-MAX_M = 64  # rows: one padded row tile (the MMA's N side) per program
+MAX_M = 64  # rows: one padded row tile of 16, 32 or 64 per program
 _NO_INDEX: tl.constexpr = tl.constexpr(2**31 - 1)  # larger than any column index
 REDUCE_BLOCK = 512  # tile partials per step of the per-row reduction
 
@@ -92,11 +93,10 @@ def _head_tiles_kernel(
     per row its largest value and the first column holding it, at ``part_*[row * n_tiles + n]``.
     ``STORE_LOGITS`` (tests): also store the rounded logits at ``logits_ptr`` (M, N).
 
-    Up to 32 rows the tile is computed transposed (``SWAP``, the launcher's ``BLOCK_M <= 32``: 16-32 padded rows
-    as the MMA's N side); from 33
-    rows x's 64 rows are the MMA's M side, so that the reduction over the vocabulary runs along the
-    accumulator's columns, within each warp, instead of across warps (on an H200 the swapped 64-row tile
-    took 95 us for the Qwen3-0.6B LM head, against 77 us at 32 rows)."""
+    Up to 32 rows the tile is computed transposed (``SWAP``, the launcher's ``BLOCK_M <= 32``: 16 or 32 padded
+    rows as the MMA's N side); from 33 rows x's 64 rows are the MMA's M side, so that the reduction over the
+    vocabulary runs along the accumulator's columns, within each warp, instead of across warps (on an H200
+    the swapped 64-row tile took 95 us for the Qwen3-0.6B LM head, the unswapped one 83 us)."""
     pid_n = tl.program_id(0)
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
