@@ -54,11 +54,11 @@ def test_explicit_valid_exits_0(capsys):
     assert rc == 0 and report["explicit"] == report["selected"] == "TRITON_ATTN"
 
 
-def test_explicit_invalid_exits_1_with_reasons(capsys):
+def test_explicit_invalid_exits_2_with_reasons(capsys):
     rc = backends.main(["--device", "cuda:8.0", "--assume-installed", "--attention-backend", "FLASHINFER",
                         "--head-size", "80"])
     out, err = capsys.readouterr()
-    assert rc == 1
+    assert rc == 2  # as generate exits for the same backend
     assert "FLASHINFER" in out and "head_size 80 not supported (supported: 64, 128, 256)" in out
     assert "Explicit choice: FLASHINFER ✗ cannot run" in out
     assert err == ("attnserve backends: error: attention backend FLASHINFER cannot run this model (head_size 80, dtype "
@@ -68,10 +68,13 @@ def test_explicit_invalid_exits_1_with_reasons(capsys):
 
 
 def test_explicit_invalid_json_has_null_selected(capsys):
-    rc, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "--attention-backend", "flash_attn",
-                          "--block-size", "8")
-    assert rc == 1 and report["selected"] is None
+    rc = backends.main(["--device", "cuda:9.0", "--assume-installed", "--attention-backend", "flash_attn",
+                        "--block-size", "8", "--json"])
+    out, err = capsys.readouterr()
+    report = json.loads(out)  # the whole report, then the same error line as without --json
+    assert rc == 2 and report["selected"] is None
     assert "block_size 8 not supported with flash_attn_version 3 (multiples of 16)" in report["error"]
+    assert err == f"attnserve backends: error: {report['error']}\n"
 
 
 def test_plain_table(capsys):
@@ -96,7 +99,7 @@ def test_flags_feed_the_selector_config(capsys):
 def test_flash_attn_version_flag(capsys):
     rc, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "-ac.flash_attn_version", "2",
                           "--attention-backend", "FLASH_ATTN")
-    assert rc == 1
+    assert rc == 2
     assert report["backends"]["FLASH_ATTN"]["reasons"] == [
         "block_size 16 not supported with flash_attn_version 2 (multiples of 256)"]
 
@@ -139,5 +142,5 @@ def test_config_file_feeds_the_plan(tmp_path, capsys):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("block_size: 8\nattention_config:\n  backend: FLASH_ATTN\n")
     rc, report = run_json(capsys, "--config", str(cfg), "--device", "cuda:9.0", "--assume-installed")
-    assert rc == 1 and report["explicit"] == "FLASH_ATTN" and report["selector_config"]["block_size"] == 8
+    assert rc == 2 and report["explicit"] == "FLASH_ATTN" and report["selector_config"]["block_size"] == 8
     assert "block_size 8 not supported with flash_attn_version 3 (multiples of 16)" in report["error"]
