@@ -39,6 +39,12 @@ CASES = [
                                       "leave --prompt out for the default prompt)"),
     (["generate", "--prompts-file", "{tmp}/none.txt"], 2,
      "attnserve generate: error: argument --prompts-file: {tmp}/none.txt: No such file or directory"),
+    (["generate", "--prompts-file", "{tmp}/empty.txt"], 2,  # was: the default prompt, silently
+     "attnserve generate: error: argument --prompts-file: {tmp}/empty.txt has no prompts (give one prompt per line, "
+     "or leave --prompts-file out for the default prompt)"),
+    (["generate", "--prompt", "hi", "--prompts-file", "{tmp}/blank.txt"], 2,
+     "attnserve generate: error: argument --prompts-file: {tmp}/blank.txt has no prompts (give one prompt per line, "
+     "or leave --prompts-file out for the default prompt)"),
     (["generate", "--model", "/no/such/dir"], 2, f"attnserve generate: error: {NOT_FOUND}"),
     (["generate", "--block-size", "0"], 2,
      "attnserve generate: error: argument --block-size: block_size 0 not allowed (allowed: integer >= 1)"),
@@ -125,6 +131,7 @@ def files(tmp_path):
     (tmp_path / "bad.yaml").write_text("a: [1\n")
     (tmp_path / "dtype.yaml").write_text("dtype: float64\n")
     (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n  \n\t\n")
     return tmp_path
 
 
