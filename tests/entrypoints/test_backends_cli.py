@@ -122,7 +122,7 @@ def test_model_folder_reads_config_only(tmp_path, capsys):
     (["--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
     (["--dtype", "float64"], "argument --dtype: invalid choice: 'float64'"),
     (["--attention-backend", "FLASH_ATTN", "-ac.backend", "FLASHINFER"],
-     "--attention-backend 'FLASH_ATTN' conflicts with -ac.backend 'FLASHINFER'"),
+     "argument -ac.backend: 'FLASHINFER' conflicts with --attention-backend 'FLASH_ATTN'"),
 ])
 def test_bad_values_exit_2_with_one_line(argv, message, capsys):
     assert backends.main(argv) == 2

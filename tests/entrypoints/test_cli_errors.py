@@ -65,6 +65,10 @@ CASES = [
      "attnserve generate: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN"], 2,
      f"attnserve generate: error: {TRITON_ON_CPU}"),
+    # flags that do not go together: the line names them, the one given second first (argparse's form)
+    (["generate", "--attention-backend", "CPU_ATTN", "-ac.backend", "FLEX_ATTENTION"], 2,
+     "attnserve generate: error: argument -ac.backend: 'FLEX_ATTENTION' conflicts with --attention-backend "
+     "'CPU_ATTN': they name different backends; set the attention backend in one place"),  # was no 'argument'
     (["generate", "--config", "{tmp}/dtype.yaml"], 2, "attnserve generate: error: {tmp}/dtype.yaml: dtype 'float64' "
                                                       "not allowed (allowed: auto, float32, float16, bfloat16, float, half)"),
     # serve
@@ -72,7 +76,9 @@ CASES = [
      "attnserve serve: error: argument --port: 70000 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
     (["serve", "/no/such/dir"], 2, f"attnserve serve: error: {NOT_FOUND}"),
     (["serve", "a", "--model", "b"], 2,
-     "attnserve serve: error: the model is given twice with different values: MODEL 'a', --model 'b'; give it once"),
+     "attnserve serve: error: argument --model: 'b' conflicts with MODEL 'a': the model is given twice; give it once"),
+    (["serve", "--model", "b", "a"], 2,
+     "attnserve serve: error: argument MODEL: 'a' conflicts with --model 'b': the model is given twice; give it once"),
     # config
     (["config", "--config", "{tmp}/bad.yaml"], 2,
      "attnserve config: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
@@ -109,8 +115,8 @@ CASES = [
                                                       "attention backend 'NOPE' (valid: FLASH_ATTN, FLASHINFER, TRITON_ATTN, "
                                                       "FLEX_ATTENTION, CPU_ATTN, auto)"),
     (["bench", "attention", "--num-heads", "6", "--num-kv-heads", "4"], 2,
-     "attnserve bench attention: error: --num-heads 6 is not a multiple of --num-kv-heads 4"),
-    (["bench", "serve", "--dataset", "file"], 2, "attnserve bench serve: error: --dataset file needs --prompt-file"),
+     "attnserve bench attention: error: argument --num-heads: 6 is not a multiple of --num-kv-heads 4"),
+    (["bench", "serve", "--dataset", "file"], 2, "attnserve bench serve: error: argument --dataset: file needs --prompt-file"),
     # these three were tracebacks from httpx once the run had started
     (["bench", "serve", "--port", "70000"], 2,
      "attnserve bench serve: error: argument --port: 70000 not allowed (allowed: integer in [1, 65535])"),

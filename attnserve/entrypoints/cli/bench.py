@@ -203,7 +203,8 @@ def run_attention(args: argparse.Namespace) -> int:
 
     _check_plot(args, args._bench_parser)
     if args.num_heads % args.num_kv_heads:
-        args._bench_parser.error(f"--num-heads {args.num_heads} is not a multiple of --num-kv-heads {args.num_kv_heads}")
+        args._bench_parser.error(f"argument --num-heads: {args.num_heads} is not a multiple of --num-kv-heads "
+                                 f"{args.num_kv_heads}")
     try:
         result = run(device=args.device, dtype=args.dtype, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
                      head_size=args.head_size, block_size=args.block_size, batch_size=args.batch_size,
@@ -244,7 +245,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from attnserve.benchmarks.serving import BenchConfig, BenchServerError, format_summary, run_benchmark
 
     if args.dataset == "file" and not args.prompt_file:
-        args._bench_parser.error("--dataset file needs --prompt-file")
+        args._bench_parser.error("argument --dataset: file needs --prompt-file")
     cfg = BenchConfig(
         base_url=_base_url(args), endpoint=args.endpoint, model=args.model,
         num_prompts=args.num_prompts, request_rate=args.request_rate, max_concurrency=args.max_concurrency,

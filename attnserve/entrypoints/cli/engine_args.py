@@ -263,10 +263,15 @@ def resolve_engine_args(args: argparse.Namespace) -> Resolved:
     items = getattr(args, _ITEMS, None) or []
     cli = [i for i in items if isinstance(i, Setting)]
     try:
-        models = {s.label: s.value for s in cli if s.key == "model"}
-        if len(set(models.values())) > 1:
-            raise ConfigError("the model is given twice with different values: "
-                              + ", ".join(f"{k} {v!r}" for k, v in models.items()) + "; give it once")
+        models: dict[str, Setting] = {}  # per way of giving it (MODEL, --model) the last one, in line order
+        for s in cli:
+            if s.key == "model":
+                models.pop(s.label, None)
+                models[s.label] = s
+        if len({s.value for s in models.values()}) > 1:  # argparse's form: the one given second named first
+            first, later = models.values()
+            raise ConfigError(f"{later.where}: {later.value!r} conflicts with {first.label} {first.value!r}: the model "
+                              "is given twice; give it once")
         from_files = [s for path, fmt in (i for i in items if isinstance(i, tuple)) for s in file_settings(path, fmt)]
         return resolve(from_files + cli)
     except ConfigError as e:
