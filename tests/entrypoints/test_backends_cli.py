@@ -61,7 +61,7 @@ def test_explicit_invalid_exits_2_with_reasons(capsys):
     assert rc == 2  # as generate exits for the same backend
     assert "FLASHINFER" in out and "head_size 80 not supported (supported: 64, 128, 256)" in out
     assert "Explicit choice: FLASHINFER ✗ cannot run" in out
-    assert err == ("attnserve backends: error: attention backend FLASHINFER cannot run this model (head_size 80, dtype "
+    assert err == ("attnserve backends: error: argument --attention-backend: attention backend FLASHINFER cannot run this model (head_size 80, dtype "
                    "bfloat16, kv_cache_dtype auto, block_size 16) on simulated CUDA device (compute capability 8.0): "
                    "head_size 80 not supported (supported: 64, 128, 256). Backends that would work: TRITON_ATTN, "
                    "FLEX_ATTENTION.\n")
@@ -74,7 +74,7 @@ def test_explicit_invalid_json_has_null_selected(capsys):
     report = json.loads(out)  # the whole report, then the same error line as without --json
     assert rc == 2 and report["selected"] is None
     assert "block_size 8 not supported with flash_attn_version 3 (multiples of 16)" in report["error"]
-    assert err == f"attnserve backends: error: {report['error']}\n"
+    assert err == f"attnserve backends: error: argument --attention-backend: {report['error']}\n"
 
 
 def test_plain_table(capsys):

@@ -64,11 +64,17 @@ CASES = [
     (["generate", "--config", "{tmp}/bad.yaml"], 2,
      "attnserve generate: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN"], 2,
-     f"attnserve generate: error: {TRITON_ON_CPU}"),
+     f"attnserve generate: error: argument --attention-backend: {TRITON_ON_CPU}"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--config", "{tmp}/triton.yaml"], 2,
+     f"attnserve generate: error: {{tmp}}/triton.yaml: {TRITON_ON_CPU}"),
     # flags that do not go together: the line names them, the one given second first (argparse's form)
     (["generate", "--attention-backend", "CPU_ATTN", "-ac.backend", "FLEX_ATTENTION"], 2,
      "attnserve generate: error: argument -ac.backend: 'FLEX_ATTENTION' conflicts with --attention-backend "
      "'CPU_ATTN': they name different backends; set the attention backend in one place"),  # was no 'argument'
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--no-enable-chunked-prefill", "--max-num-batched-tokens",
+      "4", "--prompt", "one two three four five six seven"], 2,  # was naming no flag
+     "attnserve generate: error: argument --max-num-batched-tokens: prompt of 7 tokens exceeds max_num_batched_tokens "
+     "4, and enable_chunked_prefill is false: a prompt must fit one step"),
     (["generate", "--config", "{tmp}/dtype.yaml"], 2, "attnserve generate: error: {tmp}/dtype.yaml: dtype 'float64' "
                                                       "not allowed (allowed: auto, float32, float16, bfloat16, float, half)"),
     # serve
@@ -95,12 +101,12 @@ CASES = [
      f"attnserve backends: error: argument --model: {NOT_FOUND} (or pass --head-size, --num-heads, --num-kv-heads)"),
     # an explicit backend that cannot run: exit 2 and the line generate prints; stdout: the table, or the JSON report
     (["backends", "--model", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN"], 2,
-     f"attnserve backends: error: {TRITON_ON_CPU}"),  # was exit 1
+     f"attnserve backends: error: argument --attention-backend: {TRITON_ON_CPU}"),  # was exit 1
     (["backends", "--model", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN", "--json"], 2,
-     f"attnserve backends: error: {TRITON_ON_CPU}"),  # was exit 1 and no line
+     f"attnserve backends: error: argument --attention-backend: {TRITON_ON_CPU}"),  # was exit 1 and no line
     (["backends", "--device", "cuda:8.0", "--assume-installed", "--attention-backend", "FLASHINFER", "--head-size", "80"],
      2,
-     "attnserve backends: error: attention backend FLASHINFER cannot run this model (head_size 80, dtype bfloat16, "
+     "attnserve backends: error: argument --attention-backend: attention backend FLASHINFER cannot run this model (head_size 80, dtype bfloat16, "
      "kv_cache_dtype auto, block_size 16) on simulated CUDA device (compute capability 8.0): head_size 80 not "
      "supported (supported: 64, 128, 256). Backends that would work: TRITON_ATTN, FLEX_ATTENTION."),
     # bench
@@ -109,6 +115,10 @@ CASES = [
      "attnserve bench throughput: error: argument --prompts-file: {tmp}/none.txt: No such file or directory"),
     (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/empty.txt"], 2,
      "attnserve bench throughput: error: argument --prompts-file: no prompts in '{tmp}/empty.txt'"),
+    (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--no-enable-chunked-prefill",
+      "--max-num-batched-tokens", "4", "--input-len", "8", "--num-prompts", "1", "--output-len", "1", "--no-progress"], 2,
+     "attnserve bench throughput: error: argument --max-num-batched-tokens: prompt of 8 tokens exceeds "
+     "max_num_batched_tokens 4, and enable_chunked_prefill is false: a prompt must fit one step"),
     (["bench", "throughput", "--model", "/no/such/dir"], 2, f"attnserve bench throughput: error: {NOT_FOUND}"),  # was "None: None"
     (["bench", "latency", "--model", "/no/such/dir"], 2, f"attnserve bench latency: error: {NOT_FOUND}"),
     (["bench", "attention", "--backends", "NOPE"], 2, "attnserve bench attention: error: argument --backends: unknown "
@@ -138,6 +148,7 @@ def files(tmp_path):
     (tmp_path / "dtype.yaml").write_text("dtype: float64\n")
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "blank.txt").write_text("\n  \n\t\n")
+    (tmp_path / "triton.yaml").write_text("attention_backend: TRITON_ATTN\n")
     return tmp_path
 
 

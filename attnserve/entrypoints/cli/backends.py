@@ -23,7 +23,8 @@ import json
 import sys
 
 from attnserve.entrypoints.cli.arg_types import positive_int
-from attnserve.entrypoints.cli.engine_args import EngineArgumentParser, add_engine_args, engine_config_from_args
+from attnserve.entrypoints.cli.engine_args import (EngineArgumentParser, add_engine_args, engine_config_from_args,
+                                                   error_line)
 from attnserve.entrypoints.cli.model_facts import ModelAttentionFacts, read_model_facts
 
 
@@ -181,7 +182,8 @@ def run_backends(args) -> int:
         if not use_rich:
             print(render_plain(report))
     if report["explicit"] and report["selected"] is None:
-        print(f"attnserve backends: error: {report['error']}", file=sys.stderr)
+        print(f"attnserve backends: error: {error_line(args, 'attention_config.backend', report['error'])}",
+              file=sys.stderr)
         return 2
     return 0
 

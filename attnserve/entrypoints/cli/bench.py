@@ -159,7 +159,7 @@ def _finish(args: argparse.Namespace, result: dict, plot) -> int:
 
 
 def run_throughput(args: argparse.Namespace) -> int:
-    from attnserve.entrypoints.cli.engine_args import engine_config_from_args
+    from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
     _check_plot(args, args._engine_arg_parser)
@@ -175,12 +175,12 @@ def run_throughput(args: argparse.Namespace) -> int:
             args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}")
         args._engine_arg_parser.error(str(e))
     except ValueError as e:
-        args._engine_arg_parser.error(str(e))
+        args._engine_arg_parser.error(error_line(args, getattr(e, "key", None), str(e)))
     return _finish(args, result, plot_throughput)
 
 
 def run_latency(args: argparse.Namespace) -> int:
-    from attnserve.entrypoints.cli.engine_args import engine_config_from_args
+    from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
     _check_plot(args, args._engine_arg_parser)
@@ -192,7 +192,7 @@ def run_latency(args: argparse.Namespace) -> int:
                      num_iters=args.num_iters, num_iters_warmup=args.num_iters_warmup, baseline=args.baseline,
                      progress=args.progress, tensor_parallel_sizes=args.compare_tensor_parallel_sizes)
     except (OSError, ValueError) as e:
-        args._engine_arg_parser.error(str(e))
+        args._engine_arg_parser.error(error_line(args, getattr(e, "key", None), str(e)))
     return _finish(args, result, plot_latency)
 
 

@@ -59,7 +59,7 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnserve.entrypoints.cli.engine_args import engine_config_from_args
+    from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
     from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         outputs, stats = generate_to_terminal(config, prompts, params, chat, sys.stdout, sys.stderr)
     except (ValueError, FileNotFoundError) as e:  # unknown model, bad architecture, prompt too long, ...
-        return _error(str(e))
+        return _error(error_line(args, getattr(e, "key", None), str(e)))
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
             json.dump({"stats": stats, "requests": [o.to_dict() for o in outputs]}, f, indent=2)
