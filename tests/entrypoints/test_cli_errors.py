@@ -81,6 +81,8 @@ CASES = [
     (["serve", "--port", "70000"], 2,
      "attnserve serve: error: argument --port: 70000 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
     (["serve", "/no/such/dir"], 2, f"attnserve serve: error: {NOT_FOUND}"),
+    (["serve", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN", "--port", "0"], 2,  # before binding
+     f"attnserve serve: error: argument --attention-backend: {TRITON_ON_CPU}"),  # was exit 1, 'the model failed to load'
     (["serve", "a", "--model", "b"], 2,
      "attnserve serve: error: argument --model: 'b' conflicts with MODEL 'a': the model is given twice; give it once"),
     (["serve", "--model", "b", "a"], 2,
