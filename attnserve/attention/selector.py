@@ -27,7 +27,15 @@ logger = logging.getLogger(__name__)
 
 
 class NoUsableBackendError(ValueError):
-    """No backend (or not the explicitly chosen one) can run the model; the message has every reason."""
+    """No backend (or not the explicitly chosen one) can run the model; the message has every reason.
+
+    ``key`` is ``attention_config.backend`` when the backend was chosen explicitly (the setting to change;
+    the CLI names the flag that gave it), None when automatic selection found none.
+    """
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class KVCacheLayoutConflictError(ValueError):
@@ -184,7 +192,8 @@ def _select_explicit(backend, selector_config, platform, attention_config, assum
         would = f"backends that would work: {', '.join(working)}" if working else "no backend would work"
         raise NoUsableBackendError(
             f"attention backend {name} cannot run this model ({selector_config.describe()}) on "
-            f"{platform.description}: " + "; ".join(reasons) + f". {would[0].upper()}{would[1:]}."
+            f"{platform.description}: " + "; ".join(reasons) + f". {would[0].upper()}{would[1:]}.",
+            key="attention_config.backend",
         )
     logger.info("Using %s attention backend (explicitly chosen)", name)
     return AttentionSelection(name, backend, cls, KVCacheLayout.NHD, explicit=True)

@@ -185,6 +185,7 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
     Raises ConfigError with one line naming the flag/file/keyword, the value and what is allowed.
     """
     warn_ignored_vllm_env()
+    settings = list(settings)
     chosen: dict[str, Setting] = {}
     for s in settings:
         chosen[s.key] = s
@@ -198,8 +199,14 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
             except ConfigError as e:
                 raise _located(e, s) from None
     if ab is not None and cb is not None and len(set(parsed.values())) > 1:
+        position = {id(s): i for i, s in enumerate(settings)}
+        first, later = sorted((ab, cb), key=lambda s: position[id(s)])
+        if later.where.startswith("argument "):  # a flag: argparse's form, the flag that came second named first
+            head, other = f"{later.where}: {later.value!r}", first
+        else:  # files, Python keywords
+            head, other = f"{ab.label} {ab.value!r}", cb
         raise ConfigError(
-            f"{ab.label} {ab.value!r} conflicts with {cb.label} {cb.value!r}: they name different backends; "
+            f"{head} conflicts with {other.label} {other.value!r}: they name different backends; "
             "set the attention backend in one place",
             key=ATTENTION_BACKEND,
         )

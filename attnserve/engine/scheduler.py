@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from attnserve.config.fields import ConfigError
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.request import PLACEHOLDER_TOKEN, FinishReason, Request, RequestStatus
 from attnserve.engine.sampling_params import SamplingParams
@@ -70,7 +71,8 @@ class Scheduler:
         self._finished_ids: list[str] = []
 
     def add_request(self, request: Request) -> None:
-        """Queue a request. Raises ValueError if it can never fit the KV cache or the token budget."""
+        """Queue a request. Raises ValueError if it can never fit the KV cache, ConfigError (a ValueError naming
+        max_num_batched_tokens) if it can never fit the token budget."""
         if self.block_manager.blocks_needed(request.num_tokens + 1) > self.block_manager.num_blocks:
             raise ValueError(
                 f"request {request.request_id} needs {self.block_manager.blocks_needed(request.num_tokens + 1)} KV blocks, "
@@ -78,9 +80,10 @@ class Scheduler:
                 f"({self.block_manager.num_blocks * self.block_manager.block_size} tokens)"
             )
         if not self.enable_chunked_prefill and request.num_tokens > self.max_num_batched_tokens:
-            raise ValueError(
-                f"prompt of {request.num_tokens} tokens exceeds max_num_batched_tokens {self.max_num_batched_tokens} "
-                "with chunked prefill disabled"
+            raise ConfigError(  # a ValueError that names the setting, for the CLI to name its flag
+                f"prompt of {request.num_tokens} tokens exceeds max_num_batched_tokens {self.max_num_batched_tokens}, "
+                "and enable_chunked_prefill is false: a prompt must fit one step",
+                key="max_num_batched_tokens",
             )
         self.requests[request.request_id] = request
         self.waiting.append(request)

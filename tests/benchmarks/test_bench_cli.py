@@ -211,7 +211,7 @@ def test_attention_with_no_usable_backend_says_why_and_fails(capsys):
     (["latency", "--batch-size", "0"], "attnserve bench latency: error: argument --batch-size: 0 not allowed (allowed: integer >= 1)"),
     (["latency", "--num-iters-warmup", "-1"], "attnserve bench latency: error: argument --num-iters-warmup: -1 not allowed (allowed: integer >= 0)"),
     (["attention", "--repeats", "0"], "attnserve bench attention: error: argument --repeats: 0 not allowed (allowed: integer >= 1)"),
-    (["attention", "--num-heads", "6", "--num-kv-heads", "4"], "attnserve bench attention: error: --num-heads 6 is not a multiple of --num-kv-heads 4"),
+    (["attention", "--num-heads", "6", "--num-kv-heads", "4"], "attnserve bench attention: error: argument --num-heads: 6 is not a multiple of --num-kv-heads 4"),
     (["attention", "--device", "cuda:9.0"], "attnserve bench attention: error: device 'cuda:9.0' is simulated; bench attention needs a real device (auto, cpu, cuda, cuda:N)"),
     (["serve", "--num-prompts", "0"], "attnserve bench serve: error: argument --num-prompts: 0 not allowed (allowed: integer >= 1)"),
     (["serve", "--request-rate", "0"], "attnserve bench serve: error: argument --request-rate: 0.0 not allowed (allowed: number > 0, or inf)"),
@@ -220,7 +220,7 @@ def test_attention_with_no_usable_backend_says_why_and_fails(capsys):
     (["serve", "--max-concurrency", "0"], "attnserve bench serve: error: argument --max-concurrency: 0 not allowed (allowed: integer >= 1)"),
     (["serve", "--input-len", "0"], "attnserve bench serve: error: argument --input-len: 0 not allowed (allowed: integer >= 1)"),
     (["serve", "--output-len", "-1"], "attnserve bench serve: error: argument --output-len: -1 not allowed (allowed: integer >= 1)"),
-    (["serve", "--dataset", "file"], "attnserve bench serve: error: --dataset file needs --prompt-file"),
+    (["serve", "--dataset", "file"], "attnserve bench serve: error: argument --dataset: file needs --prompt-file"),
 ])
 def test_bad_flags_exit_2_with_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:

@@ -54,24 +54,27 @@ def test_explicit_valid_exits_0(capsys):
     assert rc == 0 and report["explicit"] == report["selected"] == "TRITON_ATTN"
 
 
-def test_explicit_invalid_exits_1_with_reasons(capsys):
+def test_explicit_invalid_exits_2_with_reasons(capsys):
     rc = backends.main(["--device", "cuda:8.0", "--assume-installed", "--attention-backend", "FLASHINFER",
                         "--head-size", "80"])
     out, err = capsys.readouterr()
-    assert rc == 1
+    assert rc == 2  # as generate exits for the same backend
     assert "FLASHINFER" in out and "head_size 80 not supported (supported: 64, 128, 256)" in out
     assert "Explicit choice: FLASHINFER ✗ cannot run" in out
-    assert err == ("attnserve backends: error: attention backend FLASHINFER cannot run this model (head_size 80, dtype "
+    assert err == ("attnserve backends: error: argument --attention-backend: attention backend FLASHINFER cannot run this model (head_size 80, dtype "
                    "bfloat16, kv_cache_dtype auto, block_size 16) on simulated CUDA device (compute capability 8.0): "
                    "head_size 80 not supported (supported: 64, 128, 256). Backends that would work: TRITON_ATTN, "
                    "FLEX_ATTENTION.\n")
 
 
 def test_explicit_invalid_json_has_null_selected(capsys):
-    rc, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "--attention-backend", "flash_attn",
-                          "--block-size", "8")
-    assert rc == 1 and report["selected"] is None
+    rc = backends.main(["--device", "cuda:9.0", "--assume-installed", "--attention-backend", "flash_attn",
+                        "--block-size", "8", "--json"])
+    out, err = capsys.readouterr()
+    report = json.loads(out)  # the whole report, then the same error line as without --json
+    assert rc == 2 and report["selected"] is None
     assert "block_size 8 not supported with flash_attn_version 3 (multiples of 16)" in report["error"]
+    assert err == f"attnserve backends: error: argument --attention-backend: {report['error']}\n"
 
 
 def test_plain_table(capsys):
@@ -96,7 +99,7 @@ def test_flags_feed_the_selector_config(capsys):
 def test_flash_attn_version_flag(capsys):
     rc, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "-ac.flash_attn_version", "2",
                           "--attention-backend", "FLASH_ATTN")
-    assert rc == 1
+    assert rc == 2
     assert report["backends"]["FLASH_ATTN"]["reasons"] == [
         "block_size 16 not supported with flash_attn_version 2 (multiples of 256)"]
 
@@ -119,7 +122,7 @@ def test_model_folder_reads_config_only(tmp_path, capsys):
     (["--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
     (["--dtype", "float64"], "argument --dtype: invalid choice: 'float64'"),
     (["--attention-backend", "FLASH_ATTN", "-ac.backend", "FLASHINFER"],
-     "--attention-backend 'FLASH_ATTN' conflicts with -ac.backend 'FLASHINFER'"),
+     "argument -ac.backend: 'FLASHINFER' conflicts with --attention-backend 'FLASH_ATTN'"),
 ])
 def test_bad_values_exit_2_with_one_line(argv, message, capsys):
     assert backends.main(argv) == 2
@@ -139,5 +142,5 @@ def test_config_file_feeds_the_plan(tmp_path, capsys):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("block_size: 8\nattention_config:\n  backend: FLASH_ATTN\n")
     rc, report = run_json(capsys, "--config", str(cfg), "--device", "cuda:9.0", "--assume-installed")
-    assert rc == 1 and report["explicit"] == "FLASH_ATTN" and report["selector_config"]["block_size"] == 8
+    assert rc == 2 and report["explicit"] == "FLASH_ATTN" and report["selector_config"]["block_size"] == 8
     assert "block_size 8 not supported with flash_attn_version 3 (multiples of 16)" in report["error"]

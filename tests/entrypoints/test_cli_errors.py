@@ -1,20 +1,28 @@
 """Every subcommand's bad-input paths: the exit status and the one line on stderr, exactly.
 
-A usage error (a bad flag value, a bad combination of flags, a bad config file) exits 2 with one line
-``PROG: error: MESSAGE`` (argparse's form; PROG is ``attnserve``, ``attnserve generate``, ``attnserve bench
-serve``, ...); a valid request that cannot be carried out (an explicit backend that cannot run here, no
-server to benchmark) exits 1 with a line of the same form.
+A usage error (a bad flag value, a bad combination of flags, a bad config file, an explicit attention
+backend that cannot run the model here) exits 2 with one line ``PROG: error: MESSAGE`` (argparse's form;
+PROG is ``attnserve``, ``attnserve generate``, ``attnserve bench serve``, ...); a valid request that cannot be
+carried out (no server to benchmark) exits 1 with a line of the same form. ``backends --json`` prints the
+same line; its stdout is then the report (JSON) or nothing.
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from attnserve.entrypoints.cli.main import main
+from attnserve.platforms import detect_platform
 
 AC_FIELDS = ("backend, flash_attn_version, use_prefill_decode_attention, flash_attn_max_num_splits_for_cuda_graph, "
              "use_trtllm_attention, disable_flashinfer_prefill, disable_flashinfer_q_quantization")
 BACKENDS = "FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto"
+# the default model's tiny cousin (head size 16) on CPU: TRITON_ATTN, chosen explicitly, cannot run it
+TRITON_ON_CPU = ("attention backend TRITON_ATTN cannot run this model (head_size 16, dtype float32, kv_cache_dtype "
+                 "auto, block_size 16) on {cpu}: device cpu not supported (supported: cuda); head_size 16 not "
+                 "supported (>= 32). Backends that would work: CPU_ATTN, FLEX_ATTENTION.")
 NOT_FOUND = ("model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a "
              "Hugging Face Hub id (org/name)")
 
@@ -31,6 +39,12 @@ CASES = [
                                       "leave --prompt out for the default prompt)"),
     (["generate", "--prompts-file", "{tmp}/none.txt"], 2,
      "attnserve generate: error: argument --prompts-file: {tmp}/none.txt: No such file or directory"),
+    (["generate", "--prompts-file", "{tmp}/empty.txt"], 2,  # was: the default prompt, silently
+     "attnserve generate: error: argument --prompts-file: {tmp}/empty.txt has no prompts (give one prompt per line, "
+     "or leave --prompts-file out for the default prompt)"),
+    (["generate", "--prompt", "hi", "--prompts-file", "{tmp}/blank.txt"], 2,
+     "attnserve generate: error: argument --prompts-file: {tmp}/blank.txt has no prompts (give one prompt per line, "
+     "or leave --prompts-file out for the default prompt)"),
     (["generate", "--model", "/no/such/dir"], 2, f"attnserve generate: error: {NOT_FOUND}"),
     (["generate", "--block-size", "0"], 2,
      "attnserve generate: error: argument --block-size: block_size 0 not allowed (allowed: integer >= 1)"),
@@ -49,14 +63,30 @@ CASES = [
      "attnserve generate: error: cannot read config file '{tmp}/none.yaml': No such file or directory"),
     (["generate", "--config", "{tmp}/bad.yaml"], 2,
      "attnserve generate: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN"], 2,
+     f"attnserve generate: error: argument --attention-backend: {TRITON_ON_CPU}"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--config", "{tmp}/triton.yaml"], 2,
+     f"attnserve generate: error: {{tmp}}/triton.yaml: {TRITON_ON_CPU}"),
+    # flags that do not go together: the line names them, the one given second first (argparse's form)
+    (["generate", "--attention-backend", "CPU_ATTN", "-ac.backend", "FLEX_ATTENTION"], 2,
+     "attnserve generate: error: argument -ac.backend: 'FLEX_ATTENTION' conflicts with --attention-backend "
+     "'CPU_ATTN': they name different backends; set the attention backend in one place"),  # was no 'argument'
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--no-enable-chunked-prefill", "--max-num-batched-tokens",
+      "4", "--prompt", "one two three four five six seven"], 2,  # was naming no flag
+     "attnserve generate: error: argument --max-num-batched-tokens: prompt of 7 tokens exceeds max_num_batched_tokens "
+     "4, and enable_chunked_prefill is false: a prompt must fit one step"),
     (["generate", "--config", "{tmp}/dtype.yaml"], 2, "attnserve generate: error: {tmp}/dtype.yaml: dtype 'float64' "
                                                       "not allowed (allowed: auto, float32, float16, bfloat16, float, half)"),
     # serve
     (["serve", "--port", "70000"], 2,
      "attnserve serve: error: argument --port: 70000 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
     (["serve", "/no/such/dir"], 2, f"attnserve serve: error: {NOT_FOUND}"),
+    (["serve", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN", "--port", "0"], 2,  # before binding
+     f"attnserve serve: error: argument --attention-backend: {TRITON_ON_CPU}"),  # was exit 1, 'the model failed to load'
     (["serve", "a", "--model", "b"], 2,
-     "attnserve serve: error: the model is given twice with different values: MODEL 'a', --model 'b'; give it once"),
+     "attnserve serve: error: argument --model: 'b' conflicts with MODEL 'a': the model is given twice; give it once"),
+    (["serve", "--model", "b", "a"], 2,
+     "attnserve serve: error: argument MODEL: 'a' conflicts with --model 'b': the model is given twice; give it once"),
     # config
     (["config", "--config", "{tmp}/bad.yaml"], 2,
      "attnserve config: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
@@ -69,9 +99,16 @@ CASES = [
      "attnserve backends: error: argument --num-heads: 0 not allowed (allowed: integer >= 1)"),
     (["backends", "--head-size", "64", "--num-kv-heads", "-1"], 2,  # was reported as -1 KV heads
      "attnserve backends: error: argument --num-kv-heads: -1 not allowed (allowed: integer >= 1)"),
+    (["backends", "--model", "/no/such/dir", "--json"], 2,  # stdout: nothing
+     f"attnserve backends: error: argument --model: {NOT_FOUND} (or pass --head-size, --num-heads, --num-kv-heads)"),
+    # an explicit backend that cannot run: exit 2 and the line generate prints; stdout: the table, or the JSON report
+    (["backends", "--model", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN"], 2,
+     f"attnserve backends: error: argument --attention-backend: {TRITON_ON_CPU}"),  # was exit 1
+    (["backends", "--model", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN", "--json"], 2,
+     f"attnserve backends: error: argument --attention-backend: {TRITON_ON_CPU}"),  # was exit 1 and no line
     (["backends", "--device", "cuda:8.0", "--assume-installed", "--attention-backend", "FLASHINFER", "--head-size", "80"],
-     1,
-     "attnserve backends: error: attention backend FLASHINFER cannot run this model (head_size 80, dtype bfloat16, "
+     2,
+     "attnserve backends: error: argument --attention-backend: attention backend FLASHINFER cannot run this model (head_size 80, dtype bfloat16, "
      "kv_cache_dtype auto, block_size 16) on simulated CUDA device (compute capability 8.0): head_size 80 not "
      "supported (supported: 64, 128, 256). Backends that would work: TRITON_ATTN, FLEX_ATTENTION."),
     # bench
@@ -80,14 +117,18 @@ CASES = [
      "attnserve bench throughput: error: argument --prompts-file: {tmp}/none.txt: No such file or directory"),
     (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/empty.txt"], 2,
      "attnserve bench throughput: error: argument --prompts-file: no prompts in '{tmp}/empty.txt'"),
+    (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--no-enable-chunked-prefill",
+      "--max-num-batched-tokens", "4", "--input-len", "8", "--num-prompts", "1", "--output-len", "1", "--no-progress"], 2,
+     "attnserve bench throughput: error: argument --max-num-batched-tokens: prompt of 8 tokens exceeds "
+     "max_num_batched_tokens 4, and enable_chunked_prefill is false: a prompt must fit one step"),
     (["bench", "throughput", "--model", "/no/such/dir"], 2, f"attnserve bench throughput: error: {NOT_FOUND}"),  # was "None: None"
     (["bench", "latency", "--model", "/no/such/dir"], 2, f"attnserve bench latency: error: {NOT_FOUND}"),
     (["bench", "attention", "--backends", "NOPE"], 2, "attnserve bench attention: error: argument --backends: unknown "
                                                       "attention backend 'NOPE' (valid: FLASH_ATTN, FLASHINFER, TRITON_ATTN, "
                                                       "FLEX_ATTENTION, CPU_ATTN, auto)"),
     (["bench", "attention", "--num-heads", "6", "--num-kv-heads", "4"], 2,
-     "attnserve bench attention: error: --num-heads 6 is not a multiple of --num-kv-heads 4"),
-    (["bench", "serve", "--dataset", "file"], 2, "attnserve bench serve: error: --dataset file needs --prompt-file"),
+     "attnserve bench attention: error: argument --num-heads: 6 is not a multiple of --num-kv-heads 4"),
+    (["bench", "serve", "--dataset", "file"], 2, "attnserve bench serve: error: argument --dataset: file needs --prompt-file"),
     # these three were tracebacks from httpx once the run had started
     (["bench", "serve", "--port", "70000"], 2,
      "attnserve bench serve: error: argument --port: 70000 not allowed (allowed: integer in [1, 65535])"),
@@ -108,27 +149,34 @@ def files(tmp_path):
     (tmp_path / "bad.yaml").write_text("a: [1\n")
     (tmp_path / "dtype.yaml").write_text("dtype: float64\n")
     (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n  \n\t\n")
+    (tmp_path / "triton.yaml").write_text("attention_backend: TRITON_ATTN\n")
     return tmp_path
 
 
-def run(argv: list[str], capsys) -> tuple[int, str]:
-    """``attnserve ARGV`` in this process: the exit status and stderr, as the interpreter would give them."""
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``attnserve ARGV`` in this process: the exit status, stdout and stderr, as the interpreter would give them."""
     try:
         rc = main(argv)
     except SystemExit as e:
         if isinstance(e.code, str):  # the interpreter prints the message and exits 1
-            return 1, capsys.readouterr().err + e.code + "\n"
+            out, err = capsys.readouterr()
+            return 1, out, err + e.code + "\n"
         rc = e.code
-    return rc, capsys.readouterr().err
+    out, err = capsys.readouterr()
+    return rc, out, err
 
 
 @pytest.mark.parametrize("argv, status, line", CASES, ids=[" ".join(c[0]) for c in CASES])
 def test_bad_input_exits_with_one_line(argv, status, line, files, tiny_model_dir, capsys):
     tiny = tiny_model_dir("llama") if "{tiny}" in argv else ""
-    fill = lambda s: s.replace("{tmp}", str(files)).replace("{tiny}", tiny)  # noqa: E731
+    fill = lambda s: (s.replace("{tmp}", str(files)).replace("{tiny}", tiny)  # noqa: E731
+                      .replace("{cpu}", detect_platform("cpu").description))
     capsys.readouterr()  # what making the tiny model wrote
-    rc, err = run([fill(a) for a in argv], capsys)
+    rc, out, err = run([fill(a) for a in argv], capsys)
     assert rc == status
+    if "--json" in argv:  # stdout stays a JSON document, or is empty
+        assert out == "" or json.loads(out)
     if line.endswith("(choose from "):  # the choices' quoting differs between Python versions
         assert err.startswith(line) and err.count("\n") == 1
     else:

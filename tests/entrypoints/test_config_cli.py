@@ -245,9 +245,9 @@ def test_help_comes_from_field_docstrings(capsys):
         (["--device", "tpu"], ["--device", "'tpu'", "cuda:N"]),
         (["--kv-cache-dtype", "int4"], ["--kv-cache-dtype", "'int4'", "'fp8'"]),
         (["--blok-size", "16"], ["--blok-size", "did you mean '--block-size'?"]),
-        (["--attention-backend", "FLASHINFER", "-ac.backend", "FLASH_ATTN"], ["--attention-backend 'FLASHINFER'", "-ac.backend 'FLASH_ATTN'"]),
+        (["--attention-backend", "FLASHINFER", "-ac.backend", "FLASH_ATTN"], ["argument -ac.backend: 'FLASH_ATTN'", "--attention-backend 'FLASHINFER'"]),
         (["--attention-backend", "auto", "-ac", '{"backend": "FLASH_ATTN"}'], ["--attention-backend 'auto'", "'FLASH_ATTN'"]),
-        (["a", "--model", "b"], ["MODEL 'a'", "--model 'b'"]),
+        (["a", "--model", "b"], ["argument --model: 'b'", "MODEL 'a'"]),
         (["--config", "/nonexistent/cfg.yaml"], ["cannot read config file", "/nonexistent/cfg.yaml"]),
         (["--attention-config.use_trtllm_attention", "yes"], ["use_trtllm_attention", "'yes'", "true, false, null"]),
     ],
@@ -303,7 +303,7 @@ def test_file_errors(tmp_path, capsys):
     conflict = tmp_path / "c.yaml"
     conflict.write_text("attention_config:\n  backend: FLASH_ATTN\n")
     line = error(["--config", str(conflict), "--attention-backend", "FLASHINFER"], capsys)
-    assert "--attention-backend 'FLASHINFER'" in line and f"attention_config.backend in {conflict} 'FLASH_ATTN'" in line
+    assert "argument --attention-backend: 'FLASHINFER'" in line and f"attention_config.backend in {conflict} 'FLASH_ATTN'" in line
 
 
 def test_unused_option_warned(capsys, caplog):

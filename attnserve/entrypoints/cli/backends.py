@@ -10,8 +10,9 @@ Engine settings come from the argument layer that ``generate``, ``serve`` and ``
 command's own.
 
 Prints every backend with ✓ or its reasons, the platform's priority order and the backend automatic
-selection picks. Exit status: 0; with an explicit backend (``--attention-backend X`` or
-``attention_config.backend``), 1 when X cannot run (its reasons are printed); 2 for a bad flag value.
+selection picks. Exit status: 0; 2 with one line on stderr for a bad flag value, and as in ``generate``
+for an explicit backend (``--attention-backend X`` or ``attention_config.backend``) that cannot run the
+model (the table, or with ``--json`` the report, still goes to stdout first).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import json
 import sys
 
 from attnserve.entrypoints.cli.arg_types import positive_int
-from attnserve.entrypoints.cli.engine_args import EngineArgumentParser, add_engine_args, engine_config_from_args
+from attnserve.entrypoints.cli.engine_args import (EngineArgumentParser, add_engine_args, engine_config_from_args,
+                                                   error_line)
 from attnserve.entrypoints.cli.model_facts import ModelAttentionFacts, read_model_facts
 
 
@@ -162,7 +164,7 @@ def render_rich(report: dict) -> None:
 
 
 def run_backends(args) -> int:
-    """The subcommand body: 0, or 1 when an explicit backend cannot run, 2 for a bad flag value."""
+    """The subcommand body: 0, or 2 for a bad flag value or an explicit backend that cannot run."""
     try:
         report = build_report(args)
     except ValueError as e:
@@ -179,9 +181,11 @@ def run_backends(args) -> int:
             use_rich = False
         if not use_rich:
             print(render_plain(report))
-        if report["error"] and report["explicit"]:
-            print(f"attnserve backends: error: {report['error']}", file=sys.stderr)
-    return 1 if report["explicit"] and report["selected"] is None else 0
+    if report["explicit"] and report["selected"] is None:
+        print(f"attnserve backends: error: {error_line(args, 'attention_config.backend', report['error'])}",
+              file=sys.stderr)
+        return 2
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -159,7 +159,7 @@ def _finish(args: argparse.Namespace, result: dict, plot) -> int:
 
 
 def run_throughput(args: argparse.Namespace) -> int:
-    from attnserve.entrypoints.cli.engine_args import engine_config_from_args
+    from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
     _check_plot(args, args._engine_arg_parser)
@@ -175,12 +175,12 @@ def run_throughput(args: argparse.Namespace) -> int:
             args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}")
         args._engine_arg_parser.error(str(e))
     except ValueError as e:
-        args._engine_arg_parser.error(str(e))
+        args._engine_arg_parser.error(error_line(args, getattr(e, "key", None), str(e)))
     return _finish(args, result, plot_throughput)
 
 
 def run_latency(args: argparse.Namespace) -> int:
-    from attnserve.entrypoints.cli.engine_args import engine_config_from_args
+    from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
     _check_plot(args, args._engine_arg_parser)
@@ -192,7 +192,7 @@ def run_latency(args: argparse.Namespace) -> int:
                      num_iters=args.num_iters, num_iters_warmup=args.num_iters_warmup, baseline=args.baseline,
                      progress=args.progress, tensor_parallel_sizes=args.compare_tensor_parallel_sizes)
     except (OSError, ValueError) as e:
-        args._engine_arg_parser.error(str(e))
+        args._engine_arg_parser.error(error_line(args, getattr(e, "key", None), str(e)))
     return _finish(args, result, plot_latency)
 
 
@@ -203,7 +203,8 @@ def run_attention(args: argparse.Namespace) -> int:
 
     _check_plot(args, args._bench_parser)
     if args.num_heads % args.num_kv_heads:
-        args._bench_parser.error(f"--num-heads {args.num_heads} is not a multiple of --num-kv-heads {args.num_kv_heads}")
+        args._bench_parser.error(f"argument --num-heads: {args.num_heads} is not a multiple of --num-kv-heads "
+                                 f"{args.num_kv_heads}")
     try:
         result = run(device=args.device, dtype=args.dtype, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
                      head_size=args.head_size, block_size=args.block_size, batch_size=args.batch_size,
@@ -244,7 +245,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from attnserve.benchmarks.serving import BenchConfig, BenchServerError, format_summary, run_benchmark
 
     if args.dataset == "file" and not args.prompt_file:
-        args._bench_parser.error("--dataset file needs --prompt-file")
+        args._bench_parser.error("argument --dataset: file needs --prompt-file")
     cfg = BenchConfig(
         base_url=_base_url(args), endpoint=args.endpoint, model=args.model,
         num_prompts=args.num_prompts, request_rate=args.request_rate, max_concurrency=args.max_concurrency,

@@ -10,6 +10,8 @@ A subcommand uses it with two calls:
 
     def run(args):
         config = engine_config_from_args(args)  # exits 2 with one line on a bad value
+        ...                                     # later: error_line(args, key, message) names the flag of a
+                                                # setting that the model or a prompt turns out not to allow
 
 The flags are generated from the config dataclasses (``attnserve.config.engine_args.engine_args``): one
 flag per field, help from the field docstring. Attention: ``--attention-backend``, ``--attention-config
@@ -47,11 +49,13 @@ __all__ = [
     "EngineArgumentParser",
     "add_engine_args",
     "engine_config_from_args",
+    "error_line",
     "resolve_engine_args",
 ]
 
 _ITEMS = "_engine_arg_items"  # namespace attribute: Settings and config files, in command-line order
 _PARSER = "_engine_arg_parser"  # namespace attribute: the parser that owns the engine flags
+_RESOLVED = "_engine_arg_resolved"  # namespace attribute: the Resolved config, once built
 _ATTENTION_DOTTED = ("--attention-config.", "-ac.")
 # after a flag that takes no value, these are a value meant for it, not the positional MODEL
 _BOOL_WORDS = {"true", "false", "yes", "no", "0", "1", "on", "off"}
@@ -263,14 +267,21 @@ def resolve_engine_args(args: argparse.Namespace) -> Resolved:
     items = getattr(args, _ITEMS, None) or []
     cli = [i for i in items if isinstance(i, Setting)]
     try:
-        models = {s.label: s.value for s in cli if s.key == "model"}
-        if len(set(models.values())) > 1:
-            raise ConfigError("the model is given twice with different values: "
-                              + ", ".join(f"{k} {v!r}" for k, v in models.items()) + "; give it once")
+        models: dict[str, Setting] = {}  # per way of giving it (MODEL, --model) the last one, in line order
+        for s in cli:
+            if s.key == "model":
+                models.pop(s.label, None)
+                models[s.label] = s
+        if len({s.value for s in models.values()}) > 1:  # argparse's form: the one given second named first
+            first, later = models.values()
+            raise ConfigError(f"{later.where}: {later.value!r} conflicts with {first.label} {first.value!r}: the model "
+                              "is given twice; give it once")
         from_files = [s for path, fmt in (i for i in items if isinstance(i, tuple)) for s in file_settings(path, fmt)]
-        return resolve(from_files + cli)
+        resolved = resolve(from_files + cli)
     except ConfigError as e:
         _fail(args, e)
+    setattr(args, _RESOLVED, resolved)
+    return resolved
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -279,3 +290,24 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     Exits with status 2 and one line naming the flag (or file and key), the value and what is allowed.
     """
     return resolve_engine_args(args).config
+
+
+def error_line(args: argparse.Namespace, key: str | None, message: str) -> str:
+    """``message``, an error about the setting ``key`` found only once the model, its config or a prompt is
+    known (an explicit backend that cannot run the model, a prompt longer than the step's token budget),
+    prefixed as a bad flag value's line is: ``argument --max-num-batched-tokens: MESSAGE`` when the command
+    line gave it, ``cfg.yaml: MESSAGE`` for a config file, and by its flag when it was left at its default.
+    ``key`` None (the error is about no one setting), or no config resolved from ``args`` yet: ``message``."""
+    resolved = getattr(args, _RESOLVED, None)
+    if key is None or resolved is None:
+        return message
+    given = resolved.chosen.get(key)
+    if given is None and key == ATTENTION_PREFIX + "backend":  # --attention-backend sets attention_config.backend
+        given = resolved.chosen.get(ATTENTION_BACKEND)
+    if given is not None:
+        where = given.where
+    elif key.startswith(ATTENTION_PREFIX):
+        where = f"argument --attention-config.{key[len(ATTENTION_PREFIX):]}"
+    else:
+        where = f"argument --{_norm(key)}"
+    return f"{where}: {message}" if where else message

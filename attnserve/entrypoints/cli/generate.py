@@ -22,7 +22,7 @@ def add_parser(subparsers) -> None:
     add_engine_args(p)
     g = p.add_argument_group("prompts and sampling")
     g.add_argument("--prompt", action="append", default=None, help="a prompt (repeat for several)")
-    g.add_argument("--prompts-file", default=None, help="a text file with one prompt per line")
+    g.add_argument("--prompts-file", default=None, help="a text file with one prompt per line (blank lines skipped)")
     g.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template")
     g.add_argument("--max-tokens", type=int, default=128, help="most tokens to generate per prompt (>= 1)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -46,7 +46,11 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
     prompts = list(args.prompt or [])
     if args.prompts_file:
         with open(args.prompts_file, encoding="utf-8") as f:
-            prompts += [line.rstrip("\n") for line in f if line.strip()]
+            from_file = [line.rstrip("\n") for line in f if line.strip()]
+        if not from_file:  # not the default prompt instead: the file named is likely the wrong one
+            raise ValueError(f"argument --prompts-file: {args.prompts_file} has no prompts (give one prompt per "
+                             "line, or leave --prompts-file out for the default prompt)")
+        prompts += from_file
     if not prompts:
         return [DEFAULT_PROMPT], True
     if any(not p for p in prompts):
@@ -55,7 +59,7 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnserve.entrypoints.cli.engine_args import engine_config_from_args
+    from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
     from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
@@ -77,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         outputs, stats = generate_to_terminal(config, prompts, params, chat, sys.stdout, sys.stderr)
     except (ValueError, FileNotFoundError) as e:  # unknown model, bad architecture, prompt too long, ...
-        return _error(str(e))
+        return _error(error_line(args, getattr(e, "key", None), str(e)))
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
             json.dump({"stats": stats, "requests": [o.to_dict() for o in outputs]}, f, indent=2)

@@ -8,7 +8,7 @@ import logging
 import sys
 
 from attnserve.entrypoints.cli.arg_types import port, seconds
-from attnserve.entrypoints.cli.engine_args import add_engine_args, engine_config_from_args
+from attnserve.entrypoints.cli.engine_args import add_engine_args, engine_config_from_args, error_line
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -44,14 +44,20 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:  # ModelNotFoundError: one line saying what to do, not a failed engine thread
         print(f"attnserve serve: error: {e}", file=sys.stderr)
         return 2
-    if config.parallel.tensor_parallel_size > 1:  # heads the ranks cannot split: one line now, not a failed load
+    tp = config.parallel.tensor_parallel_size
+    if tp > 1 or config.attention.backend is not None:
+        # heads the ranks cannot split, an explicit backend that cannot run the model: one line and exit 2 now, as
+        # in generate, not a failed load (exit 1) once the port is bound; from the config alone, as the engine does
         from attnserve.distributed.sharding import check_tensor_parallel_size
-        from attnserve.model_executor.loader import load_hf_config, resolve_model
+        from attnserve.model_executor.attention_selection import select_model_attention
+        from attnserve.model_executor.loader import read_hf_config, resolve_model
 
         try:
-            check_tensor_parallel_size(load_hf_config(resolve_model(config.model)), config.parallel.tensor_parallel_size)
+            hf_config = read_hf_config(resolve_model(config.model))  # the engine's early check reads this too
+            check_tensor_parallel_size(hf_config, tp)
+            select_model_attention(config, hf_config, tp)
         except ValueError as e:
-            print(f"attnserve serve: error: {e}", file=sys.stderr)
+            print(f"attnserve serve: error: {error_line(args, getattr(e, 'key', None), str(e))}", file=sys.stderr)
             return 2
     server_args = ServerArgs(host=args.host, port=args.port, served_model_names=tuple(args.served_model_name or ()),
                              api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
