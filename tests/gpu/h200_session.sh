@@ -432,6 +432,17 @@ job_s9e() {  # session 9, after the last (g1, g2 staged): Qwen3 batch 64 once mo
     ${LAT/--batch-size 1 64/--batch-size 64} --use-skinny-gemm
 }
 
+job_s9f() {  # session 9, last (g1, g2 staged): the model runner's greedy-step path (hidden states, then the fused
+  # greedy head or the LM head + sampler) across the engine GPU tests, and the main command with the GEMV plan
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 330 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_async_scheduling_gpu.py \
+    tests/gpu/test_cuda_graphs.py tests/gpu/test_e2e_default_model.py tests/gpu/test_pdl_gpu.py \
+    -k "not FLASHINFER and not FLASH_ATTN and not FLEX" --junitxml "$RES/s9f_tests.xml" 2>&1 \
+    | grep -E "passed|failed|FAILED|rror" | tail -20
+  timeout "$(left)" python3 -m attnserve.entrypoints.cli.main generate --device cuda --attention-backend TRITON_ATTN \
+    --use-skinny-gemm --max-tokens 32 2>&1 | tail -8
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
