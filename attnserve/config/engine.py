@@ -45,7 +45,7 @@ class EngineConfig:
     H200: 7.08 -> 6.92 ms TPOT); and, for steps whose requests are all greedy without logprobs, an LM head that
     keeps only each row's largest logit and its index (no logits written, no argmax pass) where that is 5%
     faster than the LM head + argmax (Qwen3-0.6B shape at 64 rows on an H200: 97.9 -> 83.0 us). Adds the
-    timing (~340 timings) and ~70 Triton compiles to start-up (cached on disk)."""
+    timing (~350 timings) and ~70 Triton compiles to start-up (cached on disk)."""
 
     enable_pdl: bool = True
     """Launch attnserve's Triton kernels (RMSNorm, RoPE + KV-cache write, SwiGLU, the skinny-GEMM GEMV) with
