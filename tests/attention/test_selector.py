@@ -185,6 +185,29 @@ def test_explicit_invalid_raises_with_every_reason():
         assert part in msg
 
 
+@pytest.mark.parametrize("version", [None, 2])
+def test_explicit_flash_attn_on_cpu_names_every_reason(version):
+    """Not only the device: the model's reasons too, against the version a GPU would run (FA3 when unset)."""
+    ac = AttentionConfig(flash_attn_version=version)
+    reasons = evaluate_backends(cfg(128, F32, block_size=8, kv_cache_dtype="fp8"), detect_platform("cpu"), ac,
+                                assume_installed=True, backends=[B.FLASH_ATTN])["FLASH_ATTN"]
+    v = version or 3
+    rule = "multiples of 256" if v == 2 else "multiples of 16"
+    kv = "auto" if v == 2 else "auto, fp8, fp8_e4m3"
+    assert reasons[0] == "device cpu not supported (supported: cuda)"
+    assert f"dtype float32 not supported with flash_attn_version {v} (supported: float16, bfloat16)" in reasons
+    assert f"block_size 8 not supported with flash_attn_version {v} ({rule})" in reasons
+    assert (f"kv_cache_dtype fp8 not supported with flash_attn_version 2 (supported: {kv})" in reasons) == (v == 2)
+
+
+@pytest.mark.skipif(any(package_installed(p) for p in ("flash_attn", "flash_attn_interface", "flash_attn.cute")),
+                    reason="a FlashAttention package is installed here")
+def test_explicit_flash_attn_on_cpu_says_it_is_not_installed():
+    reasons = evaluate_backends(cfg(128, BF16), detect_platform("cpu"), backends=[B.FLASH_ATTN])["FLASH_ATTN"]
+    assert reasons == ["device cpu not supported (supported: cuda)",
+                       "not installed: pip install 'attnserve[fa3]' (or 'attnserve[fa4]', 'attnserve[fa2]')"]
+
+
 def test_no_backend_error_lists_each_backend_with_reasons():
     with pytest.raises(NoUsableBackendError) as e:
         get_attn_backend(None, cfg(80, block_size=8, kv_cache_dtype="fp8"), cuda("9.0"), assume_installed=True)

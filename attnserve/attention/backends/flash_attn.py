@@ -113,10 +113,17 @@ class FlashAttentionBackend(AttentionBackend):
 
     @classmethod
     def validate(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[str]:
-        if platform.device_type != "cuda":
-            return [f"device {platform.device_type} not supported (supported: cuda)"]
-        cc = platform.compute_capability
         requested = attention_config.flash_attn_version if attention_config is not None else None
+        if platform.device_type != "cuda":  # every reason, judged against the version(s) that could be installed
+            versions = [requested] if requested is not None else list(version_preference((9, 0)))
+            caps = cls.version_capabilities(versions[0])
+            reasons = capability_reasons(caps, selector_config, platform, assume_installed=True)
+            if not assume_installed and not any(package_installed(FLASH_ATTN_VERSIONS[v].package) for v in versions):
+                extras = [f"'attnserve[{FLASH_ATTN_VERSIONS[v].pip_extra}]'" for v in versions]
+                alt = f" (or {', '.join(extras[1:])})" if len(extras) > 1 else ""
+                reasons.insert(1, f"not installed: pip install {extras[0]}{alt}")
+            return reasons
+        cc = platform.compute_capability
         if requested is not None:
             v = FLASH_ATTN_VERSIONS[requested]
             reasons = []
