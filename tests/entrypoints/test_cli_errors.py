@@ -75,6 +75,9 @@ CASES = [
       "4", "--prompt", "one two three four five six seven"], 2,  # was naming no flag
      "attnserve generate: error: argument --max-num-batched-tokens: prompt of 7 tokens exceeds max_num_batched_tokens "
      "4, and enable_chunked_prefill is false: a prompt must fit one step"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--max-model-len", "100000"], 2,  # was naming no flag
+     "attnserve generate: error: argument --max-model-len: max_model_len 100000 not allowed (allowed: at most the "
+     "model's max_position_embeddings, 512)"),
     (["generate", "--config", "{tmp}/dtype.yaml"], 2, "attnserve generate: error: {tmp}/dtype.yaml: dtype 'float64' "
                                                       "not allowed (allowed: auto, float32, float16, bfloat16, float, half)"),
     # serve
