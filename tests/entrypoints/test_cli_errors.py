@@ -78,6 +78,9 @@ CASES = [
     (["generate", "--model", "{tiny}", "--device", "cpu", "--max-model-len", "100000"], 2,  # was naming no flag
      "attnserve generate: error: argument --max-model-len: max_model_len 100000 not allowed (allowed: at most the "
      "model's max_position_embeddings, 512)"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10"], 2,  # was naming no flag
+     "attnserve generate: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
+     "raise kv_cache_memory or set num_gpu_blocks"),
     (["generate", "--config", "{tmp}/dtype.yaml"], 2, "attnserve generate: error: {tmp}/dtype.yaml: dtype 'float64' "
                                                       "not allowed (allowed: auto, float32, float16, bfloat16, float, half)"),
     # serve
