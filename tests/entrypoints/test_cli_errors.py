@@ -81,6 +81,10 @@ CASES = [
     (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10"], 2,  # was naming no flag
      "attnserve generate: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
      "raise kv_cache_memory or set num_gpu_blocks"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "1", "--block-size", "4", "--prompt",
+      "one two three four"], 2,  # was 'request 0#0 needs ...', the engine's request id and no flag
+     "attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks (5 tokens with the one "
+     "it generates), the KV cache has 1 (4 tokens)"),
     (["generate", "--config", "{tmp}/dtype.yaml"], 2, "attnserve generate: error: {tmp}/dtype.yaml: dtype 'float64' "
                                                       "not allowed (allowed: auto, float32, float16, bfloat16, float, half)"),
     # serve
