@@ -23,6 +23,10 @@ BACKENDS = "FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTO
 TRITON_ON_CPU = ("attention backend TRITON_ATTN cannot run this model (head_size 16, dtype float32, kv_cache_dtype "
                  "auto, block_size 16) on {cpu}: device cpu not supported (supported: cuda); head_size 16 not "
                  "supported (>= 32). Backends that would work: CPU_ATTN, FLEX_ATTENTION.")
+# the tiny model's 4 query heads over 2 KV heads on 3 ranks
+SPLIT = ("tensor_parallel_size 3 cannot split 4 query heads over 2 KV heads: with fewer KV heads than ranks the ranks "
+         "must be a multiple of the KV heads and divide each KV head's 2 query heads (allowed for this model: "
+         "tensor_parallel_size 1, 2, 4)")
 NOT_FOUND = ("model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a "
              "Hugging Face Hub id (org/name)")
 
@@ -85,6 +89,11 @@ CASES = [
       "one two three four"], 2,  # was 'request 0#0 needs ...', the engine's request id and no flag
      "attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks (5 tokens with the one "
      "it generates), the KV cache has 1 (4 tokens)"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3"], 2,  # these were naming no flag
+     f"attnserve generate: error: argument --tensor-parallel-size: {SPLIT}"),
+    (["generate", "--model", "{tiny_gpt2}", "--device", "cpu", "--tensor-parallel-size", "2"], 2,
+     "attnserve generate: error: argument --tensor-parallel-size: tensor_parallel_size 2 not supported for "
+     "GPT2LMHeadModel (tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3)"),
     (["generate", "--config", "{tmp}/dtype.yaml"], 2, "attnserve generate: error: {tmp}/dtype.yaml: dtype 'float64' "
                                                       "not allowed (allowed: auto, float32, float16, bfloat16, float, half)"),
     # serve
@@ -93,6 +102,8 @@ CASES = [
     (["serve", "/no/such/dir"], 2, f"attnserve serve: error: {NOT_FOUND}"),
     (["serve", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN", "--port", "0"], 2,  # before binding
      f"attnserve serve: error: argument --attention-backend: {TRITON_ON_CPU}"),  # was exit 1, 'the model failed to load'
+    (["serve", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3", "--port", "0"], 2,  # before binding
+     f"attnserve serve: error: argument --tensor-parallel-size: {SPLIT}"),
     (["serve", "a", "--model", "b"], 2,
      "attnserve serve: error: argument --model: 'b' conflicts with MODEL 'a': the model is given twice; give it once"),
     (["serve", "--model", "b", "a"], 2,
@@ -133,6 +144,10 @@ CASES = [
      "max_num_batched_tokens 4, and enable_chunked_prefill is false: a prompt must fit one step"),
     (["bench", "throughput", "--model", "/no/such/dir"], 2, f"attnserve bench throughput: error: {NOT_FOUND}"),  # was "None: None"
     (["bench", "latency", "--model", "/no/such/dir"], 2, f"attnserve bench latency: error: {NOT_FOUND}"),
+    (["bench", "latency", "--model", "{tiny}", "--device", "cpu", "--compare-tensor-parallel-sizes", "1", "3"], 2,
+     f"attnserve bench latency: error: argument --compare-tensor-parallel-sizes: {SPLIT}"),  # not --tensor-parallel-size
+    (["bench", "latency", "--model", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3"], 2,
+     f"attnserve bench latency: error: argument --tensor-parallel-size: {SPLIT}"),
     (["bench", "attention", "--backends", "NOPE"], 2, "attnserve bench attention: error: argument --backends: unknown "
                                                       "attention backend 'NOPE' (valid: FLASH_ATTN, FLASHINFER, TRITON_ATTN, "
                                                       "FLEX_ATTENTION, CPU_ATTN, auto)"),
@@ -180,7 +195,8 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
 @pytest.mark.parametrize("argv, status, line", CASES, ids=[" ".join(c[0]) for c in CASES])
 def test_bad_input_exits_with_one_line(argv, status, line, files, tiny_model_dir, capsys):
     tiny = tiny_model_dir("llama") if "{tiny}" in argv else ""
-    fill = lambda s: (s.replace("{tmp}", str(files)).replace("{tiny}", tiny)  # noqa: E731
+    tiny_gpt2 = tiny_model_dir("gpt2") if "{tiny_gpt2}" in argv else ""
+    fill = lambda s: (s.replace("{tmp}", str(files)).replace("{tiny}", tiny).replace("{tiny_gpt2}", tiny_gpt2)  # noqa: E731
                       .replace("{cpu}", detect_platform("cpu").description))
     capsys.readouterr()  # what making the tiny model wrote
     rc, out, err = run([fill(a) for a in argv], capsys)

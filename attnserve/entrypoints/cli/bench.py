@@ -192,7 +192,10 @@ def run_latency(args: argparse.Namespace) -> int:
                      num_iters=args.num_iters, num_iters_warmup=args.num_iters_warmup, baseline=args.baseline,
                      progress=args.progress, tensor_parallel_sizes=args.compare_tensor_parallel_sizes)
     except (OSError, ValueError) as e:
-        args._engine_arg_parser.error(error_line(args, getattr(e, "key", None), str(e)))
+        key = getattr(e, "key", None)
+        if key == "tensor_parallel_size" and args.compare_tensor_parallel_sizes:  # the sizes run are this flag's
+            args._engine_arg_parser.error(f"argument --compare-tensor-parallel-sizes: {e}")
+        args._engine_arg_parser.error(error_line(args, key, str(e)))
     return _finish(args, result, plot_latency)
 
 
