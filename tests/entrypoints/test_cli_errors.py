@@ -23,6 +23,9 @@ BACKENDS = "FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTO
 TRITON_ON_CPU = ("attention backend TRITON_ATTN cannot run this model (head_size 16, dtype float32, kv_cache_dtype "
                  "auto, block_size 16) on {cpu}: device cpu not supported (supported: cuda); head_size 16 not "
                  "supported (>= 32). Backends that would work: CPU_ATTN, FLEX_ATTENTION.")
+# automatic selection with an fp8 KV cache on CPU: one line, the backends with the same reasons together
+NO_BACKEND_FP8 = ("no attention backend can run this model (head_size 16, dtype float32, kv_cache_dtype fp8, "
+                  "block_size 16) on {cpu}: CPU_ATTN, FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto).")
 # the tiny model's 4 query heads over 2 KV heads on 3 ranks
 SPLIT = ("tensor_parallel_size 3 cannot split 4 query heads over 2 KV heads: with fewer KV heads than ranks the ranks "
          "must be a multiple of the KV heads and divide each KV head's 2 query heads (allowed for this model: "
@@ -89,6 +92,10 @@ CASES = [
       "one two three four"], 2,  # was 'request 0#0 needs ...', the engine's request id and no flag
      "attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks (5 tokens with the one "
      "it generates), the KV cache has 1 (4 tokens)"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8"], 2,  # was 3 lines, no flag
+     f"attnserve generate: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--config", "{tmp}/fp8.yaml"], 2,
+     f"attnserve generate: error: {{tmp}}/fp8.yaml: {NO_BACKEND_FP8}"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3"], 2,  # these were naming no flag
      f"attnserve generate: error: argument --tensor-parallel-size: {SPLIT}"),
     (["generate", "--model", "{tiny_gpt2}", "--device", "cpu", "--tensor-parallel-size", "2"], 2,
@@ -146,6 +153,8 @@ CASES = [
     (["bench", "latency", "--model", "/no/such/dir"], 2, f"attnserve bench latency: error: {NOT_FOUND}"),
     (["bench", "latency", "--model", "{tiny}", "--device", "cpu", "--compare-tensor-parallel-sizes", "1", "3"], 2,
      f"attnserve bench latency: error: argument --compare-tensor-parallel-sizes: {SPLIT}"),  # not --tensor-parallel-size
+    (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8"], 2,
+     f"attnserve bench throughput: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["bench", "latency", "--model", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3"], 2,
      f"attnserve bench latency: error: argument --tensor-parallel-size: {SPLIT}"),
     (["bench", "attention", "--backends", "NOPE"], 2, "attnserve bench attention: error: argument --backends: unknown "
@@ -176,6 +185,7 @@ def files(tmp_path):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "blank.txt").write_text("\n  \n\t\n")
     (tmp_path / "triton.yaml").write_text("attention_backend: TRITON_ATTN\n")
+    (tmp_path / "fp8.yaml").write_text("kv_cache_dtype: fp8\n")
     return tmp_path
 
 
