@@ -52,6 +52,8 @@ CASES = [
     (["generate", "--prompt", "hi", "--prompts-file", "{tmp}/blank.txt"], 2,
      "attnserve generate: error: argument --prompts-file: {tmp}/blank.txt has no prompts (give one prompt per line, "
      "or leave --prompts-file out for the default prompt)"),
+    (["generate", "--prompts-file", "{tmp}/latin1.txt"], 2,  # was "'utf-8' codec can't decode byte 0xe9 in position 10: ..."
+     "attnserve generate: error: argument --prompts-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at offset 10)"),
     (["generate", "--model", "/no/such/dir"], 2, f"attnserve generate: error: {NOT_FOUND}"),
     (["generate", "--block-size", "0"], 2,
      "attnserve generate: error: argument --block-size: block_size 0 not allowed (allowed: integer >= 1)"),
@@ -144,7 +146,11 @@ CASES = [
     (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/none.txt"], 2,
      "attnserve bench throughput: error: argument --prompts-file: {tmp}/none.txt: No such file or directory"),
     (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/empty.txt"], 2,
-     "attnserve bench throughput: error: argument --prompts-file: no prompts in '{tmp}/empty.txt'"),
+     "attnserve bench throughput: error: argument --prompts-file: {tmp}/empty.txt has no prompts (give one prompt per "
+     "line, or leave --prompts-file out for random prompts)"),  # was "no prompts in '...'", after the model loaded
+    (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/latin1.txt"], 2,
+     "attnserve bench throughput: error: argument --prompts-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at "
+     "offset 10)"),  # was "'utf-8' codec can't decode byte 0xe9 in position 10: invalid continuation byte"
     (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--no-enable-chunked-prefill",
       "--max-num-batched-tokens", "4", "--input-len", "8", "--num-prompts", "1", "--output-len", "1", "--no-progress"], 2,
      "attnserve bench throughput: error: argument --max-num-batched-tokens: prompt of 8 tokens exceeds "
@@ -174,7 +180,10 @@ CASES = [
     (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/none.txt"], 2,
      "attnserve bench serve: error: argument --prompt-file: {tmp}/none.txt: No such file or directory"),
     (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/empty.txt"], 2,
-     "attnserve bench serve: error: argument --prompt-file: no prompts in '{tmp}/empty.txt'"),
+     "attnserve bench serve: error: argument --prompt-file: {tmp}/empty.txt has no prompts (give one prompt per line, "
+     "or use --dataset random)"),  # was "no prompts in '...'"
+    (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/latin1.txt"], 2,
+     "attnserve bench serve: error: argument --prompt-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at offset 10)"),
 ]
 
 
@@ -186,6 +195,7 @@ def files(tmp_path):
     (tmp_path / "blank.txt").write_text("\n  \n\t\n")
     (tmp_path / "triton.yaml").write_text("attention_backend: TRITON_ATTN\n")
     (tmp_path / "fp8.yaml").write_text("kv_cache_dtype: fp8\n")
+    (tmp_path / "latin1.txt").write_bytes("first\n\ncaf\u00e9\n".encode("latin-1"))  # é is 0xe9, at offset 10
     return tmp_path
 
 

@@ -159,6 +159,7 @@ def _finish(args: argparse.Namespace, result: dict, plot) -> int:
 
 
 def run_throughput(args: argparse.Namespace) -> int:
+    from attnserve.benchmarks.requests import PromptsFileError
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
@@ -174,6 +175,8 @@ def run_throughput(args: argparse.Namespace) -> int:
         if e.filename is not None and e.filename == args.prompts_file:
             args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}")
         args._engine_arg_parser.error(str(e))
+    except PromptsFileError as e:  # not UTF-8 text, or no prompts in it
+        args._engine_arg_parser.error(f"argument --prompts-file: {e}")
     except ValueError as e:
         args._engine_arg_parser.error(error_line(args, getattr(e, "key", None), str(e)))
     return _finish(args, result, plot_throughput)
@@ -259,7 +262,7 @@ def run_serve(args: argparse.Namespace) -> int:
         summary = asyncio.run(run_benchmark(cfg))
     except OSError as e:  # the prompt file
         args._bench_parser.error(f"argument --prompt-file: {e.filename}: {e.strerror}")
-    except ValueError as e:  # no prompts in it, or a malformed JSONL line
+    except ValueError as e:  # not UTF-8 text, no prompts in it, or a malformed JSONL line
         args._bench_parser.error(f"argument --prompt-file: {e}")
     except BenchServerError as e:
         raise SystemExit(f"attnserve bench serve: error: {e}") from None
