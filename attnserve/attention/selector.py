@@ -12,7 +12,7 @@ platform, attention config, assume_installed, requested layout); ``register_back
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -21,6 +21,7 @@ from attnserve.attention.capabilities import dtype_name
 from attnserve.attention.registry import (AttentionBackendEnum, BackendName, backend_name, get_backend_class,
                                           on_registry_change)
 from attnserve.config.attention import AttentionConfig
+from attnserve.config.cache import CacheConfig
 from attnserve.platforms.interface import Platform
 
 logger = logging.getLogger(__name__)
@@ -29,8 +30,9 @@ logger = logging.getLogger(__name__)
 class NoUsableBackendError(ValueError):
     """No backend (or not the explicitly chosen one) can run the model; the message has every reason.
 
-    ``key`` is ``attention_config.backend`` when the backend was chosen explicitly (the setting to change;
-    the CLI names the flag that gave it), None when automatic selection found none.
+    ``key`` is the setting to change, for the CLI to name the flag that gave it: ``attention_config.backend``
+    when the backend was chosen explicitly; when automatic selection found none, the KV-cache setting
+    (``kv_cache_dtype`` or ``block_size``) whose default would let the most preferred backend run, else None.
     """
 
     def __init__(self, message: str, key: str | None = None) -> None:
@@ -212,7 +214,28 @@ def _select_automatic(selector_config, platform, attention_config, assume_instal
                 if why:
                     logger.debug("attention backend %s skipped: %s", other, "; ".join(why))
             return AttentionSelection(member.name, member, cls, KVCacheLayout.NHD, reasons=tried)
-    lines = "\n".join(f"  {name}: {'; '.join(why)}" for name, why in tried.items())
+    same: dict[tuple[str, ...], list[str]] = {}  # backends with the same reasons are listed once, together
+    for name, why in tried.items():
+        same.setdefault(tuple(" ".join(r.split()) for r in why), []).append(name)
+    listing = ". ".join(f"{', '.join(names)}: {'; '.join(why)}" for why, names in same.items())
     raise NoUsableBackendError(
-        f"no attention backend can run this model ({selector_config.describe()}) on {platform.description}:\n{lines}"
+        f"no attention backend can run this model ({selector_config.describe()}) on {platform.description}: {listing}.",
+        key=_responsible_setting(selector_config, platform, attention_config, assume_installed),
     )
+
+
+def _responsible_setting(selector_config, platform, attention_config, assume_installed) -> str | None:
+    """The KV-cache setting (``kv_cache_dtype``, ``block_size``) set away from its default whose default alone
+    would let a backend run, the one that would let the highest in the platform's priority list run when both
+    would; None when neither would, or both would let the same backend run (no one setting to blame)."""
+    best: dict[str, int] = {}  # setting -> the priority index of the first backend its default lets run
+    for name in ("kv_cache_dtype", "block_size"):
+        default = CacheConfig.__dataclass_fields__[name].default
+        if getattr(selector_config, name) != default:
+            trial = replace(selector_config, **{name: default})
+            reasons = evaluate_backends(trial, platform, attention_config, assume_installed).values()
+            first = next((i for i, why in enumerate(reasons) if not why), None)
+            if first is not None:
+                best[name] = first
+    top = [name for name, i in best.items() if i == min(best.values())]
+    return top[0] if len(top) == 1 else None

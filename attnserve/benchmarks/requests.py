@@ -7,6 +7,7 @@ with ``--seed``, so the same flags give the same requests.
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass
 
@@ -44,20 +45,35 @@ def random_requests(num_prompts: int, input_len: int, output_len: int, range_rat
     return [BenchRequest(rng.integers(0, vocab_size, size=n).tolist(), o) for n, o in zip(in_lens, out_lens)]
 
 
+class PromptsFileError(ValueError):
+    """A prompts file that cannot be used (not UTF-8 text, no prompts in it); the message names the file."""
+
+
+def text_lines(path: str) -> list[str]:
+    """The non-blank lines of the UTF-8 text file ``path``, without their line ends (``\n``, ``\r\n``, ``\r``).
+
+    Raises OSError, and PromptsFileError naming the first byte that is not UTF-8 and its offset in the file.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")  # the whole file at once: the error's start is the offset in the file
+    except UnicodeDecodeError as e:
+        raise PromptsFileError(f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
+    return [line.rstrip("\n") for line in io.StringIO(text, newline=None) if line.strip()]
+
+
 def read_prompts_file(path: str) -> list[str]:
-    """One prompt per non-empty line; a line that is a JSON object uses its ``"prompt"`` (JSONL)."""
+    """One prompt per non-empty line; a line that is a JSON object uses its ``"prompt"`` (JSONL). Raises as
+    :func:`text_lines`."""
     prompts = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line.strip():
-                continue
-            if line.lstrip().startswith("{"):
-                try:
-                    line = json.loads(line)["prompt"]
-                except (ValueError, KeyError, TypeError):
-                    pass
-            prompts.append(line)
+    for line in text_lines(path):
+        if line.lstrip().startswith("{"):
+            try:
+                line = json.loads(line)["prompt"]
+            except (ValueError, KeyError, TypeError):
+                pass
+        prompts.append(line)
     return prompts
 
 

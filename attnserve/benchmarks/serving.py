@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 import httpx
 import numpy as np
 
+from attnserve.benchmarks.requests import PromptsFileError, text_lines
+
 _WORDS = ("the of and to in is was for on that with as by at from his her an which are this be or have one "
           "had not but were all they their we been has when who will more no out if so what can said about "
           "into time some than other could only two then first new its like over these such after most").split()
@@ -58,11 +60,10 @@ class RequestResult:
 def load_prompts(cfg: BenchConfig) -> list[str]:
     """``num_prompts`` prompts: from the file (cycled), or random words."""
     if cfg.prompt_file:
-        with open(cfg.prompt_file) as f:
-            lines = [line.rstrip("\n") for line in f if line.strip()]
-        prompts = [json.loads(x)["prompt"] if x.lstrip().startswith("{") else x for x in lines]
+        prompts = [json.loads(x)["prompt"] if x.lstrip().startswith("{") else x for x in text_lines(cfg.prompt_file)]
         if not prompts:
-            raise ValueError(f"no prompts in {cfg.prompt_file!r}")
+            raise PromptsFileError(f"{cfg.prompt_file} has no prompts (give one prompt per line, or use --dataset "
+                                   "random)")
         return [prompts[i % len(prompts)] for i in range(cfg.num_prompts)]
     rng = random.Random(cfg.seed)
     return [" ".join(rng.choice(_WORDS) for _ in range(cfg.input_len)) for _ in range(cfg.num_prompts)]

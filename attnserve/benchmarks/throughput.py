@@ -138,17 +138,19 @@ def run_throughput(config, *, num_prompts: int | None, input_len: int, output_le
                    prompts_file: str | None = None, baseline: str | None = None, progress: bool = True) -> dict:
     """The whole benchmark: requests, the engine's row, the baseline's row; the JSON-ready result.
 
-    Raises ValueError (requests that do not fit max_model_len, an empty prompts file) and OSError (file).
+    Raises ValueError (requests that do not fit max_model_len), PromptsFileError (a ValueError: a prompts file
+    that is not UTF-8 text or has no prompts; before the model loads) and OSError (file).
     """
     from attnserve.benchmarks.offline import check_lengths, start_baseline, start_engine, stop_engine
-    from attnserve.benchmarks.requests import file_requests, random_requests, read_prompts_file
+    from attnserve.benchmarks.requests import PromptsFileError, file_requests, random_requests, read_prompts_file
 
     seed = config.model.seed
+    texts = read_prompts_file(prompts_file) if prompts_file else None
+    if texts == []:
+        raise PromptsFileError(f"{prompts_file} has no prompts (give one prompt per line, or leave --prompts-file out "
+                               "for random prompts)")
     engine, facts, roofline = start_engine(config)
-    if prompts_file:
-        texts = read_prompts_file(prompts_file)
-        if not texts:
-            raise ValueError(f"argument --prompts-file: no prompts in {prompts_file!r}")
+    if texts:
         requests = file_requests([engine.check_prompt(t) for t in texts], num_prompts, output_len, range_ratio, seed)
     else:
         requests = random_requests(num_prompts or 1000, input_len, output_len, range_ratio, facts.prompt_vocab_size, seed)

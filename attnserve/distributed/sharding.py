@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attnserve.config.fields import ConfigError
+
 
 def shard_range(total: int, size: int, rank: int) -> tuple[int, int]:
     """``(start, length)`` of ``rank``'s part of ``total`` items split as evenly as possible."""
@@ -78,12 +80,14 @@ def tensor_parallel_sizes_for(num_heads: int, num_kv_heads: int) -> list[int]:
 
 
 def check_tensor_parallel_size(hf_config, size: int) -> None:
-    """Raise ValueError (naming the head counts and the sizes that work) when a model with this Hugging Face
-    config cannot run on ``size`` ranks; read from the config, before any worker starts."""
+    """Raise ConfigError (a ValueError keyed ``tensor_parallel_size``, naming the head counts and the sizes that
+    work) when a model with this Hugging Face config cannot run on ``size`` ranks; read from the config, before
+    any worker starts. Heads that no size can split are the model's fault: no key then."""
     num_heads = hf_config.num_attention_heads
     num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or num_heads
     try:
         shard_heads(num_heads, num_kv_heads, size, 0)
     except ValueError as e:
-        sizes = ", ".join(map(str, tensor_parallel_sizes_for(num_heads, num_kv_heads)))
-        raise ValueError(f"{e} (allowed for this model: tensor_parallel_size {sizes})") from None
+        sizes = tensor_parallel_sizes_for(num_heads, num_kv_heads)
+        raise ConfigError(f"{e} (allowed for this model: tensor_parallel_size {', '.join(map(str, sizes))})",
+                          key="tensor_parallel_size" if sizes else None) from None

@@ -23,6 +23,7 @@ from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError, make_executor
 from attnserve.model_executor import gguf_cache
 from attnserve.model_executor.attention_selection import select_model_attention
+from attnserve.model_executor.kv_cache import kv_cache_size_key
 from attnserve.model_executor.loader import (complete_hf_config, load_model_tokenizer, max_model_len_of, read_hf_config,
                                              resolve_model)
 from attnserve.platforms import check_runnable_device
@@ -81,6 +82,7 @@ class LLMEngine:
             config.scheduler.max_num_batched_tokens,
             config.scheduler.max_num_seqs,
             config.scheduler.enable_chunked_prefill,
+            kv_cache_size_key(config.cache, self.info.device),
         )
         self.output_processor = OutputProcessor(self.tokenizer)
         self._ids = itertools.count()

@@ -59,25 +59,32 @@ class Scheduler:
     """Decides each step which requests compute how many tokens, and keeps the KV blocks in step."""
 
     def __init__(
-        self, block_manager: BlockManager, max_num_batched_tokens: int, max_num_seqs: int, enable_chunked_prefill: bool = True
+        self, block_manager: BlockManager, max_num_batched_tokens: int, max_num_seqs: int, enable_chunked_prefill: bool = True,
+        kv_cache_key: str | None = None,
     ) -> None:
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.enable_chunked_prefill = enable_chunked_prefill
+        # the engine argument that sized the KV cache (num_gpu_blocks, kv_cache_memory, ...): the key of the
+        # error for a request that can never fit it, for the CLI to name its flag
+        self.kv_cache_key = kv_cache_key
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
         self._finished_ids: list[str] = []
 
     def add_request(self, request: Request) -> None:
-        """Queue a request. Raises ValueError if it can never fit the KV cache, ConfigError (a ValueError naming
-        max_num_batched_tokens) if it can never fit the token budget."""
-        if self.block_manager.blocks_needed(request.num_tokens + 1) > self.block_manager.num_blocks:
-            raise ValueError(
-                f"request {request.request_id} needs {self.block_manager.blocks_needed(request.num_tokens + 1)} KV blocks, "
-                f"the cache has {self.block_manager.num_blocks} "
-                f"({self.block_manager.num_blocks * self.block_manager.block_size} tokens)"
+        """Queue a request. Raises ConfigError (a ValueError) if it can never fit the KV cache (keyed
+        ``kv_cache_key``) or the token budget (keyed max_num_batched_tokens)."""
+        bm = self.block_manager
+        if bm.blocks_needed(request.num_tokens + 1) > bm.num_blocks:
+            # the prompt, not the request id: the id is the engine's own (a CLI user never sees it)
+            raise ConfigError(
+                f"prompt of {request.num_tokens} tokens needs {bm.blocks_needed(request.num_tokens + 1)} KV blocks "
+                f"({request.num_tokens + 1} tokens with the one it generates), the KV cache has {bm.num_blocks} "
+                f"({bm.num_blocks * bm.block_size} tokens)",
+                key=self.kv_cache_key,
             )
         if not self.enable_chunked_prefill and request.num_tokens > self.max_num_batched_tokens:
             raise ConfigError(  # a ValueError that names the setting, for the CLI to name its flag

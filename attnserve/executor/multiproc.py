@@ -20,6 +20,7 @@ from multiprocessing.reduction import ForkingPickler
 import torch.multiprocessing as mp
 
 from attnserve.config.engine import EngineConfig
+from attnserve.config.fields import ConfigError
 from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.executor.base import Executor, RunnerInfo, StepReply, WorkerDiedError
 from attnserve.executor.env import environ, free_port, worker_env
@@ -158,8 +159,8 @@ class MultiprocExecutor(Executor):
 
 
 def check_gpu_count(device: str, n: int) -> None:
-    """On a GPU platform, refuse (ValueError) a tensor_parallel_size larger than the GPUs this host shows,
-    before any worker starts."""
+    """On a GPU platform, refuse (ConfigError, a ValueError keyed ``tensor_parallel_size``) a tensor_parallel_size
+    larger than the GPUs this host shows, before any worker starts."""
     from attnserve.platforms import detect_platform
 
     if detect_platform(device).device_type == "cpu":
@@ -171,8 +172,8 @@ def check_gpu_count(device: str, n: int) -> None:
         import os
 
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        raise ValueError(f"tensor_parallel_size {n} needs {n} GPUs (one per rank); this host shows {count}"
-                         + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""))
+        raise ConfigError(f"tensor_parallel_size {n} needs {n} GPUs (one per rank); this host shows {count}"
+                          + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""), key="tensor_parallel_size")
 
 
 GRACEFUL_EXIT_S = 30.0  # how long shutdown waits for workers to exit on their own before killing them

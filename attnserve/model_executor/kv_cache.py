@@ -7,6 +7,7 @@ import logging
 import torch
 
 from attnserve.config.cache import CacheConfig
+from attnserve.config.fields import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -23,10 +24,23 @@ def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_si
     return 2 * num_layers * block_size * num_kv_heads * head_size * torch.empty((), dtype=dtype).element_size()
 
 
+def kv_cache_size_key(cache: CacheConfig, device: torch.device) -> str:
+    """The engine argument that sizes the KV cache on ``device``, in :func:`num_kv_blocks`' order:
+    ``num_gpu_blocks`` when set, else ``kv_cache_memory`` (set, or its 2 GiB default on CPU), else
+    ``gpu_memory_utilization``. Errors about the cache's size carry it, for the CLI to name its flag."""
+    if cache.num_gpu_blocks is not None:
+        return "num_gpu_blocks"
+    if cache.kv_cache_memory is not None or device.type == "cpu":
+        return "kv_cache_memory"
+    return "gpu_memory_utilization"
+
+
 def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, reserve_bytes: int) -> int:
     """How many blocks fit: ``num_gpu_blocks`` if set; else ``kv_cache_memory`` bytes; else 2 GiB on CPU or
     ``gpu_memory_utilization`` of the GPU minus what is allocated now and ``reserve_bytes`` for activations,
-    at most what is free on the GPU now (other processes' memory included) minus ``reserve_bytes``."""
+    at most what is free on the GPU now (other processes' memory included) minus ``reserve_bytes``.
+
+    Raises ConfigError, keyed by :func:`kv_cache_size_key`, when the budget holds no block."""
     if cache.num_gpu_blocks is not None:
         return cache.num_gpu_blocks
     if cache.kv_cache_memory is not None:
@@ -49,10 +63,9 @@ def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, re
             budget = available
     blocks = budget // block_bytes
     if blocks < 1:
-        raise ValueError(
-            f"KV-cache budget of {budget} bytes holds no block of {block_bytes} bytes; "
-            "raise kv_cache_memory / gpu_memory_utilization or set num_gpu_blocks"
-        )
+        key = kv_cache_size_key(cache, device)
+        raise ConfigError(f"KV-cache budget of {budget} bytes holds no block of {block_bytes} bytes; raise {key} or "
+                          "set num_gpu_blocks", key=key)
     return int(blocks)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnserve.config.fields import ConfigError
 from attnserve.config.model import ModelConfig
 from attnserve.layers.norm import RMSNorm
 from attnserve.model_executor import gguf_cache
@@ -183,13 +184,14 @@ def _from_gguf(auto_cls, source: ModelSource, part: str):
 def max_model_len_of(model: ModelConfig, hf_config) -> int:
     """``model.max_model_len``, or the model's ``max_position_embeddings`` when unset.
 
-    Raises ValueError when it is set beyond ``max_position_embeddings`` (positions past the model's own limit
-    have no RoPE / learned position entries; vLLM refuses too).
+    Raises ConfigError (a ValueError keyed ``max_model_len``, for the CLI to name its flag) when it is set
+    beyond ``max_position_embeddings`` (positions past the model's own limit have no RoPE / learned position
+    entries; vLLM refuses too).
     """
     limit = hf_config.max_position_embeddings
     if model.max_model_len is not None and model.max_model_len > limit:
-        raise ValueError(f"max_model_len {model.max_model_len} not allowed (allowed: at most the "
-                         f"model's max_position_embeddings, {limit})")
+        raise ConfigError(f"max_model_len {model.max_model_len} not allowed (allowed: at most the "
+                          f"model's max_position_embeddings, {limit})", key="max_model_len")
     return model.max_model_len or limit
 
 def _complete_gguf_config(config, path: str) -> None:

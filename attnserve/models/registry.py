@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 
+from attnserve.config.fields import ConfigError
+
 MODEL_REGISTRY: dict[str, str] = {
     "GPT2LMHeadModel": "attnserve.models.gpt2.GPT2LMHeadModel",
     "LlamaForCausalLM": "attnserve.models.llama.LlamaForCausalLM",
@@ -31,7 +33,8 @@ class UnsupportedArchitectureError(ValueError):
 
 def get_model_class(config, tensor_parallel_size: int = 1) -> type:
     """The model class for ``config.architectures``; raises UnsupportedArchitectureError naming it, and
-    ValueError when ``tensor_parallel_size`` > 1 and the class is not built for tensor parallelism."""
+    ConfigError (a ValueError keyed ``tensor_parallel_size``) when ``tensor_parallel_size`` > 1 and the class is
+    not built for tensor parallelism."""
     archs = list(getattr(config, "architectures", None) or [])
     if not archs and getattr(config, "model_type", None) in MODEL_TYPE_ARCHITECTURES:
         archs = [MODEL_TYPE_ARCHITECTURES[config.model_type]]
@@ -40,8 +43,9 @@ def get_model_class(config, tensor_parallel_size: int = 1) -> type:
             module, _, name = MODEL_REGISTRY[arch].rpartition(".")
             cls = getattr(importlib.import_module(module), name)
             if tensor_parallel_size > 1 and not getattr(cls, "supports_tensor_parallel", False):
-                raise ValueError(f"tensor_parallel_size {tensor_parallel_size} not supported for {cls.__name__} "
-                                 "(tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3)")
+                raise ConfigError(f"tensor_parallel_size {tensor_parallel_size} not supported for {cls.__name__} "
+                                  "(tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3)",
+                                  key="tensor_parallel_size")
             return cls
     raise UnsupportedArchitectureError(
         f"model architecture {archs or getattr(config, 'model_type', '(none given)')} not supported (supported: {', '.join(sorted(MODEL_REGISTRY))})"

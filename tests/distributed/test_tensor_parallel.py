@@ -346,6 +346,7 @@ def test_more_ranks_than_gpus_is_refused_before_any_worker_starts(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     with pytest.raises(ValueError, match=r"tensor_parallel_size 2 needs 2 GPUs \(one per rank\); this host shows 1 "
-                                         r"\(CUDA_VISIBLE_DEVICES=3\)"):
+                                         r"\(CUDA_VISIBLE_DEVICES=3\)") as e:
         check_gpu_count("cuda", 2)
+    assert e.value.key == "tensor_parallel_size"  # the CLI names --tensor-parallel-size
     check_gpu_count("cuda", 1)

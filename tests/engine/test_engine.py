@@ -404,6 +404,8 @@ def test_a_kv_cache_smaller_than_max_model_len_warns_of_both_limits(llama_dir, c
         small = LLM(llama_dir, dtype="float32", device="cpu", block_size=4, num_gpu_blocks=3)
     assert ("a request ends (finish_reason length) when it reaches 12 tokens, and a prompt of 12 tokens or more "
             "is refused") in caplog.text
-    with pytest.raises(ValueError, match="needs 4 KV blocks, the cache has 3"):
+    with pytest.raises(ValueError) as e:
         small.engine.add_request(list(range(100, 112)), GREEDY)
+    assert str(e.value) == ("prompt of 12 tokens needs 4 KV blocks (13 tokens with the one it generates), the KV cache "
+                            "has 3 (12 tokens)") and e.value.key == "num_gpu_blocks"
     small.engine.add_request(list(range(100, 111)), GREEDY)  # 11 tokens + the one it generates fit

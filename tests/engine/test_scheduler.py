@@ -79,7 +79,7 @@ def test_request_that_can_never_fit_is_rejected():
     try:
         s.add_request(req("a", 8))
     except ValueError as e:
-        assert "needs 3 KV blocks, the cache has 2" in str(e)
+        assert str(e) == "prompt of 8 tokens needs 3 KV blocks (9 tokens with the one it generates), the KV cache has 2 (8 tokens)"
     else:
         raise AssertionError("expected ValueError")
 

@@ -77,6 +77,18 @@ def test_explicit_invalid_json_has_null_selected(capsys):
     assert err == f"attnserve backends: error: argument --attention-backend: {report['error']}\n"
 
 
+def test_automatic_selection_that_finds_none_is_a_report_not_an_error(capsys):
+    """Exit 0, no line on stderr: ``backends`` answers which backends can run (here none; the table says why); the
+    commands that would run the model exit 2 for the same flags (test_cli_errors)."""
+    rc = backends.main(["--device", "cpu", "--kv-cache-dtype", "fp8"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and err == ""
+    assert "Automatic selection: none (no backend can run this model here)" in out
+    rc, report = run_json(capsys, "--device", "cpu", "--kv-cache-dtype", "fp8")
+    assert rc == 0 and report["selected"] is None
+    assert report["error"].endswith(": CPU_ATTN, FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto).")
+
+
 def test_plain_table(capsys):
     assert backends.main(["--device", "cuda:7.0", "--assume-installed"]) == 0
     out = capsys.readouterr().out

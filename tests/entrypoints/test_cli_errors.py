@@ -23,6 +23,13 @@ BACKENDS = "FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTO
 TRITON_ON_CPU = ("attention backend TRITON_ATTN cannot run this model (head_size 16, dtype float32, kv_cache_dtype "
                  "auto, block_size 16) on {cpu}: device cpu not supported (supported: cuda); head_size 16 not "
                  "supported (>= 32). Backends that would work: CPU_ATTN, FLEX_ATTENTION.")
+# automatic selection with an fp8 KV cache on CPU: one line, the backends with the same reasons together
+NO_BACKEND_FP8 = ("no attention backend can run this model (head_size 16, dtype float32, kv_cache_dtype fp8, "
+                  "block_size 16) on {cpu}: CPU_ATTN, FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto).")
+# the tiny model's 4 query heads over 2 KV heads on 3 ranks
+SPLIT = ("tensor_parallel_size 3 cannot split 4 query heads over 2 KV heads: with fewer KV heads than ranks the ranks "
+         "must be a multiple of the KV heads and divide each KV head's 2 query heads (allowed for this model: "
+         "tensor_parallel_size 1, 2, 4)")
 NOT_FOUND = ("model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a "
              "Hugging Face Hub id (org/name)")
 
@@ -45,6 +52,8 @@ CASES = [
     (["generate", "--prompt", "hi", "--prompts-file", "{tmp}/blank.txt"], 2,
      "attnserve generate: error: argument --prompts-file: {tmp}/blank.txt has no prompts (give one prompt per line, "
      "or leave --prompts-file out for the default prompt)"),
+    (["generate", "--prompts-file", "{tmp}/latin1.txt"], 2,  # was "'utf-8' codec can't decode byte 0xe9 in position 10: ..."
+     "attnserve generate: error: argument --prompts-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at offset 10)"),
     (["generate", "--model", "/no/such/dir"], 2, f"attnserve generate: error: {NOT_FOUND}"),
     (["generate", "--block-size", "0"], 2,
      "attnserve generate: error: argument --block-size: block_size 0 not allowed (allowed: integer >= 1)"),
@@ -75,6 +84,25 @@ CASES = [
       "4", "--prompt", "one two three four five six seven"], 2,  # was naming no flag
      "attnserve generate: error: argument --max-num-batched-tokens: prompt of 7 tokens exceeds max_num_batched_tokens "
      "4, and enable_chunked_prefill is false: a prompt must fit one step"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--max-model-len", "100000"], 2,  # was naming no flag
+     "attnserve generate: error: argument --max-model-len: max_model_len 100000 not allowed (allowed: at most the "
+     "model's max_position_embeddings, 512)"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10"], 2,  # was naming no flag
+     "attnserve generate: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
+     "raise kv_cache_memory or set num_gpu_blocks"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "1", "--block-size", "4", "--prompt",
+      "one two three four"], 2,  # was 'request 0#0 needs ...', the engine's request id and no flag
+     "attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks (5 tokens with the one "
+     "it generates), the KV cache has 1 (4 tokens)"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8"], 2,  # was 3 lines, no flag
+     f"attnserve generate: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--config", "{tmp}/fp8.yaml"], 2,
+     f"attnserve generate: error: {{tmp}}/fp8.yaml: {NO_BACKEND_FP8}"),
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3"], 2,  # these were naming no flag
+     f"attnserve generate: error: argument --tensor-parallel-size: {SPLIT}"),
+    (["generate", "--model", "{tiny_gpt2}", "--device", "cpu", "--tensor-parallel-size", "2"], 2,
+     "attnserve generate: error: argument --tensor-parallel-size: tensor_parallel_size 2 not supported for "
+     "GPT2LMHeadModel (tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3)"),
     (["generate", "--config", "{tmp}/dtype.yaml"], 2, "attnserve generate: error: {tmp}/dtype.yaml: dtype 'float64' "
                                                       "not allowed (allowed: auto, float32, float16, bfloat16, float, half)"),
     # serve
@@ -83,6 +111,8 @@ CASES = [
     (["serve", "/no/such/dir"], 2, f"attnserve serve: error: {NOT_FOUND}"),
     (["serve", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN", "--port", "0"], 2,  # before binding
      f"attnserve serve: error: argument --attention-backend: {TRITON_ON_CPU}"),  # was exit 1, 'the model failed to load'
+    (["serve", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3", "--port", "0"], 2,  # before binding
+     f"attnserve serve: error: argument --tensor-parallel-size: {SPLIT}"),
     (["serve", "a", "--model", "b"], 2,
      "attnserve serve: error: argument --model: 'b' conflicts with MODEL 'a': the model is given twice; give it once"),
     (["serve", "--model", "b", "a"], 2,
@@ -116,13 +146,23 @@ CASES = [
     (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/none.txt"], 2,
      "attnserve bench throughput: error: argument --prompts-file: {tmp}/none.txt: No such file or directory"),
     (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/empty.txt"], 2,
-     "attnserve bench throughput: error: argument --prompts-file: no prompts in '{tmp}/empty.txt'"),
+     "attnserve bench throughput: error: argument --prompts-file: {tmp}/empty.txt has no prompts (give one prompt per "
+     "line, or leave --prompts-file out for random prompts)"),  # was "no prompts in '...'", after the model loaded
+    (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/latin1.txt"], 2,
+     "attnserve bench throughput: error: argument --prompts-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at "
+     "offset 10)"),  # was "'utf-8' codec can't decode byte 0xe9 in position 10: invalid continuation byte"
     (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--no-enable-chunked-prefill",
       "--max-num-batched-tokens", "4", "--input-len", "8", "--num-prompts", "1", "--output-len", "1", "--no-progress"], 2,
      "attnserve bench throughput: error: argument --max-num-batched-tokens: prompt of 8 tokens exceeds "
      "max_num_batched_tokens 4, and enable_chunked_prefill is false: a prompt must fit one step"),
     (["bench", "throughput", "--model", "/no/such/dir"], 2, f"attnserve bench throughput: error: {NOT_FOUND}"),  # was "None: None"
     (["bench", "latency", "--model", "/no/such/dir"], 2, f"attnserve bench latency: error: {NOT_FOUND}"),
+    (["bench", "latency", "--model", "{tiny}", "--device", "cpu", "--compare-tensor-parallel-sizes", "1", "3"], 2,
+     f"attnserve bench latency: error: argument --compare-tensor-parallel-sizes: {SPLIT}"),  # not --tensor-parallel-size
+    (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8"], 2,
+     f"attnserve bench throughput: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
+    (["bench", "latency", "--model", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3"], 2,
+     f"attnserve bench latency: error: argument --tensor-parallel-size: {SPLIT}"),
     (["bench", "attention", "--backends", "NOPE"], 2, "attnserve bench attention: error: argument --backends: unknown "
                                                       "attention backend 'NOPE' (valid: FLASH_ATTN, FLASHINFER, TRITON_ATTN, "
                                                       "FLEX_ATTENTION, CPU_ATTN, auto)"),
@@ -140,7 +180,10 @@ CASES = [
     (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/none.txt"], 2,
      "attnserve bench serve: error: argument --prompt-file: {tmp}/none.txt: No such file or directory"),
     (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/empty.txt"], 2,
-     "attnserve bench serve: error: argument --prompt-file: no prompts in '{tmp}/empty.txt'"),
+     "attnserve bench serve: error: argument --prompt-file: {tmp}/empty.txt has no prompts (give one prompt per line, "
+     "or use --dataset random)"),  # was "no prompts in '...'"
+    (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/latin1.txt"], 2,
+     "attnserve bench serve: error: argument --prompt-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at offset 10)"),
 ]
 
 
@@ -151,6 +194,8 @@ def files(tmp_path):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "blank.txt").write_text("\n  \n\t\n")
     (tmp_path / "triton.yaml").write_text("attention_backend: TRITON_ATTN\n")
+    (tmp_path / "fp8.yaml").write_text("kv_cache_dtype: fp8\n")
+    (tmp_path / "latin1.txt").write_bytes("first\n\ncaf\u00e9\n".encode("latin-1"))  # é is 0xe9, at offset 10
     return tmp_path
 
 
@@ -170,7 +215,8 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
 @pytest.mark.parametrize("argv, status, line", CASES, ids=[" ".join(c[0]) for c in CASES])
 def test_bad_input_exits_with_one_line(argv, status, line, files, tiny_model_dir, capsys):
     tiny = tiny_model_dir("llama") if "{tiny}" in argv else ""
-    fill = lambda s: (s.replace("{tmp}", str(files)).replace("{tiny}", tiny)  # noqa: E731
+    tiny_gpt2 = tiny_model_dir("gpt2") if "{tiny_gpt2}" in argv else ""
+    fill = lambda s: (s.replace("{tmp}", str(files)).replace("{tiny}", tiny).replace("{tiny_gpt2}", tiny_gpt2)  # noqa: E731
                       .replace("{cpu}", detect_platform("cpu").description))
     capsys.readouterr()  # what making the tiny model wrote
     rc, out, err = run([fill(a) for a in argv], capsys)

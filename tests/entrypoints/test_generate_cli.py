@@ -90,7 +90,9 @@ def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_any_worker
     proc = subprocess.run([sys.executable, "-m", "attnserve", *command, "--device", "cpu"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert proc.stderr.strip() == f"attnserve {command[0]}{' latency' if command[0] == 'bench' else ''}: error: {SPLIT_ERROR}"
+    flag = "--compare-tensor-parallel-sizes" if command[0] == "bench" else "--tensor-parallel-size"
+    assert proc.stderr.strip() == (f"attnserve {command[0]}{' latency' if command[0] == 'bench' else ''}: error: "
+                                   f"argument {flag}: {SPLIT_ERROR}")
     assert proc.stdout == ""
 
 

@@ -38,8 +38,9 @@ def test_gpu_budget_never_exceeds_free_memory(monkeypatch, caplog):
 
 def test_gpu_budget_with_nothing_free_says_what_to_do(monkeypatch):
     fake_gpu(monkeypatch, total=100 * GiB, free=1 * GiB, allocated=0, reserved=0)
-    with pytest.raises(ValueError, match="holds no block"):
+    with pytest.raises(ValueError, match="holds no block") as e:
         num_kv_blocks(CacheConfig(), torch.device("cuda", 0), GiB, 5 * GiB)
+    assert e.value.key == "gpu_memory_utilization" and "raise gpu_memory_utilization or set num_gpu_blocks" in str(e.value)
 
 
 def test_explicit_kv_cache_memory_is_taken_as_given(monkeypatch):

@@ -159,6 +159,7 @@ def _finish(args: argparse.Namespace, result: dict, plot) -> int:
 
 
 def run_throughput(args: argparse.Namespace) -> int:
+    from attnserve.benchmarks.requests import PromptsFileError
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
@@ -174,6 +175,8 @@ def run_throughput(args: argparse.Namespace) -> int:
         if e.filename is not None and e.filename == args.prompts_file:
             args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}")
         args._engine_arg_parser.error(str(e))
+    except PromptsFileError as e:  # not UTF-8 text, or no prompts in it
+        args._engine_arg_parser.error(f"argument --prompts-file: {e}")
     except ValueError as e:
         args._engine_arg_parser.error(error_line(args, getattr(e, "key", None), str(e)))
     return _finish(args, result, plot_throughput)
@@ -192,7 +195,10 @@ def run_latency(args: argparse.Namespace) -> int:
                      num_iters=args.num_iters, num_iters_warmup=args.num_iters_warmup, baseline=args.baseline,
                      progress=args.progress, tensor_parallel_sizes=args.compare_tensor_parallel_sizes)
     except (OSError, ValueError) as e:
-        args._engine_arg_parser.error(error_line(args, getattr(e, "key", None), str(e)))
+        key = getattr(e, "key", None)
+        if key == "tensor_parallel_size" and args.compare_tensor_parallel_sizes:  # the sizes run are this flag's
+            args._engine_arg_parser.error(f"argument --compare-tensor-parallel-sizes: {e}")
+        args._engine_arg_parser.error(error_line(args, key, str(e)))
     return _finish(args, result, plot_latency)
 
 
@@ -256,7 +262,7 @@ def run_serve(args: argparse.Namespace) -> int:
         summary = asyncio.run(run_benchmark(cfg))
     except OSError as e:  # the prompt file
         args._bench_parser.error(f"argument --prompt-file: {e.filename}: {e.strerror}")
-    except ValueError as e:  # no prompts in it, or a malformed JSONL line
+    except ValueError as e:  # not UTF-8 text, no prompts in it, or a malformed JSONL line
         args._bench_parser.error(f"argument --prompt-file: {e}")
     except BenchServerError as e:
         raise SystemExit(f"attnserve bench serve: error: {e}") from None

@@ -43,10 +43,14 @@ def _error(message: str) -> int:
 
 
 def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
+    from attnserve.benchmarks.requests import PromptsFileError, text_lines
+
     prompts = list(args.prompt or [])
     if args.prompts_file:
-        with open(args.prompts_file, encoding="utf-8") as f:
-            from_file = [line.rstrip("\n") for line in f if line.strip()]
+        try:
+            from_file = text_lines(args.prompts_file)
+        except PromptsFileError as e:  # not UTF-8 text
+            raise ValueError(f"argument --prompts-file: {e}") from None
         if not from_file:  # not the default prompt instead: the file named is likely the wrong one
             raise ValueError(f"argument --prompts-file: {args.prompts_file} has no prompts (give one prompt per "
                              "line, or leave --prompts-file out for the default prompt)")
