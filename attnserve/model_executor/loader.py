@@ -50,7 +50,8 @@ class ModelSource:
 
     @property
     def folder(self) -> str:
-        return os.path.dirname(self.path) if self.is_gguf else self.path
+        """The folder transformers reads from: the model folder, or the GGUF's (``.`` for a bare file name)."""
+        return (os.path.dirname(self.path) or os.curdir) if self.is_gguf else self.path
 
     def hf_kwargs(self) -> dict:
         """Arguments for transformers' ``from_pretrained(self.folder, **kwargs)``."""
@@ -173,9 +174,15 @@ def _from_gguf(auto_cls, source: ModelSource, part: str):
     """``auto_cls.from_pretrained`` (AutoConfig or AutoTokenizer) of a GGUF source, through the GGUF cache
     (``gguf_cache.py``: transformers' conversion on a miss, the cached folder on a hit); its ``name_or_path``
     is the GGUF's folder either way."""
-    obj = gguf_cache.cached_gguf_part(
-        source.path, part, lambda: auto_cls.from_pretrained(source.folder, **source.hf_kwargs()),
-        auto_cls.from_pretrained, gguf_cache.cache_root())
+    def convert():
+        # our parse first (kept for the weights load): a truncated or damaged file gets one clear error
+        # naming it, where transformers' parse of it would raise struct.error or a reshape's ValueError
+        from attnserve.model_executor.weights import gguf_reader
+
+        gguf_reader(source.path)
+        return auto_cls.from_pretrained(source.folder, **source.hf_kwargs())
+
+    obj = gguf_cache.cached_gguf_part(source.path, part, convert, auto_cls.from_pretrained, gguf_cache.cache_root())
     obj.name_or_path = source.folder  # as from the GGUF, not the cache folder
     return obj
 

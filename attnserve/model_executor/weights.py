@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import re
+import struct
 from collections.abc import Iterator
 
 import numpy as np
@@ -124,7 +125,10 @@ def _gguf_reader(path: str, mtime_ns: int):
     a load; ``mtime_ns`` keys a rewritten file apart. The last file's memory map stays open."""
     from gguf import GGUFReader
 
-    return GGUFReader(path)
+    try:
+        return GGUFReader(path)
+    except (struct.error, ValueError, IndexError) as e:  # an index or tensor data past the end of the file, ...
+        raise ValueError(f"GGUF file {path} is truncated or damaged: {e}") from None
 
 
 def gguf_reader(path: str):

@@ -127,3 +127,26 @@ def test_unwritable_cache_still_loads(tmp_path, monkeypatch, loads, caplog):
         config = load_hf_config(source)
     assert config.to_dict() == fresh.to_dict()
     assert "cache not written" in caplog.text
+
+
+def test_bare_gguf_file_name_loads_from_the_working_directory(tmp_path, monkeypatch, loads):
+    """``--model real.gguf`` (no folder in the name) on a cache miss: transformers reads from ``.``."""
+    source, (fresh, _), _ = loads
+    os.symlink(source.path, tmp_path / "real.gguf")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(gguf_cache.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    bare = resolve_model_source("real.gguf")
+    assert bare.folder == os.curdir
+    config = load_hf_config(bare)
+    drop = {"_name_or_path", "name_or_path"}
+    assert {k: v for k, v in config.to_dict().items() if k not in drop} == \
+        {k: v for k, v in fresh.to_dict().items() if k not in drop}
+
+
+@pytest.mark.parametrize("keep", [1 << 20, 60 << 20])  # cut in the metadata, in the tensor data
+def test_truncated_gguf_is_one_error_naming_the_file(tmp_path, monkeypatch, keep):
+    with open(resolve_model_source(None).path, "rb") as f:
+        (tmp_path / "cut.gguf").write_bytes(f.read(keep))
+    monkeypatch.setenv(gguf_cache.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match=f"^GGUF file {tmp_path}/cut.gguf is truncated or damaged: "):
+        load_hf_config(resolve_model_source(str(tmp_path / "cut.gguf")))
