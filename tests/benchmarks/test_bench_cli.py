@@ -194,13 +194,18 @@ def test_attention_backends_auto_is_the_priority_list():
     assert list(usable_backends(shape, cpu, ["FLEX_ATTENTION", "auto"])) == ["FLEX_ATTENTION", "CPU_ATTN"]
 
 
-def test_attention_with_no_usable_backend_says_why_and_fails(capsys):
-    rc = main(["bench", "attention", "--device", "cpu", "--backends", "FLASH_ATTN", "--batch-size", "2",
-               "--context-lens", "16", "--prefill-lens", "16", "--no-progress"])
+def test_attention_whose_named_backends_cannot_run_is_a_bad_value(capsys):
+    """``--backends X`` that cannot run here: exit 2 and one line with every reason, as generate's
+    ``--attention-backend X`` (nothing on stdout)."""
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "attention", "--device", "cpu", "--backends", "FLASH_ATTN", "--batch-size", "2",
+              "--context-lens", "16", "--prefill-lens", "16", "--no-progress"])
     out, err = capsys.readouterr()
-    assert rc == 1
-    assert "skipped FLASH_ATTN: device cpu not supported (supported: cuda)" in out.splitlines()
-    assert err == f"attnserve bench attention: error: no usable backend on {detect_platform('cpu').description}\n"
+    assert e.value.code == 2 and out == ""
+    assert err.startswith(f"attnserve bench attention: error: argument --backends: no backend of FLASH_ATTN can run on "
+                          f"{detect_platform('cpu').description}: FLASH_ATTN: device cpu not supported (supported: cuda); ")
+    assert err.endswith("dtype float32 not supported with flash_attn_version 3 (supported: float16, bfloat16)\n")
+    assert err.count("\n") == 1
 
 
 @pytest.mark.parametrize("argv, message", [

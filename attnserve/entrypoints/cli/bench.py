@@ -220,7 +220,11 @@ def run_attention(args: argparse.Namespace) -> int:
         args._bench_parser.error(f"argument --backends: {e}")
     except ValueError as e:
         args._bench_parser.error(str(e))
-    if not result["backends"]:  # nothing could run: say why (the table lists the reasons) and fail
+    if not result["backends"] and args.backends:  # the backends asked for cannot run: a bad value, as generate's
+        why = ". ".join(f"{n}: {'; '.join(r)}" for n, r in result["skipped"].items())
+        args._bench_parser.error(f"argument --backends: no backend of {', '.join(args.backends)} can run on "
+                                 f"{result['device']}: {why}")
+    if not result["backends"]:  # nothing installed could run: say why (the table lists the reasons) and fail
         print(result["table"])
         print(f"attnserve bench attention: error: no usable backend on {result['device']}", file=sys.stderr)
         return 1
