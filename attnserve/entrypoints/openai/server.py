@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 import attnserve
 from attnserve.config.engine import EngineConfig
 from attnserve.engine.async_engine import AsyncLLMEngine
-from attnserve.entrypoints.openai.errors import OpenAIError, error_response, status_phrase
+from attnserve.entrypoints.openai.errors import OpenAIError, error_response, status_phrase, validation_message
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.protocol import (
     ChatCompletionRequest,
@@ -141,10 +141,8 @@ def _add_error_handlers(app: FastAPI) -> None:
             detail = (first.get("ctx") or {}).get("error", "invalid JSON")
             offset = first.get("loc", (None, None))[-1]
             return error_response(f"malformed JSON body: {detail} at character {offset}", 400, None)
-        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
-        message = "; ".join(f"{'.'.join(str(x) for x in err.get('loc', ()) if x != 'body') or 'body'}: "
-                            f"{err.get('msg')}" for err in errors[:5])
-        return error_response(message or "invalid request", 400, ".".join(loc) or None)
+        message, param = validation_message(errors)
+        return error_response(message, 400, param)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
