@@ -103,6 +103,10 @@ class GemvChoice:
     cublaslt_us: float | None = None  # F.linear through cuBLASLt (None: not measured, or disagreed)
     use_cublaslt: bool = False  # cuBLASLt instead of cuBLAS (never with use_triton)
 
+    def label(self) -> str:
+        """What runs: ``triton <config>``, ``cuBLASLt`` or ``cuBLAS``."""
+        return f"triton {self.config.label()}" if self.use_triton else "cuBLASLt" if self.use_cublaslt else "cuBLAS"
+
 
 @dataclass(frozen=True)
 class SiluMulChoice:
@@ -307,22 +311,15 @@ class GemvPlan:
         n, k = copies[0].shape
         plain = self.choices[(n, k, m)]
         gate_up = torch.randn(m, 2 * k, device=copies[0].device, dtype=copies[0].dtype)
-        if plain.use_triton:
-            label = f"triton {plain.config.label()}"
-            unfused = lambda w: gemv(silu_and_mul(gate_up), w, None, plain.config)  # noqa: E731
-        elif plain.use_cublaslt:
-            label = "cuBLASLt"
-            unfused = lambda w: cublaslt_linear(silu_and_mul(gate_up), w)  # noqa: E731
-        else:
-            label = "cuBLAS"
-            unfused = lambda w: F.linear(silu_and_mul(gate_up), w)  # noqa: E731
+        linear = _chosen(plain) or F.linear
+        unfused = lambda w: linear(silu_and_mul(gate_up), w)  # noqa: E731
         unfused_us = time_per_call_us(unfused, copies, calls, replays)
         want = F.linear(silu_and_mul(gate_up), copies[0])
         timed = time_candidates(lambda w, cfg: gemv(gate_up, w, None, cfg, act="silu_mul"), want, copies, n, k, m,
                                  candidate_configs(n, k, m, copies[0].element_size(), num_sms, act="silu_mul"),
                                  calls, replays)
         fused_us, cfg, use = pick_fastest(unfused_us, timed, margin)
-        return SiluMulChoice(n, k, m, unfused_us, label, fused_us, cfg, use)
+        return SiluMulChoice(n, k, m, unfused_us, plain.label(), fused_us, cfg, use)
 
     def _measure_greedy(self, copies: list[torch.Tensor], m: int, margin: float, calls: int,
                         replays: int) -> GreedyChoice:
@@ -335,8 +332,6 @@ class GemvPlan:
         n, k = copies[0].shape
         plain = self.choices[(n, k, m)]
         head = _chosen(plain) or F.linear
-        label = (f"triton {plain.config.label()}" if plain.use_triton else
-                 "cuBLASLt" if plain.use_cublaslt else "cuBLAS") + " + argmax"
         hidden = torch.randn(m, k, device=copies[0].device, dtype=copies[0].dtype)
         unfused_us = time_per_call_us(lambda w: argmax(head(hidden, w)), copies, calls, replays)
         want = F.linear(hidden, copies[0])
@@ -352,16 +347,14 @@ class GemvPlan:
             except Exception as e:  # a launch that does not fit this GPU
                 logger.debug("GEMV plan: %s failed on (%d, %d) x %d: %s", cfg.label(), n, k, m, e)
         fused_us, cfg, use = pick_fastest(unfused_us, timed, margin)
-        return GreedyChoice(n, k, m, unfused_us, label, fused_us, cfg, use)
+        return GreedyChoice(n, k, m, unfused_us, plain.label() + " + argmax", fused_us, cfg, use)
 
     def summary(self) -> str:
         lines = [f"{'N':>7} {'K':>6} {'M':>2} {'cuBLAS us':>10} {'cuBLASLt us':>11} {'Triton us':>10}  choice"]
         for (n, k, m), c in sorted(self.choices.items()):
             tri = f"{c.triton_us:10.2f}" if c.triton_us is not None else f"{'-':>10}"
             lt = f"{c.cublaslt_us:11.2f}" if c.cublaslt_us is not None else f"{'-':>11}"
-            what = (f"triton {c.config.label()}" if c.use_triton and c.config else
-                    "cuBLASLt" if c.use_cublaslt else "cuBLAS")
-            lines.append(f"{n:>7} {k:>6} {m:>2} {c.cublas_us:10.2f} {lt} {tri}  {what}")
+            lines.append(f"{n:>7} {k:>6} {m:>2} {c.cublas_us:10.2f} {lt} {tri}  {c.label()}")
         if self.silu_mul:
             lines.append(f"SwiGLU layers: silu_and_mul + the choice above vs the fused SwiGLU GEMV\n"
                          f"{'N':>7} {'K':>6} {'M':>2} {'unfused us':>10} {'fused us':>10}  choice")
