@@ -443,6 +443,33 @@ job_s9f() {  # session 9, last (g1, g2 staged): the model runner's greedy-step p
     --use-skinny-gemm --max-tokens 32 2>&1 | tail -8
 }
 
+job_s10a() {  # session 10 (g1, g2 staged): the decode step's kernels per decode step (profile_engine_steps now
+  # divides by decode steps, not engine.step() calls) for Llama-3.1-8B batch 1 and Qwen3-0.6B batch 64, then their
+  # latency figures once more
+  export CUDA_VISIBLE_DEVICES=0
+  for m in "llama-3.1-8b 1" "qwen3-0.6b 64"; do
+    set -- $m
+    timeout 150 python3 -m tests.gpu.profile_engine_steps --model benchmarks/shapes/$1 --backend TRITON_ATTN \
+      --batch-size $2 --use-skinny-gemm --json "$RES/engine_steps_${1}_b$2.json" > /dev/null
+    python3 -c "import json; d=json.load(open('$RES/engine_steps_${1}_b$2.json')); print('$1 b$2', round(d['ms_per_decode_step'], 4), 'ms/step, busy', round(d['busy_ms_per_decode_step'], 4)); [print(r) for r in d['by_kernel'][:18]]"
+  done
+  bench lat_llama_b1_s10 latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN ${LAT/--batch-size 1 64/--batch-size 1} --use-skinny-gemm
+  bench lat_qwen_b64_s10 latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN ${LAT/--batch-size 1 64/--batch-size 64} --use-skinny-gemm
+}
+
+job_s10b() {  # session 10 (g1, g2 staged): Llama-3.1-8B batch 1's decode step (PDL on, then off: with PDL a kernel's
+  # time includes its wait for the one before), then Qwen3 batch 64 and Llama batch 1 latency on this machine start
+  export CUDA_VISIBLE_DEVICES=0
+  for pdl in "" "--no-enable-pdl"; do
+    local tag=${pdl:+_nopdl}
+    timeout 150 python3 -m tests.gpu.profile_engine_steps --model $LLAMA --backend TRITON_ATTN --batch-size 1 \
+      --use-skinny-gemm $pdl --json "$RES/engine_steps_llama_b1$tag.json" > /dev/null
+    python3 -c "import json; d=json.load(open('$RES/engine_steps_llama_b1$tag.json')); print('llama b1 $pdl', d['decode_steps'], 'steps', round(d['ms_per_decode_step'], 4), 'ms/step, busy', round(d['busy_ms_per_decode_step'], 4), 'idle inside', round(d['idle_inside_steps_ms'] / d['decode_steps'], 4)); [print(r) for r in d['by_kernel'][:18]]"
+  done
+  bench lat_qwen_b64_s10b latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN ${LAT/--batch-size 1 64/--batch-size 64} --use-skinny-gemm
+  bench lat_llama_b1_s10b latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN ${LAT/--batch-size 1 64/--batch-size 1} --use-skinny-gemm
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
@@ -473,7 +500,7 @@ for j in "$@"; do
     s5c) job_s5c > "$OUT/s5c.log" 2>&1 ;;
     s5d) job_s5d > "$OUT/s5d.log" 2>&1 ;;
     s5e) job_s5e > "$OUT/s5e.log" 2>&1 ;;
-    s6*|s7*|s8*|s9*) "job_$j" > "$OUT/$j.log" 2>&1 ;;
+    s6*|s7*|s8*|s9*|s10*) "job_$j" > "$OUT/$j.log" 2>&1 ;;
     tplast) job_tplast > "$OUT/tplast.log" 2>&1 ;;
     tpfast) wait "${pids[@]}" 2>/dev/null; pids=(); job_tpfast > "$OUT/tpfast.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;
