@@ -28,6 +28,8 @@ VARIANTS = [
     ("bf16", 128, 2, 16, 1, False, True, True),  # Qwen3 batch-64 decode: RoPE, q/k norm and the KV write inside
     ("bf16", 128, 4, 16, 1, False, False),  # Llama-3 8B, 16-token pages: 4 pages per tile
     ("bf16", 128, 2, 16, 16, False, False, True),  # Qwen3, split-KV decode
+    ("bf16", 128, 4, 16, 16, False, False, True),  # Llama-3 8B batch 1: split-KV decode, 16-token pages
+    ("bf16", 128, 4, 64, 32, False, False, True),  # the same with 64-token pages (one page per tile)
     ("bf16", 128, 4, 32, 1, True, False),  # 2 pages per tile, sliding window
     ("bf16", 128, 4, 64, 1, False, False),  # one page per tile (the scalar block-id path)
     ("bf16", 256, 4, 16, 1, False, False),  # head 256: 32-token tiles

@@ -470,6 +470,19 @@ job_s10b() {  # session 10 (g1, g2 staged): Llama-3.1-8B batch 1's decode step (
   bench lat_llama_b1_s10b latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN ${LAT/--batch-size 1 64/--batch-size 1} --use-skinny-gemm
 }
 
+job_s10c() {  # session 10 (g1, g2 staged), run on branch kvprefetch (not merged: slower): TRITON_ATTN's decode
+  # programs ask L2 for their first KV tile before the PDL wait: the GPU tests of the kernel and its engine paths,
+  # then engine A/Bs against KV_PREFETCH off
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 200 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_backends_vs_reference.py \
+    tests/gpu/test_rope_kv_write_gpu.py tests/gpu/test_cuda_graphs.py -k "TRITON and not FLASHINFER" \
+    --junitxml "$RES/s10c_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|rror" | tail -20
+  timeout 150 python3 -m tests.gpu.bench_engine_variants --batch-size 64 --rounds 2 \
+    --variants engine "no KV prefetch" --json "$RES/engine_variants_prefetch_qwen.json" | grep -v "greedy head plan"
+  timeout "$(left)" python3 -m tests.gpu.bench_engine_variants --model $LLAMA --batch-size 1 --rounds 2 \
+    --variants engine "no KV prefetch" --json "$RES/engine_variants_prefetch_llama.json" | grep -v "greedy head plan"
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
