@@ -103,6 +103,15 @@ CASES = [
     (["generate", "--model", "{tiny_gpt2}", "--device", "cpu", "--tensor-parallel-size", "2"], 2,
      "attnserve generate: error: argument --tensor-parallel-size: tensor_parallel_size 2 not supported for "
      "GPT2LMHeadModel (tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3)"),
+    (["generate", "--config", "{tmp}/empty.yaml"], 2,  # was read as no settings, while an empty JSON file was an error
+     "attnserve generate: error: {tmp}/empty.yaml: empty config file (allowed: a mapping of engine argument names to "
+     "values, e.g. 'dtype: float32', or {} for no settings)"),
+    (["generate", "--json-config", "{tmp}/empty.txt"], 2,  # was "malformed JSON: Expecting value"
+     "attnserve generate: error: {tmp}/empty.txt: empty config file (allowed: a mapping of engine argument names to "
+     'values, e.g. {"dtype": "float32"}, or {} for no settings)'),
+    (["generate", "--config", "{tmp}/list.yaml"], 2,
+     "attnserve generate: error: {tmp}/list.yaml: the top level is a list (allowed: a mapping of engine argument names "
+     "to values, e.g. 'dtype: float32', or {} for no settings)"),
     (["generate", "--config", "{tmp}/dtype.yaml"], 2, "attnserve generate: error: {tmp}/dtype.yaml: dtype 'float64' "
                                                       "not allowed (allowed: auto, float32, float16, bfloat16, float, half)"),
     # serve
@@ -191,6 +200,8 @@ CASES = [
 def files(tmp_path):
     (tmp_path / "bad.yaml").write_text("a: [1\n")
     (tmp_path / "dtype.yaml").write_text("dtype: float64\n")
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "list.yaml").write_text("- dtype: float32\n")
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "blank.txt").write_text("\n  \n\t\n")
     (tmp_path / "triton.yaml").write_text("attention_backend: TRITON_ATTN\n")
