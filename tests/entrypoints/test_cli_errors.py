@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from attnserve.benchmarks.requests import PROMPT_LINE
 from attnserve.entrypoints.cli.main import main
 from attnserve.platforms import detect_platform
 
@@ -193,6 +194,16 @@ CASES = [
      "or use --dataset random)"),  # was "no prompts in '...'"
     (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/latin1.txt"], 2,
      "attnserve bench serve: error: argument --prompt-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at offset 10)"),
+    # a bad JSONL line: the file, the line and what a line must be, before any request (was a KeyError traceback)
+    (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/nokey.jsonl"], 2,
+     'attnserve bench serve: error: argument --prompt-file: {tmp}/nokey.jsonl:3: missing key "prompt" (its keys: '
+     f'"text"); {PROMPT_LINE}'),
+    (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/badjson.jsonl"], 2,
+     "attnserve bench serve: error: argument --prompt-file: {tmp}/badjson.jsonl:2:14: malformed JSON: Expecting "
+     f"property name enclosed in double quotes; {PROMPT_LINE}"),  # was "Expecting ...: line 1 column 14 (char 13)"
+    (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/nokey.jsonl"], 2,
+     'attnserve bench throughput: error: argument --prompts-file: {tmp}/nokey.jsonl:3: missing key "prompt" (its '
+     f'keys: "text"); {PROMPT_LINE}'),  # was the line sent as a text prompt
 ]
 
 
@@ -206,6 +217,8 @@ def files(tmp_path):
     (tmp_path / "blank.txt").write_text("\n  \n\t\n")
     (tmp_path / "triton.yaml").write_text("attention_backend: TRITON_ATTN\n")
     (tmp_path / "fp8.yaml").write_text("kv_cache_dtype: fp8\n")
+    (tmp_path / "nokey.jsonl").write_text('{"prompt": "a"}\n\n{"text": "b"}\n')
+    (tmp_path / "badjson.jsonl").write_text('{"prompt": "a"}\n{"prompt": 1,}\n')
     (tmp_path / "latin1.txt").write_bytes("first\n\ncaf\u00e9\n".encode("latin-1"))  # é is 0xe9, at offset 10
     return tmp_path
 
