@@ -38,7 +38,7 @@ CASES = [
     # attnserve
     (["nosuch"], 2, "attnserve: error: argument COMMAND: invalid choice: 'nosuch' (choose from "),
     # generate: its own flags, engine flags, attention flags, config files
-    (["generate", "--max-tokens", "x"], 2, "attnserve generate: error: argument --max-tokens: invalid int value: 'x'"),
+    (["generate", "--max-tokens", "x"], 2, "attnserve generate: error: argument --max-tokens: 'x' is not an integer (allowed: integer >= 1)"),
     (["generate", "--max-tokens", "0"], 2,
      "attnserve generate: error: argument --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
     (["generate", "--top-k", "-2"], 2,
