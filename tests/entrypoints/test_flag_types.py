@@ -95,7 +95,10 @@ def test_text_that_is_not_a_number_names_the_flag_and_what_is_allowed(argv, flag
      "attnserve serve: error: argument --port: 'http' is not an integer (allowed: integer in [0, 65535]; 0 picks a free port)"),
     (["serve", "--shutdown-timeout", "10s"], "attnserve serve: error: argument --shutdown-timeout: '10s' is not a number "
                                              "(allowed: seconds, a finite number >= 0)"),
-    (["bench", "serve", "--seed", "abc"], "attnserve bench serve: error: argument --seed: 'abc' is not an integer"),
+    (["bench", "serve", "--seed", "abc"],
+     "attnserve bench serve: error: argument --seed: 'abc' is not an integer (allowed: integer >= 0)"),
+    (["bench", "serve", "--seed", "-1"],  # was "argument --prompt-file: expected non-negative integer" (numpy's)
+     "attnserve bench serve: error: argument --seed: -1 not allowed (allowed: integer >= 0)"),
     (["bench", "serve", "--temperature", "x"],
      "attnserve bench serve: error: argument --temperature: 'x' is not a number (allowed: a finite number >= 0)"),
     (["bench", "serve", "--temperature", "-1"],  # was accepted, and every request then failed with a 400
@@ -124,4 +127,4 @@ def test_the_installed_command_prints_the_line_and_exits_2():
     proc = subprocess.run([sys.executable, "-m", "attnserve", "bench", "serve", "--seed", "abc"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stdout, proc.stderr) == (
-        2, "", "attnserve bench serve: error: argument --seed: 'abc' is not an integer\n")
+        2, "", "attnserve bench serve: error: argument --seed: 'abc' is not an integer (allowed: integer >= 0)\n")

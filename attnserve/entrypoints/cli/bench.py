@@ -12,7 +12,7 @@ import json
 import math
 import sys
 
-from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int, typed
+from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -38,7 +38,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="let requests stop at EOS (default: generate exactly --output-len tokens)")
     s.add_argument("--temperature", type=_temperature, default=0.0, help="each request's temperature (default 0)")
-    s.add_argument("--seed", type=typed(int), default=0, help="seeds the random prompts and the arrival times")
+    s.add_argument("--seed", type=nonnegative_int, default=0,
+                   help="seeds the random prompts and the arrival times (numpy takes seeds >= 0)")
     s.add_argument("--api-key", default=None)
     s.add_argument("--output-json", type=output_file, default=None, metavar="FILE", help="write the results as JSON")
     s.set_defaults(func=run_serve, _bench_parser=s)
