@@ -103,14 +103,16 @@ def validation_message(errors: list[dict], model: type[BaseModel] | None = None)
     integer in [1, 128])`` (the allowed values from the model's schema). A field typed as a union (``prompt``: a
     string, strings, token ids or lists of token ids) fails once per member; its errors become one: the deepest
     member's error that is not a plain type mismatch (``prompt.0: -1 not allowed (allowed: integer >= 0)``),
-    else ``stop: 5 is none of str, list[str]``."""
-    fields: dict[tuple, list[tuple[tuple, dict]]] = {}  # top-level field -> (path without union members, error)
+    else ``stop: 5 is none of str, list[str]`` (``messages.0.content: 5 is none of ...``: the union's own path)."""
+    # the path up to a union's members (``messages.0.content``), else the error's own: (bare path, error) pairs
+    fields: dict[tuple, list[tuple[tuple, dict]]] = {}
     for err in errors:
         path = tuple(x for x in err.get("loc", ()) if x != "body")
         bare = tuple(x for x in path if not _union_member(x))
-        fields.setdefault(bare[:1], []).append((bare, err))
+        cut = next((i for i, x in enumerate(path) if _union_member(x)), len(path))
+        fields.setdefault(path[:cut], []).append((bare, err))
     parts = []
-    for group in fields.values():
+    for where, group in fields.items():
         unions = [e for e in group if any(_union_member(x) for x in e[1].get("loc", ()))]
         if len(unions) < 2:
             parts += [(".".join(map(str, bare)) or "body", _message(err, bare, model)) for bare, err in group]
@@ -122,8 +124,7 @@ def validation_message(errors: list[dict], model: type[BaseModel] | None = None)
             parts.append((".".join(map(str, bare)), _message(err, bare, model)))
         else:
             members = list(dict.fromkeys(next(x for x in e.get("loc", ()) if _union_member(x)) for _, e in unions))
-            bare = unions[0][0][:1]
-            parts.append((".".join(map(str, bare)), f"{_json(unions[0][1].get('input'))} is none of {', '.join(members)}"))
+            parts.append((".".join(map(str, where)), f"{_json(unions[0][1].get('input'))} is none of {', '.join(members)}"))
     message = "; ".join(f"{where}: {msg}" for where, msg in parts[:5])
     return message or "invalid request", (parts[0][0] if parts and parts[0][0] != "body" else None)
 

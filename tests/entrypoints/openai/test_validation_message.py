@@ -52,6 +52,15 @@ def test_plain_nested_field_keeps_its_path():
                                 '"assistant", "tool")', "messages.0.role")
 
 
+def test_a_union_inside_a_list_is_named_by_its_own_path():
+    """Was 'messages: 5 is none of str, list[ContentPart]', param messages, naming neither the message nor content."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": 5},
+                                       {"role": "user", "content": True}]}
+    assert _message(ChatCompletionRequest, body) == (
+        "messages.1.content: 5 is none of str, list[ContentPart]; messages.2.content: true is none of str, "
+        "list[ContentPart]", "messages.1.content")
+
+
 def test_without_the_model_pydantic_words_the_message():
     with pytest.raises(ValidationError) as e:
         CompletionRequest.model_validate({"prompt": "x", "n": 1.5})

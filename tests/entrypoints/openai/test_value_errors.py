@@ -59,6 +59,8 @@ CHAT_CASES = {
     "logprobs_text": ({"logprobs": "maybe"}, "logprobs", '"maybe" is not a boolean (allowed: true, false, or null)'),
     "role": ({"messages": [{"role": "wizard", "content": "Hi"}]}, "messages.0.role",
              '"wizard" not allowed (allowed: "system", "developer", "user", "assistant", "tool")'),
+    "content": ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content",  # was param "messages"
+                "5 is none of str, list[ContentPart]"),
 }
 
 
