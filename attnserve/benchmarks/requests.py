@@ -46,11 +46,17 @@ def random_requests(num_prompts: int, input_len: int, output_len: int, range_rat
 
 
 class PromptsFileError(ValueError):
-    """A prompts file that cannot be used (not UTF-8 text, no prompts in it); the message names the file."""
+    """A prompts file that cannot be used (not UTF-8 text, no prompts in it, a malformed JSONL line); the message
+    names the file (and the line)."""
 
 
-def text_lines(path: str) -> list[str]:
-    """The non-blank lines of the UTF-8 text file ``path``, without their line ends (``\n``, ``\r\n``, ``\r``).
+PROMPT_LINE = 'each line must be a prompt as plain text, or a JSON object with a non-empty "prompt" string'
+"""What a line of a prompts file must be; the end of every error about one line."""
+
+
+def numbered_lines(path: str) -> list[tuple[int, str]]:
+    """``(line number, line)`` for the non-blank lines of the UTF-8 text file ``path``, without their line ends
+    (``\n``, ``\r\n``, ``\r``); lines count from 1, blank ones included.
 
     Raises OSError, and PromptsFileError naming the first byte that is not UTF-8 and its offset in the file.
     """
@@ -60,21 +66,42 @@ def text_lines(path: str) -> list[str]:
         text = data.decode("utf-8")  # the whole file at once: the error's start is the offset in the file
     except UnicodeDecodeError as e:
         raise PromptsFileError(f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
-    return [line.rstrip("\n") for line in io.StringIO(text, newline=None) if line.strip()]
+    return [(n, line.rstrip("\n")) for n, line in enumerate(io.StringIO(text, newline=None), 1) if line.strip()]
+
+
+def text_lines(path: str) -> list[str]:
+    """The non-blank lines of the UTF-8 text file ``path``, without their line ends. Raises as
+    :func:`numbered_lines`."""
+    return [line for _, line in numbered_lines(path)]
+
+
+def prompt_of_line(path: str, number: int, line: str) -> str:
+    """The prompt on line ``number`` of prompts file ``path``: the line itself, or, for a line that starts with
+    ``{`` (JSONL), its object's ``"prompt"``. Raises PromptsFileError naming the file, the line and what is wrong
+    with it (malformed JSON, no ``"prompt"`` key, a prompt that is not a non-empty string) and :data:`PROMPT_LINE`."""
+    if not line.lstrip().startswith("{"):
+        return line
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise PromptsFileError(f"{path}:{number}:{e.colno}: malformed JSON: {e.msg}; {PROMPT_LINE}") from None
+    except RecursionError:
+        raise PromptsFileError(f"{path}:{number}: malformed JSON: nested too deeply; {PROMPT_LINE}") from None
+    if "prompt" not in obj:
+        keys = ", ".join(json.dumps(k) for k in list(obj)[:5]) + (", ..." if len(obj) > 5 else "")
+        has = f"its keys: {keys}" if obj else "the object is empty"
+        raise PromptsFileError(f'{path}:{number}: missing key "prompt" ({has}); {PROMPT_LINE}')
+    prompt = obj["prompt"]
+    if not isinstance(prompt, str) or not prompt:
+        what = "empty" if prompt == "" else f"{json.dumps(prompt)[:60]}, not a string"
+        raise PromptsFileError(f'{path}:{number}: "prompt" is {what}; {PROMPT_LINE}')
+    return prompt
 
 
 def read_prompts_file(path: str) -> list[str]:
-    """One prompt per non-empty line; a line that is a JSON object uses its ``"prompt"`` (JSONL). Raises as
-    :func:`text_lines`."""
-    prompts = []
-    for line in text_lines(path):
-        if line.lstrip().startswith("{"):
-            try:
-                line = json.loads(line)["prompt"]
-            except (ValueError, KeyError, TypeError):
-                pass
-        prompts.append(line)
-    return prompts
+    """One prompt per non-blank line, as :func:`prompt_of_line` reads it. Raises as :func:`numbered_lines` and
+    :func:`prompt_of_line`."""
+    return [prompt_of_line(path, number, line) for number, line in numbered_lines(path)]
 
 
 def file_requests(prompts: list[list[int]], num_prompts: int | None, output_len: int, range_ratio: float,

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 import httpx
 import numpy as np
 
-from attnserve.benchmarks.requests import PromptsFileError, text_lines
+from attnserve.benchmarks.requests import PromptsFileError, read_prompts_file
 
 _WORDS = ("the of and to in is was for on that with as by at from his her an which are this be or have one "
           "had not but were all they their we been has when who will more no out if so what can said about "
@@ -58,9 +58,10 @@ class RequestResult:
 
 
 def load_prompts(cfg: BenchConfig) -> list[str]:
-    """``num_prompts`` prompts: from the file (cycled), or random words."""
+    """``num_prompts`` prompts: from the file (cycled), or random words. Raises OSError and PromptsFileError for a
+    file that cannot be read or used (:func:`~attnserve.benchmarks.requests.read_prompts_file`)."""
     if cfg.prompt_file:
-        prompts = [json.loads(x)["prompt"] if x.lstrip().startswith("{") else x for x in text_lines(cfg.prompt_file)]
+        prompts = read_prompts_file(cfg.prompt_file)
         if not prompts:
             raise PromptsFileError(f"{cfg.prompt_file} has no prompts (give one prompt per line, or use --dataset "
                                    "random)")

@@ -2,7 +2,9 @@
 
 A file is a mapping of engine argument names (``_`` or ``-``) to values, ``model`` included, with
 ``attention_config`` as a nested object or dotted keys. Every value is kept as written (``false`` too);
-a duplicate key, an unknown key or a malformed file is an error naming the file (and line, column).
+a duplicate key, an unknown key or a malformed file is an error naming the file (and line, column), and so
+is a file that holds no mapping: an empty one (a file named on the command line that sets nothing is most
+likely the wrong file), null, a list or a scalar. ``{}`` is the way to write "no settings".
 """
 
 from __future__ import annotations
@@ -73,7 +75,10 @@ def loads_yaml(text: str, what: str) -> Any:
 
 def read_config_file(path: str, fmt: str = "auto") -> dict[str, Any]:
     """Read a config file as a mapping. ``fmt``: ``json``, ``yaml``, or ``auto`` (by suffix; JSON for
-    ``.json``, YAML otherwise — JSON is valid YAML, but JSON errors are clearer for ``.json``)."""
+    ``.json``, YAML otherwise — JSON is valid YAML, but JSON errors are clearer for ``.json``).
+
+    Raises ConfigError naming the file for an unreadable or malformed file, and for one whose top level is
+    not a mapping (empty, comments only, null, a list, a scalar); ``{}`` reads as no settings."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
@@ -82,15 +87,32 @@ def read_config_file(path: str, fmt: str = "auto") -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path!r}: not UTF-8 text ({e.reason})") from None
     if fmt == "auto":
         fmt = "json" if path.lower().endswith(".json") else "yaml"
-    if fmt == "json":
-        data = loads_json(text, path)
-    else:
-        data = loads_yaml(text, path)
-    if data is None:
-        return {}  # an empty file sets nothing
+    allowed = ("allowed: a mapping of engine argument names to values, e.g. "
+               + ('{"dtype": "float32"}' if fmt == "json" else "'dtype: float32'") + ", or {} for no settings")
+    if not text.strip():  # JSON's decoder says "Expecting value", YAML's reads null: one error for both
+        raise ConfigError(f"{path}: empty config file ({allowed})")
+    data = loads_json(text, path) if fmt == "json" else loads_yaml(text, path)
+    if data is None and fmt != "json" and yaml.compose(text, Loader=yaml.SafeLoader) is None:
+        raise ConfigError(f"{path}: the config file holds only comments ({allowed})")
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of engine argument names to values, got {type(data).__name__}")
+        raise ConfigError(f"{path}: the top level is {_describe(data)} ({allowed})")
     return data
+
+
+def _describe(data: Any) -> str:
+    """A decoded top level that is not a mapping, in the file's words: ``null``, ``a list``, ``the string
+    'dtype float32'``, ``the number 5``, ``true``."""
+    if data is None:
+        return "null"
+    if isinstance(data, bool):
+        return str(data).lower()
+    if isinstance(data, list):
+        return "a list"
+    if isinstance(data, str):
+        return f"the string {data!r}"
+    if isinstance(data, (int, float)):
+        return f"the number {data!r}"
+    return f"a {type(data).__name__}"  # a YAML date, timestamp or binary
 
 
 def file_settings(path: str, fmt: str = "auto") -> list[Setting]:

@@ -18,6 +18,18 @@ def _is_real(x) -> bool:  # finite int or float (numpy's too), not bool
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
+ALLOWED = {  # each numeric parameter's allowed values in words: this module's errors, and generate's flags
+    "n": "integer >= 1",
+    "temperature": "a finite number >= 0",
+    "top_p": "(0, 1]",
+    "top_k": "0 or -1 (all), or integer >= 1",
+    "min_p": "[0, 1]",
+    "seed": "an integer or None",
+    "max_tokens": "integer >= 1",
+    "logprobs": f"integer in [0, {MAX_LOGPROBS}]",
+}
+
+
 class SamplingParamsError(ValueError):
     """A sampling parameter outside its allowed range; the message names the value and the range."""
 
@@ -61,16 +73,16 @@ class SamplingParams:
         if self.top_k == -1:
             self.top_k = 0
         checks = [
-            (_is_int(self.n) and self.n >= 1, "n", self.n, "integer >= 1"),
-            (_is_real(self.temperature) and self.temperature >= 0.0, "temperature", self.temperature, "finite, >= 0"),
-            (_is_real(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p, "(0, 1]"),
-            (_is_int(self.top_k) and self.top_k >= 0, "top_k", self.top_k, "0 or -1 (all), or integer >= 1"),
-            (_is_real(self.min_p) and 0.0 <= self.min_p <= 1.0, "min_p", self.min_p, "[0, 1]"),
-            (self.seed is None or _is_int(self.seed), "seed", self.seed, "an integer or None"),
+            (_is_int(self.n) and self.n >= 1, "n", self.n, ALLOWED["n"]),
+            (_is_real(self.temperature) and self.temperature >= 0.0, "temperature", self.temperature, ALLOWED["temperature"]),
+            (_is_real(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p, ALLOWED["top_p"]),
+            (_is_int(self.top_k) and self.top_k >= 0, "top_k", self.top_k, ALLOWED["top_k"]),
+            (_is_real(self.min_p) and 0.0 <= self.min_p <= 1.0, "min_p", self.min_p, ALLOWED["min_p"]),
+            (self.seed is None or _is_int(self.seed), "seed", self.seed, ALLOWED["seed"]),
             (self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1), "max_tokens",
-             self.max_tokens, "integer >= 1"),
+             self.max_tokens, ALLOWED["max_tokens"]),
             (self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS), "logprobs",
-             self.logprobs, f"integer in [0, {MAX_LOGPROBS}]"),
+             self.logprobs, ALLOWED["logprobs"]),
             (all(isinstance(s, str) and s for s in self.stop), "stop", self.stop, "non-empty strings"),
             (all(_is_int(t) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", self.stop_token_ids,
              "token ids (integers >= 0)"),

@@ -36,9 +36,39 @@ def test_json_file(tmp_path):
     assert cfg.attention.flash_attn_version == 4
 
 
-def test_empty_file_sets_nothing(tmp_path):
-    cfg, _ = load(tmp_path, "c.yaml", "")
-    assert cfg.model.model is None
+YAML_ALLOWED = "(allowed: a mapping of engine argument names to values, e.g. 'dtype: float32', or {} for no settings)"
+JSON_ALLOWED = '(allowed: a mapping of engine argument names to values, e.g. {"dtype": "float32"}, or {} for no settings)'
+
+
+@pytest.mark.parametrize("name, text, message", [
+    # a file named on the command line that sets nothing is most likely the wrong file: one error in both formats
+    # (the empty YAML file was read as no settings, the empty JSON file was "malformed JSON: Expecting value")
+    ("c.yaml", "", f"empty config file {YAML_ALLOWED}"),
+    ("c.yml", " \n\n", f"empty config file {YAML_ALLOWED}"),
+    ("c.json", "", f"empty config file {JSON_ALLOWED}"),
+    ("c.json", "\n  \n", f"empty config file {JSON_ALLOWED}"),
+    ("c.yaml", "# block_size: 32\n", f"the config file holds only comments {YAML_ALLOWED}"),
+    ("c.yaml", "null\n", f"the top level is null {YAML_ALLOWED}"),
+    ("c.json", "null", f"the top level is null {JSON_ALLOWED}"),
+    # a top level that is no mapping (was "... must be a mapping ..., got list")
+    ("c.yaml", "- block_size: 32\n- dtype: float32\n", f"the top level is a list {YAML_ALLOWED}"),
+    ("c.json", '[{"block_size": 32}]', f"the top level is a list {JSON_ALLOWED}"),
+    ("c.yaml", "block_size 32\n", f"the top level is the string 'block_size 32' {YAML_ALLOWED}"),
+    ("c.yaml", "32\n", f"the top level is the number 32 {YAML_ALLOWED}"),
+    ("c.yaml", "true\n", f"the top level is true {YAML_ALLOWED}"),
+])
+def test_a_file_without_a_mapping_is_one_error_naming_it(tmp_path, name, text, message):
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        file_settings(str(p))
+    assert str(e.value) == f"{p}: {message}"
+
+
+@pytest.mark.parametrize("name", ["c.yaml", "c.json"])
+def test_an_empty_mapping_sets_nothing(tmp_path, name):
+    cfg, _ = load(tmp_path, name, "{}\n")
+    assert cfg.model.model is None and cfg.cache.block_size == 16
 
 
 @pytest.mark.parametrize(
@@ -52,7 +82,6 @@ def test_empty_file_sets_nothing(tmp_path):
         ("c.json", '{\n  "model": "m",\n  "block_size" 16\n}', r"^{p}:3:16: malformed JSON: Expecting ':' delimiter"),
         ("c.json", '{"model": "a", "model": "b"}', r"^{p}: duplicate key 'model'"),
         ("c.yaml", "model: a\nmodel: b\n", r"^{p}:2:1: malformed YAML: duplicate key 'model'"),
-        ("c.yaml", "- 1\n- 2\n", r"^{p}: the top level must be a mapping"),
         ("c.yaml", "block_size: 0\n", r"^{p}: block_size 0 not allowed \(allowed: integer >= 1\)"),
         ("c.yaml", "block_size: '16'\n", r"^{p}: block_size '16' not allowed"),
         ("c.yaml", "attention_config:\n  flash_attn_version: 5\n", r"^{p}: attention_config.flash_attn_version 5 not allowed"),

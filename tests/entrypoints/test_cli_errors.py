@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from attnserve.benchmarks.requests import PROMPT_LINE
 from attnserve.entrypoints.cli.main import main
 from attnserve.platforms import detect_platform
 
@@ -37,7 +38,7 @@ CASES = [
     # attnserve
     (["nosuch"], 2, "attnserve: error: argument COMMAND: invalid choice: 'nosuch' (choose from "),
     # generate: its own flags, engine flags, attention flags, config files
-    (["generate", "--max-tokens", "x"], 2, "attnserve generate: error: argument --max-tokens: invalid int value: 'x'"),
+    (["generate", "--max-tokens", "x"], 2, "attnserve generate: error: argument --max-tokens: 'x' is not an integer (allowed: integer >= 1)"),
     (["generate", "--max-tokens", "0"], 2,
      "attnserve generate: error: argument --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
     (["generate", "--top-k", "-2"], 2,
@@ -103,6 +104,15 @@ CASES = [
     (["generate", "--model", "{tiny_gpt2}", "--device", "cpu", "--tensor-parallel-size", "2"], 2,
      "attnserve generate: error: argument --tensor-parallel-size: tensor_parallel_size 2 not supported for "
      "GPT2LMHeadModel (tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3)"),
+    (["generate", "--config", "{tmp}/empty.yaml"], 2,  # was read as no settings, while an empty JSON file was an error
+     "attnserve generate: error: {tmp}/empty.yaml: empty config file (allowed: a mapping of engine argument names to "
+     "values, e.g. 'dtype: float32', or {} for no settings)"),
+    (["generate", "--json-config", "{tmp}/empty.txt"], 2,  # was "malformed JSON: Expecting value"
+     "attnserve generate: error: {tmp}/empty.txt: empty config file (allowed: a mapping of engine argument names to "
+     'values, e.g. {"dtype": "float32"}, or {} for no settings)'),
+    (["generate", "--config", "{tmp}/list.yaml"], 2,
+     "attnserve generate: error: {tmp}/list.yaml: the top level is a list (allowed: a mapping of engine argument names "
+     "to values, e.g. 'dtype: float32', or {} for no settings)"),
     (["generate", "--config", "{tmp}/dtype.yaml"], 2, "attnserve generate: error: {tmp}/dtype.yaml: dtype 'float64' "
                                                       "not allowed (allowed: auto, float32, float16, bfloat16, float, half)"),
     # serve
@@ -184,6 +194,16 @@ CASES = [
      "or use --dataset random)"),  # was "no prompts in '...'"
     (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/latin1.txt"], 2,
      "attnserve bench serve: error: argument --prompt-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at offset 10)"),
+    # a bad JSONL line: the file, the line and what a line must be, before any request (was a KeyError traceback)
+    (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/nokey.jsonl"], 2,
+     'attnserve bench serve: error: argument --prompt-file: {tmp}/nokey.jsonl:3: missing key "prompt" (its keys: '
+     f'"text"); {PROMPT_LINE}'),
+    (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/badjson.jsonl"], 2,
+     "attnserve bench serve: error: argument --prompt-file: {tmp}/badjson.jsonl:2:14: malformed JSON: Expecting "
+     f"property name enclosed in double quotes; {PROMPT_LINE}"),  # was "Expecting ...: line 1 column 14 (char 13)"
+    (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/nokey.jsonl"], 2,
+     'attnserve bench throughput: error: argument --prompts-file: {tmp}/nokey.jsonl:3: missing key "prompt" (its '
+     f'keys: "text"); {PROMPT_LINE}'),  # was the line sent as a text prompt
 ]
 
 
@@ -191,10 +211,14 @@ CASES = [
 def files(tmp_path):
     (tmp_path / "bad.yaml").write_text("a: [1\n")
     (tmp_path / "dtype.yaml").write_text("dtype: float64\n")
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "list.yaml").write_text("- dtype: float32\n")
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "blank.txt").write_text("\n  \n\t\n")
     (tmp_path / "triton.yaml").write_text("attention_backend: TRITON_ATTN\n")
     (tmp_path / "fp8.yaml").write_text("kv_cache_dtype: fp8\n")
+    (tmp_path / "nokey.jsonl").write_text('{"prompt": "a"}\n\n{"text": "b"}\n')
+    (tmp_path / "badjson.jsonl").write_text('{"prompt": "a"}\n{"prompt": 1,}\n')
     (tmp_path / "latin1.txt").write_bytes("first\n\ncaf\u00e9\n".encode("latin-1"))  # é is 0xe9, at offset 10
     return tmp_path
 

@@ -1,8 +1,11 @@
 """Checked argparse types: a bad flag value exits 2 with one line naming the value and what is allowed.
 
 ``checked(int, lambda v: v >= 1, "integer >= 1")`` parses ``"0"`` into argparse's error
-``argument --num-prompts: 0 not allowed (allowed: integer >= 1)``; text that is not a number reads
-``invalid int value: 'x'`` (argparse's own wording for ``type=int``).
+``argument --num-prompts: 0 not allowed (allowed: integer >= 1)`` and ``"x"`` into ``argument --num-prompts:
+'x' is not an integer (allowed: integer >= 1)``; ``typed(int)`` checks the type only (``'x' is not an
+integer``), for a flag whose range is checked where its value is used. Every int or float flag of the
+``attnserve`` command is one of these (tests/entrypoints/test_flag_types.py), never a bare ``type=int``,
+whose error (``invalid int value: 'x'``) does not say what is allowed.
 """
 
 from __future__ import annotations
@@ -11,20 +14,36 @@ import argparse
 import math
 from typing import Callable
 
+_NOUNS = {int: ("integer", "an integer"), float: ("number", "a number")}
+
+
+def not_a(convert: type[int] | type[float], text: str, allowed: str) -> str:
+    """``'x' is not an integer (allowed: ALLOWED)``; no parenthesis when ``allowed`` is the bare type word."""
+    word, noun = _NOUNS[convert]
+    return f"{text!r} is not {noun}" + ("" if allowed == word else f" (allowed: {allowed})")
+
 
 def checked(convert: type[int] | type[float], ok: Callable[[float], bool], allowed: str) -> Callable[[str], float]:
-    """An argparse type: ``convert(text)`` (int or float), accepted when ``ok(value)``; ArgumentTypeError else."""
+    """An argparse type: ``convert(text)`` (int or float), accepted when ``ok(value)``; ArgumentTypeError naming
+    the text and ``allowed`` else."""
 
     def parse(text: str):
         try:
             value = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid {convert.__name__} value: {text!r}") from None
+            raise argparse.ArgumentTypeError(not_a(convert, text, allowed)) from None
         if not ok(value):
             raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: {allowed})")
         return value
 
+    parse.__name__ = _NOUNS[convert][0]  # argparse's fallback wording, should an error escape the above
     return parse
+
+
+def typed(convert: type[int] | type[float], allowed: str | None = None) -> Callable[[str], float]:
+    """An argparse type that checks the type only: any int (float) is accepted, text that is none is refused
+    naming ``allowed`` (default: the bare type word) — for flags whose range is checked where the value is used."""
+    return checked(convert, lambda _: True, allowed or _NOUNS[convert][0])
 
 
 def int_at_least(low: int) -> Callable[[str], int]:

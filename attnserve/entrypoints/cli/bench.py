@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 
 from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
@@ -36,8 +37,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--output-len", type=positive_int, default=128, help="max_tokens per request")
     s.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="let requests stop at EOS (default: generate exactly --output-len tokens)")
-    s.add_argument("--temperature", type=float, default=0.0)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--temperature", type=_temperature, default=0.0, help="each request's temperature (default 0)")
+    s.add_argument("--seed", type=nonnegative_int, default=0,
+                   help="seeds the random prompts and the arrival times (numpy takes seeds >= 0)")
     s.add_argument("--api-key", default=None)
     s.add_argument("--output-json", type=output_file, default=None, metavar="FILE", help="write the results as JSON")
     s.set_defaults(func=run_serve, _bench_parser=s)
@@ -51,6 +53,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 _request_rate = checked(float, lambda v: v > 0.0, "number > 0, or inf")  # nan fails too
 _range_ratio = checked(float, lambda v: 0.0 <= v < 1.0, "0 <= R < 1")
 _server_port = checked(int, lambda v: 1 <= v <= 65535, "integer in [1, 65535]")
+_temperature = checked(float, lambda v: math.isfinite(v) and v >= 0.0, "a finite number >= 0")  # as the server's
 
 
 def _add_outputs(p: argparse.ArgumentParser, plot_help: str) -> None:

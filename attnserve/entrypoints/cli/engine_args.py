@@ -43,6 +43,7 @@ from attnserve.config.engine_args import (
 )
 from attnserve.config.fields import did_you_mean, field_docs, split_optional
 from attnserve.config.files import file_settings, loads_json
+from attnserve.entrypoints.cli.arg_types import typed
 
 __all__ = [
     "ConfigError",
@@ -192,12 +193,14 @@ def _json_or_str(text: str) -> Any:
         return text
 
 
-def _converter(base: object, optional: bool):  # type: ignore[no-untyped-def]
+def _converter(base: object, optional: bool, allowed: str):  # type: ignore[no-untyped-def]
+    """The flag's argparse type: text that is not its int or float reads ``'x' is not an integer (allowed:
+    ALLOWED)``; the range is checked when the config is built, for every surface alike."""
     if base not in (int, float):
         return str
+    parse = typed(base, allowed)  # type: ignore[arg-type]
     def convert(text: str) -> Any:
-        return None if optional and text.lower() in ("none", "null") else base(text)  # type: ignore[operator]
-    convert.__name__ = base.__name__  # argparse says "invalid int value: 'x'"
+        return None if optional and text.lower() in ("none", "null") else parse(text)
     return convert
 
 
@@ -214,7 +217,7 @@ def _add_flag(group: argparse._ArgumentGroup, arg: EngineArg) -> None:
                            default=argparse.SUPPRESS, help=help_text)
         return
     choices = arg.field.metadata.get("choices")
-    group.add_argument(flag, action=_SettingAction, key=arg.name, type=_converter(base, optional), choices=choices,
+    group.add_argument(flag, action=_SettingAction, key=arg.name, type=_converter(base, optional, arg.allowed), choices=choices,
                        default=argparse.SUPPRESS, metavar=None if choices else arg.name.upper(), help=help_text)
 
 

@@ -11,7 +11,8 @@ DEFAULT_PROMPT = "What are the three primary colors? Answer in one sentence."
 
 
 def add_parser(subparsers) -> None:
-    from attnserve.entrypoints.cli.arg_types import output_file
+    from attnserve.engine.sampling_params import ALLOWED
+    from attnserve.entrypoints.cli.arg_types import output_file, typed
     from attnserve.entrypoints.cli.engine_args import add_engine_args
 
     p = subparsers.add_parser(
@@ -24,14 +25,18 @@ def add_parser(subparsers) -> None:
     g.add_argument("--prompt", action="append", default=None, help="a prompt (repeat for several)")
     g.add_argument("--prompts-file", default=None, help="a text file with one prompt per line (blank lines skipped)")
     g.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template")
-    g.add_argument("--max-tokens", type=int, default=128, help="most tokens to generate per prompt (>= 1)")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
-    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = all")
-    g.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min_p x the top probability")
+    # the sampling flags' ranges are SamplingParams' (checked when it is built); their types are checked here
+    g.add_argument("--max-tokens", type=typed(int, ALLOWED["max_tokens"]), default=128,
+                   help="most tokens to generate per prompt (>= 1)")
+    g.add_argument("--temperature", type=typed(float, ALLOWED["temperature"]), default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=typed(float, ALLOWED["top_p"]), default=1.0, help="nucleus sampling mass in (0, 1]")
+    g.add_argument("--top-k", type=typed(int, ALLOWED["top_k"]), default=0, help="keep the k most likely tokens; 0 = all")
+    g.add_argument("--min-p", type=typed(float, ALLOWED["min_p"]), default=0.0,
+                   help="drop tokens below min_p x the top probability")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeat for several)")
-    g.add_argument("--n", type=int, default=1, help="completions per prompt")
-    g.add_argument("--logprobs", type=int, default=None, help="top logprobs to return per token")
+    g.add_argument("--n", type=typed(int, ALLOWED["n"]), default=1, help="completions per prompt")
+    g.add_argument("--logprobs", type=typed(int, ALLOWED["logprobs"]), default=None,
+                   help="top logprobs to return per token")
     g.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS")
     g.add_argument("--output-json", type=output_file, default=None, metavar="FILE", help="write every request's prompt, text, tokens and timings here")
     p.set_defaults(func=run)

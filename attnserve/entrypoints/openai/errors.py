@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from http import HTTPStatus
 
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
+from attnserve.entrypoints.openai.allowed import allowed_values
 from attnserve.entrypoints.openai.protocol import ErrorInfo, ErrorResponse
 
 # HTTP status -> OpenAI's error "type"
@@ -57,32 +60,71 @@ def _is_type_mismatch(err: dict) -> bool:
     return err.get("type", "").endswith(("_type", "_parsing"))
 
 
-def validation_message(errors: list[dict]) -> tuple[str, str | None]:
+# pydantic error type -> (the JSON schema types it is about, what the value is not)
+_NOT_A = {
+    "int_type": (("integer",), "an integer"),
+    "int_parsing": (("integer",), "an integer"),
+    "int_from_float": (("integer",), "an integer"),
+    "int_parsing_size": (("integer",), "an integer"),  # a float beyond 64 bits: 1e+20
+    "float_type": (("number",), "a number"),
+    "float_parsing": (("number",), "a number"),
+    "finite_number": (("integer", "number"), "a finite number"),
+    "bool_type": (("boolean",), "a boolean"),
+    "bool_parsing": (("boolean",), "a boolean"),
+    "string_type": (("string",), "a string"),
+}
+_OUT_OF_RANGE = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "literal_error"}
+
+
+def _json(value) -> str:
+    """``value`` as the client wrote it in JSON (``1e+20``, ``"abc"``, ``null``), cut to 60 characters."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _message(err: dict, path: tuple, model: type[BaseModel] | None) -> str:
+    """``1.5 is not an integer (allowed: integer in [1, 128])``, ``0 not allowed (allowed: integer >= 1, or
+    null)`` when the schema of ``model`` says what the field at ``path`` allows; pydantic's message else."""
+    kind = err.get("type", "")
+    kinds, noun = _NOT_A.get(kind, (("string",) if kind == "literal_error" else ("integer", "number"), ""))
+    allowed = allowed_values(model, path, kinds) if model is not None and (noun or kind in _OUT_OF_RANGE) else None
+    if allowed is None:
+        return err.get("msg", "")
+    return f"{_json(err.get('input'))} {'is not ' + noun if noun else 'not allowed'} (allowed: {allowed})"
+
+
+def validation_message(errors: list[dict], model: type[BaseModel] | None = None) -> tuple[str, str | None]:
     """(message, param) for pydantic's ``errors()`` of a request body: ``field.sub: msg`` per field, at most 5,
-    param the first field's path. A field typed as a union (``prompt``: a string, strings, token ids or lists of
-    token ids) fails once per member; its errors become one: the deepest member's error that is not a plain type
-    mismatch (``prompt.0: Input should be greater than or equal to 0``), else ``stop: 5 is none of str,
-    list[str]``."""
-    fields: dict[tuple, list[tuple[tuple, dict]]] = {}  # top-level field -> (path without union members, error)
+    param the first field's path. With the request ``model``, a value of the wrong type or out of range reads
+    ``max_tokens: 1e+20 is not an integer (allowed: integer >= 1, or null)``, ``n: 0 not allowed (allowed:
+    integer in [1, 128])`` (the allowed values from the model's schema). A field typed as a union (``prompt``: a
+    string, strings, token ids or lists of token ids) fails once per member; its errors become one: the deepest
+    member's error that is not a plain type mismatch (``prompt.0: -1 not allowed (allowed: integer >= 0)``),
+    else ``stop: 5 is none of str, list[str]`` (``messages.0.content: 5 is none of ...``: the union's own path)."""
+    # the path up to a union's members (``messages.0.content``), else the error's own: (bare path, error) pairs
+    fields: dict[tuple, list[tuple[tuple, dict]]] = {}
     for err in errors:
         path = tuple(x for x in err.get("loc", ()) if x != "body")
         bare = tuple(x for x in path if not _union_member(x))
-        fields.setdefault(bare[:1], []).append((bare, err))
+        cut = next((i for i, x in enumerate(path) if _union_member(x)), len(path))
+        fields.setdefault(path[:cut], []).append((bare, err))
     parts = []
-    for group in fields.values():
+    for where, group in fields.items():
         unions = [e for e in group if any(_union_member(x) for x in e[1].get("loc", ()))]
         if len(unions) < 2:
-            parts += [(".".join(map(str, bare)) or "body", err.get("msg")) for bare, err in group]
+            parts += [(".".join(map(str, bare)) or "body", _message(err, bare, model)) for bare, err in group]
             continue
         depth = max(len(bare) for bare, _ in unions)
         deepest = [(bare, err) for bare, err in unions if len(bare) == depth and not _is_type_mismatch(err)]
         if deepest:
             bare, err = deepest[0]
-            parts.append((".".join(map(str, bare)), err.get("msg")))
+            parts.append((".".join(map(str, bare)), _message(err, bare, model)))
         else:
             members = list(dict.fromkeys(next(x for x in e.get("loc", ()) if _union_member(x)) for _, e in unions))
-            bare = unions[0][0][:1]
-            parts.append((".".join(map(str, bare)), f"{unions[0][1].get('input')!r} is none of {', '.join(members)}"))
+            parts.append((".".join(map(str, where)), f"{_json(unions[0][1].get('input'))} is none of {', '.join(members)}"))
     message = "; ".join(f"{where}: {msg}" for where, msg in parts[:5])
     return message or "invalid request", (parts[0][0] if parts and parts[0][0] != "body" else None)
 

@@ -54,6 +54,7 @@ ABORT_GRACE_S = 5.0
 
 _API_ERRORS = {s: {"model": ErrorResponse, "description": status_phrase(s)} for s in (400, 401, 503)}
 _SSE = {"text/event-stream": {"schema": {"type": "string"}, "description": "with stream: true"}}
+_BODY_MODELS = {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest}  # for 400s
 _KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/version", "/metrics"}
 
 
@@ -133,7 +134,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         return error_response(e.message, e.status, e.param, e.code)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, e: RequestValidationError) -> JSONResponse:
         # malformed JSON and schema violations: 400 (FastAPI's default is 422), naming the first field
         errors = e.errors()
         first = errors[0] if errors else {}
@@ -141,7 +142,7 @@ def _add_error_handlers(app: FastAPI) -> None:
             detail = (first.get("ctx") or {}).get("error", "invalid JSON")
             offset = first.get("loc", (None, None))[-1]
             return error_response(f"malformed JSON body: {detail} at character {offset}", 400, None)
-        message, param = validation_message(errors)
+        message, param = validation_message(errors, _BODY_MODELS.get(request.url.path))
         return error_response(message, 400, param)
 
     @app.exception_handler(StarletteHTTPException)

@@ -1,0 +1,89 @@
+"""What a request field allows, in words, read from the request model's JSON schema (the ranges declared on
+protocol.py's fields, which the OpenAPI schema shows too): ``integer >= 1, or null``, ``integer in [1, 128]``,
+``number in (0, 1], or null``, ``true, false``, ``"system", "user"``.
+
+A 400 for a value of the wrong type or out of range names the field, the value and these words
+(``errors.validation_message``), instead of pydantic's ``Input should be a valid integer, got a number with a
+fractional part``, which names neither the value nor what is allowed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Iterator
+
+from pydantic import BaseModel
+
+_BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+
+
+@functools.cache
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    return model.model_json_schema()
+
+
+def _resolve(root: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:  # "#/$defs/Name"
+        node = root.get("$defs", {}).get(node["$ref"].rsplit("/", 1)[-1], {})
+    return node
+
+
+def _branches(root: dict[str, Any], node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """``node``'s alternatives (the members of an anyOf, nested ones flattened), references resolved."""
+    node = _resolve(root, node)
+    members = node.get("anyOf") or node.get("oneOf")
+    if members is None:
+        yield node
+        return
+    for member in members:
+        yield from _branches(root, member)
+
+
+def _leaves(root: dict[str, Any], node: dict[str, Any], path: tuple) -> Iterator[dict[str, Any]]:
+    """The schemas that the value at ``path`` (field names and list indexes) may match, every union member's."""
+    for branch in _branches(root, node):
+        if not path:
+            yield branch
+        elif isinstance(path[0], int) and branch.get("type") == "array":
+            yield from _leaves(root, branch.get("items", {}), path[1:])
+        elif isinstance(path[0], str) and path[0] in branch.get("properties", {}):
+            yield from _leaves(root, branch["properties"][path[0]], path[1:])
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
+
+
+def _words(leaf: dict[str, Any]) -> str:
+    """``integer >= 1``, ``integer in [1, 128]``, ``number in (0, 1]``, ``true, false``, ``string``,
+    ``"system", "user"`` (a Literal's values)."""
+    kind = leaf.get("type")
+    if "enum" in leaf or "const" in leaf:
+        return ", ".join(json.dumps(v) for v in leaf.get("enum", [leaf.get("const")]))
+    if kind == "boolean":
+        return "true, false"
+    if kind not in ("integer", "number"):
+        return str(kind)
+    bounds = {op: _number(leaf[key]) for key, op in _BOUNDS if key in leaf}
+    low = next(((op, v) for op, v in bounds.items() if op in (">=", ">")), None)
+    high = next(((op, v) for op, v in bounds.items() if op in ("<=", "<")), None)
+    if low and high:
+        return f"{kind} in {'[' if low[0] == '>=' else '('}{low[1]}, {high[1]}{']' if high[0] == '<=' else ')'}"
+    if low or high:
+        op, v = low or high  # type: ignore[misc]
+        return f"{kind} {op} {v}"
+    return kind
+
+
+def allowed_values(model: type[BaseModel], path: tuple, kinds: tuple[str, ...]) -> str | None:
+    """What the field at ``path`` of ``model`` (``("max_tokens",)``, ``("prompt", 0)``) allows, in words:
+    ``integer >= 1, or null``. ``kinds`` (JSON schema types: ``integer``, ``number``, ``boolean``, ``string``)
+    pick among a union's members (``prompt.0``: a token id, not a string); None unless exactly one member of
+    those kinds is there."""
+    leaves = list(_leaves(_schema(model), _schema(model), tuple(path)))
+    nullable = any(leaf.get("type") == "null" for leaf in leaves)
+    typed = [leaf for leaf in leaves if leaf.get("type") in kinds]
+    if len(typed) != 1:
+        return None
+    return _words(typed[0]) + (", or null" if nullable else "")

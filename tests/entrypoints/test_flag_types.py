@@ -1,0 +1,130 @@
+"""Every int or float flag of every subcommand: text that is not its type exits 2 with one line naming the flag,
+the text and what is allowed (``argument --seed: 'abc' is not an integer``, ``argument --max-tokens: '1.5' is
+not an integer (allowed: integer >= 1)``), not argparse's ``invalid int value: 'abc'``."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+
+from attnserve.entrypoints.cli.main import COMMANDS, build_parser, main
+
+
+def _parsers(parser: argparse.ArgumentParser, argv: list[str]):
+    """``(argv to reach it, parser)`` for ``parser`` and every subcommand parser under it."""
+    yield argv, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, [*argv, name])
+
+
+def _flags() -> list[tuple[list[str], str, argparse.Action]]:
+    found = []
+    for command in COMMANDS:
+        top = build_parser(command)
+        for argv, parser in _parsers(top, []):
+            if not argv or argv[0] != command:
+                continue
+            for action in parser._actions:
+                if action.option_strings and action.type is not None:
+                    found.append((argv, action.option_strings[0], action))
+    return found
+
+
+FLAGS = _flags()
+
+
+def _rejects(action: argparse.Action, text: str) -> bool:
+    try:
+        action.type(text)  # type: ignore[misc]
+    except argparse.ArgumentTypeError:
+        return True
+    return False
+
+
+NUMERIC = [(argv, flag) for argv, flag, action in FLAGS if _rejects(action, "x")]
+
+
+def test_no_flag_is_a_bare_int_or_float():
+    """A bare ``type=int`` says ``invalid int value: 'x'``, naming nothing allowed."""
+    bare = [" ".join([*argv, flag]) for argv, flag, action in FLAGS if action.type in (int, float)]
+    assert bare == []
+
+
+def test_the_numeric_flags_of_every_command_are_covered():
+    commands = {" ".join(argv) for argv, _ in NUMERIC}
+    assert {"generate", "serve", "bench serve", "bench throughput", "bench latency", "bench attention"} <= commands
+    assert len(NUMERIC) > 60
+
+
+@pytest.mark.parametrize("argv, flag", NUMERIC, ids=[" ".join([*a, f]) for a, f in NUMERIC])
+def test_text_that_is_not_a_number_names_the_flag_and_what_is_allowed(argv, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([*argv, flag, "x"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(rf"attnserve {' '.join(argv)}: error: argument {re.escape(flag)}: 'x' is not "
+                        r"(an integer|a number)( \(allowed: [^\n]+\))?\n", err), err
+
+
+@pytest.mark.parametrize("argv, line", [
+    # engine flags (every command that builds an engine): the field's allowed values
+    (["generate", "--seed", "abc"], "attnserve generate: error: argument --seed: 'abc' is not an integer"),
+    (["generate", "--max-model-len", "1.5"],
+     "attnserve generate: error: argument --max-model-len: '1.5' is not an integer (allowed: integer >= 1, null)"),
+    (["generate", "--gpu-memory-utilization", "x"],
+     "attnserve generate: error: argument --gpu-memory-utilization: 'x' is not a number (allowed: number > 0 and <= 1)"),
+    (["serve", "--seed", "abc"], "attnserve serve: error: argument --seed: 'abc' is not an integer"),
+    (["serve", "--block-size", "1e3"],
+     "attnserve serve: error: argument --block-size: '1e3' is not an integer (allowed: integer >= 1)"),
+    (["bench", "throughput", "--seed", "abc"], "attnserve bench throughput: error: argument --seed: 'abc' is not an integer"),
+    # generate's sampling flags: SamplingParams' ranges (was "invalid int value: '1.5'", "invalid float value: 'x'")
+    (["generate", "--max-tokens", "1.5"],
+     "attnserve generate: error: argument --max-tokens: '1.5' is not an integer (allowed: integer >= 1)"),
+    (["generate", "--temperature", "x"],
+     "attnserve generate: error: argument --temperature: 'x' is not a number (allowed: a finite number >= 0)"),
+    (["generate", "--top-p", "x"], "attnserve generate: error: argument --top-p: 'x' is not a number (allowed: (0, 1])"),
+    (["generate", "--n", "two"], "attnserve generate: error: argument --n: 'two' is not an integer (allowed: integer >= 1)"),
+    (["generate", "--logprobs", "1.0"],
+     "attnserve generate: error: argument --logprobs: '1.0' is not an integer (allowed: integer in [0, 20])"),
+    # serve's and the benchmarks' own flags
+    (["serve", "--port", "http"],
+     "attnserve serve: error: argument --port: 'http' is not an integer (allowed: integer in [0, 65535]; 0 picks a free port)"),
+    (["serve", "--shutdown-timeout", "10s"], "attnserve serve: error: argument --shutdown-timeout: '10s' is not a number "
+                                             "(allowed: seconds, a finite number >= 0)"),
+    (["bench", "serve", "--seed", "abc"],
+     "attnserve bench serve: error: argument --seed: 'abc' is not an integer (allowed: integer >= 0)"),
+    (["bench", "serve", "--seed", "-1"],  # was "argument --prompt-file: expected non-negative integer" (numpy's)
+     "attnserve bench serve: error: argument --seed: -1 not allowed (allowed: integer >= 0)"),
+    (["bench", "serve", "--temperature", "x"],
+     "attnserve bench serve: error: argument --temperature: 'x' is not a number (allowed: a finite number >= 0)"),
+    (["bench", "serve", "--temperature", "-1"],  # was accepted, and every request then failed with a 400
+     "attnserve bench serve: error: argument --temperature: -1.0 not allowed (allowed: a finite number >= 0)"),
+    (["bench", "serve", "--num-prompts", "1.5"],
+     "attnserve bench serve: error: argument --num-prompts: '1.5' is not an integer (allowed: integer >= 1)"),
+    (["bench", "latency", "--batch-size", "1", "x"],
+     "attnserve bench latency: error: argument --batch-size: 'x' is not an integer (allowed: integer >= 1)"),
+    (["bench", "attention", "--repeats", "2.5"],
+     "attnserve bench attention: error: argument --repeats: '2.5' is not an integer (allowed: integer >= 1)"),
+])
+def test_exact_lines(argv, line, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert capsys.readouterr().err == line + "\n"
+
+
+def test_the_installed_command_prints_the_line_and_exits_2():
+    """The same through ``python -m attnserve``: one line on stderr, no traceback."""
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    proc = subprocess.run([sys.executable, "-m", "attnserve", "bench", "serve", "--seed", "abc"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", "attnserve bench serve: error: argument --seed: 'abc' is not an integer (allowed: integer >= 0)\n")
