@@ -84,9 +84,13 @@ def allowed_values(cls: type, name: str) -> str:
         words = ", ".join(str(c) for c in meta["choices"])
     else:
         words = _TYPE_WORDS.get(base, getattr(base, "__name__", str(base)))
-        bounds = [f"{op} {meta[k]}" for k, op in (("gt", ">"), ("ge", ">="), ("le", "<=")) if k in meta]
-        if bounds:
-            words += " " + " and ".join(bounds)
+        low = next(((k, meta[k]) for k in ("gt", "ge") if k in meta), None)
+        if low and "le" in meta:  # an interval: "number in (0, 1]", "integer in [0, 18446744073709551615]"
+            words += f" in {'(' if low[0] == 'gt' else '['}{low[1]}, {meta['le']}]"
+        else:
+            bounds = [f"{op} {meta[k]}" for k, op in (("gt", ">"), ("ge", ">="), ("le", "<=")) if k in meta]
+            if bounds:
+                words += " " + " and ".join(bounds)
     return words + (", null" if optional else "")
 
 

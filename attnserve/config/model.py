@@ -43,8 +43,9 @@ class ModelConfig:
     """Weight format: auto (from the path), safetensors, gguf, or dummy (random weights in the real shapes,
     from the config alone: a hub model's weights are not downloaded)."""
 
-    seed: int = 0
-    """Seed for random weights (dummy) and for sampling requests that give no seed."""
+    seed: int = field(default=0, metadata={"ge": 0, "le": 2**64 - 1})
+    """Seed for random weights (dummy) and for sampling requests that give no seed: an integer in [0, 2**64 - 1],
+    what both torch's and numpy's generators take (a negative or larger seed failed only after the model loaded)."""
 
     def __post_init__(self) -> None:
         validate_fields(self)

@@ -72,15 +72,15 @@ def test_text_that_is_not_a_number_names_the_flag_and_what_is_allowed(argv, flag
 
 @pytest.mark.parametrize("argv, line", [
     # engine flags (every command that builds an engine): the field's allowed values
-    (["generate", "--seed", "abc"], "attnserve generate: error: argument --seed: 'abc' is not an integer"),
+    (["generate", "--seed", "abc"], "attnserve generate: error: argument --seed: 'abc' is not an integer (allowed: integer in [0, 18446744073709551615])"),
     (["generate", "--max-model-len", "1.5"],
      "attnserve generate: error: argument --max-model-len: '1.5' is not an integer (allowed: integer >= 1, null)"),
     (["generate", "--gpu-memory-utilization", "x"],
-     "attnserve generate: error: argument --gpu-memory-utilization: 'x' is not a number (allowed: number > 0 and <= 1)"),
-    (["serve", "--seed", "abc"], "attnserve serve: error: argument --seed: 'abc' is not an integer"),
+     "attnserve generate: error: argument --gpu-memory-utilization: 'x' is not a number (allowed: number in (0, 1])"),
+    (["serve", "--seed", "abc"], "attnserve serve: error: argument --seed: 'abc' is not an integer (allowed: integer in [0, 18446744073709551615])"),
     (["serve", "--block-size", "1e3"],
      "attnserve serve: error: argument --block-size: '1e3' is not an integer (allowed: integer >= 1)"),
-    (["bench", "throughput", "--seed", "abc"], "attnserve bench throughput: error: argument --seed: 'abc' is not an integer"),
+    (["bench", "throughput", "--seed", "abc"], "attnserve bench throughput: error: argument --seed: 'abc' is not an integer (allowed: integer in [0, 18446744073709551615])"),
     # generate's sampling flags: SamplingParams' ranges (was "invalid int value: '1.5'", "invalid float value: 'x'")
     (["generate", "--max-tokens", "1.5"],
      "attnserve generate: error: argument --max-tokens: '1.5' is not an integer (allowed: integer >= 1)"),
