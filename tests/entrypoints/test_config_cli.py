@@ -241,7 +241,7 @@ def test_help_comes_from_field_docstrings(capsys):
         (["-ac", "[1]"], ["-ac", "must be an object"]),
         (["--block-size", "0"], ["--block-size", "0", "integer >= 1"]),
         (["--block-size", "x"], ["--block-size", "'x'", "int"]),
-        (["--gpu-memory-utilization", "2"], ["--gpu-memory-utilization", "2.0", "<= 1"]),
+        (["--gpu-memory-utilization", "2"], ["--gpu-memory-utilization", "2.0", "number in (0, 1]"]),
         (["--device", "tpu"], ["--device", "'tpu'", "cuda:N"]),
         (["--kv-cache-dtype", "int4"], ["--kv-cache-dtype", "'int4'", "'fp8'"]),
         (["--blok-size", "16"], ["--blok-size", "did you mean '--block-size'?"]),
