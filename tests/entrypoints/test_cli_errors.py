@@ -94,7 +94,7 @@ CASES = [
     (["generate", "--model", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "1", "--block-size", "4", "--prompt",
       "one two three four"], 2,  # was 'request 0#0 needs ...', the engine's request id and no flag
      "attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks (5 tokens with the one "
-     "it generates), the KV cache has 1 (4 tokens)"),
+     "it generates), the KV cache has 1 (4 tokens), so at most 3 prompt tokens fit; raise num_gpu_blocks"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8"], 2,  # was 3 lines, no flag
      f"attnserve generate: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--config", "{tmp}/fp8.yaml"], 2,
