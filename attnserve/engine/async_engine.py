@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from attnserve.config.engine import EngineConfig
+from attnserve.config.fields import ConfigError
 from attnserve.engine.llm_engine import LLMEngine
 from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.sampling_params import SamplingParams
@@ -184,7 +185,10 @@ class AsyncLLMEngine:
             self.engine = self._factory(self.config)
             logger.info("engine ready in %.1f s", time.monotonic() - t0)
         except BaseException as e:  # the server answers 503 with the reason, then exits (on_load_error)
-            logger.exception("engine failed to load")
+            if isinstance(e, ConfigError) and e.key is not None:  # a setting refused, not a bug: no traceback
+                logger.error("engine failed to load: %s", e)
+            else:
+                logger.exception("engine failed to load")
             self.load_error = e
             self._ready.set()
             if self.on_load_error is not None:

@@ -49,7 +49,10 @@ def resolve_async_scheduling(config: EngineConfig, device) -> bool:
 class LLMEngine:
     """Continuous-batching engine over one model. Not thread-safe: one caller steps it."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, *, warn_kv_cache_limit: bool = True) -> None:
+        """Load the model and its executor. ``warn_kv_cache_limit`` False: the caller calls
+        :meth:`warn_kv_cache_limit` itself, once it has checked its prompts (``attnserve generate``: a prompt the
+        KV cache cannot hold is then one error line, not that warning and then the error)."""
         self.config = config
         check_runnable_device(config.device)  # cuda:9.0 is valid config for planning, not for running
         source = resolve_model(config.model)
@@ -72,11 +75,6 @@ class LLMEngine:
         # the longest a sequence may grow: past the whole KV cache it would preempt itself and wait forever
         # for blocks that can never be free, so it ends there (finish_reason length) as at max_model_len
         self.max_request_len = min(self.max_model_len, self.info.num_blocks * config.cache.block_size)
-        if self.max_request_len < self.max_model_len:
-            logger.warning("the KV cache holds %d tokens, fewer than max_model_len %d: a request ends (finish_reason "
-                           "length) when it reaches %d tokens, and a prompt of %d tokens or more is refused; give the "
-                           "KV cache more memory or lower max_model_len",
-                           self.max_request_len, self.max_model_len, self.max_request_len, self.max_request_len)
         self.scheduler = Scheduler(
             self.block_manager,
             config.scheduler.max_num_batched_tokens,
@@ -88,6 +86,17 @@ class LLMEngine:
         self._ids = itertools.count()
         self.async_scheduling = resolve_async_scheduling(config, self.info.device)
         self._in_flight: tuple[SchedulerOutput, object] | None = None  # queued step not read yet (async)
+        if warn_kv_cache_limit:
+            self.warn_kv_cache_limit()
+
+    def warn_kv_cache_limit(self) -> None:
+        """Log a warning when the KV cache holds fewer tokens than max_model_len: requests end there and longer
+        prompts are refused (:meth:`check_prompt` says so for each prompt it refuses)."""
+        if self.max_request_len < self.max_model_len:
+            logger.warning("the KV cache holds %d tokens, fewer than max_model_len %d: a request ends (finish_reason "
+                           "length) when it reaches %d tokens, and a prompt of %d tokens or more is refused; give the "
+                           "KV cache more memory or lower max_model_len",
+                           self.max_request_len, self.max_model_len, self.max_request_len, self.max_request_len)
 
     def _load(self, config: EngineConfig, source) -> None:
         """The model's config, tokenizer and executor (which loads the weights).
@@ -115,8 +124,9 @@ class LLMEngine:
     def check_prompt(self, prompt: str | list[int]) -> list[int]:
         """Tokenize ``prompt`` and check that it fits; returns its token ids.
 
-        Raises PromptTooLongError (prompt of max_model_len tokens or more) or ValueError (empty prompt, a
-        token id that is not an integer in [0, vocab_size)).
+        Raises PromptTooLongError (prompt of max_model_len tokens or more), the scheduler's ConfigError (a
+        ValueError keyed to the setting: a prompt the KV cache cannot hold, or, with chunked prefill off, over
+        max_num_batched_tokens) or ValueError (empty prompt, a token id that is not an integer in [0, vocab_size)).
         """
         token_ids = self.tokenize(prompt)
         vocab = self.hf_config.vocab_size
@@ -131,6 +141,7 @@ class LLMEngine:
             )
         if not token_ids:
             raise ValueError("prompt is empty (0 tokens)")
+        self.scheduler.check_prompt_fits(len(token_ids))
         return token_ids
 
     def add_request(

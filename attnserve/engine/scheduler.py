@@ -74,24 +74,31 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self._finished_ids: list[str] = []
 
-    def add_request(self, request: Request) -> None:
-        """Queue a request. Raises ConfigError (a ValueError) if it can never fit the KV cache (keyed
-        ``kv_cache_key``) or the token budget (keyed max_num_batched_tokens)."""
+    def check_prompt_fits(self, num_tokens: int) -> None:
+        """Raise ConfigError (a ValueError) if a prompt of ``num_tokens`` tokens can never be scheduled: it
+        cannot fit the KV cache (keyed ``kv_cache_key``; the message says how many prompt tokens fit) or, with
+        chunked prefill off, the token budget (keyed max_num_batched_tokens)."""
         bm = self.block_manager
-        if bm.blocks_needed(request.num_tokens + 1) > bm.num_blocks:
+        if bm.blocks_needed(num_tokens + 1) > bm.num_blocks:
+            capacity = bm.num_blocks * bm.block_size
             # the prompt, not the request id: the id is the engine's own (a CLI user never sees it)
             raise ConfigError(
-                f"prompt of {request.num_tokens} tokens needs {bm.blocks_needed(request.num_tokens + 1)} KV blocks "
-                f"({request.num_tokens + 1} tokens with the one it generates), the KV cache has {bm.num_blocks} "
-                f"({bm.num_blocks * bm.block_size} tokens)",
+                f"prompt of {num_tokens} tokens needs {bm.blocks_needed(num_tokens + 1)} KV blocks "
+                f"({num_tokens + 1} tokens with the one it generates), the KV cache has {bm.num_blocks} "
+                f"({capacity} tokens), so at most {capacity - 1} prompt tokens fit; "
+                + (f"raise {self.kv_cache_key}" if self.kv_cache_key else "give the KV cache more memory"),
                 key=self.kv_cache_key,
             )
-        if not self.enable_chunked_prefill and request.num_tokens > self.max_num_batched_tokens:
+        if not self.enable_chunked_prefill and num_tokens > self.max_num_batched_tokens:
             raise ConfigError(  # a ValueError that names the setting, for the CLI to name its flag
-                f"prompt of {request.num_tokens} tokens exceeds max_num_batched_tokens {self.max_num_batched_tokens}, "
+                f"prompt of {num_tokens} tokens exceeds max_num_batched_tokens {self.max_num_batched_tokens}, "
                 "and enable_chunked_prefill is false: a prompt must fit one step",
                 key="max_num_batched_tokens",
             )
+
+    def add_request(self, request: Request) -> None:
+        """Queue a request. Raises :meth:`check_prompt_fits`' ConfigError if it can never be scheduled."""
+        self.check_prompt_fits(request.num_tokens)
         self.requests[request.request_id] = request
         self.waiting.append(request)
 

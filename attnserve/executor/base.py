@@ -6,7 +6,9 @@
     executor.execute_async(sched)  # -> its .result() is that output (the step queued on every rank: async scheduling)
     executor.shutdown()
 
-A dead or failed worker makes ``execute`` raise WorkerDiedError (and every later call too); it never hangs.
+A dead or failed worker makes ``execute`` raise WorkerDiedError (and every later call too); it never hangs. A
+worker that refused a setting (a ConfigError: its KV-cache budget, its device's attention backend) makes it
+raise WorkerConfigError, that error's message and key, so that the CLI names the flag as with one process.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from attnserve.config.engine import EngineConfig
+from attnserve.config.fields import ConfigError
 from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.model_executor.loader import ModelSource
 from attnserve.model_executor.model_runner import ModelRunner, ModelRunnerOutput, PendingStep
@@ -25,6 +28,15 @@ from attnserve.model_executor.model_runner import ModelRunner, ModelRunnerOutput
 
 class WorkerDiedError(RuntimeError):
     """A tensor-parallel worker exited or raised; the message names its rank, pid and exit code or error."""
+
+
+class WorkerConfigError(WorkerDiedError, ConfigError):
+    """A tensor-parallel worker raised a ConfigError keyed to an engine argument (a setting it refused): the same
+    message and ``key`` as that error in one process, so that callers name the flag (a ValueError, a ConfigError);
+    the workers are stopped, as for any WorkerDiedError. The worker's rank and traceback are logged at debug level."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        ConfigError.__init__(self, message, key)  # not RuntimeError's, first in the MRO: it would drop the key
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ tokens, one reply per step in step order, read by the step's handle (``result()`
 step k+1 before it reads step k's tokens (async scheduling). While waiting, the executor watches every
 worker's pipe and process sentinel, so a worker that raises or dies (killed, out of memory) fails the step
 at once with its rank, pid and exit code; the others are killed, since they would wait forever in a
-collective with the dead one.
+collective with the dead one. A worker's ConfigError (a setting it refused) crosses the pipe with its key
+(``WorkerError``) and is raised here as WorkerConfigError, as one process would raise it.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import torch.multiprocessing as mp
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
 from attnserve.engine.scheduler import SchedulerOutput
-from attnserve.executor.base import Executor, RunnerInfo, StepReply, WorkerDiedError
+from attnserve.executor.base import Executor, RunnerInfo, StepReply, WorkerConfigError, WorkerDiedError
 from attnserve.executor.env import environ, free_port, worker_env
-from attnserve.executor.worker import run_worker
+from attnserve.executor.worker import WorkerError, run_worker
 from attnserve.model_executor.loader import ModelSource
 from attnserve.model_executor.model_runner import ModelRunnerOutput
 
@@ -122,9 +123,9 @@ class MultiprocExecutor(Executor):
             self._check_dead()
         return got
 
-    def _fail_with_errors(self, errors: dict[int, tuple[float, str]]):
-        """Fail naming the rank whose error (time, traceback) came first, among ``errors`` and any other rank's
-        error already in its pipe, with its traceback."""
+    def _fail_with_errors(self, errors: dict[int, WorkerError]):
+        """Fail naming the rank whose error came first, among ``errors`` and any other rank's error already in
+        its pipe, with its traceback; a ConfigError there is raised as WorkerConfigError, its message and key."""
         for rank, c in enumerate(self.conns):
             try:
                 while rank not in errors and c.poll(0):
@@ -133,11 +134,16 @@ class MultiprocExecutor(Executor):
                         errors[rank] = payload
             except (EOFError, OSError):
                 pass
-        first = min(errors, key=lambda r: errors[r][0])
+        first = min(errors, key=lambda r: errors[r].time)
         others = sorted(r for r in errors if r != first)
         also = f" (then rank {', '.join(map(str, others))} too)" if others else ""
-        self._fail(f"worker rank {first} (pid {self.procs[first].pid}) failed{also}; pending requests failed. "
-                   f"Its traceback:\n{errors[first][1]}")
+        error = errors[first]
+        message = (f"worker rank {first} (pid {self.procs[first].pid}) failed{also}; pending requests failed. "
+                   f"Its traceback:\n{error.traceback}")
+        if error.key is not None:  # a setting the rank refused: the error one process would raise, keyed
+            logger.debug("%s", message)
+            self._fail(message, WorkerConfigError(error.message, error.key))
+        self._fail(message)
 
     def _check_dead(self, crashed_only: bool = False) -> None:
         """Fail naming the first dead worker; ``crashed_only``: only one that did not exit cleanly (code 0 is
@@ -149,10 +155,12 @@ class MultiprocExecutor(Executor):
                     continue
                 self._fail(f"worker rank {rank} (pid {p.pid}) died (exit code {p.exitcode}); pending requests failed")
 
-    def _fail(self, message: str):
+    def _fail(self, message: str, error: WorkerDiedError | None = None):
+        """Stop every worker and raise ``error`` (default: WorkerDiedError(message)); later calls raise
+        WorkerDiedError(message)."""
         self.failed = message
         _stop(self.procs, self.conns, graceful=False)
-        raise WorkerDiedError(message)
+        raise error if error is not None else WorkerDiedError(message)
 
     def shutdown(self) -> None:
         self._finalizer()

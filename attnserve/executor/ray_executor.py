@@ -3,7 +3,8 @@
 Uses the running Ray instance when there is one (``ray.init()`` by the caller, or ``RAY_ADDRESS``), else
 starts a local one. Across hosts: ``ray start --head`` on one machine, ``ray start --address=HEAD:6379``
 on the others, then run attnserve on the head with ``--distributed-executor-backend ray``; the process
-group's rendezvous is rank 0's actor's node address. A dead actor fails the step with WorkerDiedError.
+group's rendezvous is rank 0's actor's node address. A dead actor fails the step with WorkerDiedError; an actor's
+ConfigError (a setting it refused) is raised as WorkerConfigError, its message and key.
 
 Each step is put in the object store once and queued on every actor (``Worker.queue_step``, which returns once its
 device has the step queued); its handle's ``result()`` asks rank 0's actor for the tokens (``Worker.take_step``).
@@ -17,8 +18,9 @@ import logging
 import os
 
 from attnserve.config.engine import EngineConfig
+from attnserve.config.fields import ConfigError
 from attnserve.engine.scheduler import SchedulerOutput
-from attnserve.executor.base import Executor, StepReply, WorkerDiedError
+from attnserve.executor.base import Executor, StepReply, WorkerConfigError, WorkerDiedError
 from attnserve.executor.env import free_port, worker_env
 from attnserve.executor.worker import Worker
 from attnserve.model_executor.loader import ModelSource
@@ -40,6 +42,24 @@ class _Rendezvous:
         return f"tcp://{host}:{free_port(host)}"
 
 
+class _RayWorker(Worker):
+    """A Worker as a Ray actor. A ConfigError while it is built (a setting this rank refused: its KV-cache budget,
+    its device's attention backend) is raised by its first call, :meth:`info`: Ray hands the caller a method's
+    exception, key and all, but only the text of an actor constructor's."""
+
+    def __init__(self, **kwargs) -> None:
+        self._refused: ConfigError | None = None
+        try:
+            super().__init__(**kwargs)
+        except ConfigError as e:
+            self._refused = e
+
+    def info(self):
+        if self._refused is not None:
+            raise self._refused
+        return super().info()
+
+
 class RayExecutor(Executor):
     def __init__(self, config: EngineConfig, hf_config, source: ModelSource) -> None:
         try:
@@ -56,7 +76,7 @@ class RayExecutor(Executor):
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         runtime_env = {"env_vars": {**worker_env(), "PYTHONPATH": path}}
         resources = {"num_cpus": 1} if on_cpu else {"num_gpus": 1, "num_cpus": 0}
-        actor = ray.remote(Worker)
+        actor = ray.remote(_RayWorker)
         probe = ray.remote(_Rendezvous).options(num_cpus=0, runtime_env=runtime_env).remote()
         self.failed: str | None = None
         self.workers = []
@@ -117,11 +137,17 @@ class RayExecutor(Executor):
         return results
 
     def _failed(self, rank: int, e: Exception):
+        """Stop every actor and raise WorkerDiedError naming the rank, or WorkerConfigError (the message and key
+        of a ConfigError the rank raised: a setting it refused)."""
         ray = self.ray
         pid = self.pids[rank] if getattr(self, "pids", None) else "?"
         kind = "died" if isinstance(e, ray.exceptions.RayActorError) else "failed"
         self.failed = f"worker rank {rank} (pid {pid}, Ray actor) {kind}; pending requests failed: {e}"
         self.shutdown()
+        cause = getattr(e, "cause", None)  # a RayTaskError's: the exception the actor's method raised
+        if isinstance(cause, ConfigError) and cause.key is not None:
+            logger.debug("%s", self.failed)
+            raise WorkerConfigError(str(cause), cause.key) from None
         raise WorkerDiedError(self.failed) from None
 
     def shutdown(self) -> None:

@@ -14,13 +14,16 @@ import collections
 import dataclasses
 import os
 import queue
+import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 
 import torch
 
 from attnserve.config.engine import EngineConfig
+from attnserve.config.fields import ConfigError
 from attnserve.distributed.group import TPGroup
 from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.model_executor.loader import ModelSource
@@ -97,10 +100,26 @@ class Worker:
             dist.destroy_process_group()
 
 
-def _error() -> tuple[str, tuple[float, str]]:
-    """The message of a failing rank: when (wall clock: the executor names the rank that failed first) and
-    the traceback of the exception being handled."""
-    return "error", (time.time(), traceback.format_exc())
+@dataclass(frozen=True)
+class WorkerError:
+    """A failing rank's error as it crosses to the engine's process (the exception itself may not unpickle
+    there, and its traceback would not cross)."""
+
+    time: float
+    """When (wall clock): the executor names the rank that failed first."""
+    traceback: str
+    message: str
+    """``str()`` of the exception."""
+    key: str | None = None
+    """For a ConfigError (a setting this rank refused: its KV-cache budget, its device's attention backend), the
+    engine argument it is keyed to: the engine raises it as WorkerConfigError, for the CLI to name the flag."""
+
+
+def _error() -> tuple[str, WorkerError]:
+    """The message of a failing rank: ``("error", WorkerError)`` of the exception being handled."""
+    e = sys.exc_info()[1]
+    key = e.key if isinstance(e, ConfigError) else None
+    return "error", WorkerError(time.time(), traceback.format_exc(), str(e), key)
 
 
 class _Replies:
@@ -145,7 +164,7 @@ def run_worker(conn, kwargs: dict) -> None:
     """Process entry (``spawn``): build the Worker, then queue steps from ``conn`` until None or EOF.
 
     Replies: ``("ready", RunnerInfo)`` once from every rank; per step ``("ok", output)`` from rank 0 only, in
-    step order (its reply thread); ``("error", (time, traceback))`` from any rank that fails (it then exits).
+    step order (its reply thread); ``("error", WorkerError)`` from any rank that fails (it then exits).
     """
     try:
         worker = Worker(**kwargs)

@@ -264,8 +264,9 @@ def test_worker_queues_the_next_step_before_the_last_ones_tokens_are_ready(monke
     while len(queued) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
     queued[2].ready.set()
-    kind, (when, trace) = engine_end.recv()
-    assert kind == "error" and "device error in step 3" in trace and abs(time.time() - when) < 60
+    kind, error = engine_end.recv()
+    assert kind == "error" and "device error in step 3" in error.traceback and abs(time.time() - error.time) < 60
+    assert (error.message, error.key) == ("device error in step 3", None)  # not a ConfigError: no key
     engine_end.send(None)
     loop.join(30)
     assert not loop.is_alive() and queued[-1] == "closed"
@@ -293,6 +294,61 @@ def test_a_worker_that_raises_fails_the_step_with_its_traceback(qwen3_dir, tp2):
     assert not any(p.is_alive() for p in executor.procs)
     with pytest.raises(WorkerDiedError, match="worker rank [01] .* failed"):  # later calls fail the same way
         llm.generate(PROMPTS[0], GREEDY)
+
+
+def kv_budget_error(block_size: int) -> str:
+    """The KV-cache budget error of 10 bytes: rank 0's block is 2 layers x block_size tokens x 1 of the 2 KV heads x
+    head_dim 32 x (K, V) x 4 bytes (float32)."""
+    return (f"KV-cache budget of 10 bytes holds no block of {2 * block_size * 32 * 2 * 4} bytes; raise kv_cache_memory "
+            "or set num_gpu_blocks")
+
+
+def _tp_workers_alive() -> list:
+    """This process's live worker processes (spawned by MultiprocExecutor)."""
+    import multiprocessing
+
+    return [p for p in multiprocessing.active_children() if p.name.startswith("attnserve-tp")]
+
+
+def test_a_setting_a_worker_refuses_keeps_its_key_across_the_process_boundary(qwen3_dir):
+    """Each rank sizes its own KV cache: a budget that holds no block is refused in the workers. The engine raises
+    it as one process would (the message and key of the workers' ConfigError, a ValueError), not as a
+    WorkerDiedError that names no setting; it is a WorkerDiedError too (no worker is left running)."""
+    from attnserve.config import ConfigError
+    from attnserve.executor.base import WorkerConfigError
+
+    before = _tp_workers_alive()  # other tests' engines (module fixtures) may still run theirs
+    with pytest.raises(WorkerConfigError) as e:
+        LLM(qwen3_dir, tensor_parallel_size=2, **{**ENGINE, "kv_cache_memory": 10})
+    assert isinstance(e.value, ConfigError) and isinstance(e.value, WorkerDiedError)
+    assert (str(e.value), e.value.key) == (kv_budget_error(ENGINE["block_size"]), "kv_cache_memory")
+    assert [p for p in _tp_workers_alive() if p not in before] == []
+
+
+def test_the_cli_names_the_flag_of_a_setting_a_worker_refused(qwen3_dir, capsys):
+    """``generate --tensor-parallel-size 2``: one line naming the flag and exit 2, as with one process (was a
+    traceback of WorkerDiedError, exit 1)."""
+    from attnserve.entrypoints.cli.main import main
+
+    assert main(["generate", "--model", qwen3_dir, "--device", "cpu", "--tensor-parallel-size", "2",
+                 "--kv-cache-memory", "10"]) == 2
+    assert capsys.readouterr().err == f"attnserve generate: error: argument --kv-cache-memory: {kv_budget_error(16)}\n"
+
+
+def test_a_setting_a_ray_actor_refuses_keeps_its_key(qwen3_dir):
+    """The same with Ray actors: a ConfigError while an actor is built reaches the engine with its key (Ray passes
+    on only the text of an actor constructor's error: the actor raises it from its first call instead)."""
+    ray = pytest.importorskip("ray")
+    from attnserve.executor.base import WorkerConfigError
+
+    ray.init(num_cpus=2, include_dashboard=False)
+    try:
+        with pytest.raises(WorkerConfigError) as e:
+            LLM(qwen3_dir, tensor_parallel_size=2, distributed_executor_backend="ray",
+                **{**ENGINE, "kv_cache_memory": 10})
+        assert (str(e.value), e.value.key) == (kv_budget_error(ENGINE["block_size"]), "kv_cache_memory")
+    finally:
+        ray.shutdown()
 
 
 def test_bench_latency_compares_tp_sizes_in_one_run(qwen3_dir, tmp_path):

@@ -406,6 +406,25 @@ def test_a_kv_cache_smaller_than_max_model_len_warns_of_both_limits(llama_dir, c
             "is refused") in caplog.text
     with pytest.raises(ValueError) as e:
         small.engine.add_request(list(range(100, 112)), GREEDY)
-    assert str(e.value) == ("prompt of 12 tokens needs 4 KV blocks (13 tokens with the one it generates), the KV cache "
-                            "has 3 (12 tokens)") and e.value.key == "num_gpu_blocks"
+    assert str(e.value) == KV_REFUSAL and e.value.key == "num_gpu_blocks"
     small.engine.add_request(list(range(100, 111)), GREEDY)  # 11 tokens + the one it generates fit
+
+
+KV_REFUSAL = ("prompt of 12 tokens needs 4 KV blocks (13 tokens with the one it generates), the KV cache has 3 "
+              "(12 tokens), so at most 11 prompt tokens fit; raise num_gpu_blocks")
+
+
+def test_a_prompt_the_kv_cache_cannot_hold_is_refused_before_any_prompt_is_queued(llama_dir):
+    """check_prompt refuses it (the scheduler's keyed error), so LLM.generate raises before it queues the prompts
+    before it (one used to stay queued, half added); the engine then runs the next call normally."""
+    small = LLM(llama_dir, dtype="float32", device="cpu", block_size=4, num_gpu_blocks=3)
+    with pytest.raises(ValueError) as e:
+        small.engine.check_prompt(list(range(100, 112)))
+    assert str(e.value) == KV_REFUSAL and e.value.key == "num_gpu_blocks"
+    with pytest.raises(ValueError) as e:
+        small.generate([PROMPTS[0], list(range(100, 112))], GREEDY)
+    assert str(e.value) == KV_REFUSAL
+    assert not small.engine.has_unfinished_requests() and small.engine.output_processor.parents == {}
+    params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
+    (out,) = small.generate([PROMPTS[0]], params)
+    assert len(out.outputs[0].token_ids) == 3 and out.outputs[0].finish_reason == "length"

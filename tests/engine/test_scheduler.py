@@ -79,7 +79,8 @@ def test_request_that_can_never_fit_is_rejected():
     try:
         s.add_request(req("a", 8))
     except ValueError as e:
-        assert str(e) == "prompt of 8 tokens needs 3 KV blocks (9 tokens with the one it generates), the KV cache has 2 (8 tokens)"
+        assert str(e) == ("prompt of 8 tokens needs 3 KV blocks (9 tokens with the one it generates), the KV cache has 2 "
+                          "(8 tokens), so at most 7 prompt tokens fit; give the KV cache more memory")  # no key: no flag
     else:
         raise AssertionError("expected ValueError")
 

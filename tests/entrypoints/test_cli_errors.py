@@ -94,7 +94,7 @@ CASES = [
     (["generate", "--model", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "1", "--block-size", "4", "--prompt",
       "one two three four"], 2,  # was 'request 0#0 needs ...', the engine's request id and no flag
      "attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks (5 tokens with the one "
-     "it generates), the KV cache has 1 (4 tokens)"),
+     "it generates), the KV cache has 1 (4 tokens), so at most 3 prompt tokens fit; raise num_gpu_blocks"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8"], 2,  # was 3 lines, no flag
      f"attnserve generate: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--config", "{tmp}/fp8.yaml"], 2,
@@ -123,6 +123,18 @@ CASES = [
      f"attnserve serve: error: argument --attention-backend: {TRITON_ON_CPU}"),  # was exit 1, 'the model failed to load'
     (["serve", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3", "--port", "0"], 2,  # before binding
      f"attnserve serve: error: argument --tensor-parallel-size: {SPLIT}"),
+    # these four were exit 1, 'the model failed to load', once the port was bound and the model loading
+    (["serve", "{tiny}", "--device", "cpu", "--max-model-len", "100000", "--port", "0"], 2,
+     "attnserve serve: error: argument --max-model-len: max_model_len 100000 not allowed (allowed: at most the "
+     "model's max_position_embeddings, 512)"),
+    (["serve", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10", "--port", "0"], 2,
+     "attnserve serve: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
+     "raise kv_cache_memory or set num_gpu_blocks"),
+    (["serve", "{tiny}", "--device", "cpu", "--config", "{tmp}/small_kv.yaml", "--port", "0"], 2,
+     "attnserve serve: error: {tmp}/small_kv.yaml: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
+     "raise kv_cache_memory or set num_gpu_blocks"),
+    (["serve", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8", "--port", "0"], 2,
+     f"attnserve serve: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["serve", "a", "--model", "b"], 2,
      "attnserve serve: error: argument --model: 'b' conflicts with MODEL 'a': the model is given twice; give it once"),
     (["serve", "--model", "b", "a"], 2,
@@ -219,6 +231,7 @@ def files(tmp_path):
     (tmp_path / "fp8.yaml").write_text("kv_cache_dtype: fp8\n")
     (tmp_path / "nokey.jsonl").write_text('{"prompt": "a"}\n\n{"text": "b"}\n')
     (tmp_path / "badjson.jsonl").write_text('{"prompt": "a"}\n{"prompt": 1,}\n')
+    (tmp_path / "small_kv.yaml").write_text("kv_cache_memory: 10\n")
     (tmp_path / "latin1.txt").write_bytes("first\n\ncaf\u00e9\n".encode("latin-1"))  # é is 0xe9, at offset 10
     return tmp_path
 

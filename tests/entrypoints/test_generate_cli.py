@@ -68,6 +68,36 @@ def test_prompt_longer_than_max_model_len(tiny_model_dir, capsys):
     assert err.startswith("attnserve generate: error: prompt has ") and "max_model_len is 8" in err
 
 
+def _generate(model: str, *flags: str) -> subprocess.CompletedProcess:
+    """``attnserve generate`` in its own process: its stderr is everything the user sees, log lines included."""
+    return subprocess.run([sys.executable, "-m", "attnserve", "generate", "--model", model, "--device", "cpu", *flags],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_a_prompt_the_kv_cache_cannot_hold_is_one_error_line(tiny_model_dir):
+    """1 block of 4 tokens: one line, which says how many prompt tokens fit and names the flag; the warning that
+    the KV cache is shorter than max_model_len no longer comes before it."""
+    proc = _generate(tiny_model_dir("llama"), "--num-gpu-blocks", "1", "--block-size", "4", "--prompt", "one two three four")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr == ("attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks "
+                           "(5 tokens with the one it generates), the KV cache has 1 (4 tokens), so at most 3 prompt "
+                           "tokens fit; raise num_gpu_blocks\n")
+    assert proc.stdout == ""
+
+
+def test_a_kv_cache_shorter_than_max_model_len_still_warns_when_the_prompts_fit(tiny_model_dir):
+    """3 blocks of 4 tokens and a prompt that fits: the warning is still printed (a request ends at 12 tokens),
+    before the generated text."""
+    proc = _generate(tiny_model_dir("llama"), "--num-gpu-blocks", "3", "--block-size", "4", "--prompt", "one two",
+                     "--max-tokens", "20", "--ignore-eos")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[0] == (
+        "the KV cache holds 12 tokens, fewer than max_model_len 512: a request ends (finish_reason length) when it "
+        "reaches 12 tokens, and a prompt of 12 tokens or more is refused; give the KV cache more memory or lower "
+        "max_model_len")
+    assert proc.stderr.splitlines()[1].startswith("[attnserve] 10 tokens in ")  # 2 prompt tokens + 10 = 12
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
 def test_cuda_on_a_machine_without_one_fails_before_loading(capsys):
     assert main(["generate", "--device", "cuda"]) == 2

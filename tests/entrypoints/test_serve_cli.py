@@ -33,3 +33,22 @@ def test_a_port_in_use_fails_at_once_with_one_line(capsys):
     assert code == 1
     err = capsys.readouterr().err.strip()
     assert err == f"attnserve serve: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+
+
+def test_held_logs_log_a_passing_checks_records_and_drop_a_refusals(caplog):
+    """serve's config check runs in ``held_logs``: its log lines (the attention backend it chose) go out once it
+    passes, in order; a refusal drops them, so that its error line is the only line."""
+    import logging
+
+    from attnserve.entrypoints.cli.held_logs import held_logs
+
+    log = logging.getLogger("attnserve.test_held_logs")
+    with caplog.at_level(logging.INFO):
+        with held_logs():
+            log.info("first")
+            log.warning("second")
+            assert caplog.records == []  # held
+        with pytest.raises(ValueError), held_logs():
+            log.info("refused")
+            raise ValueError("the check refused")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("INFO", "first"), ("WARNING", "second")]

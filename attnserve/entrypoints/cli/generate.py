@@ -103,13 +103,14 @@ def generate_to_terminal(config, prompts: list[str], params, chat: bool, out, er
     from attnserve.engine.llm_engine import LLMEngine
 
     t0 = time.perf_counter()
-    engine = LLMEngine(config)
+    engine = LLMEngine(config, warn_kv_cache_limit=False)
     load_s = time.perf_counter() - t0
     tok = engine.tokenizer
     if chat:
         prompts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
                    for p in prompts]
     token_prompts = [engine.check_prompt(tok.encode(p, add_special_tokens=not chat)) for p in prompts]
+    engine.warn_kv_cache_limit()  # once every prompt fits: a prompt that does not is one error line, not both
     ids = [engine.add_request(p, params) for p in token_prompts]
     stream = len(prompts) == 1 and params.n == 1
     bar = None

@@ -8,7 +8,7 @@ import logging
 import sys
 
 from attnserve.entrypoints.cli.arg_types import port, seconds
-from attnserve.entrypoints.cli.engine_args import add_engine_args, engine_config_from_args, error_line
+from attnserve.entrypoints.cli.engine_args import ConfigError, add_engine_args, engine_config_from_args, error_line
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -32,6 +32,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def _error(args: argparse.Namespace, e: ValueError) -> int:
+    """One line naming the flag of the setting ``e`` is keyed to (as generate's); exit status 2."""
+    print(f"attnserve serve: error: {error_line(args, getattr(e, 'key', None), str(e))}", file=sys.stderr)
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.openai.server import ServerArgs, run_server
 
@@ -44,24 +50,25 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:  # ModelNotFoundError: one line saying what to do, not a failed engine thread
         print(f"attnserve serve: error: {e}", file=sys.stderr)
         return 2
-    tp = config.parallel.tensor_parallel_size
-    if tp > 1 or config.attention.backend is not None:
-        # heads the ranks cannot split, an explicit backend that cannot run the model: one line and exit 2 now, as
-        # in generate, not a failed load (exit 1) once the port is bound; from the config alone, as the engine does
-        from attnserve.distributed.sharding import check_tensor_parallel_size
-        from attnserve.model_executor.attention_selection import select_model_attention
-        from attnserve.model_executor.loader import read_hf_config, resolve_model
+    from attnserve.entrypoints.cli.held_logs import held_logs
+    from attnserve.model_executor.preflight import preflight
 
-        try:
-            hf_config = read_hf_config(resolve_model(config.model))  # the engine's early check reads this too
-            check_tensor_parallel_size(hf_config, tp)
-            select_model_attention(config, hf_config, tp)
-        except ValueError as e:
-            print(f"attnserve serve: error: {error_line(args, getattr(e, 'key', None), str(e))}", file=sys.stderr)
-            return 2
+    try:
+        # heads the ranks cannot split, a backend that cannot run the model, a max_model_len or KV-cache budget
+        # the model does not allow: one line and exit 2 now, as in generate, not a failed load (exit 1) once the
+        # port is bound; from the config alone, with the engine's own checks (their log only if they pass)
+        with held_logs():
+            preflight(config)
+    except ValueError as e:
+        return _error(args, e)
+    except Exception:  # not a setting's error (an unreadable file, a bug): the load meets it and reports it, exit 1
+        logging.getLogger(__name__).debug("the model's config check failed; the load will report it", exc_info=True)
     server_args = ServerArgs(host=args.host, port=args.port, served_model_names=tuple(args.served_model_name or ()),
                              api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
-    code = run_server(config, server_args)
+    try:
+        code = run_server(config, server_args)
+    except ConfigError as e:  # a setting only the load could refuse (the GPU's memory once the weights are in)
+        return _error(args, e)
     if code == 0:
         # the server has stopped and the process exits next: freeze what it leaves (~850k objects with the
         # default model, ~600k of them the cached GGUF reader's) so that the interpreter's teardown does not

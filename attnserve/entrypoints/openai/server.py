@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP server: FastAPI routes over an AsyncLLMEngine, run by uvicorn.
 
 The app starts answering as soon as the socket is bound: while the model loads, ``/health`` and the API
-answer 503. A failed load ends the process with exit code 1 and one line on stderr.
+answer 503. A failed load ends the process with exit code 1 and one line on stderr; a load that refused a
+setting (a keyed ConfigError) is raised by ``run_server`` for ``attnserve serve`` to name the flag (exit 2).
 
 SIGINT/SIGTERM: the server stops accepting connections and new requests (503), lets the requests in flight
 run for ``shutdown_timeout`` seconds (default 10: a rolling restart drains), then aborts the rest between two
@@ -29,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import attnserve
 from attnserve.config.engine import EngineConfig
+from attnserve.config.fields import ConfigError
 from attnserve.engine.async_engine import AsyncLLMEngine
 from attnserve.entrypoints.openai.errors import OpenAIError, error_response, status_phrase, validation_message
 from attnserve.entrypoints.openai.metrics import ServerMetrics
@@ -205,7 +207,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 def run_server(config: EngineConfig, args: ServerArgs) -> int:
     """Serve until SIGINT/SIGTERM. Returns the exit code: 0, or 1 when the engine failed to load or the
-    address cannot be bound (one line on stderr, before the model loads)."""
+    address cannot be bound (one line on stderr, before the model loads). A load that failed on a setting (a
+    ConfigError with a ``key``, e.g. a KV-cache budget that holds no block) raises that error once the server
+    has stopped, for the caller to name the flag."""
     import uvicorn
 
     try:
@@ -246,6 +250,8 @@ def run_server(config: EngineConfig, args: ServerArgs) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if engine.load_error is not None:
+        if isinstance(engine.load_error, ConfigError) and engine.load_error.key is not None:
+            raise engine.load_error
         print(f"attnserve serve: error: the model failed to load: {load_error_summary(engine.load_error)}",
               file=sys.stderr)
         return 1

@@ -89,3 +89,41 @@ def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_serving():
         "attnserve serve: error: argument --tensor-parallel-size: tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads: with fewer KV "
         "heads than ranks the ranks must be a multiple of the KV heads and divide each KV head's 3 query heads "
         "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)")
+
+
+@pytest.mark.parametrize("flags, line", [
+    (["--max-model-len", "999999"], "argument --max-model-len: max_model_len 999999 not allowed (allowed: at most the "
+                                    "model's max_position_embeddings, 8192)"),
+    (["--kv-cache-memory", "10"], "argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 737280 "
+                                  "bytes; raise kv_cache_memory or set num_gpu_blocks"),
+])
+def test_a_setting_the_model_refuses_exits_2_with_one_line_before_serving(flags, line):
+    """The default model: what the engine would refuse while loading is judged from its config before the port is
+    bound: exit 2 and that one line, at the default log level (no server log: it never started). These were exit 1,
+    'the model failed to load', after the server had bound its port and answered 503."""
+    import subprocess
+    import sys
+
+    from tests.entrypoints.openai.utils import REPO, free_port
+
+    proc = subprocess.run([sys.executable, "-m", "attnserve", "serve", "--port", str(free_port()), "--device", "cpu",
+                           *flags], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr == f"attnserve serve: error: {line}\n"
+    assert proc.stdout == ""
+
+
+def test_a_load_that_refuses_a_setting_raises_its_keyed_error_once_the_server_stopped(tiny_model_dir):
+    """What serve cannot judge before the port is bound (a KV-cache budget under gpu_memory_utilization: the GPU's
+    memory once the weights are in) fails the load: run_server then raises the keyed ConfigError, for serve to name
+    the flag (exit 2), instead of exit 1 'the model failed to load'. On CPU the budget is known before the load, so
+    run_server gets the config here without serve's check."""
+    from attnserve.config import ConfigError, build_engine_config
+    from attnserve.entrypoints.openai.server import ServerArgs, run_server
+
+    config = build_engine_config(tiny_model_dir("llama"), device="cpu", kv_cache_memory=10)
+    with pytest.raises(ConfigError) as e:
+        run_server(config, ServerArgs(port=0, log_level="warning"))
+    assert (str(e.value), e.value.key) == (
+        "KV-cache budget of 10 bytes holds no block of 8192 bytes; raise kv_cache_memory or set num_gpu_blocks",
+        "kv_cache_memory")

@@ -1,0 +1,64 @@
+"""What loading would refuse, judged before anything loads: from the engine config and the model's config alone.
+
+    preflight(engine_config)   # raises the engine's own error, keyed to its setting, or returns
+
+``attnserve serve`` calls it before it binds its port, so that a setting the model refuses is one line and exit
+status 2, as in ``generate``, not a server that binds, answers 503 and then exits 1 with "the model failed to
+load". Every check is the call the engine itself makes while loading, with the same inputs, so the two cannot
+disagree; what depends on the loaded weights (the KV-cache budget under ``gpu_memory_utilization``: the GPU's
+free memory once the weights are there) is left to the load.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnserve.config.engine import EngineConfig
+from attnserve.distributed.sharding import check_tensor_parallel_size, shard_heads
+from attnserve.model_executor.attention_selection import select_model_attention
+from attnserve.model_executor.kv_cache import bytes_per_block, kv_cache_size_key, kv_cache_torch_dtype, num_kv_blocks
+from attnserve.model_executor.loader import complete_hf_config, max_model_len_of, read_hf_config, resolve_model
+from attnserve.models.registry import get_model_class
+from attnserve.platforms import check_runnable_device, detect_platform
+
+
+def preflight(config: EngineConfig) -> None:
+    """Raise, before the tokenizer, the weights or any worker load, what ``LLMEngine(config)`` would raise for a
+    setting the model or the device refuses: a device the engine cannot run on, a tensor_parallel_size the
+    model's heads cannot split or (spawned workers) this host's GPUs cannot take, an attention backend (chosen or
+    automatic) that cannot run the model, a max_model_len beyond the model's ``max_position_embeddings``, a
+    KV-cache budget that holds no block.
+
+    The errors are the engine's (ValueErrors; a ConfigError carries the engine argument as ``key``). Reads the
+    model's config (a hub model must already be downloaded: ``loader.fetch_model``); a GGUF's tensors are parsed
+    only when max_model_len is set (the parse the engine then reuses in this process)."""
+    check_runnable_device(config.device)
+    source = resolve_model(config.model)
+    hf_config = read_hf_config(source)
+    tp = config.parallel.tensor_parallel_size
+    check_tensor_parallel_size(hf_config, tp)
+    if tp > 1 and config.parallel.distributed_executor_backend != "ray":
+        from attnserve.executor.multiproc import check_gpu_count
+
+        check_gpu_count(config.device, tp)
+    selector_config, _ = select_model_attention(config, hf_config, tp)
+    if config.model.max_model_len is not None:
+        complete_hf_config(hf_config, source)  # a GPT-2 GGUF's context length is known only from its tensors
+        max_model_len_of(config.model, hf_config)
+    check_kv_cache_budget(config, hf_config, selector_config.dtype)
+
+
+def check_kv_cache_budget(config: EngineConfig, hf_config, dtype: torch.dtype) -> None:
+    """Raise ``num_kv_blocks``' ConfigError (keyed to the KV-cache setting) when the budget holds no block of
+    rank 0's KV cache (rank 0's block is the largest under tensor parallelism: uneven head splits give the first
+    ranks one more). ``dtype`` is the model's (``resolve_dtype``'s). Skipped when ``gpu_memory_utilization``
+    sizes the cache: that budget is the GPU's memory left once the weights are loaded."""
+    device = torch.device(detect_platform(config.device).device_type)
+    if kv_cache_size_key(config.cache, device) == "gpu_memory_utilization":
+        return
+    tp = config.parallel.tensor_parallel_size
+    dims = get_model_class(hf_config, tp).dims(hf_config)
+    kv_heads = shard_heads(dims.num_heads, dims.num_kv_heads, tp, 0).num_kv_heads
+    block_bytes = bytes_per_block(dims.num_layers, config.cache.block_size, kv_heads, dims.head_size,
+                                  kv_cache_torch_dtype(config.cache.kv_cache_dtype, dtype))
+    num_kv_blocks(config.cache, device, block_bytes, reserve_bytes=0)  # reserve_bytes: gpu_memory_utilization's only
