@@ -483,6 +483,16 @@ job_s10c() {  # session 10 (g1, g2 staged), run on branch kvprefetch (not merged
     --variants engine "no KV prefetch" --json "$RES/engine_variants_prefetch_llama.json" | grep -v "greedy head plan"
 }
 
+job_s10d() {  # session 10, last (g1, g2 staged): after the CLI/engine error changes (the scheduler's prompt check in
+  # check_prompt, the serve preflight, worker errors): the engine GPU tests, generate, and serve's preflight on CUDA
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 300 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_e2e_default_model.py \
+    tests/gpu/test_async_scheduling_gpu.py tests/gpu/test_cuda_graphs.py -k "not FLASHINFER and not FLASH_ATTN and not FLEX" \
+    --junitxml "$RES/s10d_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|rror" | tail -20
+  timeout 120 python3 -m attnserve.entrypoints.cli.main generate --device cuda --max-tokens 32 2>&1 | tail -4
+  timeout 60 python3 -m attnserve.entrypoints.cli.main serve --device cuda --max-model-len 999999 --port 8765; echo "serve rc=$?"
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
