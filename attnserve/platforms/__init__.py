@@ -22,14 +22,25 @@ def is_simulated_device(device: str) -> bool:
 
 
 def check_runnable_device(device: str) -> None:
-    """Raise ValueError, before any model loads, when the engine cannot run on ``device``: a simulated GPU
-    (``cuda:9.0``, planning only) or a CUDA device on a machine without one."""
+    """Raise ConfigError (a ValueError keyed ``device``, so the CLI names ``--device``), before any model loads,
+    when the engine cannot run on ``device``: a simulated GPU (``cuda:9.0``, planning only) or a CUDA device
+    this machine does not have; the message says which devices it does have."""
+    from attnserve.config.fields import ConfigError
+
     if is_simulated_device(device):
-        raise ValueError(
+        raise ConfigError(
             f"device {device!r} is a simulated GPU (compute capability {device.split(':', 1)[1]}) for planning "
-            "with `attnserve backends` / `attnserve config`; the engine cannot run on it: use auto, cpu, cuda or cuda:N"
+            "with `attnserve backends` / `attnserve config`; the engine cannot run on it: use auto, cpu, cuda or cuda:N",
+            key="device",
         )
-    detect_platform(device)  # raises for cuda / cuda:N without that GPU
+    try:
+        detect_platform(device)  # raises for cuda / cuda:N without that GPU
+    except ValueError as e:
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        here = "auto, cpu" if n == 0 else f"auto, cpu, cuda, cuda:0..{n - 1}"
+        raise ConfigError(f"{e} (allowed here: {here})", key="device") from None
 
 
 @functools.lru_cache(maxsize=None)

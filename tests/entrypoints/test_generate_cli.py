@@ -102,7 +102,8 @@ def test_a_kv_cache_shorter_than_max_model_len_still_warns_when_the_prompts_fit(
 def test_cuda_on_a_machine_without_one_fails_before_loading(capsys):
     assert main(["generate", "--device", "cuda"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "attnserve generate: error: device cuda:0 requested but CUDA is not available on this machine")
+        "attnserve generate: error: argument --device: device cuda:0 requested but CUDA is not available on this "
+        "machine (allowed here: auto, cpu)")
 
 
 SPLIT_ERROR = ("tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads: with fewer KV heads than ranks "
