@@ -154,7 +154,7 @@ def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: i
 
     from tqdm import tqdm
 
-    from attnserve.benchmarks.offline import check_lengths, start_baseline, start_engine, stop_engine
+    from attnserve.benchmarks.offline import check_lengths, check_requests_fit, start_baseline, start_engine, stop_engine
 
     seed = config.model.seed
     sizes = tensor_parallel_sizes or [config.parallel.tensor_parallel_size]
@@ -165,6 +165,7 @@ def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: i
         cfg = dataclasses.replace(config, parallel=dataclasses.replace(config.parallel, tensor_parallel_size=tp))
         engine, facts, roofline = start_engine(cfg)
         check_lengths(input_len, output_len, facts.max_model_len)
+        check_requests_fit(engine, input_len)
         first = first or (facts, roofline)
         args = (input_len, output_len, num_iters, num_iters_warmup, facts.prompt_vocab_size, seed, roofline)
         name = "attnserve" if tensor_parallel_sizes is None else f"attnserve tp{tp}"

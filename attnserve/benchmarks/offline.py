@@ -46,7 +46,8 @@ class EngineFacts:
 
 
 def start_engine(config: EngineConfig):
-    """Measure the copy bandwidth, build the engine; returns ``(engine, facts, roofline)``."""
+    """Measure the copy bandwidth, build the engine; returns ``(engine, facts, roofline)``. The engine's warning
+    that its KV cache holds fewer tokens than max_model_len waits for :func:`check_requests_fit`."""
     from attnserve.engine.llm_engine import LLMEngine
     from attnserve.platforms import detect_platform
 
@@ -57,7 +58,7 @@ def start_engine(config: EngineConfig):
     from attnserve.benchmarks.hf_baseline import free_device_memory
 
     free_device_memory(device)  # the copy's 2 GiB, cached here, would stay out of the KV cache's reach
-    engine = LLMEngine(config)
+    engine = LLMEngine(config, warn_kv_cache_limit=False)
     info = engine.info
     tokenizer_size = len(engine.tokenizer) if engine.tokenizer is not None else engine.hf_config.vocab_size
     facts = EngineFacts(
@@ -92,6 +93,14 @@ def start_baseline(name: str, facts: EngineFacts):
         raise ValueError(f"baseline {name!r} not supported (allowed: {', '.join(BASELINES)})")
     return TransformersBaseline(facts.source, facts.hf_config, facts.load_format, facts.dtype, facts.device,
                                 facts.seed, facts.pad_token_id)
+
+
+def check_requests_fit(engine, max_input: int) -> None:
+    """Raise the scheduler's ConfigError (keyed to the KV-cache setting) if a prompt of ``max_input`` tokens can
+    never fit the engine's KV cache; else log the engine's KV-cache warning, if it has one. So a benchmark whose
+    prompts cannot fit prints one error line, not that warning and then the error."""
+    engine.scheduler.check_prompt_fits(max_input)
+    engine.warn_kv_cache_limit()
 
 
 def check_lengths(max_input: int, max_output: int, max_model_len: int) -> None:

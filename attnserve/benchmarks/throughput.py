@@ -141,7 +141,7 @@ def run_throughput(config, *, num_prompts: int | None, input_len: int, output_le
     Raises ValueError (requests that do not fit max_model_len), PromptsFileError (a ValueError: a prompts file
     that is not UTF-8 text or has no prompts; before the model loads) and OSError (file).
     """
-    from attnserve.benchmarks.offline import check_lengths, start_baseline, start_engine, stop_engine
+    from attnserve.benchmarks.offline import check_lengths, check_requests_fit, start_baseline, start_engine, stop_engine
     from attnserve.benchmarks.requests import PromptsFileError, file_requests, random_requests, read_prompts_file
 
     seed = config.model.seed
@@ -155,6 +155,7 @@ def run_throughput(config, *, num_prompts: int | None, input_len: int, output_le
     else:
         requests = random_requests(num_prompts or 1000, input_len, output_len, range_ratio, facts.prompt_vocab_size, seed)
     check_lengths(max(r.input_len for r in requests), max(r.output_len for r in requests), facts.max_model_len)
+    check_requests_fit(engine, max(r.input_len for r in requests))
 
     rows = [run_engine(engine, requests, roofline, progress)]
     stop_engine(engine, facts)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -244,6 +246,23 @@ def test_requests_longer_than_max_model_len_exit_2(tiny_model_dir, capsys):
     err = capsys.readouterr().err.strip()
     assert err == ("attnserve bench latency: error: the longest prompt (10 tokens) plus the longest output (10 tokens) "
                    "exceeds max_model_len 16; lower --input-len/--output-len/--range-ratio or raise --max-model-len")
+
+
+@pytest.mark.parametrize("kind", ["latency", "throughput"])
+def test_prompts_the_kv_cache_cannot_hold_are_one_line(kind, tiny_model_dir):
+    """A KV cache of 2 blocks (32 tokens) and 40-token prompts: the process's stderr is one error line naming
+    --num-gpu-blocks, without the engine's KV-cache warning before it (the warning waits for the prompts' check).
+    A process of its own: the warning is a log record, which pytest's log capture would take in-process."""
+    lens = ["--input-len", "40", "--output-len", "4"] + (["--num-prompts", "2"] if kind == "throughput" else
+                                                         ["--batch-size", "1", "--num-iters", "1"])
+    proc = subprocess.run([sys.executable, "-m", "attnserve", "bench", kind, "--model", tiny_model_dir("llama"), *lens,
+                           "--num-gpu-blocks", "2", "--device", "cpu", "--no-progress"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"attnserve bench {kind}: error: argument --num-gpu-blocks: prompt of 40 tokens needs 3 KV blocks (41 tokens "
+        "with the one it generates), the KV cache has 2 (32 tokens), so at most 31 prompt tokens fit; raise "
+        "num_gpu_blocks")
 
 
 def _free_port() -> int:
