@@ -30,27 +30,9 @@ import statistics
 import torch
 import torch.nn.functional as F
 
+from tests.gpu.bench_triton_decode import decode_call
+
 HEAD = 128
-
-
-def attention_step(table: torch.Tensor, ctx: int, block: int, hq: int, hkv: int, max_seq_len: int,
-                   dev: torch.device):
-    """TRITON_ATTN's metadata and its one kernel call for a decode step of ``table``'s requests."""
-    from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata
-    from attnserve.attention.backends.triton_attn import TritonAttentionBackend
-
-    batch = table.shape[0]
-    seq_lens = torch.full((batch,), ctx, dtype=torch.int32)
-    qsl = torch.arange(batch + 1, dtype=torch.int32)
-    common = CommonAttentionMetadata(
-        query_start_loc=qsl.to(dev), query_start_loc_cpu=qsl, seq_lens=seq_lens.to(dev), seq_lens_cpu=seq_lens,
-        block_table=table.to(dev), slot_mapping=torch.zeros(batch, dtype=torch.int64, device=dev), num_reqs=batch,
-        num_actual_tokens=batch, max_query_len=1, max_seq_len=max_seq_len, num_decodes=batch,
-        num_decode_tokens=batch, block_size=block, block_table_cpu=table)
-    spec = AttentionLayerSpec(num_heads=hq, head_size=HEAD, scale=HEAD**-0.5, num_kv_heads=hkv)
-    md = TritonAttentionBackend.get_builder_cls()(spec, dev, torch.bfloat16).build(common)
-    (call,) = md.calls
-    return md, call
 
 
 class Layer:
@@ -120,9 +102,8 @@ def main() -> None:
     table = torch.zeros(b, width, dtype=torch.int32)
     table[:, :per_req] = torch.randperm(b * per_req, generator=gen).to(torch.int32).view(b, per_req)
     num_blocks = b * per_req + 1
-    steps = {"all": attention_step(table, args.context, args.block, hq, hkv, args.max_seq_len, dev),
-             "A": attention_step(table[:half_b], args.context, args.block, hq, hkv, args.max_seq_len, dev),
-             "B": attention_step(table[half_b:], args.context, args.block, hq, hkv, args.max_seq_len, dev)}
+    steps = {name: decode_call(t, args.context, args.block, hq, hkv, args.max_seq_len, None, dev)
+             for name, t in (("all", table), ("A", table[:half_b]), ("B", table[half_b:]))}
     layers = [Layer(hidden, hq, hkv, inter, num_blocks, args.block, dev) for _ in range(args.layers)]
     x = torch.randn(b, hidden, device=dev, dtype=torch.bfloat16)
     xa, xb = x[:half_b].clone(), x[half_b:].clone()

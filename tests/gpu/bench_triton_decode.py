@@ -54,17 +54,15 @@ def _wall_us(call, copies, calls=1, replays=1) -> float:  # --dry-run's stand-in
     return (time.perf_counter() - t) * 1e6
 
 
-def make_step(batch: int, hq: int, hkv: int, ctx: int, block: int, table_tokens: int, max_seq_len: int,
-              num_sms: int, dev: torch.device, gen: torch.Generator) -> dict:
-    """One decode step's inputs and TRITON_ATTN's kernel call for it (``metadata.calls``: one call)."""
+def decode_call(table: torch.Tensor, ctx: int, block: int, hq: int, hkv: int, max_seq_len: int, num_sms: int | None,
+                dev: torch.device):
+    """TRITON_ATTN's metadata and its one kernel call (``metadata.calls``) for a decode step of ``table``'s
+    requests (block table (B, width) int32 on the host), each ``ctx`` tokens long; ``num_sms``: the builder's SM
+    count (None: this GPU's)."""
     from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata
     from attnserve.attention.backends.triton_attn import TritonAttentionBackend
 
-    per_req = -(-ctx // block)
-    width = max(per_req, -(-table_tokens // block))
-    num_blocks = batch * per_req + 1
-    table = torch.zeros(batch, width, dtype=torch.int32)
-    table[:, :per_req] = torch.randperm(batch * per_req, generator=gen).to(torch.int32).view(batch, per_req)
+    batch = table.shape[0]
     seq_lens = torch.full((batch,), ctx, dtype=torch.int32)
     qsl = torch.arange(batch + 1, dtype=torch.int32)
     common = CommonAttentionMetadata(
@@ -74,9 +72,24 @@ def make_step(batch: int, hq: int, hkv: int, ctx: int, block: int, table_tokens:
         num_decode_tokens=batch, block_size=block, block_table_cpu=table)
     spec = AttentionLayerSpec(num_heads=hq, head_size=HEAD, scale=HEAD**-0.5, num_kv_heads=hkv)
     builder = TritonAttentionBackend.get_builder_cls()(spec, dev, torch.bfloat16)
-    builder.num_sms = num_sms
+    if num_sms is not None:
+        builder.num_sms = num_sms
     metadata = builder.build(common)
     (call,) = metadata.calls
+    return metadata, call
+
+
+def make_step(batch: int, hq: int, hkv: int, ctx: int, block: int, table_tokens: int, max_seq_len: int,
+              num_sms: int, dev: torch.device, gen: torch.Generator) -> dict:
+    """One decode step's inputs and TRITON_ATTN's kernel call for it (``metadata.calls``: one call)."""
+    from attnserve.attention.backends.triton_attn import TritonAttentionBackend
+
+    per_req = -(-ctx // block)
+    width = max(per_req, -(-table_tokens // block))
+    num_blocks = batch * per_req + 1
+    table = torch.zeros(batch, width, dtype=torch.int32)
+    table[:, :per_req] = torch.randperm(batch * per_req, generator=gen).to(torch.int32).view(batch, per_req)
+    metadata, call = decode_call(table, ctx, block, hq, hkv, max_seq_len, num_sms, dev)
     cache_shape = TritonAttentionBackend.get_kv_cache_shape(num_blocks, block, hkv, HEAD)
     return dict(metadata=metadata, call=call, cache_shape=cache_shape, num_blocks=num_blocks, width=width,
                 query=torch.randn(batch, hq, HEAD, generator=gen).to(dev, torch.bfloat16))
