@@ -63,8 +63,8 @@ def load_prompts(cfg: BenchConfig) -> list[str]:
     if cfg.prompt_file:
         prompts = read_prompts_file(cfg.prompt_file)
         if not prompts:
-            raise PromptsFileError(f"{cfg.prompt_file} has no prompts (give one prompt per line, or use --dataset "
-                                   "random)")
+            raise PromptsFileError(f"{cfg.prompt_file} has no prompts (give one prompt per line, or leave "
+                                   "--prompt-file out for random prompts)")
         return [prompts[i % len(prompts)] for i in range(cfg.num_prompts)]
     rng = random.Random(cfg.seed)
     return [" ".join(rng.choice(_WORDS) for _ in range(cfg.input_len)) for _ in range(cfg.num_prompts)]

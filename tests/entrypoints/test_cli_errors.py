@@ -9,6 +9,7 @@ same line; its stdout is then the report (JSON) or nothing.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -21,9 +22,11 @@ AC_FIELDS = ("backend, flash_attn_version, use_prefill_decode_attention, flash_a
              "use_trtllm_attention, disable_flashinfer_prefill, disable_flashinfer_q_quantization")
 BACKENDS = "FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto"
 # the default model's tiny cousin (head size 16) on CPU: TRITON_ATTN, chosen explicitly, cannot run it
+# (where Triton is not installed, as in a fresh venv with the CPU build of torch, the line says so too)
 TRITON_ON_CPU = ("attention backend TRITON_ATTN cannot run this model (head_size 16, dtype float32, kv_cache_dtype "
-                 "auto, block_size 16) on {cpu}: device cpu not supported (supported: cuda); head_size 16 not "
-                 "supported (>= 32). Backends that would work: CPU_ATTN, FLEX_ATTENTION.")
+                 "auto, block_size 16) on {cpu}: device cpu not supported (supported: cuda); "
+                 + ("" if importlib.util.find_spec("triton") else "not installed: pip install 'attnserve[triton]'; ")
+                 + "head_size 16 not supported (>= 32). Backends that would work: CPU_ATTN, FLEX_ATTENTION.")
 # automatic selection with an fp8 KV cache on CPU: one line, the backends with the same reasons together
 NO_BACKEND_FP8 = ("no attention backend can run this model (head_size 16, dtype float32, kv_cache_dtype fp8, "
                   "block_size 16) on {cpu}: CPU_ATTN, FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto).")
@@ -203,7 +206,7 @@ CASES = [
      "attnserve bench serve: error: argument --prompt-file: {tmp}/none.txt: No such file or directory"),
     (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/empty.txt"], 2,
      "attnserve bench serve: error: argument --prompt-file: {tmp}/empty.txt has no prompts (give one prompt per line, "
-     "or use --dataset random)"),  # was "no prompts in '...'"
+     "or leave --prompt-file out for random prompts)"),  # was "no prompts in '...'"
     (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/latin1.txt"], 2,
      "attnserve bench serve: error: argument --prompt-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at offset 10)"),
     # a bad JSONL line: the file, the line and what a line must be, before any request (was a KeyError traceback)
@@ -213,6 +216,13 @@ CASES = [
     (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/badjson.jsonl"], 2,
      "attnserve bench serve: error: argument --prompt-file: {tmp}/badjson.jsonl:2:14: malformed JSON: Expecting "
      f"property name enclosed in double quotes; {PROMPT_LINE}"),  # was "Expecting ...: line 1 column 14 (char 13)"
+    # --prompt-file alone is read (it implies --dataset file; it was ignored, random prompts sent instead)
+    (["bench", "serve", "--model", "m", "--prompt-file", "{tmp}/nokey.jsonl"], 2,
+     'attnserve bench serve: error: argument --prompt-file: {tmp}/nokey.jsonl:3: missing key "prompt" (its keys: '
+     f'"text"); {PROMPT_LINE}'),
+    (["bench", "serve", "--model", "m", "--dataset", "random", "--prompt-file", "{tmp}/nokey.jsonl"], 2,
+     "attnserve bench serve: error: argument --prompt-file: not used with --dataset random (leave --dataset out, or "
+     "give --dataset file)"),
     (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/nokey.jsonl"], 2,
      'attnserve bench throughput: error: argument --prompts-file: {tmp}/nokey.jsonl:3: missing key "prompt" (its '
      f'keys: "text"); {PROMPT_LINE}'),  # was the line sent as a text prompt

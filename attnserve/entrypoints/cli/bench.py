@@ -31,8 +31,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--request-rate", type=_request_rate, default=float("inf"),
                    help="requests per second, Poisson arrivals (default inf: all at once)")
     s.add_argument("--max-concurrency", type=positive_int, default=None, help="most requests in flight")
-    s.add_argument("--dataset", default="random", choices=["random", "file"])
-    s.add_argument("--prompt-file", default=None, help="with --dataset file: one prompt per line, or JSONL 'prompt'")
+    s.add_argument("--dataset", default=None, choices=["random", "file"],
+                   help="random words, or the prompts of --prompt-file (default: file with --prompt-file, else random)")
+    s.add_argument("--prompt-file", default=None, help="one prompt per line, or JSONL 'prompt' (implies --dataset file)")
     s.add_argument("--input-len", type=positive_int, default=128, help="random prompts: words per prompt")
     s.add_argument("--output-len", type=positive_int, default=128, help="max_tokens per request")
     s.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
@@ -257,8 +258,13 @@ def _base_url(args: argparse.Namespace) -> str:
 def run_serve(args: argparse.Namespace) -> int:
     from attnserve.benchmarks.serving import BenchConfig, BenchServerError, format_summary, run_benchmark
 
+    if args.dataset is None:  # a prompt file is what the user wants benchmarked, not random words beside it
+        args.dataset = "file" if args.prompt_file else "random"
     if args.dataset == "file" and not args.prompt_file:
         args._bench_parser.error("argument --dataset: file needs --prompt-file")
+    if args.dataset == "random" and args.prompt_file:
+        args._bench_parser.error("argument --prompt-file: not used with --dataset random (leave --dataset out, or "
+                                 "give --dataset file)")
     cfg = BenchConfig(
         base_url=_base_url(args), endpoint=args.endpoint, model=args.model,
         num_prompts=args.num_prompts, request_rate=args.request_rate, max_concurrency=args.max_concurrency,
