@@ -24,7 +24,7 @@ ALLOWED = {  # each numeric parameter's allowed values in words: this module's e
     "top_p": "(0, 1]",
     "top_k": "0 or -1 (all), or integer >= 1",
     "min_p": "[0, 1]",
-    "seed": "an integer or None",
+    "seed": "an integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None",
     "max_tokens": "integer >= 1",
     "logprobs": f"integer in [0, {MAX_LOGPROBS}]",
 }
@@ -78,7 +78,9 @@ class SamplingParams:
             (_is_real(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p, ALLOWED["top_p"]),
             (_is_int(self.top_k) and self.top_k >= 0, "top_k", self.top_k, ALLOWED["top_k"]),
             (_is_real(self.min_p) and 0.0 <= self.min_p <= 1.0, "min_p", self.min_p, ALLOWED["min_p"]),
-            (self.seed is None or _is_int(self.seed), "seed", self.seed, ALLOWED["seed"]),
+            (self.seed is None or (_is_int(self.seed) and -(2**63) <= self.seed <= 2**63 - (self.n if _is_int(self.n)
+                                                                                             else 1)),
+             "seed", self.seed, ALLOWED["seed"]),
             (self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1), "max_tokens",
              self.max_tokens, ALLOWED["max_tokens"]),
             (self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS), "logprobs",

@@ -259,7 +259,10 @@ def test_text_equals_decoding_the_tokens(llm):
     ({"top_k": 1.5}, "top_k 1.5 not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
     ({"top_k": True}, "top_k True not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
     ({"max_tokens": 2.5}, "max_tokens 2.5 not allowed (allowed: integer >= 1)"),
-    ({"seed": "x"}, "seed 'x' not allowed (allowed: an integer or None)"),
+    ({"seed": "x"}, "seed 'x' not allowed (allowed: an integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),
+    ({"seed": 2**64}, "seed 18446744073709551616 not allowed (allowed: an integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),  # was torch's 'Overflow when unpacking long long'
+    ({"seed": 2**63 - 1, "n": 2}, "seed 9223372036854775807 not allowed (allowed: an integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),  # completion 1's seed + 1 overflows
+    ({"seed": -(2**63) - 1}, "seed -9223372036854775809 not allowed (allowed: an integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),
     ({"logprobs": 21}, "logprobs 21 not allowed (allowed: integer in [0, 20])"),
     ({"stop_token_ids": [2, -1]}, "stop_token_ids [2, -1] not allowed (allowed: token ids (integers >= 0))"),
     ({"stop_token_ids": [2.0]}, "stop_token_ids [2.0] not allowed (allowed: token ids (integers >= 0))"),
