@@ -216,6 +216,10 @@ CASES = [
     (["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/badjson.jsonl"], 2,
      "attnserve bench serve: error: argument --prompt-file: {tmp}/badjson.jsonl:2:14: malformed JSON: Expecting "
      f"property name enclosed in double quotes; {PROMPT_LINE}"),  # was "Expecting ...: line 1 column 14 (char 13)"
+    # generate reads a prompts file as the benchmarks do (a JSONL line's "prompt"; the raw line was the prompt)
+    (["generate", "--prompts-file", "{tmp}/nokey.jsonl"], 2,
+     'attnserve generate: error: argument --prompts-file: {tmp}/nokey.jsonl:3: missing key "prompt" (its keys: '
+     f'"text"); {PROMPT_LINE}'),
     # --prompt-file alone is read (it implies --dataset file; it was ignored, random prompts sent instead)
     (["bench", "serve", "--model", "m", "--prompt-file", "{tmp}/nokey.jsonl"], 2,
      'attnserve bench serve: error: argument --prompt-file: {tmp}/nokey.jsonl:3: missing key "prompt" (its keys: '

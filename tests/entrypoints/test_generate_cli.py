@@ -29,7 +29,7 @@ def test_default_command_answers_the_default_chat_prompt(tmp_path):
 
 def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
     prompts = tmp_path / "prompts.txt"
-    prompts.write_text("hello there\n\nthe sky is\nnumbers: 1 2 3\n")
+    prompts.write_text('hello there\n\n{"prompt": "the sky is", "id": 7}\nnumbers: 1 2 3\n')  # text and JSONL lines
     out_json = tmp_path / "out.json"
     rc = main(["generate", "--model", tiny_model_dir("llama"), "--prompts-file", str(prompts), "--max-tokens", "5",
                "--ignore-eos", "--n", "2", "--temperature", "0.7", "--seed", "3", "--logprobs", "2",

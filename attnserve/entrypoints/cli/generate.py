@@ -23,7 +23,9 @@ def add_parser(subparsers) -> None:
     add_engine_args(p)
     g = p.add_argument_group("prompts and sampling")
     g.add_argument("--prompt", action="append", default=None, help="a prompt (repeat for several)")
-    g.add_argument("--prompts-file", default=None, help="a text file with one prompt per line (blank lines skipped)")
+    g.add_argument("--prompts-file", default=None,
+                   help="a text file with one prompt per line (blank lines skipped), or JSONL with a \"prompt\" "
+                        "string per line, as bench throughput and bench serve read it")
     g.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template")
     # the sampling flags' ranges are SamplingParams' (checked when it is built); their types are checked here
     g.add_argument("--max-tokens", type=typed(int, ALLOWED["max_tokens"]), default=128,
@@ -48,13 +50,13 @@ def _error(message: str) -> int:
 
 
 def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
-    from attnserve.benchmarks.requests import PromptsFileError, text_lines
+    from attnserve.benchmarks.requests import PromptsFileError, read_prompts_file
 
     prompts = list(args.prompt or [])
     if args.prompts_file:
-        try:
-            from_file = text_lines(args.prompts_file)
-        except PromptsFileError as e:  # not UTF-8 text
+        try:  # the format bench throughput and bench serve read: one prompt a line, or JSONL's "prompt"
+            from_file = read_prompts_file(args.prompts_file)
+        except PromptsFileError as e:  # not UTF-8 text, a bad JSONL line
             raise ValueError(f"argument --prompts-file: {e}") from None
         if not from_file:  # not the default prompt instead: the file named is likely the wrong one
             raise ValueError(f"argument --prompts-file: {args.prompts_file} has no prompts (give one prompt per "
