@@ -45,7 +45,7 @@ class ModelConfig:
 
     seed: int = field(default=0, metadata={"ge": 0, "le": 2**64 - 1})
     """Seed for random weights (dummy) and for sampling requests that give no seed: an integer in [0, 2**64 - 1],
-    what both torch's and numpy's generators take (a negative or larger seed failed only after the model loaded)."""
+    what both torch's and numpy's generators take."""
 
     def __post_init__(self) -> None:
         validate_fields(self)

@@ -76,7 +76,7 @@ def _add_throughput(kinds) -> None:
     p = kinds.add_parser("throughput", help="offline throughput: many requests at once through the engine",
                          description="Queue N requests (random token ids or --prompts-file), generate exactly the "
                                      "output length of each (EOS ignored, greedy), report requests/s and tokens/s "
-                                     "and the %% of the memory roofline. --seed (engine flag) seeds the requests.")
+                                     "and the % of the memory roofline. --seed (engine flag) seeds the requests.")
     add_engine_args(p)
     g = p.add_argument_group("workload")
     g.add_argument("--num-prompts", type=positive_int, default=None,
@@ -97,7 +97,7 @@ def _add_latency(kinds) -> None:
 
     p = kinds.add_parser("latency", help="latency of one batch: TTFT, TPOT, end-to-end, percentiles",
                          description="Submit a batch of random prompts, generate exactly --output-len tokens each; "
-                                     "report TTFT, TPOT, E2E percentiles, output tokens/s and the %% of the memory "
+                                     "report TTFT, TPOT, E2E percentiles, output tokens/s and the % of the memory "
                                      "roofline, for each --batch-size.")
     add_engine_args(p)
     g = p.add_argument_group("workload")
