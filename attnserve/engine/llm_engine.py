@@ -13,6 +13,7 @@ import numbers
 import shutil
 
 from attnserve.config.engine import EngineConfig
+from attnserve.config.fields import ConfigError
 from attnserve.distributed.sharding import check_tensor_parallel_size
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.output_processor import OutputProcessor
@@ -34,8 +35,12 @@ logger = logging.getLogger(__name__)
 _SHAPE_MISMATCH = "checkpoint shape "
 
 
-class PromptTooLongError(ValueError):
-    """A prompt that leaves no room for a generated token within max_model_len."""
+class PromptTooLongError(ConfigError):
+    """A prompt that leaves no room for a generated token within max_model_len: a ConfigError keyed
+    ``max_model_len``, so the CLI names ``--max-model-len`` (the server answers 400 with the message)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, key="max_model_len")
 
 
 def resolve_async_scheduling(config: EngineConfig, device) -> bool:
@@ -136,8 +141,9 @@ class LLMEngine:
             raise ValueError(f"token id {bad!r} not allowed (allowed: integers in [0, {vocab}), the vocabulary size)")
         if len(token_ids) >= self.max_model_len:
             raise PromptTooLongError(
-                f"prompt has {len(token_ids)} tokens; max_model_len is {self.max_model_len}, "
-                "so at most max_model_len - 1 prompt tokens fit"
+                f"prompt has {len(token_ids)} tokens; max_model_len is {self.max_model_len}, so at most "
+                f"{self.max_model_len - 1} prompt tokens fit (one place is the generated token's); raise max_model_len "
+                "or shorten the prompt"
             )
         if not token_ids:
             raise ValueError("prompt is empty (0 tokens)")
