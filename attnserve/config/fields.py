@@ -75,6 +75,19 @@ def split_optional(tp: object) -> tuple[object, bool]:
 _TYPE_WORDS = {bool: "true, false", int: "integer", float: "number", str: "string"}
 
 
+def range_words(kind: str, low: tuple[str, object] | None, high: tuple[str, object] | None) -> str:
+    """A number's allowed range in words: ``kind`` ("integer", "number") and its bounds as (operator, value),
+    ``low`` with ">=" or ">", ``high`` with "<=" or "<": ``integer in [0, 18446744073709551615]``, ``number in
+    (0, 1]``, ``integer >= 1``, or ``kind`` alone. Config fields (:func:`allowed_values`) and the server's request
+    fields (``entrypoints/openai/allowed.py``) say their ranges with it."""
+    if low and high:
+        return f"{kind} in {'[' if low[0] == '>=' else '('}{low[1]}, {high[1]}{']' if high[0] == '<=' else ')'}"
+    if low or high:
+        op, value = low or high  # type: ignore[misc]
+        return f"{kind} {op} {value}"
+    return kind
+
+
 def allowed_values(cls: type, name: str) -> str:
     """The allowed values of field ``name`` of ``cls`` in words, e.g. ``"integer >= 1"``, ``"2, 3, 4, null"``."""
     f = cls.__dataclass_fields__[name]
@@ -83,14 +96,9 @@ def allowed_values(cls: type, name: str) -> str:
     if "choices" in meta:
         words = ", ".join(str(c) for c in meta["choices"])
     else:
-        words = _TYPE_WORDS.get(base, getattr(base, "__name__", str(base)))
-        low = next(((k, meta[k]) for k in ("gt", "ge") if k in meta), None)
-        if low and "le" in meta:  # an interval: "number in (0, 1]", "integer in [0, 18446744073709551615]"
-            words += f" in {'(' if low[0] == 'gt' else '['}{low[1]}, {meta['le']}]"
-        else:
-            bounds = [f"{op} {meta[k]}" for k, op in (("gt", ">"), ("ge", ">="), ("le", "<=")) if k in meta]
-            if bounds:
-                words += " " + " and ".join(bounds)
+        low = next(((op, meta[k]) for k, op in (("gt", ">"), ("ge", ">=")) if k in meta), None)
+        words = range_words(_TYPE_WORDS.get(base, getattr(base, "__name__", str(base))), low,
+                            ("<=", meta["le"]) if "le" in meta else None)
     return words + (", null" if optional else "")
 
 

@@ -15,6 +15,8 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel
 
+from attnserve.config.fields import range_words
+
 _BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
 
 
@@ -68,12 +70,7 @@ def _words(leaf: dict[str, Any]) -> str:
     bounds = {op: _number(leaf[key]) for key, op in _BOUNDS if key in leaf}
     low = next(((op, v) for op, v in bounds.items() if op in (">=", ">")), None)
     high = next(((op, v) for op, v in bounds.items() if op in ("<=", "<")), None)
-    if low and high:
-        return f"{kind} in {'[' if low[0] == '>=' else '('}{low[1]}, {high[1]}{']' if high[0] == '<=' else ')'}"
-    if low or high:
-        op, v = low or high  # type: ignore[misc]
-        return f"{kind} {op} {v}"
-    return kind
+    return range_words(kind, low, high)
 
 
 def allowed_values(model: type[BaseModel], path: tuple, kinds: tuple[str, ...]) -> str | None:
