@@ -10,7 +10,8 @@ the host on the current stream, in line with the step's kernels, instead of on s
 ``no direct decode`` (TRITON_ATTN's decode calls load their tile arrays: ``triton_attention.DECODE_DIRECT``
 off; takes effect in graphs captured after it is set, so this variant re-captures), ``no greedy head`` (greedy
 steps compute the logits and take their argmax instead of the fused greedy head where the GEMV plan chose it;
-the plan's greedy rows are printed and saved). Correctness of each: ``tests/gpu/test_async_scheduling_gpu.py``,
+the plan's greedy rows are printed and saved), ``early pdl`` (every Triton kernel lets the next one launch
+before its own PDL wait: ``pdl.configure(True, early=True)``; re-captures). Correctness of each: ``tests/gpu/test_async_scheduling_gpu.py``,
 ``test_cuda_graphs.py``, ``test_triton_argmax_gpu.py``, ``test_greedy_head_gpu.py``.
 """
 
@@ -52,6 +53,7 @@ def main() -> None:
     graphs, sampler = runner.cuda_graphs, runner.sampler
     side_input_stream = graphs.input_stream
     from attnserve.attention.ops import triton_attention
+    from attnserve.layers import pdl
     from attnserve.model_executor import sampler as sampler_module
 
     triton_argmax_rows = sampler_module.argmax_rows
@@ -76,8 +78,11 @@ def main() -> None:
         if head is not None:
             head.greedy = None if name == "no greedy head" else greedy_table
         direct = name != "no direct decode"
-        if triton_attention.DECODE_DIRECT != direct:
+        early = name == "early pdl"
+        if triton_attention.DECODE_DIRECT != direct or (pdl.enabled() and pdl.early() != early):
             triton_attention.DECODE_DIRECT = direct
+            if pdl.enabled():
+                pdl.configure(True, early=early)
             graphs.graphs.clear()
             graphs.capture()
 

@@ -493,6 +493,16 @@ job_s10d() {  # session 10, last (g1, g2 staged): after the CLI/engine error cha
   timeout 60 python3 -m attnserve.entrypoints.cli.main serve --device cuda --max-model-len 999999 --port 8765; echo "serve rc=$?"
 }
 
+job_s11a() {  # session 11 (no staging: TRITON_ATTN, random weights): early PDL launches and whole-share GEMV
+  # preloads on a Llama-3.1-8B batch-1 step (tests/gpu/bench_cascade.py), then early PDL in the engine (A/B)
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 330 python3 -m tests.gpu.bench_cascade --rounds 2 --json "$RES/cascade_llama_b1.json" 2>&1 | grep -v Warning
+  timeout 130 python3 -m tests.gpu.bench_engine_variants --model $LLAMA --batch-size 1 --rounds 2 \
+    --variants engine "early pdl" --json "$RES/engine_variants_early_llama.json" | grep -v "greedy head plan"
+  timeout "$(left)" python3 -m tests.gpu.bench_engine_variants --batch-size 64 --rounds 2 \
+    --variants engine "early pdl" --json "$RES/engine_variants_early_qwen.json" | grep -v "greedy head plan"
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
@@ -523,7 +533,7 @@ for j in "$@"; do
     s5c) job_s5c > "$OUT/s5c.log" 2>&1 ;;
     s5d) job_s5d > "$OUT/s5d.log" 2>&1 ;;
     s5e) job_s5e > "$OUT/s5e.log" 2>&1 ;;
-    s6*|s7*|s8*|s9*|s10*) "job_$j" > "$OUT/$j.log" 2>&1 ;;
+    s6*|s7*|s8*|s9*|s10*|s11*) "job_$j" > "$OUT/$j.log" 2>&1 ;;
     tplast) job_tplast > "$OUT/tplast.log" 2>&1 ;;
     tpfast) wait "${pids[@]}" 2>/dev/null; pids=(); job_tpfast > "$OUT/tpfast.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;
