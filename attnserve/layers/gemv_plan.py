@@ -20,7 +20,7 @@ measured bucket, cuBLAS.
 Start-up cost: per (N, K, M) one cuBLAS timing and up to 6 Triton ones (each a CUDA graph of >= 20 calls,
 replayed 11 times), plus one Triton compile per distinct launch (tile, stages, warps, padded rows, split or
 not, K tail or not; not the row count itself). For the Llama-3.1-8B and Qwen3-0.6B shapes with rows
-1..64: ~300 timings (estimated 5-10 s on an H200, most of it the LM head's) and ~55 distinct kernels (~0.4 s
+1..64: ~310-320 timings (estimated 5-10 s on an H200, most of it the LM head's) and ~60-70 distinct kernels (~0.4 s
 each to compile for sm_90 on one CPU core, ~20-25 s; Triton caches them on disk for the next start), about
 twice the work of rows 1..8. ``measure`` logs its time and counts.
 

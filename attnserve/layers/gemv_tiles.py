@@ -32,6 +32,37 @@ def _pow2(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
 
 
+# one-step FMA tiles (:func:`whole_k_config`): K up to this many elements in a program's single step, and at
+# most this many warps to hold it (x tile <= 32 elements a thread, the SwiGLU prologue's bound)
+WHOLE_K_MAX = 16384
+WHOLE_K_MAX_WARPS = 16
+
+
+def whole_k_config(n: int, k: int, m: int) -> GemvConfig | None:
+    """The FMA tile whose one K step is the whole (power-of-2 padded) K: no split, no loop; each program
+    loads its ``block_n`` weight rows in one go (before the PDL wait where K is a power of 2) and reduces once.
+    ``num_warps`` is the smallest of 4..16 that keeps x's tile at <= 32 elements a thread, ``block_n`` the
+    largest (<= 16) that keeps the weight tile at <= 64. None past 4 rows' worth of registers (``m`` rows
+    times padded K above ``32 * 32 * WHOLE_K_MAX_WARPS`` elements) or K above ``WHOLE_K_MAX``.
+
+    Measured on an H200 at one row (``tests/gpu/bench_cascade.py``, Llama-3.1-8B shapes, graph of calls over
+    weight copies past 2x L2): o_proj 4096 x 4096 9.4 us (n2 k4096 w4) vs cuBLAS 12.4 us (split-K, plus its
+    reduce kernel in a real step); qkv 6144 x 4096 13.0 vs 15.0; gate_up 28672 x 4096 53.3 vs 60.6 (4.4 TB/s).
+    The same tiles with K in two splits: 13-19 us, 82 us for gate_up (each split's partial store, fence and
+    ticket).
+    """
+    from attnserve.layers.triton_gemv import GemvConfig
+
+    bk, rows = _pow2(k), _pow2(m)
+    if bk > WHOLE_K_MAX:
+        return None
+    warps = max(4, rows * bk // (32 * 32))
+    if warps > WHOLE_K_MAX_WARPS:
+        return None
+    bn = max(1, min(16, 64 * 32 * warps // (rows * bk), _pow2(n)))
+    return GemvConfig(bn, max(16, bk), 1, num_warps=warps, num_stages=1, dot=False)
+
+
 def auto_split(n: int, k: int, block_n: int, block_k: int, num_sms: int, m: int = 1) -> int:
     """Splits of K so that about ``4 * num_sms`` programs run, each with at least one full K step and at
     least ``4 * m`` K elements (its float32 partials at most half the weight bytes it reads)."""
@@ -89,7 +120,7 @@ def candidate_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int 
                       act: str = "none") -> list[GemvConfig]:
     """The handful (at most 6) the start-up plan times for ``act`` (``triton_gemv.ACTS``): the default and
     its split halved and doubled; up to 16 rows, two tiles of the other kind (FMA <-> tensor cores) or
-    shape; past 16 rows three tensor-core tiles: narrower (more programs), wider (x re-read fewer times)
+    shape, and the one-step tile (:func:`whole_k_config`, where registers allow); past 16 rows three tensor-core tiles: narrower (more programs), wider (x re-read fewer times)
     and a longer K step. Each fitted to M rows and ``act`` (``triton_gemv.fit_config``: shared memory, and
     the SwiGLU prologue's registers)."""
     from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
@@ -109,6 +140,9 @@ def candidate_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int 
         if elem_bytes == 2:
             bk = min(256, _pow2(k))
             out.append(GemvConfig(64, bk, auto_split(n, k, 64, bk, num_sms), num_warps=4, num_stages=3, dot=True))
+        whole = whole_k_config(n, k, m)
+        if whole is not None:
+            out.append(whole)
     return list(dict.fromkeys(fit_config(c, m, elem_bytes, act) for c in out if c.block_k <= max(16, _pow2(k))))
 
 

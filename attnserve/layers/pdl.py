@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import torch
 
-_state = {"enabled": False, "early": False}
+_state = {"enabled": False}
 
 
 def supported(device: torch.device | str) -> bool:
@@ -45,13 +45,10 @@ def supported(device: torch.device | str) -> bool:
     return device.type == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def configure(enabled: bool, early: bool = False) -> bool:
+def configure(enabled: bool) -> bool:
     """Turn PDL launches of the Triton kernels on or off for this process; returns the setting. Call before
-    capturing CUDA graphs: a captured launch keeps the option it was captured with. ``early``: each kernel
-    lets the next one launch before its own wait (steps 3 then 2), so a chain of PDL kernels may be
-    resident at once, each loading its weights while the kernels before it still run."""
+    capturing CUDA graphs: a captured launch keeps the option it was captured with."""
     _state["enabled"] = bool(enabled)
-    _state["early"] = bool(early)
     return _state["enabled"]
 
 
@@ -60,14 +57,9 @@ def enabled() -> bool:
     return _state["enabled"]
 
 
-def early() -> bool:
-    """Whether the Triton kernels let the next kernel launch before their own wait (``configure(early=True)``)."""
-    return _state["early"]
-
-
 def launch(x: torch.Tensor) -> dict:
     """The keyword arguments of a Triton launch whose inputs live on ``x``'s device: ``USE_PDL`` (the
     kernels' constexpr) and, when it is on, ``launch_pdl=True``."""
     if _state["enabled"] and x.is_cuda:
-        return {"USE_PDL": 2 if _state["early"] else 1, "launch_pdl": True}
+        return {"USE_PDL": True, "launch_pdl": True}
     return {"USE_PDL": False}

@@ -68,12 +68,8 @@ def _round(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
 @triton.jit
 def pdl_wait(USE_PDL: tl.constexpr):
     """Steps 2 and 3 of ``layers/pdl.py``'s protocol in a kernel launched with ``launch_pdl``: wait for the
-    kernels before it, then let the next one start (``USE_PDL == 2``, early mode: let the next one start
-    first, then wait). A no-op without PDL."""
-    if USE_PDL == 2:
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
-    elif USE_PDL:
+    kernels before it, then let the next one start. A no-op without PDL."""
+    if USE_PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
 

@@ -1,24 +1,16 @@
-"""Early PDL launches ("cascade") and GEMVs that load their whole weight share before the PDL wait, on one
-decode step in one process: one CUDA graph per variant, variants alternated over ``--rounds``, each one's ms
-per step, its ratio to the first (today's engine: the GEMV plan measured with PDL, PDL on) and its logits
-against that first's.
+"""GEMV tiles whose one K step is a program's whole weight share, forced onto a decode step's layers, in one
+process: one CUDA graph per variant, variants alternated over ``--rounds``, each one's ms per step, its ratio
+to the first (the GEMV plan, PDL on: the engine as built) and its logits against that first's.
 
 ``python -m tests.gpu.bench_cascade [--model benchmarks/shapes/llama-3.1-8b] [--backend TRITON_ATTN]
 [--batch-size 1] [--context 1024] [--rounds 2] [--json OUT]`` on a GPU of compute capability >= 9.0.
 
-The idea: at batch 1 the weights stream at HBM speed in the large GEMVs, but the kernels between them
-(attention, norms, RoPE) are latency-bound and leave HBM idle, and each GEMV pays its ramp. With
-``pdl.configure(True, early=True)`` every Triton kernel lets the next one launch before its own wait, so a
-GEMV after a chain of small Triton kernels can be resident while they run; a GEMV config whose one K step is
-the program's whole share (``block_k`` = K per split) loads all of its weight before the wait. Variants:
-
-- ``plan+pdl``: the plan, PDL on (the engine as built);
-- ``plan+early``: the same kernels, PDL early (logits must be bitwise equal);
-- ``<set>+pdl`` / ``<set>+early``: the plan with the layers of ``PRELOAD_SETS[set]`` forced, at the batch's
-  row count, to the given whole-share Triton configs.
-
-Also per forced shape: the config alone (graph of back-to-back calls over weight copies past 2x L2, PDL as
-the variant) against cuBLAS and the plan's choice.
+A config whose one K step is the program's whole share (``block_k`` = K per split) issues all of its
+weight loads at once, before the PDL wait where K divides evenly. Variants: ``plan`` (the engine as built),
+then ``<set>``: the plan with the layers of ``PRELOAD_SETS[set]`` forced, at the batch's row count, to the
+given configs. Also per shape: each config alone (a graph of back-to-back calls over weight copies past 2x
+L2, PDL on) against cuBLAS and the plan's choice. Session 11 (commit 5146041) also tried "early" PDL here
+(each Triton kernel letting the next launch before its own wait): 4.531 vs 4.449 ms, dropped.
 """
 
 from __future__ import annotations
@@ -39,16 +31,14 @@ PRELOAD = {
     "n4k4096w8": (4, 4096, 1, 8), "n2k4096w4": (2, 4096, 1, 4), "n8k2048w8": (8, 2048, 2, 8),
     "n4k2048w4": (4, 2048, 2, 4), "n2k2048w2": (2, 2048, 2, 2), "n4k1024w4": (4, 1024, 4, 4),
 }
-DOWN_PRELOAD = {"n4k2048w4": (4, 2048, 7, 4), "n2k2048w2": (2, 2048, 7, 2), "n8k2048w8": (8, 2048, 7, 8)}
+DOWN_PRELOAD = {"n4k2048w4": (4, 2048, 7, 4), "n2k2048w2": (2, 2048, 7, 2), "n8k2048w8": (8, 2048, 7, 8),
+                "n2k16384w16": (2, 16384, 1, 16), "n1k16384w8": (1, 16384, 1, 8)}
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 PRELOAD_SETS = {
-    "o:n4k4096w8": {"o": "n4k4096w8"},
-    "o:n2k4096w4": {"o": "n2k4096w4"},
-    "o:n4k2048w4": {"o": "n4k2048w4"},
-    "o:n2k2048w2": {"o": "n2k2048w2"},
     "qkv+o:n2k4096w4": {"qkv": "n2k4096w4", "o": "n2k4096w4"},
-    "qkv+o:n4k2048w4": {"qkv": "n4k2048w4", "o": "n4k2048w4"},
-    "all:n4k2048w4": {"qkv": "n4k2048w4", "o": "n4k2048w4", "gate_up": "n4k2048w4", "down": "n4k2048w4"},
+    "all:n2k4096w4": {"qkv": "n2k4096w4", "o": "n2k4096w4", "gate_up": "n2k4096w4", "down": "n2k16384w16"},
+    "all:n2k4096w4,down:n1k16384w8": {"qkv": "n2k4096w4", "o": "n2k4096w4", "gate_up": "n2k4096w4",
+                                      "down": "n1k16384w8"},
 }
 
 
@@ -102,7 +92,7 @@ def main() -> None:
                 table[rows] = f
                 m.gemv = tuple(table)
 
-    # each forced config alone, against cuBLAS and the plan's choice (PDL normal / early)
+    # each forced config alone, against cuBLAS and the plan's choice
     alone = []
     with torch.inference_mode():
         for shape, (n, k) in SHAPES.items():
@@ -117,30 +107,23 @@ def main() -> None:
             row["plan"] = planned.config.label() if planned and planned.use_triton else "cublas/lt"
             for name in (DOWN_PRELOAD if shape == "down" else PRELOAD):
                 cfg = config_for(shape, name)
-                for early in (False, True):
-                    pdl.configure(True, early=early)
-                    try:
-                        got = gemv(x, copies[0], None, cfg)
-                        err = float((got.float() - want.float()).abs().max())
-                        us = time_per_call_us(lambda w: gemv(x, w, None, cfg), copies)
-                    except Exception as e:  # noqa: BLE001 - reported, the others still run
-                        us, err = float("nan"), f"{type(e).__name__}: {str(e)[:200]}"
-                    row[f"{name}{'+early' if early else ''}_us"] = us
-                    row[f"{name}_maxdiff"] = err
-            pdl.configure(True)
+                try:
+                    got = gemv(x, copies[0], None, cfg)
+                    err = float((got.float() - want.float()).abs().max())
+                    us = time_per_call_us(lambda w: gemv(x, w, None, cfg), copies)
+                except Exception as e:  # noqa: BLE001 - reported, the others still run
+                    us, err = float("nan"), f"{type(e).__name__}: {str(e)[:200]}"
+                row[f"{name}_us"], row[f"{name}_maxdiff"] = us, err
             alone.append(row)
             print({k2: (round(v, 2) if isinstance(v, float) else v) for k2, v in row.items()}, flush=True)
             del copies
 
-    variants = [("plan+pdl", None, False), ("plan+early", None, True)]
-    for s in args.sets:
-        variants += [(f"{s}+pdl", s, False), (f"{s}+early", s, True)]
+    variants = [("plan", None)] + [(s, s) for s in args.sets]
     results, base_logits = [], None
     base_ms: dict[int, float] = {}
     with torch.inference_mode():
         for r in range(args.rounds):
-            for name, set_name, early in variants:
-                pdl.configure(True, early=early)
+            for name, set_name in variants:
                 force(PRELOAD_SETS[set_name] if set_name else None)
                 try:
                     logits = step().float()

@@ -10,8 +10,8 @@ the host on the current stream, in line with the step's kernels, instead of on s
 ``no direct decode`` (TRITON_ATTN's decode calls load their tile arrays: ``triton_attention.DECODE_DIRECT``
 off; takes effect in graphs captured after it is set, so this variant re-captures), ``no greedy head`` (greedy
 steps compute the logits and take their argmax instead of the fused greedy head where the GEMV plan chose it;
-the plan's greedy rows are printed and saved), ``early pdl`` (every Triton kernel lets the next one launch
-before its own PDL wait: ``pdl.configure(True, early=True)``; re-captures). Correctness of each: ``tests/gpu/test_async_scheduling_gpu.py``,
+the plan's greedy rows are printed and saved), ``no whole-K tiles`` (the GEMV plan measured again without
+``gemv_tiles.whole_k_config``'s one-step tiles among its candidates, applied, graphs re-captured). Correctness of each: ``tests/gpu/test_async_scheduling_gpu.py``,
 ``test_cuda_graphs.py``, ``test_triton_argmax_gpu.py``, ``test_greedy_head_gpu.py``.
 """
 
@@ -53,7 +53,6 @@ def main() -> None:
     graphs, sampler = runner.cuda_graphs, runner.sampler
     side_input_stream = graphs.input_stream
     from attnserve.attention.ops import triton_attention
-    from attnserve.layers import pdl
     from attnserve.model_executor import sampler as sampler_module
 
     triton_argmax_rows = sampler_module.argmax_rows
@@ -68,6 +67,21 @@ def main() -> None:
     for row in greedy_plan:
         print(f"greedy head plan: {row}", flush=True)
 
+    plans, state = {"engine": plan}, {"plan": "engine"}
+    if "no whole-K tiles" in args.variants and plan is not None:
+        from attnserve.layers import gemv_tiles
+        from attnserve.layers.gemv_plan import GemvPlan, plan_rows
+        from attnserve.model_executor.cuda_graph import capture_sizes
+
+        whole_k = gemv_tiles.whole_k_config
+        gemv_tiles.whole_k_config = lambda n, k, m: None
+        try:
+            plans["no whole-K"] = GemvPlan.measure(runner.model, plan_rows(capture_sizes(max(args.batch_size))))
+        finally:
+            gemv_tiles.whole_k_config = whole_k
+        print(f"plan without whole-K tiles:\n{plans['no whole-K'].summary()}", flush=True)
+        plan.apply(runner.model)
+
     def use(name: str) -> None:
         graphs.input_stream = None if name == "in-line copies" else side_input_stream
         if name == "in-line copies":
@@ -78,11 +92,12 @@ def main() -> None:
         if head is not None:
             head.greedy = None if name == "no greedy head" else greedy_table
         direct = name != "no direct decode"
-        early = name == "early pdl"
-        if triton_attention.DECODE_DIRECT != direct or (pdl.enabled() and pdl.early() != early):
+        plan_name = "no whole-K" if name == "no whole-K tiles" else "engine"
+        if triton_attention.DECODE_DIRECT != direct or plan_name != state["plan"]:
             triton_attention.DECODE_DIRECT = direct
-            if pdl.enabled():
-                pdl.configure(True, early=early)
+            if plan_name != state["plan"]:
+                plans[plan_name].apply(runner.model)
+                state["plan"] = plan_name
             graphs.graphs.clear()
             graphs.capture()
 

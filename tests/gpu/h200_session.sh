@@ -493,14 +493,35 @@ job_s10d() {  # session 10, last (g1, g2 staged): after the CLI/engine error cha
   timeout 60 python3 -m attnserve.entrypoints.cli.main serve --device cuda --max-model-len 999999 --port 8765; echo "serve rc=$?"
 }
 
-job_s11a() {  # session 11 (no staging: TRITON_ATTN, random weights): early PDL launches and whole-share GEMV
-  # preloads on a Llama-3.1-8B batch-1 step (tests/gpu/bench_cascade.py), then early PDL in the engine (A/B)
+job_s11a() {  # session 11 (g1, g2 staged; run at commit 5146041, which had pdl.configure(early=True)): early PDL
+  # launches and whole-share GEMV tiles on a Llama-3.1-8B batch-1 step (tests/gpu/bench_cascade.py), then early PDL
+  # in the engine (A/B)
   export CUDA_VISIBLE_DEVICES=0
   timeout 330 python3 -m tests.gpu.bench_cascade --rounds 2 --json "$RES/cascade_llama_b1.json" 2>&1 | grep -v Warning
   timeout 130 python3 -m tests.gpu.bench_engine_variants --model $LLAMA --batch-size 1 --rounds 2 \
     --variants engine "early pdl" --json "$RES/engine_variants_early_llama.json" | grep -v "greedy head plan"
   timeout "$(left)" python3 -m tests.gpu.bench_engine_variants --batch-size 64 --rounds 2 \
     --variants engine "early pdl" --json "$RES/engine_variants_early_qwen.json" | grep -v "greedy head plan"
+}
+
+job_s11b() {  # session 11 (g1, g2 staged): the GEMV plan with whole-K tiles (gemv_tiles.whole_k_config): engine
+  # A/B against the plan without them (Llama-3.1-8B batch 1, Qwen3-0.6B batch 1 and 64), whole-K tiles forced per shape
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 170 python3 -m tests.gpu.bench_engine_variants --model $LLAMA --batch-size 1 --rounds 2 \
+    --variants engine "no whole-K tiles" --json "$RES/engine_variants_wholek_llama.json" | grep -v "greedy head plan"
+  timeout 170 python3 -m tests.gpu.bench_engine_variants --batch-size 1 64 --rounds 2 \
+    --variants engine "no whole-K tiles" --json "$RES/engine_variants_wholek_qwen.json" | grep -v "greedy head plan"
+  timeout "$(left)" python3 -m tests.gpu.bench_cascade --rounds 1 --json "$RES/wholek_forced_llama_b1.json" 2>&1 \
+    | grep -E "^r0|shape"
+}
+
+job_s11c() {  # session 11 (g1, g2 staged): correctness of the whole-K tiles and the engine with them, then latency
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 240 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/layers/test_triton_gemv.py \
+    tests/gpu/test_skinny_gemm.py tests/gpu/test_pdl_gpu.py tests/gpu/test_silu_mul_gemv.py \
+    --junitxml "$RES/s11c_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|rror" | tail -20
+  bench lat_llama_b1_s11 latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN ${LAT/--batch-size 1 64/--batch-size 1} --use-skinny-gemm
+  bench lat_qwen_s11 latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm
 }
 
 job_attn() {

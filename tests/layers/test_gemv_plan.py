@@ -123,15 +123,15 @@ def _startup_work(shapes, down, ms) -> tuple[int, int]:
 
 @pytest.mark.parametrize("model", list(MODEL_SHAPES))
 def test_startup_work_of_the_plan_is_bounded(model):
-    """Rows up to 64 double the plan's work of rows up to 8: ~300 timings (a few seconds on an H200) and ~55
+    """Rows up to 64 double the plan's work of rows up to 8: ~310-320 timings (a few seconds on an H200) and ~60-70
     Triton compiles (~0.4 s each for sm_90 on one core; cached on disk by Triton for the next start)."""
     shapes, down = MODEL_SHAPES[model]
     small = _startup_work(shapes, down, (1, 2, 4, 8))
     full = _startup_work(shapes, down, DECODE_MS)
     print(f"{model}: rows 1..8 {small[0]} timings, {small[1]} kernels; rows 1..64 {full[0]} timings, "
           f"{full[1]} kernels")
-    assert small[0] <= 140 and small[1] <= 28
-    assert full[0] <= 300 and full[1] <= 60
+    assert small[0] <= 165 and small[1] <= 42
+    assert full[0] <= 325 and full[1] <= 72
 
 
 def _tiny(arch: str):
