@@ -522,6 +522,8 @@ job_s11c() {  # session 11 (g1, g2 staged): correctness of the whole-K tiles and
     --junitxml "$RES/s11c_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|rror" | tail -20
   bench lat_llama_b1_s11 latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN ${LAT/--batch-size 1 64/--batch-size 1} --use-skinny-gemm
   bench lat_qwen_s11 latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm
+  timeout "$(left)" python3 -m tests.gpu.bench_cascade --rounds 1 --sets --json "$RES/wholek_alone_s11c.json" 2>&1 \
+    | grep -E "^r0|shape"
 }
 
 job_attn() {
