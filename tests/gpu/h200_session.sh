@@ -526,6 +526,16 @@ job_s11c() {  # session 11 (g1, g2 staged): correctness of the whole-K tiles and
     | grep -E "^r0|shape"
 }
 
+job_s11d() {  # session 11 (g1, g2 staged): GPU correctness with the whole-K tiles in the plan (s11c's pytest group
+  # overran its budget: narrowed), then Llama-3.1-8B batch 1 latency once more
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 330 python3 -m pytest -m gpu -q -rf -p no:cacheprovider --tb=short \
+    tests/layers/test_triton_gemv.py -k "whole_k or matches_f_linear_on_cuda or replays" \
+    tests/gpu/test_pdl_gpu.py tests/gpu/test_skinny_gemm.py tests/gpu/test_e2e_default_model.py \
+    --junitxml "$RES/s11d_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|rror" | tail -20
+  bench lat_llama_b1_s11d latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN ${LAT/--batch-size 1 64/--batch-size 1} --use-skinny-gemm
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \

@@ -41,8 +41,10 @@ def _layer_chain(h, res, w, positions, cos, sin, target, cfgs):
     return gemv(ops.silu_and_mul(gate_up), w["down"], None, cfgs["down"]), res
 
 
-@pytest.mark.parametrize("m", [1, 4, 64])
-def test_pdl_chain_in_a_graph_equals_without_pdl(m):
+@pytest.mark.parametrize("m,whole_k", [(1, False), (4, False), (64, False), (1, True), (2, True), (4, True)])
+def test_pdl_chain_in_a_graph_equals_without_pdl(m, whole_k):
+    """``whole_k``: every GEMV takes ``gemv_tiles.whole_k_config``'s one-step tile (its whole weight share
+    loaded before the PDL wait)."""
     from attnserve.attention.ops.kv_write import KVWriteTarget
     from attnserve.layers import pdl
     from attnserve.layers.triton_gemv import GemvConfig, prepare
@@ -58,6 +60,11 @@ def test_pdl_chain_in_a_graph_equals_without_pdl(m):
             "o": GemvConfig(32 if dot else 8, 128, 4, dot=dot, num_stages=3 if dot else 2),  # split-K
             "gate_up": GemvConfig(64 if dot else 16, 256 if dot else 512, 1, dot=dot, num_stages=2),
             "down": GemvConfig(32 if dot else 8, 256, 8, dot=dot, num_stages=2)}  # split-K
+    if whole_k:
+        from attnserve.layers.gemv_tiles import whole_k_config
+
+        shapes = {"qkv": (768, hidden), "o": (hidden, 512), "gate_up": (2 * inter, hidden), "down": (hidden, inter)}
+        cfgs = {name: whole_k_config(n, k, m) for name, (n, k) in shapes.items()}
     positions = torch.arange(m, device="cuda") * 7
     inv = 1.0 / (10000 ** (torch.arange(0, 64, device="cuda", dtype=torch.float32) / 64))
     freqs = torch.outer(torch.arange(4096, device="cuda", dtype=torch.float32), inv)

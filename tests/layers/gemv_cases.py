@@ -25,6 +25,8 @@ CONFIGS = {
     "fma-n32-k16-split4": dict(block_n=32, block_k=16, split_k=4),
     "dot-n16-k32": dict(block_n=16, block_k=32, dot=True),
     "dot-n32-k16-split4": dict(block_n=32, block_k=16, split_k=4, dot=True),
+    # gemv_tiles.whole_k_config's kind: one K step of 256 (masked where K < 256), no split, no loop
+    "fma-n2-k256-whole": dict(block_n=2, block_k=256, num_stages=1),
 }
 
 # (M, N, K): N and K that are not multiples of any block, M = 1 and M = 3 (padded rows), M = 8

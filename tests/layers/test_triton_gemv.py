@@ -262,3 +262,39 @@ def test_gemv_replays_in_a_cuda_graph(m):
         torch.cuda.synchronize()
         for cfg, out in zip(cfgs, outs):
             assert_close(str(cfg), out, F.linear(x, w, b), ulps=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,k", REAL_SHAPES)
+def test_whole_k_tiles_on_real_shapes_on_cuda(n, k):
+    """The plan's one-step tiles (``gemv_tiles.whole_k_config``) at 1, 2 and 4 rows: eager against ``F.linear``,
+    and captured in a CUDA graph with PDL on (the weight loaded before the wait where K is a power of 2):
+    replays with new inputs give the eager kernel's bits."""
+    from attnserve.layers import pdl
+    from attnserve.layers.gemv_tiles import whole_k_config
+    from attnserve.layers.triton_gemv import gemv
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) * k**-0.5
+    for m in (1, 2, 4):
+        cfg = whole_k_config(n, k, m)
+        if cfg is None:
+            continue
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        assert_close(f"{n}x{k} m{m} {cfg.label()}", gemv(x, w, None, cfg), F.linear(x, w), ulps=2)
+        try:
+            pdl.configure(True)
+            gemv(x, w, None, cfg)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = gemv(x, w, None, cfg)
+            for _ in range(2):
+                x.copy_(torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g))
+                graph.replay()
+                torch.cuda.synchronize()
+                pdl.configure(False)
+                assert torch.equal(out, gemv(x, w, None, cfg)), (n, k, m, cfg.label())
+                pdl.configure(True)
+        finally:
+            pdl.configure(False)
