@@ -536,6 +536,16 @@ job_s11d() {  # session 11 (g1, g2 staged): GPU correctness with the whole-K til
   bench lat_llama_b1_s11d latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN ${LAT/--batch-size 1 64/--batch-size 1} --use-skinny-gemm
 }
 
+job_s11e() {  # session 11 (g1, g2 staged): s11d's -k kept only test_triton_gemv: the engine-level GPU tests with the
+  # whole-K tiles in the plan, and generate on CUDA with --use-skinny-gemm
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 330 python3 -m pytest -m gpu -q -rf -p no:cacheprovider --tb=short tests/gpu/test_pdl_gpu.py \
+    tests/gpu/test_skinny_gemm.py tests/gpu/test_e2e_default_model.py --junitxml "$RES/s11e_tests.xml" 2>&1 \
+    | grep -E "passed|failed|FAILED|rror" | tail -20
+  timeout "$(left)" python3 -m attnserve.entrypoints.cli.main generate --device cuda --use-skinny-gemm \
+    --attention-backend TRITON_ATTN --max-tokens 32 2>&1 | tail -3
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
