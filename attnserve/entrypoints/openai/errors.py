@@ -156,6 +156,43 @@ def validation_message(errors: list[dict], model: type[BaseModel] | None = None)
     return message or "invalid request", (parts[0][0] if parts and parts[0][0] != "body" else None)
 
 
+_JSON_KINDS = ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (list, "an array"),
+               (type(None), "null"))
+
+
+def body_message(err: dict, content_type: str | None) -> str | None:
+    """The message for a request body that is not a JSON object (pydantic's error at loc ``("body",)``), None
+    for another error: an empty body; a body not sent as JSON (FastAPI parses a body as JSON only with
+    ``Content-Type: application/json``; else the error's input is the raw bytes), naming the Content-Type
+    sent; valid JSON of another kind, naming it (``got an array: [1]``)."""
+    if tuple(err.get("loc", ())) != ("body",):
+        return None
+    value = err.get("input")
+    if err.get("type") == "missing":
+        return "the request body is empty; it must be a JSON object (sent with 'Content-Type: application/json')"
+    if isinstance(value, (bytes, bytearray)):
+        sent = f"'Content-Type: {content_type}'" if content_type else "no Content-Type header"
+        return f"the request body must be a JSON object sent with 'Content-Type: application/json' (got {sent})"
+    kind = next((k for t, k in _JSON_KINDS if isinstance(value, t)), None)
+    if kind is None:
+        return None
+    return "the request body must be a JSON object, got " + (kind if value is None else f"{kind}: {_json(value)}")
+
+
+def json_error_message(reason: str, offset: int | None, doc: str | bytes | None) -> str:
+    """Invalid JSON: ``malformed JSON body: Expecting value at line 1, column 32 (character 31)``, the position
+    as Python's JSON parser counts it (line and column from 1)."""
+    if not isinstance(offset, int):
+        return f"malformed JSON body: {reason}"
+    if isinstance(doc, (bytes, bytearray)):
+        doc = doc.decode("utf-8", "replace")
+    if not isinstance(doc, str):
+        return f"malformed JSON body: {reason} at character {offset}"
+    line = doc.count("\n", 0, offset) + 1
+    column = offset - (doc.rfind("\n", 0, offset) + 1) + 1
+    return f"malformed JSON body: {reason} at line {line}, column {column} (character {offset})"
+
+
 def status_phrase(status: int) -> str:
     try:
         return HTTPStatus(status).phrase
