@@ -4,7 +4,12 @@ protocol.py's fields, which the OpenAPI schema shows too): ``integer >= 1, or nu
 
 A 400 for a value of the wrong type or out of range names the field, the value and these words
 (``errors.validation_message``), instead of pydantic's ``Input should be a valid integer, got a number with a
-fractional part``, which names neither the value nor what is allowed.
+fractional part``, which names neither the value nor what is allowed. A field whose range the schema cannot say
+(``seed``'s depends on ``n``) declares its words as ``json_schema_extra={"x-allowed": ...}``.
+
+A missing required field, or a value that is none of a union's members, reads every member as a noun
+(``required_words``): ``a string, a list of strings, a list of integers >= 0, or a list of lists of integers >=
+0``, ``a non-empty list of chat messages``.
 """
 
 from __future__ import annotations
@@ -43,10 +48,12 @@ def _branches(root: dict[str, Any], node: dict[str, Any]) -> Iterator[dict[str, 
 
 
 def _leaves(root: dict[str, Any], node: dict[str, Any], path: tuple) -> Iterator[dict[str, Any]]:
-    """The schemas that the value at ``path`` (field names and list indexes) may match, every union member's."""
+    """The schemas that the value at ``path`` (field names and list indexes) may match, every union member's;
+    a field's ``x-allowed`` words go with its members other than null."""
+    words = _resolve(root, node).get("x-allowed")
     for branch in _branches(root, node):
         if not path:
-            yield branch
+            yield {**branch, "x-allowed": words} if words and branch.get("type") != "null" else branch
         elif isinstance(path[0], int) and branch.get("type") == "array":
             yield from _leaves(root, branch.get("items", {}), path[1:])
         elif isinstance(path[0], str) and path[0] in branch.get("properties", {}):
@@ -61,6 +68,8 @@ def _words(leaf: dict[str, Any]) -> str:
     """``integer >= 1``, ``integer in [1, 128]``, ``number in (0, 1]``, ``true, false``, ``string``,
     ``"system", "user"`` (a Literal's values)."""
     kind = leaf.get("type")
+    if "x-allowed" in leaf:
+        return leaf["x-allowed"]
     if "enum" in leaf or "const" in leaf:
         return ", ".join(json.dumps(v) for v in leaf.get("enum", [leaf.get("const")]))
     if kind == "boolean":
@@ -84,3 +93,45 @@ def allowed_values(model: type[BaseModel], path: tuple, kinds: tuple[str, ...]) 
     if len(typed) != 1:
         return None
     return _words(typed[0]) + (", or null" if nullable else "")
+
+
+def _article(words: str) -> str:
+    return ("an " if words[0] in "aeiou" else "a ") + words
+
+
+def _noun(root: dict[str, Any], leaf: dict[str, Any], plural: bool = False) -> str:
+    """One union member in words, as a noun: ``a string``, ``an integer >= 0``, ``a list of strings``, ``a
+    non-empty list of chat messages`` (an object by its model's name), ``null``; ``plural`` for a list's items."""
+    kind = leaf.get("type")
+    if kind == "null":
+        return "null"
+    if "x-allowed" in leaf or "enum" in leaf or "const" in leaf:
+        return _words(leaf)
+    if kind == "array":
+        items = " or ".join(dict.fromkeys(_noun(root, b, plural=True) for b in _branches(root, leaf.get("items", {}))))
+        which = "non-empty list" if leaf.get("minItems", 0) >= 1 else "list"
+        return f"{which}s of {items}" if plural else f"{_article(which)} of {items}"
+    if kind in ("integer", "number"):
+        words = _words(leaf)  # "integer >= 0"
+        return kind + "s" + words[len(kind):] if plural else _article(words)
+    one, many = _NOUNS.get(kind if kind != "object" else leaf.get("title"), ("object", "objects"))
+    return many if plural else _article(one)
+
+
+# JSON schema types and request models (their schemas' titles) as nouns, for ``_noun``
+_NOUNS = {"string": ("string", "strings"), "boolean": ("boolean", "booleans"),
+          "ChatMessage": ("chat message", "chat messages"),
+          "ContentPart": ('text part {"type": "text", "text": string}', 'text parts {"type": "text", "text": string}'),
+          "StreamOptions": ("stream options object", "stream options objects"),
+          "ResponseFormat": ("response format object", "response format objects")}
+
+
+def required_words(model: type[BaseModel], path: tuple) -> str | None:
+    """What the field at ``path`` of ``model`` may be, every member of its union as a noun: ``a string, a list
+    of strings, or null``, ``a non-empty list of chat messages``; for a missing field's or a value that is none
+    of the union's members. None for a path the schema does not have."""
+    root = _schema(model)
+    nouns = list(dict.fromkeys(_noun(root, leaf) for leaf in _leaves(root, root, tuple(path))))
+    if not nouns:
+        return None
+    return nouns[0] if len(nouns) == 1 else ", ".join(nouns[:-1]) + ", or " + nouns[-1]

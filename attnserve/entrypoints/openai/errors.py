@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from http import HTTPStatus
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from attnserve.entrypoints.openai.allowed import allowed_values
+from attnserve.entrypoints.openai.allowed import allowed_values, required_words
 from attnserve.entrypoints.openai.protocol import ErrorInfo, ErrorResponse
 
 # HTTP status -> OpenAI's error "type"
@@ -57,7 +58,15 @@ def _union_member(part) -> bool:
 
 
 def _is_type_mismatch(err: dict) -> bool:
+    """A value of the wrong kind for a union member; a number with a fraction part for an integer member is
+    not (``prompt: [1.5]`` is about the token-id member: ``1.5 is not an integer``)."""
+    if err.get("type") == "int_type" and _is_float(err.get("input")):
+        return False
     return err.get("type", "").endswith(("_type", "_parsing"))
+
+
+def _is_float(value) -> bool:
+    return isinstance(value, float)
 
 
 # pydantic error type -> (the JSON schema types it is about, what the value is not)
@@ -87,8 +96,19 @@ def _json(value) -> str:
 
 def _message(err: dict, path: tuple, model: type[BaseModel] | None) -> str:
     """``1.5 is not an integer (allowed: integer in [1, 128])``, ``0 not allowed (allowed: integer >= 1, or
-    null)`` when the schema of ``model`` says what the field at ``path`` allows; pydantic's message else."""
+    null)`` when the schema of ``model`` says what the field at ``path`` allows; pydantic's message else. A
+    missing field: ``missing (required: a string, ...)``; a number JSON cannot hold (``1e400`` parses as
+    infinity): ``number too large, not finite (allowed: ...)``."""
     kind = err.get("type", "")
+    value = err.get("input")
+    if kind == "missing":
+        words = required_words(model, path) if model is not None else None
+        return f"missing (required: {words})" if words else "missing (required)"
+    if _is_float(value) and not math.isfinite(value):
+        what = "NaN is not a number" if math.isnan(value) else (
+            f"{'negative ' if value < 0 else ''}number too large, not finite")
+        allowed = allowed_values(model, path, ("integer", "number")) if model is not None else None
+        return f"{what} (allowed: {allowed})" if allowed else what
     kinds, noun = _NOT_A.get(kind, (("string",) if kind == "literal_error" else ("integer", "number"), ""))
     allowed = allowed_values(model, path, kinds) if model is not None and (noun or kind in _OUT_OF_RANGE) else None
     if allowed is None:
@@ -103,7 +123,9 @@ def validation_message(errors: list[dict], model: type[BaseModel] | None = None)
     integer in [1, 128])`` (the allowed values from the model's schema). A field typed as a union (``prompt``: a
     string, strings, token ids or lists of token ids) fails once per member; its errors become one: the deepest
     member's error that is not a plain type mismatch (``prompt.0: -1 not allowed (allowed: integer >= 0)``),
-    else ``stop: 5 is none of str, list[str]`` (``messages.0.content: 5 is none of ...``: the union's own path)."""
+    else ``stop: 5 not allowed (allowed: a string, a list of strings, or null)`` (``messages.0.content: 5 not
+    allowed (allowed: ...)``: the union's own path). A missing field reads ``prompt: missing (required: a
+    string, ...)``."""
     # the path up to a union's members (``messages.0.content``), else the error's own: (bare path, error) pairs
     fields: dict[tuple, list[tuple[tuple, dict]]] = {}
     for err in errors:
@@ -123,10 +145,52 @@ def validation_message(errors: list[dict], model: type[BaseModel] | None = None)
             bare, err = deepest[0]
             parts.append((".".join(map(str, bare)), _message(err, bare, model)))
         else:
-            members = list(dict.fromkeys(next(x for x in e.get("loc", ()) if _union_member(x)) for _, e in unions))
-            parts.append((".".join(map(str, where)), f"{_json(unions[0][1].get('input'))} is none of {', '.join(members)}"))
+            value = _json(unions[0][1].get("input"))
+            words = required_words(model, tuple(x for x in where if not _union_member(x))) if model else None
+            if words is None:  # no schema: pydantic's names of the members
+                words = ", ".join(dict.fromkeys(next(x for x in e.get("loc", ()) if _union_member(x)) for _, e in unions))
+                parts.append((".".join(map(str, where)), f"{value} is none of {words}"))
+            else:
+                parts.append((".".join(map(str, where)), f"{value} not allowed (allowed: {words})"))
     message = "; ".join(f"{where}: {msg}" for where, msg in parts[:5])
     return message or "invalid request", (parts[0][0] if parts and parts[0][0] != "body" else None)
+
+
+_JSON_KINDS = ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (list, "an array"),
+               (type(None), "null"))
+
+
+def body_message(err: dict, content_type: str | None) -> str | None:
+    """The message for a request body that is not a JSON object (pydantic's error at loc ``("body",)``), None
+    for another error: an empty body; a body not sent as JSON (FastAPI parses a body as JSON only with
+    ``Content-Type: application/json``; else the error's input is the raw bytes), naming the Content-Type
+    sent; valid JSON of another kind, naming it (``got an array: [1]``)."""
+    if tuple(err.get("loc", ())) != ("body",):
+        return None
+    value = err.get("input")
+    if err.get("type") == "missing":
+        return "the request body is empty; it must be a JSON object (sent with 'Content-Type: application/json')"
+    if isinstance(value, (bytes, bytearray)):
+        sent = f"'Content-Type: {content_type}'" if content_type else "no Content-Type header"
+        return f"the request body must be a JSON object sent with 'Content-Type: application/json' (got {sent})"
+    kind = next((k for t, k in _JSON_KINDS if isinstance(value, t)), None)
+    if kind is None:
+        return None
+    return "the request body must be a JSON object, got " + (kind if value is None else f"{kind}: {_json(value)}")
+
+
+def json_error_message(reason: str, offset: int | None, doc: str | bytes | None) -> str:
+    """Invalid JSON: ``malformed JSON body: Expecting value at line 1, column 32 (character 31)``, the position
+    as Python's JSON parser counts it (line and column from 1)."""
+    if not isinstance(offset, int):
+        return f"malformed JSON body: {reason}"
+    if isinstance(doc, (bytes, bytearray)):
+        doc = doc.decode("utf-8", "replace")
+    if not isinstance(doc, str):
+        return f"malformed JSON body: {reason} at character {offset}"
+    line = doc.count("\n", 0, offset) + 1
+    column = offset - (doc.rfind("\n", 0, offset) + 1) + 1
+    return f"malformed JSON body: {reason} at line {line}, column {column} (character {offset})"
 
 
 def status_phrase(status: int) -> str:

@@ -6,7 +6,10 @@ extensions. Unknown request fields are ignored (as vLLM does) so that existing t
 the ones that ask for something attnserve cannot do, which are declared here and refused with a 400:
 ``response_format`` other than text and vLLM's ``guided_*`` / ``structured_outputs`` (structured output); on
 chat, non-empty ``tools`` or ``functions``, ``tool_choice`` or ``function_call`` other than "none" (tool calling).
-Ranges are declared on the fields, so that they show in the OpenAPI schema and violations are 400s.
+Ranges are declared on the fields, so that they show in the OpenAPI schema and violations are 400s. Types are
+strict, as OpenAI's API: a string is not a number (``"temperature": "0.5"``), a boolean is not an integer
+(``"max_tokens": true``), a number with a fraction part is not an integer, even ``2.0`` (``"n": 2.0``); an
+integer is a number (``"temperature": 1``).
 """
 
 from __future__ import annotations
@@ -18,15 +21,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from attnserve.engine.sampling_params import MAX_LOGPROBS  # vLLM's default max_logprobs
 
-# torch.Generator.manual_seed takes 64-bit seeds; a request's n completions use seed, seed + 1, ...
-_SEED = dict(ge=-(2**63), le=2**63 - 1 - 1024)
+# torch.Generator.manual_seed takes 64-bit seeds; a request's n completions use seed, seed + 1, ..., so
+# SamplingParams allows [-2^63, 2^63 - n]: the schema declares n = 1's range, serving.check_seed the rest
+SEED_WORDS = "integer in [-2^63, 2^63 - n] for the request's n"
+_SEED = dict(ge=-(2**63), le=2**63 - 1, json_schema_extra={"x-allowed": SEED_WORDS})
 MAX_N = 128
 
 
 class OpenAIModel(BaseModel):
-    """Request models: ignore unknown fields; reject NaN and infinity (JSON has neither)."""
+    """Request models: ignore unknown fields; reject NaN and infinity (JSON has neither); strict types (no
+    string to number, boolean to integer or 2.0 to integer coercion)."""
 
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
 
 
 # --- errors ------------------------------------------------------------------------------------------
@@ -143,8 +149,11 @@ class ContentPart(OpenAIModel):
 
 
 class ChatMessage(OpenAIModel):
+    """A message of the conversation. ``content`` is required whatever the role: an assistant message may
+    omit it in OpenAI's API only when it carries tool calls, and attnserve has no tool calling."""
+
     role: Literal["system", "developer", "user", "assistant", "tool"]  # chat_utils.CHAT_ROLES
-    content: str | list[ContentPart] | None = None
+    content: str | list[ContentPart]
     name: str | None = None
 
 

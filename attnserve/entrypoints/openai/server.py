@@ -32,7 +32,14 @@ import attnserve
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
 from attnserve.engine.async_engine import AsyncLLMEngine
-from attnserve.entrypoints.openai.errors import OpenAIError, error_response, status_phrase, validation_message
+from attnserve.entrypoints.openai.errors import (
+    OpenAIError,
+    body_message,
+    error_response,
+    json_error_message,
+    status_phrase,
+    validation_message,
+)
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.protocol import (
     ChatCompletionRequest,
@@ -142,8 +149,10 @@ def _add_error_handlers(app: FastAPI) -> None:
         first = errors[0] if errors else {}
         if first.get("type") == "json_invalid":  # loc is ("body", character offset): no parameter to name
             detail = (first.get("ctx") or {}).get("error", "invalid JSON")
-            offset = first.get("loc", (None, None))[-1]
-            return error_response(f"malformed JSON body: {detail} at character {offset}", 400, None)
+            return error_response(json_error_message(detail, first.get("loc", (None, None))[-1], e.body), 400)
+        body = body_message(first, request.headers.get("content-type"))  # not a JSON object at all
+        if body is not None:
+            return error_response(body, 400)
         message, param = validation_message(errors, _BODY_MODELS.get(request.url.path))
         return error_response(message, 400, param)
 

@@ -102,7 +102,48 @@ def test_malformed_json_names_the_problem_not_a_parameter(server):
     r = server.post("/v1/completions", content=b'{"prompt": "Hi", "max_tokens": ', headers={"Content-Type": "application/json"})
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] is None
-    assert err["message"] == "malformed JSON body: Expecting value at character 31"
+    assert err["message"] == "malformed JSON body: Expecting value at line 1, column 32 (character 31)"
+
+
+def test_malformed_json_on_a_later_line_names_line_and_column(server, client, model_name):
+    r = server.post("/v1/completions", content=b'{\n  "prompt": "Hi",\n  "max_tokens": 1,\n}',
+                    headers={"Content-Type": "application/json"})
+    assert r.status_code == 400
+    assert r.json() == {"error": {
+        "message": "malformed JSON body: Expecting property name enclosed in double quotes at line 4, column 1 "
+                   "(character 39)", "type": "invalid_request_error", "param": None, "code": None}}
+    _valid(client, model_name)
+
+
+SENT_AS_JSON = "the request body must be a JSON object sent with 'Content-Type: application/json'"
+# a body that is not a JSON object (was "body: Input should be a valid dictionary or object to extract fields
+# from", and "body: Field required" for an empty one)
+NOT_AN_OBJECT = {
+    # curl -d's default Content-Type: FastAPI reads a body as JSON only when it is sent as JSON
+    "form_content_type": (b'{"prompt": "Hi"}', {"Content-Type": "application/x-www-form-urlencoded"},
+                          f"{SENT_AS_JSON} (got 'Content-Type: application/x-www-form-urlencoded')"),
+    "text_content_type": (b'{"prompt": "Hi"}', {"Content-Type": "text/plain"},
+                          f"{SENT_AS_JSON} (got 'Content-Type: text/plain')"),
+    "no_content_type": (b'{"prompt": "Hi"}', {}, f"{SENT_AS_JSON} (got no Content-Type header)"),
+    "array": (b"[1]", {"Content-Type": "application/json"},
+              "the request body must be a JSON object, got an array: [1]"),
+    "string": (b'"x"', {"Content-Type": "application/json"},
+               'the request body must be a JSON object, got a string: "x"'),
+    "number": (b"3", {"Content-Type": "application/json"}, "the request body must be a JSON object, got a number: 3"),
+    "null": (b"null", {"Content-Type": "application/json"}, "the request body must be a JSON object, got null"),
+    "empty": (b"", {"Content-Type": "application/json"},
+              "the request body is empty; it must be a JSON object (sent with 'Content-Type: application/json')"),
+}
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"], ids=["completion", "chat"])
+@pytest.mark.parametrize("case", list(NOT_AN_OBJECT), ids=list(NOT_AN_OBJECT))
+def test_body_that_is_not_a_json_object(server, client, model_name, case, path):
+    body, headers, message = NOT_AN_OBJECT[case]
+    r = server.post(path, content=body, headers=headers)
+    assert r.status_code == 400
+    assert r.json() == {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
+    _valid(client, model_name)
 
 
 def test_unknown_route_is_404_in_openai_format(server, client, model_name):

@@ -23,8 +23,13 @@ def _message(cls, body: dict) -> tuple[str, str | None]:
     ({"prompt": [-1]}, ("prompt.0: -1 not allowed (allowed: integer >= 0)", "prompt.0")),
     ({"prompt": [[1, -2]]}, ("prompt.0.1: -2 not allowed (allowed: integer >= 0)", "prompt.0.1")),
     ({"prompt": [1.5]}, ("prompt.0: 1.5 is not an integer (allowed: integer >= 0)", "prompt.0")),
-    ({"prompt": "x", "stop": 5}, ("stop: 5 is none of str, list[str]", "stop")),  # was "stop.str: ...; stop.list[str]: ..."
-    ({"prompt": "x", "stop": True}, ("stop: true is none of str, list[str]", "stop")),  # the value as JSON
+    # was "stop.str: ...; stop.list[str]: ...", then "stop: 5 is none of str, list[str]" (pydantic's type names)
+    ({"prompt": "x", "stop": 5}, ("stop: 5 not allowed (allowed: a string, a list of strings, or null)", "stop")),
+    ({"prompt": "x", "stop": True}, ("stop: true not allowed (allowed: a string, a list of strings, or null)",
+                                     "stop")),  # the value as JSON
+    # no member fits (a boolean is not a token id): every member in words
+    ({"prompt": [1, True]}, ("prompt: [1, true] not allowed (allowed: a string, a list of strings, a list of integers "
+                             ">= 0, or a list of lists of integers >= 0)", "prompt")),
     # the value as sent and the schema's range (was "Input should be a valid number, unable to parse string as a
     # number", "Unable to parse input string as an integer, exceeded maximum size", "Input should be greater than
     # or equal to 1")
@@ -40,10 +45,39 @@ def _message(cls, body: dict) -> tuple[str, str | None]:
     ({"prompt": "x", "stream_options": {"include_usage": "maybe"}},
      ('stream_options.include_usage: "maybe" is not a boolean (allowed: true, false, or null)',
       "stream_options.include_usage")),
-    ({}, ("prompt: Field required", "prompt")),
+    # a missing required field: what it must be, every union member in words (was "prompt: Field required")
+    ({}, ("prompt: missing (required: a string, a list of strings, a list of integers >= 0, or a list of lists of "
+          "integers >= 0)", "prompt")),
+    # strict types, as OpenAI's API: no string to number, boolean to integer or 2.0 to integer
+    ({"prompt": "x", "n": "2"}, ('n: "2" is not an integer (allowed: integer in [1, 128])', "n")),
+    ({"prompt": "x", "n": 2.0}, ("n: 2.0 is not an integer (allowed: integer in [1, 128])", "n")),
+    ({"prompt": "x", "max_tokens": True}, ("max_tokens: true is not an integer (allowed: integer >= 1, or null)",
+                                           "max_tokens")),
+    ({"prompt": "x", "stop_token_ids": [False]}, ("stop_token_ids.0: false is not an integer (allowed: integer >= 0)",
+                                                  "stop_token_ids.0")),
+    ({"prompt": "x", "temperature": "0.5"}, ('temperature: "0.5" is not a number (allowed: number >= 0, or null)',
+                                             "temperature")),
+    ({"prompt": "x", "stream": "yes"}, ('stream: "yes" is not a boolean (allowed: true, false, or null)', "stream")),
+    ({"prompt": "x", "echo": 1}, ("echo: 1 is not a boolean (allowed: true, false, or null)", "echo")),
+    # JSON's 1e400 parses as infinity (was "Infinity is not a finite number"); NaN is Python's JSON extension
+    ({"prompt": "x", "max_tokens": float("inf")},
+     ("max_tokens: number too large, not finite (allowed: integer >= 1, or null)", "max_tokens")),
+    ({"prompt": "x", "temperature": float("-inf")},
+     ("temperature: negative number too large, not finite (allowed: number >= 0, or null)", "temperature")),
+    ({"prompt": "x", "top_p": float("nan")}, ("top_p: NaN is not a number (allowed: number in (0, 1], or null)",
+                                              "top_p")),
+    # seed: the schema allows n = 1's range; serving.check_seed the request's n's
+    ({"prompt": "x", "seed": 2**63}, ("seed: 9223372036854775808 not allowed (allowed: integer in [-2^63, 2^63 - n] "
+                                      "for the request's n, or null)", "seed")),
 ])
+
 def test_completion_body_errors(body, want):
     assert _message(CompletionRequest, {"model": "m", **body}) == want
+
+
+def test_an_integer_is_a_number():
+    """As OpenAI's API: strict types, but an integer where a number is expected is that number."""
+    assert CompletionRequest.model_validate({"prompt": "x", "temperature": 1, "top_p": 1}).temperature == 1
 
 
 def test_plain_nested_field_keeps_its_path():
@@ -52,20 +86,41 @@ def test_plain_nested_field_keeps_its_path():
                                 '"assistant", "tool")', "messages.0.role")
 
 
+CONTENT_WORDS = 'a string, or a list of text parts {"type": "text", "text": string}'
+
+
 def test_a_union_inside_a_list_is_named_by_its_own_path():
     """Was 'messages: 5 is none of str, list[ContentPart]', param messages, naming neither the message nor content."""
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": 5},
                                        {"role": "user", "content": True}]}
     assert _message(ChatCompletionRequest, body) == (
-        "messages.1.content: 5 is none of str, list[ContentPart]; messages.2.content: true is none of str, "
-        "list[ContentPart]", "messages.1.content")
+        f"messages.1.content: 5 not allowed (allowed: {CONTENT_WORDS}); messages.2.content: true not allowed "
+        f"(allowed: {CONTENT_WORDS})", "messages.1.content")
+
+
+@pytest.mark.parametrize("body, want", [
+    ({}, ("messages: missing (required: a non-empty list of chat messages)", "messages")),
+    # content is required whatever the role: attnserve has no tool calls, the one reason OpenAI lets an
+    # assistant message go without it
+    ({"messages": [{"role": "user"}]}, (f"messages.0.content: missing (required: {CONTENT_WORDS})",
+                                        "messages.0.content")),
+    ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant"}]},
+     (f"messages.1.content: missing (required: {CONTENT_WORDS})", "messages.1.content")),
+    ({"messages": [{"role": "system", "content": None}]},
+     (f"messages.0.content: null not allowed (allowed: {CONTENT_WORDS})", "messages.0.content")),
+    ({"messages": [{"content": "hi"}]}, ('messages.0.role: missing (required: "system", "developer", "user", '
+                                         '"assistant", "tool")', "messages.0.role")),
+    ({"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+     ("messages.0.content.0.text: missing (required: a string)", "messages.0.content.0.text")),
+])
+def test_chat_missing_fields(body, want):
+    assert _message(ChatCompletionRequest, {"model": "m", **body}) == want
 
 
 def test_without_the_model_pydantic_words_the_message():
     with pytest.raises(ValidationError) as e:
         CompletionRequest.model_validate({"prompt": "x", "n": 1.5})
-    assert validation_message(e.value.errors()) == (
-        "n: Input should be a valid integer, got a number with a fractional part", "n")
+    assert validation_message(e.value.errors()) == ("n: Input should be a valid integer", "n")
 
 
 @pytest.mark.parametrize("path, kinds, want", [
@@ -78,6 +133,7 @@ def test_without_the_model_pydantic_words_the_message():
     (("prompt", 0), ("string",), "string"),
     (("prompt", 0, 3), ("integer",), "integer >= 0"),
     (("stream_options", "include_usage"), ("boolean",), "true, false, or null"),  # through a $ref
+    (("seed",), ("integer",), "integer in [-2^63, 2^63 - n] for the request's n, or null"),  # its x-allowed words
     (("n",), ("string",), None),  # no member of that kind
     (("no_such_field",), ("integer",), None),
 ])

@@ -1,14 +1,22 @@
 """A request value of the wrong type or out of range: a 400 in OpenAI's format whose message names the field, the
 value as sent and what the field allows (from the request schema's declared ranges), and the server keeps
 serving. Was pydantic's wording: 'Unable to parse input string as an integer, exceeded maximum size' for
-``max_tokens: 1e20``, 'Input should be a valid integer, got a number with a fractional part' for ``n: 1.5``."""
+``max_tokens: 1e20``, 'Input should be a valid integer, got a number with a fractional part' for ``n: 1.5``.
+
+Types are strict, as in OpenAI's API: a string is not a number (``"temperature": "0.5"`` and ``"n": "2"`` were
+accepted), a boolean is not an integer (``"max_tokens": true`` was 1) nor a string a boolean (``"stream":
+"yes"`` was true). An integer field refuses any JSON number with a fraction part or an exponent, ``2.0`` too
+(``n: 2.0 is not an integer``), as OpenAI's API does: Python's JSON parser makes ``2.0`` a float, and a float
+that happens to be whole is not told apart from one that is not. A number field takes an integer
+(``"temperature": 1``)."""
 
 from __future__ import annotations
 
 import openai
 import pytest
 
-SEED_RANGE = "integer in [-9223372036854775808, 9223372036854774783], or null"
+# was "integer in [-9223372036854775808, 9223372036854774783], or null": 2^63 - 1 - 1024, a bound of no meaning
+SEED_RANGE = "integer in [-2^63, 2^63 - n] for the request's n, or null"
 
 COMPLETION_CASES = {
     "max_tokens_1e20": ({"max_tokens": 1e20}, "max_tokens", "1e+20 is not an integer (allowed: integer >= 1, or null)"),
@@ -30,6 +38,23 @@ COMPLETION_CASES = {
                                 "1.5 is not an integer (allowed: integer >= 0)"),
     "prompt_token_fraction": ({"prompt": [1, 2.5]}, "prompt.1", "2.5 is not an integer (allowed: integer >= 0)"),
     "prompt_token_negative": ({"prompt": [[1, -2]]}, "prompt.0.1", "-2 not allowed (allowed: integer >= 0)"),
+    # strict types
+    "n_text": ({"n": "2"}, "n", '"2" is not an integer (allowed: integer in [1, 128])'),
+    "n_whole_float": ({"n": 2.0}, "n", "2.0 is not an integer (allowed: integer in [1, 128])"),
+    "max_tokens_true": ({"max_tokens": True}, "max_tokens", "true is not an integer (allowed: integer >= 1, or null)"),
+    "logprobs_false": ({"logprobs": False}, "logprobs", "false is not an integer (allowed: integer in [0, 20], or null)"),
+    "stream_yes": ({"stream": "yes"}, "stream", '"yes" is not a boolean (allowed: true, false, or null)'),
+    "temperature_text_number": ({"temperature": "0.5"}, "temperature",
+                                '"0.5" is not a number (allowed: number >= 0, or null)'),
+    "top_p_true": ({"top_p": True}, "top_p", "true is not a number (allowed: number in (0, 1], or null)"),
+    "prompt_token_true": ({"prompt": [1, True]}, "prompt", "[1, true] not allowed (allowed: a string, a list of "
+                          "strings, a list of integers >= 0, or a list of lists of integers >= 0)"),
+    "stop_number": ({"stop": 5}, "stop", "5 not allowed (allowed: a string, a list of strings, or null)"),
+    "seed_above_int64": ({"seed": 2**63}, "seed", f"9223372036854775808 not allowed (allowed: {SEED_RANGE})"),
+    # above 2^63 - n for this n (a 64-bit seed for each completion): the bound with its number
+    "seed_above_2_63_minus_n": ({"seed": 2**63 - 2, "n": 3}, "seed",
+                                "9223372036854775806 not allowed with n = 3 (allowed: integer in [-2^63, 2^63 - n] = "
+                                "[-9223372036854775808, 9223372036854775805], or null; completion i uses seed + i)"),
 }
 
 
@@ -50,6 +75,7 @@ def test_completion_value_errors_name_field_value_and_allowed(client, model_name
 
 
 CHAT = [{"role": "user", "content": "Hi"}]
+CONTENT_WORDS = 'a string, or a list of text parts {"type": "text", "text": string}'
 CHAT_CASES = {
     "max_completion_tokens_1e20": ({"max_completion_tokens": 1e20}, "max_completion_tokens",
                                    "1e+20 is not an integer (allowed: integer >= 1, or null)"),
@@ -60,7 +86,23 @@ CHAT_CASES = {
     "role": ({"messages": [{"role": "wizard", "content": "Hi"}]}, "messages.0.role",
              '"wizard" not allowed (allowed: "system", "developer", "user", "assistant", "tool")'),
     "content": ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content",  # was param "messages"
-                "5 is none of str, list[ContentPart]"),
+                f"5 not allowed (allowed: {CONTENT_WORDS})"),
+    # content is required for every role (was accepted as ""): an assistant message may go without it in
+    # OpenAI's API only with tool calls, which attnserve has not
+    "user_without_content": ({"messages": [{"role": "user"}]}, "messages.0.content",
+                             f"missing (required: {CONTENT_WORDS})"),
+    "system_without_content": ({"messages": [{"role": "system"}, *CHAT]}, "messages.0.content",
+                               f"missing (required: {CONTENT_WORDS})"),
+    "assistant_without_content": ({"messages": [*CHAT, {"role": "assistant"}, *CHAT]}, "messages.1.content",
+                                  f"missing (required: {CONTENT_WORDS})"),
+    "user_content_null": ({"messages": [{"role": "user", "content": None}]}, "messages.0.content",
+                          f"null not allowed (allowed: {CONTENT_WORDS})"),
+    "role_missing": ({"messages": [{"content": "Hi"}]}, "messages.0.role",
+                     'missing (required: "system", "developer", "user", "assistant", "tool")'),
+    "max_tokens_true": ({"max_tokens": True}, "max_tokens", "true is not an integer (allowed: integer >= 1, or null)"),
+    "n_text": ({"n": "2"}, "n", '"2" is not an integer (allowed: integer in [1, 128])'),
+    "temperature_text": ({"temperature": "0.5"}, "temperature", '"0.5" is not a number (allowed: number >= 0, or null)'),
+    "stream_yes": ({"stream": "yes"}, "stream", '"yes" is not a boolean (allowed: true, false, or null)'),
 }
 
 
@@ -82,4 +124,64 @@ def test_several_bad_fields_are_named_in_one_message(server, client, model_name)
         "message": 'n: 0 not allowed (allowed: integer in [1, 128]); stream: "maybe" is not a boolean (allowed: true, '
                    "false, or null); max_tokens: 1e+20 is not an integer (allowed: integer >= 1, or null)",
         "type": "invalid_request_error", "param": "n", "code": None}}
+    _valid(client, model_name)
+
+
+def test_an_integer_where_a_number_goes_is_accepted(server):
+    r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, "temperature": 0, "top_p": 1})
+    assert r.status_code == 200, r.text
+
+
+def test_seed_up_to_2_63_minus_n_is_accepted(server):
+    r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, "n": 2, "seed": 2**63 - 2})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["choices"]) == 2
+    r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, "seed": -(2**63)})
+    assert r.status_code == 200, r.text
+
+
+MISSING = {
+    # was "messages: Field required", "prompt: Field required"
+    "chat_messages": ("/v1/chat/completions", {"max_tokens": 1}, "messages",
+                      "missing (required: a non-empty list of chat messages)"),
+    "completion_prompt": ("/v1/completions", {"max_tokens": 1}, "prompt",
+                          "missing (required: a string, a list of strings, a list of integers >= 0, or a list of "
+                          "lists of integers >= 0)"),
+}
+
+
+@pytest.mark.parametrize("case", list(MISSING), ids=list(MISSING))
+def test_missing_required_field(server, client, model_name, case):
+    """model is not required: absent or "" is the served model (as vLLM)."""
+    path, body, param, message = MISSING[case]
+    r = server.post(path, json=body)
+    assert r.status_code == 400
+    assert r.json() == {"error": {"message": f"{param}: {message}", "type": "invalid_request_error", "param": param,
+                                  "code": None}}
+    _valid(client, model_name)
+
+
+# JSON has no infinity: Python's parser reads a number beyond the largest double (1e400) as one, and NaN and
+# Infinity as its extensions (was "max_tokens: Infinity is not a finite number")
+NOT_FINITE = {
+    "max_tokens_1e400": (b'{"prompt": "Hi", "max_tokens": 1e400}', "max_tokens",
+                         "number too large, not finite (allowed: integer >= 1, or null)"),
+    "temperature_minus_1e400": (b'{"prompt": "Hi", "temperature": -1e400}', "temperature",
+                                "negative number too large, not finite (allowed: number >= 0, or null)"),
+    "top_p_1e400": (b'{"prompt": "Hi", "top_p": 1e400}', "top_p",
+                    "number too large, not finite (allowed: number in (0, 1], or null)"),
+    "seed_1e400": (b'{"prompt": "Hi", "seed": 1e400}', "seed",
+                   f"number too large, not finite (allowed: {SEED_RANGE})"),
+    "temperature_nan": (b'{"prompt": "Hi", "temperature": NaN}', "temperature",
+                        "NaN is not a number (allowed: number >= 0, or null)"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_FINITE), ids=list(NOT_FINITE))
+def test_not_finite_number(server, client, model_name, case):
+    body, param, message = NOT_FINITE[case]
+    r = server.post("/v1/completions", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400
+    assert r.json() == {"error": {"message": f"{param}: {message}", "type": "invalid_request_error", "param": param,
+                                  "code": None}}
     _valid(client, model_name)
