@@ -34,6 +34,7 @@ NO_BACKEND_FP8 = ("no attention backend can run this model (head_size 16, dtype 
 SPLIT = ("tensor_parallel_size 3 cannot split 4 query heads over 2 KV heads: with fewer KV heads than ranks the ranks "
          "must be a multiple of the KV heads and divide each KV head's 2 query heads (allowed for this model: "
          "tensor_parallel_size 1, 2, 4)")
+HUMAN_INT = "suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12; K, M, G, T = 2^10, 2^20, 2^30, 2^40"
 NOT_FOUND = ("model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a "
              "Hugging Face Hub id (org/name)")
 
@@ -143,6 +144,17 @@ CASES = [
     (["serve", "--model", "b", "a"], 2,
      "attnserve serve: error: argument MODEL: 'a' conflicts with --model 'b': the model is given twice; give it once"),
     # config
+    # vLLM's sizes: a suffix it does not take names the unit and the suffixes it does (was "'1GiB' is not an integer")
+    (["config", "--kv-cache-memory-bytes", "1GiB"], 2,
+     "attnserve config: error: argument --kv-cache-memory-bytes: '1GiB' is not an integer (allowed: integer >= 1 "
+     f"(bytes), null; {HUMAN_INT})"),
+    (["config", "--max-model-len", "1.5K"], 2,  # vLLM too: no fraction of a binary unit
+     f"attnserve config: error: argument --max-model-len: '1.5K' is not an integer (allowed: integer >= 1, null; {HUMAN_INT})"),
+    (["config", "--config", "{tmp}/gib.yaml"], 2,
+     f"attnserve config: error: {{tmp}}/gib.yaml: max_model_len '8KiB' not allowed (allowed: integer >= 1, null; {HUMAN_INT})"),
+    (["config", "--num-gpu-blocks-override", "0"], 2,  # vLLM's name: the flag as given
+     "attnserve config: error: argument --num-gpu-blocks-override: num_gpu_blocks 0 not allowed (allowed: integer >= 1, "
+     "null)"),
     (["config", "--config", "{tmp}/bad.yaml"], 2,
      "attnserve config: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
     # backends
@@ -246,6 +258,7 @@ def files(tmp_path):
     (tmp_path / "nokey.jsonl").write_text('{"prompt": "a"}\n\n{"text": "b"}\n')
     (tmp_path / "badjson.jsonl").write_text('{"prompt": "a"}\n{"prompt": 1,}\n')
     (tmp_path / "small_kv.yaml").write_text("kv_cache_memory: 10\n")
+    (tmp_path / "gib.yaml").write_text("max_model_len: 8KiB\n")
     (tmp_path / "latin1.txt").write_bytes("first\n\ncaf\u00e9\n".encode("latin-1"))  # é is 0xe9, at offset 10
     return tmp_path
 

@@ -19,7 +19,7 @@ _NOUNS = {int: ("integer", "an integer"), float: ("number", "a number")}
 
 def not_a(convert: type[int] | type[float], text: str, allowed: str) -> str:
     """``'x' is not an integer (allowed: ALLOWED)``; no parenthesis when ``allowed`` is the bare type word."""
-    word, noun = _NOUNS[convert]
+    word, noun = _NOUNS.get(convert, _NOUNS[int])
     return f"{text!r} is not {noun}" + ("" if allowed == word else f" (allowed: {allowed})")
 
 
@@ -36,7 +36,7 @@ def checked(convert: type[int] | type[float], ok: Callable[[float], bool], allow
             raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: {allowed})")
         return value
 
-    parse.__name__ = _NOUNS[convert][0]  # argparse's fallback wording, should an error escape the above
+    parse.__name__ = _NOUNS.get(convert, _NOUNS[int])[0]  # argparse's fallback wording, should an error escape the above
     return parse
 
 
@@ -44,6 +44,14 @@ def typed(convert: type[int] | type[float], allowed: str | None = None) -> Calla
     """An argparse type that checks the type only: any int (float) is accepted, text that is none is refused
     naming ``allowed`` (default: the bare type word) — for flags whose range is checked where the value is used."""
     return checked(convert, lambda _: True, allowed or _NOUNS[convert][0])
+
+
+def human_int(allowed: str) -> Callable[[str], int]:
+    """An argparse type for an integer in vLLM's human-readable form (``32k``, ``8G``: ``fields.parse_human_int``),
+    any value (its range is checked where it is used); other text is refused naming ``allowed``."""
+    from attnserve.config.fields import parse_human_int
+
+    return checked(parse_human_int, lambda _: True, allowed)  # type: ignore[arg-type]
 
 
 def int_at_least(low: int) -> Callable[[str], int]:
