@@ -262,7 +262,7 @@ def test_prompts_the_kv_cache_cannot_hold_are_one_line(kind, tiny_model_dir):
     assert proc.stderr.strip() == (
         f"attnserve bench {kind}: error: argument --num-gpu-blocks: prompt of 40 tokens needs 3 KV blocks (41 tokens "
         "with the one it generates), the KV cache has 2 (32 tokens), so at most 31 prompt tokens fit; raise "
-        "num_gpu_blocks")
+        "--num-gpu-blocks")
 
 
 def _free_port() -> int:

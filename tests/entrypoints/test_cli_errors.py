@@ -94,11 +94,14 @@ CASES = [
      "model's max_position_embeddings, 512)"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10"], 2,  # was naming no flag
      "attnserve generate: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
-     "raise kv_cache_memory or set num_gpu_blocks"),
+     "raise --kv-cache-memory or set --num-gpu-blocks"),  # was 'raise kv_cache_memory or set num_gpu_blocks'
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-memory-bytes", "10"], 2,  # vLLM's name: as given
+     "attnserve generate: error: argument --kv-cache-memory-bytes: KV-cache budget of 10 bytes holds no block of 8192 "
+     "bytes; raise --kv-cache-memory or set --num-gpu-blocks"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "1", "--block-size", "4", "--prompt",
       "one two three four"], 2,  # was 'request 0#0 needs ...', the engine's request id and no flag
      "attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks (5 tokens with the one "
-     "it generates), the KV cache has 1 (4 tokens), so at most 3 prompt tokens fit; raise num_gpu_blocks"),
+     "it generates), the KV cache has 1 (4 tokens), so at most 3 prompt tokens fit; raise --num-gpu-blocks"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8"], 2,  # was 3 lines, no flag
      f"attnserve generate: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--config", "{tmp}/fp8.yaml"], 2,
@@ -133,7 +136,7 @@ CASES = [
      "model's max_position_embeddings, 512)"),
     (["serve", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10", "--port", "0"], 2,
      "attnserve serve: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
-     "raise kv_cache_memory or set num_gpu_blocks"),
+     "raise --kv-cache-memory or set --num-gpu-blocks"),
     (["serve", "{tiny}", "--device", "cpu", "--config", "{tmp}/small_kv.yaml", "--port", "0"], 2,
      "attnserve serve: error: {tmp}/small_kv.yaml: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
      "raise kv_cache_memory or set num_gpu_blocks"),

@@ -66,7 +66,7 @@ def test_prompt_longer_than_max_model_len(tiny_model_dir, capsys):
     err = capsys.readouterr().err.strip().splitlines()[-1]  # (after the fixture's own output, when it made the model)
     assert rc == 2
     assert err == ("attnserve generate: error: argument --max-model-len: prompt has 21 tokens; max_model_len is 8, so "
-                   "at most 7 prompt tokens fit (one place is the generated token's); raise max_model_len or shorten "
+                   "at most 7 prompt tokens fit (one place is the generated token's); raise --max-model-len or shorten "
                    "the prompt")
 
 
@@ -83,7 +83,7 @@ def test_a_prompt_the_kv_cache_cannot_hold_is_one_error_line(tiny_model_dir):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == ("attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks "
                            "(5 tokens with the one it generates), the KV cache has 1 (4 tokens), so at most 3 prompt "
-                           "tokens fit; raise num_gpu_blocks\n")
+                           "tokens fit; raise --num-gpu-blocks\n")
     assert proc.stdout == ""
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any, NoReturn, Sequence
 
@@ -51,6 +52,7 @@ __all__ = [
     "add_engine_args",
     "engine_config_from_args",
     "error_line",
+    "flag_names",
     "resolve_engine_args",
 ]
 
@@ -319,4 +321,19 @@ def error_line(args: argparse.Namespace, key: str | None, message: str) -> str:
         where = f"argument --attention-config.{key[len(ATTENTION_PREFIX):]}"
     else:
         where = f"argument --{_norm(key)}"
+    if where.startswith("argument "):  # a flag, given or at its default: the advice names flags too
+        message = flag_names(message)
     return f"{where}: {message}" if where else message
+
+
+_ADVICE = ("raise", "lower", "set", "increase", "decrease")  # the verbs of an error's advice on what to change
+
+
+def flag_names(message: str) -> str:
+    """``message`` (an engine error, in engine-argument names) with its advice in a command-line user's words: an
+    engine argument after an advice verb is named by its flag (``raise kv_cache_memory or set num_gpu_blocks`` ->
+    ``raise --kv-cache-memory or set --num-gpu-blocks``). The rest stays as the engine words it (``kv_cache_dtype
+    fp8 not supported``: a statement about a value, whose flag the line's ``argument --kv-cache-dtype:`` names)."""
+    names = "|".join(sorted(engine_args(), key=len, reverse=True))
+    return re.sub(rf"\b({'|'.join(_ADVICE)}) ({names})\b(?![.\-])", lambda m: f"{m.group(1)} --{_norm(m.group(2))}",
+                  message)

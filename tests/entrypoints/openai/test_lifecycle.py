@@ -95,7 +95,7 @@ def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_serving():
     (["--max-model-len", "999999"], "argument --max-model-len: max_model_len 999999 not allowed (allowed: at most the "
                                     "model's max_position_embeddings, 8192)"),
     (["--kv-cache-memory", "10"], "argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 737280 "
-                                  "bytes; raise kv_cache_memory or set num_gpu_blocks"),
+                                  "bytes; raise --kv-cache-memory or set --num-gpu-blocks"),
 ])
 def test_a_setting_the_model_refuses_exits_2_with_one_line_before_serving(flags, line):
     """The default model: what the engine would refuse while loading is judged from its config before the port is
