@@ -13,7 +13,7 @@ import numbers
 import shutil
 
 from attnserve.config.engine import EngineConfig
-from attnserve.config.fields import ConfigError
+from attnserve.config.fields import ConfigError, range_words
 from attnserve.distributed.sharding import check_tensor_parallel_size
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.output_processor import OutputProcessor
@@ -138,7 +138,8 @@ class LLMEngine:
         bad = next((t for t in token_ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)
                     or not 0 <= t < vocab), None)
         if bad is not None:
-            raise ValueError(f"token id {bad!r} not allowed (allowed: integers in [0, {vocab}), the vocabulary size)")
+            raise ValueError(f"token id {bad!r} not allowed (allowed: {range_words('integer', ('>=', 0), ('<', vocab))}, "
+                             "the vocabulary size)")
         if len(token_ids) >= self.max_model_len:
             raise PromptTooLongError(
                 f"prompt has {len(token_ids)} tokens; max_model_len is {self.max_model_len}, so at most "

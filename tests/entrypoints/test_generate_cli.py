@@ -50,7 +50,7 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
 
 @pytest.mark.parametrize("argv, message", [
     (["--max-tokens", "0"], "attnserve generate: error: argument --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
-    (["--top-p", "0"], "attnserve generate: error: argument --top-p: top_p 0.0 not allowed (allowed: (0, 1])"),
+    (["--top-p", "0"], "attnserve generate: error: argument --top-p: top_p 0.0 not allowed (allowed: number in (0, 1])"),
     (["--prompt", ""], "attnserve generate: error: argument --prompt: an empty prompt (give text, or leave --prompt out for the default prompt)"),
     (["--model", "/no/such/dir"], "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)"),
 ])

@@ -14,6 +14,8 @@ import argparse
 import math
 from typing import Callable
 
+from attnserve.config.fields import range_words
+
 _NOUNS = {int: ("integer", "an integer"), float: ("number", "a number")}
 
 
@@ -56,13 +58,13 @@ def human_int(allowed: str) -> Callable[[str], int]:
 
 def int_at_least(low: int) -> Callable[[str], int]:
     """An integer >= ``low``."""
-    return checked(int, lambda v: v >= low, f"integer >= {low}")
+    return checked(int, lambda v: v >= low, range_words("integer", (">=", low), None))
 
 
 positive_int = int_at_least(1)
 nonnegative_int = int_at_least(0)
-port = checked(int, lambda v: 0 <= v <= 65535, "integer in [0, 65535]; 0 picks a free port")
-seconds = checked(float, lambda v: math.isfinite(v) and v >= 0, "seconds, a finite number >= 0")
+port = checked(int, lambda v: 0 <= v <= 65535, range_words("integer", (">=", 0), ("<=", 65535)) + "; 0 picks a free port")
+seconds = checked(float, lambda v: math.isfinite(v) and v >= 0, range_words("finite number", (">=", 0), None) + " (seconds)")
 
 
 def output_file(text: str) -> str:
