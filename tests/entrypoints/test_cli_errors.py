@@ -158,6 +158,13 @@ CASES = [
     (["config", "--num-gpu-blocks-override", "0"], 2,  # vLLM's name: the flag as given
      "attnserve config: error: argument --num-gpu-blocks-override: num_gpu_blocks 0 not allowed (allowed: integer >= 1, "
      "null)"),
+    # a max_model_len the model does not allow: the line generate prints (was exit 0: config read no model)
+    (["config", "--max-model-len", "999999"], 2,  # the default model
+     "attnserve config: error: argument --max-model-len: max_model_len 999999 not allowed (allowed: at most the "
+     "model's max_position_embeddings, 8192)"),
+    (["config", "{tiny}", "--max-model-len", "1M"], 2,
+     "attnserve config: error: argument --max-model-len: max_model_len 1048576 not allowed (allowed: at most the "
+     "model's max_position_embeddings, 512)"),
     (["config", "--config", "{tmp}/bad.yaml"], 2,
      "attnserve config: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
     # backends

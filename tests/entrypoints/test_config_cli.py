@@ -381,7 +381,7 @@ def test_version(command):
     (["--max-num-batched-tokens", "2K"], "scheduler", "max_num_batched_tokens", 2048),
 ])
 def test_vllm_names_and_sizes(flags, section, key, value, capsys):
-    assert config(flags, capsys)[section][key] == value
+    assert config(["--model", "org/m", *flags], capsys)[section][key] == value  # a hub id: no model limit checked
 
 
 def test_vllm_names_in_files_and_python(tmp_path, capsys):
@@ -398,3 +398,18 @@ def test_a_vllm_name_and_ours_later_wins(capsys):
     rc, out, _ = run(["config", "--kv-cache-memory-bytes", "1K", "--explain"], capsys)
     assert rc == 0 and any(line.split()[:3] == ["cache.kv_cache_memory", "1024", "command"]
                            and line.endswith("(--kv-cache-memory-bytes)") for line in out.splitlines())
+
+
+def test_max_model_len_is_checked_against_a_local_model_only(tiny_model_dir, capsys):
+    """As generate: the default model's (or a local model's) max_position_embeddings bounds --max-model-len; a hub
+    id is not downloaded for it, and stderr says the value was not checked."""
+    rc, out, err = run(["config", "--max-model-len", "8k"], capsys)
+    assert (rc, json.loads(out)["model"]["max_model_len"], err) == (0, 8000, "")
+    tiny = tiny_model_dir("llama")
+    capsys.readouterr()  # the fixture's own output, when it made the model
+    rc, out, err = run(["config", tiny, "--max-model-len", "512"], capsys)
+    assert (rc, err) == (0, "")
+    rc, out, err = run(["config", "org/not-downloaded", "--max-model-len", "4096"], capsys)
+    assert rc == 0 and json.loads(out)["model"]["max_model_len"] == 4096
+    assert err == ("attnserve config: note: max_model_len 4096 not checked against the model: model 'org/not-downloaded' "
+                   "is not a local folder or file, and config downloads nothing\n")
