@@ -140,6 +140,20 @@ CASES = [
     (["serve", "{tiny}", "--device", "cpu", "--config", "{tmp}/small_kv.yaml", "--port", "0"], 2,
      "attnserve serve: error: {tmp}/small_kv.yaml: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
      "raise kv_cache_memory or set num_gpu_blocks"),
+    # a KV cache shorter than max_model_len: refused before the port is bound, as vLLM refuses it (was: served, and
+    # every request cut short at 32 tokens with finish_reason length while /v1/models reported max_model_len 512)
+    (["serve", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "2", "--port", "0"], 2,
+     "attnserve serve: error: argument --num-gpu-blocks: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
+     "max_model_len 512, so not one request of max_model_len tokens fits; lower --max-model-len to at most 32 or raise "
+     "--num-gpu-blocks"),
+    (["serve", "{tiny}", "--device", "cpu", "--kv-cache-memory-bytes", "8K", "--port", "0"], 2,
+     "attnserve serve: error: argument --kv-cache-memory-bytes: the KV cache holds 16 tokens (1 block of 16), fewer "
+     "than max_model_len 512, so not one request of max_model_len tokens fits; lower --max-model-len to at most 16 or "
+     "raise --kv-cache-memory"),
+    (["serve", "{tiny}", "--device", "cpu", "--config", "{tmp}/two_blocks.yaml", "--port", "0"], 2,
+     "attnserve serve: error: {tmp}/two_blocks.yaml: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
+     "max_model_len 512, so not one request of max_model_len tokens fits; lower max_model_len to at most 32 or raise "
+     "num_gpu_blocks"),
     (["serve", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8", "--port", "0"], 2,
      f"attnserve serve: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["serve", "a", "--model", "b"], 2,
@@ -269,6 +283,7 @@ def files(tmp_path):
     (tmp_path / "badjson.jsonl").write_text('{"prompt": "a"}\n{"prompt": 1,}\n')
     (tmp_path / "small_kv.yaml").write_text("kv_cache_memory: 10\n")
     (tmp_path / "gib.yaml").write_text("max_model_len: 8KiB\n")
+    (tmp_path / "two_blocks.yaml").write_text("num_gpu_blocks_override: 2\n")
     (tmp_path / "latin1.txt").write_bytes("first\n\ncaf\u00e9\n".encode("latin-1"))  # é is 0xe9, at offset 10
     return tmp_path
 
