@@ -19,12 +19,15 @@ class CacheConfig:
     kv_cache_dtype: str = field(default="auto", metadata={"choices": KV_CACHE_DTYPES})
     """KV-cache element type: auto (= model dtype), fp8 or fp8_e4m3."""
 
-    num_gpu_blocks: int | None = field(default=None, metadata={"ge": 1})
-    """Number of KV-cache blocks; overrides the memory budget when set. A cache smaller than max_model_len
-    ends each request (finish_reason length) when it fills the whole cache."""
+    num_gpu_blocks: int | None = field(default=None, metadata={"ge": 1, "aliases": ("num_gpu_blocks_override",)})
+    """Number of KV-cache blocks; overrides the memory budget when set (vLLM's name: num_gpu_blocks_override). A cache smaller than max_model_len:
+    serve refuses to start (as vLLM), naming the largest max_model_len that fits; generate and the benchmarks end
+    each request (finish_reason length) when it fills the whole cache."""
 
-    kv_cache_memory: int | None = field(default=None, metadata={"ge": 1})
-    """KV-cache budget in bytes (all layers, K and V). None = 2 GiB on CPU, gpu_memory_utilization on GPU."""
+    kv_cache_memory: int | None = field(default=None, metadata={"ge": 1, "unit": "bytes", "human_readable": True,
+                                                                "aliases": ("kv_cache_memory_bytes",)})
+    """KV-cache budget in bytes (all layers, K and V), e.g. 8G (8 GiB); vLLM's name: kv_cache_memory_bytes. None =
+    2 GiB on CPU, gpu_memory_utilization on GPU."""
 
     gpu_memory_utilization: float = field(default=0.9, metadata={"gt": 0, "le": 1})
     """Fraction of GPU memory the engine may use (weights, activations and KV cache)."""

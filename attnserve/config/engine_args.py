@@ -22,7 +22,8 @@ from attnserve.attention.registry import backend_name
 from attnserve.config.attention import AttentionConfig, parse_backend
 from attnserve.config.engine import EngineConfig
 from attnserve.config.env import warn_ignored_vllm_env
-from attnserve.config.fields import ConfigError, allowed_values, did_you_mean, field_docs, field_types
+from attnserve.config.fields import (HUMAN_INT_WORDS, ConfigError, allowed_values, did_you_mean, field_docs, field_types,
+                                     parse_human_int)
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,16 @@ class EngineArg:
         return allowed_values(self.owner, self.name)
 
     @property
+    def aliases(self) -> tuple[str, ...]:
+        """vLLM's other names of it (``num_gpu_blocks_override``), taken as flags, file keys and keywords."""
+        return tuple(self.field.metadata.get("aliases", ()))
+
+    @property
+    def human_readable(self) -> bool:
+        """Whether the command line and config files take it with vLLM's suffixes (``32k``, ``8G``)."""
+        return bool(self.field.metadata.get("human_readable"))
+
+    @property
     def path(self) -> str:
         """Dotted path in EngineConfig, e.g. ``cache.block_size``."""
         return f"{self.section}.{self.name}" if self.section else self.name
@@ -84,6 +95,12 @@ def engine_args() -> dict[str, EngineArg]:
             assert name not in table, f"engine argument {name} declared twice"  # flat names must be unique
             table[name] = EngineArg(name, section, owner)  # type: ignore[arg-type]
     return table
+
+
+@functools.cache
+def engine_arg_aliases() -> dict[str, str]:
+    """vLLM's spelling -> our flat name, e.g. ``kv_cache_memory_bytes`` -> ``kv_cache_memory``."""
+    return {alias: arg.name for arg in engine_args().values() for alias in arg.aliases}
 
 
 def engine_arg_names() -> list[str]:
@@ -114,6 +131,7 @@ def normalize_key(key: object, where: str) -> str:
     name = str(key).replace("-", "_")
     if name.startswith(ATTENTION_PREFIX):
         return ATTENTION_PREFIX + AttentionConfig.normalize_key(name[len(ATTENTION_PREFIX):], where)
+    name = engine_arg_aliases().get(name, name)
     valid = engine_arg_names()
     if name not in valid:
         raise ConfigError(
@@ -149,8 +167,24 @@ def settings_from_mapping(values: Mapping[Any, Any], source: str, in_where: str,
         if name == ATTENTION_CONFIG:
             out += attention_settings(value, source, in_where, where)
         else:
+            try:
+                value = human_int_value(name, value)
+            except ConfigError as e:
+                raise ConfigError(f"{where}: {e}" if where else str(e), key=e.key) from None
             out.append(Setting(name, value, source, f"{name} {in_where}", where))
     return out
+
+
+def human_int_value(name: str, value: Any) -> Any:
+    """A config file's text value of a ``human_readable`` engine argument (``max_model_len: 32k``) as its integer,
+    as vLLM's --config reads it; other values as given (the record checks them)."""
+    arg = engine_args().get(name)
+    if arg is None or not arg.human_readable or not isinstance(value, str):
+        return value
+    try:
+        return parse_human_int(value)
+    except ValueError:
+        raise ConfigError(f"{name} {value!r} not allowed (allowed: {arg.allowed}; {HUMAN_INT_WORDS})", key=name) from None
 
 
 @dataclass(frozen=True)
@@ -260,7 +294,7 @@ def python_settings(
         out.append(Setting("model", model, "python (model=)", "model="))
     table = engine_args()
     for key, value in engine_kwargs.items():
-        name = key.replace("-", "_")
+        name = engine_arg_aliases().get(key.replace("-", "_"), key.replace("-", "_"))
         if name not in table or name == "model":
             valid = [n for n in table if n != "model"]
             raise ConfigError(f"unknown engine argument {key!r} (valid: {', '.join(valid)})" + did_you_mean(name, valid))

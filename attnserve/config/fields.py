@@ -2,14 +2,18 @@
 
 A config field is declared once, on its dataclass: its type annotation, its default, an attribute
 docstring (read here with ``ast``; it becomes the CLI help), and optional metadata with the allowed
-values (``choices``, ``ge``, ``gt``, ``le``). ``validate_fields`` checks every field against that
-declaration, so the records, the CLI, the config files and the Python API all enforce the same rules.
+values (``choices``, ``ge``, ``gt``, ``le``), the ``unit`` of a number (``"bytes"``), vLLM's other
+spellings of its name (``aliases``: flags, file keys and keywords) and whether the command line and config
+files take it with vLLM's size suffixes (``human_readable``: ``32k``, ``8G``; :func:`parse_human_int`).
+``validate_fields`` checks every field against that declaration, so the records, the CLI, the config files
+and the Python API all enforce the same rules.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 import difflib
 import functools
 import inspect
@@ -89,7 +93,8 @@ def range_words(kind: str, low: tuple[str, object] | None, high: tuple[str, obje
 
 
 def allowed_values(cls: type, name: str) -> str:
-    """The allowed values of field ``name`` of ``cls`` in words, e.g. ``"integer >= 1"``, ``"2, 3, 4, null"``."""
+    """The allowed values of field ``name`` of ``cls`` in words, e.g. ``"integer >= 1"``, ``"2, 3, 4, null"``,
+    ``"integer >= 1 (bytes), null"``."""
     f = cls.__dataclass_fields__[name]
     base, optional = split_optional(field_types(cls)[name])
     meta = f.metadata
@@ -99,7 +104,30 @@ def allowed_values(cls: type, name: str) -> str:
         low = next(((op, meta[k]) for k, op in (("gt", ">"), ("ge", ">=")) if k in meta), None)
         words = range_words(_TYPE_WORDS.get(base, getattr(base, "__name__", str(base))), low,
                             ("<=", meta["le"]) if "le" in meta else None)
+        if "unit" in meta:
+            words += f" ({meta['unit']})"
     return words + (", null" if optional else "")
+
+
+# vLLM's human_readable_int (vllm/engine/arg_utils.py): lowercase suffixes are decimal, uppercase binary, and
+# only a decimal suffix takes a fraction ('25.6k'); the flags --max-model-len, --max-num-batched-tokens and
+# --kv-cache-memory-bytes take it there
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+HUMAN_INT_WORDS = "suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12; K, M, G, T = 2^10, 2^20, 2^30, 2^40"
+"""What :func:`parse_human_int` takes beyond a plain integer, for the allowed-values words of its errors."""
+
+
+def parse_human_int(text: str) -> int:
+    """An integer written as vLLM's ``human_readable_int`` takes it: ``4096``, ``32k`` (32000), ``32K`` (32768),
+    ``25.6k`` (25600), ``8G`` (8 GiB). Raises ValueError for anything else (``1GiB``, ``1.5K``, ``x``)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT])", text.strip())
+    if match is None:
+        return int(text)
+    number, suffix = match.groups()
+    if suffix in _DECIMAL:
+        return int(float(number) * _DECIMAL[suffix])
+    return int(number) * _BINARY[suffix]  # '1.5K': ValueError, as in vLLM (a fraction of a binary unit)
 
 
 def _type_ok(value: object, base: object) -> bool:

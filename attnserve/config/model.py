@@ -36,8 +36,9 @@ class ModelConfig:
     """Model dtype: auto (float32 on CPU, the checkpoint's dtype or bfloat16 on GPU), float32, float16,
     bfloat16 (half = float16, float = float32)."""
 
-    max_model_len: int | None = field(default=None, metadata={"ge": 1})
-    """Longest sequence (prompt + output) in tokens; None = the model's max_position_embeddings."""
+    max_model_len: int | None = field(default=None, metadata={"ge": 1, "human_readable": True})
+    """Longest sequence (prompt + output) in tokens, e.g. 4096, 32k (32000) or 32K (32768); None = the model's
+    max_position_embeddings."""
 
     load_format: str = field(default="auto", metadata={"choices": LOAD_FORMATS})
     """Weight format: auto (from the path), safetensors, gguf, or dummy (random weights in the real shapes,

@@ -11,8 +11,8 @@ from attnserve.config.fields import validate_fields
 class SchedulerConfig:
     """Continuous-batching limits. Validated at construction."""
 
-    max_num_batched_tokens: int = field(default=2048, metadata={"ge": 1})
-    """Most tokens (prefill + decode) computed in one step."""
+    max_num_batched_tokens: int = field(default=2048, metadata={"ge": 1, "human_readable": True})
+    """Most tokens (prefill + decode) computed in one step (e.g. 2048 or 2K)."""
 
     max_num_seqs: int = field(default=256, metadata={"ge": 1})
     """Most requests running at once."""

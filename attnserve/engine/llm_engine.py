@@ -13,7 +13,7 @@ import numbers
 import shutil
 
 from attnserve.config.engine import EngineConfig
-from attnserve.config.fields import ConfigError
+from attnserve.config.fields import ConfigError, range_words
 from attnserve.distributed.sharding import check_tensor_parallel_size
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.output_processor import OutputProcessor
@@ -24,7 +24,7 @@ from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError, make_executor
 from attnserve.model_executor import gguf_cache
 from attnserve.model_executor.attention_selection import select_model_attention
-from attnserve.model_executor.kv_cache import kv_cache_size_key
+from attnserve.model_executor.kv_cache import check_kv_cache_holds_max_model_len, kv_cache_size_key
 from attnserve.model_executor.loader import (complete_hf_config, load_model_tokenizer, max_model_len_of, read_hf_config,
                                              resolve_model)
 from attnserve.platforms import check_runnable_device
@@ -54,10 +54,13 @@ def resolve_async_scheduling(config: EngineConfig, device) -> bool:
 class LLMEngine:
     """Continuous-batching engine over one model. Not thread-safe: one caller steps it."""
 
-    def __init__(self, config: EngineConfig, *, warn_kv_cache_limit: bool = True) -> None:
+    def __init__(self, config: EngineConfig, *, warn_kv_cache_limit: bool = True,
+                 refuse_short_kv_cache: bool = False) -> None:
         """Load the model and its executor. ``warn_kv_cache_limit`` False: the caller calls
         :meth:`warn_kv_cache_limit` itself, once it has checked its prompts (``attnserve generate``: a prompt the
-        KV cache cannot hold is then one error line, not that warning and then the error)."""
+        KV cache cannot hold is then one error line, not that warning and then the error). ``refuse_short_kv_cache``
+        (the server): a KV cache that holds fewer tokens than max_model_len is an error (a ConfigError keyed to the
+        KV-cache setting, naming the largest max_model_len that fits), as in vLLM, instead of that warning."""
         self.config = config
         check_runnable_device(config.device)  # cuda:9.0 is valid config for planning, not for running
         source = resolve_model(config.model)
@@ -80,6 +83,13 @@ class LLMEngine:
         # the longest a sequence may grow: past the whole KV cache it would preempt itself and wait forever
         # for blocks that can never be free, so it ends there (finish_reason length) as at max_model_len
         self.max_request_len = min(self.max_model_len, self.info.num_blocks * config.cache.block_size)
+        if refuse_short_kv_cache:
+            try:
+                check_kv_cache_holds_max_model_len(self.max_model_len, self.info.num_blocks, config.cache.block_size,
+                                                   kv_cache_size_key(config.cache, self.info.device))
+            except ConfigError:
+                self.executor.shutdown()  # the workers, under tensor parallelism
+                raise
         self.scheduler = Scheduler(
             self.block_manager,
             config.scheduler.max_num_batched_tokens,
@@ -138,7 +148,8 @@ class LLMEngine:
         bad = next((t for t in token_ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)
                     or not 0 <= t < vocab), None)
         if bad is not None:
-            raise ValueError(f"token id {bad!r} not allowed (allowed: integers in [0, {vocab}), the vocabulary size)")
+            raise ValueError(f"token id {bad!r} not allowed (allowed: {range_words('integer', ('>=', 0), ('<', vocab))}, "
+                             "the vocabulary size)")
         if len(token_ids) >= self.max_model_len:
             raise PromptTooLongError(
                 f"prompt has {len(token_ids)} tokens; max_model_len is {self.max_model_len}, so at most "

@@ -6,6 +6,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
+from attnserve.config.fields import range_words
 
 MAX_LOGPROBS = 20  # the most top logprobs a request may ask for (vLLM's default max_logprobs)
 
@@ -18,15 +19,18 @@ def _is_real(x) -> bool:  # finite int or float (numpy's too), not bool
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
-ALLOWED = {  # each numeric parameter's allowed values in words: this module's errors, and generate's flags
-    "n": "integer >= 1",
-    "temperature": "a finite number >= 0",
-    "top_p": "(0, 1]",
-    "top_k": "0 or -1 (all), or integer >= 1",
-    "min_p": "[0, 1]",
-    "seed": "an integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None",
-    "max_tokens": "integer >= 1",
-    "logprobs": f"integer in [0, {MAX_LOGPROBS}]",
+# each numeric parameter's allowed values in words (config.fields.range_words, as every range the CLI and the
+# config records name): this module's errors, and generate's flags
+ALLOWED = {
+    "n": range_words("integer", (">=", 1), None),
+    "temperature": range_words("finite number", (">=", 0), None),
+    "top_p": range_words("number", (">", 0), ("<=", 1)),
+    "top_k": "0 or -1 (all), or " + range_words("integer", (">=", 1), None),
+    "min_p": range_words("number", (">=", 0), ("<=", 1)),
+    "seed": range_words("integer", (">=", "-2**63"), ("<=", "2**63 - n"))
+            + " (completion i uses seed + i, a 64-bit seed), or None",
+    "max_tokens": range_words("integer", (">=", 1), None),
+    "logprobs": range_words("integer", (">=", 0), ("<=", MAX_LOGPROBS)),
 }
 
 

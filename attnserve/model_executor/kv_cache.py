@@ -69,6 +69,19 @@ def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, re
     return int(blocks)
 
 
+def check_kv_cache_holds_max_model_len(max_model_len: int, num_blocks: int, block_size: int, key: str) -> None:
+    """Raise ConfigError, keyed ``key`` (:func:`kv_cache_size_key`'s), when ``num_blocks`` blocks of ``block_size``
+    tokens hold fewer tokens than ``max_model_len``: the server then refuses to start, as vLLM does ("To serve at
+    least one request with the model's max seq len ..."), instead of ending requests early while it reports
+    max_model_len. The message gives the largest max_model_len that fits."""
+    capacity = num_blocks * block_size
+    if capacity < max_model_len:
+        blocks = f"{num_blocks} block{'s' if num_blocks != 1 else ''} of {block_size}"
+        raise ConfigError(f"the KV cache holds {capacity} tokens ({blocks}), fewer than "
+                          f"max_model_len {max_model_len}, so not one request of max_model_len tokens fits; lower "
+                          f"max_model_len to at most {capacity} or raise {key}", key=key)
+
+
 def allocate_kv_caches(
     backend, layout, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
     dtype: torch.dtype, device: torch.device,

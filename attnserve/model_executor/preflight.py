@@ -16,7 +16,8 @@ import torch
 from attnserve.config.engine import EngineConfig
 from attnserve.distributed.sharding import check_tensor_parallel_size, shard_heads
 from attnserve.model_executor.attention_selection import select_model_attention
-from attnserve.model_executor.kv_cache import bytes_per_block, kv_cache_size_key, kv_cache_torch_dtype, num_kv_blocks
+from attnserve.model_executor.kv_cache import (bytes_per_block, check_kv_cache_holds_max_model_len, kv_cache_size_key,
+                                               kv_cache_torch_dtype, num_kv_blocks)
 from attnserve.model_executor.loader import complete_hf_config, max_model_len_of, read_hf_config, resolve_model
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import check_runnable_device, detect_platform
@@ -27,7 +28,8 @@ def preflight(config: EngineConfig) -> None:
     setting the model or the device refuses: a device the engine cannot run on, a tensor_parallel_size the
     model's heads cannot split or (spawned workers) this host's GPUs cannot take, an attention backend (chosen or
     automatic) that cannot run the model, a max_model_len beyond the model's ``max_position_embeddings``, a
-    KV-cache budget that holds no block.
+    KV-cache budget that holds no block, or (``serve``'s engine refuses it: ``refuse_short_kv_cache``) fewer tokens
+    than max_model_len.
 
     The errors are the engine's (ValueErrors; a ConfigError carries the engine argument as ``key``). Reads the
     model's config (a hub model must already be downloaded: ``loader.fetch_model``); a GGUF's tensors are parsed
@@ -45,20 +47,26 @@ def preflight(config: EngineConfig) -> None:
     if config.model.max_model_len is not None:
         complete_hf_config(hf_config, source)  # a GPT-2 GGUF's context length is known only from its tensors
         max_model_len_of(config.model, hf_config)
-    check_kv_cache_budget(config, hf_config, selector_config.dtype)
+    blocks = check_kv_cache_budget(config, hf_config, selector_config.dtype)
+    if blocks is not None:
+        if config.model.max_model_len is None:
+            complete_hf_config(hf_config, source)
+        device = torch.device(detect_platform(config.device).device_type)
+        check_kv_cache_holds_max_model_len(max_model_len_of(config.model, hf_config), blocks, config.cache.block_size,
+                                           kv_cache_size_key(config.cache, device))
 
 
-def check_kv_cache_budget(config: EngineConfig, hf_config, dtype: torch.dtype) -> None:
+def check_kv_cache_budget(config: EngineConfig, hf_config, dtype: torch.dtype) -> int | None:
     """Raise ``num_kv_blocks``' ConfigError (keyed to the KV-cache setting) when the budget holds no block of
     rank 0's KV cache (rank 0's block is the largest under tensor parallelism: uneven head splits give the first
-    ranks one more). ``dtype`` is the model's (``resolve_dtype``'s). Skipped when ``gpu_memory_utilization``
-    sizes the cache: that budget is the GPU's memory left once the weights are loaded."""
+    ranks one more); return the number of blocks. ``dtype`` is the model's (``resolve_dtype``'s). Skipped (None)
+    when ``gpu_memory_utilization`` sizes the cache: that budget is the GPU's memory left once the weights are loaded."""
     device = torch.device(detect_platform(config.device).device_type)
     if kv_cache_size_key(config.cache, device) == "gpu_memory_utilization":
-        return
+        return None
     tp = config.parallel.tensor_parallel_size
     dims = get_model_class(hf_config, tp).dims(hf_config)
     kv_heads = shard_heads(dims.num_heads, dims.num_kv_heads, tp, 0).num_kv_heads
     block_bytes = bytes_per_block(dims.num_layers, config.cache.block_size, kv_heads, dims.head_size,
                                   kv_cache_torch_dtype(config.cache.kv_cache_dtype, dtype))
-    num_kv_blocks(config.cache, device, block_bytes, reserve_bytes=0)  # reserve_bytes: gpu_memory_utilization's only
+    return num_kv_blocks(config.cache, device, block_bytes, reserve_bytes=0)  # reserve_bytes: gpu_memory_utilization's only

@@ -252,17 +252,17 @@ def test_text_equals_decoding_the_tokens(llm):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"max_tokens": 0}, "max_tokens 0 not allowed (allowed: integer >= 1)"),
-    ({"top_p": 0.0}, "top_p 0.0 not allowed (allowed: (0, 1])"),
-    ({"top_p": 1.5}, "top_p 1.5 not allowed (allowed: (0, 1])"),
-    ({"temperature": -1}, "temperature -1 not allowed (allowed: a finite number >= 0)"),
-    ({"temperature": float("inf")}, "temperature inf not allowed (allowed: a finite number >= 0)"),
+    ({"top_p": 0.0}, "top_p 0.0 not allowed (allowed: number in (0, 1])"),
+    ({"top_p": 1.5}, "top_p 1.5 not allowed (allowed: number in (0, 1])"),
+    ({"temperature": -1}, "temperature -1 not allowed (allowed: finite number >= 0)"),
+    ({"temperature": float("inf")}, "temperature inf not allowed (allowed: finite number >= 0)"),
     ({"top_k": 1.5}, "top_k 1.5 not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
     ({"top_k": True}, "top_k True not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
     ({"max_tokens": 2.5}, "max_tokens 2.5 not allowed (allowed: integer >= 1)"),
-    ({"seed": "x"}, "seed 'x' not allowed (allowed: an integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),
-    ({"seed": 2**64}, "seed 18446744073709551616 not allowed (allowed: an integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),  # was torch's 'Overflow when unpacking long long'
-    ({"seed": 2**63 - 1, "n": 2}, "seed 9223372036854775807 not allowed (allowed: an integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),  # completion 1's seed + 1 overflows
-    ({"seed": -(2**63) - 1}, "seed -9223372036854775809 not allowed (allowed: an integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),
+    ({"seed": "x"}, "seed 'x' not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),
+    ({"seed": 2**64}, "seed 18446744073709551616 not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),  # was torch's 'Overflow when unpacking long long'
+    ({"seed": 2**63 - 1, "n": 2}, "seed 9223372036854775807 not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),  # completion 1's seed + 1 overflows
+    ({"seed": -(2**63) - 1}, "seed -9223372036854775809 not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),
     ({"logprobs": 21}, "logprobs 21 not allowed (allowed: integer in [0, 20])"),
     ({"stop_token_ids": [2, -1]}, "stop_token_ids [2, -1] not allowed (allowed: token ids (integers >= 0))"),
     ({"stop_token_ids": [2.0]}, "stop_token_ids [2.0] not allowed (allowed: token ids (integers >= 0))"),
@@ -295,7 +295,7 @@ def test_token_ids_outside_the_vocabulary_are_refused_up_front(llm, prompt, bad)
     vocab = llm.engine.hf_config.vocab_size
     with pytest.raises(ValueError) as e:
         llm.generate([PROMPTS[0], prompt], GREEDY)
-    assert str(e.value) == f"token id {bad} not allowed (allowed: integers in [0, {vocab}), the vocabulary size)"
+    assert str(e.value) == f"token id {bad} not allowed (allowed: integer in [0, {vocab}), the vocabulary size)"
     assert not llm.engine.has_unfinished_requests()
 
 

@@ -34,6 +34,7 @@ NO_BACKEND_FP8 = ("no attention backend can run this model (head_size 16, dtype 
 SPLIT = ("tensor_parallel_size 3 cannot split 4 query heads over 2 KV heads: with fewer KV heads than ranks the ranks "
          "must be a multiple of the KV heads and divide each KV head's 2 query heads (allowed for this model: "
          "tensor_parallel_size 1, 2, 4)")
+HUMAN_INT = "suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12; K, M, G, T = 2^10, 2^20, 2^30, 2^40"
 NOT_FOUND = ("model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a "
              "Hugging Face Hub id (org/name)")
 
@@ -93,11 +94,14 @@ CASES = [
      "model's max_position_embeddings, 512)"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10"], 2,  # was naming no flag
      "attnserve generate: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
-     "raise kv_cache_memory or set num_gpu_blocks"),
+     "raise --kv-cache-memory or set --num-gpu-blocks"),  # was 'raise kv_cache_memory or set num_gpu_blocks'
+    (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-memory-bytes", "10"], 2,  # vLLM's name: as given
+     "attnserve generate: error: argument --kv-cache-memory-bytes: KV-cache budget of 10 bytes holds no block of 8192 "
+     "bytes; raise --kv-cache-memory or set --num-gpu-blocks"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "1", "--block-size", "4", "--prompt",
       "one two three four"], 2,  # was 'request 0#0 needs ...', the engine's request id and no flag
      "attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks (5 tokens with the one "
-     "it generates), the KV cache has 1 (4 tokens), so at most 3 prompt tokens fit; raise num_gpu_blocks"),
+     "it generates), the KV cache has 1 (4 tokens), so at most 3 prompt tokens fit; raise --num-gpu-blocks"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8"], 2,  # was 3 lines, no flag
      f"attnserve generate: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--config", "{tmp}/fp8.yaml"], 2,
@@ -132,10 +136,24 @@ CASES = [
      "model's max_position_embeddings, 512)"),
     (["serve", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10", "--port", "0"], 2,
      "attnserve serve: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
-     "raise kv_cache_memory or set num_gpu_blocks"),
+     "raise --kv-cache-memory or set --num-gpu-blocks"),
     (["serve", "{tiny}", "--device", "cpu", "--config", "{tmp}/small_kv.yaml", "--port", "0"], 2,
      "attnserve serve: error: {tmp}/small_kv.yaml: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
      "raise kv_cache_memory or set num_gpu_blocks"),
+    # a KV cache shorter than max_model_len: refused before the port is bound, as vLLM refuses it (was: served, and
+    # every request cut short at 32 tokens with finish_reason length while /v1/models reported max_model_len 512)
+    (["serve", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "2", "--port", "0"], 2,
+     "attnserve serve: error: argument --num-gpu-blocks: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
+     "max_model_len 512, so not one request of max_model_len tokens fits; lower --max-model-len to at most 32 or raise "
+     "--num-gpu-blocks"),
+    (["serve", "{tiny}", "--device", "cpu", "--kv-cache-memory-bytes", "8K", "--port", "0"], 2,
+     "attnserve serve: error: argument --kv-cache-memory-bytes: the KV cache holds 16 tokens (1 block of 16), fewer "
+     "than max_model_len 512, so not one request of max_model_len tokens fits; lower --max-model-len to at most 16 or "
+     "raise --kv-cache-memory"),
+    (["serve", "{tiny}", "--device", "cpu", "--config", "{tmp}/two_blocks.yaml", "--port", "0"], 2,
+     "attnserve serve: error: {tmp}/two_blocks.yaml: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
+     "max_model_len 512, so not one request of max_model_len tokens fits; lower max_model_len to at most 32 or raise "
+     "num_gpu_blocks"),
     (["serve", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8", "--port", "0"], 2,
      f"attnserve serve: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["serve", "a", "--model", "b"], 2,
@@ -143,6 +161,24 @@ CASES = [
     (["serve", "--model", "b", "a"], 2,
      "attnserve serve: error: argument MODEL: 'a' conflicts with --model 'b': the model is given twice; give it once"),
     # config
+    # vLLM's sizes: a suffix it does not take names the unit and the suffixes it does (was "'1GiB' is not an integer")
+    (["config", "--kv-cache-memory-bytes", "1GiB"], 2,
+     "attnserve config: error: argument --kv-cache-memory-bytes: '1GiB' is not an integer (allowed: integer >= 1 "
+     f"(bytes), null; {HUMAN_INT})"),
+    (["config", "--max-model-len", "1.5K"], 2,  # vLLM too: no fraction of a binary unit
+     f"attnserve config: error: argument --max-model-len: '1.5K' is not an integer (allowed: integer >= 1, null; {HUMAN_INT})"),
+    (["config", "--config", "{tmp}/gib.yaml"], 2,
+     f"attnserve config: error: {{tmp}}/gib.yaml: max_model_len '8KiB' not allowed (allowed: integer >= 1, null; {HUMAN_INT})"),
+    (["config", "--num-gpu-blocks-override", "0"], 2,  # vLLM's name: the flag as given
+     "attnserve config: error: argument --num-gpu-blocks-override: num_gpu_blocks 0 not allowed (allowed: integer >= 1, "
+     "null)"),
+    # a max_model_len the model does not allow: the line generate prints (was exit 0: config read no model)
+    (["config", "--max-model-len", "999999"], 2,  # the default model
+     "attnserve config: error: argument --max-model-len: max_model_len 999999 not allowed (allowed: at most the "
+     "model's max_position_embeddings, 8192)"),
+    (["config", "{tiny}", "--max-model-len", "1M"], 2,
+     "attnserve config: error: argument --max-model-len: max_model_len 1048576 not allowed (allowed: at most the "
+     "model's max_position_embeddings, 512)"),
     (["config", "--config", "{tmp}/bad.yaml"], 2,
      "attnserve config: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
     # backends
@@ -246,6 +282,8 @@ def files(tmp_path):
     (tmp_path / "nokey.jsonl").write_text('{"prompt": "a"}\n\n{"text": "b"}\n')
     (tmp_path / "badjson.jsonl").write_text('{"prompt": "a"}\n{"prompt": 1,}\n')
     (tmp_path / "small_kv.yaml").write_text("kv_cache_memory: 10\n")
+    (tmp_path / "gib.yaml").write_text("max_model_len: 8KiB\n")
+    (tmp_path / "two_blocks.yaml").write_text("num_gpu_blocks_override: 2\n")
     (tmp_path / "latin1.txt").write_bytes("first\n\ncaf\u00e9\n".encode("latin-1"))  # é is 0xe9, at offset 10
     return tmp_path
 

@@ -364,3 +364,52 @@ def test_version(command):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"attnserve {attnserve.__version__}\n", "")
+
+
+# --- vLLM's spellings: --num-gpu-blocks-override, --kv-cache-memory-bytes, sizes with k/K suffixes ----------------
+
+@pytest.mark.parametrize("flags, section, key, value", [
+    (["--num-gpu-blocks-override", "64"], "cache", "num_gpu_blocks", 64),
+    (["--kv-cache-memory-bytes", "8G"], "cache", "kv_cache_memory", 8 << 30),
+    (["--kv-cache-memory", "1g"], "cache", "kv_cache_memory", 10**9),
+    (["--kv-cache_memory-bytes", "1000"], "cache", "kv_cache_memory", 1000),
+    (["--max-model-len", "1k"], "model", "max_model_len", 1000),  # vLLM's human_readable_int: lowercase is decimal,
+    (["--max-model-len", "1K"], "model", "max_model_len", 1024),  # uppercase binary
+    (["--max-model-len", "32k"], "model", "max_model_len", 32000),
+    (["--max-model-len", "25.6k"], "model", "max_model_len", 25600),
+    (["--max-model-len", "none"], "model", "max_model_len", None),
+    (["--max-num-batched-tokens", "2K"], "scheduler", "max_num_batched_tokens", 2048),
+])
+def test_vllm_names_and_sizes(flags, section, key, value, capsys):
+    assert config(["--model", "org/m", *flags], capsys)[section][key] == value  # a hub id: no model limit checked
+
+
+def test_vllm_names_in_files_and_python(tmp_path, capsys):
+    p = tmp_path / "vllm.yaml"
+    p.write_text("num_gpu_blocks_override: 8\nkv-cache-memory-bytes: 2G\nmax_model_len: 4K\n")
+    cfg = config(["--config", str(p)], capsys)
+    assert (cfg["cache"]["num_gpu_blocks"], cfg["cache"]["kv_cache_memory"], cfg["model"]["max_model_len"]) == (8, 2 << 30, 4096)
+    cache = build_engine_config(num_gpu_blocks_override=3, kv_cache_memory_bytes=5).cache
+    assert (cache.num_gpu_blocks, cache.kv_cache_memory) == (3, 5)
+
+
+def test_a_vllm_name_and_ours_later_wins(capsys):
+    assert config(["--num-gpu-blocks", "4", "--num-gpu-blocks-override", "9"], capsys)["cache"]["num_gpu_blocks"] == 9
+    rc, out, _ = run(["config", "--kv-cache-memory-bytes", "1K", "--explain"], capsys)
+    assert rc == 0 and any(line.split()[:3] == ["cache.kv_cache_memory", "1024", "command"]
+                           and line.endswith("(--kv-cache-memory-bytes)") for line in out.splitlines())
+
+
+def test_max_model_len_is_checked_against_a_local_model_only(tiny_model_dir, capsys):
+    """As generate: the default model's (or a local model's) max_position_embeddings bounds --max-model-len; a hub
+    id is not downloaded for it, and stderr says the value was not checked."""
+    rc, out, err = run(["config", "--max-model-len", "8k"], capsys)
+    assert (rc, json.loads(out)["model"]["max_model_len"], err) == (0, 8000, "")
+    tiny = tiny_model_dir("llama")
+    capsys.readouterr()  # the fixture's own output, when it made the model
+    rc, out, err = run(["config", tiny, "--max-model-len", "512"], capsys)
+    assert (rc, err) == (0, "")
+    rc, out, err = run(["config", "org/not-downloaded", "--max-model-len", "4096"], capsys)
+    assert rc == 0 and json.loads(out)["model"]["max_model_len"] == 4096
+    assert err == ("attnserve config: note: max_model_len 4096 not checked against the model: model 'org/not-downloaded' "
+                   "is not a local folder or file, and config downloads nothing\n")

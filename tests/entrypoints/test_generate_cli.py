@@ -50,7 +50,7 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
 
 @pytest.mark.parametrize("argv, message", [
     (["--max-tokens", "0"], "attnserve generate: error: argument --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
-    (["--top-p", "0"], "attnserve generate: error: argument --top-p: top_p 0.0 not allowed (allowed: (0, 1])"),
+    (["--top-p", "0"], "attnserve generate: error: argument --top-p: top_p 0.0 not allowed (allowed: number in (0, 1])"),
     (["--prompt", ""], "attnserve generate: error: argument --prompt: an empty prompt (give text, or leave --prompt out for the default prompt)"),
     (["--model", "/no/such/dir"], "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)"),
 ])
@@ -66,7 +66,7 @@ def test_prompt_longer_than_max_model_len(tiny_model_dir, capsys):
     err = capsys.readouterr().err.strip().splitlines()[-1]  # (after the fixture's own output, when it made the model)
     assert rc == 2
     assert err == ("attnserve generate: error: argument --max-model-len: prompt has 21 tokens; max_model_len is 8, so "
-                   "at most 7 prompt tokens fit (one place is the generated token's); raise max_model_len or shorten "
+                   "at most 7 prompt tokens fit (one place is the generated token's); raise --max-model-len or shorten "
                    "the prompt")
 
 
@@ -83,7 +83,7 @@ def test_a_prompt_the_kv_cache_cannot_hold_is_one_error_line(tiny_model_dir):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == ("attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks "
                            "(5 tokens with the one it generates), the KV cache has 1 (4 tokens), so at most 3 prompt "
-                           "tokens fit; raise num_gpu_blocks\n")
+                           "tokens fit; raise --num-gpu-blocks\n")
     assert proc.stdout == ""
 
 

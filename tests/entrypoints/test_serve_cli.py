@@ -11,9 +11,9 @@ from attnserve.entrypoints.cli.main import main
     (["--port", "99999"], "argument --port: 99999 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
     (["--port", "-1"], "argument --port: -1 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
     (["--port", "x"], "argument --port: 'x' is not an integer (allowed: integer in [0, 65535]; 0 picks a free port)"),
-    (["--shutdown-timeout", "-1"], "argument --shutdown-timeout: -1.0 not allowed (allowed: seconds, a finite number >= 0)"),
-    (["--shutdown-timeout", "nan"], "argument --shutdown-timeout: nan not allowed (allowed: seconds, a finite number >= 0)"),
-    (["--shutdown-timeout", "inf"], "argument --shutdown-timeout: inf not allowed (allowed: seconds, a finite number >= 0)"),
+    (["--shutdown-timeout", "-1"], "argument --shutdown-timeout: -1.0 not allowed (allowed: finite number >= 0 (seconds))"),
+    (["--shutdown-timeout", "nan"], "argument --shutdown-timeout: nan not allowed (allowed: finite number >= 0 (seconds))"),
+    (["--shutdown-timeout", "inf"], "argument --shutdown-timeout: inf not allowed (allowed: finite number >= 0 (seconds))"),
 ])
 def test_bad_server_flags_exit_2_with_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:

@@ -14,12 +14,14 @@ import argparse
 import math
 from typing import Callable
 
+from attnserve.config.fields import range_words
+
 _NOUNS = {int: ("integer", "an integer"), float: ("number", "a number")}
 
 
 def not_a(convert: type[int] | type[float], text: str, allowed: str) -> str:
     """``'x' is not an integer (allowed: ALLOWED)``; no parenthesis when ``allowed`` is the bare type word."""
-    word, noun = _NOUNS[convert]
+    word, noun = _NOUNS.get(convert, _NOUNS[int])
     return f"{text!r} is not {noun}" + ("" if allowed == word else f" (allowed: {allowed})")
 
 
@@ -36,7 +38,7 @@ def checked(convert: type[int] | type[float], ok: Callable[[float], bool], allow
             raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: {allowed})")
         return value
 
-    parse.__name__ = _NOUNS[convert][0]  # argparse's fallback wording, should an error escape the above
+    parse.__name__ = _NOUNS.get(convert, _NOUNS[int])[0]  # argparse's fallback wording, should an error escape the above
     return parse
 
 
@@ -46,15 +48,23 @@ def typed(convert: type[int] | type[float], allowed: str | None = None) -> Calla
     return checked(convert, lambda _: True, allowed or _NOUNS[convert][0])
 
 
+def human_int(allowed: str) -> Callable[[str], int]:
+    """An argparse type for an integer in vLLM's human-readable form (``32k``, ``8G``: ``fields.parse_human_int``),
+    any value (its range is checked where it is used); other text is refused naming ``allowed``."""
+    from attnserve.config.fields import parse_human_int
+
+    return checked(parse_human_int, lambda _: True, allowed)  # type: ignore[arg-type]
+
+
 def int_at_least(low: int) -> Callable[[str], int]:
     """An integer >= ``low``."""
-    return checked(int, lambda v: v >= low, f"integer >= {low}")
+    return checked(int, lambda v: v >= low, range_words("integer", (">=", low), None))
 
 
 positive_int = int_at_least(1)
 nonnegative_int = int_at_least(0)
-port = checked(int, lambda v: 0 <= v <= 65535, "integer in [0, 65535]; 0 picks a free port")
-seconds = checked(float, lambda v: math.isfinite(v) and v >= 0, "seconds, a finite number >= 0")
+port = checked(int, lambda v: 0 <= v <= 65535, range_words("integer", (">=", 0), ("<=", 65535)) + "; 0 picks a free port")
+seconds = checked(float, lambda v: math.isfinite(v) and v >= 0, range_words("finite number", (">=", 0), None) + " (seconds)")
 
 
 def output_file(text: str) -> str:

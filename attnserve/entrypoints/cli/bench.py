@@ -12,6 +12,7 @@ import json
 import math
 import sys
 
+from attnserve.config.fields import range_words
 from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
 
 
@@ -50,11 +51,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-# flag types: a bad value exits 2 with one line naming the flag, the value and what is allowed
-_request_rate = checked(float, lambda v: v > 0.0, "number > 0, or inf")  # nan fails too
-_range_ratio = checked(float, lambda v: 0.0 <= v < 1.0, "0 <= R < 1")
-_server_port = checked(int, lambda v: 1 <= v <= 65535, "integer in [1, 65535]")
-_temperature = checked(float, lambda v: math.isfinite(v) and v >= 0.0, "a finite number >= 0")  # as the server's
+# flag types: a bad value exits 2 with one line naming the flag, the value and what is allowed (range_words' words)
+_request_rate = checked(float, lambda v: v > 0.0, range_words("number", (">", 0), None) + ", or inf")  # nan fails too
+_range_ratio = checked(float, lambda v: 0.0 <= v < 1.0, range_words("number", (">=", 0), ("<", 1)))
+_server_port = checked(int, lambda v: 1 <= v <= 65535, range_words("integer", (">=", 1), ("<=", 65535)))
+_temperature = checked(float, lambda v: math.isfinite(v) and v >= 0.0,  # as the server's
+                       range_words("finite number", (">=", 0), None))
 
 
 def _add_outputs(p: argparse.ArgumentParser, plot_help: str) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any, NoReturn, Sequence
 
@@ -41,9 +42,9 @@ from attnserve.config.engine_args import (
     engine_args,
     resolve,
 )
-from attnserve.config.fields import did_you_mean, field_docs, split_optional
+from attnserve.config.fields import HUMAN_INT_WORDS, did_you_mean, field_docs, split_optional
 from attnserve.config.files import file_settings, loads_json
-from attnserve.entrypoints.cli.arg_types import typed
+from attnserve.entrypoints.cli.arg_types import human_int, typed
 
 __all__ = [
     "ConfigError",
@@ -51,6 +52,7 @@ __all__ = [
     "add_engine_args",
     "engine_config_from_args",
     "error_line",
+    "flag_names",
     "resolve_engine_args",
 ]
 
@@ -193,12 +195,13 @@ def _json_or_str(text: str) -> Any:
         return text
 
 
-def _converter(base: object, optional: bool, allowed: str):  # type: ignore[no-untyped-def]
+def _converter(base: object, optional: bool, allowed: str, human_readable: bool = False):  # type: ignore[no-untyped-def]
     """The flag's argparse type: text that is not its int or float reads ``'x' is not an integer (allowed:
-    ALLOWED)``; the range is checked when the config is built, for every surface alike."""
+    ALLOWED)``; the range is checked when the config is built, for every surface alike. ``human_readable``: the
+    integer may have vLLM's suffixes (``32k``, ``8G``: ``fields.parse_human_int``), and the error says which."""
     if base not in (int, float):
         return str
-    parse = typed(base, allowed)  # type: ignore[arg-type]
+    parse = human_int(f"{allowed}; {HUMAN_INT_WORDS}") if human_readable else typed(base, allowed)  # type: ignore[arg-type]
     def convert(text: str) -> Any:
         return None if optional and text.lower() in ("none", "null") else parse(text)
     return convert
@@ -211,14 +214,19 @@ def _help(text: str) -> str:
 def _add_flag(group: argparse._ArgumentGroup, arg: EngineArg) -> None:
     base, optional = split_optional(arg.type)
     flag = "--" + arg.name.replace("_", "-")
-    help_text = _help(f"{arg.doc} (default: {json.dumps(arg.default)})")
-    if base is bool:
-        group.add_argument(flag, "--no-" + flag[2:], action=_SettingAction, key=arg.name, nargs=0,
-                           default=argparse.SUPPRESS, help=help_text)
-        return
     choices = arg.field.metadata.get("choices")
-    group.add_argument(flag, action=_SettingAction, key=arg.name, type=_converter(base, optional, arg.allowed), choices=choices,
-                       default=argparse.SUPPRESS, metavar=None if choices else arg.name.upper(), help=help_text)
+    kwargs: dict[str, Any] = dict(action=_SettingAction, key=arg.name, default=argparse.SUPPRESS)
+    if base is bool:
+        kwargs.update(nargs=0)
+    else:
+        kwargs.update(choices=choices, type=_converter(base, optional, arg.allowed, arg.human_readable),
+                      metavar=None if choices else arg.name.upper())
+    group.add_argument(flag, *(["--no-" + flag[2:]] if base is bool else []),
+                       help=_help(f"{arg.doc} (default: {json.dumps(arg.default)})"), **kwargs)
+    for alias in arg.aliases:  # vLLM's spelling: a flag of its own, so that an error names the one given
+        other = "--" + alias.replace("_", "-")
+        group.add_argument(other, *(["--no-" + other[2:]] if base is bool else []), help=f"same as {flag} (vLLM's name)",
+                           **kwargs)
 
 
 def add_engine_args(parser: argparse.ArgumentParser, *, positional_model: bool = False) -> None:
@@ -313,4 +321,19 @@ def error_line(args: argparse.Namespace, key: str | None, message: str) -> str:
         where = f"argument --attention-config.{key[len(ATTENTION_PREFIX):]}"
     else:
         where = f"argument --{_norm(key)}"
+    if where.startswith("argument "):  # a flag, given or at its default: the advice names flags too
+        message = flag_names(message)
     return f"{where}: {message}" if where else message
+
+
+_ADVICE = ("raise", "lower", "set", "increase", "decrease")  # the verbs of an error's advice on what to change
+
+
+def flag_names(message: str) -> str:
+    """``message`` (an engine error, in engine-argument names) with its advice in a command-line user's words: an
+    engine argument after an advice verb is named by its flag (``raise kv_cache_memory or set num_gpu_blocks`` ->
+    ``raise --kv-cache-memory or set --num-gpu-blocks``). The rest stays as the engine words it (``kv_cache_dtype
+    fp8 not supported``: a statement about a value, whose flag the line's ``argument --kv-cache-dtype:`` names)."""
+    names = "|".join(sorted(engine_args(), key=len, reverse=True))
+    return re.sub(rf"\b({'|'.join(_ADVICE)}) ({names})\b(?![.\-])", lambda m: f"{m.group(1)} --{_norm(m.group(2))}",
+                  message)

@@ -14,6 +14,7 @@ a non-streamed request gets its partial result with finish_reason "abort". uvico
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -32,6 +33,7 @@ import attnserve
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
 from attnserve.engine.async_engine import AsyncLLMEngine
+from attnserve.engine.llm_engine import LLMEngine
 from attnserve.entrypoints.openai.errors import (
     OpenAIError,
     body_message,
@@ -228,7 +230,9 @@ def run_server(config: EngineConfig, args: ServerArgs) -> int:
         return 1
     port = sock.getsockname()[1]
     names = list(args.served_model_names) or [default_served_name(config.model.model)]
-    engine = AsyncLLMEngine(config)
+    # a KV cache shorter than max_model_len: refused, as vLLM does, not requests cut short while /v1/models
+    # reports max_model_len (serve's preflight refuses it before the port is bound when the budget is known then)
+    engine = AsyncLLMEngine(config, functools.partial(LLMEngine, refuse_short_kv_cache=True))
     ctx = ServingContext(engine=engine, served_model_names=names,
                          metrics=ServerMetrics(names[0], lambda: engine.stats), api_key=args.api_key)
     app = build_app(ctx)

@@ -95,7 +95,7 @@ def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_serving():
     (["--max-model-len", "999999"], "argument --max-model-len: max_model_len 999999 not allowed (allowed: at most the "
                                     "model's max_position_embeddings, 8192)"),
     (["--kv-cache-memory", "10"], "argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 737280 "
-                                  "bytes; raise kv_cache_memory or set num_gpu_blocks"),
+                                  "bytes; raise --kv-cache-memory or set --num-gpu-blocks"),
 ])
 def test_a_setting_the_model_refuses_exits_2_with_one_line_before_serving(flags, line):
     """The default model: what the engine would refuse while loading is judged from its config before the port is
@@ -127,3 +127,19 @@ def test_a_load_that_refuses_a_setting_raises_its_keyed_error_once_the_server_st
     assert (str(e.value), e.value.key) == (
         "KV-cache budget of 10 bytes holds no block of 8192 bytes; raise kv_cache_memory or set num_gpu_blocks",
         "kv_cache_memory")
+
+
+def test_the_server_refuses_a_kv_cache_shorter_than_max_model_len_at_load(tiny_model_dir):
+    """What serve's check before binding cannot size (a GPU's gpu_memory_utilization budget) the load refuses: the
+    server's engine raises the keyed ConfigError naming the largest max_model_len that fits, as vLLM refuses to start,
+    instead of serving requests that end at the cache's 32 tokens while /v1/models reports max_model_len 512. Here
+    on CPU with run_server called directly (without serve's check); LLMEngine alone (generate, LLM) still warns."""
+    from attnserve.config import ConfigError, build_engine_config
+    from attnserve.entrypoints.openai.server import ServerArgs, run_server
+
+    config = build_engine_config(tiny_model_dir("llama"), device="cpu", num_gpu_blocks=2)
+    with pytest.raises(ConfigError) as e:
+        run_server(config, ServerArgs(port=0, log_level="warning"))
+    assert (str(e.value), e.value.key) == (
+        "the KV cache holds 32 tokens (2 blocks of 16), fewer than max_model_len 512, so not one request of "
+        "max_model_len tokens fits; lower max_model_len to at most 32 or raise num_gpu_blocks", "num_gpu_blocks")
