@@ -20,9 +20,9 @@ class CacheConfig:
     """KV-cache element type: auto (= model dtype), fp8 or fp8_e4m3."""
 
     num_gpu_blocks: int | None = field(default=None, metadata={"ge": 1, "aliases": ("num_gpu_blocks_override",)})
-    """Number of KV-cache blocks; overrides the memory budget when set (vLLM's name: num_gpu_blocks_override). A cache smaller than max_model_len:
-    serve refuses to start (as vLLM), naming the largest max_model_len that fits; generate and the benchmarks end
-    each request (finish_reason length) when it fills the whole cache."""
+    """Number of KV-cache blocks; overrides the memory budget when set (vLLM's name: num_gpu_blocks_override). A
+    cache smaller than max_model_len: serve refuses to start (as vLLM), naming the largest max_model_len that fits;
+    generate and the benchmarks end each request (finish_reason length) when it fills the whole cache."""
 
     kv_cache_memory: int | None = field(default=None, metadata={"ge": 1, "unit": "bytes", "human_readable": True,
                                                                 "aliases": ("kv_cache_memory_bytes",)})

@@ -11,8 +11,8 @@ def chat_messages(messages: Sequence[Mapping]) -> list[dict]:
     """Validate OpenAI chat messages; returns ``{"role", "content": str[, "name"]}`` per message.
 
     Content None or missing is "" (the server refuses it before: protocol.ChatMessage requires content); text
-    parts ``{"type": "text", "text": str}`` are joined; an empty name is dropped; other keys are ignored. Raises ValueError naming the message index,
-    the field and what is allowed.
+    parts ``{"type": "text", "text": str}`` are joined; an empty name is dropped; other keys are ignored. Raises
+    ValueError naming the message index, the field and what is allowed.
     """
     if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence) or not messages:
         raise ValueError(f"messages {messages!r} not allowed (allowed: a non-empty list of message dicts)")

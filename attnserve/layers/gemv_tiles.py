@@ -120,8 +120,8 @@ def candidate_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int 
                       act: str = "none") -> list[GemvConfig]:
     """The handful (at most 6) the start-up plan times for ``act`` (``triton_gemv.ACTS``): the default and
     its split halved and doubled; up to 16 rows, two tiles of the other kind (FMA <-> tensor cores) or
-    shape, and the one-step tile (:func:`whole_k_config`, where registers allow); past 16 rows three tensor-core tiles: narrower (more programs), wider (x re-read fewer times)
-    and a longer K step. Each fitted to M rows and ``act`` (``triton_gemv.fit_config``: shared memory, and
+    shape, and the one-step tile (:func:`whole_k_config`, where registers allow); past 16 rows three
+    tensor-core tiles: narrower (more programs), wider (x re-read fewer times) and a longer K step. Each fitted to M rows and ``act`` (``triton_gemv.fit_config``: shared memory, and
     the SwiGLU prologue's registers)."""
     from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
 

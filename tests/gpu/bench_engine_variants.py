@@ -11,8 +11,8 @@ the host on the current stream, in line with the step's kernels, instead of on s
 off; takes effect in graphs captured after it is set, so this variant re-captures), ``no greedy head`` (greedy
 steps compute the logits and take their argmax instead of the fused greedy head where the GEMV plan chose it;
 the plan's greedy rows are printed and saved), ``no whole-K tiles`` (the GEMV plan measured again without
-``gemv_tiles.whole_k_config``'s one-step tiles among its candidates, applied, graphs re-captured). Correctness of each: ``tests/gpu/test_async_scheduling_gpu.py``,
-``test_cuda_graphs.py``, ``test_triton_argmax_gpu.py``, ``test_greedy_head_gpu.py``.
+``gemv_tiles.whole_k_config``'s one-step tiles among its candidates, applied, graphs re-captured). Correctness
+of each: ``tests/gpu/test_async_scheduling_gpu.py``, ``test_cuda_graphs.py``, ``test_triton_argmax_gpu.py``, ``test_greedy_head_gpu.py``.
 """
 
 from __future__ import annotations
