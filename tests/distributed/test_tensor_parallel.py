@@ -332,7 +332,9 @@ def test_the_cli_names_the_flag_of_a_setting_a_worker_refused(qwen3_dir, capsys)
 
     assert main(["generate", "--model", qwen3_dir, "--device", "cpu", "--tensor-parallel-size", "2",
                  "--kv-cache-memory", "10"]) == 2
-    assert capsys.readouterr().err == f"attnserve generate: error: argument --kv-cache-memory: {kv_budget_error(16)}\n"
+    cli_words = kv_budget_error(16).replace("raise kv_cache_memory or set num_gpu_blocks",
+                                            "raise --kv-cache-memory or set --num-gpu-blocks")  # advice in flags
+    assert capsys.readouterr().err == f"attnserve generate: error: argument --kv-cache-memory: {cli_words}\n"
 
 
 def test_a_setting_a_ray_actor_refuses_keeps_its_key(qwen3_dir):
