@@ -114,7 +114,8 @@ def allowed_values(cls: type, name: str) -> str:
 # --kv-cache-memory-bytes take it there
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-HUMAN_INT_WORDS = "suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12; K, M, G, T = 2^10, 2^20, 2^30, 2^40"
+HUMAN_INT_WORDS = ("suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); "
+                   "K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only)")
 """What :func:`parse_human_int` takes beyond a plain integer, for the allowed-values words of its errors."""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 
@@ -35,13 +36,47 @@ def kv_cache_size_key(cache: CacheConfig, device: torch.device) -> str:
     return "gpu_memory_utilization"
 
 
+def available_bytes(device: torch.device, reserve_bytes: int = 0) -> int | None:
+    """Bytes a new allocation on ``device`` can take now, less ``reserve_bytes``: on a GPU what is free (other
+    processes' memory counted) plus what torch's allocator holds unused; on CPU the kernel's MemAvailable
+    (``/proc/meminfo``: free memory plus what it can reclaim). None where it cannot be read (a CPU without
+    ``/proc``, another device type)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) - reserve_bytes
+    if device.type == "cpu" and os.path.exists("/proc/meminfo"):
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 - reserve_bytes
+    return None
+
+
+def check_kv_cache_fits(blocks: int, block_bytes: int, key: str, device: torch.device, reserve_bytes: int) -> None:
+    """Raise ConfigError, keyed ``key``, when ``blocks`` blocks of ``block_bytes`` are more than
+    :func:`available_bytes` of ``device``: a cache asked for by block count or bytes (``num_gpu_blocks``,
+    ``kv_cache_memory``) is then one line saying how many blocks fit, not an allocator's traceback or the
+    operating system's out-of-memory kill."""
+    available = available_bytes(device, reserve_bytes)
+    if available is None or blocks * block_bytes <= available:
+        return
+    fit = max(0, available) // block_bytes
+    raise ConfigError(f"a KV cache of {blocks} blocks ({blocks * block_bytes / 2**30:.2f} GiB) does not fit in the "
+                      f"{max(0, available) / 2**30:.2f} GiB of {device} memory available now "
+                      f"({fit} block{' fits' if fit == 1 else 's fit'}); "
+                      f"lower {key}", key=key)
+
+
 def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, reserve_bytes: int) -> int:
     """How many blocks fit: ``num_gpu_blocks`` if set; else ``kv_cache_memory`` bytes; else 2 GiB on CPU or
     ``gpu_memory_utilization`` of the GPU minus what is allocated now and ``reserve_bytes`` for activations,
     at most what is free on the GPU now (other processes' memory included) minus ``reserve_bytes``.
 
-    Raises ConfigError, keyed by :func:`kv_cache_size_key`, when the budget holds no block."""
+    Raises ConfigError, keyed by :func:`kv_cache_size_key`, when the budget holds no block, or when a cache
+    sized by ``num_gpu_blocks`` or ``kv_cache_memory`` (or the CPU default) is more than the device's memory
+    available now (:func:`check_kv_cache_fits`)."""
     if cache.num_gpu_blocks is not None:
+        check_kv_cache_fits(cache.num_gpu_blocks, block_bytes, "num_gpu_blocks", device, reserve_bytes)
         return cache.num_gpu_blocks
     if cache.kv_cache_memory is not None:
         budget = cache.kv_cache_memory
@@ -66,6 +101,8 @@ def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, re
         key = kv_cache_size_key(cache, device)
         raise ConfigError(f"KV-cache budget of {budget} bytes holds no block of {block_bytes} bytes; raise {key} or "
                           "set num_gpu_blocks", key=key)
+    if cache.kv_cache_memory is not None or device.type == "cpu":  # gpu_memory_utilization's is bounded above
+        check_kv_cache_fits(int(blocks), block_bytes, kv_cache_size_key(cache, device), device, reserve_bytes)
     return int(blocks)
 
 

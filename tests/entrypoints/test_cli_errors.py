@@ -34,7 +34,8 @@ NO_BACKEND_FP8 = ("no attention backend can run this model (head_size 16, dtype 
 SPLIT = ("tensor_parallel_size 3 cannot split 4 query heads over 2 KV heads: with fewer KV heads than ranks the ranks "
          "must be a multiple of the KV heads and divide each KV head's 2 query heads (allowed for this model: "
          "tensor_parallel_size 1, 2, 4)")
-HUMAN_INT = "suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12; K, M, G, T = 2^10, 2^20, 2^30, 2^40"
+HUMAN_INT = ("suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); "
+             "K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only)")
 NOT_FOUND = ("model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a "
              "Hugging Face Hub id (org/name)")
 
@@ -316,3 +317,22 @@ def test_bad_input_exits_with_one_line(argv, status, line, files, tiny_model_dir
         assert err.startswith(line) and err.count("\n") == 1
     else:
         assert err == fill(line) + "\n"
+
+
+@pytest.mark.parametrize("cmd", ["generate", "serve"])
+def test_a_kv_cache_beyond_the_machines_memory_exits_with_one_line(cmd, tiny_model_dir, capsys):
+    """``--num-gpu-blocks 10**20`` (vLLM's spelling) is one line naming the flag, the sizes and what fits; before, torch's
+    overflow traceback or the kernel's OOM kill (serve: refused before the port is bound). The memory available
+    varies with the machine: the numbers are matched as numbers."""
+    import re
+
+    tiny = tiny_model_dir("llama")
+    capsys.readouterr()
+    model = [tiny] if cmd == "serve" else ["--model", tiny, "--prompt", "hi"]
+    argv = [cmd, *model, "--device", "cpu", "--num-gpu-blocks-override", str(10**20)] + (["--port", "0"] if cmd == "serve"
+                                                                                          else [])
+    rc, out, err = run(argv, capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert re.fullmatch(rf"attnserve {cmd}: error: argument --num-gpu-blocks-override: a KV cache of 100000000000000000000 "
+                        r"blocks \(\d+\.\d\d GiB\) does not fit in the \d+\.\d\d GiB of cpu memory available now "
+                        r"\(\d+ blocks? fits?\); lower --num-gpu-blocks\n", err), err

@@ -75,7 +75,8 @@ def test_text_that_is_not_a_number_names_the_flag_and_what_is_allowed(argv, flag
     (["generate", "--seed", "abc"], "attnserve generate: error: argument --seed: 'abc' is not an integer (allowed: integer in [0, 18446744073709551615])"),
     (["generate", "--max-model-len", "1.5"],  # a size flag of vLLM's (human_readable_int): its suffixes too
      "attnserve generate: error: argument --max-model-len: '1.5' is not an integer (allowed: integer >= 1, null; "
-     "suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12; K, M, G, T = 2^10, 2^20, 2^30, 2^40)"),
+     "suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); "
+     "K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only))"),
     (["generate", "--gpu-memory-utilization", "x"],
      "attnserve generate: error: argument --gpu-memory-utilization: 'x' is not a number (allowed: number in (0, 1])"),
     (["serve", "--seed", "abc"], "attnserve serve: error: argument --seed: 'abc' is not an integer (allowed: integer in [0, 18446744073709551615])"),

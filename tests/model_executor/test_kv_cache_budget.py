@@ -44,5 +44,26 @@ def test_gpu_budget_with_nothing_free_says_what_to_do(monkeypatch):
 
 
 def test_explicit_kv_cache_memory_is_taken_as_given(monkeypatch):
-    fake_gpu(monkeypatch, total=100 * GiB, free=1 * GiB, allocated=0, reserved=0)
+    fake_gpu(monkeypatch, total=100 * GiB, free=80 * GiB, allocated=0, reserved=0)
     assert num_kv_blocks(CacheConfig(kv_cache_memory=4 * GiB), torch.device("cuda", 0), GiB, 0) == 4
+
+
+@pytest.mark.parametrize("cache,key", [(CacheConfig(kv_cache_memory=4 * GiB), "kv_cache_memory"),
+                                       (CacheConfig(num_gpu_blocks=4), "num_gpu_blocks")])
+def test_an_explicit_cache_beyond_free_memory_is_one_error(monkeypatch, cache, key):
+    """Not the allocator's out-of-memory traceback later: the cache's size, what is free, what fits."""
+    fake_gpu(monkeypatch, total=100 * GiB, free=1 * GiB + 5, allocated=0, reserved=0)
+    with pytest.raises(ValueError) as e:
+        num_kv_blocks(cache, torch.device("cuda", 0), GiB, 5)
+    assert (str(e.value), e.value.key) == (
+        "a KV cache of 4 blocks (4.00 GiB) does not fit in the 1.00 GiB of cuda:0 memory available now (1 block fits); "
+        f"lower {key}", key)
+
+
+def test_a_cpu_cache_beyond_the_machines_memory_is_one_error():
+    """On CPU against the kernel's MemAvailable (a 10^20-block cache: before, torch's overflow or the OOM killer)."""
+    with pytest.raises(ValueError, match=r"^a KV cache of 100000000000000000000 blocks \(\d+\.\d\d GiB\) does not fit "
+                                         r"in the \d+\.\d\d GiB of cpu memory available now \(\d+ blocks? fits?\); "
+                                         r"lower num_gpu_blocks$") as e:
+        num_kv_blocks(CacheConfig(num_gpu_blocks=10**20), torch.device("cpu"), 1024, 0)
+    assert e.value.key == "num_gpu_blocks"
