@@ -546,6 +546,15 @@ job_s11e() {  # session 11 (g1, g2 staged): s11d's -k kept only test_triton_gemv
     --attention-backend TRITON_ATTN --max-tokens 32 2>&1 | tail -3
 }
 
+job_s11f() {  # session 11, last (g1, g2 staged): the KV-cache size check on CUDA (a cache beyond free memory is one
+  # line naming the flag; a fitting one runs)
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 90 python3 -m attnserve.entrypoints.cli.main generate --device cuda --num-gpu-blocks-override 1000000000000 \
+    --max-tokens 8 2>&1 | grep -v Warning | tail -2; echo "rc=${PIPESTATUS[0]}"
+  timeout 90 python3 -m attnserve.entrypoints.cli.main generate --device cuda --kv-cache-memory-bytes 1G \
+    --max-tokens 16 2>&1 | grep -v Warning | tail -3; echo "rc=${PIPESTATUS[0]}"
+}
+
 job_attn() {
   export CUDA_VISIBLE_DEVICES=0
   bench attention attention --dtype bfloat16 --num-heads 32 --num-kv-heads 8 --head-size 128 --batch-size 64 \
