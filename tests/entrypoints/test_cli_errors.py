@@ -98,7 +98,7 @@ CASES = [
      "raise --kv-cache-memory or set --num-gpu-blocks"),  # was 'raise kv_cache_memory or set num_gpu_blocks'
     (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-memory-bytes", "10"], 2,  # vLLM's name: as given
      "attnserve generate: error: argument --kv-cache-memory-bytes: KV-cache budget of 10 bytes holds no block of 8192 "
-     "bytes; raise --kv-cache-memory or set --num-gpu-blocks"),
+     "bytes; raise --kv-cache-memory-bytes or set --num-gpu-blocks"),  # the advice as given too
     (["generate", "--model", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "1", "--block-size", "4", "--prompt",
       "one two three four"], 2,  # was 'request 0#0 needs ...', the engine's request id and no flag
      "attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks (5 tokens with the one "
@@ -150,7 +150,7 @@ CASES = [
     (["serve", "{tiny}", "--device", "cpu", "--kv-cache-memory-bytes", "8K", "--port", "0"], 2,
      "attnserve serve: error: argument --kv-cache-memory-bytes: the KV cache holds 16 tokens (1 block of 16), fewer "
      "than max_model_len 512, so not one request of max_model_len tokens fits; lower --max-model-len to at most 16 or "
-     "raise --kv-cache-memory"),
+     "raise --kv-cache-memory-bytes"),
     (["serve", "{tiny}", "--device", "cpu", "--config", "{tmp}/two_blocks.yaml", "--port", "0"], 2,
      "attnserve serve: error: {tmp}/two_blocks.yaml: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
      "max_model_len 512, so not one request of max_model_len tokens fits; lower max_model_len to at most 32 or raise "
@@ -335,4 +335,4 @@ def test_a_kv_cache_beyond_the_machines_memory_exits_with_one_line(cmd, tiny_mod
     assert rc == 2 and err.count("\n") == 1, err
     assert re.fullmatch(rf"attnserve {cmd}: error: argument --num-gpu-blocks-override: a KV cache of 100000000000000000000 "
                         r"blocks \(\d+\.\d\d GiB\) does not fit in the \d+\.\d\d GiB of cpu memory available now "
-                        r"\(\d+ blocks? fits?\); lower --num-gpu-blocks\n", err), err
+                        r"\(\d+ blocks? fits?\); lower --num-gpu-blocks-override\n", err), err

@@ -321,19 +321,24 @@ def error_line(args: argparse.Namespace, key: str | None, message: str) -> str:
         where = f"argument --attention-config.{key[len(ATTENTION_PREFIX):]}"
     else:
         where = f"argument --{_norm(key)}"
-    if where.startswith("argument "):  # a flag, given or at its default: the advice names flags too
-        message = flag_names(message)
+    if where.startswith("argument "):  # a flag, given or at its default: the advice names flags too, as given
+        given_flags = {k: s.where[len("argument "):] for k, s in resolved.chosen.items()
+                       if s.where.startswith("argument --")}
+        message = flag_names(message, given_flags)
     return f"{where}: {message}" if where else message
 
 
 _ADVICE = ("raise", "lower", "set", "increase", "decrease")  # the verbs of an error's advice on what to change
 
 
-def flag_names(message: str) -> str:
+def flag_names(message: str, given: dict[str, str] | None = None) -> str:
     """``message`` (an engine error, in engine-argument names) with its advice in a command-line user's words: an
     engine argument after an advice verb is named by its flag (``raise kv_cache_memory or set num_gpu_blocks`` ->
-    ``raise --kv-cache-memory or set --num-gpu-blocks``). The rest stays as the engine words it (``kv_cache_dtype
-    fp8 not supported``: a statement about a value, whose flag the line's ``argument --kv-cache-dtype:`` names)."""
+    ``raise --kv-cache-memory or set --num-gpu-blocks``), as the user spelled it where ``given`` (engine argument ->
+    the flag given, e.g. vLLM's ``--num-gpu-blocks-override``) has it. The rest stays as the engine words it
+    (``kv_cache_dtype fp8 not supported``: a statement about a value, whose flag the line's ``argument
+    --kv-cache-dtype:`` names)."""
     names = "|".join(sorted(engine_args(), key=len, reverse=True))
-    return re.sub(rf"\b({'|'.join(_ADVICE)}) ({names})\b(?![.\-])", lambda m: f"{m.group(1)} --{_norm(m.group(2))}",
-                  message)
+    given = given or {}
+    return re.sub(rf"\b({'|'.join(_ADVICE)}) ({names})\b(?![.\-])",
+                  lambda m: f"{m.group(1)} {given.get(m.group(2), '--' + _norm(m.group(2)))}", message)
