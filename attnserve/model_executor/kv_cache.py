@@ -88,9 +88,9 @@ def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, re
         budget = int(total * cache.gpu_memory_utilization) - allocated - reserve_bytes
         # other processes on this GPU (the engine's process beside tensor-parallel rank 0, another engine)
         # and memory outside torch's allocator (CUDA context, NCCL) count too: never plan past what is free
-        free, _ = torch.cuda.mem_get_info(device)
-        available = free + torch.cuda.memory_reserved(device) - allocated - reserve_bytes
+        available = available_bytes(device, reserve_bytes)
         if available < budget:
+            free, _ = torch.cuda.mem_get_info(device)
             logger.warning("KV cache: %.2f GiB of %s is in use outside this process's tensors; the cache gets "
                            "%.2f GiB instead of the %.2f GiB gpu_memory_utilization %.2f allows",
                            (total - free - torch.cuda.memory_reserved(device)) / 2**30, device, available / 2**30,
