@@ -35,6 +35,16 @@ the fused GEMV (``triton_gemv.gemv(gate_up, weight, act="silu_mul")``: one launc
 same candidate configurations, and keeps the fused one only where its best is faster by the same margin
 and agrees with ``F.linear(silu_and_mul(gate_up), weight)``.
 
+The gate/up layers that feed a SwiGLU (``MergedColumnParallelLinear(swiglu_output=True)``) get a table of
+their own, ``layer.gemv_swiglu``: for each row count the plan times "the layer's choice above, then
+``silu_and_mul``" against the GEMV with the SwiGLU in its epilogue (``gemv(x, gate_up_weight,
+out_act="silu_mul")``: one launch, no (M, 2I) intermediate) over the layer's candidate configurations, and
+keeps it where it is faster by the same margin; a candidate counts only if its plain GEMV agrees with
+``F.linear`` and the fused one returns ``silu_and_mul`` of that plain output bit for bit. Where both ends of
+an MLP would fuse the SwiGLU at one row count, the pair of (gate/up, down) launches that is faster in total
+keeps its fusion. Measured on an H200 (``tests/gpu/bench_gate_up_swiglu.py``, gate/up + ``silu_and_mul`` vs
+fused): Qwen3-0.6B 1 row 6.47 -> 4.61 us, 16 rows 7.60 -> 5.72 us; Llama-3.1-8B 1 row 54.8 -> 52.6 us.
+
 The LM head gets a third table, ``head.greedy``: for each row count the plan times the LM head's choice above
 followed by the greedy argmax (``triton_argmax``) against the fused greedy head
 (``triton_greedy_head.greedy_head``: the argmax of each logits tile in the LM head's epilogue, no (M, vocab)
@@ -50,7 +60,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
 import torch
@@ -111,10 +121,13 @@ class GemvChoice:
 @dataclass(frozen=True)
 class SiluMulChoice:
     """One measured (N, K, M) of a SwiGLU layer: ``silu_and_mul`` then the plain choice (``unfused``: cuBLAS
-    or the chosen Triton config, its label in ``unfused_label``) against the best fused GEMV."""
+    or the chosen Triton config, its label in ``unfused_label``) against the best fused GEMV. For a down
+    projection (``GemvPlan.silu_mul``) K is its input width I and the fused GEMV reads (M, 2I); for a gate/up
+    layer (``GemvPlan.swiglu``) N is 2I, the plain choice runs before ``silu_and_mul`` and the fused GEMV
+    writes (M, I)."""
 
     n: int
-    k: int  # the layer's input width I; the fused GEMV reads (M, 2I)
+    k: int
     m: int
     unfused_us: float
     unfused_label: str
@@ -167,6 +180,13 @@ def silu_mul_layers(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if isinstance(m, RowParallelLinear) and m.silu_mul_input]
 
 
+def swiglu_layers(model: nn.Module) -> list[nn.Module]:
+    """The gate/up layers whose output goes to a SwiGLU (``MergedColumnParallelLinear(swiglu_output=True)``)."""
+    from attnserve.layers.linear import MergedColumnParallelLinear
+
+    return [m for m in model.modules() if isinstance(m, MergedColumnParallelLinear) and m.swiglu_output]
+
+
 def _bucket_table(chosen: dict[int, Callable | None]) -> tuple[Callable | None, ...] | None:
     """Row count (index 0..MAX_ROWS) -> the GEMV chosen at the smallest measured bucket >= it (``chosen``:
     bucket (1..MAX_ROWS) -> GEMV or None); None past the largest bucket, and None for the whole table when
@@ -196,6 +216,7 @@ class GemvPlan:
     seconds: float = 0.0
     silu_mul: dict[tuple[int, int, int], SiluMulChoice] = field(default_factory=dict)  # SwiGLU layers' shapes
     greedy: dict[int, GreedyChoice] = field(default_factory=dict)  # the LM head's rows: fused greedy head or not
+    swiglu: dict[tuple[int, int, int], SiluMulChoice] = field(default_factory=dict)  # gate/up layers' shapes
 
     def table(self, n: int, k: int) -> tuple[Callable | None, ...] | None:
         """Row count (index 0..MAX_ROWS) -> the chosen GEMV ``f(x, weight, bias)`` (the Triton GEMV or
@@ -210,6 +231,14 @@ class GemvPlan:
         return _bucket_table({m: functools.partial(gemv, config=c.config, act="silu_mul") if c.use_fused else None
                               for (nn_, kk, m), c in self.silu_mul.items() if (nn_, kk) == (n, k)})
 
+    def swiglu_table(self, n: int, k: int) -> tuple[Callable | None, ...] | None:
+        """Row count -> the chosen GEMV ``f(x, gate_up_weight, bias)`` with the SwiGLU in its epilogue ((M, N / 2)
+        out), or None for :meth:`table`'s choice then ``silu_and_mul``; None when it wins at no row count."""
+        from attnserve.layers.triton_gemv import gemv
+
+        return _bucket_table({m: functools.partial(gemv, config=c.config, out_act="silu_mul") if c.use_fused else None
+                              for (nn_, kk, m), c in self.swiglu.items() if (nn_, kk) == (n, k)})
+
     def greedy_table(self) -> tuple[Callable | None, ...] | None:
         """Row count -> the fused greedy head ``f(hidden, weight)`` with its measured tile, or None (the LM head
         then an argmax); None when it wins at no row count."""
@@ -219,8 +248,9 @@ class GemvPlan:
                               for m, c in self.greedy.items()})
 
     def apply(self, model: nn.Module) -> GemvPlan:
-        """Set ``layer.gemv`` on every layer (None where cuBLAS stays) and ``layer.gemv_silu_mul`` on the
-        SwiGLU layers (None where the SwiGLU stays its own kernel); logs how many layers use Triton."""
+        """Set ``layer.gemv`` on every layer (None where cuBLAS stays), ``layer.gemv_silu_mul`` on the SwiGLU
+        layers and ``layer.gemv_swiglu`` on the gate/up layers (None where the SwiGLU stays its own kernel);
+        logs how many layers use Triton."""
         used = 0
         tables: dict[tuple[int, int], tuple | None] = {}
         for module, weight in gemv_layers(model):
@@ -234,12 +264,16 @@ class GemvPlan:
         for module in silu_mul:
             module.gemv_silu_mul = self.silu_mul_table(*module.weight.shape)
             fused += module.gemv_silu_mul is not None
+        gate_up = swiglu_layers(model)
+        for module in gate_up:
+            module.gemv_swiglu = self.swiglu_table(*module.weight.shape)
+            fused += module.gemv_swiglu is not None
         head = lm_head(model)
         if head is not None:
             head.greedy = self.greedy_table()
         logger.info("GEMV plan: %d of %d linear layers use the Triton GEMV for some decode batch sizes; "
-                    "%d of %d SwiGLU layers the fused SwiGLU GEMV", used, len(gemv_layers(model)), fused,
-                    len(silu_mul))
+                    "%d of %d SwiGLU layers and gate/up layers the fused SwiGLU GEMV", used, len(gemv_layers(model)),
+                    fused, len(silu_mul) + len(gate_up))
         return self
 
     @classmethod
@@ -261,6 +295,7 @@ class GemvPlan:
         shapes = dict.fromkeys(tuple(w.shape) for _, w in gemv_layers(model))
         weights = {tuple(w.shape): w for _, w in gemv_layers(model)}
         silu_mul_shapes = {tuple(m.weight.shape) for m in silu_mul_layers(model)}
+        swiglu_shapes = {tuple(m.weight.shape) for m in swiglu_layers(model)}
         head = lm_head(model)
         head_shape = tuple(head.weight.shape) if head is not None and head.tp.size == 1 else None
         if not shapes or not ms:
@@ -291,11 +326,15 @@ class GemvPlan:
                     if (n, k) in silu_mul_shapes:
                         plan.silu_mul[(n, k, m)] = plan._measure_silu_mul(copies, m, num_sms, margin, calls, replays)
                         timings += 1 + len(candidate_configs(n, k, m, dtype.itemsize, num_sms, act="silu_mul"))
+                    if (n, k) in swiglu_shapes:
+                        plan.swiglu[(n, k, m)] = plan._measure_swiglu(copies, m, num_sms, margin, calls, replays)
+                        timings += 1 + len(candidate_configs(n, k, m, dtype.itemsize, num_sms))
                     if (n, k) == head_shape and dtype in (torch.float16, torch.bfloat16):
                         plan.greedy[m] = plan._measure_greedy(copies, m, margin, calls, replays)
                         timings += 1 + len(GREEDY_CANDIDATES)
                 del copies
         torch.cuda.empty_cache()
+        plan._one_swiglu_fusion_per_mlp()
         plan.seconds = time.perf_counter() - t0
         logger.info("GEMV plan measured in %.1f s (%d shapes x rows %s, %d timings):\n%s", plan.seconds,
                     len(shapes), ",".join(map(str, ms)), timings, plan.summary())
@@ -320,6 +359,59 @@ class GemvPlan:
                                  calls, replays)
         fused_us, cfg, use = pick_fastest(unfused_us, timed, margin)
         return SiluMulChoice(n, k, m, unfused_us, plain.label(), fused_us, cfg, use)
+
+    def _measure_swiglu(self, copies: list[torch.Tensor], m: int, num_sms: int, margin: float, calls: int,
+                        replays: int) -> SiluMulChoice:
+        """(2I, K, M) of a gate/up layer, after its plain choice: that choice then ``silu_and_mul``, against the
+        GEMV with the SwiGLU epilogue over the layer's candidates (those of >= 2 weight rows a program), on
+        random x. A candidate counts only if its plain output agrees with ``F.linear`` and its fused output is
+        ``silu_and_mul`` of that plain output bit for bit."""
+        from attnserve.layers.fused_ops import silu_and_mul
+        from attnserve.layers.triton_gemv import gemv
+
+        n, k = copies[0].shape
+        plain = self.choices[(n, k, m)]
+        x = torch.randn(m, k, device=copies[0].device, dtype=copies[0].dtype)
+        linear = _chosen(plain) or F.linear
+        unfused_us = time_per_call_us(lambda w: silu_and_mul(linear(x, w)), copies, calls, replays)
+        want = F.linear(x, copies[0])
+        timed = []
+        for cfg in candidate_configs(n, k, m, copies[0].element_size(), num_sms):
+            if cfg.block_n < 2:
+                continue
+            try:
+                got = gemv(x, copies[0], None, cfg)
+                if not (agrees(got, want) and torch.equal(gemv(x, copies[0], None, cfg, out_act="silu_mul"),
+                                                          silu_and_mul(got))):
+                    logger.warning("GEMV plan: %s with the SwiGLU epilogue disagrees on (%d, %d) x %d rows; skipped",
+                                   cfg.label(), n, k, m)
+                    continue
+                timed.append((time_per_call_us(lambda w: gemv(x, w, None, cfg, out_act="silu_mul"), copies, calls,
+                                               replays), cfg))
+            except Exception as e:  # a launch that does not fit this GPU
+                logger.debug("GEMV plan: %s failed on (%d, %d) x %d: %s", cfg.label(), n, k, m, e)
+        fused_us, cfg, use = pick_fastest(unfused_us, timed, margin)
+        return SiluMulChoice(n, k, m, unfused_us, plain.label() + " + silu_and_mul", fused_us, cfg, use)
+
+    def _choice_us(self, n: int, k: int, m: int) -> float:
+        """The measured time of (N, K, M)'s plain choice (cuBLAS, cuBLASLt or the Triton GEMV), microseconds."""
+        c = self.choices[(n, k, m)]
+        return c.triton_us if c.use_triton else c.cublaslt_us if c.use_cublaslt else c.cublas_us
+
+    def _one_swiglu_fusion_per_mlp(self) -> None:
+        """Where a gate/up shape (2I, H) and its down shape (H, I) both chose a fused SwiGLU at one row count,
+        keep the one whose (gate/up, down) pair is faster: the epilogue's fused time plus down's plain choice,
+        against gate/up's plain choice plus the prologue's fused time; the other falls back to unfused."""
+        for (n, k, m), up in list(self.swiglu.items()):
+            down = self.silu_mul.get((k, n // 2, m))
+            if not (up.use_fused and down is not None and down.use_fused):
+                continue
+            epilogue = up.fused_us + self._choice_us(k, n // 2, m)
+            prologue = self._choice_us(n, k, m) + down.fused_us
+            if epilogue < prologue:
+                self.silu_mul[(k, n // 2, m)] = replace(down, use_fused=False)
+            else:
+                self.swiglu[(n, k, m)] = replace(up, use_fused=False)
 
     def _measure_greedy(self, copies: list[torch.Tensor], m: int, margin: float, calls: int,
                         replays: int) -> GreedyChoice:
@@ -361,6 +453,13 @@ class GemvPlan:
             for (n, k, m), c in sorted(self.silu_mul.items()):
                 fused = f"{c.fused_us:10.2f}" if c.fused_us is not None else f"{'-':>10}"
                 what = f"fused {c.config.label()}" if c.use_fused and c.config else f"silu_and_mul + {c.unfused_label}"
+                lines.append(f"{n:>7} {k:>6} {m:>2} {c.unfused_us:10.2f} {fused}  {what}")
+        if self.swiglu:
+            lines.append(f"gate/up layers: the choice above + silu_and_mul vs the SwiGLU in the GEMV's epilogue\n"
+                         f"{'N':>7} {'K':>6} {'M':>2} {'unfused us':>10} {'fused us':>10}  choice")
+            for (n, k, m), c in sorted(self.swiglu.items()):
+                fused = f"{c.fused_us:10.2f}" if c.fused_us is not None else f"{'-':>10}"
+                what = f"fused {c.config.label()}" if c.use_fused and c.config else c.unfused_label
                 lines.append(f"{n:>7} {k:>6} {m:>2} {c.unfused_us:10.2f} {fused}  {what}")
         if self.greedy:
             lines.append(f"greedy steps: the LM head's choice + argmax vs the fused greedy head\n"

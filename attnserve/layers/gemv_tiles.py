@@ -26,6 +26,11 @@ _WIDE_DOT_TILES = [(32, 128, 4, 4), (64, 128, 4, 3), (64, 128, 4, 4), (128, 128,
                    (32, 256, 4, 3), (64, 256, 4, 2), (64, 64, 4, 4), (128, 64, 4, 4), (256, 64, 8, 3)]
 # the start-up plan's extra tiles for 17..64 rows, after the default and its split halved / doubled
 _WIDE_CANDIDATE_TILES = [(32, 128, 4, 4), (128, 128, 8, 3), (64, 256, 4, 2)]
+# ... and one without a K split: measured on an H200 at 64 rows (``tests/gpu/bench_gate_up_swiglu.py --sweep-ms
+# 64``, Qwen3-0.6B shapes), gate_up 6144 x 1024 5.75 us (cuBLAS 6.19, its split-K reduce kernel included; the
+# best split candidate 11.13), qkv 4096 x 1024 5.18 (cuBLAS 5.34): a split's partial store, fence and ticket
+# cost more than the fuller GPU gains when K is 1024
+UNSPLIT_WIDE_TILE = (64, 128, 4, 4)
 
 
 def _pow2(v: int) -> int:
@@ -118,11 +123,12 @@ def sweep_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 13
 
 def candidate_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 132,
                       act: str = "none") -> list[GemvConfig]:
-    """The handful (at most 6) the start-up plan times for ``act`` (``triton_gemv.ACTS``): the default and
+    """The handful (at most 7) the start-up plan times for ``act`` (``triton_gemv.ACTS``): the default and
     its split halved and doubled; up to 16 rows, two tiles of the other kind (FMA <-> tensor cores) or
-    shape, and the one-step tile (:func:`whole_k_config`, where registers allow); past 16 rows three
-    tensor-core tiles: narrower (more programs), wider (x re-read fewer times) and a longer K step. Each fitted to M rows and ``act`` (``triton_gemv.fit_config``: shared memory, and
-    the SwiGLU prologue's registers)."""
+    shape, and the one-step tile (:func:`whole_k_config`, where registers allow); past 16 rows four
+    tensor-core tiles: narrower (more programs), wider (x re-read fewer times), a longer K step, and one
+    without a K split (``UNSPLIT_WIDE_TILE``). Each fitted to M rows and ``act`` (``triton_gemv.fit_config``:
+    shared memory, and the SwiGLU prologue's registers)."""
     from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
 
     base = default_config(n, k, m, elem_bytes, num_sms)
@@ -132,6 +138,9 @@ def candidate_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int 
     if m > MAX_FMA_M:
         for bn, bk, warps, stages in _WIDE_CANDIDATE_TILES:
             out += _wide_dot(n, k, m, bn, bk, warps, stages, elem_bytes, num_sms)
+        if UNSPLIT_WIDE_TILE is not None:  # (None: not tried; the benchmarks' A/B)
+            bn, bk, warps, stages = UNSPLIT_WIDE_TILE
+            out.append(GemvConfig(bn, max(16, min(bk * 2 // elem_bytes, _pow2(k))), 1, warps, stages, dot=True))
     else:
         rows = _pow2(m)
         bk = min(512 * 2 // elem_bytes, _pow2(k))

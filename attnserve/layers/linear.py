@@ -9,7 +9,8 @@ no collective. With ``use_skinny_gemm``, a step of up to 64 rows may instead run
 ``gemv_plan.GemvPlan`` measured faster than cuBLAS for the layer's shape (the layer's ``gemv`` table); a
 row-parallel layer whose input is SwiGLU (``silu_mul_input``: an MLP's down projection) may instead take the
 gate/up output and run a GEMV that computes the SwiGLU itself (``forward_silu_mul``, the ``gemv_silu_mul``
-table).
+table), or the gate/up layer itself (``swiglu_output``) may run a GEMV whose epilogue computes the SwiGLU
+(``forward_swiglu``, the ``gemv_swiglu`` table).
 Parameters keep ``nn.Linear``'s names (``weight``, ``bias``) so checkpoints map unchanged.
 
 Loading: each parameter carries ``weight_loader(param, loaded, shard_id=None)``, which narrows the *full*
@@ -106,11 +107,30 @@ class ColumnParallelLinear(nn.Module):
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
-    """Several column-parallel outputs in one matmul (gate and up): each part split evenly over ranks."""
+    """Several column-parallel outputs in one matmul (gate and up): each part split evenly over ranks.
 
-    def __init__(self, in_features: int, out_sizes: list[int], bias: bool = True, tp: TPGroup = SINGLE) -> None:
+    ``swiglu_output``: the two parts are an MLP's gate and up, and what follows is their SwiGLU
+    (``silu_and_mul``), so ``GemvPlan`` may give the layer a GEMV that applies the SwiGLU in its epilogue
+    (:meth:`forward_swiglu`)."""
+
+    # set once by GemvPlan.apply on a swiglu_output layer: small row counts -> a GEMV f(x, weight, bias) whose
+    # output is SwiGLU of this layer's (None: this layer, then the SwiGLU kernel)
+    gemv_swiglu: tuple | None = None
+
+    def __init__(self, in_features: int, out_sizes: list[int], bias: bool = True, tp: TPGroup = SINGLE,
+                 swiglu_output: bool = False) -> None:
         shards = [OutputShard(n, *shard_range(n, tp.size, tp.rank)) for n in out_sizes]
         super().__init__(in_features, sum(out_sizes), bias, tp, shards)
+        if swiglu_output and (len(out_sizes) != 2 or out_sizes[0] != out_sizes[1]):
+            raise ValueError(f"swiglu_output needs two equal parts (gate, up), got {out_sizes}")
+        self.swiglu_output = swiglu_output
+
+    def forward_swiglu(self, x: torch.Tensor) -> torch.Tensor | None:  # (T, in) -> (T, local I) or None
+        """``silu_and_mul(self(x))`` in one launch where the plan chose the fused GEMV for T rows (this rank's
+        weight is ``[gate; up]`` of its columns, so the same holds under tensor parallelism); None otherwise,
+        for the caller to run the layer and the SwiGLU. A tuple lookup: no host sync, CUDA-graph capturable."""
+        f = table_entry(self.gemv_swiglu, x.shape[0])
+        return None if f is None else f(x, self.weight, self.bias)
 
 
 class QKVParallelLinear(ColumnParallelLinear):

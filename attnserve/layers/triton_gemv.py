@@ -61,7 +61,7 @@ import triton.language as tl
 
 from attnserve.layers import pdl
 from attnserve.layers.triton_common import _INTERPRET, _LAUNCH, TICKETS, _round, pdl_wait, ticket_counters
-from attnserve.layers.triton_fused_ops import _silu_mul
+from attnserve.layers.triton_fused_ops import _silu_mul, silu_and_mul
 
 MAX_M = 64  # rows of x; the padded rows (to BLOCK_M) are computed on clamped copies and never stored
 MAX_FMA_M = 16  # the FMA path's (BLOCK_M, BLOCK_N, BLOCK_K) float32 register tile: dot past this
@@ -182,20 +182,22 @@ def prepare(device: torch.device | str) -> torch.Tensor:
 
 @triton.jit
 def _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.constexpr,
-               PRECISION: tl.constexpr, ACT: tl.constexpr, INTERPRET: tl.constexpr):
+               PRECISION: tl.constexpr, ACT: tl.constexpr, NO_CONTRACT: tl.constexpr, INTERPRET: tl.constexpr):
     """One BLOCK_K step at column ``k``: the weight tile times every row of x, added to ``acc``. With
     ``ACT == "silu_mul"`` the x tile is ``silu(gate) * up`` of the gate at ``x_ptrs`` and the up K columns on."""
     if MASKED:
         w = tl.load(w_ptrs + k, mask=k + k_offs < K, other=0.0)
     else:
         w = tl.load(w_ptrs + k)
-    return _gemv_tile(acc, w, x_ptrs, k, K, k_offs, MASKED, DOT, PRECISION, ACT, INTERPRET)
+    return _gemv_tile(acc, w, x_ptrs, k, K, k_offs, MASKED, DOT, PRECISION, ACT, NO_CONTRACT, INTERPRET)
 
 
 @triton.jit
 def _gemv_tile(acc, w, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.constexpr,
-               PRECISION: tl.constexpr, ACT: tl.constexpr, INTERPRET: tl.constexpr):
-    """:func:`_gemv_step` with the weight tile ``w`` at column ``k`` already loaded."""
+               PRECISION: tl.constexpr, ACT: tl.constexpr, NO_CONTRACT: tl.constexpr, INTERPRET: tl.constexpr):
+    """:func:`_gemv_step` with the weight tile ``w`` at column ``k`` already loaded. ``NO_CONTRACT``: the
+    kernel is compiled without FP contraction (a SwiGLU in it), so the FMA path writes out the FMA that the
+    plain GEMV's compiler makes of ``acc += x * w`` (the same bits either way)."""
     if MASKED:
         x = tl.load(x_ptrs + k, mask=k + k_offs < K, other=0.0)
     else:
@@ -212,7 +214,7 @@ def _gemv_tile(acc, w, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.const
         else:
             acc = tl.dot(w, tl.trans(x), acc, input_precision=PRECISION)
     else:
-        if ACT == "silu_mul":
+        if NO_CONTRACT:
             if INTERPRET:  # the interpreter rounds the product and the sum, as the plain path's line below
                 acc += x.to(tl.float32) * w.to(tl.float32)
             else:  # compiled without contraction: the FMA that the plain GEMV's compiler makes of that line
@@ -231,21 +233,31 @@ def _gemv_kernel(
     M, N, K, stride_xm, stride_wn, stride_ym, k_per_split, splits,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
     DOT: tl.constexpr, PRECISION: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-    ACT: tl.constexpr, INTERPRET: tl.constexpr, USE_PDL: tl.constexpr,
+    ACT: tl.constexpr, OUT_ACT: tl.constexpr, NO_CONTRACT: tl.constexpr, INTERPRET: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Program (n tile, k split): ``y[:, tile] (+)= x[:, split] @ w[tile, split].T``. The split count is
-    a runtime argument; SPLIT says whether there are several. ``ACT``: x's prologue (``ACTS``). ``USE_PDL``:
+    a runtime argument; SPLIT says whether there are several. ``ACT``: x's prologue (``ACTS``). ``OUT_ACT``:
+    the epilogue; with ``"silu_mul"`` the weight is ``[gate; up]`` (2N, K), a tile's first BLOCK_N / 2 rows
+    are gate rows and the rest the up rows N further (one MMA operand), and y is ``silu(gate) * up``
+    (N wide, BLOCK_N / 2 columns a program). ``USE_PDL``:
     launched with programmatic dependent launch (``layers/pdl.py``): with ``EVEN_K`` each program loads its
     first weight tile before the wait, into registers (the same products in the same order: the same bits)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
+    if OUT_ACT == "silu_mul":  # tile row r: gate row (r < BLOCK_N / 2) or up row of output column offs_n[r]
+        HALF: tl.constexpr = BLOCK_N // 2
+        r = tl.arange(0, BLOCK_N)
+        offs_n = pid_n * HALF + r % HALF
+        rows_n = tl.minimum(offs_n, N - 1).to(tl.int64) + (r // HALF) * N
+    else:
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows_n = tl.minimum(offs_n, N - 1).to(tl.int64)
     # rows past M / N are clamped to the last one, not masked: the loads stay unpredicated 16-byte vectors;
     # those rows are computed and never stored
     rows_m = tl.minimum(offs_m, M - 1)
-    rows_n = tl.minimum(offs_n, N - 1).to(tl.int64)
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
     # whole BLOCK_K steps unmasked; the one split that holds K's ragged end adds a masked step
@@ -265,29 +277,32 @@ def _gemv_kernel(
         # no kernel's output: step 1 of layers/pdl.py); with EVEN_K every split has at least one full step
         w_first = tl.load(w_ptrs + k_lo)
         pdl_wait(USE_PDL)
-        acc = _gemv_tile(acc, w_first, x_ptrs, k_lo, K, k_offs, False, DOT, PRECISION, ACT, INTERPRET)
+        acc = _gemv_tile(acc, w_first, x_ptrs, k_lo, K, k_offs, False, DOT, PRECISION, ACT, NO_CONTRACT, INTERPRET)
         k_lo += BLOCK_K
     else:
         pdl_wait(USE_PDL)
     for k in range(k_lo, k_main, BLOCK_K):
-        acc = _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, False, DOT, PRECISION, ACT, INTERPRET)
+        acc = _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, False, DOT, PRECISION, ACT, NO_CONTRACT, INTERPRET)
     if not EVEN_K:
         if k_main < k_hi:
-            acc = _gemv_step(acc, w_ptrs, x_ptrs, k_main, K, k_offs, True, DOT, PRECISION, ACT, INTERPRET)
+            acc = _gemv_step(acc, w_ptrs, x_ptrs, k_main, K, k_offs, True, DOT, PRECISION, ACT, NO_CONTRACT, INTERPRET)
     if DOT:
         acc = tl.trans(acc)  # (BLOCK_M, BLOCK_N)
     else:
         acc = tl.sum(acc, axis=2)  # (BLOCK_M, BLOCK_N): the one cross-lane reduction
 
-    out_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :]
-    if not SPLIT:
-        if HAS_BIAS:
-            acc += tl.load(b_ptr + rows_n).to(tl.float32)[None, :]
-        tl.store(y_ptrs, _round(acc, y_ptr.dtype.element_ty, INTERPRET), mask=out_mask)
+    # a split's (M, N) partial; with OUT_ACT (M, tiles * BLOCK_N) in the tiles' row order (pid_n * BLOCK_N + r)
+    if OUT_ACT == "silu_mul":
+        width = tl.num_programs(0) * BLOCK_N
     else:
-        tile = offs_m[:, None] * N + offs_n[None, :]  # (BLOCK_M, BLOCK_N) in one split's (M, N) partial
-        tl.store(part_ptr + pid_k * M * N + tile, acc, mask=out_mask)
+        width = N
+    tile = offs_m[:, None] * width + (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
+    tile_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if not SPLIT:
+        _store_y(y_ptr, acc, b_ptr, rows_n, offs_m, offs_n, M, N, stride_ym, BLOCK_M, BLOCK_N, HAS_BIAS, OUT_ACT,
+                 INTERPRET)
+    else:
+        tl.store(part_ptr + pid_k * M * width + tile, acc, mask=tile_mask)
         # every thread's partial is stored before the ticket (a CTA barrier, then the atomic's release at
         # GPU scope); the last split's loads below come after its acquire
         tl.debug_barrier()
@@ -295,11 +310,30 @@ def _gemv_kernel(
         if ticket == splits - 1:
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for s in range(0, splits):  # split order, whoever came last: deterministic
-                total += tl.load(part_ptr + s * M * N + tile, mask=out_mask, other=0.0, cache_modifier=".cg")
-            if HAS_BIAS:
-                total += tl.load(b_ptr + rows_n).to(tl.float32)[None, :]
-            tl.store(y_ptrs, _round(total, y_ptr.dtype.element_ty, INTERPRET), mask=out_mask)
+                total += tl.load(part_ptr + s * M * width + tile, mask=tile_mask, other=0.0, cache_modifier=".cg")
+            _store_y(y_ptr, total, b_ptr, rows_n, offs_m, offs_n, M, N, stride_ym, BLOCK_M, BLOCK_N, HAS_BIAS,
+                     OUT_ACT, INTERPRET)
             tl.atomic_xchg(count_ptr + pid_n, 0)  # ready for the next launch
+
+
+@triton.jit
+def _store_y(y_ptr, acc, b_ptr, rows_n, offs_m, offs_n, M, N, stride_ym, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, OUT_ACT: tl.constexpr, INTERPRET: tl.constexpr):
+    """y's tile from the float32 sums ``acc`` (BLOCK_M, BLOCK_N): plus the bias of each weight row, rounded
+    once. With ``OUT_ACT == "silu_mul"`` the tile's gate and up halves, each so rounded (as the plain GEMV's
+    (M, 2N) output is), give ``silu(gate) * up`` with ``silu_and_mul``'s bits, BLOCK_N / 2 columns."""
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + rows_n).to(tl.float32)[None, :]
+    y = _round(acc, y_ptr.dtype.element_ty, INTERPRET)
+    if OUT_ACT == "silu_mul":
+        HALF: tl.constexpr = BLOCK_N // 2
+        gate, up = tl.split(tl.permute(tl.reshape(y.to(tl.float32), (BLOCK_M, 2, HALF)), (0, 2, 1)))
+        y = _silu_mul(gate, up, y_ptr.dtype.element_ty, INTERPRET)  # (BLOCK_M, HALF)
+        cols, _ = tl.split(tl.permute(tl.reshape(offs_n, (2, HALF)), (1, 0)))  # each output column once
+    else:
+        cols = offs_n
+    mask = (offs_m[:, None] < M) & (cols[None, :] < N)
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + cols[None, :], y, mask=mask)
 
 
 def gemv(
@@ -308,13 +342,23 @@ def gemv(
     bias: torch.Tensor | None = None,  # (N,)
     config: GemvConfig | None = None,  # None: default_config(N, K, M, act=act)
     act: str = "none",  # x's prologue: "none", or "silu_mul" (SwiGLU, see the module docstring)
+    out_act: str = "none",  # the epilogue: "none", or "silu_mul" (weight (2N, K) = [gate; up], y (M, N))
 ) -> torch.Tensor:  # (M, N), x's dtype
     """``F.linear(x, weight, bias)`` for a few rows of x, as a Triton GEMV (see the module docstring);
-    with ``act="silu_mul"``, ``F.linear(silu_and_mul(x), weight, bias)`` in one launch."""
+    with ``act="silu_mul"``, ``F.linear(silu_and_mul(x), weight, bias)`` in one launch; with
+    ``out_act="silu_mul"``, ``silu_and_mul(F.linear(x, weight, bias))`` in one launch (``config`` as for the
+    (2N, K) weight: ``block_n`` weight rows a program, half gate, half up). Raises ValueError for an unknown
+    act or out_act, both at once, or an odd row count or block_n below 2 with out_act."""
     if act not in ACTS:
         raise ValueError(f"gemv act must be one of {ACTS}, got {act!r}")
+    if out_act not in ACTS:
+        raise ValueError(f"gemv out_act must be one of {ACTS}, got {out_act!r}")
+    if act != "none" and out_act != "none":
+        raise ValueError(f"gemv takes a SwiGLU prologue or epilogue, not both (act={act!r}, out_act={out_act!r})")
     m, k = x.shape[0], weight.shape[1]
     n = weight.shape[0]
+    if out_act == "silu_mul" and n % 2:
+        raise ValueError(f"gemv out_act='silu_mul' needs a [gate; up] weight of an even row count, got {n}")
     x_cols = 2 * k if act == "silu_mul" else k
     assert x.dim() == 2 and x.shape[1] == x_cols, (tuple(x.shape), tuple(weight.shape), act)
     assert weight.dtype == x.dtype, (weight.dtype, x.dtype)
@@ -323,31 +367,38 @@ def gemv(
         raise ValueError("gemv needs the weight's K dimension contiguous (nn.Linear's layout)")
     if x.stride(1) != 1:
         x = x.contiguous()
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    out_n = n // 2 if out_act == "silu_mul" else n
+    y = torch.empty((m, out_n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return y
     if config is None:
         config = default_config(n, k, m, x.element_size(), act=act)
     check_config(config, m, x.dtype)
+    if out_act == "silu_mul" and config.block_n < 2:
+        raise ValueError(f"gemv out_act='silu_mul' needs block_n >= 2 (half gate, half up rows), got {config}")
     if k == 0:
-        return y.copy_(bias.expand(m, n)) if bias is not None else y.zero_()
+        b = bias.expand(m, n) if bias is not None else torch.zeros((m, n), dtype=x.dtype, device=x.device)
+        return y.copy_(silu_and_mul(b)) if out_act == "silu_mul" else y.copy_(b)
     if bias is not None and bias.stride(0) != 1:
         bias = bias.contiguous()
     k_per_split = config.k_per_split(k)
     splits = triton.cdiv(k, k_per_split)
-    tiles = triton.cdiv(n, config.block_n)
+    tiles = triton.cdiv(out_n, config.block_n // 2) if out_act == "silu_mul" else triton.cdiv(n, config.block_n)
     if splits > 1:
         assert tiles <= TICKETS, f"{tiles} tiles with split-K: more than {TICKETS} counters"
-        part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+        part = torch.empty((splits, m, tiles * config.block_n if out_act == "silu_mul" else n), dtype=torch.float32,
+                           device=x.device)
         counters = prepare(x.device)
     else:
         part = counters = y  # unused pointers
     _gemv_kernel[(tiles, splits)](
         x, weight, bias if bias is not None else y, y, part, counters,
-        m, n, k, x.stride(0), weight.stride(0), y.stride(0), k_per_split, splits,
+        m, out_n, k, x.stride(0), weight.stride(0), y.stride(0), k_per_split, splits,
         BLOCK_M=config.block_m(m), BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT=splits > 1,
         DOT=config.dot, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0, ACT=act, INTERPRET=_INTERPRET,
-        num_warps=config.num_warps, num_stages=config.num_stages, **(_LAUNCH if act == "silu_mul" else {}), **pdl.launch(x),
+        HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0, ACT=act, OUT_ACT=out_act,
+        NO_CONTRACT="silu_mul" in (act, out_act), INTERPRET=_INTERPRET,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+        **(_LAUNCH if "silu_mul" in (act, out_act) else {}), **pdl.launch(x),
     )
     return y

@@ -85,14 +85,18 @@ class LlamaMLP(nn.Module):
         super().__init__()
         bias = getattr(config, "mlp_bias", False)
         size = config.intermediate_size
-        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [size, size], bias, tp)
+        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [size, size], bias, tp, swiglu_output=True)
         self.down_proj = RowParallelLinear(size, config.hidden_size, bias, tp, silu_mul_input=True)
         if getattr(config, "hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act {config.hidden_act!r} not supported (supported: silu)")
         self.act = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, hidden) -> (T, hidden)
-        # down(SwiGLU(gate_up)); at decode row counts where GemvPlan chose it, the SwiGLU runs inside down's GEMV
+        # down(SwiGLU(gate_up)); at decode row counts where GemvPlan chose it, the SwiGLU runs in gate_up's GEMV
+        # epilogue or inside down's GEMV (the plan picks at most one of the two per row count)
+        h = self.gate_up_proj.forward_swiglu(x)
+        if h is not None:
+            return self.down_proj(h)
         return self.down_proj.forward_silu_mul(self.gate_up_proj(x), self.act)
 
 

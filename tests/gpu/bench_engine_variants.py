@@ -11,7 +11,9 @@ the host on the current stream, in line with the step's kernels, instead of on s
 off; takes effect in graphs captured after it is set, so this variant re-captures), ``no greedy head`` (greedy
 steps compute the logits and take their argmax instead of the fused greedy head where the GEMV plan chose it;
 the plan's greedy rows are printed and saved), ``no whole-K tiles`` (the GEMV plan measured again without
-``gemv_tiles.whole_k_config``'s one-step tiles among its candidates, applied, graphs re-captured). Correctness
+``gemv_tiles.whole_k_config``'s one-step tiles among its candidates, applied, graphs re-captured), ``no unsplit
+tile`` (likewise without ``gemv_tiles.UNSPLIT_WIDE_TILE``), ``no SwiGLU epilogue`` (the engine's plan without its
+gate/up SwiGLU table: gate/up, then ``silu_and_mul``). Correctness
 of each: ``tests/gpu/test_async_scheduling_gpu.py``, ``test_cuda_graphs.py``, ``test_triton_argmax_gpu.py``, ``test_greedy_head_gpu.py``.
 """
 
@@ -68,18 +70,25 @@ def main() -> None:
         print(f"greedy head plan: {row}", flush=True)
 
     plans, state = {"engine": plan}, {"plan": "engine"}
-    if "no whole-K tiles" in args.variants and plan is not None:
+    if plan is not None:
+        import dataclasses
+
         from attnserve.layers import gemv_tiles
         from attnserve.layers.gemv_plan import GemvPlan, plan_rows
         from attnserve.model_executor.cuda_graph import capture_sizes
 
-        whole_k = gemv_tiles.whole_k_config
-        gemv_tiles.whole_k_config = lambda n, k, m: None
-        try:
-            plans["no whole-K"] = GemvPlan.measure(runner.model, plan_rows(capture_sizes(max(args.batch_size))))
-        finally:
-            gemv_tiles.whole_k_config = whole_k
-        print(f"plan without whole-K tiles:\n{plans['no whole-K'].summary()}", flush=True)
+        print(f"engine plan:\n{plan.summary()}", flush=True)
+        for variant, attr, off in [("no whole-K tiles", "whole_k_config", lambda n, k, m: None),
+                                   ("no unsplit tile", "UNSPLIT_WIDE_TILE", None)]:
+            if variant in args.variants:
+                kept = getattr(gemv_tiles, attr)
+                setattr(gemv_tiles, attr, off)
+                try:
+                    plans[variant] = GemvPlan.measure(runner.model, plan_rows(capture_sizes(max(args.batch_size))))
+                finally:
+                    setattr(gemv_tiles, attr, kept)
+                print(f"plan for {variant}:\n{plans[variant].summary()}", flush=True)
+        plans["no SwiGLU epilogue"] = dataclasses.replace(plan, swiglu={})
         plan.apply(runner.model)
 
     def use(name: str) -> None:
@@ -92,7 +101,7 @@ def main() -> None:
         if head is not None:
             head.greedy = None if name == "no greedy head" else greedy_table
         direct = name != "no direct decode"
-        plan_name = "no whole-K" if name == "no whole-K tiles" else "engine"
+        plan_name = name if name in plans else "engine"
         if triton_attention.DECODE_DIRECT != direct or plan_name != state["plan"]:
             triton_attention.DECODE_DIRECT = direct
             if plan_name != state["plan"]:

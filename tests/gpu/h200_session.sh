@@ -567,6 +567,22 @@ job_tp() {  # both GPUs (issue 9)
   bench lat_llama_tp latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 1 --input-len 1024 \
     --output-len 64 --num-iters 2 --max-model-len 4096 --compare-tensor-parallel-sizes 1 2 --use-skinny-gemm
 }
+job_s12a() {  # session 12 (g1, g2 staged): the gate/up SwiGLU epilogue and the unsplit 64-row tile: GPU tests, the
+  # engine A/B on the Qwen3-0.6B shape (batch 1, 64), its latency
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short -rf tests/gpu/test_skinny_gemm.py \
+    tests/gpu/test_pdl_gpu.py tests/gpu/test_gate_up_swiglu_gpu.py tests/gpu/test_e2e_default_model.py 2>&1 | tail -8
+  timeout 200 python3 -m tests.gpu.bench_engine_variants --batch-size 1 64 --rounds 2 \
+    --variants engine "no SwiGLU epilogue" "no unsplit tile" --json "$RES/engine_variants_swiglu_qwen.json" \
+    | grep -v "greedy head plan"
+  bench lat_qwen_s12a $QWEN_LAT
+}
+job_s12b() {  # session 12 (g1, g2 staged): the same on the Llama-3.1-8B shape, batch 1 and 64
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 300 python3 -m tests.gpu.bench_engine_variants --model $LLAMA --batch-size 1 64 --rounds 2 \
+    --variants engine "no SwiGLU epilogue" --json "$RES/engine_variants_swiglu_llama.json" | grep -v "greedy head plan"
+  bench lat_llama_s12b $LLAMA_LAT
+}
 
 pids=()
 for j in "$@"; do
@@ -585,7 +601,7 @@ for j in "$@"; do
     s5c) job_s5c > "$OUT/s5c.log" 2>&1 ;;
     s5d) job_s5d > "$OUT/s5d.log" 2>&1 ;;
     s5e) job_s5e > "$OUT/s5e.log" 2>&1 ;;
-    s6*|s7*|s8*|s9*|s10*|s11*) "job_$j" > "$OUT/$j.log" 2>&1 ;;
+    s6*|s7*|s8*|s9*|s10*|s11*|s12*) "job_$j" > "$OUT/$j.log" 2>&1 ;;
     tplast) job_tplast > "$OUT/tplast.log" 2>&1 ;;
     tpfast) wait "${pids[@]}" 2>/dev/null; pids=(); job_tpfast > "$OUT/tpfast.log" 2>&1 ;;
     *) echo "unknown job $j" >&2 ;;

@@ -3,9 +3,10 @@
 head computing what cuBLAS computes.
 
 The second test forces Triton wherever a candidate runs and agrees with F.linear (margin -10), so the
-kernels inside the captured graphs are exercised whatever the timings say: the plain GEMVs, and in the
-MLPs' down projections the GEMV with the SwiGLU fused in (``gemv_silu_mul``), for decode steps of 3, 40 and
-64 requests (the 4-, 48- and 64-row graphs; the LM head sees the exact count).
+kernels inside the captured graphs are exercised whatever the timings say: the plain GEMVs, and in each MLP
+the SwiGLU fused into the gate/up GEMV's epilogue (``gemv_swiglu``) or into the down projection's GEMV
+(``gemv_silu_mul``), whichever pair the timings favour per row count, for decode steps of 3, 40 and 64
+requests (the 4-, 48- and 64-row graphs; the LM head sees the exact count).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from attnserve import LLM, SamplingParams
 from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
 from attnserve.layers import gemv_plan
-from attnserve.layers.gemv_plan import gemv_layers, silu_mul_layers
+from attnserve.layers.gemv_plan import gemv_layers, silu_mul_layers, swiglu_layers
 from tests.gpu.test_cuda_graphs import (  # noqa: F401 (fixture)
     GREEDY, PROMPTS, default_gguf, prefill_then_decode_step,
 )
@@ -71,9 +72,12 @@ def test_decode_graph_with_triton_gemvs_matches_cublas(default_gguf, monkeypatch
     runner = llm.engine.runner
     layers = [m for m, _ in gemv_layers(runner.model)]
     assert all(m.gemv is not None and all(f is not None for f in m.gemv[1:]) for m in layers)
-    downs = silu_mul_layers(runner.model)
-    assert downs and all(m.gemv_silu_mul is not None and all(f is not None for f in m.gemv_silu_mul[1:])
-                         for m in downs)
+    downs, gate_ups = silu_mul_layers(runner.model), swiglu_layers(runner.model)
+    assert downs and len(gate_ups) == len(downs)
+    for gate_up, down in zip(gate_ups, downs):  # every row count fuses the SwiGLU at exactly one end
+        ends = [(gate_up.gemv_swiglu is not None and gate_up.gemv_swiglu[r] is not None,
+                 down.gemv_silu_mul is not None and down.gemv_silu_mul[r] is not None) for r in range(1, 65)]
+        assert all(a != b for a, b in ends), ends
     print(f"\nSwiGLU part of the forced plan:\n{runner.gemv_plan.summary().split('SwiGLU layers')[1]}")
     for n in (3, 40, 64):  # the 4-, 48- and 64-row graphs (past 16 rows: tensor-core tiles only)
         step = prefill_then_decode_step(llm) if n == 3 else decode_step_of(llm, n)
@@ -82,19 +86,24 @@ def test_decode_graph_with_triton_gemvs_matches_cublas(default_gguf, monkeypatch
         assert runner.cuda_graphs.replays == before + 1
         saved = [m.gemv for m in layers]
         saved_fused = [m.gemv_silu_mul for m in downs]
+        saved_epilogue = [m.gemv_swiglu for m in gate_ups]
         graphs, runner.cuda_graphs = runner.cuda_graphs, None
         for m in layers:
             m.gemv = None
         for m in downs:
             m.gemv_silu_mul = None
+        for m in gate_ups:
+            m.gemv_swiglu = None
         cublas_logits = runner.compute_logits(step).float().cpu()
         runner.cuda_graphs = graphs
         for m, t in zip(layers, saved):
             m.gemv = t
         for m, t in zip(downs, saved_fused):
             m.gemv_silu_mul = t
+        for m, t in zip(gate_ups, saved_epilogue):
+            m.gemv_swiglu = t
         err = ((triton_logits - cublas_logits).abs().max() / cublas_logits.abs().max()).item()
-        print(f"decode logits of {n} requests, Triton GEMVs (fused SwiGLU in down) in a graph vs SiluAndMul + "
+        print(f"decode logits of {n} requests, Triton GEMVs (fused SwiGLU) in a graph vs SiluAndMul + "
               f"cuBLAS eager: max relative difference {err:.2e}")
         assert not torch.isnan(triton_logits).any()
         # bf16 GEMMs summed in another order, through 30 layers: measured on an H200 1.35e-2 (3 rows), 1.88e-2

@@ -83,8 +83,8 @@ def test_tried_configs_are_valid_and_bounded(n, k):
     for m in (*DECODE_MS, 24, 40):
         cands, sweep = candidate_configs(n, k, m), sweep_configs(n, k, m)
         fused = candidate_configs(n, k, m, act="silu_mul")
-        assert 3 <= len(cands) <= 6 and len(set(cands)) == len(cands)
-        assert 3 <= len(fused) <= 6 and len(set(fused)) == len(fused)
+        assert 3 <= len(cands) <= 7 and len(set(cands)) == len(cands)
+        assert 3 <= len(fused) <= 7 and len(set(fused)) == len(fused)
         assert 10 <= len(sweep) <= 40 and len(set(sweep)) == len(sweep)
         for cfg in cands + sweep + fused:
             check_config(cfg, m, torch.bfloat16)
@@ -101,20 +101,25 @@ def test_tried_configs_are_valid_and_bounded(n, k):
             assert cfg.dot == (m > MAX_FMA_M), (m, cfg)
 
 
-# (linear shapes + LM head, the down projection) of the two models the plan is tuned on
-MODEL_SHAPES = {"llama-3.1-8b": (REAL_SHAPES[:5], (4096, 14336)), "qwen3-0.6b": (REAL_SHAPES[5:], (1024, 3072))}
+# (linear shapes + LM head, the down projection, the gate/up projection) of the two models the plan is tuned on
+MODEL_SHAPES = {"llama-3.1-8b": (REAL_SHAPES[:5], (4096, 14336), (28672, 4096)),
+                "qwen3-0.6b": (REAL_SHAPES[5:], (1024, 3072), (6144, 1024))}
 
 
-def _startup_work(shapes, down, ms) -> tuple[int, int]:
+def _startup_work(shapes, down, gate_up, ms) -> tuple[int, int]:
     """(timings, distinct compiled kernels) of GemvPlan.measure on bfloat16 ``shapes``: per (N, K, M) one
-    cuBLAS timing and one per candidate, again for the SwiGLU layer's shape; a kernel per distinct launch
-    (padded rows, tile, warps, stages, split or not, K tail or not, act; the kernel does not specialize on
-    M)."""
+    cuBLAS timing and one per candidate, again for the SwiGLU layer's shape (the prologue) and the gate/up
+    shape (the epilogue, candidates of >= 2 weight rows); a kernel per distinct launch (padded rows, tile,
+    warps, stages, split or not, K tail or not, act; the kernel does not specialize on M)."""
     timings, kernels = 0, set()
     for n, k in shapes:
         for m in ms:
-            for act in ("none", "silu_mul") if (n, k) == down else ("none",):
-                cands = candidate_configs(n, k, m, act=act)
+            acts = ("none", "silu_mul") if (n, k) == down else ("none", "out silu_mul") if (n, k) == gate_up \
+                else ("none",)
+            for act in acts:
+                cands = candidate_configs(n, k, m, act=act if act != "out silu_mul" else "none")
+                if act == "out silu_mul":
+                    cands = [c for c in cands if c.block_n >= 2]
                 timings += 1 + len(cands)
                 kernels |= {(c.block_m(m), c.block_n, c.block_k, c.num_warps, c.num_stages, c.dot, c.splits(k) > 1,
                              k % c.block_k == 0, act) for c in cands}
@@ -123,15 +128,15 @@ def _startup_work(shapes, down, ms) -> tuple[int, int]:
 
 @pytest.mark.parametrize("model", list(MODEL_SHAPES))
 def test_startup_work_of_the_plan_is_bounded(model):
-    """Rows up to 64 double the plan's work of rows up to 8: ~310-320 timings (a few seconds on an H200) and ~60-70
+    """Rows up to 64 double the plan's work of rows up to 8: ~380-400 timings (a few seconds on an H200) and ~85-100
     Triton compiles (~0.4 s each for sm_90 on one core; cached on disk by Triton for the next start)."""
-    shapes, down = MODEL_SHAPES[model]
-    small = _startup_work(shapes, down, (1, 2, 4, 8))
-    full = _startup_work(shapes, down, DECODE_MS)
+    shapes, down, gate_up = MODEL_SHAPES[model]
+    small = _startup_work(shapes, down, gate_up, (1, 2, 4, 8))
+    full = _startup_work(shapes, down, gate_up, DECODE_MS)
     print(f"{model}: rows 1..8 {small[0]} timings, {small[1]} kernels; rows 1..64 {full[0]} timings, "
           f"{full[1]} kernels")
-    assert small[0] <= 165 and small[1] <= 42
-    assert full[0] <= 325 and full[1] <= 72
+    assert small[0] <= 195 and small[1] <= 58
+    assert full[0] <= 405 and full[1] <= 105
 
 
 def _tiny(arch: str):
