@@ -299,7 +299,7 @@ def _gemv_kernel(
     tile = offs_m[:, None] * width + (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
     tile_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if not SPLIT:
-        _store_y(y_ptr, acc, b_ptr, rows_n, offs_m, offs_n, M, N, stride_ym, BLOCK_M, BLOCK_N, HAS_BIAS, OUT_ACT,
+        _store_y(y_ptr, acc, b_ptr, rows_n, offs_m, offs_n, pid_n, M, N, stride_ym, BLOCK_M, BLOCK_N, HAS_BIAS, OUT_ACT,
                  INTERPRET)
     else:
         tl.store(part_ptr + pid_k * M * width + tile, acc, mask=tile_mask)
@@ -311,13 +311,13 @@ def _gemv_kernel(
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for s in range(0, splits):  # split order, whoever came last: deterministic
                 total += tl.load(part_ptr + s * M * width + tile, mask=tile_mask, other=0.0, cache_modifier=".cg")
-            _store_y(y_ptr, total, b_ptr, rows_n, offs_m, offs_n, M, N, stride_ym, BLOCK_M, BLOCK_N, HAS_BIAS,
+            _store_y(y_ptr, total, b_ptr, rows_n, offs_m, offs_n, pid_n, M, N, stride_ym, BLOCK_M, BLOCK_N, HAS_BIAS,
                      OUT_ACT, INTERPRET)
             tl.atomic_xchg(count_ptr + pid_n, 0)  # ready for the next launch
 
 
 @triton.jit
-def _store_y(y_ptr, acc, b_ptr, rows_n, offs_m, offs_n, M, N, stride_ym, BLOCK_M: tl.constexpr,
+def _store_y(y_ptr, acc, b_ptr, rows_n, offs_m, offs_n, pid_n, M, N, stride_ym, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, OUT_ACT: tl.constexpr, INTERPRET: tl.constexpr):
     """y's tile from the float32 sums ``acc`` (BLOCK_M, BLOCK_N): plus the bias of each weight row, rounded
     once. With ``OUT_ACT == "silu_mul"`` the tile's gate and up halves, each so rounded (as the plain GEMV's
@@ -329,7 +329,7 @@ def _store_y(y_ptr, acc, b_ptr, rows_n, offs_m, offs_n, M, N, stride_ym, BLOCK_M
         HALF: tl.constexpr = BLOCK_N // 2
         gate, up = tl.split(tl.permute(tl.reshape(y.to(tl.float32), (BLOCK_M, 2, HALF)), (0, 2, 1)))
         y = _silu_mul(gate, up, y_ptr.dtype.element_ty, INTERPRET)  # (BLOCK_M, HALF)
-        cols, _ = tl.split(tl.permute(tl.reshape(offs_n, (2, HALF)), (1, 0)))  # each output column once
+        cols = pid_n * HALF + tl.arange(0, HALF)
     else:
         cols = offs_n
     mask = (offs_m[:, None] < M) & (cols[None, :] < N)
