@@ -582,6 +582,8 @@ job_s12b() {  # session 12 (g1, g2 staged): the same on the Llama-3.1-8B shape, 
   timeout 300 python3 -m tests.gpu.bench_engine_variants --model $LLAMA --batch-size 1 64 --rounds 2 \
     --variants engine "no SwiGLU epilogue" --json "$RES/engine_variants_swiglu_llama.json" | grep -v "greedy head plan"
   bench lat_llama_s12b $LLAMA_LAT
+  timeout "$(left)" python3 -m pytest -q -p no:cacheprovider --tb=short -rf tests/gpu/test_gate_up_swiglu_gpu.py \
+    tests/gpu/test_skinny_gemm.py tests/gpu/test_pdl_gpu.py tests/gpu/test_e2e_default_model.py 2>&1 | tail -12
 }
 
 pids=()
