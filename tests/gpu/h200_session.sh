@@ -585,6 +585,13 @@ job_s12b() {  # session 12 (g1, g2 staged): the same on the Llama-3.1-8B shape, 
   timeout "$(left)" python3 -m pytest -q -p no:cacheprovider --tb=short -rf tests/gpu/test_gate_up_swiglu_gpu.py \
     tests/gpu/test_skinny_gemm.py tests/gpu/test_pdl_gpu.py tests/gpu/test_e2e_default_model.py 2>&1 | tail -12
 }
+job_s12c() {  # session 12, last (g1, g2 staged): the GEMV's GPU tests (plain and SwiGLU-prologue paths after the
+  # epilogue's change to the kernel), then the Qwen3-0.6B latency again
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 300 python3 -m pytest -q -p no:cacheprovider --tb=short -rf tests/gpu/test_silu_mul_gemv.py \
+    tests/layers/test_triton_gemv.py -k "not interpreter" 2>&1 | tail -6
+  bench lat_qwen_s12c $QWEN_LAT
+}
 
 pids=()
 for j in "$@"; do
