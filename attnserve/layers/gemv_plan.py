@@ -447,25 +447,17 @@ class GemvPlan:
             tri = f"{c.triton_us:10.2f}" if c.triton_us is not None else f"{'-':>10}"
             lt = f"{c.cublaslt_us:11.2f}" if c.cublaslt_us is not None else f"{'-':>11}"
             lines.append(f"{n:>7} {k:>6} {m:>2} {c.cublas_us:10.2f} {lt} {tri}  {c.label()}")
-        if self.silu_mul:
-            lines.append(f"SwiGLU layers: silu_and_mul + the choice above vs the fused SwiGLU GEMV\n"
-                         f"{'N':>7} {'K':>6} {'M':>2} {'unfused us':>10} {'fused us':>10}  choice")
-            for (n, k, m), c in sorted(self.silu_mul.items()):
-                fused = f"{c.fused_us:10.2f}" if c.fused_us is not None else f"{'-':>10}"
-                what = f"fused {c.config.label()}" if c.use_fused and c.config else f"silu_and_mul + {c.unfused_label}"
-                lines.append(f"{n:>7} {k:>6} {m:>2} {c.unfused_us:10.2f} {fused}  {what}")
-        if self.swiglu:
-            lines.append(f"gate/up layers: the choice above + silu_and_mul vs the SwiGLU in the GEMV's epilogue\n"
-                         f"{'N':>7} {'K':>6} {'M':>2} {'unfused us':>10} {'fused us':>10}  choice")
-            for (n, k, m), c in sorted(self.swiglu.items()):
-                fused = f"{c.fused_us:10.2f}" if c.fused_us is not None else f"{'-':>10}"
-                what = f"fused {c.config.label()}" if c.use_fused and c.config else c.unfused_label
-                lines.append(f"{n:>7} {k:>6} {m:>2} {c.unfused_us:10.2f} {fused}  {what}")
-        if self.greedy:
-            lines.append(f"greedy steps: the LM head's choice + argmax vs the fused greedy head\n"
-                         f"{'N':>7} {'K':>6} {'M':>2} {'unfused us':>10} {'fused us':>10}  choice")
-            for m, c in sorted(self.greedy.items()):
-                fused = f"{c.fused_us:10.2f}" if c.fused_us is not None else f"{'-':>10}"
-                what = f"fused {c.config.label()}" if c.use_fused and c.config else c.unfused_label
-                lines.append(f"{c.n:>7} {c.k:>6} {m:>2} {c.unfused_us:10.2f} {fused}  {what}")
+        for title, table, unfused in (
+                ("SwiGLU layers: silu_and_mul + the choice above vs the fused SwiGLU GEMV", self.silu_mul,
+                 "silu_and_mul + {}"),
+                ("gate/up layers: the choice above + silu_and_mul vs the SwiGLU in the GEMV's epilogue", self.swiglu,
+                 "{}"),
+                ("greedy steps: the LM head's choice + argmax vs the fused greedy head",
+                 {(c.n, c.k, m): c for m, c in self.greedy.items()}, "{}")):
+            if table:
+                lines.append(f"{title}\n{'N':>7} {'K':>6} {'M':>2} {'unfused us':>10} {'fused us':>10}  choice")
+                for (n, k, m), c in sorted(table.items()):
+                    fused = f"{c.fused_us:10.2f}" if c.fused_us is not None else f"{'-':>10}"
+                    what = f"fused {c.config.label()}" if c.use_fused and c.config else unfused.format(c.unfused_label)
+                    lines.append(f"{n:>7} {k:>6} {m:>2} {c.unfused_us:10.2f} {fused}  {what}")
         return "\n".join(lines)
