@@ -150,10 +150,11 @@ class ContentPart(OpenAIModel):
 
 class ChatMessage(OpenAIModel):
     """A message of the conversation. ``content`` is required whatever the role: an assistant message may
-    omit it in OpenAI's API only when it carries tool calls, and attnserve has no tool calling."""
+    omit it in OpenAI's API only when it carries tool calls, and attnserve has no tool calling. A list of parts
+    holds one at least, as OpenAI's API refuses ``[]``."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"]  # chat_utils.CHAT_ROLES
-    content: str | list[ContentPart]
+    content: str | Annotated[list[ContentPart], Field(min_length=1)]
     name: str | None = None
 
 

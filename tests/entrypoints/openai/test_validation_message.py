@@ -86,7 +86,7 @@ def test_plain_nested_field_keeps_its_path():
                                 '"assistant", "tool")', "messages.0.role")
 
 
-CONTENT_WORDS = 'a string, or a list of text parts {"type": "text", "text": string}'
+CONTENT_WORDS = 'a string, or a non-empty list of text parts {"type": "text", "text": string}'
 
 
 def test_a_union_inside_a_list_is_named_by_its_own_path():
@@ -115,6 +115,49 @@ def test_a_union_inside_a_list_is_named_by_its_own_path():
 ])
 def test_chat_missing_fields(body, want):
     assert _message(ChatCompletionRequest, {"model": "m", **body}) == want
+
+
+MESSAGE_WORDS = 'an object with "role" and "content", optionally "name"'
+
+
+@pytest.mark.parametrize("cls, body, want", [
+    # a list or an object where it does not belong, or a list too short: the value as sent and what the field
+    # allows (was "List should have at least 1 item after validation, not 0", "Input should be a valid list",
+    # "Input should be a valid dictionary or instance of ChatMessage")
+    (ChatCompletionRequest, {"messages": []},
+     ("messages: [] not allowed (allowed: a non-empty list of chat messages)", "messages")),
+    (ChatCompletionRequest, {"messages": "hi"},
+     ('messages: "hi" is not a list (allowed: a non-empty list of chat messages)', "messages")),
+    (ChatCompletionRequest, {"messages": {}}, ("messages: {} is not a list (allowed: a non-empty list of chat messages)",
+                                               "messages")),
+    (ChatCompletionRequest, {"messages": [1]}, (f"messages.0: 1 is not a chat message (allowed: {MESSAGE_WORDS})",
+                                                "messages.0")),
+    (ChatCompletionRequest, {"messages": [[]]}, (f"messages.0: [] is not a chat message (allowed: {MESSAGE_WORDS})",
+                                                 "messages.0")),
+    # content [] was accepted (OpenAI's API refuses an empty list of parts)
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": []}]},
+     (f"messages.0.content: [] not allowed (allowed: {CONTENT_WORDS})", "messages.0.content")),
+    # only the list member looks inside a list: its error (was "messages.0.content: [...] not allowed")
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, 5]}]},
+     ('messages.0.content.1: 5 is not a text part {"type": "text", "text": string} (allowed: an object with "type" '
+      'and "text")', "messages.0.content.1")),
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": "x"}], "stream_options": 5},
+     ('stream_options: 5 is not a stream options object (allowed: an object with optional "include_usage", or null)',
+      "stream_options")),
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": "x"}], "response_format": "json"},
+     ('response_format: "json" is not a response format object (allowed: an object with "type", or null)',
+      "response_format")),
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": "x"}], "tools": 5},
+     ("tools: 5 is not a list (allowed: a list of objects, or null)", "tools")),
+    (CompletionRequest, {"prompt": "x", "stop_token_ids": 5},
+     ("stop_token_ids: 5 is not a list (allowed: a list of integers >= 0, or null)", "stop_token_ids")),
+    (CompletionRequest, {"prompt": "x", "logit_bias": [1]},
+     ("logit_bias: [1] is not an object (allowed: an object of numbers, or null)", "logit_bias")),
+    (CompletionRequest, {"prompt": "x", "logit_bias": {"1": "a"}},  # a mapping's value: its type (was pydantic's)
+     ('logit_bias.1: "a" is not a number (allowed: number)', "logit_bias.1")),
+])
+def test_list_and_object_errors(cls, body, want):
+    assert _message(cls, {"model": "m", **body}) == want
 
 
 def test_without_the_model_pydantic_words_the_message():

@@ -75,7 +75,7 @@ def test_completion_value_errors_name_field_value_and_allowed(client, model_name
 
 
 CHAT = [{"role": "user", "content": "Hi"}]
-CONTENT_WORDS = 'a string, or a list of text parts {"type": "text", "text": string}'
+CONTENT_WORDS = 'a string, or a non-empty list of text parts {"type": "text", "text": string}'
 CHAT_CASES = {
     "max_completion_tokens_1e20": ({"max_completion_tokens": 1e20}, "max_completion_tokens",
                                    "1e+20 is not an integer (allowed: integer >= 1, or null)"),
@@ -99,6 +99,22 @@ CHAT_CASES = {
                           f"null not allowed (allowed: {CONTENT_WORDS})"),
     "role_missing": ({"messages": [{"content": "Hi"}]}, "messages.0.role",
                      'missing (required: "system", "developer", "user", "assistant", "tool")'),
+    # a list or an object where it does not belong, or a list too short (were "List should have at least 1 item
+    # after validation, not 0", "Input should be a valid list", "Input should be a valid dictionary or instance of
+    # ChatMessage"); content [] was accepted
+    "messages_empty": ({"messages": []}, "messages", "[] not allowed (allowed: a non-empty list of chat messages)"),
+    "messages_string": ({"messages": "hi"}, "messages",
+                        '"hi" is not a list (allowed: a non-empty list of chat messages)'),
+    "message_number": ({"messages": [1]}, "messages.0",
+                       '1 is not a chat message (allowed: an object with "role" and "content", optionally "name")'),
+    "content_empty_list": ({"messages": [{"role": "user", "content": []}]}, "messages.0.content",
+                           f"[] not allowed (allowed: {CONTENT_WORDS})"),
+    "content_part_number": ({"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, 5]}]},
+                            "messages.0.content.1", '5 is not a text part {"type": "text", "text": string} (allowed: '
+                            'an object with "type" and "text")'),
+    "stream_options_number": ({"stream": True, "stream_options": 5}, "stream_options",
+                              '5 is not a stream options object (allowed: an object with optional "include_usage", '
+                              "or null)"),
     "max_tokens_true": ({"max_tokens": True}, "max_tokens", "true is not an integer (allowed: integer >= 1, or null)"),
     "n_text": ({"n": "2"}, "n", '"2" is not an integer (allowed: integer in [1, 128])'),
     "temperature_text": ({"temperature": "0.5"}, "temperature", '"0.5" is not a number (allowed: number >= 0, or null)'),
