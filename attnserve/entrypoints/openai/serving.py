@@ -16,12 +16,19 @@ from attnserve.engine.async_engine import AsyncLLMEngine, EngineNotReadyError
 from attnserve.engine.llm_engine import PromptTooLongError
 from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
-from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.errors import OpenAIError, json_value
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.protocol import SamplingFields
 
 # temperatures below this are greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow to inf
 _GREEDY_EPS = 1e-5
+EMPTY_PROMPT = "a prompt of at least 1 token"
+
+
+def empty_prompt(path: str, sent) -> OpenAIError:
+    """The 400 for an empty prompt, one wording whatever its form: ``prompt: "" not allowed (allowed: a prompt of
+    at least 1 token)``, ``prompt.1: [] ...``; ``sent`` is the value as the request holds it."""
+    return OpenAIError(f"{path}: {json_value(sent)} not allowed (allowed: {EMPTY_PROMPT})", 400, param=path)
 
 
 def load_error_summary(e: BaseException) -> str:
@@ -80,7 +87,7 @@ class ServingContext:
     def check_token_ids(self, token_ids: list[int]) -> None:
         """400 for an empty prompt or a token id outside the vocabulary (the length is check_prompt's)."""
         if not token_ids:
-            raise OpenAIError("the prompt is empty (0 tokens)", 400, param="prompt")
+            raise empty_prompt("prompt", token_ids)
         bad = next((t for t in token_ids if not 0 <= t < self.vocab_size), None)
         if bad is not None:
             raise OpenAIError(f"token id {bad} is out of range (vocabulary size {self.vocab_size})", 400, param="prompt")

@@ -17,6 +17,7 @@ import pytest
 
 # was "integer in [-9223372036854775808, 9223372036854774783], or null": 2^63 - 1 - 1024, a bound of no meaning
 SEED_RANGE = "integer in [-2^63, 2^63 - n] for the request's n, or null"
+EMPTY_PROMPT = "a prompt of at least 1 token"
 
 COMPLETION_CASES = {
     "max_tokens_1e20": ({"max_tokens": 1e20}, "max_tokens", "1e+20 is not an integer (allowed: integer >= 1, or null)"),
@@ -50,6 +51,12 @@ COMPLETION_CASES = {
     "prompt_token_true": ({"prompt": [1, True]}, "prompt", "[1, true] not allowed (allowed: a string, a list of "
                           "strings, a list of integers >= 0, or a list of lists of integers >= 0)"),
     "stop_number": ({"stop": 5}, "stop", "5 not allowed (allowed: a string, a list of strings, or null)"),
+    # an empty prompt, whatever its form: one wording, the value as sent (were "prompt is empty" for [], "the
+    # prompt is empty (0 tokens)" for "" and [[]]; a tokenizer that adds BOS ran "" as that one token)
+    "prompt_empty": ({"prompt": ""}, "prompt", f'"" not allowed (allowed: {EMPTY_PROMPT})'),
+    "prompt_empty_list": ({"prompt": []}, "prompt", f"[] not allowed (allowed: {EMPTY_PROMPT})"),
+    "prompt_second_empty": ({"prompt": ["a", ""]}, "prompt.1", f'"" not allowed (allowed: {EMPTY_PROMPT})'),
+    "prompt_second_no_token_ids": ({"prompt": [[1], []]}, "prompt.1", f"[] not allowed (allowed: {EMPTY_PROMPT})"),
     "seed_above_int64": ({"seed": 2**63}, "seed", f"9223372036854775808 not allowed (allowed: {SEED_RANGE})"),
     # above 2^63 - n for this n (a 64-bit seed for each completion): the bound with its number
     "seed_above_2_63_minus_n": ({"seed": 2**63 - 2, "n": 3}, "seed",
