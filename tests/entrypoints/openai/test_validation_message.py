@@ -12,6 +12,9 @@ from attnserve.entrypoints.openai.errors import validation_message
 from attnserve.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 
 
+STOP_WORDS = "a non-empty string, a list of non-empty strings, or null"
+
+
 def _message(cls, body: dict) -> tuple[str, str | None]:
     with pytest.raises(ValidationError) as e:
         cls.model_validate(body)
@@ -24,9 +27,13 @@ def _message(cls, body: dict) -> tuple[str, str | None]:
     ({"prompt": [[1, -2]]}, ("prompt.0.1: -2 not allowed (allowed: integer >= 0)", "prompt.0.1")),
     ({"prompt": [1.5]}, ("prompt.0: 1.5 is not an integer (allowed: integer >= 0)", "prompt.0")),
     # was "stop.str: ...; stop.list[str]: ...", then "stop: 5 is none of str, list[str]" (pydantic's type names)
-    ({"prompt": "x", "stop": 5}, ("stop: 5 not allowed (allowed: a string, a list of strings, or null)", "stop")),
-    ({"prompt": "x", "stop": True}, ("stop: true not allowed (allowed: a string, a list of strings, or null)",
-                                     "stop")),  # the value as JSON
+    ({"prompt": "x", "stop": 5}, (f"stop: 5 not allowed (allowed: {STOP_WORDS})", "stop")),
+    ({"prompt": "x", "stop": True}, (f"stop: true not allowed (allowed: {STOP_WORDS})", "stop")),  # the value as JSON
+    # an empty stop string (was accepted here, then refused by SamplingParams as "stop [''] not allowed"): the
+    # union's words at its own path, the item's inside the list
+    ({"prompt": "x", "stop": ""}, (f'stop: "" not allowed (allowed: {STOP_WORDS})', "stop")),
+    ({"prompt": "x", "stop": ["a", ""]}, ('stop.1: "" not allowed (allowed: non-empty string)', "stop.1")),
+    ({"prompt": "x", "stop": ["a", 5]}, ("stop.1: 5 is not a string (allowed: non-empty string)", "stop.1")),
     # no member fits (a boolean is not a token id): every member in words
     ({"prompt": [1, True]}, ("prompt: [1, true] not allowed (allowed: a string, a list of strings, a list of integers "
                              ">= 0, or a list of lists of integers >= 0)", "prompt")),

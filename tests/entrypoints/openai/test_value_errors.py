@@ -17,6 +17,7 @@ import pytest
 
 # was "integer in [-9223372036854775808, 9223372036854774783], or null": 2^63 - 1 - 1024, a bound of no meaning
 SEED_RANGE = "integer in [-2^63, 2^63 - n] for the request's n, or null"
+STOP_WORDS = "a non-empty string, a list of non-empty strings, or null"
 EMPTY_PROMPT = "a prompt of at least 1 token"
 
 COMPLETION_CASES = {
@@ -50,7 +51,11 @@ COMPLETION_CASES = {
     "top_p_true": ({"top_p": True}, "top_p", "true is not a number (allowed: number in (0, 1], or null)"),
     "prompt_token_true": ({"prompt": [1, True]}, "prompt", "[1, true] not allowed (allowed: a string, a list of "
                           "strings, a list of integers >= 0, or a list of lists of integers >= 0)"),
-    "stop_number": ({"stop": 5}, "stop", "5 not allowed (allowed: a string, a list of strings, or null)"),
+    "stop_number": ({"stop": 5}, "stop", f"5 not allowed (allowed: {STOP_WORDS})"),
+    # an empty stop string: refused by the schema with the value as sent (was "stop [''] not allowed (allowed:
+    # non-empty strings)", SamplingParams' Python list, for "stop": "" too)
+    "stop_empty": ({"stop": ""}, "stop", f'"" not allowed (allowed: {STOP_WORDS})'),
+    "stop_empty_in_list": ({"stop": ["a", ""]}, "stop.1", '"" not allowed (allowed: non-empty string)'),
     # an empty prompt, whatever its form: one wording, the value as sent (were "prompt is empty" for [], "the
     # prompt is empty (0 tokens)" for "" and [[]]; a tokenizer that adds BOS ran "" as that one token)
     "prompt_empty": ({"prompt": ""}, "prompt", f'"" not allowed (allowed: {EMPTY_PROMPT})'),
