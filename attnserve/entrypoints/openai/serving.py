@@ -168,7 +168,14 @@ def sampling_params(req: SamplingFields, max_tokens: int, logprobs: int | None) 
             skip_special_tokens=req.skip_special_tokens,
         )
     except SamplingParamsError as e:
-        raise OpenAIError(str(e), 400, param=str(e).split(" ", 1)[0]) from None
+        raise sampling_error(e) from None
+
+
+def sampling_error(e: SamplingParamsError) -> OpenAIError:
+    """The 400 for a SamplingParams refusal in the server's words: the field's path (``stop_token_ids.1``), the
+    value as JSON, what is allowed."""
+    path = e.name if e.index is None else f"{e.name}.{e.index}"
+    return OpenAIError(f"{path}: {json_value(e.value)} not allowed (allowed: {e.allowed})", 400, param=path)
 
 
 def new_id(prefix: str) -> str:
