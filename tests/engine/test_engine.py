@@ -313,6 +313,21 @@ def test_token_ids_outside_the_vocabulary_are_refused_up_front(llm, prompt, bad)
     assert not llm.engine.has_unfinished_requests()
 
 
+def test_stop_token_ids_outside_the_vocabulary_are_refused_up_front(llm):
+    """LLMEngine.check_params, which the server calls too: the first bad id, its index and the vocabulary's range
+    (was accepted, a stop token that can never be sampled)."""
+    vocab = llm.engine.vocab_size
+    with pytest.raises(SamplingParamsError) as e:
+        llm.generate(PROMPTS[:2], [GREEDY, SamplingParams(max_tokens=2, stop_token_ids=[2, vocab, vocab + 1])])
+    assert str(e.value) == f"stop_token_ids {vocab} not allowed (allowed: integer in [0, {vocab}), the vocabulary size)"
+    assert (e.value.name, e.value.value, e.value.index) == ("stop_token_ids", vocab, 1)
+    assert isinstance(e.value, ValueError) and not llm.engine.has_unfinished_requests()  # nothing was queued
+    with pytest.raises(SamplingParamsError):  # add_request checks too
+        llm.engine.add_request(PROMPTS[0], SamplingParams(stop_token_ids=[10**9]))
+    assert not llm.engine.has_unfinished_requests()
+    llm.engine.check_params(SamplingParams(stop_token_ids=[0, vocab - 1]))  # the ends of the range
+
+
 def test_a_failed_step_leaves_no_request_behind(llm, reference_tokens, monkeypatch):
     calls = []
 

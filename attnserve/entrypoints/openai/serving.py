@@ -64,7 +64,7 @@ class ServingContext:
 
     @property
     def vocab_size(self) -> int:
-        return self.engine.engine.hf_config.vocab_size
+        return self.engine.engine.vocab_size
 
     def check_ready(self) -> None:
         if not self.engine.is_ready:
@@ -148,12 +148,13 @@ def check_seed(req: SamplingFields) -> None:
                           f"[{-(2**63)}, {2**63 - req.n}], or null; completion i uses seed + i)", 400, param="seed")
 
 
-def sampling_params(req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:
-    """SamplingParams from a request's fields; 400 naming the bad value."""
+def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:
+    """SamplingParams from a request's fields, checked against the model too (``LLMEngine.check_params``: a stop
+    token id outside the vocabulary); 400 naming the bad value."""
     check_seed(req)
     temperature = 1.0 if req.temperature is None else req.temperature
     try:
-        return SamplingParams(
+        params = SamplingParams(
             n=req.n,
             temperature=0.0 if temperature < _GREEDY_EPS else temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
@@ -167,6 +168,8 @@ def sampling_params(req: SamplingFields, max_tokens: int, logprobs: int | None) 
             logprobs=logprobs,
             skip_special_tokens=req.skip_special_tokens,
         )
+        ctx.engine.engine.check_params(params)
+        return params
     except SamplingParamsError as e:
         raise sampling_error(e) from None
 

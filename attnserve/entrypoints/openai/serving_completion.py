@@ -54,7 +54,7 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
         raise OpenAIError("echo with logprobs needs prompt logprobs, which this server does not compute",
                           400, param="echo")
     texts, token_prompts = _prompts(ctx, req.prompt)
-    params = [sampling_params(req, ctx.check_prompt(ids, req.max_tokens), req.logprobs) for ids in token_prompts]
+    params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens), req.logprobs) for ids in token_prompts]
     request_id = new_id("cmpl")
     outputs = generate_all(ctx, token_prompts, params, request_id)
     if req.stream:

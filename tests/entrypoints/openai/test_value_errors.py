@@ -19,6 +19,8 @@ import pytest
 SEED_RANGE = "integer in [-2^63, 2^63 - n] for the request's n, or null"
 STOP_WORDS = "a non-empty string, a list of non-empty strings, or null"
 EMPTY_PROMPT = "a prompt of at least 1 token"
+VOCAB = 49152  # the default model's (SmolLM2-135M)
+TOKEN_IDS = f"integer in [0, {VOCAB}), the vocabulary size"
 
 COMPLETION_CASES = {
     "max_tokens_1e20": ({"max_tokens": 1e20}, "max_tokens", "1e+20 is not an integer (allowed: integer >= 1, or null)"),
@@ -38,6 +40,9 @@ COMPLETION_CASES = {
     "echo_3": ({"echo": 3}, "echo", "3 is not a boolean (allowed: true, false, or null)"),
     "stop_token_ids_fraction": ({"extra_body": {"stop_token_ids": [2, 1.5]}}, "stop_token_ids.1",
                                 "1.5 is not an integer (allowed: integer >= 0)"),
+    # outside the model's vocabulary (was accepted: a stop token that can never be sampled); LLMEngine.check_params
+    "stop_token_ids_out_of_vocab": ({"extra_body": {"stop_token_ids": [2, VOCAB]}}, "stop_token_ids.1",
+                                    f"{VOCAB} not allowed (allowed: {TOKEN_IDS})"),
     "prompt_token_fraction": ({"prompt": [1, 2.5]}, "prompt.1", "2.5 is not an integer (allowed: integer >= 0)"),
     "prompt_token_negative": ({"prompt": [[1, -2]]}, "prompt.0.1", "-2 not allowed (allowed: integer >= 0)"),
     # strict types
@@ -130,6 +135,8 @@ CHAT_CASES = {
     "max_tokens_true": ({"max_tokens": True}, "max_tokens", "true is not an integer (allowed: integer >= 1, or null)"),
     "n_text": ({"n": "2"}, "n", '"2" is not an integer (allowed: integer in [1, 128])'),
     "temperature_text": ({"temperature": "0.5"}, "temperature", '"0.5" is not a number (allowed: number >= 0, or null)'),
+    "stop_token_ids_out_of_vocab": ({"extra_body": {"stop_token_ids": [10**9]}}, "stop_token_ids.0",
+                                    f"1000000000 not allowed (allowed: {TOKEN_IDS})"),
     "stream_yes": ({"stream": "yes"}, "stream", '"yes" is not a boolean (allowed: true, false, or null)'),
 }
 
