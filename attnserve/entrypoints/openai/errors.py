@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from attnserve.entrypoints.openai.allowed import allowed_values, object_words, required_words
+from attnserve.entrypoints.openai.body import SentNumber
 from attnserve.entrypoints.openai.protocol import ErrorInfo, ErrorResponse
 
 # HTTP status -> OpenAI's error "type"
@@ -96,7 +97,10 @@ _TOO_SHORT = {"too_short", "string_too_short"}
 
 
 def json_value(value) -> str:
-    """``value`` as the client wrote it in JSON (``1e+20``, ``"abc"``, ``null``), cut to 60 characters."""
+    """``value`` as the client wrote it in JSON (``1e+20``, ``"abc"``, ``null``, ``1e400``: a SentNumber's
+    text), cut to 60 characters."""
+    if isinstance(value, SentNumber):
+        return value.text
     try:
         text = json.dumps(value)
     except (TypeError, ValueError):
@@ -107,12 +111,12 @@ def json_value(value) -> str:
 def _message(err: dict, path: tuple, model: type[BaseModel] | None, union: bool = False) -> str:
     """``1.5 is not an integer (allowed: integer in [1, 128])``, ``0 not allowed (allowed: integer >= 1, or
     null)`` when the schema of ``model`` says what the field at ``path`` allows; pydantic's message else. A
-    missing field: ``missing (required: a string, ...)``; a number JSON cannot hold (``1e400`` parses as
-    infinity): ``number too large, not finite (allowed: ...)``. A list or an object where it does not belong:
-    ``"hi" is not a list (allowed: a non-empty list of chat messages)``, ``1 is not a chat message (allowed: an
-    object with "role" and "content", optionally "name")``; one too short: ``[] not allowed (allowed: a non-empty
-    list of chat messages)``, ``"" not allowed (allowed: non-empty string)``, every member's words for a value
-    at a ``union``'s own path."""
+    missing field: ``missing (required: a string, ...)``; a number no 64-bit float holds, as sent (``1e400``
+    parses as infinity): ``1e400 is beyond a 64-bit float's range (allowed: ...)``. A list or an object where it
+    does not belong: ``"hi" is not a list (allowed: a non-empty list of chat messages)``, ``1 is not a chat
+    message (allowed: an object with "role" and "content", optionally "name")``; one too short: ``[] not allowed
+    (allowed: a non-empty list of chat messages)``, ``"" not allowed (allowed: non-empty string)``, every
+    member's words for a value at a ``union``'s own path."""
     kind = err.get("type", "")
     value = err.get("input")
     if kind == "missing":
@@ -129,9 +133,10 @@ def _message(err: dict, path: tuple, model: type[BaseModel] | None, union: bool 
                  else allowed_values(model, path, ("string",)))
         if words:
             return f"{json_value(value)} not allowed (allowed: {words})"
-    if _is_float(value) and not math.isfinite(value):
-        what = "NaN is not a number" if math.isnan(value) else (
-            f"{'negative ' if value < 0 else ''}number too large, not finite")
+    if _is_float(value) and not math.isfinite(value):  # the text as sent: 1e400, NaN, Infinity
+        text = json_value(value)
+        what = f"{text} is " + ("not a number" if math.isnan(value) else "not a finite number"
+                                if text.lstrip("-") == "Infinity" else "beyond a 64-bit float's range")
         allowed = allowed_values(model, path, ("integer", "number")) if model is not None else None
         return f"{what} (allowed: {allowed})" if allowed else what
     kinds, noun = _NOT_A.get(kind, (("string",) if kind == "literal_error" else ("integer", "number"), ""))

@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from attnserve.entrypoints.openai.allowed import allowed_values
+from attnserve.entrypoints.openai.body import SentNumber
 from attnserve.entrypoints.openai.errors import validation_message
 from attnserve.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 
@@ -66,11 +67,16 @@ def _message(cls, body: dict) -> tuple[str, str | None]:
                                              "temperature")),
     ({"prompt": "x", "stream": "yes"}, ('stream: "yes" is not a boolean (allowed: true, false, or null)', "stream")),
     ({"prompt": "x", "echo": 1}, ("echo: 1 is not a boolean (allowed: true, false, or null)", "echo")),
-    # JSON's 1e400 parses as infinity (was "Infinity is not a finite number"); NaN is Python's JSON extension
+    # JSON's 1e400 parses as infinity: body.parse_body keeps its text (a SentNumber); a plain infinity reads as
+    # JSON spells it (Python's extension); NaN too
+    ({"prompt": "x", "max_tokens": SentNumber("1e400")},
+     ("max_tokens: 1e400 is beyond a 64-bit float's range (allowed: integer >= 1, or null)", "max_tokens")),
+    ({"prompt": "x", "temperature": SentNumber("-1E+400")},
+     ("temperature: -1E+400 is beyond a 64-bit float's range (allowed: number >= 0, or null)", "temperature")),
     ({"prompt": "x", "max_tokens": float("inf")},
-     ("max_tokens: number too large, not finite (allowed: integer >= 1, or null)", "max_tokens")),
+     ("max_tokens: Infinity is not a finite number (allowed: integer >= 1, or null)", "max_tokens")),
     ({"prompt": "x", "temperature": float("-inf")},
-     ("temperature: negative number too large, not finite (allowed: number >= 0, or null)", "temperature")),
+     ("temperature: -Infinity is not a finite number (allowed: number >= 0, or null)", "temperature")),
     ({"prompt": "x", "top_p": float("nan")}, ("top_p: NaN is not a number (allowed: number in (0, 1], or null)",
                                               "top_p")),
     # seed: the schema allows n = 1's range; serving.check_seed the request's n's

@@ -197,18 +197,24 @@ def test_missing_required_field(server, client, model_name, case):
 
 
 # JSON has no infinity: Python's parser reads a number beyond the largest double (1e400) as one, and NaN and
-# Infinity as its extensions (was "max_tokens: Infinity is not a finite number")
+# Infinity as its extensions; the message echoes the number as sent (was "max_tokens: Infinity is not a finite
+# number", then "max_tokens: number too large, not finite")
 NOT_FINITE = {
     "max_tokens_1e400": (b'{"prompt": "Hi", "max_tokens": 1e400}', "max_tokens",
-                         "number too large, not finite (allowed: integer >= 1, or null)"),
+                         "1e400 is beyond a 64-bit float's range (allowed: integer >= 1, or null)"),
     "temperature_minus_1e400": (b'{"prompt": "Hi", "temperature": -1e400}', "temperature",
-                                "negative number too large, not finite (allowed: number >= 0, or null)"),
-    "top_p_1e400": (b'{"prompt": "Hi", "top_p": 1e400}', "top_p",
-                    "number too large, not finite (allowed: number in (0, 1], or null)"),
+                                "-1e400 is beyond a 64-bit float's range (allowed: number >= 0, or null)"),
+    "top_p_1E999": (b'{"prompt": "Hi", "top_p": 1.5E999}', "top_p",
+                    "1.5E999 is beyond a 64-bit float's range (allowed: number in (0, 1], or null)"),
     "seed_1e400": (b'{"prompt": "Hi", "seed": 1e400}', "seed",
-                   f"number too large, not finite (allowed: {SEED_RANGE})"),
+                   f"1e400 is beyond a 64-bit float's range (allowed: {SEED_RANGE})"),
+    "prompt_token_1e400": (b'{"prompt": [1, 1e400]}', "prompt.1",
+                           "1e400 is beyond a 64-bit float's range (allowed: integer >= 0)"),
+    "stop_1e400": (b'{"prompt": "Hi", "stop": 1e400}', "stop", f"1e400 not allowed (allowed: {STOP_WORDS})"),
     "temperature_nan": (b'{"prompt": "Hi", "temperature": NaN}', "temperature",
                         "NaN is not a number (allowed: number >= 0, or null)"),
+    "temperature_infinity": (b'{"prompt": "Hi", "temperature": -Infinity}', "temperature",
+                             "-Infinity is not a finite number (allowed: number >= 0, or null)"),
 }
 
 
