@@ -151,7 +151,7 @@ def object_words(model: type[BaseModel], path: tuple) -> tuple[str, str] | None:
     optional = [json.dumps(name) for name in leaf["properties"] if json.dumps(name) not in required]
     words = "an object with " + (_and(required) + (", optionally " + _and(optional) if optional else "") if required
                                  else "optional " + _and(optional))
-    nullable = any(leaf.get("type") == "null" for leaf in leaves)
+    nullable = any(member.get("type") == "null" for member in leaves)
     return _noun(root, leaf), words + (", or null" if nullable else "")
 
 
