@@ -23,7 +23,7 @@ from attnserve.config.attention import AttentionConfig, parse_backend
 from attnserve.config.engine import EngineConfig
 from attnserve.config.env import warn_ignored_vllm_env
 from attnserve.config.fields import (HUMAN_INT_WORDS, ConfigError, allowed_values, did_you_mean, field_docs, field_types,
-                                     parse_human_int)
+                                     parse_human_int, without_name)
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +210,12 @@ class Resolved:
 
 
 def _located(e: ConfigError, s: Setting | None) -> ConfigError:
-    return ConfigError(f"{s.where}: {e}" if s is not None and s.where else str(e), key=e.key)
+    """``e`` prefixed by where its setting was given; a flag names the setting, so the message drops its name
+    (``argument --block-size: 0 not allowed``), a file does not (``cfg.yaml: block_size 0 not allowed``)."""
+    if s is None or not s.where:
+        return ConfigError(str(e), key=e.key)
+    message = without_name(str(e), e.key) if s.where.startswith("argument ") else str(e)
+    return ConfigError(f"{s.where}: {message}", key=e.key)
 
 
 def resolve(settings: Iterable[Setting]) -> Resolved:

@@ -34,6 +34,19 @@ class ConfigError(ValueError):
         self.key = key
 
 
+def without_name(message: str, *keys: str | None) -> str:
+    """``message`` without the setting name it starts with (one of ``keys``, its last dotted part, or either in
+    words: ``attention backend``), for a line whose prefix names that setting already: ``block_size 0 not
+    allowed (allowed: integer >= 1)`` becomes ``argument --block-size: 0 not allowed (allowed: integer >= 1)``.
+    A message that starts otherwise is kept."""
+    for key in filter(None, keys):
+        for name in (key, key.rsplit(".", 1)[-1]):
+            for spelled in (name, name.replace("_", " ")):
+                if message.startswith(spelled + " "):
+                    return message[len(spelled) + 1:]
+    return message
+
+
 def did_you_mean(name: str, choices: typing.Iterable[str]) -> str:
     """``"; did you mean 'x'?"`` for the closest of ``choices``, or ``""`` when none is close."""
     match = difflib.get_close_matches(name, list(choices), n=1)

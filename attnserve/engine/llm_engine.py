@@ -18,7 +18,7 @@ from attnserve.distributed.sharding import check_tensor_parallel_size
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.output_processor import OutputProcessor
 from attnserve.engine.request import FinishReason, Request
-from attnserve.engine.sampling_params import SamplingParams
+from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
 from attnserve.engine.scheduler import Scheduler, SchedulerOutput
 from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError, make_executor
@@ -133,6 +133,25 @@ class LLMEngine:
     def eos_token_id(self) -> int | None:
         return self.tokenizer.eos_token_id
 
+    @property
+    def vocab_size(self) -> int:
+        """Token ids are integers in [0, vocab_size)."""
+        return self.hf_config.vocab_size
+
+    @property
+    def token_id_words(self) -> str:
+        """The allowed token ids in words, for errors: ``integer in [0, 49152), the vocabulary size``."""
+        return f"{range_words('integer', ('>=', 0), ('<', self.vocab_size))}, the vocabulary size"
+
+    def check_params(self, params: SamplingParams) -> None:
+        """Check what SamplingParams alone cannot: its values against this model. Raises SamplingParamsError (a
+        ValueError) for a stop token id outside the vocabulary, naming the first bad one and its index: ``stop_token_ids
+        50000 not allowed (allowed: integer in [0, 49152), the vocabulary size)``. :meth:`add_request` calls it; the
+        server and ``LLM.generate`` call it first, to refuse a request before anything is queued."""
+        bad = next((i for i, t in enumerate(params.stop_token_ids) if t >= self.vocab_size), None)
+        if bad is not None:
+            raise SamplingParamsError("stop_token_ids", params.stop_token_ids[bad], self.token_id_words, index=bad)
+
     def tokenize(self, prompt: str | list[int]) -> list[int]:
         return list(prompt) if not isinstance(prompt, str) else self.tokenizer.encode(prompt)
 
@@ -144,12 +163,11 @@ class LLMEngine:
         max_num_batched_tokens) or ValueError (empty prompt, a token id that is not an integer in [0, vocab_size)).
         """
         token_ids = self.tokenize(prompt)
-        vocab = self.hf_config.vocab_size
+        vocab = self.vocab_size
         bad = next((t for t in token_ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)
                     or not 0 <= t < vocab), None)
         if bad is not None:
-            raise ValueError(f"token id {bad!r} not allowed (allowed: {range_words('integer', ('>=', 0), ('<', vocab))}, "
-                             "the vocabulary size)")
+            raise ValueError(f"token id {bad!r} not allowed (allowed: {self.token_id_words})")
         if len(token_ids) >= self.max_model_len:
             raise PromptTooLongError(
                 f"prompt has {len(token_ids)} tokens; max_model_len is {self.max_model_len}, so at most "
@@ -168,8 +186,10 @@ class LLMEngine:
         """Queue a prompt (text or token ids) with ``params.n`` completions; returns the request id.
 
         ``prompt_token_ids``: the text prompt's ids when the caller already ran :meth:`check_prompt`.
-        Raises PromptTooLongError when the prompt has max_model_len tokens or more.
+        Raises PromptTooLongError when the prompt has max_model_len tokens or more, :meth:`check_params`'
+        SamplingParamsError for parameters the model cannot honour.
         """
+        self.check_params(params)
         request_id = request_id if request_id is not None else str(next(self._ids))
         token_ids = prompt_token_ids if prompt_token_ids is not None else self.check_prompt(prompt)
         children = []

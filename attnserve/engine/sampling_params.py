@@ -35,7 +35,18 @@ ALLOWED = {
 
 
 class SamplingParamsError(ValueError):
-    """A sampling parameter outside its allowed range; the message names the value and the range."""
+    """A sampling parameter outside its allowed values: its ``name`` (``"stop"``), the ``value`` refused (for a
+    list parameter, the first bad item, at ``index``) and the ``allowed`` values in words. The message is ``stop
+    '' not allowed (allowed: non-empty strings)``; a caller whose line names the parameter already (the CLI's
+    ``argument --stop:``, the server's ``stop.1:``) words the rest with :meth:`refusal` or the fields."""
+
+    def __init__(self, name: str, value: object, allowed: str, index: int | None = None) -> None:
+        self.name, self.value, self.allowed, self.index = name, value, allowed, index
+        super().__init__(f"{name} {self.refusal()}")
+
+    def refusal(self) -> str:
+        """The message without the parameter's name: ``'' not allowed (allowed: non-empty strings)``."""
+        return f"{self.value!r} not allowed (allowed: {self.allowed})"
 
 
 @dataclass
@@ -72,7 +83,7 @@ class SamplingParams:
                               ("stop_token_ids", "a list of token ids, or None")):
             value = getattr(self, name)
             if not isinstance(value, (list, tuple)):
-                raise SamplingParamsError(f"{name} {value!r} not allowed (allowed: {allowed})")
+                raise SamplingParamsError(name, value, allowed)
             setattr(self, name, list(value))
         if self.top_k == -1:
             self.top_k = 0
@@ -89,15 +100,19 @@ class SamplingParams:
              self.max_tokens, ALLOWED["max_tokens"]),
             (self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS), "logprobs",
              self.logprobs, ALLOWED["logprobs"]),
-            (all(isinstance(s, str) and s for s in self.stop), "stop", self.stop, "non-empty strings"),
-            (all(_is_int(t) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", self.stop_token_ids,
-             "token ids (integers >= 0)"),
             (self.detokenize or not self.stop, "stop", self.stop,
              "none when detokenize is False: stop strings match text"),
         ]
         for ok, name, value, allowed in checks:
             if not ok:
-                raise SamplingParamsError(f"{name} {value!r} not allowed (allowed: {allowed})")
+                raise SamplingParamsError(name, value, allowed)
+        # list parameters: the first bad item, by its index
+        for name, ok, allowed in (("stop", lambda s: isinstance(s, str) and s != "", "non-empty strings"),
+                                  ("stop_token_ids", lambda t: _is_int(t) and t >= 0, "token ids (integers >= 0)")):
+            items = getattr(self, name)
+            bad = next((i for i, item in enumerate(items) if not ok(item)), None)
+            if bad is not None:
+                raise SamplingParamsError(name, items[bad], allowed, index=bad)
 
     @property
     def greedy(self) -> bool:

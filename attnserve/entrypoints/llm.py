@@ -104,6 +104,8 @@ class LLM:
         params_list = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
         if len(params_list) != len(prompts):
             raise ValueError(f"{len(params_list)} sampling params for {len(prompts)} prompts")
+        for sp in params_list:  # all checked before any is queued
+            self.engine.check_params(sp)
         ids = [self.engine.add_request(p, sp, prompt_token_ids=t) for p, t, sp in zip(prompts, token_prompts, params_list)]
         return self._run(ids, use_tqdm)
 

@@ -264,16 +264,30 @@ def test_text_equals_decoding_the_tokens(llm):
     ({"seed": 2**63 - 1, "n": 2}, "seed 9223372036854775807 not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),  # completion 1's seed + 1 overflows
     ({"seed": -(2**63) - 1}, "seed -9223372036854775809 not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),
     ({"logprobs": 21}, "logprobs 21 not allowed (allowed: integer in [0, 20])"),
-    ({"stop_token_ids": [2, -1]}, "stop_token_ids [2, -1] not allowed (allowed: token ids (integers >= 0))"),
-    ({"stop_token_ids": [2.0]}, "stop_token_ids [2.0] not allowed (allowed: token ids (integers >= 0))"),
+    # a list's first bad item (was the whole list: "stop_token_ids [2, -1] not allowed", "stop ['a', 5] ...")
+    ({"stop_token_ids": [2, -1]}, "stop_token_ids -1 not allowed (allowed: token ids (integers >= 0))"),
+    ({"stop_token_ids": [2.0]}, "stop_token_ids 2.0 not allowed (allowed: token ids (integers >= 0))"),
     ({"stop_token_ids": 2}, "stop_token_ids 2 not allowed (allowed: a list of token ids, or None)"),
     ({"stop": 5}, "stop 5 not allowed (allowed: a string, a list of strings, or None)"),
-    ({"stop": ["a", 5]}, "stop ['a', 5] not allowed (allowed: non-empty strings)"),
+    ({"stop": ["a", 5]}, "stop 5 not allowed (allowed: non-empty strings)"),
+    ({"stop": ""}, "stop '' not allowed (allowed: non-empty strings)"),
 ])
 def test_bad_sampling_params(kwargs, message):
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(**kwargs)
     assert str(e.value) == message
+
+
+def test_sampling_params_error_carries_name_value_and_allowed():
+    """For a caller whose line names the parameter already (the CLI's ``argument --stop:``, the server's
+    ``stop.1:``): the parameter, the item refused and its index, the allowed values, the message without the name."""
+    with pytest.raises(SamplingParamsError) as e:
+        SamplingParams(stop=["a", ""])
+    assert (e.value.name, e.value.value, e.value.index, e.value.allowed) == ("stop", "", 1, "non-empty strings")
+    assert e.value.refusal() == "'' not allowed (allowed: non-empty strings)"
+    with pytest.raises(SamplingParamsError) as e:
+        SamplingParams(max_tokens=0)
+    assert (e.value.name, e.value.value, e.value.index) == ("max_tokens", 0, None)
 
 
 def test_none_stop_and_stop_token_ids_mean_none_as_in_vllm():
@@ -297,6 +311,21 @@ def test_token_ids_outside_the_vocabulary_are_refused_up_front(llm, prompt, bad)
         llm.generate([PROMPTS[0], prompt], GREEDY)
     assert str(e.value) == f"token id {bad} not allowed (allowed: integer in [0, {vocab}), the vocabulary size)"
     assert not llm.engine.has_unfinished_requests()
+
+
+def test_stop_token_ids_outside_the_vocabulary_are_refused_up_front(llm):
+    """LLMEngine.check_params, which the server calls too: the first bad id, its index and the vocabulary's range
+    (was accepted, a stop token that can never be sampled)."""
+    vocab = llm.engine.vocab_size
+    with pytest.raises(SamplingParamsError) as e:
+        llm.generate(PROMPTS[:2], [GREEDY, SamplingParams(max_tokens=2, stop_token_ids=[2, vocab, vocab + 1])])
+    assert str(e.value) == f"stop_token_ids {vocab} not allowed (allowed: integer in [0, {vocab}), the vocabulary size)"
+    assert (e.value.name, e.value.value, e.value.index) == ("stop_token_ids", vocab, 1)
+    assert isinstance(e.value, ValueError) and not llm.engine.has_unfinished_requests()  # nothing was queued
+    with pytest.raises(SamplingParamsError):  # add_request checks too
+        llm.engine.add_request(PROMPTS[0], SamplingParams(stop_token_ids=[10**9]))
+    assert not llm.engine.has_unfinished_requests()
+    llm.engine.check_params(SamplingParams(stop_token_ids=[0, vocab - 1]))  # the ends of the range
 
 
 def test_a_failed_step_leaves_no_request_behind(llm, reference_tokens, monkeypatch):

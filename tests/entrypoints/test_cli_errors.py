@@ -23,17 +23,20 @@ AC_FIELDS = ("backend, flash_attn_version, use_prefill_decode_attention, flash_a
 BACKENDS = "FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto"
 # the default model's tiny cousin (head size 16) on CPU: TRITON_ATTN, chosen explicitly, cannot run it
 # (where Triton is not installed, as in a fresh venv with the CPU build of torch, the line says so too)
-TRITON_ON_CPU = ("attention backend TRITON_ATTN cannot run this model (head_size 16, dtype float32, kv_cache_dtype "
-                 "auto, block_size 16) on {cpu}: device cpu not supported (supported: cuda); "
-                 + ("" if importlib.util.find_spec("triton") else "not installed: pip install 'attnserve[triton]'; ")
-                 + "head_size 16 not supported (>= 32). Backends that would work: CPU_ATTN, FLEX_ATTENTION.")
+# (after a flag that names the setting, the line does not name it again: TRITON_REFUSED)
+TRITON_REFUSED = ("TRITON_ATTN cannot run this model (head_size 16, dtype float32, kv_cache_dtype "
+                  "auto, block_size 16) on {cpu}: device cpu not supported (supported: cuda); "
+                  + ("" if importlib.util.find_spec("triton") else "not installed: pip install 'attnserve[triton]'; ")
+                  + "head_size 16 not supported (>= 32). Backends that would work: CPU_ATTN, FLEX_ATTENTION.")
+TRITON_ON_CPU = "attention backend " + TRITON_REFUSED
 # automatic selection with an fp8 KV cache on CPU: one line, the backends with the same reasons together
 NO_BACKEND_FP8 = ("no attention backend can run this model (head_size 16, dtype float32, kv_cache_dtype fp8, "
                   "block_size 16) on {cpu}: CPU_ATTN, FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto).")
 # the tiny model's 4 query heads over 2 KV heads on 3 ranks
-SPLIT = ("tensor_parallel_size 3 cannot split 4 query heads over 2 KV heads: with fewer KV heads than ranks the ranks "
-         "must be a multiple of the KV heads and divide each KV head's 2 query heads (allowed for this model: "
-         "tensor_parallel_size 1, 2, 4)")
+SPLIT_3 = ("3 cannot split 4 query heads over 2 KV heads: with fewer KV heads than ranks the ranks "
+           "must be a multiple of the KV heads and divide each KV head's 2 query heads (allowed for this model: "
+           "tensor_parallel_size 1, 2, 4)")
+SPLIT = "tensor_parallel_size " + SPLIT_3
 HUMAN_INT = ("suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); "
              "K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only)")
 NOT_FOUND = ("model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a "
@@ -45,9 +48,9 @@ CASES = [
     # generate: its own flags, engine flags, attention flags, config files
     (["generate", "--max-tokens", "x"], 2, "attnserve generate: error: argument --max-tokens: 'x' is not an integer (allowed: integer >= 1)"),
     (["generate", "--max-tokens", "0"], 2,
-     "attnserve generate: error: argument --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
+     "attnserve generate: error: argument --max-tokens: 0 not allowed (allowed: integer >= 1)"),
     (["generate", "--top-k", "-2"], 2,
-     "attnserve generate: error: argument --top-k: top_k -2 not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
+     "attnserve generate: error: argument --top-k: -2 not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
     (["generate", "--prompt", ""], 2, "attnserve generate: error: argument --prompt: an empty prompt (give text, or "
                                       "leave --prompt out for the default prompt)"),
     (["generate", "--prompts-file", "{tmp}/none.txt"], 2,
@@ -62,15 +65,15 @@ CASES = [
      "attnserve generate: error: argument --prompts-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at offset 10)"),
     (["generate", "--model", "/no/such/dir"], 2, f"attnserve generate: error: {NOT_FOUND}"),
     (["generate", "--block-size", "0"], 2,
-     "attnserve generate: error: argument --block-size: block_size 0 not allowed (allowed: integer >= 1)"),
+     "attnserve generate: error: argument --block-size: 0 not allowed (allowed: integer >= 1)"),
     (["generate", "--attention-backend", "NOPE"], 2, "attnserve generate: error: argument --attention-backend: "
-                                                     f"attention_backend 'NOPE': unknown attention backend (valid: {BACKENDS})"),
+                                                     f"'NOPE': unknown attention backend (valid: {BACKENDS})"),
     (["generate", "-ac", "{bad"], 2, "attnserve generate: error: argument -ac: malformed JSON (line 1, column 2): "
                                      "Expecting property name enclosed in double quotes"),
     (["generate", "-ac", '{"no_such": 1}'], 2,
      f"attnserve generate: error: argument -ac: unknown attention_config field 'no_such' in -ac (valid: {AC_FIELDS})"),
     (["generate", "-ac.flash_attn_version", "5"], 2, "attnserve generate: error: argument -ac.flash_attn_version: "
-                                                     "attention_config.flash_attn_version 5 not allowed (allowed: 2, 3, 4, null)"),
+                                                     "5 not allowed (allowed: 2, 3, 4, null)"),
     (["generate", "-ac.no_such", "1"], 2,
      f"attnserve generate: error: argument -ac.no_such: unknown attention_config field 'no_such' in -ac.no_such "
      f"(valid: {AC_FIELDS})"),
@@ -79,7 +82,7 @@ CASES = [
     (["generate", "--config", "{tmp}/bad.yaml"], 2,
      "attnserve generate: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN"], 2,
-     f"attnserve generate: error: argument --attention-backend: {TRITON_ON_CPU}"),
+     f"attnserve generate: error: argument --attention-backend: {TRITON_REFUSED}"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--config", "{tmp}/triton.yaml"], 2,
      f"attnserve generate: error: {{tmp}}/triton.yaml: {TRITON_ON_CPU}"),
     # flags that do not go together: the line names them, the one given second first (argparse's form)
@@ -91,7 +94,7 @@ CASES = [
      "attnserve generate: error: argument --max-num-batched-tokens: prompt of 7 tokens exceeds max_num_batched_tokens "
      "4, and enable_chunked_prefill is false: a prompt must fit one step"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--max-model-len", "100000"], 2,  # was naming no flag
-     "attnserve generate: error: argument --max-model-len: max_model_len 100000 not allowed (allowed: at most the "
+     "attnserve generate: error: argument --max-model-len: 100000 not allowed (allowed: at most the "
      "model's max_position_embeddings, 512)"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10"], 2,  # was naming no flag
      "attnserve generate: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
@@ -108,9 +111,9 @@ CASES = [
     (["generate", "--model", "{tiny}", "--device", "cpu", "--config", "{tmp}/fp8.yaml"], 2,
      f"attnserve generate: error: {{tmp}}/fp8.yaml: {NO_BACKEND_FP8}"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3"], 2,  # these were naming no flag
-     f"attnserve generate: error: argument --tensor-parallel-size: {SPLIT}"),
+     f"attnserve generate: error: argument --tensor-parallel-size: {SPLIT_3}"),
     (["generate", "--model", "{tiny_gpt2}", "--device", "cpu", "--tensor-parallel-size", "2"], 2,
-     "attnserve generate: error: argument --tensor-parallel-size: tensor_parallel_size 2 not supported for "
+     "attnserve generate: error: argument --tensor-parallel-size: 2 not supported for "
      "GPT2LMHeadModel (tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3)"),
     (["generate", "--config", "{tmp}/empty.yaml"], 2,  # was read as no settings, while an empty JSON file was an error
      "attnserve generate: error: {tmp}/empty.yaml: empty config file (allowed: a mapping of engine argument names to "
@@ -128,12 +131,12 @@ CASES = [
      "attnserve serve: error: argument --port: 70000 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
     (["serve", "/no/such/dir"], 2, f"attnserve serve: error: {NOT_FOUND}"),
     (["serve", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN", "--port", "0"], 2,  # before binding
-     f"attnserve serve: error: argument --attention-backend: {TRITON_ON_CPU}"),  # was exit 1, 'the model failed to load'
+     f"attnserve serve: error: argument --attention-backend: {TRITON_REFUSED}"),  # was exit 1, 'the model failed to load'
     (["serve", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3", "--port", "0"], 2,  # before binding
-     f"attnserve serve: error: argument --tensor-parallel-size: {SPLIT}"),
+     f"attnserve serve: error: argument --tensor-parallel-size: {SPLIT_3}"),
     # these four were exit 1, 'the model failed to load', once the port was bound and the model loading
     (["serve", "{tiny}", "--device", "cpu", "--max-model-len", "100000", "--port", "0"], 2,
-     "attnserve serve: error: argument --max-model-len: max_model_len 100000 not allowed (allowed: at most the "
+     "attnserve serve: error: argument --max-model-len: 100000 not allowed (allowed: at most the "
      "model's max_position_embeddings, 512)"),
     (["serve", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10", "--port", "0"], 2,
      "attnserve serve: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
@@ -171,14 +174,14 @@ CASES = [
     (["config", "--config", "{tmp}/gib.yaml"], 2,
      f"attnserve config: error: {{tmp}}/gib.yaml: max_model_len '8KiB' not allowed (allowed: integer >= 1, null; {HUMAN_INT})"),
     (["config", "--num-gpu-blocks-override", "0"], 2,  # vLLM's name: the flag as given
-     "attnserve config: error: argument --num-gpu-blocks-override: num_gpu_blocks 0 not allowed (allowed: integer >= 1, "
+     "attnserve config: error: argument --num-gpu-blocks-override: 0 not allowed (allowed: integer >= 1, "
      "null)"),
     # a max_model_len the model does not allow: the line generate prints (was exit 0: config read no model)
     (["config", "--max-model-len", "999999"], 2,  # the default model
-     "attnserve config: error: argument --max-model-len: max_model_len 999999 not allowed (allowed: at most the "
+     "attnserve config: error: argument --max-model-len: 999999 not allowed (allowed: at most the "
      "model's max_position_embeddings, 8192)"),
     (["config", "{tiny}", "--max-model-len", "1M"], 2,
-     "attnserve config: error: argument --max-model-len: max_model_len 1048576 not allowed (allowed: at most the "
+     "attnserve config: error: argument --max-model-len: 1048576 not allowed (allowed: at most the "
      "model's max_position_embeddings, 512)"),
     (["config", "--config", "{tmp}/bad.yaml"], 2,
      "attnserve config: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'"),
@@ -195,12 +198,12 @@ CASES = [
      f"attnserve backends: error: argument --model: {NOT_FOUND} (or pass --head-size, --num-heads, --num-kv-heads)"),
     # an explicit backend that cannot run: exit 2 and the line generate prints; stdout: the table, or the JSON report
     (["backends", "--model", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN"], 2,
-     f"attnserve backends: error: argument --attention-backend: {TRITON_ON_CPU}"),  # was exit 1
+     f"attnserve backends: error: argument --attention-backend: {TRITON_REFUSED}"),  # was exit 1
     (["backends", "--model", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN", "--json"], 2,
-     f"attnserve backends: error: argument --attention-backend: {TRITON_ON_CPU}"),  # was exit 1 and no line
+     f"attnserve backends: error: argument --attention-backend: {TRITON_REFUSED}"),  # was exit 1 and no line
     (["backends", "--device", "cuda:8.0", "--assume-installed", "--attention-backend", "FLASHINFER", "--head-size", "80"],
      2,
-     "attnserve backends: error: argument --attention-backend: attention backend FLASHINFER cannot run this model (head_size 80, dtype bfloat16, "
+     "attnserve backends: error: argument --attention-backend: FLASHINFER cannot run this model (head_size 80, dtype bfloat16, "
      "kv_cache_dtype auto, block_size 16) on simulated CUDA device (compute capability 8.0): head_size 80 not "
      "supported (supported: 64, 128, 256). Backends that would work: TRITON_ATTN, FLEX_ATTENTION."),
     # bench
@@ -224,7 +227,7 @@ CASES = [
     (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8"], 2,
      f"attnserve bench throughput: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["bench", "latency", "--model", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3"], 2,
-     f"attnserve bench latency: error: argument --tensor-parallel-size: {SPLIT}"),
+     f"attnserve bench latency: error: argument --tensor-parallel-size: {SPLIT_3}"),
     (["bench", "attention", "--backends", "NOPE"], 2, "attnserve bench attention: error: argument --backends: unknown "
                                                       "attention backend 'NOPE' (valid: FLASH_ATTN, FLASHINFER, TRITON_ATTN, "
                                                       "FLEX_ATTENTION, CPU_ATTN, auto)"),

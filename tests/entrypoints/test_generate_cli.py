@@ -49,8 +49,12 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--max-tokens", "0"], "attnserve generate: error: argument --max-tokens: max_tokens 0 not allowed (allowed: integer >= 1)"),
-    (["--top-p", "0"], "attnserve generate: error: argument --top-p: top_p 0.0 not allowed (allowed: number in (0, 1])"),
+    (["--max-tokens", "0"], "attnserve generate: error: argument --max-tokens: 0 not allowed (allowed: integer >= 1)"),
+    (["--top-p", "0"], "attnserve generate: error: argument --top-p: 0.0 not allowed (allowed: number in (0, 1])"),
+    # the flag names the parameter; the value is the one stop string refused (was "argument --stop: stop [''] ...")
+    (["--stop", ""], "attnserve generate: error: argument --stop: '' not allowed (allowed: non-empty strings)"),
+    (["--stop", "a", "--stop", ""], "attnserve generate: error: argument --stop: '' not allowed (allowed: non-empty "
+                                    "strings)"),
     (["--prompt", ""], "attnserve generate: error: argument --prompt: an empty prompt (give text, or leave --prompt out for the default prompt)"),
     (["--model", "/no/such/dir"], "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)"),
 ])
@@ -104,7 +108,7 @@ def test_a_kv_cache_shorter_than_max_model_len_still_warns_when_the_prompts_fit(
 def test_cuda_on_a_machine_without_one_fails_before_loading(capsys):
     assert main(["generate", "--device", "cuda"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "attnserve generate: error: argument --device: device cuda:0 requested but CUDA is not available on this "
+        "attnserve generate: error: argument --device: cuda:0 requested but CUDA is not available on this "
         "machine (allowed here: auto, cpu)")
 
 
@@ -124,8 +128,10 @@ def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_any_worker
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2, proc.stderr[-3000:]
     flag = "--compare-tensor-parallel-sizes" if command[0] == "bench" else "--tensor-parallel-size"
+    # --tensor-parallel-size names the setting: the line does not name it again
+    message = SPLIT_ERROR if command[0] == "bench" else SPLIT_ERROR.removeprefix("tensor_parallel_size ")
     assert proc.stderr.strip() == (f"attnserve {command[0]}{' latency' if command[0] == 'bench' else ''}: error: "
-                                   f"argument {flag}: {SPLIT_ERROR}")
+                                   f"argument {flag}: {message}")
     assert proc.stdout == ""
 
 

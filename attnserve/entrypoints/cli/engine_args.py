@@ -42,7 +42,7 @@ from attnserve.config.engine_args import (
     engine_args,
     resolve,
 )
-from attnserve.config.fields import HUMAN_INT_WORDS, did_you_mean, field_docs, split_optional
+from attnserve.config.fields import HUMAN_INT_WORDS, did_you_mean, field_docs, split_optional, without_name
 from attnserve.config.files import file_settings, loads_json
 from attnserve.entrypoints.cli.arg_types import human_int, typed
 
@@ -307,7 +307,8 @@ def error_line(args: argparse.Namespace, key: str | None, message: str) -> str:
     """``message``, an error about the setting ``key`` found only once the model, its config or a prompt is
     known (an explicit backend that cannot run the model, a prompt longer than the step's token budget),
     prefixed as a bad flag value's line is: ``argument --max-num-batched-tokens: MESSAGE`` when the command
-    line gave it, ``cfg.yaml: MESSAGE`` for a config file, and by its flag when it was left at its default.
+    line gave it (without the setting's name the message starts with: the flag names it), ``cfg.yaml: MESSAGE``
+    for a config file, and by its flag when it was left at its default.
     ``key`` None (the error is about no one setting), or no config resolved from ``args`` yet: ``message``."""
     resolved = getattr(args, _RESOLVED, None)
     if key is None or resolved is None:
@@ -324,7 +325,8 @@ def error_line(args: argparse.Namespace, key: str | None, message: str) -> str:
     if where.startswith("argument "):  # a flag, given or at its default: the advice names flags too, as given
         given_flags = {k: s.where[len("argument "):] for k, s in resolved.chosen.items()
                        if s.where.startswith("argument --")}
-        message = flag_names(message, given_flags)
+        # the flag names the setting: not the message too
+        message = flag_names(without_name(message, key, given.key if given else None), given_flags)
     return f"{where}: {message}" if where else message
 
 

@@ -82,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
             ignore_eos=args.ignore_eos,
         )
         prompts, chat = _prompts(args)
-    except SamplingParamsError as e:
-        return _error(f"argument --{str(e).split()[0].replace('_', '-')}: {e}")
+    except SamplingParamsError as e:  # the flag names the parameter: the value and what is allowed
+        return _error(f"argument --{e.name.replace('_', '-')}: {e.refusal()}")
     except OSError as e:
         return _error(f"argument --prompts-file: {args.prompts_file}: {e.strerror}")
     except ValueError as e:

@@ -7,9 +7,11 @@ A 400 for a value of the wrong type or out of range names the field, the value a
 fractional part``, which names neither the value nor what is allowed. A field whose range the schema cannot say
 (``seed``'s depends on ``n``) declares its words as ``json_schema_extra={"x-allowed": ...}``.
 
-A missing required field, or a value that is none of a union's members, reads every member as a noun
-(``required_words``): ``a string, a list of strings, a list of integers >= 0, or a list of lists of integers >=
-0``, ``a non-empty list of chat messages``.
+A missing required field, a value that is none of a union's members, a list where none is allowed or one too
+short, reads every member as a noun (``required_words``): ``a string, a list of strings, a list of integers >=
+0, or a list of lists of integers >= 0``, ``a non-empty list of chat messages``. A value where an object is
+expected reads the object's fields (``object_words``): ``an object with "role" and "content", optionally
+"name"``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def _leaves(root: dict[str, Any], node: dict[str, Any], path: tuple) -> Iterator
             yield from _leaves(root, branch.get("items", {}), path[1:])
         elif isinstance(path[0], str) and path[0] in branch.get("properties", {}):
             yield from _leaves(root, branch["properties"][path[0]], path[1:])
+        elif isinstance(path[0], str) and isinstance(branch.get("additionalProperties"), dict):  # a mapping's value
+            yield from _leaves(root, branch["additionalProperties"], path[1:])
 
 
 def _number(x: float) -> str:
@@ -74,6 +78,8 @@ def _words(leaf: dict[str, Any]) -> str:
         return ", ".join(json.dumps(v) for v in leaf.get("enum", [leaf.get("const")]))
     if kind == "boolean":
         return "true, false"
+    if kind == "string" and leaf.get("minLength", 0) >= 1:
+        return "non-empty string"
     if kind not in ("integer", "number"):
         return str(kind)
     bounds = {op: _number(leaf[key]) for key, op in _BOUNDS if key in leaf}
@@ -114,6 +120,11 @@ def _noun(root: dict[str, Any], leaf: dict[str, Any], plural: bool = False) -> s
     if kind in ("integer", "number"):
         words = _words(leaf)  # "integer >= 0"
         return kind + "s" + words[len(kind):] if plural else _article(words)
+    if kind == "string" and leaf.get("minLength", 0) >= 1:
+        return "non-empty strings" if plural else "a non-empty string"
+    values = leaf.get("additionalProperties")
+    if kind == "object" and isinstance(values, dict) and "type" in values:  # a mapping: dict[str, float]
+        return ("objects of " if plural else "an object of ") + _noun(root, values, plural=True)
     one, many = _NOUNS.get(kind if kind != "object" else leaf.get("title"), ("object", "objects"))
     return many if plural else _article(one)
 
@@ -124,6 +135,28 @@ _NOUNS = {"string": ("string", "strings"), "boolean": ("boolean", "booleans"),
           "ContentPart": ('text part {"type": "text", "text": string}', 'text parts {"type": "text", "text": string}'),
           "StreamOptions": ("stream options object", "stream options objects"),
           "ResponseFormat": ("response format object", "response format objects")}
+
+
+def object_words(model: type[BaseModel], path: tuple) -> tuple[str, str] | None:
+    """(noun, allowed) for the request-model object at ``path`` of ``model``, for a value that is no object:
+    ``("a chat message", 'an object with "role" and "content", optionally "name"')``; the allowed words end in
+    ``, or null`` when the field may be null. None when the field is no object with declared fields."""
+    root = _schema(model)
+    leaves = list(_leaves(root, root, tuple(path)))
+    objects = [leaf for leaf in leaves if leaf.get("type") == "object" and leaf.get("properties")]
+    if len(objects) != 1:
+        return None
+    leaf = objects[0]
+    required = [json.dumps(name) for name in leaf.get("required", [])]
+    optional = [json.dumps(name) for name in leaf["properties"] if json.dumps(name) not in required]
+    words = "an object with " + (_and(required) + (", optionally " + _and(optional) if optional else "") if required
+                                 else "optional " + _and(optional))
+    nullable = any(member.get("type") == "null" for member in leaves)
+    return _noun(root, leaf), words + (", or null" if nullable else "")
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def required_words(model: type[BaseModel], path: tuple) -> str | None:

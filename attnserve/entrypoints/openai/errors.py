@@ -9,7 +9,8 @@ from http import HTTPStatus
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from attnserve.entrypoints.openai.allowed import allowed_values, required_words
+from attnserve.entrypoints.openai.allowed import allowed_values, object_words, required_words
+from attnserve.entrypoints.openai.body import SentNumber
 from attnserve.entrypoints.openai.protocol import ErrorInfo, ErrorResponse
 
 # HTTP status -> OpenAI's error "type"
@@ -57,6 +58,11 @@ def _union_member(part) -> bool:
     return isinstance(part, str) and (part in _PLAIN_TYPES or "[" in part or "-" in part)
 
 
+def _member(err: dict) -> str:
+    """The union member an error is about: its name in the error's location (``list[ContentPart]``)."""
+    return next((x for x in err.get("loc", ()) if _union_member(x)), "")
+
+
 def _is_type_mismatch(err: dict) -> bool:
     """A value of the wrong kind for a union member; a number with a fraction part for an integer member is
     not (``prompt: [1.5]`` is about the token-id member: ``1.5 is not an integer``)."""
@@ -83,10 +89,18 @@ _NOT_A = {
     "string_type": (("string",), "a string"),
 }
 _OUT_OF_RANGE = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "literal_error"}
+# pydantic error type -> what the value is not, for a list or object field (None: the object's noun, from the
+# schema); and a list or string too short. What is allowed: every member of the field in words
+_NOT_A_CONTAINER = {"list_type": "a list", "dict_type": "an object", "model_type": None,
+                    "model_attributes_type": None}
+_TOO_SHORT = {"too_short", "string_too_short"}
 
 
-def _json(value) -> str:
-    """``value`` as the client wrote it in JSON (``1e+20``, ``"abc"``, ``null``), cut to 60 characters."""
+def json_value(value) -> str:
+    """``value`` as the client wrote it in JSON (``1e+20``, ``"abc"``, ``null``, ``1e400``: a SentNumber's
+    text), cut to 60 characters."""
+    if isinstance(value, SentNumber):
+        return value.text
     try:
         text = json.dumps(value)
     except (TypeError, ValueError):
@@ -94,26 +108,42 @@ def _json(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _message(err: dict, path: tuple, model: type[BaseModel] | None) -> str:
+def _message(err: dict, path: tuple, model: type[BaseModel] | None, union: bool = False) -> str:
     """``1.5 is not an integer (allowed: integer in [1, 128])``, ``0 not allowed (allowed: integer >= 1, or
     null)`` when the schema of ``model`` says what the field at ``path`` allows; pydantic's message else. A
-    missing field: ``missing (required: a string, ...)``; a number JSON cannot hold (``1e400`` parses as
-    infinity): ``number too large, not finite (allowed: ...)``."""
+    missing field: ``missing (required: a string, ...)``; a number no 64-bit float holds, as sent (``1e400``
+    parses as infinity): ``1e400 is beyond a 64-bit float's range (allowed: ...)``. A list or an object where it
+    does not belong: ``"hi" is not a list (allowed: a non-empty list of chat messages)``, ``1 is not a chat
+    message (allowed: an object with "role" and "content", optionally "name")``; one too short: ``[] not allowed
+    (allowed: a non-empty list of chat messages)``, ``"" not allowed (allowed: non-empty string)``, every
+    member's words for a value at a ``union``'s own path."""
     kind = err.get("type", "")
     value = err.get("input")
     if kind == "missing":
         words = required_words(model, path) if model is not None else None
         return f"missing (required: {words})" if words else "missing (required)"
-    if _is_float(value) and not math.isfinite(value):
-        what = "NaN is not a number" if math.isnan(value) else (
-            f"{'negative ' if value < 0 else ''}number too large, not finite")
+    if model is not None and kind in _NOT_A_CONTAINER:
+        noun, words = _NOT_A_CONTAINER[kind], required_words(model, path)
+        if noun is None:
+            noun, words = object_words(model, path) or (None, None)
+        if noun and words:
+            return f"{json_value(value)} is not {noun} (allowed: {words})"
+    if model is not None and kind in _TOO_SHORT:
+        words = (required_words(model, path) if union or kind == "too_short"
+                 else allowed_values(model, path, ("string",)))
+        if words:
+            return f"{json_value(value)} not allowed (allowed: {words})"
+    if _is_float(value) and not math.isfinite(value):  # the text as sent: 1e400, NaN, Infinity
+        text = json_value(value)
+        what = f"{text} is " + ("not a number" if math.isnan(value) else "not a finite number"
+                                if text.lstrip("-") == "Infinity" else "beyond a 64-bit float's range")
         allowed = allowed_values(model, path, ("integer", "number")) if model is not None else None
         return f"{what} (allowed: {allowed})" if allowed else what
     kinds, noun = _NOT_A.get(kind, (("string",) if kind == "literal_error" else ("integer", "number"), ""))
     allowed = allowed_values(model, path, kinds) if model is not None and (noun or kind in _OUT_OF_RANGE) else None
     if allowed is None:
         return err.get("msg", "")
-    return f"{_json(err.get('input'))} {'is not ' + noun if noun else 'not allowed'} (allowed: {allowed})"
+    return f"{json_value(err.get('input'))} {'is not ' + noun if noun else 'not allowed'} (allowed: {allowed})"
 
 
 def validation_message(errors: list[dict], model: type[BaseModel] | None = None) -> tuple[str, str | None]:
@@ -122,7 +152,8 @@ def validation_message(errors: list[dict], model: type[BaseModel] | None = None)
     ``max_tokens: 1e+20 is not an integer (allowed: integer >= 1, or null)``, ``n: 0 not allowed (allowed:
     integer in [1, 128])`` (the allowed values from the model's schema). A field typed as a union (``prompt``: a
     string, strings, token ids or lists of token ids) fails once per member; its errors become one: the deepest
-    member's error that is not a plain type mismatch (``prompt.0: -1 not allowed (allowed: integer >= 0)``),
+    member's error that is not a plain type mismatch (``prompt.0: -1 not allowed (allowed: integer >= 0)``), or
+    the deepest error of the one member whose shape the value has (``messages.0.content.1: 5 is not a text part``),
     else ``stop: 5 not allowed (allowed: a string, a list of strings, or null)`` (``messages.0.content: 5 not
     allowed (allowed: ...)``: the union's own path). A missing field reads ``prompt: missing (required: a
     string, ...)``."""
@@ -141,11 +172,14 @@ def validation_message(errors: list[dict], model: type[BaseModel] | None = None)
             continue
         depth = max(len(bare) for bare, _ in unions)
         deepest = [(bare, err) for bare, err in unions if len(bare) == depth and not _is_type_mismatch(err)]
+        inside = [(bare, err) for bare, err in unions if len(bare) == depth > len(where)]
+        if len({_member(err) for _, err in inside}) == 1:  # one member took the value's shape: its error, whatever
+            deepest = inside  # it is (``content.1: 5 is not a text part``: only the list member looked inside)
         if deepest:
             bare, err = deepest[0]
-            parts.append((".".join(map(str, bare)), _message(err, bare, model)))
+            parts.append((".".join(map(str, bare)), _message(err, bare, model, union=len(bare) == len(where))))
         else:
-            value = _json(unions[0][1].get("input"))
+            value = json_value(unions[0][1].get("input"))
             words = required_words(model, tuple(x for x in where if not _union_member(x))) if model else None
             if words is None:  # no schema: pydantic's names of the members
                 words = ", ".join(dict.fromkeys(next(x for x in e.get("loc", ()) if _union_member(x)) for _, e in unions))
@@ -176,7 +210,7 @@ def body_message(err: dict, content_type: str | None) -> str | None:
     kind = next((k for t, k in _JSON_KINDS if isinstance(value, t)), None)
     if kind is None:
         return None
-    return "the request body must be a JSON object, got " + (kind if value is None else f"{kind}: {_json(value)}")
+    return "the request body must be a JSON object, got " + (kind if value is None else f"{kind}: {json_value(value)}")
 
 
 def json_error_message(reason: str, offset: int | None, doc: str | bytes | None) -> str:

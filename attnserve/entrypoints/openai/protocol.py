@@ -26,6 +26,7 @@ from attnserve.engine.sampling_params import MAX_LOGPROBS  # vLLM's default max_
 SEED_WORDS = "integer in [-2^63, 2^63 - n] for the request's n"
 _SEED = dict(ge=-(2**63), le=2**63 - 1, json_schema_extra={"x-allowed": SEED_WORDS})
 MAX_N = 128
+NonEmptyStr = Annotated[str, Field(min_length=1)]
 
 
 class OpenAIModel(BaseModel):
@@ -76,7 +77,7 @@ class SamplingFields(OpenAIModel):
     top_k: int | None = Field(None, ge=-1, description="vLLM extension; 0 or -1 = all tokens")
     min_p: float | None = Field(None, ge=0.0, le=1.0, description="vLLM extension")
     seed: int | None = Field(None, **_SEED)
-    stop: str | list[str] | None = None
+    stop: NonEmptyStr | list[NonEmptyStr] | None = None  # "" would stop before the first token
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     presence_penalty: float | None = Field(0.0, ge=-2.0, le=2.0, description="only 0 is supported")
@@ -150,10 +151,11 @@ class ContentPart(OpenAIModel):
 
 class ChatMessage(OpenAIModel):
     """A message of the conversation. ``content`` is required whatever the role: an assistant message may
-    omit it in OpenAI's API only when it carries tool calls, and attnserve has no tool calling."""
+    omit it in OpenAI's API only when it carries tool calls, and attnserve has no tool calling. A list of parts
+    holds one at least, as OpenAI's API refuses ``[]``."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"]  # chat_utils.CHAT_ROLES
-    content: str | list[ContentPart]
+    content: str | Annotated[list[ContentPart], Field(min_length=1)]
     name: str | None = None
 
 

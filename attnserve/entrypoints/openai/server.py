@@ -34,6 +34,7 @@ from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
 from attnserve.engine.async_engine import AsyncLLMEngine
 from attnserve.engine.llm_engine import LLMEngine
+from attnserve.entrypoints.openai.body import JSONBodyRoute
 from attnserve.entrypoints.openai.errors import (
     OpenAIError,
     body_message,
@@ -100,6 +101,7 @@ def build_app(ctx: ServingContext) -> FastAPI:
         await ctx.engine.shutdown(timeout=ABORT_GRACE_S)
 
     app = FastAPI(title="attnserve OpenAI-compatible API", version=attnserve.__version__, lifespan=lifespan)
+    app.router.route_class = JSONBodyRoute  # bodies read by body.parse_body: a 400 of its own for each problem
     app.state.ctx = ctx
     _add_error_handlers(app)
     app.add_middleware(_AuthAndCount, ctx=ctx)

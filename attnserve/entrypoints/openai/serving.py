@@ -16,12 +16,19 @@ from attnserve.engine.async_engine import AsyncLLMEngine, EngineNotReadyError
 from attnserve.engine.llm_engine import PromptTooLongError
 from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
-from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.errors import OpenAIError, json_value
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.protocol import SamplingFields
 
 # temperatures below this are greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow to inf
 _GREEDY_EPS = 1e-5
+EMPTY_PROMPT = "a prompt of at least 1 token"
+
+
+def empty_prompt(path: str, sent) -> OpenAIError:
+    """The 400 for an empty prompt, one wording whatever its form: ``prompt: "" not allowed (allowed: a prompt of
+    at least 1 token)``, ``prompt.1: [] ...``; ``sent`` is the value as the request holds it."""
+    return OpenAIError(f"{path}: {json_value(sent)} not allowed (allowed: {EMPTY_PROMPT})", 400, param=path)
 
 
 def load_error_summary(e: BaseException) -> str:
@@ -57,7 +64,7 @@ class ServingContext:
 
     @property
     def vocab_size(self) -> int:
-        return self.engine.engine.hf_config.vocab_size
+        return self.engine.engine.vocab_size
 
     def check_ready(self) -> None:
         if not self.engine.is_ready:
@@ -80,7 +87,7 @@ class ServingContext:
     def check_token_ids(self, token_ids: list[int]) -> None:
         """400 for an empty prompt or a token id outside the vocabulary (the length is check_prompt's)."""
         if not token_ids:
-            raise OpenAIError("the prompt is empty (0 tokens)", 400, param="prompt")
+            raise empty_prompt("prompt", token_ids)
         bad = next((t for t in token_ids if not 0 <= t < self.vocab_size), None)
         if bad is not None:
             raise OpenAIError(f"token id {bad} is out of range (vocabulary size {self.vocab_size})", 400, param="prompt")
@@ -141,12 +148,13 @@ def check_seed(req: SamplingFields) -> None:
                           f"[{-(2**63)}, {2**63 - req.n}], or null; completion i uses seed + i)", 400, param="seed")
 
 
-def sampling_params(req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:
-    """SamplingParams from a request's fields; 400 naming the bad value."""
+def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:
+    """SamplingParams from a request's fields, checked against the model too (``LLMEngine.check_params``: a stop
+    token id outside the vocabulary); 400 naming the bad value."""
     check_seed(req)
     temperature = 1.0 if req.temperature is None else req.temperature
     try:
-        return SamplingParams(
+        params = SamplingParams(
             n=req.n,
             temperature=0.0 if temperature < _GREEDY_EPS else temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
@@ -160,8 +168,17 @@ def sampling_params(req: SamplingFields, max_tokens: int, logprobs: int | None) 
             logprobs=logprobs,
             skip_special_tokens=req.skip_special_tokens,
         )
+        ctx.engine.engine.check_params(params)
+        return params
     except SamplingParamsError as e:
-        raise OpenAIError(str(e), 400, param=str(e).split(" ", 1)[0]) from None
+        raise sampling_error(e) from None
+
+
+def sampling_error(e: SamplingParamsError) -> OpenAIError:
+    """The 400 for a SamplingParams refusal in the server's words: the field's path (``stop_token_ids.1``), the
+    value as JSON, what is allowed."""
+    path = e.name if e.index is None else f"{e.name}.{e.index}"
+    return OpenAIError(f"{path}: {json_value(e.value)} not allowed (allowed: {e.allowed})", 400, param=path)
 
 
 def new_id(prefix: str) -> str:

@@ -22,6 +22,7 @@ from attnserve.entrypoints.openai.serving import (
     ServingContext,
     check_stream_options,
     check_unsupported,
+    empty_prompt,
     generate_all,
     new_id,
     sampling_params,
@@ -53,7 +54,7 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
         raise OpenAIError("echo with logprobs needs prompt logprobs, which this server does not compute",
                           400, param="echo")
     texts, token_prompts = _prompts(ctx, req.prompt)
-    params = [sampling_params(req, ctx.check_prompt(ids, req.max_tokens), req.logprobs) for ids in token_prompts]
+    params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens), req.logprobs) for ids in token_prompts]
     request_id = new_id("cmpl")
     outputs = generate_all(ctx, token_prompts, params, request_id)
     if req.stream:
@@ -79,17 +80,19 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
 
 
 def _prompts(ctx: ServingContext, prompt) -> tuple[list[str], list[list[int]]]:
-    """(prompt texts, token-id prompts) for each prompt of the request."""
-    if isinstance(prompt, str):
-        prompt = [prompt]
-    elif prompt and isinstance(prompt[0], int):
-        prompt = [prompt]
-    if not prompt:
-        raise OpenAIError("prompt is empty", 400, param="prompt")
-    token_prompts = [ctx.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompt]
-    for ids in token_prompts:
-        ctx.check_token_ids(ids)  # empty / out-of-vocabulary token ids before decoding them
-    texts = [p if isinstance(p, str) else ctx.tokenizer.decode(p) for p in prompt]
+    """(prompt texts, token-id prompts) for each prompt of the request. An empty one (``""``, ``[]``, ``["a",
+    ""]``) is a 400 naming its path and the value as sent (``empty_prompt``), checked before tokenizing: a
+    tokenizer may turn ``""`` into a lone BOS token."""
+    one = isinstance(prompt, str) or not prompt or isinstance(prompt[0], int)
+    items = [("prompt", prompt)] if one else [(f"prompt.{i}", p) for i, p in enumerate(prompt)]
+    token_prompts = []
+    for path, p in items:
+        ids = (ctx.tokenizer.encode(p) if p else []) if isinstance(p, str) else list(p)
+        if not ids:
+            raise empty_prompt(path, p)
+        ctx.check_token_ids(ids)  # out-of-vocabulary token ids before decoding them
+        token_prompts.append(ids)
+    texts = [p if isinstance(p, str) else ctx.tokenizer.decode(p) for _, p in items]
     return texts, token_prompts
 
 

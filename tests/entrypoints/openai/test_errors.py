@@ -115,6 +115,57 @@ def test_malformed_json_on_a_later_line_names_line_and_column(server, client, mo
     _valid(client, model_name)
 
 
+# bodies Python's JSON parser refuses with no JSONDecodeError: FastAPI's "There was an error parsing the body"
+# (and for 10000 nested arrays its RecursionError); now each a 400 that says what is wrong (body.parse_body)
+UNREADABLE = {
+    "latin1": (b'{"prompt": "caf\xe9"}',
+               "the request body is not valid UTF-8 (byte 0xe9 at offset 15: invalid continuation byte); send JSON "
+               "encoded as UTF-8"),
+    "cut_utf8": (b'{"prompt": "\xe2\x82',
+                 "the request body is not valid UTF-8 (byte 0xe2 at offset 12: unexpected end of data); send JSON "
+                 "encoded as UTF-8"),
+    "nested_10000": (b'{"prompt": ' + b"[" * 10000 + b"]" * 10000 + b"}",
+                     "the request body nests arrays and objects 10001 levels deep (allowed: at most 100)"),
+    "nested_unclosed": (b"[" * 5000,
+                        "the request body nests arrays and objects 5000 levels deep (allowed: at most 100)"),
+    "nested_objects": (b'{"a": ' * 200 + b"1" + b"}" * 200,
+                       "the request body nests arrays and objects 200 levels deep (allowed: at most 100)"),
+    "integer_5000_digits": (b'{"prompt": "Hi", "max_tokens": 1' + b"0" * 5000 + b"}",
+                            "the request body holds an integer of more than 4300 digits, more than any field allows"),
+}
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"], ids=["completion", "chat"])
+@pytest.mark.parametrize("case", list(UNREADABLE), ids=list(UNREADABLE))
+def test_body_python_cannot_read_is_400_saying_why(server, client, model_name, case, path):
+    body, message = UNREADABLE[case]
+    r = server.post(path, content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400
+    assert r.json() == {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
+    _valid(client, model_name)
+
+
+def test_brackets_in_strings_and_nesting_up_to_the_limit_are_read(server):
+    """Brackets inside a string are text; 100 levels (the body object and 99 arrays) are read (an unknown field
+    is ignored)."""
+    r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, "x": '[{"\\' * 300})
+    assert r.status_code == 200, r.text
+    r = server.post("/v1/completions", content=b'{"prompt": "Hi", "x": ' + b"[" * 99 + b"]" * 99 + b"}",
+                    headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    r = server.post("/v1/completions", content=b'{"prompt": "Hi", "x": ' + b"[" * 100 + b"]" * 100 + b"}",
+                    headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "101 levels deep" in r.json()["error"]["message"]
+
+
+def test_utf16_body_is_read_as_before(server):
+    """Python's parser reads UTF-16 and UTF-32 (by their first bytes) and a UTF-8 BOM; so does the server still."""
+    text = '{"prompt": "Hi", "max_tokens": 1}'
+    for body in (text.encode("utf-16"), text.encode("utf-32"), b"\xef\xbb\xbf" + text.encode()):
+        r = server.post("/v1/completions", content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 200, r.text
+
+
 SENT_AS_JSON = "the request body must be a JSON object sent with 'Content-Type: application/json'"
 # a body that is not a JSON object (was "body: Input should be a valid dictionary or object to extract fields
 # from", and "body: Field required" for an empty one)

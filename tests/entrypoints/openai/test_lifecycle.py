@@ -86,13 +86,13 @@ def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_serving():
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.strip() == (
-        "attnserve serve: error: argument --tensor-parallel-size: tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads: with fewer KV "
+        "attnserve serve: error: argument --tensor-parallel-size: 4 cannot split 9 query heads over 3 KV heads: with fewer KV "
         "heads than ranks the ranks must be a multiple of the KV heads and divide each KV head's 3 query heads "
         "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)")
 
 
 @pytest.mark.parametrize("flags, line", [
-    (["--max-model-len", "999999"], "argument --max-model-len: max_model_len 999999 not allowed (allowed: at most the "
+    (["--max-model-len", "999999"], "argument --max-model-len: 999999 not allowed (allowed: at most the "
                                     "model's max_position_embeddings, 8192)"),
     (["--kv-cache-memory", "10"], "argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 737280 "
                                   "bytes; raise --kv-cache-memory or set --num-gpu-blocks"),

@@ -8,8 +8,12 @@ import pytest
 from pydantic import ValidationError
 
 from attnserve.entrypoints.openai.allowed import allowed_values
+from attnserve.entrypoints.openai.body import SentNumber
 from attnserve.entrypoints.openai.errors import validation_message
 from attnserve.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+
+
+STOP_WORDS = "a non-empty string, a list of non-empty strings, or null"
 
 
 def _message(cls, body: dict) -> tuple[str, str | None]:
@@ -24,9 +28,13 @@ def _message(cls, body: dict) -> tuple[str, str | None]:
     ({"prompt": [[1, -2]]}, ("prompt.0.1: -2 not allowed (allowed: integer >= 0)", "prompt.0.1")),
     ({"prompt": [1.5]}, ("prompt.0: 1.5 is not an integer (allowed: integer >= 0)", "prompt.0")),
     # was "stop.str: ...; stop.list[str]: ...", then "stop: 5 is none of str, list[str]" (pydantic's type names)
-    ({"prompt": "x", "stop": 5}, ("stop: 5 not allowed (allowed: a string, a list of strings, or null)", "stop")),
-    ({"prompt": "x", "stop": True}, ("stop: true not allowed (allowed: a string, a list of strings, or null)",
-                                     "stop")),  # the value as JSON
+    ({"prompt": "x", "stop": 5}, (f"stop: 5 not allowed (allowed: {STOP_WORDS})", "stop")),
+    ({"prompt": "x", "stop": True}, (f"stop: true not allowed (allowed: {STOP_WORDS})", "stop")),  # the value as JSON
+    # an empty stop string (was accepted here, then refused by SamplingParams as "stop [''] not allowed"): the
+    # union's words at its own path, the item's inside the list
+    ({"prompt": "x", "stop": ""}, (f'stop: "" not allowed (allowed: {STOP_WORDS})', "stop")),
+    ({"prompt": "x", "stop": ["a", ""]}, ('stop.1: "" not allowed (allowed: non-empty string)', "stop.1")),
+    ({"prompt": "x", "stop": ["a", 5]}, ("stop.1: 5 is not a string (allowed: non-empty string)", "stop.1")),
     # no member fits (a boolean is not a token id): every member in words
     ({"prompt": [1, True]}, ("prompt: [1, true] not allowed (allowed: a string, a list of strings, a list of integers "
                              ">= 0, or a list of lists of integers >= 0)", "prompt")),
@@ -59,11 +67,16 @@ def _message(cls, body: dict) -> tuple[str, str | None]:
                                              "temperature")),
     ({"prompt": "x", "stream": "yes"}, ('stream: "yes" is not a boolean (allowed: true, false, or null)', "stream")),
     ({"prompt": "x", "echo": 1}, ("echo: 1 is not a boolean (allowed: true, false, or null)", "echo")),
-    # JSON's 1e400 parses as infinity (was "Infinity is not a finite number"); NaN is Python's JSON extension
+    # JSON's 1e400 parses as infinity: body.parse_body keeps its text (a SentNumber); a plain infinity reads as
+    # JSON spells it (Python's extension); NaN too
+    ({"prompt": "x", "max_tokens": SentNumber("1e400")},
+     ("max_tokens: 1e400 is beyond a 64-bit float's range (allowed: integer >= 1, or null)", "max_tokens")),
+    ({"prompt": "x", "temperature": SentNumber("-1E+400")},
+     ("temperature: -1E+400 is beyond a 64-bit float's range (allowed: number >= 0, or null)", "temperature")),
     ({"prompt": "x", "max_tokens": float("inf")},
-     ("max_tokens: number too large, not finite (allowed: integer >= 1, or null)", "max_tokens")),
+     ("max_tokens: Infinity is not a finite number (allowed: integer >= 1, or null)", "max_tokens")),
     ({"prompt": "x", "temperature": float("-inf")},
-     ("temperature: negative number too large, not finite (allowed: number >= 0, or null)", "temperature")),
+     ("temperature: -Infinity is not a finite number (allowed: number >= 0, or null)", "temperature")),
     ({"prompt": "x", "top_p": float("nan")}, ("top_p: NaN is not a number (allowed: number in (0, 1], or null)",
                                               "top_p")),
     # seed: the schema allows n = 1's range; serving.check_seed the request's n's
@@ -86,7 +99,7 @@ def test_plain_nested_field_keeps_its_path():
                                 '"assistant", "tool")', "messages.0.role")
 
 
-CONTENT_WORDS = 'a string, or a list of text parts {"type": "text", "text": string}'
+CONTENT_WORDS = 'a string, or a non-empty list of text parts {"type": "text", "text": string}'
 
 
 def test_a_union_inside_a_list_is_named_by_its_own_path():
@@ -115,6 +128,49 @@ def test_a_union_inside_a_list_is_named_by_its_own_path():
 ])
 def test_chat_missing_fields(body, want):
     assert _message(ChatCompletionRequest, {"model": "m", **body}) == want
+
+
+MESSAGE_WORDS = 'an object with "role" and "content", optionally "name"'
+
+
+@pytest.mark.parametrize("cls, body, want", [
+    # a list or an object where it does not belong, or a list too short: the value as sent and what the field
+    # allows (was "List should have at least 1 item after validation, not 0", "Input should be a valid list",
+    # "Input should be a valid dictionary or instance of ChatMessage")
+    (ChatCompletionRequest, {"messages": []},
+     ("messages: [] not allowed (allowed: a non-empty list of chat messages)", "messages")),
+    (ChatCompletionRequest, {"messages": "hi"},
+     ('messages: "hi" is not a list (allowed: a non-empty list of chat messages)', "messages")),
+    (ChatCompletionRequest, {"messages": {}}, ("messages: {} is not a list (allowed: a non-empty list of chat messages)",
+                                               "messages")),
+    (ChatCompletionRequest, {"messages": [1]}, (f"messages.0: 1 is not a chat message (allowed: {MESSAGE_WORDS})",
+                                                "messages.0")),
+    (ChatCompletionRequest, {"messages": [[]]}, (f"messages.0: [] is not a chat message (allowed: {MESSAGE_WORDS})",
+                                                 "messages.0")),
+    # content [] was accepted (OpenAI's API refuses an empty list of parts)
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": []}]},
+     (f"messages.0.content: [] not allowed (allowed: {CONTENT_WORDS})", "messages.0.content")),
+    # only the list member looks inside a list: its error (was "messages.0.content: [...] not allowed")
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, 5]}]},
+     ('messages.0.content.1: 5 is not a text part {"type": "text", "text": string} (allowed: an object with "type" '
+      'and "text")', "messages.0.content.1")),
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": "x"}], "stream_options": 5},
+     ('stream_options: 5 is not a stream options object (allowed: an object with optional "include_usage", or null)',
+      "stream_options")),
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": "x"}], "response_format": "json"},
+     ('response_format: "json" is not a response format object (allowed: an object with "type", or null)',
+      "response_format")),
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": "x"}], "tools": 5},
+     ("tools: 5 is not a list (allowed: a list of objects, or null)", "tools")),
+    (CompletionRequest, {"prompt": "x", "stop_token_ids": 5},
+     ("stop_token_ids: 5 is not a list (allowed: a list of integers >= 0, or null)", "stop_token_ids")),
+    (CompletionRequest, {"prompt": "x", "logit_bias": [1]},
+     ("logit_bias: [1] is not an object (allowed: an object of numbers, or null)", "logit_bias")),
+    (CompletionRequest, {"prompt": "x", "logit_bias": {"1": "a"}},  # a mapping's value: its type (was pydantic's)
+     ('logit_bias.1: "a" is not a number (allowed: number)', "logit_bias.1")),
+])
+def test_list_and_object_errors(cls, body, want):
+    assert _message(cls, {"model": "m", **body}) == want
 
 
 def test_without_the_model_pydantic_words_the_message():

@@ -17,6 +17,10 @@ import pytest
 
 # was "integer in [-9223372036854775808, 9223372036854774783], or null": 2^63 - 1 - 1024, a bound of no meaning
 SEED_RANGE = "integer in [-2^63, 2^63 - n] for the request's n, or null"
+STOP_WORDS = "a non-empty string, a list of non-empty strings, or null"
+EMPTY_PROMPT = "a prompt of at least 1 token"
+VOCAB = 49152  # the default model's (SmolLM2-135M)
+TOKEN_IDS = f"integer in [0, {VOCAB}), the vocabulary size"
 
 COMPLETION_CASES = {
     "max_tokens_1e20": ({"max_tokens": 1e20}, "max_tokens", "1e+20 is not an integer (allowed: integer >= 1, or null)"),
@@ -36,6 +40,9 @@ COMPLETION_CASES = {
     "echo_3": ({"echo": 3}, "echo", "3 is not a boolean (allowed: true, false, or null)"),
     "stop_token_ids_fraction": ({"extra_body": {"stop_token_ids": [2, 1.5]}}, "stop_token_ids.1",
                                 "1.5 is not an integer (allowed: integer >= 0)"),
+    # outside the model's vocabulary (was accepted: a stop token that can never be sampled); LLMEngine.check_params
+    "stop_token_ids_out_of_vocab": ({"extra_body": {"stop_token_ids": [2, VOCAB]}}, "stop_token_ids.1",
+                                    f"{VOCAB} not allowed (allowed: {TOKEN_IDS})"),
     "prompt_token_fraction": ({"prompt": [1, 2.5]}, "prompt.1", "2.5 is not an integer (allowed: integer >= 0)"),
     "prompt_token_negative": ({"prompt": [[1, -2]]}, "prompt.0.1", "-2 not allowed (allowed: integer >= 0)"),
     # strict types
@@ -49,7 +56,17 @@ COMPLETION_CASES = {
     "top_p_true": ({"top_p": True}, "top_p", "true is not a number (allowed: number in (0, 1], or null)"),
     "prompt_token_true": ({"prompt": [1, True]}, "prompt", "[1, true] not allowed (allowed: a string, a list of "
                           "strings, a list of integers >= 0, or a list of lists of integers >= 0)"),
-    "stop_number": ({"stop": 5}, "stop", "5 not allowed (allowed: a string, a list of strings, or null)"),
+    "stop_number": ({"stop": 5}, "stop", f"5 not allowed (allowed: {STOP_WORDS})"),
+    # an empty stop string: refused by the schema with the value as sent (was "stop [''] not allowed (allowed:
+    # non-empty strings)", SamplingParams' Python list, for "stop": "" too)
+    "stop_empty": ({"stop": ""}, "stop", f'"" not allowed (allowed: {STOP_WORDS})'),
+    "stop_empty_in_list": ({"stop": ["a", ""]}, "stop.1", '"" not allowed (allowed: non-empty string)'),
+    # an empty prompt, whatever its form: one wording, the value as sent (were "prompt is empty" for [], "the
+    # prompt is empty (0 tokens)" for "" and [[]]; a tokenizer that adds BOS ran "" as that one token)
+    "prompt_empty": ({"prompt": ""}, "prompt", f'"" not allowed (allowed: {EMPTY_PROMPT})'),
+    "prompt_empty_list": ({"prompt": []}, "prompt", f"[] not allowed (allowed: {EMPTY_PROMPT})"),
+    "prompt_second_empty": ({"prompt": ["a", ""]}, "prompt.1", f'"" not allowed (allowed: {EMPTY_PROMPT})'),
+    "prompt_second_no_token_ids": ({"prompt": [[1], []]}, "prompt.1", f"[] not allowed (allowed: {EMPTY_PROMPT})"),
     "seed_above_int64": ({"seed": 2**63}, "seed", f"9223372036854775808 not allowed (allowed: {SEED_RANGE})"),
     # above 2^63 - n for this n (a 64-bit seed for each completion): the bound with its number
     "seed_above_2_63_minus_n": ({"seed": 2**63 - 2, "n": 3}, "seed",
@@ -75,7 +92,7 @@ def test_completion_value_errors_name_field_value_and_allowed(client, model_name
 
 
 CHAT = [{"role": "user", "content": "Hi"}]
-CONTENT_WORDS = 'a string, or a list of text parts {"type": "text", "text": string}'
+CONTENT_WORDS = 'a string, or a non-empty list of text parts {"type": "text", "text": string}'
 CHAT_CASES = {
     "max_completion_tokens_1e20": ({"max_completion_tokens": 1e20}, "max_completion_tokens",
                                    "1e+20 is not an integer (allowed: integer >= 1, or null)"),
@@ -99,9 +116,27 @@ CHAT_CASES = {
                           f"null not allowed (allowed: {CONTENT_WORDS})"),
     "role_missing": ({"messages": [{"content": "Hi"}]}, "messages.0.role",
                      'missing (required: "system", "developer", "user", "assistant", "tool")'),
+    # a list or an object where it does not belong, or a list too short (were "List should have at least 1 item
+    # after validation, not 0", "Input should be a valid list", "Input should be a valid dictionary or instance of
+    # ChatMessage"); content [] was accepted
+    "messages_empty": ({"messages": []}, "messages", "[] not allowed (allowed: a non-empty list of chat messages)"),
+    "messages_string": ({"messages": "hi"}, "messages",
+                        '"hi" is not a list (allowed: a non-empty list of chat messages)'),
+    "message_number": ({"messages": [1]}, "messages.0",
+                       '1 is not a chat message (allowed: an object with "role" and "content", optionally "name")'),
+    "content_empty_list": ({"messages": [{"role": "user", "content": []}]}, "messages.0.content",
+                           f"[] not allowed (allowed: {CONTENT_WORDS})"),
+    "content_part_number": ({"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, 5]}]},
+                            "messages.0.content.1", '5 is not a text part {"type": "text", "text": string} (allowed: '
+                            'an object with "type" and "text")'),
+    "stream_options_number": ({"stream": True, "stream_options": 5}, "stream_options",
+                              '5 is not a stream options object (allowed: an object with optional "include_usage", '
+                              "or null)"),
     "max_tokens_true": ({"max_tokens": True}, "max_tokens", "true is not an integer (allowed: integer >= 1, or null)"),
     "n_text": ({"n": "2"}, "n", '"2" is not an integer (allowed: integer in [1, 128])'),
     "temperature_text": ({"temperature": "0.5"}, "temperature", '"0.5" is not a number (allowed: number >= 0, or null)'),
+    "stop_token_ids_out_of_vocab": ({"extra_body": {"stop_token_ids": [10**9]}}, "stop_token_ids.0",
+                                    f"1000000000 not allowed (allowed: {TOKEN_IDS})"),
     "stream_yes": ({"stream": "yes"}, "stream", '"yes" is not a boolean (allowed: true, false, or null)'),
 }
 
@@ -162,18 +197,24 @@ def test_missing_required_field(server, client, model_name, case):
 
 
 # JSON has no infinity: Python's parser reads a number beyond the largest double (1e400) as one, and NaN and
-# Infinity as its extensions (was "max_tokens: Infinity is not a finite number")
+# Infinity as its extensions; the message echoes the number as sent (was "max_tokens: Infinity is not a finite
+# number", then "max_tokens: number too large, not finite")
 NOT_FINITE = {
     "max_tokens_1e400": (b'{"prompt": "Hi", "max_tokens": 1e400}', "max_tokens",
-                         "number too large, not finite (allowed: integer >= 1, or null)"),
+                         "1e400 is beyond a 64-bit float's range (allowed: integer >= 1, or null)"),
     "temperature_minus_1e400": (b'{"prompt": "Hi", "temperature": -1e400}', "temperature",
-                                "negative number too large, not finite (allowed: number >= 0, or null)"),
-    "top_p_1e400": (b'{"prompt": "Hi", "top_p": 1e400}', "top_p",
-                    "number too large, not finite (allowed: number in (0, 1], or null)"),
+                                "-1e400 is beyond a 64-bit float's range (allowed: number >= 0, or null)"),
+    "top_p_1E999": (b'{"prompt": "Hi", "top_p": 1.5E999}', "top_p",
+                    "1.5E999 is beyond a 64-bit float's range (allowed: number in (0, 1], or null)"),
     "seed_1e400": (b'{"prompt": "Hi", "seed": 1e400}', "seed",
-                   f"number too large, not finite (allowed: {SEED_RANGE})"),
+                   f"1e400 is beyond a 64-bit float's range (allowed: {SEED_RANGE})"),
+    "prompt_token_1e400": (b'{"prompt": [1, 1e400]}', "prompt.1",
+                           "1e400 is beyond a 64-bit float's range (allowed: integer >= 0)"),
+    "stop_1e400": (b'{"prompt": "Hi", "stop": 1e400}', "stop", f"1e400 not allowed (allowed: {STOP_WORDS})"),
     "temperature_nan": (b'{"prompt": "Hi", "temperature": NaN}', "temperature",
                         "NaN is not a number (allowed: number >= 0, or null)"),
+    "temperature_infinity": (b'{"prompt": "Hi", "temperature": -Infinity}', "temperature",
+                             "-Infinity is not a finite number (allowed: number >= 0, or null)"),
 }
 
 

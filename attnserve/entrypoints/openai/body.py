@@ -1,0 +1,104 @@
+"""Reading a request body as JSON, with a 400 that says what is wrong where Python's parser has none of its own.
+
+FastAPI parses a JSON body with ``json.loads`` and answers anything but a ``JSONDecodeError`` with "There was
+an error parsing the body": bytes that are not UTF-8, an integer longer than Python reads (4300 digits), and
+arrays nested deeper than its recursion limit (or a RecursionError further on). ``parse_body`` refuses those
+with their own message, and refuses nesting past ``MAX_DEPTH`` before parsing, so that no later step recurses
+that deep. A number beyond a 64-bit float (``1e400``, which Python reads as infinity) keeps the text it was
+sent as (``SentNumber``), for the 400 to echo it. ``JSONBodyRoute`` makes the API's routes read bodies this way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from typing import Any, Callable
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+
+# arrays and objects in arrays and objects: an OpenAI request needs a handful (messages, content parts)
+MAX_DEPTH = 100
+# a JSON string (skipped whole, brackets in it are text) or one bracket
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+class SentNumber(float):
+    """A JSON number that is no finite 64-bit float, with its ``text`` as sent: ``1e400`` (read as infinity), and
+    Python's extensions ``NaN``, ``Infinity``, ``-Infinity``. Request fields refuse it (no infinity, no NaN)."""
+
+    text: str
+
+    def __new__(cls, text: str) -> SentNumber:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+def _float(text: str) -> float:
+    number = float(text)
+    return number if math.isfinite(number) else SentNumber(text)
+
+
+def too_deep(text: str) -> int | None:
+    """How deep arrays and objects nest in the JSON ``text`` (``[[1]]``: 2) when that is deeper than MAX_DEPTH,
+    else None. Brackets inside strings are text; a body with fewer brackets than that is not scanned."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return None
+    level = deepest = 0
+    for match in _STRING_OR_BRACKET.finditer(text):
+        char = match.group()
+        if char in "[{":
+            level += 1
+            deepest = max(deepest, level)
+        elif char in "]}":
+            level -= 1
+    return deepest if deepest > MAX_DEPTH else None
+
+
+def parse_body(body: bytes) -> Any:
+    """The request body ``body`` as JSON. Raises json.JSONDecodeError for malformed JSON (FastAPI's 400 with its
+    position), and an HTTPException 400 with its own message for bytes that are not text in the encoding the
+    body's first bytes show (UTF-8, or UTF-16/32 as Python's parser reads them), nesting deeper than
+    ``MAX_DEPTH``, or an integer longer than Python reads."""
+    encoding = json.detect_encoding(body)
+    try:
+        text = body.decode(encoding)
+    except UnicodeDecodeError as e:
+        name = "UTF-8" if encoding.startswith("utf-8") else encoding.upper()
+        raise HTTPException(400, f"the request body is not valid {name} (byte 0x{body[e.start]:02x} at offset "
+                                 f"{e.start}: {e.reason}); send JSON encoded as UTF-8") from None
+    if (levels := too_deep(text)) is not None:
+        raise HTTPException(400, f"the request body nests arrays and objects {levels} levels deep (allowed: at most "
+                                 f"{MAX_DEPTH})")
+    try:
+        return json.loads(text, parse_float=_float, parse_constant=SentNumber)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # int() past sys.get_int_max_str_digits()
+        raise HTTPException(400, f"the request body holds an integer of more than {sys.get_int_max_str_digits()} "
+                                 "digits, more than any field allows") from None
+
+
+class JSONBodyRequest(Request):
+    """A request whose ``json()`` is :func:`parse_body`'s."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = parse_body(await self.body())
+        return self._json
+
+
+class JSONBodyRoute(APIRoute):
+    """An API route that reads its JSON body with :func:`parse_body` (FastAPI's documented custom-Request route)."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            return await handler(JSONBodyRequest(request.scope, request.receive))
+
+        return handle
