@@ -37,6 +37,16 @@ def stages_reached(monkeypatch) -> list[str]:
     return reached
 
 
+@pytest.fixture
+def default_config_cached() -> None:
+    """The default model's config converted once into the GGUF cache (``gguf_cache.py``), as any earlier load
+    leaves it: what the refusal may read. A fresh cache (this file run alone on a new machine) would otherwise
+    convert it, through the GGUF parse the test forbids."""
+    from attnserve.model_executor.loader import read_hf_config, resolve_model_source
+
+    read_hf_config(resolve_model_source(None))
+
+
 def _selector_message(backend: str, **selector_fields) -> str:
     """The message ``select_attn_backend`` itself gives for ``backend`` with these inputs on the CPU."""
     with pytest.raises(NoUsableBackendError) as e:
@@ -44,7 +54,8 @@ def _selector_message(backend: str, **selector_fields) -> str:
     return str(e.value)
 
 
-def test_the_default_model_is_refused_before_its_gguf_parse_tokenizer_and_weights(stages_reached):
+def test_the_default_model_is_refused_before_its_gguf_parse_tokenizer_and_weights(default_config_cached,
+                                                                                   stages_reached):
     with pytest.raises(NoUsableBackendError) as e:
         LLM(device="cpu", attention_backend="FLASH_ATTN")
     assert str(e.value) == _selector_message("FLASH_ATTN", head_size=64, dtype=torch.float32)
