@@ -85,6 +85,15 @@ def test_mutual_exclusion(ac):
     assert "attention_backend= 'FLASHINFER' conflicts with attention_config.backend" in str(e.value)
 
 
+def test_block_size_outside_the_sizes_is_refused():
+    """LLM(block_size=7) was accepted; vLLM's sizes (and 2, 4 for CPU) are, whatever the backend."""
+    with pytest.raises(ConfigError) as e:
+        build_engine_config(block_size=7)
+    assert (str(e.value), e.value.key) == (
+        "block_size 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)", "block_size")
+    assert build_engine_config(block_size=256).cache.block_size == 256
+
+
 def test_unknown_kwarg_did_you_mean():
     with pytest.raises(ConfigError, match=r"unknown engine argument 'blocksize' .*did you mean 'block_size'\?"):
         build_engine_config(blocksize=16)

@@ -62,7 +62,9 @@ CASES = [
      "attnserve generate: error: argument --prompts-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at offset 10)"),
     (["generate", "--model", "/no/such/dir"], 2, f"attnserve generate: error: {NOT_FOUND}"),
     (["generate", "--block-size", "0"], 2,
-     "attnserve generate: error: argument --block-size: block_size 0 not allowed (allowed: integer >= 1)"),
+     "attnserve generate: error: argument --block-size: block_size 0 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"),
+    (["generate", "--block-size", "7"], 2,  # was accepted
+     "attnserve generate: error: argument --block-size: block_size 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"),
     (["generate", "--attention-backend", "NOPE"], 2, "attnserve generate: error: argument --attention-backend: "
                                                      f"attention_backend 'NOPE': unknown attention backend (valid: {BACKENDS})"),
     (["generate", "-ac", "{bad"], 2, "attnserve generate: error: argument -ac: malformed JSON (line 1, column 2): "
