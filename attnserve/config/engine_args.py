@@ -104,8 +104,10 @@ def engine_arg_aliases() -> dict[str, str]:
 
 
 def engine_arg_names() -> list[str]:
-    """Every key a config file or ``LLM(...)`` accepts."""
-    return [*engine_args(), ATTENTION_BACKEND, ATTENTION_CONFIG]
+    """Every key a config file or ``LLM(...)`` accepts, each of vLLM's other spellings right after our name
+    (``num_gpu_blocks, num_gpu_blocks_override``): the valid keys of an unknown-key error, and the names its
+    suggestion is chosen from."""
+    return [*(n for arg in engine_args().values() for n in (arg.name, *arg.aliases)), ATTENTION_BACKEND, ATTENTION_CONFIG]
 
 
 @dataclass(frozen=True)
@@ -131,13 +133,12 @@ def normalize_key(key: object, where: str) -> str:
     name = str(key).replace("-", "_")
     if name.startswith(ATTENTION_PREFIX):
         return ATTENTION_PREFIX + AttentionConfig.normalize_key(name[len(ATTENTION_PREFIX):], where)
-    name = engine_arg_aliases().get(name, name)
     valid = engine_arg_names()
     if name not in valid:
         raise ConfigError(
             f"unknown key {key!r} {where} (valid: {', '.join(valid)}, {ATTENTION_PREFIX}FIELD)" + did_you_mean(name, valid)
         )
-    return name
+    return engine_arg_aliases().get(name, name)
 
 
 def attention_settings(values: object, source: str, in_where: str = "", where: str = "") -> list[Setting]:
@@ -292,12 +293,13 @@ def python_settings(
     out: list[Setting] = []
     if model is not None:
         out.append(Setting("model", model, "python (model=)", "model="))
-    table = engine_args()
+    # model, attention_backend and attention_config are parameters of their own, not **engine_kwargs
+    valid = [n for n in engine_arg_names() if n not in ("model", ATTENTION_BACKEND, ATTENTION_CONFIG)]
     for key, value in engine_kwargs.items():
-        name = engine_arg_aliases().get(key.replace("-", "_"), key.replace("-", "_"))
-        if name not in table or name == "model":
-            valid = [n for n in table if n != "model"]
+        name = key.replace("-", "_")
+        if name not in valid:
             raise ConfigError(f"unknown engine argument {key!r} (valid: {', '.join(valid)})" + did_you_mean(name, valid))
+        name = engine_arg_aliases().get(name, name)
         out.append(Setting(name, value, f"python ({name}=)", f"{name}="))
     if attention_backend is not None:
         out.append(Setting(ATTENTION_BACKEND, attention_backend, "python (attention_backend=)", "attention_backend="))

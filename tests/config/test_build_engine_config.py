@@ -99,6 +99,18 @@ def test_unknown_kwarg_did_you_mean():
         build_engine_config(blocksize=16)
 
 
+def test_unknown_kwarg_lists_and_suggests_vllm_names():
+    """vLLM's names that LLM takes (kv_cache_memory_bytes, num_gpu_blocks_override) are among the valid ones, next
+    to ours, and a near miss of one is suggested as written (was: ours only, 'did you mean 'kv_cache_memory'?')."""
+    with pytest.raises(ConfigError) as e:
+        build_engine_config(kv_cache_memory_byte=1 << 30)
+    msg = str(e.value)
+    assert ", num_gpu_blocks, num_gpu_blocks_override, kv_cache_memory, kv_cache_memory_bytes, " in msg
+    assert "(valid: tokenizer, " in msg and "'model'" not in msg and "attention_backend" not in msg
+    assert msg.endswith("enable_pdl); did you mean 'kv_cache_memory_bytes'?")
+    assert build_engine_config(num_gpu_blocks_override=7).cache.num_gpu_blocks == 7
+
+
 def test_unknown_attention_dict_key():
     with pytest.raises(ConfigError, match=r"unknown attention_config field 'backnd'.*did you mean 'backend'\?"):
         build_engine_config(attention_config={"backnd": "FLASH_ATTN"})

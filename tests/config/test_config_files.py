@@ -75,6 +75,9 @@ def test_an_empty_mapping_sets_nothing(tmp_path, name):
     "name, text, pattern",
     [
         ("c.yaml", "blok_size: 16\n", r"unknown key 'blok_size' in {p} .*did you mean 'block_size'\?"),
+        # vLLM's names are valid keys too, listed after ours, and suggested as written
+        ("c.yaml", "num_gpu_block_override: 16\n", r"unknown key 'num_gpu_block_override' in {p} \(valid: .*, num_gpu_blocks, "
+                   r"num_gpu_blocks_override, kv_cache_memory, kv_cache_memory_bytes, .*\); did you mean 'num_gpu_blocks_override'\?$"),
         ("c.yaml", "attention_config:\n  bakend: X\n", r"unknown attention_config field 'bakend' in {p} .*did you mean 'backend'\?"),
         ("c.yaml", "attention_config.bakend: X\n", r"unknown attention_config field 'bakend' in {p}"),
         ("c.yaml", "model: m\n  x: [1,\n", r"^{p}:2:4: malformed YAML: "),
