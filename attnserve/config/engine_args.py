@@ -23,7 +23,7 @@ from attnserve.config.attention import AttentionConfig, parse_backend
 from attnserve.config.engine import EngineConfig
 from attnserve.config.env import warn_ignored_vllm_env
 from attnserve.config.fields import (HUMAN_INT_WORDS, ConfigError, allowed_values, did_you_mean, field_docs, field_types,
-                                     parse_human_int)
+                                     parse_human_int, spell_value)
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,8 @@ class Setting:
 def normalize_key(key: object, where: str) -> str:
     """Canonical engine-argument key for a user's key (``-`` or ``_``; ``attention_config.FIELD`` allowed).
 
-    ``where`` completes the error, e.g. ``"in cfg.yaml"``. Unknown keys raise with a suggestion.
+    ``where`` completes the error, e.g. ``"in cfg.yaml"``. Unknown keys raise with a suggestion, a key that is not
+    text shown as the file writes it (``true``).
     """
     name = str(key).replace("-", "_")
     if name.startswith(ATTENTION_PREFIX):
@@ -136,7 +137,8 @@ def normalize_key(key: object, where: str) -> str:
     valid = engine_arg_names()
     if name not in valid:
         raise ConfigError(
-            f"unknown key {key!r} {where} (valid: {', '.join(valid)}, {ATTENTION_PREFIX}FIELD)" + did_you_mean(name, valid)
+            f"unknown key {spell_value(key)} {where} (valid: {', '.join(valid)}, {ATTENTION_PREFIX}FIELD)"
+            + did_you_mean(name, valid)
         )
     return engine_arg_aliases().get(name, name)
 
@@ -147,9 +149,9 @@ def attention_settings(values: object, source: str, in_where: str = "", where: s
     ``in_where`` completes messages (``"in cfg.yaml"``, ``"in -ac"``); ``where`` prefixes value errors.
     """
     if not isinstance(values, Mapping):
-        raise ConfigError(
-            f"{ATTENTION_CONFIG} {in_where + ' ' if in_where else ''}must be an object of field names to values, got {values!r}"
-        )
+        got = spell_value(values) if in_where else repr(values)  # a file's or -ac's value as it writes it
+        raise ConfigError(f"{ATTENTION_CONFIG} {in_where + ' ' if in_where else ''}must be an object of field names to "
+                          f"values, got {got}")
     out = []
     for key, value in values.items():
         name = AttentionConfig.normalize_key(key, in_where)
@@ -210,8 +212,19 @@ class Resolved:
         return rows
 
 
+def _shown(s: Setting) -> str:
+    """The value of ``s`` in an error: as a file or the command line writes it (``true``, ``null``), as Python does
+    for a keyword (``True``, ``None``)."""
+    return spell_value(s.value) if s.where else repr(s.value)
+
+
 def _located(e: ConfigError, s: Setting | None) -> ConfigError:
-    return ConfigError(f"{s.where}: {e}" if s is not None and s.where else str(e), key=e.key)
+    """``e`` prefixed with where ``s`` was given (``argument --block-size``, ``cfg.yaml``), its value spelled as there
+    (:meth:`ConfigError.spelled`); a keyword's (no ``where``) as it is."""
+    if s is None or not s.where:
+        return e
+    e = e.spelled()
+    return ConfigError(f"{s.where}: {e}", key=e.key, value=e.value)
 
 
 def resolve(settings: Iterable[Setting]) -> Resolved:
@@ -237,11 +250,11 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
         position = {id(s): i for i, s in enumerate(settings)}
         first, later = sorted((ab, cb), key=lambda s: position[id(s)])
         if later.where.startswith("argument "):  # a flag: argparse's form, the flag that came second named first
-            head, other = f"{later.where}: {later.value!r}", first
+            head, other = f"{later.where}: {_shown(later)}", first
         else:  # files, Python keywords
-            head, other = f"{ab.label} {ab.value!r}", cb
+            head, other = f"{ab.label} {_shown(ab)}", cb
         raise ConfigError(
-            f"{head} conflicts with {other.label} {other.value!r}: they name different backends; "
+            f"{head} conflicts with {other.label} {_shown(other)}: they name different backends; "
             "set the attention backend in one place",
             key=ATTENTION_BACKEND,
         )

@@ -251,6 +251,11 @@ def test_help_comes_from_field_docstrings(capsys):
         (["a", "--model", "b"], ["argument --model: 'b'", "MODEL 'a'"]),
         (["--config", "/nonexistent/cfg.yaml"], ["cannot read config file", "/nonexistent/cfg.yaml"]),
         (["--attention-config.use_trtllm_attention", "yes"], ["use_trtllm_attention", "'yes'", "true, false, null"]),
+        # a JSON value as JSON writes it (was True, None)
+        (["-ac.flash_attn_version", "true"],
+         ["argument -ac.flash_attn_version: attention_config.flash_attn_version true not allowed (allowed: 2, 3, 4, null)"]),
+        (["-ac", '{"use_prefill_decode_attention": null}'],
+         ["argument -ac: attention_config.use_prefill_decode_attention null not allowed (allowed: true, false)"]),
     ],
 )
 def test_errors(argv, parts, capsys):
