@@ -64,9 +64,16 @@ def check_kv_cache_budget(config: EngineConfig, hf_config, dtype: torch.dtype) -
     device = torch.device(detect_platform(config.device).device_type)
     if kv_cache_size_key(config.cache, device) == "gpu_memory_utilization":
         return None
+    block_bytes = kv_block_bytes(config, hf_config, dtype)
+    return num_kv_blocks(config.cache, device, block_bytes, reserve_bytes=0)  # reserve_bytes: gpu_memory_utilization's only
+
+
+def kv_block_bytes(config: EngineConfig, hf_config, dtype: torch.dtype) -> int:
+    """The bytes of one block of rank 0's KV cache (all layers, K and V; rank 0's is the largest under tensor
+    parallelism) for the model of ``hf_config`` in the model dtype ``dtype``. Raises the model registry's and
+    ``shard_heads``' ValueErrors (an architecture not supported, heads the ranks cannot split)."""
     tp = config.parallel.tensor_parallel_size
     dims = get_model_class(hf_config, tp).dims(hf_config)
     kv_heads = shard_heads(dims.num_heads, dims.num_kv_heads, tp, 0).num_kv_heads
-    block_bytes = bytes_per_block(dims.num_layers, config.cache.block_size, kv_heads, dims.head_size,
-                                  kv_cache_torch_dtype(config.cache.kv_cache_dtype, dtype))
-    return num_kv_blocks(config.cache, device, block_bytes, reserve_bytes=0)  # reserve_bytes: gpu_memory_utilization's only
+    return bytes_per_block(dims.num_layers, config.cache.block_size, kv_heads, dims.head_size,
+                           kv_cache_torch_dtype(config.cache.kv_cache_dtype, dtype))

@@ -157,6 +157,23 @@ CASES = [
      "attnserve serve: error: {tmp}/two_blocks.yaml: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
      "max_model_len 512, so not one request of max_model_len tokens fits; lower max_model_len to at most 32 or raise "
      "num_gpu_blocks"),
+    # config: the same check, the same line (was: exit 0, the config printed), when a flag or file gives the size;
+    # this machine's memory is not judged (a config may be for another machine)
+    (["config", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "2"], 2,
+     "attnserve config: error: argument --num-gpu-blocks: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
+     "max_model_len 512, so not one request of max_model_len tokens fits; lower --max-model-len to at most 32 or raise "
+     "--num-gpu-blocks"),
+    (["config", "{tiny}", "--device", "cpu", "--kv-cache-memory-bytes", "8K"], 2,
+     "attnserve config: error: argument --kv-cache-memory-bytes: the KV cache holds 16 tokens (1 block of 16), fewer "
+     "than max_model_len 512, so not one request of max_model_len tokens fits; lower --max-model-len to at most 16 or "
+     "raise --kv-cache-memory-bytes"),
+    (["config", "{tiny}", "--device", "cpu", "--config", "{tmp}/two_blocks.yaml"], 2,
+     "attnserve config: error: {tmp}/two_blocks.yaml: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
+     "max_model_len 512, so not one request of max_model_len tokens fits; lower max_model_len to at most 32 or raise "
+     "num_gpu_blocks"),
+    (["config", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10"], 2,
+     "attnserve config: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
+     "raise --kv-cache-memory or set --num-gpu-blocks"),
     (["serve", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8", "--port", "0"], 2,
      f"attnserve serve: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["serve", "a", "--model", "b"], 2,
