@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from attnserve.attention.registry import (AttentionBackendEnum, BackendName, UnknownBackendError, backend_name,
                                          lookup_backend, registered_names)
-from attnserve.config.fields import ConfigError, did_you_mean, validate_fields
+from attnserve.config.fields import ConfigError, did_you_mean, spell_value, validate_fields
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def parse_backend(value: "str | BackendName | None", key: str = "attention_confi
         return value
     valid = [m.name for m in AttentionBackendEnum]
     if not isinstance(value, str):
-        raise ConfigError(f"{key} {value!r} not allowed (allowed: {', '.join(valid)}, auto, null)", key=key)
+        raise ConfigError(f"{key} {value!r} not allowed (allowed: {', '.join(valid)}, auto, null)", key=key, value=value)
     name = value.strip().upper().replace("-", "_")
     if name in ("", "AUTO"):
         return None
@@ -100,13 +100,15 @@ class AttentionConfig:
     def normalize_key(cls, key: object, where: str = "") -> str:
         """Map a user's field name (``-`` or ``_``) to the field; unknown names raise with a suggestion.
 
-        ``where`` completes the error message, e.g. ``"in cfg.yaml"``.
+        ``where`` completes the error message, e.g. ``"in cfg.yaml"``; with it, a key that is not text is shown
+        as the file writes it (``true``).
         """
         valid = cls.field_names()
         name = str(key).replace("-", "_")
         if name not in valid:
+            shown = spell_value(key) if where else repr(key)
             raise ConfigError(
-                f"unknown attention_config field {key!r}{' ' + where if where else ''} (valid: {', '.join(valid)})"
+                f"unknown attention_config field {shown}{' ' + where if where else ''} (valid: {', '.join(valid)})"
                 + did_you_mean(name, valid),
                 key=f"attention_config.{name}",
             )

@@ -7,14 +7,21 @@ from dataclasses import dataclass, field
 from attnserve.config.fields import validate_fields
 
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")
+# vLLM's BlockSize (1, 8, 16, 32, 64, 128, 256: vllm/config/cache.py) and 2 and 4, which the CPU backends run (the
+# tests' tiny caches): every size a built-in backend supports is among them (FLASHINFER 16-64, TRITON_ATTN 16-256,
+# FLASH_ATTN multiples of 16 — 48 or 80 only as vLLM refuses them too —, CPU_ATTN and FLEX_ATTENTION any), and the
+# selector still judges each backend's own sizes
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 @dataclass(frozen=True)
 class CacheConfig:
     """Paged KV-cache settings. Validated at construction."""
 
-    block_size: int = field(default=16, metadata={"ge": 1})
-    """Tokens per KV-cache block (each backend states the sizes it supports; checked at backend selection)."""
+    block_size: int = field(default=16, metadata={"choices": BLOCK_SIZES})
+    """Tokens per KV-cache block: 1 to 256, a power of two (vLLM's sizes, and 2 and 4). Each backend states the
+    sizes it supports among them (FLASHINFER 16, 32, 64; TRITON_ATTN 16 to 256; FLASH_ATTN multiples of 16),
+    checked at backend selection."""
 
     kv_cache_dtype: str = field(default="auto", metadata={"choices": KV_CACHE_DTYPES})
     """KV-cache element type: auto (= model dtype), fp8 or fp8_e4m3."""

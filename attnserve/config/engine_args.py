@@ -23,7 +23,7 @@ from attnserve.config.attention import AttentionConfig, parse_backend
 from attnserve.config.engine import EngineConfig
 from attnserve.config.env import warn_ignored_vllm_env
 from attnserve.config.fields import (HUMAN_INT_WORDS, ConfigError, allowed_values, did_you_mean, field_docs, field_types,
-                                     parse_human_int, without_name)
+                                     parse_human_int, spell_value, without_name)
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +104,10 @@ def engine_arg_aliases() -> dict[str, str]:
 
 
 def engine_arg_names() -> list[str]:
-    """Every key a config file or ``LLM(...)`` accepts."""
-    return [*engine_args(), ATTENTION_BACKEND, ATTENTION_CONFIG]
+    """Every key a config file or ``LLM(...)`` accepts, each of vLLM's other spellings right after our name
+    (``num_gpu_blocks, num_gpu_blocks_override``): the valid keys of an unknown-key error, and the names its
+    suggestion is chosen from."""
+    return [*(n for arg in engine_args().values() for n in (arg.name, *arg.aliases)), ATTENTION_BACKEND, ATTENTION_CONFIG]
 
 
 @dataclass(frozen=True)
@@ -126,18 +128,19 @@ class Setting:
 def normalize_key(key: object, where: str) -> str:
     """Canonical engine-argument key for a user's key (``-`` or ``_``; ``attention_config.FIELD`` allowed).
 
-    ``where`` completes the error, e.g. ``"in cfg.yaml"``. Unknown keys raise with a suggestion.
+    ``where`` completes the error, e.g. ``"in cfg.yaml"``. Unknown keys raise with a suggestion, a key that is not
+    text shown as the file writes it (``true``).
     """
     name = str(key).replace("-", "_")
     if name.startswith(ATTENTION_PREFIX):
         return ATTENTION_PREFIX + AttentionConfig.normalize_key(name[len(ATTENTION_PREFIX):], where)
-    name = engine_arg_aliases().get(name, name)
     valid = engine_arg_names()
     if name not in valid:
         raise ConfigError(
-            f"unknown key {key!r} {where} (valid: {', '.join(valid)}, {ATTENTION_PREFIX}FIELD)" + did_you_mean(name, valid)
+            f"unknown key {spell_value(key)} {where} (valid: {', '.join(valid)}, {ATTENTION_PREFIX}FIELD)"
+            + did_you_mean(name, valid)
         )
-    return name
+    return engine_arg_aliases().get(name, name)
 
 
 def attention_settings(values: object, source: str, in_where: str = "", where: str = "") -> list[Setting]:
@@ -146,9 +149,9 @@ def attention_settings(values: object, source: str, in_where: str = "", where: s
     ``in_where`` completes messages (``"in cfg.yaml"``, ``"in -ac"``); ``where`` prefixes value errors.
     """
     if not isinstance(values, Mapping):
-        raise ConfigError(
-            f"{ATTENTION_CONFIG} {in_where + ' ' if in_where else ''}must be an object of field names to values, got {values!r}"
-        )
+        got = spell_value(values) if in_where else repr(values)  # a file's or -ac's value as it writes it
+        raise ConfigError(f"{ATTENTION_CONFIG} {in_where + ' ' if in_where else ''}must be an object of field names to "
+                          f"values, got {got}")
     out = []
     for key, value in values.items():
         name = AttentionConfig.normalize_key(key, in_where)
@@ -209,13 +212,22 @@ class Resolved:
         return rows
 
 
+def _shown(s: Setting) -> str:
+    """The value of ``s`` in an error: as a file or the command line writes it (``true``, ``null``), as Python does
+    for a keyword (``True``, ``None``)."""
+    return spell_value(s.value) if s.where else repr(s.value)
+
+
 def _located(e: ConfigError, s: Setting | None) -> ConfigError:
-    """``e`` prefixed by where its setting was given; a flag names the setting, so the message drops its name
-    (``argument --block-size: 0 not allowed``), a file does not (``cfg.yaml: block_size 0 not allowed``)."""
+    """``e`` prefixed with where ``s`` was given (``argument --block-size``, ``cfg.yaml``), its value spelled as there
+    (:meth:`ConfigError.spelled`); a keyword's (no ``where``) as it is. A flag names the setting, so the message
+    drops its name (``argument --block-size: 0 not allowed``); a file does not (``cfg.yaml: block_size 0 not
+    allowed``)."""
     if s is None or not s.where:
-        return ConfigError(str(e), key=e.key)
+        return e
+    e = e.spelled()
     message = without_name(str(e), e.key) if s.where.startswith("argument ") else str(e)
-    return ConfigError(f"{s.where}: {message}", key=e.key)
+    return ConfigError(f"{s.where}: {message}", key=e.key, value=e.value)
 
 
 def resolve(settings: Iterable[Setting]) -> Resolved:
@@ -241,11 +253,11 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
         position = {id(s): i for i, s in enumerate(settings)}
         first, later = sorted((ab, cb), key=lambda s: position[id(s)])
         if later.where.startswith("argument "):  # a flag: argparse's form, the flag that came second named first
-            head, other = f"{later.where}: {later.value!r}", first
+            head, other = f"{later.where}: {_shown(later)}", first
         else:  # files, Python keywords
-            head, other = f"{ab.label} {ab.value!r}", cb
+            head, other = f"{ab.label} {_shown(ab)}", cb
         raise ConfigError(
-            f"{head} conflicts with {other.label} {other.value!r}: they name different backends; "
+            f"{head} conflicts with {other.label} {_shown(other)}: they name different backends; "
             "set the attention backend in one place",
             key=ATTENTION_BACKEND,
         )
@@ -297,12 +309,13 @@ def python_settings(
     out: list[Setting] = []
     if model is not None:
         out.append(Setting("model", model, "python (model=)", "model="))
-    table = engine_args()
+    # model, attention_backend and attention_config are parameters of their own, not **engine_kwargs
+    valid = [n for n in engine_arg_names() if n not in ("model", ATTENTION_BACKEND, ATTENTION_CONFIG)]
     for key, value in engine_kwargs.items():
-        name = engine_arg_aliases().get(key.replace("-", "_"), key.replace("-", "_"))
-        if name not in table or name == "model":
-            valid = [n for n in table if n != "model"]
+        name = key.replace("-", "_")
+        if name not in valid:
             raise ConfigError(f"unknown engine argument {key!r} (valid: {', '.join(valid)})" + did_you_mean(name, valid))
+        name = engine_arg_aliases().get(name, name)
         out.append(Setting(name, value, f"python ({name}=)", f"{name}="))
     if attention_backend is not None:
         out.append(Setting(ATTENTION_BACKEND, attention_backend, "python (attention_backend=)", "attention_backend="))

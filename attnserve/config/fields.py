@@ -13,25 +13,57 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import datetime
 import re
 import difflib
 import functools
 import inspect
+import json
 import textwrap
 import types
 import typing
+
+
+_NO_VALUE = object()
+
+
+def spell_value(value: object) -> str:
+    """``value`` as a YAML or JSON config file (or a JSON option such as ``-ac``) writes it, for an error about a
+    value read from one: ``true``, ``false``, ``null``, numbers as Python writes them (``1000.0``), text quoted as
+    every error quotes it (``'fp9'``), a YAML date as written (``2024-01-01``), a list or mapping as JSON (``[1,
+    true]``); anything else as Python writes it."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, datetime.date):  # datetime too: '2024-01-01 10:00:00', YAML's spelling
+        return str(value)
+    if isinstance(value, (list, dict)):
+        try:
+            return json.dumps(value, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):  # a date, a non-finite number inside: Python's spelling
+            pass
+    return repr(value)
 
 
 class ConfigError(ValueError):
     """A configuration value or key that is not allowed; the message names it and what is allowed.
 
     ``key`` is the engine argument the error is about (``"block_size"``, ``"attention_config.backend"``)
-    when there is one; the argument layer uses it to name the flag or file the value came from.
+    when there is one; the argument layer uses it to name the flag or file the value came from. ``value``, when
+    given, is the value the message quotes as Python writes it (``repr``): the argument layer respells it as the
+    config file or JSON option it came from writes it (:meth:`spelled`).
     """
 
-    def __init__(self, message: str, key: str | None = None) -> None:
+    def __init__(self, message: str, key: str | None = None, value: object = _NO_VALUE) -> None:
         super().__init__(message)
         self.key = key
+        self.value = value
+
+    def spelled(self) -> ConfigError:
+        """This error with its quoted value as a config file writes it (:func:`spell_value`: ``true``, not
+        ``True``; ``null``, not ``None``); itself when that is the same or it quotes no value."""
+        if self.value is _NO_VALUE or repr(self.value) == spell_value(self.value):
+            return self
+        return ConfigError(str(self).replace(repr(self.value), spell_value(self.value), 1), self.key, self.value)
 
 
 def without_name(message: str, *keys: str | None) -> str:
@@ -180,6 +212,6 @@ def validate_fields(obj: object, prefix: str = "") -> None:
             )
         if not ok:
             key = prefix + f.name
-            raise ConfigError(f"{key} {value!r} not allowed (allowed: {allowed_values(cls, f.name)})", key=key)
+            raise ConfigError(f"{key} {value!r} not allowed (allowed: {allowed_values(cls, f.name)})", key=key, value=value)
         if base is float and isinstance(value, int):
             object.__setattr__(obj, f.name, float(value))

@@ -79,9 +79,9 @@ class LLM:
     ) -> list[RequestOutput]:
         """Apply the tokenizer's chat template to each conversation and generate the assistant's reply.
 
-        Messages are checked as the server checks them (:func:`chat_messages`: content None or missing is "");
-        a bad one raises ValueError naming the conversation and message index. ``RequestOutput.prompt`` is the
-        rendered prompt text.
+        Messages are checked as the server checks them (:func:`chat_messages`: every message needs a role and
+        content); a bad one raises ValueError naming the conversation and the field (``messages[0].content``).
+        ``RequestOutput.prompt`` is the rendered prompt text.
         """
         single = bool(messages) and isinstance(messages[0], Mapping)
         conversations = [messages] if single else messages

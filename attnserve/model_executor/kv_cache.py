@@ -67,6 +67,30 @@ def check_kv_cache_fits(blocks: int, block_bytes: int, key: str, device: torch.d
                       f"lower {key}", key=key)
 
 
+def _blocks_in(budget: int, block_bytes: int, key: str) -> int:
+    """``budget`` bytes in whole blocks; ConfigError keyed ``key`` when that is none."""
+    blocks = budget // block_bytes
+    if blocks < 1:
+        raise ConfigError(f"KV-cache budget of {budget} bytes holds no block of {block_bytes} bytes; raise {key} or "
+                          "set num_gpu_blocks", key=key)
+    return int(blocks)
+
+
+def planned_kv_blocks(cache: CacheConfig, device_type: str, block_bytes: int) -> int | None:
+    """How many blocks the settings alone give, without looking at a device: ``num_gpu_blocks`` if set; else
+    ``kv_cache_memory`` bytes (2 GiB on CPU when unset) in blocks of ``block_bytes``; None when
+    ``gpu_memory_utilization`` sizes the cache (the GPU's free memory decides). ``device_type``: "cpu" or "cuda".
+
+    Raises ConfigError, keyed by :func:`kv_cache_size_key`, when that budget holds no block. ``attnserve config``
+    calls it to plan a cache; :func:`num_kv_blocks` starts from it."""
+    if cache.num_gpu_blocks is not None:
+        return cache.num_gpu_blocks
+    if cache.kv_cache_memory is None and device_type != "cpu":
+        return None
+    key = kv_cache_size_key(cache, torch.device(device_type))
+    return _blocks_in(cache.kv_cache_memory or CPU_DEFAULT_KV_CACHE_BYTES, block_bytes, key)
+
+
 def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, reserve_bytes: int) -> int:
     """How many blocks fit: ``num_gpu_blocks`` if set; else ``kv_cache_memory`` bytes; else 2 GiB on CPU or
     ``gpu_memory_utilization`` of the GPU minus what is allocated now and ``reserve_bytes`` for activations,
@@ -75,35 +99,24 @@ def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, re
     Raises ConfigError, keyed by :func:`kv_cache_size_key`, when the budget holds no block, or when a cache
     sized by ``num_gpu_blocks`` or ``kv_cache_memory`` (or the CPU default) is more than the device's memory
     available now (:func:`check_kv_cache_fits`)."""
-    if cache.num_gpu_blocks is not None:
-        check_kv_cache_fits(cache.num_gpu_blocks, block_bytes, "num_gpu_blocks", device, reserve_bytes)
-        return cache.num_gpu_blocks
-    if cache.kv_cache_memory is not None:
-        budget = cache.kv_cache_memory
-    elif device.type == "cpu":
-        budget = CPU_DEFAULT_KV_CACHE_BYTES
-    else:
-        total = torch.cuda.get_device_properties(device).total_memory
-        allocated = torch.cuda.memory_allocated(device)
-        budget = int(total * cache.gpu_memory_utilization) - allocated - reserve_bytes
-        # other processes on this GPU (the engine's process beside tensor-parallel rank 0, another engine)
-        # and memory outside torch's allocator (CUDA context, NCCL) count too: never plan past what is free
-        available = available_bytes(device, reserve_bytes)
-        if available < budget:
-            free, _ = torch.cuda.mem_get_info(device)
-            logger.warning("KV cache: %.2f GiB of %s is in use outside this process's tensors; the cache gets "
-                           "%.2f GiB instead of the %.2f GiB gpu_memory_utilization %.2f allows",
-                           (total - free - torch.cuda.memory_reserved(device)) / 2**30, device, available / 2**30,
-                           budget / 2**30, cache.gpu_memory_utilization)
-            budget = available
-    blocks = budget // block_bytes
-    if blocks < 1:
-        key = kv_cache_size_key(cache, device)
-        raise ConfigError(f"KV-cache budget of {budget} bytes holds no block of {block_bytes} bytes; raise {key} or "
-                          "set num_gpu_blocks", key=key)
-    if cache.kv_cache_memory is not None or device.type == "cpu":  # gpu_memory_utilization's is bounded above
-        check_kv_cache_fits(int(blocks), block_bytes, kv_cache_size_key(cache, device), device, reserve_bytes)
-    return int(blocks)
+    blocks = planned_kv_blocks(cache, device.type, block_bytes)
+    if blocks is not None:  # gpu_memory_utilization's budget is bounded by what is free below
+        check_kv_cache_fits(blocks, block_bytes, kv_cache_size_key(cache, device), device, reserve_bytes)
+        return blocks
+    total = torch.cuda.get_device_properties(device).total_memory
+    allocated = torch.cuda.memory_allocated(device)
+    budget = int(total * cache.gpu_memory_utilization) - allocated - reserve_bytes
+    # other processes on this GPU (the engine's process beside tensor-parallel rank 0, another engine)
+    # and memory outside torch's allocator (CUDA context, NCCL) count too: never plan past what is free
+    available = available_bytes(device, reserve_bytes)
+    if available < budget:
+        free, _ = torch.cuda.mem_get_info(device)
+        logger.warning("KV cache: %.2f GiB of %s is in use outside this process's tensors; the cache gets "
+                       "%.2f GiB instead of the %.2f GiB gpu_memory_utilization %.2f allows",
+                       (total - free - torch.cuda.memory_reserved(device)) / 2**30, device, available / 2**30,
+                       budget / 2**30, cache.gpu_memory_utilization)
+        budget = available
+    return _blocks_in(budget, block_bytes, "gpu_memory_utilization")
 
 
 def check_kv_cache_holds_max_model_len(max_model_len: int, num_blocks: int, block_size: int, key: str) -> None:

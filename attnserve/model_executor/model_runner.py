@@ -35,7 +35,7 @@ from attnserve.model_executor.attention_selection import select_model_attention
 from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of
 from attnserve.model_executor.sampler import DeviceSample, Sampler
 from attnserve.models.registry import get_model_class
-from attnserve.platforms import detect_platform
+from attnserve.platforms import detect_platform, runtime_device
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +84,7 @@ class ModelRunner:
         self.hf_config = hf_config
         self.tp = tp
         self.platform = detect_platform(config.device)
-        self.device = torch.device("cpu" if self.platform.device_type == "cpu" else (
-            config.device if config.device.startswith("cuda") else "cuda"))
+        self.device = runtime_device(config.device)  # cuda:N, with its index: the KV-cache lines name the GPU
         # LLMEngine makes this same call before it loads anything (attention_selection.py): in its process this
         # one is answered from the selector's cache; a tensor-parallel worker judges again on its own device
         self.selector_config, self.attn_selection = select_model_attention(config, hf_config, tp.size)

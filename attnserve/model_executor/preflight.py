@@ -20,7 +20,7 @@ from attnserve.model_executor.kv_cache import (bytes_per_block, check_kv_cache_h
                                                kv_cache_torch_dtype, num_kv_blocks)
 from attnserve.model_executor.loader import complete_hf_config, max_model_len_of, read_hf_config, resolve_model
 from attnserve.models.registry import get_model_class
-from attnserve.platforms import check_runnable_device, detect_platform
+from attnserve.platforms import check_runnable_device, detect_platform, runtime_device
 
 
 def preflight(config: EngineConfig) -> None:
@@ -61,12 +61,20 @@ def check_kv_cache_budget(config: EngineConfig, hf_config, dtype: torch.dtype) -
     rank 0's KV cache (rank 0's block is the largest under tensor parallelism: uneven head splits give the first
     ranks one more); return the number of blocks. ``dtype`` is the model's (``resolve_dtype``'s). Skipped (None)
     when ``gpu_memory_utilization`` sizes the cache: that budget is the GPU's memory left once the weights are loaded."""
-    device = torch.device(detect_platform(config.device).device_type)
-    if kv_cache_size_key(config.cache, device) == "gpu_memory_utilization":
+    if kv_cache_size_key(config.cache, torch.device(detect_platform(config.device).device_type)) == "gpu_memory_utilization":
         return None
+    block_bytes = kv_block_bytes(config, hf_config, dtype)
+    # the device as the engine's runner holds it (cuda:1 for --device cuda:1): its free memory, its name in the line;
+    # reserve_bytes: gpu_memory_utilization's only
+    return num_kv_blocks(config.cache, runtime_device(config.device), block_bytes, reserve_bytes=0)
+
+
+def kv_block_bytes(config: EngineConfig, hf_config, dtype: torch.dtype) -> int:
+    """The bytes of one block of rank 0's KV cache (all layers, K and V; rank 0's is the largest under tensor
+    parallelism) for the model of ``hf_config`` in the model dtype ``dtype``. Raises the model registry's and
+    ``shard_heads``' ValueErrors (an architecture not supported, heads the ranks cannot split)."""
     tp = config.parallel.tensor_parallel_size
     dims = get_model_class(hf_config, tp).dims(hf_config)
     kv_heads = shard_heads(dims.num_heads, dims.num_kv_heads, tp, 0).num_kv_heads
-    block_bytes = bytes_per_block(dims.num_layers, config.cache.block_size, kv_heads, dims.head_size,
-                                  kv_cache_torch_dtype(config.cache.kv_cache_dtype, dtype))
-    return num_kv_blocks(config.cache, device, block_bytes, reserve_bytes=0)  # reserve_bytes: gpu_memory_utilization's only
+    return bytes_per_block(dims.num_layers, config.cache.block_size, kv_heads, dims.head_size,
+                           kv_cache_torch_dtype(config.cache.kv_cache_dtype, dtype))

@@ -65,4 +65,22 @@ def detect_platform(device: str = "auto") -> Platform:
     )
 
 
-__all__ = ["Platform", "check_runnable_device", "detect_platform", "is_simulated_device"]
+def runtime_device(device: str) -> "torch.device":
+    """The torch.device the engine runs on for the device setting ``device``, with its index, so that what names it
+    (the KV-cache lines) says which GPU: ``cpu``; ``cuda:N``; ``cuda`` and ``auto`` (with CUDA): the current CUDA
+    device, ``cuda:0`` unless this process chose another. Raises ValueError for a simulated GPU or a bad string
+    (:func:`check_runnable_device` says which first)."""
+    import torch
+
+    text = device.strip().lower()
+    if text == "cpu" or (text == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    m = _INDEXED.match(text)
+    if m is None and text != "auto":
+        raise ValueError(f"device {device!r} is not a device the engine runs on (allowed: auto, cpu, cuda, cuda:N)")
+    if m is not None and m.group(1) is not None:
+        return torch.device("cuda", int(m.group(1)))
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+__all__ = ["Platform", "check_runnable_device", "detect_platform", "is_simulated_device", "runtime_device"]

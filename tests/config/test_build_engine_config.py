@@ -85,9 +85,30 @@ def test_mutual_exclusion(ac):
     assert "attention_backend= 'FLASHINFER' conflicts with attention_config.backend" in str(e.value)
 
 
+def test_block_size_outside_the_sizes_is_refused():
+    """LLM(block_size=7) was accepted; vLLM's sizes (and 2, 4 for CPU) are, whatever the backend."""
+    with pytest.raises(ConfigError) as e:
+        build_engine_config(block_size=7)
+    assert (str(e.value), e.value.key) == (
+        "block_size 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)", "block_size")
+    assert build_engine_config(block_size=256).cache.block_size == 256
+
+
 def test_unknown_kwarg_did_you_mean():
     with pytest.raises(ConfigError, match=r"unknown engine argument 'blocksize' .*did you mean 'block_size'\?"):
         build_engine_config(blocksize=16)
+
+
+def test_unknown_kwarg_lists_and_suggests_vllm_names():
+    """vLLM's names that LLM takes (kv_cache_memory_bytes, num_gpu_blocks_override) are among the valid ones, next
+    to ours, and a near miss of one is suggested as written (was: ours only, 'did you mean 'kv_cache_memory'?')."""
+    with pytest.raises(ConfigError) as e:
+        build_engine_config(kv_cache_memory_byte=1 << 30)
+    msg = str(e.value)
+    assert ", num_gpu_blocks, num_gpu_blocks_override, kv_cache_memory, kv_cache_memory_bytes, " in msg
+    assert "(valid: tokenizer, " in msg and "'model'" not in msg and "attention_backend" not in msg
+    assert msg.endswith("enable_pdl); did you mean 'kv_cache_memory_bytes'?")
+    assert build_engine_config(num_gpu_blocks_override=7).cache.num_gpu_blocks == 7
 
 
 def test_unknown_attention_dict_key():

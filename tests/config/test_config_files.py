@@ -75,6 +75,9 @@ def test_an_empty_mapping_sets_nothing(tmp_path, name):
     "name, text, pattern",
     [
         ("c.yaml", "blok_size: 16\n", r"unknown key 'blok_size' in {p} .*did you mean 'block_size'\?"),
+        # vLLM's names are valid keys too, listed after ours, and suggested as written
+        ("c.yaml", "num_gpu_block_override: 16\n", r"unknown key 'num_gpu_block_override' in {p} \(valid: .*, num_gpu_blocks, "
+                   r"num_gpu_blocks_override, kv_cache_memory, kv_cache_memory_bytes, .*\); did you mean 'num_gpu_blocks_override'\?$"),
         ("c.yaml", "attention_config:\n  bakend: X\n", r"unknown attention_config field 'bakend' in {p} .*did you mean 'backend'\?"),
         ("c.yaml", "attention_config.bakend: X\n", r"unknown attention_config field 'bakend' in {p}"),
         ("c.yaml", "model: m\n  x: [1,\n", r"^{p}:2:4: malformed YAML: "),
@@ -82,7 +85,8 @@ def test_an_empty_mapping_sets_nothing(tmp_path, name):
         ("c.json", '{\n  "model": "m",\n  "block_size" 16\n}', r"^{p}:3:16: malformed JSON: Expecting ':' delimiter"),
         ("c.json", '{"model": "a", "model": "b"}', r"^{p}: duplicate key 'model'"),
         ("c.yaml", "model: a\nmodel: b\n", r"^{p}:2:1: malformed YAML: duplicate key 'model'"),
-        ("c.yaml", "block_size: 0\n", r"^{p}: block_size 0 not allowed \(allowed: integer >= 1\)"),
+        ("c.yaml", "block_size: 0\n", r"^{p}: block_size 0 not allowed \(allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256\)$"),
+        ("c.yaml", "block_size: 7\n", r"^{p}: block_size 7 not allowed \(allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256\)$"),
         ("c.yaml", "block_size: '16'\n", r"^{p}: block_size '16' not allowed"),
         ("c.yaml", "attention_config:\n  flash_attn_version: 5\n", r"^{p}: attention_config.flash_attn_version 5 not allowed"),
         ("c.yaml", "attention_config: FLASH_ATTN\n", r"attention_config in {p} must be an object"),
@@ -109,3 +113,54 @@ def test_mutual_exclusion_inside_a_file(tmp_path):
     p.write_text("attention_backend: FLASHINFER\nattention_config:\n  backend: FLASH_ATTN\n")
     with pytest.raises(ConfigError, match=rf"attention_backend in {p} 'FLASHINFER' conflicts with attention_config.backend in {p} 'FLASH_ATTN'"):
         resolve(file_settings(str(p)))
+
+
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        # a value is shown as the file writes it, not as Python does (was True, None, datetime.date(2024, 1, 1))
+        ("c.yaml", "dtype: true\n", "{p}: dtype true not allowed (allowed: auto, float32, float16, bfloat16, float, half)"),
+        ("c.yaml", "kv_cache_dtype: null\n", "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3)"),
+        ("c.yaml", "kv_cache_dtype: ~\n", "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3)"),
+        ("c.json", '{"enforce_eager": null}', "{p}: enforce_eager null not allowed (allowed: true, false)"),
+        ("c.yaml", "gpu_memory_utilization: 1000.0\n", "{p}: gpu_memory_utilization 1000.0 not allowed (allowed: number in (0, 1])"),
+        ("c.yaml", "block_size: [16, true]\n", "{p}: block_size [16, true] not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"),
+        ("c.yaml", "max_model_len: 2024-01-01\n", "{p}: max_model_len 2024-01-01 not allowed (allowed: integer >= 1, null)"),
+        ("c.yaml", "enforce_eager: 'true'\n", "{p}: enforce_eager 'true' not allowed (allowed: true, false)"),  # text stays quoted
+        ("c.yaml", "attention_backend: false\n", "{p}: attention_backend false not allowed (allowed: FLASH_ATTN, FLASHINFER, "
+                                                 "TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto, null)"),
+        ("c.yaml", "attention_config:\n  flash_attn_version: true\n",
+         "{p}: attention_config.flash_attn_version true not allowed (allowed: 2, 3, 4, null)"),
+        ("c.yaml", "attention_config: true\n", "attention_config in {p} must be an object of field names to values, got true"),
+        ("c.yaml", "attention_backend: null\nattention_config:\n  backend: FLASH_ATTN\n",
+         "attention_backend in {p} null conflicts with attention_config.backend in {p} 'FLASH_ATTN': they name different "
+         "backends; set the attention backend in one place"),
+    ],
+)
+def test_values_in_errors_are_spelled_as_in_the_file(tmp_path, name, text, message):
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        resolve(file_settings(str(p)))
+    assert str(e.value) == message.format(p=p)
+
+
+def test_unknown_keys_that_are_not_text_are_spelled_as_in_the_file(tmp_path):
+    for text, start in (("true: 1\n", "unknown key true in {p} (valid: model, "),
+                        ("attention_config:\n  null: 1\n", "unknown attention_config field null in {p} (valid: backend, ")):
+        p = tmp_path / "c.yaml"
+        p.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            resolve(file_settings(str(p)))
+        assert str(e.value).startswith(start.format(p=p)), str(e.value)
+
+
+def test_python_keywords_keep_python_spelling():
+    """LLM(dtype=True) is Python: True, None as written there."""
+    from attnserve.config.engine_args import build_engine_config
+
+    with pytest.raises(ConfigError) as e:
+        build_engine_config(enforce_eager=None)
+    assert str(e.value) == "enforce_eager None not allowed (allowed: true, false)" and e.value.key == "enforce_eager"
+    with pytest.raises(ConfigError, match=r"got True$"):
+        build_engine_config(attention_config=True)

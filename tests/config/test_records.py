@@ -13,8 +13,10 @@ from attnserve.config import CacheConfig, ConfigError, EngineConfig, ModelConfig
         (ModelConfig, "max_model_len", 0, "integer >= 1, null"),
         (ModelConfig, "model", 5, "string, null"),
         (ModelConfig, "seed", "1", "integer in [0, 18446744073709551615]"),
-        (CacheConfig, "block_size", 0, "integer >= 1"),
-        (CacheConfig, "block_size", 16.0, "integer >= 1"),
+        (CacheConfig, "block_size", 0, "1, 2, 4, 8, 16, 32, 64, 128, 256"),
+        (CacheConfig, "block_size", 16.0, "1, 2, 4, 8, 16, 32, 64, 128, 256"),
+        (CacheConfig, "block_size", 7, "1, 2, 4, 8, 16, 32, 64, 128, 256"),  # was accepted: no backend's size, nor vLLM's
+        (CacheConfig, "block_size", 512, "1, 2, 4, 8, 16, 32, 64, 128, 256"),
         (CacheConfig, "kv_cache_dtype", "int8", "auto, fp8, fp8_e4m3"),
         (CacheConfig, "gpu_memory_utilization", 1.5, "number in (0, 1]"),
         (CacheConfig, "num_gpu_blocks", -1, "integer >= 1, null"),

@@ -65,7 +65,9 @@ CASES = [
      "attnserve generate: error: argument --prompts-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at offset 10)"),
     (["generate", "--model", "/no/such/dir"], 2, f"attnserve generate: error: {NOT_FOUND}"),
     (["generate", "--block-size", "0"], 2,
-     "attnserve generate: error: argument --block-size: 0 not allowed (allowed: integer >= 1)"),
+     "attnserve generate: error: argument --block-size: 0 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"),
+    (["generate", "--block-size", "7"], 2,  # was accepted
+     "attnserve generate: error: argument --block-size: 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"),
     (["generate", "--attention-backend", "NOPE"], 2, "attnserve generate: error: argument --attention-backend: "
                                                      f"'NOPE': unknown attention backend (valid: {BACKENDS})"),
     (["generate", "-ac", "{bad"], 2, "attnserve generate: error: argument -ac: malformed JSON (line 1, column 2): "
@@ -158,6 +160,23 @@ CASES = [
      "attnserve serve: error: {tmp}/two_blocks.yaml: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
      "max_model_len 512, so not one request of max_model_len tokens fits; lower max_model_len to at most 32 or raise "
      "num_gpu_blocks"),
+    # config: the same check, the same line (was: exit 0, the config printed), when a flag or file gives the size;
+    # this machine's memory is not judged (a config may be for another machine)
+    (["config", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "2"], 2,
+     "attnserve config: error: argument --num-gpu-blocks: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
+     "max_model_len 512, so not one request of max_model_len tokens fits; lower --max-model-len to at most 32 or raise "
+     "--num-gpu-blocks"),
+    (["config", "{tiny}", "--device", "cpu", "--kv-cache-memory-bytes", "8K"], 2,
+     "attnserve config: error: argument --kv-cache-memory-bytes: the KV cache holds 16 tokens (1 block of 16), fewer "
+     "than max_model_len 512, so not one request of max_model_len tokens fits; lower --max-model-len to at most 16 or "
+     "raise --kv-cache-memory-bytes"),
+    (["config", "{tiny}", "--device", "cpu", "--config", "{tmp}/two_blocks.yaml"], 2,
+     "attnserve config: error: {tmp}/two_blocks.yaml: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
+     "max_model_len 512, so not one request of max_model_len tokens fits; lower max_model_len to at most 32 or raise "
+     "num_gpu_blocks"),
+    (["config", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10"], 2,
+     "attnserve config: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
+     "raise --kv-cache-memory or set --num-gpu-blocks"),
     (["serve", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8", "--port", "0"], 2,
      f"attnserve serve: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["serve", "a", "--model", "b"], 2,

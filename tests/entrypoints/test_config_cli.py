@@ -239,7 +239,8 @@ def test_help_comes_from_field_docstrings(capsys):
         (["-ac", '{"bakend": "X"}'], ["-ac", "'bakend'", "did you mean 'backend'?"]),
         (["-ac", "{bad"], ["-ac", "malformed JSON", "line 1, column 2"]),
         (["-ac", "[1]"], ["-ac", "must be an object"]),
-        (["--block-size", "0"], ["--block-size", "0", "integer >= 1"]),
+        (["--block-size", "0"], ["--block-size", "0", "1, 2, 4, 8, 16, 32, 64, 128, 256"]),
+        (["--block-size", "7"], ["argument --block-size: block_size 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"]),
         (["--block-size", "x"], ["--block-size", "'x'", "int"]),
         (["--gpu-memory-utilization", "2"], ["--gpu-memory-utilization", "2.0", "number in (0, 1]"]),
         (["--device", "tpu"], ["--device", "'tpu'", "cuda:N"]),
@@ -250,6 +251,11 @@ def test_help_comes_from_field_docstrings(capsys):
         (["a", "--model", "b"], ["argument --model: 'b'", "MODEL 'a'"]),
         (["--config", "/nonexistent/cfg.yaml"], ["cannot read config file", "/nonexistent/cfg.yaml"]),
         (["--attention-config.use_trtllm_attention", "yes"], ["use_trtllm_attention", "'yes'", "true, false, null"]),
+        # a JSON value as JSON writes it (was True, None)
+        (["-ac.flash_attn_version", "true"],
+         ["argument -ac.flash_attn_version: attention_config.flash_attn_version true not allowed (allowed: 2, 3, 4, null)"]),
+        (["-ac", '{"use_prefill_decode_attention": null}'],
+         ["argument -ac: attention_config.use_prefill_decode_attention null not allowed (allowed: true, false)"]),
     ],
 )
 def test_errors(argv, parts, capsys):
@@ -386,17 +392,18 @@ def test_vllm_names_and_sizes(flags, section, key, value, capsys):
 
 def test_vllm_names_in_files_and_python(tmp_path, capsys):
     p = tmp_path / "vllm.yaml"
-    p.write_text("num_gpu_blocks_override: 8\nkv-cache-memory-bytes: 2G\nmax_model_len: 4K\n")
+    p.write_text("num_gpu_blocks_override: 256\nkv-cache-memory-bytes: 2G\nmax_model_len: 4K\n")  # 256 x 16 = 4K tokens
     cfg = config(["--config", str(p)], capsys)
-    assert (cfg["cache"]["num_gpu_blocks"], cfg["cache"]["kv_cache_memory"], cfg["model"]["max_model_len"]) == (8, 2 << 30, 4096)
+    assert (cfg["cache"]["num_gpu_blocks"], cfg["cache"]["kv_cache_memory"], cfg["model"]["max_model_len"]) == (256, 2 << 30, 4096)
     cache = build_engine_config(num_gpu_blocks_override=3, kv_cache_memory_bytes=5).cache
     assert (cache.num_gpu_blocks, cache.kv_cache_memory) == (3, 5)
 
 
 def test_a_vllm_name_and_ours_later_wins(capsys):
-    assert config(["--num-gpu-blocks", "4", "--num-gpu-blocks-override", "9"], capsys)["cache"]["num_gpu_blocks"] == 9
-    rc, out, _ = run(["config", "--kv-cache-memory-bytes", "1K", "--explain"], capsys)
-    assert rc == 0 and any(line.split()[:3] == ["cache.kv_cache_memory", "1024", "command"]
+    # (4 blocks would not hold the default model's 8192 tokens: the value that wins is the one checked)
+    assert config(["--num-gpu-blocks", "4", "--num-gpu-blocks-override", "900"], capsys)["cache"]["num_gpu_blocks"] == 900
+    rc, out, _ = run(["config", "--kv-cache-memory-bytes", "1G", "--explain"], capsys)
+    assert rc == 0 and any(line.split()[:3] == ["cache.kv_cache_memory", "1073741824", "command"]
                            and line.endswith("(--kv-cache-memory-bytes)") for line in out.splitlines())
 
 
@@ -413,3 +420,20 @@ def test_max_model_len_is_checked_against_a_local_model_only(tiny_model_dir, cap
     assert rc == 0 and json.loads(out)["model"]["max_model_len"] == 4096
     assert err == ("attnserve config: note: max_model_len 4096 not checked against the model: model 'org/not-downloaded' "
                    "is not a local folder or file, and config downloads nothing\n")
+
+
+def test_a_kv_cache_size_is_checked_against_max_model_len_as_serve_checks_it(tiny_model_dir, capsys):
+    """The failing lines are in test_cli_errors.py (with serve's); here what passes, and what is only noted: a cache
+    that holds max_model_len exactly, a cache beyond this machine's memory (planned for another), a cache sized by
+    gpu_memory_utilization or the CPU default (no flag gives its size), a hub model (not downloaded)."""
+    tiny = tiny_model_dir("llama")  # max_position_embeddings 512; a block of 16 tokens is 8192 bytes in float32
+    capsys.readouterr()
+    for flags in (["--num-gpu-blocks", "32"], ["--num-gpu-blocks", "2", "--max-model-len", "32"],
+                  ["--kv-cache-memory", "256K"], ["--kv-cache-memory", "1T"], ["--device", "cuda:9.0", "--num-gpu-blocks", "32"],
+                  []):
+        rc, out, err = run(["config", tiny, "--device", "cpu", *flags], capsys)
+        assert (rc, err) == (0, ""), flags
+    rc, out, err = run(["config", "org/not-downloaded", "--num-gpu-blocks", "2"], capsys)
+    assert rc == 0 and json.loads(out)["cache"]["num_gpu_blocks"] == 2
+    assert err == ("attnserve config: note: KV cache (num_gpu_blocks 2) not checked against max_model_len: model "
+                   "'org/not-downloaded' is not a local folder or file, and config downloads nothing\n")

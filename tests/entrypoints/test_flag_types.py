@@ -80,8 +80,10 @@ def test_text_that_is_not_a_number_names_the_flag_and_what_is_allowed(argv, flag
     (["generate", "--gpu-memory-utilization", "x"],
      "attnserve generate: error: argument --gpu-memory-utilization: 'x' is not a number (allowed: number in (0, 1])"),
     (["serve", "--seed", "abc"], "attnserve serve: error: argument --seed: 'abc' is not an integer (allowed: integer in [0, 18446744073709551615])"),
+    (["bench", "attention", "--block-size", "7"],  # the engine's sizes (was accepted)
+     "attnserve bench attention: error: argument --block-size: 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"),
     (["serve", "--block-size", "1e3"],
-     "attnserve serve: error: argument --block-size: '1e3' is not an integer (allowed: integer >= 1)"),
+     "attnserve serve: error: argument --block-size: '1e3' is not an integer (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"),
     (["bench", "throughput", "--seed", "abc"], "attnserve bench throughput: error: argument --seed: 'abc' is not an integer (allowed: integer in [0, 18446744073709551615])"),
     # generate's sampling flags: SamplingParams' ranges (was "invalid int value: '1.5'", "invalid float value: 'x'")
     (["generate", "--max-tokens", "1.5"],

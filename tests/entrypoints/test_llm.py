@@ -58,11 +58,9 @@ def test_chat_output_carries_the_rendered_prompt(llm):
     assert out.prompt_token_ids == llm.tokenizer.encode(out.prompt, add_special_tokens=False)
 
 
-def test_chat_message_without_content_is_empty_content_as_in_the_server(llm):
-    (out,) = llm.chat([{"role": "user"}], GREEDY)
-    (ref,) = llm.chat([{"role": "user", "content": ""}], GREEDY)
-    assert out.prompt == ref.prompt == _rendered(llm, [{"role": "user", "content": ""}])
-    assert out.outputs[0].token_ids == ref.outputs[0].token_ids
+def test_chat_message_with_empty_content_is_that_empty_text(llm):
+    (out,) = llm.chat([{"role": "user", "content": ""}], GREEDY)
+    assert out.prompt == _rendered(llm, [{"role": "user", "content": ""}])
 
 
 def test_chat_text_parts_are_joined_as_in_the_server(llm):
@@ -74,15 +72,26 @@ def test_chat_text_parts_are_joined_as_in_the_server(llm):
 ROLES = "['system', 'developer', 'user', 'assistant', 'tool']"
 
 
+CONTENT = "a string or a list of {'type': 'text', 'text': str} parts"
+
+
 @pytest.mark.parametrize("messages, message", [
-    ([{"content": "Hi"}], f"messages[0] has no 'role' (allowed: one of {ROLES})"),
+    ([{"content": "Hi"}], f"messages[0].role missing (required: one of {ROLES})"),
     ([{"role": "user", "content": "Hi"}, {"role": "bot", "content": "x"}],
-     f"messages[1] role 'bot' not allowed (allowed: one of {ROLES})"),
-    ([{"role": "user", "content": 5}], "messages[0] content 5 not allowed (allowed: a string, None, or a list of "
-                                       "{'type': 'text', 'text': str} parts)"),
-    ([{"role": "user", "content": "Hi", "name": 3}], "messages[0] name 3 not allowed (allowed: a string or None)"),
+     f"messages[1].role 'bot' not allowed (allowed: one of {ROLES})"),
+    ([{"role": "user", "content": 5}], f"messages[0].content 5 not allowed (allowed: {CONTENT})"),
+    ([{"role": "user", "content": "Hi", "name": 3}], "messages[0].name 3 not allowed (allowed: a string or None)"),
     ([[{"role": "user", "content": "Hi"}], [{"role": "user", "content": [{"type": "image_url"}]}]],
-     "conversation 1: messages[0] content [{'type': 'image_url'}] not allowed"),
+     "conversation 1: messages[0].content [{'type': 'image_url'}] not allowed"),
+    # content is required whatever the role, as the server requires it (was read as "", a message never written);
+    # an assistant may go without it in OpenAI's API only with tool calls, which attnserve has not
+    ([{"role": "user"}], f"messages[0].content missing (required: {CONTENT})"),
+    ([{"role": "system", "content": "Be brief."}, {"role": "user"}], f"messages[1].content missing (required: {CONTENT})"),
+    ([{"role": "user", "content": "Hi"}, {"role": "assistant"}, {"role": "user", "content": "Hi"}],
+     f"messages[1].content missing (required: {CONTENT})"),
+    ([{"role": "user", "content": None}], f"messages[0].content None not allowed (allowed: {CONTENT})"),
+    ([[{"role": "user", "content": "Hi"}], [{"role": "user"}]],
+     f"conversation 1: messages[0].content missing (required: {CONTENT})"),
     ([[{"role": "user", "content": "Hi"}], []],
      "conversation 1: messages [] not allowed (allowed: a non-empty list of message dicts)"),
 ])
@@ -90,4 +99,12 @@ def test_bad_chat_messages_are_refused_up_front(llm, messages, message):
     with pytest.raises(ValueError) as e:
         llm.chat(messages, GREEDY)
     assert str(e.value).startswith(message)
+    assert not llm.engine.has_unfinished_requests()
+
+
+def test_chat_message_without_content_is_refused_naming_it(llm):
+    with pytest.raises(ValueError) as e:
+        llm.chat([{"role": "user", "content": "Hi"}, {"role": "assistant"}], GREEDY)
+    assert str(e.value) == ("messages[1].content missing (required: a string or a list of {'type': 'text', 'text': str} "
+                            "parts)")
     assert not llm.engine.has_unfinished_requests()

@@ -67,3 +67,42 @@ def test_a_cpu_cache_beyond_the_machines_memory_is_one_error():
                                          r"lower num_gpu_blocks$") as e:
         num_kv_blocks(CacheConfig(num_gpu_blocks=10**20), torch.device("cpu"), 1024, 0)
     assert e.value.key == "num_gpu_blocks"
+
+
+@pytest.mark.parametrize("device, cuda, expected", [
+    ("cpu", True, "cpu"), ("auto", False, "cpu"),
+    ("cuda", True, "cuda:1"), ("auto", True, "cuda:1"),  # the current device: 1 here (faked), 0 unless a process chose
+    ("cuda:3", True, "cuda:3"), (" CUDA:2 ", True, "cuda:2"),
+])
+def test_the_runtime_device_has_its_index(monkeypatch, device, cuda, expected):
+    """What the engine runs on, as the KV-cache lines name it: 'cuda:0', never a bare 'cuda'."""
+    from attnserve.platforms import runtime_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert str(runtime_device(device)) == expected
+
+
+@pytest.mark.parametrize("device", ["cuda:9.0", "tpu"])
+def test_no_runtime_device_for_a_simulated_gpu(device):
+    from attnserve.platforms import runtime_device
+
+    with pytest.raises(ValueError, match="is not a device the engine runs on"):
+        runtime_device(device)
+
+
+def test_serves_kv_cache_line_names_the_gpu_with_its_index(monkeypatch, tiny_model_dir):
+    """--device cuda: the line said 'of cuda memory available now'; the GPU is cuda:0."""
+    from attnserve.config import build_engine_config
+    from attnserve.model_executor import preflight
+    from attnserve.model_executor.loader import read_hf_config, resolve_model
+    from attnserve.platforms import Platform
+
+    config = build_engine_config(tiny_model_dir("llama"), device="cuda", num_gpu_blocks=4 * GiB // 8192)
+    monkeypatch.setattr(preflight, "detect_platform", lambda d: Platform("cuda", "fake", (9, 0)))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    fake_gpu(monkeypatch, total=100 * GiB, free=1 * GiB + 5, allocated=0, reserved=0)
+    with pytest.raises(ValueError) as e:  # the tiny Llama's block: 8192 bytes in float32, 4096 in bfloat16
+        preflight.check_kv_cache_budget(config, read_hf_config(resolve_model(config.model)), torch.float32)
+    assert str(e.value) == ("a KV cache of 524288 blocks (4.00 GiB) does not fit in the 1.00 GiB of cuda:0 memory "
+                            "available now (131072 blocks fit); lower num_gpu_blocks")

@@ -12,6 +12,7 @@ import json
 import math
 import sys
 
+from attnserve.config.cache import BLOCK_SIZES
 from attnserve.config.fields import range_words
 from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
 
@@ -129,7 +130,8 @@ def _add_attention(kinds) -> None:
     g.add_argument("--num-heads", type=positive_int, default=32, help="query heads (default 32)")
     g.add_argument("--num-kv-heads", type=positive_int, default=8, help="KV heads (default 8)")
     g.add_argument("--head-size", type=positive_int, default=128, help="default 128")
-    g.add_argument("--block-size", type=positive_int, default=16, help="KV-cache block size (default 16)")
+    g.add_argument("--block-size", type=checked(int, lambda v: v in BLOCK_SIZES, ", ".join(map(str, BLOCK_SIZES))),
+                   default=16, help="KV-cache block size, as the engine's --block-size takes it (default 16)")
     g.add_argument("--batch-size", type=positive_int, default=None,
                    help="decode requests (default 64 on GPU, 8 on CPU)")
     g.add_argument("--context-lens", type=positive_int, nargs="+", default=None, metavar="C",

@@ -5,9 +5,11 @@ which flag).
 
 A ``max_model_len`` that is set is checked against the model's ``max_position_embeddings``, as ``generate`` and
 ``serve`` check it, when the model's config is on this machine: the default model's when no model is given, a
-local folder's or .gguf file's. A hub id is not downloaded for it: the line on stderr says the value was not
-checked. Nothing else is judged against the model or this machine (``attnserve backends`` does that), so that a
-config can be planned for another machine.
+local folder's or .gguf file's. A KV cache that ``--num-gpu-blocks`` or ``--kv-cache-memory`` sizes is checked, as
+``serve`` checks it, against that model too: it must hold one request of max_model_len tokens (and its budget at
+least one block). A hub id is not downloaded for these checks: a line on stderr says what was not checked. Nothing
+else is judged against the model or this machine (``attnserve backends`` does that; nor is the KV cache judged
+against this machine's free memory), so that a config can be planned for another machine.
 """
 
 from __future__ import annotations
@@ -34,36 +36,96 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def check_max_model_len(config: EngineConfig) -> str | None:
-    """Raise the engine's ConfigError (keyed ``max_model_len``) for a max_model_len beyond the model's
-    ``max_position_embeddings`` when the model's config is local (the default model, a folder, a .gguf file); return
-    why it was not checked otherwise (a hub id: not downloaded here; a model that cannot be read), or None."""
-    from attnserve.model_executor.loader import complete_hf_config, max_model_len_of, read_hf_config, resolve_model
+def local_hf_config(config: EngineConfig) -> tuple[object | None, str | None]:
+    """The model's HF config, completed as the engine completes it, when it is on this machine (the default model, a
+    folder, a .gguf file): ``(hf_config, None)``; else ``(None, why)`` (a hub id: not downloaded here; a model that
+    cannot be read)."""
+    from attnserve.model_executor.loader import complete_hf_config, read_hf_config, resolve_model
 
     model = config.model.model
-    if config.model.max_model_len is None:
-        return None
     if model is not None and not os.path.exists(os.path.expanduser(model)):
-        return f"model {model!r} is not a local folder or file, and config downloads nothing"
+        return None, f"model {model!r} is not a local folder or file, and config downloads nothing"
     try:
         source = resolve_model(config.model)
         hf_config = read_hf_config(source)
         complete_hf_config(hf_config, source)  # a GPT-2 GGUF's context length is known only from its tensors
     except (OSError, ValueError) as e:  # no config.json, an unreadable file: generate reports it when it loads
-        return f"the model's config cannot be read ({' '.join(str(e).split())})"
-    max_model_len_of(config.model, hf_config)
+        return None, f"the model's config cannot be read ({' '.join(str(e).split())})"
+    return hf_config, None
+
+
+def _device_type(device: str) -> str:
+    """"cpu" or "cuda" for a device setting; ``auto``: this machine's, as the engine would run here."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cpu" if device == "cpu" else "cuda"
+
+
+def check_kv_cache(config: EngineConfig, hf_config) -> str | None:
+    """Raise ``serve``'s ConfigError (keyed to the KV-cache setting, for the flag to be named) when a KV cache sized
+    by ``num_gpu_blocks`` or ``kv_cache_memory`` holds fewer tokens than max_model_len (the model's
+    ``max_position_embeddings`` when unset), or when the ``kv_cache_memory`` budget holds no block of the model's.
+    Not judged: this machine's free memory, and a cache that ``gpu_memory_utilization`` or the CPU's default
+    sizes (no flag gives its size). Returns why it was not checked (the model's block size cannot be told: an
+    architecture not supported, heads the ranks cannot split), else None."""
+    from attnserve.model_executor.kv_cache import (check_kv_cache_holds_max_model_len, kv_cache_size_key,
+                                                   planned_kv_blocks)
+    from attnserve.model_executor.loader import max_model_len_of, resolve_dtype
+    from attnserve.model_executor.preflight import kv_block_bytes
+
+    import torch
+
+    cache = config.cache
+    if cache.num_gpu_blocks is None and cache.kv_cache_memory is None:
+        return None
+    device_type = _device_type(config.device)
+    try:  # the model's architecture and head split are judged by generate and serve, not here
+        block_bytes = kv_block_bytes(config, hf_config, resolve_dtype(config.model.dtype, hf_config, device_type))
+    except ValueError as e:
+        return " ".join(str(e).split())
+    blocks = planned_kv_blocks(cache, device_type, block_bytes)
+    assert blocks is not None  # a size is set
+    check_kv_cache_holds_max_model_len(max_model_len_of(config.model, hf_config), blocks, cache.block_size,
+                                       kv_cache_size_key(cache, torch.device(device_type)))
     return None
+
+
+def check_against_model(config: EngineConfig) -> list[str]:
+    """Judge the settings that the model bounds, as ``generate`` and ``serve`` judge them, when the model's config is
+    on this machine: a max_model_len beyond its ``max_position_embeddings`` (``max_model_len_of``), a KV cache sized
+    by a flag that cannot hold one request of max_model_len tokens (:func:`check_kv_cache`). Raises their
+    ConfigError; returns the notes for what could not be checked (no model config is read when nothing is set)."""
+    from attnserve.model_executor.loader import max_model_len_of
+
+    max_model_len, cache = config.model.max_model_len, config.cache
+    if max_model_len is None and cache.num_gpu_blocks is None and cache.kv_cache_memory is None:
+        return []
+    hf_config, why = local_hf_config(config)
+    notes = []
+    if max_model_len is not None:
+        if hf_config is None:
+            notes.append(f"max_model_len {max_model_len} not checked against the model: {why}")
+        else:
+            max_model_len_of(config.model, hf_config)
+    if cache.num_gpu_blocks is not None or cache.kv_cache_memory is not None:
+        unchecked = why if hf_config is None else check_kv_cache(config, hf_config)
+        what = (f"num_gpu_blocks {cache.num_gpu_blocks}" if cache.num_gpu_blocks is not None
+                else f"kv_cache_memory {cache.kv_cache_memory}")
+        if unchecked:
+            notes.append(f"KV cache ({what}) not checked against max_model_len: {unchecked}")
+    return notes
 
 
 def run(args: argparse.Namespace) -> int:
     resolved = resolve_engine_args(args)
     try:
-        unchecked = check_max_model_len(resolved.config)
-    except ValueError as e:  # the engine's ConfigError: one line naming the flag or file, exit 2 (as generate)
+        notes = check_against_model(resolved.config)
+    except ValueError as e:  # the engine's ConfigError: one line naming the flag or file, exit 2 (as serve)
         args._engine_arg_parser.error(error_line(args, getattr(e, "key", None), str(e)))
-    if unchecked:
-        print(f"attnserve config: note: max_model_len {resolved.config.model.max_model_len} not checked against the "
-              f"model: {unchecked}", file=sys.stderr)
+    for note in notes:
+        print(f"attnserve config: note: {note}", file=sys.stderr)
     if not args.explain:
         print(json.dumps(resolved.config.to_dict(), indent=2))
         return 0

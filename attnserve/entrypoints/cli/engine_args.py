@@ -219,8 +219,11 @@ def _add_flag(group: argparse._ArgumentGroup, arg: EngineArg) -> None:
     if base is bool:
         kwargs.update(nargs=0)
     else:
-        kwargs.update(choices=choices, type=_converter(base, optional, arg.allowed, arg.human_readable),
-                      metavar=None if choices else arg.name.upper())
+        # a number's choices (--block-size) are checked with its range when the config is built: ``argument
+        # --block-size: block_size 7 not allowed (allowed: ...)``, as every surface says it, not argparse's words
+        text = base is str and choices
+        kwargs.update(choices=choices if text else None, type=_converter(base, optional, arg.allowed, arg.human_readable),
+                      metavar=None if text else arg.name.upper())
     group.add_argument(flag, *(["--no-" + flag[2:]] if base is bool else []),
                        help=_help(f"{arg.doc} (default: {json.dumps(arg.default)})"), **kwargs)
     for alias in arg.aliases:  # vLLM's spelling: a flag of its own, so that an error names the one given

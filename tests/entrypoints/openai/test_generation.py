@@ -142,7 +142,7 @@ def test_metrics_parse(server, client, model_name):
 @pytest.mark.parametrize("content, as_text", [([{"type": "text", "text": "Hi"}, {"type": "text", "text": " there"}], "Hi there")])
 def test_chat_text_parts_render_as_llm_chat_does(client, model_name, default_tokenizer, content, as_text):
     # the server and LLM.chat share chat_utils.chat_messages: text parts are joined. (A message without content
-    # is a 400 on the server, test_value_errors; LLM.chat still reads it as "".)
+    # is a 400 on the server, test_value_errors; LLM.chat refuses it too, test_llm.)
     message = {"role": "user", "content": content}
     r = client.chat.completions.create(model=model_name, messages=[message], **GREEDY)
     text = default_tokenizer.apply_chat_template([{"role": "user", "content": as_text}], tokenize=False,
