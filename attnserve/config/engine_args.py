@@ -220,13 +220,14 @@ def _shown(s: Setting) -> str:
 
 def _located(e: ConfigError, s: Setting | None) -> ConfigError:
     """``e`` prefixed with where ``s`` was given (``argument --block-size``, ``cfg.yaml``), its value spelled as there
-    (:meth:`ConfigError.spelled`); a keyword's (no ``where``) as it is. A flag names the setting, so the message
-    drops its name (``argument --block-size: 0 not allowed``); a file does not (``cfg.yaml: block_size 0 not
-    allowed``)."""
+    (:meth:`ConfigError.spelled`); a keyword's (no ``where``) as it is. A flag of its own names the setting, so the
+    message drops its name (``argument --block-size: 0 not allowed``); a file, or a field inside ``-ac``'s JSON
+    (its label ``attention_config.X in -ac``), does not (``cfg.yaml: block_size 0 not allowed``)."""
     if s is None or not s.where:
         return e
     e = e.spelled()
-    message = without_name(str(e), e.key) if s.where.startswith("argument ") else str(e)
+    own_flag = s.where.startswith("argument ") and " in " not in s.label
+    message = without_name(str(e), e.key) if own_flag else str(e)
     return ConfigError(f"{s.where}: {message}", key=e.key, value=e.value)
 
 

@@ -240,7 +240,7 @@ def test_help_comes_from_field_docstrings(capsys):
         (["-ac", "{bad"], ["-ac", "malformed JSON", "line 1, column 2"]),
         (["-ac", "[1]"], ["-ac", "must be an object"]),
         (["--block-size", "0"], ["--block-size", "0", "1, 2, 4, 8, 16, 32, 64, 128, 256"]),
-        (["--block-size", "7"], ["argument --block-size: block_size 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"]),
+        (["--block-size", "7"], ["argument --block-size: 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"]),
         (["--block-size", "x"], ["--block-size", "'x'", "int"]),
         (["--gpu-memory-utilization", "2"], ["--gpu-memory-utilization", "2.0", "number in (0, 1]"]),
         (["--device", "tpu"], ["--device", "'tpu'", "cuda:N"]),
@@ -253,7 +253,7 @@ def test_help_comes_from_field_docstrings(capsys):
         (["--attention-config.use_trtllm_attention", "yes"], ["use_trtllm_attention", "'yes'", "true, false, null"]),
         # a JSON value as JSON writes it (was True, None)
         (["-ac.flash_attn_version", "true"],
-         ["argument -ac.flash_attn_version: attention_config.flash_attn_version true not allowed (allowed: 2, 3, 4, null)"]),
+         ["argument -ac.flash_attn_version: true not allowed (allowed: 2, 3, 4, null)"]),
         (["-ac", '{"use_prefill_decode_attention": null}'],
          ["argument -ac: attention_config.use_prefill_decode_attention null not allowed (allowed: true, false)"]),
     ],
