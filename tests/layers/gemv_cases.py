@@ -4,7 +4,9 @@
 loads the cases saved at IN, runs each through ``attnserve.layers.triton_gemv.gemv`` on CPU tensors and
 saves the results at OUT (plus the split-K counters after all cases: they must be back to zero). A SwiGLU
 case (``act="silu_mul"``: x is a gate/up output (M, 2K)) gives the pair (fused GEMV, the same config's plain
-GEMV of the ``silu_and_mul`` kernel's output).
+GEMV of the ``silu_and_mul`` kernel's output); a gate/up case (``out_act="silu_mul"``: the weight is
+``[gate; up]`` (2N, K)) gives the triple (fused GEMV, the same config's plain GEMV (M, 2N), the ``silu_and_mul``
+kernel of that plain output).
 """
 
 from __future__ import annotations
@@ -131,12 +133,53 @@ def make_silu_mul_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, 
     return cases
 
 
+# SwiGLU epilogue (the gate/up projection): (M, N, K) with the weight [gate; up] (2N, K) and y (M, N); N = 30
+# (not a multiple of a tile's 2..16 output columns but for the 2-row tile's 1) and N = 3 (less than one
+# tile's columns); K not a multiple of block_k (a masked step) or a multiple; M = 1, 3 (padded rows) and 17
+# (past the FMA path: tensor cores only, x tiles of 32 rows)
+SWIGLU_SHAPES = [(1, 30, 100), (1, 3, 64), (3, 30, 130), (3, 3, 48), (17, 30, 70), (17, 3, 96)]
+# FMA and tensor-core tiles, split-K 1 and 2; the default is resolved for the (2N, K) weight
+SWIGLU_CONFIGS = {
+    "default": None,
+    "fma-n2-k32": dict(block_n=2, block_k=32),
+    "fma-n8-k32-split2": dict(block_n=8, block_k=32, split_k=2),
+    "dot-n16-k32": dict(block_n=16, block_k=32, dot=True),
+    "dot-n32-k16-split2": dict(block_n=32, block_k=16, split_k=2, dot=True),
+}
+
+
+def make_swiglu_cases(device: str = "cpu", dtypes=("bf16", "fp32")) -> dict[str, dict]:
+    """``swiglu-...`` cases: x (M, K) scaled by 3 and the gate/up weight (2N, K) scaled by K^-1/2 (gate and
+    up of a few units: the silu's curved part and its tails), without and with a bias (2N,)."""
+    g = torch.Generator().manual_seed(2)
+
+    def randn(*shape, dt, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dt)
+
+    cases: dict[str, dict] = {}
+    for dname in dtypes:
+        dt = DTYPES[dname]
+        for m, n, k in SWIGLU_SHAPES:
+            for cname, cfg in SWIGLU_CONFIGS.items():
+                if m > 16 and cname.startswith("fma"):
+                    continue  # the FMA path takes <= 16 rows
+                for bias in (False, True):
+                    cases[f"swiglu-{m}x{n}x{k}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
+                        x=randn(m, k, dt=dt, scale=3.0), weight=randn(2 * n, k, dt=dt, scale=k**-0.5),
+                        bias=randn(2 * n, dt=dt) if bias else None, config=cfg, out_act="silu_mul")
+        for bias in (False, True):  # K = 0: no launch, the SwiGLU of the bias (of zeros without one)
+            cases[f"swiglu-2x3x0-fma-n2-k16-{'bias' if bias else 'nobias'}-{dname}"] = dict(
+                x=randn(2, 0, dt=dt), weight=randn(6, 0, dt=dt), bias=randn(6, dt=dt, scale=3.0) if bias else None,
+                config=dict(block_n=2, block_k=16), out_act="silu_mul")
+    return cases
+
+
 def run(case: dict, gemv) -> torch.Tensor:
     from attnserve.layers.triton_gemv import GemvConfig
 
     cfg = case["config"]
     return gemv(case["x"], case["weight"], case["bias"], None if cfg is None else GemvConfig(**cfg),
-                act=case.get("act", "none"))
+                act=case.get("act", "none"), out_act=case.get("out_act", "none"))
 
 
 def run_silu_mul_pair(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,6 +196,21 @@ def run_silu_mul_pair(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
         case = dict(case, config=dataclasses.asdict(cfg))
     plain = dict(case, x=triton_fused_ops.silu_and_mul(case["x"]), act="none")
     return run(case, triton_gemv.gemv), run(plain, triton_gemv.gemv)
+
+
+def run_swiglu_triple(case: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(the GEMV with the SwiGLU epilogue, the plain GEMV of the same config (M, 2N), the ``silu_and_mul``
+    kernel of that plain output). A case without a config takes ``default_config`` of the (2N, K) weight for
+    both (what ``gemv`` picks)."""
+    import dataclasses
+
+    from attnserve.layers import triton_fused_ops, triton_gemv
+
+    if case["config"] is None:
+        (m, k), n2 = case["x"].shape, case["weight"].shape[0]
+        case = dict(case, config=dataclasses.asdict(triton_gemv.default_config(n2, k, m, case["x"].element_size())))
+    plain = run(dict(case, out_act="none"), triton_gemv.gemv)
+    return run(case, triton_gemv.gemv), plain, triton_fused_ops.silu_and_mul(plain)
 
 
 # row counts sent through the layers of a plan that picks Triton at every bucket: two small buckets (3: the
@@ -270,7 +328,8 @@ def main(src: str, dst: str) -> None:
     from attnserve.layers import triton_gemv
 
     cases = torch.load(src)
-    out = {name: run_silu_mul_pair(case) if case.get("act") == "silu_mul" else run(case, triton_gemv.gemv)
+    out = {name: run_silu_mul_pair(case) if case.get("act") == "silu_mul" else
+           run_swiglu_triple(case) if case.get("out_act") == "silu_mul" else run(case, triton_gemv.gemv)
            for name, case in cases.items()}
     out["__counters__"] = triton_gemv.prepare("cpu").clone()
     out["__layers__"] = layer_outputs()
