@@ -324,6 +324,68 @@ def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[i
     return out
 
 
+def swiglu_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int], list[int]]]:
+    """``name -> (MLP output, reference, row counts the gate/up epilogue GEMV saw, row counts down's SwiGLU
+    prologue GEMV saw)`` for each layer's MLP of a tiny Llama (float32, MLP bias) and Qwen3 (bfloat16) after a
+    plan that picks the GEMV with the SwiGLU epilogue for gate/up at every bucket, the plain Triton GEMV (same
+    config) everywhere, and (set by hand: a measured plan keeps one of the two) down's SwiGLU prologue too.
+    Reference: 1, 3 and 40 rows, the ``silu_and_mul`` kernel of gate/up's plain GEMV (the bucket's config,
+    bitwise the epilogue's output), then down's plain GEMV; 65 rows, past the tables: the layers and
+    ``SiluAndMul``."""
+    import torch.nn.functional as F
+
+    from attnserve.layers import triton_fused_ops
+    from attnserve.layers.gemv_plan import DECODE_MS, MAX_ROWS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers
+    from attnserve.layers.triton_gemv import gemv
+    from attnserve.models.llama import LlamaForCausalLM
+    from attnserve.models.qwen import Qwen3ForCausalLM
+    from tests.models.tiny import tiny_config
+
+    out = {}
+    for arch, cls, dtype in (("llama", LlamaForCausalLM, torch.float32), ("qwen3", Qwen3ForCausalLM, torch.bfloat16)):
+        config = tiny_config(arch)
+        config.vocab_size = 300
+        config.mlp_bias = arch == "llama"
+        torch.manual_seed(0)
+        model = cls(config, lambda spec, i: torch.nn.Identity())
+        for p in model.parameters():
+            p.data.normal_(0.0, 0.1)
+        model.to(dtype)
+        cfg = bucket_config(32)
+        shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
+        gate_up = tuple(model.layers[0].mlp.gate_up_proj.weight.shape)
+        down = tuple(model.layers[0].mlp.down_proj.weight.shape)
+        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg(m), True) for n, k in shapes for m in DECODE_MS},
+                        silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg(m), True)
+                                  for m in DECODE_MS},
+                        swiglu={(*gate_up, m): SiluMulChoice(*gate_up, m, 2.0, "cuBLAS + silu_and_mul", 1.0, cfg(m),
+                                                             True) for m in DECODE_MS})
+        plan.apply(model)
+        for i, layer in enumerate(model.layers):
+            mlp = layer.mlp
+            seen_up: list[int] = []
+            seen_down: list[int] = []
+
+            def record(f, seen):
+                return None if f is None else lambda a, w, b: (seen.append(a.shape[0]), f(a, w, b))[1]
+
+            mlp.gate_up_proj.gemv_swiglu = tuple(record(f, seen_up) for f in mlp.gate_up_proj.gemv_swiglu)
+            mlp.down_proj.gemv_silu_mul = tuple(record(f, seen_down) for f in mlp.down_proj.gemv_silu_mul)
+            for rows in ROUTED_ROWS:
+                x = torch.randn(rows, config.hidden_size).to(dtype)
+                seen_up.clear()
+                seen_down.clear()
+                got = mlp(x)
+                if rows <= MAX_ROWS:
+                    up = mlp.gate_up_proj
+                    act = triton_fused_ops.silu_and_mul(gemv(x, up.weight, up.bias, cfg(bucket(rows))))
+                    want = gemv(act, mlp.down_proj.weight, mlp.down_proj.bias, cfg(bucket(rows)))
+                else:
+                    want = F.linear(mlp.act(mlp.gate_up_proj(x)), mlp.down_proj.weight, mlp.down_proj.bias)
+                out[f"{arch}.layers.{i}.mlp.rows{rows}"] = (got, want, list(seen_up), list(seen_down))
+    return out
+
+
 def main(src: str, dst: str) -> None:
     from attnserve.layers import triton_gemv
 
@@ -334,6 +396,7 @@ def main(src: str, dst: str) -> None:
     out["__counters__"] = triton_gemv.prepare("cpu").clone()
     out["__layers__"] = layer_outputs()
     out["__silu_mul_mlp__"] = silu_mul_mlp_outputs()
+    out["__swiglu_mlp__"] = swiglu_mlp_outputs()
     torch.save(out, dst)
 
 

@@ -183,6 +183,19 @@ def test_mlp_routes_decode_rows_through_the_fused_silu_mul_gemv_in_interpreter(i
         assert seen == ([rows] if rows <= 64 else []), (name, seen)
 
 
+def test_mlp_routes_decode_rows_through_the_gate_up_swiglu_epilogue_in_interpreter(interpreted):
+    """Each MLP of a tiny Llama (float32, MLP bias) and Qwen3 (bfloat16) with a plan that picks the gate/up
+    GEMV with the SwiGLU epilogue everywhere (and down's SwiGLU prologue as well): 1, 3 and 40 rows take the
+    epilogue, not the prologue, then down's plain GEMV (and equal the silu_and_mul kernel of gate/up's plain
+    GEMV, then down's, bit for bit); 65 rows take the layers and SiluAndMul."""
+    mlps = interpreted["__swiglu_mlp__"]
+    assert len(mlps) == 2 * 2 * 4
+    for name, (got, want, seen_up, seen_down) in mlps.items():
+        assert torch.equal(got, want), (name, float((got.float() - want.float()).abs().max()))
+        rows = int(name.rsplit("rows", 1)[1])
+        assert seen_up == ([rows] if rows <= 64 else []) and seen_down == [], (name, seen_up, seen_down)
+
+
 # ------------------------------------------------------------------------------------- launch choices
 def test_default_config_fills_the_gpu_and_keeps_whole_steps():
     """At least 2 programs per SM, unless K is split 16 ways or more, or (tensor cores) one more split would
