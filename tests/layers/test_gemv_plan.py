@@ -10,7 +10,7 @@ pytest.importorskip("triton")
 
 from attnserve.layers.gemv_plan import (  # noqa: E402
     DECODE_MS, MARGIN, MAX_ROWS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers, pick_fastest, plan_rows,
-    silu_mul_layers,
+    silu_mul_layers, swiglu_layers,
 )
 from attnserve.layers.gemv_tiles import candidate_configs, sweep_configs  # noqa: E402
 from attnserve.layers.triton_gemv import MAX_FMA_M, MAX_M, SMEM_BUDGET, GemvConfig, check_config  # noqa: E402
@@ -236,3 +236,109 @@ def test_mlp_without_a_plan_is_silu_and_mul_then_down():
     x = torch.randn(3, mlp.gate_up_proj.in_features)
     want = F.linear(silu_and_mul_torch(F.linear(x, mlp.gate_up_proj.weight)), mlp.down_proj.weight)
     assert torch.equal(mlp(x), want)
+
+
+# ------------------------------------------------------------------------------ SwiGLU in gate/up's epilogue
+def _swiglu_plan(n: int, k: int, use: dict[int, bool]) -> GemvPlan:
+    return GemvPlan({(n, k, m): GemvChoice(n, k, m, 10.0, 12.0, GemvConfig(16, 64), False) for m in use},
+                    swiglu={(n, k, m): SiluMulChoice(n, k, m, 12.0, "cuBLAS + silu_and_mul", 9.0,
+                                                     GemvConfig(16, 64 * m), u) for m, u in use.items()})
+
+
+def test_swiglu_table_maps_row_counts_to_epilogue_gemvs_of_the_next_bucket():
+    plan = _swiglu_plan(256, 64, {1: False, 2: True, 4: False, 8: True, 16: False, 32: True, 64: False})
+    table = plan.swiglu_table(256, 64)
+    assert len(table) == MAX_ROWS + 1 and table[0] is None
+    assert [f is not None for f in table[1:]] == ([False, True, False, False] + [True] * 4 + [False] * 8 + [True] * 16
+                                                   + [False] * 32)
+    assert table[2].keywords == dict(config=GemvConfig(16, 128), out_act="silu_mul")
+    assert table[5].keywords == table[8].keywords == dict(config=GemvConfig(16, 512), out_act="silu_mul")
+    assert table[17].keywords == dict(config=GemvConfig(16, 64 * 32), out_act="silu_mul")
+    from attnserve.layers.triton_gemv import gemv
+
+    assert table[2].func is gemv and not table[2].args
+    assert plan.table(256, 64) is None and plan.silu_mul_table(256, 64) is None  # the plain choices stay cuBLAS
+    assert plan.swiglu_table(128, 64) is None  # another shape
+    assert _swiglu_plan(256, 64, {m: False for m in DECODE_MS}).swiglu_table(256, 64) is None
+
+
+def test_swiglu_layers_are_the_mlp_gate_up_projections():
+    for arch in ("llama", "qwen3"):
+        model = _tiny(arch)
+        names = {id(m): n for n, m in model.named_modules()}
+        assert [names[id(m)] for m in swiglu_layers(model)] == [f"layers.{i}.mlp.gate_up_proj" for i in range(2)]
+        assert all(tuple(m.weight.shape) == (256, 64) for m in swiglu_layers(model))
+
+
+def test_apply_sets_the_epilogue_table_on_the_gate_up_projections_only(caplog):
+    """gate/up (256, 64) fuses at 1 and 2 rows: its table has those, every other layer has none (nor does the
+    down projection get a prologue table, no ``silu_mul`` entries), and the log counts both gate/up layers;
+    the MLP then computes exactly the epilogue GEMV, then down, for 2 rows (the table's functions are swapped
+    for PyTorch here, no Triton launch on CPU)."""
+    import logging
+
+    model = _tiny("llama")
+    shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
+    gate_up = tuple(model.layers[0].mlp.gate_up_proj.weight.shape)
+    assert gate_up == (256, 64)
+    plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 1.0, 2.0, GemvConfig(16, 64), False)
+                     for n, k in shapes for m in DECODE_MS},
+                    swiglu={(*gate_up, m): SiluMulChoice(*gate_up, m, 2.0, "cuBLAS + silu_and_mul", 1.0,
+                                                         GemvConfig(16, 64), m <= 2) for m in DECODE_MS})
+    with caplog.at_level(logging.INFO, logger="attnserve.layers.gemv_plan"):
+        plan.apply(model)
+    assert "0 of 9 linear layers use the Triton GEMV" in caplog.text
+    assert "2 of 4 SwiGLU layers and gate/up layers the fused SwiGLU GEMV" in caplog.text
+    for module, _ in gemv_layers(model):
+        assert module.gemv is None
+        assert getattr(module, "gemv_silu_mul", None) is None
+        if module in swiglu_layers(model):
+            assert [f is not None for f in module.gemv_swiglu] == [False, True, True] + [False] * 62
+            assert module.gemv_swiglu[1].keywords == dict(config=GemvConfig(16, 64), out_act="silu_mul")
+        else:
+            assert getattr(module, "gemv_swiglu", None) is None
+
+    import torch.nn.functional as F
+
+    from attnserve.layers.fused_ops import silu_and_mul_torch
+
+    for p in model.parameters():
+        p.data.normal_(0.0, 0.1)
+    mlp = model.layers[0].mlp
+    calls = []
+    epilogue = lambda x, w, b: (calls.append(x.shape[0]), silu_and_mul_torch(F.linear(x, w, b)) * 2)[1]  # noqa: E731
+    mlp.gate_up_proj.gemv_swiglu = tuple(None if f is None else epilogue for f in mlp.gate_up_proj.gemv_swiglu)
+    x = torch.randn(2, 64)
+    assert torch.equal(mlp(x), F.linear(silu_and_mul_torch(F.linear(x, mlp.gate_up_proj.weight)) * 2,
+                                        mlp.down_proj.weight))
+    assert calls == [2]
+    x = torch.randn(3, 64)  # the 4-row bucket: not fused
+    assert torch.equal(mlp(x), F.linear(silu_and_mul_torch(F.linear(x, mlp.gate_up_proj.weight)), mlp.down_proj.weight))
+    assert calls == [2]
+
+
+def test_summary_has_the_gate_up_section():
+    plan = _swiglu_plan(256, 64, {1: True, 2: False})
+    plan.swiglu[(256, 64, 4)] = SiluMulChoice(256, 64, 4, 12.0, "cuBLAS + silu_and_mul", None, None, False)
+    lines = plan.summary().splitlines()
+    at = lines.index("gate/up layers: the choice above + silu_and_mul vs the SwiGLU in the GEMV's epilogue")
+    assert lines[at + 1].split() == ["N", "K", "M", "unfused", "us", "fused", "us", "choice"]
+    assert lines[at + 2].split() == ["256", "64", "1", "12.00", "9.00", "fused", "fma", "n16", "k64", "s1", "w4",
+                                     "st2"]
+    assert lines[at + 3].split() == ["256", "64", "2", "12.00", "9.00", "cuBLAS", "+", "silu_and_mul"]
+    assert lines[at + 4].split() == ["256", "64", "4", "12.00", "-", "cuBLAS", "+", "silu_and_mul"]
+    assert len(lines) == at + 5
+    assert "gate/up layers" not in _plan(64, 128, {1: True}).summary()
+
+
+def test_swiglu_output_needs_two_equal_parts():
+    from attnserve.layers.linear import MergedColumnParallelLinear
+
+    with pytest.raises(ValueError, match=r"two equal parts \(gate, up\), got \[4, 5\]"):
+        MergedColumnParallelLinear(8, [4, 5], swiglu_output=True)
+    with pytest.raises(ValueError, match=r"got \[4, 4, 4\]"):
+        MergedColumnParallelLinear(8, [4, 4, 4], swiglu_output=True)
+    layer = MergedColumnParallelLinear(8, [4, 5])  # not a SwiGLU's gate/up: any parts
+    assert not layer.swiglu_output and layer.gemv_swiglu is None
+    layer = MergedColumnParallelLinear(8, [4, 4], swiglu_output=True)
+    assert layer.swiglu_output and layer.forward_swiglu(torch.zeros(1, 8)) is None  # no table: the caller's path
