@@ -3,6 +3,8 @@ reaches, and the switch being inert on CPU. (Measured plans and graphs with Trit
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -315,6 +317,76 @@ def test_apply_sets_the_epilogue_table_on_the_gate_up_projections_only(caplog):
     x = torch.randn(3, 64)  # the 4-row bucket: not fused
     assert torch.equal(mlp(x), F.linear(silu_and_mul_torch(F.linear(x, mlp.gate_up_proj.weight)), mlp.down_proj.weight))
     assert calls == [2]
+
+
+def _mlp_plan(gate_up_us: dict[str, float], down_us: dict[str, float], m: int = 4) -> GemvPlan:
+    """A plan of one MLP, gate/up (256, 64) and down (64, 128), at ``m`` rows, both ends fused: ``*_us``
+    'plain' (the layer's choice: Triton for gate/up, cuBLASLt for down, so ``_choice_us`` reads those
+    times) and 'fused' (its fused SwiGLU GEMV)."""
+    cfg = GemvConfig(16, 64)
+    return GemvPlan({(256, 64, m): GemvChoice(256, 64, m, 99.0, gate_up_us["plain"], cfg, True, 98.0, False),
+                     (64, 128, m): GemvChoice(64, 128, m, 99.0, 97.0, cfg, False, down_us["plain"], True)},
+                    silu_mul={(64, 128, m): SiluMulChoice(64, 128, m, 50.0, "cuBLASLt", down_us["fused"], cfg, True)},
+                    swiglu={(256, 64, m): SiluMulChoice(256, 64, m, 50.0, "triton + silu_and_mul", gate_up_us["fused"],
+                                                        cfg, True)})
+
+
+def test_one_swiglu_fusion_per_mlp_keeps_the_faster_end():
+    """epilogue: gate/up fused + down's choice; prologue: gate/up's choice + down fused; the slower end falls
+    back to unfused (a tie keeps the prologue), its other fields kept."""
+    # epilogue 5 + 4 = 9 < prologue 6 + 4 = 10: down's prologue goes
+    plan = _mlp_plan({"plain": 6.0, "fused": 5.0}, {"plain": 4.0, "fused": 4.0})
+    plan._one_swiglu_fusion_per_mlp()
+    assert plan.swiglu[(256, 64, 4)].use_fused and not plan.silu_mul[(64, 128, 4)].use_fused
+    assert plan.silu_mul[(64, 128, 4)] == SiluMulChoice(64, 128, 4, 50.0, "cuBLASLt", 4.0, GemvConfig(16, 64), False)
+    assert plan.silu_mul_table(64, 128) is None and plan.swiglu_table(256, 64)[3] is not None
+    # epilogue 5 + 4 = 9 > prologue 6 + 2.5 = 8.5: gate/up's epilogue goes
+    plan = _mlp_plan({"plain": 6.0, "fused": 5.0}, {"plain": 4.0, "fused": 2.5})
+    plan._one_swiglu_fusion_per_mlp()
+    assert not plan.swiglu[(256, 64, 4)].use_fused and plan.silu_mul[(64, 128, 4)].use_fused
+    assert plan.swiglu[(256, 64, 4)].fused_us == 5.0 and plan.swiglu[(256, 64, 4)].config == GemvConfig(16, 64)
+    assert plan.swiglu_table(256, 64) is None and plan.silu_mul_table(64, 128)[3] is not None
+    # a tie: 5 + 4 = 6 + 3
+    plan = _mlp_plan({"plain": 6.0, "fused": 5.0}, {"plain": 4.0, "fused": 3.0})
+    plan._one_swiglu_fusion_per_mlp()
+    assert not plan.swiglu[(256, 64, 4)].use_fused and plan.silu_mul[(64, 128, 4)].use_fused
+
+
+def test_one_swiglu_fusion_per_mlp_reads_each_layers_chosen_time():
+    """``_choice_us``: Triton's time where Triton was chosen, cuBLASLt's where it was, else cuBLAS's."""
+    cfg = GemvConfig(16, 64)
+    plan = GemvPlan({(1, 1, 1): GemvChoice(1, 1, 1, 9.0, 7.0, cfg, True, 8.0, False),
+                     (1, 1, 2): GemvChoice(1, 1, 2, 9.0, 7.0, cfg, False, 8.0, True),
+                     (1, 1, 4): GemvChoice(1, 1, 4, 9.0, 7.0, cfg, False, 8.0, False)})
+    assert [plan._choice_us(1, 1, m) for m in (1, 2, 4)] == [7.0, 8.0, 9.0]
+    # down on cuBLAS (9.0, not the unchosen Triton 1.0 or cuBLASLt 7.5): epilogue 5 + 9 = 14 > prologue 6 + 7 = 13
+    plan = _mlp_plan({"plain": 6.0, "fused": 5.0}, {"plain": 8.0, "fused": 7.0})
+    plan.choices[(64, 128, 4)] = GemvChoice(64, 128, 4, 9.0, 1.0, cfg, False, 7.5, False)
+    plan._one_swiglu_fusion_per_mlp()
+    assert not plan.swiglu[(256, 64, 4)].use_fused and plan.silu_mul[(64, 128, 4)].use_fused
+
+
+def test_one_swiglu_fusion_per_mlp_leaves_single_fusions_alone():
+    """Only one end fused at a row count, or the down layer of another shape: nothing changes."""
+    for ends in ((True, False), (False, True), (False, False)):
+        plan = _mlp_plan({"plain": 6.0, "fused": 1.0}, {"plain": 4.0, "fused": 1.0})
+        plan.swiglu[(256, 64, 4)] = replace(plan.swiglu[(256, 64, 4)], use_fused=ends[0])
+        plan.silu_mul[(64, 128, 4)] = replace(plan.silu_mul[(64, 128, 4)], use_fused=ends[1])
+        before = (dict(plan.swiglu), dict(plan.silu_mul))
+        plan._one_swiglu_fusion_per_mlp()
+        assert (plan.swiglu, plan.silu_mul) == before, ends
+    # both fused, but at different row counts (the epilogue at 4, the prologue at 8)
+    plan = _mlp_plan({"plain": 6.0, "fused": 1.0}, {"plain": 4.0, "fused": 1.0})
+    plan.silu_mul = {(64, 128, 8): replace(plan.silu_mul[(64, 128, 4)], m=8)}
+    plan.choices[(64, 128, 8)] = replace(plan.choices[(64, 128, 4)], m=8)
+    before = (dict(plan.swiglu), dict(plan.silu_mul))
+    plan._one_swiglu_fusion_per_mlp()
+    assert (plan.swiglu, plan.silu_mul) == before
+    # a down projection of another width (64, 96): not this gate/up's
+    plan = _mlp_plan({"plain": 6.0, "fused": 5.0}, {"plain": 4.0, "fused": 1.0})
+    plan.silu_mul = {(64, 96, 4): replace(plan.silu_mul[(64, 128, 4)], k=96)}
+    plan._one_swiglu_fusion_per_mlp()
+    assert plan.swiglu[(256, 64, 4)].use_fused and plan.silu_mul[(64, 96, 4)].use_fused
 
 
 def test_summary_has_the_gate_up_section():
