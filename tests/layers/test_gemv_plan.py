@@ -103,6 +103,30 @@ def test_tried_configs_are_valid_and_bounded(n, k):
             assert cfg.dot == (m > MAX_FMA_M), (m, cfg)
 
 
+def test_unsplit_wide_tile_is_a_candidate_past_16_rows_only(monkeypatch):
+    """``UNSPLIT_WIDE_TILE``: a 64-row tensor-core tile of 256-byte K steps (128 bfloat16, 64 float32; K's power
+    of 2 when shorter), no split, 4 warps, 4 stages, fitted like the others (the SwiGLU prologue halves its K
+    step at 64 rows), the last candidate past 16 rows; ``None`` leaves it out there and changes nothing up
+    to 16 rows."""
+    from attnserve.layers import gemv_tiles
+
+    shapes = [(6144, 1024), (1024, 3072), (28672, 4096), (151936, 1024)]
+    unsplit = GemvConfig(64, 128, 1, num_warps=4, num_stages=4, dot=True)
+    before = {}
+    for n, k in shapes:
+        for m in (*DECODE_MS, 24, 40):
+            before[(n, k, m)] = candidate_configs(n, k, m)
+            if m > MAX_FMA_M:
+                assert before[(n, k, m)][-1] == unsplit, (n, k, m)
+        assert candidate_configs(n, k, 64, elem_bytes=4)[-1] == GemvConfig(64, 64, 1, 4, 4, dot=True)
+        assert candidate_configs(n, k, 64, act="silu_mul")[-1] == GemvConfig(64, 64, 1, 4, 4, dot=True)
+    short_k = candidate_configs(100, 40, 24)  # K 40: the unsplit tile is the default's, tried once
+    assert short_k[0] == GemvConfig(64, 64, 1, 4, 4, dot=True) and len(set(short_k)) == len(short_k)
+    monkeypatch.setattr(gemv_tiles, "UNSPLIT_WIDE_TILE", None)
+    for (n, k, m), cands in before.items():
+        assert candidate_configs(n, k, m) == (cands[:-1] if m > MAX_FMA_M else cands), (n, k, m)
+
+
 # (linear shapes + LM head, the down projection, the gate/up projection) of the two models the plan is tuned on
 MODEL_SHAPES = {"llama-3.1-8b": (REAL_SHAPES[:5], (4096, 14336), (28672, 4096)),
                 "qwen3-0.6b": (REAL_SHAPES[5:], (1024, 3072), (6144, 1024))}
