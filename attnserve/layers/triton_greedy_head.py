@@ -67,7 +67,7 @@ def _dot_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, SWAP: tl.
     """One BLOCK_K step at column ``k`` of the (BLOCK_M, BLOCK_N) logits tile: ``SWAP`` (up to 32 rows) keeps it
     transposed, (BLOCK_N, BLOCK_M), with the weight tile as the MMA's M side (``triton_gemv``'s "swap AB")."""
     if SWAP:
-        acc = _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED, True, "tf32", "none", INTERPRET)
+        acc = _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED, True, "tf32", "none", False, INTERPRET)
     else:
         if MASKED:
             w = tl.load(w_ptrs + k, mask=k + k_offs < K, other=0.0)
@@ -115,7 +115,7 @@ def _head_tiles_kernel(
     if USE_PDL and EVEN_K and SWAP:  # the first weight tile before the wait (a weight is no kernel's output)
         w_first = tl.load(w_ptrs)
         pdl_wait(USE_PDL)
-        acc = _gemv_tile(acc, w_first, x_ptrs, 0, K, k_offs, False, True, "tf32", "none", INTERPRET)
+        acc = _gemv_tile(acc, w_first, x_ptrs, 0, K, k_offs, False, True, "tf32", "none", False, INTERPRET)
         k_lo = BLOCK_K
     else:
         pdl_wait(USE_PDL)

@@ -4,7 +4,9 @@
 loads the cases saved at IN, runs each through ``attnserve.layers.triton_gemv.gemv`` on CPU tensors and
 saves the results at OUT (plus the split-K counters after all cases: they must be back to zero). A SwiGLU
 case (``act="silu_mul"``: x is a gate/up output (M, 2K)) gives the pair (fused GEMV, the same config's plain
-GEMV of the ``silu_and_mul`` kernel's output).
+GEMV of the ``silu_and_mul`` kernel's output); a gate/up case (``out_act="silu_mul"``: the weight is
+``[gate; up]`` (2N, K)) gives the triple (fused GEMV, the same config's plain GEMV (M, 2N), the ``silu_and_mul``
+kernel of that plain output).
 """
 
 from __future__ import annotations
@@ -131,12 +133,53 @@ def make_silu_mul_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, 
     return cases
 
 
+# SwiGLU epilogue (the gate/up projection): (M, N, K) with the weight [gate; up] (2N, K) and y (M, N); N = 30
+# (not a multiple of a tile's 2..16 output columns but for the 2-row tile's 1) and N = 3 (less than one
+# tile's columns); K not a multiple of block_k (a masked step) or a multiple; M = 1, 3 (padded rows) and 17
+# (past the FMA path: tensor cores only, x tiles of 32 rows)
+SWIGLU_SHAPES = [(1, 30, 100), (1, 3, 64), (3, 30, 130), (3, 3, 48), (17, 30, 70), (17, 3, 96)]
+# FMA and tensor-core tiles, split-K 1 and 2; the default is resolved for the (2N, K) weight
+SWIGLU_CONFIGS = {
+    "default": None,
+    "fma-n2-k32": dict(block_n=2, block_k=32),
+    "fma-n8-k32-split2": dict(block_n=8, block_k=32, split_k=2),
+    "dot-n16-k32": dict(block_n=16, block_k=32, dot=True),
+    "dot-n32-k16-split2": dict(block_n=32, block_k=16, split_k=2, dot=True),
+}
+
+
+def make_swiglu_cases(device: str = "cpu", dtypes=("bf16", "fp32")) -> dict[str, dict]:
+    """``swiglu-...`` cases: x (M, K) scaled by 3 and the gate/up weight (2N, K) scaled by K^-1/2 (gate and
+    up of a few units: the silu's curved part and its tails), without and with a bias (2N,)."""
+    g = torch.Generator().manual_seed(2)
+
+    def randn(*shape, dt, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dt)
+
+    cases: dict[str, dict] = {}
+    for dname in dtypes:
+        dt = DTYPES[dname]
+        for m, n, k in SWIGLU_SHAPES:
+            for cname, cfg in SWIGLU_CONFIGS.items():
+                if m > 16 and cname.startswith("fma"):
+                    continue  # the FMA path takes <= 16 rows
+                for bias in (False, True):
+                    cases[f"swiglu-{m}x{n}x{k}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
+                        x=randn(m, k, dt=dt, scale=3.0), weight=randn(2 * n, k, dt=dt, scale=k**-0.5),
+                        bias=randn(2 * n, dt=dt) if bias else None, config=cfg, out_act="silu_mul")
+        for bias in (False, True):  # K = 0: no launch, the SwiGLU of the bias (of zeros without one)
+            cases[f"swiglu-2x3x0-fma-n2-k16-{'bias' if bias else 'nobias'}-{dname}"] = dict(
+                x=randn(2, 0, dt=dt), weight=randn(6, 0, dt=dt), bias=randn(6, dt=dt, scale=3.0) if bias else None,
+                config=dict(block_n=2, block_k=16), out_act="silu_mul")
+    return cases
+
+
 def run(case: dict, gemv) -> torch.Tensor:
     from attnserve.layers.triton_gemv import GemvConfig
 
     cfg = case["config"]
     return gemv(case["x"], case["weight"], case["bias"], None if cfg is None else GemvConfig(**cfg),
-                act=case.get("act", "none"))
+                act=case.get("act", "none"), out_act=case.get("out_act", "none"))
 
 
 def run_silu_mul_pair(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,6 +196,21 @@ def run_silu_mul_pair(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
         case = dict(case, config=dataclasses.asdict(cfg))
     plain = dict(case, x=triton_fused_ops.silu_and_mul(case["x"]), act="none")
     return run(case, triton_gemv.gemv), run(plain, triton_gemv.gemv)
+
+
+def run_swiglu_triple(case: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(the GEMV with the SwiGLU epilogue, the plain GEMV of the same config (M, 2N), the ``silu_and_mul``
+    kernel of that plain output). A case without a config takes ``default_config`` of the (2N, K) weight for
+    both (what ``gemv`` picks)."""
+    import dataclasses
+
+    from attnserve.layers import triton_fused_ops, triton_gemv
+
+    if case["config"] is None:
+        (m, k), n2 = case["x"].shape, case["weight"].shape[0]
+        case = dict(case, config=dataclasses.asdict(triton_gemv.default_config(n2, k, m, case["x"].element_size())))
+    plain = run(dict(case, out_act="none"), triton_gemv.gemv)
+    return run(case, triton_gemv.gemv), plain, triton_fused_ops.silu_and_mul(plain)
 
 
 # row counts sent through the layers of a plan that picks Triton at every bucket: two small buckets (3: the
@@ -266,15 +324,79 @@ def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[i
     return out
 
 
+def swiglu_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int], list[int]]]:
+    """``name -> (MLP output, reference, row counts the gate/up epilogue GEMV saw, row counts down's SwiGLU
+    prologue GEMV saw)`` for each layer's MLP of a tiny Llama (float32, MLP bias) and Qwen3 (bfloat16) after a
+    plan that picks the GEMV with the SwiGLU epilogue for gate/up at every bucket, the plain Triton GEMV (same
+    config) everywhere, and (set by hand: a measured plan keeps one of the two) down's SwiGLU prologue too.
+    Reference: 1, 3 and 40 rows, the ``silu_and_mul`` kernel of gate/up's plain GEMV (the bucket's config,
+    bitwise the epilogue's output), then down's plain GEMV; 65 rows, past the tables: the layers and
+    ``SiluAndMul``."""
+    import torch.nn.functional as F
+
+    from attnserve.layers import triton_fused_ops
+    from attnserve.layers.gemv_plan import DECODE_MS, MAX_ROWS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers
+    from attnserve.layers.triton_gemv import gemv
+    from attnserve.models.llama import LlamaForCausalLM
+    from attnserve.models.qwen import Qwen3ForCausalLM
+    from tests.models.tiny import tiny_config
+
+    out = {}
+    for arch, cls, dtype in (("llama", LlamaForCausalLM, torch.float32), ("qwen3", Qwen3ForCausalLM, torch.bfloat16)):
+        config = tiny_config(arch)
+        config.vocab_size = 300
+        config.mlp_bias = arch == "llama"
+        torch.manual_seed(0)
+        model = cls(config, lambda spec, i: torch.nn.Identity())
+        for p in model.parameters():
+            p.data.normal_(0.0, 0.1)
+        model.to(dtype)
+        cfg = bucket_config(32)
+        shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
+        gate_up = tuple(model.layers[0].mlp.gate_up_proj.weight.shape)
+        down = tuple(model.layers[0].mlp.down_proj.weight.shape)
+        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg(m), True) for n, k in shapes for m in DECODE_MS},
+                        silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg(m), True)
+                                  for m in DECODE_MS},
+                        swiglu={(*gate_up, m): SiluMulChoice(*gate_up, m, 2.0, "cuBLAS + silu_and_mul", 1.0, cfg(m),
+                                                             True) for m in DECODE_MS})
+        plan.apply(model)
+        for i, layer in enumerate(model.layers):
+            mlp = layer.mlp
+            seen_up: list[int] = []
+            seen_down: list[int] = []
+
+            def record(f, seen):
+                return None if f is None else lambda a, w, b: (seen.append(a.shape[0]), f(a, w, b))[1]
+
+            mlp.gate_up_proj.gemv_swiglu = tuple(record(f, seen_up) for f in mlp.gate_up_proj.gemv_swiglu)
+            mlp.down_proj.gemv_silu_mul = tuple(record(f, seen_down) for f in mlp.down_proj.gemv_silu_mul)
+            for rows in ROUTED_ROWS:
+                x = torch.randn(rows, config.hidden_size).to(dtype)
+                seen_up.clear()
+                seen_down.clear()
+                got = mlp(x)
+                if rows <= MAX_ROWS:
+                    up = mlp.gate_up_proj
+                    act = triton_fused_ops.silu_and_mul(gemv(x, up.weight, up.bias, cfg(bucket(rows))))
+                    want = gemv(act, mlp.down_proj.weight, mlp.down_proj.bias, cfg(bucket(rows)))
+                else:
+                    want = F.linear(mlp.act(mlp.gate_up_proj(x)), mlp.down_proj.weight, mlp.down_proj.bias)
+                out[f"{arch}.layers.{i}.mlp.rows{rows}"] = (got, want, list(seen_up), list(seen_down))
+    return out
+
+
 def main(src: str, dst: str) -> None:
     from attnserve.layers import triton_gemv
 
     cases = torch.load(src)
-    out = {name: run_silu_mul_pair(case) if case.get("act") == "silu_mul" else run(case, triton_gemv.gemv)
+    out = {name: run_silu_mul_pair(case) if case.get("act") == "silu_mul" else
+           run_swiglu_triple(case) if case.get("out_act") == "silu_mul" else run(case, triton_gemv.gemv)
            for name, case in cases.items()}
     out["__counters__"] = triton_gemv.prepare("cpu").clone()
     out["__layers__"] = layer_outputs()
     out["__silu_mul_mlp__"] = silu_mul_mlp_outputs()
+    out["__swiglu_mlp__"] = swiglu_mlp_outputs()
     torch.save(out, dst)
 
 

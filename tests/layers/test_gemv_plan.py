@@ -3,6 +3,8 @@ reaches, and the switch being inert on CPU. (Measured plans and graphs with Trit
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -10,7 +12,7 @@ pytest.importorskip("triton")
 
 from attnserve.layers.gemv_plan import (  # noqa: E402
     DECODE_MS, MARGIN, MAX_ROWS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers, pick_fastest, plan_rows,
-    silu_mul_layers,
+    silu_mul_layers, swiglu_layers,
 )
 from attnserve.layers.gemv_tiles import candidate_configs, sweep_configs  # noqa: E402
 from attnserve.layers.triton_gemv import MAX_FMA_M, MAX_M, SMEM_BUDGET, GemvConfig, check_config  # noqa: E402
@@ -99,6 +101,30 @@ def test_tried_configs_are_valid_and_bounded(n, k):
             check_config(cfg, m, torch.float32)
             # float32 stays on FMAs (an IEEE float32 dot is slow) while the FMA path takes the rows
             assert cfg.dot == (m > MAX_FMA_M), (m, cfg)
+
+
+def test_unsplit_wide_tile_is_a_candidate_past_16_rows_only(monkeypatch):
+    """``UNSPLIT_WIDE_TILE``: a 64-row tensor-core tile of 256-byte K steps (128 bfloat16, 64 float32; K's power
+    of 2 when shorter), no split, 4 warps, 4 stages, fitted like the others (the SwiGLU prologue halves its K
+    step at 64 rows), the last candidate past 16 rows; ``None`` leaves it out there and changes nothing up
+    to 16 rows."""
+    from attnserve.layers import gemv_tiles
+
+    shapes = [(6144, 1024), (1024, 3072), (28672, 4096), (151936, 1024)]
+    unsplit = GemvConfig(64, 128, 1, num_warps=4, num_stages=4, dot=True)
+    before = {}
+    for n, k in shapes:
+        for m in (*DECODE_MS, 24, 40):
+            before[(n, k, m)] = candidate_configs(n, k, m)
+            if m > MAX_FMA_M:
+                assert before[(n, k, m)][-1] == unsplit, (n, k, m)
+        assert candidate_configs(n, k, 64, elem_bytes=4)[-1] == GemvConfig(64, 64, 1, 4, 4, dot=True)
+        assert candidate_configs(n, k, 64, act="silu_mul")[-1] == GemvConfig(64, 64, 1, 4, 4, dot=True)
+    short_k = candidate_configs(100, 40, 24)  # K 40: the unsplit tile is the default's, tried once
+    assert short_k[0] == GemvConfig(64, 64, 1, 4, 4, dot=True) and len(set(short_k)) == len(short_k)
+    monkeypatch.setattr(gemv_tiles, "UNSPLIT_WIDE_TILE", None)
+    for (n, k, m), cands in before.items():
+        assert candidate_configs(n, k, m) == (cands[:-1] if m > MAX_FMA_M else cands), (n, k, m)
 
 
 # (linear shapes + LM head, the down projection, the gate/up projection) of the two models the plan is tuned on
@@ -236,3 +262,179 @@ def test_mlp_without_a_plan_is_silu_and_mul_then_down():
     x = torch.randn(3, mlp.gate_up_proj.in_features)
     want = F.linear(silu_and_mul_torch(F.linear(x, mlp.gate_up_proj.weight)), mlp.down_proj.weight)
     assert torch.equal(mlp(x), want)
+
+
+# ------------------------------------------------------------------------------ SwiGLU in gate/up's epilogue
+def _swiglu_plan(n: int, k: int, use: dict[int, bool]) -> GemvPlan:
+    return GemvPlan({(n, k, m): GemvChoice(n, k, m, 10.0, 12.0, GemvConfig(16, 64), False) for m in use},
+                    swiglu={(n, k, m): SiluMulChoice(n, k, m, 12.0, "cuBLAS + silu_and_mul", 9.0,
+                                                     GemvConfig(16, 64 * m), u) for m, u in use.items()})
+
+
+def test_swiglu_table_maps_row_counts_to_epilogue_gemvs_of_the_next_bucket():
+    plan = _swiglu_plan(256, 64, {1: False, 2: True, 4: False, 8: True, 16: False, 32: True, 64: False})
+    table = plan.swiglu_table(256, 64)
+    assert len(table) == MAX_ROWS + 1 and table[0] is None
+    assert [f is not None for f in table[1:]] == ([False, True, False, False] + [True] * 4 + [False] * 8 + [True] * 16
+                                                   + [False] * 32)
+    assert table[2].keywords == dict(config=GemvConfig(16, 128), out_act="silu_mul")
+    assert table[5].keywords == table[8].keywords == dict(config=GemvConfig(16, 512), out_act="silu_mul")
+    assert table[17].keywords == dict(config=GemvConfig(16, 64 * 32), out_act="silu_mul")
+    from attnserve.layers.triton_gemv import gemv
+
+    assert table[2].func is gemv and not table[2].args
+    assert plan.table(256, 64) is None and plan.silu_mul_table(256, 64) is None  # the plain choices stay cuBLAS
+    assert plan.swiglu_table(128, 64) is None  # another shape
+    assert _swiglu_plan(256, 64, {m: False for m in DECODE_MS}).swiglu_table(256, 64) is None
+
+
+def test_swiglu_layers_are_the_mlp_gate_up_projections():
+    for arch in ("llama", "qwen3"):
+        model = _tiny(arch)
+        names = {id(m): n for n, m in model.named_modules()}
+        assert [names[id(m)] for m in swiglu_layers(model)] == [f"layers.{i}.mlp.gate_up_proj" for i in range(2)]
+        assert all(tuple(m.weight.shape) == (256, 64) for m in swiglu_layers(model))
+
+
+def test_apply_sets_the_epilogue_table_on_the_gate_up_projections_only(caplog):
+    """gate/up (256, 64) fuses at 1 and 2 rows: its table has those, every other layer has none (nor does the
+    down projection get a prologue table, no ``silu_mul`` entries), and the log counts both gate/up layers;
+    the MLP then computes exactly the epilogue GEMV, then down, for 2 rows (the table's functions are swapped
+    for PyTorch here, no Triton launch on CPU)."""
+    import logging
+
+    model = _tiny("llama")
+    shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
+    gate_up = tuple(model.layers[0].mlp.gate_up_proj.weight.shape)
+    assert gate_up == (256, 64)
+    plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 1.0, 2.0, GemvConfig(16, 64), False)
+                     for n, k in shapes for m in DECODE_MS},
+                    swiglu={(*gate_up, m): SiluMulChoice(*gate_up, m, 2.0, "cuBLAS + silu_and_mul", 1.0,
+                                                         GemvConfig(16, 64), m <= 2) for m in DECODE_MS})
+    with caplog.at_level(logging.INFO, logger="attnserve.layers.gemv_plan"):
+        plan.apply(model)
+    assert "0 of 9 linear layers use the Triton GEMV" in caplog.text
+    assert "2 of 4 SwiGLU layers and gate/up layers the fused SwiGLU GEMV" in caplog.text
+    for module, _ in gemv_layers(model):
+        assert module.gemv is None
+        assert getattr(module, "gemv_silu_mul", None) is None
+        if module in swiglu_layers(model):
+            assert [f is not None for f in module.gemv_swiglu] == [False, True, True] + [False] * 62
+            assert module.gemv_swiglu[1].keywords == dict(config=GemvConfig(16, 64), out_act="silu_mul")
+        else:
+            assert getattr(module, "gemv_swiglu", None) is None
+
+    import torch.nn.functional as F
+
+    from attnserve.layers.fused_ops import silu_and_mul_torch
+
+    for p in model.parameters():
+        p.data.normal_(0.0, 0.1)
+    mlp = model.layers[0].mlp
+    calls = []
+    epilogue = lambda x, w, b: (calls.append(x.shape[0]), silu_and_mul_torch(F.linear(x, w, b)) * 2)[1]  # noqa: E731
+    mlp.gate_up_proj.gemv_swiglu = tuple(None if f is None else epilogue for f in mlp.gate_up_proj.gemv_swiglu)
+    x = torch.randn(2, 64)
+    assert torch.equal(mlp(x), F.linear(silu_and_mul_torch(F.linear(x, mlp.gate_up_proj.weight)) * 2,
+                                        mlp.down_proj.weight))
+    assert calls == [2]
+    x = torch.randn(3, 64)  # the 4-row bucket: not fused
+    assert torch.equal(mlp(x), F.linear(silu_and_mul_torch(F.linear(x, mlp.gate_up_proj.weight)), mlp.down_proj.weight))
+    assert calls == [2]
+
+
+def _mlp_plan(gate_up_us: dict[str, float], down_us: dict[str, float], m: int = 4) -> GemvPlan:
+    """A plan of one MLP, gate/up (256, 64) and down (64, 128), at ``m`` rows, both ends fused: ``*_us``
+    'plain' (the layer's choice: Triton for gate/up, cuBLASLt for down, so ``_choice_us`` reads those
+    times) and 'fused' (its fused SwiGLU GEMV)."""
+    cfg = GemvConfig(16, 64)
+    return GemvPlan({(256, 64, m): GemvChoice(256, 64, m, 99.0, gate_up_us["plain"], cfg, True, 98.0, False),
+                     (64, 128, m): GemvChoice(64, 128, m, 99.0, 97.0, cfg, False, down_us["plain"], True)},
+                    silu_mul={(64, 128, m): SiluMulChoice(64, 128, m, 50.0, "cuBLASLt", down_us["fused"], cfg, True)},
+                    swiglu={(256, 64, m): SiluMulChoice(256, 64, m, 50.0, "triton + silu_and_mul", gate_up_us["fused"],
+                                                        cfg, True)})
+
+
+def test_one_swiglu_fusion_per_mlp_keeps_the_faster_end():
+    """epilogue: gate/up fused + down's choice; prologue: gate/up's choice + down fused; the slower end falls
+    back to unfused (a tie keeps the prologue), its other fields kept."""
+    # epilogue 5 + 4 = 9 < prologue 6 + 4 = 10: down's prologue goes
+    plan = _mlp_plan({"plain": 6.0, "fused": 5.0}, {"plain": 4.0, "fused": 4.0})
+    plan._one_swiglu_fusion_per_mlp()
+    assert plan.swiglu[(256, 64, 4)].use_fused and not plan.silu_mul[(64, 128, 4)].use_fused
+    assert plan.silu_mul[(64, 128, 4)] == SiluMulChoice(64, 128, 4, 50.0, "cuBLASLt", 4.0, GemvConfig(16, 64), False)
+    assert plan.silu_mul_table(64, 128) is None and plan.swiglu_table(256, 64)[3] is not None
+    # epilogue 5 + 4 = 9 > prologue 6 + 2.5 = 8.5: gate/up's epilogue goes
+    plan = _mlp_plan({"plain": 6.0, "fused": 5.0}, {"plain": 4.0, "fused": 2.5})
+    plan._one_swiglu_fusion_per_mlp()
+    assert not plan.swiglu[(256, 64, 4)].use_fused and plan.silu_mul[(64, 128, 4)].use_fused
+    assert plan.swiglu[(256, 64, 4)].fused_us == 5.0 and plan.swiglu[(256, 64, 4)].config == GemvConfig(16, 64)
+    assert plan.swiglu_table(256, 64) is None and plan.silu_mul_table(64, 128)[3] is not None
+    # a tie: 5 + 4 = 6 + 3
+    plan = _mlp_plan({"plain": 6.0, "fused": 5.0}, {"plain": 4.0, "fused": 3.0})
+    plan._one_swiglu_fusion_per_mlp()
+    assert not plan.swiglu[(256, 64, 4)].use_fused and plan.silu_mul[(64, 128, 4)].use_fused
+
+
+def test_one_swiglu_fusion_per_mlp_reads_each_layers_chosen_time():
+    """``_choice_us``: Triton's time where Triton was chosen, cuBLASLt's where it was, else cuBLAS's."""
+    cfg = GemvConfig(16, 64)
+    plan = GemvPlan({(1, 1, 1): GemvChoice(1, 1, 1, 9.0, 7.0, cfg, True, 8.0, False),
+                     (1, 1, 2): GemvChoice(1, 1, 2, 9.0, 7.0, cfg, False, 8.0, True),
+                     (1, 1, 4): GemvChoice(1, 1, 4, 9.0, 7.0, cfg, False, 8.0, False)})
+    assert [plan._choice_us(1, 1, m) for m in (1, 2, 4)] == [7.0, 8.0, 9.0]
+    # down on cuBLAS (9.0, not the unchosen Triton 1.0 or cuBLASLt 7.5): epilogue 5 + 9 = 14 > prologue 6 + 7 = 13
+    plan = _mlp_plan({"plain": 6.0, "fused": 5.0}, {"plain": 8.0, "fused": 7.0})
+    plan.choices[(64, 128, 4)] = GemvChoice(64, 128, 4, 9.0, 1.0, cfg, False, 7.5, False)
+    plan._one_swiglu_fusion_per_mlp()
+    assert not plan.swiglu[(256, 64, 4)].use_fused and plan.silu_mul[(64, 128, 4)].use_fused
+
+
+def test_one_swiglu_fusion_per_mlp_leaves_single_fusions_alone():
+    """Only one end fused at a row count, or the down layer of another shape: nothing changes."""
+    for ends in ((True, False), (False, True), (False, False)):
+        plan = _mlp_plan({"plain": 6.0, "fused": 1.0}, {"plain": 4.0, "fused": 1.0})
+        plan.swiglu[(256, 64, 4)] = replace(plan.swiglu[(256, 64, 4)], use_fused=ends[0])
+        plan.silu_mul[(64, 128, 4)] = replace(plan.silu_mul[(64, 128, 4)], use_fused=ends[1])
+        before = (dict(plan.swiglu), dict(plan.silu_mul))
+        plan._one_swiglu_fusion_per_mlp()
+        assert (plan.swiglu, plan.silu_mul) == before, ends
+    # both fused, but at different row counts (the epilogue at 4, the prologue at 8)
+    plan = _mlp_plan({"plain": 6.0, "fused": 1.0}, {"plain": 4.0, "fused": 1.0})
+    plan.silu_mul = {(64, 128, 8): replace(plan.silu_mul[(64, 128, 4)], m=8)}
+    plan.choices[(64, 128, 8)] = replace(plan.choices[(64, 128, 4)], m=8)
+    before = (dict(plan.swiglu), dict(plan.silu_mul))
+    plan._one_swiglu_fusion_per_mlp()
+    assert (plan.swiglu, plan.silu_mul) == before
+    # a down projection of another width (64, 96): not this gate/up's
+    plan = _mlp_plan({"plain": 6.0, "fused": 5.0}, {"plain": 4.0, "fused": 1.0})
+    plan.silu_mul = {(64, 96, 4): replace(plan.silu_mul[(64, 128, 4)], k=96)}
+    plan._one_swiglu_fusion_per_mlp()
+    assert plan.swiglu[(256, 64, 4)].use_fused and plan.silu_mul[(64, 96, 4)].use_fused
+
+
+def test_summary_has_the_gate_up_section():
+    plan = _swiglu_plan(256, 64, {1: True, 2: False})
+    plan.swiglu[(256, 64, 4)] = SiluMulChoice(256, 64, 4, 12.0, "cuBLAS + silu_and_mul", None, None, False)
+    lines = plan.summary().splitlines()
+    at = lines.index("gate/up layers: the choice above + silu_and_mul vs the SwiGLU in the GEMV's epilogue")
+    assert lines[at + 1].split() == ["N", "K", "M", "unfused", "us", "fused", "us", "choice"]
+    assert lines[at + 2].split() == ["256", "64", "1", "12.00", "9.00", "fused", "fma", "n16", "k64", "s1", "w4",
+                                     "st2"]
+    assert lines[at + 3].split() == ["256", "64", "2", "12.00", "9.00", "cuBLAS", "+", "silu_and_mul"]
+    assert lines[at + 4].split() == ["256", "64", "4", "12.00", "-", "cuBLAS", "+", "silu_and_mul"]
+    assert len(lines) == at + 5
+    assert "gate/up layers" not in _plan(64, 128, {1: True}).summary()
+
+
+def test_swiglu_output_needs_two_equal_parts():
+    from attnserve.layers.linear import MergedColumnParallelLinear
+
+    with pytest.raises(ValueError, match=r"two equal parts \(gate, up\), got \[4, 5\]"):
+        MergedColumnParallelLinear(8, [4, 5], swiglu_output=True)
+    with pytest.raises(ValueError, match=r"got \[4, 4, 4\]"):
+        MergedColumnParallelLinear(8, [4, 4, 4], swiglu_output=True)
+    layer = MergedColumnParallelLinear(8, [4, 5])  # not a SwiGLU's gate/up: any parts
+    assert not layer.swiglu_output and layer.gemv_swiglu is None
+    layer = MergedColumnParallelLinear(8, [4, 4], swiglu_output=True)
+    assert layer.swiglu_output and layer.forward_swiglu(torch.zeros(1, 8)) is None  # no table: the caller's path

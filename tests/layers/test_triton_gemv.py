@@ -16,10 +16,11 @@ import torch.nn.functional as F
 
 from tests.helpers import run_cases_in_triton_interpreter
 from attnserve.layers.fused_ops import silu_and_mul_torch
-from tests.layers.gemv_cases import make_cases, make_silu_mul_cases, run
+from tests.layers.gemv_cases import make_cases, make_silu_mul_cases, make_swiglu_cases, run
 
 CASES = make_cases()
 SILU_MUL_CASES = make_silu_mul_cases()
+SWIGLU_CASES = make_swiglu_cases()
 
 
 def exact(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
@@ -49,7 +50,7 @@ def assert_case(name: str, case: dict, got: torch.Tensor) -> None:
 def interpreted(tmp_path_factory) -> dict:
     """Every case's result, run in one subprocess under the Triton interpreter."""
     pytest.importorskip("triton")
-    return run_cases_in_triton_interpreter("tests.layers.gemv_cases", {**CASES, **SILU_MUL_CASES},
+    return run_cases_in_triton_interpreter("tests.layers.gemv_cases", {**CASES, **SILU_MUL_CASES, **SWIGLU_CASES},
                                            tmp_path_factory.mktemp("gemv"))
 
 
@@ -74,6 +75,48 @@ def test_silu_mul_gemv_matches_silu_and_mul_then_gemv_in_interpreter(name, inter
     assert_silu_mul_case(name, SILU_MUL_CASES[name], *interpreted[name])
 
 
+def assert_swiglu_close(name: str, got: torch.Tensor, want: torch.Tensor, gate_up: torch.Tensor, ulps: int) -> None:
+    """``got`` and ``want`` (M, N) are both ``silu(gate) * up`` of gate/up outputs within ``ulps`` ulp of each
+    other, ``gate_up`` (M, 2N) one of them: a gate and an up off by ``ulps * eps`` of their magnitude, then
+    the silu and the product each rounded once on either side, so elementwise within
+    ``ulps * eps * (|gate * silu'(gate)| + 2 |silu(gate)|) * |up|`` (the first term the silu's condition
+    number: large where the gate is very negative and the output tiny), plus the GEMV's float32 summation
+    slack of 1e-5 of the output's largest magnitude. float32 outputs: within 1e-5 of the largest magnitude
+    (as :func:`assert_close`)."""
+    assert got.shape == want.shape, (name, got.shape, want.shape)
+    err = (got.double() - want.double()).abs()
+    scale = float(want.double().abs().max().clamp_min(1e-30))
+    if got.dtype == torch.float32:
+        assert float(err.max()) / scale <= 1e-5, f"{name}: relative error {float(err.max()) / scale:.2e}"
+        return
+    g, u = gate_up.double().chunk(2, dim=-1)
+    sig = torch.sigmoid(g)
+    d_silu = sig * (1 + g * (1 - sig))
+    bound = ulps * torch.finfo(got.dtype).eps * ((g * d_silu).abs() + 2 * (g * sig).abs()) * u.abs() + 1e-5 * scale
+    worst = float((err / bound).max())
+    assert worst <= 1, f"{name}: {worst:.2f} x the bound, {int((err > bound).sum())} of {got.numel()} outputs"
+
+
+@pytest.mark.parametrize("name", list(SWIGLU_CASES))
+def test_swiglu_epilogue_gemv_matches_gemv_then_silu_and_mul_in_interpreter(name, interpreted):
+    """``out_act="silu_mul"``: (M, N) bit for bit the ``silu_and_mul`` kernel of the plain GEMV (same config) of
+    the (2N, K) weight, and close to the SwiGLU of ``F.linear(x, weight, bias)``: within 1 ulp of gate/up of
+    the float64 one (the plain GEMV's 1 ulp of the exactly rounded result), within 2 of ``silu_and_mul`` of
+    ``F.linear`` in the dtype; the plain GEMV itself within the GEMV tolerances of ``F.linear``."""
+    case = SWIGLU_CASES[name]
+    x, w, b = case["x"], case["weight"], case["bias"]
+    fused, plain, unfused = interpreted[name]
+    assert fused.dtype == x.dtype and fused.shape == (x.shape[0], w.shape[0] // 2), (name, fused.dtype, fused.shape)
+    assert torch.equal(fused, unfused), (
+        f"{name}: fused != GEMV + silu_and_mul in {int((fused != unfused).sum())} of {fused.numel()} outputs, "
+        f"max |diff| {float((fused.float() - unfused.float()).abs().max()):.3g}")
+    assert_case(name + " plain", case, plain)
+    exact_gate_up = F.linear(x.double(), w.double(), None if b is None else b.double())
+    assert_swiglu_close(name + " vs exact", fused, silu_and_mul_torch(exact_gate_up), exact_gate_up, ulps=1)
+    gate_up = F.linear(x, w, b)
+    assert_swiglu_close(name + " vs F.linear", fused, silu_and_mul_torch(gate_up), gate_up, ulps=2)
+
+
 def test_silu_mul_gemv_refuses_a_plain_width_x():
     pytest.importorskip("triton")
     from attnserve.layers.triton_gemv import gemv
@@ -83,6 +126,31 @@ def test_silu_mul_gemv_refuses_a_plain_width_x():
         gemv(x, w, act="silu_mul")  # x must be (M, 2K)
     with pytest.raises(ValueError, match="act"):
         gemv(torch.zeros(1, 16), w, act="gelu_mul")
+
+
+def test_swiglu_epilogue_refuses_bad_arguments():
+    """Each refused before a launch: an unknown out_act, a prologue and an epilogue at once, an odd number
+    of gate/up rows, a tile of one weight row (no gate / up halves)."""
+    pytest.importorskip("triton")
+    from attnserve.layers.triton_gemv import GemvConfig, gemv
+
+    x, w = torch.zeros(1, 8), torch.zeros(6, 8)
+    with pytest.raises(ValueError, match="out_act must be one of"):
+        gemv(x, w, out_act="gelu_mul")
+    with pytest.raises(ValueError, match="prologue or epilogue, not both"):
+        gemv(torch.zeros(1, 16), w, act="silu_mul", out_act="silu_mul")
+    with pytest.raises(ValueError, match="even row count, got 5"):
+        gemv(x, torch.zeros(5, 8), out_act="silu_mul")
+    with pytest.raises(ValueError, match="block_n >= 2"):
+        gemv(x, w, config=GemvConfig(block_n=1, block_k=16), out_act="silu_mul")
+
+
+def test_swiglu_epilogue_of_no_rows_is_empty():
+    pytest.importorskip("triton")
+    from attnserve.layers.triton_gemv import GemvConfig, gemv
+
+    got = gemv(torch.zeros(0, 8), torch.zeros(6, 8), None, GemvConfig(block_n=2, block_k=16), out_act="silu_mul")
+    assert got.shape == (0, 3)
 
 
 def test_split_k_counters_are_reset_after_every_launch(interpreted):
@@ -113,6 +181,19 @@ def test_mlp_routes_decode_rows_through_the_fused_silu_mul_gemv_in_interpreter(i
         assert torch.equal(got, want), (name, float((got.float() - want.float()).abs().max()))
         rows = int(name.rsplit("rows", 1)[1])
         assert seen == ([rows] if rows <= 64 else []), (name, seen)
+
+
+def test_mlp_routes_decode_rows_through_the_gate_up_swiglu_epilogue_in_interpreter(interpreted):
+    """Each MLP of a tiny Llama (float32, MLP bias) and Qwen3 (bfloat16) with a plan that picks the gate/up
+    GEMV with the SwiGLU epilogue everywhere (and down's SwiGLU prologue as well): 1, 3 and 40 rows take the
+    epilogue, not the prologue, then down's plain GEMV (and equal the silu_and_mul kernel of gate/up's plain
+    GEMV, then down's, bit for bit); 65 rows take the layers and SiluAndMul."""
+    mlps = interpreted["__swiglu_mlp__"]
+    assert len(mlps) == 2 * 2 * 4
+    for name, (got, want, seen_up, seen_down) in mlps.items():
+        assert torch.equal(got, want), (name, float((got.float() - want.float()).abs().max()))
+        rows = int(name.rsplit("rows", 1)[1])
+        assert seen_up == ([rows] if rows <= 64 else []) and seen_down == [], (name, seen_up, seen_down)
 
 
 # ------------------------------------------------------------------------------------- launch choices
