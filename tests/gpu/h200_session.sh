@@ -592,6 +592,13 @@ job_s12c() {  # session 12, last (g1, g2 staged): the GEMV's GPU tests (plain an
     tests/layers/test_triton_gemv.py -k "not interpreter" 2>&1 | tail -6
   bench lat_qwen_s12c $QWEN_LAT
 }
+job_s12e() {  # session 12, final code (g1, g2 staged; a new machine start): the fused greedy head's GPU tests (its
+  # calls into the GEMV's tile functions were broken by the epilogue's new argument until d6fa9b2), then the
+  # Qwen3-0.6B latency
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 100 python3 -m pytest -q -p no:cacheprovider --tb=short -rf tests/gpu/test_greedy_head_gpu.py 2>&1 | tail -4
+  bench lat_qwen_s12e $QWEN_LAT
+}
 
 pids=()
 for j in "$@"; do
