@@ -270,22 +270,15 @@ def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
-def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int]]]:
-    """``name -> (MLP output, reference, row counts the fused GEMV saw)`` for each layer's MLP of a tiny
-    Llama (float32, MLP bias) and Qwen3 (bfloat16) after a plan that picks the fused SwiGLU GEMV at every
-    bucket and the plain Triton GEMV (same config) everywhere. Reference: 1, 3 and 40 rows, the plain GEMV
-    (the bucket's config) of the ``silu_and_mul`` kernel's output (bitwise the same); 65 rows, past the
-    tables: ``SiluAndMul`` then ``F.linear``."""
-    import torch.nn.functional as F
-
-    from attnserve.layers import triton_fused_ops
-    from attnserve.layers.gemv_plan import DECODE_MS, MAX_ROWS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers
-    from attnserve.layers.triton_gemv import gemv
+def _tiny_mlp_models(cfg, epilogue: bool):
+    """(arch, model, dtype) of a tiny Llama (float32, MLP bias) and Qwen3 (bfloat16) after a plan that picks the plain
+    Triton GEMV with ``cfg(bucket)`` everywhere and the down projection's SwiGLU prologue GEMV at every bucket;
+    with ``epilogue`` the gate/up GEMV with the SwiGLU epilogue too (set by hand: a measured plan keeps one)."""
+    from attnserve.layers.gemv_plan import DECODE_MS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers
     from attnserve.models.llama import LlamaForCausalLM
     from attnserve.models.qwen import Qwen3ForCausalLM
     from tests.models.tiny import tiny_config
 
-    out = {}
     for arch, cls, dtype in (("llama", LlamaForCausalLM, torch.float32), ("qwen3", Qwen3ForCausalLM, torch.bfloat16)):
         config = tiny_config(arch)
         config.vocab_size = 300
@@ -295,13 +288,32 @@ def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[i
         for p in model.parameters():
             p.data.normal_(0.0, 0.1)
         model.to(dtype)
-        cfg = bucket_config(32)
         shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
+        gate_up = tuple(model.layers[0].mlp.gate_up_proj.weight.shape)
         down = tuple(model.layers[0].mlp.down_proj.weight.shape)
-        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg(m), True) for n, k in shapes for m in DECODE_MS},
-                        silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg(m), True)
-                                  for m in DECODE_MS})
-        plan.apply(model)
+        swiglu = {(*gate_up, m): SiluMulChoice(*gate_up, m, 2.0, "cuBLAS + silu_and_mul", 1.0, cfg(m), True)
+                  for m in DECODE_MS} if epilogue else {}
+        GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg(m), True) for n, k in shapes for m in DECODE_MS},
+                 silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg(m), True) for m in DECODE_MS},
+                 swiglu=swiglu).apply(model)
+        yield arch, model, dtype
+
+
+def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int]]]:
+    """``name -> (MLP output, reference, row counts the fused GEMV saw)`` for each layer's MLP of a tiny
+    Llama (float32, MLP bias) and Qwen3 (bfloat16) after a plan that picks the fused SwiGLU GEMV at every
+    bucket and the plain Triton GEMV (same config) everywhere. Reference: 1, 3 and 40 rows, the plain GEMV
+    (the bucket's config) of the ``silu_and_mul`` kernel's output (bitwise the same); 65 rows, past the
+    tables: ``SiluAndMul`` then ``F.linear``."""
+    import torch.nn.functional as F
+
+    from attnserve.layers import triton_fused_ops
+    from attnserve.layers.gemv_plan import MAX_ROWS
+    from attnserve.layers.triton_gemv import gemv
+
+    out = {}
+    cfg = bucket_config(32)
+    for arch, model, dtype in _tiny_mlp_models(cfg, epilogue=False):
         for i, layer in enumerate(model.layers):
             mlp = layer.mlp
             seen: list[int] = []
@@ -311,7 +323,7 @@ def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[i
 
             mlp.down_proj.gemv_silu_mul = tuple(record(f) for f in mlp.down_proj.gemv_silu_mul)
             for rows in ROUTED_ROWS:
-                x = torch.randn(rows, config.hidden_size).to(dtype)
+                x = torch.randn(rows, model.config.hidden_size).to(dtype)
                 seen.clear()
                 got = mlp(x)
                 gate_up = mlp.gate_up_proj(x)
@@ -335,32 +347,12 @@ def swiglu_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int
     import torch.nn.functional as F
 
     from attnserve.layers import triton_fused_ops
-    from attnserve.layers.gemv_plan import DECODE_MS, MAX_ROWS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers
+    from attnserve.layers.gemv_plan import MAX_ROWS
     from attnserve.layers.triton_gemv import gemv
-    from attnserve.models.llama import LlamaForCausalLM
-    from attnserve.models.qwen import Qwen3ForCausalLM
-    from tests.models.tiny import tiny_config
 
     out = {}
-    for arch, cls, dtype in (("llama", LlamaForCausalLM, torch.float32), ("qwen3", Qwen3ForCausalLM, torch.bfloat16)):
-        config = tiny_config(arch)
-        config.vocab_size = 300
-        config.mlp_bias = arch == "llama"
-        torch.manual_seed(0)
-        model = cls(config, lambda spec, i: torch.nn.Identity())
-        for p in model.parameters():
-            p.data.normal_(0.0, 0.1)
-        model.to(dtype)
-        cfg = bucket_config(32)
-        shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
-        gate_up = tuple(model.layers[0].mlp.gate_up_proj.weight.shape)
-        down = tuple(model.layers[0].mlp.down_proj.weight.shape)
-        plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg(m), True) for n, k in shapes for m in DECODE_MS},
-                        silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg(m), True)
-                                  for m in DECODE_MS},
-                        swiglu={(*gate_up, m): SiluMulChoice(*gate_up, m, 2.0, "cuBLAS + silu_and_mul", 1.0, cfg(m),
-                                                             True) for m in DECODE_MS})
-        plan.apply(model)
+    cfg = bucket_config(32)
+    for arch, model, dtype in _tiny_mlp_models(cfg, epilogue=True):
         for i, layer in enumerate(model.layers):
             mlp = layer.mlp
             seen_up: list[int] = []
@@ -372,7 +364,7 @@ def swiglu_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int
             mlp.gate_up_proj.gemv_swiglu = tuple(record(f, seen_up) for f in mlp.gate_up_proj.gemv_swiglu)
             mlp.down_proj.gemv_silu_mul = tuple(record(f, seen_down) for f in mlp.down_proj.gemv_silu_mul)
             for rows in ROUTED_ROWS:
-                x = torch.randn(rows, config.hidden_size).to(dtype)
+                x = torch.randn(rows, model.config.hidden_size).to(dtype)
                 seen_up.clear()
                 seen_down.clear()
                 got = mlp(x)
