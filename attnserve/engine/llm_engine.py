@@ -153,7 +153,16 @@ class LLMEngine:
             raise SamplingParamsError("stop_token_ids", params.stop_token_ids[bad], self.token_id_words, index=bad)
 
     def tokenize(self, prompt: str | list[int]) -> list[int]:
-        return list(prompt) if not isinstance(prompt, str) else self.tokenizer.encode(prompt)
+        """The prompt's token ids (token ids as given). Raises ValueError for text holding a lone surrogate
+        (``"\\ud800"``: no Unicode character; the tokenizer would raise a TypeError)."""
+        if not isinstance(prompt, str):
+            return list(prompt)
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"prompt {prompt!r} holds a lone surrogate {prompt[e.start]!r} at index {e.start} "
+                             "(allowed: Unicode text)") from None
+        return self.tokenizer.encode(prompt)
 
     def check_prompt(self, prompt: str | list[int]) -> list[int]:
         """Tokenize ``prompt`` and check that it fits; returns its token ids.

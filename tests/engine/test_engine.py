@@ -460,3 +460,10 @@ def test_a_prompt_the_kv_cache_cannot_hold_is_refused_before_any_prompt_is_queue
     params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
     (out,) = small.generate([PROMPTS[0]], params)
     assert len(out.outputs[0].token_ids) == 3 and out.outputs[0].finish_reason == "length"
+
+
+def test_text_with_a_lone_surrogate_is_refused_before_the_tokenizer(llm):
+    """``"hi\\ud800"`` has no UTF-8 form; the tokenizer's TypeError was what a caller saw (a fresh-user trial)."""
+    with pytest.raises(ValueError) as e:
+        llm.generate(["hi\ud800"], SamplingParams(max_tokens=1))
+    assert str(e.value) == "prompt 'hi\\ud800' holds a lone surrogate '\\ud800' at index 2 (allowed: Unicode text)"

@@ -2,8 +2,9 @@
 
 FastAPI parses a JSON body with ``json.loads`` and answers anything but a ``JSONDecodeError`` with "There was
 an error parsing the body": bytes that are not UTF-8, an integer longer than Python reads (4300 digits), and
-arrays nested deeper than its recursion limit (or a RecursionError further on). ``parse_body`` refuses those
-with their own message, and refuses nesting past ``MAX_DEPTH`` before parsing, so that no later step recurses
+arrays nested deeper than its recursion limit (or a RecursionError further on); and a lone surrogate escape
+(``"\\ud800"``) reads fine but fails the tokenizer later (a 500). ``parse_body`` refuses those with their own
+message, and refuses nesting past ``MAX_DEPTH`` before parsing, so that no later step recurses
 that deep. A number beyond a 64-bit float (``1e400``, which Python reads as infinity) keeps the text it was
 sent as (``SentNumber``), for the 400 to echo it. ``JSONBodyRoute`` makes the API's routes read bodies this way.
 """
@@ -59,6 +60,24 @@ def too_deep(text: str) -> int | None:
     return deepest if deepest > MAX_DEPTH else None
 
 
+def lone_surrogate(value: Any, path: str = "") -> tuple[str, str, int] | None:
+    """(dotted path, the string, index) of the first string in the parsed JSON ``value`` that holds a lone UTF-16
+    surrogate (a ``\\ud800`` escape without its pair: no Unicode character, and no tokenizer takes it); None
+    when there is none. Object keys are not searched."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return path, value, e.start
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = lone_surrogate(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
 def parse_body(body: bytes) -> Any:
     """The request body ``body`` as JSON. Raises json.JSONDecodeError for malformed JSON (FastAPI's 400 with its
     position), and an HTTPException 400 with its own message for bytes that are not text in the encoding the
@@ -75,12 +94,18 @@ def parse_body(body: bytes) -> Any:
         raise HTTPException(400, f"the request body nests arrays and objects {levels} levels deep (allowed: at most "
                                  f"{MAX_DEPTH})")
     try:
-        return json.loads(text, parse_float=_float, parse_constant=SentNumber)
+        parsed = json.loads(text, parse_float=_float, parse_constant=SentNumber)
     except json.JSONDecodeError:
         raise
     except ValueError:  # int() past sys.get_int_max_str_digits()
         raise HTTPException(400, f"the request body holds an integer of more than {sys.get_int_max_str_digits()} "
                                  "digits, more than any field allows") from None
+    if (found := lone_surrogate(parsed)) is not None:
+        path, string, index = found
+        raise HTTPException(400, f"{path or 'body'}: {json.dumps(string)} holds a lone surrogate "
+                                 f"{json.dumps(string[index])[1:-1]} at index {index} (allowed: Unicode text; a "
+                                 "surrogate escape needs its pair)")
+    return parsed
 
 
 class JSONBodyRequest(Request):

@@ -132,6 +132,13 @@ UNREADABLE = {
                        "the request body nests arrays and objects 200 levels deep (allowed: at most 100)"),
     "integer_5000_digits": (b'{"prompt": "Hi", "max_tokens": 1' + b"0" * 5000 + b"}",
                             "the request body holds an integer of more than 4300 digits, more than any field allows"),
+    # a lone surrogate escape: read by the parser, then a 500 from the tokenizer (found by a fresh-user trial)
+    "lone_surrogate_prompt": (b'{"prompt": "hi\\ud800"}',
+                              'prompt: "hi\\ud800" holds a lone surrogate \\ud800 at index 2 (allowed: Unicode text; '
+                              "a surrogate escape needs its pair)"),
+    "lone_surrogate_in_a_message": (b'{"messages": [{"role": "user", "content": "\\udc00"}]}',
+                                    'messages.0.content: "\\udc00" holds a lone surrogate \\udc00 at index 0 '
+                                    "(allowed: Unicode text; a surrogate escape needs its pair)"),
 }
 
 
