@@ -57,6 +57,17 @@ def abort_second_while_in_flight(engine, keep_prompt: list[int], drop_prompt: li
     return final
 
 
+def seeded_randn(seed: int, device: str = "cpu"):
+    """``randn(*shape, dt, scale=1.0)``: standard-normal draws times ``scale`` in dtype ``dt`` on ``device``, from one
+    CPU generator seeded with ``seed`` (the same cases on every machine and device, in call order)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape, dt, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dt)
+
+    return randn
+
+
 def run_cases_in_triton_interpreter(module: str, cases: dict, folder: Path) -> dict:
     """``python -m module in.pt out.pt`` under ``TRITON_INTERPRET=1`` (a subprocess: the interpreter mode is
     fixed when Triton's kernels are decorated); the cases go in and their results come back through ``folder``."""

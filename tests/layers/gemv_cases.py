@@ -15,6 +15,7 @@ import sys
 
 import torch
 
+from tests.helpers import seeded_randn
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # (name, config fields or None for the default chooser): FMA and tensor-core paths, one K step or several,
@@ -36,10 +37,7 @@ SHAPES = [(1, 37, 100), (3, 50, 130), (1, 64, 256), (8, 33, 192), (2, 16, 48)]
 
 
 def make_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, dict]:
-    g = torch.Generator().manual_seed(0)
-
-    def randn(*shape, dt):
-        return torch.randn(*shape, generator=g).to(device=device, dtype=dt)
+    randn = seeded_randn(0, device)
 
     cases: dict[str, dict] = {}
     for dname in dtypes:
@@ -105,10 +103,7 @@ SILU_MUL_MANY_ROWS_CONFIGS = {
 def make_silu_mul_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, dict]:
     """``silu_mul-...`` cases: x (M, 2I) = [gate | up] (scaled by 3: the silu's curved part and its tails),
     the down weight (N, I) scaled by I^-1/2, a bias in half of them."""
-    g = torch.Generator().manual_seed(1)
-
-    def randn(*shape, dt, scale=1.0):
-        return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dt)
+    randn = seeded_randn(1, device)
 
     cases: dict[str, dict] = {}
     for dname in dtypes:
@@ -151,10 +146,7 @@ SWIGLU_CONFIGS = {
 def make_swiglu_cases(device: str = "cpu", dtypes=("bf16", "fp32")) -> dict[str, dict]:
     """``swiglu-...`` cases: x (M, K) scaled by 3 and the gate/up weight (2N, K) scaled by K^-1/2 (gate and
     up of a few units: the silu's curved part and its tails), without and with a bias (2N,)."""
-    g = torch.Generator().manual_seed(2)
-
-    def randn(*shape, dt, scale=1.0):
-        return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dt)
+    randn = seeded_randn(2, device)
 
     cases: dict[str, dict] = {}
     for dname in dtypes:
