@@ -30,10 +30,12 @@ def _tool(name: str) -> str | None:
 
 def compile_sm90(dtype: str, head: int, qpkv: int, page: int, num_splits: int, window: bool = False,
                  pages_per_tile: int | None = None, rope: bool = False, decode: bool = False) -> tuple[dict, int]:
-    """``_paged_attention_kernel`` compiled for sm_90 with the constants ``paged_attention`` would pass on an
-    H200 (PDL on, no FP contraction, as the engine launches it there; pointers and strides specialised as
-    divisible by 16, as the launcher does for such arguments); ``rope``: with RoPE + q/k norm + the KV write
-    inside (``DecodeRope``; 8 KV heads) and a decode launch's 2 stages.
+    """``_paged_attention_kernel`` compiled for sm_90 with the constants and launch options ``paged_attention``
+    would get from TRITON_ATTN's builder on an H200 (PDL on, no FP contraction; pointers and strides
+    specialised as divisible by 16, as the launcher does for such arguments). ``decode``: a decode call, with
+    the builder's decode launch options (``triton_attn._DECODE_LAUNCH``: 2 stages, and 8 warps when the KV is
+    split; the builder splits only decode calls); ``rope``: with RoPE + q/k norm + the KV write inside
+    (``DecodeRope``; 8 KV heads), a decode call.
     Returns (cuobjdump's resource usage: {"REG": n, "STACK": n, "LOCAL": n, ...}, shared memory bytes)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -68,7 +70,10 @@ def compile_sm90(dtype: str, head: int, qpkv: int, page: int, num_splits: int, w
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
              if n.endswith("_ptr") or n.startswith("stride")}
     src = ASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
-    options = dict(enable_fp_fusion=False, launch_pdl=True, **({"num_stages": 2} if rope else {}))
+    from attnserve.attention.backends.triton_attn import _DECODE_LAUNCH
+
+    launch = _DECODE_LAUNCH[num_splits > 1] if decode or rope else {}
+    options = dict(enable_fp_fusion=False, launch_pdl=True, **launch)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     with tempfile.TemporaryDirectory() as folder:
         cubin = os.path.join(folder, "paged_attention.cubin")
