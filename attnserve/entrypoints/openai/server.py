@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP server: FastAPI routes over an AsyncLLMEngine, run by uvicorn.
 
-The app starts answering as soon as the socket is bound: while the model loads, ``/health`` and the API
+The app starts answering as soon as it listens: while the model loads, ``/health`` and the API
 answer 503. A failed load ends the process with exit code 1 and one line on stderr; a load that refused a
 setting (a keyed ConfigError) is raised by ``run_server`` for ``attnserve serve`` to name the flag (exit 2).
 
@@ -99,6 +99,7 @@ def build_app(ctx: ServingContext) -> FastAPI:
     async def lifespan(app: FastAPI):
         ctx.engine.start()
         yield
+        ctx.tokenizer_thread.shutdown()
         await ctx.engine.shutdown(timeout=ABORT_GRACE_S)
 
     app = FastAPI(title="attnserve OpenAI-compatible API", version=attnserve.__version__, lifespan=lifespan)
