@@ -2,11 +2,11 @@
 
     preflight(engine_config)   # raises the engine's own error, keyed to its setting, or returns
 
-``attnserve serve`` calls it before it binds its port, so that a setting the model refuses is one line and exit
-status 2, as in ``generate``, not a server that binds, answers 503 and then exits 1 with "the model failed to
-load". Every check is the call the engine itself makes while loading, with the same inputs, so the two cannot
-disagree; what depends on the loaded weights (the KV-cache budget under ``gpu_memory_utilization``: the GPU's
-free memory once the weights are there) is left to the load.
+``attnserve serve`` calls it before it listens (once it has bound its port), so that a setting the model refuses is
+one line and exit status 2, as in ``generate``, not a server that listens, answers 503 and then exits 1 with "the
+model failed to load". Every check is the call the engine itself makes while loading, with the same inputs, so the
+two cannot disagree; what depends on the loaded weights (the KV-cache budget under ``gpu_memory_utilization``: the
+GPU's free memory once the weights are there) is left to the load.
 """
 
 from __future__ import annotations

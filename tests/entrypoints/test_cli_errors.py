@@ -132,11 +132,11 @@ CASES = [
     (["serve", "--port", "70000"], 2,
      "attnserve serve: error: argument --port: 70000 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
     (["serve", "/no/such/dir"], 2, f"attnserve serve: error: {NOT_FOUND}"),
-    (["serve", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN", "--port", "0"], 2,  # before binding
+    (["serve", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN", "--port", "0"], 2,  # before listening
      f"attnserve serve: error: argument --attention-backend: {TRITON_REFUSED}"),  # was exit 1, 'the model failed to load'
-    (["serve", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3", "--port", "0"], 2,  # before binding
+    (["serve", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3", "--port", "0"], 2,  # before listening
      f"attnserve serve: error: argument --tensor-parallel-size: {SPLIT_3}"),
-    # these four were exit 1, 'the model failed to load', once the port was bound and the model loading
+    # these four were exit 1, 'the model failed to load', once the server listened and the model loaded
     (["serve", "{tiny}", "--device", "cpu", "--max-model-len", "100000", "--port", "0"], 2,
      "attnserve serve: error: argument --max-model-len: 100000 not allowed (allowed: at most the "
      "model's max_position_embeddings, 512)"),
@@ -146,7 +146,7 @@ CASES = [
     (["serve", "{tiny}", "--device", "cpu", "--config", "{tmp}/small_kv.yaml", "--port", "0"], 2,
      "attnserve serve: error: {tmp}/small_kv.yaml: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
      "raise kv_cache_memory or set num_gpu_blocks"),
-    # a KV cache shorter than max_model_len: refused before the port is bound, as vLLM refuses it (was: served, and
+    # a KV cache shorter than max_model_len: refused before the server listens, as vLLM refuses it (was: served, and
     # every request cut short at 32 tokens with finish_reason length while /v1/models reported max_model_len 512)
     (["serve", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "2", "--port", "0"], 2,
      "attnserve serve: error: argument --num-gpu-blocks: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
@@ -344,7 +344,7 @@ def test_bad_input_exits_with_one_line(argv, status, line, files, tiny_model_dir
 @pytest.mark.parametrize("cmd", ["generate", "serve"])
 def test_a_kv_cache_beyond_the_machines_memory_exits_with_one_line(cmd, tiny_model_dir, capsys):
     """``--num-gpu-blocks 10**20`` (vLLM's spelling) is one line naming the flag, the sizes and what fits; before, torch's
-    overflow traceback or the kernel's OOM kill (serve: refused before the port is bound). The memory available
+    overflow traceback or the kernel's OOM kill (serve: refused before the server listens). The memory available
     varies with the machine: the numbers are matched as numbers."""
     import re
 

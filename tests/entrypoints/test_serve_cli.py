@@ -1,4 +1,5 @@
-"""``attnserve serve``'s own flags: a bad value exits 2 with one line before any model loads."""
+"""``attnserve serve``'s own flags: a bad value exits 2 with one line before any model loads; an address it cannot
+listen on exits 1 with one line, as soon as the flags are read."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ def test_bad_server_flags_exit_2_with_one_line(argv, message, capsys):
     assert capsys.readouterr().err.strip() == f"attnserve serve: error: {message}"
 
 
+IN_USE = "Address already in use (another server is running there? pick another port with --port, or --port 0 for a free one)"
+
+
 def test_a_port_in_use_fails_at_once_with_one_line(capsys):
     import socket
 
@@ -32,7 +36,39 @@ def test_a_port_in_use_fails_at_once_with_one_line(capsys):
         code = main(["serve", "--port", str(port), "--log-level", "warning"])  # returns before any model loads
     assert code == 1
     err = capsys.readouterr().err.strip()
-    assert err == f"attnserve serve: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert err == f"attnserve serve: error: cannot listen on 127.0.0.1:{port}: {IN_USE}"
+
+
+def test_a_port_in_use_is_refused_before_the_models_config_is_read():
+    """As a user runs it: the address is bound right after the flags are read, so a port in use is the only line,
+    at the default log level, with nothing of the model's checks or load before it (its config check logs the
+    attention backend it chose; the trial that found this waited 8.7 s for uvicorn's error once the model had
+    loaded, now the model is not even looked at)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from tests.entrypoints.openai.utils import REPO
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "attnserve", "serve", "--port", str(port)],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == f"attnserve serve: error: cannot listen on 127.0.0.1:{port}: {IN_USE}\n"
+
+
+def test_an_address_not_of_this_machine_fails_at_once_with_one_line(capsys):
+    """192.0.2.1 is TEST-NET-1 (RFC 5737): no machine's interface has it."""
+    code = main(["serve", "--host", "192.0.2.1", "--port", "0", "--log-level", "warning"])
+    assert code == 1
+    assert capsys.readouterr().err == (
+        "attnserve serve: error: cannot listen on 192.0.2.1:0: Cannot assign requested address (no network "
+        "interface of this machine has that address; pick one with --host, e.g. 127.0.0.1, or 0.0.0.0 for all)\n")
 
 
 def test_held_logs_log_a_passing_checks_records_and_drop_a_refusals(caplog):

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import socket
 import sys
 
+from attnserve.config import EngineConfig
 from attnserve.entrypoints.cli.arg_types import port, seconds
 from attnserve.entrypoints.cli.engine_args import ConfigError, add_engine_args, engine_config_from_args, error_line
 
@@ -39,10 +41,24 @@ def _error(args: argparse.Namespace, e: ValueError) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnserve.entrypoints.openai.server import ServerArgs, run_server
+    from attnserve.entrypoints.openai.listen import bind_socket, cannot_listen_message
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(asctime)s %(name)s: %(message)s")
     config = engine_config_from_args(args)
+    try:  # the address first: a port in use is one line now, not after the model's checks and load (seconds)
+        sock = bind_socket(args.host, args.port)
+    except OSError as e:  # a condition of this machine, not a bad flag value: exit 1
+        print(f"attnserve serve: error: {cannot_listen_message(args.host, args.port, e)}", file=sys.stderr)
+        return 1
+    try:
+        return _serve(args, config, sock)
+    finally:
+        sock.close()  # run_server closes it too; here for the returns before it
+
+
+def _serve(args: argparse.Namespace, config: EngineConfig, sock: socket.socket) -> int:
+    """Fetch the model, check its config, serve on the bound ``sock``; the exit code."""
+    from attnserve.entrypoints.openai.server import ServerArgs, run_server
     from attnserve.model_executor.loader import fetch_model
 
     try:  # a hub model downloads here, in the foreground with progress bars; the engine then finds it cached
@@ -56,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         # heads the ranks cannot split, a backend that cannot run the model, a max_model_len or KV-cache budget
         # the model does not allow: one line and exit 2 now, as in generate, not a failed load (exit 1) once the
-        # port is bound; from the config alone, with the engine's own checks (their log only if they pass)
+        # server listens; from the config alone, with the engine's own checks (their log only if they pass)
         with held_logs():
             preflight(config)
     except ValueError as e:
@@ -66,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     server_args = ServerArgs(host=args.host, port=args.port, served_model_names=tuple(args.served_model_name or ()),
                              api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
     try:
-        code = run_server(config, server_args)
+        code = run_server(config, server_args, sock)
     except ConfigError as e:  # a setting only the load could refuse (the GPU's memory once the weights are in)
         return _error(args, e)
     if code == 0:

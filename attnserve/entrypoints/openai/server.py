@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP server: FastAPI routes over an AsyncLLMEngine, run by uvicorn.
 
-The app starts answering as soon as the socket is bound: while the model loads, ``/health`` and the API
+The app starts answering as soon as it listens: while the model loads, ``/health`` and the API
 answer 503. A failed load ends the process with exit code 1 and one line on stderr; a load that refused a
 setting (a keyed ConfigError) is raised by ``run_server`` for ``attnserve serve`` to name the flag (exit 2).
 
@@ -43,6 +43,7 @@ from attnserve.entrypoints.openai.errors import (
     status_phrase,
     validation_message,
 )
+from attnserve.entrypoints.openai.listen import bind_socket, cannot_listen_message
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.protocol import (
     ChatCompletionRequest,
@@ -98,6 +99,7 @@ def build_app(ctx: ServingContext) -> FastAPI:
     async def lifespan(app: FastAPI):
         ctx.engine.start()
         yield
+        ctx.tokenizer_thread.shutdown()
         await ctx.engine.shutdown(timeout=ABORT_GRACE_S)
 
     app = FastAPI(title="attnserve OpenAI-compatible API", version=attnserve.__version__, lifespan=lifespan)
@@ -204,36 +206,25 @@ class _AuthAndCount:
             self.ctx.metrics.http_requests.labels(endpoint, str(status["code"])).inc()
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (port 0: a free one), before anything slow starts; uvicorn listens
-    on it. Raises OSError (e.g. the port is in use)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: restart past TIME_WAIT
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def run_server(config: EngineConfig, args: ServerArgs) -> int:
-    """Serve until SIGINT/SIGTERM. Returns the exit code: 0, or 1 when the engine failed to load or the
-    address cannot be bound (one line on stderr, before the model loads). A load that failed on a setting (a
-    ConfigError with a ``key``, e.g. a KV-cache budget that holds no block) raises that error once the server
-    has stopped, for the caller to name the flag."""
+def run_server(config: EngineConfig, args: ServerArgs, sock: socket.socket | None = None) -> int:
+    """Serve until SIGINT/SIGTERM on ``sock``, a socket ``listen.bind_socket`` bound (``attnserve serve`` binds it
+    before it checks the model's config), or, when None, one bound here to ``args.host:args.port``; the socket is
+    closed on return. Returns the exit code: 0, or 1 when the engine failed to load or the address cannot be bound
+    (one line on stderr, before the model loads). A load that failed on a setting (a ConfigError with a ``key``,
+    e.g. a KV-cache budget that holds no block) raises that error once the server has stopped, for the caller to
+    name the flag."""
     import uvicorn
 
-    try:
-        sock = bind_socket(args.host, args.port)
-    except OSError as e:
-        print(f"attnserve serve: error: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
-        return 1
+    if sock is None:
+        try:
+            sock = bind_socket(args.host, args.port)
+        except OSError as e:
+            print(f"attnserve serve: error: {cannot_listen_message(args.host, args.port, e)}", file=sys.stderr)
+            return 1
     port = sock.getsockname()[1]
     names = list(args.served_model_names) or [default_served_name(config.model.model)]
     # a KV cache shorter than max_model_len: refused, as vLLM does, not requests cut short while /v1/models
-    # reports max_model_len (serve's preflight refuses it before the port is bound when the budget is known then)
+    # reports max_model_len (serve's preflight refuses it before the server listens when the budget is known then)
     engine = AsyncLLMEngine(config, functools.partial(LLMEngine, refuse_short_kv_cache=True))
     ctx = ServingContext(engine=engine, served_model_names=names,
                          metrics=ServerMetrics(names[0], lambda: engine.stats), api_key=args.api_key)

@@ -8,7 +8,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
@@ -19,6 +19,7 @@ from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
 from attnserve.entrypoints.openai.errors import OpenAIError, json_value
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.protocol import SamplingFields
+from attnserve.entrypoints.openai.tokenizer_thread import TokenizerThread
 
 # temperatures below this are greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow to inf
 _GREEDY_EPS = 1e-5
@@ -43,12 +44,14 @@ def load_error_summary(e: BaseException) -> str:
 
 @dataclass
 class ServingContext:
-    """The server's shared state: the engine, the names it answers to, its metrics."""
+    """The server's shared state: the engine, the names it answers to, its metrics, the thread that runs the
+    server's tokenizer calls (``tokenizer_thread.py``: tokenizing is kept off the event loop)."""
 
     engine: AsyncLLMEngine
     served_model_names: list[str]
     metrics: ServerMetrics
     api_key: str | None = None
+    tokenizer_thread: TokenizerThread = field(default_factory=TokenizerThread)
 
     @property
     def model_name(self) -> str:

@@ -9,6 +9,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from attnserve.engine.outputs import CompletionOutput, RequestOutput
+from attnserve.engine.sampling_params import SamplingParams
 from attnserve.entrypoints.chat_utils import chat_messages
 from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.protocol import (
@@ -45,9 +46,8 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     if req.top_logprobs is not None and not req.logprobs:
         raise OpenAIError("top_logprobs needs logprobs: true", 400, param="top_logprobs")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    prompt_ids = render_chat(ctx, req)
-    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    params = sampling_params(ctx, req, ctx.check_prompt(prompt_ids, max_tokens), logprobs)
+    # the template and tokenizing (seconds for a long conversation) on the tokenizer thread, off the event loop
+    prompt_ids, params = await ctx.tokenizer_thread.run(_prepare, ctx, req, logprobs)
     request_id = new_id("chatcmpl")
     outputs = generate_all(ctx, [prompt_ids], [params], request_id)
     if req.stream:
@@ -87,6 +87,14 @@ def check_no_tool_calling(req: ChatCompletionRequest) -> None:
             value = repr(choice) if isinstance(choice, str) else json.dumps(choice)
             raise OpenAIError(f"{param} {value} is not supported (supported: absent, null or 'none'); {no_tools}",
                               400, param=param)
+
+
+def _prepare(ctx: ServingContext, req: ChatCompletionRequest, logprobs: int | None) -> tuple[list[int], SamplingParams]:
+    """The prompt's token ids (``render_chat``) and SamplingParams, the prompt checked against the context; 400 for
+    what is wrong. Runs on the tokenizer thread."""
+    prompt_ids = render_chat(ctx, req)
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    return prompt_ids, sampling_params(ctx, req, ctx.check_prompt(prompt_ids, max_tokens), logprobs)
 
 
 def render_chat(ctx: ServingContext, req: ChatCompletionRequest) -> list[int]:

@@ -9,6 +9,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from attnserve.engine.outputs import CompletionOutput, RequestOutput
+from attnserve.engine.sampling_params import SamplingParams
 from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.protocol import (
     CompletionChoice,
@@ -53,8 +54,9 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     if req.echo and req.logprobs is not None:
         raise OpenAIError("echo with logprobs needs prompt logprobs, which this server does not compute",
                           400, param="echo")
-    texts, token_prompts = _prompts(ctx, req.prompt)
-    params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens), req.logprobs) for ids in token_prompts]
+    # tokenizing (seconds for a long text) on the tokenizer thread, so that the event loop answers other requests
+    texts, token_prompts, params = (await ctx.tokenizer_thread.run(_prepare, ctx, req) if _needs_tokenizer(req)
+                                    else _prepare(ctx, req))
     request_id = new_id("cmpl")
     outputs = generate_all(ctx, token_prompts, params, request_id)
     if req.stream:
@@ -79,10 +81,26 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     return JSONResponse(body.model_dump(mode="json"))
 
 
-def _prompts(ctx: ServingContext, prompt) -> tuple[list[str], list[list[int]]]:
-    """(prompt texts, token-id prompts) for each prompt of the request. An empty one (``""``, ``[]``, ``["a",
-    ""]``) is a 400 naming its path and the value as sent (``empty_prompt``), checked before tokenizing: a
-    tokenizer may turn ``""`` into a lone BOS token."""
+def _needs_tokenizer(req: CompletionRequest) -> bool:
+    """Whether preparing ``req`` calls the tokenizer: a text prompt to tokenize, or token ids to decode for echo."""
+    prompt = req.prompt  # a string, or a list of one kind (the schema's union): its first item says which
+    return bool(req.echo) or isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], str))
+
+
+def _prepare(ctx: ServingContext, req: CompletionRequest) -> tuple[list[str] | None, list[list[int]],
+                                                                   list[SamplingParams]]:
+    """(prompt texts for echo, token-id prompts, their SamplingParams) of ``req``, each prompt checked against the
+    context (``_prompts``, ``check_prompt``); 400 for the first bad one. Calls the tokenizer when
+    ``_needs_tokenizer``: then it runs on the tokenizer thread."""
+    texts, token_prompts = _prompts(ctx, req.prompt, req.echo)
+    params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens), req.logprobs) for ids in token_prompts]
+    return texts, token_prompts, params
+
+
+def _prompts(ctx: ServingContext, prompt, echo: bool) -> tuple[list[str] | None, list[list[int]]]:
+    """(prompt texts, token-id prompts) for each prompt of the request; the texts (token ids decoded) only for
+    ``echo``, else None. An empty one (``""``, ``[]``, ``["a", ""]``) is a 400 naming its path and the value as sent
+    (``empty_prompt``), checked before tokenizing: a tokenizer may turn ``""`` into a lone BOS token."""
     one = isinstance(prompt, str) or not prompt or isinstance(prompt[0], int)
     items = [("prompt", prompt)] if one else [(f"prompt.{i}", p) for i, p in enumerate(prompt)]
     token_prompts = []
@@ -92,8 +110,9 @@ def _prompts(ctx: ServingContext, prompt) -> tuple[list[str], list[list[int]]]:
             raise empty_prompt(path, p)
         ctx.check_token_ids(ids)  # out-of-vocabulary token ids before decoding them
         token_prompts.append(ids)
-    texts = [p if isinstance(p, str) else ctx.tokenizer.decode(p) for _, p in items]
-    return texts, token_prompts
+    if not echo:
+        return None, token_prompts
+    return [p if isinstance(p, str) else ctx.tokenizer.decode(p) for _, p in items], token_prompts
 
 
 async def _collect(outputs: AsyncIterator[tuple[int, RequestOutput]], num_prompts: int) -> list[RequestOutput]:
@@ -103,7 +122,7 @@ async def _collect(outputs: AsyncIterator[tuple[int, RequestOutput]], num_prompt
     return final
 
 
-async def _stream(req: CompletionRequest, model: str, request_id: str, texts: list[str],
+async def _stream(req: CompletionRequest, model: str, request_id: str, texts: list[str] | None,
                   outputs: AsyncIterator[tuple[int, RequestOutput]], include_usage: bool) -> AsyncIterator[dict]:
     sent: dict[int, _Sent] = {}
     prompt_tokens, completion_tokens = 0, 0

@@ -114,7 +114,7 @@ def test_a_setting_the_model_refuses_exits_2_with_one_line_before_serving(flags,
 
 
 def test_a_load_that_refuses_a_setting_raises_its_keyed_error_once_the_server_stopped(tiny_model_dir):
-    """What serve cannot judge before the port is bound (a KV-cache budget under gpu_memory_utilization: the GPU's
+    """What serve cannot judge before the server listens (a KV-cache budget under gpu_memory_utilization: the GPU's
     memory once the weights are in) fails the load: run_server then raises the keyed ConfigError, for serve to name
     the flag (exit 2), instead of exit 1 'the model failed to load'. On CPU the budget is known before the load, so
     run_server gets the config here without serve's check."""
@@ -130,7 +130,7 @@ def test_a_load_that_refuses_a_setting_raises_its_keyed_error_once_the_server_st
 
 
 def test_the_server_refuses_a_kv_cache_shorter_than_max_model_len_at_load(tiny_model_dir):
-    """What serve's check before binding cannot size (a GPU's gpu_memory_utilization budget) the load refuses: the
+    """What serve's check before listening cannot size (a GPU's gpu_memory_utilization budget) the load refuses: the
     server's engine raises the keyed ConfigError naming the largest max_model_len that fits, as vLLM refuses to start,
     instead of serving requests that end at the cache's 32 tokens while /v1/models reports max_model_len 512. Here
     on CPU with run_server called directly (without serve's check); LLMEngine alone (generate, LLM) still warns."""
