@@ -300,16 +300,21 @@ def test_prompt_longer_than_max_model_len(llama_dir):
     llm = LLM(llama_dir, dtype="float32", device="cpu", max_model_len=16, kv_cache_memory=8 << 20)
     with pytest.raises(ValueError) as e:
         llm.generate([PROMPTS[0], PROMPTS[1]], GREEDY)
-    assert str(e.value).startswith("prompt has 37 tokens; max_model_len is 16")
+    # the server's words (OpenAI's), naming the batch's prompt (was "prompt has 37 tokens; max_model_len is 16, ...")
+    assert str(e.value) == ("This model's maximum context length is 16 tokens. However, prompts[1] has 37 tokens, which "
+                            "leaves no room for the completion (at most 15 prompt tokens fit). Please raise max_model_len "
+                            "or reduce the length of the prompt.")
     assert not llm.engine.has_unfinished_requests()  # nothing was queued
 
 
-@pytest.mark.parametrize("prompt, bad", [([5, 10**6], "1000000"), ([-1, 5], "-1"), ([1, "2"], "'2'")])
-def test_token_ids_outside_the_vocabulary_are_refused_up_front(llm, prompt, bad):
+# each bad token id by its position in the batch (was "token id 1000000 not allowed (...)", no position)
+@pytest.mark.parametrize("prompt, where, bad", [([5, 10**6], "prompts[1][1]", "1000000"), ([-1, 5], "prompts[1][0]", "-1"),
+                                                ([1, "2"], "prompts[1][1]", "'2'")])
+def test_token_ids_outside_the_vocabulary_are_refused_up_front(llm, prompt, where, bad):
     vocab = llm.engine.hf_config.vocab_size
     with pytest.raises(ValueError) as e:
         llm.generate([PROMPTS[0], prompt], GREEDY)
-    assert str(e.value) == f"token id {bad} not allowed (allowed: integer in [0, {vocab}), the vocabulary size)"
+    assert str(e.value) == f"{where} {bad} not allowed (allowed: integer in [0, {vocab}), the vocabulary size)"
     assert not llm.engine.has_unfinished_requests()
 
 
@@ -355,9 +360,14 @@ def test_max_model_len_beyond_the_model_is_refused(llama_dir):
 
 
 def test_generation_stops_at_max_model_len(llama_dir):
+    """max_tokens None: the rest of the context (a max_tokens beyond it is refused, as the server refuses it)."""
     llm = LLM(llama_dir, dtype="float32", device="cpu", max_model_len=12, kv_cache_memory=8 << 20)
-    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True))[0].outputs[0]
+    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=None, ignore_eos=True))[0].outputs[0]
     assert len(out.token_ids) == 12 - len(PROMPTS[0]) and out.finish_reason == "length"
+    # the engine itself still ends a request at max_model_len, whatever its max_tokens
+    llm.engine.add_request(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True))
+    final = [o for _ in range(20) for o in llm.engine.step() if o.finished]
+    assert len(final[0].outputs[0].token_ids) == 12 - len(PROMPTS[0]) and final[0].outputs[0].finish_reason == "length"
 
 
 def test_unknown_model_path():
@@ -466,4 +476,4 @@ def test_text_with_a_lone_surrogate_is_refused_before_the_tokenizer(llm):
     """``"hi\\ud800"`` has no UTF-8 form; the tokenizer's TypeError was what a caller saw (a fresh-user trial)."""
     with pytest.raises(ValueError) as e:
         llm.generate(["hi\ud800"], SamplingParams(max_tokens=1))
-    assert str(e.value) == "prompt 'hi\\ud800' holds a lone surrogate '\\ud800' at index 2 (allowed: Unicode text)"
+    assert str(e.value) == "prompts[0] 'hi\\ud800' holds a lone surrogate '\\ud800' at index 2 (allowed: Unicode text)"

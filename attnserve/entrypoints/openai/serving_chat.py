@@ -46,8 +46,10 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
         raise OpenAIError("top_logprobs needs logprobs: true", 400, param="top_logprobs")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     prompt_ids = render_chat(ctx, req)
-    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    params = sampling_params(ctx, req, ctx.check_prompt(prompt_ids, max_tokens), logprobs)
+    max_tokens_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    max_tokens = getattr(req, max_tokens_param)
+    params = sampling_params(ctx, req, ctx.check_prompt(prompt_ids, max_tokens, ("messages",), max_tokens_param),
+                             logprobs)
     request_id = new_id("chatcmpl")
     outputs = generate_all(ctx, [prompt_ids], [params], request_id)
     if req.stream:

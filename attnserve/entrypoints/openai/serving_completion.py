@@ -53,8 +53,9 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     if req.echo and req.logprobs is not None:
         raise OpenAIError("echo with logprobs needs prompt logprobs, which this server does not compute",
                           400, param="echo")
-    texts, token_prompts = _prompts(ctx, req.prompt)
-    params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens), req.logprobs) for ids in token_prompts]
+    texts, token_prompts, paths = _prompts(ctx, req.prompt)
+    params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens, path), req.logprobs)
+              for ids, path in zip(token_prompts, paths)]
     request_id = new_id("cmpl")
     outputs = generate_all(ctx, token_prompts, params, request_id)
     if req.stream:
@@ -79,21 +80,21 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     return JSONResponse(body.model_dump(mode="json"))
 
 
-def _prompts(ctx: ServingContext, prompt) -> tuple[list[str], list[list[int]]]:
-    """(prompt texts, token-id prompts) for each prompt of the request. An empty one (``""``, ``[]``, ``["a",
-    ""]``) is a 400 naming its path and the value as sent (``empty_prompt``), checked before tokenizing: a
-    tokenizer may turn ``""`` into a lone BOS token."""
+def _prompts(ctx: ServingContext, prompt) -> tuple[list[str], list[list[int]], list[tuple[str | int, ...]]]:
+    """(prompt texts, token-id prompts, their paths: ``("prompt",)``, ``("prompt", 1)``) for each prompt of the
+    request. An empty one (``""``, ``[]``, ``["a", ""]``) is a 400 naming its path and the value as sent
+    (``empty_prompt``), checked before tokenizing: a tokenizer may turn ``""`` into a lone BOS token."""
     one = isinstance(prompt, str) or not prompt or isinstance(prompt[0], int)
-    items = [("prompt", prompt)] if one else [(f"prompt.{i}", p) for i, p in enumerate(prompt)]
+    items = [(("prompt",), prompt)] if one else [(("prompt", i), p) for i, p in enumerate(prompt)]
     token_prompts = []
     for path, p in items:
         ids = (ctx.tokenizer.encode(p) if p else []) if isinstance(p, str) else list(p)
         if not ids:
             raise empty_prompt(path, p)
-        ctx.check_token_ids(ids)  # out-of-vocabulary token ids before decoding them
+        ctx.check_token_ids(ids, path)  # out-of-vocabulary token ids before decoding them
         token_prompts.append(ids)
     texts = [p if isinstance(p, str) else ctx.tokenizer.decode(p) for _, p in items]
-    return texts, token_prompts
+    return texts, token_prompts, [path for path, _ in items]
 
 
 async def _collect(outputs: AsyncIterator[tuple[int, RequestOutput]], num_prompts: int) -> list[RequestOutput]:
