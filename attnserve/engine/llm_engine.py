@@ -19,7 +19,7 @@ from attnserve.engine.output_processor import OutputProcessor
 from attnserve.engine.request import FinishReason, Request
 from attnserve.engine.request_checks import (EMPTY_PROMPT, PromptTooLongError, RequestValueError, check_context_length,
                                              check_not_empty, check_token_ids, token_id_words)
-from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
+from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError, completion_seed
 from attnserve.engine.scheduler import Scheduler, SchedulerOutput
 from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError, make_executor
@@ -210,7 +210,7 @@ class LLMEngine:
         for i in range(params.n):
             child_params = params
             if params.n > 1:
-                seed = None if params.seed is None else params.seed + i
+                seed = None if params.seed is None else completion_seed(params.seed, i)
                 child_params = SamplingParams(**{**vars(params), "n": 1, "seed": seed})
             children.append(Request(
                 request_id=f"{request_id}#{i}",

@@ -259,10 +259,12 @@ def test_text_equals_decoding_the_tokens(llm):
     ({"top_k": 1.5}, "top_k 1.5 not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
     ({"top_k": True}, "top_k True not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
     ({"max_tokens": 2.5}, "max_tokens 2.5 not allowed (allowed: integer >= 1)"),
-    ({"seed": "x"}, "seed 'x' not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),
-    ({"seed": 2**64}, "seed 18446744073709551616 not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),  # was torch's 'Overflow when unpacking long long'
-    ({"seed": 2**63 - 1, "n": 2}, "seed 9223372036854775807 not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),  # completion 1's seed + 1 overflows
-    ({"seed": -(2**63) - 1}, "seed -9223372036854775809 not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),
+    # every seed's range, in every seed's words (was "integer in [-2**63, 2**63 - n] (completion i uses seed + i, a
+    # 64-bit seed), or None", while LLM(seed=) and --seed took [0, 2**64 - 1] and the server [-2^63, 2^63 - n])
+    ({"seed": "x"}, "seed 'x' not allowed (allowed: integer in [-2^63, 2^63 - 1], or None)"),
+    ({"seed": 2**63}, "seed 9223372036854775808 not allowed (allowed: integer in [-2^63, 2^63 - 1], or None)"),
+    ({"seed": 2**64}, "seed 18446744073709551616 not allowed (allowed: integer in [-2^63, 2^63 - 1], or None)"),
+    ({"seed": -(2**63) - 1}, "seed -9223372036854775809 not allowed (allowed: integer in [-2^63, 2^63 - 1], or None)"),
     ({"logprobs": 21}, "logprobs 21 not allowed (allowed: integer in [0, 20])"),
     # a list's first bad item (was the whole list: "stop_token_ids [2, -1] not allowed", "stop ['a', 5] ...")
     ({"stop_token_ids": [2, -1]}, "stop_token_ids -1 not allowed (allowed: token ids (integers >= 0))"),
@@ -276,6 +278,31 @@ def test_bad_sampling_params(kwargs, message):
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(**kwargs)
     assert str(e.value) == message
+
+
+def test_every_seed_in_the_range_works_with_every_n(llm):
+    """Completion i of n uses seed + i, wrapped as 64-bit integers wrap: seed 2^63 - 1 with n = 2 (was refused: "2^63 -
+    n") gives completion 1 the seed -2^63, the seed torch reads for 2^63 (as vLLM's seed + 1 would give it)."""
+    params = dict(temperature=1.0, max_tokens=8, ignore_eos=True)
+    (pair,) = llm.generate(PROMPTS[0], SamplingParams(n=2, seed=2**63 - 1, **params))
+    (last,) = llm.generate(PROMPTS[0], SamplingParams(seed=-(2**63), **params))
+    (first,) = llm.generate(PROMPTS[0], SamplingParams(seed=2**63 - 1, **params))
+    assert [c.token_ids for c in pair.outputs] == [first.outputs[0].token_ids, last.outputs[0].token_ids]
+
+
+def test_the_engine_seed_takes_the_same_range(llama_dir):
+    """LLM(seed=), --seed: the range of every seed (was [0, 2**64 - 1]); a negative one seeds torch's generators as
+    they read it, and the benchmarks' numpy generator by its 64 bits."""
+    from attnserve.benchmarks.requests import random_requests
+
+    with pytest.raises(ValueError) as e:
+        LLM(llama_dir, device="cpu", seed=2**63)
+    assert str(e.value) == "seed 9223372036854775808 not allowed (allowed: integer in [-2^63, 2^63 - 1])"
+    assert e.value.key == "seed"
+    llm = LLM(llama_dir, device="cpu", seed=-(2**63), kv_cache_memory=8 << 20)
+    (out,) = llm.generate(PROMPTS[0], SamplingParams(temperature=1.0, max_tokens=4, ignore_eos=True))
+    assert len(out.outputs[0].token_ids) == 4
+    assert random_requests(2, 4, 2, 0.0, 100, -1) == random_requests(2, 4, 2, 0.0, 100, 2**64 - 1)
 
 
 def test_sampling_params_error_carries_name_value_and_allowed():

@@ -147,18 +147,9 @@ def check_unsupported(req: SamplingFields) -> None:
                               param=name)
 
 
-def check_seed(req: SamplingFields) -> None:
-    """400 for a seed above SamplingParams' bound 2^63 - n (completion i of n uses seed + i, a 64-bit seed); the
-    schema allows up to 2^63 - 1, n = 1's bound."""
-    if req.seed is not None and req.seed > 2**63 - req.n:
-        raise OpenAIError(f"seed: {req.seed} not allowed with n = {req.n} (allowed: integer in [-2^63, 2^63 - n] = "
-                          f"[{-(2**63)}, {2**63 - req.n}], or null; completion i uses seed + i)", 400, param="seed")
-
-
 def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:
     """SamplingParams from a request's fields, checked against the model too (``LLMEngine.check_params``: a stop
     token id outside the vocabulary); 400 naming the bad value."""
-    check_seed(req)
     temperature = 1.0 if req.temperature is None else req.temperature
     try:
         params = SamplingParams(
