@@ -36,10 +36,16 @@ def sample_lengths(rng: np.random.Generator, n: int, length: int, range_ratio: f
     return rng.integers(lo, hi + 1, size=n).tolist()
 
 
+def numpy_rng(seed: int) -> np.random.Generator:
+    """numpy's generator for ``seed``, an engine seed (an integer in [-2^63, 2^63 - 1]) or one made from it: numpy
+    takes seeds >= 0 only, so a negative seed is read as its 64 bits, as torch reads it."""
+    return np.random.default_rng(seed % 2**64 if seed < 0 else seed)
+
+
 def random_requests(num_prompts: int, input_len: int, output_len: int, range_ratio: float, vocab_size: int,
                     seed: int) -> list[BenchRequest]:
     """``num_prompts`` prompts of random token ids in ``[0, vocab_size)``."""
-    rng = np.random.default_rng(seed)
+    rng = numpy_rng(seed)
     in_lens = sample_lengths(rng, num_prompts, input_len, range_ratio)
     out_lens = sample_lengths(rng, num_prompts, output_len, range_ratio)
     return [BenchRequest(rng.integers(0, vocab_size, size=n).tolist(), o) for n, o in zip(in_lens, out_lens)]
@@ -108,6 +114,6 @@ def file_requests(prompts: list[list[int]], num_prompts: int | None, output_len:
                   seed: int) -> list[BenchRequest]:
     """Tokenized prompts (cycled to ``num_prompts`` when given), output lengths drawn as for random ones."""
     n = len(prompts) if num_prompts is None else num_prompts
-    rng = np.random.default_rng(seed)
+    rng = numpy_rng(seed)
     out_lens = sample_lengths(rng, n, output_len, range_ratio)
     return [BenchRequest(list(prompts[i % len(prompts)]), o) for i, o in enumerate(out_lens)]

@@ -2,7 +2,8 @@
 
 A config field is declared once, on its dataclass: its type annotation, its default, an attribute
 docstring (read here with ``ast``; it becomes the CLI help), and optional metadata with the allowed
-values (``choices``, ``ge``, ``gt``, ``le``), the ``unit`` of a number (``"bytes"``), vLLM's other
+values (``choices``, ``ge``, ``gt``, ``le``; ``words``, when they are better said otherwise than as the
+bounds' digits), the ``unit`` of a number (``"bytes"``), vLLM's other
 spellings of its name (``aliases``: flags, file keys and keywords) and whether the command line and config
 files take it with vLLM's size suffixes (``human_readable``: ``32k``, ``8G``; :func:`parse_human_int`).
 ``validate_fields`` checks every field against that declaration, so the records, the CLI, the config files
@@ -143,7 +144,9 @@ def allowed_values(cls: type, name: str) -> str:
     f = cls.__dataclass_fields__[name]
     base, optional = split_optional(field_types(cls)[name])
     meta = f.metadata
-    if "choices" in meta:
+    if "words" in meta:
+        words = meta["words"]
+    elif "choices" in meta:
         words = ", ".join(str(c) for c in meta["choices"])
     else:
         low = next(((op, meta[k]) for k, op in (("gt", ">"), ("ge", ">=")) if k in meta), None)

@@ -9,6 +9,11 @@ from attnserve.config.fields import validate_fields
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 DTYPE_ALIASES = {"float": "float32", "half": "float16"}  # vLLM's spellings, normalized at construction
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
+# every seed (the engine's, a request's in SamplingParams or the server's) is a signed 64-bit integer: what OpenAI's
+# API and vLLM's server take, and each one a different torch generator (torch.Generator.manual_seed takes [-2^63,
+# 2^64) and reads a negative seed as its 64 bits, so -1 and 2^64 - 1 seed alike: one range of 2^64 seeds, no aliases)
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
+SEED_WORDS = "integer in [-2^63, 2^63 - 1]"
 
 
 @dataclass(frozen=True)
@@ -44,9 +49,9 @@ class ModelConfig:
     """Weight format: auto (from the path), safetensors, gguf, or dummy (random weights in the real shapes,
     from the config alone: a hub model's weights are not downloaded)."""
 
-    seed: int = field(default=0, metadata={"ge": 0, "le": 2**64 - 1})
-    """Seed for random weights (dummy) and for sampling requests that give no seed: an integer in [0, 2**64 - 1],
-    what both torch's and numpy's generators take."""
+    seed: int = field(default=0, metadata={"ge": SEED_MIN, "le": SEED_MAX, "words": SEED_WORDS})
+    """Seed for random weights (dummy) and for sampling requests that give no seed: an integer in [-2^63, 2^63 - 1],
+    the range of every seed (a request's too)."""
 
     def __post_init__(self) -> None:
         validate_fields(self)

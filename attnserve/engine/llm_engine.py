@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import itertools
 import logging
-import numbers
 import shutil
 
 from attnserve.config.engine import EngineConfig
-from attnserve.config.fields import ConfigError, range_words
+from attnserve.config.fields import ConfigError
 from attnserve.distributed.sharding import check_tensor_parallel_size
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.output_processor import OutputProcessor
 from attnserve.engine.request import FinishReason, Request
-from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
+from attnserve.engine.request_checks import (EMPTY_PROMPT, PromptTooLongError, RequestValueError, check_context_length,
+                                             check_not_empty, check_token_ids, token_id_words)
+from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError, completion_seed
 from attnserve.engine.scheduler import Scheduler, SchedulerOutput
 from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError, make_executor
@@ -35,12 +36,10 @@ logger = logging.getLogger(__name__)
 _SHAPE_MISMATCH = "checkpoint shape "
 
 
-class PromptTooLongError(ConfigError):
-    """A prompt that leaves no room for a generated token within max_model_len: a ConfigError keyed
-    ``max_model_len``, so the CLI names ``--max-model-len`` (the server answers 400 with the message)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, key="max_model_len")
+def prompt_name(path: tuple[str | int, ...]) -> str:
+    """How a context-length error names the prompt at ``path``: ``the prompt`` for the one prompt of a call,
+    else its place (``prompts[1]``, ``messages[1]``)."""
+    return "the prompt" if len(path) == 1 else RequestValueError(path, None, "").where
 
 
 def resolve_async_scheduling(config: EngineConfig, device) -> bool:
@@ -141,7 +140,7 @@ class LLMEngine:
     @property
     def token_id_words(self) -> str:
         """The allowed token ids in words, for errors: ``integer in [0, 49152), the vocabulary size``."""
-        return f"{range_words('integer', ('>=', 0), ('<', self.vocab_size))}, the vocabulary size"
+        return token_id_words(self.vocab_size)
 
     def check_params(self, params: SamplingParams) -> None:
         """Check what SamplingParams alone cannot: its values against this model. Raises SamplingParamsError (a
@@ -152,41 +151,47 @@ class LLMEngine:
         if bad is not None:
             raise SamplingParamsError("stop_token_ids", params.stop_token_ids[bad], self.token_id_words, index=bad)
 
-    def tokenize(self, prompt: str | list[int]) -> list[int]:
+    def tokenize(self, prompt: str | list[int], path: tuple[str | int, ...] = ("prompt",)) -> list[int]:
         """The prompt's token ids (token ids as given). Raises ValueError for text holding a lone surrogate
-        (``"\\ud800"``: no Unicode character; the tokenizer would raise a TypeError)."""
+        (``"\\ud800"``: no Unicode character; the tokenizer would raise a TypeError), naming the prompt by ``path``."""
         if not isinstance(prompt, str):
             return list(prompt)
         try:
             prompt.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise ValueError(f"prompt {prompt!r} holds a lone surrogate {prompt[e.start]!r} at index {e.start} "
+            where = RequestValueError(path, prompt, "").where
+            raise ValueError(f"{where} {prompt!r} holds a lone surrogate {prompt[e.start]!r} at index {e.start} "
                              "(allowed: Unicode text)") from None
         return self.tokenizer.encode(prompt)
 
-    def check_prompt(self, prompt: str | list[int]) -> list[int]:
-        """Tokenize ``prompt`` and check that it fits; returns its token ids.
+    def check_prompt(self, prompt: str | list[int], path: tuple[str | int, ...] = ("prompt",)) -> list[int]:
+        """Tokenize ``prompt`` and check that it fits; returns its token ids. ``path`` names the prompt in errors
+        (``("prompts", 1)``: the second of a batch); the checks and their words are ``request_checks``', which the
+        server and the CLI use too.
 
-        Raises PromptTooLongError (prompt of max_model_len tokens or more), the scheduler's ConfigError (a
-        ValueError keyed to the setting: a prompt the KV cache cannot hold, or, with chunked prefill off, over
-        max_num_batched_tokens) or ValueError (empty prompt, a token id that is not an integer in [0, vocab_size)).
+        Raises RequestValueError (a ValueError: an empty prompt, ``prompt '' not allowed (allowed: a prompt of at
+        least 1 token)``; a token id that is not an integer in [0, vocab_size), named by its position,
+        ``prompt[2]``), PromptTooLongError (a prompt of max_model_len tokens or more), or the scheduler's ConfigError
+        (a ValueError keyed to the setting: a prompt the KV cache cannot hold, or, with chunked prefill off, over
+        max_num_batched_tokens).
         """
-        token_ids = self.tokenize(prompt)
-        vocab = self.vocab_size
-        bad = next((t for t in token_ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)
-                    or not 0 <= t < vocab), None)
-        if bad is not None:
-            raise ValueError(f"token id {bad!r} not allowed (allowed: {self.token_id_words})")
-        if len(token_ids) >= self.max_model_len:
-            raise PromptTooLongError(
-                f"prompt has {len(token_ids)} tokens; max_model_len is {self.max_model_len}, so at most "
-                f"{self.max_model_len - 1} prompt tokens fit (one place is the generated token's); raise max_model_len "
-                "or shorten the prompt"
-            )
-        if not token_ids:
-            raise ValueError("prompt is empty (0 tokens)")
+        check_not_empty(prompt, path)  # before tokenizing: a tokenizer may turn "" into a lone BOS token
+        token_ids = self.tokenize(prompt, path)
+        if not token_ids:  # text that tokenizes to nothing
+            raise RequestValueError(path, prompt, EMPTY_PROMPT)
+        check_token_ids(token_ids, self.vocab_size, path)
+        check_context_length(len(token_ids), None, self.max_model_len, prompt_name(path))
         self.scheduler.check_prompt_fits(len(token_ids))
         return token_ids
+
+    def check_max_tokens(self, num_prompt_tokens: int, params: SamplingParams,
+                         path: tuple[str | int, ...] = ("prompt",)) -> None:
+        """Raise MaxTokensTooLargeError when a checked prompt of ``num_prompt_tokens`` tokens and
+        ``params.max_tokens`` more exceed max_model_len (the server's rule and words: ``request_checks``);
+        ``params.max_tokens`` None (up to max_model_len) always fits. ``LLM.generate``, ``LLM.chat`` and
+        ``attnserve generate`` call it before queueing; :meth:`add_request` does not (a request it takes ends at
+        max_model_len, finish_reason ``length``)."""
+        check_context_length(num_prompt_tokens, params.max_tokens, self.max_model_len, prompt_name(path))
 
     def add_request(
         self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None,
@@ -205,7 +210,7 @@ class LLMEngine:
         for i in range(params.n):
             child_params = params
             if params.n > 1:
-                seed = None if params.seed is None else params.seed + i
+                seed = None if params.seed is None else completion_seed(params.seed, i)
                 child_params = SamplingParams(**{**vars(params), "n": 1, "seed": seed})
             children.append(Request(
                 request_id=f"{request_id}#{i}",

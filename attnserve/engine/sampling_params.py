@@ -7,6 +7,7 @@ import numbers
 from dataclasses import dataclass, field
 
 from attnserve.config.fields import range_words
+from attnserve.config.model import SEED_MAX, SEED_MIN, SEED_WORDS
 
 MAX_LOGPROBS = 20  # the most top logprobs a request may ask for (vLLM's default max_logprobs)
 
@@ -27,11 +28,17 @@ ALLOWED = {
     "top_p": range_words("number", (">", 0), ("<=", 1)),
     "top_k": "0 or -1 (all), or " + range_words("integer", (">=", 1), None),
     "min_p": range_words("number", (">=", 0), ("<=", 1)),
-    "seed": range_words("integer", (">=", "-2**63"), ("<=", "2**63 - n"))
-            + " (completion i uses seed + i, a 64-bit seed), or None",
+    "seed": SEED_WORDS + ", or None",  # the engine's seed, and the server's, take the same range
     "max_tokens": range_words("integer", (">=", 1), None),
     "logprobs": range_words("integer", (">=", 0), ("<=", MAX_LOGPROBS)),
 }
+
+
+def completion_seed(seed: int, i: int) -> int:
+    """The seed of completion ``i`` of a request seeded ``seed``: ``seed + i``, wrapped into the seed range [-2^63,
+    2^63 - 1] as 64-bit integers wrap (2^63 - 1 + 1 is -2^63, the seed torch reads for 2^63), so that every seed in
+    the range works with every n (vLLM seeds completion i with seed + i too)."""
+    return (seed + i - SEED_MIN) % 2**64 + SEED_MIN
 
 
 class SamplingParamsError(ValueError):
@@ -61,7 +68,7 @@ class SamplingParams:
     top_p: float = 1.0  # keep the smallest set of tokens whose probability sums to >= top_p
     top_k: int = 0  # keep the k most likely tokens; 0 or -1 = all
     min_p: float = 0.0  # drop tokens less likely than min_p * p(most likely)
-    seed: int | None = None  # per-request random seed
+    seed: int | None = None  # per-request random seed, an integer in [-2^63, 2^63 - 1]; completion i uses seed + i
     max_tokens: int | None = 16  # None = up to max_model_len
     stop: list[str] = field(default_factory=list)  # stop strings, not included in the output text; None = []
     stop_token_ids: list[int] = field(default_factory=list)  # None = [] (vLLM's default is None)
@@ -93,9 +100,8 @@ class SamplingParams:
             (_is_real(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p, ALLOWED["top_p"]),
             (_is_int(self.top_k) and self.top_k >= 0, "top_k", self.top_k, ALLOWED["top_k"]),
             (_is_real(self.min_p) and 0.0 <= self.min_p <= 1.0, "min_p", self.min_p, ALLOWED["min_p"]),
-            (self.seed is None or (_is_int(self.seed) and -(2**63) <= self.seed <= 2**63 - (self.n if _is_int(self.n)
-                                                                                             else 1)),
-             "seed", self.seed, ALLOWED["seed"]),
+            (self.seed is None or (_is_int(self.seed) and SEED_MIN <= self.seed <= SEED_MAX), "seed", self.seed,
+             ALLOWED["seed"]),
             (self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1), "max_tokens",
              self.max_tokens, ALLOWED["max_tokens"]),
             (self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS), "logprobs",

@@ -1,41 +1,76 @@
-"""Chat messages as the chat template sees them; shared by ``LLM.chat`` and ``/v1/chat/completions``."""
+"""Chat messages as the chat template sees them; shared by ``LLM.chat`` and ``/v1/chat/completions``.
+
+The checks and their words are the server's (its request schema, ``openai/protocol.py``, says the same words;
+``tests/entrypoints/test_chat_utils.py`` holds both to it): a bad message raises RequestValueError, whose
+place Python writes ``messages[0].content`` and the server ``messages.0.content``.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
+from attnserve.engine.request_checks import RequestValueError
+
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")  # protocol.ChatMessage.role's Literal
-_CONTENT = "a string or a list of {'type': 'text', 'text': str} parts"
+MESSAGES_WORDS = "a non-empty list of chat messages"
+MESSAGE_WORDS = 'an object with "role" and "content", optionally "name"'
+ROLE_WORDS = ", ".join(json.dumps(r) for r in CHAT_ROLES)
+CONTENT_WORDS = 'a string, or a non-empty list of text parts {"type": "text", "text": string}'
+TEXT_PART = 'a text part {"type": "text", "text": string}'
+TEXT_PART_WORDS = 'an object with "type" and "text"'
 
 
-def chat_messages(messages: Sequence[Mapping]) -> list[dict]:
+def is_list(value) -> bool:
+    """A list (any sequence) of items, not text or a mapping: what a conversation and a list of parts are."""
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, Mapping))
+
+
+def chat_messages(messages: Sequence[Mapping], path: tuple[str | int, ...] = ("messages",)) -> list[dict]:
     """Validate OpenAI chat messages; returns ``{"role", "content": str[, "name"]}`` per message.
 
     Content is required whatever the role, as the server requires it (protocol.ChatMessage): OpenAI's API lets an
-    assistant message go without it only when it carries tool calls, which attnserve has not; text parts
-    ``{"type": "text", "text": str}`` are joined; an empty name is dropped; other keys are ignored. Raises
-    ValueError naming the field by its path (``messages[0].content``), the value and what is allowed.
-    """
-    if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence) or not messages:
-        raise ValueError(f"messages {messages!r} not allowed (allowed: a non-empty list of message dicts)")
-    return [_chat_message(i, m) for i, m in enumerate(messages)]
+    assistant message go without it only when it carries tool calls, which attnserve has not; a list of text parts
+    ``{"type": "text", "text": str}`` holds one at least (OpenAI refuses ``[]``) and its texts are joined; an empty
+    name is dropped; other keys are ignored. Raises RequestValueError (a ValueError) naming the field by its place
+    under ``path`` (``messages[0].content``), the value and what is allowed, in the server's words:
+    ``messages[0].content [] not allowed (allowed: a string, or a non-empty list of text parts {"type": "text",
+    "text": string})``."""
+    if not is_list(messages):
+        raise RequestValueError(path, messages, MESSAGES_WORDS, noun="a list")
+    if not messages:
+        raise RequestValueError(path, messages, MESSAGES_WORDS)
+    return [_chat_message((*path, i), m) for i, m in enumerate(messages)]
 
 
-def _chat_message(i: int, m: Mapping) -> dict:
+def _chat_message(path: tuple[str | int, ...], m: Mapping) -> dict:
     if not isinstance(m, Mapping):
-        raise ValueError(f"messages[{i}] {m!r} not allowed (allowed: a dict with 'role' and 'content')")
-    for key, required in (("role", f"one of {list(CHAT_ROLES)}"), ("content", _CONTENT)):
+        raise RequestValueError(path, m, MESSAGE_WORDS, noun="a chat message")
+    for key, required in (("role", ROLE_WORDS), ("content", CONTENT_WORDS)):
         if key not in m:  # was, for content: read as "" (an empty message the user did not write)
-            raise ValueError(f"messages[{i}].{key} missing (required: {required})")
+            raise RequestValueError((*path, key), RequestValueError.MISSING, required)
     role, content, name = m["role"], m["content"], m.get("name")
     if role not in CHAT_ROLES:
-        raise ValueError(f"messages[{i}].role {role!r} not allowed (allowed: one of {list(CHAT_ROLES)})")
+        raise RequestValueError((*path, "role"), role, ROLE_WORDS)
     if not isinstance(content, str):
-        ok = isinstance(content, Sequence) and all(
-            isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content)
-        if not ok:
-            raise ValueError(f"messages[{i}].content {content!r} not allowed (allowed: {_CONTENT})")
-        content = "".join(p["text"] for p in content)
+        if not is_list(content) or not content:
+            raise RequestValueError((*path, "content"), content, CONTENT_WORDS)
+        content = "".join(_text_part((*path, "content", j), p) for j, p in enumerate(content))
     if name is not None and not isinstance(name, str):
-        raise ValueError(f"messages[{i}].name {name!r} not allowed (allowed: a string or None)")
+        raise RequestValueError((*path, "name"), name, "string, or None", noun="a string")
     return {"role": role, "content": content, **({"name": name} if name else {})}
+
+
+def _text_part(path: tuple[str | int, ...], part) -> str:
+    """The text of one content part ``{"type": "text", "text": str}``."""
+    if not isinstance(part, Mapping):
+        raise RequestValueError(path, part, TEXT_PART_WORDS, noun=TEXT_PART)
+    if "type" not in part:
+        raise RequestValueError((*path, "type"), RequestValueError.MISSING, '"text"')
+    if part["type"] != "text":
+        raise RequestValueError((*path, "type"), part["type"], '"text"')
+    if "text" not in part:
+        raise RequestValueError((*path, "text"), RequestValueError.MISSING, "a string")
+    if not isinstance(part["text"], str):
+        raise RequestValueError((*path, "text"), part["text"], "string", noun="a string")
+    return part["text"]

@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from attnserve.config import EngineConfig, build_engine_config
 from attnserve.engine.llm_engine import LLMEngine
 from attnserve.engine.outputs import RequestOutput
+from attnserve.engine.request_checks import RequestValueError
 from attnserve.engine.sampling_params import SamplingParams
-from attnserve.entrypoints.chat_utils import chat_messages
+from attnserve.entrypoints.chat_utils import MESSAGES_WORDS, is_list, chat_messages
 
 PromptType = str | list[int] | dict  # text, token ids, or vLLM's {"prompt": str} / {"prompt_token_ids": list[int]}
 
@@ -65,47 +66,68 @@ class LLM:
         A prompt is text, a list of token ids, or vLLM's ``{"prompt": text}`` / ``{"prompt_token_ids": ids}``;
         one prompt or a list of them (mixed kinds allowed). ``RequestOutput.prompt`` is the text of a text
         prompt and None for token ids. All prompts are validated and queued before the first step; a bad
-        one raises before any work.
+        one raises before any work, with the server's checks and words (``engine/request_checks.py``), naming the
+        prompt as ``prompt`` (one) or ``prompts[1]`` (a batch's second):
+
+        - an empty prompt: RequestValueError (a ValueError) ``prompt '' not allowed (allowed: a prompt of at
+          least 1 token)``;
+        - a token id outside the vocabulary, by its position: ``prompts[1][2] 50000 not allowed (allowed: integer
+          in [0, 49152), the vocabulary size)``;
+        - a prompt of max_model_len tokens or more: PromptTooLongError (a ValueError), and a prompt whose tokens
+          plus ``max_tokens`` exceed max_model_len: MaxTokensTooLargeError (a ValueError), both in OpenAI's words
+          (``This model's maximum context length is 2048 tokens. However, you requested ...``), as the server
+          refuses them. ``max_tokens=None`` asks for the rest of the context.
         """
-        prompts = [parse_prompt(p) for p in ([prompts] if _is_single_prompt(prompts) else prompts)]
-        token_prompts = [self.engine.check_prompt(p) for p in prompts]  # all checked before any is queued
-        return self._generate(prompts, token_prompts, sampling_params, use_tqdm)
+        single = _is_single_prompt(prompts)
+        prompts = [parse_prompt(p) for p in ([prompts] if single else prompts)]
+        paths = [("prompt",)] if single else [("prompts", i) for i in range(len(prompts))]
+        # all checked before any is queued
+        token_prompts = [self.engine.check_prompt(p, path) for p, path in zip(prompts, paths)]
+        return self._generate(prompts, token_prompts, paths, sampling_params, use_tqdm)
 
     def chat(
         self,
         messages: list[dict] | list[list[dict]],
-        sampling_params: SamplingParams | None = None,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = False,
     ) -> list[RequestOutput]:
         """Apply the tokenizer's chat template to each conversation and generate the assistant's reply.
 
-        Messages are checked as the server checks them (:func:`chat_messages`: every message needs a role and
-        content); a bad one raises ValueError naming the conversation and the field (``messages[0].content``).
+        ``messages`` is one conversation (a list of ``{"role", "content"}`` dicts) or a list of them. They are
+        checked as the server checks them, in its words (:func:`chat_messages`): a bad one raises RequestValueError
+        (a ValueError) naming its place, ``messages[0].content`` (one conversation) or ``messages[1][0].content``
+        (a batch's second), the value and what is allowed; ``LLM.chat("hi")`` reads ``messages 'hi' is not a
+        list (allowed: a non-empty list of chat messages, or a list of such lists)``. The rendered prompt is
+        checked as :meth:`generate` checks a prompt (its length with ``max_tokens`` included).
         ``RequestOutput.prompt`` is the rendered prompt text.
         """
-        single = bool(messages) and isinstance(messages[0], Mapping)
+        if not is_list(messages) or not messages:
+            raise RequestValueError(("messages",), messages, f"{MESSAGES_WORDS}, or a list of such lists",
+                                    noun=None if is_list(messages) else "a list")
+        single = not is_list(messages[0])  # a message (or a mistake chat_messages names) first: one conversation
         conversations = [messages] if single else messages
-        prompts = []
-        for i, conv in enumerate(conversations):
-            try:
-                checked = chat_messages(conv)
-            except ValueError as e:
-                raise ValueError(str(e) if single else f"conversation {i}: {e}") from None
-            prompts.append(self.tokenizer.apply_chat_template(checked, tokenize=False, add_generation_prompt=True))
+        paths = [("messages",)] if single else [("messages", i) for i in range(len(conversations))]
+        prompts = [self.tokenizer.apply_chat_template(chat_messages(conv, path), tokenize=False,
+                                                      add_generation_prompt=True)
+                   for conv, path in zip(conversations, paths)]
         # the template already holds the special tokens (BOS, ...); all checked before any is queued
-        token_prompts = [self.engine.check_prompt(self.tokenizer.encode(p, add_special_tokens=False)) for p in prompts]
-        return self._generate(prompts, token_prompts, sampling_params, use_tqdm)
+        token_prompts = [self.engine.check_prompt(self.tokenizer.encode(p, add_special_tokens=False), path)
+                         for p, path in zip(prompts, paths)]
+        return self._generate(prompts, token_prompts, paths, sampling_params, use_tqdm)
 
     def _generate(self, prompts: list[str | list[int]], token_prompts: list[list[int]],
+                  paths: list[tuple[str | int, ...]],
                   sampling_params: SamplingParams | Sequence[SamplingParams] | None,
                   use_tqdm: bool) -> list[RequestOutput]:
-        """Queue checked prompts (``prompts``: the text, or token ids, that outputs report) and run them."""
+        """Queue checked prompts (``prompts``: the text, or token ids, that outputs report; ``paths``: their names
+        in errors) and run them. Each prompt's length with its ``max_tokens`` is checked before any is queued."""
         params = sampling_params if sampling_params is not None else SamplingParams()
         params_list = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
         if len(params_list) != len(prompts):
             raise ValueError(f"{len(params_list)} sampling params for {len(prompts)} prompts")
-        for sp in params_list:  # all checked before any is queued
+        for t, sp, path in zip(token_prompts, params_list, paths):  # all checked before any is queued
             self.engine.check_params(sp)
+            self.engine.check_max_tokens(len(t), sp, path)
         ids = [self.engine.add_request(p, sp, prompt_token_ids=t) for p, t, sp in zip(prompts, token_prompts, params_list)]
         return self._run(ids, use_tqdm)
 

@@ -12,7 +12,7 @@ from attnserve.config import CacheConfig, ConfigError, EngineConfig, ModelConfig
         (ModelConfig, "load_format", "pt", "auto, safetensors, gguf, dummy"),
         (ModelConfig, "max_model_len", 0, "integer >= 1, null"),
         (ModelConfig, "model", 5, "string, null"),
-        (ModelConfig, "seed", "1", "integer in [0, 18446744073709551615]"),
+        (ModelConfig, "seed", "1", "integer in [-2^63, 2^63 - 1]"),
         (CacheConfig, "block_size", 0, "1, 2, 4, 8, 16, 32, 64, 128, 256"),
         (CacheConfig, "block_size", 16.0, "1, 2, 4, 8, 16, 32, 64, 128, 256"),
         (CacheConfig, "block_size", 7, "1, 2, 4, 8, 16, 32, 64, 128, 256"),  # was accepted: no backend's size, nor vLLM's

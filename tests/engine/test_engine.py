@@ -259,10 +259,12 @@ def test_text_equals_decoding_the_tokens(llm):
     ({"top_k": 1.5}, "top_k 1.5 not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
     ({"top_k": True}, "top_k True not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
     ({"max_tokens": 2.5}, "max_tokens 2.5 not allowed (allowed: integer >= 1)"),
-    ({"seed": "x"}, "seed 'x' not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),
-    ({"seed": 2**64}, "seed 18446744073709551616 not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),  # was torch's 'Overflow when unpacking long long'
-    ({"seed": 2**63 - 1, "n": 2}, "seed 9223372036854775807 not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),  # completion 1's seed + 1 overflows
-    ({"seed": -(2**63) - 1}, "seed -9223372036854775809 not allowed (allowed: integer in [-2**63, 2**63 - n] (completion i uses seed + i, a 64-bit seed), or None)"),
+    # every seed's range, in every seed's words (was "integer in [-2**63, 2**63 - n] (completion i uses seed + i, a
+    # 64-bit seed), or None", while LLM(seed=) and --seed took [0, 2**64 - 1] and the server [-2^63, 2^63 - n])
+    ({"seed": "x"}, "seed 'x' not allowed (allowed: integer in [-2^63, 2^63 - 1], or None)"),
+    ({"seed": 2**63}, "seed 9223372036854775808 not allowed (allowed: integer in [-2^63, 2^63 - 1], or None)"),
+    ({"seed": 2**64}, "seed 18446744073709551616 not allowed (allowed: integer in [-2^63, 2^63 - 1], or None)"),
+    ({"seed": -(2**63) - 1}, "seed -9223372036854775809 not allowed (allowed: integer in [-2^63, 2^63 - 1], or None)"),
     ({"logprobs": 21}, "logprobs 21 not allowed (allowed: integer in [0, 20])"),
     # a list's first bad item (was the whole list: "stop_token_ids [2, -1] not allowed", "stop ['a', 5] ...")
     ({"stop_token_ids": [2, -1]}, "stop_token_ids -1 not allowed (allowed: token ids (integers >= 0))"),
@@ -276,6 +278,31 @@ def test_bad_sampling_params(kwargs, message):
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(**kwargs)
     assert str(e.value) == message
+
+
+def test_every_seed_in_the_range_works_with_every_n(llm):
+    """Completion i of n uses seed + i, wrapped as 64-bit integers wrap: seed 2^63 - 1 with n = 2 (was refused: "2^63 -
+    n") gives completion 1 the seed -2^63, the seed torch reads for 2^63 (as vLLM's seed + 1 would give it)."""
+    params = dict(temperature=1.0, max_tokens=8, ignore_eos=True)
+    (pair,) = llm.generate(PROMPTS[0], SamplingParams(n=2, seed=2**63 - 1, **params))
+    (last,) = llm.generate(PROMPTS[0], SamplingParams(seed=-(2**63), **params))
+    (first,) = llm.generate(PROMPTS[0], SamplingParams(seed=2**63 - 1, **params))
+    assert [c.token_ids for c in pair.outputs] == [first.outputs[0].token_ids, last.outputs[0].token_ids]
+
+
+def test_the_engine_seed_takes_the_same_range(llama_dir):
+    """LLM(seed=), --seed: the range of every seed (was [0, 2**64 - 1]); a negative one seeds torch's generators as
+    they read it, and the benchmarks' numpy generator by its 64 bits."""
+    from attnserve.benchmarks.requests import random_requests
+
+    with pytest.raises(ValueError) as e:
+        LLM(llama_dir, device="cpu", seed=2**63)
+    assert str(e.value) == "seed 9223372036854775808 not allowed (allowed: integer in [-2^63, 2^63 - 1])"
+    assert e.value.key == "seed"
+    llm = LLM(llama_dir, device="cpu", seed=-(2**63), kv_cache_memory=8 << 20)
+    (out,) = llm.generate(PROMPTS[0], SamplingParams(temperature=1.0, max_tokens=4, ignore_eos=True))
+    assert len(out.outputs[0].token_ids) == 4
+    assert random_requests(2, 4, 2, 0.0, 100, -1) == random_requests(2, 4, 2, 0.0, 100, 2**64 - 1)
 
 
 def test_sampling_params_error_carries_name_value_and_allowed():
@@ -300,16 +327,21 @@ def test_prompt_longer_than_max_model_len(llama_dir):
     llm = LLM(llama_dir, dtype="float32", device="cpu", max_model_len=16, kv_cache_memory=8 << 20)
     with pytest.raises(ValueError) as e:
         llm.generate([PROMPTS[0], PROMPTS[1]], GREEDY)
-    assert str(e.value).startswith("prompt has 37 tokens; max_model_len is 16")
+    # the server's words (OpenAI's), naming the batch's prompt (was "prompt has 37 tokens; max_model_len is 16, ...")
+    assert str(e.value) == ("This model's maximum context length is 16 tokens. However, prompts[1] has 37 tokens, which "
+                            "leaves no room for the completion (at most 15 prompt tokens fit). Please raise max_model_len "
+                            "or reduce the length of the prompt.")
     assert not llm.engine.has_unfinished_requests()  # nothing was queued
 
 
-@pytest.mark.parametrize("prompt, bad", [([5, 10**6], "1000000"), ([-1, 5], "-1"), ([1, "2"], "'2'")])
-def test_token_ids_outside_the_vocabulary_are_refused_up_front(llm, prompt, bad):
+# each bad token id by its position in the batch (was "token id 1000000 not allowed (...)", no position)
+@pytest.mark.parametrize("prompt, where, bad", [([5, 10**6], "prompts[1][1]", "1000000"), ([-1, 5], "prompts[1][0]", "-1"),
+                                                ([1, "2"], "prompts[1][1]", "'2'")])
+def test_token_ids_outside_the_vocabulary_are_refused_up_front(llm, prompt, where, bad):
     vocab = llm.engine.hf_config.vocab_size
     with pytest.raises(ValueError) as e:
         llm.generate([PROMPTS[0], prompt], GREEDY)
-    assert str(e.value) == f"token id {bad} not allowed (allowed: integer in [0, {vocab}), the vocabulary size)"
+    assert str(e.value) == f"{where} {bad} not allowed (allowed: integer in [0, {vocab}), the vocabulary size)"
     assert not llm.engine.has_unfinished_requests()
 
 
@@ -355,9 +387,14 @@ def test_max_model_len_beyond_the_model_is_refused(llama_dir):
 
 
 def test_generation_stops_at_max_model_len(llama_dir):
+    """max_tokens None: the rest of the context (a max_tokens beyond it is refused, as the server refuses it)."""
     llm = LLM(llama_dir, dtype="float32", device="cpu", max_model_len=12, kv_cache_memory=8 << 20)
-    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True))[0].outputs[0]
+    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=None, ignore_eos=True))[0].outputs[0]
     assert len(out.token_ids) == 12 - len(PROMPTS[0]) and out.finish_reason == "length"
+    # the engine itself still ends a request at max_model_len, whatever its max_tokens
+    llm.engine.add_request(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True))
+    final = [o for _ in range(20) for o in llm.engine.step() if o.finished]
+    assert len(final[0].outputs[0].token_ids) == 12 - len(PROMPTS[0]) and final[0].outputs[0].finish_reason == "length"
 
 
 def test_unknown_model_path():
@@ -466,4 +503,4 @@ def test_text_with_a_lone_surrogate_is_refused_before_the_tokenizer(llm):
     """``"hi\\ud800"`` has no UTF-8 form; the tokenizer's TypeError was what a caller saw (a fresh-user trial)."""
     with pytest.raises(ValueError) as e:
         llm.generate(["hi\ud800"], SamplingParams(max_tokens=1))
-    assert str(e.value) == "prompt 'hi\\ud800' holds a lone surrogate '\\ud800' at index 2 (allowed: Unicode text)"
+    assert str(e.value) == "prompts[0] 'hi\\ud800' holds a lone surrogate '\\ud800' at index 2 (allowed: Unicode text)"

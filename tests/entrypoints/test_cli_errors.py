@@ -51,8 +51,8 @@ CASES = [
      "attnserve generate: error: argument --max-tokens: 0 not allowed (allowed: integer >= 1)"),
     (["generate", "--top-k", "-2"], 2,
      "attnserve generate: error: argument --top-k: -2 not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
-    (["generate", "--prompt", ""], 2, "attnserve generate: error: argument --prompt: an empty prompt (give text, or "
-                                      "leave --prompt out for the default prompt)"),
+    (["generate", "--prompt", ""], 2, "attnserve generate: error: argument --prompt: '' not allowed (allowed: a prompt "
+                                      "of at least 1 token); leave --prompt out for the default prompt"),
     (["generate", "--prompts-file", "{tmp}/none.txt"], 2,
      "attnserve generate: error: argument --prompts-file: {tmp}/none.txt: No such file or directory"),
     (["generate", "--prompts-file", "{tmp}/empty.txt"], 2,  # was: the default prompt, silently

@@ -134,6 +134,12 @@ def test_engine_flags(capsys):
     assert cfg["enforce_eager"] is True and cfg["device"] == "cuda:1" and cfg["cache"]["gpu_memory_utilization"] == 0.5
 
 
+@pytest.mark.parametrize("seed", [-(2**63), -1, 2**63 - 1])
+def test_seed_takes_every_64_bit_seed(seed, capsys):
+    """--seed takes the range of every seed, a request's too (was [0, 2**64 - 1], negatives refused)."""
+    assert config(["--model", "m", "--seed", str(seed)], capsys)["model"]["seed"] == seed
+
+
 def test_disable_custom_all_reduce_flag(capsys):
     assert config([], capsys)["parallel"]["disable_custom_all_reduce"] is False
     assert config(["--disable-custom-all-reduce"], capsys)["parallel"]["disable_custom_all_reduce"] is True

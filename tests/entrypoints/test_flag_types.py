@@ -72,19 +72,22 @@ def test_text_that_is_not_a_number_names_the_flag_and_what_is_allowed(argv, flag
 
 @pytest.mark.parametrize("argv, line", [
     # engine flags (every command that builds an engine): the field's allowed values
-    (["generate", "--seed", "abc"], "attnserve generate: error: argument --seed: 'abc' is not an integer (allowed: integer in [0, 18446744073709551615])"),
+    (["generate", "--seed", "abc"], "attnserve generate: error: argument --seed: 'abc' is not an integer (allowed: integer in [-2^63, 2^63 - 1])"),
+    # every seed's range (was [0, 2**64 - 1] here while a request's seed took negatives)
+    (["generate", "--seed", "9223372036854775808"],
+     "attnserve generate: error: argument --seed: 9223372036854775808 not allowed (allowed: integer in [-2^63, 2^63 - 1])"),
     (["generate", "--max-model-len", "1.5"],  # a size flag of vLLM's (human_readable_int): its suffixes too
      "attnserve generate: error: argument --max-model-len: '1.5' is not an integer (allowed: integer >= 1, null; "
      "suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); "
      "K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only))"),
     (["generate", "--gpu-memory-utilization", "x"],
      "attnserve generate: error: argument --gpu-memory-utilization: 'x' is not a number (allowed: number in (0, 1])"),
-    (["serve", "--seed", "abc"], "attnserve serve: error: argument --seed: 'abc' is not an integer (allowed: integer in [0, 18446744073709551615])"),
+    (["serve", "--seed", "abc"], "attnserve serve: error: argument --seed: 'abc' is not an integer (allowed: integer in [-2^63, 2^63 - 1])"),
     (["bench", "attention", "--block-size", "7"],  # the engine's sizes (was accepted)
      "attnserve bench attention: error: argument --block-size: 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"),
     (["serve", "--block-size", "1e3"],
      "attnserve serve: error: argument --block-size: '1e3' is not an integer (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"),
-    (["bench", "throughput", "--seed", "abc"], "attnserve bench throughput: error: argument --seed: 'abc' is not an integer (allowed: integer in [0, 18446744073709551615])"),
+    (["bench", "throughput", "--seed", "abc"], "attnserve bench throughput: error: argument --seed: 'abc' is not an integer (allowed: integer in [-2^63, 2^63 - 1])"),
     # generate's sampling flags: SamplingParams' ranges (was "invalid int value: '1.5'", "invalid float value: 'x'")
     (["generate", "--max-tokens", "1.5"],
      "attnserve generate: error: argument --max-tokens: '1.5' is not an integer (allowed: integer >= 1)"),

@@ -55,7 +55,9 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
     (["--stop", ""], "attnserve generate: error: argument --stop: '' not allowed (allowed: non-empty strings)"),
     (["--stop", "a", "--stop", ""], "attnserve generate: error: argument --stop: '' not allowed (allowed: non-empty "
                                     "strings)"),
-    (["--prompt", ""], "attnserve generate: error: argument --prompt: an empty prompt (give text, or leave --prompt out for the default prompt)"),
+    # every surface's words for an empty prompt (was "an empty prompt (give text, or leave --prompt out for ...)")
+    (["--prompt", ""], "attnserve generate: error: argument --prompt: '' not allowed (allowed: a prompt of at least 1 "
+                       "token); leave --prompt out for the default prompt"),
     (["--model", "/no/such/dir"], "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):
@@ -69,9 +71,23 @@ def test_prompt_longer_than_max_model_len(tiny_model_dir, capsys):
     rc = main(["generate", "--model", tiny_model_dir("llama"), "--max-model-len", "8", "--prompt", "word " * 20])
     err = capsys.readouterr().err.strip().splitlines()[-1]  # (after the fixture's own output, when it made the model)
     assert rc == 2
-    assert err == ("attnserve generate: error: argument --max-model-len: prompt has 21 tokens; max_model_len is 8, so "
-                   "at most 7 prompt tokens fit (one place is the generated token's); raise --max-model-len or shorten "
-                   "the prompt")
+    # the words of LLM.generate and the server (OpenAI's), the flag named (was "prompt has 21 tokens; max_model_len
+    # is 8, so at most 7 prompt tokens fit (one place is the generated token's); raise --max-model-len or ...")
+    assert err == ("attnserve generate: error: argument --max-model-len: This model's maximum context length is 8 "
+                   "tokens. However, the prompt has 21 tokens, which leaves no room for the completion (at most 7 prompt "
+                   "tokens fit). Please raise --max-model-len or reduce the length of the prompt.")
+
+
+def test_max_tokens_beyond_the_context_is_refused(tiny_model_dir, capsys):
+    """A prompt that fits, but not with --max-tokens more: refused as the server and LLM.generate refuse it (was run,
+    and cut short at max_model_len); one line naming --max-tokens, exit status 2."""
+    rc = main(["generate", "--model", tiny_model_dir("llama"), "--max-model-len", "16", "--prompt", "word " * 5,
+               "--max-tokens", "12"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 2
+    assert err == ("attnserve generate: error: argument --max-tokens: This model's maximum context length is 16 tokens. "
+                   "However, you requested 18 tokens (6 in the prompt, 12 in the completion). Please reduce the length of "
+                   "the prompt or completion.")
 
 
 def _generate(model: str, *flags: str) -> subprocess.CompletedProcess:

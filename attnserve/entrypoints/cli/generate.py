@@ -51,6 +51,7 @@ def _error(message: str) -> int:
 
 def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
     from attnserve.benchmarks.requests import PromptsFileError, read_prompts_file
+    from attnserve.engine.request_checks import RequestValueError, check_not_empty
 
     prompts = list(args.prompt or [])
     if args.prompts_file:
@@ -64,8 +65,11 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
         prompts += from_file
     if not prompts:
         return [DEFAULT_PROMPT], True
-    if any(not p for p in prompts):
-        raise ValueError("argument --prompt: an empty prompt (give text, or leave --prompt out for the default prompt)")
+    for p in prompts:  # the words of every surface's empty prompt (request_checks), and this command's way out
+        try:
+            check_not_empty(p)
+        except RequestValueError as e:
+            raise ValueError(f"argument --prompt: {e.refusal()}; leave --prompt out for the default prompt") from None
     return prompts, args.chat
 
 
@@ -89,8 +93,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         return _error(str(e))
 
+    from attnserve.engine.request_checks import MaxTokensTooLargeError
+
     try:
         outputs, stats = generate_to_terminal(config, prompts, params, chat, sys.stdout, sys.stderr)
+    except MaxTokensTooLargeError as e:  # a prompt that fits, but not with --max-tokens more (the server's words)
+        return _error(f"argument --max-tokens: {e}")
     except (ValueError, FileNotFoundError) as e:  # unknown model, bad architecture, prompt too long, ...
         return _error(error_line(args, getattr(e, "key", None), str(e)))
     if args.output_json:
@@ -112,6 +120,8 @@ def generate_to_terminal(config, prompts: list[str], params, chat: bool, out, er
         prompts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
                    for p in prompts]
     token_prompts = [engine.check_prompt(tok.encode(p, add_special_tokens=not chat)) for p in prompts]
+    for ids in token_prompts:  # refused as LLM.generate and the server refuse it, not cut short at max_model_len
+        engine.check_max_tokens(len(ids), params)
     engine.warn_kv_cache_limit()  # once every prompt fits: a prompt that does not is one error line, not both
     ids = [engine.add_request(p, params) for p in token_prompts]
     stream = len(prompts) == 1 and params.n == 1

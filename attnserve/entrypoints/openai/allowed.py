@@ -4,8 +4,9 @@ protocol.py's fields, which the OpenAPI schema shows too): ``integer >= 1, or nu
 
 A 400 for a value of the wrong type or out of range names the field, the value and these words
 (``errors.validation_message``), instead of pydantic's ``Input should be a valid integer, got a number with a
-fractional part``, which names neither the value nor what is allowed. A field whose range the schema cannot say
-(``seed``'s depends on ``n``) declares its words as ``json_schema_extra={"x-allowed": ...}``.
+fractional part``, which names neither the value nor what is allowed. A field whose range reads better in other
+words than its bounds' digits (``seed``: ``integer in [-2^63, 2^63 - 1]``, the words of every seed's range) declares
+them as ``json_schema_extra={"x-allowed": ...}``.
 
 A missing required field, a value that is none of a union's members, a list where none is allowed or one too
 short, reads every member as a noun (``required_words``): ``a string, a list of strings, a list of integers >=

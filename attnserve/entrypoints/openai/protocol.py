@@ -19,12 +19,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from attnserve.config.model import SEED_MAX, SEED_MIN, SEED_WORDS
 from attnserve.engine.sampling_params import MAX_LOGPROBS  # vLLM's default max_logprobs
 
-# torch.Generator.manual_seed takes 64-bit seeds; a request's n completions use seed, seed + 1, ..., so
-# SamplingParams allows [-2^63, 2^63 - n]: the schema declares n = 1's range, serving.check_seed the rest
-SEED_WORDS = "integer in [-2^63, 2^63 - n] for the request's n"
-_SEED = dict(ge=-(2**63), le=2**63 - 1, json_schema_extra={"x-allowed": SEED_WORDS})
+# every seed's range, the engine's and SamplingParams' (OpenAI's API and vLLM take it too), in the same words
+_SEED = dict(ge=SEED_MIN, le=SEED_MAX, json_schema_extra={"x-allowed": SEED_WORDS})
 MAX_N = 128
 NonEmptyStr = Annotated[str, Field(min_length=1)]
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from attnserve.engine.async_engine import AsyncLLMEngine, EngineNotReadyError
-from attnserve.engine.llm_engine import PromptTooLongError
 from attnserve.engine.outputs import RequestOutput
+from attnserve.engine.request_checks import (EMPTY_PROMPT, MaxTokensTooLargeError, PromptTooLongError,
+                                             RequestValueError, check_context_length, check_token_ids)
 from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
 from attnserve.entrypoints.openai.errors import OpenAIError, json_value
 from attnserve.entrypoints.openai.metrics import ServerMetrics
@@ -23,13 +24,19 @@ from attnserve.entrypoints.openai.tokenizer_thread import TokenizerThread
 
 # temperatures below this are greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow to inf
 _GREEDY_EPS = 1e-5
-EMPTY_PROMPT = "a prompt of at least 1 token"
 
 
-def empty_prompt(path: str, sent) -> OpenAIError:
+def request_error(e: RequestValueError) -> OpenAIError:
+    """The 400 for a request check's refusal (``engine/request_checks.py``, the words LLM.generate and the CLI
+    use): its place dotted as ``param`` and the value as JSON, ``prompt.2: 50000 not allowed (allowed: integer in
+    [0, 49152), the vocabulary size)``."""
+    return OpenAIError(f"{e.param}: {e.refusal(json_value)}", 400, param=e.param)
+
+
+def empty_prompt(path: tuple[str | int, ...], sent) -> OpenAIError:
     """The 400 for an empty prompt, one wording whatever its form: ``prompt: "" not allowed (allowed: a prompt of
     at least 1 token)``, ``prompt.1: [] ...``; ``sent`` is the value as the request holds it."""
-    return OpenAIError(f"{path}: {json_value(sent)} not allowed (allowed: {EMPTY_PROMPT})", 400, param=path)
+    return request_error(RequestValueError(path, sent, EMPTY_PROMPT))
 
 
 def load_error_summary(e: BaseException) -> str:
@@ -87,29 +94,29 @@ class ServingContext:
                               404, param="model", code="model_not_found")
         return name
 
-    def check_token_ids(self, token_ids: list[int]) -> None:
-        """400 for an empty prompt or a token id outside the vocabulary (the length is check_prompt's)."""
+    def check_token_ids(self, token_ids: list[int], path: tuple[str | int, ...] = ("prompt",)) -> None:
+        """400 for an empty prompt or a token id outside the vocabulary, named by its position (``prompt.1.2``)
+        (the length is check_prompt's)."""
         if not token_ids:
-            raise empty_prompt("prompt", token_ids)
-        bad = next((t for t in token_ids if not 0 <= t < self.vocab_size), None)
-        if bad is not None:
-            raise OpenAIError(f"token id {bad} is out of range (vocabulary size {self.vocab_size})", 400, param="prompt")
+            raise empty_prompt(path, token_ids)
+        try:
+            check_token_ids(token_ids, self.vocab_size, path)
+        except RequestValueError as e:
+            raise request_error(e) from None
 
-    def check_prompt(self, token_ids: list[int], max_tokens: int | None) -> int:
-        """Validate one tokenized prompt; return the max_tokens to use (None = the rest of the context)."""
-        self.check_token_ids(token_ids)
-        limit, n = self.max_model_len, len(token_ids)
-        if max_tokens is None:
-            max_tokens = limit - n
-        if n + max_tokens > limit:
-            raise OpenAIError(
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{n + max_tokens} tokens ({n} in the prompt, {max_tokens} in the completion). "
-                "Please reduce the length of the prompt or completion.", 400, param="max_tokens")
-        if max_tokens < 1:
-            raise OpenAIError(f"the prompt has {n} tokens, which leaves no room in the context of {limit}",
-                              400, param="prompt")
-        return max_tokens
+    def check_prompt(self, token_ids: list[int], max_tokens: int | None, path: tuple[str | int, ...] = ("prompt",),
+                     max_tokens_param: str = "max_tokens") -> int:
+        """Validate one tokenized prompt; return the max_tokens to use (None = the rest of the context). A prompt
+        too long is ``request_checks.check_context_length``'s 400 (LLM.generate's words): ``param`` the prompt's
+        ``path`` (``prompt.1``, ``messages``) when the prompt alone leaves no room, ``max_tokens_param`` (the
+        field the request set: ``max_tokens``, ``max_completion_tokens``) when the prompt fits but not with it."""
+        self.check_token_ids(token_ids, path)
+        try:
+            return check_context_length(len(token_ids), max_tokens, self.max_model_len)
+        except PromptTooLongError as e:
+            raise OpenAIError(str(e), 400, param=".".join(map(str, path))) from None
+        except MaxTokensTooLargeError as e:
+            raise OpenAIError(str(e), 400, param=max_tokens_param) from None
 
 
 def check_stream_options(req: SamplingFields) -> None:
@@ -143,18 +150,9 @@ def check_unsupported(req: SamplingFields) -> None:
                               param=name)
 
 
-def check_seed(req: SamplingFields) -> None:
-    """400 for a seed above SamplingParams' bound 2^63 - n (completion i of n uses seed + i, a 64-bit seed); the
-    schema allows up to 2^63 - 1, n = 1's bound."""
-    if req.seed is not None and req.seed > 2**63 - req.n:
-        raise OpenAIError(f"seed: {req.seed} not allowed with n = {req.n} (allowed: integer in [-2^63, 2^63 - n] = "
-                          f"[{-(2**63)}, {2**63 - req.n}], or null; completion i uses seed + i)", 400, param="seed")
-
-
 def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:
     """SamplingParams from a request's fields, checked against the model too (``LLMEngine.check_params``: a stop
     token id outside the vocabulary); 400 naming the bad value."""
-    check_seed(req)
     temperature = 1.0 if req.temperature is None else req.temperature
     try:
         params = SamplingParams(

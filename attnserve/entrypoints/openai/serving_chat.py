@@ -93,8 +93,10 @@ def _prepare(ctx: ServingContext, req: ChatCompletionRequest, logprobs: int | No
     """The prompt's token ids (``render_chat``) and SamplingParams, the prompt checked against the context; 400 for
     what is wrong. Runs on the tokenizer thread."""
     prompt_ids = render_chat(ctx, req)
-    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    return prompt_ids, sampling_params(ctx, req, ctx.check_prompt(prompt_ids, max_tokens), logprobs)
+    max_tokens_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    max_tokens = getattr(req, max_tokens_param)
+    return prompt_ids, sampling_params(ctx, req, ctx.check_prompt(prompt_ids, max_tokens, ("messages",),
+                                                                  max_tokens_param), logprobs)
 
 
 def render_chat(ctx: ServingContext, req: ChatCompletionRequest) -> list[int]:

@@ -92,27 +92,31 @@ def _prepare(ctx: ServingContext, req: CompletionRequest) -> tuple[list[str] | N
     """(prompt texts for echo, token-id prompts, their SamplingParams) of ``req``, each prompt checked against the
     context (``_prompts``, ``check_prompt``); 400 for the first bad one. Calls the tokenizer when
     ``_needs_tokenizer``: then it runs on the tokenizer thread."""
-    texts, token_prompts = _prompts(ctx, req.prompt, req.echo)
-    params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens), req.logprobs) for ids in token_prompts]
+    texts, token_prompts, paths = _prompts(ctx, req.prompt, req.echo)
+    params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens, path), req.logprobs)
+              for ids, path in zip(token_prompts, paths)]
     return texts, token_prompts, params
 
 
-def _prompts(ctx: ServingContext, prompt, echo: bool) -> tuple[list[str] | None, list[list[int]]]:
-    """(prompt texts, token-id prompts) for each prompt of the request; the texts (token ids decoded) only for
-    ``echo``, else None. An empty one (``""``, ``[]``, ``["a", ""]``) is a 400 naming its path and the value as sent
-    (``empty_prompt``), checked before tokenizing: a tokenizer may turn ``""`` into a lone BOS token."""
+def _prompts(ctx: ServingContext, prompt, echo: bool) -> tuple[list[str] | None, list[list[int]],
+                                                              list[tuple[str | int, ...]]]:
+    """(prompt texts, token-id prompts, their paths: ``("prompt",)``, ``("prompt", 1)``) for each prompt of the
+    request; the texts (token ids decoded) only for ``echo``, else None. An empty one (``""``, ``[]``,
+    ``["a", ""]``) is a 400 naming its path and the value as sent (``empty_prompt``), checked before tokenizing:
+    a tokenizer may turn ``""`` into a lone BOS token."""
     one = isinstance(prompt, str) or not prompt or isinstance(prompt[0], int)
-    items = [("prompt", prompt)] if one else [(f"prompt.{i}", p) for i, p in enumerate(prompt)]
+    items = [(("prompt",), prompt)] if one else [(("prompt", i), p) for i, p in enumerate(prompt)]
     token_prompts = []
     for path, p in items:
         ids = (ctx.tokenizer.encode(p) if p else []) if isinstance(p, str) else list(p)
         if not ids:
             raise empty_prompt(path, p)
-        ctx.check_token_ids(ids)  # out-of-vocabulary token ids before decoding them
+        ctx.check_token_ids(ids, path)  # out-of-vocabulary token ids before decoding them
         token_prompts.append(ids)
+    paths = [path for path, _ in items]
     if not echo:
-        return None, token_prompts
-    return [p if isinstance(p, str) else ctx.tokenizer.decode(p) for _, p in items], token_prompts
+        return None, token_prompts, paths
+    return [p if isinstance(p, str) else ctx.tokenizer.decode(p) for _, p in items], token_prompts, paths
 
 
 async def _collect(outputs: AsyncIterator[tuple[int, RequestOutput]], num_prompts: int) -> list[RequestOutput]:

@@ -58,14 +58,18 @@ def test_stream_options_without_stream_names_the_parameter(client, model_name):
     assert e.value.body["param"] == "stream_options"
 
 
-def test_prompt_longer_than_context_message_names_the_requested_max_tokens(client, model_name, default_tokenizer):
-    """A prompt that alone overflows the context: the message counts the max_tokens the client asked for."""
+def test_prompt_longer_than_context_message_names_the_prompt(client, model_name, default_tokenizer):
+    """A prompt that alone overflows the context: the message and param name the prompt, whatever max_tokens asked
+    for (was param max_tokens, and "you requested N + 7 tokens (N in the prompt, 7 in the completion). Please reduce
+    the length of the prompt or completion.": a shorter completion would not have helped)."""
     n = len(default_tokenizer.encode(LONG))
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=model_name, prompt=LONG, max_tokens=7)
     assert e.value.body["message"] == (
-        f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, you requested {n + 7} tokens "
-        f"({n} in the prompt, 7 in the completion). Please reduce the length of the prompt or completion.")
+        f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, the prompt has {n} tokens, which "
+        f"leaves no room for the completion (at most {MAX_MODEL_LEN - 1} prompt tokens fit). Please raise max_model_len "
+        "or reduce the length of the prompt.")
+    assert e.value.body["param"] == "prompt"
 
 
 def test_unknown_model_is_404(client, model_name):

@@ -80,10 +80,11 @@ def test_other_requests_are_answered_while_a_long_prompt_is_tokenized(tiny_serve
     n = PROMPT_TOKENS[endpoint]
     assert answers["long prompt"].status_code == 400
     assert answers["long prompt"].json() == {"error": {
-        "message": f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, you requested {n + 1} "
-                   f"tokens ({n} in the prompt, 1 in the completion). Please reduce the length of the prompt or "
-                   "completion.",
-        "type": "invalid_request_error", "param": "max_tokens", "code": None}}
+        "message": f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, the prompt has {n} "
+                   f"tokens, which leaves no room for the completion (at most {MAX_MODEL_LEN - 1} prompt tokens "
+                   "fit). Please raise max_model_len or reduce the length of the prompt.",
+        "type": "invalid_request_error", "param": "messages" if endpoint.startswith("chat") else "prompt",
+        "code": None}}
 
 
 def test_text_prompts_sent_together_are_each_answered_as_when_sent_alone(tiny_server):

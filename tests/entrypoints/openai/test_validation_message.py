@@ -79,9 +79,9 @@ def _message(cls, body: dict) -> tuple[str, str | None]:
      ("temperature: -Infinity is not a finite number (allowed: number >= 0, or null)", "temperature")),
     ({"prompt": "x", "top_p": float("nan")}, ("top_p: NaN is not a number (allowed: number in (0, 1], or null)",
                                               "top_p")),
-    # seed: the schema allows n = 1's range; serving.check_seed the request's n's
-    ({"prompt": "x", "seed": 2**63}, ("seed: 9223372036854775808 not allowed (allowed: integer in [-2^63, 2^63 - n] "
-                                      "for the request's n, or null)", "seed")),
+    # seed: every seed's range, in every seed's words (its x-allowed)
+    ({"prompt": "x", "seed": 2**63}, ("seed: 9223372036854775808 not allowed (allowed: integer in [-2^63, 2^63 - 1], "
+                                      "or null)", "seed")),
 ])
 
 def test_completion_body_errors(body, want):
@@ -189,7 +189,7 @@ def test_without_the_model_pydantic_words_the_message():
     (("prompt", 0), ("string",), "string"),
     (("prompt", 0, 3), ("integer",), "integer >= 0"),
     (("stream_options", "include_usage"), ("boolean",), "true, false, or null"),  # through a $ref
-    (("seed",), ("integer",), "integer in [-2^63, 2^63 - n] for the request's n, or null"),  # its x-allowed words
+    (("seed",), ("integer",), "integer in [-2^63, 2^63 - 1], or null"),  # its x-allowed words
     (("n",), ("string",), None),  # no member of that kind
     (("no_such_field",), ("integer",), None),
 ])

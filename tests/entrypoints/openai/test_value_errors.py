@@ -15,8 +15,9 @@ from __future__ import annotations
 import openai
 import pytest
 
-# was "integer in [-9223372036854775808, 9223372036854774783], or null": 2^63 - 1 - 1024, a bound of no meaning
-SEED_RANGE = "integer in [-2^63, 2^63 - n] for the request's n, or null"
+# every seed's range, in the words SamplingParams, LLM(seed=) and --seed use (was "integer in [-2^63, 2^63 - n] for
+# the request's n, or null"; before that "integer in [-9223372036854775808, 9223372036854774783], or null")
+SEED_RANGE = "integer in [-2^63, 2^63 - 1], or null"
 STOP_WORDS = "a non-empty string, a list of non-empty strings, or null"
 EMPTY_PROMPT = "a prompt of at least 1 token"
 VOCAB = 49152  # the default model's (SmolLM2-135M)
@@ -68,10 +69,7 @@ COMPLETION_CASES = {
     "prompt_second_empty": ({"prompt": ["a", ""]}, "prompt.1", f'"" not allowed (allowed: {EMPTY_PROMPT})'),
     "prompt_second_no_token_ids": ({"prompt": [[1], []]}, "prompt.1", f"[] not allowed (allowed: {EMPTY_PROMPT})"),
     "seed_above_int64": ({"seed": 2**63}, "seed", f"9223372036854775808 not allowed (allowed: {SEED_RANGE})"),
-    # above 2^63 - n for this n (a 64-bit seed for each completion): the bound with its number
-    "seed_above_2_63_minus_n": ({"seed": 2**63 - 2, "n": 3}, "seed",
-                                "9223372036854775806 not allowed with n = 3 (allowed: integer in [-2^63, 2^63 - n] = "
-                                "[-9223372036854775808, 9223372036854775805], or null; completion i uses seed + i)"),
+    "seed_below_int64": ({"seed": -(2**63) - 1}, "seed", f"-9223372036854775809 not allowed (allowed: {SEED_RANGE})"),
 }
 
 
@@ -167,10 +165,11 @@ def test_an_integer_where_a_number_goes_is_accepted(server):
     assert r.status_code == 200, r.text
 
 
-def test_seed_up_to_2_63_minus_n_is_accepted(server):
-    r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, "n": 2, "seed": 2**63 - 2})
+def test_every_seed_in_the_range_is_accepted_with_every_n(server):
+    """Completion i uses seed + i wrapped to 64 bits (was refused above 2^63 - n: "not allowed with n = 3")."""
+    r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, "n": 3, "seed": 2**63 - 1})
     assert r.status_code == 200, r.text
-    assert len(r.json()["choices"]) == 2
+    assert len(r.json()["choices"]) == 3
     r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, "seed": -(2**63)})
     assert r.status_code == 200, r.text
 

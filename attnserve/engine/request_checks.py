@@ -1,0 +1,121 @@
+"""A request's prompt checks, worded once for every surface: ``LLM.generate`` / ``LLM.chat``, the OpenAI server and
+``attnserve generate`` refuse the same mistakes with the same words.
+
+Each refusal is an exception that knows where the bad value is and what is allowed; a surface only spells the
+place and the value in its own language: Python indexes (``prompt[2] 50000 not allowed (allowed: integer in [0,
+49152), the vocabulary size)``), the server writes the path dotted as its ``param`` with the value as JSON
+(``prompt.2: 50000 not allowed (...)``), the CLI names the flag (``argument --prompt: '' not allowed (...)``).
+The context-length refusals keep OpenAI's wording (``This model's maximum context length is ...``), which
+OpenAI clients and tools look for to tell a context overflow from other 400s.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+
+from attnserve.config.fields import ConfigError, range_words
+
+EMPTY_PROMPT = "a prompt of at least 1 token"
+_MISSING = object()
+
+
+class RequestValueError(ValueError):
+    """A request value outside its allowed values, at ``path``: the parameter and the indexes or keys into it
+    (``("prompt", 2)``: token 2 of the prompt; ``("messages", 1, 0, "content")``). ``value`` is the value refused
+    (``RequestValueError.MISSING`` for a required key that is absent); ``allowed`` says what is allowed, in words;
+    ``noun`` (``"a list"``), when given, says what the value is not, for a value of the wrong kind.
+
+    ``str()`` is Python's message: ``prompt[2] 50000 not allowed (allowed: ...)``, ``messages 'hi' is not a list
+    (allowed: ...)``, ``messages[0].content missing (required: ...)``. :attr:`param` is the server's dotted path
+    (``prompt.2``) and :meth:`refusal` the message without the place, the value spelled by ``spell`` (``repr``,
+    or the server's JSON)."""
+
+    MISSING = _MISSING
+
+    def __init__(self, path: tuple[str | int, ...], value: object, allowed: str, noun: str | None = None) -> None:
+        self.path, self.value, self.allowed, self.noun = tuple(path), value, allowed, noun
+        super().__init__(f"{self.where} {self.refusal()}")
+
+    @property
+    def where(self) -> str:
+        """The place as Python indexes it: ``prompt[2]``, ``messages[1][0].content``."""
+        head, *rest = self.path
+        return str(head) + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rest)
+
+    @property
+    def param(self) -> str:
+        """The place as the server's ``param`` writes it: ``prompt.2``, ``messages.1.0.content``."""
+        return ".".join(map(str, self.path))
+
+    def refusal(self, spell: Callable[[object], str] = repr) -> str:
+        """The message without the place: ``50000 not allowed (allowed: ...)``, ``'hi' is not a list (allowed:
+        ...)``, ``missing (required: ...)``; ``spell`` writes the value."""
+        if self.value is _MISSING:
+            return f"missing (required: {self.allowed})"
+        what = f"is not {self.noun}" if self.noun else "not allowed"
+        return f"{spell(self.value)} {what} (allowed: {self.allowed})"
+
+
+class PromptTooLongError(ConfigError):
+    """A prompt that alone leaves no room for a generated token within max_model_len (OpenAI's wording, which
+    names the context length). A ConfigError keyed ``max_model_len``: the CLI names ``--max-model-len``; the
+    server answers 400 with ``param`` the prompt's path (``prompt``, ``prompt.1``, ``messages``)."""
+
+    def __init__(self, num_prompt_tokens: int, max_model_len: int, prompt: str = "the prompt") -> None:
+        self.num_prompt_tokens, self.max_model_len = num_prompt_tokens, max_model_len
+        super().__init__(
+            f"This model's maximum context length is {max_model_len} tokens. However, {prompt} has "
+            f"{num_prompt_tokens} tokens, which leaves no room for the completion (at most {max_model_len - 1} "
+            "prompt tokens fit). Please raise max_model_len or reduce the length of the prompt.",
+            key="max_model_len")
+
+
+class MaxTokensTooLargeError(ValueError):
+    """A prompt that fits, but not with ``max_tokens`` more tokens: prompt tokens + max_tokens > max_model_len.
+    OpenAI's wording (and the server's, which answers 400 with ``param`` the max-tokens field the request set)."""
+
+    def __init__(self, num_prompt_tokens: int, max_tokens: int, max_model_len: int,
+                 prompt: str = "the prompt") -> None:
+        self.num_prompt_tokens, self.max_tokens, self.max_model_len = num_prompt_tokens, max_tokens, max_model_len
+        super().__init__(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in {prompt}, {max_tokens} in the "
+            "completion). Please reduce the length of the prompt or completion.")
+
+
+def token_id_words(vocab_size: int) -> str:
+    """The allowed token ids in words: ``integer in [0, 49152), the vocabulary size``."""
+    return f"{range_words('integer', ('>=', 0), ('<', vocab_size))}, the vocabulary size"
+
+
+def check_not_empty(prompt: str | list, path: tuple[str | int, ...] = ("prompt",)) -> None:
+    """Raise RequestValueError for an empty prompt (``""``, ``[]``), at ``path``. Checked before tokenizing: a
+    tokenizer may turn ``""`` into a lone BOS token."""
+    if len(prompt) == 0:
+        raise RequestValueError(path, prompt, EMPTY_PROMPT)
+
+
+def check_token_ids(token_ids: list, vocab_size: int, path: tuple[str | int, ...] = ("prompt",)) -> None:
+    """Raise RequestValueError for the first token id that is not an integer in [0, vocab_size), at its
+    position: ``prompt[2] 50000 not allowed (allowed: integer in [0, 49152), the vocabulary size)``."""
+    for i, t in enumerate(token_ids):
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral) or not 0 <= t < vocab_size:
+            raise RequestValueError((*path, i), t, token_id_words(vocab_size))
+
+
+def check_context_length(num_prompt_tokens: int, max_tokens: int | None, max_model_len: int,
+                         prompt: str = "the prompt") -> int:
+    """The max_tokens a request gets (None: the rest of the context, ``max_model_len - num_prompt_tokens``).
+
+    Raises PromptTooLongError when the prompt alone has max_model_len tokens or more (no room for one generated
+    token), MaxTokensTooLargeError when prompt tokens + ``max_tokens`` exceed max_model_len: refused, not cut
+    short at max_model_len, so that a request gets the tokens it asked for or an error saying why it cannot.
+    ``prompt`` names the prompt in the message (``prompts[1]`` in a batch)."""
+    if num_prompt_tokens >= max_model_len:
+        raise PromptTooLongError(num_prompt_tokens, max_model_len, prompt)
+    if max_tokens is None:
+        return max_model_len - num_prompt_tokens
+    if num_prompt_tokens + max_tokens > max_model_len:
+        raise MaxTokensTooLargeError(num_prompt_tokens, max_tokens, max_model_len, prompt)
+    return max_tokens
