@@ -253,7 +253,9 @@ def test_help_comes_from_field_docstrings(capsys):
         (["--attention-config.use_trtllm_attention", "yes"], ["use_trtllm_attention", "'yes'", "true, false, null"]),
         # a JSON value as JSON writes it (was True, None)
         (["-ac.flash_attn_version", "true"],
-         ["argument -ac.flash_attn_version: true not allowed (allowed: 2, 3, 4, null)"]),
+         ["argument -ac.flash_attn_version: true is a boolean, not an integer (allowed: 2, 3, 4, null)"]),
+        (["-ac.flash_attn_version", '"3"'],  # JSON text: a string, named as one (was "'3' not allowed (allowed: 2, 3, ...")
+         ["argument -ac.flash_attn_version: '3' is a string, not an integer (allowed: 2, 3, 4, null)"]),
         (["-ac", '{"use_prefill_decode_attention": null}'],
          ["argument -ac: attention_config.use_prefill_decode_attention null not allowed (allowed: true, false)"]),
     ],
