@@ -87,7 +87,7 @@ def test_an_empty_mapping_sets_nothing(tmp_path, name):
         ("c.yaml", "model: a\nmodel: b\n", r"^{p}:2:1: malformed YAML: duplicate key 'model'"),
         ("c.yaml", "block_size: 0\n", r"^{p}: block_size 0 not allowed \(allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256\)$"),
         ("c.yaml", "block_size: 7\n", r"^{p}: block_size 7 not allowed \(allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256\)$"),
-        ("c.yaml", "block_size: '16'\n", r"^{p}: block_size '16' is a string, not an integer \(allowed: 1, 2, 4, "),
+        ("c.yaml", "block_size: 16.0\n", r"^{p}: block_size 16.0 is a float, not an integer \(allowed: 1, 2, 4, "),
         ("c.yaml", "attention_config:\n  flash_attn_version: 5\n", r"^{p}: attention_config.flash_attn_version 5 not allowed"),
         ("c.yaml", "attention_config: FLASH_ATTN\n", r"attention_config in {p} must be an object"),
     ],
