@@ -73,11 +73,6 @@ class EngineArg:
         """Whether the command line and config files take it with vLLM's suffixes (``32k``, ``8G``)."""
         return bool(self.field.metadata.get("human_readable"))
 
-    @property
-    def path(self) -> str:
-        """Dotted path in EngineConfig, e.g. ``cache.block_size``."""
-        return f"{self.section}.{self.name}" if self.section else self.name
-
 
 @functools.cache
 def engine_args() -> dict[str, EngineArg]:
@@ -219,18 +214,32 @@ class Resolved:
     chosen: dict[str, Setting]
 
     def explain(self) -> list[tuple[str, Any, str]]:
-        """``(path in EngineConfig, value, source)`` for every leaf value; source ``default`` when unset."""
-        cfg = self.config.to_dict()
-        rows = []
-        for arg in engine_args().values():
-            value = cfg[arg.section][arg.name] if arg.section else cfg[arg.name]
-            rows.append((arg.path, value, self.chosen[arg.name].source if arg.name in self.chosen else "default"))
-        for name in AttentionConfig.field_names():
-            s = self.chosen.get(ATTENTION_PREFIX + name)
-            if name == "backend" and s is None:
-                s = self.chosen.get(ATTENTION_BACKEND)
-            rows.append((f"attention.{name}", cfg["attention"][name], s.source if s else "default"))
-        return rows
+        """``(engine argument, value, source)`` for every value of :func:`engine_arg_values` (an attention field as
+        ``attention_config.FIELD``); source ``default`` when unset."""
+        values = engine_arg_values(self.config)
+        attention = values.pop(ATTENTION_CONFIG)
+        values.update({ATTENTION_PREFIX + name: value for name, value in attention.items()})
+        return [(key, value, self._source(key)) for key, value in values.items()]
+
+    def _source(self, key: str) -> str:
+        s = self.chosen.get(key)
+        if s is None and key == ATTENTION_BACKEND:  # set as attention_config.backend
+            s = self.chosen.get(ATTENTION_PREFIX + "backend")
+        return s.source if s else "default"
+
+
+def engine_arg_values(config: EngineConfig) -> dict[str, Any]:
+    """``config`` in the flat form that config files, flags and ``LLM(...)`` speak, JSON-ready: each engine argument
+    by its name (not vLLM's other names), then ``attention_backend`` (the backend's name; null: automatic) and
+    ``attention_config`` (the other attention fields). What ``attnserve config`` prints; as a config file it gives
+    ``config`` again: every value is a setting (none is derived from the model), and the backend is where a later
+    ``--attention-backend`` overrides it."""
+    cfg = config.to_dict()
+    out = {arg.name: cfg[arg.section][arg.name] if arg.section else cfg[arg.name] for arg in engine_args().values()}
+    attention = dict(cfg["attention"])
+    out[ATTENTION_BACKEND] = attention.pop("backend")
+    out[ATTENTION_CONFIG] = attention
+    return out
 
 
 def _shown(s: Setting) -> str:
