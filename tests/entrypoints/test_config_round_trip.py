@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from attnserve.config.engine_args import engine_arg_names, engine_arg_values
 from attnserve.entrypoints.cli.engine_args import engine_config_from_args
@@ -51,19 +52,34 @@ def resolved(command: list[str], argv: list[str]):
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
-@pytest.mark.parametrize("suffix", [".json", ".yaml"])  # JSON is YAML: a .yaml file of the printed JSON reads too
-def test_printed_config_reads_back_the_same(tmp_path, capsys, name, suffix):
+@pytest.mark.parametrize("fmt, suffix", [("json", ".json"), ("yaml", ".yaml"),
+                                         ("json", ".yaml")])  # JSON is YAML: a .yaml file of the printed JSON reads too
+def test_printed_config_reads_back_the_same(tmp_path, capsys, name, fmt, suffix):
     flags = SETTINGS[name]
-    text = printed(flags, capsys)
+    text = printed([*flags, "--format", fmt], capsys)
     config_file = tmp_path / f"cfg{suffix}"
     config_file.write_text(text)
-    assert printed(["--config", str(config_file)], capsys) == text  # print -> file -> --config -> print: identical
+    # print -> file -> --config -> print: identical
+    assert printed(["--config", str(config_file), "--format", fmt], capsys) == text
     expected = resolved(["config"], flags)
-    assert engine_arg_values(expected) == json.loads(text)
+    assert engine_arg_values(expected) == (json.loads(text) if fmt == "json" else yaml.safe_load(text))
     for command in COMMANDS:
         assert resolved(command, ["--config", str(config_file)]) == expected, command
     if suffix == ".json":
         assert resolved(["generate"], ["--json-config", str(config_file)]) == expected
+
+
+def test_yaml_is_the_flat_file_vllm_takes(capsys):
+    """--format yaml: keys in the printed order, the attention fields nested, text that YAML would read as another
+    type quoted (a revision of digits)."""
+    text = printed(["org/m", "--revision", "0123", "--block-size", "32", "--attention-backend", "flashinfer",
+                    "--device", "cuda:9.0", "--format", "yaml"], capsys)
+    assert text.startswith("model: org/m\ntokenizer: null\nrevision: '0123'\ndownload_dir: null\ndtype: auto\n")
+    assert "\nblock_size: 32\n" in text and "\ndevice: cuda:9.0\n" in text
+    assert text.endswith("attention_backend: FLASHINFER\nattention_config:\n  flash_attn_version: null\n"
+                         "  use_prefill_decode_attention: false\n  flash_attn_max_num_splits_for_cuda_graph: 32\n"
+                         "  use_trtllm_attention: null\n  disable_flashinfer_prefill: false\n"
+                         "  disable_flashinfer_q_quantization: false\n")
 
 
 def test_the_command_line_overrides_a_printed_config(tmp_path, capsys):
