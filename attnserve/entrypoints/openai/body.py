@@ -7,12 +7,13 @@ arrays nested deeper than its recursion limit (or a RecursionError further on); 
 message, and refuses nesting past ``MAX_DEPTH`` before parsing, so that no later step recurses
 that deep. JSON in UTF-16 or UTF-32 (announced by its first bytes, as Python's parser reads it) is read; a body
 those bytes announce that is no JSON in that encoding (a UTF-16 BOM before UTF-8 JSON) is judged as UTF-8, the
-encoding the API takes. A number beyond a 64-bit float (``1e400``, which Python reads as infinity) keeps the text it was
-sent as (``SentNumber``), for the 400 to echo it. ``JSONBodyRoute`` makes the API's routes read bodies this way.
+encoding the API takes. A number beyond a 64-bit float (``1e400``, which Python reads as infinity) keeps the text it
+was sent as (``SentNumber``), for the 400 to echo it. ``JSONBodyRoute`` makes the API's routes read bodies this way.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
@@ -95,11 +96,13 @@ def parse_body(body: bytes) -> Any:
             return _parse_text(body.decode(encoding))
         except (UnicodeDecodeError, json.JSONDecodeError):
             pass  # not JSON in the encoding its first bytes suggest: read as UTF-8, the encoding asked for
+    bom = len(codecs.BOM_UTF8) if body.startswith(codecs.BOM_UTF8) else 0  # skipped, as Python's parser skips it
     try:
-        text = body.decode("utf-8-sig")  # a UTF-8 BOM is skipped, as Python's parser skips it
+        text = body[bom:].decode("utf-8")
     except UnicodeDecodeError as e:
-        raise HTTPException(400, f"the request body is not valid UTF-8 (byte 0x{body[e.start]:02x} at offset "
-                                 f"{e.start}: {e.reason}); send JSON encoded as UTF-8") from None
+        at = bom + e.start  # in the body as sent
+        raise HTTPException(400, f"the request body is not valid UTF-8 (byte 0x{body[at]:02x} at offset {at}: "
+                                 f"{e.reason}); send JSON encoded as UTF-8") from None
     return _parse_text(text)
 
 

@@ -161,6 +161,10 @@ UNREADABLE = {
     "utf16_be_bom_then_utf8": (b'\xfe\xff{"prompt": "Hi"}',
                                "the request body is not valid UTF-8 (byte 0xfe at offset 0: invalid start byte); send "
                                "JSON encoded as UTF-8"),
+    # after a UTF-8 BOM, the offset in the body as sent (was "byte 0x63 at offset 15": the offset after the BOM)
+    "utf8_bom_then_latin1": (b'\xef\xbb\xbf{"prompt": "caf\xe9"}',
+                             "the request body is not valid UTF-8 (byte 0xe9 at offset 18: invalid continuation byte); "
+                             "send JSON encoded as UTF-8"),
     "utf32_bom_then_utf8": (b'\xff\xfe\x00\x00{"prompt": "Hi"}',
                             "the request body is not valid UTF-8 (byte 0xff at offset 0: invalid start byte); send JSON "
                             "encoded as UTF-8"),
