@@ -182,12 +182,13 @@ def _declared(key: str) -> tuple[type, str] | None:
 
 
 def number_from_text(key: str, value: Any) -> Any:
-    """A config file's text value of an integer or number field read as the command line reads the flag's text, as
-    vLLM's --config passes every value through argparse as text: ``block_size: "32"`` is 32,
+    """A config file's text value of an integer or number field, read as the command line reads the flag's text (as
+    vLLM's --config passes every value through argparse as text): ``block_size: "32"`` is 32,
     ``gpu_memory_utilization: "0.5"`` 0.5, ``max_model_len: 32k`` 32000 (a ``human_readable`` field: vLLM's
-    suffixes), ``max_model_len: "null"`` null (a field that takes null). Other values are returned as given, for the record to check (``32.0`` for an integer is a float, not
-    an integer; ``"true"`` for a boolean is a string). Text that is no such number raises ConfigError in the command
-    line's words: ``block_size '32.0' is not an integer (allowed: 1, 2, 4, ...)``."""
+    suffixes), ``max_model_len: "null"`` null (a field that takes null). Other values are returned as given, for the
+    record to check (``32.0`` for an integer is a float, not an integer; ``"true"`` for a boolean is a string).
+    Text that is no such number raises ConfigError in the command line's words: ``block_size '32.0' is not an
+    integer (allowed: 1, 2, 4, ...)``."""
     declared = _declared(key)
     if declared is None or not isinstance(value, str):
         return value

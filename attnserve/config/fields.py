@@ -2,11 +2,11 @@
 
 A config field is declared once, on its dataclass: its type annotation, its default, an attribute
 docstring (read here with ``ast``; it becomes the CLI help), and optional metadata with the allowed
-values (``choices``, ``ge``, ``gt``, ``le``, or ``allowed``: the words, for values its own check judges), the ``unit`` of a number (``"bytes"``), vLLM's other
-spellings of its name (``aliases``: flags, file keys and keywords) and whether the command line and config
-files take it with vLLM's size suffixes (``human_readable``: ``32k``, ``8G``; :func:`parse_human_int`).
-``validate_fields`` checks every field against that declaration, so the records, the CLI, the config files
-and the Python API all enforce the same rules.
+values (``choices``, ``ge``, ``gt``, ``le``, or ``allowed``: the words, for values its own check judges), the
+``unit`` of a number (``"bytes"``), vLLM's other spellings of its name (``aliases``: flags, file keys and
+keywords) and whether the command line and config files take it with vLLM's size suffixes (``human_readable``:
+``32k``, ``8G``; :func:`parse_human_int`). ``validate_fields`` checks every field against that declaration, so the
+records, the CLI, the config files and the Python API all enforce the same rules.
 """
 
 from __future__ import annotations
@@ -188,7 +188,8 @@ def kind_of(value: object) -> str:
         return "a boolean"
     if isinstance(value, datetime.date):
         return "a date"
-    for kind, words in ((int, "an integer"), (float, "a float"), (str, "a string"), (list, "a list"), (dict, "a mapping")):
+    for kind, words in ((int, "an integer"), (float, "a float"), (str, "a string"), (list, "a list"),
+                        (dict, "a mapping")):
         if isinstance(value, kind):
             return words
     return f"a {type(value).__name__}"

@@ -24,7 +24,8 @@ WRONG = {
     bool: [("'true'", "a string"), ("1", "an integer"), ("1.0", "a float"), ("[true]", "a list")],
     str: [("5", "an integer"), ("true", "a boolean"), ("1.5", "a float"), ("[a]", "a list")],
 }
-SPELLED = {"{a: 1}": '{"a": 1}', "[a]": '["a"]', "[FLASH_ATTN]": '["FLASH_ATTN"]'}  # a list or mapping in an error: as JSON writes it
+# a list or mapping in an error: as JSON writes it
+SPELLED = {"{a: 1}": '{"a": 1}', "[a]": '["a"]', "[FLASH_ATTN]": '["FLASH_ATTN"]'}
 
 
 def _type(owner: type, name: str) -> type:
