@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from attnserve.attention.registry import (AttentionBackendEnum, BackendName, UnknownBackendError, backend_name,
                                          lookup_backend, registered_names)
-from attnserve.config.fields import ConfigError, did_you_mean, spell_value, validate_fields
+from attnserve.config.fields import ConfigError, did_you_mean, kind_of, spell_value, validate_fields
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,8 @@ def parse_backend(value: "str | BackendName | None", key: str = "attention_confi
         return value
     valid = [m.name for m in AttentionBackendEnum]
     if not isinstance(value, str):
-        raise ConfigError(f"{key} {value!r} not allowed (allowed: {', '.join(valid)}, auto, null)", key=key, value=value)
+        raise ConfigError(f"{key} {value!r} is {kind_of(value)}, not a backend name (allowed: {', '.join(valid)}, auto, "
+                          "null)", key=key, value=value)
     name = value.strip().upper().replace("-", "_")
     if name in ("", "AUTO"):
         return None

@@ -15,6 +15,7 @@ from attnserve.config.parallel import ParallelConfig
 from attnserve.config.scheduler import SchedulerConfig
 
 DEVICES = ("auto", "cpu", "cuda")
+DEVICE_WORDS = f"{', '.join(DEVICES)}, cuda:N, cuda:MAJOR.MINOR to plan for a simulated GPU"
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class EngineConfig:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     attention: AttentionConfig = field(default_factory=AttentionConfig)
 
-    device: str = "auto"
+    device: str = field(default="auto", metadata={"words": DEVICE_WORDS})
     """Device: auto (cuda when available, else cpu), cpu, cuda or cuda:N. For planning only
     (``attnserve backends``, ``attnserve config``): cuda:MAJOR.MINOR, a simulated GPU of that compute
     capability such as cuda:9.0; the engine refuses to run on it."""
@@ -63,8 +64,7 @@ class EngineConfig:
                 raise ConfigError(f"EngineConfig.{f.name} must be a {f.default_factory.__name__}, got {value!r}")  # type: ignore[union-attr]
         validate_fields(self)
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+(\.\d+)?", self.device):
-            raise ConfigError(f"device {self.device!r} not allowed (allowed: {', '.join(DEVICES)}, cuda:N, "
-                              "cuda:MAJOR.MINOR to plan for a simulated GPU)", key="device")
+            raise ConfigError(f"device {self.device!r} not allowed (allowed: {DEVICE_WORDS})", key="device")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict: one object per sub-config, the attention backend as its name."""

@@ -23,7 +23,7 @@ from attnserve.config.attention import AttentionConfig, parse_backend
 from attnserve.config.engine import EngineConfig
 from attnserve.config.env import warn_ignored_vllm_env
 from attnserve.config.fields import (HUMAN_INT_WORDS, ConfigError, allowed_values, did_you_mean, field_docs, field_types,
-                                     parse_human_int, spell_value, without_name)
+                                     parse_human_int, spell_value, split_optional, without_name)
 
 logger = logging.getLogger(__name__)
 
@@ -72,11 +72,6 @@ class EngineArg:
     def human_readable(self) -> bool:
         """Whether the command line and config files take it with vLLM's suffixes (``32k``, ``8G``)."""
         return bool(self.field.metadata.get("human_readable"))
-
-    @property
-    def path(self) -> str:
-        """Dotted path in EngineConfig, e.g. ``cache.block_size``."""
-        return f"{self.section}.{self.name}" if self.section else self.name
 
 
 @functools.cache
@@ -162,7 +157,8 @@ def attention_settings(values: object, source: str, in_where: str = "", where: s
 def settings_from_mapping(values: Mapping[Any, Any], source: str, in_where: str, where: str = "") -> list[Setting]:
     """Settings from a flat mapping of engine arguments (a config file's top level).
 
-    ``attention_config`` may be a nested object or dotted keys. ``in_where`` is ``"in cfg.yaml"``.
+    ``attention_config`` may be a nested object or dotted keys. ``in_where`` is ``"in cfg.yaml"``. A number written
+    as text is read as that number (:func:`number_from_text`).
     """
     out: list[Setting] = []
     for key, value in values.items():
@@ -170,24 +166,45 @@ def settings_from_mapping(values: Mapping[Any, Any], source: str, in_where: str,
         if name == ATTENTION_CONFIG:
             out += attention_settings(value, source, in_where, where)
         else:
-            try:
-                value = human_int_value(name, value)
-            except ConfigError as e:
-                raise ConfigError(f"{where}: {e}" if where else str(e), key=e.key) from None
             out.append(Setting(name, value, source, f"{name} {in_where}", where))
-    return out
-
-
-def human_int_value(name: str, value: Any) -> Any:
-    """A config file's text value of a ``human_readable`` engine argument (``max_model_len: 32k``) as its integer,
-    as vLLM's --config reads it; other values as given (the record checks them)."""
-    arg = engine_args().get(name)
-    if arg is None or not arg.human_readable or not isinstance(value, str):
-        return value
     try:
-        return parse_human_int(value)
+        return [dataclasses.replace(s, value=number_from_text(s.key, s.value)) for s in out]
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}" if where else str(e), key=e.key) from None
+
+
+def _declared(key: str) -> tuple[type, str] | None:
+    """The dataclass and field name that declare the engine argument ``key`` (``attention_config.X`` too)."""
+    if key.startswith(ATTENTION_PREFIX):
+        return AttentionConfig, key[len(ATTENTION_PREFIX):]
+    arg = engine_args().get(key)
+    return (arg.owner, arg.name) if arg is not None else None
+
+
+def number_from_text(key: str, value: Any) -> Any:
+    """A config file's text value of an integer or number field, read as the command line reads the flag's text (as
+    vLLM's --config passes every value through argparse as text): ``block_size: "32"`` is 32,
+    ``gpu_memory_utilization: "0.5"`` 0.5, ``max_model_len: 32k`` 32000 (a ``human_readable`` field: vLLM's
+    suffixes), ``max_model_len: "null"`` null (a field that takes null). Other values are returned as given, for the
+    record to check (``32.0`` for an integer is a float, not an integer; ``"true"`` for a boolean is a string).
+    Text that is no such number raises ConfigError in the command line's words: ``block_size '32.0' is not an
+    integer (allowed: 1, 2, 4, ...)``."""
+    declared = _declared(key)
+    if declared is None or not isinstance(value, str):
+        return value
+    owner, name = declared
+    base, optional = split_optional(field_types(owner)[name])
+    if base not in (int, float):
+        return value
+    if optional and value.lower() in ("none", "null"):  # as --max-model-len null
+        return None
+    human = bool(owner.__dataclass_fields__[name].metadata.get("human_readable"))  # type: ignore[attr-defined]
+    try:
+        return parse_human_int(value) if human else base(value)  # type: ignore[operator]
     except ValueError:
-        raise ConfigError(f"{name} {value!r} not allowed (allowed: {arg.allowed}; {HUMAN_INT_WORDS})", key=name) from None
+        allowed = allowed_values(owner, name) + (f"; {HUMAN_INT_WORDS}" if human else "")
+        raise ConfigError(f"{key} {value!r} is not {'an integer' if base is int else 'a number'} (allowed: {allowed})",
+                          key=key, value=value) from None
 
 
 @dataclass(frozen=True)
@@ -198,18 +215,32 @@ class Resolved:
     chosen: dict[str, Setting]
 
     def explain(self) -> list[tuple[str, Any, str]]:
-        """``(path in EngineConfig, value, source)`` for every leaf value; source ``default`` when unset."""
-        cfg = self.config.to_dict()
-        rows = []
-        for arg in engine_args().values():
-            value = cfg[arg.section][arg.name] if arg.section else cfg[arg.name]
-            rows.append((arg.path, value, self.chosen[arg.name].source if arg.name in self.chosen else "default"))
-        for name in AttentionConfig.field_names():
-            s = self.chosen.get(ATTENTION_PREFIX + name)
-            if name == "backend" and s is None:
-                s = self.chosen.get(ATTENTION_BACKEND)
-            rows.append((f"attention.{name}", cfg["attention"][name], s.source if s else "default"))
-        return rows
+        """``(engine argument, value, source)`` for every value of :func:`engine_arg_values` (an attention field as
+        ``attention_config.FIELD``); source ``default`` when unset."""
+        values = engine_arg_values(self.config)
+        attention = values.pop(ATTENTION_CONFIG)
+        values.update({ATTENTION_PREFIX + name: value for name, value in attention.items()})
+        return [(key, value, self._source(key)) for key, value in values.items()]
+
+    def _source(self, key: str) -> str:
+        s = self.chosen.get(key)
+        if s is None and key == ATTENTION_BACKEND:  # set as attention_config.backend
+            s = self.chosen.get(ATTENTION_PREFIX + "backend")
+        return s.source if s else "default"
+
+
+def engine_arg_values(config: EngineConfig) -> dict[str, Any]:
+    """``config`` in the flat form that config files, flags and ``LLM(...)`` speak, JSON-ready: each engine argument
+    by its name (not vLLM's other names), then ``attention_backend`` (the backend's name; null: automatic) and
+    ``attention_config`` (the other attention fields). What ``attnserve config`` prints; as a config file it gives
+    ``config`` again: every value is a setting (none is derived from the model), and the backend is where a later
+    ``--attention-backend`` overrides it."""
+    cfg = config.to_dict()
+    out = {arg.name: cfg[arg.section][arg.name] if arg.section else cfg[arg.name] for arg in engine_args().values()}
+    attention = dict(cfg["attention"])
+    out[ATTENTION_BACKEND] = attention.pop("backend")
+    out[ATTENTION_CONFIG] = attention
+    return out
 
 
 def _shown(s: Setting) -> str:

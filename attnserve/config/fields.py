@@ -2,10 +2,11 @@
 
 A config field is declared once, on its dataclass: its type annotation, its default, an attribute
 docstring (read here with ``ast``; it becomes the CLI help), and optional metadata with the allowed
-values (``choices``, ``ge``, ``gt``, ``le``; ``words``, when they are better said otherwise than as the
-bounds' digits), the ``unit`` of a number (``"bytes"``), vLLM's other
-spellings of its name (``aliases``: flags, file keys and keywords) and whether the command line and config
-files take it with vLLM's size suffixes (``human_readable``: ``32k``, ``8G``; :func:`parse_human_int`).
+values (``choices``, ``ge``, ``gt``, ``le``; ``words``: the allowed values in words, when they are better
+said otherwise than as the bounds' digits, or for values the field's own check judges, as ``device``'s), the
+``unit`` of a number (``"bytes"``), vLLM's other spellings of its name (``aliases``: flags, file keys and
+keywords) and whether the command line and config files take it with vLLM's size suffixes
+(``human_readable``: ``32k``, ``8G``; :func:`parse_human_int`).
 ``validate_fields`` checks every field against that declaration, so the records, the CLI, the config files
 and the Python API all enforce the same rules.
 """
@@ -179,6 +180,23 @@ def parse_human_int(text: str) -> int:
     return int(number) * _BINARY[suffix]  # '1.5K': ValueError, as in vLLM (a fraction of a binary unit)
 
 
+_EXPECTED = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+
+
+def kind_of(value: object) -> str:
+    """What a value read from a config file (or given in Python) is, in words: ``a string``, ``an integer``, ``a
+    float``, ``a boolean``, ``a list``, ``a mapping``, ``a date``; otherwise its Python type's name."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, datetime.date):
+        return "a date"
+    for kind, words in ((int, "an integer"), (float, "a float"), (str, "a string"), (list, "a list"),
+                        (dict, "a mapping")):
+        if isinstance(value, kind):
+            return words
+    return f"a {type(value).__name__}"
+
+
 def _type_ok(value: object, base: object) -> bool:
     if base is bool:
         return isinstance(value, bool)
@@ -195,7 +213,8 @@ def validate_fields(obj: object, prefix: str = "") -> None:
     """Check every field of the frozen dataclass ``obj`` against its type and metadata.
 
     Integers given for float fields become floats. Raises ConfigError naming ``prefix + name``, the
-    value and the allowed values.
+    value and the allowed values; a value of another type, also its type and the one expected (``block_size '32'
+    is a string, not an integer (allowed: 1, 2, 4, ...)``). A null where none is allowed is ``not allowed``.
     """
     cls = type(obj)
     for f in dataclasses.fields(obj):  # type: ignore[arg-type]
@@ -204,6 +223,11 @@ def validate_fields(obj: object, prefix: str = "") -> None:
         if value is None and optional:
             continue
         meta = f.metadata
+        key = prefix + f.name
+        if value is not None and not _type_ok(value, base) and base in _EXPECTED:
+            # the type first: "'32' not allowed (allowed: 1, 2, 4, ..., 32, ...)" would deny what the list shows
+            raise ConfigError(f"{key} {value!r} is {kind_of(value)}, not {_EXPECTED[base]} "  # type: ignore[index]
+                              f"(allowed: {allowed_values(cls, f.name)})", key=key, value=value)
         ok = _type_ok(value, base)
         if ok and "choices" in meta:
             ok = value in meta["choices"]
@@ -214,7 +238,6 @@ def validate_fields(obj: object, prefix: str = "") -> None:
                 and ("le" not in meta or value <= meta["le"])
             )
         if not ok:
-            key = prefix + f.name
             raise ConfigError(f"{key} {value!r} not allowed (allowed: {allowed_values(cls, f.name)})", key=key, value=value)
         if base is float and isinstance(value, int):
             object.__setattr__(obj, f.name, float(value))

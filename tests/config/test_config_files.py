@@ -87,7 +87,7 @@ def test_an_empty_mapping_sets_nothing(tmp_path, name):
         ("c.yaml", "model: a\nmodel: b\n", r"^{p}:2:1: malformed YAML: duplicate key 'model'"),
         ("c.yaml", "block_size: 0\n", r"^{p}: block_size 0 not allowed \(allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256\)$"),
         ("c.yaml", "block_size: 7\n", r"^{p}: block_size 7 not allowed \(allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256\)$"),
-        ("c.yaml", "block_size: '16'\n", r"^{p}: block_size '16' not allowed"),
+        ("c.yaml", "block_size: 16.0\n", r"^{p}: block_size 16.0 is a float, not an integer \(allowed: 1, 2, 4, "),
         ("c.yaml", "attention_config:\n  flash_attn_version: 5\n", r"^{p}: attention_config.flash_attn_version 5 not allowed"),
         ("c.yaml", "attention_config: FLASH_ATTN\n", r"attention_config in {p} must be an object"),
     ],
@@ -119,18 +119,23 @@ def test_mutual_exclusion_inside_a_file(tmp_path):
     "name, text, message",
     [
         # a value is shown as the file writes it, not as Python does (was True, None, datetime.date(2024, 1, 1))
-        ("c.yaml", "dtype: true\n", "{p}: dtype true not allowed (allowed: auto, float32, float16, bfloat16, float, half)"),
+        ("c.yaml", "dtype: true\n", "{p}: dtype true is a boolean, not a string (allowed: auto, float32, float16, bfloat16, "
+                                     "float, half)"),
         ("c.yaml", "kv_cache_dtype: null\n", "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3)"),
         ("c.yaml", "kv_cache_dtype: ~\n", "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3)"),
         ("c.json", '{"enforce_eager": null}', "{p}: enforce_eager null not allowed (allowed: true, false)"),
         ("c.yaml", "gpu_memory_utilization: 1000.0\n", "{p}: gpu_memory_utilization 1000.0 not allowed (allowed: number in (0, 1])"),
-        ("c.yaml", "block_size: [16, true]\n", "{p}: block_size [16, true] not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"),
-        ("c.yaml", "max_model_len: 2024-01-01\n", "{p}: max_model_len 2024-01-01 not allowed (allowed: integer >= 1, null)"),
-        ("c.yaml", "enforce_eager: 'true'\n", "{p}: enforce_eager 'true' not allowed (allowed: true, false)"),  # text stays quoted
-        ("c.yaml", "attention_backend: false\n", "{p}: attention_backend false not allowed (allowed: FLASH_ATTN, FLASHINFER, "
-                                                 "TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto, null)"),
+        ("c.yaml", "block_size: [16, true]\n", "{p}: block_size [16, true] is a list, not an integer (allowed: 1, 2, 4, 8, "
+                                               "16, 32, 64, 128, 256)"),
+        ("c.yaml", "max_model_len: 2024-01-01\n", "{p}: max_model_len 2024-01-01 is a date, not an integer (allowed: "
+                                                  "integer >= 1, null)"),
+        ("c.yaml", "enforce_eager: 'true'\n", "{p}: enforce_eager 'true' is a string, not a boolean (allowed: true, "
+                                              "false)"),  # text stays quoted
+        ("c.yaml", "attention_backend: false\n", "{p}: attention_backend false is a boolean, not a backend name (allowed: "
+                                                 "FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto, "
+                                                 "null)"),
         ("c.yaml", "attention_config:\n  flash_attn_version: true\n",
-         "{p}: attention_config.flash_attn_version true not allowed (allowed: 2, 3, 4, null)"),
+         "{p}: attention_config.flash_attn_version true is a boolean, not an integer (allowed: 2, 3, 4, null)"),
         ("c.yaml", "attention_config: true\n", "attention_config in {p} must be an object of field names to values, got true"),
         ("c.yaml", "attention_backend: null\nattention_config:\n  backend: FLASH_ATTN\n",
          "attention_backend in {p} null conflicts with attention_config.backend in {p} 'FLASH_ATTN': they name different "

@@ -191,7 +191,8 @@ CASES = [
     (["config", "--max-model-len", "1.5K"], 2,  # vLLM too: no fraction of a binary unit
      f"attnserve config: error: argument --max-model-len: '1.5K' is not an integer (allowed: integer >= 1, null; {HUMAN_INT})"),
     (["config", "--config", "{tmp}/gib.yaml"], 2,
-     f"attnserve config: error: {{tmp}}/gib.yaml: max_model_len '8KiB' not allowed (allowed: integer >= 1, null; {HUMAN_INT})"),
+     f"attnserve config: error: {{tmp}}/gib.yaml: max_model_len '8KiB' is not an integer (allowed: integer >= 1, null; "
+     f"{HUMAN_INT})"),  # the flag's words
     (["config", "--num-gpu-blocks-override", "0"], 2,  # vLLM's name: the flag as given
      "attnserve config: error: argument --num-gpu-blocks-override: 0 not allowed (allowed: integer >= 1, "
      "null)"),

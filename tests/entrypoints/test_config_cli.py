@@ -10,6 +10,7 @@ import pytest
 
 from attnserve.attention.registry import AttentionBackendEnum
 from attnserve.config import AttentionConfig, build_engine_config
+from attnserve.config.engine_args import engine_arg_values
 from attnserve.entrypoints.cli.main import main
 
 FA = AttentionBackendEnum.FLASH_ATTN
@@ -33,6 +34,12 @@ def config(argv, capsys) -> dict:
     return json.loads(out)
 
 
+def attention(argv, capsys) -> dict:
+    """The printed attention settings as one mapping: the backend (printed as attention_backend) and the fields."""
+    cfg = config(argv, capsys)
+    return {"backend": cfg["attention_backend"], **cfg["attention_config"]}
+
+
 def error(argv, capsys) -> str:
     rc, out, err = run(["config", *argv], capsys)
     assert rc == 2, (out, err)
@@ -46,25 +53,25 @@ def error(argv, capsys) -> str:
 
 def test_vllm_doc_serve_model_attention_backend(capsys):
     cfg = config(["meta-llama/Llama-3.1-8B", "--attention-backend", "FLASH_ATTN"], capsys)
-    assert cfg["model"]["model"] == "meta-llama/Llama-3.1-8B" and cfg["attention"]["backend"] == "FLASH_ATTN"
+    assert cfg["model"] == "meta-llama/Llama-3.1-8B" and cfg["attention_backend"] == "FLASH_ATTN"
 
 
 def test_vllm_doc_flash_attn_version(capsys):
     cfg = config(["--attention-config.backend", "FLASH_ATTN", "--attention-config.flash_attn_version", "4"], capsys)
-    assert cfg["attention"]["backend"] == "FLASH_ATTN" and cfg["attention"]["flash_attn_version"] == 4
+    assert cfg["attention_backend"] == "FLASH_ATTN" and cfg["attention_config"]["flash_attn_version"] == 4
 
 
 def test_vllm_doc_trtllm(capsys):
     cfg = config(["--attention-config.backend", "FLASHINFER", "--attention-config.use_trtllm_attention", "true"], capsys)
-    assert cfg["attention"]["backend"] == "FLASHINFER" and cfg["attention"]["use_trtllm_attention"] is True
+    assert cfg["attention_backend"] == "FLASHINFER" and cfg["attention_config"]["use_trtllm_attention"] is True
 
 
 def test_vllm_doc_json_config(tmp_path, capsys):
     p = tmp_path / "my_config.json"
     p.write_text(json.dumps({"model": "meta-llama/Llama-3.1-8B", "attention_config": {"backend": "FLASHINFER", "use_trtllm_attention": False}}))
     cfg = config(["--json-config", str(p)], capsys)
-    assert cfg["model"]["model"] == "meta-llama/Llama-3.1-8B"
-    assert cfg["attention"]["backend"] == "FLASHINFER" and cfg["attention"]["use_trtllm_attention"] is False
+    assert cfg["model"] == "meta-llama/Llama-3.1-8B"
+    assert cfg["attention_backend"] == "FLASHINFER" and cfg["attention_config"]["use_trtllm_attention"] is False
 
 
 # --- attention surfaces and their merge -----------------------------------------------------------------
@@ -86,39 +93,39 @@ def test_vllm_doc_json_config(tmp_path, capsys):
     ],
 )
 def test_every_spelling_selects_the_backend(argv, capsys):
-    assert config(argv, capsys)["attention"]["backend"] == "FLASHINFER"
+    assert config(argv, capsys)["attention_backend"] == "FLASHINFER"
 
 
 @pytest.mark.parametrize("name", ["auto", "AUTO", "Auto"])
 def test_auto(name, capsys):
-    assert config(["--attention-backend", name], capsys)["attention"]["backend"] is None
+    assert config(["--attention-backend", name], capsys)["attention_backend"] is None
 
 
 def test_json_then_dotted_both_kept(capsys):
-    a = config(["--attention-config", '{"backend":"FLASH_ATTN"}', "--attention-config.flash_attn_version", "3"], capsys)["attention"]
+    a = attention(["--attention-config", '{"backend":"FLASH_ATTN"}', "--attention-config.flash_attn_version", "3"], capsys)
     assert (a["backend"], a["flash_attn_version"]) == ("FLASH_ATTN", 3)
 
 
 def test_dotted_then_json_both_kept(capsys):
-    a = config(["-ac.flash_attn_version", "3", "-ac", '{"backend":"FLASH_ATTN"}'], capsys)["attention"]
+    a = attention(["-ac.flash_attn_version", "3", "-ac", '{"backend":"FLASH_ATTN"}'], capsys)
     assert (a["backend"], a["flash_attn_version"]) == ("FLASH_ATTN", 3)
 
 
 def test_later_keys_override_earlier_across_forms(capsys):
-    a = config(["-ac", '{"backend":"FLASH_ATTN","flash_attn_version":2}', "--attention-config.flash-attn-version=3",
-                "--attention-config", '{"flash_attn_version": 4}', "-ac.use_prefill_decode_attention", "true"], capsys)["attention"]
+    a = attention(["-ac", '{"backend":"FLASH_ATTN","flash_attn_version":2}', "--attention-config.flash-attn-version=3",
+                "--attention-config", '{"flash_attn_version": 4}', "-ac.use_prefill_decode_attention", "true"], capsys)
     assert (a["backend"], a["flash_attn_version"], a["use_prefill_decode_attention"]) == ("FLASH_ATTN", 4, True)
 
 
 def test_dotted_values_are_json_decoded(capsys):
-    a = config(["-ac.use_trtllm_attention", "null", "-ac.flash_attn_max_num_splits_for_cuda_graph", "64",
-                "-ac.disable_flashinfer_prefill", "false", "-ac.backend", '"TRITON_ATTN"'], capsys)["attention"]
+    a = attention(["-ac.use_trtllm_attention", "null", "-ac.flash_attn_max_num_splits_for_cuda_graph", "64",
+                "-ac.disable_flashinfer_prefill", "false", "-ac.backend", '"TRITON_ATTN"'], capsys)
     assert a["use_trtllm_attention"] is None and a["flash_attn_max_num_splits_for_cuda_graph"] == 64
     assert a["disable_flashinfer_prefill"] is False and a["backend"] == "TRITON_ATTN"
 
 
 def test_same_backend_in_both_places_is_fine(capsys):
-    assert config(["--attention-backend", "FLASH_ATTN", "-ac.backend", "flash_attn"], capsys)["attention"]["backend"] == "FLASH_ATTN"
+    assert config(["--attention-backend", "FLASH_ATTN", "-ac.backend", "flash_attn"], capsys)["attention_backend"] == "FLASH_ATTN"
 
 
 # --- engine flags, files and precedence -----------------------------------------------------------------
@@ -127,57 +134,58 @@ def test_engine_flags(capsys):
     cfg = config(["--model", "m", "--dtype", "bfloat16", "--block-size", "32", "--kv-cache-dtype", "fp8",
                   "--max-model-len", "4096", "--max_num_seqs", "8", "--enforce-eager", "--no-enable-chunked-prefill",
                   "--device", "cuda:1", "--gpu-memory-utilization", "0.5", "--num-gpu-blocks", "null"], capsys)
-    assert cfg["model"] | {} == {"model": "m", "tokenizer": None, "revision": None, "download_dir": None, "dtype": "bfloat16",
-                                 "max_model_len": 4096, "load_format": "auto", "seed": 0}
-    assert cfg["cache"]["block_size"] == 32 and cfg["cache"]["kv_cache_dtype"] == "fp8"
-    assert cfg["scheduler"]["max_num_seqs"] == 8 and cfg["scheduler"]["enable_chunked_prefill"] is False
-    assert cfg["enforce_eager"] is True and cfg["device"] == "cuda:1" and cfg["cache"]["gpu_memory_utilization"] == 0.5
+    assert list(cfg)[:8] == ["model", "tokenizer", "revision", "download_dir", "dtype", "max_model_len", "load_format", "seed"]
+    assert {k: cfg[k] for k in list(cfg)[:8]} == {"model": "m", "tokenizer": None, "revision": None, "download_dir": None,
+                                                  "dtype": "bfloat16", "max_model_len": 4096, "load_format": "auto", "seed": 0}
+    assert cfg["block_size"] == 32 and cfg["kv_cache_dtype"] == "fp8"
+    assert cfg["max_num_seqs"] == 8 and cfg["enable_chunked_prefill"] is False
+    assert cfg["enforce_eager"] is True and cfg["device"] == "cuda:1" and cfg["gpu_memory_utilization"] == 0.5
 
 
 @pytest.mark.parametrize("seed", [-(2**63), -1, 2**63 - 1])
 def test_seed_takes_every_64_bit_seed(seed, capsys):
     """--seed takes the range of every seed, a request's too (was [0, 2**64 - 1], negatives refused)."""
-    assert config(["--model", "m", "--seed", str(seed)], capsys)["model"]["seed"] == seed
+    assert config(["--model", "m", "--seed", str(seed)], capsys)["seed"] == seed
 
 
 def test_disable_custom_all_reduce_flag(capsys):
-    assert config([], capsys)["parallel"]["disable_custom_all_reduce"] is False
-    assert config(["--disable-custom-all-reduce"], capsys)["parallel"]["disable_custom_all_reduce"] is True
+    assert config([], capsys)["disable_custom_all_reduce"] is False
+    assert config(["--disable-custom-all-reduce"], capsys)["disable_custom_all_reduce"] is True
     assert config(["--disable-custom-all-reduce", "--no-disable-custom-all-reduce"],
-                  capsys)["parallel"]["disable_custom_all_reduce"] is False
+                  capsys)["disable_custom_all_reduce"] is False
 
 
 def test_config_equals_form_applies_file_and_cli_wins(tmp_path, capsys):
     p = tmp_path / "cfg.yaml"
     p.write_text("model: from-file\nblock_size: 32\ndtype: float16\n")
     cfg = config([f"--config={p}", "--block-size", "64"], capsys)
-    assert (cfg["model"]["model"], cfg["cache"]["block_size"], cfg["model"]["dtype"]) == ("from-file", 64, "float16")
+    assert (cfg["model"], cfg["block_size"], cfg["dtype"]) == ("from-file", 64, "float16")
 
 
 def test_cli_before_file_still_wins(tmp_path, capsys):
     p = tmp_path / "cfg.yaml"
     p.write_text("block_size: 32\n")
-    assert config(["--block-size", "64", "--config", str(p)], capsys)["cache"]["block_size"] == 64
+    assert config(["--block-size", "64", "--config", str(p)], capsys)["block_size"] == 64
 
 
 def test_file_nested_attention_and_cli_dotted_both_survive(tmp_path, capsys):
     p = tmp_path / "cfg.yaml"
     p.write_text("attention_config:\n  backend: FLASH_ATTN\n  use_prefill_decode_attention: true\n")
-    a = config(["--config", str(p), "--attention-config.flash_attn_version", "3"], capsys)["attention"]
+    a = attention(["--config", str(p), "--attention-config.flash_attn_version", "3"], capsys)
     assert (a["backend"], a["use_prefill_decode_attention"], a["flash_attn_version"]) == ("FLASH_ATTN", True, 3)
 
 
 def test_cli_dotted_overrides_file_field(tmp_path, capsys):
     p = tmp_path / "cfg.yaml"
     p.write_text("attention_config:\n  backend: FLASH_ATTN\n  flash_attn_version: 2\n")
-    a = config(["--config", str(p), "-ac.flash_attn_version", "3"], capsys)["attention"]
+    a = attention(["--config", str(p), "-ac.flash_attn_version", "3"], capsys)
     assert (a["backend"], a["flash_attn_version"]) == ("FLASH_ATTN", 3)
 
 
 def test_yaml_false_kept_from_file(tmp_path, capsys):
     p = tmp_path / "cfg.yaml"
     p.write_text("enable_chunked_prefill: false\n")
-    assert config(["--config", str(p)], capsys)["scheduler"]["enable_chunked_prefill"] is False
+    assert config(["--config", str(p)], capsys)["enable_chunked_prefill"] is False
 
 
 def test_two_files_apply_in_order(tmp_path, capsys):
@@ -185,7 +193,7 @@ def test_two_files_apply_in_order(tmp_path, capsys):
     a.write_text("block_size: 32\nseed: 1\n")
     b.write_text('{"block_size": 64}')
     cfg = config(["--config", str(a), "--json-config", str(b)], capsys)
-    assert (cfg["cache"]["block_size"], cfg["model"]["seed"]) == (64, 1)
+    assert (cfg["block_size"], cfg["seed"]) == (64, 1)
 
 
 def test_every_engine_argument_settable_from_a_file(tmp_path, capsys):
@@ -199,11 +207,11 @@ def test_every_engine_argument_settable_from_a_file(tmp_path, capsys):
     p.write_text(json.dumps(values))
     cfg = config(["--json-config", str(p)], capsys)
     expected = build_engine_config(**{k: v for k, v in values.items()})
-    assert cfg == expected.to_dict()
+    assert cfg == engine_arg_values(expected)
 
 
 def test_positional_model_and_same_model_flag(capsys):
-    assert config(["m", "--model", "m"], capsys)["model"]["model"] == "m"
+    assert config(["m", "--model", "m"], capsys)["model"] == "m"
 
 
 def test_explain_names_sources(tmp_path, capsys):
@@ -212,11 +220,12 @@ def test_explain_names_sources(tmp_path, capsys):
     rc, out, _ = run(["config", "MODEL", "--config", str(p), "-ac.flash_attn_version", "3", "--explain"], capsys)
     assert rc == 0
     rows = {line.split()[0]: line for line in out.splitlines()}
-    assert rows["model.model"].endswith("command line (MODEL)")
-    assert rows["cache.block_size"].endswith(f"file {p}")
-    assert rows["attention.backend"].endswith(f"file {p}")
-    assert rows["attention.flash_attn_version"].endswith("command line (-ac.flash_attn_version)")
-    assert rows["model.dtype"].endswith("default")
+    # the names the printed config file has, as flags and file keys take them (were EngineConfig paths: cache.block_size)
+    assert rows["model"].endswith("command line (MODEL)")
+    assert rows["block_size"].endswith(f"file {p}")
+    assert rows["attention_backend"].endswith(f"file {p}")  # set as attention_config.backend
+    assert rows["attention_config.flash_attn_version"].endswith("command line (-ac.flash_attn_version)")
+    assert rows["dtype"].endswith("default")
     assert rows["enable_pdl"].endswith("default")
     assert len(rows) == 24 + len(AttentionConfig.field_names())
 
@@ -259,7 +268,9 @@ def test_help_comes_from_field_docstrings(capsys):
         (["--attention-config.use_trtllm_attention", "yes"], ["use_trtllm_attention", "'yes'", "true, false, null"]),
         # a JSON value as JSON writes it (was True, None)
         (["-ac.flash_attn_version", "true"],
-         ["argument -ac.flash_attn_version: true not allowed (allowed: 2, 3, 4, null)"]),
+         ["argument -ac.flash_attn_version: true is a boolean, not an integer (allowed: 2, 3, 4, null)"]),
+        (["-ac.flash_attn_version", '"3"'],  # JSON text: a string, named as one (was "'3' not allowed (allowed: 2, 3, ...")
+         ["argument -ac.flash_attn_version: '3' is a string, not an integer (allowed: 2, 3, 4, null)"]),
         (["-ac", '{"use_prefill_decode_attention": null}'],
          ["argument -ac: attention_config.use_prefill_decode_attention null not allowed (allowed: true, false)"]),
     ],
@@ -329,7 +340,7 @@ def test_subprocess_python_m_attnserve(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "attnserve", "config", "m", "--attention-backend", "FLASH_ATTN"],
                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert ok.returncode == 0, ok.stderr
-    assert json.loads(ok.stdout)["attention"]["backend"] == "FLASH_ATTN"
+    assert json.loads(ok.stdout)["attention_backend"] == "FLASH_ATTN"
     assert "VLLM_ATTENTION_BACKEND=FLASHINFER is ignored" in ok.stderr and "--attention-backend" in ok.stderr
     bad = subprocess.run([sys.executable, "-m", "attnserve", "config", "--dtype", "float64"],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
@@ -343,8 +354,8 @@ def test_registered_out_of_tree_backend_name_is_accepted(capsys):
 
     register_backend("MY_OOT_ATTN", "my_oot_package.attention.MyBackend")  # the module does not exist
     try:
-        assert config(["--attention-backend", "my-oot-attn"], capsys)["attention"]["backend"] == "MY_OOT_ATTN"
-        assert config(["-ac.backend", "MY_OOT_ATTN", "--attention-backend", "my_oot_attn"], capsys)["attention"]["backend"] == "MY_OOT_ATTN"
+        assert config(["--attention-backend", "my-oot-attn"], capsys)["attention_backend"] == "MY_OOT_ATTN"
+        assert config(["-ac.backend", "MY_OOT_ATTN", "--attention-backend", "my_oot_attn"], capsys)["attention_backend"] == "MY_OOT_ATTN"
         assert AttentionConfig(backend="my_oot_attn").backend == "MY_OOT_ATTN"
     finally:
         unregister_backend("MY_OOT_ATTN")
@@ -380,36 +391,36 @@ def test_version(command):
 
 # --- vLLM's spellings: --num-gpu-blocks-override, --kv-cache-memory-bytes, sizes with k/K suffixes ----------------
 
-@pytest.mark.parametrize("flags, section, key, value", [
-    (["--num-gpu-blocks-override", "64"], "cache", "num_gpu_blocks", 64),
-    (["--kv-cache-memory-bytes", "8G"], "cache", "kv_cache_memory", 8 << 30),
-    (["--kv-cache-memory", "1g"], "cache", "kv_cache_memory", 10**9),
-    (["--kv-cache_memory-bytes", "1000"], "cache", "kv_cache_memory", 1000),
-    (["--max-model-len", "1k"], "model", "max_model_len", 1000),  # vLLM's human_readable_int: lowercase is decimal,
-    (["--max-model-len", "1K"], "model", "max_model_len", 1024),  # uppercase binary
-    (["--max-model-len", "32k"], "model", "max_model_len", 32000),
-    (["--max-model-len", "25.6k"], "model", "max_model_len", 25600),
-    (["--max-model-len", "none"], "model", "max_model_len", None),
-    (["--max-num-batched-tokens", "2K"], "scheduler", "max_num_batched_tokens", 2048),
+@pytest.mark.parametrize("flags, key, value", [
+    (["--num-gpu-blocks-override", "64"], "num_gpu_blocks", 64),
+    (["--kv-cache-memory-bytes", "8G"], "kv_cache_memory", 8 << 30),
+    (["--kv-cache-memory", "1g"], "kv_cache_memory", 10**9),
+    (["--kv-cache_memory-bytes", "1000"], "kv_cache_memory", 1000),
+    (["--max-model-len", "1k"], "max_model_len", 1000),  # vLLM's human_readable_int: lowercase is decimal,
+    (["--max-model-len", "1K"], "max_model_len", 1024),  # uppercase binary
+    (["--max-model-len", "32k"], "max_model_len", 32000),
+    (["--max-model-len", "25.6k"], "max_model_len", 25600),
+    (["--max-model-len", "none"], "max_model_len", None),
+    (["--max-num-batched-tokens", "2K"], "max_num_batched_tokens", 2048),
 ])
-def test_vllm_names_and_sizes(flags, section, key, value, capsys):
-    assert config(["--model", "org/m", *flags], capsys)[section][key] == value  # a hub id: no model limit checked
+def test_vllm_names_and_sizes(flags, key, value, capsys):
+    assert config(["--model", "org/m", *flags], capsys)[key] == value  # a hub id: no model limit checked
 
 
 def test_vllm_names_in_files_and_python(tmp_path, capsys):
     p = tmp_path / "vllm.yaml"
     p.write_text("num_gpu_blocks_override: 256\nkv-cache-memory-bytes: 2G\nmax_model_len: 4K\n")  # 256 x 16 = 4K tokens
     cfg = config(["--config", str(p)], capsys)
-    assert (cfg["cache"]["num_gpu_blocks"], cfg["cache"]["kv_cache_memory"], cfg["model"]["max_model_len"]) == (256, 2 << 30, 4096)
+    assert (cfg["num_gpu_blocks"], cfg["kv_cache_memory"], cfg["max_model_len"]) == (256, 2 << 30, 4096)
     cache = build_engine_config(num_gpu_blocks_override=3, kv_cache_memory_bytes=5).cache
     assert (cache.num_gpu_blocks, cache.kv_cache_memory) == (3, 5)
 
 
 def test_a_vllm_name_and_ours_later_wins(capsys):
     # (4 blocks would not hold the default model's 8192 tokens: the value that wins is the one checked)
-    assert config(["--num-gpu-blocks", "4", "--num-gpu-blocks-override", "900"], capsys)["cache"]["num_gpu_blocks"] == 900
+    assert config(["--num-gpu-blocks", "4", "--num-gpu-blocks-override", "900"], capsys)["num_gpu_blocks"] == 900
     rc, out, _ = run(["config", "--kv-cache-memory-bytes", "1G", "--explain"], capsys)
-    assert rc == 0 and any(line.split()[:3] == ["cache.kv_cache_memory", "1073741824", "command"]
+    assert rc == 0 and any(line.split()[:3] == ["kv_cache_memory", "1073741824", "command"]
                            and line.endswith("(--kv-cache-memory-bytes)") for line in out.splitlines())
 
 
@@ -417,13 +428,13 @@ def test_max_model_len_is_checked_against_a_local_model_only(tiny_model_dir, cap
     """As generate: the default model's (or a local model's) max_position_embeddings bounds --max-model-len; a hub
     id is not downloaded for it, and stderr says the value was not checked."""
     rc, out, err = run(["config", "--max-model-len", "8k"], capsys)
-    assert (rc, json.loads(out)["model"]["max_model_len"], err) == (0, 8000, "")
+    assert (rc, json.loads(out)["max_model_len"], err) == (0, 8000, "")
     tiny = tiny_model_dir("llama")
     capsys.readouterr()  # the fixture's own output, when it made the model
     rc, out, err = run(["config", tiny, "--max-model-len", "512"], capsys)
     assert (rc, err) == (0, "")
     rc, out, err = run(["config", "org/not-downloaded", "--max-model-len", "4096"], capsys)
-    assert rc == 0 and json.loads(out)["model"]["max_model_len"] == 4096
+    assert rc == 0 and json.loads(out)["max_model_len"] == 4096
     assert err == ("attnserve config: note: max_model_len 4096 not checked against the model: model 'org/not-downloaded' "
                    "is not a local folder or file, and config downloads nothing\n")
 
@@ -440,6 +451,6 @@ def test_a_kv_cache_size_is_checked_against_max_model_len_as_serve_checks_it(tin
         rc, out, err = run(["config", tiny, "--device", "cpu", *flags], capsys)
         assert (rc, err) == (0, ""), flags
     rc, out, err = run(["config", "org/not-downloaded", "--num-gpu-blocks", "2"], capsys)
-    assert rc == 0 and json.loads(out)["cache"]["num_gpu_blocks"] == 2
+    assert rc == 0 and json.loads(out)["num_gpu_blocks"] == 2
     assert err == ("attnserve config: note: KV cache (num_gpu_blocks 2) not checked against max_model_len: model "
                    "'org/not-downloaded' is not a local folder or file, and config downloads nothing\n")

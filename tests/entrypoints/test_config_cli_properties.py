@@ -3,7 +3,8 @@
 1. Any valid mix of flags (every spelling), JSON and dotted attention options, and config files (YAML or
    JSON, nested or dotted attention keys, file values shadowed by the command line) gives the same
    EngineConfig as building it directly with ``build_engine_config``.
-2. Random junk arguments never raise anything but the clean usage error (exit 2, one line).
+2. What ``attnserve config`` prints for any valid configuration, as a config file, gives that configuration.
+3. Random junk arguments never raise anything but the clean usage error (exit 2, one line).
 """
 
 import contextlib
@@ -18,8 +19,9 @@ from hypothesis import strategies as st
 
 from attnserve.attention.registry import AttentionBackendEnum
 from attnserve.config import AttentionConfig, build_engine_config
-from attnserve.config.engine_args import engine_args
+from attnserve.config.engine_args import engine_arg_values, engine_args
 from attnserve.config.fields import split_optional
+from attnserve.entrypoints.cli.config import config_file_text
 from attnserve.entrypoints.cli.engine_args import resolve_engine_args
 from attnserve.entrypoints.cli.main import build_parser, main
 
@@ -144,6 +146,21 @@ def test_any_valid_combination_matches_python(data):
     assert got == expected, argv
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_any_printed_config_reads_back_the_same(data):
+    """What ``attnserve config`` prints (``--format json`` or ``yaml``), as a config file, gives the same EngineConfig."""
+    kwargs = {name: data.draw(flat_value(arg)) for name, arg in engine_args().items() if data.draw(st.booleans())}
+    attention = {f: data.draw(s) for f, s in ATTN_VALUES.items() if data.draw(st.booleans())}
+    config = build_engine_config(kwargs.pop("model", None), attention_config=attention, **kwargs)
+    fmt = data.draw(st.sampled_from(["yaml", "json"]))
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, f"cfg.{fmt}")
+        with open(path, "w") as f:
+            f.write(config_file_text(engine_arg_values(config), fmt))
+        assert resolve_engine_args(build_parser("config").parse_args(["config", "--config", path])).config == config
+
+
 def _junk_vocabulary() -> list[str]:
     parser = build_parser("config")
     flags = sorted(parser._subparsers._group_actions[0].choices["config"]._option_string_actions)  # type: ignore[union-attr]
@@ -169,7 +186,7 @@ def test_junk_arguments_give_a_clean_usage_error(tokens):
             rc = e.code
     if rc == 0:
         if "--explain" not in tokens:
-            json.loads(out.getvalue())
+            assert isinstance(yaml.safe_load(out.getvalue()), dict)  # JSON, or YAML with --format yaml
     else:
         assert rc == 2, (tokens, err.getvalue())
         lines = err.getvalue().splitlines()

@@ -1,4 +1,9 @@
-"""``attnserve config [engine flags]``: print the effective EngineConfig as JSON; loads no model.
+"""``attnserve config [engine flags]``: print the effective configuration as a config file; loads no model.
+
+It prints the flat form that ``--config`` takes, as JSON (``--format yaml``: YAML, the format of vLLM's --config
+files): one key per engine argument, ``attention_backend`` and ``attention_config``
+(:func:`attnserve.config.engine_args.engine_arg_values`), so that ``attnserve config ... > cfg.json`` and ``attnserve
+serve --config cfg.json`` run with that configuration (vLLM's ``--config`` takes a flat file of option names too).
 
 ``--explain`` prints, instead, one line per value with where it came from (default, which file,
 which flag).
@@ -20,6 +25,7 @@ import os
 import sys
 
 from attnserve.config import EngineConfig
+from attnserve.config.engine_args import engine_arg_values
 from attnserve.entrypoints.cli.engine_args import add_engine_args, error_line, resolve_engine_args
 
 
@@ -27,12 +33,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "config",
         help="print the effective engine configuration (no model is loaded)",
-        description="Print the EngineConfig that these flags and files give, as JSON. Loads no model; a "
+        description="Print the configuration that these flags and files give, as a config file (JSON, or YAML with "
+                    "--format yaml) that --config takes back (engine argument names, as the flags). Loads no model; a "
                     "--max-model-len is checked against the model's config when that is on this machine (the default "
                     "model's when none is given), as generate checks it.",
     )
     add_engine_args(p, positional_model=True)
-    p.add_argument("--explain", action="store_true", help="show where each value came from instead of the JSON")
+    p.add_argument("--format", choices=["json", "yaml"], default="json",
+                   help="the printed config file's format (default json); --config reads both")
+    p.add_argument("--explain", action="store_true", help="show where each value came from instead of the config file")
     p.set_defaults(func=run)
 
 
@@ -118,6 +127,15 @@ def check_against_model(config: EngineConfig) -> list[str]:
     return notes
 
 
+def config_file_text(values: dict, fmt: str) -> str:
+    """``values`` as a config file of format ``fmt`` (``json``, ``yaml``: keys in their order), ending in a newline."""
+    if fmt == "yaml":
+        import yaml
+
+        return yaml.safe_dump(values, sort_keys=False)
+    return json.dumps(values, indent=2) + "\n"
+
+
 def run(args: argparse.Namespace) -> int:
     resolved = resolve_engine_args(args)
     try:
@@ -127,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"attnserve config: note: {note}", file=sys.stderr)
     if not args.explain:
-        print(json.dumps(resolved.config.to_dict(), indent=2))
+        print(config_file_text(engine_arg_values(resolved.config), args.format), end="")
         return 0
     rows = [(path, json.dumps(value), source) for path, value, source in resolved.explain()]
     w_path = max(len(r[0]) for r in rows)

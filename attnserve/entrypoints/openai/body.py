@@ -5,12 +5,15 @@ an error parsing the body": bytes that are not UTF-8, an integer longer than Pyt
 arrays nested deeper than its recursion limit (or a RecursionError further on); and a lone surrogate escape
 (``"\\ud800"``) reads fine but fails the tokenizer later (a 500). ``parse_body`` refuses those with their own
 message, and refuses nesting past ``MAX_DEPTH`` before parsing, so that no later step recurses
-that deep. A number beyond a 64-bit float (``1e400``, which Python reads as infinity) keeps the text it was
-sent as (``SentNumber``), for the 400 to echo it. ``JSONBodyRoute`` makes the API's routes read bodies this way.
+that deep. JSON in UTF-16 or UTF-32 (announced by its first bytes, as Python's parser reads it) is read; a body
+those bytes announce that is no JSON in that encoding (a UTF-16 BOM before UTF-8 JSON) is judged as UTF-8, the
+encoding the API takes. A number beyond a 64-bit float (``1e400``, which Python reads as infinity) keeps the text it
+was sent as (``SentNumber``), for the 400 to echo it. ``JSONBodyRoute`` makes the API's routes read bodies this way.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
@@ -80,16 +83,31 @@ def lone_surrogate(value: Any, path: str = "") -> tuple[str, str, int] | None:
 
 def parse_body(body: bytes) -> Any:
     """The request body ``body`` as JSON. Raises json.JSONDecodeError for malformed JSON (FastAPI's 400 with its
-    position), and an HTTPException 400 with its own message for bytes that are not text in the encoding the
-    body's first bytes show (UTF-8, or UTF-16/32 as Python's parser reads them), nesting deeper than
-    ``MAX_DEPTH``, or an integer longer than Python reads."""
+    position), and an HTTPException 400 with its own message for bytes that are not UTF-8 text, nesting deeper than
+    ``MAX_DEPTH``, an integer longer than Python reads, or a lone surrogate escape.
+
+    JSON in UTF-16 or UTF-32, which Python's parser reads by the body's first bytes (a BOM, or NUL bytes), is read
+    too; a body that those bytes announce but that is no JSON in that encoding is judged as the UTF-8 that the API
+    takes: bytes FF FE (UTF-16's BOM) and then UTF-8 JSON is ``not valid UTF-8 (byte 0xff at offset 0: ...)``, as
+    any other body that is not UTF-8, not "malformed JSON" about the characters a UTF-16 reading made of it."""
     encoding = json.detect_encoding(body)
+    if not encoding.startswith("utf-8"):
+        try:
+            return _parse_text(body.decode(encoding))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            pass  # not JSON in the encoding its first bytes suggest: read as UTF-8, the encoding asked for
+    bom = len(codecs.BOM_UTF8) if body.startswith(codecs.BOM_UTF8) else 0  # skipped, as Python's parser skips it
     try:
-        text = body.decode(encoding)
+        text = body[bom:].decode("utf-8")
     except UnicodeDecodeError as e:
-        name = "UTF-8" if encoding.startswith("utf-8") else encoding.upper()
-        raise HTTPException(400, f"the request body is not valid {name} (byte 0x{body[e.start]:02x} at offset "
-                                 f"{e.start}: {e.reason}); send JSON encoded as UTF-8") from None
+        at = bom + e.start  # in the body as sent
+        raise HTTPException(400, f"the request body is not valid UTF-8 (byte 0x{body[at]:02x} at offset {at}: "
+                                 f"{e.reason}); send JSON encoded as UTF-8") from None
+    return _parse_text(text)
+
+
+def _parse_text(text: str) -> Any:
+    """The decoded body ``text`` as JSON; the HTTPExceptions of :func:`parse_body` but for the encoding."""
     if (levels := too_deep(text)) is not None:
         raise HTTPException(400, f"the request body nests arrays and objects {levels} levels deep (allowed: at most "
                                  f"{MAX_DEPTH})")

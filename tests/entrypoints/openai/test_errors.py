@@ -143,6 +143,35 @@ UNREADABLE = {
     "lone_surrogate_in_a_message": (b'{"messages": [{"role": "user", "content": "\\udc00"}]}',
                                     'messages.0.content: "\\udc00" holds a lone surrogate \\udc00 at index 0 '
                                     "(allowed: Unicode text; a surrogate escape needs its pair)"),
+    # the stop list too (a fresh-user trial reported pydantic's wording for it), and a stop string
+    "lone_surrogate_in_the_stop_list": (b'{"prompt": "Hi", "stop": ["\\ud800"]}',
+                                        'stop.0: "\\ud800" holds a lone surrogate \\ud800 at index 0 (allowed: Unicode '
+                                        "text; a surrogate escape needs its pair)"),
+    "lone_surrogate_stop_string": (b'{"prompt": "Hi", "stop": "ab\\udfff"}',
+                                   'stop: "ab\\udfff" holds a lone surrogate \\udfff at index 2 (allowed: Unicode text; '
+                                   "a surrogate escape needs its pair)"),
+    # a UTF-16 BOM (FF FE, or FE FF) before UTF-8 JSON, or alone: as any other body that is not UTF-8 (was "malformed
+    # JSON body: Expecting value at line 1, column 1": Python's parser read the bytes as UTF-16; found by a fresh-user
+    # trial). JSON that is UTF-16 throughout is still read (test_utf16_body_is_read_as_before)
+    "utf16_bom_then_utf8": (b'\xff\xfe{"prompt": "Hi", "max_tokens": 1}',
+                            "the request body is not valid UTF-8 (byte 0xff at offset 0: invalid start byte); send JSON "
+                            "encoded as UTF-8"),
+    "utf16_bom_odd_length": (b'\xff\xfe{"prompt": "Hi"}x',  # (was "not valid UTF-16 (byte 0x78 at offset 18: ...)")
+                             "the request body is not valid UTF-8 (byte 0xff at offset 0: invalid start byte); send JSON "
+                             "encoded as UTF-8"),
+    "utf16_bom_alone": (b"\xff\xfe",
+                        "the request body is not valid UTF-8 (byte 0xff at offset 0: invalid start byte); send JSON "
+                        "encoded as UTF-8"),
+    "utf16_be_bom_then_utf8": (b'\xfe\xff{"prompt": "Hi"}',
+                               "the request body is not valid UTF-8 (byte 0xfe at offset 0: invalid start byte); send "
+                               "JSON encoded as UTF-8"),
+    # after a UTF-8 BOM, the offset in the body as sent (was "byte 0x63 at offset 15": the offset after the BOM)
+    "utf8_bom_then_latin1": (b'\xef\xbb\xbf{"prompt": "caf\xe9"}',
+                             "the request body is not valid UTF-8 (byte 0xe9 at offset 18: invalid continuation byte); "
+                             "send JSON encoded as UTF-8"),
+    "utf32_bom_then_utf8": (b'\xff\xfe\x00\x00{"prompt": "Hi"}',
+                            "the request body is not valid UTF-8 (byte 0xff at offset 0: invalid start byte); send JSON "
+                            "encoded as UTF-8"),
 }
 
 
@@ -172,7 +201,8 @@ def test_brackets_in_strings_and_nesting_up_to_the_limit_are_read(server):
 def test_utf16_body_is_read_as_before(server):
     """Python's parser reads UTF-16 and UTF-32 (by their first bytes) and a UTF-8 BOM; so does the server still."""
     text = '{"prompt": "Hi", "max_tokens": 1}'
-    for body in (text.encode("utf-16"), text.encode("utf-32"), b"\xef\xbb\xbf" + text.encode()):
+    for body in (text.encode("utf-16"), text.encode("utf-32"), b"\xef\xbb\xbf" + text.encode(), text.encode("utf-16-be"),
+                 text.encode("utf-16-le")):
         r = server.post("/v1/completions", content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 200, r.text
 
