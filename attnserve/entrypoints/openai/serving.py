@@ -187,12 +187,13 @@ def new_id(prefix: str) -> str:
 
 
 async def generate_all(ctx: ServingContext, prompts: list[list[int]], params: list[SamplingParams],
-                       request_id: str) -> AsyncIterator[tuple[int, RequestOutput]]:
+                       request_id: str, arrival: float | None = None) -> AsyncIterator[tuple[int, RequestOutput]]:
     """Run every prompt of one HTTP request; yield (prompt index, output) as outputs arrive.
 
-    Records each prompt's TTFT/TPOT/latency, measured from now, when it finishes. Closing the iterator
-    early aborts the unfinished prompts (each ``engine.generate`` aborts its own request)."""
-    t0 = time.monotonic()
+    Records each prompt's TTFT/TPOT/latency when it finishes, in seconds from ``arrival`` (``time.monotonic()``
+    when the handler began, so that tokenizing and its wait for the tokenizer thread count; None: from now).
+    Closing the iterator early aborts the unfinished prompts (each ``engine.generate`` aborts its own request)."""
+    t0 = time.monotonic() if arrival is None else arrival
     first: dict[int, float] = {}
     done: set[int] = set()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 
 from fastapi import Request
@@ -38,6 +39,7 @@ from attnserve.entrypoints.openai.serving import (
 
 
 async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest, raw: Request) -> Response:
+    arrival = time.monotonic()  # TTFT and latency count tokenizing too
     ctx.check_ready()
     model = ctx.check_model(req.model)
     check_unsupported(req)
@@ -49,7 +51,7 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     # the template and tokenizing (seconds for a long conversation) on the tokenizer thread, off the event loop
     prompt_ids, params = await ctx.tokenizer_thread.run(_prepare, ctx, req, logprobs)
     request_id = new_id("chatcmpl")
-    outputs = generate_all(ctx, [prompt_ids], [params], request_id)
+    outputs = generate_all(ctx, [prompt_ids], [params], request_id, arrival)
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         chunks = _stream(req, model, request_id, outputs, include_usage)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ class _Sent:
 
 
 async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Request) -> Response:
+    arrival = time.monotonic()  # TTFT and latency count tokenizing too
     ctx.check_ready()
     model = ctx.check_model(req.model)
     check_unsupported(req)
@@ -58,7 +60,7 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     texts, token_prompts, params = (await ctx.tokenizer_thread.run(_prepare, ctx, req) if _needs_tokenizer(req)
                                     else _prepare(ctx, req))
     request_id = new_id("cmpl")
-    outputs = generate_all(ctx, token_prompts, params, request_id)
+    outputs = generate_all(ctx, token_prompts, params, request_id, arrival)
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         chunks = _stream(req, model, request_id, texts, outputs, include_usage)
