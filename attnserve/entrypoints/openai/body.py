@@ -28,6 +28,9 @@ from starlette.exceptions import HTTPException
 MAX_DEPTH = 100
 # a JSON string (skipped whole, brackets in it are text) or one bracket
 _STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+# a \uD800-\uDFFF escape, any case: in text that decoded (UTF-8 and UTF-16/32 decoding refuse a surrogate), the
+# only way a parsed string can hold one; text without such an escape is not walked (a 1M-token-id prompt: 0.27 s)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class SentNumber(float):
@@ -118,7 +121,7 @@ def _parse_text(text: str) -> Any:
     except ValueError:  # int() past sys.get_int_max_str_digits()
         raise HTTPException(400, f"the request body holds an integer of more than {sys.get_int_max_str_digits()} "
                                  "digits, more than any field allows") from None
-    if (found := lone_surrogate(parsed)) is not None:
+    if _SURROGATE_ESCAPE.search(text) and (found := lone_surrogate(parsed)) is not None:
         path, string, index = found
         raise HTTPException(400, f"{path or 'body'}: {json.dumps(string)} holds a lone surrogate "
                                  f"{json.dumps(string[index])[1:-1]} at index {index} (allowed: Unicode text; a "

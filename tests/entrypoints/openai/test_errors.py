@@ -147,6 +147,10 @@ UNREADABLE = {
     "lone_surrogate_in_the_stop_list": (b'{"prompt": "Hi", "stop": ["\\ud800"]}',
                                         'stop.0: "\\ud800" holds a lone surrogate \\ud800 at index 0 (allowed: Unicode '
                                         "text; a surrogate escape needs its pair)"),
+    # an upper-case escape is the same character (the body's text is searched for such escapes before the walk)
+    "lone_surrogate_upper_case": (b'{"prompt": "x\\uDBFF"}',
+                                  'prompt: "x\\udbff" holds a lone surrogate \\udbff at index 1 (allowed: Unicode text; '
+                                  "a surrogate escape needs its pair)"),
     "lone_surrogate_stop_string": (b'{"prompt": "Hi", "stop": "ab\\udfff"}',
                                    'stop: "ab\\udfff" holds a lone surrogate \\udfff at index 2 (allowed: Unicode text; '
                                    "a surrogate escape needs its pair)"),
