@@ -36,6 +36,10 @@ class CacheConfig:
     """KV-cache budget in bytes (all layers, K and V), e.g. 8G (8 GiB); vLLM's name: kv_cache_memory_bytes. None =
     2 GiB on CPU, gpu_memory_utilization on GPU."""
 
+    enable_prefix_caching: bool = True
+    """Reuse the KV blocks of a prompt prefix an earlier request computed (automatic prefix caching: full blocks
+    keyed by a sha256 chain over their tokens, free ones evicted least recently used first); vLLM's default."""
+
     gpu_memory_utilization: float = field(default=0.9, metadata={"gt": 0, "le": 1})
     """Fraction of GPU memory the engine may use (weights, activations and KV cache)."""
 

@@ -13,6 +13,7 @@ completions have finish_reason "abort". ``shutdown`` then stops the thread and t
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import threading
@@ -46,6 +47,12 @@ class EngineStats:
     num_waiting: int = 0
     num_free_blocks: int = 0
     num_blocks: int = 0
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache since start
+    prefix_cache_hits: int = 0  # of those, tokens found cached
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
 
     @property
     def kv_cache_usage(self) -> float:
@@ -77,6 +84,11 @@ class _Add:
 @dataclass
 class _Abort:
     request_id: str
+
+
+@dataclass
+class _ResetPrefixCache:
+    done: concurrent.futures.Future  # set to the number of cached blocks dropped
 
 
 class _Stop:
@@ -170,6 +182,15 @@ class AsyncLLMEngine:
         """Abort a request (frees its KV blocks); a no-op when it has finished. Thread-safe."""
         self._commands.put(_Abort(request_id))
 
+    async def reset_prefix_cache(self) -> int:
+        """Forget every cached prompt prefix, on the engine thread between steps; returns how many blocks were
+        cached. Raises EngineNotReadyError before the model has loaded."""
+        if self.engine is None or not self._ready.is_set():
+            raise EngineNotReadyError("the model is still loading")
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        self._commands.put(_ResetPrefixCache(done))
+        return await asyncio.wrap_future(done)
+
     def begin_shutdown(self, drain_timeout: float = 0.0) -> None:
         """Refuse new requests from now on; let the unfinished ones run for up to ``drain_timeout`` seconds,
         then abort them (0: at once, before the next step). Each aborted stream ends with a final output
@@ -220,6 +241,8 @@ class AsyncLLMEngine:
                 return False
             if isinstance(cmd, _Abort):
                 self._abort(cmd.request_id)
+            elif isinstance(cmd, _ResetPrefixCache):
+                cmd.done.set_result(self.engine.reset_prefix_cache())
             elif isinstance(cmd, _Shutdown):
                 self._abort_at = cmd.abort_at if self._abort_at is None else min(self._abort_at, cmd.abort_at)
             elif isinstance(cmd, _Add):
@@ -281,4 +304,6 @@ class AsyncLLMEngine:
             num_waiting=len(e.scheduler.waiting),
             num_free_blocks=e.block_manager.num_free_blocks,
             num_blocks=e.block_manager.num_blocks,
+            prefix_cache_queries=e.scheduler.prefix_cache_stats.queries,
+            prefix_cache_hits=e.scheduler.prefix_cache_stats.hits,
         )

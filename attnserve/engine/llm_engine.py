@@ -78,7 +78,8 @@ class LLMEngine:
         self.info = self.executor.info  # backend, device, dtype, KV blocks (rank 0's under tensor parallelism)
         # the in-process ModelRunner (tensor_parallel_size 1 only; None when workers run the model)
         self.runner = getattr(self.executor, "runner", None)
-        self.block_manager = BlockManager(self.info.num_blocks, config.cache.block_size)
+        self.block_manager = BlockManager(self.info.num_blocks, config.cache.block_size,
+                                          config.cache.enable_prefix_caching)
         # the longest a sequence may grow: past the whole KV cache it would preempt itself and wait forever
         # for blocks that can never be free, so it ends there (finish_reason length) as at max_model_len
         self.max_request_len = min(self.max_model_len, self.info.num_blocks * config.cache.block_size)
@@ -231,6 +232,11 @@ class LLMEngine:
             self.scheduler.finish_request(child_id, FinishReason.ABORT)
         return self.output_processor.abort(request_id)
 
+    def reset_prefix_cache(self) -> int:
+        """Forget every cached prompt prefix: later requests compute their prompts anew (blocks in use stay with
+        their requests). Returns how many blocks were cached."""
+        return self.scheduler.reset_prefix_cache()
+
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished() or self._in_flight is not None
 
@@ -252,6 +258,8 @@ class LLMEngine:
             raise
         except BaseException:
             self._in_flight = None  # its requests are aborted by the caller (LLM, server); nothing reads it
+            # blocks registered when this step was scheduled may never have been computed
+            self.scheduler.reset_prefix_cache()
             raise
 
     def _finish(self, sched: SchedulerOutput, result) -> list[RequestOutput]:

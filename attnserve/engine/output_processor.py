@@ -129,6 +129,7 @@ class OutputProcessor:
             [_snapshot(k.completion) for k in parent.children], finished,
             RequestMetrics(metrics.arrival_time, metrics.first_token_time, metrics.finished_time),
             parent.num_preemptions,
+            num_cached_tokens=parent.children[0].request.num_cached_tokens or 0,
         )
 
     def _advance(self, kid: _Child, req: Request) -> str | None:

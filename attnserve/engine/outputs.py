@@ -69,6 +69,8 @@ class RequestOutput:
     metrics: RequestMetrics
     num_preemptions: int = 0
     extra: dict = field(default_factory=dict)
+    # prompt tokens whose KV came from the prefix cache (the first completion's, at its first admission)
+    num_cached_tokens: int = 0
 
     def snapshot(self) -> RequestOutput:
         """A copy whose completions' ``token_ids`` and ``logprobs`` stay as they are now (for a reader that
@@ -78,7 +80,7 @@ class RequestOutput:
                                     c.cumulative_logprob)
                    for c in self.outputs]
         return RequestOutput(self.request_id, self.prompt, self.prompt_token_ids, outputs, self.finished,
-                             self.metrics, self.num_preemptions, self.extra)
+                             self.metrics, self.num_preemptions, self.extra, self.num_cached_tokens)
 
     def to_dict(self) -> dict:
         """JSON-ready summary (for ``--output-json``)."""
@@ -102,6 +104,7 @@ class RequestOutput:
                 }
                 for o in self.outputs
             ],
+            "num_cached_tokens": self.num_cached_tokens,
             "ttft_s": self.metrics.ttft,
             "e2e_s": self.metrics.e2e,
         }

@@ -52,6 +52,10 @@ class Request:
     first_token_time: float | None = None
     finished_time: float | None = None
     num_preemptions: int = 0
+    # prompt tokens found in the prefix cache at the first admission (None until admitted)
+    num_cached_tokens: int | None = None
+    # hashes of the full blocks of known tokens (prefix caching; block_hash.py), extended as tokens come
+    block_hashes: list[bytes] = field(default_factory=list)
     # per output token: (logprob, rank, top [(token_id, logprob)]), when logprobs were asked for
     output_logprobs: list = field(default_factory=list)
 

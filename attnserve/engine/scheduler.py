@@ -6,6 +6,12 @@ after preemption and decode in one path (vLLM v1's scheduler). Running requests 
 order; when blocks run out the most recently admitted running request is preempted: its blocks are
 freed and it goes back to the front of the waiting queue to be recomputed later.
 
+With prefix caching a request's admission starts it at the longest run of cached full blocks
+(``BlockManager.lookup``), never past its last token, whose logits the step needs; the blocks a step
+computes are registered for later requests as the step is scheduled. A preempted request's blocks stay
+cached until evicted, so its recompute starts where they still are, and the ``n`` completions of a request
+(queued one after another) find the first one's prompt blocks.
+
 A step is accounted when it is scheduled (computed tokens advance, a sampling request gets a pending
 token) and its sampled tokens are appended by :meth:`Scheduler.update` when they are read. With async
 scheduling the engine schedules step k+1 before reading step k's tokens: a decode then feeds its pending
@@ -19,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from attnserve.config.fields import ConfigError
+from attnserve.engine.block_hash import extend_block_hashes
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.request import PLACEHOLDER_TOKEN, FinishReason, Request, RequestStatus
 from attnserve.engine.sampling_params import SamplingParams
@@ -55,6 +62,20 @@ class SchedulerOutput:
         return not self.requests
 
 
+@dataclass
+class PrefixCacheStats:
+    """Prefix-cache lookups since start, counted at admission (vLLM's ``prefix_cache_queries`` / ``_hits``)."""
+
+    requests: int = 0  # admissions that looked the cache up
+    queries: int = 0  # their tokens
+    hits: int = 0  # of those, tokens found cached
+
+    @property
+    def hit_rate(self) -> float:
+        """hits / queries, 0.0 before any query."""
+        return self.hits / self.queries if self.queries else 0.0
+
+
 class Scheduler:
     """Decides each step which requests compute how many tokens, and keeps the KV blocks in step."""
 
@@ -73,6 +94,11 @@ class Scheduler:
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
         self._finished_ids: list[str] = []
+        self.prefix_cache_stats = PrefixCacheStats()
+
+    @property
+    def enable_prefix_caching(self) -> bool:
+        return self.block_manager.enable_prefix_caching
 
     def check_prompt_fits(self, num_tokens: int) -> None:
         """Raise ConfigError (a ValueError) if a prompt of ``num_tokens`` tokens can never be scheduled: it
@@ -107,7 +133,9 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         budget = self.max_num_batched_tokens
-        scheduled: list[tuple[Request, int]] = []
+        # each request's share is made (and its blocks registered) as it is scheduled: a request admitted later
+        # in this step may find them cached
+        scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
         i = 0
         while i < len(self.running) and budget > 0:
@@ -123,7 +151,7 @@ class Scheduler:
                 if victim is req:
                     break
             else:
-                scheduled.append((req, num_new))
+                scheduled.append(self._scheduled(req, num_new))
                 budget -= num_new
                 i += 1
         # admit waiting requests only when nothing was preempted this step (it would just thrash)
@@ -131,25 +159,44 @@ class Scheduler:
             req = self.waiting[0]
             if req.num_pending:  # preempted while its token was in flight: recompute once it is known
                 break
-            num_new = req.num_tokens - req.num_computed_tokens
+            cached_blocks = self._cached_prefix(req)
+            num_cached = len(cached_blocks) * self.block_manager.block_size
+            num_new = req.num_tokens - num_cached
             if num_new > budget and not self.enable_chunked_prefill:
                 break
             num_new = min(num_new, budget)
-            if not self.block_manager.allocate(req.request_id, req.num_computed_tokens + num_new):
+            if not self.block_manager.allocate(req.request_id, num_cached + num_new, cached_blocks):
                 break
+            req.num_computed_tokens = num_cached
+            if req.num_cached_tokens is None:  # the first admission's, as vLLM reports it
+                req.num_cached_tokens = num_cached
+            if self.enable_prefix_caching:
+                stats = self.prefix_cache_stats
+                stats.requests += 1
+                stats.queries += req.num_tokens
+                stats.hits += num_cached
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING
             self.running.append(req)
-            scheduled.append((req, num_new))
+            scheduled.append(self._scheduled(req, num_new))
             budget -= num_new
-        scheduled.sort(key=lambda item: item[1] > 1)  # stable: decodes first, then prefills
+        scheduled.sort(key=lambda s: len(s.token_ids) > 1)  # stable: decodes first, then prefills
         out = SchedulerOutput(
-            requests=[self._scheduled(req, n) for req, n in scheduled],
+            requests=scheduled,
             preempted_ids=preempted,
             finished_ids=self._finished_ids,
         )
         self._finished_ids = []
         return out
+
+    def _cached_prefix(self, req: Request) -> list[int]:
+        """The cached blocks a waiting request (no computed tokens) starts with: its longest cached run of full
+        blocks, short of its last token."""
+        if not self.enable_prefix_caching:
+            return []
+        bm = self.block_manager
+        hashes = extend_block_hashes(req.block_hashes, req.num_tokens, req.token_slice, bm.block_size)
+        return bm.lookup(hashes, (req.num_tokens - 1) // bm.block_size)
 
     def _scheduled(self, req: Request, num_new: int) -> ScheduledRequest:
         """The request's share of the step; advances its computed tokens (and pending ones when it samples)."""
@@ -162,6 +209,11 @@ class Scheduler:
         req.num_computed_tokens = end
         if samples:
             req.num_pending += 1
+        if self.enable_prefix_caching:  # the blocks this step fills with known tokens
+            bm = self.block_manager
+            known = min(end, req.num_tokens)
+            hashes = extend_block_hashes(req.block_hashes, known, req.token_slice, bm.block_size)
+            bm.cache_blocks(req.request_id, hashes, known // bm.block_size)
         return ScheduledRequest(
             request_id=req.request_id,
             token_ids=token_ids,
@@ -197,6 +249,10 @@ class Scheduler:
             if req.is_finished:
                 self._release(req)
         return updated
+
+    def reset_prefix_cache(self) -> int:
+        """Forget every cached prefix (vLLM's ``reset_prefix_cache``); returns how many blocks were cached."""
+        return self.block_manager.reset_prefix_cache()
 
     def finish_request(self, request_id: str, reason: FinishReason, stop_reason: str | int | None = None) -> None:
         """End a request (a stop string was seen, or it was aborted) and free its blocks."""

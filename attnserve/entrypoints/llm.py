@@ -155,3 +155,9 @@ class LLM:
             if bar is not None:
                 bar.close()
         return [final[i] for i in ids]
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prompt prefix, so that later prompts are computed anew (vLLM's
+        ``LLM.reset_prefix_cache``; between calls no request holds a block). Returns True."""
+        self.engine.reset_prefix_cache()
+        return True

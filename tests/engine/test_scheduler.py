@@ -106,3 +106,118 @@ def test_a_decode_carries_only_its_new_token_and_the_live_block_table():
     s.requests["a"].num_computed_tokens = 0
     out = s.schedule()
     assert out.requests[0].token_ids == [1, 2, 3, 4, 5, 6, 40, 41]
+
+
+# --- prefix caching ---------------------------------------------------------------------------------------
+
+def cached_scheduler(num_blocks: int = 64, block_size: int = 4, budget: int = 100) -> Scheduler:
+    return Scheduler(BlockManager(num_blocks, block_size, enable_prefix_caching=True),
+                     max_num_batched_tokens=budget, max_num_seqs=8)
+
+
+def prompt_req(rid: str, tokens: list[int], max_tokens: int = 4, n_params=None) -> Request:
+    return Request(rid, tokens, SamplingParams(max_tokens=max_tokens), eos_token_id=None, max_model_len=1000)
+
+
+def test_a_shared_prefix_is_admitted_as_computed():
+    s = cached_scheduler()
+    shared = list(range(1, 11))  # 2 full blocks of 4 and 2 tokens
+    s.add_request(prompt_req("a", shared + [50, 51]))
+    step(s)
+    s.add_request(prompt_req("b", shared + [60, 61, 62]))
+    out = step(s)
+    b = next(r for r in out.requests if r.request_id == "b")
+    assert (b.start_position, b.token_ids) == (8, [9, 10, 60, 61, 62])
+    assert b.block_table[:2] == s.block_manager.block_tables["a"][:2]
+    assert s.requests["b"].num_cached_tokens == 8
+    st = s.prefix_cache_stats
+    assert (st.requests, st.queries, st.hits) == (2, 12 + 13, 8)
+
+
+def test_an_exact_repeat_computes_its_last_token():
+    s = cached_scheduler()
+    p = list(range(1, 9))  # exactly 2 blocks: only the first can be reused, the last token is computed
+    s.add_request(prompt_req("a", p))
+    step(s)
+    s.add_request(prompt_req("b", p))
+    out = step(s)
+    b = next(r for r in out.requests if r.request_id == "b")
+    assert (b.start_position, b.token_ids, b.samples) == (4, [5, 6, 7, 8], True)
+    s.add_request(prompt_req("c", p + [9]))  # one token more: both blocks reused
+    out = step(s)
+    c = next(r for r in out.requests if r.request_id == "c")
+    assert (c.start_position, c.token_ids) == (8, [9])
+
+
+def test_requests_admitted_in_one_step_share_the_blocks_the_first_computes():
+    s = cached_scheduler()
+    p = list(range(1, 14))
+    for i in range(3):  # as LLMEngine queues the n completions of one prompt
+        s.add_request(prompt_req(f"r#{i}", p))
+    out = step(s)
+    # r#1 and r#2 compute only their last token (ordered first, as decodes): within a step every layer writes
+    # all K/V before it attends, so they read the blocks r#0 writes in the same step
+    assert [(r.request_id, r.start_position, len(r.token_ids)) for r in out.requests] == [
+        ("r#1", 12, 1), ("r#2", 12, 1), ("r#0", 0, 13)]
+    tables = [s.block_manager.block_tables[f"r#{i}"] for i in range(3)]
+    assert tables[0][:3] == tables[1][:3] == tables[2][:3]
+
+
+def test_a_chunked_prefill_registers_each_chunk_for_the_next_request():
+    s = cached_scheduler(budget=12)
+    p = list(range(1, 21))
+    s.add_request(prompt_req("a", p))
+    s.add_request(prompt_req("b", p))
+    out = step(s)  # a: tokens 0-11; b waits for budget
+    assert [(r.request_id, len(r.token_ids)) for r in out.requests] == [("a", 12)]
+    out = step(s)  # a: 12-19; b: its first 16 tokens are cached by now (a's blocks of this step included)
+    assert [(r.request_id, r.start_position, len(r.token_ids)) for r in out.requests] == [
+        ("a", 12, 8), ("b", 16, 4)]
+
+
+def test_a_preempted_request_reuses_its_own_cached_blocks():
+    bm = BlockManager(6, 2, enable_prefix_caching=True)
+    s = Scheduler(bm, max_num_batched_tokens=100, max_num_seqs=8)
+    s.add_request(prompt_req("a", [1, 2, 3], max_tokens=6))
+    s.add_request(prompt_req("b", [4, 5, 6], max_tokens=6))
+    preempted = []
+    while not preempted:
+        table_b = list(bm.block_tables.get("b", []))
+        preempted += step(s).preempted_ids
+    assert preempted == ["b"]
+    b = s.requests["b"]
+    while b.num_computed_tokens == 0:
+        out = step(s)
+    # a's growth took b's tail blocks; b's first two blocks ([4, 5], [6, 7]) were still cached
+    readmitted = next(r for r in out.requests if r.request_id == "b")
+    assert (readmitted.start_position, readmitted.token_ids) == (4, [7, 7, 7])
+    assert readmitted.block_table[:2] == table_b[:2]
+    assert b.num_cached_tokens == 0  # the first admission's count, as vLLM reports it
+    assert (s.prefix_cache_stats.requests, s.prefix_cache_stats.hits) == (3, 4)
+
+
+def test_no_block_leaks_and_the_counters_add_up():
+    s = cached_scheduler(num_blocks=12, block_size=2, budget=16)
+    shared = [9, 8, 7, 6, 5]
+    prompts = [shared + [i, i + 1] for i in range(6)]
+    finished = [prompt_req(str(i), p, max_tokens=5) for i, p in enumerate(prompts)]
+    for r in finished:
+        s.add_request(r)
+    while s.has_unfinished():
+        step(s)
+    bm = s.block_manager
+    assert bm.num_free_blocks == 12 and set(bm.ref_counts) == {0}
+    st = s.prefix_cache_stats
+    admissions = [r for r in finished if r.num_cached_tokens is not None]
+    assert st.requests >= 6 and st.queries >= 6 * 7 and 0 < st.hits <= st.queries
+    assert sum(r.num_cached_tokens for r in admissions) <= st.hits
+
+
+def test_prefix_caching_off_computes_every_prompt():
+    s = Scheduler(BlockManager(64, 4), max_num_batched_tokens=100, max_num_seqs=8)
+    p = list(range(1, 14))
+    s.add_request(prompt_req("a", p))
+    s.add_request(prompt_req("b", p))
+    out = step(s)
+    assert [(r.start_position, len(r.token_ids)) for r in out.requests] == [(0, 13), (0, 13)]
+    assert s.requests["b"].num_cached_tokens == 0 and s.prefix_cache_stats.queries == 0

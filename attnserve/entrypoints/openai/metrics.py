@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from attnserve.engine.async_engine import EngineStats
 
@@ -47,11 +49,14 @@ class ServerMetrics:
             "attnserve_kv_cache_usage_perc": ("Fraction of KV-cache blocks in use (0 to 1)", lambda s: s.kv_cache_usage),
             "attnserve_kv_cache_free_blocks": ("Free KV-cache blocks", lambda s: s.num_free_blocks),
             "attnserve_kv_cache_total_blocks": ("KV-cache blocks in all", lambda s: s.num_blocks),
+            "attnserve_prefix_cache_hit_rate": ("Prompt tokens found in the prefix cache / tokens looked up, since "
+                                                "start (0 to 1)", lambda s: s.prefix_cache_hit_rate),
         }
         self.model_name = model_name
         for name, (doc, read) in gauges.items():
             g = Gauge(name, doc, labels, registry=r)
             g.labels(model_name).set_function(lambda read=read: float(read(stats())))
+        r.register(_PrefixCacheCounters(model_name, stats))
 
     def observe_request(self, ttft: float | None, e2e: float, num_output_tokens: int, num_prompt_tokens: int,
                         finish_reasons: list[str]) -> None:
@@ -69,3 +74,21 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _PrefixCacheCounters(Collector):
+    """vLLM's ``prefix_cache_queries`` / ``prefix_cache_hits`` counters (prompt tokens looked up in the prefix
+    cache, and found), read from the engine's counts at scrape time."""
+
+    def __init__(self, model_name: str, stats: Callable[[], EngineStats]) -> None:
+        self.model_name = model_name
+        self.stats = stats
+
+    def collect(self):
+        s = self.stats()
+        for name, doc, value in (
+                ("attnserve_prefix_cache_queries", "Prompt tokens looked up in the prefix cache", s.prefix_cache_queries),
+                ("attnserve_prefix_cache_hits", "Prompt tokens found in the prefix cache", s.prefix_cache_hits)):
+            family = CounterMetricFamily(name, doc, labels=["model_name"])
+            family.add_metric([self.model_name], value)
+            yield family

@@ -68,7 +68,10 @@ ABORT_GRACE_S = 5.0
 _API_ERRORS = {s: {"model": ErrorResponse, "description": status_phrase(s)} for s in (400, 401, 503)}
 _SSE = {"text/event-stream": {"schema": {"type": "string"}, "description": "with stream: true"}}
 _BODY_MODELS = {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest}  # for 400s
-_KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/version", "/metrics"}
+_KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/version", "/metrics",
+                "/reset_prefix_cache"}
+# what --api-key guards: the API and what changes the engine's state
+_GUARDED = ("/v1", "/reset_prefix_cache")
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,14 @@ def build_app(ctx: ServingContext) -> FastAPI:
     async def metrics() -> Response:
         """Prometheus text format."""
         return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/reset_prefix_cache", responses={401: _API_ERRORS[401], 503: _API_ERRORS[503]})
+    async def reset_prefix_cache() -> Response:
+        """Forget every cached prompt prefix (vLLM's endpoint): later requests compute their prompts anew. 200
+        with an empty body; 503 while the model loads."""
+        ctx.check_ready()
+        await ctx.engine.reset_prefix_cache()
+        return Response(status_code=200)
 
     @app.get("/v1/models", responses={401: _API_ERRORS[401]})
     async def models() -> ModelList:
@@ -195,7 +206,7 @@ class _AuthAndCount:
 
         try:
             key = self.ctx.api_key
-            if key and path.startswith("/v1"):  # an empty key: no key (as vLLM)
+            if key and path.startswith(_GUARDED):  # an empty key: no key (as vLLM)
                 headers = dict(scope.get("headers") or [])
                 if headers.get(b"authorization", b"").decode("latin-1") != f"Bearer {key}":
                     response = error_response("missing or wrong API key (send 'Authorization: Bearer <key>')",

@@ -67,8 +67,7 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
         for c in final.outputs
     ]
     completion_tokens = sum(len(c.token_ids) for c in final.outputs)
-    usage = UsageInfo(prompt_tokens=len(prompt_ids), completion_tokens=completion_tokens,
-                      total_tokens=len(prompt_ids) + completion_tokens)
+    usage = UsageInfo.of(len(prompt_ids), completion_tokens, final.num_cached_tokens)
     body = ChatCompletionResponse(id=request_id, model=model, choices=choices, usage=usage)
     return JSONResponse(body.model_dump(mode="json"))
 
@@ -134,9 +133,9 @@ async def _stream(req: ChatCompletionRequest, model: str, request_id: str,
     # OpenAI's first chunk of each choice carries the role and empty content
     yield chunk([ChatStreamChoice(index=i, delta=ChatDelta(role="assistant", content="")) for i in range(req.n)])
     sent_text, sent_tokens, finished = [0] * req.n, [0] * req.n, [False] * req.n
-    prompt_tokens = 0
+    prompt_tokens = cached_tokens = 0
     async for _, out in outputs:
-        prompt_tokens = len(out.prompt_token_ids)
+        prompt_tokens, cached_tokens = len(out.prompt_token_ids), out.num_cached_tokens
         choices = []
         for c in out.outputs:
             i = c.index
@@ -151,8 +150,7 @@ async def _stream(req: ChatCompletionRequest, model: str, request_id: str,
             yield chunk(choices)
     if include_usage:
         completion_tokens = sum(sent_tokens)
-        usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                          total_tokens=prompt_tokens + completion_tokens)
+        usage = UsageInfo.of(prompt_tokens, completion_tokens, cached_tokens)
         yield ChatCompletionStreamResponse(id=request_id, model=model, choices=[], usage=usage).model_dump(mode="json")
 
 

@@ -77,8 +77,7 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
                                             finish_reason=c.finish_reason, stop_reason=c.stop_reason))
             completion_tokens += len(c.token_ids)
     prompt_tokens = sum(len(ids) for ids in token_prompts)
-    usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                      total_tokens=prompt_tokens + completion_tokens)
+    usage = UsageInfo.of(prompt_tokens, completion_tokens, sum(out.num_cached_tokens for out in final))
     body = CompletionResponse(id=request_id, model=model, choices=choices, usage=usage)
     return JSONResponse(body.model_dump(mode="json"))
 
@@ -132,7 +131,9 @@ async def _stream(req: CompletionRequest, model: str, request_id: str, texts: li
                   outputs: AsyncIterator[tuple[int, RequestOutput]], include_usage: bool) -> AsyncIterator[dict]:
     sent: dict[int, _Sent] = {}
     prompt_tokens, completion_tokens = 0, 0
+    cached: dict[int, int] = {}  # prompt -> its cached tokens
     async for p, out in outputs:
+        cached[p] = out.num_cached_tokens
         choices = []
         for c in out.outputs:
             index = p * req.n + c.index
@@ -155,8 +156,7 @@ async def _stream(req: CompletionRequest, model: str, request_id: str, texts: li
         if choices:
             yield _chunk(CompletionStreamResponse(id=request_id, model=model, choices=choices), include_usage)
     if include_usage:
-        usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                          total_tokens=prompt_tokens + completion_tokens)
+        usage = UsageInfo.of(prompt_tokens, completion_tokens, sum(cached.values()))
         yield CompletionStreamResponse(id=request_id, model=model, choices=[], usage=usage).model_dump(mode="json")
 
 
