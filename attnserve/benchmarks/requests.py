@@ -16,14 +16,35 @@ import numpy as np
 
 @dataclass(frozen=True)
 class BenchRequest:
-    """One request: its prompt token ids and how many tokens it must generate (EOS ignored)."""
+    """One request: its prompt token ids and how many tokens it must generate (EOS ignored). In a multi-turn
+    workload, ``next_turns`` are the conversation's later turns, each (new message token ids, output length):
+    turn k's prompt is turn k-1's prompt, its answer and turn k's message."""
 
     prompt_token_ids: list[int]
     output_len: int
+    next_turns: tuple[tuple[list[int], int], ...] = ()
 
     @property
     def input_len(self) -> int:
         return len(self.prompt_token_ids)
+
+    def next_turn(self, answer: list[int]) -> BenchRequest | None:
+        """The conversation's next request once this one answered ``answer``; None after the last turn."""
+        if not self.next_turns:
+            return None
+        (message, output_len), rest = self.next_turns[0], self.next_turns[1:]
+        return BenchRequest(self.prompt_token_ids + answer + message, output_len, rest)
+
+    @property
+    def num_turns(self) -> int:
+        return 1 + len(self.next_turns)
+
+    @property
+    def last_turn_lens(self) -> tuple[int, int]:
+        """(prompt tokens, output tokens) of the conversation's last turn: its prompt holds every earlier turn's
+        message and answer."""
+        outs = [self.output_len, *(o for _, o in self.next_turns)]
+        return self.input_len + sum(len(m) for m, _ in self.next_turns) + sum(outs[:-1]), outs[-1]
 
 
 def length_bounds(length: int, range_ratio: float) -> tuple[int, int]:
@@ -43,12 +64,25 @@ def numpy_rng(seed: int) -> np.random.Generator:
 
 
 def random_requests(num_prompts: int, input_len: int, output_len: int, range_ratio: float, vocab_size: int,
-                    seed: int) -> list[BenchRequest]:
-    """``num_prompts`` prompts of random token ids in ``[0, vocab_size)``."""
+                    seed: int, prefix_len: int = 0, num_turns: int = 1) -> list[BenchRequest]:
+    """``num_prompts`` prompts of random token ids in ``[0, vocab_size)``: each one shared prefix of
+    ``prefix_len`` ids (vLLM's ``--random-prefix-len``) followed by its own ``input_len`` (drawn) ids. With
+    ``num_turns`` > 1 each prompt opens a conversation whose later turns each add a new message of drawn length.
+    Draws without a prefix or turns are those of earlier versions (the same flags give the same prompts)."""
     rng = numpy_rng(seed)
     in_lens = sample_lengths(rng, num_prompts, input_len, range_ratio)
     out_lens = sample_lengths(rng, num_prompts, output_len, range_ratio)
-    return [BenchRequest(rng.integers(0, vocab_size, size=n).tolist(), o) for n, o in zip(in_lens, out_lens)]
+    prompts = [rng.integers(0, vocab_size, size=n).tolist() for n in in_lens]
+    if prefix_len:
+        prefix = rng.integers(0, vocab_size, size=prefix_len).tolist()
+        prompts = [prefix + p for p in prompts]
+    turns = [[] for _ in prompts]
+    for _ in range(num_turns - 1):
+        msg_lens = sample_lengths(rng, num_prompts, input_len, range_ratio)
+        outs = sample_lengths(rng, num_prompts, output_len, range_ratio)
+        for t, n, o in zip(turns, msg_lens, outs):
+            t.append((rng.integers(0, vocab_size, size=n).tolist(), o))
+    return [BenchRequest(p, o, tuple(t)) for p, o, t in zip(prompts, out_lens, turns)]
 
 
 class PromptsFileError(ValueError):

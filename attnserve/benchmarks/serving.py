@@ -36,6 +36,8 @@ class BenchConfig:
     max_concurrency: int | None = None  # most requests in flight
     input_len: int = 128  # random prompts: about this many words
     output_len: int = 128  # max_tokens of each request
+    prefix_len: int = 0  # random prompts: words of one prefix every prompt starts with
+    num_turns: int = 1  # conversations of this many turns (each prompt opens one; turns run in order)
     prompt_file: str | None = None  # one prompt per line, or JSONL with a "prompt" field
     ignore_eos: bool = True  # generate exactly output_len tokens (attnserve/vLLM extension)
     temperature: float = 0.0
@@ -50,7 +52,9 @@ class RequestResult:
 
     ok: bool = False
     prompt_len: int = 0  # from the server's usage, when it reports one
+    cached_tokens: int = 0  # usage.prompt_tokens_details.cached_tokens, when reported
     output_tokens: int = 0
+    text: str = ""  # the answer (a conversation's next turn holds it)
     ttft: float | None = None
     e2e: float = 0.0
     itl: list[float] = field(default_factory=list)
@@ -67,14 +71,24 @@ def load_prompts(cfg: BenchConfig) -> list[str]:
                                    "--prompt-file out for random prompts)")
         return [prompts[i % len(prompts)] for i in range(cfg.num_prompts)]
     rng = random.Random(cfg.seed)
-    return [" ".join(rng.choice(_WORDS) for _ in range(cfg.input_len)) for _ in range(cfg.num_prompts)]
+    prefix = " ".join(rng.choice(_WORDS) for _ in range(cfg.prefix_len))
+    return [" ".join([prefix] * bool(prefix) + [rng.choice(_WORDS) for _ in range(cfg.input_len)])
+            for _ in range(cfg.num_prompts)]
 
 
-async def _one(client: httpx.AsyncClient, cfg: BenchConfig, model: str, prompt: str) -> RequestResult:
+def next_messages(cfg: BenchConfig, opening: str, turns: int) -> list[str]:
+    """A conversation's later user messages (``turns`` - 1 of them), random words drawn from a generator of its
+    own (seeded by the opening), so a conversation's messages do not depend on the timing of the others."""
+    rng = random.Random(f"{cfg.seed} {opening}")
+    return [" ".join(rng.choice(_WORDS) for _ in range(cfg.input_len)) for _ in range(turns - 1)]
+
+
+async def _one(client: httpx.AsyncClient, cfg: BenchConfig, model: str, prompt: str | list[dict]) -> RequestResult:
+    """One streamed request: ``prompt`` is the completion prompt, or the chat messages."""
     body = {"model": model, "max_tokens": cfg.output_len, "temperature": cfg.temperature, "stream": True,
             "stream_options": {"include_usage": True}, "ignore_eos": cfg.ignore_eos}
     chat = "chat" in cfg.endpoint
-    body.update({"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt})
+    body.update({"messages": prompt} if chat else {"prompt": prompt})
     res, start = RequestResult(), time.perf_counter()
     last = start
     try:
@@ -92,8 +106,10 @@ async def _one(client: httpx.AsyncClient, cfg: BenchConfig, model: str, prompt: 
                 if data.get("usage"):
                     res.prompt_len = data["usage"]["prompt_tokens"]
                     res.output_tokens = data["usage"]["completion_tokens"]
+                    res.cached_tokens = (data["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0
                 text = "".join((c.get("delta") or {}).get("content") or "" if chat else c.get("text") or ""
                                for c in data.get("choices") or [])
+                res.text += text
                 if text:
                     now = time.perf_counter()
                     if res.ttft is None:
@@ -145,18 +161,32 @@ async def run_benchmark(cfg: BenchConfig) -> dict:
         gate = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
         rng = np.random.default_rng(cfg.seed)
 
-        async def limited(prompt: str) -> RequestResult:
+        async def limited(prompt: str | list[dict]) -> RequestResult:
             if gate is None:
                 return await _one(client, cfg, model, prompt)
             async with gate:
                 return await _one(client, cfg, model, prompt)
 
+        async def conversation(opening: str) -> list[RequestResult]:
+            """The turns of one conversation in order: each prompt holds the turns before it and their answers."""
+            chat = "chat" in cfg.endpoint
+            results, prompt = [], [{"role": "user", "content": opening}] if chat else opening
+            for message in [None, *next_messages(cfg, opening, cfg.num_turns)]:
+                if message is not None:
+                    answer = results[-1].text
+                    prompt = (prompt + [{"role": "assistant", "content": answer}, {"role": "user", "content": message}]
+                              if chat else f"{prompt}{answer} {message}")
+                results.append(await limited(prompt))
+                if not results[-1].ok:
+                    break
+            return results
+
         start, tasks = time.perf_counter(), []
         for prompt in prompts:
-            tasks.append(asyncio.create_task(limited(prompt)))
+            tasks.append(asyncio.create_task(conversation(prompt)))
             if cfg.request_rate != float("inf"):
                 await asyncio.sleep(float(rng.exponential(1.0 / cfg.request_rate)))
-        results = await asyncio.gather(*tasks)
+        results = [r for turns in await asyncio.gather(*tasks) for r in turns]
         duration = time.perf_counter() - start
     return summarize(cfg, model, results, duration)
 
@@ -174,6 +204,7 @@ def summarize(cfg: BenchConfig, model: str, results: list[RequestResult], durati
     ok = [r for r in results if r.ok]
     out_tokens = sum(r.output_tokens for r in ok)
     in_tokens = sum(r.prompt_len for r in ok)
+    cached = sum(r.cached_tokens for r in ok)
     tpots = [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
     errors = [r.error for r in results if not r.ok]
     return {
@@ -185,6 +216,8 @@ def summarize(cfg: BenchConfig, model: str, results: list[RequestResult], durati
         "errors": sorted(set(errors))[:10],
         "total_input_tokens": in_tokens,
         "total_output_tokens": out_tokens,
+        "total_cached_tokens": cached,  # prompt tokens the server found in its prefix cache (from usage)
+        "prefix_cache_hit_rate": cached / in_tokens if in_tokens else 0.0,
         "request_throughput": len(ok) / duration if duration else 0.0,
         "output_throughput": out_tokens / duration if duration else 0.0,
         "total_token_throughput": (in_tokens + out_tokens) / duration if duration else 0.0,
@@ -198,7 +231,9 @@ def summarize(cfg: BenchConfig, model: str, results: list[RequestResult], durati
 def format_summary(s: dict) -> str:
     lines = [f"{'Model':<32}{s['model']}", f"{'Successful requests':<32}{s['completed']}",
              f"{'Failed requests':<32}{s['failed']}", f"{'Duration (s)':<32}{s['duration_s']:.2f}",
-             f"{'Input tokens':<32}{s['total_input_tokens']}", f"{'Output tokens':<32}{s['total_output_tokens']}",
+             f"{'Input tokens':<32}{s['total_input_tokens']}",
+             f"{'Cached input tokens':<32}{s['total_cached_tokens']} ({100 * s['prefix_cache_hit_rate']:.1f}%)",
+             f"{'Output tokens':<32}{s['total_output_tokens']}",
              f"{'Request throughput (req/s)':<32}{s['request_throughput']:.2f}",
              f"{'Output throughput (tok/s)':<32}{s['output_throughput']:.2f}",
              f"{'Total throughput (tok/s)':<32}{s['total_token_throughput']:.2f}"]

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from attnserve.benchmarks.requests import BenchRequest
 from attnserve.benchmarks.roofline import Roofline, RooflineRow
 from attnserve.benchmarks.stats import now
@@ -36,21 +38,26 @@ class ThroughputRow:
     num_steps: int  # forward passes (engine steps, or generate's steps summed over batches)
     roofline: RooflineRow
     timeline: list[tuple[float, int]] = field(default_factory=list)  # (seconds, output tokens so far)
+    ttft_p50_ms: float | None = None  # median time to first token from queueing (engine rows)
+    prefix_caching: bool | None = None  # engine rows: whether the prefix cache was on
+    prefix_cache_hit_rate: float | None = None  # prompt tokens found cached / looked up, in this run
+    num_cached_tokens: int | None = None  # prompt tokens found cached in this run
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _row(name: str, requests: list[BenchRequest], out_tokens: int, elapsed: float, steps: int, kv_tokens: int,
-         roofline: Roofline, timeline: list[tuple[float, int]]) -> ThroughputRow:
-    total = out_tokens + sum(r.input_len for r in requests)
+def _row(name: str, num_requests: int, in_tokens: int, out_tokens: int, elapsed: float, steps: int, kv_tokens: int,
+         roofline: Roofline, timeline: list[tuple[float, int]], **engine_fields) -> ThroughputRow:
+    total = out_tokens + in_tokens
     stride = max(1, len(timeline) // TIMELINE_POINTS)
     return ThroughputRow(
-        name=name, num_requests=len(requests), total_output_tokens=out_tokens, total_tokens=total, elapsed_s=elapsed,
-        requests_per_s=len(requests) / elapsed, output_tokens_per_s=out_tokens / elapsed,
+        name=name, num_requests=num_requests, total_output_tokens=out_tokens, total_tokens=total, elapsed_s=elapsed,
+        requests_per_s=num_requests / elapsed, output_tokens_per_s=out_tokens / elapsed,
         total_tokens_per_s=total / elapsed, num_steps=steps,
         roofline=roofline.row(roofline.run_limit_s(steps, kv_tokens), elapsed),
-        timeline=timeline[::stride] + ([timeline[-1]] if timeline and (len(timeline) - 1) % stride else []))
+        timeline=timeline[::stride] + ([timeline[-1]] if timeline and (len(timeline) - 1) % stride else []),
+        **engine_fields)
 
 
 def warm_up_engine(engine, requests: list[BenchRequest]) -> None:
@@ -63,22 +70,36 @@ def warm_up_engine(engine, requests: list[BenchRequest]) -> None:
         engine.step()
 
 
-def run_engine(engine, requests: list[BenchRequest], roofline: Roofline, progress: bool = True) -> ThroughputRow:
-    """Queue every request, step until all finish; count steps and the cached tokens each step reads."""
+def run_engine(engine, requests: list[BenchRequest], roofline: Roofline, progress: bool = True,
+               name: str = "attnserve") -> ThroughputRow:
+    """Queue every request (a conversation's next turn once its turn before has finished), step until all finish;
+    count steps, the cached tokens each step reads, TTFTs and the prefix cache's hits in this run."""
     from tqdm import tqdm
 
     from attnserve.engine.sampling_params import SamplingParams
 
     device = engine.info.device
     warm_up_engine(engine, requests)
-    bar = tqdm(total=len(requests), desc="attnserve", unit="req", disable=not progress)
-    t0 = now(device)
-    for r in requests:
+    engine.reset_prefix_cache()  # the run starts cold: the warm-up computed the start of a prompt
+    stats = engine.scheduler.prefix_cache_stats
+    queries0, hits0 = stats.queries, stats.hits
+    bar = tqdm(total=sum(r.num_turns for r in requests), desc=name, unit="req", disable=not progress)
+    pending: dict[str, BenchRequest] = {}
+    in_tokens = 0
+
+    def add(r: BenchRequest) -> None:
+        nonlocal in_tokens
         # detokenize=False: the benchmark counts tokens, so no per-token decoding in the timed loop
         params = SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True, detokenize=False)
-        engine.add_request(r.prompt_token_ids, params)
+        pending[engine.add_request(r.prompt_token_ids, params)] = r
+        in_tokens += r.input_len
+
+    t0 = now(device)
+    for r in requests:
+        add(r)
     steps = kv_tokens = out_tokens = 0
     lengths: dict[str, int] = {}
+    ttfts: list[float] = []
     timeline: list[tuple[float, int]] = []
     while engine.has_unfinished_requests():
         outputs = engine.step()
@@ -91,10 +112,31 @@ def run_engine(engine, requests: list[BenchRequest], roofline: Roofline, progres
             lengths[o.request_id] = len(c.token_ids)
             if o.finished:
                 bar.update(1)
+                ttfts.append(o.metrics.ttft)
+                follow_up = pending.pop(o.request_id).next_turn(list(c.token_ids))
+                if follow_up is not None:
+                    add(follow_up)
         timeline.append((now(device) - t0, out_tokens))
     elapsed = now(device) - t0
     bar.close()
-    return _row("attnserve", requests, out_tokens, elapsed, steps, kv_tokens, roofline, timeline)
+    queries, hits = stats.queries - queries0, stats.hits - hits0
+    return _row(name, len(lengths), in_tokens, out_tokens, elapsed, steps, kv_tokens, roofline, timeline,
+                ttft_p50_ms=float(np.median(ttfts)) * 1000.0 if ttfts else None,
+                prefix_caching=engine.block_manager.enable_prefix_caching,
+                prefix_cache_hit_rate=hits / queries if queries else 0.0, num_cached_tokens=hits)
+
+
+def run_engine_with_and_without_prefix_caching(engine, requests: list[BenchRequest], roofline: Roofline,
+                                               progress: bool = True) -> list[ThroughputRow]:
+    """The same requests on the same engine with its configured prefix caching, then with the other setting
+    (each run starts with an empty cache); rows in that order."""
+    bm = engine.block_manager
+    rows = []
+    for enabled in (bm.enable_prefix_caching, not bm.enable_prefix_caching):
+        bm.enable_prefix_caching = enabled
+        rows.append(run_engine(engine, requests, roofline, progress,
+                               name="attnserve" if enabled else "attnserve (no prefix caching)"))
+    return rows
 
 
 def run_transformers(baseline, requests: list[BenchRequest], batch_size: int, roofline: Roofline,
@@ -118,33 +160,58 @@ def run_transformers(baseline, requests: list[BenchRequest], batch_size: int, ro
         timeline.append((elapsed, out_tokens))
         bar.update(len(batch))
     bar.close()
-    return _row("transformers", requests, out_tokens, elapsed, steps, kv_tokens, roofline, timeline)
+    return _row("transformers", len(requests), sum(r.input_len for r in requests), out_tokens, elapsed, steps,
+                kv_tokens, roofline, timeline)
 
 
 def format_table(rows: list[ThroughputRow], ratio: float | None) -> str:
-    """The short table printed last."""
-    head = f"{'':<13} {'requests/s':>10} {'output tok/s':>12} {'total tok/s':>11} {'elapsed s':>9} {'% of limit':>10}"
+    """The short table printed last; engine rows also show TTFT p50 and the prefix cache's hit rate."""
+    head = (f"{'':<30} {'requests/s':>10} {'output tok/s':>12} {'total tok/s':>11} {'elapsed s':>9} "
+            f"{'% of limit':>10} {'TTFT p50 ms':>11} {'cache hits':>10}")
     lines = [head]
     for r in rows:
         pct = r.roofline.pct_of_limit
-        lines.append(f"{r.name:<13} {r.requests_per_s:>10.2f} {r.output_tokens_per_s:>12.1f} "
-                     f"{r.total_tokens_per_s:>11.1f} {r.elapsed_s:>9.2f} {pct:>9.1f}%")
+        ttft = "" if r.ttft_p50_ms is None else f"{r.ttft_p50_ms:.1f}"
+        hits = "" if r.prefix_cache_hit_rate is None or not r.prefix_caching else f"{100 * r.prefix_cache_hit_rate:.1f}%"
+        lines.append(f"{r.name:<30} {r.requests_per_s:>10.2f} {r.output_tokens_per_s:>12.1f} "
+                     f"{r.total_tokens_per_s:>11.1f} {r.elapsed_s:>9.2f} {pct:>9.1f}% {ttft:>11} {hits:>10}")
     if ratio is not None:
         lines.append(f"attnserve / transformers (output tok/s): {ratio:.2f}x")
+    caching = prefix_caching_ratios(rows)
+    if caching is not None:
+        lines.append(f"prefix caching on / off: output tok/s {caching['output_tokens_per_s']:.2f}x, "
+                     f"TTFT p50 {caching['ttft_p50']:.2f}x faster")
     return "\n".join(lines)
 
 
-def run_throughput(config, *, num_prompts: int | None, input_len: int, output_len: int, range_ratio: float,
-                   prompts_file: str | None = None, baseline: str | None = None, progress: bool = True) -> dict:
-    """The whole benchmark: requests, the engine's row, the baseline's row; the JSON-ready result.
+def prefix_caching_ratios(rows: list[ThroughputRow]) -> dict[str, float] | None:
+    """On over off, for a run that measured both: output tok/s (on / off) and TTFT p50 (off / on: how many times
+    faster the first token comes with caching on)."""
+    by = {r.prefix_caching: r for r in rows if r.prefix_caching is not None}
+    if len(by) != 2:
+        return None
+    on, off = by[True], by[False]
+    return {"output_tokens_per_s": on.output_tokens_per_s / off.output_tokens_per_s,
+            "ttft_p50": off.ttft_p50_ms / on.ttft_p50_ms if on.ttft_p50_ms else float("inf")}
 
-    Raises ValueError (requests that do not fit max_model_len), PromptsFileError (a ValueError: a prompts file
-    that is not UTF-8 text or has no prompts; before the model loads) and OSError (file).
+
+def run_throughput(config, *, num_prompts: int | None, input_len: int, output_len: int, range_ratio: float,
+                   prompts_file: str | None = None, baseline: str | None = None, progress: bool = True,
+                   prefix_len: int = 0, num_turns: int = 1, compare_prefix_caching: bool = False) -> dict:
+    """The whole benchmark: requests, the engine's row (and its row with prefix caching the other way, with
+    ``compare_prefix_caching``), the baseline's row; the JSON-ready result.
+
+    Raises ValueError (requests that do not fit max_model_len; a baseline with ``num_turns`` > 1, whose later
+    prompts hold the engine's answers), PromptsFileError (a ValueError: a prompts file that is not UTF-8 text or
+    has no prompts; before the model loads) and OSError (file).
     """
     from attnserve.benchmarks.offline import check_lengths, check_requests_fit, start_baseline, start_engine, stop_engine
     from attnserve.benchmarks.requests import PromptsFileError, file_requests, random_requests, read_prompts_file
 
     seed = config.model.seed
+    if baseline and num_turns > 1:
+        raise ValueError(f"--baseline {baseline} runs single-turn requests only (num_turns {num_turns}): a later "
+                         "turn's prompt holds the engine's own answer")
     texts = read_prompts_file(prompts_file) if prompts_file else None
     if texts == []:
         raise PromptsFileError(f"{prompts_file} has no prompts (give one prompt per line, or leave --prompts-file out "
@@ -153,31 +220,38 @@ def run_throughput(config, *, num_prompts: int | None, input_len: int, output_le
     if texts:
         requests = file_requests([engine.check_prompt(t) for t in texts], num_prompts, output_len, range_ratio, seed)
     else:
-        requests = random_requests(num_prompts or 1000, input_len, output_len, range_ratio, facts.prompt_vocab_size, seed)
-    check_lengths(max(r.input_len for r in requests), max(r.output_len for r in requests), facts.max_model_len)
-    check_requests_fit(engine, max(r.input_len for r in requests))
+        requests = random_requests(num_prompts or 1000, input_len, output_len, range_ratio, facts.prompt_vocab_size,
+                                   seed, prefix_len=prefix_len, num_turns=num_turns)
+    last_turns = [r.last_turn_lens for r in requests]
+    check_lengths(max(p for p, _ in last_turns), max(o for _, o in last_turns), facts.max_model_len)
+    check_requests_fit(engine, max(p for p, _ in last_turns))
 
-    rows = [run_engine(engine, requests, roofline, progress)]
+    if compare_prefix_caching:
+        rows = run_engine_with_and_without_prefix_caching(engine, requests, roofline, progress)
+    else:
+        rows = [run_engine(engine, requests, roofline, progress)]
     stop_engine(engine, facts)
     del engine
     if baseline:
         hf = start_baseline(baseline, facts)
         rows.append(run_transformers(hf, requests, facts.max_num_seqs, roofline, progress))
         hf.close()
-    ratio = rows[0].output_tokens_per_s / rows[1].output_tokens_per_s if baseline else None
+    ratio = rows[0].output_tokens_per_s / rows[-1].output_tokens_per_s if baseline else None
     return {
         "kind": "throughput",
         "engine": facts.to_dict(),
         "workload": {
             "num_prompts": len(requests), "input_len": input_len, "output_len": output_len, "range_ratio": range_ratio,
+            "prefix_len": prefix_len, "num_turns": num_turns,
             "seed": seed, "prompts_file": prompts_file, "ignore_eos": True, "temperature": 0.0,
-            "total_input_tokens": sum(r.input_len for r in requests),
-            "total_output_tokens": sum(r.output_len for r in requests),
+            "total_input_tokens": rows[0].total_tokens - rows[0].total_output_tokens,
+            "total_output_tokens": rows[0].total_output_tokens,
             "input_lens": [r.input_len for r in requests], "output_lens": [r.output_len for r in requests],
         },
         "roofline": roofline.to_dict(),
         "baseline": baseline,
         "ratio_vs_baseline": ratio,
+        "prefix_caching_ratio": prefix_caching_ratios(rows),
         "results": [r.to_dict() for r in rows],
         "table": format_table(rows, ratio),
     }

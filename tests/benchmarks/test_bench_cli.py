@@ -290,3 +290,49 @@ def test_bench_serve_missing_prompt_file_exits_2_with_one_line(tmp_path, capsys)
     assert e.value.code == 2
     assert capsys.readouterr().err.strip() == (
         f"attnserve bench serve: error: argument --prompt-file: {missing}: No such file or directory")
+
+
+def test_shared_prefix_and_multi_turn_requests():
+    plain = random_requests(3, 10, 4, 0.0, 1000, 5)
+    shared = random_requests(3, 10, 4, 0.0, 1000, 5, prefix_len=16)
+    prefix = shared[0].prompt_token_ids[:16]
+    assert all(r.prompt_token_ids[:16] == prefix and r.input_len == 26 for r in shared)
+    assert [r.prompt_token_ids[16:] for r in shared] == [r.prompt_token_ids for r in plain]  # same own tokens
+    conv = random_requests(2, 10, 4, 0.0, 1000, 5, num_turns=3)[0]
+    assert conv.num_turns == 3 and conv.last_turn_lens == (10 + 2 * 10 + 2 * 4, 4)
+    second = conv.next_turn([1, 2, 3, 4])
+    assert second.prompt_token_ids == conv.prompt_token_ids + [1, 2, 3, 4] + conv.next_turns[0][0]
+    assert second.next_turn([5, 6, 7, 8]).next_turn([9]) is None
+
+
+def test_throughput_compares_prefix_caching_on_the_same_requests(tmp_path, tiny_model_dir, capsys):
+    out = tmp_path / "tp.json"
+    rc = main(["bench", "throughput", "--model", tiny_model_dir("llama"), "--num-prompts", "4", "--input-len", "6",
+               "--output-len", "3", "--prefix-len", "40", "--num-turns", "2", "--block-size", "4",
+               "--compare-prefix-caching", *SMALL_ENGINE, "--output-json", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    on, off = data["results"]
+    assert (on["name"], on["prefix_caching"], off["name"], off["prefix_caching"]) == (
+        "attnserve", True, "attnserve (no prefix caching)", False)
+    assert on["num_requests"] == off["num_requests"] == 8 and on["total_output_tokens"] == 8 * 3
+    # 4 first turns of 46 tokens (the shared 40: 10 blocks), then 4 second turns of 46 + 3 + 6 tokens
+    assert on["total_tokens"] == off["total_tokens"] == 4 * 46 + 4 * 55 + 8 * 3
+    assert off["num_cached_tokens"] == 0 and off["prefix_cache_hit_rate"] == 0.0
+    # first turns: 3 of 4 find the prefix (40); second turns: the first turn computed 48 of their 55 tokens
+    assert on["num_cached_tokens"] == 3 * 40 + 4 * 48
+    assert on["prefix_cache_hit_rate"] == pytest.approx(on["num_cached_tokens"] / (4 * 46 + 4 * 55))
+    assert data["prefix_caching_ratio"]["output_tokens_per_s"] == pytest.approx(
+        on["output_tokens_per_s"] / off["output_tokens_per_s"])
+    assert "prefix caching on / off" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompts-file", "x.txt", "--prefix-len", "8"], "argument --prefix-len: 8 not allowed with --prompts-file"),
+    (["--num-turns", "2", "--baseline", "transformers"], "argument --num-turns: 2 not allowed with --baseline"),
+])
+def test_throughput_workload_flags_that_would_be_ignored_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "throughput", "--load-format", "dummy", *argv, *SMALL_ENGINE])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err

@@ -38,6 +38,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--prompt-file", default=None, help="one prompt per line, or JSONL 'prompt' (implies --dataset file)")
     s.add_argument("--input-len", type=positive_int, default=128, help="random prompts: words per prompt")
     s.add_argument("--output-len", type=positive_int, default=128, help="max_tokens per request")
+    s.add_argument("--prefix-len", "--random-prefix-len", type=nonnegative_int, default=0,
+                   help="random prompts: one shared prefix of this many words before each prompt's own (default 0)")
+    s.add_argument("--num-turns", type=positive_int, default=1,
+                   help="conversations of this many turns, sent in order: turn k's prompt (or messages) holds turn "
+                        "k-1's and its answer, then a new message of --input-len words (default 1)")
     s.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="let requests stop at EOS (default: generate exactly --output-len tokens)")
     s.add_argument("--temperature", type=_temperature, default=0.0, help="each request's temperature (default 0)")
@@ -90,6 +95,15 @@ def _add_throughput(kinds) -> None:
                    help="lengths uniform in [L(1-R), L(1+R)]; 0 = exactly L (default)")
     g.add_argument("--prompts-file", default=None, metavar="FILE",
                    help="prompts instead of random token ids: one per line, or JSONL with 'prompt'")
+    g.add_argument("--prefix-len", "--random-prefix-len", type=nonnegative_int, default=0,
+                   help="random prompts: one shared prefix of this many tokens before each prompt's own "
+                        "--input-len tokens (default 0)")
+    g.add_argument("--num-turns", type=positive_int, default=1,
+                   help="random prompts: conversations of this many turns; turn k's prompt is turn k-1's prompt, "
+                        "its answer and a new message of --input-len tokens (default 1)")
+    g.add_argument("--compare-prefix-caching", action="store_true",
+                   help="run the requests again on the same engine with prefix caching the other way, and report "
+                        "both and the ratios")
     _add_baseline(g)
     _add_outputs(p, "output tokens over time, per implementation")
     p.set_defaults(func=run_throughput)
@@ -172,13 +186,21 @@ def run_throughput(args: argparse.Namespace) -> int:
 
     config = engine_config_from_args(args)
     _check_plot(args, args._engine_arg_parser)
+    for flag, value, unused in (("--prefix-len", args.prefix_len, 0), ("--num-turns", args.num_turns, 1)):
+        if value != unused and args.prompts_file:
+            args._engine_arg_parser.error(f"argument {flag}: {value} not allowed with --prompts-file (it shapes "
+                                          "random prompts)")
+    if args.num_turns > 1 and args.baseline:
+        args._engine_arg_parser.error(f"argument --num-turns: {args.num_turns} not allowed with --baseline (a later "
+                                      "turn's prompt holds the engine's own answer)")
     from attnserve.benchmarks.plots import plot_throughput
     from attnserve.benchmarks.throughput import run_throughput as run
 
     try:
         result = run(config, num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
                      range_ratio=args.range_ratio, prompts_file=args.prompts_file, baseline=args.baseline,
-                     progress=args.progress)
+                     progress=args.progress, prefix_len=args.prefix_len, num_turns=args.num_turns,
+                     compare_prefix_caching=args.compare_prefix_caching)
     except OSError as e:  # the prompts file, or a model that is not there (whose message names it)
         if e.filename is not None and e.filename == args.prompts_file:
             args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}")
@@ -266,13 +288,16 @@ def run_serve(args: argparse.Namespace) -> int:
         args.dataset = "file" if args.prompt_file else "random"
     if args.dataset == "file" and not args.prompt_file:
         args._bench_parser.error("argument --dataset: file needs --prompt-file")
+    if args.dataset == "file" and args.prefix_len:
+        args._bench_parser.error(f"argument --prefix-len: {args.prefix_len} not allowed with a prompt file (it shapes "
+                                 "random prompts)")
     if args.dataset == "random" and args.prompt_file:
         args._bench_parser.error("argument --prompt-file: not used with --dataset random (leave --dataset out, or "
                                  "give --dataset file)")
     cfg = BenchConfig(
         base_url=_base_url(args), endpoint=args.endpoint, model=args.model,
         num_prompts=args.num_prompts, request_rate=args.request_rate, max_concurrency=args.max_concurrency,
-        input_len=args.input_len, output_len=args.output_len,
+        input_len=args.input_len, output_len=args.output_len, prefix_len=args.prefix_len, num_turns=args.num_turns,
         prompt_file=args.prompt_file if args.dataset == "file" else None, ignore_eos=args.ignore_eos,
         temperature=args.temperature, seed=args.seed, api_key=args.api_key)
     try:

@@ -36,3 +36,16 @@ def test_bench_serve_reports_errors(server, tmp_path):
     assert main(argv) == 1
     s = json.loads(out.read_text())
     assert s["failed"] == 2 and "HTTP 404" in s["errors"][0]
+
+
+def test_bench_serve_shared_prefix_and_conversations_report_cached_tokens(server, tmp_path):
+    out = tmp_path / "bench.json"
+    argv = ["bench", "serve", "--base-url", server.url, "--num-prompts", "3", "--input-len", "6",
+            "--prefix-len", "60", "--num-turns", "2", "--output-len", "3", "--max-concurrency", "1",
+            "--endpoint", "/v1/chat/completions", "--output-json", str(out)]
+    assert main(argv) == 0
+    s = json.loads(out.read_text())
+    assert s["completed"] == 6 and s["total_output_tokens"] == 18
+    # one request at a time: every request after the first finds at least the shared prefix's full blocks
+    assert s["total_cached_tokens"] >= 5 * 48
+    assert s["prefix_cache_hit_rate"] == s["total_cached_tokens"] / s["total_input_tokens"]

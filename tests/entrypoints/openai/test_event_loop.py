@@ -76,7 +76,8 @@ def test_other_requests_are_answered_while_a_long_prompt_is_tokenized(tiny_serve
     assert answers["health"].status_code == 200
     assert [m["id"] for m in answers["models"].json()["data"]] == ["tiny"]
     assert answers["token ids"].status_code == 200
-    assert answers["token ids"].json()["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    assert answers["token ids"].json()["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
+                                                 "prompt_tokens_details": {"cached_tokens": 0}}
     n = PROMPT_TOKENS[endpoint]
     assert answers["long prompt"].status_code == 400
     assert answers["long prompt"].json() == {"error": {

@@ -54,12 +54,16 @@ def test_completion_prompt_refusals(server, case):
 
 def test_a_prompt_up_to_the_whole_context_runs(server):
     """The ends of the rule: prompt + max_tokens == max_model_len, and max_tokens null takes the rest."""
+    assert server.post("/reset_prefix_cache").status_code == 200  # earlier tests' prompts are not found cached
     r = server.post("/v1/completions", json={"prompt": [1] * 250, "max_tokens": 6, "temperature": 0,
                                              "ignore_eos": True})
     assert r.status_code == 200, r.text
-    assert r.json()["usage"] == {"prompt_tokens": 250, "completion_tokens": 6, "total_tokens": 256}
+    assert r.json()["usage"] == {"prompt_tokens": 250, "completion_tokens": 6, "total_tokens": 256,
+                                 "prompt_tokens_details": {"cached_tokens": 0}}
     r = server.post("/v1/completions", json={"prompt": [1] * 255, "max_tokens": None, "temperature": 0})
     assert r.status_code == 200, r.text
+    # the first request computed 255 positions (its last token's K/V never): 15 full blocks of 16 are cached
+    assert r.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 240}
     assert r.json()["usage"]["completion_tokens"] == 1
 
 
