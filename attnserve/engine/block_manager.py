@@ -39,7 +39,8 @@ class BlockManager:
         self.block_tables: dict[str, list[int]] = {}
         self.block_hashes: list[BlockHash | None] = [None] * num_blocks  # the hash each block is cached under
         self.cached: dict[BlockHash, int] = {}  # hash -> the block holding that prefix's K/V
-        self._num_registered: dict[str, int] = {}  # leading blocks of a table already offered to the cache
+        # per request: how many leading blocks of its table were offered to the cache (registered, or duplicates)
+        self.num_registered: dict[str, int] = {}
 
     @property
     def num_free_blocks(self) -> int:
@@ -97,7 +98,7 @@ class BlockManager:
             table.append(self._take_free())
         self.block_tables[request_id] = table
         if cached_blocks:
-            self._num_registered[request_id] = len(cached_blocks)
+            self.num_registered[request_id] = len(cached_blocks)
         return True
 
     def _take_free(self) -> int:
@@ -116,7 +117,7 @@ class BlockManager:
         the duplicate stays unregistered and is reused like any block without a hash. No-op when caching is off."""
         if not self.enable_prefix_caching:
             return
-        start = self._num_registered.get(request_id, 0)
+        start = self.num_registered.get(request_id, 0)
         if num_full_blocks <= start:
             return
         table = self.block_tables[request_id]
@@ -125,12 +126,12 @@ class BlockManager:
             if self.block_hashes[b] is None and h not in self.cached:
                 self.block_hashes[b] = h
                 self.cached[h] = b
-        self._num_registered[request_id] = num_full_blocks
+        self.num_registered[request_id] = num_full_blocks
 
     def free(self, request_id: str) -> None:
         """Release ``request_id``'s blocks (no-op for an unknown id): each block no other table holds goes to
         the free queue, hashed ones (still cached) at the back, last block first."""
-        self._num_registered.pop(request_id, None)
+        self.num_registered.pop(request_id, None)
         for b in reversed(self.block_tables.pop(request_id, [])):
             self.ref_counts[b] -= 1
             if self.ref_counts[b] == 0:

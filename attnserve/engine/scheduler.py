@@ -209,11 +209,12 @@ class Scheduler:
         req.num_computed_tokens = end
         if samples:
             req.num_pending += 1
-        if self.enable_prefix_caching:  # the blocks this step fills with known tokens
+        if self.enable_prefix_caching:  # the blocks this step fills with known tokens (a decode: 1 step in 16)
             bm = self.block_manager
-            known = min(end, req.num_tokens)
-            hashes = extend_block_hashes(req.block_hashes, known, req.token_slice, bm.block_size)
-            bm.cache_blocks(req.request_id, hashes, known // bm.block_size)
+            full = min(end, req.num_tokens) // bm.block_size
+            if full > bm.num_registered.get(req.request_id, 0):
+                hashes = extend_block_hashes(req.block_hashes, full * bm.block_size, req.token_slice, bm.block_size)
+                bm.cache_blocks(req.request_id, hashes, full)
         return ScheduledRequest(
             request_id=req.request_id,
             token_ids=token_ids,

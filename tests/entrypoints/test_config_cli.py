@@ -227,7 +227,8 @@ def test_explain_names_sources(tmp_path, capsys):
     assert rows["attention_config.flash_attn_version"].endswith("command line (-ac.flash_attn_version)")
     assert rows["dtype"].endswith("default")
     assert rows["enable_pdl"].endswith("default")
-    assert len(rows) == 24 + len(AttentionConfig.field_names())
+    assert rows["enable_prefix_caching"].split()[1:] == ["true", "default"]
+    assert len(rows) == 25 + len(AttentionConfig.field_names())
 
 
 def test_help_comes_from_field_docstrings(capsys):

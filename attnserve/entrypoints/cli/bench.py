@@ -38,7 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--prompt-file", default=None, help="one prompt per line, or JSONL 'prompt' (implies --dataset file)")
     s.add_argument("--input-len", type=positive_int, default=128, help="random prompts: words per prompt")
     s.add_argument("--output-len", type=positive_int, default=128, help="max_tokens per request")
-    s.add_argument("--prefix-len", "--random-prefix-len", type=nonnegative_int, default=0,
+    s.add_argument("--prefix-len", type=nonnegative_int, default=0,
                    help="random prompts: one shared prefix of this many words before each prompt's own (default 0)")
     s.add_argument("--num-turns", type=positive_int, default=1,
                    help="conversations of this many turns, sent in order: turn k's prompt (or messages) holds turn "
@@ -95,7 +95,7 @@ def _add_throughput(kinds) -> None:
                    help="lengths uniform in [L(1-R), L(1+R)]; 0 = exactly L (default)")
     g.add_argument("--prompts-file", default=None, metavar="FILE",
                    help="prompts instead of random token ids: one per line, or JSONL with 'prompt'")
-    g.add_argument("--prefix-len", "--random-prefix-len", type=nonnegative_int, default=0,
+    g.add_argument("--prefix-len", type=nonnegative_int, default=0,
                    help="random prompts: one shared prefix of this many tokens before each prompt's own "
                         "--input-len tokens (default 0)")
     g.add_argument("--num-turns", type=positive_int, default=1,
