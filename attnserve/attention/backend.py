@@ -28,7 +28,7 @@ import torch
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.capabilities import BackendCapabilities
-    from attnserve.attention.ops.kv_write import KVWriteTarget
+    from attnserve.kernels.kv_write import KVWriteTarget
     from attnserve.attention.selector import AttentionSelectorConfig
     from attnserve.config.attention import AttentionConfig
     from attnserve.layers.norm import RMSNorm

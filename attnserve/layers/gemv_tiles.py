@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from attnserve.layers.triton_gemv import GemvConfig
+    from attnserve.kernels.triton_gemv import GemvConfig
 
 # FMA tiles for one row (block_n, block_k per 2-byte element, num_warps): 32..128 float32 of register tile
 # per thread; for M rows block_n shrinks by M's power of two (the tile is M times taller)
@@ -56,7 +56,7 @@ def whole_k_config(n: int, k: int, m: int) -> GemvConfig | None:
     The same tiles with K in two splits: 13-19 us, 82 us for gate_up (each split's partial store, fence and
     ticket).
     """
-    from attnserve.layers.triton_gemv import GemvConfig
+    from attnserve.kernels.triton_gemv import GemvConfig
 
     bk, rows = _pow2(k), _pow2(m)
     if bk > WHOLE_K_MAX:
@@ -82,7 +82,7 @@ def _wide_dot(n: int, k: int, m: int, bn: int, bk: int, warps: int, stages: int,
               split_factors: tuple[float, ...] = (1,)) -> list[GemvConfig]:
     """Tensor-core configs of one tile for 17..64 rows: block_k (given per 2-byte element) scaled to the
     dtype and K, the automatic split times each of ``split_factors`` (1..32)."""
-    from attnserve.layers.triton_gemv import GemvConfig
+    from attnserve.kernels.triton_gemv import GemvConfig
 
     bk = max(16, min(bk * 2 // elem_bytes, _pow2(k)))
     s = auto_split(n, k, bn, bk, num_sms, m)
@@ -96,7 +96,7 @@ def sweep_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 13
     (16-bit only) with the automatic split and double it; past 16 rows (tensor cores only, every dtype),
     wide tensor-core tiles with the automatic split, half and double it. Each fitted to M rows
     (``triton_gemv.fit_config``: shared memory)."""
-    from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
+    from attnserve.kernels.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
 
     rows = _pow2(m)
     base = default_config(n, k, m, elem_bytes, num_sms)
@@ -129,7 +129,7 @@ def candidate_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int 
     tensor-core tiles: narrower (more programs), wider (x re-read fewer times), a longer K step, and one
     without a K split (``UNSPLIT_WIDE_TILE``). Each fitted to M rows and ``act`` (``triton_gemv.fit_config``:
     shared memory, and the SwiGLU prologue's registers)."""
-    from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
+    from attnserve.kernels.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
 
     base = default_config(n, k, m, elem_bytes, num_sms)
     out = [base,

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from attnserve.layers.fused_ops import rotary_embedding, rotary_embedding_kv_write
+from attnserve.kernels.fused_ops import rotary_embedding, rotary_embedding_kv_write
 from attnserve.layers.norm import RMSNorm
 
 if TYPE_CHECKING:  # pragma: no cover
-    from attnserve.attention.ops.kv_write import KVWriteTarget
+    from attnserve.kernels.kv_write import KVWriteTarget
 
 
 def _inv_freq(head_size: int, base: float, rope_scaling: dict | None) -> torch.Tensor:

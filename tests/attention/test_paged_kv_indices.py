@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnserve.attention.ops.paged_kv_indices import device_pages_torch, host_pages
+from attnserve.kernels.paged_kv_indices import device_pages_torch, host_pages
 
 
 # ------------------------------------------------------------------------------------------- page arrays
@@ -50,8 +50,8 @@ def test_triton_device_pages_in_interpreter(tmp_path):
 
     code = (
         "import numpy as np, torch\n"
-        "from attnserve.attention.ops.triton_paged_kv_indices import device_pages_triton\n"
-        "from attnserve.attention.ops.paged_kv_indices import device_pages_torch\n"
+        "from attnserve.kernels.triton_paged_kv_indices import device_pages_triton\n"
+        "from attnserve.kernels.paged_kv_indices import device_pages_torch\n"
         "g = torch.Generator().manual_seed(0)\n"
         "for n, w, p in [(1, 1, 16), (3, 8, 16), (64, 70, 16), (5, 4, 64), (300, 9, 16), (2, 300, 16), (700, 3, 16)]:\n"
         "    seq = torch.randint(1, w * p + 1, (n,), generator=g, dtype=torch.int32)\n"

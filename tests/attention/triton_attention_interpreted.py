@@ -1,5 +1,5 @@
-"""TRITON_ATTN's paged-attention kernel (``attnserve/attention/ops/triton_attention.py``) against the
-plain-PyTorch oracle (``attnserve/attention/ops/reference.py``) under the Triton interpreter.
+"""TRITON_ATTN's paged-attention kernel (``attnserve/kernels/triton_attention.py``) against the
+plain-PyTorch oracle (``attnserve/kernels/reference.py``) under the Triton interpreter.
 
 ``python -m tests.attention.triton_attention_interpreted IN OUT`` with ``TRITON_INTERPRET=1`` (the interpreter
 mode is fixed when Triton's kernels are decorated, hence a process of its own; ``tests.helpers.
@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from attnserve.attention.ops.reference import reference_paged_attention
+from attnserve.kernels.reference import reference_paged_attention
 
 # block id written where a request owns no block: any load through it would leave the cache's allocation
 FAR_BLOCK = 1 << 24
@@ -117,7 +117,7 @@ def build_op_case(reqs: list[tuple[int, int]], page: int, num_heads: int, num_kv
 
 def run_op_case(fields: dict) -> dict:
     """``paged_attention`` (under the interpreter) and the oracle on one op case's inputs."""
-    from attnserve.attention.ops.triton_attention import block_m_for, paged_attention, query_tiles
+    from attnserve.kernels.triton_attention import block_m_for, paged_attention, query_tiles
 
     f = dict(fields)
     x = build_op_case(f.pop("reqs"), f.pop("page"), f["num_heads"], f["num_kv_heads"], f["head"],

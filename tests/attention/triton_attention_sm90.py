@@ -41,7 +41,7 @@ def compile_sm90(dtype: str, head: int, qpkv: int, page: int, num_splits: int, w
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from attnserve.attention.ops import triton_attention as ta
+    from attnserve.kernels import triton_attention as ta
 
     fn = ta._paged_attention_kernel
     names = list(fn.arg_names)

@@ -1,4 +1,4 @@
-"""``torch.argmax`` against the sampler's Triton argmax (``model_executor/triton_argmax.py``) on decode-step logits,
+"""``torch.argmax`` against the sampler's Triton argmax (``kernels/triton_argmax.py``) on decode-step logits,
 in one process: microseconds per call in a CUDA graph of 20 calls on 8 rotating logits buffers (so they come
 from HBM, not L2), and whether the indices agree.
 
@@ -39,7 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     args = ap.parse_args()
-    from attnserve.model_executor.triton_argmax import argmax
+    from attnserve.kernels.triton_argmax import argmax
 
     rows = []
     for b, v in CASES:

@@ -55,9 +55,9 @@ class Layer:
 def run_layers(layers, half, x: torch.Tensor, hq: int, on_attention=None) -> torch.Tensor:
     """The stand-in forward of ``x`` (rows of ``half``'s requests) through ``layers``; ``on_attention(l, fn)``
     wraps each layer's attention call (the overlap variant's stream edges)."""
-    from attnserve.attention.ops.kv_write import kv_views
-    from attnserve.attention.ops.triton_attention import paged_attention
-    from attnserve.layers.triton_fused_ops import rms_norm, silu_and_mul
+    from attnserve.kernels.kv_write import kv_views
+    from attnserve.kernels.triton_attention import paged_attention
+    from attnserve.kernels.triton_fused_ops import rms_norm, silu_and_mul
 
     md, call = half
     residual = x

@@ -45,7 +45,7 @@ PRELOAD_SETS = {
 
 
 def config_for(shape: str, name: str):
-    from attnserve.layers.triton_gemv import GemvConfig
+    from attnserve.kernels.triton_gemv import GemvConfig
 
     bn, bk, split, warps = (DOWN_PRELOAD if shape == "down" else PRELOAD)[name]
     return GemvConfig(bn, bk, split, num_warps=warps, num_stages=1, dot=False)
@@ -62,10 +62,10 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
 
-    from attnserve.layers import pdl
+    from attnserve.kernels import pdl
     from attnserve.layers.gemv_plan import MAX_ROWS, GemvPlan, gemv_layers, plan_rows
     from attnserve.layers.gemv_timing import l2_bytes, time_per_call_us, weight_copies
-    from attnserve.layers.triton_gemv import gemv, prepare
+    from attnserve.kernels.triton_gemv import gemv, prepare
     from attnserve.model_executor.cuda_graph import capture_sizes
 
     llm, batch = decode_batch(args.model, args.backend, args.batch_size, args.context)

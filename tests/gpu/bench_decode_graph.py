@@ -96,7 +96,7 @@ def main() -> None:
 
     from attnserve import LLM, SamplingParams
     from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
-    from attnserve.layers import fused_ops
+    from attnserve.kernels import fused_ops
 
     llm = LLM(qwen3_0_6b_dir(args.tokenizer_dir), load_format="dummy", dtype="bfloat16", attention_backend=args.backend,
               block_size=16, kv_cache_memory=1 << 30)

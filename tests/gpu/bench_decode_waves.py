@@ -62,8 +62,8 @@ def main() -> None:
     ap.add_argument("--splits", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--json")
     args = ap.parse_args()
-    from attnserve.attention.ops.kv_write import kv_views
-    from attnserve.attention.ops.triton_attention import paged_attention
+    from attnserve.kernels.kv_write import kv_views
+    from attnserve.kernels.triton_attention import paged_attention
     from attnserve.benchmarks.roofline import measure_copy_bandwidth
     from attnserve.layers import gemv_timing
     from tests.gpu.bench_triton_decode import make_step

@@ -54,7 +54,7 @@ def main() -> None:
     runner = engine.runner
     graphs, sampler = runner.cuda_graphs, runner.sampler
     side_input_stream = graphs.input_stream
-    from attnserve.attention.ops import triton_attention
+    from attnserve.kernels import triton_attention
     from attnserve.model_executor import sampler as sampler_module
 
     triton_argmax_rows = sampler_module.argmax_rows

@@ -33,7 +33,7 @@ QWEN_GEMMS = [("qkv", 4096, 1024), ("o", 1024, 2048), ("gate_up", 6144, 1024), (
 def extra_configs(n: int, k: int, m: int) -> list:
     """Tensor-core tiles of 16..128 weight rows, K steps of 64..256, 3 or 4 stages, 4 or 8 warps, with no
     K split or 2 (fitted to M rows and shared memory); FMA configs up to 16 rows are the candidates' job."""
-    from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig, fit_config
+    from attnserve.kernels.triton_gemv import MAX_FMA_M, GemvConfig, fit_config
 
     if m <= MAX_FMA_M // 4:
         return []
@@ -60,10 +60,11 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("bench_gate_up_swiglu needs a CUDA GPU")
 
-    from attnserve.layers import gemv_timing, pdl
+    from attnserve.layers import gemv_timing
+    from attnserve.kernels import pdl
     from attnserve.layers.gemv_tiles import candidate_configs
-    from attnserve.layers.triton_fused_ops import silu_and_mul
-    from attnserve.layers.triton_gemv import gemv
+    from attnserve.kernels.triton_fused_ops import silu_and_mul
+    from attnserve.kernels.triton_gemv import gemv
 
     pdl.configure(pdl.supported("cuda"))
     dev = torch.device("cuda")

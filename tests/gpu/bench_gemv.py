@@ -1,4 +1,4 @@
-"""Triton GEMV (``attnserve/layers/triton_gemv.py``) vs cuBLAS (``F.linear``) for decode-sized M (the
+"""Triton GEMV (``attnserve/kernels/triton_gemv.py``) vs cuBLAS (``F.linear``) for decode-sized M (the
 CUDA-graph buckets 1, 2, 4, 8, 16, 32, 48, 64) on the linear-layer and LM-head weight shapes of
 Llama-3.1-8B and Qwen3-0.6B, bfloat16.
 
@@ -96,7 +96,7 @@ def main() -> None:
     from attnserve.layers.gemv_plan import MARGIN
     from attnserve.layers.gemv_tiles import candidate_configs, sweep_configs
     from attnserve.layers.gemv_timing import agrees, l2_bytes, time_per_call_us, weight_copies
-    from attnserve.layers.triton_gemv import default_config, gemv, prepare
+    from attnserve.kernels.triton_gemv import default_config, gemv, prepare
 
     t0 = time.perf_counter()
     if args.dry_run:

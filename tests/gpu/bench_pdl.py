@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (``attnserve/layers/pdl.py``) on a decode step, in one process: the same model
+"""Programmatic dependent launch (``attnserve/kernels/pdl.py``) on a decode step, in one process: the same model
 shape, batch and KV cache, one CUDA graph per variant, each variant's ms per step and its ratio to the first
 (PDL off, the GEMV plan as ``--use-skinny-gemm`` measures it), and whether its logits equal that baseline's.
 
@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
 
-    from attnserve.layers import pdl
+    from attnserve.kernels import pdl
     from attnserve.layers.gemv_plan import GemvPlan, gemv_layers, plan_rows, silu_mul_layers
     from attnserve.model_executor.cuda_graph import capture_sizes
 

@@ -42,7 +42,7 @@ def main() -> None:
     def step():
         return model.compute_logits(model(batch.input_ids, batch.positions, batch)[batch.logits_indices])
 
-    from attnserve.attention.ops import triton_attention
+    from attnserve.kernels import triton_attention
 
     rows, base = [], None
     with torch.inference_mode():

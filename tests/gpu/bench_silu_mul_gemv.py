@@ -57,8 +57,8 @@ def main() -> None:
         raise SystemExit("bench_silu_mul_gemv needs a CUDA GPU")
 
     from attnserve.layers import gemv_plan, gemv_tiles, gemv_timing
-    from attnserve.layers.fused_ops import silu_and_mul
-    from attnserve.layers.triton_gemv import gemv, prepare
+    from attnserve.kernels.fused_ops import silu_and_mul
+    from attnserve.kernels.triton_gemv import gemv, prepare
 
     time_us = gemv_timing.time_per_call_us
     shapes = dict(SHAPES)

@@ -97,9 +97,9 @@ def make_step(batch: int, hq: int, hkv: int, ctx: int, block: int, table_tokens:
 
 def bench_case(name: str, batch: int, hq: int, hkv: int, ctx: int, block: int, args, dev: torch.device,
                num_sms: int, l2: int, time_us) -> dict:
-    from attnserve.attention.ops.kv_write import kv_views
-    from attnserve.attention.ops.reference import reference_paged_attention
-    from attnserve.attention.ops.triton_attention import default_pages_per_tile, paged_attention
+    from attnserve.kernels.kv_write import kv_views
+    from attnserve.kernels.reference import reference_paged_attention
+    from attnserve.kernels.triton_attention import default_pages_per_tile, paged_attention
     from tests.gpu.cases import TOLERANCE
 
     gen = torch.Generator().manual_seed(0)

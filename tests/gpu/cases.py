@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, KVCacheLayout
-from attnserve.attention.ops.kv_write import kv_views, write_kv_torch
-from attnserve.attention.ops.reference import reference_paged_attention
+from attnserve.kernels.kv_write import kv_views, write_kv_torch
+from attnserve.kernels.reference import reference_paged_attention
 
 SHAPES: dict[str, list[tuple[int, int]]] = {
     "decode_b1_ctx1": [(0, 1)],

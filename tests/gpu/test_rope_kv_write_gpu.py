@@ -45,7 +45,7 @@ def _names() -> list[str]:
 
 @pytest.mark.parametrize("name", _names())
 def test_fused_kernel_equals_rope_then_reshape_and_cache_on_cuda(name, cuda_cases):
-    from attnserve.attention.ops.kv_write import write_kv_torch
+    from attnserve.kernels.kv_write import write_kv_torch
     from tests.layers.rope_kv_cases import run, views
 
     case = cuda_cases[name]
@@ -68,7 +68,7 @@ def test_fused_kernel_equals_rope_then_reshape_and_cache_on_cuda(name, cuda_case
 
 def test_fused_kernel_replays_in_a_cuda_graph(cuda_cases):
     """Captured after a warm-up, the kernel reads new positions, q/k/v and slots on every replay."""
-    from attnserve.layers import fused_ops
+    from attnserve.kernels import fused_ops
     from tests.layers.rope_kv_cases import run, views
 
     case = cuda_cases["cacheN2-HND-norm-bf16"]

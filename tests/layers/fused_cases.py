@@ -1,7 +1,7 @@
 """Named inputs for the fused ops, and a runner for their Triton kernels under the Triton interpreter.
 
 ``python -m tests.layers.fused_cases IN OUT`` (with ``TRITON_INTERPRET=1`` set before Triton is imported)
-loads the cases saved at IN, runs each through ``attnserve.layers.triton_fused_ops`` on CPU tensors and
+loads the cases saved at IN, runs each through ``attnserve.kernels.triton_fused_ops`` on CPU tensors and
 saves the results at OUT: the interpreter mode is fixed when Triton's kernels are decorated, so it runs in
 its own process.
 """
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import torch
 
-from attnserve.layers.fused_ops import rms_norm_torch, rotary_embedding_torch, silu_and_mul_torch
+from attnserve.kernels.fused_ops import rms_norm_torch, rotary_embedding_torch, silu_and_mul_torch
 from attnserve.layers.rotary import RotaryEmbedding
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -86,7 +86,7 @@ def main(inp: str, out: str) -> None:
     import triton
 
     assert triton.knobs.runtime.interpret, "run with TRITON_INTERPRET=1"
-    from attnserve.layers import triton_fused_ops
+    from attnserve.kernels import triton_fused_ops
 
     cases = torch.load(inp)
     torch.save({name: run(case, triton_fused_ops) for name, case in cases.items()}, out)

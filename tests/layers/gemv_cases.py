@@ -1,7 +1,7 @@
 """Named inputs for the Triton GEMV, and a runner for it under the Triton interpreter.
 
 ``python -m tests.layers.gemv_cases IN OUT`` (with ``TRITON_INTERPRET=1`` set before Triton is imported)
-loads the cases saved at IN, runs each through ``attnserve.layers.triton_gemv.gemv`` on CPU tensors and
+loads the cases saved at IN, runs each through ``attnserve.kernels.triton_gemv.gemv`` on CPU tensors and
 saves the results at OUT (plus the split-K counters after all cases: they must be back to zero). A SwiGLU
 case (``act="silu_mul"``: x is a gate/up output (M, 2K)) gives the pair (fused GEMV, the same config's plain
 GEMV of the ``silu_and_mul`` kernel's output); a gate/up case (``out_act="silu_mul"``: the weight is
@@ -167,7 +167,7 @@ def make_swiglu_cases(device: str = "cpu", dtypes=("bf16", "fp32")) -> dict[str,
 
 
 def run(case: dict, gemv) -> torch.Tensor:
-    from attnserve.layers.triton_gemv import GemvConfig
+    from attnserve.kernels.triton_gemv import GemvConfig
 
     cfg = case["config"]
     return gemv(case["x"], case["weight"], case["bias"], None if cfg is None else GemvConfig(**cfg),
@@ -180,7 +180,8 @@ def run_silu_mul_pair(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
     16 rows it has a shorter K step than the plain default, so another summation order."""
     import dataclasses
 
-    from attnserve.layers import triton_fused_ops, triton_gemv
+    from attnserve.kernels import triton_gemv
+    from attnserve.kernels import triton_fused_ops
 
     if case["config"] is None:
         (m, _), (n, k) = case["x"].shape, case["weight"].shape
@@ -196,7 +197,8 @@ def run_swiglu_triple(case: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     both (what ``gemv`` picks)."""
     import dataclasses
 
-    from attnserve.layers import triton_fused_ops, triton_gemv
+    from attnserve.kernels import triton_gemv
+    from attnserve.kernels import triton_fused_ops
 
     if case["config"] is None:
         (m, k), n2 = case["x"].shape, case["weight"].shape[0]
@@ -220,7 +222,7 @@ def bucket(rows: int) -> int:
 def bucket_config(block_n: int):
     """``m -> GemvConfig``: split-K FMA tiles of ``block_n`` weight rows up to 16 rows, tensor cores past
     16 (the FMA path's limit)."""
-    from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig
+    from attnserve.kernels.triton_gemv import MAX_FMA_M, GemvConfig
 
     return lambda m: GemvConfig(block_n=block_n, block_k=32, split_k=2, dot=m > MAX_FMA_M)
 
@@ -299,9 +301,9 @@ def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[i
     tables: ``SiluAndMul`` then ``F.linear``."""
     import torch.nn.functional as F
 
-    from attnserve.layers import triton_fused_ops
+    from attnserve.kernels import triton_fused_ops
     from attnserve.layers.gemv_plan import MAX_ROWS
-    from attnserve.layers.triton_gemv import gemv
+    from attnserve.kernels.triton_gemv import gemv
 
     out = {}
     cfg = bucket_config(32)
@@ -338,9 +340,9 @@ def swiglu_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int
     ``SiluAndMul``."""
     import torch.nn.functional as F
 
-    from attnserve.layers import triton_fused_ops
+    from attnserve.kernels import triton_fused_ops
     from attnserve.layers.gemv_plan import MAX_ROWS
-    from attnserve.layers.triton_gemv import gemv
+    from attnserve.kernels.triton_gemv import gemv
 
     out = {}
     cfg = bucket_config(32)
@@ -371,7 +373,7 @@ def swiglu_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int
 
 
 def main(src: str, dst: str) -> None:
-    from attnserve.layers import triton_gemv
+    from attnserve.kernels import triton_gemv
 
     cases = torch.load(src)
     out = {name: run_silu_mul_pair(case) if case.get("act") == "silu_mul" else

@@ -13,7 +13,7 @@ import torch
 def main(inp: str, out: str) -> None:
     import triton
 
-    from attnserve.layers.triton_greedy_head import GreedyHeadConfig, greedy_head
+    from attnserve.kernels.triton_greedy_head import GreedyHeadConfig, greedy_head
 
     assert triton.knobs.runtime.interpret, "run with TRITON_INTERPRET=1"
     results = {}

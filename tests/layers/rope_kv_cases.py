@@ -15,7 +15,7 @@ import sys
 import torch
 
 from attnserve.attention.backend import KVCacheLayout
-from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views
+from attnserve.kernels.kv_write import KVWriteTarget, kv_views
 from attnserve.layers.rotary import RotaryEmbedding
 from attnserve.model_executor.kv_cache import allocate_kv_caches
 
@@ -111,19 +111,19 @@ def run(case: dict, how: str) -> tuple[torch.Tensor, ...]:
     args = (case["positions"], q, k)
     rope = (case["cos"], case["sin"], case["q_norm"], case["k_norm"])
     if how == "fused":
-        from attnserve.layers.triton_fused_ops import rotary_embedding_kv_write
+        from attnserve.kernels.triton_fused_ops import rotary_embedding_kv_write
 
         rotary_embedding_kv_write(*args, v, case["cos"], case["sin"], target, case["q_norm"], case["k_norm"])
     elif how == "two":
-        from attnserve.attention.ops.triton_kv_write import reshape_and_cache
-        from attnserve.layers.triton_fused_ops import rotary_embedding
+        from attnserve.kernels.triton_kv_write import reshape_and_cache
+        from attnserve.kernels.triton_fused_ops import rotary_embedding
 
         rotary_embedding(*args, *rope)
         reshape_and_cache(k, v, target.key_cache, target.value_cache, target.slot_mapping, target.k_scale,
                           target.v_scale)
     else:
-        from attnserve.attention.ops.kv_write import write_kv_torch
-        from attnserve.layers.fused_ops import rotary_embedding_torch
+        from attnserve.kernels.kv_write import write_kv_torch
+        from attnserve.kernels.fused_ops import rotary_embedding_torch
 
         rotary_embedding_torch(*args, *rope)
         write_kv_torch(k, v, target.key_cache, target.value_cache, target.slot_mapping, target.k_scale,

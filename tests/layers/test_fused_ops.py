@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnserve.layers import fused_ops
+from attnserve.kernels import fused_ops
 from tests.helpers import run_cases_in_triton_interpreter
 from tests.layers.fused_cases import DTYPES, TORCH_OPS, make_cases, qk_views, run
 

@@ -1,4 +1,4 @@
-"""``attnserve/layers/pdl.py``: the process-wide PDL launch option, and where it never applies (CPU tensors,
+"""``attnserve/kernels/pdl.py``: the process-wide PDL launch option, and where it never applies (CPU tensors,
 the Triton interpreter). On the GPU: ``tests/gpu/test_pdl_gpu.py``."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from attnserve.config.engine import EngineConfig
-from attnserve.layers import pdl
+from attnserve.kernels import pdl
 
 
 def test_launch_options_follow_the_switch_and_never_apply_to_cpu_tensors():

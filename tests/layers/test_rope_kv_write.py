@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnserve.attention.ops.kv_write import write_kv_torch
-from attnserve.layers import fused_ops
+from attnserve.kernels.kv_write import write_kv_torch
+from attnserve.kernels import fused_ops
 from tests.helpers import run_cases_in_triton_interpreter
 from tests.layers.rope_kv_cases import make_cases, run, views
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.helpers import run_cases_in_triton_interpreter
-from attnserve.layers.fused_ops import silu_and_mul_torch
+from attnserve.kernels.fused_ops import silu_and_mul_torch
 from tests.layers.gemv_cases import make_cases, make_silu_mul_cases, make_swiglu_cases, run
 
 CASES = make_cases()
@@ -119,7 +119,7 @@ def test_swiglu_epilogue_gemv_matches_gemv_then_silu_and_mul_in_interpreter(name
 
 def test_silu_mul_gemv_refuses_a_plain_width_x():
     pytest.importorskip("triton")
-    from attnserve.layers.triton_gemv import gemv
+    from attnserve.kernels.triton_gemv import gemv
 
     x, w = torch.zeros(1, 8), torch.zeros(4, 8)
     with pytest.raises(AssertionError):
@@ -132,7 +132,7 @@ def test_swiglu_epilogue_refuses_bad_arguments():
     """Each refused before a launch: an unknown out_act, a prologue and an epilogue at once, an odd number
     of gate/up rows, a tile of one weight row (no gate / up halves)."""
     pytest.importorskip("triton")
-    from attnserve.layers.triton_gemv import GemvConfig, gemv
+    from attnserve.kernels.triton_gemv import GemvConfig, gemv
 
     x, w = torch.zeros(1, 8), torch.zeros(6, 8)
     with pytest.raises(ValueError, match="out_act must be one of"):
@@ -147,7 +147,7 @@ def test_swiglu_epilogue_refuses_bad_arguments():
 
 def test_swiglu_epilogue_of_no_rows_is_empty():
     pytest.importorskip("triton")
-    from attnserve.layers.triton_gemv import GemvConfig, gemv
+    from attnserve.kernels.triton_gemv import GemvConfig, gemv
 
     got = gemv(torch.zeros(0, 8), torch.zeros(6, 8), None, GemvConfig(block_n=2, block_k=16), out_act="silu_mul")
     assert got.shape == (0, 3)
@@ -201,7 +201,7 @@ def test_default_config_fills_the_gpu_and_keeps_whole_steps():
     """At least 2 programs per SM, unless K is split 16 ways or more, or (tensor cores) one more split would
     leave fewer than 4 * M K elements per split (partials over half the weight bytes)."""
     pytest.importorskip("triton")
-    from attnserve.layers.triton_gemv import default_config
+    from attnserve.kernels.triton_gemv import default_config
 
     for n, k in [(6144, 4096), (4096, 14336), (128256, 4096), (1024, 2048), (1024, 3072), (151936, 1024)]:
         for m in (1, 2, 4, 8, 16, 32, 48, 64):
@@ -219,7 +219,7 @@ def test_default_config_past_16_rows_is_tensor_cores_within_the_shared_memory_bu
     pipelined tiles within SMEM_BUDGET; the SwiGLU variant keeps its prologue's x tile at <= 32 elements per
     thread (the 64 x 128 tile of the plain default would spill registers)."""
     pytest.importorskip("triton")
-    from attnserve.layers.triton_gemv import MAX_FMA_M, SMEM_BUDGET, default_config
+    from attnserve.kernels.triton_gemv import MAX_FMA_M, SMEM_BUDGET, default_config
 
     assert MAX_FMA_M == 16
     for n, k in [(6144, 4096), (4096, 14336), (128256, 4096), (1024, 2048), (1024, 3072), (151936, 1024)]:
@@ -239,7 +239,7 @@ def test_default_config_past_16_rows_is_tensor_cores_within_the_shared_memory_bu
 
 def test_bad_configs_are_refused():
     pytest.importorskip("triton")
-    from attnserve.layers.triton_gemv import GemvConfig, check_config
+    from attnserve.kernels.triton_gemv import GemvConfig, check_config
 
     with pytest.raises(ValueError, match="powers of 2"):
         check_config(GemvConfig(block_n=24, block_k=64), 1, torch.bfloat16)
@@ -260,14 +260,14 @@ def test_kernel_is_not_specialized_on_the_row_count():
     """One compiled kernel per bucket config for every row count it serves (Triton would key M % 16 == 0
     and M == 1 apart: a compile at the first 40-row LM head of a 48-row bucket), and per split count."""
     pytest.importorskip("triton")
-    from attnserve.layers.triton_gemv import _gemv_kernel
+    from attnserve.kernels.triton_gemv import _gemv_kernel
 
     assert {p.name for p in _gemv_kernel.params if p.do_not_specialize} == {"M", "splits"}
 
 
 def test_gemv_refuses_65_rows():
     pytest.importorskip("triton")
-    from attnserve.layers.triton_gemv import GemvConfig, gemv
+    from attnserve.kernels.triton_gemv import GemvConfig, gemv
 
     with pytest.raises(ValueError, match="1..64 rows"):
         gemv(torch.zeros(65, 32), torch.zeros(16, 32), config=GemvConfig(block_n=16, block_k=32, dot=True))
@@ -283,7 +283,7 @@ REAL_SHAPES = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256
 @pytest.mark.parametrize("name", list(CASES))
 def test_gemv_matches_f_linear_on_cuda(name):
     case = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in CASES[name].items()}
-    from attnserve.layers.triton_gemv import gemv
+    from attnserve.kernels.triton_gemv import gemv
 
     assert_case(name, {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in case.items()},
                 run(case, gemv).cpu())
@@ -294,7 +294,7 @@ def test_gemv_matches_f_linear_on_cuda(name):
 def test_silu_mul_gemv_matches_silu_and_mul_then_gemv_on_cuda(name):
     """Compiled: bitwise equality needs the fused kernel's no-contraction build and its ``tl.fma`` to
     reproduce the silu_and_mul kernel and the plain GEMV's contracted FMA exactly."""
-    from attnserve.layers.fused_ops import silu_and_mul
+    from attnserve.kernels.fused_ops import silu_and_mul
     from tests.layers.gemv_cases import run_silu_mul_pair
 
     case = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in SILU_MUL_CASES[name].items()}
@@ -307,7 +307,7 @@ def test_silu_mul_gemv_matches_silu_and_mul_then_gemv_on_cuda(name):
 @pytest.mark.parametrize("m", [1, 3, 8, 16, 24, 48, 64])
 def test_gemv_real_shapes_on_cuda(n, k, m):
     from attnserve.layers.gemv_tiles import candidate_configs
-    from attnserve.layers.triton_gemv import gemv
+    from attnserve.kernels.triton_gemv import gemv
 
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -323,7 +323,7 @@ def test_gemv_real_shapes_on_cuda(n, k, m):
 def test_gemv_replays_in_a_cuda_graph(m):
     """Split-K and not, captured after a warm-up; replays read new inputs and reuse the counters. 48 rows:
     tensor-core tiles only (x tiles of 64 rows, 16 of them padding)."""
-    from attnserve.layers.triton_gemv import GemvConfig, gemv
+    from attnserve.kernels.triton_gemv import GemvConfig, gemv
 
     x = torch.randn(m, 2048, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(1024, 2048, device="cuda", dtype=torch.bfloat16)
@@ -351,9 +351,9 @@ def test_whole_k_tiles_on_real_shapes_on_cuda(n, k):
     """The plan's one-step tiles (``gemv_tiles.whole_k_config``) at 1, 2 and 4 rows: eager against ``F.linear``,
     and captured in a CUDA graph with PDL on (the weight loaded before the wait where K is a power of 2):
     replays with new inputs give the eager kernel's bits."""
-    from attnserve.layers import pdl
+    from attnserve.kernels import pdl
     from attnserve.layers.gemv_tiles import whole_k_config
-    from attnserve.layers.triton_gemv import gemv
+    from attnserve.kernels.triton_gemv import gemv
 
     g = torch.Generator(device="cuda").manual_seed(1)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) * k**-0.5

@@ -1,4 +1,4 @@
-"""The fused greedy LM head (``layers/triton_greedy_head.py``) returns ``torch.argmax`` of the logits it computes,
+"""The fused greedy LM head (``kernels/triton_greedy_head.py``) returns ``torch.argmax`` of the logits it computes,
 and those logits are the LM head's: random shapes (1, 3, 17, 40, 64 rows: the tile transposed up to 32 rows, not past; K a multiple of the step or not; a vocabulary
 that is no multiple of the tile), 16-bit dtypes, two tiles, and maxima tied within a tile and across tiles (the
 first wins), a NaN logit. Run under the Triton interpreter on CPU; ``tests/gpu/test_greedy_head_gpu.py`` runs
@@ -63,7 +63,7 @@ def test_tied_and_nan_cases_pick_the_first_maximum(interpreted):
 
 def test_bad_inputs_name_the_value():
     pytest.importorskip("triton")
-    from attnserve.layers.triton_greedy_head import greedy_head
+    from attnserve.kernels.triton_greedy_head import greedy_head
 
     with pytest.raises(ValueError, match="float16 or bfloat16"):
         greedy_head(torch.zeros(1, 8), torch.zeros(4, 8))

@@ -13,7 +13,7 @@ import torch
 def main(inp: str, out: str) -> None:
     import triton
 
-    from attnserve.model_executor.triton_argmax import argmax
+    from attnserve.kernels.triton_argmax import argmax
 
     assert triton.knobs.runtime.interpret, "run with TRITON_INTERPRET=1"
     torch.save({name: [argmax(x), argmax(x)] for name, x in torch.load(inp).items()}, out)

@@ -1,4 +1,4 @@
-"""The greedy sampler's Triton argmax (``model_executor/triton_argmax.py``) returns ``torch.argmax``'s index on
+"""The greedy sampler's Triton argmax (``kernels/triton_argmax.py``) returns ``torch.argmax``'s index on
 every row: random logits of the default bucket shapes, maxima tied within a lane, across lanes and across
 chunks (the first wins), rows of -inf, a NaN; split and unsplit launches, 16- and 32-bit floats. Run under the
 Triton interpreter on CPU; ``tests/gpu/test_triton_argmax_gpu.py`` runs the same cases on a GPU."""
@@ -49,7 +49,7 @@ def test_triton_argmax_is_torch_argmax_in_interpreter(name, interpreted):
 
 def test_split_columns_cover_every_column_with_whole_blocks():
     pytest.importorskip("triton")
-    from attnserve.model_executor.triton_argmax import BLOCK, split_columns
+    from attnserve.kernels.triton_argmax import BLOCK, split_columns
 
     assert split_columns(64, 151936, 132) == (9, 17408)  # the Qwen3-0.6B batch-64 step
     assert split_columns(1, 151936, 132) == (149, 1024)

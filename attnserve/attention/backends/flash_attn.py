@@ -29,7 +29,7 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.ops.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
+from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.attention.capabilities import BackendCapabilities, cc_str
 from attnserve.attention.backends.flash_attn_versions import (
     FLASH_ATTN_VERSIONS, installed_version, load_kernels, version_preference,

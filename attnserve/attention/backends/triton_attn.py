@@ -1,10 +1,10 @@
-"""TRITON_ATTN: our paged-attention kernels in Triton (``attention/ops/triton_attention.py``).
+"""TRITON_ATTN: our paged-attention kernels in Triton (``kernels/triton_attention.py``).
 
 Per step the builder cuts the batch into query tiles (host side, once); each layer then makes one kernel
 call over the whole mixed batch (the unified kernel), or with ``use_prefill_decode_attention`` two: the
 split-KV kernel over the decode tokens, the unified kernel over the prefill tokens. A decode-only batch too
 small to fill the GPU also takes the split-KV kernel (up to 32 splits of at least one 64-token KV tile).
-The kernels launch with programmatic dependent launch on sm_90+ (``layers/pdl.py``), so the RoPE + KV-write
+The kernels launch with programmatic dependent launch on sm_90+ (``kernels/pdl.py``), so the RoPE + KV-write
 kernel before them and the GEMV after them overlap their launches. New K/V go into the cache with the
 Triton ``reshape_and_cache`` kernel; an fp8 cache stores ``x / scale`` per tensor (scales 1.0 unless set).
 
@@ -35,7 +35,7 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views
+from attnserve.kernels.kv_write import KVWriteTarget, kv_views
 
 # Split-KV decode: aim for this many programs per SM, with at most this many splits of at least one KV tile
 # each (``triton_attention.kv_tile_tokens``: 64 tokens for 16-bit head 128). On an H200 a Llama-3.1-8B
@@ -78,7 +78,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        from attnserve.attention.ops.triton_attention import block_m_for
+        from attnserve.kernels.triton_attention import block_m_for
 
         spec = self.layer_spec
         self.block_q = block_m_for(spec.num_heads // spec.num_kv_heads)[1]
@@ -91,7 +91,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         """Split-KV count for a decode call: 1 when ``num_decodes * Hkv`` programs already fill the GPU (or
         the context is one KV tile); else enough splits for ``_PROGRAMS_PER_SM`` programs per SM, at most
         ``_MAX_SPLITS`` and at most one per KV tile of ``max_seq_len`` tokens."""
-        from attnserve.attention.ops.triton_attention import kv_tile_tokens
+        from attnserve.kernels.triton_attention import kv_tile_tokens
 
         spec = self.layer_spec
         programs = num_decodes * spec.num_kv_heads
@@ -102,7 +102,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
 
     def _tiles(self, common: CommonAttentionMetadata, first: int, last: int, splits: int,
                decode: bool = False) -> TritonAttentionTiles:
-        from attnserve.attention.ops.triton_attention import query_tiles
+        from attnserve.kernels.triton_attention import query_tiles
 
         seq, start = query_tiles(common.query_start_loc_cpu, self.block_q, first, last)
         qsl = common.query_start_loc_cpu
@@ -134,7 +134,7 @@ class TritonAttentionImpl(AttentionImpl):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        from attnserve.attention.ops import triton_attention
+        from attnserve.kernels import triton_attention
 
         self._ops = triton_attention
         self.k_scale = 1.0  # per-tensor fp8 scales: stored value = x / scale

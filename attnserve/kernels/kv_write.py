@@ -80,7 +80,7 @@ def write_kv(
     """The Triton kernel on CUDA, the PyTorch fallback elsewhere (or when Triton is missing)."""
     if key.is_cuda:
         try:
-            from attnserve.attention.ops.triton_kv_write import reshape_and_cache
+            from attnserve.kernels.triton_kv_write import reshape_and_cache
         except ImportError:
             pass
         else:

@@ -9,7 +9,7 @@ on an H200 (19 MB, 0.9 TB/s: ``tests/gpu/profile_engine_steps.py``), 0.7% of the
 columns are cut into ``splits`` chunks so that about 4 programs per SM stream them (a 64-row step: 9 chunks
 of 17408 columns; one row: 149 chunks of 1024). Each program keeps per lane the first maximum it sees
 (strictly greater replaces), then takes the largest value and, among lanes holding it, the smallest index.
-The split reduction is the one :mod:`attnserve.layers.triton_gemv` uses (the CUDA samples'
+The split reduction is the one :mod:`attnserve.kernels.triton_gemv` uses (the CUDA samples'
 ``threadFenceReduction``): each chunk writes its (max, index) to a workspace and takes a ticket from a
 per-row counter; the program that draws the last ticket reduces the chunks in column order (so the first
 maximum wins whichever chunk finished last), writes the index and resets the counter. No second launch, no
@@ -25,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from attnserve.layers import pdl
-from attnserve.layers.triton_common import TICKETS, pdl_wait, ticket_counters
+from attnserve.kernels import pdl
+from attnserve.kernels.triton_common import TICKETS, pdl_wait, ticket_counters
 
 BLOCK = 1024  # columns per program step: 8 per thread of 4 warps (one 16-byte load of 16-bit logits)
 PROGRAMS_PER_SM = 4

@@ -49,7 +49,7 @@ def device_pages(
     overwritten (the PyTorch fallback parks the block-table entries past each request's pages there)."""
     if seq_lens.is_cuda:
         try:
-            from attnserve.attention.ops.triton_paged_kv_indices import device_pages_triton
+            from attnserve.kernels.triton_paged_kv_indices import device_pages_triton
         except ImportError:
             pass
         else:

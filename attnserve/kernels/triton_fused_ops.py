@@ -11,9 +11,9 @@ import torch
 import triton
 import triton.language as tl
 
-from attnserve.layers import pdl
-from attnserve.layers.triton_common import _INTERPRET, _LAUNCH, _exp, _round, _rsqrt, pdl_wait
-from attnserve.layers.triton_rope import rotary_embedding, rotary_embedding_kv_write  # noqa: F401
+from attnserve.kernels import pdl
+from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS, libdevice_exp, round_rne, libdevice_rsqrt, pdl_wait
+from attnserve.kernels.triton_rope import rotary_embedding, rotary_embedding_kv_write  # noqa: F401
 
 
 # ---------------------------------------------------------------------------------------------- RMSNorm
@@ -34,12 +34,12 @@ def _rms_norm_kernel(
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + row * stride_res + offs, mask=mask, other=0.0).to(tl.float32)
-        s = _round(x + r, sum_ptr.dtype.element_ty, INTERPRET)
+        s = round_rne(x + r, sum_ptr.dtype.element_ty, INTERPRET)
         tl.store(sum_ptr + row * stride_sum + offs, s, mask=mask)
         x = s.to(tl.float32)
     mean_sq = tl.math.div_rn(tl.sum(x * x, axis=0), tl.full((), H, tl.float32))
-    y = _round(x * _rsqrt(mean_sq + eps, INTERPRET), sum_ptr.dtype.element_ty, INTERPRET).to(tl.float32)
-    tl.store(out_ptr + row * stride_out + offs, _round(w * y, out_ptr.dtype.element_ty, INTERPRET), mask=mask)
+    y = round_rne(x * libdevice_rsqrt(mean_sq + eps, INTERPRET), sum_ptr.dtype.element_ty, INTERPRET).to(tl.float32)
+    tl.store(out_ptr + row * stride_out + offs, round_rne(w * y, out_ptr.dtype.element_ty, INTERPRET), mask=mask)
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -76,21 +76,21 @@ def rms_norm(
         _rms_norm_kernel[(x2.shape[0],)](
             x2, r2, weight, out2, s2,
             x2.stride(0), r2.stride(0), out2.stride(0), s2.stride(0), eps,
-            H=H, BLOCK=block, HAS_RESIDUAL=residual is not None, INTERPRET=_INTERPRET,
-            num_warps=min(max(block // 256, 1), 16), **_LAUNCH, **pdl.launch(x2),
+            H=H, BLOCK=block, HAS_RESIDUAL=residual is not None, INTERPRET=INTERPRETED,
+            num_warps=min(max(block // 256, 1), 16), **LAUNCH_OPTIONS, **pdl.launch(x2),
         )
     return out if residual is None else (out, s)
 
 
 # ------------------------------------------------------------------------------------------------ SwiGLU
 @triton.jit
-def _silu_mul(gate, up, dtype: tl.constexpr, INTERPRET: tl.constexpr):
+def silu_mul(gate, up, dtype: tl.constexpr, INTERPRET: tl.constexpr):
     """float32 ``gate`` and ``up`` -> ``silu(gate) * up`` in ``dtype``, rounded after the silu and after the
     product, as PyTorch's two ops round. Shared by :func:`silu_and_mul` and the SwiGLU prologue of
     ``triton_gemv`` (so both give the same bits); a kernel calling it must be compiled without FP contraction
-    (``_LAUNCH``): libdevice's ``exp`` ends in a multiply that ``1.0 +`` would otherwise fuse into an FMA."""
-    act = _round(tl.math.div_rn(gate, 1.0 + _exp(-gate, INTERPRET)), dtype, INTERPRET).to(tl.float32)
-    return _round(act * up, dtype, INTERPRET)
+    (``LAUNCH_OPTIONS``): libdevice's ``exp`` ends in a multiply that ``1.0 +`` would otherwise fuse into an FMA."""
+    act = round_rne(tl.math.div_rn(gate, 1.0 + libdevice_exp(-gate, INTERPRET)), dtype, INTERPRET).to(tl.float32)
+    return round_rne(act * up, dtype, INTERPRET)
 
 
 @triton.jit
@@ -105,7 +105,7 @@ def _silu_and_mul_kernel(
     mask = cols < INTER
     gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * stride_x + INTER + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * stride_out + cols, _silu_mul(gate, up, out_ptr.dtype.element_ty, INTERPRET), mask=mask)
+    tl.store(out_ptr + row * stride_out + cols, silu_mul(gate, up, out_ptr.dtype.element_ty, INTERPRET), mask=mask)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:  # (T, 2I) -> (T, I)
@@ -117,6 +117,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:  # (T, 2I) -> (T, I)
         block = min(triton.next_power_of_2(inter), 1024)
         _silu_and_mul_kernel[(x2.shape[0], triton.cdiv(inter, block))](
             x2, out.view(-1, inter), x2.stride(0), inter,
-            INTER=inter, BLOCK=block, INTERPRET=_INTERPRET, num_warps=4, **_LAUNCH, **pdl.launch(x2),
+            INTER=inter, BLOCK=block, INTERPRET=INTERPRETED, num_warps=4, **LAUNCH_OPTIONS, **pdl.launch(x2),
         )
     return out

@@ -11,12 +11,12 @@ argmax (``triton_argmax``, a second pass). On an H200 at batch 64 of the Qwen3-0
 151936) those are 19.4 MB written and read and a 12 us argmax kernel, next to an 82 us LM head. Here the
 first launch computes the LM head one tile of ``BLOCK_N`` vocabulary rows per program on tensor cores (up to
 32 rows as ``triton_gemv``'s tensor-core path does, the weight tile as the MMA's M side and the rows padded to
-16 or 32 as its N side, ``_gemv_step``; from 33 rows with x's 64 padded rows as the M side), and each
+16 or 32 as its N side, ``gemv_step``; from 33 rows with x's 64 padded rows as the M side), and each
 program, instead of storing its (M, BLOCK_N) logits, stores per row the largest value of its tile and the
 first column holding it; the second launch (one program per row) reduces the tiles' partials in column order.
 Nothing of size (M, N) is written.
 
-Launch 1 follows ``layers/pdl.py``'s protocol: its first weight tile is loaded before the PDL wait. The
+Launch 1 follows ``kernels/pdl.py``'s protocol: its first weight tile is loaded before the PDL wait. The
 launch configurations (:class:`GreedyHeadConfig`) are measured at start-up by ``GemvPlan`` against the
 LM head's own choice followed by ``triton_argmax``, per decode batch size; the fused path is used only where
 it measured faster. On an H200 (Qwen3-0.6B LM head, 151936 x 1024, bf16; the plan's timings): 8 / 16 / 32 / 64
@@ -33,9 +33,9 @@ import torch
 import triton
 import triton.language as tl
 
-from attnserve.layers import pdl
-from attnserve.layers.triton_common import _INTERPRET, _round, pdl_wait
-from attnserve.layers.triton_gemv import _gemv_step, _gemv_tile
+from attnserve.kernels import pdl
+from attnserve.kernels.triton_common import INTERPRETED, round_rne, pdl_wait
+from attnserve.kernels.triton_gemv import gemv_step, gemv_tile
 
 MAX_M = 64  # rows: one padded row tile of 16, 32 or 64 per program
 _NO_INDEX: tl.constexpr = tl.constexpr(2**31 - 1)  # larger than any column index
@@ -67,7 +67,7 @@ def _dot_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, SWAP: tl.
     """One BLOCK_K step at column ``k`` of the (BLOCK_M, BLOCK_N) logits tile: ``SWAP`` (up to 32 rows) keeps it
     transposed, (BLOCK_N, BLOCK_M), with the weight tile as the MMA's M side (``triton_gemv``'s "swap AB")."""
     if SWAP:
-        acc = _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED, True, "tf32", "none", False, INTERPRET)
+        acc = gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED, True, "tf32", "none", False, INTERPRET)
     else:
         if MASKED:
             w = tl.load(w_ptrs + k, mask=k + k_offs < K, other=0.0)
@@ -115,7 +115,7 @@ def _head_tiles_kernel(
     if USE_PDL and EVEN_K and SWAP:  # the first weight tile before the wait (a weight is no kernel's output)
         w_first = tl.load(w_ptrs)
         pdl_wait(USE_PDL)
-        acc = _gemv_tile(acc, w_first, x_ptrs, 0, K, k_offs, False, True, "tf32", "none", False, INTERPRET)
+        acc = gemv_tile(acc, w_first, x_ptrs, 0, K, k_offs, False, True, "tf32", "none", False, INTERPRET)
         k_lo = BLOCK_K
     else:
         pdl_wait(USE_PDL)
@@ -125,7 +125,7 @@ def _head_tiles_kernel(
         acc = _dot_step(acc, w_ptrs, x_ptrs, k_main, K, k_offs, True, SWAP, INTERPRET)
     if SWAP:
         acc = tl.trans(acc)
-    logits = _round(acc, w_ptr.dtype.element_ty, INTERPRET).to(tl.float32)  # (BLOCK_M, BLOCK_N): the LM head's bits
+    logits = round_rne(acc, w_ptr.dtype.element_ty, INTERPRET).to(tl.float32)  # (BLOCK_M, BLOCK_N): the LM head's bits
     if STORE_LOGITS:
         out_ptrs = logits_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
         tl.store(out_ptrs, logits.to(logits_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
@@ -192,7 +192,7 @@ def greedy_head(
         hidden, weight, part_val, part_idx, logits_out if logits_out is not None else out,
         m, n, k, hidden.stride(0), weight.stride(0), n_tiles,
         BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, SWAP=block_m <= 32,
-        STORE_LOGITS=logits_out is not None, INTERPRET=_INTERPRET, num_warps=cfg.num_warps,
+        STORE_LOGITS=logits_out is not None, INTERPRET=INTERPRETED, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, **launch,
     )
     _reduce_tiles_kernel[(m,)](part_val, part_idx, out, n_tiles, BLOCK=REDUCE_BLOCK, **launch)

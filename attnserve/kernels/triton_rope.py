@@ -13,12 +13,12 @@ import torch
 import triton
 import triton.language as tl
 
-from attnserve.attention.ops.triton_kv_write import _cache_value, _slot_ptr, cache_fp8_max
-from attnserve.layers import pdl
-from attnserve.layers.triton_common import _INTERPRET, _LAUNCH, _round, _rsqrt, pdl_wait
+from attnserve.kernels.triton_kv_write import cache_value, cache_slot_address, cache_fp8_max
+from attnserve.kernels import pdl
+from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS, round_rne, libdevice_rsqrt, pdl_wait
 
 if TYPE_CHECKING:  # pragma: no cover
-    from attnserve.attention.ops.kv_write import KVWriteTarget
+    from attnserve.kernels.kv_write import KVWriteTarget
 
 
 # ------------------------------------------------------------------------------------ RoPE (+ q/k norm)
@@ -42,16 +42,16 @@ def _rope_heads(
     x2 = tl.load(p1 + HALF, mask=mask, other=0.0).to(tl.float32)
     if HAS_NORM:
         mean_sq = tl.math.div_rn(tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1), tl.full((), 2 * HALF, tl.float32))
-        inv = _rsqrt(mean_sq + eps, INTERPRET)[:, None]
+        inv = libdevice_rsqrt(mean_sq + eps, INTERPRET)[:, None]
         w1 = tl.load(w_ptr + offs_d, mask=offs_d < HALF, other=0.0).to(tl.float32)
         w2 = tl.load(w_ptr + HALF + offs_d, mask=offs_d < HALF, other=0.0).to(tl.float32)
-        x1 = w1 * _round(x1 * inv, dtype, INTERPRET).to(tl.float32)
-        x2 = w2 * _round(x2 * inv, dtype, INTERPRET).to(tl.float32)
+        x1 = w1 * round_rne(x1 * inv, dtype, INTERPRET).to(tl.float32)
+        x2 = w2 * round_rne(x2 * inv, dtype, INTERPRET).to(tl.float32)
         if ROUND_NORM:  # the norm's output dtype is the tensor's (not float32, as with a float32 weight)
-            x1 = _round(x1, dtype, INTERPRET).to(tl.float32)
-            x2 = _round(x2, dtype, INTERPRET).to(tl.float32)
-    y1 = _round(x1 * cos - x2 * sin, dtype, INTERPRET)
-    y2 = _round(x2 * cos + x1 * sin, dtype, INTERPRET)
+            x1 = round_rne(x1, dtype, INTERPRET).to(tl.float32)
+            x2 = round_rne(x2, dtype, INTERPRET).to(tl.float32)
+    y1 = round_rne(x1 * cos - x2 * sin, dtype, INTERPRET)
+    y2 = round_rne(x2 * cos + x1 * sin, dtype, INTERPRET)
     store = mask & (offs_h >= store_lo) & (offs_h < store_hi)
     tl.store(p1, y1, mask=store)
     tl.store(p1 + HALF, y2, mask=store)
@@ -88,7 +88,7 @@ def _rotary_kernel(
                 HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_K, INTERPRET, 0, HK)
 
 
-def _rope_launch(
+def rope_launch(
     query: torch.Tensor, key: torch.Tensor, cos_cache: torch.Tensor, sin_cache: torch.Tensor,
     q_norm: tuple[torch.Tensor, float] | None, k_norm: tuple[torch.Tensor, float] | None,
 ) -> tuple[tuple[torch.Tensor, torch.Tensor, float, float], dict]:
@@ -112,7 +112,7 @@ def _rope_launch(
         HALF=half, HALF_PAD=triton.next_power_of_2(half), HAS_NORM=has_norm,
         ROUND_Q=has_norm and torch.promote_types(qw.dtype, query.dtype) == query.dtype,
         ROUND_K=has_norm and torch.promote_types(kw.dtype, key.dtype) == key.dtype,
-        INTERPRET=_INTERPRET, num_warps=4, **_LAUNCH, **pdl.launch(query),
+        INTERPRET=INTERPRETED, num_warps=4, **LAUNCH_OPTIONS, **pdl.launch(query),
     )
     return (qw, kw, q_eps, k_eps), meta
 
@@ -127,7 +127,7 @@ def rotary_embedding(
     k_norm: tuple[torch.Tensor, float] | None = None,
 ) -> None:
     """See ``fused_ops.rotary_embedding``."""
-    (qw, kw, q_eps, k_eps), meta = _rope_launch(query, key, cos_cache, sin_cache, q_norm, k_norm)
+    (qw, kw, q_eps, k_eps), meta = rope_launch(query, key, cos_cache, sin_cache, q_norm, k_norm)
     if query.shape[0] == 0:
         return
     _rotary_kernel[(query.shape[0],)](
@@ -177,13 +177,13 @@ def _cache_kv_rows(k1, k2, v_ptr, stride_vh, slot, kc_ptr, vc_ptr,
         offs_h = tl.arange(0, HK_PAD)[:, None]
         offs_d = tl.arange(0, HALF_PAD)[None, :]
         mask = (offs_h >= row_lo) & (offs_h < row_hi) & (offs_d < HALF)
-        kc = _slot_ptr(kc_ptr, slot, stride_kcb, stride_kcs, PAGE) + offs_h * stride_kch + offs_d
-        tl.store(kc, _cache_value(k1, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
-        tl.store(kc + HALF, _cache_value(k2, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
+        kc = cache_slot_address(kc_ptr, slot, stride_kcb, stride_kcs, PAGE) + offs_h * stride_kch + offs_d
+        tl.store(kc, cache_value(k1, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
+        tl.store(kc + HALF, cache_value(k2, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
         v = v_ptr + offs_h * stride_vh + offs_d
-        vc = _slot_ptr(vc_ptr, slot, stride_vcb, stride_vcs, PAGE) + offs_h * stride_vch + offs_d
-        tl.store(vc, _cache_value(tl.load(v, mask=mask), v_scale, fmax, vc_ptr.dtype.element_ty, FP8), mask=mask)
-        tl.store(vc + HALF, _cache_value(tl.load(v + HALF, mask=mask), v_scale, fmax, vc_ptr.dtype.element_ty, FP8),
+        vc = cache_slot_address(vc_ptr, slot, stride_vcb, stride_vcs, PAGE) + offs_h * stride_vch + offs_d
+        tl.store(vc, cache_value(tl.load(v, mask=mask), v_scale, fmax, vc_ptr.dtype.element_ty, FP8), mask=mask)
+        tl.store(vc + HALF, cache_value(tl.load(v + HALF, mask=mask), v_scale, fmax, vc_ptr.dtype.element_ty, FP8),
                  mask=mask)
 
 
@@ -198,7 +198,7 @@ def decode_rope_kv_write(
     PAGE: tl.constexpr, FP8: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """``_rotary_kv_write_kernel``'s work for token ``tok``, KV head ``kvh`` only, inside another kernel (a
-    paged-attention program that owns that token and KV head: ``attention/ops/triton_attention.py``): its
+    paged-attention program that owns that token and KV head: ``kernels/triton_attention.py``): its
     ``HQ // HK`` query heads rotated in place, its key head rotated in place and, with its value head, stored
     in the cache. Every head of the token is loaded and computed on the same (HQ_PAD / HK_PAD, HALF_PAD)
     tiles as that kernel's, so the q/k norm's sums add in the same order (the same bits; compiled, like it,
@@ -226,7 +226,7 @@ def rotary_embedding_kv_write(
     k_norm: tuple[torch.Tensor, float] | None = None,
 ) -> None:
     """See ``fused_ops.rotary_embedding_kv_write``."""
-    (qw, kw, q_eps, k_eps), meta = _rope_launch(query, key, cos_cache, sin_cache, q_norm, k_norm)
+    (qw, kw, q_eps, k_eps), meta = rope_launch(query, key, cos_cache, sin_cache, q_norm, k_norm)
     kc, vc, slots = target.key_cache, target.value_cache, target.slot_mapping
     num_tokens, hk, d = key.shape
     assert value.shape == key.shape and value.dtype == key.dtype and value.stride(-1) == 1

@@ -47,7 +47,7 @@ same x as ``gemv(silu_and_mul(x), weight)`` and (same config) returns the same b
 ``acc += x * w`` is contracted to an FMA by the compiler; nothing else in the kernel multiplies and adds.
 
 Under the Triton interpreter (``TRITON_INTERPRET=1``: CPU tensors, for tests) the kernel runs as is;
-``_round`` does the float32 -> bfloat16 rounding the interpreter's cast does not do, and ``tl.dot`` gets
+``round_rne`` does the float32 -> bfloat16 rounding the interpreter's cast does not do, and ``tl.dot`` gets
 float32 operands (the interpreter's dot multiplies 16-bit floats' bit patterns as integers).
 """
 
@@ -60,9 +60,9 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from attnserve.layers import pdl
-from attnserve.layers.triton_common import _INTERPRET, _LAUNCH, TICKETS, _round, pdl_wait, ticket_counters
-from attnserve.layers.triton_fused_ops import _silu_mul
+from attnserve.kernels import pdl
+from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS, TICKETS, round_rne, pdl_wait, ticket_counters
+from attnserve.kernels.triton_fused_ops import silu_mul
 
 MAX_M = 64  # rows of x; the padded rows (to BLOCK_M) are computed on clamped copies and never stored
 MAX_FMA_M = 16  # the FMA path's (BLOCK_M, BLOCK_N, BLOCK_K) float32 register tile: dot past this
@@ -182,7 +182,7 @@ def prepare(device: torch.device | str) -> torch.Tensor:
 
 
 @triton.jit
-def _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.constexpr,
+def gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.constexpr,
                PRECISION: tl.constexpr, ACT: tl.constexpr, NO_CONTRACT: tl.constexpr, INTERPRET: tl.constexpr):
     """One BLOCK_K step at column ``k``: the weight tile times every row of x, added to ``acc``. With
     ``ACT == "silu_mul"`` the x tile is ``silu(gate) * up`` of the gate at ``x_ptrs`` and the up K columns on."""
@@ -190,13 +190,13 @@ def _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.
         w = tl.load(w_ptrs + k, mask=k + k_offs < K, other=0.0)
     else:
         w = tl.load(w_ptrs + k)
-    return _gemv_tile(acc, w, x_ptrs, k, K, k_offs, MASKED, DOT, PRECISION, ACT, NO_CONTRACT, INTERPRET)
+    return gemv_tile(acc, w, x_ptrs, k, K, k_offs, MASKED, DOT, PRECISION, ACT, NO_CONTRACT, INTERPRET)
 
 
 @triton.jit
-def _gemv_tile(acc, w, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.constexpr,
+def gemv_tile(acc, w, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.constexpr,
                PRECISION: tl.constexpr, ACT: tl.constexpr, NO_CONTRACT: tl.constexpr, INTERPRET: tl.constexpr):
-    """:func:`_gemv_step` with the weight tile ``w`` at column ``k`` already loaded. ``NO_CONTRACT``: the
+    """:func:`gemv_step` with the weight tile ``w`` at column ``k`` already loaded. ``NO_CONTRACT``: the
     kernel is compiled without FP contraction (a SwiGLU in it), so the FMA path writes out the FMA that the
     plain GEMV's compiler makes of ``acc += x * w`` (the same bits either way)."""
     if MASKED:
@@ -208,7 +208,7 @@ def _gemv_tile(acc, w, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.const
             up = tl.load(x_ptrs + K + k, mask=k + k_offs < K, other=0.0)
         else:
             up = tl.load(x_ptrs + K + k)
-        x = _silu_mul(x.to(tl.float32), up.to(tl.float32), x.dtype, INTERPRET)  # silu_and_mul's bits
+        x = silu_mul(x.to(tl.float32), up.to(tl.float32), x.dtype, INTERPRET)  # silu_and_mul's bits
     if DOT:
         if INTERPRET:  # the interpreter's dot multiplies 16-bit floats' bits as integers
             acc = tl.dot(w.to(tl.float32), tl.trans(x.to(tl.float32)), acc, input_precision="ieee")
@@ -242,7 +242,7 @@ def _gemv_kernel(
     the epilogue; with ``"silu_mul"`` the weight is ``[gate; up]`` (2N, K), a tile's first BLOCK_N / 2 rows
     are gate rows and the rest the up rows N further (one MMA operand), and y is ``silu(gate) * up``
     (N wide, BLOCK_N / 2 columns a program). ``USE_PDL``:
-    launched with programmatic dependent launch (``layers/pdl.py``): with ``EVEN_K`` each program loads its
+    launched with programmatic dependent launch (``kernels/pdl.py``): with ``EVEN_K`` each program loads its
     first weight tile before the wait, into registers (the same products in the same order: the same bits)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -275,18 +275,18 @@ def _gemv_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     if USE_PDL and EVEN_K:
         # the split's first weight tile is loaded while the kernel before this one still runs (a weight is
-        # no kernel's output: step 1 of layers/pdl.py); with EVEN_K every split has at least one full step
+        # no kernel's output: step 1 of kernels/pdl.py); with EVEN_K every split has at least one full step
         w_first = tl.load(w_ptrs + k_lo)
         pdl_wait(USE_PDL)
-        acc = _gemv_tile(acc, w_first, x_ptrs, k_lo, K, k_offs, False, DOT, PRECISION, ACT, NO_CONTRACT, INTERPRET)
+        acc = gemv_tile(acc, w_first, x_ptrs, k_lo, K, k_offs, False, DOT, PRECISION, ACT, NO_CONTRACT, INTERPRET)
         k_lo += BLOCK_K
     else:
         pdl_wait(USE_PDL)
     for k in range(k_lo, k_main, BLOCK_K):
-        acc = _gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, False, DOT, PRECISION, ACT, NO_CONTRACT, INTERPRET)
+        acc = gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, False, DOT, PRECISION, ACT, NO_CONTRACT, INTERPRET)
     if not EVEN_K:
         if k_main < k_hi:
-            acc = _gemv_step(acc, w_ptrs, x_ptrs, k_main, K, k_offs, True, DOT, PRECISION, ACT, NO_CONTRACT, INTERPRET)
+            acc = gemv_step(acc, w_ptrs, x_ptrs, k_main, K, k_offs, True, DOT, PRECISION, ACT, NO_CONTRACT, INTERPRET)
     if DOT:
         acc = tl.trans(acc)  # (BLOCK_M, BLOCK_N)
     else:
@@ -325,11 +325,11 @@ def _store_y(y_ptr, acc, b_ptr, rows_n, offs_m, offs_n, pid_n, M, N, stride_ym, 
     (M, 2N) output is), give ``silu(gate) * up`` with ``silu_and_mul``'s bits, BLOCK_N / 2 columns."""
     if HAS_BIAS:
         acc += tl.load(b_ptr + rows_n).to(tl.float32)[None, :]
-    y = _round(acc, y_ptr.dtype.element_ty, INTERPRET)
+    y = round_rne(acc, y_ptr.dtype.element_ty, INTERPRET)
     if OUT_ACT == "silu_mul":
         HALF: tl.constexpr = BLOCK_N // 2
         gate, up = tl.split(tl.permute(tl.reshape(y.to(tl.float32), (BLOCK_M, 2, HALF)), (0, 2, 1)))
-        y = _silu_mul(gate, up, y_ptr.dtype.element_ty, INTERPRET)  # (BLOCK_M, HALF)
+        y = silu_mul(gate, up, y_ptr.dtype.element_ty, INTERPRET)  # (BLOCK_M, HALF)
         cols = pid_n * HALF + tl.arange(0, HALF)
     else:
         cols = offs_n
@@ -379,7 +379,7 @@ def gemv(
         raise ValueError(f"gemv out_act='silu_mul' needs block_n >= 2 (half gate, half up rows), got {config}")
     if k == 0:
         b = bias.expand(m, n) if bias is not None else torch.zeros((m, n), dtype=x.dtype, device=x.device)
-        # the SwiGLU of the bias in PyTorch's two ops, whose roundings _silu_mul's match: no launch, as without it
+        # the SwiGLU of the bias in PyTorch's two ops, whose roundings silu_mul's match: no launch, as without it
         return y.copy_(F.silu(b[:, :out_n]) * b[:, out_n:]) if out_act == "silu_mul" else y.copy_(b)
     if bias is not None and bias.stride(0) != 1:
         bias = bias.contiguous()
@@ -399,8 +399,8 @@ def gemv(
         BLOCK_M=config.block_m(m), BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT=splits > 1,
         DOT=config.dot, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0, ACT=act, OUT_ACT=out_act,
-        NO_CONTRACT="silu_mul" in (act, out_act), INTERPRET=_INTERPRET,
+        NO_CONTRACT="silu_mul" in (act, out_act), INTERPRET=INTERPRETED,
         num_warps=config.num_warps, num_stages=config.num_stages,
-        **(_LAUNCH if "silu_mul" in (act, out_act) else {}), **pdl.launch(x),
+        **(LAUNCH_OPTIONS if "silu_mul" in (act, out_act) else {}), **pdl.launch(x),
     )
     return y

@@ -4,7 +4,7 @@ its K and V (all heads).
 The cache views may have any strides (NHD or HND order, ``(2, N, ...)`` or ``(N, 2, ...)`` shapes); an fp8
 cache gets ``x / scale`` saturated to the format's range. The two ``@triton.jit`` helpers (the slot's
 address, the value a cache element gets) are shared with the RoPE kernel that writes K/V itself
-(``layers/triton_rope.py``), so both store the same bits. Importing this module imports Triton.
+(``kernels/triton_rope.py``), so both store the same bits. Importing this module imports Triton.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import triton.language as tl
 
 
 @triton.jit
-def _slot_ptr(cache_ptr, slot, stride_b, stride_s, PAGE: tl.constexpr):
+def cache_slot_address(cache_ptr, slot, stride_b, stride_s, PAGE: tl.constexpr):
     """The address of flat cache slot ``slot`` (``block * PAGE + offset``, int64) in a
     ``(num_blocks, PAGE, H, D)`` view with block / in-block strides ``stride_b`` / ``stride_s``."""
     return cache_ptr + (slot // PAGE) * stride_b + (slot % PAGE) * stride_s
 
 
 @triton.jit
-def _cache_value(x, scale, fmax, dtype: tl.constexpr, FP8: tl.constexpr):
+def cache_value(x, scale, fmax, dtype: tl.constexpr, FP8: tl.constexpr):
     """``x`` (a loaded K or V tile, in its storage dtype) as the cache stores it: cast to ``dtype``; in an
     fp8 cache ``x / scale`` saturated to +-``fmax`` first."""
     if FP8:
@@ -48,10 +48,10 @@ def _reshape_and_cache_kernel(
     mask = (offs_h[:, None] < NUM_HEADS) & (offs_d[None, :] < HEAD)
     k = tl.load(key_ptr + tok * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :], mask=mask)
     v = tl.load(value_ptr + tok * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :], mask=mask)
-    tl.store(_slot_ptr(kc_ptr, slot, stride_kcb, stride_kcs, PAGE) + offs_h[:, None] * stride_kch + offs_d[None, :],
-             _cache_value(k, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
-    tl.store(_slot_ptr(vc_ptr, slot, stride_vcb, stride_vcs, PAGE) + offs_h[:, None] * stride_vch + offs_d[None, :],
-             _cache_value(v, v_scale, fmax, vc_ptr.dtype.element_ty, FP8), mask=mask)
+    tl.store(cache_slot_address(kc_ptr, slot, stride_kcb, stride_kcs, PAGE) + offs_h[:, None] * stride_kch + offs_d[None, :],
+             cache_value(k, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
+    tl.store(cache_slot_address(vc_ptr, slot, stride_vcb, stride_vcs, PAGE) + offs_h[:, None] * stride_vch + offs_d[None, :],
+             cache_value(v, v_scale, fmax, vc_ptr.dtype.element_ty, FP8), mask=mask)
 
 
 def cache_fp8_max(key_cache: torch.Tensor) -> tuple[bool, float]:

@@ -33,9 +33,9 @@ import torch
 import triton
 import triton.language as tl
 
-from attnserve.layers import pdl
-from attnserve.layers.triton_common import _INTERPRET, _LAUNCH, pdl_wait
-from attnserve.layers.triton_rope import decode_rope_kv_write
+from attnserve.kernels import pdl
+from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS, pdl_wait
+from attnserve.kernels.triton_rope import decode_rope_kv_write
 
 
 @triton.jit
@@ -117,7 +117,7 @@ def _paged_attention_kernel(
     ROUND_Q: tl.constexpr, ROUND_K: tl.constexpr, INTERPRET: tl.constexpr, DECODE: tl.constexpr,
 ):
     """Grid (num_query_tiles, Hkv, NUM_SPLITS): one query tile of one KV head, over one split of its KV.
-    ``USE_PDL``: launched with programmatic dependent launch (``layers/pdl.py``); every input may come from
+    ``USE_PDL``: launched with programmatic dependent launch (``kernels/pdl.py``); every input may come from
     the kernels before it (the query, the KV just written, the step's metadata), so it waits first.
     ``ROPE`` (decode tiles of one token each, ``NUM_SPLITS == 1``): the program first does the RoPE + KV-write
     kernel's work for its token and KV head (``triton_rope.decode_rope_kv_write``: its query heads and
@@ -297,9 +297,9 @@ def _rope_arguments(rope: DecodeRope | None, query: torch.Tensor, key_cache: tor
     if rope is None:
         return (query,) * 8 + (0,) * 5 + (0.0, 0.0, 0.0), dict(
             ROPE=False, HQ=1, HQ_PAD=1, HK=1, HK_PAD=1, HALF=1, HALF_PAD=1, HAS_NORM=False, ROUND_Q=False,
-            ROUND_K=False, INTERPRET=_INTERPRET)
-    from attnserve.attention.ops.triton_kv_write import cache_fp8_max
-    from attnserve.layers.triton_rope import _rope_launch
+            ROUND_K=False, INTERPRET=INTERPRETED)
+    from attnserve.kernels.triton_kv_write import cache_fp8_max
+    from attnserve.kernels.triton_rope import rope_launch
 
     assert num_splits == 1, "RoPE inside the attention kernel needs one program per token and KV head"
     # the q/k norm's sums add in the RoPE kernel's order only on its tiles and warps
@@ -307,7 +307,7 @@ def _rope_arguments(rope: DecodeRope | None, query: torch.Tensor, key_cache: tor
     key, value = rope.key, rope.value
     assert value.shape == key.shape and value.dtype == key.dtype and value.stride(-1) == 1
     assert rope.slot_mapping.shape == (query.shape[0],) and rope.slot_mapping.dtype == torch.int64
-    (qw, kw, q_eps, k_eps), meta = _rope_launch(query, key, rope.cos_cache, rope.sin_cache, rope.q_norm,
+    (qw, kw, q_eps, k_eps), meta = rope_launch(query, key, rope.cos_cache, rope.sin_cache, rope.q_norm,
                                                 rope.k_norm)
     args = (rope.positions, key, value, rope.cos_cache, rope.sin_cache, qw, kw, rope.slot_mapping,
             key.stride(0), key.stride(1), value.stride(0), value.stride(1), rope.cos_cache.stride(0),
@@ -384,7 +384,7 @@ def paged_attention(
         NUM_QPKV=num_qpkv, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD=head, HEAD_PAD=head_pad, PAGE=page,
         PAGES_PER_TILE=pages_per_tile, NUM_SPLITS=num_splits, USE_SOFTCAP=logits_soft_cap is not None,
         USE_WINDOW=sliding_window is not None, KV_FP8=kv_fp8, PREC=prec, DECODE=decode and DECODE_DIRECT,
-        **rope_meta, **_LAUNCH,
+        **rope_meta, **LAUNCH_OPTIONS,
         **pdl.launch(query), **(launch or {}),
     )
     if num_splits > 1:

@@ -24,14 +24,14 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:  # pragma: no cover
-    from attnserve.attention.ops.kv_write import KVWriteTarget
+    from attnserve.kernels.kv_write import KVWriteTarget
 
 
 @functools.cache
 def _triton_ops() -> ModuleType | None:
-    """``attnserve.layers.triton_fused_ops``, or None where Triton is not installed."""
+    """``attnserve.kernels.triton_fused_ops``, or None where Triton is not installed."""
     try:
-        from attnserve.layers import triton_fused_ops
+        from attnserve.kernels import triton_fused_ops
     except ImportError:
         return None
     return triton_fused_ops

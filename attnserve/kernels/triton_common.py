@@ -7,7 +7,7 @@ the PyTorch definition in ``fused_ops.py`` rounds (after each PyTorch op whose o
 product of two bf16 (or fp16) values is exact in float32, so ``weight * y`` rounded once equals PyTorch's
 16-bit multiply. Three choices keep the kernels on PyTorch's CUDA rounding:
 
-- floating-point contraction is off (``enable_fp_fusion=False``, :data:`_LAUNCH`): ``x1 * cos - x2 * sin``
+- floating-point contraction is off (``enable_fp_fusion=False``, :data:`LAUNCH_OPTIONS`): ``x1 * cos - x2 * sin``
   is two rounded products and a rounded difference, as in PyTorch's separate elementwise kernels, not an FMA;
 - divisions are IEEE (``div_rn``; Triton's ``/`` on float32 is the 2-ulp ``div.full``), and ``exp`` and
   ``rsqrt`` are libdevice's, the functions nvcc compiles ``expf``/``rsqrtf`` in PyTorch's kernels to;
@@ -17,7 +17,7 @@ product of two bf16 (or fp16) values is exact in float32, so ``weight * y`` roun
 
 Under the Triton interpreter (``TRITON_INTERPRET=1``: the kernels run on CPU tensors, for tests)
 libdevice is unavailable, so ``exp``/``rsqrt`` are numpy's, and the interpreter's float32 -> bfloat16
-cast does not round to nearest even, so :func:`_round` does that rounding with integer ops there.
+cast does not round to nearest even, so :func:`round_rne` does that rounding with integer ops there.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-_INTERPRET = bool(triton.knobs.runtime.interpret)
+INTERPRETED = bool(triton.knobs.runtime.interpret)
 # no FMA contraction (see the module docstring)
-_LAUNCH = dict(enable_fp_fusion=False)
+LAUNCH_OPTIONS = dict(enable_fp_fusion=False)
 # counters per ticket buffer: the rows or tiles one split launch of a kernel can take
 TICKETS = 1 << 16
 _tickets: dict[tuple[str, torch.device], torch.Tensor] = {}
@@ -55,7 +55,7 @@ def ticket_counters(owner: str, device: torch.device | str) -> torch.Tensor:
 
 
 @triton.jit
-def _round(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
+def round_rne(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
     """float32 ``x`` rounded to nearest (ties to even) in ``dtype``."""
     if INTERPRET and dtype == tl.bfloat16:  # the interpreter's cast truncates; round in the bits
         bits = x.to(tl.uint32, bitcast=True)
@@ -67,7 +67,7 @@ def _round(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
 
 @triton.jit
 def pdl_wait(USE_PDL: tl.constexpr):
-    """Steps 2 and 3 of ``layers/pdl.py``'s protocol in a kernel launched with ``launch_pdl``: wait for the
+    """Steps 2 and 3 of ``kernels/pdl.py``'s protocol in a kernel launched with ``launch_pdl``: wait for the
     kernels before it, then let the next one start. A no-op without PDL."""
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
@@ -75,7 +75,7 @@ def pdl_wait(USE_PDL: tl.constexpr):
 
 
 @triton.jit
-def _rsqrt(x, INTERPRET: tl.constexpr):
+def libdevice_rsqrt(x, INTERPRET: tl.constexpr):
     if INTERPRET:
         return tl.rsqrt(x)
     else:
@@ -83,7 +83,7 @@ def _rsqrt(x, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _exp(x, INTERPRET: tl.constexpr):
+def libdevice_exp(x, INTERPRET: tl.constexpr):
     if INTERPRET:
         return tl.exp(x)
     else:
