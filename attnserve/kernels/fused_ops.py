@@ -17,6 +17,7 @@ instead of ~40. Triton is imported on the first call with a CUDA tensor, never b
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,31 @@ import torch.nn.functional as F
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.kernels.kv_write import KVWriteTarget
+
+
+@dataclass(frozen=True)
+class RopeInputs:
+    """What RoPE takes besides the query and key heads, as tensors: each token's position, the cos/sin
+    tables and, for Qwen3, the per-head q/k RMSNorm's weight and eps. The attention contract
+    (``Attention.forward_with_rope``, ``AttentionImpl.forward_with_rope``) passes this record, not the
+    model's RotaryEmbedding and RMSNorm modules (``RotaryEmbedding.inputs`` makes it)."""
+
+    positions: torch.Tensor  # (T,) int64
+    cos_cache: torch.Tensor  # (max_position, D/2) float32, last dim contiguous
+    sin_cache: torch.Tensor  # (max_position, D/2) float32, same strides
+    q_norm: tuple[torch.Tensor, float] | None = None  # (weight (D,), eps): RMSNorm each query head first
+    k_norm: tuple[torch.Tensor, float] | None = None  # (weight (D,), eps): both norms or neither
+
+    def apply(self, query: torch.Tensor, key: torch.Tensor) -> None:  # (T, Hq, D), (T, Hkv, D)
+        """:func:`rotary_embedding` of ``query`` and ``key``, in place."""
+        rotary_embedding(self.positions, query, key, self.cos_cache, self.sin_cache, self.q_norm, self.k_norm)
+
+    def apply_kv_write(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       target: "KVWriteTarget") -> None:
+        """:func:`rotary_embedding_kv_write`: :meth:`apply`, and the rotated keys and the values stored in
+        ``target``'s paged cache (one kernel on CUDA)."""
+        rotary_embedding_kv_write(self.positions, query, key, value, self.cos_cache, self.sin_cache, target,
+                                  self.q_norm, self.k_norm)
 
 
 @functools.cache

@@ -277,7 +277,7 @@ def run_rope_paths(backend_cls, case: Case, device: str | torch.device, attentio
                 rotary(st.positions, q, k, *norms)
                 out = attn(q, k, v, batch)
             else:
-                out = attn.forward_with_rope(st.positions, q, k, v, batch, rotary, *norms)
+                out = attn.forward_with_rope(q, k, v, batch, rotary.inputs(st.positions, *norms))
         results[path] = (out, step_qkv, cache)
     if device.type == "cuda":
         torch.cuda.synchronize()

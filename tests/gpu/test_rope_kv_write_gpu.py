@@ -160,8 +160,8 @@ def _engine_run(path: str, backend: str, cfg: dict, unfused: bool, monkeypatch, 
 
     with monkeypatch.context() as m:
         if unfused:
-            def forward_with_rope(self, positions, query, key, value, batch, rotary, q_norm=None, k_norm=None):
-                rotary(positions, query, key, q_norm, k_norm)
+            def forward_with_rope(self, query, key, value, batch, rope):
+                rope.apply(query, key)
                 return self.forward(query, key, value, batch)
 
             m.setattr(Attention, "forward_with_rope", forward_with_rope)

@@ -35,6 +35,7 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
+from attnserve.kernels.fused_ops import RopeInputs
 from attnserve.kernels.kv_write import KVWriteTarget, kv_views
 
 # Split-KV decode: aim for this many programs per SM, with at most this many splits of at least one KV tile
@@ -143,8 +144,8 @@ class TritonAttentionImpl(AttentionImpl):
     def kv_write_target(self, kv_cache, metadata: TritonAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, self.kv_dim), metadata.slot_mapping, self.k_scale, self.v_scale)
 
-    def forward_with_rope(self, positions, query, key, value, kv_cache, metadata: TritonAttentionMetadata,
-                          rotary, q_norm=None, k_norm=None) -> torch.Tensor | None:
+    def forward_with_rope(self, query, key, value, kv_cache, metadata: TritonAttentionMetadata,
+                          rope: RopeInputs) -> torch.Tensor | None:
         """A decode step whose one kernel call has one program per request and KV head (no KV split, 4 warps:
         batch x Hkv >= 2 programs per SM): RoPE, the KV write and attention in that kernel
         (``paged_attention(rope=...)``), instead of the RoPE + KV-write kernel and then the attention kernel.
@@ -155,12 +156,10 @@ class TritonAttentionImpl(AttentionImpl):
         call = metadata.calls[0]
         if not call.decode or call.num_splits != 1 or call.launch.get("num_warps", 4) != 4:
             return None
-        from attnserve.layers.rotary import _norm
-
         key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
-        rope = self._ops.DecodeRope(positions, key, value, rotary.cos_cache, rotary.sin_cache,
-                                    metadata.slot_mapping, _norm(q_norm), _norm(k_norm))
-        return self._attend(query, key_cache, value_cache, metadata, rope)
+        decode_rope = self._ops.DecodeRope(rope.positions, key, value, rope.cos_cache, rope.sin_cache,
+                                           metadata.slot_mapping, rope.q_norm, rope.k_norm)
+        return self._attend(query, key_cache, value_cache, metadata, decode_rope)
 
     def forward(self, query, key, value, kv_cache, metadata: TritonAttentionMetadata,
                 kv_written: bool = False) -> torch.Tensor:
