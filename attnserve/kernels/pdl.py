@@ -26,7 +26,7 @@ machine, PDL off then on): Qwen3-0.6B shape with FLASHINFER, TPOT batch 1 1.29 -
 3.39 -> 3.34 ms; Llama-3.1-8B shape with FLASHINFER, batch 1 4.94 -> 4.74 ms; with FLASH_ATTN (FA3, which
 launches without PDL) batch 64 unchanged (Qwen3 3.65 / 3.66 ms, Llama 7.83 / 7.82 ms). The outputs are the
 same bits (``tests/gpu/test_pdl_gpu.py``). Tried and dropped: asking L2 to prefetch the first 2-8 KB of each
-GEMV weight row before the wait (2-19% slower on a Llama-3.1-8B batch-1 step, ``tests/gpu/bench_pdl.py``).
+GEMV weight row before the wait (2-19% slower on a Llama-3.1-8B batch-1 step, ``benchmarks/gpu/bench_pdl.py``).
 Kept instead: the GEMV loads its first weight tile into registers before the wait. TRITON_ATTN's paged
 attention and split merge launch with PDL too; with them and the GEMV plan, a Llama-3.1-8B batch-1 step
 took 4.707 ms with PDL off and 4.628 ms on (``bench_pdl --backend TRITON_ATTN``, bitwise equal logits).

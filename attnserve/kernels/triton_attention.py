@@ -272,7 +272,7 @@ def query_tiles(query_start_loc_cpu: torch.Tensor, block_q: int, first_req: int 
 
 
 # decode calls take tile i as request i's token i (``paged_attention(decode=True)``); a module switch for
-# same-process A/Bs (``tests/gpu/bench_engine_variants.py``)
+# same-process A/Bs (``benchmarks/gpu/bench_engine_variants.py``)
 DECODE_DIRECT = True
 
 

@@ -27,7 +27,7 @@ Two ways to multiply a tile (``GemvConfig.dot``):
   rows is one MMA operand; the loads are then pipelined ``num_stages`` deep through shared memory
   (``(BLOCK_N + BLOCK_M) * BLOCK_K`` elements per stage). The default for M >= 3 in 16-bit floats, and
   the only path past 16 rows (float32 too: an IEEE float32 dot). (The defaults are unmeasured guesses;
-  ``tests/gpu/bench_gemv.py`` settles them.)
+  ``benchmarks/gpu/bench_gemv.py`` settles them.)
 
 Split-K reduction in one launch (the CUDA samples' ``threadFenceReduction``: the last block reduces): each
 split writes its float32 partial tile to a workspace, then takes a ticket from a per-tile counter; the

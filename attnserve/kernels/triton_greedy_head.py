@@ -22,7 +22,7 @@ LM head's own choice followed by ``triton_argmax``, per decode batch size; the f
 it measured faster. On an H200 (Qwen3-0.6B LM head, 151936 x 1024, bf16; the plan's timings): 8 / 16 / 32 / 64
 rows 76.1 / 76.1 / 78.3 / 83.5 us fused against 83.6 / 86.2 / 90.5 / 97.9 us for cuBLAS + argmax; 1-4 rows
 stay with cuBLAS (80-83 vs 80-82 us). A decode step at batch 64 took 3.081-3.086 ms with it and 3.095-3.108
-ms without (``tests/gpu/bench_engine_variants.py``, ``docs/results/issue8-h200.md``, session 9).
+ms without (``benchmarks/gpu/bench_engine_variants.py``, ``docs/results/issue8-h200.md``, session 9).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class GreedyHeadConfig:
 
 
 # the start-up plan's candidates: the best tensor-core tiles of the Qwen3-0.6B LM head at 16..64 rows on an
-# H200 (``tests/gpu/bench_gemv.py``, session 5/6: n64 k64 st4, n64 k128 st2-3, n128 k128 w8 st3 at 1 row), and a
+# H200 (``benchmarks/gpu/bench_gemv.py``, session 5/6: n64 k64 st4, n64 k128 st2-3, n128 k128 w8 st3 at 1 row), and a
 # 256-row weight tile that reads the 64-row x tile (from L2) a quarter as often per weight byte
 CANDIDATES = (GreedyHeadConfig(64, 64, 4, 4), GreedyHeadConfig(64, 128, 4, 3), GreedyHeadConfig(128, 64, 4, 4),
               GreedyHeadConfig(128, 128, 8, 3), GreedyHeadConfig(256, 64, 8, 3))

@@ -42,7 +42,7 @@ out_act="silu_mul")``: one launch, no (M, 2I) intermediate) over the layer's can
 keeps it where it is faster by the same margin; a candidate counts only if its plain GEMV agrees with
 ``F.linear`` and the fused one returns ``silu_and_mul`` of that plain output bit for bit. Where both ends of
 an MLP would fuse the SwiGLU at one row count, the pair of (gate/up, down) launches that is faster in total
-keeps its fusion. Measured on an H200 (``tests/gpu/bench_gate_up_swiglu.py``, gate/up + ``silu_and_mul`` vs
+keeps its fusion. Measured on an H200 (``benchmarks/gpu/bench_gate_up_swiglu.py``, gate/up + ``silu_and_mul`` vs
 fused): Qwen3-0.6B 1 row 6.47 -> 4.61 us, 16 rows 7.60 -> 5.72 us; Llama-3.1-8B 1 row 54.8 -> 52.6 us.
 
 The LM head gets a third table, ``head.greedy``: for each row count the plan times the LM head's choice above

@@ -1,7 +1,7 @@
 """The greedy sampler's Triton argmax on a GPU: ``torch.argmax``'s index on every row of the interpreter test's
 cases and of random logits in the decode buckets' shapes (Qwen3's and Llama 3's vocabularies), eagerly and
 replayed in a CUDA graph with new logits each time (the split counters reset themselves). Prints both
-kernels' times (not asserted: ``tests/gpu/bench_argmax.py`` measures them)."""
+kernels' times (not asserted: ``benchmarks/gpu/bench_argmax.py`` measures them)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ The kernels launch with programmatic dependent launch on sm_90+ (``kernels/pdl.p
 kernel before them and the GEMV after them overlap their launches. New K/V go into the cache with the
 Triton ``reshape_and_cache`` kernel; an fp8 cache stores ``x / scale`` per tensor (scales 1.0 unless set).
 
-Measured on an H200 (bf16, head 128, 1k context, ``tests/gpu/bench_triton_decode.py`` and
+Measured on an H200 (bf16, head 128, 1k context, ``benchmarks/gpu/bench_triton_decode.py`` and
 ``bench_decode_layout.py``): batch 64 x 16/8 heads 67-71 us per layer (3.8-4.0 TB/s of KV, ~89-94% of the
 copy bandwidth; FlashInfer 74.6 us), batch 1 x 32/8 heads 7-9 us (FlashInfer 10.1 us).
 
@@ -41,12 +41,12 @@ from attnserve.kernels.kv_write import KVWriteTarget, kv_views
 # Split-KV decode: aim for this many programs per SM, with at most this many splits of at least one KV tile
 # each (``triton_attention.kv_tile_tokens``: 64 tokens for 16-bit head 128). On an H200 a Llama-3.1-8B
 # batch-1 decode at 1k context took 22.4 us with splits of 512 tokens (2 splits, 16 programs) and 10.1 us in
-# FlashInfer (tests/gpu/bench_decode_layout.py).
+# FlashInfer (benchmarks/gpu/bench_decode_layout.py).
 _PROGRAMS_PER_SM = 2
 _MAX_SPLITS = 32
 # Launch options of decode calls (one query token per request), by whether KV is split: a 2-stage pipeline
 # (Triton's default is 3), and 8 warps for the short split programs. On an H200 (``python -m
-# tests.gpu.bench_triton_decode --sweep``, bf16, head 128, 1k context): Qwen3 shape batch 64 68.4 -> 67.4 us,
+# benchmarks.gpu.bench_triton_decode --sweep``, bf16, head 128, 1k context): Qwen3 shape batch 64 68.4 -> 67.4 us,
 # Llama-3.1-8B shape batch 1 (16 splits) 7.85 -> 6.95 us.
 _DECODE_LAUNCH = {False: {"num_stages": 2}, True: {"num_stages": 2, "num_warps": 8}}
 

@@ -2,7 +2,7 @@
 process: per shape, a CUDA graph of one matmul per layer, each layer its own weight (so the weights stream from
 HBM, not L2, as in a real step), microseconds per matmul; then the layer's four matmuls chained, per layer.
 
-``python -m tests.gpu.bench_blas [--json OUT]`` on a GPU. Shapes: Qwen3-0.6B at 64 rows (28 layers), Llama-3.1-8B
+``python -m benchmarks.gpu.bench_blas [--json OUT]`` on a GPU. Shapes: Qwen3-0.6B at 64 rows (28 layers), Llama-3.1-8B
 at 1 row (32 layers); ``F.linear`` as the engine calls it, bf16.
 """
 

@@ -2,7 +2,7 @@
 size and context, their GPU time, and the same forward captured in a CUDA graph (the gap between the two is
 launch latency and idle time between kernels).
 
-``python -m tests.gpu.profile_decode [--model benchmarks/shapes/llama-3.1-8b] [--backend FLASHINFER]
+``python -m benchmarks.gpu.profile_decode [--model benchmarks/shapes/llama-3.1-8b] [--backend FLASHINFER]
 [--batch-size 1] [--context 1024] [--use-skinny-gemm] [--json OUT]`` on a GPU. The kernels are those of the
 engine's own layers (``LLM(..., load_format="dummy")``); each request's KV blocks are its own.
 """
@@ -15,7 +15,7 @@ import re
 
 import torch
 
-from tests.gpu.bench_decode_graph import profile_kernels, time_graph
+from benchmarks.gpu.bench_decode_graph import profile_kernels, time_graph
 
 # kernel-name patterns -> category (first match wins); the rest are "other"
 CATEGORIES = [("attention", r"attention|flash|decode|prefill|fwd_kernel|splitkv|combine|merge"),  # FA3 is cutlass

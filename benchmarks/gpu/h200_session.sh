@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One device call on the H200 machine (2-GPU kind): after tests/gpu/stage.sh has installed the parts,
+# One device call on the H200 machine (2-GPU kind): after benchmarks/gpu/stage.sh has installed the parts,
 # run the named jobs, results under $OUT (at most 8 files come back: logs + one results tarball).
 #
-#   bash tests/gpu/h200_session.sh JOB...
+#   bash benchmarks/gpu/h200_session.sh JOB...
 #
 # Jobs: tests   GPU correctness on GPU 1 (async scheduling, CUDA graphs, sampler, GEMV, models x FlashInfer)
 #       bench   speed on GPU 0 (GEMV sweep; latency of the Qwen3-0.6B and Llama-3.1-8B shapes)
@@ -84,9 +84,9 @@ job_next() {  # what session 4 left unrun (~400 s with g1 g2 fa3 fi staged): run
     --no-async-scheduling
 }
 
-prof() {  # NAME ARGS...: tests.gpu.profile_decode, its JSON in $RES/prof_NAME.json
+prof() {  # NAME ARGS...: benchmarks.gpu.profile_decode, its JSON in $RES/prof_NAME.json
   echo "== profile $1: ${*:2}"
-  timeout "$(left)" python3 -m tests.gpu.profile_decode "${@:2}" --json "$RES/prof_$1.json" || echo "!! $1 failed"
+  timeout "$(left)" python3 -m benchmarks.gpu.profile_decode "${@:2}" --json "$RES/prof_$1.json" || echo "!! $1 failed"
 }
 
 job_check() {  # ~300 s with g1 g2 fa3 fi staged
@@ -108,7 +108,7 @@ job_check() {  # ~300 s with g1 g2 fa3 fi staged
 
 job_tpfast() {  # both GPUs: the symmetric-memory all-reduce, then TP with it (issue 9)
   unset CUDA_VISIBLE_DEVICES
-  timeout 90 python3 -m tests.gpu.bench_allreduce --json "$RES/allreduce.json" || echo "!! bench_allreduce failed"
+  timeout 90 python3 -m benchmarks.gpu.bench_allreduce --json "$RES/allreduce.json" || echo "!! bench_allreduce failed"
   timeout 260 python3 -m pytest -m gpu -q -s -p no:cacheprovider --tb=short -rf tests/gpu/test_all_reduce_gpu.py \
     tests/gpu/test_tp_gpu.py -k "all_reduce or (TRITON_ATTN and cudagraph) or tiny or dead"
   local tp="--model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 1 --input-len 1024 --output-len 64 \
@@ -127,14 +127,14 @@ job_tplast() {  # ~250 s: tpfast's essentials after its first run found the all-
     tests/gpu/test_tp_gpu.py -k "all_reduce or (TRITON_ATTN and cudagraph)"
   bench lat_llama_tp latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 1 --input-len 1024 \
     --output-len 64 --num-iters 2 --max-model-len 4096 --use-skinny-gemm --compare-tensor-parallel-sizes 1 2
-  timeout "$(left)" python3 -m tests.gpu.bench_allreduce --json "$RES/allreduce.json" || echo "!! bench_allreduce failed"
+  timeout "$(left)" python3 -m benchmarks.gpu.bench_allreduce --json "$RES/allreduce.json" || echo "!! bench_allreduce failed"
 }
 
 job_s5a() {  # session 5, first call (one GPU, fa3 staged): the fused SwiGLU GEMV, then decode-step profiles
   export CUDA_VISIBLE_DEVICES=0
   timeout 150 python3 -m pytest -m gpu -q -s -p no:cacheprovider --tb=short -rf tests/gpu/test_silu_mul_gemv.py \
     tests/gpu/test_skinny_gemm.py
-  timeout 60 python3 -m tests.gpu.bench_silu_mul_gemv --json "$RES/silu_mul_gemv.json" || echo "!! bench_silu_mul_gemv"
+  timeout 60 python3 -m benchmarks.gpu.bench_silu_mul_gemv --json "$RES/silu_mul_gemv.json" || echo "!! bench_silu_mul_gemv"
   prof qwen_fa3_b1 --model $QWEN --backend FLASH_ATTN --batch-size 1 --use-skinny-gemm
   prof llama_fa3_b1 --model $LLAMA --backend FLASH_ATTN --batch-size 1 --use-skinny-gemm
   prof qwen_fa3_b64 --model $QWEN --backend FLASH_ATTN --batch-size 64
@@ -148,7 +148,7 @@ job_s5b() {  # session 5 (one GPU; fa3, g1, g2 staged): the fused RoPE + KV writ
   bench lat_qwen_fa3_skinny latency --model $QWEN $DUMMY --attention-backend FLASH_ATTN $LAT --use-skinny-gemm
   bench lat_llama_fa3_b1_skinny latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 1 \
     --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536 --use-skinny-gemm
-  timeout 60 python3 -m tests.gpu.bench_fa3_decode --json "$RES/fa3_decode.json" || echo "!! bench_fa3_decode"
+  timeout 60 python3 -m benchmarks.gpu.bench_fa3_decode --json "$RES/fa3_decode.json" || echo "!! bench_fa3_decode"
   prof qwen_fa3_b64 --model $QWEN --backend FLASH_ATTN --batch-size 64 --use-skinny-gemm
 }
 
@@ -158,16 +158,16 @@ job_s5c() {  # session 5 (fi staged too): FlashInfer speed, then the GEMV/SwiGLU
   timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_skinny_gemm.py \
     tests/gpu/test_silu_mul_gemv.py tests/model_executor/test_sampler.py tests/gpu/test_rope_kv_write_gpu.py \
     -k "not FLASH_ATTN_2 and not FA4"
-  timeout "$(left)" python3 -m tests.gpu.bench_gemv --models qwen --json "$RES/gemv64.json" || echo "!! bench_gemv"
+  timeout "$(left)" python3 -m benchmarks.gpu.bench_gemv --models qwen --json "$RES/gemv64.json" || echo "!! bench_gemv"
 }
 
 job_s5d() {  # session 5 (fa3, g1, g2 staged): the failed forced-Triton test, host gaps between steps, Llama b64
   export CUDA_VISIBLE_DEVICES=0
   timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=long -rf \
     tests/gpu/test_skinny_gemm.py::test_decode_graph_with_triton_gemvs_matches_cublas 2>&1 | tail -60
-  timeout 120 python3 -m tests.gpu.profile_engine_steps --batch-size 64 --use-skinny-gemm \
+  timeout 120 python3 -m benchmarks.gpu.profile_engine_steps --batch-size 64 --use-skinny-gemm \
     --json "$RES/engine_steps_qwen_fa3_b64.json" || echo "!! profile_engine_steps"
-  timeout 60 python3 -m tests.gpu.bench_silu_mul_gemv --models qwen --ms 8 16 32 64 --json "$RES/silu_mul_gemv64.json" \
+  timeout 60 python3 -m benchmarks.gpu.bench_silu_mul_gemv --models qwen --ms 8 16 32 64 --json "$RES/silu_mul_gemv64.json" \
     || echo "!! bench_silu_mul_gemv"
   bench lat_llama_fa3_b64_skinny latency --model $LLAMA $DUMMY --attention-backend FLASH_ATTN --batch-size 64 \
     --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536 --use-skinny-gemm
@@ -183,18 +183,18 @@ job_s5e() {  # session 5, last call (g1, g2, fi staged): the forced-Triton test'
 job_s6a() {  # session 6, first call (fa3, g1, g2 staged): PDL correctness, then PDL variants of a decode step
   export CUDA_VISIBLE_DEVICES=0
   timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_pdl_gpu.py
-  timeout 240 python3 -m tests.gpu.bench_pdl --model $LLAMA --batch-size 1 --json "$RES/pdl_llama_b1.json" \
+  timeout 240 python3 -m benchmarks.gpu.bench_pdl --model $LLAMA --batch-size 1 --json "$RES/pdl_llama_b1.json" \
     || echo "!! bench_pdl llama"
-  timeout "$(left)" python3 -m tests.gpu.bench_pdl --model $QWEN --batch-size 64 --prefetch 2048 \
+  timeout "$(left)" python3 -m benchmarks.gpu.bench_pdl --model $QWEN --batch-size 64 --prefetch 2048 \
     --json "$RES/pdl_qwen_b64.json" || echo "!! bench_pdl qwen"
 }
 
 job_s6b() {  # session 6 (g1, g2, fi staged): PDL engine test, the GEMV's unrolled split-K reduction, FlashInfer +- PDL
   export CUDA_VISIBLE_DEVICES=0
-  (timeout 300 python3 -m tests.gpu.flashinfer_warm 16:8:128 > "$OUT/fiwarm.log" 2>&1) & local warm=$!
+  (timeout 300 python3 -m benchmarks.gpu.flashinfer_warm 16:8:128 > "$OUT/fiwarm.log" 2>&1) & local warm=$!
   timeout 170 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_pdl_gpu.py \
     tests/gpu/test_silu_mul_gemv.py -k "engine or silu_mul or fused"
-  timeout 120 python3 -m tests.gpu.bench_gemv --models qwen --ms 1 4 16 64 --json "$RES/gemv_unroll.json" \
+  timeout 120 python3 -m benchmarks.gpu.bench_gemv --models qwen --ms 1 4 16 64 --json "$RES/gemv_unroll.json" \
     || echo "!! bench_gemv"
   wait $warm
   bench lat_qwen_fi_skinny latency --model $QWEN $DUMMY --attention-backend FLASHINFER $LAT --use-skinny-gemm
@@ -207,7 +207,7 @@ job_s6b() {  # session 6 (g1, g2, fi staged): PDL engine test, the GEMV's unroll
 
 job_s6c() {  # session 6 (g1, g2, fa3 staged): L2 prefetch premise, GPU tests with PDL on, FA3 latency with PDL on
   export CUDA_VISIBLE_DEVICES=0
-  timeout 60 python3 -m tests.gpu.bench_l2_prefetch --json "$RES/l2_prefetch.json" || echo "!! bench_l2_prefetch"
+  timeout 60 python3 -m benchmarks.gpu.bench_l2_prefetch --json "$RES/l2_prefetch.json" || echo "!! bench_l2_prefetch"
   timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_pdl_gpu.py \
     tests/gpu/test_rope_kv_write_gpu.py tests/gpu/test_cuda_graphs.py -k "engine or not (FLASHINFER or FLEX or chain)"
   bench lat_qwen_fa3_skinny latency --model $QWEN $DUMMY --attention-backend FLASH_ATTN $LAT --use-skinny-gemm
@@ -231,7 +231,7 @@ job_s6d() {  # session 6 (g1, g2, fa3 staged): batch 64 with and without PDL on 
 
 job_s6e() {  # session 6 (g1, g2, fia, fib staged): FlashInfer tests after the PDL default, Llama batch 1 +- PDL
   export CUDA_VISIBLE_DEVICES=0
-  (timeout 200 python3 -m tests.gpu.flashinfer_warm 32:8:128 > "$OUT/fiwarm.log" 2>&1) & local warm=$!
+  (timeout 200 python3 -m benchmarks.gpu.flashinfer_warm 32:8:128 > "$OUT/fiwarm.log" 2>&1) & local warm=$!
   timeout 230 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_rope_kv_write_gpu.py \
     tests/gpu/test_cuda_graphs.py -k FLASHINFER
   wait $warm
@@ -243,18 +243,18 @@ job_s6e() {  # session 6 (g1, g2, fia, fib staged): FlashInfer tests after the P
 
 job_s7a() {  # session 7, first call (g1, g2, fia, fib staged): TRITON_ATTN's KV tiles; decode by KV layout and block size
   export CUDA_VISIBLE_DEVICES=0
-  timeout 150 python3 -m tests.gpu.bench_triton_decode --json "$RES/triton_decode.json"
-  timeout "$(left)" python3 -m tests.gpu.bench_decode_layout --backends FLASHINFER TRITON_ATTN --json "$RES/decode_layout.json"
+  timeout 150 python3 -m benchmarks.gpu.bench_triton_decode --json "$RES/triton_decode.json"
+  timeout "$(left)" python3 -m benchmarks.gpu.bench_decode_layout --backends FLASHINFER TRITON_ATTN --json "$RES/decode_layout.json"
 }
 
 job_s7b() {  # session 7 (g1, g2, fia, fib staged): TRITON_ATTN with vector block ids, PDL and finer splits:
   # correctness, kernel times, engine latency against FLASHINFER on the same machine, a step profile
   export CUDA_VISIBLE_DEVICES=0
-  (timeout 200 python3 -m tests.gpu.flashinfer_warm 16:8:128 > "$OUT/fiwarm.log" 2>&1) & local warm=$!
+  (timeout 200 python3 -m benchmarks.gpu.flashinfer_warm 16:8:128 > "$OUT/fiwarm.log" 2>&1) & local warm=$!
   timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_backends_vs_reference.py \
     tests/gpu/test_cuda_graphs.py tests/gpu/test_rope_kv_write_gpu.py -k TRITON
-  timeout 60 python3 -m tests.gpu.bench_triton_decode --json "$RES/triton_decode2.json"
-  timeout 90 python3 -m tests.gpu.bench_decode_layout --backends TRITON_ATTN FLASHINFER --layouts NHD \
+  timeout 60 python3 -m benchmarks.gpu.bench_triton_decode --json "$RES/triton_decode2.json"
+  timeout 90 python3 -m benchmarks.gpu.bench_decode_layout --backends TRITON_ATTN FLASHINFER --layouts NHD \
     --json "$RES/decode_layout2.json"
   local b1="--batch-size 1 --input-len 1024 --output-len 128 --num-iters 3 --max-model-len 4096 --max-num-batched-tokens 65536"
   bench lat_qwen_triton latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm
@@ -270,9 +270,9 @@ job_s7c() {  # session 7 (g1, g2 staged): GEMV first weight tile before the PDL 
   timeout 170 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_pdl_gpu.py \
     tests/gpu/test_skinny_gemm.py tests/gpu/test_backends_vs_reference.py tests/gpu/test_cuda_graphs.py -k \
     "not FLASHINFER and not FLASH_ATTN and not FLEX"
-  timeout 110 python3 -m tests.gpu.bench_pdl --model $QWEN --backend TRITON_ATTN --batch-size 64 --json "$RES/pdl_qwen_b64.json"
-  timeout 130 python3 -m tests.gpu.bench_pdl --model $LLAMA --backend TRITON_ATTN --batch-size 1 --json "$RES/pdl_llama_b1.json"
-  timeout 60 python3 -m tests.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
+  timeout 110 python3 -m benchmarks.gpu.bench_pdl --model $QWEN --backend TRITON_ATTN --batch-size 64 --json "$RES/pdl_qwen_b64.json"
+  timeout 130 python3 -m benchmarks.gpu.bench_pdl --model $LLAMA --backend TRITON_ATTN --batch-size 1 --json "$RES/pdl_llama_b1.json"
+  timeout 60 python3 -m benchmarks.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
     --json "$RES/engine_steps_qwen_triton_b64.json" | tail -15
   bench lat_qwen_triton2 latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm
 }
@@ -283,7 +283,7 @@ job_s7d() {  # session 7, last call (g1, g2 staged): RoPE + KV write inside TRIT
   timeout 215 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/gpu/test_rope_kv_write_gpu.py \
     tests/gpu/test_pdl_gpu.py tests/gpu/test_cuda_graphs.py tests/gpu/test_backends_vs_reference.py \
     tests/gpu/test_skinny_gemm.py -k "not FLASHINFER and not FLASH_ATTN and not FLEX"
-  timeout 40 python3 -m tests.gpu.bench_triton_decode --cases qwen3_b64 llama_b1 --json "$RES/triton_decode3.json"
+  timeout 40 python3 -m benchmarks.gpu.bench_triton_decode --cases qwen3_b64 llama_b1 --json "$RES/triton_decode3.json"
   bench lat_qwen_triton3 latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm
   prof qwen_triton_b64_rope --model $QWEN --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm
   bench lat_llama_triton3 latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm
@@ -292,8 +292,8 @@ job_s7d() {  # session 7, last call (g1, g2 staged): RoPE + KV write inside TRIT
 job_s7e() {  # session 7, after the last (g1, g2 staged): RoPE inside TRITON_ATTN's decode kernel vs two kernels,
   # same process (Qwen3 then Llama-3.1-8B shape, batch 64)
   export CUDA_VISIBLE_DEVICES=0
-  timeout 60 python3 -m tests.gpu.bench_rope_fusion --model $QWEN --json "$RES/rope_fusion_qwen.json"
-  timeout "$(left)" python3 -m tests.gpu.bench_rope_fusion --model $LLAMA --json "$RES/rope_fusion_llama.json"
+  timeout 60 python3 -m benchmarks.gpu.bench_rope_fusion --model $QWEN --json "$RES/rope_fusion_qwen.json"
+  timeout "$(left)" python3 -m benchmarks.gpu.bench_rope_fusion --model $LLAMA --json "$RES/rope_fusion_llama.json"
 }
 
 job_s8a() {  # session 8, first call (g1, g2 staged): side-stream step copies (tests, same-process A/B, engine gaps),
@@ -302,11 +302,11 @@ job_s8a() {  # session 8, first call (g1, g2 staged): side-stream step copies (t
   timeout 150 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_graph_input_stream.py \
     tests/gpu/test_async_scheduling_gpu.py tests/gpu/test_cuda_graphs.py -k "TRITON or input_stream or in_line" \
     --junitxml "$RES/s8a_tests.xml" 2>&1 | tail -15
-  timeout 120 python3 -m tests.gpu.bench_step_copies --json "$RES/step_copies_qwen.json"
-  timeout 60 python3 -m tests.gpu.bench_blas --json "$RES/blas.json"
-  timeout 60 python3 -m tests.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
+  timeout 120 python3 -m benchmarks.gpu.bench_step_copies --json "$RES/step_copies_qwen.json"
+  timeout 60 python3 -m benchmarks.gpu.bench_blas --json "$RES/blas.json"
+  timeout 60 python3 -m benchmarks.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
     --json "$RES/engine_steps_qwen_triton_b64.json" | grep -v '^ *"\|^ *\]\|^ *\[' | head -5
-  timeout 60 python3 -m tests.gpu.bench_rope_fusion --model $QWEN --json "$RES/rope_fusion_qwen.json"
+  timeout 60 python3 -m benchmarks.gpu.bench_rope_fusion --model $QWEN --json "$RES/rope_fusion_qwen.json"
   bench lat_qwen_triton $QWEN_LAT
   TORCH_BLAS_PREFER_CUBLASLT=1 bench lat_qwen_triton_lt $QWEN_LAT
 }
@@ -314,12 +314,12 @@ job_s8a() {  # session 8, first call (g1, g2 staged): side-stream step copies (t
 job_s8b() {  # session 8 (g1, g2 staged): ran a TRITON_ATTN decode prologue (first KV tile prefetched, q from registers)
   # since dropped (3.67 / 3.53 ms a step vs 2.96): now the RoPE-fusion A/B, GPU tests, latency, the step breakdown
   export CUDA_VISIBLE_DEVICES=0
-  timeout 60 python3 -m tests.gpu.bench_rope_fusion --model $QWEN --json "$RES/rope_prologue_qwen.json"
+  timeout 60 python3 -m benchmarks.gpu.bench_rope_fusion --model $QWEN --json "$RES/rope_prologue_qwen.json"
   timeout 170 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_rope_kv_write_gpu.py \
     tests/gpu/test_graph_input_stream.py tests/gpu/test_backends_vs_reference.py -k "TRITON or input_stream or in_line" \
     --junitxml "$RES/s8b_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|Error" | tail -15
   bench lat_qwen_triton_prefetch $QWEN_LAT
-  timeout 60 python3 -m tests.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
+  timeout 60 python3 -m benchmarks.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
     --json "$RES/engine_steps_qwen_triton_b64_prefetch.json" > /dev/null
   python3 -c "import json; [print(r) for r in json.load(open('$RES/engine_steps_qwen_triton_b64_prefetch.json'))['by_kernel']]"
 }
@@ -330,9 +330,9 @@ job_s8c() {  # session 8 (g1, g2 staged): the sampler's Triton argmax (tests, ke
   timeout 100 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_triton_argmax_gpu.py \
     tests/gpu/test_async_scheduling_gpu.py tests/model_executor/test_sampler.py -k "not FLASH and not FLEX" \
     --junitxml "$RES/s8c_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|Error" | tail -8
-  timeout 40 python3 -m tests.gpu.bench_argmax --json "$RES/argmax.json"
+  timeout 40 python3 -m benchmarks.gpu.bench_argmax --json "$RES/argmax.json"
   bench lat_qwen_triton_argmax $QWEN_LAT
-  timeout 60 python3 -m tests.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
+  timeout 60 python3 -m benchmarks.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
     --json "$RES/engine_steps_qwen_triton_b64_argmax.json" > /dev/null
   python3 -c "import json; d=json.load(open('$RES/engine_steps_qwen_triton_b64_argmax.json')); print(d['span_ms']/d['engine_steps'], 'ms/step'); [print(r) for r in d['by_kernel'][:14]]"
   bench lat_llama_triton $LLAMA_LAT
@@ -346,9 +346,9 @@ job_s8d() {  # session 8 (g1, g2 staged): decode calls without tile-array loads 
   timeout 150 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_rope_kv_write_gpu.py \
     tests/gpu/test_backends_vs_reference.py tests/gpu/test_cuda_graphs.py -k "TRITON" \
     --junitxml "$RES/s8d_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|Error" | tail -8
-  timeout 60 python3 -m tests.gpu.bench_rope_fusion --model $QWEN --json "$RES/decode_direct_qwen_b64.json"
-  timeout 90 python3 -m tests.gpu.bench_rope_fusion --model $LLAMA --batch-size 1 --json "$RES/decode_direct_llama_b1.json"
-  timeout "$(left)" python3 -m tests.gpu.bench_engine_variants --json "$RES/engine_variants_qwen.json"
+  timeout 60 python3 -m benchmarks.gpu.bench_rope_fusion --model $QWEN --json "$RES/decode_direct_qwen_b64.json"
+  timeout 90 python3 -m benchmarks.gpu.bench_rope_fusion --model $LLAMA --batch-size 1 --json "$RES/decode_direct_llama_b1.json"
+  timeout "$(left)" python3 -m benchmarks.gpu.bench_engine_variants --json "$RES/engine_variants_qwen.json"
 }
 
 job_s8e() {  # session 8, last call (g1, g2 staged): the final latency of both shapes (cuBLASLt in the GEMV plan), the
@@ -379,11 +379,11 @@ import torch; from attnserve.layers.blas import cublaslt_linear
 x = torch.randn(4, 64, device='cuda', dtype=torch.bfloat16); w = torch.randn(32, 64, device='cuda', dtype=torch.bfloat16)
 print('cublaslt_linear max diff', (cublaslt_linear(x, w) - x @ w.T).abs().max().item())" 2> "$RES/blas_stderr.txt"
   echo "blas stderr bytes: $(wc -c < "$RES/blas_stderr.txt")"
-  timeout 120 python3 -m tests.gpu.bench_split_merge --splits 32 --use-skinny-gemm --rounds 3 \
+  timeout 120 python3 -m benchmarks.gpu.bench_split_merge --splits 32 --use-skinny-gemm --rounds 3 \
     --json "$RES/split_merge_llama_b1.json"
-  timeout 90 python3 -m tests.gpu.bench_triton_decode --cases qwen3_b64 --sweep --sweep-tokens 32 64 \
+  timeout 90 python3 -m benchmarks.gpu.bench_triton_decode --cases qwen3_b64 --sweep --sweep-tokens 32 64 \
     --sweep-warps 2 4 --sweep-stages 2 3 4 --no-sweep-maxnreg --json "$RES/triton_decode_tile32.json"
-  timeout "$(left)" python3 -m tests.gpu.bench_engine_variants --batch-size 64 --rounds 2 \
+  timeout "$(left)" python3 -m benchmarks.gpu.bench_engine_variants --batch-size 64 --rounds 2 \
     --variants engine "decode tile 32" "decode tile 32, 3 stages" --json "$RES/engine_variants_tile32.json"
 }
 
@@ -393,9 +393,9 @@ job_s9b() {  # session 9 (g1, g2 staged): the fused greedy head (LM head + argma
   timeout 260 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_greedy_head_gpu.py \
     tests/gpu/test_triton_argmax_gpu.py tests/gpu/test_skinny_gemm.py \
     --junitxml "$RES/s9b_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|Error|error" | tail -20
-  timeout 150 python3 -m tests.gpu.bench_engine_variants --batch-size 1 64 --rounds 2 \
+  timeout 150 python3 -m benchmarks.gpu.bench_engine_variants --batch-size 1 64 --rounds 2 \
     --variants engine "no greedy head" --json "$RES/engine_variants_greedy.json"
-  timeout 60 python3 -m tests.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
+  timeout 60 python3 -m benchmarks.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
     --json "$RES/engine_steps_qwen_b64_greedy.json" > /dev/null
   python3 -c "import json; d=json.load(open('$RES/engine_steps_qwen_b64_greedy.json')); print(d['span_ms']/d['engine_steps'], 'ms/step'); [print(r) for r in d['by_kernel'][:16]]"
 }
@@ -405,7 +405,7 @@ job_s9c() {  # session 9 (g1, g2 staged): the fused greedy head computing 33..64
   export CUDA_VISIBLE_DEVICES=0
   timeout 200 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_greedy_head_gpu.py \
     tests/gpu/test_triton_argmax_gpu.py --junitxml "$RES/s9c_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|rror" | tail -20
-  timeout 150 python3 -m tests.gpu.bench_engine_variants --batch-size 1 64 --rounds 2 \
+  timeout 150 python3 -m benchmarks.gpu.bench_engine_variants --batch-size 1 64 --rounds 2 \
     --variants engine "no greedy head" --json "$RES/engine_variants_greedy2.json"
   bench lat_qwen_final $QWEN_LAT
 }
@@ -418,7 +418,7 @@ job_s9d() {  # session 9, last call (g1, g2, fa3 staged): Llama-3.1-8B latency w
     --max-num-seqs 256 --max-num-batched-tokens 16384 --max-model-len 2304 --use-skinny-gemm"
   bench thr_qwen_fa3 throughput $thr --attention-backend FLASH_ATTN
   bench thr_qwen_triton throughput $thr --attention-backend TRITON_ATTN
-  timeout "$(left)" python3 -m tests.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
+  timeout "$(left)" python3 -m benchmarks.gpu.profile_engine_steps --backend TRITON_ATTN --batch-size 64 --use-skinny-gemm \
     --json "$RES/engine_steps_qwen_b64_greedy2.json" > /dev/null
   python3 -c "import json; d=json.load(open('$RES/engine_steps_qwen_b64_greedy2.json')); print(d['span_ms']/d['engine_steps'], 'ms/step'); [print(r) for r in d['by_kernel'][:16]]"
 }
@@ -426,7 +426,7 @@ job_s9d() {  # session 9, last call (g1, g2, fa3 staged): Llama-3.1-8B latency w
 job_s9e() {  # session 9, after the last (g1, g2 staged): Qwen3 batch 64 once more on another machine start: the
   # engine A/B of the fused greedy head (3 rounds), then bench latency at batch 64
   export CUDA_VISIBLE_DEVICES=0
-  timeout 200 python3 -m tests.gpu.bench_engine_variants --batch-size 64 --rounds 3 \
+  timeout 200 python3 -m benchmarks.gpu.bench_engine_variants --batch-size 64 --rounds 3 \
     --variants engine "no greedy head" --json "$RES/engine_variants_greedy3.json"
   bench lat_qwen_b64_again latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN \
     ${LAT/--batch-size 1 64/--batch-size 64} --use-skinny-gemm
@@ -449,7 +449,7 @@ job_s10a() {  # session 10 (g1, g2 staged): the decode step's kernels per decode
   export CUDA_VISIBLE_DEVICES=0
   for m in "llama-3.1-8b 1" "qwen3-0.6b 64"; do
     set -- $m
-    timeout 150 python3 -m tests.gpu.profile_engine_steps --model benchmarks/shapes/$1 --backend TRITON_ATTN \
+    timeout 150 python3 -m benchmarks.gpu.profile_engine_steps --model benchmarks/shapes/$1 --backend TRITON_ATTN \
       --batch-size $2 --use-skinny-gemm --json "$RES/engine_steps_${1}_b$2.json" > /dev/null
     python3 -c "import json; d=json.load(open('$RES/engine_steps_${1}_b$2.json')); print('$1 b$2', round(d['ms_per_decode_step'], 4), 'ms/step, busy', round(d['busy_ms_per_decode_step'], 4)); [print(r) for r in d['by_kernel'][:18]]"
   done
@@ -462,7 +462,7 @@ job_s10b() {  # session 10 (g1, g2 staged): Llama-3.1-8B batch 1's decode step (
   export CUDA_VISIBLE_DEVICES=0
   for pdl in "" "--no-enable-pdl"; do
     local tag=${pdl:+_nopdl}
-    timeout 150 python3 -m tests.gpu.profile_engine_steps --model $LLAMA --backend TRITON_ATTN --batch-size 1 \
+    timeout 150 python3 -m benchmarks.gpu.profile_engine_steps --model $LLAMA --backend TRITON_ATTN --batch-size 1 \
       --use-skinny-gemm $pdl --json "$RES/engine_steps_llama_b1$tag.json" > /dev/null
     python3 -c "import json; d=json.load(open('$RES/engine_steps_llama_b1$tag.json')); print('llama b1 $pdl', d['decode_steps'], 'steps', round(d['ms_per_decode_step'], 4), 'ms/step, busy', round(d['busy_ms_per_decode_step'], 4), 'idle inside', round(d['idle_inside_steps_ms'] / d['decode_steps'], 4)); [print(r) for r in d['by_kernel'][:18]]"
   done
@@ -477,9 +477,9 @@ job_s10c() {  # session 10 (g1, g2 staged), run on branch kvprefetch (not merged
   timeout 200 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/gpu/test_backends_vs_reference.py \
     tests/gpu/test_rope_kv_write_gpu.py tests/gpu/test_cuda_graphs.py -k "TRITON and not FLASHINFER" \
     --junitxml "$RES/s10c_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|rror" | tail -20
-  timeout 150 python3 -m tests.gpu.bench_engine_variants --batch-size 64 --rounds 2 \
+  timeout 150 python3 -m benchmarks.gpu.bench_engine_variants --batch-size 64 --rounds 2 \
     --variants engine "no KV prefetch" --json "$RES/engine_variants_prefetch_qwen.json" | grep -v "greedy head plan"
-  timeout "$(left)" python3 -m tests.gpu.bench_engine_variants --model $LLAMA --batch-size 1 --rounds 2 \
+  timeout "$(left)" python3 -m benchmarks.gpu.bench_engine_variants --model $LLAMA --batch-size 1 --rounds 2 \
     --variants engine "no KV prefetch" --json "$RES/engine_variants_prefetch_llama.json" | grep -v "greedy head plan"
 }
 
@@ -494,24 +494,24 @@ job_s10d() {  # session 10, last (g1, g2 staged): after the CLI/engine error cha
 }
 
 job_s11a() {  # session 11 (g1, g2 staged; run at commit 5146041, which had pdl.configure(early=True)): early PDL
-  # launches and whole-share GEMV tiles on a Llama-3.1-8B batch-1 step (tests/gpu/bench_cascade.py), then early PDL
+  # launches and whole-share GEMV tiles on a Llama-3.1-8B batch-1 step (benchmarks/gpu/bench_cascade.py), then early PDL
   # in the engine (A/B)
   export CUDA_VISIBLE_DEVICES=0
-  timeout 330 python3 -m tests.gpu.bench_cascade --rounds 2 --json "$RES/cascade_llama_b1.json" 2>&1 | grep -v Warning
-  timeout 130 python3 -m tests.gpu.bench_engine_variants --model $LLAMA --batch-size 1 --rounds 2 \
+  timeout 330 python3 -m benchmarks.gpu.bench_cascade --rounds 2 --json "$RES/cascade_llama_b1.json" 2>&1 | grep -v Warning
+  timeout 130 python3 -m benchmarks.gpu.bench_engine_variants --model $LLAMA --batch-size 1 --rounds 2 \
     --variants engine "early pdl" --json "$RES/engine_variants_early_llama.json" | grep -v "greedy head plan"
-  timeout "$(left)" python3 -m tests.gpu.bench_engine_variants --batch-size 64 --rounds 2 \
+  timeout "$(left)" python3 -m benchmarks.gpu.bench_engine_variants --batch-size 64 --rounds 2 \
     --variants engine "early pdl" --json "$RES/engine_variants_early_qwen.json" | grep -v "greedy head plan"
 }
 
 job_s11b() {  # session 11 (g1, g2 staged): the GEMV plan with whole-K tiles (gemv_tiles.whole_k_config): engine
   # A/B against the plan without them (Llama-3.1-8B batch 1, Qwen3-0.6B batch 1 and 64), whole-K tiles forced per shape
   export CUDA_VISIBLE_DEVICES=0
-  timeout 170 python3 -m tests.gpu.bench_engine_variants --model $LLAMA --batch-size 1 --rounds 2 \
+  timeout 170 python3 -m benchmarks.gpu.bench_engine_variants --model $LLAMA --batch-size 1 --rounds 2 \
     --variants engine "no whole-K tiles" --json "$RES/engine_variants_wholek_llama.json" | grep -v "greedy head plan"
-  timeout 170 python3 -m tests.gpu.bench_engine_variants --batch-size 1 64 --rounds 2 \
+  timeout 170 python3 -m benchmarks.gpu.bench_engine_variants --batch-size 1 64 --rounds 2 \
     --variants engine "no whole-K tiles" --json "$RES/engine_variants_wholek_qwen.json" | grep -v "greedy head plan"
-  timeout "$(left)" python3 -m tests.gpu.bench_cascade --rounds 1 --json "$RES/wholek_forced_llama_b1.json" 2>&1 \
+  timeout "$(left)" python3 -m benchmarks.gpu.bench_cascade --rounds 1 --json "$RES/wholek_forced_llama_b1.json" 2>&1 \
     | grep -E "^r0|shape"
 }
 
@@ -522,7 +522,7 @@ job_s11c() {  # session 11 (g1, g2 staged): correctness of the whole-K tiles and
     --junitxml "$RES/s11c_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|rror" | tail -20
   bench lat_llama_b1_s11 latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN ${LAT/--batch-size 1 64/--batch-size 1} --use-skinny-gemm
   bench lat_qwen_s11 latency --model $QWEN $DUMMY --attention-backend TRITON_ATTN $LAT --use-skinny-gemm
-  timeout "$(left)" python3 -m tests.gpu.bench_cascade --rounds 1 --sets --json "$RES/wholek_alone_s11c.json" 2>&1 \
+  timeout "$(left)" python3 -m benchmarks.gpu.bench_cascade --rounds 1 --sets --json "$RES/wholek_alone_s11c.json" 2>&1 \
     | grep -E "^r0|shape"
 }
 
@@ -572,14 +572,14 @@ job_s12a() {  # session 12 (g1, g2 staged): the gate/up SwiGLU epilogue and the 
   export CUDA_VISIBLE_DEVICES=0
   timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short -rf tests/gpu/test_skinny_gemm.py \
     tests/gpu/test_pdl_gpu.py tests/gpu/test_gate_up_swiglu_gpu.py tests/gpu/test_e2e_default_model.py 2>&1 | tail -8
-  timeout 200 python3 -m tests.gpu.bench_engine_variants --batch-size 1 64 --rounds 2 \
+  timeout 200 python3 -m benchmarks.gpu.bench_engine_variants --batch-size 1 64 --rounds 2 \
     --variants engine "no SwiGLU epilogue" "no unsplit tile" --json "$RES/engine_variants_swiglu_qwen.json" \
     | grep -v "greedy head plan"
   bench lat_qwen_s12a $QWEN_LAT
 }
 job_s12b() {  # session 12 (g1, g2 staged): the same on the Llama-3.1-8B shape, batch 1 and 64
   export CUDA_VISIBLE_DEVICES=0
-  timeout 300 python3 -m tests.gpu.bench_engine_variants --model $LLAMA --batch-size 1 64 --rounds 2 \
+  timeout 300 python3 -m benchmarks.gpu.bench_engine_variants --model $LLAMA --batch-size 1 64 --rounds 2 \
     --variants engine "no SwiGLU epilogue" --json "$RES/engine_variants_swiglu_llama.json" | grep -v "greedy head plan"
   bench lat_llama_s12b $LLAMA_LAT
   timeout "$(left)" python3 -m pytest -q -p no:cacheprovider --tb=short -rf tests/gpu/test_gate_up_swiglu_gpu.py \
@@ -605,7 +605,7 @@ for j in "$@"; do
   case "$j" in
     tests) job_tests > "$OUT/tests.log" 2>&1 & pids+=($!) ;;
     models) job_models > "$OUT/models.log" 2>&1 & pids+=($!) ;;
-    fiwarm) (CUDA_VISIBLE_DEVICES=0 python3 -m tests.gpu.flashinfer_warm 16:8:128 32:8:128 > "$OUT/fiwarm.log" 2>&1) & pids+=($!) ;;
+    fiwarm) (CUDA_VISIBLE_DEVICES=0 python3 -m benchmarks.gpu.flashinfer_warm 16:8:128 32:8:128 > "$OUT/fiwarm.log" 2>&1) & pids+=($!) ;;
     bench) job_bench > "$OUT/bench.log" 2>&1 & pids+=($!) ;;
     bench2) job_bench2 > "$OUT/bench2.log" 2>&1 & pids+=($!) ;;
     attn) wait "${pids[@]}" 2>/dev/null; pids=(); job_attn > "$OUT/attn.log" 2>&1 ;;

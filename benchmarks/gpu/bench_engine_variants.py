@@ -1,7 +1,7 @@
 """Engine-level variants of a decode step, in one process on one engine: TPOT as ``bench latency`` measures it
 (``latency.run_engine``), the variants alternated ``--rounds`` times.
 
-``python -m tests.gpu.bench_engine_variants [--model benchmarks/shapes/qwen3-0.6b] [--backend TRITON_ATTN]
+``python -m benchmarks.gpu.bench_engine_variants [--model benchmarks/shapes/qwen3-0.6b] [--backend TRITON_ATTN]
 [--batch-size 1 64] [--input-len 1024] [--output-len 128] [--rounds 2] [--variants ...] [--json OUT]`` on a GPU.
 
 Variants: ``engine`` (as built), ``in-line copies`` (the graph inputs' copies and the sampled tokens' copy to

@@ -4,7 +4,7 @@ CUDA graph per variant, the variants alternated ``--rounds`` times, and whether 
 A third variant loads the decode call's tile arrays as a mixed batch's calls do (``triton_attention.DECODE_DIRECT``
 off).
 
-``python -m tests.gpu.bench_rope_fusion [--model benchmarks/shapes/qwen3-0.6b] [--batch-size 64]
+``python -m benchmarks.gpu.bench_rope_fusion [--model benchmarks/shapes/qwen3-0.6b] [--batch-size 64]
 [--context 1024] [--rounds 2] [--json OUT]`` on a GPU. The step is ``profile_decode.decode_batch``'s (random
 weights, each request's own KV blocks); "two kernels" makes ``TritonAttentionImpl.forward_with_rope`` decline
 (return None), so ``Attention.forward_with_rope`` runs what it ran before the fusion.
@@ -17,8 +17,8 @@ import json
 
 import torch
 
-from tests.gpu.bench_decode_graph import time_graph
-from tests.gpu.profile_decode import decode_batch
+from benchmarks.gpu.bench_decode_graph import time_graph
+from benchmarks.gpu.profile_decode import decode_batch
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Compile (JIT) the FlashInfer kernels a run will need, ahead of it: ``python -m tests.gpu.flashinfer_warm
+"""Compile (JIT) the FlashInfer kernels a run will need, ahead of it: ``python -m benchmarks.gpu.flashinfer_warm
 HQ:HKV:D[:dtype] ...`` builds the decode (tensor cores when HQ != HKV) and paged-prefill variants of each
 head configuration on a tiny batch. FlashInfer caches them in ~/.cache/flashinfer for later processes."""
 

@@ -1,7 +1,7 @@
 """FlashAttention-3 paged decode (``flash_attn_with_kvcache``) as the engine's CUDA graphs call it, and with
 the knobs it leaves at their defaults: the split-KV count, GQA packing, and host-planned scheduler metadata.
 
-``python -m tests.gpu.bench_fa3_decode [--json OUT]`` on a GPU with ``flash_attn_interface``.
+``python -m benchmarks.gpu.bench_fa3_decode [--json OUT]`` on a GPU with ``flash_attn_interface``.
 
 Why: in a decode step captured by the engine, FA3 gets no scheduler metadata (``build_for_cudagraph_capture``),
 so it plans its splits from the page table's width (``max_model_len``), not from the requests' lengths. The

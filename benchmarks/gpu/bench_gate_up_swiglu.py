@@ -4,7 +4,7 @@ of Llama-3.1-8B (I 14336, K 4096) and Qwen3-0.6B (I 3072, K 1024), bfloat16, dec
 ``--sweep-ms``, the tensor-core tiles without a K split (or with 2) that the start-up plan does not try, on
 every Qwen3-0.6B GEMM shape, against cuBLAS.
 
-``python -m tests.gpu.bench_gate_up_swiglu [--json OUT] [--models llama qwen] [--ms 1 4 16 32 48 64]
+``python -m benchmarks.gpu.bench_gate_up_swiglu [--json OUT] [--models llama qwen] [--ms 1 4 16 32 48 64]
 [--sweep-ms 64]`` on a GPU.
 
 Timing: ``gemv_timing.time_per_call_us`` (what the start-up plan uses): one CUDA graph of back-to-back calls

@@ -2,7 +2,7 @@
 shape, batch and KV cache, one CUDA graph per variant, each variant's ms per step and its ratio to the first
 (PDL off, the GEMV plan as ``--use-skinny-gemm`` measures it), and whether its logits equal that baseline's.
 
-``python -m tests.gpu.bench_pdl [--model benchmarks/shapes/llama-3.1-8b] [--backend FLASH_ATTN]
+``python -m benchmarks.gpu.bench_pdl [--model benchmarks/shapes/llama-3.1-8b] [--backend FLASH_ATTN]
 [--batch-size 1] [--context 1024] [--json OUT]`` on a GPU of compute capability >= 9.0.
 
 Variants (name: GEMV choice, PDL):
@@ -21,8 +21,8 @@ import time
 
 import torch
 
-from tests.gpu.bench_decode_graph import time_graph
-from tests.gpu.profile_decode import _profile_replay, decode_batch
+from benchmarks.gpu.bench_decode_graph import time_graph
+from benchmarks.gpu.profile_decode import _profile_replay, decode_batch
 
 
 def main() -> None:

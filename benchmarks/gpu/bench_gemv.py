@@ -2,7 +2,7 @@
 CUDA-graph buckets 1, 2, 4, 8, 16, 32, 48, 64) on the linear-layer and LM-head weight shapes of
 Llama-3.1-8B and Qwen3-0.6B, bfloat16.
 
-``python -m tests.gpu.bench_gemv [--json OUT] [--models llama qwen] [--ms 1 2 4 8 16 32 48 64] [--budget-s 300]``
+``python -m benchmarks.gpu.bench_gemv [--json OUT] [--models llama qwen] [--ms 1 2 4 8 16 32 48 64] [--budget-s 300]``
 on a GPU; ``--dry-run`` checks the script on CPU.
 
 Each time is one CUDA graph of back-to-back calls (20, or more to use every weight copy) cycling through

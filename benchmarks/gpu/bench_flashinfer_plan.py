@@ -2,7 +2,7 @@
 and after the fi-graph change, on a Qwen3-0.6B attention shape (16 query heads, 8 KV heads, head 128,
 bf16, block 16) with ``--layers`` attention layers per graph.
 
-``python -m tests.gpu.bench_flashinfer_plan [--json OUT] [--context 1024] [--batch-sizes 1 64] [--layers 28]``
+``python -m benchmarks.gpu.bench_flashinfer_plan [--json OUT] [--context 1024] [--batch-sizes 1 64] [--layers 28]``
 on a GPU. "before" is the builder's CUDA-graph path as it was (kept below as ``LegacyBuilder``: page arrays
 built on the host, FlashInfer's ``plan()`` on every replay with a host page-id tensor), "after" the current
 ``FlashInferMetadataBuilder``. For each batch size, both:
@@ -46,7 +46,7 @@ from attnserve.attention.backends.flashinfer import (
 )
 from attnserve.model_executor.cuda_graph import CudaGraphRunner
 from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging
-from tests.gpu.bench_decode_graph import profile_kernels
+from benchmarks.gpu.bench_decode_graph import profile_kernels
 
 HQ, HKV, D, PAGE = 16, 8, 128, 16
 

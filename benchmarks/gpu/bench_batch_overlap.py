@@ -17,7 +17,7 @@ layers, 28 of them, each with its own weights and KV cache (real kernels, random
 - ``free``: the halves on two streams with no edge between them.
 
 Each variant is one CUDA graph; milliseconds per replay (CUDA events, median of ``--rounds`` rounds of
-``--iters`` replays, variants alternated). ``python -m tests.gpu.bench_batch_overlap [--batch 64]
+``--iters`` replays, variants alternated). ``python -m benchmarks.gpu.bench_batch_overlap [--batch 64]
 [--context 1024] [--layers 28] [--json OUT]`` on a GPU.
 """
 
@@ -30,7 +30,7 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from tests.gpu.bench_triton_decode import decode_call
+from benchmarks.gpu.bench_triton_decode import decode_call
 
 HEAD = 128
 

@@ -8,7 +8,7 @@
 #   fa3   FlashAttention-3 (flash_attn_interface)
 #   fa4a  first half of the CuTe DSL cu13 library   fa4b  its second half + FlashAttention-4 and deps
 # Here (a machine with PyPI): ../shared/gpu/stage-wheels.sh SET, then move .whl/.whl2 under .stage/NAME.
-# Usage: bash tests/gpu/stage.sh PART...
+# Usage: bash benchmarks/gpu/stage.sh PART...
 set -e
 mkdir -p /tmp/stage /tmp/site
 SP=$(python3 -c "import site; print(site.getsitepackages()[0])")

@@ -1,7 +1,7 @@
 """Whether the GPU waits for the host between decode steps: the engine's own loop (``engine.step()`` as
 ``bench latency`` drives it) under the profiler, and the GPU timeline of its decode steps.
 
-``python -m tests.gpu.profile_engine_steps [--model benchmarks/shapes/qwen3-0.6b] [--backend FLASH_ATTN]
+``python -m benchmarks.gpu.profile_engine_steps [--model benchmarks/shapes/qwen3-0.6b] [--backend FLASH_ATTN]
 [--batch-size 64] [--input-len 1024] [--output-len 48] [--use-skinny-gemm] [--json OUT]`` on a GPU.
 
 One batch runs unprofiled first (compiles, captures); the second is profiled. Its kernels after the last

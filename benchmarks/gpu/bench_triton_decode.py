@@ -2,7 +2,7 @@
 the page-at-a-time loop it replaced, in one process: Qwen3 (16 query / 8 KV heads) and Llama-3 8B (32 / 8),
 head 128, bfloat16, context 1024, pages of 16 and 64 tokens.
 
-``python -m tests.gpu.bench_triton_decode [--json OUT] [--cases ...] [--max-seq-len N] [--splits N]`` on a
+``python -m benchmarks.gpu.bench_triton_decode [--json OUT] [--cases ...] [--max-seq-len N] [--splits N]`` on a
 GPU; ``--dry-run`` checks the script on CPU (``TRITON_INTERPRET=1``, batch <= 2 and context 128, wall-clock
 times of one call: meaningless as timings).
 

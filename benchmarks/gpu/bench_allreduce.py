@@ -1,7 +1,7 @@
 """NCCL vs the symmetric-memory one-shot all-reduce (attnserve/distributed/symm_mem_all_reduce.py) on 2 GPUs, per
 call, bfloat16, for decode- and prefill-sized tensors.
 
-``python -m tests.gpu.bench_allreduce [--json OUT] [--sizes-kib 8 64 512 2048 8192]`` from the repository root
+``python -m benchmarks.gpu.bench_allreduce [--json OUT] [--sizes-kib 8 64 512 2048 8192]`` from the repository root
 on a host with 2 GPUs; about 20 s (mostly process and NCCL start-up).
 
 Per size: one CUDA graph of 64 back-to-back in-place all-reduces of one tensor (a decode step of

@@ -2,7 +2,7 @@
 in one process: microseconds per call in a CUDA graph of 20 calls on 8 rotating logits buffers (so they come
 from HBM, not L2), and whether the indices agree.
 
-``python -m tests.gpu.bench_argmax [--json OUT]`` on a GPU.
+``python -m benchmarks.gpu.bench_argmax [--json OUT]`` on a GPU.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
   differ, the report gives the first differing step and transformers' logit margin (top-1 minus top-2)
   there, the measure of how close to a tie the choice was.
 
-``python -m tests.gpu.e2e [GGUF] [--json OUT]`` prints a table and writes JSON. The first engine sizes
+``python -m benchmarks.gpu.e2e [GGUF] [--json OUT]`` prints a table and writes JSON. The first engine sizes
 its KV cache by profiling (gpu_memory_utilization); the others use a fixed 1 GiB budget.
 """
 

@@ -1,4 +1,4 @@
-"""Print the table of a saved GPU run: ``python -m tests.gpu.report results.json``."""
+"""Print the table of a saved GPU run: ``python -m benchmarks.gpu.report results.json``."""
 
 from __future__ import annotations
 

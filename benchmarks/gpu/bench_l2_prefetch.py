@@ -11,7 +11,7 @@ HBM (~12.6 us with cuBLAS). This measures the premise of overlapping the two, pe
 - ``linear``: ``F.linear`` alone (no busy kernel), for reference.
 
 Each layer has its own weight (32 of them, 1 GB at the Llama o_proj shape: L2 holds none between layers).
-``python -m tests.gpu.bench_l2_prefetch [--n 4096] [--k 4096] [--busy-us 12] [--json OUT]``.
+``python -m benchmarks.gpu.bench_l2_prefetch [--n 4096] [--k 4096] [--busy-us 12] [--json OUT]``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from tests.gpu.bench_decode_graph import time_graph
+from benchmarks.gpu.bench_decode_graph import time_graph
 
 
 @triton.jit

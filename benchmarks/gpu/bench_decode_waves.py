@@ -9,7 +9,7 @@ and an H200 runs 3 of them per SM (396 at once), so batch 48 fits one wave, 64 i
 wave 29% full), 99 two full waves. KV TB/s per batch says what the partial wave costs. Each time is
 ``gemv_timing.time_per_call_us`` over cache copies larger than twice the L2 (``bench_triton_decode``'s way).
 
-``python -m tests.gpu.bench_decode_waves [--context 1024] [--batches 32 48 64 96 99 128] [--json OUT]``.
+``python -m benchmarks.gpu.bench_decode_waves [--context 1024] [--batches 32 48 64 96 99 128] [--json OUT]``.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def main() -> None:
     from attnserve.kernels.triton_attention import paged_attention
     from attnserve.benchmarks.roofline import measure_copy_bandwidth
     from attnserve.layers import gemv_timing
-    from tests.gpu.bench_triton_decode import make_step
+    from benchmarks.gpu.bench_triton_decode import make_step
 
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)

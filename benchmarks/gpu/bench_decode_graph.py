@@ -1,7 +1,7 @@
 """Batch-1 decode of a Qwen3-0.6B-shaped model (random weights) captured in one CUDA graph: time per replay
 and kernels per forward, with the fused ops (Triton) and with their PyTorch definitions (the ops before).
 
-``python -m tests.gpu.bench_decode_graph [--backend TRITON_ATTN] [--context 512] [--json OUT]
+``python -m benchmarks.gpu.bench_decode_graph [--backend TRITON_ATTN] [--context 512] [--json OUT]
 [--tokenizer-dir DIR]`` on a GPU (DIR: any tokenizer files, where the default model is not installed). The
 graph is this script's (the model runner captures its own); it times the model forward, and the forward
 plus the LM head. The "pytorch" rows run every fused op's PyTorch definition on CUDA: the same kernels as

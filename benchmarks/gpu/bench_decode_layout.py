@@ -1,7 +1,7 @@
 """Paged decode attention through each backend's ``Impl.forward``, by KV-cache layout (NHD / HND) and block
 size, in one process: how close each gets to the copy bandwidth measured in the same run.
 
-``python -m tests.gpu.bench_decode_layout [--json OUT] [--backends ...] [--cases ...] [--block-sizes 16 64]``
+``python -m benchmarks.gpu.bench_decode_layout [--json OUT] [--backends ...] [--cases ...] [--block-sizes 16 64]``
 on a GPU.
 
 Cases (bfloat16, head 128, every request ``context`` tokens, query length 1): ``qwen3_b64`` (64 requests,

@@ -2,7 +2,7 @@
 process: one CUDA graph per variant, variants alternated over ``--rounds``, each one's ms per step, its ratio
 to the first (the GEMV plan, PDL on: the engine as built) and its logits against that first's.
 
-``python -m tests.gpu.bench_cascade [--model benchmarks/shapes/llama-3.1-8b] [--backend TRITON_ATTN]
+``python -m benchmarks.gpu.bench_cascade [--model benchmarks/shapes/llama-3.1-8b] [--backend TRITON_ATTN]
 [--batch-size 1] [--context 1024] [--rounds 2] [--json OUT]`` on a GPU of compute capability >= 9.0.
 
 A config whose one K step is the program's whole share (``block_k`` = K per split) issues all of its
@@ -22,8 +22,8 @@ import json
 import torch
 import torch.nn.functional as F
 
-from tests.gpu.bench_decode_graph import time_graph
-from tests.gpu.profile_decode import decode_batch
+from benchmarks.gpu.bench_decode_graph import time_graph
+from benchmarks.gpu.profile_decode import decode_batch
 
 # GemvConfig arguments (block_n, block_k, split_k, num_warps) per (N, K) name; block_k * split_k = K, so
 # each program's one step is its whole share of the weight

@@ -3,7 +3,7 @@
 Llama-3.1-8B (N 4096, K 14336) and Qwen3-0.6B (N 1024, K 3072), bfloat16, decode M = 1, 2, 4, 8, 16, 32, 48,
 64.
 
-``python -m tests.gpu.bench_silu_mul_gemv [--json OUT] [--models llama qwen] [--ms 1 2 4 8 16 32 48 64]`` on a GPU;
+``python -m benchmarks.gpu.bench_silu_mul_gemv [--json OUT] [--models llama qwen] [--ms 1 2 4 8 16 32 48 64]`` on a GPU;
 ``--dry-run`` checks the script on CPU (``TRITON_INTERPRET=1``, shapes / 64, wall-clock times of one call:
 meaningless as timings).
 
