@@ -6,7 +6,7 @@ on a GPU.
 
 Cases (bfloat16, head 128, every request ``context`` tokens, query length 1): ``qwen3_b64`` (64 requests,
 16 query / 8 KV heads: issue 8's Qwen3-0.6B batch-64 step), ``llama_b64`` (64, 32 / 8) and ``llama_b1``
-(1, 32 / 8). The block tables are in random order (``benchmarks.attention.make_step``). One call is the
+(1, 32 / 8). The block tables are in random order (``attnserve.benchmarks.attention.make_step``). One call is the
 backend's ``Impl.forward`` (the K/V write of the step's new tokens included), its metadata built once by
 the backend's own builder, as in ``attnserve bench attention``.
 

@@ -199,7 +199,7 @@ def main() -> None:
     time_us = gemv_timing.time_per_call_us
     if args.dry_run:
         assert triton.knobs.runtime.interpret, "--dry-run runs the kernels in the interpreter: TRITON_INTERPRET=1"
-        from tests.attention.triton_attention_interpreted import fix_interpreter_bf16_dot
+        from tests.kernels.triton_attention_interpreted import fix_interpreter_bf16_dot
 
         fix_interpreter_bf16_dot()
         dev, name, num_sms, l2, time_us = torch.device("cpu"), "CPU (dry run)", 132, 1 << 20, _wall_us

@@ -517,7 +517,7 @@ job_s11b() {  # session 11 (g1, g2 staged): the GEMV plan with whole-K tiles (ge
 
 job_s11c() {  # session 11 (g1, g2 staged): correctness of the whole-K tiles and the engine with them, then latency
   export CUDA_VISIBLE_DEVICES=0
-  timeout 240 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/layers/test_triton_gemv.py \
+  timeout 240 python3 -m pytest -m gpu -q -rA -p no:cacheprovider --tb=short tests/kernels/test_triton_gemv.py \
     tests/gpu/test_skinny_gemm.py tests/gpu/test_pdl_gpu.py tests/gpu/test_silu_mul_gemv.py \
     --junitxml "$RES/s11c_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|rror" | tail -20
   bench lat_llama_b1_s11 latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN ${LAT/--batch-size 1 64/--batch-size 1} --use-skinny-gemm
@@ -530,7 +530,7 @@ job_s11d() {  # session 11 (g1, g2 staged): GPU correctness with the whole-K til
   # overran its budget: narrowed), then Llama-3.1-8B batch 1 latency once more
   export CUDA_VISIBLE_DEVICES=0
   timeout 330 python3 -m pytest -m gpu -q -rf -p no:cacheprovider --tb=short \
-    tests/layers/test_triton_gemv.py -k "whole_k or matches_f_linear_on_cuda or replays" \
+    tests/kernels/test_triton_gemv.py -k "whole_k or matches_f_linear_on_cuda or replays" \
     tests/gpu/test_pdl_gpu.py tests/gpu/test_skinny_gemm.py tests/gpu/test_e2e_default_model.py \
     --junitxml "$RES/s11d_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|rror" | tail -20
   bench lat_llama_b1_s11d latency --model $LLAMA $DUMMY --attention-backend TRITON_ATTN ${LAT/--batch-size 1 64/--batch-size 1} --use-skinny-gemm
@@ -589,7 +589,7 @@ job_s12c() {  # session 12, last (g1, g2 staged): the GEMV's GPU tests (plain an
   # epilogue's change to the kernel), then the Qwen3-0.6B latency again
   export CUDA_VISIBLE_DEVICES=0
   timeout 300 python3 -m pytest -q -p no:cacheprovider --tb=short -rf tests/gpu/test_silu_mul_gemv.py \
-    tests/layers/test_triton_gemv.py -k "not interpreter" 2>&1 | tail -6
+    tests/kernels/test_triton_gemv.py -k "not interpreter" 2>&1 | tail -6
   bench lat_qwen_s12c $QWEN_LAT
 }
 job_s12e() {  # session 12, final code (g1, g2 staged; a new machine start): the fused greedy head's GPU tests (its

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.gpu.test_cuda_graphs import default_gguf  # noqa: F401 (fixture)
-from tests.layers.test_triton_greedy_head import greedy_head_cases
+from tests.kernels.test_triton_greedy_head import greedy_head_cases
 
 pytestmark = pytest.mark.gpu
 

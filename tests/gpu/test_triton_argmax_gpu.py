@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.model_executor.test_triton_argmax import argmax_cases
+from tests.kernels.test_triton_argmax import argmax_cases
 
 pytestmark = pytest.mark.gpu
 

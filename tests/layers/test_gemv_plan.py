@@ -17,7 +17,7 @@ from attnserve.layers.gemv_plan import (  # noqa: E402
 from attnserve.layers.gemv_tiles import candidate_configs, sweep_configs  # noqa: E402
 from attnserve.kernels.triton_gemv import MAX_FMA_M, MAX_M, SMEM_BUDGET, GemvConfig, check_config  # noqa: E402
 from attnserve.model_executor.cuda_graph import capture_sizes  # noqa: E402
-from tests.layers.test_triton_gemv import REAL_SHAPES  # noqa: E402
+from tests.kernels.test_triton_gemv import REAL_SHAPES  # noqa: E402
 
 
 def _plan(n: int, k: int, use: dict[int, bool]) -> GemvPlan:

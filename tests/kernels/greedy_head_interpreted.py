@@ -1,5 +1,5 @@
 """``triton_greedy_head.greedy_head`` under the Triton interpreter on CPU tensors: ``python -m
-tests.layers.greedy_head_interpreted IN OUT`` with ``TRITON_INTERPRET=1`` (a process of its own: the mode is fixed
+tests.kernels.greedy_head_interpreted IN OUT`` with ``TRITON_INTERPRET=1`` (a process of its own: the mode is fixed
 when the kernels are decorated). IN holds ``{name: (hidden, weight, config fields or None)}``; OUT gets
 ``{name: (tokens, tokens of the call that also stored its logits, those logits)}``."""
 

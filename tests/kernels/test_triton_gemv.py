@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from tests.helpers import run_cases_in_triton_interpreter
 from attnserve.kernels.fused_ops import silu_and_mul_torch
-from tests.layers.gemv_cases import make_cases, make_silu_mul_cases, make_swiglu_cases, run
+from tests.kernels.gemv_cases import make_cases, make_silu_mul_cases, make_swiglu_cases, run
 
 CASES = make_cases()
 SILU_MUL_CASES = make_silu_mul_cases()
@@ -50,7 +50,7 @@ def assert_case(name: str, case: dict, got: torch.Tensor) -> None:
 def interpreted(tmp_path_factory) -> dict:
     """Every case's result, run in one subprocess under the Triton interpreter."""
     pytest.importorskip("triton")
-    return run_cases_in_triton_interpreter("tests.layers.gemv_cases", {**CASES, **SILU_MUL_CASES, **SWIGLU_CASES},
+    return run_cases_in_triton_interpreter("tests.kernels.gemv_cases", {**CASES, **SILU_MUL_CASES, **SWIGLU_CASES},
                                            tmp_path_factory.mktemp("gemv"))
 
 
@@ -295,7 +295,7 @@ def test_silu_mul_gemv_matches_silu_and_mul_then_gemv_on_cuda(name):
     """Compiled: bitwise equality needs the fused kernel's no-contraction build and its ``tl.fma`` to
     reproduce the silu_and_mul kernel and the plain GEMV's contracted FMA exactly."""
     from attnserve.kernels.fused_ops import silu_and_mul
-    from tests.layers.gemv_cases import run_silu_mul_pair
+    from tests.kernels.gemv_cases import run_silu_mul_pair
 
     case = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in SILU_MUL_CASES[name].items()}
     fused, unfused = run_silu_mul_pair(case)

@@ -1,7 +1,7 @@
 """TRITON_ATTN's paged-attention kernel (``attnserve/kernels/triton_attention.py``) against the
 plain-PyTorch oracle (``attnserve/kernels/reference.py``) under the Triton interpreter.
 
-``python -m tests.attention.triton_attention_interpreted IN OUT`` with ``TRITON_INTERPRET=1`` (the interpreter
+``python -m tests.kernels.triton_attention_interpreted IN OUT`` with ``TRITON_INTERPRET=1`` (the interpreter
 mode is fixed when Triton's kernels are decorated, hence a process of its own; ``tests.helpers.
 run_cases_in_triton_interpreter`` starts it): IN holds ``{name: op case fields}`` and ``{name: backend case
 fields}``, OUT gets ``{name: {"out": kernel output, "ref": oracle output, ...}}``.

@@ -34,7 +34,7 @@ def argmax_cases() -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory) -> dict:
     pytest.importorskip("triton")
-    return run_cases_in_triton_interpreter("tests.model_executor.argmax_interpreted", argmax_cases(),
+    return run_cases_in_triton_interpreter("tests.kernels.argmax_interpreted", argmax_cases(),
                                            tmp_path_factory.mktemp("argmax"))
 
 

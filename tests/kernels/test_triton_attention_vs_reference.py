@@ -1,5 +1,5 @@
 """TRITON_ATTN's paged-attention kernel against the plain-PyTorch oracle, on CPU under the Triton interpreter
-(``tests/attention/triton_attention_interpreted.py`` runs the cases in a process of its own).
+(``tests/kernels/triton_attention_interpreted.py`` runs the cases in a process of its own).
 
 The kernel walks each request's KV in tiles of ``BLOCK_N = page * pages_per_tile`` tokens (64 by default for
 16-bit head <= 128: four 16-token pages, two 32-token pages, one page of 64 or more; 32 for float32 head 128).
@@ -111,7 +111,7 @@ def interpreted(tmp_path_factory) -> dict:
         shares[i % PROCESSES][kind][name] = cases[kind][name]
     with ThreadPoolExecutor(PROCESSES) as pool:
         parts = pool.map(lambda share: run_cases_in_triton_interpreter(
-            "tests.attention.triton_attention_interpreted", share, tmp_path_factory.mktemp("triton_attention")),
+            "tests.kernels.triton_attention_interpreted", share, tmp_path_factory.mktemp("triton_attention")),
             shares)
         results = {}
         for part in parts:

@@ -1,6 +1,6 @@
 """Named inputs for the Triton GEMV, and a runner for it under the Triton interpreter.
 
-``python -m tests.layers.gemv_cases IN OUT`` (with ``TRITON_INTERPRET=1`` set before Triton is imported)
+``python -m tests.kernels.gemv_cases IN OUT`` (with ``TRITON_INTERPRET=1`` set before Triton is imported)
 loads the cases saved at IN, runs each through ``attnserve.kernels.triton_gemv.gemv`` on CPU tensors and
 saves the results at OUT (plus the split-K counters after all cases: they must be back to zero). A SwiGLU
 case (``act="silu_mul"``: x is a gate/up output (M, 2K)) gives the pair (fused GEMV, the same config's plain

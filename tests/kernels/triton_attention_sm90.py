@@ -1,10 +1,10 @@
 """``_paged_attention_kernel`` compiled ahead of time for sm_90 (H100/H200) on a machine without a GPU, and the
-resources of the result: ``python -m tests.attention.triton_attention_sm90 IN OUT`` (IN: a list of variant
+resources of the result: ``python -m tests.kernels.triton_attention_sm90 IN OUT`` (IN: a list of variant
 dicts, the keyword arguments of ``compile_sm90``; OUT gets one ``(resources, shared bytes)`` per variant).
 
 A process of its own because ``TRITON_INTERPRET=1`` (set for the interpreter tests) makes every
 ``triton.jit`` function an interpreted one, which ``triton.compile`` cannot build:
-``tests/attention/test_triton_attention_compiles.py`` starts this with the variable removed.
+``tests/kernels/test_triton_attention_compiles.py`` starts this with the variable removed.
 """
 
 from __future__ import annotations

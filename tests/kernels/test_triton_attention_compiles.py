@@ -1,6 +1,6 @@
 """TRITON_ATTN's paged-attention kernel builds for an H100/H200 (sm_90) without a GPU: Triton compiles it
 ahead of time to a cubin with its bundled ``ptxas``, and ``cuobjdump -res-usage`` reports the registers,
-stack and local memory of the result (``tests/attention/triton_attention_sm90.py``, in a process of its own
+stack and local memory of the result (``tests/kernels/triton_attention_sm90.py``, in a process of its own
 without ``TRITON_INTERPRET``).
 
 The interpreter (``test_triton_attention_vs_reference.py``) runs the kernel's Python; this checks what the
@@ -42,7 +42,7 @@ VARIANTS = [
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> list:
-    from tests.attention.triton_attention_sm90 import _tool
+    from tests.kernels.triton_attention_sm90 import _tool
 
     if _tool("ptxas") is None or _tool("cuobjdump") is None:
         pytest.skip("needs Triton's NVIDIA backend with ptxas and cuobjdump")
@@ -50,7 +50,7 @@ def built(tmp_path_factory) -> list:
     keys = ("dtype", "head", "qpkv", "page", "num_splits", "window", "rope", "decode")
     torch.save([dict(zip(keys, v)) for v in VARIANTS], folder / "in.pt")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", "tests.attention.triton_attention_sm90", str(folder / "in.pt"),
+    proc = subprocess.run([sys.executable, "-m", "tests.kernels.triton_attention_sm90", str(folder / "in.pt"),
                            str(folder / "out.pt")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return torch.load(folder / "out.pt")

@@ -1,6 +1,6 @@
 """Named inputs for the fused ops, and a runner for their Triton kernels under the Triton interpreter.
 
-``python -m tests.layers.fused_cases IN OUT`` (with ``TRITON_INTERPRET=1`` set before Triton is imported)
+``python -m tests.kernels.fused_cases IN OUT`` (with ``TRITON_INTERPRET=1`` set before Triton is imported)
 loads the cases saved at IN, runs each through ``attnserve.kernels.triton_fused_ops`` on CPU tensors and
 saves the results at OUT: the interpreter mode is fixed when Triton's kernels are decorated, so it runs in
 its own process.

@@ -13,7 +13,7 @@ import torch
 from attnserve.kernels.kv_write import write_kv_torch
 from attnserve.kernels import fused_ops
 from tests.helpers import run_cases_in_triton_interpreter
-from tests.layers.rope_kv_cases import make_cases, run, views
+from tests.kernels.rope_kv_cases import make_cases, run, views
 
 CASES = make_cases()
 
@@ -27,7 +27,7 @@ def bits(x: torch.Tensor) -> torch.Tensor:
 def interpreted(tmp_path_factory) -> dict:
     """Every case through the fused kernel and through the two kernels, in one interpreter subprocess."""
     pytest.importorskip("triton")
-    return run_cases_in_triton_interpreter("tests.layers.rope_kv_cases", CASES, tmp_path_factory.mktemp("rope_kv"))
+    return run_cases_in_triton_interpreter("tests.kernels.rope_kv_cases", CASES, tmp_path_factory.mktemp("rope_kv"))
 
 
 @pytest.mark.parametrize("name", list(CASES))

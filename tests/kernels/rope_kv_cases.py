@@ -1,5 +1,5 @@
 """Named inputs for the fused RoPE + KV-cache write, and a runner for its Triton kernels under the Triton
-interpreter (``python -m tests.layers.rope_kv_cases IN OUT`` with ``TRITON_INTERPRET=1``; see
+interpreter (``python -m tests.kernels.rope_kv_cases IN OUT`` with ``TRITON_INTERPRET=1``; see
 ``fused_cases.py`` for why it is a process of its own).
 
 Each case runs two ways, each on its own copy of the fused qkv output and of the cache: ``fused`` (the one

@@ -1,5 +1,5 @@
 """``triton_argmax.argmax`` under the Triton interpreter on CPU tensors: ``python -m
-tests.model_executor.argmax_interpreted IN OUT`` with ``TRITON_INTERPRET=1`` (a process of its own: the mode is
+tests.kernels.argmax_interpreted IN OUT`` with ``TRITON_INTERPRET=1`` (a process of its own: the mode is
 fixed when the kernel is decorated). IN holds ``{name: (B, V) tensor}``; OUT gets ``{name: [index tensor of
 each of two calls]}`` (the second call checks that the split counters were left at zero)."""
 

@@ -20,7 +20,7 @@ import torch
 
 from attnserve.kernels import fused_ops
 from tests.helpers import run_cases_in_triton_interpreter
-from tests.layers.fused_cases import DTYPES, TORCH_OPS, make_cases, qk_views, run
+from tests.kernels.fused_cases import DTYPES, TORCH_OPS, make_cases, qk_views, run
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = make_cases()
@@ -66,7 +66,7 @@ def assert_case(name: str, case: dict, got, want) -> None:
 def interpreted(tmp_path_factory) -> dict:
     """Every case's Triton result, run in one subprocess under the Triton interpreter."""
     pytest.importorskip("triton")
-    return run_cases_in_triton_interpreter("tests.layers.fused_cases", CASES, tmp_path_factory.mktemp("fused_ops"))
+    return run_cases_in_triton_interpreter("tests.kernels.fused_cases", CASES, tmp_path_factory.mktemp("fused_ops"))
 
 
 @pytest.mark.parametrize("name", list(CASES))
