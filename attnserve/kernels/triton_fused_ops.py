@@ -12,7 +12,8 @@ import triton
 import triton.language as tl
 
 from attnserve.kernels import pdl
-from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS, libdevice_exp, round_rne, libdevice_rsqrt, pdl_wait
+from attnserve.kernels.triton_common import (INTERPRETED, LAUNCH_OPTIONS, libdevice_exp, libdevice_rsqrt, pdl_wait,
+                                             round_rne)
 from attnserve.kernels.triton_rope import rotary_embedding, rotary_embedding_kv_write  # noqa: F401
 
 

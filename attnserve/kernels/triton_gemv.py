@@ -61,7 +61,7 @@ import triton
 import triton.language as tl
 
 from attnserve.kernels import pdl
-from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS, TICKETS, round_rne, pdl_wait, ticket_counters
+from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS, TICKETS, pdl_wait, round_rne, ticket_counters
 from attnserve.kernels.triton_fused_ops import silu_mul
 
 MAX_M = 64  # rows of x; the padded rows (to BLOCK_M) are computed on clamped copies and never stored

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from attnserve.kernels import pdl
-from attnserve.kernels.triton_common import INTERPRETED, round_rne, pdl_wait
+from attnserve.kernels.triton_common import INTERPRETED, pdl_wait, round_rne
 from attnserve.kernels.triton_gemv import gemv_step, gemv_tile
 
 MAX_M = 64  # rows: one padded row tile of 16, 32 or 64 per program

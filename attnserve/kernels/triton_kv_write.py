@@ -48,9 +48,11 @@ def _reshape_and_cache_kernel(
     mask = (offs_h[:, None] < NUM_HEADS) & (offs_d[None, :] < HEAD)
     k = tl.load(key_ptr + tok * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :], mask=mask)
     v = tl.load(value_ptr + tok * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :], mask=mask)
-    tl.store(cache_slot_address(kc_ptr, slot, stride_kcb, stride_kcs, PAGE) + offs_h[:, None] * stride_kch + offs_d[None, :],
+    tl.store(cache_slot_address(kc_ptr, slot, stride_kcb, stride_kcs, PAGE)
+             + offs_h[:, None] * stride_kch + offs_d[None, :],
              cache_value(k, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
-    tl.store(cache_slot_address(vc_ptr, slot, stride_vcb, stride_vcs, PAGE) + offs_h[:, None] * stride_vch + offs_d[None, :],
+    tl.store(cache_slot_address(vc_ptr, slot, stride_vcb, stride_vcs, PAGE)
+             + offs_h[:, None] * stride_vch + offs_d[None, :],
              cache_value(v, v_scale, fmax, vc_ptr.dtype.element_ty, FP8), mask=mask)
 
 

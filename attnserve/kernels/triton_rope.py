@@ -13,9 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from attnserve.kernels.triton_kv_write import cache_value, cache_slot_address, cache_fp8_max
 from attnserve.kernels import pdl
-from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS, round_rne, libdevice_rsqrt, pdl_wait
+from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS, libdevice_rsqrt, pdl_wait, round_rne
+from attnserve.kernels.triton_kv_write import cache_fp8_max, cache_slot_address, cache_value
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.kernels.kv_write import KVWriteTarget
