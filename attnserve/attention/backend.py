@@ -28,11 +28,10 @@ import torch
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.capabilities import BackendCapabilities
-    from attnserve.attention.ops.kv_write import KVWriteTarget
+    from attnserve.kernels.fused_ops import RopeInputs
+    from attnserve.kernels.kv_write import KVWriteTarget
     from attnserve.attention.selector import AttentionSelectorConfig
     from attnserve.config.attention import AttentionConfig
-    from attnserve.layers.norm import RMSNorm
-    from attnserve.layers.rotary import RotaryEmbedding
     from attnserve.platforms.interface import Platform
 
 
@@ -144,19 +143,16 @@ class AttentionImpl(ABC):
 
     def forward_with_rope(
         self,
-        positions: torch.Tensor,  # (T,) int64
         query: torch.Tensor,  # (T, Hq, D)
         key: torch.Tensor,  # (T, Hkv, D)
         value: torch.Tensor,  # (T, Hkv, D)
         kv_cache: torch.Tensor,
         metadata: Any,
-        rotary: "RotaryEmbedding",
-        q_norm: "RMSNorm | None" = None,
-        k_norm: "RMSNorm | None" = None,
+        rope: "RopeInputs",  # positions (T,), cos/sin tables, optional q/k norm weights
     ) -> torch.Tensor | None:  # (T, Hq, D) model dtype, or None
         """RoPE (after q/k norm) on ``query`` and ``key`` in place, the K/V write and attention, all inside
         the backend's own kernel, for the steps it can do so (``Attention.forward_with_rope``); the same
-        values in the cache and the output as ``rotary.forward_kv_write`` then ``forward(kv_written=True)``.
+        values in the cache and the output as ``rope.apply_kv_write`` then ``forward(kv_written=True)``.
         None (the default, and for the steps a backend does not fuse): the caller runs those two instead."""
         return None
 

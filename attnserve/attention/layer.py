@@ -10,8 +10,7 @@ from torch import nn
 from attnserve.attention.backend import AttentionImpl
 
 if TYPE_CHECKING:  # pragma: no cover
-    from attnserve.layers.norm import RMSNorm
-    from attnserve.layers.rotary import RotaryEmbedding
+    from attnserve.kernels.fused_ops import RopeInputs
     from attnserve.model_executor.forward_batch import ForwardBatch
 
 
@@ -34,14 +33,11 @@ class Attention(nn.Module):
 
     def forward_with_rope(
         self,
-        positions: torch.Tensor,  # (T,) int64
         query: torch.Tensor,  # (T, Hq, D), last dim contiguous (views into the fused qkv output are fine)
         key: torch.Tensor,  # (T, Hkv, D)
         value: torch.Tensor,  # (T, Hkv, D)
         batch: "ForwardBatch",
-        rotary: "RotaryEmbedding",
-        q_norm: "RMSNorm | None" = None,  # Qwen3: RMSNorm over each query head before RoPE
-        k_norm: "RMSNorm | None" = None,
+        rope: "RopeInputs",  # positions, cos/sin tables, Qwen3's q/k norm weights
     ) -> torch.Tensor:  # (T, Hq, D)
         """RoPE on ``query`` and ``key`` (in place), then :meth:`forward`; in one kernel where the backend
         can (``impl.forward_with_rope``).
@@ -51,12 +47,12 @@ class Attention(nn.Module):
         ``reshape_and_cache``) and the backend skips its write. Same values in the cache and the output
         either way; on CPU the same PyTorch ops in the same order."""
         kv_cache, metadata = batch.kv_caches[self.layer_index], batch.attn_metadata
-        out = self.impl.forward_with_rope(positions, query, key, value, kv_cache, metadata, rotary, q_norm, k_norm)
+        out = self.impl.forward_with_rope(query, key, value, kv_cache, metadata, rope)
         if out is not None:  # the backend's kernel did it all (TRITON_ATTN's decode steps)
             return out
         target = self.impl.kv_write_target(kv_cache, metadata)
         if target is None:
-            rotary(positions, query, key, q_norm, k_norm)
+            rope.apply(query, key)
             return self.impl.forward(query, key, value, kv_cache, metadata)
-        rotary.forward_kv_write(positions, query, key, value, target, q_norm, k_norm)
+        rope.apply_kv_write(query, key, value, target)
         return self.impl.forward(query, key, value, kv_cache, metadata, kv_written=True)

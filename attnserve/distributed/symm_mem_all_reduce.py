@@ -42,7 +42,7 @@ MAX_BYTES = {2: 2 * MiB, 3: 512 * KiB, 4: 512 * KiB, 5: 256 * KiB, 6: 256 * KiB,
 """World size -> the largest tensor (bytes) taken. vLLM's custom all-reduce runs its one-shot kernel below
 512 KiB on up to 4 GPUs and 256 KiB on up to 8, at any size on 2 (up to its 8 MiB buffer); torch's one-shot
 kernel uses at most 24 blocks, so 2 GPUs stop at 2 MiB (a 256-token decode step of hidden 4096, bfloat16)
-and larger tensors (prefill) go to NCCL. ``tests/gpu/bench_allreduce.py`` times both paths per size."""
+and larger tensors (prefill) go to NCCL. ``benchmarks/gpu/bench_allreduce.py`` times both paths per size."""
 
 ALIGN = 16  # bytes: the kernel's widest vector access
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnserve.layers.fused_ops import silu_and_mul
+from attnserve.kernels.fused_ops import silu_and_mul
 
 
 class SiluAndMul(nn.Module):

@@ -42,7 +42,7 @@ out_act="silu_mul")``: one launch, no (M, 2I) intermediate) over the layer's can
 keeps it where it is faster by the same margin; a candidate counts only if its plain GEMV agrees with
 ``F.linear`` and the fused one returns ``silu_and_mul`` of that plain output bit for bit. Where both ends of
 an MLP would fuse the SwiGLU at one row count, the pair of (gate/up, down) launches that is faster in total
-keeps its fusion. Measured on an H200 (``tests/gpu/bench_gate_up_swiglu.py``, gate/up + ``silu_and_mul`` vs
+keeps its fusion. Measured on an H200 (``benchmarks/gpu/bench_gate_up_swiglu.py``, gate/up + ``silu_and_mul`` vs
 fused): Qwen3-0.6B 1 row 6.47 -> 4.61 us, 16 rows 7.60 -> 5.72 us; Llama-3.1-8B 1 row 54.8 -> 52.6 us.
 
 The LM head gets a third table, ``head.greedy``: for each row count the plan times the LM head's choice above
@@ -72,7 +72,7 @@ from attnserve.layers.blas import cublaslt_linear
 from attnserve.layers.gemv_timing import agrees, l2_bytes, time_candidates, time_per_call_us, weight_copies
 
 if TYPE_CHECKING:
-    from attnserve.layers.triton_gemv import GemvConfig
+    from attnserve.kernels.triton_gemv import GemvConfig
 
 logger = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def _bucket_table(chosen: dict[int, Callable | None]) -> tuple[Callable | None, 
 def _chosen(c: GemvChoice) -> Callable | None:
     """The function a choice runs, None for cuBLAS."""
     if c.use_triton:
-        from attnserve.layers.triton_gemv import gemv
+        from attnserve.kernels.triton_gemv import gemv
 
         return functools.partial(gemv, config=c.config)
     return cublaslt_linear if c.use_cublaslt else None
@@ -226,7 +226,7 @@ class GemvPlan:
     def silu_mul_table(self, n: int, k: int) -> tuple[Callable | None, ...] | None:
         """Row count -> the chosen fused GEMV ``f(gate_up (M, 2K), weight, bias)``, or None for
         ``silu_and_mul`` then :meth:`table`'s choice; None when the fused GEMV wins at no row count."""
-        from attnserve.layers.triton_gemv import gemv
+        from attnserve.kernels.triton_gemv import gemv
 
         return _bucket_table({m: functools.partial(gemv, config=c.config, act="silu_mul") if c.use_fused else None
                               for (nn_, kk, m), c in self.silu_mul.items() if (nn_, kk) == (n, k)})
@@ -234,7 +234,7 @@ class GemvPlan:
     def swiglu_table(self, n: int, k: int) -> tuple[Callable | None, ...] | None:
         """Row count -> the chosen GEMV ``f(x, gate_up_weight, bias)`` with the SwiGLU in its epilogue ((M, N / 2)
         out), or None for :meth:`table`'s choice then ``silu_and_mul``; None when it wins at no row count."""
-        from attnserve.layers.triton_gemv import gemv
+        from attnserve.kernels.triton_gemv import gemv
 
         return _bucket_table({m: functools.partial(gemv, config=c.config, out_act="silu_mul") if c.use_fused else None
                               for (nn_, kk, m), c in self.swiglu.items() if (nn_, kk) == (n, k)})
@@ -242,7 +242,7 @@ class GemvPlan:
     def greedy_table(self) -> tuple[Callable | None, ...] | None:
         """Row count -> the fused greedy head ``f(hidden, weight)`` with its measured tile, or None (the LM head
         then an argmax); None when it wins at no row count."""
-        from attnserve.layers.triton_greedy_head import greedy_head
+        from attnserve.kernels.triton_greedy_head import greedy_head
 
         return _bucket_table({m: functools.partial(greedy_head, config=c.config) if c.use_fused else None
                               for m, c in self.greedy.items()})
@@ -287,8 +287,8 @@ class GemvPlan:
         taken and the number of timings."""
         margin = MARGIN if margin is None else margin
         ms = plan_rows(ms)
-        from attnserve.layers.triton_gemv import gemv, prepare
-        from attnserve.layers.triton_greedy_head import CANDIDATES as GREEDY_CANDIDATES
+        from attnserve.kernels.triton_gemv import gemv, prepare
+        from attnserve.kernels.triton_greedy_head import CANDIDATES as GREEDY_CANDIDATES
 
         t0 = time.perf_counter()
         plan = cls()
@@ -344,8 +344,8 @@ class GemvPlan:
                           replays: int) -> SiluMulChoice:
         """(N, K, M) of a SwiGLU layer, after its plain choice: ``silu_and_mul`` then that choice, against
         the fused GEMV's candidates on a random (M, 2K) gate/up output."""
-        from attnserve.layers.fused_ops import silu_and_mul
-        from attnserve.layers.triton_gemv import gemv
+        from attnserve.kernels.fused_ops import silu_and_mul
+        from attnserve.kernels.triton_gemv import gemv
 
         n, k = copies[0].shape
         plain = self.choices[(n, k, m)]
@@ -366,8 +366,8 @@ class GemvPlan:
         GEMV with the SwiGLU epilogue over the layer's candidates (those of >= 2 weight rows a program), on
         random x. A candidate counts only if its plain output agrees with ``F.linear`` and its fused output is
         ``silu_and_mul`` of that plain output bit for bit."""
-        from attnserve.layers.fused_ops import silu_and_mul
-        from attnserve.layers.triton_gemv import gemv
+        from attnserve.kernels.fused_ops import silu_and_mul
+        from attnserve.kernels.triton_gemv import gemv
 
         n, k = copies[0].shape
         plain = self.choices[(n, k, m)]
@@ -418,8 +418,8 @@ class GemvPlan:
         """M rows of the LM head (N, K), after its plain choice: that choice then ``triton_argmax``, against the
         fused greedy head's candidates on random hidden states. A candidate counts only if its logits (stored
         once, for this check) agree with ``F.linear`` and its tokens are their argmax."""
-        from attnserve.layers.triton_greedy_head import CANDIDATES as GREEDY_CANDIDATES, greedy_head
-        from attnserve.model_executor.triton_argmax import argmax
+        from attnserve.kernels.triton_greedy_head import CANDIDATES as GREEDY_CANDIDATES, greedy_head
+        from attnserve.kernels.triton_argmax import argmax
 
         n, k = copies[0].shape
         plain = self.choices[(n, k, m)]

@@ -1,7 +1,7 @@
 """The Triton GEMV's launch configurations that ``GemvPlan`` and the benchmarks try, per (N, K, M).
 
 ``candidate_configs`` is the handful the start-up plan times (at most 6); ``sweep_configs`` the few dozen a
-benchmark sweeps (``tests/gpu/bench_gemv.py``). Both start from ``triton_gemv.default_config`` and vary the
+benchmark sweeps (``benchmarks/gpu/bench_gemv.py``). Both start from ``triton_gemv.default_config`` and vary the
 tile (FMA or tensor cores), the K split and the pipeline depth; each is fitted to M rows and to the shared
 memory of one SM (``triton_gemv.fit_config``). Tile choices and their measured effect: ``gemv_plan.py``'s
 docstring and ``docs/results/issue8-h200.md``. Triton is imported when a config is built, not on import.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from attnserve.layers.triton_gemv import GemvConfig
+    from attnserve.kernels.triton_gemv import GemvConfig
 
 # FMA tiles for one row (block_n, block_k per 2-byte element, num_warps): 32..128 float32 of register tile
 # per thread; for M rows block_n shrinks by M's power of two (the tile is M times taller)
@@ -26,7 +26,7 @@ _WIDE_DOT_TILES = [(32, 128, 4, 4), (64, 128, 4, 3), (64, 128, 4, 4), (128, 128,
                    (32, 256, 4, 3), (64, 256, 4, 2), (64, 64, 4, 4), (128, 64, 4, 4), (256, 64, 8, 3)]
 # the start-up plan's extra tiles for 17..64 rows, after the default and its split halved / doubled
 _WIDE_CANDIDATE_TILES = [(32, 128, 4, 4), (128, 128, 8, 3), (64, 256, 4, 2)]
-# ... and one without a K split: measured on an H200 at 64 rows (``tests/gpu/bench_gate_up_swiglu.py --sweep-ms
+# ... and one without a K split: measured on an H200 at 64 rows (``benchmarks/gpu/bench_gate_up_swiglu.py --sweep-ms
 # 64``, Qwen3-0.6B shapes), gate_up 6144 x 1024 5.75 us (cuBLAS 6.19, its split-K reduce kernel included; the
 # best split candidate 11.13), qkv 4096 x 1024 5.18 (cuBLAS 5.34): a split's partial store, fence and ticket
 # cost more than the fuller GPU gains when K is 1024
@@ -50,13 +50,13 @@ def whole_k_config(n: int, k: int, m: int) -> GemvConfig | None:
     largest (<= 16) that keeps the weight tile at <= 64. None past 4 rows' worth of registers (``m`` rows
     times padded K above ``32 * 32 * WHOLE_K_MAX_WARPS`` elements) or K above ``WHOLE_K_MAX``.
 
-    Measured on an H200 at one row (``tests/gpu/bench_cascade.py``, Llama-3.1-8B shapes, graph of calls over
+    Measured on an H200 at one row (``benchmarks/gpu/bench_cascade.py``, Llama-3.1-8B shapes, graph of calls over
     weight copies past 2x L2): o_proj 4096 x 4096 9.4 us (n2 k4096 w4) vs cuBLAS 12.4 us (split-K, plus its
     reduce kernel in a real step); qkv 6144 x 4096 13.0 vs 15.0; gate_up 28672 x 4096 53.3 vs 60.6 (4.4 TB/s).
     The same tiles with K in two splits: 13-19 us, 82 us for gate_up (each split's partial store, fence and
     ticket).
     """
-    from attnserve.layers.triton_gemv import GemvConfig
+    from attnserve.kernels.triton_gemv import GemvConfig
 
     bk, rows = _pow2(k), _pow2(m)
     if bk > WHOLE_K_MAX:
@@ -82,7 +82,7 @@ def _wide_dot(n: int, k: int, m: int, bn: int, bk: int, warps: int, stages: int,
               split_factors: tuple[float, ...] = (1,)) -> list[GemvConfig]:
     """Tensor-core configs of one tile for 17..64 rows: block_k (given per 2-byte element) scaled to the
     dtype and K, the automatic split times each of ``split_factors`` (1..32)."""
-    from attnserve.layers.triton_gemv import GemvConfig
+    from attnserve.kernels.triton_gemv import GemvConfig
 
     bk = max(16, min(bk * 2 // elem_bytes, _pow2(k)))
     s = auto_split(n, k, bn, bk, num_sms, m)
@@ -96,7 +96,7 @@ def sweep_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 13
     (16-bit only) with the automatic split and double it; past 16 rows (tensor cores only, every dtype),
     wide tensor-core tiles with the automatic split, half and double it. Each fitted to M rows
     (``triton_gemv.fit_config``: shared memory)."""
-    from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
+    from attnserve.kernels.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
 
     rows = _pow2(m)
     base = default_config(n, k, m, elem_bytes, num_sms)
@@ -129,7 +129,7 @@ def candidate_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int 
     tensor-core tiles: narrower (more programs), wider (x re-read fewer times), a longer K step, and one
     without a K split (``UNSPLIT_WIDE_TILE``). Each fitted to M rows and ``act`` (``triton_gemv.fit_config``:
     shared memory, and the SwiGLU prologue's registers)."""
-    from attnserve.layers.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
+    from attnserve.kernels.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
 
     base = default_config(n, k, m, elem_bytes, num_sms)
     out = [base,

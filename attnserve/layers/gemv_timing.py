@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 if TYPE_CHECKING:
-    from attnserve.layers.triton_gemv import GemvConfig
+    from attnserve.kernels.triton_gemv import GemvConfig
 
 logger = logging.getLogger("attnserve.layers.gemv_plan")  # the plan's log: its candidates are skipped here
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnserve.layers.fused_ops import rms_norm
+from attnserve.kernels.fused_ops import rms_norm
 
 
 class RMSNorm(nn.Module):

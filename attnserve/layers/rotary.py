@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from attnserve.layers.fused_ops import rotary_embedding, rotary_embedding_kv_write
+from attnserve.kernels.fused_ops import RopeInputs
 from attnserve.layers.norm import RMSNorm
-
-if TYPE_CHECKING:  # pragma: no cover
-    from attnserve.attention.ops.kv_write import KVWriteTarget
 
 
 def _inv_freq(head_size: int, base: float, rope_scaling: dict | None) -> torch.Tensor:
@@ -47,6 +43,16 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_cache", freqs.cos(), persistent=False)
         self.register_buffer("sin_cache", freqs.sin(), persistent=False)
 
+    def inputs(
+        self,
+        positions: torch.Tensor,  # (T,) int64
+        q_norm: RMSNorm | None = None,
+        k_norm: RMSNorm | None = None,
+    ) -> RopeInputs:
+        """The tensors RoPE at ``positions`` takes (with ``q_norm``/``k_norm``, Qwen3's per-head RMSNorm
+        first): what a model passes to ``Attention.forward_with_rope``."""
+        return RopeInputs(positions, self.cos_cache, self.sin_cache, _norm(q_norm), _norm(k_norm))
+
     def forward(
         self,
         positions: torch.Tensor,  # (T,) int64
@@ -57,23 +63,8 @@ class RotaryEmbedding(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotates ``query`` and ``key`` **in place** (one kernel on CUDA) and returns them. With
         ``q_norm``/``k_norm`` (Qwen3), each head is RMS-normalized first, in the same pass."""
-        rotary_embedding(positions, query, key, self.cos_cache, self.sin_cache, _norm(q_norm), _norm(k_norm))
+        self.inputs(positions, q_norm, k_norm).apply(query, key)
         return query, key
-
-    def forward_kv_write(
-        self,
-        positions: torch.Tensor,  # (T,) int64
-        query: torch.Tensor,  # (T, Hq, D), last dim contiguous
-        key: torch.Tensor,  # (T, Hkv, D)
-        value: torch.Tensor,  # (T, Hkv, D)
-        target: "KVWriteTarget",  # where the attention backend keeps this layer's K/V
-        q_norm: RMSNorm | None = None,
-        k_norm: RMSNorm | None = None,
-    ) -> None:
-        """:meth:`forward`, and the rotated keys and the values stored in ``target``'s paged cache, in the
-        same kernel on CUDA (``fused_ops.rotary_embedding_kv_write``)."""
-        rotary_embedding_kv_write(positions, query, key, value, self.cos_cache, self.sin_cache, target,
-                                  _norm(q_norm), _norm(k_norm))
 
 
 def _norm(norm: RMSNorm | None) -> tuple[torch.Tensor, float] | None:

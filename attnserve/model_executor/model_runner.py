@@ -150,9 +150,9 @@ class ModelRunner:
             self._capture_cuda_graphs()
 
     def _configure_pdl(self, requested: bool) -> None:
-        """PDL launches of the Triton kernels (``layers/pdl.py``) where the GPU has them, before the GEMV plan
+        """PDL launches of the Triton kernels (``kernels/pdl.py``) where the GPU has them, before the GEMV plan
         and graph capture."""
-        from attnserve.layers import pdl
+        from attnserve.kernels import pdl
 
         if pdl.configure(requested and pdl.supported(self.device)):
             logger.info("Triton kernels launch with programmatic dependent launch (enable_pdl)")

@@ -7,7 +7,7 @@ row shares a value), the filters are vectorized, and sampling is the exponential
 noise of all unseeded rows is one draw from the shared generator, a seeded row draws its own ``(V,)``
 noise from its request's generator, so its tokens depend only on its seed and logits, not on the batch.
 
-The argmax on CUDA is one Triton kernel (``triton_argmax.py``: torch's took 21.9 us for 64 x 151936 bf16
+The argmax on CUDA is one Triton kernel (``kernels/triton_argmax.py``: torch's took 21.9 us for 64 x 151936 bf16
 logits on an H200), elsewhere ``torch.argmax``; both return each row's first maximum.
 
 The host sees exactly one device->host copy of the sampled token ids, plus one for the logprobs of the
@@ -17,13 +17,12 @@ later), :meth:`Sampler.__call__` waits.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from types import ModuleType
 
 import torch
 
 from attnserve.engine.sampling_params import SamplingParams
+from attnserve.kernels.argmax import argmax_rows
 
 
 @dataclass
@@ -33,22 +32,6 @@ class SamplerOutput:
     token_ids: list[int]  # (B,) one sampled token per request
     # per request: None, or (sampled token logprob, sampled token rank, [(token_id, logprob)] top-k by logprob)
     logprobs: list[tuple[float, int, list[tuple[int, float]]] | None]
-
-
-@functools.cache
-def _triton_argmax() -> ModuleType | None:
-    """``attnserve.model_executor.triton_argmax``, or None where Triton is not installed."""
-    try:
-        from attnserve.model_executor import triton_argmax
-    except ImportError:
-        return None
-    return triton_argmax
-
-
-def argmax_rows(x: torch.Tensor) -> torch.Tensor:  # (B,) int64
-    """Each row's first maximum of ``x`` (B, V): the Triton kernel on CUDA, ``torch.argmax`` elsewhere."""
-    ops = _triton_argmax() if x.is_cuda else None
-    return ops.argmax(x) if ops is not None else x.argmax(dim=-1)
 
 
 def _to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

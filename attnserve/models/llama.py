@@ -76,7 +76,7 @@ class LlamaAttention(nn.Module):
         # RoPE in place (Qwen3: after the per-head q/k RMSNorm, in the same launch), which also writes k and
         # v into the paged KV cache where the backend allows it, then attention
         norms = (self.q_norm, self.k_norm) if self.qk_norm else (None, None)
-        out = self.attn.forward_with_rope(positions, q, k, v, batch, self.rotary, *norms)
+        out = self.attn.forward_with_rope(q, k, v, batch, self.rotary.inputs(positions, *norms))
         return self.o_proj(out.reshape(T, self.q_size))
 
 

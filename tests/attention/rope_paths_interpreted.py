@@ -39,8 +39,10 @@ def force_triton_dispatch() -> list[str]:
     """Route the CUDA-only dispatch of RoPE and of the KV write to the Triton kernels for any tensor; returns
     a list that records the name of each Triton op run."""
     from attnserve.attention.backends import triton_attn
-    from attnserve.attention.ops import kv_write, triton_kv_write
-    from attnserve.layers import fused_ops, triton_fused_ops
+    from attnserve.kernels import triton_kv_write
+    from attnserve.kernels import kv_write
+    from attnserve.kernels import triton_fused_ops
+    from attnserve.kernels import fused_ops
 
     ran: list[str] = []
 

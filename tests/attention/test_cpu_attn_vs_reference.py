@@ -7,7 +7,7 @@ import torch
 
 from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata
 from attnserve.attention.backends.cpu_attn import CPUAttentionBackend
-from attnserve.attention.ops.reference import reference_paged_attention
+from attnserve.kernels.reference import reference_paged_attention
 
 # name -> (query lengths, context lengths after the step); decodes first, as the scheduler orders them
 CASES = {

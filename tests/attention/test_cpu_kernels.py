@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnserve.attention.backend import KVCacheLayout
-from attnserve.attention.ops.kv_write import kv_views, write_kv, write_kv_cache, write_kv_torch
+from attnserve.kernels.kv_write import kv_views, write_kv, write_kv_cache, write_kv_torch
 from attnserve.model_executor.kv_cache import allocate_kv_caches
 from tests.gpu.cases import SHAPES, Case, run_case
 

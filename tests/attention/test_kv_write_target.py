@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from attnserve.attention.backend import KVCacheLayout
-from attnserve.attention.ops.kv_write import kv_views
+from attnserve.kernels.kv_write import kv_views
 from attnserve.attention.registry import AttentionBackendEnum
 from tests.attention.rope_paths_interpreted import PATH_CASES, bits
 from tests.gpu.cases import Case, kv_dim_of, make_step, run_rope_paths

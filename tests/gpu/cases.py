@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, KVCacheLayout
-from attnserve.attention.ops.kv_write import kv_views, write_kv_torch
-from attnserve.attention.ops.reference import reference_paged_attention
+from attnserve.kernels.kv_write import kv_views, write_kv_torch
+from attnserve.kernels.reference import reference_paged_attention
 
 SHAPES: dict[str, list[tuple[int, int]]] = {
     "decode_b1_ctx1": [(0, 1)],
@@ -277,7 +277,7 @@ def run_rope_paths(backend_cls, case: Case, device: str | torch.device, attentio
                 rotary(st.positions, q, k, *norms)
                 out = attn(q, k, v, batch)
             else:
-                out = attn.forward_with_rope(st.positions, q, k, v, batch, rotary, *norms)
+                out = attn.forward_with_rope(q, k, v, batch, rotary.inputs(st.positions, *norms))
         results[path] = (out, step_qkv, cache)
     if device.type == "cuda":
         torch.cuda.synchronize()

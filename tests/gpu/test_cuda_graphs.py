@@ -128,7 +128,7 @@ def test_flashinfer_graph_replays_match_reference(hq, hkv, d, page, window):
 
     from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata
     from attnserve.attention.backends.flashinfer import FlashInferBackend
-    from attnserve.attention.ops.reference import reference_paged_attention
+    from attnserve.kernels.reference import reference_paged_attention
     from attnserve.model_executor.cuda_graph import CudaGraphRunner
     from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging
 

@@ -1,4 +1,4 @@
-"""The default model (real weights) on the GPU with every installed backend (see tests/gpu/e2e.py)."""
+"""The default model (real weights) on the GPU with every installed backend (see benchmarks/gpu/e2e.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def e2e_rows():
     from attnserve.model_executor.loader import resolve_model_source
-    from tests.gpu.e2e import run, table
+    from benchmarks.gpu.e2e import run, table
 
     gguf = os.environ.get("ATTNSERVE_DEFAULT_GGUF") or resolve_model_source(None).path
     rows = run(gguf)

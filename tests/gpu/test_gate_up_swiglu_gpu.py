@@ -27,7 +27,7 @@ GATE_UP_SHAPES = {"llama-3.1-8b": (28672, 4096), "qwen3-0.6b": (6144, 1024)}  # 
 
 @pytest.fixture
 def pdl_on():
-    from attnserve.layers import pdl
+    from attnserve.kernels import pdl
 
     before = pdl.enabled()
     pdl.configure(pdl.supported("cuda"))
@@ -42,10 +42,10 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> str:
 @pytest.mark.parametrize("model", list(GATE_UP_SHAPES))
 @pytest.mark.parametrize("m", [1, 3, 16, 40, 64])
 def test_epilogue_in_a_graph_equals_gemv_then_silu_and_mul(model, m, pdl_on):
-    from attnserve.layers.fused_ops import silu_and_mul
+    from attnserve.kernels.fused_ops import silu_and_mul
     from attnserve.layers.gemv_tiles import candidate_configs
     from attnserve.layers.gemv_timing import agrees
-    from attnserve.layers.triton_gemv import gemv, prepare
+    from attnserve.kernels.triton_gemv import gemv, prepare
 
     n, k = GATE_UP_SHAPES[model]
     g = torch.Generator(device="cuda").manual_seed(m)
@@ -88,7 +88,7 @@ class _MLP(nn.Module):
 @pytest.mark.parametrize("model", list(GATE_UP_SHAPES))
 def test_plan_fuses_the_swiglu_at_one_end_and_the_mlp_agrees_in_a_graph(model, pdl_on):
     from attnserve.layers import gemv_plan, gemv_timing
-    from attnserve.layers.fused_ops import silu_and_mul
+    from attnserve.kernels.fused_ops import silu_and_mul
     from attnserve.layers.linear import table_entry
 
     n, k = GATE_UP_SHAPES[model]

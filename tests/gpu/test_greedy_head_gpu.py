@@ -1,4 +1,4 @@
-"""The fused greedy LM head (``layers/triton_greedy_head.py``) on a GPU: on the interpreter test's cases and on
+"""The fused greedy LM head (``kernels/triton_greedy_head.py``) on a GPU: on the interpreter test's cases and on
 decode shapes (Qwen3's and Llama 3's vocabularies, 1..64 rows, every candidate tile) its tokens are
 ``torch.argmax`` of the logits it computes and those logits agree with ``F.linear`` (the GEMV plan's check);
 replayed in a CUDA graph with new hidden states; and in the engine on the default model, greedy generation with
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.gpu.test_cuda_graphs import default_gguf  # noqa: F401 (fixture)
-from tests.layers.test_triton_greedy_head import greedy_head_cases
+from tests.kernels.test_triton_greedy_head import greedy_head_cases
 
 pytestmark = pytest.mark.gpu
 
@@ -26,7 +26,7 @@ def _cuda():
 
 def _check(hidden, weight, cfg=None):
     from attnserve.layers.gemv_timing import agrees
-    from attnserve.layers.triton_greedy_head import greedy_head
+    from attnserve.kernels.triton_greedy_head import greedy_head
 
     logits = torch.empty(hidden.shape[0], weight.shape[0], dtype=weight.dtype, device=weight.device)
     tokens = greedy_head(hidden, weight, cfg, logits_out=logits)
@@ -39,7 +39,7 @@ def _check(hidden, weight, cfg=None):
 
 @pytest.mark.parametrize("name", list(greedy_head_cases()))
 def test_interpreter_cases_on_cuda(name):
-    from attnserve.layers.triton_greedy_head import GreedyHeadConfig
+    from attnserve.kernels.triton_greedy_head import GreedyHeadConfig
 
     hidden, weight, fields = greedy_head_cases()[name]
     tokens = _check(hidden.cuda(), weight.cuda(), GreedyHeadConfig(*fields) if fields else None)
@@ -52,7 +52,7 @@ def test_interpreter_cases_on_cuda(name):
 @pytest.mark.parametrize("rows", [1, 16, 64])
 @pytest.mark.parametrize("vocab,dim", [(151936, 1024), (128256, 4096)])
 def test_decode_shapes_every_candidate(rows, vocab, dim):
-    from attnserve.layers.triton_greedy_head import CANDIDATES
+    from attnserve.kernels.triton_greedy_head import CANDIDATES
 
     g = torch.Generator(device="cuda").manual_seed(rows)
     hidden = torch.randn(rows, dim, device="cuda", generator=g).to(torch.bfloat16)
@@ -62,7 +62,7 @@ def test_decode_shapes_every_candidate(rows, vocab, dim):
 
 
 def test_in_a_cuda_graph_with_new_hidden_states():
-    from attnserve.layers.triton_greedy_head import greedy_head
+    from attnserve.kernels.triton_greedy_head import greedy_head
 
     g = torch.Generator(device="cuda").manual_seed(0)
     weight = (torch.randn(151936, 1024, device="cuda", generator=g) / 32).to(torch.bfloat16)
@@ -80,7 +80,7 @@ def test_in_a_cuda_graph_with_new_hidden_states():
 def test_engine_greedy_tokens_with_the_fused_head_forced(default_gguf):
     from attnserve import LLM, SamplingParams
     from attnserve.layers.gemv_plan import GreedyChoice, lm_head
-    from attnserve.layers.triton_greedy_head import GreedyHeadConfig
+    from attnserve.kernels.triton_greedy_head import GreedyHeadConfig
 
     llm = LLM(default_gguf, dtype="bfloat16", device="cuda", attention_backend="TRITON_ATTN",
               kv_cache_memory=1 << 30, max_num_seqs=16, use_skinny_gemm=True)

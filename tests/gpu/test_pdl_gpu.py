@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (``attnserve/layers/pdl.py``) changes when kernels start, never what they compute.
+"""Programmatic dependent launch (``attnserve/kernels/pdl.py``) changes when kernels start, never what they compute.
 
 - A chain of dependent kernels in the order a decoder layer runs them (RMSNorm + residual, GEMV, RoPE + KV
   write, GEMV, RMSNorm + residual, GEMV, SwiGLU, GEMV; FMA, tensor-core and split-K GEMV tiles), eight layers
@@ -27,8 +27,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
 
 def _layer_chain(h, res, w, positions, cos, sin, target, cfgs):
     """One decoder layer's Triton kernels in their order, each reading the one before it."""
-    from attnserve.layers import triton_fused_ops as ops
-    from attnserve.layers.triton_gemv import gemv
+    from attnserve.kernels import triton_fused_ops as ops
+    from attnserve.kernels.triton_gemv import gemv
 
     x, res = ops.rms_norm(h, w["norm1"], 1e-6, res)
     qkv = gemv(x, w["qkv"], None, cfgs["qkv"])
@@ -45,9 +45,9 @@ def _layer_chain(h, res, w, positions, cos, sin, target, cfgs):
 def test_pdl_chain_in_a_graph_equals_without_pdl(m, whole_k):
     """``whole_k``: every GEMV takes ``gemv_tiles.whole_k_config``'s one-step tile (its whole weight share
     loaded before the PDL wait)."""
-    from attnserve.attention.ops.kv_write import KVWriteTarget
-    from attnserve.layers import pdl
-    from attnserve.layers.triton_gemv import GemvConfig, prepare
+    from attnserve.kernels.kv_write import KVWriteTarget
+    from attnserve.kernels import pdl
+    from attnserve.kernels.triton_gemv import GemvConfig, prepare
 
     hidden, inter, layers = 1024, 2048, 8
     g = torch.Generator(device="cuda").manual_seed(m)

@@ -1,9 +1,9 @@
 """The fused RoPE + KV-cache write on the GPU (run on the H200: ``pytest tests/gpu/test_rope_kv_write_gpu.py
--m gpu -s``), compiled, where the interpreter tests (tests/layers/test_rope_kv_write.py,
+-m gpu -s``), compiled, where the interpreter tests (tests/kernels/test_rope_kv_write.py,
 tests/attention/test_kv_write_target.py) cannot reach:
 
 * the kernel: bitwise equal to ``_rotary_kernel`` then ``reshape_and_cache`` on every case of
-  ``tests/layers/rope_kv_cases.py`` (the q/k norm's float32 sums must add in the same order in both), and
+  ``tests/kernels/rope_kv_cases.py`` (the q/k norm's float32 sums must add in the same order in both), and
   inside a CUDA graph;
 * every installed GPU backend (FLASH_ATTN 2/3/4, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION): one step through
   ``Attention.forward_with_rope`` equals RoPE then ``Attention.forward`` bit for bit (output, q/k, cache),
@@ -32,21 +32,21 @@ def bits(x: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------- the kernel
 @pytest.fixture(scope="module")
 def cuda_cases() -> dict:
-    from tests.layers.rope_kv_cases import make_cases
+    from tests.kernels.rope_kv_cases import make_cases
 
     return make_cases("cuda")
 
 
 def _names() -> list[str]:
-    from tests.layers.rope_kv_cases import make_cases
+    from tests.kernels.rope_kv_cases import make_cases
 
     return list(make_cases()) if torch.cuda.is_available() else []
 
 
 @pytest.mark.parametrize("name", _names())
 def test_fused_kernel_equals_rope_then_reshape_and_cache_on_cuda(name, cuda_cases):
-    from attnserve.attention.ops.kv_write import write_kv_torch
-    from tests.layers.rope_kv_cases import run, views
+    from attnserve.kernels.kv_write import write_kv_torch
+    from tests.kernels.rope_kv_cases import run, views
 
     case = cuda_cases[name]
     (qkv, *caches), (qkv_two, *caches_two) = run(case, "fused"), run(case, "two")
@@ -68,8 +68,8 @@ def test_fused_kernel_equals_rope_then_reshape_and_cache_on_cuda(name, cuda_case
 
 def test_fused_kernel_replays_in_a_cuda_graph(cuda_cases):
     """Captured after a warm-up, the kernel reads new positions, q/k/v and slots on every replay."""
-    from attnserve.layers import fused_ops
-    from tests.layers.rope_kv_cases import run, views
+    from attnserve.kernels import fused_ops
+    from tests.kernels.rope_kv_cases import run, views
 
     case = cuda_cases["cacheN2-HND-norm-bf16"]
     qkv, caches = case["qkv"].clone(), tuple(c.clone() for c in case["caches"])
@@ -160,8 +160,8 @@ def _engine_run(path: str, backend: str, cfg: dict, unfused: bool, monkeypatch, 
 
     with monkeypatch.context() as m:
         if unfused:
-            def forward_with_rope(self, positions, query, key, value, batch, rotary, q_norm=None, k_norm=None):
-                rotary(positions, query, key, q_norm, k_norm)
+            def forward_with_rope(self, query, key, value, batch, rope):
+                rope.apply(query, key)
                 return self.forward(query, key, value, batch)
 
             m.setattr(Attention, "forward_with_rope", forward_with_rope)

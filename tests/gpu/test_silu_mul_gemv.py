@@ -31,10 +31,10 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> str:
 @pytest.mark.parametrize("model", list(DOWN_SHAPES))
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 8, 16, 24, 32, 40, 48, 64])
 def test_fused_gemv_in_a_graph_equals_silu_and_mul_then_gemv(model, m):
-    from attnserve.layers.fused_ops import silu_and_mul
+    from attnserve.kernels.fused_ops import silu_and_mul
     from attnserve.layers.gemv_tiles import candidate_configs
     from attnserve.layers.gemv_timing import agrees
-    from attnserve.layers.triton_gemv import default_config, gemv, prepare
+    from attnserve.kernels.triton_gemv import default_config, gemv, prepare
 
     n, k = DOWN_SHAPES[model]
     g = torch.Generator(device="cuda").manual_seed(m)
@@ -75,7 +75,7 @@ class _Down(nn.Module):
 def test_plan_choice_table_and_fused_forward_in_a_graph(model):
     from attnserve.layers import gemv_plan, gemv_timing
     from attnserve.layers.activation import SiluAndMul
-    from attnserve.layers.fused_ops import silu_and_mul
+    from attnserve.kernels.fused_ops import silu_and_mul
     from attnserve.layers.linear import table_entry
 
     n, k = DOWN_SHAPES[model]

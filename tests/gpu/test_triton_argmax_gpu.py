@@ -1,14 +1,14 @@
 """The greedy sampler's Triton argmax on a GPU: ``torch.argmax``'s index on every row of the interpreter test's
 cases and of random logits in the decode buckets' shapes (Qwen3's and Llama 3's vocabularies), eagerly and
 replayed in a CUDA graph with new logits each time (the split counters reset themselves). Prints both
-kernels' times (not asserted: ``tests/gpu/bench_argmax.py`` measures them)."""
+kernels' times (not asserted: ``benchmarks/gpu/bench_argmax.py`` measures them)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tests.model_executor.test_triton_argmax import argmax_cases
+from tests.kernels.test_triton_argmax import argmax_cases
 
 pytestmark = pytest.mark.gpu
 
@@ -21,7 +21,7 @@ def _cuda():
 
 @pytest.mark.parametrize("name", list(argmax_cases()))
 def test_argmax_cases_on_cuda(name):
-    from attnserve.model_executor.triton_argmax import argmax
+    from attnserve.kernels.triton_argmax import argmax
 
     x = argmax_cases()[name].cuda()
     for _ in range(2):
@@ -31,7 +31,7 @@ def test_argmax_cases_on_cuda(name):
 @pytest.mark.parametrize("rows", [1, 2, 16, 64, 512])
 @pytest.mark.parametrize("vocab,dtype", [(151936, torch.bfloat16), (128256, torch.bfloat16), (32000, torch.float32)])
 def test_argmax_of_decode_shapes_eager_and_in_a_graph(rows, vocab, dtype):
-    from attnserve.model_executor.triton_argmax import argmax
+    from attnserve.kernels.triton_argmax import argmax
 
     g = torch.Generator(device="cuda").manual_seed(rows)
     x = torch.randn(rows, vocab, device="cuda", generator=g).to(dtype)

@@ -15,9 +15,9 @@ from attnserve.layers.gemv_plan import (  # noqa: E402
     silu_mul_layers, swiglu_layers,
 )
 from attnserve.layers.gemv_tiles import candidate_configs, sweep_configs  # noqa: E402
-from attnserve.layers.triton_gemv import MAX_FMA_M, MAX_M, SMEM_BUDGET, GemvConfig, check_config  # noqa: E402
+from attnserve.kernels.triton_gemv import MAX_FMA_M, MAX_M, SMEM_BUDGET, GemvConfig, check_config  # noqa: E402
 from attnserve.model_executor.cuda_graph import capture_sizes  # noqa: E402
-from tests.layers.test_triton_gemv import REAL_SHAPES  # noqa: E402
+from tests.kernels.test_triton_gemv import REAL_SHAPES  # noqa: E402
 
 
 def _plan(n: int, k: int, use: dict[int, bool]) -> GemvPlan:
@@ -253,7 +253,7 @@ def test_mlp_without_a_plan_is_silu_and_mul_then_down():
     """No plan (CPU, or no use_skinny_gemm): the MLP computes exactly what it computed before the fusion."""
     import torch.nn.functional as F
 
-    from attnserve.layers.fused_ops import silu_and_mul_torch
+    from attnserve.kernels.fused_ops import silu_and_mul_torch
 
     model = _tiny("llama")
     for p in model.parameters():
@@ -280,7 +280,7 @@ def test_swiglu_table_maps_row_counts_to_epilogue_gemvs_of_the_next_bucket():
     assert table[2].keywords == dict(config=GemvConfig(16, 128), out_act="silu_mul")
     assert table[5].keywords == table[8].keywords == dict(config=GemvConfig(16, 512), out_act="silu_mul")
     assert table[17].keywords == dict(config=GemvConfig(16, 64 * 32), out_act="silu_mul")
-    from attnserve.layers.triton_gemv import gemv
+    from attnserve.kernels.triton_gemv import gemv
 
     assert table[2].func is gemv and not table[2].args
     assert plan.table(256, 64) is None and plan.silu_mul_table(256, 64) is None  # the plain choices stay cuBLAS
@@ -326,7 +326,7 @@ def test_apply_sets_the_epilogue_table_on_the_gate_up_projections_only(caplog):
 
     import torch.nn.functional as F
 
-    from attnserve.layers.fused_ops import silu_and_mul_torch
+    from attnserve.kernels.fused_ops import silu_and_mul_torch
 
     for p in model.parameters():
         p.data.normal_(0.0, 0.1)

@@ -11,7 +11,7 @@ import torch
 from attnserve import LLM, SamplingParams
 from attnserve.attention.layer import Attention
 from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
-from attnserve.layers.rotary import RotaryEmbedding
+from attnserve.kernels.fused_ops import RopeInputs
 
 PROMPT_A, PROMPT_B = [1, 520, 9553, 314, 4649, 30, 8800], [2, 44, 9000, 13, 77, 1200, 5, 6, 7, 8, 9]
 BLOCKS_A, BLOCKS_B = [3, 0, 5], [1, 6, 2, 4]  # block size 4, in no particular order
@@ -36,9 +36,9 @@ def _run(llm: LLM) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     return logits, [cache.clone() for cache in runner.kv_caches]
 
 
-def _unfused(self, positions, query, key, value, batch, rotary, q_norm=None, k_norm=None):
+def _unfused(self, query, key, value, batch, rope):
     """The layer before ``forward_with_rope``: RoPE in place, then the backend writes K/V and attends."""
-    rotary(positions, query, key, q_norm, k_norm)
+    rope.apply(query, key)
     return self.forward(query, key, value, batch)
 
 
@@ -49,8 +49,8 @@ def test_forward_with_rope_computes_what_rope_then_forward_did(arch, backend, dt
     llm = LLM(tiny_model_dir(arch), dtype=dtype, device="cpu", block_size=4, kv_cache_memory=8 << 20,
               attention_backend=backend)
     calls = []
-    fused_write = RotaryEmbedding.forward_kv_write
-    monkeypatch.setattr(RotaryEmbedding, "forward_kv_write", lambda *a, **k: calls.append(1) or fused_write(*a, **k))
+    fused_write = RopeInputs.apply_kv_write
+    monkeypatch.setattr(RopeInputs, "apply_kv_write", lambda *a, **k: calls.append(1) or fused_write(*a, **k))
     logits, caches = _run(llm)
     assert len(calls) == 3 * llm.engine.runner.num_layers  # every layer of every step wrote K/V in the RoPE op
     monkeypatch.setattr(Attention, "forward_with_rope", _unfused)

@@ -19,8 +19,8 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views, write_kv_cache
-from attnserve.attention.ops.reference import causal_mask
+from attnserve.kernels.kv_write import KVWriteTarget, kv_views, write_kv_cache
+from attnserve.kernels.reference import causal_mask
 
 
 @dataclass

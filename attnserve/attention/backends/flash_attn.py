@@ -29,7 +29,7 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.ops.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
+from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.attention.capabilities import BackendCapabilities, cc_str
 from attnserve.attention.backends.flash_attn_versions import (
     FLASH_ATTN_VERSIONS, installed_version, load_kernels, version_preference,
@@ -164,7 +164,7 @@ class FlashAttentionBackend(AttentionBackend):
 
 # FlashAttention 3's split-KV bound in CUDA-graph decode steps (the plan splits each request up to this many
 # times for its own length). On an H200 8, 16 and 32 all gave 9.8 us per call at batch 1 (Llama-3.1-8B heads,
-# 1k context) and 81-83 us at batch 64 (tests/gpu/bench_fa3_decode.py); vLLM's default bound is 32.
+# 1k context) and 81-83 us at batch 64 (benchmarks/gpu/bench_fa3_decode.py); vLLM's default bound is 32.
 GRAPH_NUM_SPLITS = 16
 
 
@@ -256,7 +256,7 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         """FlashAttention 3: ``get_scheduler_metadata`` (one small kernel) on the static ``seq_lens``, captured
         at the head of the decode graph, so each replay plans the splits for its own lengths and no layer
         plans again. Without it each layer's call ran that planning kernel itself: 11.7 vs 9.8 us per call
-        for Llama-3.1-8B heads at batch 1, 1k context, on an H200 (``tests/gpu/bench_fa3_decode.py``)."""
+        for Llama-3.1-8B heads at batch 1, 1k context, on an H200 (``benchmarks/gpu/bench_fa3_decode.py``)."""
         if self.version != 3:
             return
         call = metadata.calls[0]

@@ -40,8 +40,8 @@ from attnserve.attention.backend import (
     CudaGraphSupport,
     KVCacheLayout,
 )
-from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views
-from attnserve.attention.ops.paged_kv_indices import device_pages, host_pages
+from attnserve.kernels.kv_write import KVWriteTarget, kv_views
+from attnserve.kernels.paged_kv_indices import device_pages, host_pages
 from attnserve.attention.ops.pinned_ring import PinnedRing
 from attnserve.attention.capabilities import BackendCapabilities
 
@@ -205,7 +205,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         cuda = self.device.type == "cuda"
         self._rings = {"decode": PinnedRing(cuda), "prefill": PinnedRing(cuda)}
         if self.disable_prefill:
-            from attnserve.attention.ops.triton_attention import block_m_for
+            from attnserve.kernels.triton_attention import block_m_for
 
             self.block_q = block_m_for(spec.num_heads // spec.num_kv_heads)[1]
 
@@ -241,7 +241,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         qsl = common.query_start_loc_cpu
         q0, q1 = int(qsl[first]), int(qsl[last])
         if kind == "fallback":
-            from attnserve.attention.ops.triton_attention import query_tiles
+            from attnserve.kernels.triton_attention import query_tiles
 
             seq, start = query_tiles(qsl, self.block_q, first, last)
             return FlashInferCall(kind, q0, q1, tiles=(seq.to(self.device), start.to(self.device)))
@@ -339,7 +339,7 @@ class FlashInferImpl(AttentionImpl):
         for call in metadata.calls:
             q = query[call.query_start:call.query_end]
             if call.kind == "fallback":
-                from attnserve.attention.ops.triton_attention import paged_attention
+                from attnserve.kernels.triton_attention import paged_attention
 
                 paged_attention(out, query, key_cache, value_cache, metadata.block_table, metadata.seq_lens,
                                 metadata.query_start_loc, *call.tiles, self.scale,

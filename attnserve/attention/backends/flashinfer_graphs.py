@@ -16,7 +16,7 @@ import torch
 
 from attnserve.attention.backend import CommonAttentionMetadata
 from attnserve.attention.backends.flashinfer import FlashInferCall, FlashInferMetadata, _workspace
-from attnserve.attention.ops.paged_kv_indices import device_pages, host_pages
+from attnserve.kernels.paged_kv_indices import device_pages, host_pages
 from attnserve.attention.ops.pinned_ring import PinnedRing
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views
+from attnserve.kernels.kv_write import KVWriteTarget, kv_views
 from attnserve.attention.validation import package_installed
 
 

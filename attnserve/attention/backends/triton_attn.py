@@ -1,14 +1,14 @@
-"""TRITON_ATTN: our paged-attention kernels in Triton (``attention/ops/triton_attention.py``).
+"""TRITON_ATTN: our paged-attention kernels in Triton (``kernels/triton_attention.py``).
 
 Per step the builder cuts the batch into query tiles (host side, once); each layer then makes one kernel
 call over the whole mixed batch (the unified kernel), or with ``use_prefill_decode_attention`` two: the
 split-KV kernel over the decode tokens, the unified kernel over the prefill tokens. A decode-only batch too
 small to fill the GPU also takes the split-KV kernel (up to 32 splits of at least one 64-token KV tile).
-The kernels launch with programmatic dependent launch on sm_90+ (``layers/pdl.py``), so the RoPE + KV-write
+The kernels launch with programmatic dependent launch on sm_90+ (``kernels/pdl.py``), so the RoPE + KV-write
 kernel before them and the GEMV after them overlap their launches. New K/V go into the cache with the
 Triton ``reshape_and_cache`` kernel; an fp8 cache stores ``x / scale`` per tensor (scales 1.0 unless set).
 
-Measured on an H200 (bf16, head 128, 1k context, ``tests/gpu/bench_triton_decode.py`` and
+Measured on an H200 (bf16, head 128, 1k context, ``benchmarks/gpu/bench_triton_decode.py`` and
 ``bench_decode_layout.py``): batch 64 x 16/8 heads 67-71 us per layer (3.8-4.0 TB/s of KV, ~89-94% of the
 copy bandwidth; FlashInfer 74.6 us), batch 1 x 32/8 heads 7-9 us (FlashInfer 10.1 us).
 
@@ -35,17 +35,18 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.ops.kv_write import KVWriteTarget, kv_views
+from attnserve.kernels.fused_ops import RopeInputs
+from attnserve.kernels.kv_write import KVWriteTarget, kv_views
 
 # Split-KV decode: aim for this many programs per SM, with at most this many splits of at least one KV tile
 # each (``triton_attention.kv_tile_tokens``: 64 tokens for 16-bit head 128). On an H200 a Llama-3.1-8B
 # batch-1 decode at 1k context took 22.4 us with splits of 512 tokens (2 splits, 16 programs) and 10.1 us in
-# FlashInfer (tests/gpu/bench_decode_layout.py).
+# FlashInfer (benchmarks/gpu/bench_decode_layout.py).
 _PROGRAMS_PER_SM = 2
 _MAX_SPLITS = 32
 # Launch options of decode calls (one query token per request), by whether KV is split: a 2-stage pipeline
 # (Triton's default is 3), and 8 warps for the short split programs. On an H200 (``python -m
-# tests.gpu.bench_triton_decode --sweep``, bf16, head 128, 1k context): Qwen3 shape batch 64 68.4 -> 67.4 us,
+# benchmarks.gpu.bench_triton_decode --sweep``, bf16, head 128, 1k context): Qwen3 shape batch 64 68.4 -> 67.4 us,
 # Llama-3.1-8B shape batch 1 (16 splits) 7.85 -> 6.95 us.
 _DECODE_LAUNCH = {False: {"num_stages": 2}, True: {"num_stages": 2, "num_warps": 8}}
 
@@ -78,7 +79,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        from attnserve.attention.ops.triton_attention import block_m_for
+        from attnserve.kernels.triton_attention import block_m_for
 
         spec = self.layer_spec
         self.block_q = block_m_for(spec.num_heads // spec.num_kv_heads)[1]
@@ -91,7 +92,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         """Split-KV count for a decode call: 1 when ``num_decodes * Hkv`` programs already fill the GPU (or
         the context is one KV tile); else enough splits for ``_PROGRAMS_PER_SM`` programs per SM, at most
         ``_MAX_SPLITS`` and at most one per KV tile of ``max_seq_len`` tokens."""
-        from attnserve.attention.ops.triton_attention import kv_tile_tokens
+        from attnserve.kernels.triton_attention import kv_tile_tokens
 
         spec = self.layer_spec
         programs = num_decodes * spec.num_kv_heads
@@ -102,7 +103,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
 
     def _tiles(self, common: CommonAttentionMetadata, first: int, last: int, splits: int,
                decode: bool = False) -> TritonAttentionTiles:
-        from attnserve.attention.ops.triton_attention import query_tiles
+        from attnserve.kernels.triton_attention import query_tiles
 
         seq, start = query_tiles(common.query_start_loc_cpu, self.block_q, first, last)
         qsl = common.query_start_loc_cpu
@@ -134,7 +135,7 @@ class TritonAttentionImpl(AttentionImpl):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        from attnserve.attention.ops import triton_attention
+        from attnserve.kernels import triton_attention
 
         self._ops = triton_attention
         self.k_scale = 1.0  # per-tensor fp8 scales: stored value = x / scale
@@ -143,8 +144,8 @@ class TritonAttentionImpl(AttentionImpl):
     def kv_write_target(self, kv_cache, metadata: TritonAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, self.kv_dim), metadata.slot_mapping, self.k_scale, self.v_scale)
 
-    def forward_with_rope(self, positions, query, key, value, kv_cache, metadata: TritonAttentionMetadata,
-                          rotary, q_norm=None, k_norm=None) -> torch.Tensor | None:
+    def forward_with_rope(self, query, key, value, kv_cache, metadata: TritonAttentionMetadata,
+                          rope: RopeInputs) -> torch.Tensor | None:
         """A decode step whose one kernel call has one program per request and KV head (no KV split, 4 warps:
         batch x Hkv >= 2 programs per SM): RoPE, the KV write and attention in that kernel
         (``paged_attention(rope=...)``), instead of the RoPE + KV-write kernel and then the attention kernel.
@@ -155,12 +156,10 @@ class TritonAttentionImpl(AttentionImpl):
         call = metadata.calls[0]
         if not call.decode or call.num_splits != 1 or call.launch.get("num_warps", 4) != 4:
             return None
-        from attnserve.layers.rotary import _norm
-
         key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
-        rope = self._ops.DecodeRope(positions, key, value, rotary.cos_cache, rotary.sin_cache,
-                                    metadata.slot_mapping, _norm(q_norm), _norm(k_norm))
-        return self._attend(query, key_cache, value_cache, metadata, rope)
+        decode_rope = self._ops.DecodeRope(rope.positions, key, value, rope.cos_cache, rope.sin_cache,
+                                           metadata.slot_mapping, rope.q_norm, rope.k_norm)
+        return self._attend(query, key_cache, value_cache, metadata, decode_rope)
 
     def forward(self, query, key, value, kv_cache, metadata: TritonAttentionMetadata,
                 kv_written: bool = False) -> torch.Tensor:

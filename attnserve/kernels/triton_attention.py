@@ -1,0 +1,396 @@
+"""Paged attention in Triton: one kernel for mixed prefill/decode batches, and a split-KV variant.
+
+Design after vLLM's ``triton_unified_attention.py``: a program owns one tile of query rows of one KV head
+(``BLOCK_Q`` query tokens x the ``NUM_QPKV`` query heads that share the KV head, padded to ``BLOCK_M``
+rows so that ``tl.dot`` gets at least 16 rows even for a single decode token), and walks that request's
+KV in tiles of ``BLOCK_N = PAGE * PAGES_PER_TILE`` tokens with an online softmax. A KV tile spans
+``PAGES_PER_TILE`` cache pages: the physical block id of each of its tokens comes from the block table in
+one vector load (``PAGES_PER_TILE`` distinct addresses, as vLLM's kernel loads ``seq_offset // BLOCK_SIZE``
+per token of its ``TILE_SIZE`` tile), and K / V are loaded as ``(HEAD_PAD, BLOCK_N)`` / ``(BLOCK_N,
+HEAD_PAD)`` with per-token addresses; each iteration is then one ``(BLOCK_M, HEAD_PAD) @ (HEAD_PAD,
+BLOCK_N)`` dot instead of a dot per 16-token page (decode on a GPU is latency-bound at one page per
+iteration). ``PAGES_PER_TILE`` is chosen from the page size (``default_pages_per_tile``: tiles of
+``KV_TILE_TOKENS`` tokens, one page per tile for pages that large); ``PAGES_PER_TILE = 1`` is the first
+version's page-at-a-time loop (one scalar block-id load per iteration).
+
+The split-KV variant gives each program a ``1/NUM_SPLITS`` slice of the KV tiles (a whole number of
+tiles) and writes a partial output and its log-sum-exp; a second kernel merges the slices. That keeps the
+GPU busy for decode batches too small to fill it.
+
+The KV cache arrives as two views ``(num_blocks, block_size, Hkv, D)`` with any strides, so both the
+``(2, N, ...)`` and ``(N, 2, ...)`` cache shapes and the NHD and HND memory orders work unchanged. An fp8
+cache is dequantized in registers with per-tensor scales. Math is float32; ``input_precision="ieee"``
+keeps float32 models exact (Triton's default for float32 dot is TF32).
+
+Importing this module imports Triton: only backends import it, lazily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from attnserve.kernels import pdl
+from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS, pdl_wait
+from attnserve.kernels.triton_rope import decode_rope_kv_write
+
+
+@triton.jit
+def _attn_tile_loop(
+    q, acc, m_i, l_i, q_pos, row_valid, seq_idx, seq_len, kvh, kv_lo, kv_hi,
+    k_ptr, v_ptr, bt_ptr, stride_bt, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    scale, k_scale, v_scale, softcap, window,
+    HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr, PAGES_PER_TILE: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, KV_FP8: tl.constexpr, PREC: tl.constexpr,
+):
+    """Online softmax over KV tiles ``[kv_lo, kv_hi)`` of ``BLOCK_N = PAGE * PAGES_PER_TILE`` tokens.
+
+    q: (BLOCK_M, HEAD_PAD) in the query dtype; acc: (BLOCK_M, HEAD_PAD) float32; m_i, l_i: (BLOCK_M,)
+    float32 running max and sum; q_pos: (BLOCK_M,) position of each row's query token; row_valid:
+    (BLOCK_M,) bool. Keys at positions >= seq_len (the ragged last tile) are neither loaded nor attended.
+    """
+    BLOCK_N: tl.constexpr = PAGE * PAGES_PER_TILE
+    offs_d = tl.arange(0, HEAD_PAD)
+    d_mask = offs_d < HEAD
+    offs_n = tl.arange(0, BLOCK_N)
+    bt_row = bt_ptr + seq_idx * stride_bt
+    for j in range(kv_lo, kv_hi):
+        k_pos = j * BLOCK_N + offs_n
+        n_valid = k_pos < seq_len
+        if PAGES_PER_TILE == 1:
+            # one page per tile: one block id. (A per-token vector load here, as below, measured slower on an
+            # H200: 64 requests x 1k tokens in 64-token pages, 86.4 -> 89.7 us through TRITON_ATTN's forward.
+            # Two such pages per tile took 69 us: tiles of one page are what is slow, not the scalar load.)
+            blk = tl.load(bt_row + j).to(tl.int64)
+            k_off = blk * stride_kb + offs_n * stride_ks  # (BLOCK_N,)
+            v_off = blk * stride_vb + offs_n * stride_vs
+        else:
+            # each token's physical block: one (BLOCK_N,) load over the tile's PAGES_PER_TILE table
+            # entries; tokens past seq_len read no entry (the table may be exactly cdiv(seq_len, PAGE) wide)
+            blk = tl.load(bt_row + k_pos // PAGE, mask=n_valid, other=0).to(tl.int64)  # (BLOCK_N,)
+            slot = offs_n % PAGE
+            k_off = blk * stride_kb + slot * stride_ks
+            v_off = blk * stride_vb + slot * stride_vs
+        k = tl.load(k_ptr + k_off[None, :] + kvh * stride_kh + offs_d[:, None],
+                    mask=d_mask[:, None] & n_valid[None, :], other=0.0)  # (HEAD_PAD, BLOCK_N)
+        v = tl.load(v_ptr + v_off[:, None] + kvh * stride_vh + offs_d[None, :],
+                    mask=n_valid[:, None] & d_mask[None, :], other=0.0)  # (BLOCK_N, HEAD_PAD)
+        if KV_FP8:
+            k = (k.to(tl.float32) * k_scale).to(q.dtype)
+            v = (v.to(tl.float32) * v_scale).to(q.dtype)
+        s = tl.dot(q, k, input_precision=PREC) * scale  # (BLOCK_M, BLOCK_N) float32
+        if USE_SOFTCAP:
+            # tanh(x) = 2 sigmoid(2x) - 1, exact enough and available in every Triton version
+            s = softcap * (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0)
+        allowed = row_valid[:, None] & n_valid[None, :] & (k_pos[None, :] <= q_pos[:, None])
+        if USE_WINDOW:
+            allowed = allowed & (k_pos[None, :] > q_pos[:, None] - window)
+        s = tl.where(allowed, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing seen yet stay at 0
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _paged_attention_kernel(
+    out_ptr, q_ptr, k_ptr, v_ptr, bt_ptr, seq_lens_ptr, qsl_ptr, tile_seq_ptr, tile_start_ptr,
+    part_out_ptr, part_lse_ptr,
+    stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
+    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    scale, k_scale, v_scale, softcap, window, num_q_heads,
+    # ROPE only (decode tiles, one split): RoPE (+ q/k norm) of each request's new token and its KV write
+    pos_ptr, key_ptr, value_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, slot_ptr,
+    stride_knt, stride_knh, stride_vnt, stride_vnh, stride_cos, q_eps, k_eps, fmax,
+    NUM_QPKV: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, HEAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr, PAGE: tl.constexpr, PAGES_PER_TILE: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, KV_FP8: tl.constexpr, PREC: tl.constexpr,
+    USE_PDL: tl.constexpr, ROPE: tl.constexpr, HQ: tl.constexpr, HQ_PAD: tl.constexpr, HK: tl.constexpr,
+    HK_PAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr, HAS_NORM: tl.constexpr,
+    ROUND_Q: tl.constexpr, ROUND_K: tl.constexpr, INTERPRET: tl.constexpr, DECODE: tl.constexpr,
+):
+    """Grid (num_query_tiles, Hkv, NUM_SPLITS): one query tile of one KV head, over one split of its KV.
+    ``USE_PDL``: launched with programmatic dependent launch (``kernels/pdl.py``); every input may come from
+    the kernels before it (the query, the KV just written, the step's metadata), so it waits first.
+    ``ROPE`` (decode tiles of one token each, ``NUM_SPLITS == 1``): the program first does the RoPE + KV-write
+    kernel's work for its token and KV head (``triton_rope.decode_rope_kv_write``: its query heads and
+    key head rotated in place, the key and value stored in the cache), then, after a barrier that makes
+    those stores visible to the whole program, attends as usual: one kernel instead of two per layer.
+    ``DECODE`` (decode tiles of requests 0, 1, ... in order, one query token each): tile i is request i's
+    token i, known without loading the tile and query-start arrays, two dependent loads fewer before the
+    program's first KV load."""
+    BLOCK_N: tl.constexpr = PAGE * PAGES_PER_TILE
+    tile = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    pdl_wait(USE_PDL)
+    if DECODE:
+        seq_idx = tile
+        q_tile_start = 0
+        q_begin = tile
+    else:
+        seq_idx = tl.load(tile_seq_ptr + tile)
+        q_tile_start = tl.load(tile_start_ptr + tile)  # first query token of this tile, relative to its request
+        q_begin = tl.load(qsl_ptr + seq_idx)
+    if ROPE:
+        decode_rope_kv_write(
+            q_begin.to(tl.int64), kvh, pos_ptr, q_ptr, key_ptr, value_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr,
+            slot_ptr, k_ptr, v_ptr, stride_qt, stride_qh, stride_knt, stride_knh, stride_vnt, stride_vnh,
+            stride_cos, q_eps, k_eps, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+            k_scale, v_scale, fmax, HQ, HQ_PAD, HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, ROUND_K, PAGE,
+            KV_FP8, INTERPRET)
+        tl.debug_barrier()
+    if DECODE:
+        q_len = 1
+    else:
+        q_len = tl.load(qsl_ptr + seq_idx + 1) - q_begin
+    seq_len = tl.load(seq_lens_ptr + seq_idx)
+    context = seq_len - q_len
+
+    offs_m = tl.arange(0, BLOCK_M)
+    q_tok = q_tile_start + offs_m // NUM_QPKV
+    head = kvh * NUM_QPKV + offs_m % NUM_QPKV
+    row_valid = (offs_m // NUM_QPKV < BLOCK_Q) & (q_tok < q_len)
+    q_pos = context + q_tok
+    offs_d = tl.arange(0, HEAD_PAD)
+    d_mask = offs_d < HEAD
+    q = tl.load(q_ptr + (q_begin + q_tok)[:, None].to(tl.int64) * stride_qt + head[:, None] * stride_qh
+                + offs_d[None, :], mask=row_valid[:, None] & d_mask[None, :], other=0.0)
+
+    # KV tiles this query tile needs: up to the last query's position; with a window, from the first
+    # query's window
+    last_pos = tl.minimum(context + q_tile_start + BLOCK_Q, seq_len)  # exclusive
+    kv_hi = tl.cdiv(last_pos, BLOCK_N)
+    kv_lo = 0
+    if USE_WINDOW:
+        kv_lo = tl.maximum(context + q_tile_start - window + 1, 0) // BLOCK_N
+    if NUM_SPLITS > 1:  # each split owns a whole number of KV tiles; trailing splits may own none
+        per_split = tl.cdiv(kv_hi - kv_lo, NUM_SPLITS)
+        kv_lo = kv_lo + split * per_split
+        kv_hi = tl.minimum(kv_hi, kv_lo + per_split)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
+    acc, m_i, l_i = _attn_tile_loop(
+        q, acc, m_i, l_i, q_pos, row_valid, seq_idx, seq_len, kvh, kv_lo, kv_hi,
+        k_ptr, v_ptr, bt_ptr, stride_bt, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+        scale, k_scale, v_scale, softcap, window,
+        HEAD, HEAD_PAD, PAGE, PAGES_PER_TILE, USE_SOFTCAP, USE_WINDOW, KV_FP8, PREC,
+    )
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    tok = (q_begin + q_tok).to(tl.int64)
+    if NUM_SPLITS > 1:
+        # partials: (T, Hq, NUM_SPLITS, HEAD_PAD) and (T, Hq, NUM_SPLITS), float32
+        row = (tok * num_q_heads + head) * NUM_SPLITS + split
+        tl.store(part_out_ptr + row[:, None] * HEAD_PAD + offs_d[None, :], out, mask=row_valid[:, None])
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log(l_safe))
+        tl.store(part_lse_ptr + row, lse, mask=row_valid)
+    else:
+        tl.store(out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None] & d_mask[None, :])
+
+
+@triton.jit
+def _merge_splits_kernel(
+    out_ptr, part_out_ptr, part_lse_ptr, tok_offset, stride_ot, stride_oh, num_q_heads,
+    NUM_SPLITS: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, USE_PDL: tl.constexpr,
+):
+    pdl_wait(USE_PDL)
+    tok = tl.program_id(0).to(tl.int64) + tok_offset
+    head = tl.program_id(1)
+    offs_s = tl.arange(0, NUM_SPLITS)
+    offs_d = tl.arange(0, HEAD_PAD)
+    row = (tok * num_q_heads + head) * NUM_SPLITS
+    lse = tl.load(part_lse_ptr + row + offs_s)
+    lse_max = tl.max(lse, 0)
+    w = tl.where(lse == float("-inf"), 0.0, tl.exp(lse - lse_max))
+    o = tl.load(part_out_ptr + (row + offs_s)[:, None] * HEAD_PAD + offs_d[None, :])
+    merged = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+    tl.store(out_ptr + tok * stride_ot + head * stride_oh + offs_d, merged.to(out_ptr.dtype.element_ty),
+             mask=offs_d < HEAD)
+
+
+# tokens per KV tile of the attention loop (BLOCK_N) when the page is smaller: decode's loads and dots
+# are then 64 tokens wide instead of one 16-token page per iteration ...
+KV_TILE_TOKENS = 64
+# ... as long as one K tile (BLOCK_N x HEAD_PAD elements) stays within 16 KiB: Triton stages K and V
+# through shared memory, pipelined over 3 iterations by default (2 in decode launches:
+# ``triton_attn._DECODE_LAUNCH``), so 16 KiB tiles keep a program near 40 KB (sm_90 build: 16-bit, head
+# 128, 64 tokens: 39 KB, 152 registers). Wider tiles for float32 or head 256 would need 76-152 KB (more
+# than sm_75/sm_8x's per-block limit, and spills for float32/256).
+KV_TILE_BYTES = 16 * 1024
+
+
+def default_pages_per_tile(page_size: int, head_pad: int = 128, elem_bytes: int = 2,
+                           tile_tokens: int = KV_TILE_TOKENS) -> int:
+    """Pages per KV tile: the largest power of two <= ``tokens // page_size``, at least one, where
+    ``tokens = min(tile_tokens, KV_TILE_BYTES // (head_pad * elem_bytes))``; ``elem_bytes`` is the larger
+    of the query's and the cache's element sizes. 16-bit, head <= 128: pages of 16 -> 4, 32 -> 2, 64 and up
+    -> 1 (pages that large are one page per tile); float32 or head 256: tiles of 32 tokens."""
+    tokens = min(tile_tokens, KV_TILE_BYTES // (head_pad * elem_bytes))
+    n = max(1, tokens // page_size)
+    return 1 << (n.bit_length() - 1)
+
+
+def kv_tile_tokens(page_size: int, head_size: int, elem_bytes: int) -> int:
+    """Tokens per KV tile of the attention loop for this page size, head size and element size (the larger
+    of the query's and the cache's): ``default_pages_per_tile`` pages, as :func:`paged_attention` picks them."""
+    head_pad = max(16, triton.next_power_of_2(head_size))
+    return default_pages_per_tile(page_size, head_pad, elem_bytes) * page_size
+
+
+def block_m_for(num_queries_per_kv: int) -> tuple[int, int]:
+    """(BLOCK_M rows, BLOCK_Q query tokens) of a tile: at least 16 rows (tl.dot's minimum)."""
+    block_m = max(16, triton.next_power_of_2(num_queries_per_kv))
+    return block_m, block_m // num_queries_per_kv
+
+
+def query_tiles(query_start_loc_cpu: torch.Tensor, block_q: int, first_req: int = 0,
+                last_req: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per tile of ``block_q`` query tokens: its request index and first token (relative to the request).
+
+    Computed on the host once per step (the builder's job), over requests ``[first_req, last_req)``.
+    """
+    qsl = query_start_loc_cpu.tolist()
+    last_req = len(qsl) - 1 if last_req is None else last_req
+    seqs, starts = [], []
+    for i in range(first_req, last_req):
+        q_len = qsl[i + 1] - qsl[i]
+        for s in range(0, q_len, block_q):
+            seqs.append(i)
+            starts.append(s)
+    return torch.tensor(seqs, dtype=torch.int32), torch.tensor(starts, dtype=torch.int32)
+
+
+# decode calls take tile i as request i's token i (``paged_attention(decode=True)``); a module switch for
+# same-process A/Bs (``benchmarks/gpu/bench_engine_variants.py``)
+DECODE_DIRECT = True
+
+
+@dataclass(frozen=True)
+class DecodeRope:
+    """What ``rotary_embedding_kv_write`` would take for a decode step's tokens, for :func:`paged_attention` to
+    do that work inside its kernel (``Attention.forward_with_rope`` through TRITON_ATTN's ``forward_with_rope``)."""
+
+    positions: torch.Tensor  # (T,) int64
+    key: torch.Tensor  # (T, Hkv, D) the new keys, rotated in place; last dim contiguous
+    value: torch.Tensor  # (T, Hkv, D) the new values; last dim contiguous
+    cos_cache: torch.Tensor  # (max_position, D/2) float32
+    sin_cache: torch.Tensor  # (max_position, D/2) float32
+    slot_mapping: torch.Tensor  # (T,) int64 cache slot of each token, -1: not stored
+    q_norm: tuple[torch.Tensor, float] | None = None  # (weight (D,), eps): RMSNorm of each query head first
+    k_norm: tuple[torch.Tensor, float] | None = None
+
+
+def _rope_arguments(rope: DecodeRope | None, query: torch.Tensor, key_cache: torch.Tensor, num_splits: int,
+                    launch: dict | None) -> tuple[tuple, dict]:
+    """The kernel's ROPE arguments and constexprs (placeholders without ``rope``)."""
+    if rope is None:
+        return (query,) * 8 + (0,) * 5 + (0.0, 0.0, 0.0), dict(
+            ROPE=False, HQ=1, HQ_PAD=1, HK=1, HK_PAD=1, HALF=1, HALF_PAD=1, HAS_NORM=False, ROUND_Q=False,
+            ROUND_K=False, INTERPRET=INTERPRETED)
+    from attnserve.kernels.triton_kv_write import cache_fp8_max
+    from attnserve.kernels.triton_rope import rope_launch
+
+    assert num_splits == 1, "RoPE inside the attention kernel needs one program per token and KV head"
+    # the q/k norm's sums add in the RoPE kernel's order only on its tiles and warps
+    assert (launch or {}).get("num_warps", 4) == 4, launch
+    key, value = rope.key, rope.value
+    assert value.shape == key.shape and value.dtype == key.dtype and value.stride(-1) == 1
+    assert rope.slot_mapping.shape == (query.shape[0],) and rope.slot_mapping.dtype == torch.int64
+    (qw, kw, q_eps, k_eps), meta = rope_launch(query, key, rope.cos_cache, rope.sin_cache, rope.q_norm,
+                                                rope.k_norm)
+    args = (rope.positions, key, value, rope.cos_cache, rope.sin_cache, qw, kw, rope.slot_mapping,
+            key.stride(0), key.stride(1), value.stride(0), value.stride(1), rope.cos_cache.stride(0),
+            q_eps, k_eps, cache_fp8_max(key_cache)[1])
+    names = ("HQ", "HQ_PAD", "HK", "HK_PAD", "HALF", "HALF_PAD", "HAS_NORM", "ROUND_Q", "ROUND_K", "INTERPRET")
+    return args, dict(ROPE=True, **{n: meta[n] for n in names})
+
+
+def paged_attention(
+    out: torch.Tensor,  # (T, Hq, D), written for the tokens of the given tiles
+    query: torch.Tensor,  # (T, Hq, D)
+    key_cache: torch.Tensor,  # (num_blocks, block_size, Hkv, D), any strides, last dim contiguous
+    value_cache: torch.Tensor,  # same
+    block_table: torch.Tensor,  # (B, max_blocks) int32
+    seq_lens: torch.Tensor,  # (B,) int32
+    query_start_loc: torch.Tensor,  # (B + 1,) int32
+    tile_seq: torch.Tensor,  # (num_tiles,) int32 on device, from query_tiles
+    tile_start: torch.Tensor,  # (num_tiles,) int32 on device
+    scale: float,
+    *,
+    num_splits: int = 1,
+    sliding_window: int | None = None,
+    logits_soft_cap: float | None = None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    split_token_range: tuple[int, int] | None = None,  # (first, end) tokens covered, for the merge
+    pages_per_tile: int | None = None,
+    launch: dict | None = None,  # extra launch options of the attention kernel (num_warps, num_stages, maxnreg)
+    rope: DecodeRope | None = None,
+    decode: bool = False,  # tile i is request i's one query token, token i (a decode call's tiles)
+) -> torch.Tensor:
+    """Causal paged attention of the given query tiles. ``num_splits > 1`` splits each tile's KV tiles
+    across programs and merges the partial results (meant for decode tiles).
+
+    The KV is walked in tiles of ``pages_per_tile`` pages (a power of two; None: ``default_pages_per_tile``
+    for the page size, head size and element sizes; 1: the page-at-a-time loop of the first version, for
+    comparisons).
+
+    ``rope``: the tiles are decode tiles (one new token each) and the kernel first applies RoPE (+ q/k norm)
+    to ``query`` and ``rope.key`` in place and writes the keys and values to the cache, with the bits of
+    ``rotary_embedding_kv_write`` (:class:`DecodeRope`); needs ``num_splits == 1`` and 4 warps.
+    ``decode``: the tiles are ``query_tiles`` of requests ``0 .. num_tiles - 1`` with one query token each (the
+    decode requests come first in a step); the kernel then takes tile i as request i and token i without
+    loading ``tile_seq``, ``tile_start`` and ``query_start_loc`` (``DECODE_DIRECT`` off: it loads them anyway).
+    The kernel is compiled without FP contraction, with or without ``rope``, so that both give the same bits."""
+    num_tokens, num_heads, head = query.shape
+    num_kv_heads, page = key_cache.shape[2], key_cache.shape[1]
+    assert key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1 and query.stride(-1) == 1
+    num_qpkv = num_heads // num_kv_heads
+    block_m, block_q = block_m_for(num_qpkv)
+    head_pad = max(16, triton.next_power_of_2(head))
+    if pages_per_tile is None:
+        elem_bytes = max(query.element_size(), key_cache.element_size())
+        pages_per_tile = default_pages_per_tile(page, head_pad, elem_bytes)
+    assert pages_per_tile >= 1 and pages_per_tile & (pages_per_tile - 1) == 0, pages_per_tile
+    num_tiles = tile_seq.numel()
+    if num_tiles == 0:
+        return out
+    kv_fp8 = key_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    prec = "ieee" if query.dtype == torch.float32 else None  # None: the default for 16-bit inputs
+    part_out = part_lse = out  # unused placeholders when not splitting
+    if num_splits > 1:
+        num_splits = triton.next_power_of_2(num_splits)
+        part_out = torch.empty((num_tokens, num_heads, num_splits, head_pad), dtype=torch.float32, device=query.device)
+        part_lse = torch.empty((num_tokens, num_heads, num_splits), dtype=torch.float32, device=query.device)
+    rope_args, rope_meta = _rope_arguments(rope, query, key_cache, num_splits, launch)
+    _paged_attention_kernel[(num_tiles, num_kv_heads, num_splits)](
+        out, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, tile_seq, tile_start,
+        part_out, part_lse,
+        query.stride(0), query.stride(1), out.stride(0), out.stride(1), block_table.stride(0),
+        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+        value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
+        scale, k_scale, v_scale, logits_soft_cap or 0.0, sliding_window or 0, num_heads, *rope_args,
+        NUM_QPKV=num_qpkv, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD=head, HEAD_PAD=head_pad, PAGE=page,
+        PAGES_PER_TILE=pages_per_tile, NUM_SPLITS=num_splits, USE_SOFTCAP=logits_soft_cap is not None,
+        USE_WINDOW=sliding_window is not None, KV_FP8=kv_fp8, PREC=prec, DECODE=decode and DECODE_DIRECT,
+        **rope_meta, **LAUNCH_OPTIONS,
+        **pdl.launch(query), **(launch or {}),
+    )
+    if num_splits > 1:
+        first, end = split_token_range if split_token_range is not None else (0, num_tokens)
+        _merge_splits_kernel[(end - first, num_heads)](
+            out, part_out, part_lse, first, out.stride(0), out.stride(1), num_heads,
+            NUM_SPLITS=num_splits, HEAD=head, HEAD_PAD=head_pad, **pdl.launch(query),
+        )
+    return out

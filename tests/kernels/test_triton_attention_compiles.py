@@ -1,0 +1,63 @@
+"""TRITON_ATTN's paged-attention kernel builds for an H100/H200 (sm_90) without a GPU: Triton compiles it
+ahead of time to a cubin with its bundled ``ptxas``, and ``cuobjdump -res-usage`` reports the registers,
+stack and local memory of the result (``tests/kernels/triton_attention_sm90.py``, in a process of its own
+without ``TRITON_INTERPRET``).
+
+The interpreter (``test_triton_attention_vs_reference.py``) runs the kernel's Python; this checks what the
+interpreter cannot: that the GPU compiler accepts the KV-tile variants the host picks
+(``default_pages_per_tile``) and that they neither spill (no stack, no local memory) nor pass 64 KB of
+shared memory (``KV_TILE_BYTES``'s aim: sm_75's per-block limit). Nothing here runs on a GPU, so nothing
+here says anything about speed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.helpers import ROOT
+
+pytest.importorskip("triton")
+
+# (dtype, head, query heads per KV head, page, num_splits, window, RoPE + KV write inside[, a decode call's tiles
+# and launch options]). Splits only in decode calls, as the builder launches them: with 4 warps and 3 stages
+# instead of its 8 and 2, the float32 split variant spills (255 registers + 320 bytes of stack).
+VARIANTS = [
+    ("bf16", 128, 2, 16, 1, False, True, True),  # Qwen3 batch-64 decode: RoPE, q/k norm and the KV write inside
+    ("bf16", 128, 4, 16, 1, False, False),  # Llama-3 8B, 16-token pages: 4 pages per tile
+    ("bf16", 128, 2, 16, 16, False, False, True),  # Qwen3, split-KV decode
+    ("bf16", 128, 4, 16, 16, False, False, True),  # Llama-3 8B batch 1: split-KV decode, 16-token pages
+    ("bf16", 128, 4, 64, 32, False, False, True),  # the same with 64-token pages (one page per tile)
+    ("bf16", 128, 4, 32, 1, True, False),  # 2 pages per tile, sliding window
+    ("bf16", 128, 4, 64, 1, False, False),  # one page per tile (the scalar block-id path)
+    ("bf16", 256, 4, 16, 1, False, False),  # head 256: 32-token tiles
+    ("fp32", 128, 4, 16, 4, False, False, True),  # float32 (ieee dot): 32-token tiles, split-KV decode
+    ("fp32", 256, 4, 16, 1, False, False),  # float32 head 256: one page per tile
+]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> list:
+    from tests.kernels.triton_attention_sm90 import _tool
+
+    if _tool("ptxas") is None or _tool("cuobjdump") is None:
+        pytest.skip("needs Triton's NVIDIA backend with ptxas and cuobjdump")
+    folder = tmp_path_factory.mktemp("sm90")
+    keys = ("dtype", "head", "qpkv", "page", "num_splits", "window", "rope", "decode")
+    torch.save([dict(zip(keys, v)) for v in VARIANTS], folder / "in.pt")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "tests.kernels.triton_attention_sm90", str(folder / "in.pt"),
+                           str(folder / "out.pt")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return torch.load(folder / "out.pt")
+
+
+@pytest.mark.parametrize("index", range(len(VARIANTS)), ids=["-".join(map(str, v)) for v in VARIANTS])
+def test_kernel_builds_for_sm90_without_spills(index, built):
+    res, shared = built[index]
+    assert res["REG"] <= 255 and res["STACK"] == 0 and res["LOCAL"] == 0, res
+    assert shared <= 64 * 1024, shared

@@ -1,0 +1,96 @@
+"""``_paged_attention_kernel`` compiled ahead of time for sm_90 (H100/H200) on a machine without a GPU, and the
+resources of the result: ``python -m tests.kernels.triton_attention_sm90 IN OUT`` (IN: a list of variant
+dicts, the keyword arguments of ``compile_sm90``; OUT gets one ``(resources, shared bytes)`` per variant).
+
+A process of its own because ``TRITON_INTERPRET=1`` (set for the interpreter tests) makes every
+``triton.jit`` function an interpreted one, which ``triton.compile`` cannot build:
+``tests/kernels/test_triton_attention_compiles.py`` starts this with the variable removed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+FP32 = "fp32"
+
+
+def _tool(name: str) -> str | None:
+    from triton.backends.nvidia import compiler
+
+    bundled = os.path.join(os.path.dirname(compiler.__file__), "bin", name)
+    return bundled if os.path.exists(bundled) else shutil.which(name)
+
+
+def compile_sm90(dtype: str, head: int, qpkv: int, page: int, num_splits: int, window: bool = False,
+                 pages_per_tile: int | None = None, rope: bool = False, decode: bool = False) -> tuple[dict, int]:
+    """``_paged_attention_kernel`` compiled for sm_90 with the constants and launch options ``paged_attention``
+    would get from TRITON_ATTN's builder on an H200 (PDL on, no FP contraction; pointers and strides
+    specialised as divisible by 16, as the launcher does for such arguments). ``decode``: a decode call, with
+    the builder's decode launch options (``triton_attn._DECODE_LAUNCH``: 2 stages, and 8 warps when the KV is
+    split; the builder splits only decode calls); ``rope``: with RoPE + q/k norm + the KV write inside
+    (``DecodeRope``; 8 KV heads), a decode call.
+    Returns (cuobjdump's resource usage: {"REG": n, "STACK": n, "LOCAL": n, ...}, shared memory bytes)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from attnserve.kernels import triton_attention as ta
+
+    fn = ta._paged_attention_kernel
+    names = list(fn.arg_names)
+    block_m, block_q = ta.block_m_for(qpkv)
+    head_pad = max(16, triton.next_power_of_2(head))
+    elem = 4 if dtype == FP32 else 2
+    ppt = pages_per_tile or ta.default_pages_per_tile(page, head_pad, elem)
+    hk = 8
+    const = dict(NUM_QPKV=qpkv, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD=head, HEAD_PAD=head_pad, PAGE=page,
+                 PAGES_PER_TILE=ppt, NUM_SPLITS=num_splits, USE_SOFTCAP=False, USE_WINDOW=window, KV_FP8=False,
+                 PREC="ieee" if dtype == FP32 else None, USE_PDL=True, ROPE=rope, HQ=hk * qpkv if rope else 1,
+                 HQ_PAD=triton.next_power_of_2(hk * qpkv) if rope else 1, HK=hk if rope else 1,
+                 HK_PAD=hk if rope else 1, HALF=head // 2 if rope else 1,
+                 HALF_PAD=triton.next_power_of_2(head // 2) if rope else 1, HAS_NORM=rope, ROUND_Q=rope,
+                 ROUND_K=rope, INTERPRET=False, DECODE=decode)
+    data = {"out_ptr", "q_ptr", "k_ptr", "v_ptr", "key_ptr", "value_ptr", "qw_ptr", "kw_ptr"}
+    sig = {}
+    for n in names:
+        if n in const:
+            sig[n] = "constexpr"
+        elif n.endswith("_ptr"):
+            sig[n] = (f"*{dtype}" if n in data else "*fp32" if n.startswith(("part_", "cos", "sin"))
+                      else "*i64" if n in ("pos_ptr", "slot_ptr") else "*i32")
+        else:
+            sig[n] = "fp32" if n in ("scale", "k_scale", "v_scale", "softcap", "q_eps", "k_eps", "fmax") else "i32"
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
+             if n.endswith("_ptr") or n.startswith("stride")}
+    src = ASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
+    from attnserve.attention.backends.triton_attn import _DECODE_LAUNCH
+
+    launch = _DECODE_LAUNCH[num_splits > 1] if decode or rope else {}
+    options = dict(enable_fp_fusion=False, launch_pdl=True, **launch)
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    with tempfile.TemporaryDirectory() as folder:
+        cubin = os.path.join(folder, "paged_attention.cubin")
+        with open(cubin, "wb") as f:
+            f.write(kernel.asm["cubin"])
+        usage = subprocess.run([_tool("cuobjdump"), "-res-usage", cubin], capture_output=True, text=True,
+                               check=True).stdout
+    resources = {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}
+    return resources, kernel.metadata.shared
+
+
+def main(inp: str, out: str) -> None:
+    import triton
+
+    assert not triton.knobs.runtime.interpret, "run without TRITON_INTERPRET"
+    torch.save([compile_sm90(**variant) for variant in torch.load(inp)], out)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

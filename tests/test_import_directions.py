@@ -1,0 +1,157 @@
+"""Which way imports run between attnserve's packages (the design notes' "Which way imports run"):
+
+    entrypoints -> engine -> executor -> model_executor -> models -> layers, attention -> kernels
+                                                                     -> platforms, config
+
+Every ``import`` of an attnserve module (at module level, inside a function or under ``TYPE_CHECKING``:
+each is a dependency of the design) must follow :data:`DIRECT` or its transitive closure, apart from the
+named modules of :data:`ALLOWED_MODULES` and the edges of :data:`KNOWN_EXCEPTIONS`, which issue 25 item 4
+removes. ``kernels/`` is a leaf: it imports nothing of attnserve but ``platforms``. ``layers/`` and
+``attention/`` never import each other. The imports are read with ``ast``; nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "attnserve"
+
+# package -> the packages it imports directly; the allowed directions are this relation's transitive closure
+DIRECT: dict[str, set[str]] = {
+    "entrypoints": {"benchmarks", "engine"},
+    "benchmarks": {"engine"},  # offline throughput/latency runs drive an LLMEngine
+    "engine": {"executor"},
+    "executor": {"model_executor"},
+    "model_executor": {"models"},
+    "models": {"layers", "attention"},
+    "layers": {"kernels", "distributed"},
+    "attention": {"kernels", "config"},
+    "kernels": {"platforms"},
+    "distributed": {"platforms"},  # the tensor-parallel group record and split arithmetic
+    "platforms": {"config"},
+    "config": set(),
+}
+
+# modules a package may import although their package lies above it
+ALLOWED_MODULES: dict[str, set[str]] = {
+    "entrypoints": {"attnserve"},  # the package's public names (LLM, __version__)
+    "config": {"attnserve.attention.registry"},  # the registry's enum names (no attnserve imports of its own)
+    "platforms": {"attnserve.attention.registry"},  # the backend priority lists name its enum members
+    "models": {"attnserve.model_executor.forward_batch"},  # a model sees its inputs and the ForwardBatch
+}
+
+# (importing file, imported module): imports that run the wrong way today. Each is to go (issue 25 item 4:
+# the types the engine and the runner share move to one leaf module); the list may only shrink.
+KNOWN_EXCEPTIONS: set[tuple[str, str]] = {
+    ("attention/layer.py", "attnserve.model_executor.forward_batch"),  # Attention.forward's batch type
+    ("model_executor/forward_batch.py", "attnserve.engine.scheduler"),  # SchedulerOutput
+    ("model_executor/model_runner.py", "attnserve.engine.request"),  # PLACEHOLDER_TOKEN
+    ("model_executor/model_runner.py", "attnserve.engine.scheduler"),  # SchedulerOutput, ScheduledRequest
+    ("model_executor/model_runner.py", "attnserve.engine.sampling_params"),  # warm-up requests
+    ("model_executor/sampler.py", "attnserve.engine.sampling_params"),  # SamplingParams
+    ("model_executor/preflight.py", "attnserve.executor.multiproc"),  # check_gpu_count
+    ("executor/base.py", "attnserve.engine.scheduler"),  # SchedulerOutput: the step the workers run
+    ("executor/multiproc.py", "attnserve.engine.scheduler"),
+    ("executor/ray_executor.py", "attnserve.engine.scheduler"),
+    ("executor/uniproc.py", "attnserve.engine.scheduler"),
+    ("executor/worker.py", "attnserve.engine.scheduler"),
+    ("executor/base.py", "attnserve.benchmarks.roofline"),  # decode_weight_bytes
+}
+
+
+def _closure() -> dict[str, set[str]]:
+    allowed = {}
+    for pkg in DIRECT:
+        seen, todo = set(), list(DIRECT[pkg])
+        while todo:
+            dep = todo.pop()
+            if dep not in seen:
+                seen.add(dep)
+                todo.extend(DIRECT[dep])
+        allowed[pkg] = seen
+    return allowed
+
+
+ALLOWED = _closure()
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The attnserve modules ``path`` imports: ``from a.b import c`` counts as ``a.b.c`` when that is a module
+    (or package) of attnserve, else as ``a.b``."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.split(".")[0] == "attnserve")
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import"
+            if node.module and node.module.split(".")[0] == "attnserve":
+                for a in node.names:
+                    sub = f"{node.module}.{a.name}"
+                    out.add(sub if _is_module(sub) else node.module)
+    return out
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split(".")[1:])
+    return (PACKAGE / rel).with_suffix(".py").is_file() or (PACKAGE / rel / "__init__.py").is_file()
+
+
+@cache
+def _edges() -> list[tuple[str, str, str, str]]:
+    """(importing file relative to attnserve/, its package, imported module, that module's package) for every
+    import across two packages."""
+    edges = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if len(rel.parts) == 1:  # attnserve/__init__.py, __main__.py: the public names and the CLI
+            continue
+        src = rel.parts[0]
+        for module in _imported_modules(path):
+            parts = module.split(".")
+            dst = parts[1] if len(parts) > 1 else ""
+            if dst != src:
+                edges.append((rel.as_posix(), src, module, dst))
+    return edges
+
+
+def test_every_package_is_in_the_table():
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(DIRECT), "add the package to DIRECT (and to the design notes' import directions)"
+
+
+def test_the_allowed_directions_have_no_cycle():
+    assert all(pkg not in ALLOWED[pkg] for pkg in DIRECT)
+
+
+def test_imports_run_in_the_allowed_directions():
+    wrong = [f"{file} imports {module}" for file, src, module, dst in _edges()
+             if dst not in ALLOWED[src] and module not in ALLOWED_MODULES.get(src, set())
+             and (file, module) not in KNOWN_EXCEPTIONS]
+    assert not wrong, "imports against the direction of the package layers:\n" + "\n".join(wrong)
+
+
+def test_known_exceptions_still_exist():
+    """An exception that is gone leaves the list (so that it cannot come back unnoticed)."""
+    present = {(file, module) for file, _, module, _ in _edges()}
+    assert not KNOWN_EXCEPTIONS - present, KNOWN_EXCEPTIONS - present
+
+
+@pytest.mark.parametrize("pkg", ["kernels", "layers", "attention"])
+def test_kernels_is_a_leaf_and_layers_and_attention_do_not_import_each_other(pkg):
+    others = {"kernels": set(DIRECT) - {"kernels", "platforms"}, "layers": {"attention"}, "attention": {"layers"}}
+    bad = [f"{file} imports {module}" for file, src, module, dst in _edges() if src == pkg and dst in others[pkg]]
+    assert not bad, bad
+
+
+def test_layers_and_attention_import_only_public_names_of_kernels():
+    bad = []
+    for path in [*(PACKAGE / "layers").rglob("*.py"), *(PACKAGE / "attention").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnserve.kernels"):
+                bad += [f"{path.relative_to(PACKAGE)}: {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_")]
+    assert not bad, bad
