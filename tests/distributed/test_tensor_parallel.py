@@ -89,6 +89,21 @@ def test_tp2_mp_matches_tp1_tiny_qwen3(qwen3_tp2_pair, qwen3_tp1_tokens):
         assert _all_blocks_free(llm)
 
 
+def test_tp2_prefix_caching_matches_tp1_without_it(qwen3_tp2_pair, qwen3_dir):
+    """Shared prefixes under tensor parallelism: every rank reads the blocks the engine's one block manager
+    says are cached; the tokens are TP=1's without caching, sync and async."""
+    shared = list(range(200, 241))  # 10 full blocks of 4 and one token
+    prompts = [shared + [300 + i, 301 + i] for i in range(3)]
+    reference = tokens(LLM(qwen3_dir, enable_prefix_caching=False, **ENGINE), prompts)
+    for llm in qwen3_tp2_pair:
+        assert llm.engine.block_manager.enable_prefix_caching
+        llm.reset_prefix_cache()
+        outs = llm.generate(prompts, GREEDY)
+        assert [o.outputs[0].token_ids for o in outs] == reference
+        assert [o.num_cached_tokens for o in outs] == [0, 40, 40]
+        assert _all_blocks_free(llm)
+
+
 def test_tp2_async_stop_rules_logprobs_and_seeded_sampling_match_sync(qwen3_tp2_pair, qwen3_tp1_tokens):
     sync, asynchronous = qwen3_tp2_pair
     # stop on a token each request generates mid-way (EOS is rare for random weights), at max_tokens, on a string
