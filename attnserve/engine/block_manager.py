@@ -77,10 +77,8 @@ class BlockManager:
         """Grow ``request_id``'s table to hold ``num_tokens`` positions, a new table starting with
         ``cached_blocks`` (from :meth:`lookup`). False, and nothing taken, if too few blocks are free."""
         table = self.block_tables.get(request_id)
-        if table is None:
-            table = []
-        elif cached_blocks:
-            raise ValueError(f"request {request_id!r} already holds blocks: cached blocks start a new table only")
+        assert table is None or not cached_blocks, "cached blocks start a new table only"
+        table = [] if table is None else table
         extra = self.blocks_needed(num_tokens) - len(table) - len(cached_blocks)
         if extra <= 0 and not cached_blocks:  # most decode steps: the last block still has room
             self.block_tables[request_id] = table

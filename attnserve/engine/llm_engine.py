@@ -235,7 +235,7 @@ class LLMEngine:
     def reset_prefix_cache(self) -> int:
         """Forget every cached prompt prefix: later requests compute their prompts anew (blocks in use stay with
         their requests). Returns how many blocks were cached."""
-        return self.scheduler.reset_prefix_cache()
+        return self.block_manager.reset_prefix_cache()
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished() or self._in_flight is not None
@@ -259,7 +259,7 @@ class LLMEngine:
         except BaseException:
             self._in_flight = None  # its requests are aborted by the caller (LLM, server); nothing reads it
             # blocks registered when this step was scheduled may never have been computed
-            self.scheduler.reset_prefix_cache()
+            self.block_manager.reset_prefix_cache()
             raise
 
     def _finish(self, sched: SchedulerOutput, result) -> list[RequestOutput]:

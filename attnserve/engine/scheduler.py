@@ -209,7 +209,7 @@ class Scheduler:
         req.num_computed_tokens = end
         if samples:
             req.num_pending += 1
-        if self.enable_prefix_caching:  # the blocks this step fills with known tokens (a decode: 1 step in 16)
+        if self.enable_prefix_caching:  # the blocks this step fills with known tokens (a decode: one step in block_size)
             bm = self.block_manager
             full = min(end, req.num_tokens) // bm.block_size
             if full > bm.num_registered.get(req.request_id, 0):
@@ -250,10 +250,6 @@ class Scheduler:
             if req.is_finished:
                 self._release(req)
         return updated
-
-    def reset_prefix_cache(self) -> int:
-        """Forget every cached prefix (vLLM's ``reset_prefix_cache``); returns how many blocks were cached."""
-        return self.block_manager.reset_prefix_cache()
 
     def finish_request(self, request_id: str, reason: FinishReason, stop_reason: str | int | None = None) -> None:
         """End a request (a stop string was seen, or it was aborted) and free its blocks."""
