@@ -162,7 +162,9 @@ class Scheduler:
             cached_blocks = self._cached_prefix(req)
             num_cached = len(cached_blocks) * self.block_manager.block_size
             num_new = req.num_tokens - num_cached
-            if num_new > budget and not self.enable_chunked_prefill:
+            # chunked prefill off: a prompt must fit one step; a preempted request's recompute (its prompt and what
+            # it generated, which may have outgrown any step) goes in chunks, or it would wait forever
+            if num_new > budget and not self.enable_chunked_prefill and not req.output_token_ids:
                 break
             num_new = min(num_new, budget)
             if not self.block_manager.allocate(req.request_id, num_cached + num_new, cached_blocks):

@@ -40,6 +40,16 @@ def test_preemption_with_a_small_kv_cache_gives_the_same_tokens(llama_dir, refer
     assert small.engine.block_manager.num_free_blocks == 20
 
 
+def test_chunked_prefill_off_with_a_tiny_kv_cache_finishes_every_request(llama_dir, llm):
+    # prompts fit one 20-token step, but requests preempted after growing past 20 tokens must still finish
+    prompts = [PROMPTS[0], PROMPTS[3], list(range(400, 418))]
+    small = LLM(llama_dir, dtype="float32", device="cpu", block_size=4, num_gpu_blocks=12, max_num_batched_tokens=20,
+                enable_chunked_prefill=False, enable_prefix_caching=False)
+    outs = small.generate(prompts, GREEDY)
+    assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY)]
+    assert sum(o.num_preemptions for o in outs) > 0
+
+
 def test_chunked_prefill_with_a_small_token_budget_gives_the_same_tokens(llama_dir, reference_tokens):
     chunked = LLM(llama_dir, dtype="float32", device="cpu", block_size=4, max_num_batched_tokens=5,
                   kv_cache_memory=8 << 20)

@@ -221,3 +221,23 @@ def test_prefix_caching_off_computes_every_prompt():
     out = step(s)
     assert [(r.start_position, len(r.token_ids)) for r in out.requests] == [(0, 13), (0, 13)]
     assert s.requests["b"].num_cached_tokens == 0 and s.prefix_cache_stats.queries == 0
+
+
+def test_a_preempted_request_longer_than_a_step_is_recomputed_in_chunks_with_chunked_prefill_off():
+    # chunked prefill off: a prompt must fit one step (12 tokens); b is preempted when a needs a 4th block, by
+    # then b holds 13 tokens (10 + 3 generated): it is recomputed in chunks instead of waiting forever
+    bm = BlockManager(7, 4)
+    s = Scheduler(bm, max_num_batched_tokens=12, max_num_seqs=8, enable_chunked_prefill=False)
+    a, b = req("a", 10, max_tokens=8), req("b", 10, max_tokens=8)
+    s.add_request(a)
+    s.add_request(b)
+    preempted_at, steps = None, 0
+    while s.has_unfinished() and steps < 100:
+        out = step(s)
+        if out.preempted_ids and preempted_at is None:
+            preempted_at = b.num_tokens
+        steps += 1
+        assert all(len(r.token_ids) <= 12 for r in out.requests)
+    assert preempted_at == 13 and b.num_preemptions >= 1
+    assert (a.is_finished, b.is_finished) == (True, True), "a request was never scheduled again"
+    assert len(b.output_token_ids) == 8 and bm.num_free_blocks == 7
