@@ -28,6 +28,7 @@ import torch
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.capabilities import BackendCapabilities
+    from attnserve.refusals import Reason
     from attnserve.attention.ops.kv_write import KVWriteTarget
     from attnserve.attention.selector import AttentionSelectorConfig
     from attnserve.config.attention import AttentionConfig
@@ -284,7 +285,7 @@ class AttentionBackend(ABC):
     def extra_reasons(
         cls, selector_config: "AttentionSelectorConfig", platform: "Platform",
         attention_config: "AttentionConfig | None" = None,
-    ) -> list[str]:
+    ) -> list["Reason"]:
         """Backend-specific reasons beyond the declared limits (e.g. a flag that needs another GPU)."""
         return []
 
@@ -299,7 +300,7 @@ class AttentionBackend(ABC):
     def validate(
         cls, selector_config: "AttentionSelectorConfig", platform: "Platform",
         attention_config: "AttentionConfig | None" = None, assume_installed: bool = False,
-    ) -> list[str]:
+    ) -> list["Reason"]:
         """Reasons this backend cannot run ``selector_config`` on ``platform``; empty when it can.
 
         ``assume_installed`` skips the package check (planning for another machine).

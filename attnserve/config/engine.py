@@ -13,6 +13,7 @@ from attnserve.config.fields import ConfigError, validate_fields
 from attnserve.config.model import ModelConfig
 from attnserve.config.parallel import ParallelConfig
 from attnserve.config.scheduler import SchedulerConfig
+from attnserve.refusals import Refusal
 
 DEVICES = ("auto", "cpu", "cuda")
 DEVICE_WORDS = f"{', '.join(DEVICES)}, cuda:N, cuda:MAJOR.MINOR to plan for a simulated GPU"
@@ -64,7 +65,7 @@ class EngineConfig:
                 raise ConfigError(f"EngineConfig.{f.name} must be a {f.default_factory.__name__}, got {value!r}")  # type: ignore[union-attr]
         validate_fields(self)
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+(\.\d+)?", self.device):
-            raise ConfigError(f"device {self.device!r} not allowed (allowed: {DEVICE_WORDS})", key="device")
+            raise ConfigError(Refusal(("device",), self.device, DEVICE_WORDS))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict: one object per sub-config, the attention backend as its name."""

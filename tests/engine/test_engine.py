@@ -311,7 +311,7 @@ def test_sampling_params_error_carries_name_value_and_allowed():
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(stop=["a", ""])
     assert (e.value.name, e.value.value, e.value.index, e.value.allowed) == ("stop", "", 1, "non-empty strings")
-    assert e.value.refusal() == "'' not allowed (allowed: non-empty strings)"
+    assert (e.value.path, e.value.value, e.value.allowed) == (("stop",), "", "non-empty strings")
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(max_tokens=0)
     assert (e.value.name, e.value.value, e.value.index) == ("max_tokens", 0, None)

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from attnserve.entrypoints.openai.allowed import allowed_values, object_words, required_words
-from attnserve.entrypoints.openai.body import SentNumber
+from attnserve.refusals import json_value  # noqa: F401 (the server's spelling of a value; re-exported)
 from attnserve.entrypoints.openai.protocol import ErrorInfo, ErrorResponse
 
 # HTTP status -> OpenAI's error "type"
@@ -94,18 +94,6 @@ _OUT_OF_RANGE = {"greater_than", "greater_than_equal", "less_than", "less_than_e
 _NOT_A_CONTAINER = {"list_type": "a list", "dict_type": "an object", "model_type": None,
                     "model_attributes_type": None}
 _TOO_SHORT = {"too_short", "string_too_short"}
-
-
-def json_value(value) -> str:
-    """``value`` as the client wrote it in JSON (``1e+20``, ``"abc"``, ``null``, ``1e400``: a SentNumber's
-    text), cut to 60 characters."""
-    if isinstance(value, SentNumber):
-        return value.text
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _message(err: dict, path: tuple, model: type[BaseModel] | None, union: bool = False) -> str:
