@@ -37,6 +37,8 @@ class NoUsableBackendError(Refused):
     ``reasons``: each backend's :class:`~attnserve.refusals.Reason` records.
     """
 
+    __reduce__ = Refused.reduce_from_record
+
     def __init__(self, refusal: Refusal, reasons: dict[str, list[Reason]] | None = None) -> None:
         super().__init__(refusal)
         self.reasons = reasons or {}

@@ -117,7 +117,7 @@ class AttentionConfig:
     def from_dict(cls, values: Mapping[str, Any]) -> AttentionConfig:
         """Build from a mapping; keys may use '-' or '_'. Unknown keys raise ConfigError with a suggestion."""
         if not isinstance(values, Mapping):
-            raise ConfigError(f"attention_config must be a mapping of field names to values, got {values!r}")
+            raise ConfigError(Refusal(("attention_config",), values, noun="a mapping of field names to values"))
         return cls(**{cls.normalize_key(k): v for k, v in values.items()})
 
     def to_dict(self) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from attnserve.engine.scheduler import Scheduler, SchedulerOutput
 from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError, make_executor
 from attnserve.layers.linear import CheckpointShapeError
+from attnserve.refusals import Refusal, Refused
 from attnserve.model_executor import gguf_cache
 from attnserve.model_executor.attention_selection import select_model_attention
 from attnserve.model_executor.kv_cache import check_kv_cache_holds_max_model_len, kv_cache_size_key
@@ -158,9 +159,8 @@ class LLMEngine:
         try:
             prompt.encode("utf-8")
         except UnicodeEncodeError as e:
-            where = RequestValueError(path, prompt, "").where
-            raise ValueError(f"{where} {prompt!r} holds a lone surrogate {prompt[e.start]!r} at index {e.start} "
-                             "(allowed: Unicode text)") from None
+            raise Refused(Refusal(path, prompt, "Unicode text",
+                                  reason=f"holds a lone surrogate {prompt[e.start]!r} at index {e.start}")) from None
         return self.tokenizer.encode(prompt)
 
     def check_prompt(self, prompt: str | list[int], path: tuple[str | int, ...] = ("prompt",)) -> list[int]:

@@ -31,6 +31,8 @@ class RequestValueError(Refused):
 
     MISSING = MISSING
 
+    __reduce__ = Refused.reduce_from_record
+
     def __init__(self, path: tuple[str | int, ...], value: object, allowed: str, noun: str | None = None) -> None:
         super().__init__(Refusal(tuple(path), value, allowed, noun=noun))
 
@@ -50,6 +52,8 @@ class PromptTooLongError(ConfigError):
     names the context length). A ConfigError keyed ``max_model_len``: the CLI names ``--max-model-len``; the
     server answers 400 with ``param`` the prompt's path (``prompt``, ``prompt.1``, ``messages``)."""
 
+    __reduce__ = Refused.reduce_from_record
+
     def __init__(self, num_prompt_tokens: int, max_model_len: int, prompt: str = "the prompt") -> None:
         self.num_prompt_tokens, self.max_model_len = num_prompt_tokens, max_model_len
         super().__init__(Refusal(
@@ -62,6 +66,8 @@ class PromptTooLongError(ConfigError):
 class MaxTokensTooLargeError(Refused):
     """A prompt that fits, but not with ``max_tokens`` more tokens: prompt tokens + max_tokens > max_model_len.
     OpenAI's wording (and the server's, which answers 400 with ``param`` the max-tokens field the request set)."""
+
+    __reduce__ = Refused.reduce_from_record
 
     def __init__(self, num_prompt_tokens: int, max_tokens: int, max_model_len: int,
                  prompt: str = "the prompt") -> None:

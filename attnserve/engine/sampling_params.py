@@ -47,6 +47,8 @@ class SamplingParamsError(Refused):
     '' not allowed (allowed: non-empty strings)``; the record's path is the parameter (the item's index is
     ``index``, which the server's ``param`` adds: ``stop.1``)."""
 
+    __reduce__ = Refused.reduce_from_record
+
     def __init__(self, name: str, value: object, allowed: str, index: int | None = None) -> None:
         self.name, self.index = name, index
         super().__init__(Refusal((name,), value, allowed))

@@ -128,7 +128,8 @@ class EngineArgumentParser(argparse.ArgumentParser):
         action = self._option_string_actions.get(flag)
         if action is not None and action.nargs == 0:
             forms = " or ".join(action.option_strings)
-            self.error(f"argument {flag}: value {value!r} not allowed (allowed: no value: {forms})")
+            self.error(message(Refusal(value=value, subject="value", allowed=f"no value: {forms}", origin=f"argument {flag}",
+                                       written=PYTHON)))
 
     def _unrecognized(self, extras: list[str]) -> NoReturn:
         flag = next((e.partition("=")[0] for e in extras if e.startswith("-")), None)
@@ -330,6 +331,6 @@ def error_line(args: argparse.Namespace, e: BaseException) -> str:
     where = given.where if given is not None else (
         f"argument --attention-config.{key[len(ATTENTION_PREFIX):]}" if key.startswith(ATTENTION_PREFIX)
         else f"argument --{_norm(key)}")
-    flags = {k: s.where[len("argument "):] for k, s in resolved.chosen.items() if s.own_flag}
+    flags = {k: s.label for k, s in resolved.chosen.items() if s.own_flag}  # the flag as given
     return message(refusal.at(where, names_path=given is None or given.own_flag, written=refusal.written),
                    lambda k: flags.get(k, "--" + _norm(k)))

@@ -32,6 +32,9 @@ class _Marker:
     def __repr__(self) -> str:
         return self.name
 
+    def __reduce__(self) -> str:  # unpickles as the module's one marker, so that ``is`` holds across processes
+        return self.name
+
 
 NO_VALUE = _Marker("NO_VALUE")
 """A refusal that quotes no value (a malformed file, an unknown key)."""
@@ -91,8 +94,15 @@ class Refused(ValueError):
     """An input attnserve refuses; ``refusal`` holds the record, ``str()`` is :func:`message`'s line."""
 
     def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal)  # args: the record, so that a pickled refusal (a worker's, a Ray actor's) is rebuilt
         self.refusal = refusal
-        super().__init__(message(refusal))
+
+    def __str__(self) -> str:
+        return message(self.refusal)
+
+    def reduce_from_record(self):
+        """``__reduce__`` for a subclass whose arguments are its own (not the record): rebuilt from the record."""
+        return _rebuild, (type(self), self.refusal), self.__dict__
 
     @property
     def key(self) -> str | None:
@@ -109,6 +119,12 @@ class Refused(ValueError):
     @property
     def allowed(self) -> str | None:
         return self.refusal.allowed
+
+
+def _rebuild(cls: type[Refused], refusal: Refusal) -> Refused:
+    error = cls.__new__(cls)
+    Refused.__init__(error, refusal)
+    return error
 
 
 class Reason(str):
