@@ -33,6 +33,11 @@ class ConfigError(Refused):
     def __init__(self, refusal: Refusal | str, key: str | None = None) -> None:
         super().__init__(refusal if isinstance(refusal, Refusal) else Refusal(reason=refusal, key=key))
 
+    @property
+    def key(self) -> str | None:
+        """The engine argument refused: the record's ``key``, else its path (``attention_config.backend``)."""
+        return self.refusal.setting
+
 
 def setting_path(key: str) -> tuple[str, ...]:
     """``"attention_config.backend"`` -> ``("attention_config", "backend")``: a setting's path in a Refusal."""

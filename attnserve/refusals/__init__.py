@@ -106,7 +106,8 @@ class Refused(ValueError):
 
     @property
     def key(self) -> str | None:
-        return self.refusal.setting
+        """The engine argument to blame (the CLI names its flag): the record's ``key``; a config refusal's path too."""
+        return self.refusal.key
 
     @property
     def path(self) -> tuple[str | int, ...]:

@@ -320,8 +320,8 @@ def error_line(args: argparse.Namespace, e: BaseException) -> str:
     config resolved from ``args`` yet: ``str(e)``."""
     resolved = getattr(args, _RESOLVED, None)
     refusal = e.refusal if isinstance(e, Refused) else None
-    key = refusal.setting if refusal is not None else None
-    if key is None or resolved is None:
+    key = e.key if isinstance(e, Refused) else None
+    if refusal is None or key is None or resolved is None:
         return str(e)
     given = resolved.chosen.get(key)
     if given is None and key == ATTENTION_PREFIX + "backend":  # --attention-backend sets attention_config.backend
