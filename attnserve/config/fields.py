@@ -23,6 +23,7 @@ import types
 import typing
 
 from attnserve.refusals import Refusal, Refused, kind_of, range_words, spell_value  # noqa: F401 (re-exported)
+from attnserve.refusals.words import HUMAN_INT_WORDS, TYPE_NOUNS, field_words  # noqa: F401 (re-exported)
 
 
 class ConfigError(Refused):
@@ -80,28 +81,11 @@ def split_optional(tp: object) -> tuple[object, bool]:
     return tp, False
 
 
-_TYPE_WORDS = {bool: "true, false", int: "integer", float: "number", str: "string"}
-
-
-
-
 def allowed_values(cls: type, name: str) -> str:
     """The allowed values of field ``name`` of ``cls`` in words, e.g. ``"integer >= 1"``, ``"2, 3, 4, null"``,
     ``"integer >= 1 (bytes), null"``."""
-    f = cls.__dataclass_fields__[name]
     base, optional = split_optional(field_types(cls)[name])
-    meta = f.metadata
-    if "words" in meta:
-        words = meta["words"]
-    elif "choices" in meta:
-        words = ", ".join(str(c) for c in meta["choices"])
-    else:
-        low = next(((op, meta[k]) for k, op in (("gt", ">"), ("ge", ">=")) if k in meta), None)
-        words = range_words(_TYPE_WORDS.get(base, getattr(base, "__name__", str(base))), low,
-                            ("<=", meta["le"]) if "le" in meta else None)
-        if "unit" in meta:
-            words += f" ({meta['unit']})"
-    return words + (", null" if optional else "")
+    return field_words(base, optional, cls.__dataclass_fields__[name].metadata)  # type: ignore[arg-type]
 
 
 # vLLM's human_readable_int (vllm/engine/arg_utils.py): lowercase suffixes are decimal, uppercase binary, and
@@ -109,11 +93,6 @@ def allowed_values(cls: type, name: str) -> str:
 # --kv-cache-memory-bytes take it there
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-HUMAN_INT_WORDS = ("suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); "
-                   "K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only)")
-"""What :func:`parse_human_int` takes beyond a plain integer, for the allowed-values words of its errors."""
-
-
 def parse_human_int(text: str) -> int:
     """An integer written as vLLM's ``human_readable_int`` takes it: ``4096``, ``32k`` (32000), ``32K`` (32768),
     ``25.6k`` (25600), ``8G`` (8 GiB). Raises ValueError for anything else (``1GiB``, ``1.5K``, ``x``)."""
@@ -126,7 +105,6 @@ def parse_human_int(text: str) -> int:
     return int(number) * _BINARY[suffix]  # '1.5K': ValueError, as in vLLM (a fraction of a binary unit)
 
 
-_EXPECTED = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
 
 
 
@@ -158,10 +136,10 @@ def validate_fields(obj: object, prefix: str = "") -> None:
             continue
         meta = f.metadata
         key = prefix + f.name
-        if value is not None and not _type_ok(value, base) and base in _EXPECTED:
+        if value is not None and not _type_ok(value, base) and base in TYPE_NOUNS:
             # the type first: "'32' not allowed (allowed: 1, 2, 4, ..., 32, ...)" would deny what the list shows
             raise ConfigError(Refusal(setting_path(key), value, allowed_values(cls, f.name), kind=kind_of(value),
-                                      noun=_EXPECTED[base]))  # type: ignore[index]
+                                      noun=TYPE_NOUNS[base]))  # type: ignore[index]
         ok = _type_ok(value, base)
         if ok and "choices" in meta:
             ok = value in meta["choices"]

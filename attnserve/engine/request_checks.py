@@ -14,9 +14,8 @@ from __future__ import annotations
 import numbers
 
 from attnserve.config.fields import ConfigError
-from attnserve.refusals import MISSING, Refusal, Refused, dotted_path, python_path, range_words
-
-EMPTY_PROMPT = "a prompt of at least 1 token"
+from attnserve.refusals import MISSING, Refusal, Refused, dotted_path, python_path
+from attnserve.refusals.words import EMPTY_PROMPT, token_id_words  # noqa: F401 (re-exported)
 
 
 class RequestValueError(Refused):
@@ -76,11 +75,6 @@ class MaxTokensTooLargeError(Refused):
             reason=f"This model's maximum context length is {max_model_len} tokens. However, you requested "
                    f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in {prompt}, {max_tokens} in the "
                    "completion).", advice="Please reduce the length of the prompt or completion."))
-
-
-def token_id_words(vocab_size: int) -> str:
-    """The allowed token ids in words: ``integer in [0, 49152), the vocabulary size``."""
-    return f"{range_words('integer', ('>=', 0), ('<', vocab_size))}, the vocabulary size"
 
 
 def check_not_empty(prompt: str | list, path: tuple[str | int, ...] = ("prompt",)) -> None:
