@@ -70,7 +70,7 @@ class Refusal:
     suggestion: str | None = None
     """The closest valid name: ``; did you mean 'FLASH_ATTN'?``."""
     key: str | None = None
-    """The engine argument to blame, for the CLI to name its flag; None: the path when it is a setting's."""
+    """The engine argument to blame, for the CLI to name its flag (a ConfigError without one: its path's)."""
     origin: str = ""
     """Where the value was given, as a line names it: ``argument --block-size``, ``cfg.yaml``, ``cfg.yaml:2:1``."""
     names_path: bool = False
