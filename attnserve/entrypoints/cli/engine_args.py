@@ -137,7 +137,7 @@ class EngineArgumentParser(argparse.ArgumentParser):
                 try:
                     AttentionConfig.normalize_key(flag[len(prefix):], f"in {flag}")  # type: ignore[index]
                 except ConfigError as e:
-                    self.error(f"argument {flag}: {e}")
+                    self.error(message(e.refusal.at(f"argument {flag}", written=e.refusal.written)))
         near = closest(_norm(flag), list(self._option_string_actions)) if flag else None
         self.error(f"unrecognized arguments: {' '.join(extras)}" + (f"; did you mean {near!r}?" if near else ""))
 
