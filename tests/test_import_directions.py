@@ -1,7 +1,7 @@
 """Which way imports run between attnserve's packages (the design notes' "Which way imports run"):
 
     entrypoints -> engine -> executor -> model_executor -> models -> layers, attention -> kernels
-                                                                     -> platforms, config
+                                                                     -> platforms, config -> refusals
 
 Every ``import`` of an attnserve module (at module level, inside a function or under ``TYPE_CHECKING``:
 each is a dependency of the design) must follow :data:`DIRECT` or its transitive closure, apart from the
@@ -33,7 +33,8 @@ DIRECT: dict[str, set[str]] = {
     "kernels": {"platforms"},
     "distributed": {"platforms"},  # the tensor-parallel group record and split arithmetic
     "platforms": {"config"},
-    "config": set(),
+    "config": {"refusals"},
+    "refusals": set(),  # the refusal record and its formatters: every package raises with it
 }
 
 # modules a package may import although their package lies above it

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.capabilities import BackendCapabilities
     from attnserve.kernels.fused_ops import RopeInputs
     from attnserve.kernels.kv_write import KVWriteTarget
+    from attnserve.refusals import Reason
     from attnserve.attention.selector import AttentionSelectorConfig
     from attnserve.config.attention import AttentionConfig
     from attnserve.platforms.interface import Platform
@@ -280,7 +281,7 @@ class AttentionBackend(ABC):
     def extra_reasons(
         cls, selector_config: "AttentionSelectorConfig", platform: "Platform",
         attention_config: "AttentionConfig | None" = None,
-    ) -> list[str]:
+    ) -> list["Reason"]:
         """Backend-specific reasons beyond the declared limits (e.g. a flag that needs another GPU)."""
         return []
 
@@ -295,7 +296,7 @@ class AttentionBackend(ABC):
     def validate(
         cls, selector_config: "AttentionSelectorConfig", platform: "Platform",
         attention_config: "AttentionConfig | None" = None, assume_installed: bool = False,
-    ) -> list[str]:
+    ) -> list["Reason"]:
         """Reasons this backend cannot run ``selector_config`` on ``platform``; empty when it can.
 
         ``assume_installed`` skips the package check (planning for another machine).

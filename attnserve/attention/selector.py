@@ -12,7 +12,7 @@ platform, attention config, assume_installed, requested layout); ``register_back
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -23,21 +23,25 @@ from attnserve.attention.registry import (AttentionBackendEnum, BackendName, bac
 from attnserve.config.attention import AttentionConfig
 from attnserve.config.cache import CacheConfig
 from attnserve.platforms.interface import Platform
+from attnserve.refusals import Reason, Refusal, Refused
 
 logger = logging.getLogger(__name__)
 
 
-class NoUsableBackendError(ValueError):
+class NoUsableBackendError(Refused):
     """No backend (or not the explicitly chosen one) can run the model; the message has every reason.
 
     ``key`` is the setting to change, for the CLI to name the flag that gave it: ``attention_config.backend``
     when the backend was chosen explicitly; when automatic selection found none, the KV-cache setting
-    (``kv_cache_dtype`` or ``block_size``) whose default would let the most preferred backend run, else None.
+    (``kv_cache_dtype`` or ``block_size``) that alone keeps the most preferred backend from running, else None.
+    ``reasons``: each backend's :class:`~attnserve.refusals.Reason` records.
     """
 
-    def __init__(self, message: str, key: str | None = None) -> None:
-        super().__init__(message)
-        self.key = key
+    __reduce__ = Refused.reduce_from_record
+
+    def __init__(self, refusal: Refusal, reasons: dict[str, list[Reason]] | None = None) -> None:
+        super().__init__(refusal)
+        self.reasons = reasons or {}
 
 
 class KVCacheLayoutConflictError(ValueError):
@@ -106,7 +110,7 @@ def backend_reasons(
     try:
         cls = get_backend_class(backend)
     except (ImportError, ValueError) as e:
-        return None, [f"cannot be loaded: {e}"]
+        return None, [Reason(f"cannot be loaded: {e}", "package", backend_name(backend), str(e))]
     return cls, cls.validate(selector_config, platform, attention_config, assume_installed)
 
 
@@ -192,11 +196,10 @@ def _select_explicit(backend, selector_config, platform, attention_config, assum
         working = [n for n, r in evaluate_backends(selector_config, platform, attention_config,
                                                    assume_installed).items() if not r and n != name]
         would = f"backends that would work: {', '.join(working)}" if working else "no backend would work"
-        raise NoUsableBackendError(
-            f"attention backend {name} cannot run this model ({selector_config.describe()}) on "
-            f"{platform.description}: " + "; ".join(reasons) + f". {would[0].upper()}{would[1:]}.",
-            key="attention_config.backend",
-        )
+        raise NoUsableBackendError(Refusal(
+            subject="attention backend", key="attention_config.backend",
+            reason=f"{name} cannot run this model ({selector_config.describe()}) on {platform.description}: "
+                   + "; ".join(reasons) + f". {would[0].upper()}{would[1:]}."), {name: reasons})
     logger.info("Using %s attention backend (explicitly chosen)", name)
     return AttentionSelection(name, backend, cls, KVCacheLayout.NHD, explicit=True)
 
@@ -218,24 +221,19 @@ def _select_automatic(selector_config, platform, attention_config, assume_instal
     for name, why in tried.items():
         same.setdefault(tuple(" ".join(r.split()) for r in why), []).append(name)
     listing = ". ".join(f"{', '.join(names)}: {'; '.join(why)}" for why, names in same.items())
-    raise NoUsableBackendError(
-        f"no attention backend can run this model ({selector_config.describe()}) on {platform.description}: {listing}.",
-        key=_responsible_setting(selector_config, platform, attention_config, assume_installed),
-    )
+    raise NoUsableBackendError(Refusal(
+        reason=f"no attention backend can run this model ({selector_config.describe()}) on {platform.description}: "
+               f"{listing}.", key=_responsible_setting(selector_config, tried)), tried)
 
 
-def _responsible_setting(selector_config, platform, attention_config, assume_installed) -> str | None:
-    """The KV-cache setting (``kv_cache_dtype``, ``block_size``) set away from its default whose default alone
-    would let a backend run, the one that would let the highest in the platform's priority list run when both
-    would; None when neither would, or both would let the same backend run (no one setting to blame)."""
-    best: dict[str, int] = {}  # setting -> the priority index of the first backend its default lets run
-    for name in ("kv_cache_dtype", "block_size"):
-        default = CacheConfig.__dataclass_fields__[name].default
-        if getattr(selector_config, name) != default:
-            trial = replace(selector_config, **{name: default})
-            reasons = evaluate_backends(trial, platform, attention_config, assume_installed).values()
-            first = next((i for i, why in enumerate(reasons) if not why), None)
-            if first is not None:
-                best[name] = first
-    top = [name for name, i in best.items() if i == min(best.values())]
-    return top[0] if len(top) == 1 else None
+def _responsible_setting(selector_config: AttentionSelectorConfig, tried: dict[str, list[Reason]]) -> str | None:
+    """The KV-cache setting (``kv_cache_dtype``, ``block_size``), set away from its default, that is the only field
+    the reasons of the most preferred backend name (``tried`` is in priority order); None when no backend is kept
+    from running by one such setting alone (the model is to blame)."""
+    for reasons in tried.values():
+        fields = {r.field if isinstance(r, Reason) else None for r in reasons}
+        if len(reasons) and len(fields) == 1 and len(fields & {"kv_cache_dtype", "block_size"}) == 1:
+            name = fields.pop()
+            if getattr(selector_config, name) != CacheConfig.__dataclass_fields__[name].default:
+                return name
+    return None

@@ -8,7 +8,8 @@ from typing import Any, Mapping
 
 from attnserve.attention.registry import (AttentionBackendEnum, BackendName, UnknownBackendError, backend_name,
                                          lookup_backend, registered_names)
-from attnserve.config.fields import ConfigError, did_you_mean, kind_of, spell_value, validate_fields
+from attnserve.config.fields import ConfigError, setting_path, validate_fields
+from attnserve.refusals import PYTHON, TEXT, Refusal, closest, kind_of
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +28,8 @@ def parse_backend(value: "str | BackendName | None", key: str = "attention_confi
         return value
     valid = [m.name for m in AttentionBackendEnum]
     if not isinstance(value, str):
-        raise ConfigError(f"{key} {value!r} is {kind_of(value)}, not a backend name (allowed: {', '.join(valid)}, auto, "
-                          "null)", key=key, value=value)
+        raise ConfigError(Refusal(setting_path(key), value, f"{', '.join(valid)}, auto, null", kind=kind_of(value),
+                                  noun="a backend name"))
     name = value.strip().upper().replace("-", "_")
     if name in ("", "AUTO"):
         return None
@@ -42,8 +43,8 @@ def parse_backend(value: "str | BackendName | None", key: str = "attention_confi
     # an abbreviation or expansion ("FLASH_ATTENTION" -> FLASH_ATTN, "TRITON" -> TRITON_ATTN) beats
     # spelling distance, which would suggest FLEX_ATTENTION for "FLASH_ATTENTION"
     near = [v for v in valid if _subsequence(v, name) or _subsequence(name, v)]
-    hint = f"; did you mean {near[0]!r}?" if len(near) == 1 else did_you_mean(name, valid)
-    raise ConfigError(f"{key} {value!r}: unknown attention backend (valid: {', '.join(valid)}, auto)" + hint, key=key)
+    raise ConfigError(Refusal(setting_path(key), value, f"{', '.join(valid)}, auto",
+                              suggestion=near[0] if len(near) == 1 else closest(name, valid)))
 
 
 def _subsequence(short: str, long: str) -> bool:
@@ -107,19 +108,16 @@ class AttentionConfig:
         valid = cls.field_names()
         name = str(key).replace("-", "_")
         if name not in valid:
-            shown = spell_value(key) if where else repr(key)
-            raise ConfigError(
-                f"unknown attention_config field {shown}{' ' + where if where else ''} (valid: {', '.join(valid)})"
-                + did_you_mean(name, valid),
-                key=f"attention_config.{name}",
-            )
+            raise ConfigError(Refusal(value=key, allowed=", ".join(valid), reason=where, subject="unknown attention_config field",
+                                      suggestion=closest(name, valid), key=f"attention_config.{name}",
+                                      written=TEXT if where else PYTHON))
         return name
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> AttentionConfig:
         """Build from a mapping; keys may use '-' or '_'. Unknown keys raise ConfigError with a suggestion."""
         if not isinstance(values, Mapping):
-            raise ConfigError(f"attention_config must be a mapping of field names to values, got {values!r}")
+            raise ConfigError(Refusal(("attention_config",), values, noun="a mapping of field names to values"))
         return cls(**{cls.normalize_key(k): v for k, v in values.items()})
 
     def to_dict(self) -> dict[str, Any]:

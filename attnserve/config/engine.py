@@ -13,6 +13,7 @@ from attnserve.config.fields import ConfigError, validate_fields
 from attnserve.config.model import ModelConfig
 from attnserve.config.parallel import ParallelConfig
 from attnserve.config.scheduler import SchedulerConfig
+from attnserve.refusals import Refusal
 
 DEVICES = ("auto", "cpu", "cuda")
 DEVICE_WORDS = f"{', '.join(DEVICES)}, cuda:N, cuda:MAJOR.MINOR to plan for a simulated GPU"
@@ -51,7 +52,7 @@ class EngineConfig:
     enable_pdl: bool = True
     """Launch attnserve's Triton kernels (RMSNorm, RoPE + KV-cache write, SwiGLU, the skinny-GEMM GEMV) with
     programmatic dependent launch on GPUs of compute capability 9.0 and later: each may start while the
-    kernel before it still runs and waits in-kernel for its inputs (``attnserve/layers/pdl.py``), so launch
+    kernel before it still runs and waits in-kernel for its inputs (``attnserve/kernels/pdl.py``), so launch
     latency between kernels overlaps work; the results are the same bits. Measured on an H200 with
     ``--use-skinny-gemm``, decode TPOT off -> on: Qwen3-0.6B shape with FLASHINFER 1.29 -> 1.18 ms at batch
     1, 3.39 -> 3.34 ms at batch 64; Llama-3.1-8B shape with FLASHINFER 4.94 -> 4.74 ms at batch 1; no change
@@ -61,10 +62,11 @@ class EngineConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if dataclasses.is_dataclass(f.default_factory) and not isinstance(value, f.default_factory):  # type: ignore[arg-type]
-                raise ConfigError(f"EngineConfig.{f.name} must be a {f.default_factory.__name__}, got {value!r}")  # type: ignore[union-attr]
+                raise ConfigError(Refusal(value=value, subject=f"EngineConfig.{f.name}",
+                                          noun=f"a {f.default_factory.__name__}"))  # type: ignore[union-attr]
         validate_fields(self)
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+(\.\d+)?", self.device):
-            raise ConfigError(f"device {self.device!r} not allowed (allowed: {DEVICE_WORDS})", key="device")
+            raise ConfigError(Refusal(("device",), self.device, DEVICE_WORDS))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict: one object per sub-config, the attention backend as its name."""

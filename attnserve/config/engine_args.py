@@ -22,8 +22,9 @@ from attnserve.attention.registry import backend_name
 from attnserve.config.attention import AttentionConfig, parse_backend
 from attnserve.config.engine import EngineConfig
 from attnserve.config.env import warn_ignored_vllm_env
-from attnserve.config.fields import (HUMAN_INT_WORDS, ConfigError, allowed_values, did_you_mean, field_docs, field_types,
-                                     parse_human_int, spell_value, split_optional, without_name)
+from attnserve.config.fields import (HUMAN_INT_WORDS, ConfigError, allowed_values, field_docs, field_types, parse_human_int,
+                                     setting_path, split_optional)
+from attnserve.refusals import PYTHON, TEXT, Refusal, closest, spell_value
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +119,10 @@ class Setting:
     """How the user named it: ``--attention-backend``, ``attention_backend in cfg.yaml``, ``attention_backend=``."""
     where: str = ""
     """Prefix of an error about the value: ``argument --block-size``, ``cfg.yaml``, or empty."""
+    own_flag: bool = False
+    """Given with a flag of its own (``--block-size``), which names the setting: its error does not again."""
+    cli: bool = False
+    """Given on the command line (a flag of its own, or a field of ``-ac``'s JSON)."""
 
 
 def normalize_key(key: object, where: str) -> str:
@@ -131,26 +136,25 @@ def normalize_key(key: object, where: str) -> str:
         return ATTENTION_PREFIX + AttentionConfig.normalize_key(name[len(ATTENTION_PREFIX):], where)
     valid = engine_arg_names()
     if name not in valid:
-        raise ConfigError(
-            f"unknown key {spell_value(key)} {where} (valid: {', '.join(valid)}, {ATTENTION_PREFIX}FIELD)"
-            + did_you_mean(name, valid)
-        )
+        raise ConfigError(Refusal(value=key, allowed=f"{', '.join(valid)}, {ATTENTION_PREFIX}FIELD", reason=where,
+                                  subject="unknown key", suggestion=closest(name, valid), written=TEXT))
     return engine_arg_aliases().get(name, name)
 
 
-def attention_settings(values: object, source: str, in_where: str = "", where: str = "") -> list[Setting]:
+def attention_settings(values: object, source: str, in_where: str = "", where: str = "",
+                       cli: bool = False) -> list[Setting]:
     """One Setting per field of an attention_config mapping (a JSON object, a file's nested object, a dict).
 
     ``in_where`` completes messages (``"in cfg.yaml"``, ``"in -ac"``); ``where`` prefixes value errors.
     """
     if not isinstance(values, Mapping):
-        got = spell_value(values) if in_where else repr(values)  # a file's or -ac's value as it writes it
-        raise ConfigError(f"{ATTENTION_CONFIG} {in_where + ' ' if in_where else ''}must be an object of field names to "
-                          f"values, got {got}")
+        raise ConfigError(Refusal((ATTENTION_CONFIG,), values, noun="an object of field names to values", origin=where,
+                                  written=TEXT if in_where else PYTHON))
     out = []
     for key, value in values.items():
         name = AttentionConfig.normalize_key(key, in_where)
-        out.append(Setting(ATTENTION_PREFIX + name, value, source, f"{ATTENTION_PREFIX}{name} {in_where}".strip(), where))
+        out.append(Setting(ATTENTION_PREFIX + name, value, source, f"{ATTENTION_PREFIX}{name} {in_where}".strip(), where,
+                           cli=cli))
     return out
 
 
@@ -170,7 +174,7 @@ def settings_from_mapping(values: Mapping[Any, Any], source: str, in_where: str,
     try:
         return [dataclasses.replace(s, value=number_from_text(s.key, s.value)) for s in out]
     except ConfigError as e:
-        raise ConfigError(f"{where}: {e}" if where else str(e), key=e.key) from None
+        raise ConfigError(e.refusal.at(where)) if where else e from None
 
 
 def _declared(key: str) -> tuple[type, str] | None:
@@ -203,8 +207,8 @@ def number_from_text(key: str, value: Any) -> Any:
         return parse_human_int(value) if human else base(value)  # type: ignore[operator]
     except ValueError:
         allowed = allowed_values(owner, name) + (f"; {HUMAN_INT_WORDS}" if human else "")
-        raise ConfigError(f"{key} {value!r} is not {'an integer' if base is int else 'a number'} (allowed: {allowed})",
-                          key=key, value=value) from None
+        raise ConfigError(Refusal(setting_path(key), value, allowed, noun="an integer" if base is int else "a number"),
+                          ) from None
 
 
 @dataclass(frozen=True)
@@ -250,16 +254,13 @@ def _shown(s: Setting) -> str:
 
 
 def _located(e: ConfigError, s: Setting | None) -> ConfigError:
-    """``e`` prefixed with where ``s`` was given (``argument --block-size``, ``cfg.yaml``), its value spelled as there
-    (:meth:`ConfigError.spelled`); a keyword's (no ``where``) as it is. A flag of its own names the setting, so the
-    message drops its name (``argument --block-size: 0 not allowed``); a file, or a field inside ``-ac``'s JSON
-    (its label ``attention_config.X in -ac``), does not (``cfg.yaml: block_size 0 not allowed``)."""
+    """``e`` given where ``s`` was (``argument --block-size``, ``cfg.yaml``), its value spelled as there; a
+    keyword's (no ``where``) as it is. A flag of its own names the setting, so the line does not (``argument
+    --block-size: 0 not allowed``); a file, or a field inside ``-ac``'s JSON, does (``cfg.yaml: block_size 0 not
+    allowed``)."""
     if s is None or not s.where:
         return e
-    e = e.spelled()
-    own_flag = s.where.startswith("argument ") and " in " not in s.label
-    message = without_name(str(e), e.key) if own_flag else str(e)
-    return ConfigError(f"{s.where}: {message}", key=e.key, value=e.value)
+    return ConfigError(e.refusal.at(s.where, names_path=s.own_flag))
 
 
 def resolve(settings: Iterable[Setting]) -> Resolved:
@@ -284,15 +285,13 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
     if ab is not None and cb is not None and len(set(parsed.values())) > 1:
         position = {id(s): i for i, s in enumerate(settings)}
         first, later = sorted((ab, cb), key=lambda s: position[id(s)])
-        if later.where.startswith("argument "):  # a flag: argparse's form, the flag that came second named first
-            head, other = f"{later.where}: {_shown(later)}", first
-        else:  # files, Python keywords
-            head, other = f"{ab.label} {_shown(ab)}", cb
-        raise ConfigError(
-            f"{head} conflicts with {other.label} {_shown(other)}: they name different backends; "
-            "set the attention backend in one place",
-            key=ATTENTION_BACKEND,
-        )
+        other = first if later.cli else cb  # a flag: argparse's form, the flag that came second named first
+        head = later if later.cli else ab
+        raise ConfigError(Refusal(
+            value=head.value, reason=f"conflicts with {other.label} {_shown(other)}: they name different backends",
+            advice="set the attention backend in one place", key=ATTENTION_BACKEND,
+            subject=None if head.cli else head.label, origin=head.where if head.cli else "", names_path=head.cli,
+            written=TEXT if head.where else PYTHON))
 
     sections: dict[str | None, dict[str, Any]] = {}
     table = engine_args()
@@ -346,7 +345,8 @@ def python_settings(
     for key, value in engine_kwargs.items():
         name = key.replace("-", "_")
         if name not in valid:
-            raise ConfigError(f"unknown engine argument {key!r} (valid: {', '.join(valid)})" + did_you_mean(name, valid))
+            raise ConfigError(Refusal(value=key, allowed=", ".join(valid), reason="", subject="unknown engine argument",
+                                      suggestion=closest(name, valid)))
         name = engine_arg_aliases().get(name, name)
         out.append(Setting(name, value, f"python ({name}=)", f"{name}="))
     if attention_backend is not None:

@@ -15,76 +15,34 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import datetime
-import re
-import difflib
 import functools
 import inspect
-import json
+import re
 import textwrap
 import types
 import typing
 
-
-_NO_VALUE = object()
-
-
-def spell_value(value: object) -> str:
-    """``value`` as a YAML or JSON config file (or a JSON option such as ``-ac``) writes it, for an error about a
-    value read from one: ``true``, ``false``, ``null``, numbers as Python writes them (``1000.0``), text quoted as
-    every error quotes it (``'fp9'``), a YAML date as written (``2024-01-01``), a list or mapping as JSON (``[1,
-    true]``); anything else as Python writes it."""
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
-    if isinstance(value, datetime.date):  # datetime too: '2024-01-01 10:00:00', YAML's spelling
-        return str(value)
-    if isinstance(value, (list, dict)):
-        try:
-            return json.dumps(value, ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError):  # a date, a non-finite number inside: Python's spelling
-            pass
-    return repr(value)
+from attnserve.refusals import Refusal, Refused, kind_of, range_words, spell_value  # noqa: F401 (re-exported)
+from attnserve.refusals.words import HUMAN_INT_WORDS, TYPE_NOUNS, field_words  # noqa: F401 (re-exported)
 
 
-class ConfigError(ValueError):
-    """A configuration value or key that is not allowed; the message names it and what is allowed.
+class ConfigError(Refused):
+    """A configuration value or key that is not allowed: a :class:`~attnserve.refusals.Refused` whose record names
+    the setting (``path``, or ``key`` for a refusal about a setting that quotes no value), the value and what is
+    allowed. ``ConfigError("text", key=...)`` is a refusal whose whole statement is the text."""
 
-    ``key`` is the engine argument the error is about (``"block_size"``, ``"attention_config.backend"``)
-    when there is one; the argument layer uses it to name the flag or file the value came from. ``value``, when
-    given, is the value the message quotes as Python writes it (``repr``): the argument layer respells it as the
-    config file or JSON option it came from writes it (:meth:`spelled`).
-    """
+    def __init__(self, refusal: Refusal | str, key: str | None = None) -> None:
+        super().__init__(refusal if isinstance(refusal, Refusal) else Refusal(reason=refusal, key=key))
 
-    def __init__(self, message: str, key: str | None = None, value: object = _NO_VALUE) -> None:
-        super().__init__(message)
-        self.key = key
-        self.value = value
-
-    def spelled(self) -> ConfigError:
-        """This error with its quoted value as a config file writes it (:func:`spell_value`: ``true``, not
-        ``True``; ``null``, not ``None``); itself when that is the same or it quotes no value."""
-        if self.value is _NO_VALUE or repr(self.value) == spell_value(self.value):
-            return self
-        return ConfigError(str(self).replace(repr(self.value), spell_value(self.value), 1), self.key, self.value)
+    @property
+    def key(self) -> str | None:
+        """The engine argument refused: the record's ``key``, else its path (``attention_config.backend``)."""
+        return self.refusal.setting
 
 
-def without_name(message: str, *keys: str | None) -> str:
-    """``message`` without the setting name it starts with (one of ``keys``, its last dotted part, or either in
-    words: ``attention backend``), for a line whose prefix names that setting already: ``block_size 0 not
-    allowed (allowed: integer >= 1)`` becomes ``argument --block-size: 0 not allowed (allowed: integer >= 1)``.
-    A message that starts otherwise is kept."""
-    for key in filter(None, keys):
-        for name in (key, key.rsplit(".", 1)[-1]):
-            for spelled in (name, name.replace("_", " ")):
-                if message.startswith(spelled + " "):
-                    return message[len(spelled) + 1:]
-    return message
-
-
-def did_you_mean(name: str, choices: typing.Iterable[str]) -> str:
-    """``"; did you mean 'x'?"`` for the closest of ``choices``, or ``""`` when none is close."""
-    match = difflib.get_close_matches(name, list(choices), n=1)
-    return f"; did you mean {match[0]!r}?" if match else ""
+def setting_path(key: str) -> tuple[str, ...]:
+    """``"attention_config.backend"`` -> ``("attention_config", "backend")``: a setting's path in a Refusal."""
+    return tuple(key.split("."))
 
 
 @functools.cache
@@ -123,39 +81,11 @@ def split_optional(tp: object) -> tuple[object, bool]:
     return tp, False
 
 
-_TYPE_WORDS = {bool: "true, false", int: "integer", float: "number", str: "string"}
-
-
-def range_words(kind: str, low: tuple[str, object] | None, high: tuple[str, object] | None) -> str:
-    """A number's allowed range in words: ``kind`` ("integer", "number") and its bounds as (operator, value),
-    ``low`` with ">=" or ">", ``high`` with "<=" or "<": ``integer in [0, 18446744073709551615]``, ``number in
-    (0, 1]``, ``integer >= 1``, or ``kind`` alone. Config fields (:func:`allowed_values`) and the server's request
-    fields (``entrypoints/openai/allowed.py``) say their ranges with it."""
-    if low and high:
-        return f"{kind} in {'[' if low[0] == '>=' else '('}{low[1]}, {high[1]}{']' if high[0] == '<=' else ')'}"
-    if low or high:
-        op, value = low or high  # type: ignore[misc]
-        return f"{kind} {op} {value}"
-    return kind
-
-
 def allowed_values(cls: type, name: str) -> str:
     """The allowed values of field ``name`` of ``cls`` in words, e.g. ``"integer >= 1"``, ``"2, 3, 4, null"``,
     ``"integer >= 1 (bytes), null"``."""
-    f = cls.__dataclass_fields__[name]
     base, optional = split_optional(field_types(cls)[name])
-    meta = f.metadata
-    if "words" in meta:
-        words = meta["words"]
-    elif "choices" in meta:
-        words = ", ".join(str(c) for c in meta["choices"])
-    else:
-        low = next(((op, meta[k]) for k, op in (("gt", ">"), ("ge", ">=")) if k in meta), None)
-        words = range_words(_TYPE_WORDS.get(base, getattr(base, "__name__", str(base))), low,
-                            ("<=", meta["le"]) if "le" in meta else None)
-        if "unit" in meta:
-            words += f" ({meta['unit']})"
-    return words + (", null" if optional else "")
+    return field_words(base, optional, cls.__dataclass_fields__[name].metadata)  # type: ignore[arg-type]
 
 
 # vLLM's human_readable_int (vllm/engine/arg_utils.py): lowercase suffixes are decimal, uppercase binary, and
@@ -163,11 +93,6 @@ def allowed_values(cls: type, name: str) -> str:
 # --kv-cache-memory-bytes take it there
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-HUMAN_INT_WORDS = ("suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); "
-                   "K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only)")
-"""What :func:`parse_human_int` takes beyond a plain integer, for the allowed-values words of its errors."""
-
-
 def parse_human_int(text: str) -> int:
     """An integer written as vLLM's ``human_readable_int`` takes it: ``4096``, ``32k`` (32000), ``32K`` (32768),
     ``25.6k`` (25600), ``8G`` (8 GiB). Raises ValueError for anything else (``1GiB``, ``1.5K``, ``x``)."""
@@ -180,21 +105,8 @@ def parse_human_int(text: str) -> int:
     return int(number) * _BINARY[suffix]  # '1.5K': ValueError, as in vLLM (a fraction of a binary unit)
 
 
-_EXPECTED = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
 
 
-def kind_of(value: object) -> str:
-    """What a value read from a config file (or given in Python) is, in words: ``a string``, ``an integer``, ``a
-    float``, ``a boolean``, ``a list``, ``a mapping``, ``a date``; otherwise its Python type's name."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, datetime.date):
-        return "a date"
-    for kind, words in ((int, "an integer"), (float, "a float"), (str, "a string"), (list, "a list"),
-                        (dict, "a mapping")):
-        if isinstance(value, kind):
-            return words
-    return f"a {type(value).__name__}"
 
 
 def _type_ok(value: object, base: object) -> bool:
@@ -224,10 +136,10 @@ def validate_fields(obj: object, prefix: str = "") -> None:
             continue
         meta = f.metadata
         key = prefix + f.name
-        if value is not None and not _type_ok(value, base) and base in _EXPECTED:
+        if value is not None and not _type_ok(value, base) and base in TYPE_NOUNS:
             # the type first: "'32' not allowed (allowed: 1, 2, 4, ..., 32, ...)" would deny what the list shows
-            raise ConfigError(f"{key} {value!r} is {kind_of(value)}, not {_EXPECTED[base]} "  # type: ignore[index]
-                              f"(allowed: {allowed_values(cls, f.name)})", key=key, value=value)
+            raise ConfigError(Refusal(setting_path(key), value, allowed_values(cls, f.name), kind=kind_of(value),
+                                      noun=TYPE_NOUNS[base]))  # type: ignore[index]
         ok = _type_ok(value, base)
         if ok and "choices" in meta:
             ok = value in meta["choices"]
@@ -238,6 +150,6 @@ def validate_fields(obj: object, prefix: str = "") -> None:
                 and ("le" not in meta or value <= meta["le"])
             )
         if not ok:
-            raise ConfigError(f"{key} {value!r} not allowed (allowed: {allowed_values(cls, f.name)})", key=key, value=value)
+            raise ConfigError(Refusal(setting_path(key), value, allowed_values(cls, f.name)))
         if base is float and isinstance(value, int):
             object.__setattr__(obj, f.name, float(value))

@@ -18,13 +18,18 @@ import yaml
 
 from attnserve.config.engine_args import Setting, settings_from_mapping
 from attnserve.config.fields import ConfigError
+from attnserve.refusals import Refusal
+
+
+def _refused(origin: str, reason: str, allowed: str | None = None) -> ConfigError:
+    return ConfigError(Refusal(reason=reason, allowed=allowed, origin=origin))
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise ConfigError(f"duplicate key {key!r}")
+            raise _refused("", f"duplicate key {key!r}")
         out[key] = value
     return out
 
@@ -35,12 +40,12 @@ def loads_json(text: str, what: str) -> Any:
         return json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as e:
         if what:
-            raise ConfigError(f"{what}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}") from None
-        raise ConfigError(f"malformed JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
-    except ConfigError as e:
-        raise ConfigError(f"{what}: {e}" if what else str(e)) from None
+            raise _refused(f"{what}:{e.lineno}:{e.colno}", f"malformed JSON: {e.msg}") from None
+        raise _refused("", f"malformed JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
+    except ConfigError as e:  # a duplicate key
+        raise ConfigError(e.refusal.at(what)) from None
     except RecursionError:
-        raise ConfigError(f"{what + ': ' if what else ''}malformed JSON: nested too deeply") from None
+        raise _refused(what, "malformed JSON: nested too deeply") from None
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -66,11 +71,11 @@ def loads_yaml(text: str, what: str) -> Any:
         mark = e.problem_mark or e.context_mark
         where = f"{what}:{mark.line + 1}:{mark.column + 1}" if mark else what
         problem = " ".join(str(e.problem or e.context or "").split())
-        raise ConfigError(f"{where}: malformed YAML: {problem}") from None
+        raise _refused(where, f"malformed YAML: {problem}") from None
     except RecursionError:
-        raise ConfigError(f"{what}: malformed YAML: nested too deeply") from None
+        raise _refused(what, "malformed YAML: nested too deeply") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{what}: malformed YAML: {' '.join(str(e).split())}") from None
+        raise _refused(what, f"malformed YAML: {' '.join(str(e).split())}") from None
 
 
 def read_config_file(path: str, fmt: str = "auto") -> dict[str, Any]:
@@ -82,20 +87,20 @@ def read_config_file(path: str, fmt: str = "auto") -> dict[str, Any]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
-        raise ConfigError(f"cannot read config file {path!r}: {e.strerror or e}") from None
+        raise _refused("", f"cannot read config file {path!r}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
-        raise ConfigError(f"cannot read config file {path!r}: not UTF-8 text ({e.reason})") from None
+        raise _refused("", f"cannot read config file {path!r}: not UTF-8 text ({e.reason})") from None
     if fmt == "auto":
         fmt = "json" if path.lower().endswith(".json") else "yaml"
-    allowed = ("allowed: a mapping of engine argument names to values, e.g. "
+    allowed = ("a mapping of engine argument names to values, e.g. "
                + ('{"dtype": "float32"}' if fmt == "json" else "'dtype: float32'") + ", or {} for no settings")
     if not text.strip():  # JSON's decoder says "Expecting value", YAML's reads null: one error for both
-        raise ConfigError(f"{path}: empty config file ({allowed})")
+        raise _refused(path, "empty config file", allowed)
     data = loads_json(text, path) if fmt == "json" else loads_yaml(text, path)
     if data is None and fmt != "json" and yaml.compose(text, Loader=yaml.SafeLoader) is None:
-        raise ConfigError(f"{path}: the config file holds only comments ({allowed})")
+        raise _refused(path, "the config file holds only comments", allowed)
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level is {_describe(data)} ({allowed})")
+        raise _refused(path, f"the top level is {_describe(data)}", allowed)
     return data
 
 

@@ -6,9 +6,11 @@ default model's 3 KV heads (9 query heads) run on 2 ranks as 2 + 1 KV heads (6 +
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from attnserve.config.fields import ConfigError
+from attnserve.refusals import Refusal, Refused
 
 
 def shard_range(total: int, size: int, rank: int) -> tuple[int, int]:
@@ -34,7 +36,7 @@ def shard_heads(num_heads: int, num_kv_heads: int, size: int, rank: int) -> Head
     Raises ValueError naming the head counts when they cannot be split over ``size`` ranks.
     """
     if num_heads % num_kv_heads:
-        raise ValueError(f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads")
+        raise Refused(Refusal(reason=f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads"))
     group = num_heads // num_kv_heads
     if num_kv_heads >= size:
         kv_start, n_kv = shard_range(num_kv_heads, size, rank)
@@ -42,11 +44,10 @@ def shard_heads(num_heads: int, num_kv_heads: int, size: int, rank: int) -> Head
     # fewer KV heads than ranks: KV head j lives on `replicas` ranks, which split its query heads
     replicas = size // num_kv_heads
     if size % num_kv_heads or group % replicas:
-        raise ValueError(
-            f"tensor_parallel_size {size} cannot split {num_heads} query heads over {num_kv_heads} KV heads: "
-            f"with fewer KV heads than ranks the ranks must be a multiple of the KV heads and divide each KV "
-            f"head's {group} query heads"
-        )
+        raise Refused(Refusal(
+            ("tensor_parallel_size",), size, reason=f"cannot split {num_heads} query heads over {num_kv_heads} KV "
+            "heads: with fewer KV heads than ranks the ranks must be a multiple of the KV heads and divide each KV "
+            f"head's {group} query heads"))
     per = num_heads // size
     return HeadShard(rank * per, per, rank // replicas, 1)
 
@@ -87,7 +88,8 @@ def check_tensor_parallel_size(hf_config, size: int) -> None:
     num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or num_heads
     try:
         shard_heads(num_heads, num_kv_heads, size, 0)
-    except ValueError as e:
+    except Refused as e:
         sizes = tensor_parallel_sizes_for(num_heads, num_kv_heads)
-        raise ConfigError(f"{e} (allowed for this model: tensor_parallel_size {', '.join(map(str, sizes))})",
-                          key="tensor_parallel_size" if sizes else None) from None
+        allowed = f"allowed for this model: tensor_parallel_size {', '.join(map(str, sizes))}"
+        # heads no size splits are the model's fault: that refusal names no setting
+        raise ConfigError(dataclasses.replace(e.refusal, reason=f"{e.refusal.reason} ({allowed})")) from None

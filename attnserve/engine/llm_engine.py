@@ -23,6 +23,8 @@ from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
 from attnserve.engine.scheduler import Scheduler, SchedulerOutput
 from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError, make_executor
+from attnserve.layers.linear import CheckpointShapeError
+from attnserve.refusals import Refusal, Refused
 from attnserve.model_executor import gguf_cache
 from attnserve.model_executor.attention_selection import select_model_attention
 from attnserve.model_executor.kv_cache import check_kv_cache_holds_max_model_len, kv_cache_size_key
@@ -32,8 +34,6 @@ from attnserve.platforms import check_runnable_device
 
 logger = logging.getLogger(__name__)
 
-# in the ValueError of a checkpoint tensor whose shape differs from the model's (weight_utils, layers/linear)
-_SHAPE_MISMATCH = "checkpoint shape "
 
 
 def prompt_name(path: tuple[str | int, ...]) -> str:
@@ -68,8 +68,8 @@ class LLMEngine:
         cached = gguf_cache.cached_entry(source.path, gguf_cache.cache_root()) if source.is_gguf else None
         try:
             self._load(config, source)
-        except (ValueError, WorkerDiedError) as e:
-            if cached is None or _SHAPE_MISMATCH not in str(e):
+        except (CheckpointShapeError, WorkerDiedError) as e:
+            if cached is None or not (isinstance(e, CheckpointShapeError) or e.checkpoint_shape):
                 raise
             logger.warning("the GGUF config cached in %s does not fit the weights (%s); deleting that cache entry "
                            "and converting %s again", cached, str(e).strip().splitlines()[-1], source.path)
@@ -160,9 +160,8 @@ class LLMEngine:
         try:
             prompt.encode("utf-8")
         except UnicodeEncodeError as e:
-            where = RequestValueError(path, prompt, "").where
-            raise ValueError(f"{where} {prompt!r} holds a lone surrogate {prompt[e.start]!r} at index {e.start} "
-                             "(allowed: Unicode text)") from None
+            raise Refused(Refusal(path, prompt, "Unicode text",
+                                  reason=f"holds a lone surrogate {prompt[e.start]!r} at index {e.start}")) from None
         return self.tokenizer.encode(prompt)
 
     def check_prompt(self, prompt: str | list[int], path: tuple[str | int, ...] = ("prompt",)) -> list[int]:

@@ -12,49 +12,38 @@ OpenAI clients and tools look for to tell a context overflow from other 400s.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable
 
-from attnserve.config.fields import ConfigError, range_words
-
-EMPTY_PROMPT = "a prompt of at least 1 token"
-_MISSING = object()
+from attnserve.config.fields import ConfigError
+from attnserve.refusals import MISSING, Refusal, Refused, dotted_path, python_path
+from attnserve.refusals.words import EMPTY_PROMPT, token_id_words  # noqa: F401 (re-exported)
 
 
-class RequestValueError(ValueError):
+class RequestValueError(Refused):
     """A request value outside its allowed values, at ``path``: the parameter and the indexes or keys into it
     (``("prompt", 2)``: token 2 of the prompt; ``("messages", 1, 0, "content")``). ``value`` is the value refused
     (``RequestValueError.MISSING`` for a required key that is absent); ``allowed`` says what is allowed, in words;
     ``noun`` (``"a list"``), when given, says what the value is not, for a value of the wrong kind.
 
     ``str()`` is Python's message: ``prompt[2] 50000 not allowed (allowed: ...)``, ``messages 'hi' is not a list
-    (allowed: ...)``, ``messages[0].content missing (required: ...)``. :attr:`param` is the server's dotted path
-    (``prompt.2``) and :meth:`refusal` the message without the place, the value spelled by ``spell`` (``repr``,
-    or the server's JSON)."""
+    (allowed: ...)``, ``messages[0].content missing (required: ...)``; the server writes the record with
+    :func:`attnserve.refusals.openai_error` (``prompt.2: 50000 not allowed (...)``)."""
 
-    MISSING = _MISSING
+    MISSING = MISSING
+
+    __reduce__ = Refused.reduce_from_record
 
     def __init__(self, path: tuple[str | int, ...], value: object, allowed: str, noun: str | None = None) -> None:
-        self.path, self.value, self.allowed, self.noun = tuple(path), value, allowed, noun
-        super().__init__(f"{self.where} {self.refusal()}")
+        super().__init__(Refusal(tuple(path), value, allowed, noun=noun))
 
     @property
     def where(self) -> str:
         """The place as Python indexes it: ``prompt[2]``, ``messages[1][0].content``."""
-        head, *rest = self.path
-        return str(head) + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rest)
+        return python_path(self.path)
 
     @property
     def param(self) -> str:
         """The place as the server's ``param`` writes it: ``prompt.2``, ``messages.1.0.content``."""
-        return ".".join(map(str, self.path))
-
-    def refusal(self, spell: Callable[[object], str] = repr) -> str:
-        """The message without the place: ``50000 not allowed (allowed: ...)``, ``'hi' is not a list (allowed:
-        ...)``, ``missing (required: ...)``; ``spell`` writes the value."""
-        if self.value is _MISSING:
-            return f"missing (required: {self.allowed})"
-        what = f"is not {self.noun}" if self.noun else "not allowed"
-        return f"{spell(self.value)} {what} (allowed: {self.allowed})"
+        return dotted_path(self.path)
 
 
 class PromptTooLongError(ConfigError):
@@ -62,31 +51,30 @@ class PromptTooLongError(ConfigError):
     names the context length). A ConfigError keyed ``max_model_len``: the CLI names ``--max-model-len``; the
     server answers 400 with ``param`` the prompt's path (``prompt``, ``prompt.1``, ``messages``)."""
 
+    __reduce__ = Refused.reduce_from_record
+
     def __init__(self, num_prompt_tokens: int, max_model_len: int, prompt: str = "the prompt") -> None:
         self.num_prompt_tokens, self.max_model_len = num_prompt_tokens, max_model_len
-        super().__init__(
-            f"This model's maximum context length is {max_model_len} tokens. However, {prompt} has "
-            f"{num_prompt_tokens} tokens, which leaves no room for the completion (at most {max_model_len - 1} "
-            "prompt tokens fit). Please raise max_model_len or reduce the length of the prompt.",
-            key="max_model_len")
+        super().__init__(Refusal(
+            reason=f"This model's maximum context length is {max_model_len} tokens. However, {prompt} has "
+                   f"{num_prompt_tokens} tokens, which leaves no room for the completion (at most {max_model_len - 1} "
+                   "prompt tokens fit).",
+            advice="Please raise {max_model_len} or reduce the length of the prompt.", key="max_model_len"))
 
 
-class MaxTokensTooLargeError(ValueError):
+class MaxTokensTooLargeError(Refused):
     """A prompt that fits, but not with ``max_tokens`` more tokens: prompt tokens + max_tokens > max_model_len.
     OpenAI's wording (and the server's, which answers 400 with ``param`` the max-tokens field the request set)."""
+
+    __reduce__ = Refused.reduce_from_record
 
     def __init__(self, num_prompt_tokens: int, max_tokens: int, max_model_len: int,
                  prompt: str = "the prompt") -> None:
         self.num_prompt_tokens, self.max_tokens, self.max_model_len = num_prompt_tokens, max_tokens, max_model_len
-        super().__init__(
-            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-            f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in {prompt}, {max_tokens} in the "
-            "completion). Please reduce the length of the prompt or completion.")
-
-
-def token_id_words(vocab_size: int) -> str:
-    """The allowed token ids in words: ``integer in [0, 49152), the vocabulary size``."""
-    return f"{range_words('integer', ('>=', 0), ('<', vocab_size))}, the vocabulary size"
+        super().__init__(Refusal(
+            reason=f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+                   f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in {prompt}, {max_tokens} in the "
+                   "completion).", advice="Please reduce the length of the prompt or completion."))
 
 
 def check_not_empty(prompt: str | list, path: tuple[str | int, ...] = ("prompt",)) -> None:

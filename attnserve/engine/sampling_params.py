@@ -6,7 +6,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
-from attnserve.config.fields import range_words
+from attnserve.refusals import Refusal, Refused, range_words
 from attnserve.config.model import SEED_MAX, SEED_MIN, SEED_WORDS
 
 MAX_LOGPROBS = 20  # the most top logprobs a request may ask for (vLLM's default max_logprobs)
@@ -41,19 +41,17 @@ def completion_seed(seed: int, i: int) -> int:
     return (seed + i - SEED_MIN) % 2**64 + SEED_MIN
 
 
-class SamplingParamsError(ValueError):
+class SamplingParamsError(Refused):
     """A sampling parameter outside its allowed values: its ``name`` (``"stop"``), the ``value`` refused (for a
     list parameter, the first bad item, at ``index``) and the ``allowed`` values in words. The message is ``stop
-    '' not allowed (allowed: non-empty strings)``; a caller whose line names the parameter already (the CLI's
-    ``argument --stop:``, the server's ``stop.1:``) words the rest with :meth:`refusal` or the fields."""
+    '' not allowed (allowed: non-empty strings)``; the record's path is the parameter (the item's index is
+    ``index``, which the server's ``param`` adds: ``stop.1``)."""
+
+    __reduce__ = Refused.reduce_from_record
 
     def __init__(self, name: str, value: object, allowed: str, index: int | None = None) -> None:
-        self.name, self.value, self.allowed, self.index = name, value, allowed, index
-        super().__init__(f"{name} {self.refusal()}")
-
-    def refusal(self) -> str:
-        """The message without the parameter's name: ``'' not allowed (allowed: non-empty strings)``."""
-        return f"{self.value!r} not allowed (allowed: {self.allowed})"
+        self.name, self.index = name, index
+        super().__init__(Refusal((name,), value, allowed))
 
 
 @dataclass

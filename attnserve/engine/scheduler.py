@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from attnserve.config.fields import ConfigError
 from attnserve.engine.block_hash import extend_block_hashes
+from attnserve.refusals import Refusal
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.request import PLACEHOLDER_TOKEN, FinishReason, Request, RequestStatus
 from attnserve.engine.sampling_params import SamplingParams
@@ -108,13 +109,13 @@ class Scheduler:
         if bm.blocks_needed(num_tokens + 1) > bm.num_blocks:
             capacity = bm.num_blocks * bm.block_size
             # the prompt, not the request id: the id is the engine's own (a CLI user never sees it)
-            raise ConfigError(
-                f"prompt of {num_tokens} tokens needs {bm.blocks_needed(num_tokens + 1)} KV blocks "
-                f"({num_tokens + 1} tokens with the one it generates), the KV cache has {bm.num_blocks} "
-                f"({capacity} tokens), so at most {capacity - 1} prompt tokens fit; "
-                + (f"raise {self.kv_cache_key}" if self.kv_cache_key else "give the KV cache more memory"),
+            raise ConfigError(Refusal(
+                reason=f"prompt of {num_tokens} tokens needs {bm.blocks_needed(num_tokens + 1)} KV blocks "
+                       f"({num_tokens + 1} tokens with the one it generates), the KV cache has {bm.num_blocks} "
+                       f"({capacity} tokens), so at most {capacity - 1} prompt tokens fit",
+                advice=f"raise {{{self.kv_cache_key}}}" if self.kv_cache_key else "give the KV cache more memory",
                 key=self.kv_cache_key,
-            )
+            ))
         if not self.enable_chunked_prefill and num_tokens > self.max_num_batched_tokens:
             raise ConfigError(  # a ValueError that names the setting, for the CLI to name its flag
                 f"prompt of {num_tokens} tokens exceeds max_num_batched_tokens {self.max_num_batched_tokens}, "

@@ -7,18 +7,11 @@ place Python writes ``messages[0].content`` and the server ``messages.0.content`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 
 from attnserve.engine.request_checks import RequestValueError
-
-CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")  # protocol.ChatMessage.role's Literal
-MESSAGES_WORDS = "a non-empty list of chat messages"
-MESSAGE_WORDS = 'an object with "role" and "content", optionally "name"'
-ROLE_WORDS = ", ".join(json.dumps(r) for r in CHAT_ROLES)
-CONTENT_WORDS = 'a string, or a non-empty list of text parts {"type": "text", "text": string}'
-TEXT_PART = 'a text part {"type": "text", "text": string}'
-TEXT_PART_WORDS = 'an object with "type" and "text"'
+from attnserve.refusals.words import (CHAT_ROLES, CONTENT_WORDS, MESSAGE_WORDS, MESSAGES_WORDS,  # noqa: F401 (re-exported)
+                                      ROLE_WORDS, TEXT_PART, TEXT_PART_WORDS)
 
 
 def is_list(value) -> bool:

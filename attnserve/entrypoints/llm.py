@@ -11,6 +11,7 @@ from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.request_checks import RequestValueError
 from attnserve.engine.sampling_params import SamplingParams
 from attnserve.entrypoints.chat_utils import MESSAGES_WORDS, is_list, chat_messages
+from attnserve.refusals import Refusal, Refused
 
 PromptType = str | list[int] | dict  # text, token ids, or vLLM's {"prompt": str} / {"prompt_token_ids": list[int]}
 
@@ -30,10 +31,10 @@ def parse_prompt(prompt: PromptType) -> str | list[int]:
         return list(prompt["prompt_token_ids"])
     if keys in (["prompt"], ["prompt_token_ids"]):
         (key,) = keys
-        raise ValueError(f"prompt dict {key!r} value {prompt[key]!r} not allowed (allowed: "
-                         f"{'a string' if key == 'prompt' else 'a list of token ids'})")
-    raise ValueError(f"prompt dict with keys {keys} not allowed (allowed: exactly one of "
-                     "{'prompt': str} or {'prompt_token_ids': list[int]})")
+        raise Refused(Refusal(value=prompt[key], subject=f"prompt dict {key!r} value",
+                              allowed="a string" if key == "prompt" else "a list of token ids"))
+    raise Refused(Refusal(value=keys, subject="prompt dict with keys",
+                          allowed="exactly one of {'prompt': str} or {'prompt_token_ids': list[int]}"))
 
 
 def _is_single_prompt(prompts) -> bool:

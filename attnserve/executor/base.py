@@ -24,19 +24,26 @@ from attnserve.config.fields import ConfigError
 from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.model_executor.loader import ModelSource
 from attnserve.model_executor.model_runner import ModelRunner, ModelRunnerOutput, PendingStep
+from attnserve.refusals import Refusal
 
 
 class WorkerDiedError(RuntimeError):
-    """A tensor-parallel worker exited or raised; the message names its rank, pid and exit code or error."""
+    """A tensor-parallel worker exited or raised; the message names its rank, pid and exit code or error.
+    ``checkpoint_shape``: the worker raised CheckpointShapeError (a checkpoint tensor of another shape)."""
+
+    def __init__(self, message: str = "", checkpoint_shape: bool = False) -> None:
+        super().__init__(message)
+        self.checkpoint_shape = checkpoint_shape
 
 
 class WorkerConfigError(WorkerDiedError, ConfigError):
     """A tensor-parallel worker raised a ConfigError keyed to an engine argument (a setting it refused): the same
-    message and ``key`` as that error in one process, so that callers name the flag (a ValueError, a ConfigError);
-    the workers are stopped, as for any WorkerDiedError. The worker's rank and traceback are logged at debug level."""
+    refusal as that error in one process, so that callers name the flag (a ValueError, a ConfigError); the workers
+    are stopped, as for any WorkerDiedError. The worker's rank and traceback are logged at debug level."""
 
-    def __init__(self, message: str, key: str | None = None) -> None:
-        ConfigError.__init__(self, message, key)  # not RuntimeError's, first in the MRO: it would drop the key
+    def __init__(self, refusal: Refusal) -> None:
+        ConfigError.__init__(self, refusal)  # not RuntimeError's, first in the MRO: it would drop the record
+        self.checkpoint_shape = False
 
 
 @dataclass(frozen=True)

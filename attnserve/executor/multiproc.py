@@ -28,6 +28,7 @@ from attnserve.executor.env import environ, free_port, worker_env
 from attnserve.executor.worker import WorkerError, run_worker
 from attnserve.model_executor.loader import ModelSource
 from attnserve.model_executor.model_runner import ModelRunnerOutput
+from attnserve.refusals import Refusal
 
 logger = logging.getLogger(__name__)
 
@@ -140,10 +141,10 @@ class MultiprocExecutor(Executor):
         error = errors[first]
         message = (f"worker rank {first} (pid {self.procs[first].pid}) failed{also}; pending requests failed. "
                    f"Its traceback:\n{error.traceback}")
-        if error.key is not None:  # a setting the rank refused: the error one process would raise, keyed
-            logger.debug("%s", message)
-            self._fail(message, WorkerConfigError(error.message, error.key))
-        self._fail(message)
+        if error.key is not None and error.refusal is not None:  # a setting the rank refused: the error one process
+            logger.debug("%s", message)                           # would raise, keyed
+            self._fail(message, WorkerConfigError(error.refusal))
+        self._fail(message, WorkerDiedError(message, checkpoint_shape=error.checkpoint_shape))
 
     def _check_dead(self, crashed_only: bool = False) -> None:
         """Fail naming the first dead worker; ``crashed_only``: only one that did not exit cleanly (code 0 is
@@ -180,8 +181,8 @@ def check_gpu_count(device: str, n: int) -> None:
         import os
 
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        raise ConfigError(f"tensor_parallel_size {n} needs {n} GPUs (one per rank); this host shows {count}"
-                          + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""), key="tensor_parallel_size")
+        raise ConfigError(Refusal(("tensor_parallel_size",), n, reason=f"needs {n} GPUs (one per rank); this host shows "
+                                  f"{count}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")))
 
 
 GRACEFUL_EXIT_S = 30.0  # how long shutdown waits for workers to exit on their own before killing them

@@ -23,6 +23,7 @@ from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.executor.base import Executor, StepReply, WorkerConfigError, WorkerDiedError
 from attnserve.executor.env import free_port, worker_env
 from attnserve.executor.worker import Worker
+from attnserve.layers.linear import CheckpointShapeError
 from attnserve.model_executor.loader import ModelSource
 from attnserve.model_executor.model_runner import ModelRunnerOutput
 from attnserve.platforms import detect_platform
@@ -147,8 +148,8 @@ class RayExecutor(Executor):
         cause = getattr(e, "cause", None)  # a RayTaskError's: the exception the actor's method raised
         if isinstance(cause, ConfigError) and cause.key is not None:
             logger.debug("%s", self.failed)
-            raise WorkerConfigError(str(cause), cause.key) from None
-        raise WorkerDiedError(self.failed) from None
+            raise WorkerConfigError(cause.refusal) from None
+        raise WorkerDiedError(self.failed, checkpoint_shape=isinstance(cause, CheckpointShapeError)) from None
 
     def shutdown(self) -> None:
         self._unchecked = {}

@@ -24,6 +24,8 @@ import torch
 
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
+from attnserve.layers.linear import CheckpointShapeError
+from attnserve.refusals import Refusal
 from attnserve.distributed.group import TPGroup
 from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.model_executor.loader import ModelSource
@@ -113,13 +115,18 @@ class WorkerError:
     key: str | None = None
     """For a ConfigError (a setting this rank refused: its KV-cache budget, its device's attention backend), the
     engine argument it is keyed to: the engine raises it as WorkerConfigError, for the CLI to name the flag."""
+    refusal: Refusal | None = None
+    """That ConfigError's record."""
+    checkpoint_shape: bool = False
+    """The rank raised CheckpointShapeError: the engine may convert a stale cached GGUF config again."""
 
 
 def _error() -> tuple[str, WorkerError]:
     """The message of a failing rank: ``("error", WorkerError)`` of the exception being handled."""
     e = sys.exc_info()[1]
-    key = e.key if isinstance(e, ConfigError) else None
-    return "error", WorkerError(time.time(), traceback.format_exc(), str(e), key)
+    refusal = e.refusal if isinstance(e, ConfigError) else None
+    return "error", WorkerError(time.time(), traceback.format_exc(), str(e), refusal.setting if refusal else None,
+                                refusal, isinstance(e, CheckpointShapeError))
 
 
 class _Replies:

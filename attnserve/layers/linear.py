@@ -32,6 +32,11 @@ from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads, shard_range
 
 
+class CheckpointShapeError(ValueError):
+    """A checkpoint tensor whose shape differs from the layer's (the engine reads the type: a GGUF's cached config
+    that no longer fits its weights is converted again)."""
+
+
 def gemv_or_linear(gemv: tuple, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear``, or the Triton GEMV that a ``GemvPlan`` chose for x's row count (``gemv_plan.py``).
 
@@ -47,7 +52,7 @@ def table_entry(table: tuple | None, rows: int) -> Callable | None:
 
 def check_shape(loaded, expected: tuple[int, ...]) -> None:
     if tuple(loaded.shape) != tuple(expected):
-        raise ValueError(f"checkpoint shape {tuple(loaded.shape)} != expected {tuple(expected)}")
+        raise CheckpointShapeError(f"checkpoint shape {tuple(loaded.shape)} != expected {tuple(expected)}")
 
 
 def _param(*shape: int) -> nn.Parameter:

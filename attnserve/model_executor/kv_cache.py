@@ -9,6 +9,7 @@ import torch
 
 from attnserve.config.cache import CacheConfig
 from attnserve.config.fields import ConfigError
+from attnserve.refusals import Refusal
 
 logger = logging.getLogger(__name__)
 
@@ -61,18 +62,18 @@ def check_kv_cache_fits(blocks: int, block_bytes: int, key: str, device: torch.d
     if available is None or blocks * block_bytes <= available:
         return
     fit = max(0, available) // block_bytes
-    raise ConfigError(f"a KV cache of {blocks} blocks ({blocks * block_bytes / 2**30:.2f} GiB) does not fit in the "
-                      f"{max(0, available) / 2**30:.2f} GiB of {device} memory available now "
-                      f"({fit} block{' fits' if fit == 1 else 's fit'}); "
-                      f"lower {key}", key=key)
+    raise ConfigError(Refusal(
+        reason=f"a KV cache of {blocks} blocks ({blocks * block_bytes / 2**30:.2f} GiB) does not fit in the "
+               f"{max(0, available) / 2**30:.2f} GiB of {device} memory available now "
+               f"({fit} block{' fits' if fit == 1 else 's fit'})", advice=f"lower {{{key}}}", key=key))
 
 
 def _blocks_in(budget: int, block_bytes: int, key: str) -> int:
     """``budget`` bytes in whole blocks; ConfigError keyed ``key`` when that is none."""
     blocks = budget // block_bytes
     if blocks < 1:
-        raise ConfigError(f"KV-cache budget of {budget} bytes holds no block of {block_bytes} bytes; raise {key} or "
-                          "set num_gpu_blocks", key=key)
+        raise ConfigError(Refusal(reason=f"KV-cache budget of {budget} bytes holds no block of {block_bytes} bytes",
+                                  advice=f"raise {{{key}}} or set {{num_gpu_blocks}}", key=key))
     return int(blocks)
 
 
@@ -127,9 +128,9 @@ def check_kv_cache_holds_max_model_len(max_model_len: int, num_blocks: int, bloc
     capacity = num_blocks * block_size
     if capacity < max_model_len:
         blocks = f"{num_blocks} block{'s' if num_blocks != 1 else ''} of {block_size}"
-        raise ConfigError(f"the KV cache holds {capacity} tokens ({blocks}), fewer than "
-                          f"max_model_len {max_model_len}, so not one request of max_model_len tokens fits; lower "
-                          f"max_model_len to at most {capacity} or raise {key}", key=key)
+        raise ConfigError(Refusal(reason=f"the KV cache holds {capacity} tokens ({blocks}), fewer than max_model_len "
+                                         f"{max_model_len}, so not one request of max_model_len tokens fits",
+                                  advice=f"lower {{max_model_len}} to at most {capacity} or raise {{{key}}}", key=key))
 
 
 def allocate_kv_caches(

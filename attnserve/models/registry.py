@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 from attnserve.config.fields import ConfigError
+from attnserve.refusals import Refusal
 
 MODEL_REGISTRY: dict[str, str] = {
     "GPT2LMHeadModel": "attnserve.models.gpt2.GPT2LMHeadModel",
@@ -43,9 +44,9 @@ def get_model_class(config, tensor_parallel_size: int = 1) -> type:
             module, _, name = MODEL_REGISTRY[arch].rpartition(".")
             cls = getattr(importlib.import_module(module), name)
             if tensor_parallel_size > 1 and not getattr(cls, "supports_tensor_parallel", False):
-                raise ConfigError(f"tensor_parallel_size {tensor_parallel_size} not supported for {cls.__name__} "
-                                  "(tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3)",
-                                  key="tensor_parallel_size")
+                raise ConfigError(Refusal(("tensor_parallel_size",), tensor_parallel_size,
+                                          reason=f"not supported for {cls.__name__} (tensor parallelism is built for the "
+                                                 "Llama family: Llama, Mistral, Qwen2, Qwen3)"))
             return cls
     raise UnsupportedArchitectureError(
         f"model architecture {archs or getattr(config, 'model_type', '(none given)')} not supported (supported: {', '.join(sorted(MODEL_REGISTRY))})"

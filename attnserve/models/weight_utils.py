@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from attnserve.layers.linear import CheckpointShapeError
+
 
 def copy_weight(params: dict[str, torch.Tensor], name: str, tensor: torch.Tensor, hf_name: str, owner: str) -> None:
     """Copy ``tensor`` into ``params[name]``.
@@ -14,5 +16,5 @@ def copy_weight(params: dict[str, torch.Tensor], name: str, tensor: torch.Tensor
         raise KeyError(f"checkpoint tensor {hf_name!r} has no matching parameter in {owner}")
     target = params[name]
     if tuple(target.shape) != tuple(tensor.shape):
-        raise ValueError(f"{hf_name}: checkpoint shape {tuple(tensor.shape)} != expected {tuple(target.shape)}")
+        raise CheckpointShapeError(f"{hf_name}: checkpoint shape {tuple(tensor.shape)} != expected {tuple(target.shape)}")
     target.data.copy_(tensor[...])  # [...]: a lazy checkpoint slice reads its data here

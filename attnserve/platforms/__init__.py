@@ -7,10 +7,12 @@ capability, e.g. ``cuda:9.0``; nothing is detected).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 
 from attnserve.platforms.interface import Platform
+from attnserve.refusals import Refusal, Refused
 
 _SIMULATED = re.compile(r"^cuda:(\d+)\.(\d+)$")
 _INDEXED = re.compile(r"^cuda(?::(\d+))?$")
@@ -28,19 +30,17 @@ def check_runnable_device(device: str) -> None:
     from attnserve.config.fields import ConfigError
 
     if is_simulated_device(device):
-        raise ConfigError(
-            f"device {device!r} is a simulated GPU (compute capability {device.split(':', 1)[1]}) for planning "
-            "with `attnserve backends` / `attnserve config`; the engine cannot run on it: use auto, cpu, cuda or cuda:N",
-            key="device",
-        )
+        raise ConfigError(Refusal(
+            ("device",), device, reason=f"is a simulated GPU (compute capability {device.split(':', 1)[1]}) for planning "
+            "with `attnserve backends` / `attnserve config`; the engine cannot run on it: use auto, cpu, cuda or cuda:N"))
     try:
         detect_platform(device)  # raises for cuda / cuda:N without that GPU
-    except ValueError as e:
+    except Refused as e:
         import torch
 
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         here = "auto, cpu" if n == 0 else f"auto, cpu, cuda, cuda:0..{n - 1}"
-        raise ConfigError(f"{e} (allowed here: {here})", key="device") from None
+        raise ConfigError(dataclasses.replace(e.refusal, allowed=here)) from None
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,9 +60,8 @@ def detect_platform(device: str = "auto") -> Platform:
         return detect_cuda_platform(0) if torch.cuda.is_available() else cpu_platform()
     if m := _INDEXED.match(text):
         return detect_cuda_platform(int(m.group(1) or 0))
-    raise ValueError(
-        f"device {device!r} not understood (allowed: auto, cpu, cuda, cuda:N, cuda:MAJOR.MINOR such as cuda:9.0)"
-    )
+    raise Refused(Refusal(("device",), device, "auto, cpu, cuda, cuda:N, cuda:MAJOR.MINOR such as cuda:9.0",
+                          reason="not understood"))
 
 
 def runtime_device(device: str) -> "torch.device":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from attnserve.attention.registry import AttentionBackendEnum
 from attnserve.platforms.interface import Platform
+from attnserve.refusals import Refusal, Refused
 
 
 def cuda_backend_priorities(compute_capability: tuple[int, int] | None) -> list[AttentionBackendEnum]:
@@ -20,9 +21,10 @@ def detect_cuda_platform(index: int = 0) -> Platform:
     import torch
 
     if not torch.cuda.is_available():
-        raise ValueError(f"device cuda:{index} requested but CUDA is not available on this machine")
+        raise Refused(Refusal(("device",), reason=f"cuda:{index} requested but CUDA is not available on this machine"))
     if index >= torch.cuda.device_count():
-        raise ValueError(f"device cuda:{index} requested but this machine has {torch.cuda.device_count()} GPU(s)")
+        raise Refused(Refusal(("device",), reason=f"cuda:{index} requested but this machine has "
+                                                  f"{torch.cuda.device_count()} GPU(s)"))
     props = torch.cuda.get_device_properties(index)
     return Platform(device_type="cuda", device_name=props.name,
                     compute_capability=(props.major, props.minor), total_memory=props.total_memory)

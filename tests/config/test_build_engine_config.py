@@ -106,7 +106,7 @@ def test_unknown_kwarg_lists_and_suggests_vllm_names():
         build_engine_config(kv_cache_memory_byte=1 << 30)
     msg = str(e.value)
     assert ", num_gpu_blocks, num_gpu_blocks_override, kv_cache_memory, kv_cache_memory_bytes, " in msg
-    assert "(valid: tokenizer, " in msg and "'model'" not in msg and "attention_backend" not in msg
+    assert "(allowed: tokenizer, " in msg and "'model'" not in msg and "attention_backend" not in msg
     assert msg.endswith("enable_pdl); did you mean 'kv_cache_memory_bytes'?")
     assert build_engine_config(num_gpu_blocks_override=7).cache.num_gpu_blocks == 7
 
@@ -117,7 +117,7 @@ def test_unknown_attention_dict_key():
 
 
 def test_attention_config_of_wrong_type():
-    with pytest.raises(ConfigError, match="must be an object of field names"):
+    with pytest.raises(ConfigError, match="is not an object of field names"):
         build_engine_config(attention_config="FLASH_ATTN")
 
 

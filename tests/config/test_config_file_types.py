@@ -41,6 +41,15 @@ def _error(tmp_path, text: str) -> str:
     return str(e.value).replace(str(p), "cfg.yaml")
 
 
+def _refusal(tmp_path, text: str):
+    p = tmp_path / "cfg.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        resolve(file_settings(str(p)))
+    assert e.value.refusal.origin == str(p)
+    return e.value.refusal
+
+
 def _resolved(tmp_path, text: str):
     p = tmp_path / "cfg.yaml"
     p.write_text(text)
@@ -52,10 +61,17 @@ CASES = [(key, owner, name, text, kind) for key, owner, name in KEYS for text, k
 
 @pytest.mark.parametrize("key, owner, name, text, kind", CASES, ids=[f"{c[0]}={c[3]}" for c in CASES])
 def test_every_key_names_the_type_of_a_wrong_value(tmp_path, key, owner, name, text, kind):
-    expected = EXPECTED[_type(owner, name)]
-    line = _error(tmp_path, f"{key}: {text}\n")
-    assert line == f"cfg.yaml: {key} {SPELLED.get(text, text)} is {kind}, not {expected} (allowed: " \
-                   f"{allowed_values(owner, name)})"
+    r = _refusal(tmp_path, f"{key}: {text}\n")
+    assert (r.path, r.kind, r.noun, r.allowed) == (tuple(key.split(".")), kind, EXPECTED[_type(owner, name)],
+                                                   allowed_values(owner, name))
+
+
+def test_a_wrong_value_is_spelled_as_the_file_writes_it(tmp_path):
+    """The golden line: a list as JSON, a boolean as YAML writes it."""
+    assert _error(tmp_path, "block_size: {a: 1}\n") == (
+        'cfg.yaml: block_size {"a": 1} is a mapping, not an integer (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)')
+    assert _error(tmp_path, "enforce_eager: 1.0\n") == (
+        "cfg.yaml: enforce_eager 1.0 is a float, not a boolean (allowed: true, false)")
 
 
 @pytest.mark.parametrize("text, kind", [("32", "an integer"), ("true", "a boolean"), ("[FLASH_ATTN]", "a list")])

@@ -260,34 +260,41 @@ def test_text_equals_decoding_the_tokens(llm):
     assert out.text == llm.tokenizer.decode(out.token_ids, skip_special_tokens=True)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"max_tokens": 0}, "max_tokens 0 not allowed (allowed: integer >= 1)"),
-    ({"top_p": 0.0}, "top_p 0.0 not allowed (allowed: number in (0, 1])"),
-    ({"top_p": 1.5}, "top_p 1.5 not allowed (allowed: number in (0, 1])"),
-    ({"temperature": -1}, "temperature -1 not allowed (allowed: finite number >= 0)"),
-    ({"temperature": float("inf")}, "temperature inf not allowed (allowed: finite number >= 0)"),
-    ({"top_k": 1.5}, "top_k 1.5 not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
-    ({"top_k": True}, "top_k True not allowed (allowed: 0 or -1 (all), or integer >= 1)"),
-    ({"max_tokens": 2.5}, "max_tokens 2.5 not allowed (allowed: integer >= 1)"),
+@pytest.mark.parametrize("kwargs, name, value, allowed", [
+    ({"max_tokens": 0}, "max_tokens", 0, "integer >= 1"),
+    ({"top_p": 0.0}, "top_p", 0.0, "number in (0, 1]"),
+    ({"top_p": 1.5}, "top_p", 1.5, "number in (0, 1]"),
+    ({"temperature": -1}, "temperature", -1, "finite number >= 0"),
+    ({"temperature": float("inf")}, "temperature", float("inf"), "finite number >= 0"),
+    ({"top_k": 1.5}, "top_k", 1.5, "0 or -1 (all), or integer >= 1"),
+    ({"top_k": True}, "top_k", True, "0 or -1 (all), or integer >= 1"),
+    ({"max_tokens": 2.5}, "max_tokens", 2.5, "integer >= 1"),
     # every seed's range, in every seed's words (was "integer in [-2**63, 2**63 - n] (completion i uses seed + i, a
     # 64-bit seed), or None", while LLM(seed=) and --seed took [0, 2**64 - 1] and the server [-2^63, 2^63 - n])
-    ({"seed": "x"}, "seed 'x' not allowed (allowed: integer in [-2^63, 2^63 - 1], or None)"),
-    ({"seed": 2**63}, "seed 9223372036854775808 not allowed (allowed: integer in [-2^63, 2^63 - 1], or None)"),
-    ({"seed": 2**64}, "seed 18446744073709551616 not allowed (allowed: integer in [-2^63, 2^63 - 1], or None)"),
-    ({"seed": -(2**63) - 1}, "seed -9223372036854775809 not allowed (allowed: integer in [-2^63, 2^63 - 1], or None)"),
-    ({"logprobs": 21}, "logprobs 21 not allowed (allowed: integer in [0, 20])"),
+    ({"seed": "x"}, "seed", 'x', "integer in [-2^63, 2^63 - 1], or None"),
+    ({"seed": 2**63}, "seed", 9223372036854775808, "integer in [-2^63, 2^63 - 1], or None"),
+    ({"seed": 2**64}, "seed", 18446744073709551616, "integer in [-2^63, 2^63 - 1], or None"),
+    ({"seed": -(2**63) - 1}, "seed", -9223372036854775809, "integer in [-2^63, 2^63 - 1], or None"),
+    ({"logprobs": 21}, "logprobs", 21, "integer in [0, 20]"),
     # a list's first bad item (was the whole list: "stop_token_ids [2, -1] not allowed", "stop ['a', 5] ...")
-    ({"stop_token_ids": [2, -1]}, "stop_token_ids -1 not allowed (allowed: token ids (integers >= 0))"),
-    ({"stop_token_ids": [2.0]}, "stop_token_ids 2.0 not allowed (allowed: token ids (integers >= 0))"),
-    ({"stop_token_ids": 2}, "stop_token_ids 2 not allowed (allowed: a list of token ids, or None)"),
-    ({"stop": 5}, "stop 5 not allowed (allowed: a string, a list of strings, or None)"),
-    ({"stop": ["a", 5]}, "stop 5 not allowed (allowed: non-empty strings)"),
-    ({"stop": ""}, "stop '' not allowed (allowed: non-empty strings)"),
+    ({"stop_token_ids": [2, -1]}, "stop_token_ids", -1, "token ids (integers >= 0)"),
+    ({"stop_token_ids": [2.0]}, "stop_token_ids", 2.0, "token ids (integers >= 0)"),
+    ({"stop_token_ids": 2}, "stop_token_ids", 2, "a list of token ids, or None"),
+    ({"stop": 5}, "stop", 5, "a string, a list of strings, or None"),
+    ({"stop": ["a", 5]}, "stop", 5, "non-empty strings"),
+    ({"stop": ""}, "stop", '', "non-empty strings"),
 ])
-def test_bad_sampling_params(kwargs, message):
+def test_bad_sampling_params(kwargs, name, value, allowed):
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(**kwargs)
-    assert str(e.value) == message
+    assert (e.value.path, e.value.value, e.value.allowed) == ((name,), value, allowed)
+    assert type(e.value.value) is type(value)  # 2.0 is not 2, True not 1
+
+
+def test_bad_sampling_params_golden_line():
+    with pytest.raises(SamplingParamsError) as e:
+        SamplingParams(stop=["a", 5])
+    assert (str(e.value), e.value.index) == ("stop 5 not allowed (allowed: non-empty strings)", 1)
 
 
 def test_every_seed_in_the_range_works_with_every_n(llm):
@@ -321,7 +328,7 @@ def test_sampling_params_error_carries_name_value_and_allowed():
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(stop=["a", ""])
     assert (e.value.name, e.value.value, e.value.index, e.value.allowed) == ("stop", "", 1, "non-empty strings")
-    assert e.value.refusal() == "'' not allowed (allowed: non-empty strings)"
+    assert (e.value.path, e.value.value, e.value.allowed) == (("stop",), "", "non-empty strings")
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(max_tokens=0)
     assert (e.value.name, e.value.value, e.value.index) == ("max_tokens", 0, None)

@@ -9,7 +9,8 @@ import pytest
 
 from attnserve.engine.request_checks import RequestValueError
 from attnserve.entrypoints.chat_utils import chat_messages
-from attnserve.entrypoints.openai.errors import json_value, validation_message
+from attnserve.entrypoints.openai.errors import validation_message
+from attnserve.refusals import openai_error
 from attnserve.entrypoints.openai.protocol import ChatCompletionRequest
 
 HI = {"role": "user", "content": "Hi"}
@@ -41,7 +42,7 @@ def test_chat_messages_refuse_as_the_server_does(case):
     message, param = validation_message(server.value.errors(), ChatCompletionRequest)
     with pytest.raises(RequestValueError) as e:
         chat_messages(messages)
-    assert (f"{e.value.param}: {e.value.refusal(json_value)}", e.value.param) == (message, param)
+    assert openai_error(e.value.refusal) == (message, param)
 
 
 def test_a_name_that_is_no_string_is_refused_with_python_words():

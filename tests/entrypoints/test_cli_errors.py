@@ -69,16 +69,16 @@ CASES = [
     (["generate", "--block-size", "7"], 2,  # was accepted
      "attnserve generate: error: argument --block-size: 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"),
     (["generate", "--attention-backend", "NOPE"], 2, "attnserve generate: error: argument --attention-backend: "
-                                                     f"'NOPE': unknown attention backend (valid: {BACKENDS})"),
+                                                     f"'NOPE' not allowed (allowed: {BACKENDS})"),
     (["generate", "-ac", "{bad"], 2, "attnserve generate: error: argument -ac: malformed JSON (line 1, column 2): "
                                      "Expecting property name enclosed in double quotes"),
     (["generate", "-ac", '{"no_such": 1}'], 2,
-     f"attnserve generate: error: argument -ac: unknown attention_config field 'no_such' in -ac (valid: {AC_FIELDS})"),
+     f"attnserve generate: error: argument -ac: unknown attention_config field 'no_such' in -ac (allowed: {AC_FIELDS})"),
     (["generate", "-ac.flash_attn_version", "5"], 2, "attnserve generate: error: argument -ac.flash_attn_version: "
                                                      "5 not allowed (allowed: 2, 3, 4, null)"),
     (["generate", "-ac.no_such", "1"], 2,
      f"attnserve generate: error: argument -ac.no_such: unknown attention_config field 'no_such' in -ac.no_such "
-     f"(valid: {AC_FIELDS})"),
+     f"(allowed: {AC_FIELDS})"),
     (["generate", "--config", "{tmp}/none.yaml"], 2,
      "attnserve generate: error: cannot read config file '{tmp}/none.yaml': No such file or directory"),
     (["generate", "--config", "{tmp}/bad.yaml"], 2,

@@ -111,7 +111,7 @@ def test_a_file_in_engineconfigs_nested_form_is_refused_naming_the_key(tmp_path,
     with pytest.raises(SystemExit) as e:
         main(["config", "--config", str(config_file)])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and err.startswith(f"attnserve config: error: unknown key 'cache' in {config_file} (valid: "
+    assert e.value.code == 2 and err.startswith(f"attnserve config: error: unknown key 'cache' in {config_file} (allowed: "
                                                 "model, tokenizer, ")
     assert err.endswith(", attention_backend, attention_config, attention_config.FIELD)\n")
 

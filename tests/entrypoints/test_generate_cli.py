@@ -125,7 +125,7 @@ def test_cuda_on_a_machine_without_one_fails_before_loading(capsys):
     assert main(["generate", "--device", "cuda"]) == 2
     assert capsys.readouterr().err.strip() == (
         "attnserve generate: error: argument --device: cuda:0 requested but CUDA is not available on this "
-        "machine (allowed here: auto, cpu)")
+        "machine (allowed: auto, cpu)")
 
 
 SPLIT_ERROR = ("tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads: with fewer KV heads than ranks "

@@ -35,6 +35,7 @@ from attnserve.attention.backends.flash_attn_versions import (
     FLASH_ATTN_VERSIONS, installed_version, load_kernels, version_preference,
 )
 from attnserve.attention.validation import capability_reasons, package_installed
+from attnserve.refusals import Reason
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.selector import AttentionSelectorConfig
@@ -112,7 +113,7 @@ class FlashAttentionBackend(AttentionBackend):
         return usable[0]
 
     @classmethod
-    def validate(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[str]:
+    def validate(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[Reason]:
         requested = attention_config.flash_attn_version if attention_config is not None else None
         if platform.device_type != "cuda":  # every reason, judged against the version(s) that could be installed
             versions = [requested] if requested is not None else list(version_preference((9, 0)))
@@ -121,7 +122,8 @@ class FlashAttentionBackend(AttentionBackend):
             if not assume_installed and not any(package_installed(FLASH_ATTN_VERSIONS[v].package) for v in versions):
                 extras = [f"'attnserve[{FLASH_ATTN_VERSIONS[v].pip_extra}]'" for v in versions]
                 alt = f" (or {', '.join(extras[1:])})" if len(extras) > 1 else ""
-                reasons.insert(1, f"not installed: pip install {extras[0]}{alt}")
+                reasons.insert(1, Reason(f"not installed: pip install {extras[0]}{alt}", "package",
+                                         FLASH_ATTN_VERSIONS[versions[0]].package, f"pip install {extras[0]}{alt}"))
             return reasons
         cc = platform.compute_capability
         if requested is not None:
@@ -129,14 +131,17 @@ class FlashAttentionBackend(AttentionBackend):
             reasons = []
             if not v.supports_gpu(cc):
                 where = f"compute capability {cc_str(cc)}" if cc else "this device"
-                reasons.append(f"flash_attn_version {requested} not supported on {where} "
-                               f"(FlashAttention {requested} needs {v.gpu_rule()})")
+                reasons.append(Reason(f"flash_attn_version {requested} not supported on {where} "
+                                      f"(FlashAttention {requested} needs {v.gpu_rule()})", "compute_capability", cc,
+                                      v.gpu_rule()))
             if not assume_installed and not package_installed(v.package):
-                reasons.append(f"flash_attn_version {requested} not installed: pip install 'attnserve[{v.pip_extra}]'")
+                reasons.append(Reason(f"flash_attn_version {requested} not installed: pip install "
+                                      f"'attnserve[{v.pip_extra}]'", "package", v.package,
+                                      f"pip install 'attnserve[{v.pip_extra}]'"))
             caps = cls.version_capabilities(requested)
             # the GPU and package reasons above are the version-specific wording of these two checks
             caps_reasons = capability_reasons(caps, selector_config, platform, assume_installed=True)
-            return reasons + [r for r in caps_reasons if not r.startswith("compute capability")]
+            return reasons + [r for r in caps_reasons if r.field != "compute_capability"]
         candidates = [v for v in version_preference(cc) if FLASH_ATTN_VERSIONS[v].supports_gpu(cc)]
         if not candidates:
             return [cls._gpu_reason(cc)]
@@ -146,20 +151,23 @@ class FlashAttentionBackend(AttentionBackend):
             alt = f" (or {', '.join(extras[1:])})" if len(extras) > 1 else ""
             # judge the model too, against the version that would run once installed: every reason at once
             would_be = cls.resolve_version(selector_config, platform, attention_config, assume_installed=True)
-            return [f"not installed: pip install {extras[0]}{alt}"] + capability_reasons(
+            return [Reason(f"not installed: pip install {extras[0]}{alt}", "package",
+                           FLASH_ATTN_VERSIONS[candidates[0]].package, f"pip install {extras[0]}{alt}")] + capability_reasons(
                 cls.version_capabilities(would_be), selector_config, platform, assume_installed=True)
         return capability_reasons(cls.version_capabilities(version), selector_config, platform,
                                   assume_installed=True)
 
     @staticmethod
-    def _gpu_reason(cc: tuple[int, int] | None) -> str:
+    def _gpu_reason(cc: tuple[int, int] | None) -> Reason:
         lowest = min(v.min_compute_capability for v in FLASH_ATTN_VERSIONS.values())
         if cc is None:
-            return "compute capability unknown (FlashAttention needs a CUDA GPU)"
+            return Reason("compute capability unknown (FlashAttention needs a CUDA GPU)", "compute_capability", None,
+                          "a CUDA GPU")
         if cc < lowest:
-            return f"compute capability {cc_str(cc)} not supported (needs >= {cc_str(lowest)})"
+            return Reason(f"compute capability {cc_str(cc)} not supported (needs >= {cc_str(lowest)})",
+                          "compute_capability", cc, f">= {cc_str(lowest)}")
         ranges = "; ".join(f"FlashAttention {n}: {v.gpu_rule()}" for n, v in FLASH_ATTN_VERSIONS.items())
-        return f"compute capability {cc_str(cc)} not supported ({ranges})"
+        return Reason(f"compute capability {cc_str(cc)} not supported ({ranges})", "compute_capability", cc, ranges)
 
 
 # FlashAttention 3's split-KV bound in CUDA-graph decode steps (the plan splits each request up to this many

@@ -44,6 +44,8 @@ from attnserve.kernels.kv_write import KVWriteTarget, kv_views
 from attnserve.kernels.paged_kv_indices import device_pages, host_pages
 from attnserve.attention.ops.pinned_ring import PinnedRing
 from attnserve.attention.capabilities import BackendCapabilities
+from attnserve.attention.validation import capability_reasons
+from attnserve.refusals import Reason
 
 if TYPE_CHECKING:  # flashinfer_graphs imports this module: the planner itself is imported in the builder
     from attnserve.attention.backends.flashinfer_graphs import FlashInferGraph
@@ -100,22 +102,27 @@ class FlashInferBackend(AttentionBackend):
         )
 
     @classmethod
-    def extra_reasons(cls, selector_config, platform, attention_config=None) -> list[str]:
+    def extra_reasons(cls, selector_config, platform, attention_config=None) -> list[Reason]:
         reasons = []
         cc = platform.compute_capability
         if attention_config is not None and attention_config.use_trtllm_attention is True and \
                 (cc is None or cc[0] != 10):
             where = f"{cc[0]}.{cc[1]}" if cc else "unknown"
-            reasons.append(f"use_trtllm_attention=True needs compute capability 10.x (this device: {where})")
+            reasons.append(Reason(f"use_trtllm_attention=True needs compute capability 10.x (this device: {where})",
+                                  "use_trtllm_attention", True, "compute capability 10.x"))
         if selector_config.has_sink and not _trtllm_applies(platform, attention_config):
             # replace the generic "attention sinks not supported" with the way to get them
-            reasons.append("attention sinks need FlashInfer's TRT-LLM kernels (compute capability 10.x)")
+            reasons.append(Reason("attention sinks need FlashInfer's TRT-LLM kernels (compute capability 10.x)",
+                                  "has_sink", True, "compute capability 10.x"))
         return reasons
 
     @classmethod
-    def validate(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[str]:
-        reasons = super().validate(selector_config, platform, attention_config, assume_installed)
-        return [r for r in reasons if r != "attention sinks not supported"]
+    def validate(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[Reason]:
+        caps = cls.capabilities(platform, attention_config, assume_installed)
+        reasons = capability_reasons(caps, selector_config, platform, assume_installed=assume_installed)
+        # sinks: extra_reasons says how to get them, instead of the generic "attention sinks not supported"
+        return [r for r in reasons if r.field != "has_sink"] + cls.extra_reasons(selector_config, platform,
+                                                                                  attention_config)
 
     @classmethod
     def get_required_kv_cache_layout(cls, platform=None, attention_config=None) -> KVCacheLayout | None:

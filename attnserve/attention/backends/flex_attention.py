@@ -34,6 +34,7 @@ from attnserve.attention.backend import (
 )
 from attnserve.kernels.kv_write import KVWriteTarget, kv_views
 from attnserve.attention.validation import package_installed
+from attnserve.refusals import Reason
 
 
 class FlexAttentionBackend(AttentionBackend):
@@ -58,10 +59,11 @@ class FlexAttentionBackend(AttentionBackend):
         return FlexAttentionMetadataBuilder
 
     @classmethod
-    def validate(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[str]:
+    def validate(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[Reason]:
         reasons = super().validate(selector_config, platform, attention_config, assume_installed)
         if platform.device_type == "cuda" and not assume_installed and not package_installed("triton"):
-            reasons.append("not installed: pip install 'attnserve[triton]' (flex_attention compiles with Triton on CUDA)")
+            reasons.append(Reason("not installed: pip install 'attnserve[triton]' (flex_attention compiles with Triton on "
+                                  "CUDA)", "package", "triton", "pip install 'attnserve[triton]'"))
         return reasons
 
 

@@ -14,7 +14,7 @@ import argparse
 import math
 from typing import Callable
 
-from attnserve.config.fields import range_words
+from attnserve.refusals import TEXT, Refusal, range_words, statement
 
 _NOUNS = {int: ("integer", "an integer"), float: ("number", "a number")}
 
@@ -22,7 +22,7 @@ _NOUNS = {int: ("integer", "an integer"), float: ("number", "a number")}
 def not_a(convert: type[int] | type[float], text: str, allowed: str) -> str:
     """``'x' is not an integer (allowed: ALLOWED)``; no parenthesis when ``allowed`` is the bare type word."""
     word, noun = _NOUNS.get(convert, _NOUNS[int])
-    return f"{text!r} is not {noun}" + ("" if allowed == word else f" (allowed: {allowed})")
+    return statement(Refusal(value=text, allowed=None if allowed == word else allowed, noun=noun))
 
 
 def checked(convert: type[int] | type[float], ok: Callable[[float], bool], allowed: str) -> Callable[[str], float]:
@@ -35,7 +35,7 @@ def checked(convert: type[int] | type[float], ok: Callable[[float], bool], allow
         except ValueError:
             raise argparse.ArgumentTypeError(not_a(convert, text, allowed)) from None
         if not ok(value):
-            raise argparse.ArgumentTypeError(f"{value} not allowed (allowed: {allowed})")
+            raise argparse.ArgumentTypeError(statement(Refusal(value=value, allowed=allowed, written=TEXT)))
         return value
 
     parse.__name__ = _NOUNS.get(convert, _NOUNS[int])[0]  # argparse's fallback wording, should an error escape the above
@@ -81,5 +81,5 @@ def output_file(text: str) -> str:
         problem = f"folder {folder} is not writable"
     else:
         return text
-    raise argparse.ArgumentTypeError(f"{text!r} not allowed (allowed: a file path in an existing, writable folder; "
-                                     f"{problem})")
+    raise argparse.ArgumentTypeError(statement(Refusal(value=text, allowed="a file path in an existing, writable "
+                                                                    f"folder; {problem}")))

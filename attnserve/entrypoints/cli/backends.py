@@ -67,9 +67,9 @@ def _model_facts(args, model: str | None) -> ModelAttentionFacts:
     return dataclasses.replace(facts, **overrides)
 
 
-def build_report(args) -> dict:
+def build_report(args, errors: list | None = None) -> dict:
     """Everything the table and ``--json`` show. Raises ValueError for bad flag values (a bad engine
-    flag exits 2 through the parser, as in every command)."""
+    flag exits 2 through the parser, as in every command). ``errors`` gets the selection's refusal, if any."""
     from attnserve.attention.registry import backend_name, lookup_backend, registered_names
     from attnserve.attention.selector import (AttentionSelectorConfig, NoUsableBackendError, backend_reasons,
                                               select_attn_backend)
@@ -100,6 +100,8 @@ def build_report(args) -> dict:
         selected, version, layout = sel.name, sel.flash_attn_version, sel.kv_cache_layout.value
     except NoUsableBackendError as e:
         error = str(e)
+        if errors is not None:
+            errors.append(e)
     return {
         "platform": platform.to_dict(),
         "device": config.device,
@@ -165,8 +167,9 @@ def render_rich(report: dict) -> None:
 
 def run_backends(args) -> int:
     """The subcommand body: 0, or 2 for a bad flag value or an explicit backend that cannot run."""
+    errors: list = []
     try:
-        report = build_report(args)
+        report = build_report(args, errors)
     except ValueError as e:
         print(f"attnserve backends: error: {e}", file=sys.stderr)
         return 2
@@ -182,7 +185,7 @@ def run_backends(args) -> int:
         if not use_rich:
             print(render_plain(report))
     if report["explicit"] and report["selected"] is None:
-        print(f"attnserve backends: error: {error_line(args, 'attention_config.backend', report['error'])}",
+        print(f"attnserve backends: error: {error_line(args, errors[0])}",
               file=sys.stderr)
         return 2
     return 0

@@ -208,7 +208,7 @@ def run_throughput(args: argparse.Namespace) -> int:
     except PromptsFileError as e:  # not UTF-8 text, or no prompts in it
         args._engine_arg_parser.error(f"argument --prompts-file: {e}")
     except ValueError as e:
-        args._engine_arg_parser.error(error_line(args, getattr(e, "key", None), str(e)))
+        args._engine_arg_parser.error(error_line(args, e))
     return _finish(args, result, plot_throughput)
 
 
@@ -228,7 +228,7 @@ def run_latency(args: argparse.Namespace) -> int:
         key = getattr(e, "key", None)
         if key == "tensor_parallel_size" and args.compare_tensor_parallel_sizes:  # the sizes run are this flag's
             args._engine_arg_parser.error(f"argument --compare-tensor-parallel-sizes: {e}")
-        args._engine_arg_parser.error(error_line(args, key, str(e)))
+        args._engine_arg_parser.error(error_line(args, e))
     return _finish(args, result, plot_latency)
 
 

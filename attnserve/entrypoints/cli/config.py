@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         notes = check_against_model(resolved.config)
     except ValueError as e:  # the engine's ConfigError: one line naming the flag or file, exit 2 (as serve)
-        args._engine_arg_parser.error(error_line(args, getattr(e, "key", None), str(e)))
+        args._engine_arg_parser.error(error_line(args, e))
     for note in notes:
         print(f"attnserve config: note: {note}", file=sys.stderr)
     if not args.explain:

@@ -10,7 +10,7 @@ A subcommand uses it with two calls:
 
     def run(args):
         config = engine_config_from_args(args)  # exits 2 with one line on a bad value
-        ...                                     # later: error_line(args, key, message) names the flag of a
+        ...                                     # later: error_line(args, e) names the flag of a
                                                 # setting that the model or a prompt turns out not to allow
 
 The flags are generated from the config dataclasses (``attnserve.config.engine_args.engine_args``): one
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from typing import Any, NoReturn, Sequence
 
@@ -42,8 +41,9 @@ from attnserve.config.engine_args import (
     engine_args,
     resolve,
 )
-from attnserve.config.fields import HUMAN_INT_WORDS, did_you_mean, field_docs, split_optional, without_name
+from attnserve.config.fields import HUMAN_INT_WORDS, field_docs, split_optional
 from attnserve.config.files import file_settings, loads_json
+from attnserve.refusals import PYTHON, Refusal, Refused, closest, message
 from attnserve.entrypoints.cli.arg_types import human_int, typed
 
 __all__ = [
@@ -52,7 +52,6 @@ __all__ = [
     "add_engine_args",
     "engine_config_from_args",
     "error_line",
-    "flag_names",
     "resolve_engine_args",
 ]
 
@@ -128,7 +127,8 @@ class EngineArgumentParser(argparse.ArgumentParser):
         action = self._option_string_actions.get(flag)
         if action is not None and action.nargs == 0:
             forms = " or ".join(action.option_strings)
-            self.error(f"argument {flag}: value {value!r} not allowed (allowed: no value: {forms})")
+            self.error(message(Refusal(value=value, subject="value", allowed=f"no value: {forms}", origin=f"argument {flag}",
+                                       written=PYTHON)))
 
     def _unrecognized(self, extras: list[str]) -> NoReturn:
         flag = next((e.partition("=")[0] for e in extras if e.startswith("-")), None)
@@ -137,9 +137,9 @@ class EngineArgumentParser(argparse.ArgumentParser):
                 try:
                     AttentionConfig.normalize_key(flag[len(prefix):], f"in {flag}")  # type: ignore[index]
                 except ConfigError as e:
-                    self.error(f"argument {flag}: {e}")
-        hint = did_you_mean(_norm(flag), list(self._option_string_actions)) if flag else ""
-        self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+                    self.error(message(e.refusal.at(f"argument {flag}", written=e.refusal.written)))
+        near = closest(_norm(flag), list(self._option_string_actions)) if flag else None
+        self.error(f"unrecognized arguments: {' '.join(extras)}" + (f"; did you mean {near!r}?" if near else ""))
 
 
 def _record(namespace: argparse.Namespace, item: object) -> None:
@@ -161,7 +161,8 @@ class _SettingAction(argparse.Action):
         if self.nargs == 0:
             values = not (option_string or "").startswith("--no-")
         name = option_string or self.metavar or self.dest
-        _record(namespace, Setting(self.key, values, f"command line ({name})", name, f"argument {name}"))
+        _record(namespace, Setting(self.key, values, f"command line ({name})", name, f"argument {name}", own_flag=True,
+                                   cli=True))
 
 
 class _AttentionJsonAction(argparse.Action):
@@ -170,10 +171,12 @@ class _AttentionJsonAction(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
         try:
             obj = loads_json(values, "")
-            for s in attention_settings(obj, f"command line ({option_string})", f"in {option_string}", f"argument {option_string}"):
+            for s in attention_settings(obj, f"command line ({option_string})", f"in {option_string}",
+                                        f"argument {option_string}", cli=True):
                 _record(namespace, s)
         except ConfigError as e:
-            raise argparse.ArgumentError(None, f"argument {option_string}: {e}") from None
+            raise argparse.ArgumentError(None, message(e.refusal.at(f"argument {option_string}",
+                                                                    written=e.refusal.written))) from None
 
 
 class _ConfigFileAction(argparse.Action):
@@ -288,8 +291,9 @@ def resolve_engine_args(args: argparse.Namespace) -> Resolved:
                 models[s.label] = s
         if len({s.value for s in models.values()}) > 1:  # argparse's form: the one given second named first
             first, later = models.values()
-            raise ConfigError(f"{later.where}: {later.value!r} conflicts with {first.label} {first.value!r}: the model "
-                              "is given twice; give it once")
+            raise ConfigError(Refusal(value=later.value, reason=f"conflicts with {first.label} {first.value!r}: the "
+                                      "model is given twice", advice="give it once", origin=later.where,
+                                      names_path=True, written=PYTHON, key="model"))
         from_files = [s for path, fmt in (i for i in items if isinstance(i, tuple)) for s in file_settings(path, fmt)]
         resolved = resolve(from_files + cli)
     except ConfigError as e:
@@ -306,44 +310,26 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     return resolve_engine_args(args).config
 
 
-def error_line(args: argparse.Namespace, key: str | None, message: str) -> str:
-    """``message``, an error about the setting ``key`` found only once the model, its config or a prompt is
-    known (an explicit backend that cannot run the model, a prompt longer than the step's token budget),
-    prefixed as a bad flag value's line is: ``argument --max-num-batched-tokens: MESSAGE`` when the command
-    line gave it (without the setting's name the message starts with: the flag names it), ``cfg.yaml: MESSAGE``
-    for a config file, and by its flag when it was left at its default.
-    ``key`` None (the error is about no one setting), or no config resolved from ``args`` yet: ``message``."""
+def error_line(args: argparse.Namespace, e: BaseException) -> str:
+    """The line for ``e``, an error found only once the model, its config or a prompt is known (an explicit backend
+    that cannot run the model, a prompt longer than the step's token budget). A refusal about one setting is placed
+    where that setting was given, as a bad flag value's line is: ``argument --max-num-batched-tokens: ...`` for the
+    command line (the flag names the setting: the line does not again, and its advice names flags, as given),
+    ``cfg.yaml: ...`` for a config file, and by its flag when it was left at its default. Any other error, or no
+    config resolved from ``args`` yet: ``str(e)``."""
     resolved = getattr(args, _RESOLVED, None)
-    if key is None or resolved is None:
-        return message
+    refusal = e.refusal if isinstance(e, Refused) else None
+    key = e.key if isinstance(e, Refused) else None
+    if refusal is None or key is None or resolved is None:
+        return str(e)
     given = resolved.chosen.get(key)
     if given is None and key == ATTENTION_PREFIX + "backend":  # --attention-backend sets attention_config.backend
         given = resolved.chosen.get(ATTENTION_BACKEND)
-    if given is not None:
-        where = given.where
-    elif key.startswith(ATTENTION_PREFIX):
-        where = f"argument --attention-config.{key[len(ATTENTION_PREFIX):]}"
-    else:
-        where = f"argument --{_norm(key)}"
-    if where.startswith("argument "):  # a flag, given or at its default: the advice names flags too, as given
-        given_flags = {k: s.where[len("argument "):] for k, s in resolved.chosen.items()
-                       if s.where.startswith("argument --")}
-        # the flag names the setting: not the message too
-        message = flag_names(without_name(message, key, given.key if given else None), given_flags)
-    return f"{where}: {message}" if where else message
-
-
-_ADVICE = ("raise", "lower", "set", "increase", "decrease")  # the verbs of an error's advice on what to change
-
-
-def flag_names(message: str, given: dict[str, str] | None = None) -> str:
-    """``message`` (an engine error, in engine-argument names) with its advice in a command-line user's words: an
-    engine argument after an advice verb is named by its flag (``raise kv_cache_memory or set num_gpu_blocks`` ->
-    ``raise --kv-cache-memory or set --num-gpu-blocks``), as the user spelled it where ``given`` (engine argument ->
-    the flag given, e.g. vLLM's ``--num-gpu-blocks-override``) has it. The rest stays as the engine words it
-    (``kv_cache_dtype fp8 not supported``: a statement about a value, whose flag the line's ``argument
-    --kv-cache-dtype:`` names)."""
-    names = "|".join(sorted(engine_args(), key=len, reverse=True))
-    given = given or {}
-    return re.sub(rf"\b({'|'.join(_ADVICE)}) ({names})\b(?![.\-])",
-                  lambda m: f"{m.group(1)} {given.get(m.group(2), '--' + _norm(m.group(2)))}", message)
+    if given is not None and not given.cli:  # a file
+        return message(refusal.at(given.where, written=refusal.written))
+    where = given.where if given is not None else (
+        f"argument --attention-config.{key[len(ATTENTION_PREFIX):]}" if key.startswith(ATTENTION_PREFIX)
+        else f"argument --{_norm(key)}")
+    flags = {k: s.label for k, s in resolved.chosen.items() if s.own_flag}  # the flag as given
+    return message(refusal.at(where, names_path=given is None or given.own_flag, written=refusal.written),
+                   lambda k: flags.get(k, "--" + _norm(k)))

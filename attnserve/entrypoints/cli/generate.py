@@ -6,6 +6,9 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
+
+from attnserve.refusals import PYTHON, message
 
 DEFAULT_PROMPT = "What are the three primary colors? Answer in one sentence."
 
@@ -69,7 +72,8 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
         try:
             check_not_empty(p)
         except RequestValueError as e:
-            raise ValueError(f"argument --prompt: {e.refusal()}; leave --prompt out for the default prompt") from None
+            raise ValueError(message(replace(e.refusal, advice="leave --prompt out for the default prompt")
+                                     .at("argument --prompt", names_path=True, written=PYTHON))) from None
     return prompts, args.chat
 
 
@@ -87,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         )
         prompts, chat = _prompts(args)
     except SamplingParamsError as e:  # the flag names the parameter: the value and what is allowed
-        return _error(f"argument --{e.name.replace('_', '-')}: {e.refusal()}")
+        return _error(message(e.refusal.at(f"argument --{e.name.replace('_', '-')}", names_path=True, written=PYTHON)))
     except OSError as e:
         return _error(f"argument --prompts-file: {args.prompts_file}: {e.strerror}")
     except ValueError as e:
@@ -100,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     except MaxTokensTooLargeError as e:  # a prompt that fits, but not with --max-tokens more (the server's words)
         return _error(f"argument --max-tokens: {e}")
     except (ValueError, FileNotFoundError) as e:  # unknown model, bad architecture, prompt too long, ...
-        return _error(error_line(args, getattr(e, "key", None), str(e)))
+        return _error(error_line(args, e))
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
             json.dump({"stats": stats, "requests": [o.to_dict() for o in outputs]}, f, indent=2)

@@ -36,7 +36,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _error(args: argparse.Namespace, e: ValueError) -> int:
     """One line naming the flag of the setting ``e`` is keyed to (as generate's); exit status 2."""
-    print(f"attnserve serve: error: {error_line(args, getattr(e, 'key', None), str(e))}", file=sys.stderr)
+    print(f"attnserve serve: error: {error_line(args, e)}", file=sys.stderr)
     return 2
 
 

@@ -4,6 +4,7 @@ request's prompts on the engine (with metrics), SSE framing, and aborting when t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import uuid
@@ -17,10 +18,11 @@ from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.request_checks import (EMPTY_PROMPT, MaxTokensTooLargeError, PromptTooLongError,
                                              RequestValueError, check_context_length, check_token_ids)
 from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
-from attnserve.entrypoints.openai.errors import OpenAIError, json_value
+from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.protocol import SamplingFields
 from attnserve.entrypoints.openai.tokenizer_thread import TokenizerThread
+from attnserve.refusals import Refusal, openai_error
 
 # temperatures below this are greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow to inf
 _GREEDY_EPS = 1e-5
@@ -30,7 +32,7 @@ def request_error(e: RequestValueError) -> OpenAIError:
     """The 400 for a request check's refusal (``engine/request_checks.py``, the words LLM.generate and the CLI
     use): its place dotted as ``param`` and the value as JSON, ``prompt.2: 50000 not allowed (allowed: integer in
     [0, 49152), the vocabulary size)``."""
-    return OpenAIError(f"{e.param}: {e.refusal(json_value)}", 400, param=e.param)
+    return _refused(e.refusal)
 
 
 def empty_prompt(path: tuple[str | int, ...], sent) -> OpenAIError:
@@ -178,8 +180,14 @@ def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, l
 def sampling_error(e: SamplingParamsError) -> OpenAIError:
     """The 400 for a SamplingParams refusal in the server's words: the field's path (``stop_token_ids.1``), the
     value as JSON, what is allowed."""
-    path = e.name if e.index is None else f"{e.name}.{e.index}"
-    return OpenAIError(f"{path}: {json_value(e.value)} not allowed (allowed: {e.allowed})", 400, param=path)
+    path = e.path if e.index is None else (*e.path, e.index)
+    return _refused(dataclasses.replace(e.refusal, path=path))
+
+
+def _refused(refusal: Refusal) -> OpenAIError:
+    """The 400 for a refusal: :func:`attnserve.refusals.openai_error`'s message and param."""
+    message, param = openai_error(refusal)
+    return OpenAIError(message, 400, param=param)
 
 
 def new_id(prefix: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from attnserve.entrypoints.openai.allowed import allowed_values
+from attnserve.refusals.schema import allowed_values
 from attnserve.entrypoints.openai.body import SentNumber
 from attnserve.entrypoints.openai.errors import validation_message
 from attnserve.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest

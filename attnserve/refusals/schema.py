@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel
 
-from attnserve.config.fields import range_words
+from attnserve.refusals import range_words
 
 _BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
 
