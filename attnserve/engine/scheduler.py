@@ -65,11 +65,26 @@ class SchedulerOutput:
 
 @dataclass
 class PrefixCacheStats:
-    """Prefix-cache lookups since start, counted at admission (vLLM's ``prefix_cache_queries`` / ``_hits``)."""
+    """Prefix-cache lookups since start, counted at admission (vLLM's ``prefix_cache_queries`` / ``_hits``): a
+    request's first admission; the recompute of a preempted request (its prompt and generated tokens, found
+    again in its own blocks) counts apart, as vLLM's ``preempted_*``."""
 
-    requests: int = 0  # admissions that looked the cache up
-    queries: int = 0  # their tokens
+    requests: int = 0  # first admissions
+    queries: int = 0  # their prompt tokens
     hits: int = 0  # of those, tokens found cached
+    preempted_requests: int = 0  # re-admissions after a preemption
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+
+    def record(self, num_tokens: int, num_cached: int, preempted: bool) -> None:
+        if preempted:
+            self.preempted_requests += 1
+            self.preempted_queries += num_tokens
+            self.preempted_hits += num_cached
+        else:
+            self.requests += 1
+            self.queries += num_tokens
+            self.hits += num_cached
 
     @property
     def hit_rate(self) -> float:
@@ -171,13 +186,11 @@ class Scheduler:
             if not self.block_manager.allocate(req.request_id, num_cached + num_new, cached_blocks):
                 break
             req.num_computed_tokens = num_cached
-            if req.num_cached_tokens is None:  # the first admission's, as vLLM reports it
+            readmitted = req.num_cached_tokens is not None
+            if not readmitted:  # the first admission's, as vLLM reports it
                 req.num_cached_tokens = num_cached
             if self.enable_prefix_caching:
-                stats = self.prefix_cache_stats
-                stats.requests += 1
-                stats.queries += req.num_tokens
-                stats.hits += num_cached
+                self.prefix_cache_stats.record(req.num_tokens, num_cached, preempted=readmitted)
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING
             self.running.append(req)

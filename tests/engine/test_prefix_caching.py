@@ -81,6 +81,9 @@ def test_preemption_under_a_tiny_kv_cache(llama_dir, backend):
     outs = on.generate(BATCH, GREEDY)
     assert tokens(outs) == tokens(off.generate(BATCH, GREEDY))
     assert sum(o.num_preemptions for o in outs) > 0
+    st = on.engine.scheduler.prefix_cache_stats  # recomputes count apart: the prompts' lookups add up
+    assert (st.requests, st.queries) == (4, sum(map(len, BATCH)))
+    assert st.hits == sum(o.num_cached_tokens for o in outs) and st.preempted_requests > 0
     bm = on.engine.block_manager
     assert bm.num_free_blocks == 24 and set(bm.ref_counts) == {0}  # none leaked
 
