@@ -24,7 +24,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
                    help="model name(s) clients use; the first is reported (default: the model argument)")
     g.add_argument("--api-key", default=None,
-                   help="require 'Authorization: Bearer KEY' on /v1 routes; an empty key means no key, as in vLLM")
+                   help="require 'Authorization: Bearer KEY' on /v1 routes, /reset_prefix_cache, /metrics and the API "
+                        "docs (/health and /version stay open); an empty key means no key, as in vLLM")
+    g.add_argument("--metrics-without-auth", action="store_true",
+                   help="with --api-key: /metrics answers without the key (for a scraper that has none)")
     g.add_argument("--shutdown-timeout", type=seconds, default=10.0,
                    help="seconds in-flight requests may run on after SIGINT/SIGTERM before they are aborted "
                         "(default 10; 0: at once; an aborted request ends with finish_reason abort)")
@@ -44,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.openai.listen import bind_socket, cannot_listen_message
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(asctime)s %(name)s: %(message)s")
+    if args.metrics_without_auth and not args.api_key:  # nothing to answer without: it would do nothing
+        print("attnserve serve: error: argument --metrics-without-auth: only with --api-key (without a key every "
+              "endpoint answers without one)", file=sys.stderr)
+        return 2
     config = engine_config_from_args(args)
     try:  # the address first: a port in use is one line now, not after the model's checks and load (seconds)
         sock = bind_socket(args.host, args.port)
@@ -80,7 +87,8 @@ def _serve(args: argparse.Namespace, config: EngineConfig, sock: socket.socket) 
     except Exception:  # not a setting's error (an unreadable file, a bug): the load meets it and reports it, exit 1
         logging.getLogger(__name__).debug("the model's config check failed; the load will report it", exc_info=True)
     server_args = ServerArgs(host=args.host, port=args.port, served_model_names=tuple(args.served_model_name or ()),
-                             api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
+                             api_key=args.api_key or None,
+                             metrics_without_auth=args.metrics_without_auth, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
     try:
         code = run_server(config, server_args, sock)
     except ConfigError as e:  # a setting only the load could refuse (the GPU's memory once the weights are in)

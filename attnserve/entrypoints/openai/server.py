@@ -15,6 +15,7 @@ a non-streamed request gets its partial result with finish_reason "abort". uvico
 from __future__ import annotations
 
 import functools
+import hmac
 import logging
 import os
 import signal
@@ -70,8 +71,21 @@ _SSE = {"text/event-stream": {"schema": {"type": "string"}, "description": "with
 _BODY_MODELS = {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest}  # for 400s
 _KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/version", "/metrics",
                 "/reset_prefix_cache"}
-# what --api-key guards: the API and what changes the engine's state
-_GUARDED = ("/v1", "/reset_prefix_cache")
+# what --api-key guards: the API, what changes the engine's state, the API schema and (unless
+# --metrics-without-auth) the metrics; /health and /version stay open for load balancers and probes
+_GUARDED = ("/v1", "/reset_prefix_cache", "/docs", "/redoc", "/openapi.json")
+
+
+def guarded(path: str, metrics_without_auth: bool) -> bool:
+    """Whether ``path`` needs the API key when one is set."""
+    return path.startswith(_GUARDED) or (path == "/metrics" and not metrics_without_auth)
+
+
+def authorized(authorization: bytes, key: str) -> bool:
+    """Whether an ``Authorization`` header value carries ``key`` as a bearer token: the scheme in any case
+    (RFC 9110 section 11.1), one or more spaces, the token compared in constant time (``hmac.compare_digest``)."""
+    scheme, _, token = authorization.partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(token.lstrip(b" "), key.encode())
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,7 @@ class ServerArgs:
     port: int = 8000
     served_model_names: tuple[str, ...] = ()
     api_key: str | None = None
+    metrics_without_auth: bool = False  # with an API key: /metrics answers without it
     shutdown_timeout: float = 10.0  # seconds in-flight requests may run on after SIGINT/SIGTERM, then aborted
     log_level: str = "info"
 
@@ -206,9 +221,9 @@ class _AuthAndCount:
 
         try:
             key = self.ctx.api_key
-            if key and path.startswith(_GUARDED):  # an empty key: no key (as vLLM)
+            if key and guarded(path, self.ctx.metrics_without_auth):  # an empty key: no key (as vLLM)
                 headers = dict(scope.get("headers") or [])
-                if headers.get(b"authorization", b"").decode("latin-1") != f"Bearer {key}":
+                if not authorized(headers.get(b"authorization", b""), key):
                     response = error_response("missing or wrong API key (send 'Authorization: Bearer <key>')",
                                               401, code="invalid_api_key")
                     return await response(scope, receive, counting_send)
@@ -238,7 +253,8 @@ def run_server(config: EngineConfig, args: ServerArgs, sock: socket.socket | Non
     # reports max_model_len (serve's preflight refuses it before the server listens when the budget is known then)
     engine = AsyncLLMEngine(config, functools.partial(LLMEngine, refuse_short_kv_cache=True))
     ctx = ServingContext(engine=engine, served_model_names=names,
-                         metrics=ServerMetrics(names[0], lambda: engine.stats), api_key=args.api_key)
+                         metrics=ServerMetrics(names[0], lambda: engine.stats), api_key=args.api_key,
+                         metrics_without_auth=args.metrics_without_auth)
     app = build_app(ctx)
 
     class Server(uvicorn.Server):

@@ -60,6 +60,7 @@ class ServingContext:
     served_model_names: list[str]
     metrics: ServerMetrics
     api_key: str | None = None
+    metrics_without_auth: bool = False  # with an API key: /metrics answers without it
     tokenizer_thread: TokenizerThread = field(default_factory=TokenizerThread)
 
     @property

@@ -30,8 +30,16 @@ def test_api_key(tiny_server):
         assert r.json()["error"]["code"] == "invalid_api_key"
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=tiny_server.url + "/v1", api_key="wrong", max_retries=0).models.list()
-    assert httpx.get(tiny_server.url + "/health").status_code == 200  # health and metrics need no key
-    assert httpx.get(tiny_server.url + "/metrics").status_code == 200
+    assert httpx.get(tiny_server.url + "/health").status_code == 200  # probes need no key
+    assert httpx.get(tiny_server.url + "/version").status_code == 200
+    for path in ("/metrics", "/docs", "/openapi.json"):  # the metrics and the API schema do
+        assert httpx.get(tiny_server.url + path).status_code == 401
+        assert httpx.get(tiny_server.url + path, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    assert httpx.post(tiny_server.url + "/reset_prefix_cache").status_code == 401
+    # the scheme in any case and more than one space (RFC 9110); a key that only starts like the right one fails
+    for header, status in ((f"bearer {KEY}", 200), (f"BEARER  {KEY}", 200), (f"Bearer {KEY}x", 401),
+                           (f"Bearer {KEY[:-1]}", 401), (KEY, 401), (f"Basic {KEY}", 401)):
+        assert httpx.get(tiny_server.url + "/v1/models", headers={"Authorization": header}).status_code == status, header
     assert tiny_server.openai().completions.create(model="tiny-alias", prompt="Hi", max_tokens=1).model == "tiny-alias"
 
 
@@ -143,3 +151,30 @@ def test_the_server_refuses_a_kv_cache_shorter_than_max_model_len_at_load(tiny_m
     assert (str(e.value), e.value.key) == (
         "the KV cache holds 32 tokens (2 blocks of 16), fewer than max_model_len 512, so not one request of "
         "max_model_len tokens fits; lower max_model_len to at most 32 or raise num_gpu_blocks", "num_gpu_blocks")
+
+
+def test_bearer_tokens_are_read_as_http_specifies():
+    from attnserve.entrypoints.openai.server import authorized, guarded
+
+    assert authorized(b"Bearer k3y", "k3y") and authorized(b"bEaReR   k3y", "k3y")
+    assert not authorized(b"Bearer k3y ", "k3y") and not authorized(b"Bearerk3y", "k3y")
+    assert not authorized(b"", "k3y") and not authorized(b"Token k3y", "k3y")
+    assert [guarded(p, False) for p in ("/v1/models", "/metrics", "/docs", "/health", "/version")] == [
+        True, True, True, False, False]
+    assert guarded("/metrics", True) is False
+
+
+def test_metrics_without_auth_answers_metrics_without_the_key(tiny_model_dir):
+    srv = RemoteServer([tiny_model_dir("llama"), "--metrics-without-auth", "--log-level", "warning"], api_key=KEY)
+    try:
+        assert httpx.get(srv.url + "/metrics").status_code == 200
+        assert httpx.get(srv.url + "/v1/models").status_code == 401
+    finally:
+        srv.stop()
+
+
+def test_metrics_without_auth_needs_an_api_key(tiny_model_dir, capsys):
+    from attnserve.entrypoints.cli.main import main
+
+    assert main(["serve", tiny_model_dir("llama"), "--metrics-without-auth", "--port", "0"]) == 2
+    assert "argument --metrics-without-auth: only with --api-key" in capsys.readouterr().err
