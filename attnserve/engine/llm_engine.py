@@ -19,7 +19,7 @@ from attnserve.engine.output_processor import OutputProcessor
 from attnserve.engine.request import FinishReason, Request
 from attnserve.engine.request_checks import (EMPTY_PROMPT, PromptTooLongError, RequestValueError, check_context_length,
                                              check_not_empty, check_token_ids, token_id_words)
-from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError, completion_seed
+from attnserve.core.sampling_params import SamplingParams, SamplingParamsError, completion_seed
 from attnserve.engine.scheduler import Scheduler, SchedulerOutput
 from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError, make_executor
