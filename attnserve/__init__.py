@@ -18,7 +18,7 @@ def __getattr__(name: str):
 
         return LLM
     if name == "SamplingParams":
-        from attnserve.engine.sampling_params import SamplingParams
+        from attnserve.core.sampling_params import SamplingParams
 
         return SamplingParams
     raise AttributeError(f"module 'attnserve' has no attribute {name!r}")

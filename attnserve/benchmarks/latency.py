@@ -68,7 +68,7 @@ def _tpot(ttft: float, e2e: float, output_len: int) -> float | None:
 def run_engine(engine, batch_size: int, input_len: int, output_len: int, num_iters: int, num_iters_warmup: int,
                vocab_size: int, seed: int, roofline: Roofline, bar=None) -> LatencyRow:
     """Timed batches through the engine; per-request TTFT/TPOT/E2E from the engine's request metrics."""
-    from attnserve.engine.sampling_params import SamplingParams
+    from attnserve.core.sampling_params import SamplingParams
 
     device = engine.info.device
     ttfts, tpots, e2es, batches = [], [], [], []

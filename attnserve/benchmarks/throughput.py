@@ -62,7 +62,7 @@ def _row(name: str, num_requests: int, in_tokens: int, out_tokens: int, elapsed:
 
 def warm_up_engine(engine, requests: list[BenchRequest]) -> None:
     """One short request first, so that one-time costs (allocator, lazy init) stay out of the timing."""
-    from attnserve.engine.sampling_params import SamplingParams
+    from attnserve.core.sampling_params import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True, detokenize=False)
     engine.add_request(requests[0].prompt_token_ids[:16], params)
@@ -76,7 +76,7 @@ def run_engine(engine, requests: list[BenchRequest], roofline: Roofline, progres
     count steps, the cached tokens each step reads, TTFTs and the prefix cache's hits in this run."""
     from tqdm import tqdm
 
-    from attnserve.engine.sampling_params import SamplingParams
+    from attnserve.core.sampling_params import SamplingParams
 
     device = engine.info.device
     warm_up_engine(engine, requests)

@@ -25,7 +25,7 @@ from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
 from attnserve.engine.llm_engine import LLMEngine
 from attnserve.engine.outputs import RequestOutput
-from attnserve.engine.sampling_params import SamplingParams
+from attnserve.core.sampling_params import SamplingParams
 from attnserve.executor.base import WorkerDiedError
 
 logger = logging.getLogger(__name__)

@@ -9,28 +9,22 @@ from __future__ import annotations
 
 import itertools
 import logging
-import shutil
 
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
-from attnserve.distributed.sharding import check_tensor_parallel_size
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.output_processor import OutputProcessor
 from attnserve.engine.request import FinishReason, Request
 from attnserve.engine.request_checks import (EMPTY_PROMPT, PromptTooLongError, RequestValueError, check_context_length,
                                              check_not_empty, check_token_ids, token_id_words)
-from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError, completion_seed
-from attnserve.engine.scheduler import Scheduler, SchedulerOutput
+from attnserve.core.sampling_params import SamplingParams, SamplingParamsError, completion_seed
+from attnserve.core.step import SchedulerOutput
+from attnserve.engine.scheduler import Scheduler
 from attnserve.engine.outputs import RequestOutput
-from attnserve.executor.base import WorkerDiedError, make_executor
-from attnserve.layers.linear import CheckpointShapeError
+from attnserve.executor.base import WorkerDiedError
+from attnserve.executor.loading import load_model
 from attnserve.refusals import Refusal, Refused
-from attnserve.model_executor import gguf_cache
-from attnserve.model_executor.attention_selection import select_model_attention
 from attnserve.model_executor.kv_cache import check_kv_cache_holds_max_model_len, kv_cache_size_key
-from attnserve.model_executor.loader import (complete_hf_config, load_model_tokenizer, max_model_len_of, read_hf_config,
-                                             resolve_model)
-from attnserve.platforms import check_runnable_device
 
 logger = logging.getLogger(__name__)
 
@@ -61,20 +55,9 @@ class LLMEngine:
         (the server): a KV cache that holds fewer tokens than max_model_len is an error (a ConfigError keyed to the
         KV-cache setting, naming the largest max_model_len that fits), as in vLLM, instead of that warning."""
         self.config = config
-        check_runnable_device(config.device)  # cuda:9.0 is valid config for planning, not for running
-        source = resolve_model(config.model)
-        # a GGUF's config read from the cache (gguf_cache.py) that does not fit its weights (stale, damaged):
-        # drop that cache entry and convert the GGUF again, once
-        cached = gguf_cache.cached_entry(source.path, gguf_cache.cache_root()) if source.is_gguf else None
-        try:
-            self._load(config, source)
-        except (CheckpointShapeError, WorkerDiedError) as e:
-            if cached is None or not (isinstance(e, CheckpointShapeError) or e.checkpoint_shape):
-                raise
-            logger.warning("the GGUF config cached in %s does not fit the weights (%s); deleting that cache entry "
-                           "and converting %s again", cached, str(e).strip().splitlines()[-1], source.path)
-            shutil.rmtree(cached, ignore_errors=True)
-            self._load(config, source)
+        loaded = load_model(config)  # executor.loading: the checks, the tokenizer, the weights (GGUF-cache retry)
+        self.hf_config, self.tokenizer, self.executor = loaded.hf_config, loaded.tokenizer, loaded.executor
+        self.max_model_len = loaded.max_model_len
         self.info = self.executor.info  # backend, device, dtype, KV blocks (rank 0's under tensor parallelism)
         # the in-process ModelRunner (tensor_parallel_size 1 only; None when workers run the model)
         self.runner = getattr(self.executor, "runner", None)
@@ -84,12 +67,7 @@ class LLMEngine:
         # for blocks that can never be free, so it ends there (finish_reason length) as at max_model_len
         self.max_request_len = min(self.max_model_len, self.info.num_blocks * config.cache.block_size)
         if refuse_short_kv_cache:
-            try:
-                check_kv_cache_holds_max_model_len(self.max_model_len, self.info.num_blocks, config.cache.block_size,
-                                                   kv_cache_size_key(config.cache, self.info.device))
-            except ConfigError:
-                self.executor.shutdown()  # the workers, under tensor parallelism
-                raise
+            self._refuse_short_kv_cache()
         self.scheduler = Scheduler(
             self.block_manager,
             config.scheduler.max_num_batched_tokens,
@@ -104,6 +82,16 @@ class LLMEngine:
         if warn_kv_cache_limit:
             self.warn_kv_cache_limit()
 
+    def _refuse_short_kv_cache(self) -> None:
+        """Raise ConfigError (and stop the workers) when the KV cache holds fewer tokens than max_model_len."""
+        cache = self.config.cache
+        try:
+            check_kv_cache_holds_max_model_len(self.max_model_len, self.info.num_blocks, cache.block_size,
+                                               kv_cache_size_key(cache, self.info.device))
+        except ConfigError:
+            self.executor.shutdown()  # the workers, under tensor parallelism
+            raise
+
     def warn_kv_cache_limit(self) -> None:
         """Log a warning when the KV cache holds fewer tokens than max_model_len: requests end there and longer
         prompts are refused (:meth:`check_prompt` says so for each prompt it refuses)."""
@@ -112,22 +100,6 @@ class LLMEngine:
                            "length) when it reaches %d tokens, and a prompt of %d tokens or more is refused; give the "
                            "KV cache more memory or lower max_model_len",
                            self.max_request_len, self.max_model_len, self.max_request_len, self.max_request_len)
-
-    def _load(self, config: EngineConfig, source) -> None:
-        """The model's config, tokenizer and executor (which loads the weights).
-
-        What the config alone can refuse is refused first, in seconds: heads the ranks cannot split, the
-        architecture, the attention backend (``select_model_attention``, the call every ModelRunner makes).
-        Only then come the GGUF parse, the tokenizer, the worker processes and the weights.
-        """
-        self.hf_config = read_hf_config(source)
-        tp = config.parallel.tensor_parallel_size
-        check_tensor_parallel_size(self.hf_config, tp)
-        select_model_attention(config, self.hf_config, tp)
-        complete_hf_config(self.hf_config, source)
-        self.tokenizer = load_model_tokenizer(config.model, source, self.hf_config)
-        self.max_model_len = max_model_len_of(config.model, self.hf_config)
-        self.executor = make_executor(config, self.hf_config, source)
 
     @property
     def eos_token_id(self) -> int | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from attnserve.engine.detokenizer import IncrementalDetokenizer
 from attnserve.engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from attnserve.engine.request import FinishReason, Request
-from attnserve.engine.sampling_params import SamplingParams
+from attnserve.core.sampling_params import SamplingParams
 
 
 @dataclass

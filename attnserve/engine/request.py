@@ -6,11 +6,8 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from attnserve.engine.sampling_params import SamplingParams
-
-
-# a token id the host does not know yet (sampled by the step in flight); the model runner fills it in on the device
-PLACEHOLDER_TOKEN = -1
+from attnserve.core.sampling_params import SamplingParams
+from attnserve.core.step import PLACEHOLDER_TOKEN  # noqa: F401 (the token a pending step feeds; its old home)
 
 
 class RequestStatus(enum.Enum):

@@ -22,45 +22,14 @@ length limit is not scheduled again.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from attnserve.config.fields import ConfigError
 from attnserve.engine.block_hash import extend_block_hashes
 from attnserve.refusals import Refusal
 from attnserve.engine.block_manager import BlockManager
-from attnserve.engine.request import PLACEHOLDER_TOKEN, FinishReason, Request, RequestStatus
-from attnserve.engine.sampling_params import SamplingParams
-
-
-@dataclass
-class ScheduledRequest:
-    """One request's share of a step."""
-
-    request_id: str
-    token_ids: list[int]  # the tokens to compute this step (a decode: its one new token)
-    start_position: int  # position of token_ids[0] in the sequence
-    # physical blocks covering positions 0 .. start_position + len(token_ids) - 1: the block manager's own
-    # list, not a copy (valid for this step; it grows in place on later steps)
-    block_table: list[int]
-    sampling_params: SamplingParams
-    samples: bool  # True when this step reaches the end of the sequence, so its sampled token is kept
-
-
-@dataclass
-class SchedulerOutput:
-    """A step's plan: scheduled requests ordered decodes (one token) first, then the longer ones."""
-
-    requests: list[ScheduledRequest]
-    preempted_ids: list[str] = field(default_factory=list)
-    finished_ids: list[str] = field(default_factory=list)  # finished since the last step (runner frees state)
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(len(r.token_ids) for r in self.requests)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.requests
+from attnserve.core.step import PLACEHOLDER_TOKEN, ScheduledRequest, SchedulerOutput
+from attnserve.engine.request import FinishReason, Request, RequestStatus
 
 
 @dataclass

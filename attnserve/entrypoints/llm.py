@@ -9,7 +9,7 @@ from attnserve.config import EngineConfig, build_engine_config
 from attnserve.engine.llm_engine import LLMEngine
 from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.request_checks import RequestValueError
-from attnserve.engine.sampling_params import SamplingParams
+from attnserve.core.sampling_params import SamplingParams
 from attnserve.entrypoints.chat_utils import MESSAGES_WORDS, is_list, chat_messages
 from attnserve.refusals import Refusal, Refused
 

@@ -21,7 +21,7 @@ import torch
 
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
-from attnserve.engine.scheduler import SchedulerOutput
+from attnserve.core.step import SchedulerOutput
 from attnserve.model_executor.loader import ModelSource
 from attnserve.model_executor.model_runner import ModelRunner, ModelRunnerOutput, PendingStep
 from attnserve.refusals import Refusal

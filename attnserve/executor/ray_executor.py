@@ -19,7 +19,7 @@ import os
 
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
-from attnserve.engine.scheduler import SchedulerOutput
+from attnserve.core.step import SchedulerOutput
 from attnserve.executor.base import Executor, StepReply, WorkerConfigError, WorkerDiedError
 from attnserve.executor.env import free_port, worker_env
 from attnserve.executor.worker import Worker

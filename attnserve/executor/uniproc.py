@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attnserve.config.engine import EngineConfig
-from attnserve.engine.scheduler import SchedulerOutput
+from attnserve.core.step import SchedulerOutput
 from attnserve.executor.base import Executor, RunnerInfo
 from attnserve.model_executor.loader import ModelSource
 from attnserve.model_executor.model_runner import ModelRunner, ModelRunnerOutput, PendingStep

@@ -27,7 +27,7 @@ from attnserve.config.fields import ConfigError
 from attnserve.layers.linear import CheckpointShapeError
 from attnserve.refusals import Refusal
 from attnserve.distributed.group import TPGroup
-from attnserve.engine.scheduler import SchedulerOutput
+from attnserve.core.step import SchedulerOutput
 from attnserve.model_executor.loader import ModelSource
 from attnserve.model_executor.model_runner import ModelRunnerOutput, PendingStep
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from attnserve.engine.scheduler import SchedulerOutput
+    from attnserve.core.step import SchedulerOutput
 
 
 @dataclass

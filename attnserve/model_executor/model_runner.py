@@ -24,10 +24,9 @@ import torch
 from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, CudaGraphSupport
 from attnserve.attention.layer import Attention
 from attnserve.config.engine import EngineConfig
+from attnserve.core.step import PLACEHOLDER_TOKEN, SchedulerOutput
 from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads
-from attnserve.engine.request import PLACEHOLDER_TOKEN
-from attnserve.engine.scheduler import SchedulerOutput
 from attnserve.model_executor.cuda_graph import CudaGraphRunner, capture_sizes
 from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging, host_batch
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
@@ -211,8 +210,8 @@ class ModelRunner:
         cache = self.config.cache
         if self.device.type != "cuda" or cache.num_gpu_blocks is not None or cache.kv_cache_memory is not None:
             return 0
-        from attnserve.engine.sampling_params import SamplingParams
-        from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
+        from attnserve.core.sampling_params import SamplingParams
+        from attnserve.core.step import ScheduledRequest, SchedulerOutput
 
         sched = self.config.scheduler
         tokens = min(sched.max_num_batched_tokens, getattr(self.hf_config, "max_position_embeddings", None) or 1 << 30)

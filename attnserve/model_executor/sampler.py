@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnserve.engine.sampling_params import SamplingParams
+from attnserve.core.sampling_params import SamplingParams
 from attnserve.kernels.argmax import argmax_rows
 
 

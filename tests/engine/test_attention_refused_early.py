@@ -13,14 +13,15 @@ from attnserve.attention.selector import AttentionSelectorConfig, NoUsableBacken
 from attnserve.config import build_engine_config
 from attnserve.engine import llm_engine
 from attnserve.entrypoints.cli.main import main
+from attnserve.executor import loading
 from attnserve.model_executor import model_runner, weights
 from attnserve.platforms import detect_platform
 
 # what an engine that refuses a backend must never reach: each is the entry point of one expensive stage
 STAGES = [
     (weights, "gguf_reader"),  # the GGUF parse (vocab_size; the weights' tensor index): seconds
-    (llm_engine, "load_model_tokenizer"),
-    (llm_engine, "make_executor"),  # spawns the tensor-parallel workers
+    (loading, "load_model_tokenizer"),
+    (loading, "make_executor"),  # spawns the tensor-parallel workers
     (model_runner, "load_weights"),
 ]
 
@@ -101,7 +102,7 @@ def test_the_cli_exits_2_with_the_one_line_before_loading(stages_reached, capsys
 def test_the_runner_reuses_the_engines_selection(tiny_model_dir, monkeypatch):
     """One selection per engine: the ModelRunner's call, with the same inputs, is the engine's cached answer."""
     judged, made = [], []
-    select_explicit, select_model_attention = selector._select_explicit, llm_engine.select_model_attention
+    select_explicit, select_model_attention = selector._select_explicit, loading.select_model_attention
 
     def counted_select_explicit(*args):
         judged.append(args)
@@ -112,7 +113,7 @@ def test_the_runner_reuses_the_engines_selection(tiny_model_dir, monkeypatch):
         return made[-1]
 
     monkeypatch.setattr(selector, "_select_explicit", counted_select_explicit)
-    monkeypatch.setattr(llm_engine, "select_model_attention", recorded_select_model_attention)
+    monkeypatch.setattr(loading, "select_model_attention", recorded_select_model_attention)
     selector.clear_backend_cache()
     config = build_engine_config(tiny_model_dir("llama"), device="cpu", attention_backend="CPU_ATTN",
                                  kv_cache_memory=8 << 20)

@@ -14,7 +14,7 @@ DEFAULT_PROMPT = "What are the three primary colors? Answer in one sentence."
 
 
 def add_parser(subparsers) -> None:
-    from attnserve.engine.sampling_params import ALLOWED
+    from attnserve.core.sampling_params import ALLOWED
     from attnserve.entrypoints.cli.arg_types import output_file, typed
     from attnserve.entrypoints.cli.engine_args import add_engine_args
 
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
-    from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
+    from attnserve.core.sampling_params import SamplingParams, SamplingParamsError
 
     try:
         params = SamplingParams(

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from attnserve.config.model import SEED_MAX, SEED_MIN, SEED_WORDS
-from attnserve.engine.sampling_params import MAX_LOGPROBS  # vLLM's default max_logprobs
+from attnserve.core.sampling_params import MAX_LOGPROBS  # vLLM's default max_logprobs
 
 # every seed's range, the engine's and SamplingParams' (OpenAI's API and vLLM take it too), in the same words
 _SEED = dict(ge=SEED_MIN, le=SEED_MAX, json_schema_extra={"x-allowed": SEED_WORDS})

@@ -17,7 +17,7 @@ from attnserve.engine.async_engine import AsyncLLMEngine, EngineNotReadyError
 from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.request_checks import (EMPTY_PROMPT, MaxTokensTooLargeError, PromptTooLongError,
                                              RequestValueError, check_context_length, check_token_ids)
-from attnserve.engine.sampling_params import SamplingParams, SamplingParamsError
+from attnserve.core.sampling_params import SamplingParams, SamplingParamsError
 from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.protocol import SamplingFields

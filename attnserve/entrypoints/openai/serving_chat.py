@@ -10,7 +10,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from attnserve.engine.outputs import CompletionOutput, RequestOutput
-from attnserve.engine.sampling_params import SamplingParams
+from attnserve.core.sampling_params import SamplingParams
 from attnserve.entrypoints.chat_utils import chat_messages
 from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.protocol import (

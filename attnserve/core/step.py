@@ -1,0 +1,41 @@
+"""One step's plan, as the scheduler makes it and the executors and the model runner run it. No torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from attnserve.core.sampling_params import SamplingParams
+
+# a token id the host does not know yet (sampled by the step in flight); the model runner fills it in on the device
+PLACEHOLDER_TOKEN = -1
+
+
+@dataclass
+class ScheduledRequest:
+    """One request's share of a step."""
+
+    request_id: str
+    token_ids: list[int]  # the tokens to compute this step (a decode: its one new token)
+    start_position: int  # position of token_ids[0] in the sequence
+    # physical blocks covering positions 0 .. start_position + len(token_ids) - 1: the block manager's own
+    # list, not a copy (valid for this step; it grows in place on later steps)
+    block_table: list[int]
+    sampling_params: SamplingParams
+    samples: bool  # True when this step reaches the end of the sequence, so its sampled token is kept
+
+
+@dataclass
+class SchedulerOutput:
+    """A step's plan: scheduled requests ordered decodes (one token) first, then the longer ones."""
+
+    requests: list[ScheduledRequest]
+    preempted_ids: list[str] = field(default_factory=list)
+    finished_ids: list[str] = field(default_factory=list)  # finished since the last step (runner frees state)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(r.token_ids) for r in self.requests)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.requests

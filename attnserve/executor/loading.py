@@ -1,0 +1,68 @@
+"""Model loading for the engine: the model's config, tokenizer and context length, and the executor that holds
+its weights.
+
+    loaded = load_model(config)   # -> LoadedModel(hf_config, tokenizer, max_model_len, executor)
+
+What the config alone can refuse is refused first, in seconds: a device this machine cannot run, heads the ranks
+cannot split, the architecture, the attention backend (``select_model_attention``, the call every ModelRunner
+makes). Only then come the GGUF parse, the tokenizer, the worker processes and the weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+from attnserve.config.engine import EngineConfig
+from attnserve.distributed.sharding import check_tensor_parallel_size
+from attnserve.executor.base import Executor, WorkerDiedError, make_executor
+from attnserve.layers.linear import CheckpointShapeError
+from attnserve.model_executor import gguf_cache
+from attnserve.model_executor.attention_selection import select_model_attention
+from attnserve.model_executor.loader import (ModelSource, complete_hf_config, load_model_tokenizer, max_model_len_of,
+                                             read_hf_config, resolve_model)
+from attnserve.platforms import check_runnable_device
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadedModel:
+    """What the engine runs: the model's transformers config, its tokenizer, the longest sequence it takes and the
+    executor holding its weights (its KV-cache size is ``executor.info``)."""
+
+    hf_config: Any
+    tokenizer: Any
+    max_model_len: int
+    executor: Executor
+
+
+def load_model(config: EngineConfig) -> LoadedModel:
+    """Load ``config``'s model and start its executor. A GGUF's config read from the cache (gguf_cache.py) that does
+    not fit its weights (stale, damaged): drop that cache entry and convert the GGUF again, once."""
+    check_runnable_device(config.device)  # cuda:9.0 is valid config for planning, not for running
+    source = resolve_model(config.model)
+    cached = gguf_cache.cached_entry(source.path, gguf_cache.cache_root()) if source.is_gguf else None
+    try:
+        return _load(config, source)
+    except (CheckpointShapeError, WorkerDiedError) as e:
+        if cached is None or not (isinstance(e, CheckpointShapeError) or e.checkpoint_shape):
+            raise
+        logger.warning("the GGUF config cached in %s does not fit the weights (%s); deleting that cache entry "
+                       "and converting %s again", cached, str(e).strip().splitlines()[-1], source.path)
+        shutil.rmtree(cached, ignore_errors=True)
+        return _load(config, source)
+
+
+def _load(config: EngineConfig, source: ModelSource) -> LoadedModel:
+    """One attempt: the checks the config alone answers, then the tokenizer and the executor (the weights)."""
+    hf_config = read_hf_config(source)
+    tp = config.parallel.tensor_parallel_size
+    check_tensor_parallel_size(hf_config, tp)
+    select_model_attention(config, hf_config, tp)
+    complete_hf_config(hf_config, source)
+    tokenizer = load_model_tokenizer(config.model, source, hf_config)
+    max_model_len = max_model_len_of(config.model, hf_config)
+    return LoadedModel(hf_config, tokenizer, max_model_len, make_executor(config, hf_config, source))
