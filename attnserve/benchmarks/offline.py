@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from attnserve.benchmarks.roofline import Roofline, decode_weight_bytes, kv_bytes_per_token, measure_copy_bandwidth
+from attnserve.benchmarks.roofline import Roofline, kv_bytes_per_token, measure_copy_bandwidth
 from attnserve.config import EngineConfig
 from attnserve.model_executor.loader import ModelSource, resolve_model_source
 

@@ -15,7 +15,7 @@ from attnserve.config.fields import ConfigError
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.output_processor import OutputProcessor
 from attnserve.engine.request import FinishReason, Request
-from attnserve.engine.request_checks import (EMPTY_PROMPT, PromptTooLongError, RequestValueError, check_context_length,
+from attnserve.engine.request_checks import (EMPTY_PROMPT, RequestValueError, check_context_length,
                                              check_not_empty, check_token_ids, token_id_words)
 from attnserve.core.sampling_params import SamplingParams, SamplingParamsError, completion_seed
 from attnserve.core.step import SchedulerOutput

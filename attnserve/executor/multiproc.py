@@ -23,7 +23,7 @@ import torch.multiprocessing as mp
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
 from attnserve.core.step import SchedulerOutput
-from attnserve.executor.base import Executor, RunnerInfo, StepReply, WorkerConfigError, WorkerDiedError
+from attnserve.executor.base import Executor, StepReply, WorkerConfigError, WorkerDiedError
 from attnserve.executor.env import environ, free_port, worker_env
 from attnserve.executor.worker import WorkerError, run_worker
 from attnserve.model_executor.loader import ModelSource

@@ -10,9 +10,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from typing import TYPE_CHECKING
 
 from attnserve.platforms.interface import Platform
 from attnserve.refusals import Refusal, Refused
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 _SIMULATED = re.compile(r"^cuda:(\d+)\.(\d+)$")
 _INDEXED = re.compile(r"^cuda(?::(\d+))?$")

@@ -66,10 +66,10 @@ def main() -> None:
             torch.cuda.synchronize()
             row = {"case": name, "rows": m, "library": lib}
             for i, shape_name in enumerate(NAMES):
-                ms = time_graph(lambda i=i: [F.linear(xs[i], ws[j][i]) for j in range(layers)])
+                ms = time_graph(lambda i=i, xs=xs, ws=ws: [F.linear(xs[i], ws[j][i]) for j in range(layers)])
                 row[f"{shape_name}_us"] = ms * 1e3 / layers
             row["layer_sum_us"] = sum(row[f"{s}_us"] for s in NAMES)
-            ms = time_graph(lambda: [F.linear(xs[i], ws[j][i]) for j in range(layers) for i in range(4)])
+            ms = time_graph(lambda xs=xs, ws=ws: [F.linear(xs[i], ws[j][i]) for j in range(layers) for i in range(4)])
             row["chain_us_per_layer"] = ms * 1e3 / layers
             rows.append(row)
             print(f"{name:10s} {lib:9s} " + " ".join(f"{s} {row[f'{s}_us']:6.2f}" for s in NAMES)

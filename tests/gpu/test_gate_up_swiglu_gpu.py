@@ -87,7 +87,7 @@ class _MLP(nn.Module):
 
 @pytest.mark.parametrize("model", list(GATE_UP_SHAPES))
 def test_plan_fuses_the_swiglu_at_one_end_and_the_mlp_agrees_in_a_graph(model, pdl_on):
-    from attnserve.layers import gemv_plan, gemv_timing
+    from attnserve.layers import gemv_plan
     from attnserve.kernels.fused_ops import silu_and_mul
     from attnserve.layers.linear import table_entry
 
