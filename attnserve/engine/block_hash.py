@@ -21,15 +21,19 @@ ROOT_HASH: BlockHash = hashlib.sha256(b"attnserve prefix cache v1").digest()
 assert array("q").itemsize == 8 and sys.byteorder == "little"  # the encoding below: int64, little-endian
 
 
+def _digest(parent: BlockHash, encoded_tokens: bytes, extra_key: bytes = b"") -> BlockHash:
+    h = hashlib.sha256(parent)
+    h.update(encoded_tokens)
+    if extra_key:
+        h.update(extra_key)
+    return h.digest()
+
+
 def hash_block_tokens(parent: BlockHash, token_ids: Sequence[int], extra_key: bytes = b"") -> BlockHash:
     """sha256 over ``parent`` (32 bytes), the token count (int64), the token ids (int64 each) and ``extra_key``.
 
     The count keeps the encoding prefix-free between the token ids and the extra key."""
-    h = hashlib.sha256(parent)
-    h.update(array("q", (len(token_ids), *token_ids)).tobytes())
-    if extra_key:
-        h.update(extra_key)
-    return h.digest()
+    return _digest(parent, array("q", (len(token_ids), *token_ids)).tobytes(), extra_key)
 
 
 def extend_block_hashes(hashes: list[BlockHash], num_tokens: int, token_slice: Callable[[int, int], list[int]],
@@ -37,7 +41,7 @@ def extend_block_hashes(hashes: list[BlockHash], num_tokens: int, token_slice: C
     """Append to ``hashes`` the hashes of the full blocks among the first ``num_tokens`` tokens that it lacks
     (``token_slice(start, end)``: the sequence's tokens ``[start, end)``); returns ``hashes``. O(new blocks): the
     new tokens are encoded once, then each block hashes its slice of the bytes (:func:`hash_block_tokens`'s
-    encoding, without a call and a list per block)."""
+    encoding, without a list and an array per block)."""
     first, end = len(hashes), num_tokens // block_size
     if end <= first:
         return hashes
@@ -46,9 +50,6 @@ def extend_block_hashes(hashes: list[BlockHash], num_tokens: int, token_slice: C
     step = 8 * block_size
     parent = hashes[-1] if hashes else ROOT_HASH
     for i in range(end - first):
-        h = hashlib.sha256(parent)
-        h.update(count)
-        h.update(data[i * step:(i + 1) * step])
-        parent = h.digest()
+        parent = _digest(parent, count + data[i * step:(i + 1) * step])
         hashes.append(parent)
     return hashes
