@@ -8,7 +8,8 @@ all of them. Output tokens/s = B * output_len * num_iters / total batch latency.
 
 The transformers baseline runs the same prompts as one static batch: TTFT = a ``generate`` of one new
 token, E2E = a ``generate`` of ``output_len`` tokens, TPOT from the two (so its percentiles are over
-iterations: every row of a static batch finishes together).
+iterations: every row of a static batch finishes together). The vLLM baseline (``vllm_baseline.py``) times
+the same prompts the same way through ``vllm.LLM.generate``.
 
 Roofline per row (``roofline.py``): the mean decode step reads the weights and B x (input_len +
 output_len / 2) cached tokens; limit TPOT = those bytes / copy bandwidth; % of limit = limit / mean TPOT.
@@ -118,6 +119,14 @@ def run_transformers(baseline, batch_size: int, input_len: int, output_len: int,
     return _row("transformers", batch_size, input_len, output_len, ttfts, tpots, e2es, e2es, roofline)
 
 
+def vllm_row(result: dict, input_len: int, output_len: int, roofline: Roofline) -> LatencyRow:
+    """One batch size of the vLLM runner's result: whole-batch TTFT (one token) and E2E per iteration, TPOT from
+    their difference, as the transformers rows."""
+    ttfts, e2es = result["ttft_s"], result["e2e_s"]
+    tpots = [t for t in (_tpot(a, b, output_len) for a, b in zip(ttfts, e2es)) if t is not None]
+    return _row("vllm", result["batch_size"], input_len, output_len, ttfts, tpots, e2es, e2es, roofline)
+
+
 def format_table(rows: list[LatencyRow]) -> str:
     """The short table printed last: medians, tokens/s and % of the roofline."""
     head = (f"{'':<13} {'batch':>5} {'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'TPOT p99 ms':>11} "
@@ -157,6 +166,10 @@ def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: i
     from attnserve.benchmarks.offline import check_lengths, check_requests_fit, start_baseline, start_engine, stop_engine
 
     seed = config.model.seed
+    if baseline == "vllm":
+        from attnserve.benchmarks.vllm_baseline import check_vllm_baseline
+
+        check_vllm_baseline(config.model.model)
     sizes = tensor_parallel_sizes or [config.parallel.tensor_parallel_size]
     _check_sizes(config, sizes)  # every size before the first run: not a ValueError after tp1's whole run
     iters = len(batch_sizes) * (num_iters + num_iters_warmup)
@@ -174,12 +187,21 @@ def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: i
         stop_engine(engine, facts)
         del engine
     facts, roofline = first
-    ratios = None
-    if baseline:
+    ratios = vllm_settings = None
+    if baseline == "vllm":
+        from attnserve.benchmarks.vllm_baseline import latency_spec, run_vllm
+
+        result = run_vllm(latency_spec(facts, batch_sizes=batch_sizes, input_len=input_len, output_len=output_len,
+                                       num_iters=num_iters, num_iters_warmup=num_iters_warmup, seed=seed,
+                                       tensor_parallel_size=sizes[0]))
+        vllm_settings = {"vllm_version": result["vllm_version"], **result["settings"]}
+        theirs = [vllm_row(r, input_len, output_len, roofline) for r in result["rows"]]
+    elif baseline:
         hf = start_baseline(baseline, facts)
         with tqdm(total=iters, desc="transformers", unit="batch", disable=not progress) as bar:
             theirs = [run_transformers(hf, b, *args, bar=bar) for b in batch_sizes]
         hf.close()
+    if baseline:
         ratios = {str(o.batch_size): o.output_tokens_per_s / t.output_tokens_per_s for o, t in zip(rows, theirs)}  # first size's rows
         rows += theirs
     return {
@@ -190,7 +212,8 @@ def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: i
                      "temperature": 0.0, "tensor_parallel_sizes": sizes},
         "roofline": roofline.to_dict(),
         "baseline": baseline,
-        "ratio_vs_baseline": ratios,  # per batch size: attnserve output tok/s / transformers output tok/s
+        "baseline_settings": vllm_settings,  # vllm: its version and what its defaults resolved to
+        "ratio_vs_baseline": ratios,  # per batch size: attnserve output tok/s / the baseline's output tok/s
         "results": [r.to_dict() for r in rows],
         "table": format_table(rows),
     }

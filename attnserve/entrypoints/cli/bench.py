@@ -73,9 +73,10 @@ def _add_outputs(p: argparse.ArgumentParser, plot_help: str) -> None:
 
 
 def _add_baseline(g) -> None:
-    g.add_argument("--baseline", default=None, choices=["transformers"],
-                   help="also run the same requests through transformers' generate (same model, dtype, device) "
-                        "in this process, and report the ratio")
+    g.add_argument("--baseline", default=None, choices=["transformers", "vllm"],
+                   help="also run the same requests through transformers' generate (in this process) or vLLM (a "
+                        "subprocess, after the engine exits; needs vllm and a --model folder), with the same "
+                        "model, dtype and lengths, and report the ratio")
 
 
 def _add_throughput(kinds) -> None:
@@ -180,12 +181,26 @@ def _finish(args: argparse.Namespace, result: dict, plot) -> int:
     return 0
 
 
+def _check_baseline(args: argparse.Namespace, config) -> None:
+    """Exit 2 naming --baseline when the vLLM baseline cannot run here (before any model loads)."""
+    if args.baseline != "vllm":
+        return
+    from attnserve.benchmarks.vllm_baseline import check_vllm_baseline
+    from attnserve.refusals import Refused, message
+
+    try:
+        check_vllm_baseline(config.model.model)
+    except Refused as e:
+        args._engine_arg_parser.error(message(e.refusal.at("argument --baseline", names_path=True)))
+
+
 def run_throughput(args: argparse.Namespace) -> int:
     from attnserve.benchmarks.requests import PromptsFileError
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
     _check_plot(args, args._engine_arg_parser)
+    _check_baseline(args, config)
     for flag, value, unused in (("--prefix-len", args.prefix_len, 0), ("--num-turns", args.num_turns, 1)):
         if value != unused and args.prompts_file:
             args._engine_arg_parser.error(f"argument {flag}: {value} not allowed with --prompts-file (it shapes "
@@ -217,6 +232,7 @@ def run_latency(args: argparse.Namespace) -> int:
 
     config = engine_config_from_args(args)
     _check_plot(args, args._engine_arg_parser)
+    _check_baseline(args, config)
     from attnserve.benchmarks.latency import run_latency as run
     from attnserve.benchmarks.plots import plot_latency
 
