@@ -28,7 +28,7 @@ from attnserve.benchmarks.stats import now, summarize
 class LatencyRow:
     """One implementation at one batch size. Times in seconds; each ``*_s`` is mean/min/max/p50/p90/p99."""
 
-    name: str  # "attnserve" or "transformers"
+    name: str  # "attnserve", "transformers" or "vllm"
     batch_size: int
     input_len: int
     output_len: int
@@ -37,6 +37,10 @@ class LatencyRow:
     tpot_s: dict
     e2e_s: dict
     batch_latency_s: dict
+    # per iteration: (batch latency - the batch's last first token) / (output_len - 1), the decode steps alone;
+    # what the baselines' TPOT is (they time the batch's first token and its whole output), so the column that
+    # compares engines; a request's own TPOT also holds the other requests' prefill chunks it ran beside
+    batch_tpot_s: dict
     output_tokens_per_s: float
     roofline: RooflineRow
 
@@ -51,13 +55,15 @@ def iteration_requests(batch_size: int, input_len: int, output_len: int, vocab_s
 
 
 def _row(name: str, batch_size: int, input_len: int, output_len: int, ttfts: list[float], tpots: list[float],
-         e2es: list[float], batch_latencies: list[float], roofline: Roofline) -> LatencyRow:
+         e2es: list[float], batch_latencies: list[float], roofline: Roofline,
+         batch_tpots: list[float] | None = None) -> LatencyRow:
     contexts = [mean_decode_context(input_len, output_len)] * batch_size
     tpot = summarize(tpots)
     limit = roofline.step_limit_s(contexts)
     return LatencyRow(
         name=name, batch_size=batch_size, input_len=input_len, output_len=output_len, num_iters=len(batch_latencies),
         ttft_s=summarize(ttfts), tpot_s=tpot, e2e_s=summarize(e2es), batch_latency_s=summarize(batch_latencies),
+        batch_tpot_s=summarize(tpots if batch_tpots is None else batch_tpots),
         output_tokens_per_s=batch_size * output_len * len(batch_latencies) / sum(batch_latencies),
         roofline=roofline.row(limit, tpot["mean"], step_bytes=roofline.step_bytes(contexts)))
 
@@ -72,7 +78,7 @@ def run_engine(engine, batch_size: int, input_len: int, output_len: int, num_ite
     from attnserve.core.sampling_params import SamplingParams
 
     device = engine.info.device
-    ttfts, tpots, e2es, batches = [], [], [], []
+    ttfts, tpots, e2es, batches, batch_tpots = [], [], [], [], []
     for it in range(num_iters_warmup + num_iters):
         requests = iteration_requests(batch_size, input_len, output_len, vocab_size, seed, it)
         t0 = now(device)
@@ -89,6 +95,9 @@ def run_engine(engine, batch_size: int, input_len: int, output_len: int, num_ite
         if it < num_iters_warmup:
             continue
         batches.append(batch_latency)
+        last_first_token = max(o.metrics.ttft for o in finished)
+        if output_len > 1:
+            batch_tpots.append((batch_latency - last_first_token) / (output_len - 1))
         for o in finished:
             assert len(o.outputs[0].token_ids) == output_len, "a request stopped early"
             ttfts.append(o.metrics.ttft)
@@ -96,7 +105,8 @@ def run_engine(engine, batch_size: int, input_len: int, output_len: int, num_ite
             tpot = _tpot(o.metrics.ttft, o.metrics.e2e, output_len)
             if tpot is not None:
                 tpots.append(tpot)
-    return _row("attnserve", batch_size, input_len, output_len, ttfts, tpots, e2es, batches, roofline)
+    return _row("attnserve", batch_size, input_len, output_len, ttfts, tpots, e2es, batches, roofline,
+                batch_tpots)
 
 
 def run_transformers(baseline, batch_size: int, input_len: int, output_len: int, num_iters: int,
@@ -130,13 +140,14 @@ def vllm_row(result: dict, input_len: int, output_len: int, roofline: Roofline) 
 def format_table(rows: list[LatencyRow]) -> str:
     """The short table printed last: medians, tokens/s and % of the roofline."""
     head = (f"{'':<13} {'batch':>5} {'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'TPOT p99 ms':>11} "
-            f"{'E2E p50 s':>9} {'output tok/s':>12} {'% of limit':>10}")
+            f"{'batch TPOT ms':>13} {'E2E p50 s':>9} {'output tok/s':>12} {'% of limit':>10}")
     lines = [head]
     ms = lambda x: float("nan") if x is None else 1e3 * x  # noqa: E731
     for r in rows:
         pct = r.roofline.pct_of_limit
         lines.append(f"{r.name:<13} {r.batch_size:>5} {ms(r.ttft_s['p50']):>11.2f} {ms(r.tpot_s['p50']):>11.2f} "
-                     f"{ms(r.tpot_s['p99']):>11.2f} {r.e2e_s['p50']:>9.3f} {r.output_tokens_per_s:>12.1f} "
+                     f"{ms(r.tpot_s['p99']):>11.2f} {ms(r.batch_tpot_s['p50']):>13.2f} {r.e2e_s['p50']:>9.3f} "
+                     f"{r.output_tokens_per_s:>12.1f} "
                      f"{float('nan') if pct is None else pct:>9.1f}%")
     return "\n".join(lines)
 
