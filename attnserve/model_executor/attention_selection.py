@@ -30,7 +30,10 @@ from attnserve.platforms import detect_platform
 
 
 def layer_list(layers: tuple[int, ...]) -> str:
-    """``(0, 1, 2, 3, 5, 7)`` -> ``"0-3, 5, 7"``."""
+    """``(0, 1, 2, 3, 5, 7)`` -> ``"0-3, 5, 7"``; ``(1, 3, 5, 7, 9)`` -> ``"1, 3, ..., 9"`` (one step throughout)."""
+    steps = {b - a for a, b in zip(layers, layers[1:])}
+    if len(layers) > 3 and len(steps) == 1 and steps != {1}:
+        return f"{layers[0]}, {layers[1]}, ..., {layers[-1]}"
     runs: list[list[int]] = []
     for i in layers:
         if runs and i == runs[-1][-1] + 1:
@@ -113,6 +116,13 @@ def attention_selector_configs(config: EngineConfig, hf_config, device_type: str
     )) for kind, layers in layer_groups(dims.layer_attention())]
 
 
+def for_group(error: NoUsableBackendError, group_name: str) -> NoUsableBackendError:
+    """``error`` (a refusal for "this model") said of one layer group: ``... cannot run layer group 1 (layers
+    1, 3: ...) of this model (...)``."""
+    reason = error.refusal.reason.replace("this model", f"{group_name} of this model", 1)
+    return NoUsableBackendError(dataclasses.replace(error.refusal, reason=reason), error.reasons)
+
+
 def attention_selector_config(config: EngineConfig, hf_config, device_type: str,
                               tensor_parallel_size: int) -> AttentionSelectorConfig:
     """The first layer group's record of :func:`attention_selector_configs` (the whole model's when its layers
@@ -124,9 +134,9 @@ def select_model_attention(config: EngineConfig, hf_config, tensor_parallel_size
     """Each layer group of :func:`attention_selector_configs` on ``config.device``'s platform with the backend
     ``select_attn_backend`` chooses for it with ``config.attention``.
 
-    Raises NoUsableBackendError (a ValueError) with every reason; with several groups its message starts with
-    the group that no backend (or not the explicitly chosen one) can serve, and the error names the backends
-    that would serve it. Also :func:`attention_selector_configs`' errors.
+    Raises NoUsableBackendError (a ValueError) with every reason; with several groups its message names the
+    first group that no backend (or not the explicitly chosen one) can serve, with the backends that would
+    serve it. Also :func:`attention_selector_configs`' errors.
     """
     platform = detect_platform(config.device)
     records = attention_selector_configs(config, hf_config, platform.device_type, tensor_parallel_size)
@@ -137,8 +147,6 @@ def select_model_attention(config: EngineConfig, hf_config, tensor_parallel_size
         except NoUsableBackendError as e:
             if len(records) == 1:
                 raise
-            where = f"{layer_group_name(i, layers, kind)} of this model"
-            raise NoUsableBackendError(dataclasses.replace(
-                e.refusal, reason=e.refusal.reason.replace("this model", where, 1)), e.reasons) from None
+            raise for_group(e, layer_group_name(i, layers, kind)) from None
         groups.append(AttentionGroup(i, layers, kind, selector_config, selection))
     return ModelAttention(tuple(groups))
