@@ -123,13 +123,6 @@ def for_group(error: NoUsableBackendError, group_name: str) -> NoUsableBackendEr
     return NoUsableBackendError(dataclasses.replace(error.refusal, reason=reason), error.reasons)
 
 
-def attention_selector_config(config: EngineConfig, hf_config, device_type: str,
-                              tensor_parallel_size: int) -> AttentionSelectorConfig:
-    """The first layer group's record of :func:`attention_selector_configs` (the whole model's when its layers
-    are alike)."""
-    return attention_selector_configs(config, hf_config, device_type, tensor_parallel_size)[0][2]
-
-
 def select_model_attention(config: EngineConfig, hf_config, tensor_parallel_size: int) -> ModelAttention:
     """Each layer group of :func:`attention_selector_configs` on ``config.device``'s platform with the backend
     ``select_attn_backend`` chooses for it with ``config.attention``.

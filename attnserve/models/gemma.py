@@ -202,6 +202,9 @@ class Gemma2ForCausalLM(LlamaForCausalLM):
         if not self.tie_word_embeddings:
             self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
         self.final_logit_softcapping = _cap(getattr(config, "final_logit_softcapping", None))
+        # sqrt(hidden) rounded to the model dtype (built under the runner's default dtype and device), as
+        # transformers' embed_scale.to(weight.dtype)
+        self.register_buffer("normalizer", torch.tensor(config.hidden_size ** 0.5), persistent=False)
 
     @classmethod
     def dims(cls, config) -> ModelDims:
@@ -219,8 +222,7 @@ class Gemma2ForCausalLM(LlamaForCausalLM):
         positions: torch.Tensor,  # (T,) int64
         batch: "ForwardBatch",
     ) -> torch.Tensor:  # (T, hidden) model dtype
-        embeds = self.embed_tokens(input_ids)
-        hidden = embeds * torch.tensor(self.config.hidden_size ** 0.5, dtype=embeds.dtype)
+        hidden = self.embed_tokens(input_ids) * self.normalizer
         residual = None
         for layer in self.layers:
             hidden, residual = layer(positions, hidden, residual, batch)
