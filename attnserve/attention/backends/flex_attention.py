@@ -19,6 +19,7 @@ torch.compile generates its kernels with Triton, so Triton is needed there too.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -205,13 +206,8 @@ class FlexAttentionImpl(AttentionImpl):
 
     def __init__(self, spec, attention_config=None) -> None:
         super().__init__(spec, attention_config)
-        self._score_mod = None
         cap = spec.logits_soft_cap
-        if cap is not None:
-            def soft_cap(score, b, h, q_idx, kv_idx):
-                return cap * torch.tanh(score / cap)
-
-            self._score_mod = soft_cap
+        self._score_mod = None if cap is None else _soft_cap_mod(float(cap))
 
     def kv_write_target(self, kv_cache, metadata: FlexAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping)
@@ -244,6 +240,17 @@ class FlexAttentionImpl(AttentionImpl):
                      enable_gqa=self.num_heads != self.num_kv_heads, kernel_options=kernel_options)
             out[call.query_start:call.query_end] = o[0].transpose(0, 1)[:n]
         return out
+
+
+@functools.cache
+def _soft_cap_mod(cap: float):
+    """The ``score_mod`` ``cap * tanh(score / cap)``: one function per cap value, shared by every layer, so
+    that the compiled flex_attention sees the same function (no recompilation per layer)."""
+
+    def soft_cap(score, b, h, q_idx, kv_idx):
+        return cap * torch.tanh(score / cap)
+
+    return soft_cap
 
 
 def _keys(blocks: torch.Tensor) -> torch.Tensor:
