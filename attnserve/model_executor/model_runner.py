@@ -1,6 +1,7 @@
 """ModelRunner: SchedulerOutput -> ForwardBatch -> model -> logits -> Sampler -> sampled tokens.
 
-Owns the model, the KV cache tensors, the attention backend's metadata builder, the captured CUDA graphs
+Owns the model, the KV cache tensors, the attention backend's metadata builder (one per layer group when the
+model's layers differ in window, soft cap or head size: ``attention_selection.py``), the captured CUDA graphs
 of decode steps (``cuda_graph.py``; on CUDA unless ``enforce_eager`` or the backend declares no support) and
 the per-request random generators. Holds no request state beyond those generators: every step's inputs come in the
 SchedulerOutput.
@@ -102,7 +103,6 @@ class ModelRunner:
         names = tp.all_gather_object(self.attention.backend_names)
         assert len(set(names)) == 1, f"ranks selected different attention backends: {names}"
         self.backend = self.attn_selection.backend_cls  # the first group's (every group's when there is one)
-        self.backends = [g.selection.backend_cls for g in groups]
         # backends read their options (FA version as selected, FlashInfer flags) from the attention config
         self.attn_config = self._attention_config(self.attn_selection)
         group_configs = [self._attention_config(g.selection) for g in groups]
