@@ -88,6 +88,15 @@ def render() -> str:
         f"- CUDA, other GPUs: {names(cuda_backend_priorities((9, 0)))}",
         f"- CPU: {names(cpu_backend_priorities())}",
         "",
+        "## Layer groups",
+        "",
+        "Layers whose attention differs in head size, sliding window, logits soft cap or sinks (Gemma 2: windowed "
+        "even layers, global odd ones) form layer groups. Each group is selected on its own (explicit backend "
+        "validated, or the priority list walked) with its own reasons, and gets its own metadata builder and its "
+        "KV cache in its backend's layout. The start-up log lists the groups and their backends; an explicit "
+        "backend that cannot serve a group is refused naming the group and the backends that would serve it; "
+        "`attnserve backends --model DIR` prints one table per group (`groups` in `--json`).",
+        "",
     ])
 
 

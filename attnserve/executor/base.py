@@ -65,7 +65,7 @@ class RunnerInfo:
     def of(cls, runner: ModelRunner) -> "RunnerInfo":
         from attnserve.benchmarks.roofline import decode_weight_bytes
 
-        return cls(runner.backend.name, runner.device, runner.dtype, runner.num_blocks, runner.num_layers,
+        return cls(runner.backend_name, runner.device, runner.dtype, runner.num_blocks, runner.num_layers,
                    runner.num_kv_heads, runner.head_size, runner.kv_dtype, decode_weight_bytes(runner.model),
                    runner.tp.size)
 

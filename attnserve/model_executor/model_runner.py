@@ -1,6 +1,7 @@
 """ModelRunner: SchedulerOutput -> ForwardBatch -> model -> logits -> Sampler -> sampled tokens.
 
-Owns the model, the KV cache tensors, the attention backend's metadata builder, the captured CUDA graphs
+Owns the model, the KV cache tensors, the attention backend's metadata builder (one per layer group when the
+model's layers differ in window, soft cap or head size: ``attention_selection.py``), the captured CUDA graphs
 of decode steps (``cuda_graph.py``; on CUDA unless ``enforce_eager`` or the backend declares no support) and
 the per-request random generators. Holds no request state beyond those generators: every step's inputs come in the
 SchedulerOutput.
@@ -29,6 +30,7 @@ from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads
 from attnserve.model_executor.cuda_graph import CudaGraphRunner, capture_sizes
 from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging, host_batch
+from attnserve.model_executor.grouped_builder import GroupedMetadataBuilder
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
 from attnserve.model_executor.attention_selection import select_model_attention
 from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of
@@ -86,7 +88,9 @@ class ModelRunner:
         self.device = runtime_device(config.device)  # cuda:N, with its index: the KV-cache lines name the GPU
         # LLMEngine makes this same call before it loads anything (attention_selection.py): in its process this
         # one is answered from the selector's cache; a tensor-parallel worker judges again on its own device
-        self.selector_config, self.attn_selection = select_model_attention(config, hf_config, tp.size)
+        self.attention = select_model_attention(config, hf_config, tp.size)
+        groups = self.attention.groups
+        self.selector_config, self.attn_selection = groups[0].selector_config, groups[0].selection  # the first group's
         self.dtype = self.selector_config.dtype  # resolve_dtype's, on this platform
         self.block_size = config.cache.block_size
         model_cls = get_model_class(hf_config, tp.size)
@@ -96,32 +100,44 @@ class ModelRunner:
         self.num_kv_heads = heads.num_kv_heads  # this rank's: its KV cache holds only these
         self.num_layers = self.dims.num_layers
         self.kv_dtype = kv_cache_torch_dtype(config.cache.kv_cache_dtype, self.dtype)
-        names = tp.all_gather_object(self.attn_selection.name)
+        names = tp.all_gather_object(self.attention.backend_names)
         assert len(set(names)) == 1, f"ranks selected different attention backends: {names}"
-        self.backend = self.attn_selection.backend_cls
+        self.backend = self.attn_selection.backend_cls  # the first group's (every group's when there is one)
         # backends read their options (FA version as selected, FlashInfer flags) from the attention config
-        self.attn_config = config.attention
-        if self.attn_selection.flash_attn_version is not None:
-            self.attn_config = dataclasses.replace(config.attention,
-                                                   flash_attn_version=self.attn_selection.flash_attn_version)
+        self.attn_config = self._attention_config(self.attn_selection)
+        group_configs = [self._attention_config(g.selection) for g in groups]
+        if len(groups) > 1 and tp.is_driver:
+            logger.info("Attention layer groups: %s", self.attention.describe())
         self.layer_specs: list[AttentionLayerSpec] = []
+        group_specs: dict[int, AttentionLayerSpec] = {}
 
         def make_attention(spec: AttentionLayerSpec, layer_index: int) -> Attention:
             self.layer_specs.append(spec)
-            return Attention(self.backend.get_impl_cls()(spec, attention_config=self.attn_config), layer_index)
+            group = self.attention.group_of(layer_index)
+            kind = group.kind
+            assert (spec.head_size, spec.sliding_window, spec.logits_soft_cap) == (
+                kind.head_size, kind.sliding_window, kind.logits_soft_cap), \
+                f"layer {layer_index}'s attention {spec} differs from its model's dims ({kind})"
+            group_specs.setdefault(group.index, spec)
+            impl = group.selection.backend_cls.get_impl_cls()(spec, attention_config=group_configs[group.index])
+            return Attention(impl, layer_index, group.index if len(groups) > 1 else None)
 
         with _default(self.device, self.dtype):
             self.model = model_cls(hf_config, make_attention, **({"tp": tp} if tp.size > 1 else {}))
         load_weights(self.model, source, config.model.load_format, hf_config, config.model.seed, sharded=tp.size > 1)
         self.model.eval()
 
-        self.builder = self.backend.get_builder_cls()(
-            self.layer_specs[0], self.device, self.dtype, attention_config=self.attn_config,
-            kv_cache_layout=self.attn_selection.kv_cache_layout)
+        self.builders = [
+            g.selection.backend_cls.get_builder_cls()(
+                group_specs[g.index], self.device, self.dtype, attention_config=group_configs[g.index],
+                kv_cache_layout=g.selection.kv_cache_layout)
+            for g in groups]
+        self.builder = self.builders[0] if len(groups) == 1 else GroupedMetadataBuilder(self.builders)
         self.sampler = Sampler()
         self.staging = PinnedStaging(self.device)
         self.cuda_graphs: CudaGraphRunner | None = None
-        block_bytes = bytes_per_block(self.num_layers, self.block_size, self.num_kv_heads, self.head_size, self.kv_dtype)
+        block_bytes = sum(bytes_per_block(len(g.layers), self.block_size, self.num_kv_heads, g.kind.head_size,
+                                          self.kv_dtype) for g in groups)
         reserve = self._activation_reserve_bytes()
         # the scheduler hands out one block count: every rank must hold that many
         self.num_blocks = tp.min_int(num_kv_blocks(config.cache, self.device, block_bytes, reserve), self.device)
@@ -135,7 +151,7 @@ class ModelRunner:
         # under TP only rank 0 samples: the others hold (None, rows) until a placeholder step broadcasts them
         self._last_sample: tuple[torch.Tensor | None, dict[str, int]] = (None, {})
         logger.info("KV cache: %d blocks of %d tokens (%s, %s)", self.num_blocks, self.block_size,
-                    self.kv_dtype, self.backend.name)
+                    self.kv_dtype, self.backend_name)
         self._configure_pdl(config.enable_pdl)
         if graphs and config.use_skinny_gemm:  # before capture, so the graphs take the measured GEMV choices
             from attnserve.layers.gemv_plan import GemvPlan, plan_rows
@@ -171,11 +187,13 @@ class ModelRunner:
         """Whether decode steps will run as CUDA graphs; logs why not when they will not."""
         if self.device.type != "cuda" or self.config.enforce_eager:
             return False
-        support = self.backend.capabilities(self.platform, self.attn_config).cuda_graph_support
-        if support == CudaGraphSupport.NEVER:
-            logger.info("CUDA graphs off: %s declares no CUDA-graph support; decode steps run eagerly",
-                        self.backend.name)
-            return False
+        for g in self.attention.groups:
+            backend = g.selection.backend_cls
+            support = backend.capabilities(self.platform, self._attention_config(g.selection)).cuda_graph_support
+            if support == CudaGraphSupport.NEVER:
+                logger.info("CUDA graphs off: %s declares no CUDA-graph support; decode steps run eagerly",
+                            backend.name)
+                return False
         return True
 
     def _capture_cuda_graphs(self) -> None:
@@ -191,13 +209,29 @@ class ModelRunner:
                     len(self.cuda_graphs.sizes), self.cuda_graphs.sizes[0], self.cuda_graphs.max_size,
                     self.cuda_graphs.capture_seconds)
 
+    @property
+    def backend_name(self) -> str:
+        """The backend's name; with layer groups on different backends, theirs joined by ``+`` in group order."""
+        return "+".join(dict.fromkeys(self.attention.backend_names))
+
+    def _attention_config(self, selection):
+        """The engine's attention config with the FlashAttention version ``selection`` resolved, if any."""
+        if selection.flash_attn_version is None:
+            return self.config.attention
+        return dataclasses.replace(self.config.attention, flash_attn_version=selection.flash_attn_version)
+
     def _allocate(self, num_blocks: int) -> list[torch.Tensor]:
-        if hasattr(self.builder, "num_cache_blocks"):  # FLEX_ATTENTION sizes its block mask to the cache
-            self.builder.num_cache_blocks = num_blocks
-        return allocate_kv_caches(
-            self.backend, self.attn_selection.kv_cache_layout, self.num_layers, num_blocks, self.block_size,
-            self.num_kv_heads, self.head_size, self.kv_dtype, self.device,
-        )
+        """Each layer's KV cache in its layer group's backend shape and layout (list index = layer index)."""
+        caches: list[torch.Tensor | None] = [None] * self.num_layers
+        for g, builder in zip(self.attention.groups, self.builders):
+            if hasattr(builder, "num_cache_blocks"):  # FLEX_ATTENTION sizes its block mask to the cache
+                builder.num_cache_blocks = num_blocks
+            tensors = allocate_kv_caches(
+                g.selection.backend_cls, g.selection.kv_cache_layout, len(g.layers), num_blocks, self.block_size,
+                self.num_kv_heads, g.kind.head_size, self.kv_dtype, self.device)
+            for layer, tensor in zip(g.layers, tensors):
+                caches[layer] = tensor
+        return caches
 
     def _activation_reserve_bytes(self) -> int:
         """Peak activation memory of one step, kept free of KV cache on GPU.

@@ -8,6 +8,8 @@ from attnserve.config.fields import ConfigError
 from attnserve.refusals import Refusal
 
 MODEL_REGISTRY: dict[str, str] = {
+    "Gemma2ForCausalLM": "attnserve.models.gemma.Gemma2ForCausalLM",
+    "Gemma3ForCausalLM": "attnserve.models.gemma.Gemma3ForCausalLM",
     "GPT2LMHeadModel": "attnserve.models.gpt2.GPT2LMHeadModel",
     "LlamaForCausalLM": "attnserve.models.llama.LlamaForCausalLM",
     "MistralForCausalLM": "attnserve.models.llama.LlamaForCausalLM",

@@ -165,7 +165,7 @@ def test_matrix_cpu(cpu_attn_backend, head, dtype, block, kv):
     (B.TRITON_ATTN, "9.0", cfg(16), "head_size 16 not supported (>= 32)"),
     (B.TRITON_ATTN, "9.0", cfg(128, block_size=8), "block_size 8 not supported (supported: 16, 32, 64, 128, 256)"),
     (B.TRITON_ATTN, "9.0", cfg(128, block_size=48), "block_size 48 not supported (supported: 16, 32, 64, 128, 256)"),
-    (B.FLEX_ATTENTION, "9.0", cfg(128, logits_soft_cap=30.0), "logits_soft_cap 30.0 not supported"),
+    (B.FLEX_ATTENTION, "9.0", cfg(128, has_sink=True), "attention sinks not supported"),
     (B.FLEX_ATTENTION, "9.0", cfg(128, kv_cache_dtype="fp8"), "kv_cache_dtype fp8 not supported (supported: auto)"),
 ])
 def test_reason_strings(backend, cc, config, reason):

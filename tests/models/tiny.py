@@ -44,6 +44,20 @@ def tiny_config(arch: str, hidden: int = 64):
             return OPTConfig(**opt, do_layer_norm_before=True)
         if arch == "opt_post_ln":  # post-LayerNorm with half-wide embeddings projected in and out (opt-350m)
             return OPTConfig(**{**opt, "word_embed_proj_dim": hidden // 2}, do_layer_norm_before=False)
+    if arch == "gemma2":  # both soft caps, a window on even layers, query_pre_attn_scalar != head size
+        from transformers import Gemma2Config
+
+        return Gemma2Config(**{**COMMON, "num_hidden_layers": 4, "tie_word_embeddings": True}, head_dim=hidden // 2,
+                            sliding_window=SLIDING_WINDOW, query_pre_attn_scalar=24, attn_logit_softcapping=5.0,
+                            final_logit_softcapping=30.0)
+    if arch == "gemma3":  # 2 local : 1 global (sliding_window_pattern 3), global RoPE linear-scaled, q/k norms
+        from transformers import Gemma3TextConfig
+
+        return Gemma3TextConfig(**{**COMMON, "num_hidden_layers": 6, "tie_word_embeddings": True}, head_dim=hidden // 2,
+                                sliding_window=SLIDING_WINDOW, query_pre_attn_scalar=24, sliding_window_pattern=3,
+                                rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                                 "full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                                    "rope_theta": 1e6}})
     if arch == "qwen2":
         return Qwen2Config(**COMMON)
     if arch == "qwen3":
@@ -51,7 +65,9 @@ def tiny_config(arch: str, hidden: int = 64):
     raise ValueError(arch)
 
 
-ARCHITECTURES = {"GPT2Config": "GPT2LMHeadModel", "OPTConfig": "OPTForCausalLM"}
+ARCHITECTURES = {"GPT2Config": "GPT2LMHeadModel", "OPTConfig": "OPTForCausalLM", "Gemma3TextConfig": "Gemma3ForCausalLM"}
+# Gemma's norms store the offset from 1 (initialized to 0): random ones, so that the (1 + w) is tested
+RANDOM_NORMS = {"gemma2", "gemma3"}
 
 
 def make_tiny_model(arch: str, path, tokenizer, hidden: int = 64) -> str:
@@ -59,7 +75,7 @@ def make_tiny_model(arch: str, path, tokenizer, hidden: int = 64) -> str:
     config.architectures = [ARCHITECTURES.get(type(config).__name__, type(config).__name__.replace("Config", "ForCausalLM"))]
     config.eos_token_id = tokenizer.eos_token_id
     config.bos_token_id = tokenizer.bos_token_id
-    save_tiny_model(config, path)
+    save_tiny_model(config, path, norm_std=0.3 if arch in RANDOM_NORMS else None)
     tokenizer.save_pretrained(path)
     return str(path)
 

@@ -90,11 +90,17 @@ class CPUAttentionMetadataBuilder(AttentionMetadataBuilder):
 _SMALL_SCORES = 1 << 22
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
-    """softmax(q k^T * scale, masked) v for q (B, M, D), k/v (B, N, D), mask (M, N) bool or None."""
-    if q.shape[0] * q.shape[1] * k.shape[1] > _SMALL_SCORES:
+def _soft_cap(scores: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """``cap * tanh(scores / cap)`` (Gemma 2's attention logits soft cap); ``scores`` unchanged for None."""
+    return scores if cap is None else torch.tanh(scores / cap) * cap
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float,
+            soft_cap: float | None = None) -> torch.Tensor:
+    """softmax(cap(q k^T * scale), masked) v for q (B, M, D), k/v (B, N, D), mask (M, N) bool or None."""
+    if soft_cap is None and q.shape[0] * q.shape[1] * k.shape[1] > _SMALL_SCORES:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    scores = torch.bmm(q, k.transpose(1, 2)) * scale
+    scores = _soft_cap(torch.bmm(q, k.transpose(1, 2)) * scale, soft_cap)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return torch.bmm(scores.softmax(dim=-1), v)
@@ -125,7 +131,7 @@ class CPUAttentionImpl(AttentionImpl):
             q = query[:nd].view(nd, hkv, -1, d)  # head h uses KV head h // G
             k = k_flat[slots].to(q.dtype).permute(0, 2, 3, 1)  # (B, Hkv, D, L)
             v = v_flat[slots].to(q.dtype).transpose(1, 2)  # (B, Hkv, L, D)
-            scores = torch.matmul(q, k) * self.scale  # (B, Hkv, G, L)
+            scores = _soft_cap(torch.matmul(q, k) * self.scale, self.logits_soft_cap)  # (B, Hkv, G, L)
             scores = scores.masked_fill(~metadata.decode_mask, float("-inf"))
             out[:nd] = torch.matmul(scores.softmax(dim=-1), v).reshape(nd, self.num_heads, d)
         for r in metadata.prefills:
@@ -134,13 +140,13 @@ class CPUAttentionImpl(AttentionImpl):
             q = query[r.query_start : r.query_end].transpose(0, 1).reshape(hkv, -1, d)
             k = k_flat.index_select(0, r.token_slots).transpose(0, 1).to(q.dtype)  # (Hkv, seq_len, D)
             v = v_flat.index_select(0, r.token_slots).transpose(0, 1).to(q.dtype)
-            o = _attend(q, k, v, r.mask, self.scale)
+            o = _attend(q, k, v, r.mask, self.scale, self.logits_soft_cap)
             out[r.query_start : r.query_end] = o.reshape(self.num_heads, q_len, d).transpose(0, 1)
         return out
 
 
 class CPUAttentionBackend(AttentionBackend):
-    """Paged attention on the CPU in PyTorch; any head size and block size."""
+    """Paged attention on the CPU in PyTorch; any head size and block size; sliding window, logits soft cap."""
 
     name = "CPU_ATTN"
     device_types = ("cpu",)
@@ -149,6 +155,7 @@ class CPUAttentionBackend(AttentionBackend):
     supported_head_sizes = None
     supported_block_sizes = None
     supports_sliding_window = True
+    supports_logits_soft_cap = True
     cuda_graph_support = CudaGraphSupport.NEVER
 
     @staticmethod
