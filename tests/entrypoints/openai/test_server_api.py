@@ -74,11 +74,24 @@ def test_tokenize_messages_is_the_chat_prompt(server, client, model_name, defaul
     ("/tokenize", {"messages": HI, "prompt": "x"}, "prompt"),
     ("/detokenize", {"tokens": [1, 10**9]}, "tokens.1"),
     ("/detokenize", {"tokens": "x"}, "tokens"),
+    ("/detokenize", {"tokens": [-1]}, "tokens.0"),
+    ("/tokenize", {"prompt": "x", "add_special_tokens": "yes"}, "add_special_tokens"),
+    ("/tokenize", {"messages": HI, "chat_template_kwargs": {"tokenize": True}}, "chat_template_kwargs.tokenize"),
+    ("/tokenize", {"prompt": "x", "mm_processor_kwargs": {"a": 1}}, "mm_processor_kwargs"),
+    ("/tokenize", [1], None),
+    ("/detokenize", "x", None),
 ])
 def test_bad_tokenize_requests_are_400_naming_the_field(server, path, body, param):
     r = server.post(path, json=body)
     assert r.status_code in (400, 404), r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_a_body_that_is_no_json_object_is_400(server):
+    for path in ("/tokenize", "/detokenize"):
+        for content in (b"", b"{", b"\xff"):
+            r = server.post(path, content=content, headers={"Content-Type": "application/json"})
+            assert r.status_code == 400, (path, content, r.text)
 
 
 # --- chat options on the default model ----------------------------------------------------------------------------
