@@ -61,7 +61,7 @@ from attnserve.entrypoints.openai.protocol import (
 from attnserve.entrypoints.openai.serving import ChatSettings, ServingContext, load_error_summary
 from attnserve.entrypoints.openai.serving_chat import create_chat_completion
 from attnserve.entrypoints.openai.serving_completion import create_completion
-from attnserve.entrypoints.openai.serving_tokenize import detokenize, tokenize
+from attnserve.entrypoints.openai.serving_tokenize import DETOKENIZE_BODY, TOKENIZE_BODY, detokenize, tokenize
 
 logger = logging.getLogger(__name__)
 
@@ -154,13 +154,15 @@ def build_app(ctx: ServingContext) -> FastAPI:
         await ctx.engine.reset_prefix_cache()
         return Response(status_code=200)
 
-    @app.post("/tokenize", responses={401: _API_ERRORS[401], 400: _API_ERRORS[400], 503: _API_ERRORS[503]})
+    @app.post("/tokenize", responses={401: _API_ERRORS[401], 400: _API_ERRORS[400], 503: _API_ERRORS[503]},
+              openapi_extra=TOKENIZE_BODY)
     async def tokenize_route(raw: Request) -> TokenizeResponse:
         """vLLM's /tokenize: ``{"prompt": text}`` or ``{"messages": [...]}`` (the chat template's prompt) ->
         ``{"count", "max_model_len", "tokens", "token_strs"}``."""
         return await tokenize(ctx, raw)
 
-    @app.post("/detokenize", responses={401: _API_ERRORS[401], 400: _API_ERRORS[400], 503: _API_ERRORS[503]})
+    @app.post("/detokenize", responses={401: _API_ERRORS[401], 400: _API_ERRORS[400], 503: _API_ERRORS[503]},
+              openapi_extra=DETOKENIZE_BODY)
     async def detokenize_route(raw: Request) -> DetokenizeResponse:
         """vLLM's /detokenize: ``{"tokens": [...]}`` -> ``{"prompt": text}``."""
         return await detokenize(ctx, raw)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from fastapi import Request
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from attnserve.entrypoints.openai.errors import OpenAIError, body_message, json_error_message, validation_message
 from attnserve.entrypoints.openai.protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
@@ -21,6 +21,31 @@ from attnserve.entrypoints.openai.protocol import (DetokenizeRequest, Detokenize
 from attnserve.entrypoints.openai.serving import ServingContext, check_fields
 from attnserve.entrypoints.openai.serving_chat import render_chat, template_options
 from attnserve.entrypoints.openai.vllm_fields import DETOKENIZE_FIELDS, TOKENIZE_FIELDS
+
+
+def inline_schema(annotation) -> dict:
+    """The JSON schema of ``annotation`` with its ``$defs`` inlined (no recursion among them): a request body schema
+    for routes that read their body themselves (``openapi_extra``), shown in /docs and fuzzed like the others."""
+    schema = TypeAdapter(annotation).json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node):
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return resolve(defs[node["$ref"].rsplit("/", 1)[-1]])
+            return {k: resolve(v) for k, v in node.items()}
+        return [resolve(v) for v in node] if isinstance(node, list) else node
+
+    return resolve(schema)
+
+
+def body_schema(annotation) -> dict:
+    """``openapi_extra`` declaring a required JSON body of ``annotation``."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline_schema(annotation)}}}}
+
+
+TOKENIZE_BODY = body_schema(TokenizeCompletionRequest | TokenizeChatRequest)
+DETOKENIZE_BODY = body_schema(DetokenizeRequest)
 
 
 def tokenize_model(body) -> type[BaseModel]:
