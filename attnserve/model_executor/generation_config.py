@@ -16,7 +16,9 @@ import logging
 import os
 from typing import Any
 
+from attnserve.config.fields import ConfigError
 from attnserve.config.model import ModelConfig
+from attnserve.refusals import Refusal
 
 logger = logging.getLogger(__name__)
 
@@ -33,13 +35,21 @@ def generation_config_folder(config: ModelConfig, model_folder: str | None) -> s
     return model_folder if choice == "auto" else os.path.expanduser(choice)  # ModelConfig checked it is a folder
 
 
-def read_generation_defaults(folder: str | None) -> dict[str, Any]:
-    """The sampling values of ``folder``'s generation_config.json (``to_diff_dict``), as SamplingParams names (``max_new_tokens`` -> ``max_tokens``); {} without a folder or file."""
-    if folder is None or not os.path.isfile(os.path.join(folder, "generation_config.json")):
+def read_generation_defaults(folder: str | None, choice: str = "auto") -> dict[str, Any]:
+    """The sampling values of ``folder``'s generation_config.json (``to_diff_dict``), as SamplingParams names
+    (``max_new_tokens`` -> ``max_tokens``); {} without a folder or file. Raises ConfigError keyed to
+    generation_config (``choice``: its value) for a file transformers cannot read."""
+    path = os.path.join(folder, "generation_config.json") if folder is not None else None
+    if path is None or not os.path.isfile(path):
         return {}
     from transformers import GenerationConfig
 
-    diff = GenerationConfig.from_pretrained(folder).to_diff_dict()
+    try:
+        diff = GenerationConfig.from_pretrained(folder).to_diff_dict()
+    except (OSError, ValueError) as e:  # malformed JSON, values transformers refuses
+        raise ConfigError(Refusal(("generation_config",), choice, reason=f"names {path}, which cannot be read "
+                                  f"({type(e).__name__}: {' '.join(str(e).split())[:200]})",
+                                  advice="fix the file, or give --generation-config vllm to ignore it")) from None
     values = {key: diff[key] for key in SAMPLING_KEYS if diff.get(key) is not None}
     if "max_new_tokens" in values:
         values["max_tokens"] = values.pop("max_new_tokens")
@@ -54,7 +64,7 @@ def generation_defaults(config: ModelConfig, model_folder: str | None, known: fr
     has; a value for another field (repetition_penalty before SamplingParams has it) is left out, and the log line
     says so."""
     folder = generation_config_folder(config, model_folder)
-    values = read_generation_defaults(folder)
+    values = read_generation_defaults(folder, config.generation_config)
     if not values:
         return {}
     dropped = sorted(k for k in values if known is not None and k not in known)

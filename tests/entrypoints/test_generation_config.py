@@ -70,10 +70,14 @@ def test_a_folder_is_read_instead_of_the_models(tiny_model_dir, generation_folde
     assert LLM(tiny_model_dir("llama"), **KW).engine.generation_defaults == {}  # its own has no sampling values
 
 
-def test_a_generation_config_that_is_no_folder_is_refused(tmp_path):
+def test_a_generation_config_that_is_no_folder_or_no_json_is_refused(tmp_path):
     with pytest.raises(ConfigError) as e:
         LLM(generation_config=str(tmp_path / "missing"))
     assert e.value.path == ("generation_config",) and "is no folder" in str(e.value)
+    (tmp_path / "generation_config.json").write_text("{not json")
+    with pytest.raises(ConfigError) as e:
+        read_generation_defaults(str(tmp_path))
+    assert e.value.path == ("generation_config",) and "cannot be read" in str(e.value)
 
 
 def test_max_logprobs_is_the_engines_limit(tiny_model_dir):
