@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from attnserve.refusals import Refusal, Refused, range_words
 from attnserve.config.model import SEED_MAX, SEED_MIN, SEED_WORDS
 
-MAX_LOGPROBS = 20  # the most top logprobs a request may ask for (vLLM's default max_logprobs)
+MAX_LOGPROBS = 20  # the default of the engine's max_logprobs (--max-logprobs, vLLM's default), checked there
 
 
 def _is_int(x) -> bool:  # int or numpy integer, not bool
@@ -30,7 +30,7 @@ ALLOWED = {
     "min_p": range_words("number", (">=", 0), ("<=", 1)),
     "seed": SEED_WORDS + ", or None",  # the engine's seed, and the server's, take the same range
     "max_tokens": range_words("integer", (">=", 1), None),
-    "logprobs": range_words("integer", (">=", 0), ("<=", MAX_LOGPROBS)),
+    "logprobs": range_words("integer", (">=", 0), None),  # at most the engine's max_logprobs (LLMEngine.check_params)
 }
 
 
@@ -102,7 +102,7 @@ class SamplingParams:
              ALLOWED["seed"]),
             (self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1), "max_tokens",
              self.max_tokens, ALLOWED["max_tokens"]),
-            (self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS), "logprobs",
+            (self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs), "logprobs",
              self.logprobs, ALLOWED["logprobs"]),
             (self.detokenize or not self.stop, "stop", self.stop,
              "none when detokenize is False: stop strings match text"),

@@ -58,6 +58,8 @@ class LLMEngine:
         loaded = load_model(config)  # executor.loading: the checks, the tokenizer, the weights (GGUF-cache retry)
         self.hf_config, self.tokenizer, self.executor = loaded.hf_config, loaded.tokenizer, loaded.executor
         self.max_model_len = loaded.max_model_len
+        # --generation-config's default sampling values (SamplingParams field -> value; {} for none)
+        self.generation_defaults = loaded.generation_defaults
         self.info = self.executor.info  # backend, device, dtype, KV blocks (rank 0's under tensor parallelism)
         # the in-process ModelRunner (tensor_parallel_size 1 only; None when workers run the model)
         self.runner = getattr(self.executor, "runner", None)
@@ -115,11 +117,29 @@ class LLMEngine:
         """The allowed token ids in words, for errors: ``integer in [0, 49152), the vocabulary size``."""
         return token_id_words(self.vocab_size)
 
+    @property
+    def max_logprobs(self) -> int:
+        """The most logprobs a request may ask for per token: ``--max-logprobs``, -1 = the vocabulary size."""
+        limit = self.config.model.max_logprobs
+        return self.vocab_size if limit == -1 else limit
+
+    def default_sampling_params(self) -> SamplingParams:
+        """SamplingParams with the generation config's default values (vLLM's ``get_default_sampling_params``):
+        what ``LLM.generate`` uses when it is given none."""
+        return SamplingParams(**self.generation_defaults)
+
     def check_params(self, params: SamplingParams) -> None:
-        """Check what SamplingParams alone cannot: its values against this model. Raises SamplingParamsError (a
-        ValueError) for a stop token id outside the vocabulary, naming the first bad one and its index: ``stop_token_ids
-        50000 not allowed (allowed: integer in [0, 49152), the vocabulary size)``. :meth:`add_request` calls it; the
-        server and ``LLM.generate`` call it first, to refuse a request before anything is queued."""
+        """Check what SamplingParams alone cannot: its values against this model and engine. Raises
+        SamplingParamsError (a ValueError) for more logprobs (or prompt_logprobs) than ``--max-logprobs`` allows,
+        ``logprobs 21 not allowed (allowed: integer in [0, 20], the engine's max_logprobs)``, and for a stop token
+        id outside the vocabulary, naming the first bad one and its index: ``stop_token_ids 50000 not allowed
+        (allowed: integer in [0, 49152), the vocabulary size)``. :meth:`add_request` calls it; the server and
+        ``LLM.generate`` call it first, to refuse a request before anything is queued."""
+        for name in ("logprobs", "prompt_logprobs"):  # prompt_logprobs: once SamplingParams has it
+            value = getattr(params, name, None)
+            if value is not None and value > self.max_logprobs:
+                raise SamplingParamsError(name, value, f"integer in [0, {self.max_logprobs}], the engine's "
+                                                       "max_logprobs (--max-logprobs)")
         bad = next((i for i, t in enumerate(params.stop_token_ids) if t >= self.vocab_size), None)
         if bad is not None:
             raise SamplingParamsError("stop_token_ids", params.stop_token_ids[bad], self.token_id_words, index=bad)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from attnserve.config import EngineConfig, build_engine_config
 from attnserve.engine.llm_engine import LLMEngine
 from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.request_checks import RequestValueError
 from attnserve.core.sampling_params import SamplingParams
-from attnserve.entrypoints.chat_utils import MESSAGES_WORDS, is_list, chat_messages
+from attnserve.entrypoints.chat_utils import (MESSAGES_WORDS, ChatTemplateOptions, apply_chat_template, chat_messages,
+                                              check_chat_template_options, is_list)
 from attnserve.refusals import Refusal, Refused
 
 PromptType = str | list[int] | dict  # text, token ids, or vLLM's {"prompt": str} / {"prompt_token_ids": list[int]}
@@ -91,8 +93,18 @@ class LLM:
         messages: list[dict] | list[list[dict]],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = False,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> list[RequestOutput]:
-        """Apply the tokenizer's chat template to each conversation and generate the assistant's reply.
+        """Apply the chat template to each conversation and generate the assistant's reply (vLLM's ``LLM.chat``).
+
+        ``chat_template``: the template's text (None: the tokenizer's); ``add_generation_prompt``: end with the
+        assistant's header, so that the model answers; ``continue_final_message``: leave the last message open for the
+        model to continue (``add_generation_prompt=False`` with it; both true is refused, as in vLLM);
+        ``chat_template_kwargs``: more variables for the template (``{"enable_thinking": False}`` for Qwen3). A template
+        that fails, or none at all, raises Refused (a ValueError) naming ``chat_template`` or ``messages``.
 
         ``messages`` is one conversation (a list of ``{"role", "content"}`` dicts) or a list of them. They are
         checked as the server checks them, in its words (:func:`chat_messages`): a bad one raises RequestValueError
@@ -108,8 +120,10 @@ class LLM:
         single = not is_list(messages[0])  # a message (or a mistake chat_messages names) first: one conversation
         conversations = [messages] if single else messages
         paths = [("messages",)] if single else [("messages", i) for i in range(len(conversations))]
-        prompts = [self.tokenizer.apply_chat_template(chat_messages(conv, path), tokenize=False,
-                                                      add_generation_prompt=True)
+        options = ChatTemplateOptions(chat_template, add_generation_prompt, continue_final_message,
+                                      chat_template_kwargs)
+        check_chat_template_options(options)  # before any message: the options' own mistakes first
+        prompts = [apply_chat_template(self.tokenizer, chat_messages(conv, path), options)
                    for conv, path in zip(conversations, paths)]
         # the template already holds the special tokens (BOS, ...); all checked before any is queued
         token_prompts = [self.engine.check_prompt(self.tokenizer.encode(p, add_special_tokens=False), path)
@@ -122,7 +136,8 @@ class LLM:
                   use_tqdm: bool) -> list[RequestOutput]:
         """Queue checked prompts (``prompts``: the text, or token ids, that outputs report; ``paths``: their names
         in errors) and run them. Each prompt's length with its ``max_tokens`` is checked before any is queued."""
-        params = sampling_params if sampling_params is not None else SamplingParams()
+        # none given: the generation config's defaults (--generation-config), as vLLM's LLM does
+        params = sampling_params if sampling_params is not None else self.engine.default_sampling_params()
         params_list = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
         if len(params_list) != len(prompts):
             raise ValueError(f"{len(params_list)} sampling params for {len(prompts)} prompts")

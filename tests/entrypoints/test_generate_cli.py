@@ -210,3 +210,26 @@ def test_a_stale_cached_gguf_config_is_dropped_and_converted_again(tiny_model_di
     warnings = [line for line in second.stderr.splitlines() if "does not fit the weights" in line]
     assert len(warnings) == 1 and entry in warnings[0] and "checkpoint shape" in warnings[0], second.stderr[-3000:]
     assert json.loads(open(config_json).read()).get("n_inner") == good.get("n_inner")  # converted again
+
+
+def test_chat_template_and_generation_config_flags(tmp_path, tiny_model_dir, capsys):
+    template = "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}|{% endfor %}A:"
+    (tmp_path / "generation_config.json").write_text(json.dumps({"max_new_tokens": 3, "temperature": 0.5}))
+    out_json = tmp_path / "out.json"
+    base = ["generate", "--model", tiny_model_dir("llama"), "--prompt", "Hi", "--ignore-eos",
+            "--output-json", str(out_json)]
+    # --chat-template (the text here) puts the prompt in that template; --max-tokens left out: the generation
+    # config's max_new_tokens
+    assert main([*base, "--chat-template", template, "--generation-config", str(tmp_path)]) == 0
+    (request,) = json.loads(out_json.read_text())["requests"]
+    assert request["prompt"] == "user:Hi|A:" and len(request["outputs"][0]["token_ids"]) == 3
+    # a flag given wins over the config, whose max_new_tokens still caps it (as the server caps max_tokens)
+    assert main([*base, "--generation-config", str(tmp_path), "--max-tokens", "8"]) == 0
+    assert len(json.loads(out_json.read_text())["requests"][0]["outputs"][0]["token_ids"]) == 3
+    assert main([*base, "--generation-config", "vllm", "--max-tokens", "8"]) == 0
+    assert len(json.loads(out_json.read_text())["requests"][0]["outputs"][0]["token_ids"]) == 8
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main([*base, "--chat-template", str(tmp_path / "missing.jinja")])
+    assert e.value.code == 2
+    assert "argument --chat-template: " in capsys.readouterr().err

@@ -15,6 +15,15 @@ from attnserve.entrypoints.cli.main import main
     (["--shutdown-timeout", "-1"], "argument --shutdown-timeout: -1.0 not allowed (allowed: finite number >= 0 (seconds))"),
     (["--shutdown-timeout", "nan"], "argument --shutdown-timeout: nan not allowed (allowed: finite number >= 0 (seconds))"),
     (["--shutdown-timeout", "inf"], "argument --shutdown-timeout: inf not allowed (allowed: finite number >= 0 (seconds))"),
+    # a name with no template characters is a file that must exist (vLLM's rule)
+    (["--chat-template", "/no/such/template.jinja"], "argument --chat-template: '/no/such/template.jinja' cannot be "
+     "read ([Errno 2] No such file or directory: '/no/such/template.jinja') (allowed: a Jinja template file, or the "
+     "template's text)"),
+    (["--default-chat-template-kwargs", "[1]"], "argument --default-chat-template-kwargs: '[1]' not allowed "
+     "(allowed: a JSON object)"),
+    (["--generation-config", "/no/such/folder"], "argument --generation-config: '/no/such/folder' is no folder "
+     "(allowed: auto, vllm, or a folder holding a generation_config.json)"),
+    (["--max-logprobs", "-2"], "argument --max-logprobs: -2 not allowed (allowed: integer >= -1)"),
 ])
 def test_bad_server_flags_exit_2_with_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:

@@ -10,6 +10,7 @@ import sys
 
 from attnserve.config import EngineConfig
 from attnserve.entrypoints.cli.arg_types import port, seconds
+from attnserve.entrypoints.cli.chat_args import add_chat_template_args
 from attnserve.entrypoints.cli.engine_args import ConfigError, add_engine_args, engine_config_from_args, error_line
 
 
@@ -32,6 +33,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="seconds in-flight requests may run on after SIGINT/SIGTERM before they are aborted "
                         "(default 10; 0: at once; an aborted request ends with finish_reason abort)")
     g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    add_chat_template_args(parser, serve=True)
     add_engine_args(parser, positional_model=True)
     parser.set_defaults(func=run)
     return parser
@@ -66,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, config: EngineConfig, sock: socket.socket) -> int:
     """Fetch the model, check its config, serve on the bound ``sock``; the exit code."""
     from attnserve.entrypoints.openai.server import ServerArgs, run_server
+    from attnserve.entrypoints.openai.serving import ChatSettings
     from attnserve.model_executor.loader import fetch_model
 
     try:  # a hub model downloads here, in the foreground with progress bars; the engine then finds it cached
@@ -88,7 +91,12 @@ def _serve(args: argparse.Namespace, config: EngineConfig, sock: socket.socket) 
         logging.getLogger(__name__).debug("the model's config check failed; the load will report it", exc_info=True)
     server_args = ServerArgs(host=args.host, port=args.port, served_model_names=tuple(args.served_model_name or ()),
                              api_key=args.api_key or None,
-                             metrics_without_auth=args.metrics_without_auth, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
+                             metrics_without_auth=args.metrics_without_auth, shutdown_timeout=args.shutdown_timeout,
+                             log_level=args.log_level,
+                             chat=ChatSettings(args.chat_template, args.default_chat_template_kwargs,
+                                               args.trust_request_chat_template))
+    if args.chat_template is not None:
+        logging.getLogger(__name__).info("using the chat template of --chat-template:\n%s", args.chat_template)
     try:
         code = run_server(config, server_args, sock)
     except ConfigError as e:  # a setting only the load could refuse (the GPU's memory once the weights are in)

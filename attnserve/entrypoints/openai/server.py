@@ -51,14 +51,17 @@ from attnserve.entrypoints.openai.protocol import (
     ChatCompletionResponse,
     CompletionRequest,
     CompletionResponse,
+    DetokenizeResponse,
     ErrorResponse,
     ModelCard,
     ModelList,
+    TokenizeResponse,
     VersionResponse,
 )
-from attnserve.entrypoints.openai.serving import ServingContext, load_error_summary
+from attnserve.entrypoints.openai.serving import ChatSettings, ServingContext, load_error_summary
 from attnserve.entrypoints.openai.serving_chat import create_chat_completion
 from attnserve.entrypoints.openai.serving_completion import create_completion
+from attnserve.entrypoints.openai.serving_tokenize import DETOKENIZE_BODY, TOKENIZE_BODY, detokenize, tokenize
 
 logger = logging.getLogger(__name__)
 
@@ -70,10 +73,10 @@ _API_ERRORS = {s: {"model": ErrorResponse, "description": status_phrase(s)} for 
 _SSE = {"text/event-stream": {"schema": {"type": "string"}, "description": "with stream: true"}}
 _BODY_MODELS = {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest}  # for 400s
 _KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/version", "/metrics",
-                "/reset_prefix_cache"}
+                "/reset_prefix_cache", "/tokenize", "/detokenize"}
 # what --api-key guards: the API, what changes the engine's state, the API schema and (unless
 # --metrics-without-auth) the metrics; /health and /version stay open for load balancers and probes
-_GUARDED = ("/v1", "/reset_prefix_cache", "/docs", "/redoc", "/openapi.json")
+_GUARDED = ("/v1", "/reset_prefix_cache", "/tokenize", "/detokenize", "/docs", "/redoc", "/openapi.json")
 
 
 def guarded(path: str, metrics_without_auth: bool) -> bool:
@@ -99,6 +102,7 @@ class ServerArgs:
     metrics_without_auth: bool = False  # with an API key: /metrics answers without it
     shutdown_timeout: float = 10.0  # seconds in-flight requests may run on after SIGINT/SIGTERM, then aborted
     log_level: str = "info"
+    chat: ChatSettings = ChatSettings()  # --chat-template, --default-chat-template-kwargs, --trust-request-...
 
 
 def default_served_name(model: str | None) -> str:
@@ -149,6 +153,19 @@ def build_app(ctx: ServingContext) -> FastAPI:
         ctx.check_ready()
         await ctx.engine.reset_prefix_cache()
         return Response(status_code=200)
+
+    @app.post("/tokenize", responses={401: _API_ERRORS[401], 400: _API_ERRORS[400], 503: _API_ERRORS[503]},
+              openapi_extra=TOKENIZE_BODY)
+    async def tokenize_route(raw: Request) -> TokenizeResponse:
+        """vLLM's /tokenize: ``{"prompt": text}`` or ``{"messages": [...]}`` (the chat template's prompt) ->
+        ``{"count", "max_model_len", "tokens", "token_strs"}``."""
+        return await tokenize(ctx, raw)
+
+    @app.post("/detokenize", responses={401: _API_ERRORS[401], 400: _API_ERRORS[400], 503: _API_ERRORS[503]},
+              openapi_extra=DETOKENIZE_BODY)
+    async def detokenize_route(raw: Request) -> DetokenizeResponse:
+        """vLLM's /detokenize: ``{"tokens": [...]}`` -> ``{"prompt": text}``."""
+        return await detokenize(ctx, raw)
 
     @app.get("/v1/models", responses={401: _API_ERRORS[401]})
     async def models() -> ModelList:
@@ -254,7 +271,7 @@ def run_server(config: EngineConfig, args: ServerArgs, sock: socket.socket | Non
     engine = AsyncLLMEngine(config, functools.partial(LLMEngine, refuse_short_kv_cache=True))
     ctx = ServingContext(engine=engine, served_model_names=names,
                          metrics=ServerMetrics(names[0], lambda: engine.stats), api_key=args.api_key,
-                         metrics_without_auth=args.metrics_without_auth)
+                         metrics_without_auth=args.metrics_without_auth, chat=args.chat)
     app = build_app(ctx)
 
     class Server(uvicorn.Server):

@@ -22,7 +22,8 @@ from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.protocol import SamplingFields
 from attnserve.entrypoints.openai.tokenizer_thread import TokenizerThread
-from attnserve.refusals import Refusal, openai_error
+from attnserve.entrypoints.openai.vllm_fields import check_extra_fields
+from attnserve.refusals import Refusal, Refused, openai_error
 
 # temperatures below this are greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow to inf
 _GREEDY_EPS = 1e-5
@@ -51,6 +52,17 @@ def load_error_summary(e: BaseException) -> str:
     return first if len(lines) == 1 else f"{first} {lines[-1]}"
 
 
+@dataclass(frozen=True)
+class ChatSettings:
+    """The server's chat-template settings (vLLM's flags): ``--chat-template`` (its text, loaded; None: the
+    tokenizer's), ``--default-chat-template-kwargs`` (under each request's own), ``--trust-request-chat-template``
+    (a request's own ``chat_template`` is refused without it, as in vLLM: a template runs code on the server)."""
+
+    chat_template: str | None = None
+    default_chat_template_kwargs: dict | None = None
+    trust_request_chat_template: bool = False
+
+
 @dataclass
 class ServingContext:
     """The server's shared state: the engine, the names it answers to, its metrics, the thread that runs the
@@ -62,6 +74,7 @@ class ServingContext:
     api_key: str | None = None
     metrics_without_auth: bool = False  # with an API key: /metrics answers without it
     tokenizer_thread: TokenizerThread = field(default_factory=TokenizerThread)
+    chat: ChatSettings = field(default_factory=ChatSettings)
 
     @property
     def model_name(self) -> str:
@@ -70,6 +83,11 @@ class ServingContext:
     @property
     def tokenizer(self):
         return self.engine.engine.tokenizer
+
+    @property
+    def generation_defaults(self) -> dict:
+        """The generation config's default sampling values (``--generation-config``): field -> value."""
+        return self.engine.engine.generation_defaults
 
     @property
     def max_model_len(self) -> int:
@@ -133,6 +151,20 @@ NO_STRUCTURED_OUTPUT = "attnserve has no structured-output decoding"
 STRUCTURED_OUTPUT_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
 
 
+def check_fields(req, known) -> None:
+    """The 400 for a vLLM field ``req``'s model does not declare, set to a value that would change what runs;
+    a warning in the log for other undeclared fields (``vllm_fields.check_extra_fields``)."""
+    try:
+        check_extra_fields(req, known)
+    except Refused as e:
+        raise _refused(e.refusal) from None
+
+
+def refused(e: Refused) -> OpenAIError:
+    """The 400 for any refusal (a chat template's, ...): its place as ``param``."""
+    return _refused(e.refusal)
+
+
 def check_unsupported(req: SamplingFields) -> None:
     """400 for OpenAI parameters this engine does not implement (rather than silently ignoring them).
 
@@ -153,19 +185,35 @@ def check_unsupported(req: SamplingFields) -> None:
                               param=name)
 
 
-def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:
-    """SamplingParams from a request's fields, checked against the model too (``LLMEngine.check_params``: a stop
-    token id outside the vocabulary); 400 naming the bad value."""
-    temperature = 1.0 if req.temperature is None else req.temperature
+# OpenAI's defaults of the fields a request may leave unset (null), after the generation config's (vLLM's
+# _DEFAULT_SAMPLING_PARAMS); repetition_penalty applies once SamplingParams and the request models have it
+_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+
+
+def defaulted(req: SamplingFields, defaults: dict) -> dict:
+    """The values of the fields of ``_DEFAULTS`` that ``req`` declares (and SamplingParams has): the request's,
+    else the generation config's (``defaults``), else OpenAI's; vLLM's order."""
+    known = {f.name for f in dataclasses.fields(SamplingParams)}
+    return {name: value if (value := getattr(req, name)) is not None else defaults.get(name, fallback)
+            for name, fallback in _DEFAULTS.items() if name in type(req).model_fields and name in known}
+
+
+def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, logprobs: int | None,
+                    logprobs_param: str = "logprobs") -> SamplingParams:
+    """SamplingParams from a request's fields, a field left unset taking the generation config's default, and
+    ``max_tokens`` capped by that config's, as vLLM does; checked against the model and engine too
+    (``LLMEngine.check_params``: a stop token id outside the vocabulary, more logprobs than --max-logprobs); 400
+    naming the bad value (``logprobs_param``: the request's name for ``logprobs``, chat's ``top_logprobs``)."""
+    values = defaulted(req, ctx.generation_defaults)
+    if values["temperature"] < _GREEDY_EPS:
+        values["temperature"] = 0.0
+    cap = ctx.generation_defaults.get("max_tokens")
     try:
         params = SamplingParams(
             n=req.n,
-            temperature=0.0 if temperature < _GREEDY_EPS else temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
-            top_k=0 if req.top_k is None else req.top_k,
-            min_p=0.0 if req.min_p is None else req.min_p,
+            **values,
             seed=req.seed,
-            max_tokens=max_tokens,
+            max_tokens=max_tokens if cap is None else min(max_tokens, cap),
             stop=[] if req.stop is None else req.stop,
             stop_token_ids=req.stop_token_ids or [],
             ignore_eos=req.ignore_eos,
@@ -175,6 +223,8 @@ def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, l
         ctx.engine.engine.check_params(params)
         return params
     except SamplingParamsError as e:
+        if e.path == ("logprobs",):
+            e = SamplingParamsError(logprobs_param, e.value, e.allowed)
         raise sampling_error(e) from None
 
 

@@ -20,8 +20,10 @@ from attnserve.entrypoints.openai.protocol import (
     CompletionStreamResponse,
     UsageInfo,
 )
+from attnserve.entrypoints.openai.vllm_fields import COMPLETION_FIELDS
 from attnserve.entrypoints.openai.serving import (
     ServingContext,
+    check_fields,
     check_stream_options,
     check_unsupported,
     empty_prompt,
@@ -47,6 +49,7 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     arrival = time.monotonic()  # TTFT and latency count tokenizing too
     ctx.check_ready()
     model = ctx.check_model(req.model)
+    check_fields(req, COMPLETION_FIELDS)
     check_unsupported(req)
     check_stream_options(req)
     if req.suffix:
@@ -93,14 +96,14 @@ def _prepare(ctx: ServingContext, req: CompletionRequest) -> tuple[list[str] | N
     """(prompt texts for echo, token-id prompts, their SamplingParams) of ``req``, each prompt checked against the
     context (``_prompts``, ``check_prompt``); 400 for the first bad one. Calls the tokenizer when
     ``_needs_tokenizer``: then it runs on the tokenizer thread."""
-    texts, token_prompts, paths = _prompts(ctx, req.prompt, req.echo)
+    texts, token_prompts, paths = _prompts(ctx, req.prompt, req.echo, req.add_special_tokens)
     params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens, path), req.logprobs)
               for ids, path in zip(token_prompts, paths)]
     return texts, token_prompts, params
 
 
-def _prompts(ctx: ServingContext, prompt, echo: bool) -> tuple[list[str] | None, list[list[int]],
-                                                              list[tuple[str | int, ...]]]:
+def _prompts(ctx: ServingContext, prompt, echo: bool, add_special_tokens: bool = True,
+             ) -> tuple[list[str] | None, list[list[int]], list[tuple[str | int, ...]]]:
     """(prompt texts, token-id prompts, their paths: ``("prompt",)``, ``("prompt", 1)``) for each prompt of the
     request; the texts (token ids decoded) only for ``echo``, else None. An empty one (``""``, ``[]``,
     ``["a", ""]``) is a 400 naming its path and the value as sent (``empty_prompt``), checked before tokenizing:
@@ -109,7 +112,8 @@ def _prompts(ctx: ServingContext, prompt, echo: bool) -> tuple[list[str] | None,
     items = [(("prompt",), prompt)] if one else [(("prompt", i), p) for i, p in enumerate(prompt)]
     token_prompts = []
     for path, p in items:
-        ids = (ctx.tokenizer.encode(p) if p else []) if isinstance(p, str) else list(p)
+        ids = (ctx.tokenizer.encode(p, add_special_tokens=add_special_tokens) if p else []) if isinstance(p, str) \
+            else list(p)
         if not ids:
             raise empty_prompt(path, p)
         ctx.check_token_ids(ids, path)  # out-of-vocabulary token ids before decoding them
