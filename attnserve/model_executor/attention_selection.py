@@ -38,6 +38,7 @@ def attention_selector_config(config: EngineConfig, hf_config, device_type: str,
         kv_cache_dtype=config.cache.kv_cache_dtype,
         block_size=config.cache.block_size,
         sliding_window=dims.sliding_window,
+        has_sink=dims.has_sink,
         num_heads=head0.num_heads if tp > 1 else None,
         num_kv_heads=head0.num_kv_heads if tp > 1 else None,
     )

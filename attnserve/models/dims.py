@@ -23,6 +23,7 @@ class ModelDims:
     intermediate_size: int  # MLP width (for the activation-memory estimate)
     vocab_size: int
     sliding_window: int | None = None  # attention window in tokens; None = full context
+    has_sink: bool = False  # every layer adds a learned sink logit per head (gpt-oss)
 
 
 def head_size_of(config) -> int:

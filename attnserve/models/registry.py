@@ -9,6 +9,7 @@ from attnserve.refusals import Refusal
 
 MODEL_REGISTRY: dict[str, str] = {
     "GPT2LMHeadModel": "attnserve.models.gpt2.GPT2LMHeadModel",
+    "GptOssForCausalLM": "attnserve.models.gpt_oss.GptOssForCausalLM",
     "LlamaForCausalLM": "attnserve.models.llama.LlamaForCausalLM",
     "MistralForCausalLM": "attnserve.models.llama.LlamaForCausalLM",
     "MixtralForCausalLM": "attnserve.models.mixtral.MixtralForCausalLM",

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from attnserve.attention.backend import KVCacheLayout
+from attnserve.attention.backend import AttentionType, KVCacheLayout
 from attnserve.attention.registry import AttentionBackendEnum as B
 from attnserve.attention.registry import UnknownBackendError, lookup_backend
 from attnserve.attention.selector import (KVCacheLayoutConflictError, NoUsableBackendError, evaluate_backends,
@@ -229,9 +229,11 @@ def test_no_backend_error_lists_backends_with_the_same_reasons_together_and_name
 
 
 def test_no_backend_error_names_no_setting_when_the_model_is_to_blame():
-    with pytest.raises(NoUsableBackendError) as e:  # sinks: no KV-cache setting would help on CPU
-        get_attn_backend(None, cfg(64, F32, block_size=8, has_sink=True), detect_platform("cpu"))
-    assert str(e.value).endswith(": CPU_ATTN, FLEX_ATTENTION: attention sinks not supported.")
+    with pytest.raises(NoUsableBackendError) as e:  # no KV-cache setting would help on CPU
+        get_attn_backend(None, cfg(64, F32, block_size=8, has_sink=True, attn_type=AttentionType.ENCODER_ONLY),
+                         detect_platform("cpu"))
+    assert str(e.value).endswith(": CPU_ATTN: attention type encoder_only not supported (supported: decoder). "
+                                 "FLEX_ATTENTION: attention sinks not supported.")
     assert e.value.key is None
 
 

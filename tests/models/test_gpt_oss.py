@@ -1,0 +1,88 @@
+"""gpt-oss on CPU: what the tiny-model comparison with transformers (``test_tiny_models.py``) does not show: the
+sinks matter, a backend without sinks is refused at selection with that reason, MXFP4 checkpoints and (before
+per-layer attention groups) layers mixing windows are refused from the config, TP=2 equals TP=1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnserve import LLM, SamplingParams
+from attnserve.attention.selector import NoUsableBackendError
+from attnserve.refusals import Refused
+from tests.helpers import hf_greedy
+
+ENGINE = dict(dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20)
+PROMPT = list(range(300, 330))  # 30 tokens: past the window of 8
+GREEDY = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
+
+
+def _with_config(src: str, dst: Path, **changes) -> str:
+    """A copy of the tiny model folder ``src`` (links to its files) whose config.json has ``changes``."""
+    dst.mkdir()
+    for f in Path(src).iterdir():
+        if f.name != "config.json":
+            (dst / f.name).symlink_to(f)
+    config = json.loads((Path(src) / "config.json").read_text())
+    (dst / "config.json").write_text(json.dumps({**config, **changes}))
+    return str(dst)
+
+
+def test_sinks_change_the_tokens(tiny_model_dir):
+    """Guard: the same model with its sinks at -inf (no sink) gives other logits than with them, and transformers
+    agrees with attnserve on both."""
+    from transformers import AutoModelForCausalLM
+
+    path = tiny_model_dir("gpt_oss_sw")
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    llm = LLM(path, attention_backend="CPU_ATTN", **ENGINE)
+    with_sinks = llm.generate([PROMPT], GREEDY)[0].outputs[0].token_ids
+    assert with_sinks == hf_greedy(hf, PROMPT, 10)[0]
+    for layer in llm.engine.runner.model.layers:
+        layer.self_attn.sinks.data.fill_(-1e4)
+    llm.reset_prefix_cache()  # its blocks hold K/V computed with the sinks
+    with torch.no_grad():
+        for layer in hf.model.layers:
+            layer.self_attn.sinks.fill_(-1e4)
+    without = llm.generate([PROMPT], GREEDY)[0].outputs[0].token_ids
+    assert without == hf_greedy(hf, PROMPT, 10)[0]
+    assert without != with_sinks
+
+
+def test_backend_without_sinks_is_refused_at_selection(tiny_model_dir):
+    with pytest.raises(NoUsableBackendError) as e:
+        LLM(tiny_model_dir("gpt_oss"), attention_backend="FLEX_ATTENTION", **ENGINE)
+    assert "attention sinks not supported" in str(e.value)
+
+
+def test_mxfp4_checkpoint_is_refused(tiny_model_dir, tmp_path):
+    path = _with_config(tiny_model_dir("gpt_oss"), tmp_path / "mxfp4", quantization_config={"quant_method": "mxfp4"})
+    with pytest.raises(Refused) as e:
+        LLM(path, **ENGINE)
+    assert e.value.refusal.path == ("quantization_config", "quant_method") and e.value.refusal.value == "mxfp4"
+
+
+def test_mixed_windows_refused_without_layer_groups(tiny_model_dir, tmp_path):
+    from attnserve.models import dims
+
+    if hasattr(dims, "LayerAttention"):
+        pytest.skip("per-layer attention groups are built: mixed windows run")
+    path = _with_config(tiny_model_dir("gpt_oss"), tmp_path / "mixed", layer_types=["sliding_attention", "full_attention"])
+    with pytest.raises(Refused) as e:
+        LLM(path, **ENGINE)
+    assert e.value.refusal.path == ("layer_types",)
+
+
+def test_tp2_matches_tp1(tiny_model_dir):
+    """Sinks narrowed to each rank's heads, the stacked expert tensors to each rank's columns."""
+    path = tiny_model_dir("gpt_oss_sw")
+    prompts = [PROMPT, [5, 6, 7], [42]]
+    reference = [o.outputs[0].token_ids for o in LLM(path, **ENGINE).generate(prompts, GREEDY)]
+    llm = LLM(path, tensor_parallel_size=2, **ENGINE)
+    try:
+        assert [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY)] == reference
+    finally:
+        llm.engine.shutdown()
