@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from attnserve import LLM, SamplingParams
-from attnserve.attention.selector import NoUsableBackendError
 from attnserve.refusals import Refused
 from tests.helpers import hf_greedy
 
@@ -52,10 +51,35 @@ def test_sinks_change_the_tokens(tiny_model_dir):
     assert without != with_sinks
 
 
+def test_flex_attention_sinks_match_transformers(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    path = tiny_model_dir("gpt_oss_sw")
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    llm = LLM(path, attention_backend="FLEX_ATTENTION", **ENGINE)
+    assert llm.generate([PROMPT], GREEDY)[0].outputs[0].token_ids == hf_greedy(hf, PROMPT, 10)[0]
+
+
 def test_backend_without_sinks_is_refused_at_selection(tiny_model_dir):
-    with pytest.raises(NoUsableBackendError) as e:
-        LLM(tiny_model_dir("gpt_oss"), attention_backend="FLEX_ATTENTION", **ENGINE)
-    assert "attention sinks not supported" in str(e.value)
+    """The model's dims carry the sinks into the selector config, where a backend without them is refused."""
+    from transformers import AutoConfig
+
+    from attnserve.attention.backends.cpu_attn import CPUAttentionBackend
+    from attnserve.config import build_engine_config
+    from attnserve.model_executor.attention_selection import attention_selector_config
+    from attnserve.platforms import detect_platform
+
+    class NoSinkBackend(CPUAttentionBackend):
+        name = "NO_SINK"
+        supports_sinks = False
+
+    path = tiny_model_dir("gpt_oss")
+    cfg = attention_selector_config(build_engine_config(path, **ENGINE), AutoConfig.from_pretrained(path),
+                                    "cpu", 1)
+    assert cfg.has_sink
+    reasons = NoSinkBackend.validate(cfg, detect_platform("cpu"))
+    assert [str(r) for r in reasons] == ["attention sinks not supported"]
+    assert CPUAttentionBackend.validate(cfg, detect_platform("cpu")) == []
 
 
 def test_mxfp4_checkpoint_is_refused(tiny_model_dir, tmp_path):

@@ -43,7 +43,7 @@ class FlexAttentionBackend(AttentionBackend):
     supported_kv_cache_dtypes = ("auto",)
     supports_sliding_window = True
     supports_logits_soft_cap = False
-    supports_sinks = False
+    supports_sinks = True  # from flex_attention's log-sum-exp (FlexAttentionImpl.forward)
     supported_attn_types = (AttentionType.DECODER, AttentionType.ENCODER_ONLY)
     device_types = ("cuda", "cpu")
     required_package = "torch.nn.attention.flex_attention"
@@ -200,7 +200,10 @@ class FlexAttentionMetadataBuilder(AttentionMetadataBuilder):
 
 class FlexAttentionImpl(AttentionImpl):
     """Writes K/V, then one flex_attention call per metadata call: the key sequence is the call's gathered
-    blocks (``kv_blocks``) or the whole cache."""
+    blocks (``kv_blocks``) or the whole cache. Sinks: the output is scaled by ``exp(lse) / (exp(lse) +
+    exp(sink))`` = ``sigmoid(lse - sink)``, the share the keys keep once the sink joins the softmax."""
+
+    supports_sinks = True
 
     def kv_write_target(self, kv_cache, metadata: FlexAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping)
@@ -230,7 +233,11 @@ class FlexAttentionImpl(AttentionImpl):
                 if mask.seq_lengths[1] != n_slots:  # built without the cache size: same blocks, full key length
                     mask = _resize_kv(mask, n_slots)
             o = flex(q.transpose(0, 1)[None], k, v, block_mask=mask, scale=self.scale,
-                     enable_gqa=self.num_heads != self.num_kv_heads, kernel_options=kernel_options)
+                     enable_gqa=self.num_heads != self.num_kv_heads, kernel_options=kernel_options,
+                     return_lse=self.sinks is not None)
+            if self.sinks is not None:  # o (1, Hq, L, D), lse (1, Hq, L) natural log
+                o, lse = o
+                o = o * torch.sigmoid(lse - self.sinks.float()[:, None])[..., None].to(o.dtype)
             out[call.query_start:call.query_end] = o[0].transpose(0, 1)[:n]
         return out
 
