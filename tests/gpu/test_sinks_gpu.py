@@ -1,4 +1,4 @@
-"""Attention sinks (gpt-oss) on the GPU: TRITON_ATTN (and FLASH_ATTN version 4 where installed) against the
+"""Attention sinks (gpt-oss) on the GPU: TRITON_ATTN, FLEX_ATTENTION (and FLASH_ATTN version 4 where installed) against the
 reference attention with sinks, on gpt-oss's attention shape (64 query heads, 8 KV heads, head size 64), with and
 without its sliding window of 128, bf16 and fp32, every named batch shape (decode_b1_ctx8k takes the split-KV
 kernel: the sink is counted once in the merge); and a guard that the sinks change the output (shapes with short contexts).
@@ -20,7 +20,7 @@ from tests.gpu.cases import SHAPES, TOLERANCE, Case, make_step
 
 pytestmark = pytest.mark.gpu
 
-TARGETS = [("TRITON_ATTN", AttentionConfig())]
+TARGETS = [("TRITON_ATTN", AttentionConfig()), ("FLEX_ATTENTION", AttentionConfig())]
 if importlib.util.find_spec("flash_attn") is not None and importlib.util.find_spec("flash_attn.cute") is not None:
     TARGETS.append(("FLASH_ATTN", AttentionConfig(flash_attn_version=4)))
 
