@@ -234,12 +234,23 @@ class FlexAttentionImpl(AttentionImpl):
                     mask = _resize_kv(mask, n_slots)
             o = flex(q.transpose(0, 1)[None], k, v, block_mask=mask, scale=self.scale,
                      enable_gqa=self.num_heads != self.num_kv_heads, kernel_options=kernel_options,
-                     return_lse=self.sinks is not None)
+                     **({} if self.sinks is None else _lse_request()))
             if self.sinks is not None:  # o (1, Hq, L, D), lse (1, Hq, L) natural log
-                o, lse = o
+                o, aux = o
+                lse = getattr(aux, "lse", aux)
                 o = o * torch.sigmoid(lse - self.sinks.float()[:, None])[..., None].to(o.dtype)
             out[call.query_start:call.query_end] = o[0].transpose(0, 1)[:n]
         return out
+
+
+def _lse_request() -> dict:
+    """flex_attention's argument asking for the log-sum-exp: ``return_aux`` where torch has it (>= 2.9), else
+    ``return_lse``."""
+    try:
+        from torch.nn.attention.flex_attention import AuxRequest
+    except ImportError:
+        return {"return_lse": True}
+    return {"return_aux": AuxRequest(lse=True)}
 
 
 def _keys(blocks: torch.Tensor) -> torch.Tensor:
