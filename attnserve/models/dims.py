@@ -26,12 +26,13 @@ class ModelDims:
     # per layer, where layers differ (Gemma: sliding-window layers between global ones); None: every layer is
     # LayerAttention(head_size, sliding_window)
     layers: tuple["LayerAttention", ...] | None = None
+    has_sink: bool = False  # every layer adds a learned sink logit per head (gpt-oss), when ``layers`` is None
 
     def layer_attention(self) -> tuple["LayerAttention", ...]:
         """What each layer's attention needs from a backend, layer by layer (``num_layers`` records)."""
         if self.layers is not None:
             return self.layers
-        return (LayerAttention(self.head_size, self.sliding_window),) * self.num_layers
+        return (LayerAttention(self.head_size, self.sliding_window, has_sink=self.has_sink),) * self.num_layers
 
 
 @dataclass(frozen=True)

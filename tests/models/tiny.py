@@ -22,7 +22,8 @@ SLIDING_WINDOW = 8  # tiny, so that test prompts and generations run past it
 def tiny_config(arch: str, hidden: int = 64):
     """A transformers config of architecture ``arch`` with tiny dimensions: 4 query heads of ``hidden / 4``
     (16 on CPU; the GPU tests use 256, since some GPU backends support only head sizes 64, 128, 256)."""
-    from transformers import GPT2Config, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config, Qwen3Config
+    from transformers import (GPT2Config, GptOssConfig, LlamaConfig, MistralConfig, MixtralConfig, OPTConfig, Qwen2Config, Qwen3Config,
+                              Qwen3MoeConfig)
 
     COMMON = {**_COMMON, "hidden_size": hidden, "intermediate_size": 2 * hidden}
     if arch == "llama":
@@ -62,6 +63,26 @@ def tiny_config(arch: str, hidden: int = 64):
         return Qwen2Config(**COMMON)
     if arch == "qwen3":
         return Qwen3Config(**COMMON, head_dim=hidden // 2)
+    if arch == "qwen3_moe":  # 8 experts, top 2 renormalized; layer 1 sparse, layer 0 dense (mlp_only_layers)
+        return Qwen3MoeConfig(**{**COMMON, "num_hidden_layers": 3}, head_dim=hidden // 2, num_experts=8,
+                              num_experts_per_tok=2, moe_intermediate_size=hidden // 2, norm_topk_prob=True,
+                              mlp_only_layers=[0])
+    if arch == "qwen3_moe_step2":  # every second layer sparse, top-k weights not renormalized
+        return Qwen3MoeConfig(**{**COMMON, "num_hidden_layers": 4}, head_dim=hidden // 2, num_experts=8,
+                              num_experts_per_tok=3, moe_intermediate_size=hidden // 2, norm_topk_prob=False,
+                              decoder_sparse_step=2)
+    if arch == "mixtral":  # no sliding window (Mixtral 8x7B's config says null)
+        return MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2, sliding_window=None)
+    if arch == "mixtral_sw":
+        return MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2, sliding_window=SLIDING_WINDOW)
+    if arch.startswith("gpt_oss"):  # sinks, biases, YaRN, 8 experts top 4 with the clamped SwiGLU
+        # gpt_oss_mixed: layer_types None, transformers' default: windowed and full layers alternating
+        kind = {"gpt_oss": "full_attention", "gpt_oss_sw": "sliding_attention"}.get(arch)
+        return GptOssConfig(**{**COMMON, "intermediate_size": hidden}, head_dim=hidden // 4, num_local_experts=8,
+                            num_experts_per_tok=4, sliding_window=SLIDING_WINDOW, swiglu_limit=0.5,
+                            layer_types=None if kind is None else [kind] * COMMON["num_hidden_layers"],
+                            rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                          "original_max_position_embeddings": 64, "truncate": False})
     raise ValueError(arch)
 
 

@@ -284,6 +284,7 @@ class FlashAttentionImpl(AttentionImpl):
         self.softcap = self.logits_soft_cap or 0.0
         self.k_scale = 1.0  # per-tensor fp8 scales: stored value = x / scale
         self.v_scale = 1.0
+        self.supports_sinks = FLASH_ATTN_VERSIONS[self.version].sinks  # FA4's learnable_sink
 
     def kv_write_target(self, kv_cache, metadata: FlashAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping, self.k_scale, self.v_scale)
@@ -318,7 +319,8 @@ class FlashAttentionImpl(AttentionImpl):
             res = self.fa.flash_attn_varlen_func(
                 q, key_cache, value_cache, cu_seqlens_q=call.query_start_loc, seqused_k=call.seq_lens,
                 page_table=call.block_table, max_seqlen_q=call.max_query_len, max_seqlen_k=call.max_seq_len,
-                softmax_scale=self.scale, causal=True, window_size=window, softcap=self.softcap)
+                softmax_scale=self.scale, causal=True, window_size=window, softcap=self.softcap,
+                **({} if self.sinks is None else {"learnable_sink": self.sinks}))
             return res[0] if isinstance(res, tuple) else res
         if call.decode:  # FlashAttention 2: the paged decode kernel
             out = self.fa.flash_attn_with_kvcache(

@@ -44,7 +44,7 @@ class FlexAttentionBackend(AttentionBackend):
     supported_kv_cache_dtypes = ("auto",)
     supports_sliding_window = True
     supports_logits_soft_cap = True
-    supports_sinks = False
+    supports_sinks = True  # from flex_attention's log-sum-exp (FlexAttentionImpl.forward)
     supported_attn_types = (AttentionType.DECODER, AttentionType.ENCODER_ONLY)
     device_types = ("cuda", "cpu")
     required_package = "torch.nn.attention.flex_attention"
@@ -202,7 +202,10 @@ class FlexAttentionMetadataBuilder(AttentionMetadataBuilder):
 class FlexAttentionImpl(AttentionImpl):
     """Writes K/V, then one flex_attention call per metadata call: the key sequence is the call's gathered
     blocks (``kv_blocks``) or the whole cache. A logits soft cap C is a ``score_mod`` on the scaled scores,
-    ``C * tanh(s / C)``, before the mask."""
+    ``C * tanh(s / C)``, before the mask. Sinks: the output is scaled by ``exp(lse) / (exp(lse) + exp(sink))`` =
+    ``sigmoid(lse - sink)``, the share the keys keep once the sink joins the softmax."""
+
+    supports_sinks = True
 
     def __init__(self, spec, attention_config=None) -> None:
         super().__init__(spec, attention_config)
@@ -237,7 +240,12 @@ class FlexAttentionImpl(AttentionImpl):
                 if mask.seq_lengths[1] != n_slots:  # built without the cache size: same blocks, full key length
                     mask = _resize_kv(mask, n_slots)
             o = flex(q.transpose(0, 1)[None], k, v, block_mask=mask, scale=self.scale, score_mod=self._score_mod,
-                     enable_gqa=self.num_heads != self.num_kv_heads, kernel_options=kernel_options)
+                     enable_gqa=self.num_heads != self.num_kv_heads, kernel_options=kernel_options,
+                     **({} if self.sinks is None else _lse_request()))
+            if self.sinks is not None:  # o (1, Hq, L, D), lse (1, Hq, L) natural log
+                o, aux = o
+                lse = getattr(aux, "lse", aux)
+                o = o * torch.sigmoid(lse - self.sinks.float()[:, None])[..., None].to(o.dtype)
             out[call.query_start:call.query_end] = o[0].transpose(0, 1)[:n]
         return out
 
@@ -251,6 +259,16 @@ def _soft_cap_mod(cap: float):
         return cap * torch.tanh(score / cap)
 
     return soft_cap
+
+
+def _lse_request() -> dict:
+    """flex_attention's argument asking for the log-sum-exp: ``return_aux`` where torch has it (>= 2.9), else
+    ``return_lse``."""
+    try:
+        from torch.nn.attention.flex_attention import AuxRequest
+    except ImportError:
+        return {"return_lse": True}
+    return {"return_aux": AuxRequest(lse=True)}
 
 
 def _keys(blocks: torch.Tensor) -> torch.Tensor:

@@ -132,6 +132,7 @@ class TritonAttentionImpl(AttentionImpl):
     """Writes K/V with the Triton kernel, then runs the metadata's kernel calls."""
 
     kv_dim = 1  # cache shape (num_blocks, 2, block_size, Hkv, D)
+    supports_sinks = True
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -177,6 +178,7 @@ class TritonAttentionImpl(AttentionImpl):
                 num_splits=call.num_splits, sliding_window=self.sliding_window,
                 logits_soft_cap=self.logits_soft_cap, k_scale=self.k_scale, v_scale=self.v_scale,
                 split_token_range=call.token_range, launch=call.launch, rope=rope, decode=call.decode,
+                sinks=self.sinks,
             )
         return out
 
@@ -191,7 +193,7 @@ class TritonAttentionBackend(AttentionBackend):
     min_compute_capability = (7, 0)
     supports_sliding_window = True
     supports_logits_soft_cap = True
-    supports_sinks = False  # the kernel has no sink term
+    supports_sinks = True
     supported_attn_types = (AttentionType.DECODER,)
     device_types = ("cuda",)
     required_package = "triton"
