@@ -13,6 +13,7 @@ from attnserve.engine.outputs import CompletionOutput, RequestOutput
 from attnserve.core.sampling_params import SamplingParams
 from attnserve.entrypoints.chat_utils import chat_messages
 from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.limits import check_request_lists
 from attnserve.entrypoints.openai.protocol import (
     ChatChoiceLogprobs,
     ChatCompletionChoice,
@@ -42,6 +43,7 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     arrival = time.monotonic()  # TTFT and latency count tokenizing too
     ctx.check_ready()
     model = ctx.check_model(req.model)
+    check_request_lists(req)  # limits.py: before any tokenizing
     check_unsupported(req)
     check_no_tool_calling(req)
     check_stream_options(req)
