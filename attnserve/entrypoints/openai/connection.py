@@ -26,6 +26,7 @@ import asyncio
 import json
 import logging
 import socket
+import struct
 from dataclasses import dataclass
 
 import h11
@@ -161,6 +162,12 @@ class _GuardedH11Protocol(H11Protocol):
         self._timers.pop("write", None)
         logger.info("%s did not read its response for %g s (--timeout-write-stall): connection closed",
                     "%s:%d" % self.client if self.client else "a client", self.limits.timeout_write_stall)
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:  # a reset, not a FIN queued behind data the client will never take (an orphan socket)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass
         self.transport.abort()  # drop what is buffered: close() would wait for a client that does not read
 
     # --- refusals ------------------------------------------------------------------------------------
