@@ -4,8 +4,10 @@ An ASGI middleware: a ``Content-Length`` over the limit is answered 413 before a
 body without one (chunked transfer) is counted as it arrives, and the chunk that passes the limit ends the
 reading with the same 413 (``BodyTooLarge``, raised from ``receive``: FastAPI re-raises an HTTPException met
 while reading, and the server's handler writes it). Nothing past the limit is kept: uvicorn hands the body over
-in chunks of at most 64 KiB and discards what arrives after the response. The 413 is OpenAI's error body,
-``code`` ``request_body_too_large``, the message naming the limit and its flag.
+in chunks of at most 64 KiB. The 413 closes the connection (``Connection: close``); the connection drops, unparsed,
+what the client still sends for a moment before it closes (``connection.LINGER_S``), so that the client reads
+the 413. The 413 is OpenAI's error body, ``code`` ``request_body_too_large``, the message naming the limit and its
+flag.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class BodyTooLarge(HTTPException):
     code = CODE
 
     def __init__(self, limit: int, sent: int | None = None) -> None:
-        super().__init__(413, too_large_message(limit, sent))
+        super().__init__(413, too_large_message(limit, sent), headers={"connection": "close"})
 
 
 class RequestBodyLimit:
@@ -48,7 +50,8 @@ class RequestBodyLimit:
             return await self.app(scope, receive, send)
         declared = _content_length(scope)
         if declared is not None and declared > limit:  # refused unread; uvicorn discards what the client sends
-            return await error_response(too_large_message(limit, declared), 413, code=CODE)(scope, receive, send)
+            response = error_response(too_large_message(limit, declared), 413, code=CODE, headers={"connection": "close"})
+            return await response(scope, receive, send)
         received = 0
 
         async def counting_receive():

@@ -40,6 +40,37 @@ logger = logging.getLogger(__name__)
 # buffers, and its flow control (and the write deadline) sees a client that does not read after ~100 KiB,
 # not after the megabytes of an autotuned send buffer; bytes in flight to a reading client are not limited
 NOTSENT_LOWAT = 16 * 1024
+# a response that ends a connection whose request body is still arriving (a 413): the connection half-closes and
+# drops what arrives, unparsed, for up to this long before it closes, so that the client, still sending, reads
+# the response instead of a reset (a close with unread data resets the connection), and the server does not
+# parse megabytes it refused
+LINGER_S = 2.0
+
+
+class _LingeringTransport:
+    """The connection's transport as uvicorn sees it: ``close()`` while the request's body is still arriving
+    half-closes (the response goes out, then FIN) and lets the protocol drop what arrives for ``LINGER_S``."""
+
+    def __init__(self, transport, protocol: _GuardedH11Protocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self._lingering = False
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self._lingering or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self._lingering or self._transport.is_closing():
+            return
+        if self._protocol.conn.their_state is h11.SEND_BODY and self._transport.can_write_eof():
+            self._lingering = True
+            self._protocol.linger()
+            self._transport.write_eof()
+            return
+        self._transport.close()
 
 
 @dataclass(frozen=True)
@@ -94,7 +125,8 @@ class _GuardedH11Protocol(H11Protocol):
             timer.cancel()
 
     def connection_made(self, transport) -> None:
-        super().connection_made(transport)
+        super().connection_made(_LingeringTransport(transport, self))
+        self._lingering = False
         sock = transport.get_extra_info("socket")
         if sock is not None and hasattr(socket, "TCP_NOTSENT_LOWAT"):
             try:
@@ -108,7 +140,24 @@ class _GuardedH11Protocol(H11Protocol):
             self._disarm(name)
         super().connection_lost(exc)
 
+    def linger(self) -> None:
+        """The response is out and the connection closes: drop what the client still sends, for ``LINGER_S``."""
+        self._lingering = True
+        for name in list(self._timers):
+            self._disarm(name)
+        self._timers["linger"] = self.loop.call_later(LINGER_S, self._transport_close)
+
+    def _transport_close(self) -> None:
+        self._timers.pop("linger", None)
+        self.transport._transport.close()
+
+    def eof_received(self) -> None:
+        if self._lingering:  # the client has sent all it had: close now
+            self._transport_close()
+
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return
         if self.conn.their_state is h11.IDLE:  # a request's headers (the next one on a kept-alive connection)
             self._arm("header", self.limits.timeout_request_header, self._header_expired)
             self._header_bytes += len(data)
