@@ -171,13 +171,24 @@ class Soak:
         return host, int(port)
 
 
+# client kind -> threads running it
+KINDS = {"normal": 2, "streaming": 2, "disconnecting": 1, "slow": 1, "oversized": 1, "slow_loris": 1}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--output-json", default=None)
+    parser.add_argument("--clients", default=",".join(KINDS),
+                        help=f"comma-separated client kinds to run (default all: {','.join(KINDS)}); "
+                             "e.g. normal,streaming for a baseline without hostile clients")
     parser.add_argument("server_args", nargs=argparse.REMAINDER, help="after --: flags for attnserve serve")
     args = parser.parse_args()
     server_args = [a for a in args.server_args if a != "--"]
+    kinds = args.clients.split(",")
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        parser.error(f"argument --clients: {','.join(unknown)} not allowed (allowed: {', '.join(KINDS)})")
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -200,9 +211,7 @@ def main() -> int:
         model = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
         start_mb = rss_mb(proc.pid)
         soak = Soak(url, model, time.monotonic() + args.minutes * 60)
-        clients = [("normal", soak.normal)] * 2 + [("streaming", soak.streaming)] * 2 + [
-            ("disconnecting", soak.disconnecting), ("slow", soak.slow), ("oversized", soak.oversized),
-            ("slow_loris", soak.slow_loris)]
+        clients = [(kind, getattr(soak, kind)) for kind in kinds for _ in range(KINDS[kind])]
         threads = [threading.Thread(target=soak.loop, args=c, daemon=True) for c in clients]
         t0 = time.monotonic()
         for t in threads:
@@ -228,6 +237,7 @@ def main() -> int:
         report = {
             "minutes": round(elapsed / 60, 2),
             "server_args": server_args,
+            "clients": kinds,
             "requests_served": dict(soak.served),
             "requests_served_total": sum(soak.served.values()),
             "errors": dict(soak.errors),
