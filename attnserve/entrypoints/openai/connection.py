@@ -48,8 +48,8 @@ LINGER_S = 2.0
 
 
 class _LingeringTransport:
-    """The connection's transport as uvicorn sees it: ``close()`` while the request's body is still arriving
-    half-closes (the response goes out, then FIN) and lets the protocol drop what arrives for ``LINGER_S``."""
+    """The connection's transport as uvicorn sees it: ``close()`` while the request's body is still arriving (or
+    after h11 refused a request part way) half-closes (the response goes out, then FIN) and lets the protocol drop what arrives for ``LINGER_S``."""
 
     def __init__(self, transport, protocol: _GuardedH11Protocol) -> None:
         self._transport = transport
@@ -65,7 +65,8 @@ class _LingeringTransport:
     def close(self) -> None:
         if self._lingering or self._transport.is_closing():
             return
-        if self._protocol.conn.their_state is h11.SEND_BODY and self._transport.can_write_eof():
+        # a body still arriving, or a request h11 refused part way (a header block over its limit)
+        if self._protocol.conn.their_state in (h11.SEND_BODY, h11.ERROR) and self._transport.can_write_eof():
             self._lingering = True
             self._protocol.linger()
             self._transport.write_eof()
@@ -113,6 +114,7 @@ class _GuardedH11Protocol(H11Protocol):
         self.app = self._guarded_app
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._header_bytes = 0  # bytes received since the request's headers began
+        self._lingering = False  # the response is out and the connection closing: what arrives is dropped
 
     # --- deadlines ---------------------------------------------------------------------------------
     def _arm(self, name: str, seconds: float | None, fire) -> None:
@@ -126,7 +128,6 @@ class _GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport) -> None:
         super().connection_made(_LingeringTransport(transport, self))
-        self._lingering = False
         sock = transport.get_extra_info("socket")
         if sock is not None and hasattr(socket, "TCP_NOTSENT_LOWAT"):
             try:

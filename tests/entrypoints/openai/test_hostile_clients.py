@@ -262,6 +262,20 @@ def test_too_many_headers_are_answered_431(server):
     assert_error(r.json(), "invalid_request_error", "h11_max_header_count", "at most 256", "--h11-max-header-count")
 
 
+def test_a_header_block_over_h11s_limit_is_answered_431(server):
+    limit = 4 * 1024 * 1024  # --h11-max-incomplete-event-size's default, vLLM's
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    try:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (2 * limit) + b"\r\n\r\n")
+    except OSError:  # the server answered and closed while the header was still going out
+        pass
+    status, body, _ = read_response(sock)
+    sock.close()
+    assert status == 431
+    assert_error(body, "invalid_request_error", "h11_max_incomplete_event_size", str(limit),
+                 "--h11-max-incomplete-event-size")
+
+
 @pytest.mark.parametrize("field, value, param, code, words", [
     ("stop", ["x"] * 65, "stop", "array_above_max_length", "at most 64 stop strings"),
     ("stop", ["ok", "y" * 1025], "stop.1", "string_above_max_length", "at most 1024 characters"),
