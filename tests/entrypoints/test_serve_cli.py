@@ -48,6 +48,22 @@ def test_a_port_in_use_fails_at_once_with_one_line(capsys):
     assert err == f"attnserve serve: error: cannot listen on 127.0.0.1:{port}: {IN_USE}"
 
 
+def test_a_port_another_server_has_just_bound_is_the_same_one_line(capsys):
+    """Two servers started one after the other on one port: the first holds it from its bind (its socket listens
+    at once), so the second fails at its bind with the same line, not later in uvicorn with a traceback. (With
+    SO_REUSEADDR, Linux let the second bind too while the first did not listen yet.)"""
+    from attnserve.entrypoints.openai.listen import bind_socket
+
+    first = bind_socket("127.0.0.1", 0)
+    port = first.getsockname()[1]
+    try:
+        code = main(["serve", "--port", str(port), "--log-level", "warning"])
+    finally:
+        first.close()
+    assert code == 1
+    assert capsys.readouterr().err.strip() == f"attnserve serve: error: cannot listen on 127.0.0.1:{port}: {IN_USE}"
+
+
 def test_a_port_in_use_is_refused_before_the_models_config_is_read():
     """As a user runs it: the address is bound right after the flags are read, so a port in use is the only line,
     at the default log level, with nothing of the model's checks or load before it (its config check logs the

@@ -103,7 +103,10 @@ class ServingContext:
                 raise OpenAIError(f"the model failed to load: {load_error_summary(self.engine.load_error)}", 503)
             if self.engine.dead_error is not None:  # a worker died: restart the server
                 raise OpenAIError(f"the engine is dead ({self.engine.dead_error}); restart the server", 503)
-            raise OpenAIError("the server is starting (loading the model) or shutting down; retry later", 503)
+            if self.engine.is_stopping:
+                raise OpenAIError("the server is shutting down; retry later (on another replica)", 503,
+                                  code="shutting_down")
+            raise OpenAIError("the server is starting (loading the model); retry later", 503)
 
     def check_model(self, name: str | None) -> str:
         """The model name to answer with; 400 for a name this server does not serve."""
@@ -284,7 +287,11 @@ async def generate_all(ctx: ServingContext, prompts: list[list[int]], params: li
 
 
 async def _merge(streams: list[AsyncIterator[RequestOutput]]) -> AsyncIterator[tuple[int, RequestOutput]]:
-    """Interleave async iterators as their items arrive. One stream is iterated directly (no task)."""
+    """Interleave async iterators as their items arrive. One stream is iterated directly (no task).
+
+    Each stream has at most one item in hand: its next item is asked for only once the consumer has taken the
+    one before (an output's lists grow when its stream's next item is taken), so a consumer that stops reading
+    holds one output per stream, never a queue of them."""
     if len(streams) == 1:
         try:
             async for out in streams[0]:
@@ -292,32 +299,24 @@ async def _merge(streams: list[AsyncIterator[RequestOutput]]) -> AsyncIterator[t
         finally:
             await streams[0].aclose()
         return
-    queue: asyncio.Queue = asyncio.Queue()
-    end = object()
-
-    async def pump(i: int, stream: AsyncIterator[RequestOutput]) -> None:
-        try:
-            async for out in stream:
-                await queue.put((i, out))
-            await queue.put((i, end))
-        except BaseException as e:  # handed to the consumer; cancellation included
-            await queue.put((i, e))
-
-    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    pending = {asyncio.ensure_future(anext(s)): i for i, s in enumerate(streams)}
     try:
-        remaining = len(tasks)
-        while remaining:
-            i, item = await queue.get()
-            if item is end:
-                remaining -= 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield i, item
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=pending.__getitem__):
+                i = pending.pop(task)
+                try:
+                    out = task.result()
+                except StopAsyncIteration:
+                    continue
+                yield i, out
+                pending[asyncio.ensure_future(anext(streams[i]))] = i
     finally:
-        for t in tasks:
-            t.cancel()  # each generate() aborts its request as it unwinds
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for task in pending:
+            task.cancel()  # the generate() it runs aborts its request as it unwinds
+        await asyncio.gather(*pending, return_exceptions=True)
+        for s in streams:
+            await s.aclose()  # a stream without a task in hand (its item just yielded): aborts its request
 
 
 async def until_disconnected(request: Request, work: Awaitable):

@@ -14,6 +14,7 @@ from attnserve.core.sampling_params import SamplingParams
 from attnserve.entrypoints.chat_utils import (ChatTemplateOptions, apply_chat_template, chat_messages,
                                               check_chat_template_options)
 from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.limits import check_request_lists
 from attnserve.entrypoints.openai.protocol import (
     ChatChoiceLogprobs,
     ChatCompletionChoice,
@@ -47,6 +48,7 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     arrival = time.monotonic()  # TTFT and latency count tokenizing too
     ctx.check_ready()
     model = ctx.check_model(req.model)
+    check_request_lists(req)  # limits.py: before any tokenizing
     check_fields(req, CHAT_FIELDS)
     check_unsupported(req)
     check_no_tool_calling(req)

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from attnserve.engine.outputs import CompletionOutput, RequestOutput
 from attnserve.core.sampling_params import SamplingParams
 from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.limits import check_request_lists
 from attnserve.entrypoints.openai.protocol import (
     CompletionChoice,
     CompletionLogProbs,
@@ -49,6 +50,7 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     arrival = time.monotonic()  # TTFT and latency count tokenizing too
     ctx.check_ready()
     model = ctx.check_model(req.model)
+    check_request_lists(req)  # limits.py: before any tokenizing
     check_fields(req, COMPLETION_FIELDS)
     check_unsupported(req)
     check_stream_options(req)
