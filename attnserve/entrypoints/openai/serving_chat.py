@@ -32,8 +32,10 @@ from attnserve.entrypoints.openai.serving import (
     check_unsupported,
     generate_all,
     new_id,
+    prompt_logprobs,
     sampling_params,
     sse_stream,
+    truncate_prompt,
     until_disconnected,
 )
 
@@ -68,7 +70,8 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     ]
     completion_tokens = sum(len(c.token_ids) for c in final.outputs)
     usage = UsageInfo.of(len(prompt_ids), completion_tokens, final.num_cached_tokens)
-    body = ChatCompletionResponse(id=request_id, model=model, choices=choices, usage=usage)
+    body = ChatCompletionResponse(id=request_id, model=model, choices=choices, usage=usage,
+                                  prompt_logprobs=prompt_logprobs(final))
     return JSONResponse(body.model_dump(mode="json"))
 
 
@@ -93,7 +96,7 @@ def check_no_tool_calling(req: ChatCompletionRequest) -> None:
 def _prepare(ctx: ServingContext, req: ChatCompletionRequest, logprobs: int | None) -> tuple[list[int], SamplingParams]:
     """The prompt's token ids (``render_chat``) and SamplingParams, the prompt checked against the context; 400 for
     what is wrong. Runs on the tokenizer thread."""
-    prompt_ids = render_chat(ctx, req)
+    prompt_ids = truncate_prompt(ctx, render_chat(ctx, req), req)
     max_tokens_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = getattr(req, max_tokens_param)
     return prompt_ids, sampling_params(ctx, req, ctx.check_prompt(prompt_ids, max_tokens, ("messages",),

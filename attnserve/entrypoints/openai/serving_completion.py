@@ -27,8 +27,10 @@ from attnserve.entrypoints.openai.serving import (
     empty_prompt,
     generate_all,
     new_id,
+    prompt_logprobs,
     sampling_params,
     sse_stream,
+    truncate_prompt,
     until_disconnected,
 )
 
@@ -74,7 +76,8 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
             prefix = texts[p] if req.echo else ""
             logprobs = _logprobs(c, 0, len(c.token_ids), len(prefix)) if req.logprobs is not None else None
             choices.append(CompletionChoice(index=p * req.n + c.index, text=prefix + c.text, logprobs=logprobs,
-                                            finish_reason=c.finish_reason, stop_reason=c.stop_reason))
+                                            finish_reason=c.finish_reason, stop_reason=c.stop_reason,
+                                            prompt_logprobs=prompt_logprobs(out)))
             completion_tokens += len(c.token_ids)
     prompt_tokens = sum(len(ids) for ids in token_prompts)
     usage = UsageInfo.of(prompt_tokens, completion_tokens, sum(out.num_cached_tokens for out in final))
@@ -94,6 +97,7 @@ def _prepare(ctx: ServingContext, req: CompletionRequest) -> tuple[list[str] | N
     context (``_prompts``, ``check_prompt``); 400 for the first bad one. Calls the tokenizer when
     ``_needs_tokenizer``: then it runs on the tokenizer thread."""
     texts, token_prompts, paths = _prompts(ctx, req.prompt, req.echo)
+    token_prompts = [truncate_prompt(ctx, ids, req) for ids in token_prompts]
     params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens, path), req.logprobs)
               for ids, path in zip(token_prompts, paths)]
     return texts, token_prompts, params
