@@ -2,7 +2,7 @@
 min_tokens, then the penalties (repetition, frequency, presence; vLLM ``v1/sample/sampler.py``
 ``apply_logits_processors`` and ``ops/penalties.py``).
 
-The penalties read per-request token state kept on the device: ``counts`` (slots, V) int32, how often each
+The penalties (``kernels/penalties.py``: one Triton kernel on CUDA) read per-request token state kept on the device: ``counts`` (slots, V) int32, how often each
 token occurs in the request's output, and ``prompt_mask`` (slots, V) bool, which tokens its prompt holds. A
 request with penalties takes a slot when it is (re)admitted (filled from its known tokens, one host->device
 copy) and each step's sampled tokens are added on the device (:meth:`LogitsProcessors.record`): no host round
@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from attnserve.core.step import ScheduledRequest
+from attnserve.kernels.penalties import apply_penalties
 
 _NEG_INF = float("-inf")
 
@@ -30,25 +31,10 @@ def _to_device(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor
     return cpu.to(device)
 
 
-def apply_penalties(
-    logits: torch.Tensor,  # (R, V) float32, modified in place
-    counts: torch.Tensor,  # (R, V) int32: occurrences of each token in the output
-    prompt_mask: torch.Tensor,  # (R, V) bool: tokens of the prompt
-    presence: torch.Tensor | None,  # (R, 1) float32, None = all 0
-    frequency: torch.Tensor | None,  # (R, 1) float32, None = all 0
-    repetition: torch.Tensor | None,  # (R, 1) float32, None = all 1
-) -> torch.Tensor:
-    """vLLM's ``apply_penalties``: a token seen in the prompt or output has its logit divided by the repetition
-    penalty when positive, multiplied when not; then ``logits -= frequency * count + presence * (count > 0)``."""
-    if repetition is not None:
-        seen = prompt_mask | (counts > 0)
-        penalty = torch.where(seen, repetition, 1.0)
-        logits.copy_(torch.where(logits > 0, logits / penalty, logits * penalty))
-    if frequency is not None:
-        logits.sub_(frequency * counts)
-    if presence is not None:
-        logits.sub_(presence * (counts > 0))
-    return logits
+def _flat(pairs: list[tuple[int, int]], vocab: int, device: torch.device) -> torch.Tensor:
+    """(row, token) pairs as flat indices into a (rows, vocab) tensor's ``view(-1)`` (int64, on ``device``):
+    index_fill_ / scatter on them queue without a host sync, as advanced-index assignment may not."""
+    return _to_device([j * vocab + t for j, t in pairs], torch.int64, device)
 
 
 class LogitsProcessors:
@@ -83,11 +69,11 @@ class LogitsProcessors:
             slot = self._take_slot(vocab)
             self.slots[r.request_id] = slot
             self.prompt_mask[slot].zero_()
-            self.prompt_mask[slot, _to_device(r.prompt_token_ids, torch.int64, self.device)] = True
+            self.prompt_mask[slot].index_fill_(0, _to_device(r.prompt_token_ids, torch.int64, self.device), True)
             self.counts[slot].zero_()
             if r.output_token_ids:
                 ids = _to_device(r.output_token_ids, torch.int64, self.device)
-                self.counts[slot].index_put_((ids,), torch.ones_like(ids, dtype=torch.int32), accumulate=True)
+                self.counts[slot].scatter_add_(0, ids, torch.ones_like(ids, dtype=torch.int32))
 
     def _take_slot(self, vocab: int) -> int:
         if not self._free:  # grow: double the rows (a copy; rare, the number of running requests is bounded)
@@ -121,19 +107,20 @@ class LogitsProcessors:
         # allowed_token_ids: every other token -inf
         allowed = [(j, p.allowed_token_ids) for j, p in enumerate(params) if p.allowed_token_ids is not None]
         if allowed:
-            cols = _to_device([t for _, ids in allowed for t in ids], torch.int64, dev)
             keep = torch.zeros(len(allowed), vocab, dtype=torch.bool, device=dev)
-            local = _to_device([i for i, (_, ids) in enumerate(allowed) for _ in ids], torch.int64, dev)
-            keep[local, cols] = True
-            index = _to_device([j for j, _ in allowed], torch.int64, dev)
-            out[index] = out[index].masked_fill_(~keep, _NEG_INF)
+            keep.view(-1).index_fill_(0, _flat([(i, t) for i, (_, ids) in enumerate(allowed) for t in ids], vocab, dev),
+                                      True)
+            if len(allowed) == len(reqs):
+                out.masked_fill_(~keep, _NEG_INF)
+            else:
+                index = _to_device([j for j, _ in allowed], torch.int64, dev)
+                out.index_copy_(0, index, out.index_select(0, index).masked_fill_(~keep, _NEG_INF))
         self._bad_words(out, reqs, last_tokens, last_rows)
-        # logit_bias: added
+        # logit_bias: added (one entry per row and token: a dict)
         bias = [(j, t, b) for j, p in enumerate(params) for t, b in (p.logit_bias or {}).items()]
         if bias:
-            rows, cols, vals = zip(*bias)
-            out.index_put_((_to_device(rows, torch.int64, dev), _to_device(cols, torch.int64, dev)),
-                           _to_device(vals, torch.float32, dev), accumulate=True)
+            out.view(-1).scatter_add_(0, _flat([(j, t) for j, t, _ in bias], vocab, dev),
+                                      _to_device([b for *_, b in bias], torch.float32, dev))
         # min_tokens: EOS (unless ignore_eos) and the stop token ids masked while the output is shorter
         banned = []
         for j, r in enumerate(reqs):
@@ -144,8 +131,7 @@ class LogitsProcessors:
                     stop_ids.add(r.eos_token_id)
                 banned.extend((j, t) for t in sorted(stop_ids))
         if banned:
-            rows, cols = zip(*banned)
-            out[_to_device(rows, torch.int64, dev), _to_device(cols, torch.int64, dev)] = _NEG_INF
+            out.view(-1).index_fill_(0, _flat(banned, vocab, dev), _NEG_INF)
         self._penalties(out, reqs)
         return out
 
@@ -169,14 +155,16 @@ class LogitsProcessors:
                         pending.append((j, w[-1], last_rows[r.request_id], prefix[-1]))
                 elif known[len(known) - len(prefix):] == prefix:
                     always.append((j, w[-1]))
-        dev = self.device
+        dev, vocab = self.device, out.shape[1]
         if always:
-            rows, cols = zip(*always)
-            out[_to_device(rows, torch.int64, dev), _to_device(cols, torch.int64, dev)] = _NEG_INF
+            out.view(-1).index_fill_(0, _flat(always, vocab, dev), _NEG_INF)
         if pending:
-            rows, cols, src, expected = (_to_device(x, torch.int64, dev) for x in zip(*pending))
+            flat = _flat([(j, t) for j, t, *_ in pending], vocab, dev)
+            src, expected = (_to_device(x, torch.int64, dev) for x in list(zip(*pending))[2:])
             hit = last_tokens.index_select(0, src) == expected
-            out[rows, cols] = torch.where(hit, _NEG_INF, out[rows, cols])
+            # min with -inf where the pending token completes the prefix (+inf: unchanged); a token banned by two
+            # words is -inf when either matches
+            out.view(-1).scatter_reduce_(0, flat, torch.where(hit, _NEG_INF, float("inf")), reduce="amin")
 
     def _penalties(self, out: torch.Tensor, reqs: list[ScheduledRequest]) -> None:
         rows = [j for j, r in enumerate(reqs) if r.sampling_params.has_penalties]
@@ -184,22 +172,15 @@ class LogitsProcessors:
             return
         dev = self.device
         params = [reqs[j].sampling_params for j in rows]
-        slots = _to_device([self.slots[reqs[j].request_id] for j in rows], torch.int64, dev)
 
-        def column(values: list[float], off: float) -> torch.Tensor | None:
-            return None if all(v == off for v in values) else _to_device(values, torch.float32, dev)[:, None]
+        def column(values: list[float], off: float) -> torch.Tensor | None:  # (P,) float32, None when all off
+            return None if all(v == off for v in values) else _to_device(values, torch.float32, dev)
 
-        presence = column([p.presence_penalty for p in params], 0.0)
-        frequency = column([p.frequency_penalty for p in params], 0.0)
-        repetition = column([p.repetition_penalty for p in params], 1.0)
-        counts = self.counts.index_select(0, slots)
-        mask = self.prompt_mask.index_select(0, slots) if repetition is not None else None
-        if len(rows) == out.shape[0]:  # every row: in place, no gather of the logits
-            apply_penalties(out, counts, mask, presence, frequency, repetition)
-            return
-        index = _to_device(rows, torch.int64, dev)
-        out.index_copy_(0, index, apply_penalties(out.index_select(0, index), counts, mask, presence, frequency,
-                                                  repetition))
+        apply_penalties(out, _to_device(rows, torch.int64, dev),
+                        _to_device([self.slots[reqs[j].request_id] for j in rows], torch.int64, dev),
+                        self.counts, self.prompt_mask, column([p.presence_penalty for p in params], 0.0),
+                        column([p.frequency_penalty for p in params], 0.0),
+                        column([p.repetition_penalty for p in params], 1.0))
 
     def record(self, reqs: list[ScheduledRequest], token_ids: torch.Tensor) -> None:
         """Count the step's sampled tokens ``token_ids`` (R,) int64 (device) for the requests with penalties."""
@@ -210,4 +191,5 @@ class LogitsProcessors:
         slots = _to_device([self.slots[reqs[j].request_id] for j in rows], torch.int64, dev)
         tokens = token_ids if len(rows) == len(reqs) else token_ids.index_select(
             0, _to_device(rows, torch.int64, dev))
-        self.counts.index_put_((slots, tokens), torch.ones_like(tokens, dtype=torch.int32), accumulate=True)
+        vocab = self.counts.shape[1]
+        self.counts.view(-1).scatter_add_(0, slots * vocab + tokens, torch.ones_like(tokens, dtype=torch.int32))
