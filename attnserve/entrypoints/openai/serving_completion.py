@@ -56,8 +56,7 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     if req.best_of is not None and req.best_of != req.n:
         raise OpenAIError(f"best_of {req.best_of} not supported: it must equal n ({req.n})", 400, param="best_of")
     if req.echo and req.logprobs is not None:
-        raise OpenAIError("echo with logprobs needs prompt logprobs, which this server does not compute",
-                          400, param="echo")
+        raise OpenAIError("echo with logprobs is not supported; ask for prompt_logprobs instead", 400, param="echo")
     # tokenizing (seconds for a long text) on the tokenizer thread, so that the event loop answers other requests
     texts, token_prompts, params = (await ctx.tokenizer_thread.run(_prepare, ctx, req) if _needs_tokenizer(req)
                                     else _prepare(ctx, req))
