@@ -43,6 +43,7 @@ def apply_penalties(logits: torch.Tensor, rows: torch.Tensor, slots: torch.Tenso
                     repetition: torch.Tensor | None) -> None:
     """``penalties.apply_penalties`` on CUDA: shapes and dtypes as there; the last dims contiguous."""
     assert logits.dtype == torch.float32 and logits.stride(-1) == 1 and counts.stride(-1) == 1
+    assert counts.shape[1] == prompt_mask.shape[1] == logits.shape[1]
     n = rows.shape[0]
     if n == 0:
         return

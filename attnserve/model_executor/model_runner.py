@@ -2,8 +2,10 @@
 
 Owns the model, the KV cache tensors, the attention backend's metadata builder, the captured CUDA graphs
 of decode steps (``cuda_graph.py``; on CUDA unless ``enforce_eager`` or the backend declares no support) and
-the per-request random generators. Holds no request state beyond those generators: every step's inputs come in the
-SchedulerOutput.
+the per-request random generators. Holds no request state beyond those generators and the logits processors'
+device token counts (``logits_processors.py``: penalties): every step's inputs come in the SchedulerOutput. The
+logits of a step whose requests change them (penalties, bias, masks) pass through the processors, in one call
+before sampling; the model's fused greedy head runs only for steps without such requests.
 
 Under tensor parallelism one ModelRunner runs in each worker process with its rank's ``tp``: it builds its
 shard of the model, a KV cache for its KV heads, and runs the same forward pass as the others (the layers'
@@ -364,8 +366,8 @@ class ModelRunner:
         params = [r.sampling_params for r in reqs]
         tokens = self._greedy_tokens(hidden, params) if rows and sample_rows is None else None
         logits = self.model.compute_logits(hidden) if tokens is None else None
-        if self.tp.is_driver:
-            self.logits_processors.admit(sched.requests, self.dims.vocab_size)
+        if self.tp.is_driver and logits is not None:  # (the fused greedy head runs only without penalties)
+            self.logits_processors.admit(sched.requests, logits.shape[1])
         if not rows:
             return PendingStep([], None, prompt_logprobs)
         last_rows = {r.request_id: j for j, r in enumerate(reqs)}
