@@ -98,6 +98,8 @@ class SamplingParams:
     detokenize: bool = True
     # bad_words as token id sequences, set by the engine with its tokenizer (LLMEngine.check_params)
     bad_words_token_ids: list[list[int]] | None = field(default=None, repr=False)
+    # whether a rule other than bad words changes the logits (set once: the step loop asks for every request)
+    _logits_rules: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # vLLM's defaults are None; stored as [] so that downstream code sees lists only
@@ -179,6 +181,8 @@ class SamplingParams:
             self.bad_words = list(self.bad_words)
         if self.allowed_token_ids is not None:
             self.allowed_token_ids = list(self.allowed_token_ids)
+        self._logits_rules = (self.has_penalties or bool(self.logit_bias) or self.min_tokens > 0
+                              or self.allowed_token_ids is not None)
 
     @property
     def greedy(self) -> bool:
@@ -192,8 +196,7 @@ class SamplingParams:
     @property
     def changes_logits(self) -> bool:
         """Whether the logits are processed before sampling (penalties, bias, min_tokens, bad words, allowed ids)."""
-        return (self.has_penalties or bool(self.logit_bias) or self.min_tokens > 0 or bool(self.bad_words_token_ids)
-                or self.allowed_token_ids is not None)
+        return self._logits_rules or bool(self.bad_words_token_ids)
 
     @property
     def bad_words_history(self) -> int:

@@ -7,6 +7,7 @@ before; ``step()`` returns the outputs of the step it read.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 
@@ -200,7 +201,7 @@ class LLMEngine:
             child_params = params
             if params.n > 1:
                 seed = None if params.seed is None else completion_seed(params.seed, i)
-                child_params = SamplingParams(**{**vars(params), "n": 1, "seed": seed})
+                child_params = dataclasses.replace(params, n=1, seed=seed)
             children.append(Request(
                 request_id=f"{request_id}#{i}",
                 prompt_token_ids=token_ids,
