@@ -73,8 +73,9 @@ def _tpot(ttft: float, e2e: float, output_len: int) -> float | None:
 
 
 def run_engine(engine, batch_size: int, input_len: int, output_len: int, num_iters: int, num_iters_warmup: int,
-               vocab_size: int, seed: int, roofline: Roofline, bar=None) -> LatencyRow:
-    """Timed batches through the engine; per-request TTFT/TPOT/E2E from the engine's request metrics."""
+               vocab_size: int, seed: int, roofline: Roofline, bar=None, sampling: dict | None = None) -> LatencyRow:
+    """Timed batches through the engine; per-request TTFT/TPOT/E2E from the engine's request metrics.
+    ``sampling``: more SamplingParams fields for every request (penalties), on top of greedy, ignore_eos."""
     from attnserve.core.sampling_params import SamplingParams
 
     device = engine.info.device
@@ -83,7 +84,8 @@ def run_engine(engine, batch_size: int, input_len: int, output_len: int, num_ite
         requests = iteration_requests(batch_size, input_len, output_len, vocab_size, seed, it)
         t0 = now(device)
         # detokenize=False: the benchmark counts tokens, so no per-token decoding in the timed loop
-        params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True, detokenize=False)
+        params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True, detokenize=False,
+                                **(sampling or {}))
         for r in requests:
             engine.add_request(r.prompt_token_ids, params)
         finished = []
@@ -164,11 +166,12 @@ def _check_sizes(config, sizes: list[int]) -> None:
 
 def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: int, num_iters: int,
                 num_iters_warmup: int, baseline: str | None = None, progress: bool = True,
-                tensor_parallel_sizes: list[int] | None = None) -> dict:
+                tensor_parallel_sizes: list[int] | None = None, sampling: dict | None = None) -> dict:
     """The whole benchmark over ``batch_sizes``: the engine's rows, then the baseline's; JSON-ready result.
 
     ``tensor_parallel_sizes``: run the engine once per size, one after the other (rows ``attnserve tpN``);
-    default: the config's size only. Raises ValueError when input_len + output_len exceeds max_model_len.
+    default: the config's size only. ``sampling``: SamplingParams fields every engine request adds (penalties;
+    the baseline runs without them). Raises ValueError when input_len + output_len exceeds max_model_len.
     """
     import dataclasses
 
@@ -194,7 +197,8 @@ def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: i
         args = (input_len, output_len, num_iters, num_iters_warmup, facts.prompt_vocab_size, seed, roofline)
         name = "attnserve" if tensor_parallel_sizes is None else f"attnserve tp{tp}"
         with tqdm(total=iters, desc=name, unit="batch", disable=not progress) as bar:
-            rows += [dataclasses.replace(run_engine(engine, b, *args, bar=bar), name=name) for b in batch_sizes]
+            rows += [dataclasses.replace(run_engine(engine, b, *args, bar=bar, sampling=sampling), name=name)
+                     for b in batch_sizes]
         stop_engine(engine, facts)
         del engine
     facts, roofline = first
@@ -220,7 +224,7 @@ def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: i
         "engine": facts.to_dict(),
         "workload": {"batch_sizes": batch_sizes, "input_len": input_len, "output_len": output_len,
                      "num_iters": num_iters, "num_iters_warmup": num_iters_warmup, "seed": seed, "ignore_eos": True,
-                     "temperature": 0.0, "tensor_parallel_sizes": sizes},
+                     "temperature": 0.0, "tensor_parallel_sizes": sizes, "sampling": sampling or {}},
         "roofline": roofline.to_dict(),
         "baseline": baseline,
         "baseline_settings": vllm_settings,  # vllm: its version and what its defaults resolved to

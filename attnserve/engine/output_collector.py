@@ -16,6 +16,7 @@ when the reader takes its next output: read them before that.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 
 from attnserve.engine.outputs import CompletionOutput, RequestOutput
@@ -66,9 +67,7 @@ class RequestOutputCollector:
         if isinstance(pending, BaseException):
             raise pending
         out, lengths = pending
-        return RequestOutput(out.request_id, out.prompt, out.prompt_token_ids,
-                             [self._view(c, n, m) for c, (n, m) in zip(out.outputs, lengths)], out.finished,
-                             out.metrics, out.num_preemptions, out.extra, out.num_cached_tokens)
+        return dataclasses.replace(out, outputs=[self._view(c, n, m) for c, (n, m) in zip(out.outputs, lengths)])
 
     def _view(self, c: CompletionOutput, num_tokens: int, num_logprobs: int) -> CompletionOutput:
         """``c`` with the collector's lists, extended to ``num_tokens`` / ``num_logprobs`` from the engine's."""

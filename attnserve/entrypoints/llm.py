@@ -84,9 +84,11 @@ class LLM:
         single = _is_single_prompt(prompts)
         prompts = [parse_prompt(p) for p in ([prompts] if single else prompts)]
         paths = [("prompt",)] if single else [("prompts", i) for i in range(len(prompts))]
-        # all checked before any is queued
-        token_prompts = [self.engine.check_prompt(p, path) for p, path in zip(prompts, paths)]
-        return self._generate(prompts, token_prompts, paths, sampling_params, use_tqdm)
+        params = _params_list(sampling_params, len(prompts), self.engine.default_sampling_params())
+        # all checked before any is queued (truncate_prompt_tokens applied first, as vLLM does)
+        token_prompts = [self.engine.check_prompt(p, path, sp.truncate_prompt_tokens)
+                         for p, path, sp in zip(prompts, paths, params)]
+        return self._generate(prompts, token_prompts, paths, params, use_tqdm)
 
     def chat(
         self,
@@ -126,21 +128,17 @@ class LLM:
         prompts = [apply_chat_template(self.tokenizer, chat_messages(conv, path), options)
                    for conv, path in zip(conversations, paths)]
         # the template already holds the special tokens (BOS, ...); all checked before any is queued
-        token_prompts = [self.engine.check_prompt(self.tokenizer.encode(p, add_special_tokens=False), path)
-                         for p, path in zip(prompts, paths)]
-        return self._generate(prompts, token_prompts, paths, sampling_params, use_tqdm)
+        params = _params_list(sampling_params, len(prompts), self.engine.default_sampling_params())
+        token_prompts = [self.engine.check_prompt(self.tokenizer.encode(p, add_special_tokens=False), path,
+                                                  sp.truncate_prompt_tokens)
+                         for p, path, sp in zip(prompts, paths, params)]
+        return self._generate(prompts, token_prompts, paths, params, use_tqdm)
 
     def _generate(self, prompts: list[str | list[int]], token_prompts: list[list[int]],
                   paths: list[tuple[str | int, ...]],
-                  sampling_params: SamplingParams | Sequence[SamplingParams] | None,
-                  use_tqdm: bool) -> list[RequestOutput]:
+                  params_list: list[SamplingParams], use_tqdm: bool) -> list[RequestOutput]:
         """Queue checked prompts (``prompts``: the text, or token ids, that outputs report; ``paths``: their names
         in errors) and run them. Each prompt's length with its ``max_tokens`` is checked before any is queued."""
-        # none given: the generation config's defaults (--generation-config), as vLLM's LLM does
-        params = sampling_params if sampling_params is not None else self.engine.default_sampling_params()
-        params_list = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
-        if len(params_list) != len(prompts):
-            raise ValueError(f"{len(params_list)} sampling params for {len(prompts)} prompts")
         for t, sp, path in zip(token_prompts, params_list, paths):  # all checked before any is queued
             self.engine.check_params(sp)
             self.engine.check_max_tokens(len(t), sp, path)
@@ -177,3 +175,14 @@ class LLM:
         ``LLM.reset_prefix_cache``; between calls no request holds a block). Returns True."""
         self.engine.reset_prefix_cache()
         return True
+
+
+def _params_list(sampling_params: SamplingParams | Sequence[SamplingParams] | None, n: int,
+                 default: SamplingParams) -> list[SamplingParams]:
+    """One SamplingParams per prompt (one for all, or a list as long as the prompts; none given: ``default``, the
+    generation config's defaults (--generation-config), as vLLM's LLM does); ValueError otherwise."""
+    params = sampling_params if sampling_params is not None else default
+    params_list = list(params) if isinstance(params, Sequence) else [params] * n
+    if len(params_list) != n:
+        raise ValueError(f"{len(params_list)} sampling params for {n} prompts")
+    return params_list

@@ -3,8 +3,10 @@
 Owns the model, the KV cache tensors, the attention backend's metadata builder (one per layer group when the
 model's layers differ in window, soft cap or head size: ``attention_selection.py``), the captured CUDA graphs
 of decode steps (``cuda_graph.py``; on CUDA unless ``enforce_eager`` or the backend declares no support) and
-the per-request random generators. Holds no request state beyond those generators: every step's inputs come in the
-SchedulerOutput.
+the per-request random generators. Holds no request state beyond those generators and the logits processors'
+device token counts (``logits_processors.py``: penalties): every step's inputs come in the SchedulerOutput. The
+logits of a step whose requests change them (penalties, bias, masks) pass through the processors, in one call
+before sampling; the model's fused greedy head runs only for steps without such requests.
 
 Under tensor parallelism one ModelRunner runs in each worker process with its rank's ``tp``: it builds its
 shard of the model, a KV cache for its KV heads, and runs the same forward pass as the others (the layers'
@@ -17,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -34,6 +36,8 @@ from attnserve.model_executor.grouped_builder import GroupedMetadataBuilder
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
 from attnserve.model_executor.attention_selection import select_model_attention
 from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of
+from attnserve.model_executor.logits_processors import LogitsProcessors
+from attnserve.model_executor.prompt_logprobs import PromptLogprobsPlan
 from attnserve.model_executor.sampler import DeviceSample, Sampler
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import detect_platform, runtime_device
@@ -46,6 +50,9 @@ class ModelRunnerOutput:
     """Sampled token and logprobs of each request that sampled this step."""
 
     sampled: dict[str, tuple[int, tuple | None]]
+    # requests with prompt_logprobs that computed prompt positions this step: (index of the first entry, entries);
+    # entry i is prompt token i + 1's (logprob, rank, [(token_id, logprob)] top-k)
+    prompt_logprobs: dict[str, tuple[int, list]] = field(default_factory=dict)
 
     def result(self) -> "ModelRunnerOutput":  # already on the host (a step that ran to completion)
         return self
@@ -57,13 +64,15 @@ class PendingStep:
 
     request_ids: list[str]  # the requests that sample, in the sample's row order
     sample: DeviceSample | None  # None: nothing sampled (empty step, or a rank that does not sample)
+    prompt_logprobs: dict[str, tuple[int, list]] = field(default_factory=dict)  # already on the host
 
     def result(self) -> ModelRunnerOutput:
         if self.sample is None:
-            return ModelRunnerOutput(sampled={})
+            return ModelRunnerOutput(sampled={}, prompt_logprobs=self.prompt_logprobs)
         out = self.sample.result()
         return ModelRunnerOutput(sampled={rid: (out.token_ids[j], out.logprobs[j])
-                                          for j, rid in enumerate(self.request_ids)})
+                                          for j, rid in enumerate(self.request_ids)},
+                                 prompt_logprobs=self.prompt_logprobs)
 
 
 @contextmanager
@@ -134,6 +143,7 @@ class ModelRunner:
             for g in groups]
         self.builder = self.builders[0] if len(groups) == 1 else GroupedMetadataBuilder(self.builders)
         self.sampler = Sampler()
+        self.logits_processors = LogitsProcessors(self.device)  # rank 0's: penalties' token counts, masks, bias
         self.staging = PinnedStaging(self.device)
         self.cuda_graphs: CudaGraphRunner | None = None
         block_bytes = sum(bytes_per_block(len(g.layers), self.block_size, self.num_kv_heads, g.kind.head_size,
@@ -313,20 +323,24 @@ class ModelRunner:
         step's argmax does not, and saves a (B, vocab) copy: 28 us at batch 64 of Qwen3-0.6B on an H200)."""
         return self.model.compute_logits(self._hidden(sched))
 
-    def _hidden(self, sched: SchedulerOutput) -> torch.Tensor:  # (B, hidden) model dtype
-        """The final hidden state at each request's last token of the step: the LM head's input.
+    def _hidden(self, sched: SchedulerOutput, prompt_plan: PromptLogprobsPlan | None = None) -> torch.Tensor:
+        """The final hidden state at each request's last token of the step: the LM head's input, (B, hidden) in
+        the model's dtype; with a ``prompt_plan``, followed by the plan's token rows.
 
         A pure-decode step within the captured batch sizes replays a CUDA graph; any other step runs eagerly.
         Placeholder token ids (async scheduling) are filled on the device from the last step's samples.
         """
         host = host_batch(sched, self.block_size)
         fill = self._placeholder_fill(sched, host)
-        if self.cuda_graphs is not None and self.cuda_graphs.can_run(host):
+        if prompt_plan is None and self.cuda_graphs is not None and self.cuda_graphs.can_run(host):
             return self.cuda_graphs.run(host, self.staging, fill)
         batch = self._device_batch(host)
         if fill is not None:
             fill(batch.input_ids)
         hidden = self.model(batch.input_ids, batch.positions, batch)
+        if prompt_plan is not None:
+            rows = np.concatenate([host.logits_indices, prompt_plan.token_index])
+            return hidden[self.staging.to_device("prompt_lp_rows", rows)]
         return hidden[batch.logits_indices]
 
     def _placeholder_fill(self, sched: SchedulerOutput, host: HostBatch):
@@ -364,6 +378,7 @@ class ModelRunner:
         """
         for rid in sched.finished_ids:
             self.generators.pop(rid, None)
+        self.logits_processors.free(sched.finished_ids + sched.preempted_ids)
         if sched.is_empty:
             return PendingStep([], None)
         # the pinned buffers are free once the last step's copies have left them; this step's copies all go
@@ -374,13 +389,21 @@ class ModelRunner:
         sample_rows = None
         if rows and len(rows) < len(sched.requests) and self.tp.is_driver:  # partial prefill rows do not sample
             sample_rows = self.staging.to_device("sample_rows", np.asarray(rows, dtype=np.int64))
-        hidden = self._hidden(sched)
+        prompt_plan = PromptLogprobsPlan.of(sched)
+        hidden = self._hidden(sched, prompt_plan)
+        prompt_logprobs = {}
+        if prompt_plan is not None:  # waits for the device: only steps of requests that asked for them
+            num_reqs = len(sched.requests)
+            prompt_logprobs = prompt_plan.compute(hidden[num_reqs:], self.model.compute_logits, self.tp.is_driver)
+            hidden = hidden[:num_reqs]
         reqs = [sched.requests[i] for i in rows]
         params = [r.sampling_params for r in reqs]
         tokens = self._greedy_tokens(hidden, params) if rows and sample_rows is None else None
         logits = self.model.compute_logits(hidden) if tokens is None else None
+        if self.tp.is_driver and logits is not None:  # (the fused greedy head runs only without penalties)
+            self.logits_processors.admit(sched.requests, logits.shape[1])
         if not rows:
-            return PendingStep([], None)
+            return PendingStep([], None, prompt_logprobs)
         last_rows = {r.request_id: j for j, r in enumerate(reqs)}
         if not self.tp.is_driver:  # no sampler here: rank 0's tokens come by broadcast when a placeholder needs them
             self._last_sample = (None, last_rows)
@@ -390,16 +413,20 @@ class ModelRunner:
         else:
             gens = [self._generator(r.request_id, r.sampling_params.seed) for r in reqs]
             # every row samples in most steps: no copy of the (B, vocab) logits then
-            sample = self.sampler.sample(logits if sample_rows is None else logits[sample_rows], params, gens)
+            raw = logits if sample_rows is None else logits[sample_rows]
+            logits = self.logits_processors(raw, reqs, *self._last_sample)  # the one logits-processing stage
+            sample = self.sampler.sample(logits, params, gens, raw_logits=raw)
+            self.logits_processors.record(reqs, sample.token_ids)
         self._last_sample = (sample.token_ids, last_rows)
-        return PendingStep([r.request_id for r in reqs], sample)
+        return PendingStep([r.request_id for r in reqs], sample, prompt_logprobs)
 
     def _greedy_tokens(self, hidden: torch.Tensor, params: list) -> torch.Tensor | None:  # (B,) int64, or None
         """A step whose every row is greedy without logprobs: its tokens from the model's fused greedy head
         (``greedy_tokens``: the LM head and argmax without the logits, where the GEMV plan measured it
         faster for this many rows); None for every other step, and where the model or plan has none."""
         greedy_tokens = getattr(self.model, "greedy_tokens", None)
-        if greedy_tokens is None or any(p.temperature != 0.0 or p.logprobs is not None for p in params):
+        if greedy_tokens is None or any(p.temperature != 0.0 or p.logprobs is not None or p.changes_logits
+                                        for p in params):
             return None
         return greedy_tokens(hidden)
 

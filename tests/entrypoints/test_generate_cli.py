@@ -48,6 +48,17 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
         assert r["ttft_s"] > 0 and r["e2e_s"] >= r["ttft_s"]
 
 
+def test_sampling_flags_reach_the_output(tmp_path, tiny_model_dir):
+    out_json = tmp_path / "out.json"
+    rc = main(["generate", "--model", tiny_model_dir("llama"), "--prompt", "hello there", "--max-tokens", "4",
+               "--ignore-eos", "--logit-bias", "7=100", "--prompt-logprobs", "1", "--truncate-prompt-tokens", "2",
+               "--repetition-penalty", "1.3", "--output-json", str(out_json)])
+    assert rc == 0
+    (r,) = json.loads(out_json.read_text())["requests"]
+    assert r["outputs"][0]["token_ids"] == [7] * 4 and len(r["prompt_token_ids"]) == 2
+    assert r["prompt_logprobs"][0] is None and len(r["prompt_logprobs"]) == 2
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--max-tokens", "0"], "attnserve generate: error: argument --max-tokens: 0 not allowed (allowed: integer >= 1)"),
     (["--top-p", "0"], "attnserve generate: error: argument --top-p: 0.0 not allowed (allowed: number in (0, 1])"),
@@ -58,6 +69,10 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
     # every surface's words for an empty prompt (was "an empty prompt (give text, or leave --prompt out for ...)")
     (["--prompt", ""], "attnserve generate: error: argument --prompt: '' not allowed (allowed: a prompt of at least 1 "
                        "token); leave --prompt out for the default prompt"),
+    (["--min-tokens", "20", "--max-tokens", "5"], "attnserve generate: error: argument --min-tokens: 20 not allowed "
+                                                   "(allowed: integer >= 0, at most max_tokens)"),
+    (["--logit-bias", "5"], "attnserve generate: error: argument --logit-bias: '5' not allowed (allowed: "
+                            "TOKEN_ID=BIAS)"),
     (["--model", "/no/such/dir"], "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):

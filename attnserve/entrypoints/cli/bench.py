@@ -128,6 +128,12 @@ def _add_latency(kinds) -> None:
                    help="untimed batches first (default 1)")
     g.add_argument("--compare-tensor-parallel-sizes", type=positive_int, nargs="+", default=None, metavar="N",
                    help="run the engine once per tensor-parallel size, in this run (e.g. 1 2); rows 'attnserve tpN'")
+    from attnserve.core.sampling_params import ALLOWED
+    from attnserve.entrypoints.cli.arg_types import typed
+
+    for name, off in (("presence_penalty", 0.0), ("frequency_penalty", 0.0), ("repetition_penalty", 1.0)):
+        g.add_argument(f"--{name.replace('_', '-')}", type=typed(float, ALLOWED[name]), default=off,
+                       help=f"every request's {name} (default {off}: off)")
     _add_baseline(g)
     _add_outputs(p, "output tokens/s over batch size, with the roofline")
     p.set_defaults(func=run_latency)
@@ -227,6 +233,12 @@ def run_throughput(args: argparse.Namespace) -> int:
     return _finish(args, result, plot_throughput)
 
 
+def _penalties(args: argparse.Namespace) -> dict:
+    """The penalty flags that are not off, as SamplingParams fields."""
+    off = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0}
+    return {k: getattr(args, k) for k, v in off.items() if getattr(args, k) != v}
+
+
 def run_latency(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
@@ -239,7 +251,8 @@ def run_latency(args: argparse.Namespace) -> int:
     try:
         result = run(config, batch_sizes=args.batch_size, input_len=args.input_len, output_len=args.output_len,
                      num_iters=args.num_iters, num_iters_warmup=args.num_iters_warmup, baseline=args.baseline,
-                     progress=args.progress, tensor_parallel_sizes=args.compare_tensor_parallel_sizes)
+                     progress=args.progress, tensor_parallel_sizes=args.compare_tensor_parallel_sizes,
+                     sampling=_penalties(args))
     except (OSError, ValueError) as e:
         key = getattr(e, "key", None)
         if key == "tensor_parallel_size" and args.compare_tensor_parallel_sizes:  # the sizes run are this flag's

@@ -12,7 +12,8 @@ from attnserve.refusals import PYTHON, message
 
 DEFAULT_PROMPT = "What are the three primary colors? Answer in one sentence."
 # the sampling flags' values when neither the command line nor the generation config (--generation-config) sets them
-GENERATE_DEFAULTS = {"max_tokens": 128, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+GENERATE_DEFAULTS = {"max_tokens": 128, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
+                     "repetition_penalty": 1.0}
 
 
 def add_parser(subparsers) -> None:
@@ -53,6 +54,25 @@ def add_parser(subparsers) -> None:
                    help="top logprobs to return per token")
     g.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS")
     add_chat_template_args(p, serve=False)
+    g.add_argument("--presence-penalty", type=typed(float, ALLOWED["presence_penalty"]), default=0.0,
+                   help="subtracted from the logit of every token already generated, in [-2, 2]")
+    g.add_argument("--frequency-penalty", type=typed(float, ALLOWED["frequency_penalty"]), default=0.0,
+                   help="subtracted from a token's logit once per time it was generated, in [-2, 2]")
+    g.add_argument("--repetition-penalty", type=typed(float, ALLOWED["repetition_penalty"]), default=None,
+                   help="> 1 discourages tokens of the prompt and output (vLLM's; 1 = off)")
+    g.add_argument("--min-tokens", type=typed(int, ALLOWED["min_tokens"]), default=0,
+                   help="generate at least this many tokens before EOS or a stop")
+    g.add_argument("--bad-words", action="append", default=None, metavar="WORD", help="never generate WORD (repeat)")
+    g.add_argument("--allowed-token-ids", type=typed(int, "token ids"), nargs="+", default=None, metavar="ID",
+                   help="generate only these token ids")
+    g.add_argument("--logit-bias", action="append", default=None, metavar="ID=BIAS",
+                   help="add BIAS to token ID's logit (repeat)")
+    g.add_argument("--include-stop-str-in-output", action="store_true",
+                   help="keep the stop string that ended the text in it")
+    g.add_argument("--prompt-logprobs", type=typed(int, ALLOWED["prompt_logprobs"]), default=None,
+                   help="top logprobs per prompt token (in --output-json)")
+    g.add_argument("--truncate-prompt-tokens", type=typed(int, ALLOWED["truncate_prompt_tokens"]), default=None,
+                   help="keep only the prompt's last N tokens (-1: max_model_len)")
     g.add_argument("--output-json", type=output_file, default=None, metavar="FILE", help="write every request's prompt, text, tokens and timings here")
     p.set_defaults(func=run)
 
@@ -87,6 +107,22 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
     return prompts, args.chat
 
 
+def _logit_bias(items: list[str] | None) -> dict[int, float] | None:
+    """``--logit-bias ID=BIAS`` flags as a dict; ValueError naming the flag for one that is not ID=BIAS."""
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        token, sep, bias = item.partition("=")
+        try:
+            out[int(token)] = float(bias)
+        except ValueError:
+            raise ValueError(f"argument --logit-bias: {item!r} not allowed (allowed: TOKEN_ID=BIAS)") from None
+        if not sep:
+            raise ValueError(f"argument --logit-bias: {item!r} not allowed (allowed: TOKEN_ID=BIAS)")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
@@ -95,8 +131,14 @@ def run(args: argparse.Namespace) -> int:
 
     given = {name: getattr(args, name) for name in GENERATE_DEFAULTS if getattr(args, name) is not None}
     try:
-        params = SamplingParams(n=args.n, **{**GENERATE_DEFAULTS, **given}, stop=args.stop, logprobs=args.logprobs,
-                                ignore_eos=args.ignore_eos)
+        params = SamplingParams(
+            n=args.n, **{**GENERATE_DEFAULTS, **given}, stop=args.stop, logprobs=args.logprobs,
+            ignore_eos=args.ignore_eos, presence_penalty=args.presence_penalty,
+            frequency_penalty=args.frequency_penalty,
+            min_tokens=args.min_tokens, bad_words=args.bad_words, allowed_token_ids=args.allowed_token_ids,
+            logit_bias=_logit_bias(args.logit_bias), include_stop_str_in_output=args.include_stop_str_in_output,
+            prompt_logprobs=args.prompt_logprobs, truncate_prompt_tokens=args.truncate_prompt_tokens,
+        )
         prompts, chat = _prompts(args)
     except SamplingParamsError as e:  # the flag names the parameter: the value and what is allowed
         return _error(message(e.refusal.at(f"argument --{e.name.replace('_', '-')}", names_path=True, written=PYTHON)))
@@ -153,7 +195,8 @@ def generate_to_terminal(config, prompts: list[str], params, chat: bool, out, er
     if chat:
         options = ChatTemplateOptions(chat_template)
         prompts = [apply_chat_template(tok, [{"role": "user", "content": p}], options) for p in prompts]
-    token_prompts = [engine.check_prompt(tok.encode(p, add_special_tokens=not chat)) for p in prompts]
+    token_prompts = [engine.check_prompt(tok.encode(p, add_special_tokens=not chat),
+                                         truncate_prompt_tokens=params.truncate_prompt_tokens) for p in prompts]
     for ids in token_prompts:  # refused as LLM.generate and the server refuse it, not cut short at max_model_len
         engine.check_max_tokens(len(ids), params)
     engine.warn_kv_cache_limit()  # once every prompt fits: a prompt that does not is one error line, not both

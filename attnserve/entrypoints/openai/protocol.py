@@ -1,11 +1,13 @@
 """Pydantic request and response models of the OpenAI API subset the server speaks.
 
 Field names, defaults and shapes follow OpenAI's API reference (completions, chat completions, models,
-errors); ``top_k``, ``min_p``, ``ignore_eos``, ``stop_token_ids``, ``skip_special_tokens``, the chat-template
-fields and /tokenize, /detokenize are vLLM's extensions. A request field a model here does not declare is kept
-(``model_extra``) and judged by ``vllm_fields.check_extra_fields``: one of vLLM's is refused with a 400 unless its
-value changes nothing, any other is ignored with a warning in the log (as vLLM does). Some declared fields ask for
-something attnserve cannot do and are refused with a 400 too:
+errors); ``top_k``, ``min_p``, ``ignore_eos``, ``stop_token_ids``, ``skip_special_tokens``, ``repetition_penalty``,
+``min_tokens``, ``bad_words``, ``allowed_token_ids``, ``prompt_logprobs``, ``include_stop_str_in_output``,
+``spaces_between_special_tokens``, ``truncate_prompt_tokens``, the chat-template fields and /tokenize, /detokenize
+are vLLM's extensions. A request field a model here does not declare is kept (``model_extra``) and judged by
+``vllm_fields.check_extra_fields``: one of vLLM's is refused with a 400 unless its value changes nothing, any other
+is ignored with a warning in the log (as vLLM does). Some declared fields ask for something attnserve cannot do and
+are refused with a 400 too:
 ``response_format`` other than text and vLLM's ``guided_*`` / ``structured_outputs`` (structured output); on
 chat, non-empty ``tools`` or ``functions``, ``tool_choice`` or ``function_call`` other than "none" (tool calling).
 Ranges are declared on the fields, so that they show in the OpenAPI schema and violations are 400s. Types are
@@ -96,9 +98,10 @@ class SamplingFields(OpenAIModel):
     stop: NonEmptyStr | list[NonEmptyStr] | None = None  # "" would stop before the first token
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    presence_penalty: float | None = Field(0.0, ge=-2.0, le=2.0, description="only 0 is supported")
-    frequency_penalty: float | None = Field(0.0, ge=-2.0, le=2.0, description="only 0 is supported")
-    logit_bias: dict[str, float] | None = Field(None, description="not supported: must be empty")
+    presence_penalty: float | None = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(0.0, ge=-2.0, le=2.0)
+    # token id (a decimal string) -> bias added to its logit, clamped to [-100, 100] (as OpenAI and vLLM)
+    logit_bias: dict[str, float] | None = None
     response_format: ResponseFormat | None = Field(None, description="only type 'text' is supported")
     # vLLM's structured-output extensions (``guided_*`` up to vLLM 0.10, then ``structured_outputs``): declared
     # so that a request using them is refused (``serving.check_unsupported``), not answered in free text
@@ -111,6 +114,15 @@ class SamplingFields(OpenAIModel):
     ignore_eos: bool = False
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
     skip_special_tokens: bool = True
+    # vLLM's sampling extensions (core/sampling_params.py says what each does)
+    repetition_penalty: float | None = Field(None, gt=0.0, description="vLLM extension; default 1.0 (off)")
+    min_tokens: int = Field(0, ge=0, description="vLLM extension")
+    bad_words: list[str] = Field(default_factory=list, description="vLLM extension")
+    allowed_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="vLLM extension")
+    prompt_logprobs: int | None = Field(None, ge=0, description="vLLM extension; not with stream; at most --max-logprobs")
+    include_stop_str_in_output: bool = False
+    spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: int | None = Field(None, ge=-1, description="vLLM extension; -1 = max_model_len")
 
 
 # --- completions -------------------------------------------------------------------------------------
@@ -133,12 +145,25 @@ class CompletionLogProbs(BaseModel):
     top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
 
 
+class PromptLogprob(BaseModel):
+    """vLLM's ``Logprob`` of a prompt token: its logprob, rank (1 = most likely) and text."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+# vLLM's prompt_logprobs: None for the first prompt token, then {token id: PromptLogprob} per token
+PromptLogprobs = list[dict[int, PromptLogprob] | None]
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
     logprobs: CompletionLogProbs | None = None
     finish_reason: Literal["stop", "length", "abort"] | None = None
     stop_reason: int | str | None = None  # vLLM extension: the stop string or token id
+    prompt_logprobs: PromptLogprobs | None = None  # vLLM extension
 
 
 class CompletionResponse(BaseModel):
@@ -243,6 +268,7 @@ class ChatCompletionResponse(BaseModel):
     choices: list[ChatCompletionChoice]
     usage: UsageInfo
     system_fingerprint: str | None = None
+    prompt_logprobs: PromptLogprobs | None = None  # vLLM extension
 
 
 class ChatStreamChoice(BaseModel):

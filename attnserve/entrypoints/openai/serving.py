@@ -171,14 +171,10 @@ def refused(e: Refused) -> OpenAIError:
 def check_unsupported(req: SamplingFields) -> None:
     """400 for OpenAI parameters this engine does not implement (rather than silently ignoring them).
 
-    Raises OpenAIError (400) naming the parameter: presence_penalty or frequency_penalty other than 0,
-    a non-empty logit_bias, a response_format type other than 'text', any of vLLM's structured-output
-    fields (``STRUCTURED_OUTPUT_FIELDS``) set."""
-    if req.presence_penalty or req.frequency_penalty:
-        raise OpenAIError("presence_penalty and frequency_penalty are not supported (only 0)", 400,
-                          param="presence_penalty" if req.presence_penalty else "frequency_penalty")
-    if req.logit_bias:
-        raise OpenAIError("logit_bias is not supported", 400, param="logit_bias")
+    Raises OpenAIError (400) naming the parameter: a response_format type other than 'text', any of vLLM's
+    structured-output fields (``STRUCTURED_OUTPUT_FIELDS``) set, prompt_logprobs with stream (vLLM refuses it)."""
+    if req.prompt_logprobs is not None and req.stream:
+        raise OpenAIError("prompt_logprobs are not available when stream is true", 400, param="prompt_logprobs")
     if req.response_format is not None and req.response_format.type != "text":
         raise OpenAIError(f"response_format type {req.response_format.type!r} is not supported (supported: 'text'); "
                           f"{NO_STRUCTURED_OUTPUT}", 400, param="response_format")
@@ -189,7 +185,7 @@ def check_unsupported(req: SamplingFields) -> None:
 
 
 # OpenAI's defaults of the fields a request may leave unset (null), after the generation config's (vLLM's
-# _DEFAULT_SAMPLING_PARAMS); repetition_penalty applies once SamplingParams and the request models have it
+# _DEFAULT_SAMPLING_PARAMS)
 _DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
 
 
@@ -222,6 +218,16 @@ def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, l
             ignore_eos=req.ignore_eos,
             logprobs=logprobs,
             skip_special_tokens=req.skip_special_tokens,
+            presence_penalty=req.presence_penalty or 0.0,
+            frequency_penalty=req.frequency_penalty or 0.0,
+            logit_bias=logit_bias(req.logit_bias),
+            min_tokens=req.min_tokens,
+            bad_words=req.bad_words,
+            allowed_token_ids=req.allowed_token_ids,
+            prompt_logprobs=req.prompt_logprobs,
+            include_stop_str_in_output=req.include_stop_str_in_output,
+            spaces_between_special_tokens=req.spaces_between_special_tokens,
+            truncate_prompt_tokens=req.truncate_prompt_tokens,
         )
         ctx.engine.engine.check_params(params)
         return params
@@ -229,6 +235,36 @@ def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, l
         if e.path == ("logprobs",):
             e = SamplingParamsError(logprobs_param, e.value, e.allowed)
         raise sampling_error(e) from None
+
+
+def truncate_prompt(ctx: ServingContext, token_ids: list[int], req: SamplingFields) -> list[int]:
+    """The prompt's last ``truncate_prompt_tokens`` tokens (-1: max_model_len), before the length checks (vLLM)."""
+    t = req.truncate_prompt_tokens
+    return token_ids if t is None or t == 0 else ctx.engine.engine.truncate(token_ids, t)
+
+
+def prompt_logprobs(out: RequestOutput) -> list | None:
+    """A finished output's prompt logprobs in vLLM's response shape (``protocol.PromptLogprobs``), or None."""
+    if out.prompt_logprobs is None:
+        return None
+    return [None if d is None else {t: {"logprob": lp.logprob, "rank": lp.rank, "decoded_token": lp.decoded_token}
+                                    for t, lp in d.items()}
+            for d in out.prompt_logprobs]
+
+
+def logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
+    """The request's logit_bias with integer token ids, each bias clamped to [-100, 100] (OpenAI's range, as vLLM
+    clamps it); 400 naming a key that is not a token id."""
+    if not bias:
+        return None
+    out = {}
+    for key, value in bias.items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise _refused(Refusal(("logit_bias", key), key, "token ids (decimal integers) as keys")) from None
+        out[token] = min(100.0, max(-100.0, value))
+    return out
 
 
 def sampling_error(e: SamplingParamsError) -> OpenAIError:

@@ -38,8 +38,10 @@ from attnserve.entrypoints.openai.serving import (
     generate_all,
     new_id,
     refused,
+    prompt_logprobs,
     sampling_params,
     sse_stream,
+    truncate_prompt,
     until_disconnected,
 )
 
@@ -78,7 +80,8 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     ]
     completion_tokens = sum(len(c.token_ids) for c in final.outputs)
     usage = UsageInfo.of(len(prompt_ids), completion_tokens, final.num_cached_tokens)
-    body = ChatCompletionResponse(id=request_id, model=model, choices=choices, usage=usage)
+    body = ChatCompletionResponse(id=request_id, model=model, choices=choices, usage=usage,
+                                  prompt_logprobs=prompt_logprobs(final))
     return JSONResponse(body.model_dump(mode="json"))
 
 
@@ -134,7 +137,7 @@ def _prepare(ctx: ServingContext, req: ChatCompletionRequest, options: ChatTempl
              logprobs: int | None) -> tuple[list[int], SamplingParams]:
     """The prompt's token ids (``render_chat``) and SamplingParams, the prompt checked against the context; 400 for
     what is wrong. Runs on the tokenizer thread."""
-    prompt_ids = render_chat(ctx, req, options)
+    prompt_ids = truncate_prompt(ctx, render_chat(ctx, req, options), req)
     max_tokens_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = getattr(req, max_tokens_param)
     return prompt_ids, sampling_params(ctx, req, ctx.check_prompt(prompt_ids, max_tokens, ("messages",),

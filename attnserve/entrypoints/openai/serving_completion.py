@@ -30,8 +30,10 @@ from attnserve.entrypoints.openai.serving import (
     empty_prompt,
     generate_all,
     new_id,
+    prompt_logprobs,
     sampling_params,
     sse_stream,
+    truncate_prompt,
     until_disconnected,
 )
 
@@ -59,8 +61,7 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     if req.best_of is not None and req.best_of != req.n:
         raise OpenAIError(f"best_of {req.best_of} not supported: it must equal n ({req.n})", 400, param="best_of")
     if req.echo and req.logprobs is not None:
-        raise OpenAIError("echo with logprobs needs prompt logprobs, which this server does not compute",
-                          400, param="echo")
+        raise OpenAIError("echo with logprobs is not supported; ask for prompt_logprobs instead", 400, param="echo")
     # tokenizing (seconds for a long text) on the tokenizer thread, so that the event loop answers other requests
     texts, token_prompts, params = (await ctx.tokenizer_thread.run(_prepare, ctx, req) if _needs_tokenizer(req)
                                     else _prepare(ctx, req))
@@ -79,7 +80,8 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
             prefix = texts[p] if req.echo else ""
             logprobs = _logprobs(c, 0, len(c.token_ids), len(prefix)) if req.logprobs is not None else None
             choices.append(CompletionChoice(index=p * req.n + c.index, text=prefix + c.text, logprobs=logprobs,
-                                            finish_reason=c.finish_reason, stop_reason=c.stop_reason))
+                                            finish_reason=c.finish_reason, stop_reason=c.stop_reason,
+                                            prompt_logprobs=prompt_logprobs(out)))
             completion_tokens += len(c.token_ids)
     prompt_tokens = sum(len(ids) for ids in token_prompts)
     usage = UsageInfo.of(prompt_tokens, completion_tokens, sum(out.num_cached_tokens for out in final))
@@ -99,6 +101,7 @@ def _prepare(ctx: ServingContext, req: CompletionRequest) -> tuple[list[str] | N
     context (``_prompts``, ``check_prompt``); 400 for the first bad one. Calls the tokenizer when
     ``_needs_tokenizer``: then it runs on the tokenizer thread."""
     texts, token_prompts, paths = _prompts(ctx, req.prompt, req.echo, req.add_special_tokens)
+    token_prompts = [truncate_prompt(ctx, ids, req) for ids in token_prompts]
     params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens, path), req.logprobs)
               for ids, path in zip(token_prompts, paths)]
     return texts, token_prompts, params
