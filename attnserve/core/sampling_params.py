@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from attnserve.refusals import Refusal, Refused, range_words
 from attnserve.config.model import SEED_MAX, SEED_MIN, SEED_WORDS
+from attnserve.core.structured_outputs import StructuredOutputsParams
 
 MAX_LOGPROBS = 20  # the most top logprobs a request may ask for (vLLM's default max_logprobs)
 
@@ -75,8 +76,15 @@ class SamplingParams:
     skip_special_tokens: bool = True
     # False: outputs carry token ids only (text "", logprobs' decoded_token None), no per-token decoding
     detokenize: bool = True
+    # the output's constraint (JSON schema, regex, choice, grammar); a dict is read as its fields
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.structured_outputs, dict):
+            self.structured_outputs = StructuredOutputsParams.from_dict(self.structured_outputs)
+        elif not isinstance(self.structured_outputs, (StructuredOutputsParams, type(None))):
+            raise SamplingParamsError("structured_outputs", self.structured_outputs,
+                                      "a StructuredOutputsParams, a dict of its fields, or None")
         # vLLM's defaults are None; stored as [] so that downstream code sees lists only
         if self.stop is None:
             self.stop = []

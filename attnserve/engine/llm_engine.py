@@ -24,6 +24,7 @@ from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError
 from attnserve.executor.loading import load_model
 from attnserve.refusals import Refusal, Refused
+from attnserve.structured_output.manager import StructuredOutputManager
 from attnserve.model_executor.kv_cache import check_kv_cache_holds_max_model_len, kv_cache_size_key
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class LLMEngine:
             kv_cache_size_key(config.cache, self.info.device),
         )
         self.output_processor = OutputProcessor(self.tokenizer)
+        self.structured = StructuredOutputManager(self.tokenizer, self.vocab_size, self.eos_token_id)
         self._ids = itertools.count()
         self.async_scheduling = resolve_async_scheduling(config, self.info.device)
         self._in_flight: tuple[SchedulerOutput, object] | None = None  # queued step not read yet (async)
@@ -123,6 +125,8 @@ class LLMEngine:
         bad = next((i for i, t in enumerate(params.stop_token_ids) if t >= self.vocab_size), None)
         if bad is not None:
             raise SamplingParamsError("stop_token_ids", params.stop_token_ids[bad], self.token_id_words, index=bad)
+        if params.structured_outputs is not None:  # compiled once here (cached): an invalid one is refused now
+            self.structured.compile(params.structured_outputs)
 
     def tokenize(self, prompt: str | list[int], path: tuple[str | int, ...] = ("prompt",)) -> list[int]:
         """The prompt's token ids (token ids as given). Raises ValueError for text holding a lone surrogate
@@ -192,6 +196,9 @@ class LLMEngine:
                 max_model_len=self.max_request_len,
             ))
         self.output_processor.add(request_id, prompt if isinstance(prompt, str) else None, token_ids, params, children)
+        if params.structured_outputs is not None:
+            for child in children:
+                self.structured.add(child.request_id, params.structured_outputs)
         for child in children:
             self.scheduler.add_request(child)
         return request_id
@@ -201,6 +208,7 @@ class LLMEngine:
         unfinished completion with finish_reason "abort"; None (and nothing done) for an unknown or finished id."""
         for child_id in self.output_processor.child_ids(request_id):
             self.scheduler.finish_request(child_id, FinishReason.ABORT)
+            self.structured.remove(child_id)
         return self.output_processor.abort(request_id)
 
     def reset_prefix_cache(self) -> int:
@@ -214,8 +222,12 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Schedule, run the model once, append sampled tokens; returns outputs of requests that changed.
 
-        Async scheduling: queue this step, then finish the previous one (its outputs are returned).
+        Async scheduling: queue this step, then finish the previous one (its outputs are returned). While a
+        constrained request (structured outputs) runs, steps do not overlap: a step's grammar bitmask needs the
+        tokens of the step before, so that step is read first and the new one runs to completion.
         """
+        if self.structured.active:
+            return self._step_structured()
         sched = self.scheduler.schedule()
         try:
             if not self.async_scheduling:
@@ -233,12 +245,38 @@ class LLMEngine:
             self.block_manager.reset_prefix_cache()
             raise
 
+    def _step_structured(self) -> list[RequestOutput]:
+        """One step without overlap: read the step in flight (its tokens advance the grammar matchers), then
+        schedule, fill the grammar bitmask on the host and run the step to completion."""
+        previous, self._in_flight = self._in_flight, None
+        try:
+            outputs = self._finish(*previous) if previous is not None else []
+            sched = self.scheduler.schedule()
+            sched.grammar_bitmask = self.structured.bitmask(sched)
+            return outputs + self._finish(sched, self.executor.execute(sched))
+        except WorkerDiedError:
+            self._fail_all()
+            raise
+        except BaseException:
+            self.block_manager.reset_prefix_cache()
+            raise
+
     def _finish(self, sched: SchedulerOutput, result) -> list[RequestOutput]:
-        """Append a step's sampled tokens (``result.result()``: waits for them), detokenize, apply stop strings."""
+        """Append a step's sampled tokens (``result.result()``: waits for them), advance the grammar matchers (a
+        terminated grammar ends its request, finish reason stop), detokenize, apply stop strings."""
         updated = self.scheduler.update(sched, result.result().sampled)
+        structured = self.structured.active
+        if structured:
+            for req in updated:
+                if self.structured.accept(req.request_id, req.output_token_ids[-1]) and not req.is_finished:
+                    self.scheduler.finish_request(req.request_id, FinishReason.STOP)
         outputs, stopped = self.output_processor.process(updated)
         for child_id, stop_string in stopped:
             self.scheduler.finish_request(child_id, FinishReason.STOP, stop_string)
+        if structured:
+            for req in updated:
+                if req.is_finished:
+                    self.structured.remove(req.request_id)
         return outputs
 
     def _fail_all(self) -> None:

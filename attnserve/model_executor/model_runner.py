@@ -35,6 +35,7 @@ from attnserve.model_executor.loader import ModelSource, load_weights, max_model
 from attnserve.model_executor.sampler import DeviceSample, Sampler
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import detect_platform, runtime_device
+from attnserve.structured_output.bitmask import apply_grammar_bitmask
 
 logger = logging.getLogger(__name__)
 
@@ -340,10 +341,12 @@ class ModelRunner:
         sample_rows = None
         if rows and len(rows) < len(sched.requests) and self.tp.is_driver:  # partial prefill rows do not sample
             sample_rows = self.staging.to_device("sample_rows", np.asarray(rows, dtype=np.int64))
+        grammar = None if sched.grammar_bitmask is None else self.staging.to_device("grammar", sched.grammar_bitmask)
         hidden = self._hidden(sched)
         reqs = [sched.requests[i] for i in rows]
         params = [r.sampling_params for r in reqs]
-        tokens = self._greedy_tokens(hidden, params) if rows and sample_rows is None else None
+        # the fused greedy head has no logits to mask: steps with constrained rows take the logits path
+        tokens = self._greedy_tokens(hidden, params) if rows and sample_rows is None and grammar is None else None
         logits = self.model.compute_logits(hidden) if tokens is None else None
         if not rows:
             return PendingStep([], None)
@@ -356,7 +359,9 @@ class ModelRunner:
         else:
             gens = [self._generator(r.request_id, r.sampling_params.seed) for r in reqs]
             # every row samples in most steps: no copy of the (B, vocab) logits then
-            sample = self.sampler.sample(logits if sample_rows is None else logits[sample_rows], params, gens)
+            logits = logits if sample_rows is None else logits[sample_rows]
+            logits = apply_grammar_bitmask(logits, grammar)  # structured outputs: disallowed tokens -inf
+            sample = self.sampler.sample(logits, params, gens)
         self._last_sample = (sample.token_ids, last_rows)
         return PendingStep([r.request_id for r in reqs], sample)
 
