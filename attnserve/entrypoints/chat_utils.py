@@ -7,6 +7,7 @@ place Python writes ``messages[0].content`` and the server ``messages.0.content`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 from attnserve.engine.request_checks import RequestValueError
@@ -20,10 +21,11 @@ def is_list(value) -> bool:
 
 
 def chat_messages(messages: Sequence[Mapping], path: tuple[str | int, ...] = ("messages",)) -> list[dict]:
-    """Validate OpenAI chat messages; returns ``{"role", "content": str[, "name"]}`` per message.
+    """Validate OpenAI chat messages; returns ``{"role", "content": str | None[, "name"][, "tool_calls"][,
+    "tool_call_id"]}`` per message (tool calls' JSON ``arguments`` decoded into objects, as chat templates read them).
 
-    Content is required whatever the role, as the server requires it (protocol.ChatMessage): OpenAI's API lets an
-    assistant message go without it only when it carries tool calls, which attnserve has not; a list of text parts
+    Content is required whatever the role, except for an assistant message that carries ``tool_calls`` (OpenAI's
+    rule; its content may then be null or absent); a list of text parts
     ``{"type": "text", "text": str}`` holds one at least (OpenAI refuses ``[]``) and its texts are joined; an empty
     name is dropped; other keys are ignored. Raises RequestValueError (a ValueError) naming the field by its place
     under ``path`` (``messages[0].content``), the value and what is allowed, in the server's words:
@@ -39,19 +41,44 @@ def chat_messages(messages: Sequence[Mapping], path: tuple[str | int, ...] = ("m
 def _chat_message(path: tuple[str | int, ...], m: Mapping) -> dict:
     if not isinstance(m, Mapping):
         raise RequestValueError(path, m, MESSAGE_WORDS, noun="a chat message")
+    tool_calls = m.get("tool_calls") or None
     for key, required in (("role", ROLE_WORDS), ("content", CONTENT_WORDS)):
-        if key not in m:  # was, for content: read as "" (an empty message the user did not write)
+        if key not in m and not (key == "content" and tool_calls):  # content: was read as "" (not what was meant)
             raise RequestValueError((*path, key), RequestValueError.MISSING, required)
-    role, content, name = m["role"], m["content"], m.get("name")
+    role, content, name = m["role"], m.get("content"), m.get("name")
     if role not in CHAT_ROLES:
         raise RequestValueError((*path, "role"), role, ROLE_WORDS)
+    extra = {}
+    if tool_calls is not None:
+        if role != "assistant":
+            raise RequestValueError((*path, "tool_calls"), tool_calls, "only on an assistant message")
+        extra["tool_calls"] = [_tool_call((*path, "tool_calls", j), c) for j, c in enumerate(tool_calls)]
+    if m.get("tool_call_id") is not None:
+        extra["tool_call_id"] = m["tool_call_id"]
+    if content is None and tool_calls is not None:
+        return {"role": role, "content": None, **({"name": name} if name else {}), **extra}
     if not isinstance(content, str):
         if not is_list(content) or not content:
             raise RequestValueError((*path, "content"), content, CONTENT_WORDS)
         content = "".join(_text_part((*path, "content", j), p) for j, p in enumerate(content))
     if name is not None and not isinstance(name, str):
         raise RequestValueError((*path, "name"), name, "string, or None", noun="a string")
-    return {"role": role, "content": content, **({"name": name} if name else {})}
+    return {"role": role, "content": content, **({"name": name} if name else {}), **extra}
+
+
+def _tool_call(path: tuple[str | int, ...], call) -> dict:
+    """An assistant message's tool call, its ``function.arguments`` JSON text decoded (templates read objects)."""
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        raise RequestValueError(path, call, '{"id": string, "type": "function", "function": {"name": string, '
+                                '"arguments": JSON text}}')
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            raise RequestValueError((*path, "function", "arguments"), args, "JSON text") from None
+    return {**call, "function": {**fn, "arguments": args}}
 
 
 def _text_part(path: tuple[str | int, ...], part) -> str:

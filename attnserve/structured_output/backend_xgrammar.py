@@ -8,12 +8,14 @@ engine's reason; a missing xgrammar is a refusal naming the extra that installs 
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 from attnserve.core.structured_outputs import StructuredOutputsParams
 from attnserve.refusals import Refusal, Refused
 
 EXTRA = "pip install 'attnserve[structured]'"
+_LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: ")
 _WHAT = {"json": "JSON schema", "regex": "regular expression", "choice": "choice list", "grammar": "EBNF grammar",
          "json_object": "JSON object"}
 
@@ -70,6 +72,7 @@ class XgrammarBackend:
         except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError / ValueError / its own errors
             value = getattr(params, kind)
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            reason = _LOG_PREFIX.sub("", reason)  # xgrammar's "[12:00:00] /project/cpp/x.cc:94: "
             raise Refused(Refusal(("structured_outputs", kind), value,
                                   reason=f"is not a valid {_WHAT[kind]}: {reason}")) from None
         with self._lock:

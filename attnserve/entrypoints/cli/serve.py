@@ -32,6 +32,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="seconds in-flight requests may run on after SIGINT/SIGTERM before they are aborted "
                         "(default 10; 0: at once; an aborted request ends with finish_reason abort)")
     g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    from attnserve.entrypoints.openai.tool_parsers import TOOL_PARSERS
+
+    g.add_argument("--enable-auto-tool-choice", action="store_true",
+                   help='allow tool_choice "auto" (the default when a request has tools): the model decides whether '
+                        "to call tools; needs --tool-call-parser")
+    g.add_argument("--tool-call-parser", default=None, choices=sorted(TOOL_PARSERS),
+                   help="the format the model writes tool calls in, read out of auto tool-choice outputs; needs "
+                        "--enable-auto-tool-choice")
     add_engine_args(parser, positional_model=True)
     parser.set_defaults(func=run)
     return parser
@@ -50,6 +58,11 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_without_auth and not args.api_key:  # nothing to answer without: it would do nothing
         print("attnserve serve: error: argument --metrics-without-auth: only with --api-key (without a key every "
               "endpoint answers without one)", file=sys.stderr)
+        return 2
+    if args.enable_auto_tool_choice != (args.tool_call_parser is not None):  # one without the other does nothing
+        flag, needs = (("--enable-auto-tool-choice", "--tool-call-parser") if args.enable_auto_tool_choice
+                       else ("--tool-call-parser", "--enable-auto-tool-choice"))
+        print(f"attnserve serve: error: argument {flag}: needs {needs}", file=sys.stderr)
         return 2
     config = engine_config_from_args(args)
     try:  # the address first: a port in use is one line now, not after the model's checks and load (seconds)
@@ -88,7 +101,9 @@ def _serve(args: argparse.Namespace, config: EngineConfig, sock: socket.socket) 
         logging.getLogger(__name__).debug("the model's config check failed; the load will report it", exc_info=True)
     server_args = ServerArgs(host=args.host, port=args.port, served_model_names=tuple(args.served_model_name or ()),
                              api_key=args.api_key or None,
-                             metrics_without_auth=args.metrics_without_auth, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
+                             metrics_without_auth=args.metrics_without_auth, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level,
+                             enable_auto_tool_choice=args.enable_auto_tool_choice,
+                             tool_call_parser=args.tool_call_parser)
     try:
         code = run_server(config, server_args, sock)
     except ConfigError as e:  # a setting only the load could refuse (the GPU's memory once the weights are in)

@@ -18,11 +18,12 @@ from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.request_checks import (EMPTY_PROMPT, MaxTokensTooLargeError, PromptTooLongError,
                                              RequestValueError, check_context_length, check_token_ids)
 from attnserve.core.sampling_params import SamplingParams, SamplingParamsError
+from attnserve.core.structured_outputs import StructuredOutputsParams
 from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.protocol import SamplingFields
 from attnserve.entrypoints.openai.tokenizer_thread import TokenizerThread
-from attnserve.refusals import Refusal, openai_error
+from attnserve.refusals import Refusal, Refused, openai_error
 
 # temperatures below this are greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow to inf
 _GREEDY_EPS = 1e-5
@@ -61,6 +62,8 @@ class ServingContext:
     metrics: ServerMetrics
     api_key: str | None = None
     metrics_without_auth: bool = False  # with an API key: /metrics answers without it
+    enable_auto_tool_choice: bool = False  # tool_choice "auto" allowed (with tool_parser)
+    tool_parser: str | None = None  # tool_parsers.TOOL_PARSERS' name: reads tool calls out of "auto" outputs
     tokenizer_thread: TokenizerThread = field(default_factory=TokenizerThread)
 
     @property
@@ -128,34 +131,61 @@ def check_stream_options(req: SamplingFields) -> None:
         raise OpenAIError("stream_options is only allowed with stream: true", 400, param="stream_options")
 
 
-NO_STRUCTURED_OUTPUT = "attnserve has no structured-output decoding"
-# vLLM's structured-output request extensions (SamplingFields declares them)
-STRUCTURED_OUTPUT_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
+# the request fields that ask for structured outputs, each with the StructuredOutputsParams field it sets
+GUIDED_FIELDS = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice",
+                 "guided_grammar": "grammar"}
 
 
 def check_unsupported(req: SamplingFields) -> None:
     """400 for OpenAI parameters this engine does not implement (rather than silently ignoring them).
 
     Raises OpenAIError (400) naming the parameter: presence_penalty or frequency_penalty other than 0,
-    a non-empty logit_bias, a response_format type other than 'text', any of vLLM's structured-output
-    fields (``STRUCTURED_OUTPUT_FIELDS``) set."""
+    a non-empty logit_bias."""
     if req.presence_penalty or req.frequency_penalty:
         raise OpenAIError("presence_penalty and frequency_penalty are not supported (only 0)", 400,
                           param="presence_penalty" if req.presence_penalty else "frequency_penalty")
     if req.logit_bias:
         raise OpenAIError("logit_bias is not supported", 400, param="logit_bias")
-    if req.response_format is not None and req.response_format.type != "text":
-        raise OpenAIError(f"response_format type {req.response_format.type!r} is not supported (supported: 'text'); "
-                          f"{NO_STRUCTURED_OUTPUT}", 400, param="response_format")
-    for name in STRUCTURED_OUTPUT_FIELDS:
-        if getattr(req, name) is not None:
-            raise OpenAIError(f"{name} is not supported (supported: absent or null); {NO_STRUCTURED_OUTPUT}", 400,
-                              param=name)
 
 
-def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:
+def structured_outputs(req: SamplingFields) -> tuple[str, StructuredOutputsParams] | None:
+    """The request's output constraint and the field that asked for it: ``response_format`` (``json_object``,
+    ``json_schema``; ``text`` asks for none), ``structured_outputs`` or one of the older ``guided_*`` fields.
+    None when there is none; 400 for two of them, or for a value StructuredOutputsParams refuses."""
+    asked: list[tuple[str, dict]] = []
+    rf = req.response_format
+    if rf is not None and rf.type == "json_object":
+        asked.append(("response_format", {"json_object": True}))
+    elif rf is not None and rf.type == "json_schema":
+        if rf.json_schema is None:
+            raise OpenAIError("response_format type 'json_schema' needs a json_schema object", 400,
+                              param="response_format.json_schema")
+        schema = rf.json_schema.json_schema
+        asked.append(("response_format", {"json": schema} if schema is not None else {"json_object": True}))
+    if req.structured_outputs is not None:
+        asked.append(("structured_outputs", req.structured_outputs))
+    asked += [(name, {key: getattr(req, name)}) for name, key in GUIDED_FIELDS.items() if getattr(req, name) is not None]
+    if not asked:
+        return None
+    if len(asked) > 1:
+        names = [name for name, _ in asked]
+        raise OpenAIError(f"{names[1]} together with {names[0]}: a request takes one output constraint", 400,
+                          param=names[1])
+    name, fields = asked[0]
+    try:
+        return name, StructuredOutputsParams.from_dict(fields)
+    except Refused as e:
+        refusal = e.refusal
+        if name != "structured_outputs":  # the field the request used, not the record's
+            refusal = dataclasses.replace(refusal, path=(name, *refusal.path[2:]))
+        raise _refused(refusal) from None
+
+
+def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, logprobs: int | None,
+                    constraint: tuple[str, StructuredOutputsParams] | None = None) -> SamplingParams:
     """SamplingParams from a request's fields, checked against the model too (``LLMEngine.check_params``: a stop
-    token id outside the vocabulary); 400 naming the bad value."""
+    token id outside the vocabulary; the output constraint compiles); 400 naming the bad value. ``constraint``:
+    (the field that asked, the constraint), :func:`structured_outputs`' or tool calling's."""
     temperature = 1.0 if req.temperature is None else req.temperature
     try:
         params = SamplingParams(
@@ -171,11 +201,17 @@ def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, l
             ignore_eos=req.ignore_eos,
             logprobs=logprobs,
             skip_special_tokens=req.skip_special_tokens,
+            structured_outputs=None if constraint is None else constraint[1],
         )
         ctx.engine.engine.check_params(params)
         return params
     except SamplingParamsError as e:
         raise sampling_error(e) from None
+    except Refused as e:  # the constraint did not compile (or xgrammar is missing): named by the request's field
+        refusal = e.refusal
+        if constraint is not None and constraint[0] != "structured_outputs" and refusal.path[:1] == ("structured_outputs",):
+            refusal = dataclasses.replace(refusal, path=(constraint[0], *refusal.path[2:]))
+        raise _refused(refusal) from None
 
 
 def sampling_error(e: SamplingParamsError) -> OpenAIError:

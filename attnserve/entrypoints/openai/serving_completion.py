@@ -24,6 +24,7 @@ from attnserve.entrypoints.openai.serving import (
     ServingContext,
     check_stream_options,
     check_unsupported,
+    structured_outputs,
     empty_prompt,
     generate_all,
     new_id,
@@ -56,9 +57,11 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     if req.echo and req.logprobs is not None:
         raise OpenAIError("echo with logprobs needs prompt logprobs, which this server does not compute",
                           400, param="echo")
-    # tokenizing (seconds for a long text) on the tokenizer thread, so that the event loop answers other requests
-    texts, token_prompts, params = (await ctx.tokenizer_thread.run(_prepare, ctx, req) if _needs_tokenizer(req)
-                                    else _prepare(ctx, req))
+    constraint = structured_outputs(req)
+    # tokenizing (seconds for a long text) and compiling a grammar on the tokenizer thread, so that the event loop
+    # answers other requests
+    texts, token_prompts, params = (await ctx.tokenizer_thread.run(_prepare, ctx, req, constraint)
+                                    if _needs_tokenizer(req) or constraint is not None else _prepare(ctx, req))
     request_id = new_id("cmpl")
     outputs = generate_all(ctx, token_prompts, params, request_id, arrival)
     if req.stream:
@@ -88,13 +91,13 @@ def _needs_tokenizer(req: CompletionRequest) -> bool:
     return bool(req.echo) or isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], str))
 
 
-def _prepare(ctx: ServingContext, req: CompletionRequest) -> tuple[list[str] | None, list[list[int]],
+def _prepare(ctx: ServingContext, req: CompletionRequest, constraint=None) -> tuple[list[str] | None, list[list[int]],
                                                                    list[SamplingParams]]:
     """(prompt texts for echo, token-id prompts, their SamplingParams) of ``req``, each prompt checked against the
     context (``_prompts``, ``check_prompt``); 400 for the first bad one. Calls the tokenizer when
     ``_needs_tokenizer``: then it runs on the tokenizer thread."""
     texts, token_prompts, paths = _prompts(ctx, req.prompt, req.echo)
-    params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens, path), req.logprobs)
+    params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens, path), req.logprobs, constraint)
               for ids, path in zip(token_prompts, paths)]
     return texts, token_prompts, params
 
