@@ -21,11 +21,11 @@ def is_list(value) -> bool:
 
 
 def chat_messages(messages: Sequence[Mapping], path: tuple[str | int, ...] = ("messages",)) -> list[dict]:
-    """Validate OpenAI chat messages; returns ``{"role", "content": str | None[, "name"][, "tool_calls"][,
+    """Validate OpenAI chat messages; returns ``{"role", "content": str[, "name"][, "tool_calls"][,
     "tool_call_id"]}`` per message (tool calls' JSON ``arguments`` decoded into objects, as chat templates read them).
 
     Content is required whatever the role, except for an assistant message that carries ``tool_calls`` (OpenAI's
-    rule; its content may then be null or absent); a list of text parts
+    rule; its content may then be null or absent, and is rendered as ""); a list of text parts
     ``{"type": "text", "text": str}`` holds one at least (OpenAI refuses ``[]``) and its texts are joined; an empty
     name is dropped; other keys are ignored. Raises RequestValueError (a ValueError) naming the field by its place
     under ``path`` (``messages[0].content``), the value and what is allowed, in the server's words:
@@ -56,7 +56,8 @@ def _chat_message(path: tuple[str | int, ...], m: Mapping) -> dict:
     if m.get("tool_call_id") is not None:
         extra["tool_call_id"] = m["tool_call_id"]
     if content is None and tool_calls is not None:
-        return {"role": role, "content": None, **({"name": name} if name else {}), **extra}
+        # "" as vLLM renders it: templates that read content (most do) would fail on a missing one
+        return {"role": role, "content": "", **({"name": name} if name else {}), **extra}
     if not isinstance(content, str):
         if not is_list(content) or not content:
             raise RequestValueError((*path, "content"), content, CONTENT_WORDS)

@@ -61,8 +61,8 @@ class XgrammarBackend:
             if kind == "json":
                 schema = params.json if isinstance(params.json, str) else json.dumps(params.json)
                 compiled = c.compile_json_schema(schema, any_whitespace=not params.disable_any_whitespace)
-            elif kind == "json_object":
-                compiled = c.compile_builtin_json_grammar()
+            elif kind == "json_object":  # an object, not any JSON value (vLLM compiles the same schema)
+                compiled = c.compile_json_schema('{"type": "object"}', any_whitespace=not params.disable_any_whitespace)
             elif kind == "regex":
                 compiled = c.compile_regex(params.regex)
             elif kind == "choice":
