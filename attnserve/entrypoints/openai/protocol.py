@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from attnserve.config.model import SEED_MAX, SEED_MIN, SEED_WORDS
 from attnserve.core.sampling_params import MAX_LOGPROBS  # vLLM's default max_logprobs
@@ -180,10 +180,18 @@ class ChatMessage(OpenAIModel):
     holds one at least, as OpenAI's API refuses ``[]``. A tool's answer names its call by ``tool_call_id``."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"]  # chat_utils.CHAT_ROLES
-    content: str | Annotated[list[ContentPart], Field(min_length=1)] | None = None
+    content: str | Annotated[list[ContentPart], Field(min_length=1)]
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tool_calls_without_content(cls, data):
+        """An assistant message with tool calls may go without content: it is "" (as vLLM renders it)."""
+        if isinstance(data, dict) and data.get("tool_calls") and data.get("content") is None:
+            return {**data, "content": ""}
+        return data
 
 
 class FunctionDefinition(OpenAIModel):
