@@ -223,10 +223,13 @@ class LLMEngine:
         """Schedule, run the model once, append sampled tokens; returns outputs of requests that changed.
 
         Async scheduling: queue this step, then finish the previous one (its outputs are returned). While a
-        constrained request (structured outputs) runs, steps do not overlap: a step's grammar bitmask needs the
-        tokens of the step before, so that step is read first and the new one runs to completion.
+        constrained request (structured outputs) runs, a step's grammar bitmask needs the tokens of the step
+        before: in one process the step's forward pass is queued first, the step before is read, the bitmask
+        filled and then the sampling queued (vLLM's order); with worker processes steps do not overlap then.
         """
         if self.structured.active:
+            if self.async_scheduling and hasattr(self.executor, "queue_forward"):
+                return self._step_structured_async()
             return self._step_structured()
         sched = self.scheduler.schedule()
         try:
@@ -242,6 +245,25 @@ class LLMEngine:
         except BaseException:
             self._in_flight = None  # its requests are aborted by the caller (LLM, server); nothing reads it
             # blocks registered when this step was scheduled may never have been computed
+            self.block_manager.reset_prefix_cache()
+            raise
+
+    def _step_structured_async(self) -> list[RequestOutput]:
+        """One async step with constrained requests: queue the forward pass, read the step in flight (its tokens
+        advance the grammar matchers), fill this step's bitmask on the host while the device computes, then queue
+        the sampling."""
+        sched = self.scheduler.schedule()
+        try:
+            forward = self.executor.queue_forward(sched)
+            previous, self._in_flight = self._in_flight, None
+            outputs = self._finish(*previous) if previous is not None else []
+            sched.grammar_bitmask = self.structured.bitmask(sched)
+            queued = forward.sample(sched.grammar_bitmask)
+            if not sched.is_empty:
+                self._in_flight = (sched, queued)
+            return outputs
+        except BaseException:
+            self._in_flight = None
             self.block_manager.reset_prefix_cache()
             raise
 

@@ -65,6 +65,22 @@ class PendingStep:
                                           for j, rid in enumerate(self.request_ids)})
 
 
+@dataclass
+class QueuedForward:
+    """A step whose forward pass is queued and whose sampling is not: ``sample(grammar_bitmask)`` queues it
+    (``ModelRunner.queue_forward``). Sample each before the next step's forward pass is queued."""
+
+    runner: "ModelRunner"
+    requests: list  # the ScheduledRequests that sample, in row order
+    hidden: torch.Tensor | None  # (B, hidden) at each request's last token (None: empty step)
+    sample_rows: torch.Tensor | None  # rows of ``hidden`` that sample, when not all do
+
+    @torch.inference_mode()
+    def sample(self, grammar_bitmask=None) -> PendingStep:
+        """Queue the sampling; ``grammar_bitmask``: (R, ceil(V/32)) int32 numpy over the sampling rows, or None."""
+        return self.runner._sample(self.requests, self.hidden, self.sample_rows, grammar_bitmask)
+
+
 @contextmanager
 def _default(device: torch.device, dtype: torch.dtype):
     old = torch.get_default_dtype()
@@ -329,10 +345,17 @@ class ModelRunner:
 
         The sampled tokens stay on the device for the next step's placeholders (async scheduling).
         """
+        return self.queue_forward(sched).sample(sched.grammar_bitmask)
+
+    @torch.inference_mode()
+    def queue_forward(self, sched: SchedulerOutput) -> "QueuedForward":
+        """Queue the step's forward pass only; its ``sample(grammar_bitmask)`` queues the sampling. The engine
+        fills a step's grammar bitmask (structured outputs) in between, while the device runs the forward pass:
+        the mask needs the tokens of the step before, read only now."""
         for rid in sched.finished_ids:
             self.generators.pop(rid, None)
         if sched.is_empty:
-            return PendingStep([], None)
+            return QueuedForward(self, [], None, None)
         # the pinned buffers are free once the last step's copies have left them; this step's copies all go
         # before the forward pass (the staging event is recorded after them, not after the step's kernels,
         # so the next step's host work never waits for this step's forward pass)
@@ -341,14 +364,19 @@ class ModelRunner:
         sample_rows = None
         if rows and len(rows) < len(sched.requests) and self.tp.is_driver:  # partial prefill rows do not sample
             sample_rows = self.staging.to_device("sample_rows", np.asarray(rows, dtype=np.int64))
-        grammar = None if sched.grammar_bitmask is None else self.staging.to_device("grammar", sched.grammar_bitmask)
         hidden = self._hidden(sched)
-        reqs = [sched.requests[i] for i in rows]
+        return QueuedForward(self, [sched.requests[i] for i in rows], hidden, sample_rows)
+
+    def _sample(self, reqs: list, hidden: torch.Tensor | None, sample_rows: torch.Tensor | None,
+                bitmask) -> "PendingStep":
+        """Queue the sampling of a queued forward pass (``QueuedForward.sample``)."""
+        # structured outputs: the (R, words) int32 bitmask to the device (pinned, non-blocking)
+        grammar = None if bitmask is None or not reqs else self.staging.to_device("grammar", bitmask)
         params = [r.sampling_params for r in reqs]
         # the fused greedy head has no logits to mask: steps with constrained rows take the logits path
-        tokens = self._greedy_tokens(hidden, params) if rows and sample_rows is None and grammar is None else None
-        logits = self.model.compute_logits(hidden) if tokens is None else None
-        if not rows:
+        tokens = self._greedy_tokens(hidden, params) if reqs and sample_rows is None and grammar is None else None
+        logits = self.model.compute_logits(hidden) if tokens is None and reqs else None
+        if not reqs:
             return PendingStep([], None)
         last_rows = {r.request_id: j for j, r in enumerate(reqs)}
         if not self.tp.is_driver:  # no sampler here: rank 0's tokens come by broadcast when a placeholder needs them
