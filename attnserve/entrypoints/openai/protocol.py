@@ -116,6 +116,8 @@ class SamplingFields(OpenAIModel):
     guided_regex: str | None = Field(None, description="vLLM extension (older)")
     guided_choice: list[str] | None = Field(None, description="vLLM extension (older)")
     guided_grammar: str | None = Field(None, description="vLLM extension (older)")
+    guided_decoding_backend: str | None = Field(None, description="vLLM extension (older): only 'xgrammar' or 'auto'")
+    guided_whitespace_pattern: str | None = Field(None, description="vLLM extension (older): not supported")
     user: str | None = None
     ignore_eos: bool = False
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None

@@ -152,6 +152,13 @@ def structured_outputs(req: SamplingFields) -> tuple[str, StructuredOutputsParam
     """The request's output constraint and the field that asked for it: ``response_format`` (``json_object``,
     ``json_schema``; ``text`` asks for none), ``structured_outputs`` or one of the older ``guided_*`` fields.
     None when there is none; 400 for two of them, or for a value StructuredOutputsParams refuses."""
+    if req.guided_decoding_backend not in (None, "xgrammar", "auto"):
+        raise OpenAIError(f"guided_decoding_backend {req.guided_decoding_backend!r} is not supported (supported: "
+                          "'xgrammar', 'auto')", 400, param="guided_decoding_backend")
+    if req.guided_whitespace_pattern is not None:
+        raise OpenAIError("guided_whitespace_pattern is not supported (supported: absent or null; "
+                          "structured_outputs.disable_any_whitespace gives compact JSON)", 400,
+                          param="guided_whitespace_pattern")
     asked: list[tuple[str, dict]] = []
     rf = req.response_format
     if rf is not None and rf.type == "json_object":

@@ -72,7 +72,12 @@ def test_max_tokens_inside_a_value_is_length(client, model_name):
     ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs", "structured_outputs"),
     ({"structured_outputs": {"nope": 1}}, "structured_outputs.nope", "structured_outputs.nope: 1 not allowed"),
     ({"guided_regex": "a", "guided_choice": ["b"]}, "guided_choice", "guided_choice together with guided_regex"),
-], ids=["schema", "regex", "grammar", "so_regex", "response_format", "two_kinds", "unknown_key", "two_fields"])
+    ({"guided_regex": "a", "guided_decoding_backend": "outlines"}, "guided_decoding_backend",
+     "guided_decoding_backend 'outlines' is not supported"),
+    ({"guided_regex": "a", "guided_whitespace_pattern": " "}, "guided_whitespace_pattern",
+     "guided_whitespace_pattern is not supported"),
+], ids=["schema", "regex", "grammar", "so_regex", "response_format", "two_kinds", "unknown_key", "two_fields",
+        "backend", "whitespace_pattern"])
 def test_invalid_constraints_are_400(server, client, model_name, body, param, says):
     r = server.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 2, **body})
     assert r.status_code == 400, r.text
