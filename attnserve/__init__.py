@@ -8,7 +8,7 @@ from attnserve.config import AttentionConfig, EngineConfig
 
 __version__ = "0.1.0"
 
-__all__ = ["LLM", "SamplingParams", "AttentionConfig", "AttentionBackendEnum", "EngineConfig", "__version__"]
+__all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "AttentionConfig", "AttentionBackendEnum", "EngineConfig", "__version__"]
 
 
 def __getattr__(name: str):
@@ -21,4 +21,8 @@ def __getattr__(name: str):
         from attnserve.core.sampling_params import SamplingParams
 
         return SamplingParams
+    if name == "StructuredOutputsParams":
+        from attnserve.core.structured_outputs import StructuredOutputsParams
+
+        return StructuredOutputsParams
     raise AttributeError(f"module 'attnserve' has no attribute {name!r}")

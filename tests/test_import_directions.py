@@ -25,9 +25,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "attnserve"
 DIRECT: dict[str, set[str]] = {
     "entrypoints": {"benchmarks", "engine"},
     "benchmarks": {"engine"},  # offline throughput/latency runs drive an LLMEngine
-    "engine": {"executor", "core"},
+    "engine": {"executor", "core", "structured_output"},
     "executor": {"model_executor", "core"},
-    "model_executor": {"models", "core"},
+    "model_executor": {"models", "core", "structured_output"},
+    "structured_output": {"core"},  # grammar matchers and the bitmask (host: the engine; device: the runner)
     "core": {"config", "refusals"},  # a step's plan and SamplingParams: what the engine and the runner share
     "models": {"layers", "attention"},
     "layers": {"kernels", "distributed"},

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from attnserve.refusals import Refusal, Refused, range_words
 from attnserve.config.model import SEED_MAX, SEED_MIN, SEED_WORDS
+from attnserve.core.structured_outputs import StructuredOutputsParams
 
 MAX_LOGPROBS = 20  # the default of the engine's max_logprobs (--max-logprobs, vLLM's default), checked there
 
@@ -96,12 +97,19 @@ class SamplingParams:
     spaces_between_special_tokens: bool = True  # (detokenizing) a space between special tokens and their neighbours
     # False: outputs carry token ids only (text "", logprobs' decoded_token None), no per-token decoding
     detokenize: bool = True
+    # the output's constraint (JSON schema, regex, choice, grammar); a dict is read as its fields
+    structured_outputs: StructuredOutputsParams | None = None
     # bad_words as token id sequences, set by the engine with its tokenizer (LLMEngine.check_params)
     bad_words_token_ids: list[list[int]] | None = field(default=None, repr=False)
     # whether a rule other than bad words changes the logits (set once: the step loop asks for every request)
     _logits_rules: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.structured_outputs, dict):
+            self.structured_outputs = StructuredOutputsParams.from_dict(self.structured_outputs)
+        elif not isinstance(self.structured_outputs, (StructuredOutputsParams, type(None))):
+            raise SamplingParamsError("structured_outputs", self.structured_outputs,
+                                      "a StructuredOutputsParams, a dict of its fields, or None")
         # vLLM's defaults are None; stored as [] so that downstream code sees lists only
         if self.stop is None:
             self.stop = []

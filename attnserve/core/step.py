@@ -42,6 +42,9 @@ class SchedulerOutput:
     requests: list[ScheduledRequest]
     preempted_ids: list[str] = field(default_factory=list)
     finished_ids: list[str] = field(default_factory=list)  # finished since the last step (runner frees state)
+    # structured outputs: (R, ceil(vocab / 32)) int32 numpy array over the R sampling rows (bit set = token allowed;
+    # StructuredOutputManager.bitmask), None when no sampling row is constrained
+    grammar_bitmask: object | None = None
 
     @property
     def num_tokens(self) -> int:

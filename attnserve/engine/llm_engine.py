@@ -26,6 +26,7 @@ from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError
 from attnserve.executor.loading import load_model
 from attnserve.refusals import Refusal, Refused
+from attnserve.structured_output.manager import StructuredOutputManager
 from attnserve.model_executor.kv_cache import check_kv_cache_holds_max_model_len, kv_cache_size_key
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class LLMEngine:
             kv_cache_size_key(config.cache, self.info.device),
         )
         self.output_processor = OutputProcessor(self.tokenizer)
+        self.structured = StructuredOutputManager(self.tokenizer, self.vocab_size, self.eos_token_id)
         self._ids = itertools.count()
         self.async_scheduling = resolve_async_scheduling(config, self.info.device)
         self._in_flight: tuple[SchedulerOutput, object] | None = None  # queued step not read yet (async)
@@ -153,6 +155,8 @@ class LLMEngine:
             raise SamplingParamsError("logit_bias", bad, f"token ids as keys: {self.token_id_words}")
         if params.bad_words and params.bad_words_token_ids is None:
             params.bad_words_token_ids = bad_words_token_ids(self.tokenizer, params.bad_words)
+        if params.structured_outputs is not None:  # compiled once here (cached): an invalid one is refused now
+            self.structured.compile(params.structured_outputs)
 
     def tokenize(self, prompt: str | list[int], path: tuple[str | int, ...] = ("prompt",)) -> list[int]:
         """The prompt's token ids (token ids as given). Raises ValueError for text holding a lone surrogate
@@ -230,6 +234,9 @@ class LLMEngine:
                 max_model_len=self.max_request_len,
             ))
         self.output_processor.add(request_id, prompt if isinstance(prompt, str) else None, token_ids, params, children)
+        if params.structured_outputs is not None:
+            for child in children:
+                self.structured.add(child.request_id, params.structured_outputs)
         for child in children:
             self.scheduler.add_request(child)
         return request_id
@@ -239,6 +246,7 @@ class LLMEngine:
         unfinished completion with finish_reason "abort"; None (and nothing done) for an unknown or finished id."""
         for child_id in self.output_processor.child_ids(request_id):
             self.scheduler.finish_request(child_id, FinishReason.ABORT)
+            self.structured.remove(child_id)
         return self.output_processor.abort(request_id)
 
     def reset_prefix_cache(self) -> int:
@@ -252,8 +260,15 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Schedule, run the model once, append sampled tokens; returns outputs of requests that changed.
 
-        Async scheduling: queue this step, then finish the previous one (its outputs are returned).
+        Async scheduling: queue this step, then finish the previous one (its outputs are returned). While a
+        constrained request (structured outputs) runs, a step's grammar bitmask needs the tokens of the step
+        before: in one process the step's forward pass is queued first, the step before is read, the bitmask
+        filled and then the sampling queued (vLLM's order); with worker processes steps do not overlap then.
         """
+        if self.structured.active:
+            if self.async_scheduling and hasattr(self.executor, "queue_forward"):
+                return self._step_structured_async()
+            return self._step_structured()
         sched = self.scheduler.schedule()
         try:
             if not self.async_scheduling:
@@ -271,17 +286,62 @@ class LLMEngine:
             self.block_manager.reset_prefix_cache()
             raise
 
+    def _step_structured_async(self) -> list[RequestOutput]:
+        """One async step with constrained requests: queue the forward pass, read the step in flight (its tokens
+        advance the grammar matchers), fill this step's bitmask on the host while the device computes, then queue
+        the sampling."""
+        sched = self.scheduler.schedule()
+        try:
+            forward = self.executor.queue_forward(sched)
+            previous, self._in_flight = self._in_flight, None
+            outputs = self._finish(*previous) if previous is not None else []
+            sched.grammar_bitmask = self.structured.bitmask(sched)
+            queued = forward.sample(sched.grammar_bitmask)
+            if not sched.is_empty:
+                self._in_flight = (sched, queued)
+            return outputs
+        except BaseException:
+            self._in_flight = None
+            self.block_manager.reset_prefix_cache()
+            raise
+
+    def _step_structured(self) -> list[RequestOutput]:
+        """One step without overlap: read the step in flight (its tokens advance the grammar matchers), then
+        schedule, fill the grammar bitmask on the host and run the step to completion."""
+        previous, self._in_flight = self._in_flight, None
+        try:
+            outputs = self._finish(*previous) if previous is not None else []
+            sched = self.scheduler.schedule()
+            sched.grammar_bitmask = self.structured.bitmask(sched)
+            return outputs + self._finish(sched, self.executor.execute(sched))
+        except WorkerDiedError:
+            self._fail_all()
+            raise
+        except BaseException:
+            self.block_manager.reset_prefix_cache()
+            raise
+
     def _finish(self, sched: SchedulerOutput, result) -> list[RequestOutput]:
-        """Append a step's sampled tokens (``result.result()``: waits for them), detokenize, apply stop strings."""
+        """Append a step's sampled tokens (``result.result()``: waits for them), advance the grammar matchers (a
+        terminated grammar ends its request, finish reason stop), detokenize, apply stop strings."""
         out = result.result()
         for rid, (first, entries) in out.prompt_logprobs.items():
             req = self.scheduler.requests.get(rid)
             if req is not None and first + len(entries) > len(req.prompt_logprobs):  # a recompute repeats them
                 req.prompt_logprobs.extend(entries[len(req.prompt_logprobs) - first:])
         updated = self.scheduler.update(sched, out.sampled)
+        structured = self.structured.active
+        if structured:
+            for req in updated:
+                if self.structured.accept(req.request_id, req.output_token_ids[-1]) and not req.is_finished:
+                    self.scheduler.finish_request(req.request_id, FinishReason.STOP)
         outputs, stopped = self.output_processor.process(updated)
         for child_id, stop_string in stopped:
             self.scheduler.finish_request(child_id, FinishReason.STOP, stop_string)
+        if structured:
+            for req in updated:
+                if req.is_finished:
+                    self.structured.remove(req.request_id)
         return outputs
 
     def _fail_all(self) -> None:

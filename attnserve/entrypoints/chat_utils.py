@@ -7,6 +7,7 @@ place Python writes ``messages[0].content`` and the server ``messages.0.content`
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,10 +25,11 @@ def is_list(value) -> bool:
 
 
 def chat_messages(messages: Sequence[Mapping], path: tuple[str | int, ...] = ("messages",)) -> list[dict]:
-    """Validate OpenAI chat messages; returns ``{"role", "content": str[, "name"]}`` per message.
+    """Validate OpenAI chat messages; returns ``{"role", "content": str[, "name"][, "tool_calls"][,
+    "tool_call_id"]}`` per message (tool calls' JSON ``arguments`` decoded into objects, as chat templates read them).
 
-    Content is required whatever the role, as the server requires it (protocol.ChatMessage): OpenAI's API lets an
-    assistant message go without it only when it carries tool calls, which attnserve has not; a list of text parts
+    Content is required whatever the role, except for an assistant message that carries ``tool_calls`` (OpenAI's
+    rule; its content may then be null or absent, and is rendered as ""); a list of text parts
     ``{"type": "text", "text": str}`` holds one at least (OpenAI refuses ``[]``) and its texts are joined; an empty
     name is dropped; other keys are ignored. Raises RequestValueError (a ValueError) naming the field by its place
     under ``path`` (``messages[0].content``), the value and what is allowed, in the server's words:
@@ -43,19 +45,45 @@ def chat_messages(messages: Sequence[Mapping], path: tuple[str | int, ...] = ("m
 def _chat_message(path: tuple[str | int, ...], m: Mapping) -> dict:
     if not isinstance(m, Mapping):
         raise RequestValueError(path, m, MESSAGE_WORDS, noun="a chat message")
+    tool_calls = m.get("tool_calls") or None
     for key, required in (("role", ROLE_WORDS), ("content", CONTENT_WORDS)):
-        if key not in m:  # was, for content: read as "" (an empty message the user did not write)
+        if key not in m and not (key == "content" and tool_calls):  # content: was read as "" (not what was meant)
             raise RequestValueError((*path, key), RequestValueError.MISSING, required)
-    role, content, name = m["role"], m["content"], m.get("name")
+    role, content, name = m["role"], m.get("content"), m.get("name")
     if role not in CHAT_ROLES:
         raise RequestValueError((*path, "role"), role, ROLE_WORDS)
+    extra = {}
+    if tool_calls is not None:
+        if role != "assistant":
+            raise RequestValueError((*path, "tool_calls"), tool_calls, "only on an assistant message")
+        extra["tool_calls"] = [_tool_call((*path, "tool_calls", j), c) for j, c in enumerate(tool_calls)]
+    if m.get("tool_call_id") is not None:
+        extra["tool_call_id"] = m["tool_call_id"]
+    if content is None and tool_calls is not None:
+        # "" as vLLM renders it: templates that read content (most do) would fail on a missing one
+        return {"role": role, "content": "", **({"name": name} if name else {}), **extra}
     if not isinstance(content, str):
         if not is_list(content) or not content:
             raise RequestValueError((*path, "content"), content, CONTENT_WORDS)
         content = "".join(_text_part((*path, "content", j), p) for j, p in enumerate(content))
     if name is not None and not isinstance(name, str):
         raise RequestValueError((*path, "name"), name, "string, or None", noun="a string")
-    return {"role": role, "content": content, **({"name": name} if name else {})}
+    return {"role": role, "content": content, **({"name": name} if name else {}), **extra}
+
+
+def _tool_call(path: tuple[str | int, ...], call) -> dict:
+    """An assistant message's tool call, its ``function.arguments`` JSON text decoded (templates read objects)."""
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        raise RequestValueError(path, call, '{"id": string, "type": "function", "function": {"name": string, '
+                                '"arguments": JSON text}}')
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            raise RequestValueError((*path, "function", "arguments"), args, "JSON text") from None
+    return {**call, "function": {**fn, "arguments": args}}
 
 
 def _text_part(path: tuple[str | int, ...], part) -> str:
@@ -127,10 +155,12 @@ def check_chat_template_options(options: ChatTemplateOptions) -> None:
                                   advice="give the template as chat_template" if name == "chat_template" else ""))
 
 
-def apply_chat_template(tokenizer, conversation: list[dict], options: ChatTemplateOptions) -> str:
+def apply_chat_template(tokenizer, conversation: list[dict], options: ChatTemplateOptions,
+                        tools: list[dict] | None = None) -> str:
     """The prompt text of ``conversation`` (messages as :func:`chat_messages` returns them) under ``options``,
     through transformers' ``apply_chat_template``; the template sees ``chat_template_kwargs`` as variables (Qwen3's
-    ``enable_thinking``), under the explicit options. Raises Refused: the options' own mistakes
+    ``enable_thinking``), under the explicit options; ``tools``: the request's function definitions, which the
+    template renders (None: none). Raises Refused: the options' own mistakes
     (:func:`check_chat_template_options`), no template at all (the tokenizer has none and none is given), and what
     the template raised (a Jinja syntax error, its own ``raise_exception``, a final message that
     ``continue_final_message`` cannot find in the text), named by ``chat_template`` when the template was given,
@@ -144,7 +174,8 @@ def apply_chat_template(tokenizer, conversation: list[dict], options: ChatTempla
     kwargs = {**(options.chat_template_kwargs or {}), "add_generation_prompt": options.add_generation_prompt,
               "continue_final_message": options.continue_final_message}
     try:
-        text = tokenizer.apply_chat_template(conversation, chat_template=template, tokenize=False, **kwargs)
+        text = tokenizer.apply_chat_template(conversation, chat_template=template, tokenize=False, tools=tools,
+                                             **kwargs)
         if not isinstance(text, str):  # a kwarg of apply_chat_template's own (return_dict, ...) changed its answer
             raise TypeError(f"apply_chat_template returned {type(text).__name__}, not the prompt text")
         return text

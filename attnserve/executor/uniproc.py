@@ -6,7 +6,7 @@ from attnserve.config.engine import EngineConfig
 from attnserve.core.step import SchedulerOutput
 from attnserve.executor.base import Executor, RunnerInfo
 from attnserve.model_executor.loader import ModelSource
-from attnserve.model_executor.model_runner import ModelRunner, ModelRunnerOutput, PendingStep
+from attnserve.model_executor.model_runner import ModelRunner, ModelRunnerOutput, PendingStep, QueuedForward
 
 
 class UniProcExecutor(Executor):
@@ -19,3 +19,8 @@ class UniProcExecutor(Executor):
 
     def execute_async(self, sched: SchedulerOutput) -> PendingStep:
         return self.runner.execute_async(sched)
+
+    def queue_forward(self, sched: SchedulerOutput) -> QueuedForward:
+        """The step's forward pass queued, its sampling not yet (``ModelRunner.queue_forward``): the engine fills
+        the step's grammar bitmask in between. Only this executor has it (workers sample in one call)."""
+        return self.runner.queue_forward(sched)

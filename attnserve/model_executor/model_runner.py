@@ -41,6 +41,7 @@ from attnserve.model_executor.prompt_logprobs import PromptLogprobsPlan
 from attnserve.model_executor.sampler import DeviceSample, Sampler
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import detect_platform, runtime_device
+from attnserve.structured_output.bitmask import apply_grammar_bitmask
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,24 @@ class PendingStep:
         return ModelRunnerOutput(sampled={rid: (out.token_ids[j], out.logprobs[j])
                                           for j, rid in enumerate(self.request_ids)},
                                  prompt_logprobs=self.prompt_logprobs)
+
+
+@dataclass
+class QueuedForward:
+    """A step whose forward pass is queued and whose sampling is not: ``sample(grammar_bitmask)`` queues it
+    (``ModelRunner.queue_forward``). Sample each before the next step's forward pass is queued."""
+
+    runner: "ModelRunner"
+    requests: list  # the ScheduledRequests that sample, in row order
+    hidden: torch.Tensor | None  # (B, hidden) at each request's last token (None: empty step)
+    sample_rows: torch.Tensor | None  # rows of ``hidden`` that sample, when not all do
+    scheduled: list = field(default_factory=list)  # every ScheduledRequest of the step (penalty slots)
+    prompt_logprobs: dict = field(default_factory=dict)  # computed already (on the host)
+
+    @torch.inference_mode()
+    def sample(self, grammar_bitmask=None) -> PendingStep:
+        """Queue the sampling; ``grammar_bitmask``: (R, ceil(V/32)) int32 numpy over the sampling rows, or None."""
+        return self.runner._sample(self, grammar_bitmask)
 
 
 @contextmanager
@@ -376,11 +395,18 @@ class ModelRunner:
 
         The sampled tokens stay on the device for the next step's placeholders (async scheduling).
         """
+        return self.queue_forward(sched).sample(sched.grammar_bitmask)
+
+    @torch.inference_mode()
+    def queue_forward(self, sched: SchedulerOutput) -> "QueuedForward":
+        """Queue the step's forward pass only; its ``sample(grammar_bitmask)`` queues the sampling. The engine
+        fills a step's grammar bitmask (structured outputs) in between, while the device runs the forward pass:
+        the mask needs the tokens of the step before, read only now."""
         for rid in sched.finished_ids:
             self.generators.pop(rid, None)
         self.logits_processors.free(sched.finished_ids + sched.preempted_ids)
         if sched.is_empty:
-            return PendingStep([], None)
+            return QueuedForward(self, [], None, None)
         # the pinned buffers are free once the last step's copies have left them; this step's copies all go
         # before the forward pass (the staging event is recorded after them, not after the step's kernels,
         # so the next step's host work never waits for this step's forward pass)
@@ -396,13 +422,21 @@ class ModelRunner:
             num_reqs = len(sched.requests)
             prompt_logprobs = prompt_plan.compute(hidden[num_reqs:], self.model.compute_logits, self.tp.is_driver)
             hidden = hidden[:num_reqs]
-        reqs = [sched.requests[i] for i in rows]
+        return QueuedForward(self, [sched.requests[i] for i in rows], hidden, sample_rows, list(sched.requests),
+                             prompt_logprobs)
+
+    def _sample(self, step: "QueuedForward", bitmask) -> "PendingStep":
+        """Queue the sampling of a queued forward pass (``QueuedForward.sample``)."""
+        reqs, hidden, sample_rows, prompt_logprobs = step.requests, step.hidden, step.sample_rows, step.prompt_logprobs
+        # structured outputs: the (R, words) int32 bitmask to the device (pinned, non-blocking)
+        grammar = None if bitmask is None or not reqs else self.staging.to_device("grammar", bitmask)
         params = [r.sampling_params for r in reqs]
-        tokens = self._greedy_tokens(hidden, params) if rows and sample_rows is None else None
-        logits = self.model.compute_logits(hidden) if tokens is None else None
-        if self.tp.is_driver and logits is not None:  # (the fused greedy head runs only without penalties)
-            self.logits_processors.admit(sched.requests, logits.shape[1])
-        if not rows:
+        # the fused greedy head has no logits to mask: steps with constrained rows take the logits path
+        tokens = self._greedy_tokens(hidden, params) if reqs and sample_rows is None and grammar is None else None
+        logits = self.model.compute_logits(hidden) if tokens is None and reqs else None
+        if self.tp.is_driver:  # every step: a request's prompt tokens come only with its first (partial) prefill
+            self.logits_processors.admit(step.scheduled, self.dims.vocab_size if logits is None else logits.shape[1])
+        if not reqs:
             return PendingStep([], None, prompt_logprobs)
         last_rows = {r.request_id: j for j, r in enumerate(reqs)}
         if not self.tp.is_driver:  # no sampler here: rank 0's tokens come by broadcast when a placeholder needs them
@@ -415,6 +449,7 @@ class ModelRunner:
             # every row samples in most steps: no copy of the (B, vocab) logits then
             raw = logits if sample_rows is None else logits[sample_rows]
             logits = self.logits_processors(raw, reqs, *self._last_sample)  # the one logits-processing stage
+            logits = apply_grammar_bitmask(logits, grammar)  # structured outputs: disallowed tokens -inf
             sample = self.sampler.sample(logits, params, gens, raw_logits=raw)
             self.logits_processors.record(reqs, sample.token_ids)
         self._last_sample = (sample.token_ids, last_rows)

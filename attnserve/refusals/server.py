@@ -64,7 +64,7 @@ def _refusal(err: dict, path: tuple, model: type[BaseModel] | None, union: bool 
     >= 1, or null)``; pydantic's message else. A missing field: ``missing (required: a string, ...)``; a number no
     64-bit float holds, as sent (``1e400`` parses as infinity): ``1e400 is beyond a 64-bit float's range (allowed:
     ...)``. A list or an object where it does not belong: ``"hi" is not a list (allowed: a non-empty list of chat
-    messages)``, ``1 is not a chat message (allowed: an object with "role" and "content", optionally "name")``; one
+    messages)``, ``1 is not a chat message (allowed: an object with "role" and "content", optionally "name", "tool_calls" and "tool_call_id")``; one
     too short: ``[] not allowed (allowed: a non-empty list of chat messages)``, ``"" not allowed (allowed: non-empty
     string)``, every member's words for a value at a ``union``'s own path."""
     kind = err.get("type", "")

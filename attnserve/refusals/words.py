@@ -49,7 +49,7 @@ def token_id_words(vocab_size: int) -> str:
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")  # protocol.ChatMessage.role's Literal
 MESSAGES_WORDS = "a non-empty list of chat messages"
-MESSAGE_WORDS = 'an object with "role" and "content", optionally "name"'
+MESSAGE_WORDS = 'an object with "role" and "content", optionally "name", "tool_calls" and "tool_call_id"'
 ROLE_WORDS = ", ".join(json.dumps(r) for r in CHAT_ROLES)
 CONTENT_WORDS = 'a string, or a non-empty list of text parts {"type": "text", "text": string}'
 TEXT_PART = 'a text part {"type": "text", "text": string}'

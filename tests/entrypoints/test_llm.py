@@ -6,6 +6,7 @@ import pytest
 
 from attnserve import LLM, SamplingParams
 from attnserve.engine.request_checks import MaxTokensTooLargeError, PromptTooLongError, RequestValueError
+from attnserve.refusals.words import MESSAGE_WORDS
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
 IDS = [504, 3575, 282, 4649, 314]
@@ -110,9 +111,8 @@ HI = [{"role": "user", "content": "Hi"}]
     ({"role": "user", "content": "Hi"},
      f"messages {{'role': 'user', 'content': 'Hi'}} is not a list (allowed: {MESSAGES}, or a list of such lists)"),
     (None, f"messages None is not a list (allowed: {MESSAGES}, or a list of such lists)"),
-    ([1], 'messages[0] 1 is not a chat message (allowed: an object with "role" and "content", optionally "name")'),
-    (["hi"], 'messages[0] \'hi\' is not a chat message (allowed: an object with "role" and "content", optionally '
-             '"name")'),
+    ([1], f"messages[0] 1 is not a chat message (allowed: {MESSAGE_WORDS})"),
+    (["hi"], f"messages[0] 'hi' is not a chat message (allowed: {MESSAGE_WORDS})"),
 ])
 def test_bad_chat_messages_are_refused_up_front(llm, messages, message):
     with pytest.raises(RequestValueError) as e:

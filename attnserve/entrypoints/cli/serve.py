@@ -33,6 +33,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="seconds in-flight requests may run on after SIGINT/SIGTERM before they are aborted "
                         "(default 10; 0: at once; an aborted request ends with finish_reason abort)")
     g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    from attnserve.entrypoints.openai.tool_parsers import TOOL_PARSERS
+
+    g.add_argument("--enable-auto-tool-choice", action="store_true",
+                   help='allow tool_choice "auto" (the default when a request has tools): the model decides whether '
+                        "to call tools; needs --tool-call-parser")
+    g.add_argument("--tool-call-parser", default=None, choices=sorted(TOOL_PARSERS),
+                   help="the format the model writes tool calls in, read out of auto tool-choice outputs; needs "
+                        "--enable-auto-tool-choice")
     add_chat_template_args(parser, serve=True)
     _add_limit_args(parser)
     add_engine_args(parser, positional_model=True)
@@ -100,6 +108,11 @@ def run(args: argparse.Namespace) -> int:
         print("attnserve serve: error: argument --metrics-without-auth: only with --api-key (without a key every "
               "endpoint answers without one)", file=sys.stderr)
         return 2
+    if args.enable_auto_tool_choice != (args.tool_call_parser is not None):  # one without the other does nothing
+        flag, needs = (("--enable-auto-tool-choice", "--tool-call-parser") if args.enable_auto_tool_choice
+                       else ("--tool-call-parser", "--enable-auto-tool-choice"))
+        print(f"attnserve serve: error: argument {flag}: needs {needs}", file=sys.stderr)
+        return 2
     config = engine_config_from_args(args)
     try:  # the address first: a port in use is one line now, not after the model's checks and load (seconds)
         sock = bind_socket(args.host, args.port)
@@ -143,7 +156,9 @@ def _serve(args: argparse.Namespace, config: EngineConfig, sock: socket.socket) 
                              log_level=args.log_level, max_request_body_bytes=max_body,
                              timeout_keep_alive=args.timeout_keep_alive, connection=connection,
                              chat=ChatSettings(args.chat_template, args.default_chat_template_kwargs,
-                                               args.trust_request_chat_template))
+                                               args.trust_request_chat_template),
+                             enable_auto_tool_choice=args.enable_auto_tool_choice,
+                             tool_call_parser=args.tool_call_parser)
     if args.chat_template is not None:
         logging.getLogger(__name__).info("using the chat template of --chat-template:\n%s", args.chat_template)
     try:

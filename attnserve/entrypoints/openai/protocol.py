@@ -4,12 +4,12 @@ Field names, defaults and shapes follow OpenAI's API reference (completions, cha
 errors); ``top_k``, ``min_p``, ``ignore_eos``, ``stop_token_ids``, ``skip_special_tokens``, ``repetition_penalty``,
 ``min_tokens``, ``bad_words``, ``allowed_token_ids``, ``prompt_logprobs``, ``include_stop_str_in_output``,
 ``spaces_between_special_tokens``, ``truncate_prompt_tokens``, the chat-template fields and /tokenize, /detokenize
-are vLLM's extensions. A request field a model here does not declare is kept (``model_extra``) and judged by
-``vllm_fields.check_extra_fields``: one of vLLM's is refused with a 400 unless its value changes nothing, any other
-is ignored with a warning in the log (as vLLM does). Some declared fields ask for something attnserve cannot do and
-are refused with a 400 too:
-``response_format`` other than text and vLLM's ``guided_*`` / ``structured_outputs`` (structured output); on
-chat, non-empty ``tools`` or ``functions``, ``tool_choice`` or ``function_call`` other than "none" (tool calling).
+are vLLM's extensions, as are ``structured_outputs`` and the older ``guided_json``, ``guided_regex``,
+``guided_choice`` and ``guided_grammar`` (structured outputs, like OpenAI's ``response_format``). A request field a
+model here does not declare is kept (``model_extra``) and judged by ``vllm_fields.check_extra_fields``: one of
+vLLM's is refused with a 400 unless its value changes nothing, any other is ignored with a warning in the log (as
+vLLM does). Declared fields refused with a 400: on chat, non-empty ``functions`` or a ``function_call`` other than
+"none" (OpenAI's deprecated forms of ``tools`` and ``tool_choice``).
 Ranges are declared on the fields, so that they show in the OpenAPI schema and violations are 400s. Types are
 strict, as OpenAI's API: a string is not a number (``"temperature": "0.5"``), a boolean is not an integer
 (``"max_tokens": true``), a number with a fraction part is not an integer, even ``2.0`` (``"n": 2.0``); an
@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from attnserve.config.model import SEED_MAX, SEED_MIN, SEED_WORDS
 
@@ -57,10 +57,22 @@ class StreamOptions(OpenAIModel):
     include_usage: bool | None = False
 
 
-class ResponseFormat(OpenAIModel):
-    """OpenAI's ``response_format``; only ``{"type": "text"}`` is supported (``json_schema`` etc. ignored)."""
+class JsonSchemaFormat(OpenAIModel):
+    """``response_format.json_schema``: the schema the output follows (``strict`` or not, it is enforced)."""
 
-    type: str
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True, populate_by_name=True)
+
+    name: str = "response"
+    description: str | None = None
+    json_schema: dict[str, Any] | None = Field(None, alias="schema")  # None: any JSON
+    strict: bool | None = None
+
+
+class ResponseFormat(OpenAIModel):
+    """OpenAI's ``response_format``: ``text``, ``json_object`` (any JSON object) or ``json_schema``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
 
 
 class PromptTokensDetails(BaseModel):
@@ -102,14 +114,17 @@ class SamplingFields(OpenAIModel):
     frequency_penalty: float | None = Field(0.0, ge=-2.0, le=2.0)
     # token id (a decimal string) -> bias added to its logit, clamped to [-100, 100] (as OpenAI and vLLM)
     logit_bias: dict[str, float] | None = None
-    response_format: ResponseFormat | None = Field(None, description="only type 'text' is supported")
-    # vLLM's structured-output extensions (``guided_*`` up to vLLM 0.10, then ``structured_outputs``): declared
-    # so that a request using them is refused (``serving.check_unsupported``), not answered in free text
-    guided_json: str | dict[str, Any] | None = Field(None, description="vLLM extension; not supported")
-    guided_regex: str | None = Field(None, description="vLLM extension; not supported")
-    guided_choice: list[str] | None = Field(None, description="vLLM extension; not supported")
-    guided_grammar: str | None = Field(None, description="vLLM extension; not supported")
-    structured_outputs: dict[str, Any] | None = Field(None, description="vLLM extension; not supported")
+    response_format: ResponseFormat | None = None
+    # vLLM's structured-output extensions (``guided_*`` up to vLLM 0.10, then ``structured_outputs``): at most one
+    # of them and response_format (serving.structured_outputs)
+    structured_outputs: dict[str, Any] | None = Field(None, description="vLLM extension: json, regex, choice, "
+                                                      "grammar, json_object, disable_any_whitespace")
+    guided_json: str | dict[str, Any] | None = Field(None, description="vLLM extension (older)")
+    guided_regex: str | None = Field(None, description="vLLM extension (older)")
+    guided_choice: list[str] | None = Field(None, description="vLLM extension (older)")
+    guided_grammar: str | None = Field(None, description="vLLM extension (older)")
+    guided_decoding_backend: str | None = Field(None, description="vLLM extension (older): only 'xgrammar' or 'auto'")
+    guided_whitespace_pattern: str | None = Field(None, description="vLLM extension (older): not supported")
     user: str | None = None
     ignore_eos: bool = False
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
@@ -192,13 +207,48 @@ class ContentPart(OpenAIModel):
 
 
 class ChatMessage(OpenAIModel):
-    """A message of the conversation. ``content`` is required whatever the role: an assistant message may
-    omit it in OpenAI's API only when it carries tool calls, and attnserve has no tool calling. A list of parts
-    holds one at least, as OpenAI's API refuses ``[]``."""
+    """A message of the conversation. ``content`` is required whatever the role, except that an assistant message
+    with ``tool_calls`` may give it as null or leave it out (OpenAI's rule; chat_utils checks it). A list of parts
+    holds one at least, as OpenAI's API refuses ``[]``. A tool's answer names its call by ``tool_call_id``."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"]  # chat_utils.CHAT_ROLES
     content: str | Annotated[list[ContentPart], Field(min_length=1)]
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tool_calls_without_content(cls, data):
+        """An assistant message with tool calls may go without content: it is "" (as vLLM renders it)."""
+        if isinstance(data, dict) and data.get("tool_calls") and data.get("content") is None:
+            return {**data, "content": ""}
+        return data
+
+
+class FunctionDefinition(OpenAIModel):
+    name: NonEmptyStr
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema; None: no arguments
+    strict: bool | None = None
+
+
+class ChatTool(OpenAIModel):
+    """One entry of ``tools``."""
+
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(OpenAIModel):
+    name: NonEmptyStr
+
+
+class NamedToolChoice(OpenAIModel):
+    """``tool_choice`` naming one function: the output is that function's arguments."""
+
+    type: Literal["function"] = "function"
+    function: NamedFunction
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -221,9 +271,10 @@ class ChatCompletionRequest(SamplingFields):
                                                         "(BOS) on top of the template's")
     echo: bool = Field(False, description="vLLM extension: the reply starts with the last message's content when "
                                           "that message is the assistant's")
-    tools: list[dict[str, Any]] | None = Field(None, description="not supported: must be empty")
+    tools: list[ChatTool] | None = None
     functions: list[dict[str, Any]] | None = Field(None, description="deprecated by OpenAI for tools; must be empty")
-    tool_choice: str | dict[str, Any] | None = Field(None, description="not supported: only 'none'")
+    # None: "auto" when tools are given, else "none" (OpenAI's and vLLM's defaults)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     function_call: str | dict[str, Any] | None = Field(None, description="deprecated by OpenAI for tool_choice; "
                                                                         "only 'none'")
 
@@ -242,21 +293,48 @@ class ChatChoiceLogprobs(BaseModel):
     content: list[ChatTokenLogprob] | None = None
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # JSON text
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class DeltaFunctionCall(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(BaseModel):
+    """A streamed piece of a tool call: the first of each call has its ``id``, ``type`` and ``name``."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall
+
+
 class ChatResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
 
 
 class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatCompletionChoice(BaseModel):
     index: int
     message: ChatResponseMessage
     logprobs: ChatChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length", "abort"] | None = None
+    finish_reason: Literal["stop", "length", "abort", "tool_calls"] | None = None
     stop_reason: int | str | None = None
 
 
@@ -275,7 +353,7 @@ class ChatStreamChoice(BaseModel):
     index: int
     delta: ChatDelta
     logprobs: ChatChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length", "abort"] | None = None
+    finish_reason: Literal["stop", "length", "abort", "tool_calls"] | None = None
     stop_reason: int | str | None = None
 
 

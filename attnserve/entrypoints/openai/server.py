@@ -111,6 +111,8 @@ class ServerArgs:
     metrics_without_auth: bool = False  # with an API key: /metrics answers without it
     shutdown_timeout: float = 10.0  # seconds in-flight requests may run on after SIGINT/SIGTERM, then aborted
     log_level: str = "info"
+    enable_auto_tool_choice: bool = False  # tool_choice "auto": the model decides, tool_parser reads its calls
+    tool_call_parser: str | None = None  # tool_parsers.TOOL_PARSERS' name
     chat: ChatSettings = ChatSettings()  # --chat-template, --default-chat-template-kwargs, --trust-request-...
     max_request_body_bytes: int | None = DEFAULT_MAX_REQUEST_BODY_BYTES  # None: no limit
     timeout_keep_alive: float = 5.0  # seconds an idle kept-alive connection stays open (uvicorn's, vLLM's 5)
@@ -295,7 +297,8 @@ def run_server(config: EngineConfig, args: ServerArgs, sock: socket.socket | Non
     engine = AsyncLLMEngine(config, functools.partial(LLMEngine, refuse_short_kv_cache=True))
     ctx = ServingContext(engine=engine, served_model_names=names,
                          metrics=ServerMetrics(names[0], lambda: engine.stats), api_key=args.api_key,
-                         metrics_without_auth=args.metrics_without_auth, chat=args.chat)
+                         metrics_without_auth=args.metrics_without_auth, chat=args.chat,
+                         enable_auto_tool_choice=args.enable_auto_tool_choice, tool_parser=args.tool_call_parser)
     app = build_app(ctx, args.max_request_body_bytes)
 
     class Server(uvicorn.Server):

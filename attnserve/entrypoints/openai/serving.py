@@ -18,6 +18,7 @@ from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.request_checks import (EMPTY_PROMPT, MaxTokensTooLargeError, PromptTooLongError,
                                              RequestValueError, check_context_length, check_token_ids)
 from attnserve.core.sampling_params import SamplingParams, SamplingParamsError
+from attnserve.core.structured_outputs import StructuredOutputsParams
 from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.protocol import SamplingFields
@@ -73,6 +74,8 @@ class ServingContext:
     metrics: ServerMetrics
     api_key: str | None = None
     metrics_without_auth: bool = False  # with an API key: /metrics answers without it
+    enable_auto_tool_choice: bool = False  # tool_choice "auto" allowed (with tool_parser)
+    tool_parser: str | None = None  # tool_parsers.TOOL_PARSERS' name: reads tool calls out of "auto" outputs
     tokenizer_thread: TokenizerThread = field(default_factory=TokenizerThread)
     chat: ChatSettings = field(default_factory=ChatSettings)
 
@@ -149,9 +152,9 @@ def check_stream_options(req: SamplingFields) -> None:
         raise OpenAIError("stream_options is only allowed with stream: true", 400, param="stream_options")
 
 
-NO_STRUCTURED_OUTPUT = "attnserve has no structured-output decoding"
-# vLLM's structured-output request extensions (SamplingFields declares them)
-STRUCTURED_OUTPUT_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
+# the request fields that ask for structured outputs, each with the StructuredOutputsParams field it sets
+GUIDED_FIELDS = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice",
+                 "guided_grammar": "grammar"}
 
 
 def check_fields(req, known) -> None:
@@ -171,17 +174,49 @@ def refused(e: Refused) -> OpenAIError:
 def check_unsupported(req: SamplingFields) -> None:
     """400 for OpenAI parameters this engine does not implement (rather than silently ignoring them).
 
-    Raises OpenAIError (400) naming the parameter: a response_format type other than 'text', any of vLLM's
-    structured-output fields (``STRUCTURED_OUTPUT_FIELDS``) set, prompt_logprobs with stream (vLLM refuses it)."""
+    Raises OpenAIError (400) naming the parameter: prompt_logprobs with stream (vLLM refuses it)."""
     if req.prompt_logprobs is not None and req.stream:
         raise OpenAIError("prompt_logprobs are not available when stream is true", 400, param="prompt_logprobs")
-    if req.response_format is not None and req.response_format.type != "text":
-        raise OpenAIError(f"response_format type {req.response_format.type!r} is not supported (supported: 'text'); "
-                          f"{NO_STRUCTURED_OUTPUT}", 400, param="response_format")
-    for name in STRUCTURED_OUTPUT_FIELDS:
-        if getattr(req, name) is not None:
-            raise OpenAIError(f"{name} is not supported (supported: absent or null); {NO_STRUCTURED_OUTPUT}", 400,
-                              param=name)
+
+
+def structured_outputs(req: SamplingFields) -> tuple[str, StructuredOutputsParams] | None:
+    """The request's output constraint and the field that asked for it: ``response_format`` (``json_object``,
+    ``json_schema``; ``text`` asks for none), ``structured_outputs`` or one of the older ``guided_*`` fields.
+    None when there is none; 400 for two of them, or for a value StructuredOutputsParams refuses."""
+    if req.guided_decoding_backend not in (None, "xgrammar", "auto"):
+        raise OpenAIError(f"guided_decoding_backend {req.guided_decoding_backend!r} is not supported (supported: "
+                          "'xgrammar', 'auto')", 400, param="guided_decoding_backend")
+    if req.guided_whitespace_pattern is not None:
+        raise OpenAIError("guided_whitespace_pattern is not supported (supported: absent or null; "
+                          "structured_outputs.disable_any_whitespace gives compact JSON)", 400,
+                          param="guided_whitespace_pattern")
+    asked: list[tuple[str, dict]] = []
+    rf = req.response_format
+    if rf is not None and rf.type == "json_object":
+        asked.append(("response_format", {"json_object": True}))
+    elif rf is not None and rf.type == "json_schema":
+        if rf.json_schema is None:
+            raise OpenAIError("response_format type 'json_schema' needs a json_schema object", 400,
+                              param="response_format.json_schema")
+        schema = rf.json_schema.json_schema
+        asked.append(("response_format", {"json": schema} if schema is not None else {"json_object": True}))
+    if req.structured_outputs is not None:
+        asked.append(("structured_outputs", req.structured_outputs))
+    asked += [(name, {key: getattr(req, name)}) for name, key in GUIDED_FIELDS.items() if getattr(req, name) is not None]
+    if not asked:
+        return None
+    if len(asked) > 1:
+        names = [name for name, _ in asked]
+        raise OpenAIError(f"{names[1]} together with {names[0]}: a request takes one output constraint", 400,
+                          param=names[1])
+    name, fields = asked[0]
+    try:
+        return name, StructuredOutputsParams.from_dict(fields)
+    except Refused as e:
+        refusal = e.refusal
+        if name != "structured_outputs":  # the field the request used, not the record's
+            refusal = dataclasses.replace(refusal, path=(name, *refusal.path[2:]))
+        raise _refused(refusal) from None
 
 
 # OpenAI's defaults of the fields a request may leave unset (null), after the generation config's (vLLM's
@@ -198,11 +233,14 @@ def defaulted(req: SamplingFields, defaults: dict) -> dict:
 
 
 def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, logprobs: int | None,
-                    logprobs_param: str = "logprobs") -> SamplingParams:
+                    logprobs_param: str = "logprobs",
+                    constraint: tuple[str, StructuredOutputsParams] | None = None) -> SamplingParams:
     """SamplingParams from a request's fields, a field left unset taking the generation config's default, and
     ``max_tokens`` capped by that config's, as vLLM does; checked against the model and engine too
-    (``LLMEngine.check_params``: a stop token id outside the vocabulary, more logprobs than --max-logprobs); 400
-    naming the bad value (``logprobs_param``: the request's name for ``logprobs``, chat's ``top_logprobs``)."""
+    (``LLMEngine.check_params``: a stop token id outside the vocabulary, more logprobs than --max-logprobs, the
+    output constraint compiles); 400 naming the bad value (``logprobs_param``: the request's name for
+    ``logprobs``, chat's ``top_logprobs``). ``constraint``: (the field that asked, the constraint),
+    :func:`structured_outputs`' or tool calling's."""
     values = defaulted(req, ctx.generation_defaults)
     if values["temperature"] < _GREEDY_EPS:
         values["temperature"] = 0.0
@@ -228,6 +266,7 @@ def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, l
             include_stop_str_in_output=req.include_stop_str_in_output,
             spaces_between_special_tokens=req.spaces_between_special_tokens,
             truncate_prompt_tokens=req.truncate_prompt_tokens,
+            structured_outputs=None if constraint is None else constraint[1],
         )
         ctx.engine.engine.check_params(params)
         return params
@@ -235,6 +274,16 @@ def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, l
         if e.path == ("logprobs",):
             e = SamplingParamsError(logprobs_param, e.value, e.allowed)
         raise sampling_error(e) from None
+    except Refused as e:  # the constraint did not compile (or xgrammar is missing): named by the request's field
+        refusal = e.refusal
+        if constraint is not None and constraint[0] != "structured_outputs" and refusal.path[:1] == ("structured_outputs",):
+            refusal = dataclasses.replace(refusal, path=(constraint[0], *refusal.path[2:]))
+        raise _refused(refusal) from None
+    except Refused as e:  # the constraint did not compile (or xgrammar is missing): named by the request's field
+        refusal = e.refusal
+        if constraint is not None and constraint[0] != "structured_outputs" and refusal.path[:1] == ("structured_outputs",):
+            refusal = dataclasses.replace(refusal, path=(constraint[0], *refusal.path[2:]))
+        raise _refused(refusal) from None
 
 
 def truncate_prompt(ctx: ServingContext, token_ids: list[int], req: SamplingFields) -> list[int]:

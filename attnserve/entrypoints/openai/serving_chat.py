@@ -28,22 +28,26 @@ from attnserve.entrypoints.openai.protocol import (
     TopLogprob,
     UsageInfo,
 )
+from attnserve.engine.request_checks import RequestValueError
 from attnserve.entrypoints.openai.vllm_fields import CHAT_FIELDS
 from attnserve.refusals import Refused
 from attnserve.entrypoints.openai.serving import (
     ServingContext,
     check_fields,
+    prompt_logprobs,
+    refused,
+    request_error,
+    truncate_prompt,
     check_stream_options,
     check_unsupported,
     generate_all,
     new_id,
-    refused,
-    prompt_logprobs,
     sampling_params,
     sse_stream,
-    truncate_prompt,
+    structured_outputs,
     until_disconnected,
 )
+from attnserve.entrypoints.openai.tools import ToolMode, ToolStream, tool_constraint, tool_mode, tool_reply
 
 
 async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest, raw: Request) -> Response:
@@ -53,31 +57,38 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     check_request_lists(req)  # limits.py: before any tokenizing
     check_fields(req, CHAT_FIELDS)
     check_unsupported(req)
-    check_no_tool_calling(req)
+    check_no_functions(req)
     check_stream_options(req)
     options = template_options(ctx, req)
     if req.top_logprobs is not None and not req.logprobs:
         raise OpenAIError("top_logprobs needs logprobs: true", 400, param="top_logprobs")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    # the template and tokenizing (seconds for a long conversation) on the tokenizer thread, off the event loop
-    prompt_ids, params = await ctx.tokenizer_thread.run(_prepare, ctx, req, options, logprobs)
+    mode = tool_mode(req, ctx.enable_auto_tool_choice, ctx.tool_parser)
+    constraint, tools_constraint = structured_outputs(req), tool_constraint(req, mode)
+    if constraint is not None and tools_constraint is not None:
+        raise OpenAIError(f"{constraint[0]} together with tool_choice {req.tool_choice if isinstance(req.tool_choice, str) else 'naming a function'}: "
+                          "the tools' schemas constrain the output already", 400, param=constraint[0])
+    # the template, tokenizing (seconds for a long conversation) and compiling a grammar on the tokenizer thread
+    prompt_ids, params = await ctx.tokenizer_thread.run(_prepare, ctx, req, options, logprobs,
+                                                        constraint or tools_constraint, mode)
     echo = _echo(req)
     request_id = new_id("chatcmpl")
     outputs = generate_all(ctx, [prompt_ids], [params], request_id, arrival)
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        chunks = _stream(req, model, request_id, outputs, include_usage, echo)
+        chunks = _stream(req, model, request_id, outputs, include_usage, mode, echo)
         return StreamingResponse(sse_stream(chunks), media_type="text/event-stream")
     connected, final = await until_disconnected(raw, _last(outputs))
     if not connected:
         return Response(status_code=499)
-    choices = [
-        ChatCompletionChoice(
-            index=c.index, message=ChatResponseMessage(content=echo + c.text),
+    choices = []
+    for c in final.outputs:
+        content, calls, finish_reason = tool_reply(mode, c.text, c.finish_reason)
+        choices.append(ChatCompletionChoice(
+            index=c.index, message=ChatResponseMessage(content=echo + content if content is not None else content,
+                                                       tool_calls=calls),
             logprobs=_logprobs(c, 0, len(c.token_ids), req.top_logprobs or 0) if req.logprobs else None,
-            finish_reason=c.finish_reason, stop_reason=c.stop_reason)
-        for c in final.outputs
-    ]
+            finish_reason=finish_reason, stop_reason=c.stop_reason))
     completion_tokens = sum(len(c.token_ids) for c in final.outputs)
     usage = UsageInfo.of(len(prompt_ids), completion_tokens, final.num_cached_tokens)
     body = ChatCompletionResponse(id=request_id, model=model, choices=choices, usage=usage,
@@ -85,22 +96,21 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     return JSONResponse(body.model_dump(mode="json"))
 
 
-def check_no_tool_calling(req: ChatCompletionRequest) -> None:
-    """400 for a request that asks for tool calls: attnserve cannot parse them out of the generated text.
+def check_no_functions(req: ChatCompletionRequest) -> None:
+    """400 for OpenAI's deprecated ``functions`` / ``function_call`` (use ``tools`` / ``tool_choice``), as vLLM.
 
-    Raises OpenAIError (400) naming the parameter: non-empty tools or functions (with their function names),
-    a tool_choice or function_call other than 'none'. Absent, null and empty lists are accepted."""
-    no_tools = "attnserve has no tool calling"
-    for param, entries in (("tools", req.tools), ("functions", req.functions)):
-        if entries:
-            names = [fn.get("name") if isinstance(fn := e.get("function", e), dict) else None for e in entries]
-            raise OpenAIError(f"{param} {names!r} is not supported (supported: absent, null or []); {no_tools}",
-                              400, param=param)
-    for param, choice in (("tool_choice", req.tool_choice), ("function_call", req.function_call)):
-        if choice is not None and choice != "none":
-            value = repr(choice) if isinstance(choice, str) else json.dumps(choice)
-            raise OpenAIError(f"{param} {value} is not supported (supported: absent, null or 'none'); {no_tools}",
-                              400, param=param)
+    Raises OpenAIError (400) naming the parameter: non-empty functions (with their names), a function_call other
+    than 'none'. Absent, null and empty lists are accepted."""
+    use = "use tools and tool_choice"
+    if req.functions:
+        names = [e.get("name") for e in req.functions]
+        raise OpenAIError(f"functions {names!r} is not supported (supported: absent, null or []); {use}",
+                          400, param="functions")
+    choice = req.function_call
+    if choice is not None and choice != "none":
+        value = repr(choice) if isinstance(choice, str) else json.dumps(choice)
+        raise OpenAIError(f"function_call {value} is not supported (supported: absent, null or 'none'); {use}",
+                          400, param="function_call")
 
 
 def _echo(req: ChatCompletionRequest) -> str:
@@ -108,7 +118,7 @@ def _echo(req: ChatCompletionRequest) -> str:
     assistant's (the role of the reply), else nothing."""
     if not req.echo:
         return ""
-    last = chat_messages([req.messages[-1].model_dump()])[0]
+    last = chat_messages([req.messages[-1].model_dump(exclude_none=True)])[0]
     return last["content"] if last["role"] == "assistant" else ""
 
 
@@ -133,24 +143,33 @@ def template_options(ctx: ServingContext, req) -> ChatTemplateOptions:
     return options
 
 
-def _prepare(ctx: ServingContext, req: ChatCompletionRequest, options: ChatTemplateOptions,
-             logprobs: int | None) -> tuple[list[int], SamplingParams]:
-    """The prompt's token ids (``render_chat``) and SamplingParams, the prompt checked against the context; 400 for
-    what is wrong. Runs on the tokenizer thread."""
+def _prepare(ctx: ServingContext, req: ChatCompletionRequest, options: ChatTemplateOptions, logprobs: int | None,
+             constraint, mode: ToolMode) -> tuple[list[int], SamplingParams]:
+    """The prompt's token ids (``render_chat``) and SamplingParams (``constraint``: the output's, the request's or
+    its tools'), the prompt checked against the context; 400 for what is wrong. Runs on the tokenizer thread."""
     prompt_ids = truncate_prompt(ctx, render_chat(ctx, req, options), req)
     max_tokens_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = getattr(req, max_tokens_param)
-    return prompt_ids, sampling_params(ctx, req, ctx.check_prompt(prompt_ids, max_tokens, ("messages",),
-                                                                  max_tokens_param), logprobs, "top_logprobs")
+    params = sampling_params(ctx, req, ctx.check_prompt(prompt_ids, max_tokens, ("messages",), max_tokens_param),
+                             logprobs, "top_logprobs", constraint)
+    if mode.parser is not None and getattr(mode.parser, "skips_no_special_tokens", False):
+        params.skip_special_tokens = False  # the parser's marker is a special token (vLLM's mistral parser does so)
+    return prompt_ids, params
 
 
 def render_chat(ctx: ServingContext, req, options: ChatTemplateOptions) -> list[int]:
     """The prompt token ids of a chat request (or a chat /tokenize request): the chat template over the messages
-    (text parts joined) under ``options``, encoded with the request's ``add_special_tokens`` (vLLM's default false:
-    the template holds them); 400 for a template that fails or is missing."""
-    messages = chat_messages([m.model_dump() for m in req.messages])  # pydantic checked them already
+    (text parts joined) and the request's tools under ``options``, encoded with the request's
+    ``add_special_tokens`` (vLLM's default false: the template holds them); 400 for a template that fails or is
+    missing."""
     try:
-        text = apply_chat_template(ctx.tokenizer, messages, options)
+        messages = chat_messages([m.model_dump(exclude_none=True) for m in req.messages])
+    except RequestValueError as e:  # the checks pydantic cannot make (content with tool calls)
+        raise request_error(e) from None
+    tools = getattr(req, "tools", None)
+    tools = [t.model_dump(exclude_none=True) for t in tools] if tools else None
+    try:
+        text = apply_chat_template(ctx.tokenizer, messages, options, tools=tools)
     except Refused as e:
         raise refused(e) from None
     return ctx.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
@@ -165,7 +184,7 @@ async def _last(outputs: AsyncIterator[tuple[int, RequestOutput]]) -> RequestOut
 
 async def _stream(req: ChatCompletionRequest, model: str, request_id: str,
                   outputs: AsyncIterator[tuple[int, RequestOutput]], include_usage: bool,
-                  echo: str = "") -> AsyncIterator[dict]:
+                  mode: ToolMode, echo: str = "") -> AsyncIterator[dict]:
     def chunk(choices: list[ChatStreamChoice]) -> dict:
         d = ChatCompletionStreamResponse(id=request_id, model=model, choices=choices).model_dump(mode="json")
         for ch in d["choices"]:
@@ -178,7 +197,8 @@ async def _stream(req: ChatCompletionRequest, model: str, request_id: str,
     yield chunk([ChatStreamChoice(index=i, delta=ChatDelta(role="assistant", content="")) for i in range(req.n)])
     if echo:  # vLLM sends the echoed text as each choice's next chunk
         yield chunk([ChatStreamChoice(index=i, delta=ChatDelta(content=echo)) for i in range(req.n)])
-    sent_text, sent_tokens, finished = [0] * req.n, [0] * req.n, [False] * req.n
+    sent_tokens, finished = [0] * req.n, [False] * req.n
+    tool_streams = [ToolStream(mode) for _ in range(req.n)]
     prompt_tokens = cached_tokens = 0
     async for _, out in outputs:
         prompt_tokens, cached_tokens = len(out.prompt_token_ids), out.num_cached_tokens
@@ -188,10 +208,13 @@ async def _stream(req: ChatCompletionRequest, model: str, request_id: str,
             if finished[i] or (len(c.token_ids) == sent_tokens[i] and c.finish_reason is None):
                 continue
             logprobs = _logprobs(c, sent_tokens[i], len(c.token_ids), req.top_logprobs or 0) if req.logprobs else None
-            choices.append(ChatStreamChoice(index=i, delta=ChatDelta(content=c.text[sent_text[i]:]),
-                                            logprobs=logprobs, finish_reason=c.finish_reason,
+            content, tool_calls, finish_reason = tool_streams[i].feed(c.text, c.finish_reason)
+            if mode.kind == "none":
+                content = content or ""  # every chunk carries content, as before tools
+            choices.append(ChatStreamChoice(index=i, delta=ChatDelta(content=content, tool_calls=tool_calls),
+                                            logprobs=logprobs, finish_reason=finish_reason,
                                             stop_reason=c.stop_reason))
-            sent_text[i], sent_tokens[i], finished[i] = len(c.text), len(c.token_ids), c.finish_reason is not None
+            sent_tokens[i], finished[i] = len(c.token_ids), c.finish_reason is not None
         if choices:
             yield chunk(choices)
     if include_usage:

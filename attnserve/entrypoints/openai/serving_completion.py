@@ -27,6 +27,7 @@ from attnserve.entrypoints.openai.serving import (
     check_fields,
     check_stream_options,
     check_unsupported,
+    structured_outputs,
     empty_prompt,
     generate_all,
     new_id,
@@ -62,9 +63,11 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
         raise OpenAIError(f"best_of {req.best_of} not supported: it must equal n ({req.n})", 400, param="best_of")
     if req.echo and req.logprobs is not None:
         raise OpenAIError("echo with logprobs is not supported; ask for prompt_logprobs instead", 400, param="echo")
-    # tokenizing (seconds for a long text) on the tokenizer thread, so that the event loop answers other requests
-    texts, token_prompts, params = (await ctx.tokenizer_thread.run(_prepare, ctx, req) if _needs_tokenizer(req)
-                                    else _prepare(ctx, req))
+    constraint = structured_outputs(req)
+    # tokenizing (seconds for a long text) and compiling a grammar on the tokenizer thread, so that the event loop
+    # answers other requests
+    texts, token_prompts, params = (await ctx.tokenizer_thread.run(_prepare, ctx, req, constraint)
+                                    if _needs_tokenizer(req) or constraint is not None else _prepare(ctx, req))
     request_id = new_id("cmpl")
     outputs = generate_all(ctx, token_prompts, params, request_id, arrival)
     if req.stream:
@@ -95,14 +98,15 @@ def _needs_tokenizer(req: CompletionRequest) -> bool:
     return bool(req.echo) or isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], str))
 
 
-def _prepare(ctx: ServingContext, req: CompletionRequest) -> tuple[list[str] | None, list[list[int]],
+def _prepare(ctx: ServingContext, req: CompletionRequest, constraint=None) -> tuple[list[str] | None, list[list[int]],
                                                                    list[SamplingParams]]:
     """(prompt texts for echo, token-id prompts, their SamplingParams) of ``req``, each prompt checked against the
     context (``_prompts``, ``check_prompt``); 400 for the first bad one. Calls the tokenizer when
     ``_needs_tokenizer``: then it runs on the tokenizer thread."""
     texts, token_prompts, paths = _prompts(ctx, req.prompt, req.echo, req.add_special_tokens)
     token_prompts = [truncate_prompt(ctx, ids, req) for ids in token_prompts]
-    params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens, path), req.logprobs)
+    params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens, path), req.logprobs,
+                              constraint=constraint)
               for ids, path in zip(token_prompts, paths)]
     return texts, token_prompts, params
 

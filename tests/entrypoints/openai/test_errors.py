@@ -250,49 +250,11 @@ def test_unknown_route_is_404_in_openai_format(server, client, model_name):
 
 
 CHAT = [{"role": "user", "content": "Hi"}]
-NO_JSON = "attnserve has no structured-output decoding"
 
 
 def _valid_chat(client, model_name) -> None:
     r = client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=1, temperature=0)
     assert len(r.choices) == 1 and r.choices[0].finish_reason in ("length", "stop")
-
-
-# OpenAI's response_format other than text asks for structured output, which attnserve cannot decode:
-# a 400 naming the type rather than plain text with a 200
-REFUSED_RESPONSE_FORMATS = {
-    "json_object": ({"type": "json_object"},
-                    f"response_format type 'json_object' is not supported (supported: 'text'); {NO_JSON}"),
-    "json_schema": ({"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}}},
-                    f"response_format type 'json_schema' is not supported (supported: 'text'); {NO_JSON}"),
-}
-
-
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-@pytest.mark.parametrize("case", list(REFUSED_RESPONSE_FORMATS), ids=list(REFUSED_RESPONSE_FORMATS))
-def test_chat_response_format_other_than_text_is_400(client, model_name, case, stream):
-    response_format, message = REFUSED_RESPONSE_FORMATS[case]
-    with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=1, stream=stream,
-                                       response_format=response_format)
-    assert e.value.status_code == 400
-    assert e.value.body == {"message": message, "type": "invalid_request_error", "param": "response_format",
-                            "code": None}
-    _valid_chat(client, model_name)
-
-
-@pytest.mark.parametrize("case", list(REFUSED_RESPONSE_FORMATS), ids=list(REFUSED_RESPONSE_FORMATS))
-def test_completion_response_format_other_than_text_is_400(client, model_name, case):
-    """vLLM's /v1/completions takes response_format too; a client relying on it is told, not ignored."""
-    response_format, message = REFUSED_RESPONSE_FORMATS[case]
-    with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model=model_name, prompt="Hi", max_tokens=1,
-                                  extra_body={"response_format": response_format})
-    assert e.value.status_code == 400
-    assert e.value.body["message"] == message and e.value.body["param"] == "response_format"
-    _valid(client, model_name)
-
-
 @pytest.mark.parametrize("path,body", [
     ("/v1/chat/completions", {"messages": CHAT}),
     ("/v1/completions", {"prompt": "Hi"}),
@@ -304,55 +266,36 @@ def test_response_format_text_or_null_is_accepted(server, path, body, response_f
     assert len(r.json()["choices"]) == 1
 
 
-# vLLM's structured-output extensions: refused by name on both endpoints
-REFUSED_VLLM_FIELDS = {
-    "guided_json": {"type": "object"}, "guided_regex": "[0-9]+", "guided_choice": ["yes", "no"],
-    "guided_grammar": "root ::= \"a\"", "structured_outputs": {"choice": ["yes", "no"]},
-}
-
-
-@pytest.mark.parametrize("path,body", [
-    ("/v1/chat/completions", {"messages": CHAT}),
-    ("/v1/completions", {"prompt": "Hi"}),
-], ids=["chat", "completion"])
-@pytest.mark.parametrize("field", list(REFUSED_VLLM_FIELDS))
-def test_vllm_structured_output_fields_are_400(server, client, model_name, path, body, field):
-    r = server.post(path, json={**body, "max_tokens": 1, field: REFUSED_VLLM_FIELDS[field]})
-    assert r.status_code == 400
-    assert r.json() == {"error": {"message": f"{field} is not supported (supported: absent or null); {NO_JSON}",
-                                  "type": "invalid_request_error", "param": field, "code": None}}
-    _valid(client, model_name)
-
-
 def test_vllm_structured_output_fields_null_are_accepted(server):
-    r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, "temperature": 0,
-                                             **dict.fromkeys(REFUSED_VLLM_FIELDS)})
+    r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, "temperature": 0, "guided_json": None,
+                                             "guided_regex": None, "guided_choice": None, "guided_grammar": None,
+                                             "structured_outputs": None})
     assert r.status_code == 200, r.text
 
 
-NO_TOOLS = "attnserve has no tool calling"
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
-
-# tools, functions and tool_choice ask for tool calls, which attnserve cannot parse out of the text
-LISTS_ALLOWED = f"is not supported (supported: absent, null or []); {NO_TOOLS}"
-CHOICE_ALLOWED = f"is not supported (supported: absent, null or 'none'); {NO_TOOLS}"
+USE_TOOLS = "use tools and tool_choice"
+AUTO = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+# OpenAI's deprecated functions / function_call are refused (as vLLM); tool_choice without tools, and "auto" (the
+# default with tools) on a server started without --enable-auto-tool-choice, are refused (tests/entrypoints/openai/
+# test_tool_calls.py has what tool calling does)
 REFUSED_TOOL_FIELDS = {
-    "tools": (dict(tools=[TOOL]), "tools", f"tools ['get_weather'] {LISTS_ALLOWED}"),
-    "functions": (dict(functions=[TOOL["function"]]), "functions", f"functions ['get_weather'] {LISTS_ALLOWED}"),
-    "tool_choice_auto": (dict(tool_choice="auto"), "tool_choice", f"tool_choice 'auto' {CHOICE_ALLOWED}"),
-    "tool_choice_required": (dict(tool_choice="required"), "tool_choice", f"tool_choice 'required' {CHOICE_ALLOWED}"),
-    "tool_choice_named": (dict(tool_choice={"type": "function", "function": {"name": "get_weather"}}), "tool_choice",
-                          'tool_choice {"type": "function", "function": {"name": "get_weather"}} '
-                          + CHOICE_ALLOWED),
-    "tools_with_tool_choice_none": (dict(tools=[TOOL], tool_choice="none"), "tools",
-                                    f"tools ['get_weather'] {LISTS_ALLOWED}"),
+    "functions": (dict(functions=[TOOL["function"]]), "functions",
+                  f"functions ['get_weather'] is not supported (supported: absent, null or []); {USE_TOOLS}"),
     "function_call_auto": (dict(extra_body={"function_call": "auto"}), "function_call",
-                           f"function_call 'auto' {CHOICE_ALLOWED}"),
+                           f"function_call 'auto' is not supported (supported: absent, null or 'none'); {USE_TOOLS}"),
+    "tools_auto_by_default": (dict(tools=[TOOL]), "tool_choice", AUTO),
+    "tool_choice_auto": (dict(tools=[TOOL], tool_choice="auto"), "tool_choice", AUTO),
+    "tool_choice_required_without_tools": (dict(tool_choice="required"), "tool_choice",
+                                           "tool_choice required needs tools (tools is empty or absent)"),
+    "tool_choice_named_not_a_tool": (dict(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "x"}}),
+                                     "tool_choice", "tool_choice function 'x' is not among the tools (tools: "
+                                     "'get_weather')"),
 }
 
 
 @pytest.mark.parametrize("case", list(REFUSED_TOOL_FIELDS), ids=list(REFUSED_TOOL_FIELDS))
-def test_chat_tool_calling_is_400(client, model_name, case):
+def test_chat_tool_calling_refusals_are_400(client, model_name, case):
     fields, param, message = REFUSED_TOOL_FIELDS[case]
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=1, **fields)
@@ -361,20 +304,20 @@ def test_chat_tool_calling_is_400(client, model_name, case):
     _valid_chat(client, model_name)
 
 
-def test_chat_streamed_tool_calling_is_400(client, model_name):
+def test_chat_streamed_tool_calling_refusal_is_400(client, model_name):
     """Refused before the stream starts: a 400, not a 200 with an error event."""
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=1, stream=True, tools=[TOOL])
-    assert e.value.status_code == 400 and e.value.body["param"] == "tools"
+    assert e.value.status_code == 400 and e.value.body["param"] == "tool_choice"
     _valid_chat(client, model_name)
 
 
 @pytest.mark.parametrize("fields", [
     dict(tools=[]), dict(functions=[]), dict(tools=None, functions=None, tool_choice=None), dict(tool_choice="none"),
-    dict(tools=[], tool_choice="none"), dict(function_call="none"),
+    dict(tools=[TOOL], tool_choice="none"), dict(function_call="none"),
     # other fields attnserve does not know are still ignored, as in vLLM
     dict(parallel_tool_calls=False, store=False, metadata={"k": "v"}, no_such_field=1),
-], ids=["tools_empty", "functions_empty", "all_null", "tool_choice_none", "tools_empty_tool_choice_none",
+], ids=["tools_empty", "functions_empty", "all_null", "tool_choice_none", "tools_with_tool_choice_none",
         "function_call_none", "unknown_fields"])
 def test_chat_without_tool_calling_is_accepted(server, fields):
     r = server.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 1, "temperature": 0, **fields})

@@ -130,7 +130,7 @@ def test_chat_missing_fields(body, want):
     assert _message(ChatCompletionRequest, {"model": "m", **body}) == want
 
 
-MESSAGE_WORDS = 'an object with "role" and "content", optionally "name"'
+MESSAGE_WORDS = 'an object with "role" and "content", optionally "name", "tool_calls" and "tool_call_id"'
 
 
 @pytest.mark.parametrize("cls, body, want", [
@@ -158,7 +158,7 @@ MESSAGE_WORDS = 'an object with "role" and "content", optionally "name"'
      ('stream_options: 5 is not a stream options object (allowed: an object with optional "include_usage", or null)',
       "stream_options")),
     (ChatCompletionRequest, {"messages": [{"role": "user", "content": "x"}], "response_format": "json"},
-     ('response_format: "json" is not a response format object (allowed: an object with "type", or null)',
+     ('response_format: "json" is not a response format object (allowed: an object with "type", optionally "json_schema", or null)',
       "response_format")),
     (ChatCompletionRequest, {"messages": [{"role": "user", "content": "x"}], "tools": 5},
      ("tools: 5 is not a list (allowed: a list of objects, or null)", "tools")),

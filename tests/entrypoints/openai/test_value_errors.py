@@ -123,7 +123,8 @@ CHAT_CASES = {
     "messages_string": ({"messages": "hi"}, "messages",
                         '"hi" is not a list (allowed: a non-empty list of chat messages)'),
     "message_number": ({"messages": [1]}, "messages.0",
-                       '1 is not a chat message (allowed: an object with "role" and "content", optionally "name")'),
+                       '1 is not a chat message (allowed: an object with "role" and "content", optionally "name", '
+                       '"tool_calls" and "tool_call_id")'),
     "content_empty_list": ({"messages": [{"role": "user", "content": []}]}, "messages.0.content",
                            f"[] not allowed (allowed: {CONTENT_WORDS})"),
     "content_part_number": ({"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, 5]}]},

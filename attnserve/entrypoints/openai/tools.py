@@ -1,0 +1,150 @@
+"""Tool calling on ``/v1/chat/completions``: ``tools`` and ``tool_choice`` -> a constraint, the output -> tool calls.
+
+- ``none``: plain text (the chat template still receives the tools, as in vLLM);
+- ``auto`` (the default when tools are given): the model writes text or tool calls in its own format, read by the
+  server's ``--tool-call-parser`` (``tool_parsers.py``); needs ``--enable-auto-tool-choice``;
+- ``required``: the output is constrained to a JSON array of ``{"name", "parameters"}`` calls, one of the tools
+  each, with that tool's parameter schema (vLLM's schema), finish reason ``tool_calls``;
+- a named function: the output is constrained to that function's parameter schema and is its arguments.
+
+Streams send content as it comes; tool calls go out as OpenAI's deltas: a named function's arguments as they are
+generated, ``required`` and ``auto`` calls once each is complete (at the end of the output).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+
+from attnserve.core.structured_outputs import StructuredOutputsParams
+from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.protocol import (ChatCompletionRequest, DeltaFunctionCall, DeltaToolCall,
+                                                   FunctionCall, ToolCall)
+from attnserve.entrypoints.openai.tool_parsers import TOOL_PARSERS, ParsedToolCall, ToolParser
+
+NO_ARGUMENTS = {"type": "object", "properties": {}}
+
+
+def tool_call_id() -> str:
+    return f"chatcmpl-tool-{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True)
+class ToolMode:
+    """How one request's output becomes tool calls: ``kind`` none, auto, required or named (``function``)."""
+
+    kind: str
+    function: str | None = None
+    parser: ToolParser | None = None
+
+
+def tool_mode(req: ChatCompletionRequest, enable_auto_tool_choice: bool, tool_parser: str | None) -> ToolMode:
+    """The request's tool mode; 400 (param ``tool_choice``) for a choice without tools, a named function not among
+    them, or ``auto`` on a server started without ``--enable-auto-tool-choice --tool-call-parser``."""
+    choice = req.tool_choice if req.tool_choice is not None else ("auto" if req.tools else "none")
+    if choice == "none":
+        return ToolMode("none")
+    if not req.tools:
+        value = choice if isinstance(choice, str) else choice.model_dump_json()
+        raise OpenAIError(f"tool_choice {value} needs tools (tools is empty or absent)", 400, param="tool_choice")
+    if choice == "auto":
+        if not (enable_auto_tool_choice and tool_parser):
+            raise OpenAIError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+                              400, param="tool_choice")
+        return ToolMode("auto", parser=TOOL_PARSERS[tool_parser]())
+    if choice == "required":
+        return ToolMode("required")
+    names = [t.function.name for t in req.tools]
+    if choice.function.name not in names:
+        raise OpenAIError(f"tool_choice function {choice.function.name!r} is not among the tools "
+                          f"(tools: {', '.join(map(repr, names))})", 400, param="tool_choice")
+    return ToolMode("named", function=choice.function.name)
+
+
+def tool_constraint(req: ChatCompletionRequest, mode: ToolMode) -> tuple[str, StructuredOutputsParams] | None:
+    """The output constraint of ``required`` and a named function (the field to blame, the constraint)."""
+    if mode.kind == "named":
+        tool = next(t for t in req.tools if t.function.name == mode.function)
+        return "tools", StructuredOutputsParams(json=tool.function.parameters or NO_ARGUMENTS)
+    if mode.kind == "required":
+        def one(t):
+            return {"properties": {"name": {"type": "string", "enum": [t.function.name]},
+                                   "parameters": t.function.parameters or NO_ARGUMENTS},
+                    "required": ["name", "parameters"]}
+        schema = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": [one(t) for t in req.tools]}}
+        return "tools", StructuredOutputsParams(json=schema)
+    return None
+
+
+def _required_calls(text: str) -> list[ParsedToolCall] | None:
+    try:
+        items = json.loads(text)
+        return [ParsedToolCall(i["name"], json.dumps(i["parameters"], ensure_ascii=False)) for i in items]
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def tool_reply(mode: ToolMode, text: str, finish_reason: str | None) -> tuple[str | None, list[ToolCall], str | None]:
+    """A whole output as (content, tool calls, finish reason): ``tool_calls`` when calls were made and the output
+    ended by itself (a ``length`` stays: the calls may be cut short)."""
+    if mode.kind == "none":
+        return text, [], finish_reason
+    if mode.kind == "named":
+        return None, [ToolCall(id=tool_call_id(), function=FunctionCall(name=mode.function, arguments=text))], \
+            finish_reason
+    if mode.kind == "required":
+        calls = _required_calls(text)
+        content = None if calls is not None else text
+    else:
+        content, calls = mode.parser.extract(text)
+    if not calls:
+        return content if content is not None else text, [], finish_reason
+    out = [ToolCall(id=tool_call_id(), function=FunctionCall(name=c.name, arguments=c.arguments)) for c in calls]
+    return content, out, "tool_calls" if finish_reason == "stop" else finish_reason
+
+
+@dataclass
+class ToolStream:
+    """One choice's stream: what of the text so far goes out as content, what as tool-call deltas."""
+
+    mode: ToolMode
+    sent: int = 0  # characters of the text sent as content (or, named: as arguments)
+    started: bool = False  # named: the first delta (id, name) went out
+    held: bool = False  # auto: tool calls have started; the rest waits for the end
+    calls: list = field(default_factory=list)
+
+    def feed(self, text: str, finish_reason: str | None) -> tuple[str | None, list[DeltaToolCall] | None, str | None]:
+        """(content delta, tool-call deltas, finish reason) for the text so far."""
+        kind, done = self.mode.kind, finish_reason is not None
+        if kind == "none":
+            delta, self.sent = text[self.sent:], len(text)
+            return delta, None, finish_reason
+        if kind == "named":
+            deltas = []
+            if not self.started:
+                self.started = True
+                deltas.append(DeltaToolCall(index=0, id=tool_call_id(), type="function",
+                                            function=DeltaFunctionCall(name=self.mode.function, arguments="")))
+            if len(text) > self.sent:
+                deltas.append(DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=text[self.sent:])))
+                self.sent = len(text)
+            return None, deltas or None, finish_reason
+        content = None
+        if kind == "auto" and not self.held:
+            safe, self.held = self.mode.parser.split(text)
+            if done and not self.held:
+                safe = len(text)
+            if safe > self.sent:
+                content, self.sent = text[self.sent:safe], safe
+        if not done:
+            return content, None, None
+        _, calls, finish = tool_reply(self.mode, text, finish_reason)
+        if not calls:  # nothing parsed: what was held back is content after all
+            rest = text[self.sent:]
+            self.sent = len(text)
+            return ((content or "") + rest) or None, None, finish
+        deltas = [DeltaToolCall(index=i, id=c.id, type="function",
+                                function=DeltaFunctionCall(name=c.function.name, arguments=c.function.arguments))
+                  for i, c in enumerate(calls)]
+        return content, deltas, finish

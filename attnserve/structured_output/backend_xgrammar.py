@@ -1,0 +1,88 @@
+"""The grammar engine: xgrammar compiles a constraint against the tokenizer's vocabulary and makes matchers.
+
+Compiled grammars are cached by (kind, source, whitespace option): the requests of one schema compile it once.
+An invalid schema, regex or grammar is a :class:`~attnserve.refusals.Refused` naming the field and the grammar
+engine's reason; a missing xgrammar is a refusal naming the extra that installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+
+from attnserve.core.structured_outputs import StructuredOutputsParams
+from attnserve.refusals import Refusal, Refused
+
+EXTRA = "pip install 'attnserve[structured]'"
+_LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: ")
+_WHAT = {"json": "JSON schema", "regex": "regular expression", "choice": "choice list", "grammar": "EBNF grammar",
+         "json_object": "JSON object"}
+
+
+def import_xgrammar():
+    """The xgrammar module; :class:`Refused` naming the extra when it is not installed."""
+    try:
+        import xgrammar
+    except ImportError:
+        raise Refused(Refusal(("structured_outputs",), reason="needs the grammar engine xgrammar, which is not "
+                              "installed", advice=EXTRA)) from None
+    return xgrammar
+
+
+def choice_grammar(choices: list[str]) -> str:
+    """EBNF whose language is exactly ``choices`` (JSON string escapes are EBNF's too)."""
+    return "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+
+
+class XgrammarBackend:
+    """Compiles constraints for one tokenizer (thread-safe: the server compiles on its tokenizer thread while the
+    engine's thread runs matchers)."""
+
+    def __init__(self, tokenizer, vocab_size: int, stop_token_ids: list[int]) -> None:
+        xgr = import_xgrammar()
+        self.xgr = xgr
+        self.vocab_size = vocab_size  # the logits' width: token ids past the tokenizer's are never allowed
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_token_ids)
+        self.compiler = xgr.GrammarCompiler(info, max_threads=8)
+        self._cache: dict[tuple[str, str, bool], object] = {}
+        self._lock = threading.Lock()
+
+    def compile(self, params: StructuredOutputsParams):
+        """The compiled grammar of ``params`` (cached); Refused for a constraint xgrammar rejects."""
+        key = (params.kind, params.source, params.disable_any_whitespace)
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        kind = params.kind
+        c = self.compiler
+        try:
+            if kind == "json":
+                schema = params.json if isinstance(params.json, str) else json.dumps(params.json)
+                compiled = c.compile_json_schema(schema, any_whitespace=not params.disable_any_whitespace)
+            elif kind == "json_object":  # an object, not any JSON value (vLLM compiles the same schema)
+                compiled = c.compile_json_schema('{"type": "object"}', any_whitespace=not params.disable_any_whitespace)
+            elif kind == "regex":
+                compiled = c.compile_regex(params.regex)
+            elif kind == "choice":
+                compiled = c.compile_grammar(choice_grammar(params.choice))
+            else:
+                compiled = c.compile_grammar(params.grammar)
+        except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError / ValueError / its own errors
+            value = getattr(params, kind)
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            reason = _LOG_PREFIX.sub("", reason)  # xgrammar's "[12:00:00] /project/cpp/x.cc:94: "
+            raise Refused(Refusal(("structured_outputs", kind), value,
+                                  reason=f"is not a valid {_WHAT[kind]}: {reason}")) from None
+        with self._lock:
+            self._cache[key] = compiled
+        return compiled
+
+    def matcher(self, compiled):
+        """A fresh matcher at the grammar's start."""
+        return self.xgr.GrammarMatcher(compiled)
+
+    def batch_filler(self):
+        """xgrammar's multi-threaded bitmask filler (``batch_fill_next_token_bitmask(matchers, bitmask, rows)``)."""
+        return self.xgr.BatchGrammarMatcher()

@@ -1,0 +1,95 @@
+"""TPOT of a batch under one JSON schema against the same batch unconstrained (dummy weights: the tokens are
+noise, but the schema still constrains them, and every step fills and applies a bitmask for every row).
+
+    python -m benchmarks.gpu.bench_structured_tpot [--model benchmarks/shapes/qwen3-0.6b] [--batch 64]
+        [--input-len 128] [--output-len 256] [ENGINE FLAGS as LLM keyword=value, e.g. use_skinny_gemm=true]
+
+Every request is ``--input-len`` random prompt tokens and runs exactly ``--output-len`` tokens (ignore_eos; the
+schema's long string field keeps a constrained request from ending sooner), greedy. TPOT per request is
+(finish - first token) / (tokens - 1); the table gives the median over the batch, each mode run twice (the first
+run warms up: compile, CUDA graphs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+from attnserve import LLM, SamplingParams
+from attnserve.core.structured_outputs import StructuredOutputsParams
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer", "minimum": 0, "maximum": 1000000},
+        "kind": {"enum": ["order", "refund", "query"]},
+        "customer": {"type": "object", "properties": {"name": {"type": "string"}, "vip": {"type": "boolean"}},
+                     "required": ["name", "vip"]},
+        "items": {"type": "array", "items": {"type": "object", "properties": {
+            "sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 1, "maximum": 99}},
+            "required": ["sku", "qty"]}},
+        "note": {"type": "string"},
+    },
+    "required": ["id", "kind", "customer", "items", "note"],
+}
+
+
+def _value(v: str):
+    try:
+        return json.loads(v)
+    except json.JSONDecodeError:
+        return v
+
+
+def run(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> dict:
+    t0 = time.perf_counter()
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    wall = time.perf_counter() - t0
+    tpots, ntok = [], []
+    for o in outs:
+        m, n = o.metrics, len(o.outputs[0].token_ids)
+        ntok.append(n)
+        if n > 1:
+            tpots.append((m.finished_time - m.first_token_time) / (n - 1))
+    return {"tpot_ms": 1e3 * statistics.median(tpots), "tokens_mean": statistics.mean(ntok),
+            "output_tok_s": sum(ntok) / wall, "wall_s": wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="benchmarks/shapes/qwen3-0.6b")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--input-len", type=int, default=128)
+    ap.add_argument("--output-len", type=int, default=256)
+    ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("engine", nargs="*", help="LLM keyword=value")
+    a = ap.parse_args()
+    kw = dict(load_format="dummy", dtype="bfloat16", max_num_seqs=a.batch, max_model_len=a.input_len + a.output_len + 16)
+    kw.update({k: _value(v) for k, v in (e.split("=", 1) for e in a.engine)})
+    llm = LLM(a.model, **kw)
+    rng = np.random.default_rng(0)
+    prompts = rng.integers(100, 10000, (a.batch, a.input_len)).tolist()
+    free = SamplingParams(temperature=0.0, max_tokens=a.output_len, ignore_eos=True)
+    constrained = SamplingParams(temperature=0.0, max_tokens=a.output_len, ignore_eos=True,
+                                 structured_outputs=StructuredOutputsParams(json=SCHEMA))
+    results = {}
+    for name, params in (("unconstrained", free), ("json_schema", constrained)):
+        run(llm, prompts, params)  # warm-up
+        results[name] = run(llm, prompts, params)
+    base = results["unconstrained"]["tpot_ms"]
+    print(f"engine: {kw}")
+    print(f"{'mode':<14} {'TPOT ms':>8} {'vs free':>8} {'tokens':>7} {'out tok/s':>10}")
+    for name, r in results.items():
+        print(f"{name:<14} {r['tpot_ms']:>8.3f} {r['tpot_ms'] / base - 1:>+8.1%} {r['tokens_mean']:>7.1f} "
+              f"{r['output_tok_s']:>10.0f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"engine": {k: str(v) for k, v in kw.items()}, "batch": a.batch, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
