@@ -7,6 +7,7 @@ import os
 
 import torch
 
+from attnserve.attention.backend import kv_cache_torch_dtype  # noqa: F401 - re-exported: the runner's import
 from attnserve.config.cache import CacheConfig
 from attnserve.config.fields import ConfigError
 from attnserve.refusals import Refusal
@@ -14,11 +15,6 @@ from attnserve.refusals import Refusal
 logger = logging.getLogger(__name__)
 
 CPU_DEFAULT_KV_CACHE_BYTES = 2 << 30  # 2 GiB
-
-
-def kv_cache_torch_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
-    """``auto`` = the model dtype; ``fp8``/``fp8_e4m3`` = float8_e4m3fn."""
-    return model_dtype if kv_cache_dtype == "auto" else torch.float8_e4m3fn
 
 
 def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_size: int, dtype: torch.dtype) -> int:
