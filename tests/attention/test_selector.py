@@ -10,7 +10,7 @@ import torch
 from attnserve.attention.backend import KVCacheLayout
 from attnserve.attention.registry import AttentionBackendEnum as B
 from attnserve.attention.registry import UnknownBackendError, lookup_backend
-from attnserve.attention.selector import (KVCacheLayoutConflictError, NoUsableBackendError, evaluate_backends,
+from attnserve.attention.selector import (NoUsableBackendError, evaluate_backends,
                                           get_attn_backend, select_attn_backend)
 from attnserve.attention.validation import package_installed
 from attnserve.config.attention import AttentionConfig, ConfigError
