@@ -102,3 +102,18 @@ def describe_kv_scales(kv_cache_dtype: str, calculate: bool, in_checkpoint: bool
     if in_checkpoint:
         return "from the checkpoint (k_scale/v_scale)"
     return "1.0 (no scales in the checkpoint)"
+
+
+def kv_cache_summary(kv_cache_dtype: str, model_dtype: torch.dtype | str, calculate: bool, folder: str | None) -> dict:
+    """What ``attnserve backends`` and ``attnserve config --explain`` say about the cache: its element type
+    (``model_dtype`` for ``auto``; a name such as ``"auto"`` when the model's dtype is not resolved) and where an
+    fp8 cache's scales come from (``folder``: a local safetensors checkpoint, its headers read for KV scales)."""
+    from attnserve.attention.backend import kv_cache_torch_dtype
+
+    if kv_cache_dtype == "auto":
+        dtype = str(model_dtype).removeprefix("torch.")
+    else:
+        dtype = str(kv_cache_torch_dtype(kv_cache_dtype, torch.bfloat16)).removeprefix("torch.")
+    in_checkpoint = kv_cache_dtype != "auto" and not calculate and checkpoint_has_kv_scales(folder)
+    return {"kv_cache_dtype": kv_cache_dtype, "dtype": dtype,
+            "scales": describe_kv_scales(kv_cache_dtype, calculate, in_checkpoint)}

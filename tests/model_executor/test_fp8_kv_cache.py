@@ -153,3 +153,17 @@ def test_kv_scales_record_takes_the_largest_value():
     assert not scales.add("model.layers.0.self_attn.q_proj.weight", torch.ones(2))
     assert scales.layer(0) == (3.0, 3.0, None) and scales.layer(1) == (1.0, 1.0, None)
     assert scales.source == "checkpoint"
+
+
+def test_gpu_memory_utilization_on_cpu_is_warned_about_once(caplog):
+    from attnserve.config.cache import CacheConfig
+    from attnserve.model_executor.kv_cache import num_kv_blocks
+
+    cache = CacheConfig(gpu_memory_utilization=0.37, kv_cache_memory=1 << 20)
+    with caplog.at_level(logging.WARNING, logger="attnserve.model_executor.kv_cache"):
+        for _ in range(2):
+            assert num_kv_blocks(cache, torch.device("cpu"), 4096, 0) == 256
+        num_kv_blocks(CacheConfig(kv_cache_memory=1 << 20), torch.device("cpu"), 4096, 0)  # the default: silent
+    warned = [r.getMessage() for r in caplog.records if "gpu_memory_utilization" in r.getMessage()]
+    assert warned == ["gpu_memory_utilization 0.37 has no effect on CPU: kv_cache_memory sizes the KV cache there "
+                      "(default 2 GiB)"]

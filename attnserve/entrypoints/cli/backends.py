@@ -73,6 +73,7 @@ def build_report(args, errors: list | None = None) -> dict:
     from attnserve.attention.registry import backend_name, lookup_backend, registered_names
     from attnserve.attention.selector import (AttentionSelectorConfig, NoUsableBackendError, backend_reasons,
                                               select_attn_backend)
+    from attnserve.model_executor.kv_scales import kv_cache_summary
     from attnserve.model_executor.loader import resolve_dtype
     from attnserve.platforms import detect_platform
 
@@ -115,6 +116,9 @@ def build_report(args, errors: list | None = None) -> dict:
         "selected": selected,
         "flash_attn_version": version,
         "kv_cache_layout": layout,
+        # the cache's element type and where an fp8 cache's scales come from (never silently 16-bit)
+        "kv_cache": kv_cache_summary(config.cache.kv_cache_dtype, cfg.dtype, config.cache.calculate_kv_scales,
+                                     facts.source),
         "error": error,
     }
 
@@ -125,7 +129,7 @@ def render_plain(report: dict) -> str:
     lines = [f"Platform: {plat['description']}" + ("  [packages assumed installed]" if report["assume_installed"] else ""),
              f"Model: {report['model']['source']}  (heads {report['model']['num_heads']}, "
              f"kv heads {report['model']['num_kv_heads']})",
-             "Selector config: " + ", ".join(f"{k}={v}" for k, v in cfg.items()), ""]
+             "Selector config: " + ", ".join(f"{k}={v}" for k, v in cfg.items()), _kv_cache_line(report), ""]
     width = max(len(n) for n in report["backends"]) + 2
     lines.append(f"{'backend':<{width}}{'prio':<6}status")
     for name, entry in report["backends"].items():
@@ -134,6 +138,11 @@ def render_plain(report: dict) -> str:
         lines.append(f"{name:<{width}}{prio:<6}{status}")
     lines += ["", "Priority order: " + " > ".join(report["priority"]), _verdict(report)]
     return "\n".join(lines)
+
+
+def _kv_cache_line(report: dict) -> str:
+    kv = report["kv_cache"]
+    return f"KV cache: {kv['dtype']} (kv_cache_dtype {kv['kv_cache_dtype']}), fp8 scales {kv['scales']}"
 
 
 def _verdict(report: dict) -> str:
@@ -153,6 +162,7 @@ def render_rich(report: dict) -> None:
                   + ("  [dim](packages assumed installed)[/dim]" if report["assume_installed"] else ""))
     console.print(f"[bold]Model:[/bold] {report['model']['source']}  "
                   + ", ".join(f"{k}={v}" for k, v in report["selector_config"].items()))
+    console.print(f"[bold]{_kv_cache_line(report)}[/bold]")
     table = Table(show_lines=False)
     for col in ("backend", "priority", "status"):
         table.add_column(col)
