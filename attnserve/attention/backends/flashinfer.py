@@ -29,6 +29,8 @@ Limits (FlashInfer docs and the kernels' dispatch tables, as vLLM declares them)
 
 from __future__ import annotations
 
+import functools
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -50,6 +52,13 @@ from attnserve.refusals import Reason
 
 if TYPE_CHECKING:  # flashinfer_graphs imports this module: the planner itself is imported in the builder
     from attnserve.attention.backends.flashinfer_graphs import FlashInferGraph
+
+logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    logger.warning(message)
 
 
 def query_dtype(kv_dtype: torch.dtype, model_dtype: torch.dtype, attention_config) -> torch.dtype:
@@ -163,6 +172,9 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         spec = self.layer_spec
         self.kv_dtype = kv_cache_torch_dtype(spec.kv_cache_dtype, self.dtype)
         self.q_dtype = query_dtype(self.kv_dtype, self.dtype, cfg)  # what both wrappers' query is
+        if cfg is not None and cfg.disable_flashinfer_q_quantization and self.kv_dtype not in FP8_DTYPES:
+            _warn_once("disable_flashinfer_q_quantization has no effect with a 16-bit KV cache (kv_cache_dtype "
+                       "auto): the query is quantized only for an fp8 cache")
         layout = self.kv_cache_layout.value
         ws = _workspace(self.device)
         # tensor-core decode for GQA (the grouped query heads of a KV head form the MMA's rows), and for an fp8
