@@ -44,8 +44,8 @@ PROMPTS = [
 ]
 
 
-def _prompt_ids(llm, prompts: list[str]) -> list[list[int]]:
-    tok = llm.tokenizer
+def _prompt_ids(engine, prompts: list[str]) -> list[list[int]]:
+    tok = engine.tokenizer
     if getattr(tok, "chat_template", None):
         return [list(tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
                                              tokenize=True, return_dict=False)) for p in prompts]
@@ -55,10 +55,10 @@ def _prompt_ids(llm, prompts: list[str]) -> list[list[int]]:
 class _Forced:
     """Steps one engine's model runner over fixed requests: a prefill of each prompt, then one token per step."""
 
-    def __init__(self, llm, prompts: list[list[int]], num_tokens: int) -> None:
+    def __init__(self, engine, prompts: list[list[int]], num_tokens: int) -> None:
         from attnserve.core.sampling_params import SamplingParams
 
-        self.runner = llm.engine.runner
+        self.runner = engine.runner
         bs = self.runner.block_size
         self.params = SamplingParams(temperature=0.0, max_tokens=num_tokens)
         width = -(-(max(map(len, prompts)) + num_tokens) // bs)
@@ -81,7 +81,7 @@ class _Forced:
 
 
 def compare(reference, candidate, prompts: list[list[int]], num_tokens: int) -> dict:
-    """Teacher-forced lockstep of two engines (LLM objects) over ``prompts`` (token ids) for ``num_tokens``
+    """Teacher-forced lockstep of two engines (LLMEngine, in-process executor) over ``prompts`` (token ids) for ``num_tokens``
     positions; the agreement and KL figures of the module docstring."""
     ref, cand = _Forced(reference, prompts, num_tokens), _Forced(candidate, prompts, num_tokens)
     agree = total = 0
@@ -109,16 +109,19 @@ def run(model: str | None = None, kv_cache_dtype: str = "fp8", attention_backend
         num_tokens: int = 64, dtype: str = "bfloat16", device: str = "auto", calculate_kv_scales: bool = False,
         prompts: list[str] | None = None, num_gpu_blocks: int = 1024) -> dict:
     """Build both engines and :func:`compare` them; the JSON-ready result (settings and figures)."""
-    from attnserve import LLM
+    from attnserve.config.engine_args import build_engine_config
+    from attnserve.engine.llm_engine import LLMEngine
 
     prompts = prompts or PROMPTS
     common = dict(dtype=dtype, device=device, attention_backend=attention_backend, num_gpu_blocks=num_gpu_blocks,
                   max_num_seqs=max(len(prompts), 1))
-    reference = LLM(model, kv_cache_dtype="auto", **common)
-    candidate = LLM(model, kv_cache_dtype=kv_cache_dtype, calculate_kv_scales=calculate_kv_scales, **common)
+    reference = LLMEngine(build_engine_config(model, kv_cache_dtype="auto", **common), warn_kv_cache_limit=False)
+    candidate = LLMEngine(build_engine_config(model, kv_cache_dtype=kv_cache_dtype,
+                                              calculate_kv_scales=calculate_kv_scales, **common),
+                          warn_kv_cache_limit=False)
     ids = _prompt_ids(reference, prompts)
     figures = compare(reference, candidate, ids, num_tokens)
-    runner = candidate.engine.runner
+    runner = candidate.runner
     return {"model": model or "default", "attention_backend": runner.backend.name, "dtype": dtype,
             "kv_cache_dtype": kv_cache_dtype, "kv_scales": runner.kv_scales_source, "prompts": len(prompts),
             "num_tokens": num_tokens, **figures}

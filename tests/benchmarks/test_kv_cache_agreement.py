@@ -14,7 +14,7 @@ def test_identical_engines_agree_exactly(tiny_model_dir):
 
     kw = dict(device="cpu", dtype="float32", attention_backend="CPU_ATTN", num_gpu_blocks=64)
     a, b = LLM(tiny_model_dir("llama"), **kw), LLM(tiny_model_dir("llama"), **kw)
-    figures = compare(a, b, _prompt_ids(a, PROMPTS), 5)
+    figures = compare(a.engine, b.engine, _prompt_ids(a.engine, PROMPTS), 5)
     assert figures == {"positions": 15, "greedy_agreement": 1.0, "mean_kl": 0.0, "max_kl": 0.0,
                        "first_divergence_mean": 5.0}
 
