@@ -327,11 +327,11 @@ class ModelRunner:
         batch = self._device_batch(host)
         if fill is not None:
             fill(batch.input_ids)
-        hidden = self.model(batch.input_ids, batch.positions, batch)
+        hidden = self.model(batch.input_ids, batch.positions, batch)[batch.logits_indices]
         if self._capture_after_scales:  # this step computed the fp8 scales the graphs take (calculate_kv_scales)
             self._capture_after_scales = False
             self._capture_cuda_graphs()
-        return hidden[batch.logits_indices]
+        return hidden
 
     def _placeholder_fill(self, sched: SchedulerOutput, host: HostBatch):
         """For a step with placeholder token ids: a function that writes the last step's sampled tokens into
