@@ -167,3 +167,17 @@ def test_gpu_memory_utilization_on_cpu_is_warned_about_once(caplog):
     warned = [r.getMessage() for r in caplog.records if "gpu_memory_utilization" in r.getMessage()]
     assert warned == ["gpu_memory_utilization 0.37 has no effect on CPU: kv_cache_memory sizes the KV cache there "
                       "(default 2 GiB)"]
+
+
+def test_kv_scales_from_lazily_read_shards(tmp_path):
+    """Tensor-parallel ranks read tensors lazily: a 0-d scale and a per-head one are read whole."""
+    from safetensors.torch import save_file
+
+    from attnserve.model_executor.kv_scales import split_kv_scales
+    from attnserve.model_executor.weights import safetensors_weights
+
+    save_file({"model.layers.0.self_attn.k_scale": torch.tensor(0.5), "model.layers.0.self_attn.v_scale":
+               torch.tensor([2.0, 4.0]), "model.norm.weight": torch.ones(2)}, str(tmp_path / "model.safetensors"))
+    scales = KVScales()
+    rest = [name for name, _ in split_kv_scales(safetensors_weights(str(tmp_path), lazy=True), scales)]
+    assert rest == ["model.norm.weight"] and scales.layer(0) == (0.5, 4.0, None)
