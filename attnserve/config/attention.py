@@ -129,14 +129,16 @@ class AttentionConfig:
         d["backend"] = backend_name(self.backend) if self.backend is not None else None
         return d
 
-    def unused_options(self) -> list[str]:
-        """Options set away from their default that do not apply to the explicitly chosen backend."""
-        if self.backend is None:
+    def unused_options(self, selected: BackendName | None = None) -> list[str]:
+        """Options set away from their default that do not apply to the explicitly chosen backend, or to
+        ``selected`` (the backend automatic selection picked) when given."""
+        backend = selected if selected is not None else self.backend
+        if backend is None:
             return []
         return [
             f.name
             for f in fields(self)
             if "backends" in f.metadata
-            and backend_name(self.backend) not in f.metadata["backends"]
+            and backend_name(backend) not in f.metadata["backends"]
             and getattr(self, f.name) != f.default
         ]

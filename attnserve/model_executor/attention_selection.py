@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from attnserve.attention.selector import AttentionSelection, AttentionSelectorConfig, select_attn_backend
 from attnserve.config.engine import EngineConfig
+from attnserve.config.engine_args import log_unused_options_once
 from attnserve.distributed.sharding import shard_heads
 from attnserve.model_executor.loader import resolve_dtype
 from attnserve.models.registry import get_model_class
@@ -52,4 +53,9 @@ def select_model_attention(config: EngineConfig, hf_config,
     """
     platform = detect_platform(config.device)
     selector_config = attention_selector_config(config, hf_config, platform.device_type, tensor_parallel_size)
-    return selector_config, select_attn_backend(config.attention, selector_config, platform)
+    selection = select_attn_backend(config.attention, selector_config, platform)
+    if config.attention.backend is None:  # an explicit backend's unused options were logged with the config
+        unused = config.attention.unused_options(selection.name)
+        if unused:
+            log_unused_options_once(selection.name, tuple(unused))
+    return selector_config, selection

@@ -273,3 +273,24 @@ def test_q_quantization_switch_with_a_16_bit_cache_is_warned_about(recorder, cap
     assert [r.getMessage() for r in caplog.records] == [
         "disable_flashinfer_q_quantization has no effect with a 16-bit KV cache (kv_cache_dtype auto): the query is "
         "quantized only for an fp8 cache"]
+
+
+def test_options_of_another_backend_are_warned_about_after_automatic_selection(caplog):
+    """Left to automatic selection, a FlashInfer option on a machine where another backend wins is not silent."""
+    from transformers import LlamaConfig
+
+    from attnserve.config.engine_args import build_engine_config, log_unused_options_once
+    from attnserve.model_executor.attention_selection import select_model_attention
+
+    log_unused_options_once.cache_clear()
+    hf = LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1,
+                     intermediate_size=128, vocab_size=100)
+    hf.architectures = ["LlamaForCausalLM"]
+    config = build_engine_config(device="cpu", attention_config={"use_trtllm_attention": True,
+                                                                 "disable_flashinfer_prefill": True})
+    with caplog.at_level("WARNING", logger="attnserve.config.engine_args"):
+        for _ in range(2):
+            assert select_model_attention(config, hf, 1)[1].name == "CPU_ATTN"
+    assert [r.getMessage() for r in caplog.records] == [
+        "attention_config options use_trtllm_attention, disable_flashinfer_prefill do not apply to attention backend "
+        "CPU_ATTN and are unused"]
