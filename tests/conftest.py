@@ -40,6 +40,13 @@ def default_llm():
 
 @pytest.fixture(scope="session")
 def default_tokenizer():
+    """The default model's tokenizer; from the folder ``$ATTNSERVE_TEST_TOKENIZER`` when set (the same tokenizer
+    converted to tokenizer.json, e.g. the vLLM kit's, on a machine without the default model's GGUF)."""
+    folder = os.environ.get("ATTNSERVE_TEST_TOKENIZER")
+    if folder:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(folder)
     from attnserve.model_executor.loader import load_tokenizer, resolve_model_source
 
     return load_tokenizer(resolve_model_source(None))

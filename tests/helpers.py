@@ -12,8 +12,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def save_tiny_model(config, path, seed: int = 0) -> None:
-    """Build a random-weight transformers model from ``config`` and save it (safetensors) to ``path``."""
+def save_tiny_model(config, path, seed: int = 0, norm_std: float | None = None) -> None:
+    """Build a random-weight transformers model from ``config`` and save it (safetensors) to ``path``;
+    ``norm_std``: also draw the 1-D weights (norms) from N(0, norm_std) instead of keeping their init."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
@@ -22,6 +23,8 @@ def save_tiny_model(config, path, seed: int = 0) -> None:
         for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0.0, 0.1)
+            elif norm_std is not None:
+                p.normal_(0.0, norm_std)
     model.save_pretrained(path, safe_serialization=True)
 
 

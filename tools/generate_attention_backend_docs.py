@@ -84,7 +84,8 @@ def render() -> str:
         "from the checkpoint (`k_scale`/`v_scale`), `--calculate-kv-scales`, else 1.0. FLASH_ATTN: version 3 only "
         "(e4m3; query quantized per call, q/k/v descales); FLASHINFER: the query is quantized too (static q_scale) "
         "unless `disable_flashinfer_q_quantization`; CPU_ATTN dequantizes on read.",
-        "- Sinks: no backend passes an attention sink to its kernel yet.",
+        "- Sinks (a learned logit per query head in the softmax, gpt-oss): CPU_ATTN, FLEX_ATTENTION, TRITON_ATTN and "
+        "FLASH_ATTN version 4 (`learnable_sink`); FLASHINFER's come with its TRT-LLM kernels, not wired here.",
         "- FLEX_ATTENTION on CUDA also needs Triton (torch.compile generates its kernels).",
         "",
         "## Automatic selection order",
@@ -92,6 +93,15 @@ def render() -> str:
         f"- CUDA, compute capability 10.x: {names(cuda_backend_priorities((10, 0)))}",
         f"- CUDA, other GPUs: {names(cuda_backend_priorities((9, 0)))}",
         f"- CPU: {names(cpu_backend_priorities())}",
+        "",
+        "## Layer groups",
+        "",
+        "Layers whose attention differs in head size, sliding window, logits soft cap or sinks (Gemma 2: windowed "
+        "even layers, global odd ones) form layer groups. Each group is selected on its own (explicit backend "
+        "validated, or the priority list walked) with its own reasons, and gets its own metadata builder and its "
+        "KV cache in its backend's layout. The start-up log lists the groups and their backends; an explicit "
+        "backend that cannot serve a group is refused naming the group and the backends that would serve it; "
+        "`attnserve backends --model DIR` prints one table per group (`groups` in `--json`).",
         "",
     ])
 

@@ -126,6 +126,10 @@ Q_SCALE_CONSTANT, K_SCALE_CONSTANT, V_SCALE_CONSTANT = 200.0, 200.0, 100.0
 class AttentionImpl(ABC):
     """Per-layer attention computation over the paged KV cache."""
 
+    # whether forward adds the learned sink logit of each head (gpt-oss; :meth:`use_sinks`)
+    supports_sinks: ClassVar[bool] = False
+    sinks: torch.Tensor | None = None  # (Hq,) float32 or model dtype: one sink logit per query head on this rank
+
     def __init__(self, spec: AttentionLayerSpec, attention_config: "AttentionConfig | None" = None) -> None:
         self.spec = spec
         self.attention_config = attention_config  # backend options (FA version, FlashInfer flags); None = defaults
@@ -159,6 +163,17 @@ class AttentionImpl(ABC):
         q, k, v = (m / c if m > 0 else 1.0 for m, c in zip(amax, (Q_SCALE_CONSTANT, K_SCALE_CONSTANT, V_SCALE_CONSTANT)))
         self.set_kv_scales(k, v, q)
         self.kv_scales_pending = False
+
+    def use_sinks(self, sinks: torch.Tensor) -> None:
+        """From now on, each head's softmax also counts ``exp(sinks[h])`` in its denominator (a logit with no
+        value: gpt-oss's attention sinks); ``sinks`` (Hq,) is kept by reference (loaded weights fill it later).
+        Raises Refused (``attention_backend``) where the backend's kernel has no sink term."""
+        if not self.supports_sinks:
+            from attnserve.refusals import Refusal, Refused
+
+            raise Refused(Refusal(("attention_backend",), type(self).__name__.removesuffix("Impl"),
+                                  reason="attention sinks not supported by this backend's kernel"))
+        self.sinks = sinks
 
     @abstractmethod
     def forward(

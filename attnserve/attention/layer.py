@@ -17,10 +17,16 @@ if TYPE_CHECKING:  # pragma: no cover
 class Attention(nn.Module):
     """Paged self-attention of one layer. The KV cache and metadata come with each step's ForwardBatch."""
 
-    def __init__(self, impl: AttentionImpl, layer_index: int) -> None:
+    def __init__(self, impl: AttentionImpl, layer_index: int, group_index: int | None = None) -> None:
+        """``group_index``: this layer's layer group when the model has several (the step's ``attn_metadata``
+        is then a tuple, one entry per group); None: ``attn_metadata`` is this layer's backend's metadata."""
         super().__init__()
         self.impl = impl
         self.layer_index = layer_index
+        self.group_index = group_index
+
+    def _metadata(self, batch: "ForwardBatch"):
+        return batch.attn_metadata if self.group_index is None else batch.attn_metadata[self.group_index]
 
     def forward(
         self,
@@ -31,7 +37,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor:  # (T, Hq, D)
         if self.impl.kv_scales_pending:  # calculate_kv_scales: from this first step, before its K/V are stored
             self.impl.calculate_kv_scales(query, key, value)
-        return self.impl.forward(query, key, value, batch.kv_caches[self.layer_index], batch.attn_metadata)
+        return self.impl.forward(query, key, value, batch.kv_caches[self.layer_index], self._metadata(batch))
 
     def forward_with_rope(
         self,
@@ -48,7 +54,7 @@ class Attention(nn.Module):
         rotated keys and the values there itself (one kernel on CUDA instead of RoPE, then the backend's
         ``reshape_and_cache``) and the backend skips its write. Same values in the cache and the output
         either way; on CPU the same PyTorch ops in the same order."""
-        kv_cache, metadata = batch.kv_caches[self.layer_index], batch.attn_metadata
+        kv_cache, metadata = batch.kv_caches[self.layer_index], self._metadata(batch)
         if self.impl.kv_scales_pending:  # calculate_kv_scales: the scales of the rotated keys, then the plain path
             rope.apply(query, key)
             self.impl.calculate_kv_scales(query, key, value)

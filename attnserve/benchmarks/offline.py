@@ -71,7 +71,9 @@ def start_engine(config: EngineConfig):
     # per rank under tensor parallelism: each GPU reads its shard of the weights and KV cache in parallel
     roofline = Roofline(copy_bandwidth=bandwidth, weight_bytes=info.weight_bytes,
                         kv_bytes_per_token=kv_bytes_per_token(info.num_layers, info.num_kv_heads,
-                                                              info.head_size, info.kv_dtype))
+                                                              info.head_size, info.kv_dtype),
+                        expert_bytes=info.expert_bytes, num_experts=info.num_experts,
+                        experts_per_token=info.experts_per_token)
     return engine, facts, roofline
 
 

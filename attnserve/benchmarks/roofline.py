@@ -4,6 +4,11 @@ A decode step reads every weight once (the input embedding only for its B rows, 
 the LM head) and the K/V of every cached token of every running request, in every layer:
 
     step_bytes(context_lens) = weight_bytes + sum(context_lens) * kv_bytes_per_token
+
+A mixture-of-experts model's step reads only the experts its B tokens chose: of ``expert_bytes`` (every
+expert of every MoE layer, part of ``weight_bytes``) the expected share ``1 - (1 - k/E)^B`` for routing
+that is uniform and independent over tokens (exactly ``k/E`` at B = 1; a skewed routing reads fewer).
+A whole run (``run_limit_s``) counts every expert in every step: its limit is an upper bound.
     kv_bytes_per_token       = 2 (K and V) * num_layers * num_kv_heads * head_size * kv element size
     limit_s                  = step_bytes / copy_bandwidth
     % of limit               = 100 * limit_s / measured step time (TPOT for latency rows)
@@ -87,6 +92,18 @@ def decode_weight_bytes(model: torch.nn.Module) -> int:
     return total
 
 
+def moe_expert_bytes(model: torch.nn.Module) -> tuple[int, int, int]:
+    """``(bytes, E, k)``: the bytes of every routed expert's weights (and biases) of every ``FusedMoE`` layer,
+    and the first layer's expert count and experts per token; ``(0, 0, 0)`` for a dense model."""
+    from attnserve.layers.moe import FusedMoE
+
+    layers = [m for m in model.modules() if isinstance(m, FusedMoE)]
+    if not layers:
+        return 0, 0, 0
+    total = sum(p.numel() * p.element_size() for m in layers for p in m.parameters(recurse=False))
+    return total, layers[0].num_experts, layers[0].top_k
+
+
 def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_size: int, dtype: torch.dtype) -> int:
     """K and V of one token in every layer, in bytes."""
     return 2 * num_layers * num_kv_heads * head_size * torch.empty((), dtype=dtype).element_size()
@@ -99,10 +116,18 @@ class Roofline:
     copy_bandwidth: float  # bytes/s, read + write counted
     weight_bytes: int  # weights read once per step
     kv_bytes_per_token: int  # K+V of one cached token, all layers
+    expert_bytes: int = 0  # of weight_bytes: the routed experts' (MoE models; see the module docstring)
+    num_experts: int = 0  # E
+    experts_per_token: int = 0  # k
 
     def step_bytes(self, context_lens: Iterable[int]) -> int:
         """Bytes one step must read for running requests of these context lengths."""
-        return self.weight_bytes + sum(context_lens) * self.kv_bytes_per_token
+        lens = list(context_lens)
+        weights = self.weight_bytes
+        if self.expert_bytes and lens:
+            share = 1.0 - (1.0 - self.experts_per_token / self.num_experts) ** len(lens)
+            weights = self.weight_bytes - self.expert_bytes + round(self.expert_bytes * share)
+        return weights + sum(lens) * self.kv_bytes_per_token
 
     def step_limit_s(self, context_lens: Iterable[int]) -> float:
         """The fastest one step can be: its bytes at copy bandwidth."""

@@ -4,7 +4,8 @@ All requests are queued at once and the engine steps until every one has generat
 length (greedy, ``ignore_eos``). Throughput = tokens / wall time of the stepping (model load and one
 short warm-up request excluded). With ``baseline="transformers"`` the same requests then run through
 transformers' ``generate`` in static batches of ``max_num_seqs`` in request order, each batch generating
-its longest output length (what static batching costs); only the requested tokens are counted.
+its longest output length (what static batching costs); only the requested tokens are counted. With
+``baseline="vllm"`` they run through vLLM in a subprocess (``vllm_baseline.py``).
 
 Each row carries the roofline of its own steps (``roofline.py``): every step reads the weights once and
 the K/V of each running request's context; limit = those bytes over the copy bandwidth, % = limit / elapsed.
@@ -27,7 +28,7 @@ TIMELINE_POINTS = 200  # most (time, tokens) points kept per row for the plot
 class ThroughputRow:
     """One implementation's result on the workload."""
 
-    name: str  # "attnserve" or "transformers"
+    name: str  # "attnserve", "transformers" or "vllm"
     num_requests: int
     total_output_tokens: int  # generated tokens that were asked for
     total_tokens: int  # prompt + output tokens
@@ -35,7 +36,7 @@ class ThroughputRow:
     requests_per_s: float
     output_tokens_per_s: float
     total_tokens_per_s: float
-    num_steps: int  # forward passes (engine steps, or generate's steps summed over batches)
+    num_steps: int | None  # forward passes (engine steps, or generate's steps summed over batches); None: vllm
     roofline: RooflineRow
     timeline: list[tuple[float, int]] = field(default_factory=list)  # (seconds, output tokens so far)
     ttft_p50_ms: float | None = None  # median time to first token from queueing (engine rows)
@@ -169,6 +170,18 @@ def run_transformers(baseline, requests: list[BenchRequest], batch_size: int, ro
                 kv_tokens, roofline, timeline)
 
 
+def vllm_row(result: dict, requests: list[BenchRequest], limit_s: float, roofline: Roofline) -> ThroughputRow:
+    """The vLLM runner's result as a row. Its steps are not seen from here: its % of limit uses the limit of
+    attnserve's run of the same requests (``limit_s``)."""
+    elapsed, out_tokens = result["elapsed_s"], result["output_tokens"]
+    in_tokens = sum(r.input_len for r in requests)
+    return ThroughputRow(
+        name="vllm", num_requests=len(requests), total_output_tokens=out_tokens, total_tokens=in_tokens + out_tokens,
+        elapsed_s=elapsed, requests_per_s=len(requests) / elapsed, output_tokens_per_s=out_tokens / elapsed,
+        total_tokens_per_s=(in_tokens + out_tokens) / elapsed, num_steps=None,
+        roofline=roofline.row(limit_s, elapsed), timeline=[(0.0, 0), (elapsed, out_tokens)])
+
+
 def format_table(rows: list[ThroughputRow], ratio: float | None) -> str:
     """The short table printed last; engine rows also show TTFT p50 and the prefix cache's hit rate."""
     head = (f"{'':<30} {'requests/s':>10} {'output tok/s':>12} {'total tok/s':>11} {'elapsed s':>9} "
@@ -181,7 +194,7 @@ def format_table(rows: list[ThroughputRow], ratio: float | None) -> str:
         lines.append(f"{r.name:<30} {r.requests_per_s:>10.2f} {r.output_tokens_per_s:>12.1f} "
                      f"{r.total_tokens_per_s:>11.1f} {r.elapsed_s:>9.2f} {pct:>9.1f}% {ttft:>11} {hits:>10}")
     if ratio is not None:
-        lines.append(f"attnserve / transformers (output tok/s): {ratio:.2f}x")
+        lines.append(f"attnserve / {rows[-1].name} (output tok/s): {ratio:.2f}x")
     caching = prefix_caching_ratios(rows)
     if caching is not None:
         lines.append(f"prefix caching on / off: output tok/s {caching['output_tokens_per_s']:.2f}x, "
@@ -217,6 +230,10 @@ def run_throughput(config, *, num_prompts: int | None, input_len: int, output_le
     if baseline and num_turns > 1:
         raise ValueError(f"--baseline {baseline} runs single-turn requests only (num_turns {num_turns}): a later "
                          "turn's prompt holds the engine's own answer")
+    if baseline == "vllm":
+        from attnserve.benchmarks.vllm_baseline import check_vllm_baseline
+
+        check_vllm_baseline(config.model.model)
     texts = read_prompts_file(prompts_file) if prompts_file else None
     if texts == []:
         raise PromptsFileError(f"{prompts_file} has no prompts (give one prompt per line, or leave --prompts-file out "
@@ -237,7 +254,14 @@ def run_throughput(config, *, num_prompts: int | None, input_len: int, output_le
         rows = [run_engine(engine, requests, roofline, progress)]
     stop_engine(engine, facts)
     del engine
-    if baseline:
+    vllm_settings = None
+    if baseline == "vllm":
+        from attnserve.benchmarks.vllm_baseline import run_vllm, throughput_spec
+
+        result = run_vllm(throughput_spec(facts, requests, config.parallel.tensor_parallel_size))
+        vllm_settings = {"vllm_version": result["vllm_version"], **result["settings"]}
+        rows.append(vllm_row(result, requests, rows[0].roofline.limit_s, roofline))
+    elif baseline:
         hf = start_baseline(baseline, facts)
         rows.append(run_transformers(hf, requests, facts.max_num_seqs, roofline, progress))
         hf.close()
@@ -255,6 +279,7 @@ def run_throughput(config, *, num_prompts: int | None, input_len: int, output_le
         },
         "roofline": roofline.to_dict(),
         "baseline": baseline,
+        "baseline_settings": vllm_settings,  # vllm: its version and what its defaults resolved to
         "ratio_vs_baseline": ratio,
         "prefix_caching_ratio": prefix_caching_ratios(rows),
         "results": [r.to_dict() for r in rows],

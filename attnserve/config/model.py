@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from attnserve.config.fields import validate_fields
+import os
+
+from attnserve.config.fields import ConfigError, validate_fields
+from attnserve.refusals import Refusal
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 DTYPE_ALIASES = {"float": "float32", "half": "float16"}  # vLLM's spellings, normalized at construction
@@ -14,6 +17,7 @@ LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 # 2^64) and reads a negative seed as its 64 bits, so -1 and 2^64 - 1 seed alike: one range of 2^64 seeds, no aliases)
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 SEED_WORDS = "integer in [-2^63, 2^63 - 1]"
+GENERATION_CONFIG_WORDS = "auto, vllm, or a folder holding a generation_config.json"
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,20 @@ class ModelConfig:
     """Seed for random weights (dummy) and for sampling requests that give no seed: an integer in [-2^63, 2^63 - 1],
     the range of every seed (a request's too)."""
 
+    generation_config: str = "auto"
+    """Where the default sampling values come from (vLLM's --generation-config): auto (the model's
+    generation_config.json, when it has one), vllm (none: the request's and attnserve's own defaults), or a folder
+    holding a generation_config.json. Its temperature, top_p, top_k, min_p, repetition_penalty and max_new_tokens
+    (as max_tokens, a cap) apply where a request leaves the field unset."""
+
+    max_logprobs: int = field(default=20, metadata={"ge": -1})
+    """The most logprobs a request may ask for per token (logprobs, top_logprobs, prompt_logprobs); -1 = no limit
+    (the vocabulary size)."""
+
     def __post_init__(self) -> None:
         validate_fields(self)
+        if self.generation_config not in ("auto", "vllm") and not os.path.isdir(os.path.expanduser(
+                self.generation_config)):
+            raise ConfigError(Refusal(("generation_config",), self.generation_config, GENERATION_CONFIG_WORDS,
+                                      reason="is no folder"))
         object.__setattr__(self, "dtype", DTYPE_ALIASES.get(self.dtype, self.dtype))

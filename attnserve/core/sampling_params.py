@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from attnserve.refusals import Refusal, Refused, range_words
 from attnserve.config.model import SEED_MAX, SEED_MIN, SEED_WORDS
 
-MAX_LOGPROBS = 20  # the most top logprobs a request may ask for (vLLM's default max_logprobs)
+MAX_LOGPROBS = 20  # the default of the engine's max_logprobs (--max-logprobs, vLLM's default), checked there
 
 
 def _is_int(x) -> bool:  # int or numpy integer, not bool
@@ -30,7 +30,13 @@ ALLOWED = {
     "min_p": range_words("number", (">=", 0), ("<=", 1)),
     "seed": SEED_WORDS + ", or None",  # the engine's seed, and the server's, take the same range
     "max_tokens": range_words("integer", (">=", 1), None),
-    "logprobs": range_words("integer", (">=", 0), ("<=", MAX_LOGPROBS)),
+    "logprobs": range_words("integer", (">=", 0), None),  # at most the engine's max_logprobs (LLMEngine.check_params)
+    "prompt_logprobs": range_words("integer", (">=", 0), None),  # the same
+    "presence_penalty": range_words("number", (">=", -2), ("<=", 2)),
+    "frequency_penalty": range_words("number", (">=", -2), ("<=", 2)),
+    "repetition_penalty": range_words("finite number", (">", 0), None),
+    "min_tokens": range_words("integer", (">=", 0), None) + ", at most max_tokens",
+    "truncate_prompt_tokens": "-1 (max_model_len), or " + range_words("integer", (">=", 1), None) + ", or None",
 }
 
 
@@ -72,9 +78,28 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)  # None = [] (vLLM's default is None)
     ignore_eos: bool = False
     logprobs: int | None = None  # number of top logprobs per generated token (the sampled one is added)
+    # number of top logprobs per prompt token (the prompt's own token is added; the first token has none)
+    prompt_logprobs: int | None = None
+    # penalties, vLLM's (OpenAI's definition for presence/frequency): on the logits before temperature, over the
+    # tokens generated so far; repetition_penalty also over the prompt's tokens (> 0: positive logits divided
+    # by it, negative ones multiplied)
+    presence_penalty: float = 0.0  # subtracted once from every token that occurs in the output, [-2, 2]
+    frequency_penalty: float = 0.0  # subtracted once per occurrence in the output, [-2, 2]
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit; None = {}
+    min_tokens: int = 0  # EOS and stop_token_ids are masked (and stop strings not matched) before this many tokens
+    bad_words: list[str] | None = None  # words never generated (as a token sequence, with and without a space)
+    allowed_token_ids: list[int] | None = None  # only these tokens may be generated; None = all
+    include_stop_str_in_output: bool = False  # the stop string that ended the output stays in its text
+    truncate_prompt_tokens: int | None = None  # keep the prompt's last k tokens (-1: max_model_len); None = all
     skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True  # (detokenizing) a space between special tokens and their neighbours
     # False: outputs carry token ids only (text "", logprobs' decoded_token None), no per-token decoding
     detokenize: bool = True
+    # bad_words as token id sequences, set by the engine with its tokenizer (LLMEngine.check_params)
+    bad_words_token_ids: list[list[int]] | None = field(default=None, repr=False)
+    # whether a rule other than bad words changes the logits (set once: the step loop asks for every request)
+    _logits_rules: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # vLLM's defaults are None; stored as [] so that downstream code sees lists only
@@ -102,10 +127,32 @@ class SamplingParams:
              ALLOWED["seed"]),
             (self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1), "max_tokens",
              self.max_tokens, ALLOWED["max_tokens"]),
-            (self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS), "logprobs",
+            (self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs), "logprobs",
              self.logprobs, ALLOWED["logprobs"]),
             (self.detokenize or not self.stop, "stop", self.stop,
              "none when detokenize is False: stop strings match text"),
+            (self.prompt_logprobs is None or (_is_int(self.prompt_logprobs) and 0 <= self.prompt_logprobs),
+             "prompt_logprobs", self.prompt_logprobs, ALLOWED["prompt_logprobs"]),
+            (_is_real(self.presence_penalty) and -2.0 <= self.presence_penalty <= 2.0, "presence_penalty",
+             self.presence_penalty, ALLOWED["presence_penalty"]),
+            (_is_real(self.frequency_penalty) and -2.0 <= self.frequency_penalty <= 2.0, "frequency_penalty",
+             self.frequency_penalty, ALLOWED["frequency_penalty"]),
+            (_is_real(self.repetition_penalty) and self.repetition_penalty > 0.0, "repetition_penalty",
+             self.repetition_penalty, ALLOWED["repetition_penalty"]),
+            (_is_int(self.min_tokens) and self.min_tokens >= 0
+             and (self.max_tokens is None or self.min_tokens <= self.max_tokens), "min_tokens", self.min_tokens,
+             ALLOWED["min_tokens"]),
+            (self.truncate_prompt_tokens is None or (_is_int(self.truncate_prompt_tokens)
+                                                     and (self.truncate_prompt_tokens >= 1
+                                                          or self.truncate_prompt_tokens == -1)),
+             "truncate_prompt_tokens", self.truncate_prompt_tokens, ALLOWED["truncate_prompt_tokens"]),
+            (self.logit_bias is None or isinstance(self.logit_bias, dict), "logit_bias", self.logit_bias,
+             "a dict of token id -> bias, or None"),
+            (self.bad_words is None or isinstance(self.bad_words, (list, tuple)), "bad_words", self.bad_words,
+             "a list of strings, or None"),
+            (self.allowed_token_ids is None or (isinstance(self.allowed_token_ids, (list, tuple))
+                                                and len(self.allowed_token_ids) > 0),
+             "allowed_token_ids", self.allowed_token_ids, "a non-empty list of token ids, or None"),
         ]
         for ok, name, value, allowed in checks:
             if not ok:
@@ -117,7 +164,41 @@ class SamplingParams:
             bad = next((i for i, item in enumerate(items) if not ok(item)), None)
             if bad is not None:
                 raise SamplingParamsError(name, items[bad], allowed, index=bad)
+        for name, ok, allowed in (("bad_words", lambda s: isinstance(s, str), "strings"),
+                                  ("allowed_token_ids", lambda t: _is_int(t) and t >= 0, "token ids (integers >= 0)")):
+            items = getattr(self, name) or []
+            bad = next((i for i, item in enumerate(items) if not ok(item)), None)
+            if bad is not None:
+                raise SamplingParamsError(name, items[bad], allowed, index=bad)
+        if self.logit_bias is not None:
+            for token, bias in self.logit_bias.items():
+                if not (_is_int(token) and token >= 0):
+                    raise SamplingParamsError("logit_bias", token, "token ids (integers >= 0) as keys")
+                if not _is_real(bias):
+                    raise SamplingParamsError("logit_bias", bias, "finite numbers as values")
+            self.logit_bias = {int(t): float(b) for t, b in self.logit_bias.items()}
+        if self.bad_words is not None:
+            self.bad_words = list(self.bad_words)
+        if self.allowed_token_ids is not None:
+            self.allowed_token_ids = list(self.allowed_token_ids)
+        self._logits_rules = (self.has_penalties or bool(self.logit_bias) or self.min_tokens > 0
+                              or self.allowed_token_ids is not None)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def has_penalties(self) -> bool:
+        """Whether the token counts are needed (presence, frequency or repetition penalty set)."""
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
+
+    @property
+    def changes_logits(self) -> bool:
+        """Whether the logits are processed before sampling (penalties, bias, min_tokens, bad words, allowed ids)."""
+        return self._logits_rules or bool(self.bad_words_token_ids)
+
+    @property
+    def bad_words_history(self) -> int:
+        """How many of the last output tokens the bad words' prefixes look at (the longest word's length - 1)."""
+        return max((len(w) for w in self.bad_words_token_ids or ()), default=1) - 1

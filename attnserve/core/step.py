@@ -22,6 +22,17 @@ class ScheduledRequest:
     block_table: list[int]
     sampling_params: SamplingParams
     samples: bool  # True when this step reaches the end of the sequence, so its sampled token is kept
+    # what the logits processors read (model_executor/logits_processors.py), set only where the params need it:
+    num_output_tokens: int = 0  # output tokens before this step's sample (known and pending)
+    eos_token_id: int | None = None  # masked with the stop ids while num_output_tokens < min_tokens
+    # the request's whole known history, at (re)admission of a request with penalties (its token counts start here)
+    # and on prefill steps of a request with prompt_logprobs (the targets); copies
+    prompt_token_ids: list[int] | None = None
+    output_token_ids: list[int] | None = None
+    # the last known output tokens (up to the longest bad word's length - 1), for multi-token bad words; the
+    # pending one, when num_output_tokens counts one more, is the last step's sample on the device
+    recent_output_ids: list[int] | None = None
+    output_pending: bool = False  # the last output token is in flight (not in recent_output_ids)
 
 
 @dataclass

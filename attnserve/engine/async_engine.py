@@ -2,8 +2,9 @@
 
 One background thread owns the engine: it builds it, steps it, and is the only caller of its methods
 (the engine is not thread-safe). The event loop hands work over through a thread-safe command queue
-(add, abort, shut down, stop) and receives each request's outputs on its own ``asyncio.Queue``, filled with
-``loop.call_soon_threadsafe`` so the loop never blocks on a model step.
+(add, abort, shut down, stop) and receives each request's outputs through its own ``RequestOutputCollector``
+(``output_collector.py``): one slot whose newest output replaces the one not yet read, so a reader that falls
+behind costs one pending output, and the loop never blocks on a model step.
 
 Shutdown: ``begin_shutdown`` refuses new requests at once and, after an optional drain period, aborts the
 unfinished ones between two steps; an aborted request's stream ends with a final output whose unfinished
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
 from attnserve.engine.llm_engine import LLMEngine
+from attnserve.engine.output_collector import RequestOutputCollector
 from attnserve.engine.outputs import RequestOutput
 from attnserve.core.sampling_params import SamplingParams
 from attnserve.executor.base import WorkerDiedError
@@ -60,25 +62,11 @@ class EngineStats:
 
 
 @dataclass
-class _Stream:
-    """Where one request's outputs go: an asyncio queue on ``loop``."""
-
-    loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue  # of RequestOutput | BaseException
-
-    def put(self, item: RequestOutput | BaseException) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            pass
-
-
-@dataclass
 class _Add:
     request_id: str
     prompt: str | list[int]
     params: SamplingParams
-    stream: _Stream
+    stream: RequestOutputCollector
 
 
 @dataclass
@@ -107,7 +95,7 @@ class AsyncLLMEngine:
         self.config = config
         self._factory = engine_factory
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._streams: dict[str, _Stream] = {}  # owned by the engine thread
+        self._streams: dict[str, RequestOutputCollector] = {}  # owned by the engine thread
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stopping = False
@@ -133,6 +121,16 @@ class AsyncLLMEngine:
     def is_ready(self) -> bool:
         return self._ready.is_set() and self.load_error is None and self.dead_error is None and not self._stopping
 
+    @property
+    def is_loaded(self) -> bool:
+        """The model loaded and no worker died (requests run, or ran until shutdown began)."""
+        return self._ready.is_set() and self.load_error is None and self.dead_error is None
+
+    @property
+    def is_stopping(self) -> bool:
+        """Shutdown began: new requests are refused."""
+        return self._stopping
+
     async def wait_ready(self, timeout: float | None = None) -> None:
         """Wait until the model is loaded; raise its load error if loading failed."""
         await asyncio.to_thread(self._ready.wait, timeout)
@@ -154,7 +152,8 @@ class AsyncLLMEngine:
     async def generate(
         self, prompt: str | list[int], params: SamplingParams, request_id: str
     ) -> AsyncIterator[RequestOutput]:
-        """Queue a request and yield its RequestOutput after each step that changed it, the last one
+        """Queue a request and yield its newest RequestOutput after each step that changed it (a reader that
+        falls behind gets the newest one, the steps it missed merged: ``output_collector.py``), the last one
         with ``finished=True`` (finish_reason "abort" when shutdown aborted it). Raises the engine's error
         for a rejected prompt (PromptTooLongError, ValueError), EngineNotReadyError once shutdown began.
         Leaving the iteration early (a disconnected client, a cancelled task) aborts the request, which
@@ -163,20 +162,29 @@ class AsyncLLMEngine:
             if self.dead_error is not None:
                 raise EngineNotReadyError(f"the engine is dead: {type(self.dead_error).__name__}: {self.dead_error}")
             raise EngineNotReadyError("the engine is still loading" if not self._stopping else "the server is shutting down")
-        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        stream = RequestOutputCollector(asyncio.get_running_loop())
         self._commands.put(_Add(request_id, prompt, params, stream))
         finished = False
         try:
             while not finished:
-                item = await stream.queue.get()
-                if isinstance(item, BaseException):
+                try:
+                    item = await stream.get()
+                except asyncio.CancelledError:
+                    raise
+                except BaseException:
                     finished = True  # the engine thread has already dropped the request
-                    raise item
+                    raise
                 finished = item.finished
                 yield item
         finally:
             if not finished:
                 self.abort(request_id)
+
+    @property
+    def drained(self) -> bool:
+        """Shutdown began (the engine thread has taken ``begin_shutdown``'s command, so no request is added any
+        more) and no request is left: every one finished or was aborted. Read from any thread."""
+        return self._abort_at is not None and not self._streams
 
     def abort(self, request_id: str) -> None:
         """Abort a request (frees its KV blocks); a no-op when it has finished. Thread-safe."""
@@ -293,8 +301,8 @@ class AsyncLLMEngine:
                 continue
             if out.finished:
                 del self._streams[out.request_id]
-            # the event loop reads it later, while this thread steps on: freeze the growing token lists
-            stream.put(out if out.finished else out.snapshot())
+            # no copy: the collector records the lists' lengths now and copies only what its reader takes
+            stream.put(out)
         self._snapshot()
 
     def _snapshot(self) -> None:

@@ -14,9 +14,12 @@ class IncrementalDetokenizer:
     # how many already-emitted tokens to re-decode as context (covers multi-token characters and spaces)
     CONTEXT_TOKENS = 5
 
-    def __init__(self, tokenizer, prompt_token_ids: list[int], skip_special_tokens: bool = True) -> None:
+    def __init__(self, tokenizer, prompt_token_ids: list[int], skip_special_tokens: bool = True,
+                 spaces_between_special_tokens: bool = True) -> None:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
+        # Hugging Face's decode option: a slow (Python) tokenizer honours it, a fast one has no such pass (as in vLLM)
+        self.spaces_between_special_tokens = spaces_between_special_tokens
         backend = getattr(tokenizer, "backend_tokenizer", None)
         if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", True):
             # a fast tokenizer without the clean-up pass: its decode is the Rust decode, called directly at a
@@ -32,6 +35,9 @@ class IncrementalDetokenizer:
     def _decode(self, ids: list[int]) -> str:
         if self._backend_decode is not None:
             return self._backend_decode(ids, skip_special_tokens=self.skip_special_tokens)
+        if not self.spaces_between_special_tokens:
+            return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens,
+                                         spaces_between_special_tokens=False)
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
     def step(self, new_token_ids: list[int]) -> str:

@@ -7,11 +7,13 @@ before; ``step()`` returns the outputs of the step it read.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
+from attnserve.engine.bad_words import bad_words_token_ids
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.output_processor import OutputProcessor
 from attnserve.engine.request import FinishReason, Request
@@ -58,6 +60,8 @@ class LLMEngine:
         loaded = load_model(config)  # executor.loading: the checks, the tokenizer, the weights (GGUF-cache retry)
         self.hf_config, self.tokenizer, self.executor = loaded.hf_config, loaded.tokenizer, loaded.executor
         self.max_model_len = loaded.max_model_len
+        # --generation-config's default sampling values (SamplingParams field -> value; {} for none)
+        self.generation_defaults = loaded.generation_defaults
         self.info = self.executor.info  # backend, device, dtype, KV blocks (rank 0's under tensor parallelism)
         # the in-process ModelRunner (tensor_parallel_size 1 only; None when workers run the model)
         self.runner = getattr(self.executor, "runner", None)
@@ -115,14 +119,40 @@ class LLMEngine:
         """The allowed token ids in words, for errors: ``integer in [0, 49152), the vocabulary size``."""
         return token_id_words(self.vocab_size)
 
+    @property
+    def max_logprobs(self) -> int:
+        """The most logprobs a request may ask for per token: ``--max-logprobs``, -1 = the vocabulary size."""
+        limit = self.config.model.max_logprobs
+        return self.vocab_size if limit == -1 else limit
+
+    def default_sampling_params(self) -> SamplingParams:
+        """SamplingParams with the generation config's default values (vLLM's ``get_default_sampling_params``):
+        what ``LLM.generate`` uses when it is given none."""
+        return SamplingParams(**self.generation_defaults)
+
     def check_params(self, params: SamplingParams) -> None:
-        """Check what SamplingParams alone cannot: its values against this model. Raises SamplingParamsError (a
-        ValueError) for a stop token id outside the vocabulary, naming the first bad one and its index: ``stop_token_ids
-        50000 not allowed (allowed: integer in [0, 49152), the vocabulary size)``. :meth:`add_request` calls it; the
-        server and ``LLM.generate`` call it first, to refuse a request before anything is queued."""
-        bad = next((i for i, t in enumerate(params.stop_token_ids) if t >= self.vocab_size), None)
+        """Check what SamplingParams alone cannot: its values against this model and engine. Raises
+        SamplingParamsError (a ValueError) for more logprobs (or prompt_logprobs) than ``--max-logprobs`` allows,
+        ``logprobs 21 not allowed (allowed: integer in [0, 20], the engine's max_logprobs)``, and for a stop token
+        id outside the vocabulary, naming the first bad one and its index: ``stop_token_ids 50000 not allowed
+        (allowed: integer in [0, 49152), the vocabulary size)``; the same for ``allowed_token_ids`` and
+        ``logit_bias``' keys; it also tokenizes ``bad_words`` (``bad_words_token_ids``). :meth:`add_request` calls
+        it; the server and ``LLM.generate`` call it first, to refuse a request before anything is queued."""
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(params, name, None)
+            if value is not None and value > self.max_logprobs:
+                raise SamplingParamsError(name, value, f"integer in [0, {self.max_logprobs}], the engine's "
+                                                       "max_logprobs (--max-logprobs)")
+        for name in ("stop_token_ids", "allowed_token_ids"):
+            ids = getattr(params, name) or []
+            bad = next((i for i, t in enumerate(ids) if t >= self.vocab_size), None)
+            if bad is not None:
+                raise SamplingParamsError(name, ids[bad], self.token_id_words, index=bad)
+        bad = next((t for t in (params.logit_bias or {}) if t >= self.vocab_size), None)
         if bad is not None:
-            raise SamplingParamsError("stop_token_ids", params.stop_token_ids[bad], self.token_id_words, index=bad)
+            raise SamplingParamsError("logit_bias", bad, f"token ids as keys: {self.token_id_words}")
+        if params.bad_words and params.bad_words_token_ids is None:
+            params.bad_words_token_ids = bad_words_token_ids(self.tokenizer, params.bad_words)
 
     def tokenize(self, prompt: str | list[int], path: tuple[str | int, ...] = ("prompt",)) -> list[int]:
         """The prompt's token ids (token ids as given). Raises ValueError for text holding a lone surrogate
@@ -136,7 +166,8 @@ class LLMEngine:
                                   reason=f"holds a lone surrogate {prompt[e.start]!r} at index {e.start}")) from None
         return self.tokenizer.encode(prompt)
 
-    def check_prompt(self, prompt: str | list[int], path: tuple[str | int, ...] = ("prompt",)) -> list[int]:
+    def check_prompt(self, prompt: str | list[int], path: tuple[str | int, ...] = ("prompt",),
+                     truncate_prompt_tokens: int | None = None) -> list[int]:
         """Tokenize ``prompt`` and check that it fits; returns its token ids. ``path`` names the prompt in errors
         (``("prompts", 1)``: the second of a batch); the checks and their words are ``request_checks``', which the
         server and the CLI use too.
@@ -145,16 +176,23 @@ class LLMEngine:
         least 1 token)``; a token id that is not an integer in [0, vocab_size), named by its position,
         ``prompt[2]``), PromptTooLongError (a prompt of max_model_len tokens or more), or the scheduler's ConfigError
         (a ValueError keyed to the setting: a prompt the KV cache cannot hold, or, with chunked prefill off, over
-        max_num_batched_tokens).
+        max_num_batched_tokens). ``truncate_prompt_tokens`` (SamplingParams'): the prompt's last tokens only.
         """
         check_not_empty(prompt, path)  # before tokenizing: a tokenizer may turn "" into a lone BOS token
-        token_ids = self.tokenize(prompt, path)
+        token_ids = self.truncate(self.tokenize(prompt, path), truncate_prompt_tokens)
         if not token_ids:  # text that tokenizes to nothing
             raise RequestValueError(path, prompt, EMPTY_PROMPT)
         check_token_ids(token_ids, self.vocab_size, path)
         check_context_length(len(token_ids), None, self.max_model_len, prompt_name(path))
         self.scheduler.check_prompt_fits(len(token_ids))
         return token_ids
+
+    def truncate(self, token_ids: list[int], truncate_prompt_tokens: int | None) -> list[int]:
+        """vLLM's ``truncate_prompt_tokens``: the last k tokens (k = -1: max_model_len); None: all of them."""
+        if truncate_prompt_tokens is None:
+            return token_ids
+        k = self.max_model_len if truncate_prompt_tokens == -1 else truncate_prompt_tokens
+        return token_ids[-k:]
 
     def check_max_tokens(self, num_prompt_tokens: int, params: SamplingParams,
                          path: tuple[str | int, ...] = ("prompt",)) -> None:
@@ -183,7 +221,7 @@ class LLMEngine:
             child_params = params
             if params.n > 1:
                 seed = None if params.seed is None else completion_seed(params.seed, i)
-                child_params = SamplingParams(**{**vars(params), "n": 1, "seed": seed})
+                child_params = dataclasses.replace(params, n=1, seed=seed)
             children.append(Request(
                 request_id=f"{request_id}#{i}",
                 prompt_token_ids=token_ids,
@@ -235,7 +273,12 @@ class LLMEngine:
 
     def _finish(self, sched: SchedulerOutput, result) -> list[RequestOutput]:
         """Append a step's sampled tokens (``result.result()``: waits for them), detokenize, apply stop strings."""
-        updated = self.scheduler.update(sched, result.result().sampled)
+        out = result.result()
+        for rid, (first, entries) in out.prompt_logprobs.items():
+            req = self.scheduler.requests.get(rid)
+            if req is not None and first + len(entries) > len(req.prompt_logprobs):  # a recompute repeats them
+                req.prompt_logprobs.extend(entries[len(req.prompt_logprobs) - first:])
+        updated = self.scheduler.update(sched, out.sampled)
         outputs, stopped = self.output_processor.process(updated)
         for child_id, stop_string in stopped:
             self.scheduler.finish_request(child_id, FinishReason.STOP, stop_string)

@@ -29,6 +29,8 @@ class _Parent:
     children: list[_Child]
     metrics: RequestMetrics
     num_unfinished: int  # children whose completion has no finish_reason yet
+    # with prompt_logprobs: [None, {token_id: Logprob} per later prompt token], once all are computed
+    prompt_logprobs: list | None = None
 
     @property
     def finished(self) -> bool:
@@ -56,7 +58,8 @@ class OutputProcessor:
                 completion=CompletionOutput(index=i, text="", token_ids=[],
                                             logprobs=[] if params.logprobs is not None else None,
                                             cumulative_logprob=0.0 if params.logprobs is not None else None),
-                detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_ids, params.skip_special_tokens)
+                detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_ids, params.skip_special_tokens,
+                                                   params.spaces_between_special_tokens)
                 if params.detokenize else None,
             )
             for i, r in enumerate(children)
@@ -84,7 +87,7 @@ class OutputProcessor:
             if c.finish_reason is not None:  # a sibling (n > 1) that ended before
                 continue
             tail = kid.detokenizer.flush() if kid.detokenizer is not None else ""
-            text = (kid.text if kid.request.sampling_params.stop else c.text) + tail
+            text = (kid.text if _holds_back(kid.request.sampling_params) else c.text) + tail
             c.text_delta, c.num_new_tokens, c.text = text[len(c.text):], 0, text
             c.finish_reason, c.stop_reason = FinishReason.ABORT.value, None
             parent.num_unfinished -= 1
@@ -121,6 +124,12 @@ class OutputProcessor:
             first = [k.request.first_token_time for k in parent.children if k.request.first_token_time is not None]
             metrics.first_token_time = min(first) if first else None
         finished = parent.finished
+        first = parent.children[0].request
+        if parent.prompt_logprobs is None and first.sampling_params.prompt_logprobs is not None and (
+                len(first.prompt_logprobs) == len(parent.prompt_token_ids) - 1):
+            detok = first.sampling_params.detokenize
+            parent.prompt_logprobs = [None] + [self._logprobs(e, t, detok)
+                                               for e, t in zip(first.prompt_logprobs, parent.prompt_token_ids[1:])]
         if finished:
             metrics.finished_time = max(k.request.finished_time or 0.0 for k in parent.children)
             self._forget(parent.request_id)
@@ -130,6 +139,7 @@ class OutputProcessor:
             RequestMetrics(metrics.arrival_time, metrics.first_token_time, metrics.finished_time),
             parent.num_preemptions,
             num_cached_tokens=parent.children[0].request.num_cached_tokens or 0,
+            prompt_logprobs=parent.prompt_logprobs,
         )
 
     def _advance(self, kid: _Child, req: Request) -> str | None:
@@ -146,11 +156,14 @@ class OutputProcessor:
             if ended:
                 c.finish_reason, c.stop_reason = req.finish_reason.value, req.stop_reason
             return None
-        hide = ended and req.finish_reason == FinishReason.STOP and req.stop_reason is None  # EOS not shown
+        p = req.sampling_params
+        # EOS or a stop token id ended it: not in the text unless include_stop_str_in_output (vLLM)
+        hide = (ended and req.finish_reason == FinishReason.STOP and not isinstance(req.stop_reason, str)
+                and not p.include_stop_str_in_output)
         delta = "" if hide else kid.detokenizer.step([token_id])
         if ended:
             delta += kid.detokenizer.flush() if not hide else ""
-        if not req.sampling_params.stop:  # nothing to search: append the delta
+        if not _holds_back(p):  # nothing to search: append the delta
             if ended:
                 c.finish_reason, c.stop_reason = req.finish_reason.value, req.stop_reason
             c.text_delta = delta
@@ -160,13 +173,15 @@ class OutputProcessor:
         stop_string = None
         old_len = len(kid.text)
         text = kid.text + delta
-        for s in req.sampling_params.stop:
+        # vLLM: stop strings are looked for once the output has more than min_tokens tokens
+        for s in p.stop if len(req.output_token_ids) > p.min_tokens else ():
             # search only where the new text could complete a match
             idx = text.find(s, max(0, old_len - len(s) + 1))
             if idx != -1 and (stop_string is None or idx < text.find(stop_string)):
                 stop_string = s
         if stop_string is not None:
-            text = text[: text.find(stop_string)]
+            end = text.find(stop_string) + (len(stop_string) if p.include_stop_str_in_output else 0)
+            text = text[:end]
             c.finish_reason, c.stop_reason = FinishReason.STOP.value, stop_string
         elif ended:
             c.finish_reason = req.finish_reason.value
@@ -174,7 +189,7 @@ class OutputProcessor:
         kid.text = text
         # while running, hold back what a later token could turn into a stop string (streams must not send
         # text that the stop string then removes); the held-back characters never precede a match found later
-        hold = 0 if c.finish_reason is not None else max(len(s) for s in req.sampling_params.stop) - 1
+        hold = 0 if c.finish_reason is not None or p.include_stop_str_in_output else max(len(s) for s in p.stop) - 1
         shown = text[: max(0, len(text) - hold)]
         c.text_delta = shown[len(c.text):]
         c.text = shown
@@ -188,6 +203,11 @@ class OutputProcessor:
             if tid not in out:
                 out[tid] = Logprob(lp, r, decode([tid]))
         return out
+
+
+def _holds_back(p: SamplingParams) -> bool:
+    """Whether the text is searched for stop strings (and its tail held back while the request runs)."""
+    return bool(p.stop)
 
 
 def _snapshot(c: CompletionOutput) -> CompletionOutput:

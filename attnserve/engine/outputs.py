@@ -71,6 +71,9 @@ class RequestOutput:
     extra: dict = field(default_factory=dict)
     # prompt tokens whose KV came from the prefix cache (the first completion's, at its first admission)
     num_cached_tokens: int = 0
+    # with SamplingParams.prompt_logprobs: None for the first prompt token, then {token_id: Logprob} per prompt
+    # token (the token itself and the top-k); None without prompt_logprobs
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
 
     def snapshot(self) -> RequestOutput:
         """A copy whose completions' ``token_ids`` and ``logprobs`` stay as they are now (for a reader that
@@ -80,7 +83,8 @@ class RequestOutput:
                                     c.cumulative_logprob)
                    for c in self.outputs]
         return RequestOutput(self.request_id, self.prompt, self.prompt_token_ids, outputs, self.finished,
-                             self.metrics, self.num_preemptions, self.extra, self.num_cached_tokens)
+                             self.metrics, self.num_preemptions, self.extra, self.num_cached_tokens,
+                             self.prompt_logprobs)
 
     def to_dict(self) -> dict:
         """JSON-ready summary (for ``--output-json``)."""
@@ -105,6 +109,10 @@ class RequestOutput:
                 for o in self.outputs
             ],
             "num_cached_tokens": self.num_cached_tokens,
+            "prompt_logprobs": None if self.prompt_logprobs is None else [
+                None if d is None else
+                {str(t): {"logprob": lp.logprob, "rank": lp.rank, "token": lp.decoded_token} for t, lp in d.items()}
+                for d in self.prompt_logprobs],
             "ttft_s": self.metrics.ttft,
             "e2e_s": self.metrics.e2e,
         }

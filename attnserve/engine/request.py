@@ -55,6 +55,8 @@ class Request:
     block_hashes: list[bytes] = field(default_factory=list)
     # per output token: (logprob, rank, top [(token_id, logprob)]), when logprobs were asked for
     output_logprobs: list = field(default_factory=list)
+    # per prompt token after the first: (logprob, rank, top [(token_id, logprob)]), when prompt_logprobs were asked for
+    prompt_logprobs: list = field(default_factory=list)
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -96,7 +98,11 @@ class Request:
         if logprobs is not None:
             self.output_logprobs.append(logprobs)
         p = self.sampling_params
-        if not p.ignore_eos and token_id == self.eos_token_id:
+        if len(self.output_token_ids) < p.min_tokens:  # vLLM's check_stop: no EOS or stop id before min_tokens
+            if (p.max_tokens is not None and len(self.output_token_ids) >= p.max_tokens) or (
+                    self.num_tokens >= self.max_model_len):
+                self.finish(FinishReason.LENGTH)
+        elif not p.ignore_eos and token_id == self.eos_token_id:
             self.finish(FinishReason.STOP)
         elif token_id in p.stop_token_ids:
             self.finish(FinishReason.STOP, stop_reason=token_id)

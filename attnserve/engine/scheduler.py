@@ -163,7 +163,7 @@ class Scheduler:
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING
             self.running.append(req)
-            scheduled.append(self._scheduled(req, num_new))
+            scheduled.append(self._scheduled(req, num_new, admitted=True))
             budget -= num_new
         scheduled.sort(key=lambda s: len(s.token_ids) > 1)  # stable: decodes first, then prefills
         out = SchedulerOutput(
@@ -177,14 +177,16 @@ class Scheduler:
     def _cached_prefix(self, req: Request) -> list[int]:
         """The cached blocks a waiting request (no computed tokens) starts with: its longest cached run of full
         blocks, short of its last token."""
-        if not self.enable_prefix_caching:
-            return []
+        if not self.enable_prefix_caching or req.sampling_params.prompt_logprobs is not None:
+            return []  # prompt logprobs need the logits of every prompt position (vLLM skips the cache too)
         bm = self.block_manager
         hashes = extend_block_hashes(req.block_hashes, req.num_tokens, req.token_slice, bm.block_size)
         return bm.lookup(hashes, (req.num_tokens - 1) // bm.block_size)
 
-    def _scheduled(self, req: Request, num_new: int) -> ScheduledRequest:
-        """The request's share of the step; advances its computed tokens (and pending ones when it samples)."""
+    def _scheduled(self, req: Request, num_new: int, admitted: bool = False) -> ScheduledRequest:
+        """The request's share of the step; advances its computed tokens (and pending ones when it samples).
+        ``admitted``: the step admits it (first time, or again after a preemption)."""
+        num_output, pending = len(req.output_token_ids) + req.num_pending, req.num_pending > 0  # before this step
         start = req.num_computed_tokens
         end = start + num_new
         token_ids = req.token_slice(start, min(end, req.num_tokens))  # O(num_new), not O(sequence length)
@@ -200,7 +202,7 @@ class Scheduler:
             if full > bm.num_registered.get(req.request_id, 0):
                 hashes = extend_block_hashes(req.block_hashes, full * bm.block_size, req.token_slice, bm.block_size)
                 bm.cache_blocks(req.request_id, hashes, full)
-        return ScheduledRequest(
+        s = ScheduledRequest(
             request_id=req.request_id,
             token_ids=token_ids,
             start_position=start,
@@ -208,6 +210,15 @@ class Scheduler:
             sampling_params=req.sampling_params,
             samples=samples,
         )
+        p = req.sampling_params
+        if p.changes_logits or p.prompt_logprobs is not None:
+            s.num_output_tokens, s.output_pending, s.eos_token_id = num_output, pending, req.eos_token_id
+            prompt_step = p.prompt_logprobs is not None and start < len(req.prompt_token_ids)
+            if (admitted and p.has_penalties) or prompt_step:
+                s.prompt_token_ids, s.output_token_ids = list(req.prompt_token_ids), list(req.output_token_ids)
+            if p.bad_words_history > 0:
+                s.recent_output_ids = req.output_token_ids[-p.bad_words_history:]
+        return s
 
     def _preempt(self, req: Request) -> None:
         self.block_manager.free(req.request_id)

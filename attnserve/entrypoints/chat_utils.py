@@ -7,9 +7,13 @@ place Python writes ``messages[0].content`` and the server ``messages.0.content`
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from attnserve.engine.request_checks import RequestValueError
+from attnserve.refusals import Refusal, Refused
 from attnserve.refusals.words import (CHAT_ROLES, CONTENT_WORDS, MESSAGE_WORDS, MESSAGES_WORDS,  # noqa: F401 (re-exported)
                                       ROLE_WORDS, TEXT_PART, TEXT_PART_WORDS)
 
@@ -67,3 +71,84 @@ def _text_part(path: tuple[str | int, ...], part) -> str:
     if not isinstance(part["text"], str):
         raise RequestValueError((*path, "text"), part["text"], "string", noun="a string")
     return part["text"]
+
+
+# --- chat templates ----------------------------------------------------------------------------------------------
+# the template's text: an argument holding none of these is a file name (vLLM's rule in load_chat_template)
+_JINJA_CHARS = "{}\n"
+# chat_template_kwargs that are no template variables: the template is chosen by chat_template, the text is rendered
+# untokenized (vLLM refuses both too)
+RESERVED_TEMPLATE_KWARGS = ("chat_template", "tokenize")
+
+
+def load_chat_template(chat_template: str | None, path: tuple[str | int, ...] = ("chat_template",)) -> str | None:
+    """``--chat-template`` as vLLM reads it: the contents of the file it names, else the argument itself as the
+    template when it holds ``{``, ``}`` or a newline; None stays None. Raises Refused for a file that cannot be read
+    when the argument is no template (``chat_template 'tmpl.jinja' cannot be read ([Errno 2] No such file ...)``)."""
+    if chat_template is None:
+        return None
+    try:
+        with open(os.path.expanduser(chat_template), encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        if not any(c in chat_template for c in _JINJA_CHARS):
+            raise Refused(Refusal(path, chat_template, "a Jinja template file, or the template's text",
+                                  reason=f"cannot be read ({e})")) from None
+        return chat_template
+
+
+@dataclass(frozen=True)
+class ChatTemplateOptions:
+    """How a conversation becomes prompt text (vLLM's ChatParams): which template (None: the tokenizer's), the
+    generation prompt or the final message left open, and more variables for the template."""
+
+    chat_template: str | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: Mapping[str, Any] | None = None
+
+
+def check_chat_template_options(options: ChatTemplateOptions) -> None:
+    """Raise Refused for what no template can do: both ``add_generation_prompt`` and ``continue_final_message`` (a
+    new assistant turn and the last message left open; vLLM refuses both true), a ``chat_template_kwargs`` that is
+    no mapping or names ``chat_template`` or ``tokenize`` (no template variables)."""
+    if options.add_generation_prompt and options.continue_final_message:
+        raise Refused(Refusal(("continue_final_message",), True, "false while add_generation_prompt is true",
+                              advice="set add_generation_prompt false to continue the final message"))
+    kwargs = options.chat_template_kwargs
+    if kwargs is None:
+        return
+    if not isinstance(kwargs, Mapping):
+        raise Refused(Refusal(("chat_template_kwargs",), kwargs, "a mapping of template variables, or None",
+                              noun="a mapping"))
+    for name in RESERVED_TEMPLATE_KWARGS:
+        if name in kwargs:
+            raise Refused(Refusal(("chat_template_kwargs", name), kwargs[name], "absent",
+                                  advice="give the template as chat_template" if name == "chat_template" else ""))
+
+
+def apply_chat_template(tokenizer, conversation: list[dict], options: ChatTemplateOptions) -> str:
+    """The prompt text of ``conversation`` (messages as :func:`chat_messages` returns them) under ``options``,
+    through transformers' ``apply_chat_template``; the template sees ``chat_template_kwargs`` as variables (Qwen3's
+    ``enable_thinking``), under the explicit options. Raises Refused: the options' own mistakes
+    (:func:`check_chat_template_options`), no template at all (the tokenizer has none and none is given), and what
+    the template raised (a Jinja syntax error, its own ``raise_exception``, a final message that
+    ``continue_final_message`` cannot find in the text), named by ``chat_template`` when the template was given,
+    else ``messages``."""
+    check_chat_template_options(options)
+    template = options.chat_template
+    if template is None and getattr(tokenizer, "chat_template", None) is None:
+        raise Refused(Refusal(("chat_template",), reason="is needed: this model's tokenizer has none",
+                              advice="give one (--chat-template, the request's chat_template), or send the prompt "
+                                     "text as a completion"))
+    kwargs = {**(options.chat_template_kwargs or {}), "add_generation_prompt": options.add_generation_prompt,
+              "continue_final_message": options.continue_final_message}
+    try:
+        text = tokenizer.apply_chat_template(conversation, chat_template=template, tokenize=False, **kwargs)
+        if not isinstance(text, str):  # a kwarg of apply_chat_template's own (return_dict, ...) changed its answer
+            raise TypeError(f"apply_chat_template returned {type(text).__name__}, not the prompt text")
+        return text
+    except Exception as e:  # noqa: BLE001 - templates raise what they like (jinja's TemplateError, ValueError, ...)
+        error = f"{type(e).__name__}: {e}"
+        raise Refused(Refusal(("chat_template",), reason=f"failed on the messages ({error})") if template is not None
+                      else Refusal(("messages",), reason=f"cannot be rendered by the chat template ({error})")) from None

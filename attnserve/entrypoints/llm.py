@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from attnserve.config import EngineConfig, build_engine_config
 from attnserve.engine.llm_engine import LLMEngine
 from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.request_checks import RequestValueError
 from attnserve.core.sampling_params import SamplingParams
-from attnserve.entrypoints.chat_utils import MESSAGES_WORDS, is_list, chat_messages
+from attnserve.entrypoints.chat_utils import (MESSAGES_WORDS, ChatTemplateOptions, apply_chat_template, chat_messages,
+                                              check_chat_template_options, is_list)
 from attnserve.refusals import Refusal, Refused
 
 PromptType = str | list[int] | dict  # text, token ids, or vLLM's {"prompt": str} / {"prompt_token_ids": list[int]}
@@ -82,17 +84,29 @@ class LLM:
         single = _is_single_prompt(prompts)
         prompts = [parse_prompt(p) for p in ([prompts] if single else prompts)]
         paths = [("prompt",)] if single else [("prompts", i) for i in range(len(prompts))]
-        # all checked before any is queued
-        token_prompts = [self.engine.check_prompt(p, path) for p, path in zip(prompts, paths)]
-        return self._generate(prompts, token_prompts, paths, sampling_params, use_tqdm)
+        params = _params_list(sampling_params, len(prompts), self.engine.default_sampling_params())
+        # all checked before any is queued (truncate_prompt_tokens applied first, as vLLM does)
+        token_prompts = [self.engine.check_prompt(p, path, sp.truncate_prompt_tokens)
+                         for p, path, sp in zip(prompts, paths, params)]
+        return self._generate(prompts, token_prompts, paths, params, use_tqdm)
 
     def chat(
         self,
         messages: list[dict] | list[list[dict]],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = False,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> list[RequestOutput]:
-        """Apply the tokenizer's chat template to each conversation and generate the assistant's reply.
+        """Apply the chat template to each conversation and generate the assistant's reply (vLLM's ``LLM.chat``).
+
+        ``chat_template``: the template's text (None: the tokenizer's); ``add_generation_prompt``: end with the
+        assistant's header, so that the model answers; ``continue_final_message``: leave the last message open for the
+        model to continue (``add_generation_prompt=False`` with it; both true is refused, as in vLLM);
+        ``chat_template_kwargs``: more variables for the template (``{"enable_thinking": False}`` for Qwen3). A template
+        that fails, or none at all, raises Refused (a ValueError) naming ``chat_template`` or ``messages``.
 
         ``messages`` is one conversation (a list of ``{"role", "content"}`` dicts) or a list of them. They are
         checked as the server checks them, in its words (:func:`chat_messages`): a bad one raises RequestValueError
@@ -108,24 +122,23 @@ class LLM:
         single = not is_list(messages[0])  # a message (or a mistake chat_messages names) first: one conversation
         conversations = [messages] if single else messages
         paths = [("messages",)] if single else [("messages", i) for i in range(len(conversations))]
-        prompts = [self.tokenizer.apply_chat_template(chat_messages(conv, path), tokenize=False,
-                                                      add_generation_prompt=True)
+        options = ChatTemplateOptions(chat_template, add_generation_prompt, continue_final_message,
+                                      chat_template_kwargs)
+        check_chat_template_options(options)  # before any message: the options' own mistakes first
+        prompts = [apply_chat_template(self.tokenizer, chat_messages(conv, path), options)
                    for conv, path in zip(conversations, paths)]
         # the template already holds the special tokens (BOS, ...); all checked before any is queued
-        token_prompts = [self.engine.check_prompt(self.tokenizer.encode(p, add_special_tokens=False), path)
-                         for p, path in zip(prompts, paths)]
-        return self._generate(prompts, token_prompts, paths, sampling_params, use_tqdm)
+        params = _params_list(sampling_params, len(prompts), self.engine.default_sampling_params())
+        token_prompts = [self.engine.check_prompt(self.tokenizer.encode(p, add_special_tokens=False), path,
+                                                  sp.truncate_prompt_tokens)
+                         for p, path, sp in zip(prompts, paths, params)]
+        return self._generate(prompts, token_prompts, paths, params, use_tqdm)
 
     def _generate(self, prompts: list[str | list[int]], token_prompts: list[list[int]],
                   paths: list[tuple[str | int, ...]],
-                  sampling_params: SamplingParams | Sequence[SamplingParams] | None,
-                  use_tqdm: bool) -> list[RequestOutput]:
+                  params_list: list[SamplingParams], use_tqdm: bool) -> list[RequestOutput]:
         """Queue checked prompts (``prompts``: the text, or token ids, that outputs report; ``paths``: their names
         in errors) and run them. Each prompt's length with its ``max_tokens`` is checked before any is queued."""
-        params = sampling_params if sampling_params is not None else SamplingParams()
-        params_list = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
-        if len(params_list) != len(prompts):
-            raise ValueError(f"{len(params_list)} sampling params for {len(prompts)} prompts")
         for t, sp, path in zip(token_prompts, params_list, paths):  # all checked before any is queued
             self.engine.check_params(sp)
             self.engine.check_max_tokens(len(t), sp, path)
@@ -162,3 +175,14 @@ class LLM:
         ``LLM.reset_prefix_cache``; between calls no request holds a block). Returns True."""
         self.engine.reset_prefix_cache()
         return True
+
+
+def _params_list(sampling_params: SamplingParams | Sequence[SamplingParams] | None, n: int,
+                 default: SamplingParams) -> list[SamplingParams]:
+    """One SamplingParams per prompt (one for all, or a list as long as the prompts; none given: ``default``, the
+    generation config's defaults (--generation-config), as vLLM's LLM does); ValueError otherwise."""
+    params = sampling_params if sampling_params is not None else default
+    params_list = list(params) if isinstance(params, Sequence) else [params] * n
+    if len(params_list) != n:
+        raise ValueError(f"{len(params_list)} sampling params for {n} prompts")
+    return params_list

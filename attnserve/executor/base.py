@@ -60,14 +60,17 @@ class RunnerInfo:
     kv_dtype: torch.dtype
     weight_bytes: int  # weights one decode step reads on one rank (roofline)
     tensor_parallel_size: int = 1
+    expert_bytes: int = 0  # of weight_bytes: the routed experts' (MoE models), with their count and k
+    num_experts: int = 0
+    experts_per_token: int = 0
 
     @classmethod
     def of(cls, runner: ModelRunner) -> "RunnerInfo":
-        from attnserve.benchmarks.roofline import decode_weight_bytes
+        from attnserve.benchmarks.roofline import decode_weight_bytes, moe_expert_bytes
 
-        return cls(runner.backend.name, runner.device, runner.dtype, runner.num_blocks, runner.num_layers,
+        return cls(runner.backend_name, runner.device, runner.dtype, runner.num_blocks, runner.num_layers,
                    runner.num_kv_heads, runner.head_size, runner.kv_dtype, decode_weight_bytes(runner.model),
-                   runner.tp.size)
+                   runner.tp.size, *moe_expert_bytes(runner.model))
 
 
 class StepReply:

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from attnserve.config.engine import EngineConfig
+from attnserve.core.sampling_params import SamplingParams
 from attnserve.distributed.sharding import check_tensor_parallel_size
 from attnserve.executor.base import Executor, WorkerDiedError, make_executor
 from attnserve.layers.linear import CheckpointShapeError
 from attnserve.model_executor import gguf_cache
 from attnserve.model_executor.attention_selection import select_model_attention
+from attnserve.model_executor.generation_config import generation_defaults
 from attnserve.model_executor.loader import (ModelSource, complete_hf_config, load_model_tokenizer, max_model_len_of,
                                              read_hf_config, resolve_model)
 from attnserve.platforms import check_runnable_device
@@ -37,6 +39,8 @@ class LoadedModel:
     tokenizer: Any
     max_model_len: int
     executor: Executor
+    # default sampling values from the generation config (--generation-config), SamplingParams field -> value
+    generation_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 def load_model(config: EngineConfig) -> LoadedModel:
@@ -59,10 +63,12 @@ def load_model(config: EngineConfig) -> LoadedModel:
 def _load(config: EngineConfig, source: ModelSource) -> LoadedModel:
     """One attempt: the checks the config alone answers, then the tokenizer and the executor (the weights)."""
     hf_config = read_hf_config(source)
+    defaults = generation_defaults(config.model, None if source.is_gguf else source.path,
+                                   frozenset(f.name for f in fields(SamplingParams)))
     tp = config.parallel.tensor_parallel_size
     check_tensor_parallel_size(hf_config, tp)
     select_model_attention(config, hf_config, tp)
     complete_hf_config(hf_config, source)
     tokenizer = load_model_tokenizer(config.model, source, hf_config)
     max_model_len = max_model_len_of(config.model, hf_config)
-    return LoadedModel(hf_config, tokenizer, max_model_len, make_executor(config, hf_config, source))
+    return LoadedModel(hf_config, tokenizer, max_model_len, make_executor(config, hf_config, source), defaults)

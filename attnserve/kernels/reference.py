@@ -2,8 +2,8 @@
 
 Written for clarity, not speed: one request at a time, float32 math, explicit masks. The semantics are
 those of causal decoder self-attention over a paged KV cache (vLLM's
-``tests/kernels/attention/test_flash_attn.py::ref_paged_attn``), with an optional sliding window and
-tanh logits soft cap.
+``tests/kernels/attention/test_flash_attn.py::ref_paged_attn``), with an optional sliding window,
+tanh logits soft cap and a learned sink logit per head (gpt-oss: a column of the softmax with no value).
 """
 
 from __future__ import annotations
@@ -41,6 +41,15 @@ def causal_mask(
     return mask
 
 
+def softmax_with_sinks(scores: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """``softmax(scores, -1)``; with ``sinks`` (broadcast to ``scores[..., :1]``), the softmax over the scores and
+    one extra logit per row, that column then dropped (rows sum to less than 1)."""
+    if sinks is None:
+        return scores.softmax(dim=-1)
+    column = sinks.to(scores.dtype).expand(*scores.shape[:-1], 1)
+    return torch.cat([scores, column], dim=-1).softmax(dim=-1)[..., :-1]
+
+
 def reference_paged_attention(
     query: torch.Tensor,  # (T, Hq, D)
     kv_cache: torch.Tensor,  # (2, num_blocks, block_size, Hkv, D), already holding this step's K/V
@@ -50,6 +59,7 @@ def reference_paged_attention(
     scale: float,
     sliding_window: int | None = None,
     logits_soft_cap: float | None = None,
+    sinks: torch.Tensor | None = None,  # (Hq,): each head's sink logit, in the softmax's denominator only
 ) -> torch.Tensor:  # (T, Hq, D), query's dtype
     """Attention of each request's query tokens over its cached context, computed in float32 (float64 when
     ``query`` is float64: the oracle of the fp8 tests)."""
@@ -67,5 +77,6 @@ def reference_paged_attention(
             scores = logits_soft_cap * torch.tanh(scores / logits_soft_cap)
         mask = causal_mask(q.shape[0], seq_len, sliding_window, query.device)
         scores = scores.masked_fill(~mask, float("-inf"))
-        out[qsl[i] : qsl[i + 1]] = torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1), v).to(query.dtype)
+        probs = softmax_with_sinks(scores, None if sinks is None else sinks.float()[:, None, None])
+        out[qsl[i] : qsl[i + 1]] = torch.einsum("hqk,khd->qhd", probs, v).to(query.dtype)
     return out

@@ -19,7 +19,9 @@ GPU busy for decode batches too small to fill it.
 
 The KV cache arrives as two views ``(num_blocks, block_size, Hkv, D)`` with any strides, so both the
 ``(2, N, ...)`` and ``(N, 2, ...)`` cache shapes and the NHD and HND memory orders work unchanged. An fp8
-cache is dequantized in registers with per-tensor scales. Math is float32; ``input_precision="ieee"``
+cache is dequantized in registers with per-tensor scales. Attention sinks (gpt-oss: a learned logit per query
+head, counted in the softmax's denominator only) start the online softmax of split 0 at ``m = sink, l = 1``
+(as vLLM's kernel does), so the merge of the splits' log-sum-exps counts them once. Math is float32; ``input_precision="ieee"``
 keeps float32 models exact (Triton's default for float32 dot is TF32).
 
 Importing this module imports Triton: only backends import it, lazily.
@@ -102,7 +104,7 @@ def _attn_tile_loop(
 @triton.jit
 def _paged_attention_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr, bt_ptr, seq_lens_ptr, qsl_ptr, tile_seq_ptr, tile_start_ptr,
-    part_out_ptr, part_lse_ptr,
+    part_out_ptr, part_lse_ptr, sinks_ptr,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     scale, k_scale, v_scale, softcap, window, num_q_heads,
@@ -115,6 +117,7 @@ def _paged_attention_kernel(
     USE_PDL: tl.constexpr, ROPE: tl.constexpr, HQ: tl.constexpr, HQ_PAD: tl.constexpr, HK: tl.constexpr,
     HK_PAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr, HAS_NORM: tl.constexpr,
     ROUND_Q: tl.constexpr, ROUND_K: tl.constexpr, INTERPRET: tl.constexpr, DECODE: tl.constexpr,
+    USE_SINKS: tl.constexpr,
 ):
     """Grid (num_query_tiles, Hkv, NUM_SPLITS): one query tile of one KV head, over one split of its KV.
     ``USE_PDL``: launched with programmatic dependent launch (``kernels/pdl.py``); every input may come from
@@ -178,6 +181,11 @@ def _paged_attention_kernel(
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
+    if USE_SINKS:  # split 0 starts from the sink: exp(sink - m) = 1 at m = sink
+        with_sink = row_valid & (split == 0)
+        sink = tl.load(sinks_ptr + head, mask=with_sink, other=0.0).to(tl.float32)
+        m_i = tl.where(with_sink, sink, m_i)
+        l_i = tl.where(with_sink, 1.0, l_i)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
     acc, m_i, l_i = _attn_tile_loop(
         q, acc, m_i, l_i, q_pos, row_valid, seq_idx, seq_len, kvh, kv_lo, kv_hi,
@@ -338,6 +346,7 @@ def paged_attention(
     launch: dict | None = None,  # extra launch options of the attention kernel (num_warps, num_stages, maxnreg)
     rope: DecodeRope | None = None,
     decode: bool = False,  # tile i is request i's one query token, token i (a decode call's tiles)
+    sinks: torch.Tensor | None = None,  # (Hq,) a sink logit per query head (any float dtype)
 ) -> torch.Tensor:
     """Causal paged attention of the given query tiles. ``num_splits > 1`` splits each tile's KV tiles
     across programs and merges the partial results (meant for decode tiles).
@@ -376,7 +385,7 @@ def paged_attention(
     rope_args, rope_meta = _rope_arguments(rope, query, key_cache, num_splits, launch)
     _paged_attention_kernel[(num_tiles, num_kv_heads, num_splits)](
         out, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, tile_seq, tile_start,
-        part_out, part_lse,
+        part_out, part_lse, sinks if sinks is not None else out,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1), block_table.stride(0),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
@@ -384,7 +393,7 @@ def paged_attention(
         NUM_QPKV=num_qpkv, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD=head, HEAD_PAD=head_pad, PAGE=page,
         PAGES_PER_TILE=pages_per_tile, NUM_SPLITS=num_splits, USE_SOFTCAP=logits_soft_cap is not None,
         USE_WINDOW=sliding_window is not None, KV_FP8=kv_fp8, PREC=prec, DECODE=decode and DECODE_DIRECT,
-        **rope_meta, **LAUNCH_OPTIONS,
+        USE_SINKS=sinks is not None, **rope_meta, **LAUNCH_OPTIONS,
         **pdl.launch(query), **(launch or {}),
     )
     if num_splits > 1:

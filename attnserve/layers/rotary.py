@@ -29,7 +29,48 @@ def _inv_freq(head_size: int, base: float, rope_scaling: dict | None) -> torch.T
         return torch.where(medium, smoothed, scaled)
     if rope_type == "linear":
         return inv_freq / rope_scaling["factor"]
-    raise ValueError(f"rope_scaling type {rope_type!r} not supported (supported: default, linear, llama3)")
+    if rope_type == "yarn":
+        return _yarn(head_size, base, rope_scaling)[0]
+    raise ValueError(f"rope_scaling type {rope_type!r} not supported (supported: default, linear, llama3, yarn)")
+
+
+def _yarn(head_size: int, base: float, rope_scaling: dict) -> tuple[torch.Tensor, float]:
+    """YaRN (Peng et al. 2023) as transformers' ``_compute_yarn_parameters``: inverse frequencies blended between
+    interpolated (divided by ``factor``) and extrapolated by a linear ramp over the dimensions whose rotations at
+    the original context length fall between ``beta_slow`` and ``beta_fast``; and the attention factor that
+    scales cos and sin (``attention_factor``, else ``0.1 ln(factor) + 1``, or the mscale ratio)."""
+    factor = rope_scaling["factor"]
+    original = rope_scaling["original_max_position_embeddings"]
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention_factor = rope_scaling.get("attention_factor")
+    if attention_factor is None:
+        m, m_all = rope_scaling.get("mscale"), rope_scaling.get("mscale_all_dim")
+        attention_factor = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
+    beta_fast, beta_slow = rope_scaling.get("beta_fast") or 32, rope_scaling.get("beta_slow") or 1
+
+    def correction_dim(rotations: float) -> float:
+        return head_size * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if rope_scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_size - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(head_size // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    pos_freqs = base ** (torch.arange(0, head_size, 2).float() / head_size)
+    extrapolation = 1 - ramp
+    inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
+    return inv_freq, float(attention_factor)
+
+
+def _attention_factor(rope_scaling: dict | None) -> float:
+    """What cos and sin are multiplied by: YaRN's attention factor, 1 for the other RoPE types."""
+    rope_type = (rope_scaling or {}).get("rope_type", (rope_scaling or {}).get("type", "default"))
+    return _yarn(2, 10000.0, rope_scaling)[1] if rope_type == "yarn" else 1.0
 
 
 class RotaryEmbedding(nn.Module):
@@ -40,8 +81,9 @@ class RotaryEmbedding(nn.Module):
         inv_freq = _inv_freq(head_size, base, rope_scaling)
         t = torch.arange(max_position, dtype=torch.float32)
         freqs = torch.outer(t, inv_freq)  # (max_position, D/2)
-        self.register_buffer("cos_cache", freqs.cos(), persistent=False)
-        self.register_buffer("sin_cache", freqs.sin(), persistent=False)
+        scale = _attention_factor(rope_scaling)
+        self.register_buffer("cos_cache", freqs.cos() * scale, persistent=False)
+        self.register_buffer("sin_cache", freqs.sin() * scale, persistent=False)
 
     def inputs(
         self,

@@ -24,7 +24,7 @@ class ForwardBatch:
     input_ids: torch.Tensor  # (T,) int64
     positions: torch.Tensor  # (T,) int64, position of each token in its sequence
     logits_indices: torch.Tensor  # (B,) int64, index in T of each request's last token
-    attn_metadata: Any  # the selected backend's Metadata for this step
+    attn_metadata: Any  # the selected backend's Metadata for this step; a tuple of each layer group's, if several
     kv_caches: list[torch.Tensor]  # one per layer, the backend's KV-cache shape
 
 

@@ -1,9 +1,12 @@
 """ModelRunner: SchedulerOutput -> ForwardBatch -> model -> logits -> Sampler -> sampled tokens.
 
-Owns the model, the KV cache tensors, the attention backend's metadata builder, the captured CUDA graphs
+Owns the model, the KV cache tensors, the attention backend's metadata builder (one per layer group when the
+model's layers differ in window, soft cap or head size: ``attention_selection.py``), the captured CUDA graphs
 of decode steps (``cuda_graph.py``; on CUDA unless ``enforce_eager`` or the backend declares no support) and
-the per-request random generators. Holds no request state beyond those generators: every step's inputs come in the
-SchedulerOutput.
+the per-request random generators. Holds no request state beyond those generators and the logits processors'
+device token counts (``logits_processors.py``: penalties): every step's inputs come in the SchedulerOutput. The
+logits of a step whose requests change them (penalties, bias, masks) pass through the processors, in one call
+before sampling; the model's fused greedy head runs only for steps without such requests.
 
 Under tensor parallelism one ModelRunner runs in each worker process with its rank's ``tp``: it builds its
 shard of the model, a KV cache for its KV heads, and runs the same forward pass as the others (the layers'
@@ -16,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -29,10 +32,13 @@ from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads
 from attnserve.model_executor.cuda_graph import CudaGraphRunner, capture_sizes
 from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging, host_batch
+from attnserve.model_executor.grouped_builder import GroupedMetadataBuilder
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
 from attnserve.model_executor.attention_selection import select_model_attention
 from attnserve.model_executor.kv_scales import KVScales, describe_kv_scales
 from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of
+from attnserve.model_executor.logits_processors import LogitsProcessors
+from attnserve.model_executor.prompt_logprobs import PromptLogprobsPlan
 from attnserve.model_executor.sampler import DeviceSample, Sampler
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import detect_platform, runtime_device
@@ -45,6 +51,9 @@ class ModelRunnerOutput:
     """Sampled token and logprobs of each request that sampled this step."""
 
     sampled: dict[str, tuple[int, tuple | None]]
+    # requests with prompt_logprobs that computed prompt positions this step: (index of the first entry, entries);
+    # entry i is prompt token i + 1's (logprob, rank, [(token_id, logprob)] top-k)
+    prompt_logprobs: dict[str, tuple[int, list]] = field(default_factory=dict)
 
     def result(self) -> "ModelRunnerOutput":  # already on the host (a step that ran to completion)
         return self
@@ -56,13 +65,15 @@ class PendingStep:
 
     request_ids: list[str]  # the requests that sample, in the sample's row order
     sample: DeviceSample | None  # None: nothing sampled (empty step, or a rank that does not sample)
+    prompt_logprobs: dict[str, tuple[int, list]] = field(default_factory=dict)  # already on the host
 
     def result(self) -> ModelRunnerOutput:
         if self.sample is None:
-            return ModelRunnerOutput(sampled={})
+            return ModelRunnerOutput(sampled={}, prompt_logprobs=self.prompt_logprobs)
         out = self.sample.result()
         return ModelRunnerOutput(sampled={rid: (out.token_ids[j], out.logprobs[j])
-                                          for j, rid in enumerate(self.request_ids)})
+                                          for j, rid in enumerate(self.request_ids)},
+                                 prompt_logprobs=self.prompt_logprobs)
 
 
 @contextmanager
@@ -87,7 +98,9 @@ class ModelRunner:
         self.device = runtime_device(config.device)  # cuda:N, with its index: the KV-cache lines name the GPU
         # LLMEngine makes this same call before it loads anything (attention_selection.py): in its process this
         # one is answered from the selector's cache; a tensor-parallel worker judges again on its own device
-        self.selector_config, self.attn_selection = select_model_attention(config, hf_config, tp.size)
+        self.attention = select_model_attention(config, hf_config, tp.size)
+        groups = self.attention.groups
+        self.selector_config, self.attn_selection = groups[0].selector_config, groups[0].selection  # the first group's
         self.dtype = self.selector_config.dtype  # resolve_dtype's, on this platform
         self.block_size = config.cache.block_size
         model_cls = get_model_class(hf_config, tp.size)
@@ -97,15 +110,16 @@ class ModelRunner:
         self.num_kv_heads = heads.num_kv_heads  # this rank's: its KV cache holds only these
         self.num_layers = self.dims.num_layers
         self.kv_dtype = kv_cache_torch_dtype(config.cache.kv_cache_dtype, self.dtype)
-        names = tp.all_gather_object(self.attn_selection.name)
+        names = tp.all_gather_object(self.attention.backend_names)
         assert len(set(names)) == 1, f"ranks selected different attention backends: {names}"
-        self.backend = self.attn_selection.backend_cls
+        self.backend = self.attn_selection.backend_cls  # the first group's (every group's when there is one)
         # backends read their options (FA version as selected, FlashInfer flags) from the attention config
-        self.attn_config = config.attention
-        if self.attn_selection.flash_attn_version is not None:
-            self.attn_config = dataclasses.replace(config.attention,
-                                                   flash_attn_version=self.attn_selection.flash_attn_version)
+        self.attn_config = self._attention_config(self.attn_selection)
+        group_configs = [self._attention_config(g.selection) for g in groups]
+        if len(groups) > 1 and tp.is_driver:
+            logger.info("Attention layer groups: %s", self.attention.describe())
         self.layer_specs: list[AttentionLayerSpec] = []
+        group_specs: dict[int, AttentionLayerSpec] = {}
 
         self.attn_impls: dict[int, AttentionImpl] = {}  # layer index -> its backend Impl (holds the fp8 scales)
 
@@ -113,9 +127,15 @@ class ModelRunner:
             # the models describe their heads; the cache's element type is the engine's (every plan reads it)
             spec = dataclasses.replace(spec, kv_cache_dtype=config.cache.kv_cache_dtype)
             self.layer_specs.append(spec)
-            impl = self.backend.get_impl_cls()(spec, attention_config=self.attn_config)
+            group = self.attention.group_of(layer_index)
+            kind = group.kind
+            assert (spec.head_size, spec.sliding_window, spec.logits_soft_cap) == (
+                kind.head_size, kind.sliding_window, kind.logits_soft_cap), \
+                f"layer {layer_index}'s attention {spec} differs from its model's dims ({kind})"
+            group_specs.setdefault(group.index, spec)  # with the engine's kv_cache_dtype: each group's builder plans it
+            impl = group.selection.backend_cls.get_impl_cls()(spec, attention_config=group_configs[group.index])
             self.attn_impls[layer_index] = impl
-            return Attention(impl, layer_index)
+            return Attention(impl, layer_index, group.index if len(groups) > 1 else None)
 
         with _default(self.device, self.dtype):
             self.model = model_cls(hf_config, make_attention, **({"tp": tp} if tp.size > 1 else {}))
@@ -125,14 +145,19 @@ class ModelRunner:
         self.kv_scales_source = self._apply_kv_scales(checkpoint_scales)
         self.model.eval()
 
-        self.builder = self.backend.get_builder_cls()(
-            self.layer_specs[0], self.device, self.dtype, attention_config=self.attn_config,
-            kv_cache_layout=self.attn_selection.kv_cache_layout)
+        self.builders = [
+            g.selection.backend_cls.get_builder_cls()(
+                group_specs[g.index], self.device, self.dtype, attention_config=group_configs[g.index],
+                kv_cache_layout=g.selection.kv_cache_layout)
+            for g in groups]
+        self.builder = self.builders[0] if len(groups) == 1 else GroupedMetadataBuilder(self.builders)
         self.sampler = Sampler()
+        self.logits_processors = LogitsProcessors(self.device)  # rank 0's: penalties' token counts, masks, bias
         self.staging = PinnedStaging(self.device)
         self.cuda_graphs: CudaGraphRunner | None = None
         self._capture_after_scales = False  # set below, once the profiling step has run
-        block_bytes = bytes_per_block(self.num_layers, self.block_size, self.num_kv_heads, self.head_size, self.kv_dtype)
+        block_bytes = sum(bytes_per_block(len(g.layers), self.block_size, self.num_kv_heads, g.kind.head_size,
+                                          self.kv_dtype) for g in groups)
         reserve = self._activation_reserve_bytes()
         # the scheduler hands out one block count: every rank must hold that many
         self.num_blocks = tp.min_int(num_kv_blocks(config.cache, self.device, block_bytes, reserve), self.device)
@@ -146,7 +171,7 @@ class ModelRunner:
         # under TP only rank 0 samples: the others hold (None, rows) until a placeholder step broadcasts them
         self._last_sample: tuple[torch.Tensor | None, dict[str, int]] = (None, {})
         logger.info("KV cache: %d blocks of %d tokens (%s, fp8 scales %s, %s)", self.num_blocks, self.block_size,
-                    str(self.kv_dtype).removeprefix("torch."), self.kv_scales_source, self.backend.name)
+                    str(self.kv_dtype).removeprefix("torch."), self.kv_scales_source, self.backend_name)
         self._configure_pdl(config.enable_pdl)
         if graphs and config.use_skinny_gemm:  # before capture, so the graphs take the measured GEMV choices
             from attnserve.layers.gemv_plan import GemvPlan, plan_rows
@@ -206,11 +231,13 @@ class ModelRunner:
         """Whether decode steps will run as CUDA graphs; logs why not when they will not."""
         if self.device.type != "cuda" or self.config.enforce_eager:
             return False
-        support = self.backend.capabilities(self.platform, self.attn_config).cuda_graph_support
-        if support == CudaGraphSupport.NEVER:
-            logger.info("CUDA graphs off: %s declares no CUDA-graph support; decode steps run eagerly",
-                        self.backend.name)
-            return False
+        for g in self.attention.groups:
+            backend = g.selection.backend_cls
+            support = backend.capabilities(self.platform, self._attention_config(g.selection)).cuda_graph_support
+            if support == CudaGraphSupport.NEVER:
+                logger.info("CUDA graphs off: %s declares no CUDA-graph support; decode steps run eagerly",
+                            backend.name)
+                return False
         return True
 
     def _capture_cuda_graphs(self) -> None:
@@ -226,13 +253,29 @@ class ModelRunner:
                     len(self.cuda_graphs.sizes), self.cuda_graphs.sizes[0], self.cuda_graphs.max_size,
                     self.cuda_graphs.capture_seconds)
 
+    @property
+    def backend_name(self) -> str:
+        """The backend's name; with layer groups on different backends, theirs joined by ``+`` in group order."""
+        return "+".join(dict.fromkeys(self.attention.backend_names))
+
+    def _attention_config(self, selection):
+        """The engine's attention config with the FlashAttention version ``selection`` resolved, if any."""
+        if selection.flash_attn_version is None:
+            return self.config.attention
+        return dataclasses.replace(self.config.attention, flash_attn_version=selection.flash_attn_version)
+
     def _allocate(self, num_blocks: int) -> list[torch.Tensor]:
-        if hasattr(self.builder, "num_cache_blocks"):  # FLEX_ATTENTION sizes its block mask to the cache
-            self.builder.num_cache_blocks = num_blocks
-        return allocate_kv_caches(
-            self.backend, self.attn_selection.kv_cache_layout, self.num_layers, num_blocks, self.block_size,
-            self.num_kv_heads, self.head_size, self.kv_dtype, self.device,
-        )
+        """Each layer's KV cache in its layer group's backend shape and layout (list index = layer index)."""
+        caches: list[torch.Tensor | None] = [None] * self.num_layers
+        for g, builder in zip(self.attention.groups, self.builders):
+            if hasattr(builder, "num_cache_blocks"):  # FLEX_ATTENTION sizes its block mask to the cache
+                builder.num_cache_blocks = num_blocks
+            tensors = allocate_kv_caches(
+                g.selection.backend_cls, g.selection.kv_cache_layout, len(g.layers), num_blocks, self.block_size,
+                self.num_kv_heads, g.kind.head_size, self.kv_dtype, self.device)
+            for layer, tensor in zip(g.layers, tensors):
+                caches[layer] = tensor
+        return caches
 
     def _activation_reserve_bytes(self) -> int:
         """Peak activation memory of one step, kept free of KV cache on GPU.
@@ -314,20 +357,26 @@ class ModelRunner:
         step's argmax does not, and saves a (B, vocab) copy: 28 us at batch 64 of Qwen3-0.6B on an H200)."""
         return self.model.compute_logits(self._hidden(sched))
 
-    def _hidden(self, sched: SchedulerOutput) -> torch.Tensor:  # (B, hidden) model dtype
-        """The final hidden state at each request's last token of the step: the LM head's input.
+    def _hidden(self, sched: SchedulerOutput, prompt_plan: PromptLogprobsPlan | None = None) -> torch.Tensor:
+        """The final hidden state at each request's last token of the step: the LM head's input, (B, hidden) in
+        the model's dtype; with a ``prompt_plan``, followed by the plan's token rows.
 
         A pure-decode step within the captured batch sizes replays a CUDA graph; any other step runs eagerly.
         Placeholder token ids (async scheduling) are filled on the device from the last step's samples.
         """
         host = host_batch(sched, self.block_size)
         fill = self._placeholder_fill(sched, host)
-        if self.cuda_graphs is not None and self.cuda_graphs.can_run(host):
+        if prompt_plan is None and self.cuda_graphs is not None and self.cuda_graphs.can_run(host):
             return self.cuda_graphs.run(host, self.staging, fill)
         batch = self._device_batch(host)
         if fill is not None:
             fill(batch.input_ids)
-        hidden = self.model(batch.input_ids, batch.positions, batch)[batch.logits_indices]
+        hidden = self.model(batch.input_ids, batch.positions, batch)
+        if prompt_plan is not None:
+            rows = np.concatenate([host.logits_indices, prompt_plan.token_index])
+            hidden = hidden[self.staging.to_device("prompt_lp_rows", rows)]
+        else:
+            hidden = hidden[batch.logits_indices]
         if self._capture_after_scales:  # this step computed the fp8 scales the graphs take (calculate_kv_scales)
             self._capture_after_scales = False
             self._capture_cuda_graphs()
@@ -368,6 +417,7 @@ class ModelRunner:
         """
         for rid in sched.finished_ids:
             self.generators.pop(rid, None)
+        self.logits_processors.free(sched.finished_ids + sched.preempted_ids)
         if sched.is_empty:
             return PendingStep([], None)
         # the pinned buffers are free once the last step's copies have left them; this step's copies all go
@@ -378,13 +428,21 @@ class ModelRunner:
         sample_rows = None
         if rows and len(rows) < len(sched.requests) and self.tp.is_driver:  # partial prefill rows do not sample
             sample_rows = self.staging.to_device("sample_rows", np.asarray(rows, dtype=np.int64))
-        hidden = self._hidden(sched)
+        prompt_plan = PromptLogprobsPlan.of(sched)
+        hidden = self._hidden(sched, prompt_plan)
+        prompt_logprobs = {}
+        if prompt_plan is not None:  # waits for the device: only steps of requests that asked for them
+            num_reqs = len(sched.requests)
+            prompt_logprobs = prompt_plan.compute(hidden[num_reqs:], self.model.compute_logits, self.tp.is_driver)
+            hidden = hidden[:num_reqs]
         reqs = [sched.requests[i] for i in rows]
         params = [r.sampling_params for r in reqs]
         tokens = self._greedy_tokens(hidden, params) if rows and sample_rows is None else None
         logits = self.model.compute_logits(hidden) if tokens is None else None
+        if self.tp.is_driver and logits is not None:  # (the fused greedy head runs only without penalties)
+            self.logits_processors.admit(sched.requests, logits.shape[1])
         if not rows:
-            return PendingStep([], None)
+            return PendingStep([], None, prompt_logprobs)
         last_rows = {r.request_id: j for j, r in enumerate(reqs)}
         if not self.tp.is_driver:  # no sampler here: rank 0's tokens come by broadcast when a placeholder needs them
             self._last_sample = (None, last_rows)
@@ -394,16 +452,20 @@ class ModelRunner:
         else:
             gens = [self._generator(r.request_id, r.sampling_params.seed) for r in reqs]
             # every row samples in most steps: no copy of the (B, vocab) logits then
-            sample = self.sampler.sample(logits if sample_rows is None else logits[sample_rows], params, gens)
+            raw = logits if sample_rows is None else logits[sample_rows]
+            logits = self.logits_processors(raw, reqs, *self._last_sample)  # the one logits-processing stage
+            sample = self.sampler.sample(logits, params, gens, raw_logits=raw)
+            self.logits_processors.record(reqs, sample.token_ids)
         self._last_sample = (sample.token_ids, last_rows)
-        return PendingStep([r.request_id for r in reqs], sample)
+        return PendingStep([r.request_id for r in reqs], sample, prompt_logprobs)
 
     def _greedy_tokens(self, hidden: torch.Tensor, params: list) -> torch.Tensor | None:  # (B,) int64, or None
         """A step whose every row is greedy without logprobs: its tokens from the model's fused greedy head
         (``greedy_tokens``: the LM head and argmax without the logits, where the GEMV plan measured it
         faster for this many rows); None for every other step, and where the model or plan has none."""
         greedy_tokens = getattr(self.model, "greedy_tokens", None)
-        if greedy_tokens is None or any(p.temperature != 0.0 or p.logprobs is not None for p in params):
+        if greedy_tokens is None or any(p.temperature != 0.0 or p.logprobs is not None or p.changes_logits
+                                        for p in params):
             return None
         return greedy_tokens(hidden)
 

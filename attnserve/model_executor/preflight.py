@@ -43,7 +43,7 @@ def preflight(config: EngineConfig) -> None:
         from attnserve.executor.multiproc import check_gpu_count
 
         check_gpu_count(config.device, tp)
-    selector_config, _ = select_model_attention(config, hf_config, tp)
+    selector_config = select_model_attention(config, hf_config, tp).groups[0].selector_config
     if config.model.max_model_len is not None:
         complete_hf_config(hf_config, source)  # a GPT-2 GGUF's context length is known only from its tensors
         max_model_len_of(config.model, hf_config)
@@ -76,5 +76,6 @@ def kv_block_bytes(config: EngineConfig, hf_config, dtype: torch.dtype) -> int:
     tp = config.parallel.tensor_parallel_size
     dims = get_model_class(hf_config, tp).dims(hf_config)
     kv_heads = shard_heads(dims.num_heads, dims.num_kv_heads, tp, 0).num_kv_heads
-    return bytes_per_block(dims.num_layers, config.cache.block_size, kv_heads, dims.head_size,
-                           kv_cache_torch_dtype(config.cache.kv_cache_dtype, dtype))
+    kv_dtype = kv_cache_torch_dtype(config.cache.kv_cache_dtype, dtype)
+    return sum(bytes_per_block(1, config.cache.block_size, kv_heads, layer.head_size, kv_dtype)
+               for layer in dims.layer_attention())

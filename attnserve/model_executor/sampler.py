@@ -149,17 +149,20 @@ class Sampler:
         logits: torch.Tensor,  # (B, V) float32, or the model's 16-bit dtype (upcast where needed); not modified
         params: list[SamplingParams],
         generators: list[torch.Generator | None],  # per row; unseeded rows share one (None = torch's default)
+        raw_logits: torch.Tensor | None = None,
     ) -> SamplerOutput:
         """Sample and wait for the tokens (the one host-device synchronisation of a step)."""
-        return self.sample(logits, params, generators).result()
+        return self.sample(logits, params, generators, raw_logits).result()
 
     def sample(
         self,
         logits: torch.Tensor,  # (B, V) as in __call__; not modified
         params: list[SamplingParams],
         generators: list[torch.Generator | None],
+        raw_logits: torch.Tensor | None = None,  # (B, V) the model's logits when ``logits`` are processed ones
     ) -> DeviceSample:
-        """Queue the sampling kernels and the copy of their results to the host; does not wait for them."""
+        """Queue the sampling kernels and the copy of their results to the host; does not wait for them.
+        Logprobs are of ``raw_logits`` when given (vLLM's raw_logprobs: before penalties, bias and masks)."""
         num_rows = len(params)
         random_rows = [i for i, p in enumerate(params) if p.temperature != 0.0]
         if len(random_rows) == num_rows:
@@ -172,7 +175,7 @@ class Sampler:
                     logits[index], [params[i] for i in random_rows], [generators[i] for i in random_rows])
         want = [i for i, p in enumerate(params) if p.logprobs is not None]
         ks = [params[i].logprobs for i in want]
-        packed = self._logprobs(logits, token_ids, ks, want) if want else None
+        packed = self._logprobs(logits if raw_logits is None else raw_logits, token_ids, ks, want) if want else None
         return self.queue(token_ids, packed, want, ks)
 
     def queue(self, token_ids: torch.Tensor, packed: torch.Tensor | None = None, want: list[int] | None = None,

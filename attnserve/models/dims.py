@@ -23,6 +23,38 @@ class ModelDims:
     intermediate_size: int  # MLP width (for the activation-memory estimate)
     vocab_size: int
     sliding_window: int | None = None  # attention window in tokens; None = full context
+    # per layer, where layers differ (Gemma: sliding-window layers between global ones); None: every layer is
+    # LayerAttention(head_size, sliding_window)
+    layers: tuple["LayerAttention", ...] | None = None
+    has_sink: bool = False  # every layer adds a learned sink logit per head (gpt-oss), when ``layers`` is None
+
+    def layer_attention(self) -> tuple["LayerAttention", ...]:
+        """What each layer's attention needs from a backend, layer by layer (``num_layers`` records)."""
+        if self.layers is not None:
+            return self.layers
+        return (LayerAttention(self.head_size, self.sliding_window, has_sink=self.has_sink),) * self.num_layers
+
+
+@dataclass(frozen=True)
+class LayerAttention:
+    """The facts of one attention layer that decide which backends can run it; layers with equal records form
+    one layer group (one backend, one metadata builder, one KV-cache layout)."""
+
+    head_size: int
+    sliding_window: int | None = None  # tokens; None = full attention
+    logits_soft_cap: float | None = None  # tanh cap on the attention scores; None = none
+    has_sink: bool = False  # a learned sink logit per head
+
+    def describe(self) -> str:
+        """E.g. ``head_size 256, sliding_window 4096, logits_soft_cap 50.0``."""
+        parts = [f"head_size {self.head_size}"]
+        if self.sliding_window is not None:
+            parts.append(f"sliding_window {self.sliding_window}")
+        if self.logits_soft_cap is not None:
+            parts.append(f"logits_soft_cap {self.logits_soft_cap}")
+        if self.has_sink:
+            parts.append("attention sinks")
+        return ", ".join(parts)
 
 
 def head_size_of(config) -> int:

@@ -108,7 +108,11 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = self.attention_cls(config, layer_index, make_attention, tp)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = LlamaMLP(config, tp)
+        self.mlp = self.make_mlp(config, layer_index, tp)
+
+    def make_mlp(self, config, layer_index: int, tp: TPGroup) -> nn.Module:
+        """The layer's feed-forward block, (T, hidden) -> (T, hidden) (mixture-of-experts models override it)."""
+        return LlamaMLP(config, tp)
 
     def forward(
         self,

@@ -8,12 +8,17 @@ from attnserve.config.fields import ConfigError
 from attnserve.refusals import Refusal
 
 MODEL_REGISTRY: dict[str, str] = {
+    "Gemma2ForCausalLM": "attnserve.models.gemma.Gemma2ForCausalLM",
+    "Gemma3ForCausalLM": "attnserve.models.gemma.Gemma3ForCausalLM",
     "GPT2LMHeadModel": "attnserve.models.gpt2.GPT2LMHeadModel",
+    "GptOssForCausalLM": "attnserve.models.gpt_oss.GptOssForCausalLM",
     "LlamaForCausalLM": "attnserve.models.llama.LlamaForCausalLM",
     "MistralForCausalLM": "attnserve.models.llama.LlamaForCausalLM",
+    "MixtralForCausalLM": "attnserve.models.mixtral.MixtralForCausalLM",
     "OPTForCausalLM": "attnserve.models.opt.OPTForCausalLM",
     "Qwen2ForCausalLM": "attnserve.models.qwen.Qwen2ForCausalLM",
     "Qwen3ForCausalLM": "attnserve.models.qwen.Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM": "attnserve.models.qwen3_moe.Qwen3MoeForCausalLM",
 }
 
 
@@ -46,7 +51,7 @@ def get_model_class(config, tensor_parallel_size: int = 1) -> type:
             if tensor_parallel_size > 1 and not getattr(cls, "supports_tensor_parallel", False):
                 raise ConfigError(Refusal(("tensor_parallel_size",), tensor_parallel_size,
                                           reason=f"not supported for {cls.__name__} (tensor parallelism is built for the "
-                                                 "Llama family: Llama, Mistral, Qwen2, Qwen3)"))
+                                                 "Llama family: Llama, Mistral, Qwen2, Qwen3, and the MoE models)"))
             return cls
     raise UnsupportedArchitectureError(
         f"model architecture {archs or getattr(config, 'model_type', '(none given)')} not supported (supported: {', '.join(sorted(MODEL_REGISTRY))})"

@@ -290,7 +290,7 @@ def test_options_of_another_backend_are_warned_about_after_automatic_selection(c
                                                                  "disable_flashinfer_prefill": True})
     with caplog.at_level("WARNING", logger="attnserve.config.engine_args"):
         for _ in range(2):
-            assert select_model_attention(config, hf, 1)[1].name == "CPU_ATTN"
+            assert select_model_attention(config, hf, 1).backend_names == ("CPU_ATTN",)
     assert [r.getMessage() for r in caplog.records] == [
         "attention_config options use_trtllm_attention, disable_flashinfer_prefill do not apply to attention backend "
         "CPU_ATTN and are unused"]

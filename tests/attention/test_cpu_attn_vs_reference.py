@@ -37,7 +37,8 @@ def make_step(query_lens, seq_lens, block_size, num_blocks, gen):
 @pytest.mark.parametrize("heads", [(4, 4), (8, 2)], ids=["mha", "gqa4"])
 @pytest.mark.parametrize("block_size", [4, 16])
 @pytest.mark.parametrize("window", [None, 8])
-def test_cpu_attn_matches_reference(case, heads, block_size, window):
+@pytest.mark.parametrize("sinks", [False, True], ids=["", "sinks"])
+def test_cpu_attn_matches_reference(case, heads, block_size, window, sinks):
     gen = torch.Generator().manual_seed(0)
     query_lens, seq_lens = CASES[case]
     hq, hkv, d = *heads, 32
@@ -56,12 +57,20 @@ def test_cpu_attn_matches_reference(case, heads, block_size, window):
     )
     metadata = CPUAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), torch.float32).build(common)
     cache_ours = kv_cache.clone()
-    out = CPUAttentionBackend.get_impl_cls()(spec).forward(q, k, v, cache_ours, metadata)
+    impl = CPUAttentionBackend.get_impl_cls()(spec)
+    sink_logits = torch.randn(hq, generator=gen) * 2 if sinks else None  # gpt-oss: one learned logit per head
+    if sinks:
+        impl.use_sinks(sink_logits)
+    out = impl.forward(q, k, v, cache_ours, metadata)
     # the reference reads a cache that already holds this step's K/V
     cache_ref = kv_cache.clone()
     flat = cache_ref.view(2, -1, hkv, d)
     flat[0, slot_mapping], flat[1, slot_mapping] = k, v
     assert torch.equal(cache_ours, cache_ref)  # K/V written to exactly the slots of the slot mapping
-    ref = reference_paged_attention(q, cache_ref, qsl, seq, block_table, d**-0.5, sliding_window=window)
+    ref = reference_paged_attention(q, cache_ref, qsl, seq, block_table, d**-0.5, sliding_window=window,
+                                    sinks=sink_logits)
     assert not torch.isnan(out).any()
     assert (out - ref).abs().max().item() < 1e-5
+    if sinks:  # guard: the sinks change the output
+        plain = reference_paged_attention(q, cache_ref, qsl, seq, block_table, d**-0.5, sliding_window=window)
+        assert (plain - ref).abs().max().item() > 1e-3

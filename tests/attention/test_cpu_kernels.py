@@ -9,7 +9,7 @@ import torch
 from attnserve.attention.backend import KVCacheLayout
 from attnserve.kernels.kv_write import kv_views, write_kv, write_kv_cache, write_kv_torch
 from attnserve.model_executor.kv_cache import allocate_kv_caches
-from tests.gpu.cases import SHAPES, Case, run_case
+from tests.gpu.cases import SHAPES, Case, gemma_cases, run_case
 
 
 class _Shape2N:
@@ -111,3 +111,13 @@ def test_flex_attention_whole_cache_keys_on_request():
     (call,) = got["metadata"].calls
     n_blocks = sum(-(-s // 16) for s in got["seq_lens"]) + 40
     assert call.kv_blocks is None and call.block_mask.seq_lengths == (call.padded_len, n_blocks * 16)
+
+
+@pytest.mark.parametrize("backend", ["CPU_ATTN", "FLEX_ATTENTION"])
+@pytest.mark.parametrize("case", gemma_cases(dtypes=(torch.float32,)), ids=lambda c: c.name)
+def test_soft_cap_and_window_on_cpu_match_reference(backend, case):
+    """Gemma 2's attention (head 256, soft cap, window) on the CPU backends that claim the soft cap."""
+    from attnserve.attention.registry import AttentionBackendEnum
+
+    row = run_case(AttentionBackendEnum[backend].get_class(), case, "cpu", small=True)
+    assert row["pass"], row

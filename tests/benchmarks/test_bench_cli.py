@@ -113,10 +113,12 @@ def test_latency_rows_percentiles_baseline_and_plot(tmp_path, tiny_model_dir):
         ("attnserve", 1), ("attnserve", 3), ("transformers", 1), ("transformers", 3)]
     for r in data["results"]:
         assert (r["input_len"], r["output_len"], r["num_iters"]) == (8, 16, 2)
-        for key in ("ttft_s", "tpot_s", "e2e_s", "batch_latency_s"):
+        for key in ("ttft_s", "tpot_s", "e2e_s", "batch_latency_s", "batch_tpot_s"):
             s = r[key]
             assert 0 < s["min"] <= s["p50"] <= s["p90"] <= s["p99"] <= s["max"]
         assert r["e2e_s"]["p50"] >= r["ttft_s"]["p50"]
+        if r["name"] == "transformers":  # a static batch's TPOT is the batch's
+            assert r["batch_tpot_s"] == r["tpot_s"]
         assert r["output_tokens_per_s"] == pytest.approx(r["batch_size"] * 16 * 2 / (2 * r["batch_latency_s"]["mean"]))
         _check_roofline(r)
         assert r["roofline"]["measured_s"] == r["tpot_s"]["mean"]
@@ -214,7 +216,7 @@ def test_attention_whose_named_backends_cannot_run_is_a_bad_value(capsys):
     (["throughput", "--num-prompts", "0"], "attnserve bench throughput: error: argument --num-prompts: 0 not allowed (allowed: integer >= 1)"),
     (["throughput", "--range-ratio", "1.5"], "attnserve bench throughput: error: argument --range-ratio: 1.5 not allowed (allowed: number in [0, 1))"),
     (["throughput", "--output-len", "x"], "attnserve bench throughput: error: argument --output-len: 'x' is not an integer (allowed: integer >= 1)"),
-    (["throughput", "--baseline", "vllm"], "attnserve bench throughput: error: argument --baseline: invalid choice: 'vllm' (choose from "),
+    (["throughput", "--baseline", "sglang"], "attnserve bench throughput: error: argument --baseline: invalid choice: 'sglang' (choose from "),
     (["latency", "--batch-size", "0"], "attnserve bench latency: error: argument --batch-size: 0 not allowed (allowed: integer >= 1)"),
     (["latency", "--num-iters-warmup", "-1"], "attnserve bench latency: error: argument --num-iters-warmup: -1 not allowed (allowed: integer >= 0)"),
     (["attention", "--repeats", "0"], "attnserve bench attention: error: argument --repeats: 0 not allowed (allowed: integer >= 1)"),

@@ -123,6 +123,27 @@ def test_tp2_async_stop_rules_logprobs_and_seeded_sampling_match_sync(qwen3_tp2_
     assert _all_blocks_free(asynchronous)
 
 
+def test_tp2_penalties_bad_words_and_prompt_logprobs_match_tp1(qwen3_tp2_pair, qwen3_dir, qwen3_tp1_tokens):
+    """Only rank 0 samples: its token counts, masks and the pending token of a multi-token bad word; prompt
+    logprobs need every rank's LM head (vocabulary-split)."""
+    toks = qwen3_tp1_tokens[0]
+    params = [SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, presence_penalty=0.5,
+                             frequency_penalty=0.5, repetition_penalty=1.3),
+              SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, prompt_logprobs=2),
+              SamplingParams(temperature=0.0, max_tokens=12, min_tokens=10, logit_bias={toks[3]: 2.0}),
+              SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, bad_words=["w"],
+                             bad_words_token_ids=[toks[2:5]])]
+    prompts = PROMPTS + [PROMPTS[0]]
+    ref = LLM(qwen3_dir, **ENGINE).generate(prompts, params)
+    for llm in qwen3_tp2_pair:
+        outs = llm.generate(prompts, params)
+        assert _summary(outs) == _summary(ref)
+        got, want = outs[1].prompt_logprobs, ref[1].prompt_logprobs
+        assert len(got) == len(PROMPTS[1]) and got[0] is None
+        assert all(abs(g[t].logprob - w[t].logprob) < 1e-4 for g, w in zip(got[1:], want[1:]) for t in w)
+    assert ref[3].outputs[0].token_ids != toks  # the bad word changed it
+
+
 def test_tp2_async_abort_while_a_step_is_in_flight(qwen3_tp2_pair, qwen3_tp1_tokens):
     final = abort_second_while_in_flight(qwen3_tp2_pair[1].engine, PROMPTS[0], PROMPTS[1], GREEDY)
     assert [o.outputs[0].token_ids for o in final.values()] == [qwen3_tp1_tokens[0]]

@@ -86,7 +86,7 @@ def test_a_model_class_without_tensor_parallelism_is_refused_before_any_worker_s
     with pytest.raises(ValueError) as e:
         LLM(tiny_model_dir("gpt2"), device="cpu", tensor_parallel_size=2)
     assert str(e.value) == ("tensor_parallel_size 2 not supported for GPT2LMHeadModel (tensor parallelism is built "
-                            "for the Llama family: Llama, Mistral, Qwen2, Qwen3)")
+                            "for the Llama family: Llama, Mistral, Qwen2, Qwen3, and the MoE models)")
     assert stages_reached == []
 
 
@@ -119,5 +119,5 @@ def test_the_runner_reuses_the_engines_selection(tiny_model_dir, monkeypatch):
                                  kv_cache_memory=8 << 20)
     runner = llm_engine.LLMEngine(config).runner
     assert len(judged) == 1  # the backend was validated once, by the engine's call
-    ((selector_config, selection),) = made
-    assert selector_config == runner.selector_config and selection is runner.attn_selection
+    ((group,),) = [m.groups for m in made]  # one engine call, one layer group
+    assert group.selector_config == runner.selector_config and group.selection is runner.attn_selection

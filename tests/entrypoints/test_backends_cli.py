@@ -187,3 +187,56 @@ def test_config_file_feeds_the_plan(tmp_path, capsys):
     rc, report = run_json(capsys, "--config", str(cfg), "--device", "cuda:9.0", "--assume-installed")
     assert rc == 2 and report["explicit"] == "FLASH_ATTN" and report["selector_config"]["block_size"] == 8
     assert "block_size 8 not supported with flash_attn_version 3 (multiples of 16)" in report["error"]
+
+
+GEMMA2 = "benchmarks/shapes/gemma-2-9b"
+# each compute capability's refused backends for the Gemma-2-9B shape (head size 256, logits soft cap 50, bfloat16,
+# block size 16), the same in both layer groups, and the one automatic selection picks
+GEMMA2_PLANS = {
+    "7.5": ({"FLASH_ATTN": ["compute capability 7.5 not supported (needs >= 8.0)"]}, "FLASHINFER"),
+    "8.0": ({"FLASH_ATTN": ["block_size 16 not supported with flash_attn_version 2 (multiples of 256)"]}, "FLASHINFER"),
+    "8.6": ({"FLASH_ATTN": ["block_size 16 not supported with flash_attn_version 2 (multiples of 256)"]}, "FLASHINFER"),
+    "9.0": ({}, "FLASH_ATTN"),
+    "10.0": ({"FLASH_ATTN": ["head_size 256 not supported with flash_attn_version 4 (multiples of 8 up to 128)"]},
+             "FLASHINFER"),
+}
+
+
+@pytest.mark.parametrize("cc", GEMMA2_PLANS)
+def test_gemma2_shape_has_two_layer_groups_with_reasons(cc, capsys):
+    rc, report = run_json(capsys, "--model", GEMMA2, "--device", f"cuda:{cc}", "--assume-installed")
+    refused, selected = GEMMA2_PLANS[cc]
+    assert rc == 0 and report["selected"] == selected
+    assert [g["name"] for g in report["groups"]] == [
+        "layer group 0 (layers 0, 2, ..., 40: head_size 256, sliding_window 4096, logits_soft_cap 50.0)",
+        "layer group 1 (layers 1, 3, ..., 41: head_size 256, logits_soft_cap 50.0)"]
+    for group, window in zip(report["groups"], (4096, None)):
+        assert group["layers"] == list(range(0 if window else 1, 42, 2))
+        assert (group["selector_config"]["sliding_window"], group["selector_config"]["logits_soft_cap"]) == (window, 50.0)
+        assert group["selector_config"]["dtype"] == "bfloat16"
+        assert {n: e["reasons"] for n, e in group["backends"].items() if not e["usable"]} == {
+            **refused, "CPU_ATTN": ["device cuda not supported (supported: cpu)"]}
+        assert group["selected"] == selected
+
+
+def test_gemma2_groups_in_the_table(capsys):
+    assert backends.main(["--model", GEMMA2, "--device", "cuda:7.5", "--assume-installed"]) == 0
+    out = capsys.readouterr().out
+    assert ("Layer group 1 (layers 1, 3, ..., 41: head_size 256, logits_soft_cap 50.0): FLASHINFER" in out)
+    assert out.count("FLASH_ATTN      1     ✗ compute capability 7.5 not supported (needs >= 8.0)") == 2
+
+
+def test_explicit_backend_refused_names_the_first_group(capsys):
+    """An explicit backend that no layer group can use (an fp8 KV cache on FLASH_ATTN 2): exit 2, the error
+    naming the first group and the backends that would serve it."""
+    rc = backends.main(["--model", GEMMA2, "--device", "cuda:8.0", "--assume-installed", "--attention-backend",
+                        "FLASH_ATTN", "--kv-cache-dtype", "fp8", "--block-size", "256", "--json"])
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert rc == 2 and report["selected"] is None
+    assert [g["selected"] for g in report["groups"]] == [None, None]
+    assert err.startswith("attnserve backends: error: argument --attention-backend: FLASH_ATTN cannot run layer "
+                          "group 0 (layers 0, 2, ..., 40: head_size 256, sliding_window 4096, logits_soft_cap 50.0) "
+                          "of this model (")
+    assert err.endswith("kv_cache_dtype fp8 not supported with flash_attn_version 2 (supported: auto). Backends that "
+                        "would work: TRITON_ATTN.\n")

@@ -48,6 +48,17 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
         assert r["ttft_s"] > 0 and r["e2e_s"] >= r["ttft_s"]
 
 
+def test_sampling_flags_reach_the_output(tmp_path, tiny_model_dir):
+    out_json = tmp_path / "out.json"
+    rc = main(["generate", "--model", tiny_model_dir("llama"), "--prompt", "hello there", "--max-tokens", "4",
+               "--ignore-eos", "--logit-bias", "7=100", "--prompt-logprobs", "1", "--truncate-prompt-tokens", "2",
+               "--repetition-penalty", "1.3", "--output-json", str(out_json)])
+    assert rc == 0
+    (r,) = json.loads(out_json.read_text())["requests"]
+    assert r["outputs"][0]["token_ids"] == [7] * 4 and len(r["prompt_token_ids"]) == 2
+    assert r["prompt_logprobs"][0] is None and len(r["prompt_logprobs"]) == 2
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--max-tokens", "0"], "attnserve generate: error: argument --max-tokens: 0 not allowed (allowed: integer >= 1)"),
     (["--top-p", "0"], "attnserve generate: error: argument --top-p: 0.0 not allowed (allowed: number in (0, 1])"),
@@ -58,6 +69,10 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
     # every surface's words for an empty prompt (was "an empty prompt (give text, or leave --prompt out for ...)")
     (["--prompt", ""], "attnserve generate: error: argument --prompt: '' not allowed (allowed: a prompt of at least 1 "
                        "token); leave --prompt out for the default prompt"),
+    (["--min-tokens", "20", "--max-tokens", "5"], "attnserve generate: error: argument --min-tokens: 20 not allowed "
+                                                   "(allowed: integer >= 0, at most max_tokens)"),
+    (["--logit-bias", "5"], "attnserve generate: error: argument --logit-bias: '5' not allowed (allowed: "
+                            "TOKEN_ID=BIAS)"),
     (["--model", "/no/such/dir"], "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):
@@ -210,3 +225,26 @@ def test_a_stale_cached_gguf_config_is_dropped_and_converted_again(tiny_model_di
     warnings = [line for line in second.stderr.splitlines() if "does not fit the weights" in line]
     assert len(warnings) == 1 and entry in warnings[0] and "checkpoint shape" in warnings[0], second.stderr[-3000:]
     assert json.loads(open(config_json).read()).get("n_inner") == good.get("n_inner")  # converted again
+
+
+def test_chat_template_and_generation_config_flags(tmp_path, tiny_model_dir, capsys):
+    template = "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}|{% endfor %}A:"
+    (tmp_path / "generation_config.json").write_text(json.dumps({"max_new_tokens": 3, "temperature": 0.5}))
+    out_json = tmp_path / "out.json"
+    base = ["generate", "--model", tiny_model_dir("llama"), "--prompt", "Hi", "--ignore-eos",
+            "--output-json", str(out_json)]
+    # --chat-template (the text here) puts the prompt in that template; --max-tokens left out: the generation
+    # config's max_new_tokens
+    assert main([*base, "--chat-template", template, "--generation-config", str(tmp_path)]) == 0
+    (request,) = json.loads(out_json.read_text())["requests"]
+    assert request["prompt"] == "user:Hi|A:" and len(request["outputs"][0]["token_ids"]) == 3
+    # a flag given wins over the config, whose max_new_tokens still caps it (as the server caps max_tokens)
+    assert main([*base, "--generation-config", str(tmp_path), "--max-tokens", "8"]) == 0
+    assert len(json.loads(out_json.read_text())["requests"][0]["outputs"][0]["token_ids"]) == 3
+    assert main([*base, "--generation-config", "vllm", "--max-tokens", "8"]) == 0
+    assert len(json.loads(out_json.read_text())["requests"][0]["outputs"][0]["token_ids"]) == 8
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main([*base, "--chat-template", str(tmp_path / "missing.jinja")])
+    assert e.value.code == 2
+    assert "argument --chat-template: " in capsys.readouterr().err

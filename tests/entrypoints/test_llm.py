@@ -198,3 +198,18 @@ def test_chat_refuses_a_conversation_too_long_as_generate_does(llm, short_llm):
                             f"tokens, which leaves no room for the completion (at most {SHORT_LEN - 1} prompt tokens "
                             "fit). Please raise max_model_len or reduce the length of the prompt.")
     assert not llm.engine.has_unfinished_requests() and not short_llm.engine.has_unfinished_requests()
+
+
+def test_chat_takes_vllms_template_options(llm):
+    template = ("{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}|{% endfor %}"
+                "{% if flag is defined %}[{{ flag }}]{% endif %}{% if add_generation_prompt %}A:{% endif %}")
+    (out,) = llm.chat(HI, GREEDY, chat_template=template, chat_template_kwargs={"flag": 1})
+    assert out.prompt == "user:Hi|[1]A:"
+    assert out.prompt_token_ids == llm.tokenizer.encode("user:Hi|[1]A:", add_special_tokens=False)
+    prefill = [*HI, {"role": "assistant", "content": "Hel"}]
+    (out,) = llm.chat(prefill, GREEDY, chat_template=template, add_generation_prompt=False, continue_final_message=True)
+    assert out.prompt == "user:Hi|assistant:Hel"
+    with pytest.raises(ValueError) as e:  # both: refused before anything is queued, as vLLM refuses it
+        llm.chat(prefill, GREEDY, continue_final_message=True)
+    assert e.value.path == ("continue_final_message",)
+    assert not llm.engine.has_unfinished_requests()

@@ -15,6 +15,15 @@ from attnserve.entrypoints.cli.main import main
     (["--shutdown-timeout", "-1"], "argument --shutdown-timeout: -1.0 not allowed (allowed: finite number >= 0 (seconds))"),
     (["--shutdown-timeout", "nan"], "argument --shutdown-timeout: nan not allowed (allowed: finite number >= 0 (seconds))"),
     (["--shutdown-timeout", "inf"], "argument --shutdown-timeout: inf not allowed (allowed: finite number >= 0 (seconds))"),
+    # a name with no template characters is a file that must exist (vLLM's rule)
+    (["--chat-template", "/no/such/template.jinja"], "argument --chat-template: '/no/such/template.jinja' cannot be "
+     "read ([Errno 2] No such file or directory: '/no/such/template.jinja') (allowed: a Jinja template file, or the "
+     "template's text)"),
+    (["--default-chat-template-kwargs", "[1]"], "argument --default-chat-template-kwargs: '[1]' not allowed "
+     "(allowed: a JSON object)"),
+    (["--generation-config", "/no/such/folder"], "argument --generation-config: '/no/such/folder' is no folder "
+     "(allowed: auto, vllm, or a folder holding a generation_config.json)"),
+    (["--max-logprobs", "-2"], "argument --max-logprobs: -2 not allowed (allowed: integer >= -1)"),
 ])
 def test_bad_server_flags_exit_2_with_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -37,6 +46,22 @@ def test_a_port_in_use_fails_at_once_with_one_line(capsys):
     assert code == 1
     err = capsys.readouterr().err.strip()
     assert err == f"attnserve serve: error: cannot listen on 127.0.0.1:{port}: {IN_USE}"
+
+
+def test_a_port_another_server_has_just_bound_is_the_same_one_line(capsys):
+    """Two servers started one after the other on one port: the first holds it from its bind (its socket listens
+    at once), so the second fails at its bind with the same line, not later in uvicorn with a traceback. (With
+    SO_REUSEADDR, Linux let the second bind too while the first did not listen yet.)"""
+    from attnserve.entrypoints.openai.listen import bind_socket
+
+    first = bind_socket("127.0.0.1", 0)
+    port = first.getsockname()[1]
+    try:
+        code = main(["serve", "--port", str(port), "--log-level", "warning"])
+    finally:
+        first.close()
+    assert code == 1
+    assert capsys.readouterr().err.strip() == f"attnserve serve: error: cannot listen on 127.0.0.1:{port}: {IN_USE}"
 
 
 def test_a_port_in_use_is_refused_before_the_models_config_is_read():

@@ -58,6 +58,7 @@ class Case:
     prefill_decode: bool = False  # use_prefill_decode_attention
     layout: KVCacheLayout = KVCacheLayout.NHD
     sliding_window: int | None = None
+    logits_soft_cap: float | None = None
 
     @property
     def name(self) -> str:
@@ -71,6 +72,8 @@ class Case:
             parts.append(self.layout.value)
         if self.sliding_window is not None:
             parts.append(f"sw{self.sliding_window}")
+        if self.logits_soft_cap is not None:
+            parts.append(f"cap{self.logits_soft_cap:g}")
         return "-".join(parts)
 
 
@@ -91,6 +94,15 @@ def standard_cases(dtypes=(torch.bfloat16, torch.float16), fp8: bool = False, pr
             if layout != KVCacheLayout.NHD:
                 cases.append(Case("mixed", dtype=dtypes[0], layout=layout, **c))
     return cases
+
+
+def gemma_cases(block_size: int = 16, dtypes=(torch.bfloat16,)) -> list[Case]:
+    """Gemma-2-9B's attention (16 query / 8 KV heads of 256) with a logits soft cap (5: small enough that the tanh
+    bends most scores of the random data) and a window of 48 (shorter than most contexts), on every named shape;
+    and the global layers' variant (soft cap, no window) on the mixed batch."""
+    g = dict(num_heads=16, num_kv_heads=8, head_size=256, block_size=block_size, logits_soft_cap=5.0)
+    cases = [Case(s, dtype=dt, sliding_window=48, **g) for dt in dtypes for s in SHAPES]
+    return cases + [Case("mixed", dtype=dtypes[0], **g)]
 
 
 def _allocate(backend_cls, num_blocks, case: Case, kv_dtype, device) -> torch.Tensor:
@@ -187,7 +199,8 @@ def make_step(backend_cls, case: Case, device: str | torch.device, attention_con
         num_decodes=num_decodes, num_decode_tokens=num_decodes, block_size=bs,
     )
     spec = AttentionLayerSpec(num_heads=hq, head_size=d, scale=d ** -0.5, num_kv_heads=hkv,
-                              kv_cache_dtype=case.kv_cache_dtype, sliding_window=case.sliding_window)
+                              kv_cache_dtype=case.kv_cache_dtype, sliding_window=case.sliding_window,
+                              logits_soft_cap=case.logits_soft_cap)
     from attnserve.config.attention import AttentionConfig
 
     cfg = attention_config or AttentionConfig()
@@ -236,7 +249,7 @@ def run_case(backend_cls, case: Case, device: str | torch.device, attention_conf
         ref_q[first:end] = ((query[first:end].float() / q_scale).clamp(-fmax, fmax).to(kv_dtype).to(oracle)
                             * q_scale.to(oracle))
     ref = reference_paged_attention(ref_q, ref_cache, qsl, seq_lens_t, block_table, impl.scale,
-                                    sliding_window=case.sliding_window)
+                                    sliding_window=case.sliding_window, logits_soft_cap=case.logits_soft_cap)
     # and the step's K/V must have landed in the cache
     written = key_cache[slot_mapping // bs, slot_mapping % bs].float() * k_scale
     kv_err = (written - key.float()).abs().max().item() / key.float().abs().max().item()

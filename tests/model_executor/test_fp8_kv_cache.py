@@ -181,3 +181,50 @@ def test_kv_scales_from_lazily_read_shards(tmp_path):
     scales = KVScales()
     rest = [name for name, _ in split_kv_scales(safetensors_weights(str(tmp_path), lazy=True), scales)]
     assert rest == ["model.norm.weight"] and scales.layer(0) == (0.5, 4.0, None)
+
+
+def test_fp8_cache_with_layer_groups_and_per_layer_scales(tiny_model_dir, tmp_path):
+    """Gemma 2 (windowed and global layer groups, soft caps): every group's builder plans the fp8 cache, each
+    layer of each group gets its own checkpoint scales, and the fp8 logits stay near the 16-bit ones."""
+    from safetensors.torch import save_file
+
+    from attnserve import LLM, SamplingParams
+    from attnserve.core.step import ScheduledRequest, SchedulerOutput
+    from attnserve.model_executor.grouped_builder import GroupedMetadataBuilder
+
+    folder = tmp_path / "gemma2_fp8_scales"
+    shutil.copytree(tiny_model_dir("gemma2"), folder)
+    want = [(0.5, 0.25), (0.125, 2.0), (1.5, 0.75), (0.0625, 0.5)]
+    save_file({f"model.layers.{i}.self_attn.{n}_scale": torch.tensor(s) for i, ks in enumerate(want)
+               for n, s in zip("kv", ks)}, str(folder / "kv_scales.safetensors"))
+
+    def run(kv):
+        llm = LLM(str(folder), dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20,
+                  kv_cache_dtype=kv)
+        reqs = [ScheduledRequest("a", list(range(100, 130)), 0, list(range(8)), SamplingParams(temperature=0), True)]
+        return llm, llm.engine.runner.compute_logits(SchedulerOutput(requests=reqs))[0]
+
+    llm, fp8 = run("fp8")
+    runner = llm.engine.runner
+    assert [g.layers for g in runner.attention.groups] == [(0, 2), (1, 3)]
+    assert isinstance(runner.builder, GroupedMetadataBuilder)
+    assert [b.layer_spec.kv_cache_dtype for b in runner.builders] == ["fp8", "fp8"]
+    assert all(c.dtype == torch.float8_e4m3fn for c in runner.kv_caches)
+    assert _scales(llm) == want
+    _, ref = run("auto")
+    assert 0 < (fp8 - ref).abs().max().item() < 0.1 * ref.abs().max().item()
+
+
+def test_fp8_cache_with_attention_sinks_and_calculated_scales(tiny_model_dir):
+    """gpt-oss (sinks, windowed and full layer groups): calculated scales reach every layer of every group."""
+    from attnserve import LLM, SamplingParams
+
+    llm = LLM(tiny_model_dir("gpt_oss_mixed"), dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20,
+              kv_cache_dtype="fp8_e5m2", calculate_kv_scales=True)
+    runner = llm.engine.runner
+    assert len(runner.attention.groups) == 2 and all(g.kind.has_sink for g in runner.attention.groups)
+    out = llm.generate([list(range(100, 120))], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    assert len(out[0].outputs[0].token_ids) == 4
+    assert not any(i.kv_scales_pending for i in runner.attn_impls.values())
+    assert len(runner.attn_impls) == runner.num_layers
+    assert all(k != 1.0 and v != 1.0 for k, v in _scales(llm))

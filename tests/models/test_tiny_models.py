@@ -1,5 +1,6 @@
 """Tiny random-weight Llama, Llama 3 (RoPE scaling, tied), Mistral (with and without its sliding window), Qwen2,
-Qwen3, GPT-2 and OPT (pre- and post-LayerNorm): tokens and logits vs transformers, float32 on CPU."""
+Qwen3, GPT-2, OPT (pre- and post-LayerNorm), Qwen3-MoE (dense and sparse layers), Mixtral (with and without a
+sliding window) and gpt-oss (sinks, YaRN, biased clamped-SwiGLU experts; every layer full, every layer windowed, or alternating as published: two layer groups): tokens and logits vs transformers, float32 on CPU."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import torch
 from attnserve import LLM, SamplingParams
 from tests.helpers import hf_greedy
 
-ARCHS = ["llama", "llama3", "mistral", "mistral_sw", "qwen2", "qwen3", "gpt2", "opt", "opt_post_ln"]
-# the second prompt (19 tokens) and every generation (24 tokens) run past mistral_sw's window of 8
+ARCHS = ["llama", "llama3", "mistral", "mistral_sw", "qwen2", "qwen3", "gpt2", "opt", "opt_post_ln", "qwen3_moe",
+         "qwen3_moe_step2", "mixtral", "mixtral_sw", "gpt_oss", "gpt_oss_sw", "gpt_oss_mixed"]
+# the second prompt (19 tokens) and every generation (24 tokens) run past mistral_sw's and mixtral_sw's window of 8
 PROMPTS = [[1, 520, 9553, 314, 4649, 30, 8800], [2, 44, 9000, 13, 77, 1200, 5, 6, 7, 8, 9, 10, 11, 12, 300, 301, 302, 303, 304], [15]]
 
 

@@ -24,7 +24,7 @@ from attnserve.attention.backend import (
     CudaGraphSupport,
 )
 from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
-from attnserve.kernels.reference import causal_mask
+from attnserve.kernels.reference import causal_mask, softmax_with_sinks
 from attnserve.refusals import Reason
 
 
@@ -95,14 +95,21 @@ class CPUAttentionMetadataBuilder(AttentionMetadataBuilder):
 _SMALL_SCORES = 1 << 22
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
-    """softmax(q k^T * scale, masked) v for q (B, M, D), k/v (B, N, D), mask (M, N) bool or None."""
-    if q.shape[0] * q.shape[1] * k.shape[1] > _SMALL_SCORES:
+def _soft_cap(scores: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """``cap * tanh(scores / cap)`` (Gemma 2's attention logits soft cap); ``scores`` unchanged for None."""
+    return scores if cap is None else torch.tanh(scores / cap) * cap
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float,
+            soft_cap: float | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(cap(q k^T * scale), masked) v for q (B, M, D), k/v (B, N, D), mask (M, N) bool or None; ``sinks``
+    (B, M, 1): a sink logit per row (``reference.softmax_with_sinks``)."""
+    if soft_cap is None and sinks is None and q.shape[0] * q.shape[1] * k.shape[1] > _SMALL_SCORES:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    scores = torch.bmm(q, k.transpose(1, 2)) * scale
+    scores = _soft_cap(torch.bmm(q, k.transpose(1, 2)) * scale, soft_cap)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.bmm(scores.softmax(dim=-1), v)
+    return torch.bmm(softmax_with_sinks(scores, sinks), v)
 
 
 class CPUAttentionImpl(AttentionImpl):
@@ -110,8 +117,11 @@ class CPUAttentionImpl(AttentionImpl):
 
     The G query heads that share a KV head are stacked: decodes as ``(B, Hkv, G, D)`` against keys
     ``(B, Hkv, L, D)``, prefills as ``(Hkv, G * q_len, D)`` so the matmul batch is the KV heads. (SDPA's
-    own ``enable_gqa`` takes ~35 ms per call on CPU in torch 2.13.)
+    own ``enable_gqa`` takes ~35 ms per call on CPU in torch 2.13.) Attention sinks: a sink column in each
+    head's softmax.
     """
+
+    supports_sinks = True
 
     def kv_write_target(self, kv_cache, metadata: CPUAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping, self.k_scale, self.v_scale)
@@ -135,22 +145,24 @@ class CPUAttentionImpl(AttentionImpl):
             q = query[:nd].view(nd, hkv, -1, d)  # head h uses KV head h // G
             k = self._read(k_flat[slots], self.k_scale, q.dtype).permute(0, 2, 3, 1)  # (B, Hkv, D, L)
             v = self._read(v_flat[slots], self.v_scale, q.dtype).transpose(1, 2)  # (B, Hkv, L, D)
-            scores = torch.matmul(q, k) * self.scale  # (B, Hkv, G, L)
+            scores = _soft_cap(torch.matmul(q, k) * self.scale, self.logits_soft_cap)  # (B, Hkv, G, L)
             scores = scores.masked_fill(~metadata.decode_mask, float("-inf"))
-            out[:nd] = torch.matmul(scores.softmax(dim=-1), v).reshape(nd, self.num_heads, d)
+            sinks = None if self.sinks is None else self.sinks.view(hkv, -1, 1)  # (Hkv, G, 1), as q's heads
+            out[:nd] = torch.matmul(softmax_with_sinks(scores, sinks), v).reshape(nd, self.num_heads, d)
         for r in metadata.prefills:
             q_len = r.query_end - r.query_start
             # (q_len, Hq, D) -> (Hq, q_len, D) -> (Hkv, G * q_len, D)
             q = query[r.query_start : r.query_end].transpose(0, 1).reshape(hkv, -1, d)
             k = self._read(k_flat.index_select(0, r.token_slots), self.k_scale, q.dtype).transpose(0, 1)  # (Hkv, L, D)
             v = self._read(v_flat.index_select(0, r.token_slots), self.v_scale, q.dtype).transpose(0, 1)
-            o = _attend(q, k, v, r.mask, self.scale)
+            sinks = None if self.sinks is None else self.sinks.view(hkv, -1, 1).repeat_interleave(q_len, dim=1)
+            o = _attend(q, k, v, r.mask, self.scale, self.logits_soft_cap, sinks)  # sinks (Hkv, G * q_len, 1)
             out[r.query_start : r.query_end] = o.reshape(self.num_heads, q_len, d).transpose(0, 1)
         return out
 
 
 class CPUAttentionBackend(AttentionBackend):
-    """Paged attention on the CPU in PyTorch; any head size and block size."""
+    """Paged attention on the CPU in PyTorch; any head size and block size; sliding window, logits soft cap."""
 
     name = "CPU_ATTN"
     device_types = ("cpu",)
@@ -159,6 +171,8 @@ class CPUAttentionBackend(AttentionBackend):
     supported_head_sizes = None
     supported_block_sizes = None
     supports_sliding_window = True
+    supports_logits_soft_cap = True
+    supports_sinks = True
     cuda_graph_support = CudaGraphSupport.NEVER
 
     @classmethod

@@ -57,7 +57,7 @@ class FlashAttentionBackend(AttentionBackend):
     max_compute_capability = (10, 3)
     supports_sliding_window = True
     supports_logits_soft_cap = True
-    supports_sinks = False  # no Impl passes a sink to any version's kernel
+    supports_sinks = True  # version 4 only
     supported_attn_types = (AttentionType.DECODER, AttentionType.ENCODER_ONLY)
     device_types = ("cuda",)
     required_package = "flash_attn_interface"  # the default version's; see FLASH_ATTN_VERSIONS
@@ -309,6 +309,7 @@ class FlashAttentionImpl(AttentionImpl):
         self.fa = load_kernels(self.version)
         self.window = (self.sliding_window - 1, 0) if self.sliding_window else (-1, -1)
         self.softcap = self.logits_soft_cap or 0.0
+        self.supports_sinks = FLASH_ATTN_VERSIONS[self.version].sinks  # FA4's learnable_sink
 
     def kv_write_target(self, kv_cache, metadata: FlashAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping, self.k_scale, self.v_scale)
@@ -343,7 +344,8 @@ class FlashAttentionImpl(AttentionImpl):
             res = self.fa.flash_attn_varlen_func(
                 q, key_cache, value_cache, cu_seqlens_q=call.query_start_loc, seqused_k=call.seq_lens,
                 page_table=call.block_table, max_seqlen_q=call.max_query_len, max_seqlen_k=call.max_seq_len,
-                softmax_scale=self.scale, causal=True, window_size=window, softcap=self.softcap)
+                softmax_scale=self.scale, causal=True, window_size=window, softcap=self.softcap,
+                **({} if self.sinks is None else {"learnable_sink": self.sinks}))
             return res[0] if isinstance(res, tuple) else res
         if call.decode:  # FlashAttention 2: the paged decode kernel
             out = self.fa.flash_attn_with_kvcache(

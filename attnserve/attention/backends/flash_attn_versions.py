@@ -19,7 +19,7 @@ Limits, per version:
   declare multiples of 16 for both, vLLM's contract, which our issue-6 kernels target and §7 relies on.
 * fp8 KV cache: FA3 only, e4m3 (fp8 e4m3 forward on Hopper, with q/k/v descales); FA4's
   ``flash_attn_varlen_func`` takes no fp8 input or descale, so the selector refuses fp8 with version 4.
-* sinks: none claimed. FA4's kernel has ``learnable_sink``, but no Impl passes one yet; FA2/FA3 take no sink.
+* sinks: FA4 only (``learnable_sink``); upstream FA2/FA3 take no sink argument.
 * logits soft cap and sliding window: all three versions (``softcap``, ``window_size``).
 """
 
@@ -66,7 +66,7 @@ FLASH_ATTN_VERSIONS: dict[int, FlashAttnVersion] = {
                         CudaGraphSupport.UNIFORM_BATCH),
     3: FlashAttnVersion(3, "flash_attn_interface", "fa3", (9, 0), (9, 0), ("auto", "fp8", "fp8_e4m3"), 256, 16,
                         False, CudaGraphSupport.ALWAYS),
-    4: FlashAttnVersion(4, "flash_attn.cute", "fa4", (9, 0), (10, 3), ("auto",), 128, 16, False,
+    4: FlashAttnVersion(4, "flash_attn.cute", "fa4", (9, 0), (10, 3), ("auto",), 128, 16, True,
                         CudaGraphSupport.UNIFORM_BATCH),
 }
 

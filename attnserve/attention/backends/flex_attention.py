@@ -12,13 +12,14 @@ block map) and applies causality and the sliding window. ``use_prefill_decode_at
 calls (decode tokens, prefill tokens).
 
 Limits: CUDA and CPU; any head size and block size; float32, float16, bfloat16; KV cache in the model
-dtype only (no fp8); sliding window through the mask; no logits soft cap and no sinks (vLLM's FlexAttention
-rejects both); no CUDA graphs. Needs ``torch.nn.attention.flex_attention`` (torch >= 2.5); on CUDA,
+dtype only (no fp8); sliding window through the mask; logits soft cap through a ``score_mod`` (vLLM's
+FlexAttention rejects it); no sinks; no CUDA graphs. Needs ``torch.nn.attention.flex_attention`` (torch >= 2.5); on CUDA,
 torch.compile generates its kernels with Triton, so Triton is needed there too.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -42,8 +43,8 @@ class FlexAttentionBackend(AttentionBackend):
     supported_dtypes = (torch.float16, torch.bfloat16, torch.float32)
     supported_kv_cache_dtypes = ("auto",)
     supports_sliding_window = True
-    supports_logits_soft_cap = False
-    supports_sinks = False
+    supports_logits_soft_cap = True
+    supports_sinks = True  # from flex_attention's log-sum-exp (FlexAttentionImpl.forward)
     supported_attn_types = (AttentionType.DECODER, AttentionType.ENCODER_ONLY)
     device_types = ("cuda", "cpu")
     required_package = "torch.nn.attention.flex_attention"
@@ -200,7 +201,16 @@ class FlexAttentionMetadataBuilder(AttentionMetadataBuilder):
 
 class FlexAttentionImpl(AttentionImpl):
     """Writes K/V, then one flex_attention call per metadata call: the key sequence is the call's gathered
-    blocks (``kv_blocks``) or the whole cache."""
+    blocks (``kv_blocks``) or the whole cache. A logits soft cap C is a ``score_mod`` on the scaled scores,
+    ``C * tanh(s / C)``, before the mask. Sinks: the output is scaled by ``exp(lse) / (exp(lse) + exp(sink))`` =
+    ``sigmoid(lse - sink)``, the share the keys keep once the sink joins the softmax."""
+
+    supports_sinks = True
+
+    def __init__(self, spec, attention_config=None) -> None:
+        super().__init__(spec, attention_config)
+        cap = spec.logits_soft_cap
+        self._score_mod = None if cap is None else _soft_cap_mod(float(cap))
 
     def kv_write_target(self, kv_cache, metadata: FlexAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping)
@@ -229,10 +239,36 @@ class FlexAttentionImpl(AttentionImpl):
                 k, v = whole_k, whole_v
                 if mask.seq_lengths[1] != n_slots:  # built without the cache size: same blocks, full key length
                     mask = _resize_kv(mask, n_slots)
-            o = flex(q.transpose(0, 1)[None], k, v, block_mask=mask, scale=self.scale,
-                     enable_gqa=self.num_heads != self.num_kv_heads, kernel_options=kernel_options)
+            o = flex(q.transpose(0, 1)[None], k, v, block_mask=mask, scale=self.scale, score_mod=self._score_mod,
+                     enable_gqa=self.num_heads != self.num_kv_heads, kernel_options=kernel_options,
+                     **({} if self.sinks is None else _lse_request()))
+            if self.sinks is not None:  # o (1, Hq, L, D), lse (1, Hq, L) natural log
+                o, aux = o
+                lse = getattr(aux, "lse", aux)
+                o = o * torch.sigmoid(lse - self.sinks.float()[:, None])[..., None].to(o.dtype)
             out[call.query_start:call.query_end] = o[0].transpose(0, 1)[:n]
         return out
+
+
+@functools.cache
+def _soft_cap_mod(cap: float):
+    """The ``score_mod`` ``cap * tanh(score / cap)``: one function per cap value, shared by every layer, so
+    that the compiled flex_attention sees the same function (no recompilation per layer)."""
+
+    def soft_cap(score, b, h, q_idx, kv_idx):
+        return cap * torch.tanh(score / cap)
+
+    return soft_cap
+
+
+def _lse_request() -> dict:
+    """flex_attention's argument asking for the log-sum-exp: ``return_aux`` where torch has it (>= 2.9), else
+    ``return_lse``."""
+    try:
+        from torch.nn.attention.flex_attention import AuxRequest
+    except ImportError:
+        return {"return_lse": True}
+    return {"return_aux": AuxRequest(lse=True)}
 
 
 def _keys(blocks: torch.Tensor) -> torch.Tensor:

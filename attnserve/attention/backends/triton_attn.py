@@ -17,7 +17,7 @@ Limits: any CUDA GPU Triton compiles for (compute capability >= 7.0, the minimum
 backend and of torch.compile's GPU path); float32 as well as float16/bfloat16; head sizes >= 32 (the
 kernel pads to the next power of two); block sizes 16, 32, 64, 128 and 256 (a page is one power-of-two
 tile); fp8 KV cache; sliding window and logits
-soft cap; no attention sinks (the kernel has no sink term, unlike vLLM's); runs whole mixed batches, so CUDA
+soft cap; attention sinks (a learned logit per query head in the softmax); runs whole mixed batches, so CUDA
 graphs can capture any step.
 """
 
@@ -133,6 +133,7 @@ class TritonAttentionImpl(AttentionImpl):
     """Writes K/V with the Triton kernel, then runs the metadata's kernel calls."""
 
     kv_dim = 1  # cache shape (num_blocks, 2, block_size, Hkv, D)
+    supports_sinks = True
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -176,6 +177,7 @@ class TritonAttentionImpl(AttentionImpl):
                 num_splits=call.num_splits, sliding_window=self.sliding_window,
                 logits_soft_cap=self.logits_soft_cap, k_scale=self.k_scale, v_scale=self.v_scale,
                 split_token_range=call.token_range, launch=call.launch, rope=rope, decode=call.decode,
+                sinks=self.sinks,
             )
         return out
 
@@ -190,7 +192,7 @@ class TritonAttentionBackend(AttentionBackend):
     min_compute_capability = (7, 0)
     supports_sliding_window = True
     supports_logits_soft_cap = True
-    supports_sinks = False  # the kernel has no sink term
+    supports_sinks = True
     supported_attn_types = (AttentionType.DECODER,)
     device_types = ("cuda",)
     required_package = "triton"

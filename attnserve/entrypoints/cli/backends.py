@@ -61,18 +61,41 @@ def _model_facts(args, model: str | None) -> ModelAttentionFacts:
             num_kv_heads=args.num_kv_heads or (base.num_kv_heads if base else heads),
             sliding_window=base.sliding_window if base else None,
             logits_soft_cap=base.logits_soft_cap if base else None,
-            hf_config=base.hf_config if base else None)
+            layers=base.layers if base else (), hf_config=base.hf_config if base else None)
     facts = read_model_facts(model)
     overrides = {k: v for k, v in (("num_heads", args.num_heads), ("num_kv_heads", args.num_kv_heads)) if v}
     return dataclasses.replace(facts, **overrides)
 
 
+def _layer_groups(args, facts: ModelAttentionFacts) -> list[tuple[tuple[int, ...] | None, object]]:
+    """``(layers, LayerAttention)`` of each layer group the engine would form (``attention_selection``'s rule);
+    ``--head-size`` and ``--sliding-window`` replace every group's. One group of unknown layers (None) when only
+    flags describe the model."""
+    from attnserve.model_executor.attention_selection import layer_groups
+    from attnserve.models.dims import LayerAttention
+
+    kinds = facts.layers or (LayerAttention(facts.head_size, facts.sliding_window, facts.logits_soft_cap),)
+    changes = {}
+    if args.head_size is not None:
+        changes["head_size"] = args.head_size
+    if args.sliding_window is not None:
+        changes["sliding_window"] = args.sliding_window
+    kinds = tuple(dataclasses.replace(k, **changes) for k in kinds)
+    return [(layers if facts.layers else None, kind) for kind, layers in layer_groups(kinds)]
+
+
 def build_report(args, errors: list | None = None) -> dict:
     """Everything the table and ``--json`` show. Raises ValueError for bad flag values (a bad engine
-    flag exits 2 through the parser, as in every command). ``errors`` gets the selection's refusal, if any."""
+    flag exits 2 through the parser, as in every command). ``errors`` gets the selection's refusal, if any.
+
+    A model whose layers differ (Gemma 2: windowed and global layers) has several layer groups: ``groups`` holds
+    each one's selector config, backend table and selection; the top-level ``selector_config``, ``backends``,
+    ``flash_attn_version``, ``kv_cache_layout`` and ``error`` are the first group's (the first failing one's
+    error), and ``selected`` is each group's backend joined by ``+`` (None when some group has none)."""
     from attnserve.attention.registry import backend_name, lookup_backend, registered_names
     from attnserve.attention.selector import (AttentionSelectorConfig, NoUsableBackendError, backend_reasons,
                                               select_attn_backend)
+    from attnserve.model_executor.attention_selection import for_group, layer_group_name
     from attnserve.model_executor.kv_scales import kv_cache_summary
     from attnserve.model_executor.loader import resolve_dtype
     from attnserve.platforms import detect_platform
@@ -82,60 +105,75 @@ def build_report(args, errors: list | None = None) -> dict:
     facts = _model_facts(args, config.model.model)
     attention_config = config.attention
     explicit = attention_config.backend
-    cfg = AttentionSelectorConfig(
-        head_size=facts.head_size,
-        # the engine's own rule for the platform judged: auto = float32 on CPU, the checkpoint's on GPU
-        dtype=resolve_dtype(config.model.dtype, facts.hf_config, platform.device_type),
-        kv_cache_dtype=config.cache.kv_cache_dtype, block_size=config.cache.block_size,
-        sliding_window=args.sliding_window if args.sliding_window is not None else facts.sliding_window,
-        logits_soft_cap=facts.logits_soft_cap)
     priority = [m.name for m in platform.backend_priorities()]
     names = priority + [n for n in registered_names() if n not in priority]
-    backends = {}
-    for name in names:
-        reasons = backend_reasons(lookup_backend(name), cfg, platform, attention_config, args.assume_installed)[1]
-        backends[name] = {"usable": not reasons, "reasons": reasons, "in_priority": name in priority}
-    selected = error = version = layout = None
-    try:
-        sel = select_attn_backend(explicit, cfg, platform, attention_config, assume_installed=args.assume_installed)
-        selected, version, layout = sel.name, sel.flash_attn_version, sel.kv_cache_layout.value
-    except NoUsableBackendError as e:
-        error = str(e)
-        if errors is not None:
-            errors.append(e)
+    # the engine's own rule for the platform judged: auto = float32 on CPU, the checkpoint's on GPU
+    dtype = resolve_dtype(config.model.dtype, facts.hf_config, platform.device_type)
+    groups = []
+    for index, (layers, kind) in enumerate(_layer_groups(args, facts)):
+        cfg = AttentionSelectorConfig(
+            head_size=kind.head_size, dtype=dtype, kv_cache_dtype=config.cache.kv_cache_dtype,
+            block_size=config.cache.block_size, sliding_window=kind.sliding_window,
+            logits_soft_cap=kind.logits_soft_cap, has_sink=kind.has_sink)
+        table = {}
+        for name in names:
+            reasons = backend_reasons(lookup_backend(name), cfg, platform, attention_config, args.assume_installed)[1]
+            table[name] = {"usable": not reasons, "reasons": reasons, "in_priority": name in priority}
+        group = {"name": layer_group_name(index, layers, kind) if layers else "all layers",
+                 "layers": list(layers) if layers else None, "selector_config": cfg.to_dict(), "backends": table,
+                 "selected": None, "flash_attn_version": None, "kv_cache_layout": None, "error": None}
+        try:
+            sel = select_attn_backend(explicit, cfg, platform, attention_config, assume_installed=args.assume_installed)
+            group.update(selected=sel.name, flash_attn_version=sel.flash_attn_version,
+                         kv_cache_layout=sel.kv_cache_layout.value)
+        except NoUsableBackendError as e:
+            if layers is not None and len(layers) < len(facts.layers):
+                e = for_group(e, group["name"])
+            group["error"] = str(e)
+            if errors is not None:
+                errors.append(e)
+        groups.append(group)
+    first = groups[0]
+    failed = [g for g in groups if g["selected"] is None]
     return {
         "platform": platform.to_dict(),
         "device": config.device,
         "model": {"source": facts.source, "num_heads": facts.num_heads, "num_kv_heads": facts.num_kv_heads},
-        "selector_config": cfg.to_dict(),
+        "selector_config": first["selector_config"],
         "attention_config": attention_config.to_dict(),
         "assume_installed": args.assume_installed,
         "priority": priority,
-        "backends": backends,
+        "backends": first["backends"],
         "explicit": backend_name(explicit) if explicit else None,
-        "selected": selected,
-        "flash_attn_version": version,
-        "kv_cache_layout": layout,
+        "selected": None if failed else "+".join(dict.fromkeys(g["selected"] for g in groups)),
+        "flash_attn_version": first["flash_attn_version"],
+        "kv_cache_layout": first["kv_cache_layout"],
         # the cache's element type and where an fp8 cache's scales come from (never silently 16-bit)
-        "kv_cache": kv_cache_summary(config.cache.kv_cache_dtype, cfg.dtype, config.cache.calculate_kv_scales,
+        "kv_cache": kv_cache_summary(config.cache.kv_cache_dtype, dtype, config.cache.calculate_kv_scales,
                                      facts.source),
-        "error": error,
+        "error": failed[0]["error"] if failed else None,
+        "groups": groups,
     }
 
 
 def render_plain(report: dict) -> str:
-    """A plain-text table (used when stdout is not a terminal or rich is missing)."""
-    cfg, plat = report["selector_config"], report["platform"]
+    """A plain-text table (used when stdout is not a terminal or rich is missing); one per layer group when the
+    model has several."""
+    plat = report["platform"]
     lines = [f"Platform: {plat['description']}" + ("  [packages assumed installed]" if report["assume_installed"] else ""),
              f"Model: {report['model']['source']}  (heads {report['model']['num_heads']}, "
-             f"kv heads {report['model']['num_kv_heads']})",
-             "Selector config: " + ", ".join(f"{k}={v}" for k, v in cfg.items()), _kv_cache_line(report), ""]
-    width = max(len(n) for n in report["backends"]) + 2
-    lines.append(f"{'backend':<{width}}{'prio':<6}status")
-    for name, entry in report["backends"].items():
-        prio = str(report["priority"].index(name) + 1) if entry["in_priority"] else "-"
-        status = "✓" if entry["usable"] else "✗ " + "; ".join(entry["reasons"])
-        lines.append(f"{name:<{width}}{prio:<6}{status}")
+             f"kv heads {report['model']['num_kv_heads']})", _kv_cache_line(report)]
+    several = len(report["groups"]) > 1
+    for group in report["groups"]:
+        if several:
+            lines += ["", f"{group['name'][0].upper()}{group['name'][1:]}: {group['selected'] or 'no backend'}"]
+        lines += ["Selector config: " + ", ".join(f"{k}={v}" for k, v in group["selector_config"].items()), ""]
+        width = max(len(n) for n in group["backends"]) + 2
+        lines.append(f"{'backend':<{width}}{'prio':<6}status")
+        for name, entry in group["backends"].items():
+            prio = str(report["priority"].index(name) + 1) if entry["in_priority"] else "-"
+            status = "✓" if entry["usable"] else "✗ " + "; ".join(entry["reasons"])
+            lines.append(f"{name:<{width}}{prio:<6}{status}")
     lines += ["", "Priority order: " + " > ".join(report["priority"]), _verdict(report)]
     return "\n".join(lines)
 
@@ -160,17 +198,20 @@ def render_rich(report: dict) -> None:
     plat = report["platform"]
     console.print(f"[bold]Platform:[/bold] {plat['description']}"
                   + ("  [dim](packages assumed installed)[/dim]" if report["assume_installed"] else ""))
-    console.print(f"[bold]Model:[/bold] {report['model']['source']}  "
-                  + ", ".join(f"{k}={v}" for k, v in report["selector_config"].items()))
     console.print(f"[bold]{_kv_cache_line(report)}[/bold]")
-    table = Table(show_lines=False)
-    for col in ("backend", "priority", "status"):
-        table.add_column(col)
-    for name, entry in report["backends"].items():
-        prio = str(report["priority"].index(name) + 1) if entry["in_priority"] else "-"
-        status = "[green]✓[/green]" if entry["usable"] else "[red]✗[/red] " + "\n".join(entry["reasons"])
-        table.add_row(name, prio, status)
-    console.print(table)
+    for group in report["groups"]:
+        if len(report["groups"]) > 1:
+            console.print(f"[bold]{group['name']}:[/bold] {group['selected'] or 'no backend'}")
+        console.print(f"[bold]Model:[/bold] {report['model']['source']}  "
+                      + ", ".join(f"{k}={v}" for k, v in group["selector_config"].items()))
+        table = Table(show_lines=False)
+        for col in ("backend", "priority", "status"):
+            table.add_column(col)
+        for name, entry in group["backends"].items():
+            prio = str(report["priority"].index(name) + 1) if entry["in_priority"] else "-"
+            status = "[green]✓[/green]" if entry["usable"] else "[red]✗[/red] " + "\n".join(entry["reasons"])
+            table.add_row(name, prio, status)
+        console.print(table)
     console.print("Priority order: " + " > ".join(report["priority"]))
     console.print(f"[bold]{_verdict(report)}[/bold]")
 

@@ -73,9 +73,10 @@ def _add_outputs(p: argparse.ArgumentParser, plot_help: str) -> None:
 
 
 def _add_baseline(g) -> None:
-    g.add_argument("--baseline", default=None, choices=["transformers"],
-                   help="also run the same requests through transformers' generate (same model, dtype, device) "
-                        "in this process, and report the ratio")
+    g.add_argument("--baseline", default=None, choices=["transformers", "vllm"],
+                   help="also run the same requests through transformers' generate (in this process) or vLLM (a "
+                        "subprocess, after the engine exits; needs vllm and a --model folder), with the same "
+                        "model, dtype and lengths, and report the ratio")
 
 
 def _add_throughput(kinds) -> None:
@@ -127,6 +128,12 @@ def _add_latency(kinds) -> None:
                    help="untimed batches first (default 1)")
     g.add_argument("--compare-tensor-parallel-sizes", type=positive_int, nargs="+", default=None, metavar="N",
                    help="run the engine once per tensor-parallel size, in this run (e.g. 1 2); rows 'attnserve tpN'")
+    from attnserve.core.sampling_params import ALLOWED
+    from attnserve.entrypoints.cli.arg_types import typed
+
+    for name, off in (("presence_penalty", 0.0), ("frequency_penalty", 0.0), ("repetition_penalty", 1.0)):
+        g.add_argument(f"--{name.replace('_', '-')}", type=typed(float, ALLOWED[name]), default=off,
+                       help=f"every request's {name} (default {off}: off)")
     _add_baseline(g)
     _add_outputs(p, "output tokens/s over batch size, with the roofline")
     p.set_defaults(func=run_latency)
@@ -183,12 +190,26 @@ def _finish(args: argparse.Namespace, result: dict, plot) -> int:
     return 0
 
 
+def _check_baseline(args: argparse.Namespace, config) -> None:
+    """Exit 2 naming --baseline when the vLLM baseline cannot run here (before any model loads)."""
+    if args.baseline != "vllm":
+        return
+    from attnserve.benchmarks.vllm_baseline import check_vllm_baseline
+    from attnserve.refusals import Refused, message
+
+    try:
+        check_vllm_baseline(config.model.model)
+    except Refused as e:
+        args._engine_arg_parser.error(message(e.refusal.at("argument --baseline", names_path=True)))
+
+
 def run_throughput(args: argparse.Namespace) -> int:
     from attnserve.benchmarks.requests import PromptsFileError
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
     _check_plot(args, args._engine_arg_parser)
+    _check_baseline(args, config)
     for flag, value, unused in (("--prefix-len", args.prefix_len, 0), ("--num-turns", args.num_turns, 1)):
         if value != unused and args.prompts_file:
             args._engine_arg_parser.error(f"argument {flag}: {value} not allowed with --prompts-file (it shapes "
@@ -215,18 +236,26 @@ def run_throughput(args: argparse.Namespace) -> int:
     return _finish(args, result, plot_throughput)
 
 
+def _penalties(args: argparse.Namespace) -> dict:
+    """The penalty flags that are not off, as SamplingParams fields."""
+    off = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0}
+    return {k: getattr(args, k) for k, v in off.items() if getattr(args, k) != v}
+
+
 def run_latency(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
     _check_plot(args, args._engine_arg_parser)
+    _check_baseline(args, config)
     from attnserve.benchmarks.latency import run_latency as run
     from attnserve.benchmarks.plots import plot_latency
 
     try:
         result = run(config, batch_sizes=args.batch_size, input_len=args.input_len, output_len=args.output_len,
                      num_iters=args.num_iters, num_iters_warmup=args.num_iters_warmup, baseline=args.baseline,
-                     progress=args.progress, tensor_parallel_sizes=args.compare_tensor_parallel_sizes)
+                     progress=args.progress, tensor_parallel_sizes=args.compare_tensor_parallel_sizes,
+                     sampling=_penalties(args))
     except (OSError, ValueError) as e:
         key = getattr(e, "key", None)
         if key == "tensor_parallel_size" and args.compare_tensor_parallel_sizes:  # the sizes run are this flag's

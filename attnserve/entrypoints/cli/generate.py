@@ -11,11 +11,15 @@ from dataclasses import replace
 from attnserve.refusals import PYTHON, message
 
 DEFAULT_PROMPT = "What are the three primary colors? Answer in one sentence."
+# the sampling flags' values when neither the command line nor the generation config (--generation-config) sets them
+GENERATE_DEFAULTS = {"max_tokens": 128, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
+                     "repetition_penalty": 1.0}
 
 
 def add_parser(subparsers) -> None:
     from attnserve.core.sampling_params import ALLOWED
     from attnserve.entrypoints.cli.arg_types import output_file, typed
+    from attnserve.entrypoints.cli.chat_args import add_chat_template_args
     from attnserve.entrypoints.cli.engine_args import add_engine_args
 
     p = subparsers.add_parser(
@@ -29,20 +33,46 @@ def add_parser(subparsers) -> None:
     g.add_argument("--prompts-file", default=None,
                    help="a text file with one prompt per line (blank lines skipped), or JSONL with a \"prompt\" "
                         "string per line, as bench throughput and bench serve read it")
-    g.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template")
+    g.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template (or "
+                                                       "--chat-template's)")
     # the sampling flags' ranges are SamplingParams' (checked when it is built); their types are checked here
-    g.add_argument("--max-tokens", type=typed(int, ALLOWED["max_tokens"]), default=128,
-                   help="most tokens to generate per prompt (>= 1)")
-    g.add_argument("--temperature", type=typed(float, ALLOWED["temperature"]), default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-p", type=typed(float, ALLOWED["top_p"]), default=1.0, help="nucleus sampling mass in (0, 1]")
-    g.add_argument("--top-k", type=typed(int, ALLOWED["top_k"]), default=0, help="keep the k most likely tokens; 0 = all")
-    g.add_argument("--min-p", type=typed(float, ALLOWED["min_p"]), default=0.0,
-                   help="drop tokens below min_p x the top probability")
+    # left out: the generation config's value (--generation-config), else GENERATE_DEFAULTS
+    g.add_argument("--max-tokens", type=typed(int, ALLOWED["max_tokens"]), default=None,
+                   help="most tokens to generate per prompt (>= 1; default 128, at most the generation config's "
+                        "max_new_tokens)")
+    g.add_argument("--temperature", type=typed(float, ALLOWED["temperature"]), default=None,
+                   help="0 = greedy (default, unless the generation config sets one)")
+    g.add_argument("--top-p", type=typed(float, ALLOWED["top_p"]), default=None,
+                   help="nucleus sampling mass in (0, 1] (default 1, or the generation config's)")
+    g.add_argument("--top-k", type=typed(int, ALLOWED["top_k"]), default=None,
+                   help="keep the k most likely tokens; 0 = all (default, or the generation config's)")
+    g.add_argument("--min-p", type=typed(float, ALLOWED["min_p"]), default=None,
+                   help="drop tokens below min_p x the top probability (default 0, or the generation config's)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeat for several)")
     g.add_argument("--n", type=typed(int, ALLOWED["n"]), default=1, help="completions per prompt")
     g.add_argument("--logprobs", type=typed(int, ALLOWED["logprobs"]), default=None,
                    help="top logprobs to return per token")
     g.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS")
+    add_chat_template_args(p, serve=False)
+    g.add_argument("--presence-penalty", type=typed(float, ALLOWED["presence_penalty"]), default=0.0,
+                   help="subtracted from the logit of every token already generated, in [-2, 2]")
+    g.add_argument("--frequency-penalty", type=typed(float, ALLOWED["frequency_penalty"]), default=0.0,
+                   help="subtracted from a token's logit once per time it was generated, in [-2, 2]")
+    g.add_argument("--repetition-penalty", type=typed(float, ALLOWED["repetition_penalty"]), default=None,
+                   help="> 1 discourages tokens of the prompt and output (vLLM's; 1 = off)")
+    g.add_argument("--min-tokens", type=typed(int, ALLOWED["min_tokens"]), default=0,
+                   help="generate at least this many tokens before EOS or a stop")
+    g.add_argument("--bad-words", action="append", default=None, metavar="WORD", help="never generate WORD (repeat)")
+    g.add_argument("--allowed-token-ids", type=typed(int, "token ids"), nargs="+", default=None, metavar="ID",
+                   help="generate only these token ids")
+    g.add_argument("--logit-bias", action="append", default=None, metavar="ID=BIAS",
+                   help="add BIAS to token ID's logit (repeat)")
+    g.add_argument("--include-stop-str-in-output", action="store_true",
+                   help="keep the stop string that ended the text in it")
+    g.add_argument("--prompt-logprobs", type=typed(int, ALLOWED["prompt_logprobs"]), default=None,
+                   help="top logprobs per prompt token (in --output-json)")
+    g.add_argument("--truncate-prompt-tokens", type=typed(int, ALLOWED["truncate_prompt_tokens"]), default=None,
+                   help="keep only the prompt's last N tokens (-1: max_model_len)")
     g.add_argument("--output-json", type=output_file, default=None, metavar="FILE", help="write every request's prompt, text, tokens and timings here")
     p.set_defaults(func=run)
 
@@ -77,17 +107,37 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
     return prompts, args.chat
 
 
+def _logit_bias(items: list[str] | None) -> dict[int, float] | None:
+    """``--logit-bias ID=BIAS`` flags as a dict; ValueError naming the flag for one that is not ID=BIAS."""
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        token, sep, bias = item.partition("=")
+        try:
+            out[int(token)] = float(bias)
+        except ValueError:
+            raise ValueError(f"argument --logit-bias: {item!r} not allowed (allowed: TOKEN_ID=BIAS)") from None
+        if not sep:
+            raise ValueError(f"argument --logit-bias: {item!r} not allowed (allowed: TOKEN_ID=BIAS)")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
     from attnserve.core.sampling_params import SamplingParams, SamplingParamsError
 
+    given = {name: getattr(args, name) for name in GENERATE_DEFAULTS if getattr(args, name) is not None}
     try:
         params = SamplingParams(
-            n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-            max_tokens=args.max_tokens, stop=args.stop, logprobs=args.logprobs,
-            ignore_eos=args.ignore_eos,
+            n=args.n, **{**GENERATE_DEFAULTS, **given}, stop=args.stop, logprobs=args.logprobs,
+            ignore_eos=args.ignore_eos, presence_penalty=args.presence_penalty,
+            frequency_penalty=args.frequency_penalty,
+            min_tokens=args.min_tokens, bad_words=args.bad_words, allowed_token_ids=args.allowed_token_ids,
+            logit_bias=_logit_bias(args.logit_bias), include_stop_str_in_output=args.include_stop_str_in_output,
+            prompt_logprobs=args.prompt_logprobs, truncate_prompt_tokens=args.truncate_prompt_tokens,
         )
         prompts, chat = _prompts(args)
     except SamplingParamsError as e:  # the flag names the parameter: the value and what is allowed
@@ -100,9 +150,13 @@ def run(args: argparse.Namespace) -> int:
     from attnserve.engine.request_checks import MaxTokensTooLargeError
 
     try:
-        outputs, stats = generate_to_terminal(config, prompts, params, chat, sys.stdout, sys.stderr)
+        outputs, stats = generate_to_terminal(config, prompts, params, chat or args.chat_template is not None,
+                                              sys.stdout, sys.stderr, given=set(given),
+                                              chat_template=args.chat_template)
     except MaxTokensTooLargeError as e:  # a prompt that fits, but not with --max-tokens more (the server's words)
         return _error(f"argument --max-tokens: {e}")
+    except SamplingParamsError as e:  # what the engine refuses of them (--logprobs over --max-logprobs)
+        return _error(message(e.refusal.at(f"argument --{e.name.replace('_', '-')}", names_path=True, written=PYTHON)))
     except (ValueError, FileNotFoundError) as e:  # unknown model, bad architecture, prompt too long, ...
         return _error(error_line(args, e))
     if args.output_json:
@@ -111,19 +165,38 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def generate_to_terminal(config, prompts: list[str], params, chat: bool, out, err) -> tuple[list, dict]:
+def with_generation_defaults(params, defaults: dict, given: set[str]):
+    """``params`` with the generation config's ``defaults`` for the fields the command line left out (``given``: the
+    ones it set); ``max_tokens`` is capped by the config's, as the server caps it."""
+    changes = {name: value for name, value in defaults.items() if name not in given and name != "max_tokens"}
+    if "max_tokens" in defaults:
+        changes["max_tokens"] = min(params.max_tokens, defaults["max_tokens"])
+    return replace(params, **changes) if changes else params
+
+
+def generate_to_terminal(config, prompts: list[str], params, chat: bool, out, err, given: set[str] | None = None,
+                         chat_template: str | None = None) -> tuple[list, dict]:
     """Run ``prompts``; stream one prompt's text to ``out`` as it is generated, or show a tqdm bar on
-    ``err`` for several and print each result at the end. Returns the outputs and timing stats."""
+    ``err`` for several and print each result at the end. Returns the outputs and timing stats.
+
+    ``given``: the sampling fields the command line set; the others take the generation config's values
+    (``with_generation_defaults``); None: ``params`` as they are. ``chat_template``: the template's text for ``chat``
+    (None: the tokenizer's)."""
     from attnserve.engine.llm_engine import LLMEngine
+    from attnserve.entrypoints.chat_utils import ChatTemplateOptions, apply_chat_template
 
     t0 = time.perf_counter()
     engine = LLMEngine(config, warn_kv_cache_limit=False)
     load_s = time.perf_counter() - t0
+    if given is not None:
+        params = with_generation_defaults(params, engine.generation_defaults, given)
+    engine.check_params(params)
     tok = engine.tokenizer
     if chat:
-        prompts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-                   for p in prompts]
-    token_prompts = [engine.check_prompt(tok.encode(p, add_special_tokens=not chat)) for p in prompts]
+        options = ChatTemplateOptions(chat_template)
+        prompts = [apply_chat_template(tok, [{"role": "user", "content": p}], options) for p in prompts]
+    token_prompts = [engine.check_prompt(tok.encode(p, add_special_tokens=not chat),
+                                         truncate_prompt_tokens=params.truncate_prompt_tokens) for p in prompts]
     for ids in token_prompts:  # refused as LLM.generate and the server refuse it, not cut short at max_model_len
         engine.check_max_tokens(len(ids), params)
     engine.warn_kv_cache_limit()  # once every prompt fits: a prompt that does not is one error line, not both

@@ -20,6 +20,9 @@ class ModelAttentionFacts:
     num_kv_heads: int | None
     sliding_window: int | None = None  # tokens
     logits_soft_cap: float | None = None
+    layers: tuple = ()
+    """Each layer's ``LayerAttention`` (head size, window, soft cap, sinks) when the model's config was read;
+    empty when the facts came from flags only."""
     hf_config: Any = field(default=None, repr=False, compare=False)
     """The model's transformers config (its checkpoint dtype decides ``--dtype auto`` on a GPU, through
     the engine's ``resolve_dtype``); None when the facts came from flags only."""
@@ -40,6 +43,6 @@ def read_model_facts(model: str | None) -> ModelAttentionFacts:
         raise ValueError(f"argument --model: {e} (or pass --head-size, --num-heads, --num-kv-heads)") from None
     config = load_hf_config(source)
     dims = get_model_class(config).dims(config)
-    cap = getattr(config, "attn_logit_softcapping", None)
+    layers = dims.layer_attention()
     return ModelAttentionFacts(source.path, dims.head_size, dims.num_heads, dims.num_kv_heads,
-                               dims.sliding_window, float(cap) if cap else None, hf_config=config)
+                               layers[0].sliding_window, layers[0].logits_soft_cap, layers, hf_config=config)

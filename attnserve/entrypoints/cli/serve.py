@@ -9,7 +9,8 @@ import socket
 import sys
 
 from attnserve.config import EngineConfig
-from attnserve.entrypoints.cli.arg_types import port, seconds
+from attnserve.entrypoints.cli.arg_types import nonnegative_int, port, positive_int, seconds
+from attnserve.entrypoints.cli.chat_args import add_chat_template_args
 from attnserve.entrypoints.cli.engine_args import ConfigError, add_engine_args, engine_config_from_args, error_line
 
 
@@ -32,9 +33,57 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="seconds in-flight requests may run on after SIGINT/SIGTERM before they are aborted "
                         "(default 10; 0: at once; an aborted request ends with finish_reason abort)")
     g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    add_chat_template_args(parser, serve=True)
+    _add_limit_args(parser)
     add_engine_args(parser, positional_model=True)
     parser.set_defaults(func=run)
     return parser
+
+
+def _add_limit_args(parser: argparse.ArgumentParser) -> None:
+    """Limits against hostile and slow clients (docs/serving.md, "Limits"); each refusal is OpenAI's error body
+    with ``code`` naming the limit."""
+    from attnserve.entrypoints.openai.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
+    from attnserve.entrypoints.openai.connection import ConnectionLimits
+
+    d = ConnectionLimits()
+    g = parser.add_argument_group("limits (0 turns a limit or deadline off)")
+    g.add_argument("--max-request-body-bytes", type=nonnegative_int, default=DEFAULT_MAX_REQUEST_BODY_BYTES,
+                   metavar="BYTES", help=f"larger request bodies are answered 413, refused while they are read "
+                                         f"(default {DEFAULT_MAX_REQUEST_BODY_BYTES}: 8 MiB)")
+    g.add_argument("--timeout-request-header", type=seconds, default=d.timeout_request_header, metavar="S",
+                   help=f"seconds a connection has to send a request's headers, else 408 and closed "
+                        f"(default {d.timeout_request_header:g})")
+    g.add_argument("--timeout-request-body", type=seconds, default=d.timeout_request_body, metavar="S",
+                   help=f"seconds a request has to send its body after its headers, else 408 and closed "
+                        f"(default {d.timeout_request_body:g})")
+    g.add_argument("--timeout-write-stall", type=seconds, default=d.timeout_write_stall, metavar="S",
+                   help=f"seconds a client may leave its response unread (the send buffer full) before the "
+                        f"connection is closed and its request aborted (default {d.timeout_write_stall:g})")
+    g.add_argument("--timeout-keep-alive", type=seconds, default=5.0, metavar="S",
+                   help="seconds an idle kept-alive connection stays open (default 5, as uvicorn and vLLM)")
+    g.add_argument("--limit-concurrency", type=positive_int, default=None, metavar="N",
+                   help="connections (and requests in progress) at most; more are answered 503 (default 4096, "
+                        "or the open-file limit minus 128 when that is lower)")
+    g.add_argument("--h11-max-incomplete-event-size", type=positive_int, default=d.h11_max_incomplete_event_size,
+                   metavar="BYTES", help=f"bytes of a request's header block at most, else 431 (default "
+                                         f"{d.h11_max_incomplete_event_size}, as vLLM)")
+    g.add_argument("--h11-max-header-count", type=positive_int, default=d.h11_max_header_count, metavar="N",
+                   help=f"request headers at most, else 431 (default {d.h11_max_header_count}, as vLLM)")
+
+
+def limits_from_args(args: argparse.Namespace):
+    """(max request body bytes or None, ConnectionLimits) from the flags; 0 turns a limit off."""
+    from attnserve.entrypoints.openai.connection import ConnectionLimits
+
+    def off(value):
+        return value or None
+
+    return off(args.max_request_body_bytes), ConnectionLimits(
+        timeout_request_header=off(args.timeout_request_header), timeout_request_body=off(args.timeout_request_body),
+        timeout_write_stall=off(args.timeout_write_stall), limit_concurrency=args.limit_concurrency,
+        h11_max_header_count=args.h11_max_header_count,
+        h11_max_incomplete_event_size=args.h11_max_incomplete_event_size)
 
 
 def _error(args: argparse.Namespace, e: ValueError) -> int:
@@ -66,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, config: EngineConfig, sock: socket.socket) -> int:
     """Fetch the model, check its config, serve on the bound ``sock``; the exit code."""
     from attnserve.entrypoints.openai.server import ServerArgs, run_server
+    from attnserve.entrypoints.openai.serving import ChatSettings
     from attnserve.model_executor.loader import fetch_model
 
     try:  # a hub model downloads here, in the foreground with progress bars; the engine then finds it cached
@@ -86,9 +136,16 @@ def _serve(args: argparse.Namespace, config: EngineConfig, sock: socket.socket) 
         return _error(args, e)
     except Exception:  # not a setting's error (an unreadable file, a bug): the load meets it and reports it, exit 1
         logging.getLogger(__name__).debug("the model's config check failed; the load will report it", exc_info=True)
+    max_body, connection = limits_from_args(args)
     server_args = ServerArgs(host=args.host, port=args.port, served_model_names=tuple(args.served_model_name or ()),
                              api_key=args.api_key or None,
-                             metrics_without_auth=args.metrics_without_auth, shutdown_timeout=args.shutdown_timeout, log_level=args.log_level)
+                             metrics_without_auth=args.metrics_without_auth, shutdown_timeout=args.shutdown_timeout,
+                             log_level=args.log_level, max_request_body_bytes=max_body,
+                             timeout_keep_alive=args.timeout_keep_alive, connection=connection,
+                             chat=ChatSettings(args.chat_template, args.default_chat_template_kwargs,
+                                               args.trust_request_chat_template))
+    if args.chat_template is not None:
+        logging.getLogger(__name__).info("using the chat template of --chat-template:\n%s", args.chat_template)
     try:
         code = run_server(config, server_args, sock)
     except ConfigError as e:  # a setting only the load could refuse (the GPU's memory once the weights are in)

@@ -2,8 +2,11 @@
 
 ``attnserve serve`` binds it right after reading its flags, before it reads the model's config or loads
 anything, so that an address in use is one line and exit status 1 at once, not uvicorn's error once the model
-has loaded. uvicorn then listens on that same socket (``uvicorn.Server.run(sockets=[sock])``): no other process
-can take the port between the check and the real bind.
+has loaded. The socket listens at once: on Linux two sockets with SO_REUSEADDR may both bind one port while
+neither listens, and the second to listen would fail later, in uvicorn, with a traceback; a listening socket
+holds the port, and the other process's bind (or listen) fails here with the same one line. uvicorn then
+accepts on that same socket (``uvicorn.Server.run(sockets=[sock])``); connections made while the model's
+config is checked wait in the backlog.
 """
 
 from __future__ import annotations
@@ -19,15 +22,20 @@ _HINTS = {
 }
 
 
+BACKLOG = 2048  # uvicorn's default
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (port 0: a free one), not yet listening; uvicorn listens on it.
-    Raises OSError: the port is in use, the address is not this machine's, the host name does not resolve
-    (``socket.gaierror``), a port below 1024 without the privilege."""
+    """A TCP socket bound to ``host:port`` (port 0: a free one) and listening; uvicorn accepts on it.
+    Raises OSError: the port is in use (by a socket that listens, or one bound that listens first), the address
+    is not this machine's, the host name does not resolve (``socket.gaierror``), a port below 1024 without the
+    privilege."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn chooses it
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: restart past TIME_WAIT
         sock.bind((host, port))
+        sock.listen(BACKLOG)
     except OSError:
         sock.close()
         raise

@@ -1,9 +1,13 @@
 """Pydantic request and response models of the OpenAI API subset the server speaks.
 
 Field names, defaults and shapes follow OpenAI's API reference (completions, chat completions, models,
-errors); ``top_k``, ``min_p``, ``ignore_eos``, ``stop_token_ids`` and ``skip_special_tokens`` are vLLM's
-extensions. Unknown request fields are ignored (as vLLM does) so that existing tools work unchanged, except
-the ones that ask for something attnserve cannot do, which are declared here and refused with a 400:
+errors); ``top_k``, ``min_p``, ``ignore_eos``, ``stop_token_ids``, ``skip_special_tokens``, ``repetition_penalty``,
+``min_tokens``, ``bad_words``, ``allowed_token_ids``, ``prompt_logprobs``, ``include_stop_str_in_output``,
+``spaces_between_special_tokens``, ``truncate_prompt_tokens``, the chat-template fields and /tokenize, /detokenize
+are vLLM's extensions. A request field a model here does not declare is kept (``model_extra``) and judged by
+``vllm_fields.check_extra_fields``: one of vLLM's is refused with a 400 unless its value changes nothing, any other
+is ignored with a warning in the log (as vLLM does). Some declared fields ask for something attnserve cannot do and
+are refused with a 400 too:
 ``response_format`` other than text and vLLM's ``guided_*`` / ``structured_outputs`` (structured output); on
 chat, non-empty ``tools`` or ``functions``, ``tool_choice`` or ``function_call`` other than "none" (tool calling).
 Ranges are declared on the fields, so that they show in the OpenAPI schema and violations are 400s. Types are
@@ -20,7 +24,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from attnserve.config.model import SEED_MAX, SEED_MIN, SEED_WORDS
-from attnserve.core.sampling_params import MAX_LOGPROBS  # vLLM's default max_logprobs
 
 # every seed's range, the engine's and SamplingParams' (OpenAI's API and vLLM take it too), in the same words
 _SEED = dict(ge=SEED_MIN, le=SEED_MAX, json_schema_extra={"x-allowed": SEED_WORDS})
@@ -79,7 +82,11 @@ class UsageInfo(BaseModel):
 
 
 class SamplingFields(OpenAIModel):
-    """The sampling and stopping fields that completions and chat completions share."""
+    """The sampling and stopping fields that completions and chat completions share. Fields it does not declare are
+    kept (``model_extra``) for ``vllm_fields.check_extra_fields``: a vLLM field attnserve does not implement is
+    refused, any other is ignored with a warning."""
+
+    model_config = ConfigDict(extra="allow")
 
     model: str | None = None  # None or "" = the served model
     n: int = Field(1, ge=1, le=MAX_N)
@@ -91,9 +98,10 @@ class SamplingFields(OpenAIModel):
     stop: NonEmptyStr | list[NonEmptyStr] | None = None  # "" would stop before the first token
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    presence_penalty: float | None = Field(0.0, ge=-2.0, le=2.0, description="only 0 is supported")
-    frequency_penalty: float | None = Field(0.0, ge=-2.0, le=2.0, description="only 0 is supported")
-    logit_bias: dict[str, float] | None = Field(None, description="not supported: must be empty")
+    presence_penalty: float | None = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(0.0, ge=-2.0, le=2.0)
+    # token id (a decimal string) -> bias added to its logit, clamped to [-100, 100] (as OpenAI and vLLM)
+    logit_bias: dict[str, float] | None = None
     response_format: ResponseFormat | None = Field(None, description="only type 'text' is supported")
     # vLLM's structured-output extensions (``guided_*`` up to vLLM 0.10, then ``structured_outputs``): declared
     # so that a request using them is refused (``serving.check_unsupported``), not answered in free text
@@ -106,6 +114,15 @@ class SamplingFields(OpenAIModel):
     ignore_eos: bool = False
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
     skip_special_tokens: bool = True
+    # vLLM's sampling extensions (core/sampling_params.py says what each does)
+    repetition_penalty: float | None = Field(None, gt=0.0, description="vLLM extension; default 1.0 (off)")
+    min_tokens: int = Field(0, ge=0, description="vLLM extension")
+    bad_words: list[str] = Field(default_factory=list, description="vLLM extension")
+    allowed_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="vLLM extension")
+    prompt_logprobs: int | None = Field(None, ge=0, description="vLLM extension; not with stream; at most --max-logprobs")
+    include_stop_str_in_output: bool = False
+    spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: int | None = Field(None, ge=-1, description="vLLM extension; -1 = max_model_len")
 
 
 # --- completions -------------------------------------------------------------------------------------
@@ -114,8 +131,9 @@ class CompletionRequest(SamplingFields):
 
     prompt: str | list[str] | list[Annotated[int, Field(ge=0)]] | list[list[Annotated[int, Field(ge=0)]]]
     max_tokens: int | None = Field(16, ge=1, description="None = up to the context length")
+    add_special_tokens: bool = Field(True, description="vLLM extension: the tokenizer adds its special tokens (BOS)")
     echo: bool | None = False
-    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    logprobs: int | None = Field(None, ge=0, description="at most the server's --max-logprobs")
     best_of: int | None = Field(None, ge=1, le=MAX_N, description="must equal n when given")
     suffix: str | None = Field(None, description="not supported: must be empty")
 
@@ -127,12 +145,25 @@ class CompletionLogProbs(BaseModel):
     top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
 
 
+class PromptLogprob(BaseModel):
+    """vLLM's ``Logprob`` of a prompt token: its logprob, rank (1 = most likely) and text."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+# vLLM's prompt_logprobs: None for the first prompt token, then {token id: PromptLogprob} per token
+PromptLogprobs = list[dict[int, PromptLogprob] | None]
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
     logprobs: CompletionLogProbs | None = None
     finish_reason: Literal["stop", "length", "abort"] | None = None
     stop_reason: int | str | None = None  # vLLM extension: the stop string or token id
+    prompt_logprobs: PromptLogprobs | None = None  # vLLM extension
 
 
 class CompletionResponse(BaseModel):
@@ -177,8 +208,19 @@ class ChatCompletionRequest(SamplingFields):
     max_tokens: int | None = Field(None, ge=1, description="deprecated by OpenAI for max_completion_tokens")
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = False
-    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    top_logprobs: int | None = Field(None, ge=0, description="at most the server's --max-logprobs")
     add_generation_prompt: bool = True
+    # vLLM's chat-template extensions (chat_utils.ChatTemplateOptions)
+    continue_final_message: bool = Field(False, description="vLLM extension: leave the last message open for the "
+                                                            "model to continue (with add_generation_prompt false)")
+    chat_template: str | None = Field(None, description="vLLM extension: a Jinja chat template for this request "
+                                                        "(needs --trust-request-chat-template)")
+    chat_template_kwargs: dict[str, Any] | None = Field(None, description="vLLM extension: more variables for the "
+                                                                          "chat template")
+    add_special_tokens: bool = Field(False, description="vLLM extension: the tokenizer adds its special tokens "
+                                                        "(BOS) on top of the template's")
+    echo: bool = Field(False, description="vLLM extension: the reply starts with the last message's content when "
+                                          "that message is the assistant's")
     tools: list[dict[str, Any]] | None = Field(None, description="not supported: must be empty")
     functions: list[dict[str, Any]] | None = Field(None, description="deprecated by OpenAI for tools; must be empty")
     tool_choice: str | dict[str, Any] | None = Field(None, description="not supported: only 'none'")
@@ -226,6 +268,7 @@ class ChatCompletionResponse(BaseModel):
     choices: list[ChatCompletionChoice]
     usage: UsageInfo
     system_fingerprint: str | None = None
+    prompt_logprobs: PromptLogprobs | None = None  # vLLM extension
 
 
 class ChatStreamChoice(BaseModel):
@@ -243,6 +286,53 @@ class ChatCompletionStreamResponse(BaseModel):
     model: str
     choices: list[ChatStreamChoice]
     usage: UsageInfo | None = None
+
+
+# --- tokenize, detokenize (vLLM's) --------------------------------------------------------------------------
+class TokenizeCompletionRequest(OpenAIModel):
+    """``POST /tokenize`` with a prompt."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    prompt: str
+    add_special_tokens: bool = True
+    return_token_strs: bool | None = False
+
+
+class TokenizeChatRequest(OpenAIModel):
+    """``POST /tokenize`` with chat messages: the chat template's prompt, as /v1/chat/completions renders it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: bool | None = False
+
+
+class TokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeRequest(OpenAIModel):
+    """``POST /detokenize``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    tokens: list[Annotated[int, Field(ge=0)]]
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str
 
 
 # --- models, version ---------------------------------------------------------------------------------

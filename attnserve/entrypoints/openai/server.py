@@ -4,12 +4,17 @@ The app starts answering as soon as it listens: while the model loads, ``/health
 answer 503. A failed load ends the process with exit code 1 and one line on stderr; a load that refused a
 setting (a keyed ConfigError) is raised by ``run_server`` for ``attnserve serve`` to name the flag (exit 2).
 
-SIGINT/SIGTERM: the server stops accepting connections and new requests (503), lets the requests in flight
-run for ``shutdown_timeout`` seconds (default 10: a rolling restart drains), then aborts the rest between two
-engine steps. Each
-aborted request still gets its answer: a stream's last chunk has finish_reason "abort", then ``data: [DONE]``;
-a non-streamed request gets its partial result with finish_reason "abort". uvicorn waits up to
-``ABORT_GRACE_S`` more for those answers to go out, the engine thread stops, and the process exits 0.
+SIGINT/SIGTERM: the server keeps accepting connections but answers new requests (and ``/health``) 503 in
+OpenAI's error format, with ``Connection: close``; it lets the requests in flight run for ``shutdown_timeout``
+seconds (default 10: a rolling restart drains), then aborts the rest between two engine steps. Once no request
+is left in the engine, uvicorn stops listening and shuts down. Each aborted request still gets its answer: a
+stream's last chunk has finish_reason "abort", then ``data: [DONE]``; a non-streamed request gets its partial
+result with finish_reason "abort". uvicorn waits up to ``ABORT_GRACE_S`` more for those answers to go out, the
+engine thread stops, and the process exits 0. A second signal aborts the requests in flight at once.
+
+Hostile and slow clients: request bodies are limited while they are read (``body_limit.py``), each connection
+has deadlines for its request's headers and body and for a client that stops reading, and connections are
+capped (``connection.py``); a stream's outputs wait in one slot, not a queue (``engine/output_collector.py``).
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ import functools
 import hmac
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
+import dataclasses
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -36,6 +43,8 @@ from attnserve.config.fields import ConfigError
 from attnserve.engine.async_engine import AsyncLLMEngine
 from attnserve.engine.llm_engine import LLMEngine
 from attnserve.entrypoints.openai.body import JSONBodyRoute
+from attnserve.entrypoints.openai.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES, RequestBodyLimit
+from attnserve.entrypoints.openai.connection import ConnectionLimits, guarded_protocol
 from attnserve.entrypoints.openai.errors import (
     OpenAIError,
     body_message,
@@ -51,14 +60,17 @@ from attnserve.entrypoints.openai.protocol import (
     ChatCompletionResponse,
     CompletionRequest,
     CompletionResponse,
+    DetokenizeResponse,
     ErrorResponse,
     ModelCard,
     ModelList,
+    TokenizeResponse,
     VersionResponse,
 )
-from attnserve.entrypoints.openai.serving import ServingContext, load_error_summary
+from attnserve.entrypoints.openai.serving import ChatSettings, ServingContext, load_error_summary
 from attnserve.entrypoints.openai.serving_chat import create_chat_completion
 from attnserve.entrypoints.openai.serving_completion import create_completion
+from attnserve.entrypoints.openai.serving_tokenize import DETOKENIZE_BODY, TOKENIZE_BODY, detokenize, tokenize
 
 logger = logging.getLogger(__name__)
 
@@ -66,14 +78,14 @@ logger = logging.getLogger(__name__)
 # between two engine steps) before uvicorn cancels what is left, and how long the engine thread then has to stop
 ABORT_GRACE_S = 5.0
 
-_API_ERRORS = {s: {"model": ErrorResponse, "description": status_phrase(s)} for s in (400, 401, 503)}
+_API_ERRORS = {s: {"model": ErrorResponse, "description": status_phrase(s)} for s in (400, 401, 413, 503)}
 _SSE = {"text/event-stream": {"schema": {"type": "string"}, "description": "with stream: true"}}
 _BODY_MODELS = {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest}  # for 400s
 _KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/version", "/metrics",
-                "/reset_prefix_cache"}
+                "/reset_prefix_cache", "/tokenize", "/detokenize"}
 # what --api-key guards: the API, what changes the engine's state, the API schema and (unless
 # --metrics-without-auth) the metrics; /health and /version stay open for load balancers and probes
-_GUARDED = ("/v1", "/reset_prefix_cache", "/docs", "/redoc", "/openapi.json")
+_GUARDED = ("/v1", "/reset_prefix_cache", "/tokenize", "/detokenize", "/docs", "/redoc", "/openapi.json")
 
 
 def guarded(path: str, metrics_without_auth: bool) -> bool:
@@ -99,6 +111,17 @@ class ServerArgs:
     metrics_without_auth: bool = False  # with an API key: /metrics answers without it
     shutdown_timeout: float = 10.0  # seconds in-flight requests may run on after SIGINT/SIGTERM, then aborted
     log_level: str = "info"
+    chat: ChatSettings = ChatSettings()  # --chat-template, --default-chat-template-kwargs, --trust-request-...
+    max_request_body_bytes: int | None = DEFAULT_MAX_REQUEST_BODY_BYTES  # None: no limit
+    timeout_keep_alive: float = 5.0  # seconds an idle kept-alive connection stays open (uvicorn's, vLLM's 5)
+    # deadlines and caps per connection (connection.py); limit_concurrency None: default_limit_concurrency()
+    connection: ConnectionLimits = ConnectionLimits(limit_concurrency=None)
+
+
+def default_limit_concurrency() -> int:
+    """4096 connections, or fewer when the process may open fewer files (128 kept for the server's own)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 4096 if soft == resource.RLIM_INFINITY else max(16, min(4096, soft - 128))
 
 
 def default_served_name(model: str | None) -> str:
@@ -110,8 +133,9 @@ def default_served_name(model: str | None) -> str:
     return os.path.basename(default_model_path()).split(".")[0]
 
 
-def build_app(ctx: ServingContext) -> FastAPI:
-    """The FastAPI app over a (not yet started) engine; the lifespan starts and stops it."""
+def build_app(ctx: ServingContext, max_request_body_bytes: int | None = DEFAULT_MAX_REQUEST_BODY_BYTES) -> FastAPI:
+    """The FastAPI app over a (not yet started) engine; the lifespan starts and stops it. Request bodies over
+    ``max_request_body_bytes`` (None: no limit) are answered 413 (``body_limit.py``)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -124,7 +148,8 @@ def build_app(ctx: ServingContext) -> FastAPI:
     app.router.route_class = JSONBodyRoute  # bodies read by body.parse_body: a 400 of its own for each problem
     app.state.ctx = ctx
     _add_error_handlers(app)
-    app.add_middleware(_AuthAndCount, ctx=ctx)
+    app.add_middleware(RequestBodyLimit, max_bytes=max_request_body_bytes)
+    app.add_middleware(_AuthAndCount, ctx=ctx)  # the outer one: it counts the 413s too
 
     @app.get("/health", responses={503: _API_ERRORS[503]})
     async def health() -> Response:
@@ -149,6 +174,19 @@ def build_app(ctx: ServingContext) -> FastAPI:
         ctx.check_ready()
         await ctx.engine.reset_prefix_cache()
         return Response(status_code=200)
+
+    @app.post("/tokenize", responses={401: _API_ERRORS[401], 400: _API_ERRORS[400], 503: _API_ERRORS[503]},
+              openapi_extra=TOKENIZE_BODY)
+    async def tokenize_route(raw: Request) -> TokenizeResponse:
+        """vLLM's /tokenize: ``{"prompt": text}`` or ``{"messages": [...]}`` (the chat template's prompt) ->
+        ``{"count", "max_model_len", "tokens", "token_strs"}``."""
+        return await tokenize(ctx, raw)
+
+    @app.post("/detokenize", responses={401: _API_ERRORS[401], 400: _API_ERRORS[400], 503: _API_ERRORS[503]},
+              openapi_extra=DETOKENIZE_BODY)
+    async def detokenize_route(raw: Request) -> DetokenizeResponse:
+        """vLLM's /detokenize: ``{"tokens": [...]}`` -> ``{"prompt": text}``."""
+        return await detokenize(ctx, raw)
 
     @app.get("/v1/models", responses={401: _API_ERRORS[401]})
     async def models() -> ModelList:
@@ -190,7 +228,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        return error_response(str(e.detail), e.status_code, headers=getattr(e, "headers", None))
+        return error_response(str(e.detail), e.status_code, code=getattr(e, "code", None),
+                              headers=getattr(e, "headers", None))
 
     @app.exception_handler(Exception)
     async def internal(_: Request, e: Exception) -> JSONResponse:
@@ -217,6 +256,8 @@ class _AuthAndCount:
         async def counting_send(message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
+                if self.ctx.engine.is_stopping:  # draining: the client reconnects elsewhere for its next request
+                    message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
             await send(message)
 
         try:
@@ -254,22 +295,38 @@ def run_server(config: EngineConfig, args: ServerArgs, sock: socket.socket | Non
     engine = AsyncLLMEngine(config, functools.partial(LLMEngine, refuse_short_kv_cache=True))
     ctx = ServingContext(engine=engine, served_model_names=names,
                          metrics=ServerMetrics(names[0], lambda: engine.stats), api_key=args.api_key,
-                         metrics_without_auth=args.metrics_without_auth)
-    app = build_app(ctx)
+                         metrics_without_auth=args.metrics_without_auth, chat=args.chat)
+    app = build_app(ctx, args.max_request_body_bytes)
 
     class Server(uvicorn.Server):
-        """On the first SIGINT/SIGTERM the engine refuses new requests and, after ``shutdown_timeout``
-        seconds, aborts the running ones, which end their responses themselves; uvicorn waits for them
-        (``timeout_graceful_shutdown``) instead of cancelling them mid-write."""
+        """On the first SIGINT/SIGTERM the engine refuses new requests (503) and, after ``shutdown_timeout``
+        seconds, aborts the running ones, which end their responses themselves; uvicorn keeps listening (new
+        requests are answered 503) until the engine holds no request, then shuts down, waiting for the last
+        answers (``timeout_graceful_shutdown``) instead of cancelling them mid-write. A second signal aborts
+        the requests in flight at once."""
+
+        draining = False
 
         def handle_exit(self, sig, frame) -> None:
-            if not self.should_exit:
+            if not self.draining:
+                self.draining = True
                 engine.begin_shutdown(drain_timeout=args.shutdown_timeout)
+                return
+            engine.begin_shutdown(drain_timeout=0.0)
             super().handle_exit(sig, frame)
 
+        async def on_tick(self, counter: int) -> bool:
+            if self.draining and not self.should_exit and (engine.drained or not engine.is_loaded):
+                self.should_exit = True
+            return await super().on_tick(counter)
+
+    limits = args.connection
+    if limits.limit_concurrency is None:
+        limits = dataclasses.replace(limits, limit_concurrency=default_limit_concurrency())
     server = Server(uvicorn.Config(
-        app, host=args.host, port=args.port, log_level=args.log_level,
-        timeout_graceful_shutdown=args.shutdown_timeout + ABORT_GRACE_S, timeout_keep_alive=5))
+        app, host=args.host, port=args.port, log_level=args.log_level, http=guarded_protocol(limits),
+        timeout_graceful_shutdown=ABORT_GRACE_S, timeout_keep_alive=args.timeout_keep_alive,
+        h11_max_incomplete_event_size=limits.h11_max_incomplete_event_size))
     # a failed load ends the process (exit 1) instead of answering 503 forever: a supervisor restarts it
     engine.on_load_error = lambda e: setattr(server, "should_exit", True)
     logger.info("serving %s on http://%s:%d", names[0], args.host, port)

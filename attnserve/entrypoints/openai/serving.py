@@ -22,7 +22,8 @@ from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.protocol import SamplingFields
 from attnserve.entrypoints.openai.tokenizer_thread import TokenizerThread
-from attnserve.refusals import Refusal, openai_error
+from attnserve.entrypoints.openai.vllm_fields import check_extra_fields
+from attnserve.refusals import Refusal, Refused, openai_error
 
 # temperatures below this are greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow to inf
 _GREEDY_EPS = 1e-5
@@ -51,6 +52,17 @@ def load_error_summary(e: BaseException) -> str:
     return first if len(lines) == 1 else f"{first} {lines[-1]}"
 
 
+@dataclass(frozen=True)
+class ChatSettings:
+    """The server's chat-template settings (vLLM's flags): ``--chat-template`` (its text, loaded; None: the
+    tokenizer's), ``--default-chat-template-kwargs`` (under each request's own), ``--trust-request-chat-template``
+    (a request's own ``chat_template`` is refused without it, as in vLLM: a template runs code on the server)."""
+
+    chat_template: str | None = None
+    default_chat_template_kwargs: dict | None = None
+    trust_request_chat_template: bool = False
+
+
 @dataclass
 class ServingContext:
     """The server's shared state: the engine, the names it answers to, its metrics, the thread that runs the
@@ -62,6 +74,7 @@ class ServingContext:
     api_key: str | None = None
     metrics_without_auth: bool = False  # with an API key: /metrics answers without it
     tokenizer_thread: TokenizerThread = field(default_factory=TokenizerThread)
+    chat: ChatSettings = field(default_factory=ChatSettings)
 
     @property
     def model_name(self) -> str:
@@ -70,6 +83,11 @@ class ServingContext:
     @property
     def tokenizer(self):
         return self.engine.engine.tokenizer
+
+    @property
+    def generation_defaults(self) -> dict:
+        """The generation config's default sampling values (``--generation-config``): field -> value."""
+        return self.engine.engine.generation_defaults
 
     @property
     def max_model_len(self) -> int:
@@ -85,7 +103,10 @@ class ServingContext:
                 raise OpenAIError(f"the model failed to load: {load_error_summary(self.engine.load_error)}", 503)
             if self.engine.dead_error is not None:  # a worker died: restart the server
                 raise OpenAIError(f"the engine is dead ({self.engine.dead_error}); restart the server", 503)
-            raise OpenAIError("the server is starting (loading the model) or shutting down; retry later", 503)
+            if self.engine.is_stopping:
+                raise OpenAIError("the server is shutting down; retry later (on another replica)", 503,
+                                  code="shutting_down")
+            raise OpenAIError("the server is starting (loading the model); retry later", 503)
 
     def check_model(self, name: str | None) -> str:
         """The model name to answer with; 400 for a name this server does not serve."""
@@ -133,17 +154,27 @@ NO_STRUCTURED_OUTPUT = "attnserve has no structured-output decoding"
 STRUCTURED_OUTPUT_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
 
 
+def check_fields(req, known) -> None:
+    """The 400 for a vLLM field ``req``'s model does not declare, set to a value that would change what runs;
+    a warning in the log for other undeclared fields (``vllm_fields.check_extra_fields``)."""
+    try:
+        check_extra_fields(req, known)
+    except Refused as e:
+        raise _refused(e.refusal) from None
+
+
+def refused(e: Refused) -> OpenAIError:
+    """The 400 for any refusal (a chat template's, ...): its place as ``param``."""
+    return _refused(e.refusal)
+
+
 def check_unsupported(req: SamplingFields) -> None:
     """400 for OpenAI parameters this engine does not implement (rather than silently ignoring them).
 
-    Raises OpenAIError (400) naming the parameter: presence_penalty or frequency_penalty other than 0,
-    a non-empty logit_bias, a response_format type other than 'text', any of vLLM's structured-output
-    fields (``STRUCTURED_OUTPUT_FIELDS``) set."""
-    if req.presence_penalty or req.frequency_penalty:
-        raise OpenAIError("presence_penalty and frequency_penalty are not supported (only 0)", 400,
-                          param="presence_penalty" if req.presence_penalty else "frequency_penalty")
-    if req.logit_bias:
-        raise OpenAIError("logit_bias is not supported", 400, param="logit_bias")
+    Raises OpenAIError (400) naming the parameter: a response_format type other than 'text', any of vLLM's
+    structured-output fields (``STRUCTURED_OUTPUT_FIELDS``) set, prompt_logprobs with stream (vLLM refuses it)."""
+    if req.prompt_logprobs is not None and req.stream:
+        raise OpenAIError("prompt_logprobs are not available when stream is true", 400, param="prompt_logprobs")
     if req.response_format is not None and req.response_format.type != "text":
         raise OpenAIError(f"response_format type {req.response_format.type!r} is not supported (supported: 'text'); "
                           f"{NO_STRUCTURED_OUTPUT}", 400, param="response_format")
@@ -153,29 +184,87 @@ def check_unsupported(req: SamplingFields) -> None:
                               param=name)
 
 
-def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:
-    """SamplingParams from a request's fields, checked against the model too (``LLMEngine.check_params``: a stop
-    token id outside the vocabulary); 400 naming the bad value."""
-    temperature = 1.0 if req.temperature is None else req.temperature
+# OpenAI's defaults of the fields a request may leave unset (null), after the generation config's (vLLM's
+# _DEFAULT_SAMPLING_PARAMS)
+_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+
+
+def defaulted(req: SamplingFields, defaults: dict) -> dict:
+    """The values of the fields of ``_DEFAULTS`` that ``req`` declares (and SamplingParams has): the request's,
+    else the generation config's (``defaults``), else OpenAI's; vLLM's order."""
+    known = {f.name for f in dataclasses.fields(SamplingParams)}
+    return {name: value if (value := getattr(req, name)) is not None else defaults.get(name, fallback)
+            for name, fallback in _DEFAULTS.items() if name in type(req).model_fields and name in known}
+
+
+def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, logprobs: int | None,
+                    logprobs_param: str = "logprobs") -> SamplingParams:
+    """SamplingParams from a request's fields, a field left unset taking the generation config's default, and
+    ``max_tokens`` capped by that config's, as vLLM does; checked against the model and engine too
+    (``LLMEngine.check_params``: a stop token id outside the vocabulary, more logprobs than --max-logprobs); 400
+    naming the bad value (``logprobs_param``: the request's name for ``logprobs``, chat's ``top_logprobs``)."""
+    values = defaulted(req, ctx.generation_defaults)
+    if values["temperature"] < _GREEDY_EPS:
+        values["temperature"] = 0.0
+    cap = ctx.generation_defaults.get("max_tokens")
     try:
         params = SamplingParams(
             n=req.n,
-            temperature=0.0 if temperature < _GREEDY_EPS else temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
-            top_k=0 if req.top_k is None else req.top_k,
-            min_p=0.0 if req.min_p is None else req.min_p,
+            **values,
             seed=req.seed,
-            max_tokens=max_tokens,
+            max_tokens=max_tokens if cap is None else min(max_tokens, cap),
             stop=[] if req.stop is None else req.stop,
             stop_token_ids=req.stop_token_ids or [],
             ignore_eos=req.ignore_eos,
             logprobs=logprobs,
             skip_special_tokens=req.skip_special_tokens,
+            presence_penalty=req.presence_penalty or 0.0,
+            frequency_penalty=req.frequency_penalty or 0.0,
+            logit_bias=logit_bias(req.logit_bias),
+            min_tokens=req.min_tokens,
+            bad_words=req.bad_words,
+            allowed_token_ids=req.allowed_token_ids,
+            prompt_logprobs=req.prompt_logprobs,
+            include_stop_str_in_output=req.include_stop_str_in_output,
+            spaces_between_special_tokens=req.spaces_between_special_tokens,
+            truncate_prompt_tokens=req.truncate_prompt_tokens,
         )
         ctx.engine.engine.check_params(params)
         return params
     except SamplingParamsError as e:
+        if e.path == ("logprobs",):
+            e = SamplingParamsError(logprobs_param, e.value, e.allowed)
         raise sampling_error(e) from None
+
+
+def truncate_prompt(ctx: ServingContext, token_ids: list[int], req: SamplingFields) -> list[int]:
+    """The prompt's last ``truncate_prompt_tokens`` tokens (-1: max_model_len), before the length checks (vLLM)."""
+    t = req.truncate_prompt_tokens
+    return token_ids if t is None or t == 0 else ctx.engine.engine.truncate(token_ids, t)
+
+
+def prompt_logprobs(out: RequestOutput) -> list | None:
+    """A finished output's prompt logprobs in vLLM's response shape (``protocol.PromptLogprobs``), or None."""
+    if out.prompt_logprobs is None:
+        return None
+    return [None if d is None else {t: {"logprob": lp.logprob, "rank": lp.rank, "decoded_token": lp.decoded_token}
+                                    for t, lp in d.items()}
+            for d in out.prompt_logprobs]
+
+
+def logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
+    """The request's logit_bias with integer token ids, each bias clamped to [-100, 100] (OpenAI's range, as vLLM
+    clamps it); 400 naming a key that is not a token id."""
+    if not bias:
+        return None
+    out = {}
+    for key, value in bias.items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise _refused(Refusal(("logit_bias", key), key, "token ids (decimal integers) as keys")) from None
+        out[token] = min(100.0, max(-100.0, value))
+    return out
 
 
 def sampling_error(e: SamplingParamsError) -> OpenAIError:
@@ -234,7 +323,11 @@ async def generate_all(ctx: ServingContext, prompts: list[list[int]], params: li
 
 
 async def _merge(streams: list[AsyncIterator[RequestOutput]]) -> AsyncIterator[tuple[int, RequestOutput]]:
-    """Interleave async iterators as their items arrive. One stream is iterated directly (no task)."""
+    """Interleave async iterators as their items arrive. One stream is iterated directly (no task).
+
+    Each stream has at most one item in hand: its next item is asked for only once the consumer has taken the
+    one before (an output's lists grow when its stream's next item is taken), so a consumer that stops reading
+    holds one output per stream, never a queue of them."""
     if len(streams) == 1:
         try:
             async for out in streams[0]:
@@ -242,32 +335,24 @@ async def _merge(streams: list[AsyncIterator[RequestOutput]]) -> AsyncIterator[t
         finally:
             await streams[0].aclose()
         return
-    queue: asyncio.Queue = asyncio.Queue()
-    end = object()
-
-    async def pump(i: int, stream: AsyncIterator[RequestOutput]) -> None:
-        try:
-            async for out in stream:
-                await queue.put((i, out))
-            await queue.put((i, end))
-        except BaseException as e:  # handed to the consumer; cancellation included
-            await queue.put((i, e))
-
-    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    pending = {asyncio.ensure_future(anext(s)): i for i, s in enumerate(streams)}
     try:
-        remaining = len(tasks)
-        while remaining:
-            i, item = await queue.get()
-            if item is end:
-                remaining -= 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield i, item
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=pending.__getitem__):
+                i = pending.pop(task)
+                try:
+                    out = task.result()
+                except StopAsyncIteration:
+                    continue
+                yield i, out
+                pending[asyncio.ensure_future(anext(streams[i]))] = i
     finally:
-        for t in tasks:
-            t.cancel()  # each generate() aborts its request as it unwinds
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for task in pending:
+            task.cancel()  # the generate() it runs aborts its request as it unwinds
+        await asyncio.gather(*pending, return_exceptions=True)
+        for s in streams:
+            await s.aclose()  # a stream without a task in hand (its item just yielded): aborts its request
 
 
 async def until_disconnected(request: Request, work: Awaitable):

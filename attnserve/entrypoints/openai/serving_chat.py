@@ -11,8 +11,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from attnserve.engine.outputs import CompletionOutput, RequestOutput
 from attnserve.core.sampling_params import SamplingParams
-from attnserve.entrypoints.chat_utils import chat_messages
+from attnserve.entrypoints.chat_utils import (ChatTemplateOptions, apply_chat_template, chat_messages,
+                                              check_chat_template_options)
 from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.limits import check_request_lists
 from attnserve.entrypoints.openai.protocol import (
     ChatChoiceLogprobs,
     ChatCompletionChoice,
@@ -26,14 +28,20 @@ from attnserve.entrypoints.openai.protocol import (
     TopLogprob,
     UsageInfo,
 )
+from attnserve.entrypoints.openai.vllm_fields import CHAT_FIELDS
+from attnserve.refusals import Refused
 from attnserve.entrypoints.openai.serving import (
     ServingContext,
+    check_fields,
     check_stream_options,
     check_unsupported,
     generate_all,
     new_id,
+    refused,
+    prompt_logprobs,
     sampling_params,
     sse_stream,
+    truncate_prompt,
     until_disconnected,
 )
 
@@ -42,33 +50,38 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     arrival = time.monotonic()  # TTFT and latency count tokenizing too
     ctx.check_ready()
     model = ctx.check_model(req.model)
+    check_request_lists(req)  # limits.py: before any tokenizing
+    check_fields(req, CHAT_FIELDS)
     check_unsupported(req)
     check_no_tool_calling(req)
     check_stream_options(req)
+    options = template_options(ctx, req)
     if req.top_logprobs is not None and not req.logprobs:
         raise OpenAIError("top_logprobs needs logprobs: true", 400, param="top_logprobs")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     # the template and tokenizing (seconds for a long conversation) on the tokenizer thread, off the event loop
-    prompt_ids, params = await ctx.tokenizer_thread.run(_prepare, ctx, req, logprobs)
+    prompt_ids, params = await ctx.tokenizer_thread.run(_prepare, ctx, req, options, logprobs)
+    echo = _echo(req)
     request_id = new_id("chatcmpl")
     outputs = generate_all(ctx, [prompt_ids], [params], request_id, arrival)
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        chunks = _stream(req, model, request_id, outputs, include_usage)
+        chunks = _stream(req, model, request_id, outputs, include_usage, echo)
         return StreamingResponse(sse_stream(chunks), media_type="text/event-stream")
     connected, final = await until_disconnected(raw, _last(outputs))
     if not connected:
         return Response(status_code=499)
     choices = [
         ChatCompletionChoice(
-            index=c.index, message=ChatResponseMessage(content=c.text),
+            index=c.index, message=ChatResponseMessage(content=echo + c.text),
             logprobs=_logprobs(c, 0, len(c.token_ids), req.top_logprobs or 0) if req.logprobs else None,
             finish_reason=c.finish_reason, stop_reason=c.stop_reason)
         for c in final.outputs
     ]
     completion_tokens = sum(len(c.token_ids) for c in final.outputs)
     usage = UsageInfo.of(len(prompt_ids), completion_tokens, final.num_cached_tokens)
-    body = ChatCompletionResponse(id=request_id, model=model, choices=choices, usage=usage)
+    body = ChatCompletionResponse(id=request_id, model=model, choices=choices, usage=usage,
+                                  prompt_logprobs=prompt_logprobs(final))
     return JSONResponse(body.model_dump(mode="json"))
 
 
@@ -90,27 +103,57 @@ def check_no_tool_calling(req: ChatCompletionRequest) -> None:
                               400, param=param)
 
 
-def _prepare(ctx: ServingContext, req: ChatCompletionRequest, logprobs: int | None) -> tuple[list[int], SamplingParams]:
+def _echo(req: ChatCompletionRequest) -> str:
+    """What ``echo`` puts before each reply (vLLM's rule): the last message's content when that message is the
+    assistant's (the role of the reply), else nothing."""
+    if not req.echo:
+        return ""
+    last = chat_messages([req.messages[-1].model_dump()])[0]
+    return last["content"] if last["role"] == "assistant" else ""
+
+
+def template_options(ctx: ServingContext, req) -> ChatTemplateOptions:
+    """A chat request's (or a chat /tokenize request's) template options: its own template only with
+    ``--trust-request-chat-template`` (as vLLM: a template is code the server runs), else ``--chat-template``'s or
+    the tokenizer's; ``--default-chat-template-kwargs`` under the request's own. 400 for a request template without
+    that flag, and for options no template can take (both add_generation_prompt and continue_final_message)."""
+    kwargs = req.chat_template_kwargs
+    own = req.chat_template is not None or (isinstance(kwargs, dict) and kwargs.get("chat_template") is not None)
+    if own and not ctx.chat.trust_request_chat_template:
+        param = "chat_template" if req.chat_template is not None else "chat_template_kwargs.chat_template"
+        raise OpenAIError(f"{param}: a request's own chat template is refused: the server was started without "
+                          "--trust-request-chat-template", 400, param=param)
+    options = ChatTemplateOptions(req.chat_template or ctx.chat.chat_template, req.add_generation_prompt,
+                                  req.continue_final_message,
+                                  {**(ctx.chat.default_chat_template_kwargs or {}), **(kwargs or {})})
+    try:
+        check_chat_template_options(options)
+    except Refused as e:
+        raise refused(e) from None
+    return options
+
+
+def _prepare(ctx: ServingContext, req: ChatCompletionRequest, options: ChatTemplateOptions,
+             logprobs: int | None) -> tuple[list[int], SamplingParams]:
     """The prompt's token ids (``render_chat``) and SamplingParams, the prompt checked against the context; 400 for
     what is wrong. Runs on the tokenizer thread."""
-    prompt_ids = render_chat(ctx, req)
+    prompt_ids = truncate_prompt(ctx, render_chat(ctx, req, options), req)
     max_tokens_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = getattr(req, max_tokens_param)
     return prompt_ids, sampling_params(ctx, req, ctx.check_prompt(prompt_ids, max_tokens, ("messages",),
-                                                                  max_tokens_param), logprobs)
+                                                                  max_tokens_param), logprobs, "top_logprobs")
 
 
-def render_chat(ctx: ServingContext, req: ChatCompletionRequest) -> list[int]:
-    """The prompt token ids: the tokenizer's chat template over the messages (text parts joined)."""
+def render_chat(ctx: ServingContext, req, options: ChatTemplateOptions) -> list[int]:
+    """The prompt token ids of a chat request (or a chat /tokenize request): the chat template over the messages
+    (text parts joined) under ``options``, encoded with the request's ``add_special_tokens`` (vLLM's default false:
+    the template holds them); 400 for a template that fails or is missing."""
     messages = chat_messages([m.model_dump() for m in req.messages])  # pydantic checked them already
-    if getattr(ctx.tokenizer, "chat_template", None) is None:
-        raise OpenAIError("this model's tokenizer has no chat template; use /v1/completions", 400, param="messages")
     try:
-        text = ctx.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                 add_generation_prompt=req.add_generation_prompt)
-    except Exception as e:  # noqa: BLE001 - templates raise what they like (jinja's TemplateError, ...)
-        raise OpenAIError(f"the chat template rejected the messages: {e}", 400, param="messages") from None
-    return ctx.tokenizer.encode(text, add_special_tokens=False)
+        text = apply_chat_template(ctx.tokenizer, messages, options)
+    except Refused as e:
+        raise refused(e) from None
+    return ctx.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
 
 
 async def _last(outputs: AsyncIterator[tuple[int, RequestOutput]]) -> RequestOutput:
@@ -121,7 +164,8 @@ async def _last(outputs: AsyncIterator[tuple[int, RequestOutput]]) -> RequestOut
 
 
 async def _stream(req: ChatCompletionRequest, model: str, request_id: str,
-                  outputs: AsyncIterator[tuple[int, RequestOutput]], include_usage: bool) -> AsyncIterator[dict]:
+                  outputs: AsyncIterator[tuple[int, RequestOutput]], include_usage: bool,
+                  echo: str = "") -> AsyncIterator[dict]:
     def chunk(choices: list[ChatStreamChoice]) -> dict:
         d = ChatCompletionStreamResponse(id=request_id, model=model, choices=choices).model_dump(mode="json")
         for ch in d["choices"]:
@@ -132,6 +176,8 @@ async def _stream(req: ChatCompletionRequest, model: str, request_id: str,
 
     # OpenAI's first chunk of each choice carries the role and empty content
     yield chunk([ChatStreamChoice(index=i, delta=ChatDelta(role="assistant", content="")) for i in range(req.n)])
+    if echo:  # vLLM sends the echoed text as each choice's next chunk
+        yield chunk([ChatStreamChoice(index=i, delta=ChatDelta(content=echo)) for i in range(req.n)])
     sent_text, sent_tokens, finished = [0] * req.n, [0] * req.n, [False] * req.n
     prompt_tokens = cached_tokens = 0
     async for _, out in outputs:

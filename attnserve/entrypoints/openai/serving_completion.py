@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from attnserve.engine.outputs import CompletionOutput, RequestOutput
 from attnserve.core.sampling_params import SamplingParams
 from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.limits import check_request_lists
 from attnserve.entrypoints.openai.protocol import (
     CompletionChoice,
     CompletionLogProbs,
@@ -20,15 +21,19 @@ from attnserve.entrypoints.openai.protocol import (
     CompletionStreamResponse,
     UsageInfo,
 )
+from attnserve.entrypoints.openai.vllm_fields import COMPLETION_FIELDS
 from attnserve.entrypoints.openai.serving import (
     ServingContext,
+    check_fields,
     check_stream_options,
     check_unsupported,
     empty_prompt,
     generate_all,
     new_id,
+    prompt_logprobs,
     sampling_params,
     sse_stream,
+    truncate_prompt,
     until_disconnected,
 )
 
@@ -47,6 +52,8 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     arrival = time.monotonic()  # TTFT and latency count tokenizing too
     ctx.check_ready()
     model = ctx.check_model(req.model)
+    check_request_lists(req)  # limits.py: before any tokenizing
+    check_fields(req, COMPLETION_FIELDS)
     check_unsupported(req)
     check_stream_options(req)
     if req.suffix:
@@ -54,8 +61,7 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     if req.best_of is not None and req.best_of != req.n:
         raise OpenAIError(f"best_of {req.best_of} not supported: it must equal n ({req.n})", 400, param="best_of")
     if req.echo and req.logprobs is not None:
-        raise OpenAIError("echo with logprobs needs prompt logprobs, which this server does not compute",
-                          400, param="echo")
+        raise OpenAIError("echo with logprobs is not supported; ask for prompt_logprobs instead", 400, param="echo")
     # tokenizing (seconds for a long text) on the tokenizer thread, so that the event loop answers other requests
     texts, token_prompts, params = (await ctx.tokenizer_thread.run(_prepare, ctx, req) if _needs_tokenizer(req)
                                     else _prepare(ctx, req))
@@ -74,7 +80,8 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
             prefix = texts[p] if req.echo else ""
             logprobs = _logprobs(c, 0, len(c.token_ids), len(prefix)) if req.logprobs is not None else None
             choices.append(CompletionChoice(index=p * req.n + c.index, text=prefix + c.text, logprobs=logprobs,
-                                            finish_reason=c.finish_reason, stop_reason=c.stop_reason))
+                                            finish_reason=c.finish_reason, stop_reason=c.stop_reason,
+                                            prompt_logprobs=prompt_logprobs(out)))
             completion_tokens += len(c.token_ids)
     prompt_tokens = sum(len(ids) for ids in token_prompts)
     usage = UsageInfo.of(prompt_tokens, completion_tokens, sum(out.num_cached_tokens for out in final))
@@ -93,14 +100,15 @@ def _prepare(ctx: ServingContext, req: CompletionRequest) -> tuple[list[str] | N
     """(prompt texts for echo, token-id prompts, their SamplingParams) of ``req``, each prompt checked against the
     context (``_prompts``, ``check_prompt``); 400 for the first bad one. Calls the tokenizer when
     ``_needs_tokenizer``: then it runs on the tokenizer thread."""
-    texts, token_prompts, paths = _prompts(ctx, req.prompt, req.echo)
+    texts, token_prompts, paths = _prompts(ctx, req.prompt, req.echo, req.add_special_tokens)
+    token_prompts = [truncate_prompt(ctx, ids, req) for ids in token_prompts]
     params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens, path), req.logprobs)
               for ids, path in zip(token_prompts, paths)]
     return texts, token_prompts, params
 
 
-def _prompts(ctx: ServingContext, prompt, echo: bool) -> tuple[list[str] | None, list[list[int]],
-                                                              list[tuple[str | int, ...]]]:
+def _prompts(ctx: ServingContext, prompt, echo: bool, add_special_tokens: bool = True,
+             ) -> tuple[list[str] | None, list[list[int]], list[tuple[str | int, ...]]]:
     """(prompt texts, token-id prompts, their paths: ``("prompt",)``, ``("prompt", 1)``) for each prompt of the
     request; the texts (token ids decoded) only for ``echo``, else None. An empty one (``""``, ``[]``,
     ``["a", ""]``) is a 400 naming its path and the value as sent (``empty_prompt``), checked before tokenizing:
@@ -109,7 +117,8 @@ def _prompts(ctx: ServingContext, prompt, echo: bool) -> tuple[list[str] | None,
     items = [(("prompt",), prompt)] if one else [(("prompt", i), p) for i, p in enumerate(prompt)]
     token_prompts = []
     for path, p in items:
-        ids = (ctx.tokenizer.encode(p) if p else []) if isinstance(p, str) else list(p)
+        ids = (ctx.tokenizer.encode(p, add_special_tokens=add_special_tokens) if p else []) if isinstance(p, str) \
+            else list(p)
         if not ids:
             raise empty_prompt(path, p)
         ctx.check_token_ids(ids, path)  # out-of-vocabulary token ids before decoding them

@@ -28,7 +28,8 @@ BAD_COMPLETIONS = {
     "empty_prompt_list": dict(prompt=[]),
     "token_id_out_of_vocab": dict(prompt=[1, 10**9]),
     "echo_with_logprobs": dict(echo=True, logprobs=1),
-    "frequency_penalty": dict(frequency_penalty=0.5),
+    "frequency_penalty_out_of_range": dict(frequency_penalty=2.5),
+    "prompt_logprobs_with_stream": dict(stream=True, extra_body={"prompt_logprobs": 1}),
     "stream_options_without_stream": dict(stream_options={"include_usage": True}),
 }
 

@@ -110,3 +110,37 @@ def test_a_signal_when_idle_exits_0_within_seconds(tiny_model_dir):
     elapsed = time.monotonic() - t0
     assert code == 0 and elapsed < EXIT_BOUND_S, (code, elapsed, server.log_tail())
     assert "Traceback" not in server.log_tail(100_000)
+
+
+def test_the_drain_answers_new_requests_503_while_the_ones_in_flight_finish(tiny_model_dir):
+    """docs/serving.md: after SIGTERM the server still accepts connections; a new request (and /health) is
+    answered 503 in OpenAI's error format, while the request in flight runs to its end (not aborted)."""
+    server = RemoteServer([tiny_model_dir("llama"), "--served-model-name", "tiny", "--shutdown-timeout", "60",
+                           "--log-level", "warning"])
+    result: list = []
+    body = {"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True}
+    thread = threading.Thread(target=lambda: result.append(
+        httpx.post(server.url + "/v1/completions", json=body, timeout=120)))
+    try:
+        thread.start()
+        deadline = time.monotonic() + 60
+        while server.metrics()["attnserve_num_requests_running"] < 1:
+            assert time.monotonic() < deadline, server.log_tail()
+            time.sleep(0.05)
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        refused = httpx.post(server.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, timeout=30)
+        health = httpx.get(server.url + "/health", timeout=30)
+        thread.join(120)
+        code = server.proc.wait(60)
+    finally:
+        server.stop()
+    assert refused.status_code == 503 and health.status_code == 503, (refused.text, server.log_tail())
+    error = refused.json()["error"]
+    assert (error["type"], error["code"]) == ("service_unavailable", "shutting_down"), error
+    assert refused.headers["connection"] == "close"
+    finished = result[0]
+    assert finished.status_code == 200, finished.text
+    assert [c["finish_reason"] for c in finished.json()["choices"]] == ["length"]
+    assert finished.json()["usage"]["completion_tokens"] == 400
+    assert code == 0, server.log_tail(100_000)
