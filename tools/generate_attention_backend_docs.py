@@ -78,8 +78,14 @@ def render() -> str:
         "Notes:",
         "- FLASH_ATTN with `flash_attn_version` unset uses the best installed version for the GPU "
         "(CC 9.x: 3, 4, 2; CC 10.x: 4; CC 8.x: 2, 4).",
-        "- FLASHINFER on CC 10.x uses the TRT-LLM kernels: attention sinks are supported and the KV layout must be "
-        "HND; elsewhere sinks are not supported.",
+        "- FLASHINFER runs its own kernels on every GPU: FlashInfer's TRT-LLM kernels are not wired "
+        "(`use_trtllm_attention` unset never uses them, `true` is refused).",
+        "- fp8 KV cache: values are stored as `x / scale` saturated to the format's range, with per-layer scales "
+        "from the checkpoint (`k_scale`/`v_scale`), `--calculate-kv-scales`, else 1.0. FLASH_ATTN: version 3 only "
+        "(e4m3; query quantized per call, q/k/v descales); FLASHINFER: the query is quantized too (static q_scale) "
+        "unless `disable_flashinfer_q_quantization`; CPU_ATTN dequantizes on read.",
+        "- Sinks (a learned logit per query head in the softmax, gpt-oss): CPU_ATTN, FLEX_ATTENTION, TRITON_ATTN and "
+        "FLASH_ATTN version 4 (`learnable_sink`); FLASHINFER's come with its TRT-LLM kernels, not wired here.",
         "- FLEX_ATTENTION on CUDA also needs Triton (torch.compile generates its kernels).",
         "",
         "## Automatic selection order",

@@ -105,8 +105,22 @@ class AttentionLayerSpec:
     num_kv_heads: int
     sliding_window: int | None = None  # attend to at most this many most recent keys (incl. self)
     logits_soft_cap: float | None = None  # tanh soft cap: cap * tanh(s / cap)
-    kv_cache_dtype: str = "auto"  # "auto" = model dtype, or "fp8" / "fp8_e4m3"
+    kv_cache_dtype: str = "auto"  # "auto" = model dtype, "fp8" / "fp8_e4m3" / "fp8_e5m2" (the runner sets it)
     attn_type: AttentionType = AttentionType.DECODER
+
+
+def kv_cache_torch_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
+    """The cache's element type: ``auto`` = ``model_dtype``; ``fp8``/``fp8_e4m3`` = float8_e4m3fn;
+    ``fp8_e5m2`` = float8_e5m2."""
+    if kv_cache_dtype == "auto":
+        return model_dtype
+    return torch.float8_e5m2 if kv_cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn
+
+
+# vLLM's Q/K/V_SCALE_CONSTANT (vllm/envs.py): calculate_kv_scales sets scale = amax / constant, so the first
+# prefill's largest value is stored as 200 (keys, queries) or 100 (values), leaving headroom below the e4m3
+# maximum of 448 for later tokens
+Q_SCALE_CONSTANT, K_SCALE_CONSTANT, V_SCALE_CONSTANT = 200.0, 200.0, 100.0
 
 
 class AttentionImpl(ABC):
@@ -125,6 +139,30 @@ class AttentionImpl(ABC):
         self.scale = spec.scale
         self.sliding_window = spec.sliding_window
         self.logits_soft_cap = spec.logits_soft_cap
+        # per-tensor fp8 scales: the cache stores x / scale (saturated); a 16-bit cache ignores them. Set by the
+        # model runner (checkpoint scales) or by calculate_kv_scales on the first prefill; 1.0 otherwise
+        self.k_scale = 1.0
+        self.v_scale = 1.0
+        self.q_scale = 1.0  # backends that quantize the query with a static scale (FLASHINFER)
+        self.kv_scales_pending = False  # True: the next forward computes the scales (calculate_kv_scales)
+
+    def set_kv_scales(self, k_scale: float, v_scale: float, q_scale: float | None = None) -> None:
+        """Set this layer's fp8 scales (stored value = x / scale). Raises ValueError for a scale that is not a
+        positive finite number."""
+        for name, value in (("k_scale", k_scale), ("v_scale", v_scale), ("q_scale", q_scale)):
+            if value is not None and not (0.0 < value < float("inf")):
+                raise ValueError(f"{name} {value} not allowed (allowed: a positive finite number)")
+        self.k_scale, self.v_scale = float(k_scale), float(v_scale)
+        if q_scale is not None:
+            self.q_scale = float(q_scale)
+
+    def calculate_kv_scales(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+        """vLLM's ``calc_kv_scales``: each scale = the absolute maximum of this step's tensor over its constant
+        (``K_SCALE_CONSTANT`` ...); an all-zero tensor keeps 1.0. Reads the maxima on the host (one sync, once)."""
+        amax = torch.stack([t.abs().amax().float() for t in (query, key, value)]).tolist()
+        q, k, v = (m / c if m > 0 else 1.0 for m, c in zip(amax, (Q_SCALE_CONSTANT, K_SCALE_CONSTANT, V_SCALE_CONSTANT)))
+        self.set_kv_scales(k, v, q)
+        self.kv_scales_pending = False
 
     def use_sinks(self, sinks: torch.Tensor) -> None:
         """From now on, each head's softmax also counts ``exp(sinks[h])`` in its denominator (a logit with no

@@ -35,6 +35,8 @@ class Attention(nn.Module):
         value: torch.Tensor,  # (T, Hkv, D)
         batch: "ForwardBatch",
     ) -> torch.Tensor:  # (T, Hq, D)
+        if self.impl.kv_scales_pending:  # calculate_kv_scales: from this first step, before its K/V are stored
+            self.impl.calculate_kv_scales(query, key, value)
         return self.impl.forward(query, key, value, batch.kv_caches[self.layer_index], self._metadata(batch))
 
     def forward_with_rope(
@@ -53,6 +55,10 @@ class Attention(nn.Module):
         ``reshape_and_cache``) and the backend skips its write. Same values in the cache and the output
         either way; on CPU the same PyTorch ops in the same order."""
         kv_cache, metadata = batch.kv_caches[self.layer_index], self._metadata(batch)
+        if self.impl.kv_scales_pending:  # calculate_kv_scales: the scales of the rotated keys, then the plain path
+            rope.apply(query, key)
+            self.impl.calculate_kv_scales(query, key, value)
+            return self.impl.forward(query, key, value, kv_cache, metadata)
         out = self.impl.forward_with_rope(query, key, value, kv_cache, metadata, rope)
         if out is not None:  # the backend's kernel did it all (TRITON_ATTN's decode steps)
             return out

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, KVCacheLayout
+from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, KVCacheLayout, kv_cache_torch_dtype
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,15 @@ class AttentionBenchShape:
     head_size: int
     block_size: int
     dtype: torch.dtype
+    kv_cache_dtype: str = "auto"  # the engine's --kv-cache-dtype: auto (= dtype), fp8, fp8_e4m3, fp8_e5m2
 
     def spec(self) -> AttentionLayerSpec:
         return AttentionLayerSpec(num_heads=self.num_heads, head_size=self.head_size, scale=self.head_size ** -0.5,
-                                  num_kv_heads=self.num_kv_heads)
+                                  num_kv_heads=self.num_kv_heads, kv_cache_dtype=self.kv_cache_dtype)
+
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        return kv_cache_torch_dtype(self.kv_cache_dtype, self.dtype)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "dtype": str(self.dtype).removeprefix("torch.")}
@@ -76,7 +81,8 @@ def usable_backends(shape: AttentionBenchShape, platform, names: list[str] | Non
             m = lookup_backend(n)
             members += platform.backend_priorities() if m is None else [m]
         members = list(dict.fromkeys(members))
-    config = AttentionSelectorConfig(head_size=shape.head_size, dtype=shape.dtype, block_size=shape.block_size)
+    config = AttentionSelectorConfig(head_size=shape.head_size, dtype=shape.dtype, block_size=shape.block_size,
+                                     kv_cache_dtype=shape.kv_cache_dtype)
     return evaluate_backends(config, platform, backends=members)
 
 
@@ -156,8 +162,12 @@ def time_case(backend_cls, shape: AttentionBenchShape, platform, device: torch.d
     impl = backend_cls.get_impl_cls()(spec)
     layout = backend_cls.get_required_kv_cache_layout(platform) or KVCacheLayout.NHD
     (kv_cache,) = allocate_kv_caches(backend_cls, layout, 1, num_blocks, shape.block_size, shape.num_kv_heads,
-                                     shape.head_size, shape.dtype, device)
-    kv_cache.normal_(generator=torch.Generator(device=device).manual_seed(seed))
+                                     shape.head_size, shape.kv_dtype, device)
+    if kv_cache.dtype == shape.dtype:
+        kv_cache.normal_(generator=torch.Generator(device=device).manual_seed(seed))
+    else:  # fp8: no normal_ for it; N(0, 1) stored (scales 1.0)
+        kv_cache.copy_(torch.randn(kv_cache.shape, generator=torch.Generator(device=device).manual_seed(seed),
+                                   device=device).to(kv_cache.dtype))
     t = sum(query_lens)
     dgen = torch.Generator(device=device).manual_seed(seed + 1)
     q, k, v = (torch.randn(t, h, shape.head_size, generator=dgen, device=device, dtype=shape.dtype)
@@ -178,7 +188,7 @@ def bench_backend(name: str, backend_cls, shape: AttentionBenchShape, platform, 
                   bar=None) -> list[AttentionRow]:
     """Rows for every decode and prefill shape of one backend; a failure becomes the row's status (and a
     NotImplementedError marks every remaining shape of the backend too, without running them)."""
-    elem = torch.empty((), dtype=shape.dtype).element_size()
+    elem = torch.empty((), dtype=shape.kv_dtype).element_size()  # of the KV cache: 1 for fp8
     hq, hkv, d = shape.num_heads, shape.num_kv_heads, shape.head_size
     cases = [("decode", batch_size, c) for c in context_lens] + [("prefill", 1, n) for n in prefill_lens]
     rows: list[AttentionRow] = []
@@ -252,7 +262,7 @@ CPU_DEFAULTS = {"batch_size": 8, "context_lens": [128, 256, 512, 1024], "prefill
 
 
 def run_attention(*, device: str = "auto", dtype: str = "auto", num_heads: int = 32, num_kv_heads: int = 8,
-                  head_size: int = 128, block_size: int = 16, batch_size: int | None = None,
+                  head_size: int = 128, block_size: int = 16, kv_cache_dtype: str = "auto", batch_size: int | None = None,
                   context_lens: list[int] | None = None, prefill_lens: list[int] | None = None,
                   backends: list[str] | None = None, warmup: int = 3, repeats: int = 10,
                   progress: bool = True) -> dict:
@@ -274,7 +284,7 @@ def run_attention(*, device: str = "auto", dtype: str = "auto", num_heads: int =
     context_lens = context_lens or defaults["context_lens"]
     prefill_lens = prefill_lens or defaults["prefill_lens"]
     torch_dtype = (torch.bfloat16 if dev.type == "cuda" else torch.float32) if dtype == "auto" else getattr(torch, dtype)
-    shape = AttentionBenchShape(num_heads, num_kv_heads, head_size, block_size, torch_dtype)
+    shape = AttentionBenchShape(num_heads, num_kv_heads, head_size, block_size, torch_dtype, kv_cache_dtype)
     reasons = usable_backends(shape, platform, backends)
     usable = [n for n, r in reasons.items() if not r]
     rows: list[AttentionRow] = []

@@ -74,9 +74,12 @@ class AttentionConfig:
     """Run each step's prefill tokens and decode tokens through separate kernels (varlen prefill, then
     paged decode) instead of one unified call over the mixed batch."""
 
-    flash_attn_max_num_splits_for_cuda_graph: int = field(default=32, metadata={"ge": 1, **_only("FLASH_ATTN")})
-    """FLASH_ATTN only: upper bound on split-KV splits when decode runs under CUDA graphs (buffers are
-    sized for it)."""
+    flash_attn_max_num_splits_for_cuda_graph: int = field(default=32, metadata={"ge": 1, "le": 256,
+                                                                                 **_only("FLASH_ATTN")})
+    """FLASH_ATTN only (version 3): upper bound on split-KV splits of a request when decode runs under CUDA graphs
+    (FlashAttention 3's plan, made inside the graph, splits each request up to this many times); 1 to 256 (FA3's
+    combine kernel takes at most 256 splits). FlashAttention 2 and 4 have no split plan: the selector refuses a
+    value other than the default with them."""
 
     use_trtllm_attention: bool | None = field(default=None, metadata=_only("FLASHINFER"))
     """FLASHINFER only: FlashInfer's TRT-LLM kernels (CC 10.x only). None = where they apply; true on
@@ -126,14 +129,16 @@ class AttentionConfig:
         d["backend"] = backend_name(self.backend) if self.backend is not None else None
         return d
 
-    def unused_options(self) -> list[str]:
-        """Options set away from their default that do not apply to the explicitly chosen backend."""
-        if self.backend is None:
+    def unused_options(self, selected: BackendName | None = None) -> list[str]:
+        """Options set away from their default that do not apply to the explicitly chosen backend, or to
+        ``selected`` (the backend automatic selection picked) when given."""
+        backend = selected if selected is not None else self.backend
+        if backend is None:
             return []
         return [
             f.name
             for f in fields(self)
             if "backends" in f.metadata
-            and backend_name(self.backend) not in f.metadata["backends"]
+            and backend_name(backend) not in f.metadata["backends"]
             and getattr(self, f.name) != f.default
         ]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from attnserve.config.fields import validate_fields
+from attnserve.config.fields import ConfigError, validate_fields
+from attnserve.refusals import Refusal
 
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # vLLM's CacheDType
 # vLLM's BlockSize (1, 8, 16, 32, 64, 128, 256: vllm/config/cache.py) and 2 and 4, which the CPU backends run (the
 # tests' tiny caches): every size a built-in backend supports is among them (FLASHINFER 16-64, TRITON_ATTN 16-256,
 # FLASH_ATTN multiples of 16 — 48 or 80 only as vLLM refuses them too —, CPU_ATTN and FLEX_ATTENTION any), and the
@@ -24,7 +25,14 @@ class CacheConfig:
     checked at backend selection."""
 
     kv_cache_dtype: str = field(default="auto", metadata={"choices": KV_CACHE_DTYPES})
-    """KV-cache element type: auto (= model dtype), fp8 or fp8_e4m3."""
+    """KV-cache element type: auto (= model dtype), fp8 (= fp8_e4m3: float8_e4m3fn) or fp8_e5m2 (float8_e5m2); a
+    backend that cannot read it is refused at selection. fp8 stores ``x / scale`` saturated to the format's range,
+    with per-layer scales from the checkpoint (``k_scale``/``v_scale``), calculate_kv_scales, else 1.0."""
+
+    calculate_kv_scales: bool = False
+    """fp8 KV cache: compute each layer's k/v scales from the first prefill step (vLLM's rule: the absolute maximum
+    over 200 for keys, over 100 for values) instead of the checkpoint's or 1.0; CUDA graphs are captured after
+    that step. Refused with a 16-bit cache."""
 
     num_gpu_blocks: int | None = field(default=None, metadata={"ge": 1, "aliases": ("num_gpu_blocks_override",)})
     """Number of KV-cache blocks; overrides the memory budget when set (vLLM's name: num_gpu_blocks_override). A
@@ -45,3 +53,7 @@ class CacheConfig:
 
     def __post_init__(self) -> None:
         validate_fields(self)
+        if self.calculate_kv_scales and self.kv_cache_dtype == "auto":
+            raise ConfigError(Refusal(("calculate_kv_scales",), True, reason="needs an fp8 KV cache (scales are for fp8)",
+                                      advice="set {kv_cache_dtype} fp8, or drop {calculate_kv_scales}",
+                                      key="calculate_kv_scales"))

@@ -320,14 +320,15 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
 
 
 @functools.cache
-def _log_unused_options_once(backend: str, names: tuple[str, ...]) -> None:
+def log_unused_options_once(backend: str, names: tuple[str, ...]) -> None:
+    """Warn, once per backend and set of names, that these attention_config options do not apply to it."""
     logger.warning("attention_config options %s do not apply to attention backend %s and are unused", ", ".join(names), backend)
 
 
 def _log_unused_options(attention: AttentionConfig) -> None:
     unused = attention.unused_options()
     if unused and attention.backend is not None:
-        _log_unused_options_once(backend_name(attention.backend), tuple(unused))
+        log_unused_options_once(backend_name(attention.backend), tuple(unused))
 
 
 def python_settings(

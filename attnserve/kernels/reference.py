@@ -61,15 +61,17 @@ def reference_paged_attention(
     logits_soft_cap: float | None = None,
     sinks: torch.Tensor | None = None,  # (Hq,): each head's sink logit, in the softmax's denominator only
 ) -> torch.Tensor:  # (T, Hq, D), query's dtype
-    """Attention of each request's query tokens over its cached context, computed in float32."""
+    """Attention of each request's query tokens over its cached context, computed in float32 (float64 when
+    ``query`` is float64: the oracle of the fp8 tests)."""
     out = torch.empty_like(query)
     num_heads, num_kv_heads = query.shape[1], kv_cache.shape[3]
+    work = torch.float64 if query.dtype == torch.float64 else torch.float32
     qsl = query_start_loc.tolist()
     for i, seq_len in enumerate(seq_lens.tolist()):
-        q = query[qsl[i] : qsl[i + 1]].float()  # (q_len, Hq, D)
+        q = query[qsl[i] : qsl[i + 1]].to(work)  # (q_len, Hq, D)
         k, v = gather_kv(kv_cache, block_table[i].to(kv_cache.device), seq_len)
-        k = k.float().repeat_interleave(num_heads // num_kv_heads, dim=1)
-        v = v.float().repeat_interleave(num_heads // num_kv_heads, dim=1)
+        k = k.to(work).repeat_interleave(num_heads // num_kv_heads, dim=1)
+        v = v.to(work).repeat_interleave(num_heads // num_kv_heads, dim=1)
         scores = torch.einsum("qhd,khd->hqk", q, k) * scale
         if logits_soft_cap is not None:
             scores = logits_soft_cap * torch.tanh(scores / logits_soft_cap)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from attnserve.attention.selector import (AttentionSelection, AttentionSelectorConfig, NoUsableBackendError,
                                           select_attn_backend)
 from attnserve.config.engine import EngineConfig
+from attnserve.config.engine_args import log_unused_options_once
 from attnserve.distributed.sharding import shard_heads
 from attnserve.model_executor.loader import resolve_dtype
 from attnserve.models.dims import LayerAttention
@@ -141,5 +142,9 @@ def select_model_attention(config: EngineConfig, hf_config, tensor_parallel_size
             if len(records) == 1:
                 raise
             raise for_group(e, layer_group_name(i, layers, kind)) from None
+        if config.attention.backend is None:  # an explicit backend's unused options were logged with the config
+            unused = config.attention.unused_options(selection.name)
+            if unused:
+                log_unused_options_once(selection.name, tuple(unused))
         groups.append(AttentionGroup(i, layers, kind, selector_config, selection))
     return ModelAttention(tuple(groups))

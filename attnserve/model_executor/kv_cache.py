@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
 import torch
 
+from attnserve.attention.backend import kv_cache_torch_dtype  # noqa: F401 - re-exported: the runner's import
 from attnserve.config.cache import CacheConfig
 from attnserve.config.fields import ConfigError
 from attnserve.refusals import Refusal
@@ -14,11 +16,6 @@ from attnserve.refusals import Refusal
 logger = logging.getLogger(__name__)
 
 CPU_DEFAULT_KV_CACHE_BYTES = 2 << 30  # 2 GiB
-
-
-def kv_cache_torch_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
-    """``auto`` = the model dtype; ``fp8``/``fp8_e4m3`` = float8_e4m3fn."""
-    return model_dtype if kv_cache_dtype == "auto" else torch.float8_e4m3fn
 
 
 def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_size: int, dtype: torch.dtype) -> int:
@@ -92,6 +89,12 @@ def planned_kv_blocks(cache: CacheConfig, device_type: str, block_bytes: int) ->
     return _blocks_in(cache.kv_cache_memory or CPU_DEFAULT_KV_CACHE_BYTES, block_bytes, key)
 
 
+@functools.cache
+def _warn_gpu_memory_utilization_on_cpu(value: float) -> None:
+    logger.warning("gpu_memory_utilization %s has no effect on CPU: kv_cache_memory sizes the KV cache there "
+                   "(default 2 GiB)", value)
+
+
 def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, reserve_bytes: int) -> int:
     """How many blocks fit: ``num_gpu_blocks`` if set; else ``kv_cache_memory`` bytes; else 2 GiB on CPU or
     ``gpu_memory_utilization`` of the GPU minus what is allocated now and ``reserve_bytes`` for activations,
@@ -100,6 +103,8 @@ def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, re
     Raises ConfigError, keyed by :func:`kv_cache_size_key`, when the budget holds no block, or when a cache
     sized by ``num_gpu_blocks`` or ``kv_cache_memory`` (or the CPU default) is more than the device's memory
     available now (:func:`check_kv_cache_fits`)."""
+    if device.type == "cpu" and cache.gpu_memory_utilization != CacheConfig().gpu_memory_utilization:
+        _warn_gpu_memory_utilization_on_cpu(cache.gpu_memory_utilization)
     blocks = planned_kv_blocks(cache, device.type, block_bytes)
     if blocks is not None:  # gpu_memory_utilization's budget is bounded by what is free below
         check_kv_cache_fits(blocks, block_bytes, kv_cache_size_key(cache, device), device, reserve_bytes)

@@ -21,6 +21,7 @@ from attnserve.config.fields import ConfigError
 from attnserve.config.model import ModelConfig
 from attnserve.layers.norm import RMSNorm
 from attnserve.model_executor import gguf_cache
+from attnserve.model_executor.kv_scales import KVScales, split_kv_scales
 from attnserve.model_executor.weights import gguf_weights, safetensors_files, safetensors_weights
 from attnserve.refusals import Refusal
 
@@ -303,8 +304,11 @@ def resolve_dtype(dtype: str, hf_config, device: "torch.device | str") -> torch.
 
 
 def load_weights(model: torch.nn.Module, source: ModelSource, load_format: str, hf_config, seed: int = 0,
-                 sharded: bool = False) -> None:
+                 sharded: bool = False, kv_scales: KVScales | None = None) -> None:
     """Fill ``model``'s parameters from the checkpoint, or randomly for ``load_format="dummy"``.
+
+    ``kv_scales``: receives the checkpoint's fp8 KV-cache scales (``k_scale``/``v_scale`` tensors, which no
+    model parameter takes); without it such tensors are skipped all the same.
 
     ``sharded`` (a tensor-parallel rank): safetensors tensors are read lazily, so each rank reads only its
     slice of each; GGUF tensors are dequantized whole (the format stores quantized blocks), then narrowed.
@@ -332,6 +336,7 @@ def load_weights(model: torch.nn.Module, source: ModelSource, load_format: str, 
         weights = gguf_weights(source.path, num_heads, getattr(hf_config, "num_key_value_heads", num_heads))
     else:
         weights = safetensors_weights(source.folder, lazy=sharded)
+    weights = split_kv_scales(weights, kv_scales if kv_scales is not None else KVScales())
     with torch.no_grad():
         loaded = model.load_weights(weights)
     missing = model.expected_weight_names() - loaded

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, CudaGraphSupport
+from attnserve.attention.backend import AttentionImpl, AttentionLayerSpec, CommonAttentionMetadata, CudaGraphSupport
 from attnserve.attention.layer import Attention
 from attnserve.config.engine import EngineConfig
 from attnserve.core.step import PLACEHOLDER_TOKEN, SchedulerOutput
@@ -35,6 +35,7 @@ from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, Pinn
 from attnserve.model_executor.grouped_builder import GroupedMetadataBuilder
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
 from attnserve.model_executor.attention_selection import select_model_attention
+from attnserve.model_executor.kv_scales import KVScales, describe_kv_scales
 from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of
 from attnserve.model_executor.logits_processors import LogitsProcessors
 from attnserve.model_executor.prompt_logprobs import PromptLogprobsPlan
@@ -139,20 +140,28 @@ class ModelRunner:
         self.layer_specs: list[AttentionLayerSpec] = []
         group_specs: dict[int, AttentionLayerSpec] = {}
 
+        self.attn_impls: dict[int, AttentionImpl] = {}  # layer index -> its backend Impl (holds the fp8 scales)
+
         def make_attention(spec: AttentionLayerSpec, layer_index: int) -> Attention:
+            # the models describe their heads; the cache's element type is the engine's (every plan reads it)
+            spec = dataclasses.replace(spec, kv_cache_dtype=config.cache.kv_cache_dtype)
             self.layer_specs.append(spec)
             group = self.attention.group_of(layer_index)
             kind = group.kind
             assert (spec.head_size, spec.sliding_window, spec.logits_soft_cap) == (
                 kind.head_size, kind.sliding_window, kind.logits_soft_cap), \
                 f"layer {layer_index}'s attention {spec} differs from its model's dims ({kind})"
-            group_specs.setdefault(group.index, spec)
+            group_specs.setdefault(group.index, spec)  # with the engine's kv_cache_dtype: each group's builder plans it
             impl = group.selection.backend_cls.get_impl_cls()(spec, attention_config=group_configs[group.index])
+            self.attn_impls[layer_index] = impl
             return Attention(impl, layer_index, group.index if len(groups) > 1 else None)
 
         with _default(self.device, self.dtype):
             self.model = model_cls(hf_config, make_attention, **({"tp": tp} if tp.size > 1 else {}))
-        load_weights(self.model, source, config.model.load_format, hf_config, config.model.seed, sharded=tp.size > 1)
+        checkpoint_scales = KVScales()
+        load_weights(self.model, source, config.model.load_format, hf_config, config.model.seed, sharded=tp.size > 1,
+                     kv_scales=checkpoint_scales)
+        self.kv_scales_source = self._apply_kv_scales(checkpoint_scales)
         self.model.eval()
 
         self.builders = [
@@ -165,6 +174,7 @@ class ModelRunner:
         self.logits_processors = LogitsProcessors(self.device)  # rank 0's: penalties' token counts, masks, bias
         self.staging = PinnedStaging(self.device)
         self.cuda_graphs: CudaGraphRunner | None = None
+        self._capture_after_scales = False  # set below, once the profiling step has run
         block_bytes = sum(bytes_per_block(len(g.layers), self.block_size, self.num_kv_heads, g.kind.head_size,
                                           self.kv_dtype) for g in groups)
         reserve = self._activation_reserve_bytes()
@@ -179,8 +189,8 @@ class ModelRunner:
         # the last step's sampled tokens (R,) int64 on the device and each sampling request's row in them;
         # under TP only rank 0 samples: the others hold (None, rows) until a placeholder step broadcasts them
         self._last_sample: tuple[torch.Tensor | None, dict[str, int]] = (None, {})
-        logger.info("KV cache: %d blocks of %d tokens (%s, %s)", self.num_blocks, self.block_size,
-                    self.kv_dtype, self.backend_name)
+        logger.info("KV cache: %d blocks of %d tokens (%s, fp8 scales %s, %s)", self.num_blocks, self.block_size,
+                    str(self.kv_dtype).removeprefix("torch."), self.kv_scales_source, self.backend_name)
         self._configure_pdl(config.enable_pdl)
         if graphs and config.use_skinny_gemm:  # before capture, so the graphs take the measured GEMV choices
             from attnserve.layers.gemv_plan import GemvPlan, plan_rows
@@ -190,8 +200,32 @@ class ModelRunner:
         elif config.use_skinny_gemm and tp.is_driver:
             logger.warning("use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps "
                            "only (this engine: %s)", "no CUDA" if self.device.type != "cuda" else "CUDA graphs off")
-        if graphs:
+        # calculate_kv_scales: the first prefill sets the scales, which the graphs' kernels take as constants, so
+        # the graphs are captured after that step (``_hidden``); the profiling step above computed nothing
+        self._capture_after_scales = graphs and config.cache.calculate_kv_scales
+        for impl in self.attn_impls.values():
+            impl.kv_scales_pending = config.cache.calculate_kv_scales
+        if graphs and not self._capture_after_scales:
             self._capture_cuda_graphs()
+
+    def _apply_kv_scales(self, checkpoint: KVScales) -> str:
+        """Give each layer's Impl its fp8 scales from the checkpoint; returns where the scales come from, in the
+        start-up line's words. A 16-bit cache takes none; ``calculate_kv_scales`` overrides the checkpoint's."""
+        cache = self.config.cache
+        if cache.kv_cache_dtype == "auto":
+            if checkpoint.k or checkpoint.v:
+                logger.info("The checkpoint's KV-cache scales are unused: the KV cache is %s (kv_cache_dtype auto)",
+                            str(self.kv_dtype).removeprefix("torch."))
+            return describe_kv_scales("auto", False, False)
+        if cache.calculate_kv_scales:
+            return describe_kv_scales(cache.kv_cache_dtype, True, bool(checkpoint.k or checkpoint.v))
+        found = sorted(set(checkpoint.k) | set(checkpoint.v))
+        for index, impl in self.attn_impls.items():
+            impl.set_kv_scales(*checkpoint.layer(index))
+        text = describe_kv_scales(cache.kv_cache_dtype, False, bool(found))
+        if found and len(found) < len(self.attn_impls):
+            text += f" for {len(found)} of {len(self.attn_impls)} layers, 1.0 for the others"
+        return text
 
     def _configure_pdl(self, requested: bool) -> None:
         """PDL launches of the Triton kernels (``kernels/pdl.py``) where the GPU has them, before the GEMV plan
@@ -359,8 +393,13 @@ class ModelRunner:
         hidden = self.model(batch.input_ids, batch.positions, batch)
         if prompt_plan is not None:
             rows = np.concatenate([host.logits_indices, prompt_plan.token_index])
-            return hidden[self.staging.to_device("prompt_lp_rows", rows)]
-        return hidden[batch.logits_indices]
+            hidden = hidden[self.staging.to_device("prompt_lp_rows", rows)]
+        else:
+            hidden = hidden[batch.logits_indices]
+        if self._capture_after_scales:  # this step computed the fp8 scales the graphs take (calculate_kv_scales)
+            self._capture_after_scales = False
+            self._capture_cuda_graphs()
+        return hidden
 
     def _placeholder_fill(self, sched: SchedulerOutput, host: HostBatch):
         """For a step with placeholder token ids: a function that writes the last step's sampled tokens into

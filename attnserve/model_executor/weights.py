@@ -83,7 +83,9 @@ class LazySlice:
         return self._slice[index]
 
     def __getitem__(self, index) -> torch.Tensor:
-        return self._slice[:] if index is Ellipsis else self._slice[index]
+        if index is Ellipsis:  # a 0-d tensor (an fp8 k_scale) takes no slice(): [...] reads any tensor whole
+            return self._slice[...] if not self.shape else self._slice[:]
+        return self._slice[index]
 
 
 def safetensors_files(folder: str) -> list[str]:

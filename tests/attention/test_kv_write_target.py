@@ -74,8 +74,8 @@ def test_kv_write_target_views_the_backends_cache(backend, layout):
         pytest.importorskip("triton")  # its impl imports its kernels (torch's CPU wheel brings no Triton)
     backend_cls = AttentionBackendEnum[backend].get_class()
     impl = backend_cls.get_impl_cls()(AttentionLayerSpec(num_heads=4, head_size=32, scale=1.0, num_kv_heads=2))
-    if hasattr(impl, "k_scale"):
-        impl.k_scale, impl.v_scale = 0.5, 0.25
+    fp8 = "fp8" in backend_cls.supported_kv_cache_dtypes  # a 16-bit-only backend's target needs no scales
+    impl.set_kv_scales(0.5, 0.25)
     (cache,) = allocate_kv_caches(backend_cls, layout, 1, 3, 16, 2, 32, torch.float32, torch.device("cpu"))
     slots = torch.tensor([5, -1, 40])
     target = impl.kv_write_target(cache, SimpleNamespace(slot_mapping=slots))
@@ -84,7 +84,7 @@ def test_kv_write_target_views_the_backends_cache(backend, layout):
         assert got.shape == (3, 16, 2, 32)
         assert got.data_ptr() == want.data_ptr() and got.stride() == want.stride()
     assert target.slot_mapping is slots
-    assert (target.k_scale, target.v_scale) == ((0.5, 0.25) if hasattr(impl, "k_scale") else (1.0, 1.0))
+    assert (target.k_scale, target.v_scale) == ((0.5, 0.25) if fp8 else (1.0, 1.0))
 
 
 # ------------------------------------------------------------------ TRITON_ATTN under the Triton interpreter

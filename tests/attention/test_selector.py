@@ -10,7 +10,7 @@ import torch
 from attnserve.attention.backend import KVCacheLayout
 from attnserve.attention.registry import AttentionBackendEnum as B
 from attnserve.attention.registry import UnknownBackendError, lookup_backend
-from attnserve.attention.selector import (KVCacheLayoutConflictError, NoUsableBackendError, evaluate_backends,
+from attnserve.attention.selector import (NoUsableBackendError, evaluate_backends,
                                           get_attn_backend, select_attn_backend)
 from attnserve.attention.validation import package_installed
 from attnserve.config.attention import AttentionConfig, ConfigError
@@ -140,14 +140,8 @@ def test_matrix_cuda():
 @pytest.mark.parametrize("head, dtype, block, kv", list(itertools.product(
     (64, 80, 96, 128, 256), (F16, BF16, F32), (8, 16, 32, 64), ("auto", "fp8"))))
 def test_matrix_cpu(cpu_attn_backend, head, dtype, block, kv):
-    # CPU_ATTN's declared limits (engine branch): any head size and block size, fp32/fp16/bf16, kv "auto" only
-    want = "CPU_ATTN" if kv == "auto" else None
-    try:
-        got = auto(detect_platform("cpu"), cfg(head, dtype, block_size=block, kv_cache_dtype=kv))
-    except NoUsableBackendError as e:
-        got = None
-        assert str(e).endswith(": CPU_ATTN, FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto).")
-    assert got == want
+    # CPU_ATTN's declared limits: any head size and block size, fp32/fp16/bf16, a 16-bit or fp8 cache
+    assert auto(detect_platform("cpu"), cfg(head, dtype, block_size=block, kv_cache_dtype=kv)) == "CPU_ATTN"
 
 
 # ---------------------------------------------------------------- exact reason strings
@@ -161,7 +155,12 @@ def test_matrix_cpu(cpu_attn_backend, head, dtype, block, kv):
     (B.FLASH_ATTN, "9.0", cfg(100), "head_size 100 not supported with flash_attn_version 3 (multiples of 8 up to 256)"),
     (B.FLASHINFER, "7.0", cfg(128), "compute capability 7.0 not supported (needs 7.5 to 12.1)"),
     (B.FLASHINFER, "9.0", cfg(128, block_size=128), "block_size 128 not supported (supported: 16, 32, 64)"),
-    (B.FLASHINFER, "9.0", cfg(128, has_sink=True), "attention sinks need FlashInfer's TRT-LLM kernels (compute capability 10.x)"),
+    (B.FLASHINFER, "9.0", cfg(128, has_sink=True), "attention sinks not supported"),
+    (B.FLASHINFER, "10.0", cfg(128, has_sink=True), "attention sinks not supported"),
+    (B.FLASH_ATTN, "10.0", cfg(128, kv_cache_dtype="fp8"),
+     "kv_cache_dtype fp8 not supported with flash_attn_version 4 (supported: auto)"),
+    (B.FLASH_ATTN, "9.0", cfg(128, kv_cache_dtype="fp8_e5m2"),
+     "kv_cache_dtype fp8_e5m2 not supported with flash_attn_version 3 (supported: auto, fp8, fp8_e4m3)"),
     (B.TRITON_ATTN, "9.0", cfg(16), "head_size 16 not supported (>= 32)"),
     (B.TRITON_ATTN, "9.0", cfg(128, block_size=8), "block_size 8 not supported (supported: 16, 32, 64, 128, 256)"),
     (B.TRITON_ATTN, "9.0", cfg(128, block_size=48), "block_size 48 not supported (supported: 16, 32, 64, 128, 256)"),
@@ -179,7 +178,7 @@ def test_explicit_invalid_raises_with_every_reason():
                  "dtype float32 not supported (supported: float16, bfloat16)",
                  "head_size 80 not supported (supported: 64, 128, 256)",
                  "block_size 8 not supported (supported: 16, 32, 64)",
-                 "attention sinks need FlashInfer's TRT-LLM kernels",
+                 "attention sinks not supported",
                  "Backends that would work: FLEX_ATTENTION."):
         assert part in msg
 
@@ -222,9 +221,9 @@ def test_no_backend_error_lists_each_backend_with_reasons_on_one_line():
 
 def test_no_backend_error_lists_backends_with_the_same_reasons_together_and_names_the_setting():
     with pytest.raises(NoUsableBackendError) as e:
-        get_attn_backend(None, cfg(64, F32, kv_cache_dtype="fp8"), detect_platform("cpu"))
-    assert str(e.value).endswith(": CPU_ATTN, FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto).")
-    assert e.value.key == "kv_cache_dtype"
+        get_attn_backend(None, cfg(64, F32, block_size=8, kv_cache_dtype="fp8"), cuda("9.0"), assume_installed=True)
+    assert str(e.value).endswith("FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto).")
+    assert "TRITON_ATTN: block_size 8 not supported" in str(e.value)
 
 
 # ---------------------------------------------------------------- packages, versions, layout, cache
@@ -262,15 +261,21 @@ def test_flash_attn_version_resolution(cc, config, version):
     assert sel.flash_attn_version == version
 
 
-def test_flashinfer_on_blackwell_requires_hnd_and_conflict_is_an_error():
-    sel = select_attn_backend(None, cfg(128), cuda("10.0"), assume_installed=True)
-    assert (sel.name, sel.kv_cache_layout) == ("FLASHINFER", KVCacheLayout.HND)
-    with pytest.raises(KVCacheLayoutConflictError, match="kv_cache_layout NHD conflicts with attention backend "
-                                                         "FLASHINFER, which requires HND"):
-        select_attn_backend(None, cfg(128), cuda("10.0"), assume_installed=True, kv_cache_layout=KVCacheLayout.NHD)
-    off = AttentionConfig(use_trtllm_attention=False)
-    assert select_attn_backend(off, cfg(128), cuda("10.0"), assume_installed=True,
-                               kv_cache_layout=KVCacheLayout.NHD).kv_cache_layout == KVCacheLayout.NHD
+def test_flashinfer_on_blackwell_with_trtllm_unset_runs_its_own_kernels_in_either_layout():
+    """TRT-LLM kernels are not wired: unset never asks for them (nor for their HND layout), so Blackwell loads."""
+    for flag in (None, False):
+        ac = AttentionConfig(use_trtllm_attention=flag)
+        for layout in (KVCacheLayout.NHD, KVCacheLayout.HND):
+            sel = select_attn_backend(ac, cfg(128), cuda("10.0"), assume_installed=True, kv_cache_layout=layout)
+            assert (sel.name, sel.kv_cache_layout) == ("FLASHINFER", layout)
+    assert select_attn_backend(None, cfg(128), cuda("10.0"), assume_installed=True).kv_cache_layout == KVCacheLayout.NHD
+
+
+def test_trtllm_forced_on_blackwell_is_refused_as_not_wired():
+    ac = AttentionConfig(backend="FLASHINFER", use_trtllm_attention=True)
+    with pytest.raises(NoUsableBackendError, match="use_trtllm_attention=True not supported: FlashInfer's TRT-LLM "
+                                                   "kernels are not wired"):
+        get_attn_backend(ac, cfg(128), cuda("10.0"), assume_installed=True)
 
 
 def test_user_layout_kept_when_backend_has_no_requirement():

@@ -65,9 +65,10 @@ def test_flash_attn_version_rejected(version, message):
         ("use_trtllm_attention", 1, "1 is an integer, not a boolean (allowed: true, false, null)"),
         ("disable_flashinfer_prefill", "yes", "'yes' is a string, not a boolean (allowed: true, false)"),
         ("disable_flashinfer_q_quantization", 0, "0 is an integer, not a boolean (allowed: true, false)"),
-        ("flash_attn_max_num_splits_for_cuda_graph", 0, "0 not allowed (allowed: integer >= 1)"),
-        ("flash_attn_max_num_splits_for_cuda_graph", True, "True is a boolean, not an integer (allowed: integer >= 1)"),
-        ("flash_attn_max_num_splits_for_cuda_graph", "32", "'32' is a string, not an integer (allowed: integer >= 1)"),
+        ("flash_attn_max_num_splits_for_cuda_graph", 0, "0 not allowed (allowed: integer in [1, 256])"),
+        ("flash_attn_max_num_splits_for_cuda_graph", 257, "257 not allowed (allowed: integer in [1, 256])"),
+        ("flash_attn_max_num_splits_for_cuda_graph", True, "True is a boolean, not an integer (allowed: integer in [1, 256])"),
+        ("flash_attn_max_num_splits_for_cuda_graph", "32", "'32' is a string, not an integer (allowed: integer in [1, 256])"),
     ],
 )
 def test_bad_values_name_field_value_and_allowed(field, value, message):

@@ -86,7 +86,7 @@ def test_the_backend_names_the_type_of_a_wrong_value(tmp_path, text, kind):
 NUMBERS = {"max_model_len": "4096", "seed": "7", "block_size": "32", "num_gpu_blocks": "64", "kv_cache_memory": "1000",
            "gpu_memory_utilization": "0.5", "max_num_batched_tokens": "4096", "max_num_seqs": "8",
            "tensor_parallel_size": "2", "attention_config.flash_attn_version": "3",
-           "attention_config.flash_attn_max_num_splits_for_cuda_graph": "64"}
+           "attention_config.flash_attn_max_num_splits_for_cuda_graph": "64", "max_logprobs": "5"}
 assert set(NUMBERS) == {key for key, owner, name in KEYS if _type(owner, name) in (int, float)}
 
 

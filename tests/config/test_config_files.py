@@ -121,8 +121,8 @@ def test_mutual_exclusion_inside_a_file(tmp_path):
         # a value is shown as the file writes it, not as Python does (was True, None, datetime.date(2024, 1, 1))
         ("c.yaml", "dtype: true\n", "{p}: dtype true is a boolean, not a string (allowed: auto, float32, float16, bfloat16, "
                                      "float, half)"),
-        ("c.yaml", "kv_cache_dtype: null\n", "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3)"),
-        ("c.yaml", "kv_cache_dtype: ~\n", "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3)"),
+        ("c.yaml", "kv_cache_dtype: null\n", "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3, fp8_e5m2)"),
+        ("c.yaml", "kv_cache_dtype: ~\n", "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3, fp8_e5m2)"),
         ("c.json", '{"enforce_eager": null}', "{p}: enforce_eager null not allowed (allowed: true, false)"),
         ("c.yaml", "gpu_memory_utilization: 1000.0\n", "{p}: gpu_memory_utilization 1000.0 not allowed (allowed: number in (0, 1])"),
         ("c.yaml", "block_size: [16, true]\n", "{p}: block_size [16, true] is a list, not an integer (allowed: 1, 2, 4, 8, "

@@ -15,7 +15,7 @@ from attnserve.config import CacheConfig, ConfigError, EngineConfig, ModelConfig
         (CacheConfig, "block_size", 0, "1, 2, 4, 8, 16, 32, 64, 128, 256"),
         (CacheConfig, "block_size", 7, "1, 2, 4, 8, 16, 32, 64, 128, 256"),  # was accepted: no backend's size, nor vLLM's
         (CacheConfig, "block_size", 512, "1, 2, 4, 8, 16, 32, 64, 128, 256"),
-        (CacheConfig, "kv_cache_dtype", "int8", "auto, fp8, fp8_e4m3"),
+        (CacheConfig, "kv_cache_dtype", "int8", "auto, fp8, fp8_e4m3, fp8_e5m2"),
         (CacheConfig, "gpu_memory_utilization", 1.5, "number in (0, 1]"),
         (CacheConfig, "num_gpu_blocks", -1, "integer >= 1, null"),
         (SchedulerConfig, "max_num_seqs", 0, "integer >= 1"),
@@ -48,7 +48,7 @@ BLOCKS = "1, 2, 4, 8, 16, 32, 64, 128, 256"
         (CacheConfig, "block_size", 16.0, "a float", "an integer", BLOCKS),
         (CacheConfig, "block_size", True, "a boolean", "an integer", BLOCKS),
         (CacheConfig, "gpu_memory_utilization", "0.5", "a string", "a number", "number in (0, 1]"),
-        (CacheConfig, "kv_cache_dtype", 8, "an integer", "a string", "auto, fp8, fp8_e4m3"),
+        (CacheConfig, "kv_cache_dtype", 8, "an integer", "a string", "auto, fp8, fp8_e4m3, fp8_e5m2"),
         (ModelConfig, "model", 5, "an integer", "a string", "string, null"),
         (ModelConfig, "model", ["m"], "a list", "a string", "string, null"),
         (ModelConfig, "seed", "1", "a string", "an integer", "integer in [-2^63, 2^63 - 1]"),

@@ -43,10 +43,36 @@ def test_without_assume_installed_names_what_this_machine_can_run(capsys):
         assert report["backends"]["FLASH_ATTN"]["reasons"][0].startswith("not installed: pip install 'attnserve[fa3]'")
 
 
-def test_blackwell_plan_uses_flashinfer_with_hnd(capsys):
+def test_blackwell_plan_uses_flashinfer_in_the_default_layout(capsys):
+    """FlashInfer's TRT-LLM kernels (which want HND) are not wired: unset, Blackwell runs its own kernels in NHD."""
     _, report = run_json(capsys, "--device", "cuda:10.0", "--assume-installed", "--head-size", "128")
-    assert (report["selected"], report["kv_cache_layout"]) == ("FLASHINFER", "HND")
+    assert (report["selected"], report["kv_cache_layout"]) == ("FLASHINFER", "NHD")
     assert report["priority"][0] == "FLASHINFER"
+
+
+@pytest.mark.parametrize("kv, dtype", [("auto", "bfloat16"), ("fp8", "float8_e4m3fn"), ("fp8_e5m2", "float8_e5m2")])
+def test_report_shows_the_cache_dtype_and_where_its_scales_come_from(kv, dtype, capsys):
+    _, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "--head-size", "128",
+                         "--kv-cache-dtype", kv)
+    scales = "none (16-bit cache)" if kv == "auto" else "1.0 (no scales in the checkpoint)"
+    assert report["kv_cache"] == {"kv_cache_dtype": kv, "dtype": dtype, "scales": scales}
+    assert backends.main(["--device", "cuda:9.0", "--assume-installed", "--head-size", "128", "--kv-cache-dtype", kv,
+                          *(["--calculate-kv-scales"] if kv != "auto" else [])]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("KV cache:"))
+    scales = "none (16-bit cache)" if kv == "auto" else "calculated from the first prefill (calculate_kv_scales)"
+    assert line == f"KV cache: {dtype} (kv_cache_dtype {kv}), fp8 scales {scales}"
+
+
+def test_report_reads_a_checkpoints_kv_scales(tmp_path, capsys):
+    from safetensors.torch import save_file
+    import torch
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "num_hidden_layers": 1, "intermediate_size": 64, "vocab_size": 100}))
+    save_file({"model.layers.0.self_attn.k_scale": torch.tensor(0.5)}, str(tmp_path / "model.safetensors"))
+    _, report = run_json(capsys, str(tmp_path), "--device", "cuda:9.0", "--assume-installed", "--kv-cache-dtype", "fp8")
+    assert report["kv_cache"]["scales"] == "from the checkpoint (k_scale/v_scale)"
 
 
 def test_explicit_valid_exits_0(capsys):
@@ -83,13 +109,15 @@ def test_explicit_invalid_json_has_null_selected(capsys):
 def test_automatic_selection_that_finds_none_is_a_report_not_an_error(capsys):
     """Exit 0, no line on stderr: ``backends`` answers which backends can run (here none; the table says why); the
     commands that would run the model exit 2 for the same flags (test_cli_errors)."""
-    rc = backends.main(["--device", "cpu", "--kv-cache-dtype", "fp8"])
+    argv = ["--device", "cpu", "--block-size", "16", "-ac.use_prefill_decode_attention", "true", "--kv-cache-dtype", "fp8"]
+    rc = backends.main(argv)
     out, err = capsys.readouterr()
     assert rc == 0 and err == ""
     assert "Automatic selection: none (no backend can run this model here)" in out
-    rc, report = run_json(capsys, "--device", "cpu", "--kv-cache-dtype", "fp8")
+    rc, report = run_json(capsys, *argv)
     assert rc == 0 and report["selected"] is None
-    assert report["error"].endswith(": CPU_ATTN, FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto).")
+    assert "CPU_ATTN: use_prefill_decode_attention not supported" in report["error"]
+    assert "FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto)" in report["error"]
 
 
 def test_plain_table(capsys):

@@ -29,9 +29,13 @@ TRITON_REFUSED = ("TRITON_ATTN cannot run this model (head_size 16, dtype float3
                   + ("" if importlib.util.find_spec("triton") else "not installed: pip install 'attnserve[triton]'; ")
                   + "head_size 16 not supported (>= 32). Backends that would work: CPU_ATTN, FLEX_ATTENTION.")
 TRITON_ON_CPU = "attention backend " + TRITON_REFUSED
-# automatic selection with an fp8 KV cache on CPU: one line, the backends with the same reasons together
+# automatic selection with an fp8 KV cache and separate prefill/decode calls on CPU: one line, each backend's
+# reasons, the KV-cache flag named (CPU_ATTN refuses the option, FLEX_ATTENTION the cache)
 NO_BACKEND_FP8 = ("no attention backend can run this model (head_size 16, dtype float32, kv_cache_dtype fp8, "
-                  "block_size 16) on {cpu}: CPU_ATTN, FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto).")
+                  "block_size 16) on {cpu}: CPU_ATTN: use_prefill_decode_attention not supported: CPU_ATTN always "
+                  "runs decodes and prefills in separate calls. FLEX_ATTENTION: kv_cache_dtype fp8 not supported "
+                  "(supported: auto).")
+PD = ["-ac.use_prefill_decode_attention", "true"]
 # the tiny model's 4 query heads over 2 KV heads on 3 ranks
 SPLIT_3 = ("3 cannot split 4 query heads over 2 KV heads: with fewer KV heads than ranks the ranks "
            "must be a multiple of the KV heads and divide each KV head's 2 query heads (allowed for this model: "
@@ -108,7 +112,7 @@ CASES = [
       "one two three four"], 2,  # was 'request 0#0 needs ...', the engine's request id and no flag
      "attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks (5 tokens with the one "
      "it generates), the KV cache has 1 (4 tokens), so at most 3 prompt tokens fit; raise --num-gpu-blocks"),
-    (["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8"], 2,  # was 3 lines, no flag
+    (["generate", "--model", "{tiny}", "--device", "cpu", *PD, "--kv-cache-dtype", "fp8"], 2,  # was 3 lines, no flag
      f"attnserve generate: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["generate", "--model", "{tiny}", "--device", "cpu", "--config", "{tmp}/fp8.yaml"], 2,
      f"attnserve generate: error: {{tmp}}/fp8.yaml: {NO_BACKEND_FP8}"),
@@ -177,7 +181,7 @@ CASES = [
     (["config", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10"], 2,
      "attnserve config: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
      "raise --kv-cache-memory or set --num-gpu-blocks"),
-    (["serve", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8", "--port", "0"], 2,
+    (["serve", "{tiny}", "--device", "cpu", *PD, "--kv-cache-dtype", "fp8", "--port", "0"], 2,
      f"attnserve serve: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["serve", "a", "--model", "b"], 2,
      "attnserve serve: error: argument --model: 'b' conflicts with MODEL 'a': the model is given twice; give it once"),
@@ -244,7 +248,7 @@ CASES = [
     (["bench", "latency", "--model", "/no/such/dir"], 2, f"attnserve bench latency: error: {NOT_FOUND}"),
     (["bench", "latency", "--model", "{tiny}", "--device", "cpu", "--compare-tensor-parallel-sizes", "1", "3"], 2,
      f"attnserve bench latency: error: argument --compare-tensor-parallel-sizes: {SPLIT}"),  # not --tensor-parallel-size
-    (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--kv-cache-dtype", "fp8"], 2,
+    (["bench", "throughput", "--model", "{tiny}", "--device", "cpu", *PD, "--kv-cache-dtype", "fp8"], 2,
      f"attnserve bench throughput: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}"),
     (["bench", "latency", "--model", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3"], 2,
      f"attnserve bench latency: error: argument --tensor-parallel-size: {SPLIT_3}"),
@@ -302,7 +306,7 @@ def files(tmp_path):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "blank.txt").write_text("\n  \n\t\n")
     (tmp_path / "triton.yaml").write_text("attention_backend: TRITON_ATTN\n")
-    (tmp_path / "fp8.yaml").write_text("kv_cache_dtype: fp8\n")
+    (tmp_path / "fp8.yaml").write_text("kv_cache_dtype: fp8\nattention_config:\n  use_prefill_decode_attention: true\n")
     (tmp_path / "nokey.jsonl").write_text('{"prompt": "a"}\n\n{"text": "b"}\n')
     (tmp_path / "badjson.jsonl").write_text('{"prompt": "a"}\n{"prompt": 1,}\n')
     (tmp_path / "small_kv.yaml").write_text("kv_cache_memory: 10\n")

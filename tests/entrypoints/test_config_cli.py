@@ -228,7 +228,22 @@ def test_explain_names_sources(tmp_path, capsys):
     assert rows["dtype"].endswith("default")
     assert rows["enable_pdl"].endswith("default")
     assert rows["enable_prefix_caching"].split()[1:] == ["true", "default"]
-    assert len(rows) == 25 + len(AttentionConfig.field_names())
+    assert len(rows) == 28 + len(AttentionConfig.field_names()) + 1  # + the derived (kv cache) row
+    assert rows["(kv"].split("  ")[-1] == "derived: fp8 scales none (16-bit cache)"
+
+
+@pytest.mark.parametrize("argv, dtype, scales", [
+    ([], '"auto (the model dtype)"', "none (16-bit cache)"),
+    (["--dtype", "bfloat16"], '"bfloat16"', "none (16-bit cache)"),
+    (["--kv-cache-dtype", "fp8"], '"float8_e4m3fn"', "1.0 (no scales in the checkpoint)"),
+    (["--kv-cache-dtype", "fp8_e5m2", "--calculate-kv-scales"], '"float8_e5m2"',
+     "calculated from the first prefill (calculate_kv_scales)"),
+])
+def test_explain_says_the_cache_dtype_and_where_its_scales_come_from(argv, dtype, scales, capsys):
+    rc, out, _ = run(["config", *argv, "--explain"], capsys)
+    assert rc == 0
+    row = next(line for line in out.splitlines() if line.startswith("(kv cache)"))
+    assert row.split()[2] == dtype.split()[0] and row.endswith(f"derived: fp8 scales {scales}")
 
 
 def test_help_comes_from_field_docstrings(capsys):

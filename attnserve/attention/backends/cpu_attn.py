@@ -2,7 +2,11 @@
 
 Per step the builder turns the block tables into flat cache slots and masks once; every layer then
 gathers its keys/values with ``index_select`` and attends. All decodes of a step (query length 1) run as
-one padded batch; each prefill (or prefill chunk) runs on its own.
+one padded batch; each prefill (or prefill chunk) runs on its own, so decodes and prefills always take separate
+calls (``use_prefill_decode_attention`` is refused: it would change nothing).
+
+fp8 KV cache (e4m3 or e5m2): the write stores ``x / scale`` saturated to the format's range (``write_kv``); the
+gathered keys/values are dequantized on read (``to(model dtype) * scale``) before the matmuls.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.kernels.kv_write import KVWriteTarget, kv_views, write_kv_cache
+from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.kernels.reference import causal_mask, softmax_with_sinks
+from attnserve.refusals import Reason
 
 
 @dataclass
@@ -119,12 +124,17 @@ class CPUAttentionImpl(AttentionImpl):
     supports_sinks = True
 
     def kv_write_target(self, kv_cache, metadata: CPUAttentionMetadata) -> KVWriteTarget:
-        return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping)
+        return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping, self.k_scale, self.v_scale)
+
+    def _read(self, cached: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+        """Gathered cache entries in the model dtype: an fp8 cache's values times its scale."""
+        x = cached.to(dtype)
+        return x.mul_(scale) if cached.dtype in FP8_DTYPES and scale != 1.0 else x
 
     def forward(self, query, key, value, kv_cache, metadata: CPUAttentionMetadata,
                 kv_written: bool = False) -> torch.Tensor:
         if not kv_written:
-            write_kv_cache(key, value, kv_cache, metadata.slot_mapping)
+            self.kv_write_target(kv_cache, metadata).write(key, value)
         out = torch.empty_like(query)
         hkv, d = self.num_kv_heads, self.head_size
         k_flat = kv_cache[0].reshape(-1, hkv, d)
@@ -133,8 +143,8 @@ class CPUAttentionImpl(AttentionImpl):
         if nd:
             slots = metadata.decode_slots
             q = query[:nd].view(nd, hkv, -1, d)  # head h uses KV head h // G
-            k = k_flat[slots].to(q.dtype).permute(0, 2, 3, 1)  # (B, Hkv, D, L)
-            v = v_flat[slots].to(q.dtype).transpose(1, 2)  # (B, Hkv, L, D)
+            k = self._read(k_flat[slots], self.k_scale, q.dtype).permute(0, 2, 3, 1)  # (B, Hkv, D, L)
+            v = self._read(v_flat[slots], self.v_scale, q.dtype).transpose(1, 2)  # (B, Hkv, L, D)
             scores = _soft_cap(torch.matmul(q, k) * self.scale, self.logits_soft_cap)  # (B, Hkv, G, L)
             scores = scores.masked_fill(~metadata.decode_mask, float("-inf"))
             sinks = None if self.sinks is None else self.sinks.view(hkv, -1, 1)  # (Hkv, G, 1), as q's heads
@@ -143,8 +153,8 @@ class CPUAttentionImpl(AttentionImpl):
             q_len = r.query_end - r.query_start
             # (q_len, Hq, D) -> (Hq, q_len, D) -> (Hkv, G * q_len, D)
             q = query[r.query_start : r.query_end].transpose(0, 1).reshape(hkv, -1, d)
-            k = k_flat.index_select(0, r.token_slots).transpose(0, 1).to(q.dtype)  # (Hkv, seq_len, D)
-            v = v_flat.index_select(0, r.token_slots).transpose(0, 1).to(q.dtype)
+            k = self._read(k_flat.index_select(0, r.token_slots), self.k_scale, q.dtype).transpose(0, 1)  # (Hkv, L, D)
+            v = self._read(v_flat.index_select(0, r.token_slots), self.v_scale, q.dtype).transpose(0, 1)
             sinks = None if self.sinks is None else self.sinks.view(hkv, -1, 1).repeat_interleave(q_len, dim=1)
             o = _attend(q, k, v, r.mask, self.scale, self.logits_soft_cap, sinks)  # sinks (Hkv, G * q_len, 1)
             out[r.query_start : r.query_end] = o.reshape(self.num_heads, q_len, d).transpose(0, 1)
@@ -157,13 +167,20 @@ class CPUAttentionBackend(AttentionBackend):
     name = "CPU_ATTN"
     device_types = ("cpu",)
     supported_dtypes = (torch.float32, torch.float16, torch.bfloat16)
-    supported_kv_cache_dtypes = ("auto",)
+    supported_kv_cache_dtypes = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
     supported_head_sizes = None
     supported_block_sizes = None
     supports_sliding_window = True
     supports_logits_soft_cap = True
     supports_sinks = True
     cuda_graph_support = CudaGraphSupport.NEVER
+
+    @classmethod
+    def extra_reasons(cls, selector_config, platform, attention_config=None) -> list[Reason]:
+        if attention_config is not None and attention_config.use_prefill_decode_attention:
+            return [Reason("use_prefill_decode_attention not supported: CPU_ATTN always runs decodes and prefills "
+                           "in separate calls", "use_prefill_decode_attention", True, "false")]
+        return []
 
     @staticmethod
     def get_impl_cls() -> type[CPUAttentionImpl]:

@@ -114,6 +114,29 @@ class FlashAttentionBackend(AttentionBackend):
 
     @classmethod
     def validate(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[Reason]:
+        reasons = cls._version_reasons(selector_config, platform, attention_config, assume_installed)
+        return reasons + cls._graph_splits_reasons(selector_config, platform, attention_config, assume_installed)
+
+    @classmethod
+    def _graph_splits_reasons(cls, selector_config, platform, attention_config, assume_installed) -> list[Reason]:
+        """``flash_attn_max_num_splits_for_cuda_graph`` set away from its default means FlashAttention 3's graph
+        plan: refused with the versions that have none (2, 4)."""
+        from attnserve.config.attention import AttentionConfig
+
+        splits = attention_config.flash_attn_max_num_splits_for_cuda_graph if attention_config is not None else None
+        if splits is None or splits == AttentionConfig().flash_attn_max_num_splits_for_cuda_graph:
+            return []
+        version = attention_config.flash_attn_version
+        if version is None and platform.device_type == "cuda":
+            version = cls.resolve_version(selector_config, platform, attention_config, assume_installed)
+        if version in (None, 3):
+            return []
+        return [Reason(f"flash_attn_max_num_splits_for_cuda_graph {splits} not supported with flash_attn_version "
+                       f"{version} (FlashAttention 3's split plan only)", "flash_attn_max_num_splits_for_cuda_graph",
+                       splits, "flash_attn_version 3")]
+
+    @classmethod
+    def _version_reasons(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[Reason]:
         requested = attention_config.flash_attn_version if attention_config is not None else None
         if platform.device_type != "cuda":  # every reason, judged against the version(s) that could be installed
             versions = [requested] if requested is not None else list(version_preference((9, 0)))
@@ -170,10 +193,14 @@ class FlashAttentionBackend(AttentionBackend):
         return Reason(f"compute capability {cc_str(cc)} not supported ({ranges})", "compute_capability", cc, ranges)
 
 
-# FlashAttention 3's split-KV bound in CUDA-graph decode steps (the plan splits each request up to this many
-# times for its own length). On an H200 8, 16 and 32 all gave 9.8 us per call at batch 1 (Llama-3.1-8B heads,
-# 1k context) and 81-83 us at batch 64 (benchmarks/gpu/bench_fa3_decode.py); vLLM's default bound is 32.
-GRAPH_NUM_SPLITS = 16
+def graph_num_splits(attention_config: "AttentionConfig | None") -> int:
+    """FlashAttention 3's split-KV bound in CUDA-graph decode steps (the plan splits each request up to this many
+    times for its own length): ``attention_config.flash_attn_max_num_splits_for_cuda_graph`` (vLLM's default 32).
+    On an H200 8, 16 and 32 all gave 9.8 us per call at batch 1 (Llama-3.1-8B heads, 1k context) and 81-83 us at
+    batch 64 (benchmarks/gpu/bench_fa3_decode.py)."""
+    from attnserve.config.attention import AttentionConfig
+
+    return (attention_config or AttentionConfig()).flash_attn_max_num_splits_for_cuda_graph
 
 
 @dataclass
@@ -257,7 +284,7 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         by :meth:`cudagraph_prologue`, inside the graph, once per step for every layer."""
         call = self._call(common, 0, common.num_reqs, plan_splits=False)
         if self.version == 3:
-            call.num_splits, call.page_size = GRAPH_NUM_SPLITS, common.block_size
+            call.num_splits, call.page_size = graph_num_splits(self.attention_config), common.block_size
         return FlashAttentionMetadata(common.slot_mapping, [call])
 
     def cudagraph_prologue(self, metadata: FlashAttentionMetadata) -> None:
@@ -282,8 +309,6 @@ class FlashAttentionImpl(AttentionImpl):
         self.fa = load_kernels(self.version)
         self.window = (self.sliding_window - 1, 0) if self.sliding_window else (-1, -1)
         self.softcap = self.logits_soft_cap or 0.0
-        self.k_scale = 1.0  # per-tensor fp8 scales: stored value = x / scale
-        self.v_scale = 1.0
         self.supports_sinks = FLASH_ATTN_VERSIONS[self.version].sinks  # FA4's learnable_sink
 
     def kv_write_target(self, kv_cache, metadata: FlashAttentionMetadata) -> KVWriteTarget:

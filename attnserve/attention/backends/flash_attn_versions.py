@@ -17,7 +17,8 @@ Limits, per version:
 * block size: FA2's paged KV requires ``page_block_size`` a multiple of 256 (flash_api.cpp check,
   Dao-AILab/flash-attention#828). FA3 accepts any page size (#1627) and FA4 on SM100 any (#1999); we
   declare multiples of 16 for both, vLLM's contract, which our issue-6 kernels target and §7 relies on.
-* fp8 KV cache: FA3 only (fp8 e4m3 forward on Hopper).
+* fp8 KV cache: FA3 only, e4m3 (fp8 e4m3 forward on Hopper, with q/k/v descales); FA4's
+  ``flash_attn_varlen_func`` takes no fp8 input or descale, so the selector refuses fp8 with version 4.
 * sinks: FA4 only (``learnable_sink``); upstream FA2/FA3 take no sink argument.
 * logits soft cap and sliding window: all three versions (``softcap``, ``window_size``).
 """

@@ -5,9 +5,12 @@ and each layer only calls ``run()``. Decode-only steps use ``BatchDecodeWithPage
 cores when GQA groups query heads), prefill-only and mixed steps one ``BatchPrefillWithPagedKVCacheWrapper``
 call; ``use_prefill_decode_attention`` splits a mixed step into a decode and a prefill call;
 ``disable_flashinfer_prefill`` runs the prefill part on our Triton kernel. The cache is
-``(num_blocks, 2, block_size, Hkv, D)`` in NHD or HND memory order. fp8 KV cache: per-tensor scales;
-the prefill wrapper's query is quantized to fp8 too unless ``disable_flashinfer_q_quantization``.
-``use_trtllm_attention=True`` off CC 10.x is an error; the TRT-LLM path itself is not wired yet.
+``(num_blocks, 2, block_size, Hkv, D)`` in NHD or HND memory order. fp8 KV cache (e4m3 or e5m2): both wrappers
+are planned with the cache's ``kv_data_type``; the query is quantized to the cache's fp8 type with the layer's
+static ``q_scale`` (1.0, the checkpoint's or calculate_kv_scales'; vLLM's rule), saturated, for the decode and
+prefill wrappers alike (the decode wrapper then runs its tensor-core kernel), unless
+``disable_flashinfer_q_quantization``; ``run()`` gets ``q_scale``/``k_scale``/``v_scale``.
+FlashInfer's TRT-LLM kernels are not wired: ``use_trtllm_attention`` unset never uses them, ``true`` is refused.
 
 Planning never synchronises with the device: plan() gets its host arrays (``indptr``, ``last_page_len``,
 ``seq_lens``) in pinned memory and the page ids as a device tensor built by a kernel from the device block
@@ -20,12 +23,14 @@ Limits (FlashInfer docs and the kernels' dispatch tables, as vLLM declares them)
 * page (block) sizes 16, 32, 64: the sizes the TRT-LLM-generated kernels on Blackwell accept; vLLM uses
   the same list on every GPU.
 * fp8 KV cache (e4m3 and e5m2); dtypes float16 and bfloat16.
-* sliding window and logits soft cap: yes. Attention sinks: only through the TRT-LLM kernels (CC 10.x).
-* On CC 10.x the TRT-LLM kernels need the HND layout, so the backend requires it there.
+* sliding window and logits soft cap: yes. Attention sinks: no (FlashInfer has them through its TRT-LLM
+  kernels, which are not wired here).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -38,25 +43,29 @@ from attnserve.attention.backend import (
     AttentionType,
     CommonAttentionMetadata,
     CudaGraphSupport,
-    KVCacheLayout,
+    kv_cache_torch_dtype,
 )
-from attnserve.kernels.kv_write import KVWriteTarget, kv_views
+from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.kernels.paged_kv_indices import device_pages, host_pages
 from attnserve.attention.ops.pinned_ring import PinnedRing
-from attnserve.attention.capabilities import BackendCapabilities
-from attnserve.attention.validation import capability_reasons
 from attnserve.refusals import Reason
 
 if TYPE_CHECKING:  # flashinfer_graphs imports this module: the planner itself is imported in the builder
     from attnserve.attention.backends.flashinfer_graphs import FlashInferGraph
 
+logger = logging.getLogger(__name__)
 
-def _trtllm_applies(platform, attention_config) -> bool:
-    """TRT-LLM kernels run on CC 10.x unless the user turned them off (use_trtllm_attention=False)."""
-    on_blackwell = platform is not None and platform.compute_capability is not None \
-        and platform.compute_capability[0] == 10
-    flag = attention_config.use_trtllm_attention if attention_config is not None else None
-    return on_blackwell and flag is not False
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    logger.warning(message)
+
+
+def query_dtype(kv_dtype: torch.dtype, model_dtype: torch.dtype, attention_config) -> torch.dtype:
+    """The query type the wrappers are planned for: the fp8 cache's type unless
+    ``disable_flashinfer_q_quantization`` (or a 16-bit cache), else the model dtype."""
+    keep = attention_config is not None and attention_config.disable_flashinfer_q_quantization
+    return kv_dtype if kv_dtype in FP8_DTYPES and not keep else model_dtype
 
 
 class FlashInferBackend(AttentionBackend):
@@ -69,12 +78,12 @@ class FlashInferBackend(AttentionBackend):
     max_compute_capability = (12, 1)
     supports_sliding_window = True
     supports_logits_soft_cap = True
-    supports_sinks = True  # TRT-LLM kernels only (CC 10.x); see capabilities()
+    supports_sinks = False  # FlashInfer's sinks come with its TRT-LLM kernels, not wired here
     supported_attn_types = (AttentionType.DECODER,)
     device_types = ("cuda",)
     required_package = "flashinfer"
     pip_extra = "flashinfer"
-    required_kv_cache_layout = None  # HND on CC 10.x; see get_required_kv_cache_layout()
+    required_kv_cache_layout = None
     cuda_graph_support = CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE
 
     @staticmethod
@@ -92,41 +101,18 @@ class FlashInferBackend(AttentionBackend):
         return (num_blocks, 2, block_size, num_kv_heads, head_size)
 
     @classmethod
-    def capabilities(cls, platform=None, attention_config=None, assume_installed=False) -> BackendCapabilities:
-        if platform is None:
-            return BackendCapabilities.from_backend(cls)
-        trtllm = _trtllm_applies(platform, attention_config)
-        return BackendCapabilities.from_backend(
-            cls, sinks=trtllm, required_kv_cache_layout=KVCacheLayout.HND if trtllm else None,
-            cuda_graph_support=CudaGraphSupport.UNIFORM_BATCH if trtllm else cls.cuda_graph_support,
-        )
-
-    @classmethod
     def extra_reasons(cls, selector_config, platform, attention_config=None) -> list[Reason]:
-        reasons = []
+        if attention_config is None or attention_config.use_trtllm_attention is not True:
+            return []  # unset or false: the FlashInfer wrappers, on every GPU
         cc = platform.compute_capability
-        if attention_config is not None and attention_config.use_trtllm_attention is True and \
-                (cc is None or cc[0] != 10):
+        if cc is None or cc[0] != 10:
             where = f"{cc[0]}.{cc[1]}" if cc else "unknown"
-            reasons.append(Reason(f"use_trtllm_attention=True needs compute capability 10.x (this device: {where})",
-                                  "use_trtllm_attention", True, "compute capability 10.x"))
-        if selector_config.has_sink and not _trtllm_applies(platform, attention_config):
-            # replace the generic "attention sinks not supported" with the way to get them
-            reasons.append(Reason("attention sinks need FlashInfer's TRT-LLM kernels (compute capability 10.x)",
-                                  "has_sink", True, "compute capability 10.x"))
-        return reasons
-
-    @classmethod
-    def validate(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[Reason]:
-        caps = cls.capabilities(platform, attention_config, assume_installed)
-        reasons = capability_reasons(caps, selector_config, platform, assume_installed=assume_installed)
-        # sinks: extra_reasons says how to get them, instead of the generic "attention sinks not supported"
-        return [r for r in reasons if r.field != "has_sink"] + cls.extra_reasons(selector_config, platform,
-                                                                                  attention_config)
-
-    @classmethod
-    def get_required_kv_cache_layout(cls, platform=None, attention_config=None) -> KVCacheLayout | None:
-        return KVCacheLayout.HND if _trtllm_applies(platform, attention_config) else None
+            return [Reason(f"use_trtllm_attention=True needs compute capability 10.x (this device: {where}): "
+                           "FlashInfer's TRT-LLM kernels exist for Blackwell only", "use_trtllm_attention", True,
+                           "compute capability 10.x")]
+        return [Reason("use_trtllm_attention=True not supported: FlashInfer's TRT-LLM kernels are not wired in "
+                       "attnserve (unset or false runs FlashInfer's own kernels)", "use_trtllm_attention", True,
+                       "null, false")]
 
 
 _WORKSPACE_BYTES = 256 << 20
@@ -139,10 +125,6 @@ def _workspace(device: torch.device) -> torch.Tensor:
     if key not in _WORKSPACES:
         _WORKSPACES[key] = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
     return _WORKSPACES[key]
-
-
-def _kv_torch_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
-    return {"auto": model_dtype, "fp8_e5m2": torch.float8_e5m2}.get(kv_cache_dtype, torch.float8_e4m3fn)
 
 
 @dataclass
@@ -187,19 +169,17 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         cfg = self.attention_config
         self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
         self.disable_prefill = bool(cfg is not None and cfg.disable_flashinfer_prefill)
-        self.quantize_q = not (cfg is not None and cfg.disable_flashinfer_q_quantization)
-        cc = torch.cuda.get_device_capability(self.device)
-        flag = cfg.use_trtllm_attention if cfg is not None else None
-        if flag is True and cc[0] != 10:
-            raise ValueError(f"use_trtllm_attention=True needs compute capability 10.x (this device: {cc[0]}.{cc[1]}); "
-                             "FlashInfer's TRT-LLM kernels exist for Blackwell only")
-        self.trtllm = cc[0] == 10 and flag is not False
         spec = self.layer_spec
-        self.kv_dtype = _kv_torch_dtype(spec.kv_cache_dtype, self.dtype)
+        self.kv_dtype = kv_cache_torch_dtype(spec.kv_cache_dtype, self.dtype)
+        self.q_dtype = query_dtype(self.kv_dtype, self.dtype, cfg)  # what both wrappers' query is
+        if cfg is not None and cfg.disable_flashinfer_q_quantization and self.kv_dtype not in FP8_DTYPES:
+            _warn_once("disable_flashinfer_q_quantization has no effect with a 16-bit KV cache (kv_cache_dtype "
+                       "auto): the query is quantized only for an fp8 cache")
         layout = self.kv_cache_layout.value
         ws = _workspace(self.device)
-        # tensor-core decode for GQA: the grouped query heads of a KV head form the MMA's rows
-        self.tensor_cores = spec.num_heads != spec.num_kv_heads
+        # tensor-core decode for GQA (the grouped query heads of a KV head form the MMA's rows), and for an fp8
+        # query (FlashInfer's CUDA-core decode kernels take 16-bit queries)
+        self.tensor_cores = spec.num_heads != spec.num_kv_heads or self.q_dtype != self.dtype
         # "fa2" is what "auto" resolves to for 16-bit KV; naming it skips auto's per-plan cuDNN probe
         # (two `import cudnn` attempts per eager plan() where cudnn-frontend is not installed)
         self.decode_backend = "fa2" if self.kv_dtype == self.dtype else "auto"
@@ -240,7 +220,8 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
             "plan", self.decode._int_workspace_buffer.numel(), torch.uint8)
         self.decode.plan(indptr, indices, last_len, spec.num_heads, spec.num_kv_heads, spec.head_size,
                          common.block_size, window_left=self.window_left, logits_soft_cap=spec.logits_soft_cap,
-                         q_data_type=self.dtype, kv_data_type=self.kv_dtype, sm_scale=spec.scale, seq_lens=lens)
+                         q_data_type=self.q_dtype, kv_data_type=self.kv_dtype, o_data_type=self.dtype,
+                         sm_scale=spec.scale, seq_lens=lens)
         ring.release()
 
     def _plan(self, kind: str, common: CommonAttentionMetadata, first: int, last: int) -> FlashInferCall:
@@ -260,20 +241,16 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         indptr, indices, last_len, lens = self._pages(common, first, last, ring)
         qo = ring.buffer("qo", last - first + 1)
         torch.sub(qsl[first:last + 1], q0, out=qo)
-        fp8 = self.kv_dtype != self.dtype
-        q_dtype = self.kv_dtype if fp8 and self.quantize_q else self.dtype
         self.prefill._pin_memory_int_workspace_buffer = ring.buffer(
             "plan", self.prefill._int_workspace_buffer.numel(), torch.uint8)
         self.prefill.plan(qo, indptr, indices, last_len, spec.num_heads, spec.num_kv_heads, spec.head_size,
                           common.block_size, causal=True, sm_scale=spec.scale, window_left=self.window_left,
-                          logits_soft_cap=spec.logits_soft_cap, q_data_type=q_dtype, kv_data_type=self.kv_dtype,
+                          logits_soft_cap=spec.logits_soft_cap, q_data_type=self.q_dtype, kv_data_type=self.kv_dtype,
                           o_data_type=self.dtype, seq_lens=lens)
         ring.release()
         return FlashInferCall(kind, q0, q1, self.prefill)
 
     def build(self, common: CommonAttentionMetadata) -> FlashInferMetadata:
-        if self.trtllm:  # pragma: no cover - Blackwell only; not reachable on the H200
-            raise NotImplementedError("FlashInfer TRT-LLM kernels (compute capability 10.x) are not wired yet")
         nd, b = common.num_decodes, common.num_reqs
         prefill_kind = "fallback" if self.disable_prefill else "prefill"
         if nd == b:
@@ -325,9 +302,8 @@ class FlashInferImpl(AttentionImpl):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         cfg = self.attention_config
+        # an fp8 cache's query is quantized as the builder planned it (query_dtype)
         self.quantize_q = not (cfg is not None and cfg.disable_flashinfer_q_quantization)
-        self.k_scale = 1.0  # per-tensor fp8 scales: stored value = x / scale
-        self.v_scale = 1.0
 
     def kv_write_target(self, kv_cache, metadata: FlashInferMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, self.kv_dim), metadata.slot_mapping, self.k_scale, self.v_scale)
@@ -341,8 +317,11 @@ class FlashInferImpl(AttentionImpl):
         # FlashInfer takes the cache in its physical order: (N, 2, B, H, D) for NHD, (N, 2, H, B, D) for HND
         physical = kv_cache if kv_cache.is_contiguous() else kv_cache.transpose(2, 3)
         assert physical.is_contiguous(), "KV cache must be NHD or HND ordered"
-        fp8 = kv_cache.dtype != query.dtype
+        fp8 = kv_cache.dtype in FP8_DTYPES
         out = torch.empty_like(query)
+        if fp8 and self.quantize_q:  # the planned query type: the cache's, with the static q_scale, saturated
+            fmax = torch.finfo(kv_cache.dtype).max
+            query_fp8 = (query.float() / self.q_scale).clamp_(-fmax, fmax).to(kv_cache.dtype)
         for call in metadata.calls:
             q = query[call.query_start:call.query_end]
             if call.kind == "fallback":
@@ -354,10 +333,9 @@ class FlashInferImpl(AttentionImpl):
                                 k_scale=self.k_scale, v_scale=self.v_scale)
                 continue
             scales = dict(k_scale=self.k_scale, v_scale=self.v_scale) if fp8 else {}
-            if fp8 and self.quantize_q and call.kind == "prefill":
-                q_scale = (q.abs().amax().float() / torch.finfo(kv_cache.dtype).max).clamp_min(1e-12)
-                q = (q.float() / q_scale).to(kv_cache.dtype)
-                scales["q_scale"] = float(q_scale)
-                self.last_q_scales.append((call.query_start, call.query_end, q_scale))
+            if fp8 and self.quantize_q:
+                q = query_fp8[call.query_start:call.query_end]
+                scales["q_scale"] = self.q_scale
+                self.last_q_scales.append((call.query_start, call.query_end, self.q_scale))
             call.wrapper.run(q, physical, out=out[call.query_start:call.query_end], **scales)
         return out

@@ -110,8 +110,9 @@ class FlashInferGraphPlanner:
         extra = dict(disable_split_kv=not split) if b.tensor_cores else {}
         wrapper.plan(torch.from_numpy(host_indptr), indices[: int(host_indptr[-1])], torch.from_numpy(host_last),
                      spec.num_heads, spec.num_kv_heads, spec.head_size, common.block_size,
-                     window_left=b.window_left, logits_soft_cap=spec.logits_soft_cap, q_data_type=b.dtype,
-                     kv_data_type=b.kv_dtype, sm_scale=spec.scale, seq_lens=common.seq_lens_cpu, **extra)
+                     window_left=b.window_left, logits_soft_cap=spec.logits_soft_cap, q_data_type=b.q_dtype,
+                     kv_data_type=b.kv_dtype, o_data_type=b.dtype, sm_scale=spec.scale, seq_lens=common.seq_lens_cpu,
+                     **extra)
         try:  # the launch layout the graph's kernels get (FlashInfer's PrefillPlanInfo as a list)
             g.plan_info = [int(x) for x in wrapper._plan_info]
         except Exception:  # noqa: BLE001 - none, or not a list of ints: no fast re-plan
@@ -165,8 +166,9 @@ class FlashInferGraphPlanner:
             # the indices argument is the wrapper's own buffer (the prologue fills it): plan() copies nothing
             g.wrapper.plan(indptr, g.indices[: int(indptr[n])], last_len, spec.num_heads, spec.num_kv_heads,
                            spec.head_size, common.block_size, window_left=b.window_left,
-                           logits_soft_cap=spec.logits_soft_cap, q_data_type=b.dtype,
-                           kv_data_type=b.kv_dtype, sm_scale=spec.scale, seq_lens=common.seq_lens_cpu,
+                           logits_soft_cap=spec.logits_soft_cap, q_data_type=b.q_dtype,
+                           kv_data_type=b.kv_dtype, o_data_type=b.dtype, sm_scale=spec.scale,
+                           seq_lens=common.seq_lens_cpu,
                            **(dict(disable_split_kv=False) if b.tensor_cores else {}))
         ring.release()
 

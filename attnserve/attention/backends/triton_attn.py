@@ -6,7 +6,8 @@ split-KV kernel over the decode tokens, the unified kernel over the prefill toke
 small to fill the GPU also takes the split-KV kernel (up to 32 splits of at least one 64-token KV tile).
 The kernels launch with programmatic dependent launch on sm_90+ (``kernels/pdl.py``), so the RoPE + KV-write
 kernel before them and the GEMV after them overlap their launches. New K/V go into the cache with the
-Triton ``reshape_and_cache`` kernel; an fp8 cache stores ``x / scale`` per tensor (scales 1.0 unless set).
+Triton ``reshape_and_cache`` kernel; an fp8 cache (e4m3 or e5m2) stores ``x / scale`` per tensor, saturated (the
+layer's scales: the checkpoint's, calculate_kv_scales' or 1.0), and the kernels multiply by the scale on read.
 
 Measured on an H200 (bf16, head 128, 1k context, ``benchmarks/gpu/bench_triton_decode.py`` and
 ``bench_decode_layout.py``): batch 64 x 16/8 heads 67-71 us per layer (3.8-4.0 TB/s of KV, ~89-94% of the
@@ -16,7 +17,7 @@ Limits: any CUDA GPU Triton compiles for (compute capability >= 7.0, the minimum
 backend and of torch.compile's GPU path); float32 as well as float16/bfloat16; head sizes >= 32 (the
 kernel pads to the next power of two); block sizes 16, 32, 64, 128 and 256 (a page is one power-of-two
 tile); fp8 KV cache; sliding window and logits
-soft cap; no attention sinks (the kernel has no sink term, unlike vLLM's); runs whole mixed batches, so CUDA
+soft cap; attention sinks (a learned logit per query head in the softmax); runs whole mixed batches, so CUDA
 graphs can capture any step.
 """
 
@@ -139,8 +140,6 @@ class TritonAttentionImpl(AttentionImpl):
         from attnserve.kernels import triton_attention
 
         self._ops = triton_attention
-        self.k_scale = 1.0  # per-tensor fp8 scales: stored value = x / scale
-        self.v_scale = 1.0
 
     def kv_write_target(self, kv_cache, metadata: TritonAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, self.kv_dim), metadata.slot_mapping, self.k_scale, self.v_scale)

@@ -96,6 +96,7 @@ def build_report(args, errors: list | None = None) -> dict:
     from attnserve.attention.selector import (AttentionSelectorConfig, NoUsableBackendError, backend_reasons,
                                               select_attn_backend)
     from attnserve.model_executor.attention_selection import for_group, layer_group_name
+    from attnserve.model_executor.kv_scales import kv_cache_summary
     from attnserve.model_executor.loader import resolve_dtype
     from attnserve.platforms import detect_platform
 
@@ -147,6 +148,9 @@ def build_report(args, errors: list | None = None) -> dict:
         "selected": None if failed else "+".join(dict.fromkeys(g["selected"] for g in groups)),
         "flash_attn_version": first["flash_attn_version"],
         "kv_cache_layout": first["kv_cache_layout"],
+        # the cache's element type and where an fp8 cache's scales come from (never silently 16-bit)
+        "kv_cache": kv_cache_summary(config.cache.kv_cache_dtype, dtype, config.cache.calculate_kv_scales,
+                                     facts.source),
         "error": failed[0]["error"] if failed else None,
         "groups": groups,
     }
@@ -158,7 +162,7 @@ def render_plain(report: dict) -> str:
     plat = report["platform"]
     lines = [f"Platform: {plat['description']}" + ("  [packages assumed installed]" if report["assume_installed"] else ""),
              f"Model: {report['model']['source']}  (heads {report['model']['num_heads']}, "
-             f"kv heads {report['model']['num_kv_heads']})"]
+             f"kv heads {report['model']['num_kv_heads']})", _kv_cache_line(report)]
     several = len(report["groups"]) > 1
     for group in report["groups"]:
         if several:
@@ -172,6 +176,11 @@ def render_plain(report: dict) -> str:
             lines.append(f"{name:<{width}}{prio:<6}{status}")
     lines += ["", "Priority order: " + " > ".join(report["priority"]), _verdict(report)]
     return "\n".join(lines)
+
+
+def _kv_cache_line(report: dict) -> str:
+    kv = report["kv_cache"]
+    return f"KV cache: {kv['dtype']} (kv_cache_dtype {kv['kv_cache_dtype']}), fp8 scales {kv['scales']}"
 
 
 def _verdict(report: dict) -> str:
@@ -189,6 +198,7 @@ def render_rich(report: dict) -> None:
     plat = report["platform"]
     console.print(f"[bold]Platform:[/bold] {plat['description']}"
                   + ("  [dim](packages assumed installed)[/dim]" if report["assume_installed"] else ""))
+    console.print(f"[bold]{_kv_cache_line(report)}[/bold]")
     for group in report["groups"]:
         if len(report["groups"]) > 1:
             console.print(f"[bold]{group['name']}:[/bold] {group['selected'] or 'no backend'}")

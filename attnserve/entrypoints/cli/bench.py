@@ -12,7 +12,7 @@ import json
 import math
 import sys
 
-from attnserve.config.cache import BLOCK_SIZES
+from attnserve.config.cache import BLOCK_SIZES, KV_CACHE_DTYPES
 from attnserve.config.fields import range_words
 from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
 
@@ -153,6 +153,9 @@ def _add_attention(kinds) -> None:
     g.add_argument("--head-size", type=positive_int, default=128, help="default 128")
     g.add_argument("--block-size", type=checked(int, lambda v: v in BLOCK_SIZES, ", ".join(map(str, BLOCK_SIZES))),
                    default=16, help="KV-cache block size, as the engine's --block-size takes it (default 16)")
+    g.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPES),
+                   help="KV-cache element type, as the engine's --kv-cache-dtype takes it (default auto = --dtype); "
+                        "backends that cannot read it are skipped with the reason")
     g.add_argument("--batch-size", type=positive_int, default=None,
                    help="decode requests (default 64 on GPU, 8 on CPU)")
     g.add_argument("--context-lens", type=positive_int, nargs="+", default=None, metavar="C",
@@ -272,7 +275,8 @@ def run_attention(args: argparse.Namespace) -> int:
                                  f"{args.num_kv_heads}")
     try:
         result = run(device=args.device, dtype=args.dtype, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
-                     head_size=args.head_size, block_size=args.block_size, batch_size=args.batch_size,
+                     head_size=args.head_size, block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype,
+                     batch_size=args.batch_size,
                      context_lens=args.context_lens, prefill_lens=args.prefill_lens, backends=args.backends,
                      warmup=args.warmup, repeats=args.repeats, progress=args.progress)
     except UnknownBackendError as e:

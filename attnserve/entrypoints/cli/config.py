@@ -127,6 +127,18 @@ def check_against_model(config: EngineConfig) -> list[str]:
     return notes
 
 
+def kv_cache_row(config: EngineConfig) -> tuple[str, str, str]:
+    """``--explain``'s derived row for the KV cache: its element type and where an fp8 cache's scales come from
+    (the model's safetensors headers are read when it is a local folder; nothing else is loaded)."""
+    from attnserve.model_executor.kv_scales import kv_cache_summary
+
+    cache, model = config.cache, config.model.model
+    folder = os.path.expanduser(model) if model is not None and os.path.isdir(os.path.expanduser(model)) else None
+    kv = kv_cache_summary(cache.kv_cache_dtype, f"{config.model.dtype} (the model dtype)" if
+                          config.model.dtype == "auto" else config.model.dtype, cache.calculate_kv_scales, folder)
+    return "(kv cache)", json.dumps(kv["dtype"]), f"derived: fp8 scales {kv['scales']}"
+
+
 def config_file_text(values: dict, fmt: str) -> str:
     """``values`` as a config file of format ``fmt`` (``json``, ``yaml``: keys in their order), ending in a newline."""
     if fmt == "yaml":
@@ -148,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         print(config_file_text(engine_arg_values(resolved.config), args.format), end="")
         return 0
     rows = [(path, json.dumps(value), source) for path, value, source in resolved.explain()]
+    rows.append(kv_cache_row(resolved.config))
     w_path = max(len(r[0]) for r in rows)
     w_value = max(len(r[1]) for r in rows)
     for path, value, source in rows:

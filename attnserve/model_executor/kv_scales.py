@@ -1,0 +1,119 @@
+"""Per-layer fp8 KV-cache scales: read from the checkpoint, computed from the first prefill, or 1.0.
+
+FP8 checkpoints made with llm-compressor (compressed-tensors) or NVIDIA ModelOpt carry one key scale and one
+value scale per attention layer; the names differ by tool and version (vLLM's ``maybe_remap_kv_scale_name``
+reads the same set):
+
+* ``model.layers.N.self_attn.k_scale`` / ``v_scale`` (llm-compressor; also under ``...self_attn.attn.``);
+* ``model.layers.N.self_attn.k_proj.k_scale`` / ``v_proj.v_scale`` (ModelOpt);
+* ``model.layers.N.self_attn.k_proj.output_scale`` / ``v_proj.output_scale`` (older compressed-tensors);
+* ``model.layers.N.self_attn.kv_scale`` (one scale for both; deprecated);
+* ``q_scale`` in the same places (FLASHINFER quantizes the query with it).
+
+A scale is the per-tensor factor of ``stored = x / scale``; a tensor of several values (per head) gives its
+maximum, a safe per-tensor bound. :func:`split_kv_scales` takes them out of the weight stream (the models have no
+parameter for them) and :class:`KVScales` says where each layer's scales came from.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+# the layer index, then the scale's own name at the end of the tensor name
+_SCALE_NAME = re.compile(r"\.(\d+)\..*?(?:\.([kvq])_proj\.output_scale|\.(kv|k|v|q)_scale)$")
+
+CHECKPOINT, CALCULATED, DEFAULT = "checkpoint", "calculated", "default"
+
+
+def kv_scale_name(name: str) -> tuple[int, tuple[str, ...]] | None:
+    """``(layer index, ("k",) / ("v",) / ("q",) / ("k", "v"))`` for a checkpoint tensor that is an attention
+    layer's fp8 scale, None for any other tensor (weight scales such as ``k_proj.weight_scale`` included)."""
+    m = _SCALE_NAME.search(name)
+    if m is None:
+        return None
+    which = m.group(2) or m.group(3)
+    return int(m.group(1)), ("k", "v") if which == "kv" else (which,)
+
+
+@dataclass
+class KVScales:
+    """Each layer's fp8 scales and their origin (``checkpoint``, ``calculated``, ``default`` = 1.0)."""
+
+    source: str = DEFAULT
+    k: dict[int, float] = field(default_factory=dict)  # layer index -> scale
+    v: dict[int, float] = field(default_factory=dict)
+    q: dict[int, float] = field(default_factory=dict)
+
+    def add(self, name: str, tensor) -> bool:
+        """Record ``tensor`` if ``name`` is a KV scale (:func:`kv_scale_name`); whether it was."""
+        parsed = kv_scale_name(name)
+        if parsed is None:
+            return False
+        layer, which = parsed
+        t = tensor[...] if not isinstance(tensor, torch.Tensor) else tensor  # a LazySlice reads it whole
+        value = float(t.float().abs().max())
+        for w in which:
+            getattr(self, w)[layer] = value
+        self.source = CHECKPOINT
+        return True
+
+    def layer(self, index: int) -> tuple[float, float, float | None]:
+        """``(k_scale, v_scale, q_scale or None)`` of layer ``index``; 1.0 where the checkpoint has none."""
+        return self.k.get(index, 1.0), self.v.get(index, 1.0), self.q.get(index)
+
+
+def split_kv_scales(weights: Iterable[tuple[str, object]], scales: KVScales) -> Iterator[tuple[str, object]]:
+    """``weights`` without the KV-scale tensors, which go into ``scales`` as they pass."""
+    for name, tensor in weights:
+        if not scales.add(name, tensor):
+            yield name, tensor
+
+
+def checkpoint_has_kv_scales(folder: str | None) -> bool:
+    """Whether a local safetensors folder holds KV-scale tensors (reads the files' headers only)."""
+    if folder is None or not os.path.isdir(folder):
+        return False
+    from safetensors import safe_open
+
+    from attnserve.model_executor.weights import safetensors_files
+
+    for file in safetensors_files(folder):
+        with safe_open(os.path.join(folder, file), framework="pt") as f:
+            if any(kv_scale_name(n) for n in f.keys()):
+                return True
+    return False
+
+
+def describe_kv_scales(kv_cache_dtype: str, calculate: bool, in_checkpoint: bool) -> str:
+    """Where an fp8 cache's scales come from, in the start-up line's words: ``calculated from the first prefill``,
+    ``from the checkpoint``, ``1.0 (no scales in the checkpoint)``; ``none (16-bit cache)`` for ``auto``."""
+    if kv_cache_dtype == "auto":
+        return "none (16-bit cache)"
+    if calculate:
+        return "calculated from the first prefill (calculate_kv_scales)"
+    if in_checkpoint:
+        return "from the checkpoint (k_scale/v_scale)"
+    return "1.0 (no scales in the checkpoint)"
+
+
+def kv_cache_summary(kv_cache_dtype: str, model_dtype: torch.dtype | str, calculate: bool, folder: str | None) -> dict:
+    """What ``attnserve backends`` and ``attnserve config --explain`` say about the cache: its element type
+    (``model_dtype`` for ``auto``; a name such as ``"auto"`` when the model's dtype is not resolved) and where an
+    fp8 cache's scales come from (``folder``: a local safetensors checkpoint, its headers read for KV scales)."""
+    from attnserve.attention.backend import kv_cache_torch_dtype
+
+    if kv_cache_dtype == "auto":
+        dtype = str(model_dtype).removeprefix("torch.")
+    else:
+        dtype = str(kv_cache_torch_dtype(kv_cache_dtype, torch.bfloat16)).removeprefix("torch.")
+    in_checkpoint = kv_cache_dtype != "auto" and not calculate and checkpoint_has_kv_scales(folder)
+    return {"kv_cache_dtype": kv_cache_dtype, "dtype": dtype,
+            "scales": describe_kv_scales(kv_cache_dtype, calculate, in_checkpoint)}
