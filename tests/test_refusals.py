@@ -118,11 +118,14 @@ def test_selector_reasons_are_records():
 
     import torch
 
+    from attnserve.attention.backend import AttentionType
+
+    config = AttentionSelectorConfig(64, torch.float32, kv_cache_dtype="fp8", attn_type=AttentionType.ENCODER_ONLY)
     with pytest.raises(NoUsableBackendError) as e:
-        get_attn_backend(None, AttentionSelectorConfig(64, torch.float32, kv_cache_dtype="fp8"), detect_platform("cpu"))
+        get_attn_backend(None, config, detect_platform("cpu"))
     assert {name: [(r.field, r.value) for r in why] for name, why in e.value.reasons.items()} == {
-        "CPU_ATTN": [("kv_cache_dtype", "fp8")], "FLEX_ATTENTION": [("kv_cache_dtype", "fp8")]}
-    assert e.value.key == "kv_cache_dtype"  # read from the reasons' fields
+        "CPU_ATTN": [("attn_type", AttentionType.ENCODER_ONLY)], "FLEX_ATTENTION": [("kv_cache_dtype", "fp8")]}
+    assert e.value.key == "kv_cache_dtype"  # read from the reasons' fields: the one setting that would help
 
 
 def test_the_refusals_package_imports_no_other_attnserve_package():
