@@ -5,7 +5,25 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 RESULTS: list[dict] = []
+GPU_HIDDEN = 256  # tiny models' hidden size on the GPU: head sizes GPU backends take (64 or 128, by architecture)
+
+
+@pytest.fixture(scope="session")
+def gpu_model_dir(tmp_path_factory, default_tokenizer):
+    """Factory: architecture name -> folder with a tiny random model of hidden size ``GPU_HIDDEN`` (made once)."""
+    from tests.models.tiny import make_tiny_model
+
+    made: dict[str, str] = {}
+
+    def make(arch: str) -> str:
+        if arch not in made:
+            made[arch] = make_tiny_model(arch, tmp_path_factory.mktemp(f"gpu-{arch}"), default_tokenizer, GPU_HIDDEN)
+        return made[arch]
+
+    return make
 
 
 def format_table(rows: list[dict]) -> str:

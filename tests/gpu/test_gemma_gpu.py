@@ -15,27 +15,15 @@ from attnserve import LLM, SamplingParams
 from attnserve.attention.selector import NoUsableBackendError
 from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
 from tests.helpers import hf_greedy
-from tests.models.tiny import SLIDING_WINDOW, make_tiny_model
+from tests.models.tiny import SLIDING_WINDOW
 
 pytestmark = pytest.mark.gpu
 
 BACKENDS = ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"]
-HIDDEN = 256  # heads of 128 (tiny.py: head_dim = hidden / 2)
 BLOCK_SIZE = 16
 REL_TOL = {"bfloat16": 0.05}
 PROMPTS = [list(range(100, 130)), [7, 8, 9] * 7, list(range(2000, 2011)), [15]]  # 30, 21, 11, 1 tokens
 
-
-@pytest.fixture(scope="module")
-def gemma_dir(tmp_path_factory, default_tokenizer):
-    made: dict[str, str] = {}
-
-    def make(arch: str) -> str:
-        if arch not in made:
-            made[arch] = make_tiny_model(arch, tmp_path_factory.mktemp(f"gpu-{arch}"), default_tokenizer, HIDDEN)
-        return made[arch]
-
-    return make
 
 
 def _prompt_logits(llm: LLM, prompt: list[int]) -> torch.Tensor:  # (vocab,) float32 on CPU
@@ -56,10 +44,10 @@ def _llm(path: str, backend: str, dtype: str) -> LLM:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
-def test_gemma_bfloat16_close_to_transformers(arch, backend, gemma_dir):
+def test_gemma_bfloat16_close_to_transformers(arch, backend, gpu_model_dir):
     from transformers import AutoModelForCausalLM
 
-    path = gemma_dir(arch)
+    path = gpu_model_dir(arch)
     llm = _llm(path, backend, "bfloat16")
     groups = llm.engine.runner.attention.groups
     assert len(groups) == 2 and {g.selection.name for g in groups} == {backend}
@@ -81,10 +69,10 @@ def test_gemma_bfloat16_close_to_transformers(arch, backend, gemma_dir):
 
 @pytest.mark.parametrize("backend", ["TRITON_ATTN", "FLEX_ATTENTION"])
 @pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
-def test_gemma_float32_greedy_tokens_equal_transformers(arch, backend, gemma_dir):
+def test_gemma_float32_greedy_tokens_equal_transformers(arch, backend, gpu_model_dir):
     from transformers import AutoModelForCausalLM
 
-    path = gemma_dir(arch)
+    path = gpu_model_dir(arch)
     llm = _llm(path, backend, "float32")
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))

@@ -18,30 +18,18 @@ from attnserve.attention.registry import AttentionBackendEnum
 from attnserve.attention.selector import AttentionSelectorConfig, NoUsableBackendError, backend_reasons
 from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
 from tests.helpers import hf_greedy
-from tests.models.tiny import SLIDING_WINDOW, make_tiny_model
+from tests.models.tiny import SLIDING_WINDOW
 
 pytestmark = pytest.mark.gpu
 
 ARCHS = ["gpt2", "opt", "opt_post_ln", "mistral_sw", "llama3", "qwen3"]
 BACKENDS = ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"]
 DTYPES = ["bfloat16", "float16"]
-HIDDEN = 256  # 4 heads of 64: a head size every GPU backend supports
 BLOCK_SIZE = 16
 # |logits - float32 reference| / max|reference|: a tiny random model's logits after 2 layers in 16-bit math
 REL_TOL = {"bfloat16": 0.05, "float16": 0.01}
 PROMPTS = [list(range(100, 130)), [2, 44, 9000, 13, 77, 1200, 5, 6, 7, 8, 9, 10, 11], [15]]  # 30, 13, 1 tokens
 
-
-@pytest.fixture(scope="module")
-def gpu_model_dir(tmp_path_factory, default_tokenizer):
-    made: dict[str, str] = {}
-
-    def make(arch: str) -> str:
-        if arch not in made:
-            made[arch] = make_tiny_model(arch, tmp_path_factory.mktemp(f"gpu-{arch}"), default_tokenizer, HIDDEN)
-        return made[arch]
-
-    return make
 
 
 def _reasons(backend: str, path: str, dtype: str) -> list[str]:

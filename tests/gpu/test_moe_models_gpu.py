@@ -15,34 +15,21 @@ import torch
 
 from attnserve import LLM, SamplingParams
 from tests.helpers import hf_greedy
-from tests.models.tiny import make_tiny_model
 
 pytestmark = pytest.mark.gpu
 
 ARCHS = ["qwen3_moe", "mixtral_sw", "gpt_oss", "gpt_oss_sw"]
-HIDDEN = 256
 PROMPTS = [list(range(100, 130)), [2, 44, 9000, 13, 77, 1200, 5, 6, 7, 8, 9, 10, 11], [15]]
 REL_TOL = {"float32": 1e-3, "bfloat16": 0.05}
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, default_tokenizer):
-    made: dict[str, str] = {}
-
-    def make(arch: str) -> str:
-        if arch not in made:
-            made[arch] = make_tiny_model(arch, tmp_path_factory.mktemp(f"gpu-{arch}"), default_tokenizer, HIDDEN)
-        return made[arch]
-
-    return make
-
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_moe_model_on_gpu_matches_transformers(arch, dtype, model_dir):
+def test_moe_model_on_gpu_matches_transformers(arch, dtype, gpu_model_dir):
     from transformers import AutoModelForCausalLM
 
-    path = model_dir(arch)
+    path = gpu_model_dir(arch)
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     llm = LLM(path, attention_backend="TRITON_ATTN", dtype=dtype, block_size=16, max_model_len=256)
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, logprobs=0))
