@@ -65,7 +65,7 @@ def start_engine(config: EngineConfig):
         model=resolve_model_source(config.model.model).path, source=resolve_model_source(config.model.model),
         hf_config=engine.hf_config, load_format=config.model.load_format, seed=config.model.seed,
         device=info.device, dtype=info.dtype, attention_backend=info.backend_name,
-        max_num_seqs=config.scheduler.max_num_seqs, max_num_batched_tokens=config.scheduler.max_num_batched_tokens,
+        max_num_seqs=config.scheduler.max_num_seqs, max_num_batched_tokens=engine.config.scheduler.max_num_batched_tokens,
         max_model_len=engine.max_model_len, prompt_vocab_size=min(engine.hf_config.vocab_size, tokenizer_size),
         pad_token_id=engine.tokenizer.pad_token_id if engine.tokenizer is not None else None)
     # per rank under tensor parallelism: each GPU reads its shard of the weights and KV cache in parallel

@@ -1,4 +1,4 @@
-"""SchedulerConfig: the token budget of one step."""
+"""SchedulerConfig: the token budget of one step, and its default for the device and entry point."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from attnserve.config.fields import validate_fields
 class SchedulerConfig:
     """Continuous-batching limits. Validated at construction."""
 
-    max_num_batched_tokens: int = field(default=2048, metadata={"ge": 1, "human_readable": True})
-    """Most tokens (prefill + decode) computed in one step (e.g. 2048 or 2K)."""
+    max_num_batched_tokens: int | None = field(default=None, metadata={"ge": 1, "human_readable": True})
+    """Most tokens (prefill + decode) computed in one step (e.g. 8192 or 8K). Default (null): vLLM's choice for
+    the device and entry point (:func:`default_max_num_batched_tokens`): on a GPU of at least 70 GiB 16384 for
+    ``LLM`` and the offline benchmarks, 8192 for the server; on a smaller GPU 8192 and 2048; 2048 on CPU."""
 
     max_num_seqs: int = field(default=256, metadata={"ge": 1})
     """Most requests running at once."""
@@ -27,3 +29,18 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         validate_fields(self)
+
+
+# vLLM's defaults (EngineArgs._set_default_args): larger steps on large GPUs; the server keeps steps shorter so that
+# a long prompt delays the decodes that share its step less
+_LARGE_GPU_BYTES = 70 * (1 << 30)
+_GPU_BUDGETS = {True: {"llm": 16384, "server": 8192}, False: {"llm": 8192, "server": 2048}}
+CPU_MAX_NUM_BATCHED_TOKENS = 2048
+
+
+def default_max_num_batched_tokens(device_type: str, total_memory: int | None, usage: str) -> int:
+    """The step token budget when ``max_num_batched_tokens`` is unset. ``usage``: ``"llm"`` (LLM, generate,
+    offline benchmarks) or ``"server"``. ``total_memory``: the GPU's bytes (None: a small GPU)."""
+    if device_type != "cuda":
+        return CPU_MAX_NUM_BATCHED_TOKENS
+    return _GPU_BUDGETS[(total_memory or 0) >= _LARGE_GPU_BYTES][usage]

@@ -13,6 +13,7 @@ import logging
 
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
+from attnserve.config.scheduler import default_max_num_batched_tokens
 from attnserve.engine.bad_words import bad_words_token_ids
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.output_processor import OutputProcessor
@@ -27,6 +28,7 @@ from attnserve.executor.base import WorkerDiedError
 from attnserve.executor.loading import load_model
 from attnserve.refusals import Refusal, Refused
 from attnserve.structured_output.manager import StructuredOutputManager
+from attnserve.platforms import check_runnable_device, detect_platform
 from attnserve.model_executor.kv_cache import check_kv_cache_holds_max_model_len, kv_cache_size_key
 
 logger = logging.getLogger(__name__)
@@ -37,6 +39,18 @@ def prompt_name(path: tuple[str | int, ...]) -> str:
     """How a context-length error names the prompt at ``path``: ``the prompt`` for the one prompt of a call,
     else its place (``prompts[1]``, ``messages[1]``)."""
     return "the prompt" if len(path) == 1 else RequestValueError(path, None, "").where
+
+
+def resolve_step_budget(config: EngineConfig, usage: str) -> EngineConfig:
+    """``config`` with ``scheduler.max_num_batched_tokens`` filled in when unset: vLLM's default for this device
+    and ``usage`` ("llm" or "server"; see :func:`default_max_num_batched_tokens`). Raises ConfigError for a device
+    that cannot run (as loading would)."""
+    if config.scheduler.max_num_batched_tokens is not None:
+        return config
+    check_runnable_device(config.device)
+    platform = detect_platform(config.device)
+    budget = default_max_num_batched_tokens(platform.device_type, platform.total_memory, usage)
+    return dataclasses.replace(config, scheduler=dataclasses.replace(config.scheduler, max_num_batched_tokens=budget))
 
 
 def resolve_async_scheduling(config: EngineConfig, device) -> bool:
@@ -51,12 +65,14 @@ class LLMEngine:
     """Continuous-batching engine over one model. Not thread-safe: one caller steps it."""
 
     def __init__(self, config: EngineConfig, *, warn_kv_cache_limit: bool = True,
-                 refuse_short_kv_cache: bool = False) -> None:
+                 refuse_short_kv_cache: bool = False, usage: str = "llm") -> None:
         """Load the model and its executor. ``warn_kv_cache_limit`` False: the caller calls
         :meth:`warn_kv_cache_limit` itself, once it has checked its prompts (``attnserve generate``: a prompt the
         KV cache cannot hold is then one error line, not that warning and then the error). ``refuse_short_kv_cache``
         (the server): a KV cache that holds fewer tokens than max_model_len is an error (a ConfigError keyed to the
-        KV-cache setting, naming the largest max_model_len that fits), as in vLLM, instead of that warning."""
+        KV-cache setting, naming the largest max_model_len that fits), as in vLLM, instead of that warning. ``usage``
+        ("llm" or "server"): which of vLLM's defaults an unset step token budget takes."""
+        config = resolve_step_budget(config, usage)
         self.config = config
         loaded = load_model(config)  # executor.loading: the checks, the tokenizer, the weights (GGUF-cache retry)
         self.hf_config, self.tokenizer, self.executor = loaded.hf_config, loaded.tokenizer, loaded.executor

@@ -294,7 +294,7 @@ def run_server(config: EngineConfig, args: ServerArgs, sock: socket.socket | Non
     names = list(args.served_model_names) or [default_served_name(config.model.model)]
     # a KV cache shorter than max_model_len: refused, as vLLM does, not requests cut short while /v1/models
     # reports max_model_len (serve's preflight refuses it before the server listens when the budget is known then)
-    engine = AsyncLLMEngine(config, functools.partial(LLMEngine, refuse_short_kv_cache=True))
+    engine = AsyncLLMEngine(config, functools.partial(LLMEngine, refuse_short_kv_cache=True, usage="server"))
     ctx = ServingContext(engine=engine, served_model_names=names,
                          metrics=ServerMetrics(names[0], lambda: engine.stats), api_key=args.api_key,
                          metrics_without_auth=args.metrics_without_auth, chat=args.chat,

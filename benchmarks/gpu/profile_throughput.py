@@ -1,0 +1,131 @@
+"""Where the time of the nano-vllm throughput workload goes, step by step, and where the host spends it.
+
+``python -m benchmarks.gpu.profile_throughput [--model benchmarks/shapes/qwen3-0.6b] --tokenizer DIR
+[--max-num-batched-tokens N] [--cprofile-steps 40] [--json OUT]`` on a GPU.
+
+The workload of ``bench throughput`` (256 requests, input and output lengths U[100, 1024]) runs once to warm
+up and once timed. Every ``engine.step()`` is recorded with the step it scheduled (prefill tokens, decode
+rows) and its wall time; the report sums the time by kind of step (with prefill tokens, decode only) and
+gives the decode-only step time by batch size. A third run profiles the first ``--cprofile-steps`` steps and
+a window of decode-only steps with cProfile (host time by Python function).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import time
+
+import torch
+
+
+def _requests(vocab: int, seed: int, num: int = 256, length: int = 562):
+    from attnserve.benchmarks.requests import random_requests
+
+    return random_requests(num, length, length, 0.822, min(vocab, 49152), seed)
+
+
+def _run(engine, requests, record: list | None, prof_first: int = 0, prof_decode: int = 0) -> float:
+    from attnserve.core.sampling_params import SamplingParams
+
+    for r in requests:
+        engine.add_request(r.prompt_token_ids, SamplingParams(temperature=0.0, max_tokens=r.output_len,
+                                                              ignore_eos=True, detokenize=False))
+    sched = engine.scheduler
+    original = sched.schedule
+    last: list = []
+
+    def schedule():
+        out = original()
+        prefill = sum(len(q.token_ids) for q in out.requests if len(q.token_ids) > 1)
+        last[:] = [prefill, sum(1 for q in out.requests if len(q.token_ids) == 1)]
+        return out
+
+    sched.schedule = schedule
+    profs = {"first": cProfile.Profile(), "decode": cProfile.Profile()}
+    n = decode_seen = 0
+    t0 = time.perf_counter()
+    while engine.has_unfinished_requests():
+        prof = None
+        if n < prof_first:
+            prof = profs["first"]
+        elif prof_decode and last and last[0] == 0 and last[1] >= 128 and decode_seen < prof_decode:
+            prof = profs["decode"]
+            decode_seen += 1
+        s = time.perf_counter()
+        if prof is not None:
+            prof.enable()
+        engine.step()
+        if prof is not None:
+            prof.disable()
+        if record is not None:
+            record.append((last[0], last[1], time.perf_counter() - s))
+        n += 1
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    sched.schedule = original
+    wall = time.perf_counter() - t0
+    if prof_first or prof_decode:
+        for name, p in profs.items():
+            buf = io.StringIO()
+            pstats.Stats(p, stream=buf).sort_stats("tottime").print_stats(30)
+            print(f"==== cProfile {name} ====\n{buf.getvalue()}", flush=True)
+            buf = io.StringIO()
+            pstats.Stats(p, stream=buf).sort_stats("cumulative").print_stats(30)
+            print(f"==== cProfile {name} (cumulative) ====\n{buf.getvalue()}", flush=True)
+    return wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="benchmarks/shapes/qwen3-0.6b")
+    ap.add_argument("--tokenizer", default=None)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=None)
+    ap.add_argument("--attention-backend", default=None)
+    ap.add_argument("--cprofile-steps", type=int, default=40)
+    ap.add_argument("--cprofile-decode-steps", type=int, default=50)
+    ap.add_argument("--num-prompts", type=int, default=256)
+    ap.add_argument("--length", type=int, default=562)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    from attnserve import LLM
+
+    kw = {} if args.max_num_batched_tokens is None else {"max_num_batched_tokens": args.max_num_batched_tokens}
+    if args.attention_backend:
+        kw["attention_backend"] = args.attention_backend
+    llm = LLM(args.model, tokenizer=args.tokenizer, load_format="dummy", dtype="bfloat16" if torch.cuda.is_available() else "float32", max_model_len=2304,
+              max_num_seqs=256, seed=0, **kw)
+    engine = llm.engine
+    vocab = engine.runner.dims.vocab_size
+    _run(engine, _requests(vocab, 1, args.num_prompts, args.length), None)
+    engine.reset_prefix_cache()
+    steps: list = []
+    wall = _run(engine, _requests(vocab, 0, args.num_prompts, args.length), steps)
+    out_tokens = sum(r.output_len for r in _requests(vocab, 0, args.num_prompts, args.length))
+    prefill = [s for s in steps if s[0] > 0]
+    decode = [s for s in steps if s[0] == 0 and s[1] > 0]
+    by_batch: dict[int, list] = {}
+    for _, b, t in decode:
+        by_batch.setdefault(min(256, 32 * (b // 32 + 1) if b % 32 else b), []).append(t)
+    report = {
+        "flags": kw, "wall_s": wall, "output_tok_per_s": out_tokens / wall, "steps": len(steps),
+        "prefill_steps": len(prefill), "prefill_steps_s": sum(s[2] for s in prefill),
+        "prefill_tokens": sum(s[0] for s in prefill),
+        "decode_steps": len(decode), "decode_steps_s": sum(s[2] for s in decode),
+        "other_steps_s": sum(s[2] for s in steps if s[0] == 0 and s[1] == 0),
+        "decode_ms_by_batch_upto": {k: [len(v), round(1e3 * sum(v) / len(v), 3)] for k, v in sorted(by_batch.items())},
+        "first_steps": [[p, d, round(t * 1e3, 2)] for p, d, t in steps[:40]],
+    }
+    print(json.dumps(report, indent=1), flush=True)
+    engine.reset_prefix_cache()
+    _run(engine, _requests(vocab, 2, args.num_prompts, args.length), None, args.cprofile_steps, args.cprofile_decode_steps)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
