@@ -24,12 +24,16 @@ MODEL_REGISTRY: dict[str, str] = {
 
 # model_type -> architecture, for configs that name no architectures (those read from GGUF metadata)
 MODEL_TYPE_ARCHITECTURES: dict[str, str] = {
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
     "gpt2": "GPT2LMHeadModel",
+    "gpt_oss": "GptOssForCausalLM",
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "opt": "OPTForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
 }
 
 
