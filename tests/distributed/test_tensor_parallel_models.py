@@ -41,3 +41,21 @@ def test_tp2_matches_tp1_and_transformers(arch, tiny_model_dir):
         assert tokens(llm) == expected
     finally:
         llm.engine.shutdown()
+
+
+def test_gguf_tp2_matches_safetensors_tp1(default_tokenizer, tmp_path):
+    """gpt-oss from a GGUF on 2 ranks: each rank narrows the dequantized tensors (the per-expert tensors of the
+    stacked experts and their biases, the sinks) as from safetensors."""
+    from tests.models.gguf_writer import write_gguf
+    from tests.models.test_gguf_models import GGUF_CASES
+    from tests.models.tiny import make_tiny_model
+
+    gguf_arch, changes = GGUF_CASES["gpt_oss_mixed"]
+    folder = make_tiny_model("gpt_oss_mixed", tmp_path / "st", default_tokenizer, **changes)
+    path = write_gguf(folder, str(tmp_path / "tiny-gpt-oss-f32.gguf"), gguf_arch)
+    reference = tokens(LLM(folder, **ENGINE))
+    llm = LLM(path, tokenizer=folder, tensor_parallel_size=2, **ENGINE)
+    try:
+        assert tokens(llm) == reference
+    finally:
+        llm.engine.shutdown()
