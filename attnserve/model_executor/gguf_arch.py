@@ -17,7 +17,8 @@ llama.cpp's converter (``convert_hf_to_gguf.py``) names tensors by gguf's tensor
 * ``gpt2``: Conv1D weights transposed to ``(out, in)`` by the converter, transposed back.
 
 Stacked experts (``(E, I, H)`` gate / up, ``(E, H, I)`` down, biases ``(E, I)`` / ``(E, H)``) are yielded per
-expert under Hugging Face's per-expert names (``mlp.experts.E.gate_proj.weight``), which every MoE model loads.
+expert under Hugging Face's per-expert names (``mlp.experts.E.gate_proj.weight``), which every MoE model loads;
+so are older Mixtral files' per-expert tensors (``blk.N.ffn_gate.E.weight``).
 
 Any other architecture is refused (:func:`check_architecture`), naming it.
 """
@@ -119,6 +120,10 @@ def hf_tensors(arch: str, name: str, data: np.ndarray, num_heads: int, num_kv_he
         data = data - np.float32(1.0)
     if name in global_names:
         yield global_names[name], data
+        return
+    m = re.fullmatch(r"blk\.(\d+)\.ffn_(gate|up|down)\.(\d+)\.weight", name)
+    if m and layer_prefix == "model.layers.{}":  # one tensor per expert (GGUFs converted before stacking, 2024)
+        yield f"{layer_prefix.format(m[1])}.mlp.experts.{m[3]}.{m[2]}_proj.weight", data
         return
     m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", name)
     if m is None:

@@ -62,9 +62,19 @@ def _hf_tensors(arch: str, model_dir: str, config):
         yield name, torch.stack([experts[e] for e in sorted(experts)])
 
 
-def write_gguf(model_dir: str, out_path: str, arch: str) -> str:
+def mxfp4_round(t: torch.Tensor) -> torch.Tensor:
+    """``t`` through MXFP4 and back (blocks of 32 along the last dimension): values MXFP4 stores exactly."""
+    import gguf
+    from gguf import quants
+
+    kind = gguf.GGMLQuantizationType.MXFP4
+    return torch.from_numpy(quants.dequantize(quants.quantize(t.float().numpy(), kind), kind)).reshape(t.shape)
+
+
+def write_gguf(model_dir: str, out_path: str, arch: str, mxfp4_experts: bool = False) -> str:
     """Convert the tiny model in ``model_dir`` to a GGUF of llama.cpp architecture ``arch`` (``llama`` for
-    Mixtral, ``qwen3moe``, ``gemma2``, ``gemma3``, ``gpt-oss``) at ``out_path``; returns ``out_path``."""
+    Mixtral, ``qwen3moe``, ``gemma2``, ``gemma3``, ``gpt-oss``) at ``out_path``; returns ``out_path``.
+    ``mxfp4_experts``: the stacked expert weights stored as MXFP4 (as llama.cpp stores gpt-oss's)."""
     import gguf
     from transformers import AutoConfig
 
@@ -108,7 +118,12 @@ def write_gguf(model_dir: str, out_path: str, arch: str) -> str:
     for name, tensor in _hf_tensors(arch, model_dir, config):
         new_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
         assert new_name is not None, name
-        w.add_tensor(new_name, np.ascontiguousarray(tensor.float().numpy()))
+        data = np.ascontiguousarray(tensor.float().numpy())
+        if mxfp4_experts and new_name.endswith("_exps.weight"):
+            kind = gguf.GGMLQuantizationType.MXFP4
+            w.add_tensor(new_name, gguf.quants.quantize(data, kind), raw_dtype=kind)
+        else:
+            w.add_tensor(new_name, data)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -11,7 +11,7 @@ import torch
 from attnserve import LLM, SamplingParams
 from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
 from tests.helpers import hf_greedy
-from tests.models.gguf_writer import write_gguf
+from tests.models.gguf_writer import mxfp4_round, write_gguf
 from tests.models.tiny import make_tiny_model, write_gpt2_gguf
 
 PROMPTS = [[2, 44, 9000, 13, 77, 1200, 5, 6, 7, 8, 9, 10, 11, 12, 300, 301, 302, 303, 304], [15, 16]]
@@ -72,6 +72,41 @@ def test_gguf_matches_safetensors_and_transformers(arch, default_tokenizer, tmp_
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     got = [o.outputs[0].token_ids for o in from_gguf.generate(PROMPTS, params)]
     assert got == [o.outputs[0].token_ids for o in from_st.generate(PROMPTS, params)]
+    assert got == [hf_greedy(hf, p, 12)[0] for p in PROMPTS]
+
+
+def test_gpt_oss_gguf_with_mxfp4_experts(default_tokenizer, tmp_path):
+    """gpt-oss as llama.cpp publishes it: expert weights in MXFP4, dequantized at load. The safetensors model's
+    experts are first rounded to values MXFP4 holds exactly (in the GGUF layout: blocks along H for gate/up,
+    along I for down), so the GGUF must give the same tokens as that model and transformers."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    gguf_arch, changes = GGUF_CASES["gpt_oss_mixed"]
+    folder = make_tiny_model("gpt_oss_mixed", tmp_path / "st", default_tokenizer, **changes)
+    file = str(tmp_path / "st" / "model.safetensors")
+    tensors = load_file(file)
+    for name, t in tensors.items():
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj")):  # (E, H, 2I) / (E, I, H)
+            tensors[name] = mxfp4_round(t.transpose(1, 2)).transpose(1, 2).contiguous()
+    save_file(tensors, file, metadata={"format": "pt"})
+    gguf_path = write_gguf(folder, str(tmp_path / "tiny-gpt-oss-mxfp4.gguf"), gguf_arch, mxfp4_experts=True)
+    import gguf
+
+    from attnserve.model_executor.weights import gguf_reader
+    kinds = {t.name: t.tensor_type for t in gguf_reader(gguf_path).tensors}
+    assert kinds["blk.0.ffn_gate_exps.weight"] == kinds["blk.1.ffn_down_exps.weight"] == gguf.GGMLQuantizationType.MXFP4
+
+    kwargs = dict(dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20)
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    from_gguf, from_st = LLM(gguf_path, tokenizer=folder, **kwargs), LLM(folder, **kwargs)
+    gguf_params = dict(from_gguf.engine.runner.model.named_parameters())
+    for name, p in from_st.engine.runner.model.named_parameters():
+        if ".experts." in name:  # the dequantized MXFP4 blocks: exactly the rounded weights
+            assert torch.equal(gguf_params[name], p), name
+    got = [o.outputs[0].token_ids for o in from_gguf.generate(PROMPTS, params)]
+    assert got == [o.outputs[0].token_ids for o in from_st.generate(PROMPTS, params)]
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     assert got == [hf_greedy(hf, p, 12)[0] for p in PROMPTS]
 
 
