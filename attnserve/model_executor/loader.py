@@ -21,6 +21,7 @@ from attnserve.config.fields import ConfigError
 from attnserve.config.model import ModelConfig
 from attnserve.layers.norm import RMSNorm
 from attnserve.model_executor import gguf_cache
+from attnserve.model_executor.gguf_config import complete_gguf_config, gguf_config_of_own
 from attnserve.model_executor.kv_scales import KVScales, split_kv_scales
 from attnserve.model_executor.weights import gguf_weights, safetensors_files, safetensors_weights
 from attnserve.refusals import Refusal
@@ -169,7 +170,7 @@ def complete_hf_config(config, source: ModelSource) -> None:
     (``weights.gguf_reader``: seconds for the default model), a parse the weights load then reuses.
     """
     if source.is_gguf:
-        _complete_gguf_config(config, source.path)
+        complete_gguf_config(config, source.path)
 
 
 def _from_gguf(auto_cls, source: ModelSource, part: str):
@@ -179,10 +180,12 @@ def _from_gguf(auto_cls, source: ModelSource, part: str):
     def convert():
         # our parse first (kept for the weights load): a truncated or damaged file gets one clear error
         # naming it, where transformers' parse of it would raise struct.error or a reshape's ValueError
-        from attnserve.model_executor.weights import gguf_reader
+        # an architecture without a tensor mapping is refused naming it, before transformers' conversion
+        from attnserve.model_executor.weights import gguf_architecture
 
-        gguf_reader(source.path)
-        return auto_cls.from_pretrained(source.folder, **source.hf_kwargs())
+        gguf_architecture(source.path)
+        own = gguf_config_of_own(source.path) if part == "config" else None
+        return own if own is not None else auto_cls.from_pretrained(source.folder, **source.hf_kwargs())
 
     obj = gguf_cache.cached_gguf_part(source.path, part, convert, auto_cls.from_pretrained, gguf_cache.cache_root())
     obj.name_or_path = source.folder  # as from the GGUF, not the cache folder
@@ -202,23 +205,6 @@ def max_model_len_of(model: ModelConfig, hf_config) -> int:
         raise ConfigError(Refusal(("max_model_len",), model.max_model_len,
                                   f"at most the model's max_position_embeddings, {limit}"))
     return model.max_model_len or limit
-
-def _complete_gguf_config(config, path: str) -> None:
-    """Fill what transformers' GGUF metadata mapping leaves at the config class's defaults.
-
-    * ``vocab_size``: transformers takes it from the GGUF's tokenizer tokens; the token embedding's rows are
-      the model's own answer (and the only one when the file carries no tokenizer).
-    * GPT-2's context length: transformers maps ``gpt2.context_length`` to ``n_ctx``, which GPT2Config no longer
-      reads; the position table (``n_positions``) has that many rows.
-    """
-    from attnserve.model_executor.weights import gguf_tensor_shape
-
-    rows = gguf_tensor_shape(path, "token_embd.weight")
-    if rows is not None:
-        config.vocab_size = rows[0]
-    if getattr(config, "model_type", None) == "gpt2" and getattr(config, "n_ctx", None):
-        config.n_positions = config.n_ctx
-
 
 def load_tokenizer(source: ModelSource, tokenizer: str | None = None, *, revision: str | None = None,
                    download_dir: str | None = None):

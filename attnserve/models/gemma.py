@@ -15,7 +15,11 @@ Follows transformers' ``modeling_gemma2.py`` / ``modeling_gemma3.py`` numerics (
   (``rope_parameters[layer_type]``: 10,000 for local layers, ``rope_local_base_freq``; 1,000,000 for global ones).
 
 The layers with a window and those without form two layer groups, each with its own attention backend
-(``model_executor/attention_selection.py``). One rank only (no tensor parallelism).
+(``model_executor/attention_selection.py``).
+
+Tensor parallelism (``tp``) as the Llama family's: heads (and the soft cap, q/k norms, RoPE, which act per
+head) and GeGLU columns split over ranks, one all-reduce after ``o_proj`` and one after ``down_proj``,
+vocabulary-split embedding and LM head (the final soft cap on the gathered logits).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import torch
 from torch import nn
 
 from attnserve.attention.backend import AttentionLayerSpec
+from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.layers.activation import get_act_fn
 from attnserve.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from attnserve.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
@@ -97,15 +102,17 @@ def soft_cap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
 class GemmaAttention(nn.Module):
     qk_norm: bool = False  # Gemma 3: RMSNorm (1 + w) over each q and k head before RoPE
 
-    def __init__(self, config, layer_index: int, make_attention: AttentionFactory) -> None:
+    def __init__(self, config, layer_index: int, make_attention: AttentionFactory, tp: TPGroup = SINGLE) -> None:
         super().__init__()
-        heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+        total_heads, total_kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_size = config.head_dim
         bias = getattr(config, "attention_bias", False)
-        self.qkv_proj = QKVParallelLinear(config.hidden_size, self.head_size, heads, kv_heads, bias)
-        self.num_heads, self.num_kv_heads = heads, kv_heads
-        self.q_size, self.kv_size = heads * self.head_size, kv_heads * self.head_size
-        self.o_proj = RowParallelLinear(self.q_size, config.hidden_size, bias)
+        self.qkv_proj = QKVParallelLinear(config.hidden_size, self.head_size, total_heads, total_kv_heads, bias, tp)
+        # this rank's heads
+        self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
+        self.q_size, self.kv_size = self.qkv_proj.q_size, self.qkv_proj.kv_size
+        self.o_proj = RowParallelLinear(total_heads * self.head_size, config.hidden_size, bias, tp,
+                                        in_shard=(self.qkv_proj.head_shard.q_start * self.head_size, self.q_size))
         if self.qk_norm:
             self.q_norm = GemmaRMSNorm(self.head_size, config.rms_norm_eps)
             self.k_norm = GemmaRMSNorm(self.head_size, config.rms_norm_eps)
@@ -113,8 +120,8 @@ class GemmaAttention(nn.Module):
         theta, scaling = rope_of(config, kind)
         self.rotary = RotaryEmbedding(self.head_size, config.max_position_embeddings, theta, scaling)
         self.attn = make_attention(AttentionLayerSpec(
-            num_heads=heads, head_size=self.head_size, scale=config.query_pre_attn_scalar ** -0.5,
-            num_kv_heads=kv_heads, sliding_window=config.sliding_window if kind == SLIDING else None,
+            num_heads=self.num_heads, head_size=self.head_size, scale=config.query_pre_attn_scalar ** -0.5,
+            num_kv_heads=self.num_kv_heads, sliding_window=config.sliding_window if kind == SLIDING else None,
             logits_soft_cap=_cap(getattr(config, "attn_logit_softcapping", None))), layer_index)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor, batch: "ForwardBatch") -> torch.Tensor:
@@ -136,11 +143,11 @@ class Gemma3Attention(GemmaAttention):
 class GemmaMLP(nn.Module):
     """GeGLU: ``down(act(gate) * up)`` with ``hidden_activation`` (``gelu_pytorch_tanh``)."""
 
-    def __init__(self, config) -> None:
+    def __init__(self, config, tp: TPGroup = SINGLE) -> None:
         super().__init__()
         size = config.intermediate_size
-        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [size, size], bias=False)
-        self.down_proj = RowParallelLinear(size, config.hidden_size, bias=False)
+        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [size, size], False, tp)
+        self.down_proj = RowParallelLinear(size, config.hidden_size, False, tp)
         self.act = get_act_fn(getattr(config, "hidden_activation", None) or config.hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, hidden) -> (T, hidden)
@@ -151,11 +158,11 @@ class GemmaMLP(nn.Module):
 class Gemma2DecoderLayer(nn.Module):
     attention_cls = GemmaAttention
 
-    def __init__(self, config, layer_index: int, make_attention: AttentionFactory) -> None:
+    def __init__(self, config, layer_index: int, make_attention: AttentionFactory, tp: TPGroup = SINGLE) -> None:
         super().__init__()
         eps = config.rms_norm_eps
-        self.self_attn = self.attention_cls(config, layer_index, make_attention)
-        self.mlp = GemmaMLP(config)
+        self.self_attn = self.attention_cls(config, layer_index, make_attention, tp)
+        self.mlp = GemmaMLP(config, tp)
         self.input_layernorm = GemmaRMSNorm(config.hidden_size, eps)
         self.post_attention_layernorm = GemmaRMSNorm(config.hidden_size, eps)
         self.pre_feedforward_layernorm = GemmaRMSNorm(config.hidden_size, eps)
@@ -190,17 +197,17 @@ class Gemma2ForCausalLM(LlamaForCausalLM):
     final logits soft cap. Weight names and loading are the Llama family's."""
 
     layer_cls = Gemma2DecoderLayer
-    supports_tensor_parallel = False
 
-    def __init__(self, config, make_attention: AttentionFactory) -> None:
+    def __init__(self, config, make_attention: AttentionFactory, tp: TPGroup = SINGLE) -> None:
         nn.Module.__init__(self)
         self.config = config
-        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(self.layer_cls(config, i, make_attention) for i in range(config.num_hidden_layers))
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp)
+        self.layers = nn.ModuleList(self.layer_cls(config, i, make_attention, tp)
+                                    for i in range(config.num_hidden_layers))
         self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", True))
         if not self.tie_word_embeddings:
-            self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
+            self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, tp)
         self.final_logit_softcapping = _cap(getattr(config, "final_logit_softcapping", None))
         # sqrt(hidden) rounded to the model dtype (built under the runner's default dtype and device), as
         # transformers' embed_scale.to(weight.dtype)

@@ -24,12 +24,16 @@ MODEL_REGISTRY: dict[str, str] = {
 
 # model_type -> architecture, for configs that name no architectures (those read from GGUF metadata)
 MODEL_TYPE_ARCHITECTURES: dict[str, str] = {
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
     "gpt2": "GPT2LMHeadModel",
+    "gpt_oss": "GptOssForCausalLM",
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "opt": "OPTForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
 }
 
 
@@ -51,7 +55,7 @@ def get_model_class(config, tensor_parallel_size: int = 1) -> type:
             if tensor_parallel_size > 1 and not getattr(cls, "supports_tensor_parallel", False):
                 raise ConfigError(Refusal(("tensor_parallel_size",), tensor_parallel_size,
                                           reason=f"not supported for {cls.__name__} (tensor parallelism is built for the "
-                                                 "Llama family: Llama, Mistral, Qwen2, Qwen3, and the MoE models)"))
+                                                 "Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, and the MoE models)"))
             return cls
     raise UnsupportedArchitectureError(
         f"model architecture {archs or getattr(config, 'model_type', '(none given)')} not supported (supported: {', '.join(sorted(MODEL_REGISTRY))})"

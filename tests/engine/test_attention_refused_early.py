@@ -86,7 +86,7 @@ def test_a_model_class_without_tensor_parallelism_is_refused_before_any_worker_s
     with pytest.raises(ValueError) as e:
         LLM(tiny_model_dir("gpt2"), device="cpu", tensor_parallel_size=2)
     assert str(e.value) == ("tensor_parallel_size 2 not supported for GPT2LMHeadModel (tensor parallelism is built "
-                            "for the Llama family: Llama, Mistral, Qwen2, Qwen3, and the MoE models)")
+                            "for the Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, and the MoE models)")
     assert stages_reached == []
 
 

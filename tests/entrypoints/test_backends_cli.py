@@ -240,3 +240,49 @@ def test_explicit_backend_refused_names_the_first_group(capsys):
                           "of this model (")
     assert err.endswith("kv_cache_dtype fp8 not supported with flash_attn_version 2 (supported: auto). Backends that "
                         "would work: TRITON_ATTN.\n")
+
+
+GPT_OSS = "benchmarks/shapes/gpt-oss-20b"
+_FA2_GPT_OSS = ["block_size 16 not supported with flash_attn_version 2 (multiples of 256)",
+                "attention sinks not supported with flash_attn_version 2"]
+# each compute capability's refused backends for the gpt-oss-20b shape (head size 64, a sink per head, bfloat16,
+# block size 16), the same in both layer groups, the one automatic selection picks and its FlashAttention version
+# (Hopper and Blackwell: 4, the version whose kernel takes the sinks)
+GPT_OSS_PLANS = {
+    "7.5": ({"FLASH_ATTN": ["compute capability 7.5 not supported (needs >= 8.0)"]}, "TRITON_ATTN", None),
+    "8.0": ({"FLASH_ATTN": _FA2_GPT_OSS}, "TRITON_ATTN", None),
+    "8.6": ({"FLASH_ATTN": _FA2_GPT_OSS}, "TRITON_ATTN", None),
+    "9.0": ({}, "FLASH_ATTN", 4),
+    "10.0": ({}, "FLASH_ATTN", 4),
+}
+
+
+@pytest.mark.parametrize("cc", GPT_OSS_PLANS)
+def test_gpt_oss_shape_names_each_refused_backends_reasons(cc, capsys):
+    rc, report = run_json(capsys, "--model", GPT_OSS, "--device", f"cuda:{cc}", "--assume-installed")
+    refused, selected, fa_version = GPT_OSS_PLANS[cc]
+    assert rc == 0 and report["selected"] == selected and report["flash_attn_version"] == fa_version
+    assert [g["name"] for g in report["groups"]] == [
+        "layer group 0 (layers 0, 2, ..., 22: head_size 64, sliding_window 128, attention sinks)",
+        "layer group 1 (layers 1, 3, ..., 23: head_size 64, attention sinks)"]
+    for group, window in zip(report["groups"], (128, None)):
+        assert group["layers"] == list(range(0 if window else 1, 24, 2))
+        config = group["selector_config"]
+        assert (config["head_size"], config["sliding_window"], config["has_sink"], config["dtype"]) == (
+            64, window, True, "bfloat16")
+        assert {n: e["reasons"] for n, e in group["backends"].items() if not e["usable"]} == {
+            **refused, "FLASHINFER": ["attention sinks not supported"],
+            "CPU_ATTN": ["device cuda not supported (supported: cpu)"]}
+        assert (group["selected"], group["flash_attn_version"]) == (selected, fa_version)
+
+
+def test_gpt_oss_flash_attn_3_explicitly_is_refused_for_the_sinks(capsys):
+    """FlashAttention 3 on Hopper, asked for by name: its kernel takes no sinks; exit 2 naming the first group
+    and the backends that would serve it."""
+    rc = backends.main(["--model", GPT_OSS, "--device", "cuda:9.0", "--assume-installed", "--attention-backend",
+                        "FLASH_ATTN", "-ac.flash_attn_version", "3", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and json.loads(out)["selected"] is None
+    assert err.startswith("attnserve backends: error: argument --attention-backend: FLASH_ATTN cannot run layer "
+                          "group 0 (layers 0, 2, ..., 22: head_size 64, sliding_window 128, attention sinks)")
+    assert "attention sinks not supported with flash_attn_version 3" in err

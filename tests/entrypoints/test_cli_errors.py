@@ -120,7 +120,7 @@ CASES = [
      f"attnserve generate: error: argument --tensor-parallel-size: {SPLIT_3}"),
     (["generate", "--model", "{tiny_gpt2}", "--device", "cpu", "--tensor-parallel-size", "2"], 2,
      "attnserve generate: error: argument --tensor-parallel-size: 2 not supported for "
-     "GPT2LMHeadModel (tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3, and the MoE models)"),
+     "GPT2LMHeadModel (tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, and the MoE models)"),
     (["generate", "--config", "{tmp}/empty.yaml"], 2,  # was read as no settings, while an empty JSON file was an error
      "attnserve generate: error: {tmp}/empty.yaml: empty config file (allowed: a mapping of engine argument names to "
      "values, e.g. 'dtype: float32', or {} for no settings)"),

@@ -91,8 +91,12 @@ ARCHITECTURES = {"GPT2Config": "GPT2LMHeadModel", "OPTConfig": "OPTForCausalLM",
 RANDOM_NORMS = {"gemma2", "gemma3"}
 
 
-def make_tiny_model(arch: str, path, tokenizer, hidden: int = 64) -> str:
+def make_tiny_model(arch: str, path, tokenizer, hidden: int = 64, **changes) -> str:
+    """Save a tiny random model of ``arch`` (config attributes ``changes`` set first) with ``tokenizer`` to
+    ``path``; returns the folder."""
     config = tiny_config(arch, hidden)
+    for key, value in changes.items():
+        setattr(config, key, value)
     config.architectures = [ARCHITECTURES.get(type(config).__name__, type(config).__name__.replace("Config", "ForCausalLM"))]
     config.eos_token_id = tokenizer.eos_token_id
     config.bos_token_id = tokenizer.bos_token_id
