@@ -210,7 +210,7 @@ class FlexAttentionImpl(AttentionImpl):
     def __init__(self, spec, attention_config=None) -> None:
         super().__init__(spec, attention_config)
         cap = spec.logits_soft_cap
-        self._score_mod = None if cap is None else _soft_cap_mod(float(cap))
+        self._cap = None if cap is None else float(cap)
 
     def kv_write_target(self, kv_cache, metadata: FlexAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping)
@@ -226,6 +226,7 @@ class FlexAttentionImpl(AttentionImpl):
         kernel_options = {"BLOCK_M": Q_TILE, "BLOCK_N": 16, "FORCE_USE_FLEX_ATTENTION": True} \
             if query.is_cuda else None
         out = torch.empty_like(query)
+        score_mod = None if self._cap is None else _soft_cap_mod(self._cap, query.device)
         for call in metadata.calls:
             n = call.query_end - call.query_start
             q = query.new_zeros(call.padded_len, self.num_heads, self.head_size)
@@ -239,7 +240,7 @@ class FlexAttentionImpl(AttentionImpl):
                 k, v = whole_k, whole_v
                 if mask.seq_lengths[1] != n_slots:  # built without the cache size: same blocks, full key length
                     mask = _resize_kv(mask, n_slots)
-            o = flex(q.transpose(0, 1)[None], k, v, block_mask=mask, scale=self.scale, score_mod=self._score_mod,
+            o = flex(q.transpose(0, 1)[None], k, v, block_mask=mask, scale=self.scale, score_mod=score_mod,
                      enable_gqa=self.num_heads != self.num_kv_heads, kernel_options=kernel_options,
                      **({} if self.sinks is None else _lse_request()))
             if self.sinks is not None:  # o (1, Hq, L, D), lse (1, Hq, L) natural log
@@ -251,12 +252,15 @@ class FlexAttentionImpl(AttentionImpl):
 
 
 @functools.cache
-def _soft_cap_mod(cap: float):
-    """The ``score_mod`` ``cap * tanh(score / cap)``: one function per cap value, shared by every layer, so
-    that the compiled flex_attention sees the same function (no recompilation per layer)."""
+def _soft_cap_mod(cap: float, device: torch.device):
+    """The ``score_mod`` ``cap * tanh(score / cap)``: one function per cap value and device, shared by every
+    layer, so that the compiled flex_attention sees the same function (no recompilation per layer). The cap is
+    a captured 0-d tensor, not a float: torch.compile lifts a float closure to a graph input read with
+    ``.item()``, which Inductor's flex_attention lowering cannot bind (InductorError: unbacked_bindings)."""
+    cap_t = torch.tensor(cap, dtype=torch.float32, device=device)
 
     def soft_cap(score, b, h, q_idx, kv_idx):
-        return cap * torch.tanh(score / cap)
+        return cap_t * torch.tanh(score / cap_t)
 
     return soft_cap
 
