@@ -6,7 +6,7 @@ of decode steps (``cuda_graph.py``; on CUDA unless ``enforce_eager`` or the back
 the per-request random generators. Holds no request state beyond those generators and the logits processors'
 device token counts (``logits_processors.py``: penalties): every step's inputs come in the SchedulerOutput. The
 logits of a step whose requests change them (penalties, bias, masks) pass through the processors, in one call
-before sampling; the model's fused greedy head runs only for steps without such requests.
+before sampling; the fused greedy head (``greedy_head.py``) runs only for steps without such requests.
 
 Under tensor parallelism one ModelRunner runs in each worker process with its rank's ``tp``: it builds its
 shard of the model, a KV cache for its KV heads, and runs the same forward pass as the others (the layers'
@@ -32,6 +32,7 @@ from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads
 from attnserve.model_executor.cuda_graph import CudaGraphRunner, capture_sizes
 from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging, host_batch
+from attnserve.model_executor.greedy_head import GreedyHead
 from attnserve.model_executor.grouped_builder import GroupedMetadataBuilder
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
 from attnserve.model_executor.attention_selection import select_model_attention
@@ -192,14 +193,13 @@ class ModelRunner:
         logger.info("KV cache: %d blocks of %d tokens (%s, fp8 scales %s, %s)", self.num_blocks, self.block_size,
                     str(self.kv_dtype).removeprefix("torch."), self.kv_scales_source, self.backend_name)
         self._configure_pdl(config.enable_pdl)
-        if graphs and config.use_skinny_gemm:  # before capture, so the graphs take the measured GEMV choices
-            from attnserve.layers.gemv_plan import GemvPlan, plan_rows
-            # the batch sizes the graphs will run (up to gemv_plan.MAX_ROWS)
-            rows = plan_rows(capture_sizes(self.config.scheduler.max_num_seqs))
-            self.gemv_plan = GemvPlan.measure(self.model, rows).apply(self.model)
-        elif config.use_skinny_gemm and tp.is_driver:
-            logger.warning("use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps "
-                           "only (this engine: %s)", "no CUDA" if self.device.type != "cuda" else "CUDA graphs off")
+        self.gemv_plan = None
+        if config.use_skinny_gemm:  # before capture, so the graphs take the measured GEMV choices
+            from attnserve.gemv import install_gemv_plan
+
+            self.gemv_plan = install_gemv_plan(
+                self.model, capture_sizes(config.scheduler.max_num_seqs) if graphs else None, log=tp.is_driver)
+        self.greedy_head = GreedyHead(self.gemv_plan.greedy_head if self.gemv_plan is not None else None)
         # calculate_kv_scales: the first prefill sets the scales, which the graphs' kernels take as constants, so
         # the graphs are captured after that step (``_hidden``); the profiling step above computed nothing
         self._capture_after_scales = graphs and config.cache.calculate_kv_scales
@@ -471,7 +471,7 @@ class ModelRunner:
         grammar = None if bitmask is None or not reqs else self.staging.to_device("grammar", bitmask)
         params = [r.sampling_params for r in reqs]
         # the fused greedy head has no logits to mask: steps with constrained rows take the logits path
-        tokens = self._greedy_tokens(hidden, params) if reqs and sample_rows is None and grammar is None else None
+        tokens = self.greedy_head.tokens(hidden, params) if reqs and sample_rows is None and grammar is None else None
         logits = self.model.compute_logits(hidden) if tokens is None and reqs else None
         if self.tp.is_driver:  # every step: a request's prompt tokens come only with its first (partial) prefill
             self.logits_processors.admit(step.scheduled, self.dims.vocab_size if logits is None else logits.shape[1])
@@ -493,16 +493,6 @@ class ModelRunner:
             self.logits_processors.record(reqs, sample.token_ids)
         self._last_sample = (sample.token_ids, last_rows)
         return PendingStep([r.request_id for r in reqs], sample, prompt_logprobs)
-
-    def _greedy_tokens(self, hidden: torch.Tensor, params: list) -> torch.Tensor | None:  # (B,) int64, or None
-        """A step whose every row is greedy without logprobs: its tokens from the model's fused greedy head
-        (``greedy_tokens``: the LM head and argmax without the logits, where the GEMV plan measured it
-        faster for this many rows); None for every other step, and where the model or plan has none."""
-        greedy_tokens = getattr(self.model, "greedy_tokens", None)
-        if greedy_tokens is None or any(p.temperature != 0.0 or p.logprobs is not None or p.changes_logits
-                                        for p in params):
-            return None
-        return greedy_tokens(hidden)
 
     def _generator(self, request_id: str, seed: int | None) -> torch.Generator:
         if seed is None:
