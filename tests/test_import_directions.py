@@ -1,6 +1,7 @@
 """Which way imports run between attnserve's packages (the design notes' "Which way imports run"):
 
     entrypoints -> engine -> executor -> model_executor -> models -> layers, attention -> kernels
+                                         model_executor -> gemv -> layers, kernels
                                                                      -> platforms, config -> refusals
     engine, executor, model_executor -> core (the records they share) -> config, refusals
 
@@ -27,7 +28,8 @@ DIRECT: dict[str, set[str]] = {
     "benchmarks": {"engine"},  # offline throughput/latency runs drive an LLMEngine
     "engine": {"executor", "core", "structured_output"},
     "executor": {"model_executor", "core"},
-    "model_executor": {"models", "core", "structured_output"},
+    "model_executor": {"models", "core", "structured_output", "gemv"},
+    "gemv": {"layers", "kernels"},  # the skinny-GEMM plan: measured kernels installed as the layers' methods
     "structured_output": {"core"},  # grammar matchers and the bitmask (host: the engine; device: the runner)
     "core": {"config", "refusals"},  # a step's plan and SamplingParams: what the engine and the runner share
     "models": {"layers", "attention"},

@@ -13,9 +13,10 @@ lazily. ``import attnserve`` imports no kernel library.
 - ``triton_attention``: TRITON_ATTN's paged attention; its definition is ``reference.py`` (the oracle
   every attention backend is tested against).
 - ``argmax``: row-wise argmax (greedy sampling); kernel in ``triton_argmax``.
-- ``triton_gemv``, ``triton_greedy_head``: the skinny-GEMM GEMV and the fused greedy LM head; their
-  definitions are ``F.linear`` and ``argmax(F.linear(...))``, and ``layers/gemv_plan.py`` uses them only
-  where they measure faster and agree with those.
+- ``triton_gemv`` (its launch configurations in ``triton_gemv_config``), ``triton_greedy_head``: the
+  skinny-GEMM GEMV and the fused greedy LM head; their definitions are ``F.linear`` and
+  ``argmax(F.linear(...))``, and the GEMV plan (``attnserve/gemv``) uses them only where they measure faster
+  and agree with those.
 - ``triton_common``: what every kernel shares (numerics switches, rounding, ticket counters);
   ``pdl``: the programmatic-dependent-launch switch.
 

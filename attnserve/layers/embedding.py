@@ -2,7 +2,9 @@
 
 Each rank holds rows ``[start, end)`` of the vocabulary, padded to ``ceil(vocab / size)`` rows. The embedding
 looks up only the ids it holds (others give zeros) and all-reduces; the LM head computes its rows' logits and
-all-gathers them. With ``tp.size == 1`` both are exactly ``F.embedding`` / ``hidden @ weight.t()``.
+all-gathers them. With ``tp.size == 1`` both are exactly ``F.embedding`` / ``hidden @ weight.t()``. The logits'
+product goes through one method object, ``quant_method`` (vLLM's ``UnquantizedEmbeddingMethod``), which the
+GEMV plan (``attnserve/gemv``) may replace.
 """
 
 from __future__ import annotations
@@ -13,14 +15,22 @@ from torch import nn
 
 from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_vocab
-from attnserve.layers.linear import check_shape, gemv_or_linear
+from attnserve.layers.linear import UnquantizedLinearMethod, check_shape
+
+
+class UnquantizedEmbeddingMethod(UnquantizedLinearMethod):
+    """The LM head's product ``hidden @ weight.t()`` (+ bias)."""
+
+    def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        y = x @ layer.weight.t()
+        return y if bias is None else y + bias
 
 
 class VocabParallelEmbedding(nn.Module):
     """Embedding table ``(vocab, dim)``; this rank's rows in ``weight`` ``(ceil(vocab / size), dim)``."""
 
-    gemv: tuple | None = None  # for logits(), set once by GemvPlan.apply (as ColumnParallelLinear.gemv)
-    greedy: tuple | None = None  # for greedy_tokens(): row count -> fused greedy head or None (GemvPlan.apply)
+    # for logits(); the GEMV plan may set another (attnserve/gemv)
+    quant_method: UnquantizedLinearMethod = UnquantizedEmbeddingMethod()
 
     def __init__(self, num_embeddings: int, embedding_dim: int, tp: TPGroup = SINGLE) -> None:
         super().__init__()
@@ -39,19 +49,10 @@ class VocabParallelEmbedding(nn.Module):
         return self.tp.all_reduce(out.masked_fill(~mine.unsqueeze(-1), 0))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, dim) -> (N, vocab) model dtype, on every rank
-        local = hidden @ self.weight.t() if self.gemv is None else gemv_or_linear(self.gemv, hidden, self.weight, None)
+        local = self.quant_method.apply(self, hidden, None)
         if self.tp.size > 1:
             local = self.tp.all_gather(local)[:, : self.num_embeddings]
         return local
-
-    def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor | None:  # (N, dim) -> (N,) int64, or None
-        """``logits(hidden).argmax(-1)`` without the logits (``triton_greedy_head``) where the GEMV plan measured
-        that faster for N rows; None otherwise (no plan entry for N, or tensor parallelism: the caller then
-        takes :meth:`logits` and an argmax)."""
-        table = self.greedy
-        if table is None or self.tp.size > 1 or hidden.shape[0] >= len(table) or table[hidden.shape[0]] is None:
-            return None
-        return table[hidden.shape[0]](hidden, self.weight)
 
     def weight_loader(self, param: nn.Parameter, loaded, shard_id: int | None = None) -> None:
         check_shape(loaded, (self.num_embeddings, param.shape[1]))

@@ -5,12 +5,9 @@
   layer before it; partial products are summed with one all-reduce, then the bias is added once.
 
 With ``tp.size == 1`` every layer is exactly ``F.linear(x, weight, bias)``: today's ``nn.Linear`` math and
-no collective. With ``use_skinny_gemm``, a step of up to 64 rows may instead run the Triton GEMV that
-``gemv_plan.GemvPlan`` measured faster than cuBLAS for the layer's shape (the layer's ``gemv`` table); a
-row-parallel layer whose input is SwiGLU (``silu_mul_input``: an MLP's down projection) may instead take the
-gate/up output and run a GEMV that computes the SwiGLU itself (``forward_silu_mul``, the ``gemv_silu_mul``
-table), or the gate/up layer itself (``swiglu_output``) may run a GEMV whose epilogue computes the SwiGLU
-(``forward_swiglu``, the ``gemv_swiglu`` table).
+no collective. Each layer computes its local product through one method object, ``quant_method`` (vLLM's
+``LinearBase.quant_method``): by default :class:`UnquantizedLinearMethod` (``F.linear``); the GEMV plan
+(``attnserve/gemv``) installs another on the layers where it measured a faster kernel for decode row counts.
 Parameters keep ``nn.Linear``'s names (``weight``, ``bias``) so checkpoints map unchanged.
 
 Loading: each parameter carries ``weight_loader(param, loaded, shard_id=None)``, which narrows the *full*
@@ -21,7 +18,6 @@ Raises ValueError on a checkpoint shape that does not match the full (unsplit) l
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -37,17 +33,17 @@ class CheckpointShapeError(ValueError):
     that no longer fits its weights is converted again)."""
 
 
-def gemv_or_linear(gemv: tuple, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear``, or the Triton GEMV that a ``GemvPlan`` chose for x's row count (``gemv_plan.py``).
+class UnquantizedLinearMethod:
+    """How a linear layer computes ``x W^T + b`` from its parameters (vLLM's ``LinearMethodBase`` /
+    ``UnquantizedLinearMethod``): ``F.linear(x, layer.weight, bias)``. Subclasses (``attnserve/gemv``) run
+    another kernel for some row counts."""
 
-    ``gemv``: a layer's table, row count -> ``f(x, weight, bias)`` or None (cuBLAS)."""
-    f = table_entry(gemv, x.shape[0])
-    return F.linear(x, weight, bias) if f is None else f(x, weight, bias)
+    def apply(self, layer: nn.Module, x: torch.Tensor,  # (T, in)
+              bias: torch.Tensor | None) -> torch.Tensor:  # (T, out) in x's dtype
+        return F.linear(x, layer.weight, bias)
 
 
-def table_entry(table: tuple | None, rows: int) -> Callable | None:
-    """A GemvPlan table's GEMV for ``rows`` rows, or None (no table, past its row counts, or not chosen)."""
-    return table[rows] if table is not None and rows < len(table) else None
+UNQUANTIZED = UnquantizedLinearMethod()
 
 
 def check_shape(loaded, expected: tuple[int, ...]) -> None:
@@ -72,7 +68,7 @@ class OutputShard:
 class ColumnParallelLinear(nn.Module):
     """``y_local = x W_local^T + b_local``: (T, in) -> (T, sum of this rank's shard sizes)."""
 
-    gemv: tuple | None = None  # set once by GemvPlan.apply: small row counts -> a Triton GEMV (None: cuBLAS)
+    quant_method: UnquantizedLinearMethod = UNQUANTIZED  # the GEMV plan may set another (attnserve/gemv)
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, tp: TPGroup = SINGLE,
                  shards: list[OutputShard] | None = None) -> None:
@@ -92,9 +88,7 @@ class ColumnParallelLinear(nn.Module):
             self.bias.weight_loader = self.weight_loader
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, in) -> (T, local out)
-        if self.gemv is None:
-            return F.linear(x, self.weight, self.bias)
-        return gemv_or_linear(self.gemv, x, self.weight, self.bias)
+        return self.quant_method.apply(self, x, self.bias)
 
     def weight_loader(self, param: nn.Parameter, loaded, shard_id: int | None = None) -> None:
         """Copy this rank's rows of checkpoint part ``shard_id`` (None: the one part, or all parts fused)."""
@@ -112,30 +106,11 @@ class ColumnParallelLinear(nn.Module):
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
-    """Several column-parallel outputs in one matmul (gate and up): each part split evenly over ranks.
+    """Several column-parallel outputs in one matmul (gate and up): each part split evenly over ranks."""
 
-    ``swiglu_output``: the two parts are an MLP's gate and up, and what follows is their SwiGLU
-    (``silu_and_mul``), so ``GemvPlan`` may give the layer a GEMV that applies the SwiGLU in its epilogue
-    (:meth:`forward_swiglu`)."""
-
-    # set once by GemvPlan.apply on a swiglu_output layer: small row counts -> a GEMV f(x, weight, bias) whose
-    # output is SwiGLU of this layer's (None: this layer, then the SwiGLU kernel)
-    gemv_swiglu: tuple | None = None
-
-    def __init__(self, in_features: int, out_sizes: list[int], bias: bool = True, tp: TPGroup = SINGLE,
-                 swiglu_output: bool = False) -> None:
+    def __init__(self, in_features: int, out_sizes: list[int], bias: bool = True, tp: TPGroup = SINGLE) -> None:
         shards = [OutputShard(n, *shard_range(n, tp.size, tp.rank)) for n in out_sizes]
         super().__init__(in_features, sum(out_sizes), bias, tp, shards)
-        if swiglu_output and (len(out_sizes) != 2 or out_sizes[0] != out_sizes[1]):
-            raise ValueError(f"swiglu_output needs two equal parts (gate, up), got {out_sizes}")
-        self.swiglu_output = swiglu_output
-
-    def forward_swiglu(self, x: torch.Tensor) -> torch.Tensor | None:  # (T, in) -> (T, local I) or None
-        """``silu_and_mul(self(x))`` in one launch where the plan chose the fused GEMV for T rows (this rank's
-        weight is ``[gate; up]`` of its columns, so the same holds under tensor parallelism); None otherwise,
-        for the caller to run the layer and the SwiGLU. A tuple lookup: no host sync, CUDA-graph capturable."""
-        f = table_entry(self.gemv_swiglu, x.shape[0])
-        return None if f is None else f(x, self.weight, self.bias)
 
 
 class QKVParallelLinear(ColumnParallelLinear):
@@ -161,21 +136,15 @@ class RowParallelLinear(nn.Module):
     """``y = all_reduce(x_local W_local^T) + b``: (T, local in) -> (T, out), the same on every rank.
 
     ``in_shard`` = ``(start, size)`` of the input columns this rank holds (default: an even split); it must
-    match the column-parallel layer that produced ``x_local``. ``silu_mul_input``: the input is SwiGLU of a
-    ``[gate, up]`` column-parallel output (call :meth:`forward_silu_mul` with that output), so GemvPlan
-    also measures the GEMV with the SwiGLU fused in.
+    match the column-parallel layer that produced ``x_local``.
     """
 
-    gemv: tuple | None = None  # as ColumnParallelLinear.gemv
-    # set once by GemvPlan.apply on a silu_mul_input layer: small row counts -> a GEMV f(gate_up, weight, bias)
-    # that applies the SwiGLU itself (None: the SwiGLU kernel, then this layer)
-    gemv_silu_mul: tuple | None = None
+    quant_method: UnquantizedLinearMethod = UNQUANTIZED  # the GEMV plan may set another (attnserve/gemv)
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, tp: TPGroup = SINGLE,
-                 in_shard: tuple[int, int] | None = None, silu_mul_input: bool = False) -> None:
+                 in_shard: tuple[int, int] | None = None) -> None:
         super().__init__()
         self.tp = tp
-        self.silu_mul_input = silu_mul_input
         self.in_features = in_features
         self.in_start, in_size = in_shard if in_shard is not None else shard_range(in_features, tp.size, tp.rank)
         self.weight = _param(out_features, in_size)
@@ -185,25 +154,16 @@ class RowParallelLinear(nn.Module):
             self.bias.weight_loader = self.weight_loader
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, local in) -> (T, out)
-        if self.tp.size == 1:
-            if self.gemv is None:
-                return F.linear(x, self.weight, self.bias)
-            return gemv_or_linear(self.gemv, x, self.weight, self.bias)
-        y = self.tp.all_reduce(F.linear(x, self.weight) if self.gemv is None else
-                               gemv_or_linear(self.gemv, x, self.weight, None))
-        return y if self.bias is None else y + self.bias  # the bias once, not once per rank
+        return self.apply_method(self.quant_method, x)
 
-    def forward_silu_mul(self, gate_up: torch.Tensor,  # (T, 2 * local in): [gate | up] of this rank's columns
-                         act: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:  # (T, out)
-        """``self(act(gate_up))`` with ``act`` the SwiGLU (``SiluAndMul``); where the plan chose the fused
-        GEMV for T rows, that one launch instead (the same bits: ``triton_gemv``). The choice is a tuple
-        lookup: no host sync, CUDA-graph capturable."""
-        f = table_entry(self.gemv_silu_mul, gate_up.shape[0])
-        if f is None:
-            return self(act(gate_up))
+    def apply_method(self, method: UnquantizedLinearMethod, x: torch.Tensor) -> torch.Tensor:  # (T, out)
+        """``method.apply`` on this rank's weight columns; under tensor parallelism the ranks' partial products
+        all-reduced, then the bias added once (not once per rank). ``x``: what ``method`` takes (this rank's
+        input columns; a fused method may take another input, e.g. the ``[gate | up]`` its GEMV turns into
+        SwiGLU)."""
         if self.tp.size == 1:
-            return f(gate_up, self.weight, self.bias)
-        y = self.tp.all_reduce(f(gate_up, self.weight, None))
+            return method.apply(self, x, self.bias)
+        y = self.tp.all_reduce(method.apply(self, x, None))
         return y if self.bias is None else y + self.bias
 
     def weight_loader(self, param: nn.Parameter, loaded, shard_id: int | None = None) -> None:

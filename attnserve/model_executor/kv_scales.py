@@ -22,10 +22,15 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
+if TYPE_CHECKING:
+    from attnserve.model_executor.model_runner import ModelRunner
+
 logger = logging.getLogger(__name__)
+_runner_log = logging.getLogger("attnserve.model_executor.model_runner")  # apply_kv_scales: the runner's start-up log
 
 # the layer index, then the scale's own name at the end of the tensor name
 _SCALE_NAME = re.compile(r"\.(\d+)\..*?(?:\.([kvq])_proj\.output_scale|\.(kv|k|v|q)_scale)$")
@@ -117,3 +122,23 @@ def kv_cache_summary(kv_cache_dtype: str, model_dtype: torch.dtype | str, calcul
     in_checkpoint = kv_cache_dtype != "auto" and not calculate and checkpoint_has_kv_scales(folder)
     return {"kv_cache_dtype": kv_cache_dtype, "dtype": dtype,
             "scales": describe_kv_scales(kv_cache_dtype, calculate, in_checkpoint)}
+
+
+def apply_kv_scales(runner: ModelRunner, checkpoint: KVScales) -> str:
+    """Give each layer's Impl its fp8 scales from the checkpoint; returns where the scales come from, in the
+    start-up line's words. A 16-bit cache takes none; ``calculate_kv_scales`` overrides the checkpoint's."""
+    cache = runner.config.cache
+    if cache.kv_cache_dtype == "auto":
+        if checkpoint.k or checkpoint.v:
+            _runner_log.info("The checkpoint's KV-cache scales are unused: the KV cache is %s (kv_cache_dtype auto)",
+                        str(runner.kv_dtype).removeprefix("torch."))
+        return describe_kv_scales("auto", False, False)
+    if cache.calculate_kv_scales:
+        return describe_kv_scales(cache.kv_cache_dtype, True, bool(checkpoint.k or checkpoint.v))
+    found = sorted(set(checkpoint.k) | set(checkpoint.v))
+    for index, impl in runner.attn_impls.items():
+        impl.set_kv_scales(*checkpoint.layer(index))
+    text = describe_kv_scales(cache.kv_cache_dtype, False, bool(found))
+    if found and len(found) < len(runner.attn_impls):
+        text += f" for {len(found)} of {len(runner.attn_impls)} layers, 1.0 for the others"
+    return text

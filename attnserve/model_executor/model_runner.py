@@ -6,12 +6,15 @@ of decode steps (``cuda_graph.py``; on CUDA unless ``enforce_eager`` or the back
 the per-request random generators. Holds no request state beyond those generators and the logits processors'
 device token counts (``logits_processors.py``: penalties): every step's inputs come in the SchedulerOutput. The
 logits of a step whose requests change them (penalties, bias, masks) pass through the processors, in one call
-before sampling; the model's fused greedy head runs only for steps without such requests.
+before sampling; the fused greedy head (``greedy_head.py``) runs only for steps without such requests.
 
 Under tensor parallelism one ModelRunner runs in each worker process with its rank's ``tp``: it builds its
 shard of the model, a KV cache for its KV heads, and runs the same forward pass as the others (the layers'
 collectives meet in lockstep); only rank 0 samples. With async scheduling a step's placeholder tokens are
 the last step's samples: the first step that needs them broadcasts them from rank 0 (``_placeholder_fill``).
+
+A step's records and its sampling stage: ``step_output.py``; the activation memory kept free of KV cache:
+``memory_profile.py``; each layer's fp8 KV-cache scales: ``kv_scales.apply_kv_scales``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -32,67 +34,21 @@ from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads
 from attnserve.model_executor.cuda_graph import CudaGraphRunner, capture_sizes
 from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging, host_batch
+from attnserve.model_executor.greedy_head import GreedyHead
 from attnserve.model_executor.grouped_builder import GroupedMetadataBuilder
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
 from attnserve.model_executor.attention_selection import select_model_attention
-from attnserve.model_executor.kv_scales import KVScales, describe_kv_scales
+from attnserve.model_executor.kv_scales import KVScales, apply_kv_scales
+from attnserve.model_executor.memory_profile import activation_reserve_bytes
 from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of
 from attnserve.model_executor.logits_processors import LogitsProcessors
 from attnserve.model_executor.prompt_logprobs import PromptLogprobsPlan
-from attnserve.model_executor.sampler import DeviceSample, Sampler
+from attnserve.model_executor.sampler import Sampler
+from attnserve.model_executor.step_output import ModelRunnerOutput, PendingStep, QueuedForward
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import detect_platform, runtime_device
-from attnserve.structured_output.bitmask import apply_grammar_bitmask
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class ModelRunnerOutput:
-    """Sampled token and logprobs of each request that sampled this step."""
-
-    sampled: dict[str, tuple[int, tuple | None]]
-    # requests with prompt_logprobs that computed prompt positions this step: (index of the first entry, entries);
-    # entry i is prompt token i + 1's (logprob, rank, [(token_id, logprob)] top-k)
-    prompt_logprobs: dict[str, tuple[int, list]] = field(default_factory=dict)
-
-    def result(self) -> "ModelRunnerOutput":  # already on the host (a step that ran to completion)
-        return self
-
-
-@dataclass
-class PendingStep:
-    """A queued step's sampled tokens, on their way to the host; ``result()`` waits for them."""
-
-    request_ids: list[str]  # the requests that sample, in the sample's row order
-    sample: DeviceSample | None  # None: nothing sampled (empty step, or a rank that does not sample)
-    prompt_logprobs: dict[str, tuple[int, list]] = field(default_factory=dict)  # already on the host
-
-    def result(self) -> ModelRunnerOutput:
-        if self.sample is None:
-            return ModelRunnerOutput(sampled={}, prompt_logprobs=self.prompt_logprobs)
-        out = self.sample.result()
-        return ModelRunnerOutput(sampled={rid: (out.token_ids[j], out.logprobs[j])
-                                          for j, rid in enumerate(self.request_ids)},
-                                 prompt_logprobs=self.prompt_logprobs)
-
-
-@dataclass
-class QueuedForward:
-    """A step whose forward pass is queued and whose sampling is not: ``sample(grammar_bitmask)`` queues it
-    (``ModelRunner.queue_forward``). Sample each before the next step's forward pass is queued."""
-
-    runner: "ModelRunner"
-    requests: list  # the ScheduledRequests that sample, in row order
-    hidden: torch.Tensor | None  # (B, hidden) at each request's last token (None: empty step)
-    sample_rows: torch.Tensor | None  # rows of ``hidden`` that sample, when not all do
-    scheduled: list = field(default_factory=list)  # every ScheduledRequest of the step (penalty slots)
-    prompt_logprobs: dict = field(default_factory=dict)  # computed already (on the host)
-
-    @torch.inference_mode()
-    def sample(self, grammar_bitmask=None) -> PendingStep:
-        """Queue the sampling; ``grammar_bitmask``: (R, ceil(V/32)) int32 numpy over the sampling rows, or None."""
-        return self.runner._sample(self, grammar_bitmask)
 
 
 @contextmanager
@@ -161,7 +117,7 @@ class ModelRunner:
         checkpoint_scales = KVScales()
         load_weights(self.model, source, config.model.load_format, hf_config, config.model.seed, sharded=tp.size > 1,
                      kv_scales=checkpoint_scales)
-        self.kv_scales_source = self._apply_kv_scales(checkpoint_scales)
+        self.kv_scales_source = apply_kv_scales(self, checkpoint_scales)
         self.model.eval()
 
         self.builders = [
@@ -177,7 +133,7 @@ class ModelRunner:
         self._capture_after_scales = False  # set below, once the profiling step has run
         block_bytes = sum(bytes_per_block(len(g.layers), self.block_size, self.num_kv_heads, g.kind.head_size,
                                           self.kv_dtype) for g in groups)
-        reserve = self._activation_reserve_bytes()
+        reserve = activation_reserve_bytes(self)
         # the scheduler hands out one block count: every rank must hold that many
         self.num_blocks = tp.min_int(num_kv_blocks(config.cache, self.device, block_bytes, reserve), self.device)
         graphs = self._cuda_graph_plan()
@@ -192,14 +148,13 @@ class ModelRunner:
         logger.info("KV cache: %d blocks of %d tokens (%s, fp8 scales %s, %s)", self.num_blocks, self.block_size,
                     str(self.kv_dtype).removeprefix("torch."), self.kv_scales_source, self.backend_name)
         self._configure_pdl(config.enable_pdl)
-        if graphs and config.use_skinny_gemm:  # before capture, so the graphs take the measured GEMV choices
-            from attnserve.layers.gemv_plan import GemvPlan, plan_rows
-            # the batch sizes the graphs will run (up to gemv_plan.MAX_ROWS)
-            rows = plan_rows(capture_sizes(self.config.scheduler.max_num_seqs))
-            self.gemv_plan = GemvPlan.measure(self.model, rows).apply(self.model)
-        elif config.use_skinny_gemm and tp.is_driver:
-            logger.warning("use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps "
-                           "only (this engine: %s)", "no CUDA" if self.device.type != "cuda" else "CUDA graphs off")
+        self.gemv_plan = None
+        if config.use_skinny_gemm:  # before capture, so the graphs take the measured GEMV choices
+            from attnserve.gemv import install_gemv_plan
+
+            self.gemv_plan = install_gemv_plan(
+                self.model, capture_sizes(config.scheduler.max_num_seqs) if graphs else None, log=tp.is_driver)
+        self.greedy_head = GreedyHead(self.gemv_plan.greedy_head if self.gemv_plan is not None else None)
         # calculate_kv_scales: the first prefill sets the scales, which the graphs' kernels take as constants, so
         # the graphs are captured after that step (``_hidden``); the profiling step above computed nothing
         self._capture_after_scales = graphs and config.cache.calculate_kv_scales
@@ -207,25 +162,6 @@ class ModelRunner:
             impl.kv_scales_pending = config.cache.calculate_kv_scales
         if graphs and not self._capture_after_scales:
             self._capture_cuda_graphs()
-
-    def _apply_kv_scales(self, checkpoint: KVScales) -> str:
-        """Give each layer's Impl its fp8 scales from the checkpoint; returns where the scales come from, in the
-        start-up line's words. A 16-bit cache takes none; ``calculate_kv_scales`` overrides the checkpoint's."""
-        cache = self.config.cache
-        if cache.kv_cache_dtype == "auto":
-            if checkpoint.k or checkpoint.v:
-                logger.info("The checkpoint's KV-cache scales are unused: the KV cache is %s (kv_cache_dtype auto)",
-                            str(self.kv_dtype).removeprefix("torch."))
-            return describe_kv_scales("auto", False, False)
-        if cache.calculate_kv_scales:
-            return describe_kv_scales(cache.kv_cache_dtype, True, bool(checkpoint.k or checkpoint.v))
-        found = sorted(set(checkpoint.k) | set(checkpoint.v))
-        for index, impl in self.attn_impls.items():
-            impl.set_kv_scales(*checkpoint.layer(index))
-        text = describe_kv_scales(cache.kv_cache_dtype, False, bool(found))
-        if found and len(found) < len(self.attn_impls):
-            text += f" for {len(found)} of {len(self.attn_impls)} layers, 1.0 for the others"
-        return text
 
     def _configure_pdl(self, requested: bool) -> None:
         """PDL launches of the Triton kernels (``kernels/pdl.py``) where the GPU has them, before the GEMV plan
@@ -295,38 +231,6 @@ class ModelRunner:
             for layer, tensor in zip(g.layers, tensors):
                 caches[layer] = tensor
         return caches
-
-    def _activation_reserve_bytes(self) -> int:
-        """Peak activation memory of one step, kept free of KV cache on GPU.
-
-        Measured (GPU memory profiling): one forward pass of ``max_num_batched_tokens`` dummy tokens on a
-        temporary cache just big enough for them, peak minus what was allocated before, plus the
-        sampler's float32 logits for ``max_num_seqs`` requests. Skipped (0) on CPU and when the cache size
-        is given explicitly.
-        """
-        cache = self.config.cache
-        if self.device.type != "cuda" or cache.num_gpu_blocks is not None or cache.kv_cache_memory is not None:
-            return 0
-        from attnserve.core.sampling_params import SamplingParams
-        from attnserve.core.step import ScheduledRequest, SchedulerOutput
-
-        sched = self.config.scheduler
-        tokens = min(sched.max_num_batched_tokens, getattr(self.hf_config, "max_position_embeddings", None) or 1 << 30)
-        n_blocks = -(-tokens // self.block_size)
-        self.kv_caches = self._allocate(n_blocks + 1)
-        torch.cuda.synchronize(self.device)
-        before = torch.cuda.memory_allocated(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        req = ScheduledRequest("profile", [0] * tokens, 0, list(range(1, n_blocks + 1)),
-                               SamplingParams(temperature=0.0, max_tokens=1), True)
-        self.compute_logits(SchedulerOutput(requests=[req]))
-        torch.cuda.synchronize(self.device)
-        peak = torch.cuda.max_memory_allocated(self.device) - before
-        self.kv_caches = []
-        torch.cuda.empty_cache()
-        logits = sched.max_num_seqs * self.dims.vocab_size * 4 * 3
-        logger.info("Profiled one step of %d tokens: %.1f MiB of activations", tokens, peak / 2**20)
-        return peak + logits + (256 << 20)
 
     def prepare(self, sched: SchedulerOutput) -> ForwardBatch:
         """Flatten the step's requests into one batch and build the backend's metadata once (eager path)."""
@@ -463,46 +367,6 @@ class ModelRunner:
             hidden = hidden[:num_reqs]
         return QueuedForward(self, [sched.requests[i] for i in rows], hidden, sample_rows, list(sched.requests),
                              prompt_logprobs)
-
-    def _sample(self, step: "QueuedForward", bitmask) -> "PendingStep":
-        """Queue the sampling of a queued forward pass (``QueuedForward.sample``)."""
-        reqs, hidden, sample_rows, prompt_logprobs = step.requests, step.hidden, step.sample_rows, step.prompt_logprobs
-        # structured outputs: the (R, words) int32 bitmask to the device (pinned, non-blocking)
-        grammar = None if bitmask is None or not reqs else self.staging.to_device("grammar", bitmask)
-        params = [r.sampling_params for r in reqs]
-        # the fused greedy head has no logits to mask: steps with constrained rows take the logits path
-        tokens = self._greedy_tokens(hidden, params) if reqs and sample_rows is None and grammar is None else None
-        logits = self.model.compute_logits(hidden) if tokens is None and reqs else None
-        if self.tp.is_driver:  # every step: a request's prompt tokens come only with its first (partial) prefill
-            self.logits_processors.admit(step.scheduled, self.dims.vocab_size if logits is None else logits.shape[1])
-        if not reqs:
-            return PendingStep([], None, prompt_logprobs)
-        last_rows = {r.request_id: j for j, r in enumerate(reqs)}
-        if not self.tp.is_driver:  # no sampler here: rank 0's tokens come by broadcast when a placeholder needs them
-            self._last_sample = (None, last_rows)
-            return PendingStep([], None)
-        if tokens is not None:
-            sample = self.sampler.queue(tokens)
-        else:
-            gens = [self._generator(r.request_id, r.sampling_params.seed) for r in reqs]
-            # every row samples in most steps: no copy of the (B, vocab) logits then
-            raw = logits if sample_rows is None else logits[sample_rows]
-            logits = self.logits_processors(raw, reqs, *self._last_sample)  # the one logits-processing stage
-            logits = apply_grammar_bitmask(logits, grammar)  # structured outputs: disallowed tokens -inf
-            sample = self.sampler.sample(logits, params, gens, raw_logits=raw)
-            self.logits_processors.record(reqs, sample.token_ids)
-        self._last_sample = (sample.token_ids, last_rows)
-        return PendingStep([r.request_id for r in reqs], sample, prompt_logprobs)
-
-    def _greedy_tokens(self, hidden: torch.Tensor, params: list) -> torch.Tensor | None:  # (B,) int64, or None
-        """A step whose every row is greedy without logprobs: its tokens from the model's fused greedy head
-        (``greedy_tokens``: the LM head and argmax without the logits, where the GEMV plan measured it
-        faster for this many rows); None for every other step, and where the model or plan has none."""
-        greedy_tokens = getattr(self.model, "greedy_tokens", None)
-        if greedy_tokens is None or any(p.temperature != 0.0 or p.logprobs is not None or p.changes_logits
-                                        for p in params):
-            return None
-        return greedy_tokens(hidden)
 
     def _generator(self, request_id: str, seed: int | None) -> torch.Generator:
         if seed is None:

@@ -240,10 +240,10 @@ class Gemma2ForCausalLM(LlamaForCausalLM):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab) model dtype
         return soft_cap(super().compute_logits(hidden), self.final_logit_softcapping)
 
-    def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor | None:  # (N, hidden) -> (N,) int64, or None
-        """The fused greedy head's tokens without a final soft cap; None with one (capped logits that round to
-        the same value tie, and the argmax must be the capped logits' first)."""
-        return None if self.final_logit_softcapping is not None else super().greedy_tokens(hidden)
+    def logits_head(self) -> VocabParallelEmbedding | None:
+        """None with a final soft cap (capped logits that round to the same value tie, and the argmax must be the
+        capped logits' first): no fused greedy head then."""
+        return None if self.final_logit_softcapping is not None else super().logits_head()
 
 
 class Gemma3ForCausalLM(Gemma2ForCausalLM):

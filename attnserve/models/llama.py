@@ -19,9 +19,9 @@ from torch import nn
 from attnserve.attention.backend import AttentionLayerSpec
 from attnserve.attention.layer import Attention
 from attnserve.distributed.group import SINGLE, TPGroup
-from attnserve.layers.activation import SiluAndMul
 from attnserve.layers.embedding import ParallelLMHead, VocabParallelEmbedding
-from attnserve.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from attnserve.layers.linear import QKVParallelLinear, RowParallelLinear
+from attnserve.layers.mlp import SwiGLUMLP
 from attnserve.layers.norm import RMSNorm
 from attnserve.layers.rotary import RotaryEmbedding
 from attnserve.models.weight_utils import copy_weight
@@ -80,24 +80,13 @@ class LlamaAttention(nn.Module):
         return self.o_proj(out.reshape(T, self.q_size))
 
 
-class LlamaMLP(nn.Module):
+class LlamaMLP(SwiGLUMLP):
+    """The config's SwiGLU MLP (``hidden_act`` silu; ``mlp_bias``)."""
+
     def __init__(self, config, tp: TPGroup = SINGLE) -> None:
-        super().__init__()
-        bias = getattr(config, "mlp_bias", False)
-        size = config.intermediate_size
-        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [size, size], bias, tp, swiglu_output=True)
-        self.down_proj = RowParallelLinear(size, config.hidden_size, bias, tp, silu_mul_input=True)
+        super().__init__(config.hidden_size, config.intermediate_size, getattr(config, "mlp_bias", False), tp)
         if getattr(config, "hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act {config.hidden_act!r} not supported (supported: silu)")
-        self.act = SiluAndMul()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, hidden) -> (T, hidden)
-        # down(SwiGLU(gate_up)); at decode row counts where GemvPlan chose it, the SwiGLU runs in gate_up's GEMV
-        # epilogue or inside down's GEMV (the plan picks at most one of the two per row count)
-        h = self.gate_up_proj.forward_swiglu(x)
-        if h is not None:
-            return self.down_proj(h)
-        return self.down_proj.forward_silu_mul(self.gate_up_proj(x), self.act)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -181,10 +170,10 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab) model dtype
         return (self.embed_tokens if self.tie_word_embeddings else self.lm_head).logits(hidden)
 
-    def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor | None:  # (N, hidden) -> (N,) int64, or None
-        """``compute_logits(hidden).argmax(-1)`` without the logits where the GEMV plan chose the fused greedy
-        head for N rows (``VocabParallelEmbedding.greedy_tokens``); None otherwise."""
-        return (self.embed_tokens if self.tie_word_embeddings else self.lm_head).greedy_tokens(hidden)
+    def logits_head(self) -> VocabParallelEmbedding | None:
+        """The module whose ``logits(hidden)`` are :meth:`compute_logits` unchanged (the embedding when tied):
+        what a fused LM head + argmax (the GEMV plan's greedy head) may stand in for."""
+        return self.embed_tokens if self.tie_word_embeddings else self.lm_head
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy checkpoint tensors (Hugging Face names) into the parameters; returns the names loaded.

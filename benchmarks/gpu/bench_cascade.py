@@ -63,8 +63,10 @@ def main() -> None:
     args = ap.parse_args()
 
     from attnserve.kernels import pdl
-    from attnserve.layers.gemv_plan import MAX_ROWS, GemvPlan, gemv_layers, plan_rows
-    from attnserve.layers.gemv_timing import l2_bytes, time_per_call_us, weight_copies
+    from attnserve.gemv.choices import MAX_ROWS, plan_rows
+    from attnserve.gemv.methods import GemvLinearMethod
+    from attnserve.gemv.plan import GemvPlan, gemv_layers
+    from attnserve.gemv.timing import l2_bytes, time_per_call_us, weight_copies
     from attnserve.kernels.triton_gemv import gemv, prepare
     from attnserve.model_executor.cuda_graph import capture_sizes
 
@@ -74,9 +76,9 @@ def main() -> None:
     prepare(device)
     rows = args.batch_size
     pdl.configure(True)
-    plan = GemvPlan.measure(model, plan_rows(capture_sizes(max(rows, 8)))).apply(model)
+    plan = GemvPlan.measure(model, plan_rows(capture_sizes(max(rows, 8)))).install(model)
     print(plan.summary(), flush=True)
-    base_tables = {id(m): m.gemv for m, _ in gemv_layers(model)}
+    base_methods = {id(m): m.__dict__.get("quant_method") for m, _ in gemv_layers(model)}  # None: the plain one
     by_shape: dict[tuple[int, int], list] = {}
     for m, w in gemv_layers(model):
         by_shape.setdefault(tuple(w.shape), []).append(m)
@@ -86,13 +88,17 @@ def main() -> None:
 
     def force(preload_set: dict[str, str] | None) -> None:
         for m, _ in gemv_layers(model):
-            m.gemv = base_tables[id(m)]
+            if base_methods[id(m)] is None:
+                m.__dict__.pop("quant_method", None)
+            else:
+                m.quant_method = base_methods[id(m)]
         for shape, name in (preload_set or {}).items():
             f = functools.partial(gemv, config=config_for(shape, name))
             for m in by_shape.get(SHAPES[shape], []):
-                table = list(m.gemv) if m.gemv is not None else [None] * (MAX_ROWS + 1)
+                base = m.__dict__.get("quant_method")
+                table = list(base.table) if base is not None else [None] * (MAX_ROWS + 1)
                 table[rows] = f
-                m.gemv = tuple(table)
+                m.quant_method = GemvLinearMethod(tuple(table))
 
     # each forced config alone, against cuBLAS and the plan's choice
     alone = []

@@ -10,7 +10,7 @@ Cases (bfloat16, head 128, every request ``context`` tokens, query length 1): ``
 backend's ``Impl.forward`` (the K/V write of the step's new tokens included), its metadata built once by
 the backend's own builder, as in ``attnserve bench attention``.
 
-Timing: ``gemv_timing.time_per_call_us``: one CUDA graph of back-to-back calls cycling through copies of
+Timing: ``gemv.timing.time_per_call_us``: one CUDA graph of back-to-back calls cycling through copies of
 the KV cache whose total exceeds twice the L2 cache (a decode step reads each layer's KV from HBM), CUDA
 events around the replays. ``TB/s`` = K and V bytes the step must read / time; ``% copy`` against
 ``roofline.measure_copy_bandwidth`` (the fastest of 20 device-to-device copies) measured first. Each
@@ -35,7 +35,7 @@ def bench(backend: str, layout_name: str, case: tuple[int, int, int, int], block
     from attnserve.attention.backend import KVCacheLayout
     from attnserve.attention.registry import lookup_backend
     from attnserve.benchmarks.attention import AttentionBenchShape, make_step
-    from attnserve.layers import gemv_timing
+    from attnserve.gemv import timing as gemv_timing
     from attnserve.model_executor.kv_cache import allocate_kv_caches
 
     batch, hq, hkv, ctx = case
@@ -78,7 +78,7 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=10)
     args = ap.parse_args()
     from attnserve.benchmarks.roofline import measure_copy_bandwidth
-    from attnserve.layers import gemv_timing
+    from attnserve.gemv import timing as gemv_timing
 
     dev = torch.device("cuda")
     l2 = gemv_timing.l2_bytes(dev)

@@ -7,7 +7,7 @@ its own ceiling). Then the Qwen3-0.6B decode call (16 query / 8 KV heads, head 1
 KV tiles) at context ``--context`` for several batch sizes: a decode call launches ``batch x 8`` programs
 and an H200 runs 3 of them per SM (396 at once), so batch 48 fits one wave, 64 is 1.29 waves (the last
 wave 29% full), 99 two full waves. KV TB/s per batch says what the partial wave costs. Each time is
-``gemv_timing.time_per_call_us`` over cache copies larger than twice the L2 (``bench_triton_decode``'s way).
+``gemv.timing.time_per_call_us`` over cache copies larger than twice the L2 (``bench_triton_decode``'s way).
 
 ``python -m benchmarks.gpu.bench_decode_waves [--context 1024] [--batches 32 48 64 96 99 128] [--json OUT]``.
 """
@@ -65,7 +65,7 @@ def main() -> None:
     from attnserve.kernels.kv_write import kv_views
     from attnserve.kernels.triton_attention import paged_attention
     from attnserve.benchmarks.roofline import measure_copy_bandwidth
-    from attnserve.layers import gemv_timing
+    from attnserve.gemv import timing as gemv_timing
     from benchmarks.gpu.bench_triton_decode import make_step
 
     dev = torch.device("cuda")

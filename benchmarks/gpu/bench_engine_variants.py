@@ -11,8 +11,8 @@ the host on the current stream, in line with the step's kernels, instead of on s
 off; takes effect in graphs captured after it is set, so this variant re-captures), ``no greedy head`` (greedy
 steps compute the logits and take their argmax instead of the fused greedy head where the GEMV plan chose it;
 the plan's greedy rows are printed and saved), ``no whole-K tiles`` (the GEMV plan measured again without
-``gemv_tiles.whole_k_config``'s one-step tiles among its candidates, applied, graphs re-captured), ``no unsplit
-tile`` (likewise without ``gemv_tiles.UNSPLIT_WIDE_TILE``), ``no SwiGLU epilogue`` (the engine's plan without its
+``gemv.tiles.whole_k_config``'s one-step tiles among its candidates, applied, graphs re-captured), ``no unsplit
+tile`` (likewise without ``gemv.tiles.UNSPLIT_WIDE_TILE``), ``no SwiGLU epilogue`` (the engine's plan without its
 gate/up SwiGLU table: gate/up, then ``silu_and_mul``). Correctness
 of each: ``tests/gpu/test_async_scheduling_gpu.py``, ``test_cuda_graphs.py``, ``test_triton_argmax_gpu.py``, ``test_greedy_head_gpu.py``.
 """
@@ -58,10 +58,8 @@ def main() -> None:
     from attnserve.model_executor import sampler as sampler_module
 
     triton_argmax_rows = sampler_module.argmax_rows
-    from attnserve.layers.gemv_plan import lm_head
+    from attnserve.model_executor.greedy_head import GreedyHead
 
-    head = lm_head(runner.model)
-    greedy_table = head.greedy if head is not None else None
     plan = runner.gemv_plan
     greedy_plan = [dict(m=m, unfused_us=c.unfused_us, unfused=c.unfused_label, fused_us=c.fused_us,
                         config=c.config.label() if c.config else None, use_fused=c.use_fused)
@@ -73,8 +71,9 @@ def main() -> None:
     if plan is not None:
         import dataclasses
 
-        from attnserve.layers import gemv_tiles
-        from attnserve.layers.gemv_plan import GemvPlan, plan_rows
+        from attnserve.gemv import tiles as gemv_tiles
+        from attnserve.gemv.choices import plan_rows
+        from attnserve.gemv.plan import GemvPlan
         from attnserve.model_executor.cuda_graph import capture_sizes
 
         print(f"engine plan:\n{plan.summary()}", flush=True)
@@ -89,7 +88,7 @@ def main() -> None:
                     setattr(gemv_tiles, attr, kept)
                 print(f"plan for {variant}:\n{plans[variant].summary()}", flush=True)
         plans["no SwiGLU epilogue"] = dataclasses.replace(plan, swiglu={})
-        plan.apply(runner.model)
+        plan.install(runner.model)
 
     def use(name: str) -> None:
         graphs.input_stream = None if name == "in-line copies" else side_input_stream
@@ -98,17 +97,18 @@ def main() -> None:
         else:
             sampler.__dict__.pop("_host_copy_stream", None)
         sampler_module.argmax_rows = (lambda x: x.argmax(dim=-1)) if name == "torch argmax" else triton_argmax_rows
-        if head is not None:
-            head.greedy = None if name == "no greedy head" else greedy_table
         direct = name != "no direct decode"
         plan_name = name if name in plans else "engine"
         if triton_attention.DECODE_DIRECT != direct or plan_name != state["plan"]:
             triton_attention.DECODE_DIRECT = direct
             if plan_name != state["plan"]:
-                plans[plan_name].apply(runner.model)
+                plans[plan_name].install(runner.model)
                 state["plan"] = plan_name
             graphs.graphs.clear()
             graphs.capture()
+        installed = plans[state["plan"]]
+        runner.greedy_head = GreedyHead(None if name == "no greedy head" or installed is None else
+                                        installed.greedy_head)
 
     vocab = runner.dims.vocab_size
     rows = []

@@ -19,7 +19,7 @@ for 4 MB of KV: latency, not bytes. This measures what each knob gives per shape
 Cases cover block sizes 16 to 256 (FA3 takes its TMA path for K/V only when pages are large enough).
 
 Each time is one CUDA graph of back-to-back calls cycling through copies of the KV cache whose total exceeds
-twice the L2 cache (``gemv_timing.time_per_call_us``, the GEMV plan's harness) (a decode step reads each layer's KV from HBM), CUDA events around the replays,
+twice the L2 cache (``gemv.timing.time_per_call_us``, the GEMV plan's harness) (a decode step reads each layer's KV from HBM), CUDA events around the replays,
 microseconds per call. Every variant's output is compared with the ``graph`` variant's (bf16 tolerance).
 """
 
@@ -30,7 +30,7 @@ import json
 
 import torch
 
-from attnserve.layers.gemv_timing import time_per_call_us
+from attnserve.gemv.timing import time_per_call_us
 
 # name, batch, q heads, kv heads, context, page table width (blocks), block size: the engine's bench shapes
 CASES = [("llama_b1", 1, 32, 8, 1024, 256, 16), ("qwen_b64", 64, 16, 8, 1024, 256, 16),

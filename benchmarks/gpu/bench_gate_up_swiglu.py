@@ -7,7 +7,7 @@ every Qwen3-0.6B GEMM shape, against cuBLAS.
 ``python -m benchmarks.gpu.bench_gate_up_swiglu [--json OUT] [--models llama qwen] [--ms 1 4 16 32 48 64]
 [--sweep-ms 64]`` on a GPU.
 
-Timing: ``gemv_timing.time_per_call_us`` (what the start-up plan uses): one CUDA graph of back-to-back calls
+Timing: ``gemv.timing.time_per_call_us`` (what the start-up plan uses): one CUDA graph of back-to-back calls
 cycling through weight copies that exceed twice the L2 cache, CUDA events around 10 replays, microseconds per
 call. Columns, per (shape, M):
 
@@ -60,9 +60,9 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("bench_gate_up_swiglu needs a CUDA GPU")
 
-    from attnserve.layers import gemv_timing
+    from attnserve.gemv import timing as gemv_timing
     from attnserve.kernels import pdl
-    from attnserve.layers.gemv_tiles import candidate_configs
+    from attnserve.gemv.tiles import candidate_configs
     from attnserve.kernels.triton_fused_ops import silu_and_mul
     from attnserve.kernels.triton_gemv import gemv
 

@@ -7,12 +7,12 @@ on a GPU; ``--dry-run`` checks the script on CPU.
 
 Each time is one CUDA graph of back-to-back calls (20, or more to use every weight copy) cycling through
 copies of the weight whose total exceeds twice the L2 cache, so the weight is read from HBM as in a decode
-step; CUDA events around 10 replays; microseconds per call (``gemv_timing.time_per_call_us``, the same
+step; CUDA events around 10 replays; microseconds per call (``gemv.timing.time_per_call_us``, the same
 harness the start-up plan uses). TB/s counts the weight's bytes only. For each (shape, M): cuBLAS, the
-default config, the best of the sweep (``gemv_tiles.sweep_configs``: a few dozen FMA and tensor-core tiles
+default config, the best of the sweep (``gemv.tiles.sweep_configs``: a few dozen FMA and tensor-core tiles
 and split counts) and the best of the start-up plan's candidates (``candidate_configs``: what
 ``use_skinny_gemm`` would pick from), and the plan's choice: the best candidate where it is at least
-``gemv_plan.MARGIN`` (5%) faster than cuBLAS, else cuBLAS. Every config's output is checked against
+``gemv.choices.MARGIN`` (5%) faster than cuBLAS, else cuBLAS. Every config's output is checked against
 ``F.linear`` (2 ulp plus a float32-sum slack) before it is timed; a config that disagrees is reported and
 never counted as best.
 Past ``--budget-s`` the remaining shapes time only the default and the candidates (the JSON says so).
@@ -93,9 +93,9 @@ def main() -> None:
     if not torch.cuda.is_available() and not args.dry_run:
         raise SystemExit("bench_gemv needs a CUDA GPU")
 
-    from attnserve.layers.gemv_plan import MARGIN
-    from attnserve.layers.gemv_tiles import candidate_configs, sweep_configs
-    from attnserve.layers.gemv_timing import agrees, l2_bytes, time_per_call_us, weight_copies
+    from attnserve.gemv.choices import MARGIN
+    from attnserve.gemv.tiles import candidate_configs, sweep_configs
+    from attnserve.gemv.timing import agrees, l2_bytes, time_per_call_us, weight_copies
     from attnserve.kernels.triton_gemv import default_config, gemv, prepare
 
     t0 = time.perf_counter()

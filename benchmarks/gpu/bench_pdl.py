@@ -36,7 +36,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from attnserve.kernels import pdl
-    from attnserve.layers.gemv_plan import GemvPlan, gemv_layers, plan_rows, silu_mul_layers
+    from attnserve.gemv.choices import plan_rows
+    from attnserve.gemv.plan import GemvPlan, gemv_layers, swiglu_mlps
     from attnserve.model_executor.cuda_graph import capture_sizes
 
     llm, batch = decode_batch(args.model, args.backend, args.batch_size, args.context)
@@ -51,16 +52,16 @@ def main() -> None:
     def use(plan_name: str | None, pdl_on: bool) -> None:
         pdl.configure(pdl_on)
         if plan_name is None:
-            for m, _ in gemv_layers(model):
-                m.gemv = None
-            for m in silu_mul_layers(model):
-                m.gemv_silu_mul = None
+            for m, _ in gemv_layers(model):  # back on each class's plain method
+                m.__dict__.pop("quant_method", None)
+            for mlp in swiglu_mlps(model):
+                mlp.__dict__.pop("mlp_method", None)
             return
         if plan_name not in plans:
             t0 = time.perf_counter()
             plans[plan_name] = GemvPlan.measure(model, rows, margin=-10.0 if plan_name == "triton" else None)
             print(f"plan {plan_name}: {time.perf_counter() - t0:.1f} s\n{plans[plan_name].summary()}", flush=True)
-        plans[plan_name].apply(model)
+        plans[plan_name].install(model)
 
     variants = [("plan", "plan", False), ("plan+pdl", "plan", True), ("pdlplan+pdl", "pdlplan", True),
                 ("triton", "triton", False), ("triton+pdl", "triton", True), ("cublas+pdl", None, True)]

@@ -7,7 +7,7 @@ Llama-3.1-8B (N 4096, K 14336) and Qwen3-0.6B (N 1024, K 3072), bfloat16, decode
 ``--dry-run`` checks the script on CPU (``TRITON_INTERPRET=1``, shapes / 64, wall-clock times of one call:
 meaningless as timings).
 
-Timing: ``gemv_timing.time_per_call_us`` (what the start-up plan uses): one CUDA graph of back-to-back calls
+Timing: ``gemv.timing.time_per_call_us`` (what the start-up plan uses): one CUDA graph of back-to-back calls
 cycling through weight copies that exceed twice the L2 cache, CUDA events around 10 replays, microseconds
 per call. Columns, per (shape, M):
 
@@ -56,7 +56,7 @@ def main() -> None:
     if not torch.cuda.is_available() and not args.dry_run:
         raise SystemExit("bench_silu_mul_gemv needs a CUDA GPU")
 
-    from attnserve.layers import gemv_plan, gemv_tiles, gemv_timing
+    from attnserve.gemv import choices as gemv_plan, tiles as gemv_tiles, timing as gemv_timing
     from attnserve.kernels.fused_ops import silu_and_mul
     from attnserve.kernels.triton_gemv import gemv, prepare
 

@@ -19,7 +19,7 @@ are captured with ``max_model_len``), ``--splits`` forces a split count. Variant
   is the same kernel as ``tiled``, so its ratio shows the noise;
 - ``tile128``: tiles of 128 tokens (8 pages of 16, 2 of 64).
 
-Timing: ``gemv_timing.time_per_call_us`` (as ``bench_fa3_decode.py``): one CUDA graph of back-to-back calls
+Timing: ``gemv.timing.time_per_call_us`` (as ``bench_fa3_decode.py``): one CUDA graph of back-to-back calls
 cycling through copies of the KV cache whose total exceeds twice the L2 cache (a decode step reads each
 layer's KV from HBM), CUDA events around the replays, microseconds per call. ``TB/s`` is the KV bytes the
 call must read (``2 * batch * context * kv_heads * 128 * 2``) over that time; ``x page`` is the ``page``
@@ -193,7 +193,7 @@ def main() -> None:
 
     import triton
 
-    from attnserve.layers import gemv_timing
+    from attnserve.gemv import timing as gemv_timing
 
     cases = {k: CASES[k] for k in args.cases}
     time_us = gemv_timing.time_per_call_us

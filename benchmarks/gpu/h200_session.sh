@@ -375,7 +375,7 @@ job_s9a() {  # session 9, first call (g1, g2 staged), run on main + branch split
     tests/gpu/test_cuda_graphs.py -k "not FLASHINFER and not FLASH_ATTN and not FLEX" \
     --junitxml "$RES/s9a_tests.xml" 2>&1 | grep -E "passed|failed|FAILED|Error" | tail -20
   python3 -c "
-import torch; from attnserve.layers.blas import cublaslt_linear
+import torch; from attnserve.gemv.blas import cublaslt_linear
 x = torch.randn(4, 64, device='cuda', dtype=torch.bfloat16); w = torch.randn(32, 64, device='cuda', dtype=torch.bfloat16)
 print('cublaslt_linear max diff', (cublaslt_linear(x, w) - x @ w.T).abs().max().item())" 2> "$RES/blas_stderr.txt"
   echo "blas stderr bytes: $(wc -c < "$RES/blas_stderr.txt")"

@@ -49,11 +49,12 @@ def main() -> None:
     llm, batch = decode_batch(args.model, args.backend, bs, ctx)
     runner = llm.engine.runner
     if args.use_skinny_gemm:  # the runner measures the plan only when it captures graphs (this engine is eager)
-        from attnserve.layers.gemv_plan import GemvPlan, plan_rows
+        from attnserve.gemv.choices import plan_rows
+        from attnserve.gemv.plan import GemvPlan
         from attnserve.model_executor.cuda_graph import capture_sizes
 
         rows = plan_rows(capture_sizes(max(bs, 8)))  # the buckets a graph engine of this max_num_seqs measures
-        runner.gemv_plan = GemvPlan.measure(runner.model, rows).apply(runner.model)
+        runner.gemv_plan = GemvPlan.measure(runner.model, rows).install(runner.model)
     with torch.inference_mode():  # the engine's buffers are inference tensors
         result = _profile(runner, batch)
     result.update(model=args.model, batch_size=bs, context=ctx, skinny_gemm=args.use_skinny_gemm)

@@ -477,9 +477,9 @@ def test_abort_returns_the_final_output_with_finish_reason_abort(llm, stop):
 
 
 def test_use_skinny_gemm_on_cpu_says_it_does_nothing(llama_dir, caplog):
-    with caplog.at_level("WARNING", logger="attnserve.model_executor.model_runner"):
+    with caplog.at_level("WARNING", logger="attnserve.gemv"):
         LLM(llama_dir, dtype="float32", device="cpu", max_model_len=16, kv_cache_memory=8 << 20, use_skinny_gemm=True)
-    assert [r.getMessage() for r in caplog.records if r.name == "attnserve.model_executor.model_runner"
+    assert [r.getMessage() for r in caplog.records if r.name == "attnserve.gemv"
             and r.levelname == "WARNING"] == [
         "use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps only (this engine: no CUDA)"]
 

@@ -11,7 +11,7 @@ from attnserve.engine.request_checks import RequestValueError
 from attnserve.entrypoints.chat_utils import chat_messages
 from attnserve.entrypoints.openai.errors import validation_message
 from attnserve.refusals import openai_error
-from attnserve.entrypoints.openai.protocol import ChatCompletionRequest
+from attnserve.entrypoints.openai.protocol_chat import ChatCompletionRequest
 
 HI = {"role": "user", "content": "Hi"}
 BAD_MESSAGES = {

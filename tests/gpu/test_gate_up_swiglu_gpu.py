@@ -43,8 +43,8 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> str:
 @pytest.mark.parametrize("m", [1, 3, 16, 40, 64])
 def test_epilogue_in_a_graph_equals_gemv_then_silu_and_mul(model, m, pdl_on):
     from attnserve.kernels.fused_ops import silu_and_mul
-    from attnserve.layers.gemv_tiles import candidate_configs
-    from attnserve.layers.gemv_timing import agrees
+    from attnserve.gemv.tiles import candidate_configs
+    from attnserve.gemv.timing import agrees
     from attnserve.kernels.triton_gemv import gemv, prepare
 
     n, k = GATE_UP_SHAPES[model]
@@ -73,7 +73,7 @@ def test_epilogue_in_a_graph_equals_gemv_then_silu_and_mul(model, m, pdl_on):
 
 
 class _MLP(nn.Module):
-    """A lone Llama MLP (gate/up with swiglu_output, down with silu_mul_input), as GemvPlan finds it in a model."""
+    """A lone Llama MLP (a ``SwiGLUMLP``), as GemvPlan finds it in a model."""
 
     def __init__(self, n: int, k: int) -> None:
         super().__init__()
@@ -87,26 +87,29 @@ class _MLP(nn.Module):
 
 @pytest.mark.parametrize("model", list(GATE_UP_SHAPES))
 def test_plan_fuses_the_swiglu_at_one_end_and_the_mlp_agrees_in_a_graph(model, pdl_on):
-    from attnserve.layers import gemv_plan
+    from attnserve.gemv import choices
+    from attnserve.gemv.methods import table_entry
+    from attnserve.gemv.plan import GemvPlan
     from attnserve.kernels.fused_ops import silu_and_mul
-    from attnserve.layers.linear import table_entry
 
     n, k = GATE_UP_SHAPES[model]
     mod = _MLP(n, k)
-    plan = gemv_plan.GemvPlan.measure(mod).apply(mod)
+    plan = GemvPlan.measure(mod).install(mod)
     print(f"\nGEMV plan for the {model} MLP, {plan.seconds:.1f} s:\n{plan.summary()}")
-    assert set(plan.swiglu) == {(n, k, m) for m in gemv_plan.DECODE_MS}
+    assert set(plan.swiglu) == {(n, k, m) for m in choices.DECODE_MS}
     for c in plan.swiglu.values():
         assert c.unfused_us > 0
-        assert not c.use_fused or c.fused_us <= (1 - gemv_plan.MARGIN) * c.unfused_us
+        assert not c.use_fused or c.fused_us <= (1 - choices.MARGIN) * c.unfused_us
     gate_up, down = mod.mlp.gate_up_proj, mod.mlp.down_proj
     forced = dataclasses.replace(plan, swiglu={key: dataclasses.replace(c, use_fused=c.config is not None)
                                                for key, c in plan.swiglu.items()})
     forced._one_swiglu_fusion_per_mlp()
     for which, p in (("measured", plan), ("forced", forced)):
-        p.apply(mod)
+        p.install(mod)
+        method = mod.mlp.mlp_method
         for m in (1, 3, 8, 40, 64):
-            ends = (table_entry(gate_up.gemv_swiglu, m) is not None, table_entry(down.gemv_silu_mul, m) is not None)
+            ends = (table_entry(getattr(method, "swiglu", None), m) is not None,
+                    table_entry(getattr(method, "silu_mul", None), m) is not None)
             assert not all(ends), f"{model} m{m} {which}: the SwiGLU fused at both ends"
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             mod.mlp(x)

@@ -25,7 +25,7 @@ def _cuda():
 
 
 def _check(hidden, weight, cfg=None):
-    from attnserve.layers.gemv_timing import agrees
+    from attnserve.gemv.timing import agrees
     from attnserve.kernels.triton_greedy_head import greedy_head
 
     logits = torch.empty(hidden.shape[0], weight.shape[0], dtype=weight.dtype, device=weight.device)
@@ -79,8 +79,11 @@ def test_in_a_cuda_graph_with_new_hidden_states():
 
 def test_engine_greedy_tokens_with_the_fused_head_forced(default_gguf):
     from attnserve import LLM, SamplingParams
-    from attnserve.layers.gemv_plan import GreedyChoice, lm_head
+    from attnserve.gemv.choices import GreedyChoice
+    from attnserve.gemv.methods import FusedGreedyHead
+    from attnserve.gemv.plan import lm_head
     from attnserve.kernels.triton_greedy_head import GreedyHeadConfig
+    from attnserve.model_executor.greedy_head import GreedyHead
 
     llm = LLM(default_gguf, dtype="bfloat16", device="cuda", attention_backend="TRITON_ATTN",
               kv_cache_memory=1 << 30, max_num_seqs=16, use_skinny_gemm=True)
@@ -90,19 +93,18 @@ def test_engine_greedy_tokens_with_the_fused_head_forced(default_gguf):
     plan = runner.gemv_plan
     prompts = ["The capital of France is", "def fibonacci(n):", "Once upon a time", "1, 2, 3, 4,"]
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
-    head.greedy = None
+    runner.greedy_head = GreedyHead()
     plain = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
     plan.greedy = {m: GreedyChoice(n, k, m, 0.0, "forced", 0.0, GreedyHeadConfig(), True) for m in range(1, 65)}
-    head.greedy = plan.greedy_table()
+    fused_head = FusedGreedyHead(head, plan.greedy_table())
     fused_steps = []
-    greedy_tokens = runner.model.greedy_tokens
 
     def counted(hidden):
-        tokens = greedy_tokens(hidden)
+        tokens = fused_head(hidden)
         fused_steps.append(tokens is not None)
         return tokens
 
-    runner.model.greedy_tokens = counted
+    runner.greedy_head = GreedyHead(counted)
     fused = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
     assert len(fused_steps) >= 24 and all(fused_steps)
     assert fused == plain

@@ -43,7 +43,7 @@ def _layer_chain(h, res, w, positions, cos, sin, target, cfgs):
 
 @pytest.mark.parametrize("m,whole_k", [(1, False), (4, False), (64, False), (1, True), (2, True), (4, True)])
 def test_pdl_chain_in_a_graph_equals_without_pdl(m, whole_k):
-    """``whole_k``: every GEMV takes ``gemv_tiles.whole_k_config``'s one-step tile (its whole weight share
+    """``whole_k``: every GEMV takes ``gemv.tiles.whole_k_config``'s one-step tile (its whole weight share
     loaded before the PDL wait)."""
     from attnserve.kernels.kv_write import KVWriteTarget
     from attnserve.kernels import pdl
@@ -61,7 +61,7 @@ def test_pdl_chain_in_a_graph_equals_without_pdl(m, whole_k):
             "gate_up": GemvConfig(64 if dot else 16, 256 if dot else 512, 1, dot=dot, num_stages=2),
             "down": GemvConfig(32 if dot else 8, 256, 8, dot=dot, num_stages=2)}  # split-K
     if whole_k:
-        from attnserve.layers.gemv_tiles import whole_k_config
+        from attnserve.gemv.tiles import whole_k_config
 
         shapes = {"qkv": (768, hidden), "o": (hidden, 512), "gate_up": (2 * inter, hidden), "down": (hidden, inter)}
         cfgs = {name: whole_k_config(n, k, m) for name, (n, k) in shapes.items()}

@@ -4,8 +4,9 @@ of Llama-3.1-8B (N 4096, K 14336) and Qwen3-0.6B (N 1024, K 3072), bfloat16:
 - inside a captured CUDA graph it gives bit for bit what ``silu_and_mul`` then the plain GEMV of the same
   config gives (every start-up candidate config of the fused GEMV, M = 1, 2, 3, 4, 8, 16, 24, 32, 40, 48, 64,
   replays on new inputs);
-- the start-up plan for a layer of the Llama shape: its choice table (printed), the margin kept, and the
-  layer's ``forward_silu_mul`` inside a graph agreeing with ``silu_and_mul`` + ``F.linear``.
+- the start-up plan for an MLP of the Llama shape: its choice table (printed), the margin kept, and the down
+  half of the MLP's installed method (``SwiGLUGemvMethod.down_methods``: the fused GEMV as the down projection's
+  method) inside a graph agreeing with ``silu_and_mul`` + ``F.linear``.
 
 ``python -m pytest tests/gpu/test_silu_mul_gemv.py -m gpu -s -q`` on a GPU (skipped without CUDA).
 """
@@ -32,8 +33,8 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> str:
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 8, 16, 24, 32, 40, 48, 64])
 def test_fused_gemv_in_a_graph_equals_silu_and_mul_then_gemv(model, m):
     from attnserve.kernels.fused_ops import silu_and_mul
-    from attnserve.layers.gemv_tiles import candidate_configs
-    from attnserve.layers.gemv_timing import agrees
+    from attnserve.gemv.tiles import candidate_configs
+    from attnserve.gemv.timing import agrees
     from attnserve.kernels.triton_gemv import default_config, gemv, prepare
 
     n, k = DOWN_SHAPES[model]
@@ -61,26 +62,36 @@ def test_fused_gemv_in_a_graph_equals_silu_and_mul_then_gemv(model, m):
 
 
 class _Down(nn.Module):
-    """A lone down projection of (N, K), as GemvPlan.measure and apply find it in a model."""
+    """A lone SwiGLU MLP whose down projection is (N, K), as GemvPlan.measure and install find it in a model."""
 
     def __init__(self, n: int, k: int) -> None:
         super().__init__()
-        from attnserve.layers.linear import RowParallelLinear
+        from attnserve.layers.mlp import SwiGLUMLP
 
-        self.down_proj = RowParallelLinear(k, n, bias=False, silu_mul_input=True)
-        self.down_proj.weight.data = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k**-0.5
+        self.mlp = SwiGLUMLP(n, k).to(device="cuda", dtype=torch.bfloat16)
+        self.mlp.gate_up_proj.weight.data = torch.randn(2 * k, n, device="cuda", dtype=torch.bfloat16) * n**-0.5
+        self.mlp.down_proj.weight.data = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k**-0.5
+
+
+def _down_half(mlp, gate_up: torch.Tensor) -> torch.Tensor:
+    """What the MLP's installed method runs after gate/up: the fused GEMV as the down projection's method where
+    the plan chose it for these rows, else ``silu_and_mul`` then the down projection."""
+    from attnserve.gemv.methods import table_entry
+
+    method = table_entry(getattr(mlp.mlp_method, "down_methods", None), gate_up.shape[0])
+    return mlp.down_proj(mlp.act(gate_up)) if method is None else mlp.down_proj.apply_method(method, gate_up)
 
 
 @pytest.mark.parametrize("model", list(DOWN_SHAPES))
 def test_plan_choice_table_and_fused_forward_in_a_graph(model):
-    from attnserve.layers import gemv_plan, gemv_timing
-    from attnserve.layers.activation import SiluAndMul
+    from attnserve.gemv import choices as gemv_plan, timing as gemv_timing
+    from attnserve.gemv.methods import table_entry
+    from attnserve.gemv.plan import GemvPlan
     from attnserve.kernels.fused_ops import silu_and_mul
-    from attnserve.layers.linear import table_entry
 
     n, k = DOWN_SHAPES[model]
     mod = _Down(n, k)
-    plan = gemv_plan.GemvPlan.measure(mod).apply(mod)
+    plan = GemvPlan.measure(mod).install(mod)
     print(f"\nGEMV plan for the {model} down projection ({n}, {k}), {plan.seconds:.1f} s:\n{plan.summary()}")
     assert {key for key in plan.silu_mul} == {(n, k, m) for m in gemv_plan.DECODE_MS}
     for c in plan.silu_mul.values():
@@ -89,22 +100,22 @@ def test_plan_choice_table_and_fused_forward_in_a_graph(model):
         plain = plan.choices[(n, k, c.m)]
         assert c.unfused_label == plain.label()  # triton <config>, cuBLASLt or cuBLAS
     # the measured choices, then every bucket forced onto its best fused config (the fused path in a graph)
-    forced = gemv_plan.GemvPlan(plan.choices, silu_mul={key: dataclasses.replace(c, use_fused=c.config is not None)
-                                                       for key, c in plan.silu_mul.items()})
-    down, act = mod.down_proj, SiluAndMul()
+    forced = GemvPlan(plan.choices, silu_mul={key: dataclasses.replace(c, use_fused=c.config is not None)
+                                             for key, c in plan.silu_mul.items()})
+    down = mod.mlp.down_proj
     for which, p in (("measured", plan), ("forced", forced)):
-        p.apply(mod)
+        p.install(mod)
         for m in (1, 3, 8, 40, 64):
             gate_up = torch.randn(m, 2 * k, device="cuda", dtype=torch.bfloat16) * 3
-            down.forward_silu_mul(gate_up, act)
+            _down_half(mod.mlp, gate_up)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                y = down.forward_silu_mul(gate_up, act)
+                y = _down_half(mod.mlp, gate_up)
             gate_up.copy_(torch.randn_like(gate_up) * 3)
             graph.replay()
             torch.cuda.synchronize()
-            fused = table_entry(down.gemv_silu_mul, m) is not None
+            fused = table_entry(getattr(mod.mlp.mlp_method, "silu_mul", None), m) is not None
             assert fused or which == "measured", f"{model} m{m}: no fused config ran"
             want = F.linear(silu_and_mul(gate_up), down.weight)
             assert gemv_timing.agrees(y, want), f"{model} m{m} {which} plan (fused: {fused}): {_diff(y, want)}"

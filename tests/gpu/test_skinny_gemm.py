@@ -4,8 +4,8 @@ head computing what cuBLAS computes.
 
 The second test forces Triton wherever a candidate runs and agrees with F.linear (margin -10), so the
 kernels inside the captured graphs are exercised whatever the timings say: the plain GEMVs, and in each MLP
-the SwiGLU fused into the gate/up GEMV's epilogue (``gemv_swiglu``) or into the down projection's GEMV
-(``gemv_silu_mul``), whichever pair the timings favour per row count, for decode steps of 3, 40 and 64
+the SwiGLU fused into the gate/up GEMV's epilogue (``SwiGLUGemvMethod.swiglu``) or into the down projection's
+GEMV (``SwiGLUGemvMethod.silu_mul``), whichever pair the timings favour per row count, for decode steps of 3, 40 and 64
 requests (the 4-, 48- and 64-row graphs; the LM head sees the exact count).
 """
 
@@ -18,8 +18,9 @@ import torch
 
 from attnserve import LLM, SamplingParams
 from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
-from attnserve.layers import gemv_plan
-from attnserve.layers.gemv_plan import gemv_layers, silu_mul_layers, swiglu_layers
+from attnserve.gemv import choices as gemv_plan
+from attnserve.gemv.methods import GemvLinearMethod, SwiGLUGemvMethod
+from attnserve.gemv.plan import gemv_layers, swiglu_mlps
 from tests.gpu.test_cuda_graphs import (  # noqa: F401 (fixture)
     GREEDY, PROMPTS, default_gguf, prefill_then_decode_step,
 )
@@ -55,7 +56,7 @@ def test_plan_keeps_triton_only_where_faster(default_gguf):
         assert c.cublas_us > 0 and c.cublaslt_us is not None and c.cublaslt_us > 0  # measured, and agreed
         assert not c.use_triton or c.triton_us <= (1 - gemv_plan.MARGIN) * c.cublas_us
         assert not c.use_cublaslt or (c.cublaslt_us <= (1 - gemv_plan.LT_MARGIN) * c.cublas_us and not c.use_triton)
-    downs = {tuple(m.weight.shape) for m in silu_mul_layers(llm.engine.runner.model)}
+    downs = {tuple(m.down_proj.weight.shape) for m in swiglu_mlps(llm.engine.runner.model)}
     assert downs and {(n, k) for n, k, _ in plan.silu_mul} == downs
     for c in plan.silu_mul.values():
         assert not c.use_fused or c.fused_us <= (1 - gemv_plan.MARGIN) * c.unfused_us
@@ -71,12 +72,13 @@ def test_decode_graph_with_triton_gemvs_matches_cublas(default_gguf, monkeypatch
     llm = _llm(default_gguf)
     runner = llm.engine.runner
     layers = [m for m, _ in gemv_layers(runner.model)]
-    assert all(m.gemv is not None and all(f is not None for f in m.gemv[1:]) for m in layers)
-    downs, gate_ups = silu_mul_layers(runner.model), swiglu_layers(runner.model)
-    assert downs and len(gate_ups) == len(downs)
-    for gate_up, down in zip(gate_ups, downs):  # every row count fuses the SwiGLU at exactly one end
-        ends = [(gate_up.gemv_swiglu is not None and gate_up.gemv_swiglu[r] is not None,
-                 down.gemv_silu_mul is not None and down.gemv_silu_mul[r] is not None) for r in range(1, 65)]
+    assert all(isinstance(m.quant_method, GemvLinearMethod) and all(f is not None for f in m.quant_method.table[1:])
+               for m in layers)
+    mlps = swiglu_mlps(runner.model)
+    assert mlps and all(isinstance(mlp.mlp_method, SwiGLUGemvMethod) for mlp in mlps)
+    for method in (mlp.mlp_method for mlp in mlps):  # every row count fuses the SwiGLU at exactly one end
+        ends = [(method.swiglu is not None and method.swiglu[r] is not None,
+                 method.silu_mul is not None and method.silu_mul[r] is not None) for r in range(1, 65)]
         assert all(a != b for a, b in ends), ends
     print(f"\nSwiGLU part of the forced plan:\n{runner.gemv_plan.summary().split('SwiGLU layers')[1]}")
     for n in (3, 40, 64):  # the 4-, 48- and 64-row graphs (past 16 rows: tensor-core tiles only)
@@ -84,24 +86,16 @@ def test_decode_graph_with_triton_gemvs_matches_cublas(default_gguf, monkeypatch
         before = runner.cuda_graphs.replays
         triton_logits = runner.compute_logits(step).float().cpu()  # the bucket's graph, an n-row LM head
         assert runner.cuda_graphs.replays == before + 1
-        saved = [m.gemv for m in layers]
-        saved_fused = [m.gemv_silu_mul for m in downs]
-        saved_epilogue = [m.gemv_swiglu for m in gate_ups]
+        # the plan's methods off (each module back on its class's plain method), then on again
+        saved = [m.__dict__.pop("quant_method") for m in layers]
+        saved_mlp = [mlp.__dict__.pop("mlp_method") for mlp in mlps]
         graphs, runner.cuda_graphs = runner.cuda_graphs, None
-        for m in layers:
-            m.gemv = None
-        for m in downs:
-            m.gemv_silu_mul = None
-        for m in gate_ups:
-            m.gemv_swiglu = None
         cublas_logits = runner.compute_logits(step).float().cpu()
         runner.cuda_graphs = graphs
-        for m, t in zip(layers, saved):
-            m.gemv = t
-        for m, t in zip(downs, saved_fused):
-            m.gemv_silu_mul = t
-        for m, t in zip(gate_ups, saved_epilogue):
-            m.gemv_swiglu = t
+        for m, method in zip(layers, saved):
+            m.quant_method = method
+        for mlp, method in zip(mlps, saved_mlp):
+            mlp.mlp_method = method
         err = ((triton_logits - cublas_logits).abs().max() / cublas_logits.abs().max()).item()
         print(f"decode logits of {n} requests, Triton GEMVs (fused SwiGLU) in a graph vs SiluAndMul + "
               f"cuBLAS eager: max relative difference {err:.2e}")
@@ -120,8 +114,8 @@ def test_decode_graph_with_triton_gemvs_matches_cublas(default_gguf, monkeypatch
 
 @pytest.mark.parametrize("rows", [1, 64])
 def test_cublaslt_linear_agrees_and_leaves_the_preference_as_it_was(rows):
-    from attnserve.layers.blas import cublaslt_linear
-    from attnserve.layers.gemv_timing import agrees
+    from attnserve.gemv.blas import cublaslt_linear
+    from attnserve.gemv.timing import agrees
 
     x = torch.randn(rows, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(14336, 4096, device="cuda", dtype=torch.bfloat16) * 0.02

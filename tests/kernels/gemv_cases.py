@@ -28,7 +28,7 @@ CONFIGS = {
     "fma-n32-k16-split4": dict(block_n=32, block_k=16, split_k=4),
     "dot-n16-k32": dict(block_n=16, block_k=32, dot=True),
     "dot-n32-k16-split4": dict(block_n=32, block_k=16, split_k=4, dot=True),
-    # gemv_tiles.whole_k_config's kind: one K step of 256 (masked where K < 256), no split, no loop
+    # gemv.tiles.whole_k_config's kind: one K step of 256 (masked where K < 256), no split, no loop
     "fma-n2-k256-whole": dict(block_n=2, block_k=256, num_stages=1),
 }
 
@@ -214,7 +214,7 @@ ROUTED_ROWS = (1, 3, 40, 65)
 
 def bucket(rows: int) -> int:
     """The smallest ``DECODE_MS`` bucket holding ``rows`` rows."""
-    from attnserve.layers.gemv_plan import DECODE_MS
+    from attnserve.gemv.choices import DECODE_MS
 
     return next(m for m in DECODE_MS if m >= rows)
 
@@ -235,7 +235,9 @@ def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     import torch.nn.functional as F
 
     from attnserve.layers.embedding import VocabParallelEmbedding
-    from attnserve.layers.gemv_plan import DECODE_MS, GemvChoice, GemvPlan, gemv_layers
+    from attnserve.gemv.choices import DECODE_MS, GemvChoice
+    from attnserve.gemv.methods import GemvLinearMethod
+    from attnserve.gemv.plan import GemvPlan, gemv_layers
     from attnserve.models.llama import LlamaForCausalLM
     from tests.models.tiny import tiny_config
 
@@ -250,9 +252,9 @@ def layer_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
         cfg = bucket_config(64)  # big tiles: few interpreted programs
         plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg(m), True) for n, k in shapes for m in DECODE_MS})
-        plan.apply(model)
+        plan.install(model)
         for name, module in model.named_modules():
-            if getattr(module, "gemv", None) is None:
+            if not isinstance(getattr(module, "quant_method", None), GemvLinearMethod):
                 continue
             for rows in ROUTED_ROWS:
                 x = torch.randn(rows, module.weight.shape[1])
@@ -268,7 +270,8 @@ def _tiny_mlp_models(cfg, epilogue: bool):
     """(arch, model, dtype) of a tiny Llama (float32, MLP bias) and Qwen3 (bfloat16) after a plan that picks the plain
     Triton GEMV with ``cfg(bucket)`` everywhere and the down projection's SwiGLU prologue GEMV at every bucket;
     with ``epilogue`` the gate/up GEMV with the SwiGLU epilogue too (set by hand: a measured plan keeps one)."""
-    from attnserve.layers.gemv_plan import DECODE_MS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers
+    from attnserve.gemv.choices import DECODE_MS, GemvChoice, SiluMulChoice
+    from attnserve.gemv.plan import GemvPlan, gemv_layers
     from attnserve.models.llama import LlamaForCausalLM
     from attnserve.models.qwen import Qwen3ForCausalLM
     from tests.models.tiny import tiny_config
@@ -289,7 +292,7 @@ def _tiny_mlp_models(cfg, epilogue: bool):
                   for m in DECODE_MS} if epilogue else {}
         GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg(m), True) for n, k in shapes for m in DECODE_MS},
                  silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg(m), True) for m in DECODE_MS},
-                 swiglu=swiglu).apply(model)
+                 swiglu=swiglu).install(model)
         yield arch, model, dtype
 
 
@@ -302,7 +305,7 @@ def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[i
     import torch.nn.functional as F
 
     from attnserve.kernels import triton_fused_ops
-    from attnserve.layers.gemv_plan import MAX_ROWS
+    from attnserve.gemv.choices import MAX_ROWS
     from attnserve.kernels.triton_gemv import gemv
 
     out = {}
@@ -315,7 +318,7 @@ def silu_mul_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[i
             def record(f, seen=seen):
                 return None if f is None else lambda gu, w, b: (seen.append(gu.shape[0]), f(gu, w, b))[1]
 
-            mlp.down_proj.gemv_silu_mul = tuple(record(f) for f in mlp.down_proj.gemv_silu_mul)
+            mlp.mlp_method = type(mlp.mlp_method)(None, tuple(record(f) for f in mlp.mlp_method.silu_mul))
             for rows in ROUTED_ROWS:
                 x = torch.randn(rows, model.config.hidden_size).to(dtype)
                 seen.clear()
@@ -341,7 +344,7 @@ def swiglu_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int
     import torch.nn.functional as F
 
     from attnserve.kernels import triton_fused_ops
-    from attnserve.layers.gemv_plan import MAX_ROWS
+    from attnserve.gemv.choices import MAX_ROWS
     from attnserve.kernels.triton_gemv import gemv
 
     out = {}
@@ -355,8 +358,9 @@ def swiglu_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int
             def record(f, seen):
                 return None if f is None else lambda a, w, b: (seen.append(a.shape[0]), f(a, w, b))[1]
 
-            mlp.gate_up_proj.gemv_swiglu = tuple(record(f, seen_up) for f in mlp.gate_up_proj.gemv_swiglu)
-            mlp.down_proj.gemv_silu_mul = tuple(record(f, seen_down) for f in mlp.down_proj.gemv_silu_mul)
+            method = mlp.mlp_method
+            mlp.mlp_method = type(method)(tuple(record(f, seen_up) for f in method.swiglu),
+                                          tuple(record(f, seen_down) for f in method.silu_mul))
             for rows in ROUTED_ROWS:
                 x = torch.randn(rows, model.config.hidden_size).to(dtype)
                 seen_up.clear()

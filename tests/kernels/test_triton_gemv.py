@@ -306,7 +306,7 @@ def test_silu_mul_gemv_matches_silu_and_mul_then_gemv_on_cuda(name):
 @pytest.mark.parametrize("n,k", REAL_SHAPES)
 @pytest.mark.parametrize("m", [1, 3, 8, 16, 24, 48, 64])
 def test_gemv_real_shapes_on_cuda(n, k, m):
-    from attnserve.layers.gemv_tiles import candidate_configs
+    from attnserve.gemv.tiles import candidate_configs
     from attnserve.kernels.triton_gemv import gemv
 
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -348,11 +348,11 @@ def test_gemv_replays_in_a_cuda_graph(m):
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,k", REAL_SHAPES)
 def test_whole_k_tiles_on_real_shapes_on_cuda(n, k):
-    """The plan's one-step tiles (``gemv_tiles.whole_k_config``) at 1, 2 and 4 rows: eager against ``F.linear``,
+    """The plan's one-step tiles (``gemv.tiles.whole_k_config``) at 1, 2 and 4 rows: eager against ``F.linear``,
     and captured in a CUDA graph with PDL on (the weight loaded before the wait where K is a power of 2):
     replays with new inputs give the eager kernel's bits."""
     from attnserve.kernels import pdl
-    from attnserve.layers.gemv_tiles import whole_k_config
+    from attnserve.gemv.tiles import whole_k_config
     from attnserve.kernels.triton_gemv import gemv
 
     g = torch.Generator(device="cuda").manual_seed(1)

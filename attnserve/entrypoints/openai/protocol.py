@@ -1,4 +1,6 @@
-"""Pydantic request and response models of the OpenAI API subset the server speaks.
+"""Pydantic request and response models of the OpenAI API subset the server speaks: the shared pieces (errors,
+usage, the sampling fields), completions and models here; chat completions in ``protocol_chat.py``, vLLM's
+/tokenize and /detokenize in ``protocol_tokenize.py``.
 
 Field names, defaults and shapes follow OpenAI's API reference (completions, chat completions, models,
 errors); ``top_k``, ``min_p``, ``ignore_eos``, ``stop_token_ids``, ``skip_special_tokens``, ``repetition_penalty``,
@@ -21,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from attnserve.config.model import SEED_MAX, SEED_MIN, SEED_WORDS
 
@@ -116,7 +118,7 @@ class SamplingFields(OpenAIModel):
     logit_bias: dict[str, float] | None = None
     response_format: ResponseFormat | None = None
     # vLLM's structured-output extensions (``guided_*`` up to vLLM 0.10, then ``structured_outputs``): at most one
-    # of them and response_format (serving.structured_outputs)
+    # of them and response_format (structured_fields.structured_outputs)
     structured_outputs: dict[str, Any] | None = Field(None, description="vLLM extension: json, regex, choice, "
                                                       "grammar, json_object, disable_any_whitespace")
     guided_json: str | dict[str, Any] | None = Field(None, description="vLLM extension (older)")
@@ -198,219 +200,6 @@ class CompletionStreamResponse(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: UsageInfo | None = None
-
-
-# --- chat completions --------------------------------------------------------------------------------
-class ContentPart(OpenAIModel):
-    type: Literal["text"]
-    text: str
-
-
-class ChatMessage(OpenAIModel):
-    """A message of the conversation. ``content`` is required whatever the role, except that an assistant message
-    with ``tool_calls`` may give it as null or leave it out (OpenAI's rule; chat_utils checks it). A list of parts
-    holds one at least, as OpenAI's API refuses ``[]``. A tool's answer names its call by ``tool_call_id``."""
-
-    role: Literal["system", "developer", "user", "assistant", "tool"]  # chat_utils.CHAT_ROLES
-    content: str | Annotated[list[ContentPart], Field(min_length=1)]
-    name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _tool_calls_without_content(cls, data):
-        """An assistant message with tool calls may go without content: it is "" (as vLLM renders it)."""
-        if isinstance(data, dict) and data.get("tool_calls") and data.get("content") is None:
-            return {**data, "content": ""}
-        return data
-
-
-class FunctionDefinition(OpenAIModel):
-    name: NonEmptyStr
-    description: str | None = None
-    parameters: dict[str, Any] | None = None  # a JSON schema; None: no arguments
-    strict: bool | None = None
-
-
-class ChatTool(OpenAIModel):
-    """One entry of ``tools``."""
-
-    type: Literal["function"] = "function"
-    function: FunctionDefinition
-
-
-class NamedFunction(OpenAIModel):
-    name: NonEmptyStr
-
-
-class NamedToolChoice(OpenAIModel):
-    """``tool_choice`` naming one function: the output is that function's arguments."""
-
-    type: Literal["function"] = "function"
-    function: NamedFunction
-
-
-class ChatCompletionRequest(SamplingFields):
-    """``POST /v1/chat/completions``. The prompt is the tokenizer's chat template over ``messages``."""
-
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1, description="deprecated by OpenAI for max_completion_tokens")
-    max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool | None = False
-    top_logprobs: int | None = Field(None, ge=0, description="at most the server's --max-logprobs")
-    add_generation_prompt: bool = True
-    # vLLM's chat-template extensions (chat_utils.ChatTemplateOptions)
-    continue_final_message: bool = Field(False, description="vLLM extension: leave the last message open for the "
-                                                            "model to continue (with add_generation_prompt false)")
-    chat_template: str | None = Field(None, description="vLLM extension: a Jinja chat template for this request "
-                                                        "(needs --trust-request-chat-template)")
-    chat_template_kwargs: dict[str, Any] | None = Field(None, description="vLLM extension: more variables for the "
-                                                                          "chat template")
-    add_special_tokens: bool = Field(False, description="vLLM extension: the tokenizer adds its special tokens "
-                                                        "(BOS) on top of the template's")
-    echo: bool = Field(False, description="vLLM extension: the reply starts with the last message's content when "
-                                          "that message is the assistant's")
-    tools: list[ChatTool] | None = None
-    functions: list[dict[str, Any]] | None = Field(None, description="deprecated by OpenAI for tools; must be empty")
-    # None: "auto" when tools are given, else "none" (OpenAI's and vLLM's defaults)
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    function_call: str | dict[str, Any] | None = Field(None, description="deprecated by OpenAI for tool_choice; "
-                                                                        "only 'none'")
-
-
-class TopLogprob(BaseModel):
-    token: str
-    logprob: float
-    bytes: list[int] | None = None
-
-
-class ChatTokenLogprob(TopLogprob):
-    top_logprobs: list[TopLogprob] = Field(default_factory=list)
-
-
-class ChatChoiceLogprobs(BaseModel):
-    content: list[ChatTokenLogprob] | None = None
-
-
-class FunctionCall(BaseModel):
-    name: str
-    arguments: str  # JSON text
-
-
-class ToolCall(BaseModel):
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
-class DeltaFunctionCall(BaseModel):
-    name: str | None = None
-    arguments: str | None = None
-
-
-class DeltaToolCall(BaseModel):
-    """A streamed piece of a tool call: the first of each call has its ``id``, ``type`` and ``name``."""
-
-    index: int
-    id: str | None = None
-    type: Literal["function"] | None = None
-    function: DeltaFunctionCall
-
-
-class ChatResponseMessage(BaseModel):
-    role: Literal["assistant"] = "assistant"
-    content: str | None = None
-    tool_calls: list[ToolCall] = Field(default_factory=list)
-
-
-class ChatDelta(BaseModel):
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-    tool_calls: list[DeltaToolCall] | None = None
-
-
-class ChatCompletionChoice(BaseModel):
-    index: int
-    message: ChatResponseMessage
-    logprobs: ChatChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length", "abort", "tool_calls"] | None = None
-    stop_reason: int | str | None = None
-
-
-class ChatCompletionResponse(BaseModel):
-    id: str
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    choices: list[ChatCompletionChoice]
-    usage: UsageInfo
-    system_fingerprint: str | None = None
-    prompt_logprobs: PromptLogprobs | None = None  # vLLM extension
-
-
-class ChatStreamChoice(BaseModel):
-    index: int
-    delta: ChatDelta
-    logprobs: ChatChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length", "abort", "tool_calls"] | None = None
-    stop_reason: int | str | None = None
-
-
-class ChatCompletionStreamResponse(BaseModel):
-    id: str
-    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    choices: list[ChatStreamChoice]
-    usage: UsageInfo | None = None
-
-
-# --- tokenize, detokenize (vLLM's) --------------------------------------------------------------------------
-class TokenizeCompletionRequest(OpenAIModel):
-    """``POST /tokenize`` with a prompt."""
-
-    model_config = ConfigDict(extra="allow")
-
-    model: str | None = None
-    prompt: str
-    add_special_tokens: bool = True
-    return_token_strs: bool | None = False
-
-
-class TokenizeChatRequest(OpenAIModel):
-    """``POST /tokenize`` with chat messages: the chat template's prompt, as /v1/chat/completions renders it."""
-
-    model_config = ConfigDict(extra="allow")
-
-    model: str | None = None
-    messages: list[ChatMessage] = Field(min_length=1)
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
-    add_special_tokens: bool = False
-    chat_template: str | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    return_token_strs: bool | None = False
-
-
-class TokenizeResponse(BaseModel):
-    count: int
-    max_model_len: int
-    tokens: list[int]
-    token_strs: list[str] | None = None
-
-
-class DetokenizeRequest(OpenAIModel):
-    """``POST /detokenize``."""
-
-    model_config = ConfigDict(extra="allow")
-
-    model: str | None = None
-    tokens: list[Annotated[int, Field(ge=0)]]
-
-
-class DetokenizeResponse(BaseModel):
-    prompt: str
 
 
 # --- models, version ---------------------------------------------------------------------------------

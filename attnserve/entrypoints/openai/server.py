@@ -56,17 +56,15 @@ from attnserve.entrypoints.openai.errors import (
 from attnserve.entrypoints.openai.listen import bind_socket, cannot_listen_message
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.protocol import (
-    ChatCompletionRequest,
-    ChatCompletionResponse,
     CompletionRequest,
     CompletionResponse,
-    DetokenizeResponse,
     ErrorResponse,
     ModelCard,
     ModelList,
-    TokenizeResponse,
     VersionResponse,
 )
+from attnserve.entrypoints.openai.protocol_chat import ChatCompletionRequest, ChatCompletionResponse
+from attnserve.entrypoints.openai.protocol_tokenize import DetokenizeResponse, TokenizeResponse
 from attnserve.entrypoints.openai.serving import ChatSettings, ServingContext, load_error_summary
 from attnserve.entrypoints.openai.serving_chat import create_chat_completion
 from attnserve.entrypoints.openai.serving_completion import create_completion

@@ -15,7 +15,8 @@ from attnserve.entrypoints.chat_utils import (ChatTemplateOptions, apply_chat_te
                                               check_chat_template_options)
 from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.limits import check_request_lists
-from attnserve.entrypoints.openai.protocol import (
+from attnserve.entrypoints.openai.protocol import UsageInfo
+from attnserve.entrypoints.openai.protocol_chat import (
     ChatChoiceLogprobs,
     ChatCompletionChoice,
     ChatCompletionRequest,
@@ -26,27 +27,28 @@ from attnserve.entrypoints.openai.protocol import (
     ChatStreamChoice,
     ChatTokenLogprob,
     TopLogprob,
-    UsageInfo,
 )
 from attnserve.engine.request_checks import RequestValueError
 from attnserve.entrypoints.openai.vllm_fields import CHAT_FIELDS
 from attnserve.refusals import Refused
 from attnserve.entrypoints.openai.serving import (
     ServingContext,
-    check_fields,
     prompt_logprobs,
     refused,
     request_error,
+    generate_all,
+    new_id,
+    sse_stream,
+    until_disconnected,
+)
+from attnserve.entrypoints.openai.request_fields import (
+    check_fields,
     truncate_prompt,
     check_stream_options,
     check_unsupported,
-    generate_all,
-    new_id,
     sampling_params,
-    sse_stream,
-    structured_outputs,
-    until_disconnected,
 )
+from attnserve.entrypoints.openai.structured_fields import structured_outputs
 from attnserve.entrypoints.openai.tools import ToolMode, ToolStream, tool_constraint, tool_mode, tool_reply
 
 

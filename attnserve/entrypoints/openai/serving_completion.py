@@ -24,19 +24,21 @@ from attnserve.entrypoints.openai.protocol import (
 from attnserve.entrypoints.openai.vllm_fields import COMPLETION_FIELDS
 from attnserve.entrypoints.openai.serving import (
     ServingContext,
-    check_fields,
-    check_stream_options,
-    check_unsupported,
-    structured_outputs,
     empty_prompt,
     generate_all,
     new_id,
     prompt_logprobs,
-    sampling_params,
     sse_stream,
-    truncate_prompt,
     until_disconnected,
 )
+from attnserve.entrypoints.openai.request_fields import (
+    check_fields,
+    check_stream_options,
+    check_unsupported,
+    sampling_params,
+    truncate_prompt,
+)
+from attnserve.entrypoints.openai.structured_fields import structured_outputs
 
 
 @dataclass

@@ -16,9 +16,15 @@ from fastapi import Request
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from attnserve.entrypoints.openai.errors import OpenAIError, body_message, json_error_message, validation_message
-from attnserve.entrypoints.openai.protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
-                                                   TokenizeCompletionRequest, TokenizeResponse)
-from attnserve.entrypoints.openai.serving import ServingContext, check_fields
+from attnserve.entrypoints.openai.protocol_tokenize import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+    TokenizeResponse,
+)
+from attnserve.entrypoints.openai.serving import ServingContext
+from attnserve.entrypoints.openai.request_fields import check_fields
 from attnserve.entrypoints.openai.serving_chat import render_chat, template_options
 from attnserve.entrypoints.openai.vllm_fields import DETOKENIZE_FIELDS, TOKENIZE_FIELDS
 

@@ -19,8 +19,13 @@ from dataclasses import dataclass, field
 
 from attnserve.core.structured_outputs import StructuredOutputsParams
 from attnserve.entrypoints.openai.errors import OpenAIError
-from attnserve.entrypoints.openai.protocol import (ChatCompletionRequest, DeltaFunctionCall, DeltaToolCall,
-                                                   FunctionCall, ToolCall)
+from attnserve.entrypoints.openai.protocol_chat import (
+    ChatCompletionRequest,
+    DeltaFunctionCall,
+    DeltaToolCall,
+    FunctionCall,
+    ToolCall,
+)
 from attnserve.entrypoints.openai.tool_parsers import TOOL_PARSERS, ParsedToolCall, ToolParser
 
 NO_ARGUMENTS = {"type": "object", "properties": {}}

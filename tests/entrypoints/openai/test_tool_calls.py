@@ -99,7 +99,7 @@ def test_tool_results_go_back_through_the_template(client, model_name):
 def test_the_chat_template_receives_the_tools(default_tokenizer):
     """render_chat hands the tools to the template (the default model's template writes none: one that does)."""
     from attnserve.entrypoints.chat_utils import ChatTemplateOptions
-    from attnserve.entrypoints.openai.protocol import ChatCompletionRequest
+    from attnserve.entrypoints.openai.protocol_chat import ChatCompletionRequest
     from attnserve.entrypoints.openai.serving_chat import render_chat
 
     template = default_tokenizer.chat_template

@@ -10,7 +10,8 @@ from pydantic import ValidationError
 from attnserve.refusals.schema import allowed_values
 from attnserve.entrypoints.openai.body import SentNumber
 from attnserve.entrypoints.openai.errors import validation_message
-from attnserve.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+from attnserve.entrypoints.openai.protocol import CompletionRequest
+from attnserve.entrypoints.openai.protocol_chat import ChatCompletionRequest
 
 
 STOP_WORDS = "a non-empty string, a list of non-empty strings, or null"

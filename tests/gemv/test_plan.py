@@ -1,5 +1,6 @@
 """GemvPlan without a GPU: row counts -> bucket choices, the launch configurations it tries, the layers it
-reaches, and the switch being inert on CPU. (Measured plans and graphs with Triton GEMVs: tests/gpu.)"""
+reaches and the method objects it installs on them, and the switch being inert on CPU. (Measured plans and
+graphs with Triton GEMVs: tests/gpu.)"""
 
 from __future__ import annotations
 
@@ -10,14 +11,28 @@ import torch
 
 pytest.importorskip("triton")
 
-from attnserve.layers.gemv_plan import (  # noqa: E402
-    DECODE_MS, MARGIN, MAX_ROWS, GemvChoice, GemvPlan, SiluMulChoice, gemv_layers, pick_fastest, plan_rows,
-    silu_mul_layers, swiglu_layers,
+from attnserve.gemv.choices import (  # noqa: E402
+    DECODE_MS, MARGIN, MAX_ROWS, GemvChoice, SiluMulChoice, pick_fastest, plan_rows,
 )
-from attnserve.layers.gemv_tiles import candidate_configs, sweep_configs  # noqa: E402
+from attnserve.gemv.methods import GemvLinearMethod, SwiGLUGemvMethod  # noqa: E402
+from attnserve.gemv.plan import GemvPlan, gemv_layers, swiglu_mlps  # noqa: E402
+from attnserve.gemv.tiles import candidate_configs, sweep_configs  # noqa: E402
 from attnserve.kernels.triton_gemv import MAX_FMA_M, MAX_M, SMEM_BUDGET, GemvConfig, check_config  # noqa: E402
 from attnserve.model_executor.cuda_graph import capture_sizes  # noqa: E402
 from tests.kernels.test_triton_gemv import REAL_SHAPES  # noqa: E402
+
+
+def _table(module):
+    """The GEMV table a plan installed on a linear layer or LM head (None: it kept its plain ``quant_method``)."""
+    method = module.quant_method
+    return method.table if isinstance(method, GemvLinearMethod) else None
+
+
+def _mlp_tables(mlp):
+    """(gate/up epilogue table, down prologue table) a plan installed on a SwiGLU MLP; (None, None): its plain
+    ``mlp_method``."""
+    method = mlp.mlp_method
+    return (method.swiglu, method.silu_mul) if isinstance(method, SwiGLUGemvMethod) else (None, None)
 
 
 def _plan(n: int, k: int, use: dict[int, bool]) -> GemvPlan:
@@ -33,7 +48,7 @@ def test_table_maps_row_counts_to_the_next_measured_bucket():
 
 
 def test_table_maps_cublaslt_choices_to_cublaslt_linear():
-    from attnserve.layers.blas import cublaslt_linear
+    from attnserve.gemv.blas import cublaslt_linear
 
     plan = GemvPlan({(64, 128, 1): GemvChoice(64, 128, 1, 10.0, 5.0, GemvConfig(16, 64), True, 4.0, False),
                      (64, 128, 2): GemvChoice(64, 128, 2, 10.0, 12.0, GemvConfig(16, 64), False, 9.0, True),
@@ -108,7 +123,7 @@ def test_unsplit_wide_tile_is_a_candidate_past_16_rows_only(monkeypatch):
     of 2 when shorter), no split, 4 warps, 4 stages, fitted like the others (the SwiGLU prologue halves its K
     step at 64 rows), the last candidate past 16 rows; ``None`` leaves it out there and changes nothing up
     to 16 rows."""
-    from attnserve.layers import gemv_tiles
+    from attnserve.gemv import tiles as gemv_tiles
 
     shapes = [(6144, 1024), (1024, 3072), (28672, 4096), (151936, 1024)]
     unsplit = GemvConfig(64, 128, 1, num_warps=4, num_stages=4, dot=True)
@@ -181,12 +196,13 @@ def test_gemv_layers_are_the_linears_and_the_head_in_use(arch, head):
     assert {f.split(".")[-1] for f in found[:-1]} == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
 
 
-def test_apply_leaves_cublas_layers_untouched():
+def test_install_leaves_cublas_layers_untouched():
     model = _tiny("llama")
     plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 1.0, 2.0, GemvConfig(16, 64), False)
                      for n, k in {tuple(w.shape) for _, w in gemv_layers(model)} for m in DECODE_MS})
-    plan.apply(model)
-    assert all(m.gemv is None for m, _ in gemv_layers(model))
+    plan.install(model)
+    assert all(_table(m) is None and "quant_method" not in vars(m) for m, _ in gemv_layers(model))
+    assert all(_mlp_tables(mlp) == (None, None) for mlp in swiglu_mlps(model)) and plan.greedy_head is None
     assert "cuBLAS" in plan.summary()
 
 
@@ -195,7 +211,8 @@ def test_use_skinny_gemm_is_inert_without_cuda_graphs(tiny_model_dir):
 
     llm = LLM(tiny_model_dir("llama"), device="cpu", attention_backend="CPU_ATTN", use_skinny_gemm=True)
     assert llm.engine.config.use_skinny_gemm
-    assert all(m.gemv is None for m, _ in gemv_layers(llm.engine.runner.model))
+    assert llm.engine.runner.gemv_plan is None and llm.engine.runner.greedy_head.fused is None
+    assert all(_table(m) is None for m, _ in gemv_layers(llm.engine.runner.model))
 
 
 # ------------------------------------------------------------------------------------- SwiGLU fusion
@@ -226,13 +243,16 @@ def test_silu_mul_table_maps_row_counts_to_fused_gemvs_of_the_next_bucket():
     assert "fused fma n16 k64" in plan.summary() and "silu_and_mul + cuBLAS" in plan.summary()
 
 
-def test_silu_mul_layers_are_the_mlp_down_projections():
-    model = _tiny("qwen3")
-    names = {id(m): n for n, m in model.named_modules()}
-    assert [names[id(m)] for m in silu_mul_layers(model)] == [f"layers.{i}.mlp.down_proj" for i in range(2)]
+def test_swiglu_mlps_are_the_layers_mlps():
+    for arch in ("llama", "qwen3"):
+        model = _tiny(arch)
+        names = {id(m): n for n, m in model.named_modules()}
+        assert [names[id(m)] for m in swiglu_mlps(model)] == [f"layers.{i}.mlp" for i in range(2)]
+        assert all(tuple(m.gate_up_proj.weight.shape) == (256, 64) for m in swiglu_mlps(model))
+        assert all(tuple(m.down_proj.weight.shape) == (64, 128) for m in swiglu_mlps(model))
 
 
-def test_apply_sets_the_fused_table_on_the_down_projections_only():
+def test_install_sets_the_fused_table_on_the_down_projections_only():
     model = _tiny("llama")
     shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
     down = tuple(model.layers[0].mlp.down_proj.weight.shape)
@@ -240,13 +260,11 @@ def test_apply_sets_the_fused_table_on_the_down_projections_only():
                      for n, k in shapes for m in DECODE_MS},
                     silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, GemvConfig(16, 64), m <= 2)
                               for m in DECODE_MS})
-    plan.apply(model)
-    for module, _ in gemv_layers(model):
-        assert module.gemv is None
-        if module in silu_mul_layers(model):
-            assert [f is not None for f in module.gemv_silu_mul] == [False, True, True] + [False] * 62
-        else:
-            assert getattr(module, "gemv_silu_mul", None) is None
+    plan.install(model)
+    assert all(_table(module) is None for module, _ in gemv_layers(model))
+    for mlp in swiglu_mlps(model):
+        swiglu, silu_mul = _mlp_tables(mlp)
+        assert swiglu is None and [f is not None for f in silu_mul] == [False, True, True] + [False] * 62
 
 
 def test_mlp_without_a_plan_is_silu_and_mul_then_down():
@@ -288,15 +306,7 @@ def test_swiglu_table_maps_row_counts_to_epilogue_gemvs_of_the_next_bucket():
     assert _swiglu_plan(256, 64, {m: False for m in DECODE_MS}).swiglu_table(256, 64) is None
 
 
-def test_swiglu_layers_are_the_mlp_gate_up_projections():
-    for arch in ("llama", "qwen3"):
-        model = _tiny(arch)
-        names = {id(m): n for n, m in model.named_modules()}
-        assert [names[id(m)] for m in swiglu_layers(model)] == [f"layers.{i}.mlp.gate_up_proj" for i in range(2)]
-        assert all(tuple(m.weight.shape) == (256, 64) for m in swiglu_layers(model))
-
-
-def test_apply_sets_the_epilogue_table_on_the_gate_up_projections_only(caplog):
+def test_install_sets_the_epilogue_table_on_the_gate_up_projections_only(caplog):
     """gate/up (256, 64) fuses at 1 and 2 rows: its table has those, every other layer has none (nor does the
     down projection get a prologue table, no ``silu_mul`` entries), and the log counts both gate/up layers;
     the MLP then computes exactly the epilogue GEMV, then down, for 2 rows (the table's functions are swapped
@@ -311,18 +321,16 @@ def test_apply_sets_the_epilogue_table_on_the_gate_up_projections_only(caplog):
                      for n, k in shapes for m in DECODE_MS},
                     swiglu={(*gate_up, m): SiluMulChoice(*gate_up, m, 2.0, "cuBLAS + silu_and_mul", 1.0,
                                                          GemvConfig(16, 64), m <= 2) for m in DECODE_MS})
-    with caplog.at_level(logging.INFO, logger="attnserve.layers.gemv_plan"):
-        plan.apply(model)
+    with caplog.at_level(logging.INFO, logger="attnserve.gemv"):
+        plan.install(model)
     assert "0 of 9 linear layers use the Triton GEMV" in caplog.text
     assert "2 of 4 SwiGLU layers and gate/up layers the fused SwiGLU GEMV" in caplog.text
-    for module, _ in gemv_layers(model):
-        assert module.gemv is None
-        assert getattr(module, "gemv_silu_mul", None) is None
-        if module in swiglu_layers(model):
-            assert [f is not None for f in module.gemv_swiglu] == [False, True, True] + [False] * 62
-            assert module.gemv_swiglu[1].keywords == dict(config=GemvConfig(16, 64), out_act="silu_mul")
-        else:
-            assert getattr(module, "gemv_swiglu", None) is None
+    assert all(_table(module) is None for module, _ in gemv_layers(model))
+    for mlp in swiglu_mlps(model):
+        swiglu, silu_mul = _mlp_tables(mlp)
+        assert silu_mul is None
+        assert [f is not None for f in swiglu] == [False, True, True] + [False] * 62
+        assert swiglu[1].keywords == dict(config=GemvConfig(16, 64), out_act="silu_mul")
 
     import torch.nn.functional as F
 
@@ -333,7 +341,7 @@ def test_apply_sets_the_epilogue_table_on_the_gate_up_projections_only(caplog):
     mlp = model.layers[0].mlp
     calls = []
     epilogue = lambda x, w, b: (calls.append(x.shape[0]), silu_and_mul_torch(F.linear(x, w, b)) * 2)[1]  # noqa: E731
-    mlp.gate_up_proj.gemv_swiglu = tuple(None if f is None else epilogue for f in mlp.gate_up_proj.gemv_swiglu)
+    mlp.mlp_method.swiglu = tuple(None if f is None else epilogue for f in mlp.mlp_method.swiglu)
     x = torch.randn(2, 64)
     assert torch.equal(mlp(x), F.linear(silu_and_mul_torch(F.linear(x, mlp.gate_up_proj.weight)) * 2,
                                         mlp.down_proj.weight))
@@ -427,14 +435,22 @@ def test_summary_has_the_gate_up_section():
     assert "gate/up layers" not in _plan(64, 128, {1: True}).summary()
 
 
-def test_swiglu_output_needs_two_equal_parts():
-    from attnserve.layers.linear import MergedColumnParallelLinear
+def test_swiglu_gemv_method_falls_back_to_the_plain_mlp():
+    """A row count with neither table entry: gate/up, ``silu_and_mul``, down, bit for bit the default method;
+    one with the prologue entry: the entry takes gate/up's output and down's weight and bias."""
+    import torch.nn.functional as F
 
-    with pytest.raises(ValueError, match=r"two equal parts \(gate, up\), got \[4, 5\]"):
-        MergedColumnParallelLinear(8, [4, 5], swiglu_output=True)
-    with pytest.raises(ValueError, match=r"got \[4, 4, 4\]"):
-        MergedColumnParallelLinear(8, [4, 4, 4], swiglu_output=True)
-    layer = MergedColumnParallelLinear(8, [4, 5])  # not a SwiGLU's gate/up: any parts
-    assert not layer.swiglu_output and layer.gemv_swiglu is None
-    layer = MergedColumnParallelLinear(8, [4, 4], swiglu_output=True)
-    assert layer.swiglu_output and layer.forward_swiglu(torch.zeros(1, 8)) is None  # no table: the caller's path
+    from attnserve.kernels.fused_ops import silu_and_mul_torch
+    from attnserve.layers.mlp import SwiGLUMLP
+
+    mlp = SwiGLUMLP(64, 128, bias=True)
+    for p in mlp.parameters():
+        p.data.normal_(0.0, 0.1)
+    x = torch.randn(3, 64)
+    want = mlp(x)
+    prologue = lambda gu, w, b: F.linear(silu_and_mul_torch(gu), w, b) * 2  # noqa: E731
+    mlp.mlp_method = SwiGLUGemvMethod(None, (None, prologue) + (None,) * 63)
+    assert torch.equal(mlp(x), want)
+    x1 = x[:1]
+    assert torch.equal(mlp(x1), F.linear(silu_and_mul_torch(mlp.gate_up_proj(x1)), mlp.down_proj.weight,
+                                         mlp.down_proj.bias) * 2)

@@ -15,7 +15,7 @@ import torch
 if TYPE_CHECKING:
     from attnserve.kernels.triton_gemv import GemvConfig
 
-logger = logging.getLogger("attnserve.layers.gemv_plan")  # the plan's log: its candidates are skipped here
+logger = logging.getLogger("attnserve.gemv")  # the plan's log: its candidates are skipped here
 
 
 def l2_bytes(device: torch.device) -> int:

@@ -3,7 +3,7 @@
 ``candidate_configs`` is the handful the start-up plan times (at most 6); ``sweep_configs`` the few dozen a
 benchmark sweeps (``benchmarks/gpu/bench_gemv.py``). Both start from ``triton_gemv.default_config`` and vary the
 tile (FMA or tensor cores), the K split and the pipeline depth; each is fitted to M rows and to the shared
-memory of one SM (``triton_gemv.fit_config``). Tile choices and their measured effect: ``gemv_plan.py``'s
+memory of one SM (``triton_gemv.fit_config``). Tile choices and their measured effect: ``gemv.choices.py``'s
 docstring and ``docs/results/issue8-h200.md``. Triton is imported when a config is built, not on import.
 """
 
