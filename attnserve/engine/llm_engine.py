@@ -81,7 +81,9 @@ class LLMEngine:
             kv_cache_size_key(config.cache, self.info.device),
         )
         self.output_processor = OutputProcessor(self.tokenizer)
-        self.structured = StructuredOutputManager(self.tokenizer, self.vocab_size, self.eos_token_id)
+        # the bitmask buffers pinned where this process copies them to a GPU (not for worker processes: pickled)
+        self.structured = StructuredOutputManager(self.tokenizer, self.vocab_size, self.eos_token_id,
+                                                  pin_memory=self.runner is not None and self.info.device.type == "cuda")
         self._ids = itertools.count()
         self.async_scheduling = resolve_async_scheduling(config, self.info.device)
         self._in_flight: tuple[SchedulerOutput, object] | None = None  # queued step not read yet (async)
@@ -332,9 +334,11 @@ class LLMEngine:
         updated = self.scheduler.update(sched, out.sampled)
         structured = self.structured.active
         if structured:
-            for req in updated:
-                if self.structured.accept(req.request_id, req.output_token_ids[-1]) and not req.is_finished:
-                    self.scheduler.finish_request(req.request_id, FinishReason.STOP)
+            ended = self.structured.accept_tokens([(req.request_id, req.output_token_ids[-1]) for req in updated])
+            for rid in ended:
+                req = self.scheduler.requests.get(rid)
+                if req is not None and not req.is_finished:
+                    self.scheduler.finish_request(rid, FinishReason.STOP)
         outputs, stopped = self.output_processor.process(updated)
         for child_id, stop_string in stopped:
             self.scheduler.finish_request(child_id, FinishReason.STOP, stop_string)

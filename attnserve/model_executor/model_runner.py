@@ -91,7 +91,7 @@ class QueuedForward:
 
     @torch.inference_mode()
     def sample(self, grammar_bitmask=None) -> PendingStep:
-        """Queue the sampling; ``grammar_bitmask``: (R, ceil(V/32)) int32 numpy over the sampling rows, or None."""
+        """Queue the sampling; ``grammar_bitmask``: the constrained rows' ``GrammarBitmask`` (host), or None."""
         return self.runner._sample(self, grammar_bitmask)
 
 
@@ -467,8 +467,8 @@ class ModelRunner:
     def _sample(self, step: "QueuedForward", bitmask) -> "PendingStep":
         """Queue the sampling of a queued forward pass (``QueuedForward.sample``)."""
         reqs, hidden, sample_rows, prompt_logprobs = step.requests, step.hidden, step.sample_rows, step.prompt_logprobs
-        # structured outputs: the (R, words) int32 bitmask to the device (pinned, non-blocking)
-        grammar = None if bitmask is None or not reqs else self.staging.to_device("grammar", bitmask)
+        # structured outputs: the constrained rows' bitmask to the device (from its pinned buffer, non-blocking)
+        grammar = None if bitmask is None or not reqs else bitmask.to(self.staging)
         params = [r.sampling_params for r in reqs]
         # the fused greedy head has no logits to mask: steps with constrained rows take the logits path
         tokens = self._greedy_tokens(hidden, params) if reqs and sample_rows is None and grammar is None else None
