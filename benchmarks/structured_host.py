@@ -16,8 +16,9 @@ own methods:
     stage      the bitmask to the device (pinned buffer, non-blocking copy; on the CPU no copy is made)
     apply      the bitmask applied to the logits (on the CPU: the CPU's cost, not a GPU's)
     schedule   Scheduler.schedule
-    forward    ModelRunner.queue_forward (on the CPU: the model's forward pass itself)
+    forward    ModelRunner.queue_forward (on the CPU: the model's forward pass itself; on a GPU: its launch)
     sample     ModelRunner's sampling stage (LM head, logits processors, stage + apply, Sampler)
+    wait       the wait for a step's sampled tokens (PendingStep.result; on a GPU: for the device)
     update     Scheduler.update;  output  OutputProcessor.process (detokenization off)
     step       the whole LLMEngine.step
 
@@ -39,7 +40,7 @@ import torch
 
 from benchmarks.host_overhead import Timer, write_qwen3
 
-PARTS = ("accept", "fill", "stage", "apply", "schedule", "forward", "sample", "update", "output", "step")
+PARTS = ("accept", "fill", "stage", "apply", "schedule", "forward", "sample", "wait", "update", "output", "step")
 
 
 def _wrap_module(module, name: str, timer: Timer, part: str) -> None:
@@ -56,56 +57,94 @@ def _wrap_module(module, name: str, timer: Timer, part: str) -> None:
     setattr(module, name, timed)
 
 
-def _instrument(engine, timer: Timer) -> None:
-    import attnserve.model_executor.model_runner as mr
+def _wrap_class(cls, name: str, timer: Timer, part: str) -> None:
+    """Time the method ``cls.name`` of every instance."""
+    fn = getattr(cls, name)
 
-    runner = engine.runner
-    timer.wrap(engine.scheduler, "schedule", "schedule")
-    schedule = engine.scheduler.schedule
+    def timed(self, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            timer.now[part] += time.perf_counter() - t
 
-    def keep(*args, **kwargs):
-        timer.last_schedule = schedule(*args, **kwargs)
-        return timer.last_schedule
+    setattr(cls, name, timed)
 
-    engine.scheduler.schedule = keep
-    timer.wrap(engine.scheduler, "update", "update")
-    timer.wrap(engine.output_processor, "process", "output")
-    timer.wrap(engine.executor, "queue_forward", "forward")
-    timer.wrap(runner, "_sample", "sample")
-    timer.wrap(engine.structured, "bitmask", "fill")
-    for name in ("accept", "accept_tokens"):  # the per-request or the batched form, whichever the manager has
-        if hasattr(engine.structured, name):
-            timer.wrap(engine.structured, name, "accept")
-    _wrap_module(mr, "apply_grammar_bitmask", timer, "apply")
-    try:  # the bitmask record's copy to the device
-        from attnserve.structured_output.bitmask import GrammarBitmask
 
-        to = GrammarBitmask.to
+class StepParts:
+    """Times the parts of each ``LLMEngine.step`` of an in-process engine (its methods wrapped in place) and
+    keeps those of the steps that decode one token for each of ``num_requests`` requests."""
 
-        def staged(self, *args, **kwargs):
+    def __init__(self, engine, num_requests: int) -> None:
+        import attnserve.model_executor.model_runner as mr
+
+        self.num_requests = num_requests
+        self.steps: list[dict[str, float]] = []
+        self.timer = timer = Timer()
+        runner = engine.runner
+        timer.wrap(engine.scheduler, "schedule", "schedule")
+        schedule = engine.scheduler.schedule
+        self.plan = None
+
+        def keep(*args, **kwargs):
+            self.plan = schedule(*args, **kwargs)
+            return self.plan
+
+        engine.scheduler.schedule = keep
+        timer.wrap(engine.scheduler, "update", "update")
+        timer.wrap(engine.output_processor, "process", "output")
+        timer.wrap(runner, "queue_forward", "forward")
+        timer.wrap(runner, "_sample", "sample")
+        timer.wrap(engine.structured, "bitmask", "fill")
+        for name in ("accept", "accept_tokens"):  # the per-request or the batched form, whichever the manager has
+            if hasattr(engine.structured, name):
+                timer.wrap(engine.structured, name, "accept")
+        _wrap_module(mr, "apply_grammar_bitmask", timer, "apply")
+        _wrap_class(mr.PendingStep, "result", timer, "wait")
+        try:  # the bitmask record's copy to the device
+            from attnserve.structured_output.bitmask import GrammarBitmask
+
+            _wrap_class(GrammarBitmask, "to", timer, "stage")
+        except ImportError:  # the bitmask as one numpy array, staged by name through the runner's pinned buffers
+            staging = runner.staging
+            to_device = staging.to_device
+
+            def timed(name, array):
+                t = time.perf_counter()
+                try:
+                    return to_device(name, array)
+                finally:
+                    if name == "grammar":
+                        timer.now["stage"] += time.perf_counter() - t
+
+            staging.to_device = timed
+        step = engine.step
+
+        def timed_step():
+            timer.now.clear()
+            self.plan = None
             t = time.perf_counter()
             try:
-                return to(self, *args, **kwargs)
+                return step()
             finally:
-                timer.now["stage"] += time.perf_counter() - t
+                timer.now["step"] = time.perf_counter() - t
+                plan = self.plan  # the step this call scheduled: every request decoding one token
+                if (plan is not None and len(plan.requests) == self.num_requests
+                        and all(len(r.token_ids) == 1 for r in plan.requests)):
+                    self.steps.append(dict(timer.now))
 
-        GrammarBitmask.to = staged
-    except ImportError:  # the bitmask as one numpy array, staged by name through the runner's pinned buffers
-        staging = runner.staging
-        to_device = staging.to_device
+        engine.step = timed_step
 
-        def timed(name, array):
-            t = time.perf_counter()
-            try:
-                return to_device(name, array)
-            finally:
-                if name == "grammar":
-                    timer.now["stage"] += time.perf_counter() - t
-
-        staging.to_device = timed
+    def medians(self) -> dict[str, float]:
+        """Each part's median over the kept steps, ms; ``grammar_host`` = accept + fill + stage."""
+        if not self.steps:
+            raise SystemExit("no step in which every request decodes: raise the output length")
+        med = {k: 1e3 * statistics.median(s.get(k, 0.0) for s in self.steps) for k in PARTS}
+        med["grammar_host"] = med["accept"] + med["fill"] + med["stage"]
+        return med
 
 
-def run(engine, prompts, params, timer: Timer) -> dict:
+def run(engine, prompts, params, parts: StepParts) -> dict:
     from attnserve import SamplingParams
 
     engine.add_request([1, 2, 3], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True, detokenize=False,
@@ -114,23 +153,11 @@ def run(engine, prompts, params, timer: Timer) -> dict:
         engine.step()
     for p in prompts:
         engine.add_request(p, params)
-    n = len(prompts)
-    steps, tokens = [], 0
+    parts.steps.clear()
+    tokens = 0
     while engine.has_unfinished_requests():
-        timer.now.clear()
-        t = time.perf_counter()
-        outs = engine.step()
-        timer.now["step"] = time.perf_counter() - t
-        plan = timer.last_schedule  # the step this call scheduled: every request decoding one token
-        decoding = len(plan.requests) == n and all(len(r.token_ids) == 1 for r in plan.requests)
-        tokens += sum(len(o.outputs[0].token_ids) for o in outs if o.finished)
-        if decoding:
-            steps.append(dict(timer.now))
-    if not steps:
-        raise SystemExit("no step in which every request decodes: raise --output-len")
-    med = {k: 1e3 * statistics.median(s.get(k, 0.0) for s in steps) for k in PARTS}
-    med["grammar_host"] = med["accept"] + med["fill"] + med["stage"]
-    return {"median_ms": med, "decode_steps": len(steps), "tokens_mean": tokens / n}
+        tokens += sum(len(o.outputs[0].token_ids) for o in engine.step() if o.finished)
+    return {"median_ms": parts.medians(), "decode_steps": len(parts.steps), "tokens_mean": tokens / len(prompts)}
 
 
 def main() -> None:
@@ -156,24 +183,23 @@ def main() -> None:
               attention_backend="CPU_ATTN", kv_cache_memory=256 << 20, max_num_seqs=a.num_requests,
               async_scheduling=not a.sync)
     engine = llm.engine
-    timer = Timer()
-    _instrument(engine, timer)
+    parts = StepParts(engine, a.num_requests)
     rng = random.Random(0)
     vocab = min(a.vocab_size, len(llm.tokenizer))
     prompts = [[rng.randrange(100, vocab) for _ in range(a.input_len)] for _ in range(a.num_requests)]
     free = SamplingParams(temperature=0.0, max_tokens=a.output_len, ignore_eos=True, detokenize=False)
     constrained = SamplingParams(temperature=0.0, max_tokens=a.output_len, ignore_eos=True, detokenize=False,
                                  structured_outputs=StructuredOutputsParams(json=SCHEMA))
-    results = {name: run(engine, prompts, params, timer)
+    results = {name: run(engine, prompts, params, parts)
                for name, params in (("unconstrained", free), ("json_schema", constrained))}
     results["extra_ms"] = (results["json_schema"]["median_ms"]["step"]
                            - results["unconstrained"]["median_ms"]["step"])
     print(f"{a.num_requests} requests, vocab {a.vocab_size} (tokenizer {len(llm.tokenizer)}), "
           f"{'sync' if a.sync else 'async'} scheduling, CPU; ms per all-decode step (median)")
-    print(f"  {'':<13}" + "".join(f"{p:>9}" for p in PARTS + ("grammar_host",)) + f"{'steps':>7}{'tokens':>8}")
+    print(f"  {'':<13}" + "".join(f"{p:>{max(9, len(p) + 1)}}" for p in PARTS + ("grammar_host",)) + f"{'steps':>7}{'tokens':>8}")
     for name in ("unconstrained", "json_schema"):
         r = results[name]
-        print(f"  {name:<13}" + "".join(f"{r['median_ms'][p]:9.3f}" for p in PARTS + ("grammar_host",))
+        print(f"  {name:<13}" + "".join(f"{r['median_ms'][p]:{max(9, len(p) + 1)}.3f}" for p in PARTS + ("grammar_host",))
               + f"{r['decode_steps']:7d}{r['tokens_mean']:8.1f}")
     print(f"  step extra under the schema: {results['extra_ms']:.3f} ms")
     if a.json:
