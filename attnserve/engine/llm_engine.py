@@ -87,6 +87,8 @@ class LLMEngine:
         self._ids = itertools.count()
         self.async_scheduling = resolve_async_scheduling(config, self.info.device)
         self._in_flight: tuple[SchedulerOutput, object] | None = None  # queued step not read yet (async)
+        # the next step's plan, made early by the structured async path (``_step_structured_async``)
+        self._scheduled_ahead: SchedulerOutput | None = None
         if warn_kv_cache_limit:
             self.warn_kv_cache_limit()
 
@@ -271,7 +273,7 @@ class LLMEngine:
             if self.async_scheduling and hasattr(self.executor, "queue_forward"):
                 return self._step_structured_async()
             return self._step_structured()
-        sched = self.scheduler.schedule()
+        sched = self._schedule()
         try:
             if not self.async_scheduling:
                 return self._finish(sched, self.executor.execute(sched))
@@ -288,22 +290,36 @@ class LLMEngine:
             self.block_manager.reset_prefix_cache()
             raise
 
+    def _schedule(self) -> SchedulerOutput:
+        """The next step's plan: the one scheduled ahead, less the requests aborted since, else a new one."""
+        sched, self._scheduled_ahead = self._scheduled_ahead, None
+        if sched is None:
+            return self.scheduler.schedule()
+        live = self.scheduler.requests
+        if any(r.request_id not in live for r in sched.requests):
+            sched.requests = [r for r in sched.requests if r.request_id in live]
+        return sched
+
     def _step_structured_async(self) -> list[RequestOutput]:
-        """One async step with constrained requests: queue the forward pass, read the step in flight (its tokens
-        advance the grammar matchers), fill this step's bitmask on the host while the device computes, then queue
-        the sampling."""
-        sched = self.scheduler.schedule()
+        """One async step k+1 with constrained requests: queue its forward pass, read step k (its tokens advance
+        the grammar matchers), fill step k+1's bitmask and schedule step k+2 on the host while the device runs
+        the forward pass, then queue step k+1's sampling. Step k+2's forward pass can only follow that sampling
+        (its inputs are those tokens): scheduled ahead, its plan is ready then (requests added meanwhile wait
+        for the step after it; aborted ones leave it, ``_schedule``)."""
+        sched = self._schedule()
         try:
             forward = self.executor.queue_forward(sched)
             previous, self._in_flight = self._in_flight, None
             outputs = self._finish(*previous) if previous is not None else []
             sched.grammar_bitmask = self.structured.bitmask(sched)
+            if not sched.is_empty and self.structured.active:
+                self._scheduled_ahead = self.scheduler.schedule()
             queued = forward.sample(sched.grammar_bitmask)
             if not sched.is_empty:
                 self._in_flight = (sched, queued)
             return outputs
         except BaseException:
-            self._in_flight = None
+            self._in_flight = self._scheduled_ahead = None
             self.block_manager.reset_prefix_cache()
             raise
 
@@ -313,7 +329,7 @@ class LLMEngine:
         previous, self._in_flight = self._in_flight, None
         try:
             outputs = self._finish(*previous) if previous is not None else []
-            sched = self.scheduler.schedule()
+            sched = self._schedule()
             sched.grammar_bitmask = self.structured.bitmask(sched)
             return outputs + self._finish(sched, self.executor.execute(sched))
         except WorkerDiedError:
