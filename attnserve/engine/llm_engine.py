@@ -296,16 +296,17 @@ class LLMEngine:
         if sched is None:
             return self.scheduler.schedule()
         live = self.scheduler.requests
-        if any(r.request_id not in live for r in sched.requests):
-            sched.requests = [r for r in sched.requests if r.request_id in live]
+        if any(r.request_id not in live for r in sched.requests):  # a new plan: its host batch is made anew
+            sched = dataclasses.replace(sched, requests=[r for r in sched.requests if r.request_id in live])
         return sched
 
     def _step_structured_async(self) -> list[RequestOutput]:
         """One async step k+1 with constrained requests: queue its forward pass, read step k (its tokens advance
         the grammar matchers), fill step k+1's bitmask and schedule step k+2 on the host while the device runs
         the forward pass, then queue step k+1's sampling. Step k+2's forward pass can only follow that sampling
-        (its inputs are those tokens): scheduled ahead, its plan is ready then (requests added meanwhile wait
-        for the step after it; aborted ones leave it, ``_schedule``)."""
+        (its inputs are those tokens): scheduled ahead, its plan and host batch (``ModelRunner.prepare_ahead``)
+        are ready then (requests added meanwhile wait for the step after it; aborted ones leave it,
+        ``_schedule``)."""
         sched = self._schedule()
         try:
             forward = self.executor.queue_forward(sched)
@@ -314,6 +315,8 @@ class LLMEngine:
             sched.grammar_bitmask = self.structured.bitmask(sched)
             if not sched.is_empty and self.structured.active:
                 self._scheduled_ahead = self.scheduler.schedule()
+                if self.runner is not None:  # its host batch too (numpy): only the launch waits for the sampling
+                    self.runner.prepare_ahead(self._scheduled_ahead)
             queued = forward.sample(sched.grammar_bitmask)
             if not sched.is_empty:
                 self._in_flight = (sched, queued)

@@ -114,14 +114,16 @@ def test_async_abort_while_the_next_step_is_scheduled_ahead(default_llm):
         params = SamplingParams(temperature=0.0, max_tokens=40,
                                 structured_outputs=S(json=SCHEMAS[0], disable_any_whitespace=True))
         ids = [engine.add_request(PROMPTS[0], params) for _ in range(3)]
-        finished, aborted = {}, None
+        finished, aborted, prepared = {}, None, False
         while engine.has_unfinished_requests():
             for out in engine.step():
                 if out.finished:
                     finished[out.request_id] = out
+            ahead = engine.runner._host_ahead  # the held plan's host batch, made ahead too
+            prepared |= ahead is not None and ahead[0] is engine._scheduled_ahead
             if aborted is None and engine._scheduled_ahead is not None and len(engine._scheduled_ahead.requests) == 3:
                 aborted = engine.abort_request(ids[1])
-        assert aborted is not None and aborted.outputs[0].finish_reason == "abort"
+        assert prepared and aborted is not None and aborted.outputs[0].finish_reason == "abort"
         assert sorted(finished) == [ids[0], ids[2]] and not engine.structured.matchers
         for rid in (ids[0], ids[2]):
             jsonschema.validate(json.loads(finished[rid].outputs[0].text), SCHEMAS[0])
