@@ -7,7 +7,7 @@ before the sampler (``apply_grammar_bitmask``); rows of unconstrained requests a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -30,11 +30,16 @@ class GrammarBitmask:
     words: np.ndarray | torch.Tensor
     rows: np.ndarray | torch.Tensor | None
     num_tokens: int
+    # the pinned CPU tensor ``words`` views (the copy's source; not pickled: worker processes get ``words``)
+    pinned: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "pinned": None}
 
     def to(self, staging) -> GrammarBitmask:
         """The same bitmask on ``staging``'s device (non-blocking copies; ``PinnedStaging``): ``words`` straight
         from its pinned buffer, ``rows`` through the staging's own."""
-        words = torch.from_numpy(self.words)
+        words = self.pinned if self.pinned is not None else torch.from_numpy(self.words)
         if staging.cuda:
             words = words.to(staging.device, non_blocking=True)
         rows = None if self.rows is None else staging.to_device("grammar_rows", self.rows)

@@ -108,17 +108,18 @@ class StructuredOutputManager:
                 j += 1
         if not constrained:
             return None
-        words = self._buffer(len(constrained))
+        pinned = self._buffer(len(constrained))
+        words = pinned.numpy()
         self._batch.batch_fill_next_token_bitmask(constrained, words)
         return GrammarBitmask(words, None if len(rows) == j else np.asarray(rows, dtype=np.int64),
-                              self.backend.vocab_size)
+                              self.backend.vocab_size, pinned)
 
-    def _buffer(self, n: int) -> np.ndarray:
-        """Rows [0, n) of the next buffer in turn, as numpy (C, ceil(num_tokens / 32)) int32."""
+    def _buffer(self, n: int) -> torch.Tensor:
+        """Rows [0, n) of the next buffer in turn: (n, ceil(num_tokens / 32)) int32 on the host."""
         width = (self.backend.vocab_size + 31) // 32
         self._turn ^= 1
         if len(self._buffers) < 2 or self._buffers[self._turn].shape[0] < n:
             size = max(n, 64, 2 * (self._buffers[0].shape[0] if self._buffers else 0))
             self._buffers = [torch.empty((size, width), dtype=torch.int32, pin_memory=self.pin_memory)
                              for _ in range(2)]
-        return self._buffers[self._turn][:n].numpy()
+        return self._buffers[self._turn][:n]
