@@ -88,10 +88,6 @@ class StructuredOutputManager:
         accepted = self._batch.batch_accept_token([m for _, m, _ in pairs], [t for *_, t in pairs])
         return [rid for (rid, m, _), ok in zip(pairs, accepted) if not ok or m.is_terminated()]
 
-    def accept(self, request_id: str, token_id: int) -> bool:
-        """:meth:`accept_tokens` for one request: True when its grammar ended."""
-        return bool(self.accept_tokens([(request_id, token_id)]))
-
     def bitmask(self, sched: SchedulerOutput) -> GrammarBitmask | None:
         """The step's bitmask over its constrained sampling rows (sampling rows: the scheduled requests that
         sample, in schedule order); None when no sampling row is constrained. ``words`` is a view of a reused
