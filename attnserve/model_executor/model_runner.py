@@ -88,6 +88,7 @@ class QueuedForward:
     sample_rows: torch.Tensor | None  # rows of ``hidden`` that sample, when not all do
     scheduled: list = field(default_factory=list)  # every ScheduledRequest of the step (penalty slots)
     prompt_logprobs: dict = field(default_factory=dict)  # computed already (on the host)
+    logits: torch.Tensor | None = None  # (B, vocab) queued with the forward pass (a step of constrained requests)
 
     @torch.inference_mode()
     def sample(self, grammar_bitmask=None) -> PendingStep:
@@ -468,8 +469,13 @@ class ModelRunner:
             num_reqs = len(sched.requests)
             prompt_logprobs = prompt_plan.compute(hidden[num_reqs:], self.model.compute_logits, self.tp.is_driver)
             hidden = hidden[:num_reqs]
-        return QueuedForward(self, [sched.requests[i] for i in rows], hidden, sample_rows, list(sched.requests),
-                             prompt_logprobs)
+        reqs = [sched.requests[i] for i in rows]
+        # structured outputs: such a step samples from masked logits (no fused greedy head); the LM head goes on
+        # the stream now, behind the forward pass, so it runs while the host fills the bitmask (every rank:
+        # a vocabulary-parallel head gathers)
+        logits = (self.model.compute_logits(hidden)
+                  if any(r.sampling_params.structured_outputs is not None for r in reqs) else None)
+        return QueuedForward(self, reqs, hidden, sample_rows, list(sched.requests), prompt_logprobs, logits)
 
     def _sample(self, step: "QueuedForward", bitmask) -> "PendingStep":
         """Queue the sampling of a queued forward pass (``QueuedForward.sample``)."""
@@ -478,8 +484,10 @@ class ModelRunner:
         grammar = None if bitmask is None or not reqs else bitmask.to(self.staging)
         params = [r.sampling_params for r in reqs]
         # the fused greedy head has no logits to mask: steps with constrained rows take the logits path
-        tokens = self._greedy_tokens(hidden, params) if reqs and sample_rows is None and grammar is None else None
-        logits = self.model.compute_logits(hidden) if tokens is None and reqs else None
+        tokens = (self._greedy_tokens(hidden, params)
+                  if reqs and sample_rows is None and grammar is None and step.logits is None else None)
+        logits = step.logits if step.logits is not None else (
+            self.model.compute_logits(hidden) if tokens is None and reqs else None)
         if self.tp.is_driver:  # every step: a request's prompt tokens come only with its first (partial) prefill
             self.logits_processors.admit(step.scheduled, self.dims.vocab_size if logits is None else logits.shape[1])
         if not reqs:
