@@ -85,7 +85,10 @@ class StructuredOutputManager:
         pairs = [(rid, m, t) for rid, t in tokens if (m := matchers.get(rid)) is not None]
         if not pairs:
             return []
-        accepted = self._batch.batch_accept_token([m for _, m, _ in pairs], [t for *_, t in pairs])
+        matched, ids = [m for _, m, _ in pairs], [t for *_, t in pairs]
+        batch_accept = getattr(self._batch, "batch_accept_token", None)  # one call (xgrammar >= 0.2's)
+        accepted = (batch_accept(matched, ids) if batch_accept is not None
+                    else [m.accept_token(t) for m, t in zip(matched, ids)])
         return [rid for (rid, m, _), ok in zip(pairs, accepted) if not ok or m.is_terminated()]
 
     def bitmask(self, sched: SchedulerOutput) -> GrammarBitmask | None:
