@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 _bits: dict[torch.device, torch.Tensor] = {}
+_copy_streams: dict[torch.device, torch.cuda.Stream] = {}
 
 
 @dataclass
@@ -38,10 +39,18 @@ class GrammarBitmask:
 
     def to(self, staging) -> GrammarBitmask:
         """The same bitmask on ``staging``'s device (non-blocking copies; ``PinnedStaging``): ``words`` straight
-        from its pinned buffer, ``rows`` through the staging's own."""
+        from its pinned buffer on a side stream that the current one then waits for, ``rows`` through the
+        staging's own buffers."""
         words = self.pinned if self.pinned is not None else torch.from_numpy(self.words)
-        if staging.cuda:
-            words = words.to(staging.device, non_blocking=True)
+        if staging.cuda:  # on a side stream: the copy overlaps the LM head queued before it
+            main = torch.cuda.current_stream(staging.device)
+            side = _copy_streams.get(staging.device)
+            if side is None:
+                side = _copy_streams[staging.device] = torch.cuda.Stream(staging.device)
+            with torch.cuda.stream(side):
+                words = words.to(staging.device, non_blocking=True)
+            main.wait_stream(side)
+            words.record_stream(main)  # allocated on the side stream, read on the main one
         rows = None if self.rows is None else staging.to_device("grammar_rows", self.rows)
         return GrammarBitmask(words, rows, self.num_tokens)
 
