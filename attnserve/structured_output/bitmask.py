@@ -74,9 +74,13 @@ def apply_grammar_bitmask(logits: torch.Tensor, bitmask: GrammarBitmask | None) 
     vocab = logits.shape[1]
     covered = min(vocab, bitmask.num_tokens, words.shape[1] * 32)
     target = logits if rows is None else logits.index_select(0, rows)
-    # (C, W, 32) bool: bit j of word w clear = token 32 w + j not allowed
-    blocked = torch.bitwise_and(words[:, :, None], _bit_values(logits.device)) == 0
-    target[:, :covered].masked_fill_(blocked.view(words.shape[0], -1)[:, :covered], float("-inf"))
+    if logits.device.type == "cpu":  # numpy unpacks bits through a table: (C, covered) bool, True = allowed
+        allowed = np.unpackbits(words.contiguous().numpy().view(np.uint8), axis=1, count=covered, bitorder="little")
+        blocked = torch.from_numpy(allowed.view(np.bool_)).logical_not_()
+    else:  # (C, W, 32) bool: bit j of word w clear = token 32 w + j not allowed
+        blocked = torch.bitwise_and(words[:, :, None], _bit_values(logits.device)) == 0
+        blocked = blocked.view(words.shape[0], -1)[:, :covered]
+    target[:, :covered].masked_fill_(blocked, float("-inf"))
     if covered < vocab:
         target[:, covered:] = float("-inf")
     if rows is not None:
