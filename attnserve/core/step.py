@@ -42,8 +42,8 @@ class SchedulerOutput:
     requests: list[ScheduledRequest]
     preempted_ids: list[str] = field(default_factory=list)
     finished_ids: list[str] = field(default_factory=list)  # finished since the last step (runner frees state)
-    # structured outputs: (R, ceil(vocab / 32)) int32 numpy array over the R sampling rows (bit set = token allowed;
-    # StructuredOutputManager.bitmask), None when no sampling row is constrained
+    # structured outputs: the constrained sampling rows' token bitmask (structured_output.bitmask.GrammarBitmask,
+    # from StructuredOutputManager.bitmask), None when no sampling row is constrained
     grammar_bitmask: object | None = None
 
     @property

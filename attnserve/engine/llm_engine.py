@@ -97,10 +97,14 @@ class LLMEngine:
             kv_cache_size_key(config.cache, self.info.device),
         )
         self.output_processor = OutputProcessor(self.tokenizer)
-        self.structured = StructuredOutputManager(self.tokenizer, self.vocab_size, self.eos_token_id)
+        # the bitmask buffers pinned where this process copies them to a GPU (not for worker processes: pickled)
+        self.structured = StructuredOutputManager(self.tokenizer, self.vocab_size, self.eos_token_id,
+                                                  pin_memory=self.runner is not None and self.info.device.type == "cuda")
         self._ids = itertools.count()
         self.async_scheduling = resolve_async_scheduling(config, self.info.device)
         self._in_flight: tuple[SchedulerOutput, object] | None = None  # queued step not read yet (async)
+        # the next step's plan, made early by the structured async path (``_step_structured_async``)
+        self._scheduled_ahead: SchedulerOutput | None = None
         if warn_kv_cache_limit:
             self.warn_kv_cache_limit()
 
@@ -285,7 +289,7 @@ class LLMEngine:
             if self.async_scheduling and hasattr(self.executor, "queue_forward"):
                 return self._step_structured_async()
             return self._step_structured()
-        sched = self.scheduler.schedule()
+        sched = self._schedule()
         try:
             if not self.async_scheduling:
                 return self._finish(sched, self.executor.execute(sched))
@@ -302,22 +306,39 @@ class LLMEngine:
             self.block_manager.reset_prefix_cache()
             raise
 
+    def _schedule(self) -> SchedulerOutput:
+        """The next step's plan: the one scheduled ahead, less the requests aborted since, else a new one."""
+        sched, self._scheduled_ahead = self._scheduled_ahead, None
+        if sched is None:
+            return self.scheduler.schedule()
+        live = self.scheduler.requests
+        if any(r.request_id not in live for r in sched.requests):  # a new plan: its host batch is made anew
+            sched = dataclasses.replace(sched, requests=[r for r in sched.requests if r.request_id in live])
+        return sched
+
     def _step_structured_async(self) -> list[RequestOutput]:
-        """One async step with constrained requests: queue the forward pass, read the step in flight (its tokens
-        advance the grammar matchers), fill this step's bitmask on the host while the device computes, then queue
-        the sampling."""
-        sched = self.scheduler.schedule()
+        """One async step k+1 with constrained requests: queue its forward pass, read step k (its tokens advance
+        the grammar matchers), fill step k+1's bitmask and schedule step k+2 on the host while the device runs
+        the forward pass, then queue step k+1's sampling. Step k+2's forward pass can only follow that sampling
+        (its inputs are those tokens): scheduled ahead, its plan and host batch (``ModelRunner.prepare_ahead``)
+        are ready then (requests added meanwhile wait for the step after it; aborted ones leave it,
+        ``_schedule``)."""
+        sched = self._schedule()
         try:
             forward = self.executor.queue_forward(sched)
             previous, self._in_flight = self._in_flight, None
             outputs = self._finish(*previous) if previous is not None else []
             sched.grammar_bitmask = self.structured.bitmask(sched)
+            if not sched.is_empty and self.structured.active:
+                self._scheduled_ahead = self.scheduler.schedule()
+                if self.runner is not None:  # its host batch too (numpy): only the launch waits for the sampling
+                    self.runner.prepare_ahead(self._scheduled_ahead)
             queued = forward.sample(sched.grammar_bitmask)
             if not sched.is_empty:
                 self._in_flight = (sched, queued)
             return outputs
         except BaseException:
-            self._in_flight = None
+            self._in_flight = self._scheduled_ahead = None
             self.block_manager.reset_prefix_cache()
             raise
 
@@ -327,7 +348,7 @@ class LLMEngine:
         previous, self._in_flight = self._in_flight, None
         try:
             outputs = self._finish(*previous) if previous is not None else []
-            sched = self.scheduler.schedule()
+            sched = self._schedule()
             sched.grammar_bitmask = self.structured.bitmask(sched)
             return outputs + self._finish(sched, self.executor.execute(sched))
         except WorkerDiedError:
@@ -348,9 +369,11 @@ class LLMEngine:
         updated = self.scheduler.update(sched, out.sampled)
         structured = self.structured.active
         if structured:
-            for req in updated:
-                if self.structured.accept(req.request_id, req.output_token_ids[-1]) and not req.is_finished:
-                    self.scheduler.finish_request(req.request_id, FinishReason.STOP)
+            ended = self.structured.accept_tokens([(req.request_id, req.output_token_ids[-1]) for req in updated])
+            for rid in ended:
+                req = self.scheduler.requests.get(rid)
+                if req is not None and not req.is_finished:
+                    self.scheduler.finish_request(rid, FinishReason.STOP)
         outputs, stopped = self.output_processor.process(updated)
         for child_id, stop_string in stopped:
             self.scheduler.finish_request(child_id, FinishReason.STOP, stop_string)

@@ -145,6 +145,7 @@ class ModelRunner:
         # the last step's sampled tokens (R,) int64 on the device and each sampling request's row in them;
         # under TP only rank 0 samples: the others hold (None, rows) until a placeholder step broadcasts them
         self._last_sample: tuple[torch.Tensor | None, dict[str, int]] = (None, {})
+        self._host_ahead: tuple[SchedulerOutput, HostBatch] | None = None  # prepare_ahead's plan and host batch
         logger.info("KV cache: %d blocks of %d tokens (%s, fp8 scales %s, %s)", self.num_blocks, self.block_size,
                     str(self.kv_dtype).removeprefix("torch."), self.kv_scales_source, self.backend_name)
         self._configure_pdl(config.enable_pdl)
@@ -287,7 +288,8 @@ class ModelRunner:
         A pure-decode step within the captured batch sizes replays a CUDA graph; any other step runs eagerly.
         Placeholder token ids (async scheduling) are filled on the device from the last step's samples.
         """
-        host = host_batch(sched, self.block_size)
+        ahead, self._host_ahead = self._host_ahead, None
+        host = ahead[1] if ahead is not None and ahead[0] is sched else host_batch(sched, self.block_size)
         fill = self._placeholder_fill(sched, host)
         if prompt_plan is None and self.cuda_graphs is not None and self.cuda_graphs.can_run(host):
             return self.cuda_graphs.run(host, self.staging, fill)
@@ -328,6 +330,11 @@ class ModelRunner:
         src_t = self.staging.to_device("fill_src", src)
         return lambda input_ids: input_ids.index_copy_(0, dst_t, last_tokens.index_select(0, src_t))
 
+    def prepare_ahead(self, sched: SchedulerOutput) -> None:
+        """Flatten a planned step into its host batch now (numpy only, no device work), for the ``queue_forward``
+        of that same plan: the engine calls it while the device runs the step before (structured outputs)."""
+        self._host_ahead = None if sched.is_empty else (sched, host_batch(sched, self.block_size))
+
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         """One step: forward pass and sampling; waits for the sampled tokens."""
         return self.execute_async(sched).result()
@@ -365,8 +372,13 @@ class ModelRunner:
             num_reqs = len(sched.requests)
             prompt_logprobs = prompt_plan.compute(hidden[num_reqs:], self.model.compute_logits, self.tp.is_driver)
             hidden = hidden[:num_reqs]
-        return QueuedForward(self, [sched.requests[i] for i in rows], hidden, sample_rows, list(sched.requests),
-                             prompt_logprobs)
+        reqs = [sched.requests[i] for i in rows]
+        # structured outputs: such a step samples from masked logits (no fused greedy head); the LM head goes on
+        # the stream now, behind the forward pass, so it runs while the host fills the bitmask (every rank:
+        # a vocabulary-parallel head gathers)
+        logits = (self.model.compute_logits(hidden)
+                  if any(r.sampling_params.structured_outputs is not None for r in reqs) else None)
+        return QueuedForward(self, reqs, hidden, sample_rows, list(sched.requests), prompt_logprobs, logits)
 
     def _generator(self, request_id: str, seed: int | None) -> torch.Generator:
         if seed is None:

@@ -58,18 +58,21 @@ class QueuedForward:
     sample_rows: torch.Tensor | None  # rows of ``hidden`` that sample, when not all do
     scheduled: list = field(default_factory=list)  # every ScheduledRequest of the step (penalty slots)
     prompt_logprobs: dict = field(default_factory=dict)  # computed already (on the host)
+    logits: torch.Tensor | None = None  # (B, vocab) queued with the forward pass (a step of constrained requests)
 
     @torch.inference_mode()
     def sample(self, grammar_bitmask=None) -> PendingStep:
-        """Queue the sampling; ``grammar_bitmask``: (R, ceil(V/32)) int32 numpy over the sampling rows, or None."""
+        """Queue the sampling; ``grammar_bitmask``: the constrained rows' ``GrammarBitmask`` (host), or None."""
         runner, bitmask = self.runner, grammar_bitmask
         reqs, hidden, sample_rows, prompt_logprobs = self.requests, self.hidden, self.sample_rows, self.prompt_logprobs
-        # structured outputs: the (R, words) int32 bitmask to the device (pinned, non-blocking)
-        grammar = None if bitmask is None or not reqs else runner.staging.to_device("grammar", bitmask)
+        # structured outputs: the constrained rows' bitmask to the device (from its pinned buffer, non-blocking)
+        grammar = None if bitmask is None or not reqs else bitmask.to(runner.staging)
         params = [r.sampling_params for r in reqs]
         # the fused greedy head has no logits to mask: steps with constrained rows take the logits path
-        tokens = runner.greedy_head.tokens(hidden, params) if reqs and sample_rows is None and grammar is None else None
-        logits = runner.model.compute_logits(hidden) if tokens is None and reqs else None
+        tokens = (runner.greedy_head.tokens(hidden, params)
+                  if reqs and sample_rows is None and grammar is None and self.logits is None else None)
+        logits = self.logits if self.logits is not None else (
+            runner.model.compute_logits(hidden) if tokens is None and reqs else None)
         if runner.tp.is_driver:  # every step: a request's prompt tokens come only with its first (partial) prefill
             runner.logits_processors.admit(self.scheduled,
                                            runner.dims.vocab_size if logits is None else logits.shape[1])

@@ -1,23 +1,88 @@
-"""The device side of structured outputs: a step's token bitmask applied to its logits before sampling."""
+"""A step's grammar bitmask: the record the engine fills on the host, its copy to the device, its application.
+
+The engine fills one row per constrained sampling row (``StructuredOutputManager.bitmask``), the model runner
+copies it to the device with the step's sampling (``GrammarBitmask.to``) and applies it to those rows' logits
+before the sampler (``apply_grammar_bitmask``); rows of unconstrained requests are neither copied nor touched.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+import numpy as np
 import torch
 
-_shifts: dict[torch.device, torch.Tensor] = {}
+_bits: dict[torch.device, torch.Tensor] = {}
+_copy_streams: dict[torch.device, torch.cuda.Stream] = {}
 
 
-def apply_grammar_bitmask(logits: torch.Tensor, bitmask: torch.Tensor | None) -> torch.Tensor:
-    """``logits`` (R, V) with every token the bitmask does not allow set to -inf (in place; returned).
+@dataclass
+class GrammarBitmask:
+    """The allowed tokens of a step's constrained sampling rows.
 
-    ``bitmask``: (R, ceil(V / 32)) int32 on the logits' device, bit ``t % 32`` of word ``t // 32`` = token ``t``
-    allowed (``StructuredOutputManager.bitmask``); None: ``logits`` unchanged. Unpacked with shifts (a few
-    elementwise kernels over R x V, no host sync)."""
+    ``words``: (C, W) int32, bit ``t % 32`` of word ``t // 32`` set = token ``t`` allowed, for tokens
+    ``t < num_tokens`` (the grammar engine's vocabulary: the tokenizer's, ``W = ceil(num_tokens / 32)``); tokens
+    from ``num_tokens`` up to the logits' width are never allowed in these rows. ``rows``: (C,) int64, the
+    constrained rows' indices among the step's R sampling rows, ascending; None when all R rows are constrained
+    (row i = sampling row i). On the host both are numpy (``words`` a view of a reused, pinned buffer on a GPU
+    engine: valid until the engine fills the step after next); :meth:`to` gives the device's torch tensors.
+    """
+
+    words: np.ndarray | torch.Tensor
+    rows: np.ndarray | torch.Tensor | None
+    num_tokens: int
+    # the pinned CPU tensor ``words`` views (the copy's source; not pickled: worker processes get ``words``)
+    pinned: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "pinned": None}
+
+    def to(self, staging) -> GrammarBitmask:
+        """The same bitmask on ``staging``'s device (non-blocking copies; ``PinnedStaging``): ``words`` straight
+        from its pinned buffer on a side stream that the current one then waits for, ``rows`` through the
+        staging's own buffers."""
+        words = self.pinned if self.pinned is not None else torch.from_numpy(self.words)
+        if staging.cuda:  # on a side stream: the copy overlaps the LM head queued before it
+            main = torch.cuda.current_stream(staging.device)
+            side = _copy_streams.get(staging.device)
+            if side is None:
+                side = _copy_streams[staging.device] = torch.cuda.Stream(staging.device)
+            with torch.cuda.stream(side):
+                words = words.to(staging.device, non_blocking=True)
+            main.wait_stream(side)
+            words.record_stream(main)  # allocated on the side stream, read on the main one
+        rows = None if self.rows is None else staging.to_device("grammar_rows", self.rows)
+        return GrammarBitmask(words, rows, self.num_tokens)
+
+
+def _bit_values(device: torch.device) -> torch.Tensor:  # (32,) int32: 1 << i, bit 31 as int32's minimum
+    bits = _bits.get(device)
+    if bits is None:
+        bits = _bits[device] = (torch.ones(32, dtype=torch.int64) << torch.arange(32)).to(torch.int32).to(device)
+    return bits
+
+
+def apply_grammar_bitmask(logits: torch.Tensor, bitmask: GrammarBitmask | None) -> torch.Tensor:
+    """``logits`` (R, V) with every token its row's bitmask does not allow set to -inf, in place; returned.
+
+    ``bitmask``: on the logits' device (:meth:`GrammarBitmask.to`); None: ``logits`` unchanged. Rows the
+    bitmask does not list are not touched. A few elementwise kernels over the constrained rows' C x V
+    entries, no host sync."""
     if bitmask is None:
         return logits
-    shifts = _shifts.get(logits.device)
-    if shifts is None:
-        shifts = _shifts[logits.device] = torch.arange(32, dtype=torch.int32, device=logits.device)
-    vocab = logits.shape[-1]
-    allowed = ((bitmask[:, :, None] >> shifts) & 1).view(bitmask.shape[0], -1)[:, :vocab]
-    return logits.masked_fill_(allowed == 0, float("-inf"))
+    words, rows = bitmask.words, bitmask.rows
+    vocab = logits.shape[1]
+    covered = min(vocab, bitmask.num_tokens, words.shape[1] * 32)
+    target = logits if rows is None else logits.index_select(0, rows)
+    if logits.device.type == "cpu":  # numpy unpacks bits through a table: (C, covered) bool, True = allowed
+        allowed = np.unpackbits(words.contiguous().numpy().view(np.uint8), axis=1, count=covered, bitorder="little")
+        blocked = torch.from_numpy(allowed.view(np.bool_)).logical_not_()
+    else:  # (C, W, 32) bool: bit j of word w clear = token 32 w + j not allowed
+        blocked = torch.bitwise_and(words[:, :, None], _bit_values(logits.device)) == 0
+        blocked = blocked.view(words.shape[0], -1)[:, :covered]
+    target[:, :covered].masked_fill_(blocked, float("-inf"))
+    if covered < vocab:
+        target[:, covered:] = float("-inf")
+    if rows is not None:
+        logits.index_copy_(0, rows, target)
+    return logits

@@ -1,30 +1,56 @@
 """StructuredOutputManager: the engine's grammar state: one matcher per constrained request, the step's bitmask.
 
-A step's bitmask is ``(R, ceil(V / 32))`` int32 over the step's R sampling rows (in the order the model runner
-samples them: the scheduled requests that sample, in schedule order); bit ``t % 32`` of word ``t // 32`` set means
-token ``t`` is allowed. Rows of unconstrained requests are all ones. A matcher must hold every token of its request
-before the step's mask is filled: the engine reads the step in flight first (``LLMEngine.step``).
+Per step, on the host: the step's new tokens advance the matchers in one call (:meth:`accept_tokens`,
+xgrammar's ``batch_accept_token``), then the next step's bitmask is filled in one call over a few threads
+(:meth:`bitmask`, ``batch_fill_next_token_bitmask``) straight into a preallocated buffer, pinned on a GPU
+engine, so the model runner copies it to the device without a host copy. The bitmask has a row for each
+constrained sampling row only, over the grammar engine's vocabulary (the tokenizer's: ``num_tokens``), not the
+logits' padded width; unconstrained rows are not copied and not masked (``bitmask.py``). Nothing per step is
+proportional to the vocabulary on the host but the fill itself.
+
+A step's bitmask needs the tokens of the step before (a matcher must hold every token of its request first):
+with async scheduling the engine queues step k+1's forward pass, reads step k's tokens and advances the
+matchers, fills step k+1's bitmask while the device runs that forward pass, then queues step k+1's sampling
+(``LLMEngine.step``; vLLM defers the sampling of a step with structured-output requests the same way).
 """
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+import torch
 
 from attnserve.core.step import SchedulerOutput
 from attnserve.core.structured_outputs import StructuredOutputsParams
+from attnserve.structured_output.bitmask import GrammarBitmask
+
+FILL_THREADS = 8  # at most: half the process's cores, as xgrammar's and vLLM's defaults
+
+
+def fill_threads() -> int:
+    """Threads of the bitmask fill: half the cores this process may run on, 1 to FILL_THREADS."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(FILL_THREADS, cores // 2))
 
 
 class StructuredOutputManager:
-    """Grammar matchers of the constrained requests (by request id) and the host side of the bitmask."""
+    """Grammar matchers of the constrained requests (by request id) and the host side of the bitmask.
 
-    def __init__(self, tokenizer, vocab_size: int, eos_token_id: int | None) -> None:
+    ``pin_memory``: the bitmask buffers are pinned (a GPU engine: the runner's copy then needs no host copy
+    and does not wait)."""
+
+    def __init__(self, tokenizer, vocab_size: int, eos_token_id: int | None, pin_memory: bool = False) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
+        self.pin_memory = pin_memory
         self._backend = None  # made on first use: an engine without constrained requests needs no xgrammar
-        self._filler = None
+        self._batch = None
         self.matchers: dict[str, object] = {}
-        self._buffer = np.empty((0, 0), dtype=np.int32)
+        # two buffers used in turn: a step's bitmask stays intact while the step after it is filled
+        self._buffers: list[torch.Tensor] = []
+        self._turn = 0
 
     @property
     def backend(self):
@@ -33,7 +59,7 @@ class StructuredOutputManager:
 
             stop = [] if self.eos_token_id is None else [self.eos_token_id]
             self._backend = XgrammarBackend(self.tokenizer, self.vocab_size, stop)
-            self._filler = self._backend.batch_filler()
+            self._batch = self._backend.batch_filler(fill_threads())
         return self._backend
 
     @property
@@ -51,27 +77,48 @@ class StructuredOutputManager:
     def remove(self, request_id: str) -> None:
         self.matchers.pop(request_id, None)
 
-    def accept(self, request_id: str, token_id: int) -> bool:
-        """Advance the request's matcher by its new token; True when the grammar has terminated (the request
-        ends, finish reason ``stop``). A token the grammar rejects (only an EOS the request ignores, or a stop
-        token id) also ends it."""
-        m = self.matchers.get(request_id)
-        if m is None:
-            return False
-        return not m.accept_token(token_id) or m.is_terminated()
+    def accept_tokens(self, tokens: list[tuple[str, int]]) -> list[str]:
+        """Advance each constrained request's matcher by its new token ((request id, token id) pairs; ids without
+        a matcher are skipped); returns the ids whose grammar ended: terminated (the request ends, finish reason
+        ``stop``), or the token rejected (only an EOS the request ignores, or a stop token id)."""
+        matchers = self.matchers
+        pairs = [(rid, m, t) for rid, t in tokens if (m := matchers.get(rid)) is not None]
+        if not pairs:
+            return []
+        matched, ids = [m for _, m, _ in pairs], [t for *_, t in pairs]
+        batch_accept = getattr(self._batch, "batch_accept_token", None)  # one call (xgrammar >= 0.2's)
+        accepted = (batch_accept(matched, ids) if batch_accept is not None
+                    else [m.accept_token(t) for m, t in zip(matched, ids)])
+        return [rid for (rid, m, _), ok in zip(pairs, accepted) if not ok or m.is_terminated()]
 
-    def bitmask(self, sched: SchedulerOutput) -> np.ndarray | None:
-        """The step's ``(R, ceil(V/32))`` int32 bitmask over its sampling rows; None when no sampling row is
-        constrained. A view of a reused buffer: valid until the next call."""
-        rows = [r.request_id for r in sched.requests if r.samples]
-        constrained = [(j, self.matchers[rid]) for j, rid in enumerate(rows) if rid in self.matchers]
+    def bitmask(self, sched: SchedulerOutput) -> GrammarBitmask | None:
+        """The step's bitmask over its constrained sampling rows (sampling rows: the scheduled requests that
+        sample, in schedule order); None when no sampling row is constrained. ``words`` is a view of a reused
+        buffer: valid until the call after next."""
+        matchers = self.matchers
+        rows, constrained = [], []
+        j = 0
+        for r in sched.requests:
+            if r.samples:
+                m = matchers.get(r.request_id)
+                if m is not None:
+                    rows.append(j)
+                    constrained.append(m)
+                j += 1
         if not constrained:
             return None
-        width = (self.vocab_size + 31) // 32
-        if self._buffer.shape[0] < len(rows) or self._buffer.shape[1] != width:
-            self._buffer = np.empty((max(len(rows), 2 * self._buffer.shape[0]), width), dtype=np.int32)
-        mask = self._buffer[: len(rows)]
-        if len(constrained) < len(rows):
-            mask.fill(-1)  # unconstrained rows: every token allowed
-        self._filler.batch_fill_next_token_bitmask([m for _, m in constrained], mask, [j for j, _ in constrained])
-        return mask
+        pinned = self._buffer(len(constrained))
+        words = pinned.numpy()
+        self._batch.batch_fill_next_token_bitmask(constrained, words)
+        return GrammarBitmask(words, None if len(rows) == j else np.asarray(rows, dtype=np.int64),
+                              self.backend.vocab_size, pinned)
+
+    def _buffer(self, n: int) -> torch.Tensor:
+        """Rows [0, n) of the next buffer in turn: (n, ceil(num_tokens / 32)) int32 on the host."""
+        width = (self.backend.vocab_size + 31) // 32
+        self._turn ^= 1
+        if len(self._buffers) < 2 or self._buffers[self._turn].shape[0] < n:
+            size = max(n, 64, 2 * (self._buffers[0].shape[0] if self._buffers else 0))
+            self._buffers = [torch.empty((size, width), dtype=torch.int32, pin_memory=self.pin_memory)
+                             for _ in range(2)]
+        return self._buffers[self._turn][:n]

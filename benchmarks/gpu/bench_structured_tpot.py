@@ -2,12 +2,15 @@
 noise, but the schema still constrains them, and every step fills and applies a bitmask for every row).
 
     python -m benchmarks.gpu.bench_structured_tpot [--model benchmarks/shapes/qwen3-0.6b] [--batch 64]
-        [--input-len 128] [--output-len 256] [ENGINE FLAGS as LLM keyword=value, e.g. use_skinny_gemm=true]
+        [--input-len 128] [--output-len 256] [--json OUT] [--no-host-parts]
+        [ENGINE FLAGS as LLM keyword=value, e.g. use_skinny_gemm=true]
 
 Every request is ``--input-len`` random prompt tokens and runs exactly ``--output-len`` tokens (ignore_eos; the
 schema's long string field keeps a constrained request from ending sooner), greedy. TPOT per request is
 (finish - first token) / (tokens - 1); the table gives the median over the batch, each mode run twice (the first
-run warms up: compile, CUDA graphs).
+run warms up: compile, CUDA graphs). Then the host's time per all-decode step of each timed run, by part
+(``benchmarks/structured_host.py``'s ``StepParts``: grammar accept, bitmask fill and copy, schedule, the launches
+of the forward pass and of the sampling, the wait for the device's tokens, ...; medians, ms).
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ def _value(v: str):
         return v
 
 
-def run(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> dict:
+def run(llm: LLM, prompts: list[list[int]], params: SamplingParams, parts=None) -> dict:
+    if parts is not None:
+        parts.steps.clear()
     t0 = time.perf_counter()
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
     wall = time.perf_counter() - t0
@@ -55,8 +60,12 @@ def run(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> dict:
         ntok.append(n)
         if n > 1:
             tpots.append((m.finished_time - m.first_token_time) / (n - 1))
-    return {"tpot_ms": 1e3 * statistics.median(tpots), "tokens_mean": statistics.mean(ntok),
-            "output_tok_s": sum(ntok) / wall, "wall_s": wall}
+    out = {"tpot_ms": 1e3 * statistics.median(tpots), "tokens_mean": statistics.mean(ntok),
+           "output_tok_s": sum(ntok) / wall, "wall_s": wall}
+    if parts is not None and parts.steps:
+        out["host_ms"] = parts.medians()
+        out["decode_steps"] = len(parts.steps)
+    return out
 
 
 def main() -> None:
@@ -66,6 +75,7 @@ def main() -> None:
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=256)
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--no-host-parts", action="store_true", help="do not time the host's parts of each step")
     ap.add_argument("engine", nargs="*", help="LLM keyword=value")
     a = ap.parse_args()
     kw = dict(load_format="dummy", dtype="bfloat16", max_num_seqs=a.batch, max_model_len=a.input_len + a.output_len + 16)
@@ -76,16 +86,29 @@ def main() -> None:
     free = SamplingParams(temperature=0.0, max_tokens=a.output_len, ignore_eos=True)
     constrained = SamplingParams(temperature=0.0, max_tokens=a.output_len, ignore_eos=True,
                                  structured_outputs=StructuredOutputsParams(json=SCHEMA))
+    parts = None
+    if not a.no_host_parts:
+        from benchmarks.structured_host import StepParts
+
+        parts = StepParts(llm.engine, a.batch)
     results = {}
     for name, params in (("unconstrained", free), ("json_schema", constrained)):
         run(llm, prompts, params)  # warm-up
-        results[name] = run(llm, prompts, params)
+        results[name] = run(llm, prompts, params, parts)
     base = results["unconstrained"]["tpot_ms"]
     print(f"engine: {kw}")
     print(f"{'mode':<14} {'TPOT ms':>8} {'vs free':>8} {'tokens':>7} {'out tok/s':>10}")
     for name, r in results.items():
         print(f"{name:<14} {r['tpot_ms']:>8.3f} {r['tpot_ms'] / base - 1:>+8.1%} {r['tokens_mean']:>7.1f} "
               f"{r['output_tok_s']:>10.0f}")
+    if parts is not None and all("host_ms" in r for r in results.values()):
+        from benchmarks.structured_host import PARTS
+
+        names = [p for p in PARTS if p != "apply"] + ["grammar_host"]
+        print("host per all-decode step, ms (median):")
+        print(f"{'mode':<14}" + "".join(f"{p:>{max(9, len(p) + 1)}}" for p in names))
+        for name, r in results.items():
+            print(f"{name:<14}" + "".join(f"{r['host_ms'][p]:{max(9, len(p) + 1)}.3f}" for p in names))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"engine": {k: str(v) for k, v in kw.items()}, "batch": a.batch, "results": results}, f, indent=1)

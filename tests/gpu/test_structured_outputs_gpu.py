@@ -55,3 +55,24 @@ def test_unconstrained_rows_unchanged_by_constrained_neighbours(llm_fp32):
     assert [o.outputs[0].token_ids for o in mixed[:3]] == alone
     for o in mixed[3:]:
         jsonschema.validate(json.loads(o.outputs[0].text), SCHEMAS[0])
+
+
+def test_bitmask_is_filled_pinned_and_applied_on_the_device(llm_fp32):
+    """The engine fills its bitmasks into pinned buffers; the device's masking of the listed rows equals the
+    CPU's, padding past the grammar's vocabulary included."""
+    import torch
+
+    from attnserve.structured_output.bitmask import GrammarBitmask, apply_grammar_bitmask
+    from attnserve.model_executor.forward_batch import PinnedStaging
+
+    llm_fp32.generate([PROMPTS[0]], SamplingParams(temperature=0.0, max_tokens=4, structured_outputs=S(json=SCHEMAS[0])))
+    structured = llm_fp32.engine.structured
+    assert structured.pin_memory and structured._buffers and all(b.is_pinned() for b in structured._buffers)
+    gen = torch.Generator().manual_seed(0)
+    vocab, tokens, rows = 1000, 900, [1, 4, 5]
+    words = torch.randint(-2**31, 2**31 - 1, (len(rows), (tokens + 31) // 32), dtype=torch.int32, generator=gen)
+    host = GrammarBitmask(words.numpy(), torch.tensor(rows).numpy(), tokens, words.pin_memory())
+    logits = torch.randn(8, vocab, generator=gen)
+    want = apply_grammar_bitmask(logits.clone(), GrammarBitmask(words, torch.tensor(rows), tokens))
+    got = apply_grammar_bitmask(logits.cuda(), host.to(PinnedStaging(torch.device("cuda"))))
+    assert torch.equal(got.cpu(), want)

@@ -102,3 +102,30 @@ def test_invalid_constraints_are_refused_before_queueing(default_llm, params, pa
         default_llm.generate(["x"], SamplingParams(max_tokens=2, structured_outputs=params))
     assert e.value.path == path and "is not a valid" in str(e.value)
     assert not default_llm.engine.structured.matchers
+
+
+def test_async_abort_while_the_next_step_is_scheduled_ahead(default_llm):
+    """Async scheduling with constrained requests plans step k+2 before step k+1 samples: a request aborted
+    between two steps leaves that plan; the others run on and validate."""
+    engine = default_llm.engine
+    old = engine.async_scheduling
+    engine.async_scheduling = True
+    try:
+        params = SamplingParams(temperature=0.0, max_tokens=40,
+                                structured_outputs=S(json=SCHEMAS[0], disable_any_whitespace=True))
+        ids = [engine.add_request(PROMPTS[0], params) for _ in range(3)]
+        finished, aborted, prepared = {}, None, False
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                if out.finished:
+                    finished[out.request_id] = out
+            ahead = engine.runner._host_ahead  # the held plan's host batch, made ahead too
+            prepared |= ahead is not None and ahead[0] is engine._scheduled_ahead
+            if aborted is None and engine._scheduled_ahead is not None and len(engine._scheduled_ahead.requests) == 3:
+                aborted = engine.abort_request(ids[1])
+        assert prepared and aborted is not None and aborted.outputs[0].finish_reason == "abort"
+        assert sorted(finished) == [ids[0], ids[2]] and not engine.structured.matchers
+        for rid in (ids[0], ids[2]):
+            jsonschema.validate(json.loads(finished[rid].outputs[0].text), SCHEMAS[0])
+    finally:
+        engine.async_scheduling = old

@@ -1,0 +1,37 @@
+"""StructuredOutputManager without a model: the bitmask's rows and width, batched token acceptance."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnserve.core.sampling_params import SamplingParams
+from attnserve.core.step import ScheduledRequest, SchedulerOutput
+from attnserve.core.structured_outputs import StructuredOutputsParams as S
+from attnserve.structured_output.manager import StructuredOutputManager
+
+pytest.importorskip("xgrammar")
+
+
+def _allowed(words: np.ndarray) -> list[int]:
+    return np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little")).tolist()
+
+
+def test_bitmask_rows_cover_the_tokenizers_tokens_of_constrained_requests(default_tokenizer):
+    tok = default_tokenizer
+    manager = StructuredOutputManager(tok, 151936, tok.eos_token_id)  # a model vocabulary padded past the tokenizer
+    manager.add("a", S(regex="ab"))
+    manager.add("c", S(choice=["x", "y"]))
+    sched = SchedulerOutput([ScheduledRequest(rid, [1], 0, [0], SamplingParams(), samples)
+                             for rid, samples in [("a", True), ("free", True), ("partial", False), ("c", True)]])
+    mask = manager.bitmask(sched)
+    assert mask.num_tokens == len(tok) and mask.words.shape == (2, len(tok) // 32) and mask.rows.tolist() == [0, 2]
+    a, b, x, y = tok.convert_tokens_to_ids(["a", "b", "x", "y"])
+    assert a in _allowed(mask.words[0]) and b not in _allowed(mask.words[0])
+    assert {x, y} <= set(_allowed(mask.words[1])) and a not in _allowed(mask.words[1])
+    # one batched accept: a grammar ends when its stop token is accepted, or when a token is rejected
+    assert manager.accept_tokens([("a", a), ("free", 5), ("c", x)]) == []
+    assert manager.accept_tokens([("a", b), ("c", y)]) == ["c"]  # "xy" is no choice
+    assert manager.accept_tokens([("a", tok.eos_token_id)]) == ["a"]
+    only_free = SchedulerOutput([ScheduledRequest("free", [1], 0, [0], SamplingParams(), True)])
+    assert manager.bitmask(only_free) is None
