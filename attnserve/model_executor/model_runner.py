@@ -129,6 +129,8 @@ class ModelRunner:
         self.sampler = Sampler()
         self.logits_processors = LogitsProcessors(self.device)  # rank 0's: penalties' token counts, masks, bias
         self.staging = PinnedStaging(self.device)
+        self._host_ahead: tuple[SchedulerOutput, HostBatch] | None = None  # prepare_ahead's plan and host batch
+        # (set before the memory profile below: its forward pass reads it)
         self.cuda_graphs: CudaGraphRunner | None = None
         self._capture_after_scales = False  # set below, once the profiling step has run
         block_bytes = sum(bytes_per_block(len(g.layers), self.block_size, self.num_kv_heads, g.kind.head_size,
@@ -145,7 +147,6 @@ class ModelRunner:
         # the last step's sampled tokens (R,) int64 on the device and each sampling request's row in them;
         # under TP only rank 0 samples: the others hold (None, rows) until a placeholder step broadcasts them
         self._last_sample: tuple[torch.Tensor | None, dict[str, int]] = (None, {})
-        self._host_ahead: tuple[SchedulerOutput, HostBatch] | None = None  # prepare_ahead's plan and host batch
         logger.info("KV cache: %d blocks of %d tokens (%s, fp8 scales %s, %s)", self.num_blocks, self.block_size,
                     str(self.kv_dtype).removeprefix("torch."), self.kv_scales_source, self.backend_name)
         self._configure_pdl(config.enable_pdl)
