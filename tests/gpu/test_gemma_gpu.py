@@ -51,7 +51,7 @@ def test_gemma_bfloat16_close_to_transformers(arch, backend, gpu_model_dir):
     llm = _llm(path, backend, "bfloat16")
     groups = llm.engine.runner.attention.groups
     assert len(groups) == 2 and {g.selection.name for g in groups} == {backend}
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))
     for prompt, out in zip(PROMPTS, outs):
         assert len(out.outputs[0].token_ids) == 20
@@ -62,7 +62,7 @@ def test_gemma_bfloat16_close_to_transformers(arch, backend, gpu_model_dir):
     assert (ours - ref).abs().max().item() <= REL_TOL["bfloat16"] * ref.abs().max().item()
     changes = [{"sliding_window": 4096}] + ([{"attn_logit_softcapping": None}] if arch == "gemma2" else [])
     for change in changes:
-        other = hf_greedy(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **change).eval(),
+        other = hf_greedy(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager", **change).eval(),
                           PROMPTS[0], 0)[1]
         assert (ours - ref).abs().max() < (ours - other).abs().max(), change
 
@@ -74,7 +74,7 @@ def test_gemma_float32_greedy_tokens_equal_transformers(arch, backend, gpu_model
 
     path = gpu_model_dir(arch)
     llm = _llm(path, backend, "float32")
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))
     for prompt, out in zip(PROMPTS, outs):
         assert out.outputs[0].token_ids == hf_greedy(hf, prompt, 20)[0]

@@ -29,7 +29,7 @@ def test_moe_model_on_gpu_matches_transformers(arch, dtype, gpu_model_dir):
     from transformers import AutoModelForCausalLM
 
     path = gpu_model_dir(arch)
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
     # a small KV cache: the engines of earlier cases in this process may still hold theirs
     llm = LLM(path, attention_backend="TRITON_ATTN", dtype=dtype, block_size=16, max_model_len=256,
               kv_cache_memory=64 << 20)

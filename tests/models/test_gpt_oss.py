@@ -36,7 +36,7 @@ def test_sinks_change_the_tokens(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     path = tiny_model_dir("gpt_oss_sw")
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
     llm = LLM(path, attention_backend="CPU_ATTN", **ENGINE)
     with_sinks = llm.generate([PROMPT], GREEDY)[0].outputs[0].token_ids
     assert with_sinks == hf_greedy(hf, PROMPT, 10)[0]
@@ -55,7 +55,7 @@ def test_flex_attention_sinks_match_transformers(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     path = tiny_model_dir("gpt_oss_sw")
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
     llm = LLM(path, attention_backend="FLEX_ATTENTION", **ENGINE)
     assert llm.generate([PROMPT], GREEDY)[0].outputs[0].token_ids == hf_greedy(hf, PROMPT, 10)[0]
 

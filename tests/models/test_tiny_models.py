@@ -21,7 +21,7 @@ def test_greedy_tokens_and_logits_match_transformers(arch, tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     path = tiny_model_dir(arch)
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
     llm = LLM(path, dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20)
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
     outs = llm.generate(PROMPTS, params)
