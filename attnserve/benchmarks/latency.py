@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from attnserve.benchmarks.requests import BenchRequest, random_requests
 from attnserve.benchmarks.roofline import Roofline, RooflineRow, mean_decode_context
 from attnserve.benchmarks.stats import now, summarize
+from attnserve.engine.gc_heap import frozen_heap
 
 
 @dataclass(frozen=True)
@@ -82,16 +83,17 @@ def run_engine(engine, batch_size: int, input_len: int, output_len: int, num_ite
     ttfts, tpots, e2es, batches, batch_tpots = [], [], [], [], []
     for it in range(num_iters_warmup + num_iters):
         requests = iteration_requests(batch_size, input_len, output_len, vocab_size, seed, it)
-        t0 = now(device)
-        # detokenize=False: the benchmark counts tokens, so no per-token decoding in the timed loop
-        params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True, detokenize=False,
-                                **(sampling or {}))
-        for r in requests:
-            engine.add_request(r.prompt_token_ids, params)
-        finished = []
-        while engine.has_unfinished_requests():
-            finished += [o for o in engine.step() if o.finished]
-        batch_latency = now(device) - t0
+        with frozen_heap():  # no full-collection pause inside the timed batch (gc_heap.py)
+            t0 = now(device)
+            # detokenize=False: the benchmark counts tokens, so no per-token decoding in the timed loop
+            params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True, detokenize=False,
+                                    **(sampling or {}))
+            for r in requests:
+                engine.add_request(r.prompt_token_ids, params)
+            finished = []
+            while engine.has_unfinished_requests():
+                finished += [o for o in engine.step() if o.finished]
+            batch_latency = now(device) - t0
         if bar is not None:
             bar.update(1)
         if it < num_iters_warmup:

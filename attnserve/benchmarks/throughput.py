@@ -21,6 +21,7 @@ import numpy as np
 
 from attnserve.benchmarks.requests import BenchRequest
 from attnserve.benchmarks.roofline import Roofline, RooflineRow
+from attnserve.engine.gc_heap import frozen_heap
 from attnserve.benchmarks.stats import now
 
 TIMELINE_POINTS = 200  # most (time, tokens) points kept per row for the plot
@@ -97,32 +98,33 @@ def run_engine(engine, requests: list[BenchRequest], roofline: Roofline, progres
         pending[engine.add_request(r.prompt_token_ids, params)] = r
         in_tokens += r.input_len
 
-    t0 = now(device)
-    for r in requests:
-        add(r)
-    steps = kv_tokens = out_tokens = 0
-    lengths: dict[str, int] = {}
-    ttfts: list[float] = []
-    timeline: list[tuple[float, int]] = []
-    while engine.has_unfinished_requests():
-        outputs = engine.step()
-        steps += 1
-        for o in outputs:
-            c = o.outputs[0]
-            # the step that produced token k read the prompt and the k - 1 tokens before it
-            kv_tokens += len(o.prompt_token_ids) + len(c.token_ids) - 1
-            out_tokens += len(c.token_ids) - lengths.get(o.request_id, 0)
-            lengths[o.request_id] = len(c.token_ids)
-            if o.finished:
-                bar.update(1)
-                ttfts.append(o.metrics.ttft)
-                follow_up = pending.pop(o.request_id).next_turn(list(c.token_ids))
-                if follow_up is not None:
-                    add(follow_up)
-        # no device sync per step: it would stop the host from scheduling step k+1 while step k runs; a step's
-        # outputs are read after its tokens reached the host, so the host clock dates them
-        timeline.append((time.perf_counter() - t0, out_tokens))
-    elapsed = now(device) - t0
+    with frozen_heap():  # no full-collection pause inside the timed loop (gc_heap.py)
+        t0 = now(device)
+        for r in requests:
+            add(r)
+        steps = kv_tokens = out_tokens = 0
+        lengths: dict[str, int] = {}
+        ttfts: list[float] = []
+        timeline: list[tuple[float, int]] = []
+        while engine.has_unfinished_requests():
+            outputs = engine.step()
+            steps += 1
+            for o in outputs:
+                c = o.outputs[0]
+                # the step that produced token k read the prompt and the k - 1 tokens before it
+                kv_tokens += len(o.prompt_token_ids) + len(c.token_ids) - 1
+                out_tokens += len(c.token_ids) - lengths.get(o.request_id, 0)
+                lengths[o.request_id] = len(c.token_ids)
+                if o.finished:
+                    bar.update(1)
+                    ttfts.append(o.metrics.ttft)
+                    follow_up = pending.pop(o.request_id).next_turn(list(c.token_ids))
+                    if follow_up is not None:
+                        add(follow_up)
+            # no device sync per step: it would stop the host from scheduling step k+1 while step k runs; a step's
+            # outputs are read after its tokens reached the host, so the host clock dates them
+            timeline.append((time.perf_counter() - t0, out_tokens))
+        elapsed = now(device) - t0
     bar.close()
     queries, hits = stats.queries - queries0, stats.hits - hits0
     return _row(name, len(lengths), in_tokens, out_tokens, elapsed, steps, kv_tokens, roofline, timeline,

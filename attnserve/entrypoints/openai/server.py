@@ -41,6 +41,7 @@ import attnserve
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
 from attnserve.engine.async_engine import AsyncLLMEngine
+from attnserve.engine.gc_heap import freeze_heap
 from attnserve.engine.llm_engine import LLMEngine
 from attnserve.entrypoints.openai.body import JSONBodyRoute
 from attnserve.entrypoints.openai.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES, RequestBodyLimit
@@ -293,6 +294,7 @@ def run_server(config: EngineConfig, args: ServerArgs, sock: socket.socket | Non
     # a KV cache shorter than max_model_len: refused, as vLLM does, not requests cut short while /v1/models
     # reports max_model_len (serve's preflight refuses it before the server listens when the budget is known then)
     engine = AsyncLLMEngine(config, functools.partial(LLMEngine, refuse_short_kv_cache=True, usage="server"))
+    freeze_heap()  # one engine for the process's life: no full-collection pauses between steps
     ctx = ServingContext(engine=engine, served_model_names=names,
                          metrics=ServerMetrics(names[0], lambda: engine.stats), api_key=args.api_key,
                          metrics_without_auth=args.metrics_without_auth, chat=args.chat,
