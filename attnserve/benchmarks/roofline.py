@@ -37,8 +37,7 @@ def measure_copy_bandwidth(device: torch.device | str, nbytes: int | None = None
     ``repeats`` copies after one warm-up copy. CUDA events on GPU, perf_counter on CPU.
 
     The fastest, not the median: the roofline is a ceiling, and a slow copy (clocks ramping after a model
-    load, another process) would lower it and flatter every "% of limit". The median of 5 gave 3.96, 4.06
-    and 4.17 TB/s in three runs on one H200 (2026-11-30), where the copy benchmark of ``bench_gemv`` gave 4.23.
+    load, another process) would lower it and flatter every "% of limit" (docs/benchmarks.md, Roofline).
     """
     device = torch.device(device)
     if nbytes is None:

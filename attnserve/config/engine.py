@@ -43,20 +43,16 @@ class EngineConfig:
     and captured batch size (1, 2, 4, 8, 16, 32, 48, 64), it is at least 5% faster (vLLM's name for its
     small-batch GEMMs, VLLM_ROCM_USE_SKINNY_GEMM); in the MLP's down projection, also a GEMV that computes
     the SwiGLU itself (one launch instead of two) where that is 5% faster than the SwiGLU kernel and the best
-    plain choice; cuBLASLt instead of cuBLAS where it is 2% faster (Llama-3.1-8B shape at batch 64 on an
-    H200: 7.08 -> 6.92 ms TPOT); and, for steps whose requests are all greedy without logprobs, an LM head that
-    keeps only each row's largest logit and its index (no logits written, no argmax pass) where that is 5%
-    faster than the LM head + argmax (Qwen3-0.6B shape at 64 rows on an H200: 97.9 -> 83.0 us). Adds the
-    timing (~350 timings) and ~70 Triton compiles to start-up (cached on disk)."""
+    plain choice; cuBLASLt instead of cuBLAS where it is 2% faster; and, for steps whose requests are all
+    greedy without logprobs, an LM head that keeps only each row's largest logit and its index (no logits
+    written, no argmax pass) where that is 5% faster than the LM head + argmax. Adds the timing and ~70
+    Triton compiles (cached on disk) to start-up. Figures: docs/benchmarks.md."""
 
     enable_pdl: bool = True
     """Launch attnserve's Triton kernels (RMSNorm, RoPE + KV-cache write, SwiGLU, the skinny-GEMM GEMV) with
     programmatic dependent launch on GPUs of compute capability 9.0 and later: each may start while the
     kernel before it still runs and waits in-kernel for its inputs (``attnserve/kernels/pdl.py``), so launch
-    latency between kernels overlaps work; the results are the same bits. Measured on an H200 with
-    ``--use-skinny-gemm``, decode TPOT off -> on: Qwen3-0.6B shape with FLASHINFER 1.29 -> 1.18 ms at batch
-    1, 3.39 -> 3.34 ms at batch 64; Llama-3.1-8B shape with FLASHINFER 4.94 -> 4.74 ms at batch 1; no change
-    at batch 64 with FLASH_ATTN. Ignored on CPU and older GPUs."""
+    latency between kernels overlaps work; the results are the same bits. Ignored on CPU and older GPUs."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -1,7 +1,7 @@
 """The live heap kept out of the garbage collector's full passes, as vLLM's EngineCore does after loading.
 
 A full (generation 2) collection walks every tracked object: with a model, a tokenizer and hundreds of running
-requests that pass stalls one engine step (131 ms on a 2-core CPU with 256 requests; none after a freeze).
+requests that pass stalls one engine step (none after a freeze; figure in docs/benchmarks.md).
 Frozen objects that later become cyclic garbage are not collected until the heap is thawed: freeze only where
 one engine lives for the process (the server), or around a timed loop (:func:`frozen_heap`).
 """

@@ -198,8 +198,7 @@ def _stop(procs, conns, graceful: bool = True) -> None:
                 except (BrokenPipeError, ConnectionResetError, OSError):
                     pass
         # one deadline for all: a rank may need seconds to free its graphs, destroy its NCCL communicators
-        # and stop torch.compile's worker pool (on 2 x H200 a FLEX_ATTENTION rank 0 took over 5 s and was
-        # killed, exit code -9)
+        # and stop torch.compile's worker pool (a FLEX_ATTENTION rank can take several seconds)
         deadline = time.monotonic() + GRACEFUL_EXIT_S
         for p in procs:
             p.join(timeout=max(0.1, deadline - time.monotonic()))

@@ -3,10 +3,8 @@
 torch picks its BLAS library per call from one process-wide preference
 (``torch.backends.cuda.preferred_blas_library``, default cuBLAS); :func:`cublaslt_linear` switches it to
 cuBLASLt for one call and back, so nothing else in the process is affected. Inside a CUDA graph the kernel
-chosen at capture is what every replay runs. Measured on an H200 (``benchmarks/gpu/bench_blas.py``, bf16, one graph of
-32 layers' weights): Llama-3.1-8B shapes at 64 rows, gate_up 61.1 -> 58.5 us and down 35.9 -> 31.4 us with
-cuBLASLt; Qwen3-0.6B shapes and one row: within 1%. Engine TPOT of the Llama-3.1-8B shape at batch 64
-(``bench latency``, TRITON_ATTN, ``--use-skinny-gemm``): 7.08 ms before, 6.92 ms with the plan choosing cuBLASLt.
+chosen at capture is what every replay runs. cuBLASLt wins on large shapes at 64 rows
+(``benchmarks/gpu/bench_blas.py``; figures in docs/benchmarks.md).
 """
 
 from __future__ import annotations

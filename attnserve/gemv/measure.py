@@ -7,17 +7,15 @@ size M of the CUDA-graph buckets up to ``MAX_ROWS`` = 64 that the engine capture
 ``F.linear`` (cuBLAS) and at most 6 Triton launch configurations (``tiles.candidate_configs``), and keeps
 Triton only where its best one is faster by ``margin`` (5%) and agrees with ``F.linear``; it also times
 ``F.linear`` through cuBLASLt (``blas.cublaslt_linear``) and takes it where it beats cuBLAS by ``LT_MARGIN``
-(2%) and Triton is not faster still (an H200, Llama-3.1-8B shapes at 64 rows: down 35.9 -> 31.4 us). Batch 16..64
-is measured too: there cuBLAS's GEMMs are still latency-bound (an H200 at batch 64, Qwen3-0.6B shapes:
-5-6 us each, plus a 1.9 us split-K reduce kernel for gate_up, for weights that stream in 1-3 us; see
-``triton_gemv``); the LM head at 64 rows is a large GEMM where cuBLAS likely stays, and the plan decides.
+(2%) and Triton is not faster still. Batch 16..64 is measured too: there cuBLAS's GEMMs are still
+latency-bound (see ``triton_gemv``); the LM head at 64 rows is a large GEMM where cuBLAS likely stays, and the plan decides.
 
 Start-up cost: per (N, K, M) one cuBLAS timing and up to 6 Triton ones (each a CUDA graph of >= 20 calls,
 replayed 11 times), plus one Triton compile per distinct launch (tile, stages, warps, padded rows, split or
 not, K tail or not; not the row count itself). For the Llama-3.1-8B and Qwen3-0.6B shapes with rows
-1..64: ~310-320 timings (estimated 5-10 s on an H200, most of it the LM head's) and ~60-70 distinct kernels (~0.4 s
-each to compile for sm_90 on one CPU core, ~20-25 s; Triton caches them on disk for the next start), about
-twice the work of rows 1..8. ``measure_plan`` logs its time and counts.
+1..64: ~310-320 timings (most of the time the LM head's) and ~60-70 distinct kernels to compile (Triton
+caches them on disk for the next start), about twice the work of rows 1..8. ``measure_plan`` logs its time
+and counts.
 
 Timing imitates a decode step inside a CUDA graph (``timing.py``: one graph of back-to-back calls
 cycling through copies of the weight whose total exceeds twice the L2 cache); the launch configurations

@@ -18,10 +18,8 @@ with the SwiGLU in its epilogue (``gemv(x, gate_up_weight, out_act="silu_mul")``
 intermediate) over the layer's candidate configurations, and keeps it where it is faster by the same margin; a
 candidate counts only if its plain GEMV agrees with ``F.linear`` and the fused one returns ``silu_and_mul`` of
 that plain output bit for bit. Where both ends of an MLP would fuse the SwiGLU at one row count, the pair of
-(gate/up, down) launches that is faster in total keeps its fusion. Measured on an H200
-(``benchmarks/gpu/bench_gate_up_swiglu.py``, gate/up + ``silu_and_mul`` vs fused): Qwen3-0.6B 1 row 6.47 -> 4.61
-us, 16 rows 7.60 -> 5.72 us; Llama-3.1-8B 1 row 54.8 -> 52.6 us. The MLP gets one method object with both
-tables (``methods.SwiGLUGemvMethod``).
+(gate/up, down) launches that is faster in total keeps its fusion (``benchmarks/gpu/bench_gate_up_swiglu.py``;
+figures in docs/benchmarks.md). The MLP gets one method object with both tables (``methods.SwiGLUGemvMethod``).
 
 The LM head gets a third table: for each row count the plan times the LM head's choice above followed by the
 greedy argmax (``triton_argmax``) against the fused greedy head (``triton_greedy_head.greedy_head``: the argmax

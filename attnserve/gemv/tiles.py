@@ -3,8 +3,8 @@
 ``candidate_configs`` is the handful the start-up plan times (at most 6); ``sweep_configs`` the few dozen a
 benchmark sweeps (``benchmarks/gpu/bench_gemv.py``). Both start from ``triton_gemv.default_config`` and vary the
 tile (FMA or tensor cores), the K split and the pipeline depth; each is fitted to M rows and to the shared
-memory of one SM (``triton_gemv.fit_config``). Tile choices and their measured effect: ``gemv.choices.py``'s
-docstring and ``docs/results/issue8-h200.md``. Triton is imported when a config is built, not on import.
+memory of one SM (``triton_gemv.fit_config``). Tile choices and their measured effect: docs/benchmarks.md and
+``docs/results/issue8-h200.md``. Triton is imported when a config is built, not on import.
 """
 
 from __future__ import annotations
@@ -26,10 +26,8 @@ _WIDE_DOT_TILES = [(32, 128, 4, 4), (64, 128, 4, 3), (64, 128, 4, 4), (128, 128,
                    (32, 256, 4, 3), (64, 256, 4, 2), (64, 64, 4, 4), (128, 64, 4, 4), (256, 64, 8, 3)]
 # the start-up plan's extra tiles for 17..64 rows, after the default and its split halved / doubled
 _WIDE_CANDIDATE_TILES = [(32, 128, 4, 4), (128, 128, 8, 3), (64, 256, 4, 2)]
-# ... and one without a K split: measured on an H200 at 64 rows (``benchmarks/gpu/bench_gate_up_swiglu.py --sweep-ms
-# 64``, Qwen3-0.6B shapes), gate_up 6144 x 1024 5.75 us (cuBLAS 6.19, its split-K reduce kernel included; the
-# best split candidate 11.13), qkv 4096 x 1024 5.18 (cuBLAS 5.34): a split's partial store, fence and ticket
-# cost more than the fuller GPU gains when K is 1024
+# ... and one without a K split: a split's partial store, fence and ticket cost more than the fuller GPU gains
+# when K is 1024 (chosen by ``benchmarks/gpu/bench_gate_up_swiglu.py --sweep-ms 64``; see docs/benchmarks.md)
 UNSPLIT_WIDE_TILE = (64, 128, 4, 4)
 
 
@@ -48,13 +46,9 @@ def whole_k_config(n: int, k: int, m: int) -> GemvConfig | None:
     loads its ``block_n`` weight rows in one go (before the PDL wait where K is a power of 2) and reduces once.
     ``num_warps`` is the smallest of 4..16 that keeps x's tile at <= 32 elements a thread, ``block_n`` the
     largest (<= 16) that keeps the weight tile at <= 64. None past 4 rows' worth of registers (``m`` rows
-    times padded K above ``32 * 32 * WHOLE_K_MAX_WARPS`` elements) or K above ``WHOLE_K_MAX``.
-
-    Measured on an H200 at one row (``benchmarks/gpu/bench_cascade.py``, Llama-3.1-8B shapes, graph of calls over
-    weight copies past 2x L2): o_proj 4096 x 4096 9.4 us (n2 k4096 w4) vs cuBLAS 12.4 us (split-K, plus its
-    reduce kernel in a real step); qkv 6144 x 4096 13.0 vs 15.0; gate_up 28672 x 4096 53.3 vs 60.6 (4.4 TB/s).
-    The same tiles with K in two splits: 13-19 us, 82 us for gate_up (each split's partial store, fence and
-    ticket).
+    times padded K above ``32 * 32 * WHOLE_K_MAX_WARPS`` elements) or K above ``WHOLE_K_MAX``. At one row it beats
+    cuBLAS and the same tile with K split in two on Llama-3.1-8B shapes (``benchmarks/gpu/bench_cascade.py``;
+    figures in docs/benchmarks.md).
     """
     from attnserve.kernels.triton_gemv import GemvConfig
 

@@ -1,8 +1,8 @@
 """Programmatic dependent launch (PDL) for attnserve's Triton kernels, on compute capability 9.0 and later.
 
 Without PDL a kernel starts only when the kernel before it on the stream has finished: between two kernels
-of a decode step the GPU launches, schedules thread blocks and waits for the first loads (about 1-2 us on an
-H200), and a step of a 32-layer model has ~400 such boundaries. With PDL (CUDA Programming Guide, 4.5
+of a decode step the GPU launches, schedules thread blocks and waits for the first loads (microseconds each),
+and a step of a 32-layer model has ~400 such boundaries. With PDL (CUDA Programming Guide, 4.5
 "Programmatic Dependent Launch and Synchronization"; in Triton the ``launch_pdl=True`` launch option and
 ``tl.extra.cuda.gdc_wait`` / ``gdc_launch_dependents``, triton-lang/triton#6394) a kernel may start while the
 one before it still runs. Each of our kernels launched that way follows one protocol:
@@ -21,15 +21,11 @@ The switch is one process-wide launch option, set once by each model runner from
 (on by default) and the GPU (:func:`configure`), before any graph is captured. On CPU, under the Triton
 interpreter and on GPUs below compute capability 9.0 it stays off.
 
-Measured on an H200 (``attnserve bench latency``, random weights, ``--use-skinny-gemm``, 1k context; the same
-machine, PDL off then on): Qwen3-0.6B shape with FLASHINFER, TPOT batch 1 1.29 -> 1.18 ms, batch 64
-3.39 -> 3.34 ms; Llama-3.1-8B shape with FLASHINFER, batch 1 4.94 -> 4.74 ms; with FLASH_ATTN (FA3, which
-launches without PDL) batch 64 unchanged (Qwen3 3.65 / 3.66 ms, Llama 7.83 / 7.82 ms). The outputs are the
-same bits (``tests/gpu/test_pdl_gpu.py``). Tried and dropped: asking L2 to prefetch the first 2-8 KB of each
-GEMV weight row before the wait (2-19% slower on a Llama-3.1-8B batch-1 step, ``benchmarks/gpu/bench_pdl.py``).
-Kept instead: the GEMV loads its first weight tile into registers before the wait. TRITON_ATTN's paged
-attention and split merge launch with PDL too; with them and the GEMV plan, a Llama-3.1-8B batch-1 step
-took 4.707 ms with PDL off and 4.628 ms on (``bench_pdl --backend TRITON_ATTN``, bitwise equal logits).
+The outputs are the same bits (``tests/gpu/test_pdl_gpu.py``); TPOT with PDL off and on
+(``attnserve bench latency``, ``benchmarks/gpu/bench_pdl.py``) is in docs/benchmarks.md. Tried and dropped:
+asking L2 to prefetch the first 2-8 KB of each GEMV weight row before the wait (slower). Kept instead: the GEMV
+loads its first weight tile into registers before the wait. TRITON_ATTN's paged attention and split merge
+launch with PDL too.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Shapes and dtypes: ``x`` (B, V) float32, float16 or bfloat16, last dim contiguou
 index of each row's first maximum, as ``torch.argmax(x, dim=-1)`` returns it, except that a NaN counts as
 +inf (torch takes NaN as larger than +inf: the two differ only on a row holding both).
 
-Why: ``torch.argmax`` over the 64 x 151936 bfloat16 logits of a Qwen3-0.6B batch-64 decode step took 21.9 us
-on an H200 (19 MB, 0.9 TB/s: ``benchmarks/gpu/profile_engine_steps.py``), 0.7% of the step. Here each row's
+Why: ``torch.argmax`` reads a decode step's (B, vocab) logits far below the memory bandwidth
+(``benchmarks/gpu/profile_engine_steps.py``; figure in docs/benchmarks.md). Here each row's
 columns are cut into ``splits`` chunks so that about 4 programs per SM stream them (a 64-row step: 9 chunks
 of 17408 columns; one row: 149 chunks of 1024). Each program keeps per lane the first maximum it sees
 (strictly greater replaces), then takes the largest value and, among lanes holding it, the smallest index.

@@ -63,9 +63,8 @@ def _attn_tile_loop(
         k_pos = j * BLOCK_N + offs_n
         n_valid = k_pos < seq_len
         if PAGES_PER_TILE == 1:
-            # one page per tile: one block id. (A per-token vector load here, as below, measured slower on an
-            # H200: 64 requests x 1k tokens in 64-token pages, 86.4 -> 89.7 us through TRITON_ATTN's forward.
-            # Two such pages per tile took 69 us: tiles of one page are what is slow, not the scalar load.)
+            # one page per tile: one block id (a per-token vector load here, as below, is slower; what is slow
+            # with small pages is the one-page tile, not this scalar load: docs/benchmarks.md)
             blk = tl.load(bt_row + j).to(tl.int64)
             k_off = blk * stride_kb + offs_n * stride_ks  # (BLOCK_N,)
             v_off = blk * stride_vb + offs_n * stride_vs

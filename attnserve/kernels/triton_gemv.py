@@ -5,14 +5,11 @@ K contiguous (``nn.Linear``'s layout, what ``F.linear`` takes); ``bias`` (N,) or
 dtype. Products are summed in float32 and rounded once, after the bias, as cuBLAS does.
 
 Why: at batch 1..8 a linear layer reads its whole weight to produce a few outputs, so its time is the weight
-bytes over memory bandwidth. cuBLAS's small-M kernels reach ~2.7 TB/s of the H200's ~4.2 on Llama-3.1-8B
-shapes and take ~7 us for each 2-12 MB matrix of a 0.6B model (latency-bound: apparently too few thread
-blocks for 132 SMs, no split-K). At batch 16..64 (the CUDA-graph decode buckets 16, 32, 48, 64) the GEMMs
-are still weight-bound (2 * 64 FLOPs per weight byte is far below the tensor cores' ratio) and cuBLAS is
-still latency-bound: measured on an H200 at batch 64 (Qwen3-0.6B shapes, bfloat16, in a CUDA graph) qkv
-1024 -> 4096 takes 6.15 us (1.4 TB/s), o_proj 2048 -> 1024 5.8 us, gate_up 1024 -> 6144 5.2 us plus a 1.9 us
-split-K reduce kernel, down 3072 -> 1024 5.1 us, where their 2-12 MB would stream in 1-3 us.
-This kernel is the usual memory-bound design, as in vLLM's ROCm "skinny GEMMs" for small batches
+bytes over memory bandwidth; cuBLAS's small-M kernels stay well below that bandwidth, and for the 2-12 MB
+matrices of a 0.6B model they are latency-bound (apparently too few thread blocks, no split-K). At batch
+16..64 (the CUDA-graph decode buckets 16, 32, 48, 64) the GEMMs are still weight-bound (2 * 64 FLOPs per weight
+byte is far below the tensor cores' ratio) and cuBLAS is still latency-bound (``benchmarks/gpu/bench_gemv.py``;
+figures in docs/benchmarks.md). This kernel is the usual memory-bound design, as in vLLM's ROCm "skinny GEMMs" for small batches
 (``csrc/rocm/skinny_gemms.cu``, ``wvSplitK``, switched by ``VLLM_ROCM_USE_SKINNY_GEMM``): each program
 streams a ``BLOCK_N x BLOCK_K`` tile of the weight per step with 16-byte loads along K, uses it for every
 row of x (the weight is read once for all M rows), and K is split over ``SPLIT_K`` programs when N alone

@@ -7,9 +7,8 @@ first maximum of the row's logits as the model's dtype holds them (the float32 d
 counts as +inf (as ``triton_argmax``).
 
 Why: a greedy decode step computes the (M, N) logits (cuBLAS), writes them, and reads them back for the
-argmax (``triton_argmax``, a second pass). On an H200 at batch 64 of the Qwen3-0.6B shape (vocabulary
-151936) those are 19.4 MB written and read and a 12 us argmax kernel, next to an 82 us LM head. Here the
-first launch computes the LM head one tile of ``BLOCK_N`` vocabulary rows per program on tensor cores (up to
+argmax (``triton_argmax``, a second pass): at batch 64 of a 151936-token vocabulary, 19.4 MB written and
+read and a second kernel. Here the first launch computes the LM head one tile of ``BLOCK_N`` vocabulary rows per program on tensor cores (up to
 32 rows as ``triton_gemv``'s tensor-core path does, the weight tile as the MMA's M side and the rows padded to
 16 or 32 as its N side, ``gemv_step``; from 33 rows with x's 64 padded rows as the M side), and each
 program, instead of storing its (M, BLOCK_N) logits, stores per row the largest value of its tile and the
@@ -19,10 +18,8 @@ Nothing of size (M, N) is written.
 Launch 1 follows ``kernels/pdl.py``'s protocol: its first weight tile is loaded before the PDL wait. The
 launch configurations (:class:`GreedyHeadConfig`) are measured at start-up by ``GemvPlan`` against the
 LM head's own choice followed by ``triton_argmax``, per decode batch size; the fused path is used only where
-it measured faster. On an H200 (Qwen3-0.6B LM head, 151936 x 1024, bf16; the plan's timings): 8 / 16 / 32 / 64
-rows 76.1 / 76.1 / 78.3 / 83.5 us fused against 83.6 / 86.2 / 90.5 / 97.9 us for cuBLAS + argmax; 1-4 rows
-stay with cuBLAS (80-83 vs 80-82 us). A decode step at batch 64 took 3.081-3.086 ms with it and 3.095-3.108
-ms without (``benchmarks/gpu/bench_engine_variants.py``, ``docs/results/issue8-h200.md``, session 9).
+it measured faster (the plan's timings and the engine A/B, ``benchmarks/gpu/bench_engine_variants.py``:
+docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -55,8 +52,8 @@ class GreedyHeadConfig:
         return f"greedy n{self.block_n} k{self.block_k} w{self.num_warps} st{self.num_stages}"
 
 
-# the start-up plan's candidates: the best tensor-core tiles of the Qwen3-0.6B LM head at 16..64 rows on an
-# H200 (``benchmarks/gpu/bench_gemv.py``, session 5/6: n64 k64 st4, n64 k128 st2-3, n128 k128 w8 st3 at 1 row), and a
+# the start-up plan's candidates: the best tensor-core tiles of the Qwen3-0.6B LM head at 16..64 rows (chosen
+# by ``benchmarks/gpu/bench_gemv.py``: n64 k64 st4, n64 k128 st2-3, n128 k128 w8 st3 at 1 row), and a
 # 256-row weight tile that reads the 64-row x tile (from L2) a quarter as often per weight byte
 CANDIDATES = (GreedyHeadConfig(64, 64, 4, 4), GreedyHeadConfig(64, 128, 4, 3), GreedyHeadConfig(128, 64, 4, 4),
               GreedyHeadConfig(128, 128, 8, 3), GreedyHeadConfig(256, 64, 8, 3))
@@ -95,8 +92,8 @@ def _head_tiles_kernel(
 
     Up to 32 rows the tile is computed transposed (``SWAP``, the launcher's ``BLOCK_M <= 32``: 16 or 32 padded
     rows as the MMA's N side); from 33 rows x's 64 rows are the MMA's M side, so that the reduction over the
-    vocabulary runs along the accumulator's columns, within each warp, instead of across warps (on an H200
-    the swapped 64-row tile took 95 us for the Qwen3-0.6B LM head, the unswapped one 83 us)."""
+    vocabulary runs along the accumulator's columns, within each warp, instead of across warps (faster: see
+    docs/benchmarks.md)."""
     pid_n = tl.program_id(0)
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

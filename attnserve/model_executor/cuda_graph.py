@@ -13,8 +13,7 @@ with a prefill, or more requests than the largest bucket, run eagerly.
 The input copies run on their own stream (``input_stream``), waiting only for the previous replay to have
 read the buffers: with async scheduling the host queues step k+1 while the GPU runs step k, and the copies
 then overlap step k's LM head and sampling instead of sitting, one copy-engine round trip each, between
-step k's argmax and step k+1's first kernel (five copies: ~43 us a step on an H200, Qwen3-0.6B batch 64,
-``benchmarks/gpu/profile_engine_steps.py``).
+step k's argmax and step k+1's first kernel (five copies; ``benchmarks/gpu/profile_engine_steps.py``).
 
 As in vLLM (``vllm/v1/worker/gpu_model_runner.py``, ``capture_model``) and nano-vllm (``model_runner.py``,
 ``capture_cudagraph``): buckets 1, 2, 4, 8, then multiples of 16; captured largest first into one shared

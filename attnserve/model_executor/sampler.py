@@ -7,8 +7,8 @@ row shares a value), the filters are vectorized, and sampling is the exponential
 noise of all unseeded rows is one draw from the shared generator, a seeded row draws its own ``(V,)``
 noise from its request's generator, so its tokens depend only on its seed and logits, not on the batch.
 
-The argmax on CUDA is one Triton kernel (``kernels/triton_argmax.py``: torch's took 21.9 us for 64 x 151936 bf16
-logits on an H200), elsewhere ``torch.argmax``; both return each row's first maximum.
+The argmax on CUDA is one Triton kernel (``kernels/triton_argmax.py``, faster than torch's), elsewhere
+``torch.argmax``; both return each row's first maximum.
 
 The host sees exactly one device->host copy of the sampled token ids, plus one for the logprobs of the
 rows that asked for them; :meth:`Sampler.sample` only queues them (async scheduling reads them one step
@@ -51,7 +51,7 @@ def _column(values: list[float], device: torch.device) -> float | torch.Tensor:
 
 def _exponential_(noise: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Fill ``noise`` with Exponential(1) draws, in place."""
-    if noise.device.type == "cpu":  # -log(U): ~6x faster than exponential_ on the CPU
+    if noise.device.type == "cpu":  # -log(U): faster than exponential_ on the CPU
         return noise.uniform_(generator=generator).log_().neg_()
     return noise.exponential_(generator=generator)  # one kernel
 

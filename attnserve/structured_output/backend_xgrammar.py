@@ -45,7 +45,7 @@ class XgrammarBackend:
         # the tokens the matchers and bitmasks cover: the tokenizer's, when the model's vocabulary (the logits'
         # width, ``vocab_size``) pads past them; the padding ids are then never allowed (bitmask.py masks them
         # on the device). Covering them here would make each of them an xgrammar "special token", which its
-        # accept_token looks up linearly: ~23 us per token for a SmolLM2 tokenizer on Qwen3's 151936 ids.
+        # accept_token looks up linearly (see docs/benchmarks.md, structured outputs).
         self.vocab_size = min(vocab_size, tokenizer_size(tokenizer))
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size,
                                                   stop_token_ids=stop_token_ids)

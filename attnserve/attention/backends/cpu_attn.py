@@ -90,8 +90,8 @@ class CPUAttentionMetadataBuilder(AttentionMetadataBuilder):
         )
 
 
-# below this many attention scores per request, explicit matmuls beat SDPA's CPU kernel, whose fixed cost
-# (~0.2-2 ms per call in torch 2.13) dominates small problems; above it SDPA avoids materializing the scores
+# below this many attention scores per request, explicit matmuls beat SDPA's CPU kernel, whose fixed cost per
+# call dominates small problems; above it SDPA avoids materializing the scores
 _SMALL_SCORES = 1 << 22
 
 
@@ -116,9 +116,8 @@ class CPUAttentionImpl(AttentionImpl):
     """Attention over the paged cache with GQA by grouping, never by copying K/V.
 
     The G query heads that share a KV head are stacked: decodes as ``(B, Hkv, G, D)`` against keys
-    ``(B, Hkv, L, D)``, prefills as ``(Hkv, G * q_len, D)`` so the matmul batch is the KV heads. (SDPA's
-    own ``enable_gqa`` takes ~35 ms per call on CPU in torch 2.13.) Attention sinks: a sink column in each
-    head's softmax.
+    ``(B, Hkv, L, D)``, prefills as ``(Hkv, G * q_len, D)`` so the matmul batch is the KV heads (SDPA's
+    own ``enable_gqa`` is far slower on CPU). Attention sinks: a sink column in each head's softmax.
     """
 
     supports_sinks = True

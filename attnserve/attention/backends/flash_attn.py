@@ -195,9 +195,8 @@ class FlashAttentionBackend(AttentionBackend):
 
 def graph_num_splits(attention_config: "AttentionConfig | None") -> int:
     """FlashAttention 3's split-KV bound in CUDA-graph decode steps (the plan splits each request up to this many
-    times for its own length): ``attention_config.flash_attn_max_num_splits_for_cuda_graph`` (vLLM's default 32).
-    On an H200 8, 16 and 32 all gave 9.8 us per call at batch 1 (Llama-3.1-8B heads, 1k context) and 81-83 us at
-    batch 64 (benchmarks/gpu/bench_fa3_decode.py)."""
+    times for its own length): ``attention_config.flash_attn_max_num_splits_for_cuda_graph`` (vLLM's default 32;
+    8, 16 and 32 time the same in ``benchmarks/gpu/bench_fa3_decode.py``, see docs/benchmarks.md)."""
     from attnserve.config.attention import AttentionConfig
 
     return (attention_config or AttentionConfig()).flash_attn_max_num_splits_for_cuda_graph
@@ -290,8 +289,7 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
     def cudagraph_prologue(self, metadata: FlashAttentionMetadata) -> None:
         """FlashAttention 3: ``get_scheduler_metadata`` (one small kernel) on the static ``seq_lens``, captured
         at the head of the decode graph, so each replay plans the splits for its own lengths and no layer
-        plans again. Without it each layer's call ran that planning kernel itself: 11.7 vs 9.8 us per call
-        for Llama-3.1-8B heads at batch 1, 1k context, on an H200 (``benchmarks/gpu/bench_fa3_decode.py``)."""
+        plans again (without it each layer's call runs that planning kernel itself)."""
         if self.version != 3:
             return
         call = metadata.calls[0]

@@ -79,7 +79,7 @@ class FlashInferGraphPlanner:
 
         The page arrays are rebuilt at the head of every replay from the runner's static buffers
         (:meth:`cudagraph_prologue`). Whether a replay re-plans depends on the batch size: above FlashInfer's
-        split limit (``2 * SMs // num_kv_heads`` requests, 33 for 8 KV heads on an H200) its planner never
+        split limit (``2 * SMs // num_kv_heads`` requests, 33 for 8 KV heads on 132 SMs) its planner never
         splits a request's KV, so the tensor-core wrapper is planned with ``disable_split_kv=True``: the
         same one-chunk-per-request work, no merge kernel, and a schedule that does not depend on the context
         lengths: replays plan nothing. At or below the limit the split count follows the longest context,

@@ -8,10 +8,7 @@ The kernels launch with programmatic dependent launch on sm_90+ (``kernels/pdl.p
 kernel before them and the GEMV after them overlap their launches. New K/V go into the cache with the
 Triton ``reshape_and_cache`` kernel; an fp8 cache (e4m3 or e5m2) stores ``x / scale`` per tensor, saturated (the
 layer's scales: the checkpoint's, calculate_kv_scales' or 1.0), and the kernels multiply by the scale on read.
-
-Measured on an H200 (bf16, head 128, 1k context, ``benchmarks/gpu/bench_triton_decode.py`` and
-``bench_decode_layout.py``): batch 64 x 16/8 heads 67-71 us per layer (3.8-4.0 TB/s of KV, ~89-94% of the
-copy bandwidth; FlashInfer 74.6 us), batch 1 x 32/8 heads 7-9 us (FlashInfer 10.1 us).
+Decode timings against FlashInfer (``benchmarks/gpu/bench_triton_decode.py``): docs/benchmarks.md.
 
 Limits: any CUDA GPU Triton compiles for (compute capability >= 7.0, the minimum of Triton's NVIDIA
 backend and of torch.compile's GPU path); float32 as well as float16/bfloat16; head sizes >= 32 (the
@@ -40,15 +37,13 @@ from attnserve.kernels.fused_ops import RopeInputs
 from attnserve.kernels.kv_write import KVWriteTarget, kv_views
 
 # Split-KV decode: aim for this many programs per SM, with at most this many splits of at least one KV tile
-# each (``triton_attention.kv_tile_tokens``: 64 tokens for 16-bit head 128). On an H200 a Llama-3.1-8B
-# batch-1 decode at 1k context took 22.4 us with splits of 512 tokens (2 splits, 16 programs) and 10.1 us in
-# FlashInfer (benchmarks/gpu/bench_decode_layout.py).
+# each (``triton_attention.kv_tile_tokens``: 64 tokens for 16-bit head 128): long splits leave a batch-1
+# decode too few programs (chosen by benchmarks/gpu/bench_decode_layout.py; see docs/benchmarks.md).
 _PROGRAMS_PER_SM = 2
 _MAX_SPLITS = 32
 # Launch options of decode calls (one query token per request), by whether KV is split: a 2-stage pipeline
-# (Triton's default is 3), and 8 warps for the short split programs. On an H200 (``python -m
-# benchmarks.gpu.bench_triton_decode --sweep``, bf16, head 128, 1k context): Qwen3 shape batch 64 68.4 -> 67.4 us,
-# Llama-3.1-8B shape batch 1 (16 splits) 7.85 -> 6.95 us.
+# (Triton's default is 3), and 8 warps for the short split programs (chosen by
+# ``benchmarks/gpu/bench_triton_decode.py --sweep``; see docs/benchmarks.md).
 _DECODE_LAUNCH = {False: {"num_stages": 2}, True: {"num_stages": 2, "num_warps": 8}}
 
 
@@ -149,8 +144,7 @@ class TritonAttentionImpl(AttentionImpl):
         """A decode step whose one kernel call has one program per request and KV head (no KV split, 4 warps:
         batch x Hkv >= 2 programs per SM): RoPE, the KV write and attention in that kernel
         (``paged_attention(rope=...)``), instead of the RoPE + KV-write kernel and then the attention kernel.
-        None for every other step. On an H200 the Qwen3-0.6B shape's batch-64 step lost its 28 RoPE + KV-write
-        kernels (3.2 us each)."""
+        None for every other step. Saves one RoPE + KV-write kernel per layer."""
         if len(metadata.calls) != 1:
             return None
         call = metadata.calls[0]
