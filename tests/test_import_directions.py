@@ -7,8 +7,7 @@
 
 Every ``import`` of an attnserve module (at module level, inside a function or under ``TYPE_CHECKING``:
 each is a dependency of the design) must follow :data:`DIRECT` or its transitive closure, apart from the
-named modules of :data:`ALLOWED_MODULES` and the edges of :data:`KNOWN_EXCEPTIONS`, which issue 25 item 4
-removes. ``kernels/`` is a leaf: it imports nothing of attnserve but ``platforms``. ``layers/`` and
+named modules of :data:`ALLOWED_MODULES`. ``kernels/`` is a leaf: it imports nothing of attnserve but ``platforms``. ``layers/`` and
 ``attention/`` never import each other. The imports are read with ``ast``; nothing is imported.
 """
 
@@ -47,15 +46,6 @@ ALLOWED_MODULES: dict[str, set[str]] = {
     "entrypoints": {"attnserve"},  # the package's public names (LLM, __version__)
     "config": {"attnserve.attention.registry"},  # the registry's enum names (no attnserve imports of its own)
     "platforms": {"attnserve.attention.registry"},  # the backend priority lists name its enum members
-    "models": {"attnserve.model_executor.forward_batch"},  # a model sees its inputs and the ForwardBatch
-}
-
-# (importing file, imported module): imports that run the wrong way today. Each is to go (issue 25 item 4:
-# the types the engine and the runner share move to one leaf module); the list may only shrink.
-KNOWN_EXCEPTIONS: set[tuple[str, str]] = {
-    ("attention/layer.py", "attnserve.model_executor.forward_batch"),  # Attention.forward's batch type
-    ("model_executor/preflight.py", "attnserve.executor.multiproc"),  # check_gpu_count
-    ("executor/base.py", "attnserve.benchmarks.roofline"),  # decode_weight_bytes
 }
 
 
@@ -125,15 +115,8 @@ def test_the_allowed_directions_have_no_cycle():
 
 def test_imports_run_in_the_allowed_directions():
     wrong = [f"{file} imports {module}" for file, src, module, dst in _edges()
-             if dst not in ALLOWED[src] and module not in ALLOWED_MODULES.get(src, set())
-             and (file, module) not in KNOWN_EXCEPTIONS]
+             if dst not in ALLOWED[src] and module not in ALLOWED_MODULES.get(src, set())]
     assert not wrong, "imports against the direction of the package layers:\n" + "\n".join(wrong)
-
-
-def test_known_exceptions_still_exist():
-    """An exception that is gone leaves the list (so that it cannot come back unnoticed)."""
-    present = {(file, module) for file, _, module, _ in _edges()}
-    assert not KNOWN_EXCEPTIONS - present, KNOWN_EXCEPTIONS - present
 
 
 @pytest.mark.parametrize("pkg", ["kernels", "layers", "attention"])

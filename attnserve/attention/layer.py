@@ -11,7 +11,7 @@ from attnserve.attention.backend import AttentionImpl
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.kernels.fused_ops import RopeInputs
-    from attnserve.model_executor.forward_batch import ForwardBatch
+    from attnserve.attention.forward_batch import ForwardBatch
 
 
 class Attention(nn.Module):

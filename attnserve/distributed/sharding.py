@@ -2,6 +2,8 @@
 
 Splits need not be even: ``shard_range`` gives the first ``total % size`` ranks one more item, so e.g. the
 default model's 3 KV heads (9 query heads) run on 2 ranks as 2 + 1 KV heads (6 + 3 query heads).
+Also the refusals of a size that cannot run, judged before any worker starts: heads that do not split
+(``check_tensor_parallel_size``), more ranks than GPUs (``check_gpu_count``).
 """
 
 from __future__ import annotations
@@ -93,3 +95,21 @@ def check_tensor_parallel_size(hf_config, size: int) -> None:
         allowed = f"allowed for this model: tensor_parallel_size {', '.join(map(str, sizes))}"
         # heads no size splits are the model's fault: that refusal names no setting
         raise ConfigError(dataclasses.replace(e.refusal, reason=f"{e.refusal.reason} ({allowed})")) from None
+
+
+def check_gpu_count(device: str, n: int) -> None:
+    """On a GPU platform, refuse (ConfigError, a ValueError keyed ``tensor_parallel_size``) a tensor_parallel_size
+    larger than the GPUs this host shows, before any worker starts."""
+    from attnserve.platforms import detect_platform
+
+    if detect_platform(device).device_type == "cpu":
+        return
+    import torch
+
+    count = torch.cuda.device_count()
+    if n > count:
+        import os
+
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise ConfigError(Refusal(("tensor_parallel_size",), n, reason=f"needs {n} GPUs (one per rank); this host shows "
+                                  f"{count}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")))

@@ -66,7 +66,7 @@ class RunnerInfo:
 
     @classmethod
     def of(cls, runner: ModelRunner) -> "RunnerInfo":
-        from attnserve.benchmarks.roofline import decode_weight_bytes, moe_expert_bytes
+        from attnserve.model_executor.weight_bytes import decode_weight_bytes, moe_expert_bytes
 
         return cls(runner.backend_name, runner.device, runner.dtype, runner.num_blocks, runner.num_layers,
                    runner.num_kv_heads, runner.head_size, runner.kv_dtype, decode_weight_bytes(runner.model),

@@ -21,14 +21,13 @@ from multiprocessing.reduction import ForkingPickler
 import torch.multiprocessing as mp
 
 from attnserve.config.engine import EngineConfig
-from attnserve.config.fields import ConfigError
 from attnserve.core.step import SchedulerOutput
+from attnserve.distributed.sharding import check_gpu_count
 from attnserve.executor.base import Executor, StepReply, WorkerConfigError, WorkerDiedError
 from attnserve.executor.env import environ, free_port, worker_env
 from attnserve.executor.worker import WorkerError, run_worker
 from attnserve.model_executor.loader import ModelSource
 from attnserve.model_executor.model_runner import ModelRunnerOutput
-from attnserve.refusals import Refusal
 
 logger = logging.getLogger(__name__)
 
@@ -165,24 +164,6 @@ class MultiprocExecutor(Executor):
 
     def shutdown(self) -> None:
         self._finalizer()
-
-
-def check_gpu_count(device: str, n: int) -> None:
-    """On a GPU platform, refuse (ConfigError, a ValueError keyed ``tensor_parallel_size``) a tensor_parallel_size
-    larger than the GPUs this host shows, before any worker starts."""
-    from attnserve.platforms import detect_platform
-
-    if detect_platform(device).device_type == "cpu":
-        return
-    import torch
-
-    count = torch.cuda.device_count()
-    if n > count:
-        import os
-
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        raise ConfigError(Refusal(("tensor_parallel_size",), n, reason=f"needs {n} GPUs (one per rank); this host shows "
-                                  f"{count}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")))
 
 
 GRACEFUL_EXIT_S = 30.0  # how long shutdown waits for workers to exit on their own before killing them

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from attnserve.attention.backend import AttentionMetadataBuilder, CommonAttentionMetadata
-from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging
+from attnserve.attention.forward_batch import ForwardBatch
+from attnserve.model_executor.forward_batch import HostBatch, PinnedStaging
 
 logger = logging.getLogger(__name__)
 

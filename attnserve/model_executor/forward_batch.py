@@ -1,4 +1,4 @@
-"""ForwardBatch: everything one model forward pass reads, built once per step by the model runner.
+"""How the model runner builds a step's ForwardBatch (the record itself: ``attention/forward_batch.py``).
 
 The step's inputs are first computed on the host as numpy arrays (:class:`HostBatch`, no torch, no device),
 then copied to the device through pinned staging buffers (:class:`PinnedStaging`) with non-blocking copies:
@@ -8,24 +8,13 @@ the only host-device synchronisation of a step is reading the sampled tokens bac
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.core.step import SchedulerOutput
-
-
-@dataclass
-class ForwardBatch:
-    """The model's inputs for one step. Requests are ordered decodes first, then prefills."""
-
-    input_ids: torch.Tensor  # (T,) int64
-    positions: torch.Tensor  # (T,) int64, position of each token in its sequence
-    logits_indices: torch.Tensor  # (B,) int64, index in T of each request's last token
-    attn_metadata: Any  # the selected backend's Metadata for this step; a tuple of each layer group's, if several
-    kv_caches: list[torch.Tensor]  # one per layer, the backend's KV-cache shape
 
 
 @dataclass

@@ -33,7 +33,8 @@ from attnserve.core.step import PLACEHOLDER_TOKEN, SchedulerOutput
 from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads
 from attnserve.model_executor.cuda_graph import CudaGraphRunner, capture_sizes
-from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging, host_batch
+from attnserve.attention.forward_batch import ForwardBatch
+from attnserve.model_executor.forward_batch import HostBatch, PinnedStaging, host_batch
 from attnserve.model_executor.greedy_head import GreedyHead
 from attnserve.model_executor.grouped_builder import GroupedMetadataBuilder
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from attnserve.config.engine import EngineConfig
-from attnserve.distributed.sharding import check_tensor_parallel_size, shard_heads
+from attnserve.distributed.sharding import check_gpu_count, check_tensor_parallel_size, shard_heads
 from attnserve.model_executor.attention_selection import select_model_attention
 from attnserve.model_executor.kv_cache import (bytes_per_block, check_kv_cache_holds_max_model_len, kv_cache_size_key,
                                                kv_cache_torch_dtype, num_kv_blocks)
@@ -40,8 +40,6 @@ def preflight(config: EngineConfig) -> None:
     tp = config.parallel.tensor_parallel_size
     check_tensor_parallel_size(hf_config, tp)
     if tp > 1 and config.parallel.distributed_executor_backend != "ray":
-        from attnserve.executor.multiproc import check_gpu_count
-
         check_gpu_count(config.device, tp)
     selector_config = select_model_attention(config, hf_config, tp).groups[0].selector_config
     if config.model.max_model_len is not None:

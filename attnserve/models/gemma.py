@@ -39,7 +39,7 @@ from attnserve.models.dims import LayerAttention, ModelDims, standard_dims
 from attnserve.models.llama import AttentionFactory, LlamaForCausalLM
 
 if TYPE_CHECKING:  # pragma: no cover
-    from attnserve.model_executor.forward_batch import ForwardBatch
+    from attnserve.attention.forward_batch import ForwardBatch
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 

@@ -20,7 +20,7 @@ from attnserve.models.llama import AttentionFactory
 from attnserve.models.weight_utils import copy_weight
 
 if TYPE_CHECKING:  # pragma: no cover
-    from attnserve.model_executor.forward_batch import ForwardBatch
+    from attnserve.attention.forward_batch import ForwardBatch
 
 # checkpoint weights stored as Conv1D (in, out): transposed to nn.Linear's (out, in) on load
 _CONV1D_WEIGHTS = (".c_attn.weight", ".c_proj.weight", ".c_fc.weight")

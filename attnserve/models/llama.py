@@ -28,7 +28,7 @@ from attnserve.models.weight_utils import copy_weight
 from attnserve.models.dims import ModelDims, head_size_of, sliding_window_of, standard_dims
 
 if TYPE_CHECKING:  # pragma: no cover
-    from attnserve.model_executor.forward_batch import ForwardBatch
+    from attnserve.attention.forward_batch import ForwardBatch
 
 # builds a layer's Attention module from its spec and layer index (given by the model runner)
 AttentionFactory = Callable[[AttentionLayerSpec, int], Attention]

@@ -26,7 +26,7 @@ from attnserve.models.llama import AttentionFactory
 from attnserve.models.weight_utils import copy_weight
 
 if TYPE_CHECKING:  # pragma: no cover
-    from attnserve.model_executor.forward_batch import ForwardBatch
+    from attnserve.attention.forward_batch import ForwardBatch
 
 POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding.offset
 _QKV_SHARDS = {"q_proj": 0, "k_proj": 1, "v_proj": 2}

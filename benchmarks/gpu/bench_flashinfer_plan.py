@@ -45,7 +45,8 @@ from attnserve.attention.backends.flashinfer import (
     _workspace,
 )
 from attnserve.model_executor.cuda_graph import CudaGraphRunner
-from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging
+from attnserve.attention.forward_batch import ForwardBatch
+from attnserve.model_executor.forward_batch import HostBatch, PinnedStaging
 from benchmarks.gpu.bench_decode_graph import profile_kernels
 
 HQ, HKV, D, PAGE = 16, 8, 128, 16

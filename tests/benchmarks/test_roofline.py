@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnserve.benchmarks.roofline import (Roofline, decode_weight_bytes, kv_bytes_per_token, mean_decode_context,
-                                           measure_copy_bandwidth)
+from attnserve.benchmarks.roofline import Roofline, kv_bytes_per_token, mean_decode_context, measure_copy_bandwidth
+from attnserve.model_executor.weight_bytes import decode_weight_bytes, moe_expert_bytes
 
 
 def test_step_bytes_and_limits():
@@ -48,7 +48,6 @@ def test_copy_bandwidth_is_positive():
 
 
 def test_moe_step_reads_the_expected_share_of_the_experts():
-    from attnserve.benchmarks.roofline import moe_expert_bytes
     from attnserve.layers.moe import FusedMoE
 
     moe = torch.nn.Sequential(FusedMoE(8, 2, 4, 6), FusedMoE(8, 2, 4, 6))

@@ -433,7 +433,7 @@ def test_more_ranks_than_gpus_is_refused_before_any_worker_starts(monkeypatch):
     import torch
 
     import attnserve.platforms as platforms
-    from attnserve.executor.multiproc import check_gpu_count
+    from attnserve.distributed.sharding import check_gpu_count
     from attnserve.platforms.interface import Platform
 
     monkeypatch.setattr(platforms, "detect_platform", lambda device: Platform("cuda", "test GPU", (9, 0)))

@@ -130,7 +130,8 @@ def test_flashinfer_graph_replays_match_reference(hq, hkv, d, page, window):
     from attnserve.attention.backends.flashinfer import FlashInferBackend
     from attnserve.kernels.reference import reference_paged_attention
     from attnserve.model_executor.cuda_graph import CudaGraphRunner
-    from attnserve.model_executor.forward_batch import ForwardBatch, HostBatch, PinnedStaging
+    from attnserve.attention.forward_batch import ForwardBatch
+    from attnserve.model_executor.forward_batch import HostBatch, PinnedStaging
 
     dev, dtype = torch.device("cuda"), torch.bfloat16
     torch.manual_seed(0)
