@@ -6,6 +6,7 @@ import pytest
 
 from attnserve import LLM, SamplingParams
 from attnserve.engine.request_checks import MaxTokensTooLargeError, PromptTooLongError, RequestValueError
+from attnserve.refusals import MISSING, Refusal
 from attnserve.refusals.words import MESSAGE_WORDS
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
@@ -33,20 +34,28 @@ def test_text_and_tokens_prompt_dicts_mixed_with_plain_prompts(llm):
     assert outs[2].outputs[0].token_ids == outs[3].outputs[0].token_ids
 
 
-@pytest.mark.parametrize("prompt, message", [
-    ({"prompt": "Hi", "prompt_token_ids": IDS}, "prompt dict with keys ['prompt', 'prompt_token_ids'] not allowed"),
-    ({"text": "Hi"}, "prompt dict with keys ['text'] not allowed"),
-    ({}, "prompt dict with keys [] not allowed"),
-    ({"prompt": IDS}, f"prompt dict 'prompt' value {IDS!r} not allowed (allowed: a string)"),
-    ({"prompt_token_ids": "Hi"}, "prompt dict 'prompt_token_ids' value 'Hi' not allowed (allowed: a list of token ids)"),
+ONE_OF = "exactly one of {'prompt': str} or {'prompt_token_ids': list[int]}"
+
+
+@pytest.mark.parametrize("prompt, subject, value, allowed", [
+    ({"prompt": "Hi", "prompt_token_ids": IDS}, "prompt dict with keys", ["prompt", "prompt_token_ids"], ONE_OF),
+    ({"text": "Hi"}, "prompt dict with keys", ["text"], ONE_OF),
+    ({}, "prompt dict with keys", [], ONE_OF),
+    ({"prompt": IDS}, "prompt dict 'prompt' value", IDS, "a string"),
+    ({"prompt_token_ids": "Hi"}, "prompt dict 'prompt_token_ids' value", "Hi", "a list of token ids"),
 ])
-def test_other_prompt_dicts_are_refused_up_front(llm, prompt, message):
+def test_other_prompt_dicts_are_refused_up_front(llm, prompt, subject, value, allowed):
     with pytest.raises(ValueError) as e:
         llm.generate(["Hi", prompt], GREEDY)
-    assert str(e.value).startswith(message)
-    if "keys" in message:
-        assert str(e.value).endswith("(allowed: exactly one of {'prompt': str} or {'prompt_token_ids': list[int]})")
+    assert e.value.refusal == Refusal(value=value, allowed=allowed, subject=subject)
     assert not llm.engine.has_unfinished_requests()
+
+
+def test_a_prompt_dict_refusal_reads_as_one_line(llm):
+    """The golden text of this refusal on the Python surface."""
+    with pytest.raises(ValueError) as e:
+        llm.generate({"text": "Hi"}, GREEDY)
+    assert str(e.value) == f"prompt dict with keys ['text'] not allowed (allowed: {ONE_OF})"
 
 
 def _rendered(llm, messages):
@@ -78,47 +87,62 @@ MESSAGES = "a non-empty list of chat messages"
 HI = [{"role": "user", "content": "Hi"}]
 
 
-@pytest.mark.parametrize("messages, message", [
-    ([{"content": "Hi"}], f"messages[0].role missing (required: {ROLES})"),
-    ([{"role": "user", "content": "Hi"}, {"role": "bot", "content": "x"}],
-     f"messages[1].role 'bot' not allowed (allowed: {ROLES})"),
-    ([{"role": "user", "content": 5}], f"messages[0].content 5 not allowed (allowed: {CONTENT})"),
-    ([{"role": "user", "content": "Hi", "name": 3}], "messages[0].name 3 is not a string (allowed: string, or None)"),
+PART = 'a text part {"type": "text", "text": string}'
+BATCH = f"{MESSAGES}, or a list of such lists"
+
+
+@pytest.mark.parametrize("messages, path, value, allowed, noun", [
+    ([{"content": "Hi"}], ("messages", 0, "role"), MISSING, ROLES, None),
+    ([{"role": "user", "content": "Hi"}, {"role": "bot", "content": "x"}], ("messages", 1, "role"), "bot", ROLES, None),
+    ([{"role": "user", "content": 5}], ("messages", 0, "content"), 5, CONTENT, None),
+    ([{"role": "user", "content": "Hi", "name": 3}], ("messages", 0, "name"), 3, "string, or None", "a string"),
     # a batch's conversation by its index (was "conversation 1: messages[0]...")
-    ([HI, [{"role": "user", "content": [{"type": "image_url"}]}]],
-     "messages[1][0].content[0].type 'image_url' not allowed (allowed: \"text\")"),
-    ([HI, [{"role": "user", "content": [{"type": "text"}]}]],
-     "messages[1][0].content[0].text missing (required: a string)"),
-    ([{"role": "user", "content": [{"type": "text", "text": "Hi"}, 5]}],
-     'messages[0].content[1] 5 is not a text part {"type": "text", "text": string} (allowed: an object with "type" '
-     'and "text")'),
+    ([HI, [{"role": "user", "content": [{"type": "image_url"}]}]], ("messages", 1, 0, "content", 0, "type"),
+     "image_url", '"text"', None),
+    ([HI, [{"role": "user", "content": [{"type": "text"}]}]], ("messages", 1, 0, "content", 0, "text"), MISSING,
+     "a string", None),
+    ([{"role": "user", "content": [{"type": "text", "text": "Hi"}, 5]}], ("messages", 0, "content", 1), 5,
+     'an object with "type" and "text"', PART),
     # content is required whatever the role, as the server requires it (was read as "", a message never written);
     # an assistant may go without it in OpenAI's API only with tool calls, which attnserve has not
-    ([{"role": "user"}], f"messages[0].content missing (required: {CONTENT})"),
-    ([{"role": "system", "content": "Be brief."}, {"role": "user"}], f"messages[1].content missing (required: {CONTENT})"),
+    ([{"role": "user"}], ("messages", 0, "content"), MISSING, CONTENT, None),
+    ([{"role": "system", "content": "Be brief."}, {"role": "user"}], ("messages", 1, "content"), MISSING, CONTENT, None),
     ([{"role": "user", "content": "Hi"}, {"role": "assistant"}, {"role": "user", "content": "Hi"}],
-     f"messages[1].content missing (required: {CONTENT})"),
-    ([{"role": "user", "content": None}], f"messages[0].content None not allowed (allowed: {CONTENT})"),
-    ([HI, [{"role": "user"}]], f"messages[1][0].content missing (required: {CONTENT})"),
-    ([HI, []], f"messages[1] [] not allowed (allowed: {MESSAGES})"),
-    ([HI, "Hi"], f"messages[1] 'Hi' is not a list (allowed: {MESSAGES})"),
+     ("messages", 1, "content"), MISSING, CONTENT, None),
+    ([{"role": "user", "content": None}], ("messages", 0, "content"), None, CONTENT, None),
+    ([HI, [{"role": "user"}]], ("messages", 1, 0, "content"), MISSING, CONTENT, None),
+    ([HI, []], ("messages", 1), [], MESSAGES, None),
+    ([HI, "Hi"], ("messages", 1), "Hi", MESSAGES, "a list"),
     # were accepted: content [] (rendered as an empty message), as the server refuses it
-    ([{"role": "user", "content": []}], f"messages[0].content [] not allowed (allowed: {CONTENT})"),
+    ([{"role": "user", "content": []}], ("messages", 0, "content"), [], CONTENT, None),
     # the messages themselves: LLM.chat takes one conversation or a list of them (were: "messages [] not allowed
     # (allowed: a non-empty list of message dicts)", and for "hi" "messages[0] 'h' not allowed", its first character)
-    ([], f"messages [] not allowed (allowed: {MESSAGES}, or a list of such lists)"),
-    ("hi", f"messages 'hi' is not a list (allowed: {MESSAGES}, or a list of such lists)"),
-    ({"role": "user", "content": "Hi"},
-     f"messages {{'role': 'user', 'content': 'Hi'}} is not a list (allowed: {MESSAGES}, or a list of such lists)"),
-    (None, f"messages None is not a list (allowed: {MESSAGES}, or a list of such lists)"),
-    ([1], f"messages[0] 1 is not a chat message (allowed: {MESSAGE_WORDS})"),
-    (["hi"], f"messages[0] 'hi' is not a chat message (allowed: {MESSAGE_WORDS})"),
+    ([], ("messages",), [], BATCH, None),
+    ("hi", ("messages",), "hi", BATCH, "a list"),
+    ({"role": "user", "content": "Hi"}, ("messages",), {"role": "user", "content": "Hi"}, BATCH, "a list"),
+    (None, ("messages",), None, BATCH, "a list"),
+    ([1], ("messages", 0), 1, MESSAGE_WORDS, "a chat message"),
+    (["hi"], ("messages", 0), "hi", MESSAGE_WORDS, "a chat message"),
 ])
-def test_bad_chat_messages_are_refused_up_front(llm, messages, message):
+def test_bad_chat_messages_are_refused_up_front(llm, messages, path, value, allowed, noun):
     with pytest.raises(RequestValueError) as e:
         llm.chat(messages, GREEDY)
-    assert str(e.value) == message and isinstance(e.value, ValueError)
+    assert e.value.refusal == Refusal(path, value, allowed, noun=noun)
     assert not llm.engine.has_unfinished_requests()
+
+
+def test_a_chat_message_refusal_reads_as_one_line(llm):
+    """The golden texts of a request refusal on the Python surface: the place as Python indexes it, the value as
+    Python writes it; a value of another kind, and a missing key."""
+    with pytest.raises(RequestValueError) as e:
+        llm.chat([HI, [{"role": "user", "content": [{"type": "image_url"}]}]], GREEDY)
+    assert str(e.value) == "messages[1][0].content[0].type 'image_url' not allowed (allowed: \"text\")"
+    with pytest.raises(RequestValueError) as e:
+        llm.chat([HI, "Hi"], GREEDY)
+    assert str(e.value) == f"messages[1] 'Hi' is not a list (allowed: {MESSAGES})"
+    with pytest.raises(RequestValueError) as e:
+        llm.chat([{"role": "user"}], GREEDY)
+    assert str(e.value) == f"messages[0].content missing (required: {CONTENT})"
 
 
 # LLM.generate refuses what the server refuses, in its words (engine/request_checks.py), before any work: the place
@@ -140,38 +164,66 @@ def short_llm(tiny_model_dir):
                max_model_len=SHORT_LEN)
 
 
+def _bad(path, value, allowed):
+    return dict(path=path, value=value, allowed=allowed)
+
+
+def _too_long(prompt):  # OpenAI's words name the prompt in the reason; the counts are fields
+    return dict(num_prompt_tokens=20, max_model_len=SHORT_LEN, key="max_model_len", prompt=prompt)
+
+
+def _too_many(prompt):
+    return dict(num_prompt_tokens=10, max_tokens=8, max_model_len=SHORT_LEN, prompt=prompt)
+
+
 GENERATE_REFUSALS = {
     # an empty prompt, whatever its form (was "prompt is empty (0 tokens)", and "" ran as a lone BOS token where
     # the tokenizer adds one)
-    "empty_text": ("", 1, RequestValueError, f"prompt '' not allowed (allowed: {EMPTY})"),
-    "empty_text_in_batch": (["Hi", ""], 1, RequestValueError, f"prompts[1] '' not allowed (allowed: {EMPTY})"),
-    "empty_token_ids_in_batch": ([[1], []], 1, RequestValueError, f"prompts[1] [] not allowed (allowed: {EMPTY})"),
-    "empty_prompt_dict": ({"prompt": ""}, 1, RequestValueError, f"prompt '' not allowed (allowed: {EMPTY})"),
-    "empty_token_ids_dict": ({"prompt_token_ids": []}, 1, RequestValueError,
-                             f"prompt [] not allowed (allowed: {EMPTY})"),
+    "empty_text": ("", 1, RequestValueError, _bad(("prompt",), "", EMPTY)),
+    "empty_text_in_batch": (["Hi", ""], 1, RequestValueError, _bad(("prompts", 1), "", EMPTY)),
+    "empty_token_ids_in_batch": ([[1], []], 1, RequestValueError, _bad(("prompts", 1), [], EMPTY)),
+    "empty_prompt_dict": ({"prompt": ""}, 1, RequestValueError, _bad(("prompt",), "", EMPTY)),
+    "empty_token_ids_dict": ({"prompt_token_ids": []}, 1, RequestValueError, _bad(("prompt",), [], EMPTY)),
     # a token id outside the vocabulary by its position (was "token id 49152 not allowed (...)")
-    "token_id": ([1, 2, VOCAB], 1, RequestValueError, f"prompt[2] {VOCAB} not allowed (allowed: {TOKEN_IDS})"),
-    "token_id_in_batch": ([[1], [1, -1]], 1, RequestValueError, f"prompts[1][1] -1 not allowed (allowed: {TOKEN_IDS})"),
-    "token_id_in_dict": ({"prompt_token_ids": [10**9]}, 1, RequestValueError,
-                         f"prompt[0] 1000000000 not allowed (allowed: {TOKEN_IDS})"),
+    "token_id": ([1, 2, VOCAB], 1, RequestValueError, _bad(("prompt", 2), VOCAB, TOKEN_IDS)),
+    "token_id_in_batch": ([[1], [1, -1]], 1, RequestValueError, _bad(("prompts", 1, 1), -1, TOKEN_IDS)),
+    "token_id_in_dict": ({"prompt_token_ids": [10**9]}, 1, RequestValueError, _bad(("prompt", 0), 10**9, TOKEN_IDS)),
     # the prompt alone leaves no room: the server's words and rule (was "prompt has 20 tokens; max_model_len is 16,
     # ...")
-    "prompt_too_long": ([1] * 20, None, PromptTooLongError, TOO_LONG.format("the prompt")),
-    "prompt_too_long_in_batch": ([[1], [1] * 20], 1, PromptTooLongError, TOO_LONG.format("prompts[1]")),
+    "prompt_too_long": ([1] * 20, None, PromptTooLongError, _too_long("the prompt")),
+    "prompt_too_long_in_batch": ([[1], [1] * 20], 1, PromptTooLongError, _too_long("prompts[1]")),
     # the prompt fits but not with max_tokens more (was accepted, and ran to max_model_len: one CPU call of a
     # fresh-user trial ran for over 10 minutes)
-    "max_tokens": ([1] * 10, 8, MaxTokensTooLargeError, TOO_MANY.format("the prompt")),
-    "max_tokens_in_batch": ([[1], [1] * 10], 8, MaxTokensTooLargeError, TOO_MANY.format("prompts[1]")),
+    "max_tokens": ([1] * 10, 8, MaxTokensTooLargeError, _too_many("the prompt")),
+    "max_tokens_in_batch": ([[1], [1] * 10], 8, MaxTokensTooLargeError, _too_many("prompts[1]")),
 }
 
 
 @pytest.mark.parametrize("case", list(GENERATE_REFUSALS), ids=list(GENERATE_REFUSALS))
 def test_generate_refuses_as_the_server_does(short_llm, case):
-    prompts, max_tokens, error, message = GENERATE_REFUSALS[case]
+    prompts, max_tokens, error, fields = GENERATE_REFUSALS[case]
     with pytest.raises(error) as e:
         short_llm.generate(prompts, SamplingParams(max_tokens=max_tokens))
-    assert str(e.value) == message and isinstance(e.value, ValueError)
+    assert isinstance(e.value, ValueError)
+    fields = dict(fields)
+    prompt = fields.pop("prompt", None)
+    assert {name: getattr(e.value, name) for name in fields} == fields
+    if prompt is not None:
+        assert f" {prompt}" in e.value.refusal.reason  # the place, which is no field of these two
     assert not short_llm.engine.has_unfinished_requests()  # refused before anything was queued
+
+
+def test_generate_refusals_read_as_one_line(short_llm):
+    """The golden texts on the Python surface: a bad value at its place, and OpenAI's two context-length lines."""
+    with pytest.raises(RequestValueError) as e:
+        short_llm.generate([[1], [1, -1]], SamplingParams(max_tokens=1))
+    assert str(e.value) == f"prompts[1][1] -1 not allowed (allowed: {TOKEN_IDS})"
+    with pytest.raises(PromptTooLongError) as e:
+        short_llm.generate([[1], [1] * 20], SamplingParams(max_tokens=1))
+    assert str(e.value) == TOO_LONG.format("prompts[1]")
+    with pytest.raises(MaxTokensTooLargeError) as e:
+        short_llm.generate([[1], [1] * 10], SamplingParams(max_tokens=8))
+    assert str(e.value) == TOO_MANY.format("prompts[1]")
 
 
 def test_generate_runs_a_prompt_up_to_the_whole_context(short_llm):
