@@ -64,7 +64,7 @@ def safetensors_weights(folder: str, lazy: bool = False) -> Iterator[tuple[str, 
 
 @functools.lru_cache(maxsize=1)
 def _gguf_reader(path: str, mtime_ns: int):
-    """One parse of a GGUF file (~2.4 s for the default model) for the shape lookups and the weights of
+    """One parse of a GGUF file (seconds for the default model) for the shape lookups and the weights of
     a load; ``mtime_ns`` keys a rewritten file apart. The last file's memory map stays open."""
     from gguf import GGUFReader
 
