@@ -8,7 +8,15 @@ from attnserve.config import AttentionConfig, EngineConfig
 
 __version__ = "0.1.0"
 
-__all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "AttentionConfig", "AttentionBackendEnum", "EngineConfig", "__version__"]
+__all__ = [
+    "LLM",
+    "SamplingParams",
+    "StructuredOutputsParams",
+    "AttentionConfig",
+    "AttentionBackendEnum",
+    "EngineConfig",
+    "__version__",
+]
 
 
 def __getattr__(name: str):

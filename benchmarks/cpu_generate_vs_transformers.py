@@ -46,8 +46,10 @@ def main() -> None:
 
     llm = LLM(dtype="float32", device="cpu")
     tok = llm.tokenizer
-    chats = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-             for p in PROMPTS]
+    chats = [
+        tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        for p in PROMPTS
+    ]
     ids = [tok.encode(c, add_special_tokens=False) for c in chats]
     params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
     llm.generate(ids[0], SamplingParams(temperature=0.0, max_tokens=4))  # warm-up
@@ -66,12 +68,16 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     src = resolve_model_source(None)
-    hf = AutoModelForCausalLM.from_pretrained(src.folder, gguf_file=os.path.basename(src.path), dtype=torch.float32).eval()
-    gen_kwargs = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=tok.pad_token_id or tok.eos_token_id)
+    hf = AutoModelForCausalLM.from_pretrained(
+        src.folder, gguf_file=os.path.basename(src.path), dtype=torch.float32
+    ).eval()
+    gen_kwargs = dict(
+        max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=tok.pad_token_id or tok.eos_token_id
+    )
     with torch.no_grad():
         hf.generate(torch.tensor([ids[0]]), max_new_tokens=4, do_sample=False)  # warm-up
         t = time.perf_counter()
-        hf_tokens = [hf.generate(torch.tensor([p]), **gen_kwargs)[0, len(p):].tolist() for p in ids]
+        hf_tokens = [hf.generate(torch.tensor([p]), **gen_kwargs)[0, len(p) :].tolist() for p in ids]
         dt = time.perf_counter() - t
         results["transformers_one_at_a_time"] = {"s": dt, "output_tok_per_s": len(PROMPTS) * n / dt}
         tok.padding_side = "left"
@@ -84,10 +90,15 @@ def main() -> None:
     eos = tok.eos_token_id
     cut = lambda xs: xs[: xs.index(eos)] if eos in xs else xs
     results["greedy_tokens_equal_before_eos"] = all(
-        cut(a)[: len(cut(b))] == cut(b)[: len(cut(a))] for a, b in zip(ours, hf_tokens))
-    results["speedup_batch"] = results["attnserve_batch"]["output_tok_per_s"] / results["transformers_batch"]["output_tok_per_s"]
-    results["speedup_one_at_a_time"] = (results["attnserve_one_at_a_time"]["output_tok_per_s"]
-                                        / results["transformers_one_at_a_time"]["output_tok_per_s"])
+        cut(a)[: len(cut(b))] == cut(b)[: len(cut(a))] for a, b in zip(ours, hf_tokens)
+    )
+    results["speedup_batch"] = (
+        results["attnserve_batch"]["output_tok_per_s"] / results["transformers_batch"]["output_tok_per_s"]
+    )
+    results["speedup_one_at_a_time"] = (
+        results["attnserve_one_at_a_time"]["output_tok_per_s"]
+        / results["transformers_one_at_a_time"]["output_tok_per_s"]
+    )
     print(json.dumps(results, indent=2))
     if args.output_json:
         with open(args.output_json, "w") as f:

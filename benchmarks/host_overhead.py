@@ -54,11 +54,27 @@ def write_qwen3(path: str, shape: str, vocab_size: int, max_len: int) -> str:
     from transformers import Qwen3Config
 
     if shape == "tiny":
-        dims = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False)
+        dims = dict(
+            vocab_size=vocab_size,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            tie_word_embeddings=False,
+        )
     else:
-        dims = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                    num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)
+        dims = dict(
+            vocab_size=151936,
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            tie_word_embeddings=True,
+        )
     config = Qwen3Config(**dims, max_position_embeddings=max_len)
     config.architectures = ["Qwen3ForCausalLM"]
     config.save_pretrained(path)
@@ -107,10 +123,19 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="host_overhead_")
     model = write_qwen3(tmp, args.shape, args.vocab_size, args.input_len + args.output_len + 16)
     on_cpu = args.device == "cpu"
-    device_args = (dict(dtype="float32", attention_backend="CPU_ATTN", kv_cache_memory=256 << 20) if on_cpu
-                   else dict(dtype="bfloat16"))
-    llm = LLM(model, tokenizer=args.tokenizer or default_model_path(), load_format="dummy", device=args.device,
-              max_num_seqs=args.num_requests, **device_args)
+    device_args = (
+        dict(dtype="float32", attention_backend="CPU_ATTN", kv_cache_memory=256 << 20)
+        if on_cpu
+        else dict(dtype="bfloat16")
+    )
+    llm = LLM(
+        model,
+        tokenizer=args.tokenizer or default_model_path(),
+        load_format="dummy",
+        device=args.device,
+        max_num_seqs=args.num_requests,
+        **device_args,
+    )
     prompt_vocab = min(llm.engine.hf_config.vocab_size, len(llm.tokenizer))
     engine = llm.engine
     runner = engine.runner
@@ -140,7 +165,9 @@ def main() -> None:
         engine.step()
     for _ in range(args.num_requests):
         prompt = [rng.randrange(prompt_vocab) for _ in range(args.input_len)]
-        engine.add_request(prompt, SamplingParams(temperature=0.0, max_tokens=args.output_len, ignore_eos=True, **extra))
+        engine.add_request(
+            prompt, SamplingParams(temperature=0.0, max_tokens=args.output_len, ignore_eos=True, **extra)
+        )
 
     prof = cProfile.Profile() if args.profile else None
     decode_steps: list[dict[str, float]] = []
@@ -148,8 +175,11 @@ def main() -> None:
     t_all = time.perf_counter()
     while engine.has_unfinished_requests():
         timer.now.clear()
-        decoding = (len(engine.scheduler.running) == args.num_requests and not engine.scheduler.waiting
-                    and all(r.num_computed_tokens == r.num_tokens - 1 for r in engine.scheduler.running))
+        decoding = (
+            len(engine.scheduler.running) == args.num_requests
+            and not engine.scheduler.waiting
+            and all(r.num_computed_tokens == r.num_tokens - 1 for r in engine.scheduler.running)
+        )
         if prof is not None and decoding:
             prof.enable()
         t = time.perf_counter()
@@ -161,8 +191,15 @@ def main() -> None:
         if not decoding:
             continue
         n = dict(timer.now)
-        parts = {"step": step, "schedule": n["schedule"], "prepare": n["prepare"], "sample": n["sample"],
-                 "update": n["update"], "output": n["output"], "gc": n.get("gc", 0.0)}
+        parts = {
+            "step": step,
+            "schedule": n["schedule"],
+            "prepare": n["prepare"],
+            "sample": n["sample"],
+            "update": n["update"],
+            "output": n["output"],
+            "gc": n.get("gc", 0.0),
+        }
         parts["forward"] = n["execute"] - n["prepare"] - n["sample"]  # includes execute's own few lines
         parts["other"] = step - n["execute"] - n["schedule"] - n["update"] - n["output"]
         parts["host"] = step - parts["forward"]
@@ -173,9 +210,11 @@ def main() -> None:
     med = {k: statistics.median(s[k] for s in decode_steps) * 1e3 for k in decode_steps[0]}
     mean = {k: statistics.mean(s[k] for s in decode_steps) * 1e3 for k in decode_steps[0]}
     med["host_sum_of_medians"] = sum(med[k] for k in HOST_PARTS)
-    print(f"{args.num_requests} requests, input {args.input_len}, output {args.output_len}, shape {args.shape} "
-          f"(vocab {engine.hf_config.vocab_size}), {args.device} ({engine.info.backend_name}), "
-          f"detokenize {args.detokenize}, torch threads {torch.get_num_threads()}")
+    print(
+        f"{args.num_requests} requests, input {args.input_len}, output {args.output_len}, shape {args.shape} "
+        f"(vocab {engine.hf_config.vocab_size}), {args.device} ({engine.info.backend_name}), "
+        f"detokenize {args.detokenize}, torch threads {torch.get_num_threads()}"
+    )
     print(f"{num_steps} steps in {total:.2f} s; {len(decode_steps)} all-decode steps, ms per step:")
     print(f"  {'':<9} {'median':>8} {'mean':>8}")
     for k in ("step",) + PARTS + ("host",):
@@ -187,8 +226,11 @@ def main() -> None:
         print(s.getvalue())
     if args.output_json:
         with open(args.output_json, "w") as f:
-            json.dump({"args": vars(args), "median_ms": med, "mean_ms": mean, "num_decode_steps": len(decode_steps)}, f,
-                      indent=1)
+            json.dump(
+                {"args": vars(args), "median_ms": med, "mean_ms": mean, "num_decode_steps": len(decode_steps)},
+                f,
+                indent=1,
+            )
     engine.shutdown()
     for f in os.listdir(tmp):
         os.remove(os.path.join(tmp, f))

@@ -85,9 +85,11 @@ class Soak:
     # --- clients ---------------------------------------------------------------------------------
     def normal(self) -> None:
         t0 = time.monotonic()
-        r = httpx.post(self.url + "/v1/completions", timeout=120,
-                       json={"model": self.model, "prompt": "The capital of France is", "max_tokens": 16,
-                             "ignore_eos": True})
+        r = httpx.post(
+            self.url + "/v1/completions",
+            timeout=120,
+            json={"model": self.model, "prompt": "The capital of France is", "max_tokens": 16, "ignore_eos": True},
+        )
         if r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 16:
             with self.lock:
                 self.normal_latencies.append(time.monotonic() - t0)
@@ -96,8 +98,13 @@ class Soak:
             self.error("normal", f"HTTP {r.status_code}")
 
     def streaming(self) -> None:
-        body = {"model": self.model, "messages": [{"role": "user", "content": "Tell me a story."}],
-                "max_tokens": 32, "ignore_eos": True, "stream": True}
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": "Tell me a story."}],
+            "max_tokens": 32,
+            "ignore_eos": True,
+            "stream": True,
+        }
         with httpx.stream("POST", self.url + "/v1/chat/completions", json=body, timeout=120) as r:
             lines = [line for line in r.iter_lines() if line]
         if r.status_code == 200 and lines and lines[-1] == "data: [DONE]":
@@ -106,8 +113,13 @@ class Soak:
             self.error("streaming", f"HTTP {r.status_code}")
 
     def disconnecting(self) -> None:
-        body = {"model": self.model, "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True,
-                "stream": True}
+        body = {
+            "model": self.model,
+            "prompt": "Once upon a time",
+            "max_tokens": 200,
+            "ignore_eos": True,
+            "stream": True,
+        }
         with httpx.stream("POST", self.url + "/v1/completions", json=body, timeout=120) as r:
             chunks = 0
             for line in r.iter_lines():
@@ -117,13 +129,24 @@ class Soak:
         self.ok("disconnecting") if r.status_code == 200 else self.error("disconnecting", f"HTTP {r.status_code}")
 
     def slow(self) -> None:
-        body = json.dumps({"model": self.model, "prompt": "Once upon a time", "max_tokens": 2000, "n": 8,
-                           "logprobs": 20, "ignore_eos": True, "stream": True}).encode()
+        body = json.dumps(
+            {
+                "model": self.model,
+                "prompt": "Once upon a time",
+                "max_tokens": 2000,
+                "n": 8,
+                "logprobs": 20,
+                "ignore_eos": True,
+                "stream": True,
+            }
+        ).encode()
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.connect(self._address())
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
         try:
             t0 = time.monotonic()
             while time.monotonic() - t0 < 120:  # never read; the server's write deadline must drop the connection
@@ -142,8 +165,9 @@ class Soak:
                 yield b"a" * 65536
             yield b'"}'
 
-        r = httpx.post(self.url + "/v1/completions", content=chunks(), headers={"Content-Type": "application/json"},
-                       timeout=120)
+        r = httpx.post(
+            self.url + "/v1/completions", content=chunks(), headers={"Content-Type": "application/json"}, timeout=120
+        )
         if r.status_code == 413 and r.json()["error"]["code"] == "request_body_too_large":
             self.ok("oversized")
         else:
@@ -179,9 +203,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--output-json", default=None)
-    parser.add_argument("--clients", default=",".join(KINDS),
-                        help=f"comma-separated client kinds to run (default all: {','.join(KINDS)}); "
-                             "e.g. normal,streaming for a baseline without hostile clients")
+    parser.add_argument(
+        "--clients",
+        default=",".join(KINDS),
+        help=f"comma-separated client kinds to run (default all: {','.join(KINDS)}); "
+        "e.g. normal,streaming for a baseline without hostile clients",
+    )
     parser.add_argument("server_args", nargs=argparse.REMAINDER, help="after --: flags for attnserve serve")
     args = parser.parse_args()
     server_args = [a for a in args.server_args if a != "--"]
@@ -194,8 +221,13 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     log = open(os.devnull, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "attnserve", "serve", "--port", str(port), "--log-level", "warning",
-                             *server_args], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnserve", "serve", "--port", str(port), "--log-level", "warning", *server_args],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 600
         while True:
@@ -241,10 +273,17 @@ def main() -> int:
             "requests_served": dict(soak.served),
             "requests_served_total": sum(soak.served.values()),
             "errors": dict(soak.errors),
-            "normal_latency_s": {"p50": pct(0.5), "p99": pct(0.99), "max": round(lat[-1], 3) if lat else None,
-                                 "count": len(lat)},
-            "rss_mb": {"start": round(start_mb, 1), "peak": round(max(peak_mb, rss_mb(proc.pid)), 1),
-                       "final": round(rss_mb(proc.pid), 1)},
+            "normal_latency_s": {
+                "p50": pct(0.5),
+                "p99": pct(0.99),
+                "max": round(lat[-1], 3) if lat else None,
+                "count": len(lat),
+            },
+            "rss_mb": {
+                "start": round(start_mb, 1),
+                "peak": round(max(peak_mb, rss_mb(proc.pid)), 1),
+                "final": round(rss_mb(proc.pid), 1),
+            },
             "requests_aborted": m.get("attnserve_request_aborted_total", 0.0),
             "http_responses": {k: v for k, v in m.items() if k == "attnserve_http_requests_total"},
             "kv_blocks_total": int(m["attnserve_kv_cache_total_blocks"]),

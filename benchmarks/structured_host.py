@@ -129,8 +129,11 @@ class StepParts:
             finally:
                 timer.now["step"] = time.perf_counter() - t
                 plan = self.plan  # the step this call scheduled: every request decoding one token
-                if (plan is not None and len(plan.requests) == self.num_requests
-                        and all(len(r.token_ids) == 1 for r in plan.requests)):
+                if (
+                    plan is not None
+                    and len(plan.requests) == self.num_requests
+                    and all(len(r.token_ids) == 1 for r in plan.requests)
+                ):
                     self.steps.append(dict(timer.now))
 
         engine.step = timed_step
@@ -147,8 +150,16 @@ class StepParts:
 def run(engine, prompts, params, parts: StepParts) -> dict:
     from attnserve import SamplingParams
 
-    engine.add_request([1, 2, 3], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True, detokenize=False,
-                                                 structured_outputs=params.structured_outputs))  # warm-up
+    engine.add_request(
+        [1, 2, 3],
+        SamplingParams(
+            temperature=0.0,
+            max_tokens=4,
+            ignore_eos=True,
+            detokenize=False,
+            structured_outputs=params.structured_outputs,
+        ),
+    )  # warm-up
     while engine.has_unfinished_requests():
         engine.step()
     for p in prompts:
@@ -177,30 +188,54 @@ def main() -> None:
     from benchmarks.gpu.bench_structured_tpot import SCHEMA
 
     torch.manual_seed(0)
-    model = write_qwen3(tempfile.mkdtemp(prefix="structured_host_"), "tiny", a.vocab_size,
-                        a.input_len + a.output_len + 16)
-    llm = LLM(model, tokenizer=default_model_path(), load_format="dummy", device="cpu", dtype="float32",
-              attention_backend="CPU_ATTN", kv_cache_memory=256 << 20, max_num_seqs=a.num_requests,
-              async_scheduling=not a.sync)
+    model = write_qwen3(
+        tempfile.mkdtemp(prefix="structured_host_"), "tiny", a.vocab_size, a.input_len + a.output_len + 16
+    )
+    llm = LLM(
+        model,
+        tokenizer=default_model_path(),
+        load_format="dummy",
+        device="cpu",
+        dtype="float32",
+        attention_backend="CPU_ATTN",
+        kv_cache_memory=256 << 20,
+        max_num_seqs=a.num_requests,
+        async_scheduling=not a.sync,
+    )
     engine = llm.engine
     parts = StepParts(engine, a.num_requests)
     rng = random.Random(0)
     vocab = min(a.vocab_size, len(llm.tokenizer))
     prompts = [[rng.randrange(100, vocab) for _ in range(a.input_len)] for _ in range(a.num_requests)]
     free = SamplingParams(temperature=0.0, max_tokens=a.output_len, ignore_eos=True, detokenize=False)
-    constrained = SamplingParams(temperature=0.0, max_tokens=a.output_len, ignore_eos=True, detokenize=False,
-                                 structured_outputs=StructuredOutputsParams(json=SCHEMA))
-    results = {name: run(engine, prompts, params, parts)
-               for name, params in (("unconstrained", free), ("json_schema", constrained))}
-    results["extra_ms"] = (results["json_schema"]["median_ms"]["step"]
-                           - results["unconstrained"]["median_ms"]["step"])
-    print(f"{a.num_requests} requests, vocab {a.vocab_size} (tokenizer {len(llm.tokenizer)}), "
-          f"{'sync' if a.sync else 'async'} scheduling, CPU; ms per all-decode step (median)")
-    print(f"  {'':<13}" + "".join(f"{p:>{max(9, len(p) + 1)}}" for p in PARTS + ("grammar_host",)) + f"{'steps':>7}{'tokens':>8}")
+    constrained = SamplingParams(
+        temperature=0.0,
+        max_tokens=a.output_len,
+        ignore_eos=True,
+        detokenize=False,
+        structured_outputs=StructuredOutputsParams(json=SCHEMA),
+    )
+    results = {
+        name: run(engine, prompts, params, parts)
+        for name, params in (("unconstrained", free), ("json_schema", constrained))
+    }
+    results["extra_ms"] = results["json_schema"]["median_ms"]["step"] - results["unconstrained"]["median_ms"]["step"]
+    print(
+        f"{a.num_requests} requests, vocab {a.vocab_size} (tokenizer {len(llm.tokenizer)}), "
+        f"{'sync' if a.sync else 'async'} scheduling, CPU; ms per all-decode step (median)"
+    )
+    print(
+        f"  {'':<13}"
+        + "".join(f"{p:>{max(9, len(p) + 1)}}" for p in PARTS + ("grammar_host",))
+        + f"{'steps':>7}{'tokens':>8}"
+    )
     for name in ("unconstrained", "json_schema"):
         r = results[name]
-        print(f"  {name:<13}" + "".join(f"{r['median_ms'][p]:{max(9, len(p) + 1)}.3f}" for p in PARTS + ("grammar_host",))
-              + f"{r['decode_steps']:7d}{r['tokens_mean']:8.1f}")
+        print(
+            f"  {name:<13}"
+            + "".join(f"{r['median_ms'][p]:{max(9, len(p) + 1)}.3f}" for p in PARTS + ("grammar_host",))
+            + f"{r['decode_steps']:7d}{r['tokens_mean']:8.1f}"
+        )
     print(f"  step extra under the schema: {results['extra_ms']:.3f} ms")
     if a.json:
         with open(a.json, "w") as f:

@@ -75,8 +75,13 @@ def run_cases_in_triton_interpreter(module: str, cases: dict, folder: Path) -> d
     """``python -m module in.pt out.pt`` under ``TRITON_INTERPRET=1`` (a subprocess: the interpreter mode is
     fixed when Triton's kernels are decorated); the cases go in and their results come back through ``folder``."""
     torch.save(cases, folder / "in.pt")
-    proc = subprocess.run([sys.executable, "-m", module, str(folder / "in.pt"), str(folder / "out.pt")],
-                          cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", module, str(folder / "in.pt"), str(folder / "out.pt")],
+        cwd=ROOT,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return torch.load(folder / "out.pt")

@@ -114,8 +114,11 @@ def test_the_allowed_directions_have_no_cycle():
 
 
 def test_imports_run_in_the_allowed_directions():
-    wrong = [f"{file} imports {module}" for file, src, module, dst in _edges()
-             if dst not in ALLOWED[src] and module not in ALLOWED_MODULES.get(src, set())]
+    wrong = [
+        f"{file} imports {module}"
+        for file, src, module, dst in _edges()
+        if dst not in ALLOWED[src] and module not in ALLOWED_MODULES.get(src, set())
+    ]
     assert not wrong, "imports against the direction of the package layers:\n" + "\n".join(wrong)
 
 
@@ -131,6 +134,7 @@ def test_layers_and_attention_import_only_public_names_of_kernels():
     for path in [*(PACKAGE / "layers").rglob("*.py"), *(PACKAGE / "attention").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnserve.kernels"):
-                bad += [f"{path.relative_to(PACKAGE)}: {node.module}.{a.name}" for a in node.names
-                        if a.name.startswith("_")]
+                bad += [
+                    f"{path.relative_to(PACKAGE)}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")
+                ]
     assert not bad, bad

@@ -160,7 +160,9 @@ class AttentionImpl(ABC):
         """vLLM's ``calc_kv_scales``: each scale = the absolute maximum of this step's tensor over its constant
         (``K_SCALE_CONSTANT`` ...); an all-zero tensor keeps 1.0. Reads the maxima on the host (one sync, once)."""
         amax = torch.stack([t.abs().amax().float() for t in (query, key, value)]).tolist()
-        q, k, v = (m / c if m > 0 else 1.0 for m, c in zip(amax, (Q_SCALE_CONSTANT, K_SCALE_CONSTANT, V_SCALE_CONSTANT)))
+        q, k, v = (
+            m / c if m > 0 else 1.0 for m, c in zip(amax, (Q_SCALE_CONSTANT, K_SCALE_CONSTANT, V_SCALE_CONSTANT))
+        )
         self.set_kv_scales(k, v, q)
         self.kv_scales_pending = False
 
@@ -171,8 +173,13 @@ class AttentionImpl(ABC):
         if not self.supports_sinks:
             from attnserve.refusals import Refusal, Refused
 
-            raise Refused(Refusal(("attention_backend",), type(self).__name__.removesuffix("Impl"),
-                                  reason="attention sinks not supported by this backend's kernel"))
+            raise Refused(
+                Refusal(
+                    ("attention_backend",),
+                    type(self).__name__.removesuffix("Impl"),
+                    reason="attention sinks not supported by this backend's kernel",
+                )
+            )
         self.sinks = sinks
 
     @abstractmethod
@@ -215,8 +222,12 @@ class AttentionMetadataBuilder(ABC):
     """Turns the step's common metadata into this backend's kernel arguments, once per step."""
 
     def __init__(
-        self, layer_spec: AttentionLayerSpec, device: torch.device, dtype: torch.dtype,
-        attention_config: "AttentionConfig | None" = None, kv_cache_layout: KVCacheLayout = KVCacheLayout.NHD,
+        self,
+        layer_spec: AttentionLayerSpec,
+        device: torch.device,
+        dtype: torch.dtype,
+        attention_config: "AttentionConfig | None" = None,
+        kv_cache_layout: KVCacheLayout = KVCacheLayout.NHD,
     ) -> None:
         self.layer_spec = layer_spec
         self.device = device
@@ -299,9 +310,7 @@ class AttentionBackend(ABC):
     def get_builder_cls() -> type[AttentionMetadataBuilder]: ...
 
     @classmethod
-    def get_kv_cache_shape(
-        cls, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int
-    ) -> tuple[int, ...]:
+    def get_kv_cache_shape(cls, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int) -> tuple[int, ...]:
         """Logical KV-cache shape of one layer: ``(2, num_blocks, block_size, num_kv_heads, head_size)``.
 
         Index 0 of the first dim holds keys, 1 values. The NHD layout is the logical one for every backend;
@@ -322,7 +331,9 @@ class AttentionBackend(ABC):
 
     @classmethod
     def capabilities(
-        cls, platform: "Platform | None" = None, attention_config: "AttentionConfig | None" = None,
+        cls,
+        platform: "Platform | None" = None,
+        attention_config: "AttentionConfig | None" = None,
         assume_installed: bool = False,
     ) -> "BackendCapabilities":
         """The declared limits as one typed record (what validation and the docs read)."""
@@ -332,7 +343,9 @@ class AttentionBackend(ABC):
 
     @classmethod
     def extra_reasons(
-        cls, selector_config: "AttentionSelectorConfig", platform: "Platform",
+        cls,
+        selector_config: "AttentionSelectorConfig",
+        platform: "Platform",
         attention_config: "AttentionConfig | None" = None,
     ) -> list["Reason"]:
         """Backend-specific reasons beyond the declared limits (e.g. a flag that needs another GPU)."""
@@ -347,8 +360,11 @@ class AttentionBackend(ABC):
 
     @classmethod
     def validate(
-        cls, selector_config: "AttentionSelectorConfig", platform: "Platform",
-        attention_config: "AttentionConfig | None" = None, assume_installed: bool = False,
+        cls,
+        selector_config: "AttentionSelectorConfig",
+        platform: "Platform",
+        attention_config: "AttentionConfig | None" = None,
+        assume_installed: bool = False,
     ) -> list["Reason"]:
         """Reasons this backend cannot run ``selector_config`` on ``platform``; empty when it can.
 

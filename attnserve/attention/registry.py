@@ -193,6 +193,7 @@ def lookup_backend(name: "str | AttentionBackendEnum | None") -> BackendName | N
 def suggest_backend_name(name: str, valid: list[str]) -> str | None:
     """The valid name closest to ``name``. "ATTENTION" and "ATTN" count as the same word, so that
     ``FLASH_ATTENTION`` suggests FLASH_ATTN (plain difflib would say FLEX_ATTENTION)."""
+
     def norm(text: str) -> str:
         return text.upper().replace("-", "_").replace("ATTENTION", "ATTN")
 

@@ -18,8 +18,13 @@ import torch
 
 from attnserve.attention.backend import AttentionBackend, AttentionType, KVCacheLayout
 from attnserve.attention.capabilities import dtype_name
-from attnserve.attention.registry import (AttentionBackendEnum, BackendName, backend_name, get_backend_class,
-                                          on_registry_change)
+from attnserve.attention.registry import (
+    AttentionBackendEnum,
+    BackendName,
+    backend_name,
+    get_backend_class,
+    on_registry_change,
+)
 from attnserve.config.attention import AttentionConfig
 from attnserve.config.cache import CacheConfig
 from attnserve.platforms.interface import Platform
@@ -67,8 +72,12 @@ class AttentionSelectorConfig:
 
     def describe(self) -> str:
         """E.g. ``head_size 80, dtype bfloat16, kv_cache_dtype auto, block_size 16``."""
-        parts = [f"head_size {self.head_size}", f"dtype {dtype_name(self.dtype)}",
-                 f"kv_cache_dtype {self.kv_cache_dtype}", f"block_size {self.block_size}"]
+        parts = [
+            f"head_size {self.head_size}",
+            f"dtype {dtype_name(self.dtype)}",
+            f"kv_cache_dtype {self.kv_cache_dtype}",
+            f"block_size {self.block_size}",
+        ]
         if self.sliding_window is not None:
             parts.append(f"sliding_window {self.sliding_window}")
         if self.logits_soft_cap is not None:
@@ -83,9 +92,17 @@ class AttentionSelectorConfig:
 
     def to_dict(self) -> dict:
         heads = {} if self.num_heads is None else {"num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads}
-        return {"head_size": self.head_size, "dtype": dtype_name(self.dtype), "kv_cache_dtype": self.kv_cache_dtype,
-                "block_size": self.block_size, "sliding_window": self.sliding_window,
-                "logits_soft_cap": self.logits_soft_cap, "has_sink": self.has_sink, "attn_type": self.attn_type.value, **heads}
+        return {
+            "head_size": self.head_size,
+            "dtype": dtype_name(self.dtype),
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "block_size": self.block_size,
+            "sliding_window": self.sliding_window,
+            "logits_soft_cap": self.logits_soft_cap,
+            "has_sink": self.has_sink,
+            "attn_type": self.attn_type.value,
+            **heads,
+        }
 
 
 @dataclass(frozen=True)
@@ -103,8 +120,11 @@ class AttentionSelection:
 
 
 def backend_reasons(
-    backend: BackendName, selector_config: AttentionSelectorConfig, platform: Platform,
-    attention_config: AttentionConfig | None = None, assume_installed: bool = False,
+    backend: BackendName,
+    selector_config: AttentionSelectorConfig,
+    platform: Platform,
+    attention_config: AttentionConfig | None = None,
+    assume_installed: bool = False,
 ) -> tuple[type[AttentionBackend] | None, list[str]]:
     """Import ``backend``'s class and return it with its reasons (a module that fails to import is a reason)."""
     try:
@@ -141,8 +161,12 @@ on_registry_change(clear_backend_cache)
 
 
 def select_attn_backend(
-    backend: "BackendName | AttentionConfig | None", selector_config: AttentionSelectorConfig, platform: Platform,
-    attention_config: AttentionConfig | None = None, *, assume_installed: bool = False,
+    backend: "BackendName | AttentionConfig | None",
+    selector_config: AttentionSelectorConfig,
+    platform: Platform,
+    attention_config: AttentionConfig | None = None,
+    *,
+    assume_installed: bool = False,
     kv_cache_layout: KVCacheLayout | None = None,
 ) -> AttentionSelection:
     """Choose the attention backend. ``backend`` is a member, a registered name, None (automatic) or an
@@ -151,55 +175,96 @@ def select_attn_backend(
     """
     if isinstance(backend, AttentionConfig):
         attention_config, backend = backend, backend.backend
-    key = (backend_name(backend) if backend is not None else None, selector_config, platform, attention_config,
-           assume_installed, kv_cache_layout)
+    key = (
+        backend_name(backend) if backend is not None else None,
+        selector_config,
+        platform,
+        attention_config,
+        assume_installed,
+        kv_cache_layout,
+    )
     if key not in _CACHE:
         if backend is not None:
             selection = _select_explicit(backend, selector_config, platform, attention_config, assume_installed)
         else:
             selection = _select_automatic(selector_config, platform, attention_config, assume_installed)
         layout = negotiate_kv_cache_layout(
-            selection.name, selection.backend_cls.get_required_kv_cache_layout(platform, attention_config),
-            kv_cache_layout)
+            selection.name,
+            selection.backend_cls.get_required_kv_cache_layout(platform, attention_config),
+            kv_cache_layout,
+        )
         version = None
         if selection.name == AttentionBackendEnum.FLASH_ATTN.name and hasattr(selection.backend_cls, "resolve_version"):
-            version = selection.backend_cls.resolve_version(selector_config, platform, attention_config, assume_installed)
-        _CACHE[key] = AttentionSelection(selection.name, selection.backend, selection.backend_cls, layout, version,
-                                         selection.explicit, selection.reasons)
+            version = selection.backend_cls.resolve_version(
+                selector_config, platform, attention_config, assume_installed
+            )
+        _CACHE[key] = AttentionSelection(
+            selection.name,
+            selection.backend,
+            selection.backend_cls,
+            layout,
+            version,
+            selection.explicit,
+            selection.reasons,
+        )
     return _CACHE[key]
 
 
 def get_attn_backend(
-    backend: "BackendName | AttentionConfig | None", selector_config: AttentionSelectorConfig, platform: Platform,
-    attention_config: AttentionConfig | None = None, *, assume_installed: bool = False,
+    backend: "BackendName | AttentionConfig | None",
+    selector_config: AttentionSelectorConfig,
+    platform: Platform,
+    attention_config: AttentionConfig | None = None,
+    *,
+    assume_installed: bool = False,
     kv_cache_layout: KVCacheLayout | None = None,
 ) -> type[AttentionBackend]:
     """Return the backend class to use (see :func:`select_attn_backend`)."""
-    return select_attn_backend(backend, selector_config, platform, attention_config,
-                               assume_installed=assume_installed, kv_cache_layout=kv_cache_layout).backend_cls
+    return select_attn_backend(
+        backend,
+        selector_config,
+        platform,
+        attention_config,
+        assume_installed=assume_installed,
+        kv_cache_layout=kv_cache_layout,
+    ).backend_cls
 
 
 def evaluate_backends(
-    selector_config: AttentionSelectorConfig, platform: Platform, attention_config: AttentionConfig | None = None,
-    assume_installed: bool = False, backends: "list[BackendName] | None" = None,
+    selector_config: AttentionSelectorConfig,
+    platform: Platform,
+    attention_config: AttentionConfig | None = None,
+    assume_installed: bool = False,
+    backends: "list[BackendName] | None" = None,
 ) -> dict[str, list[str]]:
     """Reasons of each backend (default: the platform's priority list), in order; [] = usable."""
     members = platform.backend_priorities() if backends is None else backends
-    return {backend_name(m): backend_reasons(m, selector_config, platform, attention_config, assume_installed)[1]
-            for m in members}
+    return {
+        backend_name(m): backend_reasons(m, selector_config, platform, attention_config, assume_installed)[1]
+        for m in members
+    }
 
 
 def _select_explicit(backend, selector_config, platform, attention_config, assume_installed) -> AttentionSelection:
     name = backend_name(backend)
     cls, reasons = backend_reasons(backend, selector_config, platform, attention_config, assume_installed)
     if reasons:
-        working = [n for n, r in evaluate_backends(selector_config, platform, attention_config,
-                                                   assume_installed).items() if not r and n != name]
+        working = [
+            n
+            for n, r in evaluate_backends(selector_config, platform, attention_config, assume_installed).items()
+            if not r and n != name
+        ]
         would = f"backends that would work: {', '.join(working)}" if working else "no backend would work"
-        raise NoUsableBackendError(Refusal(
-            subject="attention backend", key="attention_config.backend",
-            reason=f"{name} cannot run this model ({selector_config.describe()}) on {platform.description}: "
-                   + "; ".join(reasons) + f". {would[0].upper()}{would[1:]}."), {name: reasons})
+        raise NoUsableBackendError(
+            Refusal(
+                subject="attention backend",
+                key="attention_config.backend",
+                reason=f"{name} cannot run this model ({selector_config.describe()}) on {platform.description}: "
+                + "; ".join(reasons)
+                + f". {would[0].upper()}{would[1:]}.",
+            ),
+            {name: reasons},
+        )
     logger.info("Using %s attention backend (explicitly chosen)", name)
     return AttentionSelection(name, backend, cls, KVCacheLayout.NHD, explicit=True)
 
@@ -211,8 +276,9 @@ def _select_automatic(selector_config, platform, attention_config, assume_instal
         cls, reasons = backend_reasons(member, selector_config, platform, attention_config, assume_installed)
         tried[member.name] = reasons
         if not reasons:
-            logger.info("Using %s attention backend out of potential backends: %s", member.name,
-                        [m.name for m in priorities])
+            logger.info(
+                "Using %s attention backend out of potential backends: %s", member.name, [m.name for m in priorities]
+            )
             for other, why in tried.items():
                 if why:
                     logger.debug("attention backend %s skipped: %s", other, "; ".join(why))
@@ -221,9 +287,14 @@ def _select_automatic(selector_config, platform, attention_config, assume_instal
     for name, why in tried.items():
         same.setdefault(tuple(" ".join(r.split()) for r in why), []).append(name)
     listing = ". ".join(f"{', '.join(names)}: {'; '.join(why)}" for why, names in same.items())
-    raise NoUsableBackendError(Refusal(
-        reason=f"no attention backend can run this model ({selector_config.describe()}) on {platform.description}: "
-               f"{listing}.", key=_responsible_setting(selector_config, tried)), tried)
+    raise NoUsableBackendError(
+        Refusal(
+            reason=f"no attention backend can run this model ({selector_config.describe()}) on {platform.description}: "
+            f"{listing}.",
+            key=_responsible_setting(selector_config, tried),
+        ),
+        tried,
+    )
 
 
 def _responsible_setting(selector_config: AttentionSelectorConfig, tried: dict[str, list[Reason]]) -> str | None:

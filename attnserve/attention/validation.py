@@ -48,7 +48,10 @@ def _qual(caps: BackendCapabilities) -> str:
 
 
 def capability_reasons(
-    caps: BackendCapabilities, cfg: "AttentionSelectorConfig", platform: "Platform", *,
+    caps: BackendCapabilities,
+    cfg: "AttentionSelectorConfig",
+    platform: "Platform",
+    *,
     assume_installed: bool = False,
 ) -> list[Reason]:
     """Every reason the backend described by ``caps`` cannot run ``cfg`` on ``platform``.
@@ -62,26 +65,43 @@ def capability_reasons(
     reasons: list[Reason] = []
     if platform.device_type not in caps.device_types:
         supported = ", ".join(caps.device_types)
-        reasons.append(Reason(f"device {platform.device_type} not supported (supported: {supported})", "device",
-                              platform.device_type, supported))
+        reasons.append(
+            Reason(
+                f"device {platform.device_type} not supported (supported: {supported})",
+                "device",
+                platform.device_type,
+                supported,
+            )
+        )
     cc = platform.compute_capability
     if platform.device_type == "cuda" and cc is not None and "cuda" in caps.device_types:
         lo, hi = caps.min_compute_capability, caps.max_compute_capability
         if (lo is not None and cc < lo) or (hi is not None and cc > hi):
             rule = caps.compute_capability_rule()
-            reasons.append(Reason(f"compute capability {cc_str(cc)} not supported{q} (needs {rule})",
-                                  "compute_capability", cc, rule))
+            reasons.append(
+                Reason(
+                    f"compute capability {cc_str(cc)} not supported{q} (needs {rule})", "compute_capability", cc, rule
+                )
+            )
     if caps.required_package and not assume_installed and not package_installed(caps.required_package):
-        reasons.append(Reason(f"not installed: {caps.install_command()}", "package", caps.required_package,
-                              caps.install_command()))
+        reasons.append(
+            Reason(f"not installed: {caps.install_command()}", "package", caps.required_package, caps.install_command())
+        )
     if cfg.dtype not in caps.dtypes:
         names = ", ".join(dtype_name(d) for d in caps.dtypes)
-        reasons.append(Reason(f"dtype {dtype_name(cfg.dtype)} not supported{q} (supported: {names})", "dtype", cfg.dtype,
-                              names))
+        reasons.append(
+            Reason(f"dtype {dtype_name(cfg.dtype)} not supported{q} (supported: {names})", "dtype", cfg.dtype, names)
+        )
     if cfg.kv_cache_dtype not in caps.kv_cache_dtypes:
         names = ", ".join(caps.kv_cache_dtypes)
-        reasons.append(Reason(f"kv_cache_dtype {cfg.kv_cache_dtype} not supported{q} (supported: {names})",
-                              "kv_cache_dtype", cfg.kv_cache_dtype, names))
+        reasons.append(
+            Reason(
+                f"kv_cache_dtype {cfg.kv_cache_dtype} not supported{q} (supported: {names})",
+                "kv_cache_dtype",
+                cfg.kv_cache_dtype,
+                names,
+            )
+        )
     if not caps.head_size_ok(cfg.head_size):
         rule = caps.head_size_rule()
         rule = f"supported: {rule}" if caps.head_sizes is not None else rule
@@ -89,18 +109,27 @@ def capability_reasons(
     if not caps.block_size_ok(cfg.block_size):
         rule = caps.block_size_rule()
         rule = f"supported: {rule}" if caps.block_sizes is not None else rule
-        reasons.append(Reason(f"block_size {cfg.block_size} not supported{q} ({rule})", "block_size", cfg.block_size,
-                              rule))
+        reasons.append(
+            Reason(f"block_size {cfg.block_size} not supported{q} ({rule})", "block_size", cfg.block_size, rule)
+        )
     if cfg.sliding_window is not None and not caps.sliding_window:
-        reasons.append(Reason(f"sliding_window {cfg.sliding_window} not supported{q}", "sliding_window",
-                              cfg.sliding_window))
+        reasons.append(
+            Reason(f"sliding_window {cfg.sliding_window} not supported{q}", "sliding_window", cfg.sliding_window)
+        )
     if cfg.logits_soft_cap is not None and not caps.logits_soft_cap:
-        reasons.append(Reason(f"logits_soft_cap {cfg.logits_soft_cap} not supported{q}", "logits_soft_cap",
-                              cfg.logits_soft_cap))
+        reasons.append(
+            Reason(f"logits_soft_cap {cfg.logits_soft_cap} not supported{q}", "logits_soft_cap", cfg.logits_soft_cap)
+        )
     if cfg.has_sink and not caps.sinks:
         reasons.append(Reason(f"attention sinks not supported{q}", "has_sink", True))
     if cfg.attn_type not in caps.attn_types:
         names = ", ".join(t.value for t in caps.attn_types)
-        reasons.append(Reason(f"attention type {cfg.attn_type.value} not supported{q} (supported: {names})", "attn_type",
-                              cfg.attn_type, names))
+        reasons.append(
+            Reason(
+                f"attention type {cfg.attn_type.value} not supported{q} (supported: {names})",
+                "attn_type",
+                cfg.attn_type,
+                names,
+            )
+        )
     return reasons

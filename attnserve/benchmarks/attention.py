@@ -40,8 +40,13 @@ class AttentionBenchShape:
     kv_cache_dtype: str = "auto"  # the engine's --kv-cache-dtype: auto (= dtype), fp8, fp8_e4m3, fp8_e5m2
 
     def spec(self) -> AttentionLayerSpec:
-        return AttentionLayerSpec(num_heads=self.num_heads, head_size=self.head_size, scale=self.head_size ** -0.5,
-                                  num_kv_heads=self.num_kv_heads, kv_cache_dtype=self.kv_cache_dtype)
+        return AttentionLayerSpec(
+            num_heads=self.num_heads,
+            head_size=self.head_size,
+            scale=self.head_size**-0.5,
+            num_kv_heads=self.num_kv_heads,
+            kv_cache_dtype=self.kv_cache_dtype,
+        )
 
     @property
     def kv_dtype(self) -> torch.dtype:
@@ -81,13 +86,15 @@ def usable_backends(shape: AttentionBenchShape, platform, names: list[str] | Non
             m = lookup_backend(n)
             members += platform.backend_priorities() if m is None else [m]
         members = list(dict.fromkeys(members))
-    config = AttentionSelectorConfig(head_size=shape.head_size, dtype=shape.dtype, block_size=shape.block_size,
-                                     kv_cache_dtype=shape.kv_cache_dtype)
+    config = AttentionSelectorConfig(
+        head_size=shape.head_size, dtype=shape.dtype, block_size=shape.block_size, kv_cache_dtype=shape.kv_cache_dtype
+    )
     return evaluate_backends(config, platform, backends=members)
 
 
-def make_step(query_lens: list[int], seq_lens: list[int], block_size: int, gen: torch.Generator,
-              device: torch.device) -> tuple[CommonAttentionMetadata, int]:
+def make_step(
+    query_lens: list[int], seq_lens: list[int], block_size: int, gen: torch.Generator, device: torch.device
+) -> tuple[CommonAttentionMetadata, int]:
     """Common metadata of one step with block tables in random order; returns it and the number of blocks."""
     num_blocks = sum(-(-s // block_size) for s in seq_lens) + 1
     perm = torch.randperm(num_blocks, generator=gen).tolist()
@@ -102,10 +109,20 @@ def make_step(query_lens: list[int], seq_lens: list[int], block_size: int, gen: 
     seq = torch.tensor(seq_lens, dtype=torch.int32)
     decodes = sum(1 for q in query_lens if q == 1)
     common = CommonAttentionMetadata(
-        query_start_loc=qsl.to(device), query_start_loc_cpu=qsl, seq_lens=seq.to(device), seq_lens_cpu=seq,
-        block_table=block_table.to(device), slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
-        num_reqs=len(seq_lens), num_actual_tokens=sum(query_lens), max_query_len=max(query_lens),
-        max_seq_len=max(seq_lens), num_decodes=decodes, num_decode_tokens=decodes, block_size=block_size)
+        query_start_loc=qsl.to(device),
+        query_start_loc_cpu=qsl,
+        seq_lens=seq.to(device),
+        seq_lens_cpu=seq,
+        block_table=block_table.to(device),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+        num_reqs=len(seq_lens),
+        num_actual_tokens=sum(query_lens),
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        num_decodes=decodes,
+        num_decode_tokens=decodes,
+        block_size=block_size,
+    )
     return common, num_blocks
 
 
@@ -150,8 +167,17 @@ def median_time(fn, device: torch.device, warmup: int, repeats: int) -> float:
     return runs[len(runs) // 2]
 
 
-def time_case(backend_cls, shape: AttentionBenchShape, platform, device: torch.device, query_lens: list[int],
-              seq_lens: list[int], warmup: int, repeats: int, seed: int = 0) -> float:
+def time_case(
+    backend_cls,
+    shape: AttentionBenchShape,
+    platform,
+    device: torch.device,
+    query_lens: list[int],
+    seq_lens: list[int],
+    warmup: int,
+    repeats: int,
+    seed: int = 0,
+) -> float:
     """Median seconds of the backend's Impl.forward on one step (raises what the backend raises)."""
     from attnserve.model_executor.kv_cache import allocate_kv_caches
 
@@ -161,17 +187,31 @@ def time_case(backend_cls, shape: AttentionBenchShape, platform, device: torch.d
     builder = backend_cls.get_builder_cls()(spec, device, shape.dtype)
     impl = backend_cls.get_impl_cls()(spec)
     layout = backend_cls.get_required_kv_cache_layout(platform) or KVCacheLayout.NHD
-    (kv_cache,) = allocate_kv_caches(backend_cls, layout, 1, num_blocks, shape.block_size, shape.num_kv_heads,
-                                     shape.head_size, shape.kv_dtype, device)
+    (kv_cache,) = allocate_kv_caches(
+        backend_cls,
+        layout,
+        1,
+        num_blocks,
+        shape.block_size,
+        shape.num_kv_heads,
+        shape.head_size,
+        shape.kv_dtype,
+        device,
+    )
     if kv_cache.dtype == shape.dtype:
         kv_cache.normal_(generator=torch.Generator(device=device).manual_seed(seed))
     else:  # fp8: no normal_ for it; N(0, 1) stored (scales 1.0)
-        kv_cache.copy_(torch.randn(kv_cache.shape, generator=torch.Generator(device=device).manual_seed(seed),
-                                   device=device).to(kv_cache.dtype))
+        kv_cache.copy_(
+            torch.randn(kv_cache.shape, generator=torch.Generator(device=device).manual_seed(seed), device=device).to(
+                kv_cache.dtype
+            )
+        )
     t = sum(query_lens)
     dgen = torch.Generator(device=device).manual_seed(seed + 1)
-    q, k, v = (torch.randn(t, h, shape.head_size, generator=dgen, device=device, dtype=shape.dtype)
-               for h in (shape.num_heads, shape.num_kv_heads, shape.num_kv_heads))
+    q, k, v = (
+        torch.randn(t, h, shape.head_size, generator=dgen, device=device, dtype=shape.dtype)
+        for h in (shape.num_heads, shape.num_kv_heads, shape.num_kv_heads)
+    )
     metadata = builder.build(common)
     with torch.inference_mode():
         return median_time(lambda: impl.forward(q, k, v, kv_cache, metadata), device, warmup, repeats)
@@ -183,9 +223,19 @@ def _status(e: Exception) -> str:
     return f"error: {type(e).__name__}: {' '.join(str(e).split())[:200]}"
 
 
-def bench_backend(name: str, backend_cls, shape: AttentionBenchShape, platform, device: torch.device,
-                  batch_size: int, context_lens: list[int], prefill_lens: list[int], warmup: int, repeats: int,
-                  bar=None) -> list[AttentionRow]:
+def bench_backend(
+    name: str,
+    backend_cls,
+    shape: AttentionBenchShape,
+    platform,
+    device: torch.device,
+    batch_size: int,
+    context_lens: list[int],
+    prefill_lens: list[int],
+    warmup: int,
+    repeats: int,
+    bar=None,
+) -> list[AttentionRow]:
     """Rows for every decode and prefill shape of one backend; a failure becomes the row's status (and a
     NotImplementedError marks every remaining shape of the backend too, without running them)."""
     elem = torch.empty((), dtype=shape.kv_dtype).element_size()  # of the KV cache: 1 for fp8
@@ -210,8 +260,11 @@ def bench_backend(name: str, backend_cls, shape: AttentionBenchShape, platform, 
             else:
                 if phase == "decode":
                     kv_bytes = 2 * b * n * hkv * d * elem
-                    rows.append(AttentionRow(name, phase, b, n, "ok", s * 1e6, kv_bytes / s / 1e12,
-                                             4 * b * n * hq * d / s / 1e12))
+                    rows.append(
+                        AttentionRow(
+                            name, phase, b, n, "ok", s * 1e6, kv_bytes / s / 1e12, 4 * b * n * hq * d / s / 1e12
+                        )
+                    )
                 else:
                     rows.append(AttentionRow(name, phase, b, n, "ok", s * 1e6, None, 4 * n * n * hq * d / 2 / s / 1e12))
         if bar is not None:
@@ -245,27 +298,46 @@ def format_table(rows: list[AttentionRow]) -> str:
     unit of its column's largest figure (T, else G, else M); the JSON keeps them exact in TB/s and TFLOP/s."""
     kv_prefix, kv_factor = column_unit([r.kv_TBps for r in rows])
     fl_prefix, fl_factor = column_unit([r.tflops for r in rows])
-    lines = [f"{'backend':<15} {'phase':<8} {'shape':>12} {'time us':>10} {f'KV {kv_prefix}B/s':>9} "
-             f"{f'{fl_prefix}FLOP/s':>9}  status"]
+    lines = [
+        f"{'backend':<15} {'phase':<8} {'shape':>12} {'time us':>10} {f'KV {kv_prefix}B/s':>9} "
+        f"{f'{fl_prefix}FLOP/s':>9}  status"
+    ]
     f = lambda x, factor: "" if x is None else significant(x * factor)  # noqa: E731
     for r in rows:
         shape = f"{r.batch_size}x{r.context_len}" if r.phase == "decode" else f"L={r.context_len}"
         time_us = "" if r.time_us is None else format(r.time_us, ".1f")
-        lines.append(f"{r.backend:<15} {r.phase:<8} {shape:>12} {time_us:>10} {f(r.kv_TBps, kv_factor):>9} "
-                     f"{f(r.tflops, fl_factor):>9}  {r.status}")
+        lines.append(
+            f"{r.backend:<15} {r.phase:<8} {shape:>12} {time_us:>10} {f(r.kv_TBps, kv_factor):>9} "
+            f"{f(r.tflops, fl_factor):>9}  {r.status}"
+        )
     return "\n".join(lines)
 
 
-GPU_DEFAULTS = {"batch_size": 64, "context_lens": [512, 1024, 2048, 4096, 8192],
-                "prefill_lens": [512, 1024, 2048, 4096, 8192]}
+GPU_DEFAULTS = {
+    "batch_size": 64,
+    "context_lens": [512, 1024, 2048, 4096, 8192],
+    "prefill_lens": [512, 1024, 2048, 4096, 8192],
+}
 CPU_DEFAULTS = {"batch_size": 8, "context_lens": [128, 256, 512, 1024], "prefill_lens": [128, 256, 512, 1024]}
 
 
-def run_attention(*, device: str = "auto", dtype: str = "auto", num_heads: int = 32, num_kv_heads: int = 8,
-                  head_size: int = 128, block_size: int = 16, kv_cache_dtype: str = "auto", batch_size: int | None = None,
-                  context_lens: list[int] | None = None, prefill_lens: list[int] | None = None,
-                  backends: list[str] | None = None, warmup: int = 3, repeats: int = 10,
-                  progress: bool = True) -> dict:
+def run_attention(
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    num_heads: int = 32,
+    num_kv_heads: int = 8,
+    head_size: int = 128,
+    block_size: int = 16,
+    kv_cache_dtype: str = "auto",
+    batch_size: int | None = None,
+    context_lens: list[int] | None = None,
+    prefill_lens: list[int] | None = None,
+    backends: list[str] | None = None,
+    warmup: int = 3,
+    repeats: int = 10,
+    progress: bool = True,
+) -> dict:
     """Time every usable backend; the JSON-ready result. ``None`` sizes take the device's defaults
     (GPU_DEFAULTS / CPU_DEFAULTS); dtype ``auto`` is bfloat16 on GPU, float32 on CPU.
     Raises ValueError for a bad device or an unknown backend name."""
@@ -276,24 +348,33 @@ def run_attention(*, device: str = "auto", dtype: str = "auto", num_heads: int =
 
     platform = detect_platform(device)
     if platform.simulated:
-        raise ValueError(f"device {device!r} is simulated; bench attention needs a real device (auto, cpu, cuda, cuda:N)")
-    dev = torch.device("cpu") if platform.device_type == "cpu" else torch.device(
-        device if device.startswith("cuda:") else "cuda")
+        raise ValueError(
+            f"device {device!r} is simulated; bench attention needs a real device (auto, cpu, cuda, cuda:N)"
+        )
+    dev = (
+        torch.device("cpu")
+        if platform.device_type == "cpu"
+        else torch.device(device if device.startswith("cuda:") else "cuda")
+    )
     defaults = GPU_DEFAULTS if dev.type == "cuda" else CPU_DEFAULTS
     batch_size = batch_size or defaults["batch_size"]
     context_lens = context_lens or defaults["context_lens"]
     prefill_lens = prefill_lens or defaults["prefill_lens"]
-    torch_dtype = (torch.bfloat16 if dev.type == "cuda" else torch.float32) if dtype == "auto" else getattr(torch, dtype)
+    torch_dtype = (
+        (torch.bfloat16 if dev.type == "cuda" else torch.float32) if dtype == "auto" else getattr(torch, dtype)
+    )
     shape = AttentionBenchShape(num_heads, num_kv_heads, head_size, block_size, torch_dtype, kv_cache_dtype)
     reasons = usable_backends(shape, platform, backends)
     usable = [n for n, r in reasons.items() if not r]
     rows: list[AttentionRow] = []
-    with tqdm(total=len(usable) * (len(context_lens) + len(prefill_lens)), desc="attention", unit="case",
-              disable=not progress) as bar:
+    with tqdm(
+        total=len(usable) * (len(context_lens) + len(prefill_lens)), desc="attention", unit="case", disable=not progress
+    ) as bar:
         for name in usable:
             cls = get_backend_class(lookup_backend(name))
-            rows += bench_backend(name, cls, shape, platform, dev, batch_size, context_lens, prefill_lens,
-                                  warmup, repeats, bar)
+            rows += bench_backend(
+                name, cls, shape, platform, dev, batch_size, context_lens, prefill_lens, warmup, repeats, bar
+            )
     skipped = {n: r for n, r in reasons.items() if r}
     table = format_table(rows)
     if skipped:  # the reasons in the printed table too, not only in the JSON

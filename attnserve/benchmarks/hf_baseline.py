@@ -30,8 +30,16 @@ class BatchTiming:
 class TransformersBaseline:
     """A transformers model built like the engine's, and timed static-batch generation on it."""
 
-    def __init__(self, source: ModelSource, hf_config, load_format: str, dtype: torch.dtype, device: torch.device,
-                 seed: int = 0, pad_token_id: int | None = None) -> None:
+    def __init__(
+        self,
+        source: ModelSource,
+        hf_config,
+        load_format: str,
+        dtype: torch.dtype,
+        device: torch.device,
+        seed: int = 0,
+        pad_token_id: int | None = None,
+    ) -> None:
         from transformers import AutoModelForCausalLM
 
         self.device, self.dtype = device, dtype
@@ -52,8 +60,8 @@ class TransformersBaseline:
         ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
         return {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
 
     @torch.inference_mode()
@@ -61,8 +69,13 @@ class TransformersBaseline:
         """Generate exactly ``new_tokens`` tokens for every prompt in one static batch; time it."""
         from transformers import GenerationConfig
 
-        config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                                  pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id)
+        config = GenerationConfig(
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=self.pad_token_id,
+            eos_token_id=self.eos_token_id,
+        )
         inputs = self._inputs(prompts)
         t0 = now(self.device)
         out = self.model.generate(**inputs, generation_config=config)

@@ -47,8 +47,14 @@ PROMPTS = [
 def _prompt_ids(engine, prompts: list[str]) -> list[list[int]]:
     tok = engine.tokenizer
     if getattr(tok, "chat_template", None):
-        return [list(tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                             tokenize=True, return_dict=False)) for p in prompts]
+        return [
+            list(
+                tok.apply_chat_template(
+                    [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True, return_dict=False
+                )
+            )
+            for p in prompts
+        ]
     return [tok.encode(p) for p in prompts]
 
 
@@ -101,34 +107,62 @@ def compare(reference, candidate, prompts: list[list[int]], num_tokens: int) -> 
             if not s and first[i] == num_tokens:
                 first[i] = pos
         tokens = greedy_r.tolist()  # both continue with the reference's choice
-    return {"positions": total, "greedy_agreement": agree / total, "mean_kl": sum(kls) / len(kls),
-            "max_kl": max(kls), "first_divergence_mean": sum(first) / len(first)}
+    return {
+        "positions": total,
+        "greedy_agreement": agree / total,
+        "mean_kl": sum(kls) / len(kls),
+        "max_kl": max(kls),
+        "first_divergence_mean": sum(first) / len(first),
+    }
 
 
-def run(model: str | None = None, kv_cache_dtype: str = "fp8", attention_backend: str | None = None,
-        num_tokens: int = 64, dtype: str = "bfloat16", device: str = "auto", calculate_kv_scales: bool = False,
-        prompts: list[str] | None = None, num_gpu_blocks: int = 1024) -> dict:
+def run(
+    model: str | None = None,
+    kv_cache_dtype: str = "fp8",
+    attention_backend: str | None = None,
+    num_tokens: int = 64,
+    dtype: str = "bfloat16",
+    device: str = "auto",
+    calculate_kv_scales: bool = False,
+    prompts: list[str] | None = None,
+    num_gpu_blocks: int = 1024,
+) -> dict:
     """Build both engines and :func:`compare` them; the JSON-ready result (settings and figures)."""
     from attnserve.config.engine_args import build_engine_config
     from attnserve.engine.llm_engine import LLMEngine
 
     prompts = prompts or PROMPTS
-    common = dict(dtype=dtype, device=device, attention_backend=attention_backend, num_gpu_blocks=num_gpu_blocks,
-                  max_num_seqs=max(len(prompts), 1))
+    common = dict(
+        dtype=dtype,
+        device=device,
+        attention_backend=attention_backend,
+        num_gpu_blocks=num_gpu_blocks,
+        max_num_seqs=max(len(prompts), 1),
+    )
     reference = LLMEngine(build_engine_config(model, kv_cache_dtype="auto", **common), warn_kv_cache_limit=False)
-    candidate = LLMEngine(build_engine_config(model, kv_cache_dtype=kv_cache_dtype,
-                                              calculate_kv_scales=calculate_kv_scales, **common),
-                          warn_kv_cache_limit=False)
+    candidate = LLMEngine(
+        build_engine_config(model, kv_cache_dtype=kv_cache_dtype, calculate_kv_scales=calculate_kv_scales, **common),
+        warn_kv_cache_limit=False,
+    )
     ids = _prompt_ids(reference, prompts)
     figures = compare(reference, candidate, ids, num_tokens)
     runner = candidate.runner
-    return {"model": model or "default", "attention_backend": runner.backend.name, "dtype": dtype,
-            "kv_cache_dtype": kv_cache_dtype, "kv_scales": runner.kv_scales_source, "prompts": len(prompts),
-            "num_tokens": num_tokens, **figures}
+    return {
+        "model": model or "default",
+        "attention_backend": runner.backend.name,
+        "dtype": dtype,
+        "kv_cache_dtype": kv_cache_dtype,
+        "kv_scales": runner.kv_scales_source,
+        "prompts": len(prompts),
+        "num_tokens": num_tokens,
+        **figures,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m attnserve.benchmarks.kv_cache_agreement", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m attnserve.benchmarks.kv_cache_agreement", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--model", default=None, help="default: the default model")
     p.add_argument("--kv-cache-dtype", default="fp8", choices=["fp8", "fp8_e4m3", "fp8_e5m2"])
     p.add_argument("--calculate-kv-scales", action="store_true")
@@ -138,8 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-tokens", type=int, default=64)
     p.add_argument("--output-json", default=None)
     args = p.parse_args(argv)
-    result = run(args.model, args.kv_cache_dtype, args.attention_backend, args.num_tokens, args.dtype, args.device,
-                 args.calculate_kv_scales)
+    result = run(
+        args.model,
+        args.kv_cache_dtype,
+        args.attention_backend,
+        args.num_tokens,
+        args.dtype,
+        args.device,
+        args.calculate_kv_scales,
+    )
     text = json.dumps(result, indent=2)
     print(text)
     if args.output_json:

@@ -49,32 +49,61 @@ class LatencyRow:
         return asdict(self)
 
 
-def iteration_requests(batch_size: int, input_len: int, output_len: int, vocab_size: int, seed: int,
-                       iteration: int) -> list[BenchRequest]:
+def iteration_requests(
+    batch_size: int, input_len: int, output_len: int, vocab_size: int, seed: int, iteration: int
+) -> list[BenchRequest]:
     """The prompts of one iteration (the same for the engine and the baseline)."""
     return random_requests(batch_size, input_len, output_len, 0.0, vocab_size, seed * 1_000_003 + iteration)
 
 
-def _row(name: str, batch_size: int, input_len: int, output_len: int, ttfts: list[float], tpots: list[float],
-         e2es: list[float], batch_latencies: list[float], roofline: Roofline,
-         batch_tpots: list[float] | None = None) -> LatencyRow:
+def _row(
+    name: str,
+    batch_size: int,
+    input_len: int,
+    output_len: int,
+    ttfts: list[float],
+    tpots: list[float],
+    e2es: list[float],
+    batch_latencies: list[float],
+    roofline: Roofline,
+    batch_tpots: list[float] | None = None,
+) -> LatencyRow:
     contexts = [mean_decode_context(input_len, output_len)] * batch_size
     tpot = summarize(tpots)
     limit = roofline.step_limit_s(contexts)
     return LatencyRow(
-        name=name, batch_size=batch_size, input_len=input_len, output_len=output_len, num_iters=len(batch_latencies),
-        ttft_s=summarize(ttfts), tpot_s=tpot, e2e_s=summarize(e2es), batch_latency_s=summarize(batch_latencies),
+        name=name,
+        batch_size=batch_size,
+        input_len=input_len,
+        output_len=output_len,
+        num_iters=len(batch_latencies),
+        ttft_s=summarize(ttfts),
+        tpot_s=tpot,
+        e2e_s=summarize(e2es),
+        batch_latency_s=summarize(batch_latencies),
         batch_tpot_s=summarize(tpots if batch_tpots is None else batch_tpots),
         output_tokens_per_s=batch_size * output_len * len(batch_latencies) / sum(batch_latencies),
-        roofline=roofline.row(limit, tpot["mean"], step_bytes=roofline.step_bytes(contexts)))
+        roofline=roofline.row(limit, tpot["mean"], step_bytes=roofline.step_bytes(contexts)),
+    )
 
 
 def _tpot(ttft: float, e2e: float, output_len: int) -> float | None:
     return (e2e - ttft) / (output_len - 1) if output_len > 1 else None
 
 
-def run_engine(engine, batch_size: int, input_len: int, output_len: int, num_iters: int, num_iters_warmup: int,
-               vocab_size: int, seed: int, roofline: Roofline, bar=None, sampling: dict | None = None) -> LatencyRow:
+def run_engine(
+    engine,
+    batch_size: int,
+    input_len: int,
+    output_len: int,
+    num_iters: int,
+    num_iters_warmup: int,
+    vocab_size: int,
+    seed: int,
+    roofline: Roofline,
+    bar=None,
+    sampling: dict | None = None,
+) -> LatencyRow:
     """Timed batches through the engine; per-request TTFT/TPOT/E2E from the engine's request metrics.
     ``sampling``: more SamplingParams fields for every request (penalties), on top of greedy, ignore_eos."""
     from attnserve.core.sampling_params import SamplingParams
@@ -86,8 +115,9 @@ def run_engine(engine, batch_size: int, input_len: int, output_len: int, num_ite
         with frozen_heap():  # no full-collection pause inside the timed batch (gc_heap.py)
             t0 = now(device)
             # detokenize=False: the benchmark counts tokens, so no per-token decoding in the timed loop
-            params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True, detokenize=False,
-                                    **(sampling or {}))
+            params = SamplingParams(
+                temperature=0.0, max_tokens=output_len, ignore_eos=True, detokenize=False, **(sampling or {})
+            )
             for r in requests:
                 engine.add_request(r.prompt_token_ids, params)
             finished = []
@@ -109,16 +139,27 @@ def run_engine(engine, batch_size: int, input_len: int, output_len: int, num_ite
             tpot = _tpot(o.metrics.ttft, o.metrics.e2e, output_len)
             if tpot is not None:
                 tpots.append(tpot)
-    return _row("attnserve", batch_size, input_len, output_len, ttfts, tpots, e2es, batches, roofline,
-                batch_tpots)
+    return _row("attnserve", batch_size, input_len, output_len, ttfts, tpots, e2es, batches, roofline, batch_tpots)
 
 
-def run_transformers(baseline, batch_size: int, input_len: int, output_len: int, num_iters: int,
-                     num_iters_warmup: int, vocab_size: int, seed: int, roofline: Roofline, bar=None) -> LatencyRow:
+def run_transformers(
+    baseline,
+    batch_size: int,
+    input_len: int,
+    output_len: int,
+    num_iters: int,
+    num_iters_warmup: int,
+    vocab_size: int,
+    seed: int,
+    roofline: Roofline,
+    bar=None,
+) -> LatencyRow:
     """The same prompts as one static batch through transformers' ``generate``."""
     ttfts, tpots, e2es = [], [], []
     for it in range(num_iters_warmup + num_iters):
-        prompts = [r.prompt_token_ids for r in iteration_requests(batch_size, input_len, output_len, vocab_size, seed, it)]
+        prompts = [
+            r.prompt_token_ids for r in iteration_requests(batch_size, input_len, output_len, vocab_size, seed, it)
+        ]
         ttft = baseline.generate(prompts, 1).seconds
         e2e = baseline.generate(prompts, output_len).seconds
         if bar is not None:
@@ -143,16 +184,20 @@ def vllm_row(result: dict, input_len: int, output_len: int, roofline: Roofline) 
 
 def format_table(rows: list[LatencyRow]) -> str:
     """The short table printed last: medians, tokens/s and % of the roofline."""
-    head = (f"{'':<13} {'batch':>5} {'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'TPOT p99 ms':>11} "
-            f"{'batch TPOT ms':>13} {'E2E p50 s':>9} {'output tok/s':>12} {'% of limit':>10}")
+    head = (
+        f"{'':<13} {'batch':>5} {'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'TPOT p99 ms':>11} "
+        f"{'batch TPOT ms':>13} {'E2E p50 s':>9} {'output tok/s':>12} {'% of limit':>10}"
+    )
     lines = [head]
     ms = lambda x: float("nan") if x is None else 1e3 * x  # noqa: E731
     for r in rows:
         pct = r.roofline.pct_of_limit
-        lines.append(f"{r.name:<13} {r.batch_size:>5} {ms(r.ttft_s['p50']):>11.2f} {ms(r.tpot_s['p50']):>11.2f} "
-                     f"{ms(r.tpot_s['p99']):>11.2f} {ms(r.batch_tpot_s['p50']):>13.2f} {r.e2e_s['p50']:>9.3f} "
-                     f"{r.output_tokens_per_s:>12.1f} "
-                     f"{float('nan') if pct is None else pct:>9.1f}%")
+        lines.append(
+            f"{r.name:<13} {r.batch_size:>5} {ms(r.ttft_s['p50']):>11.2f} {ms(r.tpot_s['p50']):>11.2f} "
+            f"{ms(r.tpot_s['p99']):>11.2f} {ms(r.batch_tpot_s['p50']):>13.2f} {r.e2e_s['p50']:>9.3f} "
+            f"{r.output_tokens_per_s:>12.1f} "
+            f"{float('nan') if pct is None else pct:>9.1f}%"
+        )
     return "\n".join(lines)
 
 
@@ -166,9 +211,19 @@ def _check_sizes(config, sizes: list[int]) -> None:
         check_tensor_parallel_size(hf_config, tp)
 
 
-def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: int, num_iters: int,
-                num_iters_warmup: int, baseline: str | None = None, progress: bool = True,
-                tensor_parallel_sizes: list[int] | None = None, sampling: dict | None = None) -> dict:
+def run_latency(
+    config,
+    *,
+    batch_sizes: list[int],
+    input_len: int,
+    output_len: int,
+    num_iters: int,
+    num_iters_warmup: int,
+    baseline: str | None = None,
+    progress: bool = True,
+    tensor_parallel_sizes: list[int] | None = None,
+    sampling: dict | None = None,
+) -> dict:
     """The whole benchmark over ``batch_sizes``: the engine's rows, then the baseline's; JSON-ready result.
 
     ``tensor_parallel_sizes``: run the engine once per size, one after the other (rows ``attnserve tpN``);
@@ -179,7 +234,13 @@ def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: i
 
     from tqdm import tqdm
 
-    from attnserve.benchmarks.offline import check_lengths, check_requests_fit, start_baseline, start_engine, stop_engine
+    from attnserve.benchmarks.offline import (
+        check_lengths,
+        check_requests_fit,
+        start_baseline,
+        start_engine,
+        stop_engine,
+    )
 
     seed = config.model.seed
     if baseline == "vllm":
@@ -199,8 +260,10 @@ def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: i
         args = (input_len, output_len, num_iters, num_iters_warmup, facts.prompt_vocab_size, seed, roofline)
         name = "attnserve" if tensor_parallel_sizes is None else f"attnserve tp{tp}"
         with tqdm(total=iters, desc=name, unit="batch", disable=not progress) as bar:
-            rows += [dataclasses.replace(run_engine(engine, b, *args, bar=bar, sampling=sampling), name=name)
-                     for b in batch_sizes]
+            rows += [
+                dataclasses.replace(run_engine(engine, b, *args, bar=bar, sampling=sampling), name=name)
+                for b in batch_sizes
+            ]
         stop_engine(engine, facts)
         del engine
     facts, roofline = first
@@ -208,9 +271,18 @@ def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: i
     if baseline == "vllm":
         from attnserve.benchmarks.vllm_baseline import latency_spec, run_vllm
 
-        result = run_vllm(latency_spec(facts, batch_sizes=batch_sizes, input_len=input_len, output_len=output_len,
-                                       num_iters=num_iters, num_iters_warmup=num_iters_warmup, seed=seed,
-                                       tensor_parallel_size=sizes[0]))
+        result = run_vllm(
+            latency_spec(
+                facts,
+                batch_sizes=batch_sizes,
+                input_len=input_len,
+                output_len=output_len,
+                num_iters=num_iters,
+                num_iters_warmup=num_iters_warmup,
+                seed=seed,
+                tensor_parallel_size=sizes[0],
+            )
+        )
         vllm_settings = {"vllm_version": result["vllm_version"], **result["settings"]}
         theirs = [vllm_row(r, input_len, output_len, roofline) for r in result["rows"]]
     elif baseline:
@@ -219,14 +291,25 @@ def run_latency(config, *, batch_sizes: list[int], input_len: int, output_len: i
             theirs = [run_transformers(hf, b, *args, bar=bar) for b in batch_sizes]
         hf.close()
     if baseline:
-        ratios = {str(o.batch_size): o.output_tokens_per_s / t.output_tokens_per_s for o, t in zip(rows, theirs)}  # first size's rows
+        ratios = {
+            str(o.batch_size): o.output_tokens_per_s / t.output_tokens_per_s for o, t in zip(rows, theirs)
+        }  # first size's rows
         rows += theirs
     return {
         "kind": "latency",
         "engine": facts.to_dict(),
-        "workload": {"batch_sizes": batch_sizes, "input_len": input_len, "output_len": output_len,
-                     "num_iters": num_iters, "num_iters_warmup": num_iters_warmup, "seed": seed, "ignore_eos": True,
-                     "temperature": 0.0, "tensor_parallel_sizes": sizes, "sampling": sampling or {}},
+        "workload": {
+            "batch_sizes": batch_sizes,
+            "input_len": input_len,
+            "output_len": output_len,
+            "num_iters": num_iters,
+            "num_iters_warmup": num_iters_warmup,
+            "seed": seed,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "tensor_parallel_sizes": sizes,
+            "sampling": sampling or {},
+        },
         "roofline": roofline.to_dict(),
         "baseline": baseline,
         "baseline_settings": vllm_settings,  # vllm: its version and what its defaults resolved to

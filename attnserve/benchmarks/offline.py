@@ -39,10 +39,17 @@ class EngineFacts:
     pad_token_id: int | None
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "load_format": self.load_format, "device": str(self.device),
-                "dtype": str(self.dtype).removeprefix("torch."), "attention_backend": self.attention_backend,
-                "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
-                "max_model_len": self.max_model_len, "torch": torch.__version__}
+        return {
+            "model": self.model,
+            "load_format": self.load_format,
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "attention_backend": self.attention_backend,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_model_len": self.max_model_len,
+            "torch": torch.__version__,
+        }
 
 
 def start_engine(config: EngineConfig):
@@ -52,8 +59,11 @@ def start_engine(config: EngineConfig):
     from attnserve.platforms import detect_platform
 
     platform = detect_platform(config.device)
-    device = torch.device("cpu") if platform.device_type == "cpu" else torch.device(
-        config.device if config.device.startswith("cuda") else "cuda")
+    device = (
+        torch.device("cpu")
+        if platform.device_type == "cpu"
+        else torch.device(config.device if config.device.startswith("cuda") else "cuda")
+    )
     bandwidth = measure_copy_bandwidth(device)
     from attnserve.benchmarks.hf_baseline import free_device_memory
 
@@ -62,18 +72,29 @@ def start_engine(config: EngineConfig):
     info = engine.info
     tokenizer_size = len(engine.tokenizer) if engine.tokenizer is not None else engine.hf_config.vocab_size
     facts = EngineFacts(
-        model=resolve_model_source(config.model.model).path, source=resolve_model_source(config.model.model),
-        hf_config=engine.hf_config, load_format=config.model.load_format, seed=config.model.seed,
-        device=info.device, dtype=info.dtype, attention_backend=info.backend_name,
-        max_num_seqs=config.scheduler.max_num_seqs, max_num_batched_tokens=engine.config.scheduler.max_num_batched_tokens,
-        max_model_len=engine.max_model_len, prompt_vocab_size=min(engine.hf_config.vocab_size, tokenizer_size),
-        pad_token_id=engine.tokenizer.pad_token_id if engine.tokenizer is not None else None)
+        model=resolve_model_source(config.model.model).path,
+        source=resolve_model_source(config.model.model),
+        hf_config=engine.hf_config,
+        load_format=config.model.load_format,
+        seed=config.model.seed,
+        device=info.device,
+        dtype=info.dtype,
+        attention_backend=info.backend_name,
+        max_num_seqs=config.scheduler.max_num_seqs,
+        max_num_batched_tokens=engine.config.scheduler.max_num_batched_tokens,
+        max_model_len=engine.max_model_len,
+        prompt_vocab_size=min(engine.hf_config.vocab_size, tokenizer_size),
+        pad_token_id=engine.tokenizer.pad_token_id if engine.tokenizer is not None else None,
+    )
     # per rank under tensor parallelism: each GPU reads its shard of the weights and KV cache in parallel
-    roofline = Roofline(copy_bandwidth=bandwidth, weight_bytes=info.weight_bytes,
-                        kv_bytes_per_token=kv_bytes_per_token(info.num_layers, info.num_kv_heads,
-                                                              info.head_size, info.kv_dtype),
-                        expert_bytes=info.expert_bytes, num_experts=info.num_experts,
-                        experts_per_token=info.experts_per_token)
+    roofline = Roofline(
+        copy_bandwidth=bandwidth,
+        weight_bytes=info.weight_bytes,
+        kv_bytes_per_token=kv_bytes_per_token(info.num_layers, info.num_kv_heads, info.head_size, info.kv_dtype),
+        expert_bytes=info.expert_bytes,
+        num_experts=info.num_experts,
+        experts_per_token=info.experts_per_token,
+    )
     return engine, facts, roofline
 
 
@@ -93,8 +114,9 @@ def start_baseline(name: str, facts: EngineFacts):
 
     if name not in BASELINES:
         raise ValueError(f"baseline {name!r} not supported (allowed: {', '.join(BASELINES)})")
-    return TransformersBaseline(facts.source, facts.hf_config, facts.load_format, facts.dtype, facts.device,
-                                facts.seed, facts.pad_token_id)
+    return TransformersBaseline(
+        facts.source, facts.hf_config, facts.load_format, facts.dtype, facts.device, facts.seed, facts.pad_token_id
+    )
 
 
 def check_requests_fit(engine, max_input: int) -> None:
@@ -108,6 +130,8 @@ def check_requests_fit(engine, max_input: int) -> None:
 def check_lengths(max_input: int, max_output: int, max_model_len: int) -> None:
     """Every request must fit: the longest prompt plus the longest output within max_model_len."""
     if max_input + max_output > max_model_len:
-        raise ValueError(f"the longest prompt ({max_input} tokens) plus the longest output ({max_output} tokens) "
-                         f"exceeds max_model_len {max_model_len}; lower --input-len/--output-len/--range-ratio "
-                         "or raise --max-model-len")
+        raise ValueError(
+            f"the longest prompt ({max_input} tokens) plus the longest output ({max_output} tokens) "
+            f"exceeds max_model_len {max_model_len}; lower --input-len/--output-len/--range-ratio "
+            "or raise --max-model-len"
+        )

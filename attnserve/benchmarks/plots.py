@@ -25,9 +25,12 @@ def plot_throughput(result: dict, path: str) -> None:
         ns = [0] + [n for _, n in row["timeline"]]
         ax.plot(ts, ns, label=f"{row['name']}: {row['output_tokens_per_s']:.1f} tok/s")
     w = result["workload"]
-    ax.set(xlabel="seconds", ylabel="output tokens generated",
-           title=f"bench throughput: {w['num_prompts']} requests, in {w['input_len']} / out {w['output_len']}"
-                 f" (range ratio {w['range_ratio']})")
+    ax.set(
+        xlabel="seconds",
+        ylabel="output tokens generated",
+        title=f"bench throughput: {w['num_prompts']} requests, in {w['input_len']} / out {w['output_len']}"
+        f" (range ratio {w['range_ratio']})",
+    )
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -43,11 +46,19 @@ def plot_latency(result: dict, path: str) -> None:
         rows = sorted((r for r in result["results"] if r["name"] == name), key=lambda r: r["batch_size"])
         ax.plot([r["batch_size"] for r in rows], [r["output_tokens_per_s"] for r in rows], "o-", label=name)
     ours = sorted((r for r in result["results"] if r["name"] == "attnserve"), key=lambda r: r["batch_size"])
-    ax.plot([r["batch_size"] for r in ours], [r["batch_size"] / r["roofline"]["limit_s"] for r in ours], "kx--",
-            label="roofline (bytes / copy bandwidth)")
+    ax.plot(
+        [r["batch_size"] for r in ours],
+        [r["batch_size"] / r["roofline"]["limit_s"] for r in ours],
+        "kx--",
+        label="roofline (bytes / copy bandwidth)",
+    )
     w = result["workload"]
-    ax.set(yscale="log", xlabel="batch size", ylabel="output tokens/s",
-           title=f"bench latency: in {w['input_len']} / out {w['output_len']}")
+    ax.set(
+        yscale="log",
+        xlabel="batch size",
+        ylabel="output tokens/s",
+        title=f"bench latency: in {w['input_len']} / out {w['output_len']}",
+    )
     ax.set_xscale("log", base=2)
     sizes = sorted({r["batch_size"] for r in result["results"]})
     ax.set_xticks(sizes, [str(b) for b in sizes])
@@ -70,8 +81,9 @@ def plot_attention(result: dict, path: str) -> None:
                 ax.plot([r["context_len"] for r in rows], [r["time_us"] for r in rows], "o-", label=backend)
     s = result["shape"]
     heads = f"{s['num_heads']}q/{s['num_kv_heads']}kv heads x {s['head_size']}, {s['dtype']}"
-    dec.set(xlabel="context length (tokens)", ylabel="microseconds",
-            title=f"decode, batch {result['batch_size']} ({heads})")
+    dec.set(
+        xlabel="context length (tokens)", ylabel="microseconds", title=f"decode, batch {result['batch_size']} ({heads})"
+    )
     pre.set(xlabel="sequence length (tokens)", ylabel="microseconds", title="causal prefill, one sequence")
     for ax in (dec, pre):
         ax.set(xscale="log", yscale="log")

@@ -63,8 +63,16 @@ def numpy_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed % 2**64 if seed < 0 else seed)
 
 
-def random_requests(num_prompts: int, input_len: int, output_len: int, range_ratio: float, vocab_size: int,
-                    seed: int, prefix_len: int = 0, num_turns: int = 1) -> list[BenchRequest]:
+def random_requests(
+    num_prompts: int,
+    input_len: int,
+    output_len: int,
+    range_ratio: float,
+    vocab_size: int,
+    seed: int,
+    prefix_len: int = 0,
+    num_turns: int = 1,
+) -> list[BenchRequest]:
     """``num_prompts`` prompts of random token ids in ``[0, vocab_size)``: each one shared prefix of
     ``prefix_len`` ids (vLLM's ``--random-prefix-len``) followed by its own ``input_len`` (drawn) ids. With
     ``num_turns`` > 1 each prompt opens a conversation whose later turns each add a new message of drawn length.
@@ -144,8 +152,9 @@ def read_prompts_file(path: str) -> list[str]:
     return [prompt_of_line(path, number, line) for number, line in numbered_lines(path)]
 
 
-def file_requests(prompts: list[list[int]], num_prompts: int | None, output_len: int, range_ratio: float,
-                  seed: int) -> list[BenchRequest]:
+def file_requests(
+    prompts: list[list[int]], num_prompts: int | None, output_len: int, range_ratio: float, seed: int
+) -> list[BenchRequest]:
     """Tokenized prompts (cycled to ``num_prompts`` when given), output lengths drawn as for random ones."""
     n = len(prompts) if num_prompts is None else num_prompts
     rng = numpy_rng(seed)

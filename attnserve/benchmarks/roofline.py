@@ -97,8 +97,13 @@ class Roofline:
     def row(self, limit_s: float, measured_s: float | None, step_bytes: float | None = None) -> "RooflineRow":
         """The roofline fields of one result row: limit, measured, % of limit."""
         pct = None if not measured_s else 100.0 * limit_s / measured_s
-        return RooflineRow(step_bytes=step_bytes, limit_s=limit_s, measured_s=measured_s, pct_of_limit=pct,
-                           copy_bandwidth_GBps=self.copy_bandwidth / 1e9)
+        return RooflineRow(
+            step_bytes=step_bytes,
+            limit_s=limit_s,
+            measured_s=measured_s,
+            pct_of_limit=pct,
+            copy_bandwidth_GBps=self.copy_bandwidth / 1e9,
+        )
 
     def to_dict(self) -> dict:
         return {**asdict(self), "copy_bandwidth_GBps": self.copy_bandwidth / 1e9}

@@ -19,9 +19,11 @@ import numpy as np
 
 from attnserve.benchmarks.requests import PromptsFileError, read_prompts_file
 
-_WORDS = ("the of and to in is was for on that with as by at from his her an which are this be or have one "
-          "had not but were all they their we been has when who will more no out if so what can said about "
-          "into time some than other could only two then first new its like over these such after most").split()
+_WORDS = (
+    "the of and to in is was for on that with as by at from his her an which are this be or have one "
+    "had not but were all they their we been has when who will more no out if so what can said about "
+    "into time some than other could only two then first new its like over these such after most"
+).split()
 
 
 @dataclass(frozen=True)
@@ -67,13 +69,17 @@ def load_prompts(cfg: BenchConfig) -> list[str]:
     if cfg.prompt_file:
         prompts = read_prompts_file(cfg.prompt_file)
         if not prompts:
-            raise PromptsFileError(f"{cfg.prompt_file} has no prompts (give one prompt per line, or leave "
-                                   "--prompt-file out for random prompts)")
+            raise PromptsFileError(
+                f"{cfg.prompt_file} has no prompts (give one prompt per line, or leave "
+                "--prompt-file out for random prompts)"
+            )
         return [prompts[i % len(prompts)] for i in range(cfg.num_prompts)]
     rng = random.Random(cfg.seed)
     prefix = " ".join(rng.choice(_WORDS) for _ in range(cfg.prefix_len))
-    return [" ".join([prefix] * bool(prefix) + [rng.choice(_WORDS) for _ in range(cfg.input_len)])
-            for _ in range(cfg.num_prompts)]
+    return [
+        " ".join([prefix] * bool(prefix) + [rng.choice(_WORDS) for _ in range(cfg.input_len)])
+        for _ in range(cfg.num_prompts)
+    ]
 
 
 def next_messages(cfg: BenchConfig, opening: str, turns: int) -> list[str]:
@@ -85,8 +91,14 @@ def next_messages(cfg: BenchConfig, opening: str, turns: int) -> list[str]:
 
 async def _one(client: httpx.AsyncClient, cfg: BenchConfig, model: str, prompt: str | list[dict]) -> RequestResult:
     """One streamed request: ``prompt`` is the completion prompt, or the chat messages."""
-    body = {"model": model, "max_tokens": cfg.output_len, "temperature": cfg.temperature, "stream": True,
-            "stream_options": {"include_usage": True}, "ignore_eos": cfg.ignore_eos}
+    body = {
+        "model": model,
+        "max_tokens": cfg.output_len,
+        "temperature": cfg.temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": cfg.ignore_eos,
+    }
     chat = "chat" in cfg.endpoint
     body.update({"messages": prompt} if chat else {"prompt": prompt})
     res, start = RequestResult(), time.perf_counter()
@@ -107,8 +119,10 @@ async def _one(client: httpx.AsyncClient, cfg: BenchConfig, model: str, prompt: 
                     res.prompt_len = data["usage"]["prompt_tokens"]
                     res.output_tokens = data["usage"]["completion_tokens"]
                     res.cached_tokens = (data["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-                text = "".join((c.get("delta") or {}).get("content") or "" if chat else c.get("text") or ""
-                               for c in data.get("choices") or [])
+                text = "".join(
+                    (c.get("delta") or {}).get("content") or "" if chat else c.get("text") or ""
+                    for c in data.get("choices") or []
+                )
                 res.text += text
                 if text:
                     now = time.perf_counter()
@@ -136,8 +150,9 @@ async def _served_model(client: httpx.AsyncClient, cfg: BenchConfig) -> str:
     try:
         r = await client.get("/v1/models")
     except httpx.HTTPError as e:
-        raise BenchServerError(f"GET {url} failed ({type(e).__name__}: {e}); is the server running there? "
-                               "(--host, --port, --base-url)") from None
+        raise BenchServerError(
+            f"GET {url} failed ({type(e).__name__}: {e}); is the server running there? (--host, --port, --base-url)"
+        ) from None
     body = r.text.replace("\n", " ")[:300]
     if r.status_code != 200:
         hint = "; pass its key with --api-key" if r.status_code == 401 else ""
@@ -174,8 +189,11 @@ async def run_benchmark(cfg: BenchConfig) -> dict:
             for message in [None, *next_messages(cfg, opening, cfg.num_turns)]:
                 if message is not None:
                     answer = results[-1].text
-                    prompt = (prompt + [{"role": "assistant", "content": answer}, {"role": "user", "content": message}]
-                              if chat else f"{prompt}{answer} {message}")
+                    prompt = (
+                        prompt + [{"role": "assistant", "content": answer}, {"role": "user", "content": message}]
+                        if chat
+                        else f"{prompt}{answer} {message}"
+                    )
                 results.append(await limited(prompt))
                 if not results[-1].ok:
                     break
@@ -196,8 +214,13 @@ def _stats(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {k: None for k in ("mean", "median", "p90", "p99", "max")}
     a = np.asarray(values) * 1000.0
-    return {"mean": float(a.mean()), "median": float(np.median(a)), "p90": float(np.percentile(a, 90)),
-            "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+    return {
+        "mean": float(a.mean()),
+        "median": float(np.median(a)),
+        "p90": float(np.percentile(a, 90)),
+        "p99": float(np.percentile(a, 99)),
+        "max": float(a.max()),
+    }
 
 
 def summarize(cfg: BenchConfig, model: str, results: list[RequestResult], duration: float) -> dict:
@@ -229,18 +252,24 @@ def summarize(cfg: BenchConfig, model: str, results: list[RequestResult], durati
 
 
 def format_summary(s: dict) -> str:
-    lines = [f"{'Model':<32}{s['model']}", f"{'Successful requests':<32}{s['completed']}",
-             f"{'Failed requests':<32}{s['failed']}", f"{'Duration (s)':<32}{s['duration_s']:.2f}",
-             f"{'Input tokens':<32}{s['total_input_tokens']}",
-             f"{'Cached input tokens':<32}{s['total_cached_tokens']} ({100 * s['prefix_cache_hit_rate']:.1f}%)",
-             f"{'Output tokens':<32}{s['total_output_tokens']}",
-             f"{'Request throughput (req/s)':<32}{s['request_throughput']:.2f}",
-             f"{'Output throughput (tok/s)':<32}{s['output_throughput']:.2f}",
-             f"{'Total throughput (tok/s)':<32}{s['total_token_throughput']:.2f}"]
+    lines = [
+        f"{'Model':<32}{s['model']}",
+        f"{'Successful requests':<32}{s['completed']}",
+        f"{'Failed requests':<32}{s['failed']}",
+        f"{'Duration (s)':<32}{s['duration_s']:.2f}",
+        f"{'Input tokens':<32}{s['total_input_tokens']}",
+        f"{'Cached input tokens':<32}{s['total_cached_tokens']} ({100 * s['prefix_cache_hit_rate']:.1f}%)",
+        f"{'Output tokens':<32}{s['total_output_tokens']}",
+        f"{'Request throughput (req/s)':<32}{s['request_throughput']:.2f}",
+        f"{'Output throughput (tok/s)':<32}{s['output_throughput']:.2f}",
+        f"{'Total throughput (tok/s)':<32}{s['total_token_throughput']:.2f}",
+    ]
     for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E latency")):
         st = s[key]
         if st["mean"] is not None:
-            lines.append(f"{name + ' (ms)':<32}mean {st['mean']:.1f}  median {st['median']:.1f}  "
-                         f"p90 {st['p90']:.1f}  p99 {st['p99']:.1f}")
+            lines.append(
+                f"{name + ' (ms)':<32}mean {st['mean']:.1f}  median {st['median']:.1f}  "
+                f"p90 {st['p90']:.1f}  p99 {st['p99']:.1f}"
+            )
     lines += [f"error: {e}" for e in s["errors"]]
     return "\n".join(lines)

@@ -17,8 +17,12 @@ def summarize(values: Iterable[float]) -> dict[str, float | None]:
     xs = np.asarray(list(values), dtype=np.float64)
     if xs.size == 0:
         return {"mean": None, "min": None, "max": None, **{f"p{p}": None for p in PERCENTILES}}
-    return {"mean": float(xs.mean()), "min": float(xs.min()), "max": float(xs.max()),
-            **{f"p{p}": float(np.percentile(xs, p)) for p in PERCENTILES}}
+    return {
+        "mean": float(xs.mean()),
+        "min": float(xs.min()),
+        "max": float(xs.max()),
+        **{f"p{p}": float(np.percentile(xs, p)) for p in PERCENTILES},
+    }
 
 
 def synchronize(device: torch.device) -> None:

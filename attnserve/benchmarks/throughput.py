@@ -51,17 +51,34 @@ class ThroughputRow:
         return asdict(self)
 
 
-def _row(name: str, num_requests: int, in_tokens: int, out_tokens: int, elapsed: float, steps: int, kv_tokens: int,
-         roofline: Roofline, timeline: list[tuple[float, int]], **engine_fields) -> ThroughputRow:
+def _row(
+    name: str,
+    num_requests: int,
+    in_tokens: int,
+    out_tokens: int,
+    elapsed: float,
+    steps: int,
+    kv_tokens: int,
+    roofline: Roofline,
+    timeline: list[tuple[float, int]],
+    **engine_fields,
+) -> ThroughputRow:
     total = out_tokens + in_tokens
     stride = max(1, len(timeline) // TIMELINE_POINTS)
     return ThroughputRow(
-        name=name, num_requests=num_requests, total_output_tokens=out_tokens, total_tokens=total, elapsed_s=elapsed,
-        requests_per_s=num_requests / elapsed, output_tokens_per_s=out_tokens / elapsed,
-        total_tokens_per_s=total / elapsed, num_steps=steps,
+        name=name,
+        num_requests=num_requests,
+        total_output_tokens=out_tokens,
+        total_tokens=total,
+        elapsed_s=elapsed,
+        requests_per_s=num_requests / elapsed,
+        output_tokens_per_s=out_tokens / elapsed,
+        total_tokens_per_s=total / elapsed,
+        num_steps=steps,
         roofline=roofline.row(roofline.run_limit_s(steps, kv_tokens), elapsed),
         timeline=timeline[::stride] + ([timeline[-1]] if timeline and (len(timeline) - 1) % stride else []),
-        **engine_fields)
+        **engine_fields,
+    )
 
 
 def warm_up_engine(engine, requests: list[BenchRequest]) -> None:
@@ -74,8 +91,9 @@ def warm_up_engine(engine, requests: list[BenchRequest]) -> None:
         engine.step()
 
 
-def run_engine(engine, requests: list[BenchRequest], roofline: Roofline, progress: bool = True,
-               name: str = "attnserve") -> ThroughputRow:
+def run_engine(
+    engine, requests: list[BenchRequest], roofline: Roofline, progress: bool = True, name: str = "attnserve"
+) -> ThroughputRow:
     """Queue every request (a conversation's next turn once its turn before has finished), step until all finish;
     count steps, the cached tokens each step reads, TTFTs and the prefix cache's hits in this run."""
     from tqdm import tqdm
@@ -127,14 +145,26 @@ def run_engine(engine, requests: list[BenchRequest], roofline: Roofline, progres
         elapsed = now(device) - t0
     bar.close()
     queries, hits = stats.queries - queries0, stats.hits - hits0
-    return _row(name, len(lengths), in_tokens, out_tokens, elapsed, steps, kv_tokens, roofline, timeline,
-                ttft_p50_ms=float(np.median(ttfts)) * 1000.0 if ttfts else None,
-                prefix_caching=engine.block_manager.enable_prefix_caching,
-                prefix_cache_hit_rate=hits / queries if queries else 0.0, num_cached_tokens=hits)
+    return _row(
+        name,
+        len(lengths),
+        in_tokens,
+        out_tokens,
+        elapsed,
+        steps,
+        kv_tokens,
+        roofline,
+        timeline,
+        ttft_p50_ms=float(np.median(ttfts)) * 1000.0 if ttfts else None,
+        prefix_caching=engine.block_manager.enable_prefix_caching,
+        prefix_cache_hit_rate=hits / queries if queries else 0.0,
+        num_cached_tokens=hits,
+    )
 
 
-def run_engine_with_and_without_prefix_caching(engine, requests: list[BenchRequest], roofline: Roofline,
-                                               progress: bool = True) -> list[ThroughputRow]:
+def run_engine_with_and_without_prefix_caching(
+    engine, requests: list[BenchRequest], roofline: Roofline, progress: bool = True
+) -> list[ThroughputRow]:
     """The same requests on the same engine with its configured prefix caching, then with the other setting
     (each run starts with an empty cache); rows in that order. An untimed pass of the whole workload comes first,
     so that one-time costs (kernel compiles for new shapes, allocator growth) fall on neither row: without it the
@@ -146,13 +176,17 @@ def run_engine_with_and_without_prefix_caching(engine, requests: list[BenchReque
     rows = []
     for enabled in (configured, not configured):
         bm.enable_prefix_caching = enabled
-        rows.append(run_engine(engine, requests, roofline, progress,
-                               name="attnserve" if enabled else "attnserve (no prefix caching)"))
+        rows.append(
+            run_engine(
+                engine, requests, roofline, progress, name="attnserve" if enabled else "attnserve (no prefix caching)"
+            )
+        )
     return rows
 
 
-def run_transformers(baseline, requests: list[BenchRequest], batch_size: int, roofline: Roofline,
-                     progress: bool = True) -> ThroughputRow:
+def run_transformers(
+    baseline, requests: list[BenchRequest], batch_size: int, roofline: Roofline, progress: bool = True
+) -> ThroughputRow:
     """Static batches of ``batch_size`` requests in order through ``TransformersBaseline.generate``."""
     from tqdm import tqdm
 
@@ -162,7 +196,7 @@ def run_transformers(baseline, requests: list[BenchRequest], batch_size: int, ro
     steps = kv_tokens = out_tokens = 0
     timeline: list[tuple[float, int]] = []
     for i in range(0, len(requests), batch_size):
-        batch = requests[i:i + batch_size]
+        batch = requests[i : i + batch_size]
         new = max(r.output_len for r in batch)
         elapsed += baseline.generate([r.prompt_token_ids for r in batch], new).seconds
         steps += new
@@ -172,8 +206,17 @@ def run_transformers(baseline, requests: list[BenchRequest], batch_size: int, ro
         timeline.append((elapsed, out_tokens))
         bar.update(len(batch))
     bar.close()
-    return _row("transformers", len(requests), sum(r.input_len for r in requests), out_tokens, elapsed, steps,
-                kv_tokens, roofline, timeline)
+    return _row(
+        "transformers",
+        len(requests),
+        sum(r.input_len for r in requests),
+        out_tokens,
+        elapsed,
+        steps,
+        kv_tokens,
+        roofline,
+        timeline,
+    )
 
 
 def vllm_row(result: dict, requests: list[BenchRequest], limit_s: float, roofline: Roofline) -> ThroughputRow:
@@ -182,29 +225,45 @@ def vllm_row(result: dict, requests: list[BenchRequest], limit_s: float, rooflin
     elapsed, out_tokens = result["elapsed_s"], result["output_tokens"]
     in_tokens = sum(r.input_len for r in requests)
     return ThroughputRow(
-        name="vllm", num_requests=len(requests), total_output_tokens=out_tokens, total_tokens=in_tokens + out_tokens,
-        elapsed_s=elapsed, requests_per_s=len(requests) / elapsed, output_tokens_per_s=out_tokens / elapsed,
-        total_tokens_per_s=(in_tokens + out_tokens) / elapsed, num_steps=None,
-        roofline=roofline.row(limit_s, elapsed), timeline=[(0.0, 0), (elapsed, out_tokens)])
+        name="vllm",
+        num_requests=len(requests),
+        total_output_tokens=out_tokens,
+        total_tokens=in_tokens + out_tokens,
+        elapsed_s=elapsed,
+        requests_per_s=len(requests) / elapsed,
+        output_tokens_per_s=out_tokens / elapsed,
+        total_tokens_per_s=(in_tokens + out_tokens) / elapsed,
+        num_steps=None,
+        roofline=roofline.row(limit_s, elapsed),
+        timeline=[(0.0, 0), (elapsed, out_tokens)],
+    )
 
 
 def format_table(rows: list[ThroughputRow], ratio: float | None) -> str:
     """The short table printed last; engine rows also show TTFT p50 and the prefix cache's hit rate."""
-    head = (f"{'':<30} {'requests/s':>10} {'output tok/s':>12} {'total tok/s':>11} {'elapsed s':>9} "
-            f"{'% of limit':>10} {'TTFT p50 ms':>11} {'cache hits':>10}")
+    head = (
+        f"{'':<30} {'requests/s':>10} {'output tok/s':>12} {'total tok/s':>11} {'elapsed s':>9} "
+        f"{'% of limit':>10} {'TTFT p50 ms':>11} {'cache hits':>10}"
+    )
     lines = [head]
     for r in rows:
         pct = r.roofline.pct_of_limit
         ttft = "" if r.ttft_p50_ms is None else f"{r.ttft_p50_ms:.1f}"
-        hits = "" if r.prefix_cache_hit_rate is None or not r.prefix_caching else f"{100 * r.prefix_cache_hit_rate:.1f}%"
-        lines.append(f"{r.name:<30} {r.requests_per_s:>10.2f} {r.output_tokens_per_s:>12.1f} "
-                     f"{r.total_tokens_per_s:>11.1f} {r.elapsed_s:>9.2f} {pct:>9.1f}% {ttft:>11} {hits:>10}")
+        hits = (
+            "" if r.prefix_cache_hit_rate is None or not r.prefix_caching else f"{100 * r.prefix_cache_hit_rate:.1f}%"
+        )
+        lines.append(
+            f"{r.name:<30} {r.requests_per_s:>10.2f} {r.output_tokens_per_s:>12.1f} "
+            f"{r.total_tokens_per_s:>11.1f} {r.elapsed_s:>9.2f} {pct:>9.1f}% {ttft:>11} {hits:>10}"
+        )
     if ratio is not None:
         lines.append(f"attnserve / {rows[-1].name} (output tok/s): {ratio:.2f}x")
     caching = prefix_caching_ratios(rows)
     if caching is not None:
-        lines.append(f"prefix caching on / off: output tok/s {caching['output_tokens_per_s']:.2f}x, "
-                     f"TTFT p50 {caching['ttft_p50']:.2f}x faster")
+        lines.append(
+            f"prefix caching on / off: output tok/s {caching['output_tokens_per_s']:.2f}x, "
+            f"TTFT p50 {caching['ttft_p50']:.2f}x faster"
+        )
     return "\n".join(lines)
 
 
@@ -215,13 +274,26 @@ def prefix_caching_ratios(rows: list[ThroughputRow]) -> dict[str, float] | None:
     if len(by) != 2:
         return None
     on, off = by[True], by[False]
-    return {"output_tokens_per_s": on.output_tokens_per_s / off.output_tokens_per_s,
-            "ttft_p50": off.ttft_p50_ms / on.ttft_p50_ms if on.ttft_p50_ms else float("inf")}
+    return {
+        "output_tokens_per_s": on.output_tokens_per_s / off.output_tokens_per_s,
+        "ttft_p50": off.ttft_p50_ms / on.ttft_p50_ms if on.ttft_p50_ms else float("inf"),
+    }
 
 
-def run_throughput(config, *, num_prompts: int | None, input_len: int, output_len: int, range_ratio: float,
-                   prompts_file: str | None = None, baseline: str | None = None, progress: bool = True,
-                   prefix_len: int = 0, num_turns: int = 1, compare_prefix_caching: bool = False) -> dict:
+def run_throughput(
+    config,
+    *,
+    num_prompts: int | None,
+    input_len: int,
+    output_len: int,
+    range_ratio: float,
+    prompts_file: str | None = None,
+    baseline: str | None = None,
+    progress: bool = True,
+    prefix_len: int = 0,
+    num_turns: int = 1,
+    compare_prefix_caching: bool = False,
+) -> dict:
     """The whole benchmark: requests, the engine's row (and its row with prefix caching the other way, with
     ``compare_prefix_caching``), the baseline's row; the JSON-ready result.
 
@@ -229,27 +301,44 @@ def run_throughput(config, *, num_prompts: int | None, input_len: int, output_le
     prompts hold the engine's answers), PromptsFileError (a ValueError: a prompts file that is not UTF-8 text or
     has no prompts; before the model loads) and OSError (file).
     """
-    from attnserve.benchmarks.offline import check_lengths, check_requests_fit, start_baseline, start_engine, stop_engine
+    from attnserve.benchmarks.offline import (
+        check_lengths,
+        check_requests_fit,
+        start_baseline,
+        start_engine,
+        stop_engine,
+    )
     from attnserve.benchmarks.requests import PromptsFileError, file_requests, random_requests, read_prompts_file
 
     seed = config.model.seed
     if baseline and num_turns > 1:
-        raise ValueError(f"--baseline {baseline} runs single-turn requests only (num_turns {num_turns}): a later "
-                         "turn's prompt holds the engine's own answer")
+        raise ValueError(
+            f"--baseline {baseline} runs single-turn requests only (num_turns {num_turns}): a later "
+            "turn's prompt holds the engine's own answer"
+        )
     if baseline == "vllm":
         from attnserve.benchmarks.vllm_baseline import check_vllm_baseline
 
         check_vllm_baseline(config.model.model)
     texts = read_prompts_file(prompts_file) if prompts_file else None
     if texts == []:
-        raise PromptsFileError(f"{prompts_file} has no prompts (give one prompt per line, or leave --prompts-file out "
-                               "for random prompts)")
+        raise PromptsFileError(
+            f"{prompts_file} has no prompts (give one prompt per line, or leave --prompts-file out for random prompts)"
+        )
     engine, facts, roofline = start_engine(config)
     if texts:
         requests = file_requests([engine.check_prompt(t) for t in texts], num_prompts, output_len, range_ratio, seed)
     else:
-        requests = random_requests(num_prompts or 1000, input_len, output_len, range_ratio, facts.prompt_vocab_size,
-                                   seed, prefix_len=prefix_len, num_turns=num_turns)
+        requests = random_requests(
+            num_prompts or 1000,
+            input_len,
+            output_len,
+            range_ratio,
+            facts.prompt_vocab_size,
+            seed,
+            prefix_len=prefix_len,
+            num_turns=num_turns,
+        )
     last_turns = [r.last_turn_lens for r in requests]
     check_lengths(max(p for p, _ in last_turns), max(o for _, o in last_turns), facts.max_model_len)
     check_requests_fit(engine, max(p for p, _ in last_turns))
@@ -276,12 +365,20 @@ def run_throughput(config, *, num_prompts: int | None, input_len: int, output_le
         "kind": "throughput",
         "engine": facts.to_dict(),
         "workload": {
-            "num_prompts": len(requests), "input_len": input_len, "output_len": output_len, "range_ratio": range_ratio,
-            "prefix_len": prefix_len, "num_turns": num_turns,
-            "seed": seed, "prompts_file": prompts_file, "ignore_eos": True, "temperature": 0.0,
+            "num_prompts": len(requests),
+            "input_len": input_len,
+            "output_len": output_len,
+            "range_ratio": range_ratio,
+            "prefix_len": prefix_len,
+            "num_turns": num_turns,
+            "seed": seed,
+            "prompts_file": prompts_file,
+            "ignore_eos": True,
+            "temperature": 0.0,
             "total_input_tokens": rows[0].total_tokens - rows[0].total_output_tokens,
             "total_output_tokens": rows[0].total_output_tokens,
-            "input_lens": [r.input_len for r in requests], "output_lens": [r.output_len for r in requests],
+            "input_lens": [r.input_len for r in requests],
+            "output_lens": [r.output_len for r in requests],
         },
         "roofline": roofline.to_dict(),
         "baseline": baseline,

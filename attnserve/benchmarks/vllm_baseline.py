@@ -22,32 +22,72 @@ def check_vllm_baseline(model: str | None) -> None:
     """Refused (path ``("baseline",)``) when vLLM is not importable here, or the model is not a Hugging Face
     folder (vLLM reads a config.json; the default model and GGUF files are not wired)."""
     if importlib.util.find_spec("vllm") is None:
-        raise Refused(Refusal(("baseline",), "vllm", "a baseline importable in this Python",
-                              reason="not available: vllm is not installed here", advice="pip install vllm"))
+        raise Refused(
+            Refusal(
+                ("baseline",),
+                "vllm",
+                "a baseline importable in this Python",
+                reason="not available: vllm is not installed here",
+                advice="pip install vllm",
+            )
+        )
     if model is None or not os.path.isfile(os.path.join(model, "config.json")):
-        raise Refused(Refusal(("baseline",), "vllm", "a --model folder with config.json",
-                              reason=f"not available for model {model!r}: vLLM is given a Hugging Face folder"))
+        raise Refused(
+            Refusal(
+                ("baseline",),
+                "vllm",
+                "a --model folder with config.json",
+                reason=f"not available for model {model!r}: vLLM is given a Hugging Face folder",
+            )
+        )
 
 
 def _engine_spec(facts, tensor_parallel_size: int) -> dict:
-    return {"model": facts.model, "load_format": facts.load_format,
-            "dtype": str(facts.dtype).removeprefix("torch."), "max_model_len": facts.max_model_len,
-            "max_num_seqs": facts.max_num_seqs, "seed": facts.seed, "tensor_parallel_size": tensor_parallel_size}
+    return {
+        "model": facts.model,
+        "load_format": facts.load_format,
+        "dtype": str(facts.dtype).removeprefix("torch."),
+        "max_model_len": facts.max_model_len,
+        "max_num_seqs": facts.max_num_seqs,
+        "seed": facts.seed,
+        "tensor_parallel_size": tensor_parallel_size,
+    }
 
 
 def throughput_spec(facts, requests, tensor_parallel_size: int = 1) -> dict:
     """The runner's input for ``bench throughput``: the engine's settings and every request's ids and length."""
-    return {"kind": "throughput", "engine": _engine_spec(facts, tensor_parallel_size),
-            "requests": [[list(r.prompt_token_ids), r.output_len] for r in requests]}
+    return {
+        "kind": "throughput",
+        "engine": _engine_spec(facts, tensor_parallel_size),
+        "requests": [[list(r.prompt_token_ids), r.output_len] for r in requests],
+    }
 
 
-def latency_spec(facts, *, batch_sizes: list[int], input_len: int, output_len: int, num_iters: int,
-                 num_iters_warmup: int, seed: int, tensor_parallel_size: int = 1) -> dict:
+def latency_spec(
+    facts,
+    *,
+    batch_sizes: list[int],
+    input_len: int,
+    output_len: int,
+    num_iters: int,
+    num_iters_warmup: int,
+    seed: int,
+    tensor_parallel_size: int = 1,
+) -> dict:
     """The runner's input for ``bench latency``: what rebuilds each iteration's prompts (``iteration_requests``)."""
-    return {"kind": "latency", "engine": _engine_spec(facts, tensor_parallel_size),
-            "latency": {"batch_sizes": batch_sizes, "input_len": input_len, "output_len": output_len,
-                        "num_iters": num_iters, "num_iters_warmup": num_iters_warmup,
-                        "vocab_size": facts.prompt_vocab_size, "seed": seed}}
+    return {
+        "kind": "latency",
+        "engine": _engine_spec(facts, tensor_parallel_size),
+        "latency": {
+            "batch_sizes": batch_sizes,
+            "input_len": input_len,
+            "output_len": output_len,
+            "num_iters": num_iters,
+            "num_iters_warmup": num_iters_warmup,
+            "vocab_size": facts.prompt_vocab_size,
+            "seed": seed,
+        },
+    }
 
 
 def run_vllm(spec: dict) -> dict:

@@ -49,9 +49,16 @@ def _settings(llm) -> dict:
 def _llm(engine: dict, enable_prefix_caching: bool | None):
     from vllm import LLM
 
-    kwargs = dict(model=engine["model"], skip_tokenizer_init=True, load_format=engine["load_format"],
-                  dtype=engine["dtype"], max_model_len=engine["max_model_len"], max_num_seqs=engine["max_num_seqs"],
-                  seed=engine["seed"], tensor_parallel_size=engine["tensor_parallel_size"])
+    kwargs = dict(
+        model=engine["model"],
+        skip_tokenizer_init=True,
+        load_format=engine["load_format"],
+        dtype=engine["dtype"],
+        max_model_len=engine["max_model_len"],
+        max_num_seqs=engine["max_num_seqs"],
+        seed=engine["seed"],
+        tensor_parallel_size=engine["tensor_parallel_size"],
+    )
     if enable_prefix_caching is not None:
         kwargs["enable_prefix_caching"] = enable_prefix_caching
     return LLM(**kwargs)

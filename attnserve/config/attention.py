@@ -6,8 +6,14 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-from attnserve.attention.registry import (AttentionBackendEnum, BackendName, UnknownBackendError, backend_name,
-                                         lookup_backend, registered_names)
+from attnserve.attention.registry import (
+    AttentionBackendEnum,
+    BackendName,
+    UnknownBackendError,
+    backend_name,
+    lookup_backend,
+    registered_names,
+)
 from attnserve.config.fields import ConfigError, setting_path, validate_fields
 from attnserve.refusals import PYTHON, TEXT, Refusal, closest, kind_of
 
@@ -28,8 +34,11 @@ def parse_backend(value: "str | BackendName | None", key: str = "attention_confi
         return value
     valid = [m.name for m in AttentionBackendEnum]
     if not isinstance(value, str):
-        raise ConfigError(Refusal(setting_path(key), value, f"{', '.join(valid)}, auto, null", kind=kind_of(value),
-                                  noun="a backend name"))
+        raise ConfigError(
+            Refusal(
+                setting_path(key), value, f"{', '.join(valid)}, auto, null", kind=kind_of(value), noun="a backend name"
+            )
+        )
     name = value.strip().upper().replace("-", "_")
     if name in ("", "AUTO"):
         return None
@@ -43,8 +52,14 @@ def parse_backend(value: "str | BackendName | None", key: str = "attention_confi
     # an abbreviation or expansion ("FLASH_ATTENTION" -> FLASH_ATTN, "TRITON" -> TRITON_ATTN) beats
     # spelling distance, which would suggest FLEX_ATTENTION for "FLASH_ATTENTION"
     near = [v for v in valid if _subsequence(v, name) or _subsequence(name, v)]
-    raise ConfigError(Refusal(setting_path(key), value, f"{', '.join(valid)}, auto",
-                              suggestion=near[0] if len(near) == 1 else closest(name, valid)))
+    raise ConfigError(
+        Refusal(
+            setting_path(key),
+            value,
+            f"{', '.join(valid)}, auto",
+            suggestion=near[0] if len(near) == 1 else closest(name, valid),
+        )
+    )
 
 
 def _subsequence(short: str, long: str) -> bool:
@@ -74,8 +89,9 @@ class AttentionConfig:
     """Run each step's prefill tokens and decode tokens through separate kernels (varlen prefill, then
     paged decode) instead of one unified call over the mixed batch."""
 
-    flash_attn_max_num_splits_for_cuda_graph: int = field(default=32, metadata={"ge": 1, "le": 256,
-                                                                                 **_only("FLASH_ATTN")})
+    flash_attn_max_num_splits_for_cuda_graph: int = field(
+        default=32, metadata={"ge": 1, "le": 256, **_only("FLASH_ATTN")}
+    )
     """FLASH_ATTN only (version 3): upper bound on split-KV splits of a request when decode runs under CUDA graphs
     (FlashAttention 3's plan, made inside the graph, splits each request up to this many times); 1 to 256 (FA3's
     combine kernel takes at most 256 splits). FlashAttention 2 and 4 have no split plan: the selector refuses a
@@ -111,9 +127,17 @@ class AttentionConfig:
         valid = cls.field_names()
         name = str(key).replace("-", "_")
         if name not in valid:
-            raise ConfigError(Refusal(value=key, allowed=", ".join(valid), reason=where, subject="unknown attention_config field",
-                                      suggestion=closest(name, valid), key=f"attention_config.{name}",
-                                      written=TEXT if where else PYTHON))
+            raise ConfigError(
+                Refusal(
+                    value=key,
+                    allowed=", ".join(valid),
+                    reason=where,
+                    subject="unknown attention_config field",
+                    suggestion=closest(name, valid),
+                    key=f"attention_config.{name}",
+                    written=TEXT if where else PYTHON,
+                )
+            )
         return name
 
     @classmethod

@@ -39,8 +39,9 @@ class CacheConfig:
     cache smaller than max_model_len: serve refuses to start (as vLLM), naming the largest max_model_len that fits;
     generate and the benchmarks end each request (finish_reason length) when it fills the whole cache."""
 
-    kv_cache_memory: int | None = field(default=None, metadata={"ge": 1, "unit": "bytes", "human_readable": True,
-                                                                "aliases": ("kv_cache_memory_bytes",)})
+    kv_cache_memory: int | None = field(
+        default=None, metadata={"ge": 1, "unit": "bytes", "human_readable": True, "aliases": ("kv_cache_memory_bytes",)}
+    )
     """KV-cache budget in bytes (all layers, K and V), e.g. 8G (8 GiB); vLLM's name: kv_cache_memory_bytes. None =
     2 GiB on CPU, gpu_memory_utilization on GPU."""
 
@@ -54,6 +55,12 @@ class CacheConfig:
     def __post_init__(self) -> None:
         validate_fields(self)
         if self.calculate_kv_scales and self.kv_cache_dtype == "auto":
-            raise ConfigError(Refusal(("calculate_kv_scales",), True, reason="needs an fp8 KV cache (scales are for fp8)",
-                                      advice="set {kv_cache_dtype} fp8, or drop {calculate_kv_scales}",
-                                      key="calculate_kv_scales"))
+            raise ConfigError(
+                Refusal(
+                    ("calculate_kv_scales",),
+                    True,
+                    reason="needs an fp8 KV cache (scales are for fp8)",
+                    advice="set {kv_cache_dtype} fp8, or drop {calculate_kv_scales}",
+                    key="calculate_kv_scales",
+                )
+            )

@@ -58,8 +58,9 @@ class EngineConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if dataclasses.is_dataclass(f.default_factory) and not isinstance(value, f.default_factory):  # type: ignore[arg-type]
-                raise ConfigError(Refusal(value=value, subject=f"EngineConfig.{f.name}",
-                                          noun=f"a {f.default_factory.__name__}"))  # type: ignore[union-attr]
+                raise ConfigError(
+                    Refusal(value=value, subject=f"EngineConfig.{f.name}", noun=f"a {f.default_factory.__name__}")
+                )  # type: ignore[union-attr]
         validate_fields(self)
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+(\.\d+)?", self.device):
             raise ConfigError(Refusal(("device",), self.device, DEVICE_WORDS))

@@ -22,8 +22,16 @@ from attnserve.attention.registry import backend_name
 from attnserve.config.attention import AttentionConfig, parse_backend
 from attnserve.config.engine import EngineConfig
 from attnserve.config.env import warn_ignored_vllm_env
-from attnserve.config.fields import (HUMAN_INT_WORDS, ConfigError, allowed_values, field_docs, field_types, parse_human_int,
-                                     setting_path, split_optional)
+from attnserve.config.fields import (
+    HUMAN_INT_WORDS,
+    ConfigError,
+    allowed_values,
+    field_docs,
+    field_types,
+    parse_human_int,
+    setting_path,
+    split_optional,
+)
 from attnserve.refusals import PYTHON, TEXT, Refusal, closest, spell_value
 
 logger = logging.getLogger(__name__)
@@ -86,7 +94,11 @@ def engine_args() -> dict[str, EngineArg]:
         tp = field_types(EngineConfig)[f.name]
         if tp is AttentionConfig:
             continue
-        members = [(sf.name, f.name, tp) for sf in dataclasses.fields(tp)] if dataclasses.is_dataclass(tp) else [(f.name, None, EngineConfig)]
+        members = (
+            [(sf.name, f.name, tp) for sf in dataclasses.fields(tp)]
+            if dataclasses.is_dataclass(tp)
+            else [(f.name, None, EngineConfig)]
+        )
         for name, section, owner in members:
             assert name not in table, f"engine argument {name} declared twice"  # flat names must be unique
             table[name] = EngineArg(name, section, owner)  # type: ignore[arg-type]
@@ -103,7 +115,11 @@ def engine_arg_names() -> list[str]:
     """Every key a config file or ``LLM(...)`` accepts, each of vLLM's other spellings right after our name
     (``num_gpu_blocks, num_gpu_blocks_override``): the valid keys of an unknown-key error, and the names its
     suggestion is chosen from."""
-    return [*(n for arg in engine_args().values() for n in (arg.name, *arg.aliases)), ATTENTION_BACKEND, ATTENTION_CONFIG]
+    return [
+        *(n for arg in engine_args().values() for n in (arg.name, *arg.aliases)),
+        ATTENTION_BACKEND,
+        ATTENTION_CONFIG,
+    ]
 
 
 @dataclass(frozen=True)
@@ -133,28 +149,47 @@ def normalize_key(key: object, where: str) -> str:
     """
     name = str(key).replace("-", "_")
     if name.startswith(ATTENTION_PREFIX):
-        return ATTENTION_PREFIX + AttentionConfig.normalize_key(name[len(ATTENTION_PREFIX):], where)
+        return ATTENTION_PREFIX + AttentionConfig.normalize_key(name[len(ATTENTION_PREFIX) :], where)
     valid = engine_arg_names()
     if name not in valid:
-        raise ConfigError(Refusal(value=key, allowed=f"{', '.join(valid)}, {ATTENTION_PREFIX}FIELD", reason=where,
-                                  subject="unknown key", suggestion=closest(name, valid), written=TEXT))
+        raise ConfigError(
+            Refusal(
+                value=key,
+                allowed=f"{', '.join(valid)}, {ATTENTION_PREFIX}FIELD",
+                reason=where,
+                subject="unknown key",
+                suggestion=closest(name, valid),
+                written=TEXT,
+            )
+        )
     return engine_arg_aliases().get(name, name)
 
 
-def attention_settings(values: object, source: str, in_where: str = "", where: str = "",
-                       cli: bool = False) -> list[Setting]:
+def attention_settings(
+    values: object, source: str, in_where: str = "", where: str = "", cli: bool = False
+) -> list[Setting]:
     """One Setting per field of an attention_config mapping (a JSON object, a file's nested object, a dict).
 
     ``in_where`` completes messages (``"in cfg.yaml"``, ``"in -ac"``); ``where`` prefixes value errors.
     """
     if not isinstance(values, Mapping):
-        raise ConfigError(Refusal((ATTENTION_CONFIG,), values, noun="an object of field names to values", origin=where,
-                                  written=TEXT if in_where else PYTHON))
+        raise ConfigError(
+            Refusal(
+                (ATTENTION_CONFIG,),
+                values,
+                noun="an object of field names to values",
+                origin=where,
+                written=TEXT if in_where else PYTHON,
+            )
+        )
     out = []
     for key, value in values.items():
         name = AttentionConfig.normalize_key(key, in_where)
-        out.append(Setting(ATTENTION_PREFIX + name, value, source, f"{ATTENTION_PREFIX}{name} {in_where}".strip(), where,
-                           cli=cli))
+        out.append(
+            Setting(
+                ATTENTION_PREFIX + name, value, source, f"{ATTENTION_PREFIX}{name} {in_where}".strip(), where, cli=cli
+            )
+        )
     return out
 
 
@@ -180,7 +215,7 @@ def settings_from_mapping(values: Mapping[Any, Any], source: str, in_where: str,
 def _declared(key: str) -> tuple[type, str] | None:
     """The dataclass and field name that declare the engine argument ``key`` (``attention_config.X`` too)."""
     if key.startswith(ATTENTION_PREFIX):
-        return AttentionConfig, key[len(ATTENTION_PREFIX):]
+        return AttentionConfig, key[len(ATTENTION_PREFIX) :]
     arg = engine_args().get(key)
     return (arg.owner, arg.name) if arg is not None else None
 
@@ -207,8 +242,9 @@ def number_from_text(key: str, value: Any) -> Any:
         return parse_human_int(value) if human else base(value)  # type: ignore[operator]
     except ValueError:
         allowed = allowed_values(owner, name) + (f"; {HUMAN_INT_WORDS}" if human else "")
-        raise ConfigError(Refusal(setting_path(key), value, allowed, noun="an integer" if base is int else "a number"),
-                          ) from None
+        raise ConfigError(
+            Refusal(setting_path(key), value, allowed, noun="an integer" if base is int else "a number"),
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -287,18 +323,25 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
         first, later = sorted((ab, cb), key=lambda s: position[id(s)])
         other = first if later.cli else cb  # a flag: argparse's form, the flag that came second named first
         head = later if later.cli else ab
-        raise ConfigError(Refusal(
-            value=head.value, reason=f"conflicts with {other.label} {_shown(other)}: they name different backends",
-            advice="set the attention backend in one place", key=ATTENTION_BACKEND,
-            subject=None if head.cli else head.label, origin=head.where if head.cli else "", names_path=head.cli,
-            written=TEXT if head.where else PYTHON))
+        raise ConfigError(
+            Refusal(
+                value=head.value,
+                reason=f"conflicts with {other.label} {_shown(other)}: they name different backends",
+                advice="set the attention backend in one place",
+                key=ATTENTION_BACKEND,
+                subject=None if head.cli else head.label,
+                origin=head.where if head.cli else "",
+                names_path=head.cli,
+                written=TEXT if head.where else PYTHON,
+            )
+        )
 
     sections: dict[str | None, dict[str, Any]] = {}
     table = engine_args()
     for key, s in chosen.items():
         if key in table:
             sections.setdefault(table[key].section, {})[key] = s.value
-    attention = {k[len(ATTENTION_PREFIX):]: s.value for k, s in chosen.items() if k.startswith(ATTENTION_PREFIX)}
+    attention = {k[len(ATTENTION_PREFIX) :]: s.value for k, s in chosen.items() if k.startswith(ATTENTION_PREFIX)}
     if ab is not None:
         attention["backend"] = parsed[ATTENTION_BACKEND]
 
@@ -322,7 +365,9 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
 @functools.cache
 def log_unused_options_once(backend: str, names: tuple[str, ...]) -> None:
     """Warn, once per backend and set of names, that these attention_config options do not apply to it."""
-    logger.warning("attention_config options %s do not apply to attention backend %s and are unused", ", ".join(names), backend)
+    logger.warning(
+        "attention_config options %s do not apply to attention backend %s and are unused", ", ".join(names), backend
+    )
 
 
 def _log_unused_options(attention: AttentionConfig) -> None:
@@ -346,8 +391,15 @@ def python_settings(
     for key, value in engine_kwargs.items():
         name = key.replace("-", "_")
         if name not in valid:
-            raise ConfigError(Refusal(value=key, allowed=", ".join(valid), reason="", subject="unknown engine argument",
-                                      suggestion=closest(name, valid)))
+            raise ConfigError(
+                Refusal(
+                    value=key,
+                    allowed=", ".join(valid),
+                    reason="",
+                    subject="unknown engine argument",
+                    suggestion=closest(name, valid),
+                )
+            )
         name = engine_arg_aliases().get(name, name)
         out.append(Setting(name, value, f"python ({name}=)", f"{name}="))
     if attention_backend is not None:
@@ -356,7 +408,9 @@ def python_settings(
         for name, value in attention_config.to_dict().items():
             if name == "backend" and value is None:
                 continue  # an AttentionConfig cannot tell "auto" from "not given": it names no backend
-            out.append(Setting(ATTENTION_PREFIX + name, value, "python (attention_config=)", f"attention_config.{name}"))
+            out.append(
+                Setting(ATTENTION_PREFIX + name, value, "python (attention_config=)", f"attention_config.{name}")
+            )
     elif attention_config is not None:
         out += attention_settings(attention_config, "python (attention_config=)")
     return out

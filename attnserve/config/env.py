@@ -33,5 +33,8 @@ def warn_ignored_vllm_env() -> None:
             _warned.add(name)
             logger.warning(
                 "%s=%s is ignored by attnserve; use %s %s (Python: the attention_backend / attention_config arguments)",
-                name, value, flag, value,
+                name,
+                value,
+                flag,
+                value,
             )

@@ -93,6 +93,8 @@ def allowed_values(cls: type, name: str) -> str:
 # --kv-cache-memory-bytes take it there
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
 def parse_human_int(text: str) -> int:
     """An integer written as vLLM's ``human_readable_int`` takes it: ``4096``, ``32k`` (32000), ``32K`` (32768),
     ``25.6k`` (25600), ``8G`` (8 GiB). Raises ValueError for anything else (``1GiB``, ``1.5K``, ``x``)."""
@@ -103,10 +105,6 @@ def parse_human_int(text: str) -> int:
     if suffix in _DECIMAL:
         return int(float(number) * _DECIMAL[suffix])
     return int(number) * _BINARY[suffix]  # '1.5K': ValueError, as in vLLM (a fraction of a binary unit)
-
-
-
-
 
 
 def _type_ok(value: object, base: object) -> bool:
@@ -138,8 +136,11 @@ def validate_fields(obj: object, prefix: str = "") -> None:
         key = prefix + f.name
         if value is not None and not _type_ok(value, base) and base in TYPE_NOUNS:
             # the type first: "'32' not allowed (allowed: 1, 2, 4, ..., 32, ...)" would deny what the list shows
-            raise ConfigError(Refusal(setting_path(key), value, allowed_values(cls, f.name), kind=kind_of(value),
-                                      noun=TYPE_NOUNS[base]))  # type: ignore[index]
+            raise ConfigError(
+                Refusal(
+                    setting_path(key), value, allowed_values(cls, f.name), kind=kind_of(value), noun=TYPE_NOUNS[base]
+                )
+            )  # type: ignore[index]
         ok = _type_ok(value, base)
         if ok and "choices" in meta:
             ok = value in meta["choices"]

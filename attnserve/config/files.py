@@ -58,7 +58,9 @@ class _StrictLoader(yaml.SafeLoader):
             if not isinstance(key, typing.Hashable):
                 continue  # SafeLoader reports the unhashable key itself
             if key in seen:
-                raise yaml.constructor.ConstructorError(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
+                raise yaml.constructor.ConstructorError(
+                    problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark
+                )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -92,8 +94,11 @@ def read_config_file(path: str, fmt: str = "auto") -> dict[str, Any]:
         raise _refused("", f"cannot read config file {path!r}: not UTF-8 text ({e.reason})") from None
     if fmt == "auto":
         fmt = "json" if path.lower().endswith(".json") else "yaml"
-    allowed = ("a mapping of engine argument names to values, e.g. "
-               + ('{"dtype": "float32"}' if fmt == "json" else "'dtype: float32'") + ", or {} for no settings")
+    allowed = (
+        "a mapping of engine argument names to values, e.g. "
+        + ('{"dtype": "float32"}' if fmt == "json" else "'dtype: float32'")
+        + ", or {} for no settings"
+    )
     if not text.strip():  # JSON's decoder says "Expecting value", YAML's reads null: one error for both
         raise _refused(path, "empty config file", allowed)
     data = loads_json(text, path) if fmt == "json" else loads_yaml(text, path)

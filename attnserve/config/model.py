@@ -69,8 +69,10 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         validate_fields(self)
-        if self.generation_config not in ("auto", "vllm") and not os.path.isdir(os.path.expanduser(
-                self.generation_config)):
-            raise ConfigError(Refusal(("generation_config",), self.generation_config, GENERATION_CONFIG_WORDS,
-                                      reason="is no folder"))
+        if self.generation_config not in ("auto", "vllm") and not os.path.isdir(
+            os.path.expanduser(self.generation_config)
+        ):
+            raise ConfigError(
+                Refusal(("generation_config",), self.generation_config, GENERATION_CONFIG_WORDS, reason="is no folder")
+            )
         object.__setattr__(self, "dtype", DTYPE_ALIASES.get(self.dtype, self.dtype))

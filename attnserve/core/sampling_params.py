@@ -108,8 +108,11 @@ class SamplingParams:
         if isinstance(self.structured_outputs, dict):
             self.structured_outputs = StructuredOutputsParams.from_dict(self.structured_outputs)
         elif not isinstance(self.structured_outputs, (StructuredOutputsParams, type(None))):
-            raise SamplingParamsError("structured_outputs", self.structured_outputs,
-                                      "a StructuredOutputsParams, a dict of its fields, or None")
+            raise SamplingParamsError(
+                "structured_outputs",
+                self.structured_outputs,
+                "a StructuredOutputsParams, a dict of its fields, or None",
+            )
         # vLLM's defaults are None; stored as [] so that downstream code sees lists only
         if self.stop is None:
             self.stop = []
@@ -117,8 +120,10 @@ class SamplingParams:
             self.stop_token_ids = []
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        for name, allowed in (("stop", "a string, a list of strings, or None"),
-                              ("stop_token_ids", "a list of token ids, or None")):
+        for name, allowed in (
+            ("stop", "a string, a list of strings, or None"),
+            ("stop_token_ids", "a list of token ids, or None"),
+        ):
             value = getattr(self, name)
             if not isinstance(value, (list, tuple)):
                 raise SamplingParamsError(name, value, allowed)
@@ -127,53 +132,117 @@ class SamplingParams:
             self.top_k = 0
         checks = [
             (_is_int(self.n) and self.n >= 1, "n", self.n, ALLOWED["n"]),
-            (_is_real(self.temperature) and self.temperature >= 0.0, "temperature", self.temperature, ALLOWED["temperature"]),
+            (
+                _is_real(self.temperature) and self.temperature >= 0.0,
+                "temperature",
+                self.temperature,
+                ALLOWED["temperature"],
+            ),
             (_is_real(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p, ALLOWED["top_p"]),
             (_is_int(self.top_k) and self.top_k >= 0, "top_k", self.top_k, ALLOWED["top_k"]),
             (_is_real(self.min_p) and 0.0 <= self.min_p <= 1.0, "min_p", self.min_p, ALLOWED["min_p"]),
-            (self.seed is None or (_is_int(self.seed) and SEED_MIN <= self.seed <= SEED_MAX), "seed", self.seed,
-             ALLOWED["seed"]),
-            (self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1), "max_tokens",
-             self.max_tokens, ALLOWED["max_tokens"]),
-            (self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs), "logprobs",
-             self.logprobs, ALLOWED["logprobs"]),
-            (self.detokenize or not self.stop, "stop", self.stop,
-             "none when detokenize is False: stop strings match text"),
-            (self.prompt_logprobs is None or (_is_int(self.prompt_logprobs) and 0 <= self.prompt_logprobs),
-             "prompt_logprobs", self.prompt_logprobs, ALLOWED["prompt_logprobs"]),
-            (_is_real(self.presence_penalty) and -2.0 <= self.presence_penalty <= 2.0, "presence_penalty",
-             self.presence_penalty, ALLOWED["presence_penalty"]),
-            (_is_real(self.frequency_penalty) and -2.0 <= self.frequency_penalty <= 2.0, "frequency_penalty",
-             self.frequency_penalty, ALLOWED["frequency_penalty"]),
-            (_is_real(self.repetition_penalty) and self.repetition_penalty > 0.0, "repetition_penalty",
-             self.repetition_penalty, ALLOWED["repetition_penalty"]),
-            (_is_int(self.min_tokens) and self.min_tokens >= 0
-             and (self.max_tokens is None or self.min_tokens <= self.max_tokens), "min_tokens", self.min_tokens,
-             ALLOWED["min_tokens"]),
-            (self.truncate_prompt_tokens is None or (_is_int(self.truncate_prompt_tokens)
-                                                     and (self.truncate_prompt_tokens >= 1
-                                                          or self.truncate_prompt_tokens == -1)),
-             "truncate_prompt_tokens", self.truncate_prompt_tokens, ALLOWED["truncate_prompt_tokens"]),
-            (self.logit_bias is None or isinstance(self.logit_bias, dict), "logit_bias", self.logit_bias,
-             "a dict of token id -> bias, or None"),
-            (self.bad_words is None or isinstance(self.bad_words, (list, tuple)), "bad_words", self.bad_words,
-             "a list of strings, or None"),
-            (self.allowed_token_ids is None or (isinstance(self.allowed_token_ids, (list, tuple))
-                                                and len(self.allowed_token_ids) > 0),
-             "allowed_token_ids", self.allowed_token_ids, "a non-empty list of token ids, or None"),
+            (
+                self.seed is None or (_is_int(self.seed) and SEED_MIN <= self.seed <= SEED_MAX),
+                "seed",
+                self.seed,
+                ALLOWED["seed"],
+            ),
+            (
+                self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1),
+                "max_tokens",
+                self.max_tokens,
+                ALLOWED["max_tokens"],
+            ),
+            (
+                self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs),
+                "logprobs",
+                self.logprobs,
+                ALLOWED["logprobs"],
+            ),
+            (
+                self.detokenize or not self.stop,
+                "stop",
+                self.stop,
+                "none when detokenize is False: stop strings match text",
+            ),
+            (
+                self.prompt_logprobs is None or (_is_int(self.prompt_logprobs) and 0 <= self.prompt_logprobs),
+                "prompt_logprobs",
+                self.prompt_logprobs,
+                ALLOWED["prompt_logprobs"],
+            ),
+            (
+                _is_real(self.presence_penalty) and -2.0 <= self.presence_penalty <= 2.0,
+                "presence_penalty",
+                self.presence_penalty,
+                ALLOWED["presence_penalty"],
+            ),
+            (
+                _is_real(self.frequency_penalty) and -2.0 <= self.frequency_penalty <= 2.0,
+                "frequency_penalty",
+                self.frequency_penalty,
+                ALLOWED["frequency_penalty"],
+            ),
+            (
+                _is_real(self.repetition_penalty) and self.repetition_penalty > 0.0,
+                "repetition_penalty",
+                self.repetition_penalty,
+                ALLOWED["repetition_penalty"],
+            ),
+            (
+                _is_int(self.min_tokens)
+                and self.min_tokens >= 0
+                and (self.max_tokens is None or self.min_tokens <= self.max_tokens),
+                "min_tokens",
+                self.min_tokens,
+                ALLOWED["min_tokens"],
+            ),
+            (
+                self.truncate_prompt_tokens is None
+                or (
+                    _is_int(self.truncate_prompt_tokens)
+                    and (self.truncate_prompt_tokens >= 1 or self.truncate_prompt_tokens == -1)
+                ),
+                "truncate_prompt_tokens",
+                self.truncate_prompt_tokens,
+                ALLOWED["truncate_prompt_tokens"],
+            ),
+            (
+                self.logit_bias is None or isinstance(self.logit_bias, dict),
+                "logit_bias",
+                self.logit_bias,
+                "a dict of token id -> bias, or None",
+            ),
+            (
+                self.bad_words is None or isinstance(self.bad_words, (list, tuple)),
+                "bad_words",
+                self.bad_words,
+                "a list of strings, or None",
+            ),
+            (
+                self.allowed_token_ids is None
+                or (isinstance(self.allowed_token_ids, (list, tuple)) and len(self.allowed_token_ids) > 0),
+                "allowed_token_ids",
+                self.allowed_token_ids,
+                "a non-empty list of token ids, or None",
+            ),
         ]
         for ok, name, value, allowed in checks:
             if not ok:
                 raise SamplingParamsError(name, value, allowed)
         # list parameters: the first bad item, by its index
-        for name, ok, allowed in (("stop", lambda s: isinstance(s, str) and s != "", "non-empty strings"),
-                                  ("stop_token_ids", lambda t: _is_int(t) and t >= 0, "token ids (integers >= 0)")):
+        for name, ok, allowed in (
+            ("stop", lambda s: isinstance(s, str) and s != "", "non-empty strings"),
+            ("stop_token_ids", lambda t: _is_int(t) and t >= 0, "token ids (integers >= 0)"),
+        ):
             items = getattr(self, name)
             bad = next((i for i, item in enumerate(items) if not ok(item)), None)
             if bad is not None:
                 raise SamplingParamsError(name, items[bad], allowed, index=bad)
-        for name, ok, allowed in (("bad_words", lambda s: isinstance(s, str), "strings"),
-                                  ("allowed_token_ids", lambda t: _is_int(t) and t >= 0, "token ids (integers >= 0)")):
+        for name, ok, allowed in (
+            ("bad_words", lambda s: isinstance(s, str), "strings"),
+            ("allowed_token_ids", lambda t: _is_int(t) and t >= 0, "token ids (integers >= 0)"),
+        ):
             items = getattr(self, name) or []
             bad = next((i for i, item in enumerate(items) if not ok(item)), None)
             if bad is not None:
@@ -189,8 +258,9 @@ class SamplingParams:
             self.bad_words = list(self.bad_words)
         if self.allowed_token_ids is not None:
             self.allowed_token_ids = list(self.allowed_token_ids)
-        self._logits_rules = (self.has_penalties or bool(self.logit_bias) or self.min_tokens > 0
-                              or self.allowed_token_ids is not None)
+        self._logits_rules = (
+            self.has_penalties or bool(self.logit_bias) or self.min_tokens > 0 or self.allowed_token_ids is not None
+        )
 
     @property
     def greedy(self) -> bool:

@@ -32,8 +32,14 @@ class StructuredOutputsParams:
     def __post_init__(self) -> None:
         given = [k for k in KINDS if getattr(self, k) not in (None, False)]
         if len(given) != 1:
-            raise Refused(Refusal(("structured_outputs",), given or None, ONE_KIND,
-                                  reason="sets " + (", ".join(given) if given else "none of them")))
+            raise Refused(
+                Refusal(
+                    ("structured_outputs",),
+                    given or None,
+                    ONE_KIND,
+                    reason="sets " + (", ".join(given) if given else "none of them"),
+                )
+            )
         kind = given[0]
         value = getattr(self, kind)
         ok = {
@@ -44,15 +50,20 @@ class StructuredOutputsParams:
             "json_object": value is True,
         }[kind]
         if not ok:
-            allowed = {"json": "a JSON schema (an object, or its JSON text)", "regex": "a string",
-                       "choice": "a non-empty list of strings", "grammar": "a non-empty EBNF string",
-                       "json_object": "true"}[kind]
+            allowed = {
+                "json": "a JSON schema (an object, or its JSON text)",
+                "regex": "a string",
+                "choice": "a non-empty list of strings",
+                "grammar": "a non-empty EBNF string",
+                "json_object": "true",
+            }[kind]
             raise Refused(Refusal(("structured_outputs", kind), value, allowed))
         if kind == "choice":
             object.__setattr__(self, "choice", list(value))
         if not isinstance(self.disable_any_whitespace, bool):
-            raise Refused(Refusal(("structured_outputs", "disable_any_whitespace"), self.disable_any_whitespace,
-                                  "true or false"))
+            raise Refused(
+                Refusal(("structured_outputs", "disable_any_whitespace"), self.disable_any_whitespace, "true or false")
+            )
 
     @classmethod
     def from_dict(cls, d: dict, path: tuple[str | int, ...] = ("structured_outputs",)) -> StructuredOutputsParams:
@@ -60,8 +71,11 @@ class StructuredOutputsParams:
         names = [f.name for f in fields(cls)]
         unknown = [k for k in d if k not in names]
         if unknown:
-            raise Refused(Refusal((*path, unknown[0]), d[unknown[0]], "one of the keys " + ", ".join(names),
-                                  subject="unknown key"))
+            raise Refused(
+                Refusal(
+                    (*path, unknown[0]), d[unknown[0]], "one of the keys " + ", ".join(names), subject="unknown key"
+                )
+            )
         return cls(**d)
 
     @property

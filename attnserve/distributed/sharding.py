@@ -46,10 +46,15 @@ def shard_heads(num_heads: int, num_kv_heads: int, size: int, rank: int) -> Head
     # fewer KV heads than ranks: KV head j lives on `replicas` ranks, which split its query heads
     replicas = size // num_kv_heads
     if size % num_kv_heads or group % replicas:
-        raise Refused(Refusal(
-            ("tensor_parallel_size",), size, reason=f"cannot split {num_heads} query heads over {num_kv_heads} KV "
-            "heads: with fewer KV heads than ranks the ranks must be a multiple of the KV heads and divide each KV "
-            f"head's {group} query heads"))
+        raise Refused(
+            Refusal(
+                ("tensor_parallel_size",),
+                size,
+                reason=f"cannot split {num_heads} query heads over {num_kv_heads} KV "
+                "heads: with fewer KV heads than ranks the ranks must be a multiple of the KV heads and divide each KV "
+                f"head's {group} query heads",
+            )
+        )
     per = num_heads // size
     return HeadShard(rank * per, per, rank // replicas, 1)
 
@@ -111,5 +116,11 @@ def check_gpu_count(device: str, n: int) -> None:
         import os
 
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        raise ConfigError(Refusal(("tensor_parallel_size",), n, reason=f"needs {n} GPUs (one per rank); this host shows "
-                                  f"{count}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")))
+        raise ConfigError(
+            Refusal(
+                ("tensor_parallel_size",),
+                n,
+                reason=f"needs {n} GPUs (one per rank); this host shows "
+                f"{count}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""),
+            )
+        )

@@ -51,8 +51,7 @@ def within_limits(x: torch.Tensor, max_bytes: int) -> bool:
     """The device-independent rules: a supported dtype, contiguous, 1 to ``max_bytes`` bytes, a whole number
     of 4-byte words (the kernel's smallest vector). Shape-level facts only, the same on every rank."""
     nbytes = x.numel() * x.element_size()
-    return (x.dtype in SUPPORTED_DTYPES and x.is_contiguous() and 0 < nbytes <= max_bytes
-            and nbytes % 4 == 0)
+    return x.dtype in SUPPORTED_DTYPES and x.is_contiguous() and 0 < nbytes <= max_bytes and nbytes % 4 == 0
 
 
 def unavailable_reason(device: torch.device, world_size: int) -> str | None:
@@ -83,8 +82,7 @@ class SymmMemAllReduce:
     all-reduce kernel (``one_shot_all_reduce_copy_out``) rather than as a separate copy.
     """
 
-    def __init__(self, buffer: torch.Tensor, group_name: str, world_size: int, max_bytes: int,
-                 fused: bool) -> None:
+    def __init__(self, buffer: torch.Tensor, group_name: str, world_size: int, max_bytes: int, fused: bool) -> None:
         self.buffer = buffer
         self.group_name = group_name
         self.world_size = world_size
@@ -92,12 +90,15 @@ class SymmMemAllReduce:
         self.fused = fused
 
     def __repr__(self) -> str:
-        return (f"SymmMemAllReduce(world_size={self.world_size}, max_bytes={self.max_bytes}, "
-                f"fused={self.fused}, device={self.buffer.device})")
+        return (
+            f"SymmMemAllReduce(world_size={self.world_size}, max_bytes={self.max_bytes}, "
+            f"fused={self.fused}, device={self.buffer.device})"
+        )
 
     @classmethod
-    def create(cls, tp: TPGroup, device: torch.device, max_bytes: int | None = None,
-               fused: bool | None = None) -> SymmMemAllReduce | None:
+    def create(
+        cls, tp: TPGroup, device: torch.device, max_bytes: int | None = None, fused: bool | None = None
+    ) -> SymmMemAllReduce | None:
         """Allocate and rendezvous the buffer on every rank of ``tp`` (a TPGroup over the initialized default
         NCCL process group), or return None on every rank, after one warning line saying why, when any rank
         cannot. The ranks agree after each step (an NCCL all-reduce), so that no rank waits in a rendezvous
@@ -134,8 +135,12 @@ class SymmMemAllReduce:
         if not _all_ranks_ok(tp, device, reason):
             return None
         backend = symm_mem.get_backend(device) if hasattr(symm_mem, "get_backend") else "?"
-        logger.info("custom all-reduce: symmetric-memory one-shot (%s backend, %s copy) for tensors up to %d "
-                    "bytes, NCCL above", backend, "fused" if fused else "separate", limit)
+        logger.info(
+            "custom all-reduce: symmetric-memory one-shot (%s backend, %s copy) for tensors up to %d bytes, NCCL above",
+            backend,
+            "fused" if fused else "separate",
+            limit,
+        )
         return cls(buffer, group_name, tp.size, limit, bool(fused))
 
     def should_use(self, x: torch.Tensor) -> bool:
@@ -169,7 +174,9 @@ class SymmMemAllReduce:
 def _all_ranks_ok(tp: TPGroup, device: torch.device, reason: str | None) -> bool:
     """Whether every rank got this far without a ``reason`` to stop; logs one warning line when not."""
     if not tp.min_int(0 if reason else 1, device):
-        logger.warning("custom all-reduce off, all-reduce uses NCCL: %s",
-                       reason or "another tensor-parallel rank could not set up symmetric memory")
+        logger.warning(
+            "custom all-reduce off, all-reduce uses NCCL: %s",
+            reason or "another tensor-parallel rank could not set up symmetric memory",
+        )
         return False
     return True

@@ -161,7 +161,9 @@ class AsyncLLMEngine:
         if not self.is_ready:
             if self.dead_error is not None:
                 raise EngineNotReadyError(f"the engine is dead: {type(self.dead_error).__name__}: {self.dead_error}")
-            raise EngineNotReadyError("the engine is still loading" if not self._stopping else "the server is shutting down")
+            raise EngineNotReadyError(
+                "the engine is still loading" if not self._stopping else "the server is shutting down"
+            )
         stream = RequestOutputCollector(asyncio.get_running_loop())
         self._commands.put(_Add(request_id, prompt, params, stream))
         finished = False

@@ -36,8 +36,9 @@ def hash_block_tokens(parent: BlockHash, token_ids: Sequence[int], extra_key: by
     return _digest(parent, array("q", (len(token_ids), *token_ids)).tobytes(), extra_key)
 
 
-def extend_block_hashes(hashes: list[BlockHash], num_tokens: int, token_slice: Callable[[int, int], list[int]],
-                        block_size: int) -> list[BlockHash]:
+def extend_block_hashes(
+    hashes: list[BlockHash], num_tokens: int, token_slice: Callable[[int, int], list[int]], block_size: int
+) -> list[BlockHash]:
     """Append to ``hashes`` the hashes of the full blocks among the first ``num_tokens`` tokens that it lacks
     (``token_slice(start, end)``: the sequence's tokens ``[start, end)``); returns ``hashes``. O(new blocks): the
     new tokens are encoded once, then each block hashes its slice of the bytes (:func:`hash_block_tokens`'s
@@ -50,6 +51,6 @@ def extend_block_hashes(hashes: list[BlockHash], num_tokens: int, token_slice: C
     step = 8 * block_size
     parent = hashes[-1] if hashes else ROOT_HASH
     for i in range(end - first):
-        parent = _digest(parent, count + data[i * step:(i + 1) * step])
+        parent = _digest(parent, count + data[i * step : (i + 1) * step])
         hashes.append(parent)
     return hashes

@@ -14,8 +14,13 @@ class IncrementalDetokenizer:
     # how many already-emitted tokens to re-decode as context (covers multi-token characters and spaces)
     CONTEXT_TOKENS = 5
 
-    def __init__(self, tokenizer, prompt_token_ids: list[int], skip_special_tokens: bool = True,
-                 spaces_between_special_tokens: bool = True) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        prompt_token_ids: list[int],
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+    ) -> None:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         # Hugging Face's decode option: a slow (Python) tokenizer honours it, a fast one has no such pass (as in vLLM)
@@ -36,8 +41,9 @@ class IncrementalDetokenizer:
         if self._backend_decode is not None:
             return self._backend_decode(ids, skip_special_tokens=self.skip_special_tokens)
         if not self.spaces_between_special_tokens:
-            return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens,
-                                         spaces_between_special_tokens=False)
+            return self.tokenizer.decode(
+                ids, skip_special_tokens=self.skip_special_tokens, spaces_between_special_tokens=False
+            )
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
     def step(self, new_token_ids: list[int]) -> str:

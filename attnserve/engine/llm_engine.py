@@ -18,8 +18,14 @@ from attnserve.engine.bad_words import bad_words_token_ids
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.output_processor import OutputProcessor
 from attnserve.engine.request import FinishReason, Request
-from attnserve.engine.request_checks import (EMPTY_PROMPT, RequestValueError, check_context_length,
-                                             check_not_empty, check_token_ids, token_id_words)
+from attnserve.engine.request_checks import (
+    EMPTY_PROMPT,
+    RequestValueError,
+    check_context_length,
+    check_not_empty,
+    check_token_ids,
+    token_id_words,
+)
 from attnserve.core.sampling_params import SamplingParams, SamplingParamsError, completion_seed
 from attnserve.core.step import SchedulerOutput
 from attnserve.engine.scheduler import Scheduler
@@ -32,7 +38,6 @@ from attnserve.platforms import check_runnable_device, detect_platform
 from attnserve.model_executor.kv_cache import check_kv_cache_holds_max_model_len, kv_cache_size_key
 
 logger = logging.getLogger(__name__)
-
 
 
 def prompt_name(path: tuple[str | int, ...]) -> str:
@@ -64,8 +69,14 @@ def resolve_async_scheduling(config: EngineConfig, device) -> bool:
 class LLMEngine:
     """Continuous-batching engine over one model. Not thread-safe: one caller steps it."""
 
-    def __init__(self, config: EngineConfig, *, warn_kv_cache_limit: bool = True,
-                 refuse_short_kv_cache: bool = False, usage: str = "llm") -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        warn_kv_cache_limit: bool = True,
+        refuse_short_kv_cache: bool = False,
+        usage: str = "llm",
+    ) -> None:
         """Load the model and its executor. ``warn_kv_cache_limit`` False: the caller calls
         :meth:`warn_kv_cache_limit` itself, once it has checked its prompts (``attnserve generate``: a prompt the
         KV cache cannot hold is then one error line, not that warning and then the error). ``refuse_short_kv_cache``
@@ -82,8 +93,9 @@ class LLMEngine:
         self.info = self.executor.info  # backend, device, dtype, KV blocks (rank 0's under tensor parallelism)
         # the in-process ModelRunner (tensor_parallel_size 1 only; None when workers run the model)
         self.runner = getattr(self.executor, "runner", None)
-        self.block_manager = BlockManager(self.info.num_blocks, config.cache.block_size,
-                                          config.cache.enable_prefix_caching)
+        self.block_manager = BlockManager(
+            self.info.num_blocks, config.cache.block_size, config.cache.enable_prefix_caching
+        )
         # the longest a sequence may grow: past the whole KV cache it would preempt itself and wait forever
         # for blocks that can never be free, so it ends there (finish_reason length) as at max_model_len
         self.max_request_len = min(self.max_model_len, self.info.num_blocks * config.cache.block_size)
@@ -98,8 +110,12 @@ class LLMEngine:
         )
         self.output_processor = OutputProcessor(self.tokenizer)
         # the bitmask buffers pinned where this process copies them to a GPU (not for worker processes: pickled)
-        self.structured = StructuredOutputManager(self.tokenizer, self.vocab_size, self.eos_token_id,
-                                                  pin_memory=self.runner is not None and self.info.device.type == "cuda")
+        self.structured = StructuredOutputManager(
+            self.tokenizer,
+            self.vocab_size,
+            self.eos_token_id,
+            pin_memory=self.runner is not None and self.info.device.type == "cuda",
+        )
         self._ids = itertools.count()
         self.async_scheduling = resolve_async_scheduling(config, self.info.device)
         self._in_flight: tuple[SchedulerOutput, object] | None = None  # queued step not read yet (async)
@@ -112,8 +128,9 @@ class LLMEngine:
         """Raise ConfigError (and stop the workers) when the KV cache holds fewer tokens than max_model_len."""
         cache = self.config.cache
         try:
-            check_kv_cache_holds_max_model_len(self.max_model_len, self.info.num_blocks, cache.block_size,
-                                               kv_cache_size_key(cache, self.info.device))
+            check_kv_cache_holds_max_model_len(
+                self.max_model_len, self.info.num_blocks, cache.block_size, kv_cache_size_key(cache, self.info.device)
+            )
         except ConfigError:
             self.executor.shutdown()  # the workers, under tensor parallelism
             raise
@@ -122,10 +139,15 @@ class LLMEngine:
         """Log a warning when the KV cache holds fewer tokens than max_model_len: requests end there and longer
         prompts are refused (:meth:`check_prompt` says so for each prompt it refuses)."""
         if self.max_request_len < self.max_model_len:
-            logger.warning("the KV cache holds %d tokens, fewer than max_model_len %d: a request ends (finish_reason "
-                           "length) when it reaches %d tokens, and a prompt of %d tokens or more is refused; give the "
-                           "KV cache more memory or lower max_model_len",
-                           self.max_request_len, self.max_model_len, self.max_request_len, self.max_request_len)
+            logger.warning(
+                "the KV cache holds %d tokens, fewer than max_model_len %d: a request ends (finish_reason "
+                "length) when it reaches %d tokens, and a prompt of %d tokens or more is refused; give the "
+                "KV cache more memory or lower max_model_len",
+                self.max_request_len,
+                self.max_model_len,
+                self.max_request_len,
+                self.max_request_len,
+            )
 
     @property
     def eos_token_id(self) -> int | None:
@@ -163,8 +185,9 @@ class LLMEngine:
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(params, name, None)
             if value is not None and value > self.max_logprobs:
-                raise SamplingParamsError(name, value, f"integer in [0, {self.max_logprobs}], the engine's "
-                                                       "max_logprobs (--max-logprobs)")
+                raise SamplingParamsError(
+                    name, value, f"integer in [0, {self.max_logprobs}], the engine's max_logprobs (--max-logprobs)"
+                )
         for name in ("stop_token_ids", "allowed_token_ids"):
             ids = getattr(params, name) or []
             bad = next((i for i, t in enumerate(ids) if t >= self.vocab_size), None)
@@ -186,12 +209,22 @@ class LLMEngine:
         try:
             prompt.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise Refused(Refusal(path, prompt, "Unicode text",
-                                  reason=f"holds a lone surrogate {prompt[e.start]!r} at index {e.start}")) from None
+            raise Refused(
+                Refusal(
+                    path,
+                    prompt,
+                    "Unicode text",
+                    reason=f"holds a lone surrogate {prompt[e.start]!r} at index {e.start}",
+                )
+            ) from None
         return self.tokenizer.encode(prompt)
 
-    def check_prompt(self, prompt: str | list[int], path: tuple[str | int, ...] = ("prompt",),
-                     truncate_prompt_tokens: int | None = None) -> list[int]:
+    def check_prompt(
+        self,
+        prompt: str | list[int],
+        path: tuple[str | int, ...] = ("prompt",),
+        truncate_prompt_tokens: int | None = None,
+    ) -> list[int]:
         """Tokenize ``prompt`` and check that it fits; returns its token ids. ``path`` names the prompt in errors
         (``("prompts", 1)``: the second of a batch); the checks and their words are ``request_checks``', which the
         server and the CLI use too.
@@ -218,8 +251,9 @@ class LLMEngine:
         k = self.max_model_len if truncate_prompt_tokens == -1 else truncate_prompt_tokens
         return token_ids[-k:]
 
-    def check_max_tokens(self, num_prompt_tokens: int, params: SamplingParams,
-                         path: tuple[str | int, ...] = ("prompt",)) -> None:
+    def check_max_tokens(
+        self, num_prompt_tokens: int, params: SamplingParams, path: tuple[str | int, ...] = ("prompt",)
+    ) -> None:
         """Raise MaxTokensTooLargeError when a checked prompt of ``num_prompt_tokens`` tokens and
         ``params.max_tokens`` more exceed max_model_len (the server's rule and words: ``request_checks``);
         ``params.max_tokens`` None (up to max_model_len) always fits. ``LLM.generate``, ``LLM.chat`` and
@@ -228,8 +262,12 @@ class LLMEngine:
         check_context_length(num_prompt_tokens, params.max_tokens, self.max_model_len, prompt_name(path))
 
     def add_request(
-        self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None,
-        *, prompt_token_ids: list[int] | None = None,
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        *,
+        prompt_token_ids: list[int] | None = None,
     ) -> str:
         """Queue a prompt (text or token ids) with ``params.n`` completions; returns the request id.
 
@@ -246,13 +284,15 @@ class LLMEngine:
             if params.n > 1:
                 seed = None if params.seed is None else completion_seed(params.seed, i)
                 child_params = dataclasses.replace(params, n=1, seed=seed)
-            children.append(Request(
-                request_id=f"{request_id}#{i}",
-                prompt_token_ids=token_ids,
-                sampling_params=child_params,
-                eos_token_id=self.eos_token_id,
-                max_model_len=self.max_request_len,
-            ))
+            children.append(
+                Request(
+                    request_id=f"{request_id}#{i}",
+                    prompt_token_ids=token_ids,
+                    sampling_params=child_params,
+                    eos_token_id=self.eos_token_id,
+                    max_model_len=self.max_request_len,
+                )
+            )
         self.output_processor.add(request_id, prompt if isinstance(prompt, str) else None, token_ids, params, children)
         if params.structured_outputs is not None:
             for child in children:
@@ -365,7 +405,7 @@ class LLMEngine:
         for rid, (first, entries) in out.prompt_logprobs.items():
             req = self.scheduler.requests.get(rid)
             if req is not None and first + len(entries) > len(req.prompt_logprobs):  # a recompute repeats them
-                req.prompt_logprobs.extend(entries[len(req.prompt_logprobs) - first:])
+                req.prompt_logprobs.extend(entries[len(req.prompt_logprobs) - first :])
         updated = self.scheduler.update(sched, out.sampled)
         structured = self.structured.active
         if structured:

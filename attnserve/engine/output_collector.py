@@ -40,8 +40,10 @@ class RequestOutputCollector:
     def put(self, item: RequestOutput | BaseException) -> None:
         """Hand over the engine's newest output (or an error). Engine thread; never blocks."""
         if isinstance(item, RequestOutput):
-            record = (item, [(len(c.token_ids), len(c.logprobs) if c.logprobs is not None else 0)
-                             for c in item.outputs])
+            record = (
+                item,
+                [(len(c.token_ids), len(c.logprobs) if c.logprobs is not None else 0) for c in item.outputs],
+            )
         else:
             record = item
         with self._lock:
@@ -77,8 +79,17 @@ class RequestOutputCollector:
         logprobs = None
         if c.logprobs is not None:
             logprobs = self._logprobs.setdefault(c.index, [])
-            logprobs.extend(c.logprobs[len(logprobs):num_logprobs])
+            logprobs.extend(c.logprobs[len(logprobs) : num_logprobs])
         sent = self._text_len.get(c.index, 0)
         self._text_len[c.index] = len(c.text)
-        return CompletionOutput(c.index, c.text, ids, c.finish_reason, c.stop_reason, logprobs, c.text[sent:],
-                                num_tokens - had, c.cumulative_logprob)
+        return CompletionOutput(
+            c.index,
+            c.text,
+            ids,
+            c.finish_reason,
+            c.stop_reason,
+            logprobs,
+            c.text[sent:],
+            num_tokens - had,
+            c.cumulative_logprob,
+        )

@@ -50,22 +50,35 @@ class OutputProcessor:
         self.parents: dict[str, _Parent] = {}
         self.child_to_parent: dict[str, tuple[_Parent, _Child]] = {}
 
-    def add(self, request_id: str, prompt: str | None, prompt_ids: list[int], params: SamplingParams,
-            children: list[Request]) -> None:
+    def add(
+        self,
+        request_id: str,
+        prompt: str | None,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        children: list[Request],
+    ) -> None:
         kids = [
             _Child(
                 request=r,
-                completion=CompletionOutput(index=i, text="", token_ids=[],
-                                            logprobs=[] if params.logprobs is not None else None,
-                                            cumulative_logprob=0.0 if params.logprobs is not None else None),
-                detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_ids, params.skip_special_tokens,
-                                                   params.spaces_between_special_tokens)
-                if params.detokenize else None,
+                completion=CompletionOutput(
+                    index=i,
+                    text="",
+                    token_ids=[],
+                    logprobs=[] if params.logprobs is not None else None,
+                    cumulative_logprob=0.0 if params.logprobs is not None else None,
+                ),
+                detokenizer=IncrementalDetokenizer(
+                    self.tokenizer, prompt_ids, params.skip_special_tokens, params.spaces_between_special_tokens
+                )
+                if params.detokenize
+                else None,
             )
             for i, r in enumerate(children)
         ]
-        parent = _Parent(request_id, prompt, prompt_ids, kids, RequestMetrics(arrival_time=children[0].arrival_time),
-                         len(kids))
+        parent = _Parent(
+            request_id, prompt, prompt_ids, kids, RequestMetrics(arrival_time=children[0].arrival_time), len(kids)
+        )
         self.parents[request_id] = parent
         for kid in kids:
             self.child_to_parent[kid.request.request_id] = (parent, kid)
@@ -88,7 +101,7 @@ class OutputProcessor:
                 continue
             tail = kid.detokenizer.flush() if kid.detokenizer is not None else ""
             text = (kid.text if _holds_back(kid.request.sampling_params) else c.text) + tail
-            c.text_delta, c.num_new_tokens, c.text = text[len(c.text):], 0, text
+            c.text_delta, c.num_new_tokens, c.text = text[len(c.text) :], 0, text
             c.finish_reason, c.stop_reason = FinishReason.ABORT.value, None
             parent.num_unfinished -= 1
         return self._output(parent)
@@ -125,17 +138,24 @@ class OutputProcessor:
             metrics.first_token_time = min(first) if first else None
         finished = parent.finished
         first = parent.children[0].request
-        if parent.prompt_logprobs is None and first.sampling_params.prompt_logprobs is not None and (
-                len(first.prompt_logprobs) == len(parent.prompt_token_ids) - 1):
+        if (
+            parent.prompt_logprobs is None
+            and first.sampling_params.prompt_logprobs is not None
+            and (len(first.prompt_logprobs) == len(parent.prompt_token_ids) - 1)
+        ):
             detok = first.sampling_params.detokenize
-            parent.prompt_logprobs = [None] + [self._logprobs(e, t, detok)
-                                               for e, t in zip(first.prompt_logprobs, parent.prompt_token_ids[1:])]
+            parent.prompt_logprobs = [None] + [
+                self._logprobs(e, t, detok) for e, t in zip(first.prompt_logprobs, parent.prompt_token_ids[1:])
+            ]
         if finished:
             metrics.finished_time = max(k.request.finished_time or 0.0 for k in parent.children)
             self._forget(parent.request_id)
         return RequestOutput(
-            parent.request_id, parent.prompt, parent.prompt_token_ids,
-            [_snapshot(k.completion) for k in parent.children], finished,
+            parent.request_id,
+            parent.prompt,
+            parent.prompt_token_ids,
+            [_snapshot(k.completion) for k in parent.children],
+            finished,
             RequestMetrics(metrics.arrival_time, metrics.first_token_time, metrics.finished_time),
             parent.num_preemptions,
             num_cached_tokens=parent.children[0].request.num_cached_tokens or 0,
@@ -158,8 +178,12 @@ class OutputProcessor:
             return None
         p = req.sampling_params
         # EOS or a stop token id ended it: not in the text unless include_stop_str_in_output (vLLM)
-        hide = (ended and req.finish_reason == FinishReason.STOP and not isinstance(req.stop_reason, str)
-                and not p.include_stop_str_in_output)
+        hide = (
+            ended
+            and req.finish_reason == FinishReason.STOP
+            and not isinstance(req.stop_reason, str)
+            and not p.include_stop_str_in_output
+        )
         delta = "" if hide else kid.detokenizer.step([token_id])
         if ended:
             delta += kid.detokenizer.flush() if not hide else ""
@@ -191,7 +215,7 @@ class OutputProcessor:
         # text that the stop string then removes); the held-back characters never precede a match found later
         hold = 0 if c.finish_reason is not None or p.include_stop_str_in_output else max(len(s) for s in p.stop) - 1
         shown = text[: max(0, len(text) - hold)]
-        c.text_delta = shown[len(c.text):]
+        c.text_delta = shown[len(c.text) :]
         c.text = shown
         return stop_string
 
@@ -213,5 +237,14 @@ def _holds_back(p: SamplingParams) -> bool:
 def _snapshot(c: CompletionOutput) -> CompletionOutput:
     # token_ids and logprobs are shared, not copied: a copy is O(length) per request per step (see
     # CompletionOutput); positional (CompletionOutput's field order): a few hundred of these per step
-    return CompletionOutput(c.index, c.text, c.token_ids, c.finish_reason, c.stop_reason, c.logprobs, c.text_delta,
-                            c.num_new_tokens, c.cumulative_logprob)
+    return CompletionOutput(
+        c.index,
+        c.text,
+        c.token_ids,
+        c.finish_reason,
+        c.stop_reason,
+        c.logprobs,
+        c.text_delta,
+        c.num_new_tokens,
+        c.cumulative_logprob,
+    )

@@ -78,13 +78,32 @@ class RequestOutput:
     def snapshot(self) -> RequestOutput:
         """A copy whose completions' ``token_ids`` and ``logprobs`` stay as they are now (for a reader that
         may look after the engine's next step, e.g. on another thread)."""
-        outputs = [CompletionOutput(c.index, c.text, list(c.token_ids), c.finish_reason, c.stop_reason,
-                                    None if c.logprobs is None else list(c.logprobs), c.text_delta, c.num_new_tokens,
-                                    c.cumulative_logprob)
-                   for c in self.outputs]
-        return RequestOutput(self.request_id, self.prompt, self.prompt_token_ids, outputs, self.finished,
-                             self.metrics, self.num_preemptions, self.extra, self.num_cached_tokens,
-                             self.prompt_logprobs)
+        outputs = [
+            CompletionOutput(
+                c.index,
+                c.text,
+                list(c.token_ids),
+                c.finish_reason,
+                c.stop_reason,
+                None if c.logprobs is None else list(c.logprobs),
+                c.text_delta,
+                c.num_new_tokens,
+                c.cumulative_logprob,
+            )
+            for c in self.outputs
+        ]
+        return RequestOutput(
+            self.request_id,
+            self.prompt,
+            self.prompt_token_ids,
+            outputs,
+            self.finished,
+            self.metrics,
+            self.num_preemptions,
+            self.extra,
+            self.num_cached_tokens,
+            self.prompt_logprobs,
+        )
 
     def to_dict(self) -> dict:
         """JSON-ready summary (for ``--output-json``)."""
@@ -102,17 +121,26 @@ class RequestOutput:
                     "logprobs": None
                     if o.logprobs is None
                     else [
-                        {str(t): {"logprob": lp.logprob, "rank": lp.rank, "token": lp.decoded_token} for t, lp in d.items()}
+                        {
+                            str(t): {"logprob": lp.logprob, "rank": lp.rank, "token": lp.decoded_token}
+                            for t, lp in d.items()
+                        }
                         for d in o.logprobs
                     ],
                 }
                 for o in self.outputs
             ],
             "num_cached_tokens": self.num_cached_tokens,
-            "prompt_logprobs": None if self.prompt_logprobs is None else [
-                None if d is None else
-                {str(t): {"logprob": lp.logprob, "rank": lp.rank, "token": lp.decoded_token} for t, lp in d.items()}
-                for d in self.prompt_logprobs],
+            "prompt_logprobs": None
+            if self.prompt_logprobs is None
+            else [
+                None
+                if d is None
+                else {
+                    str(t): {"logprob": lp.logprob, "rank": lp.rank, "token": lp.decoded_token} for t, lp in d.items()
+                }
+                for d in self.prompt_logprobs
+            ],
             "ttft_s": self.metrics.ttft,
             "e2e_s": self.metrics.e2e,
         }

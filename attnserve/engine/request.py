@@ -100,7 +100,8 @@ class Request:
         p = self.sampling_params
         if len(self.output_token_ids) < p.min_tokens:  # vLLM's check_stop: no EOS or stop id before min_tokens
             if (p.max_tokens is not None and len(self.output_token_ids) >= p.max_tokens) or (
-                    self.num_tokens >= self.max_model_len):
+                self.num_tokens >= self.max_model_len
+            ):
                 self.finish(FinishReason.LENGTH)
         elif not p.ignore_eos and token_id == self.eos_token_id:
             self.finish(FinishReason.STOP)

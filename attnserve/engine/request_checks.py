@@ -55,11 +55,15 @@ class PromptTooLongError(ConfigError):
 
     def __init__(self, num_prompt_tokens: int, max_model_len: int, prompt: str = "the prompt") -> None:
         self.num_prompt_tokens, self.max_model_len = num_prompt_tokens, max_model_len
-        super().__init__(Refusal(
-            reason=f"This model's maximum context length is {max_model_len} tokens. However, {prompt} has "
-                   f"{num_prompt_tokens} tokens, which leaves no room for the completion (at most {max_model_len - 1} "
-                   "prompt tokens fit).",
-            advice="Please raise {max_model_len} or reduce the length of the prompt.", key="max_model_len"))
+        super().__init__(
+            Refusal(
+                reason=f"This model's maximum context length is {max_model_len} tokens. However, {prompt} has "
+                f"{num_prompt_tokens} tokens, which leaves no room for the completion (at most {max_model_len - 1} "
+                "prompt tokens fit).",
+                advice="Please raise {max_model_len} or reduce the length of the prompt.",
+                key="max_model_len",
+            )
+        )
 
 
 class MaxTokensTooLargeError(Refused):
@@ -68,13 +72,16 @@ class MaxTokensTooLargeError(Refused):
 
     __reduce__ = Refused.reduce_from_record
 
-    def __init__(self, num_prompt_tokens: int, max_tokens: int, max_model_len: int,
-                 prompt: str = "the prompt") -> None:
+    def __init__(self, num_prompt_tokens: int, max_tokens: int, max_model_len: int, prompt: str = "the prompt") -> None:
         self.num_prompt_tokens, self.max_tokens, self.max_model_len = num_prompt_tokens, max_tokens, max_model_len
-        super().__init__(Refusal(
-            reason=f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-                   f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in {prompt}, {max_tokens} in the "
-                   "completion).", advice="Please reduce the length of the prompt or completion."))
+        super().__init__(
+            Refusal(
+                reason=f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+                f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in {prompt}, {max_tokens} in the "
+                "completion).",
+                advice="Please reduce the length of the prompt or completion.",
+            )
+        )
 
 
 def check_not_empty(prompt: str | list, path: tuple[str | int, ...] = ("prompt",)) -> None:
@@ -92,8 +99,9 @@ def check_token_ids(token_ids: list, vocab_size: int, path: tuple[str | int, ...
             raise RequestValueError((*path, i), t, token_id_words(vocab_size))
 
 
-def check_context_length(num_prompt_tokens: int, max_tokens: int | None, max_model_len: int,
-                         prompt: str = "the prompt") -> int:
+def check_context_length(
+    num_prompt_tokens: int, max_tokens: int | None, max_model_len: int, prompt: str = "the prompt"
+) -> int:
     """The max_tokens a request gets (None: the rest of the context, ``max_model_len - num_prompt_tokens``).
 
     Raises PromptTooLongError when the prompt alone has max_model_len tokens or more (no room for one generated

@@ -65,7 +65,11 @@ class Scheduler:
     """Decides each step which requests compute how many tokens, and keeps the KV blocks in step."""
 
     def __init__(
-        self, block_manager: BlockManager, max_num_batched_tokens: int, max_num_seqs: int, enable_chunked_prefill: bool = True,
+        self,
+        block_manager: BlockManager,
+        max_num_batched_tokens: int,
+        max_num_seqs: int,
+        enable_chunked_prefill: bool = True,
         kv_cache_key: str | None = None,
     ) -> None:
         self.block_manager = block_manager
@@ -93,13 +97,15 @@ class Scheduler:
         if bm.blocks_needed(num_tokens + 1) > bm.num_blocks:
             capacity = bm.num_blocks * bm.block_size
             # the prompt, not the request id: the id is the engine's own (a CLI user never sees it)
-            raise ConfigError(Refusal(
-                reason=f"prompt of {num_tokens} tokens needs {bm.blocks_needed(num_tokens + 1)} KV blocks "
-                       f"({num_tokens + 1} tokens with the one it generates), the KV cache has {bm.num_blocks} "
-                       f"({capacity} tokens), so at most {capacity - 1} prompt tokens fit",
-                advice=f"raise {{{self.kv_cache_key}}}" if self.kv_cache_key else "give the KV cache more memory",
-                key=self.kv_cache_key,
-            ))
+            raise ConfigError(
+                Refusal(
+                    reason=f"prompt of {num_tokens} tokens needs {bm.blocks_needed(num_tokens + 1)} KV blocks "
+                    f"({num_tokens + 1} tokens with the one it generates), the KV cache has {bm.num_blocks} "
+                    f"({capacity} tokens), so at most {capacity - 1} prompt tokens fit",
+                    advice=f"raise {{{self.kv_cache_key}}}" if self.kv_cache_key else "give the KV cache more memory",
+                    key=self.kv_cache_key,
+                )
+            )
         if not self.enable_chunked_prefill and num_tokens > self.max_num_batched_tokens:
             raise ConfigError(  # a ValueError that names the setting, for the CLI to name its flag
                 f"prompt of {num_tokens} tokens exceeds max_num_batched_tokens {self.max_num_batched_tokens}, "
@@ -196,7 +202,9 @@ class Scheduler:
         req.num_computed_tokens = end
         if samples:
             req.num_pending += 1
-        if self.enable_prefix_caching:  # the blocks this step fills with known tokens (a decode: one step in block_size)
+        if (
+            self.enable_prefix_caching
+        ):  # the blocks this step fills with known tokens (a decode: one step in block_size)
             bm = self.block_manager
             full = min(end, req.num_tokens) // bm.block_size
             if full > bm.num_registered.get(req.request_id, 0):
@@ -217,7 +225,7 @@ class Scheduler:
             if (admitted and p.has_penalties) or prompt_step:
                 s.prompt_token_ids, s.output_token_ids = list(req.prompt_token_ids), list(req.output_token_ids)
             if p.bad_words_history > 0:
-                s.recent_output_ids = req.output_token_ids[-p.bad_words_history:]
+                s.recent_output_ids = req.output_token_ids[-p.bad_words_history :]
         return s
 
     def _preempt(self, req: Request) -> None:

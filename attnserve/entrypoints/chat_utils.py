@@ -15,8 +15,15 @@ from typing import Any
 
 from attnserve.engine.request_checks import RequestValueError
 from attnserve.refusals import Refusal, Refused
-from attnserve.refusals.words import (CHAT_ROLES, CONTENT_WORDS, MESSAGE_WORDS, MESSAGES_WORDS,  # noqa: F401 (re-exported)
-                                      ROLE_WORDS, TEXT_PART, TEXT_PART_WORDS)
+from attnserve.refusals.words import (
+    CHAT_ROLES,
+    CONTENT_WORDS,
+    MESSAGE_WORDS,
+    MESSAGES_WORDS,  # noqa: F401 (re-exported)
+    ROLE_WORDS,
+    TEXT_PART,
+    TEXT_PART_WORDS,
+)
 
 
 def is_list(value) -> bool:
@@ -75,8 +82,9 @@ def _tool_call(path: tuple[str | int, ...], call) -> dict:
     """An assistant message's tool call, its ``function.arguments`` JSON text decoded (templates read objects)."""
     fn = call.get("function") if isinstance(call, Mapping) else None
     if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-        raise RequestValueError(path, call, '{"id": string, "type": "function", "function": {"name": string, '
-                                '"arguments": JSON text}}')
+        raise RequestValueError(
+            path, call, '{"id": string, "type": "function", "function": {"name": string, "arguments": JSON text}}'
+        )
     args = fn.get("arguments")
     if isinstance(args, str):
         try:
@@ -120,8 +128,11 @@ def load_chat_template(chat_template: str | None, path: tuple[str | int, ...] = 
             return f.read()
     except OSError as e:
         if not any(c in chat_template for c in _JINJA_CHARS):
-            raise Refused(Refusal(path, chat_template, "a Jinja template file, or the template's text",
-                                  reason=f"cannot be read ({e})")) from None
+            raise Refused(
+                Refusal(
+                    path, chat_template, "a Jinja template file, or the template's text", reason=f"cannot be read ({e})"
+                )
+            ) from None
         return chat_template
 
 
@@ -141,22 +152,36 @@ def check_chat_template_options(options: ChatTemplateOptions) -> None:
     new assistant turn and the last message left open; vLLM refuses both true), a ``chat_template_kwargs`` that is
     no mapping or names ``chat_template`` or ``tokenize`` (no template variables)."""
     if options.add_generation_prompt and options.continue_final_message:
-        raise Refused(Refusal(("continue_final_message",), True, "false while add_generation_prompt is true",
-                              advice="set add_generation_prompt false to continue the final message"))
+        raise Refused(
+            Refusal(
+                ("continue_final_message",),
+                True,
+                "false while add_generation_prompt is true",
+                advice="set add_generation_prompt false to continue the final message",
+            )
+        )
     kwargs = options.chat_template_kwargs
     if kwargs is None:
         return
     if not isinstance(kwargs, Mapping):
-        raise Refused(Refusal(("chat_template_kwargs",), kwargs, "a mapping of template variables, or None",
-                              noun="a mapping"))
+        raise Refused(
+            Refusal(("chat_template_kwargs",), kwargs, "a mapping of template variables, or None", noun="a mapping")
+        )
     for name in RESERVED_TEMPLATE_KWARGS:
         if name in kwargs:
-            raise Refused(Refusal(("chat_template_kwargs", name), kwargs[name], "absent",
-                                  advice="give the template as chat_template" if name == "chat_template" else ""))
+            raise Refused(
+                Refusal(
+                    ("chat_template_kwargs", name),
+                    kwargs[name],
+                    "absent",
+                    advice="give the template as chat_template" if name == "chat_template" else "",
+                )
+            )
 
 
-def apply_chat_template(tokenizer, conversation: list[dict], options: ChatTemplateOptions,
-                        tools: list[dict] | None = None) -> str:
+def apply_chat_template(
+    tokenizer, conversation: list[dict], options: ChatTemplateOptions, tools: list[dict] | None = None
+) -> str:
     """The prompt text of ``conversation`` (messages as :func:`chat_messages` returns them) under ``options``,
     through transformers' ``apply_chat_template``; the template sees ``chat_template_kwargs`` as variables (Qwen3's
     ``enable_thinking``), under the explicit options; ``tools``: the request's function definitions, which the
@@ -168,18 +193,30 @@ def apply_chat_template(tokenizer, conversation: list[dict], options: ChatTempla
     check_chat_template_options(options)
     template = options.chat_template
     if template is None and getattr(tokenizer, "chat_template", None) is None:
-        raise Refused(Refusal(("chat_template",), reason="is needed: this model's tokenizer has none",
-                              advice="give one (--chat-template, the request's chat_template), or send the prompt "
-                                     "text as a completion"))
-    kwargs = {**(options.chat_template_kwargs or {}), "add_generation_prompt": options.add_generation_prompt,
-              "continue_final_message": options.continue_final_message}
+        raise Refused(
+            Refusal(
+                ("chat_template",),
+                reason="is needed: this model's tokenizer has none",
+                advice="give one (--chat-template, the request's chat_template), or send the prompt "
+                "text as a completion",
+            )
+        )
+    kwargs = {
+        **(options.chat_template_kwargs or {}),
+        "add_generation_prompt": options.add_generation_prompt,
+        "continue_final_message": options.continue_final_message,
+    }
     try:
-        text = tokenizer.apply_chat_template(conversation, chat_template=template, tokenize=False, tools=tools,
-                                             **kwargs)
+        text = tokenizer.apply_chat_template(
+            conversation, chat_template=template, tokenize=False, tools=tools, **kwargs
+        )
         if not isinstance(text, str):  # a kwarg of apply_chat_template's own (return_dict, ...) changed its answer
             raise TypeError(f"apply_chat_template returned {type(text).__name__}, not the prompt text")
         return text
     except Exception as e:  # noqa: BLE001 - templates raise what they like (jinja's TemplateError, ValueError, ...)
         error = f"{type(e).__name__}: {e}"
-        raise Refused(Refusal(("chat_template",), reason=f"failed on the messages ({error})") if template is not None
-                      else Refusal(("messages",), reason=f"cannot be rendered by the chat template ({error})")) from None
+        raise Refused(
+            Refusal(("chat_template",), reason=f"failed on the messages ({error})")
+            if template is not None
+            else Refusal(("messages",), reason=f"cannot be rendered by the chat template ({error})")
+        ) from None

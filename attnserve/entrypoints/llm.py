@@ -11,8 +11,14 @@ from attnserve.engine.llm_engine import LLMEngine
 from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.request_checks import RequestValueError
 from attnserve.core.sampling_params import SamplingParams
-from attnserve.entrypoints.chat_utils import (MESSAGES_WORDS, ChatTemplateOptions, apply_chat_template, chat_messages,
-                                              check_chat_template_options, is_list)
+from attnserve.entrypoints.chat_utils import (
+    MESSAGES_WORDS,
+    ChatTemplateOptions,
+    apply_chat_template,
+    chat_messages,
+    check_chat_template_options,
+    is_list,
+)
 from attnserve.refusals import Refusal, Refused
 
 PromptType = str | list[int] | dict  # text, token ids, or vLLM's {"prompt": str} / {"prompt_token_ids": list[int]}
@@ -28,15 +34,28 @@ def parse_prompt(prompt: PromptType) -> str | list[int]:
     keys = sorted(prompt, key=str)
     if keys == ["prompt"] and isinstance(prompt["prompt"], str):
         return prompt["prompt"]
-    if keys == ["prompt_token_ids"] and isinstance(prompt["prompt_token_ids"], Sequence) \
-            and not isinstance(prompt["prompt_token_ids"], str):
+    if (
+        keys == ["prompt_token_ids"]
+        and isinstance(prompt["prompt_token_ids"], Sequence)
+        and not isinstance(prompt["prompt_token_ids"], str)
+    ):
         return list(prompt["prompt_token_ids"])
     if keys in (["prompt"], ["prompt_token_ids"]):
         (key,) = keys
-        raise Refused(Refusal(value=prompt[key], subject=f"prompt dict {key!r} value",
-                              allowed="a string" if key == "prompt" else "a list of token ids"))
-    raise Refused(Refusal(value=keys, subject="prompt dict with keys",
-                          allowed="exactly one of {'prompt': str} or {'prompt_token_ids': list[int]}"))
+        raise Refused(
+            Refusal(
+                value=prompt[key],
+                subject=f"prompt dict {key!r} value",
+                allowed="a string" if key == "prompt" else "a list of token ids",
+            )
+        )
+    raise Refused(
+        Refusal(
+            value=keys,
+            subject="prompt dict with keys",
+            allowed="exactly one of {'prompt': str} or {'prompt_token_ids': list[int]}",
+        )
+    )
 
 
 def _is_single_prompt(prompts) -> bool:
@@ -86,8 +105,9 @@ class LLM:
         paths = [("prompt",)] if single else [("prompts", i) for i in range(len(prompts))]
         params = _params_list(sampling_params, len(prompts), self.engine.default_sampling_params())
         # all checked before any is queued (truncate_prompt_tokens applied first, as vLLM does)
-        token_prompts = [self.engine.check_prompt(p, path, sp.truncate_prompt_tokens)
-                         for p, path, sp in zip(prompts, paths, params)]
+        token_prompts = [
+            self.engine.check_prompt(p, path, sp.truncate_prompt_tokens) for p, path, sp in zip(prompts, paths, params)
+        ]
         return self._generate(prompts, token_prompts, paths, params, use_tqdm)
 
     def chat(
@@ -117,32 +137,49 @@ class LLM:
         ``RequestOutput.prompt`` is the rendered prompt text.
         """
         if not is_list(messages) or not messages:
-            raise RequestValueError(("messages",), messages, f"{MESSAGES_WORDS}, or a list of such lists",
-                                    noun=None if is_list(messages) else "a list")
+            raise RequestValueError(
+                ("messages",),
+                messages,
+                f"{MESSAGES_WORDS}, or a list of such lists",
+                noun=None if is_list(messages) else "a list",
+            )
         single = not is_list(messages[0])  # a message (or a mistake chat_messages names) first: one conversation
         conversations = [messages] if single else messages
         paths = [("messages",)] if single else [("messages", i) for i in range(len(conversations))]
-        options = ChatTemplateOptions(chat_template, add_generation_prompt, continue_final_message,
-                                      chat_template_kwargs)
+        options = ChatTemplateOptions(
+            chat_template, add_generation_prompt, continue_final_message, chat_template_kwargs
+        )
         check_chat_template_options(options)  # before any message: the options' own mistakes first
-        prompts = [apply_chat_template(self.tokenizer, chat_messages(conv, path), options)
-                   for conv, path in zip(conversations, paths)]
+        prompts = [
+            apply_chat_template(self.tokenizer, chat_messages(conv, path), options)
+            for conv, path in zip(conversations, paths)
+        ]
         # the template already holds the special tokens (BOS, ...); all checked before any is queued
         params = _params_list(sampling_params, len(prompts), self.engine.default_sampling_params())
-        token_prompts = [self.engine.check_prompt(self.tokenizer.encode(p, add_special_tokens=False), path,
-                                                  sp.truncate_prompt_tokens)
-                         for p, path, sp in zip(prompts, paths, params)]
+        token_prompts = [
+            self.engine.check_prompt(
+                self.tokenizer.encode(p, add_special_tokens=False), path, sp.truncate_prompt_tokens
+            )
+            for p, path, sp in zip(prompts, paths, params)
+        ]
         return self._generate(prompts, token_prompts, paths, params, use_tqdm)
 
-    def _generate(self, prompts: list[str | list[int]], token_prompts: list[list[int]],
-                  paths: list[tuple[str | int, ...]],
-                  params_list: list[SamplingParams], use_tqdm: bool) -> list[RequestOutput]:
+    def _generate(
+        self,
+        prompts: list[str | list[int]],
+        token_prompts: list[list[int]],
+        paths: list[tuple[str | int, ...]],
+        params_list: list[SamplingParams],
+        use_tqdm: bool,
+    ) -> list[RequestOutput]:
         """Queue checked prompts (``prompts``: the text, or token ids, that outputs report; ``paths``: their names
         in errors) and run them. Each prompt's length with its ``max_tokens`` is checked before any is queued."""
         for t, sp, path in zip(token_prompts, params_list, paths):  # all checked before any is queued
             self.engine.check_params(sp)
             self.engine.check_max_tokens(len(t), sp, path)
-        ids = [self.engine.add_request(p, sp, prompt_token_ids=t) for p, t, sp in zip(prompts, token_prompts, params_list)]
+        ids = [
+            self.engine.add_request(p, sp, prompt_token_ids=t) for p, t, sp in zip(prompts, token_prompts, params_list)
+        ]
         return self._run(ids, use_tqdm)
 
     def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
@@ -177,8 +214,9 @@ class LLM:
         return True
 
 
-def _params_list(sampling_params: SamplingParams | Sequence[SamplingParams] | None, n: int,
-                 default: SamplingParams) -> list[SamplingParams]:
+def _params_list(
+    sampling_params: SamplingParams | Sequence[SamplingParams] | None, n: int, default: SamplingParams
+) -> list[SamplingParams]:
     """One SamplingParams per prompt (one for all, or a list as long as the prompts; none given: ``default``, the
     generation config's defaults (--generation-config), as vLLM's LLM does); ValueError otherwise."""
     params = sampling_params if sampling_params is not None else default

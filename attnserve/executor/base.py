@@ -68,9 +68,19 @@ class RunnerInfo:
     def of(cls, runner: ModelRunner) -> "RunnerInfo":
         from attnserve.model_executor.weight_bytes import decode_weight_bytes, moe_expert_bytes
 
-        return cls(runner.backend_name, runner.device, runner.dtype, runner.num_blocks, runner.num_layers,
-                   runner.num_kv_heads, runner.head_size, runner.kv_dtype, decode_weight_bytes(runner.model),
-                   runner.tp.size, *moe_expert_bytes(runner.model))
+        return cls(
+            runner.backend_name,
+            runner.device,
+            runner.dtype,
+            runner.num_blocks,
+            runner.num_layers,
+            runner.num_kv_heads,
+            runner.head_size,
+            runner.kv_dtype,
+            decode_weight_bytes(runner.model),
+            runner.tp.size,
+            *moe_expert_bytes(runner.model),
+        )
 
 
 class StepReply:

@@ -23,8 +23,14 @@ from attnserve.layers.linear import CheckpointShapeError
 from attnserve.model_executor import gguf_cache
 from attnserve.model_executor.attention_selection import select_model_attention
 from attnserve.model_executor.generation_config import generation_defaults
-from attnserve.model_executor.loader import (ModelSource, complete_hf_config, load_model_tokenizer, max_model_len_of,
-                                             read_hf_config, resolve_model)
+from attnserve.model_executor.loader import (
+    ModelSource,
+    complete_hf_config,
+    load_model_tokenizer,
+    max_model_len_of,
+    read_hf_config,
+    resolve_model,
+)
 from attnserve.platforms import check_runnable_device
 
 logger = logging.getLogger(__name__)
@@ -54,8 +60,13 @@ def load_model(config: EngineConfig) -> LoadedModel:
     except (CheckpointShapeError, WorkerDiedError) as e:
         if cached is None or not (isinstance(e, CheckpointShapeError) or e.checkpoint_shape):
             raise
-        logger.warning("the GGUF config cached in %s does not fit the weights (%s); deleting that cache entry "
-                       "and converting %s again", cached, str(e).strip().splitlines()[-1], source.path)
+        logger.warning(
+            "the GGUF config cached in %s does not fit the weights (%s); deleting that cache entry "
+            "and converting %s again",
+            cached,
+            str(e).strip().splitlines()[-1],
+            source.path,
+        )
         shutil.rmtree(cached, ignore_errors=True)
         return _load(config, source)
 
@@ -63,8 +74,9 @@ def load_model(config: EngineConfig) -> LoadedModel:
 def _load(config: EngineConfig, source: ModelSource) -> LoadedModel:
     """One attempt: the checks the config alone answers, then the tokenizer and the executor (the weights)."""
     hf_config = read_hf_config(source)
-    defaults = generation_defaults(config.model, None if source.is_gguf else source.path,
-                                   frozenset(f.name for f in fields(SamplingParams)))
+    defaults = generation_defaults(
+        config.model, None if source.is_gguf else source.path, frozenset(f.name for f in fields(SamplingParams))
+    )
     tp = config.parallel.tensor_parallel_size
     check_tensor_parallel_size(hf_config, tp)
     select_model_attention(config, hf_config, tp)

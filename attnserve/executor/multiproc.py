@@ -47,8 +47,16 @@ class MultiprocExecutor(Executor):
         self._received = 0  # replies read
         for rank in range(n):
             parent, child = ctx.Pipe()
-            kwargs = dict(config=config, hf_config=hf_config, source=source, rank=rank, world_size=n,
-                          local_rank=rank, init_method=init_method, env=env)
+            kwargs = dict(
+                config=config,
+                hf_config=hf_config,
+                source=source,
+                rank=rank,
+                world_size=n,
+                local_rank=rank,
+                init_method=init_method,
+                env=env,
+            )
             p = ctx.Process(target=run_worker, args=(child, kwargs), name=f"attnserve-tp{rank}", daemon=True)
             with environ(env):  # the worker starts with the NCCL variables, before it imports torch
                 p.start()
@@ -58,8 +66,9 @@ class MultiprocExecutor(Executor):
         self._finalizer = weakref.finalize(self, _stop, self.procs, self.conns)
         infos = self._wait(set(range(n)))
         self.info = infos[0]
-        logger.info("Tensor parallel: %d worker processes (pids %s), %s", n, [p.pid for p in self.procs],
-                    self.info.backend_name)
+        logger.info(
+            "Tensor parallel: %d worker processes (pids %s), %s", n, [p.pid for p in self.procs], self.info.backend_name
+        )
 
     @property
     def pids(self) -> list[int]:
@@ -138,10 +147,12 @@ class MultiprocExecutor(Executor):
         others = sorted(r for r in errors if r != first)
         also = f" (then rank {', '.join(map(str, others))} too)" if others else ""
         error = errors[first]
-        message = (f"worker rank {first} (pid {self.procs[first].pid}) failed{also}; pending requests failed. "
-                   f"Its traceback:\n{error.traceback}")
+        message = (
+            f"worker rank {first} (pid {self.procs[first].pid}) failed{also}; pending requests failed. "
+            f"Its traceback:\n{error.traceback}"
+        )
         if error.key is not None and error.refusal is not None:  # a setting the rank refused: the error one process
-            logger.debug("%s", message)                           # would raise, keyed
+            logger.debug("%s", message)  # would raise, keyed
             self._fail(message, WorkerConfigError(error.refusal))
         self._fail(message, WorkerDiedError(message, checkpoint_shape=error.checkpoint_shape))
 

@@ -86,9 +86,18 @@ class RayExecutor(Executor):
         init_method = self._get([probe.address.remote()])[0]
         ray.kill(probe)
         for rank in range(n):
-            self.workers.append(actor.options(runtime_env=runtime_env, **resources).remote(
-                config=config, hf_config=hf_config, source=source, rank=rank, world_size=n, local_rank=0,
-                init_method=init_method, env=worker_env()))
+            self.workers.append(
+                actor.options(runtime_env=runtime_env, **resources).remote(
+                    config=config,
+                    hf_config=hf_config,
+                    source=source,
+                    rank=rank,
+                    world_size=n,
+                    local_rank=0,
+                    init_method=init_method,
+                    env=worker_env(),
+                )
+            )
         self.info = self._get([w.info.remote() for w in self.workers])[0]
         self.pids = self._get([w.pid.remote() for w in self.workers])
         logger.info("Tensor parallel: %d Ray actors (pids %s), %s", n, self.pids, self.info.backend_name)

@@ -35,8 +35,17 @@ from attnserve.model_executor.model_runner import ModelRunnerOutput, PendingStep
 class Worker:
     """One rank. ``local_rank`` picks the GPU on its host (Ray actors see one GPU: local_rank 0)."""
 
-    def __init__(self, config: EngineConfig, hf_config, source: ModelSource, rank: int, world_size: int,
-                 local_rank: int, init_method: str, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        hf_config,
+        source: ModelSource,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        init_method: str,
+        env: dict[str, str],
+    ) -> None:
         os.environ.update(env)  # before the process group: NCCL reads its variables at communicator setup
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))  # ranks share the host's cores
         # not detect_platform(config.device): a Ray actor sees one GPU, whatever cuda:N the config names
@@ -51,15 +60,18 @@ class Worker:
             device = torch.device("cuda", local_rank)
             torch.cuda.set_device(device)
             config = dataclasses.replace(config, device=str(device))
-            dist.init_process_group("nccl", init_method=init_method, rank=rank, world_size=world_size,
-                                    device_id=device)
+            dist.init_process_group("nccl", init_method=init_method, rank=rank, world_size=world_size, device_id=device)
         from attnserve.model_executor.model_runner import ModelRunner
 
         tp = TPGroup(rank, world_size)
         # mp only: Ray actors see one GPU each and may sit on different hosts, where peer memory does not reach
         # (and the setup's failure path is untested there): NCCL
-        if (not on_cpu and world_size > 1 and not config.parallel.disable_custom_all_reduce
-                and config.parallel.distributed_executor_backend == "mp"):
+        if (
+            not on_cpu
+            and world_size > 1
+            and not config.parallel.disable_custom_all_reduce
+            and config.parallel.distributed_executor_backend == "mp"
+        ):
             from attnserve.distributed.symm_mem_all_reduce import SymmMemAllReduce
 
             # collective (every rank or none gets one); None, after a warning line, on any setup failure
@@ -125,8 +137,14 @@ def _error() -> tuple[str, WorkerError]:
     """The message of a failing rank: ``("error", WorkerError)`` of the exception being handled."""
     e = sys.exc_info()[1]
     refusal = e.refusal if isinstance(e, ConfigError) else None
-    return "error", WorkerError(time.time(), traceback.format_exc(), str(e), refusal.setting if refusal else None,
-                                refusal, isinstance(e, CheckpointShapeError))
+    return "error", WorkerError(
+        time.time(),
+        traceback.format_exc(),
+        str(e),
+        refusal.setting if refusal else None,
+        refusal,
+        isinstance(e, CheckpointShapeError),
+    )
 
 
 class _Replies:

@@ -33,8 +33,11 @@ def install_gemv_plan(model: nn.Module, graph_sizes: list[int] | None, log: bool
     if graph_sizes is None:
         if log:
             device = next(model.parameters()).device
-            logger.warning("use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps "
-                           "only (this engine: %s)", "no CUDA" if device.type != "cuda" else "CUDA graphs off")
+            logger.warning(
+                "use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps "
+                "only (this engine: %s)",
+                "no CUDA" if device.type != "cuda" else "CUDA graphs off",
+            )
         return None
     from attnserve.gemv.choices import plan_rows
     from attnserve.gemv.plan import GemvPlan

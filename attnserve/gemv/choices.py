@@ -29,8 +29,9 @@ def plan_rows(sizes: list[int] | tuple[int, ...] | None = None) -> tuple[int, ..
     return tuple(sorted({s for s in (DECODE_MS if sizes is None else sizes) if 1 <= s <= MAX_ROWS}))
 
 
-def pick_fastest(reference_us: float, timed: list[tuple[float, GemvConfig]],
-                 margin: float) -> tuple[float | None, GemvConfig | None, bool]:
+def pick_fastest(
+    reference_us: float, timed: list[tuple[float, GemvConfig]], margin: float
+) -> tuple[float | None, GemvConfig | None, bool]:
     """The fastest of ``timed`` (microseconds, config; the candidates that ran and agreed) as (its time, its
     config, whether it replaces the reference: at most ``1 - margin`` of ``reference_us``); (None, None,
     False) when nothing was timed. Ties keep the first."""
@@ -111,4 +112,3 @@ def chosen_gemv(c: GemvChoice) -> Callable | None:
 
         return functools.partial(gemv, config=c.config)
     return cublaslt_linear if c.use_cublaslt else None
-

@@ -41,8 +41,9 @@ from attnserve.gemv.timing import agrees, l2_bytes, time_candidates, time_per_ca
 logger = logging.getLogger("attnserve.gemv")
 
 
-def measure_plan(model: nn.Module, ms: tuple[int, ...] | None = None, margin: float | None = None,
-                 calls: int = 20, replays: int = 10) -> GemvPlan:
+def measure_plan(
+    model: nn.Module, ms: tuple[int, ...] | None = None, margin: float | None = None, calls: int = 20, replays: int = 10
+) -> GemvPlan:
     """Time cuBLAS and ``candidate_configs`` for each distinct layer shape and row count in ``ms``
     (default ``DECODE_MS``; pass ``plan_rows`` of the engine's CUDA-graph sizes; counts past
     ``MAX_ROWS`` are dropped); Triton is used where its best time is at most ``1 - margin`` (default
@@ -77,16 +78,19 @@ def measure_plan(model: nn.Module, ms: tuple[int, ...] | None = None, margin: fl
                 cublas = time_per_call_us(lambda w: F.linear(x, w), copies, calls, replays)
                 want = F.linear(x, copies[0])
                 cands = candidate_configs(n, k, m, dtype.itemsize, num_sms)
-                timed = time_candidates(lambda w, cfg: gemv(x, w, None, cfg), want, copies, n, k, m, cands,
-                                        calls, replays)
+                timed = time_candidates(
+                    lambda w, cfg: gemv(x, w, None, cfg), want, copies, n, k, m, cands, calls, replays
+                )
                 timings += 1 + len(cands)
                 best_us, best_cfg, use = pick_fastest(cublas, timed, margin)
-                lt = time_per_call_us(lambda w: cublaslt_linear(x, w), copies, calls, replays) \
-                    if agrees(cublaslt_linear(x, copies[0]), want) else None
+                lt = (
+                    time_per_call_us(lambda w: cublaslt_linear(x, w), copies, calls, replays)
+                    if agrees(cublaslt_linear(x, copies[0]), want)
+                    else None
+                )
                 timings += 1
                 use_lt = lt is not None and lt <= (1.0 - choices.LT_MARGIN) * cublas and not (use and best_us <= lt)
-                plan.choices[(n, k, m)] = GemvChoice(n, k, m, cublas, best_us, best_cfg, use and not use_lt,
-                                                     lt, use_lt)
+                plan.choices[(n, k, m)] = GemvChoice(n, k, m, cublas, best_us, best_cfg, use and not use_lt, lt, use_lt)
                 if (n, k) in silu_mul_shapes:
                     plan.silu_mul[(n, k, m)] = _measure_silu_mul(plan, copies, m, num_sms, margin, calls, replays)
                     timings += 1 + len(candidate_configs(n, k, m, dtype.itemsize, num_sms, act="silu_mul"))
@@ -100,13 +104,20 @@ def measure_plan(model: nn.Module, ms: tuple[int, ...] | None = None, margin: fl
     torch.cuda.empty_cache()
     plan._one_swiglu_fusion_per_mlp()
     plan.seconds = time.perf_counter() - t0
-    logger.info("GEMV plan measured in %.1f s (%d shapes x rows %s, %d timings):\n%s", plan.seconds,
-                len(shapes), ",".join(map(str, ms)), timings, plan.summary())
+    logger.info(
+        "GEMV plan measured in %.1f s (%d shapes x rows %s, %d timings):\n%s",
+        plan.seconds,
+        len(shapes),
+        ",".join(map(str, ms)),
+        timings,
+        plan.summary(),
+    )
     return plan
 
 
-def _measure_silu_mul(plan: GemvPlan, copies: list[torch.Tensor], m: int, num_sms: int, margin: float, calls: int,
-                      replays: int) -> SiluMulChoice:
+def _measure_silu_mul(
+    plan: GemvPlan, copies: list[torch.Tensor], m: int, num_sms: int, margin: float, calls: int, replays: int
+) -> SiluMulChoice:
     """(N, K, M) of a SwiGLU layer, after its plain choice: ``silu_and_mul`` then that choice, against
     the fused GEMV's candidates on a random (M, 2K) gate/up output."""
     from attnserve.kernels.fused_ops import silu_and_mul
@@ -119,14 +130,24 @@ def _measure_silu_mul(plan: GemvPlan, copies: list[torch.Tensor], m: int, num_sm
     unfused = lambda w: linear(silu_and_mul(gate_up), w)  # noqa: E731
     unfused_us = time_per_call_us(unfused, copies, calls, replays)
     want = F.linear(silu_and_mul(gate_up), copies[0])
-    timed = time_candidates(lambda w, cfg: gemv(gate_up, w, None, cfg, act="silu_mul"), want, copies, n, k, m,
-                             candidate_configs(n, k, m, copies[0].element_size(), num_sms, act="silu_mul"),
-                             calls, replays)
+    timed = time_candidates(
+        lambda w, cfg: gemv(gate_up, w, None, cfg, act="silu_mul"),
+        want,
+        copies,
+        n,
+        k,
+        m,
+        candidate_configs(n, k, m, copies[0].element_size(), num_sms, act="silu_mul"),
+        calls,
+        replays,
+    )
     fused_us, cfg, use = pick_fastest(unfused_us, timed, margin)
     return SiluMulChoice(n, k, m, unfused_us, plain.label(), fused_us, cfg, use)
 
-def _measure_swiglu(plan: GemvPlan, copies: list[torch.Tensor], m: int, num_sms: int, margin: float, calls: int,
-                    replays: int) -> SiluMulChoice:
+
+def _measure_swiglu(
+    plan: GemvPlan, copies: list[torch.Tensor], m: int, num_sms: int, margin: float, calls: int, replays: int
+) -> SiluMulChoice:
     """(2I, K, M) of a gate/up layer, after its plain choice: that choice then ``silu_and_mul``, against the
     GEMV with the SwiGLU epilogue over the layer's candidates (those of >= 2 weight rows a program), on
     random x. A candidate counts only if its plain output agrees with ``F.linear`` and its fused output is
@@ -146,21 +167,29 @@ def _measure_swiglu(plan: GemvPlan, copies: list[torch.Tensor], m: int, num_sms:
             continue
         try:
             got = gemv(x, copies[0], None, cfg)
-            if not (agrees(got, want) and torch.equal(gemv(x, copies[0], None, cfg, out_act="silu_mul"),
-                                                      silu_and_mul(got))):
-                logger.warning("GEMV plan: %s with the SwiGLU epilogue disagrees on (%d, %d) x %d rows; skipped",
-                               cfg.label(), n, k, m)
+            if not (
+                agrees(got, want) and torch.equal(gemv(x, copies[0], None, cfg, out_act="silu_mul"), silu_and_mul(got))
+            ):
+                logger.warning(
+                    "GEMV plan: %s with the SwiGLU epilogue disagrees on (%d, %d) x %d rows; skipped",
+                    cfg.label(),
+                    n,
+                    k,
+                    m,
+                )
                 continue
-            timed.append((time_per_call_us(lambda w: gemv(x, w, None, cfg, out_act="silu_mul"), copies, calls,
-                                           replays), cfg))
+            timed.append(
+                (time_per_call_us(lambda w: gemv(x, w, None, cfg, out_act="silu_mul"), copies, calls, replays), cfg)
+            )
         except Exception as e:  # a launch that does not fit this GPU
             logger.debug("GEMV plan: %s failed on (%d, %d) x %d: %s", cfg.label(), n, k, m, e)
     fused_us, cfg, use = pick_fastest(unfused_us, timed, margin)
     return SiluMulChoice(n, k, m, unfused_us, plain.label() + " + silu_and_mul", fused_us, cfg, use)
 
 
-def _measure_greedy(plan: GemvPlan, copies: list[torch.Tensor], m: int, margin: float, calls: int,
-                    replays: int) -> GreedyChoice:
+def _measure_greedy(
+    plan: GemvPlan, copies: list[torch.Tensor], m: int, margin: float, calls: int, replays: int
+) -> GreedyChoice:
     """M rows of the LM head (N, K), after its plain choice: that choice then ``triton_argmax``, against the
     fused greedy head's candidates on random hidden states. A candidate counts only if its logits (stored
     once, for this check) agree with ``F.linear`` and its tokens are their argmax."""
@@ -186,4 +215,3 @@ def _measure_greedy(plan: GemvPlan, copies: list[torch.Tensor], m: int, margin: 
             logger.debug("GEMV plan: %s failed on (%d, %d) x %d: %s", cfg.label(), n, k, m, e)
     fused_us, cfg, use = pick_fastest(unfused_us, timed, margin)
     return GreedyChoice(n, k, m, unfused_us, plain.label() + " + argmax", fused_us, cfg, use)
-

@@ -62,8 +62,9 @@ def gemv_layers(model: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
     from attnserve.layers.linear import ColumnParallelLinear, RowParallelLinear
 
     mods = list(model.modules())
-    heads = ([m for m in mods if isinstance(m, ParallelLMHead)]
-             or [m for m in mods if isinstance(m, VocabParallelEmbedding)])
+    heads = [m for m in mods if isinstance(m, ParallelLMHead)] or [
+        m for m in mods if isinstance(m, VocabParallelEmbedding)
+    ]
     linears = [m for m in mods if isinstance(m, (ColumnParallelLinear, RowParallelLinear))]
     return [(m, m.weight) for m in linears + heads]
 
@@ -105,24 +106,38 @@ class GemvPlan:
         ``silu_and_mul`` then :meth:`table`'s choice; None when the fused GEMV wins at no row count."""
         from attnserve.kernels.triton_gemv import gemv
 
-        return bucket_table({m: functools.partial(gemv, config=c.config, act="silu_mul") if c.use_fused else None
-                              for (nn_, kk, m), c in self.silu_mul.items() if (nn_, kk) == (n, k)})
+        return bucket_table(
+            {
+                m: functools.partial(gemv, config=c.config, act="silu_mul") if c.use_fused else None
+                for (nn_, kk, m), c in self.silu_mul.items()
+                if (nn_, kk) == (n, k)
+            }
+        )
 
     def swiglu_table(self, n: int, k: int) -> tuple[Callable | None, ...] | None:
         """Row count -> the chosen GEMV ``f(x, gate_up_weight, bias)`` with the SwiGLU in its epilogue ((M, N / 2)
         out), or None for :meth:`table`'s choice then ``silu_and_mul``; None when it wins at no row count."""
         from attnserve.kernels.triton_gemv import gemv
 
-        return bucket_table({m: functools.partial(gemv, config=c.config, out_act="silu_mul") if c.use_fused else None
-                              for (nn_, kk, m), c in self.swiglu.items() if (nn_, kk) == (n, k)})
+        return bucket_table(
+            {
+                m: functools.partial(gemv, config=c.config, out_act="silu_mul") if c.use_fused else None
+                for (nn_, kk, m), c in self.swiglu.items()
+                if (nn_, kk) == (n, k)
+            }
+        )
 
     def greedy_table(self) -> tuple[Callable | None, ...] | None:
         """Row count -> the fused greedy head ``f(hidden, weight)`` with its measured tile, or None (the LM head
         then an argmax); None when it wins at no row count."""
         from attnserve.kernels.triton_greedy_head import greedy_head
 
-        return bucket_table({m: functools.partial(greedy_head, config=c.config) if c.use_fused else None
-                              for m, c in self.greedy.items()})
+        return bucket_table(
+            {
+                m: functools.partial(greedy_head, config=c.config) if c.use_fused else None
+                for m, c in self.greedy.items()
+            }
+        )
 
     def install(self, model: nn.Module) -> GemvPlan:
         """Give every linear layer and LM head with a table a ``GemvLinearMethod`` (the others keep their plain
@@ -141,20 +156,32 @@ class GemvPlan:
         for mlp in mlps:
             swiglu = self.swiglu_table(*mlp.gate_up_proj.weight.shape)
             silu_mul = self.silu_mul_table(*mlp.down_proj.weight.shape)
-            _set_method(mlp, "mlp_method", None if swiglu is None and silu_mul is None else
-                        SwiGLUGemvMethod(swiglu, silu_mul))
+            _set_method(
+                mlp, "mlp_method", None if swiglu is None and silu_mul is None else SwiGLUGemvMethod(swiglu, silu_mul)
+            )
             fused += (swiglu is not None) + (silu_mul is not None)
         head = lm_head(model)
         greedy = self.greedy_table() if head is not None and head.tp.size == 1 else None
         self.greedy_head = None if greedy is None else FusedGreedyHead(head, greedy)
-        logger.info("GEMV plan: %d of %d linear layers use the Triton GEMV for some decode batch sizes; "
-                    "%d of %d SwiGLU layers and gate/up layers the fused SwiGLU GEMV", used, len(gemv_layers(model)),
-                    fused, 2 * len(mlps))
+        logger.info(
+            "GEMV plan: %d of %d linear layers use the Triton GEMV for some decode batch sizes; "
+            "%d of %d SwiGLU layers and gate/up layers the fused SwiGLU GEMV",
+            used,
+            len(gemv_layers(model)),
+            fused,
+            2 * len(mlps),
+        )
         return self
 
     @classmethod
-    def measure(cls, model: nn.Module, ms: tuple[int, ...] | None = None, margin: float | None = None,
-                calls: int = 20, replays: int = 10) -> GemvPlan:
+    def measure(
+        cls,
+        model: nn.Module,
+        ms: tuple[int, ...] | None = None,
+        margin: float | None = None,
+        calls: int = 20,
+        replays: int = 10,
+    ) -> GemvPlan:
         """``measure.measure_plan``: time every layer shape of ``model`` at the row counts ``ms``."""
         from attnserve.gemv.measure import measure_plan
 
@@ -187,12 +214,18 @@ class GemvPlan:
             lt = f"{c.cublaslt_us:11.2f}" if c.cublaslt_us is not None else f"{'-':>11}"
             lines.append(f"{n:>7} {k:>6} {m:>2} {c.cublas_us:10.2f} {lt} {tri}  {c.label()}")
         for title, table, unfused in (
-                ("SwiGLU layers: silu_and_mul + the choice above vs the fused SwiGLU GEMV", self.silu_mul,
-                 "silu_and_mul + {}"),
-                ("gate/up layers: the choice above + silu_and_mul vs the SwiGLU in the GEMV's epilogue", self.swiglu,
-                 "{}"),
-                ("greedy steps: the LM head's choice + argmax vs the fused greedy head",
-                 {(c.n, c.k, m): c for m, c in self.greedy.items()}, "{}")):
+            (
+                "SwiGLU layers: silu_and_mul + the choice above vs the fused SwiGLU GEMV",
+                self.silu_mul,
+                "silu_and_mul + {}",
+            ),
+            ("gate/up layers: the choice above + silu_and_mul vs the SwiGLU in the GEMV's epilogue", self.swiglu, "{}"),
+            (
+                "greedy steps: the LM head's choice + argmax vs the fused greedy head",
+                {(c.n, c.k, m): c for m, c in self.greedy.items()},
+                "{}",
+            ),
+        ):
             if table:
                 lines.append(f"{title}\n{'N':>7} {'K':>6} {'M':>2} {'unfused us':>10} {'fused us':>10}  choice")
                 for (n, k, m), c in sorted(table.items()):

@@ -22,8 +22,18 @@ _FMA_TILES = [(8, 512, 4), (16, 512, 4), (32, 256, 4), (16, 1024, 8), (32, 512, 
 _DOT_TILES = [(32, 128, 4, 4), (64, 128, 4, 4), (64, 256, 4, 3), (128, 128, 8, 3), (32, 256, 4, 4), (128, 64, 4, 4)]
 # the same for 17..64 rows (x tiles of 32 or 64 rows; stages cut to triton_gemv.SMEM_BUDGET by fit_config):
 # the wider weight tiles re-read x (from L2) fewer times, the narrower ones give more programs
-_WIDE_DOT_TILES = [(32, 128, 4, 4), (64, 128, 4, 3), (64, 128, 4, 4), (128, 128, 8, 3), (128, 128, 4, 3),
-                   (32, 256, 4, 3), (64, 256, 4, 2), (64, 64, 4, 4), (128, 64, 4, 4), (256, 64, 8, 3)]
+_WIDE_DOT_TILES = [
+    (32, 128, 4, 4),
+    (64, 128, 4, 3),
+    (64, 128, 4, 4),
+    (128, 128, 8, 3),
+    (128, 128, 4, 3),
+    (32, 256, 4, 3),
+    (64, 256, 4, 2),
+    (64, 64, 4, 4),
+    (128, 64, 4, 4),
+    (256, 64, 8, 3),
+]
 # the start-up plan's extra tiles for 17..64 rows, after the default and its split halved / doubled
 _WIDE_CANDIDATE_TILES = [(32, 128, 4, 4), (128, 128, 8, 3), (64, 256, 4, 2)]
 # ... and one without a K split: a split's partial store, fence and ticket cost more than the fuller GPU gains
@@ -72,16 +82,28 @@ def auto_split(n: int, k: int, block_n: int, block_k: int, num_sms: int, m: int 
     return split
 
 
-def _wide_dot(n: int, k: int, m: int, bn: int, bk: int, warps: int, stages: int, elem_bytes: int, num_sms: int,
-              split_factors: tuple[float, ...] = (1,)) -> list[GemvConfig]:
+def _wide_dot(
+    n: int,
+    k: int,
+    m: int,
+    bn: int,
+    bk: int,
+    warps: int,
+    stages: int,
+    elem_bytes: int,
+    num_sms: int,
+    split_factors: tuple[float, ...] = (1,),
+) -> list[GemvConfig]:
     """Tensor-core configs of one tile for 17..64 rows: block_k (given per 2-byte element) scaled to the
     dtype and K, the automatic split times each of ``split_factors`` (1..32)."""
     from attnserve.kernels.triton_gemv import GemvConfig
 
     bk = max(16, min(bk * 2 // elem_bytes, _pow2(k)))
     s = auto_split(n, k, bn, bk, num_sms, m)
-    return [GemvConfig(bn, bk, max(1, min(32, int(s * f))), num_warps=warps, num_stages=stages, dot=True)
-            for f in split_factors]
+    return [
+        GemvConfig(bn, bk, max(1, min(32, int(s * f))), num_warps=warps, num_stages=stages, dot=True)
+        for f in split_factors
+    ]
 
 
 def sweep_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 132) -> list[GemvConfig]:
@@ -94,8 +116,10 @@ def sweep_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 13
 
     rows = _pow2(m)
     base = default_config(n, k, m, elem_bytes, num_sms)
-    out = [base] + [GemvConfig(base.block_n, base.block_k, base.split_k, base.num_warps, stages, base.dot)
-                    for stages in ((1, 3) if not base.dot else (2, 5))]
+    out = [base] + [
+        GemvConfig(base.block_n, base.block_k, base.split_k, base.num_warps, stages, base.dot)
+        for stages in ((1, 3) if not base.dot else (2, 5))
+    ]
     if m > MAX_FMA_M:
         for bn, bk, warps, stages in _WIDE_DOT_TILES:
             out += _wide_dot(n, k, m, bn, bk, warps, stages, elem_bytes, num_sms, (0.5, 1, 2))
@@ -115,8 +139,9 @@ def sweep_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 13
     return list(dict.fromkeys(fit_config(c, m, elem_bytes) for c in out))
 
 
-def candidate_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 132,
-                      act: str = "none") -> list[GemvConfig]:
+def candidate_configs(
+    n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int = 132, act: str = "none"
+) -> list[GemvConfig]:
     """The handful (at most 7) the start-up plan times for ``act`` (``triton_gemv.ACTS``): the default and
     its split halved and doubled; up to 16 rows, two tiles of the other kind (FMA <-> tensor cores) or
     shape, and the one-step tile (:func:`whole_k_config`, where registers allow); past 16 rows four
@@ -126,9 +151,11 @@ def candidate_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int 
     from attnserve.kernels.triton_gemv import MAX_FMA_M, GemvConfig, default_config, fit_config
 
     base = default_config(n, k, m, elem_bytes, num_sms)
-    out = [base,
-           GemvConfig(base.block_n, base.block_k, max(1, base.split_k // 2), base.num_warps, base.num_stages, base.dot),
-           GemvConfig(base.block_n, base.block_k, min(32, base.split_k * 2), base.num_warps, base.num_stages, base.dot)]
+    out = [
+        base,
+        GemvConfig(base.block_n, base.block_k, max(1, base.split_k // 2), base.num_warps, base.num_stages, base.dot),
+        GemvConfig(base.block_n, base.block_k, min(32, base.split_k * 2), base.num_warps, base.num_stages, base.dot),
+    ]
     if m > MAX_FMA_M:
         for bn, bk, warps, stages in _WIDE_CANDIDATE_TILES:
             out += _wide_dot(n, k, m, bn, bk, warps, stages, elem_bytes, num_sms)
@@ -147,5 +174,3 @@ def candidate_configs(n: int, k: int, m: int, elem_bytes: int = 2, num_sms: int 
         if whole is not None:
             out.append(whole)
     return list(dict.fromkeys(fit_config(c, m, elem_bytes, act) for c in out if c.block_k <= max(16, _pow2(k))))
-
-

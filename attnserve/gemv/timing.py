@@ -31,8 +31,9 @@ def weight_copies(weight: torch.Tensor, min_bytes: int) -> list[torch.Tensor]:
     return copies
 
 
-def time_per_call_us(call: Callable[[torch.Tensor], object], weights: list[torch.Tensor], calls: int = 20,
-                     replays: int = 10) -> float:
+def time_per_call_us(
+    call: Callable[[torch.Tensor], object], weights: list[torch.Tensor], calls: int = 20, replays: int = 10
+) -> float:
     """Mean device time of ``call(w)`` in microseconds: one CUDA graph of back-to-back calls cycling through
     ``weights``, replayed ``replays`` times between two CUDA events. The first call (compiling, allocating)
     runs outside the graph; an error there propagates before any capture starts."""
@@ -63,10 +64,17 @@ def agrees(got: torch.Tensor, want: torch.Tensor) -> bool:
     return bool((err <= 2 * eps * want.float().abs() + 1e-5 * scale).all())
 
 
-
-def time_candidates(call: Callable[[torch.Tensor, GemvConfig], torch.Tensor], want: torch.Tensor,
-                     copies: list[torch.Tensor], n: int, k: int, m: int, configs: list[GemvConfig], calls: int,
-                     replays: int) -> list[tuple[float, GemvConfig]]:
+def time_candidates(
+    call: Callable[[torch.Tensor, GemvConfig], torch.Tensor],
+    want: torch.Tensor,
+    copies: list[torch.Tensor],
+    n: int,
+    k: int,
+    m: int,
+    configs: list[GemvConfig],
+    calls: int,
+    replays: int,
+) -> list[tuple[float, GemvConfig]]:
     """(microseconds, config) of each config whose ``call(weight, config)`` agrees with ``want`` on the first
     copy; a config that disagrees is logged and skipped, one that fails to launch (shared memory, registers
     of this GPU) skipped."""
@@ -74,8 +82,9 @@ def time_candidates(call: Callable[[torch.Tensor, GemvConfig], torch.Tensor], wa
     for cfg in configs:
         try:
             if not agrees(call(copies[0], cfg), want):
-                logger.warning("GEMV plan: %s disagrees with F.linear on (%d, %d) x %d rows; skipped",
-                               cfg.label(), n, k, m)
+                logger.warning(
+                    "GEMV plan: %s disagrees with F.linear on (%d, %d) x %d rows; skipped", cfg.label(), n, k, m
+                )
                 continue
             timed.append((time_per_call_us(lambda w: call(w, cfg), copies, calls, replays), cfg))
         except Exception as e:  # a launch that does not fit this GPU

@@ -45,12 +45,14 @@ class RopeInputs:
         """:func:`rotary_embedding` of ``query`` and ``key``, in place."""
         rotary_embedding(self.positions, query, key, self.cos_cache, self.sin_cache, self.q_norm, self.k_norm)
 
-    def apply_kv_write(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                       target: "KVWriteTarget") -> None:
+    def apply_kv_write(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, target: "KVWriteTarget"
+    ) -> None:
         """:func:`rotary_embedding_kv_write`: :meth:`apply`, and the rotated keys and the values stored in
         ``target``'s paged cache (one kernel on CUDA)."""
-        rotary_embedding_kv_write(self.positions, query, key, value, self.cos_cache, self.sin_cache, target,
-                                  self.q_norm, self.k_norm)
+        rotary_embedding_kv_write(
+            self.positions, query, key, value, self.cos_cache, self.sin_cache, target, self.q_norm, self.k_norm
+        )
 
 
 @functools.cache
@@ -87,8 +89,9 @@ def rms_norm(
     return rms_norm_torch(x, weight, eps, residual)
 
 
-def rms_norm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float,
-                   residual: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+def rms_norm_torch(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The PyTorch definition of :func:`rms_norm` (any device)."""
     if residual is not None:
         s = x + residual
@@ -121,10 +124,15 @@ def rotary_embedding(
     rotary_embedding_torch(positions, query, key, cos_cache, sin_cache, q_norm, k_norm)
 
 
-def rotary_embedding_torch(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
-                           cos_cache: torch.Tensor, sin_cache: torch.Tensor,
-                           q_norm: tuple[torch.Tensor, float] | None = None,
-                           k_norm: tuple[torch.Tensor, float] | None = None) -> None:
+def rotary_embedding_torch(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    cos_cache: torch.Tensor,
+    sin_cache: torch.Tensor,
+    q_norm: tuple[torch.Tensor, float] | None = None,
+    k_norm: tuple[torch.Tensor, float] | None = None,
+) -> None:
     """The PyTorch definition of :func:`rotary_embedding` (any device)."""
     cos = cos_cache[positions].unsqueeze(1)  # (T, 1, D/2), float32
     sin = sin_cache[positions].unsqueeze(1)

@@ -51,8 +51,13 @@ def write_kv_cache(
 
 
 def write_kv_torch(
-    key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> None:
     """PyTorch fallback: any device, any strides. Tokens with slot -1 (padding) are skipped; an fp8 cache
     stores ``key / k_scale`` (and ``value / v_scale``)."""
@@ -74,8 +79,13 @@ def _quantize(x: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor
 
 
 def write_kv(
-    key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> None:
     """The Triton kernel on CUDA, the PyTorch fallback elsewhere (or when Triton is missing)."""
     if key.is_cuda:

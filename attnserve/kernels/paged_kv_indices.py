@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 
-def host_pages(seq_lens: np.ndarray, block_size: int, indptr: np.ndarray | None = None,
-               last_page_len: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def host_pages(
+    seq_lens: np.ndarray, block_size: int, indptr: np.ndarray | None = None, last_page_len: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``indptr`` (n + 1,) and ``last_page_len`` (n,) int32 of ``n`` requests with context ``seq_lens``.
 
     Written into ``indptr`` / ``last_page_len`` when given (views of pinned buffers, say), at least n + 1 / n
@@ -63,7 +64,7 @@ def device_pages_torch(seq_lens, block_table, block_size, indptr, last_page_len,
     n, width = block_table.shape
     pages = (seq_lens + (block_size - 1)) // block_size
     indptr[:1].zero_()
-    torch.cumsum(pages, 0, dtype=torch.int32, out=indptr[1: n + 1])
+    torch.cumsum(pages, 0, dtype=torch.int32, out=indptr[1 : n + 1])
     torch.sub(seq_lens, (pages - 1) * block_size, out=last_page_len[:n])
     col = torch.arange(width, dtype=torch.int32, device=seq_lens.device)
     dest = torch.where(col[None, :] < pages[:, None], indptr[:n, None] + col[None, :], indices.numel() - 1)

@@ -48,8 +48,21 @@ def split_columns(rows: int, cols: int, num_sms: int) -> tuple[int, int]:
 
 
 @triton.jit
-def _argmax_kernel(x_ptr, out_ptr, part_val_ptr, part_idx_ptr, count_ptr, n_cols, stride_row, chunk, splits,
-                   BLOCK: tl.constexpr, SPLITS_PAD: tl.constexpr, SPLIT: tl.constexpr, USE_PDL: tl.constexpr):
+def _argmax_kernel(
+    x_ptr,
+    out_ptr,
+    part_val_ptr,
+    part_idx_ptr,
+    count_ptr,
+    n_cols,
+    stride_row,
+    chunk,
+    splits,
+    BLOCK: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
+    SPLIT: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
     """Grid (rows, splits): program (r, s) scans columns [s * chunk, min((s + 1) * chunk, n_cols)) of row r."""
     row = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
@@ -114,8 +127,18 @@ def argmax(x: torch.Tensor) -> torch.Tensor:  # (B,) int64
         splits, chunk = 1, cols
         part_val = part_idx = count = out  # unused
     _argmax_kernel[(rows, splits)](
-        x, out, part_val, part_idx, count, cols, x.stride(0), chunk, splits,
-        BLOCK=BLOCK, SPLITS_PAD=max(2, triton.next_power_of_2(splits)), SPLIT=splits > 1, **pdl.launch(x),
+        x,
+        out,
+        part_val,
+        part_idx,
+        count,
+        cols,
+        x.stride(0),
+        chunk,
+        splits,
+        BLOCK=BLOCK,
+        SPLITS_PAD=max(2, triton.next_power_of_2(splits)),
+        SPLIT=splits > 1,
+        **pdl.launch(x),
     )
     return out
-

@@ -42,11 +42,40 @@ from attnserve.kernels.triton_rope import decode_rope_kv_write
 
 @triton.jit
 def _attn_tile_loop(
-    q, acc, m_i, l_i, q_pos, row_valid, seq_idx, seq_len, kvh, kv_lo, kv_hi,
-    k_ptr, v_ptr, bt_ptr, stride_bt, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-    scale, k_scale, v_scale, softcap, window,
-    HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr, PAGES_PER_TILE: tl.constexpr,
-    USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, KV_FP8: tl.constexpr, PREC: tl.constexpr,
+    q,
+    acc,
+    m_i,
+    l_i,
+    q_pos,
+    row_valid,
+    seq_idx,
+    seq_len,
+    kvh,
+    kv_lo,
+    kv_hi,
+    k_ptr,
+    v_ptr,
+    bt_ptr,
+    stride_bt,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    scale,
+    k_scale,
+    v_scale,
+    softcap,
+    window,
+    HEAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    PAGE: tl.constexpr,
+    PAGES_PER_TILE: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr,
+    USE_WINDOW: tl.constexpr,
+    KV_FP8: tl.constexpr,
+    PREC: tl.constexpr,
 ):
     """Online softmax over KV tiles ``[kv_lo, kv_hi)`` of ``BLOCK_N = PAGE * PAGES_PER_TILE`` tokens.
 
@@ -75,10 +104,16 @@ def _attn_tile_loop(
             slot = offs_n % PAGE
             k_off = blk * stride_kb + slot * stride_ks
             v_off = blk * stride_vb + slot * stride_vs
-        k = tl.load(k_ptr + k_off[None, :] + kvh * stride_kh + offs_d[:, None],
-                    mask=d_mask[:, None] & n_valid[None, :], other=0.0)  # (HEAD_PAD, BLOCK_N)
-        v = tl.load(v_ptr + v_off[:, None] + kvh * stride_vh + offs_d[None, :],
-                    mask=n_valid[:, None] & d_mask[None, :], other=0.0)  # (BLOCK_N, HEAD_PAD)
+        k = tl.load(
+            k_ptr + k_off[None, :] + kvh * stride_kh + offs_d[:, None],
+            mask=d_mask[:, None] & n_valid[None, :],
+            other=0.0,
+        )  # (HEAD_PAD, BLOCK_N)
+        v = tl.load(
+            v_ptr + v_off[:, None] + kvh * stride_vh + offs_d[None, :],
+            mask=n_valid[:, None] & d_mask[None, :],
+            other=0.0,
+        )  # (BLOCK_N, HEAD_PAD)
         if KV_FP8:
             k = (k.to(tl.float32) * k_scale).to(q.dtype)
             v = (v.to(tl.float32) * v_scale).to(q.dtype)
@@ -102,20 +137,77 @@ def _attn_tile_loop(
 
 @triton.jit
 def _paged_attention_kernel(
-    out_ptr, q_ptr, k_ptr, v_ptr, bt_ptr, seq_lens_ptr, qsl_ptr, tile_seq_ptr, tile_start_ptr,
-    part_out_ptr, part_lse_ptr, sinks_ptr,
-    stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
-    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-    scale, k_scale, v_scale, softcap, window, num_q_heads,
+    out_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    bt_ptr,
+    seq_lens_ptr,
+    qsl_ptr,
+    tile_seq_ptr,
+    tile_start_ptr,
+    part_out_ptr,
+    part_lse_ptr,
+    sinks_ptr,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_bt,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    scale,
+    k_scale,
+    v_scale,
+    softcap,
+    window,
+    num_q_heads,
     # ROPE only (decode tiles, one split): RoPE (+ q/k norm) of each request's new token and its KV write
-    pos_ptr, key_ptr, value_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, slot_ptr,
-    stride_knt, stride_knh, stride_vnt, stride_vnh, stride_cos, q_eps, k_eps, fmax,
-    NUM_QPKV: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, HEAD: tl.constexpr,
-    HEAD_PAD: tl.constexpr, PAGE: tl.constexpr, PAGES_PER_TILE: tl.constexpr, NUM_SPLITS: tl.constexpr,
-    USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, KV_FP8: tl.constexpr, PREC: tl.constexpr,
-    USE_PDL: tl.constexpr, ROPE: tl.constexpr, HQ: tl.constexpr, HQ_PAD: tl.constexpr, HK: tl.constexpr,
-    HK_PAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr, HAS_NORM: tl.constexpr,
-    ROUND_Q: tl.constexpr, ROUND_K: tl.constexpr, INTERPRET: tl.constexpr, DECODE: tl.constexpr,
+    pos_ptr,
+    key_ptr,
+    value_ptr,
+    cos_ptr,
+    sin_ptr,
+    qw_ptr,
+    kw_ptr,
+    slot_ptr,
+    stride_knt,
+    stride_knh,
+    stride_vnt,
+    stride_vnh,
+    stride_cos,
+    q_eps,
+    k_eps,
+    fmax,
+    NUM_QPKV: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HEAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    PAGE: tl.constexpr,
+    PAGES_PER_TILE: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr,
+    USE_WINDOW: tl.constexpr,
+    KV_FP8: tl.constexpr,
+    PREC: tl.constexpr,
+    USE_PDL: tl.constexpr,
+    ROPE: tl.constexpr,
+    HQ: tl.constexpr,
+    HQ_PAD: tl.constexpr,
+    HK: tl.constexpr,
+    HK_PAD: tl.constexpr,
+    HALF: tl.constexpr,
+    HALF_PAD: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+    ROUND_Q: tl.constexpr,
+    ROUND_K: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    DECODE: tl.constexpr,
     USE_SINKS: tl.constexpr,
 ):
     """Grid (num_query_tiles, Hkv, NUM_SPLITS): one query tile of one KV head, over one split of its KV.
@@ -143,11 +235,50 @@ def _paged_attention_kernel(
         q_begin = tl.load(qsl_ptr + seq_idx)
     if ROPE:
         decode_rope_kv_write(
-            q_begin.to(tl.int64), kvh, pos_ptr, q_ptr, key_ptr, value_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr,
-            slot_ptr, k_ptr, v_ptr, stride_qt, stride_qh, stride_knt, stride_knh, stride_vnt, stride_vnh,
-            stride_cos, q_eps, k_eps, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-            k_scale, v_scale, fmax, HQ, HQ_PAD, HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, ROUND_K, PAGE,
-            KV_FP8, INTERPRET)
+            q_begin.to(tl.int64),
+            kvh,
+            pos_ptr,
+            q_ptr,
+            key_ptr,
+            value_ptr,
+            cos_ptr,
+            sin_ptr,
+            qw_ptr,
+            kw_ptr,
+            slot_ptr,
+            k_ptr,
+            v_ptr,
+            stride_qt,
+            stride_qh,
+            stride_knt,
+            stride_knh,
+            stride_vnt,
+            stride_vnh,
+            stride_cos,
+            q_eps,
+            k_eps,
+            stride_kb,
+            stride_ks,
+            stride_kh,
+            stride_vb,
+            stride_vs,
+            stride_vh,
+            k_scale,
+            v_scale,
+            fmax,
+            HQ,
+            HQ_PAD,
+            HK,
+            HK_PAD,
+            HALF,
+            HALF_PAD,
+            HAS_NORM,
+            ROUND_Q,
+            ROUND_K,
+            PAGE,
+            KV_FP8,
+            INTERPRET,
+        )
         tl.debug_barrier()
     if DECODE:
         q_len = 1
@@ -163,8 +294,11 @@ def _paged_attention_kernel(
     q_pos = context + q_tok
     offs_d = tl.arange(0, HEAD_PAD)
     d_mask = offs_d < HEAD
-    q = tl.load(q_ptr + (q_begin + q_tok)[:, None].to(tl.int64) * stride_qt + head[:, None] * stride_qh
-                + offs_d[None, :], mask=row_valid[:, None] & d_mask[None, :], other=0.0)
+    q = tl.load(
+        q_ptr + (q_begin + q_tok)[:, None].to(tl.int64) * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+        mask=row_valid[:, None] & d_mask[None, :],
+        other=0.0,
+    )
 
     # KV tiles this query tile needs: up to the last query's position; with a window, from the first
     # query's window
@@ -187,10 +321,40 @@ def _paged_attention_kernel(
         l_i = tl.where(with_sink, 1.0, l_i)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
     acc, m_i, l_i = _attn_tile_loop(
-        q, acc, m_i, l_i, q_pos, row_valid, seq_idx, seq_len, kvh, kv_lo, kv_hi,
-        k_ptr, v_ptr, bt_ptr, stride_bt, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-        scale, k_scale, v_scale, softcap, window,
-        HEAD, HEAD_PAD, PAGE, PAGES_PER_TILE, USE_SOFTCAP, USE_WINDOW, KV_FP8, PREC,
+        q,
+        acc,
+        m_i,
+        l_i,
+        q_pos,
+        row_valid,
+        seq_idx,
+        seq_len,
+        kvh,
+        kv_lo,
+        kv_hi,
+        k_ptr,
+        v_ptr,
+        bt_ptr,
+        stride_bt,
+        stride_kb,
+        stride_ks,
+        stride_kh,
+        stride_vb,
+        stride_vs,
+        stride_vh,
+        scale,
+        k_scale,
+        v_scale,
+        softcap,
+        window,
+        HEAD,
+        HEAD_PAD,
+        PAGE,
+        PAGES_PER_TILE,
+        USE_SOFTCAP,
+        USE_WINDOW,
+        KV_FP8,
+        PREC,
     )
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
@@ -202,14 +366,26 @@ def _paged_attention_kernel(
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log(l_safe))
         tl.store(part_lse_ptr + row, lse, mask=row_valid)
     else:
-        tl.store(out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None] & d_mask[None, :])
+        tl.store(
+            out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+            out.to(out_ptr.dtype.element_ty),
+            mask=row_valid[:, None] & d_mask[None, :],
+        )
 
 
 @triton.jit
 def _merge_splits_kernel(
-    out_ptr, part_out_ptr, part_lse_ptr, tok_offset, stride_ot, stride_oh, num_q_heads,
-    NUM_SPLITS: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, USE_PDL: tl.constexpr,
+    out_ptr,
+    part_out_ptr,
+    part_lse_ptr,
+    tok_offset,
+    stride_ot,
+    stride_oh,
+    num_q_heads,
+    NUM_SPLITS: tl.constexpr,
+    HEAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     pdl_wait(USE_PDL)
     tok = tl.program_id(0).to(tl.int64) + tok_offset
@@ -222,8 +398,9 @@ def _merge_splits_kernel(
     w = tl.where(lse == float("-inf"), 0.0, tl.exp(lse - lse_max))
     o = tl.load(part_out_ptr + (row + offs_s)[:, None] * HEAD_PAD + offs_d[None, :])
     merged = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
-    tl.store(out_ptr + tok * stride_ot + head * stride_oh + offs_d, merged.to(out_ptr.dtype.element_ty),
-             mask=offs_d < HEAD)
+    tl.store(
+        out_ptr + tok * stride_ot + head * stride_oh + offs_d, merged.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD
+    )
 
 
 # tokens per KV tile of the attention loop (BLOCK_N) when the page is smaller: decode's loads and dots
@@ -237,8 +414,9 @@ KV_TILE_TOKENS = 64
 KV_TILE_BYTES = 16 * 1024
 
 
-def default_pages_per_tile(page_size: int, head_pad: int = 128, elem_bytes: int = 2,
-                           tile_tokens: int = KV_TILE_TOKENS) -> int:
+def default_pages_per_tile(
+    page_size: int, head_pad: int = 128, elem_bytes: int = 2, tile_tokens: int = KV_TILE_TOKENS
+) -> int:
     """Pages per KV tile: the largest power of two <= ``tokens // page_size``, at least one, where
     ``tokens = min(tile_tokens, KV_TILE_BYTES // (head_pad * elem_bytes))``; ``elem_bytes`` is the larger
     of the query's and the cache's element sizes. 16-bit, head <= 128: pages of 16 -> 4, 32 -> 2, 64 and up
@@ -261,8 +439,9 @@ def block_m_for(num_queries_per_kv: int) -> tuple[int, int]:
     return block_m, block_m // num_queries_per_kv
 
 
-def query_tiles(query_start_loc_cpu: torch.Tensor, block_q: int, first_req: int = 0,
-                last_req: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def query_tiles(
+    query_start_loc_cpu: torch.Tensor, block_q: int, first_req: int = 0, last_req: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per tile of ``block_q`` query tokens: its request index and first token (relative to the request).
 
     Computed on the host once per step (the builder's job), over requests ``[first_req, last_req)``.
@@ -298,13 +477,24 @@ class DecodeRope:
     k_norm: tuple[torch.Tensor, float] | None = None
 
 
-def _rope_arguments(rope: DecodeRope | None, query: torch.Tensor, key_cache: torch.Tensor, num_splits: int,
-                    launch: dict | None) -> tuple[tuple, dict]:
+def _rope_arguments(
+    rope: DecodeRope | None, query: torch.Tensor, key_cache: torch.Tensor, num_splits: int, launch: dict | None
+) -> tuple[tuple, dict]:
     """The kernel's ROPE arguments and constexprs (placeholders without ``rope``)."""
     if rope is None:
         return (query,) * 8 + (0,) * 5 + (0.0, 0.0, 0.0), dict(
-            ROPE=False, HQ=1, HQ_PAD=1, HK=1, HK_PAD=1, HALF=1, HALF_PAD=1, HAS_NORM=False, ROUND_Q=False,
-            ROUND_K=False, INTERPRET=INTERPRETED)
+            ROPE=False,
+            HQ=1,
+            HQ_PAD=1,
+            HK=1,
+            HK_PAD=1,
+            HALF=1,
+            HALF_PAD=1,
+            HAS_NORM=False,
+            ROUND_Q=False,
+            ROUND_K=False,
+            INTERPRET=INTERPRETED,
+        )
     from attnserve.kernels.triton_kv_write import cache_fp8_max
     from attnserve.kernels.triton_rope import rope_launch
 
@@ -314,11 +504,25 @@ def _rope_arguments(rope: DecodeRope | None, query: torch.Tensor, key_cache: tor
     key, value = rope.key, rope.value
     assert value.shape == key.shape and value.dtype == key.dtype and value.stride(-1) == 1
     assert rope.slot_mapping.shape == (query.shape[0],) and rope.slot_mapping.dtype == torch.int64
-    (qw, kw, q_eps, k_eps), meta = rope_launch(query, key, rope.cos_cache, rope.sin_cache, rope.q_norm,
-                                                rope.k_norm)
-    args = (rope.positions, key, value, rope.cos_cache, rope.sin_cache, qw, kw, rope.slot_mapping,
-            key.stride(0), key.stride(1), value.stride(0), value.stride(1), rope.cos_cache.stride(0),
-            q_eps, k_eps, cache_fp8_max(key_cache)[1])
+    (qw, kw, q_eps, k_eps), meta = rope_launch(query, key, rope.cos_cache, rope.sin_cache, rope.q_norm, rope.k_norm)
+    args = (
+        rope.positions,
+        key,
+        value,
+        rope.cos_cache,
+        rope.sin_cache,
+        qw,
+        kw,
+        rope.slot_mapping,
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        rope.cos_cache.stride(0),
+        q_eps,
+        k_eps,
+        cache_fp8_max(key_cache)[1],
+    )
     names = ("HQ", "HQ_PAD", "HK", "HK_PAD", "HALF", "HALF_PAD", "HAS_NORM", "ROUND_Q", "ROUND_K", "INTERPRET")
     return args, dict(ROPE=True, **{n: meta[n] for n in names})
 
@@ -383,22 +587,68 @@ def paged_attention(
         part_lse = torch.empty((num_tokens, num_heads, num_splits), dtype=torch.float32, device=query.device)
     rope_args, rope_meta = _rope_arguments(rope, query, key_cache, num_splits, launch)
     _paged_attention_kernel[(num_tiles, num_kv_heads, num_splits)](
-        out, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, tile_seq, tile_start,
-        part_out, part_lse, sinks if sinks is not None else out,
-        query.stride(0), query.stride(1), out.stride(0), out.stride(1), block_table.stride(0),
-        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
-        value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
-        scale, k_scale, v_scale, logits_soft_cap or 0.0, sliding_window or 0, num_heads, *rope_args,
-        NUM_QPKV=num_qpkv, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD=head, HEAD_PAD=head_pad, PAGE=page,
-        PAGES_PER_TILE=pages_per_tile, NUM_SPLITS=num_splits, USE_SOFTCAP=logits_soft_cap is not None,
-        USE_WINDOW=sliding_window is not None, KV_FP8=kv_fp8, PREC=prec, DECODE=decode and DECODE_DIRECT,
-        USE_SINKS=sinks is not None, **rope_meta, **LAUNCH_OPTIONS,
-        **pdl.launch(query), **(launch or {}),
+        out,
+        query,
+        key_cache,
+        value_cache,
+        block_table,
+        seq_lens,
+        query_start_loc,
+        tile_seq,
+        tile_start,
+        part_out,
+        part_lse,
+        sinks if sinks is not None else out,
+        query.stride(0),
+        query.stride(1),
+        out.stride(0),
+        out.stride(1),
+        block_table.stride(0),
+        key_cache.stride(0),
+        key_cache.stride(1),
+        key_cache.stride(2),
+        value_cache.stride(0),
+        value_cache.stride(1),
+        value_cache.stride(2),
+        scale,
+        k_scale,
+        v_scale,
+        logits_soft_cap or 0.0,
+        sliding_window or 0,
+        num_heads,
+        *rope_args,
+        NUM_QPKV=num_qpkv,
+        BLOCK_Q=block_q,
+        BLOCK_M=block_m,
+        HEAD=head,
+        HEAD_PAD=head_pad,
+        PAGE=page,
+        PAGES_PER_TILE=pages_per_tile,
+        NUM_SPLITS=num_splits,
+        USE_SOFTCAP=logits_soft_cap is not None,
+        USE_WINDOW=sliding_window is not None,
+        KV_FP8=kv_fp8,
+        PREC=prec,
+        DECODE=decode and DECODE_DIRECT,
+        USE_SINKS=sinks is not None,
+        **rope_meta,
+        **LAUNCH_OPTIONS,
+        **pdl.launch(query),
+        **(launch or {}),
     )
     if num_splits > 1:
         first, end = split_token_range if split_token_range is not None else (0, num_tokens)
         _merge_splits_kernel[(end - first, num_heads)](
-            out, part_out, part_lse, first, out.stride(0), out.stride(1), num_heads,
-            NUM_SPLITS=num_splits, HEAD=head, HEAD_PAD=head_pad, **pdl.launch(query),
+            out,
+            part_out,
+            part_lse,
+            first,
+            out.stride(0),
+            out.stride(1),
+            num_heads,
+            NUM_SPLITS=num_splits,
+            HEAD=head,
+            HEAD_PAD=head_pad,
+            **pdl.launch(query),
         )
     return out

@@ -48,8 +48,10 @@ def ticket_counters(owner: str, device: torch.device | str) -> torch.Tensor:
     buf = _tickets.get((owner, device))
     if buf is None:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(f"{owner}: its ticket counters on {device} must be allocated before CUDA-graph "
-                               "capture (they must outlive every graph)")
+            raise RuntimeError(
+                f"{owner}: its ticket counters on {device} must be allocated before CUDA-graph "
+                "capture (they must outlive every graph)"
+            )
         buf = _tickets[owner, device] = torch.zeros(TICKETS, dtype=torch.int32, device=device)
     return buf
 

@@ -12,17 +12,34 @@ import triton
 import triton.language as tl
 
 from attnserve.kernels import pdl
-from attnserve.kernels.triton_common import (INTERPRETED, LAUNCH_OPTIONS, libdevice_exp, libdevice_rsqrt, pdl_wait,
-                                             round_rne)
+from attnserve.kernels.triton_common import (
+    INTERPRETED,
+    LAUNCH_OPTIONS,
+    libdevice_exp,
+    libdevice_rsqrt,
+    pdl_wait,
+    round_rne,
+)
 from attnserve.kernels.triton_rope import rotary_embedding, rotary_embedding_kv_write  # noqa: F401
 
 
 # ---------------------------------------------------------------------------------------------- RMSNorm
 @triton.jit
 def _rms_norm_kernel(
-    x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr,
-    stride_x, stride_res, stride_out, stride_sum, eps,
-    H: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, INTERPRET: tl.constexpr,
+    x_ptr,
+    res_ptr,
+    w_ptr,
+    out_ptr,
+    sum_ptr,
+    stride_x,
+    stride_res,
+    stride_out,
+    stride_sum,
+    eps,
+    H: tl.constexpr,
+    BLOCK: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    INTERPRET: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """One program per row. ``sum_ptr``: where ``x + residual`` goes (and its dtype is the dtype the
@@ -75,10 +92,23 @@ def rms_norm(
     if x2.shape[0]:
         block = triton.next_power_of_2(H)
         _rms_norm_kernel[(x2.shape[0],)](
-            x2, r2, weight, out2, s2,
-            x2.stride(0), r2.stride(0), out2.stride(0), s2.stride(0), eps,
-            H=H, BLOCK=block, HAS_RESIDUAL=residual is not None, INTERPRET=INTERPRETED,
-            num_warps=min(max(block // 256, 1), 16), **LAUNCH_OPTIONS, **pdl.launch(x2),
+            x2,
+            r2,
+            weight,
+            out2,
+            s2,
+            x2.stride(0),
+            r2.stride(0),
+            out2.stride(0),
+            s2.stride(0),
+            eps,
+            H=H,
+            BLOCK=block,
+            HAS_RESIDUAL=residual is not None,
+            INTERPRET=INTERPRETED,
+            num_warps=min(max(block // 256, 1), 16),
+            **LAUNCH_OPTIONS,
+            **pdl.launch(x2),
         )
     return out if residual is None else (out, s)
 
@@ -96,8 +126,14 @@ def silu_mul(gate, up, dtype: tl.constexpr, INTERPRET: tl.constexpr):
 
 @triton.jit
 def _silu_and_mul_kernel(
-    x_ptr, out_ptr, stride_x, stride_out,
-    INTER: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr, USE_PDL: tl.constexpr,
+    x_ptr,
+    out_ptr,
+    stride_x,
+    stride_out,
+    INTER: tl.constexpr,
+    BLOCK: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Program (row, column block): ``out[row, cols] = silu(x[row, cols]) * x[row, INTER + cols]``."""
     row = tl.program_id(0).to(tl.int64)
@@ -117,7 +153,15 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:  # (T, 2I) -> (T, I)
     if x2.shape[0]:
         block = min(triton.next_power_of_2(inter), 1024)
         _silu_and_mul_kernel[(x2.shape[0], triton.cdiv(inter, block))](
-            x2, out.view(-1, inter), x2.stride(0), inter,
-            INTER=inter, BLOCK=block, INTERPRET=INTERPRETED, num_warps=4, **LAUNCH_OPTIONS, **pdl.launch(x2),
+            x2,
+            out.view(-1, inter),
+            x2.stride(0),
+            inter,
+            INTER=inter,
+            BLOCK=block,
+            INTERPRET=INTERPRETED,
+            num_warps=4,
+            **LAUNCH_OPTIONS,
+            **pdl.launch(x2),
         )
     return out

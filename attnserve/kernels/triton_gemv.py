@@ -59,7 +59,15 @@ from attnserve.kernels import pdl
 from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS, TICKETS, pdl_wait, round_rne, ticket_counters
 from attnserve.kernels.triton_fused_ops import silu_mul
 from attnserve.kernels.triton_gemv_config import (  # noqa: F401 (MAX_FMA_M ...: the kernel's public names)
-    ACTS, MAX_FMA_M, MAX_M, PROLOGUE_X_PER_THREAD, SMEM_BUDGET, GemvConfig, check_config, default_config, fit_config,
+    ACTS,
+    MAX_FMA_M,
+    MAX_M,
+    PROLOGUE_X_PER_THREAD,
+    SMEM_BUDGET,
+    GemvConfig,
+    check_config,
+    default_config,
+    fit_config,
 )
 
 # split-K counters per device: one per N tile of a split launch (65536 tiles of >= 8 rows: N <= 524288)
@@ -71,8 +79,20 @@ def prepare(device: torch.device | str) -> torch.Tensor:
 
 
 @triton.jit
-def gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.constexpr,
-               PRECISION: tl.constexpr, ACT: tl.constexpr, NO_CONTRACT: tl.constexpr, INTERPRET: tl.constexpr):
+def gemv_step(
+    acc,
+    w_ptrs,
+    x_ptrs,
+    k,
+    K,
+    k_offs,
+    MASKED: tl.constexpr,
+    DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    ACT: tl.constexpr,
+    NO_CONTRACT: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
     """One BLOCK_K step at column ``k``: the weight tile times every row of x, added to ``acc``. With
     ``ACT == "silu_mul"`` the x tile is ``silu(gate) * up`` of the gate at ``x_ptrs`` and the up K columns on."""
     if MASKED:
@@ -83,8 +103,20 @@ def gemv_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.c
 
 
 @triton.jit
-def gemv_tile(acc, w, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.constexpr,
-               PRECISION: tl.constexpr, ACT: tl.constexpr, NO_CONTRACT: tl.constexpr, INTERPRET: tl.constexpr):
+def gemv_tile(
+    acc,
+    w,
+    x_ptrs,
+    k,
+    K,
+    k_offs,
+    MASKED: tl.constexpr,
+    DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    ACT: tl.constexpr,
+    NO_CONTRACT: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
     """:func:`gemv_step` with the weight tile ``w`` at column ``k`` already loaded. ``NO_CONTRACT``: the
     kernel is compiled without FP contraction (a SwiGLU in it), so the FMA path writes out the FMA that the
     plain GEMV's compiler makes of ``acc += x * w`` (the same bits either way)."""
@@ -119,11 +151,32 @@ def gemv_tile(acc, w, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, DOT: tl.conste
 # exact request count, short eager steps), at their first call, mid-serving
 @triton.jit(do_not_specialize=["M", "splits"])
 def _gemv_kernel(
-    x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
-    M, N, K, stride_xm, stride_wn, stride_ym, k_per_split, splits,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
-    DOT: tl.constexpr, PRECISION: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-    ACT: tl.constexpr, OUT_ACT: tl.constexpr, NO_CONTRACT: tl.constexpr, INTERPRET: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    y_ptr,
+    part_ptr,
+    count_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_ym,
+    k_per_split,
+    splits,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SPLIT: tl.constexpr,
+    DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    ACT: tl.constexpr,
+    OUT_ACT: tl.constexpr,
+    NO_CONTRACT: tl.constexpr,
+    INTERPRET: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """Program (n tile, k split): ``y[:, tile] (+)= x[:, split] @ w[tile, split].T``. The split count is
@@ -189,8 +242,23 @@ def _gemv_kernel(
     tile = offs_m[:, None] * width + (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
     tile_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if not SPLIT:
-        _store_y(y_ptr, acc, b_ptr, rows_n, offs_m, offs_n, pid_n, M, N, stride_ym, BLOCK_M, BLOCK_N, HAS_BIAS, OUT_ACT,
-                 INTERPRET)
+        _store_y(
+            y_ptr,
+            acc,
+            b_ptr,
+            rows_n,
+            offs_m,
+            offs_n,
+            pid_n,
+            M,
+            N,
+            stride_ym,
+            BLOCK_M,
+            BLOCK_N,
+            HAS_BIAS,
+            OUT_ACT,
+            INTERPRET,
+        )
     else:
         tl.store(part_ptr + pid_k * M * width + tile, acc, mask=tile_mask)
         # every thread's partial is stored before the ticket (a CTA barrier, then the atomic's release at
@@ -201,14 +269,44 @@ def _gemv_kernel(
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for s in range(0, splits):  # split order, whoever came last: deterministic
                 total += tl.load(part_ptr + s * M * width + tile, mask=tile_mask, other=0.0, cache_modifier=".cg")
-            _store_y(y_ptr, total, b_ptr, rows_n, offs_m, offs_n, pid_n, M, N, stride_ym, BLOCK_M, BLOCK_N, HAS_BIAS,
-                     OUT_ACT, INTERPRET)
+            _store_y(
+                y_ptr,
+                total,
+                b_ptr,
+                rows_n,
+                offs_m,
+                offs_n,
+                pid_n,
+                M,
+                N,
+                stride_ym,
+                BLOCK_M,
+                BLOCK_N,
+                HAS_BIAS,
+                OUT_ACT,
+                INTERPRET,
+            )
             tl.atomic_xchg(count_ptr + pid_n, 0)  # ready for the next launch
 
 
 @triton.jit
-def _store_y(y_ptr, acc, b_ptr, rows_n, offs_m, offs_n, pid_n, M, N, stride_ym, BLOCK_M: tl.constexpr,
-             BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, OUT_ACT: tl.constexpr, INTERPRET: tl.constexpr):
+def _store_y(
+    y_ptr,
+    acc,
+    b_ptr,
+    rows_n,
+    offs_m,
+    offs_n,
+    pid_n,
+    M,
+    N,
+    stride_ym,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    OUT_ACT: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
     """y's tile from the float32 sums ``acc`` (BLOCK_M, BLOCK_N): plus the bias of each weight row, rounded
     once. With ``OUT_ACT == "silu_mul"`` the tile's gate and up halves, each so rounded (as the plain GEMV's
     (M, 2N) output is), give ``silu(gate) * up`` with ``silu_and_mul``'s bits, BLOCK_N / 2 columns."""
@@ -277,19 +375,42 @@ def gemv(
     tiles = triton.cdiv(out_n, config.block_n // 2) if out_act == "silu_mul" else triton.cdiv(n, config.block_n)
     if splits > 1:
         assert tiles <= TICKETS, f"{tiles} tiles with split-K: more than {TICKETS} counters"
-        part = torch.empty((splits, m, tiles * config.block_n if out_act == "silu_mul" else n), dtype=torch.float32,
-                           device=x.device)
+        part = torch.empty(
+            (splits, m, tiles * config.block_n if out_act == "silu_mul" else n), dtype=torch.float32, device=x.device
+        )
         counters = prepare(x.device)
     else:
         part = counters = y  # unused pointers
     _gemv_kernel[(tiles, splits)](
-        x, weight, bias if bias is not None else y, y, part, counters,
-        m, out_n, k, x.stride(0), weight.stride(0), y.stride(0), k_per_split, splits,
-        BLOCK_M=config.block_m(m), BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT=splits > 1,
-        DOT=config.dot, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0, ACT=act, OUT_ACT=out_act,
-        NO_CONTRACT="silu_mul" in (act, out_act), INTERPRET=INTERPRETED,
-        num_warps=config.num_warps, num_stages=config.num_stages,
-        **(LAUNCH_OPTIONS if "silu_mul" in (act, out_act) else {}), **pdl.launch(x),
+        x,
+        weight,
+        bias if bias is not None else y,
+        y,
+        part,
+        counters,
+        m,
+        out_n,
+        k,
+        x.stride(0),
+        weight.stride(0),
+        y.stride(0),
+        k_per_split,
+        splits,
+        BLOCK_M=config.block_m(m),
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        SPLIT=splits > 1,
+        DOT=config.dot,
+        PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        HAS_BIAS=bias is not None,
+        EVEN_K=k % config.block_k == 0,
+        ACT=act,
+        OUT_ACT=out_act,
+        NO_CONTRACT="silu_mul" in (act, out_act),
+        INTERPRET=INTERPRETED,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+        **(LAUNCH_OPTIONS if "silu_mul" in (act, out_act) else {}),
+        **pdl.launch(x),
     )
     return y

@@ -50,8 +50,10 @@ class GemvConfig:
         return (self.block_n + x_tiles * self.block_m(m)) * self.block_k * elem_bytes * self.num_stages
 
     def label(self) -> str:
-        return (f"{'dot' if self.dot else 'fma'} n{self.block_n} k{self.block_k} s{self.split_k} "
-                f"w{self.num_warps} st{self.num_stages}")
+        return (
+            f"{'dot' if self.dot else 'fma'} n{self.block_n} k{self.block_k} s{self.split_k} "
+            f"w{self.num_warps} st{self.num_stages}"
+        )
 
 
 def fit_config(cfg: GemvConfig, m: int, elem_bytes: int = 2, act: str = "none") -> GemvConfig:
@@ -69,8 +71,9 @@ def fit_config(cfg: GemvConfig, m: int, elem_bytes: int = 2, act: str = "none") 
     return replace(cfg, block_k=bk, num_stages=stages)
 
 
-def default_config(n: int, k: int, m: int = 1, elem_bytes: int = 2, num_sms: int = 132,
-                   act: str = "none") -> GemvConfig:
+def default_config(
+    n: int, k: int, m: int = 1, elem_bytes: int = 2, num_sms: int = 132, act: str = "none"
+) -> GemvConfig:
     """A launch for (N, K, M) without measuring (the benchmark sweep and :class:`GemvPlan` measure).
 
     FMA for M <= 2 and for float32 up to 16 rows (tensor cores for 16-bit M >= 3, where the FMAs per weight

@@ -55,8 +55,13 @@ class GreedyHeadConfig:
 # the start-up plan's candidates: the best tensor-core tiles of the Qwen3-0.6B LM head at 16..64 rows (chosen
 # by ``benchmarks/gpu/bench_gemv.py``: n64 k64 st4, n64 k128 st2-3, n128 k128 w8 st3 at 1 row), and a
 # 256-row weight tile that reads the 64-row x tile (from L2) a quarter as often per weight byte
-CANDIDATES = (GreedyHeadConfig(64, 64, 4, 4), GreedyHeadConfig(64, 128, 4, 3), GreedyHeadConfig(128, 64, 4, 4),
-              GreedyHeadConfig(128, 128, 8, 3), GreedyHeadConfig(256, 64, 8, 3))
+CANDIDATES = (
+    GreedyHeadConfig(64, 64, 4, 4),
+    GreedyHeadConfig(64, 128, 4, 3),
+    GreedyHeadConfig(128, 64, 4, 4),
+    GreedyHeadConfig(128, 128, 8, 3),
+    GreedyHeadConfig(256, 64, 8, 3),
+)
 
 
 @triton.jit
@@ -81,10 +86,25 @@ def _dot_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, SWAP: tl.
 
 @triton.jit(do_not_specialize=["M"])
 def _head_tiles_kernel(
-    x_ptr, w_ptr, part_val_ptr, part_idx_ptr, logits_ptr,
-    M, N, K, stride_xm, stride_wn, n_tiles,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, SWAP: tl.constexpr,
-    STORE_LOGITS: tl.constexpr, INTERPRET: tl.constexpr, USE_PDL: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    part_val_ptr,
+    part_idx_ptr,
+    logits_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    n_tiles,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    SWAP: tl.constexpr,
+    STORE_LOGITS: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Program n: the (M, BLOCK_N) logits of vocabulary rows [n * BLOCK_N, ...), rounded to the weight's dtype;
     per row its largest value and the first column holding it, at ``part_*[row * n_tiles + n]``.
@@ -164,15 +184,19 @@ def greedy_head(
     """``torch.argmax(F.linear(hidden, weight), dim=-1)`` without materialising the logits (module docstring).
     Raises ValueError for another dtype, mismatched shapes, M outside 1..MAX_M, N >= 2**31 or an empty K."""
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
-        raise ValueError(f"greedy_head takes hidden (M, K) and weight (N, K), got {tuple(hidden.shape)} and "
-                         f"{tuple(weight.shape)}")
+        raise ValueError(
+            f"greedy_head takes hidden (M, K) and weight (N, K), got {tuple(hidden.shape)} and {tuple(weight.shape)}"
+        )
     if hidden.dtype not in (torch.float16, torch.bfloat16) or weight.dtype != hidden.dtype:
-        raise ValueError(f"greedy_head takes float16 or bfloat16 (both the same), got {hidden.dtype} and {weight.dtype}")
+        raise ValueError(
+            f"greedy_head takes float16 or bfloat16 (both the same), got {hidden.dtype} and {weight.dtype}"
+        )
     m, k = hidden.shape
     n = weight.shape[0]
     if not 1 <= m <= MAX_M or n >= 2**31 or n == 0 or k == 0:
-        raise ValueError(f"greedy_head takes 1..{MAX_M} rows, 1..2**31-1 vocabulary rows and K >= 1, got M={m}, "
-                         f"N={n}, K={k}")
+        raise ValueError(
+            f"greedy_head takes 1..{MAX_M} rows, 1..2**31-1 vocabulary rows and K >= 1, got M={m}, N={n}, K={k}"
+        )
     if weight.stride(1) != 1:
         raise ValueError("greedy_head needs the weight's K dimension contiguous")
     if hidden.stride(1) != 1:
@@ -186,11 +210,27 @@ def greedy_head(
     launch = pdl.launch(hidden)
     block_m = max(16, triton.next_power_of_2(m))
     _head_tiles_kernel[(n_tiles,)](
-        hidden, weight, part_val, part_idx, logits_out if logits_out is not None else out,
-        m, n, k, hidden.stride(0), weight.stride(0), n_tiles,
-        BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, SWAP=block_m <= 32,
-        STORE_LOGITS=logits_out is not None, INTERPRET=INTERPRETED, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages, **launch,
+        hidden,
+        weight,
+        part_val,
+        part_idx,
+        logits_out if logits_out is not None else out,
+        m,
+        n,
+        k,
+        hidden.stride(0),
+        weight.stride(0),
+        n_tiles,
+        BLOCK_M=block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=block_k,
+        EVEN_K=k % block_k == 0,
+        SWAP=block_m <= 32,
+        STORE_LOGITS=logits_out is not None,
+        INTERPRET=INTERPRETED,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+        **launch,
     )
     _reduce_tiles_kernel[(m,)](part_val, part_idx, out, n_tiles, BLOCK=REDUCE_BLOCK, **launch)
     return out

@@ -32,12 +32,30 @@ def cache_value(x, scale, fmax, dtype: tl.constexpr, FP8: tl.constexpr):
 
 @triton.jit
 def _reshape_and_cache_kernel(
-    key_ptr, value_ptr, kc_ptr, vc_ptr, slot_ptr,
-    stride_kt, stride_kh, stride_vt, stride_vh,
-    stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
-    k_scale, v_scale, fmax,
-    NUM_HEADS: tl.constexpr, HEAD: tl.constexpr, H_PAD: tl.constexpr, D_PAD: tl.constexpr,
-    PAGE: tl.constexpr, FP8: tl.constexpr,
+    key_ptr,
+    value_ptr,
+    kc_ptr,
+    vc_ptr,
+    slot_ptr,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_kcb,
+    stride_kcs,
+    stride_kch,
+    stride_vcb,
+    stride_vcs,
+    stride_vch,
+    k_scale,
+    v_scale,
+    fmax,
+    NUM_HEADS: tl.constexpr,
+    HEAD: tl.constexpr,
+    H_PAD: tl.constexpr,
+    D_PAD: tl.constexpr,
+    PAGE: tl.constexpr,
+    FP8: tl.constexpr,
 ):
     tok = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + tok)
@@ -48,12 +66,16 @@ def _reshape_and_cache_kernel(
     mask = (offs_h[:, None] < NUM_HEADS) & (offs_d[None, :] < HEAD)
     k = tl.load(key_ptr + tok * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :], mask=mask)
     v = tl.load(value_ptr + tok * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :], mask=mask)
-    tl.store(cache_slot_address(kc_ptr, slot, stride_kcb, stride_kcs, PAGE)
-             + offs_h[:, None] * stride_kch + offs_d[None, :],
-             cache_value(k, k_scale, fmax, kc_ptr.dtype.element_ty, FP8), mask=mask)
-    tl.store(cache_slot_address(vc_ptr, slot, stride_vcb, stride_vcs, PAGE)
-             + offs_h[:, None] * stride_vch + offs_d[None, :],
-             cache_value(v, v_scale, fmax, vc_ptr.dtype.element_ty, FP8), mask=mask)
+    tl.store(
+        cache_slot_address(kc_ptr, slot, stride_kcb, stride_kcs, PAGE) + offs_h[:, None] * stride_kch + offs_d[None, :],
+        cache_value(k, k_scale, fmax, kc_ptr.dtype.element_ty, FP8),
+        mask=mask,
+    )
+    tl.store(
+        cache_slot_address(vc_ptr, slot, stride_vcb, stride_vcs, PAGE) + offs_h[:, None] * stride_vch + offs_d[None, :],
+        cache_value(v, v_scale, fmax, vc_ptr.dtype.element_ty, FP8),
+        mask=mask,
+    )
 
 
 def cache_fp8_max(key_cache: torch.Tensor) -> tuple[bool, float]:
@@ -78,11 +100,28 @@ def reshape_and_cache(
     assert key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1
     fp8, fmax = cache_fp8_max(key_cache)
     _reshape_and_cache_kernel[(num_tokens,)](
-        key, value, key_cache, value_cache, slot_mapping,
-        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
-        value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
-        k_scale, v_scale, fmax,
-        NUM_HEADS=num_heads, HEAD=head, H_PAD=triton.next_power_of_2(num_heads),
-        D_PAD=triton.next_power_of_2(head), PAGE=key_cache.shape[1], FP8=fp8,
+        key,
+        value,
+        key_cache,
+        value_cache,
+        slot_mapping,
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        key_cache.stride(0),
+        key_cache.stride(1),
+        key_cache.stride(2),
+        value_cache.stride(0),
+        value_cache.stride(1),
+        value_cache.stride(2),
+        k_scale,
+        v_scale,
+        fmax,
+        NUM_HEADS=num_heads,
+        HEAD=head,
+        H_PAD=triton.next_power_of_2(num_heads),
+        D_PAD=triton.next_power_of_2(head),
+        PAGE=key_cache.shape[1],
+        FP8=fp8,
     )

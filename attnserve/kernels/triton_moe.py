@@ -23,13 +23,34 @@ from attnserve.kernels.moe import moe_activation, moe_align_block_size
 
 @triton.jit
 def _fused_moe_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr, topk_weights_ptr,
-    sorted_ids_ptr, expert_ids_ptr, num_padded_ptr,
-    N, K, num_pairs,
-    stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn, stride_bias_e,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    bias_ptr,
+    topk_weights_ptr,
+    sorted_ids_ptr,
+    expert_ids_ptr,
+    num_padded_ptr,
+    N,
+    K,
+    num_pairs,
+    stride_am,
+    stride_ak,
+    stride_be,
+    stride_bn,
+    stride_bk,
+    stride_cm,
+    stride_cn,
+    stride_bias_e,
     capacity,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    TOP_K: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_ROUTED_WEIGHT: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    TOP_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    MUL_ROUTED_WEIGHT: tl.constexpr,
+    PREC: tl.constexpr,
 ):
     # program -> (row block of the sorted pairs, column block of the output), grouped for L2 reuse
     pid = tl.program_id(0)
@@ -98,24 +119,47 @@ def invoke_grouped_gemm(
     c: torch.Tensor,  # (num_pairs, N), written
     bias: torch.Tensor | None,  # (E, N)
     topk_weights: torch.Tensor | None,  # (num_pairs,) float32: multiply each row by its pair's weight
-    sorted_ids: torch.Tensor, expert_ids: torch.Tensor, num_padded: torch.Tensor,
-    top_k: int, cfg: dict,
+    sorted_ids: torch.Tensor,
+    expert_ids: torch.Tensor,
+    num_padded: torch.Tensor,
+    top_k: int,
+    cfg: dict,
 ) -> None:
     """One launch of the grouped GEMM over the schedule ``moe_align_block_size`` made with ``cfg``'s BLOCK_M."""
     E, N, K = b.shape
     capacity = sorted_ids.numel()
     grid = (triton.cdiv(capacity, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
     _fused_moe_kernel[grid](
-        a, b, c, bias if bias is not None else b, topk_weights if topk_weights is not None else b,
-        sorted_ids, expert_ids, num_padded,
-        N, K, c.shape[0],
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), c.stride(0), c.stride(1),
+        a,
+        b,
+        c,
+        bias if bias is not None else b,
+        topk_weights if topk_weights is not None else b,
+        sorted_ids,
+        expert_ids,
+        num_padded,
+        N,
+        K,
+        c.shape[0],
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        b.stride(2),
+        c.stride(0),
+        c.stride(1),
         bias.stride(0) if bias is not None else 0,
         capacity,
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
-        TOP_K=top_k, HAS_BIAS=bias is not None, MUL_ROUTED_WEIGHT=topk_weights is not None,
+        BLOCK_M=cfg["BLOCK_M"],
+        BLOCK_N=cfg["BLOCK_N"],
+        BLOCK_K=cfg["BLOCK_K"],
+        GROUP_M=cfg["GROUP_M"],
+        TOP_K=top_k,
+        HAS_BIAS=bias is not None,
+        MUL_ROUTED_WEIGHT=topk_weights is not None,
         PREC="ieee" if a.dtype == torch.float32 else None,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
     )
 
 
@@ -148,6 +192,7 @@ def fused_experts(
     else:
         h = moe_activation(gate_up, activation, alpha, limit)
     out = torch.empty(pairs, H, dtype=x.dtype, device=x.device)
-    invoke_grouped_gemm(h, w2, out, w2_bias, topk_weights.reshape(-1).float().contiguous(), sorted_ids, expert_ids, num_padded,
-                        1, cfg)
+    invoke_grouped_gemm(
+        h, w2, out, w2_bias, topk_weights.reshape(-1).float().contiguous(), sorted_ids, expert_ids, num_padded, 1, cfg
+    )
     return out.view(T, k, H).sum(dim=1, dtype=torch.float32).to(x.dtype)

@@ -16,8 +16,15 @@ import triton.language as tl
 
 @triton.jit
 def _device_pages_kernel(
-    seq_lens_ptr, table_ptr, table_stride, indptr_ptr, last_ptr, indices_ptr,
-    PAGE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr,
+    seq_lens_ptr,
+    table_ptr,
+    table_stride,
+    indptr_ptr,
+    last_ptr,
+    indices_ptr,
+    PAGE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_P: tl.constexpr,
 ):
     r = tl.program_id(0)
     start = r * 0
@@ -39,8 +46,12 @@ def _device_pages_kernel(
 
 
 def device_pages_triton(
-    seq_lens: torch.Tensor, block_table: torch.Tensor, block_size: int, indptr: torch.Tensor,
-    last_page_len: torch.Tensor, indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    block_size: int,
+    indptr: torch.Tensor,
+    last_page_len: torch.Tensor,
+    indices: torch.Tensor,
 ) -> None:
     n = seq_lens.shape[0]
     if n == 0:
@@ -48,6 +59,13 @@ def device_pages_triton(
         return
     assert block_table.stride(1) == 1 and seq_lens.is_contiguous()
     _device_pages_kernel[(n,)](
-        seq_lens, block_table, block_table.stride(0), indptr, last_page_len, indices,
-        PAGE=block_size, BLOCK_R=256, BLOCK_P=128,  # one compiled kernel for every batch size
+        seq_lens,
+        block_table,
+        block_table.stride(0),
+        indptr,
+        last_page_len,
+        indices,
+        PAGE=block_size,
+        BLOCK_R=256,
+        BLOCK_P=128,  # one compiled kernel for every batch size
     )

@@ -17,9 +17,24 @@ BLOCK = 2048
 
 
 @triton.jit
-def _penalties_kernel(logits_ptr, counts_ptr, mask_ptr, rows_ptr, slots_ptr, pres_ptr, freq_ptr, rep_ptr, n_cols,
-                      stride_logits, stride_counts, stride_mask, BLOCK: tl.constexpr, HAS_REP: tl.constexpr,
-                      HAS_FREQ: tl.constexpr, HAS_PRES: tl.constexpr):
+def _penalties_kernel(
+    logits_ptr,
+    counts_ptr,
+    mask_ptr,
+    rows_ptr,
+    slots_ptr,
+    pres_ptr,
+    freq_ptr,
+    rep_ptr,
+    n_cols,
+    stride_logits,
+    stride_counts,
+    stride_mask,
+    BLOCK: tl.constexpr,
+    HAS_REP: tl.constexpr,
+    HAS_FREQ: tl.constexpr,
+    HAS_PRES: tl.constexpr,
+):
     i = tl.program_id(0)
     row = tl.load(rows_ptr + i).to(tl.int64)
     slot = tl.load(slots_ptr + i).to(tl.int64)
@@ -38,9 +53,16 @@ def _penalties_kernel(logits_ptr, counts_ptr, mask_ptr, rows_ptr, slots_ptr, pre
     tl.store(logits_ptr + row * stride_logits + cols, x, mask=inside)
 
 
-def apply_penalties(logits: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor, counts: torch.Tensor,
-                    prompt_mask: torch.Tensor, presence: torch.Tensor | None, frequency: torch.Tensor | None,
-                    repetition: torch.Tensor | None) -> None:
+def apply_penalties(
+    logits: torch.Tensor,
+    rows: torch.Tensor,
+    slots: torch.Tensor,
+    counts: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    presence: torch.Tensor | None,
+    frequency: torch.Tensor | None,
+    repetition: torch.Tensor | None,
+) -> None:
     """``penalties.apply_penalties`` on CUDA: shapes and dtypes as there; the last dims contiguous."""
     assert logits.dtype == torch.float32 and logits.stride(-1) == 1 and counts.stride(-1) == 1
     assert counts.shape[1] == prompt_mask.shape[1] == logits.shape[1]
@@ -51,10 +73,22 @@ def apply_penalties(logits: torch.Tensor, rows: torch.Tensor, slots: torch.Tenso
     mask = prompt_mask.view(torch.uint8)
     grid = (n, triton.cdiv(logits.shape[1], BLOCK))
     _penalties_kernel[grid](
-        logits, counts, mask, rows, slots,
-        presence if presence is not None else dummy, frequency if frequency is not None else dummy,
+        logits,
+        counts,
+        mask,
+        rows,
+        slots,
+        presence if presence is not None else dummy,
+        frequency if frequency is not None else dummy,
         repetition if repetition is not None else dummy,
-        logits.shape[1], logits.stride(0), counts.stride(0), mask.stride(0),
-        BLOCK=BLOCK, HAS_REP=repetition is not None, HAS_FREQ=frequency is not None, HAS_PRES=presence is not None,
-        num_warps=8, enable_fp_fusion=False,
+        logits.shape[1],
+        logits.stride(0),
+        counts.stride(0),
+        mask.stride(0),
+        BLOCK=BLOCK,
+        HAS_REP=repetition is not None,
+        HAS_FREQ=frequency is not None,
+        HAS_PRES=presence is not None,
+        num_warps=8,
+        enable_fp_fusion=False,
     )

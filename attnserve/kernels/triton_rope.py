@@ -24,9 +24,21 @@ if TYPE_CHECKING:  # pragma: no cover
 # ------------------------------------------------------------------------------------ RoPE (+ q/k norm)
 @triton.jit
 def _rope_heads(
-    ptr, stride_h, w_ptr, eps, cos, sin,
-    NUM_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-    HAS_NORM: tl.constexpr, ROUND_NORM: tl.constexpr, INTERPRET: tl.constexpr, store_lo, store_hi,
+    ptr,
+    stride_h,
+    w_ptr,
+    eps,
+    cos,
+    sin,
+    NUM_HEADS: tl.constexpr,
+    HEADS_PAD: tl.constexpr,
+    HALF: tl.constexpr,
+    HALF_PAD: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+    ROUND_NORM: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    store_lo,
+    store_hi,
 ):
     """Rotates (after RMS-normalizing, with HAS_NORM) the NUM_HEADS heads of one token at ``ptr``; stores heads
     [store_lo, store_hi) back in place. ``cos``/``sin``: (1, HALF_PAD) float32. Returns the
@@ -71,26 +83,79 @@ def _token_cos_sin(pos_ptr, tok, cos_ptr, sin_ptr, stride_cos, HALF: tl.constexp
 
 @triton.jit
 def _rotary_kernel(
-    pos_ptr, q_ptr, k_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_cos, q_eps, k_eps,
-    HQ: tl.constexpr, HQ_PAD: tl.constexpr, HK: tl.constexpr, HK_PAD: tl.constexpr,
-    HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-    HAS_NORM: tl.constexpr, ROUND_Q: tl.constexpr, ROUND_K: tl.constexpr, INTERPRET: tl.constexpr,
+    pos_ptr,
+    q_ptr,
+    k_ptr,
+    cos_ptr,
+    sin_ptr,
+    qw_ptr,
+    kw_ptr,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_cos,
+    q_eps,
+    k_eps,
+    HQ: tl.constexpr,
+    HQ_PAD: tl.constexpr,
+    HK: tl.constexpr,
+    HK_PAD: tl.constexpr,
+    HALF: tl.constexpr,
+    HALF_PAD: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+    ROUND_Q: tl.constexpr,
+    ROUND_K: tl.constexpr,
+    INTERPRET: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """One program per token: all its query heads, then all its key heads."""
     tok = tl.program_id(0).to(tl.int64)
     pdl_wait(USE_PDL)
     cos, sin, offs_d = _token_cos_sin(pos_ptr, tok, cos_ptr, sin_ptr, stride_cos, HALF, HALF_PAD)
-    _rope_heads(q_ptr + tok * stride_qt, stride_qh, qw_ptr, q_eps, cos, sin,
-                HQ, HQ_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, INTERPRET, 0, HQ)
-    _rope_heads(k_ptr + tok * stride_kt, stride_kh, kw_ptr, k_eps, cos, sin,
-                HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_K, INTERPRET, 0, HK)
+    _rope_heads(
+        q_ptr + tok * stride_qt,
+        stride_qh,
+        qw_ptr,
+        q_eps,
+        cos,
+        sin,
+        HQ,
+        HQ_PAD,
+        HALF,
+        HALF_PAD,
+        HAS_NORM,
+        ROUND_Q,
+        INTERPRET,
+        0,
+        HQ,
+    )
+    _rope_heads(
+        k_ptr + tok * stride_kt,
+        stride_kh,
+        kw_ptr,
+        k_eps,
+        cos,
+        sin,
+        HK,
+        HK_PAD,
+        HALF,
+        HALF_PAD,
+        HAS_NORM,
+        ROUND_K,
+        INTERPRET,
+        0,
+        HK,
+    )
 
 
 def rope_launch(
-    query: torch.Tensor, key: torch.Tensor, cos_cache: torch.Tensor, sin_cache: torch.Tensor,
-    q_norm: tuple[torch.Tensor, float] | None, k_norm: tuple[torch.Tensor, float] | None,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    cos_cache: torch.Tensor,
+    sin_cache: torch.Tensor,
+    q_norm: tuple[torch.Tensor, float] | None,
+    k_norm: tuple[torch.Tensor, float] | None,
 ) -> tuple[tuple[torch.Tensor, torch.Tensor, float, float], dict]:
     """The checks and the arguments both RoPE kernels share: ``((q weight, k weight, q eps, k eps),
     constexprs and launch options)``. Both launch with the same tile shapes and warps, so the q/k norm's
@@ -108,11 +173,19 @@ def rope_launch(
         assert qw.shape == (d,) and kw.shape == (d,) and qw.stride(0) == 1 and kw.stride(0) == 1
     half = d // 2
     meta = dict(
-        HQ=hq, HQ_PAD=triton.next_power_of_2(hq), HK=hk, HK_PAD=triton.next_power_of_2(hk),
-        HALF=half, HALF_PAD=triton.next_power_of_2(half), HAS_NORM=has_norm,
+        HQ=hq,
+        HQ_PAD=triton.next_power_of_2(hq),
+        HK=hk,
+        HK_PAD=triton.next_power_of_2(hk),
+        HALF=half,
+        HALF_PAD=triton.next_power_of_2(half),
+        HAS_NORM=has_norm,
         ROUND_Q=has_norm and torch.promote_types(qw.dtype, query.dtype) == query.dtype,
         ROUND_K=has_norm and torch.promote_types(kw.dtype, key.dtype) == key.dtype,
-        INTERPRET=INTERPRETED, num_warps=4, **LAUNCH_OPTIONS, **pdl.launch(query),
+        INTERPRET=INTERPRETED,
+        num_warps=4,
+        **LAUNCH_OPTIONS,
+        **pdl.launch(query),
     )
     return (qw, kw, q_eps, k_eps), meta
 
@@ -131,21 +204,69 @@ def rotary_embedding(
     if query.shape[0] == 0:
         return
     _rotary_kernel[(query.shape[0],)](
-        positions, query, key, cos_cache, sin_cache, qw, kw,
-        query.stride(0), query.stride(1), key.stride(0), key.stride(1), cos_cache.stride(0), q_eps, k_eps, **meta,
+        positions,
+        query,
+        key,
+        cos_cache,
+        sin_cache,
+        qw,
+        kw,
+        query.stride(0),
+        query.stride(1),
+        key.stride(0),
+        key.stride(1),
+        cos_cache.stride(0),
+        q_eps,
+        k_eps,
+        **meta,
     )
 
 
 # ----------------------------------------------------------------- RoPE (+ q/k norm) + KV-cache write
 @triton.jit
 def _rotary_kv_write_kernel(
-    pos_ptr, q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, slot_ptr, kc_ptr, vc_ptr,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_cos, q_eps, k_eps,
-    stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, k_scale, v_scale, fmax,
-    HQ: tl.constexpr, HQ_PAD: tl.constexpr, HK: tl.constexpr, HK_PAD: tl.constexpr,
-    HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-    HAS_NORM: tl.constexpr, ROUND_Q: tl.constexpr, ROUND_K: tl.constexpr,
-    PAGE: tl.constexpr, FP8: tl.constexpr, INTERPRET: tl.constexpr, USE_PDL: tl.constexpr,
+    pos_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    cos_ptr,
+    sin_ptr,
+    qw_ptr,
+    kw_ptr,
+    slot_ptr,
+    kc_ptr,
+    vc_ptr,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_cos,
+    q_eps,
+    k_eps,
+    stride_kcb,
+    stride_kcs,
+    stride_kch,
+    stride_vcb,
+    stride_vcs,
+    stride_vch,
+    k_scale,
+    v_scale,
+    fmax,
+    HQ: tl.constexpr,
+    HQ_PAD: tl.constexpr,
+    HK: tl.constexpr,
+    HK_PAD: tl.constexpr,
+    HALF: tl.constexpr,
+    HALF_PAD: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+    ROUND_Q: tl.constexpr,
+    ROUND_K: tl.constexpr,
+    PAGE: tl.constexpr,
+    FP8: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Program (token, 0): the token's query heads, as ``_rotary_kernel`` rotates them. Program (token, 1):
     its key heads, likewise, then (unless its slot is -1) the rotated keys and the values into the cache
@@ -155,21 +276,94 @@ def _rotary_kv_write_kernel(
     pdl_wait(USE_PDL)
     cos, sin, offs_d = _token_cos_sin(pos_ptr, tok, cos_ptr, sin_ptr, stride_cos, HALF, HALF_PAD)
     if tl.program_id(1) == 0:
-        _rope_heads(q_ptr + tok * stride_qt, stride_qh, qw_ptr, q_eps, cos, sin,
-                    HQ, HQ_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, INTERPRET, 0, HQ)
+        _rope_heads(
+            q_ptr + tok * stride_qt,
+            stride_qh,
+            qw_ptr,
+            q_eps,
+            cos,
+            sin,
+            HQ,
+            HQ_PAD,
+            HALF,
+            HALF_PAD,
+            HAS_NORM,
+            ROUND_Q,
+            INTERPRET,
+            0,
+            HQ,
+        )
     else:
-        k1, k2 = _rope_heads(k_ptr + tok * stride_kt, stride_kh, kw_ptr, k_eps, cos, sin,
-                             HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_K, INTERPRET, 0, HK)
-        _cache_kv_rows(k1, k2, v_ptr + tok * stride_vt, stride_vh, tl.load(slot_ptr + tok), kc_ptr, vc_ptr,
-                       stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, k_scale, v_scale, fmax,
-                       0, HK, HK_PAD, HALF, HALF_PAD, PAGE, FP8)
+        k1, k2 = _rope_heads(
+            k_ptr + tok * stride_kt,
+            stride_kh,
+            kw_ptr,
+            k_eps,
+            cos,
+            sin,
+            HK,
+            HK_PAD,
+            HALF,
+            HALF_PAD,
+            HAS_NORM,
+            ROUND_K,
+            INTERPRET,
+            0,
+            HK,
+        )
+        _cache_kv_rows(
+            k1,
+            k2,
+            v_ptr + tok * stride_vt,
+            stride_vh,
+            tl.load(slot_ptr + tok),
+            kc_ptr,
+            vc_ptr,
+            stride_kcb,
+            stride_kcs,
+            stride_kch,
+            stride_vcb,
+            stride_vcs,
+            stride_vch,
+            k_scale,
+            v_scale,
+            fmax,
+            0,
+            HK,
+            HK_PAD,
+            HALF,
+            HALF_PAD,
+            PAGE,
+            FP8,
+        )
 
 
 @triton.jit
-def _cache_kv_rows(k1, k2, v_ptr, stride_vh, slot, kc_ptr, vc_ptr,
-                   stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, k_scale, v_scale, fmax,
-                   row_lo, row_hi, HK_PAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-                   PAGE: tl.constexpr, FP8: tl.constexpr):
+def _cache_kv_rows(
+    k1,
+    k2,
+    v_ptr,
+    stride_vh,
+    slot,
+    kc_ptr,
+    vc_ptr,
+    stride_kcb,
+    stride_kcs,
+    stride_kch,
+    stride_vcb,
+    stride_vcs,
+    stride_vch,
+    k_scale,
+    v_scale,
+    fmax,
+    row_lo,
+    row_hi,
+    HK_PAD: tl.constexpr,
+    HALF: tl.constexpr,
+    HALF_PAD: tl.constexpr,
+    PAGE: tl.constexpr,
+    FP8: tl.constexpr,
+):
     """One token's rotated key heads ``k1``/``k2`` (halves, (HK_PAD, HALF_PAD)) and its value heads at
     ``v_ptr`` into cache slot ``slot`` (nothing when it is -1, a padding token), heads [row_lo, row_hi), as
     ``_reshape_and_cache_kernel`` stores them."""
@@ -183,19 +377,56 @@ def _cache_kv_rows(k1, k2, v_ptr, stride_vh, slot, kc_ptr, vc_ptr,
         v = v_ptr + offs_h * stride_vh + offs_d
         vc = cache_slot_address(vc_ptr, slot, stride_vcb, stride_vcs, PAGE) + offs_h * stride_vch + offs_d
         tl.store(vc, cache_value(tl.load(v, mask=mask), v_scale, fmax, vc_ptr.dtype.element_ty, FP8), mask=mask)
-        tl.store(vc + HALF, cache_value(tl.load(v + HALF, mask=mask), v_scale, fmax, vc_ptr.dtype.element_ty, FP8),
-                 mask=mask)
+        tl.store(
+            vc + HALF, cache_value(tl.load(v + HALF, mask=mask), v_scale, fmax, vc_ptr.dtype.element_ty, FP8), mask=mask
+        )
 
 
 @triton.jit
 def decode_rope_kv_write(
-    tok, kvh, pos_ptr, q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, slot_ptr, kc_ptr, vc_ptr,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_cos, q_eps, k_eps,
-    stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, k_scale, v_scale, fmax,
-    HQ: tl.constexpr, HQ_PAD: tl.constexpr, HK: tl.constexpr, HK_PAD: tl.constexpr,
-    HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-    HAS_NORM: tl.constexpr, ROUND_Q: tl.constexpr, ROUND_K: tl.constexpr,
-    PAGE: tl.constexpr, FP8: tl.constexpr, INTERPRET: tl.constexpr,
+    tok,
+    kvh,
+    pos_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    cos_ptr,
+    sin_ptr,
+    qw_ptr,
+    kw_ptr,
+    slot_ptr,
+    kc_ptr,
+    vc_ptr,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_cos,
+    q_eps,
+    k_eps,
+    stride_kcb,
+    stride_kcs,
+    stride_kch,
+    stride_vcb,
+    stride_vcs,
+    stride_vch,
+    k_scale,
+    v_scale,
+    fmax,
+    HQ: tl.constexpr,
+    HQ_PAD: tl.constexpr,
+    HK: tl.constexpr,
+    HK_PAD: tl.constexpr,
+    HALF: tl.constexpr,
+    HALF_PAD: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+    ROUND_Q: tl.constexpr,
+    ROUND_K: tl.constexpr,
+    PAGE: tl.constexpr,
+    FP8: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """``_rotary_kv_write_kernel``'s work for token ``tok``, KV head ``kvh`` only, inside another kernel (a
     paged-attention program that owns that token and KV head: ``kernels/triton_attention.py``): its
@@ -205,13 +436,65 @@ def decode_rope_kv_write(
     without FP contraction), and only this KV head's rows are stored: the other KV heads' programs store theirs."""
     cos, sin, offs_d = _token_cos_sin(pos_ptr, tok, cos_ptr, sin_ptr, stride_cos, HALF, HALF_PAD)
     qpkv = HQ // HK
-    _rope_heads(q_ptr + tok * stride_qt, stride_qh, qw_ptr, q_eps, cos, sin,
-                HQ, HQ_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_Q, INTERPRET, kvh * qpkv, kvh * qpkv + qpkv)
-    k1, k2 = _rope_heads(k_ptr + tok * stride_kt, stride_kh, kw_ptr, k_eps, cos, sin,
-                         HK, HK_PAD, HALF, HALF_PAD, HAS_NORM, ROUND_K, INTERPRET, kvh, kvh + 1)
-    _cache_kv_rows(k1, k2, v_ptr + tok * stride_vt, stride_vh, tl.load(slot_ptr + tok), kc_ptr, vc_ptr,
-                   stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, k_scale, v_scale, fmax,
-                   kvh, kvh + 1, HK_PAD, HALF, HALF_PAD, PAGE, FP8)
+    _rope_heads(
+        q_ptr + tok * stride_qt,
+        stride_qh,
+        qw_ptr,
+        q_eps,
+        cos,
+        sin,
+        HQ,
+        HQ_PAD,
+        HALF,
+        HALF_PAD,
+        HAS_NORM,
+        ROUND_Q,
+        INTERPRET,
+        kvh * qpkv,
+        kvh * qpkv + qpkv,
+    )
+    k1, k2 = _rope_heads(
+        k_ptr + tok * stride_kt,
+        stride_kh,
+        kw_ptr,
+        k_eps,
+        cos,
+        sin,
+        HK,
+        HK_PAD,
+        HALF,
+        HALF_PAD,
+        HAS_NORM,
+        ROUND_K,
+        INTERPRET,
+        kvh,
+        kvh + 1,
+    )
+    _cache_kv_rows(
+        k1,
+        k2,
+        v_ptr + tok * stride_vt,
+        stride_vh,
+        tl.load(slot_ptr + tok),
+        kc_ptr,
+        vc_ptr,
+        stride_kcb,
+        stride_kcs,
+        stride_kch,
+        stride_vcb,
+        stride_vcs,
+        stride_vch,
+        k_scale,
+        v_scale,
+        fmax,
+        kvh,
+        kvh + 1,
+        HK_PAD,
+        HALF,
+        HALF_PAD,
+        PAGE,
+        FP8,
+    )
 
 
 def rotary_embedding_kv_write(
@@ -237,9 +520,36 @@ def rotary_embedding_kv_write(
         return
     fp8, fmax = cache_fp8_max(kc)
     _rotary_kv_write_kernel[(num_tokens, 2)](
-        positions, query, key, value, cos_cache, sin_cache, qw, kw, slots, kc, vc,
-        query.stride(0), query.stride(1), key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        cos_cache.stride(0), q_eps, k_eps,
-        kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2),
-        target.k_scale, target.v_scale, fmax, PAGE=kc.shape[1], FP8=fp8, **meta,
+        positions,
+        query,
+        key,
+        value,
+        cos_cache,
+        sin_cache,
+        qw,
+        kw,
+        slots,
+        kc,
+        vc,
+        query.stride(0),
+        query.stride(1),
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        cos_cache.stride(0),
+        q_eps,
+        k_eps,
+        kc.stride(0),
+        kc.stride(1),
+        kc.stride(2),
+        vc.stride(0),
+        vc.stride(1),
+        vc.stride(2),
+        target.k_scale,
+        target.v_scale,
+        fmax,
+        PAGE=kc.shape[1],
+        FP8=fp8,
+        **meta,
     )

@@ -58,7 +58,7 @@ class VocabParallelEmbedding(nn.Module):
         check_shape(loaded, (self.num_embeddings, param.shape[1]))
         s = self.shard
         param.data[: s.end - s.start].copy_(loaded.narrow(0, s.start, s.end - s.start)[...])
-        param.data[s.end - s.start:].zero_()  # padding rows: logits 0, cut off after the gather
+        param.data[s.end - s.start :].zero_()  # padding rows: logits 0, cut off after the gather
 
 
 class ParallelLMHead(VocabParallelEmbedding):

@@ -38,8 +38,12 @@ class UnquantizedLinearMethod:
     ``UnquantizedLinearMethod``): ``F.linear(x, layer.weight, bias)``. Subclasses (``attnserve/gemv``) run
     another kernel for some row counts."""
 
-    def apply(self, layer: nn.Module, x: torch.Tensor,  # (T, in)
-              bias: torch.Tensor | None) -> torch.Tensor:  # (T, out) in x's dtype
+    def apply(
+        self,
+        layer: nn.Module,
+        x: torch.Tensor,  # (T, in)
+        bias: torch.Tensor | None,
+    ) -> torch.Tensor:  # (T, out) in x's dtype
         return F.linear(x, layer.weight, bias)
 
 
@@ -70,8 +74,14 @@ class ColumnParallelLinear(nn.Module):
 
     quant_method: UnquantizedLinearMethod = UNQUANTIZED  # the GEMV plan may set another (attnserve/gemv)
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, tp: TPGroup = SINGLE,
-                 shards: list[OutputShard] | None = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        tp: TPGroup = SINGLE,
+        shards: list[OutputShard] | None = None,
+    ) -> None:
         super().__init__()
         self.tp = tp
         self.in_features = in_features
@@ -119,14 +129,23 @@ class QKVParallelLinear(ColumnParallelLinear):
     ``num_heads`` / ``num_kv_heads`` / ``q_size`` / ``kv_size`` are this rank's; ``head_shard`` says which.
     """
 
-    def __init__(self, hidden_size: int, head_size: int, num_heads: int, num_kv_heads: int, bias: bool = False,
-                 tp: TPGroup = SINGLE) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        head_size: int,
+        num_heads: int,
+        num_kv_heads: int,
+        bias: bool = False,
+        tp: TPGroup = SINGLE,
+    ) -> None:
         h = shard_heads(num_heads, num_kv_heads, tp.size, tp.rank)
         self.head_shard = h
         D = head_size
-        shards = [OutputShard(num_heads * D, h.q_start * D, h.num_heads * D),
-                  OutputShard(num_kv_heads * D, h.kv_start * D, h.num_kv_heads * D),
-                  OutputShard(num_kv_heads * D, h.kv_start * D, h.num_kv_heads * D)]
+        shards = [
+            OutputShard(num_heads * D, h.q_start * D, h.num_heads * D),
+            OutputShard(num_kv_heads * D, h.kv_start * D, h.num_kv_heads * D),
+            OutputShard(num_kv_heads * D, h.kv_start * D, h.num_kv_heads * D),
+        ]
         super().__init__(hidden_size, (num_heads + 2 * num_kv_heads) * D, bias, tp, shards)
         self.num_heads, self.num_kv_heads = h.num_heads, h.num_kv_heads
         self.q_size, self.kv_size = h.num_heads * D, h.num_kv_heads * D
@@ -141,8 +160,14 @@ class RowParallelLinear(nn.Module):
 
     quant_method: UnquantizedLinearMethod = UNQUANTIZED  # the GEMV plan may set another (attnserve/gemv)
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, tp: TPGroup = SINGLE,
-                 in_shard: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        tp: TPGroup = SINGLE,
+        in_shard: tuple[int, int] | None = None,
+    ) -> None:
         super().__init__()
         self.tp = tp
         self.in_features = in_features

@@ -26,10 +26,20 @@ from attnserve.layers.linear import check_shape
 class FusedMoE(nn.Module):
     """``num_experts`` experts of ``hidden_size -> intermediate_size -> hidden_size``, ``top_k`` per token."""
 
-    def __init__(self, num_experts: int, top_k: int, hidden_size: int, intermediate_size: int,
-                 renormalize: bool = True, softmax_after_topk: bool = False, activation: str = "silu",
-                 bias: bool = False, swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0,
-                 tp: TPGroup = SINGLE) -> None:
+    def __init__(
+        self,
+        num_experts: int,
+        top_k: int,
+        hidden_size: int,
+        intermediate_size: int,
+        renormalize: bool = True,
+        softmax_after_topk: bool = False,
+        activation: str = "silu",
+        bias: bool = False,
+        swiglu_alpha: float = 1.702,
+        swiglu_limit: float = 7.0,
+        tp: TPGroup = SINGLE,
+    ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation {activation!r} not supported (supported: {', '.join(ACTIVATIONS)})")
@@ -53,8 +63,18 @@ class FusedMoE(nn.Module):
         router_logits: torch.Tensor,  # (T, E)
     ) -> torch.Tensor:  # (T, H), summed over ranks
         weights, ids = topk_routing(router_logits, self.top_k, self.renormalize, self.softmax_after_topk)
-        out = fused_experts(hidden, self.w13_weight, self.w2_weight, weights, ids, self.activation, self.w13_bias,
-                            self.w2_bias if self.tp.rank == 0 else None, self.alpha, self.limit)
+        out = fused_experts(
+            hidden,
+            self.w13_weight,
+            self.w2_weight,
+            weights,
+            ids,
+            self.activation,
+            self.w13_bias,
+            self.w2_bias if self.tp.rank == 0 else None,
+            self.alpha,
+            self.limit,
+        )
         return self.tp.all_reduce(out)
 
     def weight_loader(self, param: nn.Parameter, loaded, shard_id: str, expert_id: int | None = None) -> None:

@@ -19,8 +19,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from attnserve.attention.selector import (AttentionSelection, AttentionSelectorConfig, NoUsableBackendError,
-                                          select_attn_backend)
+from attnserve.attention.selector import (
+    AttentionSelection,
+    AttentionSelectorConfig,
+    NoUsableBackendError,
+    select_attn_backend,
+)
 from attnserve.config.engine import EngineConfig
 from attnserve.config.engine_args import log_unused_options_once
 from attnserve.distributed.sharding import shard_heads
@@ -95,8 +99,9 @@ def layer_groups(kinds: tuple[LayerAttention, ...]) -> list[tuple[LayerAttention
     return [(kind, tuple(layers)) for kind, layers in groups.items()]
 
 
-def attention_selector_configs(config: EngineConfig, hf_config, device_type: str, tensor_parallel_size: int
-                               ) -> list[tuple[LayerAttention, tuple[int, ...], AttentionSelectorConfig]]:
+def attention_selector_configs(
+    config: EngineConfig, hf_config, device_type: str, tensor_parallel_size: int
+) -> list[tuple[LayerAttention, tuple[int, ...], AttentionSelectorConfig]]:
     """What a backend must support to run each layer group: its head size, sliding window, soft cap and sinks
     (the model class's ``dims``), the dtype ``resolve_dtype`` gives on ``device_type``, the KV-cache dtype and
     block size; under tensor parallelism rank 0's head counts (rank 0 has the most: uneven splits give the
@@ -109,12 +114,24 @@ def attention_selector_configs(config: EngineConfig, hf_config, device_type: str
     dims = get_model_class(hf_config, tp).dims(hf_config)
     head0 = shard_heads(dims.num_heads, dims.num_kv_heads, tp, 0)
     dtype = resolve_dtype(config.model.dtype, hf_config, device_type)
-    return [(kind, layers, AttentionSelectorConfig(
-        head_size=kind.head_size, dtype=dtype, kv_cache_dtype=config.cache.kv_cache_dtype,
-        block_size=config.cache.block_size, sliding_window=kind.sliding_window,
-        logits_soft_cap=kind.logits_soft_cap, has_sink=kind.has_sink,
-        num_heads=head0.num_heads if tp > 1 else None, num_kv_heads=head0.num_kv_heads if tp > 1 else None,
-    )) for kind, layers in layer_groups(dims.layer_attention())]
+    return [
+        (
+            kind,
+            layers,
+            AttentionSelectorConfig(
+                head_size=kind.head_size,
+                dtype=dtype,
+                kv_cache_dtype=config.cache.kv_cache_dtype,
+                block_size=config.cache.block_size,
+                sliding_window=kind.sliding_window,
+                logits_soft_cap=kind.logits_soft_cap,
+                has_sink=kind.has_sink,
+                num_heads=head0.num_heads if tp > 1 else None,
+                num_kv_heads=head0.num_kv_heads if tp > 1 else None,
+            ),
+        )
+        for kind, layers in layer_groups(dims.layer_attention())
+    ]
 
 
 def for_group(error: NoUsableBackendError, group_name: str) -> NoUsableBackendError:

@@ -69,9 +69,17 @@ class CudaGraphRunner:
     """
 
     def __init__(
-        self, forward: Callable[[torch.Tensor, torch.Tensor, ForwardBatch], torch.Tensor],
-        builder: AttentionMetadataBuilder, kv_caches: list[torch.Tensor], *, sizes: list[int],
-        device: torch.device, block_size: int, max_blocks: int, null_block: int, max_model_len: int,
+        self,
+        forward: Callable[[torch.Tensor, torch.Tensor, ForwardBatch], torch.Tensor],
+        builder: AttentionMetadataBuilder,
+        kv_caches: list[torch.Tensor],
+        *,
+        sizes: list[int],
+        device: torch.device,
+        block_size: int,
+        max_blocks: int,
+        null_block: int,
+        max_model_len: int,
     ) -> None:
         self.forward = forward
         self.builder = builder
@@ -106,11 +114,16 @@ class CudaGraphRunner:
         return None
 
     def can_run(self, host: HostBatch) -> bool:
-        return (host.is_pure_decode and host.num_reqs <= self.max_size and bool(self.graphs)
-                and host.block_table.shape[1] <= self.block_table.shape[1])
+        return (
+            host.is_pure_decode
+            and host.num_reqs <= self.max_size
+            and bool(self.graphs)
+            and host.block_table.shape[1] <= self.block_table.shape[1]
+        )
 
-    def _common(self, bs: int, seq_lens_cpu: torch.Tensor, block_table_cpu: torch.Tensor | None,
-                max_seq_len: int) -> CommonAttentionMetadata:
+    def _common(
+        self, bs: int, seq_lens_cpu: torch.Tensor, block_table_cpu: torch.Tensor | None, max_seq_len: int
+    ) -> CommonAttentionMetadata:
         return CommonAttentionMetadata(
             query_start_loc=self.query_start_loc[: bs + 1],
             query_start_loc_cpu=torch.arange(bs + 1, dtype=torch.int32),
@@ -118,8 +131,13 @@ class CudaGraphRunner:
             seq_lens_cpu=seq_lens_cpu,
             block_table=self.block_table[:bs],
             slot_mapping=self.slot_mapping[:bs],
-            num_reqs=bs, num_actual_tokens=bs, max_query_len=1, max_seq_len=max_seq_len,
-            num_decodes=bs, num_decode_tokens=bs, block_size=self.block_size,
+            num_reqs=bs,
+            num_actual_tokens=bs,
+            max_query_len=1,
+            max_seq_len=max_seq_len,
+            num_decodes=bs,
+            num_decode_tokens=bs,
+            block_size=self.block_size,
             block_table_cpu=block_table_cpu,
         )
 
@@ -131,11 +149,16 @@ class CudaGraphRunner:
         for bs in sorted(self.sizes, reverse=True):
             # capture as if the longest context were present: host-chosen launch shapes (split-KV counts)
             # must cover every replay
-            common = self._common(bs, torch.ones(bs, dtype=torch.int32),
-                                  torch.full((bs, 1), self.null_block, dtype=torch.int32), self.max_model_len)
+            common = self._common(
+                bs,
+                torch.ones(bs, dtype=torch.int32),
+                torch.full((bs, 1), self.null_block, dtype=torch.int32),
+                self.max_model_len,
+            )
             metadata = self.builder.build_for_cudagraph_capture(common)
-            batch = ForwardBatch(self.input_ids[:bs], self.positions[:bs], self.query_start_loc[1: bs + 1] - 1,
-                                 metadata, self.kv_caches)
+            batch = ForwardBatch(
+                self.input_ids[:bs], self.positions[:bs], self.query_start_loc[1 : bs + 1] - 1, metadata, self.kv_caches
+            )
 
             def step(bs=bs, metadata=metadata, batch=batch) -> None:
                 self.builder.cudagraph_prologue(metadata)
@@ -154,8 +177,9 @@ class CudaGraphRunner:
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - t0
 
-    def run(self, host: HostBatch, staging: PinnedStaging,
-            fill_input_ids: Callable[[torch.Tensor], Any] | None = None) -> torch.Tensor:  # (n, hidden)
+    def run(
+        self, host: HostBatch, staging: PinnedStaging, fill_input_ids: Callable[[torch.Tensor], Any] | None = None
+    ) -> torch.Tensor:  # (n, hidden)
         """Replay the bucket of ``host`` (a pure-decode step) with its inputs; the hidden states of its rows.
 
         ``fill_input_ids``: called with the static ``input_ids`` (bs,) after the copy, before the replay, to
@@ -168,8 +192,11 @@ class CudaGraphRunner:
         pad = bs - n
         ids = np.concatenate([host.input_ids, np.zeros(pad, np.int64)]) if pad else host.input_ids
         pos = np.concatenate([host.positions, np.zeros(pad, np.int64)]) if pad else host.positions
-        slots = np.concatenate([host.slot_mapping, np.full(pad, self.null_block * self.block_size, np.int64)]) \
-            if pad else host.slot_mapping
+        slots = (
+            np.concatenate([host.slot_mapping, np.full(pad, self.null_block * self.block_size, np.int64)])
+            if pad
+            else host.slot_mapping
+        )
         lens = np.concatenate([host.seq_lens, np.ones(pad, np.int32)]) if pad else host.seq_lens
         table = host.block_table
         if pad:

@@ -72,9 +72,14 @@ def host_batch(sched: "SchedulerOutput", block_size: int) -> HostBatch:
         input_ids = np.fromiter((t for r in reqs for t in r.token_ids), dtype=np.int64, count=num_tokens)
     slot_mapping = block_table[rows, positions // block_size].astype(np.int64) * block_size + positions % block_size
     return HostBatch(
-        input_ids=input_ids, positions=positions, slot_mapping=slot_mapping,
-        query_start_loc=qsl.astype(np.int32), seq_lens=seq_lens.astype(np.int32), block_table=block_table,
-        num_decodes=int((query_lens == 1).sum()), max_query_len=int(query_lens.max()),
+        input_ids=input_ids,
+        positions=positions,
+        slot_mapping=slot_mapping,
+        query_start_loc=qsl.astype(np.int32),
+        seq_lens=seq_lens.astype(np.int32),
+        block_table=block_table,
+        num_decodes=int((query_lens == 1).sum()),
+        max_query_len=int(query_lens.max()),
         max_seq_len=int(seq_lens.max()),
     )
 

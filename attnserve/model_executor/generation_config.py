@@ -47,17 +47,25 @@ def read_generation_defaults(folder: str | None, choice: str = "auto") -> dict[s
     try:
         diff = GenerationConfig.from_pretrained(folder).to_diff_dict()
     except (OSError, ValueError) as e:  # malformed JSON, values transformers refuses
-        raise ConfigError(Refusal(("generation_config",), choice, reason=f"names {path}, which cannot be read "
-                                  f"({type(e).__name__}: {' '.join(str(e).split())[:200]})",
-                                  advice="fix the file, or give --generation-config vllm to ignore it")) from None
+        raise ConfigError(
+            Refusal(
+                ("generation_config",),
+                choice,
+                reason=f"names {path}, which cannot be read ({type(e).__name__}: {' '.join(str(e).split())[:200]})",
+                advice="fix the file, or give --generation-config vllm to ignore it",
+            )
+        ) from None
     values = {key: diff[key] for key in SAMPLING_KEYS if diff.get(key) is not None}
     if "max_new_tokens" in values:
         values["max_tokens"] = values.pop("max_new_tokens")
     return values
 
 
-def generation_defaults(config: ModelConfig, model_folder: str | None, known: frozenset[str] | None = None,
-                        ) -> dict[str, Any]:
+def generation_defaults(
+    config: ModelConfig,
+    model_folder: str | None,
+    known: frozenset[str] | None = None,
+) -> dict[str, Any]:
     """The default sampling values ``config`` asks for (see the module docstring), logged once when there are any.
 
     ``model_folder``: the model's own folder (None for a GGUF file). ``known``: the SamplingParams fields this engine
@@ -69,7 +77,11 @@ def generation_defaults(config: ModelConfig, model_folder: str | None, known: fr
         return {}
     dropped = sorted(k for k in values if known is not None and k not in known)
     used = {k: v for k, v in values.items() if k not in dropped}
-    logger.warning("default sampling values from %s: %s (a request's own values win; max_tokens caps; "
-                   "--generation-config vllm ignores them)%s", os.path.join(folder, "generation_config.json"), used,
-                   f"; not applied, attnserve has no such sampling parameter: {', '.join(dropped)}" if dropped else "")
+    logger.warning(
+        "default sampling values from %s: %s (a request's own values win; max_tokens caps; "
+        "--generation-config vllm ignores them)%s",
+        os.path.join(folder, "generation_config.json"),
+        used,
+        f"; not applied, attnserve has no such sampling parameter: {', '.join(dropped)}" if dropped else "",
+    )
     return used

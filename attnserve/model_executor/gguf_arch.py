@@ -51,12 +51,22 @@ _LLAMA_GLOBAL = {
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
 }
-_MOE_LAYER = {**{k: v for k, v in _LLAMA_LAYER.items() if k not in ("ffn_gate", "ffn_up", "ffn_down")},
-              "ffn_gate_inp": "mlp.gate"}
-_GEMMA_LAYER = {**_LLAMA_LAYER, "post_attention_norm": "post_attention_layernorm",
-                "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm"}
-_GPT_OSS_LAYER = {**_MOE_LAYER, "post_attention_norm": "post_attention_layernorm", "ffn_gate_inp": "mlp.router",
-                  "attn_sinks": "self_attn.sinks"}
+_MOE_LAYER = {
+    **{k: v for k, v in _LLAMA_LAYER.items() if k not in ("ffn_gate", "ffn_up", "ffn_down")},
+    "ffn_gate_inp": "mlp.gate",
+}
+_GEMMA_LAYER = {
+    **_LLAMA_LAYER,
+    "post_attention_norm": "post_attention_layernorm",
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}
+_GPT_OSS_LAYER = {
+    **_MOE_LAYER,
+    "post_attention_norm": "post_attention_layernorm",
+    "ffn_gate_inp": "mlp.router",
+    "attn_sinks": "self_attn.sinks",
+}
 del _GPT_OSS_LAYER["ffn_norm"]
 # GPT-2: GGUF name after "blk.N." -> HF name after "transformer.h.N."
 _GPT2_LAYER = {
@@ -99,8 +109,14 @@ _EXPERTS = re.compile(r"ffn_(?P<proj>gate|up|down|gate_up)_exps")
 def check_architecture(arch: str, path: str) -> None:
     """Refused (``general.architecture``) for a GGUF architecture attnserve has no tensor mapping for."""
     if arch not in GGUF_NAMES:
-        raise Refused(Refusal(("general.architecture",), arch, ", ".join(sorted(GGUF_NAMES)),
-                              subject=f"GGUF {path}: general.architecture"))
+        raise Refused(
+            Refusal(
+                ("general.architecture",),
+                arch,
+                ", ".join(sorted(GGUF_NAMES)),
+                subject=f"GGUF {path}: general.architecture",
+            )
+        )
 
 
 def unpermute_qk(weight: np.ndarray, num_heads: int) -> np.ndarray:
@@ -110,8 +126,9 @@ def unpermute_qk(weight: np.ndarray, num_heads: int) -> np.ndarray:
     return w.swapaxes(2, 1).reshape(weight.shape)
 
 
-def hf_tensors(arch: str, name: str, data: np.ndarray, num_heads: int, num_kv_heads: int,
-               path: str = "") -> Iterator[tuple[str, np.ndarray]]:
+def hf_tensors(
+    arch: str, name: str, data: np.ndarray, num_heads: int, num_kv_heads: int, path: str = ""
+) -> Iterator[tuple[str, np.ndarray]]:
     """The Hugging Face tensors of one GGUF tensor ``name`` (``data``: float32, PyTorch's dimension order): one
     pair, one per expert for stacked experts, none for ``rope_freqs`` (recomputed from the config). Raises
     KeyError naming a tensor with no known Hugging Face name."""

@@ -56,8 +56,7 @@ def part_folder(gguf_path: str, part: str, root: str) -> str:
     return os.path.join(root, "gguf", entry_key(gguf_path), part)
 
 
-def cached_gguf_part(gguf_path: str, part: str, convert: Callable[[], T], load: Callable[[str], T],
-                     root: str) -> T:
+def cached_gguf_part(gguf_path: str, part: str, convert: Callable[[], T], load: Callable[[str], T], root: str) -> T:
     """``part`` of ``gguf_path``: ``load(folder)`` from the cache under ``root`` on a hit; else ``convert()``
     (the parse of the GGUF), whose result's ``save_pretrained`` then fills the cache.
 

@@ -79,13 +79,16 @@ def _complete_gemma(config, arch: str, meta) -> None:
         return
     pattern = int(meta("{arch}.attention.sliding_window_pattern", 6))
     config.sliding_window_pattern = pattern
-    config.layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention"
-                          for i in range(config.num_hidden_layers)]
+    config.layer_types = [
+        "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(config.num_hidden_layers)
+    ]
     full = {"rope_type": "default", "rope_theta": float(meta("{arch}.rope.freq_base", 1_000_000.0))}
     if meta("{arch}.rope.scaling.type") == "linear":
         full = {**full, "rope_type": "linear", "factor": float(meta("{arch}.rope.scaling.factor"))}
-    config.rope_parameters = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                              "full_attention": full}
+    config.rope_parameters = {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": full,
+    }
 
 
 def gguf_config_of_own(path: str):
@@ -104,19 +107,30 @@ def gguf_config_of_own(path: str):
     heads = int(meta("attention.head_count"))
     rope = {"rope_type": "default", "rope_theta": float(meta("rope.freq_base", 150000.0))}
     if meta("rope.scaling.type") == "yarn":
-        rope.update(rope_type="yarn", factor=float(meta("rope.scaling.factor")),
-                    original_max_position_embeddings=int(meta("rope.scaling.original_context_length")),
-                    beta_fast=float(meta("rope.scaling.yarn_beta_fast", 32.0)),
-                    beta_slow=float(meta("rope.scaling.yarn_beta_slow", 1.0)), truncate=False)
+        rope.update(
+            rope_type="yarn",
+            factor=float(meta("rope.scaling.factor")),
+            original_max_position_embeddings=int(meta("rope.scaling.original_context_length")),
+            beta_fast=float(meta("rope.scaling.yarn_beta_fast", 32.0)),
+            beta_slow=float(meta("rope.scaling.yarn_beta_slow", 1.0)),
+            truncate=False,
+        )
     rows = gguf_tensor_shape(path, "token_embd.weight")
     return GptOssConfig(
-        num_hidden_layers=int(meta("block_count")), hidden_size=int(meta("embedding_length")),
+        num_hidden_layers=int(meta("block_count")),
+        hidden_size=int(meta("embedding_length")),
         intermediate_size=int(meta("expert_feed_forward_length", meta("feed_forward_length"))),
-        num_attention_heads=heads, num_key_value_heads=int(meta("attention.head_count_kv", heads)),
-        head_dim=int(meta("attention.key_length", 64)), rms_norm_eps=float(meta("attention.layer_norm_rms_epsilon")),
-        max_position_embeddings=int(meta("context_length")), sliding_window=int(meta("attention.sliding_window", 128)),
-        num_local_experts=int(meta("expert_count")), num_experts_per_tok=int(meta("expert_used_count")),
-        vocab_size=rows[0] if rows else 201088, rope_parameters=rope,
+        num_attention_heads=heads,
+        num_key_value_heads=int(meta("attention.head_count_kv", heads)),
+        head_dim=int(meta("attention.key_length", 64)),
+        rms_norm_eps=float(meta("attention.layer_norm_rms_epsilon")),
+        max_position_embeddings=int(meta("context_length")),
+        sliding_window=int(meta("attention.sliding_window", 128)),
+        num_local_experts=int(meta("expert_count")),
+        num_experts_per_tok=int(meta("expert_used_count")),
+        vocab_size=rows[0] if rows else 201088,
+        rope_parameters=rope,
         tie_word_embeddings=gguf_tensor_shape(path, "output.weight") is None,
         bos_token_id=gguf_metadata(path, "tokenizer.ggml.bos_token_id"),
-        eos_token_id=gguf_metadata(path, "tokenizer.ggml.eos_token_id"))
+        eos_token_id=gguf_metadata(path, "tokenizer.ggml.eos_token_id"),
+    )

@@ -25,7 +25,8 @@ class GreedyHead:
         """The step's tokens from the fused head when every row (``params``, in row order) is greedy without
         logprobs and without a logits processor, and the head covers B rows; None otherwise (the caller
         computes the logits and samples)."""
-        if self.fused is None or any(p.temperature != 0.0 or p.logprobs is not None or p.changes_logits
-                                     for p in params):
+        if self.fused is None or any(
+            p.temperature != 0.0 or p.logprobs is not None or p.changes_logits for p in params
+        ):
             return None
         return self.fused(hidden)

@@ -25,8 +25,18 @@ logger = logging.getLogger(__name__)
 
 CONFIG_FILES = ["config.json", "generation_config.json"]
 TOKENIZER_FILES = [
-    "tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json", "added_tokens.json",
-    "vocab.json", "merges.txt", "vocab.txt", "spiece.model", "*.tiktoken", "chat_template.jinja", "chat_template.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "spiece.model",
+    "*.tiktoken",
+    "chat_template.jinja",
+    "chat_template.json",
 ]
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 _TOP_LEVEL_ONLY = ["*/*"]  # fnmatch's * crosses "/": this keeps subfolders (original/, onnx/, ...) out
@@ -58,8 +68,9 @@ def hub_offline() -> bool:
     return env.upper() in _TRUE if env is not None else constants.HF_HUB_OFFLINE
 
 
-def download_model(repo_id: str, revision: str | None = None, cache_dir: str | None = None,
-                   weights: bool = True) -> str:
+def download_model(
+    repo_id: str, revision: str | None = None, cache_dir: str | None = None, weights: bool = True
+) -> str:
     """Snapshot folder of ``repo_id`` at ``revision`` with its config, tokenizer and (``weights``) safetensors.
 
     Downloads what is missing (with huggingface_hub's progress bars); offline, only looks in the cache.
@@ -115,8 +126,9 @@ def _check_weights(folder: str, shards: list[str], where: str) -> None:
     )
 
 
-def _snapshot(repo_id: str, revision: str | None, cache_dir: str | None, allow: list[str],
-              ignore: list[str] | None = None) -> str:
+def _snapshot(
+    repo_id: str, revision: str | None, cache_dir: str | None, allow: list[str], ignore: list[str] | None = None
+) -> str:
     """``snapshot_download`` with huggingface_hub's exceptions turned into one-line ModelNotFoundErrors."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
@@ -130,8 +142,14 @@ def _snapshot(repo_id: str, revision: str | None, cache_dir: str | None, allow: 
     offline = hub_offline()
     where = _describe(repo_id, revision)
     try:
-        return snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, allow_patterns=allow,
-                                 ignore_patterns=ignore, local_files_only=offline)
+        return snapshot_download(
+            repo_id,
+            revision=revision,
+            cache_dir=cache_dir,
+            allow_patterns=allow,
+            ignore_patterns=ignore,
+            local_files_only=offline,
+        )
     except GatedRepoError:
         raise ModelNotFoundError(
             f"{where} is gated on the Hugging Face Hub: accept its terms at https://huggingface.co/{repo_id}, "
@@ -156,9 +174,11 @@ def _snapshot(repo_id: str, revision: str | None, cache_dir: str | None, allow: 
                 "holds it, or pass a local folder"
             ) from None
         cause = e.__cause__
-        reason = (f"the Hugging Face Hub answered HTTP {cause.response.status_code}"
-                  if isinstance(cause, HfHubHTTPError) and cause.response is not None
-                  else f"cannot reach the Hugging Face Hub ({_endpoint()}: {_first_line(cause or e)})")
+        reason = (
+            f"the Hugging Face Hub answered HTTP {cause.response.status_code}"
+            if isinstance(cause, HfHubHTTPError) and cause.response is not None
+            else f"cannot reach the Hugging Face Hub ({_endpoint()}: {_first_line(cause or e)})"
+        )
         raise ModelNotFoundError(
             f"{where}: {reason}, and it is not in the cache {cache}: check the network (or HF_ENDPOINT, a proxy), "
             f"pre-download it where there is network (hf download {repo_id}) and copy the cache, or pass a local folder"

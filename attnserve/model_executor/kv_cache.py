@@ -59,18 +59,28 @@ def check_kv_cache_fits(blocks: int, block_bytes: int, key: str, device: torch.d
     if available is None or blocks * block_bytes <= available:
         return
     fit = max(0, available) // block_bytes
-    raise ConfigError(Refusal(
-        reason=f"a KV cache of {blocks} blocks ({blocks * block_bytes / 2**30:.2f} GiB) does not fit in the "
-               f"{max(0, available) / 2**30:.2f} GiB of {device} memory available now "
-               f"({fit} block{' fits' if fit == 1 else 's fit'})", advice=f"lower {{{key}}}", key=key))
+    raise ConfigError(
+        Refusal(
+            reason=f"a KV cache of {blocks} blocks ({blocks * block_bytes / 2**30:.2f} GiB) does not fit in the "
+            f"{max(0, available) / 2**30:.2f} GiB of {device} memory available now "
+            f"({fit} block{' fits' if fit == 1 else 's fit'})",
+            advice=f"lower {{{key}}}",
+            key=key,
+        )
+    )
 
 
 def _blocks_in(budget: int, block_bytes: int, key: str) -> int:
     """``budget`` bytes in whole blocks; ConfigError keyed ``key`` when that is none."""
     blocks = budget // block_bytes
     if blocks < 1:
-        raise ConfigError(Refusal(reason=f"KV-cache budget of {budget} bytes holds no block of {block_bytes} bytes",
-                                  advice=f"raise {{{key}}} or set {{num_gpu_blocks}}", key=key))
+        raise ConfigError(
+            Refusal(
+                reason=f"KV-cache budget of {budget} bytes holds no block of {block_bytes} bytes",
+                advice=f"raise {{{key}}} or set {{num_gpu_blocks}}",
+                key=key,
+            )
+        )
     return int(blocks)
 
 
@@ -91,8 +101,10 @@ def planned_kv_blocks(cache: CacheConfig, device_type: str, block_bytes: int) ->
 
 @functools.cache
 def _warn_gpu_memory_utilization_on_cpu(value: float) -> None:
-    logger.warning("gpu_memory_utilization %s has no effect on CPU: kv_cache_memory sizes the KV cache there "
-                   "(default 2 GiB)", value)
+    logger.warning(
+        "gpu_memory_utilization %s has no effect on CPU: kv_cache_memory sizes the KV cache there (default 2 GiB)",
+        value,
+    )
 
 
 def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, reserve_bytes: int) -> int:
@@ -117,10 +129,15 @@ def num_kv_blocks(cache: CacheConfig, device: torch.device, block_bytes: int, re
     available = available_bytes(device, reserve_bytes)
     if available < budget:
         free, _ = torch.cuda.mem_get_info(device)
-        logger.warning("KV cache: %.2f GiB of %s is in use outside this process's tensors; the cache gets "
-                       "%.2f GiB instead of the %.2f GiB gpu_memory_utilization %.2f allows",
-                       (total - free - torch.cuda.memory_reserved(device)) / 2**30, device, available / 2**30,
-                       budget / 2**30, cache.gpu_memory_utilization)
+        logger.warning(
+            "KV cache: %.2f GiB of %s is in use outside this process's tensors; the cache gets "
+            "%.2f GiB instead of the %.2f GiB gpu_memory_utilization %.2f allows",
+            (total - free - torch.cuda.memory_reserved(device)) / 2**30,
+            device,
+            available / 2**30,
+            budget / 2**30,
+            cache.gpu_memory_utilization,
+        )
         budget = available
     return _blocks_in(budget, block_bytes, "gpu_memory_utilization")
 
@@ -133,14 +150,26 @@ def check_kv_cache_holds_max_model_len(max_model_len: int, num_blocks: int, bloc
     capacity = num_blocks * block_size
     if capacity < max_model_len:
         blocks = f"{num_blocks} block{'s' if num_blocks != 1 else ''} of {block_size}"
-        raise ConfigError(Refusal(reason=f"the KV cache holds {capacity} tokens ({blocks}), fewer than max_model_len "
-                                         f"{max_model_len}, so not one request of max_model_len tokens fits",
-                                  advice=f"lower {{max_model_len}} to at most {capacity} or raise {{{key}}}", key=key))
+        raise ConfigError(
+            Refusal(
+                reason=f"the KV cache holds {capacity} tokens ({blocks}), fewer than max_model_len "
+                f"{max_model_len}, so not one request of max_model_len tokens fits",
+                advice=f"lower {{max_model_len}} to at most {capacity} or raise {{{key}}}",
+                key=key,
+            )
+        )
 
 
 def allocate_kv_caches(
-    backend, layout, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
-    dtype: torch.dtype, device: torch.device,
+    backend,
+    layout,
+    num_layers: int,
+    num_blocks: int,
+    block_size: int,
+    num_kv_heads: int,
+    head_size: int,
+    dtype: torch.dtype,
+    device: torch.device,
 ) -> list[torch.Tensor]:
     """One zeroed tensor per layer with the backend's logical shape, its memory in ``layout`` (NHD/HND) order."""
     shape = backend.get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size)

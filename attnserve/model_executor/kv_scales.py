@@ -120,8 +120,11 @@ def kv_cache_summary(kv_cache_dtype: str, model_dtype: torch.dtype | str, calcul
     else:
         dtype = str(kv_cache_torch_dtype(kv_cache_dtype, torch.bfloat16)).removeprefix("torch.")
     in_checkpoint = kv_cache_dtype != "auto" and not calculate and checkpoint_has_kv_scales(folder)
-    return {"kv_cache_dtype": kv_cache_dtype, "dtype": dtype,
-            "scales": describe_kv_scales(kv_cache_dtype, calculate, in_checkpoint)}
+    return {
+        "kv_cache_dtype": kv_cache_dtype,
+        "dtype": dtype,
+        "scales": describe_kv_scales(kv_cache_dtype, calculate, in_checkpoint),
+    }
 
 
 def apply_kv_scales(runner: ModelRunner, checkpoint: KVScales) -> str:
@@ -130,8 +133,10 @@ def apply_kv_scales(runner: ModelRunner, checkpoint: KVScales) -> str:
     cache = runner.config.cache
     if cache.kv_cache_dtype == "auto":
         if checkpoint.k or checkpoint.v:
-            _runner_log.info("The checkpoint's KV-cache scales are unused: the KV cache is %s (kv_cache_dtype auto)",
-                        str(runner.kv_dtype).removeprefix("torch."))
+            _runner_log.info(
+                "The checkpoint's KV-cache scales are unused: the KV cache is %s (kv_cache_dtype auto)",
+                str(runner.kv_dtype).removeprefix("torch."),
+            )
         return describe_kv_scales("auto", False, False)
     if cache.calculate_kv_scales:
         return describe_kv_scales(cache.kv_cache_dtype, True, bool(checkpoint.k or checkpoint.v))

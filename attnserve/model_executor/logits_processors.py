@@ -108,8 +108,9 @@ class LogitsProcessors:
         allowed = [(j, p.allowed_token_ids) for j, p in enumerate(params) if p.allowed_token_ids is not None]
         if allowed:
             keep = torch.zeros(len(allowed), vocab, dtype=torch.bool, device=dev)
-            keep.view(-1).index_fill_(0, _flat([(i, t) for i, (_, ids) in enumerate(allowed) for t in ids], vocab, dev),
-                                      True)
+            keep.view(-1).index_fill_(
+                0, _flat([(i, t) for i, (_, ids) in enumerate(allowed) for t in ids], vocab, dev), True
+            )
             if len(allowed) == len(reqs):
                 out.masked_fill_(~keep, _NEG_INF)
             else:
@@ -119,8 +120,11 @@ class LogitsProcessors:
         # logit_bias: added (one entry per row and token: a dict)
         bias = [(j, t, b) for j, p in enumerate(params) for t, b in (p.logit_bias or {}).items()]
         if bias:
-            out.view(-1).scatter_add_(0, _flat([(j, t) for j, t, _ in bias], vocab, dev),
-                                      _to_device([b for *_, b in bias], torch.float32, dev))
+            out.view(-1).scatter_add_(
+                0,
+                _flat([(j, t) for j, t, _ in bias], vocab, dev),
+                _to_device([b for *_, b in bias], torch.float32, dev),
+            )
         # min_tokens: EOS (unless ignore_eos) and the stop token ids masked while the output is shorter
         banned = []
         for j, r in enumerate(reqs):
@@ -151,9 +155,9 @@ class LogitsProcessors:
                 if not prefix:
                     always.append((j, w[-1]))
                 elif r.output_pending:  # the prefix's last token is the one in flight: compared on the device
-                    if known[len(known) - len(prefix) + 1:] == prefix[:-1]:
+                    if known[len(known) - len(prefix) + 1 :] == prefix[:-1]:
                         pending.append((j, w[-1], last_rows[r.request_id], prefix[-1]))
-                elif known[len(known) - len(prefix):] == prefix:
+                elif known[len(known) - len(prefix) :] == prefix:
                     always.append((j, w[-1]))
         dev, vocab = self.device, out.shape[1]
         if always:
@@ -176,11 +180,16 @@ class LogitsProcessors:
         def column(values: list[float], off: float) -> torch.Tensor | None:  # (P,) float32, None when all off
             return None if all(v == off for v in values) else _to_device(values, torch.float32, dev)
 
-        apply_penalties(out, _to_device(rows, torch.int64, dev),
-                        _to_device([self.slots[reqs[j].request_id] for j in rows], torch.int64, dev),
-                        self.counts, self.prompt_mask, column([p.presence_penalty for p in params], 0.0),
-                        column([p.frequency_penalty for p in params], 0.0),
-                        column([p.repetition_penalty for p in params], 1.0))
+        apply_penalties(
+            out,
+            _to_device(rows, torch.int64, dev),
+            _to_device([self.slots[reqs[j].request_id] for j in rows], torch.int64, dev),
+            self.counts,
+            self.prompt_mask,
+            column([p.presence_penalty for p in params], 0.0),
+            column([p.frequency_penalty for p in params], 0.0),
+            column([p.repetition_penalty for p in params], 1.0),
+        )
 
     def record(self, reqs: list[ScheduledRequest], token_ids: torch.Tensor) -> None:
         """Count the step's sampled tokens ``token_ids`` (R,) int64 (device) for the requests with penalties."""
@@ -189,7 +198,6 @@ class LogitsProcessors:
             return
         dev = self.device
         slots = _to_device([self.slots[reqs[j].request_id] for j in rows], torch.int64, dev)
-        tokens = token_ids if len(rows) == len(reqs) else token_ids.index_select(
-            0, _to_device(rows, torch.int64, dev))
+        tokens = token_ids if len(rows) == len(reqs) else token_ids.index_select(0, _to_device(rows, torch.int64, dev))
         vocab = self.counts.shape[1]
         self.counts.view(-1).scatter_add_(0, slots * vocab + tokens, torch.ones_like(tokens, dtype=torch.int32))

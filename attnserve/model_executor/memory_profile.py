@@ -34,8 +34,9 @@ def activation_reserve_bytes(runner: ModelRunner) -> int:
     torch.cuda.synchronize(runner.device)
     before = torch.cuda.memory_allocated(runner.device)
     torch.cuda.reset_peak_memory_stats(runner.device)
-    req = ScheduledRequest("profile", [0] * tokens, 0, list(range(1, n_blocks + 1)),
-                           SamplingParams(temperature=0.0, max_tokens=1), True)
+    req = ScheduledRequest(
+        "profile", [0] * tokens, 0, list(range(1, n_blocks + 1)), SamplingParams(temperature=0.0, max_tokens=1), True
+    )
     runner.compute_logits(SchedulerOutput(requests=[req]))
     torch.cuda.synchronize(runner.device)
     peak = torch.cuda.max_memory_allocated(runner.device) - before

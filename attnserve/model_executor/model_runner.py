@@ -106,8 +106,10 @@ class ModelRunner:
             group = self.attention.group_of(layer_index)
             kind = group.kind
             assert (spec.head_size, spec.sliding_window, spec.logits_soft_cap) == (
-                kind.head_size, kind.sliding_window, kind.logits_soft_cap), \
-                f"layer {layer_index}'s attention {spec} differs from its model's dims ({kind})"
+                kind.head_size,
+                kind.sliding_window,
+                kind.logits_soft_cap,
+            ), f"layer {layer_index}'s attention {spec} differs from its model's dims ({kind})"
             group_specs.setdefault(group.index, spec)  # with the engine's kv_cache_dtype: each group's builder plans it
             impl = group.selection.backend_cls.get_impl_cls()(spec, attention_config=group_configs[group.index])
             self.attn_impls[layer_index] = impl
@@ -116,16 +118,28 @@ class ModelRunner:
         with _default(self.device, self.dtype):
             self.model = model_cls(hf_config, make_attention, **({"tp": tp} if tp.size > 1 else {}))
         checkpoint_scales = KVScales()
-        load_weights(self.model, source, config.model.load_format, hf_config, config.model.seed, sharded=tp.size > 1,
-                     kv_scales=checkpoint_scales)
+        load_weights(
+            self.model,
+            source,
+            config.model.load_format,
+            hf_config,
+            config.model.seed,
+            sharded=tp.size > 1,
+            kv_scales=checkpoint_scales,
+        )
         self.kv_scales_source = apply_kv_scales(self, checkpoint_scales)
         self.model.eval()
 
         self.builders = [
             g.selection.backend_cls.get_builder_cls()(
-                group_specs[g.index], self.device, self.dtype, attention_config=group_configs[g.index],
-                kv_cache_layout=g.selection.kv_cache_layout)
-            for g in groups]
+                group_specs[g.index],
+                self.device,
+                self.dtype,
+                attention_config=group_configs[g.index],
+                kv_cache_layout=g.selection.kv_cache_layout,
+            )
+            for g in groups
+        ]
         self.builder = self.builders[0] if len(groups) == 1 else GroupedMetadataBuilder(self.builders)
         self.sampler = Sampler()
         self.logits_processors = LogitsProcessors(self.device)  # rank 0's: penalties' token counts, masks, bias
@@ -134,8 +148,10 @@ class ModelRunner:
         # (set before the memory profile below: its forward pass reads it)
         self.cuda_graphs: CudaGraphRunner | None = None
         self._capture_after_scales = False  # set below, once the profiling step has run
-        block_bytes = sum(bytes_per_block(len(g.layers), self.block_size, self.num_kv_heads, g.kind.head_size,
-                                          self.kv_dtype) for g in groups)
+        block_bytes = sum(
+            bytes_per_block(len(g.layers), self.block_size, self.num_kv_heads, g.kind.head_size, self.kv_dtype)
+            for g in groups
+        )
         reserve = activation_reserve_bytes(self)
         # the scheduler hands out one block count: every rank must hold that many
         self.num_blocks = tp.min_int(num_kv_blocks(config.cache, self.device, block_bytes, reserve), self.device)
@@ -148,15 +164,22 @@ class ModelRunner:
         # the last step's sampled tokens (R,) int64 on the device and each sampling request's row in them;
         # under TP only rank 0 samples: the others hold (None, rows) until a placeholder step broadcasts them
         self._last_sample: tuple[torch.Tensor | None, dict[str, int]] = (None, {})
-        logger.info("KV cache: %d blocks of %d tokens (%s, fp8 scales %s, %s)", self.num_blocks, self.block_size,
-                    str(self.kv_dtype).removeprefix("torch."), self.kv_scales_source, self.backend_name)
+        logger.info(
+            "KV cache: %d blocks of %d tokens (%s, fp8 scales %s, %s)",
+            self.num_blocks,
+            self.block_size,
+            str(self.kv_dtype).removeprefix("torch."),
+            self.kv_scales_source,
+            self.backend_name,
+        )
         self._configure_pdl(config.enable_pdl)
         self.gemv_plan = None
         if config.use_skinny_gemm:  # before capture, so the graphs take the measured GEMV choices
             from attnserve.gemv import install_gemv_plan
 
             self.gemv_plan = install_gemv_plan(
-                self.model, capture_sizes(config.scheduler.max_num_seqs) if graphs else None, log=tp.is_driver)
+                self.model, capture_sizes(config.scheduler.max_num_seqs) if graphs else None, log=tp.is_driver
+            )
         self.greedy_head = GreedyHead(self.gemv_plan.greedy_head if self.gemv_plan is not None else None)
         # calculate_kv_scales: the first prefill sets the scales, which the graphs' kernels take as constants, so
         # the graphs are captured after that step (``_hidden``); the profiling step above computed nothing
@@ -193,23 +216,33 @@ class ModelRunner:
             backend = g.selection.backend_cls
             support = backend.capabilities(self.platform, self._attention_config(g.selection)).cuda_graph_support
             if support == CudaGraphSupport.NEVER:
-                logger.info("CUDA graphs off: %s declares no CUDA-graph support; decode steps run eagerly",
-                            backend.name)
+                logger.info(
+                    "CUDA graphs off: %s declares no CUDA-graph support; decode steps run eagerly", backend.name
+                )
                 return False
         return True
 
     def _capture_cuda_graphs(self) -> None:
         max_model_len = max_model_len_of(self.config.model, self.hf_config)
         self.cuda_graphs = CudaGraphRunner(
-            self.model, self.builder, self.kv_caches,
-            sizes=capture_sizes(self.config.scheduler.max_num_seqs), device=self.device, block_size=self.block_size,
-            max_blocks=-(-max_model_len // self.block_size), null_block=self.num_blocks,
+            self.model,
+            self.builder,
+            self.kv_caches,
+            sizes=capture_sizes(self.config.scheduler.max_num_seqs),
+            device=self.device,
+            block_size=self.block_size,
+            max_blocks=-(-max_model_len // self.block_size),
+            null_block=self.num_blocks,
             max_model_len=max_model_len,
         )
         self.cuda_graphs.capture()
-        logger.info("CUDA graphs: captured %d decode batch sizes (%d to %d) in %.1f s",
-                    len(self.cuda_graphs.sizes), self.cuda_graphs.sizes[0], self.cuda_graphs.max_size,
-                    self.cuda_graphs.capture_seconds)
+        logger.info(
+            "CUDA graphs: captured %d decode batch sizes (%d to %d) in %.1f s",
+            len(self.cuda_graphs.sizes),
+            self.cuda_graphs.sizes[0],
+            self.cuda_graphs.max_size,
+            self.cuda_graphs.capture_seconds,
+        )
 
     @property
     def backend_name(self) -> str:
@@ -229,8 +262,16 @@ class ModelRunner:
             if hasattr(builder, "num_cache_blocks"):  # FLEX_ATTENTION sizes its block mask to the cache
                 builder.num_cache_blocks = num_blocks
             tensors = allocate_kv_caches(
-                g.selection.backend_cls, g.selection.kv_cache_layout, len(g.layers), num_blocks, self.block_size,
-                self.num_kv_heads, g.kind.head_size, self.kv_dtype, self.device)
+                g.selection.backend_cls,
+                g.selection.kv_cache_layout,
+                len(g.layers),
+                num_blocks,
+                self.block_size,
+                self.num_kv_heads,
+                g.kind.head_size,
+                self.kv_dtype,
+                self.device,
+            )
             for layer, tensor in zip(g.layers, tensors):
                 caches[layer] = tensor
         return caches
@@ -319,8 +360,11 @@ class ModelRunner:
         if self.tp.size > 1:
             # only rank 0 sampled: its tokens reach the other ranks now, when a step first needs them (one
             # small collective, queued on the stream before this step's forward pass; none without placeholders)
-            last_tokens = self.tp.broadcast(last_tokens.contiguous() if self.tp.is_driver else
-                                            torch.empty(len(last_rows), dtype=torch.int64, device=self.device))
+            last_tokens = self.tp.broadcast(
+                last_tokens.contiguous()
+                if self.tp.is_driver
+                else torch.empty(len(last_rows), dtype=torch.int64, device=self.device)
+            )
             self._last_sample = (last_tokens, last_rows)
         req_index = np.searchsorted(host.query_start_loc, dst, side="right") - 1
         reqs = sched.requests
@@ -378,8 +422,11 @@ class ModelRunner:
         # structured outputs: such a step samples from masked logits (no fused greedy head); the LM head goes on
         # the stream now, behind the forward pass, so it runs while the host fills the bitmask (every rank:
         # a vocabulary-parallel head gathers)
-        logits = (self.model.compute_logits(hidden)
-                  if any(r.sampling_params.structured_outputs is not None for r in reqs) else None)
+        logits = (
+            self.model.compute_logits(hidden)
+            if any(r.sampling_params.structured_outputs is not None for r in reqs)
+            else None
+        )
         return QueuedForward(self, reqs, hidden, sample_rows, list(sched.requests), prompt_logprobs, logits)
 
     def _generator(self, request_id: str, seed: int | None) -> torch.Generator:

@@ -16,8 +16,13 @@ import torch
 from attnserve.config.engine import EngineConfig
 from attnserve.distributed.sharding import check_gpu_count, check_tensor_parallel_size, shard_heads
 from attnserve.model_executor.attention_selection import select_model_attention
-from attnserve.model_executor.kv_cache import (bytes_per_block, check_kv_cache_holds_max_model_len, kv_cache_size_key,
-                                               kv_cache_torch_dtype, num_kv_blocks)
+from attnserve.model_executor.kv_cache import (
+    bytes_per_block,
+    check_kv_cache_holds_max_model_len,
+    kv_cache_size_key,
+    kv_cache_torch_dtype,
+    num_kv_blocks,
+)
 from attnserve.model_executor.loader import complete_hf_config, max_model_len_of, read_hf_config, resolve_model
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import check_runnable_device, detect_platform, runtime_device
@@ -50,8 +55,12 @@ def preflight(config: EngineConfig) -> None:
         if config.model.max_model_len is None:
             complete_hf_config(hf_config, source)
         device = torch.device(detect_platform(config.device).device_type)
-        check_kv_cache_holds_max_model_len(max_model_len_of(config.model, hf_config), blocks, config.cache.block_size,
-                                           kv_cache_size_key(config.cache, device))
+        check_kv_cache_holds_max_model_len(
+            max_model_len_of(config.model, hf_config),
+            blocks,
+            config.cache.block_size,
+            kv_cache_size_key(config.cache, device),
+        )
 
 
 def check_kv_cache_budget(config: EngineConfig, hf_config, dtype: torch.dtype) -> int | None:
@@ -59,7 +68,10 @@ def check_kv_cache_budget(config: EngineConfig, hf_config, dtype: torch.dtype) -
     rank 0's KV cache (rank 0's block is the largest under tensor parallelism: uneven head splits give the first
     ranks one more); return the number of blocks. ``dtype`` is the model's (``resolve_dtype``'s). Skipped (None)
     when ``gpu_memory_utilization`` sizes the cache: that budget is the GPU's memory left once the weights are loaded."""
-    if kv_cache_size_key(config.cache, torch.device(detect_platform(config.device).device_type)) == "gpu_memory_utilization":
+    if (
+        kv_cache_size_key(config.cache, torch.device(detect_platform(config.device).device_type))
+        == "gpu_memory_utilization"
+    ):
         return None
     block_bytes = kv_block_bytes(config, hf_config, dtype)
     # the device as the engine's runner holds it (cuda:1 for --device cuda:1): its free memory, its name in the line;
@@ -75,5 +87,7 @@ def kv_block_bytes(config: EngineConfig, hf_config, dtype: torch.dtype) -> int:
     dims = get_model_class(hf_config, tp).dims(hf_config)
     kv_heads = shard_heads(dims.num_heads, dims.num_kv_heads, tp, 0).num_kv_heads
     kv_dtype = kv_cache_torch_dtype(config.cache.kv_cache_dtype, dtype)
-    return sum(bytes_per_block(1, config.cache.block_size, kv_heads, layer.head_size, kv_dtype)
-               for layer in dims.layer_attention())
+    return sum(
+        bytes_per_block(1, config.cache.block_size, kv_heads, layer.head_size, kv_dtype)
+        for layer in dims.layer_attention()
+    )

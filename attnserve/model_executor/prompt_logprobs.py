@@ -45,8 +45,9 @@ class PromptLogprobsPlan:
             return None
         return cls(np.concatenate(index), np.concatenate(targets), spans)
 
-    def compute(self, hidden: torch.Tensor, compute_logits: Callable[[torch.Tensor], torch.Tensor],
-                driver: bool) -> dict[str, tuple[int, list]]:
+    def compute(
+        self, hidden: torch.Tensor, compute_logits: Callable[[torch.Tensor], torch.Tensor], driver: bool
+    ) -> dict[str, tuple[int, list]]:
         """``hidden`` (N, hidden) at the plan's rows -> per request ``(first entry index, entries)``, each entry
         ``(logprob, rank, [(token_id, logprob)] top-k)``; waits for the device. ``compute_logits`` runs on every
         rank (a vocabulary-split LM head gathers collectively); only the ``driver`` computes the entries ({}

@@ -172,14 +172,20 @@ class Sampler:
             if random_rows:
                 index = _to_device(random_rows, torch.int64, logits.device)
                 token_ids[index] = self._sample(
-                    logits[index], [params[i] for i in random_rows], [generators[i] for i in random_rows])
+                    logits[index], [params[i] for i in random_rows], [generators[i] for i in random_rows]
+                )
         want = [i for i, p in enumerate(params) if p.logprobs is not None]
         ks = [params[i].logprobs for i in want]
         packed = self._logprobs(logits if raw_logits is None else raw_logits, token_ids, ks, want) if want else None
         return self.queue(token_ids, packed, want, ks)
 
-    def queue(self, token_ids: torch.Tensor, packed: torch.Tensor | None = None, want: list[int] | None = None,
-              ks: list[int] | None = None) -> DeviceSample:
+    def queue(
+        self,
+        token_ids: torch.Tensor,
+        packed: torch.Tensor | None = None,
+        want: list[int] | None = None,
+        ks: list[int] | None = None,
+    ) -> DeviceSample:
         """Sampled ``token_ids`` (B,) int64 (and ``packed`` logprobs of rows ``want``, ``ks`` each) as a
         :class:`DeviceSample`: on CUDA their copies to the host are queued on a side stream, not waited for.
         Also the entry for tokens sampled elsewhere (the model's fused greedy head)."""
@@ -211,8 +217,12 @@ class Sampler:
     def _sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]):
         """Rows with temperature > 0: scale, filter, exponential race. Returns ``(R,)`` int64 on device."""
         temperature = _column([p.temperature for p in params], logits.device)
-        probs = apply_filters(logits.float() / temperature, [p.top_k for p in params], [p.top_p for p in params],
-                              [p.min_p for p in params])
+        probs = apply_filters(
+            logits.float() / temperature,
+            [p.top_k for p in params],
+            [p.top_p for p in params],
+            [p.min_p for p in params],
+        )
         seeded = [i for i, p in enumerate(params) if p.seed is not None]
         noise = torch.empty_like(probs)
         if len(seeded) < len(params):  # one draw for every unseeded row (seeded rows overwrite theirs)

@@ -42,9 +42,10 @@ class PendingStep:
         if self.sample is None:
             return ModelRunnerOutput(sampled={}, prompt_logprobs=self.prompt_logprobs)
         out = self.sample.result()
-        return ModelRunnerOutput(sampled={rid: (out.token_ids[j], out.logprobs[j])
-                                          for j, rid in enumerate(self.request_ids)},
-                                 prompt_logprobs=self.prompt_logprobs)
+        return ModelRunnerOutput(
+            sampled={rid: (out.token_ids[j], out.logprobs[j]) for j, rid in enumerate(self.request_ids)},
+            prompt_logprobs=self.prompt_logprobs,
+        )
 
 
 @dataclass
@@ -69,13 +70,20 @@ class QueuedForward:
         grammar = None if bitmask is None or not reqs else bitmask.to(runner.staging)
         params = [r.sampling_params for r in reqs]
         # the fused greedy head has no logits to mask: steps with constrained rows take the logits path
-        tokens = (runner.greedy_head.tokens(hidden, params)
-                  if reqs and sample_rows is None and grammar is None and self.logits is None else None)
-        logits = self.logits if self.logits is not None else (
-            runner.model.compute_logits(hidden) if tokens is None and reqs else None)
+        tokens = (
+            runner.greedy_head.tokens(hidden, params)
+            if reqs and sample_rows is None and grammar is None and self.logits is None
+            else None
+        )
+        logits = (
+            self.logits
+            if self.logits is not None
+            else (runner.model.compute_logits(hidden) if tokens is None and reqs else None)
+        )
         if runner.tp.is_driver:  # every step: a request's prompt tokens come only with its first (partial) prefill
-            runner.logits_processors.admit(self.scheduled,
-                                           runner.dims.vocab_size if logits is None else logits.shape[1])
+            runner.logits_processors.admit(
+                self.scheduled, runner.dims.vocab_size if logits is None else logits.shape[1]
+            )
         if not reqs:
             return PendingStep([], None, prompt_logprobs)
         last_rows = {r.request_id: j for j, r in enumerate(reqs)}

@@ -18,6 +18,7 @@ import torch
 
 from attnserve.model_executor.gguf_arch import check_architecture, hf_tensors
 
+
 class LazySlice:
     """A checkpoint tensor not yet read: ``narrow`` reads only the asked rows/columns from the file,
     ``[...]`` reads it whole. Tensor-parallel ranks load through it, so each reads only its shard."""

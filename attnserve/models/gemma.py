@@ -111,18 +111,30 @@ class GemmaAttention(nn.Module):
         # this rank's heads
         self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
         self.q_size, self.kv_size = self.qkv_proj.q_size, self.qkv_proj.kv_size
-        self.o_proj = RowParallelLinear(total_heads * self.head_size, config.hidden_size, bias, tp,
-                                        in_shard=(self.qkv_proj.head_shard.q_start * self.head_size, self.q_size))
+        self.o_proj = RowParallelLinear(
+            total_heads * self.head_size,
+            config.hidden_size,
+            bias,
+            tp,
+            in_shard=(self.qkv_proj.head_shard.q_start * self.head_size, self.q_size),
+        )
         if self.qk_norm:
             self.q_norm = GemmaRMSNorm(self.head_size, config.rms_norm_eps)
             self.k_norm = GemmaRMSNorm(self.head_size, config.rms_norm_eps)
         kind = layer_types(config)[layer_index]
         theta, scaling = rope_of(config, kind)
         self.rotary = RotaryEmbedding(self.head_size, config.max_position_embeddings, theta, scaling)
-        self.attn = make_attention(AttentionLayerSpec(
-            num_heads=self.num_heads, head_size=self.head_size, scale=config.query_pre_attn_scalar ** -0.5,
-            num_kv_heads=self.num_kv_heads, sliding_window=config.sliding_window if kind == SLIDING else None,
-            logits_soft_cap=_cap(getattr(config, "attn_logit_softcapping", None))), layer_index)
+        self.attn = make_attention(
+            AttentionLayerSpec(
+                num_heads=self.num_heads,
+                head_size=self.head_size,
+                scale=config.query_pre_attn_scalar**-0.5,
+                num_kv_heads=self.num_kv_heads,
+                sliding_window=config.sliding_window if kind == SLIDING else None,
+                logits_soft_cap=_cap(getattr(config, "attn_logit_softcapping", None)),
+            ),
+            layer_index,
+        )
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor, batch: "ForwardBatch") -> torch.Tensor:
         T = hidden.shape[0]
@@ -202,8 +214,9 @@ class Gemma2ForCausalLM(LlamaForCausalLM):
         nn.Module.__init__(self)
         self.config = config
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp)
-        self.layers = nn.ModuleList(self.layer_cls(config, i, make_attention, tp)
-                                    for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            self.layer_cls(config, i, make_attention, tp) for i in range(config.num_hidden_layers)
+        )
         self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", True))
         if not self.tie_word_embeddings:
@@ -211,17 +224,28 @@ class Gemma2ForCausalLM(LlamaForCausalLM):
         self.final_logit_softcapping = _cap(getattr(config, "final_logit_softcapping", None))
         # sqrt(hidden) rounded to the model dtype (built under the runner's default dtype and device), as
         # transformers' embed_scale.to(weight.dtype)
-        self.register_buffer("normalizer", torch.tensor(config.hidden_size ** 0.5), persistent=False)
+        self.register_buffer("normalizer", torch.tensor(config.hidden_size**0.5), persistent=False)
 
     @classmethod
     def dims(cls, config) -> ModelDims:
         """Llama-style dims, and each layer's window and attention soft cap (two layer groups)."""
         cap = _cap(getattr(config, "attn_logit_softcapping", None))
-        layers = tuple(LayerAttention(config.head_dim, config.sliding_window if t == SLIDING else None, cap)
-                       for t in layer_types(config))
+        layers = tuple(
+            LayerAttention(config.head_dim, config.sliding_window if t == SLIDING else None, cap)
+            for t in layer_types(config)
+        )
         base = standard_dims(config)
-        return ModelDims(base.num_layers, base.num_heads, base.num_kv_heads, config.head_dim, base.hidden_size,
-                         base.intermediate_size, base.vocab_size, sliding_window=None, layers=layers)
+        return ModelDims(
+            base.num_layers,
+            base.num_heads,
+            base.num_kv_heads,
+            config.head_dim,
+            base.hidden_size,
+            base.intermediate_size,
+            base.vocab_size,
+            sliding_window=None,
+            layers=layers,
+        )
 
     def forward(
         self,

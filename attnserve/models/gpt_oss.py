@@ -38,8 +38,13 @@ def check_unquantized(config) -> None:
     quant = getattr(config, "quantization_config", None)
     if quant:
         method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", quant)
-        raise Refused(Refusal(("quantization_config", "quant_method"), method,
-                              "none: bf16 or fp32 expert weights (dequantize the checkpoint first)"))
+        raise Refused(
+            Refusal(
+                ("quantization_config", "quant_method"),
+                method,
+                "none: bf16 or fp32 expert weights (dequantize the checkpoint first)",
+            )
+        )
 
 
 class GptOssAttention(LlamaAttention):
@@ -60,10 +65,17 @@ class GptOssDecoderLayer(LlamaDecoderLayer):
     attention_cls = GptOssAttention
 
     def make_mlp(self, config, layer_index: int, tp: TPGroup) -> nn.Module:
-        experts = make_experts(config, config.intermediate_size, tp, renormalize=True, softmax_after_topk=True,
-                               activation="swigluoai", bias=True,
-                               swiglu_alpha=getattr(config, "swiglu_alpha", 1.702),
-                               swiglu_limit=getattr(config, "swiglu_limit", 7.0))
+        experts = make_experts(
+            config,
+            config.intermediate_size,
+            tp,
+            renormalize=True,
+            softmax_after_topk=True,
+            activation="swigluoai",
+            bias=True,
+            swiglu_alpha=getattr(config, "swiglu_alpha", 1.702),
+            swiglu_limit=getattr(config, "swiglu_limit", 7.0),
+        )
         return SparseMoeBlock(config.hidden_size, experts, router_bias=True, router_name="router")
 
 

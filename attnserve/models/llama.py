@@ -48,15 +48,21 @@ class LlamaAttention(nn.Module):
         # this rank's heads
         self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
         self.q_size, self.kv_size = self.qkv_proj.q_size, self.qkv_proj.kv_size
-        self.o_proj = RowParallelLinear(total_heads * self.head_size, config.hidden_size,
-                                        getattr(config, "attention_bias", False), tp,
-                                        in_shard=(self.qkv_proj.head_shard.q_start * self.head_size, self.q_size))
+        self.o_proj = RowParallelLinear(
+            total_heads * self.head_size,
+            config.hidden_size,
+            getattr(config, "attention_bias", False),
+            tp,
+            in_shard=(self.qkv_proj.head_shard.q_start * self.head_size, self.q_size),
+        )
         if self.qk_norm:
             self.q_norm = RMSNorm(self.head_size, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_size, config.rms_norm_eps)
         rope_params = getattr(config, "rope_parameters", None) or {}
         theta = rope_params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-        scaling = getattr(config, "rope_scaling", None) or (rope_params if rope_params.get("rope_type", "default") != "default" else None)
+        scaling = getattr(config, "rope_scaling", None) or (
+            rope_params if rope_params.get("rope_type", "default") != "default" else None
+        )
         self.rotary = RotaryEmbedding(self.head_size, config.max_position_embeddings, theta, scaling)
         spec = AttentionLayerSpec(
             num_heads=self.num_heads,

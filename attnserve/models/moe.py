@@ -23,8 +23,10 @@ from attnserve.layers.moe import FusedMoE
 from attnserve.models.llama import LlamaForCausalLM
 
 # per-expert checkpoint tensor -> (FusedMoE parameter, shard id)
-_PER_EXPERT = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<expert>\d+)\.(?P<proj>gate_proj|up_proj|down_proj|w1|w2|w3)"
-                         r"\.(?P<kind>weight|bias)$")
+_PER_EXPERT = re.compile(
+    r"^(?P<prefix>.*\.experts)\.(?P<expert>\d+)\.(?P<proj>gate_proj|up_proj|down_proj|w1|w2|w3)"
+    r"\.(?P<kind>weight|bias)$"
+)
 _SHARD = {"gate_proj": "w1", "w1": "w1", "up_proj": "w3", "w3": "w3", "down_proj": "w2", "w2": "w2"}
 _STACKED = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<proj>gate_up_proj|down_proj)(?P<bias>_bias)?$")
 
@@ -33,7 +35,9 @@ class SparseMoeBlock(nn.Module):
     """``experts(x, router(x))``: the router (``router_name``: ``gate`` or gpt-oss's ``router``) is one replicated
     linear layer, (T, H) -> (T, E) logits in the model dtype."""
 
-    def __init__(self, hidden_size: int, experts: FusedMoE, router_bias: bool = False, router_name: str = "gate") -> None:
+    def __init__(
+        self, hidden_size: int, experts: FusedMoE, router_bias: bool = False, router_name: str = "gate"
+    ) -> None:
         super().__init__()
         self.router_name = router_name
         self.add_module(router_name, ColumnParallelLinear(hidden_size, experts.num_experts, router_bias, SINGLE))
@@ -49,8 +53,9 @@ def num_experts_of(config) -> int:
 
 
 def make_experts(config, intermediate_size: int, tp: TPGroup = SINGLE, **kwargs) -> FusedMoE:
-    return FusedMoE(num_experts_of(config), config.num_experts_per_tok, config.hidden_size, intermediate_size,
-                    tp=tp, **kwargs)
+    return FusedMoE(
+        num_experts_of(config), config.num_experts_per_tok, config.hidden_size, intermediate_size, tp=tp, **kwargs
+    )
 
 
 class MoEForCausalLM(LlamaForCausalLM):
@@ -76,7 +81,9 @@ class MoEForCausalLM(LlamaForCausalLM):
                     continue
                 for param_name, shard, expert, part in targets:
                     if param_name not in params:
-                        raise KeyError(f"checkpoint tensor {hf_name!r} has no matching parameter in {type(self).__name__}")
+                        raise KeyError(
+                            f"checkpoint tensor {hf_name!r} has no matching parameter in {type(self).__name__}"
+                        )
                     param = params[param_name]
                     try:
                         param.weight_loader(param, part, shard, expert)
@@ -122,6 +129,12 @@ def _expert_targets(name: str, tensor) -> list[tuple[str, str, int | None, objec
             return [(f"{m['prefix']}.w2_bias", "w2", None, t)]
         return [(f"{m['prefix']}.w2_weight", "w2", None, t.transpose(1, 2))]  # (E, I, H) -> (E, H, I)
     if m["bias"]:  # (E, 2I), gate and up interleaved
-        return [(f"{m['prefix']}.w13_bias", "w1", None, t[:, 0::2]), (f"{m['prefix']}.w13_bias", "w3", None, t[:, 1::2])]
+        return [
+            (f"{m['prefix']}.w13_bias", "w1", None, t[:, 0::2]),
+            (f"{m['prefix']}.w13_bias", "w3", None, t[:, 1::2]),
+        ]
     t = t.transpose(1, 2)  # (E, H, 2I) -> (E, 2I, H), rows interleaved gate, up
-    return [(f"{m['prefix']}.w13_weight", "w1", None, t[:, 0::2]), (f"{m['prefix']}.w13_weight", "w3", None, t[:, 1::2])]
+    return [
+        (f"{m['prefix']}.w13_weight", "w1", None, t[:, 0::2]),
+        (f"{m['prefix']}.w13_weight", "w3", None, t[:, 1::2]),
+    ]

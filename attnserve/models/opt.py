@@ -152,7 +152,9 @@ class OPTForCausalLM(nn.Module):
             if name not in params:
                 raise KeyError(f"checkpoint tensor {hf_name!r} has no matching parameter in {type(self).__name__}")
             size = params[name].shape[0] // 3
-            copy_weight({name: params[name].data.narrow(0, shard * size, size)}, name, tensor, hf_name, type(self).__name__)
+            copy_weight(
+                {name: params[name].data.narrow(0, shard * size, size)}, name, tensor, hf_name, type(self).__name__
+            )
             loaded.add(f"{name}#{shard}")
         return loaded
 

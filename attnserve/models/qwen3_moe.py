@@ -18,8 +18,11 @@ from attnserve.models.qwen import Qwen3Attention
 
 def is_sparse_layer(config, layer_index: int) -> bool:
     step = getattr(config, "decoder_sparse_step", 1) or 1
-    return (layer_index not in (getattr(config, "mlp_only_layers", None) or []) and num_experts_of(config) > 0
-            and (layer_index + 1) % step == 0)
+    return (
+        layer_index not in (getattr(config, "mlp_only_layers", None) or [])
+        and num_experts_of(config) > 0
+        and (layer_index + 1) % step == 0
+    )
 
 
 class Qwen3MoeDecoderLayer(LlamaDecoderLayer):
@@ -28,8 +31,9 @@ class Qwen3MoeDecoderLayer(LlamaDecoderLayer):
     def make_mlp(self, config, layer_index: int, tp: TPGroup) -> nn.Module:
         if not is_sparse_layer(config, layer_index):
             return LlamaMLP(config, tp)
-        experts = make_experts(config, config.moe_intermediate_size, tp,
-                               renormalize=bool(getattr(config, "norm_topk_prob", False)))
+        experts = make_experts(
+            config, config.moe_intermediate_size, tp, renormalize=bool(getattr(config, "norm_topk_prob", False))
+        )
         return SparseMoeBlock(config.hidden_size, experts)
 
 

@@ -53,9 +53,14 @@ def get_model_class(config, tensor_parallel_size: int = 1) -> type:
             module, _, name = MODEL_REGISTRY[arch].rpartition(".")
             cls = getattr(importlib.import_module(module), name)
             if tensor_parallel_size > 1 and not getattr(cls, "supports_tensor_parallel", False):
-                raise ConfigError(Refusal(("tensor_parallel_size",), tensor_parallel_size,
-                                          reason=f"not supported for {cls.__name__} (tensor parallelism is built for the "
-                                                 "Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, and the MoE models)"))
+                raise ConfigError(
+                    Refusal(
+                        ("tensor_parallel_size",),
+                        tensor_parallel_size,
+                        reason=f"not supported for {cls.__name__} (tensor parallelism is built for the "
+                        "Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, and the MoE models)",
+                    )
+                )
             return cls
     raise UnsupportedArchitectureError(
         f"model architecture {archs or getattr(config, 'model_type', '(none given)')} not supported (supported: {', '.join(sorted(MODEL_REGISTRY))})"

@@ -16,5 +16,7 @@ def copy_weight(params: dict[str, torch.Tensor], name: str, tensor: torch.Tensor
         raise KeyError(f"checkpoint tensor {hf_name!r} has no matching parameter in {owner}")
     target = params[name]
     if tuple(target.shape) != tuple(tensor.shape):
-        raise CheckpointShapeError(f"{hf_name}: checkpoint shape {tuple(tensor.shape)} != expected {tuple(target.shape)}")
+        raise CheckpointShapeError(
+            f"{hf_name}: checkpoint shape {tuple(tensor.shape)} != expected {tuple(target.shape)}"
+        )
     target.data.copy_(tensor[...])  # [...]: a lazy checkpoint slice reads its data here

@@ -34,9 +34,14 @@ def check_runnable_device(device: str) -> None:
     from attnserve.config.fields import ConfigError
 
     if is_simulated_device(device):
-        raise ConfigError(Refusal(
-            ("device",), device, reason=f"is a simulated GPU (compute capability {device.split(':', 1)[1]}) for planning "
-            "with `attnserve backends` / `attnserve config`; the engine cannot run on it: use auto, cpu, cuda or cuda:N"))
+        raise ConfigError(
+            Refusal(
+                ("device",),
+                device,
+                reason=f"is a simulated GPU (compute capability {device.split(':', 1)[1]}) for planning "
+                "with `attnserve backends` / `attnserve config`; the engine cannot run on it: use auto, cpu, cuda or cuda:N",
+            )
+        )
     try:
         detect_platform(device)  # raises for cuda / cuda:N without that GPU
     except Refused as e:
@@ -64,8 +69,11 @@ def detect_platform(device: str = "auto") -> Platform:
         return detect_cuda_platform(0) if torch.cuda.is_available() else cpu_platform()
     if m := _INDEXED.match(text):
         return detect_cuda_platform(int(m.group(1) or 0))
-    raise Refused(Refusal(("device",), device, "auto, cpu, cuda, cuda:N, cuda:MAJOR.MINOR such as cuda:9.0",
-                          reason="not understood"))
+    raise Refused(
+        Refusal(
+            ("device",), device, "auto, cpu, cuda, cuda:N, cuda:MAJOR.MINOR such as cuda:9.0", reason="not understood"
+        )
+    )
 
 
 def runtime_device(device: str) -> "torch.device":

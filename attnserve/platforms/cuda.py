@@ -23,14 +23,20 @@ def detect_cuda_platform(index: int = 0) -> Platform:
     if not torch.cuda.is_available():
         raise Refused(Refusal(("device",), reason=f"cuda:{index} requested but CUDA is not available on this machine"))
     if index >= torch.cuda.device_count():
-        raise Refused(Refusal(("device",), reason=f"cuda:{index} requested but this machine has "
-                                                  f"{torch.cuda.device_count()} GPU(s)"))
+        raise Refused(
+            Refusal(
+                ("device",), reason=f"cuda:{index} requested but this machine has {torch.cuda.device_count()} GPU(s)"
+            )
+        )
     props = torch.cuda.get_device_properties(index)
-    return Platform(device_type="cuda", device_name=props.name,
-                    compute_capability=(props.major, props.minor), total_memory=props.total_memory)
+    return Platform(
+        device_type="cuda",
+        device_name=props.name,
+        compute_capability=(props.major, props.minor),
+        total_memory=props.total_memory,
+    )
 
 
 def simulated_cuda_platform(compute_capability: tuple[int, int]) -> Platform:
     """A named GPU generation for planning and tests (``cuda:9.0``); nothing is detected."""
-    return Platform(device_type="cuda", device_name="simulated", compute_capability=compute_capability,
-                    simulated=True)
+    return Platform(device_type="cuda", device_name="simulated", compute_capability=compute_capability, simulated=True)

@@ -239,13 +239,21 @@ def cli_line(prog: str, r: Refusal, names: Mapping[str, str] | Callable[[str], s
 
 def flag(key: str) -> str:
     """The flag of engine argument ``key``: ``--block-size``, ``--attention-config.backend``."""
-    return "--" + key.replace("_", "-") if "." not in key else "--" + key.split(".", 1)[0].replace("_", "-") + "." + key.split(".", 1)[1]
+    return (
+        "--" + key.replace("_", "-")
+        if "." not in key
+        else "--" + key.split(".", 1)[0].replace("_", "-") + "." + key.split(".", 1)[1]
+    )
 
 
 def openai_error(r: Refusal, param: str | None = None) -> tuple[str, str | None]:
     """The server's 400 as (message, param): the place dotted as ``param`` (or ``param`` when given) and the value
     as JSON: ``("prompt.2: 50000 not allowed (allowed: ...)", "prompt.2")``."""
-    r = dataclasses.replace(r, written=JSON, origin="", names_path=True) if r.path else dataclasses.replace(r, written=JSON)
+    r = (
+        dataclasses.replace(r, written=JSON, origin="", names_path=True)
+        if r.path
+        else dataclasses.replace(r, written=JSON)
+    )
     where = dotted_path(r.path) if r.path else None
     text = message(r)
     return (f"{where}: {text}" if where else text), (param if param is not None else where)
@@ -278,7 +286,13 @@ def kind_of(value: object) -> str:
         return "a boolean"
     if isinstance(value, datetime.date):
         return "a date"
-    for tp, words in ((int, "an integer"), (float, "a float"), (str, "a string"), (list, "a list"), (dict, "a mapping")):
+    for tp, words in (
+        (int, "an integer"),
+        (float, "a float"),
+        (str, "a string"),
+        (list, "a list"),
+        (dict, "a mapping"),
+    ):
         if isinstance(value, tp):
             return words
     return f"a {type(value).__name__}"

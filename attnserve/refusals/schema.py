@@ -120,7 +120,7 @@ def _noun(root: dict[str, Any], leaf: dict[str, Any], plural: bool = False) -> s
         return f"{which}s of {items}" if plural else f"{_article(which)} of {items}"
     if kind in ("integer", "number"):
         words = _words(leaf)  # "integer >= 0"
-        return kind + "s" + words[len(kind):] if plural else _article(words)
+        return kind + "s" + words[len(kind) :] if plural else _article(words)
     if kind == "string" and leaf.get("minLength", 0) >= 1:
         return "non-empty strings" if plural else "a non-empty string"
     values = leaf.get("additionalProperties")
@@ -131,11 +131,14 @@ def _noun(root: dict[str, Any], leaf: dict[str, Any], plural: bool = False) -> s
 
 
 # JSON schema types and request models (their schemas' titles) as nouns, for ``_noun``
-_NOUNS = {"string": ("string", "strings"), "boolean": ("boolean", "booleans"),
-          "ChatMessage": ("chat message", "chat messages"),
-          "ContentPart": ('text part {"type": "text", "text": string}', 'text parts {"type": "text", "text": string}'),
-          "StreamOptions": ("stream options object", "stream options objects"),
-          "ResponseFormat": ("response format object", "response format objects")}
+_NOUNS = {
+    "string": ("string", "strings"),
+    "boolean": ("boolean", "booleans"),
+    "ChatMessage": ("chat message", "chat messages"),
+    "ContentPart": ('text part {"type": "text", "text": string}', 'text parts {"type": "text", "text": string}'),
+    "StreamOptions": ("stream options object", "stream options objects"),
+    "ResponseFormat": ("response format object", "response format objects"),
+}
 
 
 def object_words(model: type[BaseModel], path: tuple) -> tuple[str, str] | None:
@@ -150,8 +153,11 @@ def object_words(model: type[BaseModel], path: tuple) -> tuple[str, str] | None:
     leaf = objects[0]
     required = [json.dumps(name) for name in leaf.get("required", [])]
     optional = [json.dumps(name) for name in leaf["properties"] if json.dumps(name) not in required]
-    words = "an object with " + (_and(required) + (", optionally " + _and(optional) if optional else "") if required
-                                 else "optional " + _and(optional))
+    words = "an object with " + (
+        _and(required) + (", optionally " + _and(optional) if optional else "")
+        if required
+        else "optional " + _and(optional)
+    )
     nullable = any(member.get("type") == "null" for member in leaves)
     return _noun(root, leaf), words + (", or null" if nullable else "")
 

@@ -53,8 +53,7 @@ _NOT_A = {
 _OUT_OF_RANGE = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "literal_error"}
 # pydantic error type -> what the value is not, for a list or object field (None: the object's noun, from the
 # schema); and a list or string too short. What is allowed: every member of the field in words
-_NOT_A_CONTAINER = {"list_type": "a list", "dict_type": "an object", "model_type": None,
-                    "model_attributes_type": None}
+_NOT_A_CONTAINER = {"list_type": "a list", "dict_type": "an object", "model_type": None, "model_attributes_type": None}
 _TOO_SHORT = {"too_short", "string_too_short"}
 
 
@@ -79,13 +78,19 @@ def _refusal(err: dict, path: tuple, model: type[BaseModel] | None, union: bool 
         if noun and words:
             return Refusal(at, value, words, noun=noun, written=JSON)
     if model is not None and kind in _TOO_SHORT:
-        words = (required_words(model, path) if union or kind == "too_short"
-                 else allowed_values(model, path, ("string",)))
+        words = (
+            required_words(model, path) if union or kind == "too_short" else allowed_values(model, path, ("string",))
+        )
         if words:
             return Refusal(at, value, words, written=JSON)
     if _is_float(value) and not math.isfinite(value):  # the text as sent: 1e400, NaN, Infinity
-        what = ("is not a number" if math.isnan(value) else "is not a finite number"
-                if json_value(value).lstrip("-") == "Infinity" else "is beyond a 64-bit float's range")
+        what = (
+            "is not a number"
+            if math.isnan(value)
+            else "is not a finite number"
+            if json_value(value).lstrip("-") == "Infinity"
+            else "is beyond a 64-bit float's range"
+        )
         allowed = allowed_values(model, path, ("integer", "number")) if model is not None else None
         return Refusal(at, value, allowed, reason=what, written=JSON)
     kinds, noun = _NOT_A.get(kind, (("string",) if kind == "literal_error" else ("integer", "number"), ""))
@@ -101,8 +106,9 @@ def validation_message(errors: list[dict], model: type[BaseModel] | None = None)
     first field's path."""
     refusals = validation_refusals(errors, model)
     message = "; ".join(openai_error(r)[0] for r in refusals[:5])
-    return message or "invalid request", (dotted_path(refusals[0].path) if refusals and refusals[0].path != ("body",)
-                                          else None)
+    return message or "invalid request", (
+        dotted_path(refusals[0].path) if refusals and refusals[0].path != ("body",) else None
+    )
 
 
 def validation_refusals(errors: list[dict], model: type[BaseModel] | None = None) -> list[Refusal]:
@@ -145,8 +151,13 @@ def validation_refusals(errors: list[dict], model: type[BaseModel] | None = None
     return out
 
 
-_JSON_KINDS = ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (list, "an array"),
-               (type(None), "null"))
+_JSON_KINDS = (
+    (bool, "a boolean"),
+    ((int, float), "a number"),
+    (str, "a string"),
+    (list, "an array"),
+    (type(None), "null"),
+)
 
 
 def body_message(err: dict, content_type: str | None) -> str | None:

@@ -16,8 +16,10 @@ TYPE_WORDS = {bool: "true, false", int: "integer", float: "number", str: "string
 """A config field's type as its allowed values: ``integer``, ``true, false``."""
 TYPE_NOUNS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
 """What a value of another type is not: ``'32' is a string, not an integer``."""
-HUMAN_INT_WORDS = ("suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); "
-                   "K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only)")
+HUMAN_INT_WORDS = (
+    "suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); "
+    "K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only)"
+)
 """What :func:`attnserve.config.fields.parse_human_int` takes beyond a plain integer."""
 
 
@@ -30,8 +32,11 @@ def field_words(base: type, optional: bool, meta: dict) -> str:
         words = ", ".join(str(c) for c in meta["choices"])
     else:
         low = next(((op, meta[k]) for k, op in (("gt", ">"), ("ge", ">=")) if k in meta), None)
-        words = range_words(TYPE_WORDS.get(base, getattr(base, "__name__", str(base))), low,
-                            ("<=", meta["le"]) if "le" in meta else None)
+        words = range_words(
+            TYPE_WORDS.get(base, getattr(base, "__name__", str(base))),
+            low,
+            ("<=", meta["le"]) if "le" in meta else None,
+        )
         if "unit" in meta:
             words += f" ({meta['unit']})"
     return words + (", null" if optional else "")

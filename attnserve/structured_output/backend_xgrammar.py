@@ -16,8 +16,13 @@ from attnserve.refusals import Refusal, Refused
 
 EXTRA = "pip install 'attnserve[structured]'"
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: ")
-_WHAT = {"json": "JSON schema", "regex": "regular expression", "choice": "choice list", "grammar": "EBNF grammar",
-         "json_object": "JSON object"}
+_WHAT = {
+    "json": "JSON schema",
+    "regex": "regular expression",
+    "choice": "choice list",
+    "grammar": "EBNF grammar",
+    "json_object": "JSON object",
+}
 
 
 def import_xgrammar():
@@ -25,8 +30,13 @@ def import_xgrammar():
     try:
         import xgrammar
     except ImportError:
-        raise Refused(Refusal(("structured_outputs",), reason="needs the grammar engine xgrammar, which is not "
-                              "installed", advice=EXTRA)) from None
+        raise Refused(
+            Refusal(
+                ("structured_outputs",),
+                reason="needs the grammar engine xgrammar, which is not installed",
+                advice=EXTRA,
+            )
+        ) from None
     return xgrammar
 
 
@@ -47,8 +57,7 @@ class XgrammarBackend:
         # on the device). Covering them here would make each of them an xgrammar "special token", which its
         # accept_token looks up linearly (see docs/benchmarks.md, structured outputs).
         self.vocab_size = min(vocab_size, tokenizer_size(tokenizer))
-        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size,
-                                                  stop_token_ids=stop_token_ids)
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size, stop_token_ids=stop_token_ids)
         self.compiler = xgr.GrammarCompiler(info, max_threads=8)
         self._cache: dict[tuple[str, str, bool], object] = {}
         self._lock = threading.Lock()
@@ -78,8 +87,9 @@ class XgrammarBackend:
             value = getattr(params, kind)
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             reason = _LOG_PREFIX.sub("", reason)  # xgrammar's "[12:00:00] /project/cpp/x.cc:94: "
-            raise Refused(Refusal(("structured_outputs", kind), value,
-                                  reason=f"is not a valid {_WHAT[kind]}: {reason}")) from None
+            raise Refused(
+                Refusal(("structured_outputs", kind), value, reason=f"is not a valid {_WHAT[kind]}: {reason}")
+            ) from None
         with self._lock:
             self._cache[key] = compiled
         return compiled

@@ -87,8 +87,11 @@ class StructuredOutputManager:
             return []
         matched, ids = [m for _, m, _ in pairs], [t for *_, t in pairs]
         batch_accept = getattr(self._batch, "batch_accept_token", None)  # one call (xgrammar >= 0.2's)
-        accepted = (batch_accept(matched, ids) if batch_accept is not None
-                    else [m.accept_token(t) for m, t in zip(matched, ids)])
+        accepted = (
+            batch_accept(matched, ids)
+            if batch_accept is not None
+            else [m.accept_token(t) for m, t in zip(matched, ids)]
+        )
         return [rid for (rid, m, _), ok in zip(pairs, accepted) if not ok or m.is_terminated()]
 
     def bitmask(self, sched: SchedulerOutput) -> GrammarBitmask | None:
@@ -110,8 +113,9 @@ class StructuredOutputManager:
         pinned = self._buffer(len(constrained))
         words = pinned.numpy()
         self._batch.batch_fill_next_token_bitmask(constrained, words)
-        return GrammarBitmask(words, None if len(rows) == j else np.asarray(rows, dtype=np.int64),
-                              self.backend.vocab_size, pinned)
+        return GrammarBitmask(
+            words, None if len(rows) == j else np.asarray(rows, dtype=np.int64), self.backend.vocab_size, pinned
+        )
 
     def _buffer(self, n: int) -> torch.Tensor:
         """Rows [0, n) of the next buffer in turn: (n, ceil(num_tokens / 32)) int32 on the host."""
@@ -119,6 +123,7 @@ class StructuredOutputManager:
         self._turn ^= 1
         if len(self._buffers) < 2 or self._buffers[self._turn].shape[0] < n:
             size = max(n, 64, 2 * (self._buffers[0].shape[0] if self._buffers else 0))
-            self._buffers = [torch.empty((size, width), dtype=torch.int32, pin_memory=self.pin_memory)
-                             for _ in range(2)]
+            self._buffers = [
+                torch.empty((size, width), dtype=torch.int32, pin_memory=self.pin_memory) for _ in range(2)
+            ]
         return self._buffers[self._turn][:n]

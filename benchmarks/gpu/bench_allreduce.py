@@ -82,30 +82,47 @@ def _bench_ranks(tp, device, sizes_kib: list[int]) -> dict:
     rows = []
     for kib in sizes_kib:
         x = torch.zeros(kib * 1024 // 2, dtype=torch.bfloat16, device=device)  # zeros: sums stay finite
-        rows.append({
-            "bytes": kib * 1024,
-            "nccl_graph_us": _graph_us(nccl, x),
-            "symm_mem_graph_us": _graph_us(fused.all_reduce, x),
-            "symm_mem_separate_copy_graph_us": _graph_us(separate.all_reduce, x),
-            "nccl_eager_us": _eager_us(nccl, x),
-            "symm_mem_eager_us": _eager_us(fused.all_reduce, x),
-        })
-    return {"world_size": tp.size, "dtype": "bfloat16", "calls_per_graph": CALLS, "replays": REPLAYS,
-            "engine_max_bytes": MAX_BYTES[tp.size], "torch": torch.__version__,
-            "device": torch.cuda.get_device_name(device), "rows": rows}
+        rows.append(
+            {
+                "bytes": kib * 1024,
+                "nccl_graph_us": _graph_us(nccl, x),
+                "symm_mem_graph_us": _graph_us(fused.all_reduce, x),
+                "symm_mem_separate_copy_graph_us": _graph_us(separate.all_reduce, x),
+                "nccl_eager_us": _eager_us(nccl, x),
+                "symm_mem_eager_us": _eager_us(fused.all_reduce, x),
+            }
+        )
+    return {
+        "world_size": tp.size,
+        "dtype": "bfloat16",
+        "calls_per_graph": CALLS,
+        "replays": REPLAYS,
+        "engine_max_bytes": MAX_BYTES[tp.size],
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(device),
+        "rows": rows,
+    }
 
 
 def _table(result: dict) -> str:
-    head = (f"{'size':>9} {'NCCL graph':>11} {'symm graph':>11} {'sep. copy':>10} {'speed-up':>9} "
-            f"{'NCCL eager':>11} {'symm eager':>11}  (us per all-reduce)")
-    lines = [f"{result['device']}, torch {result['torch']}, world size {result['world_size']}, bfloat16; "
-             f"engine limit {result['engine_max_bytes'] // 1024} KiB", head, "-" * len(head)]
+    head = (
+        f"{'size':>9} {'NCCL graph':>11} {'symm graph':>11} {'sep. copy':>10} {'speed-up':>9} "
+        f"{'NCCL eager':>11} {'symm eager':>11}  (us per all-reduce)"
+    )
+    lines = [
+        f"{result['device']}, torch {result['torch']}, world size {result['world_size']}, bfloat16; "
+        f"engine limit {result['engine_max_bytes'] // 1024} KiB",
+        head,
+        "-" * len(head),
+    ]
     for r in result["rows"]:
         size = f"{r['bytes'] // 1024} KiB"
-        lines.append(f"{size:>9} {r['nccl_graph_us']:>11.2f} {r['symm_mem_graph_us']:>11.2f} "
-                     f"{r['symm_mem_separate_copy_graph_us']:>10.2f} "
-                     f"{r['nccl_graph_us'] / r['symm_mem_graph_us']:>8.2f}x "
-                     f"{r['nccl_eager_us']:>11.2f} {r['symm_mem_eager_us']:>11.2f}")
+        lines.append(
+            f"{size:>9} {r['nccl_graph_us']:>11.2f} {r['symm_mem_graph_us']:>11.2f} "
+            f"{r['symm_mem_separate_copy_graph_us']:>10.2f} "
+            f"{r['nccl_graph_us'] / r['symm_mem_graph_us']:>8.2f}x "
+            f"{r['nccl_eager_us']:>11.2f} {r['symm_mem_eager_us']:>11.2f}"
+        )
     return "\n".join(lines)
 
 

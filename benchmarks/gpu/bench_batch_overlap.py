@@ -38,8 +38,7 @@ HEAD = 128
 class Layer:
     """One stand-in decoder layer's weights and KV cache (``num_blocks`` pages of ``block`` tokens)."""
 
-    def __init__(self, hidden: int, hq: int, hkv: int, inter: int, num_blocks: int, block: int,
-                 dev: torch.device):
+    def __init__(self, hidden: int, hq: int, hkv: int, inter: int, num_blocks: int, block: int, dev: torch.device):
         def w(n, k):
             return torch.randn(n, k, device=dev, dtype=torch.bfloat16) * k**-0.5
 
@@ -69,9 +68,22 @@ def run_layers(layers, half, x: torch.Tensor, hq: int, on_attention=None) -> tor
         k_cache, v_cache = kv_views(layer.kv, 1)
 
         def attend(q=q, k_cache=k_cache, v_cache=v_cache):
-            paged_attention(out, q, k_cache, v_cache, md.block_table, md.seq_lens, md.query_start_loc,
-                            call.tile_seq, call.tile_start, HEAD**-0.5, num_splits=call.num_splits,
-                            split_token_range=call.token_range, launch=call.launch, decode=call.decode)
+            paged_attention(
+                out,
+                q,
+                k_cache,
+                v_cache,
+                md.block_table,
+                md.seq_lens,
+                md.query_start_loc,
+                call.tile_seq,
+                call.tile_start,
+                HEAD**-0.5,
+                num_splits=call.num_splits,
+                split_token_range=call.token_range,
+                launch=call.launch,
+                decode=call.decode,
+            )
 
         (on_attention or (lambda _l, fn: fn()))(i, attend)
         h, residual = rms_norm(F.linear(out.view(x.shape[0], -1), layer.o), layer.norm2, 1e-6, residual)
@@ -87,7 +99,9 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--block", type=int, default=16)
-    ap.add_argument("--max-seq-len", type=int, default=4096, help="the graph's max_seq_len (the engine's max_model_len)")
+    ap.add_argument(
+        "--max-seq-len", type=int, default=4096, help="the graph's max_seq_len (the engine's max_model_len)"
+    )
     ap.add_argument("--shape", default="1024,16,8,3072", help="hidden,q heads,kv heads,intermediate (Qwen3-0.6B)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
@@ -102,8 +116,10 @@ def main() -> None:
     table = torch.zeros(b, width, dtype=torch.int32)
     table[:, :per_req] = torch.randperm(b * per_req, generator=gen).to(torch.int32).view(b, per_req)
     num_blocks = b * per_req + 1
-    steps = {name: decode_call(t, args.context, args.block, hq, hkv, args.max_seq_len, None, dev)
-             for name, t in (("all", table), ("A", table[:half_b]), ("B", table[half_b:]))}
+    steps = {
+        name: decode_call(t, args.context, args.block, hq, hkv, args.max_seq_len, None, dev)
+        for name, t in (("all", table), ("A", table[:half_b]), ("B", table[half_b:]))
+    }
     layers = [Layer(hidden, hq, hkv, inter, num_blocks, args.block, dev) for _ in range(args.layers)]
     x = torch.randn(b, hidden, device=dev, dtype=torch.bfloat16)
     xa, xb = x[:half_b].clone(), x[half_b:].clone()
@@ -139,6 +155,7 @@ def main() -> None:
                 run_layers(layers, steps["B"], xb, hq, edge_b)
             run_layers(layers, steps["A"], xa, hq, edge_a)
             main.wait_stream(side)
+
         return fn
 
     variants = {"seq64": seq64, "seq32x2": seq32x2, "overlap": two_streams(True), "free": two_streams(False)}
@@ -167,10 +184,13 @@ def main() -> None:
             end.record()
             end.synchronize()
             times[name].append(start.elapsed_time(end) / args.iters)
-    out = {"args": vars(args), "device": torch.cuda.get_device_name(dev),
-           "splits": {k: v[1].num_splits for k, v in steps.items()},
-           "ms": {n: round(statistics.median(t), 4) for n, t in times.items()},
-           "all_ms": {n: [round(v, 4) for v in t] for n, t in times.items()}}
+    out = {
+        "args": vars(args),
+        "device": torch.cuda.get_device_name(dev),
+        "splits": {k: v[1].num_splits for k, v in steps.items()},
+        "ms": {n: round(statistics.median(t), 4) for n, t in times.items()},
+        "all_ms": {n: [round(v, 4) for v in t] for n, t in times.items()},
+    }
     for n, ms in out["ms"].items():
         print(f"{n:8s} {ms:.4f} ms per step  (x seq64 {out['ms']['seq64'] / ms:.3f})", flush=True)
     print(f"splits {out['splits']}")

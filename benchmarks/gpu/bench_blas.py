@@ -58,8 +58,9 @@ def main() -> None:
     for name, m, layers, shapes in CASES:
         if name not in args.cases:
             continue
-        ws = [[torch.randn(n, k, dtype=torch.bfloat16, device="cuda") * 0.02 for (n, k) in shapes]
-              for _ in range(layers)]
+        ws = [
+            [torch.randn(n, k, dtype=torch.bfloat16, device="cuda") * 0.02 for (n, k) in shapes] for _ in range(layers)
+        ]
         xs = [torch.randn(m, k, dtype=torch.bfloat16, device="cuda") for (_, k) in shapes]
         for lib in ("cublas", "cublaslt", "cublas"):
             torch.backends.cuda.preferred_blas_library(lib)
@@ -72,8 +73,12 @@ def main() -> None:
             ms = time_graph(lambda xs=xs, ws=ws: [F.linear(xs[i], ws[j][i]) for j in range(layers) for i in range(4)])
             row["chain_us_per_layer"] = ms * 1e3 / layers
             rows.append(row)
-            print(f"{name:10s} {lib:9s} " + " ".join(f"{s} {row[f'{s}_us']:6.2f}" for s in NAMES)
-                  + f"  sum {row['layer_sum_us']:6.2f}  chain {row['chain_us_per_layer']:6.2f} us/layer", flush=True)
+            print(
+                f"{name:10s} {lib:9s} "
+                + " ".join(f"{s} {row[f'{s}_us']:6.2f}" for s in NAMES)
+                + f"  sum {row['layer_sum_us']:6.2f}  chain {row['chain_us_per_layer']:6.2f} us/layer",
+                flush=True,
+            )
         del ws, xs
         torch.cuda.empty_cache()
     torch.backends.cuda.preferred_blas_library("cublas")

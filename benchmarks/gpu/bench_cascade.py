@@ -28,19 +28,35 @@ from benchmarks.gpu.profile_decode import decode_batch
 # GemvConfig arguments (block_n, block_k, split_k, num_warps) per (N, K) name; block_k * split_k = K, so
 # each program's one step is its whole share of the weight
 PRELOAD = {
-    "n4k4096w8": (4, 4096, 1, 8), "n2k4096w4": (2, 4096, 1, 4), "n8k2048w8": (8, 2048, 2, 8),
-    "n4k2048w4": (4, 2048, 2, 4), "n2k2048w2": (2, 2048, 2, 2), "n4k1024w4": (4, 1024, 4, 4),
+    "n4k4096w8": (4, 4096, 1, 8),
+    "n2k4096w4": (2, 4096, 1, 4),
+    "n8k2048w8": (8, 2048, 2, 8),
+    "n4k2048w4": (4, 2048, 2, 4),
+    "n2k2048w2": (2, 2048, 2, 2),
+    "n4k1024w4": (4, 1024, 4, 4),
 }
-DOWN_PRELOAD = {"n4k2048w4": (4, 2048, 7, 4), "n2k2048w2": (2, 2048, 7, 2), "n8k2048w8": (8, 2048, 7, 8),
-                "n2k16384w16": (2, 16384, 1, 16), "n1k16384w8": (1, 16384, 1, 8), "n2k8192w8": (2, 8192, 1, 8),
-                "n1k8192w4": (1, 8192, 1, 4), "n2k4096w4": (2, 4096, 1, 4), "n4k4096w8": (4, 4096, 1, 8),
-                "n2k2048w4": (2, 2048, 1, 4)}
+DOWN_PRELOAD = {
+    "n4k2048w4": (4, 2048, 7, 4),
+    "n2k2048w2": (2, 2048, 7, 2),
+    "n8k2048w8": (8, 2048, 7, 8),
+    "n2k16384w16": (2, 16384, 1, 16),
+    "n1k16384w8": (1, 16384, 1, 8),
+    "n2k8192w8": (2, 8192, 1, 8),
+    "n1k8192w4": (1, 8192, 1, 4),
+    "n2k4096w4": (2, 4096, 1, 4),
+    "n4k4096w8": (4, 4096, 1, 8),
+    "n2k2048w4": (2, 2048, 1, 4),
+}
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 PRELOAD_SETS = {
     "qkv+o:n2k4096w4": {"qkv": "n2k4096w4", "o": "n2k4096w4"},
     "all:n2k4096w4": {"qkv": "n2k4096w4", "o": "n2k4096w4", "gate_up": "n2k4096w4", "down": "n2k16384w16"},
-    "all:n2k4096w4,down:n1k16384w8": {"qkv": "n2k4096w4", "o": "n2k4096w4", "gate_up": "n2k4096w4",
-                                      "down": "n1k16384w8"},
+    "all:n2k4096w4,down:n1k16384w8": {
+        "qkv": "n2k4096w4",
+        "o": "n2k4096w4",
+        "gate_up": "n2k4096w4",
+        "down": "n1k16384w8",
+    },
 }
 
 
@@ -113,7 +129,7 @@ def main() -> None:
             row = {"shape": shape, "n": n, "k": k, "cublas_us": time_per_call_us(lambda w: F.linear(x, w), copies)}
             planned = plan.choices.get((n, k, rows))
             row["plan"] = planned.config.label() if planned and planned.use_triton else "cublas/lt"
-            for name in (DOWN_PRELOAD if shape == "down" else PRELOAD):
+            for name in DOWN_PRELOAD if shape == "down" else PRELOAD:
                 cfg = config_for(shape, name)
                 try:
                     got = gemv(x, copies[0], None, cfg)
@@ -143,15 +159,30 @@ def main() -> None:
                 if base_logits is None:
                     base_logits = logits
                 base_ms.setdefault(r, ms)
-                row = {"variant": name, "round": r, "ms": ms, "ratio": ms / base_ms[r],
-                       "logits_equal_base": bool(torch.equal(logits, base_logits)),
-                       "logits_max_diff": float((logits - base_logits).abs().max())}
+                row = {
+                    "variant": name,
+                    "round": r,
+                    "ms": ms,
+                    "ratio": ms / base_ms[r],
+                    "logits_equal_base": bool(torch.equal(logits, base_logits)),
+                    "logits_max_diff": float((logits - base_logits).abs().max()),
+                }
                 results.append(row)
-                print(f"r{r} {name:28s} {ms:8.4f} ms  x{row['ratio']:.4f}  equal={row['logits_equal_base']} "
-                      f"maxdiff={row['logits_max_diff']:.3g}", flush=True)
+                print(
+                    f"r{r} {name:28s} {ms:8.4f} ms  x{row['ratio']:.4f}  equal={row['logits_equal_base']} "
+                    f"maxdiff={row['logits_max_diff']:.3g}",
+                    flush=True,
+                )
     pdl.configure(False)
-    out = {"model": args.model, "backend": args.backend, "batch_size": rows, "context": args.context,
-           "gpu": torch.cuda.get_device_name(), "alone": alone, "variants": results}
+    out = {
+        "model": args.model,
+        "backend": args.backend,
+        "batch_size": rows,
+        "context": args.context,
+        "gpu": torch.cuda.get_device_name(),
+        "alone": alone,
+        "variants": results,
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

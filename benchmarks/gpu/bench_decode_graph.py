@@ -24,9 +24,19 @@ def qwen3_0_6b_dir(tokenizer_dir: str | None = None) -> str:
 
     from transformers import Qwen3Config
 
-    cfg = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                      num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-                      rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True)
+    cfg = Qwen3Config(
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rms_norm_eps=1e-6,
+        rope_theta=1000000.0,
+        tie_word_embeddings=True,
+    )
     cfg.architectures = ["Qwen3ForCausalLM"]
     path = tempfile.mkdtemp(prefix="qwen3-0.6b-")
     cfg.save_pretrained(path)
@@ -98,8 +108,14 @@ def main() -> None:
     from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
     from attnserve.kernels import fused_ops
 
-    llm = LLM(qwen3_0_6b_dir(args.tokenizer_dir), load_format="dummy", dtype="bfloat16", attention_backend=args.backend,
-              block_size=16, kv_cache_memory=1 << 30)
+    llm = LLM(
+        qwen3_0_6b_dir(args.tokenizer_dir),
+        load_format="dummy",
+        dtype="bfloat16",
+        attention_backend=args.backend,
+        block_size=16,
+        kv_cache_memory=1 << 30,
+    )
     runner = llm.engine.runner
     model = runner.model
     ctx = args.context
@@ -120,10 +136,14 @@ def main() -> None:
             with mock.patch.object(fused_ops, "_use_triton", use):
                 forward()  # compiled before profiling
                 num, gpu_ms, top = profile_kernels(forward)
-                row = {"kernels_per_forward": num, "kernel_time_ms": gpu_ms, "top_kernels_us": top,
-                       "eager_forward_ms": time_eager(forward),
-                       "graph_forward_ms": time_graph(forward),
-                       "graph_forward_logits_ms": time_graph(forward_logits)}
+                row = {
+                    "kernels_per_forward": num,
+                    "kernel_time_ms": gpu_ms,
+                    "top_kernels_us": top,
+                    "eager_forward_ms": time_eager(forward),
+                    "graph_forward_ms": time_graph(forward),
+                    "graph_forward_logits_ms": time_graph(forward_logits),
+                }
                 row["logits"] = forward_logits().float()
             results[mode] = row
         a, b = results["fused"].pop("logits"), results["pytorch"].pop("logits")

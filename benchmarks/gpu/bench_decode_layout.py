@@ -30,8 +30,9 @@ CASES = {"qwen3_b64": (64, 16, 8, 1024), "llama_b64": (64, 32, 8, 1024), "llama_
 LAYOUTS = {"FLASHINFER": ("NHD", "HND"), "TRITON_ATTN": ("NHD", "HND"), "FLASH_ATTN": ("NHD",)}
 
 
-def bench(backend: str, layout_name: str, case: tuple[int, int, int, int], block: int, dev: torch.device,
-          l2: int, args) -> dict:
+def bench(
+    backend: str, layout_name: str, case: tuple[int, int, int, int], block: int, dev: torch.device, l2: int, args
+) -> dict:
     from attnserve.attention.backend import KVCacheLayout
     from attnserve.attention.registry import lookup_backend
     from attnserve.benchmarks.attention import AttentionBenchShape, make_step
@@ -52,19 +53,30 @@ def bench(backend: str, layout_name: str, case: tuple[int, int, int, int], block
     for i in range(max(1, -(-2 * l2 // cache_bytes))):
         (kv,) = allocate_kv_caches(cls, layout, 1, num_blocks, block, hkv, HEAD, torch.bfloat16, dev)
         # the same logical values in every layout (normal_ on the tensor itself would follow memory order)
-        kv.copy_(torch.randn(kv.shape, generator=torch.Generator(device=dev).manual_seed(i), device=dev,
-                             dtype=torch.bfloat16))
+        kv.copy_(
+            torch.randn(
+                kv.shape, generator=torch.Generator(device=dev).manual_seed(i), device=dev, dtype=torch.bfloat16
+            )
+        )
         copies.append(kv)
     dgen = torch.Generator(device=dev).manual_seed(1)
     q, k, v = (torch.randn(batch, h, HEAD, generator=dgen, device=dev, dtype=torch.bfloat16) for h in (hq, hkv, hkv))
     metadata = builder.build(common)
     with torch.inference_mode():
         out = impl.forward(q, k, v, copies[0], metadata).clone()
-        us = gemv_timing.time_per_call_us(lambda kv: impl.forward(q, k, v, kv, metadata), copies, args.calls,
-                                          args.replays)
+        us = gemv_timing.time_per_call_us(
+            lambda kv: impl.forward(q, k, v, kv, metadata), copies, args.calls, args.replays
+        )
     kv_bytes = 2 * batch * ctx * hkv * HEAD * 2
-    return dict(backend=backend, layout=layout_name, block_size=block, us=round(us, 2),
-                tbps=round(kv_bytes / us / 1e6, 3), copies=len(copies), out=out)
+    return dict(
+        backend=backend,
+        layout=layout_name,
+        block_size=block,
+        us=round(us, 2),
+        tbps=round(kv_bytes / us / 1e6, 3),
+        copies=len(copies),
+        out=out,
+    )
 
 
 def main() -> None:
@@ -93,24 +105,42 @@ def main() -> None:
                     try:
                         r = bench(backend, layout, CASES[case_name], block, dev, l2, args)
                     except Exception as e:  # noqa: BLE001 - one variant's failure is a row
-                        rows.append(dict(case=case_name, backend=backend, layout=layout, block_size=block,
-                                         error=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"))
-                        print(f"{case_name:10s} {backend:12s} {layout} bs{block:<4d} ERROR {rows[-1]['error']}",
-                              flush=True)
+                        rows.append(
+                            dict(
+                                case=case_name,
+                                backend=backend,
+                                layout=layout,
+                                block_size=block,
+                                error=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}",
+                            )
+                        )
+                        print(
+                            f"{case_name:10s} {backend:12s} {layout} bs{block:<4d} ERROR {rows[-1]['error']}",
+                            flush=True,
+                        )
                         continue
                     out = r.pop("out")
                     ref = out if ref is None else ref
-                    r.update(case=case_name, pct_copy=round(100 * r["tbps"] / copy_tbps, 1),
-                             max_diff_vs_nhd=float((out.float() - ref.float()).abs().max()))
+                    r.update(
+                        case=case_name,
+                        pct_copy=round(100 * r["tbps"] / copy_tbps, 1),
+                        max_diff_vs_nhd=float((out.float() - ref.float()).abs().max()),
+                    )
                     rows.append(r)
-                    print(f"{case_name:10s} {backend:12s} {layout} bs{block:<4d} {r['us']:8.2f} us "
-                          f"{r['tbps']:6.3f} TB/s {r['pct_copy']:5.1f}% diff {r['max_diff_vs_nhd']:.1e}", flush=True)
+                    print(
+                        f"{case_name:10s} {backend:12s} {layout} bs{block:<4d} {r['us']:8.2f} us "
+                        f"{r['tbps']:6.3f} TB/s {r['pct_copy']:5.1f}% diff {r['max_diff_vs_nhd']:.1e}",
+                        flush=True,
+                    )
                 torch.cuda.empty_cache()
     print(f"{time.perf_counter() - t0:.1f} s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(dev), copy_tbps=copy_tbps, args=vars(args), rows=rows),
-                      f, indent=1)
+            json.dump(
+                dict(device=torch.cuda.get_device_name(dev), copy_tbps=copy_tbps, args=vars(args), rows=rows),
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -39,9 +39,12 @@ def read_bandwidth(nbytes: int = 2 << 30) -> dict:
     out = {}
     block, iters = 2048, 8
     partial = torch.empty(triton.cdiv(x.numel(), block * iters), device="cuda", dtype=torch.float32)
-    for name, fn in {"torch_sum": lambda: x.sum(dtype=torch.float32),
-                     "triton_sum": lambda: _sum_kernel[(partial.numel(),)](x, partial, x.numel(), BLOCK=block,
-                                                                            ITERS=iters, num_warps=8)}.items():
+    for name, fn in {
+        "torch_sum": lambda: x.sum(dtype=torch.float32),
+        "triton_sum": lambda: _sum_kernel[(partial.numel(),)](
+            x, partial, x.numel(), BLOCK=block, ITERS=iters, num_warps=8
+        ),
+    }.items():
         fn()
         times = []
         for _ in range(10):
@@ -71,8 +74,11 @@ def main() -> None:
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     l2 = gemv_timing.l2_bytes(dev)
-    result = {"device": props.name, "copy_Bps": measure_copy_bandwidth(dev), **{f"{k}_Bps": v for k, v in
-                                                                              read_bandwidth().items()}}
+    result = {
+        "device": props.name,
+        "copy_Bps": measure_copy_bandwidth(dev),
+        **{f"{k}_Bps": v for k, v in read_bandwidth().items()},
+    }
     print({k: (round(v / 1e12, 3) if k.endswith("Bps") else v) for k, v in result.items()}, flush=True)
     rows = []
     gen = torch.Generator().manual_seed(0)
@@ -81,22 +87,44 @@ def main() -> None:
             step = make_step(batch, 16, 8, args.context, 16, 4096, 4096, props.multi_processor_count, dev, gen)
             md, call, query = step["metadata"], step["call"], step["query"]
             cache_bytes = 2 * step["num_blocks"] * 16 * 8 * 128 * 2
-            copies = [torch.randn(step["cache_shape"], generator=gen).to(dev, torch.bfloat16)
-                      for _ in range(max(1, -(-2 * l2 // cache_bytes)))]
+            copies = [
+                torch.randn(step["cache_shape"], generator=gen).to(dev, torch.bfloat16)
+                for _ in range(max(1, -(-2 * l2 // cache_bytes)))
+            ]
             out = torch.empty_like(query)
             kv_bytes = 2 * batch * args.context * 8 * 128 * 2
             for splits in args.splits:
+
                 def run(kv, splits=splits):
                     k, v = kv_views(kv, 1)
-                    paged_attention(out, query, k, v, md.block_table, md.seq_lens, md.query_start_loc, call.tile_seq,
-                                    call.tile_start, 128**-0.5, num_splits=splits, split_token_range=call.token_range,
-                                    launch=call.launch if splits == call.num_splits else {"num_stages": 2},
-                                    decode=call.decode)
+                    paged_attention(
+                        out,
+                        query,
+                        k,
+                        v,
+                        md.block_table,
+                        md.seq_lens,
+                        md.query_start_loc,
+                        call.tile_seq,
+                        call.tile_start,
+                        128**-0.5,
+                        num_splits=splits,
+                        split_token_range=call.token_range,
+                        launch=call.launch if splits == call.num_splits else {"num_stages": 2},
+                        decode=call.decode,
+                    )
+
                 us = gemv_timing.time_per_call_us(run, copies, 40, 10)
-                row = {"batch": batch, "splits": splits, "builder_splits": call.num_splits, "programs": batch * 8 * splits,
-                       "us": round(us, 2), "kv_TBps": round(kv_bytes / us / 1e6, 3),
-                       "pct_copy": round(100 * kv_bytes / us / 1e-6 / result["copy_Bps"], 1),
-                       "pct_read": round(100 * kv_bytes / us / 1e-6 / result["triton_sum_Bps"], 1)}
+                row = {
+                    "batch": batch,
+                    "splits": splits,
+                    "builder_splits": call.num_splits,
+                    "programs": batch * 8 * splits,
+                    "us": round(us, 2),
+                    "kv_TBps": round(kv_bytes / us / 1e6, 3),
+                    "pct_copy": round(100 * kv_bytes / us / 1e-6 / result["copy_Bps"], 1),
+                    "pct_read": round(100 * kv_bytes / us / 1e-6 / result["triton_sum_Bps"], 1),
+                }
                 rows.append(row)
                 print(row, flush=True)
             del copies

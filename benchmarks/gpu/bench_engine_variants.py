@@ -43,14 +43,23 @@ def main() -> None:
 
     device = torch.device("cuda")
     bandwidth = measure_copy_bandwidth(device)
-    llm = LLM(args.model, load_format="dummy", dtype="bfloat16", attention_backend=args.backend,
-              max_model_len=4096, max_num_seqs=max(args.batch_size), max_num_batched_tokens=65536,
-              use_skinny_gemm=True)
+    llm = LLM(
+        args.model,
+        load_format="dummy",
+        dtype="bfloat16",
+        attention_backend=args.backend,
+        max_model_len=4096,
+        max_num_seqs=max(args.batch_size),
+        max_num_batched_tokens=65536,
+        use_skinny_gemm=True,
+    )
     engine = llm.engine
     info = engine.info
-    roofline = Roofline(copy_bandwidth=bandwidth, weight_bytes=info.weight_bytes,
-                        kv_bytes_per_token=kv_bytes_per_token(info.num_layers, info.num_kv_heads, info.head_size,
-                                                              info.kv_dtype))
+    roofline = Roofline(
+        copy_bandwidth=bandwidth,
+        weight_bytes=info.weight_bytes,
+        kv_bytes_per_token=kv_bytes_per_token(info.num_layers, info.num_kv_heads, info.head_size, info.kv_dtype),
+    )
     runner = engine.runner
     graphs, sampler = runner.cuda_graphs, runner.sampler
     side_input_stream = graphs.input_stream
@@ -61,9 +70,21 @@ def main() -> None:
     from attnserve.model_executor.greedy_head import GreedyHead
 
     plan = runner.gemv_plan
-    greedy_plan = [dict(m=m, unfused_us=c.unfused_us, unfused=c.unfused_label, fused_us=c.fused_us,
-                        config=c.config.label() if c.config else None, use_fused=c.use_fused)
-                   for m, c in sorted(plan.greedy.items())] if plan is not None else []
+    greedy_plan = (
+        [
+            dict(
+                m=m,
+                unfused_us=c.unfused_us,
+                unfused=c.unfused_label,
+                fused_us=c.fused_us,
+                config=c.config.label() if c.config else None,
+                use_fused=c.use_fused,
+            )
+            for m, c in sorted(plan.greedy.items())
+        ]
+        if plan is not None
+        else []
+    )
     for row in greedy_plan:
         print(f"greedy head plan: {row}", flush=True)
 
@@ -77,8 +98,10 @@ def main() -> None:
         from attnserve.model_executor.cuda_graph import capture_sizes
 
         print(f"engine plan:\n{plan.summary()}", flush=True)
-        for variant, attr, off in [("no whole-K tiles", "whole_k_config", lambda n, k, m: None),
-                                   ("no unsplit tile", "UNSPLIT_WIDE_TILE", None)]:
+        for variant, attr, off in [
+            ("no whole-K tiles", "whole_k_config", lambda n, k, m: None),
+            ("no unsplit tile", "UNSPLIT_WIDE_TILE", None),
+        ]:
             if variant in args.variants:
                 kept = getattr(gemv_tiles, attr)
                 setattr(gemv_tiles, attr, off)
@@ -107,8 +130,9 @@ def main() -> None:
             graphs.graphs.clear()
             graphs.capture()
         installed = plans[state["plan"]]
-        runner.greedy_head = GreedyHead(None if name == "no greedy head" or installed is None else
-                                        installed.greedy_head)
+        runner.greedy_head = GreedyHead(
+            None if name == "no greedy head" or installed is None else installed.greedy_head
+        )
 
     vocab = runner.dims.vocab_size
     rows = []
@@ -118,13 +142,28 @@ def main() -> None:
             for b in args.batch_size:
                 row = run_engine(engine, b, args.input_len, args.output_len, 2, 1, vocab, 0, roofline)
                 d = row.to_dict()
-                rows.append({"variant": name, "round": r, "batch_size": b, "tpot_ms": d["tpot_s"]["mean"] * 1e3,
-                             "pct_of_limit": d["roofline"]["pct_of_limit"]})
-                print(f"{name:17s} b{b:<3d} TPOT {rows[-1]['tpot_ms']:.4f} ms  "
-                      f"{rows[-1]['pct_of_limit']:.1f}% of limit", flush=True)
+                rows.append(
+                    {
+                        "variant": name,
+                        "round": r,
+                        "batch_size": b,
+                        "tpot_ms": d["tpot_s"]["mean"] * 1e3,
+                        "pct_of_limit": d["roofline"]["pct_of_limit"],
+                    }
+                )
+                print(
+                    f"{name:17s} b{b:<3d} TPOT {rows[-1]['tpot_ms']:.4f} ms  {rows[-1]['pct_of_limit']:.1f}% of limit",
+                    flush=True,
+                )
     use("engine")
-    out = {"model": args.model, "backend": args.backend, "copy_bandwidth": bandwidth, "greedy_plan": greedy_plan,
-           "gpu": torch.cuda.get_device_name(), "rows": rows}
+    out = {
+        "model": args.model,
+        "backend": args.backend,
+        "copy_bandwidth": bandwidth,
+        "greedy_plan": greedy_plan,
+        "gpu": torch.cuda.get_device_name(),
+        "rows": rows,
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

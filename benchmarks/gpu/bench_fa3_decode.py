@@ -33,10 +33,15 @@ import torch
 from attnserve.gemv.timing import time_per_call_us
 
 # name, batch, q heads, kv heads, context, page table width (blocks), block size: the engine's bench shapes
-CASES = [("llama_b1", 1, 32, 8, 1024, 256, 16), ("qwen_b64", 64, 16, 8, 1024, 256, 16),
-         ("llama_b64", 64, 32, 8, 1024, 256, 16), ("qwen_b64_bs64", 64, 16, 8, 1024, 64, 64),
-         ("qwen_b64_bs128", 64, 16, 8, 1024, 32, 128), ("qwen_b64_bs256", 64, 16, 8, 1024, 16, 256),
-         ("llama_b1_bs128", 1, 32, 8, 1024, 32, 128)]
+CASES = [
+    ("llama_b1", 1, 32, 8, 1024, 256, 16),
+    ("qwen_b64", 64, 16, 8, 1024, 256, 16),
+    ("llama_b64", 64, 32, 8, 1024, 256, 16),
+    ("qwen_b64_bs64", 64, 16, 8, 1024, 64, 64),
+    ("qwen_b64_bs128", 64, 16, 8, 1024, 32, 128),
+    ("qwen_b64_bs256", 64, 16, 8, 1024, 16, 256),
+    ("llama_b1_bs128", 1, 32, 8, 1024, 32, 128),
+]
 HEAD = 128
 
 
@@ -47,8 +52,13 @@ def bench_case(fa, name: str, batch: int, hq: int, hkv: int, ctx: int, width: in
     kv_bytes = 2 * batch * ctx * hkv * HEAD * 2
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
     copies = max(1, -(-2 * l2 // kv_bytes))
-    caches = [(torch.randn(num_blocks, block, hkv, HEAD, device=dev, dtype=torch.bfloat16),
-               torch.randn(num_blocks, block, hkv, HEAD, device=dev, dtype=torch.bfloat16)) for _ in range(copies)]
+    caches = [
+        (
+            torch.randn(num_blocks, block, hkv, HEAD, device=dev, dtype=torch.bfloat16),
+            torch.randn(num_blocks, block, hkv, HEAD, device=dev, dtype=torch.bfloat16),
+        )
+        for _ in range(copies)
+    ]
     q = torch.randn(batch, hq, HEAD, device=dev, dtype=torch.bfloat16)
     table = torch.full((batch, width), num_blocks - 1, dtype=torch.int32, device=dev)
     perm = torch.randperm(batch * per_req, device=dev).to(torch.int32)  # scattered blocks, as a busy cache
@@ -58,14 +68,36 @@ def bench_case(fa, name: str, batch: int, hq: int, hkv: int, ctx: int, width: in
 
     def call(kv: tuple[torch.Tensor, torch.Tensor], **kw):
         kc, vc = kv
-        out = fa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, page_table=table, cu_seqlens_q=cu_q,
-                                         max_seqlen_q=1, softmax_scale=HEAD**-0.5, causal=True, **kw)
+        out = fa.flash_attn_with_kvcache(
+            q,
+            kc,
+            vc,
+            cache_seqlens=seqlens,
+            page_table=table,
+            cu_seqlens_q=cu_q,
+            max_seqlen_q=1,
+            softmax_scale=HEAD**-0.5,
+            causal=True,
+            **kw,
+        )
         return out[0] if isinstance(out, tuple) else out
 
     def sched(num_splits: int = 0, pack_gqa=None, max_k: int = ctx):
-        return fa.get_scheduler_metadata(batch, 1, max_k, hq, hkv, HEAD, seqlens, qkv_dtype=torch.bfloat16,
-                                         cu_seqlens_q=cu_q, page_size=block, causal=True, num_splits=num_splits,
-                                         pack_gqa=pack_gqa)
+        return fa.get_scheduler_metadata(
+            batch,
+            1,
+            max_k,
+            hq,
+            hkv,
+            HEAD,
+            seqlens,
+            qkv_dtype=torch.bfloat16,
+            cu_seqlens_q=cu_q,
+            page_size=block,
+            causal=True,
+            num_splits=num_splits,
+            pack_gqa=pack_gqa,
+        )
 
     variants: dict[str, dict] = {"graph": {}}
     for s in (1, 4, 16):
@@ -85,9 +117,18 @@ def bench_case(fa, name: str, batch: int, hq: int, hkv: int, ctx: int, width: in
             rows[label] = {"us": round(us, 2), "tbps": round(kv_bytes / us / 1e6, 3), "max_err": err}
         except Exception as e:  # a knob this build rejects: reported, never counted
             rows[label] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
-    return {"case": name, "batch": batch, "q_heads": hq, "kv_heads": hkv, "context": ctx, "table_width": width,
-            "block_size": block,
-            "kv_mb": round(kv_bytes / 1e6, 2), "copies": copies, "variants": rows}
+    return {
+        "case": name,
+        "batch": batch,
+        "q_heads": hq,
+        "kv_heads": hkv,
+        "context": ctx,
+        "table_width": width,
+        "block_size": block,
+        "kv_mb": round(kv_bytes / 1e6, 2),
+        "copies": copies,
+        "variants": rows,
+    }
 
 
 def main() -> None:
@@ -101,14 +142,18 @@ def main() -> None:
         r = bench_case(fa, *case)
         results.append(r)
         base = r["variants"]["graph"].get("us")
-        print(f"== {r['case']}: batch {r['batch']}, {r['q_heads']}/{r['kv_heads']} heads, ctx {r['context']}, "
-              f"table {r['table_width']} x {r['block_size']}, KV {r['kv_mb']} MB")
+        print(
+            f"== {r['case']}: batch {r['batch']}, {r['q_heads']}/{r['kv_heads']} heads, ctx {r['context']}, "
+            f"table {r['table_width']} x {r['block_size']}, KV {r['kv_mb']} MB"
+        )
         for label, v in r["variants"].items():
             if "error" in v:
                 print(f"   {label:18s} {v['error']}")
             else:
-                print(f"   {label:18s} {v['us']:8.2f} us  {v['tbps']:6.3f} TB/s  x{base / v['us']:5.2f}  "
-                      f"err {v['max_err']:.2e}")
+                print(
+                    f"   {label:18s} {v['us']:8.2f} us  {v['tbps']:6.3f} TB/s  x{base / v['us']:5.2f}  "
+                    f"err {v['max_err']:.2e}"
+                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "results": results}, f, indent=1)

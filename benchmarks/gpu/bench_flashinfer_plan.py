@@ -73,9 +73,20 @@ class LegacyBuilder(FlashInferMetadataBuilder):
         spec = self.layer_spec
         indptr, indices, last_len = self._paged(common, first, last)
         window = spec.sliding_window - 1 if spec.sliding_window else -1
-        wrapper.plan(indptr, indices, last_len, spec.num_heads, spec.num_kv_heads, spec.head_size,
-                     common.block_size, window_left=window, logits_soft_cap=spec.logits_soft_cap,
-                     q_data_type=self.dtype, kv_data_type=self.kv_dtype, sm_scale=spec.scale)
+        wrapper.plan(
+            indptr,
+            indices,
+            last_len,
+            spec.num_heads,
+            spec.num_kv_heads,
+            spec.head_size,
+            common.block_size,
+            window_left=window,
+            logits_soft_cap=spec.logits_soft_cap,
+            q_data_type=self.dtype,
+            kv_data_type=self.kv_dtype,
+            sm_scale=spec.scale,
+        )
 
     def build_for_cudagraph_capture(self, common):
         import flashinfer
@@ -87,14 +98,22 @@ class LegacyBuilder(FlashInferMetadataBuilder):
             self._graph_last_len = torch.zeros(bs, dtype=torch.int32, device=self.device)
             self._graph_indices = torch.zeros(need, dtype=torch.int32, device=self.device)
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            _workspace(self.device), self.kv_cache_layout.value, use_cuda_graph=True,
+            _workspace(self.device),
+            self.kv_cache_layout.value,
+            use_cuda_graph=True,
             use_tensor_cores=spec.num_heads != spec.num_kv_heads,
             paged_kv_indptr_buffer=self._graph_indptr[: bs + 1],
             paged_kv_indices_buffer=self._graph_indices[:need],
-            paged_kv_last_page_len_buffer=self._graph_last_len[:bs])
+            paged_kv_last_page_len_buffer=self._graph_last_len[:bs],
+        )
         self._legacy_plan_decode(wrapper, common, 0, bs)
-        return FlashInferMetadata(common.slot_mapping, [FlashInferCall("decode", 0, bs, wrapper)],
-                                  common.query_start_loc, common.seq_lens, common.block_table)
+        return FlashInferMetadata(
+            common.slot_mapping,
+            [FlashInferCall("decode", 0, bs, wrapper)],
+            common.query_start_loc,
+            common.seq_lens,
+            common.block_table,
+        )
 
     def cudagraph_prologue(self, metadata):
         pass
@@ -110,19 +129,37 @@ def host_batch(n: int, context: int, max_blocks: int, perm: np.ndarray) -> HostB
     pos = np.full(n, context, np.int64)
     slots = table[:, context // PAGE].astype(np.int64) * PAGE + context % PAGE
     assert blocks <= max_blocks
-    return HostBatch(input_ids=np.zeros(n, np.int64), positions=pos, slot_mapping=slots,
-                     query_start_loc=np.arange(n + 1, dtype=np.int32), seq_lens=np.full(n, context + 1, np.int32),
-                     block_table=table, num_decodes=n, max_query_len=1, max_seq_len=context + 1)
+    return HostBatch(
+        input_ids=np.zeros(n, np.int64),
+        positions=pos,
+        slot_mapping=slots,
+        query_start_loc=np.arange(n + 1, dtype=np.int32),
+        seq_lens=np.full(n, context + 1, np.int32),
+        block_table=table,
+        num_decodes=n,
+        max_query_len=1,
+        max_seq_len=context + 1,
+    )
 
 
 def eager_common(host: HostBatch, device) -> CommonAttentionMetadata:
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
     return CommonAttentionMetadata(
-        query_start_loc=t(host.query_start_loc).to(device), query_start_loc_cpu=t(host.query_start_loc),
-        seq_lens=t(host.seq_lens).to(device), seq_lens_cpu=t(host.seq_lens), block_table=t(host.block_table).to(device),
-        slot_mapping=t(host.slot_mapping).to(device), num_reqs=host.num_reqs, num_actual_tokens=host.num_tokens,
-        max_query_len=1, max_seq_len=host.max_seq_len, num_decodes=host.num_reqs, num_decode_tokens=host.num_reqs,
-        block_size=PAGE, block_table_cpu=t(host.block_table))
+        query_start_loc=t(host.query_start_loc).to(device),
+        query_start_loc_cpu=t(host.query_start_loc),
+        seq_lens=t(host.seq_lens).to(device),
+        seq_lens_cpu=t(host.seq_lens),
+        block_table=t(host.block_table).to(device),
+        slot_mapping=t(host.slot_mapping).to(device),
+        num_reqs=host.num_reqs,
+        num_actual_tokens=host.num_tokens,
+        max_query_len=1,
+        max_seq_len=host.max_seq_len,
+        num_decodes=host.num_reqs,
+        num_decode_tokens=host.num_reqs,
+        block_size=PAGE,
+        block_table_cpu=t(host.block_table),
+    )
 
 
 @torch.inference_mode()  # as the model runner runs
@@ -145,7 +182,7 @@ def main() -> None:
     num_blocks = top * -(-(args.context + 1) // PAGE) + 64
     null = num_blocks  # the runner's spare block
     cache = torch.randn(FlashInferBackend.get_kv_cache_shape(num_blocks + 1, PAGE, HKV, D), dtype=dtype, device=dev)
-    spec = AttentionLayerSpec(num_heads=HQ, head_size=D, scale=D ** -0.5, num_kv_heads=HKV)
+    spec = AttentionLayerSpec(num_heads=HQ, head_size=D, scale=D**-0.5, num_kv_heads=HKV)
     impl = FlashInferImpl(spec)
     q = torch.randn(sizes[-1], HQ, D, dtype=dtype, device=dev)
     k = torch.randn(sizes[-1], HKV, D, dtype=dtype, device=dev)
@@ -161,20 +198,40 @@ def main() -> None:
     builders = {"before": LegacyBuilder(spec, dev, dtype), "after": FlashInferMetadataBuilder(spec, dev, dtype)}
     runners = {}
     for name, b in builders.items():
-        r = CudaGraphRunner(forward, b, [cache], sizes=sizes, device=dev,
-                            block_size=PAGE, max_blocks=max_blocks, null_block=null, max_model_len=max_model_len)
+        r = CudaGraphRunner(
+            forward,
+            b,
+            [cache],
+            sizes=sizes,
+            device=dev,
+            block_size=PAGE,
+            max_blocks=max_blocks,
+            null_block=null,
+            max_model_len=max_model_len,
+        )
         r.capture()
         runners[name] = r
         print(f"{name}: captured {sizes} in {r.capture_seconds:.1f} s", flush=True)
     staging = PinnedStaging(dev)
-    results = {"context": args.context, "layers": args.layers, "iters": args.iters,
-               "device": torch.cuda.get_device_name(dev), "split_limit": builders["after"].split_limit,
-               "torch_threads": torch.get_num_threads(), "rows": []}
+    results = {
+        "context": args.context,
+        "layers": args.layers,
+        "iters": args.iters,
+        "device": torch.cuda.get_device_name(dev),
+        "split_limit": builders["after"].split_limit,
+        "torch_threads": torch.get_num_threads(),
+        "rows": [],
+    }
     for n in args.batch_sizes:
         host = host_batch(n, args.context, max_blocks, perm)
         # eager reference of the same step (the new builder's build(), FlashInfer's non-graph wrappers)
-        batch = ForwardBatch(torch.zeros(n, dtype=torch.int64, device=dev), None, None,
-                             builders["after"].build(eager_common(host, dev)), [cache])
+        batch = ForwardBatch(
+            torch.zeros(n, dtype=torch.int64, device=dev),
+            None,
+            None,
+            builders["after"].build(eager_common(host, dev)),
+            [cache],
+        )
         eager = forward(batch.input_ids, None, batch).float()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -235,12 +292,21 @@ def main() -> None:
             end.record()
             torch.cuda.synchronize()
             n_kernels, kernel_ms, top = profile_kernels(g.graph.replay)
-            row = {"version": name, "batch": n, "bucket": bs, "prepare_us": statistics.median(times) * 1e6,
-                   "prepare_us_mean": statistics.fmean(times) * 1e6, "sync_debug_raises": raises,
-                   "prepare_behind_gpu_ms": behind, "step_ms": step_ms,
-                   "replay_gpu_ms": start.elapsed_time(end) / args.iters, "max_abs_diff_vs_eager": diff,
-                   "replay_kernels": n_kernels, "replay_kernel_ms": kernel_ms,
-                   "top_kernels": {k: [c, round(us, 1)] for k, (c, us) in list(top.items())[:5]}}
+            row = {
+                "version": name,
+                "batch": n,
+                "bucket": bs,
+                "prepare_us": statistics.median(times) * 1e6,
+                "prepare_us_mean": statistics.fmean(times) * 1e6,
+                "sync_debug_raises": raises,
+                "prepare_behind_gpu_ms": behind,
+                "step_ms": step_ms,
+                "replay_gpu_ms": start.elapsed_time(end) / args.iters,
+                "max_abs_diff_vs_eager": diff,
+                "replay_kernels": n_kernels,
+                "replay_kernel_ms": kernel_ms,
+                "top_kernels": {k: [c, round(us, 1)] for k, (c, us) in list(top.items())[:5]},
+            }
             if name == "after":
                 row["replan"] = g.metadata.graph.replan
             else:  # the legacy host page arrays alone (torch CPU ops, a boolean-mask gather among them)
@@ -253,13 +319,17 @@ def main() -> None:
             results["rows"].append(row)
             print(json.dumps(row), flush=True)
     results["seconds"] = time.perf_counter() - t_start
-    print(f"{'version':<7} {'batch':>5} {'prepare_us':>10} {'sync':>5} {'behind_ms':>9} {'step_ms':>8} "
-          f"{'gpu_ms':>7} {'diff':>8} replan")
+    print(
+        f"{'version':<7} {'batch':>5} {'prepare_us':>10} {'sync':>5} {'behind_ms':>9} {'step_ms':>8} "
+        f"{'gpu_ms':>7} {'diff':>8} replan"
+    )
     for row in results["rows"]:
-        print(f"{row['version']:<7} {row['batch']:>5} {row['prepare_us']:>10.1f} "
-              f"{'yes' if row['sync_debug_raises'] else 'no':>5} {row['prepare_behind_gpu_ms']:>9.2f} "
-              f"{row['step_ms']:>8.3f} {row['replay_gpu_ms']:>7.3f} {row['max_abs_diff_vs_eager']:>8.2e} "
-              f"{row.get('replan', '')}")
+        print(
+            f"{row['version']:<7} {row['batch']:>5} {row['prepare_us']:>10.1f} "
+            f"{'yes' if row['sync_debug_raises'] else 'no':>5} {row['prepare_behind_gpu_ms']:>9.2f} "
+            f"{row['step_ms']:>8.3f} {row['replay_gpu_ms']:>7.3f} {row['max_abs_diff_vs_eager']:>8.2e} "
+            f"{row.get('replan', '')}"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

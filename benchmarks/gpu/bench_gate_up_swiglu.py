@@ -41,7 +41,7 @@ def extra_configs(n: int, k: int, m: int) -> list:
     for bn in (16, 32, 64, 128):
         for bk in (64, 128, 256):
             for stages in (3, 4):
-                for warps in ((4, 8) if bn >= 64 else (4,)):
+                for warps in (4, 8) if bn >= 64 else (4,):
                     for split in (1, 2):
                         if bk * split <= k:
                             out.append(fit_config(GemvConfig(bn, bk, split, warps, stages, dot=True), m))
@@ -75,19 +75,39 @@ def main() -> None:
     print(f"{'model':<13} {'M':>3} {'+cuBLAS':>8} {'+GEMV':>8} {'fused':>8} {'x':>5}  fused config / same bits")
     for key in args.models:
         model, inter, k = SHAPES[key]
-        w = torch.randn(2 * inter, k, device=dev, dtype=torch.bfloat16) / k ** 0.5
+        w = torch.randn(2 * inter, k, device=dev, dtype=torch.bfloat16) / k**0.5
         copies = gemv_timing.weight_copies(w, 2 * l2)
         for m in args.ms:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             want = silu_and_mul(F.linear(x, w))
             cublas = t(lambda v: silu_and_mul(F.linear(x, v)), copies)
-            plain = gemv_timing.time_candidates(lambda v, cfg: silu_and_mul(gemv(x, v, None, cfg)), want, copies,
-                                                2 * inter, k, m, candidate_configs(2 * inter, k, m), args.calls,
-                                                args.replays)
-            fused_cfgs = [c for c in dict.fromkeys(candidate_configs(2 * inter, k, m) + extra_configs(2 * inter, k, m))
-                          if c.block_n >= 2]
-            fused = gemv_timing.time_candidates(lambda v, cfg: gemv(x, v, None, cfg, out_act="silu_mul"), want,
-                                                copies, inter, k, m, fused_cfgs, args.calls, args.replays)
+            plain = gemv_timing.time_candidates(
+                lambda v, cfg: silu_and_mul(gemv(x, v, None, cfg)),
+                want,
+                copies,
+                2 * inter,
+                k,
+                m,
+                candidate_configs(2 * inter, k, m),
+                args.calls,
+                args.replays,
+            )
+            fused_cfgs = [
+                c
+                for c in dict.fromkeys(candidate_configs(2 * inter, k, m) + extra_configs(2 * inter, k, m))
+                if c.block_n >= 2
+            ]
+            fused = gemv_timing.time_candidates(
+                lambda v, cfg: gemv(x, v, None, cfg, out_act="silu_mul"),
+                want,
+                copies,
+                inter,
+                k,
+                m,
+                fused_cfgs,
+                args.calls,
+                args.replays,
+            )
             best_plain = min(plain, key=lambda p: p[0]) if plain else (None, None)
             best_fused = min(fused, key=lambda p: p[0]) if fused else (None, None)
             same = None
@@ -96,34 +116,78 @@ def main() -> None:
                 same = bool(torch.equal(gemv(x, w, None, cfg, out_act="silu_mul"), silu_and_mul(gemv(x, w, None, cfg))))
             base = min(cublas, best_plain[0]) if best_plain[0] is not None else cublas
             ratio = base / best_fused[0] if best_fused[0] else None
-            row = dict(model=model, m=m, inter=inter, k=k, cublas_silu_us=cublas, gemv_silu_us=best_plain[0],
-                       gemv_config=best_plain[1].label() if best_plain[1] else None, fused_us=best_fused[0],
-                       fused_config=best_fused[1].label() if best_fused[1] else None, fused_same_bits=same,
-                       ratio=ratio, fused_all={c.label(): us for us, c in fused})
+            row = dict(
+                model=model,
+                m=m,
+                inter=inter,
+                k=k,
+                cublas_silu_us=cublas,
+                gemv_silu_us=best_plain[0],
+                gemv_config=best_plain[1].label() if best_plain[1] else None,
+                fused_us=best_fused[0],
+                fused_config=best_fused[1].label() if best_fused[1] else None,
+                fused_same_bits=same,
+                ratio=ratio,
+                fused_all={c.label(): us for us, c in fused},
+            )
             rows.append(row)
-            print(f"{model:<13} {m:>3} {cublas:8.2f} {best_plain[0] or float('nan'):8.2f} "
-                  f"{best_fused[0] or float('nan'):8.2f} {ratio or float('nan'):5.2f}  {row['fused_config']} / {same}",
-                  flush=True)
+            print(
+                f"{model:<13} {m:>3} {cublas:8.2f} {best_plain[0] or float('nan'):8.2f} "
+                f"{best_fused[0] or float('nan'):8.2f} {ratio or float('nan'):5.2f}  {row['fused_config']} / {same}",
+                flush=True,
+            )
 
     sweep = []
     for m in args.sweep_ms:
         for layer, n, k in QWEN_GEMMS:
-            w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k ** 0.5
+            w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k**0.5
             copies = gemv_timing.weight_copies(w, 2 * l2)
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             want = F.linear(x, w)
             cublas = t(lambda v: F.linear(x, v), copies)
-            timed = gemv_timing.time_candidates(lambda v, cfg: gemv(x, v, None, cfg), want, copies, n, k, m,
-                                                extra_configs(n, k, m), args.calls, args.replays)
-            cands = gemv_timing.time_candidates(lambda v, cfg: gemv(x, v, None, cfg), want, copies, n, k, m,
-                                                candidate_configs(n, k, m), args.calls, args.replays)
+            timed = gemv_timing.time_candidates(
+                lambda v, cfg: gemv(x, v, None, cfg),
+                want,
+                copies,
+                n,
+                k,
+                m,
+                extra_configs(n, k, m),
+                args.calls,
+                args.replays,
+            )
+            cands = gemv_timing.time_candidates(
+                lambda v, cfg: gemv(x, v, None, cfg),
+                want,
+                copies,
+                n,
+                k,
+                m,
+                candidate_configs(n, k, m),
+                args.calls,
+                args.replays,
+            )
             best = min(timed, key=lambda p: p[0])
             best_c = min(cands, key=lambda p: p[0])
-            sweep.append(dict(layer=layer, n=n, k=k, m=m, cublas_us=cublas, best_extra_us=best[0],
-                              best_extra=best[1].label(), best_candidate_us=best_c[0], best_candidate=best_c[1].label(),
-                              extra_all={c.label(): us for us, c in timed}))
-            print(f"sweep qwen {layer:<8} M={m:<3} cuBLAS {cublas:6.2f}  best extra {best[0]:6.2f} "
-                  f"({best[1].label()})  best candidate {best_c[0]:6.2f} ({best_c[1].label()})", flush=True)
+            sweep.append(
+                dict(
+                    layer=layer,
+                    n=n,
+                    k=k,
+                    m=m,
+                    cublas_us=cublas,
+                    best_extra_us=best[0],
+                    best_extra=best[1].label(),
+                    best_candidate_us=best_c[0],
+                    best_candidate=best_c[1].label(),
+                    extra_all={c.label(): us for us, c in timed},
+                )
+            )
+            print(
+                f"sweep qwen {layer:<8} M={m:<3} cuBLAS {cublas:6.2f}  best extra {best[0]:6.2f} "
+                f"({best[1].label()})  best candidate {best_c[0]:6.2f} ({best_c[1].label()})",
+                flush=True,
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(gate_up_swiglu=rows, sweep=sweep), f, indent=1)

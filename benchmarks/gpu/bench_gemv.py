@@ -30,10 +30,20 @@ import torch
 import torch.nn.functional as F
 
 SHAPES = {  # model -> [(layer, N, K)]
-    "llama": [("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336),
-              ("lm_head", 128256, 4096)],
-    "qwen": [("qkv", 4096, 1024), ("o", 1024, 2048), ("gate_up", 6144, 1024), ("down", 1024, 3072),
-             ("lm_head", 151936, 1024)],
+    "llama": [
+        ("qkv", 6144, 4096),
+        ("o", 4096, 4096),
+        ("gate_up", 28672, 4096),
+        ("down", 4096, 14336),
+        ("lm_head", 128256, 4096),
+    ],
+    "qwen": [
+        ("qkv", 4096, 1024),
+        ("o", 1024, 2048),
+        ("gate_up", 6144, 1024),
+        ("down", 1024, 3072),
+        ("lm_head", 151936, 1024),
+    ],
 }
 MODEL_NAMES = {"llama": "Llama-3.1-8B", "qwen": "Qwen3-0.6B"}
 NUM_LAYERS = {"Llama-3.1-8B": 32, "Qwen3-0.6B": 28}
@@ -49,8 +59,10 @@ def per_layer(rows: list[dict]) -> list[str]:
             cublas = sum(r["cublas_us"] for r in mine)
             plan = sum(r["candidate_us"] if r["plan_choice"] != "cuBLAS" else r["cublas_us"] for r in mine)
             saved_ms = (cublas - plan) * NUM_LAYERS[model] / 1e3
-            lines.append(f"{model:<13} M={m:<2} {len(mine)} GEMMs per layer: cuBLAS {cublas:7.2f} us, plan "
-                         f"{plan:7.2f} us; x {NUM_LAYERS[model]} layers: {saved_ms:.3f} ms saved per step")
+            lines.append(
+                f"{model:<13} M={m:<2} {len(mine)} GEMMs per layer: cuBLAS {cublas:7.2f} us, plan "
+                f"{plan:7.2f} us; x {NUM_LAYERS[model]} layers: {saved_ms:.3f} ms saved per step"
+            )
     return lines
 
 
@@ -87,8 +99,12 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=300.0, help="after this, time only default + candidates")
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--replays", type=int, default=10)
-    ap.add_argument("--dry-run", action="store_true", help="check this script on CPU: TRITON_INTERPRET=1, "
-                    "shapes / 64, wall-clock times of one call (meaningless as timings)")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check this script on CPU: TRITON_INTERPRET=1, "
+        "shapes / 64, wall-clock times of one call (meaningless as timings)",
+    )
     args = ap.parse_args()
     if not torch.cuda.is_available() and not args.dry_run:
         raise SystemExit("bench_gemv needs a CUDA GPU")
@@ -111,11 +127,15 @@ def main() -> None:
         name, num_sms, l2 = props.name, props.multi_processor_count, l2_bytes(dev)
         copy = copy_tbps(dev)
     prepare(dev)
-    print(f"{name}: {num_sms} SMs, L2 {l2 >> 20} MiB, copy bandwidth {copy:.2f} TB/s; "
-          f"torch {torch.__version__}, triton {__import__('triton').__version__}")
-    head = (f"{'model':<13} {'layer':<8} {'N':>6} {'K':>6} {'M':>2} {'MB':>7} | {'cuBLAS us':>9} {'TB/s':>5} | "
-            f"{'default':>7} | {'best us':>8} {'TB/s':>5} {'x cuBLAS':>8} | {'cand us':>7} {'x':>5} | "
-            f"{'best config':<24} | plan")
+    print(
+        f"{name}: {num_sms} SMs, L2 {l2 >> 20} MiB, copy bandwidth {copy:.2f} TB/s; "
+        f"torch {torch.__version__}, triton {__import__('triton').__version__}"
+    )
+    head = (
+        f"{'model':<13} {'layer':<8} {'N':>6} {'K':>6} {'M':>2} {'MB':>7} | {'cuBLAS us':>9} {'TB/s':>5} | "
+        f"{'default':>7} | {'best us':>8} {'TB/s':>5} {'x cuBLAS':>8} | {'cand us':>7} {'x':>5} | "
+        f"{'best config':<24} | plan"
+    )
     print(head)
     print("-" * len(head))
     rows, dtype = [], torch.bfloat16
@@ -133,8 +153,9 @@ def main() -> None:
                     default = default_config(n, k, m, 2, num_sms)
                     cands = candidate_configs(n, k, m, 2, num_sms)
                     budget_left = time.perf_counter() - t0 < args.budget_s
-                    configs = list(dict.fromkeys([default, *cands, *(sweep_configs(n, k, m, 2, num_sms)
-                                                                     if budget_left else [])]))
+                    configs = list(
+                        dict.fromkeys([default, *cands, *(sweep_configs(n, k, m, 2, num_sms) if budget_left else [])])
+                    )
                     timed: list[dict] = []
                     for cfg in configs:
                         entry = dict(config=dataclasses.asdict(cfg), label=cfg.label(), candidate=cfg in cands)
@@ -143,13 +164,15 @@ def main() -> None:
                             torch.cuda.synchronize()
                             entry["agrees"] = agrees(got, want)
                             if entry["agrees"]:
-                                entry["us"] = time_per_call_us(lambda v: gemv(x, v, None, cfg), copies,
-                                                               args.calls, args.replays)
+                                entry["us"] = time_per_call_us(
+                                    lambda v: gemv(x, v, None, cfg), copies, args.calls, args.replays
+                                )
                             else:
                                 err = float((got.float() - want.float()).abs().max())
                                 entry["max_abs_err"] = err
-                                print(f"  DISAGREES with F.linear: {cfg.label()} on ({n}, {k}) x {m}: "
-                                      f"max |err| {err:.3g}")
+                                print(
+                                    f"  DISAGREES with F.linear: {cfg.label()} on ({n}, {k}) x {m}: max |err| {err:.3g}"
+                                )
                         except Exception as e:  # e.g. out of shared memory / registers for this GPU
                             entry["error"] = f"{type(e).__name__}: {e}"[:300]
                         timed.append(entry)
@@ -157,39 +180,69 @@ def main() -> None:
                     best = min(ok, key=lambda t: t["us"]) if ok else None
                     best_cand = min((t for t in ok if t["candidate"]), key=lambda t: t["us"], default=None)
                     d_us = next((t.get("us") for t in timed if t["label"] == default.label()), None)
-                    row = dict(model=MODEL_NAMES[model], layer=layer, n=n, k=k, m=m, weight_mb=mbytes,
-                               cublas_us=cublas, cublas_tbps=n * k * 2 / (cublas * 1e-6) / 1e12,
-                               default_us=d_us, best_us=best and best["us"], best_config=best and best["label"],
-                               candidate_us=best_cand and best_cand["us"],
-                               candidate_config=best_cand and best_cand["label"], swept=budget_left,
-                               disagreements=sum(1 for t in timed if t.get("agrees") is False),
-                               errors=sum(1 for t in timed if "error" in t), configs=timed)
+                    row = dict(
+                        model=MODEL_NAMES[model],
+                        layer=layer,
+                        n=n,
+                        k=k,
+                        m=m,
+                        weight_mb=mbytes,
+                        cublas_us=cublas,
+                        cublas_tbps=n * k * 2 / (cublas * 1e-6) / 1e12,
+                        default_us=d_us,
+                        best_us=best and best["us"],
+                        best_config=best and best["label"],
+                        candidate_us=best_cand and best_cand["us"],
+                        candidate_config=best_cand and best_cand["label"],
+                        swept=budget_left,
+                        disagreements=sum(1 for t in timed if t.get("agrees") is False),
+                        errors=sum(1 for t in timed if "error" in t),
+                        configs=timed,
+                    )
                     row["best_tbps"] = best and n * k * 2 / (best["us"] * 1e-6) / 1e12
                     row["speedup"] = best and cublas / best["us"]
                     row["candidate_speedup"] = best_cand and cublas / best_cand["us"]
                     use = best_cand is not None and best_cand["us"] <= (1 - MARGIN) * cublas
                     row["plan_choice"] = best_cand["label"] if use else "cuBLAS"  # what GemvPlan would keep
                     rows.append(row)
-                    print(f"{row['model']:<13} {layer:<8} {n:>6} {k:>6} {m:>2} {mbytes:>7.1f} | {cublas:>9.2f} "
-                          f"{row['cublas_tbps']:>5.2f} | {_f(d_us, 7)} | {_f(row['best_us'], 8)} "
-                          f"{_f(row['best_tbps'], 5)} {_f(row['speedup'], 8)} | "
-                          f"{_f(row['candidate_us'], 7)} {_f(row['candidate_speedup'], 5)} | "
-                          f"{(row['best_config'] or '-') + ('' if budget_left else ' (no sweep)'):<24} | "
-                          f"{row['plan_choice']}", flush=True)
+                    print(
+                        f"{row['model']:<13} {layer:<8} {n:>6} {k:>6} {m:>2} {mbytes:>7.1f} | {cublas:>9.2f} "
+                        f"{row['cublas_tbps']:>5.2f} | {_f(d_us, 7)} | {_f(row['best_us'], 8)} "
+                        f"{_f(row['best_tbps'], 5)} {_f(row['speedup'], 8)} | "
+                        f"{_f(row['candidate_us'], 7)} {_f(row['candidate_speedup'], 5)} | "
+                        f"{(row['best_config'] or '-') + ('' if budget_left else ' (no sweep)'):<24} | "
+                        f"{row['plan_choice']}",
+                        flush=True,
+                    )
                 del copies, w
                 torch.cuda.empty_cache()
     elapsed = time.perf_counter() - t0
     wins = [r for r in rows if r["speedup"] and r["speedup"] >= 1.05]
-    print(f"\nTriton >= 5% faster than cuBLAS in {len(wins)}/{len(rows)} (shape, M); "
-          f"candidates alone in {sum(1 for r in rows if r['candidate_speedup'] and r['candidate_speedup'] >= 1.05)}; "
-          f"disagreements {sum(r['disagreements'] for r in rows)}, launch errors {sum(r['errors'] for r in rows)}; "
-          f"{elapsed:.1f} s")
+    print(
+        f"\nTriton >= 5% faster than cuBLAS in {len(wins)}/{len(rows)} (shape, M); "
+        f"candidates alone in {sum(1 for r in rows if r['candidate_speedup'] and r['candidate_speedup'] >= 1.05)}; "
+        f"disagreements {sum(r['disagreements'] for r in rows)}, launch errors {sum(r['errors'] for r in rows)}; "
+        f"{elapsed:.1f} s"
+    )
     print("\n".join(per_layer(rows)))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(device=name, num_sms=num_sms, l2_bytes=l2, copy_tbps=copy,
-                           torch=torch.__version__, triton=__import__("triton").__version__,
-                           calls=args.calls, replays=args.replays, seconds=elapsed, rows=rows), f, indent=1)
+            json.dump(
+                dict(
+                    device=name,
+                    num_sms=num_sms,
+                    l2_bytes=l2,
+                    copy_tbps=copy,
+                    torch=torch.__version__,
+                    triton=__import__("triton").__version__,
+                    calls=args.calls,
+                    replays=args.replays,
+                    seconds=elapsed,
+                    rows=rows,
+                ),
+                f,
+                indent=1,
+            )
         print(f"wrote {args.json}")
 
 

@@ -31,14 +31,16 @@ from benchmarks.gpu.bench_decode_graph import time_graph
 def _prefetch_kernel(ptr, n_lines, LINE_ELEMS: tl.constexpr, LINES: tl.constexpr):
     offs = tl.program_id(0) * LINES + tl.arange(0, LINES)
     ptrs = ptr + tl.minimum(offs, n_lines - 1).to(tl.int64) * LINE_ELEMS
-    tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1]; // $0 unused", "=r,l", [ptrs], dtype=tl.int32,
-                              is_pure=False, pack=1)
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2::evict_last [$1]; // $0 unused", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
+    )
 
 
 def prefetch_l2(t: torch.Tensor, lines_per_program: int = 1024) -> None:
     n_lines = t.numel() * t.element_size() // 128
-    _prefetch_kernel[(triton.cdiv(n_lines, lines_per_program),)](t, n_lines, LINE_ELEMS=128 // t.element_size(),
-                                                                   LINES=lines_per_program, num_warps=4)
+    _prefetch_kernel[(triton.cdiv(n_lines, lines_per_program),)](
+        t, n_lines, LINE_ELEMS=128 // t.element_size(), LINES=lines_per_program, num_warps=4
+    )
 
 
 def time_graph_us(fn, layers: int) -> float:
@@ -59,8 +61,11 @@ def main() -> None:
     x = torch.randn(1, args.k, device=dev, dtype=torch.bfloat16)
     side = torch.cuda.Stream()
     # cycles per microsecond for _sleep
-    clock_mhz = torch.cuda.get_device_properties(dev).clock_rate / 1000 if hasattr(
-        torch.cuda.get_device_properties(dev), "clock_rate") else 1980.0
+    clock_mhz = (
+        torch.cuda.get_device_properties(dev).clock_rate / 1000
+        if hasattr(torch.cuda.get_device_properties(dev), "clock_rate")
+        else 1980.0
+    )
     out = {"n": args.n, "k": args.k, "layers": args.layers, "weight_mb": args.n * args.k * 2 / 1e6, "rows": []}
 
     def linear_only():
@@ -90,8 +95,12 @@ def main() -> None:
             for _ in ws:
                 torch.cuda._sleep(cycles)
 
-        row = {"busy_us_asked": busy, "busy_only_us": time_graph_us(busy_only, args.layers),
-               "plain_us": time_graph_us(plain, args.layers), "prefetch_us": time_graph_us(prefetched, args.layers)}
+        row = {
+            "busy_us_asked": busy,
+            "busy_only_us": time_graph_us(busy_only, args.layers),
+            "plain_us": time_graph_us(plain, args.layers),
+            "prefetch_us": time_graph_us(prefetched, args.layers),
+        }
         row["linear_in_plain_us"] = row["plain_us"] - row["busy_only_us"]
         row["linear_in_prefetch_us"] = row["prefetch_us"] - row["busy_only_us"]
         out["rows"].append(row)

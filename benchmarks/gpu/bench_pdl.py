@@ -63,8 +63,14 @@ def main() -> None:
             print(f"plan {plan_name}: {time.perf_counter() - t0:.1f} s\n{plans[plan_name].summary()}", flush=True)
         plans[plan_name].install(model)
 
-    variants = [("plan", "plan", False), ("plan+pdl", "plan", True), ("pdlplan+pdl", "pdlplan", True),
-                ("triton", "triton", False), ("triton+pdl", "triton", True), ("cublas+pdl", None, True)]
+    variants = [
+        ("plan", "plan", False),
+        ("plan+pdl", "plan", True),
+        ("pdlplan+pdl", "pdlplan", True),
+        ("triton", "triton", False),
+        ("triton+pdl", "triton", True),
+        ("cublas+pdl", None, True),
+    ]
     results, base_logits, base_ms = [], None, None
     with torch.inference_mode():
         for name, plan_name, pdl_on in variants:
@@ -85,11 +91,20 @@ def main() -> None:
             row["logits_equal_base"] = bool(torch.equal(logits, base_logits))
             row["logits_max_diff"] = float((logits - base_logits).abs().max())
             results.append(row)
-            print(f"{name:22s} {ms:8.4f} ms  x{row['ratio']:.3f}  equal={row['logits_equal_base']} "
-                  f"maxdiff={row['logits_max_diff']:.3g}", flush=True)
+            print(
+                f"{name:22s} {ms:8.4f} ms  x{row['ratio']:.3f}  equal={row['logits_equal_base']} "
+                f"maxdiff={row['logits_max_diff']:.3g}",
+                flush=True,
+            )
     pdl.configure(False)
-    out = {"model": args.model, "backend": args.backend, "batch_size": args.batch_size, "context": args.context,
-           "gpu": torch.cuda.get_device_name(), "variants": results}
+    out = {
+        "model": args.model,
+        "backend": args.backend,
+        "batch_size": args.batch_size,
+        "context": args.context,
+        "gpu": torch.cuda.get_device_name(),
+        "variants": results,
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

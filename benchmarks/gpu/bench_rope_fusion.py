@@ -47,8 +47,11 @@ def main() -> None:
     rows, base = [], None
     with torch.inference_mode():
         for _ in range(args.rounds):
-            for name, impl, direct in (("fused", fused, True), ("two kernels", declined, True),
-                                       ("fused, tile arrays loaded", fused, False)):
+            for name, impl, direct in (
+                ("fused", fused, True),
+                ("two kernels", declined, True),
+                ("fused, tile arrays loaded", fused, False),
+            ):
                 TritonAttentionImpl.forward_with_rope = impl
                 triton_attention.DECODE_DIRECT = direct
                 logits = step().float()
@@ -58,8 +61,13 @@ def main() -> None:
                 print(f"{name:26s} {ms:8.4f} ms  equal={rows[-1]['logits_equal_fused']}", flush=True)
     TritonAttentionImpl.forward_with_rope = fused
     triton_attention.DECODE_DIRECT = True
-    out = {"model": args.model, "batch_size": args.batch_size, "context": args.context,
-           "gpu": torch.cuda.get_device_name(), "rows": rows}
+    out = {
+        "model": args.model,
+        "batch_size": args.batch_size,
+        "context": args.context,
+        "gpu": torch.cuda.get_device_name(),
+        "rows": rows,
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

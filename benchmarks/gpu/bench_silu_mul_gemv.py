@@ -72,10 +72,14 @@ def main() -> None:
         name, num_sms, l2 = props.name, props.multi_processor_count, gemv_timing.l2_bytes(dev)
     prepare(dev)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    print(f"{name}: {num_sms} SMs, L2 {l2 >> 20} MiB; torch {torch.__version__}, "
-          f"triton {__import__('triton').__version__}; microseconds per call")
-    head = (f"{'model':<13} {'N':>5} {'K':>6} {'M':>2} | {'silu':>6} {'+cuBLAS':>8} {'+GEMV':>8} | "
-            f"{'fused same':>10} {'fused best':>10} | {'saved':>6} {'x':>5} | fused config")
+    print(
+        f"{name}: {num_sms} SMs, L2 {l2 >> 20} MiB; torch {torch.__version__}, "
+        f"triton {__import__('triton').__version__}; microseconds per call"
+    )
+    head = (
+        f"{'model':<13} {'N':>5} {'K':>6} {'M':>2} | {'silu':>6} {'+cuBLAS':>8} {'+GEMV':>8} | "
+        f"{'fused same':>10} {'fused best':>10} | {'saved':>6} {'x':>5} | fused config"
+    )
     print(head)
     print("-" * len(head))
     rows, dtype, t0 = [], torch.bfloat16, time.perf_counter()
@@ -92,12 +96,30 @@ def main() -> None:
                 cands = gemv_tiles.candidate_configs(n, k, m, 2, num_sms)
                 silu_us = time_us(lambda v: silu_and_mul(gate_up), copies, args.calls, args.replays)
                 cublas_us = time_us(lambda v: F.linear(silu_and_mul(gate_up), v), copies, args.calls, args.replays)
-                plain = gemv_timing.time_candidates(lambda v, cfg: gemv(silu_and_mul(gate_up), v, None, cfg), want,
-                                                  copies, n, k, m, cands, args.calls, args.replays)
+                plain = gemv_timing.time_candidates(
+                    lambda v, cfg: gemv(silu_and_mul(gate_up), v, None, cfg),
+                    want,
+                    copies,
+                    n,
+                    k,
+                    m,
+                    cands,
+                    args.calls,
+                    args.replays,
+                )
                 plain_us, plain_cfg, _ = gemv_plan.pick_fastest(cublas_us, plain, 0.0)
                 fused_cands = gemv_tiles.candidate_configs(n, k, m, 2, num_sms, act="silu_mul")
-                fused = gemv_timing.time_candidates(lambda v, cfg: gemv(gate_up, v, None, cfg, act="silu_mul"), want,
-                                                   copies, n, k, m, fused_cands, args.calls, args.replays)
+                fused = gemv_timing.time_candidates(
+                    lambda v, cfg: gemv(gate_up, v, None, cfg, act="silu_mul"),
+                    want,
+                    copies,
+                    n,
+                    k,
+                    m,
+                    fused_cands,
+                    args.calls,
+                    args.replays,
+                )
                 fused_us, fused_cfg, _ = gemv_plan.pick_fastest(cublas_us, fused, 0.0)
                 same_us = next((us for us, cfg in fused if cfg == plain_cfg), None)
                 bitwise = None
@@ -107,29 +129,56 @@ def main() -> None:
                     bitwise = bool(torch.equal(a, b))
                 unfused_us = min(cublas_us, plain_us) if plain_us is not None else cublas_us
                 saved = unfused_us - fused_us if fused_us is not None else None
-                row = dict(model=label, n=n, k=k, m=m, silu_us=silu_us, silu_cublas_us=cublas_us,
-                           silu_gemv_us=plain_us, gemv_config=plain_cfg and plain_cfg.label(),
-                           fused_same_us=same_us, fused_best_us=fused_us, fused_config=fused_cfg and fused_cfg.label(),
-                           fused_equals_unfused_bitwise=bitwise, saved_us=saved,
-                           speedup=fused_us and unfused_us / fused_us,
-                           fused_timed={cfg.label(): us for us, cfg in fused})
+                row = dict(
+                    model=label,
+                    n=n,
+                    k=k,
+                    m=m,
+                    silu_us=silu_us,
+                    silu_cublas_us=cublas_us,
+                    silu_gemv_us=plain_us,
+                    gemv_config=plain_cfg and plain_cfg.label(),
+                    fused_same_us=same_us,
+                    fused_best_us=fused_us,
+                    fused_config=fused_cfg and fused_cfg.label(),
+                    fused_equals_unfused_bitwise=bitwise,
+                    saved_us=saved,
+                    speedup=fused_us and unfused_us / fused_us,
+                    fused_timed={cfg.label(): us for us, cfg in fused},
+                )
                 rows.append(row)
-                print(f"{label:<13} {n:>5} {k:>6} {m:>2} | {silu_us:>6.2f} {cublas_us:>8.2f} {_f(plain_us, 8)} | "
-                      f"{_f(same_us, 10)} {_f(fused_us, 10)} | {_f(saved, 6)} {_f(row['speedup'], 5)} | "
-                      f"{row['fused_config'] or '-'}{'' if bitwise is not False else '  FUSED != UNFUSED (bits)'}",
-                      flush=True)
+                print(
+                    f"{label:<13} {n:>5} {k:>6} {m:>2} | {silu_us:>6.2f} {cublas_us:>8.2f} {_f(plain_us, 8)} | "
+                    f"{_f(same_us, 10)} {_f(fused_us, 10)} | {_f(saved, 6)} {_f(row['speedup'], 5)} | "
+                    f"{row['fused_config'] or '-'}{'' if bitwise is not False else '  FUSED != UNFUSED (bits)'}",
+                    flush=True,
+                )
             del copies, w
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
     elapsed = time.perf_counter() - t0
     wins = sum(1 for r in rows if r["speedup"] and r["speedup"] >= 1.05)
-    print(f"\nfused >= 5% faster than silu_and_mul + the best unfused in {wins}/{len(rows)} (shape, M); "
-          f"bitwise mismatches {sum(1 for r in rows if r['fused_equals_unfused_bitwise'] is False)}; {elapsed:.1f} s")
+    print(
+        f"\nfused >= 5% faster than silu_and_mul + the best unfused in {wins}/{len(rows)} (shape, M); "
+        f"bitwise mismatches {sum(1 for r in rows if r['fused_equals_unfused_bitwise'] is False)}; {elapsed:.1f} s"
+    )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(device=name, num_sms=num_sms, l2_bytes=l2, torch=torch.__version__,
-                           triton=__import__("triton").__version__, calls=args.calls, replays=args.replays,
-                           seconds=elapsed, rows=rows), f, indent=1)
+            json.dump(
+                dict(
+                    device=name,
+                    num_sms=num_sms,
+                    l2_bytes=l2,
+                    torch=torch.__version__,
+                    triton=__import__("triton").__version__,
+                    calls=args.calls,
+                    replays=args.replays,
+                    seconds=elapsed,
+                    rows=rows,
+                ),
+                f,
+                indent=1,
+            )
         print(f"wrote {args.json}")
 
 

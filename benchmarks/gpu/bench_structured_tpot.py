@@ -30,11 +30,19 @@ SCHEMA = {
     "properties": {
         "id": {"type": "integer", "minimum": 0, "maximum": 1000000},
         "kind": {"enum": ["order", "refund", "query"]},
-        "customer": {"type": "object", "properties": {"name": {"type": "string"}, "vip": {"type": "boolean"}},
-                     "required": ["name", "vip"]},
-        "items": {"type": "array", "items": {"type": "object", "properties": {
-            "sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 1, "maximum": 99}},
-            "required": ["sku", "qty"]}},
+        "customer": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "vip": {"type": "boolean"}},
+            "required": ["name", "vip"],
+        },
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 1, "maximum": 99}},
+                "required": ["sku", "qty"],
+            },
+        },
         "note": {"type": "string"},
     },
     "required": ["id", "kind", "customer", "items", "note"],
@@ -60,8 +68,12 @@ def run(llm: LLM, prompts: list[list[int]], params: SamplingParams, parts=None) 
         ntok.append(n)
         if n > 1:
             tpots.append((m.finished_time - m.first_token_time) / (n - 1))
-    out = {"tpot_ms": 1e3 * statistics.median(tpots), "tokens_mean": statistics.mean(ntok),
-           "output_tok_s": sum(ntok) / wall, "wall_s": wall}
+    out = {
+        "tpot_ms": 1e3 * statistics.median(tpots),
+        "tokens_mean": statistics.mean(ntok),
+        "output_tok_s": sum(ntok) / wall,
+        "wall_s": wall,
+    }
     if parts is not None and parts.steps:
         out["host_ms"] = parts.medians()
         out["decode_steps"] = len(parts.steps)
@@ -78,14 +90,20 @@ def main() -> None:
     ap.add_argument("--no-host-parts", action="store_true", help="do not time the host's parts of each step")
     ap.add_argument("engine", nargs="*", help="LLM keyword=value")
     a = ap.parse_args()
-    kw = dict(load_format="dummy", dtype="bfloat16", max_num_seqs=a.batch, max_model_len=a.input_len + a.output_len + 16)
+    kw = dict(
+        load_format="dummy", dtype="bfloat16", max_num_seqs=a.batch, max_model_len=a.input_len + a.output_len + 16
+    )
     kw.update({k: _value(v) for k, v in (e.split("=", 1) for e in a.engine)})
     llm = LLM(a.model, **kw)
     rng = np.random.default_rng(0)
     prompts = rng.integers(100, 10000, (a.batch, a.input_len)).tolist()
     free = SamplingParams(temperature=0.0, max_tokens=a.output_len, ignore_eos=True)
-    constrained = SamplingParams(temperature=0.0, max_tokens=a.output_len, ignore_eos=True,
-                                 structured_outputs=StructuredOutputsParams(json=SCHEMA))
+    constrained = SamplingParams(
+        temperature=0.0,
+        max_tokens=a.output_len,
+        ignore_eos=True,
+        structured_outputs=StructuredOutputsParams(json=SCHEMA),
+    )
     parts = None
     if not a.no_host_parts:
         from benchmarks.structured_host import StepParts
@@ -99,8 +117,10 @@ def main() -> None:
     print(f"engine: {kw}")
     print(f"{'mode':<14} {'TPOT ms':>8} {'vs free':>8} {'tokens':>7} {'out tok/s':>10}")
     for name, r in results.items():
-        print(f"{name:<14} {r['tpot_ms']:>8.3f} {r['tpot_ms'] / base - 1:>+8.1%} {r['tokens_mean']:>7.1f} "
-              f"{r['output_tok_s']:>10.0f}")
+        print(
+            f"{name:<14} {r['tpot_ms']:>8.3f} {r['tpot_ms'] / base - 1:>+8.1%} {r['tokens_mean']:>7.1f} "
+            f"{r['output_tok_s']:>10.0f}"
+        )
     if parts is not None and all("host_ms" in r for r in results.values()):
         from benchmarks.structured_host import PARTS
 

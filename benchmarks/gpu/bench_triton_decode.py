@@ -54,8 +54,16 @@ def _wall_us(call, copies, calls=1, replays=1) -> float:  # --dry-run's stand-in
     return (time.perf_counter() - t) * 1e6
 
 
-def decode_call(table: torch.Tensor, ctx: int, block: int, hq: int, hkv: int, max_seq_len: int, num_sms: int | None,
-                dev: torch.device):
+def decode_call(
+    table: torch.Tensor,
+    ctx: int,
+    block: int,
+    hq: int,
+    hkv: int,
+    max_seq_len: int,
+    num_sms: int | None,
+    dev: torch.device,
+):
     """TRITON_ATTN's metadata and its one kernel call (``metadata.calls``) for a decode step of ``table``'s
     requests (block table (B, width) int32 on the host), each ``ctx`` tokens long; ``num_sms``: the builder's SM
     count (None: this GPU's)."""
@@ -66,10 +74,21 @@ def decode_call(table: torch.Tensor, ctx: int, block: int, hq: int, hkv: int, ma
     seq_lens = torch.full((batch,), ctx, dtype=torch.int32)
     qsl = torch.arange(batch + 1, dtype=torch.int32)
     common = CommonAttentionMetadata(
-        query_start_loc=qsl.to(dev), query_start_loc_cpu=qsl, seq_lens=seq_lens.to(dev), seq_lens_cpu=seq_lens,
-        block_table=table.to(dev), slot_mapping=torch.zeros(batch, dtype=torch.int64, device=dev), num_reqs=batch,
-        num_actual_tokens=batch, max_query_len=1, max_seq_len=max_seq_len, num_decodes=batch,
-        num_decode_tokens=batch, block_size=block, block_table_cpu=table)
+        query_start_loc=qsl.to(dev),
+        query_start_loc_cpu=qsl,
+        seq_lens=seq_lens.to(dev),
+        seq_lens_cpu=seq_lens,
+        block_table=table.to(dev),
+        slot_mapping=torch.zeros(batch, dtype=torch.int64, device=dev),
+        num_reqs=batch,
+        num_actual_tokens=batch,
+        max_query_len=1,
+        max_seq_len=max_seq_len,
+        num_decodes=batch,
+        num_decode_tokens=batch,
+        block_size=block,
+        block_table_cpu=table,
+    )
     spec = AttentionLayerSpec(num_heads=hq, head_size=HEAD, scale=HEAD**-0.5, num_kv_heads=hkv)
     builder = TritonAttentionBackend.get_builder_cls()(spec, dev, torch.bfloat16)
     if num_sms is not None:
@@ -79,8 +98,18 @@ def decode_call(table: torch.Tensor, ctx: int, block: int, hq: int, hkv: int, ma
     return metadata, call
 
 
-def make_step(batch: int, hq: int, hkv: int, ctx: int, block: int, table_tokens: int, max_seq_len: int,
-              num_sms: int, dev: torch.device, gen: torch.Generator) -> dict:
+def make_step(
+    batch: int,
+    hq: int,
+    hkv: int,
+    ctx: int,
+    block: int,
+    table_tokens: int,
+    max_seq_len: int,
+    num_sms: int,
+    dev: torch.device,
+    gen: torch.Generator,
+) -> dict:
     """One decode step's inputs and TRITON_ATTN's kernel call for it (``metadata.calls``: one call)."""
     from attnserve.attention.backends.triton_attn import TritonAttentionBackend
 
@@ -91,12 +120,29 @@ def make_step(batch: int, hq: int, hkv: int, ctx: int, block: int, table_tokens:
     table[:, :per_req] = torch.randperm(batch * per_req, generator=gen).to(torch.int32).view(batch, per_req)
     metadata, call = decode_call(table, ctx, block, hq, hkv, max_seq_len, num_sms, dev)
     cache_shape = TritonAttentionBackend.get_kv_cache_shape(num_blocks, block, hkv, HEAD)
-    return dict(metadata=metadata, call=call, cache_shape=cache_shape, num_blocks=num_blocks, width=width,
-                query=torch.randn(batch, hq, HEAD, generator=gen).to(dev, torch.bfloat16))
+    return dict(
+        metadata=metadata,
+        call=call,
+        cache_shape=cache_shape,
+        num_blocks=num_blocks,
+        width=width,
+        query=torch.randn(batch, hq, HEAD, generator=gen).to(dev, torch.bfloat16),
+    )
 
 
-def bench_case(name: str, batch: int, hq: int, hkv: int, ctx: int, block: int, args, dev: torch.device,
-               num_sms: int, l2: int, time_us) -> dict:
+def bench_case(
+    name: str,
+    batch: int,
+    hq: int,
+    hkv: int,
+    ctx: int,
+    block: int,
+    args,
+    dev: torch.device,
+    num_sms: int,
+    l2: int,
+    time_us,
+) -> dict:
     from attnserve.kernels.kv_write import kv_views
     from attnserve.kernels.reference import reference_paged_attention
     from attnserve.kernels.triton_attention import default_pages_per_tile, paged_attention
@@ -108,20 +154,42 @@ def bench_case(name: str, batch: int, hq: int, hkv: int, ctx: int, block: int, a
     splits = args.splits or call.num_splits
     kv_bytes = 2 * batch * ctx * hkv * HEAD * 2
     cache_bytes = 2 * step["num_blocks"] * block * hkv * HEAD * 2
-    copies = [torch.randn(step["cache_shape"], generator=gen).to(dev, torch.bfloat16)
-              for _ in range(max(1, -(-2 * l2 // cache_bytes)))]
+    copies = [
+        torch.randn(step["cache_shape"], generator=gen).to(dev, torch.bfloat16)
+        for _ in range(max(1, -(-2 * l2 // cache_bytes)))
+    ]
     out = torch.empty_like(query)
 
-    def run(kv: torch.Tensor, pages_per_tile: int | None, launch: dict | None = None,
-            num_splits: int | None = None) -> torch.Tensor:
+    def run(
+        kv: torch.Tensor, pages_per_tile: int | None, launch: dict | None = None, num_splits: int | None = None
+    ) -> torch.Tensor:
         key_cache, value_cache = kv_views(kv, 1)
-        return paged_attention(out, query, key_cache, value_cache, md.block_table, md.seq_lens, md.query_start_loc,
-                               call.tile_seq, call.tile_start, HEAD**-0.5, num_splits=num_splits or splits,
-                               split_token_range=call.token_range, pages_per_tile=pages_per_tile, launch=launch)
+        return paged_attention(
+            out,
+            query,
+            key_cache,
+            value_cache,
+            md.block_table,
+            md.seq_lens,
+            md.query_start_loc,
+            call.tile_seq,
+            call.tile_start,
+            HEAD**-0.5,
+            num_splits=num_splits or splits,
+            split_token_range=call.token_range,
+            pages_per_tile=pages_per_tile,
+            launch=launch,
+        )
 
     key_cache, value_cache = kv_views(copies[0], 1)
-    ref = reference_paged_attention(query.float(), torch.stack([key_cache.float(), value_cache.float()]),
-                                    md.query_start_loc, md.seq_lens, md.block_table, HEAD**-0.5)
+    ref = reference_paged_attention(
+        query.float(),
+        torch.stack([key_cache.float(), value_cache.float()]),
+        md.query_start_loc,
+        md.seq_lens,
+        md.block_table,
+        HEAD**-0.5,
+    )
     scale = float(ref.abs().max())
     rows = {}
     for label, ppt in VARIANTS.items():
@@ -129,9 +197,13 @@ def bench_case(name: str, batch: int, hq: int, hkv: int, ctx: int, block: int, a
             ppt = max(1, 128 // block)
         rel = float((run(copies[0], ppt).float() - ref).abs().max()) / scale
         us = time_us(lambda kv, ppt=ppt: run(kv, ppt), copies, args.calls, args.replays)
-        rows[label] = {"pages_per_tile": ppt or default_pages_per_tile(block, HEAD, 2), "us": round(us, 2),
-                       "tbps": round(kv_bytes / us / 1e6, 3), "rel_err": rel,
-                       "ok": rel <= TOLERANCE[torch.bfloat16]}
+        rows[label] = {
+            "pages_per_tile": ppt or default_pages_per_tile(block, HEAD, 2),
+            "us": round(us, 2),
+            "tbps": round(kv_bytes / us / 1e6, 3),
+            "rel_err": rel,
+            "ok": rel <= TOLERANCE[torch.bfloat16],
+        }
     for v in rows.values():
         v["x_page"] = round(rows["page"]["us"] / v["us"], 3)
     sweep = []
@@ -139,16 +211,36 @@ def bench_case(name: str, batch: int, hq: int, hkv: int, ctx: int, block: int, a
         for ns in split_list:
             try:
                 rel = float((run(copies[0], ppt, launch, ns).float() - ref).abs().max()) / scale
-                us = time_us(lambda kv, ppt=ppt, launch=launch, ns=ns: run(kv, ppt, launch, ns), copies, args.calls,
-                             args.replays)
+                us = time_us(
+                    lambda kv, ppt=ppt, launch=launch, ns=ns: run(kv, ppt, launch, ns), copies, args.calls, args.replays
+                )
             except Exception as e:  # noqa: BLE001 - a launch that does not compile (shared memory) is a row
                 sweep.append(dict(pages_per_tile=ppt, splits=ns, **launch, error=f"{type(e).__name__}: {e}"[:200]))
                 continue
-            sweep.append(dict(pages_per_tile=ppt, splits=ns, **launch, us=round(us, 2),
-                              tbps=round(kv_bytes / us / 1e6, 3), ok=rel <= TOLERANCE[torch.bfloat16]))
-    return dict(case=name, batch=batch, q_heads=hq, kv_heads=hkv, context=ctx, block_size=block,
-                table_width=step["width"], num_splits=splits, kv_mb=round(kv_bytes / 1e6, 2), copies=len(copies),
-                variants=rows, sweep=sorted(sweep, key=lambda r: r.get("us", 1e9)))
+            sweep.append(
+                dict(
+                    pages_per_tile=ppt,
+                    splits=ns,
+                    **launch,
+                    us=round(us, 2),
+                    tbps=round(kv_bytes / us / 1e6, 3),
+                    ok=rel <= TOLERANCE[torch.bfloat16],
+                )
+            )
+    return dict(
+        case=name,
+        batch=batch,
+        q_heads=hq,
+        kv_heads=hkv,
+        context=ctx,
+        block_size=block,
+        table_width=step["width"],
+        num_splits=splits,
+        kv_mb=round(kv_bytes / 1e6, 2),
+        copies=len(copies),
+        variants=rows,
+        sweep=sorted(sweep, key=lambda r: r.get("us", 1e9)),
+    )
 
 
 def _sweep(args, block: int, splits: int) -> list[tuple[int, list[int], dict]]:
@@ -173,19 +265,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
-    ap.add_argument("--max-seq-len", type=int, default=None,
-                    help="the step's max_seq_len for the builder's split choice (default: the context)")
+    ap.add_argument(
+        "--max-seq-len",
+        type=int,
+        default=None,
+        help="the step's max_seq_len for the builder's split choice (default: the context)",
+    )
     ap.add_argument("--splits", type=int, default=None, help="force this split-KV count (default: the builder's)")
     ap.add_argument("--table-tokens", type=int, default=4096, help="block table width in tokens (max_model_len)")
     ap.add_argument("--calls", type=int, default=40)
     ap.add_argument("--replays", type=int, default=10)
-    ap.add_argument("--sweep", action="store_true",
-                    help="also time KV tiles (--sweep-tokens) x warps x stages x maxnreg 128 or not x split counts")
+    ap.add_argument(
+        "--sweep",
+        action="store_true",
+        help="also time KV tiles (--sweep-tokens) x warps x stages x maxnreg 128 or not x split counts",
+    )
     ap.add_argument("--sweep-tokens", type=int, nargs="+", default=[64, 128], help="--sweep's KV tile sizes (tokens)")
     ap.add_argument("--sweep-warps", type=int, nargs="+", default=[4, 8], help="--sweep's warp counts")
     ap.add_argument("--sweep-stages", type=int, nargs="+", default=[2, 3, 4], help="--sweep's pipeline depths")
-    ap.add_argument("--no-sweep-maxnreg", dest="sweep_maxnreg", action="store_false",
-                    help="--sweep without the maxnreg=128 variants")
+    ap.add_argument(
+        "--no-sweep-maxnreg",
+        dest="sweep_maxnreg",
+        action="store_false",
+        help="--sweep without the maxnreg=128 variants",
+    )
     ap.add_argument("--dry-run", action="store_true", help="check this script on CPU (see the docstring)")
     args = ap.parse_args()
     if not torch.cuda.is_available() and not args.dry_run:
@@ -208,20 +311,26 @@ def main() -> None:
         dev = torch.device("cuda")
         props = torch.cuda.get_device_properties(dev)
         name, num_sms, l2 = props.name, props.multi_processor_count, gemv_timing.l2_bytes(dev)
-    print(f"{name}: {num_sms} SMs, L2 {l2 >> 20} MiB; torch {torch.__version__}, triton {triton.__version__}; "
-          f"bfloat16, head {HEAD}, microseconds per call")
+    print(
+        f"{name}: {num_sms} SMs, L2 {l2 >> 20} MiB; torch {torch.__version__}, triton {triton.__version__}; "
+        f"bfloat16, head {HEAD}, microseconds per call"
+    )
     results, t0 = [], time.perf_counter()
     with torch.no_grad():
         for case, shape in cases.items():
             r = bench_case(case, *shape, args, dev, num_sms, l2, time_us)
             results.append(r)
-            print(f"== {case}: batch {r['batch']}, {r['q_heads']}/{r['kv_heads']} heads, context {r['context']}, "
-                  f"block {r['block_size']}, table {r['table_width']} wide, splits {r['num_splits']}, "
-                  f"KV {r['kv_mb']} MB x {r['copies']} copies")
+            print(
+                f"== {case}: batch {r['batch']}, {r['q_heads']}/{r['kv_heads']} heads, context {r['context']}, "
+                f"block {r['block_size']}, table {r['table_width']} wide, splits {r['num_splits']}, "
+                f"KV {r['kv_mb']} MB x {r['copies']} copies"
+            )
             for label, v in r["variants"].items():
-                print(f"   {label:8s} {v['pages_per_tile']:2d} pages/tile {v['us']:9.2f} us {v['tbps']:7.3f} TB/s "
-                      f"x page {v['x_page']:5.2f}  rel err {v['rel_err']:.1e}{'' if v['ok'] else '  WRONG'}",
-                      flush=True)
+                print(
+                    f"   {label:8s} {v['pages_per_tile']:2d} pages/tile {v['us']:9.2f} us {v['tbps']:7.3f} TB/s "
+                    f"x page {v['x_page']:5.2f}  rel err {v['rel_err']:.1e}{'' if v['ok'] else '  WRONG'}",
+                    flush=True,
+                )
             for row in r["sweep"][:6]:
                 print(f"   sweep {row}", flush=True)
             if dev.type == "cuda":
@@ -229,8 +338,19 @@ def main() -> None:
     print(f"{time.perf_counter() - t0:.1f} s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(device=name, num_sms=num_sms, l2_bytes=l2, torch=torch.__version__,
-                           triton=triton.__version__, args=vars(args), results=results), f, indent=1)
+            json.dump(
+                dict(
+                    device=name,
+                    num_sms=num_sms,
+                    l2_bytes=l2,
+                    torch=torch.__version__,
+                    triton=triton.__version__,
+                    args=vars(args),
+                    results=results,
+                ),
+                f,
+                indent=1,
+            )
         print(f"wrote {args.json}")
 
 

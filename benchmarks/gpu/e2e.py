@@ -35,9 +35,12 @@ BF16_CHECKED = 16
 
 def backends(dtype: torch.dtype) -> list[tuple[str, str, dict]]:
     """(label, backend, attention_config) installed here that support ``dtype``."""
-    out = [("TRITON_ATTN", "TRITON_ATTN", {}), ("TRITON_ATTN eager", "TRITON_ATTN", {}),
-           ("TRITON_ATTN pd", "TRITON_ATTN", {"use_prefill_decode_attention": True}),
-           ("FLEX_ATTENTION", "FLEX_ATTENTION", {})]
+    out = [
+        ("TRITON_ATTN", "TRITON_ATTN", {}),
+        ("TRITON_ATTN eager", "TRITON_ATTN", {}),
+        ("TRITON_ATTN pd", "TRITON_ATTN", {"use_prefill_decode_attention": True}),
+        ("FLEX_ATTENTION", "FLEX_ATTENTION", {}),
+    ]
     if dtype != torch.float32:
         if _has("flash_attn_interface"):
             out.append(("FLASH_ATTN/3", "FLASH_ATTN", {"flash_attn_version": 3}))
@@ -67,8 +70,11 @@ def hf_greedy(model, ids: list[int], n: int) -> tuple[list[int], list[float]]:
 def transformers_reference(gguf: str, dtype: torch.dtype, tokenizer) -> dict[str, tuple[list[int], list[float]]]:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(os.path.dirname(gguf), gguf_file=os.path.basename(gguf),
-                                                 dtype=dtype).cuda().eval()
+    model = (
+        AutoModelForCausalLM.from_pretrained(os.path.dirname(gguf), gguf_file=os.path.basename(gguf), dtype=dtype)
+        .cuda()
+        .eval()
+    )
     ref = {p: hf_greedy(model, tokenizer.encode(p), NEW_TOKENS) for p in PROMPTS}
     del model
     gc.collect()
@@ -93,8 +99,15 @@ def run(gguf: str) -> list[dict]:
             try:
                 mem = {"gpu_memory_utilization": 0.5} if first else {"kv_cache_memory": 1 << 30}
                 eager = label.endswith(" eager")  # the same backend without CUDA graphs
-                llm = LLM(gguf, dtype=dname, device="cuda", attention_backend=backend, attention_config=cfg,
-                          enforce_eager=eager, **mem)
+                llm = LLM(
+                    gguf,
+                    dtype=dname,
+                    device="cuda",
+                    attention_backend=backend,
+                    attention_config=cfg,
+                    enforce_eager=eager,
+                    **mem,
+                )
                 first = False
                 runner = llm.engine.runner
                 row["kv_blocks"] = runner.num_blocks
@@ -126,14 +139,22 @@ def run(gguf: str) -> list[dict]:
             print(json.dumps(row), flush=True)
         if dtype == torch.float32 and tokens_by_backend:  # all backends identical to each other
             base = next(iter(tokens_by_backend.values()))
-            rows.append({"dtype": dname, "backend": "all float32 backends identical",
-                         "match_hf": all(t == base for t in tokens_by_backend.values()), "divergences": []})
+            rows.append(
+                {
+                    "dtype": dname,
+                    "backend": "all float32 backends identical",
+                    "match_hf": all(t == base for t in tokens_by_backend.values()),
+                    "divergences": [],
+                }
+            )
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    lines = [f"{'dtype':<9} {'backend':<32} {'graph replays':>13} {'same as transformers':<21} "
-             "divergences (prompt, step, hf margin)"]
+    lines = [
+        f"{'dtype':<9} {'backend':<32} {'graph replays':>13} {'same as transformers':<21} "
+        "divergences (prompt, step, hf margin)"
+    ]
     for r in rows:
         status = "ERROR " + r["error"][:80] if "error" in r else ("yes" if r["match_hf"] else "no")
         div = "; ".join(f"{d['prompt']!r}@{d['step']} m={d['hf_margin']}" for d in r.get("divergences", []))

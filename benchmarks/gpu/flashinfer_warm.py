@@ -22,8 +22,20 @@ def warm(hq: int, hkv: int, d: int, dtype: torch.dtype, page: int = 16) -> None:
     dec.plan(indptr, indices, last, hq, hkv, d, page, q_data_type=dtype, kv_data_type=dtype)
     dec.run(torch.randn(1, hq, d, dtype=dtype, device="cuda"), cache)
     pre = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
-    pre.plan(torch.tensor([0, 7], dtype=torch.int32), indptr, indices, last, hq, hkv, d, page, causal=True,
-             q_data_type=dtype, kv_data_type=dtype, o_data_type=dtype)
+    pre.plan(
+        torch.tensor([0, 7], dtype=torch.int32),
+        indptr,
+        indices,
+        last,
+        hq,
+        hkv,
+        d,
+        page,
+        causal=True,
+        q_data_type=dtype,
+        kv_data_type=dtype,
+        o_data_type=dtype,
+    )
     pre.run(torch.randn(7, hq, d, dtype=dtype, device="cuda"), cache)
     torch.cuda.synchronize()
 

@@ -18,10 +18,14 @@ import torch
 from benchmarks.gpu.bench_decode_graph import profile_kernels, time_graph
 
 # kernel-name patterns -> category (first match wins); the rest are "other"
-CATEGORIES = [("attention", r"attention|flash|decode|prefill|fwd_kernel|splitkv|combine|merge"),  # FA3 is cutlass
-              ("matmul", r"gemm|gemv|nvjet|cutlass|xmma|sm90_|_mm_|matmul|splitKreduce"),
-              ("norm", r"norm"), ("rope+kv_write", r"rotary_kv_write"), ("rope", r"rope|rotary"),
-              ("kv_write", r"cache|reshape_and")]
+CATEGORIES = [
+    ("attention", r"attention|flash|decode|prefill|fwd_kernel|splitkv|combine|merge"),  # FA3 is cutlass
+    ("matmul", r"gemm|gemv|nvjet|cutlass|xmma|sm90_|_mm_|matmul|splitKreduce"),
+    ("norm", r"norm"),
+    ("rope+kv_write", r"rotary_kv_write"),
+    ("rope", r"rope|rotary"),
+    ("kv_write", r"cache|reshape_and"),
+]
 
 
 def categorize(top: dict[str, tuple[int, float]]) -> dict[str, dict[str, float]]:
@@ -73,12 +77,24 @@ def decode_batch(model: str, backend: str, bs: int, ctx: int, block: int = 16):
     from attnserve import LLM, SamplingParams
     from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
 
-    llm = LLM(model, load_format="dummy", dtype="bfloat16", attention_backend=backend, block_size=block,
-              max_model_len=ctx + 16, max_num_seqs=max(bs, 8), enforce_eager=True)
+    llm = LLM(
+        model,
+        load_format="dummy",
+        dtype="bfloat16",
+        attention_backend=backend,
+        block_size=block,
+        max_model_len=ctx + 16,
+        max_num_seqs=max(bs, 8),
+        enforce_eager=True,
+    )
     runner = llm.engine.runner
     per_req = -(-ctx // block)
-    reqs = [ScheduledRequest(f"r{i}", [11 + i], ctx - 1, list(range(i * per_req, (i + 1) * per_req)),
-                             SamplingParams(max_tokens=1), True) for i in range(bs)]
+    reqs = [
+        ScheduledRequest(
+            f"r{i}", [11 + i], ctx - 1, list(range(i * per_req, (i + 1) * per_req)), SamplingParams(max_tokens=1), True
+        )
+        for i in range(bs)
+    ]
     assert bs * per_req <= runner.num_blocks, (bs * per_req, runner.num_blocks)
     with torch.inference_mode():  # the engine's buffers are inference tensors
         return llm, runner.prepare(SchedulerOutput(requests=reqs))
@@ -101,10 +117,19 @@ def _profile(runner, batch) -> dict:
         in_graph = _profile_replay(step)
     except RuntimeError as e:
         graph_ms, graph_error, in_graph = float("nan"), str(e).splitlines()[0], {}
-    return {"in_graph": in_graph, "backend": runner.backend.name, "gpu": torch.cuda.get_device_name(), "kernels_per_step": num,
-            "kernels_per_layer": round(num / runner.dims.num_layers, 2), "kernel_time_ms": gpu_ms,
-            "graph_step_ms": graph_ms, "graph_error": graph_error, "gap_ms": graph_ms - gpu_ms,
-            "by_category": categorize(by_name), "kernels_us": by_name}
+    return {
+        "in_graph": in_graph,
+        "backend": runner.backend.name,
+        "gpu": torch.cuda.get_device_name(),
+        "kernels_per_step": num,
+        "kernels_per_layer": round(num / runner.dims.num_layers, 2),
+        "kernel_time_ms": gpu_ms,
+        "graph_step_ms": graph_ms,
+        "graph_error": graph_error,
+        "gap_ms": graph_ms - gpu_ms,
+        "by_category": categorize(by_name),
+        "kernels_us": by_name,
+    }
 
 
 def _profile_replay(step) -> dict:
@@ -132,9 +157,14 @@ def _profile_replay(step) -> dict:
     starts = [e.time_range.start for e in kernels]
     ends = [e.time_range.end for e in kernels]
     busy_us = sum(e.device_time for e in kernels)
-    return {"kernels": len(kernels), "busy_ms": busy_us / 1000, "span_ms": (max(ends) - min(starts)) / 1000,
-            "idle_ms": (max(ends) - min(starts) - busy_us) / 1000, "by_category": categorize(by_name),
-            "kernels_us": dict(sorted(by_name.items(), key=lambda kv: -kv[1][1])[:40])}
+    return {
+        "kernels": len(kernels),
+        "busy_ms": busy_us / 1000,
+        "span_ms": (max(ends) - min(starts)) / 1000,
+        "idle_ms": (max(ends) - min(starts) - busy_us) / 1000,
+        "by_category": categorize(by_name),
+        "kernels_us": dict(sorted(by_name.items(), key=lambda kv: -kv[1][1])[:40]),
+    }
 
 
 if __name__ == "__main__":

@@ -37,8 +37,16 @@ def run_one(args, backend: str, budget: int) -> dict:
     from attnserve.benchmarks.latency import iteration_requests
     from attnserve.core.sampling_params import SamplingParams
 
-    llm = LLM(args.model, tokenizer=args.tokenizer, load_format="dummy", dtype="bfloat16", attention_backend=backend,
-              max_model_len=2304, max_num_seqs=256, max_num_batched_tokens=budget)
+    llm = LLM(
+        args.model,
+        tokenizer=args.tokenizer,
+        load_format="dummy",
+        dtype="bfloat16",
+        attention_backend=backend,
+        max_model_len=2304,
+        max_num_seqs=256,
+        max_num_batched_tokens=budget,
+    )
     engine = llm.engine
     vocab = engine.runner.dims.vocab_size
     params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, detokenize=False)
@@ -58,12 +66,17 @@ def run_one(args, backend: str, budget: int) -> dict:
         r = by.setdefault(e.name[:80], [0, 0.0])
         r[0] += 1
         r[1] += e.device_time / 1e3
-    cpu = sorted(((e.key, e.self_cpu_time_total / 1e3, e.count) for e in prof.key_averages()),
-                 key=lambda x: -x[1])[:15]
-    out = {"backend": backend, "budget": budget, "ms_to_first_tokens": wall * 1e3, "steps": steps,
-           "profiled_wall_ms": prof_wall * 1e3, "gpu_busy_ms": busy,
-           "top_kernels_ms": sorted(([k, n, round(t, 2)] for k, (n, t) in by.items()), key=lambda x: -x[2])[:15],
-           "top_cpu_self_ms": [[k[:80], round(t, 2), n] for k, t, n in cpu]}
+    cpu = sorted(((e.key, e.self_cpu_time_total / 1e3, e.count) for e in prof.key_averages()), key=lambda x: -x[1])[:15]
+    out = {
+        "backend": backend,
+        "budget": budget,
+        "ms_to_first_tokens": wall * 1e3,
+        "steps": steps,
+        "profiled_wall_ms": prof_wall * 1e3,
+        "gpu_busy_ms": busy,
+        "top_kernels_ms": sorted(([k, n, round(t, 2)] for k, (n, t) in by.items()), key=lambda x: -x[2])[:15],
+        "top_cpu_self_ms": [[k[:80], round(t, 2), n] for k, t, n in cpu],
+    }
     del engine, llm
     gc.collect()
     if torch.cuda.is_available():
@@ -88,8 +101,10 @@ def main() -> None:
             results.append(r)
             print(json.dumps(r, indent=1), flush=True)
     for r in results:
-        print(f"{r['backend']:<12} budget {r['budget']:>6}: {r['ms_to_first_tokens']:8.1f} ms, {r['steps']:3d} steps, "
-              f"GPU busy {r['gpu_busy_ms']:8.1f} of {r['profiled_wall_ms']:8.1f} ms profiled")
+        print(
+            f"{r['backend']:<12} budget {r['budget']:>6}: {r['ms_to_first_tokens']:8.1f} ms, {r['steps']:3d} steps, "
+            f"GPU busy {r['gpu_busy_ms']:8.1f} of {r['profiled_wall_ms']:8.1f} ms profiled"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

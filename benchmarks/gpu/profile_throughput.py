@@ -32,8 +32,10 @@ def _run(engine, requests, record: list | None, prof_first: int = 0, prof_decode
     from attnserve.core.sampling_params import SamplingParams
 
     for r in requests:
-        engine.add_request(r.prompt_token_ids, SamplingParams(temperature=0.0, max_tokens=r.output_len,
-                                                              ignore_eos=True, detokenize=False))
+        engine.add_request(
+            r.prompt_token_ids,
+            SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True, detokenize=False),
+        )
     sched = engine.scheduler
     original = sched.schedule
     last: list = []
@@ -96,8 +98,16 @@ def main() -> None:
     kw = {} if args.max_num_batched_tokens is None else {"max_num_batched_tokens": args.max_num_batched_tokens}
     if args.attention_backend:
         kw["attention_backend"] = args.attention_backend
-    llm = LLM(args.model, tokenizer=args.tokenizer, load_format="dummy", dtype="bfloat16" if torch.cuda.is_available() else "float32", max_model_len=2304,
-              max_num_seqs=256, seed=0, **kw)
+    llm = LLM(
+        args.model,
+        tokenizer=args.tokenizer,
+        load_format="dummy",
+        dtype="bfloat16" if torch.cuda.is_available() else "float32",
+        max_model_len=2304,
+        max_num_seqs=256,
+        seed=0,
+        **kw,
+    )
     engine = llm.engine
     vocab = engine.runner.dims.vocab_size
     _run(engine, _requests(vocab, 1, args.num_prompts, args.length), None)
@@ -111,17 +121,28 @@ def main() -> None:
     for _, b, t in decode:
         by_batch.setdefault(min(256, 32 * (b // 32 + 1) if b % 32 else b), []).append(t)
     report = {
-        "flags": kw, "wall_s": wall, "output_tok_per_s": out_tokens / wall, "steps": len(steps),
-        "prefill_steps": len(prefill), "prefill_steps_s": sum(s[2] for s in prefill),
+        "flags": kw,
+        "wall_s": wall,
+        "output_tok_per_s": out_tokens / wall,
+        "steps": len(steps),
+        "prefill_steps": len(prefill),
+        "prefill_steps_s": sum(s[2] for s in prefill),
         "prefill_tokens": sum(s[0] for s in prefill),
-        "decode_steps": len(decode), "decode_steps_s": sum(s[2] for s in decode),
+        "decode_steps": len(decode),
+        "decode_steps_s": sum(s[2] for s in decode),
         "other_steps_s": sum(s[2] for s in steps if s[0] == 0 and s[1] == 0),
         "decode_ms_by_batch_upto": {k: [len(v), round(1e3 * sum(v) / len(v), 3)] for k, v in sorted(by_batch.items())},
         "first_steps": [[p, d, round(t * 1e3, 2)] for p, d, t in steps[:40]],
     }
     print(json.dumps(report, indent=1), flush=True)
     engine.reset_prefix_cache()
-    _run(engine, _requests(vocab, 2, args.num_prompts, args.length), None, args.cprofile_steps, args.cprofile_decode_steps)
+    _run(
+        engine,
+        _requests(vocab, 2, args.num_prompts, args.length),
+        None,
+        args.cprofile_steps,
+        args.cprofile_decode_steps,
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

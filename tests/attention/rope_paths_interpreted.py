@@ -20,12 +20,24 @@ from tests.gpu.cases import Case, run_rope_paths
 # KV-cache memory orders
 PATH_CASES = {
     f"{shape}-{dt}{'-kvfp8' if fp8 else ''}-{layout}-{'qk_norm' if norm else 'rope'}": (
-        dict(shape=shape, num_heads=8, num_kv_heads=2, head_size=32, dtype=getattr(torch, dt),
-             kv_cache_dtype="fp8" if fp8 else "auto", layout=layout), norm)
+        dict(
+            shape=shape,
+            num_heads=8,
+            num_kv_heads=2,
+            head_size=32,
+            dtype=getattr(torch, dt),
+            kv_cache_dtype="fp8" if fp8 else "auto",
+            layout=layout,
+        ),
+        norm,
+    )
     for shape, dt, fp8, layout, norm in [
-        ("decode_b64", "bfloat16", False, "NHD", False), ("decode_b64", "bfloat16", False, "NHD", True),
-        ("prefill", "float16", False, "NHD", True), ("mixed", "bfloat16", False, "HND", True),
-        ("mixed", "bfloat16", True, "NHD", True), ("decode_b64", "float32", True, "HND", False),
+        ("decode_b64", "bfloat16", False, "NHD", False),
+        ("decode_b64", "bfloat16", False, "NHD", True),
+        ("prefill", "float16", False, "NHD", True),
+        ("mixed", "bfloat16", False, "HND", True),
+        ("mixed", "bfloat16", True, "NHD", True),
+        ("decode_b64", "float32", True, "HND", False),
     ]
 }
 

@@ -39,21 +39,46 @@ CHANGED = {
 
 CHANGES, REFUSED, UNUSED = "changes what runs", "refused", "warned unused"
 EXPECTED = {
-    "FLASH_ATTN": {"flash_attn_version": CHANGES, "use_prefill_decode_attention": CHANGES,
-                   "flash_attn_max_num_splits_for_cuda_graph": CHANGES, "use_trtllm_attention": UNUSED,
-                   "disable_flashinfer_prefill": UNUSED, "disable_flashinfer_q_quantization": UNUSED},
-    "FLASHINFER": {"flash_attn_version": UNUSED, "use_prefill_decode_attention": CHANGES,
-                   "flash_attn_max_num_splits_for_cuda_graph": UNUSED, "use_trtllm_attention": REFUSED,
-                   "disable_flashinfer_prefill": CHANGES, "disable_flashinfer_q_quantization": CHANGES},
-    "TRITON_ATTN": {"flash_attn_version": UNUSED, "use_prefill_decode_attention": CHANGES,
-                    "flash_attn_max_num_splits_for_cuda_graph": UNUSED, "use_trtllm_attention": UNUSED,
-                    "disable_flashinfer_prefill": UNUSED, "disable_flashinfer_q_quantization": UNUSED},
-    "FLEX_ATTENTION": {"flash_attn_version": UNUSED, "use_prefill_decode_attention": CHANGES,
-                       "flash_attn_max_num_splits_for_cuda_graph": UNUSED, "use_trtllm_attention": UNUSED,
-                       "disable_flashinfer_prefill": UNUSED, "disable_flashinfer_q_quantization": UNUSED},
-    "CPU_ATTN": {"flash_attn_version": UNUSED, "use_prefill_decode_attention": REFUSED,
-                 "flash_attn_max_num_splits_for_cuda_graph": UNUSED, "use_trtllm_attention": UNUSED,
-                 "disable_flashinfer_prefill": UNUSED, "disable_flashinfer_q_quantization": UNUSED},
+    "FLASH_ATTN": {
+        "flash_attn_version": CHANGES,
+        "use_prefill_decode_attention": CHANGES,
+        "flash_attn_max_num_splits_for_cuda_graph": CHANGES,
+        "use_trtllm_attention": UNUSED,
+        "disable_flashinfer_prefill": UNUSED,
+        "disable_flashinfer_q_quantization": UNUSED,
+    },
+    "FLASHINFER": {
+        "flash_attn_version": UNUSED,
+        "use_prefill_decode_attention": CHANGES,
+        "flash_attn_max_num_splits_for_cuda_graph": UNUSED,
+        "use_trtllm_attention": REFUSED,
+        "disable_flashinfer_prefill": CHANGES,
+        "disable_flashinfer_q_quantization": CHANGES,
+    },
+    "TRITON_ATTN": {
+        "flash_attn_version": UNUSED,
+        "use_prefill_decode_attention": CHANGES,
+        "flash_attn_max_num_splits_for_cuda_graph": UNUSED,
+        "use_trtllm_attention": UNUSED,
+        "disable_flashinfer_prefill": UNUSED,
+        "disable_flashinfer_q_quantization": UNUSED,
+    },
+    "FLEX_ATTENTION": {
+        "flash_attn_version": UNUSED,
+        "use_prefill_decode_attention": CHANGES,
+        "flash_attn_max_num_splits_for_cuda_graph": UNUSED,
+        "use_trtllm_attention": UNUSED,
+        "disable_flashinfer_prefill": UNUSED,
+        "disable_flashinfer_q_quantization": UNUSED,
+    },
+    "CPU_ATTN": {
+        "flash_attn_version": UNUSED,
+        "use_prefill_decode_attention": REFUSED,
+        "flash_attn_max_num_splits_for_cuda_graph": UNUSED,
+        "use_trtllm_attention": UNUSED,
+        "disable_flashinfer_prefill": UNUSED,
+        "disable_flashinfer_q_quantization": UNUSED,
+    },
 }
 # the cache each backend is judged with: fp8 where it reads one (disable_flashinfer_q_quantization is about fp8);
 # FLASH_ATTN 16-bit, so that flash_attn_version 4 (no fp8) is judged on its own (fp8 runs: the tests further down)
@@ -66,6 +91,7 @@ def test_the_walk_covers_every_field():
 
 
 # ---------------------------------------------------------------- recorders in place of the kernel libraries
+
 
 def _arg(x):
     """A call argument as plain data: tensors by shape and dtype, numbers and text as they are."""
@@ -91,6 +117,7 @@ def _flash_attn_modules(rec: Recorder) -> dict[str, types.ModuleType]:
             if name.endswith("get_scheduler_metadata"):
                 return torch.zeros(4, dtype=torch.int32)
             return torch.zeros(args[0].shape, dtype=torch.bfloat16)
+
         return call
 
     mods = {}
@@ -115,6 +142,7 @@ def _flashinfer_module(rec: Recorder) -> types.ModuleType:
 
             def run(self, q, kv_cache, out=None, **kwargs):
                 rec.note(f"{kind}.run", (q,), kwargs)
+
         return Wrapper
 
     m = types.ModuleType("flashinfer")
@@ -129,14 +157,16 @@ def recorder(monkeypatch):
     for name, mod in {**_flash_attn_modules(rec), "flashinfer": _flashinfer_module(rec)}.items():
         monkeypatch.setitem(sys.modules, name, mod)
     # FlashInfer's CUDA-graph planner reads the SM count at construction (an H200's)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(multi_processor_count=132))
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(multi_processor_count=132)
+    )
     return rec
 
 
 def _spec(kv: str):
     from attnserve.attention.backend import AttentionLayerSpec
 
-    return AttentionLayerSpec(num_heads=32, head_size=128, scale=128 ** -0.5, num_kv_heads=8, kv_cache_dtype=kv)
+    return AttentionLayerSpec(num_heads=32, head_size=128, scale=128**-0.5, num_kv_heads=8, kv_cache_dtype=kv)
 
 
 def run_plan(backend: str, cfg: AttentionConfig, rec: Recorder, kv: str | None = None) -> list:
@@ -153,15 +183,19 @@ def run_plan(backend: str, cfg: AttentionConfig, rec: Recorder, kv: str | None =
     gen = torch.Generator().manual_seed(0)
     common, num_blocks = make_step([1, 1, 5], [9, 20, 5], 16, gen, dev)
     rec.calls.clear()
-    builder = backend_cls.get_builder_cls()(spec, dev, torch.bfloat16, attention_config=cfg,
-                                            kv_cache_layout=KVCacheLayout.NHD)
+    builder = backend_cls.get_builder_cls()(
+        spec, dev, torch.bfloat16, attention_config=cfg, kv_cache_layout=KVCacheLayout.NHD
+    )
     metadata = builder.build(common)
     if backend in ("TRITON_ATTN", "FLEX_ATTENTION"):  # our kernels: the plan is the call list
-        return [(c.token_range, c.num_splits) if backend == "TRITON_ATTN" else (c.query_start, c.query_end)
-                for c in metadata.calls]
+        return [
+            (c.token_range, c.num_splits) if backend == "TRITON_ATTN" else (c.query_start, c.query_end)
+            for c in metadata.calls
+        ]
     impl = backend_cls.get_impl_cls()(spec, attention_config=cfg)
-    (cache,) = allocate_kv_caches(backend_cls, KVCacheLayout.NHD, 1, num_blocks, 16, 8, 128,
-                                  kv_cache_torch_dtype(kv, torch.bfloat16), dev)
+    (cache,) = allocate_kv_caches(
+        backend_cls, KVCacheLayout.NHD, 1, num_blocks, 16, 8, 128, kv_cache_torch_dtype(kv, torch.bfloat16), dev
+    )
     q, k, v = (torch.randn(7, h, 128, dtype=torch.bfloat16) for h in (32, 8, 8))
     impl.forward(q, k, v, cache, metadata)
     if backend == "FLASH_ATTN":  # the decode graph's split plan (made inside the graph by the prologue)
@@ -199,14 +233,16 @@ def test_field_changes_what_runs_or_is_refused(backend, field, recorder):
 
 # ---------------------------------------------------------------- what each change is, in the kernels' arguments
 
+
 def _kwargs(call) -> dict:
     return dict(call[2])
 
 
 def test_fa3_graph_splits_follow_the_field(recorder):
     for splits in (32, 8, 256):
-        calls = run_plan("FLASH_ATTN", AttentionConfig(flash_attn_max_num_splits_for_cuda_graph=splits), recorder,
-                         kv="fp8")
+        calls = run_plan(
+            "FLASH_ATTN", AttentionConfig(flash_attn_max_num_splits_for_cuda_graph=splits), recorder, kv="fp8"
+        )
         plan = [c for c in calls if c[0] == "flash_attn_interface.get_scheduler_metadata"]
         assert _kwargs(plan[-1])["num_splits"] == splits  # the graph's plan (the eager step plans with 0)
         assert _kwargs(plan[0])["num_splits"] == 0
@@ -214,8 +250,11 @@ def test_fa3_graph_splits_follow_the_field(recorder):
 
 
 def test_fa3_fp8_passes_descales(recorder):
-    (call,) = [c for c in run_plan("FLASH_ATTN", AttentionConfig(), recorder, kv="fp8")
-               if c[0] == "flash_attn_interface.flash_attn_with_kvcache"]
+    (call,) = [
+        c
+        for c in run_plan("FLASH_ATTN", AttentionConfig(), recorder, kv="fp8")
+        if c[0] == "flash_attn_interface.flash_attn_with_kvcache"
+    ]
     kw = _kwargs(call)
     assert call[1][0][2] == "torch.float8_e4m3fn"  # the query, quantized
     for name in ("q_descale", "k_descale", "v_descale"):
@@ -234,8 +273,11 @@ def test_flashinfer_fp8_plans_and_runs(recorder):
         assert {"q_scale", "k_scale", "v_scale"} <= set(_kwargs(runs[f"{kind}.run"]))
     inits = {c[0]: _kwargs(c) for c in calls if c[0].endswith(".__init__")}
     assert inits["decode.__init__"]["use_tensor_cores"] is True
-    calls = run_plan("FLASHINFER", AttentionConfig(use_prefill_decode_attention=True,
-                                                  disable_flashinfer_q_quantization=True), recorder)
+    calls = run_plan(
+        "FLASHINFER",
+        AttentionConfig(use_prefill_decode_attention=True, disable_flashinfer_q_quantization=True),
+        recorder,
+    )
     for c in calls:
         if c[0].endswith(".plan"):
             assert _kwargs(c)["q_data_type"] == torch.bfloat16 and _kwargs(c)["kv_data_type"] == torch.float8_e4m3fn
@@ -248,10 +290,20 @@ def test_backend_field_selects_the_backend():
 
     selector = AttentionSelectorConfig(head_size=128, dtype=torch.bfloat16)
     for name in ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"):
-        assert select_attn_backend(AttentionConfig(backend=name), selector, detect_platform("cuda:9.0"),
-                                   assume_installed=True).name == name
-    assert select_attn_backend(AttentionConfig(backend="CPU_ATTN"), dataclasses.replace(selector, dtype=torch.float32),
-                               detect_platform("cpu")).name == "CPU_ATTN"
+        assert (
+            select_attn_backend(
+                AttentionConfig(backend=name), selector, detect_platform("cuda:9.0"), assume_installed=True
+            ).name
+            == name
+        )
+    assert (
+        select_attn_backend(
+            AttentionConfig(backend="CPU_ATTN"),
+            dataclasses.replace(selector, dtype=torch.float32),
+            detect_platform("cpu"),
+        ).name
+        == "CPU_ATTN"
+    )
 
 
 @pytest.mark.parametrize("version, cc", [(2, "8.0"), (4, "10.0")])
@@ -259,8 +311,10 @@ def test_graph_splits_refused_without_fa3(version, cc):
     cfg = AttentionConfig(flash_attn_version=version, flash_attn_max_num_splits_for_cuda_graph=8)
     selector = AttentionSelectorConfig(head_size=128, dtype=torch.bfloat16, block_size=256)
     reasons = B.FLASH_ATTN.get_class().validate(selector, detect_platform(f"cuda:{cc}"), cfg, assume_installed=True)
-    assert [str(r) for r in reasons] == [f"flash_attn_max_num_splits_for_cuda_graph 8 not supported with "
-                                         f"flash_attn_version {version} (FlashAttention 3's split plan only)"]
+    assert [str(r) for r in reasons] == [
+        f"flash_attn_max_num_splits_for_cuda_graph 8 not supported with "
+        f"flash_attn_version {version} (FlashAttention 3's split plan only)"
+    ]
 
 
 def test_q_quantization_switch_with_a_16_bit_cache_is_warned_about(recorder, caplog):
@@ -272,7 +326,8 @@ def test_q_quantization_switch_with_a_16_bit_cache_is_warned_about(recorder, cap
             run_plan("FLASHINFER", AttentionConfig(disable_flashinfer_q_quantization=True), recorder, kv="auto")
     assert [r.getMessage() for r in caplog.records] == [
         "disable_flashinfer_q_quantization has no effect with a 16-bit KV cache (kv_cache_dtype auto): the query is "
-        "quantized only for an fp8 cache"]
+        "quantized only for an fp8 cache"
+    ]
 
 
 def test_options_of_another_backend_are_warned_about_after_automatic_selection(caplog):
@@ -283,14 +338,22 @@ def test_options_of_another_backend_are_warned_about_after_automatic_selection(c
     from attnserve.model_executor.attention_selection import select_model_attention
 
     log_unused_options_once.cache_clear()
-    hf = LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1,
-                     intermediate_size=128, vocab_size=100)
+    hf = LlamaConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=1,
+        intermediate_size=128,
+        vocab_size=100,
+    )
     hf.architectures = ["LlamaForCausalLM"]
-    config = build_engine_config(device="cpu", attention_config={"use_trtllm_attention": True,
-                                                                 "disable_flashinfer_prefill": True})
+    config = build_engine_config(
+        device="cpu", attention_config={"use_trtllm_attention": True, "disable_flashinfer_prefill": True}
+    )
     with caplog.at_level("WARNING", logger="attnserve.config.engine_args"):
         for _ in range(2):
             assert select_model_attention(config, hf, 1).backend_names == ("CPU_ATTN",)
     assert [r.getMessage() for r in caplog.records] == [
         "attention_config options use_trtllm_attention, disable_flashinfer_prefill do not apply to attention backend "
-        "CPU_ATTN and are unused"]
+        "CPU_ATTN and are unused"
+    ]

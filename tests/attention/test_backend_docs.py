@@ -13,4 +13,6 @@ def test_backend_docs_are_up_to_date():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     committed = (ROOT / "docs" / "attention_backends.md").read_text()
-    assert committed == module.render(), "docs/attention_backends.md is stale: run python tools/generate_attention_backend_docs.py"
+    assert committed == module.render(), (
+        "docs/attention_backends.md is stale: run python tools/generate_attention_backend_docs.py"
+    )

@@ -18,8 +18,9 @@ def test_cpu_attn_fp8_matches_float64_oracle(kv, shape, block_size):
     """Decode, prefill and mixed batches, GQA 4:1, block sizes 16/32/64: the same fp8 values are read, so only
     float32 arithmetic separates CPU_ATTN from the float64 oracle; the step's K/V land in the cache within the
     format's rounding."""
-    case = Case(shape, num_heads=8, num_kv_heads=2, head_size=32, block_size=block_size, dtype=torch.float32,
-                kv_cache_dtype=kv)
+    case = Case(
+        shape, num_heads=8, num_kv_heads=2, head_size=32, block_size=block_size, dtype=torch.float32, kv_cache_dtype=kv
+    )
     row = run_case(AttentionBackendEnum.CPU_ATTN.get_class(), case, "cpu", small=True, oracle=torch.float64)
     assert not row["nan"]
     assert row["rel_err"] < 2e-5, row
@@ -44,7 +45,7 @@ def test_fp8_write_saturates(dtype):
 
 def test_cpu_attn_fp8_reads_through_the_scales():
     """A cache written with scale s and read back: attention over values v equals the oracle's over v (not v/s)."""
-    spec = AttentionLayerSpec(num_heads=2, head_size=8, scale=8 ** -0.5, num_kv_heads=1, kv_cache_dtype="fp8")
+    spec = AttentionLayerSpec(num_heads=2, head_size=8, scale=8**-0.5, num_kv_heads=1, kv_cache_dtype="fp8")
     backend = AttentionBackendEnum.CPU_ATTN.get_class()
     impl = backend.get_impl_cls()(spec)
     impl.set_kv_scales(4.0, 8.0)
@@ -52,8 +53,9 @@ def test_cpu_attn_fp8_reads_through_the_scales():
     from attnserve.attention.backend import CommonAttentionMetadata
 
     qsl, seq = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([1], dtype=torch.int32)
-    common = CommonAttentionMetadata(qsl, qsl, seq, seq, torch.zeros(1, 1, dtype=torch.int32), torch.tensor([0]), 1, 1,
-                                     1, 1, 1, 1, 16)
+    common = CommonAttentionMetadata(
+        qsl, qsl, seq, seq, torch.zeros(1, 1, dtype=torch.int32), torch.tensor([0]), 1, 1, 1, 1, 1, 1, 16
+    )
     metadata = backend.get_builder_cls()(spec, torch.device("cpu"), torch.float32).build(common)
     v = torch.full((1, 1, 8), 96.0)  # 96 / 8 = 12 stored exactly in e4m3
     out = impl.forward(torch.ones(1, 2, 8), torch.ones(1, 1, 8), v, cache, metadata)

@@ -50,9 +50,18 @@ def test_cpu_attn_matches_reference(case, heads, block_size, window, sinks):
     spec = AttentionLayerSpec(num_heads=hq, head_size=d, scale=d**-0.5, num_kv_heads=hkv, sliding_window=window)
     seq = torch.tensor(seq_lens, dtype=torch.int32)
     common = CommonAttentionMetadata(
-        query_start_loc=qsl, query_start_loc_cpu=qsl, seq_lens=seq, seq_lens_cpu=seq, block_table=block_table,
-        slot_mapping=slot_mapping, num_reqs=len(seq_lens), num_actual_tokens=t, max_query_len=max(query_lens),
-        max_seq_len=max(seq_lens), num_decodes=query_lens.count(1), num_decode_tokens=query_lens.count(1),
+        query_start_loc=qsl,
+        query_start_loc_cpu=qsl,
+        seq_lens=seq,
+        seq_lens_cpu=seq,
+        block_table=block_table,
+        slot_mapping=slot_mapping,
+        num_reqs=len(seq_lens),
+        num_actual_tokens=t,
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        num_decodes=query_lens.count(1),
+        num_decode_tokens=query_lens.count(1),
         block_size=block_size,
     )
     metadata = CPUAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), torch.float32).build(common)
@@ -67,8 +76,9 @@ def test_cpu_attn_matches_reference(case, heads, block_size, window, sinks):
     flat = cache_ref.view(2, -1, hkv, d)
     flat[0, slot_mapping], flat[1, slot_mapping] = k, v
     assert torch.equal(cache_ours, cache_ref)  # K/V written to exactly the slots of the slot mapping
-    ref = reference_paged_attention(q, cache_ref, qsl, seq, block_table, d**-0.5, sliding_window=window,
-                                    sinks=sink_logits)
+    ref = reference_paged_attention(
+        q, cache_ref, qsl, seq, block_table, d**-0.5, sliding_window=window, sinks=sink_logits
+    )
     assert not torch.isnan(out).any()
     assert (out - ref).abs().max().item() < 1e-5
     if sinks:  # guard: the sinks change the output

@@ -63,10 +63,18 @@ def test_flex_attention_on_cpu_matches_reference(shape, prefill_decode, gather_k
     reference's answer, sliding window included; the cache holds 40 blocks no request owns."""
     from attnserve.attention.backends.flex_attention import FlexAttentionBackend
 
-    case = Case(shape, num_heads=8, num_kv_heads=2, head_size=32, dtype=torch.float32, prefill_decode=prefill_decode,
-                sliding_window=window)
-    row = run_case(FlexAttentionBackend, case, "cpu", small=True, builder_attrs={"gather_kv": gather_kv},
-                   spare_blocks=40)
+    case = Case(
+        shape,
+        num_heads=8,
+        num_kv_heads=2,
+        head_size=32,
+        dtype=torch.float32,
+        prefill_decode=prefill_decode,
+        sliding_window=window,
+    )
+    row = run_case(
+        FlexAttentionBackend, case, "cpu", small=True, builder_attrs={"gather_kv": gather_kv}, spare_blocks=40
+    )
     assert row["pass"], row
 
 
@@ -105,8 +113,9 @@ def test_flex_attention_whole_cache_keys_on_request():
 
     case = Case("mixed", num_heads=8, num_kv_heads=2, head_size=32, dtype=torch.float32)
     got: dict = {}
-    row = run_case(FlexAttentionBackend, case, "cpu", small=True, spare_blocks=40, builder_attrs={"gather_kv": False},
-                   captured=got)
+    row = run_case(
+        FlexAttentionBackend, case, "cpu", small=True, spare_blocks=40, builder_attrs={"gather_kv": False}, captured=got
+    )
     assert row["pass"], row
     (call,) = got["metadata"].calls
     n_blocks = sum(-(-s // 16) for s in got["seq_lens"]) + 40

@@ -46,8 +46,9 @@ def test_forward_with_rope_equals_rope_then_forward_on_cpu(backend, shape, dtype
 
 def test_forward_with_rope_flex_hnd_layout():
     backend_cls = AttentionBackendEnum.FLEX_ATTENTION.get_class()
-    assert_paths_equal(run_rope_paths(backend_cls, _case("mixed", layout=KVCacheLayout.HND), "cpu", qk_norm=True,
-                                      small=True))
+    assert_paths_equal(
+        run_rope_paths(backend_cls, _case("mixed", layout=KVCacheLayout.HND), "cpu", qk_norm=True, small=True)
+    )
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -91,8 +92,9 @@ def test_kv_write_target_views_the_backends_cache(backend, layout):
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory) -> dict:
     pytest.importorskip("triton")
-    return run_cases_in_triton_interpreter("tests.attention.rope_paths_interpreted", PATH_CASES,
-                                           tmp_path_factory.mktemp("rope_paths"))
+    return run_cases_in_triton_interpreter(
+        "tests.attention.rope_paths_interpreted", PATH_CASES, tmp_path_factory.mktemp("rope_paths")
+    )
 
 
 @pytest.mark.parametrize("name", list(PATH_CASES))

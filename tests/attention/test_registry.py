@@ -22,9 +22,16 @@ KERNEL_AND_SERVER_MODULES = ("flash_attn", "flash_attn_interface", "flashinfer",
 
 
 def _loaded_after(code: str) -> list[str]:
-    out = subprocess.run([sys.executable, "-c", code + "\nimport sys\nprint(' '.join(m for m in "
-                          f"{KERNEL_AND_SERVER_MODULES!r} if m in sys.modules))"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code + f"\nimport sys\nprint(' '.join(m for m in {KERNEL_AND_SERVER_MODULES!r} if m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.split()
 
 
@@ -33,11 +40,13 @@ def test_import_attnserve_imports_no_kernel_or_server_library():
 
 
 def test_backend_declarations_and_selection_import_no_kernel_library():
-    code = ("import torch\nfrom attnserve.attention.registry import AttentionBackendEnum as B\n"
-            "from attnserve.attention.selector import evaluate_backends, AttentionSelectorConfig\n"
-            "from attnserve.platforms import detect_platform\n"
-            "evaluate_backends(AttentionSelectorConfig(128, torch.bfloat16), detect_platform('cuda:9.0'))\n"
-            "[m.get_class() for m in (B.FLASH_ATTN, B.FLASHINFER, B.TRITON_ATTN, B.FLEX_ATTENTION)]")
+    code = (
+        "import torch\nfrom attnserve.attention.registry import AttentionBackendEnum as B\n"
+        "from attnserve.attention.selector import evaluate_backends, AttentionSelectorConfig\n"
+        "from attnserve.platforms import detect_platform\n"
+        "evaluate_backends(AttentionSelectorConfig(128, torch.bfloat16), detect_platform('cuda:9.0'))\n"
+        "[m.get_class() for m in (B.FLASH_ATTN, B.FLASHINFER, B.TRITON_ATTN, B.FLEX_ATTENTION)]"
+    )
     assert _loaded_after(code) == []
 
 
@@ -111,12 +120,15 @@ def test_missing_module_is_a_reason():
 
 
 def test_entry_points_are_read_without_importing(monkeypatch):
-    eps = [SimpleNamespace(name="ep_attn", value=f"{__name__}:FakeBackend"),
-           SimpleNamespace(name="TRITON_ATTN", value="somepkg.never_imported:Backend")]
+    eps = [
+        SimpleNamespace(name="ep_attn", value=f"{__name__}:FakeBackend"),
+        SimpleNamespace(name="TRITON_ATTN", value="somepkg.never_imported:Backend"),
+    ]
     import importlib.metadata
 
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda group: eps if group == registry.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda group: eps if group == registry.ENTRY_POINT_GROUP else []
+    )
     monkeypatch.setattr(registry, "_entry_points_loaded", False)
     assert lookup_backend("EP_ATTN") == "EP_ATTN"
     assert B.TRITON_ATTN.get_path() == "somepkg.never_imported.Backend"

@@ -10,8 +10,7 @@ import torch
 from attnserve.attention.backend import KVCacheLayout
 from attnserve.attention.registry import AttentionBackendEnum as B
 from attnserve.attention.registry import UnknownBackendError, lookup_backend
-from attnserve.attention.selector import (NoUsableBackendError, evaluate_backends,
-                                          get_attn_backend, select_attn_backend)
+from attnserve.attention.selector import NoUsableBackendError, evaluate_backends, get_attn_backend, select_attn_backend
 from attnserve.attention.validation import package_installed
 from attnserve.config.attention import AttentionConfig, ConfigError
 from attnserve.platforms import detect_platform
@@ -26,8 +25,10 @@ def auto(platform, config, **kw):
 
 # ---------------------------------------------------------------- design §7 reference cases
 
-@pytest.mark.parametrize("cc, expected", [("9.0", "FLASH_ATTN"), ("10.0", "FLASHINFER"), ("7.5", "FLASHINFER"),
-                                          ("7.0", "TRITON_ATTN")])
+
+@pytest.mark.parametrize(
+    "cc, expected", [("9.0", "FLASH_ATTN"), ("10.0", "FLASHINFER"), ("7.5", "FLASHINFER"), ("7.0", "TRITON_ATTN")]
+)
 def test_reference_cases_by_gpu(cc, expected):
     assert auto(cuda(cc), cfg(128, BF16, block_size=16)) == expected
 
@@ -53,7 +54,9 @@ def test_explicit_flashinfer_head_80_names_size_and_supported_sizes():
 @pytest.mark.parametrize("cc, version", [("8.0", 2), ("9.0", 3), ("10.0", 4)])
 def test_explicit_flash_attn_block_8_names_the_block_rule(cc, version):
     rule = "multiples of 256" if version == 2 else "multiples of 16"
-    with pytest.raises(NoUsableBackendError, match=f"block_size 8 not supported with flash_attn_version {version} \\({rule}\\)"):
+    with pytest.raises(
+        NoUsableBackendError, match=f"block_size 8 not supported with flash_attn_version {version} \\({rule}\\)"
+    ):
         get_attn_backend(B.FLASH_ATTN, cfg(128, block_size=8), cuda(cc), assume_installed=True)
 
 
@@ -67,8 +70,11 @@ def test_backend_names_parse():
     assert AttentionConfig(backend="flash_attn").backend is B.FLASH_ATTN
     assert AttentionConfig(backend="auto").backend is None
     assert lookup_backend("flash_attn") is B.FLASH_ATTN and lookup_backend("Auto") is None
-    with pytest.raises(UnknownBackendError, match="valid: FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, "
-                                                  "CPU_ATTN, auto\\); did you mean 'FLASH_ATTN'"):
+    with pytest.raises(
+        UnknownBackendError,
+        match="valid: FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, "
+        "CPU_ATTN, auto\\); did you mean 'FLASH_ATTN'",
+    ):
         lookup_backend("FLASH_ATTENTION")
     with pytest.raises(ConfigError):
         AttentionConfig(backend="FLASH_ATTENTION")
@@ -130,15 +136,22 @@ def test_matrix_cuda():
         except NoUsableBackendError as e:
             got = None
             assert "\n" not in str(e)
-            for name in ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"):  # "NAME: why" or "NAME, NEXT: why"
+            for name in (
+                "FLASH_ATTN",
+                "FLASHINFER",
+                "TRITON_ATTN",
+                "FLEX_ATTENTION",
+            ):  # "NAME: why" or "NAME, NEXT: why"
                 assert f" {name}: " in str(e) or f" {name}, " in str(e), (name, str(e))
         if got != want:
             mismatches.append((cc, head, dtype, block, kv, got, want))
     assert not mismatches, mismatches[:10]
 
 
-@pytest.mark.parametrize("head, dtype, block, kv", list(itertools.product(
-    (64, 80, 96, 128, 256), (F16, BF16, F32), (8, 16, 32, 64), ("auto", "fp8"))))
+@pytest.mark.parametrize(
+    "head, dtype, block, kv",
+    list(itertools.product((64, 80, 96, 128, 256), (F16, BF16, F32), (8, 16, 32, 64), ("auto", "fp8"))),
+)
 def test_matrix_cpu(cpu_attn_backend, head, dtype, block, kv):
     # CPU_ATTN's declared limits: any head size and block size, fp32/fp16/bf16, a 16-bit or fp8 cache
     assert auto(detect_platform("cpu"), cfg(head, dtype, block_size=block, kv_cache_dtype=kv)) == "CPU_ATTN"
@@ -146,26 +159,63 @@ def test_matrix_cpu(cpu_attn_backend, head, dtype, block, kv):
 
 # ---------------------------------------------------------------- exact reason strings
 
-@pytest.mark.parametrize("backend, cc, config, reason", [
-    (B.FLASH_ATTN, "7.5", cfg(128), "compute capability 7.5 not supported (needs >= 8.0)"),
-    (B.FLASH_ATTN, "12.0", cfg(128), "compute capability 12.0 not supported (FlashAttention 2: 8.0 to 9.0; "
-                                     "FlashAttention 3: 9.0; FlashAttention 4: 9.0 to 10.3)"),
-    (B.FLASH_ATTN, "9.0", cfg(128, F32), "dtype float32 not supported with flash_attn_version 3 (supported: float16, bfloat16)"),
-    (B.FLASH_ATTN, "10.0", cfg(256), "head_size 256 not supported with flash_attn_version 4 (multiples of 8 up to 128)"),
-    (B.FLASH_ATTN, "9.0", cfg(100), "head_size 100 not supported with flash_attn_version 3 (multiples of 8 up to 256)"),
-    (B.FLASHINFER, "7.0", cfg(128), "compute capability 7.0 not supported (needs 7.5 to 12.1)"),
-    (B.FLASHINFER, "9.0", cfg(128, block_size=128), "block_size 128 not supported (supported: 16, 32, 64)"),
-    (B.FLASHINFER, "9.0", cfg(128, has_sink=True), "attention sinks not supported"),
-    (B.FLASHINFER, "10.0", cfg(128, has_sink=True), "attention sinks not supported"),
-    (B.FLASH_ATTN, "10.0", cfg(128, kv_cache_dtype="fp8"),
-     "kv_cache_dtype fp8 not supported with flash_attn_version 4 (supported: auto)"),
-    (B.FLASH_ATTN, "9.0", cfg(128, kv_cache_dtype="fp8_e5m2"),
-     "kv_cache_dtype fp8_e5m2 not supported with flash_attn_version 3 (supported: auto, fp8, fp8_e4m3)"),
-    (B.TRITON_ATTN, "9.0", cfg(16), "head_size 16 not supported (>= 32)"),
-    (B.TRITON_ATTN, "9.0", cfg(128, block_size=8), "block_size 8 not supported (supported: 16, 32, 64, 128, 256)"),
-    (B.TRITON_ATTN, "9.0", cfg(128, block_size=48), "block_size 48 not supported (supported: 16, 32, 64, 128, 256)"),
-    (B.FLEX_ATTENTION, "9.0", cfg(128, kv_cache_dtype="fp8"), "kv_cache_dtype fp8 not supported (supported: auto)"),
-])
+
+@pytest.mark.parametrize(
+    "backend, cc, config, reason",
+    [
+        (B.FLASH_ATTN, "7.5", cfg(128), "compute capability 7.5 not supported (needs >= 8.0)"),
+        (
+            B.FLASH_ATTN,
+            "12.0",
+            cfg(128),
+            "compute capability 12.0 not supported (FlashAttention 2: 8.0 to 9.0; "
+            "FlashAttention 3: 9.0; FlashAttention 4: 9.0 to 10.3)",
+        ),
+        (
+            B.FLASH_ATTN,
+            "9.0",
+            cfg(128, F32),
+            "dtype float32 not supported with flash_attn_version 3 (supported: float16, bfloat16)",
+        ),
+        (
+            B.FLASH_ATTN,
+            "10.0",
+            cfg(256),
+            "head_size 256 not supported with flash_attn_version 4 (multiples of 8 up to 128)",
+        ),
+        (
+            B.FLASH_ATTN,
+            "9.0",
+            cfg(100),
+            "head_size 100 not supported with flash_attn_version 3 (multiples of 8 up to 256)",
+        ),
+        (B.FLASHINFER, "7.0", cfg(128), "compute capability 7.0 not supported (needs 7.5 to 12.1)"),
+        (B.FLASHINFER, "9.0", cfg(128, block_size=128), "block_size 128 not supported (supported: 16, 32, 64)"),
+        (B.FLASHINFER, "9.0", cfg(128, has_sink=True), "attention sinks not supported"),
+        (B.FLASHINFER, "10.0", cfg(128, has_sink=True), "attention sinks not supported"),
+        (
+            B.FLASH_ATTN,
+            "10.0",
+            cfg(128, kv_cache_dtype="fp8"),
+            "kv_cache_dtype fp8 not supported with flash_attn_version 4 (supported: auto)",
+        ),
+        (
+            B.FLASH_ATTN,
+            "9.0",
+            cfg(128, kv_cache_dtype="fp8_e5m2"),
+            "kv_cache_dtype fp8_e5m2 not supported with flash_attn_version 3 (supported: auto, fp8, fp8_e4m3)",
+        ),
+        (B.TRITON_ATTN, "9.0", cfg(16), "head_size 16 not supported (>= 32)"),
+        (B.TRITON_ATTN, "9.0", cfg(128, block_size=8), "block_size 8 not supported (supported: 16, 32, 64, 128, 256)"),
+        (
+            B.TRITON_ATTN,
+            "9.0",
+            cfg(128, block_size=48),
+            "block_size 48 not supported (supported: 16, 32, 64, 128, 256)",
+        ),
+        (B.FLEX_ATTENTION, "9.0", cfg(128, kv_cache_dtype="fp8"), "kv_cache_dtype fp8 not supported (supported: auto)"),
+    ],
+)
 def test_reason_strings(backend, cc, config, reason):
     assert evaluate_backends(config, cuda(cc), assume_installed=True, backends=[backend])[backend.name] == [reason]
 
@@ -174,12 +224,14 @@ def test_explicit_invalid_raises_with_every_reason():
     with pytest.raises(NoUsableBackendError) as e:
         get_attn_backend(B.FLASHINFER, cfg(80, F32, block_size=8, has_sink=True), cuda("7.0"), assume_installed=True)
     msg = str(e.value)
-    for part in ("compute capability 7.0 not supported (needs 7.5 to 12.1)",
-                 "dtype float32 not supported (supported: float16, bfloat16)",
-                 "head_size 80 not supported (supported: 64, 128, 256)",
-                 "block_size 8 not supported (supported: 16, 32, 64)",
-                 "attention sinks not supported",
-                 "Backends that would work: FLEX_ATTENTION."):
+    for part in (
+        "compute capability 7.0 not supported (needs 7.5 to 12.1)",
+        "dtype float32 not supported (supported: float16, bfloat16)",
+        "head_size 80 not supported (supported: 64, 128, 256)",
+        "block_size 8 not supported (supported: 16, 32, 64)",
+        "attention sinks not supported",
+        "Backends that would work: FLEX_ATTENTION.",
+    ):
         assert part in msg
 
 
@@ -187,8 +239,13 @@ def test_explicit_invalid_raises_with_every_reason():
 def test_explicit_flash_attn_on_cpu_names_every_reason(version):
     """Not only the device: the model's reasons too, against the version a GPU would run (FA3 when unset)."""
     ac = AttentionConfig(flash_attn_version=version)
-    reasons = evaluate_backends(cfg(128, F32, block_size=8, kv_cache_dtype="fp8"), detect_platform("cpu"), ac,
-                                assume_installed=True, backends=[B.FLASH_ATTN])["FLASH_ATTN"]
+    reasons = evaluate_backends(
+        cfg(128, F32, block_size=8, kv_cache_dtype="fp8"),
+        detect_platform("cpu"),
+        ac,
+        assume_installed=True,
+        backends=[B.FLASH_ATTN],
+    )["FLASH_ATTN"]
     v = version or 3
     rule = "multiples of 256" if v == 2 else "multiples of 16"
     kv = "auto" if v == 2 else "auto, fp8, fp8_e4m3"
@@ -198,12 +255,16 @@ def test_explicit_flash_attn_on_cpu_names_every_reason(version):
     assert (f"kv_cache_dtype fp8 not supported with flash_attn_version 2 (supported: {kv})" in reasons) == (v == 2)
 
 
-@pytest.mark.skipif(any(package_installed(p) for p in ("flash_attn", "flash_attn_interface", "flash_attn.cute")),
-                    reason="a FlashAttention package is installed here")
+@pytest.mark.skipif(
+    any(package_installed(p) for p in ("flash_attn", "flash_attn_interface", "flash_attn.cute")),
+    reason="a FlashAttention package is installed here",
+)
 def test_explicit_flash_attn_on_cpu_says_it_is_not_installed():
     reasons = evaluate_backends(cfg(128, BF16), detect_platform("cpu"), backends=[B.FLASH_ATTN])["FLASH_ATTN"]
-    assert reasons == ["device cpu not supported (supported: cuda)",
-                       "not installed: pip install 'attnserve[fa3]' (or 'attnserve[fa4]', 'attnserve[fa2]')"]
+    assert reasons == [
+        "device cpu not supported (supported: cuda)",
+        "not installed: pip install 'attnserve[fa3]' (or 'attnserve[fa4]', 'attnserve[fa2]')",
+    ]
 
 
 def test_no_backend_error_lists_each_backend_with_reasons_on_one_line():
@@ -214,7 +275,8 @@ def test_no_backend_error_lists_each_backend_with_reasons_on_one_line():
         "simulated CUDA device (compute capability 9.0): FLASH_ATTN: block_size 8 not supported with "
         "flash_attn_version 3 (multiples of 16). FLASHINFER: head_size 80 not supported (supported: 64, 128, 256); "
         "block_size 8 not supported (supported: 16, 32, 64). TRITON_ATTN: block_size 8 not supported (supported: 16, "
-        "32, 64, 128, 256). FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto).")
+        "32, 64, 128, 256). FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto)."
+    )
     # block_size 16 would let FLASH_ATTN run, kv_cache_dtype auto only FLEX_ATTENTION (4th): the block size is to blame
     assert e.value.key == "block_size"
 
@@ -228,18 +290,23 @@ def test_no_backend_error_lists_backends_with_the_same_reasons_together_and_name
 
 # ---------------------------------------------------------------- packages, versions, layout, cache
 
+
 @pytest.mark.skipif(package_installed("flashinfer"), reason="flashinfer is installed here")
 def test_missing_package_is_rejected_with_install_hint():
     with pytest.raises(NoUsableBackendError, match=r"not installed: pip install 'attnserve\[flashinfer\]'"):
         get_attn_backend(B.FLASHINFER, cfg(128), cuda("9.0"))
 
 
-@pytest.mark.skipif(any(package_installed(p) for p in ("flash_attn", "flash_attn_interface")),
-                    reason="a FlashAttention package is installed here")
+@pytest.mark.skipif(
+    any(package_installed(p) for p in ("flash_attn", "flash_attn_interface")),
+    reason="a FlashAttention package is installed here",
+)
 def test_missing_flash_attn_names_the_version_packages_and_still_judges_the_model():
     reasons = evaluate_backends(cfg(128, block_size=8), cuda("9.0"), backends=[B.FLASH_ATTN])["FLASH_ATTN"]
-    assert reasons == ["not installed: pip install 'attnserve[fa3]' (or 'attnserve[fa4]', 'attnserve[fa2]')",
-                       "block_size 8 not supported with flash_attn_version 3 (multiples of 16)"]
+    assert reasons == [
+        "not installed: pip install 'attnserve[fa3]' (or 'attnserve[fa4]', 'attnserve[fa2]')",
+        "block_size 8 not supported with flash_attn_version 3 (multiples of 16)",
+    ]
     ac = AttentionConfig(flash_attn_version=3)
     reasons = evaluate_backends(cfg(128), cuda("9.0"), ac, backends=[B.FLASH_ATTN])["FLASH_ATTN"]
     assert reasons == ["flash_attn_version 3 not installed: pip install 'attnserve[fa3]'"]
@@ -249,13 +316,20 @@ def test_missing_flash_attn_names_the_version_packages_and_still_judges_the_mode
 def test_flash_attn_version_that_does_not_support_the_gpu(cc, version):
     ac = AttentionConfig(flash_attn_version=version)
     reasons = evaluate_backends(cfg(128, block_size=256), cuda(cc), ac, True, [B.FLASH_ATTN])["FLASH_ATTN"]
-    assert reasons[0].startswith(f"flash_attn_version {version} not supported on compute capability {cc} "
-                                 f"(FlashAttention {version} needs ")
+    assert reasons[0].startswith(
+        f"flash_attn_version {version} not supported on compute capability {cc} (FlashAttention {version} needs "
+    )
 
 
-@pytest.mark.parametrize("cc, config, version", [
-    ("9.0", cfg(128), 3), ("9.0", cfg(128, has_sink=True), 4), ("10.0", cfg(128), 4), ("8.0", cfg(128, block_size=256), 2),
-])
+@pytest.mark.parametrize(
+    "cc, config, version",
+    [
+        ("9.0", cfg(128), 3),
+        ("9.0", cfg(128, has_sink=True), 4),
+        ("10.0", cfg(128), 4),
+        ("8.0", cfg(128, block_size=256), 2),
+    ],
+)
 def test_flash_attn_version_resolution(cc, config, version):
     sel = select_attn_backend(B.FLASH_ATTN, config, cuda(cc), assume_installed=True)
     assert sel.flash_attn_version == version
@@ -273,8 +347,10 @@ def test_flashinfer_on_blackwell_with_trtllm_unset_runs_its_own_kernels_in_eithe
 
 def test_trtllm_forced_on_blackwell_is_refused_as_not_wired():
     ac = AttentionConfig(backend="FLASHINFER", use_trtllm_attention=True)
-    with pytest.raises(NoUsableBackendError, match="use_trtllm_attention=True not supported: FlashInfer's TRT-LLM "
-                                                   "kernels are not wired"):
+    with pytest.raises(
+        NoUsableBackendError,
+        match="use_trtllm_attention=True not supported: FlashInfer's TRT-LLM kernels are not wired",
+    ):
         get_attn_backend(ac, cfg(128), cuda("10.0"), assume_installed=True)
 
 
@@ -286,7 +362,9 @@ def test_user_layout_kept_when_backend_has_no_requirement():
 
 def test_trtllm_forced_on_hopper_is_a_reason():
     ac = AttentionConfig(backend="FLASHINFER", use_trtllm_attention=True)
-    with pytest.raises(NoUsableBackendError, match=r"use_trtllm_attention=True needs compute capability 10.x \(this device: 9.0\)"):
+    with pytest.raises(
+        NoUsableBackendError, match=r"use_trtllm_attention=True needs compute capability 10.x \(this device: 9.0\)"
+    ):
         get_attn_backend(ac, cfg(128), cuda("9.0"), assume_installed=True)
 
 
@@ -298,8 +376,10 @@ def test_selection_is_cached():
 def test_automatic_selection_logs_choice(caplog):
     with caplog.at_level("DEBUG", logger="attnserve.attention.selector"):
         select_attn_backend(None, cfg(80), cuda("8.0"), assume_installed=True)
-    assert "Using TRITON_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER', " \
-           "'TRITON_ATTN', 'FLEX_ATTENTION']" in caplog.text
+    assert (
+        "Using TRITON_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER', "
+        "'TRITON_ATTN', 'FLEX_ATTENTION']" in caplog.text
+    )
     assert "attention backend FLASHINFER skipped: head_size 80 not supported" in caplog.text
 
 

@@ -42,9 +42,32 @@ def _check_roofline(row: dict) -> None:
 
 def test_throughput_counts_lengths_baseline_and_plot(tmp_path, tiny_model_dir):
     out, png = tmp_path / "tp.json", tmp_path / "tp.png"
-    rc = main(["bench", "throughput", "--model", tiny_model_dir("llama"), "--num-prompts", "6", "--input-len", "20",
-               "--output-len", "8", "--range-ratio", "0.5", "--seed", "3", "--max-num-seqs", "4", *SMALL_ENGINE,
-               "--baseline", "transformers", "--output-json", str(out), *_plot(png)])
+    rc = main(
+        [
+            "bench",
+            "throughput",
+            "--model",
+            tiny_model_dir("llama"),
+            "--num-prompts",
+            "6",
+            "--input-len",
+            "20",
+            "--output-len",
+            "8",
+            "--range-ratio",
+            "0.5",
+            "--seed",
+            "3",
+            "--max-num-seqs",
+            "4",
+            *SMALL_ENGINE,
+            "--baseline",
+            "transformers",
+            "--output-json",
+            str(out),
+            *_plot(png),
+        ]
+    )
     assert rc == 0
     data = json.loads(out.read_text())
     w = data["workload"]
@@ -79,8 +102,23 @@ def test_throughput_prompts_file_cycles_to_num_prompts(tmp_path, tiny_model_dir,
     prompts = tmp_path / "p.txt"
     prompts.write_text('hello there\n\n{"prompt": "the sky is"}\n')
     out = tmp_path / "tp.json"
-    rc = main(["bench", "throughput", "--model", tiny_model_dir("llama"), "--prompts-file", str(prompts),
-               "--num-prompts", "5", "--output-len", "3", *SMALL_ENGINE, "--output-json", str(out)])
+    rc = main(
+        [
+            "bench",
+            "throughput",
+            "--model",
+            tiny_model_dir("llama"),
+            "--prompts-file",
+            str(prompts),
+            "--num-prompts",
+            "5",
+            "--output-len",
+            "3",
+            *SMALL_ENGINE,
+            "--output-json",
+            str(out),
+        ]
+    )
     assert rc == 0
     data = json.loads(out.read_text())
     w = data["workload"]
@@ -104,13 +142,39 @@ def test_latency_rows_percentiles_baseline_and_plot(tmp_path, tiny_model_dir):
     # 16 output tokens: the baseline's TPOT is (E2E - TTFT) / 15 from two generate calls, which a loaded
     # machine's jitter must not turn negative
     out, png = tmp_path / "lat.json", tmp_path / "lat.png"
-    rc = main(["bench", "latency", "--model", tiny_model_dir("llama"), "--batch-size", "1", "3", "--input-len", "8",
-               "--output-len", "16", "--num-iters", "2", "--num-iters-warmup", "1", *SMALL_ENGINE,
-               "--baseline", "transformers", "--output-json", str(out), *_plot(png)])
+    rc = main(
+        [
+            "bench",
+            "latency",
+            "--model",
+            tiny_model_dir("llama"),
+            "--batch-size",
+            "1",
+            "3",
+            "--input-len",
+            "8",
+            "--output-len",
+            "16",
+            "--num-iters",
+            "2",
+            "--num-iters-warmup",
+            "1",
+            *SMALL_ENGINE,
+            "--baseline",
+            "transformers",
+            "--output-json",
+            str(out),
+            *_plot(png),
+        ]
+    )
     assert rc == 0
     data = json.loads(out.read_text())
     assert [(r["name"], r["batch_size"]) for r in data["results"]] == [
-        ("attnserve", 1), ("attnserve", 3), ("transformers", 1), ("transformers", 3)]
+        ("attnserve", 1),
+        ("attnserve", 3),
+        ("transformers", 1),
+        ("transformers", 3),
+    ]
     for r in data["results"]:
         assert (r["input_len"], r["output_len"], r["num_iters"]) == (8, 16, 2)
         for key in ("ttft_s", "tpot_s", "e2e_s", "batch_latency_s", "batch_tpot_s"):
@@ -124,23 +188,59 @@ def test_latency_rows_percentiles_baseline_and_plot(tmp_path, tiny_model_dir):
         assert r["roofline"]["measured_s"] == r["tpot_s"]["mean"]
         # mean decode step: weights + batch x (input + output / 2) cached tokens
         roof = data["roofline"]
-        assert r["roofline"]["step_bytes"] == roof["weight_bytes"] + r["batch_size"] * (8 + 16 / 2) * roof["kv_bytes_per_token"]
+        assert (
+            r["roofline"]["step_bytes"]
+            == roof["weight_bytes"] + r["batch_size"] * (8 + 16 / 2) * roof["kv_bytes_per_token"]
+        )
     assert set(data["ratio_vs_baseline"]) == {"1", "3"} and all(v > 0 for v in data["ratio_vs_baseline"].values())
     assert _png(png)
 
 
 def test_attention_backends_rows_and_plot(tmp_path, capsys):
     out, png = tmp_path / "attn.json", tmp_path / "attn.png"
-    rc = main(["bench", "attention", "--device", "cpu", "--num-heads", "4", "--num-kv-heads", "2", "--head-size", "16",
-               "--block-size", "4", "--batch-size", "2", "--context-lens", "16", "40", "--prefill-lens", "24",
-               "--warmup", "1", "--repeats", "3", "--no-progress", "--output-json", str(out), *_plot(png)])
+    rc = main(
+        [
+            "bench",
+            "attention",
+            "--device",
+            "cpu",
+            "--num-heads",
+            "4",
+            "--num-kv-heads",
+            "2",
+            "--head-size",
+            "16",
+            "--block-size",
+            "4",
+            "--batch-size",
+            "2",
+            "--context-lens",
+            "16",
+            "40",
+            "--prefill-lens",
+            "24",
+            "--warmup",
+            "1",
+            "--repeats",
+            "3",
+            "--no-progress",
+            "--output-json",
+            str(out),
+            *_plot(png),
+        ]
+    )
     assert rc == 0
     data = json.loads(out.read_text())
     assert data["backends"] == ["CPU_ATTN", "FLEX_ATTENTION"] and data["skipped"] == {}
     rows = [(r["backend"], r["phase"], r["batch_size"], r["context_len"], r["status"]) for r in data["results"]]
-    assert rows == [("CPU_ATTN", "decode", 2, 16, "ok"), ("CPU_ATTN", "decode", 2, 40, "ok"),
-                    ("CPU_ATTN", "prefill", 1, 24, "ok"), ("FLEX_ATTENTION", "decode", 2, 16, "ok"),
-                    ("FLEX_ATTENTION", "decode", 2, 40, "ok"), ("FLEX_ATTENTION", "prefill", 1, 24, "ok")]
+    assert rows == [
+        ("CPU_ATTN", "decode", 2, 16, "ok"),
+        ("CPU_ATTN", "decode", 2, 40, "ok"),
+        ("CPU_ATTN", "prefill", 1, 24, "ok"),
+        ("FLEX_ATTENTION", "decode", 2, 16, "ok"),
+        ("FLEX_ATTENTION", "decode", 2, 40, "ok"),
+        ("FLEX_ATTENTION", "prefill", 1, 24, "ok"),
+    ]
     for r in data["results"]:
         s = r["time_us"] * 1e-6
         if r["phase"] == "decode":
@@ -164,28 +264,48 @@ def test_attention_backends_rows_and_plot(tmp_path, capsys):
 
 def test_attention_table_cells_exact():
     # a CPU's figures: 0.0042 TB/s is 4.20 GB/s, not the 0.004 (or 0.000) of a fixed 3 decimals in TB/s
-    rows = [AttentionRow("CPU_ATTN", "decode", 8, 1024, "ok", 2000.0, 0.0042, 0.0000336),
-            AttentionRow("CPU_ATTN", "prefill", 1, 1024, "ok", 12345.67, None, 0.0123),
-            AttentionRow("FLEX_ATTENTION", "decode", 8, 1024, "not implemented")]
+    rows = [
+        AttentionRow("CPU_ATTN", "decode", 8, 1024, "ok", 2000.0, 0.0042, 0.0000336),
+        AttentionRow("CPU_ATTN", "prefill", 1, 1024, "ok", 12345.67, None, 0.0123),
+        AttentionRow("FLEX_ATTENTION", "decode", 8, 1024, "not implemented"),
+    ]
     assert format_table(rows).splitlines() == [
         "backend         phase           shape    time us   KV GB/s   GFLOP/s  status",
         "CPU_ATTN        decode         8x1024     2000.0      4.20    0.0336  ok",
         "CPU_ATTN        prefill        L=1024    12345.7                12.3  ok",
-        "FLEX_ATTENTION  decode         8x1024                                 not implemented"]
+        "FLEX_ATTENTION  decode         8x1024                                 not implemented",
+    ]
     # a GPU's: the column stays in T, and a small figure beside a large one keeps 3 significant digits
-    rows = [AttentionRow("FLASH_ATTN", "decode", 64, 8192, "ok", 1021.5, 3.5178, 1.42),
-            AttentionRow("FLASH_ATTN", "decode", 1, 512, "ok", 9.87, 0.0042, 0.0000336)]
+    rows = [
+        AttentionRow("FLASH_ATTN", "decode", 64, 8192, "ok", 1021.5, 3.5178, 1.42),
+        AttentionRow("FLASH_ATTN", "decode", 1, 512, "ok", 9.87, 0.0042, 0.0000336),
+    ]
     assert format_table(rows).splitlines() == [
         "backend         phase           shape    time us   KV TB/s   TFLOP/s  status",
         "FLASH_ATTN      decode        64x8192     1021.5      3.52      1.42  ok",
-        "FLASH_ATTN      decode          1x512        9.9   0.00420 0.0000336  ok"]
+        "FLASH_ATTN      decode          1x512        9.9   0.00420 0.0000336  ok",
+    ]
     # no figures at all (every row failed): the JSON's units
     assert format_table([AttentionRow("X", "decode", 1, 1, "error: boom")]).splitlines()[0].split()[5:8] == [
-        "KV", "TB/s", "TFLOP/s"]
+        "KV",
+        "TB/s",
+        "TFLOP/s",
+    ]
 
 
-@pytest.mark.parametrize("x, cell", [(0.0042, "0.00420"), (3.14159, "3.14"), (12.345, "12.3"), (1234.5, "1234"),
-                                     (0.0009996, "0.00100"), (0.99951, "1.00"), (4.2e-7, "0.000000420"), (0.0, "0")])
+@pytest.mark.parametrize(
+    "x, cell",
+    [
+        (0.0042, "0.00420"),
+        (3.14159, "3.14"),
+        (12.345, "12.3"),
+        (1234.5, "1234"),
+        (0.0009996, "0.00100"),
+        (0.99951, "1.00"),
+        (4.2e-7, "0.000000420"),
+        (0.0, "0"),
+    ],
+)
 def test_significant_digits(x, cell):
     assert significant(x) == cell
 
@@ -194,7 +314,11 @@ def test_attention_backends_auto_is_the_priority_list():
     # "auto" among --backends names stands for the platform's priority list (the unknown-name message lists it)
     shape = AttentionBenchShape(4, 2, 16, 4, torch.float32)
     cpu = detect_platform("cpu")
-    assert list(usable_backends(shape, cpu, ["auto"])) == list(usable_backends(shape, cpu)) == ["CPU_ATTN", "FLEX_ATTENTION"]
+    assert (
+        list(usable_backends(shape, cpu, ["auto"]))
+        == list(usable_backends(shape, cpu))
+        == ["CPU_ATTN", "FLEX_ATTENTION"]
+    )
     assert list(usable_backends(shape, cpu, ["FLEX_ATTENTION", "auto"])) == ["FLEX_ATTENTION", "CPU_ATTN"]
 
 
@@ -202,52 +326,137 @@ def test_attention_whose_named_backends_cannot_run_is_a_bad_value(capsys):
     """``--backends X`` that cannot run here: exit 2 and one line with every reason, as generate's
     ``--attention-backend X`` (nothing on stdout)."""
     with pytest.raises(SystemExit) as e:
-        main(["bench", "attention", "--device", "cpu", "--backends", "FLASH_ATTN", "--batch-size", "2",
-              "--context-lens", "16", "--prefill-lens", "16", "--no-progress"])
+        main(
+            [
+                "bench",
+                "attention",
+                "--device",
+                "cpu",
+                "--backends",
+                "FLASH_ATTN",
+                "--batch-size",
+                "2",
+                "--context-lens",
+                "16",
+                "--prefill-lens",
+                "16",
+                "--no-progress",
+            ]
+        )
     out, err = capsys.readouterr()
     assert e.value.code == 2 and out == ""
-    assert err.startswith(f"attnserve bench attention: error: argument --backends: no backend of FLASH_ATTN can run on "
-                          f"{detect_platform('cpu').description}: FLASH_ATTN: device cpu not supported (supported: cuda); ")
+    assert err.startswith(
+        f"attnserve bench attention: error: argument --backends: no backend of FLASH_ATTN can run on "
+        f"{detect_platform('cpu').description}: FLASH_ATTN: device cpu not supported (supported: cuda); "
+    )
     assert err.endswith("dtype float32 not supported with flash_attn_version 3 (supported: float16, bfloat16)\n")
     assert err.count("\n") == 1
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["throughput", "--num-prompts", "0"], "attnserve bench throughput: error: argument --num-prompts: 0 not allowed (allowed: integer >= 1)"),
-    (["throughput", "--range-ratio", "1.5"], "attnserve bench throughput: error: argument --range-ratio: 1.5 not allowed (allowed: number in [0, 1))"),
-    (["throughput", "--output-len", "x"], "attnserve bench throughput: error: argument --output-len: 'x' is not an integer (allowed: integer >= 1)"),
-    (["throughput", "--baseline", "sglang"], "attnserve bench throughput: error: argument --baseline: invalid choice: 'sglang' (choose from "),
-    (["latency", "--batch-size", "0"], "attnserve bench latency: error: argument --batch-size: 0 not allowed (allowed: integer >= 1)"),
-    (["latency", "--num-iters-warmup", "-1"], "attnserve bench latency: error: argument --num-iters-warmup: -1 not allowed (allowed: integer >= 0)"),
-    (["attention", "--repeats", "0"], "attnserve bench attention: error: argument --repeats: 0 not allowed (allowed: integer >= 1)"),
-    (["attention", "--num-heads", "6", "--num-kv-heads", "4"], "attnserve bench attention: error: argument --num-heads: 6 is not a multiple of --num-kv-heads 4"),
-    (["attention", "--device", "cuda:9.0"], "attnserve bench attention: error: device 'cuda:9.0' is simulated; bench attention needs a real device (auto, cpu, cuda, cuda:N)"),
-    (["serve", "--num-prompts", "0"], "attnserve bench serve: error: argument --num-prompts: 0 not allowed (allowed: integer >= 1)"),
-    (["serve", "--request-rate", "0"], "attnserve bench serve: error: argument --request-rate: 0.0 not allowed (allowed: number > 0, or inf)"),
-    (["serve", "--request-rate", "-2"], "attnserve bench serve: error: argument --request-rate: -2.0 not allowed (allowed: number > 0, or inf)"),
-    (["serve", "--request-rate", "nan"], "attnserve bench serve: error: argument --request-rate: nan not allowed (allowed: number > 0, or inf)"),
-    (["serve", "--max-concurrency", "0"], "attnserve bench serve: error: argument --max-concurrency: 0 not allowed (allowed: integer >= 1)"),
-    (["serve", "--input-len", "0"], "attnserve bench serve: error: argument --input-len: 0 not allowed (allowed: integer >= 1)"),
-    (["serve", "--output-len", "-1"], "attnserve bench serve: error: argument --output-len: -1 not allowed (allowed: integer >= 1)"),
-    (["serve", "--dataset", "file"], "attnserve bench serve: error: argument --dataset: file needs --prompt-file"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["throughput", "--num-prompts", "0"],
+            "attnserve bench throughput: error: argument --num-prompts: 0 not allowed (allowed: integer >= 1)",
+        ),
+        (
+            ["throughput", "--range-ratio", "1.5"],
+            "attnserve bench throughput: error: argument --range-ratio: 1.5 not allowed (allowed: number in [0, 1))",
+        ),
+        (
+            ["throughput", "--output-len", "x"],
+            "attnserve bench throughput: error: argument --output-len: 'x' is not an integer (allowed: integer >= 1)",
+        ),
+        (
+            ["throughput", "--baseline", "sglang"],
+            "attnserve bench throughput: error: argument --baseline: invalid choice: 'sglang' (choose from ",
+        ),
+        (
+            ["latency", "--batch-size", "0"],
+            "attnserve bench latency: error: argument --batch-size: 0 not allowed (allowed: integer >= 1)",
+        ),
+        (
+            ["latency", "--num-iters-warmup", "-1"],
+            "attnserve bench latency: error: argument --num-iters-warmup: -1 not allowed (allowed: integer >= 0)",
+        ),
+        (
+            ["attention", "--repeats", "0"],
+            "attnserve bench attention: error: argument --repeats: 0 not allowed (allowed: integer >= 1)",
+        ),
+        (
+            ["attention", "--num-heads", "6", "--num-kv-heads", "4"],
+            "attnserve bench attention: error: argument --num-heads: 6 is not a multiple of --num-kv-heads 4",
+        ),
+        (
+            ["attention", "--device", "cuda:9.0"],
+            "attnserve bench attention: error: device 'cuda:9.0' is simulated; bench attention needs a real device (auto, cpu, cuda, cuda:N)",
+        ),
+        (
+            ["serve", "--num-prompts", "0"],
+            "attnserve bench serve: error: argument --num-prompts: 0 not allowed (allowed: integer >= 1)",
+        ),
+        (
+            ["serve", "--request-rate", "0"],
+            "attnserve bench serve: error: argument --request-rate: 0.0 not allowed (allowed: number > 0, or inf)",
+        ),
+        (
+            ["serve", "--request-rate", "-2"],
+            "attnserve bench serve: error: argument --request-rate: -2.0 not allowed (allowed: number > 0, or inf)",
+        ),
+        (
+            ["serve", "--request-rate", "nan"],
+            "attnserve bench serve: error: argument --request-rate: nan not allowed (allowed: number > 0, or inf)",
+        ),
+        (
+            ["serve", "--max-concurrency", "0"],
+            "attnserve bench serve: error: argument --max-concurrency: 0 not allowed (allowed: integer >= 1)",
+        ),
+        (
+            ["serve", "--input-len", "0"],
+            "attnserve bench serve: error: argument --input-len: 0 not allowed (allowed: integer >= 1)",
+        ),
+        (
+            ["serve", "--output-len", "-1"],
+            "attnserve bench serve: error: argument --output-len: -1 not allowed (allowed: integer >= 1)",
+        ),
+        (["serve", "--dataset", "file"], "attnserve bench serve: error: argument --dataset: file needs --prompt-file"),
+    ],
+)
 def test_bad_flags_exit_2_with_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         main(["bench", *argv])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err
-    assert err == message or (message.endswith("(choose from ") and err.startswith(message))  # quoting differs by Python version
+    assert err == message or (
+        message.endswith("(choose from ") and err.startswith(message)
+    )  # quoting differs by Python version
 
 
 def test_requests_longer_than_max_model_len_exit_2(tiny_model_dir, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["bench", "latency", "--model", tiny_model_dir("llama"), "--max-model-len", "16", "--input-len", "10",
-              "--output-len", "10", *SMALL_ENGINE])
+        main(
+            [
+                "bench",
+                "latency",
+                "--model",
+                tiny_model_dir("llama"),
+                "--max-model-len",
+                "16",
+                "--input-len",
+                "10",
+                "--output-len",
+                "10",
+                *SMALL_ENGINE,
+            ]
+        )
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("attnserve bench latency: error: the longest prompt (10 tokens) plus the longest output (10 tokens) "
-                   "exceeds max_model_len 16; lower --input-len/--output-len/--range-ratio or raise --max-model-len")
+    assert err == (
+        "attnserve bench latency: error: the longest prompt (10 tokens) plus the longest output (10 tokens) "
+        "exceeds max_model_len 16; lower --input-len/--output-len/--range-ratio or raise --max-model-len"
+    )
 
 
 @pytest.mark.parametrize("kind", ["latency", "throughput"])
@@ -255,16 +464,35 @@ def test_prompts_the_kv_cache_cannot_hold_are_one_line(kind, tiny_model_dir):
     """A KV cache of 2 blocks (32 tokens) and 40-token prompts: the process's stderr is one error line naming
     --num-gpu-blocks, without the engine's KV-cache warning before it (the warning waits for the prompts' check).
     A process of its own: the warning is a log record, which pytest's log capture would take in-process."""
-    lens = ["--input-len", "40", "--output-len", "4"] + (["--num-prompts", "2"] if kind == "throughput" else
-                                                         ["--batch-size", "1", "--num-iters", "1"])
-    proc = subprocess.run([sys.executable, "-m", "attnserve", "bench", kind, "--model", tiny_model_dir("llama"), *lens,
-                           "--num-gpu-blocks", "2", "--device", "cpu", "--no-progress"],
-                          capture_output=True, text=True, timeout=300)
+    lens = ["--input-len", "40", "--output-len", "4"] + (
+        ["--num-prompts", "2"] if kind == "throughput" else ["--batch-size", "1", "--num-iters", "1"]
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnserve",
+            "bench",
+            kind,
+            "--model",
+            tiny_model_dir("llama"),
+            *lens,
+            "--num-gpu-blocks",
+            "2",
+            "--device",
+            "cpu",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         f"attnserve bench {kind}: error: argument --num-gpu-blocks: prompt of 40 tokens needs 3 KV blocks (41 tokens "
         "with the one it generates), the KV cache has 2 (32 tokens), so at most 31 prompt tokens fit; raise "
-        "--num-gpu-blocks")
+        "--num-gpu-blocks"
+    )
 
 
 def _free_port() -> int:
@@ -279,19 +507,34 @@ def test_bench_serve_without_a_server_says_so_in_one_line(capsys):
     port = _free_port()
     with pytest.raises(SystemExit) as e:
         main(["bench", "serve", "--port", str(port), "--num-prompts", "1"])
-    assert e.value.code == (f"attnserve bench serve: error: GET http://127.0.0.1:{port}/v1/models failed "
-                            "(ConnectError: All connection attempts failed); is the server running there? "
-                            "(--host, --port, --base-url)")
+    assert e.value.code == (
+        f"attnserve bench serve: error: GET http://127.0.0.1:{port}/v1/models failed "
+        "(ConnectError: All connection attempts failed); is the server running there? "
+        "(--host, --port, --base-url)"
+    )
 
 
 def test_bench_serve_missing_prompt_file_exits_2_with_one_line(tmp_path, capsys):
     missing = tmp_path / "none.txt"
     with pytest.raises(SystemExit) as e:
-        main(["bench", "serve", "--port", str(_free_port()), "--model", "m", "--dataset", "file",
-              "--prompt-file", str(missing)])
+        main(
+            [
+                "bench",
+                "serve",
+                "--port",
+                str(_free_port()),
+                "--model",
+                "m",
+                "--dataset",
+                "file",
+                "--prompt-file",
+                str(missing),
+            ]
+        )
     assert e.value.code == 2
     assert capsys.readouterr().err.strip() == (
-        f"attnserve bench serve: error: argument --prompt-file: {missing}: No such file or directory")
+        f"attnserve bench serve: error: argument --prompt-file: {missing}: No such file or directory"
+    )
 
 
 def test_shared_prefix_and_multi_turn_requests():
@@ -309,14 +552,39 @@ def test_shared_prefix_and_multi_turn_requests():
 
 def test_throughput_compares_prefix_caching_on_the_same_requests(tmp_path, tiny_model_dir, capsys):
     out = tmp_path / "tp.json"
-    rc = main(["bench", "throughput", "--model", tiny_model_dir("llama"), "--num-prompts", "4", "--input-len", "6",
-               "--output-len", "3", "--prefix-len", "40", "--num-turns", "2", "--block-size", "4",
-               "--compare-prefix-caching", *SMALL_ENGINE, "--output-json", str(out)])
+    rc = main(
+        [
+            "bench",
+            "throughput",
+            "--model",
+            tiny_model_dir("llama"),
+            "--num-prompts",
+            "4",
+            "--input-len",
+            "6",
+            "--output-len",
+            "3",
+            "--prefix-len",
+            "40",
+            "--num-turns",
+            "2",
+            "--block-size",
+            "4",
+            "--compare-prefix-caching",
+            *SMALL_ENGINE,
+            "--output-json",
+            str(out),
+        ]
+    )
     assert rc == 0
     data = json.loads(out.read_text())
     on, off = data["results"]
     assert (on["name"], on["prefix_caching"], off["name"], off["prefix_caching"]) == (
-        "attnserve", True, "attnserve (no prefix caching)", False)
+        "attnserve",
+        True,
+        "attnserve (no prefix caching)",
+        False,
+    )
     assert on["num_requests"] == off["num_requests"] == 8 and on["total_output_tokens"] == 8 * 3
     # 4 first turns of 46 tokens (the shared 40: 10 blocks), then 4 second turns of 46 + 3 + 6 tokens
     assert on["total_tokens"] == off["total_tokens"] == 4 * 46 + 4 * 55 + 8 * 3
@@ -325,14 +593,18 @@ def test_throughput_compares_prefix_caching_on_the_same_requests(tmp_path, tiny_
     assert on["num_cached_tokens"] == 3 * 40 + 4 * 48
     assert on["prefix_cache_hit_rate"] == pytest.approx(on["num_cached_tokens"] / (4 * 46 + 4 * 55))
     assert data["prefix_caching_ratio"]["output_tokens_per_s"] == pytest.approx(
-        on["output_tokens_per_s"] / off["output_tokens_per_s"])
+        on["output_tokens_per_s"] / off["output_tokens_per_s"]
+    )
     assert "prefix caching on / off" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--prompts-file", "x.txt", "--prefix-len", "8"], "argument --prefix-len: 8 not allowed with --prompts-file"),
-    (["--num-turns", "2", "--baseline", "transformers"], "argument --num-turns: 2 not allowed with --baseline"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--prompts-file", "x.txt", "--prefix-len", "8"], "argument --prefix-len: 8 not allowed with --prompts-file"),
+        (["--num-turns", "2", "--baseline", "transformers"], "argument --num-turns: 2 not allowed with --baseline"),
+    ],
+)
 def test_throughput_workload_flags_that_would_be_ignored_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         main(["bench", "throughput", "--load-format", "dummy", *argv, *SMALL_ENGINE])

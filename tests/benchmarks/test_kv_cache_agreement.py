@@ -15,14 +15,20 @@ def test_identical_engines_agree_exactly(tiny_model_dir):
     kw = dict(device="cpu", dtype="float32", attention_backend="CPU_ATTN", num_gpu_blocks=64)
     a, b = LLM(tiny_model_dir("llama"), **kw), LLM(tiny_model_dir("llama"), **kw)
     figures = compare(a.engine, b.engine, _prompt_ids(a.engine, PROMPTS), 5)
-    assert figures == {"positions": 15, "greedy_agreement": 1.0, "mean_kl": 0.0, "max_kl": 0.0,
-                       "first_divergence_mean": 5.0}
+    assert figures == {
+        "positions": 15,
+        "greedy_agreement": 1.0,
+        "mean_kl": 0.0,
+        "max_kl": 0.0,
+        "first_divergence_mean": 5.0,
+    }
 
 
 @pytest.mark.parametrize("kv", ["fp8", "fp8_e5m2"])
 def test_fp8_against_16_bit(tiny_model_dir, kv):
-    result = run(tiny_model_dir("llama"), kv, "CPU_ATTN", num_tokens=4, device="cpu", prompts=PROMPTS,
-                 num_gpu_blocks=64)
+    result = run(
+        tiny_model_dir("llama"), kv, "CPU_ATTN", num_tokens=4, device="cpu", prompts=PROMPTS, num_gpu_blocks=64
+    )
     assert (result["attention_backend"], result["kv_cache_dtype"], result["positions"]) == ("CPU_ATTN", kv, 12)
     assert result["kv_scales"] == "1.0 (no scales in the checkpoint)"
     assert 0.0 <= result["greedy_agreement"] <= 1.0

@@ -36,20 +36,25 @@ def test_numbered_lines_count_blank_lines_too(tmp_path):
     assert numbered_lines(str(path)) == [(1, "a"), (4, "b"), (5, "c")]
 
 
-@pytest.mark.parametrize("text, message", [
-    # was a KeyError traceback in bench serve, and the line sent as a text prompt in bench throughput
-    ('{"prompt": "a"}\n\n{"text": "b", "id": 3}\n', '{p}:3: missing key "prompt" (its keys: "text", "id")'),
-    ('{}\n', '{p}:1: missing key "prompt" (the object is empty)'),
-    ('{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6}\n',
-     '{p}:1: missing key "prompt" (its keys: "a", "b", "c", "d", "e", ...)'),
-    # was "Expecting ',' delimiter: line 1 column 16 (char 15)" in bench serve, naming neither file nor line
-    ('plain\n{"prompt": "a" "b"}\n', "{p}:2:16: malformed JSON: Expecting ',' delimiter"),
-    ('{"prompt": "a"} trailing\n', "{p}:1:17: malformed JSON: Extra data"),
-    ('{"prompt": 5}\n', '{p}:1: "prompt" is 5, not a string'),
-    ('{"prompt": null}\n', '{p}:1: "prompt" is null, not a string'),
-    ('{"prompt": ["a"]}\n', '{p}:1: "prompt" is ["a"], not a string'),
-    ('{"prompt": ""}\n', '{p}:1: "prompt" is empty'),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        # was a KeyError traceback in bench serve, and the line sent as a text prompt in bench throughput
+        ('{"prompt": "a"}\n\n{"text": "b", "id": 3}\n', '{p}:3: missing key "prompt" (its keys: "text", "id")'),
+        ("{}\n", '{p}:1: missing key "prompt" (the object is empty)'),
+        (
+            '{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6}\n',
+            '{p}:1: missing key "prompt" (its keys: "a", "b", "c", "d", "e", ...)',
+        ),
+        # was "Expecting ',' delimiter: line 1 column 16 (char 15)" in bench serve, naming neither file nor line
+        ('plain\n{"prompt": "a" "b"}\n', "{p}:2:16: malformed JSON: Expecting ',' delimiter"),
+        ('{"prompt": "a"} trailing\n', "{p}:1:17: malformed JSON: Extra data"),
+        ('{"prompt": 5}\n', '{p}:1: "prompt" is 5, not a string'),
+        ('{"prompt": null}\n', '{p}:1: "prompt" is null, not a string'),
+        ('{"prompt": ["a"]}\n', '{p}:1: "prompt" is ["a"], not a string'),
+        ('{"prompt": ""}\n', '{p}:1: "prompt" is empty'),
+    ],
+)
 def test_a_bad_jsonl_line_names_the_file_the_line_and_what_a_line_must_be(tmp_path, text, message):
     path = tmp_path / "p.jsonl"
     path.write_text(text)

@@ -53,8 +53,14 @@ def test_moe_step_reads_the_expected_share_of_the_experts():
     moe = torch.nn.Sequential(FusedMoE(8, 2, 4, 6), FusedMoE(8, 2, 4, 6))
     assert moe_expert_bytes(moe) == (2 * 8 * (12 * 4 + 4 * 6) * 4, 8, 2)
     assert moe_expert_bytes(_Tiny(tied=False)) == (0, 0, 0)
-    r = Roofline(copy_bandwidth=1e9, weight_bytes=1000 + 800, kv_bytes_per_token=10, expert_bytes=800, num_experts=8,
-                 experts_per_token=2)
+    r = Roofline(
+        copy_bandwidth=1e9,
+        weight_bytes=1000 + 800,
+        kv_bytes_per_token=10,
+        expert_bytes=800,
+        num_experts=8,
+        experts_per_token=2,
+    )
     assert r.step_bytes([100]) == 1000 + 200 + 1000  # one token: k / E of the experts
     assert r.step_bytes([1, 1]) == 1000 + round(800 * (1 - 0.75**2)) + 20
     assert r.step_bytes([1] * 64) == 1000 + round(800 * (1 - 0.75**64)) + 640

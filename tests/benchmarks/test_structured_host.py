@@ -14,8 +14,23 @@ def test_structured_host_reports_the_grammar_parts(tmp_path, monkeypatch):
     from benchmarks import structured_host
 
     out = tmp_path / "r.json"
-    monkeypatch.setattr(sys, "argv", ["structured_host", "--num-requests", "4", "--input-len", "8", "--output-len",
-                                      "12", "--vocab-size", "50000", "--json", str(out)])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "structured_host",
+            "--num-requests",
+            "4",
+            "--input-len",
+            "8",
+            "--output-len",
+            "12",
+            "--vocab-size",
+            "50000",
+            "--json",
+            str(out),
+        ],
+    )
     structured_host.main()
     r = json.loads(out.read_text())
     free, constrained = r["unconstrained"], r["json_schema"]

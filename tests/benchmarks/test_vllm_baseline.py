@@ -20,8 +20,15 @@ from attnserve.entrypoints.cli.main import main
 from attnserve.refusals import Refused
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
-FACTS = types.SimpleNamespace(model="/m", load_format="dummy", dtype=torch.bfloat16, max_model_len=2304,
-                              max_num_seqs=256, seed=0, prompt_vocab_size=1000)
+FACTS = types.SimpleNamespace(
+    model="/m",
+    load_format="dummy",
+    dtype=torch.bfloat16,
+    max_model_len=2304,
+    max_num_seqs=256,
+    seed=0,
+    prompt_vocab_size=1000,
+)
 ROOFLINE = Roofline(copy_bandwidth=1e12, weight_bytes=10**9, kv_bytes_per_token=1000)
 
 
@@ -48,22 +55,35 @@ def test_a_model_that_is_not_a_folder_is_refused(monkeypatch):
 def test_specs_carry_the_engine_settings_and_exact_requests():
     reqs = random_requests(5, 100, 20, 0.5, 1000, 3)
     spec = throughput_spec(FACTS, reqs)
-    assert spec["engine"] == {"model": "/m", "load_format": "dummy", "dtype": "bfloat16", "max_model_len": 2304,
-                              "max_num_seqs": 256, "seed": 0, "tensor_parallel_size": 1}
+    assert spec["engine"] == {
+        "model": "/m",
+        "load_format": "dummy",
+        "dtype": "bfloat16",
+        "max_model_len": 2304,
+        "max_num_seqs": 256,
+        "seed": 0,
+        "tensor_parallel_size": 1,
+    }
     assert spec["requests"] == [[r.prompt_token_ids, r.output_len] for r in reqs]
     lat = latency_spec(FACTS, batch_sizes=[1, 4], input_len=32, output_len=8, num_iters=2, num_iters_warmup=1, seed=7)
     # the runner rebuilds each iteration's prompts from these, as the engine's run built them
     p = lat["latency"]
-    assert [r.prompt_token_ids for r in iteration_requests(4, p["input_len"], p["output_len"], p["vocab_size"],
-                                                           p["seed"], 2)] == \
-        [r.prompt_token_ids for r in iteration_requests(4, 32, 8, 1000, 7, 2)]
+    assert [
+        r.prompt_token_ids
+        for r in iteration_requests(4, p["input_len"], p["output_len"], p["vocab_size"], p["seed"], 2)
+    ] == [r.prompt_token_ids for r in iteration_requests(4, 32, 8, 1000, 7, 2)]
 
 
 def test_vllm_results_become_rows():
     reqs = random_requests(4, 10, 5, 0.0, 1000, 0)
     row = throughput_vllm_row({"elapsed_s": 2.0, "output_tokens": 20}, reqs, 0.5, ROOFLINE)
-    assert (row.name, row.num_requests, row.total_tokens, row.output_tokens_per_s, row.num_steps) == \
-        ("vllm", 4, 60, 10.0, None)
+    assert (row.name, row.num_requests, row.total_tokens, row.output_tokens_per_s, row.num_steps) == (
+        "vllm",
+        4,
+        60,
+        10.0,
+        None,
+    )
     assert row.roofline.pct_of_limit == 25.0
     lrow = latency_vllm_row({"batch_size": 2, "ttft_s": [0.1, 0.1], "e2e_s": [0.5, 0.9]}, 16, 5, ROOFLINE)
     assert (lrow.name, lrow.batch_size) == ("vllm", 2)

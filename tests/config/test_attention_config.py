@@ -36,8 +36,10 @@ def test_unknown_backend_lists_valid_names_and_suggests():
 def test_backend_of_wrong_type():
     with pytest.raises(ConfigError) as e:
         AttentionConfig(backend=3)
-    assert str(e.value) == ("attention_config.backend 3 is an integer, not a backend name (allowed: FLASH_ATTN, FLASHINFER, "
-                            "TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto, null)")
+    assert str(e.value) == (
+        "attention_config.backend 3 is an integer, not a backend name (allowed: FLASH_ATTN, FLASHINFER, "
+        "TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto, null)"
+    )
 
 
 @pytest.mark.parametrize("version", [2, 3, 4, None])
@@ -45,12 +47,18 @@ def test_flash_attn_version_allowed(version):
     assert AttentionConfig(flash_attn_version=version).flash_attn_version == version
 
 
-@pytest.mark.parametrize("version, message", [
-    (5, "5 not allowed"), (1, "1 not allowed"), (0, "0 not allowed"),
-    # another type: named, never "'3' not allowed (allowed: 2, 3, 4, null)"
-    (True, "True is a boolean, not an integer"), ("3", "'3' is a string, not an integer"),
-    (3.0, "3.0 is a float, not an integer"),
-])
+@pytest.mark.parametrize(
+    "version, message",
+    [
+        (5, "5 not allowed"),
+        (1, "1 not allowed"),
+        (0, "0 not allowed"),
+        # another type: named, never "'3' not allowed (allowed: 2, 3, 4, null)"
+        (True, "True is a boolean, not an integer"),
+        ("3", "'3' is a string, not an integer"),
+        (3.0, "3.0 is a float, not an integer"),
+    ],
+)
 def test_flash_attn_version_rejected(version, message):
     with pytest.raises(ConfigError) as e:
         AttentionConfig(flash_attn_version=version)
@@ -67,8 +75,16 @@ def test_flash_attn_version_rejected(version, message):
         ("disable_flashinfer_q_quantization", 0, "0 is an integer, not a boolean (allowed: true, false)"),
         ("flash_attn_max_num_splits_for_cuda_graph", 0, "0 not allowed (allowed: integer in [1, 256])"),
         ("flash_attn_max_num_splits_for_cuda_graph", 257, "257 not allowed (allowed: integer in [1, 256])"),
-        ("flash_attn_max_num_splits_for_cuda_graph", True, "True is a boolean, not an integer (allowed: integer in [1, 256])"),
-        ("flash_attn_max_num_splits_for_cuda_graph", "32", "'32' is a string, not an integer (allowed: integer in [1, 256])"),
+        (
+            "flash_attn_max_num_splits_for_cuda_graph",
+            True,
+            "True is a boolean, not an integer (allowed: integer in [1, 256])",
+        ),
+        (
+            "flash_attn_max_num_splits_for_cuda_graph",
+            "32",
+            "'32' is a string, not an integer (allowed: integer in [1, 256])",
+        ),
     ],
 )
 def test_bad_values_name_field_value_and_allowed(field, value, message):

@@ -28,12 +28,25 @@ def test_defaults():
 
 def test_flat_kwargs_land_in_their_sections():
     cfg = build_engine_config(
-        "m", dtype="bfloat16", block_size=32, max_model_len=4096, kv_cache_memory=1 << 30, num_gpu_blocks=100,
-        max_num_seqs=8, max_num_batched_tokens=512, device="cpu", enforce_eager=True, seed=3, load_format="dummy",
-        tokenizer="tok", gpu_memory_utilization=0.5,
+        "m",
+        dtype="bfloat16",
+        block_size=32,
+        max_model_len=4096,
+        kv_cache_memory=1 << 30,
+        num_gpu_blocks=100,
+        max_num_seqs=8,
+        max_num_batched_tokens=512,
+        device="cpu",
+        enforce_eager=True,
+        seed=3,
+        load_format="dummy",
+        tokenizer="tok",
+        gpu_memory_utilization=0.5,
     )
     assert cfg == EngineConfig(
-        model=ModelConfig(model="m", tokenizer="tok", dtype="bfloat16", max_model_len=4096, load_format="dummy", seed=3),
+        model=ModelConfig(
+            model="m", tokenizer="tok", dtype="bfloat16", max_model_len=4096, load_format="dummy", seed=3
+        ),
         cache=CacheConfig(block_size=32, num_gpu_blocks=100, kv_cache_memory=1 << 30, gpu_memory_utilization=0.5),
         scheduler=SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=8),
         device="cpu",
@@ -90,7 +103,9 @@ def test_block_size_outside_the_sizes_is_refused():
     with pytest.raises(ConfigError) as e:
         build_engine_config(block_size=7)
     assert (str(e.value), e.value.key) == (
-        "block_size 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)", "block_size")
+        "block_size 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)",
+        "block_size",
+    )
     assert build_engine_config(block_size=256).cache.block_size == 256
 
 

@@ -15,7 +15,11 @@ def load(tmp_path, name, text):
 
 
 def test_yaml_nested_attention_and_dashes(tmp_path):
-    cfg, _ = load(tmp_path, "c.yaml", "model: m\nblock-size: 32\nattention_config:\n  backend: flashinfer\n  use-trtllm-attention: false\n")
+    cfg, _ = load(
+        tmp_path,
+        "c.yaml",
+        "model: m\nblock-size: 32\nattention_config:\n  backend: flashinfer\n  use-trtllm-attention: false\n",
+    )
     assert cfg.model.model == "m" and cfg.cache.block_size == 32
     assert cfg.attention.backend is AttentionBackendEnum.FLASHINFER
     assert cfg.attention.use_trtllm_attention is False
@@ -32,31 +36,38 @@ def test_yaml_false_values_kept(tmp_path):
 
 
 def test_json_file(tmp_path):
-    cfg, _ = load(tmp_path, "c.json", '{"model": "m", "attention_config": {"backend": "FLASH_ATTN", "flash_attn_version": 4}}')
+    cfg, _ = load(
+        tmp_path, "c.json", '{"model": "m", "attention_config": {"backend": "FLASH_ATTN", "flash_attn_version": 4}}'
+    )
     assert cfg.attention.flash_attn_version == 4
 
 
 YAML_ALLOWED = "(allowed: a mapping of engine argument names to values, e.g. 'dtype: float32', or {} for no settings)"
-JSON_ALLOWED = '(allowed: a mapping of engine argument names to values, e.g. {"dtype": "float32"}, or {} for no settings)'
+JSON_ALLOWED = (
+    '(allowed: a mapping of engine argument names to values, e.g. {"dtype": "float32"}, or {} for no settings)'
+)
 
 
-@pytest.mark.parametrize("name, text, message", [
-    # a file named on the command line that sets nothing is most likely the wrong file: one error in both formats
-    # (the empty YAML file was read as no settings, the empty JSON file was "malformed JSON: Expecting value")
-    ("c.yaml", "", f"empty config file {YAML_ALLOWED}"),
-    ("c.yml", " \n\n", f"empty config file {YAML_ALLOWED}"),
-    ("c.json", "", f"empty config file {JSON_ALLOWED}"),
-    ("c.json", "\n  \n", f"empty config file {JSON_ALLOWED}"),
-    ("c.yaml", "# block_size: 32\n", f"the config file holds only comments {YAML_ALLOWED}"),
-    ("c.yaml", "null\n", f"the top level is null {YAML_ALLOWED}"),
-    ("c.json", "null", f"the top level is null {JSON_ALLOWED}"),
-    # a top level that is no mapping (was "... must be a mapping ..., got list")
-    ("c.yaml", "- block_size: 32\n- dtype: float32\n", f"the top level is a list {YAML_ALLOWED}"),
-    ("c.json", '[{"block_size": 32}]', f"the top level is a list {JSON_ALLOWED}"),
-    ("c.yaml", "block_size 32\n", f"the top level is the string 'block_size 32' {YAML_ALLOWED}"),
-    ("c.yaml", "32\n", f"the top level is the number 32 {YAML_ALLOWED}"),
-    ("c.yaml", "true\n", f"the top level is true {YAML_ALLOWED}"),
-])
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        # a file named on the command line that sets nothing is most likely the wrong file: one error in both formats
+        # (the empty YAML file was read as no settings, the empty JSON file was "malformed JSON: Expecting value")
+        ("c.yaml", "", f"empty config file {YAML_ALLOWED}"),
+        ("c.yml", " \n\n", f"empty config file {YAML_ALLOWED}"),
+        ("c.json", "", f"empty config file {JSON_ALLOWED}"),
+        ("c.json", "\n  \n", f"empty config file {JSON_ALLOWED}"),
+        ("c.yaml", "# block_size: 32\n", f"the config file holds only comments {YAML_ALLOWED}"),
+        ("c.yaml", "null\n", f"the top level is null {YAML_ALLOWED}"),
+        ("c.json", "null", f"the top level is null {JSON_ALLOWED}"),
+        # a top level that is no mapping (was "... must be a mapping ..., got list")
+        ("c.yaml", "- block_size: 32\n- dtype: float32\n", f"the top level is a list {YAML_ALLOWED}"),
+        ("c.json", '[{"block_size": 32}]', f"the top level is a list {JSON_ALLOWED}"),
+        ("c.yaml", "block_size 32\n", f"the top level is the string 'block_size 32' {YAML_ALLOWED}"),
+        ("c.yaml", "32\n", f"the top level is the number 32 {YAML_ALLOWED}"),
+        ("c.yaml", "true\n", f"the top level is true {YAML_ALLOWED}"),
+    ],
+)
 def test_a_file_without_a_mapping_is_one_error_naming_it(tmp_path, name, text, message):
     p = tmp_path / name
     p.write_text(text)
@@ -76,9 +87,17 @@ def test_an_empty_mapping_sets_nothing(tmp_path, name):
     [
         ("c.yaml", "blok_size: 16\n", r"unknown key 'blok_size' in {p} .*did you mean 'block_size'\?"),
         # vLLM's names are valid keys too, listed after ours, and suggested as written
-        ("c.yaml", "num_gpu_block_override: 16\n", r"unknown key 'num_gpu_block_override' in {p} \(allowed: .*, num_gpu_blocks, "
-                   r"num_gpu_blocks_override, kv_cache_memory, kv_cache_memory_bytes, .*\); did you mean 'num_gpu_blocks_override'\?$"),
-        ("c.yaml", "attention_config:\n  bakend: X\n", r"unknown attention_config field 'bakend' in {p} .*did you mean 'backend'\?"),
+        (
+            "c.yaml",
+            "num_gpu_block_override: 16\n",
+            r"unknown key 'num_gpu_block_override' in {p} \(allowed: .*, num_gpu_blocks, "
+            r"num_gpu_blocks_override, kv_cache_memory, kv_cache_memory_bytes, .*\); did you mean 'num_gpu_blocks_override'\?$",
+        ),
+        (
+            "c.yaml",
+            "attention_config:\n  bakend: X\n",
+            r"unknown attention_config field 'bakend' in {p} .*did you mean 'backend'\?",
+        ),
         ("c.yaml", "attention_config.bakend: X\n", r"unknown attention_config field 'bakend' in {p}"),
         ("c.yaml", "model: m\n  x: [1,\n", r"^{p}:2:4: malformed YAML: "),
         ("c.yaml", "a: [1, 2\n", r"^{p}:2:1: malformed YAML: "),
@@ -88,7 +107,11 @@ def test_an_empty_mapping_sets_nothing(tmp_path, name):
         ("c.yaml", "block_size: 0\n", r"^{p}: block_size 0 not allowed \(allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256\)$"),
         ("c.yaml", "block_size: 7\n", r"^{p}: block_size 7 not allowed \(allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256\)$"),
         ("c.yaml", "block_size: 16.0\n", r"^{p}: block_size 16.0 is a float, not an integer \(allowed: 1, 2, 4, "),
-        ("c.yaml", "attention_config:\n  flash_attn_version: 5\n", r"^{p}: attention_config.flash_attn_version 5 not allowed"),
+        (
+            "c.yaml",
+            "attention_config:\n  flash_attn_version: 5\n",
+            r"^{p}: attention_config.flash_attn_version 5 not allowed",
+        ),
         ("c.yaml", "attention_config: FLASH_ATTN\n", r"{p}: attention_config 'FLASH_ATTN' is not an object"),
     ],
 )
@@ -111,7 +134,10 @@ def test_missing_file(tmp_path):
 def test_mutual_exclusion_inside_a_file(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("attention_backend: FLASHINFER\nattention_config:\n  backend: FLASH_ATTN\n")
-    with pytest.raises(ConfigError, match=rf"attention_backend in {p} 'FLASHINFER' conflicts with attention_config.backend in {p} 'FLASH_ATTN'"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"attention_backend in {p} 'FLASHINFER' conflicts with attention_config.backend in {p} 'FLASH_ATTN'",
+    ):
         resolve(file_settings(str(p)))
 
 
@@ -119,27 +145,61 @@ def test_mutual_exclusion_inside_a_file(tmp_path):
     "name, text, message",
     [
         # a value is shown as the file writes it, not as Python does (was True, None, datetime.date(2024, 1, 1))
-        ("c.yaml", "dtype: true\n", "{p}: dtype true is a boolean, not a string (allowed: auto, float32, float16, bfloat16, "
-                                     "float, half)"),
-        ("c.yaml", "kv_cache_dtype: null\n", "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3, fp8_e5m2)"),
-        ("c.yaml", "kv_cache_dtype: ~\n", "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3, fp8_e5m2)"),
+        (
+            "c.yaml",
+            "dtype: true\n",
+            "{p}: dtype true is a boolean, not a string (allowed: auto, float32, float16, bfloat16, float, half)",
+        ),
+        (
+            "c.yaml",
+            "kv_cache_dtype: null\n",
+            "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3, fp8_e5m2)",
+        ),
+        (
+            "c.yaml",
+            "kv_cache_dtype: ~\n",
+            "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3, fp8_e5m2)",
+        ),
         ("c.json", '{"enforce_eager": null}', "{p}: enforce_eager null not allowed (allowed: true, false)"),
-        ("c.yaml", "gpu_memory_utilization: 1000.0\n", "{p}: gpu_memory_utilization 1000.0 not allowed (allowed: number in (0, 1])"),
-        ("c.yaml", "block_size: [16, true]\n", "{p}: block_size [16, true] is a list, not an integer (allowed: 1, 2, 4, 8, "
-                                               "16, 32, 64, 128, 256)"),
-        ("c.yaml", "max_model_len: 2024-01-01\n", "{p}: max_model_len 2024-01-01 is a date, not an integer (allowed: "
-                                                  "integer >= 1, null)"),
-        ("c.yaml", "enforce_eager: 'true'\n", "{p}: enforce_eager 'true' is a string, not a boolean (allowed: true, "
-                                              "false)"),  # text stays quoted
-        ("c.yaml", "attention_backend: false\n", "{p}: attention_backend false is a boolean, not a backend name (allowed: "
-                                                 "FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto, "
-                                                 "null)"),
-        ("c.yaml", "attention_config:\n  flash_attn_version: true\n",
-         "{p}: attention_config.flash_attn_version true is a boolean, not an integer (allowed: 2, 3, 4, null)"),
+        (
+            "c.yaml",
+            "gpu_memory_utilization: 1000.0\n",
+            "{p}: gpu_memory_utilization 1000.0 not allowed (allowed: number in (0, 1])",
+        ),
+        (
+            "c.yaml",
+            "block_size: [16, true]\n",
+            "{p}: block_size [16, true] is a list, not an integer (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)",
+        ),
+        (
+            "c.yaml",
+            "max_model_len: 2024-01-01\n",
+            "{p}: max_model_len 2024-01-01 is a date, not an integer (allowed: integer >= 1, null)",
+        ),
+        (
+            "c.yaml",
+            "enforce_eager: 'true'\n",
+            "{p}: enforce_eager 'true' is a string, not a boolean (allowed: true, false)",
+        ),  # text stays quoted
+        (
+            "c.yaml",
+            "attention_backend: false\n",
+            "{p}: attention_backend false is a boolean, not a backend name (allowed: "
+            "FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto, "
+            "null)",
+        ),
+        (
+            "c.yaml",
+            "attention_config:\n  flash_attn_version: true\n",
+            "{p}: attention_config.flash_attn_version true is a boolean, not an integer (allowed: 2, 3, 4, null)",
+        ),
         ("c.yaml", "attention_config: true\n", "{p}: attention_config true is not an object of field names to values"),
-        ("c.yaml", "attention_backend: null\nattention_config:\n  backend: FLASH_ATTN\n",
-         "attention_backend in {p} null conflicts with attention_config.backend in {p} 'FLASH_ATTN': they name different "
-         "backends; set the attention backend in one place"),
+        (
+            "c.yaml",
+            "attention_backend: null\nattention_config:\n  backend: FLASH_ATTN\n",
+            "attention_backend in {p} null conflicts with attention_config.backend in {p} 'FLASH_ATTN': they name different "
+            "backends; set the attention backend in one place",
+        ),
     ],
 )
 def test_values_in_errors_are_spelled_as_in_the_file(tmp_path, name, text, message):
@@ -151,8 +211,10 @@ def test_values_in_errors_are_spelled_as_in_the_file(tmp_path, name, text, messa
 
 
 def test_unknown_keys_that_are_not_text_are_spelled_as_in_the_file(tmp_path):
-    for text, start in (("true: 1\n", "unknown key true in {p} (allowed: model, "),
-                        ("attention_config:\n  null: 1\n", "unknown attention_config field null in {p} (allowed: backend, ")):
+    for text, start in (
+        ("true: 1\n", "unknown key true in {p} (allowed: model, "),
+        ("attention_config:\n  null: 1\n", "unknown attention_config field null in {p} (allowed: backend, "),
+    ):
         p = tmp_path / "c.yaml"
         p.write_text(text)
         with pytest.raises(ConfigError) as e:

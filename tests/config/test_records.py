@@ -13,7 +13,12 @@ from attnserve.config import CacheConfig, ConfigError, EngineConfig, ModelConfig
         (ModelConfig, "max_model_len", 0, "integer >= 1, null"),
         (ModelConfig, "seed", 2**63, "integer in [-2^63, 2^63 - 1]"),
         (CacheConfig, "block_size", 0, "1, 2, 4, 8, 16, 32, 64, 128, 256"),
-        (CacheConfig, "block_size", 7, "1, 2, 4, 8, 16, 32, 64, 128, 256"),  # was accepted: no backend's size, nor vLLM's
+        (
+            CacheConfig,
+            "block_size",
+            7,
+            "1, 2, 4, 8, 16, 32, 64, 128, 256",
+        ),  # was accepted: no backend's size, nor vLLM's
         (CacheConfig, "block_size", 512, "1, 2, 4, 8, 16, 32, 64, 128, 256"),
         (CacheConfig, "kv_cache_dtype", "int8", "auto, fp8, fp8_e4m3, fp8_e5m2"),
         (CacheConfig, "gpu_memory_utilization", 1.5, "number in (0, 1]"),
@@ -56,7 +61,14 @@ BLOCKS = "1, 2, 4, 8, 16, 32, 64, 128, 256"
         (SchedulerConfig, "enable_chunked_prefill", "no", "a string", "a boolean", "true, false"),
         (SchedulerConfig, "async_scheduling", 1, "an integer", "a boolean", "true, false, null"),
         (ParallelConfig, "disable_custom_all_reduce", "yes", "a string", "a boolean", "true, false"),
-        (EngineConfig, "device", 0, "an integer", "a string", "auto, cpu, cuda, cuda:N, cuda:MAJOR.MINOR to plan for a simulated GPU"),
+        (
+            EngineConfig,
+            "device",
+            0,
+            "an integer",
+            "a string",
+            "auto, cpu, cuda, cuda:N, cuda:MAJOR.MINOR to plan for a simulated GPU",
+        ),
     ],
 )
 def test_a_value_of_another_type_names_both_types(cls, field, value, kind, noun, allowed):
@@ -107,8 +119,17 @@ def test_to_dict_is_json_ready():
 
     d = EngineConfig().to_dict()
     json.dumps(d)
-    assert set(d) == {"model", "cache", "scheduler", "parallel", "attention", "device", "enforce_eager",
-                      "use_skinny_gemm", "enable_pdl"}
+    assert set(d) == {
+        "model",
+        "cache",
+        "scheduler",
+        "parallel",
+        "attention",
+        "device",
+        "enforce_eager",
+        "use_skinny_gemm",
+        "enable_pdl",
+    }
     assert d["attention"]["backend"] is None
 
 

@@ -9,16 +9,19 @@ from attnserve.engine.llm_engine import resolve_step_budget
 GIB = 1 << 30
 
 
-@pytest.mark.parametrize("device_type, memory, usage, expected", [
-    ("cuda", 141 * GIB, "llm", 16384),     # H200
-    ("cuda", 141 * GIB, "server", 8192),
-    ("cuda", 80 * GIB, "llm", 16384),      # H100
-    ("cuda", 24 * GIB, "llm", 8192),
-    ("cuda", 24 * GIB, "server", 2048),
-    ("cuda", None, "llm", 8192),
-    ("cpu", None, "llm", 2048),
-    ("cpu", None, "server", 2048),
-])
+@pytest.mark.parametrize(
+    "device_type, memory, usage, expected",
+    [
+        ("cuda", 141 * GIB, "llm", 16384),  # H200
+        ("cuda", 141 * GIB, "server", 8192),
+        ("cuda", 80 * GIB, "llm", 16384),  # H100
+        ("cuda", 24 * GIB, "llm", 8192),
+        ("cuda", 24 * GIB, "server", 2048),
+        ("cuda", None, "llm", 8192),
+        ("cpu", None, "llm", 2048),
+        ("cpu", None, "server", 2048),
+    ],
+)
 def test_default_budget(device_type, memory, usage, expected):
     assert default_max_num_batched_tokens(device_type, memory, usage) == expected
 

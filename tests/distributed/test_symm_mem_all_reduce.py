@@ -12,21 +12,26 @@ from attnserve.distributed.symm_mem_all_reduce import MAX_BYTES, SymmMemAllReduc
 LIMIT = 64 * 4096 * 2  # 64 tokens of hidden 4096 in bfloat16
 
 
-@pytest.mark.parametrize("shape, dtype", [((1, 4096), torch.bfloat16), ((64, 4096), torch.bfloat16),
-                                          ((3, 7, 2), torch.float32), ((2,), torch.bfloat16)])
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [((1, 4096), torch.bfloat16), ((64, 4096), torch.bfloat16), ((3, 7, 2), torch.float32), ((2,), torch.bfloat16)],
+)
 def test_takes_small_contiguous_bf16_and_fp32(shape, dtype):
     assert within_limits(torch.zeros(shape, dtype=dtype), LIMIT)
 
 
-@pytest.mark.parametrize("x, why", [
-    (torch.zeros(1, 4096, dtype=torch.float16), "float16: torch's kernel is built for bfloat16 and float32"),
-    (torch.zeros(1, 4096, dtype=torch.float64), "float64"),
-    (torch.zeros(1, 4096, dtype=torch.int32), "integers"),
-    (torch.zeros(65, 4096, dtype=torch.bfloat16), "one row over the limit"),
-    (torch.zeros(0, 4096, dtype=torch.bfloat16), "empty"),
-    (torch.zeros(3, dtype=torch.bfloat16), "6 bytes: not whole 4-byte words"),
-    (torch.zeros(4096, 2, dtype=torch.bfloat16).t(), "not contiguous"),
-])
+@pytest.mark.parametrize(
+    "x, why",
+    [
+        (torch.zeros(1, 4096, dtype=torch.float16), "float16: torch's kernel is built for bfloat16 and float32"),
+        (torch.zeros(1, 4096, dtype=torch.float64), "float64"),
+        (torch.zeros(1, 4096, dtype=torch.int32), "integers"),
+        (torch.zeros(65, 4096, dtype=torch.bfloat16), "one row over the limit"),
+        (torch.zeros(0, 4096, dtype=torch.bfloat16), "empty"),
+        (torch.zeros(3, dtype=torch.bfloat16), "6 bytes: not whole 4-byte words"),
+        (torch.zeros(4096, 2, dtype=torch.bfloat16).t(), "not contiguous"),
+    ],
+)
 def test_leaves_other_tensors_to_nccl(x, why):
     assert not within_limits(x, LIMIT), why
 
@@ -41,11 +46,14 @@ def test_cpu_tensors_never_taken():
     assert not comm.should_use(torch.zeros(1, 4096, dtype=torch.bfloat16))
 
 
-@pytest.mark.parametrize("device, world_size, words", [
-    ("cpu", 2, "not a CUDA device"),
-    ("cuda:0", 1, "world size 1 is not one of 2..8"),
-    ("cuda:0", 9, "world size 9 is not one of 2..8"),
-])
+@pytest.mark.parametrize(
+    "device, world_size, words",
+    [
+        ("cpu", 2, "not a CUDA device"),
+        ("cuda:0", 1, "world size 1 is not one of 2..8"),
+        ("cuda:0", 9, "world size 9 is not one of 2..8"),
+    ],
+)
 def test_unavailable_reason(device, world_size, words):
     assert words in unavailable_reason(torch.device(device), world_size)
 

@@ -107,10 +107,17 @@ def test_tp2_prefix_caching_matches_tp1_without_it(qwen3_tp2_pair, qwen3_dir):
 def test_tp2_async_stop_rules_logprobs_and_seeded_sampling_match_sync(qwen3_tp2_pair, qwen3_tp1_tokens):
     sync, asynchronous = qwen3_tp2_pair
     # stop on a token each request generates mid-way (EOS is rare for random weights), at max_tokens, on a string
-    params = [SamplingParams(temperature=0.0, max_tokens=3 + i, stop_token_ids=[toks[2]], logprobs=2)
-              for i, toks in enumerate(qwen3_tp1_tokens)]
-    params[2] = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=1,
-                               stop=[sync.tokenizer.decode(qwen3_tp1_tokens[2][4:6])])
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=3 + i, stop_token_ids=[toks[2]], logprobs=2)
+        for i, toks in enumerate(qwen3_tp1_tokens)
+    ]
+    params[2] = SamplingParams(
+        temperature=0.0,
+        max_tokens=12,
+        ignore_eos=True,
+        logprobs=1,
+        stop=[sync.tokenizer.decode(qwen3_tp1_tokens[2][4:6])],
+    )
     s, a = sync.generate(PROMPTS, params), asynchronous.generate(PROMPTS, params)
     assert _summary(a) == _summary(s)
     _assert_logprobs_close(a, s)
@@ -127,12 +134,21 @@ def test_tp2_penalties_bad_words_and_prompt_logprobs_match_tp1(qwen3_tp2_pair, q
     """Only rank 0 samples: its token counts, masks and the pending token of a multi-token bad word; prompt
     logprobs need every rank's LM head (vocabulary-split)."""
     toks = qwen3_tp1_tokens[0]
-    params = [SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, presence_penalty=0.5,
-                             frequency_penalty=0.5, repetition_penalty=1.3),
-              SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, prompt_logprobs=2),
-              SamplingParams(temperature=0.0, max_tokens=12, min_tokens=10, logit_bias={toks[3]: 2.0}),
-              SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, bad_words=["w"],
-                             bad_words_token_ids=[toks[2:5]])]
+    params = [
+        SamplingParams(
+            temperature=0.0,
+            max_tokens=12,
+            ignore_eos=True,
+            presence_penalty=0.5,
+            frequency_penalty=0.5,
+            repetition_penalty=1.3,
+        ),
+        SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, prompt_logprobs=2),
+        SamplingParams(temperature=0.0, max_tokens=12, min_tokens=10, logit_bias={toks[3]: 2.0}),
+        SamplingParams(
+            temperature=0.0, max_tokens=12, ignore_eos=True, bad_words=["w"], bad_words_token_ids=[toks[2:5]]
+        ),
+    ]
     prompts = PROMPTS + [PROMPTS[0]]
     ref = LLM(qwen3_dir, **ENGINE).generate(prompts, params)
     for llm in qwen3_tp2_pair:
@@ -218,8 +234,11 @@ def test_async_engine_with_a_dead_worker_is_not_ready(qwen3_dir):
         dead, refused = asyncio.run(run())
     finally:
         engine.engine.shutdown()
-    assert re.fullmatch(r"engine step failed: WorkerDiedError: worker rank 1 \(pid \d+\) died \(exit code -9\); "
-                        r"pending requests failed", dead)
+    assert re.fullmatch(
+        r"engine step failed: WorkerDiedError: worker rank 1 \(pid \d+\) died \(exit code -9\); "
+        r"pending requests failed",
+        dead,
+    )
     assert refused == "the engine is dead: " + dead.removeprefix("engine step failed: ")
 
 
@@ -322,8 +341,11 @@ def test_a_worker_that_raises_fails_the_step_with_its_traceback(qwen3_dir, tp2):
     with pytest.raises(WorkerDiedError) as e:
         executor.execute_async(SchedulerOutput(requests=[ghost])).result()
     assert time.monotonic() - t0 < 10
-    assert re.match(r"worker rank [01] \(pid \d+\) failed( \(then rank [01] too\))?; pending requests failed\. "
-                    r"Its traceback:\n", str(e.value)), str(e.value)
+    assert re.match(
+        r"worker rank [01] \(pid \d+\) failed( \(then rank [01] too\))?; pending requests failed\. "
+        r"Its traceback:\n",
+        str(e.value),
+    ), str(e.value)
     assert "KeyError: 'ghost'" in str(e.value)
     for p in executor.procs:
         p.join(timeout=10)
@@ -335,8 +357,10 @@ def test_a_worker_that_raises_fails_the_step_with_its_traceback(qwen3_dir, tp2):
 def kv_budget_error(block_size: int) -> str:
     """The KV-cache budget error of 10 bytes: rank 0's block is 2 layers x block_size tokens x 1 of the 2 KV heads x
     head_dim 32 x (K, V) x 4 bytes (float32)."""
-    return (f"KV-cache budget of 10 bytes holds no block of {2 * block_size * 32 * 2 * 4} bytes; raise kv_cache_memory "
-            "or set num_gpu_blocks")
+    return (
+        f"KV-cache budget of 10 bytes holds no block of {2 * block_size * 32 * 2 * 4} bytes; raise kv_cache_memory "
+        "or set num_gpu_blocks"
+    )
 
 
 def _tp_workers_alive() -> list:
@@ -366,10 +390,25 @@ def test_the_cli_names_the_flag_of_a_setting_a_worker_refused(qwen3_dir, capsys)
     traceback of WorkerDiedError, exit 1)."""
     from attnserve.entrypoints.cli.main import main
 
-    assert main(["generate", "--model", qwen3_dir, "--device", "cpu", "--tensor-parallel-size", "2",
-                 "--kv-cache-memory", "10"]) == 2
-    cli_words = kv_budget_error(16).replace("raise kv_cache_memory or set num_gpu_blocks",
-                                            "raise --kv-cache-memory or set --num-gpu-blocks")  # advice in flags
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                qwen3_dir,
+                "--device",
+                "cpu",
+                "--tensor-parallel-size",
+                "2",
+                "--kv-cache-memory",
+                "10",
+            ]
+        )
+        == 2
+    )
+    cli_words = kv_budget_error(16).replace(
+        "raise kv_cache_memory or set num_gpu_blocks", "raise --kv-cache-memory or set --num-gpu-blocks"
+    )  # advice in flags
     assert capsys.readouterr().err == f"attnserve generate: error: argument --kv-cache-memory: {cli_words}\n"
 
 
@@ -382,8 +421,12 @@ def test_a_setting_a_ray_actor_refuses_keeps_its_key(qwen3_dir):
     ray.init(num_cpus=2, include_dashboard=False)
     try:
         with pytest.raises(WorkerConfigError) as e:
-            LLM(qwen3_dir, tensor_parallel_size=2, distributed_executor_backend="ray",
-                **{**ENGINE, "kv_cache_memory": 10})
+            LLM(
+                qwen3_dir,
+                tensor_parallel_size=2,
+                distributed_executor_backend="ray",
+                **{**ENGINE, "kv_cache_memory": 10},
+            )
         assert (str(e.value), e.value.key) == (kv_budget_error(ENGINE["block_size"]), "kv_cache_memory")
     finally:
         ray.shutdown()
@@ -395,10 +438,38 @@ def test_bench_latency_compares_tp_sizes_in_one_run(qwen3_dir, tmp_path):
     from attnserve.entrypoints.cli.main import main
 
     out = tmp_path / "lat.json"
-    rc = main(["bench", "latency", "--model", qwen3_dir, "--load-format", "dummy", "--batch-size", "1",
-               "--input-len", "8", "--output-len", "4", "--num-iters", "1", "--num-iters-warmup", "0",
-               "--device", "cpu", "--dtype", "float32", "--kv-cache-memory", str(8 << 20),
-               "--compare-tensor-parallel-sizes", "1", "2", "--output-json", str(out), "--no-progress"])
+    rc = main(
+        [
+            "bench",
+            "latency",
+            "--model",
+            qwen3_dir,
+            "--load-format",
+            "dummy",
+            "--batch-size",
+            "1",
+            "--input-len",
+            "8",
+            "--output-len",
+            "4",
+            "--num-iters",
+            "1",
+            "--num-iters-warmup",
+            "0",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--kv-cache-memory",
+            str(8 << 20),
+            "--compare-tensor-parallel-sizes",
+            "1",
+            "2",
+            "--output-json",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     data = json.loads(out.read_text())
     assert [(r["name"], r["batch_size"]) for r in data["results"]] == [("attnserve tp1", 1), ("attnserve tp2", 1)]
@@ -439,8 +510,11 @@ def test_more_ranks_than_gpus_is_refused_before_any_worker_starts(monkeypatch):
     monkeypatch.setattr(platforms, "detect_platform", lambda device: Platform("cuda", "test GPU", (9, 0)))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
-    with pytest.raises(ValueError, match=r"tensor_parallel_size 2 needs 2 GPUs \(one per rank\); this host shows 1 "
-                                         r"\(CUDA_VISIBLE_DEVICES=3\)") as e:
+    with pytest.raises(
+        ValueError,
+        match=r"tensor_parallel_size 2 needs 2 GPUs \(one per rank\); this host shows 1 "
+        r"\(CUDA_VISIBLE_DEVICES=3\)",
+    ) as e:
         check_gpu_count("cuda", 2)
     assert e.value.key == "tensor_parallel_size"  # the CLI names --tensor-parallel-size
     check_gpu_count("cuda", 1)

@@ -38,8 +38,9 @@ def test_begin_shutdown_aborts_every_stream_with_a_final_output_and_frees_the_ca
 
     async def run() -> list:
         await engine.wait_ready(120)
-        results = await asyncio.gather(_consume(engine, "a", LONG, on_second=engine.begin_shutdown),
-                                       _consume(engine, "b", LONG))
+        results = await asyncio.gather(
+            _consume(engine, "a", LONG, on_second=engine.begin_shutdown), _consume(engine, "b", LONG)
+        )
         with pytest.raises(EngineNotReadyError, match="shutting down"):  # no new requests after begin_shutdown
             async for _ in engine.generate([1], LONG, "c"):
                 pass
@@ -54,7 +55,8 @@ def test_begin_shutdown_aborts_every_stream_with_a_final_output_and_frees_the_ca
         assert last.outputs[0].finish_reason == "abort" and 0 < len(last.outputs[0].token_ids) < 400
     assert engine.engine.block_manager.num_free_blocks == engine.engine.block_manager.num_blocks
     assert [r.getMessage() for r in caplog.records if "shutting down" in r.getMessage()] == [
-        "shutting down: aborted 2 requests in flight"]
+        "shutting down: aborted 2 requests in flight"
+    ]
 
 
 class _SlowEngine(LLMEngine):
@@ -101,8 +103,9 @@ def test_begin_shutdown_with_a_drain_timeout_lets_requests_finish_until_the_dead
 
 def test_shutdown_stops_the_tensor_parallel_workers(tiny_model_dir):
     """Not left to a finalizer at interpreter exit (where multiprocessing may terminate them first)."""
-    config = build_engine_config(tiny_model_dir("llama"), dtype="float32", device="cpu", kv_cache_memory=8 << 20,
-                                 tensor_parallel_size=2)
+    config = build_engine_config(
+        tiny_model_dir("llama"), dtype="float32", device="cpu", kv_cache_memory=8 << 20, tensor_parallel_size=2
+    )
     engine = AsyncLLMEngine(config)
     engine.start()
 

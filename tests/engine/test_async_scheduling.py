@@ -29,8 +29,10 @@ def _pair(llama_dir, **kwargs) -> tuple[LLM, LLM]:
 
 def _summary(outs) -> list:
     """Everything but the logprobs' values, which must agree to float32 rounding (see _logprobs_close)."""
-    return [[(c.token_ids, c.text, c.finish_reason, c.stop_reason, _logprob_ids(c.logprobs)) for c in o.outputs]
-            for o in outs]
+    return [
+        [(c.token_ids, c.text, c.finish_reason, c.stop_reason, _logprob_ids(c.logprobs)) for c in o.outputs]
+        for o in outs
+    ]
 
 
 def _logprob_ids(logprobs) -> list | None:  # per token: [(token id, rank, decoded token)]
@@ -70,10 +72,13 @@ def test_stop_token_max_tokens_stop_string_and_logprobs_equal(pair):
     sync, asynchronous = pair
     free_run = [o.outputs[0].token_ids for o in sync.generate(PROMPTS, GREEDY)]
     # stop on a token each request generates mid-way (EOS is rare for random weights)
-    params = [SamplingParams(temperature=0.0, max_tokens=3 + i, stop_token_ids=[toks[2]], logprobs=2)
-              for i, toks in enumerate(free_run)]
-    params[3] = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True,
-                               stop=[sync.tokenizer.decode(free_run[3][4:6])])
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=3 + i, stop_token_ids=[toks[2]], logprobs=2)
+        for i, toks in enumerate(free_run)
+    ]
+    params[3] = SamplingParams(
+        temperature=0.0, max_tokens=20, ignore_eos=True, stop=[sync.tokenizer.decode(free_run[3][4:6])]
+    )
     a, s = asynchronous.generate(PROMPTS, params), sync.generate(PROMPTS, params)
     assert _summary(a) == _summary(s)
     assert _logprobs_close(a, s)
@@ -102,8 +107,9 @@ def test_abort_while_a_step_is_in_flight(pair):
     sync, asynchronous = pair
     engine = asynchronous.engine
     final = abort_second_while_in_flight(engine, PROMPTS[0], PROMPTS[1], GREEDY)
-    assert [o.outputs[0].token_ids for o in final.values()] == \
-        [sync.generate([PROMPTS[0]], GREEDY)[0].outputs[0].token_ids]
+    assert [o.outputs[0].token_ids for o in final.values()] == [
+        sync.generate([PROMPTS[0]], GREEDY)[0].outputs[0].token_ids
+    ]
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
 
 
@@ -130,11 +136,16 @@ def test_async_scheduling_is_allowed_and_the_gpu_default_with_tensor_parallelism
 
     from attnserve.engine.llm_engine import resolve_async_scheduling
 
-    config = build_engine_config(None, tensor_parallel_size=2, distributed_executor_backend=executor,
-                                 async_scheduling=True)
+    config = build_engine_config(
+        None, tensor_parallel_size=2, distributed_executor_backend=executor, async_scheduling=True
+    )
     assert config.scheduler.async_scheduling is True
     auto = build_engine_config(None, tensor_parallel_size=2, distributed_executor_backend=executor)
     assert resolve_async_scheduling(auto, torch.device("cuda", 0)) is True
     assert resolve_async_scheduling(auto, torch.device("cpu")) is False
-    assert resolve_async_scheduling(build_engine_config(None, tensor_parallel_size=2, async_scheduling=False),
-                                    torch.device("cuda", 0)) is False
+    assert (
+        resolve_async_scheduling(
+            build_engine_config(None, tensor_parallel_size=2, async_scheduling=False), torch.device("cuda", 0)
+        )
+        is False
+    )

@@ -31,9 +31,11 @@ def stages_reached(monkeypatch) -> list[str]:
     """Replaces each stage with one that records its name and raises; the list of names reached."""
     reached: list[str] = []
     for module, name in STAGES:
+
         def stage(*args, _name=name, **kwargs):
             reached.append(_name)
             raise AssertionError(f"{_name} reached")
+
         monkeypatch.setattr(module, name, stage)
     return reached
 
@@ -55,8 +57,9 @@ def _selector_message(backend: str, **selector_fields) -> str:
     return str(e.value)
 
 
-def test_the_default_model_is_refused_before_its_gguf_parse_tokenizer_and_weights(default_config_cached,
-                                                                                   stages_reached):
+def test_the_default_model_is_refused_before_its_gguf_parse_tokenizer_and_weights(
+    default_config_cached, stages_reached
+):
     with pytest.raises(NoUsableBackendError) as e:
         LLM(device="cpu", attention_backend="FLASH_ATTN")
     assert str(e.value) == _selector_message("FLASH_ATTN", head_size=64, dtype=torch.float32)
@@ -76,17 +79,19 @@ def test_tensor_parallel_is_refused_with_rank_0s_heads_before_any_worker_starts(
     """4 query / 2 KV heads on 2 ranks: each rank has 2 / 1, the record every worker would judge."""
     with pytest.raises(NoUsableBackendError) as e:
         LLM(tiny_model_dir("llama"), device="cpu", tensor_parallel_size=2, attention_backend="FLASH_ATTN")
-    assert str(e.value) == _selector_message("FLASH_ATTN", head_size=16, dtype=torch.float32, num_heads=2,
-                                             num_kv_heads=1)
+    assert str(e.value) == _selector_message(
+        "FLASH_ATTN", head_size=16, dtype=torch.float32, num_heads=2, num_kv_heads=1
+    )
     assert stages_reached == []
 
 
-def test_a_model_class_without_tensor_parallelism_is_refused_before_any_worker_starts(tiny_model_dir,
-                                                                                     stages_reached):
+def test_a_model_class_without_tensor_parallelism_is_refused_before_any_worker_starts(tiny_model_dir, stages_reached):
     with pytest.raises(ValueError) as e:
         LLM(tiny_model_dir("gpt2"), device="cpu", tensor_parallel_size=2)
-    assert str(e.value) == ("tensor_parallel_size 2 not supported for GPT2LMHeadModel (tensor parallelism is built "
-                            "for the Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, and the MoE models)")
+    assert str(e.value) == (
+        "tensor_parallel_size 2 not supported for GPT2LMHeadModel (tensor parallelism is built "
+        "for the Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, and the MoE models)"
+    )
     assert stages_reached == []
 
 
@@ -94,8 +99,9 @@ def test_the_cli_exits_2_with_the_one_line_before_loading(stages_reached, capsys
     assert main(["generate", "--device", "cpu", "--attention-backend", "FLASH_ATTN"]) == 2
     message = _selector_message("FLASH_ATTN", head_size=64, dtype=torch.float32)
     assert message.startswith("attention backend FLASH_ATTN cannot run")  # the flag names it: not twice on the line
-    assert capsys.readouterr().err == (f"attnserve generate: error: argument --attention-backend: "
-                                       f"{message.removeprefix('attention backend ')}\n")
+    assert capsys.readouterr().err == (
+        f"attnserve generate: error: argument --attention-backend: {message.removeprefix('attention backend ')}\n"
+    )
     assert stages_reached == []
 
 
@@ -115,8 +121,9 @@ def test_the_runner_reuses_the_engines_selection(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(selector, "_select_explicit", counted_select_explicit)
     monkeypatch.setattr(loading, "select_model_attention", recorded_select_model_attention)
     selector.clear_backend_cache()
-    config = build_engine_config(tiny_model_dir("llama"), device="cpu", attention_backend="CPU_ATTN",
-                                 kv_cache_memory=8 << 20)
+    config = build_engine_config(
+        tiny_model_dir("llama"), device="cpu", attention_backend="CPU_ATTN", kv_cache_memory=8 << 20
+    )
     runner = llm_engine.LLMEngine(config).runner
     assert len(judged) == 1  # the backend was validated once, by the engine's call
     ((group,),) = [m.groups for m in made]  # one engine call, one layer group

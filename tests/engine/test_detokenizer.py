@@ -40,8 +40,9 @@ def test_fast_path_equals_tokenizer_decode(default_tokenizer, skip_special_token
     slow_deltas, slow_text = run(slow, ids, 5, skip_special_tokens)
     assert slow.calls > 0
     assert fast_deltas == slow_deltas and fast_text == slow_text
-    assert tok.decode(ids[:5], skip_special_tokens=skip_special_tokens) + fast_text == \
-        tok.decode(ids, skip_special_tokens=skip_special_tokens)
+    assert tok.decode(ids[:5], skip_special_tokens=skip_special_tokens) + fast_text == tok.decode(
+        ids, skip_special_tokens=skip_special_tokens
+    )
 
 
 def test_a_tokenizer_that_cleans_up_spaces_decodes_through_itself(default_tokenizer):

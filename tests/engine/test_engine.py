@@ -43,16 +43,25 @@ def test_preemption_with_a_small_kv_cache_gives_the_same_tokens(llama_dir, refer
 def test_chunked_prefill_off_with_a_tiny_kv_cache_finishes_every_request(llama_dir, llm):
     # prompts fit one 20-token step, but requests preempted after growing past 20 tokens must still finish
     prompts = [PROMPTS[0], PROMPTS[3], list(range(400, 418))]
-    small = LLM(llama_dir, dtype="float32", device="cpu", block_size=4, num_gpu_blocks=12, max_num_batched_tokens=20,
-                enable_chunked_prefill=False, enable_prefix_caching=False)
+    small = LLM(
+        llama_dir,
+        dtype="float32",
+        device="cpu",
+        block_size=4,
+        num_gpu_blocks=12,
+        max_num_batched_tokens=20,
+        enable_chunked_prefill=False,
+        enable_prefix_caching=False,
+    )
     outs = small.generate(prompts, GREEDY)
     assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY)]
     assert sum(o.num_preemptions for o in outs) > 0
 
 
 def test_chunked_prefill_with_a_small_token_budget_gives_the_same_tokens(llama_dir, reference_tokens):
-    chunked = LLM(llama_dir, dtype="float32", device="cpu", block_size=4, max_num_batched_tokens=5,
-                  kv_cache_memory=8 << 20)
+    chunked = LLM(
+        llama_dir, dtype="float32", device="cpu", block_size=4, max_num_batched_tokens=5, kv_cache_memory=8 << 20
+    )
     outs = chunked.generate(PROMPTS, GREEDY)
     assert [o.outputs[0].token_ids for o in outs] == reference_tokens
 
@@ -62,7 +71,9 @@ def test_a_request_that_outgrows_the_whole_kv_cache_ends_with_length(llama_dir, 
     """3 blocks of 4 tokens hold 12 positions, fewer than max_model_len: a lone request of 7 prompt tokens
     stops after 5 generated tokens (finish_reason length, as at max_model_len) instead of preempting itself
     and waiting forever for blocks that can never be free."""
-    small = LLM(llama_dir, dtype="float32", device="cpu", block_size=4, num_gpu_blocks=3, async_scheduling=async_scheduling)
+    small = LLM(
+        llama_dir, dtype="float32", device="cpu", block_size=4, num_gpu_blocks=3, async_scheduling=async_scheduling
+    )
     engine = small.engine
     assert engine.async_scheduling is async_scheduling
     assert engine.max_model_len > 12
@@ -85,7 +96,9 @@ def test_one_prompt_at_a_time_equals_the_batch(llm, reference_tokens):
 
 
 def test_seeded_sampling_is_reproducible_and_differs_across_seeds(llm):
-    p = lambda seed: SamplingParams(temperature=1.0, top_p=0.9, top_k=50, min_p=0.01, seed=seed, max_tokens=16, ignore_eos=True)
+    p = lambda seed: SamplingParams(
+        temperature=1.0, top_p=0.9, top_k=50, min_p=0.01, seed=seed, max_tokens=16, ignore_eos=True
+    )
     a = llm.generate(PROMPTS[:2], p(1))
     b = llm.generate(PROMPTS[:2], p(1))
     c = llm.generate(PROMPTS[:2], p(2))
@@ -111,7 +124,9 @@ def test_max_tokens_and_stop_token_ids(llm, reference_tokens):
     assert out.token_ids == ref[:5] and out.finish_reason == "length"
     stop_id = ref[3]
     first = ref.index(stop_id)
-    out = llm.generate(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=20, stop_token_ids=[stop_id], ignore_eos=True))[0].outputs[0]
+    out = llm.generate(
+        PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=20, stop_token_ids=[stop_id], ignore_eos=True)
+    )[0].outputs[0]
     assert out.token_ids == ref[: first + 1] and out.finish_reason == "stop" and out.stop_reason == stop_id
 
 
@@ -122,8 +137,13 @@ def test_eos_stops_unless_ignored(llm, reference_tokens, ignore_eos):
 
     ref = reference_tokens[1]
     eos = ref[3]
-    r = Request("x", PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=ignore_eos),
-                eos_token_id=eos, max_model_len=512)
+    r = Request(
+        "x",
+        PROMPTS[1],
+        SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=ignore_eos),
+        eos_token_id=eos,
+        max_model_len=512,
+    )
     llm.engine.scheduler.add_request(r)
     while llm.engine.has_unfinished_requests():
         llm.engine.step()
@@ -136,7 +156,9 @@ def test_stop_string_truncates_text(llm):
     full = llm.generate(PROMPTS[3], GREEDY)[0].outputs[0].text
     assert len(full) > 6
     stop = full[3:6]
-    out = llm.generate(PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=20, stop=[stop], ignore_eos=True))[0].outputs[0]
+    out = llm.generate(PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=20, stop=[stop], ignore_eos=True))[
+        0
+    ].outputs[0]
     assert out.text == full[: full.index(stop)]
     assert out.finish_reason == "stop" and out.stop_reason == stop
 
@@ -160,31 +182,44 @@ def test_streamed_text_never_shows_part_of_a_stop_string(llm):
     deltas, _, full = _stream(llm.engine, PROMPTS[3], GREEDY)
     ends = [sum(map(len, deltas[: i + 1])) for i in range(len(deltas))]
     # a boundary between two non-empty token texts where the two characters around it first occur
-    b = next(e for e, d, nxt in zip(ends, deltas, deltas[1:]) if d and nxt and full.text.index(full.text[e - 1: e + 1]) == e - 1)
-    stop = full.text[b - 1: b + 1]
-    deltas, texts, out = _stream(llm.engine, PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=20, stop=[stop], ignore_eos=True))
+    b = next(
+        e
+        for e, d, nxt in zip(ends, deltas, deltas[1:])
+        if d and nxt and full.text.index(full.text[e - 1 : e + 1]) == e - 1
+    )
+    stop = full.text[b - 1 : b + 1]
+    deltas, texts, out = _stream(
+        llm.engine, PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=20, stop=[stop], ignore_eos=True)
+    )
     assert out.text == full.text[: b - 1] and out.finish_reason == "stop" and out.stop_reason == stop
     assert "".join(deltas) == out.text
     assert all(out.text.startswith(t) for t in texts)
     # a stop string longer than the whole text that never matches: all of it comes out at the end
-    deltas, texts, out = _stream(llm.engine, PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=20, stop=["\x00" * 200], ignore_eos=True))
+    deltas, texts, out = _stream(
+        llm.engine, PROMPTS[3], SamplingParams(temperature=0.0, max_tokens=20, stop=["\x00" * 200], ignore_eos=True)
+    )
     assert out.text == full.text and out.finish_reason == "length" and "".join(deltas) == full.text
     assert set(texts[:-1]) == {""}
 
 
 def test_logprobs_of_sampled_and_top_tokens(llm):
-    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=4, logprobs=3, ignore_eos=True))[0].outputs[0]
+    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=4, logprobs=3, ignore_eos=True))[
+        0
+    ].outputs[0]
     assert len(out.logprobs) == 4
     runner = llm.engine.runner
     from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
 
-    logits = runner.compute_logits(SchedulerOutput([ScheduledRequest("lp", PROMPTS[0], 0, list(range(2)), GREEDY, True)]))[0]
+    logits = runner.compute_logits(
+        SchedulerOutput([ScheduledRequest("lp", PROMPTS[0], 0, list(range(2)), GREEDY, True)])
+    )[0]
     expected = torch.log_softmax(logits, -1)
     first = out.logprobs[0]
     top3 = torch.topk(expected, 3)
     assert list(first)[:1] == [out.token_ids[0]] and first[out.token_ids[0]].rank == 1
     assert {t: round(lp.logprob, 4) for t, lp in first.items()} == {
-        t: round(v, 4) for t, v in zip(top3.indices.tolist(), top3.values.tolist())}
+        t: round(v, 4) for t, v in zip(top3.indices.tolist(), top3.values.tolist())
+    }
 
 
 def _sampled_sum(completion) -> float:
@@ -209,9 +244,13 @@ def test_cumulative_logprob_is_the_sum_of_the_sampled_tokens_logprobs(llm, k):
     runner = llm.engine.runner
     from attnserve.engine.scheduler import ScheduledRequest, SchedulerOutput
 
-    logits = runner.compute_logits(SchedulerOutput([ScheduledRequest("lp", PROMPTS[0], 0, list(range(2)), GREEDY, True)]))[0]
+    logits = runner.compute_logits(
+        SchedulerOutput([ScheduledRequest("lp", PROMPTS[0], 0, list(range(2)), GREEDY, True)])
+    )[0]
     first = outs[0].outputs[0].token_ids[0]
-    assert outs[0].outputs[0].logprobs[0][first].logprob == pytest.approx(torch.log_softmax(logits, -1)[first].item(), abs=1e-5)
+    assert outs[0].outputs[0].logprobs[0][first].logprob == pytest.approx(
+        torch.log_softmax(logits, -1)[first].item(), abs=1e-5
+    )
     # each step's output carries the sum so far; a snapshot keeps its value
     engine = llm.engine
     engine.add_request(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True, logprobs=0))
@@ -241,7 +280,10 @@ def test_detokenize_false_gives_the_same_tokens_without_text(llm, reference_toke
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(stop=["x"], detokenize=False)
     assert (e.value.path, e.value.value, e.value.allowed) == (
-        ("stop",), ["x"], "none when detokenize is False: stop strings match text")
+        ("stop",),
+        ["x"],
+        "none when detokenize is False: stop strings match text",
+    )
 
 
 def test_step_outputs_share_the_growing_token_list_and_snapshot_freezes_it(llm, reference_tokens):
@@ -261,30 +303,33 @@ def test_text_equals_decoding_the_tokens(llm):
     assert out.text == llm.tokenizer.decode(out.token_ids, skip_special_tokens=True)
 
 
-@pytest.mark.parametrize("kwargs, name, value, allowed", [
-    ({"max_tokens": 0}, "max_tokens", 0, "integer >= 1"),
-    ({"top_p": 0.0}, "top_p", 0.0, "number in (0, 1]"),
-    ({"top_p": 1.5}, "top_p", 1.5, "number in (0, 1]"),
-    ({"temperature": -1}, "temperature", -1, "finite number >= 0"),
-    ({"temperature": float("inf")}, "temperature", float("inf"), "finite number >= 0"),
-    ({"top_k": 1.5}, "top_k", 1.5, "0 or -1 (all), or integer >= 1"),
-    ({"top_k": True}, "top_k", True, "0 or -1 (all), or integer >= 1"),
-    ({"max_tokens": 2.5}, "max_tokens", 2.5, "integer >= 1"),
-    # every seed's range, in every seed's words (was "integer in [-2**63, 2**63 - n] (completion i uses seed + i, a
-    # 64-bit seed), or None", while LLM(seed=) and --seed took [0, 2**64 - 1] and the server [-2^63, 2^63 - n])
-    ({"seed": "x"}, "seed", 'x', "integer in [-2^63, 2^63 - 1], or None"),
-    ({"seed": 2**63}, "seed", 9223372036854775808, "integer in [-2^63, 2^63 - 1], or None"),
-    ({"seed": 2**64}, "seed", 18446744073709551616, "integer in [-2^63, 2^63 - 1], or None"),
-    ({"seed": -(2**63) - 1}, "seed", -9223372036854775809, "integer in [-2^63, 2^63 - 1], or None"),
-    ({"logprobs": -1}, "logprobs", -1, "integer >= 0"),  # the upper limit is the engine's (--max-logprobs)
-    # a list's first bad item (was the whole list: "stop_token_ids [2, -1] not allowed", "stop ['a', 5] ...")
-    ({"stop_token_ids": [2, -1]}, "stop_token_ids", -1, "token ids (integers >= 0)"),
-    ({"stop_token_ids": [2.0]}, "stop_token_ids", 2.0, "token ids (integers >= 0)"),
-    ({"stop_token_ids": 2}, "stop_token_ids", 2, "a list of token ids, or None"),
-    ({"stop": 5}, "stop", 5, "a string, a list of strings, or None"),
-    ({"stop": ["a", 5]}, "stop", 5, "non-empty strings"),
-    ({"stop": ""}, "stop", '', "non-empty strings"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name, value, allowed",
+    [
+        ({"max_tokens": 0}, "max_tokens", 0, "integer >= 1"),
+        ({"top_p": 0.0}, "top_p", 0.0, "number in (0, 1]"),
+        ({"top_p": 1.5}, "top_p", 1.5, "number in (0, 1]"),
+        ({"temperature": -1}, "temperature", -1, "finite number >= 0"),
+        ({"temperature": float("inf")}, "temperature", float("inf"), "finite number >= 0"),
+        ({"top_k": 1.5}, "top_k", 1.5, "0 or -1 (all), or integer >= 1"),
+        ({"top_k": True}, "top_k", True, "0 or -1 (all), or integer >= 1"),
+        ({"max_tokens": 2.5}, "max_tokens", 2.5, "integer >= 1"),
+        # every seed's range, in every seed's words (was "integer in [-2**63, 2**63 - n] (completion i uses seed + i, a
+        # 64-bit seed), or None", while LLM(seed=) and --seed took [0, 2**64 - 1] and the server [-2^63, 2^63 - n])
+        ({"seed": "x"}, "seed", "x", "integer in [-2^63, 2^63 - 1], or None"),
+        ({"seed": 2**63}, "seed", 9223372036854775808, "integer in [-2^63, 2^63 - 1], or None"),
+        ({"seed": 2**64}, "seed", 18446744073709551616, "integer in [-2^63, 2^63 - 1], or None"),
+        ({"seed": -(2**63) - 1}, "seed", -9223372036854775809, "integer in [-2^63, 2^63 - 1], or None"),
+        ({"logprobs": -1}, "logprobs", -1, "integer >= 0"),  # the upper limit is the engine's (--max-logprobs)
+        # a list's first bad item (was the whole list: "stop_token_ids [2, -1] not allowed", "stop ['a', 5] ...")
+        ({"stop_token_ids": [2, -1]}, "stop_token_ids", -1, "token ids (integers >= 0)"),
+        ({"stop_token_ids": [2.0]}, "stop_token_ids", 2.0, "token ids (integers >= 0)"),
+        ({"stop_token_ids": 2}, "stop_token_ids", 2, "a list of token ids, or None"),
+        ({"stop": 5}, "stop", 5, "a string, a list of strings, or None"),
+        ({"stop": ["a", 5]}, "stop", 5, "non-empty strings"),
+        ({"stop": ""}, "stop", "", "non-empty strings"),
+    ],
+)
 def test_bad_sampling_params(kwargs, name, value, allowed):
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(**kwargs)
@@ -345,20 +390,28 @@ def test_prompt_longer_than_max_model_len(llama_dir):
     with pytest.raises(ValueError) as e:
         llm.generate([PROMPTS[0], PROMPTS[1]], GREEDY)
     # the server's words (OpenAI's), naming the batch's prompt (was "prompt has 37 tokens; max_model_len is 16, ...")
-    assert str(e.value) == ("This model's maximum context length is 16 tokens. However, prompts[1] has 37 tokens, which "
-                            "leaves no room for the completion (at most 15 prompt tokens fit). Please raise max_model_len "
-                            "or reduce the length of the prompt.")
+    assert str(e.value) == (
+        "This model's maximum context length is 16 tokens. However, prompts[1] has 37 tokens, which "
+        "leaves no room for the completion (at most 15 prompt tokens fit). Please raise max_model_len "
+        "or reduce the length of the prompt."
+    )
     assert not llm.engine.has_unfinished_requests()  # nothing was queued
 
 
 # each bad token id by its position in the batch (was "token id 1000000 not allowed (...)", no position)
-@pytest.mark.parametrize("prompt, path, bad", [([5, 10**6], ("prompts", 1, 1), 10**6), ([-1, 5], ("prompts", 1, 0), -1),
-                                               ([1, "2"], ("prompts", 1, 1), "2")])
+@pytest.mark.parametrize(
+    "prompt, path, bad",
+    [([5, 10**6], ("prompts", 1, 1), 10**6), ([-1, 5], ("prompts", 1, 0), -1), ([1, "2"], ("prompts", 1, 1), "2")],
+)
 def test_token_ids_outside_the_vocabulary_are_refused_up_front(llm, prompt, path, bad):
     vocab = llm.engine.hf_config.vocab_size
     with pytest.raises(ValueError) as e:
         llm.generate([PROMPTS[0], prompt], GREEDY)
-    assert (e.value.path, e.value.value, e.value.allowed) == (path, bad, f"integer in [0, {vocab}), the vocabulary size")
+    assert (e.value.path, e.value.value, e.value.allowed) == (
+        path,
+        bad,
+        f"integer in [0, {vocab}), the vocabulary size",
+    )
     assert not llm.engine.has_unfinished_requests()
 
 
@@ -400,7 +453,10 @@ def test_max_model_len_beyond_the_model_is_refused(llama_dir):
     with pytest.raises(ValueError) as e:
         LLM(llama_dir, dtype="float32", device="cpu", max_model_len=limit + 1, kv_cache_memory=8 << 20)
     assert (e.value.key, e.value.value, e.value.allowed) == (
-        "max_model_len", limit + 1, f"at most the model's max_position_embeddings, {limit}")
+        "max_model_len",
+        limit + 1,
+        f"at most the model's max_position_embeddings, {limit}",
+    )
 
 
 def test_generation_stops_at_max_model_len(llama_dir):
@@ -417,7 +473,10 @@ def test_generation_stops_at_max_model_len(llama_dir):
 def test_unknown_model_path():
     with pytest.raises(FileNotFoundError) as e:
         LLM("/no/such/model")
-    assert str(e.value) == "model '/no/such/model' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)"
+    assert (
+        str(e.value)
+        == "model '/no/such/model' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)"
+    )
 
 
 def test_unsupported_architecture(tmp_path, llama_dir):
@@ -479,25 +538,28 @@ def test_abort_returns_the_final_output_with_finish_reason_abort(llm, stop):
 def test_use_skinny_gemm_on_cpu_says_it_does_nothing(llama_dir, caplog):
     with caplog.at_level("WARNING", logger="attnserve.gemv"):
         LLM(llama_dir, dtype="float32", device="cpu", max_model_len=16, kv_cache_memory=8 << 20, use_skinny_gemm=True)
-    assert [r.getMessage() for r in caplog.records if r.name == "attnserve.gemv"
-            and r.levelname == "WARNING"] == [
-        "use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps only (this engine: no CUDA)"]
+    assert [r.getMessage() for r in caplog.records if r.name == "attnserve.gemv" and r.levelname == "WARNING"] == [
+        "use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps only (this engine: no CUDA)"
+    ]
 
 
 def test_a_kv_cache_smaller_than_max_model_len_warns_of_both_limits(llama_dir, caplog):
     """3 blocks of 4 tokens: the warning names the 12-token limit for requests and for prompts, and both hold."""
     with caplog.at_level(logging.WARNING):
         small = LLM(llama_dir, dtype="float32", device="cpu", block_size=4, num_gpu_blocks=3)
-    assert ("a request ends (finish_reason length) when it reaches 12 tokens, and a prompt of 12 tokens or more "
-            "is refused") in caplog.text
+    assert (
+        "a request ends (finish_reason length) when it reaches 12 tokens, and a prompt of 12 tokens or more is refused"
+    ) in caplog.text
     with pytest.raises(ValueError) as e:
         small.engine.add_request(list(range(100, 112)), GREEDY)
     assert str(e.value) == KV_REFUSAL and e.value.key == "num_gpu_blocks"
     small.engine.add_request(list(range(100, 111)), GREEDY)  # 11 tokens + the one it generates fit
 
 
-KV_REFUSAL = ("prompt of 12 tokens needs 4 KV blocks (13 tokens with the one it generates), the KV cache has 3 "
-              "(12 tokens), so at most 11 prompt tokens fit; raise num_gpu_blocks")
+KV_REFUSAL = (
+    "prompt of 12 tokens needs 4 KV blocks (13 tokens with the one it generates), the KV cache has 3 "
+    "(12 tokens), so at most 11 prompt tokens fit; raise num_gpu_blocks"
+)
 
 
 def test_a_prompt_the_kv_cache_cannot_hold_is_refused_before_any_prompt_is_queued(llama_dir):

@@ -34,7 +34,12 @@ def test_pending_outputs_merge_into_one_with_their_delta():
         last = await collector.get()
         c = last.outputs[0]
         assert (c.text, c.token_ids, c.text_delta, c.num_new_tokens, last.finished) == (
-            "abcd", [0, 1, 2, 99], "d", 1, True)
+            "abcd",
+            [0, 1, 2, 99],
+            "d",
+            1,
+            True,
+        )
 
     asyncio.run(run())
 

@@ -19,10 +19,12 @@ def _text(llm, prompt=PROMPT, **kw):
 
 def test_a_mixed_batch_gives_each_request_its_tokens_alone(default_llm):
     prompts = [PROMPT, "def fibonacci(n):", "Once upon a time, there", "The capital of France is"]
-    params = [SamplingParams(**GREEDY, repetition_penalty=1.3, frequency_penalty=0.4),
-              SamplingParams(**GREEDY),
-              SamplingParams(**GREEDY, presence_penalty=1.5, logit_bias={260: 2.0}, min_tokens=12),
-              SamplingParams(**GREEDY, bad_words=[" Paris"])]
+    params = [
+        SamplingParams(**GREEDY, repetition_penalty=1.3, frequency_penalty=0.4),
+        SamplingParams(**GREEDY),
+        SamplingParams(**GREEDY, presence_penalty=1.5, logit_bias={260: 2.0}, min_tokens=12),
+        SamplingParams(**GREEDY, bad_words=[" Paris"]),
+    ]
     together = default_llm.generate(prompts, params)
     for p, sp, out in zip(prompts, params, together):
         assert out.outputs[0].token_ids == default_llm.generate([p], sp)[0].outputs[0].token_ids
@@ -37,7 +39,7 @@ def test_min_tokens_holds_back_eos_and_stop_strings(default_llm):
     assert short.finish_reason == "stop" and short.stop_reason is None  # EOS
     n = len(short.token_ids)
     longer = default_llm.chat(chat, SamplingParams(temperature=0, max_tokens=60, min_tokens=n + 5))[0].outputs[0]
-    assert len(longer.token_ids) >= n + 5 and longer.token_ids[:n - 1] == short.token_ids[:n - 1]
+    assert len(longer.token_ids) >= n + 5 and longer.token_ids[: n - 1] == short.token_ids[: n - 1]
     assert default_llm.tokenizer.eos_token_id not in longer.token_ids[: n + 5]
     # a stop string is not matched before min_tokens tokens
     text = _text(default_llm).text  # ' Paris.\n\nThe answer is: 201'
@@ -55,7 +57,7 @@ def test_bad_words_allowed_token_ids_and_logit_bias(default_llm):
     two = tok.encode("The answer", add_special_tokens=False)
     assert len(two) == 2 and two[0] in plain.token_ids
     out = _text(default_llm, bad_words=["The answer"]).token_ids
-    assert all(out[i:i + 2] != two for i in range(len(out)))
+    assert all(out[i : i + 2] != two for i in range(len(out)))
     allowed = [tok.encode(w, add_special_tokens=False)[0] for w in (" yes", " no", " maybe")]
     assert set(_text(default_llm, allowed_token_ids=allowed).token_ids) <= set(allowed)
     biased = _text(default_llm, logit_bias={allowed[2]: 100.0})
@@ -85,17 +87,26 @@ def test_truncate_prompt_tokens(default_llm):
     ids = default_llm.tokenizer.encode("A long prompt: one two three four five six seven eight")
     out = default_llm.generate([ids], SamplingParams(**GREEDY, truncate_prompt_tokens=4))[0]
     assert out.prompt_token_ids == ids[-4:]
-    assert out.outputs[0].token_ids == default_llm.generate([ids[-4:]], SamplingParams(**GREEDY))[0].outputs[0].token_ids
+    assert (
+        out.outputs[0].token_ids == default_llm.generate([ids[-4:]], SamplingParams(**GREEDY))[0].outputs[0].token_ids
+    )
     full = default_llm.generate([ids], SamplingParams(**GREEDY, truncate_prompt_tokens=-1))[0]
     assert full.prompt_token_ids == ids  # -1: max_model_len, longer than the prompt
 
 
-@pytest.mark.parametrize("bad, name", [
-    (dict(presence_penalty=2.5), "presence_penalty"), (dict(frequency_penalty=-3), "frequency_penalty"),
-    (dict(repetition_penalty=0), "repetition_penalty"), (dict(min_tokens=20, max_tokens=10), "min_tokens"),
-    (dict(allowed_token_ids=[]), "allowed_token_ids"), (dict(prompt_logprobs=-1), "prompt_logprobs"),
-    (dict(truncate_prompt_tokens=0), "truncate_prompt_tokens"), (dict(logit_bias={"a": 1.0}), "logit_bias"),
-])
+@pytest.mark.parametrize(
+    "bad, name",
+    [
+        (dict(presence_penalty=2.5), "presence_penalty"),
+        (dict(frequency_penalty=-3), "frequency_penalty"),
+        (dict(repetition_penalty=0), "repetition_penalty"),
+        (dict(min_tokens=20, max_tokens=10), "min_tokens"),
+        (dict(allowed_token_ids=[]), "allowed_token_ids"),
+        (dict(prompt_logprobs=-1), "prompt_logprobs"),
+        (dict(truncate_prompt_tokens=0), "truncate_prompt_tokens"),
+        (dict(logit_bias={"a": 1.0}), "logit_bias"),
+    ],
+)
 def test_bad_values_are_refused(bad, name):
     from attnserve.core.sampling_params import SamplingParamsError
 
@@ -107,8 +118,10 @@ def test_bad_values_are_refused(bad, name):
 def test_token_ids_outside_the_vocabulary_are_refused(default_llm):
     from attnserve.core.sampling_params import SamplingParamsError
 
-    for kw, name in ((dict(allowed_token_ids=[1, 10**6]), "allowed_token_ids"),
-                     (dict(logit_bias={10**6: 1.0}), "logit_bias")):
+    for kw, name in (
+        (dict(allowed_token_ids=[1, 10**6]), "allowed_token_ids"),
+        (dict(logit_bias={10**6: 1.0}), "logit_bias"),
+    ):
         with pytest.raises(SamplingParamsError) as e:
             default_llm.generate([PROMPT], SamplingParams(**kw))
         assert e.value.name == name
@@ -143,18 +156,27 @@ def test_repetition_penalty_equals_transformers_generate(tiny_llms, hf_llama):
     llm = tiny_llms[0]
     for prompt in TINY_PROMPTS[:2]:
         hf = hf_llama.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, repetition_penalty=1.8)
-        out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True,
-                                                    repetition_penalty=1.8))[0]
-        assert out.outputs[0].token_ids == hf[0, len(prompt):].tolist()
+        out = llm.generate(
+            [prompt], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, repetition_penalty=1.8)
+        )[0]
+        assert out.outputs[0].token_ids == hf[0, len(prompt) :].tolist()
 
 
 def test_async_scheduling_preemption_and_chunks_give_the_sync_tokens(tiny_llms):
     sync, asyn = tiny_llms
-    params = [SamplingParams(temperature=0, max_tokens=40, ignore_eos=True, presence_penalty=0.8,
-                             frequency_penalty=0.3, repetition_penalty=1.2),
-              SamplingParams(temperature=0, max_tokens=40, ignore_eos=True),
-              SamplingParams(temperature=0, max_tokens=40, min_tokens=30, logit_bias={7: 1.5}),
-              SamplingParams(temperature=0, max_tokens=40, ignore_eos=True, repetition_penalty=1.5, n=2)]
+    params = [
+        SamplingParams(
+            temperature=0,
+            max_tokens=40,
+            ignore_eos=True,
+            presence_penalty=0.8,
+            frequency_penalty=0.3,
+            repetition_penalty=1.2,
+        ),
+        SamplingParams(temperature=0, max_tokens=40, ignore_eos=True),
+        SamplingParams(temperature=0, max_tokens=40, min_tokens=30, logit_bias={7: 1.5}),
+        SamplingParams(temperature=0, max_tokens=40, ignore_eos=True, repetition_penalty=1.5, n=2),
+    ]
     a = [[c.token_ids for c in o.outputs] for o in sync.generate(TINY_PROMPTS, params)]
     b = [[c.token_ids for c in o.outputs] for o in asyn.generate(TINY_PROMPTS, params)]
     assert a == b
@@ -171,7 +193,7 @@ def test_multi_token_bad_words_with_async_scheduling(tiny_llms):
     sp = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True, bad_words=["w"], bad_words_token_ids=[ids])
     outs = [llm.generate([TINY_PROMPTS[0]], sp)[0].outputs[0].token_ids for llm in tiny_llms]
     assert outs[0] == outs[1] != toks
-    assert all(outs[0][i:i + len(ids)] != ids for i in range(len(outs[0])))
+    assert all(outs[0][i : i + len(ids)] != ids for i in range(len(outs[0])))
 
 
 def test_prompt_logprobs_equal_transformers_log_softmax(tiny_llms, hf_llama):

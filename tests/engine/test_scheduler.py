@@ -7,7 +7,13 @@ from attnserve.engine.scheduler import Scheduler
 
 
 def req(rid: str, prompt_len: int, max_tokens: int = 4) -> Request:
-    return Request(rid, list(range(1, prompt_len + 1)), SamplingParams(max_tokens=max_tokens), eos_token_id=None, max_model_len=1000)
+    return Request(
+        rid,
+        list(range(1, prompt_len + 1)),
+        SamplingParams(max_tokens=max_tokens),
+        eos_token_id=None,
+        max_model_len=1000,
+    )
 
 
 def step(s: Scheduler, token: int = 7):
@@ -25,13 +31,19 @@ def test_prefill_then_decode_first_ordering_under_budget():
     out = step(s)
     # a decodes (1 token) first; b gets the remaining 9 tokens of budget: a chunked prefill, no sample
     assert [(r.request_id, r.start_position, len(r.token_ids), r.samples) for r in out.requests] == [
-        ("a", 6, 1, True), ("b", 0, 9, False)]
+        ("a", 6, 1, True),
+        ("b", 0, 9, False),
+    ]
     out = step(s)
     assert [(r.request_id, r.start_position, len(r.token_ids), r.samples) for r in out.requests] == [
-        ("a", 7, 1, True), ("b", 9, 9, False)]
+        ("a", 7, 1, True),
+        ("b", 9, 9, False),
+    ]
     out = step(s)
     assert [(r.request_id, r.start_position, len(r.token_ids), r.samples) for r in out.requests] == [
-        ("a", 8, 1, True), ("b", 18, 2, True)]
+        ("a", 8, 1, True),
+        ("b", 18, 2, True),
+    ]
     assert s.requests["b"].output_token_ids == [7]
 
 
@@ -79,8 +91,10 @@ def test_request_that_can_never_fit_is_rejected():
     try:
         s.add_request(req("a", 8))
     except ValueError as e:
-        assert str(e) == ("prompt of 8 tokens needs 3 KV blocks (9 tokens with the one it generates), the KV cache has 2 "
-                          "(8 tokens), so at most 7 prompt tokens fit; give the KV cache more memory")  # no key: no flag
+        assert str(e) == (
+            "prompt of 8 tokens needs 3 KV blocks (9 tokens with the one it generates), the KV cache has 2 "
+            "(8 tokens), so at most 7 prompt tokens fit; give the KV cache more memory"
+        )  # no key: no flag
     else:
         raise AssertionError("expected ValueError")
 
@@ -110,9 +124,11 @@ def test_a_decode_carries_only_its_new_token_and_the_live_block_table():
 
 # --- prefix caching ---------------------------------------------------------------------------------------
 
+
 def cached_scheduler(num_blocks: int = 64, block_size: int = 4, budget: int = 100) -> Scheduler:
-    return Scheduler(BlockManager(num_blocks, block_size, enable_prefix_caching=True),
-                     max_num_batched_tokens=budget, max_num_seqs=8)
+    return Scheduler(
+        BlockManager(num_blocks, block_size, enable_prefix_caching=True), max_num_batched_tokens=budget, max_num_seqs=8
+    )
 
 
 def prompt_req(rid: str, tokens: list[int], max_tokens: int = 4, n_params=None) -> Request:
@@ -158,7 +174,10 @@ def test_requests_admitted_in_one_step_share_the_blocks_the_first_computes():
     # r#1 and r#2 compute only their last token (ordered first, as decodes): within a step every layer writes
     # all K/V before it attends, so they read the blocks r#0 writes in the same step
     assert [(r.request_id, r.start_position, len(r.token_ids)) for r in out.requests] == [
-        ("r#1", 12, 1), ("r#2", 12, 1), ("r#0", 0, 13)]
+        ("r#1", 12, 1),
+        ("r#2", 12, 1),
+        ("r#0", 0, 13),
+    ]
     tables = [s.block_manager.block_tables[f"r#{i}"] for i in range(3)]
     assert tables[0][:3] == tables[1][:3] == tables[2][:3]
 
@@ -171,8 +190,7 @@ def test_a_chunked_prefill_registers_each_chunk_for_the_next_request():
     out = step(s)  # a: tokens 0-11; b waits for budget
     assert [(r.request_id, len(r.token_ids)) for r in out.requests] == [("a", 12)]
     out = step(s)  # a: 12-19; b: its first 16 tokens are cached by now (a's blocks of this step included)
-    assert [(r.request_id, r.start_position, len(r.token_ids)) for r in out.requests] == [
-        ("a", 12, 8), ("b", 16, 4)]
+    assert [(r.request_id, r.start_position, len(r.token_ids)) for r in out.requests] == [("a", 12, 8), ("b", 16, 4)]
 
 
 def test_a_preempted_request_reuses_its_own_cached_blocks():

@@ -52,12 +52,26 @@ def test_blackwell_plan_uses_flashinfer_in_the_default_layout(capsys):
 
 @pytest.mark.parametrize("kv, dtype", [("auto", "bfloat16"), ("fp8", "float8_e4m3fn"), ("fp8_e5m2", "float8_e5m2")])
 def test_report_shows_the_cache_dtype_and_where_its_scales_come_from(kv, dtype, capsys):
-    _, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "--head-size", "128",
-                         "--kv-cache-dtype", kv)
+    _, report = run_json(
+        capsys, "--device", "cuda:9.0", "--assume-installed", "--head-size", "128", "--kv-cache-dtype", kv
+    )
     scales = "none (16-bit cache)" if kv == "auto" else "1.0 (no scales in the checkpoint)"
     assert report["kv_cache"] == {"kv_cache_dtype": kv, "dtype": dtype, "scales": scales}
-    assert backends.main(["--device", "cuda:9.0", "--assume-installed", "--head-size", "128", "--kv-cache-dtype", kv,
-                          *(["--calculate-kv-scales"] if kv != "auto" else [])]) == 0
+    assert (
+        backends.main(
+            [
+                "--device",
+                "cuda:9.0",
+                "--assume-installed",
+                "--head-size",
+                "128",
+                "--kv-cache-dtype",
+                kv,
+                *(["--calculate-kv-scales"] if kv != "auto" else []),
+            ]
+        )
+        == 0
+    )
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("KV cache:"))
     scales = "none (16-bit cache)" if kv == "auto" else "calculated from the first prefill (calculate_kv_scales)"
     assert line == f"KV cache: {dtype} (kv_cache_dtype {kv}), fp8 scales {scales}"
@@ -67,9 +81,20 @@ def test_report_reads_a_checkpoints_kv_scales(tmp_path, capsys):
     from safetensors.torch import save_file
     import torch
 
-    (tmp_path / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "num_attention_heads": 2,
-        "num_key_value_heads": 1, "num_hidden_layers": 1, "intermediate_size": 64, "vocab_size": 100}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 256,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 1,
+                "num_hidden_layers": 1,
+                "intermediate_size": 64,
+                "vocab_size": 100,
+            }
+        )
+    )
     save_file({"model.layers.0.self_attn.k_scale": torch.tensor(0.5)}, str(tmp_path / "model.safetensors"))
     _, report = run_json(capsys, str(tmp_path), "--device", "cuda:9.0", "--assume-installed", "--kv-cache-dtype", "fp8")
     assert report["kv_cache"]["scales"] == "from the checkpoint (k_scale/v_scale)"
@@ -81,21 +106,34 @@ def test_explicit_valid_exits_0(capsys):
 
 
 def test_explicit_invalid_exits_2_with_reasons(capsys):
-    rc = backends.main(["--device", "cuda:8.0", "--assume-installed", "--attention-backend", "FLASHINFER",
-                        "--head-size", "80"])
+    rc = backends.main(
+        ["--device", "cuda:8.0", "--assume-installed", "--attention-backend", "FLASHINFER", "--head-size", "80"]
+    )
     out, err = capsys.readouterr()
     assert rc == 2  # as generate exits for the same backend
     assert "FLASHINFER" in out and "head_size 80 not supported (supported: 64, 128, 256)" in out
     assert "Explicit choice: FLASHINFER ✗ cannot run" in out
-    assert err == ("attnserve backends: error: argument --attention-backend: FLASHINFER cannot run this model (head_size 80, dtype "
-                   "bfloat16, kv_cache_dtype auto, block_size 16) on simulated CUDA device (compute capability 8.0): "
-                   "head_size 80 not supported (supported: 64, 128, 256). Backends that would work: TRITON_ATTN, "
-                   "FLEX_ATTENTION.\n")
+    assert err == (
+        "attnserve backends: error: argument --attention-backend: FLASHINFER cannot run this model (head_size 80, dtype "
+        "bfloat16, kv_cache_dtype auto, block_size 16) on simulated CUDA device (compute capability 8.0): "
+        "head_size 80 not supported (supported: 64, 128, 256). Backends that would work: TRITON_ATTN, "
+        "FLEX_ATTENTION.\n"
+    )
 
 
 def test_explicit_invalid_json_has_null_selected(capsys):
-    rc = backends.main(["--device", "cuda:9.0", "--assume-installed", "--attention-backend", "flash_attn",
-                        "--block-size", "8", "--json"])
+    rc = backends.main(
+        [
+            "--device",
+            "cuda:9.0",
+            "--assume-installed",
+            "--attention-backend",
+            "flash_attn",
+            "--block-size",
+            "8",
+            "--json",
+        ]
+    )
     out, err = capsys.readouterr()
     report = json.loads(out)  # the whole report, then the same error line as without --json
     assert rc == 2 and report["selected"] is None
@@ -109,7 +147,16 @@ def test_explicit_invalid_json_has_null_selected(capsys):
 def test_automatic_selection_that_finds_none_is_a_report_not_an_error(capsys):
     """Exit 0, no line on stderr: ``backends`` answers which backends can run (here none; the table says why); the
     commands that would run the model exit 2 for the same flags (test_cli_errors)."""
-    argv = ["--device", "cpu", "--block-size", "16", "-ac.use_prefill_decode_attention", "true", "--kv-cache-dtype", "fp8"]
+    argv = [
+        "--device",
+        "cpu",
+        "--block-size",
+        "16",
+        "-ac.use_prefill_decode_attention",
+        "true",
+        "--kv-cache-dtype",
+        "fp8",
+    ]
     rc = backends.main(argv)
     out, err = capsys.readouterr()
     assert rc == 0 and err == ""
@@ -130,43 +177,87 @@ def test_plain_table(capsys):
 
 
 def test_flags_feed_the_selector_config(capsys):
-    _, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "--head-size", "96",
-                         "--num-heads", "12", "--num-kv-heads", "4", "--dtype", "float32", "--block-size", "32",
-                         "--kv-cache-dtype", "fp8", "--sliding-window", "4096")
-    assert report["selector_config"] == {"head_size": 96, "dtype": "float32", "kv_cache_dtype": "fp8",
-                                         "block_size": 32, "sliding_window": 4096, "logits_soft_cap": None,
-                                         "has_sink": False, "attn_type": "decoder"}
+    _, report = run_json(
+        capsys,
+        "--device",
+        "cuda:9.0",
+        "--assume-installed",
+        "--head-size",
+        "96",
+        "--num-heads",
+        "12",
+        "--num-kv-heads",
+        "4",
+        "--dtype",
+        "float32",
+        "--block-size",
+        "32",
+        "--kv-cache-dtype",
+        "fp8",
+        "--sliding-window",
+        "4096",
+    )
+    assert report["selector_config"] == {
+        "head_size": 96,
+        "dtype": "float32",
+        "kv_cache_dtype": "fp8",
+        "block_size": 32,
+        "sliding_window": 4096,
+        "logits_soft_cap": None,
+        "has_sink": False,
+        "attn_type": "decoder",
+    }
     assert report["model"]["num_heads"] == 12 and report["selected"] == "TRITON_ATTN"
 
 
 def test_flash_attn_version_flag(capsys):
-    rc, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed", "-ac.flash_attn_version", "2",
-                          "--attention-backend", "FLASH_ATTN")
+    rc, report = run_json(
+        capsys,
+        "--device",
+        "cuda:9.0",
+        "--assume-installed",
+        "-ac.flash_attn_version",
+        "2",
+        "--attention-backend",
+        "FLASH_ATTN",
+    )
     assert rc == 2
     assert report["backends"]["FLASH_ATTN"]["reasons"] == [
-        "block_size 16 not supported with flash_attn_version 2 (multiples of 256)"]
+        "block_size 16 not supported with flash_attn_version 2 (multiples of 256)"
+    ]
 
 
 def test_model_folder_reads_config_only(tmp_path, capsys):
     from transformers import LlamaConfig
 
-    LlamaConfig(hidden_size=640, num_attention_heads=8, num_key_value_heads=2, intermediate_size=64,
-                num_hidden_layers=1, torch_dtype="float16").save_pretrained(tmp_path)
+    LlamaConfig(
+        hidden_size=640,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        torch_dtype="float16",
+    ).save_pretrained(tmp_path)
     _, report = run_json(capsys, "--model", str(tmp_path), "--device", "cuda:9.0", "--assume-installed")
     assert report["selector_config"]["head_size"] == 80 and report["selector_config"]["dtype"] == "float16"
     assert (report["model"]["num_heads"], report["model"]["num_kv_heads"]) == (8, 2)
     assert report["backends"]["FLASHINFER"]["reasons"] == ["head_size 80 not supported (supported: 64, 128, 256)"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--device", "tpu"], "argument --device: 'tpu' not allowed"),
-    (["--attention-backend", "FLASH_ATTENTION"], "did you mean 'FLASH_ATTN'"),
-    (["--model", "/no/such/folder"], "model '/no/such/folder' not found"),
-    (["--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
-    (["--dtype", "float64"], "argument --dtype: invalid choice: 'float64'"),
-    (["--attention-backend", "FLASH_ATTN", "-ac.backend", "FLASHINFER"],
-     "argument -ac.backend: 'FLASHINFER' conflicts with --attention-backend 'FLASH_ATTN'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--device", "tpu"], "argument --device: 'tpu' not allowed"),
+        (["--attention-backend", "FLASH_ATTENTION"], "did you mean 'FLASH_ATTN'"),
+        (["--model", "/no/such/folder"], "model '/no/such/folder' not found"),
+        (["--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
+        (["--dtype", "float64"], "argument --dtype: invalid choice: 'float64'"),
+        (
+            ["--attention-backend", "FLASH_ATTN", "-ac.backend", "FLASHINFER"],
+            "argument -ac.backend: 'FLASHINFER' conflicts with --attention-backend 'FLASH_ATTN'",
+        ),
+    ],
+)
 def test_bad_values_exit_2_with_one_line(argv, message, capsys):
     assert backends.main(argv) == 2
     err = capsys.readouterr().err
@@ -197,8 +288,10 @@ GEMMA2_PLANS = {
     "8.0": ({"FLASH_ATTN": ["block_size 16 not supported with flash_attn_version 2 (multiples of 256)"]}, "FLASHINFER"),
     "8.6": ({"FLASH_ATTN": ["block_size 16 not supported with flash_attn_version 2 (multiples of 256)"]}, "FLASHINFER"),
     "9.0": ({}, "FLASH_ATTN"),
-    "10.0": ({"FLASH_ATTN": ["head_size 256 not supported with flash_attn_version 4 (multiples of 8 up to 128)"]},
-             "FLASHINFER"),
+    "10.0": (
+        {"FLASH_ATTN": ["head_size 256 not supported with flash_attn_version 4 (multiples of 8 up to 128)"]},
+        "FLASHINFER",
+    ),
 }
 
 
@@ -209,42 +302,68 @@ def test_gemma2_shape_has_two_layer_groups_with_reasons(cc, capsys):
     assert rc == 0 and report["selected"] == selected
     assert [g["name"] for g in report["groups"]] == [
         "layer group 0 (layers 0, 2, ..., 40: head_size 256, sliding_window 4096, logits_soft_cap 50.0)",
-        "layer group 1 (layers 1, 3, ..., 41: head_size 256, logits_soft_cap 50.0)"]
+        "layer group 1 (layers 1, 3, ..., 41: head_size 256, logits_soft_cap 50.0)",
+    ]
     for group, window in zip(report["groups"], (4096, None)):
         assert group["layers"] == list(range(0 if window else 1, 42, 2))
-        assert (group["selector_config"]["sliding_window"], group["selector_config"]["logits_soft_cap"]) == (window, 50.0)
+        assert (group["selector_config"]["sliding_window"], group["selector_config"]["logits_soft_cap"]) == (
+            window,
+            50.0,
+        )
         assert group["selector_config"]["dtype"] == "bfloat16"
         assert {n: e["reasons"] for n, e in group["backends"].items() if not e["usable"]} == {
-            **refused, "CPU_ATTN": ["device cuda not supported (supported: cpu)"]}
+            **refused,
+            "CPU_ATTN": ["device cuda not supported (supported: cpu)"],
+        }
         assert group["selected"] == selected
 
 
 def test_gemma2_groups_in_the_table(capsys):
     assert backends.main(["--model", GEMMA2, "--device", "cuda:7.5", "--assume-installed"]) == 0
     out = capsys.readouterr().out
-    assert ("Layer group 1 (layers 1, 3, ..., 41: head_size 256, logits_soft_cap 50.0): FLASHINFER" in out)
+    assert "Layer group 1 (layers 1, 3, ..., 41: head_size 256, logits_soft_cap 50.0): FLASHINFER" in out
     assert out.count("FLASH_ATTN      1     ✗ compute capability 7.5 not supported (needs >= 8.0)") == 2
 
 
 def test_explicit_backend_refused_names_the_first_group(capsys):
     """An explicit backend that no layer group can use (an fp8 KV cache on FLASH_ATTN 2): exit 2, the error
     naming the first group and the backends that would serve it."""
-    rc = backends.main(["--model", GEMMA2, "--device", "cuda:8.0", "--assume-installed", "--attention-backend",
-                        "FLASH_ATTN", "--kv-cache-dtype", "fp8", "--block-size", "256", "--json"])
+    rc = backends.main(
+        [
+            "--model",
+            GEMMA2,
+            "--device",
+            "cuda:8.0",
+            "--assume-installed",
+            "--attention-backend",
+            "FLASH_ATTN",
+            "--kv-cache-dtype",
+            "fp8",
+            "--block-size",
+            "256",
+            "--json",
+        ]
+    )
     out, err = capsys.readouterr()
     report = json.loads(out)
     assert rc == 2 and report["selected"] is None
     assert [g["selected"] for g in report["groups"]] == [None, None]
-    assert err.startswith("attnserve backends: error: argument --attention-backend: FLASH_ATTN cannot run layer "
-                          "group 0 (layers 0, 2, ..., 40: head_size 256, sliding_window 4096, logits_soft_cap 50.0) "
-                          "of this model (")
-    assert err.endswith("kv_cache_dtype fp8 not supported with flash_attn_version 2 (supported: auto). Backends that "
-                        "would work: TRITON_ATTN.\n")
+    assert err.startswith(
+        "attnserve backends: error: argument --attention-backend: FLASH_ATTN cannot run layer "
+        "group 0 (layers 0, 2, ..., 40: head_size 256, sliding_window 4096, logits_soft_cap 50.0) "
+        "of this model ("
+    )
+    assert err.endswith(
+        "kv_cache_dtype fp8 not supported with flash_attn_version 2 (supported: auto). Backends that "
+        "would work: TRITON_ATTN.\n"
+    )
 
 
 GPT_OSS = "benchmarks/shapes/gpt-oss-20b"
-_FA2_GPT_OSS = ["block_size 16 not supported with flash_attn_version 2 (multiples of 256)",
-                "attention sinks not supported with flash_attn_version 2"]
+_FA2_GPT_OSS = [
+    "block_size 16 not supported with flash_attn_version 2 (multiples of 256)",
+    "attention sinks not supported with flash_attn_version 2",
+]
 # each compute capability's refused backends for the gpt-oss-20b shape (head size 64, a sink per head, bfloat16,
 # block size 16), the same in both layer groups, the one automatic selection picks and its FlashAttention version
 # (Hopper and Blackwell: 4, the version whose kernel takes the sinks)
@@ -264,25 +383,46 @@ def test_gpt_oss_shape_names_each_refused_backends_reasons(cc, capsys):
     assert rc == 0 and report["selected"] == selected and report["flash_attn_version"] == fa_version
     assert [g["name"] for g in report["groups"]] == [
         "layer group 0 (layers 0, 2, ..., 22: head_size 64, sliding_window 128, attention sinks)",
-        "layer group 1 (layers 1, 3, ..., 23: head_size 64, attention sinks)"]
+        "layer group 1 (layers 1, 3, ..., 23: head_size 64, attention sinks)",
+    ]
     for group, window in zip(report["groups"], (128, None)):
         assert group["layers"] == list(range(0 if window else 1, 24, 2))
         config = group["selector_config"]
         assert (config["head_size"], config["sliding_window"], config["has_sink"], config["dtype"]) == (
-            64, window, True, "bfloat16")
+            64,
+            window,
+            True,
+            "bfloat16",
+        )
         assert {n: e["reasons"] for n, e in group["backends"].items() if not e["usable"]} == {
-            **refused, "FLASHINFER": ["attention sinks not supported"],
-            "CPU_ATTN": ["device cuda not supported (supported: cpu)"]}
+            **refused,
+            "FLASHINFER": ["attention sinks not supported"],
+            "CPU_ATTN": ["device cuda not supported (supported: cpu)"],
+        }
         assert (group["selected"], group["flash_attn_version"]) == (selected, fa_version)
 
 
 def test_gpt_oss_flash_attn_3_explicitly_is_refused_for_the_sinks(capsys):
     """FlashAttention 3 on Hopper, asked for by name: its kernel takes no sinks; exit 2 naming the first group
     and the backends that would serve it."""
-    rc = backends.main(["--model", GPT_OSS, "--device", "cuda:9.0", "--assume-installed", "--attention-backend",
-                        "FLASH_ATTN", "-ac.flash_attn_version", "3", "--json"])
+    rc = backends.main(
+        [
+            "--model",
+            GPT_OSS,
+            "--device",
+            "cuda:9.0",
+            "--assume-installed",
+            "--attention-backend",
+            "FLASH_ATTN",
+            "-ac.flash_attn_version",
+            "3",
+            "--json",
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 2 and json.loads(out)["selected"] is None
-    assert err.startswith("attnserve backends: error: argument --attention-backend: FLASH_ATTN cannot run layer "
-                          "group 0 (layers 0, 2, ..., 22: head_size 64, sliding_window 128, attention sinks)")
+    assert err.startswith(
+        "attnserve backends: error: argument --attention-backend: FLASH_ATTN cannot run layer "
+        "group 0 (layers 0, 2, ..., 22: head_size 64, sliding_window 128, attention sinks)"
+    )
     assert "attention sinks not supported with flash_attn_version 3" in err

@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-from attnserve.entrypoints.chat_utils import (ChatTemplateOptions, apply_chat_template, check_chat_template_options,
-                                              load_chat_template)
+from attnserve.entrypoints.chat_utils import (
+    ChatTemplateOptions,
+    apply_chat_template,
+    check_chat_template_options,
+    load_chat_template,
+)
 from attnserve.refusals import Refused, openai_error
 
 # every message as "<role>:<content>|", then "A:" for the generation prompt, and the variable "flag" when given
-CUSTOM = ("{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}|{% endfor %}"
-          "{% if flag is defined %}[{{ flag }}]{% endif %}{% if add_generation_prompt %}A:{% endif %}")
+CUSTOM = (
+    "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}|{% endfor %}"
+    "{% if flag is defined %}[{{ flag }}]{% endif %}{% if add_generation_prompt %}A:{% endif %}"
+)
 CHAT = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}]
 
 
@@ -29,20 +35,27 @@ def test_custom_template_output_is_exact(default_tokenizer):
 
 def test_default_template_matches_transformers(default_tokenizer):
     tok = default_tokenizer
-    for kw in ({"add_generation_prompt": True}, {"add_generation_prompt": False},
-               {"add_generation_prompt": False, "continue_final_message": True}):
+    for kw in (
+        {"add_generation_prompt": True},
+        {"add_generation_prompt": False},
+        {"add_generation_prompt": False, "continue_final_message": True},
+    ):
         ours = apply_chat_template(tok, CHAT, ChatTemplateOptions(**kw))
         assert ours == tok.apply_chat_template(CHAT, tokenize=False, **kw)
-    opened = apply_chat_template(tok, CHAT, ChatTemplateOptions(add_generation_prompt=False,
-                                                                continue_final_message=True))
+    opened = apply_chat_template(
+        tok, CHAT, ChatTemplateOptions(add_generation_prompt=False, continue_final_message=True)
+    )
     assert opened.endswith("<|im_start|>assistant\nHel")  # SmolLM2's ChatML, the last turn not closed
 
 
-@pytest.mark.parametrize("options, param, value", [
-    (ChatTemplateOptions(continue_final_message=True), "continue_final_message", "true"),
-    (ChatTemplateOptions(chat_template_kwargs={"tokenize": True}), "chat_template_kwargs.tokenize", "true"),
-    (ChatTemplateOptions(chat_template_kwargs={"chat_template": "x"}), "chat_template_kwargs.chat_template", '"x"'),
-])
+@pytest.mark.parametrize(
+    "options, param, value",
+    [
+        (ChatTemplateOptions(continue_final_message=True), "continue_final_message", "true"),
+        (ChatTemplateOptions(chat_template_kwargs={"tokenize": True}), "chat_template_kwargs.tokenize", "true"),
+        (ChatTemplateOptions(chat_template_kwargs={"chat_template": "x"}), "chat_template_kwargs.chat_template", '"x"'),
+    ],
+)
 def test_options_no_template_can_take_are_refused(options, param, value):
     with pytest.raises(Refused) as e:
         check_chat_template_options(options)

@@ -53,4 +53,6 @@ def test_a_name_that_is_no_string_is_refused_with_python_words():
     with pytest.raises(pydantic.ValidationError) as server:
         ChatCompletionRequest.model_validate({"messages": [{**HI, "name": 3}]})
     assert validation_message(server.value.errors(), ChatCompletionRequest) == (
-        "messages.0.name: 3 is not a string (allowed: string, or null)", "messages.0.name")
+        "messages.0.name: 3 is not a string (allowed: string, or null)",
+        "messages.0.name",
+    )

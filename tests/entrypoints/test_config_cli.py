@@ -51,6 +51,7 @@ def error(argv, capsys) -> str:
 
 # --- vLLM's documentation examples, verbatim with our command name -------------------------------------
 
+
 def test_vllm_doc_serve_model_attention_backend(capsys):
     cfg = config(["meta-llama/Llama-3.1-8B", "--attention-backend", "FLASH_ATTN"], capsys)
     assert cfg["model"] == "meta-llama/Llama-3.1-8B" and cfg["attention_backend"] == "FLASH_ATTN"
@@ -62,19 +63,29 @@ def test_vllm_doc_flash_attn_version(capsys):
 
 
 def test_vllm_doc_trtllm(capsys):
-    cfg = config(["--attention-config.backend", "FLASHINFER", "--attention-config.use_trtllm_attention", "true"], capsys)
+    cfg = config(
+        ["--attention-config.backend", "FLASHINFER", "--attention-config.use_trtllm_attention", "true"], capsys
+    )
     assert cfg["attention_backend"] == "FLASHINFER" and cfg["attention_config"]["use_trtllm_attention"] is True
 
 
 def test_vllm_doc_json_config(tmp_path, capsys):
     p = tmp_path / "my_config.json"
-    p.write_text(json.dumps({"model": "meta-llama/Llama-3.1-8B", "attention_config": {"backend": "FLASHINFER", "use_trtllm_attention": False}}))
+    p.write_text(
+        json.dumps(
+            {
+                "model": "meta-llama/Llama-3.1-8B",
+                "attention_config": {"backend": "FLASHINFER", "use_trtllm_attention": False},
+            }
+        )
+    )
     cfg = config(["--json-config", str(p)], capsys)
     assert cfg["model"] == "meta-llama/Llama-3.1-8B"
     assert cfg["attention_backend"] == "FLASHINFER" and cfg["attention_config"]["use_trtllm_attention"] is False
 
 
 # --- attention surfaces and their merge -----------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "argv",
@@ -88,7 +99,7 @@ def test_vllm_doc_json_config(tmp_path, capsys):
         ["-ac.backend=flashinfer"],
         ["-ac", '{"backend": "FLASHINFER"}'],
         ["--attention-config", '{"backend": "FLASHINFER"}'],
-        ["--attention-config={\"backend\": \"FLASHINFER\"}"],
+        ['--attention-config={"backend": "FLASHINFER"}'],
         ["--attention_config.backend", "FLASHINFER"],
     ],
 )
@@ -102,7 +113,9 @@ def test_auto(name, capsys):
 
 
 def test_json_then_dotted_both_kept(capsys):
-    a = attention(["--attention-config", '{"backend":"FLASH_ATTN"}', "--attention-config.flash_attn_version", "3"], capsys)
+    a = attention(
+        ["--attention-config", '{"backend":"FLASH_ATTN"}', "--attention-config.flash_attn_version", "3"], capsys
+    )
     assert (a["backend"], a["flash_attn_version"]) == ("FLASH_ATTN", 3)
 
 
@@ -112,31 +125,95 @@ def test_dotted_then_json_both_kept(capsys):
 
 
 def test_later_keys_override_earlier_across_forms(capsys):
-    a = attention(["-ac", '{"backend":"FLASH_ATTN","flash_attn_version":2}', "--attention-config.flash-attn-version=3",
-                "--attention-config", '{"flash_attn_version": 4}', "-ac.use_prefill_decode_attention", "true"], capsys)
+    a = attention(
+        [
+            "-ac",
+            '{"backend":"FLASH_ATTN","flash_attn_version":2}',
+            "--attention-config.flash-attn-version=3",
+            "--attention-config",
+            '{"flash_attn_version": 4}',
+            "-ac.use_prefill_decode_attention",
+            "true",
+        ],
+        capsys,
+    )
     assert (a["backend"], a["flash_attn_version"], a["use_prefill_decode_attention"]) == ("FLASH_ATTN", 4, True)
 
 
 def test_dotted_values_are_json_decoded(capsys):
-    a = attention(["-ac.use_trtllm_attention", "null", "-ac.flash_attn_max_num_splits_for_cuda_graph", "64",
-                "-ac.disable_flashinfer_prefill", "false", "-ac.backend", '"TRITON_ATTN"'], capsys)
+    a = attention(
+        [
+            "-ac.use_trtllm_attention",
+            "null",
+            "-ac.flash_attn_max_num_splits_for_cuda_graph",
+            "64",
+            "-ac.disable_flashinfer_prefill",
+            "false",
+            "-ac.backend",
+            '"TRITON_ATTN"',
+        ],
+        capsys,
+    )
     assert a["use_trtllm_attention"] is None and a["flash_attn_max_num_splits_for_cuda_graph"] == 64
     assert a["disable_flashinfer_prefill"] is False and a["backend"] == "TRITON_ATTN"
 
 
 def test_same_backend_in_both_places_is_fine(capsys):
-    assert config(["--attention-backend", "FLASH_ATTN", "-ac.backend", "flash_attn"], capsys)["attention_backend"] == "FLASH_ATTN"
+    assert (
+        config(["--attention-backend", "FLASH_ATTN", "-ac.backend", "flash_attn"], capsys)["attention_backend"]
+        == "FLASH_ATTN"
+    )
 
 
 # --- engine flags, files and precedence -----------------------------------------------------------------
 
+
 def test_engine_flags(capsys):
-    cfg = config(["--model", "m", "--dtype", "bfloat16", "--block-size", "32", "--kv-cache-dtype", "fp8",
-                  "--max-model-len", "4096", "--max_num_seqs", "8", "--enforce-eager", "--no-enable-chunked-prefill",
-                  "--device", "cuda:1", "--gpu-memory-utilization", "0.5", "--num-gpu-blocks", "null"], capsys)
-    assert list(cfg)[:8] == ["model", "tokenizer", "revision", "download_dir", "dtype", "max_model_len", "load_format", "seed"]
-    assert {k: cfg[k] for k in list(cfg)[:8]} == {"model": "m", "tokenizer": None, "revision": None, "download_dir": None,
-                                                  "dtype": "bfloat16", "max_model_len": 4096, "load_format": "auto", "seed": 0}
+    cfg = config(
+        [
+            "--model",
+            "m",
+            "--dtype",
+            "bfloat16",
+            "--block-size",
+            "32",
+            "--kv-cache-dtype",
+            "fp8",
+            "--max-model-len",
+            "4096",
+            "--max_num_seqs",
+            "8",
+            "--enforce-eager",
+            "--no-enable-chunked-prefill",
+            "--device",
+            "cuda:1",
+            "--gpu-memory-utilization",
+            "0.5",
+            "--num-gpu-blocks",
+            "null",
+        ],
+        capsys,
+    )
+    assert list(cfg)[:8] == [
+        "model",
+        "tokenizer",
+        "revision",
+        "download_dir",
+        "dtype",
+        "max_model_len",
+        "load_format",
+        "seed",
+    ]
+    assert {k: cfg[k] for k in list(cfg)[:8]} == {
+        "model": "m",
+        "tokenizer": None,
+        "revision": None,
+        "download_dir": None,
+        "dtype": "bfloat16",
+        "max_model_len": 4096,
+        "load_format": "auto",
+        "seed": 0,
+    }
     assert cfg["block_size"] == 32 and cfg["kv_cache_dtype"] == "fp8"
     assert cfg["max_num_seqs"] == 8 and cfg["enable_chunked_prefill"] is False
     assert cfg["enforce_eager"] is True and cfg["device"] == "cuda:1" and cfg["gpu_memory_utilization"] == 0.5
@@ -151,8 +228,10 @@ def test_seed_takes_every_64_bit_seed(seed, capsys):
 def test_disable_custom_all_reduce_flag(capsys):
     assert config([], capsys)["disable_custom_all_reduce"] is False
     assert config(["--disable-custom-all-reduce"], capsys)["disable_custom_all_reduce"] is True
-    assert config(["--disable-custom-all-reduce", "--no-disable-custom-all-reduce"],
-                  capsys)["disable_custom_all_reduce"] is False
+    assert (
+        config(["--disable-custom-all-reduce", "--no-disable-custom-all-reduce"], capsys)["disable_custom_all_reduce"]
+        is False
+    )
 
 
 def test_config_equals_form_applies_file_and_cli_wins(tmp_path, capsys):
@@ -197,12 +276,30 @@ def test_two_files_apply_in_order(tmp_path, capsys):
 
 
 def test_every_engine_argument_settable_from_a_file(tmp_path, capsys):
-    values = {"model": "m", "tokenizer": "t", "revision": "v1", "download_dir": "/d", "dtype": "float16", "max_model_len": 7, "load_format": "dummy", "seed": 5,
-              "block_size": 32, "kv_cache_dtype": "fp8", "num_gpu_blocks": 9, "kv_cache_memory": 1000,
-              "gpu_memory_utilization": 0.3, "max_num_batched_tokens": 99, "max_num_seqs": 3,
-              "enable_chunked_prefill": False, "tensor_parallel_size": 2,
-              "distributed_executor_backend": "ray", "disable_custom_all_reduce": True, "device": "cpu",
-              "enforce_eager": True, "attention_backend": "TRITON_ATTN"}
+    values = {
+        "model": "m",
+        "tokenizer": "t",
+        "revision": "v1",
+        "download_dir": "/d",
+        "dtype": "float16",
+        "max_model_len": 7,
+        "load_format": "dummy",
+        "seed": 5,
+        "block_size": 32,
+        "kv_cache_dtype": "fp8",
+        "num_gpu_blocks": 9,
+        "kv_cache_memory": 1000,
+        "gpu_memory_utilization": 0.3,
+        "max_num_batched_tokens": 99,
+        "max_num_seqs": 3,
+        "enable_chunked_prefill": False,
+        "tensor_parallel_size": 2,
+        "distributed_executor_backend": "ray",
+        "disable_custom_all_reduce": True,
+        "device": "cpu",
+        "enforce_eager": True,
+        "attention_backend": "TRITON_ATTN",
+    }
     p = tmp_path / "all.json"
     p.write_text(json.dumps(values))
     cfg = config(["--json-config", str(p)], capsys)
@@ -232,13 +329,19 @@ def test_explain_names_sources(tmp_path, capsys):
     assert rows["(kv"].split("  ")[-1] == "derived: fp8 scales none (16-bit cache)"
 
 
-@pytest.mark.parametrize("argv, dtype, scales", [
-    ([], '"auto (the model dtype)"', "none (16-bit cache)"),
-    (["--dtype", "bfloat16"], '"bfloat16"', "none (16-bit cache)"),
-    (["--kv-cache-dtype", "fp8"], '"float8_e4m3fn"', "1.0 (no scales in the checkpoint)"),
-    (["--kv-cache-dtype", "fp8_e5m2", "--calculate-kv-scales"], '"float8_e5m2"',
-     "calculated from the first prefill (calculate_kv_scales)"),
-])
+@pytest.mark.parametrize(
+    "argv, dtype, scales",
+    [
+        ([], '"auto (the model dtype)"', "none (16-bit cache)"),
+        (["--dtype", "bfloat16"], '"bfloat16"', "none (16-bit cache)"),
+        (["--kv-cache-dtype", "fp8"], '"float8_e4m3fn"', "1.0 (no scales in the checkpoint)"),
+        (
+            ["--kv-cache-dtype", "fp8_e5m2", "--calculate-kv-scales"],
+            '"float8_e5m2"',
+            "calculated from the first prefill (calculate_kv_scales)",
+        ),
+    ],
+)
 def test_explain_says_the_cache_dtype_and_where_its_scales_come_from(argv, dtype, scales, capsys):
     rc, out, _ = run(["config", *argv, "--explain"], capsys)
     assert rc == 0
@@ -257,13 +360,17 @@ def test_help_comes_from_field_docstrings(capsys):
 
 # --- errors: exit 2, one line, the flag or key, the value, what is allowed ------------------------------
 
+
 @pytest.mark.parametrize(
     "argv, parts",
     [
         (["--dtype", "float64"], ["--dtype", "'float64'", "'bfloat16'"]),
         (["--attention-config.flash_attn_version", "5"], ["--attention-config.flash_attn_version", "5", "2, 3, 4"]),
         (["-ac", '{"flash_attn_version": 5}'], ["-ac", "5", "2, 3, 4"]),
-        (["--attention-backend", "FLASH_ATTENTION"], ["--attention-backend", "'FLASH_ATTENTION'", "did you mean 'FLASH_ATTN'?"]),
+        (
+            ["--attention-backend", "FLASH_ATTENTION"],
+            ["--attention-backend", "'FLASH_ATTENTION'", "did you mean 'FLASH_ATTN'?"],
+        ),
         (["-ac.backend", "nope"], ["-ac.backend", "'nope'", "FLASHINFER"]),
         (["--attention-config.bakend", "X"], ["'bakend'", "did you mean 'backend'?"]),
         (["-ac.flash_attn_verison=3"], ["'flash_attn_verison'", "did you mean 'flash_attn_version'?"]),
@@ -277,18 +384,33 @@ def test_help_comes_from_field_docstrings(capsys):
         (["--device", "tpu"], ["--device", "'tpu'", "cuda:N"]),
         (["--kv-cache-dtype", "int4"], ["--kv-cache-dtype", "'int4'", "'fp8'"]),
         (["--blok-size", "16"], ["--blok-size", "did you mean '--block-size'?"]),
-        (["--attention-backend", "FLASHINFER", "-ac.backend", "FLASH_ATTN"], ["argument -ac.backend: 'FLASH_ATTN'", "--attention-backend 'FLASHINFER'"]),
-        (["--attention-backend", "auto", "-ac", '{"backend": "FLASH_ATTN"}'], ["--attention-backend 'auto'", "'FLASH_ATTN'"]),
+        (
+            ["--attention-backend", "FLASHINFER", "-ac.backend", "FLASH_ATTN"],
+            ["argument -ac.backend: 'FLASH_ATTN'", "--attention-backend 'FLASHINFER'"],
+        ),
+        (
+            ["--attention-backend", "auto", "-ac", '{"backend": "FLASH_ATTN"}'],
+            ["--attention-backend 'auto'", "'FLASH_ATTN'"],
+        ),
         (["a", "--model", "b"], ["argument --model: 'b'", "MODEL 'a'"]),
         (["--config", "/nonexistent/cfg.yaml"], ["cannot read config file", "/nonexistent/cfg.yaml"]),
         (["--attention-config.use_trtllm_attention", "yes"], ["use_trtllm_attention", "'yes'", "true, false, null"]),
         # a JSON value as JSON writes it (was True, None)
-        (["-ac.flash_attn_version", "true"],
-         ["argument -ac.flash_attn_version: true is a boolean, not an integer (allowed: 2, 3, 4, null)"]),
-        (["-ac.flash_attn_version", '"3"'],  # JSON text: a string, named as one (was "'3' not allowed (allowed: 2, 3, ...")
-         ["argument -ac.flash_attn_version: '3' is a string, not an integer (allowed: 2, 3, 4, null)"]),
-        (["-ac", '{"use_prefill_decode_attention": null}'],
-         ["argument -ac: attention_config.use_prefill_decode_attention null not allowed (allowed: true, false)"]),
+        (
+            ["-ac.flash_attn_version", "true"],
+            ["argument -ac.flash_attn_version: true is a boolean, not an integer (allowed: 2, 3, 4, null)"],
+        ),
+        (
+            [
+                "-ac.flash_attn_version",
+                '"3"',
+            ],  # JSON text: a string, named as one (was "'3' not allowed (allowed: 2, 3, ...")
+            ["argument -ac.flash_attn_version: '3' is a string, not an integer (allowed: 2, 3, 4, null)"],
+        ),
+        (
+            ["-ac", '{"use_prefill_decode_attention": null}'],
+            ["argument -ac: attention_config.use_prefill_decode_attention null not allowed (allowed: true, false)"],
+        ),
     ],
 )
 def test_errors(argv, parts, capsys):
@@ -300,30 +422,84 @@ def test_errors(argv, parts, capsys):
 EAGER_FORMS = "(allowed: no value: --enforce-eager or --no-enforce-eager)"
 
 
-@pytest.mark.parametrize("argv, line", [
-    (["generate", "--enforce-eager=maybe"], f"attnserve generate: error: argument --enforce-eager: value 'maybe' not allowed {EAGER_FORMS}"),
-    (["generate", "--enforce_eager=true"], f"attnserve generate: error: argument --enforce-eager: value 'true' not allowed {EAGER_FORMS}"),
-    (["generate", "--no-enforce-eager=1"], f"attnserve generate: error: argument --no-enforce-eager: value '1' not allowed {EAGER_FORMS}"),
-    (["generate", "--enforce-eager", "maybe"], f"attnserve generate: error: argument --enforce-eager: value 'maybe' not allowed {EAGER_FORMS}"),
-    (["generate", "--enable-chunked-prefill=false"], "attnserve generate: error: argument --enable-chunked-prefill: value 'false' not "
-     "allowed (allowed: no value: --enable-chunked-prefill or --no-enable-chunked-prefill)"),
-    (["generate", "--ignore-eos=yes"], "attnserve generate: error: argument --ignore-eos: value 'yes' not allowed (allowed: no value: --ignore-eos)"),
-    (["generate", "--chat", "hello"], "attnserve generate: error: argument --chat: value 'hello' not allowed (allowed: no value: --chat)"),
-    (["serve", "--enforce-eager=x"], f"attnserve serve: error: argument --enforce-eager: value 'x' not allowed {EAGER_FORMS}"),
-    (["bench", "latency", "--enforce-eager=x"], f"attnserve bench latency: error: argument --enforce-eager: value 'x' not allowed {EAGER_FORMS}"),
-    (["generate", "--disable-custom-all-reduce=x"], "attnserve generate: error: argument --disable-custom-all-reduce: value "
-     "'x' not allowed (allowed: no value: --disable-custom-all-reduce or --no-disable-custom-all-reduce)"),
-    (["config", "--explain=yes"], "attnserve config: error: argument --explain: value 'yes' not allowed (allowed: no value: --explain)"),
-    (["backends", "--json=1"], "attnserve backends: error: argument --json: value '1' not allowed (allowed: no value: --json)"),
-    (["--help=x"], "attnserve: error: argument --help: value 'x' not allowed (allowed: no value: -h or --help)"),
-    (["generate", "--max-tokens", "0", "extra"], "attnserve generate: error: unrecognized arguments: extra"),  # not after a flag
-    # a true/false word after a flag without a value is not the positional MODEL
-    (["config", "--enforce-eager", "false"], f"attnserve config: error: argument --enforce-eager: value 'false' not allowed {EAGER_FORMS}"),
-    (["serve", "--enforce-eager", "false"], f"attnserve serve: error: argument --enforce-eager: value 'false' not allowed {EAGER_FORMS}"),
-    (["backends", "--no-enforce-eager", "On"], "attnserve backends: error: argument --no-enforce-eager: value 'On' not "
-     "allowed (allowed: no value: --enforce-eager or --no-enforce-eager)"),
-    (["config", "--explain", "1"], "attnserve config: error: argument --explain: value '1' not allowed (allowed: no value: --explain)"),
-])
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (
+            ["generate", "--enforce-eager=maybe"],
+            f"attnserve generate: error: argument --enforce-eager: value 'maybe' not allowed {EAGER_FORMS}",
+        ),
+        (
+            ["generate", "--enforce_eager=true"],
+            f"attnserve generate: error: argument --enforce-eager: value 'true' not allowed {EAGER_FORMS}",
+        ),
+        (
+            ["generate", "--no-enforce-eager=1"],
+            f"attnserve generate: error: argument --no-enforce-eager: value '1' not allowed {EAGER_FORMS}",
+        ),
+        (
+            ["generate", "--enforce-eager", "maybe"],
+            f"attnserve generate: error: argument --enforce-eager: value 'maybe' not allowed {EAGER_FORMS}",
+        ),
+        (
+            ["generate", "--enable-chunked-prefill=false"],
+            "attnserve generate: error: argument --enable-chunked-prefill: value 'false' not "
+            "allowed (allowed: no value: --enable-chunked-prefill or --no-enable-chunked-prefill)",
+        ),
+        (
+            ["generate", "--ignore-eos=yes"],
+            "attnserve generate: error: argument --ignore-eos: value 'yes' not allowed (allowed: no value: --ignore-eos)",
+        ),
+        (
+            ["generate", "--chat", "hello"],
+            "attnserve generate: error: argument --chat: value 'hello' not allowed (allowed: no value: --chat)",
+        ),
+        (
+            ["serve", "--enforce-eager=x"],
+            f"attnserve serve: error: argument --enforce-eager: value 'x' not allowed {EAGER_FORMS}",
+        ),
+        (
+            ["bench", "latency", "--enforce-eager=x"],
+            f"attnserve bench latency: error: argument --enforce-eager: value 'x' not allowed {EAGER_FORMS}",
+        ),
+        (
+            ["generate", "--disable-custom-all-reduce=x"],
+            "attnserve generate: error: argument --disable-custom-all-reduce: value "
+            "'x' not allowed (allowed: no value: --disable-custom-all-reduce or --no-disable-custom-all-reduce)",
+        ),
+        (
+            ["config", "--explain=yes"],
+            "attnserve config: error: argument --explain: value 'yes' not allowed (allowed: no value: --explain)",
+        ),
+        (
+            ["backends", "--json=1"],
+            "attnserve backends: error: argument --json: value '1' not allowed (allowed: no value: --json)",
+        ),
+        (["--help=x"], "attnserve: error: argument --help: value 'x' not allowed (allowed: no value: -h or --help)"),
+        (
+            ["generate", "--max-tokens", "0", "extra"],
+            "attnserve generate: error: unrecognized arguments: extra",
+        ),  # not after a flag
+        # a true/false word after a flag without a value is not the positional MODEL
+        (
+            ["config", "--enforce-eager", "false"],
+            f"attnserve config: error: argument --enforce-eager: value 'false' not allowed {EAGER_FORMS}",
+        ),
+        (
+            ["serve", "--enforce-eager", "false"],
+            f"attnserve serve: error: argument --enforce-eager: value 'false' not allowed {EAGER_FORMS}",
+        ),
+        (
+            ["backends", "--no-enforce-eager", "On"],
+            "attnserve backends: error: argument --no-enforce-eager: value 'On' not "
+            "allowed (allowed: no value: --enforce-eager or --no-enforce-eager)",
+        ),
+        (
+            ["config", "--explain", "1"],
+            "attnserve config: error: argument --explain: value '1' not allowed (allowed: no value: --explain)",
+        ),
+    ],
+)
 def test_a_flag_that_takes_no_value_given_one(argv, line, capsys):
     """Exit 2, one line: the flag as typed, the value, and the forms allowed (argparse says "ignored
     explicit argument" or "unrecognized arguments")."""
@@ -342,24 +518,41 @@ def test_file_errors(tmp_path, capsys):
     conflict = tmp_path / "c.yaml"
     conflict.write_text("attention_config:\n  backend: FLASH_ATTN\n")
     line = error(["--config", str(conflict), "--attention-backend", "FLASHINFER"], capsys)
-    assert "argument --attention-backend: 'FLASHINFER'" in line and f"attention_config.backend in {conflict} 'FLASH_ATTN'" in line
+    assert (
+        "argument --attention-backend: 'FLASHINFER'" in line
+        and f"attention_config.backend in {conflict} 'FLASH_ATTN'" in line
+    )
 
 
 def test_unused_option_warned(capsys, caplog):
-    rc, _, _ = run(["config", "--attention-backend", "FLEX_ATTENTION", "-ac.disable_flashinfer_prefill", "true"], capsys)
+    rc, _, _ = run(
+        ["config", "--attention-backend", "FLEX_ATTENTION", "-ac.disable_flashinfer_prefill", "true"], capsys
+    )
     assert rc == 0
     assert any("disable_flashinfer_prefill" in r.getMessage() and "unused" in r.getMessage() for r in caplog.records)
 
 
 def test_subprocess_python_m_attnserve(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "VLLM_ATTENTION_BACKEND": "FLASHINFER"}
-    ok = subprocess.run([sys.executable, "-m", "attnserve", "config", "m", "--attention-backend", "FLASH_ATTN"],
-                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    ok = subprocess.run(
+        [sys.executable, "-m", "attnserve", "config", "m", "--attention-backend", "FLASH_ATTN"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["attention_backend"] == "FLASH_ATTN"
     assert "VLLM_ATTENTION_BACKEND=FLASHINFER is ignored" in ok.stderr and "--attention-backend" in ok.stderr
-    bad = subprocess.run([sys.executable, "-m", "attnserve", "config", "--dtype", "float64"],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "attnserve", "config", "--dtype", "float64"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr  # flag error comes first
     assert bad.stderr.startswith("attnserve config: error: argument --dtype: invalid choice: 'float64'")
 
@@ -371,7 +564,10 @@ def test_registered_out_of_tree_backend_name_is_accepted(capsys):
     register_backend("MY_OOT_ATTN", "my_oot_package.attention.MyBackend")  # the module does not exist
     try:
         assert config(["--attention-backend", "my-oot-attn"], capsys)["attention_backend"] == "MY_OOT_ATTN"
-        assert config(["-ac.backend", "MY_OOT_ATTN", "--attention-backend", "my_oot_attn"], capsys)["attention_backend"] == "MY_OOT_ATTN"
+        assert (
+            config(["-ac.backend", "MY_OOT_ATTN", "--attention-backend", "my_oot_attn"], capsys)["attention_backend"]
+            == "MY_OOT_ATTN"
+        )
         assert AttentionConfig(backend="my_oot_attn").backend == "MY_OOT_ATTN"
     finally:
         unregister_backend("MY_OOT_ATTN")
@@ -383,8 +579,9 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "attnserve", "config", "--explain"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnserve", "config", "--explain"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     proc.stdout.close()  # the reader is gone before the command writes anything
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 1
@@ -407,18 +604,22 @@ def test_version(command):
 
 # --- vLLM's spellings: --num-gpu-blocks-override, --kv-cache-memory-bytes, sizes with k/K suffixes ----------------
 
-@pytest.mark.parametrize("flags, key, value", [
-    (["--num-gpu-blocks-override", "64"], "num_gpu_blocks", 64),
-    (["--kv-cache-memory-bytes", "8G"], "kv_cache_memory", 8 << 30),
-    (["--kv-cache-memory", "1g"], "kv_cache_memory", 10**9),
-    (["--kv-cache_memory-bytes", "1000"], "kv_cache_memory", 1000),
-    (["--max-model-len", "1k"], "max_model_len", 1000),  # vLLM's human_readable_int: lowercase is decimal,
-    (["--max-model-len", "1K"], "max_model_len", 1024),  # uppercase binary
-    (["--max-model-len", "32k"], "max_model_len", 32000),
-    (["--max-model-len", "25.6k"], "max_model_len", 25600),
-    (["--max-model-len", "none"], "max_model_len", None),
-    (["--max-num-batched-tokens", "2K"], "max_num_batched_tokens", 2048),
-])
+
+@pytest.mark.parametrize(
+    "flags, key, value",
+    [
+        (["--num-gpu-blocks-override", "64"], "num_gpu_blocks", 64),
+        (["--kv-cache-memory-bytes", "8G"], "kv_cache_memory", 8 << 30),
+        (["--kv-cache-memory", "1g"], "kv_cache_memory", 10**9),
+        (["--kv-cache_memory-bytes", "1000"], "kv_cache_memory", 1000),
+        (["--max-model-len", "1k"], "max_model_len", 1000),  # vLLM's human_readable_int: lowercase is decimal,
+        (["--max-model-len", "1K"], "max_model_len", 1024),  # uppercase binary
+        (["--max-model-len", "32k"], "max_model_len", 32000),
+        (["--max-model-len", "25.6k"], "max_model_len", 25600),
+        (["--max-model-len", "none"], "max_model_len", None),
+        (["--max-num-batched-tokens", "2K"], "max_num_batched_tokens", 2048),
+    ],
+)
 def test_vllm_names_and_sizes(flags, key, value, capsys):
     assert config(["--model", "org/m", *flags], capsys)[key] == value  # a hub id: no model limit checked
 
@@ -436,8 +637,10 @@ def test_a_vllm_name_and_ours_later_wins(capsys):
     # (4 blocks would not hold the default model's 8192 tokens: the value that wins is the one checked)
     assert config(["--num-gpu-blocks", "4", "--num-gpu-blocks-override", "900"], capsys)["num_gpu_blocks"] == 900
     rc, out, _ = run(["config", "--kv-cache-memory-bytes", "1G", "--explain"], capsys)
-    assert rc == 0 and any(line.split()[:3] == ["kv_cache_memory", "1073741824", "command"]
-                           and line.endswith("(--kv-cache-memory-bytes)") for line in out.splitlines())
+    assert rc == 0 and any(
+        line.split()[:3] == ["kv_cache_memory", "1073741824", "command"] and line.endswith("(--kv-cache-memory-bytes)")
+        for line in out.splitlines()
+    )
 
 
 def test_max_model_len_is_checked_against_a_local_model_only(tiny_model_dir, capsys):
@@ -451,8 +654,10 @@ def test_max_model_len_is_checked_against_a_local_model_only(tiny_model_dir, cap
     assert (rc, err) == (0, "")
     rc, out, err = run(["config", "org/not-downloaded", "--max-model-len", "4096"], capsys)
     assert rc == 0 and json.loads(out)["max_model_len"] == 4096
-    assert err == ("attnserve config: note: max_model_len 4096 not checked against the model: model 'org/not-downloaded' "
-                   "is not a local folder or file, and config downloads nothing\n")
+    assert err == (
+        "attnserve config: note: max_model_len 4096 not checked against the model: model 'org/not-downloaded' "
+        "is not a local folder or file, and config downloads nothing\n"
+    )
 
 
 def test_a_kv_cache_size_is_checked_against_max_model_len_as_serve_checks_it(tiny_model_dir, capsys):
@@ -461,12 +666,19 @@ def test_a_kv_cache_size_is_checked_against_max_model_len_as_serve_checks_it(tin
     gpu_memory_utilization or the CPU default (no flag gives its size), a hub model (not downloaded)."""
     tiny = tiny_model_dir("llama")  # max_position_embeddings 512; a block of 16 tokens is 8192 bytes in float32
     capsys.readouterr()
-    for flags in (["--num-gpu-blocks", "32"], ["--num-gpu-blocks", "2", "--max-model-len", "32"],
-                  ["--kv-cache-memory", "256K"], ["--kv-cache-memory", "1T"], ["--device", "cuda:9.0", "--num-gpu-blocks", "32"],
-                  []):
+    for flags in (
+        ["--num-gpu-blocks", "32"],
+        ["--num-gpu-blocks", "2", "--max-model-len", "32"],
+        ["--kv-cache-memory", "256K"],
+        ["--kv-cache-memory", "1T"],
+        ["--device", "cuda:9.0", "--num-gpu-blocks", "32"],
+        [],
+    ):
         rc, out, err = run(["config", tiny, "--device", "cpu", *flags], capsys)
         assert (rc, err) == (0, ""), flags
     rc, out, err = run(["config", "org/not-downloaded", "--num-gpu-blocks", "2"], capsys)
     assert rc == 0 and json.loads(out)["num_gpu_blocks"] == 2
-    assert err == ("attnserve config: note: KV cache (num_gpu_blocks 2) not checked against max_model_len: model "
-                   "'org/not-downloaded' is not a local folder or file, and config downloads nothing\n")
+    assert err == (
+        "attnserve config: note: KV cache (num_gpu_blocks 2) not checked against max_model_len: model "
+        "'org/not-downloaded' is not a local folder or file, and config downloads nothing\n"
+    )

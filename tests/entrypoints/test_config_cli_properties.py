@@ -76,7 +76,9 @@ def cli_flat(data, name: str, value) -> list[str]:
     flag = "--" + spell(data, name)
     if base is bool:
         return [flag if value else "--no-" + flag[2:]]
-    text = data.draw(st.sampled_from(["null", "None"])) if value is None else repr(value) if base is float else str(value)
+    text = (
+        data.draw(st.sampled_from(["null", "None"])) if value is None else repr(value) if base is float else str(value)
+    )
     return [f"{flag}={text}"] if data.draw(st.booleans()) else [flag, text]
 
 
@@ -93,7 +95,12 @@ def test_any_valid_combination_matches_python(data):
     file_attention: dict = {}
     groups: list[list[str]] = []
     for name, value in kwargs.items():
-        str_none = value is None and name in ("model", "tokenizer", "revision", "download_dir")  # CLI: "null" is a string
+        str_none = value is None and name in (
+            "model",
+            "tokenizer",
+            "revision",
+            "download_dir",
+        )  # CLI: "null" is a string
         # a tri-state flag (bool | None: async_scheduling) has --X / --no-X on the command line; None only in a file
         bool_none = value is None and split_optional(engine_args()[name].type)[0] is bool
         where = "file" if str_none or bool_none else data.draw(st.sampled_from(["file", "cli", "both"]))
@@ -170,9 +177,32 @@ def _junk_vocabulary() -> list[str]:
     flags = sorted(parser._subparsers._group_actions[0].choices["config"]._option_string_actions)  # type: ignore[union-attr]
     flags = [f for f in flags if f not in ("-h", "--help")]
     return flags + [
-        "0", "-1", "16", "3.5", "x", "null", "true", "auto", "FLASH_ATTN", "flash-attn", "{", "}", "[1]",
-        '{"backend": 1}', '{"backend": "FLASHINFER"}', '{"flash_attn_version": 5}', "=", "--", "-", "-ac.",
-        "--attention-config.", "--attention-config.x", "--no-dtype", "--config=", "/nonexistent.yaml", "/tmp",
+        "0",
+        "-1",
+        "16",
+        "3.5",
+        "x",
+        "null",
+        "true",
+        "auto",
+        "FLASH_ATTN",
+        "flash-attn",
+        "{",
+        "}",
+        "[1]",
+        '{"backend": 1}',
+        '{"backend": "FLASHINFER"}',
+        '{"flash_attn_version": 5}',
+        "=",
+        "--",
+        "-",
+        "-ac.",
+        "--attention-config.",
+        "--attention-config.x",
+        "--no-dtype",
+        "--config=",
+        "/nonexistent.yaml",
+        "/tmp",
     ]
 
 

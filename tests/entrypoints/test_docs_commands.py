@@ -35,7 +35,9 @@ def test_the_docs_have_commands():
 @pytest.mark.parametrize("where,line", COMMANDS, ids=[f"{w}:{line[:60]}" for w, line in COMMANDS])
 def test_documented_command_parses(where, line, capsys):
     argv = shlex.split(line, comments=True)[1:]
-    argv = argv[:next((i for i, a in enumerate(argv) if a[:1] in (">", "|")), len(argv))]  # `> cfg.json`, `| head`: the shell's
+    argv = argv[
+        : next((i for i, a in enumerate(argv) if a[:1] in (">", "|")), len(argv))
+    ]  # `> cfg.json`, `| head`: the shell's
     try:
         build_parser(argv[0]).parse_args(argv)
     except SystemExit:

@@ -68,57 +68,113 @@ def test_text_that_is_not_a_number_names_the_flag_and_what_is_allowed(argv, flag
         main([*argv, flag, "x"])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert re.fullmatch(rf"attnserve {' '.join(argv)}: error: argument {re.escape(flag)}: 'x' is not "
-                        r"(an integer|a number)( \(allowed: [^\n]+\))?\n", err), err
+    assert re.fullmatch(
+        rf"attnserve {' '.join(argv)}: error: argument {re.escape(flag)}: 'x' is not "
+        r"(an integer|a number)( \(allowed: [^\n]+\))?\n",
+        err,
+    ), err
 
 
-@pytest.mark.parametrize("argv, line", [
-    # engine flags (every command that builds an engine): the field's allowed values
-    (["generate", "--seed", "abc"], "attnserve generate: error: argument --seed: 'abc' is not an integer (allowed: integer in [-2^63, 2^63 - 1])"),
-    # every seed's range (was [0, 2**64 - 1] here while a request's seed took negatives)
-    (["generate", "--seed", "9223372036854775808"],
-     "attnserve generate: error: argument --seed: 9223372036854775808 not allowed (allowed: integer in [-2^63, 2^63 - 1])"),
-    (["generate", "--max-model-len", "1.5"],  # a size flag of vLLM's (human_readable_int): its suffixes too
-     "attnserve generate: error: argument --max-model-len: '1.5' is not an integer (allowed: integer >= 1, null; "
-     "suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); "
-     "K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only))"),
-    (["generate", "--gpu-memory-utilization", "x"],
-     "attnserve generate: error: argument --gpu-memory-utilization: 'x' is not a number (allowed: number in (0, 1])"),
-    (["serve", "--seed", "abc"], "attnserve serve: error: argument --seed: 'abc' is not an integer (allowed: integer in [-2^63, 2^63 - 1])"),
-    (["bench", "attention", "--block-size", "7"],  # the engine's sizes (was accepted)
-     "attnserve bench attention: error: argument --block-size: 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"),
-    (["serve", "--block-size", "1e3"],
-     "attnserve serve: error: argument --block-size: '1e3' is not an integer (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)"),
-    (["bench", "throughput", "--seed", "abc"], "attnserve bench throughput: error: argument --seed: 'abc' is not an integer (allowed: integer in [-2^63, 2^63 - 1])"),
-    # generate's sampling flags: SamplingParams' ranges (was "invalid int value: '1.5'", "invalid float value: 'x'")
-    (["generate", "--max-tokens", "1.5"],
-     "attnserve generate: error: argument --max-tokens: '1.5' is not an integer (allowed: integer >= 1)"),
-    (["generate", "--temperature", "x"],
-     "attnserve generate: error: argument --temperature: 'x' is not a number (allowed: finite number >= 0)"),
-    (["generate", "--top-p", "x"], "attnserve generate: error: argument --top-p: 'x' is not a number (allowed: number in (0, 1])"),
-    (["generate", "--n", "two"], "attnserve generate: error: argument --n: 'two' is not an integer (allowed: integer >= 1)"),
-    (["generate", "--logprobs", "1.0"],
-     "attnserve generate: error: argument --logprobs: '1.0' is not an integer (allowed: integer >= 0)"),
-    # serve's and the benchmarks' own flags
-    (["serve", "--port", "http"],
-     "attnserve serve: error: argument --port: 'http' is not an integer (allowed: integer in [0, 65535]; 0 picks a free port)"),
-    (["serve", "--shutdown-timeout", "10s"], "attnserve serve: error: argument --shutdown-timeout: '10s' is not a number "
-                                             "(allowed: finite number >= 0 (seconds))"),
-    (["bench", "serve", "--seed", "abc"],
-     "attnserve bench serve: error: argument --seed: 'abc' is not an integer (allowed: integer >= 0)"),
-    (["bench", "serve", "--seed", "-1"],  # was "argument --prompt-file: expected non-negative integer" (numpy's)
-     "attnserve bench serve: error: argument --seed: -1 not allowed (allowed: integer >= 0)"),
-    (["bench", "serve", "--temperature", "x"],
-     "attnserve bench serve: error: argument --temperature: 'x' is not a number (allowed: finite number >= 0)"),
-    (["bench", "serve", "--temperature", "-1"],  # was accepted, and every request then failed with a 400
-     "attnserve bench serve: error: argument --temperature: -1.0 not allowed (allowed: finite number >= 0)"),
-    (["bench", "serve", "--num-prompts", "1.5"],
-     "attnserve bench serve: error: argument --num-prompts: '1.5' is not an integer (allowed: integer >= 1)"),
-    (["bench", "latency", "--batch-size", "1", "x"],
-     "attnserve bench latency: error: argument --batch-size: 'x' is not an integer (allowed: integer >= 1)"),
-    (["bench", "attention", "--repeats", "2.5"],
-     "attnserve bench attention: error: argument --repeats: '2.5' is not an integer (allowed: integer >= 1)"),
-])
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        # engine flags (every command that builds an engine): the field's allowed values
+        (
+            ["generate", "--seed", "abc"],
+            "attnserve generate: error: argument --seed: 'abc' is not an integer (allowed: integer in [-2^63, 2^63 - 1])",
+        ),
+        # every seed's range (was [0, 2**64 - 1] here while a request's seed took negatives)
+        (
+            ["generate", "--seed", "9223372036854775808"],
+            "attnserve generate: error: argument --seed: 9223372036854775808 not allowed (allowed: integer in [-2^63, 2^63 - 1])",
+        ),
+        (
+            ["generate", "--max-model-len", "1.5"],  # a size flag of vLLM's (human_readable_int): its suffixes too
+            "attnserve generate: error: argument --max-model-len: '1.5' is not an integer (allowed: integer >= 1, null; "
+            "suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); "
+            "K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only))",
+        ),
+        (
+            ["generate", "--gpu-memory-utilization", "x"],
+            "attnserve generate: error: argument --gpu-memory-utilization: 'x' is not a number (allowed: number in (0, 1])",
+        ),
+        (
+            ["serve", "--seed", "abc"],
+            "attnserve serve: error: argument --seed: 'abc' is not an integer (allowed: integer in [-2^63, 2^63 - 1])",
+        ),
+        (
+            ["bench", "attention", "--block-size", "7"],  # the engine's sizes (was accepted)
+            "attnserve bench attention: error: argument --block-size: 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)",
+        ),
+        (
+            ["serve", "--block-size", "1e3"],
+            "attnserve serve: error: argument --block-size: '1e3' is not an integer (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)",
+        ),
+        (
+            ["bench", "throughput", "--seed", "abc"],
+            "attnserve bench throughput: error: argument --seed: 'abc' is not an integer (allowed: integer in [-2^63, 2^63 - 1])",
+        ),
+        # generate's sampling flags: SamplingParams' ranges (was "invalid int value: '1.5'", "invalid float value: 'x'")
+        (
+            ["generate", "--max-tokens", "1.5"],
+            "attnserve generate: error: argument --max-tokens: '1.5' is not an integer (allowed: integer >= 1)",
+        ),
+        (
+            ["generate", "--temperature", "x"],
+            "attnserve generate: error: argument --temperature: 'x' is not a number (allowed: finite number >= 0)",
+        ),
+        (
+            ["generate", "--top-p", "x"],
+            "attnserve generate: error: argument --top-p: 'x' is not a number (allowed: number in (0, 1])",
+        ),
+        (
+            ["generate", "--n", "two"],
+            "attnserve generate: error: argument --n: 'two' is not an integer (allowed: integer >= 1)",
+        ),
+        (
+            ["generate", "--logprobs", "1.0"],
+            "attnserve generate: error: argument --logprobs: '1.0' is not an integer (allowed: integer >= 0)",
+        ),
+        # serve's and the benchmarks' own flags
+        (
+            ["serve", "--port", "http"],
+            "attnserve serve: error: argument --port: 'http' is not an integer (allowed: integer in [0, 65535]; 0 picks a free port)",
+        ),
+        (
+            ["serve", "--shutdown-timeout", "10s"],
+            "attnserve serve: error: argument --shutdown-timeout: '10s' is not a number "
+            "(allowed: finite number >= 0 (seconds))",
+        ),
+        (
+            ["bench", "serve", "--seed", "abc"],
+            "attnserve bench serve: error: argument --seed: 'abc' is not an integer (allowed: integer >= 0)",
+        ),
+        (
+            ["bench", "serve", "--seed", "-1"],  # was "argument --prompt-file: expected non-negative integer" (numpy's)
+            "attnserve bench serve: error: argument --seed: -1 not allowed (allowed: integer >= 0)",
+        ),
+        (
+            ["bench", "serve", "--temperature", "x"],
+            "attnserve bench serve: error: argument --temperature: 'x' is not a number (allowed: finite number >= 0)",
+        ),
+        (
+            ["bench", "serve", "--temperature", "-1"],  # was accepted, and every request then failed with a 400
+            "attnserve bench serve: error: argument --temperature: -1.0 not allowed (allowed: finite number >= 0)",
+        ),
+        (
+            ["bench", "serve", "--num-prompts", "1.5"],
+            "attnserve bench serve: error: argument --num-prompts: '1.5' is not an integer (allowed: integer >= 1)",
+        ),
+        (
+            ["bench", "latency", "--batch-size", "1", "x"],
+            "attnserve bench latency: error: argument --batch-size: 'x' is not an integer (allowed: integer >= 1)",
+        ),
+        (
+            ["bench", "attention", "--repeats", "2.5"],
+            "attnserve bench attention: error: argument --repeats: '2.5' is not an integer (allowed: integer >= 1)",
+        ),
+    ],
+)
 def test_exact_lines(argv, line, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -133,7 +189,15 @@ def test_the_installed_command_prints_the_line_and_exits_2():
 
     from tests.helpers import ROOT
 
-    proc = subprocess.run([sys.executable, "-m", "attnserve", "bench", "serve", "--seed", "abc"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnserve", "bench", "serve", "--seed", "abc"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (proc.returncode, proc.stdout, proc.stderr) == (
-        2, "", "attnserve bench serve: error: argument --seed: 'abc' is not an integer (allowed: integer >= 0)\n")
+        2,
+        "",
+        "attnserve bench serve: error: argument --seed: 'abc' is not an integer (allowed: integer >= 0)\n",
+    )

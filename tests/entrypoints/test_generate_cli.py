@@ -15,7 +15,9 @@ def test_default_command_answers_the_default_chat_prompt(tmp_path):
     out_json = tmp_path / "out.json"
     proc = subprocess.run(
         [sys.executable, "-m", "attnserve", "generate", "--max-tokens", "24", "--output-json", str(out_json)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out_json.read_text())
@@ -31,9 +33,28 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text('hello there\n\n{"prompt": "the sky is", "id": 7}\nnumbers: 1 2 3\n')  # text and JSONL lines
     out_json = tmp_path / "out.json"
-    rc = main(["generate", "--model", tiny_model_dir("llama"), "--prompts-file", str(prompts), "--max-tokens", "5",
-               "--ignore-eos", "--n", "2", "--temperature", "0.7", "--seed", "3", "--logprobs", "2",
-               "--output-json", str(out_json)])
+    rc = main(
+        [
+            "generate",
+            "--model",
+            tiny_model_dir("llama"),
+            "--prompts-file",
+            str(prompts),
+            "--max-tokens",
+            "5",
+            "--ignore-eos",
+            "--n",
+            "2",
+            "--temperature",
+            "0.7",
+            "--seed",
+            "3",
+            "--logprobs",
+            "2",
+            "--output-json",
+            str(out_json),
+        ]
+    )
     assert rc == 0
     data = json.loads(out_json.read_text())
     assert [r["prompt"] for r in data["requests"]] == ["hello there", "the sky is", "numbers: 1 2 3"]
@@ -50,31 +71,69 @@ def test_several_prompts_write_every_request(tmp_path, tiny_model_dir):
 
 def test_sampling_flags_reach_the_output(tmp_path, tiny_model_dir):
     out_json = tmp_path / "out.json"
-    rc = main(["generate", "--model", tiny_model_dir("llama"), "--prompt", "hello there", "--max-tokens", "4",
-               "--ignore-eos", "--logit-bias", "7=100", "--prompt-logprobs", "1", "--truncate-prompt-tokens", "2",
-               "--repetition-penalty", "1.3", "--output-json", str(out_json)])
+    rc = main(
+        [
+            "generate",
+            "--model",
+            tiny_model_dir("llama"),
+            "--prompt",
+            "hello there",
+            "--max-tokens",
+            "4",
+            "--ignore-eos",
+            "--logit-bias",
+            "7=100",
+            "--prompt-logprobs",
+            "1",
+            "--truncate-prompt-tokens",
+            "2",
+            "--repetition-penalty",
+            "1.3",
+            "--output-json",
+            str(out_json),
+        ]
+    )
     assert rc == 0
     (r,) = json.loads(out_json.read_text())["requests"]
     assert r["outputs"][0]["token_ids"] == [7] * 4 and len(r["prompt_token_ids"]) == 2
     assert r["prompt_logprobs"][0] is None and len(r["prompt_logprobs"]) == 2
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--max-tokens", "0"], "attnserve generate: error: argument --max-tokens: 0 not allowed (allowed: integer >= 1)"),
-    (["--top-p", "0"], "attnserve generate: error: argument --top-p: 0.0 not allowed (allowed: number in (0, 1])"),
-    # the flag names the parameter; the value is the one stop string refused (was "argument --stop: stop [''] ...")
-    (["--stop", ""], "attnserve generate: error: argument --stop: '' not allowed (allowed: non-empty strings)"),
-    (["--stop", "a", "--stop", ""], "attnserve generate: error: argument --stop: '' not allowed (allowed: non-empty "
-                                    "strings)"),
-    # every surface's words for an empty prompt (was "an empty prompt (give text, or leave --prompt out for ...)")
-    (["--prompt", ""], "attnserve generate: error: argument --prompt: '' not allowed (allowed: a prompt of at least 1 "
-                       "token); leave --prompt out for the default prompt"),
-    (["--min-tokens", "20", "--max-tokens", "5"], "attnserve generate: error: argument --min-tokens: 20 not allowed "
-                                                   "(allowed: integer >= 0, at most max_tokens)"),
-    (["--logit-bias", "5"], "attnserve generate: error: argument --logit-bias: '5' not allowed (allowed: "
-                            "TOKEN_ID=BIAS)"),
-    (["--model", "/no/such/dir"], "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--max-tokens", "0"],
+            "attnserve generate: error: argument --max-tokens: 0 not allowed (allowed: integer >= 1)",
+        ),
+        (["--top-p", "0"], "attnserve generate: error: argument --top-p: 0.0 not allowed (allowed: number in (0, 1])"),
+        # the flag names the parameter; the value is the one stop string refused (was "argument --stop: stop [''] ...")
+        (["--stop", ""], "attnserve generate: error: argument --stop: '' not allowed (allowed: non-empty strings)"),
+        (
+            ["--stop", "a", "--stop", ""],
+            "attnserve generate: error: argument --stop: '' not allowed (allowed: non-empty strings)",
+        ),
+        # every surface's words for an empty prompt (was "an empty prompt (give text, or leave --prompt out for ...)")
+        (
+            ["--prompt", ""],
+            "attnserve generate: error: argument --prompt: '' not allowed (allowed: a prompt of at least 1 "
+            "token); leave --prompt out for the default prompt",
+        ),
+        (
+            ["--min-tokens", "20", "--max-tokens", "5"],
+            "attnserve generate: error: argument --min-tokens: 20 not allowed "
+            "(allowed: integer >= 0, at most max_tokens)",
+        ),
+        (
+            ["--logit-bias", "5"],
+            "attnserve generate: error: argument --logit-bias: '5' not allowed (allowed: TOKEN_ID=BIAS)",
+        ),
+        (
+            ["--model", "/no/such/dir"],
+            "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)",
+        ),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         raise SystemExit(main(["generate", *argv]))
@@ -88,50 +147,84 @@ def test_prompt_longer_than_max_model_len(tiny_model_dir, capsys):
     assert rc == 2
     # the words of LLM.generate and the server (OpenAI's), the flag named (was "prompt has 21 tokens; max_model_len
     # is 8, so at most 7 prompt tokens fit (one place is the generated token's); raise --max-model-len or ...")
-    assert err == ("attnserve generate: error: argument --max-model-len: This model's maximum context length is 8 "
-                   "tokens. However, the prompt has 21 tokens, which leaves no room for the completion (at most 7 prompt "
-                   "tokens fit). Please raise --max-model-len or reduce the length of the prompt.")
+    assert err == (
+        "attnserve generate: error: argument --max-model-len: This model's maximum context length is 8 "
+        "tokens. However, the prompt has 21 tokens, which leaves no room for the completion (at most 7 prompt "
+        "tokens fit). Please raise --max-model-len or reduce the length of the prompt."
+    )
 
 
 def test_max_tokens_beyond_the_context_is_refused(tiny_model_dir, capsys):
     """A prompt that fits, but not with --max-tokens more: refused as the server and LLM.generate refuse it (was run,
     and cut short at max_model_len); one line naming --max-tokens, exit status 2."""
-    rc = main(["generate", "--model", tiny_model_dir("llama"), "--max-model-len", "16", "--prompt", "word " * 5,
-               "--max-tokens", "12"])
+    rc = main(
+        [
+            "generate",
+            "--model",
+            tiny_model_dir("llama"),
+            "--max-model-len",
+            "16",
+            "--prompt",
+            "word " * 5,
+            "--max-tokens",
+            "12",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert rc == 2
-    assert err == ("attnserve generate: error: argument --max-tokens: This model's maximum context length is 16 tokens. "
-                   "However, you requested 18 tokens (6 in the prompt, 12 in the completion). Please reduce the length of "
-                   "the prompt or completion.")
+    assert err == (
+        "attnserve generate: error: argument --max-tokens: This model's maximum context length is 16 tokens. "
+        "However, you requested 18 tokens (6 in the prompt, 12 in the completion). Please reduce the length of "
+        "the prompt or completion."
+    )
 
 
 def _generate(model: str, *flags: str) -> subprocess.CompletedProcess:
     """``attnserve generate`` in its own process: its stderr is everything the user sees, log lines included."""
-    return subprocess.run([sys.executable, "-m", "attnserve", "generate", "--model", model, "--device", "cpu", *flags],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "attnserve", "generate", "--model", model, "--device", "cpu", *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_a_prompt_the_kv_cache_cannot_hold_is_one_error_line(tiny_model_dir):
     """1 block of 4 tokens: one line, which says how many prompt tokens fit and names the flag; the warning that
     the KV cache is shorter than max_model_len no longer comes before it."""
-    proc = _generate(tiny_model_dir("llama"), "--num-gpu-blocks", "1", "--block-size", "4", "--prompt", "one two three four")
+    proc = _generate(
+        tiny_model_dir("llama"), "--num-gpu-blocks", "1", "--block-size", "4", "--prompt", "one two three four"
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert proc.stderr == ("attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks "
-                           "(5 tokens with the one it generates), the KV cache has 1 (4 tokens), so at most 3 prompt "
-                           "tokens fit; raise --num-gpu-blocks\n")
+    assert proc.stderr == (
+        "attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks "
+        "(5 tokens with the one it generates), the KV cache has 1 (4 tokens), so at most 3 prompt "
+        "tokens fit; raise --num-gpu-blocks\n"
+    )
     assert proc.stdout == ""
 
 
 def test_a_kv_cache_shorter_than_max_model_len_still_warns_when_the_prompts_fit(tiny_model_dir):
     """3 blocks of 4 tokens and a prompt that fits: the warning is still printed (a request ends at 12 tokens),
     before the generated text."""
-    proc = _generate(tiny_model_dir("llama"), "--num-gpu-blocks", "3", "--block-size", "4", "--prompt", "one two",
-                     "--max-tokens", "20", "--ignore-eos")
+    proc = _generate(
+        tiny_model_dir("llama"),
+        "--num-gpu-blocks",
+        "3",
+        "--block-size",
+        "4",
+        "--prompt",
+        "one two",
+        "--max-tokens",
+        "20",
+        "--ignore-eos",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.splitlines()[0] == (
         "the KV cache holds 12 tokens, fewer than max_model_len 512: a request ends (finish_reason length) when it "
         "reaches 12 tokens, and a prompt of 12 tokens or more is refused; give the KV cache more memory or lower "
-        "max_model_len")
+        "max_model_len"
+    )
     assert proc.stderr.splitlines()[1].startswith("[attnserve] 10 tokens in ")  # 2 prompt tokens + 10 = 12
 
 
@@ -140,29 +233,52 @@ def test_cuda_on_a_machine_without_one_fails_before_loading(capsys):
     assert main(["generate", "--device", "cuda"]) == 2
     assert capsys.readouterr().err.strip() == (
         "attnserve generate: error: argument --device: cuda:0 requested but CUDA is not available on this "
-        "machine (allowed: auto, cpu)")
+        "machine (allowed: auto, cpu)"
+    )
 
 
-SPLIT_ERROR = ("tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads: with fewer KV heads than ranks "
-               "the ranks must be a multiple of the KV heads and divide each KV head's 3 query heads "
-               "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)")
+SPLIT_ERROR = (
+    "tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads: with fewer KV heads than ranks "
+    "the ranks must be a multiple of the KV heads and divide each KV head's 3 query heads "
+    "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)"
+)
 
 
-@pytest.mark.parametrize("command", [
-    ["generate", "--prompt", "The capital of France is", "--max-tokens", "12", "--tensor-parallel-size", "4"],
-    ["bench", "latency", "--batch-size", "1", "--input-len", "4", "--output-len", "2", "--num-iters", "1",
-     "--num-iters-warmup", "0", "--compare-tensor-parallel-sizes", "1", "4"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["generate", "--prompt", "The capital of France is", "--max-tokens", "12", "--tensor-parallel-size", "4"],
+        [
+            "bench",
+            "latency",
+            "--batch-size",
+            "1",
+            "--input-len",
+            "4",
+            "--output-len",
+            "2",
+            "--num-iters",
+            "1",
+            "--num-iters-warmup",
+            "0",
+            "--compare-tensor-parallel-sizes",
+            "1",
+            "4",
+        ],
+    ],
+)
 def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_any_worker(command):
     """The default model (9 query heads, 3 KV heads) on 4 ranks: one line from its config, no worker started."""
-    proc = subprocess.run([sys.executable, "-m", "attnserve", *command, "--device", "cpu"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnserve", *command, "--device", "cpu"], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     flag = "--compare-tensor-parallel-sizes" if command[0] == "bench" else "--tensor-parallel-size"
     # --tensor-parallel-size names the setting: the line does not name it again
     message = SPLIT_ERROR if command[0] == "bench" else SPLIT_ERROR.removeprefix("tensor_parallel_size ")
-    assert proc.stderr.strip() == (f"attnserve {command[0]}{' latency' if command[0] == 'bench' else ''}: error: "
-                                   f"argument {flag}: {message}")
+    assert proc.stderr.strip() == (
+        f"attnserve {command[0]}{' latency' if command[0] == 'bench' else ''}: error: argument {flag}: {message}"
+    )
     assert proc.stdout == ""
 
 
@@ -173,27 +289,65 @@ def test_the_python_api_says_the_same_in_a_value_error():
         LLM(tensor_parallel_size=4, device="cpu")
 
 
-@pytest.mark.parametrize("command", [
-    ["generate", "--max-tokens", "2", "--prompt", "hi"],
-    ["bench", "latency", "--batch-size", "1", "--input-len", "4", "--output-len", "2", "--num-iters", "1",
-     "--num-iters-warmup", "0", "--device", "cpu", "--no-progress"],
-    ["bench", "throughput", "--num-prompts", "2", "--input-len", "4", "--output-len", "2", "--device", "cpu",
-     "--no-progress"],
-    ["bench", "attention", "--device", "cpu", "--batch-size", "1", "--context-lens", "16", "--no-progress"],
-    ["bench", "serve", "--num-prompts", "1", "--port", "9"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["generate", "--max-tokens", "2", "--prompt", "hi"],
+        [
+            "bench",
+            "latency",
+            "--batch-size",
+            "1",
+            "--input-len",
+            "4",
+            "--output-len",
+            "2",
+            "--num-iters",
+            "1",
+            "--num-iters-warmup",
+            "0",
+            "--device",
+            "cpu",
+            "--no-progress",
+        ],
+        [
+            "bench",
+            "throughput",
+            "--num-prompts",
+            "2",
+            "--input-len",
+            "4",
+            "--output-len",
+            "2",
+            "--device",
+            "cpu",
+            "--no-progress",
+        ],
+        ["bench", "attention", "--device", "cpu", "--batch-size", "1", "--context-lens", "16", "--no-progress"],
+        ["bench", "serve", "--num-prompts", "1", "--port", "9"],
+    ],
+)
 @pytest.mark.parametrize("flag", ["--output-json", "--plot"])
 def test_an_output_file_in_a_missing_folder_exits_2_before_the_run(command, flag, tiny_model_dir):
     if flag == "--plot" and command[0] == "generate" or command[1:2] == ["serve"] and flag == "--plot":
         pytest.skip("no --plot here")
-    model = ["--model", tiny_model_dir("llama")] if command[:2] != ["bench", "attention"] and command[1:2] != ["serve"] else []
-    proc = subprocess.run([sys.executable, "-m", "attnserve", *command, *model, flag, "/nonexistent/dir/out.json"],
-                          capture_output=True, text=True, timeout=600)
+    model = (
+        ["--model", tiny_model_dir("llama")]
+        if command[:2] != ["bench", "attention"] and command[1:2] != ["serve"]
+        else []
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnserve", *command, *model, flag, "/nonexistent/dir/out.json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     prog = "attnserve " + " ".join(command[:2] if command[0] == "bench" else command[:1])
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.strip() == (
         f"{prog}: error: argument {flag}: '/nonexistent/dir/out.json' not allowed (allowed: a file path in an "
-        "existing, writable folder; folder /nonexistent/dir does not exist)")
+        "existing, writable folder; folder /nonexistent/dir does not exist)"
+    )
     assert proc.stdout == ""
 
 
@@ -209,8 +363,24 @@ def test_a_stale_cached_gguf_config_is_dropped_and_converted_again(tiny_model_di
     gguf_path = write_gpt2_gguf(folder, str(tmp_path / "tiny-gpt2-f32.gguf"))
     cache = tmp_path / "cache"
     env = {**os.environ, gguf_cache.CACHE_DIR_ENV: str(cache)}
-    command = [sys.executable, "-m", "attnserve", "generate", "--model", gguf_path, "--tokenizer", folder,
-               "--prompt", "hi", "--max-tokens", "2", "--device", "cpu", "--dtype", "float32"]
+    command = [
+        sys.executable,
+        "-m",
+        "attnserve",
+        "generate",
+        "--model",
+        gguf_path,
+        "--tokenizer",
+        folder,
+        "--prompt",
+        "hi",
+        "--max-tokens",
+        "2",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+    ]
     first = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
     config_json = os.path.join(gguf_cache.part_folder(gguf_path, "config", str(cache)), "config.json")
@@ -231,8 +401,16 @@ def test_chat_template_and_generation_config_flags(tmp_path, tiny_model_dir, cap
     template = "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}|{% endfor %}A:"
     (tmp_path / "generation_config.json").write_text(json.dumps({"max_new_tokens": 3, "temperature": 0.5}))
     out_json = tmp_path / "out.json"
-    base = ["generate", "--model", tiny_model_dir("llama"), "--prompt", "Hi", "--ignore-eos",
-            "--output-json", str(out_json)]
+    base = [
+        "generate",
+        "--model",
+        tiny_model_dir("llama"),
+        "--prompt",
+        "Hi",
+        "--ignore-eos",
+        "--output-json",
+        str(out_json),
+    ]
     # --chat-template (the text here) puts the prompt in that template; --max-tokens left out: the generation
     # config's max_new_tokens
     assert main([*base, "--chat-template", template, "--generation-config", str(tmp_path)]) == 0

@@ -15,8 +15,16 @@ from attnserve.core.sampling_params import SamplingParamsError
 from attnserve.model_executor.generation_config import read_generation_defaults
 
 # a model creator's recommendation (Qwen3's numbers); do_sample and num_beams are no sampling values attnserve takes
-GENERATION_CONFIG = {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.05,
-                     "repetition_penalty": 1.1, "max_new_tokens": 5, "num_beams": 1}
+GENERATION_CONFIG = {
+    "do_sample": True,
+    "temperature": 0.6,
+    "top_p": 0.95,
+    "top_k": 20,
+    "min_p": 0.05,
+    "repetition_penalty": 1.1,
+    "max_new_tokens": 5,
+    "num_beams": 1,
+}
 EXPECTED = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1, "max_tokens": 5}
 HAS_REPETITION_PENALTY = "repetition_penalty" in {f.name for f in dataclasses.fields(SamplingParams)}
 KW = dict(dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20)
@@ -87,7 +95,10 @@ def test_max_logprobs_is_the_engines_limit(tiny_model_dir):
     with pytest.raises(SamplingParamsError) as e:
         llm.generate("Hello", SamplingParams(max_tokens=2, logprobs=3))
     assert (e.value.path, e.value.value, e.value.allowed) == (
-        ("logprobs",), 3, "integer in [0, 2], the engine's max_logprobs (--max-logprobs)")
+        ("logprobs",),
+        3,
+        "integer in [0, 2], the engine's max_logprobs (--max-logprobs)",
+    )
     assert not llm.engine.has_unfinished_requests()
     unlimited = LLM(tiny_model_dir("llama"), max_logprobs=-1, **KW)
     assert unlimited.engine.max_logprobs == 49152  # the vocabulary size

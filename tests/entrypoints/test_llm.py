@@ -37,13 +37,16 @@ def test_text_and_tokens_prompt_dicts_mixed_with_plain_prompts(llm):
 ONE_OF = "exactly one of {'prompt': str} or {'prompt_token_ids': list[int]}"
 
 
-@pytest.mark.parametrize("prompt, subject, value, allowed", [
-    ({"prompt": "Hi", "prompt_token_ids": IDS}, "prompt dict with keys", ["prompt", "prompt_token_ids"], ONE_OF),
-    ({"text": "Hi"}, "prompt dict with keys", ["text"], ONE_OF),
-    ({}, "prompt dict with keys", [], ONE_OF),
-    ({"prompt": IDS}, "prompt dict 'prompt' value", IDS, "a string"),
-    ({"prompt_token_ids": "Hi"}, "prompt dict 'prompt_token_ids' value", "Hi", "a list of token ids"),
-])
+@pytest.mark.parametrize(
+    "prompt, subject, value, allowed",
+    [
+        ({"prompt": "Hi", "prompt_token_ids": IDS}, "prompt dict with keys", ["prompt", "prompt_token_ids"], ONE_OF),
+        ({"text": "Hi"}, "prompt dict with keys", ["text"], ONE_OF),
+        ({}, "prompt dict with keys", [], ONE_OF),
+        ({"prompt": IDS}, "prompt dict 'prompt' value", IDS, "a string"),
+        ({"prompt_token_ids": "Hi"}, "prompt dict 'prompt_token_ids' value", "Hi", "a list of token ids"),
+    ],
+)
 def test_other_prompt_dicts_are_refused_up_front(llm, prompt, subject, value, allowed):
     with pytest.raises(ValueError) as e:
         llm.generate(["Hi", prompt], GREEDY)
@@ -91,39 +94,74 @@ PART = 'a text part {"type": "text", "text": string}'
 BATCH = f"{MESSAGES}, or a list of such lists"
 
 
-@pytest.mark.parametrize("messages, path, value, allowed, noun", [
-    ([{"content": "Hi"}], ("messages", 0, "role"), MISSING, ROLES, None),
-    ([{"role": "user", "content": "Hi"}, {"role": "bot", "content": "x"}], ("messages", 1, "role"), "bot", ROLES, None),
-    ([{"role": "user", "content": 5}], ("messages", 0, "content"), 5, CONTENT, None),
-    ([{"role": "user", "content": "Hi", "name": 3}], ("messages", 0, "name"), 3, "string, or None", "a string"),
-    # a batch's conversation by its index (was "conversation 1: messages[0]...")
-    ([HI, [{"role": "user", "content": [{"type": "image_url"}]}]], ("messages", 1, 0, "content", 0, "type"),
-     "image_url", '"text"', None),
-    ([HI, [{"role": "user", "content": [{"type": "text"}]}]], ("messages", 1, 0, "content", 0, "text"), MISSING,
-     "a string", None),
-    ([{"role": "user", "content": [{"type": "text", "text": "Hi"}, 5]}], ("messages", 0, "content", 1), 5,
-     'an object with "type" and "text"', PART),
-    # content is required whatever the role, as the server requires it (was read as "", a message never written);
-    # an assistant may go without it in OpenAI's API only with tool calls, which attnserve has not
-    ([{"role": "user"}], ("messages", 0, "content"), MISSING, CONTENT, None),
-    ([{"role": "system", "content": "Be brief."}, {"role": "user"}], ("messages", 1, "content"), MISSING, CONTENT, None),
-    ([{"role": "user", "content": "Hi"}, {"role": "assistant"}, {"role": "user", "content": "Hi"}],
-     ("messages", 1, "content"), MISSING, CONTENT, None),
-    ([{"role": "user", "content": None}], ("messages", 0, "content"), None, CONTENT, None),
-    ([HI, [{"role": "user"}]], ("messages", 1, 0, "content"), MISSING, CONTENT, None),
-    ([HI, []], ("messages", 1), [], MESSAGES, None),
-    ([HI, "Hi"], ("messages", 1), "Hi", MESSAGES, "a list"),
-    # were accepted: content [] (rendered as an empty message), as the server refuses it
-    ([{"role": "user", "content": []}], ("messages", 0, "content"), [], CONTENT, None),
-    # the messages themselves: LLM.chat takes one conversation or a list of them (were: "messages [] not allowed
-    # (allowed: a non-empty list of message dicts)", and for "hi" "messages[0] 'h' not allowed", its first character)
-    ([], ("messages",), [], BATCH, None),
-    ("hi", ("messages",), "hi", BATCH, "a list"),
-    ({"role": "user", "content": "Hi"}, ("messages",), {"role": "user", "content": "Hi"}, BATCH, "a list"),
-    (None, ("messages",), None, BATCH, "a list"),
-    ([1], ("messages", 0), 1, MESSAGE_WORDS, "a chat message"),
-    (["hi"], ("messages", 0), "hi", MESSAGE_WORDS, "a chat message"),
-])
+@pytest.mark.parametrize(
+    "messages, path, value, allowed, noun",
+    [
+        ([{"content": "Hi"}], ("messages", 0, "role"), MISSING, ROLES, None),
+        (
+            [{"role": "user", "content": "Hi"}, {"role": "bot", "content": "x"}],
+            ("messages", 1, "role"),
+            "bot",
+            ROLES,
+            None,
+        ),
+        ([{"role": "user", "content": 5}], ("messages", 0, "content"), 5, CONTENT, None),
+        ([{"role": "user", "content": "Hi", "name": 3}], ("messages", 0, "name"), 3, "string, or None", "a string"),
+        # a batch's conversation by its index (was "conversation 1: messages[0]...")
+        (
+            [HI, [{"role": "user", "content": [{"type": "image_url"}]}]],
+            ("messages", 1, 0, "content", 0, "type"),
+            "image_url",
+            '"text"',
+            None,
+        ),
+        (
+            [HI, [{"role": "user", "content": [{"type": "text"}]}]],
+            ("messages", 1, 0, "content", 0, "text"),
+            MISSING,
+            "a string",
+            None,
+        ),
+        (
+            [{"role": "user", "content": [{"type": "text", "text": "Hi"}, 5]}],
+            ("messages", 0, "content", 1),
+            5,
+            'an object with "type" and "text"',
+            PART,
+        ),
+        # content is required whatever the role, as the server requires it (was read as "", a message never written);
+        # an assistant may go without it in OpenAI's API only with tool calls, which attnserve has not
+        ([{"role": "user"}], ("messages", 0, "content"), MISSING, CONTENT, None),
+        (
+            [{"role": "system", "content": "Be brief."}, {"role": "user"}],
+            ("messages", 1, "content"),
+            MISSING,
+            CONTENT,
+            None,
+        ),
+        (
+            [{"role": "user", "content": "Hi"}, {"role": "assistant"}, {"role": "user", "content": "Hi"}],
+            ("messages", 1, "content"),
+            MISSING,
+            CONTENT,
+            None,
+        ),
+        ([{"role": "user", "content": None}], ("messages", 0, "content"), None, CONTENT, None),
+        ([HI, [{"role": "user"}]], ("messages", 1, 0, "content"), MISSING, CONTENT, None),
+        ([HI, []], ("messages", 1), [], MESSAGES, None),
+        ([HI, "Hi"], ("messages", 1), "Hi", MESSAGES, "a list"),
+        # were accepted: content [] (rendered as an empty message), as the server refuses it
+        ([{"role": "user", "content": []}], ("messages", 0, "content"), [], CONTENT, None),
+        # the messages themselves: LLM.chat takes one conversation or a list of them (were: "messages [] not allowed
+        # (allowed: a non-empty list of message dicts)", and for "hi" "messages[0] 'h' not allowed", its first character)
+        ([], ("messages",), [], BATCH, None),
+        ("hi", ("messages",), "hi", BATCH, "a list"),
+        ({"role": "user", "content": "Hi"}, ("messages",), {"role": "user", "content": "Hi"}, BATCH, "a list"),
+        (None, ("messages",), None, BATCH, "a list"),
+        ([1], ("messages", 0), 1, MESSAGE_WORDS, "a chat message"),
+        (["hi"], ("messages", 0), "hi", MESSAGE_WORDS, "a chat message"),
+    ],
+)
 def test_bad_chat_messages_are_refused_up_front(llm, messages, path, value, allowed, noun):
     with pytest.raises(RequestValueError) as e:
         llm.chat(messages, GREEDY)
@@ -151,17 +189,27 @@ VOCAB = 49152  # the tiny models' (the default model's tokenizer)
 TOKEN_IDS = f"integer in [0, {VOCAB}), the vocabulary size"
 EMPTY = "a prompt of at least 1 token"
 SHORT_LEN = 16
-TOO_LONG = (f"This model's maximum context length is {SHORT_LEN} tokens. However, {{}} has 20 tokens, which leaves no "
-            f"room for the completion (at most {SHORT_LEN - 1} prompt tokens fit). Please raise max_model_len or reduce "
-            "the length of the prompt.")
-TOO_MANY = (f"This model's maximum context length is {SHORT_LEN} tokens. However, you requested 18 tokens (10 in {{}}, "
-            "8 in the completion). Please reduce the length of the prompt or completion.")
+TOO_LONG = (
+    f"This model's maximum context length is {SHORT_LEN} tokens. However, {{}} has 20 tokens, which leaves no "
+    f"room for the completion (at most {SHORT_LEN - 1} prompt tokens fit). Please raise max_model_len or reduce "
+    "the length of the prompt."
+)
+TOO_MANY = (
+    f"This model's maximum context length is {SHORT_LEN} tokens. However, you requested 18 tokens (10 in {{}}, "
+    "8 in the completion). Please reduce the length of the prompt or completion."
+)
 
 
 @pytest.fixture(scope="module")
 def short_llm(tiny_model_dir):
-    return LLM(tiny_model_dir("llama"), dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20,
-               max_model_len=SHORT_LEN)
+    return LLM(
+        tiny_model_dir("llama"),
+        dtype="float32",
+        device="cpu",
+        block_size=4,
+        kv_cache_memory=8 << 20,
+        max_model_len=SHORT_LEN,
+    )
 
 
 def _bad(path, value, allowed):
@@ -241,20 +289,26 @@ def test_chat_refuses_a_conversation_too_long_as_generate_does(llm, short_llm):
     limit = llm.engine.max_model_len
     with pytest.raises(MaxTokensTooLargeError) as e:
         llm.chat([messages, messages], SamplingParams(max_tokens=limit))
-    assert str(e.value) == (f"This model's maximum context length is {limit} tokens. However, you requested "
-                            f"{n + limit} tokens ({n} in messages[0], {limit} in the completion). Please reduce "
-                            "the length of the prompt or completion.")
+    assert str(e.value) == (
+        f"This model's maximum context length is {limit} tokens. However, you requested "
+        f"{n + limit} tokens ({n} in messages[0], {limit} in the completion). Please reduce "
+        "the length of the prompt or completion."
+    )
     with pytest.raises(PromptTooLongError) as e:
         short_llm.chat(messages, SamplingParams(max_tokens=1))
-    assert str(e.value) == (f"This model's maximum context length is {SHORT_LEN} tokens. However, the prompt has {n} "
-                            f"tokens, which leaves no room for the completion (at most {SHORT_LEN - 1} prompt tokens "
-                            "fit). Please raise max_model_len or reduce the length of the prompt.")
+    assert str(e.value) == (
+        f"This model's maximum context length is {SHORT_LEN} tokens. However, the prompt has {n} "
+        f"tokens, which leaves no room for the completion (at most {SHORT_LEN - 1} prompt tokens "
+        "fit). Please raise max_model_len or reduce the length of the prompt."
+    )
     assert not llm.engine.has_unfinished_requests() and not short_llm.engine.has_unfinished_requests()
 
 
 def test_chat_takes_vllms_template_options(llm):
-    template = ("{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}|{% endfor %}"
-                "{% if flag is defined %}[{{ flag }}]{% endif %}{% if add_generation_prompt %}A:{% endif %}")
+    template = (
+        "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}|{% endfor %}"
+        "{% if flag is defined %}[{{ flag }}]{% endif %}{% if add_generation_prompt %}A:{% endif %}"
+    )
     (out,) = llm.chat(HI, GREEDY, chat_template=template, chat_template_kwargs={"flag": 1})
     assert out.prompt == "user:Hi|[1]A:"
     assert out.prompt_token_ids == llm.tokenizer.encode("user:Hi|[1]A:", add_special_tokens=False)

@@ -8,23 +8,49 @@ import pytest
 from attnserve.entrypoints.cli.main import main
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--port", "99999"], "argument --port: 99999 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
-    (["--port", "-1"], "argument --port: -1 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
-    (["--port", "x"], "argument --port: 'x' is not an integer (allowed: integer in [0, 65535]; 0 picks a free port)"),
-    (["--shutdown-timeout", "-1"], "argument --shutdown-timeout: -1.0 not allowed (allowed: finite number >= 0 (seconds))"),
-    (["--shutdown-timeout", "nan"], "argument --shutdown-timeout: nan not allowed (allowed: finite number >= 0 (seconds))"),
-    (["--shutdown-timeout", "inf"], "argument --shutdown-timeout: inf not allowed (allowed: finite number >= 0 (seconds))"),
-    # a name with no template characters is a file that must exist (vLLM's rule)
-    (["--chat-template", "/no/such/template.jinja"], "argument --chat-template: '/no/such/template.jinja' cannot be "
-     "read ([Errno 2] No such file or directory: '/no/such/template.jinja') (allowed: a Jinja template file, or the "
-     "template's text)"),
-    (["--default-chat-template-kwargs", "[1]"], "argument --default-chat-template-kwargs: '[1]' not allowed "
-     "(allowed: a JSON object)"),
-    (["--generation-config", "/no/such/folder"], "argument --generation-config: '/no/such/folder' is no folder "
-     "(allowed: auto, vllm, or a folder holding a generation_config.json)"),
-    (["--max-logprobs", "-2"], "argument --max-logprobs: -2 not allowed (allowed: integer >= -1)"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--port", "99999"],
+            "argument --port: 99999 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)",
+        ),
+        (["--port", "-1"], "argument --port: -1 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
+        (
+            ["--port", "x"],
+            "argument --port: 'x' is not an integer (allowed: integer in [0, 65535]; 0 picks a free port)",
+        ),
+        (
+            ["--shutdown-timeout", "-1"],
+            "argument --shutdown-timeout: -1.0 not allowed (allowed: finite number >= 0 (seconds))",
+        ),
+        (
+            ["--shutdown-timeout", "nan"],
+            "argument --shutdown-timeout: nan not allowed (allowed: finite number >= 0 (seconds))",
+        ),
+        (
+            ["--shutdown-timeout", "inf"],
+            "argument --shutdown-timeout: inf not allowed (allowed: finite number >= 0 (seconds))",
+        ),
+        # a name with no template characters is a file that must exist (vLLM's rule)
+        (
+            ["--chat-template", "/no/such/template.jinja"],
+            "argument --chat-template: '/no/such/template.jinja' cannot be "
+            "read ([Errno 2] No such file or directory: '/no/such/template.jinja') (allowed: a Jinja template file, or the "
+            "template's text)",
+        ),
+        (
+            ["--default-chat-template-kwargs", "[1]"],
+            "argument --default-chat-template-kwargs: '[1]' not allowed (allowed: a JSON object)",
+        ),
+        (
+            ["--generation-config", "/no/such/folder"],
+            "argument --generation-config: '/no/such/folder' is no folder "
+            "(allowed: auto, vllm, or a folder holding a generation_config.json)",
+        ),
+        (["--max-logprobs", "-2"], "argument --max-logprobs: -2 not allowed (allowed: integer >= -1)"),
+    ],
+)
 def test_bad_server_flags_exit_2_with_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         main(["serve", *argv])
@@ -81,8 +107,14 @@ def test_a_port_in_use_is_refused_before_the_models_config_is_read():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run([sys.executable, "-m", "attnserve", "serve", "--port", str(port)],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "attnserve", "serve", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert (proc.returncode, proc.stdout) == (1, "")
     assert proc.stderr == f"attnserve serve: error: cannot listen on 127.0.0.1:{port}: {IN_USE}\n"
 
@@ -93,7 +125,8 @@ def test_an_address_not_of_this_machine_fails_at_once_with_one_line(capsys):
     assert code == 1
     assert capsys.readouterr().err == (
         "attnserve serve: error: cannot listen on 192.0.2.1:0: Cannot assign requested address (no network "
-        "interface of this machine has that address; pick one with --host, e.g. 127.0.0.1, or 0.0.0.0 for all)\n")
+        "interface of this machine has that address; pick one with --host, e.g. 127.0.0.1, or 0.0.0.0 for all)\n"
+    )
 
 
 def test_held_logs_log_a_passing_checks_records_and_drop_a_refusals(caplog):

@@ -15,4 +15,3 @@ def test_stderr_silenced_hides_fd2_writes_inside_only(capfd):
         os.write(2, b"hidden\n")
     os.write(2, b"after\n")
     assert capfd.readouterr().err == "before\nafter\n"
-

@@ -12,7 +12,13 @@ import torch
 pytest.importorskip("triton")
 
 from attnserve.gemv.choices import (  # noqa: E402
-    DECODE_MS, MARGIN, MAX_ROWS, GemvChoice, SiluMulChoice, pick_fastest, plan_rows,
+    DECODE_MS,
+    MARGIN,
+    MAX_ROWS,
+    GemvChoice,
+    SiluMulChoice,
+    pick_fastest,
+    plan_rows,
 )
 from attnserve.gemv.methods import GemvLinearMethod, SwiGLUGemvMethod  # noqa: E402
 from attnserve.gemv.plan import GemvPlan, gemv_layers, swiglu_mlps  # noqa: E402
@@ -50,9 +56,13 @@ def test_table_maps_row_counts_to_the_next_measured_bucket():
 def test_table_maps_cublaslt_choices_to_cublaslt_linear():
     from attnserve.gemv.blas import cublaslt_linear
 
-    plan = GemvPlan({(64, 128, 1): GemvChoice(64, 128, 1, 10.0, 5.0, GemvConfig(16, 64), True, 4.0, False),
-                     (64, 128, 2): GemvChoice(64, 128, 2, 10.0, 12.0, GemvConfig(16, 64), False, 9.0, True),
-                     (64, 128, 4): GemvChoice(64, 128, 4, 10.0, 12.0, GemvConfig(16, 64), False, 9.9, False)})
+    plan = GemvPlan(
+        {
+            (64, 128, 1): GemvChoice(64, 128, 1, 10.0, 5.0, GemvConfig(16, 64), True, 4.0, False),
+            (64, 128, 2): GemvChoice(64, 128, 2, 10.0, 12.0, GemvConfig(16, 64), False, 9.0, True),
+            (64, 128, 4): GemvChoice(64, 128, 4, 10.0, 12.0, GemvConfig(16, 64), False, 9.9, False),
+        }
+    )
     table = plan.table(64, 128)
     assert table[1].keywords["config"] == GemvConfig(16, 64)  # Triton
     assert table[2] is cublaslt_linear
@@ -143,8 +153,10 @@ def test_unsplit_wide_tile_is_a_candidate_past_16_rows_only(monkeypatch):
 
 
 # (linear shapes + LM head, the down projection, the gate/up projection) of the two models the plan is tuned on
-MODEL_SHAPES = {"llama-3.1-8b": (REAL_SHAPES[:5], (4096, 14336), (28672, 4096)),
-                "qwen3-0.6b": (REAL_SHAPES[5:], (1024, 3072), (6144, 1024))}
+MODEL_SHAPES = {
+    "llama-3.1-8b": (REAL_SHAPES[:5], (4096, 14336), (28672, 4096)),
+    "qwen3-0.6b": (REAL_SHAPES[5:], (1024, 3072), (6144, 1024)),
+}
 
 
 def _startup_work(shapes, down, gate_up, ms) -> tuple[int, int]:
@@ -155,15 +167,28 @@ def _startup_work(shapes, down, gate_up, ms) -> tuple[int, int]:
     timings, kernels = 0, set()
     for n, k in shapes:
         for m in ms:
-            acts = ("none", "silu_mul") if (n, k) == down else ("none", "out silu_mul") if (n, k) == gate_up \
-                else ("none",)
+            acts = (
+                ("none", "silu_mul") if (n, k) == down else ("none", "out silu_mul") if (n, k) == gate_up else ("none",)
+            )
             for act in acts:
                 cands = candidate_configs(n, k, m, act=act if act != "out silu_mul" else "none")
                 if act == "out silu_mul":
                     cands = [c for c in cands if c.block_n >= 2]
                 timings += 1 + len(cands)
-                kernels |= {(c.block_m(m), c.block_n, c.block_k, c.num_warps, c.num_stages, c.dot, c.splits(k) > 1,
-                             k % c.block_k == 0, act) for c in cands}
+                kernels |= {
+                    (
+                        c.block_m(m),
+                        c.block_n,
+                        c.block_k,
+                        c.num_warps,
+                        c.num_stages,
+                        c.dot,
+                        c.splits(k) > 1,
+                        k % c.block_k == 0,
+                        act,
+                    )
+                    for c in cands
+                }
     return timings, len(kernels)
 
 
@@ -174,8 +199,7 @@ def test_startup_work_of_the_plan_is_bounded(model):
     shapes, down, gate_up = MODEL_SHAPES[model]
     small = _startup_work(shapes, down, gate_up, (1, 2, 4, 8))
     full = _startup_work(shapes, down, gate_up, DECODE_MS)
-    print(f"{model}: rows 1..8 {small[0]} timings, {small[1]} kernels; rows 1..64 {full[0]} timings, "
-          f"{full[1]} kernels")
+    print(f"{model}: rows 1..8 {small[0]} timings, {small[1]} kernels; rows 1..64 {full[0]} timings, {full[1]} kernels")
     assert small[0] <= 195 and small[1] <= 58
     assert full[0] <= 405 and full[1] <= 105
 
@@ -198,8 +222,13 @@ def test_gemv_layers_are_the_linears_and_the_head_in_use(arch, head):
 
 def test_install_leaves_cublas_layers_untouched():
     model = _tiny("llama")
-    plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 1.0, 2.0, GemvConfig(16, 64), False)
-                     for n, k in {tuple(w.shape) for _, w in gemv_layers(model)} for m in DECODE_MS})
+    plan = GemvPlan(
+        {
+            (n, k, m): GemvChoice(n, k, m, 1.0, 2.0, GemvConfig(16, 64), False)
+            for n, k in {tuple(w.shape) for _, w in gemv_layers(model)}
+            for m in DECODE_MS
+        }
+    )
     plan.install(model)
     assert all(_table(m) is None and "quant_method" not in vars(m) for m, _ in gemv_layers(model))
     assert all(_mlp_tables(mlp) == (None, None) for mlp in swiglu_mlps(model)) and plan.greedy_head is None
@@ -226,16 +255,18 @@ def test_pick_fastest_needs_the_margin_over_the_reference():
 
 
 def _silu_mul_plan(n: int, k: int, use: dict[int, bool]) -> GemvPlan:
-    return GemvPlan({(n, k, m): GemvChoice(n, k, m, 10.0, 12.0, GemvConfig(16, 64), False) for m in use},
-                    silu_mul={(n, k, m): SiluMulChoice(n, k, m, 12.0, "cuBLAS", 9.0, GemvConfig(16, 64 * m), u)
-                              for m, u in use.items()})
+    return GemvPlan(
+        {(n, k, m): GemvChoice(n, k, m, 10.0, 12.0, GemvConfig(16, 64), False) for m in use},
+        silu_mul={
+            (n, k, m): SiluMulChoice(n, k, m, 12.0, "cuBLAS", 9.0, GemvConfig(16, 64 * m), u) for m, u in use.items()
+        },
+    )
 
 
 def test_silu_mul_table_maps_row_counts_to_fused_gemvs_of_the_next_bucket():
     plan = _silu_mul_plan(64, 128, {1: True, 2: False, 4: True, 8: False, 16: False, 48: True})
     table = plan.silu_mul_table(64, 128)
-    assert [f is not None for f in table[1:]] == ([True, False, True, True] + [False] * 12 + [True] * 32
-                                                   + [False] * 16)
+    assert [f is not None for f in table[1:]] == ([True, False, True, True] + [False] * 12 + [True] * 32 + [False] * 16)
     assert table[17].keywords == dict(config=GemvConfig(16, 64 * 48), act="silu_mul")
     assert table[3].keywords == dict(config=GemvConfig(16, 256), act="silu_mul")
     assert plan.table(64, 128) is None  # the plain choices stay cuBLAS
@@ -256,10 +287,12 @@ def test_install_sets_the_fused_table_on_the_down_projections_only():
     model = _tiny("llama")
     shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
     down = tuple(model.layers[0].mlp.down_proj.weight.shape)
-    plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 1.0, 2.0, GemvConfig(16, 64), False)
-                     for n, k in shapes for m in DECODE_MS},
-                    silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, GemvConfig(16, 64), m <= 2)
-                              for m in DECODE_MS})
+    plan = GemvPlan(
+        {(n, k, m): GemvChoice(n, k, m, 1.0, 2.0, GemvConfig(16, 64), False) for n, k in shapes for m in DECODE_MS},
+        silu_mul={
+            (*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, GemvConfig(16, 64), m <= 2) for m in DECODE_MS
+        },
+    )
     plan.install(model)
     assert all(_table(module) is None for module, _ in gemv_layers(model))
     for mlp in swiglu_mlps(model):
@@ -284,17 +317,22 @@ def test_mlp_without_a_plan_is_silu_and_mul_then_down():
 
 # ------------------------------------------------------------------------------ SwiGLU in gate/up's epilogue
 def _swiglu_plan(n: int, k: int, use: dict[int, bool]) -> GemvPlan:
-    return GemvPlan({(n, k, m): GemvChoice(n, k, m, 10.0, 12.0, GemvConfig(16, 64), False) for m in use},
-                    swiglu={(n, k, m): SiluMulChoice(n, k, m, 12.0, "cuBLAS + silu_and_mul", 9.0,
-                                                     GemvConfig(16, 64 * m), u) for m, u in use.items()})
+    return GemvPlan(
+        {(n, k, m): GemvChoice(n, k, m, 10.0, 12.0, GemvConfig(16, 64), False) for m in use},
+        swiglu={
+            (n, k, m): SiluMulChoice(n, k, m, 12.0, "cuBLAS + silu_and_mul", 9.0, GemvConfig(16, 64 * m), u)
+            for m, u in use.items()
+        },
+    )
 
 
 def test_swiglu_table_maps_row_counts_to_epilogue_gemvs_of_the_next_bucket():
     plan = _swiglu_plan(256, 64, {1: False, 2: True, 4: False, 8: True, 16: False, 32: True, 64: False})
     table = plan.swiglu_table(256, 64)
     assert len(table) == MAX_ROWS + 1 and table[0] is None
-    assert [f is not None for f in table[1:]] == ([False, True, False, False] + [True] * 4 + [False] * 8 + [True] * 16
-                                                   + [False] * 32)
+    assert [f is not None for f in table[1:]] == (
+        [False, True, False, False] + [True] * 4 + [False] * 8 + [True] * 16 + [False] * 32
+    )
     assert table[2].keywords == dict(config=GemvConfig(16, 128), out_act="silu_mul")
     assert table[5].keywords == table[8].keywords == dict(config=GemvConfig(16, 512), out_act="silu_mul")
     assert table[17].keywords == dict(config=GemvConfig(16, 64 * 32), out_act="silu_mul")
@@ -317,10 +355,13 @@ def test_install_sets_the_epilogue_table_on_the_gate_up_projections_only(caplog)
     shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
     gate_up = tuple(model.layers[0].mlp.gate_up_proj.weight.shape)
     assert gate_up == (256, 64)
-    plan = GemvPlan({(n, k, m): GemvChoice(n, k, m, 1.0, 2.0, GemvConfig(16, 64), False)
-                     for n, k in shapes for m in DECODE_MS},
-                    swiglu={(*gate_up, m): SiluMulChoice(*gate_up, m, 2.0, "cuBLAS + silu_and_mul", 1.0,
-                                                         GemvConfig(16, 64), m <= 2) for m in DECODE_MS})
+    plan = GemvPlan(
+        {(n, k, m): GemvChoice(n, k, m, 1.0, 2.0, GemvConfig(16, 64), False) for n, k in shapes for m in DECODE_MS},
+        swiglu={
+            (*gate_up, m): SiluMulChoice(*gate_up, m, 2.0, "cuBLAS + silu_and_mul", 1.0, GemvConfig(16, 64), m <= 2)
+            for m in DECODE_MS
+        },
+    )
     with caplog.at_level(logging.INFO, logger="attnserve.gemv"):
         plan.install(model)
     assert "0 of 9 linear layers use the Triton GEMV" in caplog.text
@@ -343,8 +384,9 @@ def test_install_sets_the_epilogue_table_on_the_gate_up_projections_only(caplog)
     epilogue = lambda x, w, b: (calls.append(x.shape[0]), silu_and_mul_torch(F.linear(x, w, b)) * 2)[1]  # noqa: E731
     mlp.mlp_method.swiglu = tuple(None if f is None else epilogue for f in mlp.mlp_method.swiglu)
     x = torch.randn(2, 64)
-    assert torch.equal(mlp(x), F.linear(silu_and_mul_torch(F.linear(x, mlp.gate_up_proj.weight)) * 2,
-                                        mlp.down_proj.weight))
+    assert torch.equal(
+        mlp(x), F.linear(silu_and_mul_torch(F.linear(x, mlp.gate_up_proj.weight)) * 2, mlp.down_proj.weight)
+    )
     assert calls == [2]
     x = torch.randn(3, 64)  # the 4-row bucket: not fused
     assert torch.equal(mlp(x), F.linear(silu_and_mul_torch(F.linear(x, mlp.gate_up_proj.weight)), mlp.down_proj.weight))
@@ -356,11 +398,14 @@ def _mlp_plan(gate_up_us: dict[str, float], down_us: dict[str, float], m: int = 
     'plain' (the layer's choice: Triton for gate/up, cuBLASLt for down, so ``_choice_us`` reads those
     times) and 'fused' (its fused SwiGLU GEMV)."""
     cfg = GemvConfig(16, 64)
-    return GemvPlan({(256, 64, m): GemvChoice(256, 64, m, 99.0, gate_up_us["plain"], cfg, True, 98.0, False),
-                     (64, 128, m): GemvChoice(64, 128, m, 99.0, 97.0, cfg, False, down_us["plain"], True)},
-                    silu_mul={(64, 128, m): SiluMulChoice(64, 128, m, 50.0, "cuBLASLt", down_us["fused"], cfg, True)},
-                    swiglu={(256, 64, m): SiluMulChoice(256, 64, m, 50.0, "triton + silu_and_mul", gate_up_us["fused"],
-                                                        cfg, True)})
+    return GemvPlan(
+        {
+            (256, 64, m): GemvChoice(256, 64, m, 99.0, gate_up_us["plain"], cfg, True, 98.0, False),
+            (64, 128, m): GemvChoice(64, 128, m, 99.0, 97.0, cfg, False, down_us["plain"], True),
+        },
+        silu_mul={(64, 128, m): SiluMulChoice(64, 128, m, 50.0, "cuBLASLt", down_us["fused"], cfg, True)},
+        swiglu={(256, 64, m): SiluMulChoice(256, 64, m, 50.0, "triton + silu_and_mul", gate_up_us["fused"], cfg, True)},
+    )
 
 
 def test_one_swiglu_fusion_per_mlp_keeps_the_faster_end():
@@ -387,9 +432,13 @@ def test_one_swiglu_fusion_per_mlp_keeps_the_faster_end():
 def test_one_swiglu_fusion_per_mlp_reads_each_layers_chosen_time():
     """``_choice_us``: Triton's time where Triton was chosen, cuBLASLt's where it was, else cuBLAS's."""
     cfg = GemvConfig(16, 64)
-    plan = GemvPlan({(1, 1, 1): GemvChoice(1, 1, 1, 9.0, 7.0, cfg, True, 8.0, False),
-                     (1, 1, 2): GemvChoice(1, 1, 2, 9.0, 7.0, cfg, False, 8.0, True),
-                     (1, 1, 4): GemvChoice(1, 1, 4, 9.0, 7.0, cfg, False, 8.0, False)})
+    plan = GemvPlan(
+        {
+            (1, 1, 1): GemvChoice(1, 1, 1, 9.0, 7.0, cfg, True, 8.0, False),
+            (1, 1, 2): GemvChoice(1, 1, 2, 9.0, 7.0, cfg, False, 8.0, True),
+            (1, 1, 4): GemvChoice(1, 1, 4, 9.0, 7.0, cfg, False, 8.0, False),
+        }
+    )
     assert [plan._choice_us(1, 1, m) for m in (1, 2, 4)] == [7.0, 8.0, 9.0]
     # down on cuBLAS (9.0, not the unchosen Triton 1.0 or cuBLASLt 7.5): epilogue 5 + 9 = 14 > prologue 6 + 7 = 13
     plan = _mlp_plan({"plain": 6.0, "fused": 5.0}, {"plain": 8.0, "fused": 7.0})
@@ -427,8 +476,7 @@ def test_summary_has_the_gate_up_section():
     lines = plan.summary().splitlines()
     at = lines.index("gate/up layers: the choice above + silu_and_mul vs the SwiGLU in the GEMV's epilogue")
     assert lines[at + 1].split() == ["N", "K", "M", "unfused", "us", "fused", "us", "choice"]
-    assert lines[at + 2].split() == ["256", "64", "1", "12.00", "9.00", "fused", "fma", "n16", "k64", "s1", "w4",
-                                     "st2"]
+    assert lines[at + 2].split() == ["256", "64", "1", "12.00", "9.00", "fused", "fma", "n16", "k64", "s1", "w4", "st2"]
     assert lines[at + 3].split() == ["256", "64", "2", "12.00", "9.00", "cuBLAS", "+", "silu_and_mul"]
     assert lines[at + 4].split() == ["256", "64", "4", "12.00", "-", "cuBLAS", "+", "silu_and_mul"]
     assert len(lines) == at + 5
@@ -452,5 +500,6 @@ def test_swiglu_gemv_method_falls_back_to_the_plain_mlp():
     mlp.mlp_method = SwiGLUGemvMethod(None, (None, prologue) + (None,) * 63)
     assert torch.equal(mlp(x), want)
     x1 = x[:1]
-    assert torch.equal(mlp(x1), F.linear(silu_and_mul_torch(mlp.gate_up_proj(x1)), mlp.down_proj.weight,
-                                         mlp.down_proj.bias) * 2)
+    assert torch.equal(
+        mlp(x1), F.linear(silu_and_mul_torch(mlp.gate_up_proj(x1)), mlp.down_proj.weight, mlp.down_proj.bias) * 2
+    )

@@ -26,8 +26,12 @@ def _flashinfer_cases() -> list[Case]:
     # all shapes in bf16 for both head configurations, the other variants on the mixed batch only.
     cases = standard_cases(dtypes=(BF16,), fp8=False, prefill_decode=True)
     g4 = dict(num_heads=32, num_kv_heads=8, head_size=128, block_size=16)
-    cases += [Case("mixed", dtype=FP16, **g4), Case("mixed", layout=KVCacheLayout.HND, **g4),
-              Case("decode_b64", kv_cache_dtype="fp8", **g4), Case("mixed", kv_cache_dtype="fp8", **g4)]
+    cases += [
+        Case("mixed", dtype=FP16, **g4),
+        Case("mixed", layout=KVCacheLayout.HND, **g4),
+        Case("decode_b64", kv_cache_dtype="fp8", **g4),
+        Case("mixed", kv_cache_dtype="fp8", **g4),
+    ]
     return cases
 
 
@@ -39,12 +43,16 @@ def gpu_targets() -> list[tuple[str, str, AttentionConfig, list[Case]]]:
     """
     targets = []
     if _has("triton"):
-        targets.append(("TRITON_ATTN", "TRITON_ATTN", AttentionConfig(),
-                        standard_cases(dtypes=(BF16, FP16, FP32), fp8=True,
-                                       layouts=(KVCacheLayout.NHD, KVCacheLayout.HND))))
+        targets.append(
+            (
+                "TRITON_ATTN",
+                "TRITON_ATTN",
+                AttentionConfig(),
+                standard_cases(dtypes=(BF16, FP16, FP32), fp8=True, layouts=(KVCacheLayout.NHD, KVCacheLayout.HND)),
+            )
+        )
     if _has("flash_attn_interface"):
-        targets.append(("FLASH_ATTN/3", "FLASH_ATTN", AttentionConfig(flash_attn_version=3),
-                        standard_cases(fp8=True)))
+        targets.append(("FLASH_ATTN/3", "FLASH_ATTN", AttentionConfig(flash_attn_version=3), standard_cases(fp8=True)))
     if _has("flash_attn.cute"):
         targets.append(("FLASH_ATTN/4", "FLASH_ATTN", AttentionConfig(flash_attn_version=4), standard_cases()))
     if _has("flash_attn_2_cuda"):  # FA2's compiled extension (flash_attn alone may be FA4's namespace)
@@ -52,11 +60,13 @@ def gpu_targets() -> list[tuple[str, str, AttentionConfig, list[Case]]]:
         targets.append(("FLASH_ATTN/2", "FLASH_ATTN", AttentionConfig(flash_attn_version=2), fa2))
     if _has("flashinfer"):
         targets.append(("FLASHINFER", "FLASHINFER", AttentionConfig(), _flashinfer_cases()))
-        targets.append(("FLASHINFER/no-prefill", "FLASHINFER", AttentionConfig(disable_flashinfer_prefill=True),
-                        [Case("mixed")]))
+        targets.append(
+            ("FLASHINFER/no-prefill", "FLASHINFER", AttentionConfig(disable_flashinfer_prefill=True), [Case("mixed")])
+        )
     if _has("triton"):  # last: its first torch.compile is the slowest start
-        targets.append(("FLEX_ATTENTION", "FLEX_ATTENTION", AttentionConfig(),
-                        standard_cases(dtypes=(BF16, FP16, FP32))))
+        targets.append(
+            ("FLEX_ATTENTION", "FLEX_ATTENTION", AttentionConfig(), standard_cases(dtypes=(BF16, FP16, FP32)))
+        )
     wanted = os.environ.get("ATTNSERVE_GPU_BACKENDS")
     if wanted:
         keep = {w.strip() for w in wanted.split(",")}

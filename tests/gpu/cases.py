@@ -62,8 +62,20 @@ class Case:
 
     @property
     def name(self) -> str:
-        dt = str(self.dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float16", "fp16").replace("float32", "fp32")
-        parts = [self.shape, f"gqa{self.num_heads // self.num_kv_heads}", f"d{self.head_size}", f"bs{self.block_size}", dt]
+        dt = (
+            str(self.dtype)
+            .replace("torch.", "")
+            .replace("bfloat16", "bf16")
+            .replace("float16", "fp16")
+            .replace("float32", "fp32")
+        )
+        parts = [
+            self.shape,
+            f"gqa{self.num_heads // self.num_kv_heads}",
+            f"d{self.head_size}",
+            f"bs{self.block_size}",
+            dt,
+        ]
         if self.kv_cache_dtype != "auto":
             parts.append("kv" + self.kv_cache_dtype)
         if self.prefill_decode:
@@ -77,12 +89,15 @@ class Case:
         return "-".join(parts)
 
 
-def standard_cases(dtypes=(torch.bfloat16, torch.float16), fp8: bool = False, prefill_decode: bool = True,
-                   layouts=(KVCacheLayout.NHD,)) -> list[Case]:
+def standard_cases(
+    dtypes=(torch.bfloat16, torch.float16), fp8: bool = False, prefill_decode: bool = True, layouts=(KVCacheLayout.NHD,)
+) -> list[Case]:
     """Every named shape in two head configurations (GQA 4:1, head 128, block 16; GQA 8:1, head 64,
     block 64) and each dtype; plus mixed with prefill/decode split, fp8 KV and other layouts."""
-    configs = [dict(num_heads=32, num_kv_heads=8, head_size=128, block_size=16),
-               dict(num_heads=32, num_kv_heads=4, head_size=64, block_size=64)]
+    configs = [
+        dict(num_heads=32, num_kv_heads=8, head_size=128, block_size=16),
+        dict(num_heads=32, num_kv_heads=4, head_size=64, block_size=64),
+    ]
     cases = [Case(s, dtype=dt, **c) for dt in dtypes for c in configs for s in SHAPES]
     for c in configs:
         if prefill_decode:
@@ -108,8 +123,9 @@ def gemma_cases(block_size: int = 16, dtypes=(torch.bfloat16,)) -> list[Case]:
 def _allocate(backend_cls, num_blocks, case: Case, kv_dtype, device) -> torch.Tensor:
     from attnserve.model_executor.kv_cache import allocate_kv_caches
 
-    return allocate_kv_caches(backend_cls, case.layout, 1, num_blocks, case.block_size, case.num_kv_heads,
-                              case.head_size, kv_dtype, device)[0]
+    return allocate_kv_caches(
+        backend_cls, case.layout, 1, num_blocks, case.block_size, case.num_kv_heads, case.head_size, kv_dtype, device
+    )[0]
 
 
 def kv_dim_of(backend_cls) -> int:
@@ -140,8 +156,16 @@ class Step:
     kv_dtype: torch.dtype
 
 
-def make_step(backend_cls, case: Case, device: str | torch.device, attention_config=None, small: bool = False,
-              seed: int = 0, builder_attrs: dict | None = None, spare_blocks: int = 8) -> Step:
+def make_step(
+    backend_cls,
+    case: Case,
+    device: str | torch.device,
+    attention_config=None,
+    small: bool = False,
+    seed: int = 0,
+    builder_attrs: dict | None = None,
+    spare_blocks: int = 8,
+) -> Step:
     """Build one case's cache (context written), inputs, metadata and impl for ``backend_cls``.
 
     ``builder_attrs`` are set on the builder after the runner's own; ``spare_blocks`` cache blocks belong
@@ -159,7 +183,7 @@ def make_step(backend_cls, case: Case, device: str | torch.device, attention_con
     block_table = torch.zeros(len(reqs), max_blocks, dtype=torch.int32)
     at = 0
     for i, n in enumerate(blocks_per):
-        block_table[i, :n] = perm[at:at + n]
+        block_table[i, :n] = perm[at : at + n]
         at += n
     fp8 = case.kv_cache_dtype != "auto"
     kv_dtype = kv_cache_torch_dtype(case.kv_cache_dtype, case.dtype)
@@ -173,15 +197,22 @@ def make_step(backend_cls, case: Case, device: str | torch.device, attention_con
 
     def slots(i, positions):
         pos = torch.as_tensor(positions)
-        return (block_table[i, pos // bs].long() * bs + pos % bs)
+        return block_table[i, pos // bs].long() * bs + pos % bs
 
     # context already in the cache
     for i, (c, _) in enumerate(reqs):
         if c:
             k = torch.randn(c, hkv, d, generator=gen) * 2
             v = torch.randn(c, hkv, d, generator=gen) * 2
-            write_kv_torch(k.to(device, case.dtype), v.to(device, case.dtype), key_cache, value_cache,
-                           slots(i, range(c)).to(device), k_scale, v_scale)
+            write_kv_torch(
+                k.to(device, case.dtype),
+                v.to(device, case.dtype),
+                key_cache,
+                value_cache,
+                slots(i, range(c)).to(device),
+                k_scale,
+                v_scale,
+            )
     T = sum(q_lens)
     query = (torch.randn(T, hq, d, generator=gen) * 2).to(device, case.dtype)
     key = (torch.randn(T, hkv, d, generator=gen) * 2).to(device, case.dtype)
@@ -193,14 +224,29 @@ def make_step(backend_cls, case: Case, device: str | torch.device, attention_con
     num_decodes = sum(1 for q in q_lens if q == 1)
     assert all(q == 1 for q in q_lens[:num_decodes])
     common = CommonAttentionMetadata(
-        query_start_loc=qsl.to(device), query_start_loc_cpu=qsl, seq_lens=seq_lens_t.to(device),
-        seq_lens_cpu=seq_lens_t, block_table=block_table.to(device), slot_mapping=slot_mapping,
-        num_reqs=len(reqs), num_actual_tokens=T, max_query_len=max(q_lens), max_seq_len=max(seq_lens),
-        num_decodes=num_decodes, num_decode_tokens=num_decodes, block_size=bs,
+        query_start_loc=qsl.to(device),
+        query_start_loc_cpu=qsl,
+        seq_lens=seq_lens_t.to(device),
+        seq_lens_cpu=seq_lens_t,
+        block_table=block_table.to(device),
+        slot_mapping=slot_mapping,
+        num_reqs=len(reqs),
+        num_actual_tokens=T,
+        max_query_len=max(q_lens),
+        max_seq_len=max(seq_lens),
+        num_decodes=num_decodes,
+        num_decode_tokens=num_decodes,
+        block_size=bs,
     )
-    spec = AttentionLayerSpec(num_heads=hq, head_size=d, scale=d ** -0.5, num_kv_heads=hkv,
-                              kv_cache_dtype=case.kv_cache_dtype, sliding_window=case.sliding_window,
-                              logits_soft_cap=case.logits_soft_cap)
+    spec = AttentionLayerSpec(
+        num_heads=hq,
+        head_size=d,
+        scale=d**-0.5,
+        num_kv_heads=hkv,
+        kv_cache_dtype=case.kv_cache_dtype,
+        sliding_window=case.sliding_window,
+        logits_soft_cap=case.logits_soft_cap,
+    )
     from attnserve.config.attention import AttentionConfig
 
     cfg = attention_config or AttentionConfig()
@@ -215,13 +261,38 @@ def make_step(backend_cls, case: Case, device: str | torch.device, attention_con
     if fp8:
         impl.set_kv_scales(k_scale, v_scale)
     positions = torch.cat([torch.arange(c, c + q) for c, q in reqs]).to(device)
-    return Step(impl, builder.build(common), kv_cache, key_cache, value_cache, query, key, value, positions,
-                slot_mapping, qsl, seq_lens_t, block_table, k_scale, v_scale, kv_dtype)
+    return Step(
+        impl,
+        builder.build(common),
+        kv_cache,
+        key_cache,
+        value_cache,
+        query,
+        key,
+        value,
+        positions,
+        slot_mapping,
+        qsl,
+        seq_lens_t,
+        block_table,
+        k_scale,
+        v_scale,
+        kv_dtype,
+    )
 
 
-def run_case(backend_cls, case: Case, device: str | torch.device, attention_config=None, small: bool = False,
-             seed: int = 0, builder_attrs: dict | None = None, spare_blocks: int = 8,
-             captured: dict | None = None, oracle: torch.dtype = torch.float32) -> dict:
+def run_case(
+    backend_cls,
+    case: Case,
+    device: str | torch.device,
+    attention_config=None,
+    small: bool = False,
+    seed: int = 0,
+    builder_attrs: dict | None = None,
+    spare_blocks: int = 8,
+    captured: dict | None = None,
+    oracle: torch.dtype = torch.float32,
+) -> dict:
     """Run one case through ``backend_cls``; returns max abs error, relative error, NaN flag, pass.
 
     ``builder_attrs``, ``spare_blocks``: see :func:`make_step`; ``captured`` (a dict) receives the step's
@@ -246,10 +317,19 @@ def run_case(backend_cls, case: Case, device: str | torch.device, attention_conf
     for first, end, q_scale in getattr(impl, "last_q_scales", []):
         # the kernel saw an fp8 query: so does the reference (quantization error is the format's, not a bug)
         q_scale = torch.as_tensor(q_scale, dtype=torch.float32, device=ref_q.device)
-        ref_q[first:end] = ((query[first:end].float() / q_scale).clamp(-fmax, fmax).to(kv_dtype).to(oracle)
-                            * q_scale.to(oracle))
-    ref = reference_paged_attention(ref_q, ref_cache, qsl, seq_lens_t, block_table, impl.scale,
-                                    sliding_window=case.sliding_window, logits_soft_cap=case.logits_soft_cap)
+        ref_q[first:end] = (query[first:end].float() / q_scale).clamp(-fmax, fmax).to(kv_dtype).to(oracle) * q_scale.to(
+            oracle
+        )
+    ref = reference_paged_attention(
+        ref_q,
+        ref_cache,
+        qsl,
+        seq_lens_t,
+        block_table,
+        impl.scale,
+        sliding_window=case.sliding_window,
+        logits_soft_cap=case.logits_soft_cap,
+    )
     # and the step's K/V must have landed in the cache
     written = key_cache[slot_mapping // bs, slot_mapping % bs].float() * k_scale
     kv_err = (written - key.float()).abs().max().item() / key.float().abs().max().item()
@@ -257,12 +337,26 @@ def run_case(backend_cls, case: Case, device: str | torch.device, attention_conf
     rel = err / max(ref.abs().max().item(), 1e-6)
     tol = TOLERANCE["fp8" if fp8 else case.dtype]
     nan = bool(torch.isnan(out).any())
-    return {"case": case.name, "max_err": err, "rel_err": rel, "kv_write_err": kv_err, "nan": nan, "tol": tol,
-            "pass": (not nan) and rel <= tol and kv_err <= max(tol, KV_WRITE_TOLERANCE.get(kv_dtype, 0.0))}
+    return {
+        "case": case.name,
+        "max_err": err,
+        "rel_err": rel,
+        "kv_write_err": kv_err,
+        "nan": nan,
+        "tol": tol,
+        "pass": (not nan) and rel <= tol and kv_err <= max(tol, KV_WRITE_TOLERANCE.get(kv_dtype, 0.0)),
+    }
 
 
-def run_rope_paths(backend_cls, case: Case, device: str | torch.device, attention_config=None,
-                   qk_norm: bool = False, small: bool = False, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
+def run_rope_paths(
+    backend_cls,
+    case: Case,
+    device: str | torch.device,
+    attention_config=None,
+    qk_norm: bool = False,
+    small: bool = False,
+    seed: int = 0,
+) -> dict[str, tuple[torch.Tensor, ...]]:
     """One step of a RoPE model's attention layer both ways, on copies of the same inputs and cache:
     ``unfused`` = RoPE on q and k, then ``Attention.forward`` (the backend writes K/V); ``fused`` =
     ``Attention.forward_with_rope`` (where the backend has a ``kv_write_target``, the RoPE op writes K/V and

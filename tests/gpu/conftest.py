@@ -30,9 +30,12 @@ def format_table(rows: list[dict]) -> str:
     head = f"{'backend':<22} {'version':<7} {'case':<44} {'max_err':>9} {'rel_err':>9} {'pass':<5}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['backend']:<22} {r['version']:<7} {r['case']:<44} {r.get('max_err', float('nan')):>9.2e} "
-                     f"{r.get('rel_err', float('nan')):>9.2e} {('PASS' if r['pass'] else 'FAIL'):<5}"
-                     + (f" {r['error'][:60]}" if r.get("error") else "") + (" NaN" if r.get("nan") else ""))
+        lines.append(
+            f"{r['backend']:<22} {r['version']:<7} {r['case']:<44} {r.get('max_err', float('nan')):>9.2e} "
+            f"{r.get('rel_err', float('nan')):>9.2e} {('PASS' if r['pass'] else 'FAIL'):<5}"
+            + (f" {r['error'][:60]}" if r.get("error") else "")
+            + (" NaN" if r.get("nan") else "")
+        )
     n_pass = sum(r["pass"] for r in rows)
     lines.append(f"{n_pass}/{len(rows)} passed")
     return "\n".join(lines)

@@ -14,8 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")]
 
 HIDDEN = 4096
 ROWS = (1, 2, 8, 64)
@@ -79,7 +78,7 @@ def _check_ranks(tp, device) -> list[str]:
                 record(f"{name} eager {'fused' if comm.fused else 'separate'}", got, ref)
             # a view 4 bytes past a 16-byte boundary: not aligned for the fused kernel, same sum
             base = torch.zeros(rows * HIDDEN + 16 // x.element_size(), dtype=dtype, device=device)
-            view = base[4 // x.element_size():][: rows * HIDDEN].view(rows, HIDDEN)
+            view = base[4 // x.element_size() :][: rows * HIDDEN].view(rows, HIDDEN)
             view.copy_(x)
             fused.all_reduce(view)
             record(f"{name} eager misaligned view", view, ref)

@@ -46,8 +46,14 @@ def _checked_decode_steps(runner) -> list[int]:
 def test_async_decode_steps_do_not_sync_and_match_sync(label, backend, cfg, dtype, tol, default_gguf):
     if not _installed(backend, cfg):
         pytest.skip(f"{label}: not installed")
-    args = dict(dtype=dtype, device="cuda", attention_backend=backend, attention_config=cfg,
-                kv_cache_memory=1 << 30, max_num_seqs=16)
+    args = dict(
+        dtype=dtype,
+        device="cuda",
+        attention_backend=backend,
+        attention_config=cfg,
+        kv_cache_memory=1 << 30,
+        max_num_seqs=16,
+    )
     llm = LLM(default_gguf, **args)
     assert llm.engine.async_scheduling is True
     checked = _checked_decode_steps(llm.engine.runner)

@@ -14,8 +14,11 @@ from tests.gpu.conftest import RESULTS, save_results
 
 pytestmark = pytest.mark.gpu
 
-PARAMS = [pytest.param(label, name, cfg, case, id=f"{label}-{case.name}")
-          for label, name, cfg, cases in (gpu_targets() if torch.cuda.is_available() else []) for case in cases]
+PARAMS = [
+    pytest.param(label, name, cfg, case, id=f"{label}-{case.name}")
+    for label, name, cfg, cases in (gpu_targets() if torch.cuda.is_available() else [])
+    for case in cases
+]
 
 
 @pytest.mark.parametrize("label,backend_name,attention_config,case", PARAMS)
@@ -24,8 +27,11 @@ def test_backend_matches_reference(label, backend_name, attention_config, case):
 
     backend_cls = AttentionBackendEnum[backend_name].get_class()
     version = label.split("/")[1] if "/" in label else "-"
-    row = {"backend": label.split("/")[0] if version.isdigit() else label, "version": version if version.isdigit() else "-",
-           "case": case.name}
+    row = {
+        "backend": label.split("/")[0] if version.isdigit() else label,
+        "version": version if version.isdigit() else "-",
+        "case": case.name,
+    }
     try:
         row.update(run_case(backend_cls, case, "cuda", attention_config))
     except Exception as e:  # recorded in the table, then re-raised

@@ -53,8 +53,9 @@ def prefill_then_decode_step(llm: LLM) -> SchedulerOutput:
     tables = [[10 * i + j for j in range(4)] for i in range(len(prompts))]
     for i, p in enumerate(prompts):
         runner.compute_logits(SchedulerOutput([ScheduledRequest(f"r{i}", p, 0, tables[i], GREEDY, True)]))
-    return SchedulerOutput([ScheduledRequest(f"r{i}", [42 + i], len(p), tables[i], GREEDY, True)
-                            for i, p in enumerate(prompts)])
+    return SchedulerOutput(
+        [ScheduledRequest(f"r{i}", [42 + i], len(p), tables[i], GREEDY, True) for i, p in enumerate(prompts)]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +69,15 @@ def default_gguf():
 def test_decode_graph_matches_eager(label, backend, cfg, dtype, tol, default_gguf):
     if not _installed(backend, cfg):
         pytest.skip(f"{label}: not installed")
-    llm = LLM(default_gguf, dtype=dtype, device="cuda", attention_backend=backend, attention_config=cfg,
-              kv_cache_memory=1 << 30, max_num_seqs=64)
+    llm = LLM(
+        default_gguf,
+        dtype=dtype,
+        device="cuda",
+        attention_backend=backend,
+        attention_config=cfg,
+        kv_cache_memory=1 << 30,
+        max_num_seqs=64,
+    )
     runner = llm.engine.runner
     assert runner.cuda_graphs is not None, f"{label}: no CUDA graphs captured"
     assert runner.cuda_graphs.sizes == [1, 2, 4, 8, 16, 32, 48, 64]
@@ -92,8 +100,15 @@ def test_decode_graph_matches_eager(label, backend, cfg, dtype, tol, default_ggu
     del llm
     gc.collect()
     if dtype == "float32":
-        eager = LLM(default_gguf, dtype=dtype, device="cuda", attention_backend=backend, attention_config=cfg,
-                    kv_cache_memory=1 << 30, enforce_eager=True)
+        eager = LLM(
+            default_gguf,
+            dtype=dtype,
+            device="cuda",
+            attention_backend=backend,
+            attention_config=cfg,
+            kv_cache_memory=1 << 30,
+            enforce_eager=True,
+        )
         assert eager.engine.runner.cuda_graphs is None
         assert [o.outputs[0].token_ids for o in eager.generate(PROMPTS, params)] == toks
         del eager
@@ -104,8 +119,7 @@ def test_flex_attention_runs_eagerly_with_reason(default_gguf, caplog):
     import logging
 
     caplog.set_level(logging.INFO, logger="attnserve.model_executor.model_runner")
-    llm = LLM(default_gguf, dtype="float32", device="cuda", attention_backend="FLEX_ATTENTION",
-              kv_cache_memory=1 << 30)
+    llm = LLM(default_gguf, dtype="float32", device="cuda", attention_backend="FLEX_ATTENTION", kv_cache_memory=1 << 30)
     assert llm.engine.runner.cuda_graphs is None
     assert "CUDA graphs off: FLEX_ATTENTION declares no CUDA-graph support" in caplog.text
 
@@ -135,7 +149,7 @@ def test_flashinfer_graph_replays_match_reference(hq, hkv, d, page, window):
 
     dev, dtype = torch.device("cuda"), torch.bfloat16
     torch.manual_seed(0)
-    spec = AttentionLayerSpec(num_heads=hq, head_size=d, scale=d ** -0.5, num_kv_heads=hkv, sliding_window=window)
+    spec = AttentionLayerSpec(num_heads=hq, head_size=d, scale=d**-0.5, num_kv_heads=hkv, sliding_window=window)
     builder = FlashInferBackend.get_builder_cls()(spec, dev, dtype)
     impl = FlashInferBackend.get_impl_cls()(spec)
     max_model_len, sizes = 4096, [1, 2, 4, 8, 16, 32, 48, 64]
@@ -149,8 +163,17 @@ def test_flashinfer_graph_replays_match_reference(hq, hkv, d, page, window):
         impl.forward(q[:n], k[:n], v[:n], cache, batch.attn_metadata)
         return impl.forward(q[:n], k[:n], v[:n], cache, batch.attn_metadata).view(n, -1)
 
-    runner = CudaGraphRunner(forward, builder, [cache], sizes=sizes, device=dev,
-                             block_size=page, max_blocks=max_blocks, null_block=num_blocks, max_model_len=max_model_len)
+    runner = CudaGraphRunner(
+        forward,
+        builder,
+        [cache],
+        sizes=sizes,
+        device=dev,
+        block_size=page,
+        max_blocks=max_blocks,
+        null_block=num_blocks,
+        max_model_len=max_model_len,
+    )
     runner.capture()
     modes = {bs: g.metadata.graph.replan for bs, g in runner.graphs.items()}
     print(f"split limit {builder.split_limit}, replan modes {modes}")
@@ -165,10 +188,19 @@ def test_flashinfer_graph_replays_match_reference(hq, hkv, d, page, window):
         ids = rng.permutation(num_blocks)[: blocks.sum()].astype(np.int32)
         table = np.zeros((n, blocks.max()), np.int32)
         for i, s in enumerate(np.cumsum(blocks) - blocks):
-            table[i, : blocks[i]] = ids[s: s + blocks[i]]
+            table[i, : blocks[i]] = ids[s : s + blocks[i]]
         slots = table[np.arange(n), ctx // page].astype(np.int64) * page + ctx % page
-        host = HostBatch(np.zeros(n, np.int64), ctx.astype(np.int64), slots, np.arange(n + 1, dtype=np.int32),
-                         (ctx + 1).astype(np.int32), table, n, 1, int(ctx.max()) + 1)
+        host = HostBatch(
+            np.zeros(n, np.int64),
+            ctx.astype(np.int64),
+            slots,
+            np.arange(n + 1, dtype=np.int32),
+            (ctx + 1).astype(np.int32),
+            table,
+            n,
+            1,
+            int(ctx.max()) + 1,
+        )
         before = runner.replays
         torch.cuda.set_sync_debug_mode("error")  # a replay's host work must not wait for the device
         try:
@@ -177,16 +209,39 @@ def test_flashinfer_graph_replays_match_reference(hq, hkv, d, page, window):
             torch.cuda.set_sync_debug_mode("default")
         assert runner.replays == before + 1
         seq_lens = torch.from_numpy(host.seq_lens)
-        ref = reference_paged_attention(q[:n].float(), cache.transpose(0, 1).float(), torch.arange(n + 1), seq_lens,
-                                        torch.from_numpy(table), spec.scale, sliding_window=window)
+        ref = reference_paged_attention(
+            q[:n].float(),
+            cache.transpose(0, 1).float(),
+            torch.arange(n + 1),
+            seq_lens,
+            torch.from_numpy(table),
+            spec.scale,
+            sliding_window=window,
+        )
         err = ((out - ref.to(dev)).abs().max() / ref.abs().max()).item()
         # the same step eagerly (FlashInfer's non-graph wrappers)
         t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
         common = CommonAttentionMetadata(
-            t(host.query_start_loc).to(dev), t(host.query_start_loc), t(host.seq_lens).to(dev), t(host.seq_lens),
-            t(table).to(dev), t(slots).to(dev), n, n, 1, host.max_seq_len, n, n, page, t(table))
-        eager = forward(torch.zeros(n, device=dev), None,
-                        ForwardBatch(None, None, None, builder.build(common), [cache])).view(n, hq, d).float()
+            t(host.query_start_loc).to(dev),
+            t(host.query_start_loc),
+            t(host.seq_lens).to(dev),
+            t(host.seq_lens),
+            t(table).to(dev),
+            t(slots).to(dev),
+            n,
+            n,
+            1,
+            host.max_seq_len,
+            n,
+            n,
+            page,
+            t(table),
+        )
+        eager = (
+            forward(torch.zeros(n, device=dev), None, ForwardBatch(None, None, None, builder.build(common), [cache]))
+            .view(n, hq, d)
+            .float()
+        )
         err_eager = ((out - eager).abs().max() / eager.abs().max()).item()
         print(f"n={n} ctx<= {ctx_max}: graph vs reference {err:.2e}, vs eager {err_eager:.2e}")
         assert err < 2.5e-2 and err_eager < 2.5e-2, (n, err, err_eager)

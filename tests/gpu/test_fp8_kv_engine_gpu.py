@@ -12,16 +12,20 @@ import torch
 
 pytestmark = pytest.mark.gpu
 
-BACKENDS = [b for b, module in (("FLASH_ATTN", "flash_attn_interface"), ("FLASHINFER", "flashinfer"),
-                                ("TRITON_ATTN", "triton")) if importlib.util.find_spec(module) is not None]
+BACKENDS = [
+    b
+    for b, module in (("FLASH_ATTN", "flash_attn_interface"), ("FLASHINFER", "flashinfer"), ("TRITON_ATTN", "triton"))
+    if importlib.util.find_spec(module) is not None
+]
 
 
 @pytest.mark.parametrize("backend", BACKENDS if torch.cuda.is_available() else [])
 def test_calculated_scales_then_cuda_graphs(backend):
     from attnserve import LLM, SamplingParams
 
-    llm = LLM(dtype="bfloat16", attention_backend=backend, kv_cache_dtype="fp8", calculate_kv_scales=True,
-              num_gpu_blocks=2048)
+    llm = LLM(
+        dtype="bfloat16", attention_backend=backend, kv_cache_dtype="fp8", calculate_kv_scales=True, num_gpu_blocks=2048
+    )
     runner = llm.engine.runner
     assert runner.cuda_graphs is None  # deferred: the graphs take the scales as constants
     out = llm.generate(["The capital of France is"], SamplingParams(temperature=0, max_tokens=24))

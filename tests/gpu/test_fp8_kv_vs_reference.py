@@ -43,8 +43,9 @@ def fp8_targets() -> list[tuple[str, str, AttentionConfig, tuple[str, ...]]]:
         targets.append(("FLASH_ATTN/3", "FLASH_ATTN", AttentionConfig(flash_attn_version=3), ("fp8",)))
     if _has("flashinfer"):
         targets.append(("FLASHINFER", "FLASHINFER", AttentionConfig(), ("fp8", "fp8_e5m2")))
-        targets.append(("FLASHINFER/no-q-quant", "FLASHINFER", AttentionConfig(disable_flashinfer_q_quantization=True),
-                        ("fp8",)))
+        targets.append(
+            ("FLASHINFER/no-q-quant", "FLASHINFER", AttentionConfig(disable_flashinfer_q_quantization=True), ("fp8",))
+        )
     wanted = os.environ.get("ATTNSERVE_GPU_BACKENDS")
     if wanted:
         keep = {w.strip() for w in wanted.split(",")}
@@ -52,11 +53,21 @@ def fp8_targets() -> list[tuple[str, str, AttentionConfig, tuple[str, ...]]]:
     return targets
 
 
-PARAMS = [pytest.param(label, name, cfg, Case(shape, num_heads=32, num_kv_heads=8, head_size=128, block_size=bs,
-                                                dtype=torch.bfloat16, kv_cache_dtype=kv),
-                       id=f"{label}-{shape}-bs{bs}-{kv}")
-          for label, name, cfg, kvs in (fp8_targets() if torch.cuda.is_available() else [])
-          for kv in kvs for bs in BLOCK_SIZES for shape in SHAPES]
+PARAMS = [
+    pytest.param(
+        label,
+        name,
+        cfg,
+        Case(
+            shape, num_heads=32, num_kv_heads=8, head_size=128, block_size=bs, dtype=torch.bfloat16, kv_cache_dtype=kv
+        ),
+        id=f"{label}-{shape}-bs{bs}-{kv}",
+    )
+    for label, name, cfg, kvs in (fp8_targets() if torch.cuda.is_available() else [])
+    for kv in kvs
+    for bs in BLOCK_SIZES
+    for shape in SHAPES
+]
 
 
 @pytest.mark.parametrize("label,backend_name,attention_config,case", PARAMS)
@@ -75,8 +86,10 @@ def test_fp8_backend_matches_float64_oracle(label, backend_name, attention_confi
         raise
     RESULTS.append(row)
     save_results()
-    print(f"{label} {case.name} rel_err={row['rel_err']:.2e} kv_write_err={row['kv_write_err']:.2e} "
-          f"pass={row['pass']}", flush=True)
+    print(
+        f"{label} {case.name} rel_err={row['rel_err']:.2e} kv_write_err={row['kv_write_err']:.2e} pass={row['pass']}",
+        flush=True,
+    )
     assert not row["nan"], "NaN in the output"
     assert row["pass"], row
 

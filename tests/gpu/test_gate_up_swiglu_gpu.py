@@ -101,15 +101,18 @@ def test_plan_fuses_the_swiglu_at_one_end_and_the_mlp_agrees_in_a_graph(model, p
         assert c.unfused_us > 0
         assert not c.use_fused or c.fused_us <= (1 - choices.MARGIN) * c.unfused_us
     gate_up, down = mod.mlp.gate_up_proj, mod.mlp.down_proj
-    forced = dataclasses.replace(plan, swiglu={key: dataclasses.replace(c, use_fused=c.config is not None)
-                                               for key, c in plan.swiglu.items()})
+    forced = dataclasses.replace(
+        plan, swiglu={key: dataclasses.replace(c, use_fused=c.config is not None) for key, c in plan.swiglu.items()}
+    )
     forced._one_swiglu_fusion_per_mlp()
     for which, p in (("measured", plan), ("forced", forced)):
         p.install(mod)
         method = mod.mlp.mlp_method
         for m in (1, 3, 8, 40, 64):
-            ends = (table_entry(getattr(method, "swiglu", None), m) is not None,
-                    table_entry(getattr(method, "silu_mul", None), m) is not None)
+            ends = (
+                table_entry(getattr(method, "swiglu", None), m) is not None,
+                table_entry(getattr(method, "silu_mul", None), m) is not None,
+            )
             assert not all(ends), f"{model} m{m} {which}: the SwiGLU fused at both ends"
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             mod.mlp(x)

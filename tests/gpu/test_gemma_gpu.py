@@ -25,7 +25,6 @@ REL_TOL = {"bfloat16": 0.05}
 PROMPTS = [list(range(100, 130)), [7, 8, 9] * 7, list(range(2000, 2011)), [15]]  # 30, 21, 11, 1 tokens
 
 
-
 def _prompt_logits(llm: LLM, prompt: list[int]) -> torch.Tensor:  # (vocab,) float32 on CPU
     params = SamplingParams(temperature=0.0, max_tokens=1)
     reqs = [ScheduledRequest("logits", prompt, 0, list(range(-(-len(prompt) // BLOCK_SIZE))), params, True)]
@@ -34,8 +33,14 @@ def _prompt_logits(llm: LLM, prompt: list[int]) -> torch.Tensor:  # (vocab,) flo
 
 def _llm(path: str, backend: str, dtype: str) -> LLM:
     try:
-        return LLM(path, attention_backend=backend, dtype=dtype, block_size=BLOCK_SIZE, max_num_batched_tokens=16,
-                   kv_cache_memory=64 << 20)
+        return LLM(
+            path,
+            attention_backend=backend,
+            dtype=dtype,
+            block_size=BLOCK_SIZE,
+            max_num_batched_tokens=16,
+            kv_cache_memory=64 << 20,
+        )
     except NoUsableBackendError as e:
         reasons = [r for rs in e.reasons.values() for r in rs]
         assert not [r for r in reasons if str(r).startswith(("logits_soft_cap", "sliding_window"))], str(e)
@@ -62,8 +67,13 @@ def test_gemma_bfloat16_close_to_transformers(arch, backend, gpu_model_dir):
     assert (ours - ref).abs().max().item() <= REL_TOL["bfloat16"] * ref.abs().max().item()
     changes = [{"sliding_window": 4096}] + ([{"attn_logit_softcapping": None}] if arch == "gemma2" else [])
     for change in changes:
-        other = hf_greedy(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager", **change).eval(),
-                          PROMPTS[0], 0)[1]
+        other = hf_greedy(
+            AutoModelForCausalLM.from_pretrained(
+                path, dtype=torch.float32, attn_implementation="eager", **change
+            ).eval(),
+            PROMPTS[0],
+            0,
+        )[1]
         assert (ours - ref).abs().max() < (ours - other).abs().max(), change
 
 

@@ -41,8 +41,17 @@ def test_queued_replays_read_their_own_inputs(side_stream):
         cols = [input_ids, positions, runner.slot_mapping[:n], runner.seq_lens[:n]]
         return torch.cat([torch.stack(cols, 1).double(), runner.block_table[:n].double()], 1)
 
-    runner = CudaGraphRunner(forward, builder, [cache], sizes=[1, 2, 4], device=dev, block_size=page,
-                             max_blocks=max_blocks, null_block=num_blocks, max_model_len=max_blocks * page)
+    runner = CudaGraphRunner(
+        forward,
+        builder,
+        [cache],
+        sizes=[1, 2, 4],
+        device=dev,
+        block_size=page,
+        max_blocks=max_blocks,
+        null_block=num_blocks,
+        max_model_len=max_blocks * page,
+    )
     if not side_stream:
         runner.input_stream = None
     runner.capture()
@@ -52,12 +61,22 @@ def test_queued_replays_read_their_own_inputs(side_stream):
         n = 3
         ctx = rng.integers(1, max_blocks * page - 1, n)
         table = rng.integers(0, num_blocks, (n, max_blocks)).astype(np.int32)
-        host = HostBatch(rng.integers(0, 1000, n), ctx.astype(np.int64), rng.integers(0, 1000, n),
-                         np.arange(n + 1, dtype=np.int32), (ctx + 1).astype(np.int32), table, n, 1, int(ctx.max()) + 1)
+        host = HostBatch(
+            rng.integers(0, 1000, n),
+            ctx.astype(np.int64),
+            rng.integers(0, 1000, n),
+            np.arange(n + 1, dtype=np.int32),
+            (ctx + 1).astype(np.int32),
+            table,
+            n,
+            1,
+            int(ctx.max()) + 1,
+        )
         steps.append(host)
         outs.append(runner.run(host, staging).clone())  # queued; the next step's copies follow at once
     torch.cuda.synchronize()
     for step, (host, out) in enumerate(zip(steps, outs)):
-        want = np.concatenate([np.stack([host.input_ids, host.positions, host.slot_mapping, host.seq_lens], 1),
-                               host.block_table], 1).astype(np.float64)
+        want = np.concatenate(
+            [np.stack([host.input_ids, host.positions, host.slot_mapping, host.seq_lens], 1), host.block_table], 1
+        ).astype(np.float64)
         np.testing.assert_array_equal(out.cpu().numpy(), want, err_msg=f"step {step}")

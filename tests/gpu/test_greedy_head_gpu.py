@@ -85,8 +85,15 @@ def test_engine_greedy_tokens_with_the_fused_head_forced(default_gguf):
     from attnserve.kernels.triton_greedy_head import GreedyHeadConfig
     from attnserve.model_executor.greedy_head import GreedyHead
 
-    llm = LLM(default_gguf, dtype="bfloat16", device="cuda", attention_backend="TRITON_ATTN",
-              kv_cache_memory=1 << 30, max_num_seqs=16, use_skinny_gemm=True)
+    llm = LLM(
+        default_gguf,
+        dtype="bfloat16",
+        device="cuda",
+        attention_backend="TRITON_ATTN",
+        kv_cache_memory=1 << 30,
+        max_num_seqs=16,
+        use_skinny_gemm=True,
+    )
     runner = llm.engine.runner
     head = lm_head(runner.model)
     n, k = head.weight.shape

@@ -31,7 +31,6 @@ REL_TOL = {"bfloat16": 0.05, "float16": 0.01}
 PROMPTS = [list(range(100, 130)), [2, 44, 9000, 13, 77, 1200, 5, 6, 7, 8, 9, 10, 11], [15]]  # 30, 13, 1 tokens
 
 
-
 def _reasons(backend: str, path: str, dtype: str) -> list[str]:
     from transformers import AutoConfig
 
@@ -40,8 +39,9 @@ def _reasons(backend: str, path: str, dtype: str) -> list[str]:
 
     hf_config = AutoConfig.from_pretrained(path)
     dims = get_model_class(hf_config).dims(hf_config)
-    cfg = AttentionSelectorConfig(head_size=dims.head_size, dtype=getattr(torch, dtype), block_size=BLOCK_SIZE,
-                                  sliding_window=dims.sliding_window)
+    cfg = AttentionSelectorConfig(
+        head_size=dims.head_size, dtype=getattr(torch, dtype), block_size=BLOCK_SIZE, sliding_window=dims.sliding_window
+    )
     return backend_reasons(AttentionBackendEnum[backend], cfg, detect_platform("cuda"))[1]
 
 
@@ -69,8 +69,14 @@ def test_architecture_generates_on_backend(arch, backend, dtype, gpu_model_dir):
         pytest.skip(f"{backend} cannot run {arch} in {dtype}: {'; '.join(reasons)}")
 
     # a small token budget so that the 30-token prompt is prefilled in chunks next to the others' decodes
-    llm = LLM(path, attention_backend=backend, dtype=dtype, block_size=BLOCK_SIZE, max_num_batched_tokens=16,
-              kv_cache_memory=64 << 20)
+    llm = LLM(
+        path,
+        attention_backend=backend,
+        dtype=dtype,
+        block_size=BLOCK_SIZE,
+        max_num_batched_tokens=16,
+        kv_cache_memory=64 << 20,
+    )
     assert llm.engine.runner.backend.name == backend
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))

@@ -31,8 +31,9 @@ def test_moe_model_on_gpu_matches_transformers(arch, dtype, gpu_model_dir):
     path = gpu_model_dir(arch)
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
     # a small KV cache: the engines of earlier cases in this process may still hold theirs
-    llm = LLM(path, attention_backend="TRITON_ATTN", dtype=dtype, block_size=16, max_model_len=256,
-              kv_cache_memory=64 << 20)
+    llm = LLM(
+        path, attention_backend="TRITON_ATTN", dtype=dtype, block_size=16, max_model_len=256, kv_cache_memory=64 << 20
+    )
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, logprobs=0))
     for prompt, out in zip(PROMPTS, outs):
         ref_tokens, ref_logits = hf_greedy(hf, prompt, 16)

@@ -20,9 +20,13 @@ import torch
 
 from tests.gpu.test_cuda_graphs import default_gguf  # noqa: F401 (fixture)
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
-    reason="programmatic dependent launch needs compute capability >= 9.0")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+        reason="programmatic dependent launch needs compute capability >= 9.0",
+    ),
+]
 
 
 def _layer_chain(h, res, w, positions, cos, sin, target, cfgs):
@@ -52,14 +56,24 @@ def test_pdl_chain_in_a_graph_equals_without_pdl(m, whole_k):
     hidden, inter, layers = 1024, 2048, 8
     g = torch.Generator(device="cuda").manual_seed(m)
     rnd = lambda *s, scale=1.0: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g) * scale  # noqa: E731
-    weights = [{"norm1": rnd(hidden), "norm2": rnd(hidden), "qkv": rnd(768, hidden, scale=hidden**-0.5),
-                "o": rnd(hidden, 512, scale=512**-0.5), "gate_up": rnd(2 * inter, hidden, scale=hidden**-0.5),
-                "down": rnd(hidden, inter, scale=inter**-0.5)} for _ in range(layers)]
+    weights = [
+        {
+            "norm1": rnd(hidden),
+            "norm2": rnd(hidden),
+            "qkv": rnd(768, hidden, scale=hidden**-0.5),
+            "o": rnd(hidden, 512, scale=512**-0.5),
+            "gate_up": rnd(2 * inter, hidden, scale=hidden**-0.5),
+            "down": rnd(hidden, inter, scale=inter**-0.5),
+        }
+        for _ in range(layers)
+    ]
     dot = m > 2
-    cfgs = {"qkv": GemvConfig(32 if dot else 8, 128, 1, dot=dot, num_stages=3 if dot else 2),
-            "o": GemvConfig(32 if dot else 8, 128, 4, dot=dot, num_stages=3 if dot else 2),  # split-K
-            "gate_up": GemvConfig(64 if dot else 16, 256 if dot else 512, 1, dot=dot, num_stages=2),
-            "down": GemvConfig(32 if dot else 8, 256, 8, dot=dot, num_stages=2)}  # split-K
+    cfgs = {
+        "qkv": GemvConfig(32 if dot else 8, 128, 1, dot=dot, num_stages=3 if dot else 2),
+        "o": GemvConfig(32 if dot else 8, 128, 4, dot=dot, num_stages=3 if dot else 2),  # split-K
+        "gate_up": GemvConfig(64 if dot else 16, 256 if dot else 512, 1, dot=dot, num_stages=2),
+        "down": GemvConfig(32 if dot else 8, 256, 8, dot=dot, num_stages=2),
+    }  # split-K
     if whole_k:
         from attnserve.gemv.tiles import whole_k_config
 
@@ -74,8 +88,13 @@ def test_pdl_chain_in_a_graph_equals_without_pdl(m, whole_k):
 
     def run_graph(pdl_on: bool):
         pdl.configure(pdl_on)
-        caches = [(torch.zeros(64, 16, 1, 128, device="cuda", dtype=torch.bfloat16),
-                   torch.zeros(64, 16, 1, 128, device="cuda", dtype=torch.bfloat16)) for _ in range(layers)]
+        caches = [
+            (
+                torch.zeros(64, 16, 1, 128, device="cuda", dtype=torch.bfloat16),
+                torch.zeros(64, 16, 1, 128, device="cuda", dtype=torch.bfloat16),
+            )
+            for _ in range(layers)
+        ]
         slots = torch.arange(m, device="cuda", dtype=torch.int64) * 3
 
         def forward():
@@ -102,7 +121,9 @@ def test_pdl_chain_in_a_graph_equals_without_pdl(m, whole_k):
         want, got = run_graph(False), run_graph(True)
         for replay, (a, b) in enumerate(zip(want, got)):
             for name, x, y in zip(("hidden", "residual", "kv cache"), a, b):
-                assert torch.equal(x, y), f"m={m} replay {replay}: {name} differs in {int((x != y).sum())} of {x.numel()}"
+                assert torch.equal(x, y), (
+                    f"m={m} replay {replay}: {name} differs in {int((x != y).sum())} of {x.numel()}"
+                )
     finally:
         pdl.configure(False)
 
@@ -114,8 +135,15 @@ def test_engine_with_pdl_decodes_the_same_tokens(default_gguf):
     params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True, logprobs=2)
     outs = {}
     for on in (False, True):
-        llm = LLM(default_gguf, dtype="bfloat16", device="cuda", attention_backend="TRITON_ATTN",
-                  kv_cache_memory=1 << 30, max_num_seqs=64, enable_pdl=on)
+        llm = LLM(
+            default_gguf,
+            dtype="bfloat16",
+            device="cuda",
+            attention_backend="TRITON_ATTN",
+            kv_cache_memory=1 << 30,
+            max_num_seqs=64,
+            enable_pdl=on,
+        )
         outs[on] = [(o.outputs[0].token_ids, o.outputs[0].logprobs) for o in llm.generate(PROMPTS, params)]
         del llm
     assert [t for t, _ in outs[True]] == [t for t, _ in outs[False]]

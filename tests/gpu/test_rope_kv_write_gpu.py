@@ -77,8 +77,9 @@ def test_fused_kernel_replays_in_a_cuda_graph(cuda_cases):
     q, k, v, target = views({**case, "slots": slots}, qkv, caches)
 
     def step():
-        fused_ops.rotary_embedding_kv_write(positions, q, k, v, case["cos"], case["sin"], target,
-                                            case["q_norm"], case["k_norm"])
+        fused_ops.rotary_embedding_kv_write(
+            positions, q, k, v, case["cos"], case["sin"], target, case["q_norm"], case["k_norm"]
+        )
 
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -88,8 +89,12 @@ def test_fused_kernel_replays_in_a_cuda_graph(cuda_cases):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    new = {**case, "positions": torch.randint(0, 1024, positions.shape, device="cuda"), "slots": slots.flip(0),
-           "qkv": torch.randn_like(qkv)}
+    new = {
+        **case,
+        "positions": torch.randint(0, 1024, positions.shape, device="cuda"),
+        "slots": slots.flip(0),
+        "qkv": torch.randn_like(qkv),
+    }
     positions.copy_(new["positions"])
     slots.copy_(new["slots"])
     qkv.copy_(new["qkv"])
@@ -110,14 +115,20 @@ def _backend_params() -> list:
     """Per installed target: its decode/prefill/mixed cases in its first dtype, and its fp8 and non-NHD
     variants; with q/k norm on all, without on the first."""
     params = []
-    for label, name, cfg, cases in (gpu_targets() if torch.cuda.is_available() else []):
+    for label, name, cfg, cases in gpu_targets() if torch.cuda.is_available() else []:
         first = cases[0].dtype
-        picked = [c for c in cases if c.shape in _SHAPES and c.sliding_window is None
-                  and (c.dtype == first or c.kv_cache_dtype != "auto")]
+        picked = [
+            c
+            for c in cases
+            if c.shape in _SHAPES and c.sliding_window is None and (c.dtype == first or c.kv_cache_dtype != "auto")
+        ]
         for i, case in enumerate(picked):
-            for qk_norm in ((False, True) if i == 0 else (True,)):
-                params.append(pytest.param(label, name, cfg, case, qk_norm,
-                                           id=f"{label}-{case.name}-{'qk_norm' if qk_norm else 'rope'}"))
+            for qk_norm in (False, True) if i == 0 else (True,):
+                params.append(
+                    pytest.param(
+                        label, name, cfg, case, qk_norm, id=f"{label}-{case.name}-{'qk_norm' if qk_norm else 'rope'}"
+                    )
+                )
     return params
 
 
@@ -149,8 +160,9 @@ def gpu_model_dir(tmp_path_factory, default_tokenizer):
     return make
 
 
-def _engine_run(path: str, backend: str, cfg: dict, unfused: bool, monkeypatch, device: str = "cuda",
-                dtype: str = "bfloat16") -> list[torch.Tensor]:
+def _engine_run(
+    path: str, backend: str, cfg: dict, unfused: bool, monkeypatch, device: str = "cuda", dtype: str = "bfloat16"
+) -> list[torch.Tensor]:
     """Prefill two prompts (eager), chunked prefill + decode (eager), two pure decode steps (CUDA graphs):
     the logits of each step and the KV caches after them. ``unfused``: the layers run RoPE then
     ``Attention.forward`` (patched before the engine is built, so its graphs capture that path too)."""
@@ -160,22 +172,39 @@ def _engine_run(path: str, backend: str, cfg: dict, unfused: bool, monkeypatch, 
 
     with monkeypatch.context() as m:
         if unfused:
+
             def forward_with_rope(self, query, key, value, batch, rope):
                 rope.apply(query, key)
                 return self.forward(query, key, value, batch)
 
             m.setattr(Attention, "forward_with_rope", forward_with_rope)
-        llm = LLM(path, dtype=dtype, device=device, block_size=16, kv_cache_memory=64 << 20, max_num_seqs=8,
-                  attention_backend=backend, attention_config=cfg)
+        llm = LLM(
+            path,
+            dtype=dtype,
+            device=device,
+            block_size=16,
+            kv_cache_memory=64 << 20,
+            max_num_seqs=8,
+            attention_backend=backend,
+            attention_config=cfg,
+        )
         runner = llm.engine.runner
         p = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
         a, b = list(range(100, 130)), list(range(2000, 2021))
         ta, tb = [5, 2], [7, 1]
-        steps = [[("a", a, 0, ta), ("b", b[:13], 0, tb)], [("a", [17], 30, ta), ("b", b[13:], 13, tb)],
-                 [("a", [18], 31, ta), ("b", [23], 21, tb)], [("a", [19], 32, ta + [3]), ("b", [24], 22, tb)]]
+        steps = [
+            [("a", a, 0, ta), ("b", b[:13], 0, tb)],
+            [("a", [17], 30, ta), ("b", b[13:], 13, tb)],
+            [("a", [18], 31, ta), ("b", [23], 21, tb)],
+            [("a", [19], 32, ta + [3]), ("b", [24], 22, tb)],
+        ]
         replays = runner.cuda_graphs.replays if runner.cuda_graphs else 0
-        out = [runner.compute_logits(SchedulerOutput([ScheduledRequest(r, t, s, blk, p, True) for r, t, s, blk in st]))
-               .float().cpu() for st in steps]
+        out = [
+            runner.compute_logits(SchedulerOutput([ScheduledRequest(r, t, s, blk, p, True) for r, t, s, blk in st]))
+            .float()
+            .cpu()
+            for st in steps
+        ]
         if runner.cuda_graphs is not None:
             assert runner.cuda_graphs.replays == replays + 2  # the two pure-decode steps
         out += [c.cpu() for c in runner.kv_caches]
@@ -192,8 +221,11 @@ def _engine_run(path: str, backend: str, cfg: dict, unfused: bool, monkeypatch, 
 def test_model_logits_and_cache_fused_equal_unfused(arch, backend, cfg, gpu_model_dir, monkeypatch):
     from tests.gpu.backends import _has
 
-    needs = {"FLASH_ATTN": ("flash_attn_interface", "flash_attn.cute"), "FLASHINFER": ("flashinfer",),
-             "TRITON_ATTN": ("triton",)}[backend]  # FlashAttention 2 needs block size 256: not this test's 16
+    needs = {
+        "FLASH_ATTN": ("flash_attn_interface", "flash_attn.cute"),
+        "FLASHINFER": ("flashinfer",),
+        "TRITON_ATTN": ("triton",),
+    }[backend]  # FlashAttention 2 needs block size 256: not this test's 16
     if not any(_has(m) for m in needs):
         pytest.skip(f"{backend} not installed")
     path = gpu_model_dir(arch)

@@ -49,8 +49,9 @@ def test_fused_gemv_in_a_graph_equals_silu_and_mul_then_gemv(model, m):
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        outs = [(gemv(gate_up, w, None, cfg, act="silu_mul"), gemv(silu_and_mul(gate_up), w, None, cfg))
-                for cfg in cfgs]
+        outs = [
+            (gemv(gate_up, w, None, cfg, act="silu_mul"), gemv(silu_and_mul(gate_up), w, None, cfg)) for cfg in cfgs
+        ]
     for replay in range(3):
         gate_up.copy_(torch.randn(m, 2 * k, device="cuda", dtype=torch.bfloat16, generator=g) * 3)
         graph.replay()
@@ -100,8 +101,10 @@ def test_plan_choice_table_and_fused_forward_in_a_graph(model):
         plain = plan.choices[(n, k, c.m)]
         assert c.unfused_label == plain.label()  # triton <config>, cuBLASLt or cuBLAS
     # the measured choices, then every bucket forced onto its best fused config (the fused path in a graph)
-    forced = GemvPlan(plan.choices, silu_mul={key: dataclasses.replace(c, use_fused=c.config is not None)
-                                             for key, c in plan.silu_mul.items()})
+    forced = GemvPlan(
+        plan.choices,
+        silu_mul={key: dataclasses.replace(c, use_fused=c.config is not None) for key, c in plan.silu_mul.items()},
+    )
     down = mod.mlp.down_proj
     for which, p in (("measured", plan), ("forced", forced)):
         p.install(mod)

@@ -22,15 +22,25 @@ from attnserve.gemv import choices as gemv_plan
 from attnserve.gemv.methods import GemvLinearMethod, SwiGLUGemvMethod
 from attnserve.gemv.plan import gemv_layers, swiglu_mlps
 from tests.gpu.test_cuda_graphs import (  # noqa: F401 (fixture)
-    GREEDY, PROMPTS, default_gguf, prefill_then_decode_step,
+    GREEDY,
+    PROMPTS,
+    default_gguf,
+    prefill_then_decode_step,
 )
 
 pytestmark = pytest.mark.gpu
 
 
 def _llm(path: str) -> LLM:
-    return LLM(path, dtype="bfloat16", device="cuda", attention_backend="TRITON_ATTN", kv_cache_memory=1 << 30,
-               max_num_seqs=64, use_skinny_gemm=True)
+    return LLM(
+        path,
+        dtype="bfloat16",
+        device="cuda",
+        attention_backend="TRITON_ATTN",
+        kv_cache_memory=1 << 30,
+        max_num_seqs=64,
+        use_skinny_gemm=True,
+    )
 
 
 def decode_step_of(llm: LLM, n: int) -> SchedulerOutput:
@@ -41,8 +51,9 @@ def decode_step_of(llm: LLM, n: int) -> SchedulerOutput:
     tables = [[4 * i + j for j in range(4)] for i in range(n)]
     for i, p in enumerate(prompts):
         runner.compute_logits(SchedulerOutput([ScheduledRequest(f"n{n}.r{i}", p, 0, tables[i], GREEDY, True)]))
-    return SchedulerOutput([ScheduledRequest(f"n{n}.r{i}", [42 + i], len(p), tables[i], GREEDY, True)
-                            for i, p in enumerate(prompts)])
+    return SchedulerOutput(
+        [ScheduledRequest(f"n{n}.r{i}", [42 + i], len(p), tables[i], GREEDY, True) for i, p in enumerate(prompts)]
+    )
 
 
 def test_plan_keeps_triton_only_where_faster(default_gguf):
@@ -72,13 +83,20 @@ def test_decode_graph_with_triton_gemvs_matches_cublas(default_gguf, monkeypatch
     llm = _llm(default_gguf)
     runner = llm.engine.runner
     layers = [m for m, _ in gemv_layers(runner.model)]
-    assert all(isinstance(m.quant_method, GemvLinearMethod) and all(f is not None for f in m.quant_method.table[1:])
-               for m in layers)
+    assert all(
+        isinstance(m.quant_method, GemvLinearMethod) and all(f is not None for f in m.quant_method.table[1:])
+        for m in layers
+    )
     mlps = swiglu_mlps(runner.model)
     assert mlps and all(isinstance(mlp.mlp_method, SwiGLUGemvMethod) for mlp in mlps)
     for method in (mlp.mlp_method for mlp in mlps):  # every row count fuses the SwiGLU at exactly one end
-        ends = [(method.swiglu is not None and method.swiglu[r] is not None,
-                 method.silu_mul is not None and method.silu_mul[r] is not None) for r in range(1, 65)]
+        ends = [
+            (
+                method.swiglu is not None and method.swiglu[r] is not None,
+                method.silu_mul is not None and method.silu_mul[r] is not None,
+            )
+            for r in range(1, 65)
+        ]
         assert all(a != b for a, b in ends), ends
     print(f"\nSwiGLU part of the forced plan:\n{runner.gemv_plan.summary().split('SwiGLU layers')[1]}")
     for n in (3, 40, 64):  # the 4-, 48- and 64-row graphs (past 16 rows: tensor-core tiles only)
@@ -97,8 +115,10 @@ def test_decode_graph_with_triton_gemvs_matches_cublas(default_gguf, monkeypatch
         for mlp, method in zip(mlps, saved_mlp):
             mlp.mlp_method = method
         err = ((triton_logits - cublas_logits).abs().max() / cublas_logits.abs().max()).item()
-        print(f"decode logits of {n} requests, Triton GEMVs (fused SwiGLU) in a graph vs SiluAndMul + "
-              f"cuBLAS eager: max relative difference {err:.2e}")
+        print(
+            f"decode logits of {n} requests, Triton GEMVs (fused SwiGLU) in a graph vs SiluAndMul + "
+            f"cuBLAS eager: max relative difference {err:.2e}"
+        )
         assert not torch.isnan(triton_logits).any()
         # bf16 GEMMs summed in another order, through 30 layers: measured on an H200 1.35e-2 (3 rows), 1.88e-2
         # (40), 2.61e-2 (64: the largest of more logits); a wrong row, bucket or stale buffer gives ~1

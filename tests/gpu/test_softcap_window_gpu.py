@@ -18,11 +18,13 @@ pytestmark = pytest.mark.gpu
 
 def _params():
     params = []
-    for label, name, cfg, _ in (gpu_targets() if torch.cuda.is_available() else []):
+    for label, name, cfg, _ in gpu_targets() if torch.cuda.is_available() else []:
         block = 256 if label == "FLASH_ATTN/2" else 16  # FA2's paged KV takes blocks of 256
         dtypes = (torch.bfloat16, torch.float32) if name in ("TRITON_ATTN", "FLEX_ATTENTION") else (torch.bfloat16,)
-        params += [pytest.param(label, name, cfg, case, id=f"{label}-{case.name}")
-                   for case in gemma_cases(block_size=block, dtypes=dtypes)]
+        params += [
+            pytest.param(label, name, cfg, case, id=f"{label}-{case.name}")
+            for case in gemma_cases(block_size=block, dtypes=dtypes)
+        ]
     return params
 
 
@@ -35,8 +37,13 @@ def test_soft_cap_and_window_match_reference(label, backend_name, attention_conf
     backend_cls = AttentionBackendEnum[backend_name].get_class()
     platform = detect_platform("cuda")
     caps = backend_cls.capabilities(platform, attention_config)
-    cfg = AttentionSelectorConfig(head_size=case.head_size, dtype=case.dtype, block_size=case.block_size,
-                                  sliding_window=case.sliding_window, logits_soft_cap=case.logits_soft_cap)
+    cfg = AttentionSelectorConfig(
+        head_size=case.head_size,
+        dtype=case.dtype,
+        block_size=case.block_size,
+        sliding_window=case.sliding_window,
+        logits_soft_cap=case.logits_soft_cap,
+    )
     reasons = backend_cls.validate(cfg, platform, attention_config)
     assert caps.logits_soft_cap and caps.sliding_window, f"{label} claims neither soft cap nor window: {caps}"
     if reasons:

@@ -27,9 +27,15 @@ def llm(request):
 
 
 def test_json_schemas_validate_on_gpu(llm):
-    params = [SamplingParams(temperature=0.0 if i < 10 else 0.8, seed=i, max_tokens=100,
-                             structured_outputs=S(json=SCHEMAS[i % 10], disable_any_whitespace=True))
-              for i in range(50)]
+    params = [
+        SamplingParams(
+            temperature=0.0 if i < 10 else 0.8,
+            seed=i,
+            max_tokens=100,
+            structured_outputs=S(json=SCHEMAS[i % 10], disable_any_whitespace=True),
+        )
+        for i in range(50)
+    ]
     outs = llm.generate([PROMPTS[i % 10] for i in range(50)], params)
     for i, out in enumerate(outs):
         c = out.outputs[0]
@@ -49,8 +55,9 @@ def test_unconstrained_rows_unchanged_by_constrained_neighbours(llm_fp32):
     free = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
     greedy = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
     alone = [o.outputs[0].token_ids for o in llm.generate(free, [greedy] * 3)]
-    constrained = SamplingParams(temperature=0.0, max_tokens=60,
-                                 structured_outputs=S(json=SCHEMAS[0], disable_any_whitespace=True))
+    constrained = SamplingParams(
+        temperature=0.0, max_tokens=60, structured_outputs=S(json=SCHEMAS[0], disable_any_whitespace=True)
+    )
     mixed = llm.generate(free + [PROMPTS[0]] * 2, [greedy] * 3 + [constrained] * 2)
     assert [o.outputs[0].token_ids for o in mixed[:3]] == alone
     for o in mixed[3:]:
@@ -65,12 +72,14 @@ def test_bitmask_is_filled_pinned_and_applied_on_the_device(llm_fp32):
     from attnserve.structured_output.bitmask import GrammarBitmask, apply_grammar_bitmask
     from attnserve.model_executor.forward_batch import PinnedStaging
 
-    llm_fp32.generate([PROMPTS[0]], SamplingParams(temperature=0.0, max_tokens=4, structured_outputs=S(json=SCHEMAS[0])))
+    llm_fp32.generate(
+        [PROMPTS[0]], SamplingParams(temperature=0.0, max_tokens=4, structured_outputs=S(json=SCHEMAS[0]))
+    )
     structured = llm_fp32.engine.structured
     assert structured.pin_memory and structured._buffers and all(b.is_pinned() for b in structured._buffers)
     gen = torch.Generator().manual_seed(0)
     vocab, tokens, rows = 1000, 900, [1, 4, 5]
-    words = torch.randint(-2**31, 2**31 - 1, (len(rows), (tokens + 31) // 32), dtype=torch.int32, generator=gen)
+    words = torch.randint(-(2**31), 2**31 - 1, (len(rows), (tokens + 31) // 32), dtype=torch.int32, generator=gen)
     host = GrammarBitmask(words.numpy(), torch.tensor(rows).numpy(), tokens, words.pin_memory())
     logits = torch.randn(8, vocab, generator=gen)
     want = apply_grammar_bitmask(logits.clone(), GrammarBitmask(words, torch.tensor(rows), tokens))

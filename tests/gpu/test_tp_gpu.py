@@ -30,15 +30,13 @@ import torch
 
 from attnserve import LLM, SamplingParams
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")]
 
 CHATS = [
     [{"role": "user", "content": "What is the capital of France?"}],
     [{"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number."}],
     [{"role": "user", "content": "Give me three tips for sleeping better."}],
-    [{"role": "system", "content": "You are a terse assistant."},
-     {"role": "user", "content": "Why is the sky blue?"}],
+    [{"role": "system", "content": "You are a terse assistant."}, {"role": "user", "content": "Why is the sky blue?"}],
 ]
 NEW_TOKENS = 32
 TIE = {"float32": 1e-3, "bfloat16": 0.1}  # logprob margins below this are near ties at that precision
@@ -85,8 +83,13 @@ def _run(model, prompts, params, **engine) -> tuple[list, dict]:
     t0 = time.monotonic()
     llm = LLM(model, kv_cache_memory=KV, max_num_seqs=8, **engine)  # 8: few CUDA-graph batch sizes to capture
     info = llm.engine.info
-    facts = {"backend": info.backend_name, "kv_blocks": info.num_blocks, "kv_heads_rank0": info.num_kv_heads,
-             "async": llm.engine.async_scheduling, "start_s": round(time.monotonic() - t0, 1)}
+    facts = {
+        "backend": info.backend_name,
+        "kv_blocks": info.num_blocks,
+        "kv_heads_rank0": info.num_kv_heads,
+        "async": llm.engine.async_scheduling,
+        "start_s": round(time.monotonic() - t0, 1),
+    }
     try:
         t0 = time.monotonic()
         if isinstance(prompts[0], list) and prompts[0] and isinstance(prompts[0][0], dict):
@@ -123,8 +126,10 @@ def _compare(ref_outs, tp_outs, tie: float, label: str, what: str = "TP=2 vs TP=
         a, b = r.outputs[0], t.outputs[0]
         k = next((j for j, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), None)
         # the first step's logprobs (same context on both): how far apart TP=2's numbers are from TP=1's
-        lp_diff = max((abs(lp.logprob - b.logprobs[0][tok].logprob)
-                       for tok, lp in a.logprobs[0].items() if tok in b.logprobs[0]), default=float("inf"))
+        lp_diff = max(
+            (abs(lp.logprob - b.logprobs[0][tok].logprob) for tok, lp in a.logprobs[0].items() if tok in b.logprobs[0]),
+            default=float("inf"),
+        )
         if lp_diff >= tie:
             failures.append(f"prompt {i}: step-0 logprobs differ by {lp_diff:.3g}")
         if k is None:
@@ -132,9 +137,11 @@ def _compare(ref_outs, tp_outs, tie: float, label: str, what: str = "TP=2 vs TP=
             continue
         m = _margin(a.logprobs[k])
         ok = m < tie
-        print(f"  prompt {i}: first difference at step {k} (TP=1 {a.token_ids[k]}, TP=2 {b.token_ids[k]}); TP=1 "
-              f"top-2 margin there {m:.2e} ({'near tie, accepted' if ok else 'NOT a near tie'}); step-0 logprob "
-              f"|diff| {lp_diff:.2e}")
+        print(
+            f"  prompt {i}: first difference at step {k} (TP=1 {a.token_ids[k]}, TP=2 {b.token_ids[k]}); TP=1 "
+            f"top-2 margin there {m:.2e} ({'near tie, accepted' if ok else 'NOT a near tie'}); step-0 logprob "
+            f"|diff| {lp_diff:.2e}"
+        )
         if not ok:
             failures.append(f"prompt {i}: step {k}, TP=1 {a.token_ids[k]} != TP=2 {b.token_ids[k]}, margin {m:.3g}")
     return failures
@@ -154,8 +161,10 @@ def test_default_model_float32_tp2_matches_tp1(default_gguf, backend, enforce_ea
     assert f1["async"] is f2["async"] is True  # the GPU default, with tensor parallelism too
     assert f2["kv_heads_rank0"] == 2  # 3 KV heads over 2 ranks: 2 + 1
     assert f2["exit_codes"] == [0, 0], "workers did not exit cleanly on shutdown"
-    assert f2["worker_env"] == {"NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE", "0"),
-                                "TORCH_SYMM_MEM_DISABLE_MULTICAST": os.environ.get("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")}
+    assert f2["worker_env"] == {
+        "NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE", "0"),
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": os.environ.get("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+    }
     assert all(len(o.outputs[0].token_ids) == NEW_TOKENS for o in ref + tp)
     assert not failures, failures
 
@@ -193,8 +202,14 @@ def test_tiny_qwen3_tp2_async_matches_tp2_sync(tiny_qwen3):
 def test_dead_worker_fails_requests_within_30s(tiny_qwen3):
     from attnserve.executor.base import WorkerDiedError
 
-    llm = LLM(tiny_qwen3, dtype="float32", attention_backend="TRITON_ATTN", tensor_parallel_size=2,
-              kv_cache_memory=KV, max_num_seqs=8)  # CUDA graphs where the backend allows: the default path
+    llm = LLM(
+        tiny_qwen3,
+        dtype="float32",
+        attention_backend="TRITON_ATTN",
+        tensor_parallel_size=2,
+        kv_cache_memory=KV,
+        max_num_seqs=8,
+    )  # CUDA graphs where the backend allows: the default path
     engine = llm.engine
     assert engine.async_scheduling is True  # the default: steps are queued ahead in every worker
     try:
@@ -220,8 +235,10 @@ def test_dead_worker_fails_requests_within_30s(tiny_qwen3):
                 steps += 1
         killer.join()
         waited = time.monotonic() - killed["t"]
-        print(f"\n[dead worker] killed rank 1 (pid {pids[1]}) mid-generation; {steps} steps completed after; "
-              f"error after {waited:.2f} s: {e.value}")
+        print(
+            f"\n[dead worker] killed rank 1 (pid {pids[1]}) mid-generation; {steps} steps completed after; "
+            f"error after {waited:.2f} s: {e.value}"
+        )
         assert waited < 30
         assert str(e.value) == f"worker rank 1 (pid {pids[1]}) died (exit code -9); pending requests failed"
         assert not engine.has_unfinished_requests()

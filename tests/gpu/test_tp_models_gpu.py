@@ -13,8 +13,7 @@ import torch
 from attnserve import SamplingParams
 from tests.gpu.test_tp_gpu import TIE, _compare, _run
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")]
 
 PROMPTS = [list(range(100, 140)), [2, 44, 9000, 13, 77, 1200, 5, 6, 7], [15]]  # 40 tokens: past the window of 8
 

@@ -35,22 +35,38 @@ def make_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, dict]:
             h = shape[-1]
             for res in (False, True):
                 cases[f"rms_norm-{'x'.join(map(str, shape))}-{'res' if res else 'nores'}-{name}"] = dict(
-                    op="rms_norm", x=randn(*shape, dt=dt, scale=2.0), weight=randn(h, dt=dt, scale=0.1) + 1,
-                    eps=1e-6 if res else 1e-5, residual=randn(*shape, dt=dt) if res else None)
+                    op="rms_norm",
+                    x=randn(*shape, dt=dt, scale=2.0),
+                    weight=randn(h, dt=dt, scale=0.1) + 1,
+                    eps=1e-6 if res else 1e-5,
+                    residual=randn(*shape, dt=dt) if res else None,
+                )
         # the per-head q norm over a strided (T, Hq, D) view, through the generic kernel
         qkv = randn(6, (4 + 2 * 2) * 64, dt=dt)
-        cases[f"rms_norm-heads_view-{name}"] = dict(op="rms_norm", x=qkv[:, :256].view(6, 4, 64),
-                                                     weight=randn(64, dt=dt, scale=0.1) + 1, eps=1e-6, residual=None)
+        cases[f"rms_norm-heads_view-{name}"] = dict(
+            op="rms_norm",
+            x=qkv[:, :256].view(6, 4, 64),
+            weight=randn(64, dt=dt, scale=0.1) + 1,
+            eps=1e-6,
+            residual=None,
+        )
         for d, hq, hk, t in [(64, 8, 2, 11), (128, 16, 8, 5), (128, 12, 3, 4), (64, 4, 4, 1)]:
             rope = RotaryEmbedding(d, 1024, 1e6).to(device)
             positions = torch.randint(0, 1024, (t,), generator=g).to(device)
             positions[-1] = positions[0]  # a repeat; the rest is unsorted
             for norm in (False, True):
                 cases[f"rotary-d{d}-q{hq}-kv{hk}-t{t}-{'norm' if norm else 'nonorm'}-{name}"] = dict(
-                    op="rotary", positions=positions, qkv=randn(t, (hq + 2 * hk) * d, dt=dt, scale=2.0),
-                    hq=hq, hk=hk, d=d, cos=rope.cos_cache, sin=rope.sin_cache,
+                    op="rotary",
+                    positions=positions,
+                    qkv=randn(t, (hq + 2 * hk) * d, dt=dt, scale=2.0),
+                    hq=hq,
+                    hk=hk,
+                    d=d,
+                    cos=rope.cos_cache,
+                    sin=rope.sin_cache,
                     q_norm=(randn(d, dt=dt, scale=0.1) + 1, 1e-6) if norm else None,
-                    k_norm=(randn(d, dt=dt, scale=0.1) + 1, 1e-6) if norm else None)
+                    k_norm=(randn(d, dt=dt, scale=0.1) + 1, 1e-6) if norm else None,
+                )
         for t, inter in [(5, 1000), (3, 1536), (1, 3072), (0, 64)]:
             cases[f"silu_and_mul-{t}x{inter}-{name}"] = dict(op="silu_and_mul", x=randn(t, 2 * inter, dt=dt, scale=3.0))
     return cases
@@ -71,15 +87,17 @@ def run(case: dict, ops) -> torch.Tensor | tuple[torch.Tensor, ...]:
         return ops.rms_norm(case["x"], case["weight"], case["eps"], case["residual"])
     if op == "rotary":
         qkv = case["qkv"].clone()
-        ops.rotary_embedding(case["positions"], *qk_views(case, qkv), case["cos"], case["sin"],
-                             case["q_norm"], case["k_norm"])
+        ops.rotary_embedding(
+            case["positions"], *qk_views(case, qkv), case["cos"], case["sin"], case["q_norm"], case["k_norm"]
+        )
         return qkv
     return ops.silu_and_mul(case["x"])
 
 
 # the PyTorch definitions under the dispatchers' names
-TORCH_OPS = SimpleNamespace(rms_norm=rms_norm_torch, rotary_embedding=rotary_embedding_torch,
-                            silu_and_mul=silu_and_mul_torch)
+TORCH_OPS = SimpleNamespace(
+    rms_norm=rms_norm_torch, rotary_embedding=rotary_embedding_torch, silu_and_mul=silu_and_mul_torch
+)
 
 
 def main(inp: str, out: str) -> None:

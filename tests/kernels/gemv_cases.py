@@ -16,6 +16,7 @@ import sys
 import torch
 
 from tests.helpers import seeded_randn
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # (name, config fields or None for the default chooser): FMA and tensor-core paths, one K step or several,
@@ -48,20 +49,27 @@ def make_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, dict]:
                     continue  # fp16 shares every code path with bf16: two configs are enough
                 for bias in (False, True):
                     cases[f"{m}x{n}x{k}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
-                        x=randn(m, k, dt=dt), weight=randn(n, k, dt=dt), bias=randn(n, dt=dt) if bias else None,
-                        config=cfg)
+                        x=randn(m, k, dt=dt),
+                        weight=randn(n, k, dt=dt),
+                        bias=randn(n, dt=dt) if bias else None,
+                        config=cfg,
+                    )
         # x rows with a stride (a slice of a wider activation), split K
         wide = randn(3, 160, dt=dt)
-        cases[f"strided_x-{dname}"] = dict(x=wide[:, :128], weight=randn(40, 128, dt=dt), bias=None,
-                                           config=dict(block_n=16, block_k=32, split_k=2))
+        cases[f"strided_x-{dname}"] = dict(
+            x=wide[:, :128], weight=randn(40, 128, dt=dt), bias=None, config=dict(block_n=16, block_k=32, split_k=2)
+        )
         for m, n, k in MANY_ROWS_SHAPES:
             for cname, cfg in MANY_ROWS_CONFIGS.items():
                 if (cname == "fma-n8-k32" and m > 16) or (dname == "fp16" and cname != "dot-n32-k16-split4"):
                     continue  # FMA takes <= 16 rows; fp16 shares every code path with bf16
                 for bias in (False, True):
                     cases[f"{m}x{n}x{k}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
-                        x=randn(m, k, dt=dt), weight=randn(n, k, dt=dt), bias=randn(n, dt=dt) if bias else None,
-                        config=cfg)
+                        x=randn(m, k, dt=dt),
+                        weight=randn(n, k, dt=dt),
+                        bias=randn(n, dt=dt) if bias else None,
+                        config=cfg,
+                    )
     return cases
 
 
@@ -112,19 +120,31 @@ def make_silu_mul_cases(device: str = "cpu", dtypes=tuple(DTYPES)) -> dict[str, 
             for cname, cfg in SILU_MUL_CONFIGS.items():
                 bias = (i + len(cname)) % 2 == 0
                 cases[f"silu_mul-{m}x{n}x{inter}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
-                    x=randn(m, 2 * inter, dt=dt, scale=3.0), weight=randn(n, inter, dt=dt, scale=inter**-0.5),
-                    bias=randn(n, dt=dt) if bias else None, config=cfg, act="silu_mul")
+                    x=randn(m, 2 * inter, dt=dt, scale=3.0),
+                    weight=randn(n, inter, dt=dt, scale=inter**-0.5),
+                    bias=randn(n, dt=dt) if bias else None,
+                    config=cfg,
+                    act="silu_mul",
+                )
         for i, (m, n, inter) in enumerate(SILU_MUL_MANY_ROWS_SHAPES):
             for cname, cfg in SILU_MUL_MANY_ROWS_CONFIGS.items():
                 bias = (i + len(cname)) % 2 == 0
                 cases[f"silu_mul-{m}x{n}x{inter}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
-                    x=randn(m, 2 * inter, dt=dt, scale=3.0), weight=randn(n, inter, dt=dt, scale=inter**-0.5),
-                    bias=randn(n, dt=dt) if bias else None, config=cfg, act="silu_mul")
+                    x=randn(m, 2 * inter, dt=dt, scale=3.0),
+                    weight=randn(n, inter, dt=dt, scale=inter**-0.5),
+                    bias=randn(n, dt=dt) if bias else None,
+                    config=cfg,
+                    act="silu_mul",
+                )
         # the gate/up rows as a slice of a wider buffer (a row stride past 2I)
         wide = randn(3, 2 * 45 + 6, dt=dt, scale=3.0)
-        cases[f"silu_mul-strided_x-{dname}"] = dict(x=wide[:, :90], weight=randn(20, 45, dt=dt, scale=45**-0.5),
-                                                   bias=None, config=dict(block_n=16, block_k=16, split_k=2),
-                                                   act="silu_mul")
+        cases[f"silu_mul-strided_x-{dname}"] = dict(
+            x=wide[:, :90],
+            weight=randn(20, 45, dt=dt, scale=45**-0.5),
+            bias=None,
+            config=dict(block_n=16, block_k=16, split_k=2),
+            act="silu_mul",
+        )
     return cases
 
 
@@ -157,12 +177,20 @@ def make_swiglu_cases(device: str = "cpu", dtypes=("bf16", "fp32")) -> dict[str,
                     continue  # the FMA path takes <= 16 rows
                 for bias in (False, True):
                     cases[f"swiglu-{m}x{n}x{k}-{cname}-{'bias' if bias else 'nobias'}-{dname}"] = dict(
-                        x=randn(m, k, dt=dt, scale=3.0), weight=randn(2 * n, k, dt=dt, scale=k**-0.5),
-                        bias=randn(2 * n, dt=dt) if bias else None, config=cfg, out_act="silu_mul")
+                        x=randn(m, k, dt=dt, scale=3.0),
+                        weight=randn(2 * n, k, dt=dt, scale=k**-0.5),
+                        bias=randn(2 * n, dt=dt) if bias else None,
+                        config=cfg,
+                        out_act="silu_mul",
+                    )
         for bias in (False, True):  # K = 0: no launch, the SwiGLU of the bias (of zeros without one)
             cases[f"swiglu-2x3x0-fma-n2-k16-{'bias' if bias else 'nobias'}-{dname}"] = dict(
-                x=randn(2, 0, dt=dt), weight=randn(6, 0, dt=dt), bias=randn(6, dt=dt, scale=3.0) if bias else None,
-                config=dict(block_n=2, block_k=16), out_act="silu_mul")
+                x=randn(2, 0, dt=dt),
+                weight=randn(6, 0, dt=dt),
+                bias=randn(6, dt=dt, scale=3.0) if bias else None,
+                config=dict(block_n=2, block_k=16),
+                out_act="silu_mul",
+            )
     return cases
 
 
@@ -170,8 +198,14 @@ def run(case: dict, gemv) -> torch.Tensor:
     from attnserve.kernels.triton_gemv import GemvConfig
 
     cfg = case["config"]
-    return gemv(case["x"], case["weight"], case["bias"], None if cfg is None else GemvConfig(**cfg),
-                act=case.get("act", "none"), out_act=case.get("out_act", "none"))
+    return gemv(
+        case["x"],
+        case["weight"],
+        case["bias"],
+        None if cfg is None else GemvConfig(**cfg),
+        act=case.get("act", "none"),
+        out_act=case.get("out_act", "none"),
+    )
 
 
 def run_silu_mul_pair(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -288,11 +322,19 @@ def _tiny_mlp_models(cfg, epilogue: bool):
         shapes = {tuple(w.shape) for _, w in gemv_layers(model)}
         gate_up = tuple(model.layers[0].mlp.gate_up_proj.weight.shape)
         down = tuple(model.layers[0].mlp.down_proj.weight.shape)
-        swiglu = {(*gate_up, m): SiluMulChoice(*gate_up, m, 2.0, "cuBLAS + silu_and_mul", 1.0, cfg(m), True)
-                  for m in DECODE_MS} if epilogue else {}
-        GemvPlan({(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg(m), True) for n, k in shapes for m in DECODE_MS},
-                 silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg(m), True) for m in DECODE_MS},
-                 swiglu=swiglu).install(model)
+        swiglu = (
+            {
+                (*gate_up, m): SiluMulChoice(*gate_up, m, 2.0, "cuBLAS + silu_and_mul", 1.0, cfg(m), True)
+                for m in DECODE_MS
+            }
+            if epilogue
+            else {}
+        )
+        GemvPlan(
+            {(n, k, m): GemvChoice(n, k, m, 2.0, 1.0, cfg(m), True) for n, k in shapes for m in DECODE_MS},
+            silu_mul={(*down, m): SiluMulChoice(*down, m, 2.0, "cuBLAS", 1.0, cfg(m), True) for m in DECODE_MS},
+            swiglu=swiglu,
+        ).install(model)
         yield arch, model, dtype
 
 
@@ -359,8 +401,9 @@ def swiglu_mlp_outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor, list[int
                 return None if f is None else lambda a, w, b: (seen.append(a.shape[0]), f(a, w, b))[1]
 
             method = mlp.mlp_method
-            mlp.mlp_method = type(method)(tuple(record(f, seen_up) for f in method.swiglu),
-                                          tuple(record(f, seen_down) for f in method.silu_mul))
+            mlp.mlp_method = type(method)(
+                tuple(record(f, seen_up) for f in method.swiglu), tuple(record(f, seen_down) for f in method.silu_mul)
+            )
             for rows in ROUTED_ROWS:
                 x = torch.randn(rows, model.config.hidden_size).to(dtype)
                 seen_up.clear()
@@ -380,9 +423,14 @@ def main(src: str, dst: str) -> None:
     from attnserve.kernels import triton_gemv
 
     cases = torch.load(src)
-    out = {name: run_silu_mul_pair(case) if case.get("act") == "silu_mul" else
-           run_swiglu_triple(case) if case.get("out_act") == "silu_mul" else run(case, triton_gemv.gemv)
-           for name, case in cases.items()}
+    out = {
+        name: run_silu_mul_pair(case)
+        if case.get("act") == "silu_mul"
+        else run_swiglu_triple(case)
+        if case.get("out_act") == "silu_mul"
+        else run(case, triton_gemv.gemv)
+        for name, case in cases.items()
+    }
     out["__counters__"] = triton_gemv.prepare("cpu").clone()
     out["__layers__"] = layer_outputs()
     out["__silu_mul_mlp__"] = silu_mul_mlp_outputs()

@@ -58,22 +58,36 @@ def make_cases(device: str = "cpu") -> dict[str, dict]:
         num_blocks = t // page + 3
         cache_dt = fp8 or dt
         if shape == "split":  # keys NHD, values HND: a kernel that mixes up K and V strides fails here
-            caches = (torch.empty(num_blocks, page, hk, d, dtype=cache_dt, device=device),
-                      torch.empty(num_blocks, hk, page, d, dtype=cache_dt, device=device).transpose(1, 2))
+            caches = (
+                torch.empty(num_blocks, page, hk, d, dtype=cache_dt, device=device),
+                torch.empty(num_blocks, hk, page, d, dtype=cache_dt, device=device).transpose(1, 2),
+            )
         else:
-            caches = tuple(allocate_kv_caches(CACHE_SHAPES[shape], layout, 1, num_blocks, page, hk, d, cache_dt,
-                                              torch.device(device)))
+            caches = tuple(
+                allocate_kv_caches(
+                    CACHE_SHAPES[shape], layout, 1, num_blocks, page, hk, d, cache_dt, torch.device(device)
+                )
+            )
         for c in caches:  # junk that a skipped slot must keep
             c.copy_(torch.randn(c.shape, generator=g).to(cache_dt))
         slots = torch.randperm(num_blocks * page, generator=g)[:t]
         slots[torch.arange(t) % 4 == 2] = -1  # padding tokens: rotated, not stored
-        return dict(positions=torch.randint(0, 1024, (t,), generator=g).to(device),
-                    qkv=randn(t, (hq + 2 * hk) * d, dt=dt, scale=2.0), hq=hq, hk=hk, d=d,
-                    cos=rope.cos_cache, sin=rope.sin_cache,
-                    q_norm=(randn(d, dt=dt, scale=0.1) + 1, 1e-6) if norm else None,
-                    k_norm=(randn(d, dt=dt, scale=0.1) + 1, 1e-6) if norm else None,
-                    caches=caches, kv_dim=CACHE_SHAPES.get(shape, _Shape2N).kv_dim, slots=slots.to(device),
-                    k_scale=10.0 / 448.0 if fp8 else 1.0, v_scale=12.0 / 448.0 if fp8 else 1.0)
+        return dict(
+            positions=torch.randint(0, 1024, (t,), generator=g).to(device),
+            qkv=randn(t, (hq + 2 * hk) * d, dt=dt, scale=2.0),
+            hq=hq,
+            hk=hk,
+            d=d,
+            cos=rope.cos_cache,
+            sin=rope.sin_cache,
+            q_norm=(randn(d, dt=dt, scale=0.1) + 1, 1e-6) if norm else None,
+            k_norm=(randn(d, dt=dt, scale=0.1) + 1, 1e-6) if norm else None,
+            caches=caches,
+            kv_dim=CACHE_SHAPES.get(shape, _Shape2N).kv_dim,
+            slots=slots.to(device),
+            k_scale=10.0 / 448.0 if fp8 else 1.0,
+            v_scale=12.0 / 448.0 if fp8 else 1.0,
+        )
 
     cases: dict[str, dict] = {}
     for name, dt in DTYPES.items():
@@ -84,12 +98,14 @@ def make_cases(device: str = "cpu") -> dict[str, dict]:
         for layout in KVCacheLayout:
             for norm in (False, True):
                 cases[f"cache{shape}-{layout.value}-{'norm' if norm else 'nonorm'}-bf16"] = case(
-                    128, 12, 3, 37, torch.bfloat16, norm, shape, layout)
+                    128, 12, 3, 37, torch.bfloat16, norm, shape, layout
+                )
     cases["cachesplit-nonorm-fp16"] = case(64, 8, 2, 21, torch.float16, False, "split")
     for name in ("bf16", "fp16"):
         for shape, layout in (("2N", KVCacheLayout.NHD), ("N2", KVCacheLayout.HND), ("split", None)):
             cases[f"fp8-cache{shape}-{getattr(layout, 'value', 'mixed')}-norm-{name}"] = case(
-                64, 8, 2, 21, DTYPES[name], True, shape, layout, fp8=torch.float8_e4m3fn)
+                64, 8, 2, 21, DTYPES[name], True, shape, layout, fp8=torch.float8_e4m3fn
+            )
     return cases
 
 
@@ -119,15 +135,15 @@ def run(case: dict, how: str) -> tuple[torch.Tensor, ...]:
         from attnserve.kernels.triton_fused_ops import rotary_embedding
 
         rotary_embedding(*args, *rope)
-        reshape_and_cache(k, v, target.key_cache, target.value_cache, target.slot_mapping, target.k_scale,
-                          target.v_scale)
+        reshape_and_cache(
+            k, v, target.key_cache, target.value_cache, target.slot_mapping, target.k_scale, target.v_scale
+        )
     else:
         from attnserve.kernels.kv_write import write_kv_torch
         from attnserve.kernels.fused_ops import rotary_embedding_torch
 
         rotary_embedding_torch(*args, *rope)
-        write_kv_torch(k, v, target.key_cache, target.value_cache, target.slot_mapping, target.k_scale,
-                       target.v_scale)
+        write_kv_torch(k, v, target.key_cache, target.value_cache, target.slot_mapping, target.k_scale, target.v_scale)
     return (qkv, *caches)
 
 

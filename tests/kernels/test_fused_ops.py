@@ -101,8 +101,9 @@ def test_kernels_replay_in_a_cuda_graph(cuda_cases):
 
     def step():
         out, s = fused_ops.rms_norm(x, w, 1e-6, r)
-        fused_ops.rotary_embedding(case["positions"], *qk_views(case, qkv), case["cos"], case["sin"],
-                                   case["q_norm"], case["k_norm"])
+        fused_ops.rotary_embedding(
+            case["positions"], *qk_views(case, qkv), case["cos"], case["sin"], case["q_norm"], case["k_norm"]
+        )
         return out, s, fused_ops.silu_and_mul(gu)
 
     stream = torch.cuda.Stream()
@@ -127,11 +128,13 @@ def test_kernels_replay_in_a_cuda_graph(cuda_cases):
 
 # ---------------------------------------------------------------------------------------- dispatch, layers
 def test_cpu_tensors_take_the_pytorch_path_without_importing_triton():
-    code = ("import sys, torch\nfrom attnserve.layers.norm import RMSNorm\n"
-            "from attnserve.layers.activation import SiluAndMul\nfrom attnserve.layers.rotary import RotaryEmbedding\n"
-            "x = torch.randn(3, 64)\nRMSNorm(64)(x, x)\nSiluAndMul()(x)\n"
-            "q = torch.randn(3, 2, 64)\nRotaryEmbedding(64, 16, 1e4)(torch.arange(3), q, q.clone())\n"
-            "print('triton' in sys.modules)")
+    code = (
+        "import sys, torch\nfrom attnserve.layers.norm import RMSNorm\n"
+        "from attnserve.layers.activation import SiluAndMul\nfrom attnserve.layers.rotary import RotaryEmbedding\n"
+        "x = torch.randn(3, 64)\nRMSNorm(64)(x, x)\nSiluAndMul()(x)\n"
+        "q = torch.randn(3, 2, 64)\nRotaryEmbedding(64, 16, 1e4)(torch.arange(3), q, q.clone())\n"
+        "print('triton' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -166,8 +169,8 @@ def test_rotary_rotates_in_place_and_leaves_v_alone():
     q2, k2 = rope(case["positions"], q, k)
     assert q2 is q and k2 is k
     assert torch.equal(qkv, run(case, TORCH_OPS))
-    assert torch.equal(qkv[:, -2 * 64:], case["qkv"][:, -2 * 64:])
-    assert not torch.equal(qkv[:, :8 * 64], case["qkv"][:, :8 * 64])
+    assert torch.equal(qkv[:, -2 * 64 :], case["qkv"][:, -2 * 64 :])
+    assert not torch.equal(qkv[:, : 8 * 64], case["qkv"][:, : 8 * 64])
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])

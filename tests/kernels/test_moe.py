@@ -9,7 +9,13 @@ import torch
 import torch.nn.functional as F
 
 from attnserve.distributed.group import TPGroup
-from attnserve.kernels.moe import fused_experts, fused_experts_reference, moe_activation, moe_align_block_size, topk_routing
+from attnserve.kernels.moe import (
+    fused_experts,
+    fused_experts_reference,
+    moe_activation,
+    moe_align_block_size,
+    topk_routing,
+)
 from attnserve.layers.moe import FusedMoE
 
 
@@ -62,12 +68,16 @@ def test_swigluoai_activation():
         moe_activation(torch.cat([gate, up], -1), "gelu")
 
 
-@pytest.mark.parametrize("T,E,k,activation,bias", [(1, 8, 2, "silu", False), (17, 8, 2, "silu", False),
-                                                   (33, 16, 4, "swigluoai", True), (5, 4, 4, "silu", True)])
+@pytest.mark.parametrize(
+    "T,E,k,activation,bias",
+    [(1, 8, 2, "silu", False), (17, 8, 2, "silu", False), (33, 16, 4, "swigluoai", True), (5, 4, 4, "silu", True)],
+)
 def test_reference_matches_token_by_token_loop(T, E, k, activation, bias):
     x, w13, w2, weights, ids, b13, b2 = _case(T, E, 24, 20, k, bias=bias)
     got = fused_experts(x, w13, w2, weights, ids, activation, b13, b2)  # CPU: the definition
-    torch.testing.assert_close(got.double(), _naive(x, w13, w2, weights, ids, activation, b13, b2), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        got.double(), _naive(x, w13, w2, weights, ids, activation, b13, b2), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("T,E,k,block", [(1, 8, 2, 16), (7, 8, 8, 4), (64, 128, 8, 16), (300, 16, 4, 64)])
@@ -82,7 +92,7 @@ def test_align_block_size_schedule(T, E, k, block):
     assert sorted(real.tolist()) == list(range(n))  # every pair once
     assert (sorted_ids[used:] == n).all()
     for b in range(used // block):  # each block: one expert's pairs, in token order
-        pairs = sorted_ids[b * block:(b + 1) * block]
+        pairs = sorted_ids[b * block : (b + 1) * block]
         pairs = pairs[pairs < n].long()
         assert (flat[pairs] == expert_ids[b]).all() and pairs.tolist() == sorted(pairs.tolist())
     counts = torch.bincount(flat.long(), minlength=E)
@@ -93,7 +103,7 @@ def _emulated_grouped_gemm(a, b, bias, pair_weights, sorted_ids, expert_ids, num
     """What ``triton_moe._fused_moe_kernel`` computes, one row block at a time from the schedule."""
     out = torch.zeros(n_pairs, b.shape[1], dtype=a.dtype)
     for blk in range(int(num_padded) // block):
-        pairs = sorted_ids[blk * block:(blk + 1) * block].long()
+        pairs = sorted_ids[blk * block : (blk + 1) * block].long()
         pairs = pairs[pairs < n_pairs]
         e = int(expert_ids[blk])
         y = F.linear(a[pairs // top_k], b[e], None if bias is None else bias[e])
@@ -116,8 +126,11 @@ def test_tensor_parallel_split_sums_to_the_whole():
     checkpoint tensors (uneven: 6 and 5 of 11), give partial outputs whose sum (the all-reduce) is the one-rank output."""
     E, H, I, k, T = 4, 16, 11, 2, 6  # I odd: 6 + 5 columns
     g = torch.Generator().manual_seed(3)
-    gate_w, up_w, down_w = (torch.randn(E, I, H, generator=g), torch.randn(E, I, H, generator=g),
-                            torch.randn(E, H, I, generator=g))
+    gate_w, up_w, down_w = (
+        torch.randn(E, I, H, generator=g),
+        torch.randn(E, I, H, generator=g),
+        torch.randn(E, H, I, generator=g),
+    )
     down_b = torch.randn(E, H, generator=g)
     x, logits = torch.randn(T, H, generator=g), torch.randn(T, E, generator=g)
 
@@ -138,6 +151,7 @@ def test_tensor_parallel_split_sums_to_the_whole():
         width = 6 - rank
         assert m.w13_weight.shape == (E, 2 * width, H) and m.w2_weight.shape == (E, H, width)
         w, ids = topk_routing(logits, k, True)
-        parts.append(fused_experts(x, m.w13_weight, m.w2_weight, w, ids, "silu", m.w13_bias,
-                                   m.w2_bias if rank == 0 else None))  # FusedMoE.forward without the all-reduce
+        parts.append(
+            fused_experts(x, m.w13_weight, m.w2_weight, w, ids, "silu", m.w13_bias, m.w2_bias if rank == 0 else None)
+        )  # FusedMoE.forward without the all-reduce
     torch.testing.assert_close(parts[0] + parts[1], whole, rtol=1e-5, atol=1e-5)

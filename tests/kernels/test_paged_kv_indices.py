@@ -62,10 +62,15 @@ def test_triton_device_pages_in_interpreter(tmp_path):
         "        fn(seq, table, p, a, b, c)\n"
         "        outs.append((a, b, c[: int(a[-1])]))\n"
         "    assert all(torch.equal(x, y) for x, y in zip(*outs)), (n, w, p)\n"
-        "print('ok')\n")
+        "print('ok')\n"
+    )
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": root})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": root},
+    )
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
-
-

@@ -76,7 +76,8 @@ def test_cpu_dispatch_is_rotary_then_the_pytorch_kv_write(name):
     case = CASES[name]
     qkv, caches = case["qkv"].clone(), tuple(c.clone() for c in case["caches"])
     q, k, v, target = views(case, qkv, caches)
-    fused_ops.rotary_embedding_kv_write(case["positions"], q, k, v, case["cos"], case["sin"], target,
-                                        case["q_norm"], case["k_norm"])
+    fused_ops.rotary_embedding_kv_write(
+        case["positions"], q, k, v, case["cos"], case["sin"], target, case["q_norm"], case["k_norm"]
+    )
     want_qkv, *want_caches = run(case, "torch")
     assert torch.equal(qkv, want_qkv) and all(torch.equal(c, w) for c, w in zip(caches, want_caches, strict=True))

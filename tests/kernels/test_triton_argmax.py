@@ -34,8 +34,9 @@ def argmax_cases() -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory) -> dict:
     pytest.importorskip("triton")
-    return run_cases_in_triton_interpreter("tests.kernels.argmax_interpreted", argmax_cases(),
-                                           tmp_path_factory.mktemp("argmax"))
+    return run_cases_in_triton_interpreter(
+        "tests.kernels.argmax_interpreted", argmax_cases(), tmp_path_factory.mktemp("argmax")
+    )
 
 
 @pytest.mark.parametrize("name", list(argmax_cases()))

@@ -50,8 +50,14 @@ def built(tmp_path_factory) -> list:
     keys = ("dtype", "head", "qpkv", "page", "num_splits", "window", "rope", "decode")
     torch.save([dict(zip(keys, v)) for v in VARIANTS], folder / "in.pt")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", "tests.kernels.triton_attention_sm90", str(folder / "in.pt"),
-                           str(folder / "out.pt")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.kernels.triton_attention_sm90", str(folder / "in.pt"), str(folder / "out.pt")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return torch.load(folder / "out.pt")
 

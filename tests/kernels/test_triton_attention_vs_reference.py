@@ -30,8 +30,16 @@ PROCESSES = 2
 
 
 def _op(reqs, page, qpkv, dtype, num_splits=1, head=64, num_kv_heads=2, **kw) -> dict:
-    return dict(reqs=reqs, page=page, num_heads=qpkv * num_kv_heads, num_kv_heads=num_kv_heads, head=head,
-                dtype=dtype, num_splits=num_splits, **kw)
+    return dict(
+        reqs=reqs,
+        page=page,
+        num_heads=qpkv * num_kv_heads,
+        num_kv_heads=num_kv_heads,
+        head=head,
+        dtype=dtype,
+        num_splits=num_splits,
+        **kw,
+    )
 
 
 def _op_cases() -> dict[str, dict]:
@@ -58,14 +66,17 @@ def _op_cases() -> dict[str, dict]:
     for page, ppts in ((16, (1, 2, 8)), (32, (1, 4)), (64, (2,))):  # tiles of 16 to 128 tokens
         for ppt in ppts:
             for splits in (1, 4):
-                cases[f"decode-bs{page}-ppt{ppt}-gqa4-s{splits}-float32"] = _op(DECODE, page, 4, "float32", splits,
-                                                                                pages_per_tile=ppt)
-            cases[f"mixed-bs{page}-ppt{ppt}-gqa4-sw40-float32"] = _op(MIXED, page, 4, "float32", window=40,
-                                                                        pages_per_tile=ppt)
+                cases[f"decode-bs{page}-ppt{ppt}-gqa4-s{splits}-float32"] = _op(
+                    DECODE, page, 4, "float32", splits, pages_per_tile=ppt
+                )
+            cases[f"mixed-bs{page}-ppt{ppt}-gqa4-sw40-float32"] = _op(
+                MIXED, page, 4, "float32", window=40, pages_per_tile=ppt
+            )
     for page in (16, 64):
         for splits in (1, 4):
-            cases[f"decode-bs{page}-gqa4-s{splits}-kvfp8-bfloat16"] = _op(DECODE, page, 4, "bfloat16", splits,
-                                                                          kv_fp8=True)
+            cases[f"decode-bs{page}-gqa4-s{splits}-kvfp8-bfloat16"] = _op(
+                DECODE, page, 4, "bfloat16", splits, kv_fp8=True
+            )
         cases[f"mixed-bs{page}-gqa4-kvfp8-float32"] = _op(MIXED, page, 4, "float32", kv_fp8=True)
     cases["decode-bs16-gqa4-s4-d96-float32"] = _op(DECODE, 16, 4, "float32", 4, head=96)  # HEAD_PAD 128
     cases["decode-bs16-gqa4-s4-float16"] = _op(DECODE, 16, 4, "float16", 4)
@@ -76,21 +87,33 @@ def _op_cases() -> dict[str, dict]:
 def _backend_cases() -> dict[str, dict]:
     """TRITON_ATTN steps (``tests.gpu.cases.run_case``): the named shapes, short (``small``) and one 8k decode
     with the split count a 132-SM GPU gets (16) and with none."""
-    configs = [dict(num_heads=8, num_kv_heads=2, head_size=64, block_size=16),
-               dict(num_heads=16, num_kv_heads=2, head_size=64, block_size=64)]
+    configs = [
+        dict(num_heads=8, num_kv_heads=2, head_size=64, block_size=16),
+        dict(num_heads=16, num_kv_heads=2, head_size=64, block_size=64),
+    ]
     cases = {}
     for c in configs:
         for dtype in ("float32", "bfloat16"):
             for shape in ("decode_b64", "prefill", "mixed"):
                 cases[f"backend-{shape}-bs{c['block_size']}-{dtype}"] = dict(shape=shape, dtype=dtype, **c)
-        cases[f"backend-mixed-bs{c['block_size']}-sw40-bfloat16"] = dict(shape="mixed", dtype="bfloat16",
-                                                                         sliding_window=40, **c)
-        cases[f"backend-mixed-bs{c['block_size']}-kvfp8-bfloat16"] = dict(shape="mixed", dtype="bfloat16",
-                                                                          kv_cache_dtype="fp8", **c)
-        cases[f"backend-mixed-bs{c['block_size']}-HND-float32"] = dict(shape="mixed", dtype="float32", layout="HND",
-                                                                       **c)
-    llama = dict(shape="decode_b1_ctx8k", num_heads=32, num_kv_heads=8, head_size=128, block_size=16,
-                 dtype="bfloat16", small=False)
+        cases[f"backend-mixed-bs{c['block_size']}-sw40-bfloat16"] = dict(
+            shape="mixed", dtype="bfloat16", sliding_window=40, **c
+        )
+        cases[f"backend-mixed-bs{c['block_size']}-kvfp8-bfloat16"] = dict(
+            shape="mixed", dtype="bfloat16", kv_cache_dtype="fp8", **c
+        )
+        cases[f"backend-mixed-bs{c['block_size']}-HND-float32"] = dict(
+            shape="mixed", dtype="float32", layout="HND", **c
+        )
+    llama = dict(
+        shape="decode_b1_ctx8k",
+        num_heads=32,
+        num_kv_heads=8,
+        head_size=128,
+        block_size=16,
+        dtype="bfloat16",
+        small=False,
+    )
     cases["backend-decode_b1_ctx8k-llama-split"] = dict(builder_attrs={"num_sms": 132}, **llama)
     cases["backend-decode_b1_ctx8k-llama"] = dict(llama)
     return cases
@@ -110,9 +133,12 @@ def interpreted(tmp_path_factory) -> dict:
     for i, (kind, name) in enumerate(names):
         shares[i % PROCESSES][kind][name] = cases[kind][name]
     with ThreadPoolExecutor(PROCESSES) as pool:
-        parts = pool.map(lambda share: run_cases_in_triton_interpreter(
-            "tests.kernels.triton_attention_interpreted", share, tmp_path_factory.mktemp("triton_attention")),
-            shares)
+        parts = pool.map(
+            lambda share: run_cases_in_triton_interpreter(
+                "tests.kernels.triton_attention_interpreted", share, tmp_path_factory.mktemp("triton_attention")
+            ),
+            shares,
+        )
         results = {}
         for part in parts:
             results.update(part)
@@ -152,4 +178,3 @@ def test_triton_attn_backend_matches_reference_in_interpreter(name, interpreted)
         assert row["splits"] == [32], row
     elif "ctx8k" in name:
         assert row["splits"] == [1], row
-

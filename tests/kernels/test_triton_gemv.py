@@ -50,8 +50,9 @@ def assert_case(name: str, case: dict, got: torch.Tensor) -> None:
 def interpreted(tmp_path_factory) -> dict:
     """Every case's result, run in one subprocess under the Triton interpreter."""
     pytest.importorskip("triton")
-    return run_cases_in_triton_interpreter("tests.kernels.gemv_cases", {**CASES, **SILU_MUL_CASES, **SWIGLU_CASES},
-                                           tmp_path_factory.mktemp("gemv"))
+    return run_cases_in_triton_interpreter(
+        "tests.kernels.gemv_cases", {**CASES, **SILU_MUL_CASES, **SWIGLU_CASES}, tmp_path_factory.mktemp("gemv")
+    )
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -59,14 +60,16 @@ def test_gemv_matches_f_linear_in_interpreter(name, interpreted):
     assert_case(name, CASES[name], interpreted[name])
 
 
-def assert_silu_mul_case(name: str, case: dict, fused: torch.Tensor, unfused: torch.Tensor,
-                         act: torch.Tensor | None = None) -> None:
+def assert_silu_mul_case(
+    name: str, case: dict, fused: torch.Tensor, unfused: torch.Tensor, act: torch.Tensor | None = None
+) -> None:
     """The fused GEMV is bitwise the plain GEMV (same config) of ``silu_and_mul``'s output, and within the
     GEMV tolerances of ``F.linear(act, weight, bias)``; ``act``: the SwiGLU output, by default the PyTorch
     definition ``silu_and_mul_torch(x)`` (the interpreter's kernel gives its bits)."""
     assert torch.equal(fused, unfused), (
         f"{name}: fused != silu_and_mul + GEMV in {int((fused != unfused).sum())} of {fused.numel()} outputs, "
-        f"max |diff| {float((fused.float() - unfused.float()).abs().max()):.3g}")
+        f"max |diff| {float((fused.float() - unfused.float()).abs().max()):.3g}"
+    )
     assert_case(name, dict(case, x=silu_and_mul_torch(case["x"]) if act is None else act), fused)
 
 
@@ -109,7 +112,8 @@ def test_swiglu_epilogue_gemv_matches_gemv_then_silu_and_mul_in_interpreter(name
     assert fused.dtype == x.dtype and fused.shape == (x.shape[0], w.shape[0] // 2), (name, fused.dtype, fused.shape)
     assert torch.equal(fused, unfused), (
         f"{name}: fused != GEMV + silu_and_mul in {int((fused != unfused).sum())} of {fused.numel()} outputs, "
-        f"max |diff| {float((fused.float() - unfused.float()).abs().max()):.3g}")
+        f"max |diff| {float((fused.float() - unfused.float()).abs().max()):.3g}"
+    )
     assert_case(name + " plain", case, plain)
     exact_gate_up = F.linear(x.double(), w.double(), None if b is None else b.double())
     assert_swiglu_close(name + " vs exact", fused, silu_and_mul_torch(exact_gate_up), exact_gate_up, ulps=1)
@@ -207,8 +211,12 @@ def test_default_config_fills_the_gpu_and_keeps_whole_steps():
         for m in (1, 2, 4, 8, 16, 32, 48, 64):
             cfg = default_config(n, k, m)
             programs = -(-n // cfg.block_n) * cfg.splits(k)
-            assert (programs >= 2 * 132 or cfg.split_k >= 16
-                    or (cfg.dot and k // (2 * cfg.split_k) < 4 * m)), (n, k, m, cfg)
+            assert programs >= 2 * 132 or cfg.split_k >= 16 or (cfg.dot and k // (2 * cfg.split_k) < 4 * m), (
+                n,
+                k,
+                m,
+                cfg,
+            )
             assert cfg.k_per_split(k) % cfg.block_k == 0 and cfg.k_per_split(k) >= cfg.block_k
             assert cfg.splits(k) * cfg.k_per_split(k) >= k > (cfg.splits(k) - 1) * cfg.k_per_split(k)
             assert not cfg.dot or cfg.k_per_split(k) >= min(k, 4 * m), (n, k, m, cfg)
@@ -275,8 +283,18 @@ def test_gemv_refuses_65_rows():
 
 # ----------------------------------------------------------------------------------- compiled, on CUDA
 # Llama-3.1-8B and Qwen3-0.6B (N, K): qkv, o, gate_up, down, lm_head
-REAL_SHAPES = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096),
-               (4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024)]
+REAL_SHAPES = [
+    (6144, 4096),
+    (4096, 4096),
+    (28672, 4096),
+    (4096, 14336),
+    (128256, 4096),
+    (4096, 1024),
+    (1024, 2048),
+    (6144, 1024),
+    (1024, 3072),
+    (151936, 1024),
+]
 
 
 @pytest.mark.gpu
@@ -285,8 +303,9 @@ def test_gemv_matches_f_linear_on_cuda(name):
     case = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in CASES[name].items()}
     from attnserve.kernels.triton_gemv import gemv
 
-    assert_case(name, {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in case.items()},
-                run(case, gemv).cpu())
+    assert_case(
+        name, {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in case.items()}, run(case, gemv).cpu()
+    )
 
 
 @pytest.mark.gpu
@@ -328,9 +347,15 @@ def test_gemv_replays_in_a_cuda_graph(m):
     x = torch.randn(m, 2048, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(1024, 2048, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
-    cfgs = ([GemvConfig(16, 256, 8), GemvConfig(32, 128, 16, dot=True), GemvConfig(16, 512)] if m <= 16 else
-            [GemvConfig(64, 128, 8, num_stages=3, dot=True), GemvConfig(32, 128, 16, num_stages=4, dot=True),
-             GemvConfig(128, 128, 1, num_warps=8, num_stages=3, dot=True)])
+    cfgs = (
+        [GemvConfig(16, 256, 8), GemvConfig(32, 128, 16, dot=True), GemvConfig(16, 512)]
+        if m <= 16
+        else [
+            GemvConfig(64, 128, 8, num_stages=3, dot=True),
+            GemvConfig(32, 128, 16, num_stages=4, dot=True),
+            GemvConfig(128, 128, 1, num_warps=8, num_stages=3, dot=True),
+        ]
+    )
     for cfg in cfgs:
         gemv(x, w, b, cfg)
     torch.cuda.synchronize()

@@ -41,8 +41,9 @@ def greedy_head_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor, tuple | N
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory) -> dict:
     pytest.importorskip("triton")
-    return run_cases_in_triton_interpreter("tests.kernels.greedy_head_interpreted", greedy_head_cases(),
-                                           tmp_path_factory.mktemp("greedy_head"))
+    return run_cases_in_triton_interpreter(
+        "tests.kernels.greedy_head_interpreted", greedy_head_cases(), tmp_path_factory.mktemp("greedy_head")
+    )
 
 
 @pytest.mark.parametrize("name", list(greedy_head_cases()))

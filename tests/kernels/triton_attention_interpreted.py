@@ -69,8 +69,7 @@ def fix_interpreter_bf16_dot() -> bool:
 
     def widen(x):
         if x.dtype == tl.bfloat16:
-            return interpreter.TensorHandle((x.data.astype(np.uint32) << np.uint32(16)).view(np.float32),
-                                            tl.float32)
+            return interpreter.TensorHandle((x.data.astype(np.uint32) << np.uint32(16)).view(np.float32), tl.float32)
         return x
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
@@ -81,8 +80,16 @@ def fix_interpreter_bf16_dot() -> bool:
     return True
 
 
-def build_op_case(reqs: list[tuple[int, int]], page: int, num_heads: int, num_kv_heads: int, head: int,
-                  dtype: torch.dtype, kv_fp8: bool = False, seed: int = 0) -> dict:
+def build_op_case(
+    reqs: list[tuple[int, int]],
+    page: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head: int,
+    dtype: torch.dtype,
+    kv_fp8: bool = False,
+    seed: int = 0,
+) -> dict:
     """Inputs of one ``paged_attention`` call over requests ``(context_len, query_len)``.
 
     Cache ``(num_blocks, 2, page, Hkv, D)`` (TRITON_ATTN's shape) filled with N(0, 2^2) values (fp8:
@@ -98,7 +105,7 @@ def build_op_case(reqs: list[tuple[int, int]], page: int, num_heads: int, num_kv
     wide = torch.full((len(reqs), width + 4), FAR_BLOCK, dtype=torch.int32)
     at = 0
     for i, n in enumerate(blocks_per):
-        wide[i, :n] = perm[at:at + n]
+        wide[i, :n] = perm[at : at + n]
         at += n
     block_table = wide[:, :width]
     kv_dtype = torch.float8_e4m3fn if kv_fp8 else dtype
@@ -111,8 +118,15 @@ def build_op_case(reqs: list[tuple[int, int]], page: int, num_heads: int, num_kv
     query = (torch.randn(T, num_heads, head, generator=gen) * 2).to(dtype)
     qsl = torch.zeros(len(reqs) + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(torch.tensor([q for _, q in reqs]), 0)
-    return dict(query=query, cache=cache, block_table=block_table, seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
-                query_start_loc=qsl, k_scale=k_scale, v_scale=v_scale)
+    return dict(
+        query=query,
+        cache=cache,
+        block_table=block_table,
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+        query_start_loc=qsl,
+        k_scale=k_scale,
+        v_scale=v_scale,
+    )
 
 
 def run_op_case(fields: dict) -> dict:
@@ -120,8 +134,16 @@ def run_op_case(fields: dict) -> dict:
     from attnserve.kernels.triton_attention import block_m_for, paged_attention, query_tiles
 
     f = dict(fields)
-    x = build_op_case(f.pop("reqs"), f.pop("page"), f["num_heads"], f["num_kv_heads"], f["head"],
-                      getattr(torch, f.pop("dtype")), f.pop("kv_fp8", False), f.pop("seed", 0))
+    x = build_op_case(
+        f.pop("reqs"),
+        f.pop("page"),
+        f["num_heads"],
+        f["num_kv_heads"],
+        f["head"],
+        getattr(torch, f.pop("dtype")),
+        f.pop("kv_fp8", False),
+        f.pop("seed", 0),
+    )
     query, cache, table = x["query"], x["cache"], x["block_table"]
     key_cache, value_cache = cache[:, 0], cache[:, 1]
     scale = f["head"] ** -0.5
@@ -129,13 +151,35 @@ def run_op_case(fields: dict) -> dict:
     block_q = block_m_for(f["num_heads"] // f["num_kv_heads"])[1]
     tile_seq, tile_start = query_tiles(x["query_start_loc"], block_q)
     out = torch.full_like(query, float("nan"))
-    paged_attention(out, query, key_cache, value_cache, table, x["seq_lens"], x["query_start_loc"], tile_seq,
-                    tile_start, scale, num_splits=f.get("num_splits", 1), sliding_window=window,
-                    logits_soft_cap=softcap, k_scale=x["k_scale"], v_scale=x["v_scale"],
-                    pages_per_tile=f.get("pages_per_tile"))
+    paged_attention(
+        out,
+        query,
+        key_cache,
+        value_cache,
+        table,
+        x["seq_lens"],
+        x["query_start_loc"],
+        tile_seq,
+        tile_start,
+        scale,
+        num_splits=f.get("num_splits", 1),
+        sliding_window=window,
+        logits_soft_cap=softcap,
+        k_scale=x["k_scale"],
+        v_scale=x["v_scale"],
+        pages_per_tile=f.get("pages_per_tile"),
+    )
     ref_cache = torch.stack([key_cache.float() * x["k_scale"], value_cache.float() * x["v_scale"]])
-    ref = reference_paged_attention(query.float(), ref_cache, x["query_start_loc"], x["seq_lens"], table, scale,
-                                    sliding_window=window, logits_soft_cap=softcap)
+    ref = reference_paged_attention(
+        query.float(),
+        ref_cache,
+        x["query_start_loc"],
+        x["seq_lens"],
+        table,
+        scale,
+        sliding_window=window,
+        logits_soft_cap=softcap,
+    )
     return {"out": out, "ref": ref}
 
 
@@ -153,8 +197,9 @@ def run_backend_case(fields: dict) -> dict:
     if "layout" in f:
         f["layout"] = KVCacheLayout(f["layout"])
     captured: dict = {}
-    row = run_case(TritonAttentionBackend, Case(**f), "cpu", small=small, builder_attrs=builder_attrs,
-                   captured=captured)
+    row = run_case(
+        TritonAttentionBackend, Case(**f), "cpu", small=small, builder_attrs=builder_attrs, captured=captured
+    )
     row["splits"] = [call.num_splits for call in captured["metadata"].calls]
     return row
 

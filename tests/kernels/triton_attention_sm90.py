@@ -28,8 +28,17 @@ def _tool(name: str) -> str | None:
     return bundled if os.path.exists(bundled) else shutil.which(name)
 
 
-def compile_sm90(dtype: str, head: int, qpkv: int, page: int, num_splits: int, window: bool = False,
-                 pages_per_tile: int | None = None, rope: bool = False, decode: bool = False) -> tuple[dict, int]:
+def compile_sm90(
+    dtype: str,
+    head: int,
+    qpkv: int,
+    page: int,
+    num_splits: int,
+    window: bool = False,
+    pages_per_tile: int | None = None,
+    rope: bool = False,
+    decode: bool = False,
+) -> tuple[dict, int]:
     """``_paged_attention_kernel`` compiled for sm_90 with the constants and launch options ``paged_attention``
     would get from TRITON_ATTN's builder on an H200 (PDL on, no FP contraction; pointers and strides
     specialised as divisible by 16, as the launcher does for such arguments). ``decode``: a decode call, with
@@ -50,25 +59,53 @@ def compile_sm90(dtype: str, head: int, qpkv: int, page: int, num_splits: int, w
     elem = 4 if dtype == FP32 else 2
     ppt = pages_per_tile or ta.default_pages_per_tile(page, head_pad, elem)
     hk = 8
-    const = dict(NUM_QPKV=qpkv, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD=head, HEAD_PAD=head_pad, PAGE=page,
-                 PAGES_PER_TILE=ppt, NUM_SPLITS=num_splits, USE_SOFTCAP=False, USE_WINDOW=window, KV_FP8=False,
-                 PREC="ieee" if dtype == FP32 else None, USE_PDL=True, ROPE=rope, HQ=hk * qpkv if rope else 1,
-                 HQ_PAD=triton.next_power_of_2(hk * qpkv) if rope else 1, HK=hk if rope else 1,
-                 HK_PAD=hk if rope else 1, HALF=head // 2 if rope else 1,
-                 HALF_PAD=triton.next_power_of_2(head // 2) if rope else 1, HAS_NORM=rope, ROUND_Q=rope,
-                 ROUND_K=rope, INTERPRET=False, DECODE=decode)
+    const = dict(
+        NUM_QPKV=qpkv,
+        BLOCK_Q=block_q,
+        BLOCK_M=block_m,
+        HEAD=head,
+        HEAD_PAD=head_pad,
+        PAGE=page,
+        PAGES_PER_TILE=ppt,
+        NUM_SPLITS=num_splits,
+        USE_SOFTCAP=False,
+        USE_WINDOW=window,
+        KV_FP8=False,
+        PREC="ieee" if dtype == FP32 else None,
+        USE_PDL=True,
+        ROPE=rope,
+        HQ=hk * qpkv if rope else 1,
+        HQ_PAD=triton.next_power_of_2(hk * qpkv) if rope else 1,
+        HK=hk if rope else 1,
+        HK_PAD=hk if rope else 1,
+        HALF=head // 2 if rope else 1,
+        HALF_PAD=triton.next_power_of_2(head // 2) if rope else 1,
+        HAS_NORM=rope,
+        ROUND_Q=rope,
+        ROUND_K=rope,
+        INTERPRET=False,
+        DECODE=decode,
+    )
     data = {"out_ptr", "q_ptr", "k_ptr", "v_ptr", "key_ptr", "value_ptr", "qw_ptr", "kw_ptr"}
     sig = {}
     for n in names:
         if n in const:
             sig[n] = "constexpr"
         elif n.endswith("_ptr"):
-            sig[n] = (f"*{dtype}" if n in data else "*fp32" if n.startswith(("part_", "cos", "sin"))
-                      else "*i64" if n in ("pos_ptr", "slot_ptr") else "*i32")
+            sig[n] = (
+                f"*{dtype}"
+                if n in data
+                else "*fp32"
+                if n.startswith(("part_", "cos", "sin"))
+                else "*i64"
+                if n in ("pos_ptr", "slot_ptr")
+                else "*i32"
+            )
         else:
             sig[n] = "fp32" if n in ("scale", "k_scale", "v_scale", "softcap", "q_eps", "k_eps", "fmax") else "i32"
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
-             if n.endswith("_ptr") or n.startswith("stride")}
+    attrs = {
+        (names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr") or n.startswith("stride")
+    }
     src = ASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
     from attnserve.attention.backends.triton_attn import _DECODE_LAUNCH
 
@@ -79,8 +116,9 @@ def compile_sm90(dtype: str, head: int, qpkv: int, page: int, num_splits: int, w
         cubin = os.path.join(folder, "paged_attention.cubin")
         with open(cubin, "wb") as f:
             f.write(kernel.asm["cubin"])
-        usage = subprocess.run([_tool("cuobjdump"), "-res-usage", cubin], capture_output=True, text=True,
-                               check=True).stdout
+        usage = subprocess.run(
+            [_tool("cuobjdump"), "-res-usage", cubin], capture_output=True, text=True, check=True
+        ).stdout
     resources = {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}
     return resources, kernel.metadata.shared
 

@@ -7,8 +7,14 @@ import os
 import shutil
 
 
-def add_to_hub_cache(folder: str, cache: str, repo_id: str, ref: str | None = "main", files: list[str] | None = None,
-                     symlinks: bool = True) -> str:
+def add_to_hub_cache(
+    folder: str,
+    cache: str,
+    repo_id: str,
+    ref: str | None = "main",
+    files: list[str] | None = None,
+    symlinks: bool = True,
+) -> str:
     """Put ``folder``'s files (or only ``files``) into ``cache`` as repo ``repo_id``; returns the commit hash.
 
     Layout: ``models--org--name/blobs/<sha256>``, ``snapshots/<commit>/<file>`` (relative symlinks into

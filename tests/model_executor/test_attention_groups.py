@@ -20,4 +20,5 @@ def test_gemma3_pattern_groups():
     assert layer_groups(kinds) == [(local, (0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 12, 13)), (glob, (5, 11))]
     assert layer_group_name(1, (5, 11), glob) == "layer group 1 (layers 5, 11: head_size 256)"
     assert layer_group_name(0, (0,), LayerAttention(64, None, 30.0, True)) == (
-        "layer group 0 (layer 0: head_size 64, logits_soft_cap 30.0, attention sinks)")
+        "layer group 0 (layer 0: head_size 64, logits_soft_cap 30.0, attention sinks)"
+    )

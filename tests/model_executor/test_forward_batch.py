@@ -13,10 +13,12 @@ P = SamplingParams(temperature=0.0)
 
 
 def test_mixed_step_positions_slots_and_tables():
-    sched = SchedulerOutput([
-        ScheduledRequest("d", [7], 17, [3, 9], P, True),  # decode at position 17: block 9, offset 1
-        ScheduledRequest("p", [1, 2, 3], 14, [5, 6], P, True),  # chunk at positions 14..16
-    ])
+    sched = SchedulerOutput(
+        [
+            ScheduledRequest("d", [7], 17, [3, 9], P, True),  # decode at position 17: block 9, offset 1
+            ScheduledRequest("p", [1, 2, 3], 14, [5, 6], P, True),  # chunk at positions 14..16
+        ]
+    )
     h = host_batch(sched, block_size=16)
     assert h.input_ids.tolist() == [7, 1, 2, 3]
     assert h.positions.tolist() == [17, 14, 15, 16]
@@ -30,8 +32,9 @@ def test_mixed_step_positions_slots_and_tables():
 
 
 def test_pure_decode_step_takes_the_one_token_path():
-    sched = SchedulerOutput([ScheduledRequest(f"r{i}", [100 + i], 30 + i, [i, 8 + i, 16 + i], P, True)
-                             for i in range(3)])
+    sched = SchedulerOutput(
+        [ScheduledRequest(f"r{i}", [100 + i], 30 + i, [i, 8 + i, 16 + i], P, True) for i in range(3)]
+    )
     h = host_batch(sched, block_size=16)
     assert h.is_pure_decode
     assert h.input_ids.tolist() == [100, 101, 102]

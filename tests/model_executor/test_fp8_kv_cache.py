@@ -17,22 +17,25 @@ from attnserve.model_executor.kv_scales import KVScales, kv_scale_name
 RUNNER_LOG = "attnserve.model_executor.model_runner"
 
 
-@pytest.mark.parametrize("name, parsed", [
-    ("model.layers.0.self_attn.k_scale", (0, ("k",))),
-    ("model.layers.3.self_attn.v_scale", (3, ("v",))),
-    ("model.layers.1.self_attn.attn.k_scale", (1, ("k",))),
-    ("model.layers.2.self_attn.k_proj.k_scale", (2, ("k",))),  # ModelOpt
-    ("model.layers.2.self_attn.v_proj.v_scale", (2, ("v",))),
-    ("model.layers.5.self_attn.k_proj.output_scale", (5, ("k",))),  # older compressed-tensors
-    ("model.layers.5.self_attn.v_proj.output_scale", (5, ("v",))),
-    ("model.layers.7.self_attn.kv_scale", (7, ("k", "v"))),  # deprecated: one for both
-    ("model.layers.0.self_attn.q_scale", (0, ("q",))),
-    ("transformer.h.4.attn.k_scale", (4, ("k",))),
-    ("model.layers.0.self_attn.k_proj.weight_scale", None),  # fp8 weights' scales are not KV scales
-    ("model.layers.0.self_attn.k_proj.input_scale", None),
-    ("model.layers.0.mlp.down_proj.output_scale", None),
-    ("model.layers.0.self_attn.k_proj.weight", None),
-])
+@pytest.mark.parametrize(
+    "name, parsed",
+    [
+        ("model.layers.0.self_attn.k_scale", (0, ("k",))),
+        ("model.layers.3.self_attn.v_scale", (3, ("v",))),
+        ("model.layers.1.self_attn.attn.k_scale", (1, ("k",))),
+        ("model.layers.2.self_attn.k_proj.k_scale", (2, ("k",))),  # ModelOpt
+        ("model.layers.2.self_attn.v_proj.v_scale", (2, ("v",))),
+        ("model.layers.5.self_attn.k_proj.output_scale", (5, ("k",))),  # older compressed-tensors
+        ("model.layers.5.self_attn.v_proj.output_scale", (5, ("v",))),
+        ("model.layers.7.self_attn.kv_scale", (7, ("k", "v"))),  # deprecated: one for both
+        ("model.layers.0.self_attn.q_scale", (0, ("q",))),
+        ("transformer.h.4.attn.k_scale", (4, ("k",))),
+        ("model.layers.0.self_attn.k_proj.weight_scale", None),  # fp8 weights' scales are not KV scales
+        ("model.layers.0.self_attn.k_proj.input_scale", None),
+        ("model.layers.0.mlp.down_proj.output_scale", None),
+        ("model.layers.0.self_attn.k_proj.weight", None),
+    ],
+)
 def test_kv_scale_names(name, parsed):
     assert kv_scale_name(name) == parsed
 
@@ -43,11 +46,15 @@ def _folder_with_scales(tiny_model_dir, tmp_path) -> str:
 
     folder = tmp_path / "llama_fp8_scales"
     shutil.copytree(tiny_model_dir("llama"), folder)
-    save_file({"model.layers.0.self_attn.k_scale": torch.tensor(0.5),
-               "model.layers.0.self_attn.v_scale": torch.tensor(0.25),
-               "model.layers.1.self_attn.k_proj.output_scale": torch.tensor([0.125]),
-               "model.layers.1.self_attn.v_proj.output_scale": torch.tensor([2.0, 4.0])},  # per head: the max
-              str(folder / "kv_scales.safetensors"))
+    save_file(
+        {
+            "model.layers.0.self_attn.k_scale": torch.tensor(0.5),
+            "model.layers.0.self_attn.v_scale": torch.tensor(0.25),
+            "model.layers.1.self_attn.k_proj.output_scale": torch.tensor([0.125]),
+            "model.layers.1.self_attn.v_proj.output_scale": torch.tensor([2.0, 4.0]),
+        },  # per head: the max
+        str(folder / "kv_scales.safetensors"),
+    )
     return str(folder)
 
 
@@ -125,10 +132,13 @@ def test_calculated_scales_follow_vllms_rule(with_rope):
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(5, h, 16, generator=gen) * 7 for h in (4, 2, 2))
     qsl, seq = torch.tensor([0, 5], dtype=torch.int32), torch.tensor([5], dtype=torch.int32)
-    common = CommonAttentionMetadata(qsl, qsl, seq, seq, torch.zeros(1, 1, dtype=torch.int32), torch.arange(5), 1, 5,
-                                     5, 5, 0, 0, 16)
-    batch = SimpleNamespace(kv_caches=[torch.zeros(2, 1, 16, 2, 16, dtype=torch.float8_e4m3fn)],
-                            attn_metadata=backend.get_builder_cls()(spec, torch.device("cpu"), torch.float32).build(common))
+    common = CommonAttentionMetadata(
+        qsl, qsl, seq, seq, torch.zeros(1, 1, dtype=torch.int32), torch.arange(5), 1, 5, 5, 5, 0, 0, 16
+    )
+    batch = SimpleNamespace(
+        kv_caches=[torch.zeros(2, 1, 16, 2, 16, dtype=torch.float8_e4m3fn)],
+        attn_metadata=backend.get_builder_cls()(spec, torch.device("cpu"), torch.float32).build(common),
+    )
     layer = Attention(impl, 0)
     if with_rope:
         rope = RotaryEmbedding(16, 64, 10000.0).inputs(torch.arange(5))
@@ -165,8 +175,9 @@ def test_gpu_memory_utilization_on_cpu_is_warned_about_once(caplog):
             assert num_kv_blocks(cache, torch.device("cpu"), 4096, 0) == 256
         num_kv_blocks(CacheConfig(kv_cache_memory=1 << 20), torch.device("cpu"), 4096, 0)  # the default: silent
     warned = [r.getMessage() for r in caplog.records if "gpu_memory_utilization" in r.getMessage()]
-    assert warned == ["gpu_memory_utilization 0.37 has no effect on CPU: kv_cache_memory sizes the KV cache there "
-                      "(default 2 GiB)"]
+    assert warned == [
+        "gpu_memory_utilization 0.37 has no effect on CPU: kv_cache_memory sizes the KV cache there (default 2 GiB)"
+    ]
 
 
 def test_kv_scales_from_lazily_read_shards(tmp_path):
@@ -176,8 +187,14 @@ def test_kv_scales_from_lazily_read_shards(tmp_path):
     from attnserve.model_executor.kv_scales import split_kv_scales
     from attnserve.model_executor.weights import safetensors_weights
 
-    save_file({"model.layers.0.self_attn.k_scale": torch.tensor(0.5), "model.layers.0.self_attn.v_scale":
-               torch.tensor([2.0, 4.0]), "model.norm.weight": torch.ones(2)}, str(tmp_path / "model.safetensors"))
+    save_file(
+        {
+            "model.layers.0.self_attn.k_scale": torch.tensor(0.5),
+            "model.layers.0.self_attn.v_scale": torch.tensor([2.0, 4.0]),
+            "model.norm.weight": torch.ones(2),
+        },
+        str(tmp_path / "model.safetensors"),
+    )
     scales = KVScales()
     rest = [name for name, _ in split_kv_scales(safetensors_weights(str(tmp_path), lazy=True), scales)]
     assert rest == ["model.norm.weight"] and scales.layer(0) == (0.5, 4.0, None)
@@ -195,12 +212,17 @@ def test_fp8_cache_with_layer_groups_and_per_layer_scales(tiny_model_dir, tmp_pa
     folder = tmp_path / "gemma2_fp8_scales"
     shutil.copytree(tiny_model_dir("gemma2"), folder)
     want = [(0.5, 0.25), (0.125, 2.0), (1.5, 0.75), (0.0625, 0.5)]
-    save_file({f"model.layers.{i}.self_attn.{n}_scale": torch.tensor(s) for i, ks in enumerate(want)
-               for n, s in zip("kv", ks)}, str(folder / "kv_scales.safetensors"))
+    save_file(
+        {
+            f"model.layers.{i}.self_attn.{n}_scale": torch.tensor(s)
+            for i, ks in enumerate(want)
+            for n, s in zip("kv", ks)
+        },
+        str(folder / "kv_scales.safetensors"),
+    )
 
     def run(kv):
-        llm = LLM(str(folder), dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20,
-                  kv_cache_dtype=kv)
+        llm = LLM(str(folder), dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20, kv_cache_dtype=kv)
         reqs = [ScheduledRequest("a", list(range(100, 130)), 0, list(range(8)), SamplingParams(temperature=0), True)]
         return llm, llm.engine.runner.compute_logits(SchedulerOutput(requests=reqs))[0]
 
@@ -219,8 +241,15 @@ def test_fp8_cache_with_attention_sinks_and_calculated_scales(tiny_model_dir):
     """gpt-oss (sinks, windowed and full layer groups): calculated scales reach every layer of every group."""
     from attnserve import LLM, SamplingParams
 
-    llm = LLM(tiny_model_dir("gpt_oss_mixed"), dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20,
-              kv_cache_dtype="fp8_e5m2", calculate_kv_scales=True)
+    llm = LLM(
+        tiny_model_dir("gpt_oss_mixed"),
+        dtype="float32",
+        device="cpu",
+        block_size=4,
+        kv_cache_memory=8 << 20,
+        kv_cache_dtype="fp8_e5m2",
+        calculate_kv_scales=True,
+    )
     runner = llm.engine.runner
     assert len(runner.attention.groups) == 2 and all(g.kind.has_sink for g in runner.attention.groups)
     out = llm.generate([list(range(100, 120))], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))

@@ -14,11 +14,20 @@ import pytest
 from attnserve.model_executor import gguf_cache
 from attnserve.model_executor.loader import load_hf_config, load_tokenizer, resolve_model_source
 
-TEXTS = ["Hello, world!", "  leading spaces and\ttabs\nnewlines", "héllo wörld — ünïcödé ✓ 日本語 🙂",
-         "<|im_start|>user\nhi<|im_end|>", "", "1234567890 3.14159 x**2"]
-CONVERSATION = [{"role": "system", "content": "You are terse."},
-                {"role": "user", "content": "Say hi in Français 🙂"},
-                {"role": "assistant", "content": "Salut!"}, {"role": "user", "content": "Again?"}]
+TEXTS = [
+    "Hello, world!",
+    "  leading spaces and\ttabs\nnewlines",
+    "héllo wörld — ünïcödé ✓ 日本語 🙂",
+    "<|im_start|>user\nhi<|im_end|>",
+    "",
+    "1234567890 3.14159 x**2",
+]
+CONVERSATION = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Say hi in Français 🙂"},
+    {"role": "assistant", "content": "Salut!"},
+    {"role": "user", "content": "Again?"},
+]
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +71,18 @@ def test_cached_tokenizer_equals_fresh(loads):
     assert cached.name_or_path == fresh.name_or_path == source.folder
     assert len(cached) == len(fresh)
     assert cached.get_vocab() == fresh.get_vocab()
-    for attr in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "model_max_length",
-                 "padding_side", "chat_template", "all_special_tokens", "all_special_ids", "special_tokens_map"):
+    for attr in (
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "unk_token_id",
+        "model_max_length",
+        "padding_side",
+        "chat_template",
+        "all_special_tokens",
+        "all_special_ids",
+        "special_tokens_map",
+    ):
         assert getattr(cached, attr) == getattr(fresh, attr), attr
     assert cached.added_tokens_decoder == fresh.added_tokens_decoder
     for text in TEXTS:
@@ -139,8 +158,9 @@ def test_bare_gguf_file_name_loads_from_the_working_directory(tmp_path, monkeypa
     assert bare.folder == os.curdir
     config = load_hf_config(bare)
     drop = {"_name_or_path", "name_or_path"}
-    assert {k: v for k, v in config.to_dict().items() if k not in drop} == \
-        {k: v for k, v in fresh.to_dict().items() if k not in drop}
+    assert {k: v for k, v in config.to_dict().items() if k not in drop} == {
+        k: v for k, v in fresh.to_dict().items() if k not in drop
+    }
 
 
 @pytest.mark.parametrize("keep", [1 << 20, 60 << 20])  # cut in the metadata, in the tensor data

@@ -26,9 +26,12 @@ def test_only_steps_of_plain_greedy_rows_take_the_fused_head():
 
     head, hidden = GreedyHead(fused), torch.zeros(2, 4)
     assert torch.equal(head.tokens(hidden, [GREEDY, GREEDY]), torch.zeros(2, dtype=torch.int64))
-    for other in (SamplingParams(temperature=0.5), SamplingParams(temperature=0.0, logprobs=1),
-                  SamplingParams(temperature=0.0, repetition_penalty=1.2),
-                  SamplingParams(temperature=0.0, logit_bias={3: 1.0})):
+    for other in (
+        SamplingParams(temperature=0.5),
+        SamplingParams(temperature=0.0, logprobs=1),
+        SamplingParams(temperature=0.0, repetition_penalty=1.2),
+        SamplingParams(temperature=0.0, logit_bias={3: 1.0}),
+    ):
         assert head.tokens(hidden, [GREEDY, other]) is None, other
     assert calls == [2]
 

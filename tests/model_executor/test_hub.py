@@ -95,7 +95,9 @@ def test_revision_picks_the_snapshot(hub_cache, folder_llm, offline, tmp_path):
     with pytest.raises(ModelNotFoundError, match="pass --tokenizer"):  # real weights need a real tokenizer
         LLM("org/tiny-llama", revision="v2", download_dir=cache2, **CPU)
     # --tokenizer naming the same repo takes --revision too: v2 has no tokenizer, so it is not found there
-    with pytest.raises(ModelNotFoundError, match=r"^tokenizer 'org/tiny-llama' \(revision 'v2'\) has no tokenizer files"):
+    with pytest.raises(
+        ModelNotFoundError, match=r"^tokenizer 'org/tiny-llama' \(revision 'v2'\) has no tokenizer files"
+    ):
         LLM("org/tiny-llama", revision="v2", tokenizer="org/tiny-llama", download_dir=cache2, **CPU)
     llm = LLM("org/tiny-llama", revision="v2", tokenizer=folder, download_dir=cache2, **CPU)
     assert _token_ids(llm) == _token_ids(folder_llm)
@@ -117,10 +119,14 @@ def test_offline_id_not_cached_is_one_line(offline, tmp_path, capsys):
 
 def test_cached_snapshot_without_weights_offline(hub_cache, offline, tmp_path):
     cache, folder, _ = hub_cache
-    add_to_hub_cache(folder, str(tmp_path), "org/config-only", files=["config.json", "tokenizer.json", "tokenizer_config.json"])
+    add_to_hub_cache(
+        folder, str(tmp_path), "org/config-only", files=["config.json", "tokenizer.json", "tokenizer_config.json"]
+    )
     with pytest.raises(ModelNotFoundError, match="lacks safetensors weights and HF_HUB_OFFLINE is set"):
         resolve_model_source("org/config-only", download_dir=str(tmp_path))
-    assert resolve_model_source("org/config-only", download_dir=str(tmp_path), weights=False).repo_id == "org/config-only"
+    assert (
+        resolve_model_source("org/config-only", download_dir=str(tmp_path), weights=False).repo_id == "org/config-only"
+    )
 
 
 def test_hub_cache_from_environment(hub_cache, tmp_path):
@@ -132,17 +138,46 @@ def test_hub_cache_from_environment(hub_cache, tmp_path):
     out = tmp_path / "out.json"
     env = {**os.environ, "HF_HUB_CACHE": cache, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "attnserve", "generate", "--model", "org/tiny-llama", "--prompt", "hi", "--max-tokens", "3",
-         "--ignore-eos", "--device", "cpu", "--output-json", str(out)], env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "attnserve",
+            "generate",
+            "--model",
+            "org/tiny-llama",
+            "--prompt",
+            "hi",
+            "--max-tokens",
+            "3",
+            "--ignore-eos",
+            "--device",
+            "cpu",
+            "--output-json",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(out.read_text())["requests"][0]["outputs"][0]["token_ids"]) == 3
 
 
-@pytest.mark.parametrize("model, is_id", [
-    ("org/name", True), ("gpt2", True), ("meta-llama/Meta-Llama-3-8B", True),
-    ("/no/such/dir", False), ("./org/name", False), ("~/models/x", False), ("a/b/c", False), ("model.gguf", False),
-    ("org/na me", False),
-])
+@pytest.mark.parametrize(
+    "model, is_id",
+    [
+        ("org/name", True),
+        ("gpt2", True),
+        ("meta-llama/Meta-Llama-3-8B", True),
+        ("/no/such/dir", False),
+        ("./org/name", False),
+        ("~/models/x", False),
+        ("a/b/c", False),
+        ("model.gguf", False),
+        ("org/na me", False),
+    ],
+)
 def test_what_reads_as_a_hub_id(model, is_id):
     assert hub.is_hub_id(model) is is_id
 
@@ -157,6 +192,7 @@ def test_existing_local_path_wins_over_hub_id(tiny_model_dir, monkeypatch, offli
 
 
 # --- errors from the network side: a closed port, and a local fake of the hub's API -----------------------
+
 
 def _closed_port() -> int:
     with socket.socket() as s:
@@ -176,16 +212,22 @@ def test_no_network_is_one_line_and_quick(online, monkeypatch, tmp_path):
     msg = str(e.value)
     assert "\n" not in msg
     assert msg.startswith(f"hub model 'org/name': cannot reach the Hugging Face Hub ({url}: ")
-    assert msg.endswith(f"and it is not in the cache {tmp_path}: check the network (or HF_ENDPOINT, a proxy), "
-                        "pre-download it where there is network (hf download org/name) and copy the cache, "
-                        "or pass a local folder")
+    assert msg.endswith(
+        f"and it is not in the cache {tmp_path}: check the network (or HF_ENDPOINT, a proxy), "
+        "pre-download it where there is network (hf download org/name) and copy the cache, "
+        "or pass a local folder"
+    )
 
 
 class _FakeHub(http.server.BaseHTTPRequestHandler):
     """Answers the hub API's model-info route with the errors huggingface_hub maps by X-Error-Code."""
 
-    ERRORS = {"org/gated": (403, "GatedRepo"), "org/missing": (401, "RepoNotFound"), "org/name": (404, "RevisionNotFound"),
-              "org/down": (500, None)}
+    ERRORS = {
+        "org/gated": (403, "GatedRepo"),
+        "org/missing": (401, "RepoNotFound"),
+        "org/name": (404, "RevisionNotFound"),
+        "org/down": (500, None),
+    }
 
     def do_GET(self):  # noqa: N802
         repo = "/".join(self.path.split("/")[3:5])  # /api/models/<org>/<name>/revision/<rev>
@@ -213,14 +255,29 @@ def fake_hub(online, monkeypatch):
     server.shutdown()
 
 
-@pytest.mark.parametrize("repo, revision, message", [
-    ("org/gated", None, "hub model 'org/gated' is gated on the Hugging Face Hub: accept its terms at "
-                        "https://huggingface.co/org/gated, then log in (hf auth login) or set HF_TOKEN to a token of that account"),
-    ("org/missing", None, "model 'org/missing' is not a local path, and the Hugging Face Hub has no repo 'org/missing' this "
-                          "token can see: check the name, or for a private repo log in (hf auth login) or set HF_TOKEN"),
-    ("org/name", "no-such-branch", "revision 'no-such-branch' does not exist in hub model 'org/name': give one of its "
-                                   "branches, tags or commit hashes with --revision, or leave it out for the default branch"),
-])
+@pytest.mark.parametrize(
+    "repo, revision, message",
+    [
+        (
+            "org/gated",
+            None,
+            "hub model 'org/gated' is gated on the Hugging Face Hub: accept its terms at "
+            "https://huggingface.co/org/gated, then log in (hf auth login) or set HF_TOKEN to a token of that account",
+        ),
+        (
+            "org/missing",
+            None,
+            "model 'org/missing' is not a local path, and the Hugging Face Hub has no repo 'org/missing' this "
+            "token can see: check the name, or for a private repo log in (hf auth login) or set HF_TOKEN",
+        ),
+        (
+            "org/name",
+            "no-such-branch",
+            "revision 'no-such-branch' does not exist in hub model 'org/name': give one of its "
+            "branches, tags or commit hashes with --revision, or leave it out for the default branch",
+        ),
+    ],
+)
 def test_hub_errors_are_one_line(fake_hub, tmp_path, repo, revision, message):
     with pytest.raises(ModelNotFoundError) as e:
         resolve_model_source(repo, revision=revision, download_dir=str(tmp_path))
@@ -238,22 +295,55 @@ def test_hub_server_error(fake_hub, tmp_path, monkeypatch):
 # --- which files a download fetches ----------------------------------------------------------------------
 
 LLAMA3_FILES = [  # meta-llama/Meta-Llama-3-8B, plus a .bin a careless upload might add
-    ".gitattributes", "LICENSE", "README.md", "USE_POLICY.md", "config.json", "generation_config.json",
-    "model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors", "model-00003-of-00004.safetensors",
-    "model-00004-of-00004.safetensors", "model.safetensors.index.json", "original/consolidated.00.pth",
-    "original/params.json", "original/tokenizer.model", "special_tokens_map.json", "tokenizer.json",
-    "tokenizer_config.json", "pytorch_model.bin",
+    ".gitattributes",
+    "LICENSE",
+    "README.md",
+    "USE_POLICY.md",
+    "config.json",
+    "generation_config.json",
+    "model-00001-of-00004.safetensors",
+    "model-00002-of-00004.safetensors",
+    "model-00003-of-00004.safetensors",
+    "model-00004-of-00004.safetensors",
+    "model.safetensors.index.json",
+    "original/consolidated.00.pth",
+    "original/params.json",
+    "original/tokenizer.model",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "pytorch_model.bin",
 ]
 MISTRAL_V03_FILES = [  # mistralai/Mistral-7B-v0.3: consolidated.safetensors duplicates the shards
-    "config.json", "consolidated.safetensors", "generation_config.json", "model-00001-of-00003.safetensors",
-    "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors", "model.safetensors.index.json",
-    "params.json", "special_tokens_map.json", "tokenizer.json", "tokenizer.model", "tokenizer.model.v3",
+    "config.json",
+    "consolidated.safetensors",
+    "generation_config.json",
+    "model-00001-of-00003.safetensors",
+    "model-00002-of-00003.safetensors",
+    "model-00003-of-00003.safetensors",
+    "model.safetensors.index.json",
+    "params.json",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer.model.v3",
     "tokenizer_config.json",
 ]
 GPT2_FILES = [  # openai-community/gpt2 (abridged)
-    "64-8bits.tflite", "config.json", "flax_model.msgpack", "generation_config.json", "merges.txt", "model.safetensors",
-    "onnx/decoder_model.onnx", "onnx/config.json", "pytorch_model.bin", "rust_model.ot", "tf_model.h5",
-    "tokenizer.json", "tokenizer_config.json", "vocab.json",
+    "64-8bits.tflite",
+    "config.json",
+    "flax_model.msgpack",
+    "generation_config.json",
+    "merges.txt",
+    "model.safetensors",
+    "onnx/decoder_model.onnx",
+    "onnx/config.json",
+    "pytorch_model.bin",
+    "rust_model.ot",
+    "tf_model.h5",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
 ]
 BIN_ONLY_FILES = ["config.json", "pytorch_model.bin", "tokenizer.json"]
 
@@ -266,16 +356,28 @@ def fake_snapshot_download(monkeypatch, tmp_path, online):
 
     state = {"files": [], "fetched": []}
 
-    def fake(repo_id, *, revision=None, cache_dir=None, allow_patterns=None, ignore_patterns=None, local_files_only=False):
+    def fake(
+        repo_id, *, revision=None, cache_dir=None, allow_patterns=None, ignore_patterns=None, local_files_only=False
+    ):
         snap = os.path.join(cache_dir, "snapshots", "0" * 40)
-        picked = list(filter_repo_objects(state["files"], allow_patterns=allow_patterns, ignore_patterns=ignore_patterns))
+        picked = list(
+            filter_repo_objects(state["files"], allow_patterns=allow_patterns, ignore_patterns=ignore_patterns)
+        )
         for name in picked:
             path = os.path.join(snap, name)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as f:
                 if name.endswith(".index.json"):
-                    json.dump({"weight_map": {f"w{i}": s for i, s in enumerate(state["files"])
-                                              if s.startswith("model-") and s.endswith(".safetensors")}}, f)
+                    json.dump(
+                        {
+                            "weight_map": {
+                                f"w{i}": s
+                                for i, s in enumerate(state["files"])
+                                if s.startswith("model-") and s.endswith(".safetensors")
+                            }
+                        },
+                        f,
+                    )
         state["fetched"] += picked
         os.makedirs(snap, exist_ok=True)
         return snap
@@ -284,18 +386,53 @@ def fake_snapshot_download(monkeypatch, tmp_path, online):
     return state
 
 
-@pytest.mark.parametrize("files, expected", [
-    (LLAMA3_FILES, ["config.json", "generation_config.json", "model-00001-of-00004.safetensors",
-                    "model-00002-of-00004.safetensors", "model-00003-of-00004.safetensors",
-                    "model-00004-of-00004.safetensors", "model.safetensors.index.json", "special_tokens_map.json",
-                    "tokenizer.json", "tokenizer_config.json"]),
-    (MISTRAL_V03_FILES, ["config.json", "generation_config.json", "model-00001-of-00003.safetensors",
-                         "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors",
-                         "model.safetensors.index.json", "special_tokens_map.json", "tokenizer.json", "tokenizer.model",
-                         "tokenizer_config.json"]),
-    (GPT2_FILES, ["config.json", "generation_config.json", "merges.txt", "model.safetensors", "tokenizer.json",
-                  "tokenizer_config.json", "vocab.json"]),
-])
+@pytest.mark.parametrize(
+    "files, expected",
+    [
+        (
+            LLAMA3_FILES,
+            [
+                "config.json",
+                "generation_config.json",
+                "model-00001-of-00004.safetensors",
+                "model-00002-of-00004.safetensors",
+                "model-00003-of-00004.safetensors",
+                "model-00004-of-00004.safetensors",
+                "model.safetensors.index.json",
+                "special_tokens_map.json",
+                "tokenizer.json",
+                "tokenizer_config.json",
+            ],
+        ),
+        (
+            MISTRAL_V03_FILES,
+            [
+                "config.json",
+                "generation_config.json",
+                "model-00001-of-00003.safetensors",
+                "model-00002-of-00003.safetensors",
+                "model-00003-of-00003.safetensors",
+                "model.safetensors.index.json",
+                "special_tokens_map.json",
+                "tokenizer.json",
+                "tokenizer.model",
+                "tokenizer_config.json",
+            ],
+        ),
+        (
+            GPT2_FILES,
+            [
+                "config.json",
+                "generation_config.json",
+                "merges.txt",
+                "model.safetensors",
+                "tokenizer.json",
+                "tokenizer_config.json",
+                "vocab.json",
+            ],
+        ),
+    ],
+)
 def test_download_fetches_only_config_tokenizer_and_safetensors(fake_snapshot_download, tmp_path, files, expected):
     fake_snapshot_download["files"] = files
     hub.download_model("org/name", cache_dir=str(tmp_path))
@@ -310,13 +447,17 @@ def test_dummy_fetches_no_weights(fake_snapshot_download, tmp_path):
 
 def test_repo_with_only_bin_weights(fake_snapshot_download, tmp_path):
     fake_snapshot_download["files"] = BIN_ONLY_FILES
-    with pytest.raises(ModelNotFoundError, match=r"has no safetensors weights at its top level \(attnserve does not "
-                                                 r"load PyTorch .bin/.pth checkpoints\)"):
+    with pytest.raises(
+        ModelNotFoundError,
+        match=r"has no safetensors weights at its top level \(attnserve does not "
+        r"load PyTorch .bin/.pth checkpoints\)",
+    ):
         hub.download_model("org/name", cache_dir=str(tmp_path))
     assert "pytorch_model.bin" not in fake_snapshot_download["fetched"]
 
 
 # --- load_format dummy from a bare config.json -------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def config_only(tmp_path_factory, tiny_model_dir):
@@ -342,8 +483,11 @@ def test_dummy_from_hub_config_only(config_only, offline, tmp_path):
 
 def test_config_only_without_dummy_says_the_weights_are_missing(config_only):
     # the weights are what is missing, not only the tokenizer: the message says how to run the shape
-    with pytest.raises(ModelNotFoundError, match=r"has no weights \(no \.safetensors files\) and no tokenizer files: "
-                                                 r"pass --load-format dummy for random weights"):
+    with pytest.raises(
+        ModelNotFoundError,
+        match=r"has no weights \(no \.safetensors files\) and no tokenizer files: "
+        r"pass --load-format dummy for random weights",
+    ):
         LLM(config_only, **CPU)
 
 
@@ -389,9 +533,31 @@ def test_bench_latency_runs_on_a_bare_config_json_with_dummy_weights(config_only
     from attnserve.entrypoints.cli.main import main
 
     out = tmp_path / "lat.json"
-    rc = main(["bench", "latency", "--model", config_only, "--load-format", "dummy", "--device", "cpu",
-               "--dtype", "float32", "--batch-size", "2", "--input-len", "6", "--output-len", "3", "--num-iters", "1",
-               "--no-progress", "--output-json", str(out)])
+    rc = main(
+        [
+            "bench",
+            "latency",
+            "--model",
+            config_only,
+            "--load-format",
+            "dummy",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--batch-size",
+            "2",
+            "--input-len",
+            "6",
+            "--output-len",
+            "3",
+            "--num-iters",
+            "1",
+            "--no-progress",
+            "--output-json",
+            str(out),
+        ]
+    )
     assert rc == 0
     (row,) = [r for r in json.loads(out.read_text())["results"] if r["batch_size"] == 2]
     assert row["output_len"] == 3 and row["input_len"] == 6

@@ -40,7 +40,9 @@ def test_gpu_budget_with_nothing_free_says_what_to_do(monkeypatch):
     fake_gpu(monkeypatch, total=100 * GiB, free=1 * GiB, allocated=0, reserved=0)
     with pytest.raises(ValueError, match="holds no block") as e:
         num_kv_blocks(CacheConfig(), torch.device("cuda", 0), GiB, 5 * GiB)
-    assert e.value.key == "gpu_memory_utilization" and "raise gpu_memory_utilization or set num_gpu_blocks" in str(e.value)
+    assert e.value.key == "gpu_memory_utilization" and "raise gpu_memory_utilization or set num_gpu_blocks" in str(
+        e.value
+    )
 
 
 def test_explicit_kv_cache_memory_is_taken_as_given(monkeypatch):
@@ -48,8 +50,10 @@ def test_explicit_kv_cache_memory_is_taken_as_given(monkeypatch):
     assert num_kv_blocks(CacheConfig(kv_cache_memory=4 * GiB), torch.device("cuda", 0), GiB, 0) == 4
 
 
-@pytest.mark.parametrize("cache,key", [(CacheConfig(kv_cache_memory=4 * GiB), "kv_cache_memory"),
-                                       (CacheConfig(num_gpu_blocks=4), "num_gpu_blocks")])
+@pytest.mark.parametrize(
+    "cache,key",
+    [(CacheConfig(kv_cache_memory=4 * GiB), "kv_cache_memory"), (CacheConfig(num_gpu_blocks=4), "num_gpu_blocks")],
+)
 def test_an_explicit_cache_beyond_free_memory_is_one_error(monkeypatch, cache, key):
     """Not the allocator's out-of-memory traceback later: the cache's size, what is free, what fits."""
     fake_gpu(monkeypatch, total=100 * GiB, free=1 * GiB + 5, allocated=0, reserved=0)
@@ -57,23 +61,34 @@ def test_an_explicit_cache_beyond_free_memory_is_one_error(monkeypatch, cache, k
         num_kv_blocks(cache, torch.device("cuda", 0), GiB, 5)
     assert (str(e.value), e.value.key) == (
         "a KV cache of 4 blocks (4.00 GiB) does not fit in the 1.00 GiB of cuda:0 memory available now (1 block fits); "
-        f"lower {key}", key)
+        f"lower {key}",
+        key,
+    )
 
 
 def test_a_cpu_cache_beyond_the_machines_memory_is_one_error():
     """On CPU against the kernel's MemAvailable (a 10^20-block cache: before, torch's overflow or the OOM killer)."""
-    with pytest.raises(ValueError, match=r"^a KV cache of 100000000000000000000 blocks \(\d+\.\d\d GiB\) does not fit "
-                                         r"in the \d+\.\d\d GiB of cpu memory available now \(\d+ blocks? fits?\); "
-                                         r"lower num_gpu_blocks$") as e:
+    with pytest.raises(
+        ValueError,
+        match=r"^a KV cache of 100000000000000000000 blocks \(\d+\.\d\d GiB\) does not fit "
+        r"in the \d+\.\d\d GiB of cpu memory available now \(\d+ blocks? fits?\); "
+        r"lower num_gpu_blocks$",
+    ) as e:
         num_kv_blocks(CacheConfig(num_gpu_blocks=10**20), torch.device("cpu"), 1024, 0)
     assert e.value.key == "num_gpu_blocks"
 
 
-@pytest.mark.parametrize("device, cuda, expected", [
-    ("cpu", True, "cpu"), ("auto", False, "cpu"),
-    ("cuda", True, "cuda:1"), ("auto", True, "cuda:1"),  # the current device: 1 here (faked), 0 unless a process chose
-    ("cuda:3", True, "cuda:3"), (" CUDA:2 ", True, "cuda:2"),
-])
+@pytest.mark.parametrize(
+    "device, cuda, expected",
+    [
+        ("cpu", True, "cpu"),
+        ("auto", False, "cpu"),
+        ("cuda", True, "cuda:1"),
+        ("auto", True, "cuda:1"),  # the current device: 1 here (faked), 0 unless a process chose
+        ("cuda:3", True, "cuda:3"),
+        (" CUDA:2 ", True, "cuda:2"),
+    ],
+)
 def test_the_runtime_device_has_its_index(monkeypatch, device, cuda, expected):
     """What the engine runs on, as the KV-cache lines name it: 'cuda:0', never a bare 'cuda'."""
     from attnserve.platforms import runtime_device
@@ -104,5 +119,7 @@ def test_serves_kv_cache_line_names_the_gpu_with_its_index(monkeypatch, tiny_mod
     fake_gpu(monkeypatch, total=100 * GiB, free=1 * GiB + 5, allocated=0, reserved=0)
     with pytest.raises(ValueError) as e:  # the tiny Llama's block: 8192 bytes in float32, 4096 in bfloat16
         preflight.check_kv_cache_budget(config, read_hf_config(resolve_model(config.model)), torch.float32)
-    assert str(e.value) == ("a KV cache of 524288 blocks (4.00 GiB) does not fit in the 1.00 GiB of cuda:0 memory "
-                            "available now (131072 blocks fit); lower num_gpu_blocks")
+    assert str(e.value) == (
+        "a KV cache of 524288 blocks (4.00 GiB) does not fit in the 1.00 GiB of cuda:0 memory "
+        "available now (131072 blocks fit); lower num_gpu_blocks"
+    )

@@ -37,9 +37,19 @@ def _req(rid: str, prompt: list[int], output: list[int], **params) -> ScheduledR
     bad_words_ids = params.pop("bad_words_ids", None)
     sp = SamplingParams(temperature=0, max_tokens=1000, **params)
     sp.bad_words_token_ids = bad_words_ids
-    return ScheduledRequest(rid, [(prompt + output)[-1]], len(prompt) + len(output) - 1, [], sp, True,
-                            num_output_tokens=len(output), eos_token_id=EOS, prompt_token_ids=prompt,
-                            output_token_ids=output, recent_output_ids=output[-4:])
+    return ScheduledRequest(
+        rid,
+        [(prompt + output)[-1]],
+        len(prompt) + len(output) - 1,
+        [],
+        sp,
+        True,
+        num_output_tokens=len(output),
+        eos_token_id=EOS,
+        prompt_token_ids=prompt,
+        output_token_ids=output,
+        recent_output_ids=output[-4:],
+    )
 
 
 def _apply(reqs, logits, last=(None, {})):
@@ -48,8 +58,9 @@ def _apply(reqs, logits, last=(None, {})):
     return lp(logits, reqs, *last), lp
 
 
-def _ref_penalties(row: torch.Tensor, prompt, output, presence_penalty=0.0, frequency_penalty=0.0,
-                   repetition_penalty=1.0) -> torch.Tensor:
+def _ref_penalties(
+    row: torch.Tensor, prompt, output, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0
+) -> torch.Tensor:
     """vLLM's rules, token by token."""
     row = row.clone()
     rep = torch.tensor(repetition_penalty, dtype=torch.float32)
@@ -68,11 +79,18 @@ PROMPT = [5, 17, 17, 300, 4000, 12, 5]
 OUTPUT = [17, 900, 900, 900, 12, 31000, 17]
 
 
-@pytest.mark.parametrize("params", [
-    dict(presence_penalty=1.5), dict(presence_penalty=-0.75), dict(frequency_penalty=0.5),
-    dict(frequency_penalty=-2.0), dict(repetition_penalty=1.25), dict(repetition_penalty=0.5),
-    dict(presence_penalty=0.25, frequency_penalty=1.0, repetition_penalty=1.5),
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(presence_penalty=1.5),
+        dict(presence_penalty=-0.75),
+        dict(frequency_penalty=0.5),
+        dict(frequency_penalty=-2.0),
+        dict(repetition_penalty=1.25),
+        dict(repetition_penalty=0.5),
+        dict(presence_penalty=0.25, frequency_penalty=1.0, repetition_penalty=1.5),
+    ],
+)
 def test_each_penalty_equals_the_reference_exactly(logits, params):
     row = logits[1:2]
     out, _ = _apply([_req("a", PROMPT, OUTPUT, **params)], row)
@@ -91,16 +109,19 @@ def test_repetition_penalty_equals_transformers(logits, penalty):
 
 
 def test_a_mixed_batch_gives_each_row_what_it_gets_alone(logits):
-    reqs = [_req("a", PROMPT, OUTPUT, frequency_penalty=0.5, repetition_penalty=1.2),
-            _req("b", [7, 8], [9]),
-            _req("c", [1, 2, 3], [3, 3], presence_penalty=1.0, logit_bias={11: 3.5}, min_tokens=4)]
+    reqs = [
+        _req("a", PROMPT, OUTPUT, frequency_penalty=0.5, repetition_penalty=1.2),
+        _req("b", [7, 8], [9]),
+        _req("c", [1, 2, 3], [3, 3], presence_penalty=1.0, logit_bias={11: 3.5}, min_tokens=4),
+    ]
     together, _ = _apply(reqs, logits)
     for i, r in enumerate(reqs):
         alone, _ = _apply([r], logits[i : i + 1])
         assert torch.equal(together[i], alone[0])
     assert torch.equal(together[1], logits[1])  # no rule: untouched
-    assert torch.equal(together[0], _ref_penalties(logits[0], PROMPT, OUTPUT, frequency_penalty=0.5,
-                                                                  repetition_penalty=1.2))
+    assert torch.equal(
+        together[0], _ref_penalties(logits[0], PROMPT, OUTPUT, frequency_penalty=0.5, repetition_penalty=1.2)
+    )
 
 
 def test_the_counts_follow_the_samples_on_the_device(logits):

@@ -73,8 +73,12 @@ def test_filters_that_keep_one_token_are_greedy_row_by_row(dev):
 
 def test_a_filtered_token_is_never_sampled(dev):
     logits = logits_rows(4, device=dev)
-    params = [SamplingParams(temperature=3.0, top_k=5), SamplingParams(temperature=3.0, top_p=0.6),
-              SamplingParams(temperature=3.0, min_p=0.2), SamplingParams(temperature=3.0, top_k=10, top_p=0.8, min_p=0.05)]
+    params = [
+        SamplingParams(temperature=3.0, top_k=5),
+        SamplingParams(temperature=3.0, top_p=0.6),
+        SamplingParams(temperature=3.0, min_p=0.2),
+        SamplingParams(temperature=3.0, top_k=10, top_p=0.8, min_p=0.05),
+    ]
     kept = [set(reference_probs(logits[i], p).nonzero().flatten().tolist()) for i, p in enumerate(params)]
     assert all(1 < len(k) < V for k in kept)  # each filter really removes tokens and leaves a choice
     seen = [set() for _ in params]
@@ -86,13 +90,16 @@ def test_a_filtered_token_is_never_sampled(dev):
         assert len(seen[i]) > 1
 
 
-@pytest.mark.parametrize("params", [
-    SamplingParams(temperature=1.0),
-    SamplingParams(temperature=0.5, top_k=6),
-    SamplingParams(temperature=2.0, top_p=0.7),
-    SamplingParams(temperature=1.0, min_p=0.1),
-    SamplingParams(temperature=1.3, top_k=7, top_p=0.9, min_p=0.05),
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=1.0),
+        SamplingParams(temperature=0.5, top_k=6),
+        SamplingParams(temperature=2.0, top_p=0.7),
+        SamplingParams(temperature=1.0, min_p=0.1),
+        SamplingParams(temperature=1.3, top_k=7, top_p=0.9, min_p=0.05),
+    ],
+)
 def test_sampled_frequencies_match_the_filtered_softmax(params, dev):
     # N draws in one batch (one noise draw, seed fixed: deterministic). Each frequency is a mean of N
     # Bernoulli(p) draws, standard deviation sqrt(p (1 - p) / N) <= 0.0035 at N = 20000; a bound of 5 of
@@ -113,8 +120,14 @@ def test_seeded_rows_do_not_depend_on_the_batch(dev):
     seeded = SamplingParams(temperature=1.0, top_p=0.95, seed=7)
     alone = [sample(logits[2:3], [seeded]).token_ids[0]]
     # the same seeded row, in a batch with unseeded, greedy and other-seed rows, at another index
-    batch = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.0), seeded,
-             SamplingParams(temperature=0.8, seed=1), SamplingParams(temperature=1.0, top_k=3), seeded]
+    batch = [
+        SamplingParams(temperature=1.0),
+        SamplingParams(temperature=0.0),
+        seeded,
+        SamplingParams(temperature=0.8, seed=1),
+        SamplingParams(temperature=1.0, top_k=3),
+        seeded,
+    ]
     gens = {}
     tokens = []
     # two steps in a row with the request's own generator: the second draw continues the first
@@ -126,12 +139,16 @@ def test_seeded_rows_do_not_depend_on_the_batch(dev):
                 generators.append(g_shared)
             else:
                 generators.append(gens.setdefault(i, gen(p.seed, dev)))
-        tokens.append(Sampler()(torch.stack([logits[0], logits[1], logits[2], logits[3], logits[4], logits[2]]),
-                                batch, generators).token_ids)
+        tokens.append(
+            Sampler()(
+                torch.stack([logits[0], logits[1], logits[2], logits[3], logits[4], logits[2]]), batch, generators
+            ).token_ids
+        )
     solo_gen = gen(7, dev)
     solo = [Sampler()(logits[2:3], [seeded], [solo_gen]).token_ids[0] for _ in range(2)]
     assert solo[0] == alone[0]
     assert [t[2] for t in tokens] == solo and [t[5] for t in tokens] == solo
+
     # a different seed gives another sequence of tokens
     def sequence(seed: int) -> list[int]:
         g = gen(seed, dev)
@@ -142,8 +159,12 @@ def test_seeded_rows_do_not_depend_on_the_batch(dev):
 
 def test_logprobs_are_of_the_raw_distribution_with_rank_and_top_k(dev):
     logits = logits_rows(4, device=dev)
-    params = [SamplingParams(temperature=0.0, logprobs=3), SamplingParams(temperature=0.0),
-              SamplingParams(temperature=5.0, top_k=20, logprobs=5, seed=4), SamplingParams(temperature=1.0, logprobs=0)]
+    params = [
+        SamplingParams(temperature=0.0, logprobs=3),
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=5.0, top_k=20, logprobs=5, seed=4),
+        SamplingParams(temperature=1.0, logprobs=0),
+    ]
     out = sample(logits, params)
     lp = torch.log_softmax(logits, -1)
     # exact on the CPU; a GPU's log_softmax kernel may round differently for another batch size
@@ -166,8 +187,12 @@ def test_one_host_copy_for_tokens_and_one_for_logprobs(monkeypatch, want_logprob
     monkeypatch.setattr(torch.Tensor, "tolist", lambda t: copies.append(t.shape) or real(t))
     monkeypatch.setattr(torch.Tensor, "item", lambda t: pytest.fail("a per-row .item() host sync"))
     lp = 2 if want_logprobs else None
-    params = [SamplingParams(temperature=0.0, logprobs=lp), SamplingParams(temperature=1.0, top_p=0.9, seed=1),
-              SamplingParams(temperature=0.7, top_k=4, min_p=0.1), SamplingParams(temperature=1.0, logprobs=lp)] * 8
+    params = [
+        SamplingParams(temperature=0.0, logprobs=lp),
+        SamplingParams(temperature=1.0, top_p=0.9, seed=1),
+        SamplingParams(temperature=0.7, top_k=4, min_p=0.1),
+        SamplingParams(temperature=1.0, logprobs=lp),
+    ] * 8
     sample(logits_rows(32, device=dev), params)
     assert len(copies) == (2 if want_logprobs else 1)
 
@@ -188,10 +213,16 @@ def test_16_bit_logits_sample_as_their_float32_upcast(dtype, dev):
     upcast of those logits gives (greedy, filtered random rows with a shared and a seeded generator,
     logprobs), bit for bit."""
     logits = logits_rows(8, device=dev).to(dtype)
-    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.7, top_p=0.9),
-              SamplingParams(temperature=1.3, top_k=5, seed=3), SamplingParams(temperature=0.0, logprobs=4),
-              SamplingParams(temperature=1.0, min_p=0.1, logprobs=2), SamplingParams(temperature=0.0),
-              SamplingParams(temperature=0.5), SamplingParams(temperature=0.0, top_k=2)]
+    params = [
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=0.7, top_p=0.9),
+        SamplingParams(temperature=1.3, top_k=5, seed=3),
+        SamplingParams(temperature=0.0, logprobs=4),
+        SamplingParams(temperature=1.0, min_p=0.1, logprobs=2),
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=0.5),
+        SamplingParams(temperature=0.0, top_k=2),
+    ]
     low = sample(logits, params, seed=11)
     high = sample(logits.float(), params, seed=11)
     assert low.token_ids == high.token_ids

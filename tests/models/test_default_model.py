@@ -26,7 +26,9 @@ def hf_reference(default_llm):
     from transformers import AutoModelForCausalLM
 
     source = resolve_model_source(None)
-    model = AutoModelForCausalLM.from_pretrained(source.folder, gguf_file=os.path.basename(source.path), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        source.folder, gguf_file=os.path.basename(source.path), dtype=torch.float32
+    )
     model.eval()
     tok = default_llm.tokenizer
     return {p: hf_greedy(model, tok.encode(p), NEW_TOKENS) for p in PROMPTS}
@@ -67,10 +69,12 @@ def test_last_position_logits_match(default_llm, hf_reference):
 
 
 def test_chat_answers_with_the_chat_template(default_llm):
-    out = default_llm.chat([{"role": "user", "content": "What is the capital of France?"}],
-                           SamplingParams(temperature=0.0, max_tokens=16))[0]
+    out = default_llm.chat(
+        [{"role": "user", "content": "What is the capital of France?"}], SamplingParams(temperature=0.0, max_tokens=16)
+    )[0]
     tok = default_llm.tokenizer
-    expected_prompt = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                              tokenize=False, add_generation_prompt=True)
+    expected_prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], tokenize=False, add_generation_prompt=True
+    )
     assert out.prompt_token_ids == tok.encode(expected_prompt, add_special_tokens=False)
     assert "Paris" in out.outputs[0].text

@@ -46,8 +46,14 @@ def _unfused(self, query, key, value, batch, rope):
 @pytest.mark.parametrize("backend", ["CPU_ATTN", "FLEX_ATTENTION"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_forward_with_rope_computes_what_rope_then_forward_did(arch, backend, dtype, tiny_model_dir, monkeypatch):
-    llm = LLM(tiny_model_dir(arch), dtype=dtype, device="cpu", block_size=4, kv_cache_memory=8 << 20,
-              attention_backend=backend)
+    llm = LLM(
+        tiny_model_dir(arch),
+        dtype=dtype,
+        device="cpu",
+        block_size=4,
+        kv_cache_memory=8 << 20,
+        attention_backend=backend,
+    )
     calls = []
     fused_write = RopeInputs.apply_kv_write
     monkeypatch.setattr(RopeInputs, "apply_kv_write", lambda *a, **k: calls.append(1) or fused_write(*a, **k))

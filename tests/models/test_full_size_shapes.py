@@ -13,19 +13,63 @@ from attnserve.models.registry import get_model_class
 
 CONFIGS = {
     "openai-community/gpt2": ("GPT2Config", dict()),
-    "facebook/opt-13b": ("OPTConfig", dict(hidden_size=5120, ffn_dim=20480, num_hidden_layers=40, num_attention_heads=40,
-                                           max_position_embeddings=2048, vocab_size=50272, word_embed_proj_dim=5120)),
-    "facebook/opt-350m": ("OPTConfig", dict(hidden_size=1024, ffn_dim=4096, num_hidden_layers=24, num_attention_heads=16,
-                                            vocab_size=50272, word_embed_proj_dim=512, do_layer_norm_before=False)),
-    "mistralai/Mistral-7B-v0.1": ("MistralConfig", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                                       num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
-                                                       max_position_embeddings=32768, sliding_window=4096)),
-    "meta-llama/Meta-Llama-3-8B": ("LlamaConfig", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                                       num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                                                       max_position_embeddings=8192, rope_theta=500000.0)),
+    "facebook/opt-13b": (
+        "OPTConfig",
+        dict(
+            hidden_size=5120,
+            ffn_dim=20480,
+            num_hidden_layers=40,
+            num_attention_heads=40,
+            max_position_embeddings=2048,
+            vocab_size=50272,
+            word_embed_proj_dim=5120,
+        ),
+    ),
+    "facebook/opt-350m": (
+        "OPTConfig",
+        dict(
+            hidden_size=1024,
+            ffn_dim=4096,
+            num_hidden_layers=24,
+            num_attention_heads=16,
+            vocab_size=50272,
+            word_embed_proj_dim=512,
+            do_layer_norm_before=False,
+        ),
+    ),
+    "mistralai/Mistral-7B-v0.1": (
+        "MistralConfig",
+        dict(
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=32000,
+            max_position_embeddings=32768,
+            sliding_window=4096,
+        ),
+    ),
+    "meta-llama/Meta-Llama-3-8B": (
+        "LlamaConfig",
+        dict(
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            max_position_embeddings=8192,
+            rope_theta=500000.0,
+        ),
+    ),
 }
-ARCHITECTURES = {"GPT2Config": "GPT2LMHeadModel", "OPTConfig": "OPTForCausalLM", "MistralConfig": "MistralForCausalLM",
-                 "LlamaConfig": "LlamaForCausalLM"}
+ARCHITECTURES = {
+    "GPT2Config": "GPT2LMHeadModel",
+    "OPTConfig": "OPTForCausalLM",
+    "MistralConfig": "MistralForCausalLM",
+    "LlamaConfig": "LlamaForCausalLM",
+}
 # (num_layers, num_kv_heads, head_size, sliding_window)
 EXPECTED_DIMS = {
     "openai-community/gpt2": (12, 12, 64, None),

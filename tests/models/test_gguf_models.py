@@ -41,8 +41,14 @@ def test_gpt2_gguf_matches_safetensors_and_transformers(tiny_model_dir, tmp_path
 # architecture -> (llama.cpp architecture, config changes for what llama.cpp's GGUF cannot say otherwise)
 GGUF_CASES = {
     "gemma2": ("gemma2", dict(query_pre_attn_scalar=32)),  # llama.cpp: the head size (but for the 27B)
-    "gemma3": ("gemma3", dict(query_pre_attn_scalar=32, sliding_window_pattern=6,  # llama.cpp's 5 local : 1 global
-                              layer_types=["sliding_attention"] * 5 + ["full_attention"])),
+    "gemma3": (
+        "gemma3",
+        dict(
+            query_pre_attn_scalar=32,
+            sliding_window_pattern=6,  # llama.cpp's 5 local : 1 global
+            layer_types=["sliding_attention"] * 5 + ["full_attention"],
+        ),
+    ),
     "qwen3_moe": ("qwen3moe", dict(mlp_only_layers=[], decoder_sparse_step=1)),  # gguf maps no dense FFN here
     "mixtral": ("llama", {}),
     "gpt_oss_mixed": ("gpt-oss", dict(swiglu_limit=7.0)),  # GGUF stores no limit: llama.cpp's 7
@@ -94,6 +100,7 @@ def test_gpt_oss_gguf_with_mxfp4_experts(default_tokenizer, tmp_path):
     import gguf
 
     from attnserve.model_executor.weights import gguf_reader
+
     kinds = {t.name: t.tensor_type for t in gguf_reader(gguf_path).tensors}
     assert kinds["blk.0.ffn_gate_exps.weight"] == kinds["blk.1.ffn_down_exps.weight"] == gguf.GGMLQuantizationType.MXFP4
 

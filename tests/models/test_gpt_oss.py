@@ -74,8 +74,9 @@ def test_backend_without_sinks_is_refused_at_selection(tiny_model_dir):
         supports_sinks = False
 
     path = tiny_model_dir("gpt_oss")
-    [(_, _, cfg)] = attention_selector_configs(build_engine_config(path, **ENGINE), AutoConfig.from_pretrained(path),
-                                               "cpu", 1)
+    [(_, _, cfg)] = attention_selector_configs(
+        build_engine_config(path, **ENGINE), AutoConfig.from_pretrained(path), "cpu", 1
+    )
     assert cfg.has_sink
     reasons = NoSinkBackend.validate(cfg, detect_platform("cpu"))
     assert [str(r) for r in reasons] == ["attention sinks not supported"]

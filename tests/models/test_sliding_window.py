@@ -36,8 +36,15 @@ def test_window_changes_the_result(hf_sw, tiny_model_dir):
 @pytest.mark.parametrize("max_num_batched_tokens", [5, 13])
 def test_chunked_prefill_and_decode_past_window(hf_sw, tiny_model_dir, max_num_batched_tokens):
     """Prompts split into chunks smaller and larger than the window, batched with other requests' decodes."""
-    llm = LLM(tiny_model_dir("mistral_sw"), dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20,
-              max_num_batched_tokens=max_num_batched_tokens, attention_backend="CPU_ATTN")
+    llm = LLM(
+        tiny_model_dir("mistral_sw"),
+        dtype="float32",
+        device="cpu",
+        block_size=4,
+        kv_cache_memory=8 << 20,
+        max_num_batched_tokens=max_num_batched_tokens,
+        attention_backend="CPU_ATTN",
+    )
     assert llm.engine.runner.selector_config.sliding_window == SLIDING_WINDOW
     assert {spec.sliding_window for spec in llm.engine.runner.layer_specs} == {SLIDING_WINDOW}
     params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
@@ -48,8 +55,14 @@ def test_chunked_prefill_and_decode_past_window(hf_sw, tiny_model_dir, max_num_b
 
 def test_max_model_len_beyond_window(hf_sw, tiny_model_dir):
     """A context of 8x the window: 30 prompt tokens and 34 generated, max_model_len 64."""
-    llm = LLM(tiny_model_dir("mistral_sw"), dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20,
-              max_model_len=8 * SLIDING_WINDOW)
+    llm = LLM(
+        tiny_model_dir("mistral_sw"),
+        dtype="float32",
+        device="cpu",
+        block_size=4,
+        kv_cache_memory=8 << 20,
+        max_model_len=8 * SLIDING_WINDOW,
+    )
     out = llm.generate(LONG_PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=None, ignore_eos=True))[0]
     tokens = out.outputs[0].token_ids
     assert len(LONG_PROMPTS[0]) + len(tokens) == 8 * SLIDING_WINDOW

@@ -10,10 +10,30 @@ import torch
 from attnserve import LLM, SamplingParams
 from tests.helpers import hf_greedy
 
-ARCHS = ["llama", "llama3", "mistral", "mistral_sw", "qwen2", "qwen3", "gpt2", "opt", "opt_post_ln", "qwen3_moe",
-         "qwen3_moe_step2", "mixtral", "mixtral_sw", "gpt_oss", "gpt_oss_sw", "gpt_oss_mixed"]
+ARCHS = [
+    "llama",
+    "llama3",
+    "mistral",
+    "mistral_sw",
+    "qwen2",
+    "qwen3",
+    "gpt2",
+    "opt",
+    "opt_post_ln",
+    "qwen3_moe",
+    "qwen3_moe_step2",
+    "mixtral",
+    "mixtral_sw",
+    "gpt_oss",
+    "gpt_oss_sw",
+    "gpt_oss_mixed",
+]
 # the second prompt (19 tokens) and every generation (24 tokens) run past mistral_sw's and mixtral_sw's window of 8
-PROMPTS = [[1, 520, 9553, 314, 4649, 30, 8800], [2, 44, 9000, 13, 77, 1200, 5, 6, 7, 8, 9, 10, 11, 12, 300, 301, 302, 303, 304], [15]]
+PROMPTS = [
+    [1, 520, 9553, 314, 4649, 30, 8800],
+    [2, 44, 9000, 13, 77, 1200, 5, 6, 7, 8, 9, 10, 11, 12, 300, 301, 302, 303, 304],
+    [15],
+]
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -22,16 +22,33 @@ SLIDING_WINDOW = 8  # tiny, so that test prompts and generations run past it
 def tiny_config(arch: str, hidden: int = 64):
     """A transformers config of architecture ``arch`` with tiny dimensions: 4 query heads of ``hidden / 4``
     (16 on CPU; the GPU tests use 256, since some GPU backends support only head sizes 64, 128, 256)."""
-    from transformers import (GPT2Config, GptOssConfig, LlamaConfig, MistralConfig, MixtralConfig, OPTConfig, Qwen2Config, Qwen3Config,
-                              Qwen3MoeConfig)
+    from transformers import (
+        GPT2Config,
+        GptOssConfig,
+        LlamaConfig,
+        MistralConfig,
+        MixtralConfig,
+        OPTConfig,
+        Qwen2Config,
+        Qwen3Config,
+        Qwen3MoeConfig,
+    )
 
     COMMON = {**_COMMON, "hidden_size": hidden, "intermediate_size": 2 * hidden}
     if arch == "llama":
         return LlamaConfig(**COMMON, rope_theta=10000.0)
     if arch == "llama3":  # Llama 3.1 RoPE scaling, tied embeddings
-        return LlamaConfig(**{**COMMON, "tie_word_embeddings": True}, rope_theta=500000.0, rope_scaling={
-            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 64})
+        return LlamaConfig(
+            **{**COMMON, "tie_word_embeddings": True},
+            rope_theta=500000.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+        )
     if arch == "mistral":
         return MistralConfig(**COMMON, sliding_window=None)
     if arch == "mistral_sw":  # Mistral v0.1's sliding window (4096 there)
@@ -39,8 +56,15 @@ def tiny_config(arch: str, hidden: int = 64):
     if arch == "gpt2":  # tied LM head, GELU (tanh), n_inner None = 4 * n_embd
         return GPT2Config(vocab_size=49152, n_embd=hidden, n_layer=2, n_head=4, n_positions=512)
     if arch.startswith("opt"):
-        opt = dict(vocab_size=49152, hidden_size=hidden, ffn_dim=2 * hidden, num_hidden_layers=2, num_attention_heads=4,
-                   max_position_embeddings=512, word_embed_proj_dim=hidden)
+        opt = dict(
+            vocab_size=49152,
+            hidden_size=hidden,
+            ffn_dim=2 * hidden,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=512,
+            word_embed_proj_dim=hidden,
+        )
         if arch == "opt":  # pre-LayerNorm (opt-125m and larger)
             return OPTConfig(**opt, do_layer_norm_before=True)
         if arch == "opt_post_ln":  # post-LayerNorm with half-wide embeddings projected in and out (opt-350m)
@@ -48,29 +72,52 @@ def tiny_config(arch: str, hidden: int = 64):
     if arch == "gemma2":  # both soft caps, a window on even layers, query_pre_attn_scalar != head size
         from transformers import Gemma2Config
 
-        return Gemma2Config(**{**COMMON, "num_hidden_layers": 4, "tie_word_embeddings": True}, head_dim=hidden // 2,
-                            sliding_window=SLIDING_WINDOW, query_pre_attn_scalar=24, attn_logit_softcapping=5.0,
-                            final_logit_softcapping=30.0)
+        return Gemma2Config(
+            **{**COMMON, "num_hidden_layers": 4, "tie_word_embeddings": True},
+            head_dim=hidden // 2,
+            sliding_window=SLIDING_WINDOW,
+            query_pre_attn_scalar=24,
+            attn_logit_softcapping=5.0,
+            final_logit_softcapping=30.0,
+        )
     if arch == "gemma3":  # 2 local : 1 global (sliding_window_pattern 3), global RoPE linear-scaled, q/k norms
         from transformers import Gemma3TextConfig
 
-        return Gemma3TextConfig(**{**COMMON, "num_hidden_layers": 6, "tie_word_embeddings": True}, head_dim=hidden // 2,
-                                sliding_window=SLIDING_WINDOW, query_pre_attn_scalar=24, sliding_window_pattern=3,
-                                rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                                                 "full_attention": {"rope_type": "linear", "factor": 2.0,
-                                                                    "rope_theta": 1e6}})
+        return Gemma3TextConfig(
+            **{**COMMON, "num_hidden_layers": 6, "tie_word_embeddings": True},
+            head_dim=hidden // 2,
+            sliding_window=SLIDING_WINDOW,
+            query_pre_attn_scalar=24,
+            sliding_window_pattern=3,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+            },
+        )
     if arch == "qwen2":
         return Qwen2Config(**COMMON)
     if arch == "qwen3":
         return Qwen3Config(**COMMON, head_dim=hidden // 2)
     if arch == "qwen3_moe":  # 8 experts, top 2 renormalized; layer 1 sparse, layer 0 dense (mlp_only_layers)
-        return Qwen3MoeConfig(**{**COMMON, "num_hidden_layers": 3}, head_dim=hidden // 2, num_experts=8,
-                              num_experts_per_tok=2, moe_intermediate_size=hidden // 2, norm_topk_prob=True,
-                              mlp_only_layers=[0])
+        return Qwen3MoeConfig(
+            **{**COMMON, "num_hidden_layers": 3},
+            head_dim=hidden // 2,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=hidden // 2,
+            norm_topk_prob=True,
+            mlp_only_layers=[0],
+        )
     if arch == "qwen3_moe_step2":  # every second layer sparse, top-k weights not renormalized
-        return Qwen3MoeConfig(**{**COMMON, "num_hidden_layers": 4}, head_dim=hidden // 2, num_experts=8,
-                              num_experts_per_tok=3, moe_intermediate_size=hidden // 2, norm_topk_prob=False,
-                              decoder_sparse_step=2)
+        return Qwen3MoeConfig(
+            **{**COMMON, "num_hidden_layers": 4},
+            head_dim=hidden // 2,
+            num_experts=8,
+            num_experts_per_tok=3,
+            moe_intermediate_size=hidden // 2,
+            norm_topk_prob=False,
+            decoder_sparse_step=2,
+        )
     if arch == "mixtral":  # no sliding window (Mixtral 8x7B's config says null)
         return MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2, sliding_window=None)
     if arch == "mixtral_sw":
@@ -78,15 +125,31 @@ def tiny_config(arch: str, hidden: int = 64):
     if arch.startswith("gpt_oss"):  # sinks, biases, YaRN, 8 experts top 4 with the clamped SwiGLU
         # gpt_oss_mixed: layer_types None, transformers' default: windowed and full layers alternating
         kind = {"gpt_oss": "full_attention", "gpt_oss_sw": "sliding_attention"}.get(arch)
-        return GptOssConfig(**{**COMMON, "intermediate_size": hidden}, head_dim=hidden // 4, num_local_experts=8,
-                            num_experts_per_tok=4, sliding_window=SLIDING_WINDOW, swiglu_limit=0.5,
-                            layer_types=None if kind is None else [kind] * COMMON["num_hidden_layers"],
-                            rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
-                                          "original_max_position_embeddings": 64, "truncate": False})
+        return GptOssConfig(
+            **{**COMMON, "intermediate_size": hidden},
+            head_dim=hidden // 4,
+            num_local_experts=8,
+            num_experts_per_tok=4,
+            sliding_window=SLIDING_WINDOW,
+            swiglu_limit=0.5,
+            layer_types=None if kind is None else [kind] * COMMON["num_hidden_layers"],
+            rope_scaling={
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "original_max_position_embeddings": 64,
+                "truncate": False,
+            },
+        )
     raise ValueError(arch)
 
 
-ARCHITECTURES = {"GPT2Config": "GPT2LMHeadModel", "OPTConfig": "OPTForCausalLM", "Gemma3TextConfig": "Gemma3ForCausalLM"}
+ARCHITECTURES = {
+    "GPT2Config": "GPT2LMHeadModel",
+    "OPTConfig": "OPTForCausalLM",
+    "Gemma3TextConfig": "Gemma3ForCausalLM",
+}
 # Gemma's norms store the offset from 1 (initialized to 0): random ones, so that the (1 + w) is tested
 RANDOM_NORMS = {"gemma2", "gemma3"}
 
@@ -97,7 +160,9 @@ def make_tiny_model(arch: str, path, tokenizer, hidden: int = 64, **changes) -> 
     config = tiny_config(arch, hidden)
     for key, value in changes.items():
         setattr(config, key, value)
-    config.architectures = [ARCHITECTURES.get(type(config).__name__, type(config).__name__.replace("Config", "ForCausalLM"))]
+    config.architectures = [
+        ARCHITECTURES.get(type(config).__name__, type(config).__name__.replace("Config", "ForCausalLM"))
+    ]
     config.eos_token_id = tokenizer.eos_token_id
     config.bos_token_id = tokenizer.bos_token_id
     save_tiny_model(config, path, norm_std=0.3 if arch in RANDOM_NORMS else None)

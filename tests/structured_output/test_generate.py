@@ -24,8 +24,14 @@ def test_fifty_generations_against_ten_json_schemas_validate(default_llm):
         k = i % 10
         prompts.append(PROMPTS[k])
         which.append(k)
-        params.append(SamplingParams(temperature=0.0 if i < 10 else 0.8, seed=i, max_tokens=100,
-                                     structured_outputs=S(json=SCHEMAS[k], disable_any_whitespace=True)))
+        params.append(
+            SamplingParams(
+                temperature=0.0 if i < 10 else 0.8,
+                seed=i,
+                max_tokens=100,
+                structured_outputs=S(json=SCHEMAS[k], disable_any_whitespace=True),
+            )
+        )
     outs = default_llm.generate(prompts, params)
     for k, out in zip(which, outs):
         c = out.outputs[0]
@@ -37,12 +43,19 @@ def test_regex_choice_grammar_and_json_object(default_llm):
     regexes = [r"\d{3}-\d{4}", r"(cat|dog)s? [a-z]{2,5}", r"[A-Z][a-z]+, [A-Z]{2}"]
     choices = ["alpha", "beta", "gamma delta"]
     grammar = 'root ::= "(" num "+" num ")"\nnum ::= [1-9] [0-9]?'
-    params = ([SamplingParams(temperature=0.0, max_tokens=20, structured_outputs=S(regex=r)) for r in regexes]
-              + [SamplingParams(temperature=1.0, seed=s, max_tokens=10, structured_outputs=S(choice=choices))
-                 for s in range(3)]
-              + [SamplingParams(temperature=0.0, max_tokens=30, structured_outputs=S(grammar=grammar)),
-                 SamplingParams(temperature=0.0, max_tokens=60, structured_outputs={"json_object": True,
-                                                                                    "disable_any_whitespace": True})])
+    params = (
+        [SamplingParams(temperature=0.0, max_tokens=20, structured_outputs=S(regex=r)) for r in regexes]
+        + [
+            SamplingParams(temperature=1.0, seed=s, max_tokens=10, structured_outputs=S(choice=choices))
+            for s in range(3)
+        ]
+        + [
+            SamplingParams(temperature=0.0, max_tokens=30, structured_outputs=S(grammar=grammar)),
+            SamplingParams(
+                temperature=0.0, max_tokens=60, structured_outputs={"json_object": True, "disable_any_whitespace": True}
+            ),
+        ]
+    )
     prompts = ["A phone number:", "Pets:", "A place:", "Pick one:", "Pick one:", "Pick one:", "A sum:", "JSON:"]
     outs = [o.outputs[0] for o in default_llm.generate(prompts, params)]
     for r, c in zip(regexes, outs[:3]):
@@ -66,10 +79,12 @@ def test_unconstrained_requests_get_the_tokens_they_get_alone(default_llm, async
         free = ["The capital of France is", "Once upon a time"]
         greedy = SamplingParams(temperature=0.0, max_tokens=12)
         alone = [o.outputs[0].token_ids for o in default_llm.generate(free, [greedy, greedy])]
-        constrained = SamplingParams(temperature=0.0, max_tokens=40,
-                                     structured_outputs=S(json=SCHEMAS[0], disable_any_whitespace=True))
-        mixed = default_llm.generate([free[0], PROMPTS[0], free[1], PROMPTS[0]], [greedy, constrained, greedy,
-                                                                                   constrained])
+        constrained = SamplingParams(
+            temperature=0.0, max_tokens=40, structured_outputs=S(json=SCHEMAS[0], disable_any_whitespace=True)
+        )
+        mixed = default_llm.generate(
+            [free[0], PROMPTS[0], free[1], PROMPTS[0]], [greedy, constrained, greedy, constrained]
+        )
         assert [mixed[0].outputs[0].token_ids, mixed[2].outputs[0].token_ids] == alone
         for o in (mixed[1], mixed[3]):
             jsonschema.validate(json.loads(o.outputs[0].text), SCHEMAS[0])
@@ -78,25 +93,38 @@ def test_unconstrained_requests_get_the_tokens_they_get_alone(default_llm, async
 
 
 def test_max_tokens_inside_a_constrained_value_is_length(default_llm):
-    out = default_llm.generate(["Describe a person as JSON."], SamplingParams(
-        temperature=0.0, max_tokens=3, structured_outputs=S(json=SCHEMAS[0])))[0].outputs[0]
+    out = default_llm.generate(
+        ["Describe a person as JSON."],
+        SamplingParams(temperature=0.0, max_tokens=3, structured_outputs=S(json=SCHEMAS[0])),
+    )[0].outputs[0]
     assert out.finish_reason == "length" and len(out.token_ids) == 3 and out.text.startswith("{")
 
 
 def test_n_completions_each_follow_the_constraint(default_llm):
-    out = default_llm.generate(["Pick a color and a count, as JSON."], SamplingParams(
-        n=3, temperature=1.0, seed=7, max_tokens=40,
-        structured_outputs=S(json=SCHEMAS[1], disable_any_whitespace=True)))[0]
+    out = default_llm.generate(
+        ["Pick a color and a count, as JSON."],
+        SamplingParams(
+            n=3,
+            temperature=1.0,
+            seed=7,
+            max_tokens=40,
+            structured_outputs=S(json=SCHEMAS[1], disable_any_whitespace=True),
+        ),
+    )[0]
     assert len(out.outputs) == 3
     for c in out.outputs:
         jsonschema.validate(json.loads(c.text), SCHEMAS[1])
 
 
-@pytest.mark.parametrize("params, path", [
-    (S(json={"type": "objectx"}), ("structured_outputs", "json")),
-    (S(regex="(("), ("structured_outputs", "regex")),
-    (S(grammar="root ::= foo"), ("structured_outputs", "grammar")),
-], ids=["schema", "regex", "grammar"])
+@pytest.mark.parametrize(
+    "params, path",
+    [
+        (S(json={"type": "objectx"}), ("structured_outputs", "json")),
+        (S(regex="(("), ("structured_outputs", "regex")),
+        (S(grammar="root ::= foo"), ("structured_outputs", "grammar")),
+    ],
+    ids=["schema", "regex", "grammar"],
+)
 def test_invalid_constraints_are_refused_before_queueing(default_llm, params, path):
     with pytest.raises(Refused) as e:
         default_llm.generate(["x"], SamplingParams(max_tokens=2, structured_outputs=params))
@@ -111,8 +139,9 @@ def test_async_abort_while_the_next_step_is_scheduled_ahead(default_llm):
     old = engine.async_scheduling
     engine.async_scheduling = True
     try:
-        params = SamplingParams(temperature=0.0, max_tokens=40,
-                                structured_outputs=S(json=SCHEMAS[0], disable_any_whitespace=True))
+        params = SamplingParams(
+            temperature=0.0, max_tokens=40, structured_outputs=S(json=SCHEMAS[0], disable_any_whitespace=True)
+        )
         ids = [engine.add_request(PROMPTS[0], params) for _ in range(3)]
         finished, aborted, prepared = {}, None, False
         while engine.has_unfinished_requests():

@@ -22,8 +22,12 @@ def test_bitmask_rows_cover_the_tokenizers_tokens_of_constrained_requests(defaul
     manager = StructuredOutputManager(tok, 151936, tok.eos_token_id)  # a model vocabulary padded past the tokenizer
     manager.add("a", S(regex="ab"))
     manager.add("c", S(choice=["x", "y"]))
-    sched = SchedulerOutput([ScheduledRequest(rid, [1], 0, [0], SamplingParams(), samples)
-                             for rid, samples in [("a", True), ("free", True), ("partial", False), ("c", True)]])
+    sched = SchedulerOutput(
+        [
+            ScheduledRequest(rid, [1], 0, [0], SamplingParams(), samples)
+            for rid, samples in [("a", True), ("free", True), ("partial", False), ("c", True)]
+        ]
+    )
     mask = manager.bitmask(sched)
     assert mask.num_tokens == len(tok) and mask.words.shape == (2, len(tok) // 32) and mask.rows.tolist() == [0, 2]
     a, b, x, y = tok.convert_tokens_to_ids(["a", "b", "x", "y"])

@@ -13,14 +13,18 @@ from attnserve.refusals import Refused
 from attnserve.structured_output.bitmask import GrammarBitmask, apply_grammar_bitmask
 
 
-@pytest.mark.parametrize("kwargs, path", [
-    ({}, ("structured_outputs",)),
-    ({"json": {}, "regex": "a"}, ("structured_outputs",)),
-    ({"choice": []}, ("structured_outputs", "choice")),
-    ({"choice": ["a", 1]}, ("structured_outputs", "choice")),
-    ({"regex": 3}, ("structured_outputs", "regex")),
-    ({"json_object": "yes"}, ("structured_outputs", "json_object")),
-], ids=["none", "two", "empty_choice", "choice_not_str", "regex_not_str", "json_object_not_true"])
+@pytest.mark.parametrize(
+    "kwargs, path",
+    [
+        ({}, ("structured_outputs",)),
+        ({"json": {}, "regex": "a"}, ("structured_outputs",)),
+        ({"choice": []}, ("structured_outputs", "choice")),
+        ({"choice": ["a", 1]}, ("structured_outputs", "choice")),
+        ({"regex": 3}, ("structured_outputs", "regex")),
+        ({"json_object": "yes"}, ("structured_outputs", "json_object")),
+    ],
+    ids=["none", "two", "empty_choice", "choice_not_str", "regex_not_str", "json_object_not_true"],
+)
 def test_exactly_one_constraint_of_its_type(kwargs, path):
     with pytest.raises(Refused) as e:
         S(**kwargs)

@@ -100,8 +100,15 @@ def _soft_cap(scores: torch.Tensor, cap: float | None) -> torch.Tensor:
     return scores if cap is None else torch.tanh(scores / cap) * cap
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float,
-            soft_cap: float | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
+def _attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    soft_cap: float | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
     """softmax(cap(q k^T * scale), masked) v for q (B, M, D), k/v (B, N, D), mask (M, N) bool or None; ``sinks``
     (B, M, 1): a sink logit per row (``reference.softmax_with_sinks``)."""
     if soft_cap is None and sinks is None and q.shape[0] * q.shape[1] * k.shape[1] > _SMALL_SCORES:
@@ -130,8 +137,9 @@ class CPUAttentionImpl(AttentionImpl):
         x = cached.to(dtype)
         return x.mul_(scale) if cached.dtype in FP8_DTYPES and scale != 1.0 else x
 
-    def forward(self, query, key, value, kv_cache, metadata: CPUAttentionMetadata,
-                kv_written: bool = False) -> torch.Tensor:
+    def forward(
+        self, query, key, value, kv_cache, metadata: CPUAttentionMetadata, kv_written: bool = False
+    ) -> torch.Tensor:
         if not kv_written:
             self.kv_write_target(kv_cache, metadata).write(key, value)
         out = torch.empty_like(query)
@@ -177,8 +185,15 @@ class CPUAttentionBackend(AttentionBackend):
     @classmethod
     def extra_reasons(cls, selector_config, platform, attention_config=None) -> list[Reason]:
         if attention_config is not None and attention_config.use_prefill_decode_attention:
-            return [Reason("use_prefill_decode_attention not supported: CPU_ATTN always runs decodes and prefills "
-                           "in separate calls", "use_prefill_decode_attention", True, "false")]
+            return [
+                Reason(
+                    "use_prefill_decode_attention not supported: CPU_ATTN always runs decodes and prefills "
+                    "in separate calls",
+                    "use_prefill_decode_attention",
+                    True,
+                    "false",
+                )
+            ]
         return []
 
     @staticmethod

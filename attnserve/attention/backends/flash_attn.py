@@ -32,7 +32,10 @@ from attnserve.attention.backend import (
 from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.attention.capabilities import BackendCapabilities, cc_str
 from attnserve.attention.backends.flash_attn_versions import (
-    FLASH_ATTN_VERSIONS, installed_version, load_kernels, version_preference,
+    FLASH_ATTN_VERSIONS,
+    installed_version,
+    load_kernels,
+    version_preference,
 )
 from attnserve.attention.validation import capability_reasons, package_installed
 from attnserve.refusals import Reason
@@ -77,10 +80,16 @@ class FlashAttentionBackend(AttentionBackend):
         """The limits of FlashAttention ``version`` (2, 3 or 4)."""
         v = FLASH_ATTN_VERSIONS[version]
         return BackendCapabilities.from_backend(
-            cls, kv_cache_dtypes=v.kv_cache_dtypes, max_head_size=v.max_head_size,
-            block_size_multiple_of=v.block_size_multiple_of, min_compute_capability=v.min_compute_capability,
-            max_compute_capability=v.max_compute_capability, sinks=v.sinks, required_package=v.package,
-            pip_extra=v.pip_extra, cuda_graph_support=v.cuda_graph_support,
+            cls,
+            kv_cache_dtypes=v.kv_cache_dtypes,
+            max_head_size=v.max_head_size,
+            block_size_multiple_of=v.block_size_multiple_of,
+            min_compute_capability=v.min_compute_capability,
+            max_compute_capability=v.max_compute_capability,
+            sinks=v.sinks,
+            required_package=v.package,
+            pip_extra=v.pip_extra,
+            cuda_graph_support=v.cuda_graph_support,
             qualifier=f"flash_attn_version {version}",
         )
 
@@ -93,22 +102,30 @@ class FlashAttentionBackend(AttentionBackend):
 
     @classmethod
     def resolve_version(
-        cls, selector_config: "AttentionSelectorConfig | None", platform: "Platform",
-        attention_config: "AttentionConfig | None" = None, assume_installed: bool = False,
+        cls,
+        selector_config: "AttentionSelectorConfig | None",
+        platform: "Platform",
+        attention_config: "AttentionConfig | None" = None,
+        assume_installed: bool = False,
     ) -> int | None:
         """The FlashAttention version that would run: the configured one, else the best installed version
         for this GPU (one that also supports ``selector_config`` when given). None when there is none."""
         if attention_config is not None and attention_config.flash_attn_version is not None:
             return attention_config.flash_attn_version
         cc = platform.compute_capability
-        usable = [v for v in version_preference(cc) if FLASH_ATTN_VERSIONS[v].supports_gpu(cc)
-                  and (assume_installed or package_installed(FLASH_ATTN_VERSIONS[v].package))]
+        usable = [
+            v
+            for v in version_preference(cc)
+            if FLASH_ATTN_VERSIONS[v].supports_gpu(cc)
+            and (assume_installed or package_installed(FLASH_ATTN_VERSIONS[v].package))
+        ]
         if not usable:
             return None
         if selector_config is not None:
             for v in usable:
-                if not capability_reasons(cls.version_capabilities(v), selector_config, platform,
-                                          assume_installed=True):
+                if not capability_reasons(
+                    cls.version_capabilities(v), selector_config, platform, assume_installed=True
+                ):
                     return v
         return usable[0]
 
@@ -131,9 +148,15 @@ class FlashAttentionBackend(AttentionBackend):
             version = cls.resolve_version(selector_config, platform, attention_config, assume_installed)
         if version in (None, 3):
             return []
-        return [Reason(f"flash_attn_max_num_splits_for_cuda_graph {splits} not supported with flash_attn_version "
-                       f"{version} (FlashAttention 3's split plan only)", "flash_attn_max_num_splits_for_cuda_graph",
-                       splits, "flash_attn_version 3")]
+        return [
+            Reason(
+                f"flash_attn_max_num_splits_for_cuda_graph {splits} not supported with flash_attn_version "
+                f"{version} (FlashAttention 3's split plan only)",
+                "flash_attn_max_num_splits_for_cuda_graph",
+                splits,
+                "flash_attn_version 3",
+            )
+        ]
 
     @classmethod
     def _version_reasons(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[Reason]:
@@ -145,8 +168,15 @@ class FlashAttentionBackend(AttentionBackend):
             if not assume_installed and not any(package_installed(FLASH_ATTN_VERSIONS[v].package) for v in versions):
                 extras = [f"'attnserve[{FLASH_ATTN_VERSIONS[v].pip_extra}]'" for v in versions]
                 alt = f" (or {', '.join(extras[1:])})" if len(extras) > 1 else ""
-                reasons.insert(1, Reason(f"not installed: pip install {extras[0]}{alt}", "package",
-                                         FLASH_ATTN_VERSIONS[versions[0]].package, f"pip install {extras[0]}{alt}"))
+                reasons.insert(
+                    1,
+                    Reason(
+                        f"not installed: pip install {extras[0]}{alt}",
+                        "package",
+                        FLASH_ATTN_VERSIONS[versions[0]].package,
+                        f"pip install {extras[0]}{alt}",
+                    ),
+                )
             return reasons
         cc = platform.compute_capability
         if requested is not None:
@@ -154,13 +184,24 @@ class FlashAttentionBackend(AttentionBackend):
             reasons = []
             if not v.supports_gpu(cc):
                 where = f"compute capability {cc_str(cc)}" if cc else "this device"
-                reasons.append(Reason(f"flash_attn_version {requested} not supported on {where} "
-                                      f"(FlashAttention {requested} needs {v.gpu_rule()})", "compute_capability", cc,
-                                      v.gpu_rule()))
+                reasons.append(
+                    Reason(
+                        f"flash_attn_version {requested} not supported on {where} "
+                        f"(FlashAttention {requested} needs {v.gpu_rule()})",
+                        "compute_capability",
+                        cc,
+                        v.gpu_rule(),
+                    )
+                )
             if not assume_installed and not package_installed(v.package):
-                reasons.append(Reason(f"flash_attn_version {requested} not installed: pip install "
-                                      f"'attnserve[{v.pip_extra}]'", "package", v.package,
-                                      f"pip install 'attnserve[{v.pip_extra}]'"))
+                reasons.append(
+                    Reason(
+                        f"flash_attn_version {requested} not installed: pip install 'attnserve[{v.pip_extra}]'",
+                        "package",
+                        v.package,
+                        f"pip install 'attnserve[{v.pip_extra}]'",
+                    )
+                )
             caps = cls.version_capabilities(requested)
             # the GPU and package reasons above are the version-specific wording of these two checks
             caps_reasons = capability_reasons(caps, selector_config, platform, assume_installed=True)
@@ -174,21 +215,30 @@ class FlashAttentionBackend(AttentionBackend):
             alt = f" (or {', '.join(extras[1:])})" if len(extras) > 1 else ""
             # judge the model too, against the version that would run once installed: every reason at once
             would_be = cls.resolve_version(selector_config, platform, attention_config, assume_installed=True)
-            return [Reason(f"not installed: pip install {extras[0]}{alt}", "package",
-                           FLASH_ATTN_VERSIONS[candidates[0]].package, f"pip install {extras[0]}{alt}")] + capability_reasons(
-                cls.version_capabilities(would_be), selector_config, platform, assume_installed=True)
-        return capability_reasons(cls.version_capabilities(version), selector_config, platform,
-                                  assume_installed=True)
+            return [
+                Reason(
+                    f"not installed: pip install {extras[0]}{alt}",
+                    "package",
+                    FLASH_ATTN_VERSIONS[candidates[0]].package,
+                    f"pip install {extras[0]}{alt}",
+                )
+            ] + capability_reasons(cls.version_capabilities(would_be), selector_config, platform, assume_installed=True)
+        return capability_reasons(cls.version_capabilities(version), selector_config, platform, assume_installed=True)
 
     @staticmethod
     def _gpu_reason(cc: tuple[int, int] | None) -> Reason:
         lowest = min(v.min_compute_capability for v in FLASH_ATTN_VERSIONS.values())
         if cc is None:
-            return Reason("compute capability unknown (FlashAttention needs a CUDA GPU)", "compute_capability", None,
-                          "a CUDA GPU")
+            return Reason(
+                "compute capability unknown (FlashAttention needs a CUDA GPU)", "compute_capability", None, "a CUDA GPU"
+            )
         if cc < lowest:
-            return Reason(f"compute capability {cc_str(cc)} not supported (needs >= {cc_str(lowest)})",
-                          "compute_capability", cc, f">= {cc_str(lowest)}")
+            return Reason(
+                f"compute capability {cc_str(cc)} not supported (needs >= {cc_str(lowest)})",
+                "compute_capability",
+                cc,
+                f">= {cc_str(lowest)}",
+            )
         ranges = "; ".join(f"FlashAttention {n}: {v.gpu_rule()}" for n, v in FLASH_ATTN_VERSIONS.items())
         return Reason(f"compute capability {cc_str(cc)} not supported ({ranges})", "compute_capability", cc, ranges)
 
@@ -238,11 +288,12 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         cfg = self.attention_config
         self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
 
-    def _call(self, common: CommonAttentionMetadata, first: int, last: int,
-              plan_splits: bool = True) -> FlashAttentionCall:
+    def _call(
+        self, common: CommonAttentionMetadata, first: int, last: int, plan_splits: bool = True
+    ) -> FlashAttentionCall:
         qsl_cpu = common.query_start_loc_cpu
         q0, q1 = int(qsl_cpu[first]), int(qsl_cpu[last])
-        qsl = common.query_start_loc[first:last + 1] - q0 if first else common.query_start_loc[: last + 1]
+        qsl = common.query_start_loc[first : last + 1] - q0 if first else common.query_start_loc[: last + 1]
         seq_lens = common.seq_lens[first:last]
         q_lens = common.query_lens_cpu[first:last]
         max_q, max_k = int(q_lens.max()), int(common.seq_lens_cpu[first:last].max())
@@ -254,21 +305,40 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         if self.version == 3 and plan_splits:
             sched = self._split_plan(seq_lens, qsl, max_q, max_k, common.block_size)
         fresh = max_q > 1 and bool((common.seq_lens_cpu[first:last] == q_lens).all())
-        return FlashAttentionCall(max_q == 1, q0, q1, qsl, seq_lens, common.block_table[first:last], cu_k,
-                                  max_q, max_k, sched, fresh)
+        return FlashAttentionCall(
+            max_q == 1, q0, q1, qsl, seq_lens, common.block_table[first:last], cu_k, max_q, max_k, sched, fresh
+        )
 
-    def _split_plan(self, seq_lens: torch.Tensor, query_start_loc: torch.Tensor, max_q: int, max_k: int,
-                    page_size: int, num_splits: int = 0) -> torch.Tensor:
+    def _split_plan(
+        self,
+        seq_lens: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        max_q: int,
+        max_k: int,
+        page_size: int,
+        num_splits: int = 0,
+    ) -> torch.Tensor:
         """FlashAttention 3's scheduler metadata (KV splits per request) for this layer spec's heads, window,
         soft cap and KV dtype: one small kernel on the device."""
         spec = self.layer_spec
         window = (spec.sliding_window - 1, 0) if spec.sliding_window else (-1, -1)
         fp8 = spec.kv_cache_dtype != "auto"
         return self.fa.get_scheduler_metadata(
-            seq_lens.numel(), max_q, max_k, spec.num_heads, spec.num_kv_heads, spec.head_size, seq_lens,
-            qkv_dtype=torch.float8_e4m3fn if fp8 else self.dtype, cu_seqlens_q=query_start_loc,
-            page_size=page_size, causal=True, window_size=window, has_softcap=spec.logits_soft_cap is not None,
-            num_splits=num_splits)
+            seq_lens.numel(),
+            max_q,
+            max_k,
+            spec.num_heads,
+            spec.num_kv_heads,
+            spec.head_size,
+            seq_lens,
+            qkv_dtype=torch.float8_e4m3fn if fp8 else self.dtype,
+            cu_seqlens_q=query_start_loc,
+            page_size=page_size,
+            causal=True,
+            window_size=window,
+            has_softcap=spec.logits_soft_cap is not None,
+            num_splits=num_splits,
+        )
 
     def build(self, common: CommonAttentionMetadata) -> FlashAttentionMetadata:
         nd, b = common.num_decodes, common.num_reqs
@@ -293,9 +363,14 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         if self.version != 3:
             return
         call = metadata.calls[0]
-        call.scheduler_metadata = self._split_plan(call.seq_lens, call.query_start_loc, 1,
-                                                   call.block_table.shape[1] * call.page_size, call.page_size,
-                                                   call.num_splits)
+        call.scheduler_metadata = self._split_plan(
+            call.seq_lens,
+            call.query_start_loc,
+            1,
+            call.block_table.shape[1] * call.page_size,
+            call.page_size,
+            call.num_splits,
+        )
 
 
 class FlashAttentionImpl(AttentionImpl):
@@ -312,8 +387,9 @@ class FlashAttentionImpl(AttentionImpl):
     def kv_write_target(self, kv_cache, metadata: FlashAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping, self.k_scale, self.v_scale)
 
-    def forward(self, query, key, value, kv_cache, metadata: FlashAttentionMetadata,
-                kv_written: bool = False) -> torch.Tensor:
+    def forward(
+        self, query, key, value, kv_cache, metadata: FlashAttentionMetadata, kv_written: bool = False
+    ) -> torch.Tensor:
         self.last_q_scales = []  # (first, end, scale) of each fp8-quantized query slice, for tests
         key_cache, value_cache = kv_views(kv_cache, 0)
         if not kv_written:
@@ -333,28 +409,65 @@ class FlashAttentionImpl(AttentionImpl):
                 # no cached context: attend over this step's contiguous K/V, not through the page table
                 # (FA3's dense varlen path uses TMA loads; the paged one cannot with small pages)
                 out = self.fa.flash_attn_varlen_func(
-                    q, k, v, call.query_start_loc, call.query_start_loc, call.max_query_len, call.max_query_len,
-                    softmax_scale=self.scale, causal=True, window_size=self.window, softcap=self.softcap)
+                    q,
+                    k,
+                    v,
+                    call.query_start_loc,
+                    call.query_start_loc,
+                    call.max_query_len,
+                    call.max_query_len,
+                    softmax_scale=self.scale,
+                    causal=True,
+                    window_size=self.window,
+                    softcap=self.softcap,
+                )
                 return out[0] if isinstance(out, tuple) else out
             return self._fa3(q, key_cache, value_cache, call)
         if self.version == 4:
             window = (self.window[0], 0) if self.sliding_window else (None, None)
             res = self.fa.flash_attn_varlen_func(
-                q, key_cache, value_cache, cu_seqlens_q=call.query_start_loc, seqused_k=call.seq_lens,
-                page_table=call.block_table, max_seqlen_q=call.max_query_len, max_seqlen_k=call.max_seq_len,
-                softmax_scale=self.scale, causal=True, window_size=window, softcap=self.softcap,
-                **({} if self.sinks is None else {"learnable_sink": self.sinks}))
+                q,
+                key_cache,
+                value_cache,
+                cu_seqlens_q=call.query_start_loc,
+                seqused_k=call.seq_lens,
+                page_table=call.block_table,
+                max_seqlen_q=call.max_query_len,
+                max_seqlen_k=call.max_seq_len,
+                softmax_scale=self.scale,
+                causal=True,
+                window_size=window,
+                softcap=self.softcap,
+                **({} if self.sinks is None else {"learnable_sink": self.sinks}),
+            )
             return res[0] if isinstance(res, tuple) else res
         if call.decode:  # FlashAttention 2: the paged decode kernel
             out = self.fa.flash_attn_with_kvcache(
-                q.unsqueeze(1), key_cache, value_cache, cache_seqlens=call.seq_lens,
-                block_table=call.block_table, softmax_scale=self.scale, causal=True, window_size=self.window,
-                softcap=self.softcap)
+                q.unsqueeze(1),
+                key_cache,
+                value_cache,
+                cache_seqlens=call.seq_lens,
+                block_table=call.block_table,
+                softmax_scale=self.scale,
+                causal=True,
+                window_size=self.window,
+                softcap=self.softcap,
+            )
             return out.squeeze(1)
         return self.fa.flash_attn_varlen_func(
-            q, key_cache, value_cache, call.query_start_loc, call.cu_seqlens_k, call.max_query_len,
-            call.max_seq_len, softmax_scale=self.scale, causal=True, window_size=self.window,
-            softcap=self.softcap, block_table=call.block_table)
+            q,
+            key_cache,
+            value_cache,
+            call.query_start_loc,
+            call.cu_seqlens_k,
+            call.max_query_len,
+            call.max_seq_len,
+            softmax_scale=self.scale,
+            causal=True,
+            window_size=self.window,
+            softcap=self.softcap,
+            block_table=call.block_table,
+        )
 
     def _fa3(self, q, key_cache, value_cache, call: FlashAttentionCall) -> torch.Tensor:
         descales = {}
@@ -365,12 +478,26 @@ class FlashAttentionImpl(AttentionImpl):
             q_scale = (q.abs().amax().float() / torch.finfo(key_cache.dtype).max).clamp_min(1e-12)
             q = (q.float() / q_scale).to(key_cache.dtype)
             self.last_q_scales.append((call.query_start, call.query_end, q_scale))
-            descales = dict(q_descale=q_scale.reshape(1, 1).expand(shape).contiguous(), k_descale=torch.full(shape, self.k_scale, device=q.device),
-                            v_descale=torch.full(shape, self.v_scale, device=q.device))
+            descales = dict(
+                q_descale=q_scale.reshape(1, 1).expand(shape).contiguous(),
+                k_descale=torch.full(shape, self.k_scale, device=q.device),
+                v_descale=torch.full(shape, self.v_scale, device=q.device),
+            )
         out = self.fa.flash_attn_with_kvcache(
-            q, key_cache, value_cache, cache_seqlens=call.seq_lens, page_table=call.block_table,
-            cu_seqlens_q=call.query_start_loc, max_seqlen_q=call.max_query_len, softmax_scale=self.scale,
-            causal=True, window_size=self.window, softcap=self.softcap,
-            scheduler_metadata=call.scheduler_metadata, num_splits=call.num_splits, **descales)
+            q,
+            key_cache,
+            value_cache,
+            cache_seqlens=call.seq_lens,
+            page_table=call.block_table,
+            cu_seqlens_q=call.query_start_loc,
+            max_seqlen_q=call.max_query_len,
+            softmax_scale=self.scale,
+            causal=True,
+            window_size=self.window,
+            softcap=self.softcap,
+            scheduler_metadata=call.scheduler_metadata,
+            num_splits=call.num_splits,
+            **descales,
+        )
         out = out[0] if isinstance(out, tuple) else out
         return out if out.dtype == out_dtype else out.to(out_dtype)

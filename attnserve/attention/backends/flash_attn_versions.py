@@ -62,12 +62,24 @@ class FlashAttnVersion:
 
 
 FLASH_ATTN_VERSIONS: dict[int, FlashAttnVersion] = {
-    2: FlashAttnVersion(2, "flash_attn", "fa2", (8, 0), (9, 0), ("auto",), 256, 256, False,
-                        CudaGraphSupport.UNIFORM_BATCH),
-    3: FlashAttnVersion(3, "flash_attn_interface", "fa3", (9, 0), (9, 0), ("auto", "fp8", "fp8_e4m3"), 256, 16,
-                        False, CudaGraphSupport.ALWAYS),
-    4: FlashAttnVersion(4, "flash_attn.cute", "fa4", (9, 0), (10, 3), ("auto",), 128, 16, True,
-                        CudaGraphSupport.UNIFORM_BATCH),
+    2: FlashAttnVersion(
+        2, "flash_attn", "fa2", (8, 0), (9, 0), ("auto",), 256, 256, False, CudaGraphSupport.UNIFORM_BATCH
+    ),
+    3: FlashAttnVersion(
+        3,
+        "flash_attn_interface",
+        "fa3",
+        (9, 0),
+        (9, 0),
+        ("auto", "fp8", "fp8_e4m3"),
+        256,
+        16,
+        False,
+        CudaGraphSupport.ALWAYS,
+    ),
+    4: FlashAttnVersion(
+        4, "flash_attn.cute", "fa4", (9, 0), (10, 3), ("auto",), 128, 16, True, CudaGraphSupport.UNIFORM_BATCH
+    ),
 }
 
 # Preference by compute-capability major (design §1); other GPUs try FA2 only, which then names its range.
@@ -87,8 +99,9 @@ def installed_version(attention_config: "AttentionConfig | None", device: torch.
     for v in version_preference(cc):
         if FLASH_ATTN_VERSIONS[v].supports_gpu(cc) and package_installed(FLASH_ATTN_VERSIONS[v].package):
             return v
-    raise ValueError(f"no FlashAttention version installed for compute capability {cc}: "
-                     "pip install 'attnserve[fa3]' (or fa4, fa2)")
+    raise ValueError(
+        f"no FlashAttention version installed for compute capability {cc}: pip install 'attnserve[fa3]' (or fa4, fa2)"
+    )
 
 
 def load_kernels(version: int) -> Any:

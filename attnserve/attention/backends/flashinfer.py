@@ -107,12 +107,24 @@ class FlashInferBackend(AttentionBackend):
         cc = platform.compute_capability
         if cc is None or cc[0] != 10:
             where = f"{cc[0]}.{cc[1]}" if cc else "unknown"
-            return [Reason(f"use_trtllm_attention=True needs compute capability 10.x (this device: {where}): "
-                           "FlashInfer's TRT-LLM kernels exist for Blackwell only", "use_trtllm_attention", True,
-                           "compute capability 10.x")]
-        return [Reason("use_trtllm_attention=True not supported: FlashInfer's TRT-LLM kernels are not wired in "
-                       "attnserve (unset or false runs FlashInfer's own kernels)", "use_trtllm_attention", True,
-                       "null, false")]
+            return [
+                Reason(
+                    f"use_trtllm_attention=True needs compute capability 10.x (this device: {where}): "
+                    "FlashInfer's TRT-LLM kernels exist for Blackwell only",
+                    "use_trtllm_attention",
+                    True,
+                    "compute capability 10.x",
+                )
+            ]
+        return [
+            Reason(
+                "use_trtllm_attention=True not supported: FlashInfer's TRT-LLM kernels are not wired in "
+                "attnserve (unset or false runs FlashInfer's own kernels)",
+                "use_trtllm_attention",
+                True,
+                "null, false",
+            )
+        ]
 
 
 _WORKSPACE_BYTES = 256 << 20
@@ -173,8 +185,10 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         self.kv_dtype = kv_cache_torch_dtype(spec.kv_cache_dtype, self.dtype)
         self.q_dtype = query_dtype(self.kv_dtype, self.dtype, cfg)  # what both wrappers' query is
         if cfg is not None and cfg.disable_flashinfer_q_quantization and self.kv_dtype not in FP8_DTYPES:
-            _warn_once("disable_flashinfer_q_quantization has no effect with a 16-bit KV cache (kv_cache_dtype "
-                       "auto): the query is quantized only for an fp8 cache")
+            _warn_once(
+                "disable_flashinfer_q_quantization has no effect with a 16-bit KV cache (kv_cache_dtype "
+                "auto): the query is quantized only for an fp8 cache"
+            )
         layout = self.kv_cache_layout.value
         ws = _workspace(self.device)
         # tensor-core decode for GQA (the grouped query heads of a KV head form the MMA's rows), and for an fp8
@@ -184,7 +198,8 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         # (two `import cudnn` attempts per eager plan() where cudnn-frontend is not installed)
         self.decode_backend = "fa2" if self.kv_dtype == self.dtype else "auto"
         self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            ws, layout, use_tensor_cores=self.tensor_cores, backend=self.decode_backend)
+            ws, layout, use_tensor_cores=self.tensor_cores, backend=self.decode_backend
+        )
         self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, layout)
         self.window_left = spec.sliding_window - 1 if spec.sliding_window else -1
         # the CUDA-graph decode path: its buffers, pinned ring, split limit and fast-plan state
@@ -208,8 +223,9 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         total = int(indptr_np[n])
         indices = torch.empty(total + 1, dtype=torch.int32, device=self.device)
         scratch = torch.empty(2 * n + 1, dtype=torch.int32, device=self.device)  # device indptr/last, unused
-        device_pages(common.seq_lens[first:last], common.block_table[first:last], bs, scratch[: n + 1],
-                     scratch[n + 1:], indices)
+        device_pages(
+            common.seq_lens[first:last], common.block_table[first:last], bs, scratch[: n + 1], scratch[n + 1 :], indices
+        )
         return indptr, indices[:total], last_len, lens
 
     def _plan_decode(self, common: CommonAttentionMetadata, first: int, last: int) -> None:
@@ -217,11 +233,24 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         ring.acquire()
         indptr, indices, last_len, lens = self._pages(common, first, last, ring)
         self.decode._pin_memory_int_workspace_buffer = ring.buffer(
-            "plan", self.decode._int_workspace_buffer.numel(), torch.uint8)
-        self.decode.plan(indptr, indices, last_len, spec.num_heads, spec.num_kv_heads, spec.head_size,
-                         common.block_size, window_left=self.window_left, logits_soft_cap=spec.logits_soft_cap,
-                         q_data_type=self.q_dtype, kv_data_type=self.kv_dtype, o_data_type=self.dtype,
-                         sm_scale=spec.scale, seq_lens=lens)
+            "plan", self.decode._int_workspace_buffer.numel(), torch.uint8
+        )
+        self.decode.plan(
+            indptr,
+            indices,
+            last_len,
+            spec.num_heads,
+            spec.num_kv_heads,
+            spec.head_size,
+            common.block_size,
+            window_left=self.window_left,
+            logits_soft_cap=spec.logits_soft_cap,
+            q_data_type=self.q_dtype,
+            kv_data_type=self.kv_dtype,
+            o_data_type=self.dtype,
+            sm_scale=spec.scale,
+            seq_lens=lens,
+        )
         ring.release()
 
     def _plan(self, kind: str, common: CommonAttentionMetadata, first: int, last: int) -> FlashInferCall:
@@ -240,13 +269,28 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         ring.acquire()
         indptr, indices, last_len, lens = self._pages(common, first, last, ring)
         qo = ring.buffer("qo", last - first + 1)
-        torch.sub(qsl[first:last + 1], q0, out=qo)
+        torch.sub(qsl[first : last + 1], q0, out=qo)
         self.prefill._pin_memory_int_workspace_buffer = ring.buffer(
-            "plan", self.prefill._int_workspace_buffer.numel(), torch.uint8)
-        self.prefill.plan(qo, indptr, indices, last_len, spec.num_heads, spec.num_kv_heads, spec.head_size,
-                          common.block_size, causal=True, sm_scale=spec.scale, window_left=self.window_left,
-                          logits_soft_cap=spec.logits_soft_cap, q_data_type=self.q_dtype, kv_data_type=self.kv_dtype,
-                          o_data_type=self.dtype, seq_lens=lens)
+            "plan", self.prefill._int_workspace_buffer.numel(), torch.uint8
+        )
+        self.prefill.plan(
+            qo,
+            indptr,
+            indices,
+            last_len,
+            spec.num_heads,
+            spec.num_kv_heads,
+            spec.head_size,
+            common.block_size,
+            causal=True,
+            sm_scale=spec.scale,
+            window_left=self.window_left,
+            logits_soft_cap=spec.logits_soft_cap,
+            q_data_type=self.q_dtype,
+            kv_data_type=self.kv_dtype,
+            o_data_type=self.dtype,
+            seq_lens=lens,
+        )
         ring.release()
         return FlashInferCall(kind, q0, q1, self.prefill)
 
@@ -261,8 +305,9 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
             calls = [self._plan("decode", common, 0, nd), self._plan(prefill_kind, common, nd, b)]
         else:  # one prefill-kernel call over the mixed batch (decodes are prefills of length 1)
             calls = [self._plan("prefill", common, 0, b)]
-        return FlashInferMetadata(common.slot_mapping, calls, common.query_start_loc, common.seq_lens,
-                                  common.block_table)
+        return FlashInferMetadata(
+            common.slot_mapping, calls, common.query_start_loc, common.seq_lens, common.block_table
+        )
 
     # ------------------------------------------------------------------------------------------ CUDA graphs
     # flashinfer_graphs.FlashInferGraphPlanner plans them; the hooks the model runner calls delegate to it
@@ -308,8 +353,9 @@ class FlashInferImpl(AttentionImpl):
     def kv_write_target(self, kv_cache, metadata: FlashInferMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, self.kv_dim), metadata.slot_mapping, self.k_scale, self.v_scale)
 
-    def forward(self, query, key, value, kv_cache, metadata: FlashInferMetadata,
-                kv_written: bool = False) -> torch.Tensor:
+    def forward(
+        self, query, key, value, kv_cache, metadata: FlashInferMetadata, kv_written: bool = False
+    ) -> torch.Tensor:
         self.last_q_scales = []  # (first, end, scale) of each fp8-quantized query slice, for tests
         key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
         if not kv_written:
@@ -323,19 +369,30 @@ class FlashInferImpl(AttentionImpl):
             fmax = torch.finfo(kv_cache.dtype).max
             query_fp8 = (query.float() / self.q_scale).clamp_(-fmax, fmax).to(kv_cache.dtype)
         for call in metadata.calls:
-            q = query[call.query_start:call.query_end]
+            q = query[call.query_start : call.query_end]
             if call.kind == "fallback":
                 from attnserve.kernels.triton_attention import paged_attention
 
-                paged_attention(out, query, key_cache, value_cache, metadata.block_table, metadata.seq_lens,
-                                metadata.query_start_loc, *call.tiles, self.scale,
-                                sliding_window=self.sliding_window, logits_soft_cap=self.logits_soft_cap,
-                                k_scale=self.k_scale, v_scale=self.v_scale)
+                paged_attention(
+                    out,
+                    query,
+                    key_cache,
+                    value_cache,
+                    metadata.block_table,
+                    metadata.seq_lens,
+                    metadata.query_start_loc,
+                    *call.tiles,
+                    self.scale,
+                    sliding_window=self.sliding_window,
+                    logits_soft_cap=self.logits_soft_cap,
+                    k_scale=self.k_scale,
+                    v_scale=self.v_scale,
+                )
                 continue
             scales = dict(k_scale=self.k_scale, v_scale=self.v_scale) if fp8 else {}
             if fp8 and self.quantize_q:
-                q = query_fp8[call.query_start:call.query_end]
+                q = query_fp8[call.query_start : call.query_end]
                 scales["q_scale"] = self.q_scale
                 self.last_q_scales.append((call.query_start, call.query_end, self.q_scale))
-            call.wrapper.run(q, physical, out=out[call.query_start:call.query_end], **scales)
+            call.wrapper.run(q, physical, out=out[call.query_start : call.query_end], **scales)
         return out

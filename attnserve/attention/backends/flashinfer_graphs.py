@@ -93,32 +93,58 @@ class FlashInferGraphPlanner:
         need = bs * common.block_table.shape[1] + 1  # + the device builder's scratch entry
         if self._graph_bufs is None or self._graph_bufs[2].numel() < need or self._graph_bufs[0].numel() < bs + 1:
             # the first (largest) capture sizes them
-            self._graph_bufs = (torch.zeros(bs + 1, dtype=torch.int32, device=b.device),
-                                torch.ones(bs, dtype=torch.int32, device=b.device),
-                                torch.zeros(need, dtype=torch.int32, device=b.device))
+            self._graph_bufs = (
+                torch.zeros(bs + 1, dtype=torch.int32, device=b.device),
+                torch.ones(bs, dtype=torch.int32, device=b.device),
+                torch.zeros(need, dtype=torch.int32, device=b.device),
+            )
         indptr, last_len, indices = self._graph_bufs[0][: bs + 1], self._graph_bufs[1][:bs], self._graph_bufs[2][:need]
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            _workspace(b.device), b.kv_cache_layout.value, use_cuda_graph=True,
-            use_tensor_cores=b.tensor_cores, backend=b.decode_backend, paged_kv_indptr_buffer=indptr,
-            paged_kv_indices_buffer=indices, paged_kv_last_page_len_buffer=last_len)
+            _workspace(b.device),
+            b.kv_cache_layout.value,
+            use_cuda_graph=True,
+            use_tensor_cores=b.tensor_cores,
+            backend=b.decode_backend,
+            paged_kv_indptr_buffer=indptr,
+            paged_kv_indices_buffer=indices,
+            paged_kv_last_page_len_buffer=last_len,
+        )
         split = bs <= self.split_limit
-        g = FlashInferGraph(wrapper, bs, common.block_size, common.seq_lens, common.block_table, indptr, last_len,
-                            indices, "plan")
-        b.cudagraph_prologue(FlashInferMetadata(common.slot_mapping, [], common.query_start_loc,
-                                                common.seq_lens, common.block_table, g))
+        g = FlashInferGraph(
+            wrapper, bs, common.block_size, common.seq_lens, common.block_table, indptr, last_len, indices, "plan"
+        )
+        b.cudagraph_prologue(
+            FlashInferMetadata(common.slot_mapping, [], common.query_start_loc, common.seq_lens, common.block_table, g)
+        )
         host_indptr, host_last = host_pages(common.seq_lens_cpu.numpy(), common.block_size)
         extra = dict(disable_split_kv=not split) if b.tensor_cores else {}
-        wrapper.plan(torch.from_numpy(host_indptr), indices[: int(host_indptr[-1])], torch.from_numpy(host_last),
-                     spec.num_heads, spec.num_kv_heads, spec.head_size, common.block_size,
-                     window_left=b.window_left, logits_soft_cap=spec.logits_soft_cap, q_data_type=b.q_dtype,
-                     kv_data_type=b.kv_dtype, o_data_type=b.dtype, sm_scale=spec.scale, seq_lens=common.seq_lens_cpu,
-                     **extra)
+        wrapper.plan(
+            torch.from_numpy(host_indptr),
+            indices[: int(host_indptr[-1])],
+            torch.from_numpy(host_last),
+            spec.num_heads,
+            spec.num_kv_heads,
+            spec.head_size,
+            common.block_size,
+            window_left=b.window_left,
+            logits_soft_cap=spec.logits_soft_cap,
+            q_data_type=b.q_dtype,
+            kv_data_type=b.kv_dtype,
+            o_data_type=b.dtype,
+            sm_scale=spec.scale,
+            seq_lens=common.seq_lens_cpu,
+            **extra,
+        )
         try:  # the launch layout the graph's kernels get (FlashInfer's PrefillPlanInfo as a list)
             g.plan_info = [int(x) for x in wrapper._plan_info]
         except Exception:  # noqa: BLE001 - none, or not a list of ints: no fast re-plan
             g.plan_info = None
-        fa2 = b.tensor_cores and getattr(wrapper, "_backend", None) == "fa2" \
-            and getattr(wrapper, "_jit_module", None) is None and g.plan_info is not None
+        fa2 = (
+            b.tensor_cores
+            and getattr(wrapper, "_backend", None) == "fa2"
+            and getattr(wrapper, "_jit_module", None) is None
+            and g.plan_info is not None
+        )
         if fa2 and not split:
             g.replan = "none"
         elif fa2 and self.fast_plan_error is None:
@@ -129,8 +155,14 @@ class FlashInferGraphPlanner:
             ring.reserve("plan", wrapper._int_workspace_buffer.numel(), torch.uint8)
             ring.reserve("indptr", bs + 1)
             ring.reserve("last", bs)
-        return FlashInferMetadata(common.slot_mapping, [FlashInferCall("decode", 0, bs, wrapper)],
-                                  common.query_start_loc, common.seq_lens, common.block_table, g)
+        return FlashInferMetadata(
+            common.slot_mapping,
+            [FlashInferCall("decode", 0, bs, wrapper)],
+            common.query_start_loc,
+            common.seq_lens,
+            common.block_table,
+            g,
+        )
 
     def cudagraph_prologue(self, metadata: FlashInferMetadata) -> None:
         """The page arrays of this replay, from the static ``seq_lens`` and block table (one kernel)."""
@@ -156,24 +188,37 @@ class FlashInferGraphPlanner:
                 raise
             except Exception as e:  # another FlashInfer version's planner signature: plan() from now on
                 self.fast_plan_error = f"{type(e).__name__}: {e}"
-                logger.warning("FlashInfer fast re-plan failed (%s); CUDA-graph replays call plan()",
-                               self.fast_plan_error)
+                logger.warning(
+                    "FlashInfer fast re-plan failed (%s); CUDA-graph replays call plan()", self.fast_plan_error
+                )
                 g.replan = "plan"
         if g.replan == "plan":
             b = self.builder
             spec = b.layer_spec
             g.wrapper._pin_memory_int_workspace_buffer = pinned
             # the indices argument is the wrapper's own buffer (the prologue fills it): plan() copies nothing
-            g.wrapper.plan(indptr, g.indices[: int(indptr[n])], last_len, spec.num_heads, spec.num_kv_heads,
-                           spec.head_size, common.block_size, window_left=b.window_left,
-                           logits_soft_cap=spec.logits_soft_cap, q_data_type=b.q_dtype,
-                           kv_data_type=b.kv_dtype, o_data_type=b.dtype, sm_scale=spec.scale,
-                           seq_lens=common.seq_lens_cpu,
-                           **(dict(disable_split_kv=False) if b.tensor_cores else {}))
+            g.wrapper.plan(
+                indptr,
+                g.indices[: int(indptr[n])],
+                last_len,
+                spec.num_heads,
+                spec.num_kv_heads,
+                spec.head_size,
+                common.block_size,
+                window_left=b.window_left,
+                logits_soft_cap=spec.logits_soft_cap,
+                q_data_type=b.q_dtype,
+                kv_data_type=b.kv_dtype,
+                o_data_type=b.dtype,
+                sm_scale=spec.scale,
+                seq_lens=common.seq_lens_cpu,
+                **(dict(disable_split_kv=False) if b.tensor_cores else {}),
+            )
         ring.release()
 
-    def _fast_plan(self, g: FlashInferGraph, indptr: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
-                   pinned: torch.Tensor) -> None:
+    def _fast_plan(
+        self, g: FlashInferGraph, indptr: torch.Tensor, seq_lens: torch.Tensor, block_size: int, pinned: torch.Tensor
+    ) -> None:
         """The tensor-core decode wrapper's plan() reduced to its C++ planner call (FlashInfer 0.7.2,
         ``BatchDecodeWithPagedKVCacheWrapper._plan_impl``'s tensor-core branch; as vLLM's
         ``fast_plan_decode``): the arguments the captured graph was planned with but the context
@@ -181,12 +226,32 @@ class FlashInferGraphPlanner:
         schedule into ``pinned`` and copies it to the wrapper's int workspace without blocking."""
         b = self.builder
         spec, w, n = b.layer_spec, g.wrapper, g.batch_size
-        args = [w._float_workspace_buffer, w._int_workspace_buffer, pinned, g.qo_indptr, indptr, seq_lens,
-                n, n, spec.num_heads, spec.num_kv_heads, block_size, True, spec.head_size, spec.head_size,
-                False, b.window_left,
-                -1, False, 0, 0]  # fa2: fixed_split_size, disable_split_kv, num_colocated_ctas, uniform_q_len
+        args = [
+            w._float_workspace_buffer,
+            w._int_workspace_buffer,
+            pinned,
+            g.qo_indptr,
+            indptr,
+            seq_lens,
+            n,
+            n,
+            spec.num_heads,
+            spec.num_kv_heads,
+            block_size,
+            True,
+            spec.head_size,
+            spec.head_size,
+            False,
+            b.window_left,
+            -1,
+            False,
+            0,
+            0,
+        ]  # fa2: fixed_split_size, disable_split_kv, num_colocated_ctas, uniform_q_len
         info = w._cached_module.plan(*args)
         if [int(x) for x in info] != g.plan_info:
-            raise _PlanChanged(f"FlashInfer re-plan of the batch-{n} CUDA graph changed its launch layout "
-                               f"({g.plan_info} at capture, {list(info)} now)")
+            raise _PlanChanged(
+                f"FlashInfer re-plan of the batch-{n} CUDA graph changed its launch layout "
+                f"({g.plan_info} at capture, {list(info)} now)"
+            )
         w._plan_info = info

@@ -63,8 +63,14 @@ class FlexAttentionBackend(AttentionBackend):
     def validate(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[Reason]:
         reasons = super().validate(selector_config, platform, attention_config, assume_installed)
         if platform.device_type == "cuda" and not assume_installed and not package_installed("triton"):
-            reasons.append(Reason("not installed: pip install 'attnserve[triton]' (flex_attention compiles with Triton on "
-                                  "CUDA)", "package", "triton", "pip install 'attnserve[triton]'"))
+            reasons.append(
+                Reason(
+                    "not installed: pip install 'attnserve[triton]' (flex_attention compiles with Triton on CUDA)",
+                    "package",
+                    "triton",
+                    "pip install 'attnserve[triton]'",
+                )
+            )
         return reasons
 
 
@@ -160,7 +166,9 @@ class FlexAttentionMetadataBuilder(AttentionMetadataBuilder):
         # per query token: request (relative) and absolute position; padding tokens see nothing
         q_lens = [qsl[i + 1] - qsl[i] for i in range(first, last)]
         token_req = torch.repeat_interleave(torch.arange(last - first), torch.tensor(q_lens))
-        token_pos = torch.cat([torch.arange(seq_lens[i] - ql, seq_lens[i]) for i, ql in zip(range(first, last), q_lens)])
+        token_pos = torch.cat(
+            [torch.arange(seq_lens[i] - ql, seq_lens[i]) for i, ql in zip(range(first, last), q_lens)]
+        )
         token_req = torch.cat([token_req, torch.zeros(padded - n_q, dtype=torch.long)]).to(dev, torch.int32)
         token_pos = torch.cat([token_pos, torch.full((padded - n_q,), -1)]).to(dev, torch.int32)
         # key block -> logical block index within each request (-1: not its block)
@@ -194,8 +202,12 @@ class FlexAttentionMetadataBuilder(AttentionMetadataBuilder):
             return ok
 
         mask = self.BlockMask.from_kv_blocks(
-            kv_num_blocks[None, None], kv_indices[None, None], BLOCK_SIZE=(Q_TILE, bs), mask_mod=mask_mod,
-            seq_lengths=(padded, num_blocks * bs))
+            kv_num_blocks[None, None],
+            kv_indices[None, None],
+            BLOCK_SIZE=(Q_TILE, bs),
+            mask_mod=mask_mod,
+            seq_lengths=(padded, num_blocks * bs),
+        )
         return FlexAttentionCall(q0, q1, padded, mask, kv_blocks)
 
 
@@ -215,22 +227,22 @@ class FlexAttentionImpl(AttentionImpl):
     def kv_write_target(self, kv_cache, metadata: FlexAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, 0), metadata.slot_mapping)
 
-    def forward(self, query, key, value, kv_cache, metadata: FlexAttentionMetadata,
-                kv_written: bool = False) -> torch.Tensor:
+    def forward(
+        self, query, key, value, kv_cache, metadata: FlexAttentionMetadata, kv_written: bool = False
+    ) -> torch.Tensor:
         key_cache, value_cache = kv_views(kv_cache, 0)
         if not kv_written:
             self.kv_write_target(kv_cache, metadata).write(key, value)
         n_slots = key_cache.shape[0] * key_cache.shape[1]
         whole_k = whole_v = None
         flex = _flex_fn(query.device)
-        kernel_options = {"BLOCK_M": Q_TILE, "BLOCK_N": 16, "FORCE_USE_FLEX_ATTENTION": True} \
-            if query.is_cuda else None
+        kernel_options = {"BLOCK_M": Q_TILE, "BLOCK_N": 16, "FORCE_USE_FLEX_ATTENTION": True} if query.is_cuda else None
         out = torch.empty_like(query)
         score_mod = None if self._cap is None else _soft_cap_mod(self._cap, query.device)
         for call in metadata.calls:
             n = call.query_end - call.query_start
             q = query.new_zeros(call.padded_len, self.num_heads, self.head_size)
-            q[:n] = query[call.query_start:call.query_end]
+            q[:n] = query[call.query_start : call.query_end]
             mask = call.block_mask
             if call.kv_blocks is not None:
                 k, v = _keys(key_cache[call.kv_blocks]), _keys(value_cache[call.kv_blocks])
@@ -240,14 +252,22 @@ class FlexAttentionImpl(AttentionImpl):
                 k, v = whole_k, whole_v
                 if mask.seq_lengths[1] != n_slots:  # built without the cache size: same blocks, full key length
                     mask = _resize_kv(mask, n_slots)
-            o = flex(q.transpose(0, 1)[None], k, v, block_mask=mask, scale=self.scale, score_mod=score_mod,
-                     enable_gqa=self.num_heads != self.num_kv_heads, kernel_options=kernel_options,
-                     **({} if self.sinks is None else _lse_request()))
+            o = flex(
+                q.transpose(0, 1)[None],
+                k,
+                v,
+                block_mask=mask,
+                scale=self.scale,
+                score_mod=score_mod,
+                enable_gqa=self.num_heads != self.num_kv_heads,
+                kernel_options=kernel_options,
+                **({} if self.sinks is None else _lse_request()),
+            )
             if self.sinks is not None:  # o (1, Hq, L, D), lse (1, Hq, L) natural log
                 o, aux = o
                 lse = getattr(aux, "lse", aux)
                 o = o * torch.sigmoid(lse - self.sinks.float()[:, None])[..., None].to(o.dtype)
-            out[call.query_start:call.query_end] = o[0].transpose(0, 1)[:n]
+            out[call.query_start : call.query_end] = o[0].transpose(0, 1)[:n]
         return out
 
 
@@ -286,5 +306,10 @@ def _resize_kv(mask, n_slots: int):
     """``mask`` over a key sequence of ``n_slots`` (its block ids already fit)."""
     from torch.nn.attention.flex_attention import BlockMask
 
-    return BlockMask.from_kv_blocks(mask.kv_num_blocks, mask.kv_indices, BLOCK_SIZE=mask.BLOCK_SIZE,
-                                    mask_mod=mask.mask_mod, seq_lengths=(mask.seq_lengths[0], n_slots))
+    return BlockMask.from_kv_blocks(
+        mask.kv_num_blocks,
+        mask.kv_indices,
+        BLOCK_SIZE=mask.BLOCK_SIZE,
+        mask_mod=mask.mask_mod,
+        seq_lengths=(mask.seq_lengths[0], n_slots),
+    )

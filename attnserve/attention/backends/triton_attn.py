@@ -79,8 +79,9 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
 
         spec = self.layer_spec
         self.block_q = block_m_for(spec.num_heads // spec.num_kv_heads)[1]
-        self.num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count \
-            if self.device.type == "cuda" else 1
+        self.num_sms = (
+            torch.cuda.get_device_properties(self.device).multi_processor_count if self.device.type == "cuda" else 1
+        )
         cfg = self.attention_config
         self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
 
@@ -97,22 +98,36 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             return 1
         return min(_MAX_SPLITS, -(-_PROGRAMS_PER_SM * self.num_sms // programs), tiles)
 
-    def _tiles(self, common: CommonAttentionMetadata, first: int, last: int, splits: int,
-               decode: bool = False) -> TritonAttentionTiles:
+    def _tiles(
+        self, common: CommonAttentionMetadata, first: int, last: int, splits: int, decode: bool = False
+    ) -> TritonAttentionTiles:
         from attnserve.kernels.triton_attention import query_tiles
 
         seq, start = query_tiles(common.query_start_loc_cpu, self.block_q, first, last)
         qsl = common.query_start_loc_cpu
         launch = _DECODE_LAUNCH[splits > 1] if decode else {}
-        return TritonAttentionTiles(seq.to(self.device, non_blocking=True), start.to(self.device, non_blocking=True),
-                                    splits, (int(qsl[first]), int(qsl[last])), launch, decode)
+        return TritonAttentionTiles(
+            seq.to(self.device, non_blocking=True),
+            start.to(self.device, non_blocking=True),
+            splits,
+            (int(qsl[first]), int(qsl[last])),
+            launch,
+            decode,
+        )
 
     def build(self, common: CommonAttentionMetadata) -> TritonAttentionMetadata:
         nd, b = common.num_decodes, common.num_reqs
         calls = []
         if nd == b:  # decode only: one call, split-KV when the batch is too small to fill the GPU
-            calls.append(self._tiles(common, 0, b, self._splits(nd, common.max_seq_len, common.block_size),
-                                     decode=common.max_query_len == 1))
+            calls.append(
+                self._tiles(
+                    common,
+                    0,
+                    b,
+                    self._splits(nd, common.max_seq_len, common.block_size),
+                    decode=common.max_query_len == 1,
+                )
+            )
         elif self.prefill_decode:
             if nd:
                 longest = int(common.seq_lens_cpu[:nd].max())
@@ -120,8 +135,9 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             calls.append(self._tiles(common, nd, b, 1))
         else:
             calls.append(self._tiles(common, 0, b, 1))
-        return TritonAttentionMetadata(common.slot_mapping, common.query_start_loc, common.seq_lens,
-                                       common.block_table, calls)
+        return TritonAttentionMetadata(
+            common.slot_mapping, common.query_start_loc, common.seq_lens, common.block_table, calls
+        )
 
 
 class TritonAttentionImpl(AttentionImpl):
@@ -139,8 +155,9 @@ class TritonAttentionImpl(AttentionImpl):
     def kv_write_target(self, kv_cache, metadata: TritonAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, self.kv_dim), metadata.slot_mapping, self.k_scale, self.v_scale)
 
-    def forward_with_rope(self, query, key, value, kv_cache, metadata: TritonAttentionMetadata,
-                          rope: RopeInputs) -> torch.Tensor | None:
+    def forward_with_rope(
+        self, query, key, value, kv_cache, metadata: TritonAttentionMetadata, rope: RopeInputs
+    ) -> torch.Tensor | None:
         """A decode step whose one kernel call has one program per request and KV head (no KV split, 4 warps:
         batch x Hkv >= 2 programs per SM): RoPE, the KV write and attention in that kernel
         (``paged_attention(rope=...)``), instead of the RoPE + KV-write kernel and then the attention kernel.
@@ -151,12 +168,14 @@ class TritonAttentionImpl(AttentionImpl):
         if not call.decode or call.num_splits != 1 or call.launch.get("num_warps", 4) != 4:
             return None
         key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
-        decode_rope = self._ops.DecodeRope(rope.positions, key, value, rope.cos_cache, rope.sin_cache,
-                                           metadata.slot_mapping, rope.q_norm, rope.k_norm)
+        decode_rope = self._ops.DecodeRope(
+            rope.positions, key, value, rope.cos_cache, rope.sin_cache, metadata.slot_mapping, rope.q_norm, rope.k_norm
+        )
         return self._attend(query, key_cache, value_cache, metadata, decode_rope)
 
-    def forward(self, query, key, value, kv_cache, metadata: TritonAttentionMetadata,
-                kv_written: bool = False) -> torch.Tensor:
+    def forward(
+        self, query, key, value, kv_cache, metadata: TritonAttentionMetadata, kv_written: bool = False
+    ) -> torch.Tensor:
         key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
         if not kv_written:
             self.kv_write_target(kv_cache, metadata).write(key, value)
@@ -166,11 +185,25 @@ class TritonAttentionImpl(AttentionImpl):
         out = torch.empty_like(query)
         for call in metadata.calls:
             self._ops.paged_attention(
-                out, query, key_cache, value_cache, metadata.block_table, metadata.seq_lens,
-                metadata.query_start_loc, call.tile_seq, call.tile_start, self.scale,
-                num_splits=call.num_splits, sliding_window=self.sliding_window,
-                logits_soft_cap=self.logits_soft_cap, k_scale=self.k_scale, v_scale=self.v_scale,
-                split_token_range=call.token_range, launch=call.launch, rope=rope, decode=call.decode,
+                out,
+                query,
+                key_cache,
+                value_cache,
+                metadata.block_table,
+                metadata.seq_lens,
+                metadata.query_start_loc,
+                call.tile_seq,
+                call.tile_start,
+                self.scale,
+                num_splits=call.num_splits,
+                sliding_window=self.sliding_window,
+                logits_soft_cap=self.logits_soft_cap,
+                k_scale=self.k_scale,
+                v_scale=self.v_scale,
+                split_token_range=call.token_range,
+                launch=call.launch,
+                rope=rope,
+                decode=call.decode,
                 sinks=self.sinks,
             )
         return out

@@ -38,7 +38,9 @@ def checked(convert: type[int] | type[float], ok: Callable[[float], bool], allow
             raise argparse.ArgumentTypeError(statement(Refusal(value=value, allowed=allowed, written=TEXT)))
         return value
 
-    parse.__name__ = _NOUNS.get(convert, _NOUNS[int])[0]  # argparse's fallback wording, should an error escape the above
+    parse.__name__ = _NOUNS.get(convert, _NOUNS[int])[
+        0
+    ]  # argparse's fallback wording, should an error escape the above
     return parse
 
 
@@ -63,8 +65,12 @@ def int_at_least(low: int) -> Callable[[str], int]:
 
 positive_int = int_at_least(1)
 nonnegative_int = int_at_least(0)
-port = checked(int, lambda v: 0 <= v <= 65535, range_words("integer", (">=", 0), ("<=", 65535)) + "; 0 picks a free port")
-seconds = checked(float, lambda v: math.isfinite(v) and v >= 0, range_words("finite number", (">=", 0), None) + " (seconds)")
+port = checked(
+    int, lambda v: 0 <= v <= 65535, range_words("integer", (">=", 0), ("<=", 65535)) + "; 0 picks a free port"
+)
+seconds = checked(
+    float, lambda v: math.isfinite(v) and v >= 0, range_words("finite number", (">=", 0), None) + " (seconds)"
+)
 
 
 def output_file(text: str) -> str:
@@ -81,5 +87,6 @@ def output_file(text: str) -> str:
         problem = f"folder {folder} is not writable"
     else:
         return text
-    raise argparse.ArgumentTypeError(statement(Refusal(value=text, allowed="a file path in an existing, writable "
-                                                                    f"folder; {problem}")))
+    raise argparse.ArgumentTypeError(
+        statement(Refusal(value=text, allowed=f"a file path in an existing, writable folder; {problem}"))
+    )

@@ -23,15 +23,20 @@ import json
 import sys
 
 from attnserve.entrypoints.cli.arg_types import positive_int
-from attnserve.entrypoints.cli.engine_args import (EngineArgumentParser, add_engine_args, engine_config_from_args,
-                                                   error_line)
+from attnserve.entrypoints.cli.engine_args import (
+    EngineArgumentParser,
+    add_engine_args,
+    engine_config_from_args,
+    error_line,
+)
 from attnserve.entrypoints.cli.model_facts import ModelAttentionFacts, read_model_facts
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register the ``backends`` subcommand on ``subparsers``."""
-    p = subparsers.add_parser("backends", help="show which attention backends can run a model, and why",
-                              description=__doc__.split("\n\n")[0])
+    p = subparsers.add_parser(
+        "backends", help="show which attention backends can run a model, and why", description=__doc__.split("\n\n")[0]
+    )
     add_arguments(p)
     p.set_defaults(func=run_backends)
     return p
@@ -45,10 +50,14 @@ def add_arguments(p: EngineArgumentParser) -> None:
     plan.add_argument("--head-size", type=positive_int, default=None, help="attention head size (instead of a model)")
     plan.add_argument("--num-heads", type=positive_int, default=None, help="query heads (with --head-size)")
     plan.add_argument("--num-kv-heads", type=positive_int, default=None, help="key/value heads (with --head-size)")
-    plan.add_argument("--sliding-window", type=positive_int, default=None,
-                      help="sliding window in tokens (default: the model's)")
-    plan.add_argument("--assume-installed", action="store_true",
-                      help="judge backends as if their packages were installed (planning for another machine)")
+    plan.add_argument(
+        "--sliding-window", type=positive_int, default=None, help="sliding window in tokens (default: the model's)"
+    )
+    plan.add_argument(
+        "--assume-installed",
+        action="store_true",
+        help="judge backends as if their packages were installed (planning for another machine)",
+    )
     plan.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
@@ -57,11 +66,15 @@ def _model_facts(args, model: str | None) -> ModelAttentionFacts:
         base = read_model_facts(model) if model else None
         heads = args.num_heads or (base.num_heads if base else None)
         return ModelAttentionFacts(
-            source=base.source if base else "--head-size", head_size=args.head_size, num_heads=heads,
+            source=base.source if base else "--head-size",
+            head_size=args.head_size,
+            num_heads=heads,
             num_kv_heads=args.num_kv_heads or (base.num_kv_heads if base else heads),
             sliding_window=base.sliding_window if base else None,
             logits_soft_cap=base.logits_soft_cap if base else None,
-            layers=base.layers if base else (), hf_config=base.hf_config if base else None)
+            layers=base.layers if base else (),
+            hf_config=base.hf_config if base else None,
+        )
     facts = read_model_facts(model)
     overrides = {k: v for k, v in (("num_heads", args.num_heads), ("num_kv_heads", args.num_kv_heads)) if v}
     return dataclasses.replace(facts, **overrides)
@@ -93,8 +106,12 @@ def build_report(args, errors: list | None = None) -> dict:
     ``flash_attn_version``, ``kv_cache_layout`` and ``error`` are the first group's (the first failing one's
     error), and ``selected`` is each group's backend joined by ``+`` (None when some group has none)."""
     from attnserve.attention.registry import backend_name, lookup_backend, registered_names
-    from attnserve.attention.selector import (AttentionSelectorConfig, NoUsableBackendError, backend_reasons,
-                                              select_attn_backend)
+    from attnserve.attention.selector import (
+        AttentionSelectorConfig,
+        NoUsableBackendError,
+        backend_reasons,
+        select_attn_backend,
+    )
     from attnserve.model_executor.attention_selection import for_group, layer_group_name
     from attnserve.model_executor.kv_scales import kv_cache_summary
     from attnserve.model_executor.loader import resolve_dtype
@@ -112,20 +129,33 @@ def build_report(args, errors: list | None = None) -> dict:
     groups = []
     for index, (layers, kind) in enumerate(_layer_groups(args, facts)):
         cfg = AttentionSelectorConfig(
-            head_size=kind.head_size, dtype=dtype, kv_cache_dtype=config.cache.kv_cache_dtype,
-            block_size=config.cache.block_size, sliding_window=kind.sliding_window,
-            logits_soft_cap=kind.logits_soft_cap, has_sink=kind.has_sink)
+            head_size=kind.head_size,
+            dtype=dtype,
+            kv_cache_dtype=config.cache.kv_cache_dtype,
+            block_size=config.cache.block_size,
+            sliding_window=kind.sliding_window,
+            logits_soft_cap=kind.logits_soft_cap,
+            has_sink=kind.has_sink,
+        )
         table = {}
         for name in names:
             reasons = backend_reasons(lookup_backend(name), cfg, platform, attention_config, args.assume_installed)[1]
             table[name] = {"usable": not reasons, "reasons": reasons, "in_priority": name in priority}
-        group = {"name": layer_group_name(index, layers, kind) if layers else "all layers",
-                 "layers": list(layers) if layers else None, "selector_config": cfg.to_dict(), "backends": table,
-                 "selected": None, "flash_attn_version": None, "kv_cache_layout": None, "error": None}
+        group = {
+            "name": layer_group_name(index, layers, kind) if layers else "all layers",
+            "layers": list(layers) if layers else None,
+            "selector_config": cfg.to_dict(),
+            "backends": table,
+            "selected": None,
+            "flash_attn_version": None,
+            "kv_cache_layout": None,
+            "error": None,
+        }
         try:
             sel = select_attn_backend(explicit, cfg, platform, attention_config, assume_installed=args.assume_installed)
-            group.update(selected=sel.name, flash_attn_version=sel.flash_attn_version,
-                         kv_cache_layout=sel.kv_cache_layout.value)
+            group.update(
+                selected=sel.name, flash_attn_version=sel.flash_attn_version, kv_cache_layout=sel.kv_cache_layout.value
+            )
         except NoUsableBackendError as e:
             if layers is not None and len(layers) < len(facts.layers):
                 e = for_group(e, group["name"])
@@ -149,8 +179,9 @@ def build_report(args, errors: list | None = None) -> dict:
         "flash_attn_version": first["flash_attn_version"],
         "kv_cache_layout": first["kv_cache_layout"],
         # the cache's element type and where an fp8 cache's scales come from (never silently 16-bit)
-        "kv_cache": kv_cache_summary(config.cache.kv_cache_dtype, dtype, config.cache.calculate_kv_scales,
-                                     facts.source),
+        "kv_cache": kv_cache_summary(
+            config.cache.kv_cache_dtype, dtype, config.cache.calculate_kv_scales, facts.source
+        ),
         "error": failed[0]["error"] if failed else None,
         "groups": groups,
     }
@@ -160,9 +191,12 @@ def render_plain(report: dict) -> str:
     """A plain-text table (used when stdout is not a terminal or rich is missing); one per layer group when the
     model has several."""
     plat = report["platform"]
-    lines = [f"Platform: {plat['description']}" + ("  [packages assumed installed]" if report["assume_installed"] else ""),
-             f"Model: {report['model']['source']}  (heads {report['model']['num_heads']}, "
-             f"kv heads {report['model']['num_kv_heads']})", _kv_cache_line(report)]
+    lines = [
+        f"Platform: {plat['description']}" + ("  [packages assumed installed]" if report["assume_installed"] else ""),
+        f"Model: {report['model']['source']}  (heads {report['model']['num_heads']}, "
+        f"kv heads {report['model']['num_kv_heads']})",
+        _kv_cache_line(report),
+    ]
     several = len(report["groups"]) > 1
     for group in report["groups"]:
         if several:
@@ -196,14 +230,18 @@ def render_rich(report: dict) -> None:
 
     console = Console()
     plat = report["platform"]
-    console.print(f"[bold]Platform:[/bold] {plat['description']}"
-                  + ("  [dim](packages assumed installed)[/dim]" if report["assume_installed"] else ""))
+    console.print(
+        f"[bold]Platform:[/bold] {plat['description']}"
+        + ("  [dim](packages assumed installed)[/dim]" if report["assume_installed"] else "")
+    )
     console.print(f"[bold]{_kv_cache_line(report)}[/bold]")
     for group in report["groups"]:
         if len(report["groups"]) > 1:
             console.print(f"[bold]{group['name']}:[/bold] {group['selected'] or 'no backend'}")
-        console.print(f"[bold]Model:[/bold] {report['model']['source']}  "
-                      + ", ".join(f"{k}={v}" for k, v in group["selector_config"].items()))
+        console.print(
+            f"[bold]Model:[/bold] {report['model']['source']}  "
+            + ", ".join(f"{k}={v}" for k, v in group["selector_config"].items())
+        )
         table = Table(show_lines=False)
         for col in ("backend", "priority", "status"):
             table.add_column(col)
@@ -236,8 +274,7 @@ def run_backends(args) -> int:
         if not use_rich:
             print(render_plain(report))
     if report["explicit"] and report["selected"] is None:
-        print(f"attnserve backends: error: {error_line(args, errors[0])}",
-              file=sys.stderr)
+        print(f"attnserve backends: error: {error_line(args, errors[0])}", file=sys.stderr)
         return 2
     return 0
 

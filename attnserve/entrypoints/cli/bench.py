@@ -21,33 +21,62 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("bench", help="benchmarks", description="Benchmarks.")
     kinds = parser.add_subparsers(dest="bench_kind", metavar="KIND")
     kinds.required = True
-    s = kinds.add_parser("serve", help="load-test a running server: TTFT, TPOT, ITL, throughput, errors",
-                         description="Send streamed requests to a running OpenAI-compatible server and report "
-                                     "TTFT/TPOT/ITL/E2E percentiles, throughput and errors.")
+    s = kinds.add_parser(
+        "serve",
+        help="load-test a running server: TTFT, TPOT, ITL, throughput, errors",
+        description="Send streamed requests to a running OpenAI-compatible server and report "
+        "TTFT/TPOT/ITL/E2E percentiles, throughput and errors.",
+    )
     s.add_argument("--base-url", default=None, help="server URL (default http://HOST:PORT)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=_server_port, default=8000)
     s.add_argument("--endpoint", default="/v1/completions", choices=["/v1/completions", "/v1/chat/completions"])
     s.add_argument("--model", default=None, help="model name (default: the server's first model)")
     s.add_argument("--num-prompts", type=positive_int, default=100)
-    s.add_argument("--request-rate", type=_request_rate, default=float("inf"),
-                   help="requests per second, Poisson arrivals (default inf: all at once)")
+    s.add_argument(
+        "--request-rate",
+        type=_request_rate,
+        default=float("inf"),
+        help="requests per second, Poisson arrivals (default inf: all at once)",
+    )
     s.add_argument("--max-concurrency", type=positive_int, default=None, help="most requests in flight")
-    s.add_argument("--dataset", default=None, choices=["random", "file"],
-                   help="random words, or the prompts of --prompt-file (default: file with --prompt-file, else random)")
-    s.add_argument("--prompt-file", default=None, help="one prompt per line, or JSONL 'prompt' (implies --dataset file)")
+    s.add_argument(
+        "--dataset",
+        default=None,
+        choices=["random", "file"],
+        help="random words, or the prompts of --prompt-file (default: file with --prompt-file, else random)",
+    )
+    s.add_argument(
+        "--prompt-file", default=None, help="one prompt per line, or JSONL 'prompt' (implies --dataset file)"
+    )
     s.add_argument("--input-len", type=positive_int, default=128, help="random prompts: words per prompt")
     s.add_argument("--output-len", type=positive_int, default=128, help="max_tokens per request")
-    s.add_argument("--prefix-len", type=nonnegative_int, default=0,
-                   help="random prompts: one shared prefix of this many words before each prompt's own (default 0)")
-    s.add_argument("--num-turns", type=positive_int, default=1,
-                   help="conversations of this many turns, sent in order: turn k's prompt (or messages) holds turn "
-                        "k-1's and its answer, then a new message of --input-len words (default 1)")
-    s.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
-                   help="let requests stop at EOS (default: generate exactly --output-len tokens)")
+    s.add_argument(
+        "--prefix-len",
+        type=nonnegative_int,
+        default=0,
+        help="random prompts: one shared prefix of this many words before each prompt's own (default 0)",
+    )
+    s.add_argument(
+        "--num-turns",
+        type=positive_int,
+        default=1,
+        help="conversations of this many turns, sent in order: turn k's prompt (or messages) holds turn "
+        "k-1's and its answer, then a new message of --input-len words (default 1)",
+    )
+    s.add_argument(
+        "--no-ignore-eos",
+        dest="ignore_eos",
+        action="store_false",
+        help="let requests stop at EOS (default: generate exactly --output-len tokens)",
+    )
     s.add_argument("--temperature", type=_temperature, default=0.0, help="each request's temperature (default 0)")
-    s.add_argument("--seed", type=nonnegative_int, default=0,
-                   help="seeds the random prompts and the arrival times (numpy takes seeds >= 0)")
+    s.add_argument(
+        "--seed",
+        type=nonnegative_int,
+        default=0,
+        help="seeds the random prompts and the arrival times (numpy takes seeds >= 0)",
+    )
     s.add_argument("--api-key", default=None)
     s.add_argument("--output-json", type=output_file, default=None, metavar="FILE", help="write the results as JSON")
     s.set_defaults(func=run_serve, _bench_parser=s)
@@ -61,50 +90,85 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 _request_rate = checked(float, lambda v: v > 0.0, range_words("number", (">", 0), None) + ", or inf")  # nan fails too
 _range_ratio = checked(float, lambda v: 0.0 <= v < 1.0, range_words("number", (">=", 0), ("<", 1)))
 _server_port = checked(int, lambda v: 1 <= v <= 65535, range_words("integer", (">=", 1), ("<=", 65535)))
-_temperature = checked(float, lambda v: math.isfinite(v) and v >= 0.0,  # as the server's
-                       range_words("finite number", (">=", 0), None))
+_temperature = checked(
+    float,
+    lambda v: math.isfinite(v) and v >= 0.0,  # as the server's
+    range_words("finite number", (">=", 0), None),
+)
 
 
 def _add_outputs(p: argparse.ArgumentParser, plot_help: str) -> None:
     g = p.add_argument_group("results")
-    g.add_argument("--output-json", type=output_file, default=None, metavar="FILE", help="write the full results as JSON")
+    g.add_argument(
+        "--output-json", type=output_file, default=None, metavar="FILE", help="write the full results as JSON"
+    )
     g.add_argument("--plot", type=output_file, default=None, metavar="PNG", help=plot_help + " (needs matplotlib)")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bars")
 
 
 def _add_baseline(g) -> None:
-    g.add_argument("--baseline", default=None, choices=["transformers", "vllm"],
-                   help="also run the same requests through transformers' generate (in this process) or vLLM (a "
-                        "subprocess, after the engine exits; needs vllm and a --model folder), with the same "
-                        "model, dtype and lengths, and report the ratio")
+    g.add_argument(
+        "--baseline",
+        default=None,
+        choices=["transformers", "vllm"],
+        help="also run the same requests through transformers' generate (in this process) or vLLM (a "
+        "subprocess, after the engine exits; needs vllm and a --model folder), with the same "
+        "model, dtype and lengths, and report the ratio",
+    )
 
 
 def _add_throughput(kinds) -> None:
     from attnserve.entrypoints.cli.engine_args import add_engine_args
 
-    p = kinds.add_parser("throughput", help="offline throughput: many requests at once through the engine",
-                         description="Queue N requests (random token ids or --prompts-file), generate exactly the "
-                                     "output length of each (EOS ignored, greedy), report requests/s and tokens/s "
-                                     "and the % of the memory roofline. --seed (engine flag) seeds the requests.")
+    p = kinds.add_parser(
+        "throughput",
+        help="offline throughput: many requests at once through the engine",
+        description="Queue N requests (random token ids or --prompts-file), generate exactly the "
+        "output length of each (EOS ignored, greedy), report requests/s and tokens/s "
+        "and the % of the memory roofline. --seed (engine flag) seeds the requests.",
+    )
     add_engine_args(p)
     g = p.add_argument_group("workload")
-    g.add_argument("--num-prompts", type=positive_int, default=None,
-                   help="requests (default 1000; with --prompts-file: the file's prompts, cycled to N if given)")
+    g.add_argument(
+        "--num-prompts",
+        type=positive_int,
+        default=None,
+        help="requests (default 1000; with --prompts-file: the file's prompts, cycled to N if given)",
+    )
     g.add_argument("--input-len", type=positive_int, default=128, help="prompt tokens (random prompts)")
     g.add_argument("--output-len", type=positive_int, default=128, help="tokens to generate per request")
-    g.add_argument("--range-ratio", type=_range_ratio, default=0.0,
-                   help="lengths uniform in [L(1-R), L(1+R)]; 0 = exactly L (default)")
-    g.add_argument("--prompts-file", default=None, metavar="FILE",
-                   help="prompts instead of random token ids: one per line, or JSONL with 'prompt'")
-    g.add_argument("--prefix-len", type=nonnegative_int, default=0,
-                   help="random prompts: one shared prefix of this many tokens before each prompt's own "
-                        "--input-len tokens (default 0)")
-    g.add_argument("--num-turns", type=positive_int, default=1,
-                   help="random prompts: conversations of this many turns; turn k's prompt is turn k-1's prompt, "
-                        "its answer and a new message of --input-len tokens (default 1)")
-    g.add_argument("--compare-prefix-caching", action="store_true",
-                   help="run the requests again on the same engine with prefix caching the other way, and report "
-                        "both and the ratios")
+    g.add_argument(
+        "--range-ratio",
+        type=_range_ratio,
+        default=0.0,
+        help="lengths uniform in [L(1-R), L(1+R)]; 0 = exactly L (default)",
+    )
+    g.add_argument(
+        "--prompts-file",
+        default=None,
+        metavar="FILE",
+        help="prompts instead of random token ids: one per line, or JSONL with 'prompt'",
+    )
+    g.add_argument(
+        "--prefix-len",
+        type=nonnegative_int,
+        default=0,
+        help="random prompts: one shared prefix of this many tokens before each prompt's own "
+        "--input-len tokens (default 0)",
+    )
+    g.add_argument(
+        "--num-turns",
+        type=positive_int,
+        default=1,
+        help="random prompts: conversations of this many turns; turn k's prompt is turn k-1's prompt, "
+        "its answer and a new message of --input-len tokens (default 1)",
+    )
+    g.add_argument(
+        "--compare-prefix-caching",
+        action="store_true",
+        help="run the requests again on the same engine with prefix caching the other way, and report "
+        "both and the ratios",
+    )
     _add_baseline(g)
     _add_outputs(p, "output tokens over time, per implementation")
     p.set_defaults(func=run_throughput)
@@ -113,57 +177,108 @@ def _add_throughput(kinds) -> None:
 def _add_latency(kinds) -> None:
     from attnserve.entrypoints.cli.engine_args import add_engine_args
 
-    p = kinds.add_parser("latency", help="latency of one batch: TTFT, TPOT, end-to-end, percentiles",
-                         description="Submit a batch of random prompts, generate exactly --output-len tokens each; "
-                                     "report TTFT, TPOT, E2E percentiles, output tokens/s and the % of the memory "
-                                     "roofline, for each --batch-size.")
+    p = kinds.add_parser(
+        "latency",
+        help="latency of one batch: TTFT, TPOT, end-to-end, percentiles",
+        description="Submit a batch of random prompts, generate exactly --output-len tokens each; "
+        "report TTFT, TPOT, E2E percentiles, output tokens/s and the % of the memory "
+        "roofline, for each --batch-size.",
+    )
     add_engine_args(p)
     g = p.add_argument_group("workload")
-    g.add_argument("--batch-size", type=positive_int, nargs="+", default=[8], metavar="B",
-                   help="requests per batch; several values sweep (default 8)")
+    g.add_argument(
+        "--batch-size",
+        type=positive_int,
+        nargs="+",
+        default=[8],
+        metavar="B",
+        help="requests per batch; several values sweep (default 8)",
+    )
     g.add_argument("--input-len", type=positive_int, default=32, help="prompt tokens (default 32)")
     g.add_argument("--output-len", type=positive_int, default=128, help="tokens to generate (default 128)")
     g.add_argument("--num-iters", type=positive_int, default=3, help="timed batches per batch size (default 3)")
-    g.add_argument("--num-iters-warmup", type=nonnegative_int, default=1,
-                   help="untimed batches first (default 1)")
-    g.add_argument("--compare-tensor-parallel-sizes", type=positive_int, nargs="+", default=None, metavar="N",
-                   help="run the engine once per tensor-parallel size, in this run (e.g. 1 2); rows 'attnserve tpN'")
+    g.add_argument("--num-iters-warmup", type=nonnegative_int, default=1, help="untimed batches first (default 1)")
+    g.add_argument(
+        "--compare-tensor-parallel-sizes",
+        type=positive_int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="run the engine once per tensor-parallel size, in this run (e.g. 1 2); rows 'attnserve tpN'",
+    )
     from attnserve.core.sampling_params import ALLOWED
     from attnserve.entrypoints.cli.arg_types import typed
 
     for name, off in (("presence_penalty", 0.0), ("frequency_penalty", 0.0), ("repetition_penalty", 1.0)):
-        g.add_argument(f"--{name.replace('_', '-')}", type=typed(float, ALLOWED[name]), default=off,
-                       help=f"every request's {name} (default {off}: off)")
+        g.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=typed(float, ALLOWED[name]),
+            default=off,
+            help=f"every request's {name} (default {off}: off)",
+        )
     _add_baseline(g)
     _add_outputs(p, "output tokens/s over batch size, with the roofline")
     p.set_defaults(func=run_latency)
 
 
 def _add_attention(kinds) -> None:
-    p = kinds.add_parser("attention", help="attention kernels: each usable backend on decode and prefill shapes",
-                         description="Time each usable attention backend's forward on a paged KV cache: decode "
-                                     "(B requests x context C) and causal prefill (one sequence of L tokens); "
-                                     "report microseconds, TB/s of KV read and TFLOP/s.")
+    p = kinds.add_parser(
+        "attention",
+        help="attention kernels: each usable backend on decode and prefill shapes",
+        description="Time each usable attention backend's forward on a paged KV cache: decode "
+        "(B requests x context C) and causal prefill (one sequence of L tokens); "
+        "report microseconds, TB/s of KV read and TFLOP/s.",
+    )
     g = p.add_argument_group("shape")
     g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
-    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"],
-                   help="auto = bfloat16 on GPU, float32 on CPU")
+    g.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "float16", "bfloat16"],
+        help="auto = bfloat16 on GPU, float32 on CPU",
+    )
     g.add_argument("--num-heads", type=positive_int, default=32, help="query heads (default 32)")
     g.add_argument("--num-kv-heads", type=positive_int, default=8, help="KV heads (default 8)")
     g.add_argument("--head-size", type=positive_int, default=128, help="default 128")
-    g.add_argument("--block-size", type=checked(int, lambda v: v in BLOCK_SIZES, ", ".join(map(str, BLOCK_SIZES))),
-                   default=16, help="KV-cache block size, as the engine's --block-size takes it (default 16)")
-    g.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPES),
-                   help="KV-cache element type, as the engine's --kv-cache-dtype takes it (default auto = --dtype); "
-                        "backends that cannot read it are skipped with the reason")
-    g.add_argument("--batch-size", type=positive_int, default=None,
-                   help="decode requests (default 64 on GPU, 8 on CPU)")
-    g.add_argument("--context-lens", type=positive_int, nargs="+", default=None, metavar="C",
-                   help="decode context lengths (default 512..8192 on GPU, 128..1024 on CPU)")
-    g.add_argument("--prefill-lens", type=positive_int, nargs="+", default=None, metavar="L",
-                   help="prefill sequence lengths (default 512..8192 on GPU, 128..1024 on CPU)")
-    g.add_argument("--backends", nargs="+", default=None, metavar="NAME",
-                   help="only these backends (default, or auto among them: the platform's priority list)")
+    g.add_argument(
+        "--block-size",
+        type=checked(int, lambda v: v in BLOCK_SIZES, ", ".join(map(str, BLOCK_SIZES))),
+        default=16,
+        help="KV-cache block size, as the engine's --block-size takes it (default 16)",
+    )
+    g.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=list(KV_CACHE_DTYPES),
+        help="KV-cache element type, as the engine's --kv-cache-dtype takes it (default auto = --dtype); "
+        "backends that cannot read it are skipped with the reason",
+    )
+    g.add_argument(
+        "--batch-size", type=positive_int, default=None, help="decode requests (default 64 on GPU, 8 on CPU)"
+    )
+    g.add_argument(
+        "--context-lens",
+        type=positive_int,
+        nargs="+",
+        default=None,
+        metavar="C",
+        help="decode context lengths (default 512..8192 on GPU, 128..1024 on CPU)",
+    )
+    g.add_argument(
+        "--prefill-lens",
+        type=positive_int,
+        nargs="+",
+        default=None,
+        metavar="L",
+        help="prefill sequence lengths (default 512..8192 on GPU, 128..1024 on CPU)",
+    )
+    g.add_argument(
+        "--backends",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="only these backends (default, or auto among them: the platform's priority list)",
+    )
     g.add_argument("--warmup", type=nonnegative_int, default=3, help="untimed calls first (default 3)")
     g.add_argument("--repeats", type=positive_int, default=10, help="timed calls; the median is reported")
     _add_outputs(p, "per-backend kernel time over context length")
@@ -212,19 +327,31 @@ def run_throughput(args: argparse.Namespace) -> int:
     _check_baseline(args, config)
     for flag, value, unused in (("--prefix-len", args.prefix_len, 0), ("--num-turns", args.num_turns, 1)):
         if value != unused and args.prompts_file:
-            args._engine_arg_parser.error(f"argument {flag}: {value} not allowed with --prompts-file (it shapes "
-                                          "random prompts)")
+            args._engine_arg_parser.error(
+                f"argument {flag}: {value} not allowed with --prompts-file (it shapes random prompts)"
+            )
     if args.num_turns > 1 and args.baseline:
-        args._engine_arg_parser.error(f"argument --num-turns: {args.num_turns} not allowed with --baseline (a later "
-                                      "turn's prompt holds the engine's own answer)")
+        args._engine_arg_parser.error(
+            f"argument --num-turns: {args.num_turns} not allowed with --baseline (a later "
+            "turn's prompt holds the engine's own answer)"
+        )
     from attnserve.benchmarks.plots import plot_throughput
     from attnserve.benchmarks.throughput import run_throughput as run
 
     try:
-        result = run(config, num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
-                     range_ratio=args.range_ratio, prompts_file=args.prompts_file, baseline=args.baseline,
-                     progress=args.progress, prefix_len=args.prefix_len, num_turns=args.num_turns,
-                     compare_prefix_caching=args.compare_prefix_caching)
+        result = run(
+            config,
+            num_prompts=args.num_prompts,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            range_ratio=args.range_ratio,
+            prompts_file=args.prompts_file,
+            baseline=args.baseline,
+            progress=args.progress,
+            prefix_len=args.prefix_len,
+            num_turns=args.num_turns,
+            compare_prefix_caching=args.compare_prefix_caching,
+        )
     except OSError as e:  # the prompts file, or a model that is not there (whose message names it)
         if e.filename is not None and e.filename == args.prompts_file:
             args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}")
@@ -252,10 +379,18 @@ def run_latency(args: argparse.Namespace) -> int:
     from attnserve.benchmarks.plots import plot_latency
 
     try:
-        result = run(config, batch_sizes=args.batch_size, input_len=args.input_len, output_len=args.output_len,
-                     num_iters=args.num_iters, num_iters_warmup=args.num_iters_warmup, baseline=args.baseline,
-                     progress=args.progress, tensor_parallel_sizes=args.compare_tensor_parallel_sizes,
-                     sampling=_penalties(args))
+        result = run(
+            config,
+            batch_sizes=args.batch_size,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            num_iters=args.num_iters,
+            num_iters_warmup=args.num_iters_warmup,
+            baseline=args.baseline,
+            progress=args.progress,
+            tensor_parallel_sizes=args.compare_tensor_parallel_sizes,
+            sampling=_penalties(args),
+        )
     except (OSError, ValueError) as e:
         key = getattr(e, "key", None)
         if key == "tensor_parallel_size" and args.compare_tensor_parallel_sizes:  # the sizes run are this flag's
@@ -271,22 +406,35 @@ def run_attention(args: argparse.Namespace) -> int:
 
     _check_plot(args, args._bench_parser)
     if args.num_heads % args.num_kv_heads:
-        args._bench_parser.error(f"argument --num-heads: {args.num_heads} is not a multiple of --num-kv-heads "
-                                 f"{args.num_kv_heads}")
+        args._bench_parser.error(
+            f"argument --num-heads: {args.num_heads} is not a multiple of --num-kv-heads {args.num_kv_heads}"
+        )
     try:
-        result = run(device=args.device, dtype=args.dtype, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
-                     head_size=args.head_size, block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype,
-                     batch_size=args.batch_size,
-                     context_lens=args.context_lens, prefill_lens=args.prefill_lens, backends=args.backends,
-                     warmup=args.warmup, repeats=args.repeats, progress=args.progress)
+        result = run(
+            device=args.device,
+            dtype=args.dtype,
+            num_heads=args.num_heads,
+            num_kv_heads=args.num_kv_heads,
+            head_size=args.head_size,
+            block_size=args.block_size,
+            kv_cache_dtype=args.kv_cache_dtype,
+            batch_size=args.batch_size,
+            context_lens=args.context_lens,
+            prefill_lens=args.prefill_lens,
+            backends=args.backends,
+            warmup=args.warmup,
+            repeats=args.repeats,
+            progress=args.progress,
+        )
     except UnknownBackendError as e:
         args._bench_parser.error(f"argument --backends: {e}")
     except ValueError as e:
         args._bench_parser.error(str(e))
     if not result["backends"] and args.backends:  # the backends asked for cannot run: a bad value, as generate's
         why = ". ".join(f"{n}: {'; '.join(r)}" for n, r in result["skipped"].items())
-        args._bench_parser.error(f"argument --backends: no backend of {', '.join(args.backends)} can run on "
-                                 f"{result['device']}: {why}")
+        args._bench_parser.error(
+            f"argument --backends: no backend of {', '.join(args.backends)} can run on {result['device']}: {why}"
+        )
     if not result["backends"]:  # nothing installed could run: say why (the table lists the reasons) and fail
         print(result["table"])
         print(f"attnserve bench attention: error: no usable backend on {result['device']}", file=sys.stderr)
@@ -307,8 +455,10 @@ def _base_url(args: argparse.Namespace) -> str:
     except httpx.InvalidURL:
         ok = False
     if not ok and args.base_url:
-        args._bench_parser.error(f"argument --base-url: {args.base_url!r} not allowed (allowed: an http:// or "
-                                 "https:// URL with a host, and a port in [1, 65535] if it names one)")
+        args._bench_parser.error(
+            f"argument --base-url: {args.base_url!r} not allowed (allowed: an http:// or "
+            "https:// URL with a host, and a port in [1, 65535] if it names one)"
+        )
     if not ok:
         args._bench_parser.error(f"argument --host: {args.host!r} not allowed (allowed: a host name or IP address)")
     return url
@@ -322,17 +472,30 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.dataset == "file" and not args.prompt_file:
         args._bench_parser.error("argument --dataset: file needs --prompt-file")
     if args.dataset == "file" and args.prefix_len:
-        args._bench_parser.error(f"argument --prefix-len: {args.prefix_len} not allowed with a prompt file (it shapes "
-                                 "random prompts)")
+        args._bench_parser.error(
+            f"argument --prefix-len: {args.prefix_len} not allowed with a prompt file (it shapes random prompts)"
+        )
     if args.dataset == "random" and args.prompt_file:
-        args._bench_parser.error("argument --prompt-file: not used with --dataset random (leave --dataset out, or "
-                                 "give --dataset file)")
+        args._bench_parser.error(
+            "argument --prompt-file: not used with --dataset random (leave --dataset out, or give --dataset file)"
+        )
     cfg = BenchConfig(
-        base_url=_base_url(args), endpoint=args.endpoint, model=args.model,
-        num_prompts=args.num_prompts, request_rate=args.request_rate, max_concurrency=args.max_concurrency,
-        input_len=args.input_len, output_len=args.output_len, prefix_len=args.prefix_len, num_turns=args.num_turns,
-        prompt_file=args.prompt_file if args.dataset == "file" else None, ignore_eos=args.ignore_eos,
-        temperature=args.temperature, seed=args.seed, api_key=args.api_key)
+        base_url=_base_url(args),
+        endpoint=args.endpoint,
+        model=args.model,
+        num_prompts=args.num_prompts,
+        request_rate=args.request_rate,
+        max_concurrency=args.max_concurrency,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        prefix_len=args.prefix_len,
+        num_turns=args.num_turns,
+        prompt_file=args.prompt_file if args.dataset == "file" else None,
+        ignore_eos=args.ignore_eos,
+        temperature=args.temperature,
+        seed=args.seed,
+        api_key=args.api_key,
+    )
     try:
         summary = asyncio.run(run_benchmark(cfg))
     except OSError as e:  # the prompt file

@@ -25,8 +25,9 @@ def json_object(text: str) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(statement(Refusal(value=text, reason=f"is no JSON ({e})",
-                                                           allowed="a JSON object", written=TEXT))) from None
+        raise argparse.ArgumentTypeError(
+            statement(Refusal(value=text, reason=f"is no JSON ({e})", allowed="a JSON object", written=TEXT))
+        ) from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(statement(Refusal(value=text, allowed="a JSON object", written=TEXT)))
     return value
@@ -35,14 +36,26 @@ def json_object(text: str) -> dict:
 def add_chat_template_args(parser: argparse.ArgumentParser, serve: bool) -> None:
     """Add the chat-template flags to ``parser`` (``serve``: the server's two more)."""
     g = parser.add_argument_group("chat template")
-    g.add_argument("--chat-template", type=chat_template, default=None, metavar="FILE|TEXT",
-                   help="the Jinja chat template to use instead of the tokenizer's: a file, or the template itself"
-                        + ("" if serve else " (implies --chat)"))
+    g.add_argument(
+        "--chat-template",
+        type=chat_template,
+        default=None,
+        metavar="FILE|TEXT",
+        help="the Jinja chat template to use instead of the tokenizer's: a file, or the template itself"
+        + ("" if serve else " (implies --chat)"),
+    )
     if not serve:
         return
-    g.add_argument("--default-chat-template-kwargs", type=json_object, default=None, metavar="JSON",
-                   help='variables for the chat template under every request\'s own chat_template_kwargs, e.g. '
-                        '\'{"enable_thinking": false}\'')
-    g.add_argument("--trust-request-chat-template", action="store_true",
-                   help="accept a request's own chat_template (refused without this flag: a template is code the "
-                        "server runs)")
+    g.add_argument(
+        "--default-chat-template-kwargs",
+        type=json_object,
+        default=None,
+        metavar="JSON",
+        help="variables for the chat template under every request's own chat_template_kwargs, e.g. "
+        "'{\"enable_thinking\": false}'",
+    )
+    g.add_argument(
+        "--trust-request-chat-template",
+        action="store_true",
+        help="accept a request's own chat_template (refused without this flag: a template is code the server runs)",
+    )

@@ -34,13 +34,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "config",
         help="print the effective engine configuration (no model is loaded)",
         description="Print the configuration that these flags and files give, as a config file (JSON, or YAML with "
-                    "--format yaml) that --config takes back (engine argument names, as the flags). Loads no model; a "
-                    "--max-model-len is checked against the model's config when that is on this machine (the default "
-                    "model's when none is given), as generate checks it.",
+        "--format yaml) that --config takes back (engine argument names, as the flags). Loads no model; a "
+        "--max-model-len is checked against the model's config when that is on this machine (the default "
+        "model's when none is given), as generate checks it.",
     )
     add_engine_args(p, positional_model=True)
-    p.add_argument("--format", choices=["json", "yaml"], default="json",
-                   help="the printed config file's format (default json); --config reads both")
+    p.add_argument(
+        "--format",
+        choices=["json", "yaml"],
+        default="json",
+        help="the printed config file's format (default json); --config reads both",
+    )
     p.add_argument("--explain", action="store_true", help="show where each value came from instead of the config file")
     p.set_defaults(func=run)
 
@@ -64,7 +68,7 @@ def local_hf_config(config: EngineConfig) -> tuple[object | None, str | None]:
 
 
 def _device_type(device: str) -> str:
-    """"cpu" or "cuda" for a device setting; ``auto``: this machine's, as the engine would run here."""
+    """ "cpu" or "cuda" for a device setting; ``auto``: this machine's, as the engine would run here."""
     import torch
 
     if device == "auto":
@@ -79,8 +83,11 @@ def check_kv_cache(config: EngineConfig, hf_config) -> str | None:
     Not judged: this machine's free memory, and a cache that ``gpu_memory_utilization`` or the CPU's default
     sizes (no flag gives its size). Returns why it was not checked (the model's block size cannot be told: an
     architecture not supported, heads the ranks cannot split), else None."""
-    from attnserve.model_executor.kv_cache import (check_kv_cache_holds_max_model_len, kv_cache_size_key,
-                                                   planned_kv_blocks)
+    from attnserve.model_executor.kv_cache import (
+        check_kv_cache_holds_max_model_len,
+        kv_cache_size_key,
+        planned_kv_blocks,
+    )
     from attnserve.model_executor.loader import max_model_len_of, resolve_dtype
     from attnserve.model_executor.preflight import kv_block_bytes
 
@@ -96,8 +103,12 @@ def check_kv_cache(config: EngineConfig, hf_config) -> str | None:
         return " ".join(str(e).split())
     blocks = planned_kv_blocks(cache, device_type, block_bytes)
     assert blocks is not None  # a size is set
-    check_kv_cache_holds_max_model_len(max_model_len_of(config.model, hf_config), blocks, cache.block_size,
-                                       kv_cache_size_key(cache, torch.device(device_type)))
+    check_kv_cache_holds_max_model_len(
+        max_model_len_of(config.model, hf_config),
+        blocks,
+        cache.block_size,
+        kv_cache_size_key(cache, torch.device(device_type)),
+    )
     return None
 
 
@@ -120,8 +131,11 @@ def check_against_model(config: EngineConfig) -> list[str]:
             max_model_len_of(config.model, hf_config)
     if cache.num_gpu_blocks is not None or cache.kv_cache_memory is not None:
         unchecked = why if hf_config is None else check_kv_cache(config, hf_config)
-        what = (f"num_gpu_blocks {cache.num_gpu_blocks}" if cache.num_gpu_blocks is not None
-                else f"kv_cache_memory {cache.kv_cache_memory}")
+        what = (
+            f"num_gpu_blocks {cache.num_gpu_blocks}"
+            if cache.num_gpu_blocks is not None
+            else f"kv_cache_memory {cache.kv_cache_memory}"
+        )
         if unchecked:
             notes.append(f"KV cache ({what}) not checked against max_model_len: {unchecked}")
     return notes
@@ -134,8 +148,12 @@ def kv_cache_row(config: EngineConfig) -> tuple[str, str, str]:
 
     cache, model = config.cache, config.model.model
     folder = os.path.expanduser(model) if model is not None and os.path.isdir(os.path.expanduser(model)) else None
-    kv = kv_cache_summary(cache.kv_cache_dtype, f"{config.model.dtype} (the model dtype)" if
-                          config.model.dtype == "auto" else config.model.dtype, cache.calculate_kv_scales, folder)
+    kv = kv_cache_summary(
+        cache.kv_cache_dtype,
+        f"{config.model.dtype} (the model dtype)" if config.model.dtype == "auto" else config.model.dtype,
+        cache.calculate_kv_scales,
+        folder,
+    )
     return "(kv cache)", json.dumps(kv["dtype"]), f"derived: fp8 scales {kv['scales']}"
 
 

@@ -117,8 +117,7 @@ class EngineArgumentParser(argparse.ArgumentParser):
             flag, eq, value = arg.partition("=")
             if eq and arg.startswith("-"):
                 self._no_value(flag, value)
-            elif previous is not None and (extras and arg in extras
-                                           or positional_model and arg.lower() in _BOOL_WORDS):
+            elif previous is not None and (extras and arg in extras or positional_model and arg.lower() in _BOOL_WORDS):
                 self._no_value(previous, arg)
             previous = arg
         return
@@ -127,15 +126,24 @@ class EngineArgumentParser(argparse.ArgumentParser):
         action = self._option_string_actions.get(flag)
         if action is not None and action.nargs == 0:
             forms = " or ".join(action.option_strings)
-            self.error(message(Refusal(value=value, subject="value", allowed=f"no value: {forms}", origin=f"argument {flag}",
-                                       written=PYTHON)))
+            self.error(
+                message(
+                    Refusal(
+                        value=value,
+                        subject="value",
+                        allowed=f"no value: {forms}",
+                        origin=f"argument {flag}",
+                        written=PYTHON,
+                    )
+                )
+            )
 
     def _unrecognized(self, extras: list[str]) -> NoReturn:
         flag = next((e.partition("=")[0] for e in extras if e.startswith("-")), None)
         for prefix in _ATTENTION_DOTTED if flag else ():
             if _norm(flag).startswith(prefix):  # type: ignore[union-attr]
                 try:
-                    AttentionConfig.normalize_key(flag[len(prefix):], f"in {flag}")  # type: ignore[index]
+                    AttentionConfig.normalize_key(flag[len(prefix) :], f"in {flag}")  # type: ignore[index]
                 except ConfigError as e:
                     self.error(message(e.refusal.at(f"argument {flag}", written=e.refusal.written)))
         near = closest(_norm(flag), list(self._option_string_actions)) if flag else None
@@ -161,8 +169,10 @@ class _SettingAction(argparse.Action):
         if self.nargs == 0:
             values = not (option_string or "").startswith("--no-")
         name = option_string or self.metavar or self.dest
-        _record(namespace, Setting(self.key, values, f"command line ({name})", name, f"argument {name}", own_flag=True,
-                                   cli=True))
+        _record(
+            namespace,
+            Setting(self.key, values, f"command line ({name})", name, f"argument {name}", own_flag=True, cli=True),
+        )
 
 
 class _AttentionJsonAction(argparse.Action):
@@ -171,12 +181,14 @@ class _AttentionJsonAction(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
         try:
             obj = loads_json(values, "")
-            for s in attention_settings(obj, f"command line ({option_string})", f"in {option_string}",
-                                        f"argument {option_string}", cli=True):
+            for s in attention_settings(
+                obj, f"command line ({option_string})", f"in {option_string}", f"argument {option_string}", cli=True
+            ):
                 _record(namespace, s)
         except ConfigError as e:
-            raise argparse.ArgumentError(None, message(e.refusal.at(f"argument {option_string}",
-                                                                    written=e.refusal.written))) from None
+            raise argparse.ArgumentError(
+                None, message(e.refusal.at(f"argument {option_string}", written=e.refusal.written))
+            ) from None
 
 
 class _ConfigFileAction(argparse.Action):
@@ -205,8 +217,10 @@ def _converter(base: object, optional: bool, allowed: str, human_readable: bool 
     if base not in (int, float):
         return str
     parse = human_int(f"{allowed}; {HUMAN_INT_WORDS}") if human_readable else typed(base, allowed)  # type: ignore[arg-type]
+
     def convert(text: str) -> Any:
         return None if optional and text.lower() in ("none", "null") else parse(text)
+
     return convert
 
 
@@ -225,14 +239,22 @@ def _add_flag(group: argparse._ArgumentGroup, arg: EngineArg) -> None:
         # a number's choices (--block-size) are checked with its range when the config is built: ``argument
         # --block-size: block_size 7 not allowed (allowed: ...)``, as every surface says it, not argparse's words
         text = base is str and choices
-        kwargs.update(choices=choices if text else None, type=_converter(base, optional, arg.allowed, arg.human_readable),
-                      metavar=None if text else arg.name.upper())
-    group.add_argument(flag, *(["--no-" + flag[2:]] if base is bool else []),
-                       help=_help(f"{arg.doc} (default: {json.dumps(arg.default)})"), **kwargs)
+        kwargs.update(
+            choices=choices if text else None,
+            type=_converter(base, optional, arg.allowed, arg.human_readable),
+            metavar=None if text else arg.name.upper(),
+        )
+    group.add_argument(
+        flag,
+        *(["--no-" + flag[2:]] if base is bool else []),
+        help=_help(f"{arg.doc} (default: {json.dumps(arg.default)})"),
+        **kwargs,
+    )
     for alias in arg.aliases:  # vLLM's spelling: a flag of its own, so that an error names the one given
         other = "--" + alias.replace("_", "-")
-        group.add_argument(other, *(["--no-" + other[2:]] if base is bool else []), help=f"same as {flag} (vLLM's name)",
-                           **kwargs)
+        group.add_argument(
+            other, *(["--no-" + other[2:]] if base is bool else []), help=f"same as {flag} (vLLM's name)", **kwargs
+        )
 
 
 def add_engine_args(parser: argparse.ArgumentParser, *, positional_model: bool = False) -> None:
@@ -245,31 +267,73 @@ def add_engine_args(parser: argparse.ArgumentParser, *, positional_model: bool =
     parser.has_engine_args = True
     parser.set_defaults(**{_PARSER: parser})
     if positional_model:
-        parser.add_argument("model_tag", metavar="MODEL", nargs="?", action=_SettingAction, key="model",
-                            default=argparse.SUPPRESS, help="the model (same as --model)")
+        parser.add_argument(
+            "model_tag",
+            metavar="MODEL",
+            nargs="?",
+            action=_SettingAction,
+            key="model",
+            default=argparse.SUPPRESS,
+            help="the model (same as --model)",
+        )
 
-    files = parser.add_argument_group("config files", "Keys are engine argument names; the command line overrides them.")
-    files.add_argument("--config", metavar="FILE", action=_ConfigFileAction, fmt="auto", default=argparse.SUPPRESS,
-                       help="YAML (.yaml/.yml) or JSON (.json) file of engine arguments")
-    files.add_argument("--json-config", metavar="FILE", action=_ConfigFileAction, fmt="json", default=argparse.SUPPRESS,
-                       help="JSON file of engine arguments")
+    files = parser.add_argument_group(
+        "config files", "Keys are engine argument names; the command line overrides them."
+    )
+    files.add_argument(
+        "--config",
+        metavar="FILE",
+        action=_ConfigFileAction,
+        fmt="auto",
+        default=argparse.SUPPRESS,
+        help="YAML (.yaml/.yml) or JSON (.json) file of engine arguments",
+    )
+    files.add_argument(
+        "--json-config",
+        metavar="FILE",
+        action=_ConfigFileAction,
+        fmt="json",
+        default=argparse.SUPPRESS,
+        help="JSON file of engine arguments",
+    )
 
     engine = parser.add_argument_group("engine")
     for arg in engine_args().values():
         _add_flag(engine, arg)
 
     attn = parser.add_argument_group(
-        "attention", "Backend and options; JSON objects and dotted fields merge left to right (later keys win).")
-    attn.add_argument("--attention-backend", metavar="NAME", action=_SettingAction, key=ATTENTION_BACKEND,
-                      default=argparse.SUPPRESS,
-                      help=_help(field_docs(AttentionConfig).get("backend", "") + " Conflicts with a different attention_config.backend."))
-    attn.add_argument("--attention-config", "-ac", metavar="JSON", action=_AttentionJsonAction, default=argparse.SUPPRESS,
-                      help='attention options as a JSON object, e.g. \'{"backend": "FLASHINFER"}\'')
+        "attention", "Backend and options; JSON objects and dotted fields merge left to right (later keys win)."
+    )
+    attn.add_argument(
+        "--attention-backend",
+        metavar="NAME",
+        action=_SettingAction,
+        key=ATTENTION_BACKEND,
+        default=argparse.SUPPRESS,
+        help=_help(
+            field_docs(AttentionConfig).get("backend", "") + " Conflicts with a different attention_config.backend."
+        ),
+    )
+    attn.add_argument(
+        "--attention-config",
+        "-ac",
+        metavar="JSON",
+        action=_AttentionJsonAction,
+        default=argparse.SUPPRESS,
+        help='attention options as a JSON object, e.g. \'{"backend": "FLASHINFER"}\'',
+    )
     docs = field_docs(AttentionConfig)
     for name in AttentionConfig.field_names():
-        attn.add_argument(f"--attention-config.{name}", f"-ac.{name}", metavar="VALUE", action=_SettingAction,
-                          key=ATTENTION_PREFIX + name, type=_json_or_str, default=argparse.SUPPRESS,
-                          help=_help(docs.get(name, name)))
+        attn.add_argument(
+            f"--attention-config.{name}",
+            f"-ac.{name}",
+            metavar="VALUE",
+            action=_SettingAction,
+            key=ATTENTION_PREFIX + name,
+            type=_json_or_str,
+            default=argparse.SUPPRESS,
+            help=_help(docs.get(name, name)),
+        )
 
 
 def _fail(args: argparse.Namespace, e: ConfigError) -> NoReturn:
@@ -291,9 +355,17 @@ def resolve_engine_args(args: argparse.Namespace) -> Resolved:
                 models[s.label] = s
         if len({s.value for s in models.values()}) > 1:  # argparse's form: the one given second named first
             first, later = models.values()
-            raise ConfigError(Refusal(value=later.value, reason=f"conflicts with {first.label} {first.value!r}: the "
-                                      "model is given twice", advice="give it once", origin=later.where,
-                                      names_path=True, written=PYTHON, key="model"))
+            raise ConfigError(
+                Refusal(
+                    value=later.value,
+                    reason=f"conflicts with {first.label} {first.value!r}: the model is given twice",
+                    advice="give it once",
+                    origin=later.where,
+                    names_path=True,
+                    written=PYTHON,
+                    key="model",
+                )
+            )
         from_files = [s for path, fmt in (i for i in items if isinstance(i, tuple)) for s in file_settings(path, fmt)]
         resolved = resolve(from_files + cli)
     except ConfigError as e:
@@ -327,9 +399,17 @@ def error_line(args: argparse.Namespace, e: BaseException) -> str:
         given = resolved.chosen.get(ATTENTION_BACKEND)
     if given is not None and not given.cli:  # a file
         return message(refusal.at(given.where, written=refusal.written))
-    where = given.where if given is not None else (
-        f"argument --attention-config.{key[len(ATTENTION_PREFIX):]}" if key.startswith(ATTENTION_PREFIX)
-        else f"argument --{_norm(key)}")
+    where = (
+        given.where
+        if given is not None
+        else (
+            f"argument --attention-config.{key[len(ATTENTION_PREFIX) :]}"
+            if key.startswith(ATTENTION_PREFIX)
+            else f"argument --{_norm(key)}"
+        )
+    )
     flags = {k: s.label for k, s in resolved.chosen.items() if s.own_flag}  # the flag as given
-    return message(refusal.at(where, names_path=given is None or given.own_flag, written=refusal.written),
-                   lambda k: flags.get(k, "--" + _norm(k)))
+    return message(
+        refusal.at(where, names_path=given is None or given.own_flag, written=refusal.written),
+        lambda k: flags.get(k, "--" + _norm(k)),
+    )

@@ -12,8 +12,14 @@ from attnserve.refusals import PYTHON, message
 
 DEFAULT_PROMPT = "What are the three primary colors? Answer in one sentence."
 # the sampling flags' values when neither the command line nor the generation config (--generation-config) sets them
-GENERATE_DEFAULTS = {"max_tokens": 128, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
-                     "repetition_penalty": 1.0}
+GENERATE_DEFAULTS = {
+    "max_tokens": 128,
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+}
 
 
 def add_parser(subparsers) -> None:
@@ -30,50 +36,112 @@ def add_parser(subparsers) -> None:
     add_engine_args(p)
     g = p.add_argument_group("prompts and sampling")
     g.add_argument("--prompt", action="append", default=None, help="a prompt (repeat for several)")
-    g.add_argument("--prompts-file", default=None,
-                   help="a text file with one prompt per line (blank lines skipped), or JSONL with a \"prompt\" "
-                        "string per line, as bench throughput and bench serve read it")
-    g.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template (or "
-                                                       "--chat-template's)")
+    g.add_argument(
+        "--prompts-file",
+        default=None,
+        help='a text file with one prompt per line (blank lines skipped), or JSONL with a "prompt" '
+        "string per line, as bench throughput and bench serve read it",
+    )
+    g.add_argument(
+        "--chat", action="store_true", help="wrap each prompt in the model's chat template (or --chat-template's)"
+    )
     # the sampling flags' ranges are SamplingParams' (checked when it is built); their types are checked here
     # left out: the generation config's value (--generation-config), else GENERATE_DEFAULTS
-    g.add_argument("--max-tokens", type=typed(int, ALLOWED["max_tokens"]), default=None,
-                   help="most tokens to generate per prompt (>= 1; default 128, at most the generation config's "
-                        "max_new_tokens)")
-    g.add_argument("--temperature", type=typed(float, ALLOWED["temperature"]), default=None,
-                   help="0 = greedy (default, unless the generation config sets one)")
-    g.add_argument("--top-p", type=typed(float, ALLOWED["top_p"]), default=None,
-                   help="nucleus sampling mass in (0, 1] (default 1, or the generation config's)")
-    g.add_argument("--top-k", type=typed(int, ALLOWED["top_k"]), default=None,
-                   help="keep the k most likely tokens; 0 = all (default, or the generation config's)")
-    g.add_argument("--min-p", type=typed(float, ALLOWED["min_p"]), default=None,
-                   help="drop tokens below min_p x the top probability (default 0, or the generation config's)")
+    g.add_argument(
+        "--max-tokens",
+        type=typed(int, ALLOWED["max_tokens"]),
+        default=None,
+        help="most tokens to generate per prompt (>= 1; default 128, at most the generation config's max_new_tokens)",
+    )
+    g.add_argument(
+        "--temperature",
+        type=typed(float, ALLOWED["temperature"]),
+        default=None,
+        help="0 = greedy (default, unless the generation config sets one)",
+    )
+    g.add_argument(
+        "--top-p",
+        type=typed(float, ALLOWED["top_p"]),
+        default=None,
+        help="nucleus sampling mass in (0, 1] (default 1, or the generation config's)",
+    )
+    g.add_argument(
+        "--top-k",
+        type=typed(int, ALLOWED["top_k"]),
+        default=None,
+        help="keep the k most likely tokens; 0 = all (default, or the generation config's)",
+    )
+    g.add_argument(
+        "--min-p",
+        type=typed(float, ALLOWED["min_p"]),
+        default=None,
+        help="drop tokens below min_p x the top probability (default 0, or the generation config's)",
+    )
     g.add_argument("--stop", action="append", default=[], help="stop string (repeat for several)")
     g.add_argument("--n", type=typed(int, ALLOWED["n"]), default=1, help="completions per prompt")
-    g.add_argument("--logprobs", type=typed(int, ALLOWED["logprobs"]), default=None,
-                   help="top logprobs to return per token")
+    g.add_argument(
+        "--logprobs", type=typed(int, ALLOWED["logprobs"]), default=None, help="top logprobs to return per token"
+    )
     g.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS")
     add_chat_template_args(p, serve=False)
-    g.add_argument("--presence-penalty", type=typed(float, ALLOWED["presence_penalty"]), default=0.0,
-                   help="subtracted from the logit of every token already generated, in [-2, 2]")
-    g.add_argument("--frequency-penalty", type=typed(float, ALLOWED["frequency_penalty"]), default=0.0,
-                   help="subtracted from a token's logit once per time it was generated, in [-2, 2]")
-    g.add_argument("--repetition-penalty", type=typed(float, ALLOWED["repetition_penalty"]), default=None,
-                   help="> 1 discourages tokens of the prompt and output (vLLM's; 1 = off)")
-    g.add_argument("--min-tokens", type=typed(int, ALLOWED["min_tokens"]), default=0,
-                   help="generate at least this many tokens before EOS or a stop")
+    g.add_argument(
+        "--presence-penalty",
+        type=typed(float, ALLOWED["presence_penalty"]),
+        default=0.0,
+        help="subtracted from the logit of every token already generated, in [-2, 2]",
+    )
+    g.add_argument(
+        "--frequency-penalty",
+        type=typed(float, ALLOWED["frequency_penalty"]),
+        default=0.0,
+        help="subtracted from a token's logit once per time it was generated, in [-2, 2]",
+    )
+    g.add_argument(
+        "--repetition-penalty",
+        type=typed(float, ALLOWED["repetition_penalty"]),
+        default=None,
+        help="> 1 discourages tokens of the prompt and output (vLLM's; 1 = off)",
+    )
+    g.add_argument(
+        "--min-tokens",
+        type=typed(int, ALLOWED["min_tokens"]),
+        default=0,
+        help="generate at least this many tokens before EOS or a stop",
+    )
     g.add_argument("--bad-words", action="append", default=None, metavar="WORD", help="never generate WORD (repeat)")
-    g.add_argument("--allowed-token-ids", type=typed(int, "token ids"), nargs="+", default=None, metavar="ID",
-                   help="generate only these token ids")
-    g.add_argument("--logit-bias", action="append", default=None, metavar="ID=BIAS",
-                   help="add BIAS to token ID's logit (repeat)")
-    g.add_argument("--include-stop-str-in-output", action="store_true",
-                   help="keep the stop string that ended the text in it")
-    g.add_argument("--prompt-logprobs", type=typed(int, ALLOWED["prompt_logprobs"]), default=None,
-                   help="top logprobs per prompt token (in --output-json)")
-    g.add_argument("--truncate-prompt-tokens", type=typed(int, ALLOWED["truncate_prompt_tokens"]), default=None,
-                   help="keep only the prompt's last N tokens (-1: max_model_len)")
-    g.add_argument("--output-json", type=output_file, default=None, metavar="FILE", help="write every request's prompt, text, tokens and timings here")
+    g.add_argument(
+        "--allowed-token-ids",
+        type=typed(int, "token ids"),
+        nargs="+",
+        default=None,
+        metavar="ID",
+        help="generate only these token ids",
+    )
+    g.add_argument(
+        "--logit-bias", action="append", default=None, metavar="ID=BIAS", help="add BIAS to token ID's logit (repeat)"
+    )
+    g.add_argument(
+        "--include-stop-str-in-output", action="store_true", help="keep the stop string that ended the text in it"
+    )
+    g.add_argument(
+        "--prompt-logprobs",
+        type=typed(int, ALLOWED["prompt_logprobs"]),
+        default=None,
+        help="top logprobs per prompt token (in --output-json)",
+    )
+    g.add_argument(
+        "--truncate-prompt-tokens",
+        type=typed(int, ALLOWED["truncate_prompt_tokens"]),
+        default=None,
+        help="keep only the prompt's last N tokens (-1: max_model_len)",
+    )
+    g.add_argument(
+        "--output-json",
+        type=output_file,
+        default=None,
+        metavar="FILE",
+        help="write every request's prompt, text, tokens and timings here",
+    )
     p.set_defaults(func=run)
 
 
@@ -93,8 +161,10 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
         except PromptsFileError as e:  # not UTF-8 text, a bad JSONL line
             raise ValueError(f"argument --prompts-file: {e}") from None
         if not from_file:  # not the default prompt instead: the file named is likely the wrong one
-            raise ValueError(f"argument --prompts-file: {args.prompts_file} has no prompts (give one prompt per "
-                             "line, or leave --prompts-file out for the default prompt)")
+            raise ValueError(
+                f"argument --prompts-file: {args.prompts_file} has no prompts (give one prompt per "
+                "line, or leave --prompts-file out for the default prompt)"
+            )
         prompts += from_file
     if not prompts:
         return [DEFAULT_PROMPT], True
@@ -102,8 +172,13 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
         try:
             check_not_empty(p)
         except RequestValueError as e:
-            raise ValueError(message(replace(e.refusal, advice="leave --prompt out for the default prompt")
-                                     .at("argument --prompt", names_path=True, written=PYTHON))) from None
+            raise ValueError(
+                message(
+                    replace(e.refusal, advice="leave --prompt out for the default prompt").at(
+                        "argument --prompt", names_path=True, written=PYTHON
+                    )
+                )
+            ) from None
     return prompts, args.chat
 
 
@@ -132,12 +207,20 @@ def run(args: argparse.Namespace) -> int:
     given = {name: getattr(args, name) for name in GENERATE_DEFAULTS if getattr(args, name) is not None}
     try:
         params = SamplingParams(
-            n=args.n, **{**GENERATE_DEFAULTS, **given}, stop=args.stop, logprobs=args.logprobs,
-            ignore_eos=args.ignore_eos, presence_penalty=args.presence_penalty,
+            n=args.n,
+            **{**GENERATE_DEFAULTS, **given},
+            stop=args.stop,
+            logprobs=args.logprobs,
+            ignore_eos=args.ignore_eos,
+            presence_penalty=args.presence_penalty,
             frequency_penalty=args.frequency_penalty,
-            min_tokens=args.min_tokens, bad_words=args.bad_words, allowed_token_ids=args.allowed_token_ids,
-            logit_bias=_logit_bias(args.logit_bias), include_stop_str_in_output=args.include_stop_str_in_output,
-            prompt_logprobs=args.prompt_logprobs, truncate_prompt_tokens=args.truncate_prompt_tokens,
+            min_tokens=args.min_tokens,
+            bad_words=args.bad_words,
+            allowed_token_ids=args.allowed_token_ids,
+            logit_bias=_logit_bias(args.logit_bias),
+            include_stop_str_in_output=args.include_stop_str_in_output,
+            prompt_logprobs=args.prompt_logprobs,
+            truncate_prompt_tokens=args.truncate_prompt_tokens,
         )
         prompts, chat = _prompts(args)
     except SamplingParamsError as e:  # the flag names the parameter: the value and what is allowed
@@ -150,9 +233,16 @@ def run(args: argparse.Namespace) -> int:
     from attnserve.engine.request_checks import MaxTokensTooLargeError
 
     try:
-        outputs, stats = generate_to_terminal(config, prompts, params, chat or args.chat_template is not None,
-                                              sys.stdout, sys.stderr, given=set(given),
-                                              chat_template=args.chat_template)
+        outputs, stats = generate_to_terminal(
+            config,
+            prompts,
+            params,
+            chat or args.chat_template is not None,
+            sys.stdout,
+            sys.stderr,
+            given=set(given),
+            chat_template=args.chat_template,
+        )
     except MaxTokensTooLargeError as e:  # a prompt that fits, but not with --max-tokens more (the server's words)
         return _error(f"argument --max-tokens: {e}")
     except SamplingParamsError as e:  # what the engine refuses of them (--logprobs over --max-logprobs)
@@ -174,8 +264,16 @@ def with_generation_defaults(params, defaults: dict, given: set[str]):
     return replace(params, **changes) if changes else params
 
 
-def generate_to_terminal(config, prompts: list[str], params, chat: bool, out, err, given: set[str] | None = None,
-                         chat_template: str | None = None) -> tuple[list, dict]:
+def generate_to_terminal(
+    config,
+    prompts: list[str],
+    params,
+    chat: bool,
+    out,
+    err,
+    given: set[str] | None = None,
+    chat_template: str | None = None,
+) -> tuple[list, dict]:
     """Run ``prompts``; stream one prompt's text to ``out`` as it is generated, or show a tqdm bar on
     ``err`` for several and print each result at the end. Returns the outputs and timing stats.
 
@@ -195,8 +293,12 @@ def generate_to_terminal(config, prompts: list[str], params, chat: bool, out, er
     if chat:
         options = ChatTemplateOptions(chat_template)
         prompts = [apply_chat_template(tok, [{"role": "user", "content": p}], options) for p in prompts]
-    token_prompts = [engine.check_prompt(tok.encode(p, add_special_tokens=not chat),
-                                         truncate_prompt_tokens=params.truncate_prompt_tokens) for p in prompts]
+    token_prompts = [
+        engine.check_prompt(
+            tok.encode(p, add_special_tokens=not chat), truncate_prompt_tokens=params.truncate_prompt_tokens
+        )
+        for p in prompts
+    ]
     for ids in token_prompts:  # refused as LLM.generate and the server refuse it, not cut short at max_model_len
         engine.check_max_tokens(len(ids), params)
     engine.warn_kv_cache_limit()  # once every prompt fits: a prompt that does not is one error line, not both
@@ -242,6 +344,8 @@ def generate_to_terminal(config, prompts: list[str], params, chat: bool, out, er
         "device": str(engine.info.device),
         "dtype": str(engine.info.dtype).removeprefix("torch."),
     }
-    err.write(f"[attnserve] {new_tokens} tokens in {gen_s:.2f} s ({stats['output_tokens_per_s']:.1f} tok/s), "
-              f"backend {stats['attention_backend']}, {stats['device']}, {stats['dtype']}; model loaded in {load_s:.1f} s\n")
+    err.write(
+        f"[attnserve] {new_tokens} tokens in {gen_s:.2f} s ({stats['output_tokens_per_s']:.1f} tok/s), "
+        f"backend {stats['attention_backend']}, {stats['device']}, {stats['dtype']}; model loaded in {load_s:.1f} s\n"
+    )
     return outputs, stats

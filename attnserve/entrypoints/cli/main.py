@@ -14,7 +14,10 @@ from attnserve.entrypoints.cli.engine_args import EngineArgumentParser
 COMMANDS = {
     "generate": ("attnserve.entrypoints.cli.generate", "generate text for prompts (default model and prompt if none)"),
     "serve": ("attnserve.entrypoints.cli.serve", "start the OpenAI-compatible HTTP server"),
-    "bench": ("attnserve.entrypoints.cli.bench", "benchmarks: throughput, latency, attention kernels, a running server"),
+    "bench": (
+        "attnserve.entrypoints.cli.bench",
+        "benchmarks: throughput, latency, attention kernels, a running server",
+    ),
     "backends": ("attnserve.entrypoints.cli.backends", "which attention backends can run a model here, and why not"),
     "config": ("attnserve.entrypoints.cli.config", "print the effective engine configuration (--explain: where from)"),
 }
@@ -23,8 +26,12 @@ COMMANDS = {
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The attnserve parser; only ``command``'s module is imported (the others are listed by name)."""
     parser = EngineArgumentParser(prog="attnserve", description="LLM inference with pluggable attention backends")
-    parser.add_argument("--version", action="version", version=f"attnserve {attnserve.__version__}",
-                        help="print the attnserve version and exit")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"attnserve {attnserve.__version__}",
+        help="print the attnserve version and exit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=EngineArgumentParser)
     sub.required = True
     for name, (module, help_text) in COMMANDS.items():

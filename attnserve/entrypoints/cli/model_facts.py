@@ -44,5 +44,13 @@ def read_model_facts(model: str | None) -> ModelAttentionFacts:
     config = load_hf_config(source)
     dims = get_model_class(config).dims(config)
     layers = dims.layer_attention()
-    return ModelAttentionFacts(source.path, dims.head_size, dims.num_heads, dims.num_kv_heads,
-                               layers[0].sliding_window, layers[0].logits_soft_cap, layers, hf_config=config)
+    return ModelAttentionFacts(
+        source.path,
+        dims.head_size,
+        dims.num_heads,
+        dims.num_kv_heads,
+        layers[0].sliding_window,
+        layers[0].logits_soft_cap,
+        layers,
+        hf_config=config,
+    )

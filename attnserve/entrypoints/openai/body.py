@@ -106,28 +106,46 @@ def parse_body(body: bytes) -> Any:
         text = body[bom:].decode("utf-8")
     except UnicodeDecodeError as e:
         at = bom + e.start  # in the body as sent
-        raise _refused(Refusal(reason=f"the request body is not valid UTF-8 (byte 0x{body[at]:02x} at offset {at}: "
-                                      f"{e.reason})", advice="send JSON encoded as UTF-8")) from None
+        raise _refused(
+            Refusal(
+                reason=f"the request body is not valid UTF-8 (byte 0x{body[at]:02x} at offset {at}: {e.reason})",
+                advice="send JSON encoded as UTF-8",
+            )
+        ) from None
     return _parse_text(text)
 
 
 def _parse_text(text: str) -> Any:
     """The decoded body ``text`` as JSON; the HTTPExceptions of :func:`parse_body` but for the encoding."""
     if (levels := too_deep(text)) is not None:
-        raise _refused(Refusal(reason=f"the request body nests arrays and objects {levels} levels deep",
-                               allowed=f"at most {MAX_DEPTH}"))
+        raise _refused(
+            Refusal(
+                reason=f"the request body nests arrays and objects {levels} levels deep", allowed=f"at most {MAX_DEPTH}"
+            )
+        )
     try:
         parsed = json.loads(text, parse_float=_float, parse_constant=SentNumber)
     except json.JSONDecodeError:
         raise
     except ValueError:  # int() past sys.get_int_max_str_digits()
-        raise _refused(Refusal(reason=f"the request body holds an integer of more than {sys.get_int_max_str_digits()} "
-                                      "digits, more than any field allows")) from None
+        raise _refused(
+            Refusal(
+                reason=f"the request body holds an integer of more than {sys.get_int_max_str_digits()} "
+                "digits, more than any field allows"
+            )
+        ) from None
     if _SURROGATE_ESCAPE.search(text) and (found := lone_surrogate(parsed)) is not None:
         path, string, index = found
         where = tuple(int(p) if p.isdigit() else p for p in path.split(".")) if path else ("body",)
-        raise _refused(Refusal(where, string, "Unicode text; a surrogate escape needs its pair", written=JSON,
-                               reason=f"holds a lone surrogate {json.dumps(string[index])[1:-1]} at index {index}"))
+        raise _refused(
+            Refusal(
+                where,
+                string,
+                "Unicode text; a surrogate escape needs its pair",
+                written=JSON,
+                reason=f"holds a lone surrogate {json.dumps(string[index])[1:-1]} at index {index}",
+            )
+        )
     return parsed
 
 

@@ -50,7 +50,9 @@ class RequestBodyLimit:
             return await self.app(scope, receive, send)
         declared = _content_length(scope)
         if declared is not None and declared > limit:  # refused unread; uvicorn discards what the client sends
-            response = error_response(too_large_message(limit, declared), 413, code=CODE, headers={"connection": "close"})
+            response = error_response(
+                too_large_message(limit, declared), 413, code=CODE, headers={"connection": "close"}
+            )
             return await response(scope, receive, send)
         received = 0
 

@@ -90,8 +90,10 @@ def raw_error(status: int, reason: str, message: str, code: str) -> bytes:
     """A whole HTTP/1.1 response with OpenAI's error body that closes the connection (written past h11, which may
     be in an error state)."""
     body = json.dumps(error_body(message, status, code=code).model_dump()).encode()
-    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
-            f"connection: close\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        f"connection: close\r\n\r\n"
+    ).encode() + body
 
 
 def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
@@ -190,15 +192,23 @@ class _GuardedH11Protocol(H11Protocol):
         self._timers.pop("header", None)
         if self.conn.their_state is h11.IDLE and (self.cycle is None or self.cycle.response_complete):
             seconds = self.limits.timeout_request_header
-            self._close_with(408, "Request Timeout", f"the request's headers did not arrive within {seconds:g} s "
-                                                     f"(--timeout-request-header)", "timeout_request_header")
+            self._close_with(
+                408,
+                "Request Timeout",
+                f"the request's headers did not arrive within {seconds:g} s (--timeout-request-header)",
+                "timeout_request_header",
+            )
 
     def _body_expired(self) -> None:
         self._timers.pop("body", None)
         if self.conn.their_state is h11.SEND_BODY:
             seconds = self.limits.timeout_request_body
-            self._close_with(408, "Request Timeout", f"the request's body did not arrive within {seconds:g} s "
-                                                     f"(--timeout-request-body)", "timeout_request_body")
+            self._close_with(
+                408,
+                "Request Timeout",
+                f"the request's body did not arrive within {seconds:g} s (--timeout-request-body)",
+                "timeout_request_body",
+            )
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -210,8 +220,11 @@ class _GuardedH11Protocol(H11Protocol):
 
     def _write_stalled(self) -> None:
         self._timers.pop("write", None)
-        logger.info("%s did not read its response for %g s (--timeout-write-stall): connection closed",
-                    "%s:%d" % self.client if self.client else "a client", self.limits.timeout_write_stall)
+        logger.info(
+            "%s did not read its response for %g s (--timeout-write-stall): connection closed",
+            "%s:%d" % self.client if self.client else "a client",
+            self.limits.timeout_write_stall,
+        )
         sock = self.transport.get_extra_info("socket")
         if sock is not None:  # a reset, not a FIN queued behind data the client will never take (an orphan socket)
             try:
@@ -226,8 +239,12 @@ class _GuardedH11Protocol(H11Protocol):
         the header block passed ``h11_max_incomplete_event_size``."""
         limit = self.limits.h11_max_incomplete_event_size
         if self._header_bytes > limit:
-            self._close_with(431, "Request Header Fields Too Large", f"the request's headers have more than "
-                             f"{limit} bytes (--h11-max-incomplete-event-size)", "h11_max_incomplete_event_size")
+            self._close_with(
+                431,
+                "Request Header Fields Too Large",
+                f"the request's headers have more than {limit} bytes (--h11-max-incomplete-event-size)",
+                "h11_max_incomplete_event_size",
+            )
         else:
             self._close_with(400, "Bad Request", f"invalid HTTP request: {msg}", "invalid_http_request")
 
@@ -236,16 +253,24 @@ class _GuardedH11Protocol(H11Protocol):
         headers."""
         cap = self.limits.limit_concurrency
         if cap is not None and (len(self.connections) > cap or len(self.tasks) > cap):
-            logger.warning("refused a request: %d connections, %d requests in progress (--limit-concurrency %d)",
-                           len(self.connections), len(self.tasks), cap)
-            message = (f"the server has too many connections or requests in progress (allowed: at most {cap}, "
-                       "--limit-concurrency); retry later")
+            logger.warning(
+                "refused a request: %d connections, %d requests in progress (--limit-concurrency %d)",
+                len(self.connections),
+                len(self.tasks),
+                cap,
+            )
+            message = (
+                f"the server has too many connections or requests in progress (allowed: at most {cap}, "
+                "--limit-concurrency); retry later"
+            )
             response = error_response(message, 503, code="limit_concurrency", headers={"connection": "close"})
             return await response(scope, receive, send)
         max_headers = self.limits.h11_max_header_count
         if max_headers is not None and len(scope.get("headers") or ()) > max_headers:
-            message = (f"the request has {len(scope['headers'])} headers (allowed: at most {max_headers}, "
-                       "--h11-max-header-count)")
+            message = (
+                f"the request has {len(scope['headers'])} headers (allowed: at most {max_headers}, "
+                "--h11-max-header-count)"
+            )
             response = error_response(message, 431, code="h11_max_header_count", headers={"connection": "close"})
             return await response(scope, receive, send)
         return await self._app(scope, receive, send)

@@ -8,8 +8,12 @@ from fastapi.responses import JSONResponse
 
 from attnserve.entrypoints.openai.protocol import ErrorInfo, ErrorResponse
 from attnserve.refusals import json_value  # noqa: F401 (re-exported)
-from attnserve.refusals.server import (body_message, json_error_message, validation_message,  # noqa: F401 (re-exported)
-                                       validation_refusals)
+from attnserve.refusals.server import (  # noqa: F401 (re-exported)
+    body_message,
+    json_error_message,
+    validation_message,
+    validation_refusals,
+)
 
 # HTTP status -> OpenAI's error "type"
 _TYPES = {
@@ -42,8 +46,9 @@ def error_body(message: str, status: int, param: str | None = None, code: str | 
     return ErrorResponse(error=ErrorInfo(message=message, type=kind, param=param, code=code))
 
 
-def error_response(message: str, status: int, param: str | None = None, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    message: str, status: int, param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse(error_body(message, status, param, code).model_dump(), status_code=status, headers=headers)
 
 

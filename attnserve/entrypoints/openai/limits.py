@@ -25,8 +25,14 @@ def check_request_lists(req) -> None:
     for i, s in enumerate([stop] if isinstance(stop, str) else stop or []):
         if len(s) > MAX_STOP_STRING_CHARS:
             path = ("stop",) if isinstance(stop, str) else ("stop", i)
-            _refuse(Refusal(path, reason=f"is a string of {len(s)} characters",
-                            allowed=f"at most {MAX_STOP_STRING_CHARS} characters"), "string_above_max_length")
+            _refuse(
+                Refusal(
+                    path,
+                    reason=f"is a string of {len(s)} characters",
+                    allowed=f"at most {MAX_STOP_STRING_CHARS} characters",
+                ),
+                "string_above_max_length",
+            )
     if req.stop_token_ids:
         _check_count(("stop_token_ids",), req.stop_token_ids, MAX_STOP_TOKEN_IDS, "stop token ids")
     prompt = getattr(req, "prompt", None)
@@ -36,8 +42,9 @@ def check_request_lists(req) -> None:
 
 def _check_count(path: tuple[str, ...], items: list, limit: int, what: str) -> None:
     if len(items) > limit:
-        _refuse(Refusal(path, reason=f"has {len(items)} items", allowed=f"at most {limit} {what}"),
-                "array_above_max_length")
+        _refuse(
+            Refusal(path, reason=f"has {len(items)} items", allowed=f"at most {limit} {what}"), "array_above_max_length"
+        )
 
 
 def _refuse(refusal: Refusal, code: str) -> None:

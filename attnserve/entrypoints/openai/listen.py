@@ -18,7 +18,7 @@ import socket
 _HINTS = {
     errno.EADDRINUSE: "another server is running there? pick another port with --port, or --port 0 for a free one",
     errno.EADDRNOTAVAIL: "no network interface of this machine has that address; pick one with --host, e.g. "
-                         "127.0.0.1, or 0.0.0.0 for all",
+    "127.0.0.1, or 0.0.0.0 for all",
 }
 
 

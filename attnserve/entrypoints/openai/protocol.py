@@ -90,9 +90,12 @@ class UsageInfo(BaseModel):
     @classmethod
     def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> UsageInfo:
         """Counts with their total and OpenAI's ``prompt_tokens_details.cached_tokens``."""
-        return cls(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                   total_tokens=prompt_tokens + completion_tokens,
-                   prompt_tokens_details=PromptTokensDetails(cached_tokens=cached_tokens))
+        return cls(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=cached_tokens),
+        )
 
 
 class SamplingFields(OpenAIModel):
@@ -119,8 +122,9 @@ class SamplingFields(OpenAIModel):
     response_format: ResponseFormat | None = None
     # vLLM's structured-output extensions (``guided_*`` up to vLLM 0.10, then ``structured_outputs``): at most one
     # of them and response_format (structured_fields.structured_outputs)
-    structured_outputs: dict[str, Any] | None = Field(None, description="vLLM extension: json, regex, choice, "
-                                                      "grammar, json_object, disable_any_whitespace")
+    structured_outputs: dict[str, Any] | None = Field(
+        None, description="vLLM extension: json, regex, choice, grammar, json_object, disable_any_whitespace"
+    )
     guided_json: str | dict[str, Any] | None = Field(None, description="vLLM extension (older)")
     guided_regex: str | None = Field(None, description="vLLM extension (older)")
     guided_choice: list[str] | None = Field(None, description="vLLM extension (older)")
@@ -136,7 +140,9 @@ class SamplingFields(OpenAIModel):
     min_tokens: int = Field(0, ge=0, description="vLLM extension")
     bad_words: list[str] = Field(default_factory=list, description="vLLM extension")
     allowed_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="vLLM extension")
-    prompt_logprobs: int | None = Field(None, ge=0, description="vLLM extension; not with stream; at most --max-logprobs")
+    prompt_logprobs: int | None = Field(
+        None, ge=0, description="vLLM extension; not with stream; at most --max-logprobs"
+    )
     include_stop_str_in_output: bool = False
     spaces_between_special_tokens: bool = True
     truncate_prompt_tokens: int | None = Field(None, ge=-1, description="vLLM extension; -1 = max_model_len")

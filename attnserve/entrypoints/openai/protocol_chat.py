@@ -72,22 +72,32 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: int | None = Field(None, ge=0, description="at most the server's --max-logprobs")
     add_generation_prompt: bool = True
     # vLLM's chat-template extensions (chat_utils.ChatTemplateOptions)
-    continue_final_message: bool = Field(False, description="vLLM extension: leave the last message open for the "
-                                                            "model to continue (with add_generation_prompt false)")
-    chat_template: str | None = Field(None, description="vLLM extension: a Jinja chat template for this request "
-                                                        "(needs --trust-request-chat-template)")
-    chat_template_kwargs: dict[str, Any] | None = Field(None, description="vLLM extension: more variables for the "
-                                                                          "chat template")
-    add_special_tokens: bool = Field(False, description="vLLM extension: the tokenizer adds its special tokens "
-                                                        "(BOS) on top of the template's")
-    echo: bool = Field(False, description="vLLM extension: the reply starts with the last message's content when "
-                                          "that message is the assistant's")
+    continue_final_message: bool = Field(
+        False,
+        description="vLLM extension: leave the last message open for the "
+        "model to continue (with add_generation_prompt false)",
+    )
+    chat_template: str | None = Field(
+        None, description="vLLM extension: a Jinja chat template for this request (needs --trust-request-chat-template)"
+    )
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="vLLM extension: more variables for the chat template"
+    )
+    add_special_tokens: bool = Field(
+        False, description="vLLM extension: the tokenizer adds its special tokens (BOS) on top of the template's"
+    )
+    echo: bool = Field(
+        False,
+        description="vLLM extension: the reply starts with the last message's content when "
+        "that message is the assistant's",
+    )
     tools: list[ChatTool] | None = None
     functions: list[dict[str, Any]] | None = Field(None, description="deprecated by OpenAI for tools; must be empty")
     # None: "auto" when tools are given, else "none" (OpenAI's and vLLM's defaults)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    function_call: str | dict[str, Any] | None = Field(None, description="deprecated by OpenAI for tool_choice; "
-                                                                        "only 'none'")
+    function_call: str | dict[str, Any] | None = Field(
+        None, description="deprecated by OpenAI for tool_choice; only 'none'"
+    )
 
 
 class TopLogprob(BaseModel):

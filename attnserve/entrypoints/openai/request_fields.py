@@ -51,13 +51,21 @@ def defaulted(req: SamplingFields, defaults: dict) -> dict:
     """The values of the fields of ``_DEFAULTS`` that ``req`` declares (and SamplingParams has): the request's,
     else the generation config's (``defaults``), else OpenAI's; vLLM's order."""
     known = {f.name for f in dataclasses.fields(SamplingParams)}
-    return {name: value if (value := getattr(req, name)) is not None else defaults.get(name, fallback)
-            for name, fallback in _DEFAULTS.items() if name in type(req).model_fields and name in known}
+    return {
+        name: value if (value := getattr(req, name)) is not None else defaults.get(name, fallback)
+        for name, fallback in _DEFAULTS.items()
+        if name in type(req).model_fields and name in known
+    }
 
 
-def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, logprobs: int | None,
-                    logprobs_param: str = "logprobs",
-                    constraint: tuple[str, StructuredOutputsParams] | None = None) -> SamplingParams:
+def sampling_params(
+    ctx: ServingContext,
+    req: SamplingFields,
+    max_tokens: int,
+    logprobs: int | None,
+    logprobs_param: str = "logprobs",
+    constraint: tuple[str, StructuredOutputsParams] | None = None,
+) -> SamplingParams:
     """SamplingParams from a request's fields, a field left unset taking the generation config's default, and
     ``max_tokens`` capped by that config's, as vLLM does; checked against the model and engine too
     (``LLMEngine.check_params``: a stop token id outside the vocabulary, more logprobs than --max-logprobs, the
@@ -99,7 +107,11 @@ def sampling_params(ctx: ServingContext, req: SamplingFields, max_tokens: int, l
         raise sampling_error(e) from None
     except Refused as e:  # the constraint did not compile (or xgrammar is missing): named by the request's field
         refusal = e.refusal
-        if constraint is not None and constraint[0] != "structured_outputs" and refusal.path[:1] == ("structured_outputs",):
+        if (
+            constraint is not None
+            and constraint[0] != "structured_outputs"
+            and refusal.path[:1] == ("structured_outputs",)
+        ):
             refusal = dataclasses.replace(refusal, path=(constraint[0], *refusal.path[2:]))
         raise refusal_error(refusal) from None
 

@@ -80,8 +80,17 @@ ABORT_GRACE_S = 5.0
 _API_ERRORS = {s: {"model": ErrorResponse, "description": status_phrase(s)} for s in (400, 401, 413, 503)}
 _SSE = {"text/event-stream": {"schema": {"type": "string"}, "description": "with stream: true"}}
 _BODY_MODELS = {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest}  # for 400s
-_KNOWN_PATHS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/version", "/metrics",
-                "/reset_prefix_cache", "/tokenize", "/detokenize"}
+_KNOWN_PATHS = {
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/models",
+    "/health",
+    "/version",
+    "/metrics",
+    "/reset_prefix_cache",
+    "/tokenize",
+    "/detokenize",
+}
 # what --api-key guards: the API, what changes the engine's state, the API schema and (unless
 # --metrics-without-auth) the metrics; /health and /version stay open for load balancers and probes
 _GUARDED = ("/v1", "/reset_prefix_cache", "/tokenize", "/detokenize", "/docs", "/redoc", "/openapi.json")
@@ -176,15 +185,21 @@ def build_app(ctx: ServingContext, max_request_body_bytes: int | None = DEFAULT_
         await ctx.engine.reset_prefix_cache()
         return Response(status_code=200)
 
-    @app.post("/tokenize", responses={401: _API_ERRORS[401], 400: _API_ERRORS[400], 503: _API_ERRORS[503]},
-              openapi_extra=TOKENIZE_BODY)
+    @app.post(
+        "/tokenize",
+        responses={401: _API_ERRORS[401], 400: _API_ERRORS[400], 503: _API_ERRORS[503]},
+        openapi_extra=TOKENIZE_BODY,
+    )
     async def tokenize_route(raw: Request) -> TokenizeResponse:
         """vLLM's /tokenize: ``{"prompt": text}`` or ``{"messages": [...]}`` (the chat template's prompt) ->
         ``{"count", "max_model_len", "tokens", "token_strs"}``."""
         return await tokenize(ctx, raw)
 
-    @app.post("/detokenize", responses={401: _API_ERRORS[401], 400: _API_ERRORS[400], 503: _API_ERRORS[503]},
-              openapi_extra=DETOKENIZE_BODY)
+    @app.post(
+        "/detokenize",
+        responses={401: _API_ERRORS[401], 400: _API_ERRORS[400], 503: _API_ERRORS[503]},
+        openapi_extra=DETOKENIZE_BODY,
+    )
     async def detokenize_route(raw: Request) -> DetokenizeResponse:
         """vLLM's /detokenize: ``{"tokens": [...]}`` -> ``{"prompt": text}``."""
         return await detokenize(ctx, raw)
@@ -195,13 +210,13 @@ def build_app(ctx: ServingContext, max_request_body_bytes: int | None = DEFAULT_
         root = ctx.engine.config.model.model
         return ModelList(data=[ModelCard(id=name, root=root, max_model_len=max_len) for name in ctx.served_model_names])
 
-    @app.post("/v1/completions", response_model=CompletionResponse,
-              responses={200: {"content": _SSE}, **_API_ERRORS})
+    @app.post("/v1/completions", response_model=CompletionResponse, responses={200: {"content": _SSE}, **_API_ERRORS})
     async def completions(body: CompletionRequest, raw: Request) -> Response:
         return await create_completion(ctx, body, raw)
 
-    @app.post("/v1/chat/completions", response_model=ChatCompletionResponse,
-              responses={200: {"content": _SSE}, **_API_ERRORS})
+    @app.post(
+        "/v1/chat/completions", response_model=ChatCompletionResponse, responses={200: {"content": _SSE}, **_API_ERRORS}
+    )
     async def chat_completions(body: ChatCompletionRequest, raw: Request) -> Response:
         return await create_chat_completion(ctx, body, raw)
 
@@ -229,8 +244,9 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        return error_response(str(e.detail), e.status_code, code=getattr(e, "code", None),
-                              headers=getattr(e, "headers", None))
+        return error_response(
+            str(e.detail), e.status_code, code=getattr(e, "code", None), headers=getattr(e, "headers", None)
+        )
 
     @app.exception_handler(Exception)
     async def internal(_: Request, e: Exception) -> JSONResponse:
@@ -266,8 +282,9 @@ class _AuthAndCount:
             if key and guarded(path, self.ctx.metrics_without_auth):  # an empty key: no key (as vLLM)
                 headers = dict(scope.get("headers") or [])
                 if not authorized(headers.get(b"authorization", b""), key):
-                    response = error_response("missing or wrong API key (send 'Authorization: Bearer <key>')",
-                                              401, code="invalid_api_key")
+                    response = error_response(
+                        "missing or wrong API key (send 'Authorization: Bearer <key>')", 401, code="invalid_api_key"
+                    )
                     return await response(scope, receive, counting_send)
             await self.app(scope, receive, counting_send)
         finally:
@@ -295,10 +312,16 @@ def run_server(config: EngineConfig, args: ServerArgs, sock: socket.socket | Non
     # reports max_model_len (serve's preflight refuses it before the server listens when the budget is known then)
     engine = AsyncLLMEngine(config, functools.partial(LLMEngine, refuse_short_kv_cache=True, usage="server"))
     freeze_heap()  # one engine for the process's life: no full-collection pauses between steps
-    ctx = ServingContext(engine=engine, served_model_names=names,
-                         metrics=ServerMetrics(names[0], lambda: engine.stats), api_key=args.api_key,
-                         metrics_without_auth=args.metrics_without_auth, chat=args.chat,
-                         enable_auto_tool_choice=args.enable_auto_tool_choice, tool_parser=args.tool_call_parser)
+    ctx = ServingContext(
+        engine=engine,
+        served_model_names=names,
+        metrics=ServerMetrics(names[0], lambda: engine.stats),
+        api_key=args.api_key,
+        metrics_without_auth=args.metrics_without_auth,
+        chat=args.chat,
+        enable_auto_tool_choice=args.enable_auto_tool_choice,
+        tool_parser=args.tool_call_parser,
+    )
     app = build_app(ctx, args.max_request_body_bytes)
 
     class Server(uvicorn.Server):
@@ -326,10 +349,18 @@ def run_server(config: EngineConfig, args: ServerArgs, sock: socket.socket | Non
     limits = args.connection
     if limits.limit_concurrency is None:
         limits = dataclasses.replace(limits, limit_concurrency=default_limit_concurrency())
-    server = Server(uvicorn.Config(
-        app, host=args.host, port=args.port, log_level=args.log_level, http=guarded_protocol(limits),
-        timeout_graceful_shutdown=ABORT_GRACE_S, timeout_keep_alive=args.timeout_keep_alive,
-        h11_max_incomplete_event_size=limits.h11_max_incomplete_event_size))
+    server = Server(
+        uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            http=guarded_protocol(limits),
+            timeout_graceful_shutdown=ABORT_GRACE_S,
+            timeout_keep_alive=args.timeout_keep_alive,
+            h11_max_incomplete_event_size=limits.h11_max_incomplete_event_size,
+        )
+    )
     # a failed load ends the process (exit 1) instead of answering 503 forever: a supervisor restarts it
     engine.on_load_error = lambda e: setattr(server, "should_exit", True)
     logger.info("serving %s on http://%s:%d", names[0], args.host, port)
@@ -345,7 +376,9 @@ def run_server(config: EngineConfig, args: ServerArgs, sock: socket.socket | Non
     if engine.load_error is not None:
         if isinstance(engine.load_error, ConfigError) and engine.load_error.key is not None:
             raise engine.load_error
-        print(f"attnserve serve: error: the model failed to load: {load_error_summary(engine.load_error)}",
-              file=sys.stderr)
+        print(
+            f"attnserve serve: error: the model failed to load: {load_error_summary(engine.load_error)}",
+            file=sys.stderr,
+        )
         return 1
     return 0

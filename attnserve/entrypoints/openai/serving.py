@@ -16,8 +16,14 @@ from fastapi import Request
 
 from attnserve.engine.async_engine import AsyncLLMEngine, EngineNotReadyError
 from attnserve.engine.outputs import RequestOutput
-from attnserve.engine.request_checks import (EMPTY_PROMPT, MaxTokensTooLargeError, PromptTooLongError,
-                                             RequestValueError, check_context_length, check_token_ids)
+from attnserve.engine.request_checks import (
+    EMPTY_PROMPT,
+    MaxTokensTooLargeError,
+    PromptTooLongError,
+    RequestValueError,
+    check_context_length,
+    check_token_ids,
+)
 from attnserve.core.sampling_params import SamplingParams
 from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.metrics import ServerMetrics
@@ -102,8 +108,9 @@ class ServingContext:
             if self.engine.dead_error is not None:  # a worker died: restart the server
                 raise OpenAIError(f"the engine is dead ({self.engine.dead_error}); restart the server", 503)
             if self.engine.is_stopping:
-                raise OpenAIError("the server is shutting down; retry later (on another replica)", 503,
-                                  code="shutting_down")
+                raise OpenAIError(
+                    "the server is shutting down; retry later (on another replica)", 503, code="shutting_down"
+                )
             raise OpenAIError("the server is starting (loading the model); retry later", 503)
 
     def check_model(self, name: str | None) -> str:
@@ -112,8 +119,12 @@ class ServingContext:
             return self.model_name
         if name not in self.served_model_names:
             # 404 as OpenAI's API and vLLM answer a model that is not there (the body's code says which)
-            raise OpenAIError(f"model {name!r} does not exist (served: {', '.join(self.served_model_names)})",
-                              404, param="model", code="model_not_found")
+            raise OpenAIError(
+                f"model {name!r} does not exist (served: {', '.join(self.served_model_names)})",
+                404,
+                param="model",
+                code="model_not_found",
+            )
         return name
 
     def check_token_ids(self, token_ids: list[int], path: tuple[str | int, ...] = ("prompt",)) -> None:
@@ -126,8 +137,13 @@ class ServingContext:
         except RequestValueError as e:
             raise request_error(e) from None
 
-    def check_prompt(self, token_ids: list[int], max_tokens: int | None, path: tuple[str | int, ...] = ("prompt",),
-                     max_tokens_param: str = "max_tokens") -> int:
+    def check_prompt(
+        self,
+        token_ids: list[int],
+        max_tokens: int | None,
+        path: tuple[str | int, ...] = ("prompt",),
+        max_tokens_param: str = "max_tokens",
+    ) -> int:
         """Validate one tokenized prompt; return the max_tokens to use (None = the rest of the context). A prompt
         too long is ``request_checks.check_context_length``'s 400 (LLM.generate's words): ``param`` the prompt's
         ``path`` (``prompt.1``, ``messages``) when the prompt alone leaves no room, ``max_tokens_param`` (the
@@ -150,9 +166,12 @@ def prompt_logprobs(out: RequestOutput) -> list | None:
     """A finished output's prompt logprobs in vLLM's response shape (``protocol.PromptLogprobs``), or None."""
     if out.prompt_logprobs is None:
         return None
-    return [None if d is None else {t: {"logprob": lp.logprob, "rank": lp.rank, "decoded_token": lp.decoded_token}
-                                    for t, lp in d.items()}
-            for d in out.prompt_logprobs]
+    return [
+        None
+        if d is None
+        else {t: {"logprob": lp.logprob, "rank": lp.rank, "decoded_token": lp.decoded_token} for t, lp in d.items()}
+        for d in out.prompt_logprobs
+    ]
 
 
 def refusal_error(refusal: Refusal) -> OpenAIError:
@@ -165,8 +184,13 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-async def generate_all(ctx: ServingContext, prompts: list[list[int]], params: list[SamplingParams],
-                       request_id: str, arrival: float | None = None) -> AsyncIterator[tuple[int, RequestOutput]]:
+async def generate_all(
+    ctx: ServingContext,
+    prompts: list[list[int]],
+    params: list[SamplingParams],
+    request_id: str,
+    arrival: float | None = None,
+) -> AsyncIterator[tuple[int, RequestOutput]]:
     """Run every prompt of one HTTP request; yield (prompt index, output) as outputs arrive.
 
     Records each prompt's TTFT/TPOT/latency when it finishes, in seconds from ``arrival`` (``time.monotonic()``
@@ -182,10 +206,12 @@ async def generate_all(ctx: ServingContext, prompts: list[list[int]], params: li
         if out.finished:
             done.add(i)
             ctx.metrics.observe_request(
-                ttft=first[i] - t0, e2e=now - t0,
+                ttft=first[i] - t0,
+                e2e=now - t0,
                 num_output_tokens=sum(len(c.token_ids) for c in out.outputs),
                 num_prompt_tokens=len(out.prompt_token_ids),
-                finish_reasons=[c.finish_reason or "abort" for c in out.outputs])
+                finish_reasons=[c.finish_reason or "abort" for c in out.outputs],
+            )
 
     streams = [ctx.engine.generate(p, sp, f"{request_id}-{i}") for i, (p, sp) in enumerate(zip(prompts, params))]
     try:

@@ -11,8 +11,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from attnserve.engine.outputs import CompletionOutput, RequestOutput
 from attnserve.core.sampling_params import SamplingParams
-from attnserve.entrypoints.chat_utils import (ChatTemplateOptions, apply_chat_template, chat_messages,
-                                              check_chat_template_options)
+from attnserve.entrypoints.chat_utils import (
+    ChatTemplateOptions,
+    apply_chat_template,
+    chat_messages,
+    check_chat_template_options,
+)
 from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.limits import check_request_lists
 from attnserve.entrypoints.openai.protocol import UsageInfo
@@ -68,11 +72,16 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     mode = tool_mode(req, ctx.enable_auto_tool_choice, ctx.tool_parser)
     constraint, tools_constraint = structured_outputs(req), tool_constraint(req, mode)
     if constraint is not None and tools_constraint is not None:
-        raise OpenAIError(f"{constraint[0]} together with tool_choice {req.tool_choice if isinstance(req.tool_choice, str) else 'naming a function'}: "
-                          "the tools' schemas constrain the output already", 400, param=constraint[0])
+        raise OpenAIError(
+            f"{constraint[0]} together with tool_choice {req.tool_choice if isinstance(req.tool_choice, str) else 'naming a function'}: "
+            "the tools' schemas constrain the output already",
+            400,
+            param=constraint[0],
+        )
     # the template, tokenizing (seconds for a long conversation) and compiling a grammar on the tokenizer thread
-    prompt_ids, params = await ctx.tokenizer_thread.run(_prepare, ctx, req, options, logprobs,
-                                                        constraint or tools_constraint, mode)
+    prompt_ids, params = await ctx.tokenizer_thread.run(
+        _prepare, ctx, req, options, logprobs, constraint or tools_constraint, mode
+    )
     echo = _echo(req)
     request_id = new_id("chatcmpl")
     outputs = generate_all(ctx, [prompt_ids], [params], request_id, arrival)
@@ -86,15 +95,22 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     choices = []
     for c in final.outputs:
         content, calls, finish_reason = tool_reply(mode, c.text, c.finish_reason)
-        choices.append(ChatCompletionChoice(
-            index=c.index, message=ChatResponseMessage(content=echo + content if content is not None else content,
-                                                       tool_calls=calls),
-            logprobs=_logprobs(c, 0, len(c.token_ids), req.top_logprobs or 0) if req.logprobs else None,
-            finish_reason=finish_reason, stop_reason=c.stop_reason))
+        choices.append(
+            ChatCompletionChoice(
+                index=c.index,
+                message=ChatResponseMessage(
+                    content=echo + content if content is not None else content, tool_calls=calls
+                ),
+                logprobs=_logprobs(c, 0, len(c.token_ids), req.top_logprobs or 0) if req.logprobs else None,
+                finish_reason=finish_reason,
+                stop_reason=c.stop_reason,
+            )
+        )
     completion_tokens = sum(len(c.token_ids) for c in final.outputs)
     usage = UsageInfo.of(len(prompt_ids), completion_tokens, final.num_cached_tokens)
-    body = ChatCompletionResponse(id=request_id, model=model, choices=choices, usage=usage,
-                                  prompt_logprobs=prompt_logprobs(final))
+    body = ChatCompletionResponse(
+        id=request_id, model=model, choices=choices, usage=usage, prompt_logprobs=prompt_logprobs(final)
+    )
     return JSONResponse(body.model_dump(mode="json"))
 
 
@@ -106,13 +122,17 @@ def check_no_functions(req: ChatCompletionRequest) -> None:
     use = "use tools and tool_choice"
     if req.functions:
         names = [e.get("name") for e in req.functions]
-        raise OpenAIError(f"functions {names!r} is not supported (supported: absent, null or []); {use}",
-                          400, param="functions")
+        raise OpenAIError(
+            f"functions {names!r} is not supported (supported: absent, null or []); {use}", 400, param="functions"
+        )
     choice = req.function_call
     if choice is not None and choice != "none":
         value = repr(choice) if isinstance(choice, str) else json.dumps(choice)
-        raise OpenAIError(f"function_call {value} is not supported (supported: absent, null or 'none'); {use}",
-                          400, param="function_call")
+        raise OpenAIError(
+            f"function_call {value} is not supported (supported: absent, null or 'none'); {use}",
+            400,
+            param="function_call",
+        )
 
 
 def _echo(req: ChatCompletionRequest) -> str:
@@ -133,11 +153,18 @@ def template_options(ctx: ServingContext, req) -> ChatTemplateOptions:
     own = req.chat_template is not None or (isinstance(kwargs, dict) and kwargs.get("chat_template") is not None)
     if own and not ctx.chat.trust_request_chat_template:
         param = "chat_template" if req.chat_template is not None else "chat_template_kwargs.chat_template"
-        raise OpenAIError(f"{param}: a request's own chat template is refused: the server was started without "
-                          "--trust-request-chat-template", 400, param=param)
-    options = ChatTemplateOptions(req.chat_template or ctx.chat.chat_template, req.add_generation_prompt,
-                                  req.continue_final_message,
-                                  {**(ctx.chat.default_chat_template_kwargs or {}), **(kwargs or {})})
+        raise OpenAIError(
+            f"{param}: a request's own chat template is refused: the server was started without "
+            "--trust-request-chat-template",
+            400,
+            param=param,
+        )
+    options = ChatTemplateOptions(
+        req.chat_template or ctx.chat.chat_template,
+        req.add_generation_prompt,
+        req.continue_final_message,
+        {**(ctx.chat.default_chat_template_kwargs or {}), **(kwargs or {})},
+    )
     try:
         check_chat_template_options(options)
     except Refused as e:
@@ -145,15 +172,27 @@ def template_options(ctx: ServingContext, req) -> ChatTemplateOptions:
     return options
 
 
-def _prepare(ctx: ServingContext, req: ChatCompletionRequest, options: ChatTemplateOptions, logprobs: int | None,
-             constraint, mode: ToolMode) -> tuple[list[int], SamplingParams]:
+def _prepare(
+    ctx: ServingContext,
+    req: ChatCompletionRequest,
+    options: ChatTemplateOptions,
+    logprobs: int | None,
+    constraint,
+    mode: ToolMode,
+) -> tuple[list[int], SamplingParams]:
     """The prompt's token ids (``render_chat``) and SamplingParams (``constraint``: the output's, the request's or
     its tools'), the prompt checked against the context; 400 for what is wrong. Runs on the tokenizer thread."""
     prompt_ids = truncate_prompt(ctx, render_chat(ctx, req, options), req)
     max_tokens_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = getattr(req, max_tokens_param)
-    params = sampling_params(ctx, req, ctx.check_prompt(prompt_ids, max_tokens, ("messages",), max_tokens_param),
-                             logprobs, "top_logprobs", constraint)
+    params = sampling_params(
+        ctx,
+        req,
+        ctx.check_prompt(prompt_ids, max_tokens, ("messages",), max_tokens_param),
+        logprobs,
+        "top_logprobs",
+        constraint,
+    )
     if mode.parser is not None and getattr(mode.parser, "skips_no_special_tokens", False):
         params.skip_special_tokens = False  # the parser's marker is a special token (vLLM's mistral parser does so)
     return prompt_ids, params
@@ -184,9 +223,15 @@ async def _last(outputs: AsyncIterator[tuple[int, RequestOutput]]) -> RequestOut
     return final
 
 
-async def _stream(req: ChatCompletionRequest, model: str, request_id: str,
-                  outputs: AsyncIterator[tuple[int, RequestOutput]], include_usage: bool,
-                  mode: ToolMode, echo: str = "") -> AsyncIterator[dict]:
+async def _stream(
+    req: ChatCompletionRequest,
+    model: str,
+    request_id: str,
+    outputs: AsyncIterator[tuple[int, RequestOutput]],
+    include_usage: bool,
+    mode: ToolMode,
+    echo: str = "",
+) -> AsyncIterator[dict]:
     def chunk(choices: list[ChatStreamChoice]) -> dict:
         d = ChatCompletionStreamResponse(id=request_id, model=model, choices=choices).model_dump(mode="json")
         for ch in d["choices"]:
@@ -213,9 +258,15 @@ async def _stream(req: ChatCompletionRequest, model: str, request_id: str,
             content, tool_calls, finish_reason = tool_streams[i].feed(c.text, c.finish_reason)
             if mode.kind == "none":
                 content = content or ""  # every chunk carries content, as before tools
-            choices.append(ChatStreamChoice(index=i, delta=ChatDelta(content=content, tool_calls=tool_calls),
-                                            logprobs=logprobs, finish_reason=finish_reason,
-                                            stop_reason=c.stop_reason))
+            choices.append(
+                ChatStreamChoice(
+                    index=i,
+                    delta=ChatDelta(content=content, tool_calls=tool_calls),
+                    logprobs=logprobs,
+                    finish_reason=finish_reason,
+                    stop_reason=c.stop_reason,
+                )
+            )
             sent_tokens[i], finished[i] = len(c.token_ids), c.finish_reason is not None
         if choices:
             yield chunk(choices)
@@ -231,8 +282,15 @@ def _logprobs(c: CompletionOutput, start: int, end: int, top_n: int) -> ChatChoi
     for tid, entry in zip(c.token_ids[start:end], (c.logprobs or [])[start:end]):
         sampled = entry[tid]
         top = sorted(entry.values(), key=lambda e: -e.logprob)[:top_n]
-        content.append(ChatTokenLogprob(
-            token=sampled.decoded_token, logprob=sampled.logprob, bytes=list(sampled.decoded_token.encode()),
-            top_logprobs=[TopLogprob(token=e.decoded_token, logprob=e.logprob, bytes=list(e.decoded_token.encode()))
-                          for e in top]))
+        content.append(
+            ChatTokenLogprob(
+                token=sampled.decoded_token,
+                logprob=sampled.logprob,
+                bytes=list(sampled.decoded_token.encode()),
+                top_logprobs=[
+                    TopLogprob(token=e.decoded_token, logprob=e.logprob, bytes=list(e.decoded_token.encode()))
+                    for e in top
+                ],
+            )
+        )
     return ChatChoiceLogprobs(content=content)

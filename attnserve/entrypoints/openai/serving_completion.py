@@ -68,8 +68,11 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     constraint = structured_outputs(req)
     # tokenizing (seconds for a long text) and compiling a grammar on the tokenizer thread, so that the event loop
     # answers other requests
-    texts, token_prompts, params = (await ctx.tokenizer_thread.run(_prepare, ctx, req, constraint)
-                                    if _needs_tokenizer(req) or constraint is not None else _prepare(ctx, req))
+    texts, token_prompts, params = (
+        await ctx.tokenizer_thread.run(_prepare, ctx, req, constraint)
+        if _needs_tokenizer(req) or constraint is not None
+        else _prepare(ctx, req)
+    )
     request_id = new_id("cmpl")
     outputs = generate_all(ctx, token_prompts, params, request_id, arrival)
     if req.stream:
@@ -84,9 +87,16 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
         for c in out.outputs:
             prefix = texts[p] if req.echo else ""
             logprobs = _logprobs(c, 0, len(c.token_ids), len(prefix)) if req.logprobs is not None else None
-            choices.append(CompletionChoice(index=p * req.n + c.index, text=prefix + c.text, logprobs=logprobs,
-                                            finish_reason=c.finish_reason, stop_reason=c.stop_reason,
-                                            prompt_logprobs=prompt_logprobs(out)))
+            choices.append(
+                CompletionChoice(
+                    index=p * req.n + c.index,
+                    text=prefix + c.text,
+                    logprobs=logprobs,
+                    finish_reason=c.finish_reason,
+                    stop_reason=c.stop_reason,
+                    prompt_logprobs=prompt_logprobs(out),
+                )
+            )
             completion_tokens += len(c.token_ids)
     prompt_tokens = sum(len(ids) for ids in token_prompts)
     usage = UsageInfo.of(prompt_tokens, completion_tokens, sum(out.num_cached_tokens for out in final))
@@ -100,21 +110,27 @@ def _needs_tokenizer(req: CompletionRequest) -> bool:
     return bool(req.echo) or isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], str))
 
 
-def _prepare(ctx: ServingContext, req: CompletionRequest, constraint=None) -> tuple[list[str] | None, list[list[int]],
-                                                                   list[SamplingParams]]:
+def _prepare(
+    ctx: ServingContext, req: CompletionRequest, constraint=None
+) -> tuple[list[str] | None, list[list[int]], list[SamplingParams]]:
     """(prompt texts for echo, token-id prompts, their SamplingParams) of ``req``, each prompt checked against the
     context (``_prompts``, ``check_prompt``); 400 for the first bad one. Calls the tokenizer when
     ``_needs_tokenizer``: then it runs on the tokenizer thread."""
     texts, token_prompts, paths = _prompts(ctx, req.prompt, req.echo, req.add_special_tokens)
     token_prompts = [truncate_prompt(ctx, ids, req) for ids in token_prompts]
-    params = [sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens, path), req.logprobs,
-                              constraint=constraint)
-              for ids, path in zip(token_prompts, paths)]
+    params = [
+        sampling_params(ctx, req, ctx.check_prompt(ids, req.max_tokens, path), req.logprobs, constraint=constraint)
+        for ids, path in zip(token_prompts, paths)
+    ]
     return texts, token_prompts, params
 
 
-def _prompts(ctx: ServingContext, prompt, echo: bool, add_special_tokens: bool = True,
-             ) -> tuple[list[str] | None, list[list[int]], list[tuple[str | int, ...]]]:
+def _prompts(
+    ctx: ServingContext,
+    prompt,
+    echo: bool,
+    add_special_tokens: bool = True,
+) -> tuple[list[str] | None, list[list[int]], list[tuple[str | int, ...]]]:
     """(prompt texts, token-id prompts, their paths: ``("prompt",)``, ``("prompt", 1)``) for each prompt of the
     request; the texts (token ids decoded) only for ``echo``, else None. An empty one (``""``, ``[]``,
     ``["a", ""]``) is a 400 naming its path and the value as sent (``empty_prompt``), checked before tokenizing:
@@ -123,8 +139,11 @@ def _prompts(ctx: ServingContext, prompt, echo: bool, add_special_tokens: bool =
     items = [(("prompt",), prompt)] if one else [(("prompt", i), p) for i, p in enumerate(prompt)]
     token_prompts = []
     for path, p in items:
-        ids = (ctx.tokenizer.encode(p, add_special_tokens=add_special_tokens) if p else []) if isinstance(p, str) \
+        ids = (
+            (ctx.tokenizer.encode(p, add_special_tokens=add_special_tokens) if p else [])
+            if isinstance(p, str)
             else list(p)
+        )
         if not ids:
             raise empty_prompt(path, p)
         ctx.check_token_ids(ids, path)  # out-of-vocabulary token ids before decoding them
@@ -142,8 +161,14 @@ async def _collect(outputs: AsyncIterator[tuple[int, RequestOutput]], num_prompt
     return final
 
 
-async def _stream(req: CompletionRequest, model: str, request_id: str, texts: list[str] | None,
-                  outputs: AsyncIterator[tuple[int, RequestOutput]], include_usage: bool) -> AsyncIterator[dict]:
+async def _stream(
+    req: CompletionRequest,
+    model: str,
+    request_id: str,
+    texts: list[str] | None,
+    outputs: AsyncIterator[tuple[int, RequestOutput]],
+    include_usage: bool,
+) -> AsyncIterator[dict]:
     sent: dict[int, _Sent] = {}
     prompt_tokens, completion_tokens = 0, 0
     cached: dict[int, int] = {}  # prompt -> its cached tokens
@@ -158,7 +183,7 @@ async def _stream(req: CompletionRequest, model: str, request_id: str, texts: li
             s = sent[index]
             if s.finished or (len(c.token_ids) == s.tokens and c.finish_reason is None):
                 continue
-            text = c.text[s.text:]
+            text = c.text[s.text :]
             if req.echo and s.tokens == 0 and s.text == 0:
                 text = texts[p] + text
             logprobs = _logprobs(c, s.tokens, len(c.token_ids), s.offset) if req.logprobs is not None else None
@@ -166,8 +191,11 @@ async def _stream(req: CompletionRequest, model: str, request_id: str, texts: li
                 s.offset = logprobs.text_offset[-1] + len(logprobs.tokens[-1])
             completion_tokens += len(c.token_ids) - s.tokens
             s.text, s.tokens, s.finished = len(c.text), len(c.token_ids), c.finish_reason is not None
-            choices.append(CompletionChoice(index=index, text=text, logprobs=logprobs,
-                                            finish_reason=c.finish_reason, stop_reason=c.stop_reason))
+            choices.append(
+                CompletionChoice(
+                    index=index, text=text, logprobs=logprobs, finish_reason=c.finish_reason, stop_reason=c.stop_reason
+                )
+            )
         if choices:
             yield _chunk(CompletionStreamResponse(id=request_id, model=model, choices=choices), include_usage)
     if include_usage:

@@ -67,9 +67,11 @@ async def read_body(raw: Request):
     except json.JSONDecodeError as e:
         raise OpenAIError(json_error_message(e.msg, e.pos, e.doc), 400) from None
     if not isinstance(body, dict):
-        raise OpenAIError(body_message({"loc": ("body",), "input": body, "type": "model_type"},
-                                       raw.headers.get("content-type")) or "the request body must be a JSON object",
-                          400)
+        raise OpenAIError(
+            body_message({"loc": ("body",), "input": body, "type": "model_type"}, raw.headers.get("content-type"))
+            or "the request body must be a JSON object",
+            400,
+        )
     return body
 
 
@@ -90,13 +92,15 @@ async def tokenize(ctx: ServingContext, raw: Request) -> TokenizeResponse:
     check_fields(req, TOKENIZE_FIELDS)
     if isinstance(req, TokenizeChatRequest):
         if "prompt" in (req.model_extra or {}):
-            raise OpenAIError("prompt: not allowed with messages (a /tokenize request has one or the other)", 400,
-                              param="prompt")
+            raise OpenAIError(
+                "prompt: not allowed with messages (a /tokenize request has one or the other)", 400, param="prompt"
+            )
         options = template_options(ctx, req)
         tokens = await ctx.tokenizer_thread.run(render_chat, ctx, req, options)
     else:
         tokens = await ctx.tokenizer_thread.run(
-            lambda: ctx.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens))
+            lambda: ctx.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)
+        )
     strs = ctx.tokenizer.convert_ids_to_tokens(tokens) if req.return_token_strs else None
     return TokenizeResponse(count=len(tokens), max_model_len=ctx.max_model_len, tokens=tokens, token_strs=strs)
 

@@ -110,12 +110,13 @@ class MistralToolParser(ToolParser):
         if start == -1:
             return text, []
         try:
-            obj = json.loads(text[start + len(self.marker):])
+            obj = json.loads(text[start + len(self.marker) :])
             calls = [_call(o, ("arguments", "parameters")) for o in (obj if isinstance(obj, list) else [obj])]
         except ValueError:
             return text, []
         return text[:start] or None, calls
 
 
-TOOL_PARSERS: dict[str, type[ToolParser]] = {p.name: p for p in (HermesToolParser, Llama3JsonToolParser,
-                                                                    MistralToolParser)}
+TOOL_PARSERS: dict[str, type[ToolParser]] = {
+    p.name: p for p in (HermesToolParser, Llama3JsonToolParser, MistralToolParser)
+}

@@ -55,15 +55,22 @@ def tool_mode(req: ChatCompletionRequest, enable_auto_tool_choice: bool, tool_pa
         raise OpenAIError(f"tool_choice {value} needs tools (tools is empty or absent)", 400, param="tool_choice")
     if choice == "auto":
         if not (enable_auto_tool_choice and tool_parser):
-            raise OpenAIError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
-                              400, param="tool_choice")
+            raise OpenAIError(
+                '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+                400,
+                param="tool_choice",
+            )
         return ToolMode("auto", parser=TOOL_PARSERS[tool_parser]())
     if choice == "required":
         return ToolMode("required")
     names = [t.function.name for t in req.tools]
     if choice.function.name not in names:
-        raise OpenAIError(f"tool_choice function {choice.function.name!r} is not among the tools "
-                          f"(tools: {', '.join(map(repr, names))})", 400, param="tool_choice")
+        raise OpenAIError(
+            f"tool_choice function {choice.function.name!r} is not among the tools "
+            f"(tools: {', '.join(map(repr, names))})",
+            400,
+            param="tool_choice",
+        )
     return ToolMode("named", function=choice.function.name)
 
 
@@ -73,10 +80,16 @@ def tool_constraint(req: ChatCompletionRequest, mode: ToolMode) -> tuple[str, St
         tool = next(t for t in req.tools if t.function.name == mode.function)
         return "tools", StructuredOutputsParams(json=tool.function.parameters or NO_ARGUMENTS)
     if mode.kind == "required":
+
         def one(t):
-            return {"properties": {"name": {"type": "string", "enum": [t.function.name]},
-                                   "parameters": t.function.parameters or NO_ARGUMENTS},
-                    "required": ["name", "parameters"]}
+            return {
+                "properties": {
+                    "name": {"type": "string", "enum": [t.function.name]},
+                    "parameters": t.function.parameters or NO_ARGUMENTS,
+                },
+                "required": ["name", "parameters"],
+            }
+
         schema = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": [one(t) for t in req.tools]}}
         return "tools", StructuredOutputsParams(json=schema)
     return None
@@ -96,8 +109,11 @@ def tool_reply(mode: ToolMode, text: str, finish_reason: str | None) -> tuple[st
     if mode.kind == "none":
         return text, [], finish_reason
     if mode.kind == "named":
-        return None, [ToolCall(id=tool_call_id(), function=FunctionCall(name=mode.function, arguments=text))], \
-            finish_reason
+        return (
+            None,
+            [ToolCall(id=tool_call_id(), function=FunctionCall(name=mode.function, arguments=text))],
+            finish_reason,
+        )
     if mode.kind == "required":
         calls = _required_calls(text)
         content = None if calls is not None else text
@@ -123,16 +139,22 @@ class ToolStream:
         """(content delta, tool-call deltas, finish reason) for the text so far."""
         kind, done = self.mode.kind, finish_reason is not None
         if kind == "none":
-            delta, self.sent = text[self.sent:], len(text)
+            delta, self.sent = text[self.sent :], len(text)
             return delta, None, finish_reason
         if kind == "named":
             deltas = []
             if not self.started:
                 self.started = True
-                deltas.append(DeltaToolCall(index=0, id=tool_call_id(), type="function",
-                                            function=DeltaFunctionCall(name=self.mode.function, arguments="")))
+                deltas.append(
+                    DeltaToolCall(
+                        index=0,
+                        id=tool_call_id(),
+                        type="function",
+                        function=DeltaFunctionCall(name=self.mode.function, arguments=""),
+                    )
+                )
             if len(text) > self.sent:
-                deltas.append(DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=text[self.sent:])))
+                deltas.append(DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=text[self.sent :])))
                 self.sent = len(text)
             return None, deltas or None, finish_reason
         content = None
@@ -141,15 +163,21 @@ class ToolStream:
             if done and not self.held:
                 safe = len(text)
             if safe > self.sent:
-                content, self.sent = text[self.sent:safe], safe
+                content, self.sent = text[self.sent : safe], safe
         if not done:
             return content, None, None
         _, calls, finish = tool_reply(self.mode, text, finish_reason)
         if not calls:  # nothing parsed: what was held back is content after all
-            rest = text[self.sent:]
+            rest = text[self.sent :]
             self.sent = len(text)
             return ((content or "") + rest) or None, None, finish
-        deltas = [DeltaToolCall(index=i, id=c.id, type="function",
-                                function=DeltaFunctionCall(name=c.function.name, arguments=c.function.arguments))
-                  for i, c in enumerate(calls)]
+        deltas = [
+            DeltaToolCall(
+                index=i,
+                id=c.id,
+                type="function",
+                function=DeltaFunctionCall(name=c.function.name, arguments=c.function.arguments),
+            )
+            for i, c in enumerate(calls)
+        ]
         return content, deltas, finish

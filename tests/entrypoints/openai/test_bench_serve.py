@@ -9,8 +9,22 @@ from attnserve.entrypoints.cli.main import main
 
 def test_bench_serve_random_and_file(server, tmp_path):
     out = tmp_path / "bench.json"
-    argv = ["bench", "serve", "--base-url", server.url, "--num-prompts", "4", "--input-len", "8",
-            "--output-len", "4", "--max-concurrency", "4", "--output-json", str(out)]
+    argv = [
+        "bench",
+        "serve",
+        "--base-url",
+        server.url,
+        "--num-prompts",
+        "4",
+        "--input-len",
+        "8",
+        "--output-len",
+        "4",
+        "--max-concurrency",
+        "4",
+        "--output-json",
+        str(out),
+    ]
     assert main(argv) == 0
     s = json.loads(out.read_text())
     assert s["completed"] == 4 and s["failed"] == 0
@@ -20,10 +34,27 @@ def test_bench_serve_random_and_file(server, tmp_path):
     assert s["output_throughput"] > 0
 
     prompts = tmp_path / "prompts.txt"
-    prompts.write_text("Hello there\n{\"prompt\": \"Tell me a story\"}\n")
-    argv = ["bench", "serve", "--base-url", server.url, "--dataset", "file", "--prompt-file", str(prompts),
-            "--num-prompts", "2", "--output-len", "3", "--request-rate", "50", "--endpoint", "/v1/chat/completions",
-            "--output-json", str(out)]
+    prompts.write_text('Hello there\n{"prompt": "Tell me a story"}\n')
+    argv = [
+        "bench",
+        "serve",
+        "--base-url",
+        server.url,
+        "--dataset",
+        "file",
+        "--prompt-file",
+        str(prompts),
+        "--num-prompts",
+        "2",
+        "--output-len",
+        "3",
+        "--request-rate",
+        "50",
+        "--endpoint",
+        "/v1/chat/completions",
+        "--output-json",
+        str(out),
+    ]
     assert main(argv) == 0
     s = json.loads(out.read_text())
     assert s["completed"] == 2 and s["total_output_tokens"] == 6
@@ -31,8 +62,20 @@ def test_bench_serve_random_and_file(server, tmp_path):
 
 def test_bench_serve_reports_errors(server, tmp_path):
     out = tmp_path / "bench.json"
-    argv = ["bench", "serve", "--base-url", server.url, "--model", "no-such-model", "--num-prompts", "2",
-            "--output-len", "2", "--output-json", str(out)]
+    argv = [
+        "bench",
+        "serve",
+        "--base-url",
+        server.url,
+        "--model",
+        "no-such-model",
+        "--num-prompts",
+        "2",
+        "--output-len",
+        "2",
+        "--output-json",
+        str(out),
+    ]
     assert main(argv) == 1
     s = json.loads(out.read_text())
     assert s["failed"] == 2 and "HTTP 404" in s["errors"][0]
@@ -40,9 +83,28 @@ def test_bench_serve_reports_errors(server, tmp_path):
 
 def test_bench_serve_shared_prefix_and_conversations_report_cached_tokens(server, tmp_path):
     out = tmp_path / "bench.json"
-    argv = ["bench", "serve", "--base-url", server.url, "--num-prompts", "3", "--input-len", "6",
-            "--prefix-len", "60", "--num-turns", "2", "--output-len", "3", "--max-concurrency", "1",
-            "--endpoint", "/v1/chat/completions", "--output-json", str(out)]
+    argv = [
+        "bench",
+        "serve",
+        "--base-url",
+        server.url,
+        "--num-prompts",
+        "3",
+        "--input-len",
+        "6",
+        "--prefix-len",
+        "60",
+        "--num-turns",
+        "2",
+        "--output-len",
+        "3",
+        "--max-concurrency",
+        "1",
+        "--endpoint",
+        "/v1/chat/completions",
+        "--output-json",
+        str(out),
+    ]
     assert main(argv) == 0
     s = json.loads(out.read_text())
     assert s["completed"] == 6 and s["total_output_tokens"] == 18

@@ -69,8 +69,10 @@ def test_non_streaming_client_gone_aborts(server, client, model_name):
     deadline = time.monotonic() + 30
     while True:
         m = server.metrics()
-        if (m["attnserve_request_aborted_total"] > aborted_before
-                and m["attnserve_kv_cache_free_blocks"] == m["attnserve_kv_cache_total_blocks"]):
+        if (
+            m["attnserve_request_aborted_total"] > aborted_before
+            and m["attnserve_kv_cache_free_blocks"] == m["attnserve_kv_cache_total_blocks"]
+        ):
             break
         assert time.monotonic() < deadline, m
         time.sleep(0.2)

@@ -69,7 +69,8 @@ def test_prompt_longer_than_context_message_names_the_prompt(client, model_name,
     assert e.value.body["message"] == (
         f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, the prompt has {n} tokens, which "
         f"leaves no room for the completion (at most {MAX_MODEL_LEN - 1} prompt tokens fit). Please raise max_model_len "
-        "or reduce the length of the prompt.")
+        "or reduce the length of the prompt."
+    )
     assert e.value.body["param"] == "prompt"
 
 
@@ -78,8 +79,12 @@ def test_unknown_model_is_404(client, model_name):
     with pytest.raises(openai.NotFoundError) as e:
         client.completions.create(model="no-such-model", prompt="Hi", max_tokens=1)
     assert e.value.status_code == 404
-    assert e.value.body == {"message": f"model 'no-such-model' does not exist (served: {model_name})",
-                            "type": "not_found_error", "param": "model", "code": "model_not_found"}
+    assert e.value.body == {
+        "message": f"model 'no-such-model' does not exist (served: {model_name})",
+        "type": "not_found_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "Hi"}])
     _valid(client, model_name)
@@ -87,8 +92,13 @@ def test_unknown_model_is_404(client, model_name):
 
 
 def test_bad_chat_is_400(client, model_name):
-    for kw in (dict(messages=[]), dict(max_tokens=0), dict(top_logprobs=2),
-               dict(messages=[{"role": "wizard", "content": "Hi"}]), dict(stream_options={"include_usage": True})):
+    for kw in (
+        dict(messages=[]),
+        dict(max_tokens=0),
+        dict(top_logprobs=2),
+        dict(messages=[{"role": "wizard", "content": "Hi"}]),
+        dict(stream_options={"include_usage": True}),
+    ):
         kw = {"model": model_name, "messages": [{"role": "user", "content": "Hi"}], **kw}
         with pytest.raises(openai.BadRequestError):
             client.chat.completions.create(**kw)
@@ -104,79 +114,119 @@ def test_malformed_json_is_400(server, client, model_name, body):
 
 
 def test_malformed_json_names_the_problem_not_a_parameter(server):
-    r = server.post("/v1/completions", content=b'{"prompt": "Hi", "max_tokens": ', headers={"Content-Type": "application/json"})
+    r = server.post(
+        "/v1/completions", content=b'{"prompt": "Hi", "max_tokens": ', headers={"Content-Type": "application/json"}
+    )
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] is None
     assert err["message"] == "malformed JSON body: Expecting value at line 1, column 32 (character 31)"
 
 
 def test_malformed_json_on_a_later_line_names_line_and_column(server, client, model_name):
-    r = server.post("/v1/completions", content=b'{\n  "prompt": "Hi",\n  "max_tokens": 1,\n}',
-                    headers={"Content-Type": "application/json"})
+    r = server.post(
+        "/v1/completions",
+        content=b'{\n  "prompt": "Hi",\n  "max_tokens": 1,\n}',
+        headers={"Content-Type": "application/json"},
+    )
     assert r.status_code == 400
-    assert r.json() == {"error": {
-        "message": "malformed JSON body: Expecting property name enclosed in double quotes at line 4, column 1 "
-                   "(character 39)", "type": "invalid_request_error", "param": None, "code": None}}
+    assert r.json() == {
+        "error": {
+            "message": "malformed JSON body: Expecting property name enclosed in double quotes at line 4, column 1 "
+            "(character 39)",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+    }
     _valid(client, model_name)
 
 
 # bodies Python's JSON parser refuses with no JSONDecodeError: FastAPI's "There was an error parsing the body"
 # (and for 10000 nested arrays its RecursionError); now each a 400 that says what is wrong (body.parse_body)
 UNREADABLE = {
-    "latin1": (b'{"prompt": "caf\xe9"}',
-               "the request body is not valid UTF-8 (byte 0xe9 at offset 15: invalid continuation byte); send JSON "
-               "encoded as UTF-8"),
-    "cut_utf8": (b'{"prompt": "\xe2\x82',
-                 "the request body is not valid UTF-8 (byte 0xe2 at offset 12: unexpected end of data); send JSON "
-                 "encoded as UTF-8"),
-    "nested_10000": (b'{"prompt": ' + b"[" * 10000 + b"]" * 10000 + b"}",
-                     "the request body nests arrays and objects 10001 levels deep (allowed: at most 100)"),
-    "nested_unclosed": (b"[" * 5000,
-                        "the request body nests arrays and objects 5000 levels deep (allowed: at most 100)"),
-    "nested_objects": (b'{"a": ' * 200 + b"1" + b"}" * 200,
-                       "the request body nests arrays and objects 200 levels deep (allowed: at most 100)"),
-    "integer_5000_digits": (b'{"prompt": "Hi", "max_tokens": 1' + b"0" * 5000 + b"}",
-                            "the request body holds an integer of more than 4300 digits, more than any field allows"),
+    "latin1": (
+        b'{"prompt": "caf\xe9"}',
+        "the request body is not valid UTF-8 (byte 0xe9 at offset 15: invalid continuation byte); send JSON "
+        "encoded as UTF-8",
+    ),
+    "cut_utf8": (
+        b'{"prompt": "\xe2\x82',
+        "the request body is not valid UTF-8 (byte 0xe2 at offset 12: unexpected end of data); send JSON "
+        "encoded as UTF-8",
+    ),
+    "nested_10000": (
+        b'{"prompt": ' + b"[" * 10000 + b"]" * 10000 + b"}",
+        "the request body nests arrays and objects 10001 levels deep (allowed: at most 100)",
+    ),
+    "nested_unclosed": (
+        b"[" * 5000,
+        "the request body nests arrays and objects 5000 levels deep (allowed: at most 100)",
+    ),
+    "nested_objects": (
+        b'{"a": ' * 200 + b"1" + b"}" * 200,
+        "the request body nests arrays and objects 200 levels deep (allowed: at most 100)",
+    ),
+    "integer_5000_digits": (
+        b'{"prompt": "Hi", "max_tokens": 1' + b"0" * 5000 + b"}",
+        "the request body holds an integer of more than 4300 digits, more than any field allows",
+    ),
     # a lone surrogate escape: read by the parser, then a 500 from the tokenizer (found by a fresh-user trial)
-    "lone_surrogate_prompt": (b'{"prompt": "hi\\ud800"}',
-                              'prompt: "hi\\ud800" holds a lone surrogate \\ud800 at index 2 (allowed: Unicode text; '
-                              "a surrogate escape needs its pair)"),
-    "lone_surrogate_in_a_message": (b'{"messages": [{"role": "user", "content": "\\udc00"}]}',
-                                    'messages.0.content: "\\udc00" holds a lone surrogate \\udc00 at index 0 '
-                                    "(allowed: Unicode text; a surrogate escape needs its pair)"),
+    "lone_surrogate_prompt": (
+        b'{"prompt": "hi\\ud800"}',
+        'prompt: "hi\\ud800" holds a lone surrogate \\ud800 at index 2 (allowed: Unicode text; '
+        "a surrogate escape needs its pair)",
+    ),
+    "lone_surrogate_in_a_message": (
+        b'{"messages": [{"role": "user", "content": "\\udc00"}]}',
+        'messages.0.content: "\\udc00" holds a lone surrogate \\udc00 at index 0 '
+        "(allowed: Unicode text; a surrogate escape needs its pair)",
+    ),
     # the stop list too (a fresh-user trial reported pydantic's wording for it), and a stop string
-    "lone_surrogate_in_the_stop_list": (b'{"prompt": "Hi", "stop": ["\\ud800"]}',
-                                        'stop.0: "\\ud800" holds a lone surrogate \\ud800 at index 0 (allowed: Unicode '
-                                        "text; a surrogate escape needs its pair)"),
+    "lone_surrogate_in_the_stop_list": (
+        b'{"prompt": "Hi", "stop": ["\\ud800"]}',
+        'stop.0: "\\ud800" holds a lone surrogate \\ud800 at index 0 (allowed: Unicode '
+        "text; a surrogate escape needs its pair)",
+    ),
     # an upper-case escape is the same character (the body's text is searched for such escapes before the walk)
-    "lone_surrogate_upper_case": (b'{"prompt": "x\\uDBFF"}',
-                                  'prompt: "x\\udbff" holds a lone surrogate \\udbff at index 1 (allowed: Unicode text; '
-                                  "a surrogate escape needs its pair)"),
-    "lone_surrogate_stop_string": (b'{"prompt": "Hi", "stop": "ab\\udfff"}',
-                                   'stop: "ab\\udfff" holds a lone surrogate \\udfff at index 2 (allowed: Unicode text; '
-                                   "a surrogate escape needs its pair)"),
+    "lone_surrogate_upper_case": (
+        b'{"prompt": "x\\uDBFF"}',
+        'prompt: "x\\udbff" holds a lone surrogate \\udbff at index 1 (allowed: Unicode text; '
+        "a surrogate escape needs its pair)",
+    ),
+    "lone_surrogate_stop_string": (
+        b'{"prompt": "Hi", "stop": "ab\\udfff"}',
+        'stop: "ab\\udfff" holds a lone surrogate \\udfff at index 2 (allowed: Unicode text; '
+        "a surrogate escape needs its pair)",
+    ),
     # a UTF-16 BOM (FF FE, or FE FF) before UTF-8 JSON, or alone: as any other body that is not UTF-8 (was "malformed
     # JSON body: Expecting value at line 1, column 1": Python's parser read the bytes as UTF-16; found by a fresh-user
     # trial). JSON that is UTF-16 throughout is still read (test_utf16_body_is_read_as_before)
-    "utf16_bom_then_utf8": (b'\xff\xfe{"prompt": "Hi", "max_tokens": 1}',
-                            "the request body is not valid UTF-8 (byte 0xff at offset 0: invalid start byte); send JSON "
-                            "encoded as UTF-8"),
-    "utf16_bom_odd_length": (b'\xff\xfe{"prompt": "Hi"}x',  # (was "not valid UTF-16 (byte 0x78 at offset 18: ...)")
-                             "the request body is not valid UTF-8 (byte 0xff at offset 0: invalid start byte); send JSON "
-                             "encoded as UTF-8"),
-    "utf16_bom_alone": (b"\xff\xfe",
-                        "the request body is not valid UTF-8 (byte 0xff at offset 0: invalid start byte); send JSON "
-                        "encoded as UTF-8"),
-    "utf16_be_bom_then_utf8": (b'\xfe\xff{"prompt": "Hi"}',
-                               "the request body is not valid UTF-8 (byte 0xfe at offset 0: invalid start byte); send "
-                               "JSON encoded as UTF-8"),
+    "utf16_bom_then_utf8": (
+        b'\xff\xfe{"prompt": "Hi", "max_tokens": 1}',
+        "the request body is not valid UTF-8 (byte 0xff at offset 0: invalid start byte); send JSON encoded as UTF-8",
+    ),
+    "utf16_bom_odd_length": (
+        b'\xff\xfe{"prompt": "Hi"}x',  # (was "not valid UTF-16 (byte 0x78 at offset 18: ...)")
+        "the request body is not valid UTF-8 (byte 0xff at offset 0: invalid start byte); send JSON encoded as UTF-8",
+    ),
+    "utf16_bom_alone": (
+        b"\xff\xfe",
+        "the request body is not valid UTF-8 (byte 0xff at offset 0: invalid start byte); send JSON encoded as UTF-8",
+    ),
+    "utf16_be_bom_then_utf8": (
+        b'\xfe\xff{"prompt": "Hi"}',
+        "the request body is not valid UTF-8 (byte 0xfe at offset 0: invalid start byte); send JSON encoded as UTF-8",
+    ),
     # after a UTF-8 BOM, the offset in the body as sent (was "byte 0x63 at offset 15": the offset after the BOM)
-    "utf8_bom_then_latin1": (b'\xef\xbb\xbf{"prompt": "caf\xe9"}',
-                             "the request body is not valid UTF-8 (byte 0xe9 at offset 18: invalid continuation byte); "
-                             "send JSON encoded as UTF-8"),
-    "utf32_bom_then_utf8": (b'\xff\xfe\x00\x00{"prompt": "Hi"}',
-                            "the request body is not valid UTF-8 (byte 0xff at offset 0: invalid start byte); send JSON "
-                            "encoded as UTF-8"),
+    "utf8_bom_then_latin1": (
+        b'\xef\xbb\xbf{"prompt": "caf\xe9"}',
+        "the request body is not valid UTF-8 (byte 0xe9 at offset 18: invalid continuation byte); "
+        "send JSON encoded as UTF-8",
+    ),
+    "utf32_bom_then_utf8": (
+        b'\xff\xfe\x00\x00{"prompt": "Hi"}',
+        "the request body is not valid UTF-8 (byte 0xff at offset 0: invalid start byte); send JSON encoded as UTF-8",
+    ),
 }
 
 
@@ -195,19 +245,30 @@ def test_brackets_in_strings_and_nesting_up_to_the_limit_are_read(server):
     is ignored)."""
     r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, "x": '[{"\\' * 300})
     assert r.status_code == 200, r.text
-    r = server.post("/v1/completions", content=b'{"prompt": "Hi", "x": ' + b"[" * 99 + b"]" * 99 + b"}",
-                    headers={"Content-Type": "application/json"})
+    r = server.post(
+        "/v1/completions",
+        content=b'{"prompt": "Hi", "x": ' + b"[" * 99 + b"]" * 99 + b"}",
+        headers={"Content-Type": "application/json"},
+    )
     assert r.status_code == 200, r.text
-    r = server.post("/v1/completions", content=b'{"prompt": "Hi", "x": ' + b"[" * 100 + b"]" * 100 + b"}",
-                    headers={"Content-Type": "application/json"})
+    r = server.post(
+        "/v1/completions",
+        content=b'{"prompt": "Hi", "x": ' + b"[" * 100 + b"]" * 100 + b"}",
+        headers={"Content-Type": "application/json"},
+    )
     assert r.status_code == 400 and "101 levels deep" in r.json()["error"]["message"]
 
 
 def test_utf16_body_is_read_as_before(server):
     """Python's parser reads UTF-16 and UTF-32 (by their first bytes) and a UTF-8 BOM; so does the server still."""
     text = '{"prompt": "Hi", "max_tokens": 1}'
-    for body in (text.encode("utf-16"), text.encode("utf-32"), b"\xef\xbb\xbf" + text.encode(), text.encode("utf-16-be"),
-                 text.encode("utf-16-le")):
+    for body in (
+        text.encode("utf-16"),
+        text.encode("utf-32"),
+        b"\xef\xbb\xbf" + text.encode(),
+        text.encode("utf-16-be"),
+        text.encode("utf-16-le"),
+    ):
         r = server.post("/v1/completions", content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 200, r.text
 
@@ -217,19 +278,34 @@ SENT_AS_JSON = "the request body must be a JSON object sent with 'Content-Type: 
 # from", and "body: Field required" for an empty one)
 NOT_AN_OBJECT = {
     # curl -d's default Content-Type: FastAPI reads a body as JSON only when it is sent as JSON
-    "form_content_type": (b'{"prompt": "Hi"}', {"Content-Type": "application/x-www-form-urlencoded"},
-                          f"{SENT_AS_JSON} (got 'Content-Type: application/x-www-form-urlencoded')"),
-    "text_content_type": (b'{"prompt": "Hi"}', {"Content-Type": "text/plain"},
-                          f"{SENT_AS_JSON} (got 'Content-Type: text/plain')"),
+    "form_content_type": (
+        b'{"prompt": "Hi"}',
+        {"Content-Type": "application/x-www-form-urlencoded"},
+        f"{SENT_AS_JSON} (got 'Content-Type: application/x-www-form-urlencoded')",
+    ),
+    "text_content_type": (
+        b'{"prompt": "Hi"}',
+        {"Content-Type": "text/plain"},
+        f"{SENT_AS_JSON} (got 'Content-Type: text/plain')",
+    ),
     "no_content_type": (b'{"prompt": "Hi"}', {}, f"{SENT_AS_JSON} (got no Content-Type header)"),
-    "array": (b"[1]", {"Content-Type": "application/json"},
-              "the request body must be a JSON object, got an array: [1]"),
-    "string": (b'"x"', {"Content-Type": "application/json"},
-               'the request body must be a JSON object, got a string: "x"'),
+    "array": (
+        b"[1]",
+        {"Content-Type": "application/json"},
+        "the request body must be a JSON object, got an array: [1]",
+    ),
+    "string": (
+        b'"x"',
+        {"Content-Type": "application/json"},
+        'the request body must be a JSON object, got a string: "x"',
+    ),
     "number": (b"3", {"Content-Type": "application/json"}, "the request body must be a JSON object, got a number: 3"),
     "null": (b"null", {"Content-Type": "application/json"}, "the request body must be a JSON object, got null"),
-    "empty": (b"", {"Content-Type": "application/json"},
-              "the request body is empty; it must be a JSON object (sent with 'Content-Type: application/json')"),
+    "empty": (
+        b"",
+        {"Content-Type": "application/json"},
+        "the request body is empty; it must be a JSON object (sent with 'Content-Type: application/json')",
+    ),
 }
 
 
@@ -255,10 +331,16 @@ CHAT = [{"role": "user", "content": "Hi"}]
 def _valid_chat(client, model_name) -> None:
     r = client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=1, temperature=0)
     assert len(r.choices) == 1 and r.choices[0].finish_reason in ("length", "stop")
-@pytest.mark.parametrize("path,body", [
-    ("/v1/chat/completions", {"messages": CHAT}),
-    ("/v1/completions", {"prompt": "Hi"}),
-], ids=["chat", "completion"])
+
+
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("/v1/chat/completions", {"messages": CHAT}),
+        ("/v1/completions", {"prompt": "Hi"}),
+    ],
+    ids=["chat", "completion"],
+)
 @pytest.mark.parametrize("response_format", [None, {"type": "text"}], ids=["null", "text"])
 def test_response_format_text_or_null_is_accepted(server, path, body, response_format):
     r = server.post(path, json={**body, "max_tokens": 1, "temperature": 0, "response_format": response_format})
@@ -267,9 +349,19 @@ def test_response_format_text_or_null_is_accepted(server, path, body, response_f
 
 
 def test_vllm_structured_output_fields_null_are_accepted(server):
-    r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, "temperature": 0, "guided_json": None,
-                                             "guided_regex": None, "guided_choice": None, "guided_grammar": None,
-                                             "structured_outputs": None})
+    r = server.post(
+        "/v1/completions",
+        json={
+            "prompt": "Hi",
+            "max_tokens": 1,
+            "temperature": 0,
+            "guided_json": None,
+            "guided_regex": None,
+            "guided_choice": None,
+            "guided_grammar": None,
+            "structured_outputs": None,
+        },
+    )
     assert r.status_code == 200, r.text
 
 
@@ -280,17 +372,28 @@ AUTO = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-pa
 # default with tools) on a server started without --enable-auto-tool-choice, are refused (tests/entrypoints/openai/
 # test_tool_calls.py has what tool calling does)
 REFUSED_TOOL_FIELDS = {
-    "functions": (dict(functions=[TOOL["function"]]), "functions",
-                  f"functions ['get_weather'] is not supported (supported: absent, null or []); {USE_TOOLS}"),
-    "function_call_auto": (dict(extra_body={"function_call": "auto"}), "function_call",
-                           f"function_call 'auto' is not supported (supported: absent, null or 'none'); {USE_TOOLS}"),
+    "functions": (
+        dict(functions=[TOOL["function"]]),
+        "functions",
+        f"functions ['get_weather'] is not supported (supported: absent, null or []); {USE_TOOLS}",
+    ),
+    "function_call_auto": (
+        dict(extra_body={"function_call": "auto"}),
+        "function_call",
+        f"function_call 'auto' is not supported (supported: absent, null or 'none'); {USE_TOOLS}",
+    ),
     "tools_auto_by_default": (dict(tools=[TOOL]), "tool_choice", AUTO),
     "tool_choice_auto": (dict(tools=[TOOL], tool_choice="auto"), "tool_choice", AUTO),
-    "tool_choice_required_without_tools": (dict(tool_choice="required"), "tool_choice",
-                                           "tool_choice required needs tools (tools is empty or absent)"),
-    "tool_choice_named_not_a_tool": (dict(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "x"}}),
-                                     "tool_choice", "tool_choice function 'x' is not among the tools (tools: "
-                                     "'get_weather')"),
+    "tool_choice_required_without_tools": (
+        dict(tool_choice="required"),
+        "tool_choice",
+        "tool_choice required needs tools (tools is empty or absent)",
+    ),
+    "tool_choice_named_not_a_tool": (
+        dict(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "x"}}),
+        "tool_choice",
+        "tool_choice function 'x' is not among the tools (tools: 'get_weather')",
+    ),
 }
 
 
@@ -312,13 +415,28 @@ def test_chat_streamed_tool_calling_refusal_is_400(client, model_name):
     _valid_chat(client, model_name)
 
 
-@pytest.mark.parametrize("fields", [
-    dict(tools=[]), dict(functions=[]), dict(tools=None, functions=None, tool_choice=None), dict(tool_choice="none"),
-    dict(tools=[TOOL], tool_choice="none"), dict(function_call="none"),
-    # other fields attnserve does not know are still ignored, as in vLLM
-    dict(parallel_tool_calls=False, store=False, metadata={"k": "v"}, no_such_field=1),
-], ids=["tools_empty", "functions_empty", "all_null", "tool_choice_none", "tools_with_tool_choice_none",
-        "function_call_none", "unknown_fields"])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(tools=[]),
+        dict(functions=[]),
+        dict(tools=None, functions=None, tool_choice=None),
+        dict(tool_choice="none"),
+        dict(tools=[TOOL], tool_choice="none"),
+        dict(function_call="none"),
+        # other fields attnserve does not know are still ignored, as in vLLM
+        dict(parallel_tool_calls=False, store=False, metadata={"k": "v"}, no_such_field=1),
+    ],
+    ids=[
+        "tools_empty",
+        "functions_empty",
+        "all_null",
+        "tool_choice_none",
+        "tools_with_tool_choice_none",
+        "function_call_none",
+        "unknown_fields",
+    ],
+)
 def test_chat_without_tool_calling_is_accepted(server, fields):
     r = server.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 1, "temperature": 0, **fields})
     assert r.status_code == 200, r.text

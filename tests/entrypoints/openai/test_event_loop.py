@@ -29,8 +29,11 @@ def tiny_server(tiny_model_dir):
 
 def _long_body(endpoint: str) -> bytes:
     text = WORDS * REPS
-    body = ({"prompt": text, "max_tokens": 1} if endpoint == "completions"
-            else {"messages": [{"role": "user", "content": text}], "max_tokens": 1})
+    body = (
+        {"prompt": text, "max_tokens": 1}
+        if endpoint == "completions"
+        else {"messages": [{"role": "user", "content": text}], "max_tokens": 1}
+    )
     return json.dumps(body).encode()
 
 
@@ -45,7 +48,7 @@ async def _meanwhile(url: str, endpoint: str) -> tuple[list[str], dict[str, http
 
     async def chunks():
         for i in range(0, len(body), 1 << 16):
-            yield body[i:i + (1 << 16)]
+            yield body[i : i + (1 << 16)]
         body_sent.set()  # httpx asks for the next chunk once it has written the last one
 
     async def ask(name: str, request) -> None:
@@ -53,15 +56,24 @@ async def _meanwhile(url: str, endpoint: str) -> tuple[list[str], dict[str, http
         order.append(name)
 
     async with httpx.AsyncClient(timeout=120) as client:
-        long = asyncio.create_task(ask("long prompt", client.post(
-            f"{url}/v1/{endpoint}", content=chunks(),
-            headers={"Content-Type": "application/json", "Content-Length": str(len(body))})))
+        long = asyncio.create_task(
+            ask(
+                "long prompt",
+                client.post(
+                    f"{url}/v1/{endpoint}",
+                    content=chunks(),
+                    headers={"Content-Type": "application/json", "Content-Length": str(len(body))},
+                ),
+            )
+        )
         await body_sent.wait()
         await asyncio.sleep(0.1)  # the last bytes reach the server; it parses the body and starts tokenizing
         await ask("health", client.get(f"{url}/health"))
         await ask("models", client.get(f"{url}/v1/models"))
-        await ask("token ids", client.post(f"{url}/v1/completions",
-                                           json={"prompt": TOKEN_IDS, "max_tokens": 2, "temperature": 0}))
+        await ask(
+            "token ids",
+            client.post(f"{url}/v1/completions", json={"prompt": TOKEN_IDS, "max_tokens": 2, "temperature": 0}),
+        )
         await long
     return order, answers
 
@@ -76,16 +88,24 @@ def test_other_requests_are_answered_while_a_long_prompt_is_tokenized(tiny_serve
     assert answers["health"].status_code == 200
     assert [m["id"] for m in answers["models"].json()["data"]] == ["tiny"]
     assert answers["token ids"].status_code == 200
-    assert answers["token ids"].json()["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
-                                                 "prompt_tokens_details": {"cached_tokens": 0}}
+    assert answers["token ids"].json()["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 2,
+        "total_tokens": 5,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     n = PROMPT_TOKENS[endpoint]
     assert answers["long prompt"].status_code == 400
-    assert answers["long prompt"].json() == {"error": {
-        "message": f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, the prompt has {n} "
-                   f"tokens, which leaves no room for the completion (at most {MAX_MODEL_LEN - 1} prompt tokens "
-                   "fit). Please raise max_model_len or reduce the length of the prompt.",
-        "type": "invalid_request_error", "param": "messages" if endpoint.startswith("chat") else "prompt",
-        "code": None}}
+    assert answers["long prompt"].json() == {
+        "error": {
+            "message": f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, the prompt has {n} "
+            f"tokens, which leaves no room for the completion (at most {MAX_MODEL_LEN - 1} prompt tokens "
+            "fit). Please raise max_model_len or reduce the length of the prompt.",
+            "type": "invalid_request_error",
+            "param": "messages" if endpoint.startswith("chat") else "prompt",
+            "code": None,
+        }
+    }
 
 
 def test_text_prompts_sent_together_are_each_answered_as_when_sent_alone(tiny_server):
@@ -93,15 +113,21 @@ def test_text_prompts_sent_together_are_each_answered_as_when_sent_alone(tiny_se
     the completion they get alone (no tokenizer error from calls in two threads, no prompt mixed up with another)."""
     prompts = [f"Request number {i} says" for i in range(6)]
     request = {"max_tokens": 4, "temperature": 0}
-    alone = [tiny_server.post("/v1/completions", json={"prompt": p, **request}).json()["choices"][0]["text"]
-             for p in prompts]
+    alone = [
+        tiny_server.post("/v1/completions", json={"prompt": p, **request}).json()["choices"][0]["text"] for p in prompts
+    ]
 
     async def together() -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=120) as client:
-            long = client.post(f"{tiny_server.url}/v1/completions", content=_long_body("completions"),
-                               headers={"Content-Type": "application/json"})
-            return await asyncio.gather(long, *(client.post(f"{tiny_server.url}/v1/completions",
-                                                            json={"prompt": p, **request}) for p in prompts))
+            long = client.post(
+                f"{tiny_server.url}/v1/completions",
+                content=_long_body("completions"),
+                headers={"Content-Type": "application/json"},
+            )
+            return await asyncio.gather(
+                long,
+                *(client.post(f"{tiny_server.url}/v1/completions", json={"prompt": p, **request}) for p in prompts),
+            )
 
     long, *answers = asyncio.run(together())
     assert long.status_code == 400
@@ -117,7 +143,7 @@ def test_echo_of_a_token_id_prompt_is_its_decoded_text(tiny_server, default_toke
     r = tiny_server.post("/v1/completions", json={**request, "echo": True, "stream": stream})
     assert r.status_code == 200
     if stream:
-        events = [line[len("data: "):] for line in r.text.splitlines() if line.startswith("data: ")]
+        events = [line[len("data: ") :] for line in r.text.splitlines() if line.startswith("data: ")]
         text = "".join(c["text"] for e in events[:-1] for c in json.loads(e)["choices"])
     else:
         text = r.json()["choices"][0]["text"]

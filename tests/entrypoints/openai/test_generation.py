@@ -25,8 +25,11 @@ def test_completion(greedy_completion, model_name):
 
 
 def test_streamed_completion_concatenates_to_the_whole(client, model_name, greedy_completion):
-    chunks = list(client.completions.create(model=model_name, prompt=PROMPT, stream=True,
-                                            stream_options={"include_usage": True}, **GREEDY))
+    chunks = list(
+        client.completions.create(
+            model=model_name, prompt=PROMPT, stream=True, stream_options={"include_usage": True}, **GREEDY
+        )
+    )
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text == greedy_completion.choices[0].text
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == greedy_completion.choices[0].finish_reason
@@ -69,8 +72,10 @@ def test_stop_string(client, model_name, greedy_completion):
     r = client.completions.create(model=model_name, prompt=PROMPT, stop=[stop], **GREEDY)
     assert r.choices[0].finish_reason == "stop"
     assert r.choices[0].text == full[: full.index(stop)]
-    streamed = "".join(c.choices[0].text for c in client.completions.create(
-        model=model_name, prompt=PROMPT, stop=stop, stream=True, **GREEDY))
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(model=model_name, prompt=PROMPT, stop=stop, stream=True, **GREEDY)
+    )
     assert streamed == r.choices[0].text
 
 
@@ -90,8 +95,11 @@ def test_chat_completion_and_stream(client, model_name):
     assert r.object == "chat.completion"
     msg = r.choices[0].message
     assert msg.role == "assistant" and msg.content
-    chunks = list(client.chat.completions.create(model=model_name, messages=MESSAGES, stream=True,
-                                                 stream_options={"include_usage": True}, **GREEDY))
+    chunks = list(
+        client.chat.completions.create(
+            model=model_name, messages=MESSAGES, stream=True, stream_options={"include_usage": True}, **GREEDY
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == msg.content
     assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
@@ -99,8 +107,9 @@ def test_chat_completion_and_stream(client, model_name):
 
 
 def test_chat_logprobs_and_n(client, model_name):
-    r = client.chat.completions.create(model=model_name, messages=MESSAGES, n=2, logprobs=True, top_logprobs=2,
-                                       max_completion_tokens=4, temperature=0)
+    r = client.chat.completions.create(
+        model=model_name, messages=MESSAGES, n=2, logprobs=True, top_logprobs=2, max_completion_tokens=4, temperature=0
+    )
     assert len(r.choices) == 2 and r.choices[0].message.content == r.choices[1].message.content
     content = r.choices[0].logprobs.content
     assert "".join(t.token for t in content) == r.choices[0].message.content
@@ -128,10 +137,18 @@ def test_metrics_parse(server, client, model_name):
 
     client.completions.create(model=model_name, prompt=PROMPT, max_tokens=2, temperature=0)
     families = {f.name: f for f in text_string_to_metric_families(server.get("/metrics").text)}
-    for name in ("attnserve_http_requests", "attnserve_request_success", "attnserve_time_to_first_token_seconds",
-                 "attnserve_time_per_output_token_seconds", "attnserve_e2e_request_latency_seconds",
-                 "attnserve_num_requests_running", "attnserve_num_requests_waiting", "attnserve_kv_cache_usage_perc",
-                 "attnserve_kv_cache_free_blocks", "attnserve_kv_cache_total_blocks"):
+    for name in (
+        "attnserve_http_requests",
+        "attnserve_request_success",
+        "attnserve_time_to_first_token_seconds",
+        "attnserve_time_per_output_token_seconds",
+        "attnserve_e2e_request_latency_seconds",
+        "attnserve_num_requests_running",
+        "attnserve_num_requests_waiting",
+        "attnserve_kv_cache_usage_perc",
+        "attnserve_kv_cache_free_blocks",
+        "attnserve_kv_cache_total_blocks",
+    ):
         assert name in families, name
     m = server.metrics()
     assert m["attnserve_time_to_first_token_seconds_count"] >= 1
@@ -139,12 +156,15 @@ def test_metrics_parse(server, client, model_name):
     assert m["attnserve_kv_cache_total_blocks"] > 0
 
 
-@pytest.mark.parametrize("content, as_text", [([{"type": "text", "text": "Hi"}, {"type": "text", "text": " there"}], "Hi there")])
+@pytest.mark.parametrize(
+    "content, as_text", [([{"type": "text", "text": "Hi"}, {"type": "text", "text": " there"}], "Hi there")]
+)
 def test_chat_text_parts_render_as_llm_chat_does(client, model_name, default_tokenizer, content, as_text):
     # the server and LLM.chat share chat_utils.chat_messages: text parts are joined. (A message without content
     # is a 400 on the server, test_value_errors; LLM.chat refuses it too, test_llm.)
     message = {"role": "user", "content": content}
     r = client.chat.completions.create(model=model_name, messages=[message], **GREEDY)
-    text = default_tokenizer.apply_chat_template([{"role": "user", "content": as_text}], tokenize=False,
-                                                 add_generation_prompt=True)
+    text = default_tokenizer.apply_chat_template(
+        [{"role": "user", "content": as_text}], tokenize=False, add_generation_prompt=True
+    )
     assert r.usage.prompt_tokens == len(default_tokenizer.encode(text, add_special_tokens=False))

@@ -39,10 +39,27 @@ def server(tiny_model_dir, tmp_path_factory):
     config = json.loads((folder / "config.json").read_text())
     config["max_position_embeddings"] = MAX_TOKENS + 192
     (folder / "config.json").write_text(json.dumps(config))
-    srv = RemoteServer([str(folder), "--served-model-name", "tiny", "--log-level", "warning", "--max-num-seqs", "64",
-                        "--max-request-body-bytes", str(BODY_LIMIT), "--timeout-request-header", str(HEADER_S),
-                        "--timeout-request-body", str(BODY_S), "--timeout-write-stall", str(WRITE_S),
-                        "--limit-concurrency", str(CONCURRENCY)])
+    srv = RemoteServer(
+        [
+            str(folder),
+            "--served-model-name",
+            "tiny",
+            "--log-level",
+            "warning",
+            "--max-num-seqs",
+            "64",
+            "--max-request-body-bytes",
+            str(BODY_LIMIT),
+            "--timeout-request-header",
+            str(HEADER_S),
+            "--timeout-request-body",
+            str(BODY_S),
+            "--timeout-write-stall",
+            str(WRITE_S),
+            "--limit-concurrency",
+            str(CONCURRENCY),
+        ]
+    )
     yield srv
     srv.stop()
 
@@ -57,8 +74,11 @@ def rss_mb(pid: int) -> float:
 def normal(server: RemoteServer) -> float:
     """One normal completion; its latency in seconds (asserted correct)."""
     t0 = time.monotonic()
-    r = httpx.post(server.url + "/v1/completions", timeout=60,
-                   json={"model": "tiny", "prompt": "Hello there", "max_tokens": 8, "ignore_eos": True})
+    r = httpx.post(
+        server.url + "/v1/completions",
+        timeout=60,
+        json={"model": "tiny", "prompt": "Hello there", "max_tokens": 8, "ignore_eos": True},
+    )
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["completion_tokens"] == 8
     return time.monotonic() - t0
@@ -91,7 +111,9 @@ class Watch:
         assert self.peak_mb - self.base_mb < RSS_BOUND_MB, (self.base_mb, self.peak_mb)
 
 
-def read_response(sock: socket.socket, timeout: float = 30, until_closed: bool = False) -> tuple[int, dict | None, bool]:
+def read_response(
+    sock: socket.socket, timeout: float = 30, until_closed: bool = False
+) -> tuple[int, dict | None, bool]:
     """(status, JSON body or None, whether the server closed) of the response on a raw socket; ``until_closed``:
     read on after the response, to see the server close the connection."""
     sock.settimeout(timeout)
@@ -104,8 +126,14 @@ def read_response(sock: socket.socket, timeout: float = 30, until_closed: bool =
                 break
             data += chunk
             head, sep, body = data.partition(b"\r\n\r\n")
-            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), None)
+            length = next(
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                None,
+            )
             if sep and length is not None and len(body) >= length and not until_closed:
                 break
     except ConnectionResetError:
@@ -128,8 +156,11 @@ def wait_idle(server: RemoteServer, aborted_before: float, timeout: float = 60) 
     deadline = time.monotonic() + timeout
     while True:
         m = server.metrics()
-        if (m.get("attnserve_request_aborted_total", 0.0) > aborted_before and m["attnserve_num_requests_running"] == 0
-                and m["attnserve_kv_cache_free_blocks"] == m["attnserve_kv_cache_total_blocks"]):
+        if (
+            m.get("attnserve_request_aborted_total", 0.0) > aborted_before
+            and m["attnserve_num_requests_running"] == 0
+            and m["attnserve_kv_cache_free_blocks"] == m["attnserve_kv_cache_total_blocks"]
+        ):
             return m
         assert time.monotonic() < deadline, (m, server.log_tail())
         time.sleep(0.2)
@@ -137,14 +168,25 @@ def wait_idle(server: RemoteServer, aborted_before: float, timeout: float = 60) 
 
 def test_a_client_that_stops_reading_its_stream_is_disconnected_and_its_request_aborted(server):
     aborted = server.metrics().get("attnserve_request_aborted_total", 0.0)
-    body = json.dumps({"model": "tiny", "prompt": "Once upon a time", "max_tokens": MAX_TOKENS, "n": 8,
-                       "logprobs": 20, "ignore_eos": True, "stream": True}).encode()
+    body = json.dumps(
+        {
+            "model": "tiny",
+            "prompt": "Once upon a time",
+            "max_tokens": MAX_TOKENS,
+            "n": 8,
+            "logprobs": 20,
+            "ignore_eos": True,
+            "stream": True,
+        }
+    ).encode()
     with Watch(server):
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # its window fills at once
         sock.connect(("127.0.0.1", server.port))
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
         t0 = time.monotonic()
         m = wait_idle(server, aborted)  # never read: the write deadline closes it, the engine aborts it
         elapsed = time.monotonic() - t0
@@ -167,13 +209,21 @@ def test_a_client_that_stops_reading_its_stream_is_disconnected_and_its_request_
 def test_oversized_bodies_are_refused_while_read_with_413(server):
     # a Content-Length over the limit: answered before a byte of the body is read
     sock = socket.create_connection(("127.0.0.1", server.port))
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: 200000000\r\n\r\n{\"prompt\": \"")
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 200000000\r\n\r\n{"prompt": "'
+    )
     status, body, _ = read_response(sock)
     sock.close()
     assert status == 413
-    assert_error(body, "invalid_request_error", "request_body_too_large", "200000000 bytes", str(BODY_LIMIT),
-                 "--max-request-body-bytes")
+    assert_error(
+        body,
+        "invalid_request_error",
+        "request_body_too_large",
+        "200000000 bytes",
+        str(BODY_LIMIT),
+        "--max-request-body-bytes",
+    )
 
     # chunked, no Content-Length: counted as it arrives; four at once, 16 MB each
     def chunks():
@@ -185,8 +235,14 @@ def test_oversized_bodies_are_refused_while_read_with_413(server):
     results: list = []
 
     def send() -> None:
-        results.append(httpx.post(server.url + "/v1/completions", content=chunks(), timeout=60,
-                                  headers={"Content-Type": "application/json"}))
+        results.append(
+            httpx.post(
+                server.url + "/v1/completions",
+                content=chunks(),
+                timeout=60,
+                headers={"Content-Type": "application/json"},
+            )
+        )
 
     with Watch(server):
         threads = [threading.Thread(target=send) for _ in range(4)]
@@ -195,8 +251,13 @@ def test_oversized_bodies_are_refused_while_read_with_413(server):
         for t in threads:
             t.join(120)
     assert [r.status_code for r in results] == [413] * 4
-    assert_error(results[0].json(), "invalid_request_error", "request_body_too_large", f"more than {BODY_LIMIT} bytes",
-                 "--max-request-body-bytes")
+    assert_error(
+        results[0].json(),
+        "invalid_request_error",
+        "request_body_too_large",
+        f"more than {BODY_LIMIT} bytes",
+        "--max-request-body-bytes",
+    )
 
 
 def test_slow_loris_and_idle_connections_are_closed_at_the_header_deadline(server):
@@ -217,8 +278,9 @@ def test_slow_loris_and_idle_connections_are_closed_at_the_header_deadline(serve
         assert not open_, f"{len(open_)} slow-loris connections still open after {time.monotonic() - t0:.1f} s"
         status, body, closed = read_response(bare[0], timeout=HEADER_S + 8, until_closed=True)
         assert (status, closed) == (408, True)
-        assert_error(body, "invalid_request_error", "timeout_request_header", f"{HEADER_S} s",
-                     "--timeout-request-header")
+        assert_error(
+            body, "invalid_request_error", "timeout_request_header", f"{HEADER_S} s", "--timeout-request-header"
+        )
         for s in bare[1:]:
             assert read_response(s, timeout=HEADER_S + 8, until_closed=True)[2]
     for s in loris + bare:
@@ -227,8 +289,9 @@ def test_slow_loris_and_idle_connections_are_closed_at_the_header_deadline(serve
 
 def test_a_body_that_trickles_is_closed_at_the_body_deadline(server):
     sock = socket.create_connection(("127.0.0.1", server.port))
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: 1000\r\n\r\n{")
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+    )
     status, body, closed = read_response(sock, timeout=BODY_S + 10, until_closed=True)
     sock.close()
     assert (status, closed) == (408, True)
@@ -241,8 +304,9 @@ def test_connections_over_the_cap_are_answered_503(server):
         time.sleep(0.3)
         r = httpx.post(server.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, timeout=30)
         assert r.status_code == 503, r.text
-        assert_error(r.json(), "service_unavailable", "limit_concurrency", f"at most {CONCURRENCY}",
-                     "--limit-concurrency")
+        assert_error(
+            r.json(), "service_unavailable", "limit_concurrency", f"at most {CONCURRENCY}", "--limit-concurrency"
+        )
     finally:
         for s in held:
             s.close()
@@ -272,17 +336,21 @@ def test_a_header_block_over_h11s_limit_is_answered_431(server):
     status, body, _ = read_response(sock)
     sock.close()
     assert status == 431
-    assert_error(body, "invalid_request_error", "h11_max_incomplete_event_size", str(limit),
-                 "--h11-max-incomplete-event-size")
+    assert_error(
+        body, "invalid_request_error", "h11_max_incomplete_event_size", str(limit), "--h11-max-incomplete-event-size"
+    )
 
 
-@pytest.mark.parametrize("field, value, param, code, words", [
-    ("stop", ["x"] * 65, "stop", "array_above_max_length", "at most 64 stop strings"),
-    ("stop", ["ok", "y" * 1025], "stop.1", "string_above_max_length", "at most 1024 characters"),
-    ("stop", "y" * 1025, "stop", "string_above_max_length", "at most 1024 characters"),
-    ("stop_token_ids", [1] * 1025, "stop_token_ids", "array_above_max_length", "at most 1024 stop token ids"),
-    ("prompt", ["a"] * 1025, "prompt", "array_above_max_length", "at most 1024 prompts"),
-])
+@pytest.mark.parametrize(
+    "field, value, param, code, words",
+    [
+        ("stop", ["x"] * 65, "stop", "array_above_max_length", "at most 64 stop strings"),
+        ("stop", ["ok", "y" * 1025], "stop.1", "string_above_max_length", "at most 1024 characters"),
+        ("stop", "y" * 1025, "stop", "string_above_max_length", "at most 1024 characters"),
+        ("stop_token_ids", [1] * 1025, "stop_token_ids", "array_above_max_length", "at most 1024 stop token ids"),
+        ("prompt", ["a"] * 1025, "prompt", "array_above_max_length", "at most 1024 prompts"),
+    ],
+)
 def test_lists_over_their_limits_are_refused_with_400_naming_the_limit(server, field, value, param, code, words):
     body = {"model": "tiny", "prompt": "Hi", "max_tokens": 1, field: value}
     r = httpx.post(server.url + "/v1/completions", json=body, timeout=30)

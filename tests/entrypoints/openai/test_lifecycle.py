@@ -14,8 +14,9 @@ KEY = "sk-test-key"
 
 @pytest.fixture(scope="module")
 def tiny_server(tiny_model_dir):
-    srv = RemoteServer([tiny_model_dir("llama"), "--served-model-name", "tiny", "tiny-alias",
-                        "--log-level", "warning"], api_key=KEY)
+    srv = RemoteServer(
+        [tiny_model_dir("llama"), "--served-model-name", "tiny", "tiny-alias", "--log-level", "warning"], api_key=KEY
+    )
     yield srv
     srv.stop()
 
@@ -37,9 +38,17 @@ def test_api_key(tiny_server):
         assert httpx.get(tiny_server.url + path, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
     assert httpx.post(tiny_server.url + "/reset_prefix_cache").status_code == 401
     # the scheme in any case and more than one space (RFC 9110); a key that only starts like the right one fails
-    for header, status in ((f"bearer {KEY}", 200), (f"BEARER  {KEY}", 200), (f"Bearer {KEY}x", 401),
-                           (f"Bearer {KEY[:-1]}", 401), (KEY, 401), (f"Basic {KEY}", 401)):
-        assert httpx.get(tiny_server.url + "/v1/models", headers={"Authorization": header}).status_code == status, header
+    for header, status in (
+        (f"bearer {KEY}", 200),
+        (f"BEARER  {KEY}", 200),
+        (f"Bearer {KEY}x", 401),
+        (f"Bearer {KEY[:-1]}", 401),
+        (KEY, 401),
+        (f"Basic {KEY}", 401),
+    ):
+        assert httpx.get(tiny_server.url + "/v1/models", headers={"Authorization": header}).status_code == status, (
+            header
+        )
     assert tiny_server.openai().completions.create(model="tiny-alias", prompt="Hi", max_tokens=1).model == "tiny-alias"
 
 
@@ -56,8 +65,13 @@ def test_a_model_that_fails_to_load_ends_the_server_with_exit_1(tiny_model_dir, 
     config = json.loads((broken / "config.json").read_text())
     config["hidden_size"] += 8  # the checkpoint's tensors no longer match
     (broken / "config.json").write_text(json.dumps(config))
-    proc = subprocess.run([sys.executable, "-m", "attnserve", "serve", str(broken), "--port", str(free_port())],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnserve", "serve", str(broken), "--port", str(free_port())],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("attnserve serve: error: the model failed to load: "), proc.stderr[-3000:]
@@ -67,8 +81,10 @@ def test_a_load_error_summary_leaves_out_the_worker_traceback():
     from attnserve.entrypoints.openai.serving import load_error_summary
     from attnserve.executor.base import WorkerDiedError
 
-    e = WorkerDiedError("worker rank 1 (pid 7) failed; pending requests failed. Its traceback:\n"
-                        "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nValueError: bad heads\n")
+    e = WorkerDiedError(
+        "worker rank 1 (pid 7) failed; pending requests failed. Its traceback:\n"
+        'Traceback (most recent call last):\n  File "x.py", line 1, in f\nValueError: bad heads\n'
+    )
     assert load_error_summary(e) == "worker rank 1 (pid 7) failed; pending requests failed. ValueError: bad heads"
 
 
@@ -89,22 +105,46 @@ def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_serving():
 
     from tests.entrypoints.openai.utils import REPO, free_port
 
-    proc = subprocess.run([sys.executable, "-m", "attnserve", "serve", "--port", str(free_port()),
-                           "--tensor-parallel-size", "4", "--device", "cpu"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnserve",
+            "serve",
+            "--port",
+            str(free_port()),
+            "--tensor-parallel-size",
+            "4",
+            "--device",
+            "cpu",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.strip() == (
         "attnserve serve: error: argument --tensor-parallel-size: 4 cannot split 9 query heads over 3 KV heads: with fewer KV "
         "heads than ranks the ranks must be a multiple of the KV heads and divide each KV head's 3 query heads "
-        "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)")
+        "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)"
+    )
 
 
-@pytest.mark.parametrize("flags, line", [
-    (["--max-model-len", "999999"], "argument --max-model-len: 999999 not allowed (allowed: at most the "
-                                    "model's max_position_embeddings, 8192)"),
-    (["--kv-cache-memory", "10"], "argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 737280 "
-                                  "bytes; raise --kv-cache-memory or set --num-gpu-blocks"),
-])
+@pytest.mark.parametrize(
+    "flags, line",
+    [
+        (
+            ["--max-model-len", "999999"],
+            "argument --max-model-len: 999999 not allowed (allowed: at most the model's max_position_embeddings, 8192)",
+        ),
+        (
+            ["--kv-cache-memory", "10"],
+            "argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 737280 "
+            "bytes; raise --kv-cache-memory or set --num-gpu-blocks",
+        ),
+    ],
+)
 def test_a_setting_the_model_refuses_exits_2_with_one_line_before_serving(flags, line):
     """The default model: what the engine would refuse while loading is judged from its config before the port is
     bound: exit 2 and that one line, at the default log level (no server log: it never started). These were exit 1,
@@ -114,8 +154,13 @@ def test_a_setting_the_model_refuses_exits_2_with_one_line_before_serving(flags,
 
     from tests.entrypoints.openai.utils import REPO, free_port
 
-    proc = subprocess.run([sys.executable, "-m", "attnserve", "serve", "--port", str(free_port()), "--device", "cpu",
-                           *flags], cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnserve", "serve", "--port", str(free_port()), "--device", "cpu", *flags],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == f"attnserve serve: error: {line}\n"
     assert proc.stdout == ""
@@ -134,7 +179,8 @@ def test_a_load_that_refuses_a_setting_raises_its_keyed_error_once_the_server_st
         run_server(config, ServerArgs(port=0, log_level="warning"))
     assert (str(e.value), e.value.key) == (
         "KV-cache budget of 10 bytes holds no block of 8192 bytes; raise kv_cache_memory or set num_gpu_blocks",
-        "kv_cache_memory")
+        "kv_cache_memory",
+    )
 
 
 def test_the_server_refuses_a_kv_cache_shorter_than_max_model_len_at_load(tiny_model_dir):
@@ -150,7 +196,9 @@ def test_the_server_refuses_a_kv_cache_shorter_than_max_model_len_at_load(tiny_m
         run_server(config, ServerArgs(port=0, log_level="warning"))
     assert (str(e.value), e.value.key) == (
         "the KV cache holds 32 tokens (2 blocks of 16), fewer than max_model_len 512, so not one request of "
-        "max_model_len tokens fits; lower max_model_len to at most 32 or raise num_gpu_blocks", "num_gpu_blocks")
+        "max_model_len tokens fits; lower max_model_len to at most 32 or raise num_gpu_blocks",
+        "num_gpu_blocks",
+    )
 
 
 def test_bearer_tokens_are_read_as_http_specifies():
@@ -160,7 +208,12 @@ def test_bearer_tokens_are_read_as_http_specifies():
     assert not authorized(b"Bearer k3y ", "k3y") and not authorized(b"Bearerk3y", "k3y")
     assert not authorized(b"", "k3y") and not authorized(b"Token k3y", "k3y")
     assert [guarded(p, False) for p in ("/v1/models", "/metrics", "/docs", "/health", "/version")] == [
-        True, True, True, False, False]
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
     assert guarded("/metrics", True) is False
 
 

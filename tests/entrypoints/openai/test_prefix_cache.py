@@ -12,8 +12,10 @@ def _metric(server, name: str) -> float:
 
 
 def test_a_repeated_chat_prompt_reports_its_cached_tokens_and_reset_forgets_them(server, client, model_name):
-    messages = [{"role": "system", "content": "You answer in one word. " * 12},
-                {"role": "user", "content": "Name a colour."}]
+    messages = [
+        {"role": "system", "content": "You answer in one word. " * 12},
+        {"role": "user", "content": "Name a colour."},
+    ]
     assert server.post("/reset_prefix_cache").status_code == 200
     queries0 = _metric(server, "attnserve_prefix_cache_queries_total")
     hits0 = _metric(server, "attnserve_prefix_cache_hits_total")
@@ -28,7 +30,13 @@ def test_a_repeated_chat_prompt_reports_its_cached_tokens_and_reset_forgets_them
     assert 0 < _metric(server, "attnserve_prefix_cache_hit_rate") <= 1
 
     assert server.post("/reset_prefix_cache").status_code == 200
-    stream = client.chat.completions.create(model=model_name, messages=messages, max_tokens=2, temperature=0,
-                                            stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model=model_name,
+        messages=messages,
+        max_tokens=2,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     usage = [c.usage for c in stream if c.usage is not None]
     assert usage[-1].prompt_tokens_details.cached_tokens == 0

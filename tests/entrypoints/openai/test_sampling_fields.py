@@ -24,10 +24,14 @@ def _ids(tok, r) -> list[int]:
     return tok.encode(r.choices[0].text, add_special_tokens=False)
 
 
-@pytest.mark.parametrize("kw, extra", [
-    (dict(presence_penalty=2.0), None), (dict(frequency_penalty=2.0), None),
-    ({}, dict(repetition_penalty=1.8)),
-])
+@pytest.mark.parametrize(
+    "kw, extra",
+    [
+        (dict(presence_penalty=2.0), None),
+        (dict(frequency_penalty=2.0), None),
+        ({}, dict(repetition_penalty=1.8)),
+    ],
+)
 def test_penalties_change_the_output(client, model_name, plain, kw, extra):
     assert _complete(client, model_name, extra, **kw).choices[0].text != plain.choices[0].text
 
@@ -65,8 +69,9 @@ def test_min_tokens_and_stop_strings(client, model_name, plain):
     short = client.chat.completions.create(model=model_name, messages=chat, temperature=0, max_tokens=60)
     n = short.usage.completion_tokens
     assert short.choices[0].finish_reason == "stop" and n < 50
-    longer = client.chat.completions.create(model=model_name, messages=chat, temperature=0, max_tokens=60,
-                                            extra_body=dict(min_tokens=n + 5))
+    longer = client.chat.completions.create(
+        model=model_name, messages=chat, temperature=0, max_tokens=60, extra_body=dict(min_tokens=n + 5)
+    )
     assert longer.usage.completion_tokens >= n + 5
 
 
@@ -97,25 +102,28 @@ def test_prompt_logprobs(client, model_name, default_llm, default_tokenizer):
         for t, lp in want.items():
             assert abs(got[str(t)]["logprob"] - lp.logprob) < 1e-3 and got[str(t)]["rank"] == lp.rank
             assert got[str(t)]["decoded_token"] == lp.decoded_token
-    chat = client.chat.completions.create(model=model_name, messages=[{"role": "user", "content": "Hi"}],
-                                          max_tokens=1, extra_body=dict(prompt_logprobs=0))
+    chat = client.chat.completions.create(
+        model=model_name, messages=[{"role": "user", "content": "Hi"}], max_tokens=1, extra_body=dict(prompt_logprobs=0)
+    )
     lps = chat.model_extra["prompt_logprobs"]
     assert lps[0] is None and all(len(d) == 1 for d in lps[1:])
 
 
-@pytest.mark.parametrize("kw, extra, param", [
-    ({}, dict(repetition_penalty=0), "repetition_penalty"),
-    (dict(presence_penalty=2.5), None, "presence_penalty"),
-    (dict(logit_bias={"x": 1}), None, "logit_bias.x"),
-    (dict(logit_bias={"1000000": 1}), None, "logit_bias"),
-    ({}, dict(allowed_token_ids=[]), "allowed_token_ids"),
-    ({}, dict(min_tokens=20), "min_tokens"),
-    ({}, dict(prompt_logprobs=1), "prompt_logprobs"),  # with stream
-    ({}, dict(truncate_prompt_tokens=0), "truncate_prompt_tokens"),
-])
+@pytest.mark.parametrize(
+    "kw, extra, param",
+    [
+        ({}, dict(repetition_penalty=0), "repetition_penalty"),
+        (dict(presence_penalty=2.5), None, "presence_penalty"),
+        (dict(logit_bias={"x": 1}), None, "logit_bias.x"),
+        (dict(logit_bias={"1000000": 1}), None, "logit_bias"),
+        ({}, dict(allowed_token_ids=[]), "allowed_token_ids"),
+        ({}, dict(min_tokens=20), "min_tokens"),
+        ({}, dict(prompt_logprobs=1), "prompt_logprobs"),  # with stream
+        ({}, dict(truncate_prompt_tokens=0), "truncate_prompt_tokens"),
+    ],
+)
 def test_bad_values_are_400s_naming_the_field(client, model_name, kw, extra, param):
     stream = extra is not None and "prompt_logprobs" in extra
     with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model=model_name, prompt=PROMPT, max_tokens=10, stream=stream,
-                                  extra_body=extra, **kw)
+        client.completions.create(model=model_name, prompt=PROMPT, max_tokens=10, stream=stream, extra_body=extra, **kw)
     assert e.value.body["param"] == param

@@ -42,4 +42,6 @@ def _cap_cost(body) -> None:
 def test_no_server_errors(case, server):
     _cap_cost(case.body)
     response = case.call(base_url=server.url, timeout=120)
-    assert response.status_code < 500, f"{case.method} {case.path} {case.body!r} -> {response.status_code} {response.text}"
+    assert response.status_code < 500, (
+        f"{case.method} {case.path} {case.body!r} -> {response.status_code} {response.text}"
+    )

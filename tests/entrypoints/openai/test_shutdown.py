@@ -36,8 +36,12 @@ def long_context_model(tiny_model_dir, tmp_path_factory) -> str:
 
 def _stream(server: RemoteServer, events: list[str], first: threading.Event) -> None:
     """A streamed chat completion; its SSE lines go to ``events``; ``first`` is set at the first content."""
-    body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": MAX_TOKENS,
-            "ignore_eos": True, "stream": True}
+    body = {
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+        "stream": True,
+    }
     try:
         with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as r:
             for line in r.iter_lines():
@@ -54,8 +58,13 @@ def _stream(server: RemoteServer, events: list[str], first: threading.Event) -> 
 def _complete(server: RemoteServer, result: list) -> None:
     """A non-streamed completion; its response (or the client's error) goes to ``result``."""
     try:
-        result.append(httpx.post(server.url + "/v1/completions", timeout=60,
-                                 json={"prompt": "Once upon a time", "max_tokens": MAX_TOKENS, "ignore_eos": True}))
+        result.append(
+            httpx.post(
+                server.url + "/v1/completions",
+                timeout=60,
+                json={"prompt": "Once upon a time", "max_tokens": MAX_TOKENS, "ignore_eos": True},
+            )
+        )
     except httpx.HTTPError as e:
         result.append(e)
 
@@ -66,8 +75,10 @@ def test_a_signal_aborts_the_requests_in_flight_answers_them_and_exits_0(long_co
     events: list[str] = []
     result: list = []
     first = threading.Event()
-    threads = [threading.Thread(target=_stream, args=(server, events, first)),
-               threading.Thread(target=_complete, args=(server, result))]
+    threads = [
+        threading.Thread(target=_stream, args=(server, events, first)),
+        threading.Thread(target=_complete, args=(server, result)),
+    ]
     try:
         for t in threads:
             t.start()
@@ -115,12 +126,14 @@ def test_a_signal_when_idle_exits_0_within_seconds(tiny_model_dir):
 def test_the_drain_answers_new_requests_503_while_the_ones_in_flight_finish(tiny_model_dir):
     """docs/serving.md: after SIGTERM the server still accepts connections; a new request (and /health) is
     answered 503 in OpenAI's error format, while the request in flight runs to its end (not aborted)."""
-    server = RemoteServer([tiny_model_dir("llama"), "--served-model-name", "tiny", "--shutdown-timeout", "60",
-                           "--log-level", "warning"])
+    server = RemoteServer(
+        [tiny_model_dir("llama"), "--served-model-name", "tiny", "--shutdown-timeout", "60", "--log-level", "warning"]
+    )
     result: list = []
     body = {"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True}
-    thread = threading.Thread(target=lambda: result.append(
-        httpx.post(server.url + "/v1/completions", json=body, timeout=120)))
+    thread = threading.Thread(
+        target=lambda: result.append(httpx.post(server.url + "/v1/completions", json=body, timeout=120))
+    )
     try:
         thread.start()
         deadline = time.monotonic() + 60

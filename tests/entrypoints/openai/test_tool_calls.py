@@ -14,19 +14,32 @@ from tests.entrypoints.openai.utils import RemoteServer
 jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("xgrammar")
 
-WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
-                                            "days": {"type": "integer", "minimum": 1, "maximum": 7}},
-           "required": ["city", "days"], "additionalProperties": False}
-TIME = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"],
-        "additionalProperties": False}
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather forecast",
-                                           "parameters": WEATHER}},
-         {"type": "function", "function": {"name": "get_time", "parameters": TIME}}]
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+    },
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+TIME = {
+    "type": "object",
+    "properties": {"zone": {"enum": ["UTC", "CET"]}},
+    "required": ["zone"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather forecast", "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "get_time", "parameters": TIME}},
+]
 SCHEMA_OF = {"get_weather": WEATHER, "get_time": TIME}
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris for 3 days?"}]
 # a hermes tool call, forced by a regex, so that the auto parser has one to find with a model that writes none
-HERMES_REGEX = (r'Sure\. <tool_call>\n\{"name": "get_weather", "arguments": \{"city": "[A-Z][a-z]{2,8}", '
-                r'"days": [1-7]\}\}\n</tool_call>')
+HERMES_REGEX = (
+    r'Sure\. <tool_call>\n\{"name": "get_weather", "arguments": \{"city": "[A-Z][a-z]{2,8}", '
+    r'"days": [1-7]\}\}\n</tool_call>'
+)
 
 
 def _streamed(stream) -> tuple[str, dict[int, dict], str]:
@@ -55,8 +68,14 @@ def _check_calls(calls: list[tuple[str, str]]) -> None:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_named_function(client, model_name, stream):
-    kw = dict(model=model_name, messages=MESSAGES, tools=TOOLS, max_tokens=60, temperature=0,
-              tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    kw = dict(
+        model=model_name,
+        messages=MESSAGES,
+        tools=TOOLS,
+        max_tokens=60,
+        temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
     if stream:
         content, calls, finish = _streamed(client.chat.completions.create(stream=True, **kw))
         assert content == "" and list(calls) == [0] and calls[0]["id"]
@@ -87,12 +106,22 @@ def test_required(client, model_name, stream):
 def test_tool_results_go_back_through_the_template(client, model_name):
     """A conversation with an assistant tool call (content null) and the tool's answer renders and runs."""
     messages = MESSAGES + [
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-            "name": "get_weather", "arguments": '{"city": "Paris", "days": 3}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 3}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
     ]
-    r = client.chat.completions.create(model=model_name, messages=messages, tools=TOOLS, tool_choice="none",
-                                       max_tokens=3, temperature=0)
+    r = client.chat.completions.create(
+        model=model_name, messages=messages, tools=TOOLS, tool_choice="none", max_tokens=3, temperature=0
+    )
     assert r.choices[0].message.tool_calls in (None, []) and r.usage.completion_tokens == 3
 
 
@@ -103,8 +132,10 @@ def test_the_chat_template_receives_the_tools(default_tokenizer):
     from attnserve.entrypoints.openai.serving_chat import render_chat
 
     template = default_tokenizer.chat_template
-    default_tokenizer.chat_template = ("{% for t in tools or [] %}[{{ t.function.name }}]{% endfor %}"
-                                       "{% for m in messages %}{{ m.content }}{% endfor %}")
+    default_tokenizer.chat_template = (
+        "{% for t in tools or [] %}[{{ t.function.name }}]{% endfor %}"
+        "{% for m in messages %}{{ m.content }}{% endfor %}"
+    )
     try:
         req = ChatCompletionRequest.model_validate({"messages": MESSAGES, "tools": TOOLS, "tool_choice": "none"})
         ids = render_chat(SimpleNamespace(tokenizer=default_tokenizer), req, ChatTemplateOptions())
@@ -123,8 +154,14 @@ def hermes():
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_auto_with_the_hermes_parser(hermes, stream):
     client = hermes.openai()
-    kw = dict(model=client.models.list().data[0].id, messages=MESSAGES, tools=TOOLS, max_tokens=80, temperature=0,
-              extra_body={"structured_outputs": {"regex": HERMES_REGEX}})
+    kw = dict(
+        model=client.models.list().data[0].id,
+        messages=MESSAGES,
+        tools=TOOLS,
+        max_tokens=80,
+        temperature=0,
+        extra_body={"structured_outputs": {"regex": HERMES_REGEX}},
+    )
     if stream:
         content, calls, finish = _streamed(client.chat.completions.create(stream=True, **kw))
         calls = [(c["name"], c["arguments"]) for c in calls.values()]
@@ -138,7 +175,8 @@ def test_auto_with_the_hermes_parser(hermes, stream):
 
 def test_auto_without_a_call_is_content(hermes):
     client = hermes.openai()
-    r = client.chat.completions.create(model=client.models.list().data[0].id, messages=MESSAGES, tools=TOOLS,
-                                       max_tokens=5, temperature=0)
+    r = client.chat.completions.create(
+        model=client.models.list().data[0].id, messages=MESSAGES, tools=TOOLS, max_tokens=5, temperature=0
+    )
     c = r.choices[0]
     assert c.message.tool_calls in (None, []) and c.message.content and c.finish_reason == "length"

@@ -25,9 +25,16 @@ TOKEN_IDS = f"integer in [0, {VOCAB}), the vocabulary size"
 
 COMPLETION_CASES = {
     "max_tokens_1e20": ({"max_tokens": 1e20}, "max_tokens", "1e+20 is not an integer (allowed: integer >= 1, or null)"),
-    "max_tokens_fraction": ({"max_tokens": 1.5}, "max_tokens", "1.5 is not an integer (allowed: integer >= 1, or null)"),
-    "max_tokens_text": ({"max_tokens": "abc"}, "max_tokens",
-                        '"abc" is not an integer (allowed: integer >= 1, or null)'),
+    "max_tokens_fraction": (
+        {"max_tokens": 1.5},
+        "max_tokens",
+        "1.5 is not an integer (allowed: integer >= 1, or null)",
+    ),
+    "max_tokens_text": (
+        {"max_tokens": "abc"},
+        "max_tokens",
+        '"abc" is not an integer (allowed: integer >= 1, or null)',
+    ),
     "max_tokens_list": ({"max_tokens": [1]}, "max_tokens", "[1] is not an integer (allowed: integer >= 1, or null)"),
     "max_tokens_0": ({"max_tokens": 0}, "max_tokens", "0 not allowed (allowed: integer >= 1, or null)"),
     "n_fraction": ({"n": 1.5}, "n", "1.5 is not an integer (allowed: integer in [1, 128])"),
@@ -35,17 +42,29 @@ COMPLETION_CASES = {
     "n_129": ({"n": 129}, "n", "129 not allowed (allowed: integer in [1, 128])"),
     "seed_fraction": ({"seed": 0.5}, "seed", f"0.5 is not an integer (allowed: {SEED_RANGE})"),
     # the engine's --max-logprobs (20 by default, as vLLM's)
-    "logprobs_21": ({"logprobs": 21}, "logprobs",
-                    "21 not allowed (allowed: integer in [0, 20], the engine's max_logprobs (--max-logprobs))"),
-    "temperature_text": ({"temperature": "hot"}, "temperature",
-                         '"hot" is not a number (allowed: number >= 0, or null)'),
+    "logprobs_21": (
+        {"logprobs": 21},
+        "logprobs",
+        "21 not allowed (allowed: integer in [0, 20], the engine's max_logprobs (--max-logprobs))",
+    ),
+    "temperature_text": (
+        {"temperature": "hot"},
+        "temperature",
+        '"hot" is not a number (allowed: number >= 0, or null)',
+    ),
     "top_p_0": ({"top_p": 0}, "top_p", "0 not allowed (allowed: number in (0, 1], or null)"),
     "echo_3": ({"echo": 3}, "echo", "3 is not a boolean (allowed: true, false, or null)"),
-    "stop_token_ids_fraction": ({"extra_body": {"stop_token_ids": [2, 1.5]}}, "stop_token_ids.1",
-                                "1.5 is not an integer (allowed: integer >= 0)"),
+    "stop_token_ids_fraction": (
+        {"extra_body": {"stop_token_ids": [2, 1.5]}},
+        "stop_token_ids.1",
+        "1.5 is not an integer (allowed: integer >= 0)",
+    ),
     # outside the model's vocabulary (was accepted: a stop token that can never be sampled); LLMEngine.check_params
-    "stop_token_ids_out_of_vocab": ({"extra_body": {"stop_token_ids": [2, VOCAB]}}, "stop_token_ids.1",
-                                    f"{VOCAB} not allowed (allowed: {TOKEN_IDS})"),
+    "stop_token_ids_out_of_vocab": (
+        {"extra_body": {"stop_token_ids": [2, VOCAB]}},
+        "stop_token_ids.1",
+        f"{VOCAB} not allowed (allowed: {TOKEN_IDS})",
+    ),
     "prompt_token_fraction": ({"prompt": [1, 2.5]}, "prompt.1", "2.5 is not an integer (allowed: integer >= 0)"),
     "prompt_token_negative": ({"prompt": [[1, -2]]}, "prompt.0.1", "-2 not allowed (allowed: integer >= 0)"),
     # strict types
@@ -54,11 +73,18 @@ COMPLETION_CASES = {
     "max_tokens_true": ({"max_tokens": True}, "max_tokens", "true is not an integer (allowed: integer >= 1, or null)"),
     "logprobs_false": ({"logprobs": False}, "logprobs", "false is not an integer (allowed: integer >= 0, or null)"),
     "stream_yes": ({"stream": "yes"}, "stream", '"yes" is not a boolean (allowed: true, false, or null)'),
-    "temperature_text_number": ({"temperature": "0.5"}, "temperature",
-                                '"0.5" is not a number (allowed: number >= 0, or null)'),
+    "temperature_text_number": (
+        {"temperature": "0.5"},
+        "temperature",
+        '"0.5" is not a number (allowed: number >= 0, or null)',
+    ),
     "top_p_true": ({"top_p": True}, "top_p", "true is not a number (allowed: number in (0, 1], or null)"),
-    "prompt_token_true": ({"prompt": [1, True]}, "prompt", "[1, true] not allowed (allowed: a string, a list of "
-                          "strings, a list of integers >= 0, or a list of lists of integers >= 0)"),
+    "prompt_token_true": (
+        {"prompt": [1, True]},
+        "prompt",
+        "[1, true] not allowed (allowed: a string, a list of "
+        "strings, a list of integers >= 0, or a list of lists of integers >= 0)",
+    ),
     "stop_number": ({"stop": 5}, "stop", f"5 not allowed (allowed: {STOP_WORDS})"),
     # an empty stop string: refused by the schema with the value as sent (was "stop [''] not allowed (allowed:
     # non-empty strings)", SamplingParams' Python list, for "stop": "" too)
@@ -86,58 +112,113 @@ def test_completion_value_errors_name_field_value_and_allowed(client, model_name
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=model_name, **{"prompt": "Hi", "max_tokens": 2, **fields})
     assert e.value.status_code == 400
-    assert e.value.body == {"message": f"{param}: {message}", "type": "invalid_request_error", "param": param,
-                            "code": None}
+    assert e.value.body == {
+        "message": f"{param}: {message}",
+        "type": "invalid_request_error",
+        "param": param,
+        "code": None,
+    }
     _valid(client, model_name)
 
 
 CHAT = [{"role": "user", "content": "Hi"}]
 CONTENT_WORDS = 'a string, or a non-empty list of text parts {"type": "text", "text": string}'
 CHAT_CASES = {
-    "max_completion_tokens_1e20": ({"max_completion_tokens": 1e20}, "max_completion_tokens",
-                                   "1e+20 is not an integer (allowed: integer >= 1, or null)"),
-    "max_tokens_fraction": ({"max_tokens": 2.5}, "max_tokens", "2.5 is not an integer (allowed: integer >= 1, or null)"),
-    "top_logprobs_fraction": ({"logprobs": True, "top_logprobs": 1.5}, "top_logprobs",
-                              "1.5 is not an integer (allowed: integer >= 0, or null)"),
+    "max_completion_tokens_1e20": (
+        {"max_completion_tokens": 1e20},
+        "max_completion_tokens",
+        "1e+20 is not an integer (allowed: integer >= 1, or null)",
+    ),
+    "max_tokens_fraction": (
+        {"max_tokens": 2.5},
+        "max_tokens",
+        "2.5 is not an integer (allowed: integer >= 1, or null)",
+    ),
+    "top_logprobs_fraction": (
+        {"logprobs": True, "top_logprobs": 1.5},
+        "top_logprobs",
+        "1.5 is not an integer (allowed: integer >= 0, or null)",
+    ),
     "logprobs_text": ({"logprobs": "maybe"}, "logprobs", '"maybe" is not a boolean (allowed: true, false, or null)'),
-    "role": ({"messages": [{"role": "wizard", "content": "Hi"}]}, "messages.0.role",
-             '"wizard" not allowed (allowed: "system", "developer", "user", "assistant", "tool")'),
-    "content": ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content",  # was param "messages"
-                f"5 not allowed (allowed: {CONTENT_WORDS})"),
+    "role": (
+        {"messages": [{"role": "wizard", "content": "Hi"}]},
+        "messages.0.role",
+        '"wizard" not allowed (allowed: "system", "developer", "user", "assistant", "tool")',
+    ),
+    "content": (
+        {"messages": [{"role": "user", "content": 5}]},
+        "messages.0.content",  # was param "messages"
+        f"5 not allowed (allowed: {CONTENT_WORDS})",
+    ),
     # content is required for every role (was accepted as ""): an assistant message may go without it in
     # OpenAI's API only with tool calls, which attnserve has not
-    "user_without_content": ({"messages": [{"role": "user"}]}, "messages.0.content",
-                             f"missing (required: {CONTENT_WORDS})"),
-    "system_without_content": ({"messages": [{"role": "system"}, *CHAT]}, "messages.0.content",
-                               f"missing (required: {CONTENT_WORDS})"),
-    "assistant_without_content": ({"messages": [*CHAT, {"role": "assistant"}, *CHAT]}, "messages.1.content",
-                                  f"missing (required: {CONTENT_WORDS})"),
-    "user_content_null": ({"messages": [{"role": "user", "content": None}]}, "messages.0.content",
-                          f"null not allowed (allowed: {CONTENT_WORDS})"),
-    "role_missing": ({"messages": [{"content": "Hi"}]}, "messages.0.role",
-                     'missing (required: "system", "developer", "user", "assistant", "tool")'),
+    "user_without_content": (
+        {"messages": [{"role": "user"}]},
+        "messages.0.content",
+        f"missing (required: {CONTENT_WORDS})",
+    ),
+    "system_without_content": (
+        {"messages": [{"role": "system"}, *CHAT]},
+        "messages.0.content",
+        f"missing (required: {CONTENT_WORDS})",
+    ),
+    "assistant_without_content": (
+        {"messages": [*CHAT, {"role": "assistant"}, *CHAT]},
+        "messages.1.content",
+        f"missing (required: {CONTENT_WORDS})",
+    ),
+    "user_content_null": (
+        {"messages": [{"role": "user", "content": None}]},
+        "messages.0.content",
+        f"null not allowed (allowed: {CONTENT_WORDS})",
+    ),
+    "role_missing": (
+        {"messages": [{"content": "Hi"}]},
+        "messages.0.role",
+        'missing (required: "system", "developer", "user", "assistant", "tool")',
+    ),
     # a list or an object where it does not belong, or a list too short (were "List should have at least 1 item
     # after validation, not 0", "Input should be a valid list", "Input should be a valid dictionary or instance of
     # ChatMessage"); content [] was accepted
     "messages_empty": ({"messages": []}, "messages", "[] not allowed (allowed: a non-empty list of chat messages)"),
-    "messages_string": ({"messages": "hi"}, "messages",
-                        '"hi" is not a list (allowed: a non-empty list of chat messages)'),
-    "message_number": ({"messages": [1]}, "messages.0",
-                       '1 is not a chat message (allowed: an object with "role" and "content", optionally "name", '
-                       '"tool_calls" and "tool_call_id")'),
-    "content_empty_list": ({"messages": [{"role": "user", "content": []}]}, "messages.0.content",
-                           f"[] not allowed (allowed: {CONTENT_WORDS})"),
-    "content_part_number": ({"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, 5]}]},
-                            "messages.0.content.1", '5 is not a text part {"type": "text", "text": string} (allowed: '
-                            'an object with "type" and "text")'),
-    "stream_options_number": ({"stream": True, "stream_options": 5}, "stream_options",
-                              '5 is not a stream options object (allowed: an object with optional "include_usage", '
-                              "or null)"),
+    "messages_string": (
+        {"messages": "hi"},
+        "messages",
+        '"hi" is not a list (allowed: a non-empty list of chat messages)',
+    ),
+    "message_number": (
+        {"messages": [1]},
+        "messages.0",
+        '1 is not a chat message (allowed: an object with "role" and "content", optionally "name", '
+        '"tool_calls" and "tool_call_id")',
+    ),
+    "content_empty_list": (
+        {"messages": [{"role": "user", "content": []}]},
+        "messages.0.content",
+        f"[] not allowed (allowed: {CONTENT_WORDS})",
+    ),
+    "content_part_number": (
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, 5]}]},
+        "messages.0.content.1",
+        '5 is not a text part {"type": "text", "text": string} (allowed: an object with "type" and "text")',
+    ),
+    "stream_options_number": (
+        {"stream": True, "stream_options": 5},
+        "stream_options",
+        '5 is not a stream options object (allowed: an object with optional "include_usage", or null)',
+    ),
     "max_tokens_true": ({"max_tokens": True}, "max_tokens", "true is not an integer (allowed: integer >= 1, or null)"),
     "n_text": ({"n": "2"}, "n", '"2" is not an integer (allowed: integer in [1, 128])'),
-    "temperature_text": ({"temperature": "0.5"}, "temperature", '"0.5" is not a number (allowed: number >= 0, or null)'),
-    "stop_token_ids_out_of_vocab": ({"extra_body": {"stop_token_ids": [10**9]}}, "stop_token_ids.0",
-                                    f"1000000000 not allowed (allowed: {TOKEN_IDS})"),
+    "temperature_text": (
+        {"temperature": "0.5"},
+        "temperature",
+        '"0.5" is not a number (allowed: number >= 0, or null)',
+    ),
+    "stop_token_ids_out_of_vocab": (
+        {"extra_body": {"stop_token_ids": [10**9]}},
+        "stop_token_ids.0",
+        f"1000000000 not allowed (allowed: {TOKEN_IDS})",
+    ),
     "stream_yes": ({"stream": "yes"}, "stream", '"yes" is not a boolean (allowed: true, false, or null)'),
 }
 
@@ -148,18 +229,27 @@ def test_chat_value_errors_name_field_value_and_allowed(client, model_name, case
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model_name, **{"messages": CHAT, "max_tokens": 1, **fields})
     assert e.value.status_code == 400
-    assert e.value.body == {"message": f"{param}: {message}", "type": "invalid_request_error", "param": param,
-                            "code": None}
+    assert e.value.body == {
+        "message": f"{param}: {message}",
+        "type": "invalid_request_error",
+        "param": param,
+        "code": None,
+    }
     _valid(client, model_name)
 
 
 def test_several_bad_fields_are_named_in_one_message(server, client, model_name):
     r = server.post("/v1/completions", json={"prompt": "Hi", "n": 0, "max_tokens": 1e20, "stream": "maybe"})
     assert r.status_code == 400
-    assert r.json() == {"error": {
-        "message": 'n: 0 not allowed (allowed: integer in [1, 128]); stream: "maybe" is not a boolean (allowed: true, '
-                   "false, or null); max_tokens: 1e+20 is not an integer (allowed: integer >= 1, or null)",
-        "type": "invalid_request_error", "param": "n", "code": None}}
+    assert r.json() == {
+        "error": {
+            "message": 'n: 0 not allowed (allowed: integer in [1, 128]); stream: "maybe" is not a boolean (allowed: true, '
+            "false, or null); max_tokens: 1e+20 is not an integer (allowed: integer >= 1, or null)",
+            "type": "invalid_request_error",
+            "param": "n",
+            "code": None,
+        }
+    }
     _valid(client, model_name)
 
 
@@ -179,11 +269,18 @@ def test_every_seed_in_the_range_is_accepted_with_every_n(server):
 
 MISSING = {
     # was "messages: Field required", "prompt: Field required"
-    "chat_messages": ("/v1/chat/completions", {"max_tokens": 1}, "messages",
-                      "missing (required: a non-empty list of chat messages)"),
-    "completion_prompt": ("/v1/completions", {"max_tokens": 1}, "prompt",
-                          "missing (required: a string, a list of strings, a list of integers >= 0, or a list of "
-                          "lists of integers >= 0)"),
+    "chat_messages": (
+        "/v1/chat/completions",
+        {"max_tokens": 1},
+        "messages",
+        "missing (required: a non-empty list of chat messages)",
+    ),
+    "completion_prompt": (
+        "/v1/completions",
+        {"max_tokens": 1},
+        "prompt",
+        "missing (required: a string, a list of strings, a list of integers >= 0, or a list of lists of integers >= 0)",
+    ),
 }
 
 
@@ -193,8 +290,9 @@ def test_missing_required_field(server, client, model_name, case):
     path, body, param, message = MISSING[case]
     r = server.post(path, json=body)
     assert r.status_code == 400
-    assert r.json() == {"error": {"message": f"{param}: {message}", "type": "invalid_request_error", "param": param,
-                                  "code": None}}
+    assert r.json() == {
+        "error": {"message": f"{param}: {message}", "type": "invalid_request_error", "param": param, "code": None}
+    }
     _valid(client, model_name)
 
 
@@ -202,21 +300,42 @@ def test_missing_required_field(server, client, model_name, case):
 # Infinity as its extensions; the message echoes the number as sent (was "max_tokens: Infinity is not a finite
 # number", then "max_tokens: number too large, not finite")
 NOT_FINITE = {
-    "max_tokens_1e400": (b'{"prompt": "Hi", "max_tokens": 1e400}', "max_tokens",
-                         "1e400 is beyond a 64-bit float's range (allowed: integer >= 1, or null)"),
-    "temperature_minus_1e400": (b'{"prompt": "Hi", "temperature": -1e400}', "temperature",
-                                "-1e400 is beyond a 64-bit float's range (allowed: number >= 0, or null)"),
-    "top_p_1E999": (b'{"prompt": "Hi", "top_p": 1.5E999}', "top_p",
-                    "1.5E999 is beyond a 64-bit float's range (allowed: number in (0, 1], or null)"),
-    "seed_1e400": (b'{"prompt": "Hi", "seed": 1e400}', "seed",
-                   f"1e400 is beyond a 64-bit float's range (allowed: {SEED_RANGE})"),
-    "prompt_token_1e400": (b'{"prompt": [1, 1e400]}', "prompt.1",
-                           "1e400 is beyond a 64-bit float's range (allowed: integer >= 0)"),
+    "max_tokens_1e400": (
+        b'{"prompt": "Hi", "max_tokens": 1e400}',
+        "max_tokens",
+        "1e400 is beyond a 64-bit float's range (allowed: integer >= 1, or null)",
+    ),
+    "temperature_minus_1e400": (
+        b'{"prompt": "Hi", "temperature": -1e400}',
+        "temperature",
+        "-1e400 is beyond a 64-bit float's range (allowed: number >= 0, or null)",
+    ),
+    "top_p_1E999": (
+        b'{"prompt": "Hi", "top_p": 1.5E999}',
+        "top_p",
+        "1.5E999 is beyond a 64-bit float's range (allowed: number in (0, 1], or null)",
+    ),
+    "seed_1e400": (
+        b'{"prompt": "Hi", "seed": 1e400}',
+        "seed",
+        f"1e400 is beyond a 64-bit float's range (allowed: {SEED_RANGE})",
+    ),
+    "prompt_token_1e400": (
+        b'{"prompt": [1, 1e400]}',
+        "prompt.1",
+        "1e400 is beyond a 64-bit float's range (allowed: integer >= 0)",
+    ),
     "stop_1e400": (b'{"prompt": "Hi", "stop": 1e400}', "stop", f"1e400 not allowed (allowed: {STOP_WORDS})"),
-    "temperature_nan": (b'{"prompt": "Hi", "temperature": NaN}', "temperature",
-                        "NaN is not a number (allowed: number >= 0, or null)"),
-    "temperature_infinity": (b'{"prompt": "Hi", "temperature": -Infinity}', "temperature",
-                             "-Infinity is not a finite number (allowed: number >= 0, or null)"),
+    "temperature_nan": (
+        b'{"prompt": "Hi", "temperature": NaN}',
+        "temperature",
+        "NaN is not a number (allowed: number >= 0, or null)",
+    ),
+    "temperature_infinity": (
+        b'{"prompt": "Hi", "temperature": -Infinity}',
+        "temperature",
+        "-Infinity is not a finite number (allowed: number >= 0, or null)",
+    ),
 }
 
 
@@ -225,6 +344,7 @@ def test_not_finite_number(server, client, model_name, case):
     body, param, message = NOT_FINITE[case]
     r = server.post("/v1/completions", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 400
-    assert r.json() == {"error": {"message": f"{param}: {message}", "type": "invalid_request_error", "param": param,
-                                  "code": None}}
+    assert r.json() == {
+        "error": {"message": f"{param}: {message}", "type": "invalid_request_error", "param": param, "code": None}
+    }
     _valid(client, model_name)

@@ -58,8 +58,12 @@ class RemoteServer:
                     return
                 self.startup_statuses.append(("health", r.status_code, r.json()))
                 if not any(kind == "completion" for kind, _, _ in self.startup_statuses):
-                    c = httpx.post(f"{self.url}/v1/completions", json={"prompt": "hi", "max_tokens": 1},
-                                   headers=self.headers, timeout=5)
+                    c = httpx.post(
+                        f"{self.url}/v1/completions",
+                        json={"prompt": "hi", "max_tokens": 1},
+                        headers=self.headers,
+                        timeout=5,
+                    )
                     self.startup_statuses.append(("completion", c.status_code, c.json()))
             except httpx.TransportError:
                 pass
@@ -76,14 +80,16 @@ class RemoteServer:
     def openai(self, **kw):
         import openai
 
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=self.api_key or "unused", max_retries=0,
-                             timeout=120, **kw)
+        return openai.OpenAI(
+            base_url=self.url + "/v1", api_key=self.api_key or "unused", max_retries=0, timeout=120, **kw
+        )
 
     def async_openai(self, **kw):
         import openai
 
-        return openai.AsyncOpenAI(base_url=self.url + "/v1", api_key=self.api_key or "unused", max_retries=0,
-                                  timeout=120, **kw)
+        return openai.AsyncOpenAI(
+            base_url=self.url + "/v1", api_key=self.api_key or "unused", max_retries=0, timeout=120, **kw
+        )
 
     def metrics(self) -> dict[str, float]:
         """Sample name (with labels dropped) -> value, parsed by prometheus' own parser."""
