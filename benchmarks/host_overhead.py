@@ -154,8 +154,10 @@ def main() -> None:
     timer.wrap(engine.scheduler, "update", "update")
     timer.wrap(engine.output_processor, "process", "output")
     timer.wrap(engine.executor, "execute", "execute")
-    timer.wrap(runner, "prepare", "prepare")
-    timer.wrap(runner, "sampler", "sample")
+    import attnserve.model_executor.model_runner as mr
+
+    timer.wrap(mr, "host_batch", "prepare")  # the step's host batch (the device copies follow in _hidden)
+    timer.wrap(runner.sampler, "sample", "sample")
 
     rng = random.Random(0)
     extra = {} if args.detokenize else {"detokenize": False}
