@@ -43,40 +43,13 @@ from benchmarks.host_overhead import Timer, write_qwen3
 PARTS = ("accept", "fill", "stage", "apply", "schedule", "forward", "sample", "wait", "update", "output", "step")
 
 
-def _wrap_module(module, name: str, timer: Timer, part: str) -> None:
-    """Time the module-level function ``module.name`` (as the module's own code calls it)."""
-    fn = getattr(module, name)
-
-    def timed(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            timer.now[part] += time.perf_counter() - t
-
-    setattr(module, name, timed)
-
-
-def _wrap_class(cls, name: str, timer: Timer, part: str) -> None:
-    """Time the method ``cls.name`` of every instance."""
-    fn = getattr(cls, name)
-
-    def timed(self, *args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return fn(self, *args, **kwargs)
-        finally:
-            timer.now[part] += time.perf_counter() - t
-
-    setattr(cls, name, timed)
-
-
 class StepParts:
     """Times the parts of each ``LLMEngine.step`` of an in-process engine (its methods wrapped in place) and
     keeps those of the steps that decode one token for each of ``num_requests`` requests."""
 
     def __init__(self, engine, num_requests: int) -> None:
         import attnserve.model_executor.step_output as mr
+        from attnserve.structured_output.bitmask import GrammarBitmask
 
         self.num_requests = num_requests
         self.steps: list[dict[str, float]] = []
@@ -94,30 +67,12 @@ class StepParts:
         timer.wrap(engine.scheduler, "update", "update")
         timer.wrap(engine.output_processor, "process", "output")
         timer.wrap(runner, "queue_forward", "forward")
-        _wrap_class(mr.QueuedForward, "sample", timer, "sample")
+        timer.wrap(mr.QueuedForward, "sample", "sample")
         timer.wrap(engine.structured, "bitmask", "fill")
-        for name in ("accept", "accept_tokens"):  # the per-request or the batched form, whichever the manager has
-            if hasattr(engine.structured, name):
-                timer.wrap(engine.structured, name, "accept")
-        _wrap_module(mr, "apply_grammar_bitmask", timer, "apply")
-        _wrap_class(mr.PendingStep, "result", timer, "wait")
-        try:  # the bitmask record's copy to the device
-            from attnserve.structured_output.bitmask import GrammarBitmask
-
-            _wrap_class(GrammarBitmask, "to", timer, "stage")
-        except ImportError:  # the bitmask as one numpy array, staged by name through the runner's pinned buffers
-            staging = runner.staging
-            to_device = staging.to_device
-
-            def timed(name, array):
-                t = time.perf_counter()
-                try:
-                    return to_device(name, array)
-                finally:
-                    if name == "grammar":
-                        timer.now["stage"] += time.perf_counter() - t
-
-            staging.to_device = timed
+        timer.wrap(engine.structured, "accept_tokens", "accept")
+        timer.wrap(mr, "apply_grammar_bitmask", "apply")  # as step_output's own code calls it
+        timer.wrap(mr.PendingStep, "result", "wait")
+        timer.wrap(GrammarBitmask, "to", "stage")  # the bitmask record's copy to the device
         step = engine.step
 
         def timed_step():
