@@ -119,7 +119,7 @@ def main() -> None:
     decode = [s for s in steps if s[0] == 0 and s[1] > 0]
     by_batch: dict[int, list] = {}
     for _, b, t in decode:
-        by_batch.setdefault(min(256, 32 * (b // 32 + 1) if b % 32 else b), []).append(t)
+        by_batch.setdefault(-(-b // 32) * 32, []).append(t)  # the batch size rounded up to 32
     report = {
         "flags": kw,
         "wall_s": wall,
