@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from attnserve.attention.cascade import CascadePrefix
+
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.capabilities import BackendCapabilities
     from attnserve.kernels.fused_ops import RopeInputs
@@ -85,6 +87,9 @@ class CommonAttentionMetadata:
     block_size: int
     # (B, max_blocks_per_seq) int32 on CPU, same values as block_table; None when the caller has no host copy
     block_table_cpu: torch.Tensor | None = None
+    # a prefix every request shares (cascade attention, pure-decode steps only): then block_table and
+    # seq_lens describe each request's suffix after it; None = no cascade
+    cascade: CascadePrefix | None = None
 
     @property
     def num_prefills(self) -> int:
@@ -257,6 +262,12 @@ class AttentionMetadataBuilder(ABC):
         ``metadata`` is what :meth:`build_for_cudagraph_capture` returned. It must launch only
         capturable work: fixed shapes, no host synchronisation. The default does nothing.
         """
+
+    @property
+    def supports_cascade(self) -> bool:
+        """Whether :meth:`build` and :meth:`build_for_cudagraph_capture` take ``common.cascade`` (a shared
+        prefix attended separately, ``attention/cascade.py``). False by default."""
+        return False
 
     def prepare_cudagraph_replay(self, metadata: Any, common: CommonAttentionMetadata) -> None:
         """Refresh host-planned state of captured ``metadata`` before a replay (FlashInfer's ``plan()``).

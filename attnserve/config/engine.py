@@ -37,6 +37,12 @@ class EngineConfig:
     enforce_eager: bool = False
     """Never capture CUDA graphs; run every step eagerly."""
 
+    disable_cascade_attn: bool = False
+    """Never run cascade attention. By default, with prefix caching on and a backend that has it (FLASH_ATTN
+    version 3, 16-bit KV cache, no sliding window), a CUDA-graph decode step whose requests share at least 256
+    tokens of leading KV blocks reads that shared prefix once for all of them instead of once per request
+    (``attnserve/attention/cascade.py``), as vLLM does."""
+
     use_skinny_gemm: bool = False
     """CUDA graphs only: decode steps of up to 64 requests run each linear layer and the LM head through a
     Triton GEMV (a skinny GEMM past 16 rows) where, timed against cuBLAS at start-up for each weight shape

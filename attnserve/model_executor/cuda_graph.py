@@ -10,6 +10,12 @@ sizes where its split-KV schedule depends on the context lengths), and replays. 
 ``cudagraph_prologue`` (FlashInfer: its page arrays, rebuilt on the device from the static buffers). Steps
 with a prefill, or more requests than the largest bucket, run eagerly.
 
+Cascade graphs (``cascade=True``: prefix caching on and a builder that ``supports_cascade``): a second graph
+for each bucket of at least ``cascade.MIN_REQS`` requests, whose attention reads a prefix all requests share
+once (``attention/cascade.py``). A replay whose requests share at least ``cascade.MIN_PREFIX_TOKENS`` tokens
+of leading blocks copies the prefix's blocks and length into their own static buffers, each request's
+remaining blocks and length into the usual ones, and replays that graph.
+
 The input copies run on their own stream (``input_stream``), waiting only for the previous replay to have
 read the buffers: with async scheduling the host queues step k+1 while the GPU runs step k, and the copies
 then overlap step k's LM head and sampling instead of sitting, one copy-engine round trip each, between
@@ -30,7 +36,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from attnserve.attention import cascade as cascade_rules
 from attnserve.attention.backend import AttentionMetadataBuilder, CommonAttentionMetadata
+from attnserve.attention.cascade import CascadePrefix
 from attnserve.attention.forward_batch import ForwardBatch
 from attnserve.model_executor.forward_batch import HostBatch, PinnedStaging
 
@@ -54,6 +62,7 @@ class _Graph:
     graph: torch.cuda.CUDAGraph
     metadata: Any  # the backend metadata the graph was captured with (kept alive with it)
     common: CommonAttentionMetadata
+    cascade: CascadePrefix | None = None
 
 
 class CudaGraphRunner:
@@ -80,6 +89,7 @@ class CudaGraphRunner:
         max_blocks: int,
         null_block: int,
         max_model_len: int,
+        cascade: bool = False,
     ) -> None:
         self.forward = forward
         self.builder = builder
@@ -99,6 +109,12 @@ class CudaGraphRunner:
         self.block_table = torch.full((n, max_blocks), null_block, dtype=torch.int32, device=dev)
         self.hidden: torch.Tensor | None = None  # (max_size, H): allocated by the first warm-up run
         self.graphs: dict[int, _Graph] = {}
+        self.cascade_graphs: dict[int, _Graph] = {}  # bucket -> its cascade graph (see the module docstring)
+        self.cascade = cascade
+        # the shared prefix of a cascade replay: its block ids and its length in tokens
+        self.prefix_table = torch.full((1, max_blocks), null_block, dtype=torch.int32, device=dev)
+        self.prefix_lens = torch.full((1,), block_size, dtype=torch.int32, device=dev)
+        self.cascade_replays = 0
         self.capture_seconds = 0.0
         self.replays = 0  # decode steps run as a graph replay so far
         # the inputs' copies: their own stream (None: the current stream, in line with the step's kernels)
@@ -122,7 +138,12 @@ class CudaGraphRunner:
         )
 
     def _common(
-        self, bs: int, seq_lens_cpu: torch.Tensor, block_table_cpu: torch.Tensor | None, max_seq_len: int
+        self,
+        bs: int,
+        seq_lens_cpu: torch.Tensor,
+        block_table_cpu: torch.Tensor | None,
+        max_seq_len: int,
+        cascade: CascadePrefix | None = None,
     ) -> CommonAttentionMetadata:
         return CommonAttentionMetadata(
             query_start_loc=self.query_start_loc[: bs + 1],
@@ -139,6 +160,7 @@ class CudaGraphRunner:
             num_decode_tokens=bs,
             block_size=self.block_size,
             block_table_cpu=block_table_cpu,
+            cascade=cascade,
         )
 
     @torch.inference_mode()
@@ -147,35 +169,46 @@ class CudaGraphRunner:
         t0 = time.perf_counter()
         pool = torch.cuda.graph_pool_handle()
         for bs in sorted(self.sizes, reverse=True):
-            # capture as if the longest context were present: host-chosen launch shapes (split-KV counts)
-            # must cover every replay
-            common = self._common(
-                bs,
-                torch.ones(bs, dtype=torch.int32),
-                torch.full((bs, 1), self.null_block, dtype=torch.int32),
-                self.max_model_len,
-            )
-            metadata = self.builder.build_for_cudagraph_capture(common)
-            batch = ForwardBatch(
-                self.input_ids[:bs], self.positions[:bs], self.query_start_loc[1 : bs + 1] - 1, metadata, self.kv_caches
-            )
-
-            def step(bs=bs, metadata=metadata, batch=batch) -> None:
-                self.builder.cudagraph_prologue(metadata)
-                out = self.forward(self.input_ids[:bs], self.positions[:bs], batch)
-                if self.hidden is None:  # the largest bucket's first warm-up run, outside any capture
-                    self.hidden = out.new_zeros(self.max_size, out.shape[-1])
-                self.hidden[:bs] = out
-
-            for _ in range(2):  # compiles Triton kernels and sets up cuBLAS outside the capture
-                step()
-            torch.cuda.synchronize(self.device)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                step()
-            self.graphs[bs] = _Graph(graph, metadata, common)
+            self.graphs[bs] = self._capture_one(bs, pool, None)
+            if self.cascade and bs >= cascade_rules.MIN_REQS:
+                qsl = torch.tensor([0, bs], dtype=torch.int32, device=self.device)
+                prefix = CascadePrefix(
+                    self.prefix_table, self.prefix_lens, qsl, self.prefix_table.shape[1] * self.block_size
+                )
+                self.cascade_graphs[bs] = self._capture_one(bs, pool, prefix)
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - t0
+
+    def _capture_one(self, bs: int, pool, prefix: CascadePrefix | None) -> _Graph:
+        """Capture bucket ``bs`` (with a shared ``prefix``: its cascade graph) after two warm-up runs."""
+        # capture as if the longest context were present: host-chosen launch shapes (split-KV counts)
+        # must cover every replay
+        common = self._common(
+            bs,
+            torch.ones(bs, dtype=torch.int32),
+            torch.full((bs, 1), self.null_block, dtype=torch.int32),
+            self.max_model_len,
+            prefix,
+        )
+        metadata = self.builder.build_for_cudagraph_capture(common)
+        batch = ForwardBatch(
+            self.input_ids[:bs], self.positions[:bs], self.query_start_loc[1 : bs + 1] - 1, metadata, self.kv_caches
+        )
+
+        def step() -> None:
+            self.builder.cudagraph_prologue(metadata)
+            out = self.forward(self.input_ids[:bs], self.positions[:bs], batch)
+            if self.hidden is None:  # the largest bucket's first warm-up run, outside any capture
+                self.hidden = out.new_zeros(self.max_size, out.shape[-1])
+            self.hidden[:bs] = out
+
+        for _ in range(2):  # compiles Triton kernels and sets up cuBLAS outside the capture
+            step()
+        torch.cuda.synchronize(self.device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            step()
+        return _Graph(graph, metadata, common, prefix)
 
     def run(
         self, host: HostBatch, staging: PinnedStaging, fill_input_ids: Callable[[torch.Tensor], Any] | None = None
@@ -188,7 +221,16 @@ class CudaGraphRunner:
         n = host.num_reqs
         bs = self.bucket(n)
         g = self.graphs[bs]
-        w = host.block_table.shape[1]
+        table, lens = host.block_table, host.seq_lens
+        prefix_blocks = 0
+        if bs in self.cascade_graphs:
+            prefix_blocks = cascade_rules.common_prefix_blocks(table, lens, self.block_size)
+            if cascade_rules.use_cascade(n, prefix_blocks, self.block_size):
+                g = self.cascade_graphs[bs]
+                table, lens = table[:, prefix_blocks:], lens - prefix_blocks * self.block_size
+            else:
+                prefix_blocks = 0
+        w = table.shape[1]
         pad = bs - n
         ids = np.concatenate([host.input_ids, np.zeros(pad, np.int64)]) if pad else host.input_ids
         pos = np.concatenate([host.positions, np.zeros(pad, np.int64)]) if pad else host.positions
@@ -197,8 +239,7 @@ class CudaGraphRunner:
             if pad
             else host.slot_mapping
         )
-        lens = np.concatenate([host.seq_lens, np.ones(pad, np.int32)]) if pad else host.seq_lens
-        table = host.block_table
+        lens = np.concatenate([lens, np.ones(pad, np.int32)]) if pad else lens
         if pad:
             table = np.concatenate([table, np.full((pad, w), self.null_block, np.int32)])
         staging.begin()
@@ -214,15 +255,22 @@ class CudaGraphRunner:
             self.seq_lens[:bs].copy_(lens_cpu, non_blocking=True)
             table_cpu = staging.pinned("g_table", table)
             self.block_table[:bs, :w].copy_(table_cpu, non_blocking=True)
+            if prefix_blocks:
+                prefix_row = host.block_table[:1, :prefix_blocks]
+                self.prefix_table[:, :prefix_blocks].copy_(staging.pinned("g_prefix", prefix_row), non_blocking=True)
+                prefix_len = np.array([prefix_blocks * self.block_size], np.int32)
+                self.prefix_lens.copy_(staging.pinned("g_prefix_len", prefix_len), non_blocking=True)
         if copies is not main:
             self._inputs_ready.record(copies)
             main.wait_event(self._inputs_ready)
         staging.end()  # on the main stream, after the wait: covers this step's copies on both streams
         if fill_input_ids is not None:
             fill_input_ids(self.input_ids[:bs])
-        common = self._common(bs, lens_cpu, table_cpu, host.max_seq_len)
+        max_seq_len = host.max_seq_len - prefix_blocks * self.block_size
+        common = self._common(bs, lens_cpu, table_cpu, max_seq_len, g.cascade)
         self.builder.prepare_cudagraph_replay(g.metadata, common)
         g.graph.replay()
+        self.cascade_replays += bool(prefix_blocks)
         if self._replayed is None:
             self._replayed = torch.cuda.Event()
         self._replayed.record(main)

@@ -25,6 +25,10 @@ class GroupedMetadataBuilder:
     def build_for_cudagraph_capture(self, common: CommonAttentionMetadata) -> tuple[Any, ...]:
         return tuple(b.build_for_cudagraph_capture(common) for b in self.builders)
 
+    @property
+    def supports_cascade(self) -> bool:
+        return False  # one shared prefix per step is not yet planned per layer group
+
     def cudagraph_prologue(self, metadata: tuple[Any, ...]) -> None:
         for b, m in zip(self.builders, metadata):
             b.cudagraph_prologue(m)

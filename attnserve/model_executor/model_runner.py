@@ -234,13 +234,21 @@ class ModelRunner:
             max_blocks=-(-max_model_len // self.block_size),
             null_block=self.num_blocks,
             max_model_len=max_model_len,
+            cascade=(
+                self.config.cache.enable_prefix_caching
+                and not self.config.disable_cascade_attn
+                and self.builder.supports_cascade
+            ),
         )
         self.cuda_graphs.capture()
         logger.info(
-            "CUDA graphs: captured %d decode batch sizes (%d to %d) in %.1f s",
+            "CUDA graphs: captured %d decode batch sizes (%d to %d)%s in %.1f s",
             len(self.cuda_graphs.sizes),
             self.cuda_graphs.sizes[0],
             self.cuda_graphs.max_size,
+            f", {len(self.cuda_graphs.cascade_graphs)} with cascade attention"
+            if self.cuda_graphs.cascade_graphs
+            else "",
             self.cuda_graphs.capture_seconds,
         )
 

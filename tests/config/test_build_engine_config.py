@@ -56,7 +56,7 @@ def test_flat_kwargs_land_in_their_sections():
 
 def test_table_covers_every_field_once():
     names = {f"{a.section}.{a.name}" if a.section else a.name for a in engine_args().values()}
-    expected = {"device", "enforce_eager", "use_skinny_gemm", "enable_pdl"}
+    expected = {"device", "enforce_eager", "disable_cascade_attn", "use_skinny_gemm", "enable_pdl"}
     for f in dataclasses.fields(EngineConfig):
         if dataclasses.is_dataclass(f.default_factory) and f.name != "attention":
             expected |= {f"{f.name}.{sf.name}" for sf in dataclasses.fields(f.default_factory)}

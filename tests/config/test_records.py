@@ -127,6 +127,7 @@ def test_to_dict_is_json_ready():
         "attention",
         "device",
         "enforce_eager",
+        "disable_cascade_attn",
         "use_skinny_gemm",
         "enable_pdl",
     }

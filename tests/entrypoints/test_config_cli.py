@@ -325,7 +325,7 @@ def test_explain_names_sources(tmp_path, capsys):
     assert rows["dtype"].endswith("default")
     assert rows["enable_pdl"].endswith("default")
     assert rows["enable_prefix_caching"].split()[1:] == ["true", "default"]
-    assert len(rows) == 28 + len(AttentionConfig.field_names()) + 1  # + the derived (kv cache) row
+    assert len(rows) == 29 + len(AttentionConfig.field_names()) + 1  # + the derived (kv cache) row
     assert rows["(kv"].split("  ")[-1] == "derived: fp8 scales none (16-bit cache)"
 
 

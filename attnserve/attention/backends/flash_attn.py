@@ -29,7 +29,9 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
+from attnserve.attention.cascade import CascadePrefix
 from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
+from attnserve.kernels.merge_attn_states import merge_attn_states
 from attnserve.attention.capabilities import BackendCapabilities, cc_str
 from attnserve.attention.backends.flash_attn_versions import (
     FLASH_ATTN_VERSIONS,
@@ -253,6 +255,16 @@ def graph_num_splits(attention_config: "AttentionConfig | None") -> int:
 
 
 @dataclass
+class PrefixCall:
+    """FlashAttention 3's first call of a cascade step: every query token over the shared prefix (non-causal)."""
+
+    prefix: CascadePrefix
+    scheduler_metadata: torch.Tensor | None = None  # the prefix call's split plan
+    num_splits: int = 0
+    page_size: int = 0
+
+
+@dataclass
 class FlashAttentionCall:
     """One kernel call over requests [first, last) of the step."""
 
@@ -269,6 +281,7 @@ class FlashAttentionCall:
     fresh: bool = False  # every request's whole context is in this step (prefill of new prompts only)
     num_splits: int = 0  # FlashAttention 3's split-KV bound (0: its heuristic); the plan's, when there is one
     page_size: int = 0  # the KV cache's block size (for the plan made inside a CUDA graph)
+    prefix: PrefixCall | None = None  # cascade: the shared prefix's call; the fields above are the suffix's
 
 
 @dataclass
@@ -305,9 +318,14 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         if self.version == 3 and plan_splits:
             sched = self._split_plan(seq_lens, qsl, max_q, max_k, common.block_size)
         fresh = max_q > 1 and bool((common.seq_lens_cpu[first:last] == q_lens).all())
-        return FlashAttentionCall(
+        call = FlashAttentionCall(
             max_q == 1, q0, q1, qsl, seq_lens, common.block_table[first:last], cu_k, max_q, max_k, sched, fresh
         )
+        if common.cascade is not None:
+            call.prefix = PrefixCall(common.cascade)
+            if plan_splits:
+                call.prefix.scheduler_metadata = self._prefix_plan(call.prefix, q1 - q0, common.block_size)
+        return call
 
     def _split_plan(
         self,
@@ -317,6 +335,7 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         max_k: int,
         page_size: int,
         num_splits: int = 0,
+        causal: bool = True,
     ) -> torch.Tensor:
         """FlashAttention 3's scheduler metadata (KV splits per request) for this layer spec's heads, window,
         soft cap and KV dtype: one small kernel on the device."""
@@ -334,11 +353,22 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
             qkv_dtype=torch.float8_e4m3fn if fp8 else self.dtype,
             cu_seqlens_q=query_start_loc,
             page_size=page_size,
-            causal=True,
+            causal=causal,
             window_size=window,
             has_softcap=spec.logits_soft_cap is not None,
             num_splits=num_splits,
         )
+
+    def _prefix_plan(self, call: PrefixCall, num_tokens: int, page_size: int, num_splits: int = 0) -> torch.Tensor:
+        """The split plan of a cascade's prefix call: one sequence of ``num_tokens`` queries, non-causal."""
+        p = call.prefix
+        return self._split_plan(p.seq_lens, p.query_start_loc, num_tokens, p.max_len, page_size, num_splits, False)
+
+    @property
+    def supports_cascade(self) -> bool:
+        """FlashAttention 3 over a 16-bit cache, no sliding window (the prefix call is non-causal)."""
+        spec = self.layer_spec
+        return self.version == 3 and spec.kv_cache_dtype == "auto" and not spec.sliding_window
 
     def build(self, common: CommonAttentionMetadata) -> FlashAttentionMetadata:
         nd, b = common.num_decodes, common.num_reqs
@@ -354,6 +384,8 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         call = self._call(common, 0, common.num_reqs, plan_splits=False)
         if self.version == 3:
             call.num_splits, call.page_size = graph_num_splits(self.attention_config), common.block_size
+            if call.prefix is not None:
+                call.prefix.num_splits, call.prefix.page_size = call.num_splits, common.block_size
         return FlashAttentionMetadata(common.slot_mapping, [call])
 
     def cudagraph_prologue(self, metadata: FlashAttentionMetadata) -> None:
@@ -371,6 +403,9 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
             call.page_size,
             call.num_splits,
         )
+        if call.prefix is not None:
+            p = call.prefix
+            p.scheduler_metadata = self._prefix_plan(p, call.query_end - call.query_start, p.page_size, p.num_splits)
 
 
 class FlashAttentionImpl(AttentionImpl):
@@ -470,6 +505,8 @@ class FlashAttentionImpl(AttentionImpl):
         )
 
     def _fa3(self, q, key_cache, value_cache, call: FlashAttentionCall) -> torch.Tensor:
+        if call.prefix is not None:
+            return self._fa3_cascade(q, key_cache, value_cache, call)
         descales = {}
         out_dtype = q.dtype
         if key_cache.dtype in FP8_DTYPES:
@@ -501,3 +538,37 @@ class FlashAttentionImpl(AttentionImpl):
         )
         out = out[0] if isinstance(out, tuple) else out
         return out if out.dtype == out_dtype else out.to(out_dtype)
+
+    def _fa3_cascade(self, q, key_cache, value_cache, call: FlashAttentionCall) -> torch.Tensor:
+        """A cascade step (``attention/cascade.py``): every query over the shared prefix in one non-causal call,
+        each request over its own suffix, merged by their log-sum-exp. 16-bit cache only (the builder's
+        ``supports_cascade``)."""
+        p = call.prefix
+        common = dict(softmax_scale=self.scale, softcap=self.softcap, return_softmax_lse=True)
+        o_prefix, lse_prefix, *_ = self.fa.flash_attn_with_kvcache(
+            q,
+            key_cache,
+            value_cache,
+            cache_seqlens=p.prefix.seq_lens,
+            page_table=p.prefix.block_table,
+            cu_seqlens_q=p.prefix.query_start_loc,
+            max_seqlen_q=q.shape[0],
+            causal=False,
+            scheduler_metadata=p.scheduler_metadata,
+            num_splits=p.num_splits,
+            **common,
+        )
+        o_suffix, lse_suffix, *_ = self.fa.flash_attn_with_kvcache(
+            q,
+            key_cache,
+            value_cache,
+            cache_seqlens=call.seq_lens,
+            page_table=call.block_table,
+            cu_seqlens_q=call.query_start_loc,
+            max_seqlen_q=call.max_query_len,
+            causal=True,
+            scheduler_metadata=call.scheduler_metadata,
+            num_splits=call.num_splits,
+            **common,
+        )
+        return merge_attn_states(o_prefix, lse_prefix, o_suffix, lse_suffix)

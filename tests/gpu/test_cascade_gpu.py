@@ -1,0 +1,136 @@
+"""Cascade attention on the GPU (FlashAttention 3): a decode step whose requests share a prefix of KV blocks.
+
+- Kernel: 16 requests sharing 512 tokens (32 blocks) plus their own 1-300 tokens; the cascade (prefix call +
+  suffix call + merge) and the plain call against the float32 oracle over each request's whole context.
+- Engine: a tiny random Llama, bf16, CUDA graphs, 16 prompts sharing 320 tokens: the cascade graphs replay
+  (``cascade_replays``) and the greedy tokens equal those with ``disable_cascade_attn`` (or part at a near tie:
+  each run's token among the other's two most likely, as in ``test_prefix_caching_gpu.py``).
+
+``python -m pytest tests/gpu/test_cascade_gpu.py -q`` on a GPU with FlashAttention 3 (skipped otherwise).
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from tests.gpu.backends import _has
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or not _has("flash_attn_interface"), reason="needs CUDA + FA3"),
+]
+
+
+def test_cascade_call_matches_the_oracle():
+    from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, KVCacheLayout
+    from attnserve.attention.backends.flash_attn import FlashAttentionBackend
+    from attnserve.attention.cascade import CascadePrefix
+    from attnserve.config.attention import AttentionConfig
+    from attnserve.kernels.reference import reference_paged_attention
+    from attnserve.model_executor.kv_cache import allocate_kv_caches
+
+    dev, dtype = torch.device("cuda"), torch.bfloat16
+    g = torch.Generator().manual_seed(0)
+    b, hq, hkv, d, bs, prefix_blocks = 16, 32, 8, 128, 16, 32
+    own = torch.randint(1, 301, (b,), generator=g)
+    seq_lens = prefix_blocks * bs + own
+    own_blocks = [-(-int(n) // bs) for n in own]
+    num_blocks = prefix_blocks + sum(own_blocks) + 4
+    width = prefix_blocks + max(own_blocks)
+    table = torch.zeros(b, width, dtype=torch.int32)
+    table[:, :prefix_blocks] = torch.arange(prefix_blocks)
+    at = prefix_blocks
+    for i, n in enumerate(own_blocks):
+        table[i, prefix_blocks : prefix_blocks + n] = torch.arange(at, at + n)
+        at += n
+    kv = allocate_kv_caches(FlashAttentionBackend, KVCacheLayout.NHD, 1, num_blocks, bs, hkv, d, dtype, dev)[0]
+    kv.copy_(torch.randn(kv.shape, generator=g).to(dtype) * 2)
+    q = (torch.randn(b, hq, d, generator=g) * 2).to(dev, dtype)
+    last = seq_lens - 1
+    slots = (table[torch.arange(b), last // bs].long() * bs + last % bs).to(dev)
+    key, value = kv[0].view(-1, hkv, d)[slots].clone(), kv[1].view(-1, hkv, d)[slots].clone()
+    qsl = torch.arange(b + 1, dtype=torch.int32)
+    spec = AttentionLayerSpec(num_heads=hq, head_size=d, scale=d**-0.5, num_kv_heads=hkv)
+    cfg = AttentionConfig(flash_attn_version=3)
+    builder = FlashAttentionBackend.get_builder_cls()(spec, dev, dtype, attention_config=cfg)
+    impl = FlashAttentionBackend.get_impl_cls()(spec, attention_config=cfg)
+    assert builder.supports_cascade
+
+    def common(tab, lens, cascade=None):
+        return CommonAttentionMetadata(
+            query_start_loc=qsl.to(dev),
+            query_start_loc_cpu=qsl,
+            seq_lens=lens.to(dev, torch.int32),
+            seq_lens_cpu=lens.to(torch.int32),
+            block_table=tab.contiguous().to(dev),
+            slot_mapping=slots,
+            num_reqs=b,
+            num_actual_tokens=b,
+            max_query_len=1,
+            max_seq_len=int(lens.max()),
+            num_decodes=b,
+            num_decode_tokens=b,
+            block_size=bs,
+            cascade=cascade,
+        )
+
+    prefix = CascadePrefix(
+        table[:1, :prefix_blocks].contiguous().to(dev),
+        torch.tensor([prefix_blocks * bs], dtype=torch.int32, device=dev),
+        torch.tensor([0, b], dtype=torch.int32, device=dev),
+        prefix_blocks * bs,
+    )
+    plain = impl.forward(q, key, value, kv, builder.build(common(table, seq_lens)))
+    suffix = common(table[:, prefix_blocks:], seq_lens - prefix_blocks * bs, prefix)
+    cascade = impl.forward(q, key, value, kv, builder.build(suffix))
+    ref = reference_paged_attention(q, kv, qsl, seq_lens, table, d**-0.5)
+    scale = ref.float().abs().max().item()
+    err_plain = (plain.float() - ref.float()).abs().max().item() / scale
+    err_cascade = (cascade.float() - ref.float()).abs().max().item() / scale
+    assert err_cascade < 1e-2, (err_cascade, err_plain)
+    assert err_plain < 1e-2
+
+
+def _near_tie(a, b) -> bool:
+    for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)):
+        if x != y:
+            return y in a.logprobs[i] and x in b.logprobs[i]
+    return len(a.token_ids) == len(b.token_ids)
+
+
+def test_cascade_graphs_give_the_greedy_tokens_of_plain_graphs(gpu_model_dir):
+    from attnserve import LLM, SamplingParams
+
+    path = gpu_model_dir("llama3")
+    shared = [100 + (i * 37) % 20000 for i in range(320)]
+    prompts = [shared + [200 + 13 * i + j for j in range(5 + i)] for i in range(16)]
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, logprobs=2)
+    runs = {}
+    for disable in (False, True):
+        llm = LLM(
+            path,
+            dtype="bfloat16",
+            attention_backend="FLASH_ATTN",
+            attention_config={"flash_attn_version": 3},
+            max_model_len=512,
+            kv_cache_memory=256 << 20,
+            max_num_seqs=32,
+            disable_cascade_attn=disable,
+        )
+        graphs = llm.engine.runner.cuda_graphs
+        assert bool(graphs.cascade_graphs) == (not disable)
+        llm.generate(prompts[:1], params)  # the shared prefix is cached before the batch
+        runs[disable] = [o.outputs[0] for o in llm.generate(prompts, params)]
+        if not disable:
+            assert graphs.cascade_replays > 0
+        del llm, graphs
+        gc.collect()
+        torch.cuda.empty_cache()
+    on, off = runs[False], runs[True]
+    exact = sum(a.token_ids == b.token_ids for a, b in zip(on, off))
+    ties = sum(a.token_ids != b.token_ids and _near_tie(a, b) for a, b in zip(on, off))
+    assert exact + ties == len(on), (exact, ties)
+    assert exact >= len(on) // 2, (exact, ties)
