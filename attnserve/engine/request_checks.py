@@ -94,6 +94,8 @@ def check_not_empty(prompt: str | list, path: tuple[str | int, ...] = ("prompt",
 def check_token_ids(token_ids: list, vocab_size: int, path: tuple[str | int, ...] = ("prompt",)) -> None:
     """Raise RequestValueError for the first token id that is not an integer in [0, vocab_size), at its
     position: ``prompt[2] 50000 not allowed (allowed: integer in [0, 49152), the vocabulary size)``."""
+    if token_ids and set(map(type, token_ids)) == {int} and 0 <= min(token_ids) and max(token_ids) < vocab_size:
+        return  # the common case, checked in C: plain ints, all in range (a 2k-token prompt: ~30 us, not ~3 ms)
     for i, t in enumerate(token_ids):
         if isinstance(t, bool) or not isinstance(t, numbers.Integral) or not 0 <= t < vocab_size:
             raise RequestValueError((*path, i), t, token_id_words(vocab_size))
