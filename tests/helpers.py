@@ -28,6 +28,32 @@ def save_tiny_model(config, path, seed: int = 0, norm_std: float | None = None) 
     model.save_pretrained(path, safe_serialization=True)
 
 
+def hf_reference(path, dtype: torch.dtype = torch.float32):
+    """transformers' model of the folder ``path`` (eager attention, eval mode): the reference the tiny-model tests
+    compare with. gpt-oss's experts get the config's ``swiglu_alpha`` and ``swiglu_limit``: transformers up to at least
+    5.17 hard-codes 1.702 and 7.0 in ``GptOssExperts`` and ignores the config, which the tiny models set to a limit of
+    0.5; attnserve and later transformers (5.24) read the config."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager").eval()
+    pin_swiglu_to_config(model)
+    return model
+
+
+def pin_swiglu_to_config(model) -> int:
+    """Set every gpt-oss expert block's ``alpha``/``limit`` of transformers' ``model`` to its config's
+    ``swiglu_alpha``/``swiglu_limit`` (defaults 1.702, 7.0); returns how many blocks changed (0 where transformers
+    already reads the config, or for another architecture)."""
+    config = model.config
+    alpha, limit = getattr(config, "swiglu_alpha", 1.702), getattr(config, "swiglu_limit", 7.0)
+    changed = 0
+    for module in model.modules():
+        if type(module).__name__ == "GptOssExperts" and (module.alpha, module.limit) != (alpha, limit):
+            module.alpha, module.limit = alpha, limit
+            changed += 1
+    return changed
+
+
 @torch.no_grad()
 def hf_greedy(model, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
     """transformers' greedy tokens (EOS ignored) and the last-position logits of the prompt, float32."""

@@ -57,6 +57,12 @@ class BackendCapabilities:
     required_kv_cache_layout: KVCacheLayout | None = None
     cuda_graph_support: CudaGraphSupport = CudaGraphSupport.NEVER
     qualifier: str | None = None
+    # limits that come from how the installed library was built, not from the backend: (field, the build's
+    # switches), e.g. ("logits_soft_cap", "FLASHATTENTION_DISABLE_SOFTCAP"); a reason about ``field`` names them
+    build_limits: tuple[tuple[str, str], ...] = ()
+    # what the installed build compiled out that every call needs: (switch, what it removes), e.g.
+    # ("FLASHATTENTION_DISABLE_PAGEDKV", "paged KV cache"); each is a reason of its own (field ``build``)
+    build_refusals: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_backend(cls, backend: "type[AttentionBackend]", **overrides) -> "BackendCapabilities":

@@ -122,6 +122,10 @@ def capability_reasons(
         )
     if cfg.has_sink and not caps.sinks:
         reasons.append(Reason(f"attention sinks not supported{q}", "has_sink", True))
+    for switch, what in caps.build_refusals:
+        reasons.append(
+            Reason(f"no {what} in the installed build{q} ({switch})", "build", switch, f"a build without {switch}")
+        )
     if cfg.attn_type not in caps.attn_types:
         names = ", ".join(t.value for t in caps.attn_types)
         reasons.append(
@@ -132,4 +136,21 @@ def capability_reasons(
                 names,
             )
         )
-    return reasons
+    notes = dict(caps.build_limits)
+    return [_build_limited(r, notes[r.field]) if r.field in notes else r for r in reasons]
+
+
+BUILD_NOTE = "this build: "
+
+
+def _build_limited(reason: Reason, switches: str) -> Reason:
+    """``reason`` naming the build switches behind its limit, in its text and at the end of its rule."""
+    note = BUILD_NOTE + switches
+    rule = f"{reason.rule}; {note}" if reason.rule else note
+    return Reason(f"{reason}; {note}", reason.field, reason.value, rule)
+
+
+def build_limited(reason: Reason) -> bool:
+    """Whether ``reason`` is a limit of the installed library's build (a reason :func:`capability_reasons` made
+    from ``build_limits`` or ``build_refusals``), not of the backend itself."""
+    return isinstance(reason, Reason) and (reason.field == "build" or BUILD_NOTE in reason.rule)

@@ -130,7 +130,8 @@ def _rebuild(cls: type[Refused], refusal: Refusal) -> Refused:
 
 class Reason(str):
     """One reason a backend cannot run a model: its text, and the record it says (``field``: the selector-config
-    or attention-config field, ``device``, ``compute_capability`` or ``package``; the ``value``; the ``rule``)."""
+    or attention-config field, ``device``, ``compute_capability``, ``package`` or ``build`` (the installed
+    library's build lacks what every call needs); the ``value``; the ``rule``)."""
 
     field: str
     value: object

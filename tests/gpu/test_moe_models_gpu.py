@@ -5,16 +5,18 @@ Triton kernel):
 - float32: prompt logits within 1e-3 (relative) of transformers' float32 CPU logits, and the greedy tokens equal;
 - bfloat16: prompt logits within 5% and the first greedy token equal.
 
+The reference is ``hf_reference``: transformers up to 5.17 ignores gpt-oss's ``swiglu_limit`` (0.5 in the tiny
+models) and clamps at 7.0; the helper gives its experts the config's limit, which attnserve reads.
+
 ``python -m pytest tests/gpu/test_moe_models_gpu.py -q`` on a GPU (skipped without CUDA).
 """
 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from attnserve import LLM, SamplingParams
-from tests.helpers import hf_greedy
+from tests.helpers import hf_greedy, hf_reference
 
 pytestmark = pytest.mark.gpu
 
@@ -26,10 +28,8 @@ REL_TOL = {"float32": 1e-3, "bfloat16": 0.05}
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_moe_model_on_gpu_matches_transformers(arch, dtype, gpu_model_dir):
-    from transformers import AutoModelForCausalLM
-
     path = gpu_model_dir(arch)
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    hf = hf_reference(path)
     # a small KV cache: the engines of earlier cases in this process may still hold theirs
     llm = LLM(
         path, attention_backend="TRITON_ATTN", dtype=dtype, block_size=16, max_model_len=256, kv_cache_memory=64 << 20

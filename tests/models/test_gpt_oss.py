@@ -12,7 +12,7 @@ import torch
 
 from attnserve import LLM, SamplingParams
 from attnserve.refusals import Refused
-from tests.helpers import hf_greedy
+from tests.helpers import hf_greedy, hf_reference, pin_swiglu_to_config
 
 ENGINE = dict(dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20)
 PROMPT = list(range(300, 330))  # 30 tokens: past the window of 8
@@ -33,10 +33,8 @@ def _with_config(src: str, dst: Path, **changes) -> str:
 def test_sinks_change_the_tokens(tiny_model_dir):
     """Guard: the same model with its sinks at -inf (no sink) gives other logits than with them, and transformers
     agrees with attnserve on both."""
-    from transformers import AutoModelForCausalLM
-
     path = tiny_model_dir("gpt_oss_sw")
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    hf = hf_reference(path)
     llm = LLM(path, attention_backend="CPU_ATTN", **ENGINE)
     with_sinks = llm.generate([PROMPT], GREEDY)[0].outputs[0].token_ids
     assert with_sinks == hf_greedy(hf, PROMPT, 10)[0]
@@ -51,11 +49,28 @@ def test_sinks_change_the_tokens(tiny_model_dir):
     assert without != with_sinks
 
 
-def test_flex_attention_sinks_match_transformers(tiny_model_dir):
-    from transformers import AutoModelForCausalLM
+def test_swiglu_limit_is_the_configs(tiny_model_dir, tmp_path):
+    """The tiny models' ``swiglu_limit`` 0.5 clamps: the same weights with 7.0 (what transformers up to 5.17 uses
+    whatever the config says) give other tokens, and each equals the reference pinned to its config. Guard for the
+    reference: ``pin_swiglu_to_config`` restores the config's limit on experts built with the hard-coded one."""
+    path = tiny_model_dir("gpt_oss")
+    limit7 = _with_config(path, tmp_path / "limit7", swiglu_limit=7.0)
+    tokens = {}
+    for name, folder in (("0.5", path), ("7.0", limit7)):
+        hf = hf_reference(folder)
+        tokens[name] = LLM(folder, **ENGINE).generate([PROMPT], GREEDY)[0].outputs[0].token_ids
+        assert tokens[name] == hf_greedy(hf, PROMPT, 10)[0], name
+    assert tokens["0.5"] != tokens["7.0"]
+    experts = [layer.mlp.experts for layer in hf.model.layers]  # the 7.0 model's
+    for e in experts:
+        e.limit = 0.5  # another limit than its config's, as an older transformers sets a fixed one
+    assert pin_swiglu_to_config(hf) == len(experts) and {e.limit for e in experts} == {7.0}
+    assert pin_swiglu_to_config(hf) == 0
 
+
+def test_flex_attention_sinks_match_transformers(tiny_model_dir):
     path = tiny_model_dir("gpt_oss_sw")
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    hf = hf_reference(path)
     llm = LLM(path, attention_backend="FLEX_ATTENTION", **ENGINE)
     assert llm.generate([PROMPT], GREEDY)[0].outputs[0].token_ids == hf_greedy(hf, PROMPT, 10)[0]
 

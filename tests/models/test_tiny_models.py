@@ -5,10 +5,9 @@ sliding window) and gpt-oss (sinks, YaRN, biased clamped-SwiGLU experts; every l
 from __future__ import annotations
 
 import pytest
-import torch
 
 from attnserve import LLM, SamplingParams
-from tests.helpers import hf_greedy
+from tests.helpers import hf_greedy, hf_reference
 
 ARCHS = [
     "llama",
@@ -38,10 +37,8 @@ PROMPTS = [
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_greedy_tokens_and_logits_match_transformers(arch, tiny_model_dir):
-    from transformers import AutoModelForCausalLM
-
     path = tiny_model_dir(arch)
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    hf = hf_reference(path)
     llm = LLM(path, dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20)
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
     outs = llm.generate(PROMPTS, params)

@@ -35,6 +35,7 @@ from attnserve.kernels.merge_attn_states import merge_attn_states
 from attnserve.attention.capabilities import BackendCapabilities, cc_str
 from attnserve.attention.backends.flash_attn_versions import (
     FLASH_ATTN_VERSIONS,
+    as_built,
     installed_version,
     load_kernels,
     version_preference,
@@ -78,10 +79,12 @@ class FlashAttentionBackend(AttentionBackend):
         return FlashAttentionMetadataBuilder
 
     @classmethod
-    def version_capabilities(cls, version: int) -> BackendCapabilities:
-        """The limits of FlashAttention ``version`` (2, 3 or 4)."""
+    def version_capabilities(cls, version: int, declared: bool = False) -> BackendCapabilities:
+        """The limits of FlashAttention ``version`` (2, 3 or 4), less what its installed build compiled out
+        (``flash_attn_versions.as_built``); ``declared``: as declared, whatever is installed (the docs, and
+        planning for another machine: ``assume_installed``)."""
         v = FLASH_ATTN_VERSIONS[version]
-        return BackendCapabilities.from_backend(
+        caps = BackendCapabilities.from_backend(
             cls,
             kv_cache_dtypes=v.kv_cache_dtypes,
             max_head_size=v.max_head_size,
@@ -94,13 +97,14 @@ class FlashAttentionBackend(AttentionBackend):
             cuda_graph_support=v.cuda_graph_support,
             qualifier=f"flash_attn_version {version}",
         )
+        return caps if declared else as_built(version, caps)
 
     @classmethod
     def capabilities(cls, platform=None, attention_config=None, assume_installed=False) -> BackendCapabilities:
         version = attention_config.flash_attn_version if attention_config is not None else None
         if version is None and platform is not None:
             version = cls.resolve_version(None, platform, attention_config, assume_installed)
-        return cls.version_capabilities(version) if version else BackendCapabilities.from_backend(cls)
+        return cls.version_capabilities(version, assume_installed) if version else BackendCapabilities.from_backend(cls)
 
     @classmethod
     def resolve_version(
@@ -126,7 +130,7 @@ class FlashAttentionBackend(AttentionBackend):
         if selector_config is not None:
             for v in usable:
                 if not capability_reasons(
-                    cls.version_capabilities(v), selector_config, platform, assume_installed=True
+                    cls.version_capabilities(v, assume_installed), selector_config, platform, assume_installed=True
                 ):
                     return v
         return usable[0]
@@ -165,7 +169,7 @@ class FlashAttentionBackend(AttentionBackend):
         requested = attention_config.flash_attn_version if attention_config is not None else None
         if platform.device_type != "cuda":  # every reason, judged against the version(s) that could be installed
             versions = [requested] if requested is not None else list(version_preference((9, 0)))
-            caps = cls.version_capabilities(versions[0])
+            caps = cls.version_capabilities(versions[0], assume_installed)
             reasons = capability_reasons(caps, selector_config, platform, assume_installed=True)
             if not assume_installed and not any(package_installed(FLASH_ATTN_VERSIONS[v].package) for v in versions):
                 extras = [f"'attnserve[{FLASH_ATTN_VERSIONS[v].pip_extra}]'" for v in versions]
@@ -204,7 +208,7 @@ class FlashAttentionBackend(AttentionBackend):
                         f"pip install 'attnserve[{v.pip_extra}]'",
                     )
                 )
-            caps = cls.version_capabilities(requested)
+            caps = cls.version_capabilities(requested, assume_installed)
             # the GPU and package reasons above are the version-specific wording of these two checks
             caps_reasons = capability_reasons(caps, selector_config, platform, assume_installed=True)
             return reasons + [r for r in caps_reasons if r.field != "compute_capability"]
@@ -224,8 +228,12 @@ class FlashAttentionBackend(AttentionBackend):
                     FLASH_ATTN_VERSIONS[candidates[0]].package,
                     f"pip install {extras[0]}{alt}",
                 )
-            ] + capability_reasons(cls.version_capabilities(would_be), selector_config, platform, assume_installed=True)
-        return capability_reasons(cls.version_capabilities(version), selector_config, platform, assume_installed=True)
+            ] + capability_reasons(
+                cls.version_capabilities(would_be, assume_installed), selector_config, platform, assume_installed=True
+            )
+        return capability_reasons(
+            cls.version_capabilities(version, assume_installed), selector_config, platform, assume_installed=True
+        )
 
     @staticmethod
     def _gpu_reason(cc: tuple[int, int] | None) -> Reason:

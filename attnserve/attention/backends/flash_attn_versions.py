@@ -21,17 +21,31 @@ Limits, per version:
   ``flash_attn_varlen_func`` takes no fp8 input or descale, so the selector refuses fp8 with version 4.
 * sinks: FA4 only (``learnable_sink``); upstream FA2/FA3 take no sink argument.
 * logits soft cap and sliding window: all three versions (``softcap``, ``window_size``).
+
+These are the declared limits. An FA3 build may compile features out (hopper/setup.py's
+``FLASH_ATTENTION_DISABLE_*`` variables); its wheel then ships ``flash_attn_config.py``, a top-level module
+beside ``flash_attn_interface`` whose ``CONFIG["build_flags"]`` records the switches (True = compiled out).
+:func:`installed_build` reads it and :meth:`FlashAttnBuild.narrow` takes from FA3's limits what the build
+lacks, each limit naming its switch: ``..._SOFTCAP`` (soft cap), ``..._LOCAL`` (sliding window), ``..._FP8``
+(fp8 KV cache), ``..._FP16`` (float16), ``..._HDIM64/96/128/192/256`` (the kernel takes the smallest compiled
+head size >= the model's, so the largest compiled one bounds the head size); ``..._PAGEDKV`` and ``..._VARLEN``
+refuse FA3 outright (every call passes a page table and ``cu_seqlens_q``). ``..._SM8x`` changes nothing: FA3
+is declared for Hopper only, with or without its Ampere kernels. No importable build config (FA3 not
+installed, or a build older than the file): the declared limits.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from attnserve.attention.backend import CudaGraphSupport
-from attnserve.attention.capabilities import cc_str
+from attnserve.attention.capabilities import BackendCapabilities, cc_str
 from attnserve.attention.validation import package_installed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -102,6 +116,90 @@ def installed_version(attention_config: "AttentionConfig | None", device: torch.
     raise ValueError(
         f"no FlashAttention version installed for compute capability {cc}: pip install 'attnserve[fa3]' (or fa4, fa2)"
     )
+
+
+# the module a version's build writes its compile-time switches to (FA3: hopper/setup.py's create_build_config_file)
+BUILD_CONFIG_MODULES: dict[int, str] = {3: "flash_attn_config"}
+_PREFIX = "FLASHATTENTION_DISABLE_"
+HEAD_SIZE_KERNELS = (64, 96, 128, 192, 256)  # FA3's compiled head sizes (round_up_headdim)
+# switch -> what attnserve's every call needs and the switch removes
+_REFUSING = {"PAGEDKV": "paged KV cache", "VARLEN": "variable-length batches (cu_seqlens_q)"}
+
+
+@dataclass(frozen=True)
+class FlashAttnBuild:
+    """The compile-time switches of an installed FlashAttention build: the names, without the
+    ``FLASHATTENTION_DISABLE_`` prefix, of the features it compiled out (``"SOFTCAP"``, ``"HDIM96"``, ...)."""
+
+    version: int
+    disabled: frozenset[str]
+
+    def narrow(self, caps: BackendCapabilities) -> BackendCapabilities:
+        """``caps`` (this version's declared limits) less what the build compiled out; every narrowed field is
+        in ``build_limits`` with its switch, every missing necessity in ``build_refusals`` (module docstring)."""
+        changes: dict[str, Any] = {}
+        limits: list[tuple[str, str]] = []
+
+        def off(switch: str, field: str, value: Any, new: Any) -> None:
+            if switch in self.disabled and value != new:
+                changes[field] = new
+                limits.append((_capability_field(field), _PREFIX + switch))
+
+        off("SOFTCAP", "logits_soft_cap", caps.logits_soft_cap, False)
+        off("LOCAL", "sliding_window", caps.sliding_window, False)
+        off("FP8", "kv_cache_dtypes", caps.kv_cache_dtypes, tuple(d for d in caps.kv_cache_dtypes if "fp8" not in d))
+        off("FP16", "dtypes", caps.dtypes, tuple(d for d in caps.dtypes if d != torch.float16))
+        compiled = [h for h in HEAD_SIZE_KERNELS if f"HDIM{h}" not in self.disabled]
+        largest = max(compiled, default=0)
+        if caps.max_head_size is not None and largest < caps.max_head_size:
+            changes["max_head_size"] = largest
+            if not compiled:
+                changes["head_sizes"] = ()
+            cut = [_PREFIX + f"HDIM{h}" for h in HEAD_SIZE_KERNELS if h > largest and f"HDIM{h}" in self.disabled]
+            limits.append(("head_size", ", ".join(cut)))
+        refusals = tuple((_PREFIX + s, what) for s, what in _REFUSING.items() if s in self.disabled)
+        return dataclasses.replace(
+            caps,
+            **changes,
+            build_limits=caps.build_limits + tuple(limits),
+            build_refusals=caps.build_refusals + refusals,
+        )
+
+
+def _capability_field(field: str) -> str:
+    """The selector-config field (a reason's ``field``) a BackendCapabilities field limits."""
+    return {"kv_cache_dtypes": "kv_cache_dtype", "dtypes": "dtype"}.get(field, field)
+
+
+def installed_build(version: int) -> FlashAttnBuild | None:
+    """The installed build of FlashAttention ``version`` as its build config module records it, or None where
+    there is none to read (another version, FA3 not installed, a build without the file, a file without a
+    ``CONFIG["build_flags"]`` mapping). Imports only that small module (already imported: read from
+    ``sys.modules``), never the kernels."""
+    name = BUILD_CONFIG_MODULES.get(version)
+    if name is None:
+        return None
+    module = sys.modules.get(name)
+    if module is None:
+        if not package_installed(name):
+            return None
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # a broken file is no build description: the declared limits stand
+            return None
+    config = getattr(module, "CONFIG", None)
+    flags = config.get("build_flags") if isinstance(config, dict) else None
+    if not isinstance(flags, dict):
+        return None
+    disabled = frozenset(k.removeprefix(_PREFIX) for k, v in flags.items() if k.startswith(_PREFIX) and v is True)
+    return FlashAttnBuild(version, disabled)
+
+
+def as_built(version: int, caps: BackendCapabilities) -> BackendCapabilities:
+    """``caps``, FlashAttention ``version``'s declared limits, narrowed by its installed build (if it has a
+    build config); otherwise ``caps`` unchanged."""
+    build = installed_build(version)
+    return build.narrow(caps) if build is not None else caps
 
 
 def load_kernels(version: int) -> Any:
