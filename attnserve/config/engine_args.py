@@ -1,8 +1,8 @@
 """Engine arguments: flat names (``block_size``, ``attention_backend``, ...) -> one EngineConfig.
 
 Every surface (CLI flags, config files, ``LLM(**kwargs)``) speaks in flat engine-argument names. The
-name -> (sub-config, field) table is derived here, once, from the dataclass fields of EngineConfig's
-sub-configs, so a new field is a new flag, file key and keyword at once.
+name -> (sub-config, field) table is ``engine_arg_table.py``'s, derived from the dataclass fields of
+EngineConfig's sub-configs, so a new field is a new flag, file key and keyword at once.
 
 Each surface turns what the user gave into an ordered list of ``Setting``s; ``resolve`` applies them
 left to right (a later setting of the same key wins, so callers order them defaults < files < command
@@ -21,12 +21,19 @@ from typing import Any, Iterable, Mapping
 from attnserve.attention.registry import backend_name
 from attnserve.config.attention import AttentionConfig, parse_backend
 from attnserve.config.engine import EngineConfig
+from attnserve.config.engine_arg_table import (
+    ATTENTION_BACKEND,
+    ATTENTION_CONFIG,
+    ATTENTION_PREFIX,
+    engine_arg_aliases,
+    engine_arg_names,
+    engine_args,
+)
 from attnserve.config.env import warn_ignored_vllm_env
 from attnserve.config.fields import (
     HUMAN_INT_WORDS,
     ConfigError,
     allowed_values,
-    field_docs,
     field_types,
     parse_human_int,
     setting_path,
@@ -35,91 +42,6 @@ from attnserve.config.fields import (
 from attnserve.refusals import PYTHON, TEXT, Refusal, closest, spell_value
 
 logger = logging.getLogger(__name__)
-
-ATTENTION_BACKEND = "attention_backend"
-ATTENTION_CONFIG = "attention_config"
-ATTENTION_PREFIX = ATTENTION_CONFIG + "."
-
-
-@dataclass(frozen=True)
-class EngineArg:
-    """One flat engine argument: where its value lives in EngineConfig and how it is declared."""
-
-    name: str
-    """Flat name, e.g. ``block_size`` (the flag is ``--block-size``)."""
-    section: str | None
-    """The EngineConfig field holding it (``cache``), or None for EngineConfig's own fields."""
-    owner: type
-    """The dataclass declaring the field."""
-
-    @property
-    def field(self) -> dataclasses.Field:
-        return self.owner.__dataclass_fields__[self.name]  # type: ignore[attr-defined]
-
-    @property
-    def type(self) -> object:
-        return field_types(self.owner)[self.name]
-
-    @property
-    def default(self) -> Any:
-        return self.field.default
-
-    @property
-    def doc(self) -> str:
-        return field_docs(self.owner).get(self.name, self.name)
-
-    @property
-    def allowed(self) -> str:
-        return allowed_values(self.owner, self.name)
-
-    @property
-    def aliases(self) -> tuple[str, ...]:
-        """vLLM's other names of it (``num_gpu_blocks_override``), taken as flags, file keys and keywords."""
-        return tuple(self.field.metadata.get("aliases", ()))
-
-    @property
-    def human_readable(self) -> bool:
-        """Whether the command line and config files take it with vLLM's suffixes (``32k``, ``8G``)."""
-        return bool(self.field.metadata.get("human_readable"))
-
-
-@functools.cache
-def engine_args() -> dict[str, EngineArg]:
-    """Flat name -> EngineArg for every field of EngineConfig and its sub-configs except attention.
-
-    The attention config is reached through ``attention_backend`` and ``attention_config`` instead.
-    """
-    table: dict[str, EngineArg] = {}
-    for f in dataclasses.fields(EngineConfig):
-        tp = field_types(EngineConfig)[f.name]
-        if tp is AttentionConfig:
-            continue
-        members = (
-            [(sf.name, f.name, tp) for sf in dataclasses.fields(tp)]
-            if dataclasses.is_dataclass(tp)
-            else [(f.name, None, EngineConfig)]
-        )
-        for name, section, owner in members:
-            assert name not in table, f"engine argument {name} declared twice"  # flat names must be unique
-            table[name] = EngineArg(name, section, owner)  # type: ignore[arg-type]
-    return table
-
-
-@functools.cache
-def engine_arg_aliases() -> dict[str, str]:
-    """vLLM's spelling -> our flat name, e.g. ``kv_cache_memory_bytes`` -> ``kv_cache_memory``."""
-    return {alias: arg.name for arg in engine_args().values() for alias in arg.aliases}
-
-
-def engine_arg_names() -> list[str]:
-    """Every key a config file or ``LLM(...)`` accepts, each of vLLM's other spellings right after our name
-    (``num_gpu_blocks, num_gpu_blocks_override``): the valid keys of an unknown-key error, and the names its
-    suggestion is chosen from."""
-    return [
-        *(n for arg in engine_args().values() for n in (arg.name, *arg.aliases)),
-        ATTENTION_BACKEND,
-        ATTENTION_CONFIG,
-    ]
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from attnserve.config.fields import validate_fields
+from attnserve.refusals import Refusal, Refused
 
 
 @dataclass(frozen=True)
@@ -37,10 +39,23 @@ _LARGE_GPU_BYTES = 70 * (1 << 30)
 _GPU_BUDGETS = {True: {"llm": 16384, "server": 8192}, False: {"llm": 8192, "server": 2048}}
 CPU_MAX_NUM_BATCHED_TOKENS = 2048
 
+EngineUsage = Literal["llm", "server"]
+"""Which entry point runs the engine (vLLM's ``UsageContext``): ``"llm"`` (LLM, generate, offline benchmarks) or
+``"server"``; it picks the step token budget's default."""
 
-def default_max_num_batched_tokens(device_type: str, total_memory: int | None, usage: str) -> int:
-    """The step token budget when ``max_num_batched_tokens`` is unset. ``usage``: ``"llm"`` (LLM, generate,
-    offline benchmarks) or ``"server"``. ``total_memory``: the GPU's bytes (None: a small GPU)."""
+
+def check_usage(usage: object) -> EngineUsage:
+    """``usage`` if it is an :data:`EngineUsage`; raises Refused (path ``("usage",)``) for any other value."""
+    allowed = get_args(EngineUsage)
+    if usage not in allowed:
+        raise Refused(Refusal(("usage",), usage, ", ".join(map(repr, allowed))))
+    return usage  # type: ignore[return-value]
+
+
+def default_max_num_batched_tokens(device_type: str, total_memory: int | None, usage: EngineUsage) -> int:
+    """The step token budget when ``max_num_batched_tokens`` is unset, for ``usage`` (checked on every device:
+    :func:`check_usage`). ``total_memory``: the GPU's bytes (None: a small GPU)."""
+    check_usage(usage)
     if device_type != "cuda":
         return CPU_MAX_NUM_BATCHED_TOKENS
     return _GPU_BUDGETS[(total_memory or 0) >= _LARGE_GPU_BYTES][usage]

@@ -13,26 +13,17 @@ import logging
 
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
-from attnserve.config.scheduler import default_max_num_batched_tokens
-from attnserve.engine.bad_words import bad_words_token_ids
+from attnserve.config.scheduler import EngineUsage, check_usage, default_max_num_batched_tokens
 from attnserve.engine.block_manager import BlockManager
 from attnserve.engine.output_processor import OutputProcessor
 from attnserve.engine.request import FinishReason, Request
-from attnserve.engine.request_checks import (
-    EMPTY_PROMPT,
-    RequestValueError,
-    check_context_length,
-    check_not_empty,
-    check_token_ids,
-    token_id_words,
-)
-from attnserve.core.sampling_params import SamplingParams, SamplingParamsError, completion_seed
+from attnserve.engine.input_checks import InputChecks
+from attnserve.core.sampling_params import SamplingParams, completion_seed
 from attnserve.core.step import SchedulerOutput
 from attnserve.engine.scheduler import Scheduler
 from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError
 from attnserve.executor.loading import load_model
-from attnserve.refusals import Refusal, Refused
 from attnserve.structured_output.manager import StructuredOutputManager
 from attnserve.platforms import check_runnable_device, detect_platform
 from attnserve.model_executor.kv_cache import check_kv_cache_holds_max_model_len, kv_cache_size_key
@@ -40,13 +31,7 @@ from attnserve.model_executor.kv_cache import check_kv_cache_holds_max_model_len
 logger = logging.getLogger(__name__)
 
 
-def prompt_name(path: tuple[str | int, ...]) -> str:
-    """How a context-length error names the prompt at ``path``: ``the prompt`` for the one prompt of a call,
-    else its place (``prompts[1]``, ``messages[1]``)."""
-    return "the prompt" if len(path) == 1 else RequestValueError(path, None, "").where
-
-
-def resolve_step_budget(config: EngineConfig, usage: str) -> EngineConfig:
+def resolve_step_budget(config: EngineConfig, usage: EngineUsage) -> EngineConfig:
     """``config`` with ``scheduler.max_num_batched_tokens`` filled in when unset: vLLM's default for this device
     and ``usage`` ("llm" or "server"; see :func:`default_max_num_batched_tokens`). Raises ConfigError for a device
     that cannot run (as loading would)."""
@@ -75,15 +60,16 @@ class LLMEngine:
         *,
         warn_kv_cache_limit: bool = True,
         refuse_short_kv_cache: bool = False,
-        usage: str = "llm",
+        usage: EngineUsage = "llm",
     ) -> None:
         """Load the model and its executor. ``warn_kv_cache_limit`` False: the caller calls
         :meth:`warn_kv_cache_limit` itself, once it has checked its prompts (``attnserve generate``: a prompt the
         KV cache cannot hold is then one error line, not that warning and then the error). ``refuse_short_kv_cache``
         (the server): a KV cache that holds fewer tokens than max_model_len is an error (a ConfigError keyed to the
         KV-cache setting, naming the largest max_model_len that fits), as in vLLM, instead of that warning. ``usage``
-        ("llm" or "server"): which of vLLM's defaults an unset step token budget takes."""
-        config = resolve_step_budget(config, usage)
+        ("llm" or "server"; anything else is refused, a Refused at path ``usage``): which of vLLM's defaults an
+        unset step token budget takes."""
+        config = resolve_step_budget(config, check_usage(usage))
         self.config = config
         loaded = load_model(config)  # executor.loading: the checks, the tokenizer, the weights (GGUF-cache retry)
         self.hf_config, self.tokenizer, self.executor = loaded.hf_config, loaded.tokenizer, loaded.executor
@@ -115,6 +101,14 @@ class LLMEngine:
             self.vocab_size,
             self.eos_token_id,
             pin_memory=self.runner is not None and self.info.device.type == "cuda",
+        )
+        self.checks = InputChecks(
+            self.tokenizer,
+            self.vocab_size,
+            self.max_model_len,
+            config.model.max_logprobs,
+            self.scheduler.check_prompt_fits,
+            self.structured.compile,
         )
         self._ids = itertools.count()
         self.async_scheduling = resolve_async_scheduling(config, self.info.device)
@@ -159,65 +153,20 @@ class LLMEngine:
         return self.hf_config.vocab_size
 
     @property
-    def token_id_words(self) -> str:
-        """The allowed token ids in words, for errors: ``integer in [0, 49152), the vocabulary size``."""
-        return token_id_words(self.vocab_size)
-
-    @property
     def max_logprobs(self) -> int:
         """The most logprobs a request may ask for per token: ``--max-logprobs``, -1 = the vocabulary size."""
-        limit = self.config.model.max_logprobs
-        return self.vocab_size if limit == -1 else limit
+        return self.checks.max_logprobs
 
     def default_sampling_params(self) -> SamplingParams:
         """SamplingParams with the generation config's default values (vLLM's ``get_default_sampling_params``):
         what ``LLM.generate`` uses when it is given none."""
         return SamplingParams(**self.generation_defaults)
 
+    # the request checks (``input_checks``): add_request runs the first two; the server, ``LLM`` and ``attnserve
+    # generate`` run them first, to refuse a request before anything is queued
     def check_params(self, params: SamplingParams) -> None:
-        """Check what SamplingParams alone cannot: its values against this model and engine. Raises
-        SamplingParamsError (a ValueError) for more logprobs (or prompt_logprobs) than ``--max-logprobs`` allows,
-        ``logprobs 21 not allowed (allowed: integer in [0, 20], the engine's max_logprobs)``, and for a stop token
-        id outside the vocabulary, naming the first bad one and its index: ``stop_token_ids 50000 not allowed
-        (allowed: integer in [0, 49152), the vocabulary size)``; the same for ``allowed_token_ids`` and
-        ``logit_bias``' keys; it also tokenizes ``bad_words`` (``bad_words_token_ids``). :meth:`add_request` calls
-        it; the server and ``LLM.generate`` call it first, to refuse a request before anything is queued."""
-        for name in ("logprobs", "prompt_logprobs"):
-            value = getattr(params, name, None)
-            if value is not None and value > self.max_logprobs:
-                raise SamplingParamsError(
-                    name, value, f"integer in [0, {self.max_logprobs}], the engine's max_logprobs (--max-logprobs)"
-                )
-        for name in ("stop_token_ids", "allowed_token_ids"):
-            ids = getattr(params, name) or []
-            bad = next((i for i, t in enumerate(ids) if t >= self.vocab_size), None)
-            if bad is not None:
-                raise SamplingParamsError(name, ids[bad], self.token_id_words, index=bad)
-        bad = next((t for t in (params.logit_bias or {}) if t >= self.vocab_size), None)
-        if bad is not None:
-            raise SamplingParamsError("logit_bias", bad, f"token ids as keys: {self.token_id_words}")
-        if params.bad_words and params.bad_words_token_ids is None:
-            params.bad_words_token_ids = bad_words_token_ids(self.tokenizer, params.bad_words)
-        if params.structured_outputs is not None:  # compiled once here (cached): an invalid one is refused now
-            self.structured.compile(params.structured_outputs)
-
-    def tokenize(self, prompt: str | list[int], path: tuple[str | int, ...] = ("prompt",)) -> list[int]:
-        """The prompt's token ids (token ids as given). Raises ValueError for text holding a lone surrogate
-        (``"\\ud800"``: no Unicode character; the tokenizer would raise a TypeError), naming the prompt by ``path``."""
-        if not isinstance(prompt, str):
-            return list(prompt)
-        try:
-            prompt.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise Refused(
-                Refusal(
-                    path,
-                    prompt,
-                    "Unicode text",
-                    reason=f"holds a lone surrogate {prompt[e.start]!r} at index {e.start}",
-                )
-            ) from None
-        return self.tokenizer.encode(prompt)
+        """:meth:`InputChecks.check_params`: ``params`` against this model and engine."""
+        self.checks.check_params(params)
 
     def check_prompt(
         self,
@@ -225,41 +174,19 @@ class LLMEngine:
         path: tuple[str | int, ...] = ("prompt",),
         truncate_prompt_tokens: int | None = None,
     ) -> list[int]:
-        """Tokenize ``prompt`` and check that it fits; returns its token ids. ``path`` names the prompt in errors
-        (``("prompts", 1)``: the second of a batch); the checks and their words are ``request_checks``', which the
-        server and the CLI use too.
-
-        Raises RequestValueError (a ValueError: an empty prompt, ``prompt '' not allowed (allowed: a prompt of at
-        least 1 token)``; a token id that is not an integer in [0, vocab_size), named by its position,
-        ``prompt[2]``), PromptTooLongError (a prompt of max_model_len tokens or more), or the scheduler's ConfigError
-        (a ValueError keyed to the setting: a prompt the KV cache cannot hold, or, with chunked prefill off, over
-        max_num_batched_tokens). ``truncate_prompt_tokens`` (SamplingParams'): the prompt's last tokens only.
-        """
-        check_not_empty(prompt, path)  # before tokenizing: a tokenizer may turn "" into a lone BOS token
-        token_ids = self.truncate(self.tokenize(prompt, path), truncate_prompt_tokens)
-        if not token_ids:  # text that tokenizes to nothing
-            raise RequestValueError(path, prompt, EMPTY_PROMPT)
-        check_token_ids(token_ids, self.vocab_size, path)
-        check_context_length(len(token_ids), None, self.max_model_len, prompt_name(path))
-        self.scheduler.check_prompt_fits(len(token_ids))
-        return token_ids
+        """:meth:`InputChecks.check_prompt`: the prompt's token ids, once it is known to fit."""
+        return self.checks.check_prompt(prompt, path, truncate_prompt_tokens)
 
     def truncate(self, token_ids: list[int], truncate_prompt_tokens: int | None) -> list[int]:
-        """vLLM's ``truncate_prompt_tokens``: the last k tokens (k = -1: max_model_len); None: all of them."""
-        if truncate_prompt_tokens is None:
-            return token_ids
-        k = self.max_model_len if truncate_prompt_tokens == -1 else truncate_prompt_tokens
-        return token_ids[-k:]
+        """:meth:`InputChecks.truncate`: vLLM's ``truncate_prompt_tokens``."""
+        return self.checks.truncate(token_ids, truncate_prompt_tokens)
 
     def check_max_tokens(
         self, num_prompt_tokens: int, params: SamplingParams, path: tuple[str | int, ...] = ("prompt",)
     ) -> None:
-        """Raise MaxTokensTooLargeError when a checked prompt of ``num_prompt_tokens`` tokens and
-        ``params.max_tokens`` more exceed max_model_len (the server's rule and words: ``request_checks``);
-        ``params.max_tokens`` None (up to max_model_len) always fits. ``LLM.generate``, ``LLM.chat`` and
-        ``attnserve generate`` call it before queueing; :meth:`add_request` does not (a request it takes ends at
+        """:meth:`InputChecks.check_max_tokens`; :meth:`add_request` does not call it (a request it takes ends at
         max_model_len, finish_reason ``length``)."""
-        check_context_length(num_prompt_tokens, params.max_tokens, self.max_model_len, prompt_name(path))
+        self.checks.check_max_tokens(num_prompt_tokens, params, path)
 
     def add_request(
         self,

@@ -6,12 +6,14 @@ and import Triton, so only the dispatch modules (and the GEMV plan, which times 
 lazily. ``import attnserve`` imports no kernel library.
 
 - ``fused_ops``: RMSNorm (+ residual add), RoPE (+ Qwen3's q/k norm, + the KV-cache write), SwiGLU;
-  kernels in ``triton_fused_ops`` and ``triton_rope``. ``RopeInputs``: the tensors RoPE takes.
+  kernels in ``triton_fused_ops`` and ``triton_rope`` (whose per-token work TRITON_ATTN's decode kernel also
+  does inside itself). ``RopeInputs``: the tensors RoPE takes.
 - ``kv_write``: new K/V into the paged KV cache (``KVWriteTarget``); kernel in ``triton_kv_write``.
 - ``paged_kv_indices``: FlashInfer's page arrays from a step's block table; kernel in
   ``triton_paged_kv_indices``.
 - ``triton_attention``: TRITON_ATTN's paged attention; its definition is ``reference.py`` (the oracle
-  every attention backend is tested against).
+  every attention backend is tested against); ``attention_tiles``: how it cuts a step into tiles (plain
+  Python); ``triton_merge_splits``: the merge of its split-KV partial results.
 - ``argmax``: row-wise argmax (greedy sampling); kernel in ``triton_argmax``.
 - ``triton_gemv`` (its launch configurations in ``triton_gemv_config``), ``triton_greedy_head``: the
   skinny-GEMM GEMV and the fused greedy LM head; their definitions are ``F.linear`` and

@@ -9,13 +9,13 @@ one vector load (``PAGES_PER_TILE`` distinct addresses, as vLLM's kernel loads `
 per token of its ``TILE_SIZE`` tile), and K / V are loaded as ``(HEAD_PAD, BLOCK_N)`` / ``(BLOCK_N,
 HEAD_PAD)`` with per-token addresses; each iteration is then one ``(BLOCK_M, HEAD_PAD) @ (HEAD_PAD,
 BLOCK_N)`` dot instead of a dot per 16-token page (decode on a GPU is latency-bound at one page per
-iteration). ``PAGES_PER_TILE`` is chosen from the page size (``default_pages_per_tile``: tiles of
-``KV_TILE_TOKENS`` tokens, one page per tile for pages that large); ``PAGES_PER_TILE = 1`` is the first
-version's page-at-a-time loop (one scalar block-id load per iteration).
+iteration). ``PAGES_PER_TILE`` is chosen from the page size on the host (``attention_tiles.py``, with the
+query tiles); ``PAGES_PER_TILE = 1`` is the first version's page-at-a-time loop (one scalar block-id load per
+iteration).
 
 The split-KV variant gives each program a ``1/NUM_SPLITS`` slice of the KV tiles (a whole number of
-tiles) and writes a partial output and its log-sum-exp; a second kernel merges the slices. That keeps the
-GPU busy for decode batches too small to fill it.
+tiles) and writes a partial output and its log-sum-exp; a second kernel merges the slices
+(``triton_merge_splits.py``). That keeps the GPU busy for decode batches too small to fill it.
 
 The KV cache arrives as two views ``(num_blocks, block_size, Hkv, D)`` with any strides, so both the
 ``(2, N, ...)`` and ``(N, 2, ...)`` cache shapes and the NHD and HND memory orders work unchanged. An fp8
@@ -24,70 +24,172 @@ head, counted in the softmax's denominator only) start the online softmax of spl
 (as vLLM's kernel does), so the merge of the splits' log-sum-exps counts them once. Math is float32; ``input_precision="ieee"``
 keeps float32 models exact (Triton's default for float32 dot is TF32).
 
+The kernel's runtime arguments travel as small tuples (records: ``_paged_attention_kernel``'s docstring).
 Importing this module imports Triton: only backends import it, lazily.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from attnserve.kernels import pdl
+from attnserve.kernels.attention_tiles import (  # noqa: F401 (kv_tile_tokens, query_tiles: the builder's)
+    block_m_for,
+    default_pages_per_tile,
+    kv_tile_tokens,
+    next_power_of_2,
+    padded_head_size,
+    query_tiles,
+)
+from attnserve.kernels.triton_merge_splits import merge_splits, partial_results
 from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS, pdl_wait
-from attnserve.kernels.triton_rope import decode_rope_kv_write
+from attnserve.kernels.triton_rope import DecodeRope, rope_kv_write_token
 
 
 @triton.jit
-def _attn_tile_loop(
-    q,
-    acc,
-    m_i,
-    l_i,
-    q_pos,
-    row_valid,
-    seq_idx,
-    seq_len,
-    kvh,
-    kv_lo,
-    kv_hi,
-    k_ptr,
-    v_ptr,
-    bt_ptr,
-    stride_bt,
-    stride_kb,
-    stride_ks,
-    stride_kh,
-    stride_vb,
-    stride_vs,
-    stride_vh,
-    scale,
-    k_scale,
-    v_scale,
-    softcap,
-    window,
+def _paged_attention_kernel(
+    out_heads,
+    q_heads,
+    kc,
+    vc,
+    bt,
+    step,
+    parts,
+    sinks_ptr,
+    scores,
+    num_q_heads,
+    rope_args,
+    NUM_QPKV: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_M: tl.constexpr,
     HEAD: tl.constexpr,
     HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr,
     PAGES_PER_TILE: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
     USE_SOFTCAP: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     KV_FP8: tl.constexpr,
     PREC: tl.constexpr,
+    USE_PDL: tl.constexpr,
+    ROPE: tl.constexpr,
+    HQ: tl.constexpr,
+    HQ_PAD: tl.constexpr,
+    HK: tl.constexpr,
+    HK_PAD: tl.constexpr,
+    HALF: tl.constexpr,
+    HALF_PAD: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+    ROUND_Q: tl.constexpr,
+    ROUND_K: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    DECODE: tl.constexpr,
+    USE_SINKS: tl.constexpr,
 ):
-    """Online softmax over KV tiles ``[kv_lo, kv_hi)`` of ``BLOCK_N = PAGE * PAGES_PER_TILE`` tokens.
+    """Grid (num_query_tiles, Hkv, NUM_SPLITS): one query tile of one KV head, over one split of its KV.
+    ``USE_PDL``: launched with programmatic dependent launch (``kernels/pdl.py``); every input may come from
+    the kernels before it (the query, the KV just written, the step's metadata), so it waits first.
+    ``ROPE`` (decode tiles of one token each, ``NUM_SPLITS == 1``): the program first does the RoPE + KV-write
+    kernel's work for its token and KV head (``triton_rope.rope_kv_write_token``: its query heads and
+    key head rotated in place, the key and value stored in the cache), then, after a barrier that makes
+    those stores visible to the whole program, attends as usual: one kernel instead of two per layer.
+    ``DECODE`` (decode tiles of requests 0, 1, ... in order, one query token each): tile i is request i's
+    token i, known without loading the tile and query-start arrays, two dependent loads fewer before the
+    program's first KV load.
 
-    q: (BLOCK_M, HEAD_PAD) in the query dtype; acc: (BLOCK_M, HEAD_PAD) float32; m_i, l_i: (BLOCK_M,)
-    float32 running max and sum; q_pos: (BLOCK_M,) position of each row's query token; row_valid:
-    (BLOCK_M,) bool. Keys at positions >= seq_len (the ragged last tile) are neither loaded nor attended.
-    """
+    Records (tuples): ``out_heads``, ``q_heads``: ``(ptr, stride_t, stride_h)``; ``kc``, ``vc``: the key and
+    value cache views ``(ptr, stride_b, stride_s, stride_h, fp8 scale)``; ``bt``: ``(block table, row stride)``;
+    ``step``: ``(seq_lens, query_start_loc, tile_seq, tile_start)``; ``parts``: the split outputs and
+    log-sum-exps (``triton_merge_splits.partial_results``); ``scores``: ``(scale, softcap, window)``;
+    ``rope_args`` (ROPE only): ``triton_rope.rope_arguments``' for the step's new tokens."""
+    out_ptr, stride_ot, stride_oh = out_heads
+    q_ptr, stride_qt, stride_qh = q_heads
+    k_ptr, stride_kb, stride_ks, stride_kh, k_scale = kc
+    v_ptr, stride_vb, stride_vs, stride_vh, v_scale = vc
+    seq_lens_ptr, qsl_ptr, tile_seq_ptr, tile_start_ptr = step
+    scale, softcap, window = scores
     BLOCK_N: tl.constexpr = PAGE * PAGES_PER_TILE
+    tile = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    pdl_wait(USE_PDL)
+    if DECODE:
+        seq_idx = tile
+        q_tile_start = 0
+        q_begin = tile
+    else:
+        seq_idx = tl.load(tile_seq_ptr + tile)
+        q_tile_start = tl.load(tile_start_ptr + tile)  # first query token of this tile, relative to its request
+        q_begin = tl.load(qsl_ptr + seq_idx)
+    if ROPE:
+        rope_kv_write_token(
+            q_begin.to(tl.int64),
+            rope_args,
+            kvh,
+            kvh + 1,
+            True,
+            True,
+            HQ,
+            HQ_PAD,
+            HK,
+            HK_PAD,
+            HALF,
+            HALF_PAD,
+            HAS_NORM,
+            ROUND_Q,
+            ROUND_K,
+            PAGE,
+            KV_FP8,
+            INTERPRET,
+            True,
+        )
+        tl.debug_barrier()
+    if DECODE:
+        q_len = 1
+    else:
+        q_len = tl.load(qsl_ptr + seq_idx + 1) - q_begin
+    seq_len = tl.load(seq_lens_ptr + seq_idx)
+    context = seq_len - q_len
+
+    offs_m = tl.arange(0, BLOCK_M)
+    q_tok = q_tile_start + offs_m // NUM_QPKV
+    head = kvh * NUM_QPKV + offs_m % NUM_QPKV
+    row_valid = (offs_m // NUM_QPKV < BLOCK_Q) & (q_tok < q_len)
+    q_pos = context + q_tok
     offs_d = tl.arange(0, HEAD_PAD)
     d_mask = offs_d < HEAD
+    q = tl.load(
+        q_ptr + (q_begin + q_tok)[:, None].to(tl.int64) * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+        mask=row_valid[:, None] & d_mask[None, :],
+        other=0.0,
+    )
+
+    # KV tiles this query tile needs: up to the last query's position; with a window, from the first
+    # query's window
+    last_pos = tl.minimum(context + q_tile_start + BLOCK_Q, seq_len)  # exclusive
+    kv_hi = tl.cdiv(last_pos, BLOCK_N)
+    kv_lo = 0
+    if USE_WINDOW:
+        kv_lo = tl.maximum(context + q_tile_start - window + 1, 0) // BLOCK_N
+    if NUM_SPLITS > 1:  # each split owns a whole number of KV tiles; trailing splits may own none
+        per_split = tl.cdiv(kv_hi - kv_lo, NUM_SPLITS)
+        kv_lo = kv_lo + split * per_split
+        kv_hi = tl.minimum(kv_hi, kv_lo + per_split)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    if USE_SINKS:  # split 0 starts from the sink: exp(sink - m) = 1 at m = sink
+        with_sink = row_valid & (split == 0)
+        sink = tl.load(sinks_ptr + head, mask=with_sink, other=0.0).to(tl.float32)
+        m_i = tl.where(with_sink, sink, m_i)
+        l_i = tl.where(with_sink, 1.0, l_i)
+    acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
+    # online softmax over KV tiles [kv_lo, kv_hi); keys at positions >= seq_len (the ragged last tile) are
+    # neither loaded nor attended
     offs_n = tl.arange(0, BLOCK_N)
-    bt_row = bt_ptr + seq_idx * stride_bt
+    bt_row = bt[0] + seq_idx * bt[1]
     for j in range(kv_lo, kv_hi):
         k_pos = j * BLOCK_N + offs_n
         n_valid = k_pos < seq_len
@@ -132,239 +234,15 @@ def _attn_tile_loop(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
         m_i = m_new
-    return acc, m_i, l_i
-
-
-@triton.jit
-def _paged_attention_kernel(
-    out_ptr,
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    bt_ptr,
-    seq_lens_ptr,
-    qsl_ptr,
-    tile_seq_ptr,
-    tile_start_ptr,
-    part_out_ptr,
-    part_lse_ptr,
-    sinks_ptr,
-    stride_qt,
-    stride_qh,
-    stride_ot,
-    stride_oh,
-    stride_bt,
-    stride_kb,
-    stride_ks,
-    stride_kh,
-    stride_vb,
-    stride_vs,
-    stride_vh,
-    scale,
-    k_scale,
-    v_scale,
-    softcap,
-    window,
-    num_q_heads,
-    # ROPE only (decode tiles, one split): RoPE (+ q/k norm) of each request's new token and its KV write
-    pos_ptr,
-    key_ptr,
-    value_ptr,
-    cos_ptr,
-    sin_ptr,
-    qw_ptr,
-    kw_ptr,
-    slot_ptr,
-    stride_knt,
-    stride_knh,
-    stride_vnt,
-    stride_vnh,
-    stride_cos,
-    q_eps,
-    k_eps,
-    fmax,
-    NUM_QPKV: tl.constexpr,
-    BLOCK_Q: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    HEAD: tl.constexpr,
-    HEAD_PAD: tl.constexpr,
-    PAGE: tl.constexpr,
-    PAGES_PER_TILE: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
-    USE_SOFTCAP: tl.constexpr,
-    USE_WINDOW: tl.constexpr,
-    KV_FP8: tl.constexpr,
-    PREC: tl.constexpr,
-    USE_PDL: tl.constexpr,
-    ROPE: tl.constexpr,
-    HQ: tl.constexpr,
-    HQ_PAD: tl.constexpr,
-    HK: tl.constexpr,
-    HK_PAD: tl.constexpr,
-    HALF: tl.constexpr,
-    HALF_PAD: tl.constexpr,
-    HAS_NORM: tl.constexpr,
-    ROUND_Q: tl.constexpr,
-    ROUND_K: tl.constexpr,
-    INTERPRET: tl.constexpr,
-    DECODE: tl.constexpr,
-    USE_SINKS: tl.constexpr,
-):
-    """Grid (num_query_tiles, Hkv, NUM_SPLITS): one query tile of one KV head, over one split of its KV.
-    ``USE_PDL``: launched with programmatic dependent launch (``kernels/pdl.py``); every input may come from
-    the kernels before it (the query, the KV just written, the step's metadata), so it waits first.
-    ``ROPE`` (decode tiles of one token each, ``NUM_SPLITS == 1``): the program first does the RoPE + KV-write
-    kernel's work for its token and KV head (``triton_rope.decode_rope_kv_write``: its query heads and
-    key head rotated in place, the key and value stored in the cache), then, after a barrier that makes
-    those stores visible to the whole program, attends as usual: one kernel instead of two per layer.
-    ``DECODE`` (decode tiles of requests 0, 1, ... in order, one query token each): tile i is request i's
-    token i, known without loading the tile and query-start arrays, two dependent loads fewer before the
-    program's first KV load."""
-    BLOCK_N: tl.constexpr = PAGE * PAGES_PER_TILE
-    tile = tl.program_id(0)
-    kvh = tl.program_id(1)
-    split = tl.program_id(2)
-    pdl_wait(USE_PDL)
-    if DECODE:
-        seq_idx = tile
-        q_tile_start = 0
-        q_begin = tile
-    else:
-        seq_idx = tl.load(tile_seq_ptr + tile)
-        q_tile_start = tl.load(tile_start_ptr + tile)  # first query token of this tile, relative to its request
-        q_begin = tl.load(qsl_ptr + seq_idx)
-    if ROPE:
-        decode_rope_kv_write(
-            q_begin.to(tl.int64),
-            kvh,
-            pos_ptr,
-            q_ptr,
-            key_ptr,
-            value_ptr,
-            cos_ptr,
-            sin_ptr,
-            qw_ptr,
-            kw_ptr,
-            slot_ptr,
-            k_ptr,
-            v_ptr,
-            stride_qt,
-            stride_qh,
-            stride_knt,
-            stride_knh,
-            stride_vnt,
-            stride_vnh,
-            stride_cos,
-            q_eps,
-            k_eps,
-            stride_kb,
-            stride_ks,
-            stride_kh,
-            stride_vb,
-            stride_vs,
-            stride_vh,
-            k_scale,
-            v_scale,
-            fmax,
-            HQ,
-            HQ_PAD,
-            HK,
-            HK_PAD,
-            HALF,
-            HALF_PAD,
-            HAS_NORM,
-            ROUND_Q,
-            ROUND_K,
-            PAGE,
-            KV_FP8,
-            INTERPRET,
-        )
-        tl.debug_barrier()
-    if DECODE:
-        q_len = 1
-    else:
-        q_len = tl.load(qsl_ptr + seq_idx + 1) - q_begin
-    seq_len = tl.load(seq_lens_ptr + seq_idx)
-    context = seq_len - q_len
-
-    offs_m = tl.arange(0, BLOCK_M)
-    q_tok = q_tile_start + offs_m // NUM_QPKV
-    head = kvh * NUM_QPKV + offs_m % NUM_QPKV
-    row_valid = (offs_m // NUM_QPKV < BLOCK_Q) & (q_tok < q_len)
-    q_pos = context + q_tok
-    offs_d = tl.arange(0, HEAD_PAD)
-    d_mask = offs_d < HEAD
-    q = tl.load(
-        q_ptr + (q_begin + q_tok)[:, None].to(tl.int64) * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-        mask=row_valid[:, None] & d_mask[None, :],
-        other=0.0,
-    )
-
-    # KV tiles this query tile needs: up to the last query's position; with a window, from the first
-    # query's window
-    last_pos = tl.minimum(context + q_tile_start + BLOCK_Q, seq_len)  # exclusive
-    kv_hi = tl.cdiv(last_pos, BLOCK_N)
-    kv_lo = 0
-    if USE_WINDOW:
-        kv_lo = tl.maximum(context + q_tile_start - window + 1, 0) // BLOCK_N
-    if NUM_SPLITS > 1:  # each split owns a whole number of KV tiles; trailing splits may own none
-        per_split = tl.cdiv(kv_hi - kv_lo, NUM_SPLITS)
-        kv_lo = kv_lo + split * per_split
-        kv_hi = tl.minimum(kv_hi, kv_lo + per_split)
-
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    if USE_SINKS:  # split 0 starts from the sink: exp(sink - m) = 1 at m = sink
-        with_sink = row_valid & (split == 0)
-        sink = tl.load(sinks_ptr + head, mask=with_sink, other=0.0).to(tl.float32)
-        m_i = tl.where(with_sink, sink, m_i)
-        l_i = tl.where(with_sink, 1.0, l_i)
-    acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
-    acc, m_i, l_i = _attn_tile_loop(
-        q,
-        acc,
-        m_i,
-        l_i,
-        q_pos,
-        row_valid,
-        seq_idx,
-        seq_len,
-        kvh,
-        kv_lo,
-        kv_hi,
-        k_ptr,
-        v_ptr,
-        bt_ptr,
-        stride_bt,
-        stride_kb,
-        stride_ks,
-        stride_kh,
-        stride_vb,
-        stride_vs,
-        stride_vh,
-        scale,
-        k_scale,
-        v_scale,
-        softcap,
-        window,
-        HEAD,
-        HEAD_PAD,
-        PAGE,
-        PAGES_PER_TILE,
-        USE_SOFTCAP,
-        USE_WINDOW,
-        KV_FP8,
-        PREC,
-    )
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
     tok = (q_begin + q_tok).to(tl.int64)
     if NUM_SPLITS > 1:
         # partials: (T, Hq, NUM_SPLITS, HEAD_PAD) and (T, Hq, NUM_SPLITS), float32
         row = (tok * num_q_heads + head) * NUM_SPLITS + split
-        tl.store(part_out_ptr + row[:, None] * HEAD_PAD + offs_d[None, :], out, mask=row_valid[:, None])
+        tl.store(parts[0] + row[:, None] * HEAD_PAD + offs_d[None, :], out, mask=row_valid[:, None])
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log(l_safe))
-        tl.store(part_lse_ptr + row, lse, mask=row_valid)
+        tl.store(parts[1] + row, lse, mask=row_valid)
     else:
         tl.store(
             out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
@@ -373,158 +251,27 @@ def _paged_attention_kernel(
         )
 
 
-@triton.jit
-def _merge_splits_kernel(
-    out_ptr,
-    part_out_ptr,
-    part_lse_ptr,
-    tok_offset,
-    stride_ot,
-    stride_oh,
-    num_q_heads,
-    NUM_SPLITS: tl.constexpr,
-    HEAD: tl.constexpr,
-    HEAD_PAD: tl.constexpr,
-    USE_PDL: tl.constexpr,
-):
-    pdl_wait(USE_PDL)
-    tok = tl.program_id(0).to(tl.int64) + tok_offset
-    head = tl.program_id(1)
-    offs_s = tl.arange(0, NUM_SPLITS)
-    offs_d = tl.arange(0, HEAD_PAD)
-    row = (tok * num_q_heads + head) * NUM_SPLITS
-    lse = tl.load(part_lse_ptr + row + offs_s)
-    lse_max = tl.max(lse, 0)
-    w = tl.where(lse == float("-inf"), 0.0, tl.exp(lse - lse_max))
-    o = tl.load(part_out_ptr + (row + offs_s)[:, None] * HEAD_PAD + offs_d[None, :])
-    merged = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
-    tl.store(
-        out_ptr + tok * stride_ot + head * stride_oh + offs_d, merged.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD
-    )
-
-
-# tokens per KV tile of the attention loop (BLOCK_N) when the page is smaller: decode's loads and dots
-# are then 64 tokens wide instead of one 16-token page per iteration ...
-KV_TILE_TOKENS = 64
-# ... as long as one K tile (BLOCK_N x HEAD_PAD elements) stays within 16 KiB: Triton stages K and V
-# through shared memory, pipelined over 3 iterations by default (2 in decode launches:
-# ``triton_attn._DECODE_LAUNCH``), so 16 KiB tiles keep a program near 40 KB (sm_90 build: 16-bit, head
-# 128, 64 tokens: 39 KB, 152 registers). Wider tiles for float32 or head 256 would need 76-152 KB (more
-# than sm_75/sm_8x's per-block limit, and spills for float32/256).
-KV_TILE_BYTES = 16 * 1024
-
-
-def default_pages_per_tile(
-    page_size: int, head_pad: int = 128, elem_bytes: int = 2, tile_tokens: int = KV_TILE_TOKENS
-) -> int:
-    """Pages per KV tile: the largest power of two <= ``tokens // page_size``, at least one, where
-    ``tokens = min(tile_tokens, KV_TILE_BYTES // (head_pad * elem_bytes))``; ``elem_bytes`` is the larger
-    of the query's and the cache's element sizes. 16-bit, head <= 128: pages of 16 -> 4, 32 -> 2, 64 and up
-    -> 1 (pages that large are one page per tile); float32 or head 256: tiles of 32 tokens."""
-    tokens = min(tile_tokens, KV_TILE_BYTES // (head_pad * elem_bytes))
-    n = max(1, tokens // page_size)
-    return 1 << (n.bit_length() - 1)
-
-
-def kv_tile_tokens(page_size: int, head_size: int, elem_bytes: int) -> int:
-    """Tokens per KV tile of the attention loop for this page size, head size and element size (the larger
-    of the query's and the cache's): ``default_pages_per_tile`` pages, as :func:`paged_attention` picks them."""
-    head_pad = max(16, triton.next_power_of_2(head_size))
-    return default_pages_per_tile(page_size, head_pad, elem_bytes) * page_size
-
-
-def block_m_for(num_queries_per_kv: int) -> tuple[int, int]:
-    """(BLOCK_M rows, BLOCK_Q query tokens) of a tile: at least 16 rows (tl.dot's minimum)."""
-    block_m = max(16, triton.next_power_of_2(num_queries_per_kv))
-    return block_m, block_m // num_queries_per_kv
-
-
-def query_tiles(
-    query_start_loc_cpu: torch.Tensor, block_q: int, first_req: int = 0, last_req: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per tile of ``block_q`` query tokens: its request index and first token (relative to the request).
-
-    Computed on the host once per step (the builder's job), over requests ``[first_req, last_req)``.
-    """
-    qsl = query_start_loc_cpu.tolist()
-    last_req = len(qsl) - 1 if last_req is None else last_req
-    seqs, starts = [], []
-    for i in range(first_req, last_req):
-        q_len = qsl[i + 1] - qsl[i]
-        for s in range(0, q_len, block_q):
-            seqs.append(i)
-            starts.append(s)
-    return torch.tensor(seqs, dtype=torch.int32), torch.tensor(starts, dtype=torch.int32)
-
-
 # decode calls take tile i as request i's token i (``paged_attention(decode=True)``); a module switch for
 # same-process A/Bs (``benchmarks/gpu/bench_engine_variants.py``)
 DECODE_DIRECT = True
 
 
-@dataclass(frozen=True)
-class DecodeRope:
-    """What ``rotary_embedding_kv_write`` would take for a decode step's tokens, for :func:`paged_attention` to
-    do that work inside its kernel (``Attention.forward_with_rope`` through TRITON_ATTN's ``forward_with_rope``)."""
-
-    positions: torch.Tensor  # (T,) int64
-    key: torch.Tensor  # (T, Hkv, D) the new keys, rotated in place; last dim contiguous
-    value: torch.Tensor  # (T, Hkv, D) the new values; last dim contiguous
-    cos_cache: torch.Tensor  # (max_position, D/2) float32
-    sin_cache: torch.Tensor  # (max_position, D/2) float32
-    slot_mapping: torch.Tensor  # (T,) int64 cache slot of each token, -1: not stored
-    q_norm: tuple[torch.Tensor, float] | None = None  # (weight (D,), eps): RMSNorm of each query head first
-    k_norm: tuple[torch.Tensor, float] | None = None
+_ROPE_CONSTEXPRS = ("HQ", "HQ_PAD", "HK", "HK_PAD", "HALF", "HALF_PAD", "HAS_NORM", "ROUND_Q", "ROUND_K")
+_NO_ROPE = dict(ROPE=False, **dict.fromkeys(_ROPE_CONSTEXPRS[:6], 1), **dict.fromkeys(_ROPE_CONSTEXPRS[6:], False))
 
 
 def _rope_arguments(
-    rope: DecodeRope | None, query: torch.Tensor, key_cache: torch.Tensor, num_splits: int, launch: dict | None
-) -> tuple[tuple, dict]:
-    """The kernel's ROPE arguments and constexprs (placeholders without ``rope``)."""
+    rope: DecodeRope | None, query: torch.Tensor, caches: tuple, num_splits: int, launch: dict | None
+) -> tuple[tuple | None, dict]:
+    """The kernel's ``rope_args`` and ROPE constexprs (placeholders without ``rope``): ``triton_rope``'s, for the
+    new tokens' RoPE and their KV write to ``caches`` (key cache, value cache, k_scale, v_scale)."""
     if rope is None:
-        return (query,) * 8 + (0,) * 5 + (0.0, 0.0, 0.0), dict(
-            ROPE=False,
-            HQ=1,
-            HQ_PAD=1,
-            HK=1,
-            HK_PAD=1,
-            HALF=1,
-            HALF_PAD=1,
-            HAS_NORM=False,
-            ROUND_Q=False,
-            ROUND_K=False,
-            INTERPRET=INTERPRETED,
-        )
-    from attnserve.kernels.triton_kv_write import cache_fp8_max
-    from attnserve.kernels.triton_rope import rope_launch
-
+        return None, _NO_ROPE
     assert num_splits == 1, "RoPE inside the attention kernel needs one program per token and KV head"
     # the q/k norm's sums add in the RoPE kernel's order only on its tiles and warps
     assert (launch or {}).get("num_warps", 4) == 4, launch
-    key, value = rope.key, rope.value
-    assert value.shape == key.shape and value.dtype == key.dtype and value.stride(-1) == 1
-    assert rope.slot_mapping.shape == (query.shape[0],) and rope.slot_mapping.dtype == torch.int64
-    (qw, kw, q_eps, k_eps), meta = rope_launch(query, key, rope.cos_cache, rope.sin_cache, rope.q_norm, rope.k_norm)
-    args = (
-        rope.positions,
-        key,
-        value,
-        rope.cos_cache,
-        rope.sin_cache,
-        qw,
-        kw,
-        rope.slot_mapping,
-        key.stride(0),
-        key.stride(1),
-        value.stride(0),
-        value.stride(1),
-        rope.cos_cache.stride(0),
-        q_eps,
-        k_eps,
-        cache_fp8_max(key_cache)[1],
-    )
-    names = ("HQ", "HQ_PAD", "HK", "HK_PAD", "HALF", "HALF_PAD", "HAS_NORM", "ROUND_Q", "ROUND_K", "INTERPRET")
-    return args, dict(ROPE=True, **{n: meta[n] for n in names})
+    args, meta = rope.arguments(query, *caches)
+    return args, dict(ROPE=True, **{n: meta[n] for n in _ROPE_CONSTEXPRS})
 
 
 def paged_attention(
@@ -570,7 +317,7 @@ def paged_attention(
     assert key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1 and query.stride(-1) == 1
     num_qpkv = num_heads // num_kv_heads
     block_m, block_q = block_m_for(num_qpkv)
-    head_pad = max(16, triton.next_power_of_2(head))
+    head_pad = padded_head_size(head)
     if pages_per_tile is None:
         elem_bytes = max(query.element_size(), key_cache.element_size())
         pages_per_tile = default_pages_per_tile(page, head_pad, elem_bytes)
@@ -582,41 +329,21 @@ def paged_attention(
     prec = "ieee" if query.dtype == torch.float32 else None  # None: the default for 16-bit inputs
     part_out = part_lse = out  # unused placeholders when not splitting
     if num_splits > 1:
-        num_splits = triton.next_power_of_2(num_splits)
-        part_out = torch.empty((num_tokens, num_heads, num_splits, head_pad), dtype=torch.float32, device=query.device)
-        part_lse = torch.empty((num_tokens, num_heads, num_splits), dtype=torch.float32, device=query.device)
-    rope_args, rope_meta = _rope_arguments(rope, query, key_cache, num_splits, launch)
+        num_splits = next_power_of_2(num_splits)
+        part_out, part_lse = partial_results(num_tokens, num_heads, num_splits, head_pad, query.device)
+    rope_args, rope_meta = _rope_arguments(rope, query, (key_cache, value_cache, k_scale, v_scale), num_splits, launch)
     _paged_attention_kernel[(num_tiles, num_kv_heads, num_splits)](
-        out,
-        query,
-        key_cache,
-        value_cache,
-        block_table,
-        seq_lens,
-        query_start_loc,
-        tile_seq,
-        tile_start,
-        part_out,
-        part_lse,
+        (out, out.stride(0), out.stride(1)),
+        (query, query.stride(0), query.stride(1)),
+        (key_cache, *key_cache.stride()[:3], k_scale),
+        (value_cache, *value_cache.stride()[:3], v_scale),
+        (block_table, block_table.stride(0)),
+        (seq_lens, query_start_loc, tile_seq, tile_start),
+        (part_out, part_lse),
         sinks if sinks is not None else out,
-        query.stride(0),
-        query.stride(1),
-        out.stride(0),
-        out.stride(1),
-        block_table.stride(0),
-        key_cache.stride(0),
-        key_cache.stride(1),
-        key_cache.stride(2),
-        value_cache.stride(0),
-        value_cache.stride(1),
-        value_cache.stride(2),
-        scale,
-        k_scale,
-        v_scale,
-        logits_soft_cap or 0.0,
-        sliding_window or 0,
+        (scale, logits_soft_cap or 0.0, sliding_window or 0),
         num_heads,
-        *rope_args,
+        rope_args,
         NUM_QPKV=num_qpkv,
         BLOCK_Q=block_q,
         BLOCK_M=block_m,
@@ -631,24 +358,12 @@ def paged_attention(
         PREC=prec,
         DECODE=decode and DECODE_DIRECT,
         USE_SINKS=sinks is not None,
+        INTERPRET=INTERPRETED,
         **rope_meta,
         **LAUNCH_OPTIONS,
         **pdl.launch(query),
         **(launch or {}),
     )
     if num_splits > 1:
-        first, end = split_token_range if split_token_range is not None else (0, num_tokens)
-        _merge_splits_kernel[(end - first, num_heads)](
-            out,
-            part_out,
-            part_lse,
-            first,
-            out.stride(0),
-            out.stride(1),
-            num_heads,
-            NUM_SPLITS=num_splits,
-            HEAD=head,
-            HEAD_PAD=head_pad,
-            **pdl.launch(query),
-        )
+        merge_splits(out, part_out, part_lse, split_token_range or (0, num_tokens), head)
     return out

@@ -4,12 +4,10 @@ Shapes and dtypes: ``x`` (M, K) and ``weight`` (N, K), both float32, float16 or 
 K contiguous (``nn.Linear``'s layout, what ``F.linear`` takes); ``bias`` (N,) or None; ``y`` (M, N) in x's
 dtype. Products are summed in float32 and rounded once, after the bias, as cuBLAS does.
 
-Why: at batch 1..8 a linear layer reads its whole weight to produce a few outputs, so its time is the weight
-bytes over memory bandwidth; cuBLAS's small-M kernels stay well below that bandwidth, and for the 2-12 MB
-matrices of a 0.6B model they are latency-bound (apparently too few thread blocks, no split-K). At batch
-16..64 (the CUDA-graph decode buckets 16, 32, 48, 64) the GEMMs are still weight-bound (2 * 64 FLOPs per weight
-byte is far below the tensor cores' ratio) and cuBLAS is still latency-bound (``benchmarks/gpu/bench_gemv.py``;
-figures in docs/benchmarks.md). This kernel is the usual memory-bound design, as in vLLM's ROCm "skinny GEMMs" for small batches
+Why: at batch 1..64 (the CUDA-graph decode buckets) a linear layer reads its whole weight to produce a few
+outputs (2 * 64 FLOPs per weight byte is far below the tensor cores' ratio), so its time is the weight bytes
+over memory bandwidth, which cuBLAS's small-M kernels do not reach for small matrices (docs/benchmarks.md).
+This kernel is the usual memory-bound design, as in vLLM's ROCm "skinny GEMMs" for small batches
 (``csrc/rocm/skinny_gemms.cu``, ``wvSplitK``, switched by ``VLLM_ROCM_USE_SKINNY_GEMM``): each program
 streams a ``BLOCK_N x BLOCK_K`` tile of the weight per step with 16-byte loads along K, uses it for every
 row of x (the weight is read once for all M rows), and K is split over ``SPLIT_K`` programs when N alone
@@ -23,8 +21,7 @@ Two ways to multiply a tile (``GemvConfig.dot``):
   rows padded to a power of two >= 16 (16, 32 or 64) as its N side ("swap AB"), so a tile of 64+ weight
   rows is one MMA operand; the loads are then pipelined ``num_stages`` deep through shared memory
   (``(BLOCK_N + BLOCK_M) * BLOCK_K`` elements per stage). The default for M >= 3 in 16-bit floats, and
-  the only path past 16 rows (float32 too: an IEEE float32 dot). (The defaults are unmeasured guesses;
-  ``benchmarks/gpu/bench_gemv.py`` settles them.)
+  the only path past 16 rows (float32 too: an IEEE float32 dot).
 
 Split-K reduction in one launch (the CUDA samples' ``threadFenceReduction``: the last block reduces): each
 split writes its float32 partial tile to a workspace, then takes a ticket from a per-tile counter; the
@@ -69,8 +66,6 @@ from attnserve.kernels.triton_gemv_config import (  # noqa: F401 (MAX_FMA_M ...:
     default_config,
     fit_config,
 )
-
-# split-K counters per device: one per N tile of a split launch (65536 tiles of >= 8 rows: N <= 524288)
 
 
 def prepare(device: torch.device | str) -> torch.Tensor:
@@ -241,7 +236,18 @@ def _gemv_kernel(
         width = N
     tile = offs_m[:, None] * width + (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
     tile_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if not SPLIT:
+    last = True  # this program stores y: without split-K each one, else the split that draws the last ticket
+    if SPLIT:
+        tl.store(part_ptr + pid_k * M * width + tile, acc, mask=tile_mask)
+        # every thread's partial is stored before the ticket (a CTA barrier, then the atomic's release at
+        # GPU scope); the last split's loads below come after its acquire
+        tl.debug_barrier()
+        last = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel", scope="gpu") == splits - 1
+        if last:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(0, splits):  # split order, whoever came last: deterministic
+                acc += tl.load(part_ptr + s * M * width + tile, mask=tile_mask, other=0.0, cache_modifier=".cg")
+    if last:
         _store_y(
             y_ptr,
             acc,
@@ -259,33 +265,7 @@ def _gemv_kernel(
             OUT_ACT,
             INTERPRET,
         )
-    else:
-        tl.store(part_ptr + pid_k * M * width + tile, acc, mask=tile_mask)
-        # every thread's partial is stored before the ticket (a CTA barrier, then the atomic's release at
-        # GPU scope); the last split's loads below come after its acquire
-        tl.debug_barrier()
-        ticket = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-        if ticket == splits - 1:
-            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for s in range(0, splits):  # split order, whoever came last: deterministic
-                total += tl.load(part_ptr + s * M * width + tile, mask=tile_mask, other=0.0, cache_modifier=".cg")
-            _store_y(
-                y_ptr,
-                total,
-                b_ptr,
-                rows_n,
-                offs_m,
-                offs_n,
-                pid_n,
-                M,
-                N,
-                stride_ym,
-                BLOCK_M,
-                BLOCK_N,
-                HAS_BIAS,
-                OUT_ACT,
-                INTERPRET,
-            )
+        if SPLIT:
             tl.atomic_xchg(count_ptr + pid_n, 0)  # ready for the next launch
 
 

@@ -4,7 +4,8 @@ import pytest
 
 from attnserve.config import EngineConfig
 from attnserve.config.scheduler import SchedulerConfig, default_max_num_batched_tokens
-from attnserve.engine.llm_engine import resolve_step_budget
+from attnserve.engine.llm_engine import LLMEngine, resolve_step_budget
+from attnserve.refusals import Refused
 
 GIB = 1 << 30
 
@@ -35,3 +36,16 @@ def test_unset_budget_is_filled_for_the_device():
 def test_explicit_budget_is_kept():
     config = EngineConfig(device="cpu", scheduler=SchedulerConfig(max_num_batched_tokens=512))
     assert resolve_step_budget(config, "server") is config
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+def test_an_unknown_usage_is_refused_on_every_device(device_type):
+    with pytest.raises(Refused) as e:
+        default_max_num_batched_tokens(device_type, 141 * GIB, "serve")
+    assert (e.value.path, e.value.value, e.value.allowed) == (("usage",), "serve", "'llm', 'server'")
+
+
+def test_the_engine_refuses_an_unknown_usage_before_loading():
+    with pytest.raises(Refused) as e:
+        LLMEngine(EngineConfig(device="cpu", scheduler=SchedulerConfig(max_num_batched_tokens=512)), usage="serve")
+    assert e.value.path == ("usage",) and e.value.value == "serve"

@@ -2,7 +2,7 @@
 -m gpu -s``), compiled, where the interpreter tests (tests/kernels/test_rope_kv_write.py,
 tests/attention/test_kv_write_target.py) cannot reach:
 
-* the kernel: bitwise equal to ``_rotary_kernel`` then ``reshape_and_cache`` on every case of
+* the kernel: bitwise equal to ``_rope_kernel`` then ``reshape_and_cache`` on every case of
   ``tests/kernels/rope_kv_cases.py`` (the q/k norm's float32 sums must add in the same order in both), and
   inside a CUDA graph;
 * every installed GPU backend (FLASH_ATTN 2/3/4, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION): one step through

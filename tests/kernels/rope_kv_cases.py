@@ -3,7 +3,7 @@ interpreter (``python -m tests.kernels.rope_kv_cases IN OUT`` with ``TRITON_INTE
 ``fused_cases.py`` for why it is a process of its own).
 
 Each case runs two ways, each on its own copy of the fused qkv output and of the cache: ``fused`` (the one
-kernel, ``rotary_embedding_kv_write``) and ``two`` (``_rotary_kernel``, then ``reshape_and_cache`` reading
+kernel, ``rotary_embedding_kv_write``) and ``two`` (``_rope_kernel``, then ``reshape_and_cache`` reading
 k back), returning ``(qkv, *caches)`` after each. ``caches`` is one backend-shaped cache, or (for a case
 where keys and values have different strides) a key and a value cache ``(N, B, H, D)``.
 """

@@ -1,5 +1,5 @@
 """The fused RoPE + paged-KV-cache write (``rotary_embedding_kv_write``): its Triton kernel against the two
-kernels it replaces (``_rotary_kernel``, then ``reshape_and_cache``), bitwise, under the Triton interpreter;
+kernels it replaces (``_rope_kernel``, then ``reshape_and_cache``), bitwise, under the Triton interpreter;
 the slots it writes against the PyTorch KV write; and the dispatch (PyTorch ops elsewhere than CUDA).
 
 On CUDA the compiled kernel gets the same comparison in ``tests/gpu/test_rope_kv_write_gpu.py``.

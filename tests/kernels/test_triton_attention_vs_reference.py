@@ -147,9 +147,9 @@ def interpreted(tmp_path_factory) -> dict:
 
 def test_default_pages_per_tile():
     """Tiles of 64 tokens for 16-bit (and fp8) head <= 128, whatever the page; one page per tile from pages
-    of 64; 32 tokens where a 64-token K tile would pass 16 KiB (float32, head 256)."""
-    pytest.importorskip("triton")
-    from attnserve.kernels.triton_attention import default_pages_per_tile
+    of 64; 32 tokens where a 64-token K tile would pass 16 KiB (float32, head 256). Plain Python: runs without
+    Triton."""
+    from attnserve.kernels.attention_tiles import default_pages_per_tile
 
     for head_pad, elem in ((128, 2), (64, 2), (128, 1), (64, 4)):
         assert [default_pages_per_tile(p, head_pad, elem) for p in (16, 32, 64, 128, 256)] == [4, 2, 1, 1, 1]

@@ -28,6 +28,47 @@ def _tool(name: str) -> str | None:
     return bundled if os.path.exists(bundled) else shutil.which(name)
 
 
+def _signature(names: list[str], const: dict, dtype: str, rope: bool) -> tuple[dict, dict, dict]:
+    """The kernel's signature (its tuple arguments' members typed as ``paged_attention`` passes them) and the
+    launcher's specialisation: every pointer and stride divisible by 16, as the launcher finds them; and
+    ``rope_args`` None (a constexpr) without ``rope``. Returns (signature, attrs, constexprs by path)."""
+    heads = (f"*{dtype}", "i32", "i32")  # (ptr, stride_t, stride_h)
+    cache = (f"*{dtype}", "i32", "i32", "i32", "fp32")  # (ptr, stride_b, stride_s, stride_h, fp8 scale)
+    rope_args = (
+        heads,
+        heads,
+        heads,
+        ("*i64", "*fp32", "*fp32", "i32", f"*{dtype}", "fp32", f"*{dtype}", "fp32"),
+        ("*i64", cache, cache, "fp32"),
+    )
+    tuples = dict(
+        out_heads=heads,
+        q_heads=heads,
+        kc=cache,
+        vc=cache,
+        bt=("*i32", "i32"),
+        step=("*i32",) * 4,
+        parts=("*fp32", "*fp32"),
+        scores=("fp32", "fp32", "i32"),
+        rope_args=rope_args if rope else "constexpr",
+    )
+    sig = {n: "constexpr" if n in const else tuples.get(n, "*i32" if n.endswith("_ptr") else "i32") for n in names}
+    const_paths = {} if rope else {(names.index("rope_args"),): None}
+    attrs = {}
+
+    def mark(path: tuple, ty) -> None:
+        if isinstance(ty, tuple):
+            for i, member in enumerate(ty):
+                mark((*path, i), member)
+        elif ty.startswith("*") or ty == "i32":
+            attrs[path] = [["tt.divisibility", 16]]
+
+    for i, n in enumerate(names):
+        if n == "sinks_ptr" or (isinstance(sig[n], tuple) and n != "scores"):
+            mark((i,), sig[n])
+    return sig, attrs, const_paths
+
+
 def compile_sm90(
     dtype: str,
     head: int,
@@ -85,28 +126,11 @@ def compile_sm90(
         ROUND_K=rope,
         INTERPRET=False,
         DECODE=decode,
+        USE_SINKS=False,
     )
-    data = {"out_ptr", "q_ptr", "k_ptr", "v_ptr", "key_ptr", "value_ptr", "qw_ptr", "kw_ptr"}
-    sig = {}
-    for n in names:
-        if n in const:
-            sig[n] = "constexpr"
-        elif n.endswith("_ptr"):
-            sig[n] = (
-                f"*{dtype}"
-                if n in data
-                else "*fp32"
-                if n.startswith(("part_", "cos", "sin"))
-                else "*i64"
-                if n in ("pos_ptr", "slot_ptr")
-                else "*i32"
-            )
-        else:
-            sig[n] = "fp32" if n in ("scale", "k_scale", "v_scale", "softcap", "q_eps", "k_eps", "fmax") else "i32"
-    attrs = {
-        (names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr") or n.startswith("stride")
-    }
-    src = ASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
+    sig, attrs, const_paths = _signature(names, const, dtype, rope)
+    constexprs = {(names.index(k),): v for k, v in const.items()} | const_paths
+    src = ASTSource(fn, sig, constexprs=constexprs, attrs=attrs)
     from attnserve.attention.backends.triton_attn import _DECODE_LAUNCH
 
     launch = _DECODE_LAUNCH[num_splits > 1] if decode or rope else {}

@@ -31,10 +31,10 @@ import sys
 from typing import Any, NoReturn, Sequence
 
 from attnserve.config import AttentionConfig, ConfigError, EngineConfig
+from attnserve.config.engine_arg_table import EngineArg
 from attnserve.config.engine_args import (
     ATTENTION_BACKEND,
     ATTENTION_PREFIX,
-    EngineArg,
     Resolved,
     Setting,
     attention_settings,
