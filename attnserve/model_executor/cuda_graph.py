@@ -224,7 +224,7 @@ class CudaGraphRunner:
         table, lens = host.block_table, host.seq_lens
         prefix_blocks = 0
         if bs in self.cascade_graphs:
-            prefix_blocks = cascade_rules.common_prefix_blocks(table, lens, self.block_size)
+            prefix_blocks = cascade_rules.common_prefix_blocks(table, lens - 1, self.block_size)
             if cascade_rules.use_cascade(n, prefix_blocks, self.block_size):
                 g = self.cascade_graphs[bs]
                 table, lens = table[:, prefix_blocks:], lens - prefix_blocks * self.block_size

@@ -20,15 +20,15 @@ def _table(rows: list[list[int]]) -> np.ndarray:
 
 def test_common_prefix_counts_equal_leading_columns():
     table = _table([[7, 8, 9, 1, 2], [7, 8, 9, 3, 4], [7, 8, 5, 6, 10]])
-    assert common_prefix_blocks(table, np.array([80, 80, 80]), 16) == 2
+    assert common_prefix_blocks(table, np.array([79, 79, 79]), 16) == 2
 
 
-def test_common_prefix_keeps_every_query_token_in_its_suffix():
-    # every row shares all five blocks, but the shortest request (65 tokens) has its last token in block 4
+def test_common_prefix_ends_within_every_cached_context():
+    # every row shares all five blocks, but one request has only 64 tokens cached before this step: 4 blocks
     table = _table([[1, 2, 3, 4, 5]] * 3)
-    assert common_prefix_blocks(table, np.array([80, 80, 65]), 16) == 4
-    # 64 tokens: the last token sits in block 3, so blocks 0-2 at most
-    assert common_prefix_blocks(table, np.array([80, 64, 80]), 16) == 3
+    assert common_prefix_blocks(table, np.array([80, 80, 64]), 16) == 4
+    # 63 cached tokens: block 3 is not whole in that context, so blocks 0-2 at most
+    assert common_prefix_blocks(table, np.array([80, 63, 80]), 16) == 3
 
 
 def test_first_block_differs_or_one_request_means_no_prefix():

@@ -1,7 +1,8 @@
 """Cascade attention on the GPU (FlashAttention 3): a decode step whose requests share a prefix of KV blocks.
 
-- Kernel: 16 requests sharing 512 tokens (32 blocks) plus their own 1-300 tokens; the cascade (prefix call +
-  suffix call + merge) and the plain call against the float32 oracle over each request's whole context.
+- Kernel: 16 requests sharing 512 tokens (32 blocks) plus their own; decode, prefill (fresh and after cached
+  tokens of their own) and mixed steps; the cascade (prefix call + suffix call + merge) and the plain call against
+  the float32 oracle over each request's whole context.
 - Engine: a tiny random Llama, bf16, CUDA graphs, 16 prompts sharing 320 tokens: the cascade graphs replay
   (``cascade_replays``) and the greedy tokens equal those with ``disable_cascade_attn`` (or part at a near tie:
   each run's token among the other's two most likely, as in ``test_prefix_caching_gpu.py``).
@@ -24,7 +25,18 @@ pytestmark = [
 ]
 
 
-def test_cascade_call_matches_the_oracle():
+# (cached own tokens, new tokens) per request after the shared prefix, 16 requests
+STEPS = {
+    "decode": [(int(n), 1) for n in torch.randint(0, 300, (16,), generator=torch.Generator().manual_seed(1))],
+    "prefill_fresh": [(0, 100 + 7 * i) for i in range(16)],
+    "prefill_cached": [(5 * i, 60 + 3 * i) for i in range(16)],
+    "mixed": [(40 + i, 1) for i in range(6)] + [(0, 90 + i) for i in range(10)],
+}
+
+
+@pytest.mark.parametrize("name", list(STEPS))
+def test_cascade_call_matches_the_oracle(name):
+    """Decode (paged prefix call) and prefill steps (gathered prefix, dense call) against the float32 oracle."""
     from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, KVCacheLayout
     from attnserve.attention.backends.flash_attn import FlashAttentionBackend
     from attnserve.attention.cascade import CascadePrefix
@@ -34,10 +46,13 @@ def test_cascade_call_matches_the_oracle():
 
     dev, dtype = torch.device("cuda"), torch.bfloat16
     g = torch.Generator().manual_seed(0)
-    b, hq, hkv, d, bs, prefix_blocks = 16, 32, 8, 128, 16, 32
-    own = torch.randint(1, 301, (b,), generator=g)
-    seq_lens = prefix_blocks * bs + own
-    own_blocks = [-(-int(n) // bs) for n in own]
+    reqs = STEPS[name]
+    b, hq, hkv, d, bs, prefix_blocks = len(reqs), 32, 8, 128, 16, 32
+    prefix_len = prefix_blocks * bs
+    q_lens = torch.tensor([n for _, n in reqs])
+    context = torch.tensor([prefix_len + c for c, _ in reqs])
+    seq_lens = context + q_lens
+    own_blocks = [-(-int(n - prefix_len) // bs) for n in seq_lens]
     num_blocks = prefix_blocks + sum(own_blocks) + 4
     width = prefix_blocks + max(own_blocks)
     table = torch.zeros(b, width, dtype=torch.int32)
@@ -48,11 +63,16 @@ def test_cascade_call_matches_the_oracle():
         at += n
     kv = allocate_kv_caches(FlashAttentionBackend, KVCacheLayout.NHD, 1, num_blocks, bs, hkv, d, dtype, dev)[0]
     kv.copy_(torch.randn(kv.shape, generator=g).to(dtype) * 2)
-    q = (torch.randn(b, hq, d, generator=g) * 2).to(dev, dtype)
-    last = seq_lens - 1
-    slots = (table[torch.arange(b), last // bs].long() * bs + last % bs).to(dev)
-    key, value = kv[0].view(-1, hkv, d)[slots].clone(), kv[1].view(-1, hkv, d)[slots].clone()
-    qsl = torch.arange(b + 1, dtype=torch.int32)
+    t = int(q_lens.sum())
+    q = (torch.randn(t, hq, d, generator=g) * 2).to(dev, dtype)
+    key = (torch.randn(t, hkv, d, generator=g) * 2).to(dev, dtype)
+    value = (torch.randn(t, hkv, d, generator=g) * 2).to(dev, dtype)
+    pos = torch.cat([torch.arange(int(c), int(s)) for c, s in zip(context, seq_lens)])
+    row = torch.repeat_interleave(torch.arange(b), q_lens)
+    slots = (table[row, pos // bs].long() * bs + pos % bs).to(dev)
+    qsl = torch.zeros(b + 1, dtype=torch.int32)
+    qsl[1:] = torch.cumsum(q_lens, 0)
+    num_decodes = int((q_lens == 1).sum())
     spec = AttentionLayerSpec(num_heads=hq, head_size=d, scale=d**-0.5, num_kv_heads=hkv)
     cfg = AttentionConfig(flash_attn_version=3)
     builder = FlashAttentionBackend.get_builder_cls()(spec, dev, dtype, attention_config=cfg)
@@ -68,24 +88,25 @@ def test_cascade_call_matches_the_oracle():
             block_table=tab.contiguous().to(dev),
             slot_mapping=slots,
             num_reqs=b,
-            num_actual_tokens=b,
-            max_query_len=1,
+            num_actual_tokens=t,
+            max_query_len=int(q_lens.max()),
             max_seq_len=int(lens.max()),
-            num_decodes=b,
-            num_decode_tokens=b,
+            num_decodes=num_decodes,
+            num_decode_tokens=num_decodes,
             block_size=bs,
             cascade=cascade,
         )
 
     prefix = CascadePrefix(
         table[:1, :prefix_blocks].contiguous().to(dev),
-        torch.tensor([prefix_blocks * bs], dtype=torch.int32, device=dev),
-        torch.tensor([0, b], dtype=torch.int32, device=dev),
-        prefix_blocks * bs,
+        torch.tensor([prefix_len], dtype=torch.int32, device=dev),
+        torch.tensor([0, t], dtype=torch.int32, device=dev),
+        prefix_len,
     )
     plain = impl.forward(q, key, value, kv, builder.build(common(table, seq_lens)))
-    suffix = common(table[:, prefix_blocks:], seq_lens - prefix_blocks * bs, prefix)
-    cascade = impl.forward(q, key, value, kv, builder.build(suffix))
+    metadata = builder.build(common(table[:, prefix_blocks:], seq_lens - prefix_len, prefix))
+    assert metadata.calls[0].prefix.dense == (name != "decode")
+    cascade = impl.forward(q, key, value, kv, metadata)
     ref = reference_paged_attention(q, kv, qsl, seq_lens, table, d**-0.5)
     scale = ref.float().abs().max().item()
     err_plain = (plain.float() - ref.float()).abs().max().item() / scale

@@ -29,10 +29,9 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
-from attnserve.attention.cascade import CascadePrefix
 from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
-from attnserve.kernels.merge_attn_states import merge_attn_states
 from attnserve.attention.capabilities import BackendCapabilities, cc_str
+from attnserve.attention.backends.flash_attn_cascade import PrefixCall, dense_cascade, paged_cascade
 from attnserve.attention.backends.flash_attn_versions import (
     FLASH_ATTN_VERSIONS,
     as_built,
@@ -263,16 +262,6 @@ def graph_num_splits(attention_config: "AttentionConfig | None") -> int:
 
 
 @dataclass
-class PrefixCall:
-    """FlashAttention 3's first call of a cascade step: every query token over the shared prefix (non-causal)."""
-
-    prefix: CascadePrefix
-    scheduler_metadata: torch.Tensor | None = None  # the prefix call's split plan
-    num_splits: int = 0
-    page_size: int = 0
-
-
-@dataclass
 class FlashAttentionCall:
     """One kernel call over requests [first, last) of the step."""
 
@@ -330,8 +319,11 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
             max_q == 1, q0, q1, qsl, seq_lens, common.block_table[first:last], cu_k, max_q, max_k, sched, fresh
         )
         if common.cascade is not None:
-            call.prefix = PrefixCall(common.cascade)
-            if plan_splits:
+            call.prefix = PrefixCall(common.cascade, dense=max_q > 1)
+            if call.prefix.dense:
+                bounds = torch.tensor([0, common.cascade.max_len], dtype=torch.int32)
+                call.prefix.key_start_loc = bounds.to(self.device, non_blocking=True)
+            elif plan_splits:
                 call.prefix.scheduler_metadata = self._prefix_plan(call.prefix, q1 - q0, common.block_size)
         return call
 
@@ -374,9 +366,12 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
 
     @property
     def supports_cascade(self) -> bool:
-        """FlashAttention 3 over a 16-bit cache, no sliding window (the prefix call is non-causal)."""
+        """FlashAttention 3 over a 16-bit cache, no sliding window (the prefix call is non-causal), one call per
+        step (not ``use_prefill_decode_attention``)."""
         spec = self.layer_spec
-        return self.version == 3 and spec.kv_cache_dtype == "auto" and not spec.sliding_window
+        return (
+            self.version == 3 and spec.kv_cache_dtype == "auto" and not spec.sliding_window and not self.prefill_decode
+        )
 
     def build(self, common: CommonAttentionMetadata) -> FlashAttentionMetadata:
         nd, b = common.num_decodes, common.num_reqs
@@ -448,6 +443,8 @@ class FlashAttentionImpl(AttentionImpl):
 
     def _attend(self, q, k, v, key_cache, value_cache, call: FlashAttentionCall) -> torch.Tensor:
         if self.version == 3:
+            if call.prefix is not None and call.prefix.dense:
+                return dense_cascade(self.fa, q, k, v, key_cache, value_cache, call, self.scale, self.softcap)
             if call.fresh and key_cache.dtype == q.dtype:
                 # no cached context: attend over this step's contiguous K/V, not through the page table
                 # (FA3's dense varlen path uses TMA loads; the paged one cannot with small pages)
@@ -514,7 +511,7 @@ class FlashAttentionImpl(AttentionImpl):
 
     def _fa3(self, q, key_cache, value_cache, call: FlashAttentionCall) -> torch.Tensor:
         if call.prefix is not None:
-            return self._fa3_cascade(q, key_cache, value_cache, call)
+            return paged_cascade(self.fa, q, key_cache, value_cache, call, self.scale, self.softcap)
         descales = {}
         out_dtype = q.dtype
         if key_cache.dtype in FP8_DTYPES:
@@ -546,37 +543,3 @@ class FlashAttentionImpl(AttentionImpl):
         )
         out = out[0] if isinstance(out, tuple) else out
         return out if out.dtype == out_dtype else out.to(out_dtype)
-
-    def _fa3_cascade(self, q, key_cache, value_cache, call: FlashAttentionCall) -> torch.Tensor:
-        """A cascade step (``attention/cascade.py``): every query over the shared prefix in one non-causal call,
-        each request over its own suffix, merged by their log-sum-exp. 16-bit cache only (the builder's
-        ``supports_cascade``)."""
-        p = call.prefix
-        common = dict(softmax_scale=self.scale, softcap=self.softcap, return_softmax_lse=True)
-        o_prefix, lse_prefix, *_ = self.fa.flash_attn_with_kvcache(
-            q,
-            key_cache,
-            value_cache,
-            cache_seqlens=p.prefix.seq_lens,
-            page_table=p.prefix.block_table,
-            cu_seqlens_q=p.prefix.query_start_loc,
-            max_seqlen_q=q.shape[0],
-            causal=False,
-            scheduler_metadata=p.scheduler_metadata,
-            num_splits=p.num_splits,
-            **common,
-        )
-        o_suffix, lse_suffix, *_ = self.fa.flash_attn_with_kvcache(
-            q,
-            key_cache,
-            value_cache,
-            cache_seqlens=call.seq_lens,
-            page_table=call.block_table,
-            cu_seqlens_q=call.query_start_loc,
-            max_seqlen_q=call.max_query_len,
-            causal=True,
-            scheduler_metadata=call.scheduler_metadata,
-            num_splits=call.num_splits,
-            **common,
-        )
-        return merge_attn_states(o_prefix, lse_prefix, o_suffix, lse_suffix)
