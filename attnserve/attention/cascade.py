@@ -4,9 +4,7 @@ With prefix caching, requests that share a prompt prefix share its KV blocks (th
 tables hold the same block ids). A plain decode step reads those blocks once per request; a cascade step
 attends every query token to the shared prefix in one non-causal call (all query tokens as one sequence), each
 request to its own suffix in a second call, and merges the two by their log-sum-exp
-(``kernels/merge_attn_states.py``). A step with prefills whose requests all start past the shared prefix (a
-batch of prompts behind one cached system prompt) does the same, eagerly, with the prefix's K/V gathered into
-contiguous tensors for the dense kernel. vLLM does the same for FlashAttention (``cascade_attention`` in
+(``kernels/merge_attn_states.py``). vLLM does the same for FlashAttention (``cascade_attention`` in
 ``vllm/v1/attention/backends/flash_attn.py``); FlashInfer calls it a multi-level cascade.
 
 :func:`common_prefix_blocks` finds the shared run on the host from the step's block table; the runner uses it
@@ -53,12 +51,3 @@ def common_prefix_blocks(block_table: np.ndarray, context_lens: np.ndarray, bloc
 def use_cascade(num_reqs: int, prefix_blocks: int, block_size: int) -> bool:
     """Whether a decode step of ``num_reqs`` requests sharing ``prefix_blocks`` blocks runs as a cascade."""
     return num_reqs >= MIN_REQS and prefix_blocks * block_size >= MIN_PREFIX_TOKENS
-
-
-def cascade_prefix_blocks(
-    block_table: np.ndarray, seq_lens: np.ndarray, query_lens: np.ndarray, block_size: int
-) -> int:
-    """The shared prefix (in blocks) a step of B requests runs as a cascade: :func:`common_prefix_blocks` of their
-    cached contexts (``seq_lens - query_lens``) when :func:`use_cascade` says so, else 0."""
-    blocks = common_prefix_blocks(block_table, seq_lens - query_lens, block_size)
-    return blocks if use_cascade(len(seq_lens), blocks, block_size) else 0

@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from attnserve.attention.backend import AttentionImpl, AttentionLayerSpec, CommonAttentionMetadata, CudaGraphSupport
-from attnserve.attention.cascade import CascadePrefix, cascade_prefix_blocks
 from attnserve.attention.layer import Attention
 from attnserve.config.engine import EngineConfig
 from attnserve.core.step import PLACEHOLDER_TOKEN, SchedulerOutput
@@ -142,10 +141,6 @@ class ModelRunner:
             for g in groups
         ]
         self.builder = self.builders[0] if len(groups) == 1 else GroupedMetadataBuilder(self.builders)
-        # cascade attention (attention/cascade.py): a shared cached prefix read once per step
-        self.cascade = (
-            config.cache.enable_prefix_caching and not config.disable_cascade_attn and self.builder.supports_cascade
-        )
         self.sampler = Sampler()
         self.logits_processors = LogitsProcessors(self.device)  # rank 0's: penalties' token counts, masks, bias
         self.staging = PinnedStaging(self.device)
@@ -239,7 +234,11 @@ class ModelRunner:
             max_blocks=-(-max_model_len // self.block_size),
             null_block=self.num_blocks,
             max_model_len=max_model_len,
-            cascade=self.cascade,
+            cascade=(
+                self.config.cache.enable_prefix_caching
+                and not self.config.disable_cascade_attn
+                and self.builder.supports_cascade
+            ),
         )
         self.cuda_graphs.capture()
         logger.info(
@@ -293,23 +292,10 @@ class ModelRunner:
         """Copy a host batch to the device (pinned, non-blocking) and build the backend's metadata."""
         st = self.staging
         st.begin()
-        dev = self.device
-        table, lens, max_seq_len, prefix = host.block_table, host.seq_lens, host.max_seq_len, None
-        blocks = 0
-        if self.cascade:
-            blocks = cascade_prefix_blocks(table, lens, np.diff(host.query_start_loc), self.block_size)
-        if blocks:  # the suffix after the shared prefix goes in the usual fields
-            tokens = blocks * self.block_size
-            prefix = CascadePrefix(
-                block_table=st.to_device("cascade_blocks", table[:1, :blocks]),
-                seq_lens=st.to_device("cascade_len", np.array([tokens], np.int32)),
-                query_start_loc=st.to_device("cascade_qsl", np.array([0, host.num_tokens], np.int32)),
-                max_len=tokens,
-            )
-            table, lens, max_seq_len = table[:, blocks:], lens - tokens, max_seq_len - tokens
         qsl_cpu = st.pinned("qsl", host.query_start_loc)
-        seq_lens_cpu = st.pinned("seq_lens", lens)
-        table_cpu = st.pinned("block_table", table)
+        seq_lens_cpu = st.pinned("seq_lens", host.seq_lens)
+        table_cpu = st.pinned("block_table", host.block_table)
+        dev = self.device
         common = CommonAttentionMetadata(
             query_start_loc=qsl_cpu.to(dev, non_blocking=True),
             query_start_loc_cpu=qsl_cpu,
@@ -320,12 +306,11 @@ class ModelRunner:
             num_reqs=host.num_reqs,
             num_actual_tokens=host.num_tokens,
             max_query_len=host.max_query_len,
-            max_seq_len=max_seq_len,
+            max_seq_len=host.max_seq_len,
             num_decodes=host.num_decodes,
             num_decode_tokens=host.num_decodes,
             block_size=self.block_size,
             block_table_cpu=table_cpu,
-            cascade=prefix,
         )
         batch = ForwardBatch(
             input_ids=st.to_device("ids", host.input_ids),

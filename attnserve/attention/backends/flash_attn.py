@@ -31,7 +31,7 @@ from attnserve.attention.backend import (
 )
 from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.attention.capabilities import BackendCapabilities, cc_str
-from attnserve.attention.backends.flash_attn_cascade import PrefixCall, dense_cascade, paged_cascade
+from attnserve.attention.backends.flash_attn_cascade import PrefixCall, paged_cascade
 from attnserve.attention.backends.flash_attn_versions import (
     FLASH_ATTN_VERSIONS,
     as_built,
@@ -314,16 +314,13 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         sched = None
         if self.version == 3 and plan_splits:
             sched = self._split_plan(seq_lens, qsl, max_q, max_k, common.block_size)
-        fresh = max_q > 1 and bool((common.seq_lens_cpu[first:last] == q_lens).all())
+        fresh = max_q > 1 and common.cascade is None and bool((common.seq_lens_cpu[first:last] == q_lens).all())
         call = FlashAttentionCall(
             max_q == 1, q0, q1, qsl, seq_lens, common.block_table[first:last], cu_k, max_q, max_k, sched, fresh
         )
         if common.cascade is not None:
-            call.prefix = PrefixCall(common.cascade, dense=max_q > 1)
-            if call.prefix.dense:
-                bounds = torch.tensor([0, common.cascade.max_len], dtype=torch.int32)
-                call.prefix.key_start_loc = bounds.to(self.device, non_blocking=True)
-            elif plan_splits:
+            call.prefix = PrefixCall(common.cascade)
+            if plan_splits:
                 call.prefix.scheduler_metadata = self._prefix_plan(call.prefix, q1 - q0, common.block_size)
         return call
 
@@ -443,8 +440,6 @@ class FlashAttentionImpl(AttentionImpl):
 
     def _attend(self, q, k, v, key_cache, value_cache, call: FlashAttentionCall) -> torch.Tensor:
         if self.version == 3:
-            if call.prefix is not None and call.prefix.dense:
-                return dense_cascade(self.fa, q, k, v, key_cache, value_cache, call, self.scale, self.softcap)
             if call.fresh and key_cache.dtype == q.dtype:
                 # no cached context: attend over this step's contiguous K/V, not through the page table
                 # (FA3's dense varlen path uses TMA loads; the paged one cannot with small pages)

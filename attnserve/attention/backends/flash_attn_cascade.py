@@ -1,13 +1,6 @@
-"""FlashAttention 3's cascade calls (``attention/cascade.py``): the shared prefix attended once, each request's
-suffix separately, the two merged by log-sum-exp (``kernels/merge_attn_states.py``).
-
-* :func:`paged_cascade` (decode steps, in CUDA graphs too): the prefix through the paged kernel, every query
-  token as one sequence (non-causal), with its own split plan.
-* :func:`dense_cascade` (steps with prefills, eager): the prefix's K/V gathered into contiguous tensors
-  (``P * Hkv * D`` elements each, per layer) for the dense varlen kernel, which loads them with TMA where FA3's
-  paged kernel over 16-token pages cannot; the suffix through the fresh-prefill call when it is this step's
-  tokens only, else the paged one.
-"""
+"""FlashAttention 3's cascade call (``attention/cascade.py``): the shared prefix attended once by every query
+token as one sequence (non-causal, through the paged kernel, with its own split plan), each request's suffix
+separately, the two merged by log-sum-exp (``kernels/merge_attn_states.py``). Decode steps in CUDA graphs."""
 
 from __future__ import annotations
 
@@ -28,11 +21,7 @@ class PrefixCall:
     """FlashAttention 3's first call of a cascade step: every query token over the shared prefix (non-causal)."""
 
     prefix: CascadePrefix
-    scheduler_metadata: torch.Tensor | None = None  # the prefix call's split plan (paged)
-    # a step with prefills (eager): the prefix's K/V gathered into contiguous tensors and attended by the dense
-    # varlen kernel (TMA loads; FA3's paged kernel cannot use them with 16-token pages); key_start_loc [0, P]
-    dense: bool = False
-    key_start_loc: torch.Tensor | None = None
+    scheduler_metadata: torch.Tensor | None = None  # the prefix call's split plan
     num_splits: int = 0
     page_size: int = 0
 
@@ -71,59 +60,4 @@ def paged_cascade(
         num_splits=call.num_splits,
         **common,
     )
-    return merge_attn_states(o_prefix, lse_prefix, o_suffix, lse_suffix)
-
-
-def dense_cascade(
-    fa, q, k, v, key_cache, value_cache, call: FlashAttentionCall, scale: float, softcap: float
-) -> torch.Tensor:
-    """A step with prefills whose requests all start after the shared prefix: the prefix's K/V gathered
-    (``P * Hkv * D`` elements each) and attended by every query in one dense non-causal call; each request's
-    suffix by the fresh-prefill call (the suffix is this step's tokens) or the paged one; merged."""
-    p = call.prefix
-    blocks = p.prefix.block_table[0]
-    key_prefix = key_cache.index_select(0, blocks).flatten(0, 1)
-    value_prefix = value_cache.index_select(0, blocks).flatten(0, 1)
-    o_prefix, lse_prefix = fa.flash_attn_varlen_func(
-        q,
-        key_prefix,
-        value_prefix,
-        p.prefix.query_start_loc,
-        p.key_start_loc,
-        q.shape[0],
-        p.prefix.max_len,
-        softmax_scale=scale,
-        causal=False,
-        softcap=softcap,
-        return_attn_probs=True,
-    )[:2]
-    if call.fresh:
-        o_suffix, lse_suffix = fa.flash_attn_varlen_func(
-            q,
-            k,
-            v,
-            call.query_start_loc,
-            call.query_start_loc,
-            call.max_query_len,
-            call.max_query_len,
-            softmax_scale=scale,
-            causal=True,
-            softcap=softcap,
-            return_attn_probs=True,
-        )[:2]
-    else:
-        o_suffix, lse_suffix = fa.flash_attn_with_kvcache(
-            q,
-            key_cache,
-            value_cache,
-            cache_seqlens=call.seq_lens,
-            page_table=call.block_table,
-            cu_seqlens_q=call.query_start_loc,
-            max_seqlen_q=call.max_query_len,
-            softmax_scale=scale,
-            causal=True,
-            softcap=softcap,
-            scheduler_metadata=call.scheduler_metadata,
-            return_softmax_lse=True,
-        )[:2]
     return merge_attn_states(o_prefix, lse_prefix, o_suffix, lse_suffix)
