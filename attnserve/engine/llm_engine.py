@@ -195,10 +195,13 @@ class LLMEngine:
         request_id: str | None = None,
         *,
         prompt_token_ids: list[int] | None = None,
+        final_only: bool = False,
     ) -> str:
         """Queue a prompt (text or token ids) with ``params.n`` completions; returns the request id.
 
         ``prompt_token_ids``: the text prompt's ids when the caller already ran :meth:`check_prompt`.
+        ``final_only``: :meth:`step` returns the request's output only when it finishes (``LLM.generate``, which
+        reads only those, as vLLM's FINAL_ONLY output kind).
         Raises PromptTooLongError when the prompt has max_model_len tokens or more, :meth:`check_params`'
         SamplingParamsError for parameters the model cannot honour.
         """
@@ -220,7 +223,9 @@ class LLMEngine:
                     max_model_len=self.max_request_len,
                 )
             )
-        self.output_processor.add(request_id, prompt if isinstance(prompt, str) else None, token_ids, params, children)
+        self.output_processor.add(
+            request_id, prompt if isinstance(prompt, str) else None, token_ids, params, children, final_only
+        )
         if params.structured_outputs is not None:
             for child in children:
                 self.structured.add(child.request_id, params.structured_outputs)

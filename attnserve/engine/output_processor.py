@@ -31,6 +31,7 @@ class _Parent:
     num_unfinished: int  # children whose completion has no finish_reason yet
     # with prompt_logprobs: [None, {token_id: Logprob} per later prompt token], once all are computed
     prompt_logprobs: list | None = None
+    final_only: bool = False  # an output only when the request finishes (vLLM's FINAL_ONLY output kind)
 
     @property
     def finished(self) -> bool:
@@ -57,7 +58,11 @@ class OutputProcessor:
         prompt_ids: list[int],
         params: SamplingParams,
         children: list[Request],
+        final_only: bool = False,
     ) -> None:
+        """Track a request's ``children`` (its ``n`` completions). ``final_only``: :meth:`process` gives its output
+        only once it has finished (vLLM's ``RequestOutputKind.FINAL_ONLY``, which its ``LLM.generate`` uses): no
+        RequestOutput is built for it in the steps before."""
         kids = [
             _Child(
                 request=r,
@@ -77,7 +82,13 @@ class OutputProcessor:
             for i, r in enumerate(children)
         ]
         parent = _Parent(
-            request_id, prompt, prompt_ids, kids, RequestMetrics(arrival_time=children[0].arrival_time), len(kids)
+            request_id,
+            prompt,
+            prompt_ids,
+            kids,
+            RequestMetrics(arrival_time=children[0].arrival_time),
+            len(kids),
+            final_only=final_only,
         )
         self.parents[request_id] = parent
         for kid in kids:
@@ -128,7 +139,8 @@ class OutputProcessor:
             if running and kid.completion.finish_reason is not None:
                 parent.num_unfinished -= 1
             touched[parent.request_id] = parent
-        return [self._output(parent) for parent in touched.values()], stopped
+        outputs = [self._output(parent) for parent in touched.values() if parent.finished or not parent.final_only]
+        return outputs, stopped
 
     def _output(self, parent: _Parent) -> RequestOutput:
         """The parent's RequestOutput now (its completions' token lists are shared: see CompletionOutput)."""

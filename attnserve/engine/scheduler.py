@@ -129,9 +129,10 @@ class Scheduler:
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            num_new = min(req.num_scheduled_tokens - req.num_computed_tokens, budget)
+        running = self.running
+        while i < len(running) and budget > 0:
+            req = running[i]
+            num_new = min(req.num_tokens + req.num_pending - req.num_computed_tokens, budget)
             if num_new <= 0 or (req.num_pending and req.length_reached_with_pending()):
                 i += 1  # its last token is in flight and ends it: nothing to compute
                 continue
@@ -192,35 +193,30 @@ class Scheduler:
     def _scheduled(self, req: Request, num_new: int, admitted: bool = False) -> ScheduledRequest:
         """The request's share of the step; advances its computed tokens (and pending ones when it samples).
         ``admitted``: the step admits it (first time, or again after a preemption)."""
-        num_output, pending = len(req.output_token_ids) + req.num_pending, req.num_pending > 0  # before this step
+        num_pending = req.num_pending  # before this step
+        num_tokens = req.num_tokens
         start = req.num_computed_tokens
         end = start + num_new
-        token_ids = req.token_slice(start, min(end, req.num_tokens))  # O(num_new), not O(sequence length)
-        if end > req.num_tokens:  # the pending token: the runner takes it from the last step's samples
+        token_ids = req.token_slice(start, min(end, num_tokens))  # O(num_new), not O(sequence length)
+        if end > num_tokens:  # the pending token: the runner takes it from the last step's samples
             token_ids.append(PLACEHOLDER_TOKEN)
-        samples = end == req.num_scheduled_tokens
+        samples = end == num_tokens + num_pending
         req.num_computed_tokens = end
         if samples:
-            req.num_pending += 1
-        if (
-            self.enable_prefix_caching
-        ):  # the blocks this step fills with known tokens (a decode: one step in block_size)
-            bm = self.block_manager
-            full = min(end, req.num_tokens) // bm.block_size
+            req.num_pending = num_pending + 1
+        bm = self.block_manager
+        if bm.enable_prefix_caching:  # the blocks this step fills with known tokens (a decode: one step in block_size)
+            full = min(end, num_tokens) // bm.block_size
             if full > bm.num_registered.get(req.request_id, 0):
                 hashes = extend_block_hashes(req.block_hashes, full * bm.block_size, req.token_slice, bm.block_size)
                 bm.cache_blocks(req.request_id, hashes, full)
         s = ScheduledRequest(
-            request_id=req.request_id,
-            token_ids=token_ids,
-            start_position=start,
-            block_table=self.block_manager.block_tables[req.request_id],
-            sampling_params=req.sampling_params,
-            samples=samples,
+            req.request_id, token_ids, start, bm.block_tables[req.request_id], req.sampling_params, samples
         )
         p = req.sampling_params
         if p.changes_logits or p.prompt_logprobs is not None:
-            s.num_output_tokens, s.output_pending, s.eos_token_id = num_output, pending, req.eos_token_id
+            num_output = len(req.output_token_ids) + num_pending
+            s.num_output_tokens, s.output_pending, s.eos_token_id = num_output, num_pending > 0, req.eos_token_id
             prompt_step = p.prompt_logprobs is not None and start < len(req.prompt_token_ids)
             if (admitted and p.has_penalties) or prompt_step:
                 s.prompt_token_ids, s.output_token_ids = list(req.prompt_token_ids), list(req.output_token_ids)

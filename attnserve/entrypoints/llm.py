@@ -177,8 +177,9 @@ class LLM:
         for t, sp, path in zip(token_prompts, params_list, paths):  # all checked before any is queued
             self.engine.check_params(sp)
             self.engine.check_max_tokens(len(t), sp, path)
-        ids = [
-            self.engine.add_request(p, sp, prompt_token_ids=t) for p, t, sp in zip(prompts, token_prompts, params_list)
+        ids = [  # only finished outputs are read (_run): none is built for the steps before
+            self.engine.add_request(p, sp, prompt_token_ids=t, final_only=True)
+            for p, t, sp in zip(prompts, token_prompts, params_list)
         ]
         return self._run(ids, use_tqdm)
 

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from attnserve.model_executor.block_tables import BlockTableRows
+
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.core.step import SchedulerOutput
 
@@ -48,8 +50,9 @@ class HostBatch:
         return self.query_start_loc[1:].astype(np.int64) - 1
 
 
-def host_batch(sched: "SchedulerOutput", block_size: int) -> HostBatch:
-    """Flatten the scheduler's requests into numpy arrays (slot of position p: table[p // bs] * bs + p % bs)."""
+def host_batch(sched: "SchedulerOutput", block_size: int, tables: BlockTableRows | None = None) -> HostBatch:
+    """Flatten the scheduler's requests into numpy arrays (slot of position p: table[p // bs] * bs + p % bs).
+    ``tables``: the runner's block-table rows kept between steps (None: the tables are copied whole)."""
     reqs = sched.requests
     n = len(reqs)
     query_lens = np.fromiter((len(r.token_ids) for r in reqs), dtype=np.int64, count=n)
@@ -57,10 +60,7 @@ def host_batch(sched: "SchedulerOutput", block_size: int) -> HostBatch:
     seq_lens = starts + query_lens
     qsl = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(query_lens, out=qsl[1:])
-    width = max(len(r.block_table) for r in reqs)
-    block_table = np.zeros((n, width), dtype=np.int32)
-    for i, r in enumerate(reqs):
-        block_table[i, : len(r.block_table)] = r.block_table
+    block_table = (tables if tables is not None else BlockTableRows(n, 1)).gather(reqs)
     num_tokens = int(qsl[-1])
     if num_tokens == n:  # pure decode: one token per request, no repeat/gather needed
         positions = starts

@@ -34,6 +34,7 @@ from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads
 from attnserve.model_executor.cuda_graph import CudaGraphRunner, capture_sizes
 from attnserve.attention.forward_batch import ForwardBatch
+from attnserve.model_executor.block_tables import BlockTableRows
 from attnserve.model_executor.forward_batch import HostBatch, PinnedStaging, host_batch
 from attnserve.model_executor.greedy_head import GreedyHead
 from attnserve.model_executor.grouped_builder import GroupedMetadataBuilder
@@ -45,6 +46,7 @@ from attnserve.model_executor.loader import ModelSource, load_weights, max_model
 from attnserve.model_executor.logits_processors import LogitsProcessors
 from attnserve.model_executor.prompt_logprobs import PromptLogprobsPlan
 from attnserve.model_executor.sampler import Sampler
+from attnserve.model_executor.sampling_batch import NO_SAMPLE, LastSample, SamplingBatch
 from attnserve.model_executor.step_output import ModelRunnerOutput, PendingStep, QueuedForward
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import detect_platform, runtime_device
@@ -144,6 +146,7 @@ class ModelRunner:
         self.sampler = Sampler()
         self.logits_processors = LogitsProcessors(self.device)  # rank 0's: penalties' token counts, masks, bias
         self.staging = PinnedStaging(self.device)
+        self.block_table_rows = BlockTableRows()  # the running requests' block tables, kept between steps
         self._host_ahead: tuple[SchedulerOutput, HostBatch] | None = None  # prepare_ahead's plan and host batch
         # (set before the memory profile below: its forward pass reads it)
         self.cuda_graphs: CudaGraphRunner | None = None
@@ -161,9 +164,10 @@ class ModelRunner:
         self.kv_caches = self._allocate(self.num_blocks + (1 if graphs else 0))
         self.default_generator = torch.Generator(device=self.device).manual_seed(config.model.seed)
         self.generators: dict[str, torch.Generator] = {}
-        # the last step's sampled tokens (R,) int64 on the device and each sampling request's row in them;
-        # under TP only rank 0 samples: the others hold (None, rows) until a placeholder step broadcasts them
-        self._last_sample: tuple[torch.Tensor | None, dict[str, int]] = (None, {})
+        # the last step's sampled tokens on the device and each sampling request's row in them; under TP only
+        # rank 0 samples: the others hold no tokens until a placeholder step broadcasts them
+        self.last_sample: LastSample = NO_SAMPLE
+        self._sampling_batch: SamplingBatch | None = None  # the last step's (reused while its requests stay)
         logger.info(
             "KV cache: %d blocks of %d tokens (%s, fp8 scales %s, %s)",
             self.num_blocks,
@@ -286,7 +290,7 @@ class ModelRunner:
 
     def prepare(self, sched: SchedulerOutput) -> ForwardBatch:
         """Flatten the step's requests into one batch and build the backend's metadata once (eager path)."""
-        return self._device_batch(host_batch(sched, self.block_size))
+        return self._device_batch(host_batch(sched, self.block_size, self.block_table_rows))
 
     def _device_batch(self, host: HostBatch) -> ForwardBatch:
         """Copy a host batch to the device (pinned, non-blocking) and build the backend's metadata."""
@@ -340,7 +344,11 @@ class ModelRunner:
         Placeholder token ids (async scheduling) are filled on the device from the last step's samples.
         """
         ahead, self._host_ahead = self._host_ahead, None
-        host = ahead[1] if ahead is not None and ahead[0] is sched else host_batch(sched, self.block_size)
+        host = (
+            ahead[1]
+            if ahead is not None and ahead[0] is sched
+            else host_batch(sched, self.block_size, self.block_table_rows)
+        )
         fill = self._placeholder_fill(sched, host)
         if prompt_plan is None and self.cuda_graphs is not None and self.cuda_graphs.can_run(host):
             return self.cuda_graphs.run(host, self.staging, fill)
@@ -364,7 +372,7 @@ class ModelRunner:
         dst = np.flatnonzero(host.input_ids == PLACEHOLDER_TOKEN)
         if not len(dst):
             return None
-        last_tokens, last_rows = self._last_sample
+        last_tokens, last_rows = self.last_sample.token_ids, self.last_sample.rows
         if self.tp.size > 1:
             # only rank 0 sampled: its tokens reach the other ranks now, when a step first needs them (one
             # small collective, queued on the stream before this step's forward pass; none without placeholders)
@@ -373,7 +381,7 @@ class ModelRunner:
                 if self.tp.is_driver
                 else torch.empty(len(last_rows), dtype=torch.int64, device=self.device)
             )
-            self._last_sample = (last_tokens, last_rows)
+            self.last_sample = LastSample(last_tokens, last_rows)
         req_index = np.searchsorted(host.query_start_loc, dst, side="right") - 1
         reqs = sched.requests
         src = np.fromiter((last_rows[reqs[i].request_id] for i in req_index), dtype=np.int64, count=len(dst))
@@ -387,7 +395,9 @@ class ModelRunner:
     def prepare_ahead(self, sched: SchedulerOutput) -> None:
         """Flatten a planned step into its host batch now (numpy only, no device work), for the ``queue_forward``
         of that same plan: the engine calls it while the device runs the step before (structured outputs)."""
-        self._host_ahead = None if sched.is_empty else (sched, host_batch(sched, self.block_size))
+        self._host_ahead = (
+            None if sched.is_empty else (sched, host_batch(sched, self.block_size, self.block_table_rows))
+        )
 
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         """One step: forward pass and sampling; waits for the sampled tokens."""
@@ -408,6 +418,9 @@ class ModelRunner:
         the mask needs the tokens of the step before, read only now."""
         for rid in sched.finished_ids:
             self.generators.pop(rid, None)
+        self.block_table_rows.release(sched.finished_ids)
+        if sched.finished_ids or sched.preempted_ids:  # a request id may come back with other params
+            self._sampling_batch = None
         self.logits_processors.free(sched.finished_ids + sched.preempted_ids)
         if sched.is_empty:
             return QueuedForward(self, [], None, None)
@@ -437,9 +450,20 @@ class ModelRunner:
         )
         return QueuedForward(self, reqs, hidden, sample_rows, list(sched.requests), prompt_logprobs, logits)
 
-    def _generator(self, request_id: str, seed: int | None) -> torch.Generator:
+    def generator(self, request_id: str, seed: int | None) -> torch.Generator:
+        """The random generator of a request's rows: its own, seeded once with ``seed`` (kept until it finishes),
+        or the runner's shared one (``seed`` None)."""
         if seed is None:
             return self.default_generator
         if request_id not in self.generators:
             self.generators[request_id] = torch.Generator(device=self.device).manual_seed(seed)
         return self.generators[request_id]
+
+    def sampling_batch(self, reqs: list) -> SamplingBatch:
+        """The ``SamplingBatch`` of a step's sampling requests ``reqs`` (ScheduledRequests, row order): the last
+        step's when it has the same requests in the same order, else a new one."""
+        last = self._sampling_batch
+        if last is not None and last.matches(reqs):
+            return last
+        self._sampling_batch = batch = SamplingBatch.of(reqs, self.generator)
+        return batch

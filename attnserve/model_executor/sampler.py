@@ -34,6 +34,22 @@ class SamplerOutput:
     logprobs: list[tuple[float, int, list[tuple[int, float]]] | None]
 
 
+@dataclass(frozen=True)
+class SamplerRows:
+    """Which rows of a batch sample at random (temperature > 0) and which want logprobs, from the rows' params."""
+
+    random: list[int]  # rows with temperature > 0
+    want: list[int]  # rows that asked for logprobs
+    ks: list[int]  # their logprobs counts
+
+    @staticmethod
+    def of(params: list[SamplingParams]) -> SamplerRows:
+        want = [i for i, p in enumerate(params) if p.logprobs is not None]
+        return SamplerRows(
+            [i for i, p in enumerate(params) if p.temperature != 0.0], want, [params[i].logprobs for i in want]
+        )
+
+
 def _to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     cpu = torch.tensor(values, dtype=dtype)
     if device.type == "cuda":  # pinned + non_blocking: the copy does not wait for the forward pass to end
@@ -160,11 +176,13 @@ class Sampler:
         params: list[SamplingParams],
         generators: list[torch.Generator | None],
         raw_logits: torch.Tensor | None = None,  # (B, V) the model's logits when ``logits`` are processed ones
+        rows: SamplerRows | None = None,  # ``SamplerRows.of(params)``, when the caller keeps it
     ) -> DeviceSample:
         """Queue the sampling kernels and the copy of their results to the host; does not wait for them.
         Logprobs are of ``raw_logits`` when given (vLLM's raw_logprobs: before penalties, bias and masks)."""
         num_rows = len(params)
-        random_rows = [i for i, p in enumerate(params) if p.temperature != 0.0]
+        rows = rows if rows is not None else SamplerRows.of(params)
+        random_rows = rows.random
         if len(random_rows) == num_rows:
             token_ids = self._sample(logits, params, generators)
         else:
@@ -174,8 +192,7 @@ class Sampler:
                 token_ids[index] = self._sample(
                     logits[index], [params[i] for i in random_rows], [generators[i] for i in random_rows]
                 )
-        want = [i for i, p in enumerate(params) if p.logprobs is not None]
-        ks = [params[i].logprobs for i in want]
+        want, ks = rows.want, rows.ks
         packed = self._logprobs(logits if raw_logits is None else raw_logits, token_ids, ks, want) if want else None
         return self.queue(token_ids, packed, want, ks)
 

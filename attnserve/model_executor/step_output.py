@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from attnserve.model_executor.sampler import DeviceSample
+from attnserve.model_executor.sampling_batch import LastSample
 from attnserve.structured_output.bitmask import apply_grammar_bitmask
 
 if TYPE_CHECKING:
@@ -66,39 +67,47 @@ class QueuedForward:
         """Queue the sampling; ``grammar_bitmask``: the constrained rows' ``GrammarBitmask`` (host), or None."""
         runner, bitmask = self.runner, grammar_bitmask
         reqs, hidden, sample_rows, prompt_logprobs = self.requests, self.hidden, self.sample_rows, self.prompt_logprobs
+        if not reqs:
+            if runner.tp.is_driver:  # a step of partial prefills: their penalty slots are filled before they sample
+                runner.logits_processors.admit(self.scheduled, runner.dims.vocab_size)
+            return PendingStep([], None, prompt_logprobs)
+        batch = runner.sampling_batch(reqs)
         # structured outputs: the constrained rows' bitmask to the device (from its pinned buffer, non-blocking)
-        grammar = None if bitmask is None or not reqs else bitmask.to(runner.staging)
-        params = [r.sampling_params for r in reqs]
+        grammar = None if bitmask is None else bitmask.to(runner.staging)
         # the fused greedy head has no logits to mask: steps with constrained rows take the logits path
         tokens = (
-            runner.greedy_head.tokens(hidden, params)
-            if reqs and sample_rows is None and grammar is None and self.logits is None
+            runner.greedy_head.tokens(hidden, batch.params)
+            if sample_rows is None and grammar is None and self.logits is None
             else None
         )
         logits = (
             self.logits
             if self.logits is not None
-            else (runner.model.compute_logits(hidden) if tokens is None and reqs else None)
+            else (runner.model.compute_logits(hidden) if tokens is None else None)
         )
-        if runner.tp.is_driver:  # every step: a request's prompt tokens come only with its first (partial) prefill
+        if runner.tp.is_driver and (batch.penalties or len(self.scheduled) != len(reqs)):
+            # every step: a request's prompt tokens come only with its first (partial) prefill
             runner.logits_processors.admit(
                 self.scheduled, runner.dims.vocab_size if logits is None else logits.shape[1]
             )
-        if not reqs:
-            return PendingStep([], None, prompt_logprobs)
-        last_rows = {r.request_id: j for j, r in enumerate(reqs)}
         if not runner.tp.is_driver:  # no sampler here: rank 0's tokens come by broadcast when a placeholder needs them
-            runner._last_sample = (None, last_rows)
+            runner.last_sample = LastSample(None, batch.rows)
             return PendingStep([], None)
         if tokens is not None:
             sample = runner.sampler.queue(tokens)
         else:
-            gens = [runner._generator(r.request_id, r.sampling_params.seed) for r in reqs]
             # every row samples in most steps: no copy of the (B, vocab) logits then
             raw = logits if sample_rows is None else logits[sample_rows]
-            logits = runner.logits_processors(raw, reqs, *runner._last_sample)  # the one logits-processing stage
+            if batch.changes_logits:  # the one logits-processing stage
+                last = runner.last_sample
+                logits = runner.logits_processors(raw, reqs, last.token_ids, last.rows)
+            else:
+                logits = raw
             logits = apply_grammar_bitmask(logits, grammar)  # structured outputs: disallowed tokens -inf
-            sample = runner.sampler.sample(logits, params, gens, raw_logits=raw)
-            runner.logits_processors.record(reqs, sample.token_ids)
-        runner._last_sample = (sample.token_ids, last_rows)
-        return PendingStep([r.request_id for r in reqs], sample, prompt_logprobs)
+            sample = runner.sampler.sample(
+                logits, batch.params, batch.generators, raw_logits=raw, rows=batch.sampler_rows
+            )
+            if batch.penalties:
+                runner.logits_processors.record(reqs, sample.token_ids)
+        runner.last_sample = LastSample(sample.token_ids, batch.rows)
+        return PendingStep(list(batch.request_ids), sample, prompt_logprobs)

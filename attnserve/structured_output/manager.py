@@ -82,17 +82,16 @@ class StructuredOutputManager:
         a matcher are skipped); returns the ids whose grammar ended: terminated (the request ends, finish reason
         ``stop``), or the token rejected (only an EOS the request ignores, or a stop token id)."""
         matchers = self.matchers
-        pairs = [(rid, m, t) for rid, t in tokens if (m := matchers.get(rid)) is not None]
-        if not pairs:
+        ids, matched, toks = [], [], []
+        for rid, t in tokens:
+            m = matchers.get(rid)
+            if m is not None:
+                ids.append(rid)
+                matched.append(m)
+                toks.append(t)
+        if not ids:
             return []
-        matched, ids = [m for _, m, _ in pairs], [t for *_, t in pairs]
-        batch_accept = getattr(self._batch, "batch_accept_token", None)  # one call (xgrammar >= 0.2's)
-        accepted = (
-            batch_accept(matched, ids)
-            if batch_accept is not None
-            else [m.accept_token(t) for m, t in zip(matched, ids)]
-        )
-        return [rid for (rid, m, _), ok in zip(pairs, accepted) if not ok or m.is_terminated()]
+        return [ids[i] for i in self.backend.accept(matched, toks)]
 
     def bitmask(self, sched: SchedulerOutput) -> GrammarBitmask | None:
         """The step's bitmask over its constrained sampling rows (sampling rows: the scheduled requests that

@@ -2,7 +2,7 @@
 noise, but the schema still constrains them, and every step fills and applies a bitmask for every row).
 
     python -m benchmarks.gpu.bench_structured_tpot [--model benchmarks/shapes/qwen3-0.6b] [--batch 64]
-        [--input-len 128] [--output-len 256] [--json OUT] [--no-host-parts]
+        [--input-len 128] [--output-len 256] [--json OUT] [--no-host-parts] [--fill-threads N]
         [ENGINE FLAGS as LLM keyword=value, e.g. use_skinny_gemm=true]
 
 Every request is ``--input-len`` random prompt tokens and runs exactly ``--output-len`` tokens (ignore_eos; the
@@ -10,7 +10,8 @@ schema's long string field keeps a constrained request from ending sooner), gree
 (finish - first token) / (tokens - 1); the table gives the median over the batch, each mode run twice (the first
 run warms up: compile, CUDA graphs). Then the host's time per all-decode step of each timed run, by part
 (``benchmarks/structured_host.py``'s ``StepParts``: grammar accept, bitmask fill and copy, schedule, the launches
-of the forward pass and of the sampling, the wait for the device's tokens, ...; medians, ms).
+of the forward pass and of the sampling, the wait for the device's tokens, ...; medians, ms). ``--fill-threads``:
+the bitmask fill's threads (default: half the cores, at most 8).
 """
 
 from __future__ import annotations
@@ -88,8 +89,13 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=256)
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--no-host-parts", action="store_true", help="do not time the host's parts of each step")
+    ap.add_argument("--fill-threads", type=int, default=None, help="threads of the bitmask fill")
     ap.add_argument("engine", nargs="*", help="LLM keyword=value")
     a = ap.parse_args()
+    if a.fill_threads is not None:  # read when the first constrained request makes the grammar backend
+        import attnserve.structured_output.manager as manager
+
+        manager.fill_threads = lambda: a.fill_threads
     kw = dict(
         load_format="dummy", dtype="bfloat16", max_num_seqs=a.batch, max_model_len=a.input_len + a.output_len + 16
     )
@@ -114,7 +120,7 @@ def main() -> None:
         run(llm, prompts, params)  # warm-up
         results[name] = run(llm, prompts, params, parts)
     base = results["unconstrained"]["tpot_ms"]
-    print(f"engine: {kw}")
+    print(f"engine: {kw}, fill threads {a.fill_threads or 'default'}")
     print(f"{'mode':<14} {'TPOT ms':>8} {'vs free':>8} {'tokens':>7} {'out tok/s':>10}")
     for name, r in results.items():
         print(

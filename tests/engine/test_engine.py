@@ -583,3 +583,21 @@ def test_text_with_a_lone_surrogate_is_refused_before_the_tokenizer(llm):
     with pytest.raises(ValueError) as e:
         llm.generate(["hi\ud800"], SamplingParams(max_tokens=1))
     assert str(e.value) == "prompts[0] 'hi\\ud800' holds a lone surrogate '\\ud800' at index 2 (allowed: Unicode text)"
+
+
+def test_final_only_request_gives_one_output_equal_to_the_last_streamed_one(llm):
+    """LLM.generate's requests (final_only): step() returns their output only when they finish."""
+    engine = llm.engine
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True, n=2, stop=["zz"])
+    streamed = engine.add_request(PROMPTS[0], params)
+    final = engine.add_request(PROMPTS[0], params, final_only=True)
+    seen: dict[str, list] = {streamed: [], final: []}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            seen[out.request_id].append(out)
+    assert len(seen[streamed]) > 1 and [o.finished for o in seen[final]] == [True]
+    last, only = seen[streamed][-1], seen[final][0]
+    assert [(c.text, c.token_ids, c.finish_reason) for c in only.outputs] == [
+        (c.text, c.token_ids, c.finish_reason) for c in last.outputs
+    ]
+    assert only.metrics.first_token_time is not None and only.metrics.finished_time is not None

@@ -302,8 +302,8 @@ def generate_to_terminal(
     for ids in token_prompts:  # refused as LLM.generate and the server refuse it, not cut short at max_model_len
         engine.check_max_tokens(len(ids), params)
     engine.warn_kv_cache_limit()  # once every prompt fits: a prompt that does not is one error line, not both
-    ids = [engine.add_request(p, params) for p in token_prompts]
     stream = len(prompts) == 1 and params.n == 1
+    ids = [engine.add_request(p, params, final_only=not stream) for p in token_prompts]  # streamed: every step's
     bar = None
     if not stream:
         from tqdm import tqdm
