@@ -99,9 +99,9 @@ def checkpoint_has_kv_scales(folder: str | None) -> bool:
 
 def describe_kv_scales(kv_cache_dtype: str, calculate: bool, in_checkpoint: bool) -> str:
     """Where an fp8 cache's scales come from, in the start-up line's words: ``calculated from the first prefill``,
-    ``from the checkpoint``, ``1.0 (no scales in the checkpoint)``; ``none (16-bit cache)`` for ``auto``."""
+    ``from the checkpoint``, ``1.0 (no scales in the checkpoint)``; ``none (cache in the model dtype)`` for ``auto``."""
     if kv_cache_dtype == "auto":
-        return "none (16-bit cache)"
+        return "none (cache in the model dtype)"
     if calculate:
         return "calculated from the first prefill (calculate_kv_scales)"
     if in_checkpoint:

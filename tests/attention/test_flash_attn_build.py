@@ -61,6 +61,11 @@ def fa3_build(monkeypatch):
         flags = {**H200_BUILD, **{f"FLASHATTENTION_DISABLE_{k}": v for k, v in switches.items()}}
         module.CONFIG = {"build_flags": flags} if config == "h200" else config
         monkeypatch.setitem(sys.modules, "flash_attn_config", module)
+        # the build file describes the kernels beside it: FA3's interface counts as installed
+        monkeypatch.setattr(
+            "attnserve.attention.backends.flash_attn_versions.package_installed",
+            lambda m: m in ("flash_attn_interface", "flash_attn_config"),
+        )
 
     return install
 
@@ -179,3 +184,13 @@ def test_backends_command_names_the_switch_for_gemma2(fa3_build, installed, caps
         assert group["backends"]["FLASH_ATTN"]["reasons"] == [
             f"logits_soft_cap 50.0 not supported with flash_attn_version 3; this build: {SOFTCAP}"
         ]
+
+
+def test_a_build_file_without_the_kernels_describes_nothing(monkeypatch):
+    """A ``flash_attn_config`` left behind without ``flash_attn_interface``: the declared limits, no build reason."""
+    module = types.ModuleType("flash_attn_config")
+    module.CONFIG = {"build_flags": {**H200_BUILD}}
+    monkeypatch.setitem(sys.modules, "flash_attn_config", module)
+    monkeypatch.setattr("attnserve.attention.backends.flash_attn_versions.package_installed", lambda m: False)
+    assert installed_build(3) is None
+    assert FA.version_capabilities(3) == FA.version_capabilities(3, declared=True)

@@ -55,7 +55,7 @@ def test_report_shows_the_cache_dtype_and_where_its_scales_come_from(kv, dtype, 
     _, report = run_json(
         capsys, "--device", "cuda:9.0", "--assume-installed", "--head-size", "128", "--kv-cache-dtype", kv
     )
-    scales = "none (16-bit cache)" if kv == "auto" else "1.0 (no scales in the checkpoint)"
+    scales = "none (cache in the model dtype)" if kv == "auto" else "1.0 (no scales in the checkpoint)"
     assert report["kv_cache"] == {"kv_cache_dtype": kv, "dtype": dtype, "scales": scales}
     assert (
         backends.main(
@@ -73,7 +73,9 @@ def test_report_shows_the_cache_dtype_and_where_its_scales_come_from(kv, dtype, 
         == 0
     )
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("KV cache:"))
-    scales = "none (16-bit cache)" if kv == "auto" else "calculated from the first prefill (calculate_kv_scales)"
+    scales = (
+        "none (cache in the model dtype)" if kv == "auto" else "calculated from the first prefill (calculate_kv_scales)"
+    )
     assert line == f"KV cache: {dtype} (kv_cache_dtype {kv}), fp8 scales {scales}"
 
 

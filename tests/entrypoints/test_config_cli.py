@@ -326,14 +326,14 @@ def test_explain_names_sources(tmp_path, capsys):
     assert rows["enable_pdl"].endswith("default")
     assert rows["enable_prefix_caching"].split()[1:] == ["true", "default"]
     assert len(rows) == 29 + len(AttentionConfig.field_names()) + 1  # + the derived (kv cache) row
-    assert rows["(kv"].split("  ")[-1] == "derived: fp8 scales none (16-bit cache)"
+    assert rows["(kv"].split("  ")[-1] == "derived: fp8 scales none (cache in the model dtype)"
 
 
 @pytest.mark.parametrize(
     "argv, dtype, scales",
     [
-        ([], '"auto (the model dtype)"', "none (16-bit cache)"),
-        (["--dtype", "bfloat16"], '"bfloat16"', "none (16-bit cache)"),
+        ([], '"auto (the model dtype)"', "none (cache in the model dtype)"),
+        (["--dtype", "bfloat16"], '"bfloat16"', "none (cache in the model dtype)"),
         (["--kv-cache-dtype", "fp8"], '"float8_e4m3fn"', "1.0 (no scales in the checkpoint)"),
         (
             ["--kv-cache-dtype", "fp8_e5m2", "--calculate-kv-scales"],

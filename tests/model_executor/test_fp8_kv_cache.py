@@ -86,7 +86,7 @@ def test_checkpoint_kv_scales_reach_each_layer(tiny_model_dir, tmp_path, caplog)
         auto = _llm(folder)
     assert _scales(auto) == [(1.0, 1.0), (1.0, 1.0)]
     assert "checkpoint's KV-cache scales are unused" in caplog.text
-    assert "fp8 scales none (16-bit cache)" in caplog.text
+    assert "fp8 scales none (cache in the model dtype)" in caplog.text
 
 
 def test_fp8_cache_holds_twice_the_blocks_of_bf16_in_the_same_budget(tiny_model_dir, caplog):

@@ -13,7 +13,7 @@ from attnserve.attention.cascade import CascadePrefix
 from attnserve.kernels.merge_attn_states import merge_attn_states
 
 if TYPE_CHECKING:  # pragma: no cover
-    from attnserve.attention.backends.flash_attn import FlashAttentionCall
+    from attnserve.attention.backends.flash_attn_calls import FlashAttentionCall
 
 
 @dataclass

@@ -177,8 +177,8 @@ def installed_build(version: int) -> FlashAttnBuild | None:
     ``CONFIG["build_flags"]`` mapping). Imports only that small module (already imported: read from
     ``sys.modules``), never the kernels."""
     name = BUILD_CONFIG_MODULES.get(version)
-    if name is None:
-        return None
+    if name is None or not package_installed(FLASH_ATTN_VERSIONS[version].package):
+        return None  # a build file left without the kernels describes nothing installed
     module = sys.modules.get(name)
     if module is None:
         if not package_installed(name):
