@@ -45,6 +45,18 @@ class FlashAttentionCall:
     page_size: int = 0  # the KV cache's block size (for the plan made inside a CUDA graph)
     prefix: PrefixCall | None = None  # cascade: the shared prefix's call; the fields above are the suffix's
 
+    def paged_args(self) -> dict:
+        """FlashAttention 3's ``flash_attn_with_kvcache`` arguments for this call's requests over the paged cache."""
+        return dict(
+            cache_seqlens=self.seq_lens,
+            page_table=self.block_table,
+            cu_seqlens_q=self.query_start_loc,
+            max_seqlen_q=self.max_query_len,
+            causal=True,
+            scheduler_metadata=self.scheduler_metadata,
+            num_splits=self.num_splits,
+        )
+
 
 @dataclass
 class FlashAttentionMetadata:
@@ -289,16 +301,10 @@ class FlashAttentionImpl(AttentionImpl):
             q,
             key_cache,
             value_cache,
-            cache_seqlens=call.seq_lens,
-            page_table=call.block_table,
-            cu_seqlens_q=call.query_start_loc,
-            max_seqlen_q=call.max_query_len,
             softmax_scale=self.scale,
-            causal=True,
             window_size=self.window,
             softcap=self.softcap,
-            scheduler_metadata=call.scheduler_metadata,
-            num_splits=call.num_splits,
+            **call.paged_args(),
             **descales,
         )
         out = out[0] if isinstance(out, tuple) else out

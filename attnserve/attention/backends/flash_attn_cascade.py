@@ -47,17 +47,5 @@ def paged_cascade(
         num_splits=p.num_splits,
         **common,
     )
-    o_suffix, lse_suffix, *_ = fa.flash_attn_with_kvcache(
-        q,
-        key_cache,
-        value_cache,
-        cache_seqlens=call.seq_lens,
-        page_table=call.block_table,
-        cu_seqlens_q=call.query_start_loc,
-        max_seqlen_q=call.max_query_len,
-        causal=True,
-        scheduler_metadata=call.scheduler_metadata,
-        num_splits=call.num_splits,
-        **common,
-    )
+    o_suffix, lse_suffix, *_ = fa.flash_attn_with_kvcache(q, key_cache, value_cache, **call.paged_args(), **common)
     return merge_attn_states(o_prefix, lse_prefix, o_suffix, lse_suffix)
