@@ -19,47 +19,56 @@ from attnserve.entrypoints.chat_utils import (
     check_chat_template_options,
     is_list,
 )
-from attnserve.refusals import Refusal, Refused
 
 PromptType = str | list[int] | dict  # text, token ids, or vLLM's {"prompt": str} / {"prompt_token_ids": list[int]}
 
 
-def parse_prompt(prompt: PromptType) -> str | list[int]:
-    """One prompt as text or token ids: vLLM's TextPrompt / TokensPrompt dicts are unwrapped.
+PROMPT_WORDS = "text, a list of token ids, or a dict {'prompt': text} or {'prompt_token_ids': ids}"
+ONE_KEY_WORDS = "exactly one of the keys 'prompt', 'prompt_token_ids'"
 
-    Raises ValueError for a dict with other keys (or both), or a value of the wrong type.
+
+def _token_ids(ids: Sequence) -> list:
+    """``ids`` as a list, its integers (numpy's too) as plain ints; anything else is left for check_prompt to
+    refuse by its position (a bool, a float, None)."""
+    ids = list(ids)
+    if set(map(type, ids)) - {int}:
+        ids = [int(t) if isinstance(t, numbers.Integral) and not isinstance(t, bool) else t for t in ids]
+    return ids
+
+
+def parse_prompt(prompt: PromptType, path: tuple[str | int, ...] = ("prompt",)) -> str | list[int]:
+    """One prompt as text or token ids: vLLM's TextPrompt / TokensPrompt dicts are unwrapped, token ids made
+    plain ints.
+
+    Raises RequestValueError (a ValueError) at ``path`` for anything else: a dict with other keys (or both), a
+    value of the wrong type (None, bytes, a number).
     """
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
+        return _token_ids(prompt)  # check_prompt validates the ids
     if not isinstance(prompt, Mapping):
-        return prompt  # text or token ids; check_prompt validates the ids
+        raise RequestValueError(path, prompt, PROMPT_WORDS, noun="a prompt")
     keys = sorted(prompt, key=str)
     if keys == ["prompt"] and isinstance(prompt["prompt"], str):
         return prompt["prompt"]
     if (
         keys == ["prompt_token_ids"]
         and isinstance(prompt["prompt_token_ids"], Sequence)
-        and not isinstance(prompt["prompt_token_ids"], str)
+        and not isinstance(prompt["prompt_token_ids"], (str, bytes, bytearray))
     ):
-        return list(prompt["prompt_token_ids"])
+        return _token_ids(prompt["prompt_token_ids"])
     if keys in (["prompt"], ["prompt_token_ids"]):
         (key,) = keys
-        raise Refused(
-            Refusal(
-                value=prompt[key],
-                subject=f"prompt dict {key!r} value",
-                allowed="a string" if key == "prompt" else "a list of token ids",
-            )
-        )
-    raise Refused(
-        Refusal(
-            value=keys,
-            subject="prompt dict with keys",
-            allowed="exactly one of {'prompt': str} or {'prompt_token_ids': list[int]}",
-        )
-    )
+        allowed = "a string" if key == "prompt" else "a list of token ids"
+        raise RequestValueError((*path, key), prompt[key], allowed)
+    raise RequestValueError(path, keys, ONE_KEY_WORDS)
 
 
 def _is_single_prompt(prompts) -> bool:
-    if isinstance(prompts, (str, Mapping)):
+    """Whether ``prompts`` is one prompt (text, a dict, token ids, or something no prompt is, which
+    :func:`parse_prompt` then refuses) rather than a list of them."""
+    if not isinstance(prompts, Sequence) or isinstance(prompts, (str, bytes, bytearray)):
         return True
     return bool(prompts) and isinstance(prompts[0], numbers.Integral)  # one prompt of token ids
 
@@ -101,8 +110,9 @@ class LLM:
           refuses them. ``max_tokens=None`` asks for the rest of the context.
         """
         single = _is_single_prompt(prompts)
-        prompts = [parse_prompt(p) for p in ([prompts] if single else prompts)]
+        prompts = [prompts] if single else list(prompts)
         paths = [("prompt",)] if single else [("prompts", i) for i in range(len(prompts))]
+        prompts = [parse_prompt(p, path) for p, path in zip(prompts, paths)]
         params = _params_list(sampling_params, len(prompts), self.engine.default_sampling_params())
         # all checked before any is queued (truncate_prompt_tokens applied first, as vLLM does)
         token_prompts = [

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from attnserve import LLM, SamplingParams
 from attnserve.engine.request_checks import MaxTokensTooLargeError, PromptTooLongError, RequestValueError
+from attnserve.entrypoints.llm import PROMPT_WORDS
 from attnserve.refusals import MISSING, Refusal
 from attnserve.refusals.words import MESSAGE_WORDS
 
@@ -34,31 +36,47 @@ def test_text_and_tokens_prompt_dicts_mixed_with_plain_prompts(llm):
     assert outs[2].outputs[0].token_ids == outs[3].outputs[0].token_ids
 
 
-ONE_OF = "exactly one of {'prompt': str} or {'prompt_token_ids': list[int]}"
+ONE_OF = "exactly one of the keys 'prompt', 'prompt_token_ids'"
 
 
 @pytest.mark.parametrize(
-    "prompt, subject, value, allowed",
+    "prompt, path, value, allowed",
     [
-        ({"prompt": "Hi", "prompt_token_ids": IDS}, "prompt dict with keys", ["prompt", "prompt_token_ids"], ONE_OF),
-        ({"text": "Hi"}, "prompt dict with keys", ["text"], ONE_OF),
-        ({}, "prompt dict with keys", [], ONE_OF),
-        ({"prompt": IDS}, "prompt dict 'prompt' value", IDS, "a string"),
-        ({"prompt_token_ids": "Hi"}, "prompt dict 'prompt_token_ids' value", "Hi", "a list of token ids"),
+        ({"prompt": "Hi", "prompt_token_ids": IDS}, ("prompts", 1), ["prompt", "prompt_token_ids"], ONE_OF),
+        ({"text": "Hi"}, ("prompts", 1), ["text"], ONE_OF),
+        ({}, ("prompts", 1), [], ONE_OF),
+        ({"prompt": IDS}, ("prompts", 1, "prompt"), IDS, "a string"),
+        ({"prompt_token_ids": "Hi"}, ("prompts", 1, "prompt_token_ids"), "Hi", "a list of token ids"),
+        (None, ("prompts", 1), None, PROMPT_WORDS),
+        (b"Hi", ("prompts", 1), b"Hi", PROMPT_WORDS),
+        (2.5, ("prompts", 1), 2.5, PROMPT_WORDS),
     ],
 )
-def test_other_prompt_dicts_are_refused_up_front(llm, prompt, subject, value, allowed):
+def test_other_prompts_are_refused_up_front(llm, prompt, path, value, allowed):
     with pytest.raises(ValueError) as e:
         llm.generate(["Hi", prompt], GREEDY)
-    assert e.value.refusal == Refusal(value=value, allowed=allowed, subject=subject)
+    r = e.value.refusal
+    assert (r.path, r.value, r.allowed) == (path, value, allowed)
     assert not llm.engine.has_unfinished_requests()
+
+
+@pytest.mark.parametrize("prompt", [None, b"Hi"])
+def test_a_single_prompt_of_no_kind_is_refused(llm, prompt):
+    with pytest.raises(ValueError) as e:
+        llm.generate(prompt, GREEDY)
+    assert (e.value.refusal.path, e.value.refusal.value) == (("prompt",), prompt)
+
+
+def test_numpy_token_ids_become_plain_ints(llm):
+    (out,) = llm.generate([[np.int64(t) for t in IDS]], GREEDY)
+    assert out.prompt_token_ids == IDS and {type(t) for t in out.prompt_token_ids} == {int}
 
 
 def test_a_prompt_dict_refusal_reads_as_one_line(llm):
     """The golden text of this refusal on the Python surface."""
     with pytest.raises(ValueError) as e:
         llm.generate({"text": "Hi"}, GREEDY)
-    assert str(e.value) == f"prompt dict with keys ['text'] not allowed (allowed: {ONE_OF})"
+    assert str(e.value) == f"prompt ['text'] not allowed (allowed: {ONE_OF})"
 
 
 def _rendered(llm, messages):
