@@ -13,6 +13,8 @@ import sys
 from array import array
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 BlockHash = bytes  # 32 bytes
 
 # the parent hash of a sequence's first block
@@ -41,16 +43,22 @@ def extend_block_hashes(
 ) -> list[BlockHash]:
     """Append to ``hashes`` the hashes of the full blocks among the first ``num_tokens`` tokens that it lacks
     (``token_slice(start, end)``: the sequence's tokens ``[start, end)``); returns ``hashes``. O(new blocks): the
-    new tokens are encoded once, then each block hashes its slice of the bytes (:func:`hash_block_tokens`'s
-    encoding, without a list and an array per block)."""
+    new blocks are encoded at once (each row: the count, then the block's token ids, :func:`hash_block_tokens`'s
+    encoding), then each block hashes its row in place (a memoryview slice: no copy, no per-block list)."""
     first, end = len(hashes), num_tokens // block_size
-    if end <= first:
+    n = end - first
+    if n <= 0:
         return hashes
-    data = array("q", token_slice(first * block_size, end * block_size)).tobytes()
-    count = array("q", (block_size,)).tobytes()
-    step = 8 * block_size
+    rows = np.empty((n, block_size + 1), dtype=np.int64)
+    rows[:, 0] = block_size
+    rows[:, 1:] = np.asarray(token_slice(first * block_size, end * block_size), dtype=np.int64).reshape(n, block_size)
+    data = memoryview(rows.astype("<i8", copy=False).tobytes())
+    step = 8 * (block_size + 1)
     parent = hashes[-1] if hashes else ROOT_HASH
-    for i in range(end - first):
-        parent = _digest(parent, count + data[i * step : (i + 1) * step])
-        hashes.append(parent)
+    sha256, append = hashlib.sha256, hashes.append
+    for start in range(0, n * step, step):
+        h = sha256(parent)
+        h.update(data[start : start + step])
+        parent = h.digest()
+        append(parent)
     return hashes

@@ -59,6 +59,17 @@ def test_block_hash_is_sha256_chained_over_parent_and_tokens():
     assert hash_block_tokens(ROOT_HASH, [1, 2, 3, 4], b"lora 1") != expected
 
 
+def test_extending_hashes_equals_hashing_each_block_in_turn():
+    tokens = [(i * 7919) % 151936 for i in range(16 * 9 + 5)]
+    whole = extend_block_hashes([], len(tokens), lambda a, b: tokens[a:b], 16)
+    parent, expected = ROOT_HASH, []
+    for i in range(9):
+        parent = hash_block_tokens(parent, tokens[16 * i : 16 * (i + 1)])
+        expected.append(parent)
+    assert whole == expected
+    assert extend_block_hashes(expected[:4], len(tokens), lambda a, b: tokens[a:b], 16) == expected
+
+
 def test_a_second_request_reuses_the_full_blocks_of_a_shared_prefix():
     bm = cached_bm()
     a = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
