@@ -83,9 +83,11 @@ def test_a_load_error_summary_leaves_out_the_worker_traceback():
 
     e = WorkerDiedError(
         "worker rank 1 (pid 7) failed; pending requests failed. Its traceback:\n"
-        'Traceback (most recent call last):\n  File "x.py", line 1, in f\nValueError: bad heads\n'
+        'Traceback (most recent call last):\n  File "x.py", line 1, in f\nValueError: bad heads\n',
+        summary="worker rank 1 (pid 7) failed; pending requests failed. ValueError: bad heads",
     )
     assert load_error_summary(e) == "worker rank 1 (pid 7) failed; pending requests failed. ValueError: bad heads"
+    assert load_error_summary(ValueError("two\nlines")) == "two lines"
 
 
 def test_an_empty_api_key_means_no_key(tiny_model_dir):
