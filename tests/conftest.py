@@ -65,3 +65,24 @@ def tiny_model_dir(tmp_path_factory, default_tokenizer):
         return made[arch]
 
     return make
+
+
+@pytest.fixture
+def worded(monkeypatch):
+    """The refusal records worded during the test, in order (every :func:`attnserve.refusals.statement` call, which
+    each surface's formatter makes its line with): a test of a surface asserts the record its line was made from."""
+    import sys
+
+    import attnserve.refusals as refusals
+
+    made: list = []
+    original = refusals.statement
+
+    def statement(r, names=None):
+        made.append(r)
+        return original(r, names)
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("attnserve") and getattr(module, "statement", None) is original:
+            monkeypatch.setattr(module, "statement", statement)
+    return made
