@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from attnserve.refusals import range_words
+from attnserve.refusals import Refusal, range_words
 
 # ---------------------------------------------------------------- config fields (config/fields.py)
 
@@ -59,3 +59,20 @@ ROLE_WORDS = ", ".join(json.dumps(r) for r in CHAT_ROLES)
 CONTENT_WORDS = 'a string, or a non-empty list of text parts {"type": "text", "text": string}'
 TEXT_PART = 'a text part {"type": "text", "text": string}'
 TEXT_PART_WORDS = 'an object with "type" and "text"'
+
+
+# ---------------------------------------------------------------- command lines (entrypoints/cli/)
+
+LOGIT_BIAS = "TOKEN_ID=BIAS"
+"""What one ``--logit-bias`` flag takes."""
+
+
+def no_prompts(path: str, flag: str, instead: str) -> Refusal:
+    """A prompts file ``path`` given by ``flag`` with no prompt in it; without the flag the command takes
+    ``instead`` (``the default prompt``, ``random prompts``)."""
+    return Refusal(
+        subject=path,
+        reason="has no prompts",
+        advice=f"give one prompt per line, or leave {flag} out for {instead}",
+        origin=f"argument {flag}",
+    )
