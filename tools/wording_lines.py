@@ -37,11 +37,17 @@ def _name(func: ast.expr) -> str:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+
+
 def _text_lines(node: ast.AST) -> set[int]:
-    """The lines of the string literals and f-strings inside ``node``."""
+    """The lines of the string literals and f-strings inside ``node``; a bare name (``"role"``, a path's key, a
+    field's name) is no wording."""
     lines: set[int] = set()
     for n in ast.walk(node):
-        if isinstance(n, ast.JoinedStr) or (isinstance(n, ast.Constant) and isinstance(n.value, str)):
+        if isinstance(n, ast.JoinedStr) or (
+            isinstance(n, ast.Constant) and isinstance(n.value, str) and not _NAME.fullmatch(n.value)
+        ):
             lines.update(range(n.lineno, (n.end_lineno or n.lineno) + 1))
     return lines
 

@@ -59,6 +59,51 @@ ROLE_WORDS = ", ".join(json.dumps(r) for r in CHAT_ROLES)
 CONTENT_WORDS = 'a string, or a non-empty list of text parts {"type": "text", "text": string}'
 TEXT_PART = 'a text part {"type": "text", "text": string}'
 TEXT_PART_WORDS = 'an object with "type" and "text"'
+TEXT_TYPE = '"text"'
+A_LIST, A_CHAT_MESSAGE = "a list", "a chat message"
+STRING, A_STRING = "string", "a string"
+NAME_WORDS = "string, or None"
+ONLY_ON_ASSISTANT = "only on an assistant message"
+TOOL_CALL_WORDS = '{"id": string, "type": "function", "function": {"name": string, "arguments": JSON text}}'
+JSON_TEXT = "JSON text"
+
+# ---------------------------------------------------------------- chat templates (entrypoints/chat_utils.py)
+
+
+def unreadable_template(path: tuple[str | int, ...], name: str, error: OSError) -> Refusal:
+    """A ``--chat-template`` (request ``chat_template``) that names a file that cannot be read."""
+    return Refusal(path, name, "a Jinja template file, or the template's text", reason=f"cannot be read ({error})")
+
+
+CONTINUE_FINAL_MESSAGE = Refusal(
+    ("continue_final_message",),
+    True,
+    "false while add_generation_prompt is true",
+    advice="set add_generation_prompt false to continue the final message",
+)
+TEMPLATE_KWARGS_WORDS, A_MAPPING = "a mapping of template variables, or None", "a mapping"
+
+
+def reserved_template_kwarg(name: str, value: object) -> Refusal:
+    """``chat_template_kwargs`` naming ``chat_template`` or ``tokenize``: no template variables."""
+    advice = "give the template as chat_template" if name == "chat_template" else ""
+    return Refusal(("chat_template_kwargs", name), value, "absent", advice=advice)
+
+
+NO_CHAT_TEMPLATE = Refusal(
+    ("chat_template",),
+    reason="is needed: this model's tokenizer has none",
+    advice="give one (--chat-template, the request's chat_template), or send the prompt text as a completion",
+)
+
+
+def template_failed(given: bool, error: Exception) -> Refusal:
+    """What a chat template raised, named by ``chat_template`` when the request (or flag) ``given`` it, else by
+    ``messages``."""
+    what = f"{type(error).__name__}: {error}"
+    if given:
+        return Refusal(("chat_template",), reason=f"failed on the messages ({what})")
+    return Refusal(("messages",), reason=f"cannot be rendered by the chat template ({what})")
 
 
 # ---------------------------------------------------------------- command lines (entrypoints/cli/)
