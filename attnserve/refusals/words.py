@@ -42,6 +42,58 @@ def field_words(base: type, optional: bool, meta: dict) -> str:
     return words + (", null" if optional else "")
 
 
+# ---------------------------------------------------------------- config files (config/files.py)
+
+
+def duplicate_key(key: object) -> str:
+    return f"duplicate key {key!r}"
+
+
+def malformed(fmt: str, problem: str, line: int | None = None, column: int | None = None) -> str:
+    """A file (or option) that is no valid ``fmt`` (JSON, YAML); ``line``/``column`` when no origin names them."""
+    where = f" (line {line}, column {column})" if line is not None else ""
+    return f"malformed {fmt}{where}: {' '.join(problem.split())}"
+
+
+NESTED_TOO_DEEPLY = "nested too deeply"
+
+
+def unreadable_config_file(path: str, why: str) -> str:
+    return f"cannot read config file {path!r}: {why}"
+
+
+def not_utf8_text(reason: str) -> str:
+    return f"not UTF-8 text ({reason})"
+
+
+def config_mapping_words(fmt: str) -> str:
+    """What a config file must hold, its example in the file's format (``json`` or ``yaml``)."""
+    example = '{"dtype": "float32"}' if fmt == "json" else "'dtype: float32'"
+    return f"a mapping of engine argument names to values, e.g. {example}, or {{}} for no settings"
+
+
+EMPTY_CONFIG_FILE = "empty config file"
+ONLY_COMMENTS = "the config file holds only comments"
+
+
+def top_level_is(data: object) -> str:
+    """A decoded top level that is not a mapping, in the file's words: ``the top level is null``, ``... a list``,
+    ``... the string 'dtype float32'``, ``... the number 5``, ``... true``."""
+    if data is None:
+        what = "null"
+    elif isinstance(data, bool):
+        what = str(data).lower()
+    elif isinstance(data, list):
+        what = "a list"
+    elif isinstance(data, str):
+        what = f"the string {data!r}"
+    elif isinstance(data, (int, float)):
+        what = f"the number {data!r}"
+    else:
+        what = f"a {type(data).__name__}"  # a YAML date, timestamp or binary
+    return f"the top level is {what}"
+
+
 # ---------------------------------------------------------------- requests (engine/request_checks.py, chat_utils.py)
 
 EMPTY_PROMPT = "a prompt of at least 1 token"
