@@ -99,6 +99,28 @@ def top_level_is(data: object) -> str:
 EMPTY_PROMPT = "a prompt of at least 1 token"
 
 
+def prompt_too_long(num_prompt_tokens: int, max_model_len: int, prompt: str) -> Refusal:
+    """A prompt that alone leaves no room for a generated token (OpenAI's wording, which names the context length,
+    and which OpenAI clients look for), keyed to ``max_model_len``."""
+    return Refusal(
+        reason=f"This model's maximum context length is {max_model_len} tokens. However, {prompt} has "
+        f"{num_prompt_tokens} tokens, which leaves no room for the completion (at most {max_model_len - 1} "
+        "prompt tokens fit).",
+        advice="Please raise {max_model_len} or reduce the length of the prompt.",
+        key="max_model_len",
+    )
+
+
+def max_tokens_too_large(num_prompt_tokens: int, max_tokens: int, max_model_len: int, prompt: str) -> Refusal:
+    """A prompt that fits, but not with ``max_tokens`` more (OpenAI's wording)."""
+    return Refusal(
+        reason=f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+        f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in {prompt}, {max_tokens} in the "
+        "completion).",
+        advice="Please reduce the length of the prompt or completion.",
+    )
+
+
 def token_id_words(vocab_size: int) -> str:
     """The allowed token ids in words: ``integer in [0, 49152), the vocabulary size``."""
     return f"{range_words('integer', ('>=', 0), ('<', vocab_size))}, the vocabulary size"
