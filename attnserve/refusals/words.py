@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from attnserve.refusals import Refusal, range_words
+from attnserve.refusals import TEXT, Refusal, range_words
 
 # ---------------------------------------------------------------- config fields (config/fields.py)
 
@@ -40,6 +40,53 @@ def field_words(base: type, optional: bool, meta: dict) -> str:
         if "unit" in meta:
             words += f" ({meta['unit']})"
     return words + (", null" if optional else "")
+
+
+# ---------------------------------------------------------------- engine arguments (config/engine_args.py, cli/)
+
+
+def unknown_key(key: object, valid: list[str], where: str, suggestion: str | None, field: str = "FIELD") -> Refusal:
+    """A config file's (or ``-ac``'s) key that names no engine argument; ``where``: ``in cfg.yaml``."""
+    return Refusal(
+        value=key,
+        allowed=f"{', '.join(valid)}, attention_config.{field}",
+        reason=where,
+        subject="unknown key",
+        suggestion=suggestion,
+        written=TEXT,
+    )
+
+
+def unknown_engine_argument(key: str, valid: list[str], suggestion: str | None) -> Refusal:
+    """A Python keyword argument (``LLM(blocksize=16)``) that names no engine argument."""
+    return Refusal(
+        value=key, allowed=", ".join(valid), reason="", subject="unknown engine argument", suggestion=suggestion
+    )
+
+
+ATTENTION_OBJECT = "an object of field names to values"
+
+
+def backends_conflict(other_label: str, other_value: str) -> dict:
+    """The fields of a refusal of two settings naming different attention backends (``--attention-backend`` and
+    ``attention_config.backend``): after the value, ``conflicts with OTHER VALUE ...``."""
+    return {
+        "reason": f"conflicts with {other_label} {other_value}: they name different backends",
+        "advice": "set the attention backend in one place",
+    }
+
+
+def model_given_twice(other_label: str, other_value: object) -> dict:
+    """The fields of a refusal of a model given twice (``MODEL`` and ``--model``)."""
+    return {
+        "reason": f"conflicts with {other_label} {other_value!r}: the model is given twice",
+        "advice": "give it once",
+    }
+
+
+def no_value_forms(forms: str) -> str:
+    """What a flag that takes no value allows: ``no value: --enforce-eager or --no-enforce-eager``."""
+    return f"no value: {forms}"
 
 
 # ---------------------------------------------------------------- config files (config/files.py)
