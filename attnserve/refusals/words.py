@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from attnserve.refusals import TEXT, Refusal, range_words
+from attnserve.refusals import PYTHON, TEXT, Refusal, range_words
 
 # ---------------------------------------------------------------- config fields (config/fields.py)
 
@@ -40,6 +40,54 @@ def field_words(base: type, optional: bool, meta: dict) -> str:
         if "unit" in meta:
             words += f" ({meta['unit']})"
     return words + (", null" if optional else "")
+
+
+# ---------------------------------------------------------------- config records (config/*.py)
+
+
+def backend_names_words(valid: list[str], null: bool = False) -> str:
+    """The attention backend names allowed: ``FLASH_ATTN, ..., auto`` (``, null`` where null is allowed)."""
+    return f"{', '.join(valid)}, auto" + (", null" if null else "")
+
+
+A_BACKEND_NAME = "a backend name"
+A_MAPPING_OF_FIELDS = "a mapping of field names to values"
+
+
+def unknown_attention_field(key: object, valid: list[str], where: str, suggestion: str | None, name: str) -> Refusal:
+    """An ``attention_config`` key that names no field; ``where``: ``in cfg.yaml``, ``in -ac`` (TEXT spelling)."""
+    return Refusal(
+        value=key,
+        allowed=", ".join(valid),
+        reason=where,
+        subject="unknown attention_config field",
+        suggestion=suggestion,
+        key=f"attention_config.{name}",
+        written=TEXT if where else PYTHON,
+    )
+
+
+KV_SCALES_NEED_FP8 = Refusal(
+    ("calculate_kv_scales",),
+    True,
+    reason="needs an fp8 KV cache (scales are for fp8)",
+    advice="set {kv_cache_dtype} fp8, or drop {calculate_kv_scales}",
+    key="calculate_kv_scales",
+)
+
+
+def device_words(devices: tuple[str, ...] | list[str]) -> str:
+    return f"{', '.join(devices)}, cuda:N, cuda:MAJOR.MINOR to plan for a simulated GPU"
+
+
+def not_a_record(value: object, field: str, cls: type) -> Refusal:
+    """An EngineConfig section given as something other than its record: ``EngineConfig.cache {} is not a
+    CacheConfig``."""
+    return Refusal(value=value, subject=f"EngineConfig.{field}", noun=f"a {cls.__name__}")
+
+
+GENERATION_CONFIG_WORDS = "auto, vllm, or a folder holding a generation_config.json"
+NO_FOLDER = "is no folder"
 
 
 # ---------------------------------------------------------------- engine arguments (config/engine_args.py, cli/)
