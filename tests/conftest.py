@@ -68,7 +68,7 @@ def tiny_model_dir(tmp_path_factory, default_tokenizer):
 
 
 @pytest.fixture
-def worded(monkeypatch):
+def worded():
     """The refusal records worded during the test, in order (every :func:`attnserve.refusals.statement` call, which
     each surface's formatter makes its line with): a test of a surface asserts the record its line was made from."""
     import sys
@@ -82,7 +82,13 @@ def worded(monkeypatch):
         made.append(r)
         return original(r, names)
 
-    for name, module in list(sys.modules.items()):
-        if name.startswith("attnserve") and getattr(module, "statement", None) is original:
-            monkeypatch.setattr(module, "statement", statement)
-    return made
+    def modules():
+        return [m for n, m in list(sys.modules.items()) if n.startswith("attnserve") and m is not None]
+
+    for module in modules():  # a module imported during the test takes the wrapper from attnserve.refusals
+        if getattr(module, "statement", None) is original:
+            module.statement = statement
+    yield made
+    for module in modules():
+        if getattr(module, "statement", None) is statement:
+            module.statement = original
