@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from attnserve.refusals import PYTHON, TEXT, Refusal, range_words
+from attnserve.refusals import PYTHON, TEXT, Reason, Refusal, range_words
 
 # ---------------------------------------------------------------- config fields (config/fields.py)
 
@@ -40,6 +40,41 @@ def field_words(base: type, optional: bool, meta: dict) -> str:
         if "unit" in meta:
             words += f" ({meta['unit']})"
     return words + (", null" if optional else "")
+
+
+# ---------------------------------------------------------------- attention backends (attention/validation.py, ...)
+
+
+def not_supported(
+    field: str,
+    value: object,
+    rule: str = "",
+    *,
+    shown: object = None,
+    qualifier: str = "",
+    lead: str = "supported: ",
+    label: str | None = None,
+) -> Reason:
+    """A backend's reason: ``FIELD VALUE not supported[ with QUALIFIER][ (LEAD RULE)]``, e.g. ``head_size 80 not
+    supported (supported: 64, 128, 256)``, ``compute capability 7.5 not supported (needs >= 8.0)``; ``shown``: the
+    value as written (``float32`` for a torch dtype), ``label``: the words for the field when not its name."""
+    text = f"{field if label is None else label} {value if shown is None else shown} not supported"
+    text += (f" with {qualifier}" if qualifier else "") + (f" ({lead}{rule})" if rule else "")
+    return Reason(text, field, value, rule)
+
+
+def not_installed(package: str, install_command: str) -> Reason:
+    return Reason(f"not installed: {install_command}", "package", package, install_command)
+
+
+def cannot_be_loaded(backend: str, error: Exception) -> Reason:
+    """A backend class whose import failed."""
+    return Reason(f"cannot be loaded: {error}", "package", backend, str(error))
+
+
+def feature_not_supported(field: str, value: object, words: str, qualifier: str = "") -> Reason:
+    """A model feature the backend lacks, in ``words`` (``attention sinks``): ``attention sinks not supported``."""
+    return Reason(f"{words} not supported" + (f" with {qualifier}" if qualifier else ""), field, value)
 
 
 # ---------------------------------------------------------------- config records (config/*.py)
