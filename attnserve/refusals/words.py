@@ -63,8 +63,40 @@ def not_supported(
     return Reason(text, field, value, rule)
 
 
-def not_installed(package: str, install_command: str) -> Reason:
-    return Reason(f"not installed: {install_command}", "package", package, install_command)
+def not_installed(package: str, install_command: str, why: str = "") -> Reason:
+    """``not installed: pip install ...[ (why)]``."""
+    return Reason(
+        f"not installed: {install_command}" + (f" ({why})" if why else ""), "package", package, install_command
+    )
+
+
+SEPARATE_CALLS = Reason(
+    "use_prefill_decode_attention not supported: CPU_ATTN always runs decodes and prefills in separate calls",
+    "use_prefill_decode_attention",
+    True,
+    "false",
+)
+"""CPU_ATTN's reason for ``attention_config.use_prefill_decode_attention``."""
+
+
+def trtllm_needs_blackwell(where: str) -> Reason:
+    """FlashInfer's ``use_trtllm_attention=True`` on a device of compute capability ``where`` (not 10.x)."""
+    return Reason(
+        f"use_trtllm_attention=True needs compute capability 10.x (this device: {where}): "
+        "FlashInfer's TRT-LLM kernels exist for Blackwell only",
+        "use_trtllm_attention",
+        True,
+        "compute capability 10.x",
+    )
+
+
+TRTLLM_NOT_WIRED = Reason(
+    "use_trtllm_attention=True not supported: FlashInfer's TRT-LLM kernels are not wired in attnserve (unset or "
+    "false runs FlashInfer's own kernels)",
+    "use_trtllm_attention",
+    True,
+    "null, false",
+)
 
 
 def cannot_be_loaded(backend: str, error: Exception) -> Reason:
