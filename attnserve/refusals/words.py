@@ -109,6 +109,33 @@ def feature_not_supported(field: str, value: object, words: str, qualifier: str 
     return Reason(f"{words} not supported" + (f" with {qualifier}" if qualifier else ""), field, value)
 
 
+# ---------------------------------------------------------------- the scheduler (engine/scheduler.py)
+
+
+def prompt_exceeds_kv_cache(
+    num_tokens: int, blocks_needed: int, num_blocks: int, block_size: int, kv_cache_key: str | None
+) -> Refusal:
+    """A prompt the whole KV cache cannot hold (with the one token it generates), keyed to the cache's size setting
+    (``kv_cache_key``: ``num_gpu_blocks``, ``kv_cache_memory``; None: no setting sized it)."""
+    capacity = num_blocks * block_size
+    return Refusal(
+        reason=f"prompt of {num_tokens} tokens needs {blocks_needed} KV blocks ({num_tokens + 1} tokens with the "
+        f"one it generates), the KV cache has {num_blocks} ({capacity} tokens), so at most {capacity - 1} prompt "
+        "tokens fit",
+        advice=f"raise {{{kv_cache_key}}}" if kv_cache_key else "give the KV cache more memory",
+        key=kv_cache_key,
+    )
+
+
+def prompt_exceeds_step(num_tokens: int, max_num_batched_tokens: int) -> Refusal:
+    """A prompt longer than one step's token budget, with chunked prefill off."""
+    return Refusal(
+        reason=f"prompt of {num_tokens} tokens exceeds max_num_batched_tokens {max_num_batched_tokens}, and "
+        "enable_chunked_prefill is false: a prompt must fit one step",
+        key="max_num_batched_tokens",
+    )
+
+
 # ---------------------------------------------------------------- config records (config/*.py)
 
 
