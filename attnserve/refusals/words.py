@@ -330,6 +330,51 @@ ONLY_ON_ASSISTANT = "only on an assistant message"
 TOOL_CALL_WORDS = '{"id": string, "type": "function", "function": {"name": string, "arguments": JSON text}}'
 JSON_TEXT = "JSON text"
 
+# ---------------------------------------------------------------- the server's chat fields (openai/serving_chat.py, tools.py)
+
+NEEDS_LOGPROBS = "needs logprobs: true"
+USE_TOOLS = "use tools and tool_choice"
+
+
+def deprecated_functions(names: list) -> Refusal:
+    """OpenAI's deprecated ``functions`` (refused, as vLLM refuses it), by the functions' names."""
+    return Refusal(("functions",), names, "absent, null or []", reason="not supported", advice=USE_TOOLS)
+
+
+def deprecated_function_call(choice: object) -> Refusal:
+    return Refusal(("function_call",), choice, 'absent, null or "none"', reason="not supported", advice=USE_TOOLS)
+
+
+def constrained_twice(field: str, tool_choice: str) -> Refusal:
+    """An output constraint (``response_format``, ``structured_outputs``) beside a tool choice that constrains."""
+    return Refusal(
+        (field,),
+        reason=f"not allowed together with tool_choice {tool_choice}: the tools' schemas constrain the output already",
+    )
+
+
+def untrusted_chat_template(path: tuple[str, ...]) -> Refusal:
+    return Refusal(
+        path,
+        reason="a request's own chat template is refused: the server was started without --trust-request-chat-template",
+    )
+
+
+def tools_needed(choice: object) -> Refusal:
+    return Refusal(("tool_choice",), choice, reason="needs tools (tools is empty or absent)")
+
+
+AUTO_TOOL_CHOICE = Refusal(
+    reason='"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+)
+"""vLLM's words (param ``tool_choice``)."""
+
+
+def not_a_tool(name: str, names: list[str]) -> Refusal:
+    """A named tool_choice function that is not among the request's tools."""
+    return Refusal(("tool_choice",), name, ", ".join(map(repr, names)), reason="is not among the tools")
+
+
 # ---------------------------------------------------------------- chat templates (entrypoints/chat_utils.py)
 
 

@@ -25,11 +25,11 @@ from attnserve.engine.request_checks import (
     check_token_ids,
 )
 from attnserve.core.sampling_params import SamplingParams
-from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.errors import OpenAIError, refusal_error
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.tokenizer_thread import TokenizerThread
 from attnserve.executor.base import WorkerDiedError
-from attnserve.refusals import Refusal, Refused, openai_error
+from attnserve.refusals import Refused
 
 
 def request_error(e: RequestValueError) -> OpenAIError:
@@ -170,12 +170,6 @@ def prompt_logprobs(out: RequestOutput) -> list | None:
         else {t: {"logprob": lp.logprob, "rank": lp.rank, "decoded_token": lp.decoded_token} for t, lp in d.items()}
         for d in out.prompt_logprobs
     ]
-
-
-def refusal_error(refusal: Refusal) -> OpenAIError:
-    """The 400 for a refusal: :func:`attnserve.refusals.openai_error`'s message and param."""
-    message, param = openai_error(refusal)
-    return OpenAIError(message, 400, param=param)
 
 
 def new_id(prefix: str) -> str:
