@@ -420,6 +420,38 @@ LOGIT_BIAS = "TOKEN_ID=BIAS"
 """What one ``--logit-bias`` flag takes."""
 
 
+PROMPT_LINE = 'each line must be a prompt as plain text, or a JSON object with a non-empty "prompt" string'
+"""What a line of a prompts file must be; the advice of every refusal of one line."""
+
+
+def not_utf8_file(path: str, byte: int, offset: int) -> Refusal:
+    """A prompts file that is not UTF-8 text, its first bad byte and that byte's offset in the file."""
+    return Refusal(subject=path, reason=f"is not UTF-8 text (byte 0x{byte:02x} at offset {offset})")
+
+
+def bad_prompt_line(path: str, number: int, problem: str, column: int | None = None) -> Refusal:
+    """Line ``number`` of prompts file ``path`` (at ``column``), and what is wrong with it."""
+    return Refusal(reason=problem, advice=PROMPT_LINE, origin=f"{path}:{number}" + (f":{column}" if column else ""))
+
+
+def missing_prompt_key(keys: list) -> str:
+    """A JSONL line's object without ``"prompt"``: its first keys, or that it is empty."""
+    shown = ", ".join(json.dumps(k) for k in keys[:5]) + (", ..." if len(keys) > 5 else "")
+    return f'missing key "prompt" ({f"its keys: {shown}" if keys else "the object is empty"})'
+
+
+def prompt_not_text(prompt: object) -> str:
+    """A JSONL line's ``"prompt"`` that is no non-empty string."""
+    return f'"prompt" is {"empty" if prompt == "" else f"{json.dumps(prompt)[:60]}, not a string"}'
+
+
+def at_flag(refusal: Refusal, flag: str) -> Refusal:
+    """A prompts file's refusal placed at the flag that named the file: ``argument --prompts-file: PATH:3: ...``."""
+    if refusal.origin.startswith("argument "):
+        return refusal
+    return refusal.at(f"argument {flag}: {refusal.origin}" if refusal.origin else f"argument {flag}", written=PYTHON)
+
+
 def no_prompts(path: str, flag: str, instead: str) -> Refusal:
     """A prompts file ``path`` given by ``flag`` with no prompt in it; without the flag the command takes
     ``instead`` (``the default prompt``, ``random prompts``)."""

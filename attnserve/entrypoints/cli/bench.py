@@ -15,6 +15,8 @@ import sys
 from attnserve.config.cache import BLOCK_SIZES, KV_CACHE_DTYPES
 from attnserve.config.fields import range_words
 from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
+from attnserve.refusals import message
+from attnserve.refusals.words import at_flag
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -310,7 +312,7 @@ def _check_baseline(args: argparse.Namespace, config) -> None:
     if args.baseline != "vllm":
         return
     from attnserve.benchmarks.vllm_baseline import check_vllm_baseline
-    from attnserve.refusals import Refused, message
+    from attnserve.refusals import Refused
 
     try:
         check_vllm_baseline(config.model.model)
@@ -357,7 +359,7 @@ def run_throughput(args: argparse.Namespace) -> int:
             args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}")
         args._engine_arg_parser.error(str(e))
     except PromptsFileError as e:  # not UTF-8 text, or no prompts in it
-        args._engine_arg_parser.error(f"argument --prompts-file: {e}")
+        args._engine_arg_parser.error(message(at_flag(e.refusal, "--prompts-file")))
     except ValueError as e:
         args._engine_arg_parser.error(error_line(args, e))
     return _finish(args, result, plot_throughput)
@@ -465,6 +467,7 @@ def _base_url(args: argparse.Namespace) -> str:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    from attnserve.benchmarks.requests import PromptsFileError
     from attnserve.benchmarks.serving import BenchConfig, BenchServerError, format_summary, run_benchmark
 
     if args.dataset is None:  # a prompt file is what the user wants benchmarked, not random words beside it
@@ -500,8 +503,10 @@ def run_serve(args: argparse.Namespace) -> int:
         summary = asyncio.run(run_benchmark(cfg))
     except OSError as e:  # the prompt file
         args._bench_parser.error(f"argument --prompt-file: {e.filename}: {e.strerror}")
-    except ValueError as e:  # not UTF-8 text, no prompts in it, or a malformed JSONL line
-        args._bench_parser.error(f"argument --prompt-file: {e}")
+    except PromptsFileError as e:  # not UTF-8 text, no prompts in it, or a malformed JSONL line
+        args._bench_parser.error(message(at_flag(e.refusal, "--prompt-file")))
+    except ValueError as e:
+        args._bench_parser.error(str(e))
     except BenchServerError as e:
         raise SystemExit(f"attnserve bench serve: error: {e}") from None
     print(format_summary(summary))

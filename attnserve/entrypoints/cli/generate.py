@@ -9,7 +9,7 @@ import time
 from dataclasses import replace
 
 from attnserve.refusals import PYTHON, Refusal, Refused, message
-from attnserve.refusals.words import LOGIT_BIAS, no_prompts
+from attnserve.refusals.words import LOGIT_BIAS, at_flag, no_prompts
 
 DEFAULT_PROMPT = "What are the three primary colors? Answer in one sentence."
 # the sampling flags' values when neither the command line nor the generation config (--generation-config) sets them
@@ -160,7 +160,7 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
         try:  # the format bench throughput and bench serve read: one prompt a line, or JSONL's "prompt"
             from_file = read_prompts_file(args.prompts_file)
         except PromptsFileError as e:  # not UTF-8 text, a bad JSONL line
-            raise ValueError(f"argument --prompts-file: {e}") from None
+            raise Refused(at_flag(e.refusal, "--prompts-file")) from None
         if not from_file:  # not the default prompt instead: the file named is likely the wrong one
             raise Refused(no_prompts(args.prompts_file, "--prompts-file", "the default prompt"))
         prompts += from_file
