@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from attnserve.refusals import PYTHON, TEXT, Reason, Refusal, range_words
+from attnserve.refusals import JSON, PYTHON, TEXT, Reason, Refusal, range_words
 
 # ---------------------------------------------------------------- config fields (config/fields.py)
 
@@ -329,6 +329,39 @@ NAME_WORDS = "string, or None"
 ONLY_ON_ASSISTANT = "only on an assistant message"
 TOOL_CALL_WORDS = '{"id": string, "type": "function", "function": {"name": string, "arguments": JSON text}}'
 JSON_TEXT = "JSON text"
+
+# ---------------------------------------------------------------- request bodies (openai/body.py)
+
+
+def body_not_utf8(byte: int, offset: int, reason: str) -> Refusal:
+    return Refusal(
+        reason=f"the request body is not valid UTF-8 (byte 0x{byte:02x} at offset {offset}: {reason})",
+        advice="send JSON encoded as UTF-8",
+    )
+
+
+def body_too_deep(levels: int, max_depth: int) -> Refusal:
+    return Refusal(
+        reason=f"the request body nests arrays and objects {levels} levels deep", allowed=f"at most {max_depth}"
+    )
+
+
+def body_integer_too_long(max_digits: int) -> Refusal:
+    return Refusal(
+        reason=f"the request body holds an integer of more than {max_digits} digits, more than any field allows"
+    )
+
+
+def lone_surrogate(path: tuple[str | int, ...], string: str, index: int) -> Refusal:
+    """A JSON string holding half of a UTF-16 surrogate pair (``\\ud800`` alone) at ``index``."""
+    return Refusal(
+        path,
+        string,
+        "Unicode text; a surrogate escape needs its pair",
+        written=JSON,
+        reason=f"holds a lone surrogate {json.dumps(string[index])[1:-1]} at index {index}",
+    )
+
 
 # ---------------------------------------------------------------- the server's chat fields (openai/serving_chat.py, tools.py)
 
