@@ -239,7 +239,7 @@ def test_cuda_on_a_machine_without_one_fails_before_loading(capsys):
 SPLIT_ERROR = (
     "tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads: with fewer KV heads than ranks "
     "the ranks must be a multiple of the KV heads and divide each KV head's 3 query heads "
-    "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)"
+    "(allowed: 1, 2, 3, 9 for this model)"
 )
 
 

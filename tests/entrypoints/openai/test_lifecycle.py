@@ -129,7 +129,7 @@ def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_serving():
     assert proc.stderr.strip() == (
         "attnserve serve: error: argument --tensor-parallel-size: 4 cannot split 9 query heads over 3 KV heads: with fewer KV "
         "heads than ranks the ranks must be a multiple of the KV heads and divide each KV head's 3 query heads "
-        "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)"
+        "(allowed: 1, 2, 3, 9 for this model)"
     )
 
 
