@@ -510,6 +510,19 @@ def template_failed(given: bool, error: Exception) -> Refusal:
 
 LOGIT_BIAS = "TOKEN_ID=BIAS"
 """What one ``--logit-bias`` flag takes."""
+DEFAULT_PROMPT_ADVICE = "leave --prompt out for the default prompt"
+"""``attnserve generate``'s way out of an empty ``--prompt``."""
+
+
+def output_file_words(problem: str) -> str:
+    """What an output file flag (``--output-json``, ``--plot``) allows, and what is wrong with the one given."""
+    return f"a file path in an existing, writable folder; {problem}"
+
+
+def output_file_problem(text: str, folder: str, is_dir: bool, exists: bool) -> str:
+    if not text or is_dir:
+        return "it is a folder" if text else "it is empty"
+    return f"folder {folder} does not exist" if not exists else f"folder {folder} is not writable"
 
 
 PROMPT_LINE = 'each line must be a prompt as plain text, or a JSON object with a non-empty "prompt" string'

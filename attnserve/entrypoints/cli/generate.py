@@ -9,7 +9,7 @@ import time
 from dataclasses import replace
 
 from attnserve.refusals import PYTHON, Refusal, Refused, message
-from attnserve.refusals.words import LOGIT_BIAS, at_flag, no_prompts
+from attnserve.refusals.words import DEFAULT_PROMPT_ADVICE, LOGIT_BIAS, at_flag, no_prompts
 
 DEFAULT_PROMPT = "What are the three primary colors? Answer in one sentence."
 # the sampling flags' values when neither the command line nor the generation config (--generation-config) sets them
@@ -172,7 +172,7 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
         except RequestValueError as e:
             raise ValueError(
                 message(
-                    replace(e.refusal, advice="leave --prompt out for the default prompt").at(
+                    replace(e.refusal, advice=DEFAULT_PROMPT_ADVICE).at(
                         "argument --prompt", names_path=True, written=PYTHON
                     )
                 )
