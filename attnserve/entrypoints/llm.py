@@ -19,7 +19,8 @@ from attnserve.entrypoints.chat_utils import (
     check_chat_template_options,
     is_list,
 )
-from attnserve.refusals import Refusal, Refused
+from attnserve.refusals import Refused
+from attnserve.refusals.words import prompt_dict_keys, prompt_dict_value
 
 PromptType = str | list[int] | dict  # text, token ids, or vLLM's {"prompt": str} / {"prompt_token_ids": list[int]}
 
@@ -42,20 +43,8 @@ def parse_prompt(prompt: PromptType) -> str | list[int]:
         return list(prompt["prompt_token_ids"])
     if keys in (["prompt"], ["prompt_token_ids"]):
         (key,) = keys
-        raise Refused(
-            Refusal(
-                value=prompt[key],
-                subject=f"prompt dict {key!r} value",
-                allowed="a string" if key == "prompt" else "a list of token ids",
-            )
-        )
-    raise Refused(
-        Refusal(
-            value=keys,
-            subject="prompt dict with keys",
-            allowed="exactly one of {'prompt': str} or {'prompt_token_ids': list[int]}",
-        )
-    )
+        raise Refused(prompt_dict_value(key, prompt[key]))
+    raise Refused(prompt_dict_keys(keys))
 
 
 def _is_single_prompt(prompts) -> bool:

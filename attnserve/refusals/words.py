@@ -467,6 +467,27 @@ def not_a_tool(name: str, names: list[str]) -> Refusal:
     return Refusal(("tool_choice",), name, ", ".join(map(repr, names)), reason="is not among the tools")
 
 
+# ---------------------------------------------------------------- LLM.generate's prompt dicts (entrypoints/llm.py)
+
+
+def prompt_dict_value(key: str, value: object) -> Refusal:
+    """A ``{"prompt": ...}`` or ``{"prompt_token_ids": ...}`` prompt whose value is of another kind."""
+    return Refusal(
+        value=value,
+        subject=f"prompt dict {key!r} value",
+        allowed="a string" if key == "prompt" else "a list of token ids",
+    )
+
+
+def prompt_dict_keys(keys: list) -> Refusal:
+    """A prompt dict with other keys than one of ``prompt``, ``prompt_token_ids``."""
+    return Refusal(
+        value=keys,
+        subject="prompt dict with keys",
+        allowed="exactly one of {'prompt': str} or {'prompt_token_ids': list[int]}",
+    )
+
+
 # ---------------------------------------------------------------- chat templates (entrypoints/chat_utils.py)
 
 
