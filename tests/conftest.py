@@ -65,3 +65,30 @@ def tiny_model_dir(tmp_path_factory, default_tokenizer):
         return made[arch]
 
     return make
+
+
+@pytest.fixture
+def worded():
+    """The refusal records worded during the test, in order (every :func:`attnserve.refusals.statement` call, which
+    each surface's formatter makes its line with): a test of a surface asserts the record its line was made from."""
+    import sys
+
+    import attnserve.refusals as refusals
+
+    made: list = []
+    original = refusals.statement
+
+    def statement(r, names=None):
+        made.append(r)
+        return original(r, names)
+
+    def modules():
+        return [m for n, m in list(sys.modules.items()) if n.startswith("attnserve") and m is not None]
+
+    for module in modules():  # a module imported during the test takes the wrapper from attnserve.refusals
+        if getattr(module, "statement", None) is original:
+            module.statement = statement
+    yield made
+    for module in modules():
+        if getattr(module, "statement", None) is statement:
+            module.statement = original

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -111,3 +114,34 @@ def run_cases_in_triton_interpreter(module: str, cases: dict, folder: Path) -> d
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return torch.load(folder / "out.pt")
+
+
+@dataclass(frozen=True)
+class Refuses:
+    """What a command-line refusal says, as data: the place its line names after ``PROG: error: `` (``argument
+    --port``, a config file) and the fields of the record the line is made from (unset: not checked)."""
+
+    where: str
+    value: object = None
+    allowed: str | None = None
+    path: tuple | None = None
+    key: str | None = None
+
+
+def assert_cli_refusal(err: str, prog: str, want: Refuses | str, worded: list) -> None:
+    """``err`` (stderr) is one line ``PROG: error: WHERE...`` made from the last record worded (the ``worded``
+    fixture's list), its statement in the line, its fields ``want``'s. A ``str`` ``want`` is a line worded without a
+    record (argparse's own, or no record yet): the whole line, PROG included."""
+    from attnserve.refusals import statement
+
+    if isinstance(want, str):
+        assert err.strip() == want, err
+        return
+    assert err.count("\n") == 1 and err.startswith(f"{prog}: error: {want.where}"), err
+    assert worded, err
+    r = worded[-1]
+    fields = {k: v for k, v in dataclasses.asdict(want).items() if k != "where" and v is not None}
+    got = {k: getattr(r, k) for k in fields}
+    nan = lambda v: isinstance(v, float) and math.isnan(v)  # noqa: E731
+    assert got == fields or all(nan(got[k]) and nan(v) or got[k] == v for k, v in fields.items()), (r, err)
+    assert statement(dataclasses.replace(r, advice="", suggestion=None)) in err, (r, err)

@@ -29,6 +29,7 @@ from attnserve.config.attention import AttentionConfig
 from attnserve.config.cache import CacheConfig
 from attnserve.platforms.interface import Platform
 from attnserve.refusals import Reason, Refusal, Refused
+from attnserve.refusals.words import cannot_be_loaded
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ def backend_reasons(
     try:
         cls = get_backend_class(backend)
     except (ImportError, ValueError) as e:
-        return None, [Reason(f"cannot be loaded: {e}", "package", backend_name(backend), str(e))]
+        return None, [cannot_be_loaded(backend_name(backend), e)]
     return cls, cls.validate(selector_config, platform, attention_config, assume_installed)
 
 

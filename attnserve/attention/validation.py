@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from attnserve.attention.capabilities import BackendCapabilities, cc_str, dtype_name
 from attnserve.refusals import Reason
+from attnserve.refusals.words import feature_not_supported, not_installed, not_supported
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.selector import AttentionSelectorConfig
@@ -43,10 +44,6 @@ def package_installed(module: str) -> bool:
     return False
 
 
-def _qual(caps: BackendCapabilities) -> str:
-    return f" with {caps.qualifier}" if caps.qualifier else ""
-
-
 def capability_reasons(
     caps: BackendCapabilities,
     cfg: "AttentionSelectorConfig",
@@ -61,67 +58,46 @@ def capability_reasons(
     ``compute capability 7.5 not supported (needs >= 8.0)``,
     ``not installed: pip install 'attnserve[flashinfer]'``.
     """
-    q = _qual(caps)
+    q = caps.qualifier or ""
     reasons: list[Reason] = []
     if platform.device_type not in caps.device_types:
-        supported = ", ".join(caps.device_types)
-        reasons.append(
-            Reason(
-                f"device {platform.device_type} not supported (supported: {supported})",
-                "device",
-                platform.device_type,
-                supported,
-            )
-        )
+        reasons.append(not_supported("device", platform.device_type, ", ".join(caps.device_types)))
     cc = platform.compute_capability
     if platform.device_type == "cuda" and cc is not None and "cuda" in caps.device_types:
         lo, hi = caps.min_compute_capability, caps.max_compute_capability
         if (lo is not None and cc < lo) or (hi is not None and cc > hi):
-            rule = caps.compute_capability_rule()
             reasons.append(
-                Reason(
-                    f"compute capability {cc_str(cc)} not supported{q} (needs {rule})", "compute_capability", cc, rule
+                not_supported(
+                    "compute_capability",
+                    cc,
+                    caps.compute_capability_rule(),
+                    shown=cc_str(cc),
+                    qualifier=q,
+                    lead="needs ",
+                    label="compute capability",
                 )
             )
     if caps.required_package and not assume_installed and not package_installed(caps.required_package):
-        reasons.append(
-            Reason(f"not installed: {caps.install_command()}", "package", caps.required_package, caps.install_command())
-        )
+        reasons.append(not_installed(caps.required_package, caps.install_command()))
     if cfg.dtype not in caps.dtypes:
         names = ", ".join(dtype_name(d) for d in caps.dtypes)
-        reasons.append(
-            Reason(f"dtype {dtype_name(cfg.dtype)} not supported{q} (supported: {names})", "dtype", cfg.dtype, names)
-        )
+        reasons.append(not_supported("dtype", cfg.dtype, names, shown=dtype_name(cfg.dtype), qualifier=q))
     if cfg.kv_cache_dtype not in caps.kv_cache_dtypes:
-        names = ", ".join(caps.kv_cache_dtypes)
         reasons.append(
-            Reason(
-                f"kv_cache_dtype {cfg.kv_cache_dtype} not supported{q} (supported: {names})",
-                "kv_cache_dtype",
-                cfg.kv_cache_dtype,
-                names,
-            )
+            not_supported("kv_cache_dtype", cfg.kv_cache_dtype, ", ".join(caps.kv_cache_dtypes), qualifier=q)
         )
     if not caps.head_size_ok(cfg.head_size):
-        rule = caps.head_size_rule()
-        rule = f"supported: {rule}" if caps.head_sizes is not None else rule
-        reasons.append(Reason(f"head_size {cfg.head_size} not supported{q} ({rule})", "head_size", cfg.head_size, rule))
+        lead = "supported: " if caps.head_sizes is not None else ""
+        reasons.append(not_supported("head_size", cfg.head_size, caps.head_size_rule(), qualifier=q, lead=lead))
     if not caps.block_size_ok(cfg.block_size):
-        rule = caps.block_size_rule()
-        rule = f"supported: {rule}" if caps.block_sizes is not None else rule
-        reasons.append(
-            Reason(f"block_size {cfg.block_size} not supported{q} ({rule})", "block_size", cfg.block_size, rule)
-        )
+        lead = "supported: " if caps.block_sizes is not None else ""
+        reasons.append(not_supported("block_size", cfg.block_size, caps.block_size_rule(), qualifier=q, lead=lead))
     if cfg.sliding_window is not None and not caps.sliding_window:
-        reasons.append(
-            Reason(f"sliding_window {cfg.sliding_window} not supported{q}", "sliding_window", cfg.sliding_window)
-        )
+        reasons.append(not_supported("sliding_window", cfg.sliding_window, qualifier=q))
     if cfg.logits_soft_cap is not None and not caps.logits_soft_cap:
-        reasons.append(
-            Reason(f"logits_soft_cap {cfg.logits_soft_cap} not supported{q}", "logits_soft_cap", cfg.logits_soft_cap)
-        )
+        reasons.append(not_supported("logits_soft_cap", cfg.logits_soft_cap, qualifier=q))
     if cfg.has_sink and not caps.sinks:
-        reasons.append(Reason(f"attention sinks not supported{q}", "has_sink", True))
+        reasons.append(feature_not_supported("has_sink", True, "attention sinks", q))
     for switch, what in caps.build_refusals:
         reasons.append(
             Reason(f"no {what} in the installed build{q} ({switch})", "build", switch, f"a build without {switch}")
@@ -129,11 +105,8 @@ def capability_reasons(
     if cfg.attn_type not in caps.attn_types:
         names = ", ".join(t.value for t in caps.attn_types)
         reasons.append(
-            Reason(
-                f"attention type {cfg.attn_type.value} not supported{q} (supported: {names})",
-                "attn_type",
-                cfg.attn_type,
-                names,
+            not_supported(
+                "attn_type", cfg.attn_type, names, shown=cfg.attn_type.value, qualifier=q, label="attention type"
             )
         )
     notes = dict(caps.build_limits)

@@ -13,6 +13,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnserve.refusals import Refused
+from attnserve.refusals.words import (  # noqa: F401 (PROMPT_LINE re-exported)
+    NESTED_TOO_DEEPLY,
+    PROMPT_LINE,
+    bad_prompt_line,
+    malformed,
+    missing_prompt_key,
+    not_utf8_file,
+    prompt_not_text,
+)
+
 
 @dataclass(frozen=True)
 class BenchRequest:
@@ -93,13 +104,11 @@ def random_requests(
     return [BenchRequest(p, o, tuple(t)) for p, o, t in zip(prompts, out_lens, turns)]
 
 
-class PromptsFileError(ValueError):
-    """A prompts file that cannot be used (not UTF-8 text, no prompts in it, a malformed JSONL line); the message
-    names the file (and the line)."""
+class PromptsFileError(Refused):
+    """A prompts file that cannot be used (not UTF-8 text, no prompts in it, a malformed JSONL line); the record
+    names the file (and the line: its ``origin``)."""
 
-
-PROMPT_LINE = 'each line must be a prompt as plain text, or a JSON object with a non-empty "prompt" string'
-"""What a line of a prompts file must be; the end of every error about one line."""
+    __reduce__ = Refused.reduce_from_record
 
 
 def numbered_lines(path: str) -> list[tuple[int, str]]:
@@ -113,7 +122,7 @@ def numbered_lines(path: str) -> list[tuple[int, str]]:
     try:
         text = data.decode("utf-8")  # the whole file at once: the error's start is the offset in the file
     except UnicodeDecodeError as e:
-        raise PromptsFileError(f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
+        raise PromptsFileError(not_utf8_file(path, data[e.start], e.start)) from None
     return [(n, line.rstrip("\n")) for n, line in enumerate(io.StringIO(text, newline=None), 1) if line.strip()]
 
 
@@ -132,17 +141,14 @@ def prompt_of_line(path: str, number: int, line: str) -> str:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
-        raise PromptsFileError(f"{path}:{number}:{e.colno}: malformed JSON: {e.msg}; {PROMPT_LINE}") from None
+        raise PromptsFileError(bad_prompt_line(path, number, malformed("JSON", e.msg), e.colno)) from None
     except RecursionError:
-        raise PromptsFileError(f"{path}:{number}: malformed JSON: nested too deeply; {PROMPT_LINE}") from None
+        raise PromptsFileError(bad_prompt_line(path, number, malformed("JSON", NESTED_TOO_DEEPLY))) from None
     if "prompt" not in obj:
-        keys = ", ".join(json.dumps(k) for k in list(obj)[:5]) + (", ..." if len(obj) > 5 else "")
-        has = f"its keys: {keys}" if obj else "the object is empty"
-        raise PromptsFileError(f'{path}:{number}: missing key "prompt" ({has}); {PROMPT_LINE}')
+        raise PromptsFileError(bad_prompt_line(path, number, missing_prompt_key(list(obj))))
     prompt = obj["prompt"]
     if not isinstance(prompt, str) or not prompt:
-        what = "empty" if prompt == "" else f"{json.dumps(prompt)[:60]}, not a string"
-        raise PromptsFileError(f'{path}:{number}: "prompt" is {what}; {PROMPT_LINE}')
+        raise PromptsFileError(bad_prompt_line(path, number, prompt_not_text(prompt)))
     return prompt
 
 

@@ -18,6 +18,7 @@ import httpx
 import numpy as np
 
 from attnserve.benchmarks.requests import PromptsFileError, read_prompts_file
+from attnserve.refusals.words import no_prompts
 
 _WORDS = (
     "the of and to in is was for on that with as by at from his her an which are this be or have one "
@@ -69,10 +70,7 @@ def load_prompts(cfg: BenchConfig) -> list[str]:
     if cfg.prompt_file:
         prompts = read_prompts_file(cfg.prompt_file)
         if not prompts:
-            raise PromptsFileError(
-                f"{cfg.prompt_file} has no prompts (give one prompt per line, or leave "
-                "--prompt-file out for random prompts)"
-            )
+            raise PromptsFileError(no_prompts(cfg.prompt_file, "--prompt-file", "random prompts"))
         return [prompts[i % len(prompts)] for i in range(cfg.num_prompts)]
     rng = random.Random(cfg.seed)
     prefix = " ".join(rng.choice(_WORDS) for _ in range(cfg.prefix_len))

@@ -309,6 +309,7 @@ def run_throughput(
         stop_engine,
     )
     from attnserve.benchmarks.requests import PromptsFileError, file_requests, random_requests, read_prompts_file
+    from attnserve.refusals.words import no_prompts
 
     seed = config.model.seed
     if baseline and num_turns > 1:
@@ -322,9 +323,7 @@ def run_throughput(
         check_vllm_baseline(config.model.model)
     texts = read_prompts_file(prompts_file) if prompts_file else None
     if texts == []:
-        raise PromptsFileError(
-            f"{prompts_file} has no prompts (give one prompt per line, or leave --prompts-file out for random prompts)"
-        )
+        raise PromptsFileError(no_prompts(prompts_file, "--prompts-file", "random prompts"))
     engine, facts, roofline = start_engine(config)
     if texts:
         requests = file_requests([engine.check_prompt(t) for t in texts], num_prompts, output_len, range_ratio, seed)

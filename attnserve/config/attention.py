@@ -15,7 +15,8 @@ from attnserve.attention.registry import (
     registered_names,
 )
 from attnserve.config.fields import ConfigError, setting_path, validate_fields
-from attnserve.refusals import PYTHON, TEXT, Refusal, closest, kind_of
+from attnserve.refusals import Refusal, closest, kind_of
+from attnserve.refusals.words import A_BACKEND_NAME, A_MAPPING_OF_FIELDS, backend_names_words, unknown_attention_field
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,11 @@ def parse_backend(value: "str | BackendName | None", key: str = "attention_confi
     if not isinstance(value, str):
         raise ConfigError(
             Refusal(
-                setting_path(key), value, f"{', '.join(valid)}, auto, null", kind=kind_of(value), noun="a backend name"
+                setting_path(key),
+                value,
+                backend_names_words(valid, null=True),
+                kind=kind_of(value),
+                noun=A_BACKEND_NAME,
             )
         )
     name = value.strip().upper().replace("-", "_")
@@ -56,7 +61,7 @@ def parse_backend(value: "str | BackendName | None", key: str = "attention_confi
         Refusal(
             setting_path(key),
             value,
-            f"{', '.join(valid)}, auto",
+            backend_names_words(valid),
             suggestion=near[0] if len(near) == 1 else closest(name, valid),
         )
     )
@@ -127,24 +132,14 @@ class AttentionConfig:
         valid = cls.field_names()
         name = str(key).replace("-", "_")
         if name not in valid:
-            raise ConfigError(
-                Refusal(
-                    value=key,
-                    allowed=", ".join(valid),
-                    reason=where,
-                    subject="unknown attention_config field",
-                    suggestion=closest(name, valid),
-                    key=f"attention_config.{name}",
-                    written=TEXT if where else PYTHON,
-                )
-            )
+            raise ConfigError(unknown_attention_field(key, valid, where, closest(name, valid), name))
         return name
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> AttentionConfig:
         """Build from a mapping; keys may use '-' or '_'. Unknown keys raise ConfigError with a suggestion."""
         if not isinstance(values, Mapping):
-            raise ConfigError(Refusal(("attention_config",), values, noun="a mapping of field names to values"))
+            raise ConfigError(Refusal(("attention_config",), values, noun=A_MAPPING_OF_FIELDS))
         return cls(**{cls.normalize_key(k): v for k, v in values.items()})
 
     def to_dict(self) -> dict[str, Any]:

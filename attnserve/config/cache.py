@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from attnserve.config.fields import ConfigError, validate_fields
-from attnserve.refusals import Refusal
+from attnserve.refusals.words import KV_SCALES_NEED_FP8
 
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # vLLM's CacheDType
 # vLLM's BlockSize (1, 8, 16, 32, 64, 128, 256: vllm/config/cache.py) and 2 and 4, which the CPU backends run (the
@@ -55,12 +55,4 @@ class CacheConfig:
     def __post_init__(self) -> None:
         validate_fields(self)
         if self.calculate_kv_scales and self.kv_cache_dtype == "auto":
-            raise ConfigError(
-                Refusal(
-                    ("calculate_kv_scales",),
-                    True,
-                    reason="needs an fp8 KV cache (scales are for fp8)",
-                    advice="set {kv_cache_dtype} fp8, or drop {calculate_kv_scales}",
-                    key="calculate_kv_scales",
-                )
-            )
+            raise ConfigError(KV_SCALES_NEED_FP8)

@@ -14,9 +14,10 @@ from attnserve.config.model import ModelConfig
 from attnserve.config.parallel import ParallelConfig
 from attnserve.config.scheduler import SchedulerConfig
 from attnserve.refusals import Refusal
+from attnserve.refusals.words import device_words, not_a_record
 
 DEVICES = ("auto", "cpu", "cuda")
-DEVICE_WORDS = f"{', '.join(DEVICES)}, cuda:N, cuda:MAJOR.MINOR to plan for a simulated GPU"
+DEVICE_WORDS = device_words(DEVICES)
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,7 @@ class EngineConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if dataclasses.is_dataclass(f.default_factory) and not isinstance(value, f.default_factory):  # type: ignore[arg-type]
-                raise ConfigError(
-                    Refusal(value=value, subject=f"EngineConfig.{f.name}", noun=f"a {f.default_factory.__name__}")
-                )  # type: ignore[union-attr]
+                raise ConfigError(not_a_record(value, f.name, f.default_factory))  # type: ignore[arg-type]
         validate_fields(self)
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+(\.\d+)?", self.device):
             raise ConfigError(Refusal(("device",), self.device, DEVICE_WORDS))

@@ -40,6 +40,13 @@ from attnserve.config.fields import (
     split_optional,
 )
 from attnserve.refusals import PYTHON, TEXT, Refusal, closest, spell_value
+from attnserve.refusals.words import (
+    TYPE_NOUNS,
+    ATTENTION_OBJECT,
+    backends_conflict,
+    unknown_engine_argument,
+    unknown_key,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -74,16 +81,7 @@ def normalize_key(key: object, where: str) -> str:
         return ATTENTION_PREFIX + AttentionConfig.normalize_key(name[len(ATTENTION_PREFIX) :], where)
     valid = engine_arg_names()
     if name not in valid:
-        raise ConfigError(
-            Refusal(
-                value=key,
-                allowed=f"{', '.join(valid)}, {ATTENTION_PREFIX}FIELD",
-                reason=where,
-                subject="unknown key",
-                suggestion=closest(name, valid),
-                written=TEXT,
-            )
-        )
+        raise ConfigError(unknown_key(key, valid, where, closest(name, valid)))
     return engine_arg_aliases().get(name, name)
 
 
@@ -99,7 +97,7 @@ def attention_settings(
             Refusal(
                 (ATTENTION_CONFIG,),
                 values,
-                noun="an object of field names to values",
+                noun=ATTENTION_OBJECT,
                 origin=where,
                 written=TEXT if in_where else PYTHON,
             )
@@ -165,7 +163,7 @@ def number_from_text(key: str, value: Any) -> Any:
     except ValueError:
         allowed = allowed_values(owner, name) + (f"; {HUMAN_INT_WORDS}" if human else "")
         raise ConfigError(
-            Refusal(setting_path(key), value, allowed, noun="an integer" if base is int else "a number"),
+            Refusal(setting_path(key), value, allowed, noun=TYPE_NOUNS[base]),
         ) from None
 
 
@@ -248,8 +246,7 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
         raise ConfigError(
             Refusal(
                 value=head.value,
-                reason=f"conflicts with {other.label} {_shown(other)}: they name different backends",
-                advice="set the attention backend in one place",
+                **backends_conflict(other.label, _shown(other)),
                 key=ATTENTION_BACKEND,
                 subject=None if head.cli else head.label,
                 origin=head.where if head.cli else "",
@@ -313,15 +310,7 @@ def python_settings(
     for key, value in engine_kwargs.items():
         name = key.replace("-", "_")
         if name not in valid:
-            raise ConfigError(
-                Refusal(
-                    value=key,
-                    allowed=", ".join(valid),
-                    reason="",
-                    subject="unknown engine argument",
-                    suggestion=closest(name, valid),
-                )
-            )
+            raise ConfigError(unknown_engine_argument(key, valid, closest(name, valid)))
         name = engine_arg_aliases().get(name, name)
         out.append(Setting(name, value, f"python ({name}=)", f"{name}="))
     if attention_backend is not None:

@@ -19,6 +19,17 @@ import yaml
 from attnserve.config.engine_args import Setting, settings_from_mapping
 from attnserve.config.fields import ConfigError
 from attnserve.refusals import Refusal
+from attnserve.refusals.words import (
+    EMPTY_CONFIG_FILE,
+    NESTED_TOO_DEEPLY,
+    ONLY_COMMENTS,
+    config_mapping_words,
+    duplicate_key,
+    malformed,
+    not_utf8_text,
+    top_level_is,
+    unreadable_config_file,
+)
 
 
 def _refused(origin: str, reason: str, allowed: str | None = None) -> ConfigError:
@@ -29,7 +40,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _refused("", f"duplicate key {key!r}")
+            raise _refused("", duplicate_key(key))
         out[key] = value
     return out
 
@@ -40,12 +51,12 @@ def loads_json(text: str, what: str) -> Any:
         return json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as e:
         if what:
-            raise _refused(f"{what}:{e.lineno}:{e.colno}", f"malformed JSON: {e.msg}") from None
-        raise _refused("", f"malformed JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
+            raise _refused(f"{what}:{e.lineno}:{e.colno}", malformed("JSON", e.msg)) from None
+        raise _refused("", malformed("JSON", e.msg, e.lineno, e.colno)) from None
     except ConfigError as e:  # a duplicate key
         raise ConfigError(e.refusal.at(what)) from None
     except RecursionError:
-        raise _refused(what, "malformed JSON: nested too deeply") from None
+        raise _refused(what, malformed("JSON", NESTED_TOO_DEEPLY)) from None
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -58,9 +69,7 @@ class _StrictLoader(yaml.SafeLoader):
             if not isinstance(key, typing.Hashable):
                 continue  # SafeLoader reports the unhashable key itself
             if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark
-                )
+                raise yaml.constructor.ConstructorError(problem=duplicate_key(key), problem_mark=key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -72,12 +81,11 @@ def loads_yaml(text: str, what: str) -> Any:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{what}:{mark.line + 1}:{mark.column + 1}" if mark else what
-        problem = " ".join(str(e.problem or e.context or "").split())
-        raise _refused(where, f"malformed YAML: {problem}") from None
+        raise _refused(where, malformed("YAML", str(e.problem or e.context or ""))) from None
     except RecursionError:
-        raise _refused(what, "malformed YAML: nested too deeply") from None
+        raise _refused(what, malformed("YAML", NESTED_TOO_DEEPLY)) from None
     except yaml.YAMLError as e:
-        raise _refused(what, f"malformed YAML: {' '.join(str(e).split())}") from None
+        raise _refused(what, malformed("YAML", str(e))) from None
 
 
 def read_config_file(path: str, fmt: str = "auto") -> dict[str, Any]:
@@ -89,40 +97,20 @@ def read_config_file(path: str, fmt: str = "auto") -> dict[str, Any]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
-        raise _refused("", f"cannot read config file {path!r}: {e.strerror or e}") from None
+        raise _refused("", unreadable_config_file(path, e.strerror or str(e))) from None
     except UnicodeDecodeError as e:
-        raise _refused("", f"cannot read config file {path!r}: not UTF-8 text ({e.reason})") from None
+        raise _refused("", unreadable_config_file(path, not_utf8_text(e.reason))) from None
     if fmt == "auto":
         fmt = "json" if path.lower().endswith(".json") else "yaml"
-    allowed = (
-        "a mapping of engine argument names to values, e.g. "
-        + ('{"dtype": "float32"}' if fmt == "json" else "'dtype: float32'")
-        + ", or {} for no settings"
-    )
+    allowed = config_mapping_words(fmt)
     if not text.strip():  # JSON's decoder says "Expecting value", YAML's reads null: one error for both
-        raise _refused(path, "empty config file", allowed)
+        raise _refused(path, EMPTY_CONFIG_FILE, allowed)
     data = loads_json(text, path) if fmt == "json" else loads_yaml(text, path)
     if data is None and fmt != "json" and yaml.compose(text, Loader=yaml.SafeLoader) is None:
-        raise _refused(path, "the config file holds only comments", allowed)
+        raise _refused(path, ONLY_COMMENTS, allowed)
     if not isinstance(data, dict):
-        raise _refused(path, f"the top level is {_describe(data)}", allowed)
+        raise _refused(path, top_level_is(data), allowed)
     return data
-
-
-def _describe(data: Any) -> str:
-    """A decoded top level that is not a mapping, in the file's words: ``null``, ``a list``, ``the string
-    'dtype float32'``, ``the number 5``, ``true``."""
-    if data is None:
-        return "null"
-    if isinstance(data, bool):
-        return str(data).lower()
-    if isinstance(data, list):
-        return "a list"
-    if isinstance(data, str):
-        return f"the string {data!r}"
-    if isinstance(data, (int, float)):
-        return f"the number {data!r}"
-    return f"a {type(data).__name__}"  # a YAML date, timestamp or binary
 
 
 def file_settings(path: str, fmt: str = "auto") -> list[Setting]:

@@ -8,6 +8,7 @@ import os
 
 from attnserve.config.fields import ConfigError, validate_fields
 from attnserve.refusals import Refusal
+from attnserve.refusals.words import GENERATION_CONFIG_WORDS, NO_FOLDER
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 DTYPE_ALIASES = {"float": "float32", "half": "float16"}  # vLLM's spellings, normalized at construction
@@ -17,7 +18,6 @@ LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 # 2^64) and reads a negative seed as its 64 bits, so -1 and 2^64 - 1 seed alike: one range of 2^64 seeds, no aliases)
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 SEED_WORDS = "integer in [-2^63, 2^63 - 1]"
-GENERATION_CONFIG_WORDS = "auto, vllm, or a folder holding a generation_config.json"
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,6 @@ class ModelConfig:
             os.path.expanduser(self.generation_config)
         ):
             raise ConfigError(
-                Refusal(("generation_config",), self.generation_config, GENERATION_CONFIG_WORDS, reason="is no folder")
+                Refusal(("generation_config",), self.generation_config, GENERATION_CONFIG_WORDS, reason=NO_FOLDER)
             )
         object.__setattr__(self, "dtype", DTYPE_ALIASES.get(self.dtype, self.dtype))

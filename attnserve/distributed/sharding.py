@@ -12,7 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from attnserve.config.fields import ConfigError
-from attnserve.refusals import Refusal, Refused
+from attnserve.refusals import Refused
+from attnserve.refusals.words import heads_cannot_split, heads_not_grouped, sizes_for_this_model, too_few_gpus
 
 
 def shard_range(total: int, size: int, rank: int) -> tuple[int, int]:
@@ -38,7 +39,7 @@ def shard_heads(num_heads: int, num_kv_heads: int, size: int, rank: int) -> Head
     Raises ValueError naming the head counts when they cannot be split over ``size`` ranks.
     """
     if num_heads % num_kv_heads:
-        raise Refused(Refusal(reason=f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads"))
+        raise Refused(heads_not_grouped(num_heads, num_kv_heads))
     group = num_heads // num_kv_heads
     if num_kv_heads >= size:
         kv_start, n_kv = shard_range(num_kv_heads, size, rank)
@@ -46,15 +47,7 @@ def shard_heads(num_heads: int, num_kv_heads: int, size: int, rank: int) -> Head
     # fewer KV heads than ranks: KV head j lives on `replicas` ranks, which split its query heads
     replicas = size // num_kv_heads
     if size % num_kv_heads or group % replicas:
-        raise Refused(
-            Refusal(
-                ("tensor_parallel_size",),
-                size,
-                reason=f"cannot split {num_heads} query heads over {num_kv_heads} KV "
-                "heads: with fewer KV heads than ranks the ranks must be a multiple of the KV heads and divide each KV "
-                f"head's {group} query heads",
-            )
-        )
+        raise Refused(heads_cannot_split(size, num_heads, num_kv_heads, group))
     per = num_heads // size
     return HeadShard(rank * per, per, rank // replicas, 1)
 
@@ -97,9 +90,9 @@ def check_tensor_parallel_size(hf_config, size: int) -> None:
         shard_heads(num_heads, num_kv_heads, size, 0)
     except Refused as e:
         sizes = tensor_parallel_sizes_for(num_heads, num_kv_heads)
-        allowed = f"allowed for this model: tensor_parallel_size {', '.join(map(str, sizes))}"
-        # heads no size splits are the model's fault: that refusal names no setting
-        raise ConfigError(dataclasses.replace(e.refusal, reason=f"{e.refusal.reason} ({allowed})")) from None
+        # heads no size splits are the model's fault: that refusal names no setting (and no size is allowed)
+        allowed = sizes_for_this_model(sizes) if e.refusal.path else None
+        raise ConfigError(dataclasses.replace(e.refusal, allowed=allowed)) from None
 
 
 def check_gpu_count(device: str, n: int) -> None:
@@ -116,11 +109,4 @@ def check_gpu_count(device: str, n: int) -> None:
         import os
 
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        raise ConfigError(
-            Refusal(
-                ("tensor_parallel_size",),
-                n,
-                reason=f"needs {n} GPUs (one per rank); this host shows "
-                f"{count}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""),
-            )
-        )
+        raise ConfigError(too_few_gpus(n, count, visible))

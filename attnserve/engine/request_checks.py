@@ -15,7 +15,12 @@ import numbers
 
 from attnserve.config.fields import ConfigError
 from attnserve.refusals import MISSING, Refusal, Refused, dotted_path, python_path
-from attnserve.refusals.words import EMPTY_PROMPT, token_id_words  # noqa: F401 (re-exported)
+from attnserve.refusals.words import (  # noqa: F401 (EMPTY_PROMPT re-exported)
+    EMPTY_PROMPT,
+    max_tokens_too_large,
+    prompt_too_long,
+    token_id_words,
+)
 
 
 class RequestValueError(Refused):
@@ -55,15 +60,7 @@ class PromptTooLongError(ConfigError):
 
     def __init__(self, num_prompt_tokens: int, max_model_len: int, prompt: str = "the prompt") -> None:
         self.num_prompt_tokens, self.max_model_len = num_prompt_tokens, max_model_len
-        super().__init__(
-            Refusal(
-                reason=f"This model's maximum context length is {max_model_len} tokens. However, {prompt} has "
-                f"{num_prompt_tokens} tokens, which leaves no room for the completion (at most {max_model_len - 1} "
-                "prompt tokens fit).",
-                advice="Please raise {max_model_len} or reduce the length of the prompt.",
-                key="max_model_len",
-            )
-        )
+        super().__init__(prompt_too_long(num_prompt_tokens, max_model_len, prompt))
 
 
 class MaxTokensTooLargeError(Refused):
@@ -74,14 +71,7 @@ class MaxTokensTooLargeError(Refused):
 
     def __init__(self, num_prompt_tokens: int, max_tokens: int, max_model_len: int, prompt: str = "the prompt") -> None:
         self.num_prompt_tokens, self.max_tokens, self.max_model_len = num_prompt_tokens, max_tokens, max_model_len
-        super().__init__(
-            Refusal(
-                reason=f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-                f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in {prompt}, {max_tokens} in the "
-                "completion).",
-                advice="Please reduce the length of the prompt or completion.",
-            )
-        )
+        super().__init__(max_tokens_too_large(num_prompt_tokens, max_tokens, max_model_len, prompt))
 
 
 def check_not_empty(prompt: str | list, path: tuple[str | int, ...] = ("prompt",)) -> None:

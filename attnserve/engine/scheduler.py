@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from attnserve.config.fields import ConfigError
 from attnserve.engine.block_hash import extend_block_hashes
-from attnserve.refusals import Refusal
+from attnserve.refusals.words import prompt_exceeds_kv_cache, prompt_exceeds_step
 from attnserve.engine.block_manager import BlockManager
 from attnserve.core.step import PLACEHOLDER_TOKEN, ScheduledRequest, SchedulerOutput
 from attnserve.engine.request import FinishReason, Request, RequestStatus
@@ -95,23 +95,15 @@ class Scheduler:
         chunked prefill off, the token budget (keyed max_num_batched_tokens)."""
         bm = self.block_manager
         if bm.blocks_needed(num_tokens + 1) > bm.num_blocks:
-            capacity = bm.num_blocks * bm.block_size
             # the prompt, not the request id: the id is the engine's own (a CLI user never sees it)
             raise ConfigError(
-                Refusal(
-                    reason=f"prompt of {num_tokens} tokens needs {bm.blocks_needed(num_tokens + 1)} KV blocks "
-                    f"({num_tokens + 1} tokens with the one it generates), the KV cache has {bm.num_blocks} "
-                    f"({capacity} tokens), so at most {capacity - 1} prompt tokens fit",
-                    advice=f"raise {{{self.kv_cache_key}}}" if self.kv_cache_key else "give the KV cache more memory",
-                    key=self.kv_cache_key,
+                prompt_exceeds_kv_cache(
+                    num_tokens, bm.blocks_needed(num_tokens + 1), bm.num_blocks, bm.block_size, self.kv_cache_key
                 )
             )
         if not self.enable_chunked_prefill and num_tokens > self.max_num_batched_tokens:
-            raise ConfigError(  # a ValueError that names the setting, for the CLI to name its flag
-                f"prompt of {num_tokens} tokens exceeds max_num_batched_tokens {self.max_num_batched_tokens}, "
-                "and enable_chunked_prefill is false: a prompt must fit one step",
-                key="max_num_batched_tokens",
-            )
+            # a ValueError that names the setting, for the CLI to name its flag
+            raise ConfigError(prompt_exceeds_step(num_tokens, self.max_num_batched_tokens))
 
     def add_request(self, request: Request) -> None:
         """Queue a request. Raises :meth:`check_prompt_fits`' ConfigError if it can never be scheduled."""

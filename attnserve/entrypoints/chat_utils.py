@@ -16,13 +16,29 @@ from typing import Any
 from attnserve.engine.request_checks import RequestValueError
 from attnserve.refusals import Refusal, Refused
 from attnserve.refusals.words import (
+    A_CHAT_MESSAGE,
+    A_LIST,
+    A_MAPPING,
+    A_STRING,
     CHAT_ROLES,
     CONTENT_WORDS,
+    CONTINUE_FINAL_MESSAGE,
+    JSON_TEXT,
     MESSAGE_WORDS,
     MESSAGES_WORDS,  # noqa: F401 (re-exported)
+    NAME_WORDS,
+    NO_CHAT_TEMPLATE,
+    ONLY_ON_ASSISTANT,
     ROLE_WORDS,
+    STRING,
+    TEMPLATE_KWARGS_WORDS,
     TEXT_PART,
     TEXT_PART_WORDS,
+    TEXT_TYPE,
+    TOOL_CALL_WORDS,
+    reserved_template_kwarg,
+    template_failed,
+    unreadable_template,
 )
 
 
@@ -43,7 +59,7 @@ def chat_messages(messages: Sequence[Mapping], path: tuple[str | int, ...] = ("m
     ``messages[0].content [] not allowed (allowed: a string, or a non-empty list of text parts {"type": "text",
     "text": string})``."""
     if not is_list(messages):
-        raise RequestValueError(path, messages, MESSAGES_WORDS, noun="a list")
+        raise RequestValueError(path, messages, MESSAGES_WORDS, noun=A_LIST)
     if not messages:
         raise RequestValueError(path, messages, MESSAGES_WORDS)
     return [_chat_message((*path, i), m) for i, m in enumerate(messages)]
@@ -51,7 +67,7 @@ def chat_messages(messages: Sequence[Mapping], path: tuple[str | int, ...] = ("m
 
 def _chat_message(path: tuple[str | int, ...], m: Mapping) -> dict:
     if not isinstance(m, Mapping):
-        raise RequestValueError(path, m, MESSAGE_WORDS, noun="a chat message")
+        raise RequestValueError(path, m, MESSAGE_WORDS, noun=A_CHAT_MESSAGE)
     tool_calls = m.get("tool_calls") or None
     for key, required in (("role", ROLE_WORDS), ("content", CONTENT_WORDS)):
         if key not in m and not (key == "content" and tool_calls):  # content: was read as "" (not what was meant)
@@ -62,7 +78,7 @@ def _chat_message(path: tuple[str | int, ...], m: Mapping) -> dict:
     extra = {}
     if tool_calls is not None:
         if role != "assistant":
-            raise RequestValueError((*path, "tool_calls"), tool_calls, "only on an assistant message")
+            raise RequestValueError((*path, "tool_calls"), tool_calls, ONLY_ON_ASSISTANT)
         extra["tool_calls"] = [_tool_call((*path, "tool_calls", j), c) for j, c in enumerate(tool_calls)]
     if m.get("tool_call_id") is not None:
         extra["tool_call_id"] = m["tool_call_id"]
@@ -74,7 +90,7 @@ def _chat_message(path: tuple[str | int, ...], m: Mapping) -> dict:
             raise RequestValueError((*path, "content"), content, CONTENT_WORDS)
         content = "".join(_text_part((*path, "content", j), p) for j, p in enumerate(content))
     if name is not None and not isinstance(name, str):
-        raise RequestValueError((*path, "name"), name, "string, or None", noun="a string")
+        raise RequestValueError((*path, "name"), name, NAME_WORDS, noun=A_STRING)
     return {"role": role, "content": content, **({"name": name} if name else {}), **extra}
 
 
@@ -82,15 +98,13 @@ def _tool_call(path: tuple[str | int, ...], call) -> dict:
     """An assistant message's tool call, its ``function.arguments`` JSON text decoded (templates read objects)."""
     fn = call.get("function") if isinstance(call, Mapping) else None
     if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-        raise RequestValueError(
-            path, call, '{"id": string, "type": "function", "function": {"name": string, "arguments": JSON text}}'
-        )
+        raise RequestValueError(path, call, TOOL_CALL_WORDS)
     args = fn.get("arguments")
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError:
-            raise RequestValueError((*path, "function", "arguments"), args, "JSON text") from None
+            raise RequestValueError((*path, "function", "arguments"), args, JSON_TEXT) from None
     return {**call, "function": {**fn, "arguments": args}}
 
 
@@ -99,13 +113,13 @@ def _text_part(path: tuple[str | int, ...], part) -> str:
     if not isinstance(part, Mapping):
         raise RequestValueError(path, part, TEXT_PART_WORDS, noun=TEXT_PART)
     if "type" not in part:
-        raise RequestValueError((*path, "type"), RequestValueError.MISSING, '"text"')
+        raise RequestValueError((*path, "type"), RequestValueError.MISSING, TEXT_TYPE)
     if part["type"] != "text":
-        raise RequestValueError((*path, "type"), part["type"], '"text"')
+        raise RequestValueError((*path, "type"), part["type"], TEXT_TYPE)
     if "text" not in part:
-        raise RequestValueError((*path, "text"), RequestValueError.MISSING, "a string")
+        raise RequestValueError((*path, "text"), RequestValueError.MISSING, A_STRING)
     if not isinstance(part["text"], str):
-        raise RequestValueError((*path, "text"), part["text"], "string", noun="a string")
+        raise RequestValueError((*path, "text"), part["text"], STRING, noun=A_STRING)
     return part["text"]
 
 
@@ -128,11 +142,7 @@ def load_chat_template(chat_template: str | None, path: tuple[str | int, ...] = 
             return f.read()
     except OSError as e:
         if not any(c in chat_template for c in _JINJA_CHARS):
-            raise Refused(
-                Refusal(
-                    path, chat_template, "a Jinja template file, or the template's text", reason=f"cannot be read ({e})"
-                )
-            ) from None
+            raise Refused(unreadable_template(path, chat_template, e)) from None
         return chat_template
 
 
@@ -152,31 +162,15 @@ def check_chat_template_options(options: ChatTemplateOptions) -> None:
     new assistant turn and the last message left open; vLLM refuses both true), a ``chat_template_kwargs`` that is
     no mapping or names ``chat_template`` or ``tokenize`` (no template variables)."""
     if options.add_generation_prompt and options.continue_final_message:
-        raise Refused(
-            Refusal(
-                ("continue_final_message",),
-                True,
-                "false while add_generation_prompt is true",
-                advice="set add_generation_prompt false to continue the final message",
-            )
-        )
+        raise Refused(CONTINUE_FINAL_MESSAGE)
     kwargs = options.chat_template_kwargs
     if kwargs is None:
         return
     if not isinstance(kwargs, Mapping):
-        raise Refused(
-            Refusal(("chat_template_kwargs",), kwargs, "a mapping of template variables, or None", noun="a mapping")
-        )
+        raise Refused(Refusal(("chat_template_kwargs",), kwargs, TEMPLATE_KWARGS_WORDS, noun=A_MAPPING))
     for name in RESERVED_TEMPLATE_KWARGS:
         if name in kwargs:
-            raise Refused(
-                Refusal(
-                    ("chat_template_kwargs", name),
-                    kwargs[name],
-                    "absent",
-                    advice="give the template as chat_template" if name == "chat_template" else "",
-                )
-            )
+            raise Refused(reserved_template_kwarg(name, kwargs[name]))
 
 
 def apply_chat_template(
@@ -193,14 +187,7 @@ def apply_chat_template(
     check_chat_template_options(options)
     template = options.chat_template
     if template is None and getattr(tokenizer, "chat_template", None) is None:
-        raise Refused(
-            Refusal(
-                ("chat_template",),
-                reason="is needed: this model's tokenizer has none",
-                advice="give one (--chat-template, the request's chat_template), or send the prompt "
-                "text as a completion",
-            )
-        )
+        raise Refused(NO_CHAT_TEMPLATE)
     kwargs = {
         **(options.chat_template_kwargs or {}),
         "add_generation_prompt": options.add_generation_prompt,
@@ -214,9 +201,4 @@ def apply_chat_template(
             raise TypeError(f"apply_chat_template returned {type(text).__name__}, not the prompt text")
         return text
     except Exception as e:  # noqa: BLE001 - templates raise what they like (jinja's TemplateError, ValueError, ...)
-        error = f"{type(e).__name__}: {e}"
-        raise Refused(
-            Refusal(("chat_template",), reason=f"failed on the messages ({error})")
-            if template is not None
-            else Refusal(("messages",), reason=f"cannot be rendered by the chat template ({error})")
-        ) from None
+        raise Refused(template_failed(template is not None, e)) from None

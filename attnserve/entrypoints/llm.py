@@ -19,12 +19,10 @@ from attnserve.entrypoints.chat_utils import (
     check_chat_template_options,
     is_list,
 )
+from attnserve.refusals import Refused
+from attnserve.refusals.words import not_a_prompt, prompt_dict_keys, prompt_dict_value
 
 PromptType = str | list[int] | dict  # text, token ids, or vLLM's {"prompt": str} / {"prompt_token_ids": list[int]}
-
-
-PROMPT_WORDS = "text, a list of token ids, or a dict {'prompt': text} or {'prompt_token_ids': ids}"
-ONE_KEY_WORDS = "exactly one of the keys 'prompt', 'prompt_token_ids'"
 
 
 def _token_ids(ids: Sequence) -> list:
@@ -40,7 +38,7 @@ def parse_prompt(prompt: PromptType, path: tuple[str | int, ...] = ("prompt",)) 
     """One prompt as text or token ids: vLLM's TextPrompt / TokensPrompt dicts are unwrapped, token ids made
     plain ints.
 
-    Raises RequestValueError (a ValueError) at ``path`` for anything else: a dict with other keys (or both), a
+    Raises Refused (a ValueError) at ``path`` for anything else: a dict with other keys (or both), a
     value of the wrong type (None, bytes, a number).
     """
     if isinstance(prompt, str):
@@ -48,7 +46,7 @@ def parse_prompt(prompt: PromptType, path: tuple[str | int, ...] = ("prompt",)) 
     if isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
         return _token_ids(prompt)  # check_prompt validates the ids
     if not isinstance(prompt, Mapping):
-        raise RequestValueError(path, prompt, PROMPT_WORDS, noun="a prompt")
+        raise Refused(not_a_prompt(path, prompt))
     keys = sorted(prompt, key=str)
     if keys == ["prompt"] and isinstance(prompt["prompt"], str):
         return prompt["prompt"]
@@ -60,9 +58,8 @@ def parse_prompt(prompt: PromptType, path: tuple[str | int, ...] = ("prompt",)) 
         return _token_ids(prompt["prompt_token_ids"])
     if keys in (["prompt"], ["prompt_token_ids"]):
         (key,) = keys
-        allowed = "a string" if key == "prompt" else "a list of token ids"
-        raise RequestValueError((*path, key), prompt[key], allowed)
-    raise RequestValueError(path, keys, ONE_KEY_WORDS)
+        raise Refused(prompt_dict_value(path, key, prompt[key]))
+    raise Refused(prompt_dict_keys(path, keys))
 
 
 def _is_single_prompt(prompts) -> bool:

@@ -28,12 +28,14 @@ from attnserve.refusals import Refusal
 
 
 class WorkerDiedError(RuntimeError):
-    """A tensor-parallel worker exited or raised; the message names its rank, pid and exit code or error.
-    ``checkpoint_shape``: the worker raised CheckpointShapeError (a checkpoint tensor of another shape)."""
+    """A tensor-parallel worker exited or raised; the message names its rank, pid and exit code or error (with the
+    worker's traceback). ``checkpoint_shape``: the worker raised CheckpointShapeError (a checkpoint tensor of another
+    shape). ``summary``: the message in one line, the traceback left out (its exception line kept)."""
 
-    def __init__(self, message: str = "", checkpoint_shape: bool = False) -> None:
+    def __init__(self, message: str = "", checkpoint_shape: bool = False, summary: str | None = None) -> None:
         super().__init__(message)
         self.checkpoint_shape = checkpoint_shape
+        self.summary = summary if summary is not None else message
 
 
 class WorkerConfigError(WorkerDiedError, ConfigError):
@@ -44,6 +46,7 @@ class WorkerConfigError(WorkerDiedError, ConfigError):
     def __init__(self, refusal: Refusal) -> None:
         ConfigError.__init__(self, refusal)  # not RuntimeError's, first in the MRO: it would drop the record
         self.checkpoint_shape = False
+        self.summary = str(self)
 
 
 @dataclass(frozen=True)

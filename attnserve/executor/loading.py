@@ -64,7 +64,7 @@ def load_model(config: EngineConfig) -> LoadedModel:
             "the GGUF config cached in %s does not fit the weights (%s); deleting that cache entry "
             "and converting %s again",
             cached,
-            str(e).strip().splitlines()[-1],
+            e.summary if isinstance(e, WorkerDiedError) else e,
             source.path,
         )
         shutil.rmtree(cached, ignore_errors=True)

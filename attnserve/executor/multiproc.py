@@ -147,14 +147,12 @@ class MultiprocExecutor(Executor):
         others = sorted(r for r in errors if r != first)
         also = f" (then rank {', '.join(map(str, others))} too)" if others else ""
         error = errors[first]
-        message = (
-            f"worker rank {first} (pid {self.procs[first].pid}) failed{also}; pending requests failed. "
-            f"Its traceback:\n{error.traceback}"
-        )
+        head = f"worker rank {first} (pid {self.procs[first].pid}) failed{also}; pending requests failed."
+        message = f"{head} Its traceback:\n{error.traceback}"
         if error.key is not None and error.refusal is not None:  # a setting the rank refused: the error one process
             logger.debug("%s", message)  # would raise, keyed
             self._fail(message, WorkerConfigError(error.refusal))
-        self._fail(message, WorkerDiedError(message, checkpoint_shape=error.checkpoint_shape))
+        self._fail(message, WorkerDiedError(message, error.checkpoint_shape, f"{head} {error.exception_line}"))
 
     def _check_dead(self, crashed_only: bool = False) -> None:
         """Fail naming the first dead worker; ``crashed_only``: only one that did not exit cleanly (code 0 is

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import traceback
 
 from attnserve.config.engine import EngineConfig
 from attnserve.config.fields import ConfigError
@@ -152,13 +153,15 @@ class RayExecutor(Executor):
         ray = self.ray
         pid = self.pids[rank] if getattr(self, "pids", None) else "?"
         kind = "died" if isinstance(e, ray.exceptions.RayActorError) else "failed"
-        self.failed = f"worker rank {rank} (pid {pid}, Ray actor) {kind}; pending requests failed: {e}"
+        head = f"worker rank {rank} (pid {pid}, Ray actor) {kind}; pending requests failed:"
+        self.failed = f"{head} {e}"
         self.shutdown()
         cause = getattr(e, "cause", None)  # a RayTaskError's: the exception the actor's method raised
+        summary = f"{head} {' '.join(''.join(traceback.format_exception_only(cause or e)).split())}"
         if isinstance(cause, ConfigError) and cause.key is not None:
             logger.debug("%s", self.failed)
             raise WorkerConfigError(cause.refusal) from None
-        raise WorkerDiedError(self.failed, checkpoint_shape=isinstance(cause, CheckpointShapeError)) from None
+        raise WorkerDiedError(self.failed, isinstance(cause, CheckpointShapeError), summary) from None
 
     def shutdown(self) -> None:
         self._unchecked = {}

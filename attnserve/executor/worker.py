@@ -131,6 +131,8 @@ class WorkerError:
     """That ConfigError's record."""
     checkpoint_shape: bool = False
     """The rank raised CheckpointShapeError: the engine may convert a stale cached GGUF config again."""
+    exception_line: str = ""
+    """The traceback's last line, ``ValueError: bad heads``: a one-line summary names the error by it."""
 
 
 def _error() -> tuple[str, WorkerError]:
@@ -144,6 +146,7 @@ def _error() -> tuple[str, WorkerError]:
         refusal.setting if refusal else None,
         refusal,
         isinstance(e, CheckpointShapeError),
+        " ".join("".join(traceback.format_exception_only(e)).split()),
     )
 
 

@@ -11,7 +11,7 @@ import torch
 from attnserve.attention.backend import kv_cache_torch_dtype  # noqa: F401 - re-exported: the runner's import
 from attnserve.config.cache import CacheConfig
 from attnserve.config.fields import ConfigError
-from attnserve.refusals import Refusal
+from attnserve.refusals.words import budget_holds_no_block, kv_cache_beyond_memory, kv_cache_shorter_than_max_model_len
 
 logger = logging.getLogger(__name__)
 
@@ -58,29 +58,14 @@ def check_kv_cache_fits(blocks: int, block_bytes: int, key: str, device: torch.d
     available = available_bytes(device, reserve_bytes)
     if available is None or blocks * block_bytes <= available:
         return
-    fit = max(0, available) // block_bytes
-    raise ConfigError(
-        Refusal(
-            reason=f"a KV cache of {blocks} blocks ({blocks * block_bytes / 2**30:.2f} GiB) does not fit in the "
-            f"{max(0, available) / 2**30:.2f} GiB of {device} memory available now "
-            f"({fit} block{' fits' if fit == 1 else 's fit'})",
-            advice=f"lower {{{key}}}",
-            key=key,
-        )
-    )
+    raise ConfigError(kv_cache_beyond_memory(blocks, block_bytes, available, device, key))
 
 
 def _blocks_in(budget: int, block_bytes: int, key: str) -> int:
     """``budget`` bytes in whole blocks; ConfigError keyed ``key`` when that is none."""
     blocks = budget // block_bytes
     if blocks < 1:
-        raise ConfigError(
-            Refusal(
-                reason=f"KV-cache budget of {budget} bytes holds no block of {block_bytes} bytes",
-                advice=f"raise {{{key}}} or set {{num_gpu_blocks}}",
-                key=key,
-            )
-        )
+        raise ConfigError(budget_holds_no_block(budget, block_bytes, key))
     return int(blocks)
 
 
@@ -147,17 +132,8 @@ def check_kv_cache_holds_max_model_len(max_model_len: int, num_blocks: int, bloc
     tokens hold fewer tokens than ``max_model_len``: the server then refuses to start, as vLLM does ("To serve at
     least one request with the model's max seq len ..."), instead of ending requests early while it reports
     max_model_len. The message gives the largest max_model_len that fits."""
-    capacity = num_blocks * block_size
-    if capacity < max_model_len:
-        blocks = f"{num_blocks} block{'s' if num_blocks != 1 else ''} of {block_size}"
-        raise ConfigError(
-            Refusal(
-                reason=f"the KV cache holds {capacity} tokens ({blocks}), fewer than max_model_len "
-                f"{max_model_len}, so not one request of max_model_len tokens fits",
-                advice=f"lower {{max_model_len}} to at most {capacity} or raise {{{key}}}",
-                key=key,
-            )
-        )
+    if num_blocks * block_size < max_model_len:
+        raise ConfigError(kv_cache_shorter_than_max_model_len(max_model_len, num_blocks, block_size, key))
 
 
 def allocate_kv_caches(

@@ -1,11 +1,14 @@
 """Config files: YAML/JSON, nested and dotted attention_config, kept false values, errors with file:line:col."""
 
+import datetime
+
 import pytest
 
 from attnserve.attention.registry import AttentionBackendEnum
 from attnserve.config import ConfigError
 from attnserve.config.engine_args import resolve
 from attnserve.config.files import file_settings
+from attnserve.refusals import TEXT
 
 
 def load(tmp_path, name, text):
@@ -148,50 +151,52 @@ def test_mutual_exclusion_inside_a_file(tmp_path):
         (
             "c.yaml",
             "dtype: true\n",
-            "{p}: dtype true is a boolean, not a string (allowed: auto, float32, float16, bfloat16, float, half)",
+            (("dtype",), True, "auto, float32, float16, bfloat16, float, half"),
         ),
         (
             "c.yaml",
             "kv_cache_dtype: null\n",
-            "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3, fp8_e5m2)",
+            (("kv_cache_dtype",), None, "auto, fp8, fp8_e4m3, fp8_e5m2"),
         ),
         (
             "c.yaml",
             "kv_cache_dtype: ~\n",
-            "{p}: kv_cache_dtype null not allowed (allowed: auto, fp8, fp8_e4m3, fp8_e5m2)",
+            (("kv_cache_dtype",), None, "auto, fp8, fp8_e4m3, fp8_e5m2"),
         ),
-        ("c.json", '{"enforce_eager": null}', "{p}: enforce_eager null not allowed (allowed: true, false)"),
+        ("c.json", '{"enforce_eager": null}', (("enforce_eager",), None, "true, false")),
         (
             "c.yaml",
             "gpu_memory_utilization: 1000.0\n",
-            "{p}: gpu_memory_utilization 1000.0 not allowed (allowed: number in (0, 1])",
+            (("gpu_memory_utilization",), 1000.0, "number in (0, 1]"),
         ),
         (
             "c.yaml",
             "block_size: [16, true]\n",
-            "{p}: block_size [16, true] is a list, not an integer (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)",
+            (("block_size",), [16, True], "1, 2, 4, 8, 16, 32, 64, 128, 256"),
         ),
         (
             "c.yaml",
             "max_model_len: 2024-01-01\n",
-            "{p}: max_model_len 2024-01-01 is a date, not an integer (allowed: integer >= 1, null)",
+            (("max_model_len",), datetime.date(2024, 1, 1), "integer >= 1, null"),
         ),
         (
             "c.yaml",
             "enforce_eager: 'true'\n",
-            "{p}: enforce_eager 'true' is a string, not a boolean (allowed: true, false)",
+            (("enforce_eager",), "true", "true, false"),
         ),  # text stays quoted
         (
             "c.yaml",
             "attention_backend: false\n",
-            "{p}: attention_backend false is a boolean, not a backend name (allowed: "
-            "FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto, "
-            "null)",
+            (
+                ("attention_backend",),
+                False,
+                "FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto, null",
+            ),
         ),
         (
             "c.yaml",
             "attention_config:\n  flash_attn_version: true\n",
-            "{p}: attention_config.flash_attn_version true is a boolean, not an integer (allowed: 2, 3, 4, null)",
+            (("attention_config", "flash_attn_version"), True, "2, 3, 4, null"),
         ),
         ("c.yaml", "attention_config: true\n", "{p}: attention_config true is not an object of field names to values"),
         (
@@ -203,11 +208,16 @@ def test_mutual_exclusion_inside_a_file(tmp_path):
     ],
 )
 def test_values_in_errors_are_spelled_as_in_the_file(tmp_path, name, text, message):
+    """The record, placed in the file and spelled as the file writes it (TEXT); a str: a line with no such record."""
     p = tmp_path / name
     p.write_text(text)
     with pytest.raises(ConfigError) as e:
         resolve(file_settings(str(p)))
-    assert str(e.value) == message.format(p=p)
+    if isinstance(message, str):
+        assert str(e.value) == message.format(p=p)
+        return
+    r = e.value.refusal
+    assert (r.path, r.value, r.allowed, r.origin, r.written) == (*message, str(p), TEXT)
 
 
 def test_unknown_keys_that_are_not_text_are_spelled_as_in_the_file(tmp_path):

@@ -347,6 +347,7 @@ def test_a_worker_that_raises_fails_the_step_with_its_traceback(qwen3_dir, tp2):
         str(e.value),
     ), str(e.value)
     assert "KeyError: 'ghost'" in str(e.value)
+    assert "\n" not in e.value.summary and e.value.summary.endswith("KeyError: 'ghost'"), e.value.summary
     for p in executor.procs:
         p.join(timeout=10)
     assert not any(p.is_alive() for p in executor.procs)

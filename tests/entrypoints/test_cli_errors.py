@@ -1,175 +1,120 @@
-"""Every subcommand's bad-input paths: the exit status and the one line on stderr, exactly.
+"""Every subcommand's bad-input paths: the exit status, one line on stderr, the place it names, and the refusal record
+the line is made from.
 
 A usage error (a bad flag value, a bad combination of flags, a bad config file, an explicit attention
-backend that cannot run the model here) exits 2 with one line ``PROG: error: MESSAGE`` (argparse's form;
-PROG is ``attnserve``, ``attnserve generate``, ``attnserve bench serve``, ...); a valid request that cannot be
-carried out (no server to benchmark) exits 1 with a line of the same form. ``backends --json`` prints the
-same line; its stdout is then the report (JSON) or nothing.
+backend that cannot run the model here) exits 2 with one line ``PROG: error: WHERE: ...`` (argparse's form;
+PROG is ``attnserve``, ``attnserve generate``, ``attnserve bench serve``, ...; WHERE the flag or file); a valid
+request that cannot be carried out (no server to benchmark) exits 1 with a line of the same form. ``backends --json``
+prints the same line; its stdout is then the report (JSON) or nothing. Each case names the record's fields
+(``path``, ``value``, ``allowed``, ``key``: the setting blamed), not its words; the golden line of this surface is
+``test_the_golden_line`` (and tests/test_refusals.py). A case whose record is None is a line worded without a
+record (a prompts file, a model that is not found, the benchmarks' own checks).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
 import json
 
 import pytest
 
-from attnserve.benchmarks.requests import PROMPT_LINE
 from attnserve.entrypoints.cli.main import main
-from attnserve.platforms import detect_platform
+from attnserve.refusals import NO_VALUE, statement
 
 AC_FIELDS = (
     "backend, flash_attn_version, use_prefill_decode_attention, flash_attn_max_num_splits_for_cuda_graph, "
     "use_trtllm_attention, disable_flashinfer_prefill, disable_flashinfer_q_quantization"
 )
 BACKENDS = "FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM, auto"
-# the default model's tiny cousin (head size 16) on CPU: TRITON_ATTN, chosen explicitly, cannot run it
-# (where Triton is not installed, as in a fresh venv with the CPU build of torch, the line says so too)
-# (after a flag that names the setting, the line does not name it again: TRITON_REFUSED)
-TRITON_REFUSED = (
-    "TRITON_ATTN cannot run this model (head_size 16, dtype float32, kv_cache_dtype "
-    "auto, block_size 16) on {cpu}: device cpu not supported (supported: cuda); "
-    + ("" if importlib.util.find_spec("triton") else "not installed: pip install 'attnserve[triton]'; ")
-    + "head_size 16 not supported (>= 32). Backends that would work: CPU_ATTN, FLEX_ATTENTION."
-)
-TRITON_ON_CPU = "attention backend " + TRITON_REFUSED
-# automatic selection with an fp8 KV cache and separate prefill/decode calls on CPU: one line, each backend's
-# reasons, the KV-cache flag named (CPU_ATTN refuses the option, FLEX_ATTENTION the cache)
-NO_BACKEND_FP8 = (
-    "no attention backend can run this model (head_size 16, dtype float32, kv_cache_dtype fp8, "
-    "block_size 16) on {cpu}: CPU_ATTN: use_prefill_decode_attention not supported: CPU_ATTN always "
-    "runs decodes and prefills in separate calls. FLEX_ATTENTION: kv_cache_dtype fp8 not supported "
-    "(supported: auto)."
-)
-PD = ["-ac.use_prefill_decode_attention", "true"]
-# the tiny model's 4 query heads over 2 KV heads on 3 ranks
-SPLIT_3 = (
-    "3 cannot split 4 query heads over 2 KV heads: with fewer KV heads than ranks the ranks "
-    "must be a multiple of the KV heads and divide each KV head's 2 query heads (allowed for this model: "
-    "tensor_parallel_size 1, 2, 4)"
-)
-SPLIT = "tensor_parallel_size " + SPLIT_3
 HUMAN_INT = (
     "suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); "
     "K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only)"
 )
-NOT_FOUND = (
-    "model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a "
-    "Hugging Face Hub id (org/name)"
-)
 
+# (argv, exit status, the place the line names after "PROG: error: ", the record's fields or None)
 CASES = [
-    # attnserve
-    (["nosuch"], 2, "attnserve: error: argument COMMAND: invalid choice: 'nosuch' (choose from "),
-    # generate: its own flags, engine flags, attention flags, config files
-    (
-        ["generate", "--max-tokens", "x"],
-        2,
-        "attnserve generate: error: argument --max-tokens: 'x' is not an integer (allowed: integer >= 1)",
-    ),
+    (["nosuch"], 2, "argument COMMAND", None),
+    (["generate", "--max-tokens", "x"], 2, "argument --max-tokens", {"value": "x", "allowed": "integer >= 1"}),
     (
         ["generate", "--max-tokens", "0"],
         2,
-        "attnserve generate: error: argument --max-tokens: 0 not allowed (allowed: integer >= 1)",
+        "argument --max-tokens",
+        {"path": ("max_tokens",), "value": 0, "allowed": "integer >= 1"},
     ),
     (
         ["generate", "--top-k", "-2"],
         2,
-        "attnserve generate: error: argument --top-k: -2 not allowed (allowed: 0 or -1 (all), or integer >= 1)",
+        "argument --top-k",
+        {"path": ("top_k",), "value": -2, "allowed": "0 or -1 (all), or integer >= 1"},
     ),
     (
         ["generate", "--prompt", ""],
         2,
-        "attnserve generate: error: argument --prompt: '' not allowed (allowed: a prompt "
-        "of at least 1 token); leave --prompt out for the default prompt",
+        "argument --prompt",
+        {"path": ("prompt",), "value": "", "allowed": "a prompt of at least 1 token"},
     ),
-    (
-        ["generate", "--prompts-file", "{tmp}/none.txt"],
-        2,
-        "attnserve generate: error: argument --prompts-file: {tmp}/none.txt: No such file or directory",
-    ),
-    (
-        ["generate", "--prompts-file", "{tmp}/empty.txt"],
-        2,  # was: the default prompt, silently
-        "attnserve generate: error: argument --prompts-file: {tmp}/empty.txt has no prompts (give one prompt per line, "
-        "or leave --prompts-file out for the default prompt)",
-    ),
-    (
-        ["generate", "--prompt", "hi", "--prompts-file", "{tmp}/blank.txt"],
-        2,
-        "attnserve generate: error: argument --prompts-file: {tmp}/blank.txt has no prompts (give one prompt per line, "
-        "or leave --prompts-file out for the default prompt)",
-    ),
-    (
-        ["generate", "--prompts-file", "{tmp}/latin1.txt"],
-        2,  # was "'utf-8' codec can't decode byte 0xe9 in position 10: ..."
-        "attnserve generate: error: argument --prompts-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at offset 10)",
-    ),
-    (["generate", "--model", "/no/such/dir"], 2, f"attnserve generate: error: {NOT_FOUND}"),
+    (["generate", "--prompts-file", "{tmp}/none.txt"], 2, "argument --prompts-file", None),
+    (["generate", "--prompts-file", "{tmp}/empty.txt"], 2, "argument --prompts-file", None),
+    (["generate", "--prompt", "hi", "--prompts-file", "{tmp}/blank.txt"], 2, "argument --prompts-file", None),
+    (["generate", "--prompts-file", "{tmp}/latin1.txt"], 2, "argument --prompts-file", None),
+    (["generate", "--model", "/no/such/dir"], 2, "model '/no/such/dir' not found", None),
     (
         ["generate", "--block-size", "0"],
         2,
-        "attnserve generate: error: argument --block-size: 0 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)",
+        "argument --block-size",
+        {"path": ("block_size",), "value": 0, "allowed": "1, 2, 4, 8, 16, 32, 64, 128, 256"},
     ),
     (
         ["generate", "--block-size", "7"],
-        2,  # was accepted
-        "attnserve generate: error: argument --block-size: 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)",
+        2,
+        "argument --block-size",
+        {"path": ("block_size",), "value": 7, "allowed": "1, 2, 4, 8, 16, 32, 64, 128, 256"},
     ),
     (
         ["generate", "--attention-backend", "NOPE"],
         2,
-        f"attnserve generate: error: argument --attention-backend: 'NOPE' not allowed (allowed: {BACKENDS})",
+        "argument --attention-backend",
+        {"path": ("attention_backend",), "value": "NOPE", "allowed": BACKENDS},
     ),
-    (
-        ["generate", "-ac", "{bad"],
-        2,
-        "attnserve generate: error: argument -ac: malformed JSON (line 1, column 2): "
-        "Expecting property name enclosed in double quotes",
-    ),
+    (["generate", "-ac", "{bad"], 2, "argument -ac", {}),
     (
         ["generate", "-ac", '{"no_such": 1}'],
         2,
-        f"attnserve generate: error: argument -ac: unknown attention_config field 'no_such' in -ac (allowed: {AC_FIELDS})",
+        "argument -ac",
+        {"value": "no_such", "allowed": AC_FIELDS, "key": "attention_config.no_such"},
     ),
     (
         ["generate", "-ac.flash_attn_version", "5"],
         2,
-        "attnserve generate: error: argument -ac.flash_attn_version: 5 not allowed (allowed: 2, 3, 4, null)",
+        "argument -ac.flash_attn_version",
+        {"path": ("attention_config", "flash_attn_version"), "value": 5, "allowed": "2, 3, 4, null"},
     ),
     (
         ["generate", "-ac.no_such", "1"],
         2,
-        f"attnserve generate: error: argument -ac.no_such: unknown attention_config field 'no_such' in -ac.no_such "
-        f"(allowed: {AC_FIELDS})",
+        "argument -ac.no_such",
+        {"value": "no_such", "allowed": AC_FIELDS, "key": "attention_config.no_such"},
     ),
-    (
-        ["generate", "--config", "{tmp}/none.yaml"],
-        2,
-        "attnserve generate: error: cannot read config file '{tmp}/none.yaml': No such file or directory",
-    ),
-    (
-        ["generate", "--config", "{tmp}/bad.yaml"],
-        2,
-        "attnserve generate: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'",
-    ),
+    (["generate", "--config", "{tmp}/none.yaml"], 2, "cannot read config file '{tmp}/none.yaml'", {}),
+    (["generate", "--config", "{tmp}/bad.yaml"], 2, "{tmp}/bad.yaml:2:1", {}),
     (
         ["generate", "--model", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN"],
         2,
-        f"attnserve generate: error: argument --attention-backend: {TRITON_REFUSED}",
+        "argument --attention-backend",
+        {"key": "attention_config.backend"},
     ),
     (
         ["generate", "--model", "{tiny}", "--device", "cpu", "--config", "{tmp}/triton.yaml"],
         2,
-        f"attnserve generate: error: {{tmp}}/triton.yaml: {TRITON_ON_CPU}",
+        "{tmp}/triton.yaml",
+        {"key": "attention_config.backend"},
     ),
-    # flags that do not go together: the line names them, the one given second first (argparse's form)
     (
         ["generate", "--attention-backend", "CPU_ATTN", "-ac.backend", "FLEX_ATTENTION"],
         2,
-        "attnserve generate: error: argument -ac.backend: 'FLEX_ATTENTION' conflicts with --attention-backend "
-        "'CPU_ATTN': they name different backends; set the attention backend in one place",
-    ),  # was no 'argument'
+        "argument -ac.backend",
+        {"value": "FLEX_ATTENTION", "key": "attention_backend"},
+    ),
     (
         [
             "generate",
@@ -183,28 +128,28 @@ CASES = [
             "--prompt",
             "one two three four five six seven",
         ],
-        2,  # was naming no flag
-        "attnserve generate: error: argument --max-num-batched-tokens: prompt of 7 tokens exceeds max_num_batched_tokens "
-        "4, and enable_chunked_prefill is false: a prompt must fit one step",
+        2,
+        "argument --max-num-batched-tokens",
+        {"key": "max_num_batched_tokens"},
     ),
     (
         ["generate", "--model", "{tiny}", "--device", "cpu", "--max-model-len", "100000"],
-        2,  # was naming no flag
-        "attnserve generate: error: argument --max-model-len: 100000 not allowed (allowed: at most the "
-        "model's max_position_embeddings, 512)",
+        2,
+        "argument --max-model-len",
+        {"path": ("max_model_len",), "value": 100000, "allowed": "at most the model's max_position_embeddings, 512"},
     ),
     (
         ["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10"],
-        2,  # was naming no flag
-        "attnserve generate: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
-        "raise --kv-cache-memory or set --num-gpu-blocks",
-    ),  # was 'raise kv_cache_memory or set num_gpu_blocks'
+        2,
+        "argument --kv-cache-memory",
+        {"key": "kv_cache_memory"},
+    ),
     (
         ["generate", "--model", "{tiny}", "--device", "cpu", "--kv-cache-memory-bytes", "10"],
-        2,  # vLLM's name: as given
-        "attnserve generate: error: argument --kv-cache-memory-bytes: KV-cache budget of 10 bytes holds no block of 8192 "
-        "bytes; raise --kv-cache-memory-bytes or set --num-gpu-blocks",
-    ),  # the advice as given too
+        2,
+        "argument --kv-cache-memory-bytes",
+        {"key": "kv_cache_memory"},
+    ),
     (
         [
             "generate",
@@ -219,237 +164,230 @@ CASES = [
             "--prompt",
             "one two three four",
         ],
-        2,  # was 'request 0#0 needs ...', the engine's request id and no flag
-        "attnserve generate: error: argument --num-gpu-blocks: prompt of 4 tokens needs 2 KV blocks (5 tokens with the one "
-        "it generates), the KV cache has 1 (4 tokens), so at most 3 prompt tokens fit; raise --num-gpu-blocks",
+        2,
+        "argument --num-gpu-blocks",
+        {"key": "num_gpu_blocks"},
     ),
     (
-        ["generate", "--model", "{tiny}", "--device", "cpu", *PD, "--kv-cache-dtype", "fp8"],
-        2,  # was 3 lines, no flag
-        f"attnserve generate: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}",
+        [
+            "generate",
+            "--model",
+            "{tiny}",
+            "--device",
+            "cpu",
+            "-ac.use_prefill_decode_attention",
+            "true",
+            "--kv-cache-dtype",
+            "fp8",
+        ],
+        2,
+        "argument --kv-cache-dtype",
+        {"key": "kv_cache_dtype"},
     ),
     (
         ["generate", "--model", "{tiny}", "--device", "cpu", "--config", "{tmp}/fp8.yaml"],
         2,
-        f"attnserve generate: error: {{tmp}}/fp8.yaml: {NO_BACKEND_FP8}",
+        "{tmp}/fp8.yaml",
+        {"key": "kv_cache_dtype"},
     ),
     (
         ["generate", "--model", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3"],
-        2,  # these were naming no flag
-        f"attnserve generate: error: argument --tensor-parallel-size: {SPLIT_3}",
+        2,
+        "argument --tensor-parallel-size",
+        {"path": ("tensor_parallel_size",), "value": 3},
     ),
     (
         ["generate", "--model", "{tiny_gpt2}", "--device", "cpu", "--tensor-parallel-size", "2"],
         2,
-        "attnserve generate: error: argument --tensor-parallel-size: 2 not supported for "
-        "GPT2LMHeadModel (tensor parallelism is built for the Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, and the MoE models)",
+        "argument --tensor-parallel-size",
+        {"path": ("tensor_parallel_size",), "value": 2},
     ),
     (
         ["generate", "--config", "{tmp}/empty.yaml"],
-        2,  # was read as no settings, while an empty JSON file was an error
-        "attnserve generate: error: {tmp}/empty.yaml: empty config file (allowed: a mapping of engine argument names to "
-        "values, e.g. 'dtype: float32', or {} for no settings)",
+        2,
+        "{tmp}/empty.yaml",
+        {"allowed": "a mapping of engine argument names to values, e.g. 'dtype: float32', or {} for no settings"},
     ),
     (
         ["generate", "--json-config", "{tmp}/empty.txt"],
-        2,  # was "malformed JSON: Expecting value"
-        "attnserve generate: error: {tmp}/empty.txt: empty config file (allowed: a mapping of engine argument names to "
-        'values, e.g. {"dtype": "float32"}, or {} for no settings)',
+        2,
+        "{tmp}/empty.txt",
+        {"allowed": 'a mapping of engine argument names to values, e.g. {"dtype": "float32"}, or {} for no settings'},
     ),
     (
         ["generate", "--config", "{tmp}/list.yaml"],
         2,
-        "attnserve generate: error: {tmp}/list.yaml: the top level is a list (allowed: a mapping of engine argument names "
-        "to values, e.g. 'dtype: float32', or {} for no settings)",
+        "{tmp}/list.yaml",
+        {"allowed": "a mapping of engine argument names to values, e.g. 'dtype: float32', or {} for no settings"},
     ),
     (
         ["generate", "--config", "{tmp}/dtype.yaml"],
         2,
-        "attnserve generate: error: {tmp}/dtype.yaml: dtype 'float64' "
-        "not allowed (allowed: auto, float32, float16, bfloat16, float, half)",
+        "{tmp}/dtype.yaml",
+        {"path": ("dtype",), "value": "float64", "allowed": "auto, float32, float16, bfloat16, float, half"},
     ),
-    # serve
     (
         ["serve", "--port", "70000"],
         2,
-        "attnserve serve: error: argument --port: 70000 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)",
+        "argument --port",
+        {"value": 70000, "allowed": "integer in [0, 65535]; 0 picks a free port"},
     ),
-    (["serve", "/no/such/dir"], 2, f"attnserve serve: error: {NOT_FOUND}"),
+    (["serve", "/no/such/dir"], 2, "model '/no/such/dir' not found", None),
     (
         ["serve", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN", "--port", "0"],
-        2,  # before listening
-        f"attnserve serve: error: argument --attention-backend: {TRITON_REFUSED}",
-    ),  # was exit 1, 'the model failed to load'
+        2,
+        "argument --attention-backend",
+        {"key": "attention_config.backend"},
+    ),
     (
         ["serve", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3", "--port", "0"],
-        2,  # before listening
-        f"attnserve serve: error: argument --tensor-parallel-size: {SPLIT_3}",
+        2,
+        "argument --tensor-parallel-size",
+        {"path": ("tensor_parallel_size",), "value": 3},
     ),
-    # these four were exit 1, 'the model failed to load', once the server listened and the model loaded
     (
         ["serve", "{tiny}", "--device", "cpu", "--max-model-len", "100000", "--port", "0"],
         2,
-        "attnserve serve: error: argument --max-model-len: 100000 not allowed (allowed: at most the "
-        "model's max_position_embeddings, 512)",
+        "argument --max-model-len",
+        {"path": ("max_model_len",), "value": 100000, "allowed": "at most the model's max_position_embeddings, 512"},
     ),
     (
         ["serve", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10", "--port", "0"],
         2,
-        "attnserve serve: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
-        "raise --kv-cache-memory or set --num-gpu-blocks",
+        "argument --kv-cache-memory",
+        {"key": "kv_cache_memory"},
     ),
     (
         ["serve", "{tiny}", "--device", "cpu", "--config", "{tmp}/small_kv.yaml", "--port", "0"],
         2,
-        "attnserve serve: error: {tmp}/small_kv.yaml: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
-        "raise kv_cache_memory or set num_gpu_blocks",
+        "{tmp}/small_kv.yaml",
+        {"key": "kv_cache_memory"},
     ),
-    # a KV cache shorter than max_model_len: refused before the server listens, as vLLM refuses it (was: served, and
-    # every request cut short at 32 tokens with finish_reason length while /v1/models reported max_model_len 512)
     (
         ["serve", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "2", "--port", "0"],
         2,
-        "attnserve serve: error: argument --num-gpu-blocks: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
-        "max_model_len 512, so not one request of max_model_len tokens fits; lower --max-model-len to at most 32 or raise "
-        "--num-gpu-blocks",
+        "argument --num-gpu-blocks",
+        {"key": "num_gpu_blocks"},
     ),
     (
         ["serve", "{tiny}", "--device", "cpu", "--kv-cache-memory-bytes", "8K", "--port", "0"],
         2,
-        "attnserve serve: error: argument --kv-cache-memory-bytes: the KV cache holds 16 tokens (1 block of 16), fewer "
-        "than max_model_len 512, so not one request of max_model_len tokens fits; lower --max-model-len to at most 16 or "
-        "raise --kv-cache-memory-bytes",
+        "argument --kv-cache-memory-bytes",
+        {"key": "kv_cache_memory"},
     ),
     (
         ["serve", "{tiny}", "--device", "cpu", "--config", "{tmp}/two_blocks.yaml", "--port", "0"],
         2,
-        "attnserve serve: error: {tmp}/two_blocks.yaml: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
-        "max_model_len 512, so not one request of max_model_len tokens fits; lower max_model_len to at most 32 or raise "
-        "num_gpu_blocks",
+        "{tmp}/two_blocks.yaml",
+        {"key": "num_gpu_blocks"},
     ),
-    # config: the same check, the same line (was: exit 0, the config printed), when a flag or file gives the size;
-    # this machine's memory is not judged (a config may be for another machine)
     (
         ["config", "{tiny}", "--device", "cpu", "--num-gpu-blocks", "2"],
         2,
-        "attnserve config: error: argument --num-gpu-blocks: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
-        "max_model_len 512, so not one request of max_model_len tokens fits; lower --max-model-len to at most 32 or raise "
-        "--num-gpu-blocks",
+        "argument --num-gpu-blocks",
+        {"key": "num_gpu_blocks"},
     ),
     (
         ["config", "{tiny}", "--device", "cpu", "--kv-cache-memory-bytes", "8K"],
         2,
-        "attnserve config: error: argument --kv-cache-memory-bytes: the KV cache holds 16 tokens (1 block of 16), fewer "
-        "than max_model_len 512, so not one request of max_model_len tokens fits; lower --max-model-len to at most 16 or "
-        "raise --kv-cache-memory-bytes",
+        "argument --kv-cache-memory-bytes",
+        {"key": "kv_cache_memory"},
     ),
     (
         ["config", "{tiny}", "--device", "cpu", "--config", "{tmp}/two_blocks.yaml"],
         2,
-        "attnserve config: error: {tmp}/two_blocks.yaml: the KV cache holds 32 tokens (2 blocks of 16), fewer than "
-        "max_model_len 512, so not one request of max_model_len tokens fits; lower max_model_len to at most 32 or raise "
-        "num_gpu_blocks",
+        "{tmp}/two_blocks.yaml",
+        {"key": "num_gpu_blocks"},
     ),
     (
         ["config", "{tiny}", "--device", "cpu", "--kv-cache-memory", "10"],
         2,
-        "attnserve config: error: argument --kv-cache-memory: KV-cache budget of 10 bytes holds no block of 8192 bytes; "
-        "raise --kv-cache-memory or set --num-gpu-blocks",
+        "argument --kv-cache-memory",
+        {"key": "kv_cache_memory"},
     ),
     (
-        ["serve", "{tiny}", "--device", "cpu", *PD, "--kv-cache-dtype", "fp8", "--port", "0"],
+        [
+            "serve",
+            "{tiny}",
+            "--device",
+            "cpu",
+            "-ac.use_prefill_decode_attention",
+            "true",
+            "--kv-cache-dtype",
+            "fp8",
+            "--port",
+            "0",
+        ],
         2,
-        f"attnserve serve: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}",
+        "argument --kv-cache-dtype",
+        {"key": "kv_cache_dtype"},
     ),
-    (
-        ["serve", "a", "--model", "b"],
-        2,
-        "attnserve serve: error: argument --model: 'b' conflicts with MODEL 'a': the model is given twice; give it once",
-    ),
-    (
-        ["serve", "--model", "b", "a"],
-        2,
-        "attnserve serve: error: argument MODEL: 'a' conflicts with --model 'b': the model is given twice; give it once",
-    ),
-    # config
-    # vLLM's sizes: a suffix it does not take names the unit and the suffixes it does (was "'1GiB' is not an integer")
+    (["serve", "a", "--model", "b"], 2, "argument --model", {"value": "b", "key": "model"}),
+    (["serve", "--model", "b", "a"], 2, "argument MODEL", {"value": "a", "key": "model"}),
     (
         ["config", "--kv-cache-memory-bytes", "1GiB"],
         2,
-        "attnserve config: error: argument --kv-cache-memory-bytes: '1GiB' is not an integer (allowed: integer >= 1 "
-        f"(bytes), null; {HUMAN_INT})",
+        "argument --kv-cache-memory-bytes",
+        {"value": "1GiB", "allowed": f"integer >= 1 (bytes), null; {HUMAN_INT}"},
     ),
     (
         ["config", "--max-model-len", "1.5K"],
-        2,  # vLLM too: no fraction of a binary unit
-        f"attnserve config: error: argument --max-model-len: '1.5K' is not an integer (allowed: integer >= 1, null; {HUMAN_INT})",
+        2,
+        "argument --max-model-len",
+        {"value": "1.5K", "allowed": f"integer >= 1, null; {HUMAN_INT}"},
     ),
     (
         ["config", "--config", "{tmp}/gib.yaml"],
         2,
-        f"attnserve config: error: {{tmp}}/gib.yaml: max_model_len '8KiB' is not an integer (allowed: integer >= 1, null; "
-        f"{HUMAN_INT})",
-    ),  # the flag's words
+        "{tmp}/gib.yaml",
+        {"path": ("max_model_len",), "value": "8KiB", "allowed": f"integer >= 1, null; {HUMAN_INT}"},
+    ),
     (
         ["config", "--num-gpu-blocks-override", "0"],
-        2,  # vLLM's name: the flag as given
-        "attnserve config: error: argument --num-gpu-blocks-override: 0 not allowed (allowed: integer >= 1, null)",
+        2,
+        "argument --num-gpu-blocks-override",
+        {"path": ("num_gpu_blocks",), "value": 0, "allowed": "integer >= 1, null"},
     ),
-    # a max_model_len the model does not allow: the line generate prints (was exit 0: config read no model)
     (
         ["config", "--max-model-len", "999999"],
-        2,  # the default model
-        "attnserve config: error: argument --max-model-len: 999999 not allowed (allowed: at most the "
-        "model's max_position_embeddings, 8192)",
+        2,
+        "argument --max-model-len",
+        {"path": ("max_model_len",), "value": 999999, "allowed": "at most the model's max_position_embeddings, 8192"},
     ),
     (
         ["config", "{tiny}", "--max-model-len", "1M"],
         2,
-        "attnserve config: error: argument --max-model-len: 1048576 not allowed (allowed: at most the "
-        "model's max_position_embeddings, 512)",
+        "argument --max-model-len",
+        {"path": ("max_model_len",), "value": 1048576, "allowed": "at most the model's max_position_embeddings, 512"},
     ),
-    (
-        ["config", "--config", "{tmp}/bad.yaml"],
-        2,
-        "attnserve config: error: {tmp}/bad.yaml:2:1: malformed YAML: expected ',' or ']', but got '<stream end>'",
-    ),
-    # backends
-    (
-        ["backends", "--model", "/no/such/dir"],
-        2,
-        f"attnserve backends: error: argument --model: {NOT_FOUND} (or pass --head-size, --num-heads, --num-kv-heads)",
-    ),
-    (
-        ["backends", "--head-size", "0"],
-        2,
-        "attnserve backends: error: argument --head-size: 0 not allowed (allowed: integer >= 1)",
-    ),
+    (["config", "--config", "{tmp}/bad.yaml"], 2, "{tmp}/bad.yaml:2:1", {}),
+    (["backends", "--model", "/no/such/dir"], 2, "argument --model", None),
+    (["backends", "--head-size", "0"], 2, "argument --head-size", {"value": 0, "allowed": "integer >= 1"}),
     (
         ["backends", "--head-size", "64", "--num-heads", "0"],
-        2,  # was taken as "not given"
-        "attnserve backends: error: argument --num-heads: 0 not allowed (allowed: integer >= 1)",
+        2,
+        "argument --num-heads",
+        {"value": 0, "allowed": "integer >= 1"},
     ),
     (
         ["backends", "--head-size", "64", "--num-kv-heads", "-1"],
-        2,  # was reported as -1 KV heads
-        "attnserve backends: error: argument --num-kv-heads: -1 not allowed (allowed: integer >= 1)",
+        2,
+        "argument --num-kv-heads",
+        {"value": -1, "allowed": "integer >= 1"},
     ),
-    (
-        ["backends", "--model", "/no/such/dir", "--json"],
-        2,  # stdout: nothing
-        f"attnserve backends: error: argument --model: {NOT_FOUND} (or pass --head-size, --num-heads, --num-kv-heads)",
-    ),
-    # an explicit backend that cannot run: exit 2 and the line generate prints; stdout: the table, or the JSON report
+    (["backends", "--model", "/no/such/dir", "--json"], 2, "argument --model", None),
     (
         ["backends", "--model", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN"],
         2,
-        f"attnserve backends: error: argument --attention-backend: {TRITON_REFUSED}",
-    ),  # was exit 1
+        "argument --attention-backend",
+        {"key": "attention_config.backend"},
+    ),
     (
         ["backends", "--model", "{tiny}", "--device", "cpu", "--attention-backend", "TRITON_ATTN", "--json"],
         2,
-        f"attnserve backends: error: argument --attention-backend: {TRITON_REFUSED}",
-    ),  # was exit 1 and no line
+        "argument --attention-backend",
+        {"key": "attention_config.backend"},
+    ),
     (
         [
             "backends",
@@ -462,29 +400,28 @@ CASES = [
             "80",
         ],
         2,
-        "attnserve backends: error: argument --attention-backend: FLASHINFER cannot run this model (head_size 80, dtype bfloat16, "
-        "kv_cache_dtype auto, block_size 16) on simulated CUDA device (compute capability 8.0): head_size 80 not "
-        "supported (supported: 64, 128, 256). Backends that would work: TRITON_ATTN, FLEX_ATTENTION.",
+        "argument --attention-backend",
+        {"key": "attention_config.backend"},
     ),
-    # bench
-    (["bench"], 2, "attnserve bench: error: the following arguments are required: KIND"),
+    (["bench"], 2, "the following arguments are required: KIND", None),
     (
         ["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/none.txt"],
         2,
-        "attnserve bench throughput: error: argument --prompts-file: {tmp}/none.txt: No such file or directory",
+        "argument --prompts-file",
+        None,
     ),
     (
         ["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/empty.txt"],
         2,
-        "attnserve bench throughput: error: argument --prompts-file: {tmp}/empty.txt has no prompts (give one prompt per "
-        "line, or leave --prompts-file out for random prompts)",
-    ),  # was "no prompts in '...'", after the model loaded
+        "argument --prompts-file",
+        None,
+    ),
     (
         ["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/latin1.txt"],
         2,
-        "attnserve bench throughput: error: argument --prompts-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at "
-        "offset 10)",
-    ),  # was "'utf-8' codec can't decode byte 0xe9 in position 10: invalid continuation byte"
+        "argument --prompts-file",
+        None,
+    ),
     (
         [
             "bench",
@@ -505,119 +442,90 @@ CASES = [
             "--no-progress",
         ],
         2,
-        "attnserve bench throughput: error: argument --max-num-batched-tokens: prompt of 8 tokens exceeds "
-        "max_num_batched_tokens 4, and enable_chunked_prefill is false: a prompt must fit one step",
+        "argument --max-num-batched-tokens",
+        {"key": "max_num_batched_tokens"},
     ),
-    (
-        ["bench", "throughput", "--model", "/no/such/dir"],
-        2,
-        f"attnserve bench throughput: error: {NOT_FOUND}",
-    ),  # was "None: None"
-    (["bench", "latency", "--model", "/no/such/dir"], 2, f"attnserve bench latency: error: {NOT_FOUND}"),
+    (["bench", "throughput", "--model", "/no/such/dir"], 2, "model '/no/such/dir' not found", None),
+    (["bench", "latency", "--model", "/no/such/dir"], 2, "model '/no/such/dir' not found", None),
     (
         ["bench", "latency", "--model", "{tiny}", "--device", "cpu", "--compare-tensor-parallel-sizes", "1", "3"],
         2,
-        f"attnserve bench latency: error: argument --compare-tensor-parallel-sizes: {SPLIT}",
-    ),  # not --tensor-parallel-size
+        "argument --compare-tensor-parallel-sizes",
+        {"path": ("tensor_parallel_size",), "value": 3},
+    ),
     (
-        ["bench", "throughput", "--model", "{tiny}", "--device", "cpu", *PD, "--kv-cache-dtype", "fp8"],
+        [
+            "bench",
+            "throughput",
+            "--model",
+            "{tiny}",
+            "--device",
+            "cpu",
+            "-ac.use_prefill_decode_attention",
+            "true",
+            "--kv-cache-dtype",
+            "fp8",
+        ],
         2,
-        f"attnserve bench throughput: error: argument --kv-cache-dtype: {NO_BACKEND_FP8}",
+        "argument --kv-cache-dtype",
+        {"key": "kv_cache_dtype"},
     ),
     (
         ["bench", "latency", "--model", "{tiny}", "--device", "cpu", "--tensor-parallel-size", "3"],
         2,
-        f"attnserve bench latency: error: argument --tensor-parallel-size: {SPLIT_3}",
+        "argument --tensor-parallel-size",
+        {"path": ("tensor_parallel_size",), "value": 3},
     ),
-    (
-        ["bench", "attention", "--backends", "NOPE"],
-        2,
-        "attnserve bench attention: error: argument --backends: unknown "
-        "attention backend 'NOPE' (valid: FLASH_ATTN, FLASHINFER, TRITON_ATTN, "
-        "FLEX_ATTENTION, CPU_ATTN, auto)",
-    ),
-    (
-        ["bench", "attention", "--num-heads", "6", "--num-kv-heads", "4"],
-        2,
-        "attnserve bench attention: error: argument --num-heads: 6 is not a multiple of --num-kv-heads 4",
-    ),
-    (
-        ["bench", "serve", "--dataset", "file"],
-        2,
-        "attnserve bench serve: error: argument --dataset: file needs --prompt-file",
-    ),
-    # these three were tracebacks from httpx once the run had started
-    (
-        ["bench", "serve", "--port", "70000"],
-        2,
-        "attnserve bench serve: error: argument --port: 70000 not allowed (allowed: integer in [1, 65535])",
-    ),
-    (
-        ["bench", "serve", "--base-url", "http://127.0.0.1:99999"],
-        2,
-        "attnserve bench serve: error: argument --base-url: 'http://127.0.0.1:99999' not allowed (allowed: an http:// "
-        "or https:// URL with a host, and a port in [1, 65535] if it names one)",
-    ),
-    (
-        ["bench", "serve", "--host", "::::"],
-        2,
-        "attnserve bench serve: error: argument --host: '::::' not allowed (allowed: a host name or IP address)",
-    ),
+    (["bench", "attention", "--backends", "NOPE"], 2, "argument --backends", None),
+    (["bench", "attention", "--num-heads", "6", "--num-kv-heads", "4"], 2, "argument --num-heads", None),
+    (["bench", "serve", "--dataset", "file"], 2, "argument --dataset", None),
+    (["bench", "serve", "--port", "70000"], 2, "argument --port", {"value": 70000, "allowed": "integer in [1, 65535]"}),
+    (["bench", "serve", "--base-url", "http://127.0.0.1:99999"], 2, "argument --base-url", None),
+    (["bench", "serve", "--host", "::::"], 2, "argument --host", None),
     (
         ["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/none.txt"],
         2,
-        "attnserve bench serve: error: argument --prompt-file: {tmp}/none.txt: No such file or directory",
+        "argument --prompt-file",
+        None,
     ),
     (
         ["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/empty.txt"],
         2,
-        "attnserve bench serve: error: argument --prompt-file: {tmp}/empty.txt has no prompts (give one prompt per line, "
-        "or leave --prompt-file out for random prompts)",
-    ),  # was "no prompts in '...'"
+        "argument --prompt-file",
+        None,
+    ),
     (
         ["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/latin1.txt"],
         2,
-        "attnserve bench serve: error: argument --prompt-file: {tmp}/latin1.txt is not UTF-8 text (byte 0xe9 at offset 10)",
+        "argument --prompt-file",
+        None,
     ),
-    # a bad JSONL line: the file, the line and what a line must be, before any request (was a KeyError traceback)
     (
         ["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/nokey.jsonl"],
         2,
-        'attnserve bench serve: error: argument --prompt-file: {tmp}/nokey.jsonl:3: missing key "prompt" (its keys: '
-        f'"text"); {PROMPT_LINE}',
+        "argument --prompt-file",
+        None,
     ),
     (
         ["bench", "serve", "--model", "m", "--dataset", "file", "--prompt-file", "{tmp}/badjson.jsonl"],
         2,
-        "attnserve bench serve: error: argument --prompt-file: {tmp}/badjson.jsonl:2:14: malformed JSON: Expecting "
-        f"property name enclosed in double quotes; {PROMPT_LINE}",
-    ),  # was "Expecting ...: line 1 column 14 (char 13)"
-    # generate reads a prompts file as the benchmarks do (a JSONL line's "prompt"; the raw line was the prompt)
-    (
-        ["generate", "--prompts-file", "{tmp}/nokey.jsonl"],
-        2,
-        'attnserve generate: error: argument --prompts-file: {tmp}/nokey.jsonl:3: missing key "prompt" (its keys: '
-        f'"text"); {PROMPT_LINE}',
+        "argument --prompt-file",
+        None,
     ),
-    # --prompt-file alone is read (it implies --dataset file; it was ignored, random prompts sent instead)
-    (
-        ["bench", "serve", "--model", "m", "--prompt-file", "{tmp}/nokey.jsonl"],
-        2,
-        'attnserve bench serve: error: argument --prompt-file: {tmp}/nokey.jsonl:3: missing key "prompt" (its keys: '
-        f'"text"); {PROMPT_LINE}',
-    ),
+    (["generate", "--prompts-file", "{tmp}/nokey.jsonl"], 2, "argument --prompts-file", None),
+    (["bench", "serve", "--model", "m", "--prompt-file", "{tmp}/nokey.jsonl"], 2, "argument --prompt-file", None),
     (
         ["bench", "serve", "--model", "m", "--dataset", "random", "--prompt-file", "{tmp}/nokey.jsonl"],
         2,
-        "attnserve bench serve: error: argument --prompt-file: not used with --dataset random (leave --dataset out, or "
-        "give --dataset file)",
+        "argument --prompt-file",
+        None,
     ),
     (
         ["bench", "throughput", "--model", "{tiny}", "--device", "cpu", "--prompts-file", "{tmp}/nokey.jsonl"],
         2,
-        'attnserve bench throughput: error: argument --prompts-file: {tmp}/nokey.jsonl:3: missing key "prompt" (its '
-        f'keys: "text"); {PROMPT_LINE}',
-    ),  # was the line sent as a text prompt
+        "argument --prompts-file",
+        None,
+    ),
 ]
 
 
@@ -653,45 +561,66 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
     return rc, out, err
 
 
-@pytest.mark.parametrize("argv, status, line", CASES, ids=[" ".join(c[0]) for c in CASES])
-def test_bad_input_exits_with_one_line(argv, status, line, files, tiny_model_dir, capsys):
+def prog_of(argv: list[str]) -> str:
+    """The PROG argparse names: ``attnserve``, ``attnserve generate``, ``attnserve bench serve``."""
+    if argv[0] not in ("generate", "serve", "bench", "backends", "config"):
+        return "attnserve"
+    return " ".join(["attnserve", *argv[: 2 if argv[0] == "bench" and len(argv) > 1 else 1]])
+
+
+def assert_one_line_from_record(err: str, prog: str, where: str, record: dict | None, worded: list) -> None:
+    """``err`` is one line ``PROG: error: WHERE...``; with ``record``, made from the last record worded (its
+    statement, advice aside, is in the line), whose fields are ``record``'s."""
+    assert err.count("\n") == 1 and err.startswith(f"{prog}: error: {where}"), err
+    if record is None:
+        return
+    assert worded, err
+    r = worded[-1]
+    assert {k: getattr(r, k) for k in record} == record, r
+    assert statement(dataclasses.replace(r, advice="", suggestion=None)) in err, (r, err)
+
+
+@pytest.mark.parametrize("argv, status, where, record", CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_bad_input_exits_with_one_line(argv, status, where, record, files, tiny_model_dir, capsys, worded):
     tiny = tiny_model_dir("llama") if "{tiny}" in argv else ""
     tiny_gpt2 = tiny_model_dir("gpt2") if "{tiny_gpt2}" in argv else ""
-    fill = lambda s: (
-        s.replace("{tmp}", str(files))
-        .replace("{tiny}", tiny)
-        .replace("{tiny_gpt2}", tiny_gpt2)  # noqa: E731
-        .replace("{cpu}", detect_platform("cpu").description)
+    fill = lambda s: (  # noqa: E731
+        s.replace("{tmp}", str(files)).replace("{tiny}", tiny).replace("{tiny_gpt2}", tiny_gpt2)
     )
     capsys.readouterr()  # what making the tiny model wrote
+    worded.clear()
     rc, out, err = run([fill(a) for a in argv], capsys)
     assert rc == status
     if "--json" in argv:  # stdout stays a JSON document, or is empty
         assert out == "" or json.loads(out)
-    if line.endswith("(choose from "):  # the choices' quoting differs between Python versions
-        assert err.startswith(line) and err.count("\n") == 1
-    else:
-        assert err == fill(line) + "\n"
+    assert_one_line_from_record(err, prog_of(argv), fill(where), record, worded)
+
+
+def test_the_golden_line(tiny_model_dir, capsys):
+    """The one whole line of this surface: a setting found wrong once the model is known, placed at its flag."""
+    capsys.readouterr()
+    argv = ["generate", "--model", tiny_model_dir("llama"), "--device", "cpu", "--max-model-len", "100000"]
+    assert run(argv, capsys)[0::2] == (
+        2,
+        "attnserve generate: error: argument --max-model-len: 100000 not allowed (allowed: at most the "
+        "model's max_position_embeddings, 512)\n",
+    )
 
 
 @pytest.mark.parametrize("cmd", ["generate", "serve"])
-def test_a_kv_cache_beyond_the_machines_memory_exits_with_one_line(cmd, tiny_model_dir, capsys):
-    """``--num-gpu-blocks 10**20`` (vLLM's spelling) is one line naming the flag, the sizes and what fits; before, torch's
-    overflow traceback or the kernel's OOM kill (serve: refused before the server listens). The memory available
-    varies with the machine: the numbers are matched as numbers."""
-    import re
-
+def test_a_kv_cache_beyond_the_machines_memory_exits_with_one_line(cmd, tiny_model_dir, capsys, worded):
+    """``--num-gpu-blocks 10**20`` (vLLM's spelling) is one line naming the flag (serve: refused before the server
+    listens), keyed to the setting; before, torch's overflow traceback or the kernel's OOM kill."""
     tiny = tiny_model_dir("llama")
     capsys.readouterr()
     model = [tiny] if cmd == "serve" else ["--model", tiny, "--prompt", "hi"]
     argv = [cmd, *model, "--device", "cpu", "--num-gpu-blocks-override", str(10**20)] + (
         ["--port", "0"] if cmd == "serve" else []
     )
+    worded.clear()
     rc, out, err = run(argv, capsys)
-    assert rc == 2 and err.count("\n") == 1, err
-    assert re.fullmatch(
-        rf"attnserve {cmd}: error: argument --num-gpu-blocks-override: a KV cache of 100000000000000000000 "
-        r"blocks \(\d+\.\d\d GiB\) does not fit in the \d+\.\d\d GiB of cpu memory available now "
-        r"\(\d+ blocks? fits?\); lower --num-gpu-blocks-override\n",
-        err,
-    ), err
+    assert rc == 2
+    assert_one_line_from_record(
+        err, f"attnserve {cmd}", "argument --num-gpu-blocks-override", {"key": "num_gpu_blocks"}, worded
+    )
+    assert worded[-1].value is NO_VALUE

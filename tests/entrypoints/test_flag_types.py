@@ -10,6 +10,7 @@ import re
 import pytest
 
 from attnserve.entrypoints.cli.main import COMMANDS, build_parser, main
+from tests.helpers import Refuses, assert_cli_refusal
 
 
 def _parsers(parser: argparse.ArgumentParser, argv: list[str]):
@@ -81,105 +82,107 @@ def test_text_that_is_not_a_number_names_the_flag_and_what_is_allowed(argv, flag
         # engine flags (every command that builds an engine): the field's allowed values
         (
             ["generate", "--seed", "abc"],
-            "attnserve generate: error: argument --seed: 'abc' is not an integer (allowed: integer in [-2^63, 2^63 - 1])",
+            Refuses("argument --seed", "abc", "integer in [-2^63, 2^63 - 1]"),
         ),
         # every seed's range (was [0, 2**64 - 1] here while a request's seed took negatives)
         (
             ["generate", "--seed", "9223372036854775808"],
-            "attnserve generate: error: argument --seed: 9223372036854775808 not allowed (allowed: integer in [-2^63, 2^63 - 1])",
+            Refuses("argument --seed", 9223372036854775808, "integer in [-2^63, 2^63 - 1]"),
         ),
         (
             ["generate", "--max-model-len", "1.5"],  # a size flag of vLLM's (human_readable_int): its suffixes too
-            "attnserve generate: error: argument --max-model-len: '1.5' is not an integer (allowed: integer >= 1, null; "
-            "suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); "
-            "K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only))",
+            Refuses(
+                "argument --max-model-len",
+                "1.5",
+                "integer >= 1, null; suffixes as in vLLM: k, m, g, t = 10^3, 10^6, 10^9, 10^12 (with a fraction: 1.5k); K, M, G, T = 2^10, 2^20, 2^30, 2^40 (whole numbers only)",
+            ),
         ),
         (
             ["generate", "--gpu-memory-utilization", "x"],
-            "attnserve generate: error: argument --gpu-memory-utilization: 'x' is not a number (allowed: number in (0, 1])",
+            Refuses("argument --gpu-memory-utilization", "x", "number in (0, 1]"),
         ),
         (
             ["serve", "--seed", "abc"],
-            "attnserve serve: error: argument --seed: 'abc' is not an integer (allowed: integer in [-2^63, 2^63 - 1])",
+            Refuses("argument --seed", "abc", "integer in [-2^63, 2^63 - 1]"),
         ),
         (
             ["bench", "attention", "--block-size", "7"],  # the engine's sizes (was accepted)
-            "attnserve bench attention: error: argument --block-size: 7 not allowed (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)",
+            Refuses("argument --block-size", 7, "1, 2, 4, 8, 16, 32, 64, 128, 256"),
         ),
         (
             ["serve", "--block-size", "1e3"],
-            "attnserve serve: error: argument --block-size: '1e3' is not an integer (allowed: 1, 2, 4, 8, 16, 32, 64, 128, 256)",
+            Refuses("argument --block-size", "1e3", "1, 2, 4, 8, 16, 32, 64, 128, 256"),
         ),
         (
             ["bench", "throughput", "--seed", "abc"],
-            "attnserve bench throughput: error: argument --seed: 'abc' is not an integer (allowed: integer in [-2^63, 2^63 - 1])",
+            Refuses("argument --seed", "abc", "integer in [-2^63, 2^63 - 1]"),
         ),
         # generate's sampling flags: SamplingParams' ranges (was "invalid int value: '1.5'", "invalid float value: 'x'")
         (
             ["generate", "--max-tokens", "1.5"],
-            "attnserve generate: error: argument --max-tokens: '1.5' is not an integer (allowed: integer >= 1)",
+            Refuses("argument --max-tokens", "1.5", "integer >= 1"),
         ),
         (
             ["generate", "--temperature", "x"],
-            "attnserve generate: error: argument --temperature: 'x' is not a number (allowed: finite number >= 0)",
+            Refuses("argument --temperature", "x", "finite number >= 0"),
         ),
         (
             ["generate", "--top-p", "x"],
-            "attnserve generate: error: argument --top-p: 'x' is not a number (allowed: number in (0, 1])",
+            Refuses("argument --top-p", "x", "number in (0, 1]"),
         ),
         (
             ["generate", "--n", "two"],
-            "attnserve generate: error: argument --n: 'two' is not an integer (allowed: integer >= 1)",
+            Refuses("argument --n", "two", "integer >= 1"),
         ),
         (
             ["generate", "--logprobs", "1.0"],
-            "attnserve generate: error: argument --logprobs: '1.0' is not an integer (allowed: integer >= 0)",
+            Refuses("argument --logprobs", "1.0", "integer >= 0"),
         ),
         # serve's and the benchmarks' own flags
         (
             ["serve", "--port", "http"],
-            "attnserve serve: error: argument --port: 'http' is not an integer (allowed: integer in [0, 65535]; 0 picks a free port)",
+            Refuses("argument --port", "http", "integer in [0, 65535]; 0 picks a free port"),
         ),
         (
             ["serve", "--shutdown-timeout", "10s"],
-            "attnserve serve: error: argument --shutdown-timeout: '10s' is not a number "
-            "(allowed: finite number >= 0 (seconds))",
+            Refuses("argument --shutdown-timeout", "10s", "finite number >= 0 (seconds)"),
         ),
         (
             ["bench", "serve", "--seed", "abc"],
-            "attnserve bench serve: error: argument --seed: 'abc' is not an integer (allowed: integer >= 0)",
+            Refuses("argument --seed", "abc", "integer >= 0"),
         ),
         (
             ["bench", "serve", "--seed", "-1"],  # was "argument --prompt-file: expected non-negative integer" (numpy's)
-            "attnserve bench serve: error: argument --seed: -1 not allowed (allowed: integer >= 0)",
+            Refuses("argument --seed", -1, "integer >= 0"),
         ),
         (
             ["bench", "serve", "--temperature", "x"],
-            "attnserve bench serve: error: argument --temperature: 'x' is not a number (allowed: finite number >= 0)",
+            Refuses("argument --temperature", "x", "finite number >= 0"),
         ),
         (
             ["bench", "serve", "--temperature", "-1"],  # was accepted, and every request then failed with a 400
-            "attnserve bench serve: error: argument --temperature: -1.0 not allowed (allowed: finite number >= 0)",
+            Refuses("argument --temperature", -1.0, "finite number >= 0"),
         ),
         (
             ["bench", "serve", "--num-prompts", "1.5"],
-            "attnserve bench serve: error: argument --num-prompts: '1.5' is not an integer (allowed: integer >= 1)",
+            Refuses("argument --num-prompts", "1.5", "integer >= 1"),
         ),
         (
             ["bench", "latency", "--batch-size", "1", "x"],
-            "attnserve bench latency: error: argument --batch-size: 'x' is not an integer (allowed: integer >= 1)",
+            Refuses("argument --batch-size", "x", "integer >= 1"),
         ),
         (
             ["bench", "attention", "--repeats", "2.5"],
-            "attnserve bench attention: error: argument --repeats: '2.5' is not an integer (allowed: integer >= 1)",
+            Refuses("argument --repeats", "2.5", "integer >= 1"),
         ),
     ],
 )
-def test_exact_lines(argv, line, capsys):
+def test_exact_lines(argv, line, capsys, worded):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2
-    assert capsys.readouterr().err == line + "\n"
+    prog = " ".join(["attnserve", *argv[: 2 if argv[0] == "bench" else 1]])
+    assert_cli_refusal(capsys.readouterr().err, prog, line, worded)
 
 
 def test_the_installed_command_prints_the_line_and_exits_2():

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from attnserve.entrypoints.cli.main import main
+from tests.helpers import Refuses, assert_cli_refusal
 
 
 def test_default_command_answers_the_default_chat_prompt(tmp_path):
@@ -104,29 +105,27 @@ def test_sampling_flags_reach_the_output(tmp_path, tiny_model_dir):
     [
         (
             ["--max-tokens", "0"],
-            "attnserve generate: error: argument --max-tokens: 0 not allowed (allowed: integer >= 1)",
+            Refuses("argument --max-tokens", 0, "integer >= 1"),
         ),
-        (["--top-p", "0"], "attnserve generate: error: argument --top-p: 0.0 not allowed (allowed: number in (0, 1])"),
+        (["--top-p", "0"], Refuses("argument --top-p", 0.0, "number in (0, 1]")),
         # the flag names the parameter; the value is the one stop string refused (was "argument --stop: stop [''] ...")
-        (["--stop", ""], "attnserve generate: error: argument --stop: '' not allowed (allowed: non-empty strings)"),
+        (["--stop", ""], Refuses("argument --stop", "", "non-empty strings")),
         (
             ["--stop", "a", "--stop", ""],
-            "attnserve generate: error: argument --stop: '' not allowed (allowed: non-empty strings)",
+            Refuses("argument --stop", "", "non-empty strings"),
         ),
         # every surface's words for an empty prompt (was "an empty prompt (give text, or leave --prompt out for ...)")
         (
             ["--prompt", ""],
-            "attnserve generate: error: argument --prompt: '' not allowed (allowed: a prompt of at least 1 "
-            "token); leave --prompt out for the default prompt",
+            Refuses("argument --prompt", "", "a prompt of at least 1 token"),
         ),
         (
             ["--min-tokens", "20", "--max-tokens", "5"],
-            "attnserve generate: error: argument --min-tokens: 20 not allowed "
-            "(allowed: integer >= 0, at most max_tokens)",
+            Refuses("argument --min-tokens", 20, "integer >= 0, at most max_tokens"),
         ),
         (
             ["--logit-bias", "5"],
-            "attnserve generate: error: argument --logit-bias: '5' not allowed (allowed: TOKEN_ID=BIAS)",
+            Refuses("argument --logit-bias", "5", "TOKEN_ID=BIAS"),
         ),
         (
             ["--model", "/no/such/dir"],
@@ -134,11 +133,11 @@ def test_sampling_flags_reach_the_output(tmp_path, tiny_model_dir):
         ),
     ],
 )
-def test_bad_input_exits_2_with_one_line(argv, message, capsys):
+def test_bad_input_exits_2_with_one_line(argv, message, capsys, worded):
     with pytest.raises(SystemExit) as e:
         raise SystemExit(main(["generate", *argv]))
     assert e.value.code == 2
-    assert capsys.readouterr().err.strip() == message
+    assert_cli_refusal(capsys.readouterr().err, "attnserve generate", message, worded)
 
 
 def test_prompt_longer_than_max_model_len(tiny_model_dir, capsys):
@@ -240,7 +239,7 @@ def test_cuda_on_a_machine_without_one_fails_before_loading(capsys):
 SPLIT_ERROR = (
     "tensor_parallel_size 4 cannot split 9 query heads over 3 KV heads: with fewer KV heads than ranks "
     "the ranks must be a multiple of the KV heads and divide each KV head's 3 query heads "
-    "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)"
+    "(allowed: 1, 2, 3, 9 for this model)"
 )
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from attnserve import LLM, SamplingParams
 from attnserve.engine.request_checks import MaxTokensTooLargeError, PromptTooLongError, RequestValueError
-from attnserve.entrypoints.llm import PROMPT_WORDS
+from attnserve.refusals.words import PROMPT_KINDS as PROMPT_WORDS
 from attnserve.refusals import MISSING, Refusal
 from attnserve.refusals.words import MESSAGE_WORDS
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attnserve.entrypoints.cli.main import main
+from tests.helpers import Refuses, assert_cli_refusal
 
 
 @pytest.mark.parametrize(
@@ -13,24 +14,24 @@ from attnserve.entrypoints.cli.main import main
     [
         (
             ["--port", "99999"],
-            "argument --port: 99999 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)",
+            Refuses("argument --port", 99999, "integer in [0, 65535]; 0 picks a free port"),
         ),
-        (["--port", "-1"], "argument --port: -1 not allowed (allowed: integer in [0, 65535]; 0 picks a free port)"),
+        (["--port", "-1"], Refuses("argument --port", -1, "integer in [0, 65535]; 0 picks a free port")),
         (
             ["--port", "x"],
-            "argument --port: 'x' is not an integer (allowed: integer in [0, 65535]; 0 picks a free port)",
+            Refuses("argument --port", "x", "integer in [0, 65535]; 0 picks a free port"),
         ),
         (
             ["--shutdown-timeout", "-1"],
-            "argument --shutdown-timeout: -1.0 not allowed (allowed: finite number >= 0 (seconds))",
+            Refuses("argument --shutdown-timeout", -1.0, "finite number >= 0 (seconds)"),
         ),
         (
             ["--shutdown-timeout", "nan"],
-            "argument --shutdown-timeout: nan not allowed (allowed: finite number >= 0 (seconds))",
+            Refuses("argument --shutdown-timeout", float("nan"), "finite number >= 0 (seconds)"),
         ),
         (
             ["--shutdown-timeout", "inf"],
-            "argument --shutdown-timeout: inf not allowed (allowed: finite number >= 0 (seconds))",
+            Refuses("argument --shutdown-timeout", float("inf"), "finite number >= 0 (seconds)"),
         ),
         # a name with no template characters is a file that must exist (vLLM's rule)
         (
@@ -41,21 +42,22 @@ from attnserve.entrypoints.cli.main import main
         ),
         (
             ["--default-chat-template-kwargs", "[1]"],
-            "argument --default-chat-template-kwargs: '[1]' not allowed (allowed: a JSON object)",
+            Refuses("argument --default-chat-template-kwargs", "[1]", "a JSON object"),
         ),
         (
             ["--generation-config", "/no/such/folder"],
             "argument --generation-config: '/no/such/folder' is no folder "
             "(allowed: auto, vllm, or a folder holding a generation_config.json)",
         ),
-        (["--max-logprobs", "-2"], "argument --max-logprobs: -2 not allowed (allowed: integer >= -1)"),
+        (["--max-logprobs", "-2"], Refuses("argument --max-logprobs", -2, "integer >= -1")),
     ],
 )
-def test_bad_server_flags_exit_2_with_one_line(argv, message, capsys):
+def test_bad_server_flags_exit_2_with_one_line(argv, message, capsys, worded):
     with pytest.raises(SystemExit) as e:
         main(["serve", *argv])
     assert e.value.code == 2
-    assert capsys.readouterr().err.strip() == f"attnserve serve: error: {message}"
+    want = message if isinstance(message, Refuses) else f"attnserve serve: error: {message}"
+    assert_cli_refusal(capsys.readouterr().err, "attnserve serve", want, worded)
 
 
 IN_USE = "Address already in use (another server is running there? pick another port with --port, or --port 0 for a free one)"

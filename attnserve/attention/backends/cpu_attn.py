@@ -26,6 +26,7 @@ from attnserve.attention.backend import (
 from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.kernels.reference import causal_mask, softmax_with_sinks
 from attnserve.refusals import Reason
+from attnserve.refusals.words import SEPARATE_CALLS
 
 
 @dataclass
@@ -185,15 +186,7 @@ class CPUAttentionBackend(AttentionBackend):
     @classmethod
     def extra_reasons(cls, selector_config, platform, attention_config=None) -> list[Reason]:
         if attention_config is not None and attention_config.use_prefill_decode_attention:
-            return [
-                Reason(
-                    "use_prefill_decode_attention not supported: CPU_ATTN always runs decodes and prefills "
-                    "in separate calls",
-                    "use_prefill_decode_attention",
-                    True,
-                    "false",
-                )
-            ]
+            return [SEPARATE_CALLS]
         return []
 
     @staticmethod

@@ -49,6 +49,7 @@ from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.kernels.paged_kv_indices import device_pages, host_pages
 from attnserve.attention.ops.pinned_ring import PinnedRing
 from attnserve.refusals import Reason
+from attnserve.refusals.words import TRTLLM_NOT_WIRED, trtllm_needs_blackwell
 
 if TYPE_CHECKING:  # flashinfer_graphs imports this module: the planner itself is imported in the builder
     from attnserve.attention.backends.flashinfer_graphs import FlashInferGraph
@@ -107,24 +108,8 @@ class FlashInferBackend(AttentionBackend):
         cc = platform.compute_capability
         if cc is None or cc[0] != 10:
             where = f"{cc[0]}.{cc[1]}" if cc else "unknown"
-            return [
-                Reason(
-                    f"use_trtllm_attention=True needs compute capability 10.x (this device: {where}): "
-                    "FlashInfer's TRT-LLM kernels exist for Blackwell only",
-                    "use_trtllm_attention",
-                    True,
-                    "compute capability 10.x",
-                )
-            ]
-        return [
-            Reason(
-                "use_trtllm_attention=True not supported: FlashInfer's TRT-LLM kernels are not wired in "
-                "attnserve (unset or false runs FlashInfer's own kernels)",
-                "use_trtllm_attention",
-                True,
-                "null, false",
-            )
-        ]
+            return [trtllm_needs_blackwell(where)]
+        return [TRTLLM_NOT_WIRED]
 
 
 _WORKSPACE_BYTES = 256 << 20

@@ -36,6 +36,7 @@ from attnserve.attention.backend import (
 from attnserve.kernels.kv_write import KVWriteTarget, kv_views
 from attnserve.attention.validation import package_installed
 from attnserve.refusals import Reason
+from attnserve.refusals.words import not_installed
 
 
 class FlexAttentionBackend(AttentionBackend):
@@ -64,11 +65,8 @@ class FlexAttentionBackend(AttentionBackend):
         reasons = super().validate(selector_config, platform, attention_config, assume_installed)
         if platform.device_type == "cuda" and not assume_installed and not package_installed("triton"):
             reasons.append(
-                Reason(
-                    "not installed: pip install 'attnserve[triton]' (flex_attention compiles with Triton on CUDA)",
-                    "package",
-                    "triton",
-                    "pip install 'attnserve[triton]'",
+                not_installed(
+                    "triton", "pip install 'attnserve[triton]'", "flex_attention compiles with Triton on CUDA"
                 )
             )
         return reasons

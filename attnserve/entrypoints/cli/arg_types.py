@@ -15,6 +15,7 @@ import math
 from typing import Callable
 
 from attnserve.refusals import TEXT, Refusal, range_words, statement
+from attnserve.refusals.words import output_file_problem, output_file_words
 
 _NOUNS = {int: ("integer", "an integer"), float: ("number", "a number")}
 
@@ -79,14 +80,8 @@ def output_file(text: str) -> str:
     import os
 
     folder = os.path.dirname(os.path.abspath(text)) if text else ""
-    if not text or os.path.isdir(text):
-        problem = "it is a folder" if text else "it is empty"
-    elif not os.path.isdir(folder):
-        problem = f"folder {folder} does not exist"
-    elif not os.access(folder, os.W_OK | os.X_OK):
-        problem = f"folder {folder} is not writable"
-    else:
+    is_dir, exists = bool(text) and os.path.isdir(text), os.path.isdir(folder)
+    if text and not is_dir and exists and os.access(folder, os.W_OK | os.X_OK):
         return text
-    raise argparse.ArgumentTypeError(
-        statement(Refusal(value=text, allowed=f"a file path in an existing, writable folder; {problem}"))
-    )
+    problem = output_file_problem(text, folder, is_dir, exists)
+    raise argparse.ArgumentTypeError(statement(Refusal(value=text, allowed=output_file_words(problem))))

@@ -14,6 +14,8 @@ from attnserve.config.cache import BLOCK_SIZES, KV_CACHE_DTYPES
 from attnserve.config.fields import range_words
 from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
 from attnserve.entrypoints.cli.bench_serve import add_serve_parser
+from attnserve.refusals import message
+from attnserve.refusals.words import at_flag
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -244,7 +246,7 @@ def _check_baseline(args: argparse.Namespace, config) -> None:
     if args.baseline != "vllm":
         return
     from attnserve.benchmarks.vllm_baseline import check_vllm_baseline
-    from attnserve.refusals import Refused, message
+    from attnserve.refusals import Refused
 
     try:
         check_vllm_baseline(config.model.model)
@@ -291,7 +293,7 @@ def run_throughput(args: argparse.Namespace) -> int:
             args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}")
         args._engine_arg_parser.error(str(e))
     except PromptsFileError as e:  # not UTF-8 text, or no prompts in it
-        args._engine_arg_parser.error(f"argument --prompts-file: {e}")
+        args._engine_arg_parser.error(message(at_flag(e.refusal, "--prompts-file")))
     except ValueError as e:
         args._engine_arg_parser.error(error_line(args, e))
     return _finish(args, result, plot_throughput)

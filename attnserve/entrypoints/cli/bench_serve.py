@@ -11,6 +11,8 @@ import math
 
 from attnserve.config.fields import range_words
 from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
+from attnserve.refusals import message
+from attnserve.refusals.words import at_flag
 
 # flag types: a bad value exits 2 with one line naming the flag, the value and what is allowed (range_words' words)
 _request_rate = checked(float, lambda v: v > 0.0, range_words("number", (">", 0), None) + ", or inf")  # nan fails too
@@ -108,6 +110,7 @@ def _base_url(args: argparse.Namespace) -> str:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    from attnserve.benchmarks.requests import PromptsFileError
     from attnserve.benchmarks.serving import BenchConfig, BenchServerError, format_summary, run_benchmark
 
     if args.dataset is None:  # a prompt file is what the user wants benchmarked, not random words beside it
@@ -143,8 +146,10 @@ def run_serve(args: argparse.Namespace) -> int:
         summary = asyncio.run(run_benchmark(cfg))
     except OSError as e:  # the prompt file
         args._bench_parser.error(f"argument --prompt-file: {e.filename}: {e.strerror}")
-    except ValueError as e:  # not UTF-8 text, no prompts in it, or a malformed JSONL line
-        args._bench_parser.error(f"argument --prompt-file: {e}")
+    except PromptsFileError as e:  # not UTF-8 text, no prompts in it, or a malformed JSONL line
+        args._bench_parser.error(message(at_flag(e.refusal, "--prompt-file")))
+    except ValueError as e:
+        args._bench_parser.error(str(e))
     except BenchServerError as e:
         raise SystemExit(f"attnserve bench serve: error: {e}") from None
     print(format_summary(summary))

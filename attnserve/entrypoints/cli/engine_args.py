@@ -44,6 +44,7 @@ from attnserve.config.engine_args import (
 from attnserve.config.fields import HUMAN_INT_WORDS, field_docs, split_optional
 from attnserve.config.files import file_settings, loads_json
 from attnserve.refusals import PYTHON, Refusal, Refused, closest, message
+from attnserve.refusals.words import model_given_twice, no_value_forms
 from attnserve.entrypoints.cli.arg_types import human_int, typed
 
 __all__ = [
@@ -131,7 +132,7 @@ class EngineArgumentParser(argparse.ArgumentParser):
                     Refusal(
                         value=value,
                         subject="value",
-                        allowed=f"no value: {forms}",
+                        allowed=no_value_forms(forms),
                         origin=f"argument {flag}",
                         written=PYTHON,
                     )
@@ -358,8 +359,7 @@ def resolve_engine_args(args: argparse.Namespace) -> Resolved:
             raise ConfigError(
                 Refusal(
                     value=later.value,
-                    reason=f"conflicts with {first.label} {first.value!r}: the model is given twice",
-                    advice="give it once",
+                    **model_given_twice(first.label, first.value),
                     origin=later.where,
                     names_path=True,
                     written=PYTHON,

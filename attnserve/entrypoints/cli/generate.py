@@ -8,7 +8,8 @@ import sys
 import time
 from dataclasses import replace
 
-from attnserve.refusals import PYTHON, message
+from attnserve.refusals import PYTHON, Refusal, Refused, message
+from attnserve.refusals.words import DEFAULT_PROMPT_ADVICE, LOGIT_BIAS, at_flag, no_prompts
 
 DEFAULT_PROMPT = "What are the three primary colors? Answer in one sentence."
 # the sampling flags' values when neither the command line nor the generation config (--generation-config) sets them
@@ -159,12 +160,9 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
         try:  # the format bench throughput and bench serve read: one prompt a line, or JSONL's "prompt"
             from_file = read_prompts_file(args.prompts_file)
         except PromptsFileError as e:  # not UTF-8 text, a bad JSONL line
-            raise ValueError(f"argument --prompts-file: {e}") from None
+            raise Refused(at_flag(e.refusal, "--prompts-file")) from None
         if not from_file:  # not the default prompt instead: the file named is likely the wrong one
-            raise ValueError(
-                f"argument --prompts-file: {args.prompts_file} has no prompts (give one prompt per "
-                "line, or leave --prompts-file out for the default prompt)"
-            )
+            raise Refused(no_prompts(args.prompts_file, "--prompts-file", "the default prompt"))
         prompts += from_file
     if not prompts:
         return [DEFAULT_PROMPT], True
@@ -174,7 +172,7 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
         except RequestValueError as e:
             raise ValueError(
                 message(
-                    replace(e.refusal, advice="leave --prompt out for the default prompt").at(
+                    replace(e.refusal, advice=DEFAULT_PROMPT_ADVICE).at(
                         "argument --prompt", names_path=True, written=PYTHON
                     )
                 )
@@ -192,9 +190,9 @@ def _logit_bias(items: list[str] | None) -> dict[int, float] | None:
         try:
             out[int(token)] = float(bias)
         except ValueError:
-            raise ValueError(f"argument --logit-bias: {item!r} not allowed (allowed: TOKEN_ID=BIAS)") from None
+            sep = ""
         if not sep:
-            raise ValueError(f"argument --logit-bias: {item!r} not allowed (allowed: TOKEN_ID=BIAS)")
+            raise Refused(Refusal(("logit_bias",), item, LOGIT_BIAS, origin="argument --logit-bias", names_path=True))
     return out
 
 
@@ -226,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
     except SamplingParamsError as e:  # the flag names the parameter: the value and what is allowed
         return _error(message(e.refusal.at(f"argument --{e.name.replace('_', '-')}", names_path=True, written=PYTHON)))
     except OSError as e:
-        return _error(f"argument --prompts-file: {args.prompts_file}: {e.strerror}")
+        return _error(message(Refusal(subject=args.prompts_file, reason=e.strerror, origin="argument --prompts-file")))
     except ValueError as e:
         return _error(str(e))
 
@@ -244,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
             chat_template=args.chat_template,
         )
     except MaxTokensTooLargeError as e:  # a prompt that fits, but not with --max-tokens more (the server's words)
-        return _error(f"argument --max-tokens: {e}")
+        return _error(message(e.refusal.at("argument --max-tokens", names_path=True, written=PYTHON)))
     except SamplingParamsError as e:  # what the engine refuses of them (--logprobs over --max-logprobs)
         return _error(message(e.refusal.at(f"argument --{e.name.replace('_', '-')}", names_path=True, written=PYTHON)))
     except (ValueError, FileNotFoundError) as e:  # unknown model, bad architecture, prompt too long, ...

@@ -24,7 +24,9 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from attnserve.refusals import JSON, Refusal, openai_error
+from attnserve.refusals import Refusal, openai_error
+from attnserve.refusals.words import body_integer_too_long, body_not_utf8, body_too_deep
+from attnserve.refusals.words import lone_surrogate as lone_surrogate_refusal
 
 # arrays and objects in arrays and objects: an OpenAI request needs a handful (messages, content parts)
 MAX_DEPTH = 100
@@ -106,46 +108,24 @@ def parse_body(body: bytes) -> Any:
         text = body[bom:].decode("utf-8")
     except UnicodeDecodeError as e:
         at = bom + e.start  # in the body as sent
-        raise _refused(
-            Refusal(
-                reason=f"the request body is not valid UTF-8 (byte 0x{body[at]:02x} at offset {at}: {e.reason})",
-                advice="send JSON encoded as UTF-8",
-            )
-        ) from None
+        raise _refused(body_not_utf8(body[at], at, e.reason)) from None
     return _parse_text(text)
 
 
 def _parse_text(text: str) -> Any:
     """The decoded body ``text`` as JSON; the HTTPExceptions of :func:`parse_body` but for the encoding."""
     if (levels := too_deep(text)) is not None:
-        raise _refused(
-            Refusal(
-                reason=f"the request body nests arrays and objects {levels} levels deep", allowed=f"at most {MAX_DEPTH}"
-            )
-        )
+        raise _refused(body_too_deep(levels, MAX_DEPTH))
     try:
         parsed = json.loads(text, parse_float=_float, parse_constant=SentNumber)
     except json.JSONDecodeError:
         raise
     except ValueError:  # int() past sys.get_int_max_str_digits()
-        raise _refused(
-            Refusal(
-                reason=f"the request body holds an integer of more than {sys.get_int_max_str_digits()} "
-                "digits, more than any field allows"
-            )
-        ) from None
+        raise _refused(body_integer_too_long(sys.get_int_max_str_digits())) from None
     if _SURROGATE_ESCAPE.search(text) and (found := lone_surrogate(parsed)) is not None:
         path, string, index = found
         where = tuple(int(p) if p.isdigit() else p for p in path.split(".")) if path else ("body",)
-        raise _refused(
-            Refusal(
-                where,
-                string,
-                "Unicode text; a surrogate escape needs its pair",
-                written=JSON,
-                reason=f"holds a lone surrogate {json.dumps(string[index])[1:-1]} at index {index}",
-            )
-        )
+        raise _refused(lone_surrogate_refusal(where, string, index))
     return parsed
 
 

@@ -7,7 +7,7 @@ from http import HTTPStatus
 from fastapi.responses import JSONResponse
 
 from attnserve.entrypoints.openai.protocol import ErrorInfo, ErrorResponse
-from attnserve.refusals import json_value  # noqa: F401 (re-exported)
+from attnserve.refusals import Refusal, json_value, openai_error  # noqa: F401 (json_value re-exported)
 from attnserve.refusals.server import (  # noqa: F401 (re-exported)
     body_message,
     json_error_message,
@@ -57,3 +57,9 @@ def status_phrase(status: int) -> str:
         return HTTPStatus(status).phrase
     except ValueError:
         return "error"
+
+
+def refusal_error(refusal: Refusal, param: str | None = None) -> OpenAIError:
+    """The 400 for a refusal: :func:`attnserve.refusals.openai_error`'s message and param (``param`` when given)."""
+    message, param = openai_error(refusal, param)
+    return OpenAIError(message, 400, param=param)

@@ -25,10 +25,11 @@ from attnserve.engine.request_checks import (
     check_token_ids,
 )
 from attnserve.core.sampling_params import SamplingParams
-from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.errors import OpenAIError, refusal_error
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.tokenizer_thread import TokenizerThread
-from attnserve.refusals import Refusal, Refused, openai_error
+from attnserve.executor.base import WorkerDiedError
+from attnserve.refusals import Refused
 
 
 def request_error(e: RequestValueError) -> OpenAIError:
@@ -45,13 +46,10 @@ def empty_prompt(path: tuple[str | int, ...], sent) -> OpenAIError:
 
 
 def load_error_summary(e: BaseException) -> str:
-    """One line for a load error, without a worker's traceback (it stays in the server log): the message's
-    first line and, for a multi-line message, its last line (a traceback's exception line)."""
-    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
-    if not lines:
-        return type(e).__name__
-    first = lines[0].removesuffix("Its traceback:").strip()
-    return first if len(lines) == 1 else f"{first} {lines[-1]}"
+    """One line for a load error, without a worker's traceback (it stays in the server log): a WorkerDiedError's
+    ``summary``, else the message on one line (its type's name when it has none)."""
+    text = e.summary if isinstance(e, WorkerDiedError) else str(e)
+    return " ".join(text.split()) or type(e).__name__
 
 
 @dataclass(frozen=True)
@@ -172,12 +170,6 @@ def prompt_logprobs(out: RequestOutput) -> list | None:
         else {t: {"logprob": lp.logprob, "rank": lp.rank, "decoded_token": lp.decoded_token} for t, lp in d.items()}
         for d in out.prompt_logprobs
     ]
-
-
-def refusal_error(refusal: Refusal) -> OpenAIError:
-    """The 400 for a refusal: :func:`attnserve.refusals.openai_error`'s message and param."""
-    message, param = openai_error(refusal)
-    return OpenAIError(message, 400, param=param)
 
 
 def new_id(prefix: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 
@@ -17,7 +16,6 @@ from attnserve.entrypoints.chat_utils import (
     chat_messages,
     check_chat_template_options,
 )
-from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.limits import check_request_lists
 from attnserve.entrypoints.openai.protocol import UsageInfo
 from attnserve.entrypoints.openai.protocol_chat import (
@@ -34,11 +32,19 @@ from attnserve.entrypoints.openai.protocol_chat import (
 )
 from attnserve.engine.request_checks import RequestValueError
 from attnserve.entrypoints.openai.vllm_fields import CHAT_FIELDS
-from attnserve.refusals import Refused
+from attnserve.refusals import Refusal, Refused
+from attnserve.refusals.words import (
+    NEEDS_LOGPROBS,
+    constrained_twice,
+    deprecated_function_call,
+    deprecated_functions,
+    untrusted_chat_template,
+)
 from attnserve.entrypoints.openai.serving import (
     ServingContext,
     prompt_logprobs,
     refused,
+    refusal_error,
     request_error,
     generate_all,
     new_id,
@@ -67,17 +73,13 @@ async def create_chat_completion(ctx: ServingContext, req: ChatCompletionRequest
     check_stream_options(req)
     options = template_options(ctx, req)
     if req.top_logprobs is not None and not req.logprobs:
-        raise OpenAIError("top_logprobs needs logprobs: true", 400, param="top_logprobs")
+        raise refusal_error(Refusal(("top_logprobs",), req.top_logprobs, reason=NEEDS_LOGPROBS))
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     mode = tool_mode(req, ctx.enable_auto_tool_choice, ctx.tool_parser)
     constraint, tools_constraint = structured_outputs(req), tool_constraint(req, mode)
     if constraint is not None and tools_constraint is not None:
-        raise OpenAIError(
-            f"{constraint[0]} together with tool_choice {req.tool_choice if isinstance(req.tool_choice, str) else 'naming a function'}: "
-            "the tools' schemas constrain the output already",
-            400,
-            param=constraint[0],
-        )
+        choice = req.tool_choice if isinstance(req.tool_choice, str) else "naming a function"
+        raise refusal_error(constrained_twice(constraint[0], choice))
     # the template, tokenizing (seconds for a long conversation) and compiling a grammar on the tokenizer thread
     prompt_ids, params = await ctx.tokenizer_thread.run(
         _prepare, ctx, req, options, logprobs, constraint or tools_constraint, mode
@@ -119,20 +121,11 @@ def check_no_functions(req: ChatCompletionRequest) -> None:
 
     Raises OpenAIError (400) naming the parameter: non-empty functions (with their names), a function_call other
     than 'none'. Absent, null and empty lists are accepted."""
-    use = "use tools and tool_choice"
     if req.functions:
-        names = [e.get("name") for e in req.functions]
-        raise OpenAIError(
-            f"functions {names!r} is not supported (supported: absent, null or []); {use}", 400, param="functions"
-        )
+        raise refusal_error(deprecated_functions([e.get("name") for e in req.functions]))
     choice = req.function_call
     if choice is not None and choice != "none":
-        value = repr(choice) if isinstance(choice, str) else json.dumps(choice)
-        raise OpenAIError(
-            f"function_call {value} is not supported (supported: absent, null or 'none'); {use}",
-            400,
-            param="function_call",
-        )
+        raise refusal_error(deprecated_function_call(choice))
 
 
 def _echo(req: ChatCompletionRequest) -> str:
@@ -152,13 +145,8 @@ def template_options(ctx: ServingContext, req) -> ChatTemplateOptions:
     kwargs = req.chat_template_kwargs
     own = req.chat_template is not None or (isinstance(kwargs, dict) and kwargs.get("chat_template") is not None)
     if own and not ctx.chat.trust_request_chat_template:
-        param = "chat_template" if req.chat_template is not None else "chat_template_kwargs.chat_template"
-        raise OpenAIError(
-            f"{param}: a request's own chat template is refused: the server was started without "
-            "--trust-request-chat-template",
-            400,
-            param=param,
-        )
+        path = ("chat_template",) if req.chat_template is not None else ("chat_template_kwargs", "chat_template")
+        raise refusal_error(untrusted_chat_template(path))
     options = ChatTemplateOptions(
         req.chat_template or ctx.chat.chat_template,
         req.add_generation_prompt,

@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from attnserve.core.structured_outputs import StructuredOutputsParams
-from attnserve.entrypoints.openai.errors import OpenAIError
+from attnserve.entrypoints.openai.errors import refusal_error
 from attnserve.entrypoints.openai.protocol_chat import (
     ChatCompletionRequest,
     DeltaFunctionCall,
@@ -27,6 +27,7 @@ from attnserve.entrypoints.openai.protocol_chat import (
     ToolCall,
 )
 from attnserve.entrypoints.openai.tool_parsers import TOOL_PARSERS, ParsedToolCall, ToolParser
+from attnserve.refusals.words import AUTO_TOOL_CHOICE, not_a_tool, tools_needed
 
 NO_ARGUMENTS = {"type": "object", "properties": {}}
 
@@ -52,25 +53,16 @@ def tool_mode(req: ChatCompletionRequest, enable_auto_tool_choice: bool, tool_pa
         return ToolMode("none")
     if not req.tools:
         value = choice if isinstance(choice, str) else choice.model_dump_json()
-        raise OpenAIError(f"tool_choice {value} needs tools (tools is empty or absent)", 400, param="tool_choice")
+        raise refusal_error(tools_needed(value))
     if choice == "auto":
         if not (enable_auto_tool_choice and tool_parser):
-            raise OpenAIError(
-                '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
-                400,
-                param="tool_choice",
-            )
+            raise refusal_error(AUTO_TOOL_CHOICE, param="tool_choice")
         return ToolMode("auto", parser=TOOL_PARSERS[tool_parser]())
     if choice == "required":
         return ToolMode("required")
     names = [t.function.name for t in req.tools]
     if choice.function.name not in names:
-        raise OpenAIError(
-            f"tool_choice function {choice.function.name!r} is not among the tools "
-            f"(tools: {', '.join(map(repr, names))})",
-            400,
-            param="tool_choice",
-        )
+        raise refusal_error(not_a_tool(choice.function.name, names))
     return ToolMode("named", function=choice.function.name)
 
 

@@ -83,9 +83,11 @@ def test_a_load_error_summary_leaves_out_the_worker_traceback():
 
     e = WorkerDiedError(
         "worker rank 1 (pid 7) failed; pending requests failed. Its traceback:\n"
-        'Traceback (most recent call last):\n  File "x.py", line 1, in f\nValueError: bad heads\n'
+        'Traceback (most recent call last):\n  File "x.py", line 1, in f\nValueError: bad heads\n',
+        summary="worker rank 1 (pid 7) failed; pending requests failed. ValueError: bad heads",
     )
     assert load_error_summary(e) == "worker rank 1 (pid 7) failed; pending requests failed. ValueError: bad heads"
+    assert load_error_summary(ValueError("two\nlines")) == "two lines"
 
 
 def test_an_empty_api_key_means_no_key(tiny_model_dir):
@@ -127,7 +129,7 @@ def test_a_tensor_parallel_size_the_heads_cannot_split_exits_2_before_serving():
     assert proc.stderr.strip() == (
         "attnserve serve: error: argument --tensor-parallel-size: 4 cannot split 9 query heads over 3 KV heads: with fewer KV "
         "heads than ranks the ranks must be a multiple of the KV heads and divide each KV head's 3 query heads "
-        "(allowed for this model: tensor_parallel_size 1, 2, 3, 9)"
+        "(allowed: 1, 2, 3, 9 for this model)"
     )
 
 

@@ -1,5 +1,5 @@
-"""The 400 message and param of a request body that fails validation (``errors.validation_message``): a value of
-the wrong type or out of range names the value and what the field allows (``allowed.allowed_values``, from the
+"""The refusal records of a request body that fails validation (``errors.validation_refusals``; the server's 400 is
+``validation_message``'s): a value of the wrong type or out of range names the value and what the field allows (``allowed.allowed_values``, from the
 request model's schema); a field typed as a union fails once per member, and those errors read as one."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from attnserve.refusals import MISSING, json_value
 from attnserve.refusals.schema import allowed_values
 from attnserve.entrypoints.openai.body import SentNumber
-from attnserve.entrypoints.openai.errors import validation_message
+from attnserve.entrypoints.openai.errors import validation_message, validation_refusals
 from attnserve.entrypoints.openai.protocol import CompletionRequest
 from attnserve.entrypoints.openai.protocol_chat import ChatCompletionRequest
 
@@ -23,31 +24,41 @@ def _message(cls, body: dict) -> tuple[str, str | None]:
     return validation_message(e.value.errors(), cls)
 
 
+def _refused(cls, body: dict) -> list[tuple[tuple, str, str | None]]:
+    """The records of the refusal of ``body``: (path, the value as sent in JSON or ``missing``, allowed) each."""
+    with pytest.raises(ValidationError) as e:
+        cls.model_validate(body)
+    return [
+        (r.path, "missing" if r.value is MISSING else json_value(r.value), r.allowed)
+        for r in validation_refusals(e.value.errors(), cls)
+    ]
+
+
 @pytest.mark.parametrize(
     "body, want",
     [
         # prompt: a string, strings, token ids or lists of token ids; -1 fits the token-id member's type, not its bound
-        ({"prompt": [-1]}, ("prompt.0: -1 not allowed (allowed: integer >= 0)", "prompt.0")),
-        ({"prompt": [[1, -2]]}, ("prompt.0.1: -2 not allowed (allowed: integer >= 0)", "prompt.0.1")),
-        ({"prompt": [1.5]}, ("prompt.0: 1.5 is not an integer (allowed: integer >= 0)", "prompt.0")),
+        ({"prompt": [-1]}, (("prompt", 0), "-1", "integer >= 0")),
+        ({"prompt": [[1, -2]]}, (("prompt", 0, 1), "-2", "integer >= 0")),
+        ({"prompt": [1.5]}, (("prompt", 0), "1.5", "integer >= 0")),
         # was "stop.str: ...; stop.list[str]: ...", then "stop: 5 is none of str, list[str]" (pydantic's type names)
-        ({"prompt": "x", "stop": 5}, (f"stop: 5 not allowed (allowed: {STOP_WORDS})", "stop")),
+        ({"prompt": "x", "stop": 5}, (("stop",), "5", STOP_WORDS)),
         (
             {"prompt": "x", "stop": True},
-            (f"stop: true not allowed (allowed: {STOP_WORDS})", "stop"),
+            (("stop",), "true", STOP_WORDS),
         ),  # the value as JSON
         # an empty stop string (was accepted here, then refused by SamplingParams as "stop [''] not allowed"): the
         # union's words at its own path, the item's inside the list
-        ({"prompt": "x", "stop": ""}, (f'stop: "" not allowed (allowed: {STOP_WORDS})', "stop")),
-        ({"prompt": "x", "stop": ["a", ""]}, ('stop.1: "" not allowed (allowed: non-empty string)', "stop.1")),
-        ({"prompt": "x", "stop": ["a", 5]}, ("stop.1: 5 is not a string (allowed: non-empty string)", "stop.1")),
+        ({"prompt": "x", "stop": ""}, (("stop",), '""', STOP_WORDS)),
+        ({"prompt": "x", "stop": ["a", ""]}, (("stop", 1), '""', "non-empty string")),
+        ({"prompt": "x", "stop": ["a", 5]}, (("stop", 1), "5", "non-empty string")),
         # no member fits (a boolean is not a token id): every member in words
         (
             {"prompt": [1, True]},
             (
-                "prompt: [1, true] not allowed (allowed: a string, a list of strings, a list of integers "
-                ">= 0, or a list of lists of integers >= 0)",
-                "prompt",
+                ("prompt",),
+                "[1, true]",
+                "a string, a list of strings, a list of integers >= 0, or a list of lists of integers >= 0",
             ),
         ),
         # the value as sent and the schema's range (was "Input should be a valid number, unable to parse string as a
@@ -55,91 +66,88 @@ def _message(cls, body: dict) -> tuple[str, str | None]:
         # or equal to 1")
         (
             {"prompt": "x", "temperature": "hot"},
-            ('temperature: "hot" is not a number (allowed: number >= 0, or null)', "temperature"),
+            (("temperature",), '"hot"', "number >= 0, or null"),
         ),
         (
             {"prompt": "x", "max_tokens": 1e20},
-            ("max_tokens: 1e+20 is not an integer (allowed: integer >= 1, or null)", "max_tokens"),
+            (("max_tokens",), "1e+20", "integer >= 1, or null"),
         ),
         (
             {"prompt": "x", "max_tokens": 0},
-            ("max_tokens: 0 not allowed (allowed: integer >= 1, or null)", "max_tokens"),
+            (("max_tokens",), "0", "integer >= 1, or null"),
         ),
         (
             {"prompt": "x", "max_tokens": "x" * 70},
-            (f'max_tokens: "{"x" * 56}... is not an integer (allowed: integer >= 1, or null)', "max_tokens"),
+            (("max_tokens",), '"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...', "integer >= 1, or null"),
         ),
         (
             {"prompt": "x", "presence_penalty": 2.5},
-            ("presence_penalty: 2.5 not allowed (allowed: number in [-2, 2], or null)", "presence_penalty"),
+            (("presence_penalty",), "2.5", "number in [-2, 2], or null"),
         ),
         (
             {"prompt": "x", "stream_options": {"include_usage": "maybe"}},
-            (
-                'stream_options.include_usage: "maybe" is not a boolean (allowed: true, false, or null)',
-                "stream_options.include_usage",
-            ),
+            (("stream_options", "include_usage"), '"maybe"', "true, false, or null"),
         ),
         # a missing required field: what it must be, every union member in words (was "prompt: Field required")
         (
             {},
             (
-                "prompt: missing (required: a string, a list of strings, a list of integers >= 0, or a list of lists of "
-                "integers >= 0)",
-                "prompt",
+                ("prompt",),
+                "missing",
+                "a string, a list of strings, a list of integers >= 0, or a list of lists of integers >= 0",
             ),
         ),
         # strict types, as OpenAI's API: no string to number, boolean to integer or 2.0 to integer
-        ({"prompt": "x", "n": "2"}, ('n: "2" is not an integer (allowed: integer in [1, 128])', "n")),
-        ({"prompt": "x", "n": 2.0}, ("n: 2.0 is not an integer (allowed: integer in [1, 128])", "n")),
+        ({"prompt": "x", "n": "2"}, (("n",), '"2"', "integer in [1, 128]")),
+        ({"prompt": "x", "n": 2.0}, (("n",), "2.0", "integer in [1, 128]")),
         (
             {"prompt": "x", "max_tokens": True},
-            ("max_tokens: true is not an integer (allowed: integer >= 1, or null)", "max_tokens"),
+            (("max_tokens",), "true", "integer >= 1, or null"),
         ),
         (
             {"prompt": "x", "stop_token_ids": [False]},
-            ("stop_token_ids.0: false is not an integer (allowed: integer >= 0)", "stop_token_ids.0"),
+            (("stop_token_ids", 0), "false", "integer >= 0"),
         ),
         (
             {"prompt": "x", "temperature": "0.5"},
-            ('temperature: "0.5" is not a number (allowed: number >= 0, or null)', "temperature"),
+            (("temperature",), '"0.5"', "number >= 0, or null"),
         ),
         (
             {"prompt": "x", "stream": "yes"},
-            ('stream: "yes" is not a boolean (allowed: true, false, or null)', "stream"),
+            (("stream",), '"yes"', "true, false, or null"),
         ),
-        ({"prompt": "x", "echo": 1}, ("echo: 1 is not a boolean (allowed: true, false, or null)", "echo")),
+        ({"prompt": "x", "echo": 1}, (("echo",), "1", "true, false, or null")),
         # JSON's 1e400 parses as infinity: body.parse_body keeps its text (a SentNumber); a plain infinity reads as
         # JSON spells it (Python's extension); NaN too
         (
             {"prompt": "x", "max_tokens": SentNumber("1e400")},
-            ("max_tokens: 1e400 is beyond a 64-bit float's range (allowed: integer >= 1, or null)", "max_tokens"),
+            (("max_tokens",), "1e400", "integer >= 1, or null"),
         ),
         (
             {"prompt": "x", "temperature": SentNumber("-1E+400")},
-            ("temperature: -1E+400 is beyond a 64-bit float's range (allowed: number >= 0, or null)", "temperature"),
+            (("temperature",), "-1E+400", "number >= 0, or null"),
         ),
         (
             {"prompt": "x", "max_tokens": float("inf")},
-            ("max_tokens: Infinity is not a finite number (allowed: integer >= 1, or null)", "max_tokens"),
+            (("max_tokens",), "Infinity", "integer >= 1, or null"),
         ),
         (
             {"prompt": "x", "temperature": float("-inf")},
-            ("temperature: -Infinity is not a finite number (allowed: number >= 0, or null)", "temperature"),
+            (("temperature",), "-Infinity", "number >= 0, or null"),
         ),
         (
             {"prompt": "x", "top_p": float("nan")},
-            ("top_p: NaN is not a number (allowed: number in (0, 1], or null)", "top_p"),
+            (("top_p",), "NaN", "number in (0, 1], or null"),
         ),
         # seed: every seed's range, in every seed's words (its x-allowed)
         (
             {"prompt": "x", "seed": 2**63},
-            ("seed: 9223372036854775808 not allowed (allowed: integer in [-2^63, 2^63 - 1], or null)", "seed"),
+            (("seed",), "9223372036854775808", "integer in [-2^63, 2^63 - 1], or null"),
         ),
     ],
 )
 def test_completion_body_errors(body, want):
-    assert _message(CompletionRequest, {"model": "m", **body}) == want
+    assert _refused(CompletionRequest, {"model": "m", **body}) == [want]
 
 
 def test_an_integer_is_a_number():
@@ -148,11 +156,9 @@ def test_an_integer_is_a_number():
 
 
 def test_plain_nested_field_keeps_its_path():
-    message, param = _message(ChatCompletionRequest, {"model": "m", "messages": [{"role": "wizard", "content": "hi"}]})
-    assert (message, param) == (
-        'messages.0.role: "wizard" not allowed (allowed: "system", "developer", "user", "assistant", "tool")',
-        "messages.0.role",
-    )
+    assert _refused(ChatCompletionRequest, {"model": "m", "messages": [{"role": "wizard", "content": "hi"}]}) == [
+        (("messages", 0, "role"), '"wizard"', '"system", "developer", "user", "assistant", "tool"')
+    ]
 
 
 CONTENT_WORDS = 'a string, or a non-empty list of text parts {"type": "text", "text": string}'
@@ -168,46 +174,43 @@ def test_a_union_inside_a_list_is_named_by_its_own_path():
             {"role": "user", "content": True},
         ],
     }
-    assert _message(ChatCompletionRequest, body) == (
-        f"messages.1.content: 5 not allowed (allowed: {CONTENT_WORDS}); messages.2.content: true not allowed "
-        f"(allowed: {CONTENT_WORDS})",
-        "messages.1.content",
-    )
+    assert _refused(ChatCompletionRequest, body) == [
+        (("messages", 1, "content"), "5", CONTENT_WORDS),
+        (("messages", 2, "content"), "true", CONTENT_WORDS),
+    ]
+    assert _message(ChatCompletionRequest, body)[1] == "messages.1.content"  # param: the first field's path
 
 
 @pytest.mark.parametrize(
     "body, want",
     [
-        ({}, ("messages: missing (required: a non-empty list of chat messages)", "messages")),
+        ({}, (("messages",), "missing", "a non-empty list of chat messages")),
         # content is required whatever the role: attnserve has no tool calls, the one reason OpenAI lets an
         # assistant message go without it
         (
             {"messages": [{"role": "user"}]},
-            (f"messages.0.content: missing (required: {CONTENT_WORDS})", "messages.0.content"),
+            (("messages", 0, "content"), "missing", CONTENT_WORDS),
         ),
         (
             {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant"}]},
-            (f"messages.1.content: missing (required: {CONTENT_WORDS})", "messages.1.content"),
+            (("messages", 1, "content"), "missing", CONTENT_WORDS),
         ),
         (
             {"messages": [{"role": "system", "content": None}]},
-            (f"messages.0.content: null not allowed (allowed: {CONTENT_WORDS})", "messages.0.content"),
+            (("messages", 0, "content"), "null", CONTENT_WORDS),
         ),
         (
             {"messages": [{"content": "hi"}]},
-            (
-                'messages.0.role: missing (required: "system", "developer", "user", "assistant", "tool")',
-                "messages.0.role",
-            ),
+            (("messages", 0, "role"), "missing", '"system", "developer", "user", "assistant", "tool"'),
         ),
         (
             {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
-            ("messages.0.content.0.text: missing (required: a string)", "messages.0.content.0.text"),
+            (("messages", 0, "content", 0, "text"), "missing", "a string"),
         ),
     ],
 )
 def test_chat_missing_fields(body, want):
-    assert _message(ChatCompletionRequest, {"model": "m", **body}) == want
+    assert _refused(ChatCompletionRequest, {"model": "m", **body}) == [want]
 
 
 MESSAGE_WORDS = 'an object with "role" and "content", optionally "name", "tool_calls" and "tool_call_id"'
@@ -222,84 +225,74 @@ MESSAGE_WORDS = 'an object with "role" and "content", optionally "name", "tool_c
         (
             ChatCompletionRequest,
             {"messages": []},
-            ("messages: [] not allowed (allowed: a non-empty list of chat messages)", "messages"),
+            (("messages",), "[]", "a non-empty list of chat messages"),
         ),
         (
             ChatCompletionRequest,
             {"messages": "hi"},
-            ('messages: "hi" is not a list (allowed: a non-empty list of chat messages)', "messages"),
+            (("messages",), '"hi"', "a non-empty list of chat messages"),
         ),
         (
             ChatCompletionRequest,
             {"messages": {}},
-            ("messages: {} is not a list (allowed: a non-empty list of chat messages)", "messages"),
+            (("messages",), "{}", "a non-empty list of chat messages"),
         ),
         (
             ChatCompletionRequest,
             {"messages": [1]},
-            (f"messages.0: 1 is not a chat message (allowed: {MESSAGE_WORDS})", "messages.0"),
+            (("messages", 0), "1", MESSAGE_WORDS),
         ),
         (
             ChatCompletionRequest,
             {"messages": [[]]},
-            (f"messages.0: [] is not a chat message (allowed: {MESSAGE_WORDS})", "messages.0"),
+            (("messages", 0), "[]", MESSAGE_WORDS),
         ),
         # content [] was accepted (OpenAI's API refuses an empty list of parts)
         (
             ChatCompletionRequest,
             {"messages": [{"role": "user", "content": []}]},
-            (f"messages.0.content: [] not allowed (allowed: {CONTENT_WORDS})", "messages.0.content"),
+            (("messages", 0, "content"), "[]", CONTENT_WORDS),
         ),
         # only the list member looks inside a list: its error (was "messages.0.content: [...] not allowed")
         (
             ChatCompletionRequest,
             {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, 5]}]},
-            (
-                'messages.0.content.1: 5 is not a text part {"type": "text", "text": string} (allowed: an object with "type" '
-                'and "text")',
-                "messages.0.content.1",
-            ),
+            (("messages", 0, "content", 1), "5", 'an object with "type" and "text"'),
         ),
         (
             ChatCompletionRequest,
             {"messages": [{"role": "user", "content": "x"}], "stream_options": 5},
-            (
-                'stream_options: 5 is not a stream options object (allowed: an object with optional "include_usage", or null)',
-                "stream_options",
-            ),
+            (("stream_options",), "5", 'an object with optional "include_usage", or null'),
         ),
         (
             ChatCompletionRequest,
             {"messages": [{"role": "user", "content": "x"}], "response_format": "json"},
-            (
-                'response_format: "json" is not a response format object (allowed: an object with "type", optionally "json_schema", or null)',
-                "response_format",
-            ),
+            (("response_format",), '"json"', 'an object with "type", optionally "json_schema", or null'),
         ),
         (
             ChatCompletionRequest,
             {"messages": [{"role": "user", "content": "x"}], "tools": 5},
-            ("tools: 5 is not a list (allowed: a list of objects, or null)", "tools"),
+            (("tools",), "5", "a list of objects, or null"),
         ),
         (
             CompletionRequest,
             {"prompt": "x", "stop_token_ids": 5},
-            ("stop_token_ids: 5 is not a list (allowed: a list of integers >= 0, or null)", "stop_token_ids"),
+            (("stop_token_ids",), "5", "a list of integers >= 0, or null"),
         ),
         (
             CompletionRequest,
             {"prompt": "x", "logit_bias": [1]},
-            ("logit_bias: [1] is not an object (allowed: an object of numbers, or null)", "logit_bias"),
+            (("logit_bias",), "[1]", "an object of numbers, or null"),
         ),
         (
             CompletionRequest,
             {"prompt": "x", "logit_bias": {"1": "a"}},  # a mapping's value: its type (was pydantic's)
-            ('logit_bias.1: "a" is not a number (allowed: number)', "logit_bias.1"),
+            (("logit_bias", "1"), '"a"', "number"),
         ),
     ],
 )
 def test_list_and_object_errors(cls, body, want):
-    assert _message(cls, {"model": "m", **body}) == want
+    assert _refused(cls, {"model": "m", **body}) == [want]
 
 
 def test_without_the_model_pydantic_words_the_message():

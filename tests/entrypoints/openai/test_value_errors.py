@@ -1,5 +1,5 @@
-"""A request value of the wrong type or out of range: a 400 in OpenAI's format whose message names the field, the
-value as sent and what the field allows (from the request schema's declared ranges), and the server keeps
+"""A request value of the wrong type or out of range: a 400 in OpenAI's format whose message names the field (its
+``param``), the value as sent and what the field allows (each case names these three, not the words between them) (from the request schema's declared ranges), and the server keeps
 serving. Was pydantic's wording: 'Unable to parse input string as an integer, exceeded maximum size' for
 ``max_tokens: 1e20``, 'Input should be a valid integer, got a number with a fractional part' for ``n: 1.5``.
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 import openai
 import pytest
 
+from tests.entrypoints.openai.utils import assert_refused
+
 # every seed's range, in the words SamplingParams, LLM(seed=) and --seed use (was "integer in [-2^63, 2^63 - n] for
 # the request's n, or null"; before that "integer in [-9223372036854775808, 9223372036854774783], or null")
 SEED_RANGE = "integer in [-2^63, 2^63 - 1], or null"
@@ -24,80 +26,87 @@ VOCAB = 49152  # the default model's (SmolLM2-135M)
 TOKEN_IDS = f"integer in [0, {VOCAB}), the vocabulary size"
 
 COMPLETION_CASES = {
-    "max_tokens_1e20": ({"max_tokens": 1e20}, "max_tokens", "1e+20 is not an integer (allowed: integer >= 1, or null)"),
+    "max_tokens_1e20": ({"max_tokens": 1e20}, "max_tokens", "1e+20", "integer >= 1, or null"),
     "max_tokens_fraction": (
         {"max_tokens": 1.5},
         "max_tokens",
-        "1.5 is not an integer (allowed: integer >= 1, or null)",
+        "1.5",
+        "integer >= 1, or null",
     ),
     "max_tokens_text": (
         {"max_tokens": "abc"},
         "max_tokens",
-        '"abc" is not an integer (allowed: integer >= 1, or null)',
+        '"abc"',
+        "integer >= 1, or null",
     ),
-    "max_tokens_list": ({"max_tokens": [1]}, "max_tokens", "[1] is not an integer (allowed: integer >= 1, or null)"),
-    "max_tokens_0": ({"max_tokens": 0}, "max_tokens", "0 not allowed (allowed: integer >= 1, or null)"),
-    "n_fraction": ({"n": 1.5}, "n", "1.5 is not an integer (allowed: integer in [1, 128])"),
-    "n_1e20": ({"n": 1e20}, "n", "1e+20 is not an integer (allowed: integer in [1, 128])"),
-    "n_129": ({"n": 129}, "n", "129 not allowed (allowed: integer in [1, 128])"),
-    "seed_fraction": ({"seed": 0.5}, "seed", f"0.5 is not an integer (allowed: {SEED_RANGE})"),
+    "max_tokens_list": ({"max_tokens": [1]}, "max_tokens", "[1]", "integer >= 1, or null"),
+    "max_tokens_0": ({"max_tokens": 0}, "max_tokens", "0", "integer >= 1, or null"),
+    "n_fraction": ({"n": 1.5}, "n", "1.5", "integer in [1, 128]"),
+    "n_1e20": ({"n": 1e20}, "n", "1e+20", "integer in [1, 128]"),
+    "n_129": ({"n": 129}, "n", "129", "integer in [1, 128]"),
+    "seed_fraction": ({"seed": 0.5}, "seed", "0.5", SEED_RANGE),
     # the engine's --max-logprobs (20 by default, as vLLM's)
     "logprobs_21": (
         {"logprobs": 21},
         "logprobs",
-        "21 not allowed (allowed: integer in [0, 20], the engine's max_logprobs (--max-logprobs))",
+        "21",
+        "integer in [0, 20], the engine's max_logprobs (--max-logprobs)",
     ),
     "temperature_text": (
         {"temperature": "hot"},
         "temperature",
-        '"hot" is not a number (allowed: number >= 0, or null)',
+        '"hot"',
+        "number >= 0, or null",
     ),
-    "top_p_0": ({"top_p": 0}, "top_p", "0 not allowed (allowed: number in (0, 1], or null)"),
-    "echo_3": ({"echo": 3}, "echo", "3 is not a boolean (allowed: true, false, or null)"),
+    "top_p_0": ({"top_p": 0}, "top_p", "0", "number in (0, 1], or null"),
+    "echo_3": ({"echo": 3}, "echo", "3", "true, false, or null"),
     "stop_token_ids_fraction": (
         {"extra_body": {"stop_token_ids": [2, 1.5]}},
         "stop_token_ids.1",
-        "1.5 is not an integer (allowed: integer >= 0)",
+        "1.5",
+        "integer >= 0",
     ),
     # outside the model's vocabulary (was accepted: a stop token that can never be sampled); LLMEngine.check_params
     "stop_token_ids_out_of_vocab": (
         {"extra_body": {"stop_token_ids": [2, VOCAB]}},
         "stop_token_ids.1",
-        f"{VOCAB} not allowed (allowed: {TOKEN_IDS})",
+        str(VOCAB),
+        TOKEN_IDS,
     ),
-    "prompt_token_fraction": ({"prompt": [1, 2.5]}, "prompt.1", "2.5 is not an integer (allowed: integer >= 0)"),
-    "prompt_token_negative": ({"prompt": [[1, -2]]}, "prompt.0.1", "-2 not allowed (allowed: integer >= 0)"),
+    "prompt_token_fraction": ({"prompt": [1, 2.5]}, "prompt.1", "2.5", "integer >= 0"),
+    "prompt_token_negative": ({"prompt": [[1, -2]]}, "prompt.0.1", "-2", "integer >= 0"),
     # strict types
-    "n_text": ({"n": "2"}, "n", '"2" is not an integer (allowed: integer in [1, 128])'),
-    "n_whole_float": ({"n": 2.0}, "n", "2.0 is not an integer (allowed: integer in [1, 128])"),
-    "max_tokens_true": ({"max_tokens": True}, "max_tokens", "true is not an integer (allowed: integer >= 1, or null)"),
-    "logprobs_false": ({"logprobs": False}, "logprobs", "false is not an integer (allowed: integer >= 0, or null)"),
-    "stream_yes": ({"stream": "yes"}, "stream", '"yes" is not a boolean (allowed: true, false, or null)'),
+    "n_text": ({"n": "2"}, "n", '"2"', "integer in [1, 128]"),
+    "n_whole_float": ({"n": 2.0}, "n", "2.0", "integer in [1, 128]"),
+    "max_tokens_true": ({"max_tokens": True}, "max_tokens", "true", "integer >= 1, or null"),
+    "logprobs_false": ({"logprobs": False}, "logprobs", "false", "integer >= 0, or null"),
+    "stream_yes": ({"stream": "yes"}, "stream", '"yes"', "true, false, or null"),
     "temperature_text_number": (
         {"temperature": "0.5"},
         "temperature",
-        '"0.5" is not a number (allowed: number >= 0, or null)',
+        '"0.5"',
+        "number >= 0, or null",
     ),
-    "top_p_true": ({"top_p": True}, "top_p", "true is not a number (allowed: number in (0, 1], or null)"),
+    "top_p_true": ({"top_p": True}, "top_p", "true", "number in (0, 1], or null"),
     "prompt_token_true": (
         {"prompt": [1, True]},
         "prompt",
-        "[1, true] not allowed (allowed: a string, a list of "
-        "strings, a list of integers >= 0, or a list of lists of integers >= 0)",
+        "[1, true]",
+        "a string, a list of strings, a list of integers >= 0, or a list of lists of integers >= 0",
     ),
-    "stop_number": ({"stop": 5}, "stop", f"5 not allowed (allowed: {STOP_WORDS})"),
+    "stop_number": ({"stop": 5}, "stop", "5", STOP_WORDS),
     # an empty stop string: refused by the schema with the value as sent (was "stop [''] not allowed (allowed:
     # non-empty strings)", SamplingParams' Python list, for "stop": "" too)
-    "stop_empty": ({"stop": ""}, "stop", f'"" not allowed (allowed: {STOP_WORDS})'),
-    "stop_empty_in_list": ({"stop": ["a", ""]}, "stop.1", '"" not allowed (allowed: non-empty string)'),
+    "stop_empty": ({"stop": ""}, "stop", '""', STOP_WORDS),
+    "stop_empty_in_list": ({"stop": ["a", ""]}, "stop.1", '""', "non-empty string"),
     # an empty prompt, whatever its form: one wording, the value as sent (were "prompt is empty" for [], "the
     # prompt is empty (0 tokens)" for "" and [[]]; a tokenizer that adds BOS ran "" as that one token)
-    "prompt_empty": ({"prompt": ""}, "prompt", f'"" not allowed (allowed: {EMPTY_PROMPT})'),
-    "prompt_empty_list": ({"prompt": []}, "prompt", f"[] not allowed (allowed: {EMPTY_PROMPT})"),
-    "prompt_second_empty": ({"prompt": ["a", ""]}, "prompt.1", f'"" not allowed (allowed: {EMPTY_PROMPT})'),
-    "prompt_second_no_token_ids": ({"prompt": [[1], []]}, "prompt.1", f"[] not allowed (allowed: {EMPTY_PROMPT})"),
-    "seed_above_int64": ({"seed": 2**63}, "seed", f"9223372036854775808 not allowed (allowed: {SEED_RANGE})"),
-    "seed_below_int64": ({"seed": -(2**63) - 1}, "seed", f"-9223372036854775809 not allowed (allowed: {SEED_RANGE})"),
+    "prompt_empty": ({"prompt": ""}, "prompt", '""', EMPTY_PROMPT),
+    "prompt_empty_list": ({"prompt": []}, "prompt", "[]", EMPTY_PROMPT),
+    "prompt_second_empty": ({"prompt": ["a", ""]}, "prompt.1", '""', EMPTY_PROMPT),
+    "prompt_second_no_token_ids": ({"prompt": [[1], []]}, "prompt.1", "[]", EMPTY_PROMPT),
+    "seed_above_int64": ({"seed": 2**63}, "seed", "9223372036854775808", SEED_RANGE),
+    "seed_below_int64": ({"seed": -(2**63) - 1}, "seed", "-9223372036854775809", SEED_RANGE),
 }
 
 
@@ -108,16 +117,11 @@ def _valid(client, model_name) -> None:
 
 @pytest.mark.parametrize("case", list(COMPLETION_CASES), ids=list(COMPLETION_CASES))
 def test_completion_value_errors_name_field_value_and_allowed(client, model_name, case):
-    fields, param, message = COMPLETION_CASES[case]
+    fields, param, value, allowed = COMPLETION_CASES[case]
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=model_name, **{"prompt": "Hi", "max_tokens": 2, **fields})
     assert e.value.status_code == 400
-    assert e.value.body == {
-        "message": f"{param}: {message}",
-        "type": "invalid_request_error",
-        "param": param,
-        "code": None,
-    }
+    assert_refused(e.value.body, param, value, allowed)
     _valid(client, model_name)
 
 
@@ -127,118 +131,130 @@ CHAT_CASES = {
     "max_completion_tokens_1e20": (
         {"max_completion_tokens": 1e20},
         "max_completion_tokens",
-        "1e+20 is not an integer (allowed: integer >= 1, or null)",
+        "1e+20",
+        "integer >= 1, or null",
     ),
     "max_tokens_fraction": (
         {"max_tokens": 2.5},
         "max_tokens",
-        "2.5 is not an integer (allowed: integer >= 1, or null)",
+        "2.5",
+        "integer >= 1, or null",
     ),
     "top_logprobs_fraction": (
         {"logprobs": True, "top_logprobs": 1.5},
         "top_logprobs",
-        "1.5 is not an integer (allowed: integer >= 0, or null)",
+        "1.5",
+        "integer >= 0, or null",
     ),
-    "logprobs_text": ({"logprobs": "maybe"}, "logprobs", '"maybe" is not a boolean (allowed: true, false, or null)'),
+    "logprobs_text": ({"logprobs": "maybe"}, "logprobs", '"maybe"', "true, false, or null"),
     "role": (
         {"messages": [{"role": "wizard", "content": "Hi"}]},
         "messages.0.role",
-        '"wizard" not allowed (allowed: "system", "developer", "user", "assistant", "tool")',
+        '"wizard"',
+        '"system", "developer", "user", "assistant", "tool"',
     ),
     "content": (
         {"messages": [{"role": "user", "content": 5}]},
         "messages.0.content",  # was param "messages"
-        f"5 not allowed (allowed: {CONTENT_WORDS})",
+        "5",
+        CONTENT_WORDS,
     ),
     # content is required for every role (was accepted as ""): an assistant message may go without it in
     # OpenAI's API only with tool calls, which attnserve has not
     "user_without_content": (
         {"messages": [{"role": "user"}]},
         "messages.0.content",
-        f"missing (required: {CONTENT_WORDS})",
+        "missing",
+        CONTENT_WORDS,
     ),
     "system_without_content": (
         {"messages": [{"role": "system"}, *CHAT]},
         "messages.0.content",
-        f"missing (required: {CONTENT_WORDS})",
+        "missing",
+        CONTENT_WORDS,
     ),
     "assistant_without_content": (
         {"messages": [*CHAT, {"role": "assistant"}, *CHAT]},
         "messages.1.content",
-        f"missing (required: {CONTENT_WORDS})",
+        "missing",
+        CONTENT_WORDS,
     ),
     "user_content_null": (
         {"messages": [{"role": "user", "content": None}]},
         "messages.0.content",
-        f"null not allowed (allowed: {CONTENT_WORDS})",
+        "null",
+        CONTENT_WORDS,
     ),
     "role_missing": (
         {"messages": [{"content": "Hi"}]},
         "messages.0.role",
-        'missing (required: "system", "developer", "user", "assistant", "tool")',
+        "missing",
+        '"system", "developer", "user", "assistant", "tool"',
     ),
     # a list or an object where it does not belong, or a list too short (were "List should have at least 1 item
     # after validation, not 0", "Input should be a valid list", "Input should be a valid dictionary or instance of
     # ChatMessage"); content [] was accepted
-    "messages_empty": ({"messages": []}, "messages", "[] not allowed (allowed: a non-empty list of chat messages)"),
+    "messages_empty": ({"messages": []}, "messages", "[]", "a non-empty list of chat messages"),
     "messages_string": (
         {"messages": "hi"},
         "messages",
-        '"hi" is not a list (allowed: a non-empty list of chat messages)',
+        '"hi"',
+        "a non-empty list of chat messages",
     ),
     "message_number": (
         {"messages": [1]},
         "messages.0",
-        '1 is not a chat message (allowed: an object with "role" and "content", optionally "name", '
-        '"tool_calls" and "tool_call_id")',
+        "1",
+        'an object with "role" and "content", optionally "name", "tool_calls" and "tool_call_id"',
     ),
     "content_empty_list": (
         {"messages": [{"role": "user", "content": []}]},
         "messages.0.content",
-        f"[] not allowed (allowed: {CONTENT_WORDS})",
+        "[]",
+        CONTENT_WORDS,
     ),
     "content_part_number": (
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, 5]}]},
         "messages.0.content.1",
-        '5 is not a text part {"type": "text", "text": string} (allowed: an object with "type" and "text")',
+        "5",
+        'an object with "type" and "text"',
     ),
     "stream_options_number": (
         {"stream": True, "stream_options": 5},
         "stream_options",
-        '5 is not a stream options object (allowed: an object with optional "include_usage", or null)',
+        "5",
+        'an object with optional "include_usage", or null',
     ),
-    "max_tokens_true": ({"max_tokens": True}, "max_tokens", "true is not an integer (allowed: integer >= 1, or null)"),
-    "n_text": ({"n": "2"}, "n", '"2" is not an integer (allowed: integer in [1, 128])'),
+    "max_tokens_true": ({"max_tokens": True}, "max_tokens", "true", "integer >= 1, or null"),
+    "n_text": ({"n": "2"}, "n", '"2"', "integer in [1, 128]"),
     "temperature_text": (
         {"temperature": "0.5"},
         "temperature",
-        '"0.5" is not a number (allowed: number >= 0, or null)',
+        '"0.5"',
+        "number >= 0, or null",
     ),
     "stop_token_ids_out_of_vocab": (
         {"extra_body": {"stop_token_ids": [10**9]}},
         "stop_token_ids.0",
-        f"1000000000 not allowed (allowed: {TOKEN_IDS})",
+        "1000000000",
+        TOKEN_IDS,
     ),
-    "stream_yes": ({"stream": "yes"}, "stream", '"yes" is not a boolean (allowed: true, false, or null)'),
+    "stream_yes": ({"stream": "yes"}, "stream", '"yes"', "true, false, or null"),
 }
 
 
 @pytest.mark.parametrize("case", list(CHAT_CASES), ids=list(CHAT_CASES))
 def test_chat_value_errors_name_field_value_and_allowed(client, model_name, case):
-    fields, param, message = CHAT_CASES[case]
+    fields, param, value, allowed = CHAT_CASES[case]
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model_name, **{"messages": CHAT, "max_tokens": 1, **fields})
     assert e.value.status_code == 400
-    assert e.value.body == {
-        "message": f"{param}: {message}",
-        "type": "invalid_request_error",
-        "param": param,
-        "code": None,
-    }
+    assert_refused(e.value.body, param, value, allowed)
     _valid(client, model_name)
 
 
 def test_several_bad_fields_are_named_in_one_message(server, client, model_name):
+    """The golden body of this surface: each field's refusal, joined; param the first field's path."""
     r = server.post("/v1/completions", json={"prompt": "Hi", "n": 0, "max_tokens": 1e20, "stream": "maybe"})
     assert r.status_code == 400
     assert r.json() == {
@@ -273,13 +289,15 @@ MISSING = {
         "/v1/chat/completions",
         {"max_tokens": 1},
         "messages",
-        "missing (required: a non-empty list of chat messages)",
+        "missing",
+        "a non-empty list of chat messages",
     ),
     "completion_prompt": (
         "/v1/completions",
         {"max_tokens": 1},
         "prompt",
-        "missing (required: a string, a list of strings, a list of integers >= 0, or a list of lists of integers >= 0)",
+        "missing",
+        "a string, a list of strings, a list of integers >= 0, or a list of lists of integers >= 0",
     ),
 }
 
@@ -287,12 +305,10 @@ MISSING = {
 @pytest.mark.parametrize("case", list(MISSING), ids=list(MISSING))
 def test_missing_required_field(server, client, model_name, case):
     """model is not required: absent or "" is the served model (as vLLM)."""
-    path, body, param, message = MISSING[case]
+    path, body, param, value, allowed = MISSING[case]
     r = server.post(path, json=body)
     assert r.status_code == 400
-    assert r.json() == {
-        "error": {"message": f"{param}: {message}", "type": "invalid_request_error", "param": param, "code": None}
-    }
+    assert_refused(r.json()["error"], param, value, allowed)
     _valid(client, model_name)
 
 
@@ -303,48 +319,53 @@ NOT_FINITE = {
     "max_tokens_1e400": (
         b'{"prompt": "Hi", "max_tokens": 1e400}',
         "max_tokens",
-        "1e400 is beyond a 64-bit float's range (allowed: integer >= 1, or null)",
+        "1e400",
+        "integer >= 1, or null",
     ),
     "temperature_minus_1e400": (
         b'{"prompt": "Hi", "temperature": -1e400}',
         "temperature",
-        "-1e400 is beyond a 64-bit float's range (allowed: number >= 0, or null)",
+        "-1e400",
+        "number >= 0, or null",
     ),
     "top_p_1E999": (
         b'{"prompt": "Hi", "top_p": 1.5E999}',
         "top_p",
-        "1.5E999 is beyond a 64-bit float's range (allowed: number in (0, 1], or null)",
+        "1.5E999",
+        "number in (0, 1], or null",
     ),
     "seed_1e400": (
         b'{"prompt": "Hi", "seed": 1e400}',
         "seed",
-        f"1e400 is beyond a 64-bit float's range (allowed: {SEED_RANGE})",
+        "1e400",
+        SEED_RANGE,
     ),
     "prompt_token_1e400": (
         b'{"prompt": [1, 1e400]}',
         "prompt.1",
-        "1e400 is beyond a 64-bit float's range (allowed: integer >= 0)",
+        "1e400",
+        "integer >= 0",
     ),
-    "stop_1e400": (b'{"prompt": "Hi", "stop": 1e400}', "stop", f"1e400 not allowed (allowed: {STOP_WORDS})"),
+    "stop_1e400": (b'{"prompt": "Hi", "stop": 1e400}', "stop", "1e400", STOP_WORDS),
     "temperature_nan": (
         b'{"prompt": "Hi", "temperature": NaN}',
         "temperature",
-        "NaN is not a number (allowed: number >= 0, or null)",
+        "NaN",
+        "number >= 0, or null",
     ),
     "temperature_infinity": (
         b'{"prompt": "Hi", "temperature": -Infinity}',
         "temperature",
-        "-Infinity is not a finite number (allowed: number >= 0, or null)",
+        "-Infinity",
+        "number >= 0, or null",
     ),
 }
 
 
 @pytest.mark.parametrize("case", list(NOT_FINITE), ids=list(NOT_FINITE))
 def test_not_finite_number(server, client, model_name, case):
-    body, param, message = NOT_FINITE[case]
+    body, param, value, allowed = NOT_FINITE[case]
     r = server.post("/v1/completions", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 400
-    assert r.json() == {
-        "error": {"message": f"{param}: {message}", "type": "invalid_request_error", "param": param, "code": None}
-    }
+    assert_refused(r.json()["error"], param, value, allowed)
     _valid(client, model_name)

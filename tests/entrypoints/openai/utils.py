@@ -110,3 +110,14 @@ class RemoteServer:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+def assert_refused(error: dict, param: str, value: str, allowed: str | None) -> None:
+    """``error``, an OpenAI-format 400's ``error`` object, refuses the field at ``param`` (its dotted path), naming
+    ``value`` as the client sent it (JSON text; ``missing`` for an absent field) and what is ``allowed`` (or
+    required; any advice after it): the record's path, value and allowed, whatever the words between them."""
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", param, None), error
+    message = error["message"]
+    assert message.startswith(f"{param}: {value} "), message
+    said = (f"(allowed: {allowed})", f"(required: {allowed})")
+    assert allowed is None or message.endswith(said) or any(f"{t}; " in message for t in said), message
