@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 import httpx
@@ -31,6 +32,8 @@ class RemoteServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
         self.log = tempfile.NamedTemporaryFile("w+", prefix="attnserve-server-", suffix=".log", delete=False)
+        # the log outlives stop() (tests read it after), not this object: removed when it is collected or at exit
+        weakref.finalize(self, _remove_log, self.log)
         cmd = [sys.executable, "-m", "attnserve", "serve", "--port", str(self.port), *args]
         if api_key:
             cmd += ["--api-key", api_key]
@@ -110,6 +113,11 @@ class RemoteServer:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+def _remove_log(log) -> None:
+    log.close()
+    Path(log.name).unlink(missing_ok=True)
 
 
 def assert_refused(error: dict, param: str, value: str, allowed: str | None) -> None:
