@@ -52,7 +52,7 @@ def extend_block_hashes(
     rows = np.empty((n, block_size + 1), dtype=np.int64)
     rows[:, 0] = block_size
     rows[:, 1:] = np.asarray(token_slice(first * block_size, end * block_size), dtype=np.int64).reshape(n, block_size)
-    data = memoryview(rows.astype("<i8", copy=False).tobytes())
+    data = memoryview(rows.tobytes())  # little-endian int64: asserted above
     step = 8 * (block_size + 1)
     parent = hashes[-1] if hashes else ROOT_HASH
     sha256, append = hashlib.sha256, hashes.append

@@ -222,14 +222,13 @@ class CudaGraphRunner:
         bs = self.bucket(n)
         g = self.graphs[bs]
         table, lens = host.block_table, host.seq_lens
-        prefix_blocks = 0
-        if bs in self.cascade_graphs:
-            prefix_blocks = cascade_rules.common_prefix_blocks(table, lens - 1, self.block_size)
-            if cascade_rules.use_cascade(n, prefix_blocks, self.block_size):
-                g = self.cascade_graphs[bs]
-                table, lens = table[:, prefix_blocks:], lens - prefix_blocks * self.block_size
-            else:
-                prefix_blocks = 0
+        shared = (
+            cascade_rules.common_prefix_blocks(table, lens - 1, self.block_size) if bs in self.cascade_graphs else 0
+        )
+        prefix_blocks = shared if cascade_rules.use_cascade(n, shared, self.block_size) else 0
+        if prefix_blocks:
+            g = self.cascade_graphs[bs]
+            table, lens = table[:, prefix_blocks:], lens - prefix_blocks * self.block_size
         w = table.shape[1]
         pad = bs - n
         ids = np.concatenate([host.input_ids, np.zeros(pad, np.int64)]) if pad else host.input_ids

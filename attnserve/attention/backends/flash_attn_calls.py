@@ -161,8 +161,6 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         call = self._call(common, 0, common.num_reqs, plan_splits=False)
         if self.version == 3:
             call.num_splits, call.page_size = graph_num_splits(self.attention_config), common.block_size
-            if call.prefix is not None:
-                call.prefix.num_splits, call.prefix.page_size = call.num_splits, common.block_size
         return FlashAttentionMetadata(common.slot_mapping, [call])
 
     def cudagraph_prologue(self, metadata: FlashAttentionMetadata) -> None:
@@ -182,7 +180,9 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder):
         )
         if call.prefix is not None:
             p = call.prefix
-            p.scheduler_metadata = self._prefix_plan(p, call.query_end - call.query_start, p.page_size, p.num_splits)
+            p.scheduler_metadata = self._prefix_plan(
+                p, call.query_end - call.query_start, call.page_size, call.num_splits
+            )
 
 
 class FlashAttentionImpl(AttentionImpl):

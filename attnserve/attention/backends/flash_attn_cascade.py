@@ -21,9 +21,7 @@ class PrefixCall:
     """FlashAttention 3's first call of a cascade step: every query token over the shared prefix (non-causal)."""
 
     prefix: CascadePrefix
-    scheduler_metadata: torch.Tensor | None = None  # the prefix call's split plan
-    num_splits: int = 0
-    page_size: int = 0
+    scheduler_metadata: torch.Tensor | None = None  # the prefix call's split plan (its split bound: the call's)
 
 
 def paged_cascade(
@@ -44,7 +42,7 @@ def paged_cascade(
         max_seqlen_q=q.shape[0],
         causal=False,
         scheduler_metadata=p.scheduler_metadata,
-        num_splits=p.num_splits,
+        num_splits=call.num_splits,
         **common,
     )
     o_suffix, lse_suffix, *_ = fa.flash_attn_with_kvcache(q, key_cache, value_cache, **call.paged_args(), **common)
