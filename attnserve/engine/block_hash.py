@@ -46,12 +46,18 @@ def extend_block_hashes(
     new blocks are encoded at once (each row: the count, then the block's token ids, :func:`hash_block_tokens`'s
     encoding), then each block hashes its row in place (a memoryview slice: no copy, no per-block list)."""
     first, end = len(hashes), num_tokens // block_size
-    n = end - first
-    if n <= 0:
-        return hashes
+    if end > first:
+        tokens = np.asarray(token_slice(first * block_size, end * block_size), dtype=np.int64)
+        _hash_rows(hashes, tokens, block_size)
+    return hashes
+
+
+def _hash_rows(hashes: list[BlockHash], tokens: np.ndarray, block_size: int) -> None:
+    """Append the chained hashes of ``tokens`` (int64, a whole number of blocks, following ``hashes``' blocks)."""
+    n = len(tokens) // block_size
     rows = np.empty((n, block_size + 1), dtype=np.int64)
     rows[:, 0] = block_size
-    rows[:, 1:] = np.asarray(token_slice(first * block_size, end * block_size), dtype=np.int64).reshape(n, block_size)
+    rows[:, 1:] = tokens.reshape(n, block_size)
     data = memoryview(rows.tobytes())  # little-endian int64: asserted above
     step = 8 * (block_size + 1)
     parent = hashes[-1] if hashes else ROOT_HASH
@@ -61,4 +67,43 @@ def extend_block_hashes(
         h.update(data[start : start + step])
         parent = h.digest()
         append(parent)
-    return hashes
+
+
+class PromptHashMemo:
+    """The full blocks' token ids and hashes of the last prompt hashed. A prompt whose first full blocks hold the
+    same token ids takes those blocks' hashes from it instead of hashing them again: a block's chained hash is a
+    function of the token ids from the sequence's start to the block's end (and its extra key: none yet), so the
+    reuse is exact, never a guess. A batch of prompts behind one system prompt hashes that prefix once, not once
+    per prompt (about half a microsecond a block, on the scheduling path)."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.tokens: list[int] = []
+        self.hashes: list[BlockHash] = []
+
+    def prompt_hashes(self, prompt_token_ids: Sequence[int]) -> list[BlockHash]:
+        """The hashes of ``prompt_token_ids``' full blocks (a new list); remembers this prompt for the next."""
+        bs = self.block_size
+        tokens = list(prompt_token_ids[: len(prompt_token_ids) // bs * bs])
+        same = _common_blocks(tokens, self.tokens, bs)
+        hashes = self.hashes[:same]
+        if len(tokens) > same * bs:
+            _hash_rows(hashes, np.asarray(tokens[same * bs :], dtype=np.int64), bs)
+        self.tokens, self.hashes = tokens, hashes
+        return list(hashes)
+
+
+def _common_blocks(a: list[int], b: list[int], block_size: int) -> int:
+    """How many leading blocks of ``block_size`` token ids ``a`` and ``b`` share: list comparisons run in C, by
+    bisection (a prompt behind a shared prefix compares about log2(blocks) slices)."""
+    n = min(len(a), len(b)) // block_size
+    if a[: n * block_size] == b[: n * block_size]:
+        return n
+    lo, hi = 0, n  # a and b agree on lo blocks and differ within the first hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo * block_size : mid * block_size] == b[lo * block_size : mid * block_size]:
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from attnserve.config.fields import ConfigError
-from attnserve.engine.block_hash import extend_block_hashes
+from attnserve.engine.block_hash import PromptHashMemo, extend_block_hashes
 from attnserve.refusals.words import prompt_exceeds_kv_cache, prompt_exceeds_step
 from attnserve.engine.block_manager import BlockManager
 from attnserve.core.step import PLACEHOLDER_TOKEN, ScheduledRequest, SchedulerOutput
@@ -84,6 +84,7 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self._finished_ids: list[str] = []
         self.prefix_cache_stats = PrefixCacheStats()
+        self.hash_memo = PromptHashMemo(block_manager.block_size)
 
     @property
     def enable_prefix_caching(self) -> bool:
@@ -179,6 +180,8 @@ class Scheduler:
         if not self.enable_prefix_caching or req.sampling_params.prompt_logprobs is not None:
             return []  # prompt logprobs need the logits of every prompt position (vLLM skips the cache too)
         bm = self.block_manager
+        if not req.block_hashes and not req.output_token_ids:  # first admission: the prompt's full blocks
+            req.block_hashes = self.hash_memo.prompt_hashes(req.prompt_token_ids)
         hashes = extend_block_hashes(req.block_hashes, req.num_tokens, req.token_slice, bm.block_size)
         return bm.lookup(hashes, (req.num_tokens - 1) // bm.block_size)
 
