@@ -7,6 +7,7 @@ the only host-device synchronisation of a step is reading the sampled tokens bac
 
 from __future__ import annotations
 
+from itertools import chain
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -69,7 +70,7 @@ def host_batch(sched: "SchedulerOutput", block_size: int, tables: BlockTableRows
     else:
         rows = np.repeat(np.arange(n), query_lens)
         positions = np.arange(num_tokens) - qsl[rows] + starts[rows]
-        input_ids = np.fromiter((t for r in reqs for t in r.token_ids), dtype=np.int64, count=num_tokens)
+        input_ids = np.fromiter(chain.from_iterable([r.token_ids for r in reqs]), dtype=np.int64, count=num_tokens)
     slot_mapping = block_table[rows, positions // block_size].astype(np.int64) * block_size + positions % block_size
     return HostBatch(
         input_ids=input_ids,

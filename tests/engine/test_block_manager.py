@@ -35,7 +35,12 @@ def test_bad_sizes_rejected():
 
 # --- prefix caching ---------------------------------------------------------------------------------------
 
-from attnserve.engine.block_hash import ROOT_HASH, extend_block_hashes, hash_block_tokens  # noqa: E402
+from attnserve.engine.block_hash import (  # noqa: E402
+    ROOT_HASH,
+    PromptHashMemo,
+    extend_block_hashes,
+    hash_block_tokens,
+)
 
 
 def hashes(tokens: list[int], block_size: int = 4) -> list[bytes]:
@@ -68,6 +73,24 @@ def test_extending_hashes_equals_hashing_each_block_in_turn():
         expected.append(parent)
     assert whole == expected
     assert extend_block_hashes(expected[:4], len(tokens), lambda a, b: tokens[a:b], 16) == expected
+
+
+def test_prompt_hash_memo_gives_the_hashes_of_hashing_each_prompt_alone():
+    base = [(i * 7919) % 151936 for i in range(16 * 9 + 5)]
+    prompts = [
+        base,  # first: nothing remembered
+        base,  # an exact repeat
+        base[:50] + [7] + base[51:],  # differs inside block 3
+        [1] + base[1:],  # differs in the first token: no block shared
+        base[:20],  # shorter than the one remembered, sharing its first block
+        base + [3] * 40,  # longer: the remembered blocks, then new ones
+        base[:15],  # no full block
+    ]
+    memo = PromptHashMemo(16)
+    for prompt in prompts:
+        got = memo.prompt_hashes(prompt)
+        assert got == hashes(prompt, 16)
+        assert memo.hashes == got and got is not memo.hashes  # the caller's list is its own
 
 
 def test_a_second_request_reuses_the_full_blocks_of_a_shared_prefix():
