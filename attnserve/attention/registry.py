@@ -21,6 +21,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from attnserve.refusals import backends as words
+
 ENTRY_POINT_GROUP = "attnserve.attention_backends"
 
 
@@ -89,7 +91,7 @@ def register_backend(backend: BackendName, class_path_or_cls: "str | type | None
     """
     name = _name(backend)
     if not name:
-        raise ValueError("register_backend needs a backend name")
+        raise ValueError(words.NEEDS_A_NAME)
 
     def _register(target: "str | type") -> "str | type":
         if isinstance(target, str):
@@ -155,12 +157,12 @@ def get_backend_class(backend: BackendName) -> type:
         return _CLASSES[name]
     path = class_path(backend)
     if not path:
-        raise ValueError(f"attention backend {name} has no class registered; use register_backend({name}, ...)")
+        raise ValueError(words.no_class_registered(name))
     module, _, attr = path.rpartition(".")
     try:
         return getattr(importlib.import_module(module), attr)
     except AttributeError:
-        raise ImportError(f"module {module!r} has no attribute {attr!r}") from None
+        raise ImportError(words.module_lacks(module, attr)) from None
 
 
 def registered_names() -> list[str]:

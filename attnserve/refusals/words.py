@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from attnserve.refusals import JSON, PYTHON, TEXT, Reason, Refusal, range_words
+from attnserve.refusals import JSON, PYTHON, TEXT, Refusal, range_words
 
 # ---------------------------------------------------------------- config fields (config/fields.py)
 
@@ -40,73 +40,6 @@ def field_words(base: type, optional: bool, meta: dict) -> str:
         if "unit" in meta:
             words += f" ({meta['unit']})"
     return words + (", null" if optional else "")
-
-
-# ---------------------------------------------------------------- attention backends (attention/validation.py, ...)
-
-
-def not_supported(
-    field: str,
-    value: object,
-    rule: str = "",
-    *,
-    shown: object = None,
-    qualifier: str = "",
-    lead: str = "supported: ",
-    label: str | None = None,
-) -> Reason:
-    """A backend's reason: ``FIELD VALUE not supported[ with QUALIFIER][ (LEAD RULE)]``, e.g. ``head_size 80 not
-    supported (supported: 64, 128, 256)``, ``compute capability 7.5 not supported (needs >= 8.0)``; ``shown``: the
-    value as written (``float32`` for a torch dtype), ``label``: the words for the field when not its name."""
-    text = f"{field if label is None else label} {value if shown is None else shown} not supported"
-    text += (f" with {qualifier}" if qualifier else "") + (f" ({lead}{rule})" if rule else "")
-    return Reason(text, field, value, rule)
-
-
-def not_installed(package: str, install_command: str, why: str = "") -> Reason:
-    """``not installed: pip install ...[ (why)]``."""
-    return Reason(
-        f"not installed: {install_command}" + (f" ({why})" if why else ""), "package", package, install_command
-    )
-
-
-SEPARATE_CALLS = Reason(
-    "use_prefill_decode_attention not supported: CPU_ATTN always runs decodes and prefills in separate calls",
-    "use_prefill_decode_attention",
-    True,
-    "false",
-)
-"""CPU_ATTN's reason for ``attention_config.use_prefill_decode_attention``."""
-
-
-def trtllm_needs_blackwell(where: str) -> Reason:
-    """FlashInfer's ``use_trtllm_attention=True`` on a device of compute capability ``where`` (not 10.x)."""
-    return Reason(
-        f"use_trtllm_attention=True needs compute capability 10.x (this device: {where}): "
-        "FlashInfer's TRT-LLM kernels exist for Blackwell only",
-        "use_trtllm_attention",
-        True,
-        "compute capability 10.x",
-    )
-
-
-TRTLLM_NOT_WIRED = Reason(
-    "use_trtllm_attention=True not supported: FlashInfer's TRT-LLM kernels are not wired in attnserve (unset or "
-    "false runs FlashInfer's own kernels)",
-    "use_trtllm_attention",
-    True,
-    "null, false",
-)
-
-
-def cannot_be_loaded(backend: str, error: Exception) -> Reason:
-    """A backend class whose import failed."""
-    return Reason(f"cannot be loaded: {error}", "package", backend, str(error))
-
-
-def feature_not_supported(field: str, value: object, words: str, qualifier: str = "") -> Reason:
-    """A model feature the backend lacks, in ``words`` (``attention sinks``): ``attention sinks not supported``."""
-    return Reason(f"{words} not supported" + (f" with {qualifier}" if qualifier else ""), field, value)
 
 
 # ---------------------------------------------------------------- the scheduler (engine/scheduler.py)
@@ -190,11 +123,6 @@ def sizes_for_this_model(sizes: list[int]) -> str:
     return f"{', '.join(map(str, sizes))} for this model"
 
 
-def too_few_gpus(n: int, count: int, visible: str | None) -> Refusal:
-    shown = f"{count}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
-    return Refusal(("tensor_parallel_size",), n, reason=f"needs {n} GPUs (one per rank); this host shows {shown}")
-
-
 # ---------------------------------------------------------------- config records (config/*.py)
 
 
@@ -227,10 +155,6 @@ KV_SCALES_NEED_FP8 = Refusal(
     advice="set {kv_cache_dtype} fp8, or drop {calculate_kv_scales}",
     key="calculate_kv_scales",
 )
-
-
-def device_words(devices: tuple[str, ...] | list[str]) -> str:
-    return f"{', '.join(devices)}, cuda:N, cuda:MAJOR.MINOR to plan for a simulated GPU"
 
 
 def not_a_record(value: object, field: str, cls: type) -> Refusal:
@@ -283,11 +207,6 @@ def model_given_twice(other_label: str, other_value: object) -> dict:
         "reason": f"conflicts with {other_label} {other_value!r}: the model is given twice",
         "advice": "give it once",
     }
-
-
-def no_value_forms(forms: str) -> str:
-    """What a flag that takes no value allows: ``no value: --enforce-eager or --no-enforce-eager``."""
-    return f"no value: {forms}"
 
 
 # ---------------------------------------------------------------- config files (config/files.py)
@@ -525,65 +444,3 @@ def template_failed(given: bool, error: Exception) -> Refusal:
     if given:
         return Refusal(("chat_template",), reason=f"failed on the messages ({what})")
     return Refusal(("messages",), reason=f"cannot be rendered by the chat template ({what})")
-
-
-# ---------------------------------------------------------------- command lines (entrypoints/cli/)
-
-LOGIT_BIAS = "TOKEN_ID=BIAS"
-"""What one ``--logit-bias`` flag takes."""
-DEFAULT_PROMPT_ADVICE = "leave --prompt out for the default prompt"
-"""``attnserve generate``'s way out of an empty ``--prompt``."""
-
-
-def output_file_words(problem: str) -> str:
-    """What an output file flag (``--output-json``, ``--plot``) allows, and what is wrong with the one given."""
-    return f"a file path in an existing, writable folder; {problem}"
-
-
-def output_file_problem(text: str, folder: str, is_dir: bool, exists: bool) -> str:
-    if not text or is_dir:
-        return "it is a folder" if text else "it is empty"
-    return f"folder {folder} does not exist" if not exists else f"folder {folder} is not writable"
-
-
-PROMPT_LINE = 'each line must be a prompt as plain text, or a JSON object with a non-empty "prompt" string'
-"""What a line of a prompts file must be; the advice of every refusal of one line."""
-
-
-def not_utf8_file(path: str, byte: int, offset: int) -> Refusal:
-    """A prompts file that is not UTF-8 text, its first bad byte and that byte's offset in the file."""
-    return Refusal(subject=path, reason=f"is not UTF-8 text (byte 0x{byte:02x} at offset {offset})")
-
-
-def bad_prompt_line(path: str, number: int, problem: str, column: int | None = None) -> Refusal:
-    """Line ``number`` of prompts file ``path`` (at ``column``), and what is wrong with it."""
-    return Refusal(reason=problem, advice=PROMPT_LINE, origin=f"{path}:{number}" + (f":{column}" if column else ""))
-
-
-def missing_prompt_key(keys: list) -> str:
-    """A JSONL line's object without ``"prompt"``: its first keys, or that it is empty."""
-    shown = ", ".join(json.dumps(k) for k in keys[:5]) + (", ..." if len(keys) > 5 else "")
-    return f'missing key "prompt" ({f"its keys: {shown}" if keys else "the object is empty"})'
-
-
-def prompt_not_text(prompt: object) -> str:
-    """A JSONL line's ``"prompt"`` that is no non-empty string."""
-    return f'"prompt" is {"empty" if prompt == "" else f"{json.dumps(prompt)[:60]}, not a string"}'
-
-
-def at_flag(refusal: Refusal, flag: str) -> Refusal:
-    """A prompts file's refusal placed at the flag that named the file: ``argument --prompts-file: PATH:3: ...``."""
-    if refusal.origin.startswith("argument "):
-        return refusal
-    return refusal.at(f"argument {flag}: {refusal.origin}" if refusal.origin else f"argument {flag}", written=PYTHON)
-
-
-def no_prompts(path: str, flag: str, instead: str) -> Refusal:
-    """A prompts file ``path`` given by ``flag`` with no prompt in it; without the flag the command takes
-    ``instead`` (``the default prompt``, ``random prompts``)."""
-    return Refusal(
-        subject=path,
-        reason="has no prompts",
-        advice=f"give one prompt per line, or leave {flag} out for {instead}",
-        origin=f"argument {flag}",
-    )

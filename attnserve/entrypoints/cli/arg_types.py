@@ -15,7 +15,7 @@ import math
 from typing import Callable
 
 from attnserve.refusals import TEXT, Refusal, range_words, statement
-from attnserve.refusals.words import output_file_problem, output_file_words
+from attnserve.refusals.cli import output_file_problem, output_file_words
 
 _NOUNS = {int: ("integer", "an integer"), float: ("number", "a number")}
 

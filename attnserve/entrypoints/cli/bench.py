@@ -15,7 +15,8 @@ from attnserve.config.fields import range_words
 from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
 from attnserve.entrypoints.cli.bench_serve import add_serve_parser
 from attnserve.refusals import message
-from attnserve.refusals.words import at_flag
+from attnserve.refusals import bench as words
+from attnserve.refusals.cli import at_argument, at_flag, unreadable_file
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -226,7 +227,7 @@ def _check_plot(args: argparse.Namespace, parser) -> None:
     import importlib.util
 
     if args.plot and importlib.util.find_spec("matplotlib") is None:
-        parser.error("--plot needs matplotlib: pip install 'attnserve[bench]' (or pip install matplotlib)")
+        parser.error(words.PLOT_NEEDS_MATPLOTLIB)
 
 
 def _finish(args: argparse.Namespace, result: dict, plot) -> int:
@@ -251,7 +252,7 @@ def _check_baseline(args: argparse.Namespace, config) -> None:
     try:
         check_vllm_baseline(config.model.model)
     except Refused as e:
-        args._engine_arg_parser.error(message(e.refusal.at("argument --baseline", names_path=True)))
+        args._engine_arg_parser.error(message(at_argument(e.refusal, "--baseline", written=e.refusal.written)))
 
 
 def run_throughput(args: argparse.Namespace) -> int:
@@ -263,14 +264,9 @@ def run_throughput(args: argparse.Namespace) -> int:
     _check_baseline(args, config)
     for flag, value, unused in (("--prefix-len", args.prefix_len, 0), ("--num-turns", args.num_turns, 1)):
         if value != unused and args.prompts_file:
-            args._engine_arg_parser.error(
-                f"argument {flag}: {value} not allowed with --prompts-file (it shapes random prompts)"
-            )
+            args._engine_arg_parser.error(message(words.with_prompts_file(flag, value)))
     if args.num_turns > 1 and args.baseline:
-        args._engine_arg_parser.error(
-            f"argument --num-turns: {args.num_turns} not allowed with --baseline (a later "
-            "turn's prompt holds the engine's own answer)"
-        )
+        args._engine_arg_parser.error(message(at_argument(words.turns_with_baseline(args.num_turns), "--num-turns")))
     from attnserve.benchmarks.plots import plot_throughput
     from attnserve.benchmarks.throughput import run_throughput as run
 
@@ -290,7 +286,7 @@ def run_throughput(args: argparse.Namespace) -> int:
         )
     except OSError as e:  # the prompts file, or a model that is not there (whose message names it)
         if e.filename is not None and e.filename == args.prompts_file:
-            args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}")
+            args._engine_arg_parser.error(message(unreadable_file("--prompts-file", e.filename, e.strerror)))
         args._engine_arg_parser.error(str(e))
     except PromptsFileError as e:  # not UTF-8 text, or no prompts in it
         args._engine_arg_parser.error(message(at_flag(e.refusal, "--prompts-file")))
@@ -330,7 +326,9 @@ def run_latency(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:
         key = getattr(e, "key", None)
         if key == "tensor_parallel_size" and args.compare_tensor_parallel_sizes:  # the sizes run are this flag's
-            args._engine_arg_parser.error(f"argument --compare-tensor-parallel-sizes: {e}")
+            args._engine_arg_parser.error(
+                message(e.refusal.at("argument --compare-tensor-parallel-sizes", written=e.refusal.written))
+            )
         args._engine_arg_parser.error(error_line(args, e))
     return _finish(args, result, plot_latency)
 
@@ -342,9 +340,7 @@ def run_attention(args: argparse.Namespace) -> int:
 
     _check_plot(args, args._bench_parser)
     if args.num_heads % args.num_kv_heads:
-        args._bench_parser.error(
-            f"argument --num-heads: {args.num_heads} is not a multiple of --num-kv-heads {args.num_kv_heads}"
-        )
+        args._bench_parser.error(message(words.heads_not_grouped(args.num_heads, args.num_kv_heads)))
     try:
         result = run(
             device=args.device,
@@ -367,12 +363,9 @@ def run_attention(args: argparse.Namespace) -> int:
     except ValueError as e:
         args._bench_parser.error(str(e))
     if not result["backends"] and args.backends:  # the backends asked for cannot run: a bad value, as generate's
-        why = ". ".join(f"{n}: {'; '.join(r)}" for n, r in result["skipped"].items())
-        args._bench_parser.error(
-            f"argument --backends: no backend of {', '.join(args.backends)} can run on {result['device']}: {why}"
-        )
+        args._bench_parser.error(message(words.no_backend_runs(args.backends, result["device"], result["skipped"])))
     if not result["backends"]:  # nothing installed could run: say why (the table lists the reasons) and fail
         print(result["table"])
-        print(f"attnserve bench attention: error: no usable backend on {result['device']}", file=sys.stderr)
+        print(f"attnserve bench attention: error: {words.no_usable_backend(result['device'])}", file=sys.stderr)
         return 1
     return _finish(args, result, plot_attention)

@@ -44,7 +44,8 @@ from attnserve.config.engine_args import (
 from attnserve.config.fields import HUMAN_INT_WORDS, field_docs, split_optional
 from attnserve.config.files import file_settings, loads_json
 from attnserve.refusals import PYTHON, Refusal, Refused, closest, message
-from attnserve.refusals.words import model_given_twice, no_value_forms
+from attnserve.refusals.cli import no_value, unrecognized_arguments
+from attnserve.refusals.words import model_given_twice
 from attnserve.entrypoints.cli.arg_types import human_int, typed
 
 __all__ = [
@@ -127,17 +128,7 @@ class EngineArgumentParser(argparse.ArgumentParser):
         action = self._option_string_actions.get(flag)
         if action is not None and action.nargs == 0:
             forms = " or ".join(action.option_strings)
-            self.error(
-                message(
-                    Refusal(
-                        value=value,
-                        subject="value",
-                        allowed=no_value_forms(forms),
-                        origin=f"argument {flag}",
-                        written=PYTHON,
-                    )
-                )
-            )
+            self.error(message(no_value(flag, value, forms)))
 
     def _unrecognized(self, extras: list[str]) -> NoReturn:
         flag = next((e.partition("=")[0] for e in extras if e.startswith("-")), None)
@@ -148,7 +139,7 @@ class EngineArgumentParser(argparse.ArgumentParser):
                 except ConfigError as e:
                     self.error(message(e.refusal.at(f"argument {flag}", written=e.refusal.written)))
         near = closest(_norm(flag), list(self._option_string_actions)) if flag else None
-        self.error(f"unrecognized arguments: {' '.join(extras)}" + (f"; did you mean {near!r}?" if near else ""))
+        self.error(unrecognized_arguments(extras, near))
 
 
 def _record(namespace: argparse.Namespace, item: object) -> None:
