@@ -20,12 +20,13 @@ from attnserve.engine.request_checks import (
 )
 from attnserve.refusals import Refused
 from attnserve.refusals.sampling import lone_surrogate_in_prompt, max_logprobs_words, token_ids_as_keys
+from attnserve.refusals.words import THE_PROMPT
 
 
 def prompt_name(path: tuple[str | int, ...]) -> str:
     """How a context-length error names the prompt at ``path``: ``the prompt`` for the one prompt of a call,
     else its place (``prompts[1]``, ``messages[1]``)."""
-    return "the prompt" if len(path) == 1 else RequestValueError(path, None, "").where
+    return THE_PROMPT if len(path) == 1 else RequestValueError(path, None, "").where
 
 
 class InputChecks:

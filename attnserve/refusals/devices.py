@@ -1,5 +1,5 @@
 """The words of a device the engine cannot run on: a simulated GPU (planning only), a GPU this machine does not
-have, a device setting that names none, fewer GPUs than tensor-parallel ranks.
+have, a device setting that names none, fewer GPUs than tensor-parallel ranks, Ray missing for its executor.
 
 ``platforms/``, ``config/engine.py`` and ``distributed/sharding.py`` refuse with these.
 """
@@ -50,3 +50,11 @@ def no_such_gpu(index: int, count: int) -> Refusal:
 def too_few_gpus(n: int, count: int, visible: str | None) -> Refusal:
     shown = f"{count}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
     return Refusal(("tensor_parallel_size",), n, reason=f"needs {n} GPUs (one per rank); this host shows {shown}")
+
+
+RAY_INSTALL = "pip install 'attnserve[ray]'"
+
+
+def no_ray() -> str:
+    """``distributed_executor_backend ray`` without Ray installed."""
+    return f"distributed_executor_backend ray needs Ray; install it with: {RAY_INSTALL}"

@@ -264,6 +264,13 @@ def top_level_is(data: object) -> str:
 # ---------------------------------------------------------------- requests (engine/request_checks.py, chat_utils.py)
 
 EMPTY_PROMPT = "a prompt of at least 1 token"
+THE_PROMPT = "the prompt"
+"""How a context-length refusal names the one prompt of a call (a batch's: by its place, ``prompts[1]``)."""
+
+
+def params_per_prompt(given: int, prompts: int) -> str:
+    """``LLM.generate`` given a list of SamplingParams that is not one per prompt."""
+    return f"{given} sampling params for {prompts} prompts"
 
 
 def prompt_too_long(num_prompt_tokens: int, max_model_len: int, prompt: str) -> Refusal:
@@ -295,6 +302,8 @@ def token_id_words(vocab_size: int) -> str:
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")  # protocol.ChatMessage.role's Literal
 MESSAGES_WORDS = "a non-empty list of chat messages"
+CONVERSATIONS_WORDS = f"{MESSAGES_WORDS}, or a list of such lists"
+"""What ``LLM.chat`` takes: one conversation or a batch of them."""
 MESSAGE_WORDS = 'an object with "role" and "content", optionally "name", "tool_calls" and "tool_call_id"'
 ROLE_WORDS = ", ".join(json.dumps(r) for r in CHAT_ROLES)
 CONTENT_WORDS = 'a string, or a non-empty list of text parts {"type": "text", "text": string}'

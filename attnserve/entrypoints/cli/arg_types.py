@@ -51,6 +51,21 @@ def typed(convert: type[int] | type[float], allowed: str | None = None) -> Calla
     return checked(convert, lambda _: True, allowed or _NOUNS[convert][0])
 
 
+def one_of(choices: list[str] | tuple[str, ...]) -> dict:
+    """The ``add_argument`` keywords of a flag that takes one of ``choices``: refused in the project's line
+    (``argument --dtype: 'fp9' not allowed (allowed: auto, float32, ...)``, as a config file's value is), not
+    argparse's ``invalid choice``; ``--help`` lists them as argparse does (``{auto,float32,...}``)."""
+    allowed = ", ".join(choices)
+
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(statement(Refusal(value=text, allowed=allowed, written=TEXT)))
+        return text
+
+    parse.__name__ = "choice"
+    return {"type": parse, "metavar": "{" + ",".join(choices) + "}"}
+
+
 def human_int(allowed: str) -> Callable[[str], int]:
     """An argparse type for an integer in vLLM's human-readable form (``32k``, ``8G``: ``fields.parse_human_int``),
     any value (its range is checked where it is used); other text is refused naming ``allowed``."""

@@ -12,7 +12,7 @@ import sys
 
 from attnserve.config.cache import BLOCK_SIZES, KV_CACHE_DTYPES
 from attnserve.config.fields import range_words
-from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
+from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, one_of, output_file, positive_int
 from attnserve.entrypoints.cli.bench_serve import add_serve_parser
 from attnserve.refusals import message
 from attnserve.refusals import bench as words
@@ -47,7 +47,7 @@ def _add_baseline(g) -> None:
     g.add_argument(
         "--baseline",
         default=None,
-        choices=["transformers", "vllm"],
+        **one_of(["transformers", "vllm"]),
         help="also run the same requests through transformers' generate (in this process) or vLLM (a "
         "subprocess, after the engine exits; needs vllm and a --model folder), with the same "
         "model, dtype and lengths, and report the ratio",
@@ -171,7 +171,7 @@ def _add_attention(kinds) -> None:
     g.add_argument(
         "--dtype",
         default="auto",
-        choices=["auto", "float32", "float16", "bfloat16"],
+        **one_of(["auto", "float32", "float16", "bfloat16"]),
         help="auto = bfloat16 on GPU, float32 on CPU",
     )
     g.add_argument("--num-heads", type=positive_int, default=32, help="query heads (default 32)")
@@ -186,7 +186,7 @@ def _add_attention(kinds) -> None:
     g.add_argument(
         "--kv-cache-dtype",
         default="auto",
-        choices=list(KV_CACHE_DTYPES),
+        **one_of(list(KV_CACHE_DTYPES)),
         help="KV-cache element type, as the engine's --kv-cache-dtype takes it (default auto = --dtype); "
         "backends that cannot read it are skipped with the reason",
     )

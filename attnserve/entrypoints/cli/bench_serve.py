@@ -10,7 +10,7 @@ import json
 import math
 
 from attnserve.config.fields import range_words
-from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
+from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, one_of, output_file, positive_int
 from attnserve.refusals import message
 from attnserve.refusals import bench as words
 from attnserve.refusals.cli import at_flag, unreadable_file
@@ -36,7 +36,7 @@ def add_serve_parser(kinds) -> None:
     s.add_argument("--base-url", default=None, help="server URL (default http://HOST:PORT)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=_server_port, default=8000)
-    s.add_argument("--endpoint", default="/v1/completions", choices=["/v1/completions", "/v1/chat/completions"])
+    s.add_argument("--endpoint", default="/v1/completions", **one_of(["/v1/completions", "/v1/chat/completions"]))
     s.add_argument("--model", default=None, help="model name (default: the server's first model)")
     s.add_argument("--num-prompts", type=positive_int, default=100)
     s.add_argument(
@@ -49,7 +49,7 @@ def add_serve_parser(kinds) -> None:
     s.add_argument(
         "--dataset",
         default=None,
-        choices=["random", "file"],
+        **one_of(["random", "file"]),
         help="random words, or the prompts of --prompt-file (default: file with --prompt-file, else random)",
     )
     s.add_argument(
