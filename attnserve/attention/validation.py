@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from attnserve.attention.capabilities import BackendCapabilities, cc_str, dtype_name
 from attnserve.refusals import Reason
 from attnserve.refusals.backends import (
-    BUILD_NOTE,
     build_lacks,
     feature_not_supported,
     not_installed,
@@ -121,4 +120,4 @@ def capability_reasons(
 def build_limited(reason: Reason) -> bool:
     """Whether ``reason`` is a limit of the installed library's build (a reason :func:`capability_reasons` made
     from ``build_limits`` or ``build_refusals``), not of the backend itself."""
-    return isinstance(reason, Reason) and (reason.field == "build" or BUILD_NOTE in reason.rule)
+    return isinstance(reason, Reason) and reason.build

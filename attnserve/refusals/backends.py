@@ -78,7 +78,7 @@ def feature_not_supported(field: str, value: object, words: str, qualifier: str 
 def build_lacks(what: str, switch: str, qualifier: str = "") -> Reason:
     """The installed library was built without a kernel every call needs (``switch``: its compile-time switch)."""
     return Reason(
-        f"no {what} in the installed build{qualifier} ({switch})", "build", switch, f"a build without {switch}"
+        f"no {what} in the installed build{qualifier} ({switch})", "build", switch, f"a build without {switch}", True
     )
 
 
@@ -89,7 +89,7 @@ def with_build_note(reason: Reason, switches: str) -> Reason:
     """``reason`` naming the build switches behind its limit, in its text and at the end of its rule."""
     note = BUILD_NOTE + switches
     rule = f"{reason.rule}; {note}" if reason.rule else note
-    return Reason(f"{reason}; {note}", reason.field, reason.value, rule)
+    return Reason(f"{reason}; {note}", reason.field, reason.value, rule, True)
 
 
 # ---------------------------------------------------------------- FlashAttention's versions (backends/flash_attn*.py)

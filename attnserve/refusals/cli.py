@@ -55,19 +55,14 @@ def prompt_not_text(prompt: object) -> str:
 
 def at_flag(refusal: Refusal, flag: str) -> Refusal:
     """A prompts file's refusal placed at the flag that named the file: ``argument --prompts-file: PATH:3: ...``."""
-    if refusal.origin.startswith("argument "):
-        return refusal
     return refusal.at(f"argument {flag}: {refusal.origin}" if refusal.origin else f"argument {flag}", written=PYTHON)
 
 
 def no_prompts(path: str, flag: str, instead: str) -> Refusal:
     """A prompts file ``path`` given by ``flag`` with no prompt in it; without the flag the command takes
-    ``instead`` (``the default prompt``, ``random prompts``)."""
+    ``instead`` (``the default prompt``, ``random prompts``); a command line places it at the flag (:func:`at_flag`)."""
     return Refusal(
-        subject=path,
-        reason="has no prompts",
-        advice=f"give one prompt per line, or leave {flag} out for {instead}",
-        origin=f"argument {flag}",
+        subject=path, reason="has no prompts", advice=f"give one prompt per line, or leave {flag} out for {instead}"
     )
 
 

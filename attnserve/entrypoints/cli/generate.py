@@ -162,7 +162,9 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
         except PromptsFileError as e:  # not UTF-8 text, a bad JSONL line
             raise Refused(at_flag(e.refusal, "--prompts-file")) from None
         if not from_file:  # not the default prompt instead: the file named is likely the wrong one
-            raise Refused(no_prompts(args.prompts_file, "--prompts-file", "the default prompt"))
+            raise Refused(
+                at_flag(no_prompts(args.prompts_file, "--prompts-file", "the default prompt"), "--prompts-file")
+            )
         prompts += from_file
     if not prompts:
         return [DEFAULT_PROMPT], True
