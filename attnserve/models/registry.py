@@ -56,5 +56,5 @@ def get_model_class(config, tensor_parallel_size: int = 1) -> type:
                 raise ConfigError(words.no_tensor_parallel(tensor_parallel_size, cls.__name__))
             return cls
     raise UnsupportedArchitectureError(
-        words.architecture_not_supported(archs or getattr(config, "model_type", "(none given)"), list(MODEL_REGISTRY))
+        words.architecture_not_supported(archs or getattr(config, "model_type", None), list(MODEL_REGISTRY))
     )

@@ -205,3 +205,14 @@ def no_class_registered(name: str) -> str:
 
 def module_lacks(module: str, attr: str) -> str:
     return f"module {module!r} has no attribute {attr!r}"
+
+
+def unknown_backend(name: str, valid: list[str], suggestion: str | None) -> Refusal:
+    """A backend name that is neither an enum member nor registered (``lookup_backend``)."""
+    return Refusal(
+        value=name,
+        allowed=f"{', '.join(valid)}, auto",
+        reason="",
+        subject="unknown attention backend",
+        suggestion=suggestion,
+    )

@@ -174,7 +174,9 @@ def hub_unreachable(where: str, cache: str, repo_id: str, status: int | None, en
 
 
 def architecture_not_supported(archs: object, supported: list[str]) -> str:
-    return f"model architecture {archs} not supported (supported: {', '.join(sorted(supported))})"
+    """``archs``: the config's architectures, else its model_type; None when it names neither."""
+    shown = "(none given)" if archs is None else archs
+    return f"model architecture {shown} not supported (supported: {', '.join(sorted(supported))})"
 
 
 TP_MODELS = "the Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, and the MoE models"

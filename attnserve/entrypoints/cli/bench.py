@@ -359,7 +359,7 @@ def run_attention(args: argparse.Namespace) -> int:
             progress=args.progress,
         )
     except UnknownBackendError as e:
-        args._bench_parser.error(f"argument --backends: {e}")
+        args._bench_parser.error(message(e.refusal.at("argument --backends", written=e.refusal.written)))
     except ValueError as e:
         args._bench_parser.error(str(e))
     if not result["backends"] and args.backends:  # the backends asked for cannot run: a bad value, as generate's
