@@ -21,7 +21,7 @@ from attnserve.refusals.cli import (  # noqa: F401 (PROMPT_LINE re-exported)
     not_utf8_file,
     prompt_not_text,
 )
-from attnserve.refusals.words import NESTED_TOO_DEEPLY, malformed
+from attnserve.refusals.config import NESTED_TOO_DEEPLY, malformed
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from attnserve.config.parallel import ParallelConfig
 from attnserve.config.scheduler import SchedulerConfig
 from attnserve.refusals import Refusal
 from attnserve.refusals.devices import device_words
-from attnserve.refusals.words import not_a_record
+from attnserve.refusals.config import not_a_record
 
 DEVICES = ("auto", "cpu", "cuda")
 DEVICE_WORDS = device_words(DEVICES)

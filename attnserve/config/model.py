@@ -9,7 +9,7 @@ import os
 from attnserve.config.fields import ConfigError, validate_fields
 from attnserve.refusals import Refusal
 from attnserve.refusals.sampling import SEED_WORDS
-from attnserve.refusals.words import GENERATION_CONFIG_WORDS, NO_FOLDER
+from attnserve.refusals.config import GENERATION_CONFIG_WORDS, NO_FOLDER
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 DTYPE_ALIASES = {"float": "float32", "half": "float16"}  # vLLM's spellings, normalized at construction

@@ -20,7 +20,7 @@ from attnserve.engine.request_checks import (
 )
 from attnserve.refusals import Refused
 from attnserve.refusals.sampling import lone_surrogate_in_prompt, max_logprobs_words, token_ids_as_keys
-from attnserve.refusals.words import THE_PROMPT
+from attnserve.refusals.requests import THE_PROMPT
 
 
 def prompt_name(path: tuple[str | int, ...]) -> str:

@@ -19,7 +19,7 @@ from attnserve.entrypoints.chat_utils import (
     is_list,
 )
 from attnserve.refusals import Refused
-from attnserve.refusals.words import (
+from attnserve.refusals.requests import (
     A_LIST,
     CONVERSATIONS_WORDS,
     not_a_prompt,

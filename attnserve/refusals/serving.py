@@ -1,11 +1,14 @@
-"""The words of the server's refusals that are not about a field's value: the engine not ready (503), a model or
-key the server does not take (404, 401), OpenAI features attnserve does not implement, requests over a limit.
+"""The words of the server's own refusals (those every surface shares are in ``requests.py`` and
+``sampling.py``): the engine not ready (503), a model or key the server does not take (404, 401), a body that is
+no JSON it reads, OpenAI features attnserve does not implement or takes only together, requests over a limit.
 
 ``entrypoints/openai/`` answers with these, and ``engine/async_engine.py`` raises its not-ready errors with them
 (the server's 503 quotes them).
 """
 
 from __future__ import annotations
+
+import json
 
 from attnserve.refusals import JSON, Refusal
 
@@ -97,3 +100,81 @@ def string_too_long(path: tuple[str | int, ...], length: int, limit: int) -> Ref
 
 def too_many(path: tuple[str | int, ...], count: int, limit: int, what: str) -> Refusal:
     return Refusal(path, reason=f"has {count} items", allowed=f"at most {limit} {what}")
+
+
+# ---------------------------------------------------------------- request bodies (openai/body.py)
+
+
+def body_not_utf8(byte: int, offset: int, reason: str) -> Refusal:
+    return Refusal(
+        reason=f"the request body is not valid UTF-8 (byte 0x{byte:02x} at offset {offset}: {reason})",
+        advice="send JSON encoded as UTF-8",
+    )
+
+
+def body_too_deep(levels: int, max_depth: int) -> Refusal:
+    return Refusal(
+        reason=f"the request body nests arrays and objects {levels} levels deep", allowed=f"at most {max_depth}"
+    )
+
+
+def body_integer_too_long(max_digits: int) -> Refusal:
+    return Refusal(
+        reason=f"the request body holds an integer of more than {max_digits} digits, more than any field allows"
+    )
+
+
+def lone_surrogate(path: tuple[str | int, ...], string: str, index: int) -> Refusal:
+    """A JSON string holding half of a UTF-16 surrogate pair (``\\ud800`` alone) at ``index``."""
+    return Refusal(
+        path,
+        string,
+        "Unicode text; a surrogate escape needs its pair",
+        written=JSON,
+        reason=f"holds a lone surrogate {json.dumps(string[index])[1:-1]} at index {index}",
+    )
+
+
+# ---------------------------------------------------------------- the server's chat fields (openai/serving_chat.py, tools.py)
+
+NEEDS_LOGPROBS = "needs logprobs: true"
+USE_TOOLS = "use tools and tool_choice"
+
+
+def deprecated_functions(names: list) -> Refusal:
+    """OpenAI's deprecated ``functions`` (refused, as vLLM refuses it), by the functions' names."""
+    return Refusal(("functions",), names, "absent, null or []", reason="not supported", advice=USE_TOOLS)
+
+
+def deprecated_function_call(choice: object) -> Refusal:
+    return Refusal(("function_call",), choice, 'absent, null or "none"', reason="not supported", advice=USE_TOOLS)
+
+
+def constrained_twice(field: str, tool_choice: str) -> Refusal:
+    """An output constraint (``response_format``, ``structured_outputs``) beside a tool choice that constrains."""
+    return Refusal(
+        (field,),
+        reason=f"not allowed together with tool_choice {tool_choice}: the tools' schemas constrain the output already",
+    )
+
+
+def untrusted_chat_template(path: tuple[str, ...]) -> Refusal:
+    return Refusal(
+        path,
+        reason="a request's own chat template is refused: the server was started without --trust-request-chat-template",
+    )
+
+
+def tools_needed(choice: object) -> Refusal:
+    return Refusal(("tool_choice",), choice, reason="needs tools (tools is empty or absent)")
+
+
+AUTO_TOOL_CHOICE = Refusal(
+    reason='"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+)
+"""vLLM's words (param ``tool_choice``)."""
+
+
+def not_a_tool(name: str, names: list[str]) -> Refusal:
+    """A named tool_choice function that is not among the request's tools."""
+    return Refusal(("tool_choice",), name, ", ".join(map(repr, names)), reason="is not among the tools")

@@ -44,7 +44,7 @@ from attnserve.config.engine_args import (
 from attnserve.config.fields import HUMAN_INT_WORDS, field_docs, split_optional
 from attnserve.config.files import file_settings, loads_json
 from attnserve.refusals import PYTHON, Refusal, Refused, message
-from attnserve.refusals.words import model_given_twice
+from attnserve.refusals.config import model_given_twice
 from attnserve.entrypoints.cli.arg_types import human_int, typed
 from attnserve.entrypoints.cli.engine_arg_parser import EngineArgumentParser, _norm
 
