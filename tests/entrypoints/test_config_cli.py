@@ -386,7 +386,7 @@ def test_help_comes_from_field_docstrings(capsys):
         (["--block-size", "x"], ["--block-size", "'x'", "int"]),
         (["--gpu-memory-utilization", "2"], ["--gpu-memory-utilization", "2.0", "number in (0, 1]"]),
         (["--device", "tpu"], ["--device", "'tpu'", "cuda:N"]),
-        (["--kv-cache-dtype", "int4"], ["--kv-cache-dtype", "'int4'", "'fp8'"]),
+        (["--kv-cache-dtype", "int4"], [Refuses("argument --kv-cache-dtype", "int4", "auto, fp8, fp8_e4m3, fp8_e5m2")]),
         (["--blok-size", "16"], ["--blok-size", "did you mean '--block-size'?"]),
         (
             ["--attention-backend", "FLASHINFER", "-ac.backend", "FLASH_ATTN"],

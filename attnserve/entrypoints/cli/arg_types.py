@@ -51,15 +51,16 @@ def typed(convert: type[int] | type[float], allowed: str | None = None) -> Calla
     return checked(convert, lambda _: True, allowed or _NOUNS[convert][0])
 
 
-def one_of(choices: list[str] | tuple[str, ...]) -> dict:
+def one_of(choices: list[str] | tuple[str, ...], path: tuple[str, ...] = (), allowed: str | None = None) -> dict:
     """The ``add_argument`` keywords of a flag that takes one of ``choices``: refused in the project's line
     (``argument --dtype: 'fp9' not allowed (allowed: auto, float32, ...)``, as a config file's value is), not
-    argparse's ``invalid choice``; ``--help`` lists them as argparse does (``{auto,float32,...}``)."""
-    allowed = ", ".join(choices)
+    argparse's ``invalid choice``, when the command line is parsed; ``--help`` lists them as argparse does
+    (``{auto,float32,...}``). ``path``, ``allowed``: an engine argument's (its setting, its words)."""
+    allowed = allowed or ", ".join(choices)
 
     def parse(text: str) -> str:
         if text not in choices:
-            raise argparse.ArgumentTypeError(statement(Refusal(value=text, allowed=allowed, written=TEXT)))
+            raise argparse.ArgumentTypeError(statement(Refusal(path, text, allowed, written=TEXT)))
         return text
 
     parse.__name__ = "choice"

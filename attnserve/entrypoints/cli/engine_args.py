@@ -45,7 +45,7 @@ from attnserve.config.fields import HUMAN_INT_WORDS, field_docs, split_optional
 from attnserve.config.files import file_settings, loads_json
 from attnserve.refusals import PYTHON, Refusal, Refused, message
 from attnserve.refusals.config import model_given_twice
-from attnserve.entrypoints.cli.arg_types import human_int, typed
+from attnserve.entrypoints.cli.arg_types import human_int, one_of, typed
 from attnserve.entrypoints.cli.engine_arg_parser import EngineArgumentParser, _norm
 
 __all__ = [
@@ -148,13 +148,13 @@ def _add_flag(group: argparse._ArgumentGroup, arg: EngineArg) -> None:
     if base is bool:
         kwargs.update(nargs=0)
     else:
-        # choices (--block-size, --dtype) are checked when the config is built: ``argument --dtype: 'fp9' not
-        # allowed (allowed: ...)``, as every surface says it, not argparse's ``invalid choice``
-        text = base is str and choices
-        kwargs.update(
-            type=_converter(base, optional, arg.allowed, arg.human_readable),
-            metavar="{" + ",".join(map(str, choices)) + "}" if text else arg.name.upper(),
-        )
+        # a number's choices (--block-size) are checked with its range when the config is built, a text's (--dtype)
+        # when the command line is parsed (before any other line): ``argument --dtype: 'fp9' not allowed (allowed:
+        # ...)`` either way, as every surface says it, not argparse's ``invalid choice``
+        if base is str and choices:
+            kwargs.update(one_of([str(c) for c in choices], (arg.name,), arg.allowed))
+        else:
+            kwargs.update(type=_converter(base, optional, arg.allowed, arg.human_readable), metavar=arg.name.upper())
     group.add_argument(
         flag,
         *(["--no-" + flag[2:]] if base is bool else []),
