@@ -19,7 +19,7 @@ import numpy as np
 
 from attnserve.benchmarks.requests import PromptsFileError, read_prompts_file
 from attnserve.refusals import bench as bench_words
-from attnserve.refusals.cli import no_prompts
+from attnserve.refusals.cli import RANDOM_PROMPTS, no_prompts
 
 _WORDS = (
     "the of and to in is was for on that with as by at from his her an which are this be or have one "
@@ -71,7 +71,7 @@ def load_prompts(cfg: BenchConfig) -> list[str]:
     if cfg.prompt_file:
         prompts = read_prompts_file(cfg.prompt_file)
         if not prompts:
-            raise PromptsFileError(no_prompts(cfg.prompt_file, "--prompt-file", "random prompts"))
+            raise PromptsFileError(no_prompts(cfg.prompt_file, "--prompt-file", RANDOM_PROMPTS))
         return [prompts[i % len(prompts)] for i in range(cfg.num_prompts)]
     rng = random.Random(cfg.seed)
     prefix = " ".join(rng.choice(_WORDS) for _ in range(cfg.prefix_len))

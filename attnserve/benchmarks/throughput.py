@@ -310,7 +310,7 @@ def run_throughput(
     )
     from attnserve.benchmarks.requests import PromptsFileError, file_requests, random_requests, read_prompts_file
     from attnserve.refusals.bench import turns_with_baseline
-    from attnserve.refusals.cli import no_prompts
+    from attnserve.refusals.cli import RANDOM_PROMPTS, no_prompts
     from attnserve.refusals import Refused
 
     seed = config.model.seed
@@ -322,7 +322,7 @@ def run_throughput(
         check_vllm_baseline(config.model.model)
     texts = read_prompts_file(prompts_file) if prompts_file else None
     if texts == []:
-        raise PromptsFileError(no_prompts(prompts_file, "--prompts-file", "random prompts"))
+        raise PromptsFileError(no_prompts(prompts_file, "--prompts-file", RANDOM_PROMPTS))
     engine, facts, roofline = start_engine(config)
     if texts:
         requests = file_requests([engine.check_prompt(t) for t in texts], num_prompts, output_len, range_ratio, seed)

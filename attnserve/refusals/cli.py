@@ -58,6 +58,10 @@ def at_flag(refusal: Refusal, flag: str) -> Refusal:
     return refusal.at(f"argument {flag}: {refusal.origin}" if refusal.origin else f"argument {flag}", written=PYTHON)
 
 
+RANDOM_PROMPTS, THE_DEFAULT_PROMPT = "random prompts", "the default prompt"
+"""What a command takes without its prompts file: ``bench``'s random prompts, ``generate``'s default prompt."""
+
+
 def no_prompts(path: str, flag: str, instead: str) -> Refusal:
     """A prompts file ``path`` given by ``flag`` with no prompt in it; without the flag the command takes
     ``instead`` (``the default prompt``, ``random prompts``); a command line places it at the flag (:func:`at_flag`)."""

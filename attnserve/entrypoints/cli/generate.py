@@ -9,7 +9,15 @@ import time
 from dataclasses import replace
 
 from attnserve.refusals import Refusal, Refused, message
-from attnserve.refusals.cli import DEFAULT_PROMPT_ADVICE, LOGIT_BIAS, at_argument, at_flag, no_prompts, unreadable_file
+from attnserve.refusals.cli import (
+    DEFAULT_PROMPT_ADVICE,
+    LOGIT_BIAS,
+    THE_DEFAULT_PROMPT,
+    at_argument,
+    at_flag,
+    no_prompts,
+    unreadable_file,
+)
 
 DEFAULT_PROMPT = "What are the three primary colors? Answer in one sentence."
 # the sampling flags' values when neither the command line nor the generation config (--generation-config) sets them
@@ -163,7 +171,7 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
             raise Refused(at_flag(e.refusal, "--prompts-file")) from None
         if not from_file:  # not the default prompt instead: the file named is likely the wrong one
             raise Refused(
-                at_flag(no_prompts(args.prompts_file, "--prompts-file", "the default prompt"), "--prompts-file")
+                at_flag(no_prompts(args.prompts_file, "--prompts-file", THE_DEFAULT_PROMPT), "--prompts-file")
             )
         prompts += from_file
     if not prompts:
