@@ -126,6 +126,8 @@ class Refuses:
     allowed: str | None = None
     path: tuple | None = None
     key: str | None = None
+    reason: str | None = None
+    advice: str | None = None
 
 
 def assert_cli_refusal(err: str, prog: str, want: Refuses | str, worded: list) -> None:

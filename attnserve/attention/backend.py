@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from attnserve.attention.cascade import CascadePrefix
+from attnserve.refusals import Refused
+from attnserve.refusals.backends import bad_kv_scale, sinks_not_in_kernel
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.capabilities import BackendCapabilities
@@ -156,7 +158,7 @@ class AttentionImpl(ABC):
         positive finite number."""
         for name, value in (("k_scale", k_scale), ("v_scale", v_scale), ("q_scale", q_scale)):
             if value is not None and not (0.0 < value < float("inf")):
-                raise ValueError(f"{name} {value} not allowed (allowed: a positive finite number)")
+                raise ValueError(bad_kv_scale(name, value))
         self.k_scale, self.v_scale = float(k_scale), float(v_scale)
         if q_scale is not None:
             self.q_scale = float(q_scale)
@@ -176,15 +178,7 @@ class AttentionImpl(ABC):
         value: gpt-oss's attention sinks); ``sinks`` (Hq,) is kept by reference (loaded weights fill it later).
         Raises Refused (``attention_backend``) where the backend's kernel has no sink term."""
         if not self.supports_sinks:
-            from attnserve.refusals import Refusal, Refused
-
-            raise Refused(
-                Refusal(
-                    ("attention_backend",),
-                    type(self).__name__.removesuffix("Impl"),
-                    reason="attention sinks not supported by this backend's kernel",
-                )
-            )
+            raise Refused(sinks_not_in_kernel(type(self).__name__.removesuffix("Impl")))
         self.sinks = sinks
 
     @abstractmethod

@@ -21,6 +21,9 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from attnserve.refusals import Refusal, Refused
+from attnserve.refusals import backends as words
+
 ENTRY_POINT_GROUP = "attnserve.attention_backends"
 
 
@@ -51,8 +54,8 @@ class AttentionBackendEnum(enum.Enum):
 BackendName = AttentionBackendEnum | str
 
 
-class UnknownBackendError(ValueError):
-    """A backend name that is neither an enum member nor registered; the message lists the valid ones."""
+class UnknownBackendError(Refused):
+    """A backend name that is neither an enum member nor registered; the record's ``allowed`` lists the valid ones."""
 
 
 _PATHS: dict[str, str] = {}  # name -> "pkg.module.Class" registered or from entry points
@@ -89,7 +92,7 @@ def register_backend(backend: BackendName, class_path_or_cls: "str | type | None
     """
     name = _name(backend)
     if not name:
-        raise ValueError("register_backend needs a backend name")
+        raise ValueError(words.NEEDS_A_NAME)
 
     def _register(target: "str | type") -> "str | type":
         if isinstance(target, str):
@@ -140,7 +143,7 @@ def class_path(backend: BackendName) -> str:
         return _PATHS[name]
     if name in AttentionBackendEnum.__members__:
         return AttentionBackendEnum[name].value
-    raise UnknownBackendError(_unknown_message(name))
+    raise UnknownBackendError(_unknown(name))
 
 
 def get_backend_class(backend: BackendName) -> type:
@@ -155,12 +158,12 @@ def get_backend_class(backend: BackendName) -> type:
         return _CLASSES[name]
     path = class_path(backend)
     if not path:
-        raise ValueError(f"attention backend {name} has no class registered; use register_backend({name}, ...)")
+        raise ValueError(words.no_class_registered(name))
     module, _, attr = path.rpartition(".")
     try:
         return getattr(importlib.import_module(module), attr)
     except AttributeError:
-        raise ImportError(f"module {module!r} has no attribute {attr!r}") from None
+        raise ImportError(words.module_lacks(module, attr)) from None
 
 
 def registered_names() -> list[str]:
@@ -187,7 +190,7 @@ def lookup_backend(name: "str | AttentionBackendEnum | None") -> BackendName | N
     _load_entry_points()
     if key in _PATHS or key in _CLASSES:
         return key
-    raise UnknownBackendError(_unknown_message(key, original=name))
+    raise UnknownBackendError(_unknown(key, original=name))
 
 
 def suggest_backend_name(name: str, valid: list[str]) -> str | None:
@@ -204,11 +207,9 @@ def suggest_backend_name(name: str, valid: list[str]) -> str | None:
     return by_norm[match[0]] if match else None
 
 
-def _unknown_message(key: str, original: str | None = None) -> str:
+def _unknown(key: str, original: str | None = None) -> Refusal:
     valid = registered_names()
-    match = suggest_backend_name(key, valid)
-    hint = f"; did you mean {match!r}?" if match else ""
-    return f"unknown attention backend {original or key!r} (valid: {', '.join(valid)}, auto){hint}"
+    return words.unknown_backend(original or key, valid, suggest_backend_name(key, valid))
 
 
 def backend_name(backend: BackendName) -> str:

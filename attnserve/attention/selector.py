@@ -29,7 +29,7 @@ from attnserve.config.attention import AttentionConfig
 from attnserve.config.cache import CacheConfig
 from attnserve.platforms.interface import Platform
 from attnserve.refusals import Reason, Refusal, Refused
-from attnserve.refusals.words import cannot_be_loaded
+from attnserve.refusals.backends import cannot_be_loaded, cannot_run, layout_conflict, no_backend
 
 logger = logging.getLogger(__name__)
 
@@ -143,10 +143,7 @@ def negotiate_kv_cache_layout(
     Raises KVCacheLayoutConflictError when the user asked for a layout the backend cannot use.
     """
     if required is not None and requested is not None and required != requested:
-        raise KVCacheLayoutConflictError(
-            f"kv_cache_layout {requested.value} conflicts with attention backend {name}, which requires "
-            f"{required.value}; drop the explicit layout or choose another backend"
-        )
+        raise KVCacheLayoutConflictError(layout_conflict(requested.value, name, required.value))
     return required or requested or KVCacheLayout.NHD
 
 
@@ -255,16 +252,8 @@ def _select_explicit(backend, selector_config, platform, attention_config, assum
             for n, r in evaluate_backends(selector_config, platform, attention_config, assume_installed).items()
             if not r and n != name
         ]
-        would = f"backends that would work: {', '.join(working)}" if working else "no backend would work"
         raise NoUsableBackendError(
-            Refusal(
-                subject="attention backend",
-                key="attention_config.backend",
-                reason=f"{name} cannot run this model ({selector_config.describe()}) on {platform.description}: "
-                + "; ".join(reasons)
-                + f". {would[0].upper()}{would[1:]}.",
-            ),
-            {name: reasons},
+            cannot_run(name, selector_config.describe(), platform.description, reasons, working), {name: reasons}
         )
     logger.info("Using %s attention backend (explicitly chosen)", name)
     return AttentionSelection(name, backend, cls, KVCacheLayout.NHD, explicit=True)
@@ -284,15 +273,9 @@ def _select_automatic(selector_config, platform, attention_config, assume_instal
                 if why:
                     logger.debug("attention backend %s skipped: %s", other, "; ".join(why))
             return AttentionSelection(member.name, member, cls, KVCacheLayout.NHD, reasons=tried)
-    same: dict[tuple[str, ...], list[str]] = {}  # backends with the same reasons are listed once, together
-    for name, why in tried.items():
-        same.setdefault(tuple(" ".join(r.split()) for r in why), []).append(name)
-    listing = ". ".join(f"{', '.join(names)}: {'; '.join(why)}" for why, names in same.items())
     raise NoUsableBackendError(
-        Refusal(
-            reason=f"no attention backend can run this model ({selector_config.describe()}) on {platform.description}: "
-            f"{listing}.",
-            key=_responsible_setting(selector_config, tried),
+        no_backend(
+            selector_config.describe(), platform.description, tried, _responsible_setting(selector_config, tried)
         ),
         tried,
     )

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 
 from attnserve.attention.capabilities import BackendCapabilities, cc_str, dtype_name
 from attnserve.refusals import Reason
-from attnserve.refusals.words import feature_not_supported, not_installed, not_supported
+from attnserve.refusals.backends import (
+    build_lacks,
+    feature_not_supported,
+    not_installed,
+    not_supported,
+    with_build_note,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.selector import AttentionSelectorConfig
@@ -99,9 +105,7 @@ def capability_reasons(
     if cfg.has_sink and not caps.sinks:
         reasons.append(feature_not_supported("has_sink", True, "attention sinks", q))
     for switch, what in caps.build_refusals:
-        reasons.append(
-            Reason(f"no {what} in the installed build{q} ({switch})", "build", switch, f"a build without {switch}")
-        )
+        reasons.append(build_lacks(what, switch, q))
     if cfg.attn_type not in caps.attn_types:
         names = ", ".join(t.value for t in caps.attn_types)
         reasons.append(
@@ -110,20 +114,10 @@ def capability_reasons(
             )
         )
     notes = dict(caps.build_limits)
-    return [_build_limited(r, notes[r.field]) if r.field in notes else r for r in reasons]
-
-
-BUILD_NOTE = "this build: "
-
-
-def _build_limited(reason: Reason, switches: str) -> Reason:
-    """``reason`` naming the build switches behind its limit, in its text and at the end of its rule."""
-    note = BUILD_NOTE + switches
-    rule = f"{reason.rule}; {note}" if reason.rule else note
-    return Reason(f"{reason}; {note}", reason.field, reason.value, rule)
+    return [with_build_note(r, notes[r.field]) if r.field in notes else r for r in reasons]
 
 
 def build_limited(reason: Reason) -> bool:
     """Whether ``reason`` is a limit of the installed library's build (a reason :func:`capability_reasons` made
     from ``build_limits`` or ``build_refusals``), not of the backend itself."""
-    return isinstance(reason, Reason) and (reason.field == "build" or BUILD_NOTE in reason.rule)
+    return isinstance(reason, Reason) and reason.build

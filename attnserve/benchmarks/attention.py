@@ -348,9 +348,10 @@ def run_attention(
 
     platform = detect_platform(device)
     if platform.simulated:
-        raise ValueError(
-            f"device {device!r} is simulated; bench attention needs a real device (auto, cpu, cuda, cuda:N)"
-        )
+        from attnserve.refusals import Refused
+        from attnserve.refusals.bench import simulated_device
+
+        raise Refused(simulated_device(device))
     dev = (
         torch.device("cpu")
         if platform.device_type == "cpu"

@@ -254,7 +254,7 @@ def run_latency(
     for tp in sizes:
         cfg = dataclasses.replace(config, parallel=dataclasses.replace(config.parallel, tensor_parallel_size=tp))
         engine, facts, roofline = start_engine(cfg)
-        check_lengths(input_len, output_len, facts.max_model_len)
+        check_lengths(input_len, output_len, facts.max_model_len, ["--input-len", "--output-len"])
         check_requests_fit(engine, input_len)
         first = first or (facts, roofline)
         args = (input_len, output_len, num_iters, num_iters_warmup, facts.prompt_vocab_size, seed, roofline)

@@ -16,6 +16,8 @@ import torch
 from attnserve.benchmarks.roofline import Roofline, kv_bytes_per_token, measure_copy_bandwidth
 from attnserve.config import EngineConfig
 from attnserve.model_executor.loader import ModelSource, resolve_model_source
+from attnserve.refusals import Refused
+from attnserve.refusals import bench as bench_words
 
 BASELINES = ("transformers",)
 
@@ -113,7 +115,7 @@ def start_baseline(name: str, facts: EngineFacts):
     from attnserve.benchmarks.hf_baseline import TransformersBaseline
 
     if name not in BASELINES:
-        raise ValueError(f"baseline {name!r} not supported (allowed: {', '.join(BASELINES)})")
+        raise Refused(bench_words.baseline_unknown(name, list(BASELINES)))
     return TransformersBaseline(
         facts.source, facts.hf_config, facts.load_format, facts.dtype, facts.device, facts.seed, facts.pad_token_id
     )
@@ -127,11 +129,8 @@ def check_requests_fit(engine, max_input: int) -> None:
     engine.warn_kv_cache_limit()
 
 
-def check_lengths(max_input: int, max_output: int, max_model_len: int) -> None:
-    """Every request must fit: the longest prompt plus the longest output within max_model_len."""
+def check_lengths(max_input: int, max_output: int, max_model_len: int, flags: list[str]) -> None:
+    """Every request must fit: the longest prompt plus the longest output within max_model_len; Refused (a
+    ValueError) naming ``flags``, the flags that shaped the requests, otherwise."""
     if max_input + max_output > max_model_len:
-        raise ValueError(
-            f"the longest prompt ({max_input} tokens) plus the longest output ({max_output} tokens) "
-            f"exceeds max_model_len {max_model_len}; lower --input-len/--output-len/--range-ratio "
-            "or raise --max-model-len"
-        )
+        raise Refused(bench_words.too_long(max_input, max_output, max_model_len, flags))

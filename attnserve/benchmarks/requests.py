@@ -14,15 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnserve.refusals import Refused
-from attnserve.refusals.words import (  # noqa: F401 (PROMPT_LINE re-exported)
-    NESTED_TOO_DEEPLY,
+from attnserve.refusals.cli import (  # noqa: F401 (PROMPT_LINE re-exported)
     PROMPT_LINE,
     bad_prompt_line,
-    malformed,
     missing_prompt_key,
     not_utf8_file,
     prompt_not_text,
 )
+from attnserve.refusals.config import NESTED_TOO_DEEPLY, malformed
 
 
 @dataclass(frozen=True)

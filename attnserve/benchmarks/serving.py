@@ -18,7 +18,8 @@ import httpx
 import numpy as np
 
 from attnserve.benchmarks.requests import PromptsFileError, read_prompts_file
-from attnserve.refusals.words import no_prompts
+from attnserve.refusals import bench as bench_words
+from attnserve.refusals.cli import RANDOM_PROMPTS, no_prompts
 
 _WORDS = (
     "the of and to in is was for on that with as by at from his her an which are this be or have one "
@@ -70,7 +71,7 @@ def load_prompts(cfg: BenchConfig) -> list[str]:
     if cfg.prompt_file:
         prompts = read_prompts_file(cfg.prompt_file)
         if not prompts:
-            raise PromptsFileError(no_prompts(cfg.prompt_file, "--prompt-file", "random prompts"))
+            raise PromptsFileError(no_prompts(cfg.prompt_file, "--prompt-file", RANDOM_PROMPTS))
         return [prompts[i % len(prompts)] for i in range(cfg.num_prompts)]
     rng = random.Random(cfg.seed)
     prefix = " ".join(rng.choice(_WORDS) for _ in range(cfg.prefix_len))
@@ -148,17 +149,14 @@ async def _served_model(client: httpx.AsyncClient, cfg: BenchConfig) -> str:
     try:
         r = await client.get("/v1/models")
     except httpx.HTTPError as e:
-        raise BenchServerError(
-            f"GET {url} failed ({type(e).__name__}: {e}); is the server running there? (--host, --port, --base-url)"
-        ) from None
+        raise BenchServerError(bench_words.server_unreachable(url, e)) from None
     body = r.text.replace("\n", " ")[:300]
     if r.status_code != 200:
-        hint = "; pass its key with --api-key" if r.status_code == 401 else ""
-        raise BenchServerError(f"GET {url} answered HTTP {r.status_code}: {body}{hint}")
+        raise BenchServerError(bench_words.server_answered(url, r.status_code, body))
     try:
         return r.json()["data"][0]["id"]
     except (ValueError, KeyError, IndexError, TypeError):
-        raise BenchServerError(f"GET {url} listed no model ({body}); name one with --model") from None
+        raise BenchServerError(bench_words.no_model_listed(url, body)) from None
 
 
 async def run_benchmark(cfg: BenchConfig) -> dict:

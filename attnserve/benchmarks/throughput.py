@@ -309,21 +309,20 @@ def run_throughput(
         stop_engine,
     )
     from attnserve.benchmarks.requests import PromptsFileError, file_requests, random_requests, read_prompts_file
-    from attnserve.refusals.words import no_prompts
+    from attnserve.refusals.bench import turns_with_baseline
+    from attnserve.refusals.cli import RANDOM_PROMPTS, no_prompts
+    from attnserve.refusals import Refused
 
     seed = config.model.seed
     if baseline and num_turns > 1:
-        raise ValueError(
-            f"--baseline {baseline} runs single-turn requests only (num_turns {num_turns}): a later "
-            "turn's prompt holds the engine's own answer"
-        )
+        raise Refused(turns_with_baseline(num_turns))
     if baseline == "vllm":
         from attnserve.benchmarks.vllm_baseline import check_vllm_baseline
 
         check_vllm_baseline(config.model.model)
     texts = read_prompts_file(prompts_file) if prompts_file else None
     if texts == []:
-        raise PromptsFileError(no_prompts(prompts_file, "--prompts-file", "random prompts"))
+        raise PromptsFileError(no_prompts(prompts_file, "--prompts-file", RANDOM_PROMPTS))
     engine, facts, roofline = start_engine(config)
     if texts:
         requests = file_requests([engine.check_prompt(t) for t in texts], num_prompts, output_len, range_ratio, seed)
@@ -339,7 +338,10 @@ def run_throughput(
             num_turns=num_turns,
         )
     last_turns = [r.last_turn_lens for r in requests]
-    check_lengths(max(p for p, _ in last_turns), max(o for _, o in last_turns), facts.max_model_len)
+    # the flags that shaped the longest request: the one to lower is among them
+    flags = ["--prompts-file"] if texts else ["--input-len"] + (["--prefix-len"] if prefix_len else [])
+    flags += ["--output-len", "--range-ratio"] + (["--num-turns"] if num_turns > 1 else [])
+    check_lengths(max(p for p, _ in last_turns), max(o for _, o in last_turns), facts.max_model_len, flags)
     check_requests_fit(engine, max(p for p, _ in last_turns))
 
     if compare_prefix_caching:

@@ -15,31 +15,17 @@ import subprocess
 import sys
 import tempfile
 
-from attnserve.refusals import Refusal, Refused
+from attnserve.refusals import Refused
+from attnserve.refusals.bench import VLLM_MISSING, vllm_needs_folder
 
 
 def check_vllm_baseline(model: str | None) -> None:
     """Refused (path ``("baseline",)``) when vLLM is not importable here, or the model is not a Hugging Face
     folder (vLLM reads a config.json; the default model and GGUF files are not wired)."""
     if importlib.util.find_spec("vllm") is None:
-        raise Refused(
-            Refusal(
-                ("baseline",),
-                "vllm",
-                "a baseline importable in this Python",
-                reason="not available: vllm is not installed here",
-                advice="pip install vllm",
-            )
-        )
+        raise Refused(VLLM_MISSING)
     if model is None or not os.path.isfile(os.path.join(model, "config.json")):
-        raise Refused(
-            Refusal(
-                ("baseline",),
-                "vllm",
-                "a --model folder with config.json",
-                reason=f"not available for model {model!r}: vLLM is given a Hugging Face folder",
-            )
-        )
+        raise Refused(vllm_needs_folder(model))
 
 
 def _engine_spec(facts, tensor_parallel_size: int) -> dict:

@@ -16,7 +16,7 @@ from attnserve.attention.registry import (
 )
 from attnserve.config.fields import ConfigError, setting_path, validate_fields
 from attnserve.refusals import Refusal, closest, kind_of
-from attnserve.refusals.words import A_BACKEND_NAME, A_MAPPING_OF_FIELDS, backend_names_words, unknown_attention_field
+from attnserve.refusals.config import A_BACKEND_NAME, A_MAPPING_OF_FIELDS, backend_names_words, unknown_attention_field
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from attnserve.config.fields import ConfigError, validate_fields
-from attnserve.refusals.words import KV_SCALES_NEED_FP8
+from attnserve.refusals.config import KV_SCALES_NEED_FP8
 
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # vLLM's CacheDType
 # vLLM's BlockSize (1, 8, 16, 32, 64, 128, 256: vllm/config/cache.py) and 2 and 4, which the CPU backends run (the

@@ -14,7 +14,8 @@ from attnserve.config.model import ModelConfig
 from attnserve.config.parallel import ParallelConfig
 from attnserve.config.scheduler import SchedulerConfig
 from attnserve.refusals import Refusal
-from attnserve.refusals.words import device_words, not_a_record
+from attnserve.refusals.devices import device_words
+from attnserve.refusals.config import not_a_record
 
 DEVICES = ("auto", "cpu", "cuda")
 DEVICE_WORDS = device_words(DEVICES)

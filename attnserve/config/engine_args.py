@@ -40,7 +40,7 @@ from attnserve.config.fields import (
     split_optional,
 )
 from attnserve.refusals import PYTHON, TEXT, Refusal, closest, spell_value
-from attnserve.refusals.words import (
+from attnserve.refusals.config import (
     TYPE_NOUNS,
     ATTENTION_OBJECT,
     backends_conflict,

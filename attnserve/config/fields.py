@@ -23,7 +23,7 @@ import types
 import typing
 
 from attnserve.refusals import Refusal, Refused, kind_of, range_words, spell_value  # noqa: F401 (re-exported)
-from attnserve.refusals.words import HUMAN_INT_WORDS, TYPE_NOUNS, field_words  # noqa: F401 (re-exported)
+from attnserve.refusals.config import HUMAN_INT_WORDS, TYPE_NOUNS, field_words  # noqa: F401 (re-exported)
 
 
 class ConfigError(Refused):

@@ -19,7 +19,7 @@ import yaml
 from attnserve.config.engine_args import Setting, settings_from_mapping
 from attnserve.config.fields import ConfigError
 from attnserve.refusals import Refusal
-from attnserve.refusals.words import (
+from attnserve.refusals.config import (
     EMPTY_CONFIG_FILE,
     NESTED_TOO_DEEPLY,
     ONLY_COMMENTS,

@@ -8,7 +8,8 @@ import os
 
 from attnserve.config.fields import ConfigError, validate_fields
 from attnserve.refusals import Refusal
-from attnserve.refusals.words import GENERATION_CONFIG_WORDS, NO_FOLDER
+from attnserve.refusals.sampling import SEED_WORDS
+from attnserve.refusals.config import GENERATION_CONFIG_WORDS, NO_FOLDER
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 DTYPE_ALIASES = {"float": "float32", "half": "float16"}  # vLLM's spellings, normalized at construction
@@ -17,7 +18,6 @@ LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 # API and vLLM's server take, and each one a different torch generator (torch.Generator.manual_seed takes [-2^63,
 # 2^64) and reads a negative seed as its 64 bits, so -1 and 2^64 - 1 seed alike: one range of 2^64 seeds, no aliases)
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
-SEED_WORDS = "integer in [-2^63, 2^63 - 1]"
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,15 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
-from attnserve.refusals import Refusal, Refused, range_words
-from attnserve.config.model import SEED_MAX, SEED_MIN, SEED_WORDS
+from attnserve.config.model import SEED_MAX, SEED_MIN
+from attnserve.refusals import Refusal, Refused
+from attnserve.refusals.sampling import (  # noqa: F401 (ALLOWED re-exported)
+    ALLOWED,
+    ITEMS,
+    LOGIT_BIAS_KEYS,
+    LOGIT_BIAS_VALUES,
+    STOP_NEEDS_TEXT,
+)
 from attnserve.core.structured_outputs import StructuredOutputsParams
 
 MAX_LOGPROBS = 20  # the default of the engine's max_logprobs (--max-logprobs, vLLM's default), checked there
@@ -21,26 +28,6 @@ def _is_real(x) -> bool:  # finite int or float (numpy's too), not bool
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
-# each numeric parameter's allowed values in words (config.fields.range_words, as every range the CLI and the
-# config records name): this module's errors, and generate's flags
-ALLOWED = {
-    "n": range_words("integer", (">=", 1), None),
-    "temperature": range_words("finite number", (">=", 0), None),
-    "top_p": range_words("number", (">", 0), ("<=", 1)),
-    "top_k": "0 or -1 (all), or " + range_words("integer", (">=", 1), None),
-    "min_p": range_words("number", (">=", 0), ("<=", 1)),
-    "seed": SEED_WORDS + ", or None",  # the engine's seed, and the server's, take the same range
-    "max_tokens": range_words("integer", (">=", 1), None),
-    "logprobs": range_words("integer", (">=", 0), None),  # at most the engine's max_logprobs (LLMEngine.check_params)
-    "prompt_logprobs": range_words("integer", (">=", 0), None),  # the same
-    "presence_penalty": range_words("number", (">=", -2), ("<=", 2)),
-    "frequency_penalty": range_words("number", (">=", -2), ("<=", 2)),
-    "repetition_penalty": range_words("finite number", (">", 0), None),
-    "min_tokens": range_words("integer", (">=", 0), None) + ", at most max_tokens",
-    "truncate_prompt_tokens": "-1 (max_model_len), or " + range_words("integer", (">=", 1), None) + ", or None",
-}
-
-
 def completion_seed(seed: int, i: int) -> int:
     """The seed of completion ``i`` of a request seeded ``seed``: ``seed + i``, wrapped into the seed range [-2^63,
     2^63 - 1] as 64-bit integers wrap (2^63 - 1 + 1 is -2^63, the seed torch reads for 2^63), so that every seed in
@@ -50,15 +37,15 @@ def completion_seed(seed: int, i: int) -> int:
 
 class SamplingParamsError(Refused):
     """A sampling parameter outside its allowed values: its ``name`` (``"stop"``), the ``value`` refused (for a
-    list parameter, the first bad item, at ``index``) and the ``allowed`` values in words. The message is ``stop
-    '' not allowed (allowed: non-empty strings)``; the record's path is the parameter (the item's index is
-    ``index``, which the server's ``param`` adds: ``stop.1``)."""
+    list parameter, the first bad item, at ``index``) and the ``allowed`` values in words. The record's path is the
+    parameter, and the item's index for a list's item: ``stop[1] '' not allowed (allowed: non-empty strings)``, the
+    server's ``param`` ``stop.1``."""
 
     __reduce__ = Refused.reduce_from_record
 
     def __init__(self, name: str, value: object, allowed: str, index: int | None = None) -> None:
         self.name, self.index = name, index
-        super().__init__(Refusal((name,), value, allowed))
+        super().__init__(Refusal((name,) if index is None else (name, index), value, allowed))
 
 
 @dataclass
@@ -108,11 +95,7 @@ class SamplingParams:
         if isinstance(self.structured_outputs, dict):
             self.structured_outputs = StructuredOutputsParams.from_dict(self.structured_outputs)
         elif not isinstance(self.structured_outputs, (StructuredOutputsParams, type(None))):
-            raise SamplingParamsError(
-                "structured_outputs",
-                self.structured_outputs,
-                "a StructuredOutputsParams, a dict of its fields, or None",
-            )
+            raise SamplingParamsError("structured_outputs", self.structured_outputs, ALLOWED["structured_outputs"])
         # vLLM's defaults are None; stored as [] so that downstream code sees lists only
         if self.stop is None:
             self.stop = []
@@ -120,13 +103,10 @@ class SamplingParams:
             self.stop_token_ids = []
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        for name, allowed in (
-            ("stop", "a string, a list of strings, or None"),
-            ("stop_token_ids", "a list of token ids, or None"),
-        ):
+        for name in ("stop", "stop_token_ids"):
             value = getattr(self, name)
             if not isinstance(value, (list, tuple)):
-                raise SamplingParamsError(name, value, allowed)
+                raise SamplingParamsError(name, value, ALLOWED[name])
             setattr(self, name, list(value))
         if self.top_k == -1:
             self.top_k = 0
@@ -163,7 +143,7 @@ class SamplingParams:
                 self.detokenize or not self.stop,
                 "stop",
                 self.stop,
-                "none when detokenize is False: stop strings match text",
+                STOP_NEEDS_TEXT,
             ),
             (
                 self.prompt_logprobs is None or (_is_int(self.prompt_logprobs) and 0 <= self.prompt_logprobs),
@@ -211,20 +191,20 @@ class SamplingParams:
                 self.logit_bias is None or isinstance(self.logit_bias, dict),
                 "logit_bias",
                 self.logit_bias,
-                "a dict of token id -> bias, or None",
+                ALLOWED["logit_bias"],
             ),
             (
                 self.bad_words is None or isinstance(self.bad_words, (list, tuple)),
                 "bad_words",
                 self.bad_words,
-                "a list of strings, or None",
+                ALLOWED["bad_words"],
             ),
             (
                 self.allowed_token_ids is None
                 or (isinstance(self.allowed_token_ids, (list, tuple)) and len(self.allowed_token_ids) > 0),
                 "allowed_token_ids",
                 self.allowed_token_ids,
-                "a non-empty list of token ids, or None",
+                ALLOWED["allowed_token_ids"],
             ),
         ]
         for ok, name, value, allowed in checks:
@@ -232,16 +212,16 @@ class SamplingParams:
                 raise SamplingParamsError(name, value, allowed)
         # list parameters: the first bad item, by its index
         for name, ok, allowed in (
-            ("stop", lambda s: isinstance(s, str) and s != "", "non-empty strings"),
-            ("stop_token_ids", lambda t: _is_int(t) and t >= 0, "token ids (integers >= 0)"),
+            ("stop", lambda s: isinstance(s, str) and s != "", ITEMS["stop"]),
+            ("stop_token_ids", lambda t: _is_int(t) and t >= 0, ITEMS["stop_token_ids"]),
         ):
             items = getattr(self, name)
             bad = next((i for i, item in enumerate(items) if not ok(item)), None)
             if bad is not None:
                 raise SamplingParamsError(name, items[bad], allowed, index=bad)
         for name, ok, allowed in (
-            ("bad_words", lambda s: isinstance(s, str), "strings"),
-            ("allowed_token_ids", lambda t: _is_int(t) and t >= 0, "token ids (integers >= 0)"),
+            ("bad_words", lambda s: isinstance(s, str), ITEMS["bad_words"]),
+            ("allowed_token_ids", lambda t: _is_int(t) and t >= 0, ITEMS["allowed_token_ids"]),
         ):
             items = getattr(self, name) or []
             bad = next((i for i, item in enumerate(items) if not ok(item)), None)
@@ -250,9 +230,9 @@ class SamplingParams:
         if self.logit_bias is not None:
             for token, bias in self.logit_bias.items():
                 if not (_is_int(token) and token >= 0):
-                    raise SamplingParamsError("logit_bias", token, "token ids (integers >= 0) as keys")
+                    raise SamplingParamsError("logit_bias", token, LOGIT_BIAS_KEYS)
                 if not _is_real(bias):
-                    raise SamplingParamsError("logit_bias", bias, "finite numbers as values")
+                    raise SamplingParamsError("logit_bias", bias, LOGIT_BIAS_VALUES)
             self.logit_bias = {int(t): float(b) for t, b in self.logit_bias.items()}
         if self.bad_words is not None:
             self.bad_words = list(self.bad_words)

@@ -12,9 +12,14 @@ import json
 from dataclasses import dataclass, fields
 
 from attnserve.refusals import Refusal, Refused
-
-KINDS = ("json", "regex", "choice", "grammar", "json_object")
-ONE_KIND = "exactly one of " + ", ".join(KINDS)
+from attnserve.refusals.sampling import (  # noqa: F401 (KINDS, ONE_KIND re-exported)
+    KIND_WORDS,
+    KINDS,
+    ONE_KIND,
+    TRUE_OR_FALSE,
+    not_one_kind,
+    unknown_constraint_key,
+)
 
 
 @dataclass(frozen=True)
@@ -32,14 +37,7 @@ class StructuredOutputsParams:
     def __post_init__(self) -> None:
         given = [k for k in KINDS if getattr(self, k) not in (None, False)]
         if len(given) != 1:
-            raise Refused(
-                Refusal(
-                    ("structured_outputs",),
-                    given or None,
-                    ONE_KIND,
-                    reason="sets " + (", ".join(given) if given else "none of them"),
-                )
-            )
+            raise Refused(not_one_kind(given))
         kind = given[0]
         value = getattr(self, kind)
         ok = {
@@ -50,19 +48,12 @@ class StructuredOutputsParams:
             "json_object": value is True,
         }[kind]
         if not ok:
-            allowed = {
-                "json": "a JSON schema (an object, or its JSON text)",
-                "regex": "a string",
-                "choice": "a non-empty list of strings",
-                "grammar": "a non-empty EBNF string",
-                "json_object": "true",
-            }[kind]
-            raise Refused(Refusal(("structured_outputs", kind), value, allowed))
+            raise Refused(Refusal(("structured_outputs", kind), value, KIND_WORDS[kind]))
         if kind == "choice":
             object.__setattr__(self, "choice", list(value))
         if not isinstance(self.disable_any_whitespace, bool):
             raise Refused(
-                Refusal(("structured_outputs", "disable_any_whitespace"), self.disable_any_whitespace, "true or false")
+                Refusal(("structured_outputs", "disable_any_whitespace"), self.disable_any_whitespace, TRUE_OR_FALSE)
             )
 
     @classmethod
@@ -71,11 +62,7 @@ class StructuredOutputsParams:
         names = [f.name for f in fields(cls)]
         unknown = [k for k in d if k not in names]
         if unknown:
-            raise Refused(
-                Refusal(
-                    (*path, unknown[0]), d[unknown[0]], "one of the keys " + ", ".join(names), subject="unknown key"
-                )
-            )
+            raise Refused(unknown_constraint_key(path, unknown[0], d[unknown[0]], names))
         return cls(**d)
 
     @property

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from attnserve.config.fields import ConfigError
 from attnserve.refusals import Refused
-from attnserve.refusals.words import heads_cannot_split, heads_not_grouped, sizes_for_this_model, too_few_gpus
+from attnserve.refusals.devices import too_few_gpus
+from attnserve.refusals.capacity import heads_cannot_split, heads_not_grouped, sizes_for_this_model
 
 
 def shard_range(total: int, size: int, rank: int) -> tuple[int, int]:

@@ -29,6 +29,7 @@ from attnserve.engine.output_collector import RequestOutputCollector
 from attnserve.engine.outputs import RequestOutput
 from attnserve.core.sampling_params import SamplingParams
 from attnserve.executor.base import WorkerDiedError
+from attnserve.refusals import serving as words
 
 logger = logging.getLogger(__name__)
 
@@ -160,10 +161,8 @@ class AsyncLLMEngine:
         frees its KV blocks."""
         if not self.is_ready:
             if self.dead_error is not None:
-                raise EngineNotReadyError(f"the engine is dead: {type(self.dead_error).__name__}: {self.dead_error}")
-            raise EngineNotReadyError(
-                "the engine is still loading" if not self._stopping else "the server is shutting down"
-            )
+                raise EngineNotReadyError(words.engine_dead(self.dead_error))
+            raise EngineNotReadyError(words.STILL_LOADING if not self._stopping else words.SHUTTING_DOWN)
         stream = RequestOutputCollector(asyncio.get_running_loop())
         self._commands.put(_Add(request_id, prompt, params, stream))
         finished = False
@@ -196,7 +195,7 @@ class AsyncLLMEngine:
         """Forget every cached prompt prefix, on the engine thread between steps; returns how many blocks were
         cached. Raises EngineNotReadyError before the model has loaded."""
         if self.engine is None or not self._ready.is_set():
-            raise EngineNotReadyError("the model is still loading")
+            raise EngineNotReadyError(words.MODEL_STILL_LOADING)
         done: concurrent.futures.Future = concurrent.futures.Future()
         self._commands.put(_ResetPrefixCache(done))
         return await asyncio.wrap_future(done)
@@ -257,7 +256,7 @@ class AsyncLLMEngine:
                 self._abort_at = cmd.abort_at if self._abort_at is None else min(self._abort_at, cmd.abort_at)
             elif isinstance(cmd, _Add):
                 if self._abort_at is not None:  # queued just before shutdown began: refused as a new request
-                    cmd.stream.put(EngineNotReadyError("the server is shutting down"))
+                    cmd.stream.put(EngineNotReadyError(words.SHUTTING_DOWN))
                     continue
                 try:
                     self.engine.add_request(cmd.prompt, cmd.params, cmd.request_id)
@@ -294,7 +293,7 @@ class AsyncLLMEngine:
                     self.engine.abort_request(request_id)
                 except Exception:  # the engine's state may be what broke; the request is failed anyway
                     logger.exception("abort of %s failed", request_id)
-                stream.put(EngineDeadError(f"engine step failed: {type(e).__name__}: {e}"))
+                stream.put(EngineDeadError(words.step_failed(e)))
             self._snapshot()
             return
         for out in outputs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from attnserve.core.sampling_params import SamplingParamsError
+from attnserve.refusals.sampling import BAD_WORD
 
 
 def bad_words_token_ids(tokenizer, bad_words: list[str]) -> list[list[int]]:
@@ -14,7 +15,7 @@ def bad_words_token_ids(tokenizer, bad_words: list[str]) -> list[list[int]]:
         for add_prefix_space in (False, True):
             ids = tokenizer.encode((" " if add_prefix_space else "") + word.lstrip(), add_special_tokens=False)
             if not ids:
-                raise SamplingParamsError("bad_words", word, "words that tokenize to at least one token", index=i)
+                raise SamplingParamsError("bad_words", word, BAD_WORD, index=i)
             if not add_prefix_space or (ids[0] != out[-1][0] and len(ids) == len(out[-1])):
                 out.append(ids)
     return out

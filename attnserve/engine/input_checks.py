@@ -18,13 +18,15 @@ from attnserve.engine.request_checks import (
     check_token_ids,
     token_id_words,
 )
-from attnserve.refusals import Refusal, Refused
+from attnserve.refusals import Refused
+from attnserve.refusals.sampling import lone_surrogate_in_prompt, max_logprobs_words, token_ids_as_keys
+from attnserve.refusals.requests import THE_PROMPT
 
 
 def prompt_name(path: tuple[str | int, ...]) -> str:
     """How a context-length error names the prompt at ``path``: ``the prompt`` for the one prompt of a call,
     else its place (``prompts[1]``, ``messages[1]``)."""
-    return "the prompt" if len(path) == 1 else RequestValueError(path, None, "").where
+    return THE_PROMPT if len(path) == 1 else RequestValueError(path, None, "").where
 
 
 class InputChecks:
@@ -61,9 +63,7 @@ class InputChecks:
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(params, name, None)
             if value is not None and value > self.max_logprobs:
-                raise SamplingParamsError(
-                    name, value, f"integer in [0, {self.max_logprobs}], the engine's max_logprobs (--max-logprobs)"
-                )
+                raise SamplingParamsError(name, value, max_logprobs_words(self.max_logprobs))
         for name in ("stop_token_ids", "allowed_token_ids"):
             ids = getattr(params, name) or []
             bad = next((i for i, t in enumerate(ids) if t >= self.vocab_size), None)
@@ -71,7 +71,7 @@ class InputChecks:
                 raise SamplingParamsError(name, ids[bad], self.token_id_words, index=bad)
         bad = next((t for t in (params.logit_bias or {}) if t >= self.vocab_size), None)
         if bad is not None:
-            raise SamplingParamsError("logit_bias", bad, f"token ids as keys: {self.token_id_words}")
+            raise SamplingParamsError("logit_bias", bad, token_ids_as_keys(self.token_id_words))
         if params.bad_words and params.bad_words_token_ids is None:
             params.bad_words_token_ids = bad_words_token_ids(self.tokenizer, params.bad_words)
         if params.structured_outputs is not None:  # compiled once here (cached)
@@ -85,14 +85,7 @@ class InputChecks:
         try:
             prompt.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise Refused(
-                Refusal(
-                    path,
-                    prompt,
-                    "Unicode text",
-                    reason=f"holds a lone surrogate {prompt[e.start]!r} at index {e.start}",
-                )
-            ) from None
+            raise Refused(lone_surrogate_in_prompt(path, prompt, e.start)) from None
         return self.tokenizer.encode(prompt)
 
     def check_prompt(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from attnserve.config.fields import ConfigError
 from attnserve.engine.block_hash import PromptHashMemo, extend_block_hashes
-from attnserve.refusals.words import prompt_exceeds_kv_cache, prompt_exceeds_step
+from attnserve.refusals.capacity import prompt_exceeds_kv_cache, prompt_exceeds_step
 from attnserve.engine.block_manager import BlockManager
 from attnserve.core.step import PLACEHOLDER_TOKEN, ScheduledRequest, SchedulerOutput
 from attnserve.engine.request import FinishReason, Request, RequestStatus

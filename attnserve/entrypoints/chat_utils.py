@@ -15,7 +15,7 @@ from typing import Any
 
 from attnserve.engine.request_checks import RequestValueError
 from attnserve.refusals import Refusal, Refused
-from attnserve.refusals.words import (
+from attnserve.refusals.requests import (
     A_CHAT_MESSAGE,
     A_LIST,
     A_MAPPING,
@@ -25,7 +25,7 @@ from attnserve.refusals.words import (
     CONTINUE_FINAL_MESSAGE,
     JSON_TEXT,
     MESSAGE_WORDS,
-    MESSAGES_WORDS,  # noqa: F401 (re-exported)
+    MESSAGES_WORDS,
     NAME_WORDS,
     NO_CHAT_TEMPLATE,
     ONLY_ON_ASSISTANT,
@@ -39,7 +39,7 @@ from attnserve.refusals.words import (
     reserved_template_kwarg,
     template_failed,
     unreadable_template,
-)
+)  # noqa: F401 (re-exported)
 
 
 def is_list(value) -> bool:

@@ -12,7 +12,6 @@ from attnserve.engine.outputs import RequestOutput
 from attnserve.engine.request_checks import RequestValueError
 from attnserve.core.sampling_params import SamplingParams
 from attnserve.entrypoints.chat_utils import (
-    MESSAGES_WORDS,
     ChatTemplateOptions,
     apply_chat_template,
     chat_messages,
@@ -20,7 +19,14 @@ from attnserve.entrypoints.chat_utils import (
     is_list,
 )
 from attnserve.refusals import Refused
-from attnserve.refusals.words import not_a_prompt, prompt_dict_keys, prompt_dict_value
+from attnserve.refusals.requests import (
+    A_LIST,
+    CONVERSATIONS_WORDS,
+    not_a_prompt,
+    params_per_prompt,
+    prompt_dict_keys,
+    prompt_dict_value,
+)
 
 PromptType = str | list[int] | dict  # text, token ids, or vLLM's {"prompt": str} / {"prompt_token_ids": list[int]}
 
@@ -147,8 +153,8 @@ class LLM:
             raise RequestValueError(
                 ("messages",),
                 messages,
-                f"{MESSAGES_WORDS}, or a list of such lists",
-                noun=None if is_list(messages) else "a list",
+                CONVERSATIONS_WORDS,
+                noun=None if is_list(messages) else A_LIST,
             )
         single = not is_list(messages[0])  # a message (or a mistake chat_messages names) first: one conversation
         conversations = [messages] if single else messages
@@ -230,5 +236,5 @@ def _params_list(
     params = sampling_params if sampling_params is not None else default
     params_list = list(params) if isinstance(params, Sequence) else [params] * n
     if len(params_list) != n:
-        raise ValueError(f"{len(params_list)} sampling params for {n} prompts")
+        raise ValueError(params_per_prompt(len(params_list), n))
     return params_list

@@ -28,10 +28,9 @@ from attnserve.layers.linear import CheckpointShapeError
 from attnserve.model_executor.loader import ModelSource
 from attnserve.model_executor.model_runner import ModelRunnerOutput
 from attnserve.platforms import detect_platform
+from attnserve.refusals.devices import RAY_INSTALL, no_ray  # noqa: F401 (RAY_INSTALL re-exported)
 
 logger = logging.getLogger(__name__)
-
-RAY_INSTALL = "pip install 'attnserve[ray]'"
 
 
 class _Rendezvous:
@@ -67,7 +66,7 @@ class RayExecutor(Executor):
         try:
             import ray
         except ImportError:
-            raise ImportError(f"distributed_executor_backend ray needs Ray; install it with: {RAY_INSTALL}") from None
+            raise ImportError(no_ray()) from None
         self.ray = ray
         if not ray.is_initialized():
             ray.init(include_dashboard=False)

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnserve.kernels.fused_ops import silu_and_mul
+from attnserve.refusals import models as words
 
 
 class SiluAndMul(nn.Module):
@@ -29,5 +30,5 @@ _ACTIVATIONS = {
 def get_act_fn(name: str):
     """The activation named ``name`` in a Hugging Face config; ValueError naming the supported ones."""
     if name not in _ACTIVATIONS:
-        raise ValueError(f"activation {name!r} not supported (supported: {', '.join(sorted(_ACTIVATIONS))})")
+        raise ValueError(words.not_supported("activation", name, sorted(_ACTIVATIONS)))
     return _ACTIVATIONS[name]

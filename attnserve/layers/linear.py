@@ -26,11 +26,23 @@ from torch import nn
 
 from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads, shard_range
+from attnserve.refusals import models as words
 
 
 class CheckpointShapeError(ValueError):
     """A checkpoint tensor whose shape differs from the layer's (the engine reads the type: a GGUF's cached config
-    that no longer fits its weights is converted again)."""
+    that no longer fits its weights is converted again); ``tensor``: the checkpoint tensor's name, when known."""
+
+    def __init__(self, shape: tuple, expected: tuple, tensor: str | None = None) -> None:
+        super().__init__(shape, expected, tensor)  # args rebuild it when unpickled (a worker's, a Ray actor's)
+        self.shape, self.expected, self.tensor = tuple(shape), tuple(expected), tensor
+
+    def __str__(self) -> str:
+        return words.checkpoint_shape(self.shape, self.expected, self.tensor)
+
+    def of(self, tensor: str) -> CheckpointShapeError:
+        """This mismatch placed at checkpoint tensor ``tensor``."""
+        return CheckpointShapeError(self.shape, self.expected, tensor)
 
 
 class UnquantizedLinearMethod:
@@ -52,7 +64,7 @@ UNQUANTIZED = UnquantizedLinearMethod()
 
 def check_shape(loaded, expected: tuple[int, ...]) -> None:
     if tuple(loaded.shape) != tuple(expected):
-        raise CheckpointShapeError(f"checkpoint shape {tuple(loaded.shape)} != expected {tuple(expected)}")
+        raise CheckpointShapeError(tuple(loaded.shape), tuple(expected))
 
 
 def _param(*shape: int) -> nn.Parameter:

@@ -21,6 +21,7 @@ from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_range
 from attnserve.kernels.moe import ACTIVATIONS, fused_experts, topk_routing
 from attnserve.layers.linear import check_shape
+from attnserve.refusals import models as words
 
 
 class FusedMoE(nn.Module):
@@ -42,7 +43,7 @@ class FusedMoE(nn.Module):
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation {activation!r} not supported (supported: {', '.join(ACTIVATIONS)})")
+            raise ValueError(words.not_supported("activation", activation, ACTIVATIONS))
         self.num_experts, self.top_k = num_experts, top_k
         self.renormalize, self.softmax_after_topk = renormalize, softmax_after_topk
         self.activation, self.alpha, self.limit = activation, swiglu_alpha, swiglu_limit
@@ -101,7 +102,7 @@ class FusedMoE(nn.Module):
             check_shape(loaded, (target.shape[0], I))
             target.copy_(loaded.narrow(1, i0, n)[...])
         else:
-            raise ValueError(f"shard_id {shard_id!r} not one of w1, w2, w3")
+            raise ValueError(words.bad_shard(shard_id, "w1, w2, w3"))
 
 
 def _param(*shape: int) -> nn.Parameter:

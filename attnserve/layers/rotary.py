@@ -9,6 +9,7 @@ from torch import nn
 
 from attnserve.kernels.fused_ops import RopeInputs
 from attnserve.layers.norm import RMSNorm
+from attnserve.refusals import models as words
 
 
 def _inv_freq(head_size: int, base: float, rope_scaling: dict | None) -> torch.Tensor:
@@ -31,7 +32,7 @@ def _inv_freq(head_size: int, base: float, rope_scaling: dict | None) -> torch.T
         return inv_freq / rope_scaling["factor"]
     if rope_type == "yarn":
         return _yarn(head_size, base, rope_scaling)[0]
-    raise ValueError(f"rope_scaling type {rope_type!r} not supported (supported: default, linear, llama3, yarn)")
+    raise ValueError(words.not_supported("rope_scaling type", rope_type, ["default", "linear", "llama3", "yarn"]))
 
 
 def _yarn(head_size: int, base: float, rope_scaling: dict) -> tuple[torch.Tensor, float]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from attnserve.config.fields import ConfigError
 from attnserve.config.model import ModelConfig
-from attnserve.refusals import Refusal
+from attnserve.refusals import models as words
 
 logger = logging.getLogger(__name__)
 
@@ -47,14 +47,7 @@ def read_generation_defaults(folder: str | None, choice: str = "auto") -> dict[s
     try:
         diff = GenerationConfig.from_pretrained(folder).to_diff_dict()
     except (OSError, ValueError) as e:  # malformed JSON, values transformers refuses
-        raise ConfigError(
-            Refusal(
-                ("generation_config",),
-                choice,
-                reason=f"names {path}, which cannot be read ({type(e).__name__}: {' '.join(str(e).split())[:200]})",
-                advice="fix the file, or give --generation-config vllm to ignore it",
-            )
-        ) from None
+        raise ConfigError(words.generation_config_unreadable(choice, path, e)) from None
     values = {key: diff[key] for key in SAMPLING_KEYS if diff.get(key) is not None}
     if "max_new_tokens" in values:
         values["max_tokens"] = values.pop("max_new_tokens")

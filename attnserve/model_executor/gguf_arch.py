@@ -30,7 +30,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from attnserve.refusals import Refusal, Refused
+from attnserve.refusals import Refused
+from attnserve.refusals import models as words
 
 # GGUF tensor name (after "blk.N.") -> Hugging Face name (after "model.layers.N.")
 _LLAMA_LAYER = {
@@ -109,14 +110,7 @@ _EXPERTS = re.compile(r"ffn_(?P<proj>gate|up|down|gate_up)_exps")
 def check_architecture(arch: str, path: str) -> None:
     """Refused (``general.architecture``) for a GGUF architecture attnserve has no tensor mapping for."""
     if arch not in GGUF_NAMES:
-        raise Refused(
-            Refusal(
-                ("general.architecture",),
-                arch,
-                ", ".join(sorted(GGUF_NAMES)),
-                subject=f"GGUF {path}: general.architecture",
-            )
-        )
+        raise Refused(words.gguf_architecture(arch, path, list(GGUF_NAMES)))
 
 
 def unpermute_qk(weight: np.ndarray, num_heads: int) -> np.ndarray:
@@ -146,7 +140,7 @@ def hf_tensors(
     if m is None:
         if name == "rope_freqs.weight":
             return  # RoPE scaling factors, recomputed from the config
-        raise KeyError(f"GGUF tensor {name!r} in {path} (architecture {arch}) has no known Hugging Face name")
+        raise KeyError(words.gguf_tensor_unknown(name, path, arch))
     layer, short, kind = m.groups()
     prefix = layer_prefix.format(layer)
     experts = _EXPERTS.fullmatch(short)
@@ -154,7 +148,7 @@ def hf_tensors(
         yield from _per_expert(f"{prefix}.mlp.experts", experts["proj"], kind, data)
         return
     if short not in layer_names:
-        raise KeyError(f"GGUF tensor {name!r} in {path} (architecture {arch}) has no known Hugging Face name")
+        raise KeyError(words.gguf_tensor_unknown(name, path, arch))
     hf_name = f"{prefix}.{layer_names[short]}"
     if short == "attn_sinks":  # a bare parameter in HF, no .weight (the converter adds one)
         yield hf_name, data

@@ -20,6 +20,7 @@ import logging
 import os
 
 from attnserve.model_executor.loader import ModelNotFoundError
+from attnserve.refusals import models as words
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +80,7 @@ def download_model(
     where = _describe(repo_id, revision)
     folder = _snapshot(repo_id, revision, cache_dir, CONFIG_FILES + TOKENIZER_FILES + [SAFETENSORS_INDEX])
     if not os.path.isfile(os.path.join(folder, "config.json")):
-        raise ModelNotFoundError(
-            f"{where} has no config.json: attnserve loads transformers-format repos (config.json + safetensors); "
-            "for a GGUF repo download one .gguf file and pass its path"
-        )
+        raise ModelNotFoundError(words.hub_without_config(where))
     if weights:
         commit = os.path.basename(folder)  # snapshots/<commit>: pinning it skips a second revision look-up
         shards = _index_shards(folder)
@@ -98,7 +96,7 @@ def download_tokenizer(repo_id: str, revision: str | None = None, cache_dir: str
 
 
 def _describe(repo_id: str, revision: str | None) -> str:
-    return f"hub model {repo_id!r}" + (f" (revision {revision!r})" if revision else "")
+    return words.hub_model(repo_id, revision)
 
 
 def _index_shards(folder: str) -> list[str]:
@@ -115,15 +113,8 @@ def _check_weights(folder: str, shards: list[str], where: str) -> None:
     if present and not missing:
         return
     if hub_offline():
-        what = f"safetensors shards {missing[:3]}" if missing else "safetensors weights"
-        raise ModelNotFoundError(
-            f"{where}: the cached snapshot {folder} lacks {what} and HF_HUB_OFFLINE is set: download the model "
-            "with network access (unset HF_HUB_OFFLINE), or use --load-format dummy to run its shape with random weights"
-        )
-    raise ModelNotFoundError(
-        f"{where} has no safetensors weights at its top level (attnserve does not load PyTorch .bin/.pth "
-        "checkpoints): use a repo with safetensors, a local .gguf file, or --load-format dummy for random weights"
-    )
+        raise ModelNotFoundError(words.cached_snapshot_lacks(where, folder, missing))
+    raise ModelNotFoundError(words.hub_without_safetensors(where))
 
 
 def _snapshot(
@@ -151,37 +142,26 @@ def _snapshot(
             local_files_only=offline,
         )
     except GatedRepoError:
-        raise ModelNotFoundError(
-            f"{where} is gated on the Hugging Face Hub: accept its terms at https://huggingface.co/{repo_id}, "
-            "then log in (hf auth login) or set HF_TOKEN to a token of that account"
-        ) from None
+        raise ModelNotFoundError(words.hub_gated(where, repo_id)) from None
     except RevisionNotFoundError:
-        raise ModelNotFoundError(
-            f"revision {revision!r} does not exist in hub model {repo_id!r}: give one of its branches, tags or "
-            "commit hashes with --revision, or leave it out for the default branch"
-        ) from None
+        raise ModelNotFoundError(words.hub_no_revision(repo_id, revision)) from None
     except RepositoryNotFoundError:
-        raise ModelNotFoundError(
-            f"model {repo_id!r} is not a local path, and the Hugging Face Hub has no repo {repo_id!r} this "
-            "token can see: check the name, or for a private repo log in (hf auth login) or set HF_TOKEN"
-        ) from None
+        raise ModelNotFoundError(words.hub_no_repo(repo_id)) from None
     except LocalEntryNotFoundError as e:  # not in the cache, and the hub was not asked or did not answer
         cache = cache_dir or _default_cache()
         if offline:
-            raise ModelNotFoundError(
-                f"{where} is not in the Hugging Face cache {cache} and HF_HUB_OFFLINE is set: download it with "
-                f"network access (hf download {repo_id}), point --download-dir or HF_HUB_CACHE at a cache that "
-                "holds it, or pass a local folder"
-            ) from None
+            raise ModelNotFoundError(words.hub_offline_not_cached(where, cache, repo_id)) from None
         cause = e.__cause__
-        reason = (
-            f"the Hugging Face Hub answered HTTP {cause.response.status_code}"
-            if isinstance(cause, HfHubHTTPError) and cause.response is not None
-            else f"cannot reach the Hugging Face Hub ({_endpoint()}: {_first_line(cause or e)})"
-        )
+        answered = isinstance(cause, HfHubHTTPError) and cause.response is not None
         raise ModelNotFoundError(
-            f"{where}: {reason}, and it is not in the cache {cache}: check the network (or HF_ENDPOINT, a proxy), "
-            f"pre-download it where there is network (hf download {repo_id}) and copy the cache, or pass a local folder"
+            words.hub_unreachable(
+                where,
+                cache,
+                repo_id,
+                cause.response.status_code if answered else None,  # type: ignore[union-attr]
+                _endpoint(),
+                _first_line(cause or e),
+            )
         ) from None
 
 

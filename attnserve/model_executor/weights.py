@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from attnserve.model_executor.gguf_arch import check_architecture, hf_tensors
+from attnserve.refusals import models as words
 
 
 class LazySlice:
@@ -56,7 +57,7 @@ def safetensors_weights(folder: str, lazy: bool = False) -> Iterator[tuple[str, 
 
     files = safetensors_files(folder)
     if not files:
-        raise FileNotFoundError(f"no .safetensors files in {folder}")
+        raise FileNotFoundError(words.no_safetensors(folder))
     for file in files:
         with safe_open(os.path.join(folder, file), framework="pt") as f:
             for name in f.keys():
@@ -72,7 +73,7 @@ def _gguf_reader(path: str, mtime_ns: int):
     try:
         return GGUFReader(path)
     except (struct.error, ValueError, IndexError) as e:  # an index or tensor data past the end of the file, ...
-        raise ValueError(f"GGUF file {path} is truncated or damaged: {e}") from None
+        raise ValueError(words.gguf_damaged(path, e)) from None
 
 
 def gguf_reader(path: str):

@@ -18,6 +18,7 @@ from attnserve.layers.activation import get_act_fn
 from attnserve.models.dims import ModelDims, mha_dims
 from attnserve.models.llama import AttentionFactory
 from attnserve.models.weight_utils import copy_weight
+from attnserve.refusals import models as words
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.forward_batch import ForwardBatch
@@ -87,7 +88,7 @@ class GPT2LMHeadModel(nn.Module):
     def __init__(self, config, make_attention: AttentionFactory) -> None:
         super().__init__()
         if getattr(config, "add_cross_attention", False):
-            raise ValueError("GPT-2 with add_cross_attention=True not supported (decoder-only self-attention only)")
+            raise ValueError(words.CROSS_ATTENTION)
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.hidden_size)
         self.wpe = nn.Embedding(config.max_position_embeddings, config.hidden_size)

@@ -23,7 +23,8 @@ from attnserve.layers.linear import check_shape
 from attnserve.models.dims import LayerAttention, ModelDims, standard_dims
 from attnserve.models.llama import AttentionFactory, LlamaAttention, LlamaDecoderLayer
 from attnserve.models.moe import MoEForCausalLM, SparseMoeBlock, make_experts
-from attnserve.refusals import Refusal, Refused
+from attnserve.refusals import Refused
+from attnserve.refusals import models as words
 
 
 def layer_window(config, layer_index: int) -> int | None:
@@ -38,13 +39,7 @@ def check_unquantized(config) -> None:
     quant = getattr(config, "quantization_config", None)
     if quant:
         method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", quant)
-        raise Refused(
-            Refusal(
-                ("quantization_config", "quant_method"),
-                method,
-                "none: bf16 or fp32 expert weights (dequantize the checkpoint first)",
-            )
-        )
+        raise Refused(words.quantized_gpt_oss(method))
 
 
 class GptOssAttention(LlamaAttention):

@@ -24,8 +24,9 @@ from attnserve.layers.linear import QKVParallelLinear, RowParallelLinear
 from attnserve.layers.mlp import SwiGLUMLP
 from attnserve.layers.norm import RMSNorm
 from attnserve.layers.rotary import RotaryEmbedding
-from attnserve.models.weight_utils import copy_weight
+from attnserve.models.weight_utils import copy_weight, in_tensor
 from attnserve.models.dims import ModelDims, head_size_of, sliding_window_of, standard_dims
+from attnserve.refusals import models as words
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.forward_batch import ForwardBatch
@@ -92,7 +93,7 @@ class LlamaMLP(SwiGLUMLP):
     def __init__(self, config, tp: TPGroup = SINGLE) -> None:
         super().__init__(config.hidden_size, config.intermediate_size, getattr(config, "mlp_bias", False), tp)
         if getattr(config, "hidden_act", "silu") != "silu":
-            raise ValueError(f"hidden_act {config.hidden_act!r} not supported (supported: silu)")
+            raise ValueError(words.not_supported("hidden_act", config.hidden_act, ["silu"]))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -204,7 +205,7 @@ class LlamaForCausalLM(nn.Module):
                 try:  # narrows the full checkpoint tensor to this rank's rows / columns
                     loader(params[name], tensor, shard)
                 except ValueError as e:
-                    raise ValueError(f"{hf_name}: {e}") from None
+                    raise in_tensor(e, hf_name) from None
             loaded.add(name if shard is None else f"{name}#{shard}")
         return loaded
 

@@ -21,6 +21,8 @@ from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.layers.linear import ColumnParallelLinear
 from attnserve.layers.moe import FusedMoE
 from attnserve.models.llama import LlamaForCausalLM
+from attnserve.models.weight_utils import in_tensor
+from attnserve.refusals import models as words
 
 # per-expert checkpoint tensor -> (FusedMoE parameter, shard id)
 _PER_EXPERT = re.compile(
@@ -81,14 +83,12 @@ class MoEForCausalLM(LlamaForCausalLM):
                     continue
                 for param_name, shard, expert, part in targets:
                     if param_name not in params:
-                        raise KeyError(
-                            f"checkpoint tensor {hf_name!r} has no matching parameter in {type(self).__name__}"
-                        )
+                        raise KeyError(words.no_parameter(hf_name, type(self).__name__))
                     param = params[param_name]
                     try:
                         param.weight_loader(param, part, shard, expert)
                     except ValueError as e:
-                        raise ValueError(f"{hf_name}: {e}") from None
+                        raise in_tensor(e, hf_name) from None
                     experts = range(self.config_num_experts) if expert is None else [expert]
                     loaded.update(f"{param_name}#{e}#{shard}" for e in experts)
 

@@ -24,6 +24,7 @@ from attnserve.layers.activation import get_act_fn
 from attnserve.models.dims import ModelDims, mha_dims
 from attnserve.models.llama import AttentionFactory
 from attnserve.models.weight_utils import copy_weight
+from attnserve.refusals import models as words
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.forward_batch import ForwardBatch
@@ -150,7 +151,7 @@ class OPTForCausalLM(nn.Module):
                 continue
             name, shard = name.replace(f".{proj}.", ".qkv_proj."), _QKV_SHARDS[proj]
             if name not in params:
-                raise KeyError(f"checkpoint tensor {hf_name!r} has no matching parameter in {type(self).__name__}")
+                raise KeyError(words.no_parameter(hf_name, type(self).__name__))
             size = params[name].shape[0] // 3
             copy_weight(
                 {name: params[name].data.narrow(0, shard * size, size)}, name, tensor, hf_name, type(self).__name__

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from attnserve.config.fields import ConfigError
-from attnserve.refusals import Refusal
+from attnserve.refusals import models as words
 
 MODEL_REGISTRY: dict[str, str] = {
     "Gemma2ForCausalLM": "attnserve.models.gemma.Gemma2ForCausalLM",
@@ -53,15 +53,8 @@ def get_model_class(config, tensor_parallel_size: int = 1) -> type:
             module, _, name = MODEL_REGISTRY[arch].rpartition(".")
             cls = getattr(importlib.import_module(module), name)
             if tensor_parallel_size > 1 and not getattr(cls, "supports_tensor_parallel", False):
-                raise ConfigError(
-                    Refusal(
-                        ("tensor_parallel_size",),
-                        tensor_parallel_size,
-                        reason=f"not supported for {cls.__name__} (tensor parallelism is built for the "
-                        "Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, and the MoE models)",
-                    )
-                )
+                raise ConfigError(words.no_tensor_parallel(tensor_parallel_size, cls.__name__))
             return cls
     raise UnsupportedArchitectureError(
-        f"model architecture {archs or getattr(config, 'model_type', '(none given)')} not supported (supported: {', '.join(sorted(MODEL_REGISTRY))})"
+        words.architecture_not_supported(archs or getattr(config, "model_type", None), list(MODEL_REGISTRY))
     )

@@ -13,7 +13,8 @@ import re
 from typing import TYPE_CHECKING
 
 from attnserve.platforms.interface import Platform
-from attnserve.refusals import Refusal, Refused
+from attnserve.refusals import Refused
+from attnserve.refusals import devices as words
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -34,22 +35,14 @@ def check_runnable_device(device: str) -> None:
     from attnserve.config.fields import ConfigError
 
     if is_simulated_device(device):
-        raise ConfigError(
-            Refusal(
-                ("device",),
-                device,
-                reason=f"is a simulated GPU (compute capability {device.split(':', 1)[1]}) for planning "
-                "with `attnserve backends` / `attnserve config`; the engine cannot run on it: use auto, cpu, cuda or cuda:N",
-            )
-        )
+        raise ConfigError(words.simulated_gpu(device))
     try:
         detect_platform(device)  # raises for cuda / cuda:N without that GPU
     except Refused as e:
         import torch
 
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        here = "auto, cpu" if n == 0 else f"auto, cpu, cuda, cuda:0..{n - 1}"
-        raise ConfigError(dataclasses.replace(e.refusal, allowed=here)) from None
+        raise ConfigError(dataclasses.replace(e.refusal, allowed=words.devices_here(n))) from None
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,11 +62,7 @@ def detect_platform(device: str = "auto") -> Platform:
         return detect_cuda_platform(0) if torch.cuda.is_available() else cpu_platform()
     if m := _INDEXED.match(text):
         return detect_cuda_platform(int(m.group(1) or 0))
-    raise Refused(
-        Refusal(
-            ("device",), device, "auto, cpu, cuda, cuda:N, cuda:MAJOR.MINOR such as cuda:9.0", reason="not understood"
-        )
-    )
+    raise Refused(words.not_understood(device))
 
 
 def runtime_device(device: str) -> "torch.device":
@@ -88,7 +77,7 @@ def runtime_device(device: str) -> "torch.device":
         return torch.device("cpu")
     m = _INDEXED.match(text)
     if m is None and text != "auto":
-        raise ValueError(f"device {device!r} is not a device the engine runs on (allowed: auto, cpu, cuda, cuda:N)")
+        raise ValueError(words.not_runnable(device))
     if m is not None and m.group(1) is not None:
         return torch.device("cuda", int(m.group(1)))
     return torch.device("cuda", torch.cuda.current_device())

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from attnserve.attention.registry import AttentionBackendEnum
 from attnserve.platforms.interface import Platform
-from attnserve.refusals import Refusal, Refused
+from attnserve.refusals import Refused
+from attnserve.refusals import devices as words
 
 
 def cuda_backend_priorities(compute_capability: tuple[int, int] | None) -> list[AttentionBackendEnum]:
@@ -21,13 +22,9 @@ def detect_cuda_platform(index: int = 0) -> Platform:
     import torch
 
     if not torch.cuda.is_available():
-        raise Refused(Refusal(("device",), reason=f"cuda:{index} requested but CUDA is not available on this machine"))
+        raise Refused(words.no_cuda(index))
     if index >= torch.cuda.device_count():
-        raise Refused(
-            Refusal(
-                ("device",), reason=f"cuda:{index} requested but this machine has {torch.cuda.device_count()} GPU(s)"
-            )
-        )
+        raise Refused(words.no_such_gpu(index, torch.cuda.device_count()))
     props = torch.cuda.get_device_properties(index)
     return Platform(
         device_type="cuda",

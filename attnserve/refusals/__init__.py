@@ -131,19 +131,21 @@ def _rebuild(cls: type[Refused], refusal: Refusal) -> Refused:
 class Reason(str):
     """One reason a backend cannot run a model: its text, and the record it says (``field``: the selector-config
     or attention-config field, ``device``, ``compute_capability``, ``package`` or ``build`` (the installed
-    library's build lacks what every call needs); the ``value``; the ``rule``)."""
+    library's build lacks what every call needs); the ``value``; the ``rule``; ``build``: the limit is the
+    installed library's build's, not the backend's)."""
 
     field: str
     value: object
     rule: str
+    build: bool
 
-    def __new__(cls, text: str, field: str, value: object = None, rule: str = "") -> Reason:
+    def __new__(cls, text: str, field: str, value: object = None, rule: str = "", build: bool = False) -> Reason:
         self = super().__new__(cls, text)
-        self.field, self.value, self.rule = field, value, rule
+        self.field, self.value, self.rule, self.build = field, value, rule, build
         return self
 
     def __reduce__(self):  # pickles (worker processes) as the record, not as plain text
-        return Reason, (str(self), self.field, self.value, self.rule)
+        return Reason, (str(self), self.field, self.value, self.rule, self.build)
 
 
 # ---------------------------------------------------------------- writing values and places

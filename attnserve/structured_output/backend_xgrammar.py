@@ -12,17 +12,11 @@ import re
 import threading
 
 from attnserve.core.structured_outputs import StructuredOutputsParams
-from attnserve.refusals import Refusal, Refused
+from attnserve.refusals import Refused
+from attnserve.refusals.sampling import NO_XGRAMMAR, invalid_constraint
+from attnserve.refusals.sampling import STRUCTURED_EXTRA as EXTRA  # noqa: F401 (re-exported)
 
-EXTRA = "pip install 'attnserve[structured]'"
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: ")
-_WHAT = {
-    "json": "JSON schema",
-    "regex": "regular expression",
-    "choice": "choice list",
-    "grammar": "EBNF grammar",
-    "json_object": "JSON object",
-}
 
 
 def import_xgrammar():
@@ -30,13 +24,7 @@ def import_xgrammar():
     try:
         import xgrammar
     except ImportError:
-        raise Refused(
-            Refusal(
-                ("structured_outputs",),
-                reason="needs the grammar engine xgrammar, which is not installed",
-                advice=EXTRA,
-            )
-        ) from None
+        raise Refused(NO_XGRAMMAR) from None
     return xgrammar
 
 
@@ -90,9 +78,7 @@ class XgrammarBackend:
             value = getattr(params, kind)
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             reason = _LOG_PREFIX.sub("", reason)  # xgrammar's "[12:00:00] /project/cpp/x.cc:94: "
-            raise Refused(
-                Refusal(("structured_outputs", kind), value, reason=f"is not a valid {_WHAT[kind]}: {reason}")
-            ) from None
+            raise Refused(invalid_constraint(kind, value, reason)) from None
         with self._lock:
             self._cache[key] = compiled
         return compiled

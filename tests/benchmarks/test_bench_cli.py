@@ -15,6 +15,7 @@ import torch
 from attnserve.benchmarks.attention import AttentionBenchShape, AttentionRow, format_table, significant, usable_backends
 from attnserve.benchmarks.requests import length_bounds, random_requests
 from attnserve.entrypoints.cli.main import main
+from attnserve.refusals.bench import simulated_device
 from tests.helpers import Refuses, assert_cli_refusal
 from attnserve.platforms import detect_platform
 
@@ -371,7 +372,7 @@ def test_attention_whose_named_backends_cannot_run_is_a_bad_value(capsys):
         ),
         (
             ["throughput", "--baseline", "sglang"],
-            "attnserve bench throughput: error: argument --baseline: invalid choice: 'sglang' (choose from ",
+            Refuses("argument --baseline", "sglang", "transformers, vllm"),
         ),
         (
             ["latency", "--batch-size", "0"],
@@ -387,11 +388,11 @@ def test_attention_whose_named_backends_cannot_run_is_a_bad_value(capsys):
         ),
         (
             ["attention", "--num-heads", "6", "--num-kv-heads", "4"],
-            "attnserve bench attention: error: argument --num-heads: 6 is not a multiple of --num-kv-heads 4",
+            Refuses("argument --num-heads", 6, reason="is not a multiple of --num-kv-heads 4"),
         ),
         (
             ["attention", "--device", "cuda:9.0"],
-            "attnserve bench attention: error: device 'cuda:9.0' is simulated; bench attention needs a real device (auto, cpu, cuda, cuda:N)",
+            Refuses("device 'cuda:9.0'", "cuda:9.0", path=("device",), reason=simulated_device("cuda:9.0").reason),
         ),
         (
             ["serve", "--num-prompts", "0"],
@@ -421,7 +422,7 @@ def test_attention_whose_named_backends_cannot_run_is_a_bad_value(capsys):
             ["serve", "--output-len", "-1"],
             Refuses("argument --output-len", -1, "integer >= 1"),
         ),
-        (["serve", "--dataset", "file"], "attnserve bench serve: error: argument --dataset: file needs --prompt-file"),
+        (["serve", "--dataset", "file"], Refuses("argument --dataset", reason="file needs --prompt-file")),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(argv, message, capsys, worded):
@@ -435,28 +436,30 @@ def test_bad_flags_exit_2_with_one_line(argv, message, capsys, worded):
         assert_cli_refusal(err, f"attnserve bench {argv[0]}", message, worded)
 
 
-def test_requests_longer_than_max_model_len_exit_2(tiny_model_dir, capsys):
+@pytest.mark.parametrize(
+    "kind, lens, longest, flags",
+    [
+        ("latency", ["--input-len", "10", "--output-len", "10"], 10, "--input-len/--output-len"),
+        (  # a prefix lengthens every prompt: the hint names --prefix-len too (a fresh user's finding)
+            "throughput",
+            ["--input-len", "2", "--prefix-len", "8", "--output-len", "10", "--num-prompts", "2"],
+            10,
+            "--input-len/--prefix-len/--output-len/--range-ratio",
+        ),
+    ],
+)
+def test_requests_longer_than_max_model_len_exit_2(kind, lens, longest, flags, tiny_model_dir, capsys, worded):
     with pytest.raises(SystemExit) as e:
-        main(
-            [
-                "bench",
-                "latency",
-                "--model",
-                tiny_model_dir("llama"),
-                "--max-model-len",
-                "16",
-                "--input-len",
-                "10",
-                "--output-len",
-                "10",
-                *SMALL_ENGINE,
-            ]
-        )
+        main(["bench", kind, "--model", tiny_model_dir("llama"), "--max-model-len", "16", *lens, *SMALL_ENGINE])
     assert e.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert err == (
-        "attnserve bench latency: error: the longest prompt (10 tokens) plus the longest output (10 tokens) "
-        "exceeds max_model_len 16; lower --input-len/--output-len/--range-ratio or raise --max-model-len"
+    assert_cli_refusal(
+        capsys.readouterr().err,
+        f"attnserve bench {kind}",
+        Refuses(
+            f"the longest prompt ({longest} tokens) plus the longest output (10 tokens) exceeds max_model_len 16",
+            advice=f"lower {flags} or raise --max-model-len",
+        ),
+        worded,
     )
 
 

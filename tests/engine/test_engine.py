@@ -322,25 +322,28 @@ def test_text_equals_decoding_the_tokens(llm):
         ({"seed": -(2**63) - 1}, "seed", -9223372036854775809, "integer in [-2^63, 2^63 - 1], or None"),
         ({"logprobs": -1}, "logprobs", -1, "integer >= 0"),  # the upper limit is the engine's (--max-logprobs)
         # a list's first bad item (was the whole list: "stop_token_ids [2, -1] not allowed", "stop ['a', 5] ...")
-        ({"stop_token_ids": [2, -1]}, "stop_token_ids", -1, "token ids (integers >= 0)"),
-        ({"stop_token_ids": [2.0]}, "stop_token_ids", 2.0, "token ids (integers >= 0)"),
+        # the item's index in the path (a fresh user's finding: stop_token_ids=[True] named no index)
+        ({"stop_token_ids": [2, -1]}, ("stop_token_ids", 1), -1, "token ids (integers >= 0)"),
+        ({"stop_token_ids": [2.0]}, ("stop_token_ids", 0), 2.0, "token ids (integers >= 0)"),
+        ({"stop_token_ids": [True]}, ("stop_token_ids", 0), True, "token ids (integers >= 0)"),
         ({"stop_token_ids": 2}, "stop_token_ids", 2, "a list of token ids, or None"),
         ({"stop": 5}, "stop", 5, "a string, a list of strings, or None"),
-        ({"stop": ["a", 5]}, "stop", 5, "non-empty strings"),
-        ({"stop": ""}, "stop", "", "non-empty strings"),
+        ({"stop": ["a", 5]}, ("stop", 1), 5, "non-empty strings"),
+        ({"stop": ""}, ("stop", 0), "", "non-empty strings"),
     ],
 )
 def test_bad_sampling_params(kwargs, name, value, allowed):
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(**kwargs)
-    assert (e.value.path, e.value.value, e.value.allowed) == ((name,), value, allowed)
+    path = name if isinstance(name, tuple) else (name,)
+    assert (e.value.path, e.value.value, e.value.allowed) == (path, value, allowed)
     assert type(e.value.value) is type(value)  # 2.0 is not 2, True not 1
 
 
 def test_bad_sampling_params_golden_line():
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(stop=["a", 5])
-    assert (str(e.value), e.value.index) == ("stop 5 not allowed (allowed: non-empty strings)", 1)
+    assert (str(e.value), e.value.index) == ("stop[1] 5 not allowed (allowed: non-empty strings)", 1)
 
 
 def test_every_seed_in_the_range_works_with_every_n(llm):
@@ -373,7 +376,7 @@ def test_sampling_params_error_carries_name_value_and_allowed():
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(stop=["a", ""])
     assert (e.value.name, e.value.value, e.value.index, e.value.allowed) == ("stop", "", 1, "non-empty strings")
-    assert (e.value.path, e.value.value, e.value.allowed) == (("stop",), "", "non-empty strings")
+    assert (e.value.path, e.value.value, e.value.allowed) == (("stop", 1), "", "non-empty strings")
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(max_tokens=0)
     assert (e.value.name, e.value.value, e.value.index) == ("max_tokens", 0, None)

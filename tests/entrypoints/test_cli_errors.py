@@ -34,6 +34,24 @@ HUMAN_INT = (
 # (argv, exit status, the place the line names after "PROG: error: ", the record's fields or None)
 CASES = [
     (["nosuch"], 2, "argument COMMAND", None),
+    (  # a choice flag: the project's line, as a config file's value, not argparse's "invalid choice"
+        ["generate", "--dtype", "fp9"],
+        2,
+        "argument --dtype",
+        {"path": ("dtype",), "value": "fp9", "allowed": "auto, float32, float16, bfloat16, float, half"},
+    ),
+    (
+        ["serve", "--kv-cache-dtype", "fp9"],
+        2,
+        "argument --kv-cache-dtype",
+        {"path": ("kv_cache_dtype",), "value": "fp9", "allowed": "auto, fp8, fp8_e4m3, fp8_e5m2"},
+    ),
+    (
+        ["bench", "attention", "--dtype", "fp9"],
+        2,
+        "argument --dtype",
+        {"value": "fp9", "allowed": "auto, float32, float16, bfloat16"},
+    ),
     (["generate", "--max-tokens", "x"], 2, "argument --max-tokens", {"value": "x", "allowed": "integer >= 1"}),
     (
         ["generate", "--max-tokens", "0"],

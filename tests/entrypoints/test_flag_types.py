@@ -48,7 +48,12 @@ def _rejects(action: argparse.Action, text: str) -> bool:
 
 # the flags that take text and refuse "x" as such: a file or a template, JSON
 TEXT_FLAGS = {"--chat-template", "--default-chat-template-kwargs"}
-NUMERIC = [(argv, flag) for argv, flag, action in FLAGS if _rejects(action, "x") and flag not in TEXT_FLAGS]
+CHOICES = [(argv, flag) for argv, flag, action in FLAGS if getattr(action.type, "__name__", "") == "choice"]
+NUMERIC = [
+    (argv, flag)
+    for argv, flag, action in FLAGS
+    if _rejects(action, "x") and flag not in TEXT_FLAGS and (argv, flag) not in CHOICES
+]
 
 
 def test_no_flag_is_a_bare_int_or_float():
@@ -74,6 +79,20 @@ def test_text_that_is_not_a_number_names_the_flag_and_what_is_allowed(argv, flag
         r"(an integer|a number)( \(allowed: [^\n]+\))?\n",
         err,
     ), err
+
+
+@pytest.mark.parametrize("argv, flag", CHOICES, ids=[" ".join([*a, f]) for a, f in CHOICES])
+def test_a_choice_flag_refuses_in_the_project_line(argv, flag, capsys, worded):
+    """``arg_types.one_of``: the value and the choices as a refusal record, not argparse's ``invalid choice``."""
+    with pytest.raises(SystemExit) as e:
+        main([*argv, flag, "x"])
+    assert e.value.code == 2
+    assert_cli_refusal(capsys.readouterr().err, f"attnserve {' '.join(argv)}", Refuses(f"argument {flag}", "x"), worded)
+    assert worded[-1].allowed and "x" not in worded[-1].allowed.split(", ")
+
+
+def test_choice_flags_are_covered():
+    assert {"--log-level", "--endpoint", "--dataset", "--baseline", "--format"} <= {f for _, f in CHOICES}
 
 
 @pytest.mark.parametrize(

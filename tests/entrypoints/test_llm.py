@@ -7,9 +7,9 @@ import pytest
 
 from attnserve import LLM, SamplingParams
 from attnserve.engine.request_checks import MaxTokensTooLargeError, PromptTooLongError, RequestValueError
-from attnserve.refusals.words import PROMPT_KINDS as PROMPT_WORDS
+from attnserve.refusals.requests import PROMPT_KINDS as PROMPT_WORDS
 from attnserve.refusals import MISSING, Refusal
-from attnserve.refusals.words import MESSAGE_WORDS
+from attnserve.refusals.requests import MESSAGE_WORDS
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
 IDS = [504, 3575, 282, 4649, 314]

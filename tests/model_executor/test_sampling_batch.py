@@ -34,3 +34,25 @@ def test_rows_generators_and_flags_and_when_a_batch_matches():
     assert not batch.matches([_req("a", SamplingParams(temperature=0.0)), reqs[1], reqs[2]])  # another params object
     plain = SamplingBatch.of([_req("a", greedy)], generator)
     assert not plain.changes_logits and not plain.penalties and plain.sampler_rows.random == []
+
+
+def test_sampling_state_keeps_a_seeded_generator_until_its_request_finishes():
+    import torch
+
+    from attnserve.model_executor.sampling_batch import NO_SAMPLE, SamplingState
+
+    state = SamplingState(torch.device("cpu"), seed=0)
+    assert state.last_sample is NO_SAMPLE
+    assert state.generator("a", None) is state.default_generator
+    own = state.generator("b", 7)
+    assert state.generator("b", 7) is own and list(state.generators) == ["b"]
+    expected = torch.Generator().manual_seed(7)
+    assert torch.equal(torch.rand(3, generator=own), torch.rand(3, generator=expected))
+    seeded = SamplingParams(temperature=0.8, seed=7)
+    reqs = [_req("b", seeded)]
+    batch = state.sampling_batch(reqs)
+    assert state.sampling_batch([_req("b", seeded)]) is batch  # the same requests: the last step's batch
+    state.forget([], ["x"])  # a preemption: the batch is made again, the generators stay
+    assert state.sampling_batch(reqs) is not batch and list(state.generators) == ["b"]
+    state.forget(["b"], [])
+    assert state.generators == {} and state.generator("b", 7) is not own

@@ -26,7 +26,7 @@ from attnserve.attention.backend import (
 from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.kernels.reference import causal_mask, softmax_with_sinks
 from attnserve.refusals import Reason
-from attnserve.refusals.words import SEPARATE_CALLS
+from attnserve.refusals.backends import SEPARATE_CALLS
 
 
 @dataclass

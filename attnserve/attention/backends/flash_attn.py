@@ -28,6 +28,7 @@ from attnserve.attention.capabilities import BackendCapabilities, cc_str
 from attnserve.attention.backends.flash_attn_versions import FLASH_ATTN_VERSIONS, as_built, version_preference
 from attnserve.attention.validation import capability_reasons, package_installed
 from attnserve.refusals import Reason
+from attnserve.refusals import backends as words
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.attention.backends.flash_attn_calls import FlashAttentionImpl, FlashAttentionMetadataBuilder
@@ -145,15 +146,7 @@ class FlashAttentionBackend(AttentionBackend):
             version = cls.resolve_version(selector_config, platform, attention_config, assume_installed)
         if version in (None, 3):
             return []
-        return [
-            Reason(
-                f"flash_attn_max_num_splits_for_cuda_graph {splits} not supported with flash_attn_version "
-                f"{version} (FlashAttention 3's split plan only)",
-                "flash_attn_max_num_splits_for_cuda_graph",
-                splits,
-                "flash_attn_version 3",
-            )
-        ]
+        return [words.graph_splits_need_fa3(splits, version)]
 
     @classmethod
     def _version_reasons(cls, selector_config, platform, attention_config=None, assume_installed=False) -> list[Reason]:
@@ -163,42 +156,17 @@ class FlashAttentionBackend(AttentionBackend):
             caps = cls.version_capabilities(versions[0], assume_installed)
             reasons = capability_reasons(caps, selector_config, platform, assume_installed=True)
             if not assume_installed and not any(package_installed(FLASH_ATTN_VERSIONS[v].package) for v in versions):
-                extras = [f"'attnserve[{FLASH_ATTN_VERSIONS[v].pip_extra}]'" for v in versions]
-                alt = f" (or {', '.join(extras[1:])})" if len(extras) > 1 else ""
-                reasons.insert(
-                    1,
-                    Reason(
-                        f"not installed: pip install {extras[0]}{alt}",
-                        "package",
-                        FLASH_ATTN_VERSIONS[versions[0]].package,
-                        f"pip install {extras[0]}{alt}",
-                    ),
-                )
+                extras = [FLASH_ATTN_VERSIONS[v].pip_extra for v in versions]
+                reasons.insert(1, words.install_extras(extras, FLASH_ATTN_VERSIONS[versions[0]].package))
             return reasons
         cc = platform.compute_capability
         if requested is not None:
             v = FLASH_ATTN_VERSIONS[requested]
             reasons = []
             if not v.supports_gpu(cc):
-                where = f"compute capability {cc_str(cc)}" if cc else "this device"
-                reasons.append(
-                    Reason(
-                        f"flash_attn_version {requested} not supported on {where} "
-                        f"(FlashAttention {requested} needs {v.gpu_rule()})",
-                        "compute_capability",
-                        cc,
-                        v.gpu_rule(),
-                    )
-                )
+                reasons.append(words.version_not_on_gpu(requested, cc, cc_str(cc) if cc else "", v.gpu_rule()))
             if not assume_installed and not package_installed(v.package):
-                reasons.append(
-                    Reason(
-                        f"flash_attn_version {requested} not installed: pip install 'attnserve[{v.pip_extra}]'",
-                        "package",
-                        v.package,
-                        f"pip install 'attnserve[{v.pip_extra}]'",
-                    )
-                )
+                reasons.append(words.version_not_installed(requested, v.pip_extra, v.package))
             caps = cls.version_capabilities(requested, assume_installed)
             # the GPU and package reasons above are the version-specific wording of these two checks
             caps_reasons = capability_reasons(caps, selector_config, platform, assume_installed=True)
@@ -208,18 +176,10 @@ class FlashAttentionBackend(AttentionBackend):
             return [cls._gpu_reason(cc)]
         version = cls.resolve_version(selector_config, platform, attention_config, assume_installed)
         if version is None:
-            extras = [f"'attnserve[{FLASH_ATTN_VERSIONS[v].pip_extra}]'" for v in candidates]
-            alt = f" (or {', '.join(extras[1:])})" if len(extras) > 1 else ""
+            extras = [FLASH_ATTN_VERSIONS[v].pip_extra for v in candidates]
             # judge the model too, against the version that would run once installed: every reason at once
             would_be = cls.resolve_version(selector_config, platform, attention_config, assume_installed=True)
-            return [
-                Reason(
-                    f"not installed: pip install {extras[0]}{alt}",
-                    "package",
-                    FLASH_ATTN_VERSIONS[candidates[0]].package,
-                    f"pip install {extras[0]}{alt}",
-                )
-            ] + capability_reasons(
+            return [words.install_extras(extras, FLASH_ATTN_VERSIONS[candidates[0]].package)] + capability_reasons(
                 cls.version_capabilities(would_be, assume_installed), selector_config, platform, assume_installed=True
             )
         return capability_reasons(
@@ -230,15 +190,7 @@ class FlashAttentionBackend(AttentionBackend):
     def _gpu_reason(cc: tuple[int, int] | None) -> Reason:
         lowest = min(v.min_compute_capability for v in FLASH_ATTN_VERSIONS.values())
         if cc is None:
-            return Reason(
-                "compute capability unknown (FlashAttention needs a CUDA GPU)", "compute_capability", None, "a CUDA GPU"
-            )
+            return words.UNKNOWN_CAPABILITY
         if cc < lowest:
-            return Reason(
-                f"compute capability {cc_str(cc)} not supported (needs >= {cc_str(lowest)})",
-                "compute_capability",
-                cc,
-                f">= {cc_str(lowest)}",
-            )
-        ranges = "; ".join(f"FlashAttention {n}: {v.gpu_rule()}" for n, v in FLASH_ATTN_VERSIONS.items())
-        return Reason(f"compute capability {cc_str(cc)} not supported ({ranges})", "compute_capability", cc, ranges)
+            return words.capability_below(cc, cc_str(cc), cc_str(lowest))
+        return words.capability_between(cc, cc_str(cc), {n: v.gpu_rule() for n, v in FLASH_ATTN_VERSIONS.items()})

@@ -47,6 +47,7 @@ import torch
 from attnserve.attention.backend import CudaGraphSupport
 from attnserve.attention.capabilities import BackendCapabilities, cc_str
 from attnserve.attention.validation import package_installed
+from attnserve.refusals import backends as words
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnserve.config.attention import AttentionConfig
@@ -113,9 +114,7 @@ def installed_version(attention_config: "AttentionConfig | None", device: torch.
     for v in version_preference(cc):
         if FLASH_ATTN_VERSIONS[v].supports_gpu(cc) and package_installed(FLASH_ATTN_VERSIONS[v].package):
             return v
-    raise ValueError(
-        f"no FlashAttention version installed for compute capability {cc}: pip install 'attnserve[fa3]' (or fa4, fa2)"
-    )
+    raise ValueError(words.no_version_installed(cc))
 
 
 # the module a version's build writes its compile-time switches to (FA3: hopper/setup.py's create_build_config_file)
@@ -211,5 +210,5 @@ def load_kernels(version: int) -> Any:
     elif version == 2:
         import flash_attn as mod
     else:  # pragma: no cover - AttentionConfig validates the choices
-        raise ValueError(f"flash_attn_version {version} not supported (supported: 2, 3, 4)")
+        raise ValueError(words.version_unknown(version))
     return mod

@@ -49,7 +49,7 @@ from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.kernels.paged_kv_indices import device_pages, host_pages
 from attnserve.attention.ops.pinned_ring import PinnedRing
 from attnserve.refusals import Reason
-from attnserve.refusals.words import TRTLLM_NOT_WIRED, trtllm_needs_blackwell
+from attnserve.refusals.backends import TRTLLM_NOT_WIRED, trtllm_needs_blackwell
 
 if TYPE_CHECKING:  # flashinfer_graphs imports this module: the planner itself is imported in the builder
     from attnserve.attention.backends.flashinfer_graphs import FlashInferGraph

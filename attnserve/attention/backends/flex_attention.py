@@ -36,7 +36,7 @@ from attnserve.attention.backend import (
 from attnserve.kernels.kv_write import KVWriteTarget, kv_views
 from attnserve.attention.validation import package_installed
 from attnserve.refusals import Reason
-from attnserve.refusals.words import not_installed
+from attnserve.refusals.backends import not_installed
 
 
 class FlexAttentionBackend(AttentionBackend):

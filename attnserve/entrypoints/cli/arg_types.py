@@ -15,7 +15,7 @@ import math
 from typing import Callable
 
 from attnserve.refusals import TEXT, Refusal, range_words, statement
-from attnserve.refusals.words import output_file_problem, output_file_words
+from attnserve.refusals.cli import output_file_problem, output_file_words
 
 _NOUNS = {int: ("integer", "an integer"), float: ("number", "a number")}
 
@@ -49,6 +49,22 @@ def typed(convert: type[int] | type[float], allowed: str | None = None) -> Calla
     """An argparse type that checks the type only: any int (float) is accepted, text that is none is refused
     naming ``allowed`` (default: the bare type word) — for flags whose range is checked where the value is used."""
     return checked(convert, lambda _: True, allowed or _NOUNS[convert][0])
+
+
+def one_of(choices: list[str] | tuple[str, ...], path: tuple[str, ...] = (), allowed: str | None = None) -> dict:
+    """The ``add_argument`` keywords of a flag that takes one of ``choices``: refused in the project's line
+    (``argument --dtype: 'fp9' not allowed (allowed: auto, float32, ...)``, as a config file's value is), not
+    argparse's ``invalid choice``, when the command line is parsed; ``--help`` lists them as argparse does
+    (``{auto,float32,...}``). ``path``, ``allowed``: an engine argument's (its setting, its words)."""
+    allowed = allowed or ", ".join(choices)
+
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(statement(Refusal(path, text, allowed, written=TEXT)))
+        return text
+
+    parse.__name__ = "choice"
+    return {"type": parse, "metavar": "{" + ",".join(choices) + "}"}
 
 
 def human_int(allowed: str) -> Callable[[str], int]:

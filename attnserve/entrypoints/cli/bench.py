@@ -12,10 +12,11 @@ import sys
 
 from attnserve.config.cache import BLOCK_SIZES, KV_CACHE_DTYPES
 from attnserve.config.fields import range_words
-from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
+from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, one_of, output_file, positive_int
 from attnserve.entrypoints.cli.bench_serve import add_serve_parser
 from attnserve.refusals import message
-from attnserve.refusals.words import at_flag
+from attnserve.refusals import bench as words
+from attnserve.refusals.cli import at_argument, at_flag, unreadable_file
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -46,7 +47,7 @@ def _add_baseline(g) -> None:
     g.add_argument(
         "--baseline",
         default=None,
-        choices=["transformers", "vllm"],
+        **one_of(["transformers", "vllm"]),
         help="also run the same requests through transformers' generate (in this process) or vLLM (a "
         "subprocess, after the engine exits; needs vllm and a --model folder), with the same "
         "model, dtype and lengths, and report the ratio",
@@ -170,7 +171,7 @@ def _add_attention(kinds) -> None:
     g.add_argument(
         "--dtype",
         default="auto",
-        choices=["auto", "float32", "float16", "bfloat16"],
+        **one_of(["auto", "float32", "float16", "bfloat16"]),
         help="auto = bfloat16 on GPU, float32 on CPU",
     )
     g.add_argument("--num-heads", type=positive_int, default=32, help="query heads (default 32)")
@@ -185,7 +186,7 @@ def _add_attention(kinds) -> None:
     g.add_argument(
         "--kv-cache-dtype",
         default="auto",
-        choices=list(KV_CACHE_DTYPES),
+        **one_of(list(KV_CACHE_DTYPES)),
         help="KV-cache element type, as the engine's --kv-cache-dtype takes it (default auto = --dtype); "
         "backends that cannot read it are skipped with the reason",
     )
@@ -226,7 +227,7 @@ def _check_plot(args: argparse.Namespace, parser) -> None:
     import importlib.util
 
     if args.plot and importlib.util.find_spec("matplotlib") is None:
-        parser.error("--plot needs matplotlib: pip install 'attnserve[bench]' (or pip install matplotlib)")
+        parser.error(words.PLOT_NEEDS_MATPLOTLIB)
 
 
 def _finish(args: argparse.Namespace, result: dict, plot) -> int:
@@ -251,7 +252,7 @@ def _check_baseline(args: argparse.Namespace, config) -> None:
     try:
         check_vllm_baseline(config.model.model)
     except Refused as e:
-        args._engine_arg_parser.error(message(e.refusal.at("argument --baseline", names_path=True)))
+        args._engine_arg_parser.error(message(at_argument(e.refusal, "--baseline", written=e.refusal.written)))
 
 
 def run_throughput(args: argparse.Namespace) -> int:
@@ -263,14 +264,9 @@ def run_throughput(args: argparse.Namespace) -> int:
     _check_baseline(args, config)
     for flag, value, unused in (("--prefix-len", args.prefix_len, 0), ("--num-turns", args.num_turns, 1)):
         if value != unused and args.prompts_file:
-            args._engine_arg_parser.error(
-                f"argument {flag}: {value} not allowed with --prompts-file (it shapes random prompts)"
-            )
+            args._engine_arg_parser.error(message(words.with_prompts_file(flag, value)))
     if args.num_turns > 1 and args.baseline:
-        args._engine_arg_parser.error(
-            f"argument --num-turns: {args.num_turns} not allowed with --baseline (a later "
-            "turn's prompt holds the engine's own answer)"
-        )
+        args._engine_arg_parser.error(message(at_argument(words.turns_with_baseline(args.num_turns), "--num-turns")))
     from attnserve.benchmarks.plots import plot_throughput
     from attnserve.benchmarks.throughput import run_throughput as run
 
@@ -290,7 +286,7 @@ def run_throughput(args: argparse.Namespace) -> int:
         )
     except OSError as e:  # the prompts file, or a model that is not there (whose message names it)
         if e.filename is not None and e.filename == args.prompts_file:
-            args._engine_arg_parser.error(f"argument --prompts-file: {e.filename}: {e.strerror}")
+            args._engine_arg_parser.error(message(unreadable_file("--prompts-file", e.filename, e.strerror)))
         args._engine_arg_parser.error(str(e))
     except PromptsFileError as e:  # not UTF-8 text, or no prompts in it
         args._engine_arg_parser.error(message(at_flag(e.refusal, "--prompts-file")))
@@ -330,7 +326,9 @@ def run_latency(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:
         key = getattr(e, "key", None)
         if key == "tensor_parallel_size" and args.compare_tensor_parallel_sizes:  # the sizes run are this flag's
-            args._engine_arg_parser.error(f"argument --compare-tensor-parallel-sizes: {e}")
+            args._engine_arg_parser.error(
+                message(e.refusal.at("argument --compare-tensor-parallel-sizes", written=e.refusal.written))
+            )
         args._engine_arg_parser.error(error_line(args, e))
     return _finish(args, result, plot_latency)
 
@@ -342,9 +340,7 @@ def run_attention(args: argparse.Namespace) -> int:
 
     _check_plot(args, args._bench_parser)
     if args.num_heads % args.num_kv_heads:
-        args._bench_parser.error(
-            f"argument --num-heads: {args.num_heads} is not a multiple of --num-kv-heads {args.num_kv_heads}"
-        )
+        args._bench_parser.error(message(words.heads_not_grouped(args.num_heads, args.num_kv_heads)))
     try:
         result = run(
             device=args.device,
@@ -363,16 +359,13 @@ def run_attention(args: argparse.Namespace) -> int:
             progress=args.progress,
         )
     except UnknownBackendError as e:
-        args._bench_parser.error(f"argument --backends: {e}")
+        args._bench_parser.error(message(e.refusal.at("argument --backends", written=e.refusal.written)))
     except ValueError as e:
         args._bench_parser.error(str(e))
     if not result["backends"] and args.backends:  # the backends asked for cannot run: a bad value, as generate's
-        why = ". ".join(f"{n}: {'; '.join(r)}" for n, r in result["skipped"].items())
-        args._bench_parser.error(
-            f"argument --backends: no backend of {', '.join(args.backends)} can run on {result['device']}: {why}"
-        )
+        args._bench_parser.error(message(words.no_backend_runs(args.backends, result["device"], result["skipped"])))
     if not result["backends"]:  # nothing installed could run: say why (the table lists the reasons) and fail
         print(result["table"])
-        print(f"attnserve bench attention: error: no usable backend on {result['device']}", file=sys.stderr)
+        print(f"attnserve bench attention: error: {words.no_usable_backend(result['device'])}", file=sys.stderr)
         return 1
     return _finish(args, result, plot_attention)

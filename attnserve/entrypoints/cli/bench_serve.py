@@ -10,9 +10,10 @@ import json
 import math
 
 from attnserve.config.fields import range_words
-from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, output_file, positive_int
+from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, one_of, output_file, positive_int
 from attnserve.refusals import message
-from attnserve.refusals.words import at_flag
+from attnserve.refusals import bench as words
+from attnserve.refusals.cli import at_flag, unreadable_file
 
 # flag types: a bad value exits 2 with one line naming the flag, the value and what is allowed (range_words' words)
 _request_rate = checked(float, lambda v: v > 0.0, range_words("number", (">", 0), None) + ", or inf")  # nan fails too
@@ -35,7 +36,7 @@ def add_serve_parser(kinds) -> None:
     s.add_argument("--base-url", default=None, help="server URL (default http://HOST:PORT)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=_server_port, default=8000)
-    s.add_argument("--endpoint", default="/v1/completions", choices=["/v1/completions", "/v1/chat/completions"])
+    s.add_argument("--endpoint", default="/v1/completions", **one_of(["/v1/completions", "/v1/chat/completions"]))
     s.add_argument("--model", default=None, help="model name (default: the server's first model)")
     s.add_argument("--num-prompts", type=positive_int, default=100)
     s.add_argument(
@@ -48,7 +49,7 @@ def add_serve_parser(kinds) -> None:
     s.add_argument(
         "--dataset",
         default=None,
-        choices=["random", "file"],
+        **one_of(["random", "file"]),
         help="random words, or the prompts of --prompt-file (default: file with --prompt-file, else random)",
     )
     s.add_argument(
@@ -100,12 +101,9 @@ def _base_url(args: argparse.Namespace) -> str:
     except httpx.InvalidURL:
         ok = False
     if not ok and args.base_url:
-        args._bench_parser.error(
-            f"argument --base-url: {args.base_url!r} not allowed (allowed: an http:// or "
-            "https:// URL with a host, and a port in [1, 65535] if it names one)"
-        )
+        args._bench_parser.error(message(words.at("--base-url", args.base_url, allowed=words.BASE_URL_WORDS)))
     if not ok:
-        args._bench_parser.error(f"argument --host: {args.host!r} not allowed (allowed: a host name or IP address)")
+        args._bench_parser.error(message(words.at("--host", args.host, allowed=words.HOST_WORDS)))
     return url
 
 
@@ -116,15 +114,11 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.dataset is None:  # a prompt file is what the user wants benchmarked, not random words beside it
         args.dataset = "file" if args.prompt_file else "random"
     if args.dataset == "file" and not args.prompt_file:
-        args._bench_parser.error("argument --dataset: file needs --prompt-file")
+        args._bench_parser.error(message(words.FILE_NEEDS_PROMPT_FILE))
     if args.dataset == "file" and args.prefix_len:
-        args._bench_parser.error(
-            f"argument --prefix-len: {args.prefix_len} not allowed with a prompt file (it shapes random prompts)"
-        )
+        args._bench_parser.error(message(words.with_prompts_file("--prefix-len", args.prefix_len, "a prompt file")))
     if args.dataset == "random" and args.prompt_file:
-        args._bench_parser.error(
-            "argument --prompt-file: not used with --dataset random (leave --dataset out, or give --dataset file)"
-        )
+        args._bench_parser.error(message(words.PROMPT_FILE_UNUSED))
     cfg = BenchConfig(
         base_url=_base_url(args),
         endpoint=args.endpoint,
@@ -145,7 +139,7 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         summary = asyncio.run(run_benchmark(cfg))
     except OSError as e:  # the prompt file
-        args._bench_parser.error(f"argument --prompt-file: {e.filename}: {e.strerror}")
+        args._bench_parser.error(message(unreadable_file("--prompt-file", e.filename, e.strerror)))
     except PromptsFileError as e:  # not UTF-8 text, no prompts in it, or a malformed JSONL line
         args._bench_parser.error(message(at_flag(e.refusal, "--prompt-file")))
     except ValueError as e:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from attnserve.refusals import TEXT, Refusal, Refused, statement
+from attnserve.refusals import Refused, statement
+from attnserve.refusals.cli import not_json, not_json_object
 
 
 def chat_template(text: str) -> str:
@@ -25,11 +26,9 @@ def json_object(text: str) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(
-            statement(Refusal(value=text, reason=f"is no JSON ({e})", allowed="a JSON object", written=TEXT))
-        ) from None
+        raise argparse.ArgumentTypeError(statement(not_json(text, e))) from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(statement(Refusal(value=text, allowed="a JSON object", written=TEXT)))
+        raise argparse.ArgumentTypeError(statement(not_json_object(text)))
     return value
 
 

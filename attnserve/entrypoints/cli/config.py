@@ -26,6 +26,7 @@ import sys
 
 from attnserve.config import EngineConfig
 from attnserve.config.engine_args import engine_arg_values
+from attnserve.entrypoints.cli.arg_types import one_of
 from attnserve.entrypoints.cli.engine_args import add_engine_args, error_line, resolve_engine_args
 
 
@@ -41,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_engine_args(p, positional_model=True)
     p.add_argument(
         "--format",
-        choices=["json", "yaml"],
+        **one_of(["json", "yaml"]),
         default="json",
         help="the printed config file's format (default json); --config reads both",
     )

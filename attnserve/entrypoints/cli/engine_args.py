@@ -19,16 +19,16 @@ JSON`` / ``-ac JSON``, ``--attention-config.FIELD VALUE`` / ``-ac.FIELD VALUE`` 
 applied left to right. Files: ``--config FILE`` (YAML or JSON), ``--json-config FILE``. Precedence:
 command line > files (in command-line order) > defaults.
 
-The parser must be an ``EngineArgumentParser`` (the ``attnserve`` command's subparsers are): it gives
-one-line errors, takes ``_`` and ``-`` alike in flag names, and names unknown flags with a suggestion.
+The parser must be an ``EngineArgumentParser`` (``engine_arg_parser.py``; the ``attnserve`` command's subparsers
+are one): it gives one-line errors, takes ``_`` and ``-`` alike in flag names, and names unknown flags with a
+suggestion.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from typing import Any, NoReturn, Sequence
+from typing import Any, NoReturn
 
 from attnserve.config import AttentionConfig, ConfigError, EngineConfig
 from attnserve.config.engine_arg_table import EngineArg
@@ -43,9 +43,10 @@ from attnserve.config.engine_args import (
 )
 from attnserve.config.fields import HUMAN_INT_WORDS, field_docs, split_optional
 from attnserve.config.files import file_settings, loads_json
-from attnserve.refusals import PYTHON, Refusal, Refused, closest, message
-from attnserve.refusals.words import model_given_twice, no_value_forms
-from attnserve.entrypoints.cli.arg_types import human_int, typed
+from attnserve.refusals import PYTHON, Refusal, Refused, message
+from attnserve.refusals.config import model_given_twice
+from attnserve.entrypoints.cli.arg_types import human_int, one_of, typed
+from attnserve.entrypoints.cli.engine_arg_parser import EngineArgumentParser, _norm
 
 __all__ = [
     "ConfigError",
@@ -59,96 +60,6 @@ __all__ = [
 _ITEMS = "_engine_arg_items"  # namespace attribute: Settings and config files, in command-line order
 _PARSER = "_engine_arg_parser"  # namespace attribute: the parser that owns the engine flags
 _RESOLVED = "_engine_arg_resolved"  # namespace attribute: the Resolved config, once built
-_ATTENTION_DOTTED = ("--attention-config.", "-ac.")
-# after a flag that takes no value, these are a value meant for it, not the positional MODEL
-_BOOL_WORDS = {"true", "false", "yes", "no", "0", "1", "on", "off"}
-
-
-def _norm(flag: str) -> str:
-    return flag.replace("_", "-")
-
-
-class EngineArgumentParser(argparse.ArgumentParser):
-    """ArgumentParser with one-line errors (exit 2), ``_``/``-`` interchangeable in flag names, no
-    abbreviations, and, once engine args are added, unknown flags named with a suggestion."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)  # a prefix of a flag silently meaning that flag is a trap
-        super().__init__(*args, **kwargs)
-        self.has_engine_args = False
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {' '.join(message.splitlines())}\n")
-
-    def _canonical_flags(self, arg_strings: Sequence[str]) -> list[str]:
-        by_norm = {_norm(o): o for o in self._option_string_actions}
-        out, rest = [], list(arg_strings)
-        while rest:
-            arg = rest.pop(0)
-            if arg == "--":
-                out += [arg, *rest]
-                break
-            if arg.startswith("-") and arg not in self._option_string_actions:
-                name, eq, value = arg.partition("=")
-                arg = by_norm.get(_norm(name), name) + eq + value
-            out.append(arg)
-        return out
-
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):  # type: ignore[override]
-        arg_strings = self._canonical_flags(sys.argv[1:] if args is None else list(args))
-        self._refuse_flag_values(arg_strings)
-        ns, extras = super().parse_known_args(arg_strings, namespace)
-        if extras:
-            self._refuse_flag_values(arg_strings, extras)
-        if extras and self.has_engine_args:
-            self._unrecognized(extras)
-        return ns, extras
-
-    def _refuse_flag_values(self, arg_strings: list[str], extras: list[str] | None = None) -> None:
-        """A flag that takes no value given one: ``--enforce-eager=maybe`` or, when ``maybe`` was left over
-        (``extras``), ``--enforce-eager maybe``; with a positional MODEL, also ``--enforce-eager false``
-        (a true/false word would otherwise be taken as the model). One line naming the value and the
-        allowed forms, instead of argparse's "ignored explicit argument" / "unrecognized arguments"."""
-        subcommands = {n for a in self._actions if isinstance(a, argparse._SubParsersAction) for n in a.choices}
-        positional_model = any(a.dest == "model_tag" for a in self._actions)
-        previous = None
-        for arg in arg_strings:
-            if arg == "--" or arg in subcommands:  # the rest is positional, or a subcommand's to check
-                return
-            flag, eq, value = arg.partition("=")
-            if eq and arg.startswith("-"):
-                self._no_value(flag, value)
-            elif previous is not None and (extras and arg in extras or positional_model and arg.lower() in _BOOL_WORDS):
-                self._no_value(previous, arg)
-            previous = arg
-        return
-
-    def _no_value(self, flag: str, value: str) -> None:
-        action = self._option_string_actions.get(flag)
-        if action is not None and action.nargs == 0:
-            forms = " or ".join(action.option_strings)
-            self.error(
-                message(
-                    Refusal(
-                        value=value,
-                        subject="value",
-                        allowed=no_value_forms(forms),
-                        origin=f"argument {flag}",
-                        written=PYTHON,
-                    )
-                )
-            )
-
-    def _unrecognized(self, extras: list[str]) -> NoReturn:
-        flag = next((e.partition("=")[0] for e in extras if e.startswith("-")), None)
-        for prefix in _ATTENTION_DOTTED if flag else ():
-            if _norm(flag).startswith(prefix):  # type: ignore[union-attr]
-                try:
-                    AttentionConfig.normalize_key(flag[len(prefix) :], f"in {flag}")  # type: ignore[index]
-                except ConfigError as e:
-                    self.error(message(e.refusal.at(f"argument {flag}", written=e.refusal.written)))
-        near = closest(_norm(flag), list(self._option_string_actions)) if flag else None
-        self.error(f"unrecognized arguments: {' '.join(extras)}" + (f"; did you mean {near!r}?" if near else ""))
 
 
 def _record(namespace: argparse.Namespace, item: object) -> None:
@@ -237,14 +148,13 @@ def _add_flag(group: argparse._ArgumentGroup, arg: EngineArg) -> None:
     if base is bool:
         kwargs.update(nargs=0)
     else:
-        # a number's choices (--block-size) are checked with its range when the config is built: ``argument
-        # --block-size: block_size 7 not allowed (allowed: ...)``, as every surface says it, not argparse's words
-        text = base is str and choices
-        kwargs.update(
-            choices=choices if text else None,
-            type=_converter(base, optional, arg.allowed, arg.human_readable),
-            metavar=None if text else arg.name.upper(),
-        )
+        # a number's choices (--block-size) are checked with its range when the config is built, a text's (--dtype)
+        # when the command line is parsed (before any other line): ``argument --dtype: 'fp9' not allowed (allowed:
+        # ...)`` either way, as every surface says it, not argparse's ``invalid choice``
+        if base is str and choices:
+            kwargs.update(one_of([str(c) for c in choices], (arg.name,), arg.allowed))
+        else:
+            kwargs.update(type=_converter(base, optional, arg.allowed, arg.human_readable), metavar=arg.name.upper())
     group.add_argument(
         flag,
         *(["--no-" + flag[2:]] if base is bool else []),

@@ -8,8 +8,16 @@ import sys
 import time
 from dataclasses import replace
 
-from attnserve.refusals import PYTHON, Refusal, Refused, message
-from attnserve.refusals.words import DEFAULT_PROMPT_ADVICE, LOGIT_BIAS, at_flag, no_prompts
+from attnserve.refusals import Refusal, Refused, message
+from attnserve.refusals.cli import (
+    DEFAULT_PROMPT_ADVICE,
+    LOGIT_BIAS,
+    THE_DEFAULT_PROMPT,
+    at_argument,
+    at_flag,
+    no_prompts,
+    unreadable_file,
+)
 
 DEFAULT_PROMPT = "What are the three primary colors? Answer in one sentence."
 # the sampling flags' values when neither the command line nor the generation config (--generation-config) sets them
@@ -162,7 +170,9 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
         except PromptsFileError as e:  # not UTF-8 text, a bad JSONL line
             raise Refused(at_flag(e.refusal, "--prompts-file")) from None
         if not from_file:  # not the default prompt instead: the file named is likely the wrong one
-            raise Refused(no_prompts(args.prompts_file, "--prompts-file", "the default prompt"))
+            raise Refused(
+                at_flag(no_prompts(args.prompts_file, "--prompts-file", THE_DEFAULT_PROMPT), "--prompts-file")
+            )
         prompts += from_file
     if not prompts:
         return [DEFAULT_PROMPT], True
@@ -170,13 +180,7 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], bool]:
         try:
             check_not_empty(p)
         except RequestValueError as e:
-            raise ValueError(
-                message(
-                    replace(e.refusal, advice=DEFAULT_PROMPT_ADVICE).at(
-                        "argument --prompt", names_path=True, written=PYTHON
-                    )
-                )
-            ) from None
+            raise Refused(at_argument(replace(e.refusal, advice=DEFAULT_PROMPT_ADVICE), "--prompt")) from None
     return prompts, args.chat
 
 
@@ -192,7 +196,7 @@ def _logit_bias(items: list[str] | None) -> dict[int, float] | None:
         except ValueError:
             sep = ""
         if not sep:
-            raise Refused(Refusal(("logit_bias",), item, LOGIT_BIAS, origin="argument --logit-bias", names_path=True))
+            raise Refused(at_argument(Refusal(("logit_bias",), item, LOGIT_BIAS), "--logit-bias"))
     return out
 
 
@@ -222,9 +226,9 @@ def run(args: argparse.Namespace) -> int:
         )
         prompts, chat = _prompts(args)
     except SamplingParamsError as e:  # the flag names the parameter: the value and what is allowed
-        return _error(message(e.refusal.at(f"argument --{e.name.replace('_', '-')}", names_path=True, written=PYTHON)))
+        return _error(message(at_argument(e.refusal, e.name)))
     except OSError as e:
-        return _error(message(Refusal(subject=args.prompts_file, reason=e.strerror, origin="argument --prompts-file")))
+        return _error(message(unreadable_file("--prompts-file", args.prompts_file, e.strerror)))
     except ValueError as e:
         return _error(str(e))
 
@@ -242,9 +246,9 @@ def run(args: argparse.Namespace) -> int:
             chat_template=args.chat_template,
         )
     except MaxTokensTooLargeError as e:  # a prompt that fits, but not with --max-tokens more (the server's words)
-        return _error(message(e.refusal.at("argument --max-tokens", names_path=True, written=PYTHON)))
+        return _error(message(at_argument(e.refusal, "--max-tokens")))
     except SamplingParamsError as e:  # what the engine refuses of them (--logprobs over --max-logprobs)
-        return _error(message(e.refusal.at(f"argument --{e.name.replace('_', '-')}", names_path=True, written=PYTHON)))
+        return _error(message(at_argument(e.refusal, e.name)))
     except (ValueError, FileNotFoundError) as e:  # unknown model, bad architecture, prompt too long, ...
         return _error(error_line(args, e))
     if args.output_json:

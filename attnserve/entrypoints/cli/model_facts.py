@@ -40,7 +40,9 @@ def read_model_facts(model: str | None) -> ModelAttentionFacts:
     try:
         source = resolve_model_source(model, weights=False)  # a hub id: config and tokenizer only
     except FileNotFoundError as e:
-        raise ValueError(f"argument --model: {e} (or pass --head-size, --num-heads, --num-kv-heads)") from None
+        from attnserve.refusals.cli import model_unreadable
+
+        raise ValueError(model_unreadable(e)) from None
     config = load_hf_config(source)
     dims = get_model_class(config).dims(config)
     layers = dims.layer_attention()

@@ -9,7 +9,7 @@ import socket
 import sys
 
 from attnserve.config import EngineConfig
-from attnserve.entrypoints.cli.arg_types import nonnegative_int, port, positive_int, seconds
+from attnserve.entrypoints.cli.arg_types import nonnegative_int, one_of, port, positive_int, seconds
 from attnserve.entrypoints.cli.chat_args import add_chat_template_args
 from attnserve.entrypoints.cli.engine_args import ConfigError, add_engine_args, engine_config_from_args, error_line
 
@@ -49,7 +49,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="seconds in-flight requests may run on after SIGINT/SIGTERM before they are aborted "
         "(default 10; 0: at once; an aborted request ends with finish_reason abort)",
     )
-    g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    g.add_argument("--log-level", default="info", **one_of(["critical", "error", "warning", "info", "debug"]))
     from attnserve.entrypoints.openai.tool_parsers import TOOL_PARSERS
 
     g.add_argument(
@@ -61,7 +61,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument(
         "--tool-call-parser",
         default=None,
-        choices=sorted(TOOL_PARSERS),
+        **one_of(sorted(TOOL_PARSERS)),
         help="the format the model writes tool calls in, read out of auto tool-choice outputs; needs "
         "--enable-auto-tool-choice",
     )

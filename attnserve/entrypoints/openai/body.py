@@ -25,8 +25,8 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from attnserve.refusals import Refusal, openai_error
-from attnserve.refusals.words import body_integer_too_long, body_not_utf8, body_too_deep
-from attnserve.refusals.words import lone_surrogate as lone_surrogate_refusal
+from attnserve.refusals.serving import body_integer_too_long, body_not_utf8, body_too_deep
+from attnserve.refusals.serving import lone_surrogate as lone_surrogate_refusal
 
 # arrays and objects in arrays and objects: an OpenAI request needs a handful (messages, content parts)
 MAX_DEPTH = 100

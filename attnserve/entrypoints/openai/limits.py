@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.refusals import Refusal, openai_error
+from attnserve.refusals import serving as words
 
 MAX_STOP_STRINGS = 64
 MAX_STOP_STRING_CHARS = 1024  # a stream holds back up to this many characters minus one (a stop string's start)
@@ -25,14 +26,7 @@ def check_request_lists(req) -> None:
     for i, s in enumerate([stop] if isinstance(stop, str) else stop or []):
         if len(s) > MAX_STOP_STRING_CHARS:
             path = ("stop",) if isinstance(stop, str) else ("stop", i)
-            _refuse(
-                Refusal(
-                    path,
-                    reason=f"is a string of {len(s)} characters",
-                    allowed=f"at most {MAX_STOP_STRING_CHARS} characters",
-                ),
-                "string_above_max_length",
-            )
+            _refuse(words.string_too_long(path, len(s), MAX_STOP_STRING_CHARS), "string_above_max_length")
     if req.stop_token_ids:
         _check_count(("stop_token_ids",), req.stop_token_ids, MAX_STOP_TOKEN_IDS, "stop token ids")
     prompt = getattr(req, "prompt", None)
@@ -42,9 +36,7 @@ def check_request_lists(req) -> None:
 
 def _check_count(path: tuple[str, ...], items: list, limit: int, what: str) -> None:
     if len(items) > limit:
-        _refuse(
-            Refusal(path, reason=f"has {len(items)} items", allowed=f"at most {limit} {what}"), "array_above_max_length"
-        )
+        _refuse(words.too_many(path, len(items), limit, what), "array_above_max_length")
 
 
 def _refuse(refusal: Refusal, code: str) -> None:

@@ -13,7 +13,8 @@ from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.protocol import SamplingFields
 from attnserve.entrypoints.openai.serving import ServingContext, refusal_error
 from attnserve.entrypoints.openai.vllm_fields import check_extra_fields
-from attnserve.refusals import Refusal, Refused
+from attnserve.refusals import Refused
+from attnserve.refusals import serving as words
 
 # temperatures below this are greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow to inf
 _GREEDY_EPS = 1e-5
@@ -22,7 +23,7 @@ _GREEDY_EPS = 1e-5
 def check_stream_options(req: SamplingFields) -> None:
     """400 for stream_options on a request that does not stream (OpenAI and vLLM refuse it too)."""
     if req.stream_options is not None and not req.stream:
-        raise OpenAIError("stream_options is only allowed with stream: true", 400, param="stream_options")
+        raise OpenAIError(words.STREAM_OPTIONS, 400, param="stream_options")
 
 
 def check_fields(req, known) -> None:
@@ -39,7 +40,7 @@ def check_unsupported(req: SamplingFields) -> None:
 
     Raises OpenAIError (400) naming the parameter: prompt_logprobs with stream (vLLM refuses it)."""
     if req.prompt_logprobs is not None and req.stream:
-        raise OpenAIError("prompt_logprobs are not available when stream is true", 400, param="prompt_logprobs")
+        raise OpenAIError(words.PROMPT_LOGPROBS_STREAM, 400, param="prompt_logprobs")
 
 
 # OpenAI's defaults of the fields a request may leave unset (null), after the generation config's (vLLM's
@@ -103,7 +104,7 @@ def sampling_params(
         return params
     except SamplingParamsError as e:
         if e.path == ("logprobs",):
-            e = SamplingParamsError(logprobs_param, e.value, e.allowed)
+            e = SamplingParamsError(logprobs_param, e.value, e.allowed, e.index)
         raise sampling_error(e) from None
     except Refused as e:  # the constraint did not compile (or xgrammar is missing): named by the request's field
         refusal = e.refusal
@@ -132,7 +133,7 @@ def logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
         try:
             token = int(key)
         except ValueError:
-            raise refusal_error(Refusal(("logit_bias", key), key, "token ids (decimal integers) as keys")) from None
+            raise refusal_error(words.logit_bias_key(key)) from None
         out[token] = min(100.0, max(-100.0, value))
     return out
 
@@ -140,5 +141,4 @@ def logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
 def sampling_error(e: SamplingParamsError) -> OpenAIError:
     """The 400 for a SamplingParams refusal in the server's words: the field's path (``stop_token_ids.1``), the
     value as JSON, what is allowed."""
-    path = e.path if e.index is None else (*e.path, e.index)
-    return refusal_error(dataclasses.replace(e.refusal, path=path))
+    return refusal_error(e.refusal)

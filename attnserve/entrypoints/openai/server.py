@@ -70,6 +70,7 @@ from attnserve.entrypoints.openai.serving import ChatSettings, ServingContext, l
 from attnserve.entrypoints.openai.serving_chat import create_chat_completion
 from attnserve.entrypoints.openai.serving_completion import create_completion
 from attnserve.entrypoints.openai.serving_tokenize import DETOKENIZE_BODY, TOKENIZE_BODY, detokenize, tokenize
+from attnserve.refusals import serving as words
 
 logger = logging.getLogger(__name__)
 
@@ -251,7 +252,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def internal(_: Request, e: Exception) -> JSONResponse:
         logger.exception("unhandled error")
-        return error_response(f"internal error: {type(e).__name__}: {e}", 500)
+        return error_response(words.internal_error(e), 500)
 
 
 class _AuthAndCount:
@@ -282,9 +283,7 @@ class _AuthAndCount:
             if key and guarded(path, self.ctx.metrics_without_auth):  # an empty key: no key (as vLLM)
                 headers = dict(scope.get("headers") or [])
                 if not authorized(headers.get(b"authorization", b""), key):
-                    response = error_response(
-                        "missing or wrong API key (send 'Authorization: Bearer <key>')", 401, code="invalid_api_key"
-                    )
+                    response = error_response(words.WRONG_API_KEY, 401, code="invalid_api_key")
                     return await response(scope, receive, counting_send)
             await self.app(scope, receive, counting_send)
         finally:

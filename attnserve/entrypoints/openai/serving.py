@@ -29,7 +29,8 @@ from attnserve.entrypoints.openai.errors import OpenAIError, refusal_error
 from attnserve.entrypoints.openai.metrics import ServerMetrics
 from attnserve.entrypoints.openai.tokenizer_thread import TokenizerThread
 from attnserve.executor.base import WorkerDiedError
-from attnserve.refusals import Refused
+from attnserve.refusals import Refused, dotted_path
+from attnserve.refusals import serving as words
 
 
 def request_error(e: RequestValueError) -> OpenAIError:
@@ -102,14 +103,12 @@ class ServingContext:
     def check_ready(self) -> None:
         if not self.engine.is_ready:
             if self.engine.load_error is not None:
-                raise OpenAIError(f"the model failed to load: {load_error_summary(self.engine.load_error)}", 503)
+                raise OpenAIError(words.load_failed(load_error_summary(self.engine.load_error)), 503)
             if self.engine.dead_error is not None:  # a worker died: restart the server
-                raise OpenAIError(f"the engine is dead ({self.engine.dead_error}); restart the server", 503)
+                raise OpenAIError(words.engine_dead_restart(self.engine.dead_error), 503)
             if self.engine.is_stopping:
-                raise OpenAIError(
-                    "the server is shutting down; retry later (on another replica)", 503, code="shutting_down"
-                )
-            raise OpenAIError("the server is starting (loading the model); retry later", 503)
+                raise OpenAIError(words.SHUTTING_DOWN_RETRY, 503, code="shutting_down")
+            raise OpenAIError(words.STARTING, 503)
 
     def check_model(self, name: str | None) -> str:
         """The model name to answer with; 400 for a name this server does not serve."""
@@ -118,10 +117,7 @@ class ServingContext:
         if name not in self.served_model_names:
             # 404 as OpenAI's API and vLLM answer a model that is not there (the body's code says which)
             raise OpenAIError(
-                f"model {name!r} does not exist (served: {', '.join(self.served_model_names)})",
-                404,
-                param="model",
-                code="model_not_found",
+                words.no_such_model(name, self.served_model_names), 404, param="model", code="model_not_found"
             )
         return name
 
@@ -150,7 +146,7 @@ class ServingContext:
         try:
             return check_context_length(len(token_ids), max_tokens, self.max_model_len)
         except PromptTooLongError as e:
-            raise OpenAIError(str(e), 400, param=".".join(map(str, path))) from None
+            raise OpenAIError(str(e), 400, param=dotted_path(path)) from None
         except MaxTokensTooLargeError as e:
             raise OpenAIError(str(e), 400, param=max_tokens_param) from None
 

@@ -33,7 +33,7 @@ from attnserve.entrypoints.openai.protocol_chat import (
 from attnserve.engine.request_checks import RequestValueError
 from attnserve.entrypoints.openai.vllm_fields import CHAT_FIELDS
 from attnserve.refusals import Refusal, Refused
-from attnserve.refusals.words import (
+from attnserve.refusals.serving import (
     NEEDS_LOGPROBS,
     constrained_twice,
     deprecated_function_call,

@@ -39,6 +39,7 @@ from attnserve.entrypoints.openai.request_fields import (
     truncate_prompt,
 )
 from attnserve.entrypoints.openai.structured_fields import structured_outputs
+from attnserve.refusals import serving as words
 
 
 @dataclass
@@ -60,11 +61,11 @@ async def create_completion(ctx: ServingContext, req: CompletionRequest, raw: Re
     check_unsupported(req)
     check_stream_options(req)
     if req.suffix:
-        raise OpenAIError("suffix is not supported", 400, param="suffix")
+        raise OpenAIError(words.SUFFIX, 400, param="suffix")
     if req.best_of is not None and req.best_of != req.n:
-        raise OpenAIError(f"best_of {req.best_of} not supported: it must equal n ({req.n})", 400, param="best_of")
+        raise OpenAIError(words.best_of(req.best_of, req.n), 400, param="best_of")
     if req.echo and req.logprobs is not None:
-        raise OpenAIError("echo with logprobs is not supported; ask for prompt_logprobs instead", 400, param="echo")
+        raise OpenAIError(words.ECHO_LOGPROBS, 400, param="echo")
     constraint = structured_outputs(req)
     # tokenizing (seconds for a long text) and compiling a grammar on the tokenizer thread, so that the event loop
     # answers other requests

@@ -27,6 +27,7 @@ from attnserve.entrypoints.openai.serving import ServingContext
 from attnserve.entrypoints.openai.request_fields import check_fields
 from attnserve.entrypoints.openai.serving_chat import render_chat, template_options
 from attnserve.entrypoints.openai.vllm_fields import DETOKENIZE_FIELDS, TOKENIZE_FIELDS
+from attnserve.refusals import serving as words
 
 
 def inline_schema(annotation) -> dict:
@@ -69,7 +70,7 @@ async def read_body(raw: Request):
     if not isinstance(body, dict):
         raise OpenAIError(
             body_message({"loc": ("body",), "input": body, "type": "model_type"}, raw.headers.get("content-type"))
-            or "the request body must be a JSON object",
+            or words.BODY_NOT_OBJECT,
             400,
         )
     return body
@@ -92,9 +93,7 @@ async def tokenize(ctx: ServingContext, raw: Request) -> TokenizeResponse:
     check_fields(req, TOKENIZE_FIELDS)
     if isinstance(req, TokenizeChatRequest):
         if "prompt" in (req.model_extra or {}):
-            raise OpenAIError(
-                "prompt: not allowed with messages (a /tokenize request has one or the other)", 400, param="prompt"
-            )
+            raise OpenAIError(words.TOKENIZE_PROMPT_AND_MESSAGES, 400, param="prompt")
         options = template_options(ctx, req)
         tokens = await ctx.tokenizer_thread.run(render_chat, ctx, req, options)
     else:

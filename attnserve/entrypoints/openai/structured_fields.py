@@ -10,6 +10,7 @@ from attnserve.entrypoints.openai.errors import OpenAIError
 from attnserve.entrypoints.openai.protocol import SamplingFields
 from attnserve.entrypoints.openai.serving import refusal_error
 from attnserve.refusals import Refused
+from attnserve.refusals import serving as words
 
 # the request fields that ask for structured outputs, each with the StructuredOutputsParams field it sets
 GUIDED_FIELDS = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice", "guided_grammar": "grammar"}
@@ -20,29 +21,16 @@ def structured_outputs(req: SamplingFields) -> tuple[str, StructuredOutputsParam
     ``json_schema``; ``text`` asks for none), ``structured_outputs`` or one of the older ``guided_*`` fields.
     None when there is none; 400 for two of them, or for a value StructuredOutputsParams refuses."""
     if req.guided_decoding_backend not in (None, "xgrammar", "auto"):
-        raise OpenAIError(
-            f"guided_decoding_backend {req.guided_decoding_backend!r} is not supported (supported: 'xgrammar', 'auto')",
-            400,
-            param="guided_decoding_backend",
-        )
+        raise OpenAIError(words.guided_backend(req.guided_decoding_backend), 400, param="guided_decoding_backend")
     if req.guided_whitespace_pattern is not None:
-        raise OpenAIError(
-            "guided_whitespace_pattern is not supported (supported: absent or null; "
-            "structured_outputs.disable_any_whitespace gives compact JSON)",
-            400,
-            param="guided_whitespace_pattern",
-        )
+        raise OpenAIError(words.GUIDED_WHITESPACE, 400, param="guided_whitespace_pattern")
     asked: list[tuple[str, dict]] = []
     rf = req.response_format
     if rf is not None and rf.type == "json_object":
         asked.append(("response_format", {"json_object": True}))
     elif rf is not None and rf.type == "json_schema":
         if rf.json_schema is None:
-            raise OpenAIError(
-                "response_format type 'json_schema' needs a json_schema object",
-                400,
-                param="response_format.json_schema",
-            )
+            raise OpenAIError(words.JSON_SCHEMA_MISSING, 400, param="response_format.json_schema")
         schema = rf.json_schema.json_schema
         asked.append(("response_format", {"json": schema} if schema is not None else {"json_object": True}))
     if req.structured_outputs is not None:
@@ -54,9 +42,7 @@ def structured_outputs(req: SamplingFields) -> tuple[str, StructuredOutputsParam
         return None
     if len(asked) > 1:
         names = [name for name, _ in asked]
-        raise OpenAIError(
-            f"{names[1]} together with {names[0]}: a request takes one output constraint", 400, param=names[1]
-        )
+        raise OpenAIError(words.two_constraints(names[0], names[1]), 400, param=names[1])
     name, fields = asked[0]
     try:
         return name, StructuredOutputsParams.from_dict(fields)

@@ -27,7 +27,7 @@ from attnserve.entrypoints.openai.protocol_chat import (
     ToolCall,
 )
 from attnserve.entrypoints.openai.tool_parsers import TOOL_PARSERS, ParsedToolCall, ToolParser
-from attnserve.refusals.words import AUTO_TOOL_CHOICE, not_a_tool, tools_needed
+from attnserve.refusals.serving import AUTO_TOOL_CHOICE, not_a_tool, tools_needed
 
 NO_ARGUMENTS = {"type": "object", "properties": {}}
 

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel
 
-from attnserve.refusals import JSON, Refusal, Refused, json_value
+from attnserve.refusals import Refused, json_value
+from attnserve.refusals.serving import vllm_field
 
 logger = logging.getLogger(__name__)
 
@@ -160,8 +161,6 @@ def check_extra_fields(req: BaseModel, known: Mapping[str, tuple | None]) -> Non
         elif known[name] is not None and not _same(value, known[name]):
             words = [json_value(h) for h in known[name] if h is not None] + ["null"]
             allowed = ", ".join(words[:-1]) + ", or null" if len(words) > 1 else "null (absent)"
-            raise Refused(
-                Refusal((name,), value, allowed, written=JSON, advice=f"attnserve does not implement vLLM's {name}")
-            )
+            raise Refused(vllm_field(name, value, allowed))
     if unknown:  # vLLM's words (OpenAIBaseModel.__log_extra_fields__)
         logger.warning("The following fields were present in the request but ignored: %s", set(unknown))

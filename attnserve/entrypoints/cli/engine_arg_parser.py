@@ -1,0 +1,94 @@
+"""``EngineArgumentParser``: the ``attnserve`` command's argument parser, with one-line errors (exit status 2),
+``_`` and ``-`` alike in flag names, no abbreviations, a value given to a flag that takes none refused by name,
+and, once engine args are added (``engine_args.add_engine_args``), unknown flags named with a suggestion."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NoReturn, Sequence
+
+from attnserve.config import AttentionConfig, ConfigError
+from attnserve.refusals import closest, message
+from attnserve.refusals.cli import no_value, unrecognized_arguments
+
+_ATTENTION_DOTTED = ("--attention-config.", "-ac.")
+# after a flag that takes no value, these are a value meant for it, not the positional MODEL
+_BOOL_WORDS = {"true", "false", "yes", "no", "0", "1", "on", "off"}
+
+
+def _norm(flag: str) -> str:
+    return flag.replace("_", "-")
+
+
+class EngineArgumentParser(argparse.ArgumentParser):
+    """ArgumentParser with one-line errors (exit 2), ``_``/``-`` interchangeable in flag names, no
+    abbreviations, and, once engine args are added, unknown flags named with a suggestion."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # a prefix of a flag silently meaning that flag is a trap
+        super().__init__(*args, **kwargs)
+        self.has_engine_args = False
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.splitlines())}\n")
+
+    def _canonical_flags(self, arg_strings: Sequence[str]) -> list[str]:
+        by_norm = {_norm(o): o for o in self._option_string_actions}
+        out, rest = [], list(arg_strings)
+        while rest:
+            arg = rest.pop(0)
+            if arg == "--":
+                out += [arg, *rest]
+                break
+            if arg.startswith("-") and arg not in self._option_string_actions:
+                name, eq, value = arg.partition("=")
+                arg = by_norm.get(_norm(name), name) + eq + value
+            out.append(arg)
+        return out
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):  # type: ignore[override]
+        arg_strings = self._canonical_flags(sys.argv[1:] if args is None else list(args))
+        self._refuse_flag_values(arg_strings)
+        ns, extras = super().parse_known_args(arg_strings, namespace)
+        if extras:
+            self._refuse_flag_values(arg_strings, extras)
+        if extras and self.has_engine_args:
+            self._unrecognized(extras)
+        return ns, extras
+
+    def _refuse_flag_values(self, arg_strings: list[str], extras: list[str] | None = None) -> None:
+        """A flag that takes no value given one: ``--enforce-eager=maybe`` or, when ``maybe`` was left over
+        (``extras``), ``--enforce-eager maybe``; with a positional MODEL, also ``--enforce-eager false``
+        (a true/false word would otherwise be taken as the model). One line naming the value and the
+        allowed forms, instead of argparse's "ignored explicit argument" / "unrecognized arguments"."""
+        subcommands = {n for a in self._actions if isinstance(a, argparse._SubParsersAction) for n in a.choices}
+        positional_model = any(a.dest == "model_tag" for a in self._actions)
+        previous = None
+        for arg in arg_strings:
+            if arg == "--" or arg in subcommands:  # the rest is positional, or a subcommand's to check
+                return
+            flag, eq, value = arg.partition("=")
+            if eq and arg.startswith("-"):
+                self._no_value(flag, value)
+            elif previous is not None and (extras and arg in extras or positional_model and arg.lower() in _BOOL_WORDS):
+                self._no_value(previous, arg)
+            previous = arg
+        return
+
+    def _no_value(self, flag: str, value: str) -> None:
+        action = self._option_string_actions.get(flag)
+        if action is not None and action.nargs == 0:
+            forms = " or ".join(action.option_strings)
+            self.error(message(no_value(flag, value, forms)))
+
+    def _unrecognized(self, extras: list[str]) -> NoReturn:
+        flag = next((e.partition("=")[0] for e in extras if e.startswith("-")), None)
+        for prefix in _ATTENTION_DOTTED if flag else ():
+            if _norm(flag).startswith(prefix):  # type: ignore[union-attr]
+                try:
+                    AttentionConfig.normalize_key(flag[len(prefix) :], f"in {flag}")  # type: ignore[index]
+                except ConfigError as e:
+                    self.error(message(e.refusal.at(f"argument {flag}", written=e.refusal.written)))
+        near = closest(_norm(flag), list(self._option_string_actions)) if flag else None
+        self.error(unrecognized_arguments(extras, near))

@@ -1,0 +1,115 @@
+"""The words of ``attnserve bench``'s refusals: flags that contradict each other, a baseline that cannot run here,
+benchmark requests that do not fit the model, a server that cannot be asked.
+
+``entrypoints/cli/bench.py``, ``bench_serve.py`` and ``benchmarks/`` raise (or print) with these. A flag's refusal
+is placed at the flag (``origin``), as every command line's is.
+"""
+
+from __future__ import annotations
+
+from attnserve.refusals import NO_VALUE, Refusal
+
+PLOT_NEEDS_MATPLOTLIB = "--plot needs matplotlib: pip install 'attnserve[bench]' (or pip install matplotlib)"
+SHAPES_RANDOM = "it shapes random prompts"
+
+
+def at(flag: str, value: object = None, reason: str = "", allowed: str | None = None) -> Refusal:
+    """A bench flag's refusal, placed at the flag: ``argument --num-heads: 6 is not a multiple of ...``."""
+    return Refusal(
+        value=NO_VALUE if value is None else value,
+        allowed=allowed,
+        reason=reason or None,
+        origin=f"argument {flag}",
+        names_path=True,
+    )
+
+
+def with_prompts_file(flag: str, value: object, given: str = "--prompts-file") -> Refusal:
+    """A random-prompt flag (``--prefix-len``, ``--num-turns``) beside a prompts file (``given``: how it was given)."""
+    return at(flag, value, f"not allowed with {given} ({SHAPES_RANDOM})")
+
+
+def turns_with_baseline(num_turns: int) -> Refusal:
+    """More than one turn with a baseline, whose later prompts would hold the engine's answers."""
+    return Refusal(
+        ("num_turns",),
+        num_turns,
+        reason="not allowed with --baseline (a later turn's prompt holds the engine's own answer)",
+    )
+
+
+def too_long(max_input: int, max_output: int, max_model_len: int, flags: list[str]) -> Refusal:
+    """Requests that do not fit ``max_model_len``; ``flags``: the flags that shape them (``--prefix-len`` too when
+    a prefix lengthens every prompt)."""
+    return Refusal(
+        reason=f"the longest prompt ({max_input} tokens) plus the longest output ({max_output} tokens) "
+        f"exceeds max_model_len {max_model_len}",
+        advice=f"lower {'/'.join(flags)} or raise --max-model-len",
+    )
+
+
+def heads_not_grouped(num_heads: int, num_kv_heads: int) -> Refusal:
+    return at("--num-heads", num_heads, f"is not a multiple of --num-kv-heads {num_kv_heads}")
+
+
+def no_backend_runs(backends: list[str], device: str, skipped: dict[str, list[str]]) -> Refusal:
+    why = ". ".join(f"{n}: {'; '.join(r)}" for n, r in skipped.items())
+    return at("--backends", reason=f"no backend of {', '.join(backends)} can run on {device}: {why}")
+
+
+def no_usable_backend(device: str) -> str:
+    """``bench attention`` with nothing installed that runs here (its table lists why; exit status 1)."""
+    return f"no usable backend on {device}"
+
+
+def simulated_device(device: str) -> Refusal:
+    return Refusal(
+        ("device",), device, reason="is simulated; bench attention needs a real device (auto, cpu, cuda, cuda:N)"
+    )
+
+
+def baseline_unknown(name: str, baselines: list[str]) -> Refusal:
+    return Refusal(("baseline",), name, ", ".join(baselines), reason="not supported")
+
+
+VLLM_MISSING = Refusal(
+    ("baseline",),
+    "vllm",
+    "a baseline importable in this Python",
+    reason="not available: vllm is not installed here",
+    advice="pip install vllm",
+)
+
+
+def vllm_needs_folder(model: str | None) -> Refusal:
+    return Refusal(
+        ("baseline",),
+        "vllm",
+        "a --model folder with config.json",
+        reason=f"not available for model {model!r}: vLLM is given a Hugging Face folder",
+    )
+
+
+# ---------------------------------------------------------------- bench serve (entrypoints/cli/bench_serve.py)
+
+BASE_URL_WORDS = "an http:// or https:// URL with a host, and a port in [1, 65535] if it names one"
+HOST_WORDS = "a host name or IP address"
+FILE_NEEDS_PROMPT_FILE = at("--dataset", reason="file needs --prompt-file")
+PROMPT_FILE_UNUSED = at(
+    "--prompt-file", reason="not used with --dataset random (leave --dataset out, or give --dataset file)"
+)
+
+
+def server_unreachable(url: str, error: Exception) -> str:
+    return (
+        f"GET {url} failed ({type(error).__name__}: {error}); is the server running there? (--host, --port, --base-url)"
+    )
+
+
+def server_answered(url: str, status: int, body: str) -> str:
+    hint = "; pass its key with --api-key" if status == 401 else ""
+    return f"GET {url} answered HTTP {status}: {body}{hint}"
+
+
+def no_model_listed(url: str, body: str) -> str:
+    return f"GET {url} listed no model ({body}); name one with --model"
