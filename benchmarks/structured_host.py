@@ -12,7 +12,8 @@ generating up to ``--output-len`` tokens (greedy, ``ignore_eos``), once unconstr
 own methods:
 
     accept     the grammar matchers advanced by the step's new tokens (StructuredOutputManager)
-    fill       the step's token bitmask filled on the host (StructuredOutputManager.bitmask)
+    fill       the step's token bitmask filled on the host: its start and the wait for it (the fill itself runs in
+               a worker thread beside the outputs and the next schedule: StructuredOutputManager.start_bitmask)
     stage      the bitmask to the device (pinned buffer, non-blocking copy; on the CPU no copy is made)
     apply      the bitmask applied to the logits (on the CPU: the CPU's cost, not a GPU's)
     schedule   Scheduler.schedule
@@ -50,6 +51,7 @@ class StepParts:
     def __init__(self, engine, num_requests: int) -> None:
         import attnserve.model_executor.step_output as mr
         from attnserve.structured_output.bitmask import GrammarBitmask
+        from attnserve.structured_output.manager import PendingBitmask
 
         self.num_requests = num_requests
         self.steps: list[dict[str, float]] = []
@@ -68,7 +70,8 @@ class StepParts:
         timer.wrap(engine.output_processor, "process", "output")
         timer.wrap(runner, "queue_forward", "forward")
         timer.wrap(mr.QueuedForward, "sample", "sample")
-        timer.wrap(engine.structured, "bitmask", "fill")
+        timer.wrap(engine.structured, "start_bitmask", "fill")  # the fill's start, then the wait for it
+        timer.wrap(PendingBitmask, "result", "fill")
         timer.wrap(engine.structured, "accept_tokens", "accept")
         timer.wrap(mr, "apply_grammar_bitmask", "apply")  # as step_output's own code calls it
         timer.wrap(mr.PendingStep, "result", "wait")

@@ -290,8 +290,8 @@ class LLMEngine:
 
     def _step_structured_async(self) -> list[RequestOutput]:
         """One async step k+1 with constrained requests: queue its forward pass, read step k (its tokens advance
-        the grammar matchers), fill step k+1's bitmask and schedule step k+2 on the host while the device runs
-        the forward pass, then queue step k+1's sampling. Step k+2's forward pass can only follow that sampling
+        the grammar matchers), fill step k+1's bitmask (in the grammar's worker thread, beside step k's outputs)
+        and schedule step k+2 on the host while the device runs the forward pass, then queue step k+1's sampling. Step k+2's forward pass can only follow that sampling
         (its inputs are those tokens): scheduled ahead, its plan and host batch (``ModelRunner.prepare_ahead``)
         are ready then (requests added meanwhile wait for the step after it; aborted ones leave it,
         ``_schedule``)."""
@@ -299,12 +299,17 @@ class LLMEngine:
         try:
             forward = self.executor.queue_forward(sched)
             previous, self._in_flight = self._in_flight, None
-            outputs = self._finish(*previous) if previous is not None else []
-            sched.grammar_bitmask = self.structured.bitmask(sched)
-            if not sched.is_empty and self.structured.active:
+            updated = self._update(*previous) if previous is not None else []
+            # the fill runs in the grammar's worker thread (xgrammar releases the GIL) beside the outputs and the
+            # plan of step k+2; the matchers stay as they are until it is read
+            fill = self.structured.start_bitmask(sched)
+            outputs = self._outputs(updated, remove_finished=False)
+            if not sched.is_empty and self.structured.has_unfinished(self.scheduler.requests):
                 self._scheduled_ahead = self.scheduler.schedule()
                 if self.runner is not None:  # its host batch too (numpy): only the launch waits for the sampling
                     self.runner.prepare_ahead(self._scheduled_ahead)
+            sched.grammar_bitmask = fill.result()
+            self._remove_finished_matchers(updated)
             queued = forward.sample(sched.grammar_bitmask)
             if not sched.is_empty:
                 self._in_flight = (sched, queued)
@@ -333,6 +338,11 @@ class LLMEngine:
     def _finish(self, sched: SchedulerOutput, result) -> list[RequestOutput]:
         """Append a step's sampled tokens (``result.result()``: waits for them), advance the grammar matchers (a
         terminated grammar ends its request, finish reason stop), detokenize, apply stop strings."""
+        return self._outputs(self._update(sched, result))
+
+    def _update(self, sched: SchedulerOutput, result) -> list[Request]:
+        """:meth:`_finish`'s first half: the step's tokens appended and the grammar matchers advanced; returns the
+        requests that changed."""
         out = result.result()
         for rid, (first, entries) in out.prompt_logprobs.items():
             req = self.scheduler.requests.get(rid)
@@ -346,14 +356,24 @@ class LLMEngine:
                 req = self.scheduler.requests.get(rid)
                 if req is not None and not req.is_finished:
                     self.scheduler.finish_request(rid, FinishReason.STOP)
+            self._remove_finished_matchers(updated)  # a terminated matcher has no next bitmask to fill
+        return updated
+
+    def _outputs(self, updated: list[Request], remove_finished: bool = True) -> list[RequestOutput]:
+        """:meth:`_finish`'s second half: detokenize, apply stop strings, make the outputs; then (unless a bitmask
+        fill still reads them) drop the grammar matchers of the requests that ended."""
         outputs, stopped = self.output_processor.process(updated)
         for child_id, stop_string in stopped:
             self.scheduler.finish_request(child_id, FinishReason.STOP, stop_string)
-        if structured:
+        if remove_finished:
+            self._remove_finished_matchers(updated)
+        return outputs
+
+    def _remove_finished_matchers(self, updated: list[Request]) -> None:
+        if self.structured.active:
             for req in updated:
                 if req.is_finished:
                     self.structured.remove(req.request_id)
-        return outputs
 
     def _fail_all(self) -> None:
         """The model can no longer run: finish every request (aborted) so nothing waits on a dead engine."""

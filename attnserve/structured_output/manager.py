@@ -2,7 +2,8 @@
 
 Per step, on the host: the step's new tokens advance the matchers in one call (:meth:`accept_tokens`,
 xgrammar's ``batch_accept_token``), then the next step's bitmask is filled in one call over a few threads
-(:meth:`bitmask`, ``batch_fill_next_token_bitmask``) straight into a preallocated buffer, pinned on a GPU
+(:meth:`start_bitmask`, ``batch_fill_next_token_bitmask``, in a worker thread beside the engine's Python work:
+the outputs of the step before and the plan of the step after) straight into a preallocated buffer, pinned on a GPU
 engine, so the model runner copies it to the device without a host copy. The bitmask has a row for each
 constrained sampling row only, over the grammar engine's vocabulary (the tokenizer's: ``num_tokens``), not the
 logits' padded width; unconstrained rows are not copied and not masked (``bitmask.py``). Nothing per step is
@@ -17,6 +18,7 @@ matchers, fills step k+1's bitmask while the device runs that forward pass, then
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -32,6 +34,20 @@ def fill_threads() -> int:
     """Threads of the bitmask fill: half the cores this process may run on, 1 to FILL_THREADS."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(FILL_THREADS, cores // 2))
+
+
+class PendingBitmask:
+    """A step's bitmask while its fill may still run (:meth:`StructuredOutputManager.start_bitmask`)."""
+
+    def __init__(self, bitmask: GrammarBitmask | None, filling: Future | None = None) -> None:
+        self._bitmask = bitmask
+        self._filling = filling
+
+    def result(self) -> GrammarBitmask | None:
+        """The bitmask, once filled (re-raises the fill's error); None when no sampling row is constrained."""
+        if self._filling is not None:
+            self._filling.result()
+        return self._bitmask
 
 
 class StructuredOutputManager:
@@ -51,6 +67,7 @@ class StructuredOutputManager:
         # two buffers used in turn: a step's bitmask stays intact while the step after it is filled
         self._buffers: list[torch.Tensor] = []
         self._turn = 0
+        self._worker: ThreadPoolExecutor | None = None  # the bitmask fill's thread, made on first use
 
     @property
     def backend(self):
@@ -93,10 +110,21 @@ class StructuredOutputManager:
             return []
         return [ids[i] for i in self.backend.accept(matched, toks)]
 
+    def has_unfinished(self, requests: dict) -> bool:
+        """True while a constrained request is unfinished (``requests``: the scheduler's, by id), counting those
+        that ended but whose matcher is not yet dropped as finished."""
+        return any(rid in requests and not requests[rid].is_finished for rid in self.matchers)
+
     def bitmask(self, sched: SchedulerOutput) -> GrammarBitmask | None:
         """The step's bitmask over its constrained sampling rows (sampling rows: the scheduled requests that
         sample, in schedule order); None when no sampling row is constrained. ``words`` is a view of a reused
         buffer: valid until the call after next."""
+        return self.start_bitmask(sched, in_thread=False).result()
+
+    def start_bitmask(self, sched: SchedulerOutput, in_thread: bool = True) -> PendingBitmask:
+        """:meth:`bitmask`, begun: the fill runs in the manager's worker thread (xgrammar's fill releases the GIL,
+        so the caller's Python work runs beside it); its ``result()`` waits for it and gives the bitmask. The
+        constrained requests' matchers must not change or go before then."""
         matchers = self.matchers
         rows, constrained = [], []
         j = 0
@@ -108,12 +136,19 @@ class StructuredOutputManager:
                     constrained.append(m)
                 j += 1
         if not constrained:
-            return None
+            return PendingBitmask(None)
         pinned = self._buffer(len(constrained))
         words = pinned.numpy()
-        self._batch.batch_fill_next_token_bitmask(constrained, words)
-        return GrammarBitmask(
+        bitmask = GrammarBitmask(
             words, None if len(rows) == j else np.asarray(rows, dtype=np.int64), self.backend.vocab_size, pinned
+        )
+        if not in_thread:
+            self._batch.batch_fill_next_token_bitmask(constrained, words)
+            return PendingBitmask(bitmask)
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnserve-grammar")
+        return PendingBitmask(
+            bitmask, self._worker.submit(self._batch.batch_fill_next_token_bitmask, constrained, words)
         )
 
     def _buffer(self, n: int) -> torch.Tensor:
