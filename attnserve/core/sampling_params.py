@@ -14,6 +14,7 @@ from attnserve.refusals.sampling import (  # noqa: F401 (ALLOWED re-exported)
     LOGIT_BIAS_KEYS,
     LOGIT_BIAS_VALUES,
     STOP_NEEDS_TEXT,
+    TRUE_OR_FALSE,
 )
 from attnserve.core.structured_outputs import StructuredOutputsParams
 
@@ -26,6 +27,16 @@ def _is_int(x) -> bool:  # int or numpy integer, not bool
 
 def _is_real(x) -> bool:  # finite int or float (numpy's too), not bool
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+
+
+# the options that are on or off
+_BOOL_FIELDS = (
+    "ignore_eos",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "detokenize",
+)
 
 
 def completion_seed(seed: int, i: int) -> int:
@@ -172,7 +183,8 @@ class SamplingParams:
             (
                 _is_int(self.min_tokens)
                 and self.min_tokens >= 0
-                and (self.max_tokens is None or self.min_tokens <= self.max_tokens),
+                # a max_tokens of the wrong type is refused above, by its own name
+                and (not _is_int(self.max_tokens) or self.min_tokens <= self.max_tokens),
                 "min_tokens",
                 self.min_tokens,
                 ALLOWED["min_tokens"],
@@ -210,6 +222,9 @@ class SamplingParams:
         for ok, name, value, allowed in checks:
             if not ok:
                 raise SamplingParamsError(name, value, allowed)
+        for name in _BOOL_FIELDS:  # a truthy string ("false") would otherwise switch the option on
+            if not isinstance(getattr(self, name), bool):
+                raise SamplingParamsError(name, getattr(self, name), TRUE_OR_FALSE)
         # list parameters: the first bad item, by its index
         for name, ok, allowed in (
             ("stop", lambda s: isinstance(s, str) and s != "", ITEMS["stop"]),

@@ -105,14 +105,25 @@ def test_truncate_prompt_tokens(default_llm):
         (dict(prompt_logprobs=-1), "prompt_logprobs"),
         (dict(truncate_prompt_tokens=0), "truncate_prompt_tokens"),
         (dict(logit_bias={"a": 1.0}), "logit_bias"),
+        # a max_tokens of the wrong type is named, not a TypeError from the min_tokens comparison
+        (dict(max_tokens="5"), "max_tokens"),
+        (dict(max_tokens=[1], min_tokens=1), "max_tokens"),
+        # on/off options take a bool: "false" is truthy and would switch the option on
+        (dict(ignore_eos="false"), "ignore_eos"),
+        (dict(include_stop_str_in_output=1), "include_stop_str_in_output"),
+        (dict(skip_special_tokens=None), "skip_special_tokens"),
+        (dict(spaces_between_special_tokens="no"), "spaces_between_special_tokens"),
+        (dict(detokenize=0), "detokenize"),
     ],
 )
 def test_bad_values_are_refused(bad, name):
-    from attnserve.core.sampling_params import SamplingParamsError
+    from attnserve.core.sampling_params import _BOOL_FIELDS, SamplingParamsError
 
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(**bad)
     assert e.value.name == name
+    if name in ("max_tokens", *_BOOL_FIELDS):  # the value refused is the one given
+        assert e.value.refusal.value == bad[name]
 
 
 def test_token_ids_outside_the_vocabulary_are_refused(default_llm):
