@@ -100,7 +100,8 @@ def not_one_kind(given: list[str]) -> Refusal:
 
 
 def unknown_constraint_key(path: tuple[str | int, ...], key: str, value: object, names: list[str]) -> Refusal:
-    return Refusal((*path, key), value, "one of the keys " + ", ".join(names), subject="unknown key")
+    # no subject: the path names the key (a subject would hide it: "unknown key 1 not allowed")
+    return Refusal((*path, key), value, "one of the keys " + ", ".join(names))
 
 
 NO_XGRAMMAR = Refusal(

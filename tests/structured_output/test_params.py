@@ -37,6 +37,7 @@ def test_dict_form_and_unknown_key():
     with pytest.raises(Refused) as e:
         SamplingParams(structured_outputs={"regex": "a+", "whitespace_pattern": " "})
     assert e.value.path == ("structured_outputs", "whitespace_pattern")
+    assert e.value.refusal.value == " " and e.value.refusal.subject is None  # the message names the key by its path
 
 
 def test_cache_key_of_a_schema_ignores_key_order():
