@@ -508,6 +508,16 @@ def test_errors(argv, parts, capsys, worded):
             ["config", "--explain", "1"],
             Refuses("argument --explain", "1", "no value: --explain"),
         ),
+        # an unknown flag after a flag without a value is that flag's mistake, not a value for the one before
+        (
+            ["config", "--explain", "--jsn"],
+            "attnserve config: error: unrecognized arguments: --jsn",
+        ),
+        (
+            ["bench", "throughput", "--compare-prefix-caching", "--compare-tensor-parallel-sizes", "1"],
+            "attnserve bench throughput: error: unrecognized arguments: --compare-tensor-parallel-sizes 1; "
+            "did you mean '--tensor-parallel-size'?",
+        ),
     ],
 )
 def test_a_flag_that_takes_no_value_given_one(argv, line, capsys, worded):

@@ -17,6 +17,11 @@ _ATTENTION_DOTTED = ("--attention-config.", "-ac.")
 _BOOL_WORDS = {"true", "false", "yes", "no", "0", "1", "on", "off"}
 
 
+def _is_flag(arg: str) -> bool:
+    """``--json``, ``-x``; not ``-`` or a negative number (``-1``), which argparse reads as values."""
+    return arg.startswith("-") and len(arg) > 1 and not arg[1].isdigit() and arg[1] != "."
+
+
 def _norm(flag: str) -> str:
     return flag.replace("_", "-")
 
@@ -71,7 +76,11 @@ class EngineArgumentParser(argparse.ArgumentParser):
             flag, eq, value = arg.partition("=")
             if eq and arg.startswith("-"):
                 self._no_value(flag, value)
-            elif previous is not None and (extras and arg in extras or positional_model and arg.lower() in _BOOL_WORDS):
+            elif (
+                previous is not None
+                and not _is_flag(arg)  # an unknown flag is no value: _unrecognized names it
+                and (extras and arg in extras or positional_model and arg.lower() in _BOOL_WORDS)
+            ):
                 self._no_value(previous, arg)
             previous = arg
         return
