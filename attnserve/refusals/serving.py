@@ -87,6 +87,16 @@ def vllm_field(name: str, value: object, allowed: str) -> Refusal:
     return Refusal((name,), value, allowed, written=JSON, advice=f"attnserve does not implement vLLM's {name}")
 
 
+CONTINUOUS_USAGE_STATS = Refusal(
+    ("stream_options", "continuous_usage_stats"),
+    True,
+    "false, or null",
+    written=JSON,
+    advice="attnserve does not implement vLLM's continuous_usage_stats; include_usage puts the usage in the last chunk",
+)
+"""vLLM's ``stream_options.continuous_usage_stats: true`` (the usage in every chunk)."""
+
+
 def logit_bias_key(key: str) -> Refusal:
     return Refusal(("logit_bias", key), key, "token ids (decimal integers) as keys")
 

@@ -57,6 +57,8 @@ class ErrorResponse(BaseModel):
 # --- shared pieces -----------------------------------------------------------------------------------
 class StreamOptions(OpenAIModel):
     include_usage: bool | None = False
+    # vLLM's: usage in every chunk; not implemented, so declared to be refused when true (request_fields)
+    continuous_usage_stats: bool | None = False
 
 
 class JsonSchemaFormat(OpenAIModel):

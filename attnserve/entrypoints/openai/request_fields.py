@@ -21,9 +21,12 @@ _GREEDY_EPS = 1e-5
 
 
 def check_stream_options(req: SamplingFields) -> None:
-    """400 for stream_options on a request that does not stream (OpenAI and vLLM refuse it too)."""
+    """400 for stream_options on a request that does not stream (OpenAI and vLLM refuse it too), and for vLLM's
+    ``continuous_usage_stats: true`` (usage in every chunk), which attnserve does not implement."""
     if req.stream_options is not None and not req.stream:
         raise OpenAIError(words.STREAM_OPTIONS, 400, param="stream_options")
+    if req.stream_options is not None and req.stream_options.continuous_usage_stats:
+        raise refusal_error(words.CONTINUOUS_USAGE_STATS)
 
 
 def check_fields(req, known) -> None:

@@ -60,6 +60,21 @@ def test_stream_options_without_stream_names_the_parameter(client, model_name):
     assert e.value.body["param"] == "stream_options"
 
 
+@pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])
+def test_continuous_usage_stats_is_refused_not_ignored(server, model_name, endpoint):
+    """vLLM's stream_options.continuous_usage_stats (usage in every chunk) is not implemented: true is a 400 naming
+    it (was: dropped without a word); false is what runs."""
+    body = {"model": model_name, "max_tokens": 1, "stream": True}
+    body.update(
+        {"prompt": "Hi"} if endpoint == "/v1/completions" else {"messages": [{"role": "user", "content": "Hi"}]}
+    )
+    r = server.post(endpoint, json={**body, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "stream_options.continuous_usage_stats"
+    r = server.post(endpoint, json={**body, "stream_options": {"include_usage": True, "continuous_usage_stats": False}})
+    assert r.status_code == 200 and '"usage": {' in r.text, r.text
+
+
 def test_prompt_longer_than_context_message_names_the_prompt(client, model_name, default_tokenizer):
     """A prompt that alone overflows the context: the message and param name the prompt, whatever max_tokens asked
     for (was param max_tokens, and "you requested N + 7 tokens (N in the prompt, 7 in the completion). Please reduce
