@@ -28,7 +28,16 @@ def save_tiny_model(config, path, seed: int = 0, norm_std: float | None = None) 
                 p.normal_(0.0, 0.1)
             elif norm_std is not None:
                 p.normal_(0.0, norm_std)
-    model.save_pretrained(path, safe_serialization=True)
+    # without transformers' progress bar on stderr: a test that checks stderr may be the first to build the model
+    from transformers.utils import logging as hf_logging
+
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(path, safe_serialization=True)
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
 
 
 def hf_reference(path, dtype: torch.dtype = torch.float32):
