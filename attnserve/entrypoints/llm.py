@@ -23,6 +23,7 @@ from attnserve.refusals.requests import (
     A_LIST,
     CONVERSATIONS_WORDS,
     not_a_prompt,
+    not_sampling_params,
     params_per_prompt,
     prompt_dict_keys,
     prompt_dict_value,
@@ -221,6 +222,10 @@ class LLM:
                 bar.close()
         return [final[i] for i in ids]
 
+    def get_tokenizer(self):
+        """The tokenizer prompts are encoded with (vLLM's ``LLM.get_tokenizer``)."""
+        return self.tokenizer
+
     def reset_prefix_cache(self) -> bool:
         """Forget every cached prompt prefix, so that later prompts are computed anew (vLLM's
         ``LLM.reset_prefix_cache``; between calls no request holds a block). Returns True."""
@@ -232,9 +237,17 @@ def _params_list(
     sampling_params: SamplingParams | Sequence[SamplingParams] | None, n: int, default: SamplingParams
 ) -> list[SamplingParams]:
     """One SamplingParams per prompt (one for all, or a list as long as the prompts; none given: ``default``, the
-    generation config's defaults (--generation-config), as vLLM's LLM does); ValueError otherwise."""
+    generation config's defaults (--generation-config), as vLLM's LLM does); Refused (a ValueError) otherwise: a
+    list of another length, or an item that is no SamplingParams (a dict of its fields too), named by its index."""
     params = sampling_params if sampling_params is not None else default
-    params_list = list(params) if isinstance(params, Sequence) else [params] * n
-    if len(params_list) != n:
-        raise ValueError(params_per_prompt(len(params_list), n))
-    return params_list
+    if isinstance(params, Sequence) and not isinstance(params, (str, bytes)):
+        params_list = list(params)
+        if len(params_list) != n:
+            raise ValueError(params_per_prompt(len(params_list), n))
+        bad = next((i for i, p in enumerate(params_list) if not isinstance(p, SamplingParams)), None)
+        if bad is not None:
+            raise Refused(not_sampling_params(("sampling_params", bad), params_list[bad], n))
+        return params_list
+    if not isinstance(params, SamplingParams):
+        raise Refused(not_sampling_params(("sampling_params",), params, n))
+    return [params] * n

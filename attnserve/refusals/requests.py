@@ -23,6 +23,15 @@ def params_per_prompt(given: int, prompts: int) -> str:
     return f"{given} sampling params for {prompts} prompts"
 
 
+def not_sampling_params(path: tuple[str | int, ...], value: object, prompts: int) -> Refusal:
+    """``LLM.generate``'s ``sampling_params`` (or an item of its list, ``("sampling_params", 1)``) that is no
+    SamplingParams: a dict of its fields, say."""
+    allowed = (
+        "a SamplingParams" if len(path) > 1 else f"a SamplingParams, a list of {prompts} (one per prompt), or None"
+    )
+    return Refusal(path, value, allowed)
+
+
 def prompt_too_long(num_prompt_tokens: int, max_model_len: int, prompt: str) -> Refusal:
     """A prompt that alone leaves no room for a generated token (OpenAI's wording, which names the context length,
     and which OpenAI clients look for), keyed to ``max_model_len``."""

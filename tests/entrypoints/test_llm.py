@@ -67,6 +67,34 @@ def test_a_single_prompt_of_no_kind_is_refused(llm, prompt):
     assert (e.value.refusal.path, e.value.refusal.value) == (("prompt",), prompt)
 
 
+@pytest.mark.parametrize(
+    "params, path, value, allowed",
+    [
+        (
+            {"max_tokens": 2},
+            ("sampling_params",),
+            {"max_tokens": 2},
+            "a SamplingParams, a list of 2 (one per prompt), or None",
+        ),
+        ([GREEDY, {"max_tokens": 2}], ("sampling_params", 1), {"max_tokens": 2}, "a SamplingParams"),
+    ],
+    ids=["dict", "dict_in_list"],
+)
+def test_sampling_params_of_another_kind_are_refused(llm, params, path, value, allowed):
+    """A dict of SamplingParams' fields was an AttributeError (``'dict' object has no attribute
+    'truncate_prompt_tokens'``); now a refusal naming it, before any work."""
+    with pytest.raises(ValueError) as e:
+        llm.generate(["Hi", "there"], params)
+    r = e.value.refusal
+    assert (r.path, r.value, r.allowed) == (path, value, allowed)
+    assert not llm.engine.has_unfinished_requests()
+
+
+def test_get_tokenizer_is_the_prompts_tokenizer(llm):
+    """vLLM's ``LLM.get_tokenizer()``."""
+    assert llm.get_tokenizer() is llm.tokenizer is llm.engine.tokenizer
+
+
 def test_numpy_token_ids_become_plain_ints(llm):
     (out,) = llm.generate([[np.int64(t) for t in IDS]], GREEDY)
     assert out.prompt_token_ids == IDS and {type(t) for t in out.prompt_token_ids} == {int}
