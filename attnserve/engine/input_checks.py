@@ -19,7 +19,12 @@ from attnserve.engine.request_checks import (
     token_id_words,
 )
 from attnserve.refusals import Refused
-from attnserve.refusals.sampling import lone_surrogate_in_prompt, max_logprobs_words, token_ids_as_keys
+from attnserve.refusals.sampling import (
+    lone_surrogate_in_prompt,
+    max_logprobs_words,
+    token_ids_as_keys,
+    truncate_over_max_model_len_words,
+)
 from attnserve.refusals.requests import THE_PROMPT
 
 
@@ -58,12 +63,18 @@ class InputChecks:
         ``logprobs 21 not allowed (allowed: integer in [0, 20], the engine's max_logprobs)``, and for a stop token
         id outside the vocabulary, naming the first bad one and its index: ``stop_token_ids 50000 not allowed
         (allowed: integer in [0, 49152), the vocabulary size)``; the same for ``allowed_token_ids`` and
-        ``logit_bias``' keys; it also tokenizes ``bad_words`` (``bad_words_token_ids``) and compiles a
-        structured-outputs constraint (an invalid one is refused here)."""
+        ``logit_bias``' keys, and for a ``truncate_prompt_tokens`` over max_model_len (as vLLM); it also tokenizes
+        ``bad_words`` (``bad_words_token_ids``) and compiles a structured-outputs constraint (an invalid one is refused
+        here)."""
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(params, name, None)
             if value is not None and value > self.max_logprobs:
                 raise SamplingParamsError(name, value, max_logprobs_words(self.max_logprobs))
+        t = params.truncate_prompt_tokens
+        if t is not None and t > self.max_model_len:  # vLLM refuses it too: no prompt that long is taken
+            raise SamplingParamsError(
+                "truncate_prompt_tokens", t, truncate_over_max_model_len_words(self.max_model_len)
+            )
         for name in ("stop_token_ids", "allowed_token_ids"):
             ids = getattr(params, name) or []
             bad = next((i for i, t in enumerate(ids) if t >= self.vocab_size), None)

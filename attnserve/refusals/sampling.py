@@ -51,6 +51,11 @@ LOGIT_BIAS_VALUES = "finite numbers as values"
 BAD_WORD = "words that tokenize to at least one token"
 
 
+def truncate_over_max_model_len_words(max_model_len: int) -> str:
+    """``truncate_prompt_tokens`` past the engine's max_model_len (vLLM refuses it too)."""
+    return f"-1 (max_model_len), or integer in [1, {max_model_len}], the engine's max_model_len, or None"
+
+
 def max_logprobs_words(max_logprobs: int) -> str:
     """``logprobs`` (``prompt_logprobs``) past the engine's ``--max-logprobs``."""
     return f"integer in [0, {max_logprobs}], the engine's max_logprobs (--max-logprobs)"

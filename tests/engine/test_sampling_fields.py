@@ -94,6 +94,19 @@ def test_truncate_prompt_tokens(default_llm):
     assert full.prompt_token_ids == ids  # -1: max_model_len, longer than the prompt
 
 
+def test_truncate_prompt_tokens_over_max_model_len_is_refused(default_llm):
+    """As vLLM: a truncation longer than any prompt the engine takes is refused (was: taken as no truncation)."""
+    from attnserve.core.sampling_params import SamplingParamsError
+
+    longest = default_llm.engine.checks.max_model_len
+    with pytest.raises(SamplingParamsError) as e:
+        default_llm.generate(["Hi"], SamplingParams(**GREEDY, truncate_prompt_tokens=longest + 1))
+    assert (e.value.name, e.value.refusal.value) == ("truncate_prompt_tokens", longest + 1)
+    assert not default_llm.engine.has_unfinished_requests()
+    out = default_llm.generate(["Hi"], SamplingParams(**GREEDY, truncate_prompt_tokens=longest))[0]
+    assert out.prompt_token_ids == default_llm.tokenizer.encode("Hi")
+
+
 @pytest.mark.parametrize(
     "bad, name",
     [

@@ -32,6 +32,7 @@ BAD_COMPLETIONS = {
     "frequency_penalty_out_of_range": dict(frequency_penalty=2.5),
     "prompt_logprobs_with_stream": dict(stream=True, extra_body={"prompt_logprobs": 1}),
     "stream_options_without_stream": dict(stream_options={"include_usage": True}),
+    "truncate_prompt_tokens_over_max_model_len": dict(extra_body={"truncate_prompt_tokens": MAX_MODEL_LEN + 1}),
 }
 
 
