@@ -80,6 +80,16 @@ def at_argument(refusal: Refusal, name: str, written: str = PYTHON) -> Refusal:
     return refusal.at(argument(name), names_path=True, written=written)
 
 
+def logprobs_need_output_json(name: str, value: object) -> Refusal:
+    """generate's ``--logprobs`` / ``--prompt-logprobs`` without ``--output-json``: the terminal shows text only."""
+    return Refusal(
+        (name,),
+        value,
+        reason="needs --output-json FILE",
+        advice="the terminal shows the text only; logprobs are written to that file",
+    )
+
+
 def unreadable_file(flag_: str, filename: object, strerror: str | None) -> Refusal:
     """A file a flag names that cannot be opened: ``argument --prompts-file: x.txt: No such file or directory``."""
     return Refusal(reason=strerror or "cannot be read", origin=f"{argument(flag_)}: {filename}")

@@ -127,6 +127,9 @@ def test_sampling_flags_reach_the_output(tmp_path, tiny_model_dir):
             ["--logit-bias", "5"],
             Refuses("argument --logit-bias", "5", "TOKEN_ID=BIAS"),
         ),
+        # logprobs go to --output-json only: without it they were computed and dropped without a word
+        (["--logprobs", "2"], Refuses("argument --logprobs", 2, path=("logprobs",))),
+        (["--prompt-logprobs", "0"], Refuses("argument --prompt-logprobs", 0, path=("prompt_logprobs",))),
         (
             ["--model", "/no/such/dir"],
             "attnserve generate: error: model '/no/such/dir' not found: give a folder with config.json and safetensors, a .gguf file, or a Hugging Face Hub id (org/name)",

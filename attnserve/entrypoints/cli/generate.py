@@ -15,6 +15,7 @@ from attnserve.refusals.cli import (
     THE_DEFAULT_PROMPT,
     at_argument,
     at_flag,
+    logprobs_need_output_json,
     no_prompts,
     unreadable_file,
 )
@@ -89,7 +90,10 @@ def add_parser(subparsers) -> None:
     g.add_argument("--stop", action="append", default=[], help="stop string (repeat for several)")
     g.add_argument("--n", type=typed(int, ALLOWED["n"]), default=1, help="completions per prompt")
     g.add_argument(
-        "--logprobs", type=typed(int, ALLOWED["logprobs"]), default=None, help="top logprobs to return per token"
+        "--logprobs",
+        type=typed(int, ALLOWED["logprobs"]),
+        default=None,
+        help="top logprobs per generated token (in --output-json, which it needs)",
     )
     g.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS")
     add_chat_template_args(p, serve=False)
@@ -136,7 +140,7 @@ def add_parser(subparsers) -> None:
         "--prompt-logprobs",
         type=typed(int, ALLOWED["prompt_logprobs"]),
         default=None,
-        help="top logprobs per prompt token (in --output-json)",
+        help="top logprobs per prompt token (in --output-json, which it needs)",
     )
     g.add_argument(
         "--truncate-prompt-tokens",
@@ -204,6 +208,9 @@ def run(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
+    for name in ("logprobs", "prompt_logprobs"):  # the terminal shows text only: without a file they would be lost
+        if getattr(args, name) is not None and not args.output_json:
+            return _error(message(at_argument(logprobs_need_output_json(name, getattr(args, name)), name)))
     from attnserve.core.sampling_params import SamplingParams, SamplingParamsError
 
     given = {name: getattr(args, name) for name in GENERATE_DEFAULTS if getattr(args, name) is not None}
