@@ -52,7 +52,7 @@ def tool_mode(req: ChatCompletionRequest, enable_auto_tool_choice: bool, tool_pa
     if choice == "none":
         return ToolMode("none")
     if not req.tools:
-        value = choice if isinstance(choice, str) else choice.model_dump_json()
+        value = choice if isinstance(choice, str) else choice.model_dump(mode="json", exclude_none=True)
         raise refusal_error(tools_needed(value))
     if choice == "auto":
         if not (enable_auto_tool_choice and tool_parser):

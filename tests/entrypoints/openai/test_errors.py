@@ -405,6 +405,12 @@ REFUSED_TOOL_FIELDS = {
         "tool_choice",
         ('"required"', None),
     ),
+    # the value as sent, an object (was the object's JSON in a JSON string: "{\\"type\\":\\"function\\", ...}")
+    "tool_choice_named_without_tools": (
+        dict(tool_choice={"type": "function", "function": {"name": "x"}}),
+        "tool_choice",
+        ('{"type": "function", "function": {"name": "x"}}', None),
+    ),
     "tool_choice_named_not_a_tool": (
         dict(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "x"}}),
         "tool_choice",
