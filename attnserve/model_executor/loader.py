@@ -97,6 +97,8 @@ def resolve_model_source(
         if len(ggufs) == 1:
             return ModelSource(ggufs[0], is_gguf=True)
         raise ModelNotFoundError(words.folder_without_config(model))
+    if os.path.isfile(path):  # there, but not a model: "not found" would send the user looking for it
+        raise ModelNotFoundError(words.model_is_another_file(model))
     from attnserve.model_executor import hub  # imports huggingface_hub only for hub ids
 
     if model is not None and hub.is_hub_id(model):
@@ -135,6 +137,8 @@ def resolve_tokenizer_source(
         source = ModelSource(path, is_gguf=False)
     elif os.path.isfile(path) and path.endswith(".gguf"):
         source = ModelSource(path, is_gguf=True)
+    elif os.path.isfile(path):  # there, but not a tokenizer source
+        raise ModelNotFoundError(words.tokenizer_is_another_file(tokenizer))
     else:
         from attnserve.model_executor import hub
 

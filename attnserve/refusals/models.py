@@ -31,6 +31,22 @@ def model_not_found(model: object) -> str:
     )
 
 
+def model_is_another_file(model: object) -> str:
+    """A ``--model`` path that is there, but a file that is no .gguf (a config.json, a prompts file)."""
+    return (
+        f"model {model!r} is a file, not a .gguf file: give a folder with config.json and safetensors, a .gguf "
+        "file, or a Hugging Face Hub id (org/name)"
+    )
+
+
+def tokenizer_is_another_file(tokenizer: str) -> str:
+    """A ``--tokenizer`` path that is there, but a file that is no .gguf."""
+    return (
+        f"tokenizer {tokenizer!r} is a file, not a .gguf file: give a folder with tokenizer files, a .gguf file, "
+        "or a Hugging Face Hub id (org/name)"
+    )
+
+
 def tokenizer_not_found(tokenizer: str) -> str:
     return (
         f"tokenizer {tokenizer!r} not found: give a folder with tokenizer files, "

@@ -482,6 +482,20 @@ def test_unknown_model_path():
     )
 
 
+def test_a_model_or_tokenizer_path_that_is_another_file(tmp_path):
+    """A file that is there but no .gguf (a config.json, a prompts file) is named as such, not "not found"."""
+    other = tmp_path / "config.json"
+    other.write_text("{}")
+    with pytest.raises(FileNotFoundError) as e:
+        LLM(str(other))
+    assert str(e.value).startswith(f"model {str(other)!r} is a file, not a .gguf file: give a folder")
+    from attnserve.model_executor.loader import resolve_tokenizer_source
+
+    with pytest.raises(FileNotFoundError) as e:
+        resolve_tokenizer_source(str(other))
+    assert str(e.value).startswith(f"tokenizer {str(other)!r} is a file, not a .gguf file: give a folder")
+
+
 def test_unsupported_architecture(tmp_path, llama_dir):
     import shutil
 
