@@ -7,12 +7,15 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from attnserve.entrypoints.openai.protocol import NonEmptyStr, OpenAIModel, PromptLogprobs, SamplingFields, UsageInfo
 
 
 class ContentPart(OpenAIModel):
+    """A text part; other keys are kept (``model_extra``) to be named in the log's warning, as a request's own."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
     type: Literal["text"]
     text: str
 
@@ -20,7 +23,10 @@ class ContentPart(OpenAIModel):
 class ChatMessage(OpenAIModel):
     """A message of the conversation. ``content`` is required whatever the role, except that an assistant message
     with ``tool_calls`` may give it as null or leave it out (OpenAI's rule; chat_utils checks it). A list of parts
-    holds one at least, as OpenAI's API refuses ``[]``. A tool's answer names its call by ``tool_call_id``."""
+    holds one at least, as OpenAI's API refuses ``[]``. A tool's answer names its call by ``tool_call_id``. Other
+    keys are kept (``model_extra``) to be named in the log's warning, as a request's own undeclared fields are."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
 
     role: Literal["system", "developer", "user", "assistant", "tool"]  # chat_utils.CHAT_ROLES
     content: str | Annotated[list[ContentPart], Field(min_length=1)]

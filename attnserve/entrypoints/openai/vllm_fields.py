@@ -152,9 +152,9 @@ def check_extra_fields(req: BaseModel, known: Mapping[str, tuple | None]) -> Non
     """Judge the fields ``req`` got that its model does not declare (see the module docstring): raise Refused for the
     first one ``known`` (vLLM's fields) lists with a value that would change what runs (``use_beam_search true not
     allowed (allowed: false, or null); attnserve does not implement vLLM's use_beam_search``); log one warning
-    naming the others."""
+    naming the others, and the undeclared keys of chat messages and their content parts (``messages[0].foo``)."""
     extra = req.model_extra or {}
-    unknown = []
+    unknown = _nested_extra(req)
     for name, value in extra.items():
         if name not in known:
             unknown.append(name)
@@ -164,3 +164,14 @@ def check_extra_fields(req: BaseModel, known: Mapping[str, tuple | None]) -> Non
             raise Refused(vllm_field(name, value, allowed))
     if unknown:  # vLLM's words (OpenAIBaseModel.__log_extra_fields__)
         logger.warning("The following fields were present in the request but ignored: %s", set(unknown))
+
+
+def _nested_extra(req: BaseModel) -> list[str]:
+    """``messages[i].key`` and ``messages[i].content[j].key`` for each key a chat message or part got undeclared."""
+    names = []
+    for i, m in enumerate(getattr(req, "messages", None) or []):
+        names += [f"messages[{i}].{k}" for k in m.model_extra or {}]
+        if isinstance(m.content, list):
+            for j, part in enumerate(m.content):
+                names += [f"messages[{i}].content[{j}].{k}" for k in part.model_extra or {}]
+    return names

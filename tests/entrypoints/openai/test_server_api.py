@@ -207,6 +207,21 @@ def test_an_unknown_field_is_ignored_with_one_warning(server, client, model_name
     assert "another_unknown_abc" in lines[0]
 
 
+def test_unknown_keys_of_chat_messages_are_named_in_one_warning(server, client, model_name):
+    messages = [
+        {"role": "system", "content": "Be brief.", "msg_key_xyz": 1},
+        {"role": "user", "content": [{"type": "text", "text": "Hi", "part_key_abc": True}]},
+    ]
+    plain = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    r = client.chat.completions.create(model=model_name, messages=messages, max_tokens=3, temperature=0)
+    same = client.chat.completions.create(model=model_name, messages=plain, max_tokens=3, temperature=0)
+    assert r.choices[0].message.content == same.choices[0].message.content  # the chat template never saw them
+    time.sleep(0.2)
+    lines = [line for line in server.log_tail(200_000).splitlines() if "msg_key_xyz" in line]
+    assert len(lines) == 1 and "were present in the request but ignored" in lines[0]
+    assert "messages[0].msg_key_xyz" in lines[0] and "messages[1].content[0].part_key_abc" in lines[0]
+
+
 # --- a server with its own template, generation config, --max-logprobs and an API key -------------------------
 def test_tokenize_needs_the_api_key(custom):
     for path, body in (("/tokenize", {"prompt": "Hi"}), ("/detokenize", {"tokens": [1]})):

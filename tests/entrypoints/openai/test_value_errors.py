@@ -223,7 +223,7 @@ CHAT_CASES = {
         {"stream": True, "stream_options": 5},
         "stream_options",
         "5",
-        'an object with optional "include_usage", or null',
+        'an object with optional "include_usage" and "continuous_usage_stats", or null',
     ),
     "max_tokens_true": ({"max_tokens": True}, "max_tokens", "true", "integer >= 1, or null"),
     "n_text": ({"n": "2"}, "n", '"2"', "integer in [1, 128]"),
