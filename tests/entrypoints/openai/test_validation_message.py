@@ -262,7 +262,7 @@ MESSAGE_WORDS = 'an object with "role" and "content", optionally "name", "tool_c
         (
             ChatCompletionRequest,
             {"messages": [{"role": "user", "content": "x"}], "stream_options": 5},
-            (("stream_options",), "5", 'an object with optional "include_usage", or null'),
+            (("stream_options",), "5", 'an object with optional "include_usage" and "continuous_usage_stats", or null'),
         ),
         (
             ChatCompletionRequest,
