@@ -291,8 +291,8 @@ class LLMEngine:
     def _step_structured_async(self) -> list[RequestOutput]:
         """One async step k+1 with constrained requests: queue its forward pass, read step k (its tokens advance
         the grammar matchers), fill step k+1's bitmask (in the grammar's worker thread, beside step k's outputs)
-        and schedule step k+2 on the host while the device runs the forward pass, then queue step k+1's sampling. Step k+2's forward pass can only follow that sampling
-        (its inputs are those tokens): scheduled ahead, its plan and host batch (``ModelRunner.prepare_ahead``)
+        and schedule step k+2 on the host while the device runs the forward pass, then queue step k+1's sampling.
+        Step k+2's forward pass can only follow that sampling (its inputs are those tokens): scheduled ahead, its plan and host batch (``ModelRunner.prepare_ahead``)
         are ready then (requests added meanwhile wait for the step after it; aborted ones leave it,
         ``_schedule``)."""
         sched = self._schedule()
@@ -303,7 +303,7 @@ class LLMEngine:
             # the fill runs in the grammar's worker thread (xgrammar releases the GIL) beside the outputs and the
             # plan of step k+2; the matchers stay as they are until it is read
             fill = self.structured.start_bitmask(sched)
-            outputs = self._outputs(updated, remove_finished=False)
+            outputs = self._outputs(updated)
             if not sched.is_empty and self.structured.has_unfinished(self.scheduler.requests):
                 self._scheduled_ahead = self.scheduler.schedule()
                 if self.runner is not None:  # its host batch too (numpy): only the launch waits for the sampling
@@ -338,7 +338,10 @@ class LLMEngine:
     def _finish(self, sched: SchedulerOutput, result) -> list[RequestOutput]:
         """Append a step's sampled tokens (``result.result()``: waits for them), advance the grammar matchers (a
         terminated grammar ends its request, finish reason stop), detokenize, apply stop strings."""
-        return self._outputs(self._update(sched, result))
+        updated = self._update(sched, result)
+        outputs = self._outputs(updated)
+        self._remove_finished_matchers(updated)
+        return outputs
 
     def _update(self, sched: SchedulerOutput, result) -> list[Request]:
         """:meth:`_finish`'s first half: the step's tokens appended and the grammar matchers advanced; returns the
@@ -359,17 +362,16 @@ class LLMEngine:
             self._remove_finished_matchers(updated)  # a terminated matcher has no next bitmask to fill
         return updated
 
-    def _outputs(self, updated: list[Request], remove_finished: bool = True) -> list[RequestOutput]:
-        """:meth:`_finish`'s second half: detokenize, apply stop strings, make the outputs; then (unless a bitmask
-        fill still reads them) drop the grammar matchers of the requests that ended."""
+    def _outputs(self, updated: list[Request]) -> list[RequestOutput]:
+        """:meth:`_finish`'s second half: detokenize, apply stop strings, make the outputs. The matchers of requests
+        a stop string ended stay until the caller drops them (a bitmask fill may still read them)."""
         outputs, stopped = self.output_processor.process(updated)
         for child_id, stop_string in stopped:
             self.scheduler.finish_request(child_id, FinishReason.STOP, stop_string)
-        if remove_finished:
-            self._remove_finished_matchers(updated)
         return outputs
 
     def _remove_finished_matchers(self, updated: list[Request]) -> None:
+        """Drop the grammar matchers of the requests among ``updated`` that ended."""
         if self.structured.active:
             for req in updated:
                 if req.is_finished:

@@ -15,7 +15,12 @@ import numbers
 
 from attnserve.config.fields import ConfigError
 from attnserve.refusals import MISSING, Refusal, Refused, dotted_path, python_path
-from attnserve.refusals.requests import EMPTY_PROMPT, max_tokens_too_large, prompt_too_long, token_id_words  # noqa: F401 (re-exported)
+from attnserve.refusals.requests import (  # noqa: F401 (EMPTY_PROMPT re-exported)
+    EMPTY_PROMPT,
+    max_tokens_too_large,
+    prompt_too_long,
+    token_id_words,
+)
 
 
 class RequestValueError(Refused):

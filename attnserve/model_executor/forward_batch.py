@@ -7,8 +7,8 @@ the only host-device synchronisation of a step is reading the sampled tokens bac
 
 from __future__ import annotations
 
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING
 
 import numpy as np
