@@ -48,8 +48,9 @@ _MAX_SPLITS = 32
 # ``benchmarks/gpu/bench_triton_decode.py --sweep``; see docs/benchmarks.md).
 _DECODE_LAUNCH = {False: {"num_stages": 2}, True: {"num_stages": 2, "num_warps": 8}}
 # the same over an fp8 cache (its KV tiles: ``attention_tiles.FP8_KV_TILE_TOKENS``; its dots:
-# ``triton_attention.default_fp8_dot``), chosen by ``benchmarks/gpu/bench_fp8_decode.py``
-_FP8_DECODE_LAUNCH = {False: {"num_stages": 2}, True: {"num_stages": 2, "num_warps": 8}}
+# ``triton_attention.default_fp8_dot``): a 3-stage pipeline for unsplit programs, chosen by
+# ``benchmarks/gpu/bench_fp8_decode.py`` (docs/benchmarks.md, "FP8 KV cache")
+_FP8_DECODE_LAUNCH = {False: {"num_stages": 3}, True: {"num_stages": 2, "num_warps": 8}}
 
 
 @dataclass
