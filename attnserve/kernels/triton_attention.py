@@ -36,7 +36,9 @@ import triton.language as tl
 
 from attnserve.kernels import pdl
 from attnserve.kernels.attention_tiles import (  # noqa: F401 (kv_tile_tokens, query_tiles: the builder's)
+    FP8_DOT_MODES,
     block_m_for,
+    default_fp8_dot,
     default_pages_per_tile,
     kv_tile_tokens,
     next_power_of_2,
@@ -46,6 +48,73 @@ from attnserve.kernels.attention_tiles import (  # noqa: F401 (kv_tile_tokens, q
 from attnserve.kernels.triton_merge_splits import merge_splits, partial_results
 from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS, pdl_wait
 from attnserve.kernels.triton_rope import DecodeRope, rope_kv_write_token
+
+
+# e4m3's exponent bias is 7, float16's 15: a bit move scales by 2^-8
+_E4M3_BITS_UNIT = tl.constexpr(256.0)
+# PTX for 4 fp8 values in a 32-bit register -> 2 registers of f16x2 (element 0 in the low half)
+_CVT_E4M3 = tl.constexpr(
+    "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }"
+)
+_CVT_E5M2 = tl.constexpr(
+    "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e5m2x2 $0, lo; cvt.rn.f16x2.e5m2x2 $1, hi; }"
+)
+_BITS_E5M2 = tl.constexpr("prmt.b32 $0, $2, 0, 0x1404; prmt.b32 $1, $2, 0, 0x3424;")  # byte -> high byte
+_BITS_E4M3 = tl.constexpr(  # byte -> high byte, then sign stays at bit 15 and the rest moves to bits 7..13
+    "{ .reg .b32 h0, h1; prmt.b32 h0, $2, 0, 0x1404; prmt.b32 h1, $2, 0, 0x3424; "
+    "shr.b32 $0, h0, 1; shr.b32 $1, h1, 1; "
+    "lop3.b32 $0, h0, $0, 0x80008000, 0xE4; lop3.b32 $1, h1, $1, 0x80008000, 0xE4; "
+    "and.b32 $0, $0, 0xBF80BF80; and.b32 $1, $1, 0xBF80BF80; }"
+)
+
+
+@triton.jit
+def _fp8_bits(FP8_DOT: tl.constexpr):
+    """Whether ``FP8_DOT`` moves bits (rather than converting with cvt)."""
+    return FP8_DOT == "f16bits" or FP8_DOT == "f16asm" or FP8_DOT == "f16asmv" or FP8_DOT == "f16asmkv"
+
+
+@triton.jit
+def _fp8_unit(KV_DTYPE: tl.constexpr, FP8_DOT: tl.constexpr):
+    """What one unit of an operand made by ``_fp8_operand`` is worth (2^8 for e4m3 bit moves, else 1)."""
+    if _fp8_bits(FP8_DOT) and KV_DTYPE == tl.float8e4nv:
+        return _E4M3_BITS_UNIT
+    else:
+        return 1.0
+
+
+@triton.jit
+def _fp8_asm(x, ASM: tl.constexpr, PURE: tl.constexpr):
+    """``ASM`` over ``x``'s bytes, four a register, to float16; not ``PURE``: Triton keeps it where it is
+    (it moves pure conversions past the change to the dot's operand layout)."""
+    return tl.inline_asm_elementwise(
+        ASM, "=r,=r,r", [x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=PURE, pack=4
+    )
+
+
+@triton.jit
+def _fp8_operand(x, DOT_DTYPE: tl.constexpr, FP8_DOT: tl.constexpr, IS_V: tl.constexpr, INTERPRET: tl.constexpr):
+    """An fp8 K (``IS_V`` False) or V tile as a ``DOT_DTYPE`` dot operand, unscaled (``_fp8_unit``: what a unit
+    is worth)."""
+    E5: tl.constexpr = x.dtype == tl.float8e5
+    KEEP: tl.constexpr = (
+        FP8_DOT == "f16kv" or FP8_DOT == "f16asmkv" or (IS_V and (FP8_DOT == "f16v" or FP8_DOT == "f16asmv"))
+    )
+    if FP8_DOT == "scaled" or FP8_DOT == "cast":
+        return x.to(DOT_DTYPE)
+    elif _fp8_bits(FP8_DOT) and (INTERPRET or FP8_DOT == "f16bits"):
+        b = x.to(tl.uint8, bitcast=True).to(tl.uint16)
+        if E5:
+            h = b << 8
+        else:
+            h = ((b & 0x80) << 8) | ((b & 0x7F) << 7)
+        return h.to(tl.float16, bitcast=True)
+    elif _fp8_bits(FP8_DOT):
+        return _fp8_asm(x, _BITS_E5M2 if E5 else _BITS_E4M3, not KEEP)
+    elif KEEP and not INTERPRET:
+        return _fp8_asm(x, _CVT_E5M2 if E5 else _CVT_E4M3, False)
+    else:
+        return x.to(tl.float16)
 
 
 @triton.jit
@@ -72,6 +141,7 @@ def _paged_attention_kernel(
     USE_SOFTCAP: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     KV_FP8: tl.constexpr,
+    FP8_DOT: tl.constexpr,
     PREC: tl.constexpr,
     USE_PDL: tl.constexpr,
     ROPE: tl.constexpr,
@@ -165,6 +235,12 @@ def _paged_attention_kernel(
         mask=row_valid[:, None] & d_mask[None, :],
         other=0.0,
     )
+    qk_scale = scale
+    if KV_FP8 and FP8_DOT != "scaled":  # the scales leave the loop: into the softmax scale and the output
+        qk_scale = scale * (k_scale * _fp8_unit(k_ptr.dtype.element_ty, FP8_DOT))
+        v_unit = v_scale * _fp8_unit(v_ptr.dtype.element_ty, FP8_DOT)
+        if FP8_DOT != "cast" and q.dtype != tl.float16:  # float16 holds the fp8 values exactly, bf16 q up to 65504
+            q = tl.minimum(tl.maximum(q.to(tl.float32), -65504.0), 65504.0).to(tl.float16)
 
     # KV tiles this query tile needs: up to the last query's position; with a window, from the first
     # query's window
@@ -217,9 +293,13 @@ def _paged_attention_kernel(
             other=0.0,
         )  # (BLOCK_N, HEAD_PAD)
         if KV_FP8:
-            k = (k.to(tl.float32) * k_scale).to(q.dtype)
-            v = (v.to(tl.float32) * v_scale).to(q.dtype)
-        s = tl.dot(q, k, input_precision=PREC) * scale  # (BLOCK_M, BLOCK_N) float32
+            if FP8_DOT == "scaled":
+                k = (k.to(tl.float32) * k_scale).to(q.dtype)
+                v = (v.to(tl.float32) * v_scale).to(q.dtype)
+            else:
+                k = _fp8_operand(k, q.dtype, FP8_DOT, False, INTERPRET)
+                v = _fp8_operand(v, q.dtype, FP8_DOT, True, INTERPRET)
+        s = tl.dot(q, k, input_precision=PREC) * qk_scale  # (BLOCK_M, BLOCK_N) float32
         if USE_SOFTCAP:
             # tanh(x) = 2 sigmoid(2x) - 1, exact enough and available in every Triton version
             s = softcap * (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0)
@@ -235,6 +315,8 @@ def _paged_attention_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
         m_i = m_new
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    if KV_FP8 and FP8_DOT != "scaled":
+        acc = acc * v_unit
     out = acc / l_safe[:, None]
     tok = (q_begin + q_tok).to(tl.int64)
     if NUM_SPLITS > 1:
@@ -297,6 +379,7 @@ def paged_attention(
     rope: DecodeRope | None = None,
     decode: bool = False,  # tile i is request i's one query token, token i (a decode call's tiles)
     sinks: torch.Tensor | None = None,  # (Hq,) a sink logit per query head (any float dtype)
+    fp8_dot: str | None = None,  # an fp8 cache's path to the dots (FP8_DOT_MODES; None: default_fp8_dot)
 ) -> torch.Tensor:
     """Causal paged attention of the given query tiles. ``num_splits > 1`` splits each tile's KV tiles
     across programs and merges the partial results (meant for decode tiles).
@@ -320,12 +403,14 @@ def paged_attention(
     head_pad = padded_head_size(head)
     if pages_per_tile is None:
         elem_bytes = max(query.element_size(), key_cache.element_size())
-        pages_per_tile = default_pages_per_tile(page, head_pad, elem_bytes)
+        pages_per_tile = default_pages_per_tile(page, head_pad, elem_bytes, kv_elem_bytes=key_cache.element_size())
     assert pages_per_tile >= 1 and pages_per_tile & (pages_per_tile - 1) == 0, pages_per_tile
     num_tiles = tile_seq.numel()
     if num_tiles == 0:
         return out
     kv_fp8 = key_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    fp8_dot = (fp8_dot or default_fp8_dot(query.dtype)) if kv_fp8 else "scaled"
+    assert fp8_dot in FP8_DOT_MODES, fp8_dot
     prec = "ieee" if query.dtype == torch.float32 else None  # None: the default for 16-bit inputs
     part_out = part_lse = out  # unused placeholders when not splitting
     if num_splits > 1:
@@ -355,6 +440,7 @@ def paged_attention(
         USE_SOFTCAP=logits_soft_cap is not None,
         USE_WINDOW=sliding_window is not None,
         KV_FP8=kv_fp8,
+        FP8_DOT=fp8_dot,
         PREC=prec,
         DECODE=decode and DECODE_DIRECT,
         USE_SINKS=sinks is not None,

@@ -63,10 +63,11 @@ def decode_call(
     max_seq_len: int,
     num_sms: int | None,
     dev: torch.device,
+    kv_cache_dtype: str = "auto",
 ):
     """TRITON_ATTN's metadata and its one kernel call (``metadata.calls``) for a decode step of ``table``'s
     requests (block table (B, width) int32 on the host), each ``ctx`` tokens long; ``num_sms``: the builder's SM
-    count (None: this GPU's)."""
+    count (None: this GPU's); ``kv_cache_dtype``: the layer's cache dtype (the engine's ``--kv-cache-dtype``)."""
     from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata
     from attnserve.attention.backends.triton_attn import TritonAttentionBackend
 
@@ -89,7 +90,9 @@ def decode_call(
         block_size=block,
         block_table_cpu=table,
     )
-    spec = AttentionLayerSpec(num_heads=hq, head_size=HEAD, scale=HEAD**-0.5, num_kv_heads=hkv)
+    spec = AttentionLayerSpec(
+        num_heads=hq, head_size=HEAD, scale=HEAD**-0.5, num_kv_heads=hkv, kv_cache_dtype=kv_cache_dtype
+    )
     builder = TritonAttentionBackend.get_builder_cls()(spec, dev, torch.bfloat16)
     if num_sms is not None:
         builder.num_sms = num_sms

@@ -4,7 +4,8 @@ cache (dequantized with the same scales) and, where the kernel quantized the que
 Cases: decode (64 requests, context 1 to 8k; one request at 8k), prefill, mixed, GQA 32/8 with head 128, block
 sizes 16/32/64, e4m3 and (where the backend takes it) e5m2. Tolerance: max |out - oracle| / max |oracle| <=
 ``TOLERANCE["fp8"]`` (8e-2: the kernels keep the softmax's probabilities in 16-bit or fp8 before the PV product);
-the step's K/V read back within the format's rounding (``KV_WRITE_TOLERANCE``). Run on the H200:
+the step's K/V read back within the format's rounding (``KV_WRITE_TOLERANCE``). TRITON_ATTN's other fp8 paths
+(``FP8_DOT_MODES``, chosen by ``paged_attention(fp8_dot=)``) against the same oracle. Run on the H200:
 ``pytest tests/gpu/test_fp8_kv_vs_reference.py -m gpu -s`` (``ATTNSERVE_GPU_BACKENDS`` narrows the labels).
 """
 
@@ -18,7 +19,7 @@ import pytest
 import torch
 
 from attnserve.config.attention import AttentionConfig
-from tests.gpu.cases import Case, run_case
+from tests.gpu.cases import TOLERANCE, Case, run_case
 from tests.gpu.conftest import RESULTS, save_results
 
 pytestmark = pytest.mark.gpu
@@ -112,3 +113,33 @@ def test_fp8_write_saturates_on_the_gpu(kv):
     assert torch.isfinite(stored).all()
     fmax = torch.finfo(dtype).max
     assert stored[0].abs().max().item() == fmax and stored[1].abs().max().item() == fmax
+
+
+def _mode_cases() -> list:
+    """TRITON_ATTN's fp8 paths (``FP8_DOT_MODES``: the engine runs ``default_fp8_dot``'s, the others are the
+    benchmark's alternatives), e4m3 and e5m2: decode with splits and mixed batches, GQA 32/8, head 128."""
+    from attnserve.kernels.attention_tiles import FP8_DOT_MODES
+    from tests.kernels.test_triton_attention_vs_reference import DECODE, MIXED, _op
+
+    cases = []
+    for mode in FP8_DOT_MODES:
+        for kv in (True, "e5m2"):
+            fmt = "e5m2" if kv == "e5m2" else "e4m3"
+            for name, reqs, splits, page in (("decode", DECODE, 4, 16), ("mixed", MIXED, 1, 32)):
+                case = _op(reqs, page, 4, "bfloat16", splits, head=128, num_kv_heads=8, kv_fp8=kv, fp8_dot=mode)
+                cases.append(pytest.param(case, id=f"{mode}-{fmt}-{name}-bs{page}"))
+    return cases
+
+
+@pytest.mark.parametrize("fields", _mode_cases() if torch.cuda.is_available() and _has("triton") else [])
+def test_triton_fp8_dot_modes_match_float64_oracle(fields):
+    """Each way TRITON_ATTN feeds fp8 tiles to its dots (PTX conversions included, which the interpreter
+    replaces) against the float64 oracle over the same dequantized cache."""
+    from tests.kernels.triton_attention_interpreted import run_op_case
+
+    res = run_op_case(fields, device="cuda", oracle=torch.float64)
+    out, ref = res["out"].double(), res["ref"]
+    assert not torch.isnan(out).any()
+    rel = (out - ref).abs().max().item() / ref.abs().max().item()
+    print(f"TRITON_ATTN fp8_dot={fields['fp8_dot']} kv={fields['kv_fp8']} rel_err={rel:.2e}", flush=True)
+    assert rel <= TOLERANCE["fp8"], rel

@@ -2,12 +2,12 @@
 (``tests/kernels/triton_attention_interpreted.py`` runs the cases in a process of its own).
 
 The kernel walks each request's KV in tiles of ``BLOCK_N = page * pages_per_tile`` tokens (64 by default for
-16-bit head <= 128: four 16-token pages, two 32-token pages, one page of 64 or more; 32 for float32 head 128).
-The cases cover what that tiling touches:
+16-bit head <= 128: four 16-token pages, two 32-token pages, one page of 64 or more; 32 for float32 head 128;
+128 over an fp8 cache). The cases cover what that tiling touches:
 context lengths either side of the tile and page sizes (1, 15, 16, 17, 63, 64, 65, 200), pages of 16 to 128
 tokens, 1 to 8 query heads per KV head, split-KV on and off (each split owns whole tiles; some own none),
-sliding window, soft cap, fp8 KV with scales, prefill and mixed batches, tiles of 1 to 8 pages, shuffled
-block tables whose unused entries point outside the cache; and TRITON_ATTN steps through its builder and impl
+sliding window, soft cap, fp8 KV (e4m3 and e5m2) with scales and every ``FP8_DOT_MODES`` path, prefill and
+mixed batches, tiles of 1 to 8 pages, shuffled block tables whose unused entries point outside the cache; and TRITON_ATTN steps through its builder and impl
 on the named shapes of ``tests/gpu/cases.py``. Errors are judged with that file's tolerances
 (``TOLERANCE``: max |out - ref| / max |ref| per dtype).
 """
@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+from attnserve.kernels.attention_tiles import FP8_DOT_MODES
 from tests.gpu.cases import TOLERANCE
 from tests.helpers import run_cases_in_triton_interpreter
 
@@ -78,6 +79,13 @@ def _op_cases() -> dict[str, dict]:
                 DECODE, page, 4, "bfloat16", splits, kv_fp8=True
             )
         cases[f"mixed-bs{page}-gqa4-kvfp8-float32"] = _op(MIXED, page, 4, "float32", kv_fp8=True)
+    for mode in FP8_DOT_MODES:  # every way of feeding fp8 tiles to the dots, e4m3 and e5m2
+        for kv in ("e4m3", "e5m2"):
+            cases[f"decode-bs16-gqa4-s4-d128-kv{kv}-{mode}-bfloat16"] = _op(
+                DECODE, 16, 4, "bfloat16", 4, head=128, kv_fp8="e5m2" if kv == "e5m2" else True, fp8_dot=mode
+            )
+        cases[f"mixed-bs32-gqa4-kve4m3-{mode}-bfloat16"] = _op(MIXED, 32, 4, "bfloat16", kv_fp8=True, fp8_dot=mode)
+    cases["decode-bs16-gqa4-s1-kve5m2-float16"] = _op(DECODE, 16, 4, "float16", 1, kv_fp8="e5m2")
     cases["decode-bs16-gqa4-s4-d96-float32"] = _op(DECODE, 16, 4, "float32", 4, head=96)  # HEAD_PAD 128
     cases["decode-bs16-gqa4-s4-float16"] = _op(DECODE, 16, 4, "float16", 4)
     cases["mixed-bs32-gqa4-s2-float32"] = _op(MIXED[2:4], 32, 4, "float32", 2)  # split-KV over prefill tiles too
@@ -157,6 +165,11 @@ def test_default_pages_per_tile():
         assert [default_pages_per_tile(p, head_pad, elem) for p in (16, 32, 64)] == [2, 1, 1]
     assert [default_pages_per_tile(p, 256, 4) for p in (16, 32)] == [1, 1]
     assert [default_pages_per_tile(16, 64, 2, t) for t in (16, 32, 96, 128)] == [1, 2, 4, 8]
+    # an fp8 cache under 16-bit queries: 128-token tiles (16 KiB of fp8 per K tile at head 128); float32
+    # queries keep theirs
+    assert [default_pages_per_tile(p, 128, 2, kv_elem_bytes=1) for p in (16, 32, 64, 128, 256)] == [8, 4, 2, 1, 1]
+    assert [default_pages_per_tile(p, 256, 2, kv_elem_bytes=1) for p in (16, 32, 64)] == [4, 2, 1]
+    assert [default_pages_per_tile(p, 128, 4, kv_elem_bytes=1) for p in (16, 32, 64)] == [2, 1, 1]
 
 
 @pytest.mark.parametrize("name", list(OP_CASES))

@@ -87,7 +87,7 @@ def build_op_case(
     num_kv_heads: int,
     head: int,
     dtype: torch.dtype,
-    kv_fp8: bool = False,
+    kv_fp8: bool | str = False,
     seed: int = 0,
 ) -> dict:
     """Inputs of one ``paged_attention`` call over requests ``(context_len, query_len)``.
@@ -95,7 +95,8 @@ def build_op_case(
     Cache ``(num_blocks, 2, page, Hkv, D)`` (TRITON_ATTN's shape) filled with N(0, 2^2) values (fp8:
     stored as ``x / scale``, e4m3); block table ``(B, W)`` int32, W = the longest request's page count,
     a view of a wider tensor whose extra columns and each row's unused entries hold ``FAR_BLOCK``;
-    physical blocks are a random permutation (a few spare blocks belong to no request)."""
+    physical blocks are a random permutation (a few spare blocks belong to no request). ``kv_fp8="e5m2"``:
+    an e5m2 cache."""
     gen = torch.Generator().manual_seed(seed)
     seq_lens = [c + q for c, q in reqs]
     blocks_per = [-(-s // page) for s in seq_lens]
@@ -108,7 +109,7 @@ def build_op_case(
         wide[i, :n] = perm[at : at + n]
         at += n
     block_table = wide[:, :width]
-    kv_dtype = torch.float8_e4m3fn if kv_fp8 else dtype
+    kv_dtype = (torch.float8_e5m2 if kv_fp8 == "e5m2" else torch.float8_e4m3fn) if kv_fp8 else dtype
     k_scale, v_scale = (10.0 / 448.0, 12.0 / 448.0) if kv_fp8 else (1.0, 1.0)
     cache = torch.randn(num_blocks, 2, page, num_kv_heads, head, generator=gen) * 2
     cache[:, 0] /= k_scale
@@ -129,8 +130,9 @@ def build_op_case(
     )
 
 
-def run_op_case(fields: dict) -> dict:
-    """``paged_attention`` (under the interpreter) and the oracle on one op case's inputs."""
+def run_op_case(fields: dict, device: str = "cpu", oracle: torch.dtype = torch.float32) -> dict:
+    """``paged_attention`` (under the interpreter; on a GPU with ``device="cuda"``) and the oracle (in
+    ``oracle`` arithmetic) on one op case's inputs."""
     from attnserve.kernels.triton_attention import block_m_for, paged_attention, query_tiles
 
     f = dict(fields)
@@ -144,12 +146,13 @@ def run_op_case(fields: dict) -> dict:
         f.pop("kv_fp8", False),
         f.pop("seed", 0),
     )
+    x = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in x.items()}
     query, cache, table = x["query"], x["cache"], x["block_table"]
     key_cache, value_cache = cache[:, 0], cache[:, 1]
     scale = f["head"] ** -0.5
     window, softcap = f.get("window"), f.get("softcap")
     block_q = block_m_for(f["num_heads"] // f["num_kv_heads"])[1]
-    tile_seq, tile_start = query_tiles(x["query_start_loc"], block_q)
+    tile_seq, tile_start = (t.to(device) for t in query_tiles(x["query_start_loc"].cpu(), block_q))
     out = torch.full_like(query, float("nan"))
     paged_attention(
         out,
@@ -168,10 +171,11 @@ def run_op_case(fields: dict) -> dict:
         k_scale=x["k_scale"],
         v_scale=x["v_scale"],
         pages_per_tile=f.get("pages_per_tile"),
+        fp8_dot=f.get("fp8_dot"),
     )
-    ref_cache = torch.stack([key_cache.float() * x["k_scale"], value_cache.float() * x["v_scale"]])
+    ref_cache = torch.stack([key_cache.to(oracle) * x["k_scale"], value_cache.to(oracle) * x["v_scale"]])
     ref = reference_paged_attention(
-        query.float(),
+        query.to(oracle),
         ref_cache,
         x["query_start_loc"],
         x["seq_lens"],

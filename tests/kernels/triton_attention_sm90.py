@@ -28,12 +28,12 @@ def _tool(name: str) -> str | None:
     return bundled if os.path.exists(bundled) else shutil.which(name)
 
 
-def _signature(names: list[str], const: dict, dtype: str, rope: bool) -> tuple[dict, dict, dict]:
+def _signature(names: list[str], const: dict, dtype: str, rope: bool, kv: str | None = None) -> tuple[dict, dict, dict]:
     """The kernel's signature (its tuple arguments' members typed as ``paged_attention`` passes them) and the
     launcher's specialisation: every pointer and stride divisible by 16, as the launcher finds them; and
     ``rope_args`` None (a constexpr) without ``rope``. Returns (signature, attrs, constexprs by path)."""
     heads = (f"*{dtype}", "i32", "i32")  # (ptr, stride_t, stride_h)
-    cache = (f"*{dtype}", "i32", "i32", "i32", "fp32")  # (ptr, stride_b, stride_s, stride_h, fp8 scale)
+    cache = (f"*{kv or dtype}", "i32", "i32", "i32", "fp32")  # (ptr, stride_b, stride_s, stride_h, fp8 scale)
     rope_args = (
         heads,
         heads,
@@ -79,14 +79,20 @@ def compile_sm90(
     pages_per_tile: int | None = None,
     rope: bool = False,
     decode: bool = False,
-) -> tuple[dict, int]:
+    kv: str | None = None,
+    fp8_dot: str | None = None,
+    launch: dict | None = None,
+    asm: bool = False,
+) -> tuple:
     """``_paged_attention_kernel`` compiled for sm_90 with the constants and launch options ``paged_attention``
     would get from TRITON_ATTN's builder on an H200 (PDL on, no FP contraction; pointers and strides
     specialised as divisible by 16, as the launcher does for such arguments). ``decode``: a decode call, with
     the builder's decode launch options (``triton_attn._DECODE_LAUNCH``: 2 stages, and 8 warps when the KV is
     split; the builder splits only decode calls); ``rope``: with RoPE + q/k norm + the KV write inside
-    (``DecodeRope``; 8 KV heads), a decode call.
-    Returns (cuobjdump's resource usage: {"REG": n, "STACK": n, "LOCAL": n, ...}, shared memory bytes)."""
+    (``DecodeRope``; 8 KV heads), a decode call. ``kv``: an fp8 cache ("fp8e4nv" or "fp8e5") read the
+    ``fp8_dot`` way (None: ``default_fp8_dot``), with the builder's fp8 decode launch options; ``launch``:
+    launch options instead of the builder's; ``asm``: the SASS too (``cuobjdump -sass``).
+    Returns (cuobjdump's resource usage: {"REG": n, "STACK": n, "LOCAL": n, ...}, shared memory bytes[, SASS])."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -98,7 +104,7 @@ def compile_sm90(
     block_m, block_q = ta.block_m_for(qpkv)
     head_pad = max(16, triton.next_power_of_2(head))
     elem = 4 if dtype == FP32 else 2
-    ppt = pages_per_tile or ta.default_pages_per_tile(page, head_pad, elem)
+    ppt = pages_per_tile or ta.default_pages_per_tile(page, head_pad, elem, kv_elem_bytes=1 if kv else elem)
     hk = 8
     const = dict(
         NUM_QPKV=qpkv,
@@ -111,7 +117,8 @@ def compile_sm90(
         NUM_SPLITS=num_splits,
         USE_SOFTCAP=False,
         USE_WINDOW=window,
-        KV_FP8=False,
+        KV_FP8=kv is not None,
+        FP8_DOT=(fp8_dot or ta.default_fp8_dot(torch.float32 if dtype == FP32 else torch.bfloat16)) if kv else "scaled",
         PREC="ieee" if dtype == FP32 else None,
         USE_PDL=True,
         ROPE=rope,
@@ -128,12 +135,13 @@ def compile_sm90(
         DECODE=decode,
         USE_SINKS=False,
     )
-    sig, attrs, const_paths = _signature(names, const, dtype, rope)
+    sig, attrs, const_paths = _signature(names, const, dtype, rope, kv)
     constexprs = {(names.index(k),): v for k, v in const.items()} | const_paths
     src = ASTSource(fn, sig, constexprs=constexprs, attrs=attrs)
-    from attnserve.attention.backends.triton_attn import _DECODE_LAUNCH
+    from attnserve.attention.backends.triton_attn import _DECODE_LAUNCH, _FP8_DECODE_LAUNCH
 
-    launch = _DECODE_LAUNCH[num_splits > 1] if decode or rope else {}
+    if launch is None:
+        launch = (_FP8_DECODE_LAUNCH if kv else _DECODE_LAUNCH)[num_splits > 1] if decode or rope else {}
     options = dict(enable_fp_fusion=False, launch_pdl=True, **launch)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     with tempfile.TemporaryDirectory() as folder:
@@ -143,8 +151,13 @@ def compile_sm90(
         usage = subprocess.run(
             [_tool("cuobjdump"), "-res-usage", cubin], capture_output=True, text=True, check=True
         ).stdout
+        sass = (
+            subprocess.run([_tool("cuobjdump"), "-sass", cubin], capture_output=True, text=True, check=True).stdout
+            if asm
+            else None
+        )
     resources = {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}
-    return resources, kernel.metadata.shared
+    return (resources, kernel.metadata.shared, sass) if asm else (resources, kernel.metadata.shared)
 
 
 def main(inp: str, out: str) -> None:

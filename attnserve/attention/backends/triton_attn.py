@@ -7,7 +7,9 @@ small to fill the GPU also takes the split-KV kernel (up to 32 splits of at leas
 The kernels launch with programmatic dependent launch on sm_90+ (``kernels/pdl.py``), so the RoPE + KV-write
 kernel before them and the GEMV after them overlap their launches. New K/V go into the cache with the
 Triton ``reshape_and_cache`` kernel; an fp8 cache (e4m3 or e5m2) stores ``x / scale`` per tensor, saturated (the
-layer's scales: the checkpoint's, calculate_kv_scales' or 1.0), and the kernels multiply by the scale on read.
+layer's scales: the checkpoint's, calculate_kv_scales' or 1.0); the kernels fold the scales into the softmax
+scale and the output and dot fp8 tiles as float16 (``attention_tiles.default_fp8_dot``), in tiles of twice the
+tokens (``FP8_KV_TILE_TOKENS``).
 Decode timings against FlashInfer (``benchmarks/gpu/bench_triton_decode.py``): docs/benchmarks.md.
 
 Limits: any CUDA GPU Triton compiles for (compute capability >= 7.0, the minimum of Triton's NVIDIA
@@ -45,6 +47,10 @@ _MAX_SPLITS = 32
 # (Triton's default is 3), and 8 warps for the short split programs (chosen by
 # ``benchmarks/gpu/bench_triton_decode.py --sweep``; see docs/benchmarks.md).
 _DECODE_LAUNCH = {False: {"num_stages": 2}, True: {"num_stages": 2, "num_warps": 8}}
+# the same over an fp8 cache (its KV tiles: ``attention_tiles.FP8_KV_TILE_TOKENS``; its dots:
+# ``triton_attention.default_fp8_dot``): a 3-stage pipeline for unsplit programs, chosen by
+# ``benchmarks/gpu/bench_fp8_decode.py`` (docs/benchmarks.md, "FP8 KV cache")
+_FP8_DECODE_LAUNCH = {False: {"num_stages": 3}, True: {"num_stages": 2, "num_warps": 8}}
 
 
 @dataclass
@@ -84,6 +90,8 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         )
         cfg = self.attention_config
         self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
+        self.kv_fp8 = spec.kv_cache_dtype != "auto"
+        self.decode_launch = _FP8_DECODE_LAUNCH if self.kv_fp8 else _DECODE_LAUNCH
 
     def _splits(self, num_decodes: int, max_seq_len: int, block_size: int) -> int:
         """Split-KV count for a decode call: 1 when ``num_decodes * Hkv`` programs already fill the GPU (or
@@ -93,7 +101,8 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
 
         spec = self.layer_spec
         programs = num_decodes * spec.num_kv_heads
-        tiles = -(-max_seq_len // kv_tile_tokens(block_size, spec.head_size, max(2, self.dtype.itemsize)))
+        tile = kv_tile_tokens(block_size, spec.head_size, max(2, self.dtype.itemsize), 1 if self.kv_fp8 else None)
+        tiles = -(-max_seq_len // tile)
         if tiles < 2 or programs >= _PROGRAMS_PER_SM * self.num_sms:
             return 1
         return min(_MAX_SPLITS, -(-_PROGRAMS_PER_SM * self.num_sms // programs), tiles)
@@ -105,7 +114,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
 
         seq, start = query_tiles(common.query_start_loc_cpu, self.block_q, first, last)
         qsl = common.query_start_loc_cpu
-        launch = _DECODE_LAUNCH[splits > 1] if decode else {}
+        launch = self.decode_launch[splits > 1] if decode else {}
         return TritonAttentionTiles(
             seq.to(self.device, non_blocking=True),
             start.to(self.device, non_blocking=True),
