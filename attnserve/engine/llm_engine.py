@@ -95,12 +95,15 @@ class LLMEngine:
             kv_cache_size_key(config.cache, self.info.device),
         )
         self.output_processor = OutputProcessor(self.tokenizer)
-        # the bitmask buffers pinned where this process copies them to a GPU (not for worker processes: pickled)
+        # the bitmask buffers pinned where this process copies them to a GPU (not for worker processes: pickled),
+        # and copied there by the grammar's worker thread
+        local_gpu = self.runner is not None and self.info.device.type == "cuda"
         self.structured = StructuredOutputManager(
             self.tokenizer,
             self.vocab_size,
             self.eos_token_id,
-            pin_memory=self.runner is not None and self.info.device.type == "cuda",
+            pin_memory=local_gpu,
+            device=self.info.device if local_gpu else None,
         )
         self.checks = InputChecks(
             self.tokenizer,
@@ -299,9 +302,10 @@ class LLMEngine:
         try:
             forward = self.executor.queue_forward(sched)
             previous, self._in_flight = self._in_flight, None
-            updated = self._update(*previous) if previous is not None else []
-            # the fill runs in the grammar's worker thread (xgrammar releases the GIL) beside the outputs and the
-            # plan of step k+2; the matchers stay as they are until it is read
+            updated = self._update(*previous, defer_accept=True) if previous is not None else []
+            # the matchers' accepts of step k's tokens (all but stop tokens, accepted now) and the fill run in the
+            # grammar's worker thread (xgrammar releases the GIL) beside the outputs and the plan of step k+2; the
+            # matchers stay as they are until it is read
             fill = self.structured.start_bitmask(sched)
             outputs = self._outputs(updated)
             if not sched.is_empty and self.structured.has_unfinished(self.scheduler.requests):
@@ -309,6 +313,7 @@ class LLMEngine:
                 if self.runner is not None:  # its host batch too (numpy): only the launch waits for the sampling
                     self.runner.prepare_ahead(self._scheduled_ahead)
             sched.grammar_bitmask = fill.result()
+            self._finish_ended_grammars(self.structured.take_ended())
             self._remove_finished_matchers(updated)
             queued = forward.sample(sched.grammar_bitmask)
             if not sched.is_empty:
@@ -343,9 +348,10 @@ class LLMEngine:
         self._remove_finished_matchers(updated)
         return outputs
 
-    def _update(self, sched: SchedulerOutput, result) -> list[Request]:
-        """:meth:`_finish`'s first half: the step's tokens appended and the grammar matchers advanced; returns the
-        requests that changed."""
+    def _update(self, sched: SchedulerOutput, result, defer_accept: bool = False) -> list[Request]:
+        """:meth:`_finish`'s first half: the step's tokens appended and the grammar matchers advanced (``defer_accept``:
+        only by stop tokens now, the rest by the next bitmask fill: ``StructuredOutputManager.accept_tokens``);
+        returns the requests that changed."""
         out = result.result()
         for rid, (first, entries) in out.prompt_logprobs.items():
             req = self.scheduler.requests.get(rid)
@@ -354,13 +360,17 @@ class LLMEngine:
         updated = self.scheduler.update(sched, out.sampled)
         structured = self.structured.active
         if structured:
-            ended = self.structured.accept_tokens([(req.request_id, req.output_token_ids[-1]) for req in updated])
-            for rid in ended:
-                req = self.scheduler.requests.get(rid)
-                if req is not None and not req.is_finished:
-                    self.scheduler.finish_request(rid, FinishReason.STOP)
+            tokens = [(req.request_id, req.output_token_ids[-1]) for req in updated if not req.is_finished]
+            self._finish_ended_grammars(self.structured.accept_tokens(tokens, defer=defer_accept))
             self._remove_finished_matchers(updated)  # a terminated matcher has no next bitmask to fill
         return updated
+
+    def _finish_ended_grammars(self, ended: list[str]) -> None:
+        """Finish the requests whose grammar ended (terminated, or its token rejected): finish reason stop."""
+        for rid in ended:
+            req = self.scheduler.requests.get(rid)
+            if req is not None and not req.is_finished:
+                self.scheduler.finish_request(rid, FinishReason.STOP)
 
     def _outputs(self, updated: list[Request]) -> list[RequestOutput]:
         """:meth:`_finish`'s second half: detokenize, apply stop strings, make the outputs. The matchers of requests

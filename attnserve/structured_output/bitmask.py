@@ -1,13 +1,17 @@
 """A step's grammar bitmask: the record the engine fills on the host, its copy to the device, its application.
 
-The engine fills one row per constrained sampling row (``StructuredOutputManager.bitmask``), the model runner
-copies it to the device with the step's sampling (``GrammarBitmask.to``) and applies it to those rows' logits
-before the sampler (``apply_grammar_bitmask``); rows of unconstrained requests are neither copied nor touched.
+The engine fills one row per constrained sampling row (``StructuredOutputManager.bitmask``); on a GPU engine the
+grammar's worker thread also copies it to the device right after the fill (``DeviceBitmaskBuffers``), otherwise
+the model runner copies it with the step's sampling (``GrammarBitmask.to``). The runner applies it to those
+rows' logits before the sampler (``apply_grammar_bitmask``: one Triton kernel on CUDA); rows of unconstrained
+requests are neither copied nor touched.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -33,14 +37,23 @@ class GrammarBitmask:
     num_tokens: int
     # the pinned CPU tensor ``words`` views (the copy's source; not pickled: worker processes get ``words``)
     pinned: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    # ``words`` already on a device: the event its copy recorded (the worker thread's side stream), which the
+    # stream that reads it waits for (:meth:`to`)
+    ready: torch.cuda.Event | None = field(default=None, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "pinned": None}
+        return {**self.__dict__, "pinned": None, "ready": None}
 
     def to(self, staging) -> GrammarBitmask:
         """The same bitmask on ``staging``'s device (non-blocking copies; ``PinnedStaging``): ``words`` straight
         from its pinned buffer on a side stream that the current one then waits for, ``rows`` through the
-        staging's own buffers."""
+        staging's own buffers. ``words`` already on that device (copied by the grammar's worker thread): the
+        current stream waits for that copy's event, and nothing else is copied but ``rows``."""
+        rows = None if self.rows is None else staging.to_device("grammar_rows", self.rows)
+        if isinstance(self.words, torch.Tensor) and self.words.device == staging.device:
+            if self.ready is not None:
+                torch.cuda.current_stream(staging.device).wait_event(self.ready)
+            return GrammarBitmask(self.words, rows, self.num_tokens)
         words = self.pinned if self.pinned is not None else torch.from_numpy(self.words)
         if staging.cuda:  # on a side stream: the copy overlaps the LM head queued before it
             main = torch.cuda.current_stream(staging.device)
@@ -51,7 +64,6 @@ class GrammarBitmask:
                 words = words.to(staging.device, non_blocking=True)
             main.wait_stream(side)
             words.record_stream(main)  # allocated on the side stream, read on the main one
-        rows = None if self.rows is None else staging.to_device("grammar_rows", self.rows)
         return GrammarBitmask(words, rows, self.num_tokens)
 
 
@@ -62,14 +74,33 @@ def _bit_values(device: torch.device) -> torch.Tensor:  # (32,) int32: 1 << i, b
     return bits
 
 
+@functools.cache
+def _triton_bitmask() -> ModuleType | None:
+    """``attnserve.kernels.triton_grammar_bitmask``, or None where Triton is not installed."""
+    try:
+        from attnserve.kernels import triton_grammar_bitmask
+    except ImportError:
+        return None
+    return triton_grammar_bitmask
+
+
 def apply_grammar_bitmask(logits: torch.Tensor, bitmask: GrammarBitmask | None) -> torch.Tensor:
     """``logits`` (R, V) with every token its row's bitmask does not allow set to -inf, in place; returned.
 
     ``bitmask``: on the logits' device (:meth:`GrammarBitmask.to`); None: ``logits`` unchanged. Rows the
-    bitmask does not list are not touched. A few elementwise kernels over the constrained rows' C x V
-    entries, no host sync."""
+    bitmask does not list are not touched. On CUDA one Triton launch (``kernels/triton_grammar_bitmask.py``),
+    elsewhere and without Triton :func:`apply_grammar_bitmask_torch`; no host sync."""
     if bitmask is None:
         return logits
+    ops = _triton_bitmask() if logits.is_cuda and logits.stride(1) == 1 else None
+    if ops is not None:
+        return ops.apply_bitmask_inplace(logits, bitmask.words, bitmask.rows, bitmask.num_tokens)
+    return apply_grammar_bitmask_torch(logits, bitmask)
+
+
+def apply_grammar_bitmask_torch(logits: torch.Tensor, bitmask: GrammarBitmask) -> torch.Tensor:
+    """The PyTorch definition of :func:`apply_grammar_bitmask` (any device): a few elementwise kernels over the
+    constrained rows' C x V entries."""
     words, rows = bitmask.words, bitmask.rows
     vocab = logits.shape[1]
     covered = min(vocab, bitmask.num_tokens, words.shape[1] * 32)
@@ -86,3 +117,38 @@ def apply_grammar_bitmask(logits: torch.Tensor, bitmask: GrammarBitmask | None) 
     if rows is not None:
         logits.index_copy_(0, rows, target)
     return logits
+
+
+class DeviceBitmaskBuffers:
+    """Device twins of the manager's two pinned bitmask buffers, which the grammar's worker thread fills by a copy
+    on a side stream right after it fills the host's (a GPU engine whose model runner is in this process).
+
+    A buffer is reused two steps later: by then the host has read the tokens of the step between, so the device
+    finished the sampling that read it. Buffers are made on the main thread (:meth:`target`) and grow by doubling;
+    a new one waits for the device to be idle once, since its memory may have been a tensor the queued kernels
+    still use."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._stream: torch.cuda.Stream | None = None
+        self._buffers: list[torch.Tensor | None] = [None, None]
+        self._events: list[torch.cuda.Event | None] = [None, None]
+
+    def target(self, turn: int, rows: int, width: int) -> tuple[torch.Tensor, torch.cuda.Event]:
+        """Rows [0, rows) of device buffer ``turn`` ((rows, width) int32) and the event its copy records."""
+        buf = self._buffers[turn]
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != width:
+            torch.cuda.current_stream(self.device).synchronize()
+            size = max(rows, 64, 2 * (buf.shape[0] if buf is not None else 0))
+            buf = self._buffers[turn] = torch.empty((size, width), dtype=torch.int32, device=self.device)
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+            self._events = [torch.cuda.Event(), torch.cuda.Event()]
+        return buf[:rows], self._events[turn]
+
+    def copy(self, src: torch.Tensor, dst: torch.Tensor, event: torch.cuda.Event) -> None:
+        """Queue ``dst.copy_(src)`` (pinned host -> device) on the side stream and record ``event`` after it; any
+        thread."""
+        with torch.cuda.stream(self._stream):
+            dst.copy_(src, non_blocking=True)
+            event.record(self._stream)

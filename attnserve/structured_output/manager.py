@@ -2,17 +2,20 @@
 
 Per step, on the host: the step's new tokens advance the matchers in one call (:meth:`accept_tokens`,
 xgrammar's ``batch_accept_token``), then the next step's bitmask is filled in one call over a few threads
-(:meth:`start_bitmask`, ``batch_fill_next_token_bitmask``, in a worker thread beside the engine's Python work:
-the outputs of the step before and the plan of the step after) straight into a preallocated buffer, pinned on a GPU
-engine, so the model runner copies it to the device without a host copy. The bitmask has a row for each
+(:meth:`start_bitmask`, ``batch_fill_next_token_bitmask``) straight into a preallocated buffer, pinned on a GPU
+engine. Both run in a worker thread beside the engine's Python work (the outputs of the step before and the plan
+of the step after; xgrammar releases the GIL in both): the engine's async path defers the accept of every token
+that cannot end its grammar (``accept_tokens(defer=True)``: all but stop tokens, as a token the bitmask allowed
+is accepted) to that thread, which then fills the bitmask and, where the model runner is in this process and on
+a GPU, copies it to the device on a side stream (``DeviceBitmaskBuffers``). The bitmask has a row for each
 constrained sampling row only, over the grammar engine's vocabulary (the tokenizer's: ``num_tokens``), not the
 logits' padded width; unconstrained rows are not copied and not masked (``bitmask.py``). Nothing per step is
 proportional to the vocabulary on the host but the fill itself.
 
 A step's bitmask needs the tokens of the step before (a matcher must hold every token of its request first):
-with async scheduling the engine queues step k+1's forward pass, reads step k's tokens and advances the
-matchers, fills step k+1's bitmask while the device runs that forward pass, then queues step k+1's sampling
-(``LLMEngine.step``; vLLM defers the sampling of a step with structured-output requests the same way).
+with async scheduling the engine queues step k+1's forward pass, reads step k's tokens, has the worker advance
+the matchers and fill step k+1's bitmask while the device runs that forward pass, then queues step k+1's
+sampling (``LLMEngine.step``; vLLM defers the sampling of a step with structured-output requests the same way).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch
 
 from attnserve.core.step import SchedulerOutput
 from attnserve.core.structured_outputs import StructuredOutputsParams
-from attnserve.structured_output.bitmask import GrammarBitmask
+from attnserve.structured_output.bitmask import DeviceBitmaskBuffers, GrammarBitmask
 
 FILL_THREADS = 8  # at most: half the process's cores, as xgrammar's and vLLM's defaults
 
@@ -44,19 +47,39 @@ class PendingBitmask:
         self._filling = filling
 
     def result(self) -> GrammarBitmask | None:
-        """The bitmask, once filled (re-raises the fill's error); None when no sampling row is constrained."""
+        """The bitmask, once filled (re-raises the fill's error); None when no sampling row is constrained.
+        The deferred accepts that ran first are done then (:meth:`StructuredOutputManager.take_ended`)."""
         if self._filling is not None:
             self._filling.result()
         return self._bitmask
+
+
+class _Deferred:
+    """Tokens whose accept waits for the next fill (``accept_tokens(defer=True)``): parallel lists."""
+
+    __slots__ = ("ids", "matchers", "tokens")
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.matchers: list = []
+        self.tokens: list[int] = []
 
 
 class StructuredOutputManager:
     """Grammar matchers of the constrained requests (by request id) and the host side of the bitmask.
 
     ``pin_memory``: the bitmask buffers are pinned (a GPU engine: the runner's copy then needs no host copy
-    and does not wait)."""
+    and does not wait). ``device``: a CUDA device the model runner of this process samples on; the worker thread
+    then copies each bitmask there itself (pinned buffers needed)."""
 
-    def __init__(self, tokenizer, vocab_size: int, eos_token_id: int | None, pin_memory: bool = False) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        vocab_size: int,
+        eos_token_id: int | None,
+        pin_memory: bool = False,
+        device: torch.device | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
@@ -68,6 +91,9 @@ class StructuredOutputManager:
         self._buffers: list[torch.Tensor] = []
         self._turn = 0
         self._worker: ThreadPoolExecutor | None = None  # the bitmask fill's thread, made on first use
+        self._device = DeviceBitmaskBuffers(device) if device is not None and pin_memory else None
+        self._deferred = _Deferred()
+        self._ended: list[str] = []  # ids whose deferred token ended their grammar (:meth:`take_ended`)
 
     @property
     def backend(self):
@@ -94,21 +120,49 @@ class StructuredOutputManager:
     def remove(self, request_id: str) -> None:
         self.matchers.pop(request_id, None)
 
-    def accept_tokens(self, tokens: list[tuple[str, int]]) -> list[str]:
+    def accept_tokens(self, tokens: list[tuple[str, int]], defer: bool = False) -> list[str]:
         """Advance each constrained request's matcher by its new token ((request id, token id) pairs; ids without
         a matcher are skipped); returns the ids whose grammar ended: terminated (the request ends, finish reason
-        ``stop``), or the token rejected (only an EOS the request ignores, or a stop token id)."""
+        ``stop``), or the token rejected (only an EOS the request ignores, or a stop token id).
+
+        ``defer``: only stop tokens, the ones that can end a grammar that allowed them, are accepted now; the
+        others are accepted in the worker thread before the next :meth:`start_bitmask` fills (or by the next call
+        that reads the matchers); an id among them that its token still ended comes from :meth:`take_ended`, or
+        with the ids this call returns (deferred accepts still pending run first)."""
+        self._accept_deferred()
+        ended = self.take_ended()
         matchers = self.matchers
         ids, matched, toks = [], [], []
+        stop = self.backend.stop_token_ids if defer else None
+        later = self._deferred
         for rid, t in tokens:
             m = matchers.get(rid)
-            if m is not None:
+            if m is None:
+                continue
+            if stop is not None and t not in stop:
+                later.ids.append(rid)
+                later.matchers.append(m)
+                later.tokens.append(t)
+            else:
                 ids.append(rid)
                 matched.append(m)
                 toks.append(t)
         if not ids:
-            return []
-        return [ids[i] for i in self.backend.accept(matched, toks)]
+            return ended
+        return ended + [ids[i] for i in self.backend.accept(matched, toks)]
+
+    def take_ended(self) -> list[str]:
+        """The ids whose deferred token ended their grammar since the last call (rejected: a bitmask bug or a
+        token the engine did not mask); the engine finishes them (finish reason ``stop``)."""
+        ended, self._ended = self._ended, []
+        return ended
+
+    def _accept_deferred(self, deferred: _Deferred | None = None) -> None:
+        """Accept ``deferred`` (default: the pending ones, taken); the ended ids go to :meth:`take_ended`."""
+        if deferred is None:
+            deferred, self._deferred = self._deferred, _Deferred()
+        if deferred.ids:
+            self._ended += [deferred.ids[i] for i in self.backend.accept(deferred.matchers, deferred.tokens)]
 
     def has_unfinished(self, requests: dict) -> bool:
         """True while a constrained request is unfinished (``requests``: the scheduler's, by id), counting those
@@ -122,9 +176,10 @@ class StructuredOutputManager:
         return self.start_bitmask(sched, in_thread=False).result()
 
     def start_bitmask(self, sched: SchedulerOutput, in_thread: bool = True) -> PendingBitmask:
-        """:meth:`bitmask`, begun: the fill runs in the manager's worker thread (xgrammar's fill releases the GIL,
-        so the caller's Python work runs beside it); its ``result()`` waits for it and gives the bitmask. The
-        constrained requests' matchers must not change or go before then."""
+        """:meth:`bitmask`, begun: the deferred accepts and then the fill run in the manager's worker thread
+        (xgrammar releases the GIL in both, so the caller's Python work runs beside them), followed by the copy
+        to the device where the manager has one; its ``result()`` waits for them and gives the bitmask. The
+        matchers must not change or go before then."""
         matchers = self.matchers
         rows, constrained = [], []
         j = 0
@@ -135,21 +190,33 @@ class StructuredOutputManager:
                     rows.append(j)
                     constrained.append(m)
                 j += 1
+        deferred, self._deferred = self._deferred, _Deferred()
         if not constrained:
+            self._accept_deferred(deferred)
             return PendingBitmask(None)
         pinned = self._buffer(len(constrained))
         words = pinned.numpy()
-        bitmask = GrammarBitmask(
-            words, None if len(rows) == j else np.asarray(rows, dtype=np.int64), self.backend.vocab_size, pinned
-        )
+        row_index = None if len(rows) == j else np.asarray(rows, dtype=np.int64)
+        if self._device is not None:  # the worker copies it: the runner only waits for that copy's event
+            target, ready = self._device.target(self._turn, *pinned.shape)
+            bitmask = GrammarBitmask(target, row_index, self.backend.vocab_size, ready=ready)
+            copy = (pinned, target, ready)
+        else:
+            bitmask = GrammarBitmask(words, row_index, self.backend.vocab_size, pinned)
+            copy = None
         if not in_thread:
-            self._batch.batch_fill_next_token_bitmask(constrained, words)
+            self._fill(deferred, constrained, words, copy)
             return PendingBitmask(bitmask)
         if self._worker is None:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnserve-grammar")
-        return PendingBitmask(
-            bitmask, self._worker.submit(self._batch.batch_fill_next_token_bitmask, constrained, words)
-        )
+        return PendingBitmask(bitmask, self._worker.submit(self._fill, deferred, constrained, words, copy))
+
+    def _fill(self, deferred: _Deferred, constrained: list, words: np.ndarray, copy: tuple | None) -> None:
+        """The worker's job: the deferred accepts, the fill of ``words``, the copy ``(pinned, target, event)``."""
+        self._accept_deferred(deferred)
+        self._batch.batch_fill_next_token_bitmask(constrained, words)
+        if copy is not None:
+            self._device.copy(*copy)
 
     def _buffer(self, n: int) -> torch.Tensor:
         """Rows [0, n) of the next buffer in turn: (n, ceil(num_tokens / 32)) int32 on the host."""

@@ -85,3 +85,58 @@ def test_bitmask_is_filled_pinned_and_applied_on_the_device(llm_fp32):
     want = apply_grammar_bitmask(logits.clone(), GrammarBitmask(words, torch.tensor(rows), tokens))
     got = apply_grammar_bitmask(logits.cuda(), host.to(PinnedStaging(torch.device("cuda"))))
     assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("name", ["all-rows-bf16", "padded-vocab-f32", "some-rows-f16", "one-token-allowed"])
+def test_triton_bitmask_kernel_is_the_torch_definition(name):
+    """One Triton launch (``kernels/triton_grammar_bitmask.py``) masks as the PyTorch definition does, bit for bit."""
+    import torch
+
+    from attnserve.structured_output.bitmask import GrammarBitmask, apply_grammar_bitmask, apply_grammar_bitmask_torch
+    from tests.kernels.test_triton_grammar_bitmask import bitmask_cases, expected
+
+    logits, words, rows, num_tokens = bitmask_cases()[name]
+    dev = [None if t is None else t.cuda() for t in (logits, words, rows)]
+    got = apply_grammar_bitmask(dev[0].clone(), GrammarBitmask(dev[1], dev[2], num_tokens))
+    assert torch.equal(got.cpu(), expected(logits, words, rows, num_tokens))
+    on_gpu = apply_grammar_bitmask_torch(dev[0].clone(), GrammarBitmask(dev[1], dev[2], num_tokens))
+    assert torch.equal(got, on_gpu)
+
+
+def test_worker_thread_copies_the_bitmask_to_the_device(llm_fp32):
+    """With a device, the worker thread accepts the deferred tokens, fills and copies the bitmask itself: the
+    device words equal a host-only manager's, and the runner's stream waits for that copy."""
+    import numpy as np
+    import torch
+
+    from attnserve.core.step import ScheduledRequest, SchedulerOutput
+    from attnserve.model_executor.forward_batch import PinnedStaging
+    from attnserve.structured_output.manager import StructuredOutputManager
+
+    engine = llm_fp32.engine
+    assert engine.structured._device is not None  # the engine's own manager copies in its worker
+    tok = engine.tokenizer
+    managers = [
+        StructuredOutputManager(tok, engine.vocab_size, tok.eos_token_id, pin_memory=True, device=torch.device("cuda")),
+        StructuredOutputManager(tok, engine.vocab_size, tok.eos_token_id),
+    ]
+    sched = SchedulerOutput(
+        [ScheduledRequest(rid, [1], 0, [0], SamplingParams(), True) for rid in ("free", "json", "regex")]
+    )
+    staging = PinnedStaging(torch.device("cuda"))
+    seen = []
+    for m in managers:
+        m.add("json", S(json=SCHEMAS[0]))
+        m.add("regex", S(regex="[a-z]+@[a-z]+"))
+        steps = []
+        for _ in range(3):  # past one full turn of the two buffers
+            mask = m.start_bitmask(sched).result()
+            assert mask.words.is_cuda == (m is managers[0]) and (mask.ready is not None) == (m is managers[0])
+            staged = mask.to(staging)  # the current stream waits for the worker's copy
+            words = staged.words.cpu().numpy()
+            steps.append((words, staged.rows.tolist()))
+            first = [int(np.flatnonzero(np.unpackbits(w.view(np.uint8), bitorder="little"))[0]) for w in words]
+            m.accept_tokens(list(zip(["json", "regex"], first)), defer=True)
+        seen.append(steps)
+    for (dev_words, dev_rows), (host_words, host_rows) in zip(*seen):
+        assert np.array_equal(dev_words, host_words) and dev_rows == host_rows == [1, 2]

@@ -39,3 +39,21 @@ def test_bitmask_rows_cover_the_tokenizers_tokens_of_constrained_requests(defaul
     assert manager.accept_tokens([("a", tok.eos_token_id)]) == ["a"]
     only_free = SchedulerOutput([ScheduledRequest("free", [1], 0, [0], SamplingParams(), True)])
     assert manager.bitmask(only_free) is None
+
+
+def test_deferred_accepts_run_before_the_next_fill(default_tokenizer):
+    tok = default_tokenizer
+    manager = StructuredOutputManager(tok, len(tok), tok.eos_token_id)
+    manager.add("a", S(regex="ab"))
+    manager.add("c", S(choice=["x", "y"]))
+    sched = SchedulerOutput([ScheduledRequest(rid, [1], 0, [0], SamplingParams(), True) for rid in ("a", "c")])
+    a, b, x = tok.convert_tokens_to_ids(["a", "b", "x"])
+    assert manager.accept_tokens([("a", a), ("c", x)], defer=True) == []  # nothing ends: accepted later
+    mask = manager.start_bitmask(sched).result()  # the worker accepted them before it filled
+    assert b in _allowed(mask.words[0]) and a not in _allowed(mask.words[0])
+    assert _allowed(mask.words[1]) == [tok.eos_token_id]  # "x" is a whole choice
+    assert manager.take_ended() == []
+    assert manager.accept_tokens([("a", x)], defer=True) == []  # rejected ("ab" goes on with "b"), seen later
+    manager.start_bitmask(sched).result()
+    assert manager.take_ended() == ["a"] and manager.take_ended() == []
+    assert manager.accept_tokens([("c", tok.eos_token_id)], defer=True) == ["c"]  # a stop token: at once
