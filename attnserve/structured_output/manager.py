@@ -21,6 +21,7 @@ sampling (``LLMEngine.step``; vLLM defers the sampling of a step with structured
 from __future__ import annotations
 
 import os
+import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -31,6 +32,11 @@ from attnserve.core.structured_outputs import StructuredOutputsParams
 from attnserve.structured_output.bitmask import DeviceBitmaskBuffers, GrammarBitmask
 
 FILL_THREADS = 8  # at most: half the process's cores, as xgrammar's and vLLM's defaults
+# Python's GIL switch interval (s) while a fill runs in the worker thread. At the default 5 ms a thread that wants
+# the GIL back from a thread running Python waits up to 5 ms: the worker, between its xgrammar calls, would wait
+# for the engine's thread to block on the result, and nothing would overlap (``benchmarks/grammar_overlap.py``;
+# figures in docs/benchmarks.md).
+FILL_SWITCH_INTERVAL = 1e-4
 
 
 def fill_threads() -> int:
@@ -42,15 +48,23 @@ def fill_threads() -> int:
 class PendingBitmask:
     """A step's bitmask while its fill may still run (:meth:`StructuredOutputManager.start_bitmask`)."""
 
-    def __init__(self, bitmask: GrammarBitmask | None, filling: Future | None = None) -> None:
+    def __init__(
+        self, bitmask: GrammarBitmask | None, filling: Future | None = None, switch_interval: float | None = None
+    ) -> None:
         self._bitmask = bitmask
         self._filling = filling
+        self._switch_interval = switch_interval  # the GIL switch interval to restore once the fill is done
 
     def result(self) -> GrammarBitmask | None:
         """The bitmask, once filled (re-raises the fill's error); None when no sampling row is constrained.
         The deferred accepts that ran first are done then (:meth:`StructuredOutputManager.take_ended`)."""
         if self._filling is not None:
-            self._filling.result()
+            try:
+                self._filling.result()
+            finally:
+                if self._switch_interval is not None:
+                    sys.setswitchinterval(self._switch_interval)
+                    self._switch_interval = None
         return self._bitmask
 
 
@@ -209,7 +223,10 @@ class StructuredOutputManager:
             return PendingBitmask(bitmask)
         if self._worker is None:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnserve-grammar")
-        return PendingBitmask(bitmask, self._worker.submit(self._fill, deferred, constrained, words, copy))
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(interval, FILL_SWITCH_INTERVAL))  # restored by the result's reader
+        filling = self._worker.submit(self._fill, deferred, constrained, words, copy)
+        return PendingBitmask(bitmask, filling, interval)
 
     def _fill(self, deferred: _Deferred, constrained: list, words: np.ndarray, copy: tuple | None) -> None:
         """The worker's job: the deferred accepts, the fill of ``words``, the copy ``(pinned, target, event)``."""

@@ -21,7 +21,8 @@ pytest.importorskip("xgrammar")
 
 @pytest.fixture(scope="module", params=[False, True], ids=["default", "skinny_gemm"])
 def llm(request):
-    engine = LLM(dtype="bfloat16", use_skinny_gemm=request.param)
+    # a third of the GPU: the float32 engine below starts while the last of these still holds its KV cache
+    engine = LLM(dtype="bfloat16", use_skinny_gemm=request.param, gpu_memory_utilization=0.3)
     yield engine
     engine.engine.shutdown()
 
