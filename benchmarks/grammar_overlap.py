@@ -2,10 +2,11 @@
 (``bench_structured_tpot.SCHEMA``, the default tokenizer) in a worker thread beside a busy Python loop of
 ``--python-us`` microseconds, at several GIL switch intervals, against the same work one after the other.
 
-    PYTHONPATH=. python benchmarks/grammar_overlap.py [--python-us 1500] [--fill-threads 1] [--steps 40]
+    PYTHONPATH=. python benchmarks/grammar_overlap.py [--python-us 1500] [--fill-threads 1 8] [--steps 40]
 
-Prints, per switch interval, the median time per step and the main thread's wait for the worker (ms). Without
-overlap a step takes the job plus the loop; with full overlap, the loop alone. (``StructuredOutputManager``
+Prints, per fill thread count and switch interval, the median time per step, the job's own time and the main
+thread's wait for the worker (ms). Without overlap a step takes the job plus the loop; with full overlap, the
+loop alone. (``StructuredOutputManager``
 lowers the interval to ``FILL_SWITCH_INTERVAL`` while its fill runs.)
 """
 
@@ -27,7 +28,7 @@ from benchmarks.gpu.bench_structured_tpot import SCHEMA
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--python-us", type=float, default=1500.0)
-    ap.add_argument("--fill-threads", type=int, default=1)
+    ap.add_argument("--fill-threads", type=int, nargs="+", default=[1])
     ap.add_argument("--steps", type=int, default=40)
     a = ap.parse_args()
     import xgrammar as xgr
@@ -37,12 +38,16 @@ def main() -> None:
     tok = load_tokenizer(resolve_model_source(None))
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok))
     compiled = xgr.GrammarCompiler(info).compile_json_schema(json.dumps(SCHEMA))
-    batch = xgr.BatchGrammarMatcher(max_threads=a.fill_threads)
+    batch = xgr.BatchGrammarMatcher(max_threads=a.fill_threads[0])
     words = torch.zeros((64, (len(tok) + 31) // 32), dtype=torch.int32)
 
+    jobs: list[float] = []
+
     def job(matchers, tokens):
+        t = time.perf_counter()
         xgr.BatchGrammarMatcher.batch_accept_token(matchers, tokens)
         batch.batch_fill_next_token_bitmask(matchers, words)
+        jobs.append(time.perf_counter() - t)
 
     # the token sequence: each step, an allowed token of each row
     matchers, steps = [xgr.GrammarMatcher(compiled) for _ in range(64)], []
@@ -63,9 +68,10 @@ def main() -> None:
 
     pool = ThreadPoolExecutor(1)
 
-    def run(interval: float | None, threaded: bool) -> tuple[float, float]:
+    def run(interval: float | None, threaded: bool) -> tuple[float, float, float]:
         ms = [xgr.GrammarMatcher(compiled) for _ in range(64)]
         waits, totals = [], []
+        jobs.clear()
         for tokens in steps:
             t, old = time.perf_counter(), sys.getswitchinterval()
             if interval is not None:
@@ -81,15 +87,19 @@ def main() -> None:
                 python_loop()
             sys.setswitchinterval(old)
             totals.append(time.perf_counter() - t)
-        return 1e3 * statistics.median(totals), 1e3 * statistics.median(waits) if waits else 0.0
+        wait = 1e3 * statistics.median(waits) if waits else 0.0
+        return 1e3 * statistics.median(totals), 1e3 * statistics.median(jobs), wait
 
-    print(f"python loop {a.python_us / 1e3:.3f} ms, fill threads {a.fill_threads}; ms per step (median)")
-    print(f"{'mode':<10} {'interval':>9} {'step':>7} {'wait':>7}")
-    for threaded in (False, True):
-        for interval in (None, 1e-3, 1e-4):
-            step, wait = run(interval, threaded)
-            label = "default" if interval is None else f"{interval * 1e3:g} ms"
-            print(f"{'thread' if threaded else 'serial':<10} {label:>9} {step:7.3f} {wait:7.3f}")
+    print(f"python loop {a.python_us / 1e3:.3f} ms; ms per step (median)")
+    print(f"{'threads':>7} {'mode':<8} {'interval':>9} {'step':>7} {'job':>7} {'wait':>7}")
+    for threads in a.fill_threads:
+        batch = xgr.BatchGrammarMatcher(max_threads=threads)
+        for threaded in (False, True):
+            for interval in (None, 1e-3, 1e-4):
+                step, job_ms, wait = run(interval, threaded)
+                label = "default" if interval is None else f"{interval * 1e3:g} ms"
+                mode = "thread" if threaded else "serial"
+                print(f"{threads:>7} {mode:<8} {label:>9} {step:7.3f} {job_ms:7.3f} {wait:7.3f}")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ class GrammarBitmask:
         staging's own buffers. ``words`` already on that device (copied by the grammar's worker thread): the
         current stream waits for that copy's event, and nothing else is copied but ``rows``."""
         rows = None if self.rows is None else staging.to_device("grammar_rows", self.rows)
-        if isinstance(self.words, torch.Tensor) and self.words.device == staging.device:
+        if isinstance(self.words, torch.Tensor) and self.words.is_cuda:  # the one device a runner samples on
             if self.ready is not None:
                 torch.cuda.current_stream(staging.device).wait_event(self.ready)
             return GrammarBitmask(self.words, rows, self.num_tokens)
