@@ -105,11 +105,11 @@ def measure_plan(
     plan._one_swiglu_fusion_per_mlp()
     plan.seconds = time.perf_counter() - t0
     logger.info(
-        "GEMV plan measured in %.1f s (%d shapes x rows %s, %d timings):\n%s",
-        plan.seconds,
+        "GEMV plan timings: %d shapes x rows %s, %d timings in %.1f s:\n%s",
         len(shapes),
         ",".join(map(str, ms)),
         timings,
+        plan.seconds,
         plan.summary(),
     )
     return plan
