@@ -35,7 +35,10 @@ def plan_to_dict(plan: GemvPlan) -> dict[str, Any]:
 
 def _read(cls: type, config_cls: type, d: dict[str, Any]) -> Any:
     cfg = d.get("config")
-    return cls(**{**d, "config": None if cfg is None else config_cls(**cfg)})
+    record = cls(**{**d, "config": None if cfg is None else config_cls(**cfg)})
+    if record.config is None and (getattr(record, "use_triton", False) or getattr(record, "use_fused", False)):
+        raise ValueError(f"{cls.__name__} ({record.n}, {record.k}, {record.m}) chooses a kernel without its config")
+    return record
 
 
 def plan_from_dict(data: dict[str, Any]) -> GemvPlan:

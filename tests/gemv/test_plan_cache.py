@@ -75,6 +75,11 @@ def _plan() -> GemvPlan:
     )
 
 
+def _record_without_config() -> dict:
+    """A fused greedy head chosen without its tile: not a plan."""
+    return {**plan_to_dict(_plan())["greedy"][0], "config": None}
+
+
 # ------------------------------------------------------------------------------------------------ the key
 def test_key_is_stable_for_the_same_inputs():
     assert plan_key(key_inputs(**BASE)) == plan_key(key_inputs(**dict(reversed(list(BASE.items())))))
@@ -162,6 +167,7 @@ def test_no_file_is_no_plan_without_a_warning(tmp_path, caplog):
         '{"plan": {"format": 1}}',
         '{"plan": {"format": 99, "seconds": 1, "choices": [], "silu_mul": [], "swiglu": [], "greedy": []}}',
         '{"plan": {"format": 1, "seconds": 1, "choices": [{"n": 1}], "silu_mul": [], "swiglu": [], "greedy": []}}',
+        json.dumps({"plan": {**plan_to_dict(GemvPlan()), "greedy": [_record_without_config()]}}),
     ],
 )
 def test_a_corrupt_file_is_measured_again_and_rewritten(tmp_path, caplog, text):
