@@ -45,7 +45,7 @@ class EngineConfig:
     tokens of leading KV blocks reads that shared prefix once for all of them instead of once per request
     (``attnserve/attention/cascade.py``), as vLLM does."""
 
-    use_skinny_gemm: bool = False
+    use_skinny_gemm: bool | None = None
     """CUDA graphs only: decode steps of up to 64 requests run each linear layer and the LM head through a
     Triton GEMV (a skinny GEMM past 16 rows) where, timed against cuBLAS at start-up for each weight shape
     and captured batch size (1, 2, 4, 8, 16, 32, 48, 64), it is at least 5% faster (vLLM's name for its
@@ -53,8 +53,12 @@ class EngineConfig:
     the SwiGLU itself (one launch instead of two) where that is 5% faster than the SwiGLU kernel and the best
     plain choice; cuBLASLt instead of cuBLAS where it is 2% faster; and, for steps whose requests are all
     greedy without logprobs, an LM head that keeps only each row's largest logit and its index (no logits
-    written, no argmax pass) where that is 5% faster than the LM head + argmax. Adds the timing and ~70
-    Triton compiles (cached on disk) to start-up. Figures: docs/benchmarks.md."""
+    written, no argmax pass) where that is 5% faster than the LM head + argmax. The first start measures
+    (the timing and ~70 Triton compiles); the choices are saved under $ATTNSERVE_CACHE_DIR/gemv (else
+    $XDG_CACHE_HOME/attnserve or ~/.cache/attnserve), keyed by GPU, software versions, dtype, shapes and
+    code, so a later start with the same key loads them. Default (null): on where it applies (a CUDA
+    device, CUDA graphs, Triton installed), off elsewhere; true warns where it has no effect. Figures:
+    docs/benchmarks.md."""
 
     enable_pdl: bool = True
     """Launch attnserve's Triton kernels (RMSNorm, RoPE + KV-cache write, SwiGLU, the skinny-GEMM GEMV) with

@@ -34,7 +34,7 @@ from torch import nn
 from attnserve.gemv import choices
 from attnserve.gemv.blas import cublaslt_linear
 from attnserve.gemv.choices import GemvChoice, GreedyChoice, SiluMulChoice, chosen_gemv, pick_fastest, plan_rows
-from attnserve.gemv.plan import GemvPlan, gemv_layers, lm_head, swiglu_mlps
+from attnserve.gemv.plan import GemvPlan, gemv_layers, plan_shapes
 from attnserve.gemv.tiles import candidate_configs
 from attnserve.gemv.timing import agrees, l2_bytes, time_candidates, time_per_call_us, weight_copies
 
@@ -57,12 +57,12 @@ def measure_plan(
 
     t0 = time.perf_counter()
     plan = GemvPlan()
-    shapes = dict.fromkeys(tuple(w.shape) for _, w in gemv_layers(model))
+    kinds = plan_shapes(model)
+    shapes = [(n, k) for kind, n, k in kinds if kind == "linear"]
     weights = {tuple(w.shape): w for _, w in gemv_layers(model)}
-    silu_mul_shapes = {tuple(mlp.down_proj.weight.shape) for mlp in swiglu_mlps(model)}
-    swiglu_shapes = {tuple(mlp.gate_up_proj.weight.shape) for mlp in swiglu_mlps(model)}
-    head = lm_head(model)
-    head_shape = tuple(head.weight.shape) if head is not None and head.tp.size == 1 else None
+    silu_mul_shapes = {(n, k) for kind, n, k in kinds if kind == "down"}
+    swiglu_shapes = {(n, k) for kind, n, k in kinds if kind == "gate_up"}
+    head_shape = next(((n, k) for kind, n, k in kinds if kind == "greedy"), None)  # unsharded, 16-bit
     if not shapes or not ms:
         return plan
     any_w = next(iter(weights.values()))
@@ -97,7 +97,7 @@ def measure_plan(
                 if (n, k) in swiglu_shapes:
                     plan.swiglu[(n, k, m)] = _measure_swiglu(plan, copies, m, num_sms, margin, calls, replays)
                     timings += 1 + len(candidate_configs(n, k, m, dtype.itemsize, num_sms))
-                if (n, k) == head_shape and dtype in (torch.float16, torch.bfloat16):
+                if (n, k) == head_shape:
                     plan.greedy[m] = _measure_greedy(plan, copies, m, margin, calls, replays)
                     timings += 1 + len(GREEDY_CANDIDATES)
             del copies
@@ -105,11 +105,11 @@ def measure_plan(
     plan._one_swiglu_fusion_per_mlp()
     plan.seconds = time.perf_counter() - t0
     logger.info(
-        "GEMV plan measured in %.1f s (%d shapes x rows %s, %d timings):\n%s",
-        plan.seconds,
+        "GEMV plan timings: %d shapes x rows %s, %d timings in %.1f s:\n%s",
         len(shapes),
         ",".join(map(str, ms)),
         timings,
+        plan.seconds,
         plan.summary(),
     )
     return plan

@@ -76,6 +76,20 @@ def swiglu_mlps(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if isinstance(m, SwiGLUMLP)]
 
 
+def plan_shapes(model: nn.Module) -> list[tuple[str, int, int]]:
+    """(kind, N, K) of every weight shape a plan of ``model`` measures: ``linear`` for each distinct shape of
+    :func:`gemv_layers` (in model order), ``down`` / ``gate_up`` for the SwiGLU MLPs' projections (timed fused
+    too), ``greedy`` for an unsharded 16-bit LM head (timed as the fused greedy head too)."""
+    shapes = [("linear", n, k) for n, k in dict.fromkeys(tuple(w.shape) for _, w in gemv_layers(model))]
+    mlps = swiglu_mlps(model)
+    shapes += sorted({("down", *mlp.down_proj.weight.shape) for mlp in mlps})
+    shapes += sorted({("gate_up", *mlp.gate_up_proj.weight.shape) for mlp in mlps})
+    head = lm_head(model)
+    if head is not None and head.tp.size == 1 and head.weight.dtype in (torch.float16, torch.bfloat16):
+        shapes.append(("greedy", *head.weight.shape))
+    return shapes
+
+
 def _set_method(module: nn.Module, name: str, method: object | None) -> None:
     """``module.<name> = method``; None puts back the class's default (the plain computation)."""
     if method is None:

@@ -33,10 +33,12 @@ from attnserve.config.engine import EngineConfig
 from attnserve.core.step import PLACEHOLDER_TOKEN, SchedulerOutput
 from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads
+from attnserve.gemv.enable import resolve_skinny_gemm, triton_installed, warn_if_ignored
 from attnserve.model_executor.cuda_graph import CudaGraphRunner, capture_sizes
 from attnserve.attention.forward_batch import ForwardBatch
 from attnserve.model_executor.block_tables import BlockTableRows
 from attnserve.model_executor.forward_batch import HostBatch, PinnedStaging, host_batch
+from attnserve.model_executor.gguf_cache import cache_root
 from attnserve.model_executor.greedy_head import GreedyHead
 from attnserve.model_executor.grouped_builder import GroupedMetadataBuilder
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
@@ -174,11 +176,14 @@ class ModelRunner:
         )
         self._configure_pdl(config.enable_pdl)
         self.gemv_plan = None
-        if config.use_skinny_gemm:  # before capture, so the graphs take the measured GEMV choices
+        skinny = resolve_skinny_gemm(config.use_skinny_gemm, self.device.type, graphs, triton_installed())
+        if tp.is_driver:
+            warn_if_ignored(skinny)
+        if skinny.on:  # before capture, so the graphs take the measured GEMV choices
             from attnserve.gemv import install_gemv_plan
 
             self.gemv_plan = install_gemv_plan(
-                self.model, capture_sizes(config.scheduler.max_num_seqs) if graphs else None, log=tp.is_driver
+                self.model, capture_sizes(config.scheduler.max_num_seqs), cache_root(), log=tp.is_driver
             )
         self.greedy_head = GreedyHead(self.gemv_plan.greedy_head if self.gemv_plan is not None else None)
         # calculate_kv_scales: the first prefill sets the scales, which the graphs' kernels take as constants, so

@@ -552,12 +552,27 @@ def test_abort_returns_the_final_output_with_finish_reason_abort(llm, stop):
     assert engine.abort_request(rid) is None and engine.abort_request("unknown") is None
 
 
-def test_use_skinny_gemm_on_cpu_says_it_does_nothing(llama_dir, caplog):
+@pytest.mark.parametrize("requested", [True, None, False])
+def test_use_skinny_gemm_on_cpu_says_it_does_nothing_when_asked_for(llama_dir, caplog, requested):
+    """Explicit True warns that it has no effect here; unset (on where it applies) and False say nothing."""
     with caplog.at_level("WARNING", logger="attnserve.gemv"):
-        LLM(llama_dir, dtype="float32", device="cpu", max_model_len=16, kv_cache_memory=8 << 20, use_skinny_gemm=True)
-    assert [r.getMessage() for r in caplog.records if r.name == "attnserve.gemv" and r.levelname == "WARNING"] == [
-        "use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps only (this engine: no CUDA)"
-    ]
+        llm = LLM(
+            llama_dir,
+            dtype="float32",
+            device="cpu",
+            max_model_len=16,
+            kv_cache_memory=8 << 20,
+            **({} if requested is None else {"use_skinny_gemm": requested}),
+        )
+    warned = [r.getMessage() for r in caplog.records if r.name == "attnserve.gemv" and r.levelname == "WARNING"]
+    assert warned == (
+        [
+            "use_skinny_gemm has no effect here: the Triton GEMV runs in CUDA-graph decode steps only (this engine: no CUDA)"
+        ]
+        if requested
+        else []
+    )
+    assert llm.engine.config.use_skinny_gemm is requested and llm.engine.runner.gemv_plan is None
 
 
 def test_a_kv_cache_smaller_than_max_model_len_warns_of_both_limits(llama_dir, caplog):

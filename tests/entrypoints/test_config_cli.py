@@ -326,8 +326,33 @@ def test_explain_names_sources(tmp_path, capsys):
     assert rows["dtype"].endswith("default")
     assert rows["enable_pdl"].endswith("default")
     assert rows["enable_prefix_caching"].split()[1:] == ["true", "default"]
-    assert len(rows) == 29 + len(AttentionConfig.field_names()) + 1  # + the derived (kv cache) row
+    assert len(rows) == 29 + len(AttentionConfig.field_names()) + 2  # + the derived (kv cache), (skinny gemm) rows
     assert rows["(kv"].split("  ")[-1] == "derived: fp8 scales none (cache in the model dtype)"
+    assert rows["use_skinny_gemm"].split()[1:] == ["null", "default"]  # unset, as async_scheduling
+
+
+@pytest.mark.parametrize(
+    "argv, row",
+    [
+        (["--device", "cpu"], "false  derived: off (no CUDA)"),
+        (["--device", "cpu", "--use-skinny-gemm"], "false  derived: off (no CUDA)"),
+        (["--device", "cuda:9.0", "--enforce-eager"], "false  derived: off (CUDA graphs off)"),
+        (["--device", "cuda:9.0", "--no-use-skinny-gemm"], "false  derived: off (use_skinny_gemm false)"),
+    ],
+)
+def test_explain_says_whether_the_skinny_gemm_plan_runs_and_why(argv, row, capsys):
+    rc, out, _ = run(["config", *argv, "--explain"], capsys)
+    line = next(line for line in out.splitlines() if line.startswith("(skinny gemm)"))
+    assert rc == 0 and " ".join(line.split()[2:]) == " ".join(row.split())
+
+
+def test_explain_says_the_skinny_gemm_plan_runs_on_a_gpu_with_graphs_and_triton(capsys):
+    from attnserve.gemv.enable import triton_installed
+
+    rc, out, _ = run(["config", "--device", "cuda:9.0", "--explain"], capsys)
+    line = next(line for line in out.splitlines() if line.startswith("(skinny gemm)"))
+    want = "true derived: on (CUDA, CUDA graphs, Triton)" if triton_installed() else "false derived: off (Triton"
+    assert rc == 0 and " ".join(line.split()[2:]).startswith(want)
 
 
 @pytest.mark.parametrize(

@@ -77,6 +77,7 @@ def test_decode_graph_matches_eager(label, backend, cfg, dtype, tol, default_ggu
         attention_config=cfg,
         kv_cache_memory=1 << 30,
         max_num_seqs=64,
+        use_skinny_gemm=False,  # cuBLAS, as the eager engine below (tests/gpu/test_skinny_gemm.py: with the plan)
     )
     runner = llm.engine.runner
     assert runner.cuda_graphs is not None, f"{label}: no CUDA graphs captured"

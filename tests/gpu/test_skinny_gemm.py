@@ -132,6 +132,45 @@ def test_decode_graph_with_triton_gemvs_matches_cublas(default_gguf, monkeypatch
     torch.cuda.empty_cache()
 
 
+def test_second_start_loads_the_plan_the_first_measured(default_gguf, tmp_path, monkeypatch, caplog):
+    """Two engines of one configuration, a fresh cache folder: the first measures and saves the plan, the second
+    (same GPU, versions, dtype, shapes, code: the same key) loads that file, times nothing, and installs the
+    same choices. With use_skinny_gemm unset: on by default here (CUDA, CUDA graphs, Triton)."""
+    import logging
+
+    monkeypatch.setenv("ATTNSERVE_CACHE_DIR", str(tmp_path))
+    plans, lines = [], []
+    for _ in range(2):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="attnserve.gemv"):
+            llm = LLM(
+                default_gguf,
+                dtype="bfloat16",
+                attention_backend="TRITON_ATTN",
+                kv_cache_memory=1 << 30,
+                max_num_seqs=64,
+            )
+        assert llm.engine.config.use_skinny_gemm is None and llm.engine.runner.gemv_plan is not None
+        plans.append(llm.engine.runner.gemv_plan)
+        lines.append([r.getMessage() for r in caplog.records if r.getMessage().startswith("GEMV plan ")])
+        del llm
+        gc.collect()
+        torch.cuda.empty_cache()
+    files = list((tmp_path / "gemv").glob("*.json"))
+    assert len(files) == 1
+    print(f"\nfirst start: {lines[0][-2:]}\nsecond start: {lines[1]}")
+    assert any(m.startswith("GEMV plan measured in ") and m.endswith(f"saved to {files[0]}") for m in lines[0])
+    assert any(m.startswith(f"GEMV plan loaded from {files[0]} (no timing") for m in lines[1])
+    assert not any(m.startswith("GEMV plan timings") for m in lines[1])
+    first, second = plans
+    assert (first.choices, first.silu_mul, first.swiglu, first.greedy) == (
+        second.choices,
+        second.silu_mul,
+        second.swiglu,
+        second.greedy,
+    )
+
+
 @pytest.mark.parametrize("rows", [1, 64])
 def test_cublaslt_linear_agrees_and_leaves_the_preference_as_it_was(rows):
     from attnserve.gemv.blas import cublaslt_linear

@@ -158,6 +158,18 @@ def kv_cache_row(config: EngineConfig) -> tuple[str, str, str]:
     return "(kv cache)", json.dumps(kv["dtype"]), f"derived: fp8 scales {kv['scales']}"
 
 
+def skinny_gemm_row(config: EngineConfig) -> tuple[str, str, str]:
+    """``--explain``'s derived row for ``use_skinny_gemm``: on or off for this device setting (``auto``: this
+    machine's), CUDA graphs (off with enforce_eager; a backend without graphs turns it off at load too) and
+    this machine's Triton, and why."""
+    from attnserve.gemv.enable import resolve_skinny_gemm, triton_installed
+
+    skinny = resolve_skinny_gemm(
+        config.use_skinny_gemm, _device_type(config.device), not config.enforce_eager, triton_installed()
+    )
+    return "(skinny gemm)", json.dumps(skinny.on), f"derived: {skinny.explained()}"
+
+
 def config_file_text(values: dict, fmt: str) -> str:
     """``values`` as a config file of format ``fmt`` (``json``, ``yaml``: keys in their order), ending in a newline."""
     if fmt == "yaml":
@@ -180,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows = [(path, json.dumps(value), source) for path, value, source in resolved.explain()]
     rows.append(kv_cache_row(resolved.config))
+    rows.append(skinny_gemm_row(resolved.config))
     w_path = max(len(r[0]) for r in rows)
     w_value = max(len(r[1]) for r in rows)
     for path, value, source in rows:
