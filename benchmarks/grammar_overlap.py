@@ -2,7 +2,7 @@
 (``bench_structured_tpot.SCHEMA``, the default tokenizer) in a worker thread beside a busy Python loop of
 ``--python-us`` microseconds, at several GIL switch intervals, against the same work one after the other.
 
-    PYTHONPATH=. python benchmarks/grammar_overlap.py [--python-us 1500] [--fill-threads 1 8] [--steps 40]
+    PYTHONPATH=. python benchmarks/grammar_overlap.py [--python-us 1500] [--fill-threads 1 8] [--steps 40] [--tokenizer DIR]
 
 Prints, per fill thread count and switch interval, the median time per step, the job's own time and the main
 thread's wait for the worker (ms). Without overlap a step takes the job plus the loop; with full overlap, the
@@ -30,12 +30,18 @@ def main() -> None:
     ap.add_argument("--python-us", type=float, default=1500.0)
     ap.add_argument("--fill-threads", type=int, nargs="+", default=[1])
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: the default model's)")
     a = ap.parse_args()
     import xgrammar as xgr
 
     from attnserve.model_executor.loader import load_tokenizer, resolve_model_source
 
-    tok = load_tokenizer(resolve_model_source(None))
+    if a.tokenizer is not None:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(a.tokenizer)
+    else:
+        tok = load_tokenizer(resolve_model_source(None))
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok))
     compiled = xgr.GrammarCompiler(info).compile_json_schema(json.dumps(SCHEMA))
     batch = xgr.BatchGrammarMatcher(max_threads=a.fill_threads[0])
