@@ -31,7 +31,9 @@ from attnserve.core.step import SchedulerOutput
 from attnserve.core.structured_outputs import StructuredOutputsParams
 from attnserve.structured_output.bitmask import DeviceBitmaskBuffers, GrammarBitmask
 
-FILL_THREADS = 8  # at most: half the process's cores, as xgrammar's and vLLM's defaults
+# at most (and half the process's cores): xgrammar's threads cost more than they split at a decode batch's size
+# (the H200 machine, 64 rows under one schema: 0.29 ms a fill with 1 thread, 0.72 with 8; docs/benchmarks.md)
+FILL_THREADS = 2
 # Python's GIL switch interval (s) while a fill runs in the worker thread. At the default 5 ms a thread that wants
 # the GIL back from a thread running Python waits up to 5 ms: the worker, between its xgrammar calls, would wait
 # for the engine's thread to block on the result, and nothing would overlap (``benchmarks/grammar_overlap.py``;
