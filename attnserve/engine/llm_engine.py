@@ -7,6 +7,7 @@ before; ``step()`` returns the outputs of the step it read.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -299,6 +300,7 @@ class LLMEngine:
         are ready then (requests added meanwhile wait for the step after it; aborted ones leave it,
         ``_schedule``)."""
         sched = self._schedule()
+        fill = None
         try:
             forward = self.executor.queue_forward(sched)
             previous, self._in_flight = self._in_flight, None
@@ -322,6 +324,9 @@ class LLMEngine:
         except BaseException:
             self._in_flight = self._scheduled_ahead = None
             self.block_manager.reset_prefix_cache()
+            if fill is not None:  # the worker is done with the matchers, and the GIL switch interval restored
+                with contextlib.suppress(Exception):
+                    fill.result()
             raise
 
     def _step_structured(self) -> list[RequestOutput]:
