@@ -29,7 +29,8 @@ DIRECT: dict[str, set[str]] = {
     "executor": {"model_executor", "core"},
     "model_executor": {"models", "core", "structured_output", "gemv"},
     "gemv": {"layers", "kernels"},  # the skinny-GEMM plan: measured kernels installed as the layers' methods
-    "structured_output": {"core"},  # grammar matchers and the bitmask (host: the engine; device: the runner)
+    # grammar matchers and the bitmask (host: the engine; device: the runner, its Triton kernel)
+    "structured_output": {"core", "kernels"},
     "core": {"config", "refusals"},  # a step's plan and SamplingParams: what the engine and the runner share
     "models": {"layers", "attention"},
     "layers": {"kernels", "distributed"},
