@@ -104,6 +104,50 @@ class StepParts:
         med["grammar_host"] = med["accept"] + med["fill"] + med["stage"]
         return med
 
+    def tails(self, parts: tuple[str, ...] = ("step", "fill", "sample", "output")) -> dict[str, dict[str, float]]:
+        """Per part, over the kept steps (ms): mean, p90, p99 and max. A TPOT is a mean step: steps far above the
+        median (a slow fill, a long pause) show here, not in :meth:`medians`."""
+        return {k: tail_stats([1e3 * s.get(k, 0.0) for s in self.steps]) for k in parts if self.steps}
+
+
+def tail_stats(values: list[float]) -> dict[str, float]:
+    """mean, p90, p99 (the value at rank int(q n) of the sorted values) and max of a non-empty list."""
+    xs = sorted(values)
+    rank = lambda q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
+    return {"mean": statistics.fmean(xs), "p90": rank(0.9), "p99": rank(0.99), "max": xs[-1]}
+
+
+class GcPauses:
+    """Python's garbage collections while it is active (a context manager): count and time per generation."""
+
+    def __init__(self) -> None:
+        self.by_generation: dict[int, list[float]] = {}
+        self._start = 0.0
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.by_generation.setdefault(info["generation"], []).append(time.perf_counter() - self._start)
+
+    def __enter__(self) -> GcPauses:
+        import gc
+
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import gc
+
+        gc.callbacks.remove(self._callback)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per generation: collections and their total and longest time (ms)."""
+        return {
+            f"gen{g}": {"count": len(ts), "total_ms": 1e3 * sum(ts), "max_ms": 1e3 * max(ts)}
+            for g, ts in sorted(self.by_generation.items())
+        }
+
 
 def run(engine, prompts, params, parts: StepParts) -> dict:
     from attnserve import SamplingParams

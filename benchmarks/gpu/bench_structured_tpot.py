@@ -10,8 +10,10 @@ schema's long string field keeps a constrained request from ending sooner), gree
 (finish - first token) / (tokens - 1); the table gives the median over the batch, each mode run twice (the first
 run warms up: compile, CUDA graphs). Then the host's time per all-decode step of each timed run, by part
 (``benchmarks/structured_host.py``'s ``StepParts``: grammar accept, bitmask fill and copy, schedule, the launches
-of the forward pass and of the sampling, the wait for the device's tokens, ...; medians, ms). ``--fill-threads``:
-the bitmask fill's threads (default: half the cores, at most 8).
+of the forward pass and of the sampling, the wait for the device's tokens, ...; medians, ms), the tails of the
+step and of its slow parts (mean, p90, p99, max: a TPOT is a mean step) and the timed run's garbage
+collections. ``--fill-threads``: the bitmask fill's threads (default: half the cores, at most
+``manager.FILL_THREADS``).
 """
 
 from __future__ import annotations
@@ -58,11 +60,14 @@ def _value(v: str):
 
 
 def run(llm: LLM, prompts: list[list[int]], params: SamplingParams, parts=None) -> dict:
+    from benchmarks.structured_host import GcPauses
+
     if parts is not None:
         parts.steps.clear()
-    t0 = time.perf_counter()
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-    wall = time.perf_counter() - t0
+    with GcPauses() as gc_pauses:
+        t0 = time.perf_counter()
+        outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        wall = time.perf_counter() - t0
     tpots, ntok = [], []
     for o in outs:
         m, n = o.metrics, len(o.outputs[0].token_ids)
@@ -74,9 +79,11 @@ def run(llm: LLM, prompts: list[list[int]], params: SamplingParams, parts=None) 
         "tokens_mean": statistics.mean(ntok),
         "output_tok_s": sum(ntok) / wall,
         "wall_s": wall,
+        "gc": gc_pauses.summary(),
     }
     if parts is not None and parts.steps:
         out["host_ms"] = parts.medians()
+        out["host_tails_ms"] = parts.tails()
         out["decode_steps"] = len(parts.steps)
     return out
 
@@ -135,6 +142,14 @@ def main() -> None:
         print(f"{'mode':<14}" + "".join(f"{p:>{max(9, len(p) + 1)}}" for p in names))
         for name, r in results.items():
             print(f"{name:<14}" + "".join(f"{r['host_ms'][p]:{max(9, len(p) + 1)}.3f}" for p in names))
+        print("host step tails, ms (mean / p90 / p99 / max), and the timed run's garbage collections:")
+        for name, r in results.items():
+            tails = "  ".join(
+                f"{k} {t['mean']:.3f}/{t['p90']:.3f}/{t['p99']:.3f}/{t['max']:.3f}"
+                for k, t in r["host_tails_ms"].items()
+            )
+            gcs = ", ".join(f"{g} {v['count']} ({v['total_ms']:.1f} ms)" for g, v in r["gc"].items()) or "none"
+            print(f"{name:<14} {tails}  gc: {gcs}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"engine": {k: str(v) for k, v in kw.items()}, "batch": a.batch, "results": results}, f, indent=1)

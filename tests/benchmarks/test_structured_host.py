@@ -38,3 +38,17 @@ def test_structured_host_reports_the_grammar_parts(tmp_path, monkeypatch):
     assert free["median_ms"]["accept"] == free["median_ms"]["fill"] == 0
     assert constrained["median_ms"]["accept"] > 0 and constrained["median_ms"]["fill"] > 0
     assert set(structured_host.PARTS) | {"grammar_host"} == set(constrained["median_ms"])
+
+
+def test_tail_stats_and_gc_pauses():
+    import gc
+
+    from benchmarks.structured_host import GcPauses, tail_stats
+
+    assert tail_stats([float(v) for v in range(1, 101)]) == {"mean": 50.5, "p90": 91.0, "p99": 100.0, "max": 100.0}
+    assert tail_stats([2.0]) == {"mean": 2.0, "p90": 2.0, "p99": 2.0, "max": 2.0}
+    with GcPauses() as pauses:
+        gc.collect()
+    summary = pauses.summary()
+    assert summary["gen2"]["count"] == 1 and summary["gen2"]["max_ms"] == summary["gen2"]["total_ms"] >= 0
+    assert pauses._callback not in gc.callbacks
