@@ -7,6 +7,36 @@ while it ends in an incomplete UTF-8 sequence (U+FFFD).
 
 from __future__ import annotations
 
+import weakref
+
+# text whose decode a clean-up pass (Hugging Face's ``clean_up_tokenization``) would change at every pattern it edits
+_CLEAN_UP_PROBE = "a . b , c ! d ? e 's f n't g 're h 've i 'm j"
+_exact_backend_decode: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def backend_decode_is_exact(tokenizer) -> bool:
+    """Whether a fast tokenizer's Rust decode (``backend_tokenizer.decode``) gives ``tokenizer.decode``'s text: the
+    wrapper's one addition is the ``clean_up_tokenization_spaces`` pass, and it runs neither when the option is off
+    nor where transformers skips it (5.x does for BPE models, with a warning on each call). Asked once per
+    tokenizer: a probe whose decode the clean-up would change. False for a tokenizer without a Rust backend."""
+    try:
+        return _exact_backend_decode[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        exact = False
+    elif not getattr(tokenizer, "clean_up_tokenization_spaces", True):
+        exact = True
+    else:
+        ids = backend.encode(_CLEAN_UP_PROBE, add_special_tokens=False).ids
+        exact = tokenizer.decode(ids, skip_special_tokens=True) == backend.decode(ids, skip_special_tokens=True)
+    try:
+        _exact_backend_decode[tokenizer] = exact
+    except TypeError:  # not weakly referable: asked again next time
+        pass
+    return exact
+
 
 class IncrementalDetokenizer:
     """Per-request detokenizer state; ``step()`` returns the new text since the last call."""
@@ -25,11 +55,10 @@ class IncrementalDetokenizer:
         self.skip_special_tokens = skip_special_tokens
         # Hugging Face's decode option: a slow (Python) tokenizer honours it, a fast one has no such pass (as in vLLM)
         self.spaces_between_special_tokens = spaces_between_special_tokens
-        backend = getattr(tokenizer, "backend_tokenizer", None)
-        if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", True):
-            # a fast tokenizer without the clean-up pass: its decode is the Rust decode, called directly at a
-            # third of the cost (two decodes per token per request, each step)
-            self._backend_decode = backend.decode
+        if backend_decode_is_exact(tokenizer):
+            # a fast tokenizer whose decode adds no clean-up pass: the Rust decode, called directly at a third of
+            # the cost (two decodes per token per request, each step)
+            self._backend_decode = tokenizer.backend_tokenizer.decode
         self.token_ids = list(prompt_token_ids[-self.CONTEXT_TOKENS :])
         self.prefix_offset = 0
         self.read_offset = len(self.token_ids)
