@@ -119,6 +119,8 @@ class LLMEngine:
         self._in_flight: tuple[SchedulerOutput, object] | None = None  # queued step not read yet (async)
         # the next step's plan, made early by the structured async path (``_step_structured_async``)
         self._scheduled_ahead: SchedulerOutput | None = None
+        # requests whose grammar a deferred token ended (``_step_structured_async``): they end with their next token
+        self._grammar_ended_late: set[str] = set()
         if warn_kv_cache_limit:
             self.warn_kv_cache_limit()
 
@@ -315,7 +317,10 @@ class LLMEngine:
                 if self.runner is not None:  # its host batch too (numpy): only the launch waits for the sampling
                     self.runner.prepare_ahead(self._scheduled_ahead)
             sched.grammar_bitmask = fill.result()
-            self._finish_ended_grammars(self.structured.take_ended())
+            # a deferred token that ended its grammar (only a rejected one: a bug or a token nothing masked) is
+            # known only now, after step k's outputs were made: its request ends with its next token, whose
+            # output then carries the finish (finishing it here would leave no output to say so)
+            self._grammar_ended_late.update(self.structured.take_ended())
             self._remove_finished_matchers(updated)
             queued = forward.sample(sched.grammar_bitmask)
             if not sched.is_empty:
@@ -363,6 +368,9 @@ class LLMEngine:
             if req is not None and first + len(entries) > len(req.prompt_logprobs):  # a recompute repeats them
                 req.prompt_logprobs.extend(entries[len(req.prompt_logprobs) - first :])
         updated = self.scheduler.update(sched, out.sampled)
+        if self._grammar_ended_late:
+            self._finish_ended_grammars([r.request_id for r in updated if r.request_id in self._grammar_ended_late])
+            self._grammar_ended_late.intersection_update(self.scheduler.requests)  # the others ended or left
         structured = self.structured.active
         if structured:
             tokens = [(req.request_id, req.output_token_ids[-1]) for req in updated if not req.is_finished]

@@ -158,3 +158,31 @@ def test_async_abort_while_the_next_step_is_scheduled_ahead(default_llm):
             jsonschema.validate(json.loads(finished[rid].outputs[0].text), SCHEMAS[0])
     finally:
         engine.async_scheduling = old
+
+
+def test_a_grammar_ended_by_a_deferred_token_ends_with_the_next_token(default_llm):
+    """Async scheduling accepts a step's tokens in the grammar's worker, after that step's outputs are made: a
+    request whose deferred token ended its grammar (``take_ended``: a rejected token) finishes with its next
+    token, and that output says so (finish reason stop); nothing is left behind."""
+    engine = default_llm.engine
+    old = engine.async_scheduling
+    engine.async_scheduling = True
+    try:
+        params = SamplingParams(
+            temperature=0.0, max_tokens=40, structured_outputs=S(json=SCHEMAS[0], disable_any_whitespace=True)
+        )
+        rid = engine.add_request(PROMPTS[0], params)
+        outs = []
+        for _ in range(4):
+            outs += engine.step()
+        (child,) = engine.output_processor.child_ids(rid)
+        engine._grammar_ended_late.add(child)  # what a rejected deferred token leaves after the fill
+        n = len(engine.scheduler.requests[child].output_token_ids)
+        while engine.has_unfinished_requests():
+            outs += engine.step()
+        final = [o for o in outs if o.finished]
+        assert len(final) == 1 and final[0].outputs[0].finish_reason == "stop"
+        assert len(final[0].outputs[0].token_ids) == n + 1
+        assert not engine._grammar_ended_late and not engine.structured.matchers
+    finally:
+        engine.async_scheduling = old
