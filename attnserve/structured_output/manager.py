@@ -169,7 +169,7 @@ class StructuredOutputManager:
 
     def take_ended(self) -> list[str]:
         """The ids whose deferred token ended their grammar since the last call (rejected: a bitmask bug or a
-        token the engine did not mask); the engine finishes them (finish reason ``stop``)."""
+        token the engine did not mask); the engine finishes each with its next token (finish reason ``stop``)."""
         ended, self._ended = self._ended, []
         return ended
 
