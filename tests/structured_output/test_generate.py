@@ -3,6 +3,7 @@ unconstrained requests of the same batch alone; max_tokens inside a value is ``l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 
@@ -15,6 +16,17 @@ from tests.structured_output.schemas import PROMPTS, SCHEMAS
 
 jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("xgrammar")
+
+
+@contextlib.contextmanager
+def with_async_scheduling(engine, on: bool = True):
+    """The shared engine with async scheduling ``on`` for the block (restored after it)."""
+    was = engine.async_scheduling
+    engine.async_scheduling = on
+    try:
+        yield engine
+    finally:
+        engine.async_scheduling = was
 
 
 def test_fifty_generations_against_ten_json_schemas_validate(default_llm):
@@ -72,10 +84,7 @@ def test_regex_choice_grammar_and_json_object(default_llm):
 def test_unconstrained_requests_get_the_tokens_they_get_alone(default_llm, async_scheduling):
     """Greedy unconstrained requests batched with constrained ones: the same tokens as alone (with async
     scheduling, steps of constrained requests run without overlap; the tokens are the same)."""
-    engine = default_llm.engine
-    old = engine.async_scheduling
-    engine.async_scheduling = async_scheduling
-    try:
+    with with_async_scheduling(default_llm.engine, async_scheduling):
         free = ["The capital of France is", "Once upon a time"]
         greedy = SamplingParams(temperature=0.0, max_tokens=12)
         alone = [o.outputs[0].token_ids for o in default_llm.generate(free, [greedy, greedy])]
@@ -88,8 +97,6 @@ def test_unconstrained_requests_get_the_tokens_they_get_alone(default_llm, async
         assert [mixed[0].outputs[0].token_ids, mixed[2].outputs[0].token_ids] == alone
         for o in (mixed[1], mixed[3]):
             jsonschema.validate(json.loads(o.outputs[0].text), SCHEMAS[0])
-    finally:
-        engine.async_scheduling = old
 
 
 def test_max_tokens_inside_a_constrained_value_is_length(default_llm):
@@ -135,10 +142,7 @@ def test_invalid_constraints_are_refused_before_queueing(default_llm, params, pa
 def test_async_abort_while_the_next_step_is_scheduled_ahead(default_llm):
     """Async scheduling with constrained requests plans step k+2 before step k+1 samples: a request aborted
     between two steps leaves that plan; the others run on and validate."""
-    engine = default_llm.engine
-    old = engine.async_scheduling
-    engine.async_scheduling = True
-    try:
+    with with_async_scheduling(default_llm.engine) as engine:
         params = SamplingParams(
             temperature=0.0, max_tokens=40, structured_outputs=S(json=SCHEMAS[0], disable_any_whitespace=True)
         )
@@ -156,18 +160,13 @@ def test_async_abort_while_the_next_step_is_scheduled_ahead(default_llm):
         assert sorted(finished) == [ids[0], ids[2]] and not engine.structured.matchers
         for rid in (ids[0], ids[2]):
             jsonschema.validate(json.loads(finished[rid].outputs[0].text), SCHEMAS[0])
-    finally:
-        engine.async_scheduling = old
 
 
 def test_a_grammar_ended_by_a_deferred_token_ends_with_the_next_token(default_llm):
     """Async scheduling accepts a step's tokens in the grammar's worker, after that step's outputs are made: a
     request whose deferred token ended its grammar (``take_ended``: a rejected token) finishes with its next
     token, and that output says so (finish reason stop); nothing is left behind."""
-    engine = default_llm.engine
-    old = engine.async_scheduling
-    engine.async_scheduling = True
-    try:
+    with with_async_scheduling(default_llm.engine) as engine:
         params = SamplingParams(
             temperature=0.0, max_tokens=40, structured_outputs=S(json=SCHEMAS[0], disable_any_whitespace=True)
         )
@@ -184,5 +183,3 @@ def test_a_grammar_ended_by_a_deferred_token_ends_with_the_next_token(default_ll
         assert len(final) == 1 and final[0].outputs[0].finish_reason == "stop"
         assert len(final[0].outputs[0].token_ids) == n + 1
         assert not engine._grammar_ended_late and not engine.structured.matchers
-    finally:
-        engine.async_scheduling = old
