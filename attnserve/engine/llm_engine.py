@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import itertools
 import logging
 
@@ -106,6 +107,8 @@ class LLMEngine:
             pin_memory=local_gpu,
             device=self.info.device if local_gpu else None,
         )
+        if local_gpu and importlib.util.find_spec("xgrammar") is not None:  # no compile in a constrained step
+            self.runner.greedy_head.warm_masked()
         self.checks = InputChecks(
             self.tokenizer,
             self.vocab_size,

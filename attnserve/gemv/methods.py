@@ -76,13 +76,41 @@ class SwiGLUGemvMethod(SwiGLUMethod):
 
 class FusedGreedyHead:
     """``logits(hidden).argmax(-1)`` of an LM head without the logits (``triton_greedy_head``), for the row
-    counts where the plan measured it faster: ``self(hidden)`` is (B,) int64, or None for a row count it does not
-    cover (the caller then computes the logits). Used by the model runner's ``GreedyHead`` sampler strategy."""
+    counts where the plan measured it faster: ``self(hidden, grammar)`` is (B,) int64, or None for a row count it
+    does not cover (``covers``; the caller then computes the logits). ``grammar``: a ``GrammarBitmask`` on the
+    device (structured outputs), applied to the logits inside the head, or None. Used by the model runner's
+    ``GreedyHead`` sampler strategy."""
 
     def __init__(self, head: nn.Module, table: Table) -> None:
         self.head = head
         self.table = table
 
-    def __call__(self, hidden: torch.Tensor) -> torch.Tensor | None:  # (B, hidden) -> (B,) int64, or None
+    def covers(self, rows: int) -> bool:
+        return table_entry(self.table, rows) is not None
+
+    @torch.inference_mode()
+    def warm_masked(self) -> None:
+        """Run the masked head (a grammar bitmask, with and without a row index) once at every row count it
+        covers: its kernels are compiled, or loaded from Triton's cache, now rather than in a constrained step."""
+        rows = [m for m in range(1, len(self.table)) if self.table[m] is not None]
+        if not rows:
+            return
+        weight = self.head.weight
+        hidden = torch.zeros(rows[-1], weight.shape[1], dtype=weight.dtype, device=weight.device)
+        words = torch.zeros(rows[-1], 1, dtype=torch.int32, device=weight.device)
+        for m in rows:
+            index = torch.zeros(m, dtype=torch.int32, device=weight.device)
+            for mask_index in (None, index):
+                self.table[m](hidden[:m], weight, mask_words=words[:m], mask_index=mask_index, mask_tokens=32)
+
+    def __call__(self, hidden: torch.Tensor, grammar=None) -> torch.Tensor | None:  # (B, hidden) -> (B,) int64
         f = table_entry(self.table, hidden.shape[0])
-        return None if f is None else f(hidden, self.head.weight)
+        if f is None:
+            return None
+        if grammar is None:
+            return f(hidden, self.head.weight)
+        if grammar.rows is not None:
+            raise ValueError("the fused greedy head takes a bitmask's row index (GrammarBitmask.to(with_index=True))")
+        return f(
+            hidden, self.head.weight, mask_words=grammar.words, mask_index=grammar.index, mask_tokens=grammar.num_tokens
+        )

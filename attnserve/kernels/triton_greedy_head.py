@@ -15,6 +15,13 @@ program, instead of storing its (M, BLOCK_N) logits, stores per row the largest 
 first column holding it; the second launch (one program per row) reduces the tiles' partials in column order.
 Nothing of size (M, N) is written.
 
+Structured outputs: with a grammar bitmask (``mask_words`` (C, W) int32, bit ``t % 32`` of word ``t // 32`` set =
+token ``t`` allowed; ``mask_index`` (M,) int32, the bitmask row of each hidden row or -1 for a row it does not
+constrain, None: row m is bitmask row m; tokens from ``mask_tokens`` on are never allowed in a constrained
+row), launch 1 sets every token a row's bitmask does not allow to -inf before the tile's maximum: the tokens are
+``torch.argmax`` of the masked logits (``structured_output.bitmask.apply_grammar_bitmask_torch``), and a
+constrained decode step launches what an unconstrained one does instead of the LM head, the mask and the argmax.
+
 Launch 1 follows ``kernels/pdl.py``'s protocol: its first weight tile is loaded before the PDL wait. The
 launch configurations (:class:`GreedyHeadConfig`) are measured at start-up by ``GemvPlan`` against the
 LM head's own choice followed by ``triton_argmax``, per decode batch size; the fused path is used only where
@@ -84,18 +91,22 @@ def _dot_step(acc, w_ptrs, x_ptrs, k, K, k_offs, MASKED: tl.constexpr, SWAP: tl.
     return acc
 
 
-@triton.jit(do_not_specialize=["M"])
+@triton.jit(do_not_specialize=["M", "stride_mask", "mask_covered"])  # one compile per tile, whatever the vocabulary
 def _head_tiles_kernel(
     x_ptr,
     w_ptr,
     part_val_ptr,
     part_idx_ptr,
     logits_ptr,
+    mask_words_ptr,
+    mask_index_ptr,
     M,
     N,
     K,
     stride_xm,
     stride_wn,
+    stride_mask,
+    mask_covered,
     n_tiles,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -103,12 +114,15 @@ def _head_tiles_kernel(
     EVEN_K: tl.constexpr,
     SWAP: tl.constexpr,
     STORE_LOGITS: tl.constexpr,
+    MASKED: tl.constexpr,
+    HAS_MASK_INDEX: tl.constexpr,
     INTERPRET: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """Program n: the (M, BLOCK_N) logits of vocabulary rows [n * BLOCK_N, ...), rounded to the weight's dtype;
     per row its largest value and the first column holding it, at ``part_*[row * n_tiles + n]``.
-    ``STORE_LOGITS`` (tests): also store the rounded logits at ``logits_ptr`` (M, N).
+    ``STORE_LOGITS`` (tests): also store the rounded logits at ``logits_ptr`` (M, N), unmasked. ``MASKED``: the
+    grammar bitmask first (module docstring; ``mask_covered`` = the columns it can allow).
 
     Up to 32 rows the tile is computed transposed (``SWAP``, the launcher's ``BLOCK_M <= 32``: 16 or 32 padded
     rows as the MMA's N side); from 33 rows x's 64 rows are the MMA's M side, so that the reduction over the
@@ -148,6 +162,17 @@ def _head_tiles_kernel(
         tl.store(out_ptrs, logits.to(logits_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
     logits = tl.where(logits != logits, float("inf"), logits)  # NaN -> +inf
     logits = tl.where(offs_n[None, :] < N, logits, float("-inf"))
+    if MASKED:  # a disallowed token is -inf, a NaN among them too (the mask comes before the argmax)
+        mask_row = tl.load(mask_index_ptr + rows_m) if HAS_MASK_INDEX else rows_m  # (BLOCK_M,), -1: unconstrained
+        constrained = mask_row >= 0
+        cols = offs_n[None, :]
+        word = tl.load(
+            mask_words_ptr + mask_row[:, None].to(tl.int64) * stride_mask + (cols >> 5),
+            mask=constrained[:, None] & (cols < mask_covered),
+            other=0,
+        )  # past ``mask_covered`` the word reads as 0: nothing there is allowed
+        blocked = constrained[:, None] & (((word >> (cols & 31)) & 1) == 0)
+        logits = tl.where(blocked, float("-inf"), logits)
     best = tl.max(logits, axis=1)  # (BLOCK_M,)
     first = tl.min(tl.where(logits == best[:, None], offs_n[None, :], _NO_INDEX), axis=1)
     tl.store(part_val_ptr + offs_m * n_tiles + pid_n, best, mask=offs_m < M)
@@ -180,9 +205,14 @@ def greedy_head(
     weight: torch.Tensor,  # (N, K) same dtype, K contiguous
     config: GreedyHeadConfig | None = None,  # None: GreedyHeadConfig()
     logits_out: torch.Tensor | None = None,  # tests: (M, N) in the weight's dtype, receives the rounded logits
+    mask_words: torch.Tensor | None = None,  # (C, W) int32: a grammar bitmask (module docstring)
+    mask_index: torch.Tensor | None = None,  # (M,) int32: each row's bitmask row, -1 none; None: row m is row m
+    mask_tokens: int = 0,  # the bitmask's vocabulary: tokens from here on are never allowed in a constrained row
 ) -> torch.Tensor:  # (M,) int64
-    """``torch.argmax(F.linear(hidden, weight), dim=-1)`` without materialising the logits (module docstring).
-    Raises ValueError for another dtype, mismatched shapes, M outside 1..MAX_M, N >= 2**31 or an empty K."""
+    """``torch.argmax(F.linear(hidden, weight), dim=-1)`` without materialising the logits (module docstring);
+    with ``mask_words``, the argmax of the logits that the grammar bitmask leaves. Raises ValueError for another
+    dtype, mismatched shapes, M outside 1..MAX_M, N >= 2**31, an empty K, or a bitmask that is not int32 words
+    with an index (or a row) for each hidden row."""
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(
             f"greedy_head takes hidden (M, K) and weight (N, K), got {tuple(hidden.shape)} and {tuple(weight.shape)}"
@@ -201,6 +231,8 @@ def greedy_head(
         raise ValueError("greedy_head needs the weight's K dimension contiguous")
     if hidden.stride(1) != 1:
         hidden = hidden.contiguous()
+    if mask_words is not None:
+        _check_mask(mask_words, mask_index, m)
     cfg = config or GreedyHeadConfig()
     block_k = min(cfg.block_k, max(16, triton.next_power_of_2(k)))
     n_tiles = triton.cdiv(n, cfg.block_n)
@@ -215,11 +247,15 @@ def greedy_head(
         part_val,
         part_idx,
         logits_out if logits_out is not None else out,
+        out if mask_words is None else mask_words,  # unused without a mask
+        mask_index if mask_index is not None else out,  # unused without an index
         m,
         n,
         k,
         hidden.stride(0),
         weight.stride(0),
+        0 if mask_words is None else mask_words.stride(0),
+        0 if mask_words is None else min(n, mask_tokens, mask_words.shape[1] * 32),
         n_tiles,
         BLOCK_M=block_m,
         BLOCK_N=cfg.block_n,
@@ -227,6 +263,8 @@ def greedy_head(
         EVEN_K=k % block_k == 0,
         SWAP=block_m <= 32,
         STORE_LOGITS=logits_out is not None,
+        MASKED=mask_words is not None,
+        HAS_MASK_INDEX=mask_index is not None,
         INTERPRET=INTERPRETED,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
@@ -234,3 +272,14 @@ def greedy_head(
     )
     _reduce_tiles_kernel[(m,)](part_val, part_idx, out, n_tiles, BLOCK=REDUCE_BLOCK, **launch)
     return out
+
+
+def _check_mask(words: torch.Tensor, index: torch.Tensor | None, m: int) -> None:
+    """Raises ValueError unless ``words`` is (C, W) int32 with contiguous rows and ``index`` is None with C >= m or an
+    (m,) int32 vector."""
+    if words.dim() != 2 or words.dtype != torch.int32 or words.stride(1) != 1:
+        raise ValueError(f"mask_words must be a (C, W) int32 matrix, got {tuple(words.shape)} {words.dtype}")
+    if index is None and words.shape[0] < m:
+        raise ValueError(f"{words.shape[0]} bitmask rows for {m} hidden rows and no mask_index")
+    if index is not None and (index.shape != (m,) or index.dtype != torch.int32):
+        raise ValueError(f"mask_index must be ({m},) int32, got {tuple(index.shape)} {index.dtype}")

@@ -2,7 +2,8 @@
 
 Where the GEMV plan installed a fused LM head + argmax (``gemv.methods.FusedGreedyHead``: the tokens without
 the (B, vocab) logits), a step whose every row is greedy without logprobs or logits processing takes its
-tokens from it; every other step, and every step of an engine without one, computes its logits and samples.
+tokens from it, with the step's grammar bitmask applied inside the head where some rows are constrained
+(structured outputs); every other step, and every step of an engine without one, computes its logits and samples.
 """
 
 from __future__ import annotations
@@ -15,18 +16,29 @@ from attnserve.core.sampling_params import SamplingParams
 
 
 class GreedyHead:
-    """``fused``: hidden (B, H) -> tokens (B,) int64, or None for a row count it does not cover; None: no fused
-    head (every step computes its logits)."""
+    """``fused``: ``fused(hidden, grammar)`` -> tokens (B,) int64 from hidden (B, H), the device's
+    ``GrammarBitmask`` (or None) applied first, or None for a row count it does not cover; ``fused.covers(B)``
+    says which. None: no fused head (every step computes its logits)."""
 
-    def __init__(self, fused: Callable[[torch.Tensor], torch.Tensor | None] | None = None) -> None:
+    def __init__(self, fused: Callable | None = None) -> None:
         self.fused = fused
 
-    def tokens(self, hidden: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor | None:  # (B,) int64
-        """The step's tokens from the fused head when every row (``params``, in row order) is greedy without
-        logprobs and without a logits processor, and the head covers B rows; None otherwise (the caller
-        computes the logits and samples)."""
-        if self.fused is None or any(
-            p.temperature != 0.0 or p.logprobs is not None or p.changes_logits for p in params
-        ):
-            return None
-        return self.fused(hidden)
+    def applies(self, params: list[SamplingParams]) -> bool:
+        """True when a step of these rows (``params``, in row order) takes the fused head's tokens: every row is
+        greedy without logprobs and without a logits processor, and the head covers that many rows."""
+        return (
+            self.fused is not None
+            and self.fused.covers(len(params))
+            and not any(p.temperature != 0.0 or p.logprobs is not None or p.changes_logits for p in params)
+        )
+
+    def warm_masked(self) -> None:
+        """Compile the fused head's masked kernels now (structured outputs; nothing without a fused head)."""
+        if self.fused is not None:
+            self.fused.warm_masked()
+
+    def tokens(self, hidden: torch.Tensor, params: list[SamplingParams], grammar=None) -> torch.Tensor | None:
+        """The step's tokens (B,) int64 from the fused head where it :meth:`applies`, ``grammar`` (the device's
+        ``GrammarBitmask``, its ``index`` staged where it has ``rows``) masking its rows' logits first; None
+        otherwise (the caller computes the logits and samples)."""
+        return self.fused(hidden, grammar) if self.applies(params) else None

@@ -438,12 +438,14 @@ class ModelRunner:
             prompt_logprobs = prompt_plan.compute(hidden[num_reqs:], self.model.compute_logits, self.tp.is_driver)
             hidden = hidden[:num_reqs]
         reqs = [sched.requests[i] for i in rows]
-        # structured outputs: such a step samples from masked logits (no fused greedy head); the LM head goes on
-        # the stream now, behind the forward pass, so it runs while the host fills the bitmask (every rank:
-        # a vocabulary-parallel head gathers)
+        # structured outputs: a step that samples from masked logits queues its LM head now, behind the forward
+        # pass, so it runs while the host fills the bitmask (every rank: a vocabulary-parallel head gathers); a
+        # step the fused greedy head takes masks inside that head, queued with the sampling
+        params = [r.sampling_params for r in reqs]
         logits = (
             self.model.compute_logits(hidden)
-            if any(r.sampling_params.structured_outputs is not None for r in reqs)
+            if any(p.structured_outputs is not None for p in params)
+            and not (sample_rows is None and self.greedy_head.applies(params))
             else None
         )
         return QueuedForward(self, reqs, hidden, sample_rows, list(sched.requests), prompt_logprobs, logits)

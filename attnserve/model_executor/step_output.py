@@ -72,14 +72,11 @@ class QueuedForward:
                 runner.logits_processors.admit(self.scheduled, runner.dims.vocab_size)
             return PendingStep([], None, prompt_logprobs)
         batch = runner.sampling.sampling_batch(reqs)
+        # the fused greedy head (no logits: a grammar bitmask is applied inside it), where it applies
+        fused = sample_rows is None and self.logits is None and runner.greedy_head.applies(batch.params)
         # structured outputs: the constrained rows' bitmask to the device (from its pinned buffer, non-blocking)
-        grammar = None if bitmask is None else bitmask.to(runner.staging)
-        # the fused greedy head has no logits to mask: steps with constrained rows take the logits path
-        tokens = (
-            runner.greedy_head.tokens(hidden, batch.params)
-            if sample_rows is None and grammar is None and self.logits is None
-            else None
-        )
+        grammar = None if bitmask is None else bitmask.to(runner.staging, with_index=fused)
+        tokens = runner.greedy_head.tokens(hidden, batch.params, grammar) if fused else None
         logits = (
             self.logits
             if self.logits is not None

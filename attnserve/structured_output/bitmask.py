@@ -35,25 +35,40 @@ class GrammarBitmask:
     words: np.ndarray | torch.Tensor
     rows: np.ndarray | torch.Tensor | None
     num_tokens: int
+    num_rows: int | None = None  # R (None: not known; then no :meth:`row_index`)
     # the pinned CPU tensor ``words`` views (the copy's source; not pickled: worker processes get ``words``)
     pinned: torch.Tensor | None = field(default=None, repr=False, compare=False)
     # ``words`` already on a device: the event its copy recorded (the worker thread's side stream), which the
     # stream that reads it waits for (:meth:`to`)
     ready: torch.cuda.Event | None = field(default=None, repr=False, compare=False)
+    # (R,) int32 on the device, from ``to(..., with_index=True)`` with ``rows``: each sampling row's bitmask row
+    index: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    def row_index(self) -> np.ndarray:
+        """(R,) int32 on the host: sampling row i's bitmask row, -1 for a row the bitmask does not constrain (the
+        inverse of host ``rows``; ``kernels/triton_greedy_head.py``'s ``mask_index``)."""
+        index = np.full(self.num_rows, -1, dtype=np.int32)
+        index[self.rows] = np.arange(len(self.rows), dtype=np.int32)
+        return index
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "pinned": None, "ready": None}
 
-    def to(self, staging) -> GrammarBitmask:
+    def to(self, staging, with_index: bool = False) -> GrammarBitmask:
         """The same bitmask on ``staging``'s device (non-blocking copies; ``PinnedStaging``): ``words`` straight
-        from its pinned buffer on a side stream that the current one then waits for, ``rows`` through the
-        staging's own buffers. ``words`` already on that device (copied by the grammar's worker thread): the
-        current stream waits for that copy's event, and nothing else is copied but ``rows``."""
-        rows = None if self.rows is None else staging.to_device("grammar_rows", self.rows)
+        from its pinned buffer on a side stream that the current one then waits for, ``rows`` (or with
+        ``with_index``, :meth:`row_index` as ``index``, for the fused greedy head) through the staging's own
+        buffers. ``words`` already on that device (copied by the grammar's worker thread): the current stream
+        waits for that copy's event, and nothing else is copied but ``rows`` or ``index``."""
+        rows = index = None
+        if self.rows is not None and with_index:
+            index = staging.to_device("grammar_index", self.row_index())
+        elif self.rows is not None:
+            rows = staging.to_device("grammar_rows", self.rows)
         if isinstance(self.words, torch.Tensor) and self.words.is_cuda:  # the one device a runner samples on
             if self.ready is not None:
                 torch.cuda.current_stream(staging.device).wait_event(self.ready)
-            return GrammarBitmask(self.words, rows, self.num_tokens)
+            return GrammarBitmask(self.words, rows, self.num_tokens, self.num_rows, index=index)
         words = self.pinned if self.pinned is not None else torch.from_numpy(self.words)
         if staging.cuda:  # on a side stream: the copy overlaps the LM head queued before it
             main = torch.cuda.current_stream(staging.device)
@@ -64,7 +79,7 @@ class GrammarBitmask:
                 words = words.to(staging.device, non_blocking=True)
             main.wait_stream(side)
             words.record_stream(main)  # allocated on the side stream, read on the main one
-        return GrammarBitmask(words, rows, self.num_tokens)
+        return GrammarBitmask(words, rows, self.num_tokens, self.num_rows, index=index)
 
 
 def _bit_values(device: torch.device) -> torch.Tensor:  # (32,) int32: 1 << i, bit 31 as int32's minimum

@@ -215,10 +215,10 @@ class StructuredOutputManager:
         row_index = None if len(rows) == j else np.asarray(rows, dtype=np.int64)
         if self._device is not None:  # the worker copies it: the runner only waits for that copy's event
             target, ready = self._device.target(self._turn, *pinned.shape)
-            bitmask = GrammarBitmask(target, row_index, self.backend.vocab_size, ready=ready)
+            bitmask = GrammarBitmask(target, row_index, self.backend.vocab_size, j, ready=ready)
             copy = (pinned, target, ready)
         else:
-            bitmask = GrammarBitmask(words, row_index, self.backend.vocab_size, pinned)
+            bitmask = GrammarBitmask(words, row_index, self.backend.vocab_size, j, pinned)
             copy = None
         if not in_thread:
             self._fill(deferred, constrained, words, copy)

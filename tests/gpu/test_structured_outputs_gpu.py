@@ -1,8 +1,7 @@
 """Structured outputs on the GPU with the default model (CUDA graphs, async scheduling on, as by default):
 JSON-schema outputs validate, and greedy unconstrained requests batched with constrained ones get the tokens
-they get alone, in float32 (the bitmask staged with the step's inputs, applied to the logits; the fused greedy
-head, bfloat16 with --use-skinny-gemm, is off for those steps: its choice near a tie may differ from an argmax
-over rounded logits, so bfloat16 runs are checked for valid outputs only)."""
+they get alone, in float32 (the bitmask staged with the step's inputs, applied to the logits); in bfloat16 with
+--use-skinny-gemm the fused greedy head applies the bitmask inside it and gives the logits path's tokens."""
 
 from __future__ import annotations
 
@@ -81,7 +80,7 @@ def test_bitmask_is_filled_pinned_and_applied_on_the_device(llm_fp32):
     gen = torch.Generator().manual_seed(0)
     vocab, tokens, rows = 1000, 900, [1, 4, 5]
     words = torch.randint(-(2**31), 2**31 - 1, (len(rows), (tokens + 31) // 32), dtype=torch.int32, generator=gen)
-    host = GrammarBitmask(words.numpy(), torch.tensor(rows).numpy(), tokens, words.pin_memory())
+    host = GrammarBitmask(words.numpy(), torch.tensor(rows).numpy(), tokens, pinned=words.pin_memory())
     logits = torch.randn(8, vocab, generator=gen)
     want = apply_grammar_bitmask(logits.clone(), GrammarBitmask(words, torch.tensor(rows), tokens))
     got = apply_grammar_bitmask(logits.cuda(), host.to(PinnedStaging(torch.device("cuda"))))
@@ -142,3 +141,59 @@ def test_worker_thread_copies_the_bitmask_to_the_device(llm_fp32):
         seen.append(steps)
     for (dev_words, dev_rows), (host_words, host_rows) in zip(*seen):
         assert np.array_equal(dev_words, host_words) and dev_rows == host_rows == [1, 2]
+
+
+def test_fused_greedy_head_masks_as_the_logits_path():
+    """With the fused greedy head forced at every row count (bfloat16, ``--use-skinny-gemm``), constrained greedy
+    requests, alone in a step and beside an unconstrained one, get the tokens of the LM head + bitmask + argmax
+    path: the head applies the bitmask inside it (``kernels/triton_greedy_head.py``)."""
+    import gc
+
+    import torch
+
+    from attnserve.gemv.choices import GreedyChoice
+    from attnserve.gemv.methods import FusedGreedyHead
+    from attnserve.gemv.plan import lm_head
+    from attnserve.kernels.triton_greedy_head import GreedyHeadConfig
+    from attnserve.model_executor.greedy_head import GreedyHead
+
+    llm = LLM(
+        dtype="bfloat16",
+        attention_backend="TRITON_ATTN",
+        kv_cache_memory=1 << 30,
+        max_num_seqs=16,
+        use_skinny_gemm=True,
+    )
+    runner = llm.engine.runner
+    head = lm_head(runner.model)
+    n, k = head.weight.shape
+    constrained = SamplingParams(
+        temperature=0.0, max_tokens=48, structured_outputs=S(json=SCHEMAS[0], disable_any_whitespace=True)
+    )
+    free = SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)
+    prompts = [PROMPTS[0], PROMPTS[1], "Once upon a time", PROMPTS[2]]
+    params = [constrained, constrained, free, constrained]
+    runner.greedy_head = GreedyHead()
+    plain = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    runner.gemv_plan.greedy = {
+        m: GreedyChoice(n, k, m, 0.0, "forced", 0.0, GreedyHeadConfig(), True) for m in range(1, 65)
+    }
+    fused_head = FusedGreedyHead(head, runner.gemv_plan.greedy_table())
+    fused_head.warm_masked()
+    masked = []
+
+    class Counted:
+        covers = staticmethod(fused_head.covers)
+
+        def __call__(self, hidden, grammar=None):
+            masked.append(grammar is not None)
+            return fused_head(hidden, grammar)
+
+    runner.greedy_head = GreedyHead(Counted())
+    fused = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    assert sum(masked) >= 20  # the constrained steps took the head, with their bitmask
+    assert fused == plain
+    llm.engine.shutdown()
+    del llm
+    gc.collect()
+    torch.cuda.empty_cache()
