@@ -13,7 +13,10 @@ run warms up: compile, CUDA graphs). Then the host's time per all-decode step of
 of the forward pass and of the sampling, the wait for the device's tokens, ...; medians, ms), the tails of the
 step and of its slow parts (mean, p90, p99, max: a TPOT is a mean step) and the timed run's garbage
 collections. ``--fill-threads``: the bitmask fill's threads (default: half the cores, at most
-``manager.FILL_THREADS``).
+``manager.FILL_THREADS``); ``--switch-interval S``: the GIL switch interval while a fill runs (default
+``manager.FILL_SWITCH_INTERVAL``); ``--serial-fill``: the fill on the engine thread (no worker), for comparison.
+Each constrained output the grammar ended (finish reason stop) is checked against the schema (``jsonschema``,
+where installed): "valid" is how many of those parse and validate.
 """
 
 from __future__ import annotations
@@ -59,6 +62,24 @@ def _value(v: str):
         return v
 
 
+def _validates(text: str) -> bool:
+    """Whether ``text`` parses as JSON and (where jsonschema is installed) validates against SCHEMA; a request
+    cut by max_tokens inside a value does not parse."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    try:
+        import jsonschema
+    except ImportError:
+        return True
+    try:
+        jsonschema.validate(value, SCHEMA)
+    except jsonschema.ValidationError:
+        return False
+    return True
+
+
 def run(llm: LLM, prompts: list[list[int]], params: SamplingParams, parts=None) -> dict:
     from benchmarks.structured_host import GcPauses
 
@@ -74,7 +95,12 @@ def run(llm: LLM, prompts: list[list[int]], params: SamplingParams, parts=None) 
         ntok.append(n)
         if n > 1:
             tpots.append((m.finished_time - m.first_token_time) / (n - 1))
+    valid = None
+    if params.structured_outputs is not None:  # of the outputs the grammar ended (the others hit max_tokens)
+        ended = [o.outputs[0].text for o in outs if o.outputs[0].finish_reason == "stop"]
+        valid = (sum(_validates(t) for t in ended), len(ended))
     out = {
+        "valid_json": valid,
         "tpot_ms": 1e3 * statistics.median(tpots),
         "tokens_mean": statistics.mean(ntok),
         "output_tok_s": sum(ntok) / wall,
@@ -97,12 +123,19 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--no-host-parts", action="store_true", help="do not time the host's parts of each step")
     ap.add_argument("--fill-threads", type=int, default=None, help="threads of the bitmask fill")
+    ap.add_argument("--switch-interval", type=float, default=None, help="GIL switch interval while a fill runs, s")
+    ap.add_argument("--serial-fill", action="store_true", help="fill on the engine thread (no worker thread)")
     ap.add_argument("engine", nargs="*", help="LLM keyword=value")
     a = ap.parse_args()
-    if a.fill_threads is not None:  # read when the first constrained request makes the grammar backend
-        import attnserve.structured_output.manager as manager
+    import attnserve.structured_output.manager as manager
 
+    if a.fill_threads is not None:  # read when the first constrained request makes the grammar backend
         manager.fill_threads = lambda: a.fill_threads
+    if a.switch_interval is not None:
+        manager.FILL_SWITCH_INTERVAL = a.switch_interval
+    if a.serial_fill:
+        start = manager.StructuredOutputManager.start_bitmask
+        manager.StructuredOutputManager.start_bitmask = lambda self, sched, in_thread=True: start(self, sched, False)
     kw = dict(
         load_format="dummy", dtype="bfloat16", max_num_seqs=a.batch, max_model_len=a.input_len + a.output_len + 16
     )
@@ -127,12 +160,16 @@ def main() -> None:
         run(llm, prompts, params)  # warm-up
         results[name] = run(llm, prompts, params, parts)
     base = results["unconstrained"]["tpot_ms"]
-    print(f"engine: {kw}, fill threads {a.fill_threads or 'default'}")
-    print(f"{'mode':<14} {'TPOT ms':>8} {'vs free':>8} {'tokens':>7} {'out tok/s':>10}")
+    print(
+        f"engine: {kw}, fill threads {a.fill_threads or 'default'}, switch interval "
+        f"{manager.FILL_SWITCH_INTERVAL}, {'serial fill' if a.serial_fill else 'fill in the worker'}"
+    )
+    print(f"{'mode':<14} {'TPOT ms':>8} {'vs free':>8} {'tokens':>7} {'out tok/s':>10} {'valid':>6}")
     for name, r in results.items():
+        valid = "-" if r["valid_json"] is None else "{}/{}".format(*r["valid_json"])
         print(
             f"{name:<14} {r['tpot_ms']:>8.3f} {r['tpot_ms'] / base - 1:>+8.1%} {r['tokens_mean']:>7.1f} "
-            f"{r['output_tok_s']:>10.0f}"
+            f"{r['output_tok_s']:>10.0f} {valid:>6}"
         )
     if parts is not None and all("host_ms" in r for r in results.values()):
         from benchmarks.structured_host import PARTS

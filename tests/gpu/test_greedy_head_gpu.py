@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.gpu.test_cuda_graphs import default_gguf  # noqa: F401 (fixture)
-from tests.kernels.test_triton_greedy_head import greedy_head_cases
+from tests.kernels.test_triton_greedy_head import greedy_head_cases, masked_argmax, masked_cases
 
 pytestmark = pytest.mark.gpu
 
@@ -118,3 +118,41 @@ def test_engine_greedy_tokens_with_the_fused_head_forced(default_gguf):
     del llm
     gc.collect()
     torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("name", list(masked_cases()))
+def test_masked_interpreter_cases_on_cuda(name):
+    """With a grammar bitmask the head's tokens are the argmax of the masked logits it computes (the PyTorch
+    definition of the bitmask), on the interpreter test's cases."""
+    from attnserve.kernels.triton_greedy_head import GreedyHeadConfig, greedy_head
+
+    hidden, weight, fields, words, index, tokens = (
+        t.cuda() if isinstance(t, torch.Tensor) else t for t in masked_cases()[name]
+    )
+
+    cfg = GreedyHeadConfig(*fields) if fields else None
+    logits = torch.empty(hidden.shape[0], weight.shape[0], dtype=weight.dtype, device="cuda")
+    got = greedy_head(hidden, weight, cfg, logits_out=logits, mask_words=words, mask_index=index, mask_tokens=tokens)
+    assert torch.equal(got, masked_argmax(logits, words, index, tokens))
+    assert torch.equal(greedy_head(hidden, weight, cfg, mask_words=words, mask_index=index, mask_tokens=tokens), got)
+
+
+@pytest.mark.parametrize("rows", [16, 64])
+def test_masked_decode_shape(rows):
+    """Qwen3's LM head at 16 and 64 rows, every candidate tile, half the rows constrained by random bitmasks."""
+    from attnserve.kernels.triton_greedy_head import CANDIDATES, greedy_head
+
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    vocab, dim, tokens = 151936, 1024, 151669
+    hidden = torch.randn(rows, dim, device="cuda", generator=g).to(torch.bfloat16)
+    weight = (torch.randn(vocab, dim, device="cuda", generator=g) / dim**0.5).to(torch.bfloat16)
+    words = torch.randint(-(2**31), 2**31 - 1, (rows // 2, (tokens + 31) // 32), device="cuda", generator=g)
+    words = words.to(torch.int32)
+    index = torch.full((rows,), -1, dtype=torch.int32, device="cuda")
+    index[::2] = torch.arange(rows // 2, dtype=torch.int32, device="cuda")
+    for cfg in CANDIDATES:
+        logits = torch.empty(rows, vocab, dtype=torch.bfloat16, device="cuda")
+        got = greedy_head(
+            hidden, weight, cfg, logits_out=logits, mask_words=words, mask_index=index, mask_tokens=tokens
+        )
+        assert torch.equal(got, masked_argmax(logits, words, index, tokens)), cfg
