@@ -7,7 +7,6 @@ before; ``step()`` returns the outputs of the step it read.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.util
 import itertools
@@ -23,6 +22,7 @@ from attnserve.engine.input_checks import InputChecks
 from attnserve.core.sampling_params import SamplingParams, completion_seed
 from attnserve.core.step import SchedulerOutput
 from attnserve.engine.scheduler import Scheduler
+from attnserve.engine.structured_steps import StructuredSteps
 from attnserve.engine.outputs import RequestOutput
 from attnserve.executor.base import WorkerDiedError
 from attnserve.executor.loading import load_model
@@ -120,10 +120,7 @@ class LLMEngine:
         self._ids = itertools.count()
         self.async_scheduling = resolve_async_scheduling(config, self.info.device)
         self._in_flight: tuple[SchedulerOutput, object] | None = None  # queued step not read yet (async)
-        # the next step's plan, made early by the structured async path (``_step_structured_async``)
-        self._scheduled_ahead: SchedulerOutput | None = None
-        # requests whose grammar a deferred token ended (``_step_structured_async``): they end with their next token
-        self._grammar_ended_late: set[str] = set()
+        self.structured_steps = StructuredSteps(self)  # the step while a constrained request runs
         if warn_kv_cache_limit:
             self.warn_kv_cache_limit()
 
@@ -263,13 +260,12 @@ class LLMEngine:
 
         Async scheduling: queue this step, then finish the previous one (its outputs are returned). While a
         constrained request (structured outputs) runs, a step's grammar bitmask needs the tokens of the step
-        before: in one process the step's forward pass is queued first, the step before is read, the bitmask
-        filled and then the sampling queued (vLLM's order); with worker processes steps do not overlap then.
+        before: ``structured_steps.py`` orders the step then.
         """
         if self.structured.active:
             if self.async_scheduling and hasattr(self.executor, "queue_forward"):
-                return self._step_structured_async()
-            return self._step_structured()
+                return self.structured_steps.step_async()
+            return self.structured_steps.step()
         sched = self._schedule()
         try:
             if not self.async_scheduling:
@@ -289,76 +285,15 @@ class LLMEngine:
 
     def _schedule(self) -> SchedulerOutput:
         """The next step's plan: the one scheduled ahead, less the requests aborted since, else a new one."""
-        sched, self._scheduled_ahead = self._scheduled_ahead, None
-        if sched is None:
-            return self.scheduler.schedule()
-        live = self.scheduler.requests
-        if any(r.request_id not in live for r in sched.requests):  # a new plan: its host batch is made anew
-            sched = dataclasses.replace(sched, requests=[r for r in sched.requests if r.request_id in live])
-        return sched
-
-    def _step_structured_async(self) -> list[RequestOutput]:
-        """One async step k+1 with constrained requests: queue its forward pass, read step k (its tokens advance
-        the grammar matchers), fill step k+1's bitmask (in the grammar's worker thread, beside step k's outputs)
-        and schedule step k+2 on the host while the device runs the forward pass, then queue step k+1's sampling.
-        Step k+2's forward pass can only follow that sampling (its inputs are those tokens): scheduled ahead, its plan and host batch (``ModelRunner.prepare_ahead``)
-        are ready then (requests added meanwhile wait for the step after it; aborted ones leave it,
-        ``_schedule``)."""
-        sched = self._schedule()
-        fill = None
-        try:
-            forward = self.executor.queue_forward(sched)
-            previous, self._in_flight = self._in_flight, None
-            updated = self._update(*previous, defer_accept=True) if previous is not None else []
-            # the matchers' accepts of step k's tokens (all but stop tokens, accepted now) and the fill run in the
-            # grammar's worker thread (xgrammar releases the GIL) beside the outputs and the plan of step k+2; the
-            # matchers stay as they are until it is read
-            fill = self.structured.start_bitmask(sched)
-            outputs = self._outputs(updated)
-            if not sched.is_empty and self.structured.has_unfinished(self.scheduler.requests):
-                self._scheduled_ahead = self.scheduler.schedule()
-                if self.runner is not None:  # its host batch too (numpy): only the launch waits for the sampling
-                    self.runner.prepare_ahead(self._scheduled_ahead)
-            sched.grammar_bitmask = fill.result()
-            # a deferred token that ended its grammar (only a rejected one: a bug or a token nothing masked) is
-            # known only now, after step k's outputs were made: its request ends with its next token, whose
-            # output then carries the finish (finishing it here would leave no output to say so)
-            self._grammar_ended_late.update(self.structured.take_ended())
-            self._remove_finished_matchers(updated)
-            queued = forward.sample(sched.grammar_bitmask)
-            if not sched.is_empty:
-                self._in_flight = (sched, queued)
-            return outputs
-        except BaseException:
-            self._in_flight = self._scheduled_ahead = None
-            self.block_manager.reset_prefix_cache()
-            if fill is not None:  # the worker is done with the matchers, and the GIL switch interval restored
-                with contextlib.suppress(Exception):
-                    fill.result()
-            raise
-
-    def _step_structured(self) -> list[RequestOutput]:
-        """One step without overlap: read the step in flight (its tokens advance the grammar matchers), then
-        schedule, fill the grammar bitmask on the host and run the step to completion."""
-        previous, self._in_flight = self._in_flight, None
-        try:
-            outputs = self._finish(*previous) if previous is not None else []
-            sched = self._schedule()
-            sched.grammar_bitmask = self.structured.bitmask(sched)
-            return outputs + self._finish(sched, self.executor.execute(sched))
-        except WorkerDiedError:
-            self._fail_all()
-            raise
-        except BaseException:
-            self.block_manager.reset_prefix_cache()
-            raise
+        sched = self.structured_steps.take_scheduled_ahead()
+        return sched if sched is not None else self.scheduler.schedule()
 
     def _finish(self, sched: SchedulerOutput, result) -> list[RequestOutput]:
         """Append a step's sampled tokens (``result.result()``: waits for them), advance the grammar matchers (a
         terminated grammar ends its request, finish reason stop), detokenize, apply stop strings."""
         updated = self._update(sched, result)
         outputs = self._outputs(updated)
-        self._remove_finished_matchers(updated)
+        self.structured_steps.remove_finished_matchers(updated)
         return outputs
 
     def _update(self, sched: SchedulerOutput, result, defer_accept: bool = False) -> list[Request]:
@@ -371,22 +306,8 @@ class LLMEngine:
             if req is not None and first + len(entries) > len(req.prompt_logprobs):  # a recompute repeats them
                 req.prompt_logprobs.extend(entries[len(req.prompt_logprobs) - first :])
         updated = self.scheduler.update(sched, out.sampled)
-        if self._grammar_ended_late:
-            self._finish_ended_grammars([r.request_id for r in updated if r.request_id in self._grammar_ended_late])
-            self._grammar_ended_late.intersection_update(self.scheduler.requests)  # the others ended or left
-        structured = self.structured.active
-        if structured:
-            tokens = [(req.request_id, req.output_token_ids[-1]) for req in updated if not req.is_finished]
-            self._finish_ended_grammars(self.structured.accept_tokens(tokens, defer=defer_accept))
-            self._remove_finished_matchers(updated)  # a terminated matcher has no next bitmask to fill
+        self.structured_steps.advance_matchers(updated, defer_accept)
         return updated
-
-    def _finish_ended_grammars(self, ended: list[str]) -> None:
-        """Finish the requests whose grammar ended (terminated, or its token rejected): finish reason stop."""
-        for rid in ended:
-            req = self.scheduler.requests.get(rid)
-            if req is not None and not req.is_finished:
-                self.scheduler.finish_request(rid, FinishReason.STOP)
 
     def _outputs(self, updated: list[Request]) -> list[RequestOutput]:
         """:meth:`_finish`'s second half: detokenize, apply stop strings, make the outputs. The matchers of requests
@@ -395,13 +316,6 @@ class LLMEngine:
         for child_id, stop_string in stopped:
             self.scheduler.finish_request(child_id, FinishReason.STOP, stop_string)
         return outputs
-
-    def _remove_finished_matchers(self, updated: list[Request]) -> None:
-        """Drop the grammar matchers of the requests among ``updated`` that ended."""
-        if self.structured.active:
-            for req in updated:
-                if req.is_finished:
-                    self.structured.remove(req.request_id)
 
     def _fail_all(self) -> None:
         """The model can no longer run: finish every request (aborted) so nothing waits on a dead engine."""

@@ -15,7 +15,8 @@ proportional to the vocabulary on the host but the fill itself.
 A step's bitmask needs the tokens of the step before (a matcher must hold every token of its request first):
 with async scheduling the engine queues step k+1's forward pass, reads step k's tokens, has the worker advance
 the matchers and fill step k+1's bitmask while the device runs that forward pass, then queues step k+1's
-sampling (``LLMEngine.step``; vLLM defers the sampling of a step with structured-output requests the same way).
+sampling (``engine/structured_steps.py``; vLLM defers the sampling of a step with structured-output requests the
+same way).
 """
 
 from __future__ import annotations

@@ -148,13 +148,14 @@ def test_async_abort_while_the_next_step_is_scheduled_ahead(default_llm):
         )
         ids = [engine.add_request(PROMPTS[0], params) for _ in range(3)]
         finished, aborted, prepared = {}, None, False
+        steps = engine.structured_steps
         while engine.has_unfinished_requests():
             for out in engine.step():
                 if out.finished:
                     finished[out.request_id] = out
             ahead = engine.runner._host_ahead  # the held plan's host batch, made ahead too
-            prepared |= ahead is not None and ahead[0] is engine._scheduled_ahead
-            if aborted is None and engine._scheduled_ahead is not None and len(engine._scheduled_ahead.requests) == 3:
+            prepared |= ahead is not None and ahead[0] is steps.scheduled_ahead
+            if aborted is None and steps.scheduled_ahead is not None and len(steps.scheduled_ahead.requests) == 3:
                 aborted = engine.abort_request(ids[1])
         assert prepared and aborted is not None and aborted.outputs[0].finish_reason == "abort"
         assert sorted(finished) == [ids[0], ids[2]] and not engine.structured.matchers
@@ -175,11 +176,11 @@ def test_a_grammar_ended_by_a_deferred_token_ends_with_the_next_token(default_ll
         for _ in range(4):
             outs += engine.step()
         (child,) = engine.output_processor.child_ids(rid)
-        engine._grammar_ended_late.add(child)  # what a rejected deferred token leaves after the fill
+        engine.structured_steps.ended_late.add(child)  # what a rejected deferred token leaves after the fill
         n = len(engine.scheduler.requests[child].output_token_ids)
         while engine.has_unfinished_requests():
             outs += engine.step()
         final = [o for o in outs if o.finished]
         assert len(final) == 1 and final[0].outputs[0].finish_reason == "stop"
         assert len(final[0].outputs[0].token_ids) == n + 1
-        assert not engine._grammar_ended_late and not engine.structured.matchers
+        assert not engine.structured_steps.ended_late and not engine.structured.matchers
