@@ -108,7 +108,7 @@ class KernelModule:
 
 
 def _decode_module(s: PlanSettings, resolve: Resolver) -> KernelModule:
-    """BatchDecodeWithPagedKVCacheWrapper._plan_impl (decode.py, FlashInfer 0.7.2 lines 2373-2455): tensor cores
+    """BatchDecodeWithPagedKVCacheWrapper._plan_impl (decode.py, FlashInfer 0.7.2 lines 2370-2452): tensor cores
     -> get_batch_prefill_module with "auto" resolved (fp8 q or kv: determine_attention_backend, else fa2);
     otherwise get_batch_decode_module. Sliding window there is ``window_left != -1``."""
     backend = s.decode_backend
