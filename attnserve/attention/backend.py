@@ -347,6 +347,17 @@ class AttentionBackend(ABC):
         return BackendCapabilities.from_backend(cls)
 
     @classmethod
+    def compile_ahead(
+        cls,
+        layer_specs: list[AttentionLayerSpec],
+        device: torch.device,
+        dtype: torch.dtype,
+        attention_config: "AttentionConfig | None" = None,
+    ) -> None:
+        """Start compiling, in the background, the JIT kernels these layers will need, before the weights load
+        (FLASHINFER); the builder's first plan waits for them. Nothing by default. Must never raise."""
+
+    @classmethod
     def extra_reasons(
         cls,
         selector_config: "AttentionSelectorConfig",

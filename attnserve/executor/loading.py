@@ -71,6 +71,20 @@ def load_model(config: EngineConfig) -> LoadedModel:
         return _load(config, source)
 
 
+def _compile_ahead(config: EngineConfig, hf_config, attention) -> None:
+    """The attention kernels the model will need, compiled in the background (FLASHINFER's JIT modules)."""
+    from attnserve.model_executor.compile_ahead import compile_attention_kernels_ahead
+    from attnserve.models.registry import get_model_class
+    from attnserve.platforms import runtime_device
+
+    try:
+        dims = get_model_class(hf_config, 1).dims(hf_config)
+        device = runtime_device(config.device)
+    except ValueError:  # refused later, where the load refuses it
+        return
+    compile_attention_kernels_ahead(config, attention, dims.num_heads, dims.num_kv_heads, device)
+
+
 def _load(config: EngineConfig, source: ModelSource) -> LoadedModel:
     """One attempt: the checks the config alone answers, then the tokenizer and the executor (the weights)."""
     hf_config = read_hf_config(source)
@@ -79,7 +93,9 @@ def _load(config: EngineConfig, source: ModelSource) -> LoadedModel:
     )
     tp = config.parallel.tensor_parallel_size
     check_tensor_parallel_size(hf_config, tp)
-    select_model_attention(config, hf_config, tp)
+    attention = select_model_attention(config, hf_config, tp)
+    if tp == 1:  # the runner is in this process: its JIT kernels compile while the tokenizer and weights load
+        _compile_ahead(config, hf_config, attention)
     complete_hf_config(hf_config, source)
     tokenizer = load_model_tokenizer(config.model, source, hf_config)
     max_model_len = max_model_len_of(config.model, hf_config)

@@ -43,6 +43,7 @@ from attnserve.model_executor.greedy_head import GreedyHead
 from attnserve.model_executor.grouped_builder import GroupedMetadataBuilder
 from attnserve.model_executor.kv_cache import allocate_kv_caches, bytes_per_block, kv_cache_torch_dtype, num_kv_blocks
 from attnserve.model_executor.attention_selection import select_model_attention
+from attnserve.model_executor.compile_ahead import compile_attention_kernels_ahead
 from attnserve.model_executor.kv_scales import KVScales, apply_kv_scales
 from attnserve.model_executor.memory_profile import activation_reserve_bytes
 from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of
@@ -89,6 +90,8 @@ class ModelRunner:
         self.head_size = self.dims.head_size
         heads = shard_heads(self.dims.num_heads, self.dims.num_kv_heads, tp.size, tp.rank)
         self.num_kv_heads = heads.num_kv_heads  # this rank's: its KV cache holds only these
+        # JIT kernels (FLASHINFER) compile in the background while the layers are built and the weights load
+        compile_attention_kernels_ahead(config, self.attention, heads.num_heads, heads.num_kv_heads, self.device)
         self.num_layers = self.dims.num_layers
         self.kv_dtype = kv_cache_torch_dtype(config.cache.kv_cache_dtype, self.dtype)
         names = tp.all_gather_object(self.attention.backend_names)

@@ -39,12 +39,14 @@ import torch
 from attnserve.attention.backend import (
     AttentionBackend,
     AttentionImpl,
+    AttentionLayerSpec,
     AttentionMetadataBuilder,
     AttentionType,
     CommonAttentionMetadata,
     CudaGraphSupport,
-    kv_cache_torch_dtype,
 )
+from attnserve.attention.backends import flashinfer_jit
+from attnserve.attention.backends.flashinfer_jit import plan_settings
 from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.kernels.paged_kv_indices import device_pages, host_pages
 from attnserve.attention.ops.pinned_ring import PinnedRing
@@ -60,13 +62,6 @@ logger = logging.getLogger(__name__)
 @functools.cache
 def _warn_once(message: str) -> None:
     logger.warning(message)
-
-
-def query_dtype(kv_dtype: torch.dtype, model_dtype: torch.dtype, attention_config) -> torch.dtype:
-    """The query type the wrappers are planned for: the fp8 cache's type unless
-    ``disable_flashinfer_q_quantization`` (or a 16-bit cache), else the model dtype."""
-    keep = attention_config is not None and attention_config.disable_flashinfer_q_quantization
-    return kv_dtype if kv_dtype in FP8_DTYPES and not keep else model_dtype
 
 
 class FlashInferBackend(AttentionBackend):
@@ -100,6 +95,14 @@ class FlashInferBackend(AttentionBackend):
         """``(num_blocks, 2, block_size, num_kv_heads, head_size)``: K and V of a block sit together, as
         FlashInfer's paged-KV wrappers take them."""
         return (num_blocks, 2, block_size, num_kv_heads, head_size)
+
+    @classmethod
+    def compile_ahead(
+        cls, layer_specs: list[AttentionLayerSpec], device: torch.device, dtype: torch.dtype, attention_config
+    ) -> None:
+        """The kernel modules these layers' wrappers will load, compiled in the background where missing
+        (:mod:`flashinfer_jit`); never raises."""
+        flashinfer_jit.start(layer_specs, device, dtype, attention_config)
 
     @classmethod
     def extra_reasons(cls, selector_config, platform, attention_config=None) -> list[Reason]:
@@ -167,8 +170,10 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
         self.disable_prefill = bool(cfg is not None and cfg.disable_flashinfer_prefill)
         spec = self.layer_spec
-        self.kv_dtype = kv_cache_torch_dtype(spec.kv_cache_dtype, self.dtype)
-        self.q_dtype = query_dtype(self.kv_dtype, self.dtype, cfg)  # what both wrappers' query is
+        # dtypes, tensor cores, decode backend, window: shared with the kernels compiled ahead (flashinfer_jit)
+        settings = plan_settings(spec, self.dtype, cfg)
+        self.kv_dtype = settings.kv_dtype
+        self.q_dtype = settings.q_dtype  # what both wrappers' query is
         if cfg is not None and cfg.disable_flashinfer_q_quantization and self.kv_dtype not in FP8_DTYPES:
             _warn_once(
                 "disable_flashinfer_q_quantization has no effect with a 16-bit KV cache (kv_cache_dtype "
@@ -176,17 +181,14 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
             )
         layout = self.kv_cache_layout.value
         ws = _workspace(self.device)
-        # tensor-core decode for GQA (the grouped query heads of a KV head form the MMA's rows), and for an fp8
-        # query (FlashInfer's CUDA-core decode kernels take 16-bit queries)
-        self.tensor_cores = spec.num_heads != spec.num_kv_heads or self.q_dtype != self.dtype
-        # "fa2" is what "auto" resolves to for 16-bit KV; naming it skips auto's per-plan cuDNN probe
-        # (two `import cudnn` attempts per eager plan() where cudnn-frontend is not installed)
-        self.decode_backend = "fa2" if self.kv_dtype == self.dtype else "auto"
+        self.tensor_cores = settings.tensor_cores  # GQA or an fp8 query (PlanSettings says why)
+        self.decode_backend = settings.decode_backend  # "fa2" for 16-bit KV, "auto" for fp8
         self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             ws, layout, use_tensor_cores=self.tensor_cores, backend=self.decode_backend
         )
         self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, layout)
-        self.window_left = spec.sliding_window - 1 if spec.sliding_window else -1
+        self.window_left = settings.window_left
+        self._compiled_ahead = False  # the first build waits for the background compile (flashinfer_jit.wait)
         # the CUDA-graph decode path: its buffers, pinned ring, split limit and fast-plan state
         self.graph_planner = FlashInferGraphPlanner(self)
         cuda = self.device.type == "cuda"
@@ -279,7 +281,14 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         ring.release()
         return FlashInferCall(kind, q0, q1, self.prefill)
 
+    def _wait_for_kernels(self) -> None:
+        """Before the first plan(): the kernels this process compiles ahead (flashinfer_jit), if any."""
+        if not self._compiled_ahead:
+            self._compiled_ahead = True
+            flashinfer_jit.wait()
+
     def build(self, common: CommonAttentionMetadata) -> FlashInferMetadata:
+        self._wait_for_kernels()
         nd, b = common.num_decodes, common.num_reqs
         prefill_kind = "fallback" if self.disable_prefill else "prefill"
         if nd == b:
@@ -297,6 +306,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
     # ------------------------------------------------------------------------------------------ CUDA graphs
     # flashinfer_graphs.FlashInferGraphPlanner plans them; the hooks the model runner calls delegate to it
     def build_for_cudagraph_capture(self, common: CommonAttentionMetadata) -> FlashInferMetadata:
+        self._wait_for_kernels()
         return self.graph_planner.build_for_cudagraph_capture(common)
 
     def cudagraph_prologue(self, metadata: FlashInferMetadata) -> None:
@@ -332,7 +342,7 @@ class FlashInferImpl(AttentionImpl):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         cfg = self.attention_config
-        # an fp8 cache's query is quantized as the builder planned it (query_dtype)
+        # an fp8 cache's query is quantized as the builder planned it (flashinfer_jit.query_dtype)
         self.quantize_q = not (cfg is not None and cfg.disable_flashinfer_q_quantization)
 
     def kv_write_target(self, kv_cache, metadata: FlashInferMetadata) -> KVWriteTarget:

@@ -97,6 +97,28 @@ def _layer_groups(args, facts: ModelAttentionFacts) -> list[tuple[tuple[int, ...
     return [(layers if facts.layers else None, kind) for kind, layers in layer_groups(kinds)]
 
 
+def _flashinfer_kernels(config, facts: ModelAttentionFacts, kind, dtype) -> dict | None:
+    """Whether FlashInfer's JIT modules for this layer group are compiled on this machine (a file check, no
+    compile: ``flashinfer_jit.compiled_status``), or None where that cannot be told (heads unknown, FlashInfer
+    another version)."""
+    from attnserve.attention.backend import AttentionLayerSpec
+    from attnserve.attention.backends.flashinfer_jit import compiled_status
+    from attnserve.platforms import runtime_device
+
+    if not facts.num_heads or not facts.num_kv_heads:
+        return None
+    spec = AttentionLayerSpec(
+        facts.num_heads,
+        kind.head_size,
+        kind.head_size**-0.5,
+        facts.num_kv_heads,
+        kind.sliding_window,
+        kind.logits_soft_cap,
+        config.cache.kv_cache_dtype,
+    )
+    return compiled_status([spec], runtime_device(config.device), dtype, config.attention)
+
+
 def build_report(args, errors: list | None = None) -> dict:
     """Everything the table and ``--json`` show. Raises ValueError for bad flag values (a bad engine
     flag exits 2 through the parser, as in every command). ``errors`` gets the selection's refusal, if any.
@@ -156,6 +178,8 @@ def build_report(args, errors: list | None = None) -> dict:
             group.update(
                 selected=sel.name, flash_attn_version=sel.flash_attn_version, kv_cache_layout=sel.kv_cache_layout.value
             )
+            if sel.name == "FLASHINFER" and not platform.simulated and not args.assume_installed:
+                group["flashinfer_kernels"] = _flashinfer_kernels(config, facts, kind, dtype)
         except NoUsableBackendError as e:
             if layers is not None and len(layers) < len(facts.layers):
                 e = for_group(e, group["name"])
@@ -208,8 +232,20 @@ def render_plain(report: dict) -> str:
             prio = str(report["priority"].index(name) + 1) if entry["in_priority"] else "-"
             status = "✓" if entry["usable"] else "✗ " + "; ".join(entry["reasons"])
             lines.append(f"{name:<{width}}{prio:<6}{status}")
+        if group.get("flashinfer_kernels"):
+            lines.append(_kernels_line(group["flashinfer_kernels"]))
     lines += ["", "Priority order: " + " > ".join(report["priority"]), _verdict(report)]
     return "\n".join(lines)
+
+
+def _kernels_line(kernels: dict) -> str:
+    """E.g. ``FlashInfer kernels: 2 of 2 compiled`` or ``... 0 of 2 compiled (first use compiles them: ...)``."""
+    done, missing = len(kernels["compiled"]), len(kernels["missing"])
+    line = f"FlashInfer kernels for this config: {done} of {done + missing} compiled"
+    if missing:
+        line += " (the engine compiles the rest in the background at its first start: " + ", ".join(kernels["missing"])
+        line += ")"
+    return line
 
 
 def _kv_cache_line(report: dict) -> str:
@@ -250,6 +286,8 @@ def render_rich(report: dict) -> None:
             status = "[green]✓[/green]" if entry["usable"] else "[red]✗[/red] " + "\n".join(entry["reasons"])
             table.add_row(name, prio, status)
         console.print(table)
+        if group.get("flashinfer_kernels"):
+            console.print(_kernels_line(group["flashinfer_kernels"]))
     console.print("Priority order: " + " > ".join(report["priority"]))
     console.print(f"[bold]{_verdict(report)}[/bold]")
 

@@ -1,0 +1,285 @@
+"""FLASHINFER's JIT kernels compiled ahead: one background ninja run instead of one module after another.
+
+FlashInfer 0.7.2 compiles each kernel module when a wrapper's ``plan()`` first asks for it, one after another
+(the default model's first engine load on the H200: 119 s). There are no precompiled kernels for 0.7.2 to install
+(flashinfer-cubin stops at 0.6.13, flashinfer-jit-cache is not on PyPI), so the engine lists, from its layer specs,
+the modules the wrappers will load, and compiles the missing ones with one ``flashinfer.jit.build_jit_specs`` call
+(one ninja over every source file: all cores) in a thread that runs while the weights load. The builder's first
+``plan()`` waits for it (:func:`wait`).
+
+    settings = plan_settings(layer_spec, dtype, attention_config)   # what the builder plans with
+    kernel_modules([settings], resolve)                            # pure: the module getters' arguments
+    start(layer_specs, device, dtype, attention_config)            # FlashInfer: JitSpecs, is_compiled, the thread
+    wait()                                                         # the builder's first plan()
+
+Whatever fails here is logged once and leaves FlashInfer's own lazy compile in charge; another FlashInfer version
+than the one whose internals this mirrors (:data:`MIRRORED_VERSION`) is skipped with a log line.
+``ATTNSERVE_FLASHINFER_COMPILE_AHEAD=0`` turns it off, for ``benchmarks/gpu/flashinfer_first_use.sh`` only.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnserve.attention.backend import AttentionLayerSpec, kv_cache_torch_dtype
+
+logger = logging.getLogger(__name__)
+
+MIRRORED_VERSION = "0.7.2"  # decode.py / prefill.py / jit/attention/modules.py of flashinfer-python 0.7.2.post1
+OFF_ENV = "ATTNSERVE_FLASHINFER_COMPILE_AHEAD"  # "0": lazy compile (the first-use benchmark's baseline)
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+# (q_dtype, kv_dtype, head_dim) -> "fa2" | "fa3": FlashInfer's determine_attention_backend on the device
+Resolver = Callable[[torch.dtype, torch.dtype, int], str]
+
+
+def query_dtype(kv_dtype: torch.dtype, model_dtype: torch.dtype, attention_config) -> torch.dtype:
+    """The query type the wrappers are planned for: the fp8 cache's type unless
+    ``disable_flashinfer_q_quantization`` (or a 16-bit cache), else the model dtype."""
+    keep = attention_config is not None and attention_config.disable_flashinfer_q_quantization
+    return kv_dtype if kv_dtype in _FP8 and not keep else model_dtype
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """What the builder plans FlashInfer's wrappers with for one layer group (and so which kernels they load)."""
+
+    head_size: int
+    dtype: torch.dtype  # the model's: the output type
+    kv_dtype: torch.dtype
+    q_dtype: torch.dtype
+    # tensor-core decode for GQA (the grouped query heads of a KV head form the MMA's rows), and for an fp8 query
+    # (FlashInfer's CUDA-core decode kernels take 16-bit queries)
+    tensor_cores: bool
+    # "fa2" is what "auto" resolves to for 16-bit KV; naming it skips auto's per-plan cuDNN probe (two
+    # `import cudnn` attempts per eager plan() where cudnn-frontend is not installed)
+    decode_backend: str
+    window_left: int  # -1 = full attention
+    logits_soft_cap: float  # 0.0 = none
+    plans_prefill: bool  # False with disable_flashinfer_prefill: the prefill wrapper is never planned
+
+
+def plan_settings(spec: AttentionLayerSpec, dtype: torch.dtype, attention_config) -> PlanSettings:
+    """The builder's wrapper settings for ``spec`` with model dtype ``dtype``."""
+    kv = kv_cache_torch_dtype(spec.kv_cache_dtype, dtype)
+    q = query_dtype(kv, dtype, attention_config)
+    return PlanSettings(
+        head_size=spec.head_size,
+        dtype=dtype,
+        kv_dtype=kv,
+        q_dtype=q,
+        tensor_cores=spec.num_heads != spec.num_kv_heads or q != dtype,
+        decode_backend="fa2" if kv == dtype else "auto",
+        window_left=spec.sliding_window - 1 if spec.sliding_window else -1,
+        logits_soft_cap=spec.logits_soft_cap or 0.0,
+        plans_prefill=not (attention_config is not None and attention_config.disable_flashinfer_prefill),
+    )
+
+
+@dataclass(frozen=True)
+class KernelModule:
+    """One JIT module a wrapper's plan() loads, as the arguments of FlashInfer's module getter:
+    ``get_batch_decode_module(*args)`` (``getter`` "decode", the CUDA-core decode) or
+    ``get_batch_prefill_module(backend, *args)`` ("prefill": the paged prefill and the tensor-core decode)."""
+
+    getter: str
+    backend: str | None  # prefill: "fa2" or "fa3", resolved as plan() resolves it; decode: None
+    q_dtype: torch.dtype
+    kv_dtype: torch.dtype
+    o_dtype: torch.dtype
+    head_dim: int
+    use_sliding_window: bool
+    use_logits_soft_cap: bool
+
+    def args(self) -> tuple:
+        """The getter's positional arguments after ``backend``: dtypes, index dtype (int32 page arrays), head dims
+        (qk = vo), pos_encoding_mode 0 (NONE), window, soft cap, and for prefill use_fp16_qk_reduction False."""
+        head = (self.q_dtype, self.kv_dtype, self.o_dtype, torch.int32, self.head_dim, self.head_dim, 0)
+        flags = (self.use_sliding_window, self.use_logits_soft_cap)
+        return head + flags + ((False,) if self.getter == "prefill" else ())
+
+
+def _decode_module(s: PlanSettings, resolve: Resolver) -> KernelModule:
+    """BatchDecodeWithPagedKVCacheWrapper._plan_impl (decode.py, FlashInfer 0.7.2 lines 2370-2452): tensor cores
+    -> get_batch_prefill_module with "auto" resolved (fp8 q or kv: determine_attention_backend, else fa2);
+    otherwise get_batch_decode_module. Sliding window there is ``window_left != -1``."""
+    backend = s.decode_backend
+    if s.tensor_cores and backend == "auto":
+        backend = resolve(s.q_dtype, s.kv_dtype, s.head_size) if {s.q_dtype, s.kv_dtype} & set(_FP8) else "fa2"
+    getter = "prefill" if s.tensor_cores else "decode"
+    window, cap = s.window_left != -1, s.logits_soft_cap > 0
+    return KernelModule(
+        getter, backend if s.tensor_cores else None, s.q_dtype, s.kv_dtype, s.dtype, s.head_size, window, cap
+    )
+
+
+def _prefill_module(s: PlanSettings, resolve: Resolver) -> KernelModule:
+    """BatchPrefillWithPagedKVCacheWrapper.plan (prefill.py, FlashInfer 0.7.2 lines 3669-3696): backend "auto"
+    -> determine_attention_backend (no custom mask), then get_batch_prefill_module; window ``window_left >= 0``."""
+    backend = resolve(s.q_dtype, s.kv_dtype, s.head_size)
+    window, cap = s.window_left >= 0, s.logits_soft_cap > 0
+    return KernelModule("prefill", backend, s.q_dtype, s.kv_dtype, s.dtype, s.head_size, window, cap)
+
+
+def kernel_modules(settings: Iterable[PlanSettings], resolve: Resolver) -> list[KernelModule]:
+    """The modules the decode and prefill wrappers of these layer groups load, each once, in first-use order
+    (decode, then prefill, group by group). Pure: ``resolve`` stands in for the device's fa2/fa3 choice."""
+    found: dict[KernelModule, None] = {}
+    for s in settings:
+        found[_decode_module(s, resolve)] = None
+        if s.plans_prefill:
+            found[_prefill_module(s, resolve)] = None
+    return list(found)
+
+
+# ------------------------------------------------------------------------------------------ FlashInfer's side
+def device_resolver(device: torch.device) -> Resolver:
+    """FlashInfer's own choice for ``device`` (fa3 on sm90 where its FA3 kernels take the dtypes and head dims)."""
+    from flashinfer.utils import determine_attention_backend
+
+    def resolve(q: torch.dtype, kv: torch.dtype, head_dim: int) -> str:
+        return determine_attention_backend(device, 0, False, False, q, kv, head_dim_qk=head_dim, head_dim_vo=head_dim)
+
+    return resolve
+
+
+def jit_specs(module: KernelModule) -> tuple[list, list]:
+    """``(loaded, lazy)`` JitSpecs of ``module``, as FlashInfer's getter makes them (decode.py 536
+    get_batch_decode_module; prefill.py 535 get_batch_prefill_module). ``lazy``: fa2's independent-stride paged
+    module, built only when K and V strides differ, never for our cache (one tensor, unbound on dim 1)."""
+    from flashinfer.jit.attention import modules as m
+
+    if module.getter == "decode":
+        return [m.gen_batch_decode_module(*module.args())], []
+    if module.backend == "fa2":
+        primary = m._gen_batch_prefill_primary_module("fa2", *module.args())
+        return [primary], [m._gen_batch_prefill_independent_paged_module("fa2", *module.args())]
+    return [m.gen_batch_prefill_module(module.backend, *module.args())], []
+
+
+@dataclass
+class Warmup:
+    """One background build: the modules listed, the specs it compiles, the thread."""
+
+    modules: list[KernelModule]
+    missing: list[str]  # JitSpec names compiled by the thread
+    thread: threading.Thread | None
+    started: float
+    error: str | None = None
+    waited: bool = False
+
+    def wait(self) -> None:
+        if self.thread is None or self.waited:
+            return
+        t = time.perf_counter()
+        self.thread.join()
+        self.waited = True
+        if self.error is None:
+            logger.info(
+                "FlashInfer kernels compiled ahead: the first plan waited %.1f s (%.1f s since the build started)",
+                time.perf_counter() - t,
+                time.perf_counter() - self.started,
+            )
+
+
+_WARMUPS: dict[frozenset, Warmup] = {}
+_LOCK = threading.Lock()
+
+
+@functools.cache
+def _log_once(level: int, message: str) -> None:
+    logger.log(level, message)
+
+
+def start(
+    specs: Iterable[AttentionLayerSpec], device: torch.device, dtype: torch.dtype, attention_config
+) -> Warmup | None:
+    """List the modules ``specs``' wrappers will load and compile the missing ones in a background thread (one
+    ``build_jit_specs`` call). Idempotent per module set. Never raises: on any failure, logs once, returns None."""
+    if os.environ.get(OFF_ENV) == "0" or device.type != "cuda":
+        return None
+    try:
+        import flashinfer
+
+        version = str(getattr(flashinfer, "__version__", "unknown"))
+        if not version.startswith(MIRRORED_VERSION):
+            _log_once(
+                logging.INFO,
+                f"FlashInfer {version}: not compiling its kernels ahead (mirrored for {MIRRORED_VERSION}); "
+                "they compile at their first use",
+            )
+            return None
+        modules = kernel_modules([plan_settings(s, dtype, attention_config) for s in specs], device_resolver(device))
+        with _LOCK:
+            key = frozenset(modules)
+            if key in _WARMUPS:
+                return _WARMUPS[key]
+            _WARMUPS[key] = warm = _start(modules)
+        return warm
+    except Exception as e:  # noqa: BLE001 - another FlashInfer's internals, an import error: lazy compile
+        _log_once(logging.WARNING, f"FlashInfer kernels not compiled ahead ({type(e).__name__}: {e}); lazy compile")
+        return None
+
+
+def _start(modules: list[KernelModule]) -> Warmup:
+    from flashinfer.jit import build_jit_specs, env
+
+    loaded = [spec for module in modules for spec in jit_specs(module)[0]]
+    missing = [s for s in loaded if not s.is_compiled]
+    warm = Warmup(modules, [s.name for s in missing], None, time.perf_counter())
+    if not missing:
+        logger.debug("FlashInfer kernels already compiled: %s", ", ".join(s.name for s in loaded))
+        return warm
+
+    def build() -> None:
+        try:
+            build_jit_specs(missing, verbose=False)
+        except Exception as e:  # noqa: BLE001 - plan() then compiles lazily and shows FlashInfer's own error
+            warm.error = f"{type(e).__name__}: {e}"
+            logger.warning("FlashInfer background compile failed (%s); kernels compile at first use", warm.error)
+
+    logger.info(
+        "FlashInfer: first use on this machine of %d of its %d kernel modules for this model; compiling them in "
+        "the background (one ninja run, all cores) into %s while the model loads: %s",
+        len(missing),
+        len(loaded),
+        env.FLASHINFER_JIT_DIR,
+        ", ".join(warm.missing),
+    )
+    warm.thread = threading.Thread(target=build, name="flashinfer-compile-ahead", daemon=True)
+    warm.thread.start()
+    return warm
+
+
+def wait() -> None:
+    """Block until every background build of this process has finished (the builder's first plan)."""
+    for warm in list(_WARMUPS.values()):
+        warm.wait()
+
+
+def compiled_status(
+    specs: Iterable[AttentionLayerSpec], device: torch.device, dtype: torch.dtype, attention_config
+) -> dict[str, Any] | None:
+    """``{"compiled": [...], "missing": [...]}`` JitSpec names of ``specs``' modules on this machine, or None where
+    FlashInfer is absent, another version, or fails (no compile happens: ``is_compiled`` is a file check)."""
+    try:
+        import flashinfer
+
+        if not str(getattr(flashinfer, "__version__", "")).startswith(MIRRORED_VERSION):
+            return None
+        modules = kernel_modules([plan_settings(s, dtype, attention_config) for s in specs], device_resolver(device))
+        loaded = [spec for module in modules for spec in jit_specs(module)[0]]
+        return {
+            "compiled": [s.name for s in loaded if s.is_compiled],
+            "missing": [s.name for s in loaded if not s.is_compiled],
+        }
+    except Exception:  # noqa: BLE001 - a report, never a failure
+        return None

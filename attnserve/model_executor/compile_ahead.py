@@ -1,0 +1,53 @@
+"""The attention kernels a model will need, compiled ahead by backends that JIT-compile them (FLASHINFER).
+
+    compile_attention_kernels_ahead(config, attention, num_heads, num_kv_heads, device)
+
+From the layer groups alone (no weights): the engine calls it right after its backend selection, before the
+tokenizer and the weights (one rank: ``executor/loading.py``), and each ModelRunner before it builds its layers
+(its own rank's heads; in the engine's process the same modules, so the first call's build serves). Each
+backend's ``compile_ahead`` runs its build in the background and never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from attnserve.attention.backend import AttentionLayerSpec
+from attnserve.config.engine import EngineConfig
+from attnserve.model_executor.attention_selection import ModelAttention
+
+logger = logging.getLogger(__name__)
+
+
+def group_layer_specs(
+    config: EngineConfig, attention: ModelAttention, num_heads: int, num_kv_heads: int
+) -> dict[type, list[AttentionLayerSpec]]:
+    """Backend class -> one layer spec per layer group it serves, as the runner will build them (the engine's
+    kv_cache_dtype; the scale does not change a kernel)."""
+    out: dict[type, list[AttentionLayerSpec]] = {}
+    for g in attention.groups:
+        spec = AttentionLayerSpec(
+            num_heads=num_heads,
+            head_size=g.kind.head_size,
+            scale=g.kind.head_size**-0.5,
+            num_kv_heads=num_kv_heads,
+            sliding_window=g.kind.sliding_window,
+            logits_soft_cap=g.kind.logits_soft_cap,
+            kv_cache_dtype=config.cache.kv_cache_dtype,
+        )
+        out.setdefault(g.selection.backend_cls, []).append(spec)
+    return out
+
+
+def compile_attention_kernels_ahead(
+    config: EngineConfig, attention: ModelAttention, num_heads: int, num_kv_heads: int, device: torch.device
+) -> None:
+    """Each selected backend's ``compile_ahead`` for its layer groups (nothing for backends without JIT kernels)."""
+    dtype = attention.groups[0].selector_config.dtype
+    for backend_cls, specs in group_layer_specs(config, attention, num_heads, num_kv_heads).items():
+        try:
+            backend_cls.compile_ahead(specs, device, dtype, config.attention)
+        except Exception as e:  # noqa: BLE001 - a warm-up never fails an engine start
+            logger.warning("%s: kernels not compiled ahead (%s: %s)", backend_cls.name, type(e).__name__, e)

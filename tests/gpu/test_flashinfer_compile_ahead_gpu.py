@@ -1,0 +1,78 @@
+"""FLASHINFER's compile-ahead lists what its wrappers load: after ``flashinfer_jit.start`` and ``wait``, the
+decode and prefill wrappers' plan() and run() build no module that is not compiled, and none that the warm-up did
+not list. Clears no cache (already compiled modules are simply found compiled). Run on the H200:
+``pytest tests/gpu/test_flashinfer_compile_ahead_gpu.py -m gpu -s``."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from attnserve.attention.backend import AttentionLayerSpec
+from tests.gpu.cases import Case, run_case
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or importlib.util.find_spec("flashinfer") is None, reason="needs CUDA, FlashInfer"
+    ),
+]
+
+MHA64 = dict(num_heads=8, num_kv_heads=8, head_size=64)  # CUDA-core decode
+GEMMA = dict(num_heads=8, num_kv_heads=4, head_size=256, sliding_window=48, logits_soft_cap=50.0)
+CASES = [
+    Case(shape, **extra)
+    for extra in ({}, MHA64, dict(kv_cache_dtype="fp8"), dict(kv_cache_dtype="fp8", **MHA64), GEMMA)
+    for shape in ("decode_b64", "mixed")
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_plan_and_run_load_only_modules_compiled_ahead(case, monkeypatch):
+    from flashinfer.jit.core import JitSpecNvcc
+
+    from attnserve.attention.backends import flashinfer_jit
+    from attnserve.attention.backends.flashinfer import FlashInferBackend
+
+    spec = AttentionLayerSpec(
+        case.num_heads,
+        case.head_size,
+        case.head_size**-0.5,
+        case.num_kv_heads,
+        case.sliding_window,
+        case.logits_soft_cap,
+        case.kv_cache_dtype,
+    )
+    warm = flashinfer_jit.start([spec], torch.device("cuda"), case.dtype, None)
+    assert warm is not None, "compile-ahead skipped (see the log)"
+    flashinfer_jit.wait()
+    assert warm.error is None
+    listed = {s.name for m in warm.modules for s in flashinfer_jit.jit_specs(m)[0]}
+    built: list[tuple[str, bool]] = []
+    original = JitSpecNvcc.build
+
+    def record(self, *args, **kwargs):
+        built.append((self.name, self.is_compiled))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(JitSpecNvcc, "build", record)
+    result = run_case(FlashInferBackend, case, "cuda")
+    assert result["pass"], result
+    assert not [n for n, ok in built if not ok], f"compiled at first use, not ahead: {built}"
+    assert {n for n, _ in built} <= listed, f"loaded but not listed: {built} (listed {sorted(listed)})"
+    print(case.name, "listed", sorted(listed), "loaded", [n for n, _ in built])
+
+
+def test_engine_start_compiles_the_runners_modules_ahead():
+    from attnserve import LLM
+    from attnserve.attention.backends import flashinfer_jit as fj
+
+    llm = LLM(attention_backend="FLASHINFER", dtype="bfloat16", num_gpu_blocks=512)
+    b = llm.engine.runner.builders[0]
+    expected = fj.kernel_modules(
+        [fj.plan_settings(b.layer_spec, b.dtype, b.attention_config)], fj.device_resolver(b.device)
+    )
+    assert any(set(expected) <= set(w.modules) for w in fj._WARMUPS.values()), (expected, fj._WARMUPS)
+    assert all(s.is_compiled for m in expected for s in fj.jit_specs(m)[0])
