@@ -113,6 +113,7 @@ def test_float16_model_outputs_float16():
 def test_start_without_flashinfer_logs_and_returns_none(monkeypatch, caplog):
     import sys
 
+    monkeypatch.setenv(fj.ON_ENV, "1")
     monkeypatch.setitem(sys.modules, "flashinfer", None)  # an import error, as where it is not installed
     fj._log_once.cache_clear()
     with caplog.at_level(logging.WARNING):
@@ -122,16 +123,24 @@ def test_start_without_flashinfer_logs_and_returns_none(monkeypatch, caplog):
     fj.wait()  # nothing started: returns at once
 
 
-def test_start_switched_off_for_the_benchmark(monkeypatch):
-    monkeypatch.setenv(fj.OFF_ENV, "0")
+def test_start_is_off_unless_switched_on(monkeypatch, caplog):
     monkeypatch.setitem(__import__("sys").modules, "flashinfer", None)
-    assert fj.start([spec()], torch.device("cuda"), BF16, None) is None
+    fj._log_once.cache_clear()
+    for value in (None, "0"):
+        if value is None:
+            monkeypatch.delenv(fj.ON_ENV, raising=False)
+        else:
+            monkeypatch.setenv(fj.ON_ENV, value)
+        with caplog.at_level(logging.INFO):
+            assert fj.start([spec()], torch.device("cuda"), BF16, None) is None
+    assert caplog.text == ""  # off: FlashInfer is not even imported
 
 
 def test_another_flashinfer_version_is_skipped(monkeypatch, caplog):
     import sys
     import types
 
+    monkeypatch.setenv(fj.ON_ENV, "1")
     monkeypatch.setitem(sys.modules, "flashinfer", types.SimpleNamespace(__version__="0.8.0"))
     fj._log_once.cache_clear()
     with caplog.at_level(logging.INFO):

@@ -31,6 +31,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_plan_and_run_load_only_modules_compiled_ahead(case, monkeypatch):
+    monkeypatch.setenv("ATTNSERVE_FLASHINFER_COMPILE_AHEAD", "1")
     from flashinfer.jit.core import JitSpecNvcc
 
     from attnserve.attention.backends import flashinfer_jit
@@ -65,7 +66,8 @@ def test_plan_and_run_load_only_modules_compiled_ahead(case, monkeypatch):
     print(case.name, "listed", sorted(listed), "loaded", [n for n, _ in built])
 
 
-def test_engine_start_compiles_the_runners_modules_ahead():
+def test_engine_start_compiles_the_runners_modules_ahead(monkeypatch):
+    monkeypatch.setenv("ATTNSERVE_FLASHINFER_COMPILE_AHEAD", "1")
     from attnserve import LLM
     from attnserve.attention.backends import flashinfer_jit as fj
 
