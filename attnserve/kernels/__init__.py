@@ -15,9 +15,11 @@ lazily. ``import attnserve`` imports no kernel library.
   every attention backend is tested against); ``attention_tiles``: how it cuts a step into tiles (plain
   Python); ``triton_merge_splits``: the merge of its split-KV partial results.
 - ``argmax``: row-wise argmax (greedy sampling); kernel in ``triton_argmax``.
+- ``grammar_bitmask``: a structured-output step's token bitmask applied to the logits; kernel in
+  ``triton_grammar_bitmask`` (the fused greedy head applies it inside itself, ``MASKED``).
 - ``triton_gemv`` (its launch configurations in ``triton_gemv_config``), ``triton_greedy_head``: the
   skinny-GEMM GEMV and the fused greedy LM head; their definitions are ``F.linear`` and
-  ``argmax(F.linear(...))``, and the GEMV plan (``attnserve/gemv``) uses them only where they measure faster
+  ``argmax(F.linear(...))`` (with a grammar bitmask: ``grammar_bitmask`` first), and the GEMV plan (``attnserve/gemv``) uses them only where they measure faster
   and agree with those.
 - ``triton_common``: what every kernel shares (numerics switches, rounding, ticket counters);
   ``pdl``: the programmatic-dependent-launch switch.

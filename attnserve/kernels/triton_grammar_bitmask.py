@@ -4,7 +4,7 @@ Shapes and dtypes: ``logits`` (R, V) float32, float16 or bfloat16, last dim cont
 ``words`` (C, W) int32, bit ``t % 32`` of word ``t // 32`` of row c set = token ``t`` allowed; ``rows`` (C,)
 int64, the logits row of bitmask row c (None: row c). Tokens ``t >= num_tokens`` (the grammar engine's
 vocabulary ends there, the logits' width may pad past it) are never allowed. The result is
-``bitmask.apply_grammar_bitmask_torch``'s, bit for bit: disallowed entries become -inf, the others keep
+``grammar_bitmask.apply_bitmask_torch``'s, bit for bit: disallowed entries become -inf, the others keep
 their value.
 
 Why: the PyTorch definition takes about eight kernels (gather the rows, unpack the bits, compare, fill, scatter

@@ -19,7 +19,7 @@ Structured outputs: with a grammar bitmask (``mask_words`` (C, W) int32, bit ``t
 token ``t`` allowed; ``mask_index`` (M,) int32, the bitmask row of each hidden row or -1 for a row it does not
 constrain, None: row m is bitmask row m; tokens from ``mask_tokens`` on are never allowed in a constrained
 row), launch 1 sets every token a row's bitmask does not allow to -inf before the tile's maximum: the tokens are
-``torch.argmax`` of the masked logits (``structured_output.bitmask.apply_grammar_bitmask_torch``), and a
+``torch.argmax`` of the masked logits (``grammar_bitmask.apply_bitmask_torch``), and a
 constrained decode step launches what an unconstrained one does instead of the LM head, the mask and the argmax.
 
 Launch 1 follows ``kernels/pdl.py``'s protocol: its first weight tile is loaded before the PDL wait. The

@@ -3,20 +3,19 @@
 The engine fills one row per constrained sampling row (``StructuredOutputManager.bitmask``); on a GPU engine the
 grammar's worker thread also copies it to the device right after the fill (``DeviceBitmaskBuffers``), otherwise
 the model runner copies it with the step's sampling (``GrammarBitmask.to``). The runner applies it to those
-rows' logits before the sampler (``apply_grammar_bitmask``: one Triton kernel on CUDA); rows of unconstrained
-requests are neither copied nor touched.
+rows' logits before the sampler (``apply_grammar_bitmask``: ``kernels/grammar_bitmask.py``), or the fused greedy
+head applies it inside itself; rows of unconstrained requests are neither copied nor touched.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
-from types import ModuleType
 
 import numpy as np
 import torch
 
-_bits: dict[torch.device, torch.Tensor] = {}
+from attnserve.kernels import grammar_bitmask
+
 _copy_streams: dict[torch.device, torch.cuda.Stream] = {}
 
 
@@ -82,56 +81,20 @@ class GrammarBitmask:
         return GrammarBitmask(words, rows, self.num_tokens, self.num_rows, index=index)
 
 
-def _bit_values(device: torch.device) -> torch.Tensor:  # (32,) int32: 1 << i, bit 31 as int32's minimum
-    bits = _bits.get(device)
-    if bits is None:
-        bits = _bits[device] = (torch.ones(32, dtype=torch.int64) << torch.arange(32)).to(torch.int32).to(device)
-    return bits
-
-
-@functools.cache
-def _triton_bitmask() -> ModuleType | None:
-    """``attnserve.kernels.triton_grammar_bitmask``, or None where Triton is not installed."""
-    try:
-        from attnserve.kernels import triton_grammar_bitmask
-    except ImportError:
-        return None
-    return triton_grammar_bitmask
-
-
 def apply_grammar_bitmask(logits: torch.Tensor, bitmask: GrammarBitmask | None) -> torch.Tensor:
     """``logits`` (R, V) with every token its row's bitmask does not allow set to -inf, in place; returned.
 
     ``bitmask``: on the logits' device (:meth:`GrammarBitmask.to`); None: ``logits`` unchanged. Rows the
-    bitmask does not list are not touched. On CUDA one Triton launch (``kernels/triton_grammar_bitmask.py``),
-    elsewhere and without Triton :func:`apply_grammar_bitmask_torch`; no host sync."""
+    bitmask does not list are not touched. One Triton launch on CUDA, the PyTorch definition elsewhere
+    (``kernels/grammar_bitmask.py``); no host sync."""
     if bitmask is None:
         return logits
-    ops = _triton_bitmask() if logits.is_cuda and logits.stride(1) == 1 else None
-    if ops is not None:
-        return ops.apply_bitmask_inplace(logits, bitmask.words, bitmask.rows, bitmask.num_tokens)
-    return apply_grammar_bitmask_torch(logits, bitmask)
+    return grammar_bitmask.apply_bitmask(logits, bitmask.words, bitmask.rows, bitmask.num_tokens)
 
 
 def apply_grammar_bitmask_torch(logits: torch.Tensor, bitmask: GrammarBitmask) -> torch.Tensor:
-    """The PyTorch definition of :func:`apply_grammar_bitmask` (any device): a few elementwise kernels over the
-    constrained rows' C x V entries."""
-    words, rows = bitmask.words, bitmask.rows
-    vocab = logits.shape[1]
-    covered = min(vocab, bitmask.num_tokens, words.shape[1] * 32)
-    target = logits if rows is None else logits.index_select(0, rows)
-    if logits.device.type == "cpu":  # numpy unpacks bits through a table: (C, covered) bool, True = allowed
-        allowed = np.unpackbits(words.contiguous().numpy().view(np.uint8), axis=1, count=covered, bitorder="little")
-        blocked = torch.from_numpy(allowed.view(np.bool_)).logical_not_()
-    else:  # (C, W, 32) bool: bit j of word w clear = token 32 w + j not allowed
-        blocked = torch.bitwise_and(words[:, :, None], _bit_values(logits.device)) == 0
-        blocked = blocked.view(words.shape[0], -1)[:, :covered]
-    target[:, :covered].masked_fill_(blocked, float("-inf"))
-    if covered < vocab:
-        target[:, covered:] = float("-inf")
-    if rows is not None:
-        logits.index_copy_(0, rows, target)
-    return logits
+    """The PyTorch definition of :func:`apply_grammar_bitmask` (any device)."""
+    return grammar_bitmask.apply_bitmask_torch(logits, bitmask.words, bitmask.rows, bitmask.num_tokens)
 
 
 class DeviceBitmaskBuffers:
