@@ -77,12 +77,37 @@ def test_in_a_cuda_graph_with_new_hidden_states():
         assert torch.equal(out, greedy_head(static, weight))
 
 
+class ForcedFusedHead:
+    """The engine's fused greedy head forced at every row count 1..64 (the default tile), recording for each call
+    whether it gave tokens and whether a grammar bitmask came with it: ``GreedyHead(ForcedFusedHead(runner))``."""
+
+    def __init__(self, runner) -> None:
+        from attnserve.gemv.choices import GreedyChoice
+        from attnserve.gemv.methods import FusedGreedyHead
+        from attnserve.gemv.plan import lm_head
+        from attnserve.kernels.triton_greedy_head import GreedyHeadConfig
+
+        head = lm_head(runner.model)
+        n, k = head.weight.shape
+        plan = runner.gemv_plan
+        plan.greedy = {m: GreedyChoice(n, k, m, 0.0, "forced", 0.0, GreedyHeadConfig(), True) for m in range(1, 65)}
+        self.head = FusedGreedyHead(head, plan.greedy_table())
+        self.calls: list[tuple[bool, bool]] = []  # (tokens given, a bitmask applied)
+
+    def covers(self, rows: int) -> bool:
+        return self.head.covers(rows)
+
+    def warm_masked(self) -> None:
+        self.head.warm_masked()
+
+    def __call__(self, hidden, grammar=None):
+        tokens = self.head(hidden, grammar)
+        self.calls.append((tokens is not None, grammar is not None))
+        return tokens
+
+
 def test_engine_greedy_tokens_with_the_fused_head_forced(default_gguf):
     from attnserve import LLM, SamplingParams
-    from attnserve.gemv.choices import GreedyChoice
-    from attnserve.gemv.methods import FusedGreedyHead
-    from attnserve.gemv.plan import lm_head
-    from attnserve.kernels.triton_greedy_head import GreedyHeadConfig
     from attnserve.model_executor.greedy_head import GreedyHead
 
     llm = LLM(
@@ -95,25 +120,14 @@ def test_engine_greedy_tokens_with_the_fused_head_forced(default_gguf):
         use_skinny_gemm=True,
     )
     runner = llm.engine.runner
-    head = lm_head(runner.model)
-    n, k = head.weight.shape
-    plan = runner.gemv_plan
     prompts = ["The capital of France is", "def fibonacci(n):", "Once upon a time", "1, 2, 3, 4,"]
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
     runner.greedy_head = GreedyHead()
     plain = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
-    plan.greedy = {m: GreedyChoice(n, k, m, 0.0, "forced", 0.0, GreedyHeadConfig(), True) for m in range(1, 65)}
-    fused_head = FusedGreedyHead(head, plan.greedy_table())
-    fused_steps = []
-
-    def counted(hidden):
-        tokens = fused_head(hidden)
-        fused_steps.append(tokens is not None)
-        return tokens
-
-    runner.greedy_head = GreedyHead(counted)
+    forced = ForcedFusedHead(runner)
+    runner.greedy_head = GreedyHead(forced)
     fused = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
-    assert len(fused_steps) >= 24 and all(fused_steps)
+    assert len(forced.calls) >= 24 and all(given for given, _ in forced.calls)
     assert fused == plain
     del llm
     gc.collect()

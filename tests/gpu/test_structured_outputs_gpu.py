@@ -151,11 +151,8 @@ def test_fused_greedy_head_masks_as_the_logits_path():
 
     import torch
 
-    from attnserve.gemv.choices import GreedyChoice
-    from attnserve.gemv.methods import FusedGreedyHead
-    from attnserve.gemv.plan import lm_head
-    from attnserve.kernels.triton_greedy_head import GreedyHeadConfig
     from attnserve.model_executor.greedy_head import GreedyHead
+    from tests.gpu.test_greedy_head_gpu import ForcedFusedHead
 
     llm = LLM(
         dtype="bfloat16",
@@ -165,8 +162,6 @@ def test_fused_greedy_head_masks_as_the_logits_path():
         use_skinny_gemm=True,
     )
     runner = llm.engine.runner
-    head = lm_head(runner.model)
-    n, k = head.weight.shape
     constrained = SamplingParams(
         temperature=0.0, max_tokens=48, structured_outputs=S(json=SCHEMAS[0], disable_any_whitespace=True)
     )
@@ -175,23 +170,11 @@ def test_fused_greedy_head_masks_as_the_logits_path():
     params = [constrained, constrained, free, constrained]
     runner.greedy_head = GreedyHead()
     plain = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
-    runner.gemv_plan.greedy = {
-        m: GreedyChoice(n, k, m, 0.0, "forced", 0.0, GreedyHeadConfig(), True) for m in range(1, 65)
-    }
-    fused_head = FusedGreedyHead(head, runner.gemv_plan.greedy_table())
-    fused_head.warm_masked()
-    masked = []
-
-    class Counted:
-        covers = staticmethod(fused_head.covers)
-
-        def __call__(self, hidden, grammar=None):
-            masked.append(grammar is not None)
-            return fused_head(hidden, grammar)
-
-    runner.greedy_head = GreedyHead(Counted())
+    forced = ForcedFusedHead(runner)
+    forced.warm_masked()
+    runner.greedy_head = GreedyHead(forced)
     fused = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
-    assert sum(masked) >= 20  # the constrained steps took the head, with their bitmask
+    assert sum(masked for _, masked in forced.calls) >= 20  # the constrained steps took the head, with their bitmask
     assert fused == plain
     llm.engine.shutdown()
     del llm
