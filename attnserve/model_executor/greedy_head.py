@@ -41,4 +41,8 @@ class GreedyHead:
         """The step's tokens (B,) int64 from the fused head where it :meth:`applies`, ``grammar`` (the device's
         ``GrammarBitmask``, its ``index`` staged where it has ``rows``) masking its rows' logits first; None
         otherwise (the caller computes the logits and samples)."""
-        return self.fused(hidden, grammar) if self.applies(params) else None
+        return self.run(hidden, grammar) if self.applies(params) else None
+
+    def run(self, hidden: torch.Tensor, grammar=None) -> torch.Tensor:
+        """:meth:`tokens` for a step the caller found it :meth:`applies` to (asked once per step)."""
+        return self.fused(hidden, grammar)

@@ -76,7 +76,7 @@ class QueuedForward:
         fused = sample_rows is None and self.logits is None and runner.greedy_head.applies(batch.params)
         # structured outputs: the constrained rows' bitmask to the device (from its pinned buffer, non-blocking)
         grammar = None if bitmask is None else bitmask.to(runner.staging, with_index=fused)
-        tokens = runner.greedy_head.tokens(hidden, batch.params, grammar) if fused else None
+        tokens = runner.greedy_head.run(hidden, grammar) if fused else None
         logits = (
             self.logits
             if self.logits is not None
