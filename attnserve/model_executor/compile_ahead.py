@@ -17,6 +17,7 @@ import torch
 from attnserve.attention.backend import AttentionLayerSpec
 from attnserve.config.engine import EngineConfig
 from attnserve.model_executor.attention_selection import ModelAttention
+from attnserve.models.dims import LayerAttention
 
 logger = logging.getLogger(__name__)
 
@@ -28,17 +29,23 @@ def group_layer_specs(
     kv_cache_dtype; the scale does not change a kernel)."""
     out: dict[type, list[AttentionLayerSpec]] = {}
     for g in attention.groups:
-        spec = AttentionLayerSpec(
-            num_heads=num_heads,
-            head_size=g.kind.head_size,
-            scale=g.kind.head_size**-0.5,
-            num_kv_heads=num_kv_heads,
-            sliding_window=g.kind.sliding_window,
-            logits_soft_cap=g.kind.logits_soft_cap,
-            kv_cache_dtype=config.cache.kv_cache_dtype,
-        )
+        spec = layer_spec_of(g.kind, num_heads, num_kv_heads, config.cache.kv_cache_dtype)
         out.setdefault(g.selection.backend_cls, []).append(spec)
     return out
+
+
+def layer_spec_of(kind: LayerAttention, num_heads: int, num_kv_heads: int, kv_cache_dtype: str) -> AttentionLayerSpec:
+    """The layer spec a kernel warm-up or report needs for a layer group (scale head_size ** -0.5: a scale does not
+    change which kernel runs)."""
+    return AttentionLayerSpec(
+        num_heads=num_heads,
+        head_size=kind.head_size,
+        scale=kind.head_size**-0.5,
+        num_kv_heads=num_kv_heads,
+        sliding_window=kind.sliding_window,
+        logits_soft_cap=kind.logits_soft_cap,
+        kv_cache_dtype=kv_cache_dtype,
+    )
 
 
 def compile_attention_kernels_ahead(

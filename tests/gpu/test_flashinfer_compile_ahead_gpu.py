@@ -50,7 +50,7 @@ def test_plan_and_run_load_only_modules_compiled_ahead(case, monkeypatch):
     assert warm is not None, "compile-ahead skipped (see the log)"
     flashinfer_jit.wait()
     assert warm.error is None
-    listed = {s.name for m in warm.modules for s in flashinfer_jit.jit_specs(m)[0]}
+    listed = {s.name for s in flashinfer_jit.loaded_specs(warm.modules)}
     built: list[tuple[str, bool]] = []
     original = JitSpecNvcc.build
 
@@ -77,4 +77,4 @@ def test_engine_start_compiles_the_runners_modules_ahead(monkeypatch):
         [fj.plan_settings(b.layer_spec, b.dtype, b.attention_config)], fj.device_resolver(b.device)
     )
     assert any(set(expected) <= set(w.modules) for w in fj._WARMUPS.values()), (expected, fj._WARMUPS)
-    assert all(s.is_compiled for m in expected for s in fj.jit_specs(m)[0])
+    assert all(s.is_compiled for s in fj.loaded_specs(expected))

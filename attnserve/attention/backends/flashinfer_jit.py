@@ -34,12 +34,12 @@ from typing import Any
 import torch
 
 from attnserve.attention.backend import AttentionLayerSpec, kv_cache_torch_dtype
+from attnserve.kernels.kv_write import FP8_DTYPES
 
 logger = logging.getLogger(__name__)
 
 MIRRORED_VERSION = "0.7.2"  # decode.py / prefill.py / jit/attention/modules.py of flashinfer-python 0.7.2.post1
 ON_ENV = "ATTNSERVE_FLASHINFER_COMPILE_AHEAD"  # "1": compile ahead; unset or "0": FlashInfer's lazy compile
-_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 # (q_dtype, kv_dtype, head_dim) -> "fa2" | "fa3": FlashInfer's determine_attention_backend on the device
 Resolver = Callable[[torch.dtype, torch.dtype, int], str]
 
@@ -48,7 +48,7 @@ def query_dtype(kv_dtype: torch.dtype, model_dtype: torch.dtype, attention_confi
     """The query type the wrappers are planned for: the fp8 cache's type unless
     ``disable_flashinfer_q_quantization`` (or a 16-bit cache), else the model dtype."""
     keep = attention_config is not None and attention_config.disable_flashinfer_q_quantization
-    return kv_dtype if kv_dtype in _FP8 and not keep else model_dtype
+    return kv_dtype if kv_dtype in FP8_DTYPES and not keep else model_dtype
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def _decode_module(s: PlanSettings, resolve: Resolver) -> KernelModule:
     otherwise get_batch_decode_module. Sliding window there is ``window_left != -1``."""
     backend = s.decode_backend
     if s.tensor_cores and backend == "auto":
-        backend = resolve(s.q_dtype, s.kv_dtype, s.head_size) if {s.q_dtype, s.kv_dtype} & set(_FP8) else "fa2"
+        backend = resolve(s.q_dtype, s.kv_dtype, s.head_size) if {s.q_dtype, s.kv_dtype} & set(FP8_DTYPES) else "fa2"
     getter = "prefill" if s.tensor_cores else "decode"
     window, cap = s.window_left != -1, s.logits_soft_cap > 0
     return KernelModule(
@@ -166,6 +166,11 @@ def jit_specs(module: KernelModule) -> tuple[list, list]:
         primary = m._gen_batch_prefill_primary_module("fa2", *module.args())
         return [primary], [m._gen_batch_prefill_independent_paged_module("fa2", *module.args())]
     return [m.gen_batch_prefill_module(module.backend, *module.args())], []
+
+
+def loaded_specs(modules: Iterable[KernelModule]) -> list:
+    """The JitSpecs plan() loads for ``modules`` (:func:`jit_specs`' first lists, in order)."""
+    return [spec for module in modules for spec in jit_specs(module)[0]]
 
 
 @dataclass
@@ -235,7 +240,7 @@ def start(
 def _start(modules: list[KernelModule]) -> Warmup:
     from flashinfer.jit import build_jit_specs, env
 
-    loaded = [spec for module in modules for spec in jit_specs(module)[0]]
+    loaded = loaded_specs(modules)
     missing = [s for s in loaded if not s.is_compiled]
     warm = Warmup(modules, [s.name for s in missing], None, time.perf_counter())
     if not missing:
@@ -279,7 +284,7 @@ def compiled_status(
         if not str(getattr(flashinfer, "__version__", "")).startswith(MIRRORED_VERSION):
             return None
         modules = kernel_modules([plan_settings(s, dtype, attention_config) for s in specs], device_resolver(device))
-        loaded = [spec for module in modules for spec in jit_specs(module)[0]]
+        loaded = loaded_specs(modules)
         return {
             "compiled": [s.name for s in loaded if s.is_compiled],
             "missing": [s.name for s in loaded if not s.is_compiled],

@@ -101,21 +101,13 @@ def _flashinfer_kernels(config, facts: ModelAttentionFacts, kind, dtype) -> dict
     """Whether FlashInfer's JIT modules for this layer group are compiled on this machine (a file check, no
     compile: ``flashinfer_jit.compiled_status``), or None where that cannot be told (heads unknown, FlashInfer
     another version)."""
-    from attnserve.attention.backend import AttentionLayerSpec
     from attnserve.attention.backends.flashinfer_jit import compiled_status
+    from attnserve.model_executor.compile_ahead import layer_spec_of
     from attnserve.platforms import runtime_device
 
     if not facts.num_heads or not facts.num_kv_heads:
         return None
-    spec = AttentionLayerSpec(
-        facts.num_heads,
-        kind.head_size,
-        kind.head_size**-0.5,
-        facts.num_kv_heads,
-        kind.sliding_window,
-        kind.logits_soft_cap,
-        config.cache.kv_cache_dtype,
-    )
+    spec = layer_spec_of(kind, facts.num_heads, facts.num_kv_heads, config.cache.kv_cache_dtype)
     return compiled_status([spec], runtime_device(config.device), dtype, config.attention)
 
 
