@@ -18,7 +18,10 @@ own methods:
     apply      the bitmask applied to the logits (on the CPU: the CPU's cost, not a GPU's)
     schedule   Scheduler.schedule
     forward    ModelRunner.queue_forward (on the CPU: the model's forward pass itself; on a GPU: its launch)
+    ahead      ModelRunner.prepare_ahead: the host batch of a step planned ahead (structured steps; otherwise that
+               work is in forward)
     sample     ModelRunner's sampling stage (LM head, logits processors, stage + apply, Sampler)
+    head       the fused greedy head's launch, within sample (GreedyHead.run; 0 where it does not apply)
     wait       the wait for a step's sampled tokens (PendingStep.result; on a GPU: for the device)
     update     Scheduler.update;  output  OutputProcessor.process (detokenization off)
     step       the whole LLMEngine.step
@@ -41,7 +44,21 @@ import torch
 
 from benchmarks.host_overhead import Timer, write_qwen3
 
-PARTS = ("accept", "fill", "stage", "apply", "schedule", "forward", "sample", "wait", "update", "output", "step")
+PARTS = (
+    "accept",
+    "fill",
+    "stage",
+    "apply",
+    "schedule",
+    "ahead",
+    "forward",
+    "sample",
+    "head",
+    "wait",
+    "update",
+    "output",
+    "step",
+)
 
 
 class StepParts:
@@ -69,6 +86,8 @@ class StepParts:
         timer.wrap(engine.scheduler, "update", "update")
         timer.wrap(engine.output_processor, "process", "output")
         timer.wrap(runner, "queue_forward", "forward")
+        timer.wrap(runner, "prepare_ahead", "ahead")
+        timer.wrap(runner.greedy_head, "run", "head")
         timer.wrap(mr.QueuedForward, "sample", "sample")
         timer.wrap(engine.structured, "start_bitmask", "fill")  # the fill's start, then the wait for it
         timer.wrap(PendingBitmask, "result", "fill")

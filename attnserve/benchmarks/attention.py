@@ -177,15 +177,17 @@ def time_case(
     warmup: int,
     repeats: int,
     seed: int = 0,
+    attention_config=None,
 ) -> float:
-    """Median seconds of the backend's Impl.forward on one step (raises what the backend raises)."""
+    """Median seconds of the backend's Impl.forward on one step (raises what the backend raises);
+    ``attention_config`` (an ``AttentionConfig``, None = defaults) reaches its builder and Impl as the engine's."""
     from attnserve.model_executor.kv_cache import allocate_kv_caches
 
     gen = torch.Generator().manual_seed(seed)
     common, num_blocks = make_step(query_lens, seq_lens, shape.block_size, gen, device)
     spec = shape.spec()
-    builder = backend_cls.get_builder_cls()(spec, device, shape.dtype)
-    impl = backend_cls.get_impl_cls()(spec)
+    builder = backend_cls.get_builder_cls()(spec, device, shape.dtype, attention_config)
+    impl = backend_cls.get_impl_cls()(spec, attention_config)
     layout = backend_cls.get_required_kv_cache_layout(platform) or KVCacheLayout.NHD
     (kv_cache,) = allocate_kv_caches(
         backend_cls,
@@ -235,6 +237,7 @@ def bench_backend(
     warmup: int,
     repeats: int,
     bar=None,
+    attention_config=None,
 ) -> list[AttentionRow]:
     """Rows for every decode and prefill shape of one backend; a failure becomes the row's status (and a
     NotImplementedError marks every remaining shape of the backend too, without running them)."""
@@ -251,7 +254,17 @@ def bench_backend(
         else:
             query_lens, seq_lens = ([1] * b, [n] * b) if phase == "decode" else ([n], [n])
             try:
-                s = time_case(backend_cls, shape, platform, device, query_lens, seq_lens, warmup, repeats)
+                s = time_case(
+                    backend_cls,
+                    shape,
+                    platform,
+                    device,
+                    query_lens,
+                    seq_lens,
+                    warmup,
+                    repeats,
+                    attention_config=attention_config,
+                )
             except Exception as e:  # noqa: BLE001 - one backend's failure is a row, not the end of the run
                 not_implemented = isinstance(e, NotImplementedError)
                 rows.append(AttentionRow(name, phase, b, n, _status(e)))
@@ -337,6 +350,7 @@ def run_attention(
     warmup: int = 3,
     repeats: int = 10,
     progress: bool = True,
+    attention_config=None,
 ) -> dict:
     """Time every usable backend; the JSON-ready result. ``None`` sizes take the device's defaults
     (GPU_DEFAULTS / CPU_DEFAULTS); dtype ``auto`` is bfloat16 on GPU, float32 on CPU.
@@ -359,14 +373,21 @@ def run_attention(
     )
     defaults = GPU_DEFAULTS if dev.type == "cuda" else CPU_DEFAULTS
     batch_size = batch_size or defaults["batch_size"]
-    context_lens = context_lens or defaults["context_lens"]
-    prefill_lens = prefill_lens or defaults["prefill_lens"]
+    context_lens = defaults["context_lens"] if context_lens is None else context_lens  # []: no decode case
+    prefill_lens = defaults["prefill_lens"] if prefill_lens is None else prefill_lens
     torch_dtype = (
         (torch.bfloat16 if dev.type == "cuda" else torch.float32) if dtype == "auto" else getattr(torch, dtype)
     )
     shape = AttentionBenchShape(num_heads, num_kv_heads, head_size, block_size, torch_dtype, kv_cache_dtype)
     reasons = usable_backends(shape, platform, backends)
     usable = [n for n, r in reasons.items() if not r]
+    if attention_config is not None and usable:  # an option no timed backend reads would be ignored: refused
+        unused = set.intersection(*(set(attention_config.unused_options(lookup_backend(n))) for n in usable))
+        if unused:
+            raise ValueError(
+                f"argument --attention-config: {', '.join(sorted(unused))} applies to none of the backends "
+                f"timed ({', '.join(usable)})"
+            )
     rows: list[AttentionRow] = []
     with tqdm(
         total=len(usable) * (len(context_lens) + len(prefill_lens)), desc="attention", unit="case", disable=not progress
@@ -374,7 +395,18 @@ def run_attention(
         for name in usable:
             cls = get_backend_class(lookup_backend(name))
             rows += bench_backend(
-                name, cls, shape, platform, dev, batch_size, context_lens, prefill_lens, warmup, repeats, bar
+                name,
+                cls,
+                shape,
+                platform,
+                dev,
+                batch_size,
+                context_lens,
+                prefill_lens,
+                warmup,
+                repeats,
+                bar,
+                attention_config,
             )
     skipped = {n: r for n, r in reasons.items() if r}
     table = format_table(rows)
@@ -391,6 +423,7 @@ def run_attention(
         "warmup": warmup,
         "repeats": repeats,
         "backends": usable,
+        "attention_config": None if attention_config is None else attention_config.to_dict(),
         "skipped": skipped,
         "results": [r.to_dict() for r in rows],
         "table": table,

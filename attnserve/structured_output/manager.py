@@ -33,8 +33,9 @@ from attnserve.core.structured_outputs import StructuredOutputsParams
 from attnserve.structured_output.bitmask import DeviceBitmaskBuffers, GrammarBitmask
 
 # at most (and half the process's cores): xgrammar's threads cost more than they split at a decode batch's size
-# (the H200 machine, 64 rows under one schema: 0.29 ms a fill with 1 thread, 0.72 with 8; docs/benchmarks.md)
-FILL_THREADS = 2
+# (the H200 machine, 64 rows under one schema: 0.29 ms a fill with 1 thread, 0.72 with 8; in the engine the
+# engine thread's wait for the worker was 0.063 ms with 1 thread against 0.209 with 2; docs/benchmarks.md)
+FILL_THREADS = 1
 # Python's GIL switch interval (s) while a fill runs in the worker thread. At the default 5 ms a thread that wants
 # the GIL back from a thread running Python waits up to 5 ms: the worker, between its xgrammar calls, would wait
 # for the engine's thread to block on the result, and nothing would overlap (``benchmarks/grammar_overlap.py``;

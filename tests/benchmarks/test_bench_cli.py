@@ -198,6 +198,37 @@ def test_latency_rows_percentiles_baseline_and_plot(tmp_path, tiny_model_dir):
     assert _png(png)
 
 
+def test_attention_empty_length_list_skips_that_phase(tmp_path):
+    """``--prefill-lens`` given with no value: decode cases only (a backend's prefill kernel is not built)."""
+    out = tmp_path / "attn.json"
+    argv = ["bench", "attention", "--device", "cpu", "--num-heads", "4", "--num-kv-heads", "2", "--head-size", "16"]
+    argv += ["--block-size", "4", "--batch-size", "2", "--context-lens", "16", "--prefill-lens", "--backends"]
+    argv += ["CPU_ATTN", "--warmup", "1", "--repeats", "1", "--no-progress", "--output-json", str(out)]
+    assert main(argv) == 0
+    data = json.loads(out.read_text())
+    assert data["prefill_lens"] == []
+    assert [(r["phase"], r["context_len"], r["status"]) for r in data["results"]] == [("decode", 16, "ok")]
+
+
+def test_attention_config_reaches_the_backend_and_bad_ones_are_refused(tmp_path, capsys):
+    """``-ac JSON`` is the engine's attention config for the timed backends' builders and Impls (recorded in the
+    JSON); an unknown field, text that is not JSON and ``backend`` (``--backends`` picks) exit 2."""
+    out = tmp_path / "attn.json"
+    argv = ["bench", "attention", "--device", "cpu", "--num-heads", "4", "--num-kv-heads", "2", "--head-size", "16"]
+    argv += ["--block-size", "4", "--batch-size", "2", "--context-lens", "16", "--prefill-lens", "--backends"]
+    argv += ["CPU_ATTN", "--warmup", "1", "--repeats", "1", "--no-progress"]
+    assert main([*argv, "-ac", '{"use_prefill_decode_attention": true}', "--output-json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["attention_config"]["use_prefill_decode_attention"] is True
+    assert [r["status"] for r in data["results"]] == ["ok"]
+    # an option CPU_ATTN does not read, an unknown field, not JSON, the backend
+    for bad in ('{"flash_attn_version": 3}', '{"flash_attn_versionx": 3}', "{x", '{"backend": "CPU_ATTN"}'):
+        with pytest.raises(SystemExit) as e:
+            main([*argv, "-ac", bad])
+        assert e.value.code == 2
+        assert "attention" in capsys.readouterr().err
+
+
 def test_attention_backends_rows_and_plot(tmp_path, capsys):
     out, png = tmp_path / "attn.json", tmp_path / "attn.png"
     rc = main(

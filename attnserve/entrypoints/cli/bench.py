@@ -196,18 +196,18 @@ def _add_attention(kinds) -> None:
     g.add_argument(
         "--context-lens",
         type=positive_int,
-        nargs="+",
+        nargs="*",
         default=None,
         metavar="C",
-        help="decode context lengths (default 512..8192 on GPU, 128..1024 on CPU)",
+        help="decode context lengths (default 512..8192 on GPU, 128..1024 on CPU; none given: no decode case)",
     )
     g.add_argument(
         "--prefill-lens",
         type=positive_int,
-        nargs="+",
+        nargs="*",
         default=None,
         metavar="L",
-        help="prefill sequence lengths (default 512..8192 on GPU, 128..1024 on CPU)",
+        help="prefill sequence lengths (default 512..8192 on GPU, 128..1024 on CPU; none given: no prefill case)",
     )
     g.add_argument(
         "--backends",
@@ -215,6 +215,14 @@ def _add_attention(kinds) -> None:
         default=None,
         metavar="NAME",
         help="only these backends (default, or auto among them: the platform's priority list)",
+    )
+    g.add_argument(
+        "--attention-config",
+        "-ac",
+        default=None,
+        metavar="JSON",
+        help="backend options as the engine's --attention-config JSON takes them, e.g. "
+        "'{\"disable_flashinfer_q_quantization\": true}' (default: none set)",
     )
     g.add_argument("--warmup", type=nonnegative_int, default=3, help="untimed calls first (default 3)")
     g.add_argument("--repeats", type=positive_int, default=10, help="timed calls; the median is reported")
@@ -333,6 +341,25 @@ def run_latency(args: argparse.Namespace) -> int:
     return _finish(args, result, plot_latency)
 
 
+def _attention_config(text: str | None):
+    """``--attention-config``'s JSON object as an AttentionConfig (None when not given); raises ValueError for
+    text that is not a JSON object, ConfigError (a ValueError) for an unknown field or value."""
+    if text is None:
+        return None
+    import json
+
+    from attnserve.config.attention import AttentionConfig
+
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"argument --attention-config: not JSON ({e.msg}): {text!r}") from None
+    config = AttentionConfig.from_dict(values)
+    if config.backend is not None:  # it would pick nothing here: the backends timed are --backends'
+        raise ValueError("argument --attention-config: 'backend' is not taken here; use --backends NAME")
+    return config
+
+
 def run_attention(args: argparse.Namespace) -> int:
     from attnserve.attention.registry import UnknownBackendError
     from attnserve.benchmarks.attention import run_attention as run
@@ -342,6 +369,7 @@ def run_attention(args: argparse.Namespace) -> int:
     if args.num_heads % args.num_kv_heads:
         args._bench_parser.error(message(words.heads_not_grouped(args.num_heads, args.num_kv_heads)))
     try:
+        attention_config = _attention_config(args.attention_config)
         result = run(
             device=args.device,
             dtype=args.dtype,
@@ -357,6 +385,7 @@ def run_attention(args: argparse.Namespace) -> int:
             warmup=args.warmup,
             repeats=args.repeats,
             progress=args.progress,
+            attention_config=attention_config,
         )
     except UnknownBackendError as e:
         args._bench_parser.error(message(e.refusal.at("argument --backends", written=e.refusal.written)))
