@@ -82,20 +82,26 @@ def write_qwen3(path: str, shape: str, vocab_size: int, max_len: int) -> str:
 
 
 class Timer:
-    """Wraps bound methods so that each call's seconds add to ``self.now[name]``."""
+    """Wraps bound methods so that each call's seconds add to ``self.now[name]``; with ``cpu``, the calling
+    thread's CPU seconds (``time.thread_time``) also add to ``self.now["cpu:" + name]``."""
 
-    def __init__(self) -> None:
+    def __init__(self, cpu: bool = False) -> None:
         self.now: dict[str, float] = defaultdict(float)
+        self.cpu = cpu
 
     def wrap(self, obj, attr: str, name: str) -> None:
         fn = getattr(obj, attr)
+        now, cpu_name = self.now, ("cpu:" + name) if self.cpu else None
 
         def timed(*args, **kwargs):
             t = time.perf_counter()
+            c = time.thread_time() if cpu_name else 0.0
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.now[name] += time.perf_counter() - t
+                now[name] += time.perf_counter() - t
+                if cpu_name:
+                    now[cpu_name] += time.thread_time() - c
 
         setattr(obj, attr, timed)
 

@@ -65,14 +65,14 @@ class StepParts:
     """Times the parts of each ``LLMEngine.step`` of an in-process engine (its methods wrapped in place) and
     keeps those of the steps that decode one token for each of ``num_requests`` requests."""
 
-    def __init__(self, engine, num_requests: int) -> None:
+    def __init__(self, engine, num_requests: int, timer: Timer | None = None) -> None:
         import attnserve.model_executor.step_output as mr
         from attnserve.structured_output.bitmask import GrammarBitmask
         from attnserve.structured_output.manager import PendingBitmask
 
         self.num_requests = num_requests
         self.steps: list[dict[str, float]] = []
-        self.timer = timer = Timer()
+        self.timer = timer = timer if timer is not None else Timer()
         runner = engine.runner
         timer.wrap(engine.scheduler, "schedule", "schedule")
         schedule = engine.scheduler.schedule

@@ -116,6 +116,27 @@ def run(llm: LLM, prompts: list[list[int]], params: SamplingParams, parts=None) 
     return out
 
 
+def workload(a: argparse.Namespace) -> tuple[dict, LLM, list[list[int]], SamplingParams, SamplingParams]:
+    """The engine (dummy weights, ``a.engine``'s keyword=value flags over the defaults) and the batch: its LLM
+    keywords, the LLM, ``a.batch`` random prompts of ``a.input_len`` tokens, and the unconstrained and JSON-schema
+    sampling params (greedy, ``a.output_len`` tokens, ignore_eos)."""
+    kw = dict(
+        load_format="dummy", dtype="bfloat16", max_num_seqs=a.batch, max_model_len=a.input_len + a.output_len + 16
+    )
+    kw.update({k: _value(v) for k, v in (e.split("=", 1) for e in a.engine)})
+    llm = LLM(a.model, **kw)
+    rng = np.random.default_rng(0)
+    prompts = rng.integers(100, 10000, (a.batch, a.input_len)).tolist()
+    free = SamplingParams(temperature=0.0, max_tokens=a.output_len, ignore_eos=True)
+    constrained = SamplingParams(
+        temperature=0.0,
+        max_tokens=a.output_len,
+        ignore_eos=True,
+        structured_outputs=StructuredOutputsParams(json=SCHEMA),
+    )
+    return kw, llm, prompts, free, constrained
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="benchmarks/shapes/qwen3-0.6b")
@@ -139,20 +160,7 @@ def main() -> None:
     if a.serial_fill:
         start = manager.StructuredOutputManager.start_bitmask
         manager.StructuredOutputManager.start_bitmask = lambda self, sched, in_thread=True: start(self, sched, False)
-    kw = dict(
-        load_format="dummy", dtype="bfloat16", max_num_seqs=a.batch, max_model_len=a.input_len + a.output_len + 16
-    )
-    kw.update({k: _value(v) for k, v in (e.split("=", 1) for e in a.engine)})
-    llm = LLM(a.model, **kw)
-    rng = np.random.default_rng(0)
-    prompts = rng.integers(100, 10000, (a.batch, a.input_len)).tolist()
-    free = SamplingParams(temperature=0.0, max_tokens=a.output_len, ignore_eos=True)
-    constrained = SamplingParams(
-        temperature=0.0,
-        max_tokens=a.output_len,
-        ignore_eos=True,
-        structured_outputs=StructuredOutputsParams(json=SCHEMA),
-    )
+    kw, llm, prompts, free, constrained = workload(a)
     parts = None
     if not a.no_host_parts:
         from benchmarks.structured_host import StepParts

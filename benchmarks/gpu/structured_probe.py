@@ -29,8 +29,6 @@ import statistics
 import threading
 import time
 
-import numpy as np
-
 
 def thread_stats() -> dict[int, dict]:
     """Per thread of this process: name, CPU ns and run-queue wait ns (schedstat), last CPU."""
@@ -69,28 +67,6 @@ def thread_deltas(before: dict, after: dict, seconds: float) -> list[dict]:
     return sorted(rows, key=lambda r: -r["cpu_ms"])
 
 
-class CpuTimer:
-    """``benchmarks.host_overhead.Timer`` that also adds the calling thread's CPU seconds to ``now['cpu:' + name]``."""
-
-    def __init__(self) -> None:
-        from collections import defaultdict
-
-        self.now: dict[str, float] = defaultdict(float)
-
-    def wrap(self, obj, attr: str, name: str) -> None:
-        fn = getattr(obj, attr)
-
-        def timed(*args, **kwargs):
-            t, c = time.perf_counter(), time.thread_time()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.now[name] += time.perf_counter() - t
-                self.now["cpu:" + name] += time.thread_time() - c
-
-        setattr(obj, attr, timed)
-
-
 def profile_rows(prof: cProfile.Profile, steps: int) -> dict[str, float]:
     """Each function's own time (tottime) per step, ms."""
     st = pstats.Stats(prof)
@@ -114,28 +90,12 @@ def main() -> None:
     a = ap.parse_args()
 
     import benchmarks.structured_host as sh
-    from attnserve import LLM, SamplingParams
-    from attnserve.core.structured_outputs import StructuredOutputsParams
-    from attnserve.structured_output import manager as manager_mod
-    from benchmarks.gpu.bench_structured_tpot import SCHEMA, _value, run
+    from benchmarks.gpu.bench_structured_tpot import run, workload
+    from benchmarks.host_overhead import Timer
 
-    sh.Timer = CpuTimer  # StepParts times with it
-    kw = dict(
-        load_format="dummy", dtype="bfloat16", max_num_seqs=a.batch, max_model_len=a.input_len + a.output_len + 16
-    )
-    kw.update({k: _value(v) for k, v in (e.split("=", 1) for e in a.engine)})
-    llm = LLM(a.model, **kw)
+    kw, llm, prompts, free, constrained = workload(a)
     engine = llm.engine
-    rng = np.random.default_rng(0)
-    prompts = rng.integers(100, 10000, (a.batch, a.input_len)).tolist()
-    free = SamplingParams(temperature=0.0, max_tokens=a.output_len, ignore_eos=True)
-    constrained = SamplingParams(
-        temperature=0.0,
-        max_tokens=a.output_len,
-        ignore_eos=True,
-        structured_outputs=StructuredOutputsParams(json=SCHEMA),
-    )
-    parts = sh.StepParts(engine, a.batch)
+    parts = sh.StepParts(engine, a.batch, Timer(cpu=True))
     # the engine thread's context switches per step: a voluntary one is a wait (GIL, futex), an involuntary one a
     # preemption
     step = engine.step
@@ -157,14 +117,14 @@ def main() -> None:
 
     engine.step = counted_step
     structured = engine.structured
-    original_start = manager_mod.StructuredOutputManager.start_bitmask
+    timed_start = structured.start_bitmask  # StepParts' timed wrapper: the serial fill is timed as "fill" too
 
     def set_mode(mode: str):
         """Put the manager in ``mode``'s shape; returns the undo."""
         undo = []
         if mode == "json_serial":
-            structured.start_bitmask = lambda sched, in_thread=True: original_start(structured, sched, False)
-            undo.append(lambda: delattr(structured, "start_bitmask"))
+            structured.start_bitmask = lambda sched, in_thread=True: timed_start(sched, False)
+            undo.append(lambda: setattr(structured, "start_bitmask", timed_start))
         if mode == "json_fill1":
             structured.backend  # noqa: B018 - made now
             old = structured._batch
