@@ -160,9 +160,9 @@ def recorder(monkeypatch):
     rec = Recorder()
     for name, mod in {**_flash_attn_modules(rec), "flashinfer": _flashinfer_module(rec)}.items():
         monkeypatch.setitem(sys.modules, name, mod)
-    # FlashInfer's CUDA-graph planner reads the SM count at construction (an H200's)
+    # FlashInfer's builder reads the SM count and compute capability at construction (an H200's)
     monkeypatch.setattr(
-        torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(multi_processor_count=132)
+        torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(multi_processor_count=132, major=9)
     )
     return rec
 
@@ -272,12 +272,14 @@ def test_flashinfer_fp8_plans_and_runs(recorder):
     calls = run_plan("FLASHINFER", AttentionConfig(use_prefill_decode_attention=True), recorder)
     plans = {c[0]: _kwargs(c) for c in calls if c[0].endswith(".plan")}
     runs = {c[0]: c for c in calls if c[0].endswith(".run")}
-    for kind in ("decode", "prefill"):
+    # on 9.0 the prefill's query is quantized, the decode's stays 16-bit (flashinfer_jit.query_dtypes)
+    for kind, q in (("decode", torch.bfloat16), ("prefill", torch.float8_e4m3fn)):
         assert plans[f"{kind}.plan"]["kv_data_type"] == torch.float8_e4m3fn
-        assert plans[f"{kind}.plan"]["q_data_type"] == torch.float8_e4m3fn  # the query quantized for both kernels
+        assert plans[f"{kind}.plan"]["q_data_type"] == q
         assert plans[f"{kind}.plan"]["o_data_type"] == torch.bfloat16
-        assert runs[f"{kind}.run"][1][0][2] == "torch.float8_e4m3fn"
-        assert {"q_scale", "k_scale", "v_scale"} <= set(_kwargs(runs[f"{kind}.run"]))
+        assert runs[f"{kind}.run"][1][0][2] == str(q)
+        assert {"k_scale", "v_scale"} <= set(_kwargs(runs[f"{kind}.run"]))
+        assert ("q_scale" in _kwargs(runs[f"{kind}.run"])) == (kind == "prefill")
     inits = {c[0]: _kwargs(c) for c in calls if c[0].endswith(".__init__")}
     assert inits["decode.__init__"]["use_tensor_cores"] is True
     calls = run_plan(
@@ -364,3 +366,20 @@ def test_options_of_another_backend_are_warned_about_after_automatic_selection(c
         "attention_config options use_trtllm_attention, disable_flashinfer_prefill do not apply to attention backend "
         "CPU_ATTN and are unused"
     ]
+
+
+def test_q_quantization_switch_where_no_kernel_takes_an_fp8_query_is_warned_about(recorder, monkeypatch, caplog):
+    from attnserve.attention.backends import flashinfer
+
+    # an A100 (8.0): FlashInfer's fa2 prefill refuses an fp8 query, so the query is never quantized there
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(multi_processor_count=108, major=8)
+    )
+    flashinfer._warn_once.cache_clear()
+    with caplog.at_level("WARNING", logger="attnserve.attention.backends.flashinfer"):
+        default = run_plan("FLASHINFER", AttentionConfig(), recorder)
+        assert not caplog.records
+        kept = run_plan("FLASHINFER", AttentionConfig(disable_flashinfer_q_quantization=True), recorder)
+    assert default == kept
+    assert all(_kwargs(c)["q_data_type"] == torch.bfloat16 for c in default if c[0].endswith(".plan"))
+    assert len(caplog.records) == 1 and "no effect on this GPU" in caplog.records[0].getMessage()

@@ -32,7 +32,8 @@ def spec(hq=32, hkv=8, d=128, window=None, cap=None, kv="auto") -> AttentionLaye
 
 
 def modules(specs, resolve=sm90, cfg=None, dtype=BF16) -> list[fj.KernelModule]:
-    return fj.kernel_modules([fj.plan_settings(s, dtype, cfg) for s in specs], resolve)
+    fp8_query = resolve is sm90  # FlashInfer's sm90 prefill takes an fp8 query (fj.takes_fp8_query)
+    return fj.kernel_modules([fj.plan_settings(s, dtype, cfg, fp8_query) for s in specs], resolve)
 
 
 def M(getter, backend, q, kv, d=128, window=False, cap=False, o=BF16) -> fj.KernelModule:
@@ -58,19 +59,25 @@ def test_mha_bf16_uses_the_cuda_core_decode_module():
     assert prefill == M("prefill", "fa3", BF16, BF16, d=64)
 
 
-def test_fp8_kv_quantized_query_decodes_on_tensor_cores_with_auto_resolved():
-    # MHA too: an fp8 query takes the tensor-core decode; its "auto" backend resolves like the prefill's
-    settings = fj.plan_settings(spec(hq=9, hkv=9, kv="fp8"), BF16, None)
-    assert (settings.tensor_cores, settings.decode_backend, settings.q_dtype) == (True, "auto", E4M3)
-    assert modules([spec(hq=9, hkv=9, kv="fp8")]) == [M("prefill", "fa3", E4M3, E4M3)]
-    assert modules([spec(kv="fp8")], sm80) == [M("prefill", "fa2", E4M3, E4M3)]
-    e5m2 = modules([spec(kv="fp8_e5m2")])
-    assert e5m2 == [M("prefill", "fa3", torch.float8_e5m2, torch.float8_e5m2)]
+def test_fp8_kv_decodes_a_16_bit_query_and_quantizes_the_sm90_prefill_query():
+    settings = fj.plan_settings(spec(kv="fp8"), BF16, None, True)
+    assert (settings.decode_q_dtype, settings.prefill_q_dtype, settings.decode_backend) == (BF16, E4M3, "fa2")
+    assert modules([spec(kv="fp8")]) == [M("prefill", "fa2", BF16, E4M3), M("prefill", "fa3", E4M3, E4M3)]
+    # MHA: the CUDA-core decode of the 16-bit query
+    assert modules([spec(hq=9, hkv=9, kv="fp8")])[0] == M("decode", None, BF16, E4M3)
+    e5m2 = torch.float8_e5m2
+    assert modules([spec(kv="fp8_e5m2")]) == [M("prefill", "fa2", BF16, e5m2), M("prefill", "fa3", e5m2, e5m2)]
+
+
+def test_fp8_kv_query_stays_16_bit_where_the_prefill_kernel_refuses_fp8():
+    # sm80: FlashInfer's fa2 prefill refuses an fp8 query, so neither wrapper gets one; both load one module
+    assert fj.plan_settings(spec(kv="fp8"), BF16, None, False).prefill_q_dtype == BF16
+    assert modules([spec(kv="fp8")], sm80) == [M("prefill", "fa2", BF16, E4M3)]
 
 
 def test_fp8_kv_without_query_quantization():
     keep = AttentionConfig(disable_flashinfer_q_quantization=True)
-    # GQA: tensor cores, auto -> FlashInfer's fa2 (fa3 wants an fp8 query); MHA: the CUDA-core decode
+    # GQA: both wrappers' fa2 module (sm90's fa3 wants an fp8 query); MHA: the CUDA-core decode
     assert modules([spec(kv="fp8")], cfg=keep) == [M("prefill", "fa2", BF16, E4M3)]
     mha = modules([spec(hq=8, hkv=8, kv="fp8")], cfg=keep)
     assert mha == [M("decode", None, BF16, E4M3), M("prefill", "fa2", BF16, E4M3)]
@@ -78,7 +85,7 @@ def test_fp8_kv_without_query_quantization():
 
 def test_sliding_window_and_soft_cap_set_their_flags():
     s = spec(hq=8, hkv=4, d=256, window=4096, cap=50.0)
-    assert fj.plan_settings(s, BF16, None).window_left == 4095
+    assert fj.plan_settings(s, BF16, None, True).window_left == 4095
     assert modules([s]) == [
         M("prefill", "fa2", BF16, BF16, d=256, window=True, cap=True),
         M("prefill", "fa3", BF16, BF16, d=256, window=True, cap=True),

@@ -6,10 +6,11 @@ cores when GQA groups query heads), prefill-only and mixed steps one ``BatchPref
 call; ``use_prefill_decode_attention`` splits a mixed step into a decode and a prefill call;
 ``disable_flashinfer_prefill`` runs the prefill part on our Triton kernel. The cache is
 ``(num_blocks, 2, block_size, Hkv, D)`` in NHD or HND memory order. fp8 KV cache (e4m3 or e5m2): both wrappers
-are planned with the cache's ``kv_data_type``; the query is quantized to the cache's fp8 type with the layer's
-static ``q_scale`` (1.0, the checkpoint's or calculate_kv_scales'; vLLM's rule), saturated, for the decode and
-prefill wrappers alike (the decode wrapper then runs its tensor-core kernel), unless
-``disable_flashinfer_q_quantization``; ``run()`` gets ``q_scale``/``k_scale``/``v_scale``.
+are planned with the cache's ``kv_data_type``. The decode keeps the model-dtype query (fa2 tensor cores over
+the fp8 cache: FlashInfer's fp8-query decode is 3.4x slower on the H200). The prefill's query is quantized to
+the cache's fp8 type with the layer's static ``q_scale`` (1.0, the checkpoint's or calculate_kv_scales'),
+saturated, where the GPU's prefill kernel takes it (sm90's) unless ``disable_flashinfer_q_quantization``
+(:func:`flashinfer_jit.query_dtypes`); ``run()`` gets ``q_scale`` then, and ``k_scale``/``v_scale``.
 FlashInfer's TRT-LLM kernels are not wired: ``use_trtllm_attention`` unset never uses them, ``true`` is refused.
 
 Planning never synchronises with the device: plan() gets its host arrays (``indptr``, ``last_page_len``,
@@ -137,6 +138,7 @@ class FlashInferCall:
     query_end: int
     wrapper: Any = None
     tiles: tuple | None = None  # fallback only: (tile_seq, tile_start) for the Triton kernel
+    q_dtype: torch.dtype | None = None  # the query type the wrapper was planned for (fp8: the Impl quantizes)
 
 
 @dataclass
@@ -171,18 +173,25 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         self.disable_prefill = bool(cfg is not None and cfg.disable_flashinfer_prefill)
         spec = self.layer_spec
         # dtypes, tensor cores, decode backend, window: shared with the kernels compiled ahead (flashinfer_jit)
-        settings = plan_settings(spec, self.dtype, cfg)
+        fp8_query = flashinfer_jit.takes_fp8_query(self.device)
+        settings = plan_settings(spec, self.dtype, cfg, fp8_query)
         self.kv_dtype = settings.kv_dtype
-        self.q_dtype = settings.q_dtype  # what both wrappers' query is
+        self.decode_q_dtype = settings.decode_q_dtype  # the decode wrapper's query (the model's)
+        self.prefill_q_dtype = settings.prefill_q_dtype  # the prefill's: the fp8 cache's where quantized
         if cfg is not None and cfg.disable_flashinfer_q_quantization and self.kv_dtype not in FP8_DTYPES:
             _warn_once(
                 "disable_flashinfer_q_quantization has no effect with a 16-bit KV cache (kv_cache_dtype "
                 "auto): the query is quantized only for an fp8 cache"
             )
+        elif cfg is not None and cfg.disable_flashinfer_q_quantization and not fp8_query:
+            _warn_once(
+                "disable_flashinfer_q_quantization has no effect on this GPU: FlashInfer's kernels here take "
+                "a 16-bit query over the fp8 cache (only its sm90 prefill takes an fp8 one)"
+            )
         layout = self.kv_cache_layout.value
         ws = _workspace(self.device)
-        self.tensor_cores = settings.tensor_cores  # GQA or an fp8 query (PlanSettings says why)
-        self.decode_backend = settings.decode_backend  # "fa2" for 16-bit KV, "auto" for fp8
+        self.tensor_cores = settings.tensor_cores  # GQA (PlanSettings says why)
+        self.decode_backend = settings.decode_backend  # "fa2"
         self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             ws, layout, use_tensor_cores=self.tensor_cores, backend=self.decode_backend
         )
@@ -232,7 +241,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
             common.block_size,
             window_left=self.window_left,
             logits_soft_cap=spec.logits_soft_cap,
-            q_data_type=self.q_dtype,
+            q_data_type=self.decode_q_dtype,
             kv_data_type=self.kv_dtype,
             o_data_type=self.dtype,
             sm_scale=spec.scale,
@@ -251,7 +260,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
             return FlashInferCall(kind, q0, q1, tiles=(seq.to(self.device), start.to(self.device)))
         if kind == "decode":
             self._plan_decode(common, first, last)
-            return FlashInferCall(kind, q0, q1, self.decode)
+            return FlashInferCall(kind, q0, q1, self.decode, q_dtype=self.decode_q_dtype)
         ring = self._rings["prefill"]
         ring.acquire()
         indptr, indices, last_len, lens = self._pages(common, first, last, ring)
@@ -273,13 +282,13 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
             sm_scale=spec.scale,
             window_left=self.window_left,
             logits_soft_cap=spec.logits_soft_cap,
-            q_data_type=self.q_dtype,
+            q_data_type=self.prefill_q_dtype,
             kv_data_type=self.kv_dtype,
             o_data_type=self.dtype,
             seq_lens=lens,
         )
         ring.release()
-        return FlashInferCall(kind, q0, q1, self.prefill)
+        return FlashInferCall(kind, q0, q1, self.prefill, q_dtype=self.prefill_q_dtype)
 
     def _wait_for_kernels(self) -> None:
         """Before the first plan(): the kernels this process compiles ahead (flashinfer_jit), if any."""
@@ -339,12 +348,6 @@ class FlashInferImpl(AttentionImpl):
 
     kv_dim = 1  # cache shape (num_blocks, 2, block_size, Hkv, D)
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        cfg = self.attention_config
-        # an fp8 cache's query is quantized as the builder planned it (flashinfer_jit.query_dtype)
-        self.quantize_q = not (cfg is not None and cfg.disable_flashinfer_q_quantization)
-
     def kv_write_target(self, kv_cache, metadata: FlashInferMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, self.kv_dim), metadata.slot_mapping, self.k_scale, self.v_scale)
 
@@ -360,9 +363,7 @@ class FlashInferImpl(AttentionImpl):
         assert physical.is_contiguous(), "KV cache must be NHD or HND ordered"
         fp8 = kv_cache.dtype in FP8_DTYPES
         out = torch.empty_like(query)
-        if fp8 and self.quantize_q:  # the planned query type: the cache's, with the static q_scale, saturated
-            fmax = torch.finfo(kv_cache.dtype).max
-            query_fp8 = (query.float() / self.q_scale).clamp_(-fmax, fmax).to(kv_cache.dtype)
+        query_fp8 = None  # made once, for the calls planned with an fp8 query (flashinfer_jit.query_dtypes)
         for call in metadata.calls:
             q = query[call.query_start : call.query_end]
             if call.kind == "fallback":
@@ -385,7 +386,10 @@ class FlashInferImpl(AttentionImpl):
                 )
                 continue
             scales = dict(k_scale=self.k_scale, v_scale=self.v_scale) if fp8 else {}
-            if fp8 and self.quantize_q:
+            if call.q_dtype in FP8_DTYPES:  # the cache's type, with the static q_scale, saturated
+                if query_fp8 is None:
+                    fmax = torch.finfo(call.q_dtype).max
+                    query_fp8 = (query.float() / self.q_scale).clamp_(-fmax, fmax).to(call.q_dtype)
                 q = query_fp8[call.query_start : call.query_end]
                 scales["q_scale"] = self.q_scale
                 self.last_q_scales.append((call.query_start, call.query_end, self.q_scale))

@@ -128,7 +128,7 @@ class FlashInferGraphPlanner:
             common.block_size,
             window_left=b.window_left,
             logits_soft_cap=spec.logits_soft_cap,
-            q_data_type=b.q_dtype,
+            q_data_type=b.decode_q_dtype,
             kv_data_type=b.kv_dtype,
             o_data_type=b.dtype,
             sm_scale=spec.scale,
@@ -157,7 +157,7 @@ class FlashInferGraphPlanner:
             ring.reserve("last", bs)
         return FlashInferMetadata(
             common.slot_mapping,
-            [FlashInferCall("decode", 0, bs, wrapper)],
+            [FlashInferCall("decode", 0, bs, wrapper, q_dtype=b.decode_q_dtype)],
             common.query_start_loc,
             common.seq_lens,
             common.block_table,
@@ -207,7 +207,7 @@ class FlashInferGraphPlanner:
                 common.block_size,
                 window_left=b.window_left,
                 logits_soft_cap=spec.logits_soft_cap,
-                q_data_type=b.q_dtype,
+                q_data_type=b.decode_q_dtype,
                 kv_data_type=b.kv_dtype,
                 o_data_type=b.dtype,
                 sm_scale=spec.scale,

@@ -7,7 +7,7 @@ the modules the wrappers will load, and compiles the missing ones with one ``fla
 (one ninja over every source file: all cores) in a thread that runs while the weights load. The builder's first
 ``plan()`` waits for it (:func:`wait`).
 
-    settings = plan_settings(layer_spec, dtype, attention_config)   # what the builder plans with
+    settings = plan_settings(layer_spec, dtype, attention_config, takes_fp8_query(device))  # the builder's
     kernel_modules([settings], resolve)                            # pure: the module getters' arguments
     start(layer_specs, device, dtype, attention_config)            # FlashInfer: JitSpecs, is_compiled, the thread
     wait()                                                         # the builder's first plan()
@@ -44,11 +44,23 @@ ON_ENV = "ATTNSERVE_FLASHINFER_COMPILE_AHEAD"  # "1": compile ahead; unset or "0
 Resolver = Callable[[torch.dtype, torch.dtype, int], str]
 
 
-def query_dtype(kv_dtype: torch.dtype, model_dtype: torch.dtype, attention_config) -> torch.dtype:
-    """The query type the wrappers are planned for: the fp8 cache's type unless
-    ``disable_flashinfer_q_quantization`` (or a 16-bit cache), else the model dtype."""
+def takes_fp8_query(device: torch.device) -> bool:
+    """Whether FlashInfer's prefill kernel on ``device`` takes an fp8 query: its sm90 template (fa3) does, its
+    fa2 kernels refuse one ("fp8 tensor core is not supported in fa2 backend"). ``device``: a CUDA device."""
+    return torch.cuda.get_device_properties(device).major == 9
+
+
+def query_dtypes(
+    kv_dtype: torch.dtype, model_dtype: torch.dtype, attention_config, fp8_query: bool
+) -> tuple[torch.dtype, torch.dtype]:
+    """``(decode, prefill)`` query types the wrappers are planned for. The decode's is always the model dtype:
+    FlashInfer's fp8-query decode runs its sm90 template, 3.4x slower than the fa2 tensor-core decode of a
+    16-bit query over the same fp8 cache (docs/benchmarks.md, session 22), and fa2 refuses an fp8 query; vLLM
+    also quantizes only for its TRT-LLM kernels. The prefill's is the fp8 cache's type where the kernel takes it
+    (``fp8_query``: :func:`takes_fp8_query`) unless ``disable_flashinfer_q_quantization``."""
     keep = attention_config is not None and attention_config.disable_flashinfer_q_quantization
-    return kv_dtype if kv_dtype in FP8_DTYPES and not keep else model_dtype
+    quantize = kv_dtype in FP8_DTYPES and fp8_query and not keep
+    return model_dtype, kv_dtype if quantize else model_dtype
 
 
 @dataclass(frozen=True)
@@ -58,11 +70,11 @@ class PlanSettings:
     head_size: int
     dtype: torch.dtype  # the model's: the output type
     kv_dtype: torch.dtype
-    q_dtype: torch.dtype
-    # tensor-core decode for GQA (the grouped query heads of a KV head form the MMA's rows), and for an fp8 query
-    # (FlashInfer's CUDA-core decode kernels take 16-bit queries)
+    decode_q_dtype: torch.dtype  # query_dtypes(): always the model's
+    prefill_q_dtype: torch.dtype  # the fp8 cache's where quantized
+    # tensor-core decode for GQA (the grouped query heads of a KV head form the MMA's rows)
     tensor_cores: bool
-    # "fa2" is what "auto" resolves to for 16-bit KV; naming it skips auto's per-plan cuDNN probe (two
+    # "fa2" is what "auto" resolves to for a 16-bit query; naming it skips auto's per-plan cuDNN probe (two
     # `import cudnn` attempts per eager plan() where cudnn-frontend is not installed)
     decode_backend: str
     window_left: int  # -1 = full attention
@@ -70,17 +82,19 @@ class PlanSettings:
     plans_prefill: bool  # False with disable_flashinfer_prefill: the prefill wrapper is never planned
 
 
-def plan_settings(spec: AttentionLayerSpec, dtype: torch.dtype, attention_config) -> PlanSettings:
-    """The builder's wrapper settings for ``spec`` with model dtype ``dtype``."""
+def plan_settings(spec: AttentionLayerSpec, dtype: torch.dtype, attention_config, fp8_query: bool) -> PlanSettings:
+    """The builder's wrapper settings for ``spec`` with model dtype ``dtype``; ``fp8_query``: whether the
+    device's prefill kernel takes an fp8 query (:func:`takes_fp8_query`)."""
     kv = kv_cache_torch_dtype(spec.kv_cache_dtype, dtype)
-    q = query_dtype(kv, dtype, attention_config)
+    decode_q, prefill_q = query_dtypes(kv, dtype, attention_config, fp8_query)
     return PlanSettings(
         head_size=spec.head_size,
         dtype=dtype,
         kv_dtype=kv,
-        q_dtype=q,
-        tensor_cores=spec.num_heads != spec.num_kv_heads or q != dtype,
-        decode_backend="fa2" if kv == dtype else "auto",
+        decode_q_dtype=decode_q,
+        prefill_q_dtype=prefill_q,
+        tensor_cores=spec.num_heads != spec.num_kv_heads,
+        decode_backend="fa2",
         window_left=spec.sliding_window - 1 if spec.sliding_window else -1,
         logits_soft_cap=spec.logits_soft_cap or 0.0,
         plans_prefill=not (attention_config is not None and attention_config.disable_flashinfer_prefill),
@@ -112,24 +126,20 @@ class KernelModule:
 
 def _decode_module(s: PlanSettings, resolve: Resolver) -> KernelModule:
     """BatchDecodeWithPagedKVCacheWrapper._plan_impl (decode.py, FlashInfer 0.7.2 lines 2370-2452): tensor cores
-    -> get_batch_prefill_module with "auto" resolved (fp8 q or kv: determine_attention_backend, else fa2);
-    otherwise get_batch_decode_module. Sliding window there is ``window_left != -1``."""
-    backend = s.decode_backend
-    if s.tensor_cores and backend == "auto":
-        backend = resolve(s.q_dtype, s.kv_dtype, s.head_size) if {s.q_dtype, s.kv_dtype} & set(FP8_DTYPES) else "fa2"
+    -> get_batch_prefill_module with the wrapper's backend (``decode_backend``: fa2); otherwise
+    get_batch_decode_module. Sliding window there is ``window_left != -1``."""
     getter = "prefill" if s.tensor_cores else "decode"
     window, cap = s.window_left != -1, s.logits_soft_cap > 0
-    return KernelModule(
-        getter, backend if s.tensor_cores else None, s.q_dtype, s.kv_dtype, s.dtype, s.head_size, window, cap
-    )
+    backend = s.decode_backend if s.tensor_cores else None
+    return KernelModule(getter, backend, s.decode_q_dtype, s.kv_dtype, s.dtype, s.head_size, window, cap)
 
 
 def _prefill_module(s: PlanSettings, resolve: Resolver) -> KernelModule:
     """BatchPrefillWithPagedKVCacheWrapper.plan (prefill.py, FlashInfer 0.7.2 lines 3669-3696): backend "auto"
     -> determine_attention_backend (no custom mask), then get_batch_prefill_module; window ``window_left >= 0``."""
-    backend = resolve(s.q_dtype, s.kv_dtype, s.head_size)
+    backend = resolve(s.prefill_q_dtype, s.kv_dtype, s.head_size)
     window, cap = s.window_left >= 0, s.logits_soft_cap > 0
-    return KernelModule("prefill", backend, s.q_dtype, s.kv_dtype, s.dtype, s.head_size, window, cap)
+    return KernelModule("prefill", backend, s.prefill_q_dtype, s.kv_dtype, s.dtype, s.head_size, window, cap)
 
 
 def kernel_modules(settings: Iterable[PlanSettings], resolve: Resolver) -> list[KernelModule]:
@@ -225,7 +235,9 @@ def start(
                 "they compile at their first use",
             )
             return None
-        modules = kernel_modules([plan_settings(s, dtype, attention_config) for s in specs], device_resolver(device))
+        fp8_query = takes_fp8_query(device)
+        settings = [plan_settings(s, dtype, attention_config, fp8_query) for s in specs]
+        modules = kernel_modules(settings, device_resolver(device))
         with _LOCK:
             key = frozenset(modules)
             if key in _WARMUPS:
@@ -283,7 +295,9 @@ def compiled_status(
 
         if not str(getattr(flashinfer, "__version__", "")).startswith(MIRRORED_VERSION):
             return None
-        modules = kernel_modules([plan_settings(s, dtype, attention_config) for s in specs], device_resolver(device))
+        fp8_query = takes_fp8_query(device)
+        settings = [plan_settings(s, dtype, attention_config, fp8_query) for s in specs]
+        modules = kernel_modules(settings, device_resolver(device))
         loaded = loaded_specs(modules)
         return {
             "compiled": [s.name for s in loaded if s.is_compiled],
