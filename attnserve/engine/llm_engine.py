@@ -323,5 +323,7 @@ class LLMEngine:
             self.abort_request(request_id)
 
     def shutdown(self) -> None:
-        """Stop the executor's workers (also done when the engine is garbage-collected or at exit)."""
+        """Stop the executor's workers or release its in-process runner (also done when the engine is
+        garbage-collected or at exit); the engine runs nothing afterwards."""
+        self.runner = None
         self.executor.shutdown()

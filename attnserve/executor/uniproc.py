@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+
+import torch
+
 from attnserve.config.engine import EngineConfig
 from attnserve.core.step import SchedulerOutput
 from attnserve.executor.base import Executor, RunnerInfo
@@ -24,3 +28,16 @@ class UniProcExecutor(Executor):
         """The step's forward pass queued, its sampling not yet (``ModelRunner.queue_forward``): the engine fills
         the step's grammar bitmask in between. Only this executor has it (workers sample in one call)."""
         return self.runner.queue_forward(sched)
+
+    def shutdown(self) -> None:
+        """Release the runner (weights, KV cache, CUDA graphs) and hand the allocator's cached blocks back to
+        the GPU, so that another engine started in this process gets the memory. Idempotent; the executor
+        runs nothing afterwards."""
+        runner, self.runner = getattr(self, "runner", None), None
+        if runner is None:
+            return
+        cuda = runner.device.type == "cuda"
+        del runner
+        gc.collect()  # the runner's cycles (modules, graphs) hold its tensors
+        if cuda:
+            torch.cuda.empty_cache()
