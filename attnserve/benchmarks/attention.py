@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, KVCacheLayout, kv_cache_torch_dtype
+from attnserve.refusals import Refused
+from attnserve.refusals.bench import options_unused, simulated_device
 
 
 @dataclass(frozen=True)
@@ -354,7 +356,8 @@ def run_attention(
 ) -> dict:
     """Time every usable backend; the JSON-ready result. ``None`` sizes take the device's defaults
     (GPU_DEFAULTS / CPU_DEFAULTS); dtype ``auto`` is bfloat16 on GPU, float32 on CPU.
-    Raises ValueError for a bad device or an unknown backend name."""
+    Raises ValueError for a bad device or an unknown backend name; Refused (path ``attention_config``) for
+    ``attention_config`` fields none of the usable backends reads."""
     from tqdm import tqdm
 
     from attnserve.attention.registry import get_backend_class, lookup_backend
@@ -362,9 +365,6 @@ def run_attention(
 
     platform = detect_platform(device)
     if platform.simulated:
-        from attnserve.refusals import Refused
-        from attnserve.refusals.bench import simulated_device
-
         raise Refused(simulated_device(device))
     dev = (
         torch.device("cpu")
@@ -384,10 +384,7 @@ def run_attention(
     if attention_config is not None and usable:  # an option no timed backend reads would be ignored: refused
         unused = set.intersection(*(set(attention_config.unused_options(lookup_backend(n))) for n in usable))
         if unused:
-            raise ValueError(
-                f"argument --attention-config: {', '.join(sorted(unused))} applies to none of the backends "
-                f"timed ({', '.join(usable)})"
-            )
+            raise Refused(options_unused(sorted(unused), usable))
     rows: list[AttentionRow] = []
     with tqdm(
         total=len(usable) * (len(context_lens) + len(prefill_lens)), desc="attention", unit="case", disable=not progress

@@ -52,6 +52,16 @@ def heads_not_grouped(num_heads: int, num_kv_heads: int) -> Refusal:
     return at("--num-heads", num_heads, f"is not a multiple of --num-kv-heads {num_kv_heads}")
 
 
+def options_unused(fields: list[str], backends: list[str]) -> Refusal:
+    """``bench attention``'s attention-config ``fields`` that none of the timed ``backends`` reads: timing them
+    would accept the fields and ignore them."""
+    return Refusal(
+        ("attention_config",),
+        ", ".join(fields),
+        reason=f"applies to none of the backends timed ({', '.join(backends)})",
+    )
+
+
 def no_backend_runs(backends: list[str], device: str, skipped: dict[str, list[str]]) -> Refusal:
     why = ". ".join(f"{n}: {'; '.join(r)}" for n, r in skipped.items())
     return at("--backends", reason=f"no backend of {', '.join(backends)} can run on {device}: {why}")

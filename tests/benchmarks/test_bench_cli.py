@@ -645,3 +645,34 @@ def test_throughput_workload_flags_that_would_be_ignored_are_refused(argv, messa
         main(["bench", "throughput", "--load-format", "dummy", *argv, *SMALL_ENGINE])
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_attention_config_field_no_timed_backend_reads_is_a_refusal_record(capsys):
+    from attnserve.benchmarks.attention import run_attention
+    from attnserve.config import AttentionConfig
+    from attnserve.refusals import Refused
+
+    with pytest.raises(Refused) as e:
+        run_attention(
+            device="cpu",
+            num_heads=4,
+            num_kv_heads=2,
+            head_size=16,
+            block_size=4,
+            context_lens=[16],
+            prefill_lens=[],
+            backends=["CPU_ATTN"],
+            progress=False,
+            attention_config=AttentionConfig(flash_attn_version=3),
+        )
+    r = e.value.refusal
+    assert (r.path, r.value, r.reason) == (
+        ("attention_config",),
+        "flash_attn_version",
+        "applies to none of the backends timed (CPU_ATTN)",
+    )
+    argv = ["bench", "attention", "--device", "cpu", "--num-heads", "4", "--num-kv-heads", "2", "--head-size", "16"]
+    argv += ["--block-size", "4", "--context-lens", "16", "--prefill-lens", "--backends", "CPU_ATTN", "--no-progress"]
+    with pytest.raises(SystemExit):
+        main([*argv, "-ac", '{"flash_attn_version": 3}'])
+    assert "argument --attention-config: 'flash_attn_version' applies to none" in capsys.readouterr().err

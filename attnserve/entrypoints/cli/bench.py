@@ -14,7 +14,7 @@ from attnserve.config.cache import BLOCK_SIZES, KV_CACHE_DTYPES
 from attnserve.config.fields import range_words
 from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, one_of, output_file, positive_int
 from attnserve.entrypoints.cli.bench_serve import add_serve_parser
-from attnserve.refusals import message
+from attnserve.refusals import Refused, message
 from attnserve.refusals import bench as words
 from attnserve.refusals.cli import at_argument, at_flag, unreadable_file
 
@@ -389,6 +389,10 @@ def run_attention(args: argparse.Namespace) -> int:
         )
     except UnknownBackendError as e:
         args._bench_parser.error(message(e.refusal.at("argument --backends", written=e.refusal.written)))
+    except Refused as e:
+        if e.refusal.path != ("attention_config",):
+            args._bench_parser.error(str(e))
+        args._bench_parser.error(message(e.refusal.at("argument --attention-config", names_path=True)))
     except ValueError as e:
         args._bench_parser.error(str(e))
     if not result["backends"] and args.backends:  # the backends asked for cannot run: a bad value, as generate's
