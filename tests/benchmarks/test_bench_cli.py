@@ -12,7 +12,8 @@ import sys
 import pytest
 import torch
 
-from attnserve.benchmarks.attention import AttentionBenchShape, AttentionRow, format_table, significant, usable_backends
+from attnserve.benchmarks.attention import AttentionBenchShape, AttentionRow, usable_backends
+from attnserve.benchmarks.attention_table import format_table, significant
 from attnserve.benchmarks.requests import length_bounds, random_requests
 from attnserve.entrypoints.cli.main import main
 from attnserve.refusals.bench import simulated_device
