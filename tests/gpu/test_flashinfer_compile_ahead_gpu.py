@@ -73,9 +73,6 @@ def test_engine_start_compiles_the_runners_modules_ahead(monkeypatch):
 
     llm = LLM(attention_backend="FLASHINFER", dtype="bfloat16", num_gpu_blocks=512)
     b = llm.engine.runner.builders[0]
-    expected = fj.kernel_modules(
-        [fj.plan_settings(b.layer_spec, b.dtype, b.attention_config, fj.takes_fp8_query(b.device))],
-        fj.device_resolver(b.device),
-    )
+    expected = fj.device_modules([b.layer_spec], b.device, b.dtype, b.attention_config)
     assert any(set(expected) <= set(w.modules) for w in fj._WARMUPS.values()), (expected, fj._WARMUPS)
     assert all(s.is_compiled for s in fj.loaded_specs(expected))

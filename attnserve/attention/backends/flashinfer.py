@@ -178,16 +178,17 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         self.kv_dtype = settings.kv_dtype
         self.decode_q_dtype = settings.decode_q_dtype  # the decode wrapper's query (the model's)
         self.prefill_q_dtype = settings.prefill_q_dtype  # the prefill's: the fp8 cache's where quantized
-        if cfg is not None and cfg.disable_flashinfer_q_quantization and self.kv_dtype not in FP8_DTYPES:
-            _warn_once(
-                "disable_flashinfer_q_quantization has no effect with a 16-bit KV cache (kv_cache_dtype "
-                "auto): the query is quantized only for an fp8 cache"
-            )
-        elif cfg is not None and cfg.disable_flashinfer_q_quantization and not fp8_query:
-            _warn_once(
-                "disable_flashinfer_q_quantization has no effect on this GPU: FlashInfer's kernels here take "
-                "a 16-bit query over the fp8 cache (only its sm90 prefill takes an fp8 one)"
-            )
+        if cfg is not None and cfg.disable_flashinfer_q_quantization:
+            if self.kv_dtype not in FP8_DTYPES:
+                _warn_once(
+                    "disable_flashinfer_q_quantization has no effect with a 16-bit KV cache (kv_cache_dtype "
+                    "auto): the query is quantized only for an fp8 cache"
+                )
+            elif not fp8_query:
+                _warn_once(
+                    "disable_flashinfer_q_quantization has no effect on this GPU: FlashInfer's kernels here take "
+                    "a 16-bit query over the fp8 cache (only its sm90 prefill takes an fp8 one)"
+                )
         layout = self.kv_cache_layout.value
         ws = _workspace(self.device)
         self.tensor_cores = settings.tensor_cores  # GQA (PlanSettings says why)

@@ -124,7 +124,7 @@ class KernelModule:
         return head + flags + ((False,) if self.getter == "prefill" else ())
 
 
-def _decode_module(s: PlanSettings, resolve: Resolver) -> KernelModule:
+def _decode_module(s: PlanSettings) -> KernelModule:
     """BatchDecodeWithPagedKVCacheWrapper._plan_impl (decode.py, FlashInfer 0.7.2 lines 2370-2452): tensor cores
     -> get_batch_prefill_module with the wrapper's backend (``decode_backend``: fa2); otherwise
     get_batch_decode_module. Sliding window there is ``window_left != -1``."""
@@ -147,7 +147,7 @@ def kernel_modules(settings: Iterable[PlanSettings], resolve: Resolver) -> list[
     (decode, then prefill, group by group). Pure: ``resolve`` stands in for the device's fa2/fa3 choice."""
     found: dict[KernelModule, None] = {}
     for s in settings:
-        found[_decode_module(s, resolve)] = None
+        found[_decode_module(s)] = None
         if s.plans_prefill:
             found[_prefill_module(s, resolve)] = None
     return list(found)
@@ -162,6 +162,15 @@ def device_resolver(device: torch.device) -> Resolver:
         return determine_attention_backend(device, 0, False, False, q, kv, head_dim_qk=head_dim, head_dim_vo=head_dim)
 
     return resolve
+
+
+def device_modules(
+    specs: Iterable[AttentionLayerSpec], device: torch.device, dtype: torch.dtype, attention_config
+) -> list[KernelModule]:
+    """The modules ``specs``' wrappers load on ``device``: their builders' plan settings, resolved there."""
+    fp8_query = takes_fp8_query(device)
+    settings = [plan_settings(s, dtype, attention_config, fp8_query) for s in specs]
+    return kernel_modules(settings, device_resolver(device))
 
 
 def jit_specs(module: KernelModule) -> tuple[list, list]:
@@ -235,9 +244,7 @@ def start(
                 "they compile at their first use",
             )
             return None
-        fp8_query = takes_fp8_query(device)
-        settings = [plan_settings(s, dtype, attention_config, fp8_query) for s in specs]
-        modules = kernel_modules(settings, device_resolver(device))
+        modules = device_modules(specs, device, dtype, attention_config)
         with _LOCK:
             key = frozenset(modules)
             if key in _WARMUPS:
@@ -295,10 +302,7 @@ def compiled_status(
 
         if not str(getattr(flashinfer, "__version__", "")).startswith(MIRRORED_VERSION):
             return None
-        fp8_query = takes_fp8_query(device)
-        settings = [plan_settings(s, dtype, attention_config, fp8_query) for s in specs]
-        modules = kernel_modules(settings, device_resolver(device))
-        loaded = loaded_specs(modules)
+        loaded = loaded_specs(device_modules(specs, device, dtype, attention_config))
         return {
             "compiled": [s.name for s in loaded if s.is_compiled],
             "missing": [s.name for s in loaded if not s.is_compiled],
