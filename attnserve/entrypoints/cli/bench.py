@@ -1,18 +1,18 @@
 """``attnserve bench KIND``: serve (load-test a running server: ``bench_serve.py``), throughput, latency (offline,
 through the engine, optionally against transformers), attention (the attention backends' kernels).
 
-The measuring code lives in ``attnserve/benchmarks/`` (one module per kind); this module holds the flags of the
-offline kinds.
+The measuring code lives in ``attnserve/benchmarks/`` (one module per kind); this module holds the flags of
+throughput and latency, ``bench_attention.py`` attention's, ``bench_results.py`` the results flags they share.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
-from attnserve.config.cache import BLOCK_SIZES, KV_CACHE_DTYPES
 from attnserve.config.fields import range_words
-from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, one_of, output_file, positive_int
+from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, one_of, positive_int
+from attnserve.entrypoints.cli.bench_attention import add_attention_parser
+from attnserve.entrypoints.cli.bench_results import add_outputs, check_plot, finish
 from attnserve.entrypoints.cli.bench_serve import add_serve_parser
 from attnserve.refusals import Refused, message
 from attnserve.refusals import bench as words
@@ -26,21 +26,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_serve_parser(kinds)
     _add_throughput(kinds)
     _add_latency(kinds)
-    _add_attention(kinds)
+    add_attention_parser(kinds)
     return parser
 
 
 # flag types: a bad value exits 2 with one line naming the flag, the value and what is allowed (range_words' words)
 _range_ratio = checked(float, lambda v: 0.0 <= v < 1.0, range_words("number", (">=", 0), ("<", 1)))
-
-
-def _add_outputs(p: argparse.ArgumentParser, plot_help: str) -> None:
-    g = p.add_argument_group("results")
-    g.add_argument(
-        "--output-json", type=output_file, default=None, metavar="FILE", help="write the full results as JSON"
-    )
-    g.add_argument("--plot", type=output_file, default=None, metavar="PNG", help=plot_help + " (needs matplotlib)")
-    g.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bars")
 
 
 def _add_baseline(g) -> None:
@@ -107,7 +98,7 @@ def _add_throughput(kinds) -> None:
         "both and the ratios",
     )
     _add_baseline(g)
-    _add_outputs(p, "output tokens over time, per implementation")
+    add_outputs(p, "output tokens over time, per implementation")
     p.set_defaults(func=run_throughput)
 
 
@@ -154,100 +145,8 @@ def _add_latency(kinds) -> None:
             help=f"every request's {name} (default {off}: off)",
         )
     _add_baseline(g)
-    _add_outputs(p, "output tokens/s over batch size, with the roofline")
+    add_outputs(p, "output tokens/s over batch size, with the roofline")
     p.set_defaults(func=run_latency)
-
-
-def _add_attention(kinds) -> None:
-    p = kinds.add_parser(
-        "attention",
-        help="attention kernels: each usable backend on decode and prefill shapes",
-        description="Time each usable attention backend's forward on a paged KV cache: decode "
-        "(B requests x context C) and causal prefill (one sequence of L tokens); "
-        "report microseconds, TB/s of KV read and TFLOP/s.",
-    )
-    g = p.add_argument_group("shape")
-    g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
-    g.add_argument(
-        "--dtype",
-        default="auto",
-        **one_of(["auto", "float32", "float16", "bfloat16"]),
-        help="auto = bfloat16 on GPU, float32 on CPU",
-    )
-    g.add_argument("--num-heads", type=positive_int, default=32, help="query heads (default 32)")
-    g.add_argument("--num-kv-heads", type=positive_int, default=8, help="KV heads (default 8)")
-    g.add_argument("--head-size", type=positive_int, default=128, help="default 128")
-    g.add_argument(
-        "--block-size",
-        type=checked(int, lambda v: v in BLOCK_SIZES, ", ".join(map(str, BLOCK_SIZES))),
-        default=16,
-        help="KV-cache block size, as the engine's --block-size takes it (default 16)",
-    )
-    g.add_argument(
-        "--kv-cache-dtype",
-        default="auto",
-        **one_of(list(KV_CACHE_DTYPES)),
-        help="KV-cache element type, as the engine's --kv-cache-dtype takes it (default auto = --dtype); "
-        "backends that cannot read it are skipped with the reason",
-    )
-    g.add_argument(
-        "--batch-size", type=positive_int, default=None, help="decode requests (default 64 on GPU, 8 on CPU)"
-    )
-    g.add_argument(
-        "--context-lens",
-        type=positive_int,
-        nargs="*",
-        default=None,
-        metavar="C",
-        help="decode context lengths (default 512..8192 on GPU, 128..1024 on CPU; none given: no decode case)",
-    )
-    g.add_argument(
-        "--prefill-lens",
-        type=positive_int,
-        nargs="*",
-        default=None,
-        metavar="L",
-        help="prefill sequence lengths (default 512..8192 on GPU, 128..1024 on CPU; none given: no prefill case)",
-    )
-    g.add_argument(
-        "--backends",
-        nargs="+",
-        default=None,
-        metavar="NAME",
-        help="only these backends (default, or auto among them: the platform's priority list)",
-    )
-    g.add_argument(
-        "--attention-config",
-        "-ac",
-        default=None,
-        metavar="JSON",
-        help="backend options as the engine's --attention-config JSON takes them, e.g. "
-        "'{\"disable_flashinfer_q_quantization\": true}' (default: none set)",
-    )
-    g.add_argument("--warmup", type=nonnegative_int, default=3, help="untimed calls first (default 3)")
-    g.add_argument("--repeats", type=positive_int, default=10, help="timed calls; the median is reported")
-    _add_outputs(p, "per-backend kernel time over context length")
-    p.set_defaults(func=run_attention, _bench_parser=p)
-
-
-def _check_plot(args: argparse.Namespace, parser) -> None:
-    """Fail before the run, not after it, when --plot cannot be drawn."""
-    import importlib.util
-
-    if args.plot and importlib.util.find_spec("matplotlib") is None:
-        parser.error(words.PLOT_NEEDS_MATPLOTLIB)
-
-
-def _finish(args: argparse.Namespace, result: dict, plot) -> int:
-    """Print the table, write the JSON and the plot."""
-    print(result["table"])
-    if args.output_json:
-        from attnserve.benchmarks.stats import write_json
-
-        write_json(args.output_json, {k: v for k, v in result.items() if k != "table"})
-    if args.plot:
-        plot(result, args.plot)
-    return 0
 
 
 def _check_baseline(args: argparse.Namespace, config) -> None:
@@ -255,7 +154,6 @@ def _check_baseline(args: argparse.Namespace, config) -> None:
     if args.baseline != "vllm":
         return
     from attnserve.benchmarks.vllm_baseline import check_vllm_baseline
-    from attnserve.refusals import Refused
 
     try:
         check_vllm_baseline(config.model.model)
@@ -268,7 +166,7 @@ def run_throughput(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
-    _check_plot(args, args._engine_arg_parser)
+    check_plot(args, args._engine_arg_parser)
     _check_baseline(args, config)
     for flag, value, unused in (("--prefix-len", args.prefix_len, 0), ("--num-turns", args.num_turns, 1)):
         if value != unused and args.prompts_file:
@@ -300,7 +198,7 @@ def run_throughput(args: argparse.Namespace) -> int:
         args._engine_arg_parser.error(message(at_flag(e.refusal, "--prompts-file")))
     except ValueError as e:
         args._engine_arg_parser.error(error_line(args, e))
-    return _finish(args, result, plot_throughput)
+    return finish(args, result, plot_throughput)
 
 
 def _penalties(args: argparse.Namespace) -> dict:
@@ -313,7 +211,7 @@ def run_latency(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
-    _check_plot(args, args._engine_arg_parser)
+    check_plot(args, args._engine_arg_parser)
     _check_baseline(args, config)
     from attnserve.benchmarks.latency import run_latency as run
     from attnserve.benchmarks.plots import plot_latency
@@ -338,67 +236,4 @@ def run_latency(args: argparse.Namespace) -> int:
                 message(e.refusal.at("argument --compare-tensor-parallel-sizes", written=e.refusal.written))
             )
         args._engine_arg_parser.error(error_line(args, e))
-    return _finish(args, result, plot_latency)
-
-
-def _attention_config(text: str | None):
-    """``--attention-config``'s JSON object as an AttentionConfig (None when not given); raises ValueError for
-    text that is not a JSON object, ConfigError (a ValueError) for an unknown field or value."""
-    if text is None:
-        return None
-    import json
-
-    from attnserve.config.attention import AttentionConfig
-
-    try:
-        values = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"argument --attention-config: not JSON ({e.msg}): {text!r}") from None
-    config = AttentionConfig.from_dict(values)
-    if config.backend is not None:  # it would pick nothing here: the backends timed are --backends'
-        raise ValueError("argument --attention-config: 'backend' is not taken here; use --backends NAME")
-    return config
-
-
-def run_attention(args: argparse.Namespace) -> int:
-    from attnserve.attention.registry import UnknownBackendError
-    from attnserve.benchmarks.attention import run_attention as run
-    from attnserve.benchmarks.plots import plot_attention
-
-    _check_plot(args, args._bench_parser)
-    if args.num_heads % args.num_kv_heads:
-        args._bench_parser.error(message(words.heads_not_grouped(args.num_heads, args.num_kv_heads)))
-    try:
-        attention_config = _attention_config(args.attention_config)
-        result = run(
-            device=args.device,
-            dtype=args.dtype,
-            num_heads=args.num_heads,
-            num_kv_heads=args.num_kv_heads,
-            head_size=args.head_size,
-            block_size=args.block_size,
-            kv_cache_dtype=args.kv_cache_dtype,
-            batch_size=args.batch_size,
-            context_lens=args.context_lens,
-            prefill_lens=args.prefill_lens,
-            backends=args.backends,
-            warmup=args.warmup,
-            repeats=args.repeats,
-            progress=args.progress,
-            attention_config=attention_config,
-        )
-    except UnknownBackendError as e:
-        args._bench_parser.error(message(e.refusal.at("argument --backends", written=e.refusal.written)))
-    except Refused as e:
-        if e.refusal.path != ("attention_config",):
-            args._bench_parser.error(str(e))
-        args._bench_parser.error(message(e.refusal.at("argument --attention-config", names_path=True)))
-    except ValueError as e:
-        args._bench_parser.error(str(e))
-    if not result["backends"] and args.backends:  # the backends asked for cannot run: a bad value, as generate's
-        args._bench_parser.error(message(words.no_backend_runs(args.backends, result["device"], result["skipped"])))
-    if not result["backends"]:  # nothing installed could run: say why (the table lists the reasons) and fail
-        print(result["table"])
-        print(f"attnserve bench attention: error: {words.no_usable_backend(result['device'])}", file=sys.stderr)
-        return 1
-    return _finish(args, result, plot_attention)
+    return finish(args, result, plot_latency)
