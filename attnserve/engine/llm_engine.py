@@ -97,16 +97,9 @@ class LLMEngine:
             kv_cache_size_key(config.cache, self.info.device),
         )
         self.output_processor = OutputProcessor(self.tokenizer)
-        # the bitmask buffers pinned where this process copies them to a GPU (not for worker processes: pickled),
-        # and copied there by the grammar's worker thread
+        # the bitmask buffers pinned where this process copies them to a GPU (not for worker processes: pickled)
         local_gpu = self.runner is not None and self.info.device.type == "cuda"
-        self.structured = StructuredOutputManager(
-            self.tokenizer,
-            self.vocab_size,
-            self.eos_token_id,
-            pin_memory=local_gpu,
-            device=self.info.device if local_gpu else None,
-        )
+        self.structured = StructuredOutputManager(self.tokenizer, self.vocab_size, self.eos_token_id, local_gpu)
         if local_gpu and importlib.util.find_spec("xgrammar") is not None:  # no compile in a constrained step
             self.runner.greedy_head.warm_masked()
         self.checks = InputChecks(
@@ -324,6 +317,7 @@ class LLMEngine:
 
     def shutdown(self) -> None:
         """Stop the executor's workers or release its in-process runner (also done when the engine is
-        garbage-collected or at exit); the engine runs nothing afterwards."""
+        garbage-collected or at exit), and the grammar's fill thread; the engine runs nothing afterwards."""
         self.runner = None
+        self.structured.close()
         self.executor.shutdown()

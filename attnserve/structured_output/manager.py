@@ -6,9 +6,9 @@ xgrammar's ``batch_accept_token``), then the next step's bitmask is filled in on
 engine. Both run in a worker thread beside the engine's Python work (the outputs of the step before and the plan
 of the step after; xgrammar releases the GIL in both): the engine's async path defers the accept of every token
 that cannot end its grammar (``accept_tokens(defer=True)``: all but stop tokens, as a token the bitmask allowed
-is accepted) to that thread, which then fills the bitmask and, where the model runner is in this process and on
-a GPU, copies it to the device on a side stream (``DeviceBitmaskBuffers``). The bitmask has a row for each
-constrained sampling row only, over the grammar engine's vocabulary (the tokenizer's: ``num_tokens``), not the
+is accepted) to that thread, which then fills the bitmask; the model runner copies it to the device
+(``GrammarBitmask.to``: the thread makes no device call, whose Python would hold the GIL). The bitmask has a row
+for each constrained sampling row only, over the grammar engine's vocabulary (the tokenizer's: ``num_tokens``), not the
 logits' padded width; unconstrained rows are not copied and not masked (``bitmask.py``). Nothing per step is
 proportional to the vocabulary on the host but the fill itself.
 
@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import os
 import sys
-from concurrent.futures import Future, ThreadPoolExecutor
+import weakref
 
 import numpy as np
 import torch
 
 from attnserve.core.step import SchedulerOutput
 from attnserve.core.structured_outputs import StructuredOutputsParams
-from attnserve.structured_output.bitmask import DeviceBitmaskBuffers, GrammarBitmask
+from attnserve.structured_output.bitmask import GrammarBitmask
+from attnserve.structured_output.fill_worker import FillWorker
 
 # at most (and half the process's cores): xgrammar's threads cost more than they split at a decode batch's size
 # (the H200 machine, 64 rows under one schema: 0.29 ms a fill with 1 thread, 0.72 with 8; in the engine the
@@ -53,22 +54,21 @@ class PendingBitmask:
     """A step's bitmask while its fill may still run (:meth:`StructuredOutputManager.start_bitmask`)."""
 
     def __init__(
-        self, bitmask: GrammarBitmask | None, filling: Future | None = None, switch_interval: float | None = None
+        self, bitmask: GrammarBitmask | None, filling: FillWorker | None = None, switch_interval: float | None = None
     ) -> None:
         self._bitmask = bitmask
-        self._filling = filling
+        self._filling = filling  # the worker running this fill, until it is read
         self._switch_interval = switch_interval  # the GIL switch interval to restore once the fill is done
 
     def result(self) -> GrammarBitmask | None:
         """The bitmask, once filled (re-raises the fill's error); None when no sampling row is constrained.
         The deferred accepts that ran first are done then (:meth:`StructuredOutputManager.take_ended`)."""
-        if self._filling is not None:
+        filling, self._filling = self._filling, None
+        if filling is not None:
             try:
-                self._filling.result()
+                filling.wait()
             finally:
-                if self._switch_interval is not None:
-                    sys.setswitchinterval(self._switch_interval)
-                    self._switch_interval = None
+                sys.setswitchinterval(self._switch_interval)
         return self._bitmask
 
 
@@ -87,8 +87,7 @@ class StructuredOutputManager:
     """Grammar matchers of the constrained requests (by request id) and the host side of the bitmask.
 
     ``pin_memory``: the bitmask buffers are pinned (a GPU engine: the runner's copy then needs no host copy
-    and does not wait). ``device``: a CUDA device the model runner of this process samples on; the worker thread
-    then copies each bitmask there itself (pinned buffers needed)."""
+    and does not wait)."""
 
     def __init__(
         self,
@@ -96,7 +95,6 @@ class StructuredOutputManager:
         vocab_size: int,
         eos_token_id: int | None,
         pin_memory: bool = False,
-        device: torch.device | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
@@ -108,8 +106,8 @@ class StructuredOutputManager:
         # two buffers used in turn: a step's bitmask stays intact while the step after it is filled
         self._buffers: list[torch.Tensor] = []
         self._turn = 0
-        self._worker: ThreadPoolExecutor | None = None  # the bitmask fill's thread, made on first use
-        self._device = DeviceBitmaskBuffers(device) if device is not None and pin_memory else None
+        self._views: dict[tuple[int, int], tuple[torch.Tensor, np.ndarray]] = {}  # (turn, rows) -> _buffer's views
+        self._worker: FillWorker | None = None  # the bitmask fill's thread, made on first use
         self._deferred = _Deferred()
         self._ended: list[str] = []  # ids whose deferred token ended their grammar (:meth:`take_ended`)
 
@@ -195,9 +193,8 @@ class StructuredOutputManager:
 
     def start_bitmask(self, sched: SchedulerOutput, in_thread: bool = True) -> PendingBitmask:
         """:meth:`bitmask`, begun: the deferred accepts and then the fill run in the manager's worker thread
-        (xgrammar releases the GIL in both, so the caller's Python work runs beside them), followed by the copy
-        to the device where the manager has one; its ``result()`` waits for them and gives the bitmask. The
-        matchers must not change or go before then."""
+        (xgrammar releases the GIL in both, so the caller's Python work runs beside them); its ``result()`` waits
+        for them and gives the bitmask. The matchers must not change or go before then."""
         matchers = self.matchers
         rows, constrained = [], []
         j = 0
@@ -212,40 +209,47 @@ class StructuredOutputManager:
         if not constrained:
             self._accept_deferred(deferred)
             return PendingBitmask(None)
-        pinned = self._buffer(len(constrained))
-        words = pinned.numpy()
+        pinned, words = self._buffer(len(constrained))
         row_index = None if len(rows) == j else np.asarray(rows, dtype=np.int64)
-        if self._device is not None:  # the worker copies it: the runner only waits for that copy's event
-            target, ready = self._device.target(self._turn, *pinned.shape)
-            bitmask = GrammarBitmask(target, row_index, self.backend.vocab_size, j, ready=ready)
-            copy = (pinned, target, ready)
-        else:
-            bitmask = GrammarBitmask(words, row_index, self.backend.vocab_size, j, pinned)
-            copy = None
+        bitmask = GrammarBitmask(words, row_index, self.backend.vocab_size, j, pinned)
         if not in_thread:
-            self._fill(deferred, constrained, words, copy)
+            self._fill(deferred, constrained, words)
             return PendingBitmask(bitmask)
         if self._worker is None:
-            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnserve-grammar")
+            self._worker = FillWorker()
+            # a manager dropped without close() ends its thread too; not at exit, where a daemon thread that wakes
+            # is ended mid-way by the interpreter's shutdown
+            weakref.finalize(self, self._worker.stop).atexit = False
         interval = sys.getswitchinterval()
         sys.setswitchinterval(min(interval, FILL_SWITCH_INTERVAL))  # restored by the result's reader
-        filling = self._worker.submit(self._fill, deferred, constrained, words, copy)
-        return PendingBitmask(bitmask, filling, interval)
+        self._worker.submit(lambda: self._fill(deferred, constrained, words))
+        return PendingBitmask(bitmask, self._worker, interval)
 
-    def _fill(self, deferred: _Deferred, constrained: list, words: np.ndarray, copy: tuple | None) -> None:
-        """The worker's job: the deferred accepts, the fill of ``words``, the copy ``(pinned, target, event)``."""
+    def close(self) -> None:
+        """End the fill's thread (the engine's shutdown); a later fill starts another."""
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.close()
+
+    def _fill(self, deferred: _Deferred, constrained: list, words: np.ndarray) -> None:
+        """The worker's job: the deferred accepts, then the fill of ``words``."""
         self._accept_deferred(deferred)
         self._batch.batch_fill_next_token_bitmask(constrained, words)
-        if copy is not None:
-            self._device.copy(*copy)
 
-    def _buffer(self, n: int) -> torch.Tensor:
-        """Rows [0, n) of the next buffer in turn: (n, ceil(num_tokens / 32)) int32 on the host."""
-        width = (self.backend.vocab_size + 31) // 32
+    def _buffer(self, n: int) -> tuple[torch.Tensor, np.ndarray]:
+        """Rows [0, n) of the next buffer in turn: (n, ceil(num_tokens / 32)) int32 on the host, and its numpy
+        view (both kept for the next call of the same ``n``: a decode batch makes no new view per step)."""
         self._turn ^= 1
+        view = self._views.get((self._turn, n))
+        if view is not None:
+            return view
+        width = (self.backend.vocab_size + 31) // 32
         if len(self._buffers) < 2 or self._buffers[self._turn].shape[0] < n:
             size = max(n, 64, 2 * (self._buffers[0].shape[0] if self._buffers else 0))
             self._buffers = [
                 torch.empty((size, width), dtype=torch.int32, pin_memory=self.pin_memory) for _ in range(2)
             ]
-        return self._buffers[self._turn][:n]
+            self._views.clear()
+        pinned = self._buffers[self._turn][:n]
+        view = self._views[(self._turn, n)] = (pinned, pinned.numpy())
+        return view

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import threading
+
 import numpy as np
 import pytest
 
@@ -57,3 +60,31 @@ def test_deferred_accepts_run_before_the_next_fill(default_tokenizer):
     manager.start_bitmask(sched).result()
     assert manager.take_ended() == ["a"] and manager.take_ended() == []
     assert manager.accept_tokens([("c", tok.eos_token_id)], defer=True) == ["c"]  # a stop token: at once
+
+
+def _fill_once(manager, tok) -> threading.Thread:
+    manager.add("a", S(regex="ab"))
+    sched = SchedulerOutput([ScheduledRequest("a", [1], 0, [0], SamplingParams(), True)])
+    manager.start_bitmask(sched).result()
+    return manager._worker._thread
+
+
+def test_close_ends_the_fill_thread_and_a_later_fill_starts_another(default_tokenizer):
+    tok = default_tokenizer
+    manager = StructuredOutputManager(tok, len(tok), tok.eos_token_id)
+    first = _fill_once(manager, tok)
+    manager.close()
+    assert not first.is_alive()
+    second = _fill_once(manager, tok)
+    assert second is not first and second.is_alive()
+    manager.close()
+
+
+def test_a_dropped_manager_ends_its_fill_thread(default_tokenizer):
+    tok = default_tokenizer
+    manager = StructuredOutputManager(tok, len(tok), tok.eos_token_id)
+    thread = _fill_once(manager, tok)
+    del manager
+    gc.collect()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
