@@ -103,9 +103,9 @@ def test_triton_bitmask_kernel_is_the_torch_definition(name):
     assert torch.equal(got, on_gpu)
 
 
-def test_worker_thread_copies_the_bitmask_to_the_device(llm_fp32):
-    """With a device, the worker thread accepts the deferred tokens, fills and copies the bitmask itself: the
-    device words equal a host-only manager's, and the runner's stream waits for that copy."""
+def test_pinned_bitmask_copied_by_the_runner_equals_the_host_fill(llm_fp32):
+    """The worker thread accepts the deferred tokens and fills a pinned buffer; the runner's copy of it to the device
+    (``GrammarBitmask.to``, non-blocking, past one full turn of the two buffers) equals a host-only manager's."""
     import numpy as np
     import torch
 
@@ -114,10 +114,10 @@ def test_worker_thread_copies_the_bitmask_to_the_device(llm_fp32):
     from attnserve.structured_output.manager import StructuredOutputManager
 
     engine = llm_fp32.engine
-    assert engine.structured._device is not None  # the engine's own manager copies in its worker
+    assert engine.structured.pin_memory  # the engine's own manager fills pinned buffers
     tok = engine.tokenizer
     managers = [
-        StructuredOutputManager(tok, engine.vocab_size, tok.eos_token_id, pin_memory=True, device=torch.device("cuda")),
+        StructuredOutputManager(tok, engine.vocab_size, tok.eos_token_id, pin_memory=True),
         StructuredOutputManager(tok, engine.vocab_size, tok.eos_token_id),
     ]
     sched = SchedulerOutput(
@@ -129,16 +129,17 @@ def test_worker_thread_copies_the_bitmask_to_the_device(llm_fp32):
         m.add("json", S(json=SCHEMAS[0]))
         m.add("regex", S(regex="[a-z]+@[a-z]+"))
         steps = []
-        for _ in range(3):  # past one full turn of the two buffers
+        for _ in range(3):
             mask = m.start_bitmask(sched).result()
-            on_device = isinstance(mask.words, torch.Tensor) and mask.words.is_cuda
-            assert on_device == (m is managers[0]) and (mask.ready is not None) == on_device
-            staged = mask.to(staging)  # the current stream waits for the worker's copy
+            assert mask.pinned.is_pinned() == (m is managers[0])
+            staged = mask.to(staging)
+            assert staged.words.is_cuda and staged.rows.is_cuda
             words = staged.words.cpu().numpy()
             steps.append((words, staged.rows.tolist()))
             first = [int(np.flatnonzero(np.unpackbits(w.view(np.uint8), bitorder="little"))[0]) for w in words]
             m.accept_tokens(list(zip(["json", "regex"], first)), defer=True)
         seen.append(steps)
+        m.close()
     for (dev_words, dev_rows), (host_words, host_rows) in zip(*seen):
         assert np.array_equal(dev_words, host_words) and dev_rows == host_rows == [1, 2]
 
