@@ -81,6 +81,9 @@ def write_qwen3(path: str, shape: str, vocab_size: int, max_len: int) -> str:
     return path
 
 
+_NONE = object()
+
+
 class Timer:
     """Wraps bound methods so that each call's seconds add to ``self.now[name]``; with ``cpu``, the calling
     thread's CPU seconds (``time.thread_time``) also add to ``self.now["cpu:" + name]``."""
@@ -88,6 +91,21 @@ class Timer:
     def __init__(self, cpu: bool = False) -> None:
         self.now: dict[str, float] = defaultdict(float)
         self.cpu = cpu
+        self._replaced: list[tuple[object, str, object]] = []  # (obj, attr, its own attribute before, or _NONE)
+
+    def replace(self, obj, attr: str, fn) -> None:
+        """``obj.attr = fn``, undone by :meth:`unwrap`."""
+        self._replaced.append((obj, attr, vars(obj).get(attr, _NONE)))
+        setattr(obj, attr, fn)
+
+    def unwrap(self) -> None:
+        """Undo every :meth:`wrap` and :meth:`replace`, last first: the objects run untimed again."""
+        while self._replaced:
+            obj, attr, before = self._replaced.pop()
+            if before is _NONE:
+                delattr(obj, attr)
+            else:
+                setattr(obj, attr, before)
 
     def wrap(self, obj, attr: str, name: str) -> None:
         fn = getattr(obj, attr)
@@ -103,7 +121,7 @@ class Timer:
                 if cpu_name:
                     now[cpu_name] += time.thread_time() - c
 
-        setattr(obj, attr, timed)
+        self.replace(obj, attr, timed)
 
 
 def main() -> None:

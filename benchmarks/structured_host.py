@@ -47,6 +47,8 @@ from benchmarks.host_overhead import Timer, write_qwen3
 PARTS = (
     "accept",
     "fill",
+    "fill_start",
+    "fill_wait",
     "stage",
     "apply",
     "schedule",
@@ -72,6 +74,8 @@ class StepParts:
 
         self.num_requests = num_requests
         self.steps: list[dict[str, float]] = []
+        # every step's parts (s) with "requests": its plan's request count, "decode": whether all decode
+        self.trace: list[dict[str, float]] = []
         self.timer = timer = timer if timer is not None else Timer()
         runner = engine.runner
         timer.wrap(engine.scheduler, "schedule", "schedule")
@@ -79,10 +83,12 @@ class StepParts:
         self.plan = None
 
         def keep(*args, **kwargs):
-            self.plan = schedule(*args, **kwargs)
-            return self.plan
+            plan = schedule(*args, **kwargs)
+            if self.plan is None:  # a step's first: a structured step then plans the step after it ahead
+                self.plan = plan
+            return plan
 
-        engine.scheduler.schedule = keep
+        timer.replace(engine.scheduler, "schedule", keep)
         timer.wrap(engine.scheduler, "update", "update")
         timer.wrap(engine.output_processor, "process", "output")
         timer.wrap(runner, "queue_forward", "forward")
@@ -91,6 +97,8 @@ class StepParts:
         timer.wrap(mr.QueuedForward, "sample", "sample")
         timer.wrap(engine.structured, "start_bitmask", "fill")  # the fill's start, then the wait for it
         timer.wrap(PendingBitmask, "result", "fill")
+        timer.wrap(engine.structured, "start_bitmask", "fill_start")  # the same two apart
+        timer.wrap(PendingBitmask, "result", "fill_wait")
         timer.wrap(engine.structured, "accept_tokens", "accept")
         timer.wrap(mr, "apply_grammar_bitmask", "apply")  # as step_output's own code calls it
         timer.wrap(mr.PendingStep, "result", "wait")
@@ -105,15 +113,18 @@ class StepParts:
                 return step()
             finally:
                 timer.now["step"] = time.perf_counter() - t
-                plan = self.plan  # the step this call scheduled: every request decoding one token
-                if (
-                    plan is not None
-                    and len(plan.requests) == self.num_requests
-                    and all(len(r.token_ids) == 1 for r in plan.requests)
-                ):
+                plan = self.plan  # the first plan this call made: every request decoding one token
+                decode = plan is not None and all(len(r.token_ids) == 1 for r in plan.requests)
+                n = 0 if plan is None else len(plan.requests)
+                self.trace.append({**timer.now, "requests": n, "decode": decode, "t": time.perf_counter()})
+                if decode and n == self.num_requests:
                     self.steps.append(dict(timer.now))
 
-        engine.step = timed_step
+        timer.replace(engine, "step", timed_step)
+
+    def detach(self) -> None:
+        """Unwrap the engine's methods: its steps run untimed again (the timing costs a few us a wrapped call)."""
+        self.timer.unwrap()
 
     def medians(self) -> dict[str, float]:
         """Each part's median over the kept steps, ms; ``grammar_host`` = accept + fill + stage."""

@@ -8,9 +8,11 @@ noise, but the schema still constrains them, and every step fills and applies a 
 Every request is ``--input-len`` random prompt tokens and runs exactly ``--output-len`` tokens (ignore_eos; the
 schema's long string field keeps a constrained request from ending sooner), greedy. TPOT per request is
 (finish - first token) / (tokens - 1), the median over the batch. Each mode runs once to warm up (compile, CUDA
-graphs, the grammar), then ``--rounds`` rounds of one timed run of each mode back to back: the table gives each
+graphs, the grammar), then ``--rounds`` rounds of one timed run of each mode back to back (each round's order starting one mode
+later than the last's): the table gives each
 mode's median over the rounds, and the JSON cost is the median of the rounds' own ratios (the host's speed drifts
-within a process, so only neighbours compare). Then the host's time per all-decode step of the last round, by part
+within a process, so only neighbours compare). Then one more run of each mode with the host's time per all-decode
+step timed by part (the rounds run without those timers, which cost a few us a wrapped call)
 (``benchmarks/structured_host.py``'s ``StepParts``: grammar accept, bitmask fill and copy, schedule, the launches
 of the forward pass and of the sampling, the wait for the device's tokens, ...; medians, ms), the tails of the
 step and of its slow parts (mean, p90, p99, max: a TPOT is a mean step) and the timed run's garbage
@@ -57,6 +59,61 @@ SCHEMA = {
 }
 
 
+class PoolWorker:
+    """The fill's thread as it was before ``FillWorker``: a one-thread ThreadPoolExecutor (variant ``json_pool``)."""
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnserve-grammar-pool")
+        self._future = None
+
+    def submit(self, job) -> None:
+        self._future = self._pool.submit(job)
+
+    def wait(self) -> None:
+        future, self._future = self._future, None
+        if future is not None:
+            future.result()
+
+    def close(self) -> None:
+        self.wait()
+        self._pool.shutdown()
+
+
+def _pool_worker(structured):
+    own, structured._worker = structured._worker, PoolWorker()
+
+    def undo():
+        structured._worker.close()
+        structured._worker = own
+
+    return undo
+
+
+def _switch_interval_20us(structured):
+    """The GIL switch interval while a fill runs 20 us instead of ``manager.FILL_SWITCH_INTERVAL``."""
+    import attnserve.structured_output.manager as manager
+
+    own, manager.FILL_SWITCH_INTERVAL = manager.FILL_SWITCH_INTERVAL, 2e-5
+    return lambda: setattr(manager, "FILL_SWITCH_INTERVAL", own)
+
+
+def _accept_on_engine_thread(structured):
+    """Every token accepted by the engine's thread at once (no deferred accepts in the worker)."""
+    timed = structured.accept_tokens
+    structured.accept_tokens = lambda tokens, defer=False: timed(tokens, False)
+    return lambda: setattr(structured, "accept_tokens", timed)
+
+
+# name -> patch(engine.structured) returning its undo: the JSON path with one change, for --variants
+VARIANTS = {
+    "json_pool": _pool_worker,  # the fill's thread a ThreadPoolExecutor, as before FillWorker
+    "json_si20": _switch_interval_20us,
+    "json_accept_main": _accept_on_engine_thread,
+}
+
+
 def _value(v: str):
     try:
         return json.loads(v)
@@ -87,6 +144,7 @@ def run(llm: LLM, prompts: list[list[int]], params: SamplingParams, parts=None) 
 
     if parts is not None:
         parts.steps.clear()
+        parts.trace.clear()
     with GcPauses() as gc_pauses:
         t0 = time.perf_counter()
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
@@ -108,11 +166,21 @@ def run(llm: LLM, prompts: list[list[int]], params: SamplingParams, parts=None) 
         "output_tok_s": sum(ntok) / wall,
         "wall_s": wall,
         "gc": gc_pauses.summary(),
+        "requests": [
+            (
+                len(o.outputs[0].token_ids),
+                o.metrics.first_token_time,
+                o.metrics.finished_time,
+                o.outputs[0].finish_reason,
+            )
+            for o in outs
+        ],
     }
     if parts is not None and parts.steps:
         out["host_ms"] = parts.medians()
         out["host_tails_ms"] = parts.tails()
         out["decode_steps"] = len(parts.steps)
+        out["trace"] = list(parts.trace)
     return out
 
 
@@ -149,6 +217,13 @@ def main() -> None:
     ap.add_argument("--switch-interval", type=float, default=None, help="GIL switch interval while a fill runs, s")
     ap.add_argument("--serial-fill", action="store_true", help="fill on the engine thread (no worker thread)")
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds, one run of each mode apiece")
+    ap.add_argument(
+        "--variants",
+        nargs="*",
+        default=[],
+        choices=sorted(VARIANTS),
+        help="more JSON modes per round, each the engine's path with one change (VARIANTS)",
+    )
     ap.add_argument("engine", nargs="*", help="LLM keyword=value")
     a = ap.parse_args()
     import attnserve.structured_output.manager as manager
@@ -161,24 +236,47 @@ def main() -> None:
         start = manager.StructuredOutputManager.start_bitmask
         manager.StructuredOutputManager.start_bitmask = lambda self, sched, in_thread=True: start(self, sched, False)
     kw, llm, prompts, free, constrained = workload(a)
-    parts = None
-    if not a.no_host_parts:
-        from benchmarks.structured_host import StepParts
+    modes = (("unconstrained", free), ("json_schema", constrained)) + tuple((v, constrained) for v in a.variants)
+    structured = llm.engine.structured
 
-        parts = StepParts(llm.engine, a.batch)
-    modes = (("unconstrained", free), ("json_schema", constrained))
-    for _, params in modes:
-        run(llm, prompts, params)  # warm-up: compile, CUDA graphs, the grammar
+    def run_mode(name: str, params: SamplingParams, parts=None) -> dict:
+        if name not in VARIANTS:
+            return run(llm, prompts, params, parts)
+        undo = VARIANTS[name](structured)
+        try:
+            return run(llm, prompts, params, parts)
+        finally:
+            undo()
+
+    for name, params in modes:
+        run_mode(name, params)  # warm-up: compile, CUDA graphs, the grammar
     # rounds of one timed run per mode, back to back: the host's speed drifts within a process (the H200 machine:
     # 2.05 -> 2.45 ms for the same unconstrained run minutes apart), so each round's ratio compares neighbours
     rounds = []
-    for _ in range(a.rounds):
-        rounds.append({name: run(llm, prompts, params, parts) for name, params in modes})
+    for i in range(a.rounds):  # untimed by parts: their wrappers cost a few us a call, more calls in a JSON step
+        turn = modes[i % len(modes) :] + modes[: i % len(modes)]  # each round starts one mode later: no mode always
+        rounds.append({name: run_mode(name, params) for name, params in turn})  # runs just after another
+    timed = {}
+    if not a.no_host_parts:  # then one run per mode with its parts timed: the table of parts and tails
+        from benchmarks.structured_host import StepParts
+
+        parts = StepParts(llm.engine, a.batch)
+        timed = {name: run_mode(name, params, parts) for name, params in modes}
+        parts.detach()
     ratios = [r["json_schema"]["tpot_ms"] / r["unconstrained"]["tpot_ms"] for r in rounds]
-    results = {name: rounds[-1][name] for name, _ in modes}  # the last round's parts and tails
+    variant_cost = {
+        v: statistics.median(r[v]["tpot_ms"] / r["unconstrained"]["tpot_ms"] for r in rounds) - 1 for v in a.variants
+    }
+    results = {name: dict(rounds[-1][name]) for name, _ in modes}  # the last round's, parts from their run
     for name, _ in modes:
-        results[name]["tpot_ms"] = statistics.median(r[name]["tpot_ms"] for r in rounds)
-        results[name]["tpot_ms_rounds"] = [r[name]["tpot_ms"] for r in rounds]
+        per_round = [r[name]["tpot_ms"] for r in rounds]
+        results[name]["tpot_ms"] = statistics.median(per_round)
+        results[name]["tpot_ms_rounds"] = per_round
+        for k in ("host_ms", "host_tails_ms", "decode_steps", "trace"):
+            if k in timed.get(name, {}):
+                results[name][k] = timed[name][k]
+        if name in timed:
+            results[name]["tpot_ms_parts_timed"] = timed[name]["tpot_ms"]
     base = results["unconstrained"]["tpot_ms"]
     cost = statistics.median(ratios) - 1
     print(
@@ -192,9 +290,17 @@ def main() -> None:
             f"{name:<14} {r['tpot_ms']:>8.3f} {r['tpot_ms'] / base - 1:>+8.1%} {r['tokens_mean']:>7.1f} "
             f"{r['output_tok_s']:>10.0f} {valid:>6}"
         )
-    rounds_text = ", ".join(f"{u:.3f}/{j:.3f}" for u, j in zip(*(results[n]["tpot_ms_rounds"] for n, _ in modes)))
-    print(f"rounds (unconstrained/JSON TPOT ms): {rounds_text}; JSON cost, median of the rounds' ratios: {cost:+.1%}")
-    if parts is not None and all("host_ms" in r for r in results.values()):
+    rounds_text = ", ".join(
+        "/".join(f"{t:.3f}" for t in ts) for ts in zip(*(results[n]["tpot_ms_rounds"] for n, _ in modes))
+    )
+    names = "/".join(n for n, _ in modes)
+    print(f"rounds ({names} TPOT ms): {rounds_text}; JSON cost, median of the rounds' ratios: {cost:+.1%}")
+    for v, c in variant_cost.items():
+        print(f"JSON cost of {v}, median of the rounds' ratios: {c:+.1%}")
+    if timed:
+        text = ", ".join(f"{n} {r['tpot_ms']:.3f}" for n, r in timed.items())
+        print(f"TPOT ms of the run with its parts timed: {text}")
+    if timed and all("host_ms" in r for r in results.values()):
         from benchmarks.structured_host import PARTS
 
         names = [p for p in PARTS if p != "apply"] + ["grammar_host"]
@@ -218,6 +324,7 @@ def main() -> None:
                     "batch": a.batch,
                     "results": results,
                     "json_cost_median_of_rounds": cost,
+                    "variant_cost_median_of_rounds": variant_cost,
                 },
                 f,
                 indent=1,
