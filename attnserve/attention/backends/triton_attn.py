@@ -9,7 +9,10 @@ kernel before them and the GEMV after them overlap their launches. New K/V go in
 Triton ``reshape_and_cache`` kernel; an fp8 cache (e4m3 or e5m2) stores ``x / scale`` per tensor, saturated (the
 layer's scales: the checkpoint's, calculate_kv_scales' or 1.0); the kernels fold the scales into the softmax
 scale and the output and dot fp8 tiles as float16 (``attention_tiles.default_fp8_dot``), in tiles of twice the
-tokens (``FP8_KV_TILE_TOKENS``).
+tokens (``FP8_KV_TILE_TOKENS``). Decode calls over an fp8 cache run the keys-major kernel instead
+(``kernels/triton_fp8_decode.py``: the KV tile as the dots' M side, so both dots run on Hopper's wgmma)
+where it applies (no window, soft cap or sinks; its ``supports``); those steps rotate and write K/V with the
+RoPE + KV-write kernel first.
 Decode timings against FlashInfer (``benchmarks/gpu/bench_triton_decode.py``): docs/benchmarks.md.
 
 Limits: any CUDA GPU Triton compiles for (compute capability >= 7.0, the minimum of Triton's NVIDIA
@@ -157,9 +160,25 @@ class TritonAttentionImpl(AttentionImpl):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        from attnserve.kernels import triton_attention
+        from attnserve.kernels import triton_attention, triton_fp8_decode
 
         self._ops = triton_attention
+        self._fp8_ops = triton_fp8_decode
+        spec = self.spec
+        # decode calls over an fp8 cache take the keys-major kernel where it applies (its docstring)
+        self._fp8_decode_layer = (
+            spec.kv_cache_dtype != "auto" and spec.sliding_window is None and spec.logits_soft_cap is None
+        )
+
+    def _keys_major(self, call: TritonAttentionTiles, query: torch.Tensor) -> bool:
+        """Whether ``call`` runs ``triton_fp8_decode.fp8_decode_attention``: a decode call over an fp8 cache,
+        in a layer without window, soft cap or sinks that the kernel supports."""
+        return (
+            call.decode
+            and self._fp8_decode_layer
+            and self.sinks is None
+            and self._fp8_ops.supports(self.head_size, self.num_heads // self.num_kv_heads, query.dtype)
+        )
 
     def kv_write_target(self, kv_cache, metadata: TritonAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, self.kv_dim), metadata.slot_mapping, self.k_scale, self.v_scale)
@@ -175,6 +194,8 @@ class TritonAttentionImpl(AttentionImpl):
             return None
         call = metadata.calls[0]
         if not call.decode or call.num_splits != 1 or call.launch.get("num_warps", 4) != 4:
+            return None
+        if self._keys_major(call, query):  # that kernel does not rotate or write
             return None
         key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
         decode_rope = self._ops.DecodeRope(
@@ -193,6 +214,21 @@ class TritonAttentionImpl(AttentionImpl):
     def _attend(self, query, key_cache, value_cache, metadata: TritonAttentionMetadata, rope=None) -> torch.Tensor:
         out = torch.empty_like(query)
         for call in metadata.calls:
+            if rope is None and self._keys_major(call, query):
+                first, end = call.token_range  # decode tiles: request i is token i
+                self._fp8_ops.fp8_decode_attention(
+                    out[first:end],
+                    query[first:end],
+                    key_cache,
+                    value_cache,
+                    metadata.block_table[first:end],
+                    metadata.seq_lens[first:end],
+                    self.scale,
+                    k_scale=self.k_scale,
+                    v_scale=self.v_scale,
+                    num_splits=call.num_splits,
+                )
+                continue
             self._ops.paged_attention(
                 out,
                 query,

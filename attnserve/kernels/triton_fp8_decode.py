@@ -1,0 +1,224 @@
+"""Paged decode over an fp8 KV cache with the KV tile as the dots' M side ("keys-major"), in Triton.
+
+TRITON_ATTN's unified kernel (``triton_attention.py``) computes ``S = Q K^T`` with the query heads of a KV
+head as the dot's rows: a decode program has 16 rows (2-4 query heads, padded), too few for Hopper's
+``wgmma``, so Triton emits ``mma.sync`` and the fp8 decode loop stops near 2.9 TB/s of fp8 KV on an H200.
+Here both products are transposed: ``S^T = K Q^T`` is ``(BLOCK_N tokens, D) @ (D, QROWS)`` and ``O^T += V^T
+P^T`` is ``(D, BLOCK_N) @ (BLOCK_N, QROWS)``, so the M sides are the KV tile and the head dimension, both at
+least 64, and both dots run on ``wgmma``; the query rows (the KV head's query heads, padded to 8: wgmma's
+smallest N) are the N side. K and V are converted to float16 in registers (V in the layout it was loaded
+in, 16 bytes a load: ``triton_attention._fp8_operand``'s "f16v"); the query is float16 (clamped to
++-65504), so the result matches the unified kernel's fp8 path to float16 rounding. The scales leave the
+loop: k_scale and log2(e) in the scores' scale (``exp2``), v_scale on the output.
+
+Measured on an H200 (``benchmarks/gpu/bench_fp8_keys_major.py``, docs/benchmarks.md "FP8 KV cache"): its
+timing probes (``PROBE``) show K's half of the loop near 4 TB/s and V's path (the transpose that
+``V^T``'s dot needs for 8-bit data) taking the rest.
+
+One program per (request, KV head, split); decode only (request i's one query token is token i), no
+soft-capping, window or sinks: TRITON_ATTN runs ``paged_attention`` for those (``triton_attn.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from attnserve.kernels.triton_attention import _fp8_operand
+from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS
+from attnserve.kernels.triton_merge_splits import merge_splits, partial_results
+
+_LOG2E = tl.constexpr(1.4426950408889634)
+# "f16v": V converted to float16 in its load layout (PTX that Triton leaves in place); "f16": Triton's own
+# conversion, after it moves the tile to the dot's layout
+PV_MODES = ("f16v", "f16")
+# "no_softmax", "no_pv": timing probes that leave part of the loop out (their outputs are wrong)
+PROBES = ("", "no_softmax", "no_pv")
+# the H200 sweep's best (benchmarks/gpu/bench_fp8_keys_major.py): 64-token tiles, 4 warps, 2 stages
+BLOCK_N = 64
+LAUNCH = {"num_warps": 4, "num_stages": 2}
+
+
+def supports(head_size: int, num_queries_per_kv: int, query_dtype: torch.dtype) -> bool:
+    """Whether :func:`fp8_decode_attention` runs this layer: head size a power of two in [16, 256], at most
+    16 query heads per KV head, a 16-bit query."""
+    pow2 = head_size & (head_size - 1) == 0
+    return pow2 and 16 <= head_size <= 256 and num_queries_per_kv <= 16 and query_dtype != torch.float32
+
+
+@triton.jit
+def _fp8_decode_kernel(
+    out_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    bt_ptr,
+    seq_lens_ptr,
+    part_out,
+    part_lse,
+    strides_o,
+    strides_q,
+    strides_k,
+    strides_v,
+    bt_stride,
+    scales,
+    num_q_heads,
+    NUM_QPKV: tl.constexpr,
+    QROWS: tl.constexpr,
+    HEAD: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    PV: tl.constexpr,
+    PROBE: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    """Grid (batch, Hkv, NUM_SPLITS). ``strides_o``, ``strides_q``: (token, head); ``strides_k``, ``strides_v``:
+    (block, slot, head) element strides; ``scales``: (softmax scale, k_scale, v_scale)."""
+    stride_ot, stride_oh = strides_o
+    stride_qt, stride_qh = strides_q
+    stride_kb, stride_ks, stride_kh = strides_k
+    stride_vb, stride_vs, stride_vh = strides_v
+    scale, k_scale, v_scale = scales
+    seq = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + seq)
+
+    offs_r = tl.arange(0, QROWS)
+    head = kvh * NUM_QPKV + offs_r
+    r_valid = offs_r < NUM_QPKV
+    offs_d = tl.arange(0, HEAD)
+    q = tl.load(
+        q_ptr + seq.to(tl.int64) * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+        mask=r_valid[:, None],
+        other=0.0,
+    ).to(tl.float32)
+    qt = tl.trans(tl.minimum(tl.maximum(q, -65504.0), 65504.0).to(tl.float16))  # (HEAD, QROWS)
+    qk_scale = scale * k_scale * _LOG2E
+
+    kv_hi = tl.cdiv(seq_len, BLOCK_N)
+    kv_lo = 0
+    if NUM_SPLITS > 1:  # each split owns a whole number of KV tiles; trailing splits may own none
+        per_split = tl.cdiv(kv_hi, NUM_SPLITS)
+        kv_lo = split * per_split
+        kv_hi = tl.minimum(kv_hi, kv_lo + per_split)
+
+    m_i = tl.full([QROWS], float("-inf"), tl.float32)  # log2 units
+    l_i = tl.zeros([QROWS], tl.float32)
+    acc = tl.zeros([HEAD, QROWS], tl.float32)  # O^T
+    offs_n = tl.arange(0, BLOCK_N)
+    bt_row = bt_ptr + seq * bt_stride
+    for j in range(kv_lo, kv_hi):
+        k_pos = j * BLOCK_N + offs_n
+        n_valid = k_pos < seq_len
+        # each token's physical block; tokens past seq_len read no entry
+        blk = tl.load(bt_row + k_pos // PAGE, mask=n_valid, other=0).to(tl.int64)
+        slot = k_pos % PAGE
+        k_off = blk * stride_kb + slot * stride_ks + kvh * stride_kh
+        v_off = blk * stride_vb + slot * stride_vs + kvh * stride_vh
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=n_valid[:, None], other=0.0)  # (BLOCK_N, HEAD)
+        s_t = tl.dot(k.to(tl.float16), qt)  # (BLOCK_N, QROWS) float32
+        if PROBE != "no_pv":
+            vt = tl.load(v_ptr + v_off[None, :] + offs_d[:, None], mask=n_valid[None, :], other=0.0)  # (HEAD, N)
+            if PV == "f16v":
+                vt = _fp8_operand(vt, tl.float16, "f16v", True, INTERPRET)
+            else:
+                vt = vt.to(tl.float16)
+        if PROBE == "no_softmax":
+            acc = acc + tl.dot(vt, s_t.to(tl.float16))
+        elif PROBE == "no_pv":  # V is not read
+            acc = acc + tl.sum(s_t, 0)[None, :]
+        else:
+            s_t = tl.where(n_valid[:, None], s_t * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s_t, 0))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # columns with nothing seen yet stay at 0
+            p_t = tl.exp2(s_t - m_safe[None, :])
+            alpha = tl.exp2(m_i - m_safe)
+            l_i = l_i * alpha + tl.sum(p_t, 0)
+            m_i = m_new
+            acc = acc * alpha[None, :] + tl.dot(vt, p_t.to(tl.float16))
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc * (v_scale / l_safe)[None, :]  # (HEAD, QROWS)
+    tok = seq.to(tl.int64)
+    r_mask = r_valid[None, :]
+    if NUM_SPLITS > 1:
+        # partials: (T, Hq, NUM_SPLITS, HEAD) and (T, Hq, NUM_SPLITS), float32, natural-log lse
+        row = (tok * num_q_heads + head) * NUM_SPLITS + split
+        tl.store(part_out + row[None, :] * HEAD + offs_d[:, None], out, mask=r_mask)
+        lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.log2(l_safe)) / _LOG2E)
+        tl.store(part_lse + row, lse, mask=r_valid)
+    else:
+        o_off = tok * stride_ot + head[None, :] * stride_oh + offs_d[:, None]
+        tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=r_mask)
+
+
+def fp8_decode_attention(
+    out: torch.Tensor,  # (B, Hq, D): request i's one query token is row i
+    query: torch.Tensor,  # (B, Hq, D) float16 or bfloat16, last dim contiguous
+    key_cache: torch.Tensor,  # (num_blocks, block_size, Hkv, D) fp8 (e4m3 or e5m2), any strides, last dim contiguous
+    value_cache: torch.Tensor,  # same
+    block_table: torch.Tensor,  # (B, max_blocks) int32
+    seq_lens: torch.Tensor,  # (B,) int32, the new token included
+    scale: float,
+    *,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    num_splits: int = 1,
+    block_n: int = BLOCK_N,
+    pv: str = "f16v",
+    q_rows: int | None = None,
+    probe: str = "",
+    launch: dict | None = None,
+) -> torch.Tensor:
+    """Decode attention over an fp8 paged cache (module docstring), written into ``out``.
+
+    ``num_splits`` (rounded up to a power of two) splits each request's KV tiles across programs and merges the partial
+    results (``triton_merge_splits``); ``block_n``: tokens per KV tile (a power of two, >= 16); ``q_rows``: the
+    dots' N (None: the query heads per KV head, padded to a power of two >= 8); ``launch``: launch options
+    (None: :data:`LAUNCH`). The layer must pass :func:`supports`."""
+    batch, num_heads, head = query.shape
+    num_kv_heads, page = key_cache.shape[2], key_cache.shape[1]
+    num_qpkv = num_heads // num_kv_heads
+    assert key_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2), key_cache.dtype
+    assert supports(head, num_qpkv, query.dtype), (head, num_qpkv, query.dtype)
+    assert key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1 and query.stride(-1) == 1
+    assert pv in PV_MODES and probe in PROBES, (pv, probe)
+    if batch == 0:
+        return out
+    part_out = part_lse = out  # placeholders when not splitting
+    if num_splits > 1:
+        num_splits = triton.next_power_of_2(num_splits)  # the merge's arange needs a power of two
+        part_out, part_lse = partial_results(batch, num_heads, num_splits, head, query.device)
+    _fp8_decode_kernel[(batch, num_kv_heads, num_splits)](
+        out,
+        query,
+        key_cache,
+        value_cache,
+        block_table,
+        seq_lens,
+        part_out,
+        part_lse,
+        (out.stride(0), out.stride(1)),
+        (query.stride(0), query.stride(1)),
+        tuple(key_cache.stride()[:3]),
+        tuple(value_cache.stride()[:3]),
+        block_table.stride(0),
+        (scale, k_scale, v_scale),
+        num_heads,
+        NUM_QPKV=num_qpkv,
+        QROWS=q_rows or max(8, triton.next_power_of_2(num_qpkv)),
+        HEAD=head,
+        PAGE=page,
+        BLOCK_N=block_n,
+        NUM_SPLITS=num_splits,
+        PV=pv,
+        PROBE=probe,
+        INTERPRET=INTERPRETED,
+        **LAUNCH_OPTIONS,
+        **(LAUNCH if launch is None else launch),
+    )
+    if num_splits > 1:
+        merge_splits(out, part_out, part_lse, (0, batch), head)
+    return out
