@@ -6,9 +6,9 @@ head as the dot's rows: a decode program has 16 rows (2-4 query heads, padded), 
 Here both products are transposed: ``S^T = K Q^T`` is ``(BLOCK_N tokens, D) @ (D, QROWS)`` and ``O^T += V^T
 P^T`` is ``(D, BLOCK_N) @ (BLOCK_N, QROWS)``, so the M sides are the KV tile and the head dimension, both at
 least 64, and both dots run on ``wgmma``; the query rows (the KV head's query heads, padded to 8: wgmma's
-smallest N) are the N side. K and V are converted to float16 in registers (V in the layout it was loaded
-in, 16 bytes a load: ``triton_attention._fp8_operand``'s "f16v"); the query is float16 (clamped to
-+-65504), so the result matches the unified kernel's fp8 path to float16 rounding. The scales leave the
+smallest N) are the N side. K and V are converted to float16 in registers (``PV_MODES``: where V's
+conversion happens); the query is float16 (clamped to +-65504), so the result matches the unified kernel's
+fp8 path to float16 rounding. The scales leave the
 loop: k_scale and log2(e) in the scores' scale (``exp2``), v_scale on the output.
 
 Measured on an H200 (``benchmarks/gpu/bench_fp8_keys_major.py``, docs/benchmarks.md "FP8 KV cache"): its
@@ -30,9 +30,10 @@ from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS
 from attnserve.kernels.triton_merge_splits import merge_splits, partial_results
 
 _LOG2E = tl.constexpr(1.4426950408889634)
-# "f16v": V converted to float16 in its load layout (PTX that Triton leaves in place); "f16": Triton's own
-# conversion, after it moves the tile to the dot's layout
-PV_MODES = ("f16v", "f16")
+# "f16": Triton's own conversion of V, after it moves the tile to the dot's layout (the default: 343-346 us
+# against 361-363 in three H200 runs, docs/benchmarks.md); "f16v": converted in its load layout (PTX that Triton
+# leaves in place, as the unified kernel's "f16v")
+PV_MODES = ("f16", "f16v")
 # "no_softmax", "no_pv": timing probes that leave part of the loop out (their outputs are wrong)
 PROBES = ("", "no_softmax", "no_pv")
 # the H200 sweep's best (benchmarks/gpu/bench_fp8_keys_major.py): 64-token tiles, 4 warps, 2 stages
@@ -167,7 +168,7 @@ def fp8_decode_attention(
     v_scale: float = 1.0,
     num_splits: int = 1,
     block_n: int = BLOCK_N,
-    pv: str = "f16v",
+    pv: str = "f16",
     q_rows: int | None = None,
     probe: str = "",
     launch: dict | None = None,

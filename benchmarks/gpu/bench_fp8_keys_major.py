@@ -83,7 +83,7 @@ def main() -> None:
     ap.add_argument("--q-heads", type=int, default=32)
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--block-size", type=int, default=16)
-    ap.add_argument("--pv", nargs="+", choices=PV_MODES, default=["f16v"])
+    ap.add_argument("--pv", nargs="+", choices=PV_MODES, default=["f16", "f16v"])
     ap.add_argument("--tokens", type=int, nargs="+", default=[64, 128], help="KV tile sizes")
     ap.add_argument("--warps", type=int, nargs="+", default=[4])
     ap.add_argument("--stages", type=int, nargs="+", default=[2, 3])
