@@ -112,7 +112,8 @@ def render() -> str:
             "from the checkpoint (`k_scale`/`v_scale`), `--calculate-kv-scales`, else 1.0. FLASH_ATTN: version 3 only "
             "(e4m3; query quantized per call, q/k/v descales); FLASHINFER: the decode keeps the 16-bit query (fa2 "
             "tensor cores over the fp8 cache), the prefill's is quantized (static q_scale) on sm90 unless "
-            "`disable_flashinfer_q_quantization`; CPU_ATTN dequantizes on read.",
+            "`disable_flashinfer_q_quantization`; TRITON_ATTN: fp8 tiles dot as float16 (16-bit query), decode "
+            "calls in the keys-major kernel where no window, soft cap or sinks apply; CPU_ATTN dequantizes on read.",
             "- Sinks (a learned logit per query head in the softmax, gpt-oss): CPU_ATTN, FLEX_ATTENTION, TRITON_ATTN and "
             "FLASH_ATTN version 4 (`learnable_sink`); FLASHINFER's come with its TRT-LLM kernels, not wired here.",
             "- FLEX_ATTENTION on CUDA also needs Triton (torch.compile generates its kernels).",
