@@ -25,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from attnserve.kernels.triton_attention import _fp8_operand
 from attnserve.kernels.triton_common import INTERPRETED, LAUNCH_OPTIONS
+from attnserve.kernels.triton_fp8_tiles import fp8_operand
 from attnserve.kernels.triton_merge_splits import merge_splits, partial_results
 
 _LOG2E = tl.constexpr(1.4426950408889634)
@@ -124,7 +124,7 @@ def _fp8_decode_kernel(
         if PROBE != "no_pv":
             vt = tl.load(v_ptr + v_off[None, :] + offs_d[:, None], mask=n_valid[None, :], other=0.0)  # (HEAD, N)
             if PV == "f16v":
-                vt = _fp8_operand(vt, tl.float16, "f16v", True, INTERPRET)
+                vt = fp8_operand(vt, tl.float16, "f16v", True, INTERPRET)
             else:
                 vt = vt.to(tl.float16)
         if PROBE == "no_softmax":

@@ -71,6 +71,45 @@ def built(tmp_path_factory) -> list:
     return torch.load(folder / "out.pt")
 
 
+# the keys-major fp8 decode (triton_fp8_decode.py) as TRITON_ATTN launches it: (head, qpkv, page, splits, kv, pv)
+KEYS_MAJOR = [
+    (128, 4, 16, 1, "fp8e4nv", "f16"),  # Llama-3 8B batch-64 decode
+    (128, 2, 16, 1, "fp8e5", "f16"),  # Qwen3, e5m2
+    (128, 4, 16, 8, "fp8e4nv", "f16"),  # split-KV
+    (64, 3, 16, 1, "fp8e4nv", "f16v"),  # SmolLM2's head 64, the PTX conversion
+    (256, 8, 64, 1, "fp8e4nv", "f16"),  # head 256, 64-token pages
+]
+
+
+@pytest.fixture(scope="module")
+def built_keys_major(tmp_path_factory) -> list:
+    from tests.kernels.triton_attention_sm90 import _tool
+
+    if _tool("ptxas") is None or _tool("cuobjdump") is None:
+        pytest.skip("needs Triton's NVIDIA backend with ptxas and cuobjdump")
+    folder = tmp_path_factory.mktemp("sm90k")
+    keys = ("head", "qpkv", "page", "num_splits", "kv", "pv")
+    torch.save([dict(zip(keys, v), kernel="keys") for v in KEYS_MAJOR], folder / "in.pt")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.kernels.triton_attention_sm90", str(folder / "in.pt"), str(folder / "out.pt")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return torch.load(folder / "out.pt")
+
+
+@pytest.mark.parametrize("index", range(len(KEYS_MAJOR)), ids=["-".join(map(str, v)) for v in KEYS_MAJOR])
+def test_keys_major_fp8_decode_builds_for_sm90_without_spills(index, built_keys_major):
+    res, shared = built_keys_major[index]
+    assert res["REG"] <= 255 and res["STACK"] == 0 and res["LOCAL"] == 0, res
+    assert shared <= FP8_SHARED_LIMIT, shared
+
+
 @pytest.mark.parametrize("index", range(len(VARIANTS)), ids=["-".join(map(str, v)) for v in VARIANTS])
 def test_kernel_builds_for_sm90_without_spills(index, built):
     res, shared = built[index]

@@ -160,11 +160,69 @@ def compile_sm90(
     return (resources, kernel.metadata.shared, sass) if asm else (resources, kernel.metadata.shared)
 
 
+def _resources(kernel) -> dict:
+    """cuobjdump's resource usage of a compiled kernel: {"REG": n, "STACK": n, "LOCAL": n, ...}."""
+    with tempfile.TemporaryDirectory() as folder:
+        cubin = os.path.join(folder, "kernel.cubin")
+        with open(cubin, "wb") as f:
+            f.write(kernel.asm["cubin"])
+        usage = subprocess.run(
+            [_tool("cuobjdump"), "-res-usage", cubin], capture_output=True, text=True, check=True
+        ).stdout
+    return {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}
+
+
+def compile_keys_major_sm90(head: int, qpkv: int, page: int, num_splits: int, kv: str, pv: str = "f16") -> tuple:
+    """``triton_fp8_decode._fp8_decode_kernel`` compiled for sm_90 as ``fp8_decode_attention`` launches it (its
+    ``BLOCK_N`` and ``LAUNCH``, no FP contraction; pointers and integer strides divisible by 16); ``kv``: "fp8e4nv"
+    or "fp8e5". Returns (resource usage, shared memory bytes)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from attnserve.kernels import triton_fp8_decode as kd
+
+    fn = kd._fp8_decode_kernel
+    names = list(fn.arg_names)
+    const = dict(
+        NUM_QPKV=qpkv,
+        QROWS=max(8, triton.next_power_of_2(qpkv)),
+        HEAD=head,
+        PAGE=page,
+        BLOCK_N=kd.BLOCK_N,
+        NUM_SPLITS=num_splits,
+        PV=pv,
+        PROBE="",
+        INTERPRET=False,
+    )
+    pointers = dict(out_ptr="*bf16", q_ptr="*bf16", k_ptr=f"*{kv}", v_ptr=f"*{kv}", bt_ptr="*i32")
+    pointers.update(seq_lens_ptr="*i32", part_out="*fp32", part_lse="*fp32")
+    tuples = dict(strides_o=("i32",) * 2, strides_q=("i32",) * 2, strides_k=("i32",) * 3, strides_v=("i32",) * 3)
+    sig = {n: "constexpr" if n in const else pointers.get(n) or tuples.get(n) or "i32" for n in names}
+    sig["scales"] = ("fp32",) * 3
+    attrs = {}
+    for i, n in enumerate(names):
+        if n in pointers or n in ("bt_stride", "num_q_heads"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif n in tuples:
+            attrs.update({(i, j): [["tt.divisibility", 16]] for j in range(len(tuples[n]))})
+    src = ASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(enable_fp_fusion=False, **kd.LAUNCH))
+    return _resources(kernel), kernel.metadata.shared
+
+
 def main(inp: str, out: str) -> None:
+    """Each variant: ``compile_sm90``'s keyword arguments, or ``compile_keys_major_sm90``'s with ``kernel="keys"``."""
     import triton
 
     assert not triton.knobs.runtime.interpret, "run without TRITON_INTERPRET"
-    torch.save([compile_sm90(**variant) for variant in torch.load(inp)], out)
+    results = []
+    for variant in torch.load(inp):
+        if variant.pop("kernel", None) == "keys":
+            results.append(compile_keys_major_sm90(**variant))
+        else:
+            results.append(compile_sm90(**variant))
+    torch.save(results, out)
 
 
 if __name__ == "__main__":
