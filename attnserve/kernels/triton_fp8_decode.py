@@ -41,11 +41,11 @@ BLOCK_N = 64
 LAUNCH = {"num_warps": 4, "num_stages": 2}
 
 
-def supports(head_size: int, num_queries_per_kv: int, query_dtype: torch.dtype) -> bool:
-    """Whether :func:`fp8_decode_attention` runs this layer: head size a power of two in [16, 256], at most
-    16 query heads per KV head, a 16-bit query."""
+def supports(head_size: int, num_queries_per_kv: int) -> bool:
+    """Whether :func:`fp8_decode_attention` runs this layer shape: head size a power of two in [16, 256], at
+    most 16 query heads per KV head (the query must also be 16-bit)."""
     pow2 = head_size & (head_size - 1) == 0
-    return pow2 and 16 <= head_size <= 256 and num_queries_per_kv <= 16 and query_dtype != torch.float32
+    return pow2 and 16 <= head_size <= 256 and num_queries_per_kv <= 16
 
 
 @triton.jit
@@ -183,7 +183,7 @@ def fp8_decode_attention(
     num_kv_heads, page = key_cache.shape[2], key_cache.shape[1]
     num_qpkv = num_heads // num_kv_heads
     assert key_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2), key_cache.dtype
-    assert supports(head, num_qpkv, query.dtype), (head, num_qpkv, query.dtype)
+    assert supports(head, num_qpkv) and query.dtype != torch.float32, (head, num_qpkv, query.dtype)
     assert key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1 and query.stride(-1) == 1
     assert pv in PV_MODES and probe in PROBES, (pv, probe)
     if batch == 0:

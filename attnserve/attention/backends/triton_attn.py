@@ -167,18 +167,16 @@ class TritonAttentionImpl(AttentionImpl):
         spec = self.spec
         # decode calls over an fp8 cache take the keys-major kernel where it applies (its docstring)
         self._fp8_decode_layer = (
-            spec.kv_cache_dtype != "auto" and spec.sliding_window is None and spec.logits_soft_cap is None
+            spec.kv_cache_dtype != "auto"
+            and spec.sliding_window is None
+            and spec.logits_soft_cap is None
+            and triton_fp8_decode.supports(spec.head_size, spec.num_heads // spec.num_kv_heads)
         )
 
     def _keys_major(self, call: TritonAttentionTiles, query: torch.Tensor) -> bool:
         """Whether ``call`` runs ``triton_fp8_decode.fp8_decode_attention``: a decode call over an fp8 cache,
         in a layer without window, soft cap or sinks that the kernel supports."""
-        return (
-            call.decode
-            and self._fp8_decode_layer
-            and self.sinks is None
-            and self._fp8_ops.supports(self.head_size, self.num_heads // self.num_kv_heads, query.dtype)
-        )
+        return call.decode and self._fp8_decode_layer and self.sinks is None and query.dtype != torch.float32
 
     def kv_write_target(self, kv_cache, metadata: TritonAttentionMetadata) -> KVWriteTarget:
         return KVWriteTarget(*kv_views(kv_cache, self.kv_dim), metadata.slot_mapping, self.k_scale, self.v_scale)
