@@ -1,15 +1,16 @@
 """Paged decode over an fp8 KV cache with the KV tile as the dots' M side ("keys-major"), in Triton.
 
 TRITON_ATTN's unified kernel (``triton_attention.py``) computes ``S = Q K^T`` with the query heads of a KV
-head as the dot's rows: a decode program has 16 rows (2-4 query heads, padded), too few for Hopper's
-``wgmma``, so Triton emits ``mma.sync`` and the fp8 decode loop stops near 2.9 TB/s of fp8 KV on an H200.
-Here both products are transposed: ``S^T = K Q^T`` is ``(BLOCK_N tokens, D) @ (D, QROWS)`` and ``O^T += V^T
-P^T`` is ``(D, BLOCK_N) @ (BLOCK_N, QROWS)``, so the M sides are the KV tile and the head dimension, both at
-least 64, and both dots run on ``wgmma``; the query rows (the KV head's query heads, padded to 8: wgmma's
-smallest N) are the N side. K and V are converted to float16 in registers (``PV_MODES``: where V's
-conversion happens); the query is float16 (clamped to +-65504), so the result matches the unified kernel's
-fp8 path to float16 rounding. The scales leave the
-loop: k_scale and log2(e) in the scores' scale (``exp2``), v_scale on the output.
+head as the dot's rows: a decode program pads its 2-4 query heads to 16 rows (``mma.sync``'s smallest M),
+so most of its score tile and softmax is padding, and its fp8 decode loop stops near 2.9 TB/s of fp8 KV on
+an H200. Here both products are transposed: ``S^T = K Q^T`` is ``(BLOCK_N tokens, D) @ (D, QROWS)`` and
+``O^T += V^T P^T`` is ``(D, BLOCK_N) @ (BLOCK_N, QROWS)``: the KV tile and the head dimension are the M
+sides and the query rows the N side, padded only to 8 (``mma.sync``'s m16n8k16 has n = 8), which halves
+the padded score tile. Triton 3.6 lowers both dots to ``mma.sync`` at 8 query rows (``wgmma`` at 16, which
+measured no faster). K and V are converted to float16 in registers (``PV_MODES``: where V's conversion
+happens); the query is float16 (clamped to +-65504), so the result matches the unified kernel's fp8 path to
+float16 rounding. The scales leave the loop: k_scale and log2(e) in the scores' scale (``exp2``), v_scale
+on the output.
 
 Measured on an H200 (``benchmarks/gpu/bench_fp8_keys_major.py``, docs/benchmarks.md "FP8 KV cache"): its
 timing probes (``PROBE``) show K's half of the loop near 4 TB/s and V's path (the transpose that
@@ -177,7 +178,7 @@ def fp8_decode_attention(
 
     ``num_splits`` (rounded up to a power of two) splits each request's KV tiles across programs and merges the partial
     results (``triton_merge_splits``); ``block_n``: tokens per KV tile (a power of two, >= 16); ``q_rows``: the
-    dots' N (None: the query heads per KV head, padded to a power of two >= 8); ``launch``: launch options
+    dots' N (None: the query heads per KV head, padded to a power of two >= 8: mma's n8); ``launch``: launch options
     (None: :data:`LAUNCH`). The layer must pass :func:`supports`."""
     batch, num_heads, head = query.shape
     num_kv_heads, page = key_cache.shape[2], key_cache.shape[1]

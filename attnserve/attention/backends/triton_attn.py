@@ -10,7 +10,7 @@ Triton ``reshape_and_cache`` kernel; an fp8 cache (e4m3 or e5m2) stores ``x / sc
 layer's scales: the checkpoint's, calculate_kv_scales' or 1.0); the kernels fold the scales into the softmax
 scale and the output and dot fp8 tiles as float16 (``attention_tiles.default_fp8_dot``), in tiles of twice the
 tokens (``FP8_KV_TILE_TOKENS``). Decode calls over an fp8 cache run the keys-major kernel instead
-(``kernels/triton_fp8_decode.py``: the KV tile as the dots' M side, so both dots run on Hopper's wgmma)
+(``kernels/triton_fp8_decode.py``: the KV tile as the dots' M side, the query rows padded to 8, not 16)
 where it applies (no window, soft cap or sinks; its ``supports``); those steps rotate and write K/V with the
 RoPE + KV-write kernel first.
 Decode timings against FlashInfer (``benchmarks/gpu/bench_triton_decode.py``): docs/benchmarks.md.
