@@ -81,9 +81,10 @@ def kv_tile_tokens(page_size: int, head_size: int, elem_bytes: int, kv_elem_byte
     )
 
 
-def block_m_for(num_queries_per_kv: int) -> tuple[int, int]:
-    """(BLOCK_M rows, BLOCK_Q query tokens) of a tile: at least 16 rows (tl.dot's minimum)."""
-    block_m = max(16, next_power_of_2(num_queries_per_kv))
+def block_m_for(num_queries_per_kv: int, rows: int = 16) -> tuple[int, int]:
+    """(BLOCK_M rows, BLOCK_Q query tokens) of a tile: at least ``rows`` rows (a power of two; 16: mma's
+    smallest M, the engine's tiles), and at least one token's query heads."""
+    block_m = max(rows, next_power_of_2(num_queries_per_kv))
     return block_m, block_m // num_queries_per_kv
 
 

@@ -314,6 +314,7 @@ def paged_attention(
     decode: bool = False,  # tile i is request i's one query token, token i (a decode call's tiles)
     sinks: torch.Tensor | None = None,  # (Hq,) a sink logit per query head (any float dtype)
     fp8_dot: str | None = None,  # an fp8 cache's path to the dots (FP8_DOT_MODES; None: default_fp8_dot)
+    block_m: int = 16,  # query rows of a tile (block_m_for's ``rows``); the tiles: query_tiles of its BLOCK_Q
 ) -> torch.Tensor:
     """Causal paged attention of the given query tiles. ``num_splits > 1`` splits each tile's KV tiles
     across programs and merges the partial results (meant for decode tiles).
@@ -328,12 +329,15 @@ def paged_attention(
     ``decode``: the tiles are ``query_tiles`` of requests ``0 .. num_tiles - 1`` with one query token each (the
     decode requests come first in a step); the kernel then takes tile i as request i and token i without
     loading ``tile_seq``, ``tile_start`` and ``query_start_loc`` (``DECODE_DIRECT`` off: it loads them anyway).
+    ``block_m``: rows of a query tile, ``block_m_for(num_qpkv, block_m)``; the engine's 16 suits decode, and a
+    prefill tile of more rows loads each KV tile for more query tokens (``benchmarks/gpu/bench_triton_prefill.py``
+    compares them; the tiles must be ``query_tiles`` of that BLOCK_Q).
     The kernel is compiled without FP contraction, with or without ``rope``, so that both give the same bits."""
     num_tokens, num_heads, head = query.shape
     num_kv_heads, page = key_cache.shape[2], key_cache.shape[1]
     assert key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1 and query.stride(-1) == 1
     num_qpkv = num_heads // num_kv_heads
-    block_m, block_q = block_m_for(num_qpkv)
+    block_m, block_q = block_m_for(num_qpkv, block_m)
     head_pad = padded_head_size(head)
     if pages_per_tile is None:
         elem_bytes = max(query.element_size(), key_cache.element_size())

@@ -110,6 +110,43 @@ def test_keys_major_fp8_decode_builds_for_sm90_without_spills(index, built_keys_
     assert shared <= FP8_SHARED_LIMIT, shared
 
 
+# prefill tiles of more rows (paged_attention(block_m=...), benchmarks/gpu/bench_triton_prefill.py): Llama-3 8B,
+# bf16, head 128, 16-token pages; 128 rows spill with 4 warps (255 registers + 240-296 bytes of stack), not with 8
+PREFILL_TILES = [(64, 4, 2), (64, 8, 3), (128, 8, 2)]  # (block_m, warps, stages)
+
+
+@pytest.fixture(scope="module")
+def built_prefill_tiles(tmp_path_factory) -> list:
+    from tests.kernels.triton_attention_sm90 import _tool
+
+    if _tool("ptxas") is None or _tool("cuobjdump") is None:
+        pytest.skip("needs Triton's NVIDIA backend with ptxas and cuobjdump")
+    folder = tmp_path_factory.mktemp("sm90p")
+    variants = [
+        dict(dtype="bf16", head=128, qpkv=4, page=16, num_splits=1, block_m=bm, launch=dict(num_warps=w, num_stages=st))
+        for bm, w, st in PREFILL_TILES
+    ]
+    torch.save(variants, folder / "in.pt")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.kernels.triton_attention_sm90", str(folder / "in.pt"), str(folder / "out.pt")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return torch.load(folder / "out.pt")
+
+
+@pytest.mark.parametrize("index", range(len(PREFILL_TILES)), ids=["-".join(map(str, v)) for v in PREFILL_TILES])
+def test_prefill_tiles_of_more_rows_build_for_sm90_without_spills(index, built_prefill_tiles):
+    res, shared = built_prefill_tiles[index]
+    assert res["REG"] <= 255 and res["STACK"] == 0 and res["LOCAL"] == 0, res
+    assert shared <= FP8_SHARED_LIMIT, shared
+
+
 @pytest.mark.parametrize("index", range(len(VARIANTS)), ids=["-".join(map(str, v)) for v in VARIANTS])
 def test_kernel_builds_for_sm90_without_spills(index, built):
     res, shared = built[index]

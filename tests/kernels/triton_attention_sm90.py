@@ -83,6 +83,7 @@ def compile_sm90(
     fp8_dot: str | None = None,
     launch: dict | None = None,
     asm: bool = False,
+    block_m: int = 16,
 ) -> tuple:
     """``_paged_attention_kernel`` compiled for sm_90 with the constants and launch options ``paged_attention``
     would get from TRITON_ATTN's builder on an H200 (PDL on, no FP contraction; pointers and strides
@@ -91,7 +92,8 @@ def compile_sm90(
     split; the builder splits only decode calls); ``rope``: with RoPE + q/k norm + the KV write inside
     (``DecodeRope``; 8 KV heads), a decode call. ``kv``: an fp8 cache ("fp8e4nv" or "fp8e5") read the
     ``fp8_dot`` way (None: ``default_fp8_dot``), with the builder's fp8 decode launch options; ``launch``:
-    launch options instead of the builder's; ``asm``: the SASS too (``cuobjdump -sass``).
+    launch options instead of the builder's; ``asm``: the SASS too (``cuobjdump -sass``); ``block_m``: query
+    rows of a tile (``paged_attention(block_m=)``).
     Returns (cuobjdump's resource usage: {"REG": n, "STACK": n, "LOCAL": n, ...}, shared memory bytes[, SASS])."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -101,7 +103,7 @@ def compile_sm90(
 
     fn = ta._paged_attention_kernel
     names = list(fn.arg_names)
-    block_m, block_q = ta.block_m_for(qpkv)
+    block_m, block_q = ta.block_m_for(qpkv, block_m)
     head_pad = max(16, triton.next_power_of_2(head))
     elem = 4 if dtype == FP32 else 2
     ppt = pages_per_tile or ta.default_pages_per_tile(page, head_pad, elem, kv_elem_bytes=1 if kv else elem)

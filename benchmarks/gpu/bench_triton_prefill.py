@@ -1,0 +1,183 @@
+"""TRITON_ATTN's prefill (``triton_attention.paged_attention``) with query tiles of more rows than the engine's 16,
+in one process: tile rows x warps x stages x KV tile, each against the engine's tiles on the same inputs.
+
+``python -m benchmarks.gpu.bench_triton_prefill [--json OUT] [--cases ...] [--budget S]`` on a GPU;
+``TRITON_INTERPRET=1 ... --tiny`` checks the script on CPU (short sequences, wall-clock times of one call:
+meaningless as timings).
+
+A decode tile's 16 rows are 4 query tokens x 4 query heads at GQA 4, so a prefill walks the whole KV of a
+sequence once per 4 of its tokens; a tile of 64 or 128 rows walks it once per 16 or 32 (``paged_attention(
+block_m=...)``, the tiles from ``query_tiles`` of its BLOCK_Q). Each case is a prefill of fresh sequences
+(context 0, causal), bf16, head 128, 16-token pages scattered over the cache. Every row's output is compared
+with the engine's tiles' (``max_abs``; the engine's kernel is the one tested against the float32 reference) and,
+in ``--tiny``, with the reference itself. Timing: ``bench_fp8_decode.graph_median_us`` (CUDA graph of
+back-to-back calls, median replay). ``TFLOP/s``: causal attention's 4 * Hq * D * sum L(L+1)/2 over the time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import traceback
+
+import torch
+
+HEAD = 128
+# name -> (sequence lengths, query heads, kv heads)
+CASES = {
+    "llama-8k": ([8192], 32, 8),
+    "llama-4x2k": ([2048] * 4, 32, 8),
+    "qwen-4x2k": ([2048] * 4, 16, 8),
+}
+TINY = {"tiny-gqa4": ([100, 37], 8, 2), "tiny-gqa2": ([70], 4, 2)}
+
+
+def build_case(lens: list[int], hq: int, hkv: int, page: int, dev: torch.device) -> dict:
+    """Block table, metadata tensors, a bf16 cache N(0, 1) with the sequences' K/V in it, and the queries."""
+    g = torch.Generator().manual_seed(0)
+    per = [-(-n // page) for n in lens]
+    table = torch.zeros(len(lens), max(per), dtype=torch.int32)
+    perm = torch.randperm(sum(per), generator=g).to(torch.int32)
+    at = 0
+    for i, n in enumerate(per):
+        table[i, :n] = perm[at : at + n]
+        at += n
+    qsl = torch.tensor([0] + lens, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    cache = torch.randn(sum(per) + 1, 2, page, hkv, HEAD, generator=g).to(dev, torch.bfloat16)
+    query = torch.randn(sum(lens), hq, HEAD, generator=g).to(dev, torch.bfloat16)
+    seq = torch.tensor(lens, dtype=torch.int32)
+    return dict(table=table.to(dev), qsl_cpu=qsl, qsl=qsl.to(dev), seq_lens=seq.to(dev), cache=cache, query=query)
+
+
+def runner(case: dict):
+    """``run(block_m, launch, pages_per_tile)``: one prefill call with that tile size."""
+    from attnserve.kernels.attention_tiles import block_m_for, query_tiles
+    from attnserve.kernels.kv_write import kv_views
+    from attnserve.kernels.triton_attention import paged_attention
+
+    query, cache = case["query"], case["cache"]
+    key_cache, value_cache = kv_views(cache, 1)
+    out = torch.empty_like(query)
+    qpkv = query.shape[1] // key_cache.shape[2]
+    tiles = {}
+
+    def run(block_m=16, launch=None, pages_per_tile=None):
+        if block_m not in tiles:
+            seq, start = query_tiles(case["qsl_cpu"], block_m_for(qpkv, block_m)[1])
+            tiles[block_m] = (seq.to(query.device), start.to(query.device))
+        return paged_attention(
+            out,
+            query,
+            key_cache,
+            value_cache,
+            case["table"],
+            case["seq_lens"],
+            case["qsl"],
+            *tiles[block_m],
+            HEAD**-0.5,
+            pages_per_tile=pages_per_tile,
+            launch=launch,
+            block_m=block_m,
+        )
+
+    return run
+
+
+def configs(args) -> list[dict]:
+    """The engine's tiles first, then the grid."""
+    grid = [
+        dict(block_m=bm, launch=dict(num_warps=w, num_stages=st), pages_per_tile=ppt)
+        for bm in args.block_m
+        for w in args.warps
+        for st in args.stages
+        for ppt in args.pages_per_tile
+    ]
+    return [dict(block_m=16)] + grid
+
+
+def main() -> None:
+    from benchmarks.gpu.bench_fp8_decode import _wall_us, graph_median_us
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json")
+    ap.add_argument("--cases", nargs="+", default=list(CASES))
+    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--block-m", type=int, nargs="+", default=[32, 64, 128], help="query rows of a tile")
+    ap.add_argument("--warps", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--stages", type=int, nargs="+", default=[2, 3])
+    ap.add_argument("--pages-per-tile", type=int, nargs="+", default=[4], help="KV tile in pages (4: 64 tokens)")
+    ap.add_argument("--budget", type=float, default=200.0)
+    ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--replays", type=int, default=5)
+    ap.add_argument("--tiny", action="store_true", help="check this script on CPU (TRITON_INTERPRET=1)")
+    args = ap.parse_args()
+    import triton
+
+    cases, time_us = CASES, graph_median_us
+    if args.tiny:
+        assert triton.knobs.runtime.interpret, "--tiny runs the kernels in the interpreter: TRITON_INTERPRET=1"
+        from tests.kernels.triton_attention_interpreted import fix_interpreter_bf16_dot
+
+        fix_interpreter_bf16_dot()
+        dev, cases, time_us, args.cases = torch.device("cpu"), TINY, _wall_us, list(TINY)
+    else:
+        dev = torch.device("cuda")
+    t0 = time.perf_counter()
+    rows, stopped = [], None
+    with torch.no_grad():
+        for name in args.cases:
+            lens, hq, hkv = cases[name]
+            case = build_case(lens, hq, hkv, args.block_size, dev)
+            run = runner(case)
+            flops = 4 * hq * HEAD * sum(n * (n + 1) // 2 for n in lens)
+            base = run().float().clone()
+            ref_err = None
+            if args.tiny:
+                from attnserve.kernels.reference import reference_paged_attention
+
+                kv = case["cache"].float().permute(1, 0, 2, 3, 4)
+                ref = reference_paged_attention(
+                    case["query"].float(), kv, case["qsl"], case["seq_lens"], case["table"], HEAD**-0.5
+                )
+                ref_err = float((base - ref).abs().max() / ref.abs().max())
+            for cfg in configs(args):
+                if time.perf_counter() - t0 > args.budget:
+                    stopped = f"budget of {args.budget:.0f} s spent"
+                    break
+                row = dict(case=name, **cfg)
+                try:
+                    out = run(**cfg).float()
+                    row["max_abs_vs_engine"] = float((out - base).abs().max())
+                    row["ref_rel"] = ref_err
+                    row["us"] = round(time_us(lambda _: run(**cfg), [None], args.calls, args.replays), 2)
+                    row["tflops"] = round(flops / row["us"] / 1e6, 1)
+                    print(
+                        f"{name:<12} block_m {cfg['block_m']:>3} {cfg.get('launch') or {}} ppt {cfg.get('pages_per_tile')}"
+                        f"  {row['us']:10.1f} us {row['tflops']:7.1f} TFLOP/s  max_abs vs engine "
+                        f"{row['max_abs_vs_engine']:.2e}",
+                        flush=True,
+                    )
+                except Exception as e:  # noqa: BLE001 - a config that does not compile or launch is a row with its error
+                    row["error"] = f"{type(e).__name__}: {e}"[:600]
+                    print(f"{name} {cfg}: ERROR {row['error']}\n{traceback.format_exc()[-1200:]}", flush=True)
+                rows.append(row)
+            if stopped:
+                print(f"== {stopped}", flush=True)
+                break
+    print(f"\n== {time.perf_counter() - t0:.0f} s; fastest per case:")
+    for name in args.cases:
+        timed = sorted([r for r in rows if r["case"] == name and "us" in r], key=lambda r: r["us"])
+        engine = next((r for r in timed if r["block_m"] == 16 and "launch" not in r), None)
+        for r in timed[:3]:
+            ratio = f"{engine['us'] / r['us']:.2f}x the engine's tiles" if engine else ""
+            print(
+                f"{name:<12} block_m {r['block_m']:>3} {r.get('launch')} {r['us']:10.1f} us {r['tflops']:7.1f} TFLOP/s {ratio}"
+            )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(args=vars(args), rows=rows, stopped=stopped), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
