@@ -78,6 +78,8 @@ KEYS_MAJOR = [
     (128, 4, 16, 8, "fp8e4nv", "f16"),  # split-KV
     (64, 3, 16, 1, "fp8e4nv", "f16v"),  # SmolLM2's head 64, the PTX conversion
     (256, 8, 64, 1, "fp8e4nv", "f16"),  # head 256, 64-token pages
+    (128, 12, 16, 1, "fp8e4nv", "f16"),  # 12 query heads per KV head: 16 rows (wgmma in Triton 3.6)
+    (256, 16, 16, 1, "fp8e4nv", "f16"),  # the widest it takes: 255 registers, no stack
 ]
 
 
