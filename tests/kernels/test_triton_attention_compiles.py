@@ -49,15 +49,14 @@ VARIANTS = [
 FP8_SHARED_LIMIT = 99 * 1024
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> list:
+def build_sm90(variants: list[dict], folder) -> list:
+    """``tests.kernels.triton_attention_sm90``'s results for ``variants``, built in a process without
+    ``TRITON_INTERPRET``; skips the test where Triton's NVIDIA backend lacks ptxas or cuobjdump."""
     from tests.kernels.triton_attention_sm90 import _tool
 
     if _tool("ptxas") is None or _tool("cuobjdump") is None:
         pytest.skip("needs Triton's NVIDIA backend with ptxas and cuobjdump")
-    folder = tmp_path_factory.mktemp("sm90")
-    keys = ("dtype", "head", "qpkv", "page", "num_splits", "window", "rope", "decode", "kv")
-    torch.save([dict(zip(keys, v)) for v in VARIANTS], folder / "in.pt")
+    torch.save(variants, folder / "in.pt")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
         [sys.executable, "-m", "tests.kernels.triton_attention_sm90", str(folder / "in.pt"), str(folder / "out.pt")],
@@ -69,6 +68,12 @@ def built(tmp_path_factory) -> list:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return torch.load(folder / "out.pt")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> list:
+    keys = ("dtype", "head", "qpkv", "page", "num_splits", "window", "rope", "decode", "kv")
+    return build_sm90([dict(zip(keys, v)) for v in VARIANTS], tmp_path_factory.mktemp("sm90"))
 
 
 # the keys-major fp8 decode (triton_fp8_decode.py) as TRITON_ATTN launches it: (head, qpkv, page, splits, kv, pv)
@@ -85,24 +90,8 @@ KEYS_MAJOR = [
 
 @pytest.fixture(scope="module")
 def built_keys_major(tmp_path_factory) -> list:
-    from tests.kernels.triton_attention_sm90 import _tool
-
-    if _tool("ptxas") is None or _tool("cuobjdump") is None:
-        pytest.skip("needs Triton's NVIDIA backend with ptxas and cuobjdump")
-    folder = tmp_path_factory.mktemp("sm90k")
     keys = ("head", "qpkv", "page", "num_splits", "kv", "pv")
-    torch.save([dict(zip(keys, v), kernel="keys") for v in KEYS_MAJOR], folder / "in.pt")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.kernels.triton_attention_sm90", str(folder / "in.pt"), str(folder / "out.pt")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return torch.load(folder / "out.pt")
+    return build_sm90([dict(zip(keys, v), kernel="keys") for v in KEYS_MAJOR], tmp_path_factory.mktemp("sm90k"))
 
 
 @pytest.mark.parametrize("index", range(len(KEYS_MAJOR)), ids=["-".join(map(str, v)) for v in KEYS_MAJOR])
@@ -119,27 +108,11 @@ PREFILL_TILES = [(64, 4, 2), (64, 8, 3), (128, 8, 2)]  # (block_m, warps, stages
 
 @pytest.fixture(scope="module")
 def built_prefill_tiles(tmp_path_factory) -> list:
-    from tests.kernels.triton_attention_sm90 import _tool
-
-    if _tool("ptxas") is None or _tool("cuobjdump") is None:
-        pytest.skip("needs Triton's NVIDIA backend with ptxas and cuobjdump")
-    folder = tmp_path_factory.mktemp("sm90p")
     variants = [
         dict(dtype="bf16", head=128, qpkv=4, page=16, num_splits=1, block_m=bm, launch=dict(num_warps=w, num_stages=st))
         for bm, w, st in PREFILL_TILES
     ]
-    torch.save(variants, folder / "in.pt")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.kernels.triton_attention_sm90", str(folder / "in.pt"), str(folder / "out.pt")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return torch.load(folder / "out.pt")
+    return build_sm90(variants, tmp_path_factory.mktemp("sm90p"))
 
 
 @pytest.mark.parametrize("index", range(len(PREFILL_TILES)), ids=["-".join(map(str, v)) for v in PREFILL_TILES])

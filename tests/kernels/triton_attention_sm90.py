@@ -146,8 +146,15 @@ def compile_sm90(
         launch = (_FP8_DECODE_LAUNCH if kv else _DECODE_LAUNCH)[num_splits > 1] if decode or rope else {}
     options = dict(enable_fp_fusion=False, launch_pdl=True, **launch)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    resources, sass = _inspect(kernel, asm)
+    return (resources, kernel.metadata.shared, sass) if asm else (resources, kernel.metadata.shared)
+
+
+def _inspect(kernel, asm: bool = False) -> tuple[dict, str | None]:
+    """cuobjdump's resource usage of a compiled kernel ({"REG": n, "STACK": n, "LOCAL": n, ...}) and, with
+    ``asm``, its SASS (else None)."""
     with tempfile.TemporaryDirectory() as folder:
-        cubin = os.path.join(folder, "paged_attention.cubin")
+        cubin = os.path.join(folder, "kernel.cubin")
         with open(cubin, "wb") as f:
             f.write(kernel.asm["cubin"])
         usage = subprocess.run(
@@ -158,20 +165,7 @@ def compile_sm90(
             if asm
             else None
         )
-    resources = {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}
-    return (resources, kernel.metadata.shared, sass) if asm else (resources, kernel.metadata.shared)
-
-
-def _resources(kernel) -> dict:
-    """cuobjdump's resource usage of a compiled kernel: {"REG": n, "STACK": n, "LOCAL": n, ...}."""
-    with tempfile.TemporaryDirectory() as folder:
-        cubin = os.path.join(folder, "kernel.cubin")
-        with open(cubin, "wb") as f:
-            f.write(kernel.asm["cubin"])
-        usage = subprocess.run(
-            [_tool("cuobjdump"), "-res-usage", cubin], capture_output=True, text=True, check=True
-        ).stdout
-    return {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}
+    return {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}, sass
 
 
 def compile_keys_major_sm90(head: int, qpkv: int, page: int, num_splits: int, kv: str, pv: str = "f16") -> tuple:
@@ -210,7 +204,7 @@ def compile_keys_major_sm90(head: int, qpkv: int, page: int, num_splits: int, kv
             attrs.update({(i, j): [["tt.divisibility", 16]] for j in range(len(tuples[n]))})
     src = ASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(enable_fp_fusion=False, **kd.LAUNCH))
-    return _resources(kernel), kernel.metadata.shared
+    return _inspect(kernel)[0], kernel.metadata.shared
 
 
 def main(inp: str, out: str) -> None:
