@@ -61,9 +61,8 @@ class GrammarBitmask:
         words = self.words
         if not isinstance(words, torch.Tensor):
             words = self.pinned if self.pinned is not None else torch.from_numpy(words)
-        words = words.to(
-            staging.device, non_blocking=True
-        )  # from pageable memory (no pinned buffer): in effect a blocking one
+        # from pageable memory (no pinned buffer) the non-blocking copy is in effect a blocking one
+        words = words.to(staging.device, non_blocking=True)
         return GrammarBitmask(words, rows, self.num_tokens, self.num_rows, index=index)
 
 

@@ -8,13 +8,13 @@ noise, but the schema still constrains them, and every step fills and applies a 
 Every request is ``--input-len`` random prompt tokens and runs exactly ``--output-len`` tokens (ignore_eos; the
 schema's long string field keeps a constrained request from ending sooner), greedy. TPOT per request is
 (finish - first token) / (tokens - 1), the median over the batch. Each mode runs once to warm up (compile, CUDA
-graphs, the grammar), then ``--rounds`` rounds of one timed run of each mode back to back (each round's order starting one mode
-later than the last's): the table gives each
-mode's median over the rounds, and the JSON cost is the median of the rounds' own ratios (the host's speed drifts
-within a process, so only neighbours compare). Then one more run of each mode with the host's time per all-decode
-step timed by part (the rounds run without those timers, which cost a few us a wrapped call)
-(``benchmarks/structured_host.py``'s ``StepParts``: grammar accept, bitmask fill and copy, schedule, the launches
-of the forward pass and of the sampling, the wait for the device's tokens, ...; medians, ms), the tails of the
+graphs, the grammar), then ``--rounds`` rounds of one timed run of each mode back to back, each round's order
+starting one mode later than the last's: the table gives each mode's median over the rounds, and the JSON cost
+is the median of the rounds' own ratios (the host's speed drifts within a process, so only neighbours compare).
+The rounds run without part timers (they cost a few us a wrapped call). Then one more run of each mode gives the
+host's time per all-decode step by part (``benchmarks/structured_host.py``'s ``StepParts``: grammar accept,
+bitmask fill and copy, schedule, the launches of the forward pass and of the sampling, the wait for the device's
+tokens, ...; medians, ms), the tails of the
 step and of its slow parts (mean, p90, p99, max: a TPOT is a mean step) and the timed run's garbage
 collections. ``--fill-threads``: the bitmask fill's threads (default: half the cores, at most
 ``manager.FILL_THREADS``); ``--switch-interval S``: the GIL switch interval while a fill runs (default
