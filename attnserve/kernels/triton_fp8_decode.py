@@ -49,6 +49,11 @@ def supports(head_size: int, num_queries_per_kv: int) -> bool:
     return pow2 and 16 <= head_size <= 256 and num_queries_per_kv <= 16
 
 
+def query_rows(num_queries_per_kv: int) -> int:
+    """The dots' N: the query heads of a KV head, padded to a power of two, at least 8 (mma's n8)."""
+    return max(8, triton.next_power_of_2(num_queries_per_kv))
+
+
 @triton.jit
 def _fp8_decode_kernel(
     out_ptr,
@@ -178,7 +183,7 @@ def fp8_decode_attention(
 
     ``num_splits`` (rounded up to a power of two) splits each request's KV tiles across programs and merges the partial
     results (``triton_merge_splits``); ``block_n``: tokens per KV tile (a power of two, >= 16); ``q_rows``: the
-    dots' N (None: the query heads per KV head, padded to a power of two >= 8: mma's n8); ``launch``: launch options
+    dots' N (None: :func:`query_rows`); ``launch``: launch options
     (None: :data:`LAUNCH`). The layer must pass :func:`supports`."""
     batch, num_heads, head = query.shape
     num_kv_heads, page = key_cache.shape[2], key_cache.shape[1]
@@ -210,7 +215,7 @@ def fp8_decode_attention(
         (scale, k_scale, v_scale),
         num_heads,
         NUM_QPKV=num_qpkv,
-        QROWS=q_rows or max(8, triton.next_power_of_2(num_qpkv)),
+        QROWS=q_rows or query_rows(num_qpkv),
         HEAD=head,
         PAGE=page,
         BLOCK_N=block_n,

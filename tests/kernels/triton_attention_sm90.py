@@ -182,7 +182,7 @@ def compile_keys_major_sm90(head: int, qpkv: int, page: int, num_splits: int, kv
     names = list(fn.arg_names)
     const = dict(
         NUM_QPKV=qpkv,
-        QROWS=max(8, triton.next_power_of_2(qpkv)),
+        QROWS=kd.query_rows(qpkv),
         HEAD=head,
         PAGE=page,
         BLOCK_N=kd.BLOCK_N,
