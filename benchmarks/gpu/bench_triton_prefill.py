@@ -34,20 +34,22 @@ TINY = {"tiny-gqa4": ([100, 37], 8, 2), "tiny-gqa2": ([70], 4, 2)}
 
 
 def build_case(lens: list[int], hq: int, hkv: int, page: int, dev: torch.device) -> dict:
-    """Block table, metadata tensors, a bf16 cache N(0, 1) with the sequences' K/V in it, and the queries."""
+    """A prefill step of ``lens`` fresh sequences (``bench attention``'s ``make_step``: pages in random order), a
+    bf16 cache N(0, 1) holding their K/V, and the queries."""
+    from attnserve.benchmarks.attention import make_step
+
     g = torch.Generator().manual_seed(0)
-    per = [-(-n // page) for n in lens]
-    table = torch.zeros(len(lens), max(per), dtype=torch.int32)
-    perm = torch.randperm(sum(per), generator=g).to(torch.int32)
-    at = 0
-    for i, n in enumerate(per):
-        table[i, :n] = perm[at : at + n]
-        at += n
-    qsl = torch.tensor([0] + lens, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    cache = torch.randn(sum(per) + 1, 2, page, hkv, HEAD, generator=g).to(dev, torch.bfloat16)
+    common, num_blocks = make_step(lens, lens, page, g, dev)
+    cache = torch.randn(num_blocks, 2, page, hkv, HEAD, generator=g).to(dev, torch.bfloat16)
     query = torch.randn(sum(lens), hq, HEAD, generator=g).to(dev, torch.bfloat16)
-    seq = torch.tensor(lens, dtype=torch.int32)
-    return dict(table=table.to(dev), qsl_cpu=qsl, qsl=qsl.to(dev), seq_lens=seq.to(dev), cache=cache, query=query)
+    return dict(
+        table=common.block_table,
+        qsl_cpu=common.query_start_loc_cpu,
+        qsl=common.query_start_loc,
+        seq_lens=common.seq_lens,
+        cache=cache,
+        query=query,
+    )
 
 
 def runner(case: dict):
