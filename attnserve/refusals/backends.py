@@ -36,13 +36,15 @@ def not_installed(package: str, install_command: str, why: str = "") -> Reason:
     )
 
 
-SEPARATE_CALLS = Reason(
-    "use_prefill_decode_attention not supported: CPU_ATTN always runs decodes and prefills in separate calls",
-    "use_prefill_decode_attention",
-    True,
-    "false",
-)
-"""CPU_ATTN's reason for ``attention_config.use_prefill_decode_attention``."""
+def separate_calls(backend: str) -> Reason:
+    """The reason of a backend that always runs decodes and prefills in separate calls (CPU_ATTN, TRITON_ATTN) for
+    ``attention_config.use_prefill_decode_attention``: the field would change nothing."""
+    return Reason(
+        f"use_prefill_decode_attention not supported: {backend} always runs decodes and prefills in separate calls",
+        "use_prefill_decode_attention",
+        True,
+        "false",
+    )
 
 
 def trtllm_needs_blackwell(where: str) -> Reason:

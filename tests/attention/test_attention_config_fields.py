@@ -61,7 +61,7 @@ EXPECTED = {
     },
     "TRITON_ATTN": {
         "flash_attn_version": UNUSED,
-        "use_prefill_decode_attention": CHANGES,
+        "use_prefill_decode_attention": REFUSED,
         "flash_attn_max_num_splits_for_cuda_graph": UNUSED,
         "use_trtllm_attention": UNUSED,
         "disable_flashinfer_prefill": UNUSED,

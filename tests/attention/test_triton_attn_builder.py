@@ -1,4 +1,5 @@
-"""TRITON_ATTN's metadata builder: how many KV splits a decode call gets, and its launch options (host side)."""
+"""TRITON_ATTN's metadata builder: its calls per step, how many KV splits a decode call gets, the tiles' rows and
+launch options (host side)."""
 
 from __future__ import annotations
 
@@ -21,12 +22,23 @@ def _calls(
     query_len: int = 1,
     num_sms: int = 132,
     dtype: torch.dtype = torch.bfloat16,
+    head: int = 128,
+    kv_cache_dtype: str = "auto",
+    decodes: int = 0,
 ):
-    spec = AttentionLayerSpec(num_heads=4 * hkv, head_size=128, scale=128**-0.5, num_kv_heads=hkv)
+    """The calls of a step of ``decodes`` decode requests, then ``batch`` requests of ``query_len`` tokens, each
+    with ``context`` tokens in all."""
+    spec = AttentionLayerSpec(
+        num_heads=4 * hkv, head_size=head, scale=head**-0.5, num_kv_heads=hkv, kv_cache_dtype=kv_cache_dtype
+    )
     builder = TritonAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), dtype)
     builder.num_sms = num_sms  # an H200's
     common, _ = make_step(
-        [query_len] * batch, [context] * batch, block, torch.Generator().manual_seed(0), torch.device("cpu")
+        [1] * decodes + [query_len] * batch,
+        [context] * (decodes + batch),
+        block,
+        torch.Generator().manual_seed(0),
+        torch.device("cpu"),
     )
     return builder.build(common).calls
 
@@ -57,6 +69,41 @@ def test_float32_tiles_are_32_tokens():
     assert call.num_splits == 4
 
 
-def test_prefill_calls_keep_the_default_launch():
+def test_prefill_calls_take_64_row_tiles():
+    """GQA 4: 64 rows are 16 tokens, so two 100-token prompts are 7 + 7 tiles; KV tiles of 64 tokens."""
     (call,) = _calls(2, 300, query_len=100)
-    assert (call.num_splits, call.launch) == (1, {})
+    assert (call.num_splits, call.launch, call.block_m, call.pages_per_tile, call.decode) == (
+        1,
+        {"num_warps": 4, "num_stages": 2},
+        64,
+        4,
+        False,
+    )
+    assert call.tile_seq.tolist() == [0] * 7 + [1] * 7
+    assert call.tile_start.tolist() == list(range(0, 112, 16)) * 2
+
+
+@pytest.mark.parametrize(
+    "kw,pages",
+    [(dict(kv_cache_dtype="fp8"), 4), (dict(head=256), 4), (dict(head=64, block=32), 2), (dict(block=64), 1)],
+    ids=["fp8-cache", "head-256", "head-64-block-32", "block-64"],
+)
+def test_prefill_tiles_of_64_tokens_over_any_cache_and_head(kw, pages):
+    (call,) = _calls(2, 300, query_len=100, **kw)
+    assert (call.block_m, call.pages_per_tile) == (64, pages)
+
+
+@pytest.mark.parametrize("kw", [dict(dtype=torch.float32), dict(block=128)], ids=["float32", "block-128"])
+def test_prefill_keeps_16_rows_where_64_were_not_measured(kw):
+    """float32 (twice the registers) and pages over 64 tokens (a KV tile is at least a page)."""
+    (call,) = _calls(2, 300, query_len=100, **kw)
+    assert (call.block_m, call.pages_per_tile, call.launch, call.tile_seq.numel()) == (16, None, {}, 2 * 25)
+
+
+def test_mixed_step_runs_decodes_then_prefills():
+    """3 decodes at 1024 tokens (24 programs: 11 splits for 264 wanted) and one 100-token prefill chunk."""
+    decode, prefill = _calls(1, 1024, query_len=100, decodes=3)
+    assert (decode.decode, decode.num_splits, decode.block_m, decode.token_range) == (True, 11, 16, (0, 3))
+    assert decode.launch == {"num_stages": 2, "num_warps": 8}
+    assert (prefill.decode, prefill.num_splits, prefill.block_m, prefill.token_range) == (False, 1, 64, (3, 103))
+    assert prefill.tile_seq.tolist() == [3] * 7

@@ -48,7 +48,12 @@ def gpu_targets() -> list[tuple[str, str, AttentionConfig, list[Case]]]:
                 "TRITON_ATTN",
                 "TRITON_ATTN",
                 AttentionConfig(),
-                standard_cases(dtypes=(BF16, FP16, FP32), fp8=True, layouts=(KVCacheLayout.NHD, KVCacheLayout.HND)),
+                standard_cases(
+                    dtypes=(BF16, FP16, FP32),
+                    fp8=True,
+                    prefill_decode=False,  # refused: decodes and prefills always run as separate calls
+                    layouts=(KVCacheLayout.NHD, KVCacheLayout.HND),
+                ),
             )
         )
     if _has("flash_attn_interface"):

@@ -26,7 +26,7 @@ from attnserve.attention.backend import (
 from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.kernels.reference import causal_mask, softmax_with_sinks
 from attnserve.refusals import Reason
-from attnserve.refusals.backends import SEPARATE_CALLS
+from attnserve.refusals.backends import separate_calls
 
 
 @dataclass
@@ -186,7 +186,7 @@ class CPUAttentionBackend(AttentionBackend):
     @classmethod
     def extra_reasons(cls, selector_config, platform, attention_config=None) -> list[Reason]:
         if attention_config is not None and attention_config.use_prefill_decode_attention:
-            return [SEPARATE_CALLS]
+            return [separate_calls(cls.name)]
         return []
 
     @staticmethod

@@ -1,9 +1,11 @@
 """TRITON_ATTN: our paged-attention kernels in Triton (``kernels/triton_attention.py``).
 
 Per step the builder cuts the batch into query tiles (host side, once); each layer then makes one kernel
-call over the whole mixed batch (the unified kernel), or with ``use_prefill_decode_attention`` two: the
-split-KV kernel over the decode tokens, the unified kernel over the prefill tokens. A decode-only batch too
-small to fill the GPU also takes the split-KV kernel (up to 32 splits of at least one 64-token KV tile).
+call per kind of token: a decode-only step one call over its decode tiles (16 rows: one token's query heads,
+padded), a step with prefill tokens a call over its decode tokens (if any) and one over its prefill tokens in
+tiles of 64 rows (``_PREFILL_ROWS``: each KV tile loaded for 4x the query tokens; 16-bit queries). A decode call too small to
+fill the GPU takes the split-KV kernel (up to 32 splits of at least one 64-token KV tile). Since decodes and
+prefills always run as separate calls, ``use_prefill_decode_attention`` is refused (it would change nothing).
 The kernels launch with programmatic dependent launch on sm_90+ (``kernels/pdl.py``), so the RoPE + KV-write
 kernel before them and the GEMV after them overlap their launches. New K/V go into the cache with the
 Triton ``reshape_and_cache`` kernel; an fp8 cache (e4m3 or e5m2) stores ``x / scale`` per tensor, saturated (the
@@ -40,6 +42,8 @@ from attnserve.attention.backend import (
 )
 from attnserve.kernels.fused_ops import RopeInputs
 from attnserve.kernels.kv_write import KVWriteTarget, kv_views
+from attnserve.refusals import Reason
+from attnserve.refusals.backends import separate_calls
 
 # Split-KV decode: aim for this many programs per SM, with at most this many splits of at least one KV tile
 # each (``triton_attention.kv_tile_tokens``: 64 tokens for 16-bit head 128): long splits leave a batch-1
@@ -54,6 +58,14 @@ _DECODE_LAUNCH = {False: {"num_stages": 2}, True: {"num_stages": 2, "num_warps":
 # ``triton_attention.default_fp8_dot``): a 3-stage pipeline for unsplit programs, chosen by
 # ``benchmarks/gpu/bench_fp8_decode.py`` (docs/benchmarks.md, "FP8 KV cache")
 _FP8_DECODE_LAUNCH = {False: {"num_stages": 3}, True: {"num_stages": 2, "num_warps": 8}}
+# Prefill calls: query tiles of 64 rows (16 tokens x 4 query heads at GQA 4; ``block_m_for``) over KV tiles of 64
+# tokens, with 4 warps and 2 stages, for 16-bit queries (over a 16-bit or an fp8 cache) and pages of at most 64
+# tokens; otherwise the decode tiles' 16 rows and the default KV tiles (chosen by
+# ``benchmarks/gpu/bench_triton_prefill.py``: 1.8-2.5x faster than 16 rows at heads 64, 128 and 256 and over
+# an fp8 cache; see docs/benchmarks.md)
+_PREFILL_ROWS = 64
+_PREFILL_KV_TOKENS = 64
+_PREFILL_LAUNCH = {"num_warps": 4, "num_stages": 2}
 
 
 @dataclass
@@ -66,6 +78,8 @@ class TritonAttentionTiles:
     token_range: tuple[int, int]  # the query tokens [first, end) these tiles cover
     launch: dict = field(default_factory=dict)  # the kernel's launch options (``paged_attention(launch=)``)
     decode: bool = False  # every tile is one decode token (one query token per request)
+    block_m: int = 16  # query rows of a tile (``paged_attention(block_m=)``)
+    pages_per_tile: int | None = None  # pages of a KV tile (``paged_attention(pages_per_tile=)``; None: its default)
 
 
 @dataclass
@@ -84,15 +98,10 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        from attnserve.kernels.triton_attention import block_m_for
-
         spec = self.layer_spec
-        self.block_q = block_m_for(spec.num_heads // spec.num_kv_heads)[1]
         self.num_sms = (
             torch.cuda.get_device_properties(self.device).multi_processor_count if self.device.type == "cuda" else 1
         )
-        cfg = self.attention_config
-        self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
         self.kv_fp8 = spec.kv_cache_dtype != "auto"
         self.decode_launch = _FP8_DECODE_LAUNCH if self.kv_fp8 else _DECODE_LAUNCH
 
@@ -113,11 +122,21 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
     def _tiles(
         self, common: CommonAttentionMetadata, first: int, last: int, splits: int, decode: bool = False
     ) -> TritonAttentionTiles:
-        from attnserve.kernels.triton_attention import query_tiles
+        """The call over requests ``[first, last)``: decode tiles (16 rows), else prefill tiles (``_PREFILL_ROWS``
+        where they apply)."""
+        from attnserve.kernels.triton_attention import block_m_for, query_tiles
 
-        seq, start = query_tiles(common.query_start_loc_cpu, self.block_q, first, last)
+        spec = self.layer_spec
+        wide = not decode and self.dtype.itemsize == 2 and common.block_size <= _PREFILL_KV_TOKENS
+        rows = _PREFILL_ROWS if wide else 16
+        seq, start = query_tiles(
+            common.query_start_loc_cpu, block_m_for(spec.num_heads // spec.num_kv_heads, rows)[1], first, last
+        )
         qsl = common.query_start_loc_cpu
-        launch = self.decode_launch[splits > 1] if decode else {}
+        if decode:
+            launch = self.decode_launch[splits > 1]
+        else:
+            launch = dict(_PREFILL_LAUNCH) if wide else {}
         return TritonAttentionTiles(
             seq.to(self.device, non_blocking=True),
             start.to(self.device, non_blocking=True),
@@ -125,28 +144,23 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             (int(qsl[first]), int(qsl[last])),
             launch,
             decode,
+            rows,
+            _PREFILL_KV_TOKENS // common.block_size if wide else None,
         )
 
     def build(self, common: CommonAttentionMetadata) -> TritonAttentionMetadata:
+        """A decode-only step: one call, split-KV when too small to fill the GPU. Else the decodes (if any: the
+        same rule over their longest context), then the prefills."""
         nd, b = common.num_decodes, common.num_reqs
-        calls = []
-        if nd == b:  # decode only: one call, split-KV when the batch is too small to fill the GPU
-            calls.append(
-                self._tiles(
-                    common,
-                    0,
-                    b,
-                    self._splits(nd, common.max_seq_len, common.block_size),
-                    decode=common.max_query_len == 1,
-                )
-            )
-        elif self.prefill_decode:
+        if nd == b:
+            splits = self._splits(nd, common.max_seq_len, common.block_size)
+            calls = [self._tiles(common, 0, b, splits, decode=common.max_query_len == 1)]
+        else:
+            calls = []
             if nd:
                 longest = int(common.seq_lens_cpu[:nd].max())
                 calls.append(self._tiles(common, 0, nd, self._splits(nd, longest, common.block_size), decode=True))
             calls.append(self._tiles(common, nd, b, 1))
-        else:
-            calls.append(self._tiles(common, 0, b, 1))
         return TritonAttentionMetadata(
             common.slot_mapping, common.query_start_loc, common.seq_lens, common.block_table, calls
         )
@@ -248,6 +262,8 @@ class TritonAttentionImpl(AttentionImpl):
                 rope=rope,
                 decode=call.decode,
                 sinks=self.sinks,
+                block_m=call.block_m,
+                pages_per_tile=call.pages_per_tile,
             )
         return out
 
@@ -268,6 +284,12 @@ class TritonAttentionBackend(AttentionBackend):
     required_package = "triton"
     pip_extra = "triton"
     cuda_graph_support = CudaGraphSupport.ALWAYS
+
+    @classmethod
+    def extra_reasons(cls, selector_config, platform, attention_config=None) -> list[Reason]:
+        if attention_config is not None and attention_config.use_prefill_decode_attention:
+            return [separate_calls(cls.name)]
+        return []
 
     @staticmethod
     def get_impl_cls() -> type[TritonAttentionImpl]:
