@@ -12,19 +12,25 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+# a step's table width W is rounded up to a multiple of this: Triton specializes a kernel's integer arguments on
+# divisibility by 16 (and on 1), so a width that varied in kind from step to step (the table's row stride) would
+# compile the attention kernels again inside a run; padding entries are 0, never read (past each sequence's end)
+WIDTH_MULTIPLE = 16
+
 
 class BlockTableRows:
     """Rows of int32 block ids, one per request id, 0 past each table's end."""
 
     def __init__(self, rows: int = 64, width: int = 64) -> None:
-        self._rows = np.zeros((rows, width), dtype=np.int32)
+        self._rows = np.zeros((rows, _round_up(width)), dtype=np.int32)
         # request id -> [its table (the scheduler's list), row, entries copied]
         self._entries: dict[str, list] = {}
         self._free: list[int] = list(range(rows - 1, -1, -1))
 
     def gather(self, reqs: Sequence) -> np.ndarray:
         """(len(reqs), W) int32: row i = ``reqs[i].block_table`` padded with 0 to W, the longest table's length
-        (a new array: later calls do not change it). ``reqs``: objects with ``request_id`` and ``block_table``."""
+        rounded up to ``WIDTH_MULTIPLE`` (a new array: later calls do not change it). ``reqs``: objects with
+        ``request_id`` and ``block_table``."""
         n = len(reqs)
         index = np.empty(n, dtype=np.int64)
         entries = self._entries
@@ -40,7 +46,7 @@ class BlockTableRows:
             index[i] = e[1]
             if count > width:
                 width = count
-        return self._rows[index, :width]
+        return self._rows[index, : _round_up(width)]
 
     def release(self, request_ids: Iterable[str]) -> None:
         """Free the rows of requests that finished."""
@@ -67,7 +73,7 @@ class BlockTableRows:
     def _write(self, e: list, count: int) -> None:
         table, row, done = e
         if count > self._rows.shape[1]:
-            width = max(count, 2 * self._rows.shape[1])
+            width = _round_up(max(count, 2 * self._rows.shape[1]))
             rows = np.zeros((self._rows.shape[0], width), dtype=np.int32)
             rows[:, : self._rows.shape[1]] = self._rows
             self._rows = rows
@@ -76,3 +82,9 @@ class BlockTableRows:
         else:  # shorter than copied (not done by the scheduler; kept correct anyway)
             self._rows[row, count:done] = 0
         e[2] = count
+
+
+def _round_up(width: int) -> int:
+    """``width`` rounded up to a multiple of ``WIDTH_MULTIPLE`` (the rows' capacity is one too, so a step's
+    rounded width always fits)."""
+    return -(-width // WIDTH_MULTIPLE) * WIDTH_MULTIPLE

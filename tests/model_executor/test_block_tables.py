@@ -1,10 +1,11 @@
-"""BlockTableRows: a step's block table gathered from rows kept between steps equals the tables padded with 0."""
+"""BlockTableRows: a step's block table gathered from rows kept between steps equals the tables padded with 0 to a
+width that is a multiple of 16."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnserve.model_executor.block_tables import BlockTableRows
+from attnserve.model_executor.block_tables import WIDTH_MULTIPLE, BlockTableRows
 
 
 @dataclass
@@ -13,18 +14,33 @@ class _Req:
     block_table: list[int]
 
 
+def _padded(tables: list[list[int]]) -> list[list[int]]:
+    """The tables padded with 0 to the longest one's length rounded up to 16 (``WIDTH_MULTIPLE``)."""
+    width = -(-max(map(len, tables)) // WIDTH_MULTIPLE) * WIDTH_MULTIPLE
+    return [t + [0] * (width - len(t)) for t in tables]
+
+
 def test_rows_follow_growing_replaced_and_released_tables():
     rows = BlockTableRows(rows=2, width=2)
-    a, b = _Req("a", [5]), _Req("b", [7, 8, 9])  # b is wider than the rows: they widen
-    assert rows.gather([a, b]).tolist() == [[5, 0, 0], [7, 8, 9]]
+    long = list(range(100, 117))  # 17 entries: wider than the rows (16 after rounding): they widen
+    a, b = _Req("a", [5]), _Req("b", [7, 8, 9])
+    assert rows.gather([a, b]).tolist() == _padded([[5], [7, 8, 9]])
     a.block_table.append(6)  # grown in place: only the new entry is copied
-    assert rows.gather([b, a]).tolist() == [[7, 8, 9], [5, 6, 0]]
+    assert rows.gather([b, a]).tolist() == _padded([[7, 8, 9], [5, 6]])
     a.block_table = [3]  # a new list (preempted and re-admitted): the row is written anew, its tail zeroed
-    assert rows.gather([a]).tolist() == [[3]]
-    assert rows.gather([a, b]).tolist() == [[3, 0, 0], [7, 8, 9]]
+    assert rows.gather([a]).tolist() == _padded([[3]])
+    assert rows.gather([a, b]).tolist() == _padded([[3], [7, 8, 9]])
     rows.release(["b"])
-    c, d = _Req("c", [1]), _Req("d", [2, 4])  # c takes b's row (zeroed); d makes the rows grow
-    assert rows.gather([c, d, a]).tolist() == [[1, 0], [2, 4], [3, 0]]
+    c, d = _Req("c", [1]), _Req("d", long)  # c takes b's row (zeroed); d makes the rows grow in both ways
+    got = rows.gather([c, d, a])
+    assert got.shape == (3, 32) and got.tolist() == _padded([[1], long, [3]])
+
+
+def test_widths_are_multiples_of_16():
+    """Triton specializes integer arguments on divisibility by 16 and on 1: the row stride stays one kind."""
+    rows = BlockTableRows(rows=4, width=64)
+    for n in (1, 15, 16, 17, 64, 65, 200):
+        assert rows.gather([_Req(f"r{n}", list(range(n)))]).shape[1] == -(-n // 16) * 16
 
 
 def test_a_gathered_table_is_not_changed_by_later_steps():
@@ -33,4 +49,4 @@ def test_a_gathered_table_is_not_changed_by_later_steps():
     first = rows.gather([a])
     a.block_table.append(3)
     rows.gather([a])
-    assert first.tolist() == [[1, 2]]
+    assert first.tolist() == _padded([[1, 2]])

@@ -25,7 +25,7 @@ def test_mixed_step_positions_slots_and_tables():
     assert h.slot_mapping.tolist() == [9 * 16 + 1, 5 * 16 + 14, 5 * 16 + 15, 6 * 16 + 0]
     assert h.query_start_loc.tolist() == [0, 1, 4]
     assert h.seq_lens.tolist() == [18, 17]
-    assert h.block_table.tolist() == [[3, 9], [5, 6]]
+    assert h.block_table.tolist() == [[3, 9] + [0] * 14, [5, 6] + [0] * 14]  # width rounded up to 16
     assert h.logits_indices.tolist() == [0, 3]
     assert (h.num_decodes, h.max_query_len, h.max_seq_len, h.is_pure_decode) == (1, 3, 18, False)
     assert h.query_start_loc.dtype == np.int32 and h.slot_mapping.dtype == np.int64
