@@ -15,7 +15,8 @@ collectives meet in lockstep); only rank 0 samples. With async scheduling a step
 the last step's samples: the first step that needs them broadcasts them from rank 0 (``_placeholder_fill``).
 
 A step's records and its sampling stage: ``step_output.py``; the activation memory kept free of KV cache:
-``memory_profile.py``; each layer's fp8 KV-cache scales: ``kv_scales.apply_kv_scales``.
+``memory_profile.py``; the mixed steps run at start-up on CUDA: ``warmup.py``; each layer's fp8 KV-cache
+scales: ``kv_scales.apply_kv_scales``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from attnserve.model_executor.compile_ahead import compile_attention_kernels_ahe
 from attnserve.model_executor.kv_scales import KVScales, apply_kv_scales
 from attnserve.model_executor.memory_profile import activation_reserve_bytes
 from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of
+from attnserve.model_executor.warmup import warm_up_mixed_steps
 from attnserve.model_executor.logits_processors import LogitsProcessors
 from attnserve.model_executor.prompt_logprobs import PromptLogprobsPlan
 from attnserve.model_executor.sampler import Sampler
@@ -189,6 +191,8 @@ class ModelRunner:
                 self.model, capture_sizes(config.scheduler.max_num_seqs), cache_root(), log=tp.is_driver
             )
         self.greedy_head = GreedyHead(self.gemv_plan.greedy_head if self.gemv_plan is not None else None)
+        if self.device.type == "cuda":  # kernels compiled on first use meet a mixed step now (``warmup.py``)
+            warm_up_mixed_steps(self)
         # calculate_kv_scales: the first prefill sets the scales, which the graphs' kernels take as constants, so
         # the graphs are captured after that step (``_hidden``); the profiling step above computed nothing
         self._capture_after_scales = graphs and config.cache.calculate_kv_scales
