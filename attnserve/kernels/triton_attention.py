@@ -91,6 +91,9 @@ def _paged_attention_kernel(
     INTERPRET: tl.constexpr,
     DECODE: tl.constexpr,
     USE_SINKS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PART_SLOTS: tl.constexpr,
+    PART_BASE: tl.constexpr,
 ):
     """Grid (num_query_tiles, Hkv, NUM_SPLITS): one query tile of one KV head, over one split of its KV.
     ``USE_PDL``: launched with programmatic dependent launch (``kernels/pdl.py``); every input may come from
@@ -101,7 +104,9 @@ def _paged_attention_kernel(
     those stores visible to the whole program, attends as usual: one kernel instead of two per layer.
     ``DECODE`` (decode tiles of requests 0, 1, ... in order, one query token each): tile i is request i's
     token i, known without loading the tile and query-start arrays, two dependent loads fewer before the
-    program's first KV load.
+    program's first KV load. ``CAUSAL`` off: every query token sees every key below its sequence's length (a
+    cascade's prefix call). ``PART_SLOTS > 1``: the program writes its partial result (output, log-sum-exp) to slot
+    ``PART_BASE + split`` of buffers of that many slots per token and head, for a merge after the call.
 
     Records (tuples): ``out_heads``, ``q_heads``: ``(ptr, stride_t, stride_h)``; ``kc``, ``vc``: the key and
     value cache views ``(ptr, stride_b, stride_s, stride_h, fp8 scale)``; ``bt``: ``(block table, row stride)``;
@@ -178,7 +183,10 @@ def _paged_attention_kernel(
 
     # KV tiles this query tile needs: up to the last query's position; with a window, from the first
     # query's window
-    last_pos = tl.minimum(context + q_tile_start + BLOCK_Q, seq_len)  # exclusive
+    if CAUSAL:
+        last_pos = tl.minimum(context + q_tile_start + BLOCK_Q, seq_len)  # exclusive
+    else:
+        last_pos = seq_len
     kv_hi = tl.cdiv(last_pos, BLOCK_N)
     kv_lo = 0
     if USE_WINDOW:
@@ -237,7 +245,9 @@ def _paged_attention_kernel(
         if USE_SOFTCAP:
             # tanh(x) = 2 sigmoid(2x) - 1, exact enough and available in every Triton version
             s = softcap * (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0)
-        allowed = row_valid[:, None] & n_valid[None, :] & (k_pos[None, :] <= q_pos[:, None])
+        allowed = row_valid[:, None] & n_valid[None, :]
+        if CAUSAL:
+            allowed = allowed & (k_pos[None, :] <= q_pos[:, None])
         if USE_WINDOW:
             allowed = allowed & (k_pos[None, :] > q_pos[:, None] - window)
         s = tl.where(allowed, s, float("-inf"))
@@ -253,9 +263,9 @@ def _paged_attention_kernel(
         acc = acc * v_unit
     out = acc / l_safe[:, None]
     tok = (q_begin + q_tok).to(tl.int64)
-    if NUM_SPLITS > 1:
-        # partials: (T, Hq, NUM_SPLITS, HEAD_PAD) and (T, Hq, NUM_SPLITS), float32
-        row = (tok * num_q_heads + head) * NUM_SPLITS + split
+    if PART_SLOTS > 1:
+        # partials: (T, Hq, PART_SLOTS, HEAD_PAD) and (T, Hq, PART_SLOTS), float32
+        row = (tok * num_q_heads + head) * PART_SLOTS + PART_BASE + split
         tl.store(parts[0] + row[:, None] * HEAD_PAD + offs_d[None, :], out, mask=row_valid[:, None])
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log(l_safe))
         tl.store(parts[1] + row, lse, mask=row_valid)
@@ -315,9 +325,17 @@ def paged_attention(
     sinks: torch.Tensor | None = None,  # (Hq,) a sink logit per query head (any float dtype)
     fp8_dot: str | None = None,  # an fp8 cache's path to the dots (FP8_DOT_MODES; None: default_fp8_dot)
     block_m: int = 16,  # query rows of a tile (block_m_for's ``rows``); the tiles: query_tiles of its BLOCK_Q
+    causal: bool = True,  # False: every query token sees all its sequence's keys (a cascade's prefix call)
+    parts: tuple[torch.Tensor, torch.Tensor] | None = None,  # partial_results buffers the caller merges
+    part_base: int = 0,  # first slot of ``parts`` this call writes
 ) -> torch.Tensor:
     """Causal paged attention of the given query tiles. ``num_splits > 1`` splits each tile's KV tiles
     across programs and merges the partial results (meant for decode tiles).
+
+    ``parts`` (``triton_merge_splits.partial_results`` of S slots): the call writes each split's partial result
+    to slots ``part_base .. part_base + num_splits - 1`` (``num_splits`` a power of two) and merges nothing; the
+    caller merges all S slots (``merge_splits``) once every call that fills them has run: cascade attention's
+    prefix and suffix calls (``attention/cascade.py``).
 
     The KV is walked in tiles of ``pages_per_tile`` pages (a power of two; None: ``default_pages_per_tile``
     for the page size, head size and element sizes; 1: the page-at-a-time loop of the first version, for
@@ -353,7 +371,15 @@ def paged_attention(
     part_out = part_lse = out  # unused placeholders when not splitting
     if num_splits > 1:
         num_splits = next_power_of_2(num_splits)
+    if parts is not None:
+        part_out, part_lse = parts
+        slots = part_lse.shape[-1]
+        assert num_splits & (num_splits - 1) == 0 and part_base + num_splits <= slots, (num_splits, part_base, slots)
+    elif num_splits > 1:
+        slots = num_splits
         part_out, part_lse = partial_results(num_tokens, num_heads, num_splits, head_pad, query.device)
+    else:
+        slots = 1
     rope_args, rope_meta = _rope_arguments(rope, query, (key_cache, value_cache, k_scale, v_scale), num_splits, launch)
     _paged_attention_kernel[(num_tiles, num_kv_heads, num_splits)](
         (out, out.stride(0), out.stride(1)),
@@ -382,12 +408,15 @@ def paged_attention(
         PREC=prec,
         DECODE=decode and DECODE_DIRECT,
         USE_SINKS=sinks is not None,
+        CAUSAL=causal,
+        PART_SLOTS=slots,
+        PART_BASE=part_base,
         INTERPRET=INTERPRETED,
         **rope_meta,
         **LAUNCH_OPTIONS,
         **pdl.launch(query),
         **(launch or {}),
     )
-    if num_splits > 1:
+    if num_splits > 1 and parts is None:
         merge_splits(out, part_out, part_lse, split_token_range or (0, num_tokens), head)
     return out

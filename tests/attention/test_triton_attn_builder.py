@@ -107,3 +107,34 @@ def test_mixed_step_runs_decodes_then_prefills():
     assert decode.launch == {"num_stages": 2, "num_warps": 8}
     assert (prefill.decode, prefill.num_splits, prefill.block_m, prefill.token_range) == (False, 1, 64, (3, 103))
     assert prefill.tile_seq.tolist() == [3] * 7
+
+
+def test_cascade_step_is_a_prefix_call_and_a_suffix_call():
+    """64 decodes sharing a 2048-token prefix: the prefix call's 4 tiles of 16 tokens x 8 KV heads = 32 programs
+    want 9 splits (264 / 32), so both calls take 16 (a power of two); the suffix's 512 programs would take 1."""
+    import dataclasses
+
+    from attnserve.attention.cascade import CascadePrefix
+
+    spec = AttentionLayerSpec(num_heads=32, head_size=128, scale=128**-0.5, num_kv_heads=8)
+    builder = TritonAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), torch.bfloat16)
+    builder.num_sms = 132
+    assert builder.supports_cascade
+    common, _ = make_step([1] * 64, [100] * 64, 16, torch.Generator().manual_seed(0), torch.device("cpu"))
+    prefix = CascadePrefix(torch.zeros(1, 128, dtype=torch.int32), torch.tensor([2048]), torch.tensor([0, 64]), 2048)
+    first, second = builder.build(dataclasses.replace(common, cascade=prefix)).calls
+    assert (first.cascade, first.decode, first.block_m, first.num_splits, first.token_range) == (
+        prefix,
+        False,
+        64,
+        16,
+        (0, 64),
+    )
+    assert first.tile_seq.tolist() == [0] * 4 and first.tile_start.tolist() == [0, 16, 32, 48]
+    assert (second.cascade, second.decode, second.block_m, second.num_splits) == (None, True, 16, 16)
+
+
+@pytest.mark.parametrize("kw", [dict(kv_cache_dtype="fp8"), dict(sliding_window=128)], ids=["fp8", "window"])
+def test_no_cascade_over_fp8_or_with_a_window(kw):
+    spec = AttentionLayerSpec(num_heads=32, head_size=128, scale=128**-0.5, num_kv_heads=8, **kw)
+    assert not TritonAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), torch.bfloat16).supports_cascade

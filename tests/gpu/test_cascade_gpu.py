@@ -1,4 +1,5 @@
-"""Cascade attention on the GPU (FlashAttention 3): a decode step whose requests share a prefix of KV blocks.
+"""Cascade attention on the GPU (FlashAttention 3 and TRITON_ATTN): a decode step whose requests share a prefix of
+KV blocks.
 
 - Kernel: a decode step of 16 requests sharing 512 tokens (32 blocks) plus 1-300 of their own; the cascade (prefix
   call + suffix call + merge) and the plain call against the float32 oracle over each request's whole context.
@@ -6,7 +7,7 @@
   (``cascade_replays``) and the greedy tokens equal those with ``disable_cascade_attn`` (or part at a near tie:
   each run's token among the other's two most likely, as in ``test_prefix_caching_gpu.py``).
 
-``python -m pytest tests/gpu/test_cascade_gpu.py -q`` on a GPU with FlashAttention 3 (skipped otherwise).
+``python -m pytest tests/gpu/test_cascade_gpu.py -q`` on a GPU (each backend skipped where not installed).
 """
 
 from __future__ import annotations
@@ -18,10 +19,17 @@ import torch
 
 from tests.gpu.backends import _has
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available() or not _has("flash_attn_interface"), reason="needs CUDA + FA3"),
-]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+# backend -> (attention config fields, the module it needs)
+BACKENDS = {"FLASH_ATTN": ({"flash_attn_version": 3}, "flash_attn_interface"), "TRITON_ATTN": ({}, "triton")}
+
+
+@pytest.fixture(params=list(BACKENDS))
+def backend(request) -> str:
+    if not _has(BACKENDS[request.param][1]):
+        pytest.skip(f"{BACKENDS[request.param][1]} not installed")
+    return request.param
 
 
 # (cached own tokens, new tokens) per request after the shared prefix, 16 requests: the engine runs the cascade on
@@ -32,12 +40,13 @@ STEPS = {
 
 
 @pytest.mark.parametrize("name", list(STEPS))
-def test_cascade_call_matches_the_oracle(name):
+def test_cascade_call_matches_the_oracle(name, backend):
     """The cascade call (paged prefix call, suffix call, merge) on a decode step against the float32 oracle."""
     from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, KVCacheLayout
-    from attnserve.attention.backends.flash_attn import FlashAttentionBackend
+    from attnserve.attention.registry import AttentionBackendEnum
     from attnserve.attention.cascade import CascadePrefix
     from attnserve.config.attention import AttentionConfig
+    from attnserve.kernels.kv_write import kv_views
     from attnserve.kernels.reference import reference_paged_attention
     from attnserve.model_executor.kv_cache import allocate_kv_caches
 
@@ -58,7 +67,8 @@ def test_cascade_call_matches_the_oracle(name):
     for i, n in enumerate(own_blocks):
         table[i, prefix_blocks : prefix_blocks + n] = torch.arange(at, at + n)
         at += n
-    kv = allocate_kv_caches(FlashAttentionBackend, KVCacheLayout.NHD, 1, num_blocks, bs, hkv, d, dtype, dev)[0]
+    backend_cls = AttentionBackendEnum[backend].get_class()
+    kv = allocate_kv_caches(backend_cls, KVCacheLayout.NHD, 1, num_blocks, bs, hkv, d, dtype, dev)[0]
     kv.copy_(torch.randn(kv.shape, generator=g).to(dtype) * 2)
     t = int(q_lens.sum())
     q = (torch.randn(t, hq, d, generator=g) * 2).to(dev, dtype)
@@ -71,9 +81,9 @@ def test_cascade_call_matches_the_oracle(name):
     qsl[1:] = torch.cumsum(q_lens, 0)
     num_decodes = int((q_lens == 1).sum())
     spec = AttentionLayerSpec(num_heads=hq, head_size=d, scale=d**-0.5, num_kv_heads=hkv)
-    cfg = AttentionConfig(flash_attn_version=3)
-    builder = FlashAttentionBackend.get_builder_cls()(spec, dev, dtype, attention_config=cfg)
-    impl = FlashAttentionBackend.get_impl_cls()(spec, attention_config=cfg)
+    cfg = AttentionConfig(**BACKENDS[backend][0])
+    builder = backend_cls.get_builder_cls()(spec, dev, dtype, attention_config=cfg)
+    impl = backend_cls.get_impl_cls()(spec, attention_config=cfg)
     assert builder.supports_cascade
 
     def common(tab, lens, cascade=None):
@@ -102,9 +112,13 @@ def test_cascade_call_matches_the_oracle(name):
     )
     plain = impl.forward(q, key, value, kv, builder.build(common(table, seq_lens)))
     metadata = builder.build(common(table[:, prefix_blocks:], seq_lens - prefix_len, prefix))
-    assert metadata.calls[0].prefix is not None and not metadata.calls[0].fresh
+    if backend == "FLASH_ATTN":
+        assert metadata.calls[0].prefix is not None and not metadata.calls[0].fresh
+    else:
+        assert metadata.calls[0].cascade is not None and len(metadata.calls) == 2
     cascade = impl.forward(q, key, value, kv, metadata)
-    ref = reference_paged_attention(q, kv, qsl, seq_lens, table, d**-0.5)
+    kv_both = torch.stack(kv_views(kv, getattr(impl, "kv_dim", 0)))  # (2, N, B, Hkv, D), the oracle's layout
+    ref = reference_paged_attention(q, kv_both, qsl, seq_lens, table, d**-0.5)
     scale = ref.float().abs().max().item()
     err_plain = (plain.float() - ref.float()).abs().max().item() / scale
     err_cascade = (cascade.float() - ref.float()).abs().max().item() / scale
@@ -119,7 +133,7 @@ def _near_tie(a, b) -> bool:
     return len(a.token_ids) == len(b.token_ids)
 
 
-def test_cascade_graphs_give_the_greedy_tokens_of_plain_graphs(gpu_model_dir):
+def test_cascade_graphs_give_the_greedy_tokens_of_plain_graphs(gpu_model_dir, backend):
     from attnserve import LLM, SamplingParams
 
     path = gpu_model_dir("llama3")
@@ -131,8 +145,8 @@ def test_cascade_graphs_give_the_greedy_tokens_of_plain_graphs(gpu_model_dir):
         llm = LLM(
             path,
             dtype="bfloat16",
-            attention_backend="FLASH_ATTN",
-            attention_config={"flash_attn_version": 3},
+            attention_backend=backend,
+            attention_config=BACKENDS[backend][0] or None,
             max_model_len=512,
             kv_cache_memory=256 << 20,
             max_num_seqs=32,

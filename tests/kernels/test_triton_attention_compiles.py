@@ -122,6 +122,27 @@ def test_prefill_tiles_of_more_rows_build_for_sm90_without_spills(index, built_p
     assert shared <= FP8_SHARED_LIMIT, shared
 
 
+# TRITON_ATTN's cascade calls (``TritonAttentionImpl._cascade``), Llama-3 8B heads: the prefix call (64-row tiles,
+# non-causal) and the decode suffix call (8 warps), 4 splits each into 8 partial slots
+CASCADE_CALLS = {
+    "prefix": dict(block_m=64, launch=dict(num_warps=4, num_stages=2), pages_per_tile=4, causal=False, part_base=0),
+    "suffix": dict(decode=True, part_base=4),
+}
+
+
+@pytest.fixture(scope="module")
+def built_cascade(tmp_path_factory) -> list:
+    common = dict(dtype="bf16", head=128, qpkv=4, page=16, num_splits=4, part_slots=8)
+    return build_sm90([{**common, **v} for v in CASCADE_CALLS.values()], tmp_path_factory.mktemp("sm90c"))
+
+
+@pytest.mark.parametrize("index", range(len(CASCADE_CALLS)), ids=list(CASCADE_CALLS))
+def test_cascade_calls_build_for_sm90_without_spills(index, built_cascade):
+    res, shared = built_cascade[index]
+    assert res["REG"] <= 255 and res["STACK"] == 0 and res["LOCAL"] == 0, res
+    assert shared <= FP8_SHARED_LIMIT, shared
+
+
 @pytest.mark.parametrize("index", range(len(VARIANTS)), ids=["-".join(map(str, v)) for v in VARIANTS])
 def test_kernel_builds_for_sm90_without_spills(index, built):
     res, shared = built[index]

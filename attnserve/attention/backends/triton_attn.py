@@ -6,6 +6,9 @@ padded), a step with prefill tokens a call over its decode tokens (if any) and o
 tiles of 64 rows (``_PREFILL_ROWS``: each KV tile loaded for 4x the query tokens; 16-bit queries). A decode call too small to
 fill the GPU takes the split-KV kernel (up to 32 splits of at least one 64-token KV tile). Since decodes and
 prefills always run as separate calls, ``use_prefill_decode_attention`` is refused (it would change nothing).
+A cascade step (``attention/cascade.py``, CUDA graphs; 16-bit cache, no window) is two calls into one buffer of
+partial results, merged once: every query token over the shared prefix (one sequence of prefill tiles,
+non-causal) and each request over its suffix (decode tiles).
 The kernels launch with programmatic dependent launch on sm_90+ (``kernels/pdl.py``), so the RoPE + KV-write
 kernel before them and the GEMV after them overlap their launches. New K/V go into the cache with the
 Triton ``reshape_and_cache`` kernel; an fp8 cache (e4m3 or e5m2) stores ``x / scale`` per tensor, saturated (the
@@ -40,6 +43,7 @@ from attnserve.attention.backend import (
     CommonAttentionMetadata,
     CudaGraphSupport,
 )
+from attnserve.attention.cascade import CascadePrefix
 from attnserve.kernels.fused_ops import RopeInputs
 from attnserve.kernels.kv_write import KVWriteTarget, kv_views
 from attnserve.refusals import Reason
@@ -80,6 +84,7 @@ class TritonAttentionTiles:
     decode: bool = False  # every tile is one decode token (one query token per request)
     block_m: int = 16  # query rows of a tile (``paged_attention(block_m=)``)
     pages_per_tile: int | None = None  # pages of a KV tile (``paged_attention(pages_per_tile=)``; None: its default)
+    cascade: CascadePrefix | None = None  # a cascade's prefix call: every query token over this shared prefix
 
 
 @dataclass
@@ -148,11 +153,48 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             _PREFILL_KV_TOKENS // common.block_size if wide else None,
         )
 
+    @property
+    def supports_cascade(self) -> bool:
+        """A 16-bit cache without a sliding window (the prefix call is non-causal, and its tiles are 16-bit)."""
+        return not self.kv_fp8 and self.layer_spec.sliding_window is None
+
+    def _cascade_calls(self, common: CommonAttentionMetadata) -> list[TritonAttentionTiles]:
+        """A cascade decode step (``attention/cascade.py``; ``common``'s table and lengths are the suffixes'): the
+        prefix call (every query token as one sequence of prefill tiles over the shared prefix, non-causal) and the
+        suffix call (decode tiles), each with the same power-of-two split count, both writing partial results that
+        the Impl merges: the larger of the two calls' own split counts (``_splits``; the prefix's from its
+        programs and ``prefix.max_len``)."""
+        from attnserve.kernels.triton_attention import block_m_for, kv_tile_tokens, next_power_of_2
+
+        spec, p, n = self.layer_spec, common.cascade, common.num_reqs
+        wide = self.dtype.itemsize == 2 and common.block_size <= _PREFILL_KV_TOKENS
+        rows = _PREFILL_ROWS if wide else 16
+        block_q = block_m_for(spec.num_heads // spec.num_kv_heads, rows)[1]
+        tiles = -(-n // block_q)
+        tile = _PREFILL_KV_TOKENS if wide else kv_tile_tokens(common.block_size, spec.head_size, self.dtype.itemsize)
+        programs = tiles * spec.num_kv_heads
+        prefix_splits = min(_MAX_SPLITS, -(-_PROGRAMS_PER_SM * self.num_sms // programs), max(1, p.max_len // tile))
+        splits = next_power_of_2(max(prefix_splits, self._splits(n, common.max_seq_len, common.block_size)))
+        prefix = TritonAttentionTiles(
+            torch.zeros(tiles, dtype=torch.int32).to(self.device, non_blocking=True),
+            (torch.arange(tiles, dtype=torch.int32) * block_q).to(self.device, non_blocking=True),
+            splits,
+            (0, n),
+            dict(_PREFILL_LAUNCH) if wide else {},
+            False,
+            rows,
+            _PREFILL_KV_TOKENS // common.block_size if wide else None,
+            p,
+        )
+        return [prefix, self._tiles(common, 0, n, splits, decode=True)]
+
     def build(self, common: CommonAttentionMetadata) -> TritonAttentionMetadata:
-        """A decode-only step: one call, split-KV when too small to fill the GPU. Else the decodes (if any: the
-        same rule over their longest context), then the prefills."""
+        """A decode-only step: one call, split-KV when too small to fill the GPU (a cascade step: its prefix and
+        suffix calls). Else the decodes (if any: the same rule over their longest context), then the prefills."""
         nd, b = common.num_decodes, common.num_reqs
-        if nd == b:
+        if common.cascade is not None:
+            calls = self._cascade_calls(common)
+        elif nd == b:
             splits = self._splits(nd, common.max_seq_len, common.block_size)
             calls = [self._tiles(common, 0, b, splits, decode=common.max_query_len == 1)]
         else:
@@ -225,6 +267,8 @@ class TritonAttentionImpl(AttentionImpl):
 
     def _attend(self, query, key_cache, value_cache, metadata: TritonAttentionMetadata, rope=None) -> torch.Tensor:
         out = torch.empty_like(query)
+        if metadata.calls[0].cascade is not None:
+            return self._cascade(out, query, key_cache, value_cache, metadata)
         for call in metadata.calls:
             if rope is None and self._keys_major(call, query):
                 first, end = call.token_range  # decode tiles: request i is token i
@@ -265,6 +309,58 @@ class TritonAttentionImpl(AttentionImpl):
                 block_m=call.block_m,
                 pages_per_tile=call.pages_per_tile,
             )
+        return out
+
+    def _cascade(self, out, query, key_cache, value_cache, metadata: TritonAttentionMetadata) -> torch.Tensor:
+        """A cascade step: the prefix call and the suffix call write their splits' partial results into one
+        buffer (slots ``0 .. S-1`` and ``S .. 2S-1``), merged once (``merge_splits``). The sinks, if any, join the
+        prefix call only (its split 0), so that the softmax counts them once."""
+        from attnserve.kernels.triton_attention import padded_head_size
+        from attnserve.kernels.triton_merge_splits import merge_splits, partial_results
+
+        prefix, suffix = metadata.calls
+        p = prefix.cascade
+        num_tokens, num_heads, head = query.shape
+        slots = prefix.num_splits + suffix.num_splits
+        parts = partial_results(num_tokens, num_heads, slots, padded_head_size(head), query.device)
+        both = dict(logits_soft_cap=self.logits_soft_cap, parts=parts)
+        self._ops.paged_attention(
+            out,
+            query,
+            key_cache,
+            value_cache,
+            p.block_table,
+            p.seq_lens,
+            p.query_start_loc,
+            prefix.tile_seq,
+            prefix.tile_start,
+            self.scale,
+            num_splits=prefix.num_splits,
+            launch=prefix.launch,
+            block_m=prefix.block_m,
+            pages_per_tile=prefix.pages_per_tile,
+            causal=False,
+            sinks=self.sinks,
+            **both,
+        )
+        self._ops.paged_attention(
+            out,
+            query,
+            key_cache,
+            value_cache,
+            metadata.block_table,
+            metadata.seq_lens,
+            metadata.query_start_loc,
+            suffix.tile_seq,
+            suffix.tile_start,
+            self.scale,
+            num_splits=suffix.num_splits,
+            launch=suffix.launch,
+            decode=True,
+            part_base=prefix.num_splits,
+            **both,
+        )
+        merge_splits(out, *parts, prefix.token_range, head)
         return out
 
 
