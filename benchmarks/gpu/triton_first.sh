@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Whether TRITON_ATTN should lead compute capability 9.x's priority list (docs/benchmarks.md, "Beside vLLM 0.26.0",
+# session 27: faster than FA3 on decode-bound runs; FA3 kept first for cascade attention, which TRITON_ATTN now has
+# but has not run on a GPU). On the H200 machine after `bash benchmarks/gpu/stage.sh fa3 tok`, one device call:
+#   1. tests/gpu/test_cascade_gpu.py on both backends (the cascade against the oracle; cascade graphs' greedy tokens)
+#   2. the shared-prefix workload (2048 shared + 128 own, 128 out, 256 requests, Qwen3-0.6B), caching on, both backends
+#   3. the nano-vllm workload, both backends, TRITON_ATTN under benchmarks/gpu/triton_compiles.py (compiles in the run)
+# Usage, from the checkout's root: bash benchmarks/gpu/triton_first.sh OUT_DIR
+set -u
+out=${1:-/tmp}
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTNSERVE_TEST_TOKENIZER=${ATTNSERVE_TEST_TOKENIZER:-/tmp/tok}
+tok=(--tokenizer "$ATTNSERVE_TEST_TOKENIZER")
+echo "== cascade tests"
+timeout 200 python3 -m pytest tests/gpu/test_cascade_gpu.py -m gpu -q -p no:cacheprovider 2>&1 | tail -4
+for be in TRITON_ATTN FLASH_ATTN; do
+  echo "== shared prefix, $be"
+  timeout 150 python3 -m attnserve bench throughput --model benchmarks/shapes/qwen3-0.6b --load-format dummy \
+    --dtype bfloat16 --no-progress "${tok[@]}" --num-prompts 256 --prefix-len 2048 --input-len 128 --output-len 128 \
+    --max-model-len 4096 --attention-backend $be --output-json "$out/shared-$be.json" 2>&1 | tail -2
+done
+nano=(--model benchmarks/shapes/qwen3-0.6b --load-format dummy --dtype bfloat16 --no-progress "${tok[@]}" --seed 0
+      --num-prompts 256 --input-len 562 --output-len 562 --range-ratio 0.822 --max-num-seqs 256 --max-model-len 2304)
+echo "== nano-vllm, TRITON_ATTN (Triton compiles listed)"
+timeout 150 python3 -m benchmarks.gpu.triton_compiles --json "$out/compiles.json" -- attnserve bench throughput \
+  "${nano[@]}" --attention-backend TRITON_ATTN --output-json "$out/nano-TRITON_ATTN.json" 2>&1 | tail -25
+echo "== nano-vllm, FLASH_ATTN"
+timeout 120 python3 -m attnserve bench throughput "${nano[@]}" --attention-backend FLASH_ATTN \
+  --output-json "$out/nano-FLASH_ATTN.json" 2>&1 | tail -2
