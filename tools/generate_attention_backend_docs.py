@@ -116,6 +116,9 @@ def render() -> str:
             "calls in the keys-major kernel where no window, soft cap or sinks apply; CPU_ATTN dequantizes on read.",
             "- Sinks (a learned logit per query head in the softmax, gpt-oss): CPU_ATTN, FLEX_ATTENTION, TRITON_ATTN and "
             "FLASH_ATTN version 4 (`learnable_sink`); FLASHINFER's come with its TRT-LLM kernels, not wired here.",
+            "- Cascade attention (with prefix caching, a prefix shared by a CUDA-graph decode step's requests read once; "
+            "`--disable-cascade-attn`): FLASH_ATTN version 3 and TRITON_ATTN, over a 16-bit cache without a sliding "
+            "window (TRITON_ATTN's not yet run on a GPU).",
             "- FLEX_ATTENTION on CUDA also needs Triton (torch.compile generates its kernels).",
             "",
             "## Automatic selection order",
