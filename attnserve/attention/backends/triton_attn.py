@@ -99,7 +99,8 @@ class TritonAttentionMetadata:
 
 
 class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
-    """Cuts the step into query tiles once; chooses unified vs split-KV calls."""
+    """Cuts the step into query tiles once and chooses its calls: decode tiles (split-KV where they do not fill
+    the GPU), prefill tiles, or a cascade step's prefix and suffix calls."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -124,24 +125,29 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             return 1
         return min(_MAX_SPLITS, -(-_PROGRAMS_PER_SM * self.num_sms // programs), tiles)
 
+    def _prefill_tiling(self, block_size: int) -> tuple[int, dict, int | None]:
+        """(rows, launch options, pages per KV tile) of prefill tiles: ``_PREFILL_ROWS`` rows over
+        ``_PREFILL_KV_TOKENS``-token KV tiles for 16-bit queries and pages of at most that many tokens; else
+        16 rows, the default launch and KV tiles."""
+        if self.dtype.itemsize == 2 and block_size <= _PREFILL_KV_TOKENS:
+            return _PREFILL_ROWS, dict(_PREFILL_LAUNCH), _PREFILL_KV_TOKENS // block_size
+        return 16, {}, None
+
     def _tiles(
         self, common: CommonAttentionMetadata, first: int, last: int, splits: int, decode: bool = False
     ) -> TritonAttentionTiles:
-        """The call over requests ``[first, last)``: decode tiles (16 rows), else prefill tiles (``_PREFILL_ROWS``
-        where they apply)."""
+        """The call over requests ``[first, last)``: decode tiles (16 rows), else prefill tiles."""
         from attnserve.kernels.triton_attention import block_m_for, query_tiles
 
         spec = self.layer_spec
-        wide = not decode and self.dtype.itemsize == 2 and common.block_size <= _PREFILL_KV_TOKENS
-        rows = _PREFILL_ROWS if wide else 16
+        if decode:
+            rows, launch, pages = 16, self.decode_launch[splits > 1], None
+        else:
+            rows, launch, pages = self._prefill_tiling(common.block_size)
         seq, start = query_tiles(
             common.query_start_loc_cpu, block_m_for(spec.num_heads // spec.num_kv_heads, rows)[1], first, last
         )
         qsl = common.query_start_loc_cpu
-        if decode:
-            launch = self.decode_launch[splits > 1]
-        else:
-            launch = dict(_PREFILL_LAUNCH) if wide else {}
         return TritonAttentionTiles(
             seq.to(self.device, non_blocking=True),
             start.to(self.device, non_blocking=True),
@@ -150,7 +156,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             launch,
             decode,
             rows,
-            _PREFILL_KV_TOKENS // common.block_size if wide else None,
+            pages,
         )
 
     @property
@@ -167,11 +173,14 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         from attnserve.kernels.triton_attention import block_m_for, kv_tile_tokens, next_power_of_2
 
         spec, p, n = self.layer_spec, common.cascade, common.num_reqs
-        wide = self.dtype.itemsize == 2 and common.block_size <= _PREFILL_KV_TOKENS
-        rows = _PREFILL_ROWS if wide else 16
+        rows, launch, pages = self._prefill_tiling(common.block_size)
         block_q = block_m_for(spec.num_heads // spec.num_kv_heads, rows)[1]
         tiles = -(-n // block_q)
-        tile = _PREFILL_KV_TOKENS if wide else kv_tile_tokens(common.block_size, spec.head_size, self.dtype.itemsize)
+        tile = (
+            pages * common.block_size
+            if pages
+            else kv_tile_tokens(common.block_size, spec.head_size, self.dtype.itemsize)
+        )
         programs = tiles * spec.num_kv_heads
         prefix_splits = min(_MAX_SPLITS, -(-_PROGRAMS_PER_SM * self.num_sms // programs), max(1, p.max_len // tile))
         splits = next_power_of_2(max(prefix_splits, self._splits(n, common.max_seq_len, common.block_size)))
@@ -180,10 +189,10 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             (torch.arange(tiles, dtype=torch.int32) * block_q).to(self.device, non_blocking=True),
             splits,
             (0, n),
-            dict(_PREFILL_LAUNCH) if wide else {},
+            launch,
             False,
             rows,
-            _PREFILL_KV_TOKENS // common.block_size if wide else None,
+            pages,
             p,
         )
         return [prefix, self._tiles(common, 0, n, splits, decode=True)]
