@@ -92,7 +92,8 @@ class AttentionConfig:
 
     use_prefill_decode_attention: bool = False
     """Run each step's prefill tokens and decode tokens through separate kernels (varlen prefill, then
-    paged decode) instead of one unified call over the mixed batch."""
+    paged decode) instead of one unified call over the mixed batch. Refused by CPU_ATTN and TRITON_ATTN, which
+    always run them apart."""
 
     flash_attn_max_num_splits_for_cuda_graph: int = field(
         default=32, metadata={"ge": 1, "le": 256, **_only("FLASH_ATTN")}
