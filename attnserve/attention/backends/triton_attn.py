@@ -294,31 +294,45 @@ class TritonAttentionImpl(AttentionImpl):
                     num_splits=call.num_splits,
                 )
                 continue
-            self._ops.paged_attention(
+            self._paged(
+                call,
                 out,
                 query,
                 key_cache,
                 value_cache,
-                metadata.block_table,
-                metadata.seq_lens,
-                metadata.query_start_loc,
-                call.tile_seq,
-                call.tile_start,
-                self.scale,
-                num_splits=call.num_splits,
-                sliding_window=self.sliding_window,
-                logits_soft_cap=self.logits_soft_cap,
-                k_scale=self.k_scale,
-                v_scale=self.v_scale,
+                (metadata.block_table, metadata.seq_lens, metadata.query_start_loc),
                 split_token_range=call.token_range,
-                launch=call.launch,
                 rope=rope,
-                decode=call.decode,
                 sinks=self.sinks,
-                block_m=call.block_m,
-                pages_per_tile=call.pages_per_tile,
             )
         return out
+
+    def _paged(self, call: TritonAttentionTiles, out, query, key_cache, value_cache, step: tuple, **kw) -> None:
+        """``paged_attention`` over ``call``'s tiles with the layer's scores and scales; ``step``: (block table,
+        sequence lengths, query start locations) the tiles index; ``kw``: the call's other arguments."""
+        table, seq_lens, query_start_loc = step
+        self._ops.paged_attention(
+            out,
+            query,
+            key_cache,
+            value_cache,
+            table,
+            seq_lens,
+            query_start_loc,
+            call.tile_seq,
+            call.tile_start,
+            self.scale,
+            num_splits=call.num_splits,
+            sliding_window=self.sliding_window,
+            logits_soft_cap=self.logits_soft_cap,
+            k_scale=self.k_scale,
+            v_scale=self.v_scale,
+            launch=call.launch,
+            decode=call.decode,
+            block_m=call.block_m,
+            pages_per_tile=call.pages_per_tile,
+            **kw,
+        )
 
     def _cascade(self, out, query, key_cache, value_cache, metadata: TritonAttentionMetadata) -> torch.Tensor:
         """A cascade step: the prefix call and the suffix call write their splits' partial results into one
@@ -332,43 +346,12 @@ class TritonAttentionImpl(AttentionImpl):
         num_tokens, num_heads, head = query.shape
         slots = prefix.num_splits + suffix.num_splits
         parts = partial_results(num_tokens, num_heads, slots, padded_head_size(head), query.device)
-        both = dict(logits_soft_cap=self.logits_soft_cap, parts=parts)
-        self._ops.paged_attention(
-            out,
-            query,
-            key_cache,
-            value_cache,
-            p.block_table,
-            p.seq_lens,
-            p.query_start_loc,
-            prefix.tile_seq,
-            prefix.tile_start,
-            self.scale,
-            num_splits=prefix.num_splits,
-            launch=prefix.launch,
-            block_m=prefix.block_m,
-            pages_per_tile=prefix.pages_per_tile,
-            causal=False,
-            sinks=self.sinks,
-            **both,
+        step = (metadata.block_table, metadata.seq_lens, metadata.query_start_loc)
+        prefix_step = (p.block_table, p.seq_lens, p.query_start_loc)
+        self._paged(
+            prefix, out, query, key_cache, value_cache, prefix_step, causal=False, sinks=self.sinks, parts=parts
         )
-        self._ops.paged_attention(
-            out,
-            query,
-            key_cache,
-            value_cache,
-            metadata.block_table,
-            metadata.seq_lens,
-            metadata.query_start_loc,
-            suffix.tile_seq,
-            suffix.tile_start,
-            self.scale,
-            num_splits=suffix.num_splits,
-            launch=suffix.launch,
-            decode=True,
-            part_base=prefix.num_splits,
-            **both,
-        )
+        self._paged(suffix, out, query, key_cache, value_cache, step, parts=parts, part_base=prefix.num_splits)
         merge_splits(out, *parts, prefix.token_range, head)
         return out
 
