@@ -170,23 +170,23 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         suffix call (decode tiles), each with the same power-of-two split count, both writing partial results that
         the Impl merges: the larger of the two calls' own split counts (``_splits``; the prefix's from its
         programs and ``prefix.max_len``)."""
-        from attnserve.kernels.triton_attention import block_m_for, kv_tile_tokens, next_power_of_2
+        from attnserve.kernels.triton_attention import block_m_for, kv_tile_tokens, next_power_of_2, query_tiles
 
         spec, p, n = self.layer_spec, common.cascade, common.num_reqs
         rows, launch, pages = self._prefill_tiling(common.block_size)
         block_q = block_m_for(spec.num_heads // spec.num_kv_heads, rows)[1]
-        tiles = -(-n // block_q)
+        seq, start = query_tiles(torch.tensor([0, n], dtype=torch.int32), block_q)  # one sequence of n tokens
         tile = (
             pages * common.block_size
             if pages
             else kv_tile_tokens(common.block_size, spec.head_size, self.dtype.itemsize)
         )
-        programs = tiles * spec.num_kv_heads
+        programs = seq.numel() * spec.num_kv_heads
         prefix_splits = min(_MAX_SPLITS, -(-_PROGRAMS_PER_SM * self.num_sms // programs), max(1, p.max_len // tile))
         splits = next_power_of_2(max(prefix_splits, self._splits(n, common.max_seq_len, common.block_size)))
         prefix = TritonAttentionTiles(
-            torch.zeros(tiles, dtype=torch.int32).to(self.device, non_blocking=True),
-            (torch.arange(tiles, dtype=torch.int32) * block_q).to(self.device, non_blocking=True),
+            seq.to(self.device, non_blocking=True),
+            start.to(self.device, non_blocking=True),
             splits,
             (0, n),
             launch,
