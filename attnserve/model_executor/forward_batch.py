@@ -17,6 +17,7 @@ import torch
 from attnserve.model_executor.block_tables import BlockTableRows
 
 if TYPE_CHECKING:  # pragma: no cover
+    from attnserve.attention.forward_batch import ForwardBatch
     from attnserve.core.step import SchedulerOutput
 
 
@@ -126,3 +127,42 @@ class PinnedStaging:
         """A device tensor holding ``array`` (non-blocking copy from the pinned buffer)."""
         host = self.pinned(name, array)
         return host.to(self.device, non_blocking=True) if self.cuda else host
+
+
+def device_batch(host: HostBatch, staging: PinnedStaging, builder, kv_caches: list, block_size: int) -> "ForwardBatch":
+    """A step's ForwardBatch: ``host`` copied to the device through ``staging`` (pinned, non-blocking) and the
+    attention ``builder``'s metadata built from it once."""
+    from attnserve.attention.backend import CommonAttentionMetadata
+    from attnserve.attention.forward_batch import ForwardBatch
+
+    st = staging
+    st.begin()
+    qsl_cpu = st.pinned("qsl", host.query_start_loc)
+    seq_lens_cpu = st.pinned("seq_lens", host.seq_lens)
+    table_cpu = st.pinned("block_table", host.block_table)
+    dev = st.device
+    common = CommonAttentionMetadata(
+        query_start_loc=qsl_cpu.to(dev, non_blocking=True),
+        query_start_loc_cpu=qsl_cpu,
+        seq_lens=seq_lens_cpu.to(dev, non_blocking=True),
+        seq_lens_cpu=seq_lens_cpu,
+        block_table=table_cpu.to(dev, non_blocking=True),
+        slot_mapping=st.to_device("slots", host.slot_mapping),
+        num_reqs=host.num_reqs,
+        num_actual_tokens=host.num_tokens,
+        max_query_len=host.max_query_len,
+        max_seq_len=host.max_seq_len,
+        num_decodes=host.num_decodes,
+        num_decode_tokens=host.num_decodes,
+        block_size=block_size,
+        block_table_cpu=table_cpu,
+    )
+    batch = ForwardBatch(
+        input_ids=st.to_device("ids", host.input_ids),
+        positions=st.to_device("pos", host.positions),
+        logits_indices=st.to_device("logits_idx", host.logits_indices),
+        attn_metadata=builder.build(common),
+        kv_caches=kv_caches,
+    )
+    st.end()
+    return batch

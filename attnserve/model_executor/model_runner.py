@@ -12,7 +12,7 @@ before sampling; the fused greedy head (``greedy_head.py``) runs only for steps 
 Under tensor parallelism one ModelRunner runs in each worker process with its rank's ``tp``: it builds its
 shard of the model, a KV cache for its KV heads, and runs the same forward pass as the others (the layers'
 collectives meet in lockstep); only rank 0 samples. With async scheduling a step's placeholder tokens are
-the last step's samples: the first step that needs them broadcasts them from rank 0 (``_placeholder_fill``).
+the last step's samples: the first step that needs them broadcasts them from rank 0 (``placeholders.py``).
 
 A step's records and its sampling stage: ``step_output.py``; the activation memory kept free of KV cache:
 ``memory_profile.py``; the mixed steps run at start-up on CUDA: ``warmup.py``; each layer's fp8 KV-cache
@@ -28,17 +28,17 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from attnserve.attention.backend import AttentionImpl, AttentionLayerSpec, CommonAttentionMetadata, CudaGraphSupport
+from attnserve.attention.backend import AttentionImpl, AttentionLayerSpec, CudaGraphSupport
 from attnserve.attention.layer import Attention
 from attnserve.config.engine import EngineConfig
-from attnserve.core.step import PLACEHOLDER_TOKEN, SchedulerOutput
+from attnserve.core.step import SchedulerOutput
 from attnserve.distributed.group import SINGLE, TPGroup
 from attnserve.distributed.sharding import shard_heads
 from attnserve.gemv.enable import resolve_skinny_gemm, triton_installed, warn_if_ignored
 from attnserve.model_executor.cuda_graph import CudaGraphRunner, capture_sizes
 from attnserve.attention.forward_batch import ForwardBatch
 from attnserve.model_executor.block_tables import BlockTableRows
-from attnserve.model_executor.forward_batch import HostBatch, PinnedStaging, host_batch
+from attnserve.model_executor.forward_batch import HostBatch, PinnedStaging, device_batch, host_batch
 from attnserve.model_executor.gguf_cache import cache_root
 from attnserve.model_executor.greedy_head import GreedyHead
 from attnserve.model_executor.grouped_builder import GroupedMetadataBuilder
@@ -50,9 +50,10 @@ from attnserve.model_executor.memory_profile import activation_reserve_bytes
 from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of
 from attnserve.model_executor.warmup import warm_up_mixed_steps
 from attnserve.model_executor.logits_processors import LogitsProcessors
+from attnserve.model_executor.placeholders import placeholder_fill
 from attnserve.model_executor.prompt_logprobs import PromptLogprobsPlan
 from attnserve.model_executor.sampler import Sampler
-from attnserve.model_executor.sampling_batch import LastSample, SamplingState
+from attnserve.model_executor.sampling_batch import SamplingState
 from attnserve.model_executor.step_output import ModelRunnerOutput, PendingStep, QueuedForward
 from attnserve.models.registry import get_model_class
 from attnserve.platforms import detect_platform, runtime_device
@@ -302,37 +303,7 @@ class ModelRunner:
 
     def _device_batch(self, host: HostBatch) -> ForwardBatch:
         """Copy a host batch to the device (pinned, non-blocking) and build the backend's metadata."""
-        st = self.staging
-        st.begin()
-        qsl_cpu = st.pinned("qsl", host.query_start_loc)
-        seq_lens_cpu = st.pinned("seq_lens", host.seq_lens)
-        table_cpu = st.pinned("block_table", host.block_table)
-        dev = self.device
-        common = CommonAttentionMetadata(
-            query_start_loc=qsl_cpu.to(dev, non_blocking=True),
-            query_start_loc_cpu=qsl_cpu,
-            seq_lens=seq_lens_cpu.to(dev, non_blocking=True),
-            seq_lens_cpu=seq_lens_cpu,
-            block_table=table_cpu.to(dev, non_blocking=True),
-            slot_mapping=st.to_device("slots", host.slot_mapping),
-            num_reqs=host.num_reqs,
-            num_actual_tokens=host.num_tokens,
-            max_query_len=host.max_query_len,
-            max_seq_len=host.max_seq_len,
-            num_decodes=host.num_decodes,
-            num_decode_tokens=host.num_decodes,
-            block_size=self.block_size,
-            block_table_cpu=table_cpu,
-        )
-        batch = ForwardBatch(
-            input_ids=st.to_device("ids", host.input_ids),
-            positions=st.to_device("pos", host.positions),
-            logits_indices=st.to_device("logits_idx", host.logits_indices),
-            attn_metadata=self.builder.build(common),
-            kv_caches=self.kv_caches,
-        )
-        st.end()
-        return batch
+        return device_batch(host, self.staging, self.builder, self.kv_caches, self.block_size)
 
     @torch.inference_mode()
     def compute_logits(self, sched: SchedulerOutput) -> torch.Tensor:  # (B, vocab) float32
@@ -357,7 +328,7 @@ class ModelRunner:
             if ahead is not None and ahead[0] is sched
             else host_batch(sched, self.block_size, self.block_table_rows)
         )
-        fill = self._placeholder_fill(sched, host)
+        fill = placeholder_fill(sched, host, self.sampling, self.tp, self.staging)
         if prompt_plan is None and self.cuda_graphs is not None and self.cuda_graphs.can_run(host):
             return self.cuda_graphs.run(host, self.staging, fill)
         batch = self._device_batch(host)
@@ -373,32 +344,6 @@ class ModelRunner:
             self._capture_after_scales = False
             self._capture_cuda_graphs()
         return hidden
-
-    def _placeholder_fill(self, sched: SchedulerOutput, host: HostBatch):
-        """For a step with placeholder token ids: a function that writes the last step's sampled tokens into
-        the step's device ``input_ids`` (T,) at those positions; None when there are none."""
-        dst = np.flatnonzero(host.input_ids == PLACEHOLDER_TOKEN)
-        if not len(dst):
-            return None
-        last_tokens, last_rows = self.sampling.last_sample.token_ids, self.sampling.last_sample.rows
-        if self.tp.size > 1:
-            # only rank 0 sampled: its tokens reach the other ranks now, when a step first needs them (one
-            # small collective, queued on the stream before this step's forward pass; none without placeholders)
-            last_tokens = self.tp.broadcast(
-                last_tokens.contiguous()
-                if self.tp.is_driver
-                else torch.empty(len(last_rows), dtype=torch.int64, device=self.device)
-            )
-            self.sampling.last_sample = LastSample(last_tokens, last_rows)
-        req_index = np.searchsorted(host.query_start_loc, dst, side="right") - 1
-        reqs = sched.requests
-        src = np.fromiter((last_rows[reqs[i].request_id] for i in req_index), dtype=np.int64, count=len(dst))
-        n = len(dst)
-        if dst[-1] == n - 1 and src[-1] == n - 1 and (dst == src).all():  # rows 0..n-1 in the last step's order
-            return lambda input_ids: input_ids[:n].copy_(last_tokens[:n])
-        dst_t = self.staging.to_device("fill_dst", dst)
-        src_t = self.staging.to_device("fill_src", src)
-        return lambda input_ids: input_ids.index_copy_(0, dst_t, last_tokens.index_select(0, src_t))
 
     def prepare_ahead(self, sched: SchedulerOutput) -> None:
         """Flatten a planned step into its host batch now (numpy only, no device work), for the ``queue_forward``
