@@ -33,6 +33,13 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--output-json", default=None)
     args = ap.parse_args()
+    from attnserve.benchmarks.hf_baseline import check_transformers_baseline
+    from attnserve.refusals import Refused, message
+
+    try:
+        check_transformers_baseline(None, "auto")  # before the runs: transformers reads the GGUF with accelerate
+    except Refused as e:
+        sys.exit(f"error: {message(e.refusal)}")
     n = args.max_tokens
     results: dict = {"max_tokens": n, "prompts": len(PROMPTS), "torch_threads": torch.get_num_threads()}
 

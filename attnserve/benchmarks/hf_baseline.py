@@ -10,12 +10,35 @@ attention (sdpa) and dynamic KV cache. Requests run as static batches, left-padd
 from __future__ import annotations
 
 import gc
+import importlib.util
+import os
 from dataclasses import dataclass
 
 import torch
 
 from attnserve.benchmarks.stats import now
 from attnserve.model_executor.loader import ModelSource
+
+
+def needs_accelerate(model: str | None, load_format: str) -> bool:
+    """Whether transformers needs accelerate to load ``--model`` with ``load_format``: a GGUF does (the default
+    model, a ``.gguf`` file, a folder holding one and no config.json); random weights and HF folders do not."""
+    if load_format == "dummy":
+        return False
+    if model is None:
+        return True
+    path = os.path.expanduser(model)
+    return path.endswith(".gguf") or (os.path.isdir(path) and not os.path.exists(os.path.join(path, "config.json")))
+
+
+def check_transformers_baseline(model: str | None, load_format: str) -> None:
+    """Refused (path ``("baseline",)``) before any model loads when transformers cannot load the model here
+    (:func:`needs_accelerate` and accelerate is not installed)."""
+    from attnserve.refusals import Refused
+    from attnserve.refusals.bench import TRANSFORMERS_GGUF_NEEDS_ACCELERATE
+
+    if needs_accelerate(model, load_format) and importlib.util.find_spec("accelerate") is None:
+        raise Refused(TRANSFORMERS_GGUF_NEEDS_ACCELERATE)
 
 
 @dataclass(frozen=True)

@@ -247,6 +247,10 @@ def run_latency(
         from attnserve.benchmarks.vllm_baseline import check_vllm_baseline
 
         check_vllm_baseline(config.model.model)
+    elif baseline == "transformers":
+        from attnserve.benchmarks.hf_baseline import check_transformers_baseline
+
+        check_transformers_baseline(config.model.model, config.model.load_format)
     sizes = tensor_parallel_sizes or [config.parallel.tensor_parallel_size]
     _check_sizes(config, sizes)  # every size before the first run: not a ValueError after tp1's whole run
     iters = len(batch_sizes) * (num_iters + num_iters_warmup)

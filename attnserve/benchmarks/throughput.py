@@ -320,6 +320,10 @@ def run_throughput(
         from attnserve.benchmarks.vllm_baseline import check_vllm_baseline
 
         check_vllm_baseline(config.model.model)
+    elif baseline == "transformers":
+        from attnserve.benchmarks.hf_baseline import check_transformers_baseline
+
+        check_transformers_baseline(config.model.model, config.model.load_format)
     texts = read_prompts_file(prompts_file) if prompts_file else None
     if texts == []:
         raise PromptsFileError(no_prompts(prompts_file, "--prompts-file", RANDOM_PROMPTS))

@@ -91,6 +91,15 @@ VLLM_MISSING = Refusal(
 )
 
 
+TRANSFORMERS_GGUF_NEEDS_ACCELERATE = Refusal(
+    ("baseline",),
+    "transformers",
+    "a baseline importable in this Python",
+    reason="not available for a GGUF model: transformers loads a GGUF only with accelerate, not installed here",
+    advice="pip install 'attnserve[bench]' (or pip install accelerate)",
+)
+
+
 def vllm_needs_folder(model: str | None) -> Refusal:
     return Refusal(
         ("baseline",),

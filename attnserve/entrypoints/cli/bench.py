@@ -150,13 +150,15 @@ def _add_latency(kinds) -> None:
 
 
 def _check_baseline(args: argparse.Namespace, config) -> None:
-    """Exit 2 naming --baseline when the vLLM baseline cannot run here (before any model loads)."""
-    if args.baseline != "vllm":
-        return
+    """Exit 2 naming --baseline when the baseline cannot run here (before any model loads)."""
+    from attnserve.benchmarks.hf_baseline import check_transformers_baseline
     from attnserve.benchmarks.vllm_baseline import check_vllm_baseline
 
     try:
-        check_vllm_baseline(config.model.model)
+        if args.baseline == "vllm":
+            check_vllm_baseline(config.model.model)
+        elif args.baseline == "transformers":
+            check_transformers_baseline(config.model.model, config.model.load_format)
     except Refused as e:
         args._engine_arg_parser.error(message(at_argument(e.refusal, "--baseline", written=e.refusal.written)))
 
