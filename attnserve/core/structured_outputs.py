@@ -37,7 +37,7 @@ class StructuredOutputsParams:
     def __post_init__(self) -> None:
         given = [k for k in KINDS if getattr(self, k) not in (None, False)]
         if len(given) != 1:
-            raise Refused(not_one_kind(given))
+            raise Refused(not_one_kind({k: getattr(self, k) for k in given}))
         kind = given[0]
         value = getattr(self, kind)
         ok = {

@@ -94,11 +94,12 @@ _WHAT = {
 STRUCTURED_EXTRA = "pip install 'attnserve[structured]'"
 
 
-def not_one_kind(given: list[str]) -> Refusal:
-    """A constraint setting none, or several, of the kinds."""
+def not_one_kind(given: dict[str, object]) -> Refusal:
+    """A constraint setting none, or several, of the kinds; ``given``: the kinds it set and their values (the
+    refusal's value: ``{}`` for none, as a client sends it)."""
     return Refusal(
         ("structured_outputs",),
-        given or None,
+        given,
         ONE_KIND,
         reason="sets " + (", ".join(given) if given else "none of them"),
     )

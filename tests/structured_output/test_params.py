@@ -31,6 +31,13 @@ def test_exactly_one_constraint_of_its_type(kwargs, path):
     assert e.value.path == path
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"json": {}, "regex": "a"}], ids=["none", "two"])
+def test_not_one_kind_echoes_the_kinds_given(kwargs):
+    with pytest.raises(Refused) as e:
+        S(**kwargs)
+    assert e.value.refusal.value == kwargs
+
+
 def test_dict_form_and_unknown_key():
     p = SamplingParams(structured_outputs={"regex": "a+"})
     assert p.structured_outputs == S(regex="a+") and p.structured_outputs.kind == "regex"
