@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from attnserve.entrypoints.openai.protocol import OpenAIModel
-from attnserve.entrypoints.openai.protocol_chat import ChatMessage
+from attnserve.entrypoints.openai.protocol_chat import ChatMessage, ChatTool
 
 
 class TokenizeCompletionRequest(OpenAIModel):
@@ -35,6 +35,7 @@ class TokenizeChatRequest(OpenAIModel):
     add_special_tokens: bool = False
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[ChatTool] | None = None  # given to the chat template, as /v1/chat/completions gives them
     return_token_strs: bool | None = False
 
 

@@ -137,7 +137,6 @@ TOKENIZE_FIELDS: dict[str, tuple | None] = {
     "chat_template_kwargs": (None, {}),
     "media_io_kwargs": _NULL,
     "mm_processor_kwargs": _NULL,
-    "tools": (None, []),
 }
 
 DETOKENIZE_FIELDS: dict[str, tuple | None] = {"model": None, "tokens": None}

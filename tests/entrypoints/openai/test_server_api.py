@@ -86,10 +86,28 @@ def test_tokenize_messages_is_the_chat_prompt(server, client, model_name, defaul
     assert r.json()["tokens"] == default_tokenizer.encode(opened, add_special_tokens=False)
 
 
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+
+
+def test_tokenize_messages_with_tools_is_the_chat_prompt(server, client, model_name, default_tokenizer):
+    r = server.post("/tokenize", json={"messages": HI, "tools": [WEATHER_TOOL]})
+    assert r.status_code == 200, r.text
+    text = default_tokenizer.apply_chat_template(HI, tools=[WEATHER_TOOL], tokenize=False, add_generation_prompt=True)
+    assert r.json()["tokens"] == default_tokenizer.encode(text, add_special_tokens=False)
+    chat = client.chat.completions.create(
+        model=model_name, messages=HI, max_tokens=1, tools=[WEATHER_TOOL], tool_choice="none"
+    )
+    assert chat.usage.prompt_tokens == r.json()["count"]
+
+
 @pytest.mark.parametrize(
     "path, body, param",
     [
         ("/tokenize", {"prompt": 5}, "prompt"),
+        ("/tokenize", {"messages": HI, "tools": [{"type": "function"}]}, "tools.0.function"),
         ("/tokenize", {"messages": []}, "messages"),
         ("/tokenize", {"messages": HI, "continue_final_message": True}, "continue_final_message"),
         ("/tokenize", {"messages": HI, "chat_template": "{{ x }}"}, "chat_template"),  # not trusted here
