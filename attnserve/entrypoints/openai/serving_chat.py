@@ -242,10 +242,12 @@ async def _stream(
             i = c.index
             if finished[i] or (len(c.token_ids) == sent_tokens[i] and c.finish_reason is None):
                 continue
-            logprobs = _logprobs(c, sent_tokens[i], len(c.token_ids), req.top_logprobs or 0) if req.logprobs else None
             content, tool_calls, finish_reason = tool_streams[i].feed(c.text, c.finish_reason)
             if mode.kind == "none":
                 content = content or ""  # every chunk carries content, as before tools
+            elif not content and not tool_calls and finish_reason is None:
+                continue  # the tool parser holds these tokens back: no chunk (their logprobs go with the next one)
+            logprobs = _logprobs(c, sent_tokens[i], len(c.token_ids), req.top_logprobs or 0) if req.logprobs else None
             choices.append(
                 ChatStreamChoice(
                     index=i,
