@@ -71,7 +71,8 @@ def generation_defaults(
     dropped = sorted(k for k in values if known is not None and k not in known)
     used = {k: v for k, v in values.items() if k not in dropped}
     logger.warning(
-        "default sampling values from %s: %s (a request's own values win; max_tokens caps; "
+        "default sampling values from %s: %s (under a request's own values and max_tokens as a cap in the server "
+        "and attnserve generate; LLM.generate uses them only when given no SamplingParams; "
         "--generation-config vllm ignores them)%s",
         os.path.join(folder, "generation_config.json"),
         used,
