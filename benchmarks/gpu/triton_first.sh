@@ -5,6 +5,8 @@
 #   1. tests/gpu/test_cascade_gpu.py on both backends (the cascade against the oracle; cascade graphs' greedy tokens)
 #   2. the shared-prefix workload (2048 shared + 128 own, 128 out, 256 requests, Qwen3-0.6B), caching on, both backends
 #   3. the nano-vllm workload, both backends, TRITON_ATTN under benchmarks/gpu/triton_compiles.py (compiles in the run)
+#   4. where TRITON_ATTN's nano-vllm time goes (profile_throughput.py), and FA3's fp8 path against the oracle
+# The selector change it decides on waits on the branch triton-first (tests updated there).
 # Usage, from the checkout's root: bash benchmarks/gpu/triton_first.sh OUT_DIR
 set -u
 out=${1:-/tmp}
@@ -26,3 +28,9 @@ timeout 150 python3 -m benchmarks.gpu.triton_compiles --json "$out/compiles.json
 echo "== nano-vllm, FLASH_ATTN"
 timeout 120 python3 -m attnserve bench throughput "${nano[@]}" --attention-backend FLASH_ATTN \
   --output-json "$out/nano-FLASH_ATTN.json" 2>&1 | tail -2
+echo "== nano-vllm step profile, TRITON_ATTN"
+timeout 150 python3 -m benchmarks.gpu.profile_throughput "${tok[@]}" --attention-backend TRITON_ATTN \
+  --json "$out/profile-TRITON_ATTN.json" 2>&1 | tail -30
+echo "== FA3 fp8 KV against the oracle"
+ATTNSERVE_GPU_BACKENDS=FLASH_ATTN/3 timeout 120 python3 -m pytest tests/gpu/test_fp8_kv_vs_reference.py -m gpu -q \
+  -p no:cacheprovider 2>&1 | tail -4
