@@ -17,18 +17,19 @@ from dataclasses import dataclass
 import torch
 
 from attnserve.benchmarks.stats import now
-from attnserve.model_executor.loader import ModelSource
+from attnserve.model_executor.loader import ModelNotFoundError, ModelSource, resolve_model_source
 
 
 def needs_accelerate(model: str | None, load_format: str) -> bool:
-    """Whether transformers needs accelerate to load ``--model`` with ``load_format``: a GGUF does (the default
-    model, a ``.gguf`` file, a folder holding one and no config.json); random weights and HF folders do not."""
-    if load_format == "dummy":
+    """Whether transformers needs accelerate to load ``--model`` with ``load_format``: a GGUF does (the loader's
+    own rule, :func:`resolve_model_source`, for the default model and local paths; a hub id is a folder);
+    random weights do not. A model the loader cannot find is left to the engine's own error."""
+    if load_format == "dummy" or (model is not None and not os.path.exists(os.path.expanduser(model))):
         return False
-    if model is None:
-        return True
-    path = os.path.expanduser(model)
-    return path.endswith(".gguf") or (os.path.isdir(path) and not os.path.exists(os.path.join(path, "config.json")))
+    try:
+        return resolve_model_source(model).is_gguf  # local: nothing is downloaded
+    except ModelNotFoundError:
+        return False
 
 
 def check_transformers_baseline(model: str | None, load_format: str) -> None:
