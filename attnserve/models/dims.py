@@ -8,6 +8,7 @@ OPT: ``ffn_dim``, no ``num_key_value_heads``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -67,6 +68,33 @@ def sliding_window_of(config) -> int | None:
     if getattr(config, "use_sliding_window", True) is False:
         return None
     return getattr(config, "sliding_window", None)
+
+
+def layer_types_windows(config) -> tuple[int | None, ...]:
+    """Each layer's window by transformers' Qwen2 / Qwen3 rule: :func:`sliding_window_of` on the layers
+    ``config.layer_types`` calls ``sliding_attention``, None on the others. Without ``layer_types`` (a config
+    not built by transformers >= 4.53), the types transformers derives: layers from ``max_window_layers`` on
+    slide; without that field either, every layer has the one window. (transformers nulls ``sliding_window``
+    when ``use_sliding_window`` is false, so then no layer has a window, whatever ``layer_types`` says.)"""
+    window = sliding_window_of(config)
+    types = getattr(config, "layer_types", None)
+    if types is None:
+        first = getattr(config, "max_window_layers", None)
+        if first is None:
+            return (window,) * config.num_hidden_layers
+        types = ["sliding_attention" if i >= first else "full_attention" for i in range(config.num_hidden_layers)]
+    return tuple(window if kind == "sliding_attention" else None for kind in types)
+
+
+def per_layer_window_dims(config) -> ModelDims:
+    """:func:`standard_dims` with each layer's window from :func:`layer_types_windows` (windowed and full
+    layers form two layer groups); one window for every layer when the layers agree."""
+    base = standard_dims(config)
+    windows = layer_types_windows(config)
+    if len(set(windows)) <= 1:
+        return dataclasses.replace(base, sliding_window=windows[0] if windows else None)
+    layers = tuple(LayerAttention(base.head_size, w) for w in windows)
+    return dataclasses.replace(base, sliding_window=None, layers=layers)
 
 
 def standard_dims(config) -> ModelDims:

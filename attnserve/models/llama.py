@@ -25,7 +25,14 @@ from attnserve.layers.mlp import SwiGLUMLP
 from attnserve.layers.norm import RMSNorm
 from attnserve.layers.rotary import RotaryEmbedding
 from attnserve.models.weight_utils import copy_weight, in_tensor
-from attnserve.models.dims import ModelDims, head_size_of, sliding_window_of, standard_dims
+from attnserve.models.dims import (
+    ModelDims,
+    head_size_of,
+    layer_types_windows,
+    per_layer_window_dims,
+    sliding_window_of,
+    standard_dims,
+)
 from attnserve.refusals import models as words
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,6 +45,9 @@ AttentionFactory = Callable[[AttentionLayerSpec, int], Attention]
 class LlamaAttention(nn.Module):
     qkv_bias: bool = False  # Qwen2 sets True (bias on q/k/v, none on o)
     qk_norm: bool = False  # Qwen3 sets True (RMSNorm over each head of q and k, before RoPE)
+    # True: each layer's window from config.layer_types (Qwen2, Qwen3: transformers windows only the layers from
+    # max_window_layers on); False: the config's one window on every layer (Mistral, Mixtral, Qwen3-MoE)
+    windows_per_layer: bool = False
 
     def __init__(self, config, layer_index: int, make_attention: AttentionFactory, tp: TPGroup = SINGLE) -> None:
         super().__init__()
@@ -70,7 +80,9 @@ class LlamaAttention(nn.Module):
             head_size=self.head_size,
             scale=self.head_size**-0.5,
             num_kv_heads=self.num_kv_heads,
-            sliding_window=sliding_window_of(config),
+            sliding_window=layer_types_windows(config)[layer_index]
+            if self.windows_per_layer
+            else sliding_window_of(config),
         )
         self.attn = make_attention(spec, layer_index)
 
@@ -158,7 +170,10 @@ class LlamaForCausalLM(nn.Module):
 
     @classmethod
     def dims(cls, config) -> ModelDims:
-        """Layer count, KV heads, head size and sliding window, for the runner's KV cache and backend choice."""
+        """Layer count, KV heads, head size and sliding window (per layer where the attention class says), for
+        the runner's KV cache and backend choice."""
+        if cls.layer_cls.attention_cls.windows_per_layer:
+            return per_layer_window_dims(config)
         return standard_dims(config)
 
     def forward(

@@ -1,4 +1,8 @@
-"""Qwen2 (bias on q/k/v) and Qwen3 (RMSNorm on each q and k head): the Llama layout with two switches."""
+"""Qwen2 (bias on q/k/v) and Qwen3 (RMSNorm on each q and k head): the Llama layout with two switches.
+
+With ``use_sliding_window``, both window only the layers ``config.layer_types`` calls ``sliding_attention``
+(transformers derives them: index >= ``max_window_layers``); windowed and full layers form two layer groups.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from attnserve.models.llama import LlamaAttention, LlamaDecoderLayer, LlamaForCa
 
 class Qwen2Attention(LlamaAttention):
     qkv_bias = True
+    windows_per_layer = True
 
 
 class Qwen2DecoderLayer(LlamaDecoderLayer):
@@ -19,6 +24,7 @@ class Qwen2ForCausalLM(LlamaForCausalLM):
 
 class Qwen3Attention(LlamaAttention):
     qk_norm = True
+    windows_per_layer = True
 
 
 class Qwen3DecoderLayer(LlamaDecoderLayer):

@@ -25,8 +25,14 @@ def is_sparse_layer(config, layer_index: int) -> bool:
     )
 
 
+class Qwen3MoeAttention(Qwen3Attention):
+    # transformers' Qwen3-MoE has no layer_types: with use_sliding_window every layer slides (its checkpoints'
+    # max_window_layers is read by nothing)
+    windows_per_layer = False
+
+
 class Qwen3MoeDecoderLayer(LlamaDecoderLayer):
-    attention_cls = Qwen3Attention
+    attention_cls = Qwen3MoeAttention
 
     def make_mlp(self, config, layer_index: int, tp: TPGroup) -> nn.Module:
         if not is_sparse_layer(config, layer_index):

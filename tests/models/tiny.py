@@ -98,6 +98,13 @@ def tiny_config(arch: str, hidden: int = 64):
         return Qwen2Config(**COMMON)
     if arch == "qwen3":
         return Qwen3Config(**COMMON, head_dim=hidden // 2)
+    # the window on layer 1 only: transformers' layer_types slide the layers from max_window_layers on
+    if arch == "qwen2_sw":
+        return Qwen2Config(**COMMON, use_sliding_window=True, sliding_window=SLIDING_WINDOW, max_window_layers=1)
+    if arch == "qwen3_sw":
+        return Qwen3Config(
+            **COMMON, head_dim=hidden // 2, use_sliding_window=True, sliding_window=SLIDING_WINDOW, max_window_layers=1
+        )
     if arch == "qwen3_moe":  # 8 experts, top 2 renormalized; layer 1 sparse, layer 0 dense (mlp_only_layers)
         return Qwen3MoeConfig(
             **{**COMMON, "num_hidden_layers": 3},
