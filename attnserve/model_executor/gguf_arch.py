@@ -106,6 +106,19 @@ _PERMUTED_QK_ARCHS = {"llama", "mistral"}
 _NORM_PLUS_ONE_ARCHS = {"gemma2", "gemma3"}
 _EXPERTS = re.compile(r"ffn_(?P<proj>gate|up|down|gate_up)_exps")
 
+# config flag -> the layer tensors (after "blk.N.") whose biases it switches on in transformers' config classes
+# that have it (LlamaConfig: both; Qwen3Config, Qwen3MoeConfig, Gemma2Config, Gemma3TextConfig: attention_bias)
+BIAS_FLAGS: dict[str, tuple[str, ...]] = {
+    "attention_bias": ("attn_q", "attn_k", "attn_v", "attn_output"),
+    "mlp_bias": ("ffn_gate", "ffn_up", "ffn_down"),
+}
+# architectures whose bias tensors are optional (llama.cpp loads each if present) and said by BIAS_FLAGS; the
+# biases the model has whatever its config says (Qwen2's q/k/v). gpt2 and gpt-oss: biases by design, unchecked
+FLAGGED_BIAS_ARCHS: dict[str, frozenset[str]] = {
+    **{arch: frozenset() for arch in ("llama", "mistral", "qwen3", "qwen3moe", "gemma2", "gemma3")},
+    "qwen2": frozenset({"attn_q", "attn_k", "attn_v"}),
+}
+
 
 def check_architecture(arch: str, path: str) -> None:
     """Refused (``general.architecture``) for a GGUF architecture attnserve has no tensor mapping for."""

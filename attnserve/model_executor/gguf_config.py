@@ -2,7 +2,10 @@
 defaults, filled from the metadata and tensors as llama.cpp reads them (``src/llama-model.cpp``).
 
 Every architecture: ``vocab_size`` from ``token_embd``'s rows; ``head_dim`` from ``{arch}.attention.key_length``;
-``sliding_window`` from ``{arch}.attention.sliding_window``. Then per ``general.architecture``:
+``sliding_window`` from ``{arch}.attention.sliding_window``. The Llama-like ones (``gguf_arch.FLAGGED_BIAS_ARCHS``):
+``attention_bias`` / ``mlp_bias`` True where the file has ``attn_{q,k,v,output}`` / ``ffn_{gate,up,down}`` biases
+(llama.cpp loads each bias it finds), where the config class has that flag; any other bias tensor is refused naming
+it. Then per ``general.architecture``:
 
 * ``gpt2``: ``n_positions`` from ``gpt2.context_length`` (transformers maps it to ``n_ctx``, which GPT2Config no
   longer reads).
@@ -21,7 +24,12 @@ Every architecture: ``vocab_size`` from ``token_embd``'s rows; ``head_dim`` from
 
 from __future__ import annotations
 
-from attnserve.model_executor.weights import gguf_architecture, gguf_metadata, gguf_tensor_shape
+import re
+
+from attnserve.model_executor.gguf_arch import BIAS_FLAGS, FLAGGED_BIAS_ARCHS
+from attnserve.model_executor.weights import gguf_architecture, gguf_metadata, gguf_reader, gguf_tensor_shape
+from attnserve.refusals import Refused
+from attnserve.refusals import models as words
 
 _GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 
@@ -43,6 +51,8 @@ def complete_gguf_config(config, path: str) -> None:
         config.head_dim = int(meta("{arch}.attention.key_length"))
     if meta("{arch}.attention.sliding_window") is not None:
         config.sliding_window = int(meta("{arch}.attention.sliding_window"))
+    if arch in FLAGGED_BIAS_ARCHS:
+        _complete_biases(config, arch, path)
 
     if arch == "gpt2" and getattr(config, "n_ctx", None):
         config.n_positions = config.n_ctx
@@ -65,6 +75,21 @@ def complete_gguf_config(config, path: str) -> None:
         scaling = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
         if isinstance(scaling, dict) and scaling.get("rope_type") == "yarn":
             scaling["truncate"] = False
+
+
+def _complete_biases(config, arch: str, path: str) -> None:
+    """Set the config's bias flags from the layer bias tensors in ``path`` (transformers' metadata conversion sets
+    none); Refused naming the first bias tensor that no flag of this config class switches on."""
+    first: dict[str, str] = {}  # short name -> the first full tensor name with it
+    for tensor in gguf_reader(path).tensors:
+        m = re.fullmatch(r"blk\.\d+\.(\w+)\.bias", tensor.name)
+        if m and m[1] not in FLAGGED_BIAS_ARCHS[arch]:
+            first.setdefault(m[1], tensor.name)
+    for short, name in first.items():
+        flag = next((f for f, shorts in BIAS_FLAGS.items() if short in shorts), None)
+        if flag is None or not hasattr(config, flag):
+            raise Refused(words.gguf_bias_unsupported(name, path, arch, type(config).__name__))
+        setattr(config, flag, True)
 
 
 def _complete_gemma(config, arch: str, meta) -> None:

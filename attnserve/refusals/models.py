@@ -212,6 +212,16 @@ def gguf_architecture(arch: str, path: str, supported: list[str]) -> Refusal:
     )
 
 
+def gguf_bias_unsupported(tensor: str, path: str, arch: str, config_class: str) -> Refusal:
+    """A bias tensor the model built from a GGUF's config has no parameter for (its config class has no flag
+    that adds it)."""
+    return Refusal(
+        (tensor,),
+        reason=f"not supported: {config_class} (GGUF architecture {arch}) has no bias there",
+        subject=f"GGUF {path}: tensor {tensor!r}",
+    )
+
+
 def gguf_tensor_unknown(name: str, path: str, arch: str) -> str:
     return f"GGUF tensor {name!r} in {path} (architecture {arch}) has no known Hugging Face name"
 

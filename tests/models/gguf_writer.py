@@ -1,6 +1,6 @@
 """Tiny safetensors models converted to F32 GGUF files in llama.cpp's layout, as ``convert_hf_to_gguf.py`` converts
 them: its metadata keys, tensor names from gguf's own name map (``gguf.get_tensor_name_map``), and its layout
-changes (Q/K rows permuted for ``llama``, Gemma's norms stored as ``1 + w``, experts stacked, gpt-oss's
+changes (Q/K rows, and their biases, permuted for ``llama``, Gemma's norms stored as ``1 + w``, experts stacked, gpt-oss's
 interleaved gate/up split and its down projection transposed, the sinks given a ``.weight``). No tokenizer is
 written: tests pass the folder's tokenizer."""
 
@@ -35,9 +35,9 @@ def _hf_tensors(arch: str, model_dir: str, config):
             continue
         if arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):
             t = t + 1
-        if arch == "llama" and name.endswith("q_proj.weight"):
+        if arch == "llama" and name.endswith(("q_proj.weight", "q_proj.bias")):
             t = _permute(t, config.num_attention_heads)
-        elif arch == "llama" and name.endswith("k_proj.weight"):
+        elif arch == "llama" and name.endswith(("k_proj.weight", "k_proj.bias")):
             t = _permute(t, config.num_key_value_heads)
         m = _PER_EXPERT.match(name)
         if m:  # stacked after the loop, in expert order

@@ -1,6 +1,7 @@
 """GGUF loading of non-Llama architectures: tiny GPT-2, Gemma 2 and 3, Qwen3-MoE, Mixtral and gpt-oss models
 converted to GGUF in llama.cpp's layout (F32) load into the same parameters as their safetensors and give
-transformers' greedy tokens; an architecture without a tensor mapping is refused naming it."""
+transformers' greedy tokens; so does a Llama with attention and MLP biases. An architecture without a tensor
+mapping, and a bias tensor its config cannot say, are refused naming them."""
 
 from __future__ import annotations
 
@@ -136,3 +137,47 @@ def test_gguf_architecture_without_a_mapping_is_refused(tmp_path):
         LLM(path, dtype="float32", device="cpu")
     assert (e.value.refusal.path, e.value.refusal.value) == (("general.architecture",), "qwen2moe")
     assert "gemma2" in e.value.refusal.allowed and "gpt-oss" in e.value.refusal.allowed
+
+
+def test_llama_gguf_with_biases_loads_them(default_tokenizer, tmp_path):
+    """A Llama with q/k/v/o and gate/up/down biases (llama.cpp loads each bias it finds; q/k biases permuted
+    like their rows): the config gets attention_bias and mlp_bias from the tensors, the biases load into the
+    safetensors load's parameters, and tokens and logits are transformers'."""
+    from transformers import AutoModelForCausalLM
+
+    folder = make_tiny_model("llama", tmp_path / "st", default_tokenizer, attention_bias=True, mlp_bias=True)
+    gguf_path = write_gguf(folder, str(tmp_path / "tiny-llama-bias-f32.gguf"), "llama")
+    kwargs = dict(dtype="float32", device="cpu", block_size=4, kv_cache_memory=8 << 20)
+    from_gguf, from_st = LLM(gguf_path, tokenizer=folder, **kwargs), LLM(folder, **kwargs)
+    hf_config = from_gguf.engine.runner.model.config
+    assert (hf_config.attention_bias, hf_config.mlp_bias) == (True, True)
+    gguf_params = dict(from_gguf.engine.runner.model.named_parameters())
+    st_params = dict(from_st.engine.runner.model.named_parameters())
+    assert gguf_params.keys() == st_params.keys()
+    assert {"layers.0.self_attn.qkv_proj.bias", "layers.1.mlp.down_proj.bias"} <= gguf_params.keys()
+    for name, p in st_params.items():
+        assert torch.equal(gguf_params[name], p), name
+
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    got = [o.outputs[0].token_ids for o in from_gguf.generate(PROMPTS, params)]
+    assert got == [hf_greedy(hf, p, 12)[0] for p in PROMPTS]
+    reqs = [ScheduledRequest("a", PROMPTS[0], 0, list(range(5)), params, True)]
+    logits = from_gguf.engine.runner.compute_logits(SchedulerOutput(requests=reqs))[0]
+    assert (logits - hf_greedy(hf, PROMPTS[0], 0)[1]).abs().max().item() < 1e-4
+
+
+def test_bias_the_config_cannot_say_is_refused_naming_the_tensor(default_tokenizer, tmp_path):
+    """A qwen2 GGUF with an o_proj bias (Qwen2Config has no attention_bias: transformers' Qwen2 has none either):
+    refused before the weights load, naming the first such tensor."""
+    from attnserve.refusals import Refused
+
+    folder = make_tiny_model("llama", tmp_path / "st", default_tokenizer, attention_bias=True)
+    gguf_path = write_gguf(folder, str(tmp_path / "tiny-qwen2-o-bias.gguf"), "qwen2")
+    with pytest.raises(Refused) as e:
+        LLM(gguf_path, tokenizer=folder, dtype="float32", device="cpu", kv_cache_memory=8 << 20)
+    assert e.value.refusal.path == ("blk.0.attn_output.bias",)
+    assert str(e.value) == (
+        f"GGUF {gguf_path}: tensor 'blk.0.attn_output.bias' not supported: Qwen2Config (GGUF architecture qwen2) "
+        "has no bias there"
+    )
