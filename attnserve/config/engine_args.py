@@ -6,7 +6,7 @@ EngineConfig's sub-configs, so a new field is a new flag, file key and keyword a
 
 Each surface turns what the user gave into an ordered list of ``Setting``s; ``resolve`` applies them
 left to right (a later setting of the same key wins, so callers order them defaults < files < command
-line), checks the ``attention_backend`` / ``attention_config.backend`` exclusion, builds the records
+line; one key spelt two ways in one place with two values is refused), checks the ``attention_backend`` / ``attention_config.backend`` exclusion, builds the records
 and names the flag, file or keyword of any bad value.
 """
 
@@ -44,6 +44,7 @@ from attnserve.refusals.config import (
     TYPE_NOUNS,
     ATTENTION_OBJECT,
     backends_conflict,
+    spellings_conflict,
     unknown_engine_argument,
     unknown_key,
 )
@@ -68,6 +69,11 @@ class Setting:
     """Given with a flag of its own (``--block-size``), which names the setting: its error does not again."""
     cli: bool = False
     """Given on the command line (a flag of its own, or a field of ``-ac``'s JSON)."""
+    spelling: str = ""
+    """How the key was written (``num_gpu_blocks_override``, ``block-size``, ``backend in attention_config``, a flag's
+    first option string): two spellings of one key in one file, on one command line or in one call that give
+    different values are refused (:func:`check_spellings`); one spelling repeated is not (the later wins on the
+    command line, as in argparse). Empty: not compared."""
 
 
 def normalize_key(key: object, where: str) -> str:
@@ -86,11 +92,17 @@ def normalize_key(key: object, where: str) -> str:
 
 
 def attention_settings(
-    values: object, source: str, in_where: str = "", where: str = "", cli: bool = False
+    values: object,
+    source: str,
+    in_where: str = "",
+    where: str = "",
+    cli: bool = False,
+    spelling: str = "attention_config[{key!r}]",
 ) -> list[Setting]:
     """One Setting per field of an attention_config mapping (a JSON object, a file's nested object, a dict).
 
-    ``in_where`` completes messages (``"in cfg.yaml"``, ``"in -ac"``); ``where`` prefixes value errors.
+    ``in_where`` completes messages (``"in cfg.yaml"``, ``"in -ac"``); ``where`` prefixes value errors;
+    ``spelling`` formats each key as written (``{key} in attention_config``).
     """
     if not isinstance(values, Mapping):
         raise ConfigError(
@@ -107,7 +119,13 @@ def attention_settings(
         name = AttentionConfig.normalize_key(key, in_where)
         out.append(
             Setting(
-                ATTENTION_PREFIX + name, value, source, f"{ATTENTION_PREFIX}{name} {in_where}".strip(), where, cli=cli
+                ATTENTION_PREFIX + name,
+                value,
+                source,
+                f"{ATTENTION_PREFIX}{name} {in_where}".strip(),
+                where,
+                cli=cli,
+                spelling=spelling.format(key=key),
             )
         )
     return out
@@ -123,9 +141,9 @@ def settings_from_mapping(values: Mapping[Any, Any], source: str, in_where: str,
     for key, value in values.items():
         name = normalize_key(key, in_where)
         if name == ATTENTION_CONFIG:
-            out += attention_settings(value, source, in_where, where)
+            out += attention_settings(value, source, in_where, where, spelling=f"{{key}} in {key}")
         else:
-            out.append(Setting(name, value, source, f"{name} {in_where}", where))
+            out.append(Setting(name, value, source, f"{name} {in_where}", where, spelling=str(key)))
     try:
         return [dataclasses.replace(s, value=number_from_text(s.key, s.value)) for s in out]
     except ConfigError as e:
@@ -219,6 +237,51 @@ def _located(e: ConfigError, s: Setting | None) -> ConfigError:
     return ConfigError(e.refusal.at(s.where, names_path=s.own_flag))
 
 
+def _given_in(s: Setting) -> str:
+    """The one place whose settings are compared for two spellings: the command line, a file, a Python call."""
+    return "command line" if s.cli else s.where
+
+
+def _same_value(key: str, a: Any, b: Any) -> bool:
+    """Whether two settings of ``key`` give one value: equal and of one type (``16`` is not ``16.0`` nor ``true``);
+    backends by the backend they name (``flash_attn`` is ``FLASH_ATTN``)."""
+    if key in (ATTENTION_BACKEND, ATTENTION_PREFIX + "backend"):
+        try:
+            return parse_backend(a, key=key) == parse_backend(b, key=key)
+        except ConfigError:
+            pass
+    return type(a) is type(b) and a == b
+
+
+def check_spellings(settings: list[Setting]) -> None:
+    """Refuse one key given twice in one place (a file, the command line, a call) under two spellings with
+    different values (``num_gpu_blocks`` and ``num_gpu_blocks_override``, ``block_size`` and ``block-size``,
+    ``-ac '{"backend": ...}'`` and ``-ac.backend``): neither is "the later one" the user meant. The later is named
+    first, as argparse names a flag that conflicts with an earlier one."""
+    last: dict[tuple[str, str], Setting] = {}
+    for s in settings:
+        place = (_given_in(s), s.key)
+        prev = last.get(place)
+        last[place] = s
+        if prev is None or not (prev.spelling and s.spelling) or prev.spelling == s.spelling:
+            continue
+        if _same_value(s.key, prev.value, s.value):
+            continue
+        head, other = (s.key, prev.label) if s.cli else (s.spelling, prev.spelling)  # the flag's place names it
+        raise ConfigError(
+            Refusal(
+                setting_path(s.key),
+                s.value,
+                **spellings_conflict(other, _shown(prev)),
+                subject=None if s.own_flag else head,
+                key=s.key,
+                origin=s.where,
+                names_path=s.own_flag,
+                written=TEXT if s.where else PYTHON,
+            )
+        )
+
+
 def resolve(settings: Iterable[Setting]) -> Resolved:
     """Apply ``settings`` in order (later wins per key) and build the EngineConfig.
 
@@ -226,6 +289,7 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
     """
     warn_ignored_vllm_env()
     settings = list(settings)
+    check_spellings(settings)
     chosen: dict[str, Setting] = {}
     for s in settings:
         chosen[s.key] = s
@@ -312,7 +376,7 @@ def python_settings(
         if name not in valid:
             raise ConfigError(unknown_engine_argument(key, valid, closest(name, valid)))
         name = engine_arg_aliases().get(name, name)
-        out.append(Setting(name, value, f"python ({name}=)", f"{name}="))
+        out.append(Setting(name, value, f"python ({name}=)", f"{name}=", spelling=f"{key}="))
     if attention_backend is not None:
         out.append(Setting(ATTENTION_BACKEND, attention_backend, "python (attention_backend=)", "attention_backend="))
     if isinstance(attention_config, AttentionConfig):

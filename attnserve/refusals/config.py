@@ -118,6 +118,16 @@ def backends_conflict(other_label: str, other_value: str) -> dict:
     }
 
 
+def spellings_conflict(other_spelling: str, other_value: str) -> dict:
+    """The fields of a refusal of one setting given twice in one place under two spellings with different values
+    (``block-size`` and ``block_size`` in one file, ``--num-gpu-blocks-override`` and ``--num-gpu-blocks``): after
+    the value, ``conflicts with OTHER VALUE ...``."""
+    return {
+        "reason": f"conflicts with {other_spelling} {other_value}: two spellings of one setting",
+        "advice": "give it once",
+    }
+
+
 def model_given_twice(other_label: str, other_value: object) -> dict:
     """The fields of a refusal of a model given twice (``MODEL`` and ``--model``)."""
     return {

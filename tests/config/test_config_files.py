@@ -241,3 +241,88 @@ def test_python_keywords_keep_python_spelling():
     assert str(e.value) == "enforce_eager None not allowed (allowed: true, false)" and e.value.key == "enforce_eager"
     with pytest.raises(ConfigError, match=r"^attention_config True is not an object"):
         build_engine_config(attention_config=True)
+
+
+@pytest.mark.parametrize(
+    "name, text, want",
+    [
+        ("c.yaml", "block_size: 16\nblock-size: 32\n", (("block_size",), 32, "block-size", "block_size 16")),
+        (
+            "c.json",
+            '{"num_gpu_blocks": 5, "num_gpu_blocks_override": 6}',
+            (("num_gpu_blocks",), 6, "num_gpu_blocks_override", "num_gpu_blocks 5"),
+        ),
+        (
+            "c.yaml",
+            "kv_cache_memory_bytes: 1G\nkv-cache-memory: 2G\n",
+            (("kv_cache_memory",), 2 << 30, "kv-cache-memory", f"kv_cache_memory_bytes {1 << 30}"),
+        ),
+        (
+            "c.yaml",
+            "attention_config:\n  backend: FLASH_ATTN\nattention_config.backend: FLASHINFER\n",
+            (
+                ("attention_config", "backend"),
+                "FLASHINFER",
+                "attention_config.backend",
+                "backend in attention_config 'FLASH_ATTN'",
+            ),
+        ),
+        (
+            "c.yaml",
+            "attention-config.flash_attn_version: 3\nattention_config:\n  flash-attn-version: 2\n",
+            (
+                ("attention_config", "flash_attn_version"),
+                2,
+                "flash-attn-version in attention_config",
+                "attention-config.flash_attn_version 3",
+            ),
+        ),
+    ],
+)
+def test_two_spellings_of_one_setting_in_one_file_with_two_values(tmp_path, name, text, want):
+    """Neither spelling is "the later": the file is refused, naming both spellings and both values."""
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        resolve(file_settings(str(p)))
+    r = e.value.refusal
+    path, value, subject, other = want
+    assert (r.path, r.value, r.subject, r.origin, r.key) == (path, value, subject, str(p), ".".join(path))
+    assert r.reason == f"conflicts with {other}: two spellings of one setting" and r.advice == "give it once"
+
+
+def test_two_spellings_of_one_setting_with_one_value(tmp_path):
+    cfg, _ = load(
+        tmp_path,
+        "c.yaml",
+        "block_size: 32\nblock-size: '32'\nnum_gpu_blocks_override: 600\nnum_gpu_blocks: 600\n"
+        "attention_config:\n  backend: flash_attn\nattention_config.backend: FLASH_ATTN\n",
+    )
+    assert (cfg.cache.block_size, cfg.cache.num_gpu_blocks) == (32, 600)
+    assert cfg.attention.backend is AttentionBackendEnum.FLASH_ATTN
+
+
+def test_two_files_and_the_command_line_still_override(tmp_path):
+    """Precedence between places is unchanged: a later file's other spelling overrides an earlier file's."""
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("num_gpu_blocks: 5\n")
+    b.write_text("num_gpu_blocks_override: 6\n")
+    assert resolve(file_settings(str(a)) + file_settings(str(b))).config.cache.num_gpu_blocks == 6
+
+
+def test_two_spellings_in_one_python_call():
+    from attnserve.config.engine_args import build_engine_config
+
+    with pytest.raises(ConfigError) as e:
+        build_engine_config(num_gpu_blocks=5, num_gpu_blocks_override=6)
+    r = e.value.refusal
+    assert (r.path, r.value, r.subject, r.origin) == (("num_gpu_blocks",), 6, "num_gpu_blocks_override=", "")
+    assert r.reason == "conflicts with num_gpu_blocks= 5: two spellings of one setting"
+    with pytest.raises(ConfigError) as e:
+        build_engine_config(attention_config={"flash_attn_version": 3, "flash-attn-version": 2})
+    assert (e.value.key, e.value.value, e.value.refusal.subject) == (
+        "attention_config.flash_attn_version",
+        2,
+        "attention_config['flash-attn-version']",
+    )
+    assert build_engine_config(kv_cache_memory=1 << 30, kv_cache_memory_bytes=1 << 30).cache.kv_cache_memory == 1 << 30

@@ -126,19 +126,83 @@ def test_dotted_then_json_both_kept(capsys):
 
 
 def test_later_keys_override_earlier_across_forms(capsys):
+    """A field given again in the same form (a second -ac object, a dotted flag again) takes the later value; a
+    field in both forms must have one value (below)."""
     a = attention(
         [
             "-ac",
             '{"backend":"FLASH_ATTN","flash_attn_version":2}',
-            "--attention-config.flash-attn-version=3",
             "--attention-config",
-            '{"flash_attn_version": 4}',
+            '{"flash_attn_version": 3}',
+            "--attention-config.flash-attn-version=3",
+            "-ac",
+            '{"flash_attn_version": 3, "use_prefill_decode_attention": false}',
+            "-ac.use_prefill_decode_attention",
+            "false",
             "-ac.use_prefill_decode_attention",
             "true",
         ],
         capsys,
     )
-    assert (a["backend"], a["flash_attn_version"], a["use_prefill_decode_attention"]) == ("FLASH_ATTN", 4, True)
+    assert (a["backend"], a["flash_attn_version"], a["use_prefill_decode_attention"]) == ("FLASH_ATTN", 3, True)
+
+
+@pytest.mark.parametrize(
+    "argv, want",
+    [
+        (
+            ["--attention-config", '{"backend": "FLASH_ATTN"}', "--attention-config.backend=FLASHINFER"],
+            Refuses(
+                "argument --attention-config.backend: ",
+                value="FLASHINFER",
+                path=("attention_config", "backend"),
+                key="attention_config.backend",
+                reason="conflicts with attention_config.backend in --attention-config 'FLASH_ATTN': two spellings of "
+                "one setting",
+            ),
+        ),
+        (
+            ["-ac.flash_attn_version", "3", "-ac", '{"flash_attn_version": 2}'],
+            Refuses(
+                "argument -ac: attention_config.flash_attn_version 2 ",
+                value=2,
+                key="attention_config.flash_attn_version",
+                reason="conflicts with -ac.flash_attn_version 3: two spellings of one setting",
+            ),
+        ),
+        (
+            ["--num-gpu-blocks", "4", "--num-gpu-blocks-override", "900"],
+            Refuses(
+                "argument --num-gpu-blocks-override: ",
+                value=900,
+                path=("num_gpu_blocks",),
+                key="num_gpu_blocks",
+                reason="conflicts with --num-gpu-blocks 4: two spellings of one setting",
+                advice="give it once",
+            ),
+        ),
+        (
+            ["--kv-cache-memory-bytes", "1G", "--kv-cache-memory", "2G"],
+            Refuses(
+                "argument --kv-cache-memory: ",
+                value=2 << 30,
+                key="kv_cache_memory",
+                reason=f"conflicts with --kv-cache-memory-bytes {1 << 30}: two spellings of one setting",
+            ),
+        ),
+    ],
+)
+def test_two_spellings_with_two_values_are_refused(argv, want, capsys, worded):
+    rc, _, err = run(["config", *argv], capsys)
+    assert rc == 2
+    assert_cli_refusal(err, "attnserve config", want, worded)
+
+
+def test_two_spellings_with_one_value_are_taken(capsys):
+    a = attention(["-ac", '{"backend": "flash_attn"}', "--attention-config.backend", "FLASH_ATTN"], capsys)
+    assert a["backend"] == "FLASH_ATTN"
+    cfg = config(["--model", "org/m", "--kv-cache-memory", "1G", "--kv-cache-memory-bytes", str(1 << 30)], capsys)
+    assert cfg["kv_cache_memory"] == 1 << 30
 
 
 def test_dotted_values_are_json_decoded(capsys):
@@ -680,9 +744,9 @@ def test_vllm_names_in_files_and_python(tmp_path, capsys):
     assert (cache.num_gpu_blocks, cache.kv_cache_memory) == (3, 5)
 
 
-def test_a_vllm_name_and_ours_later_wins(capsys):
-    # (4 blocks would not hold the default model's 8192 tokens: the value that wins is the one checked)
-    assert config(["--num-gpu-blocks", "4", "--num-gpu-blocks-override", "900"], capsys)["num_gpu_blocks"] == 900
+def test_a_vllm_name_and_ours_with_one_value(capsys):
+    # (two values: test_two_spellings_with_two_values_are_refused)
+    assert config(["--num-gpu-blocks", "900", "--num-gpu-blocks-override", "900"], capsys)["num_gpu_blocks"] == 900
     rc, out, _ = run(["config", "--kv-cache-memory-bytes", "1G", "--explain"], capsys)
     assert rc == 0 and any(
         line.split()[:3] == ["kv_cache_memory", "1073741824", "command"] and line.endswith("(--kv-cache-memory-bytes)")

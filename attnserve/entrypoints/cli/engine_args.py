@@ -83,7 +83,16 @@ class _SettingAction(argparse.Action):
         name = option_string or self.metavar or self.dest
         _record(
             namespace,
-            Setting(self.key, values, f"command line ({name})", name, f"argument {name}", own_flag=True, cli=True),
+            Setting(
+                self.key,
+                values,
+                f"command line ({name})",
+                name,
+                f"argument {name}",
+                own_flag=True,
+                cli=True,
+                spelling=self.option_strings[0] if self.option_strings else "",
+            ),
         )
 
 
@@ -94,7 +103,12 @@ class _AttentionJsonAction(argparse.Action):
         try:
             obj = loads_json(values, "")
             for s in attention_settings(
-                obj, f"command line ({option_string})", f"in {option_string}", f"argument {option_string}", cli=True
+                obj,
+                f"command line ({option_string})",
+                f"in {option_string}",
+                f"argument {option_string}",
+                cli=True,
+                spelling=f"{{key}} in {self.option_strings[0]}",
             ):
                 _record(namespace, s)
         except ConfigError as e:
@@ -213,7 +227,9 @@ def add_engine_args(parser: argparse.ArgumentParser, *, positional_model: bool =
         _add_flag(engine, arg)
 
     attn = parser.add_argument_group(
-        "attention", "Backend and options; JSON objects and dotted fields merge left to right (later keys win)."
+        "attention",
+        "Backend and options; JSON objects and dotted fields merge left to right (a repeated flag's later value "
+        "wins; a field given both in a JSON object and dotted must have one value).",
     )
     attn.add_argument(
         "--attention-backend",
