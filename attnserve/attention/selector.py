@@ -38,8 +38,8 @@ class NoUsableBackendError(Refused):
     """No backend (or not the explicitly chosen one) can run the model; the message has every reason.
 
     ``key`` is the setting to change, for the CLI to name the flag that gave it: ``attention_config.backend``
-    when the backend was chosen explicitly; when automatic selection found none, the KV-cache setting
-    (``kv_cache_dtype`` or ``block_size``) that alone keeps the most preferred backend from running, else None.
+    when the backend was chosen explicitly; when automatic selection found none, the setting (``kv_cache_dtype``,
+    ``block_size`` or ``attention_config.FIELD``) that alone keeps the most preferred backend from running, else None.
     ``reasons``: each backend's :class:`~attnserve.refusals.Reason` records.
     """
 
@@ -275,20 +275,34 @@ def _select_automatic(selector_config, platform, attention_config, assume_instal
             return AttentionSelection(member.name, member, cls, KVCacheLayout.NHD, reasons=tried)
     raise NoUsableBackendError(
         no_backend(
-            selector_config.describe(), platform.description, tried, _responsible_setting(selector_config, tried)
+            selector_config.describe(),
+            platform.description,
+            tried,
+            _responsible_setting(selector_config, tried, attention_config),
         ),
         tried,
     )
 
 
-def _responsible_setting(selector_config: AttentionSelectorConfig, tried: dict[str, list[Reason]]) -> str | None:
-    """The KV-cache setting (``kv_cache_dtype``, ``block_size``), set away from its default, that is the only field
-    the reasons of the most preferred backend name (``tried`` is in priority order); None when no backend is kept
-    from running by one such setting alone (the model is to blame)."""
+def _responsible_setting(
+    selector_config: AttentionSelectorConfig,
+    tried: dict[str, list[Reason]],
+    attention_config: AttentionConfig | None = None,
+) -> str | None:
+    """The setting, set away from its default, that alone keeps the most preferred backend it can keep from running
+    (``tried`` is in priority order) from running: the first backend whose reasons all name one field that the user
+    sets, a KV-cache one (``kv_cache_dtype``, ``block_size``) or an attention_config one (then
+    ``attention_config.FIELD``, e.g. ``attention_config.use_prefill_decode_attention``). None when no backend is kept
+    from running by one such setting alone (the model, the device or a package is to blame)."""
     for reasons in tried.values():
         fields = {r.field if isinstance(r, Reason) else None for r in reasons}
-        if len(reasons) and len(fields) == 1 and len(fields & {"kv_cache_dtype", "block_size"}) == 1:
-            name = fields.pop()
+        if not reasons or len(fields) != 1:
+            continue
+        name = fields.pop()
+        if name in ("kv_cache_dtype", "block_size"):
             if getattr(selector_config, name) != CacheConfig.__dataclass_fields__[name].default:
                 return name
+        elif attention_config is not None and name in AttentionConfig.field_names() and name != "backend":
+            if getattr(attention_config, name) != AttentionConfig.__dataclass_fields__[name].default:
+                return f"attention_config.{name}"
     return None

@@ -290,6 +290,21 @@ def test_no_backend_error_lists_backends_with_the_same_reasons_together_and_name
     assert "TRITON_ATTN: block_size 8 not supported" in str(e.value)
 
 
+def test_no_backend_error_names_the_attention_option_that_alone_keeps_the_first_backend_out():
+    """CPU_ATTN (first on CPU) takes fp8 but refuses use_prefill_decode_attention; FLEX_ATTENTION (second) refuses
+    fp8: the option is to blame, not --kv-cache-dtype."""
+    with pytest.raises(NoUsableBackendError) as e:
+        get_attn_backend(
+            None,
+            cfg(64, F32, kv_cache_dtype="fp8"),
+            detect_platform("cpu"),
+            AttentionConfig(use_prefill_decode_attention=True),
+        )
+    assert e.value.key == "attention_config.use_prefill_decode_attention"
+    assert [r.field for r in e.value.reasons["CPU_ATTN"]] == ["use_prefill_decode_attention"]
+    assert [r.field for r in e.value.reasons["FLEX_ATTENTION"]] == ["kv_cache_dtype"]
+
+
 # ---------------------------------------------------------------- packages, versions, layout, cache
 
 
