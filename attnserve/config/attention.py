@@ -114,6 +114,16 @@ class AttentionConfig:
     disable_flashinfer_q_quantization: bool = field(default=False, metadata=_only("FLASHINFER"))
     """FLASHINFER only, fp8 KV cache: keep the query in the model dtype instead of quantizing it to fp8."""
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> AttentionConfig:
+        """Refuse a keyword that names no field as a file's or ``-ac``'s unknown key is refused (ConfigError: the
+        fields allowed, the closest one), not with the generated ``__init__``'s bare TypeError."""
+        valid = cls.field_names()
+        for key in kwargs:
+            if key not in valid:
+                name = key.replace("-", "_")
+                raise ConfigError(unknown_attention_field(key, valid, "", closest(name, valid), name))
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "backend", parse_backend(self.backend))
         validate_fields(self, prefix="attention_config.")

@@ -108,9 +108,24 @@ def test_unknown_field_rejected_with_suggestion():
     assert "use_trtllm_attention" in msg  # lists the valid fields
 
 
-def test_unknown_keyword_is_a_type_error_in_python():
-    with pytest.raises(TypeError):
+def test_unknown_keyword_is_refused_as_an_unknown_key():
+    """As a file's or -ac's unknown key: a ConfigError naming the fields allowed and the closest, not a TypeError."""
+    with pytest.raises(ConfigError) as e:
         AttentionConfig(bakend="FLASH_ATTN")  # type: ignore[call-arg]
+    r = e.value.refusal
+    assert (r.value, r.subject, r.suggestion, r.key) == (
+        "bakend",
+        "unknown attention_config field",
+        "backend",
+        "attention_config.bakend",
+    )
+    assert r.allowed == ", ".join(AttentionConfig.field_names())
+    with pytest.raises(ConfigError) as e:
+        AttentionConfig(foo=1)  # type: ignore[call-arg]
+    assert (e.value.value, e.value.refusal.suggestion) == ("foo", None)
+    with pytest.raises(ConfigError) as e:
+        AttentionConfig(**{"flash-attn-version": 3})  # a keyword is the field's name: from_dict takes dashes
+    assert e.value.refusal.suggestion == "flash_attn_version"
 
 
 def test_from_dict_accepts_dashes():
