@@ -30,6 +30,7 @@ from attnserve.config.engine_arg_table import (
     engine_args,
 )
 from attnserve.config.env import warn_ignored_vllm_env
+from attnserve.config.unused import warn_unused_settings
 from attnserve.config.fields import (
     HUMAN_INT_WORDS,
     ConfigError,
@@ -342,6 +343,7 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
             s = ab
         raise _located(e, s) from None
     _log_unused_options(config.attention)
+    warn_unused_settings(config, chosen)
     return Resolved(config, chosen)
 
 

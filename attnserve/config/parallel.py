@@ -19,7 +19,7 @@ class ParallelConfig:
 
     distributed_executor_backend: str = field(default="mp", metadata={"choices": DISTRIBUTED_EXECUTOR_BACKENDS})
     """How tensor-parallel workers are started: mp (spawned processes on this host) or ray (Ray actors;
-    a ``ray start`` cluster spans hosts). Unused when tensor_parallel_size is 1."""
+    a ``ray start`` cluster spans hosts). Unused when tensor_parallel_size is 1 (given there: warned once)."""
 
     disable_custom_all_reduce: bool = False
     """Disable the custom all-reduce kernel and fall back to NCCL. The custom one (CUDA, tensor_parallel_size

@@ -1,0 +1,72 @@
+"""Settings given that change nothing where they run: warned once each when the config is resolved, as the
+attention_config options of another backend are (``engine_args.log_unused_options_once``).
+
+A setting that cannot work is refused (the selector refuses a split bound with FlashAttention 2 or 4); these would
+run, the value just has nowhere to go:
+
+- ``distributed_executor_backend`` at ``tensor_parallel_size`` 1: one rank runs in this process, no workers start;
+- ``attention_config.flash_attn_max_num_splits_for_cuda_graph`` with ``enforce_eager``: it bounds CUDA-graph decode
+  steps only, and none are captured;
+- ``enable_pdl`` on CPU: programmatic dependent launch is a CUDA launch option.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Collection
+
+from attnserve.config.engine import EngineConfig
+from attnserve.refusals import spell_value
+
+logger = logging.getLogger(__name__)
+
+SPLITS = "attention_config.flash_attn_max_num_splits_for_cuda_graph"
+
+
+def _runs_on_cpu(device: str) -> bool:
+    """Whether the engine runs on CPU for the device setting (``auto``: this machine has no CUDA)."""
+    if device == "cpu":
+        return True
+    if device != "auto":
+        return False
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def unused_settings(config: EngineConfig, given: Collection[str]) -> dict[str, tuple[object, str]]:
+    """Engine argument -> (its value, why it changes nothing) for each setting the user gave (``given``: the keys
+    set, e.g. ``Resolved.chosen``; an attention option: set away from its default) that has no effect here."""
+    out: dict[str, tuple[object, str]] = {}
+    parallel = config.parallel
+    if "distributed_executor_backend" in given and parallel.tensor_parallel_size == 1:
+        out["distributed_executor_backend"] = (
+            parallel.distributed_executor_backend,
+            "tensor_parallel_size is 1: the model runs in this process, no workers start",
+        )
+    attention = config.attention
+    field = SPLITS.split(".", 1)[1]
+    splits = getattr(attention, field)
+    if (
+        config.enforce_eager
+        and splits != type(attention).__dataclass_fields__[field].default
+        and attention.flash_attn_version not in (2, 4)  # the selector refuses a split bound with these
+        and field not in attention.unused_options()  # another backend's option: warned as such
+    ):
+        out[SPLITS] = (splits, "enforce_eager captures no CUDA graphs, and only CUDA-graph decode steps take the bound")
+    if "enable_pdl" in given and config.enable_pdl and _runs_on_cpu(config.device):
+        out["enable_pdl"] = (True, "programmatic dependent launch is a CUDA launch option, and this runs on CPU")
+    return out
+
+
+@functools.cache
+def log_unused_setting_once(key: str, value: object, why: str) -> None:
+    """Warn, once per setting, value and reason, that the setting has no effect."""
+    logger.warning("%s %s has no effect: %s", key, spell_value(value), why)
+
+
+def warn_unused_settings(config: EngineConfig, given: Collection[str]) -> None:
+    """Log :func:`unused_settings`, each once per process."""
+    for key, (value, why) in unused_settings(config, given).items():
+        log_unused_setting_once(key, value, why)

@@ -1,0 +1,63 @@
+"""Settings given that do nothing where they run are warned about once (``attnserve/config/unused.py``)."""
+
+import logging
+
+import pytest
+
+from attnserve.config.engine_args import build_engine_config, resolve
+from attnserve.config.unused import SPLITS, log_unused_setting_once, unused_settings
+
+
+def unused(**kwargs):
+    settings = kwargs.pop("settings", None)
+    config = build_engine_config(**kwargs)
+    return unused_settings(config, settings if settings is not None else kwargs)
+
+
+def test_executor_backend_at_one_rank():
+    got = unused(distributed_executor_backend="ray")
+    assert list(got) == ["distributed_executor_backend"] and got["distributed_executor_backend"][0] == "ray"
+    assert unused(distributed_executor_backend="mp", tensor_parallel_size=2) == {}
+    assert unused() == {}  # not given: the default is not the user's
+
+
+def test_split_bound_without_cuda_graphs():
+    splits = {"flash_attn_max_num_splits_for_cuda_graph": 64}
+    got = unused(enforce_eager=True, attention_config=splits, settings=[])
+    assert list(got) == [SPLITS] and got[SPLITS][0] == 64
+    assert unused(attention_config=splits, settings=[]) == {}  # CUDA graphs: the bound applies
+    # refused by the selector with FlashAttention 2, warned as another backend's option with FLASHINFER
+    assert unused(enforce_eager=True, attention_config={**splits, "flash_attn_version": 2}, settings=[]) == {}
+    assert unused(enforce_eager=True, attention_backend="FLASHINFER", attention_config=splits, settings=[]) == {}
+
+
+def test_pdl_on_cpu():
+    assert list(unused(enable_pdl=True, device="cpu")) == ["enable_pdl"]
+    assert unused(enable_pdl=True, device="cuda:9.0") == {}
+    assert unused(enable_pdl=False, device="cpu") == {}  # off is what runs
+    assert unused(device="cpu", settings=["device"]) == {}  # the default, not given
+
+
+def test_warned_once_when_resolved(caplog):
+    from attnserve.config.engine_args import Setting
+
+    log_unused_setting_once.cache_clear()
+    s = Setting("distributed_executor_backend", "ray", "python", "distributed_executor_backend=")
+    with caplog.at_level(logging.WARNING, logger="attnserve.config"):
+        resolve([s])
+        resolve([s])
+    msgs = [r.getMessage() for r in caplog.records if "has no effect" in r.getMessage()]
+    assert msgs == [
+        "distributed_executor_backend 'ray' has no effect: tensor_parallel_size is 1: the model runs in this "
+        "process, no workers start"
+    ]
+
+
+@pytest.mark.parametrize("argv", [["--enable-pdl", "--device", "cpu"], ["--distributed-executor-backend", "ray"]])
+def test_the_command_line_warns(argv, capsys, caplog):
+    from attnserve.entrypoints.cli.main import main
+
+    log_unused_setting_once.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="attnserve.config"):
+        assert main(["config", *argv]) in (0, None)
+    assert sum("has no effect" in r.getMessage() for r in caplog.records) == 1
