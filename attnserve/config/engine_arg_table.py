@@ -56,6 +56,11 @@ class EngineArg:
         return tuple(self.field.metadata.get("aliases", ()))
 
     @property
+    def short(self) -> str | None:
+        """vLLM's short flag of it (``-tp``), the command line's only: a file or keyword takes the name."""
+        return self.field.metadata.get("short")
+
+    @property
     def human_readable(self) -> bool:
         """Whether the command line and config files take it with vLLM's suffixes (``32k``, ``8G``)."""
         return bool(self.field.metadata.get("human_readable"))

@@ -13,7 +13,7 @@ DISTRIBUTED_EXECUTOR_BACKENDS = ("mp", "ray")
 class ParallelConfig:
     """Parallelism settings. Validated at construction."""
 
-    tensor_parallel_size: int = field(default=1, metadata={"ge": 1})
+    tensor_parallel_size: int = field(default=1, metadata={"ge": 1, "short": "-tp"})
     """Number of devices (one worker process each) the model's layers are split across, Megatron-style:
     attention heads and MLP columns per rank, an all-reduce after each block's output projection."""
 

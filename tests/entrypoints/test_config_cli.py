@@ -793,3 +793,20 @@ def test_a_kv_cache_size_is_checked_against_max_model_len_as_serve_checks_it(tin
         "attnserve config: note: KV cache (num_gpu_blocks 2) not checked against max_model_len: model "
         "'org/not-downloaded' is not a local folder or file, and config downloads nothing\n"
     )
+
+
+def test_vllm_short_tensor_parallel_flag(capsys, worded):
+    """vLLM's -tp is --tensor-parallel-size (attnserve has no pipeline or data parallelism: no -pp, -dp)."""
+    assert config(["--model", "org/m", "-tp", "2"], capsys)["tensor_parallel_size"] == 2
+    # one flag: given again in either form, the later wins (not two spellings of one setting)
+    assert config(["--model", "org/m", "-tp", "4", "--tensor-parallel-size", "2"], capsys)["tensor_parallel_size"] == 2
+    rc, _, err = run(["config", "-tp", "0"], capsys)
+    assert rc == 2
+    assert_cli_refusal(
+        err,
+        "attnserve config",
+        Refuses("argument -tp: ", value=0, path=("tensor_parallel_size",), allowed="integer >= 1"),
+        worded,
+    )
+    rc, _, err = run(["config", "-pp", "2"], capsys)
+    assert rc == 2 and "unrecognized arguments: -pp" in err

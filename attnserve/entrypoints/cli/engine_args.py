@@ -73,8 +73,9 @@ def _record(namespace: argparse.Namespace, item: object) -> None:
 class _SettingAction(argparse.Action):
     """Records ``Setting(key, value)`` in command-line order; nargs=0 flags record True (False for --no-X)."""
 
-    def __init__(self, option_strings: list[str], dest: str, key: str, **kwargs: Any) -> None:
+    def __init__(self, option_strings: list[str], dest: str, key: str, spelling: str = "", **kwargs: Any) -> None:
         self.key = key
+        self.spelling = spelling or (option_strings[0] if option_strings else "")
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
@@ -91,7 +92,7 @@ class _SettingAction(argparse.Action):
                 f"argument {name}",
                 own_flag=True,
                 cli=True,
-                spelling=self.option_strings[0] if self.option_strings else "",
+                spelling=self.spelling,
             ),
         )
 
@@ -175,6 +176,9 @@ def _add_flag(group: argparse._ArgumentGroup, arg: EngineArg) -> None:
         help=_help(f"{arg.doc} (default: {json.dumps(arg.default)})"),
         **kwargs,
     )
+    if arg.short:  # vLLM's short form (-tp): the same flag, given again the later wins; a flag of its own, so
+        # that an error names the one given
+        group.add_argument(arg.short, help=f"same as {flag}", spelling=flag, **kwargs)
     for alias in arg.aliases:  # vLLM's spelling: a flag of its own, so that an error names the one given
         other = "--" + alias.replace("_", "-")
         group.add_argument(
