@@ -6,7 +6,9 @@
 #   2. the shared-prefix workload (2048 shared + 128 own, 128 out, 256 requests, Qwen3-0.6B), caching on, both backends
 #   3. the nano-vllm workload, both backends, TRITON_ATTN under benchmarks/gpu/triton_compiles.py (compiles in the run)
 #   4. where TRITON_ATTN's nano-vllm time goes (profile_throughput.py), and FA3's fp8 path against the oracle
-# The selector change it decides on waits on the branch triton-first (tests updated there).
+# The selector change it decides on is benchmarks/gpu/triton_first.patch (`git am` it; its tests updated, 580
+# selector/backends tests passed on CPU): land it when the cascade passes and TRITON_ATTN's shared-prefix
+# throughput is at least FA3's; then rerun `vs_vllm.sh tp|lat-qwen|lat-llama` with the default flags.
 # Usage, from the checkout's root: bash benchmarks/gpu/triton_first.sh OUT_DIR
 set -u
 out=${1:-/tmp}
