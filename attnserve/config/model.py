@@ -35,11 +35,12 @@ class ModelConfig:
 
     revision: str | None = None
     """Hub revision (branch, tag or commit hash) of a hub model, also used for --tokenizer when it names the
-    same repo; None = the repo's default branch. Ignored for local paths."""
+    same repo; None = the repo's default branch. Given with a local model (a path, or the default model): warned
+    once, as it does nothing."""
 
     download_dir: str | None = None
     """Hugging Face cache folder for hub models; None = huggingface_hub's (HF_HUB_CACHE, else HF_HOME/hub,
-    else ~/.cache/huggingface/hub)."""
+    else ~/.cache/huggingface/hub). Given with a local model and no hub tokenizer: warned once, as it does nothing."""
 
     dtype: str = field(default="auto", metadata={"choices": DTYPES + tuple(DTYPE_ALIASES)})
     """Model dtype: auto (float32 on CPU, the checkpoint's dtype or bfloat16 on GPU), float32, float16,

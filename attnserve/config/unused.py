@@ -7,13 +7,17 @@ run, the value just has nowhere to go:
 - ``distributed_executor_backend`` at ``tensor_parallel_size`` 1: one rank runs in this process, no workers start;
 - ``attention_config.flash_attn_max_num_splits_for_cuda_graph`` with ``enforce_eager``: it bounds CUDA-graph decode
   steps only, and none are captured;
-- ``enable_pdl`` on CPU: programmatic dependent launch is a CUDA launch option.
+- ``enable_pdl`` on CPU: programmatic dependent launch is a CUDA launch option;
+- ``revision`` with a local model (a folder, a .gguf file, or the default model's GGUF): it picks a hub snapshot,
+  and applies to ``tokenizer`` only when that names the model itself; ``download_dir`` there too, unless
+  ``tokenizer`` is a hub id (downloaded into it).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import Collection
 
 from attnserve.config.engine import EngineConfig
@@ -33,6 +37,31 @@ def _runs_on_cpu(device: str) -> bool:
     import torch
 
     return not torch.cuda.is_available()
+
+
+def _local(model: str | None) -> str | None:
+    """How the reason names a model that is not downloaded: the default model (None) or a path that exists (the
+    loader takes a local path before a hub id); None for anything else (a hub id, or a path the loader refuses)."""
+    if model is None:
+        return "the default model is a local GGUF"
+    if os.path.exists(os.path.expanduser(model)):
+        return f"model {model!r} is a local path"
+    return None
+
+
+def _hub_settings(config: EngineConfig, given: Collection[str]) -> dict[str, tuple[object, str]]:
+    """``revision`` / ``download_dir`` given where nothing is downloaded from the hub."""
+    out: dict[str, tuple[object, str]] = {}
+    model = config.model
+    local = _local(model.model)
+    if local is None:
+        return out
+    if "revision" in given and model.revision is not None:
+        out["revision"] = (model.revision, f"{local}, and a revision picks a hub model's snapshot")
+    tokenizer_local = model.tokenizer is None or _local(model.tokenizer) is not None
+    if "download_dir" in given and model.download_dir is not None and tokenizer_local:
+        out["download_dir"] = (model.download_dir, f"{local}, and only hub models are downloaded")
+    return out
 
 
 def unused_settings(config: EngineConfig, given: Collection[str]) -> dict[str, tuple[object, str]]:
@@ -57,6 +86,7 @@ def unused_settings(config: EngineConfig, given: Collection[str]) -> dict[str, t
         out[SPLITS] = (splits, "enforce_eager captures no CUDA graphs, and only CUDA-graph decode steps take the bound")
     if "enable_pdl" in given and config.enable_pdl and _runs_on_cpu(config.device):
         out["enable_pdl"] = (True, "programmatic dependent launch is a CUDA launch option, and this runs on CPU")
+    out.update(_hub_settings(config, given))
     return out
 
 

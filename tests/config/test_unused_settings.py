@@ -61,3 +61,19 @@ def test_the_command_line_warns(argv, capsys, caplog):
     with caplog.at_level(logging.WARNING, logger="attnserve.config"):
         assert main(["config", *argv]) in (0, None)
     assert sum("has no effect" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_hub_options_with_a_local_model(tmp_path):
+    """--revision / --download-dir pick and place a hub download: with a local model nothing is downloaded."""
+    got = unused(revision="main", download_dir=str(tmp_path))  # the default model
+    assert {k: v[0] for k, v in got.items()} == {"revision": "main", "download_dir": str(tmp_path)}
+    assert got["revision"][1].startswith("the default model is a local GGUF")
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"")
+    got = unused(model=str(gguf), revision="v1")
+    assert list(got) == ["revision"] and got["revision"][1].startswith(f"model {str(gguf)!r} is a local path")
+    assert list(unused(model=str(tmp_path), download_dir="/data/hf")) == ["download_dir"]  # a folder
+    # a hub tokenizer is downloaded into download_dir; revision applies to it only when it names the model
+    assert list(unused(model=str(tmp_path), tokenizer="org/tok", download_dir="/d", revision="v1")) == ["revision"]
+    assert unused(model="org/name", revision="v1", download_dir="/d") == {}  # a hub id: both apply
+    assert unused(model=str(tmp_path)) == {}  # neither given
