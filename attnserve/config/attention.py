@@ -14,7 +14,7 @@ from attnserve.attention.registry import (
     lookup_backend,
     registered_names,
 )
-from attnserve.config.fields import ConfigError, setting_path, validate_fields
+from attnserve.config.fields import ConfigError, refuses_unknown_keywords, setting_path, validate_fields
 from attnserve.refusals import Refusal, closest, kind_of
 from attnserve.refusals.config import A_BACKEND_NAME, A_MAPPING_OF_FIELDS, backend_names_words, unknown_attention_field
 
@@ -77,6 +77,12 @@ def _only(*backends: str) -> dict:
     return {"backends": backends}
 
 
+def _unknown_keyword(key: object, valid: list[str], suggestion: str | None) -> Refusal:
+    """``AttentionConfig(foo=1)``: refused as an unknown attention_config key of a file or ``-ac`` is."""
+    return unknown_attention_field(key, valid, "", suggestion, str(key).replace("-", "_"))
+
+
+@refuses_unknown_keywords(_unknown_keyword)
 @dataclass(frozen=True)
 class AttentionConfig:
     """Attention backend selection and per-backend options. Validated at construction; unknown fields are errors."""
@@ -113,16 +119,6 @@ class AttentionConfig:
 
     disable_flashinfer_q_quantization: bool = field(default=False, metadata=_only("FLASHINFER"))
     """FLASHINFER only, fp8 KV cache: keep the query in the model dtype instead of quantizing it to fp8."""
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> AttentionConfig:
-        """Refuse a keyword that names no field as a file's or ``-ac``'s unknown key is refused (ConfigError: the
-        fields allowed, the closest one), not with the generated ``__init__``'s bare TypeError."""
-        valid = cls.field_names()
-        for key in kwargs:
-            if key not in valid:
-                name = key.replace("-", "_")
-                raise ConfigError(unknown_attention_field(key, valid, "", closest(name, valid), name))
-        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backend", parse_backend(self.backend))

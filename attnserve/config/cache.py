@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from attnserve.config.fields import ConfigError, validate_fields
+from attnserve.config.fields import ConfigError, refuses_unknown_keywords, validate_fields
 from attnserve.refusals.config import KV_SCALES_NEED_FP8
 
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # vLLM's CacheDType
@@ -15,6 +15,7 @@ KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # vLLM's CacheDType
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
+@refuses_unknown_keywords()
 @dataclass(frozen=True)
 class CacheConfig:
     """Paged KV-cache settings. Validated at construction."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from attnserve.config.attention import AttentionConfig
 from attnserve.config.cache import CacheConfig
-from attnserve.config.fields import ConfigError, validate_fields
+from attnserve.config.fields import ConfigError, refuses_unknown_keywords, validate_fields
 from attnserve.config.model import ModelConfig
 from attnserve.config.parallel import ParallelConfig
 from attnserve.config.scheduler import SchedulerConfig
@@ -21,6 +21,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DEVICE_WORDS = device_words(DEVICES)
 
 
+@refuses_unknown_keywords()
 @dataclass(frozen=True)
 class EngineConfig:
     """Model, cache, scheduler, parallel and attention settings, plus the device and CUDA-graph switch."""

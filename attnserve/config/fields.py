@@ -22,8 +22,9 @@ import textwrap
 import types
 import typing
 
-from attnserve.refusals import Refusal, Refused, kind_of, range_words, spell_value  # noqa: F401 (re-exported)
+from attnserve.refusals import Refusal, Refused, closest, kind_of, range_words, spell_value  # noqa: F401 (re-exported)
 from attnserve.refusals.config import HUMAN_INT_WORDS, TYPE_NOUNS, field_words  # noqa: F401 (re-exported)
+from attnserve.refusals.config import unknown_record_field
 
 
 class ConfigError(Refused):
@@ -38,6 +39,31 @@ class ConfigError(Refused):
     def key(self) -> str | None:
         """The engine argument refused: the record's ``key``, else its path (``attention_config.backend``)."""
         return self.refusal.setting
+
+
+def refuses_unknown_keywords(refusal: typing.Callable[[object, list[str], str | None], Refusal] | None = None):
+    """Class decorator of a config record: a keyword that names none of its fields raises ConfigError (``refusal(key,
+    fields, closest field)``; default :func:`~attnserve.refusals.config.unknown_record_field` naming the class), as an
+    unknown key of a file or ``-ac`` is refused, not with the generated ``__init__``'s bare TypeError. A field's vLLM
+    alias (``num_gpu_blocks_override``) suggests the field."""
+
+    def decorate(cls: type) -> type:
+        def __new__(klass: type, *args: object, **kwargs: object) -> object:
+            fields = dataclasses.fields(klass)  # type: ignore[arg-type]
+            valid = [f.name for f in fields]
+            aliases = {a: f.name for f in fields for a in f.metadata.get("aliases", ())}
+            for key in kwargs:
+                if key not in valid:
+                    name = str(key).replace("-", "_")
+                    suggestion = aliases.get(name) or closest(name, valid)
+                    make = refusal or functools.partial(unknown_record_field, klass.__name__)
+                    raise ConfigError(make(key, valid, suggestion))
+            return object.__new__(klass)
+
+        cls.__new__ = staticmethod(__new__)  # type: ignore[assignment]
+        return cls
+
+    return decorate
 
 
 def setting_path(key: str) -> tuple[str, ...]:

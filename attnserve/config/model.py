@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import os
 
-from attnserve.config.fields import ConfigError, validate_fields
+from attnserve.config.fields import ConfigError, refuses_unknown_keywords, validate_fields
 from attnserve.refusals import Refusal
 from attnserve.refusals.sampling import SEED_WORDS
 from attnserve.refusals.config import GENERATION_CONFIG_WORDS, NO_FOLDER
@@ -20,6 +20,7 @@ LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 
 
+@refuses_unknown_keywords()
 @dataclass(frozen=True)
 class ModelConfig:
     """The model to load. Validated at construction."""

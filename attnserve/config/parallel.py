@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from attnserve.config.fields import validate_fields
+from attnserve.config.fields import refuses_unknown_keywords, validate_fields
 
 DISTRIBUTED_EXECUTOR_BACKENDS = ("mp", "ray")
 
 
+@refuses_unknown_keywords()
 @dataclass(frozen=True)
 class ParallelConfig:
     """Parallelism settings. Validated at construction."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from attnserve.config.fields import validate_fields
+from attnserve.config.fields import refuses_unknown_keywords, validate_fields
 from attnserve.refusals import Refusal, Refused
 
 
+@refuses_unknown_keywords()
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Continuous-batching limits. Validated at construction."""

@@ -65,6 +65,18 @@ def unknown_attention_field(key: object, valid: list[str], where: str, suggestio
     )
 
 
+def unknown_record_field(record: str, key: object, valid: list[str], suggestion: str | None) -> Refusal:
+    """A keyword of a config record built in Python (``CacheConfig(foo=1)``) that names none of its fields."""
+    return Refusal(
+        value=key,
+        allowed=", ".join(valid),
+        reason="",  # the subject says it: no "not allowed"
+        subject=f"unknown {record} field",
+        suggestion=suggestion,
+        key=str(key).replace("-", "_"),
+    )
+
+
 KV_SCALES_NEED_FP8 = Refusal(
     ("calculate_kv_scales",),
     True,

@@ -140,3 +140,29 @@ def test_engine_refuses_to_run_on_a_simulated_device():
 
     with pytest.raises(ValueError, match="'cuda:9.0' is a simulated GPU .* the engine cannot run on it"):
         LLMEngine(EngineConfig(device="cuda:9.0"))
+
+
+@pytest.mark.parametrize("cls", [ModelConfig, CacheConfig, SchedulerConfig, ParallelConfig, EngineConfig])
+def test_unknown_keyword_is_a_config_error(cls):
+    """As AttentionConfig(foo=1): the record's fields allowed and the closest, not the generated __init__'s TypeError."""
+    import dataclasses
+
+    with pytest.raises(ConfigError) as e:
+        cls(foo=1)
+    r = e.value.refusal
+    assert (r.value, r.subject, r.key, r.suggestion) == ("foo", f"unknown {cls.__name__} field", "foo", None)
+    assert r.allowed == ", ".join(f.name for f in dataclasses.fields(cls))
+    first = dataclasses.fields(cls)[0].name
+    with pytest.raises(ConfigError) as e:
+        cls(**{first + "x": 1})
+    assert e.value.refusal.suggestion == first
+
+
+def test_unknown_keyword_names_the_field_of_an_alias():
+    with pytest.raises(ConfigError) as e:
+        CacheConfig(num_gpu_blocks_override=8)  # vLLM's name: an engine argument, not the record's field
+    assert e.value.refusal.suggestion == "num_gpu_blocks"
+    assert CacheConfig(num_gpu_blocks=8).num_gpu_blocks == 8  # known keywords still build the record
+    import pickle
+
+    assert pickle.loads(pickle.dumps(EngineConfig())) == EngineConfig()
