@@ -65,8 +65,8 @@ class EngineConfig:
     """Launch attnserve's Triton kernels (RMSNorm, RoPE + KV-cache write, SwiGLU, the skinny-GEMM GEMV) with
     programmatic dependent launch on GPUs of compute capability 9.0 and later: each may start while the
     kernel before it still runs and waits in-kernel for its inputs (``attnserve/kernels/pdl.py``), so launch
-    latency between kernels overlaps work; the results are the same bits. Ignored on CPU (given there: warned
-    once) and older GPUs."""
+    latency between kernels overlaps work; the results are the same bits. Off on CPU and older GPUs (given there:
+    warned once)."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -7,7 +7,8 @@ run, the value just has nowhere to go:
 - ``distributed_executor_backend`` at ``tensor_parallel_size`` 1: one rank runs in this process, no workers start;
 - ``attention_config.flash_attn_max_num_splits_for_cuda_graph`` with ``enforce_eager``: it bounds CUDA-graph decode
   steps only, and none are captured;
-- ``enable_pdl`` on CPU: programmatic dependent launch is a CUDA launch option;
+- ``enable_pdl`` on CPU or a GPU of compute capability below 9.0: programmatic dependent launch is a CUDA launch
+  option of Hopper and later;
 - ``revision`` with a local model (a folder, a .gguf file, or the default model's GGUF): it picks a hub snapshot,
   and applies to ``tokenizer`` only when that names the model itself; ``download_dir`` there too, unless
   ``tokenizer`` is a hub id (downloaded into it).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 from typing import Collection
 
 from attnserve.config.engine import EngineConfig
@@ -26,17 +28,30 @@ from attnserve.refusals import spell_value
 logger = logging.getLogger(__name__)
 
 SPLITS = "attention_config.flash_attn_max_num_splits_for_cuda_graph"
+ON_CPU = "programmatic dependent launch is a CUDA launch option, and this runs on CPU"
+_SIMULATED = re.compile(r"^cuda:(\d+)\.(\d+)$")  # platforms' planning GPU (config imports no platforms)
 
 
-def _runs_on_cpu(device: str) -> bool:
-    """Whether the engine runs on CPU for the device setting (``auto``: this machine has no CUDA)."""
-    if device == "cpu":
-        return True
-    if device != "auto":
-        return False
-    import torch
+def _no_pdl(device: str) -> str | None:
+    """Why programmatic dependent launch cannot run for the device setting, or None where it can (or the device is
+    none this machine has: refused elsewhere). ``auto`` and ``cuda``: the first / current GPU, if any."""
+    text = device.strip().lower()
+    if text == "cpu":
+        return ON_CPU
+    if m := _SIMULATED.match(text):
+        cc = (int(m.group(1)), int(m.group(2)))
+    else:
+        import torch
 
-    return not torch.cuda.is_available()
+        if not torch.cuda.is_available():
+            return ON_CPU if text == "auto" else None
+        index = int(text.split(":", 1)[1]) if text.startswith("cuda:") and text[5:].isdigit() else None
+        if index is not None and index >= torch.cuda.device_count():
+            return None
+        cc = torch.cuda.get_device_capability(index)
+    if cc[0] < 9:
+        return f"programmatic dependent launch needs compute capability 9.0 or later, and this GPU's is {cc[0]}.{cc[1]}"
+    return None
 
 
 def _local(model: str | None) -> str | None:
@@ -84,8 +99,8 @@ def unused_settings(config: EngineConfig, given: Collection[str]) -> dict[str, t
         and field not in attention.unused_options()  # another backend's option: warned as such
     ):
         out[SPLITS] = (splits, "enforce_eager captures no CUDA graphs, and only CUDA-graph decode steps take the bound")
-    if "enable_pdl" in given and config.enable_pdl and _runs_on_cpu(config.device):
-        out["enable_pdl"] = (True, "programmatic dependent launch is a CUDA launch option, and this runs on CPU")
+    if "enable_pdl" in given and config.enable_pdl and (why := _no_pdl(config.device)):
+        out["enable_pdl"] = (True, why)
     out.update(_hub_settings(config, given))
     return out
 

@@ -34,8 +34,18 @@ def test_split_bound_without_cuda_graphs():
 def test_pdl_on_cpu():
     assert list(unused(enable_pdl=True, device="cpu")) == ["enable_pdl"]
     assert unused(enable_pdl=True, device="cuda:9.0") == {}
+    assert unused(enable_pdl=True, device="cuda:10.0") == {}
     assert unused(enable_pdl=False, device="cpu") == {}  # off is what runs
     assert unused(device="cpu", settings=["device"]) == {}  # the default, not given
+
+
+def test_pdl_before_hopper():
+    """PDL needs compute capability 9.0: on an Ampere or Ada GPU (simulated for planning) it is warned as on CPU."""
+    for device in ("cuda:8.0", "cuda:8.9"):
+        got = unused(enable_pdl=True, device=device)
+        assert list(got) == ["enable_pdl"] and got["enable_pdl"][0] is True
+        assert got["enable_pdl"][1].startswith("programmatic dependent launch needs compute capability 9.0")
+    assert unused(device="cuda:8.0", settings=["device"]) == {}  # the default, not given
 
 
 def test_warned_once_when_resolved(caplog):
