@@ -28,6 +28,18 @@ def output_file_problem(text: str, folder: str, is_dir: bool, exists: bool) -> s
     return f"folder {folder} does not exist" if not exists else f"folder {folder} is not writable"
 
 
+def format_with_explain(fmt: str) -> Refusal:
+    """``attnserve config --format X --explain``: --explain prints a table, in no file format."""
+    return Refusal(
+        value=fmt,
+        reason="not allowed with --explain, which prints a table of values and their sources, not a config file",
+        advice="leave out --format, or --explain for the config file",
+        origin="argument --format",
+        names_path=True,
+        written=TEXT,
+    )
+
+
 PROMPT_LINE = 'each line must be a prompt as plain text, or a JSON object with a non-empty "prompt" string'
 """What a line of a prompts file must be; the advice of every refusal of one line."""
 

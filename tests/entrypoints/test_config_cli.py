@@ -810,3 +810,15 @@ def test_vllm_short_tensor_parallel_flag(capsys, worded):
     )
     rc, _, err = run(["config", "-pp", "2"], capsys)
     assert rc == 2 and "unrecognized arguments: -pp" in err
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_format_with_explain_is_refused(fmt, capsys, worded):
+    """--explain prints a table: a --format given with it would be ignored, so the pair is refused (exit 2)."""
+    rc, out, err = run(["config", "--format", fmt, "--explain"], capsys)
+    assert (rc, out) == (2, "")
+    assert_cli_refusal(err, "attnserve config", Refuses("argument --format", value=fmt), worded)
+    assert worded[-1].reason.startswith("not allowed with --explain")
+    rc, out, _ = run(["config", "--explain"], capsys)  # either alone: as before
+    assert rc == 0 and out.startswith("model ")
+    assert config([], capsys) == config(["--format", "json"], capsys)

@@ -6,7 +6,7 @@ files): one key per engine argument, ``attention_backend`` and ``attention_confi
 serve --config cfg.json`` run with that configuration (vLLM's ``--config`` takes a flat file of option names too).
 
 ``--explain`` prints, instead, one line per value with where it came from (default, which file,
-which flag).
+which flag); a table, so ``--format`` with it is refused.
 
 A ``max_model_len`` that is set is checked against the model's ``max_position_embeddings``, as ``generate`` and
 ``serve`` check it, when the model's config is on this machine: the default model's when no model is given, a
@@ -28,6 +28,8 @@ from attnserve.config import EngineConfig
 from attnserve.config.engine_args import engine_arg_values
 from attnserve.entrypoints.cli.arg_types import one_of
 from attnserve.entrypoints.cli.engine_args import add_engine_args, error_line, resolve_engine_args
+from attnserve.refusals import message
+from attnserve.refusals.cli import format_with_explain
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -43,8 +45,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--format",
         **one_of(["json", "yaml"]),
-        default="json",
-        help="the printed config file's format (default json); --config reads both",
+        default=None,
+        help="the printed config file's format (default json); --config reads both. Not with --explain",
     )
     p.add_argument("--explain", action="store_true", help="show where each value came from instead of the config file")
     p.set_defaults(func=run)
@@ -180,6 +182,8 @@ def config_file_text(values: dict, fmt: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.explain and args.format is not None:  # the table has no format: refused rather than ignored
+        args._engine_arg_parser.error(message(format_with_explain(args.format)))
     resolved = resolve_engine_args(args)
     try:
         notes = check_against_model(resolved.config)
@@ -188,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"attnserve config: note: {note}", file=sys.stderr)
     if not args.explain:
-        print(config_file_text(engine_arg_values(resolved.config), args.format), end="")
+        print(config_file_text(engine_arg_values(resolved.config), args.format or "json"), end="")
         return 0
     rows = [(path, json.dumps(value), source) for path, value, source in resolved.explain()]
     rows.append(kv_cache_row(resolved.config))
