@@ -428,3 +428,21 @@ def test_gpt_oss_flash_attn_3_explicitly_is_refused_for_the_sinks(capsys):
         "group 0 (layers 0, 2, ..., 22: head_size 64, sliding_window 128, attention sinks)"
     )
     assert "attention sinks not supported with flash_attn_version 3" in err
+
+
+def test_unused_options_are_noted(capsys):
+    """As the engine warns at start-up: the attention_config options given that the selected backend ignores, in
+    --json (a list, per group and over the groups) and in the table."""
+    argv = ["--device", "cuda:9.0", "--assume-installed", "-ac.use_trtllm_attention", "false"]
+    _, report = run_json(capsys, *argv)  # automatic selection: FLASH_ATTN, which has no TRT-LLM option
+    assert report["selected"] == "FLASH_ATTN"
+    assert report["unused_options"] == report["groups"][0]["unused_options"] == ["use_trtllm_attention"]
+    _, report = run_json(capsys, *argv, "--attention-backend", "FLASHINFER")  # its own option: used
+    assert report["unused_options"] == []
+    _, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed")
+    assert report["unused_options"] == []  # nothing given
+    assert backends.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [x for x in lines if x.startswith("Unused options: ")] == [
+        "Unused options: use_trtllm_attention (they do not apply to FLASH_ATTN)"
+    ]

@@ -118,7 +118,9 @@ def build_report(args, errors: list | None = None) -> dict:
     A model whose layers differ (Gemma 2: windowed and global layers) has several layer groups: ``groups`` holds
     each one's selector config, backend table and selection; the top-level ``selector_config``, ``backends``,
     ``flash_attn_version``, ``kv_cache_layout`` and ``error`` are the first group's (the first failing one's
-    error), and ``selected`` is each group's backend joined by ``+`` (None when some group has none)."""
+    error), and ``selected`` is each group's backend joined by ``+`` (None when some group has none).
+    ``unused_options``: the attention_config options given that a group's selected backend ignores (the engine warns
+    about them once at start-up); the top level's, those of any group."""
     from attnserve.attention.registry import backend_name, lookup_backend, registered_names
     from attnserve.attention.selector import (
         AttentionSelectorConfig,
@@ -163,12 +165,16 @@ def build_report(args, errors: list | None = None) -> dict:
             "selected": None,
             "flash_attn_version": None,
             "kv_cache_layout": None,
+            "unused_options": [],
             "error": None,
         }
         try:
             sel = select_attn_backend(explicit, cfg, platform, attention_config, assume_installed=args.assume_installed)
             group.update(
-                selected=sel.name, flash_attn_version=sel.flash_attn_version, kv_cache_layout=sel.kv_cache_layout.value
+                selected=sel.name,
+                flash_attn_version=sel.flash_attn_version,
+                kv_cache_layout=sel.kv_cache_layout.value,
+                unused_options=attention_config.unused_options(sel.name),  # what the engine warns about at start-up
             )
             if sel.name == "FLASHINFER" and not platform.simulated and not args.assume_installed:
                 group["flashinfer_kernels"] = _flashinfer_kernels(config, facts, kind, dtype)
@@ -198,6 +204,7 @@ def build_report(args, errors: list | None = None) -> dict:
         "kv_cache": kv_cache_summary(
             config.cache.kv_cache_dtype, dtype, config.cache.calculate_kv_scales, facts.source
         ),
+        "unused_options": list(dict.fromkeys(n for g in groups for n in g["unused_options"])),
         "error": failed[0]["error"] if failed else None,
         "groups": groups,
     }
@@ -226,6 +233,8 @@ def render_plain(report: dict) -> str:
             lines.append(f"{name:<{width}}{prio:<6}{status}")
         if group.get("flashinfer_kernels"):
             lines.append(_kernels_line(group["flashinfer_kernels"]))
+        if group["unused_options"]:
+            lines.append(_unused_line(group))
     lines += ["", "Priority order: " + " > ".join(report["priority"]), _verdict(report)]
     return "\n".join(lines)
 
@@ -238,6 +247,11 @@ def _kernels_line(kernels: dict) -> str:
         line += " (the engine compiles the rest in the background at its first start: " + ", ".join(kernels["missing"])
         line += ")"
     return line
+
+
+def _unused_line(group: dict) -> str:
+    """E.g. ``Unused options: flash_attn_version (they do not apply to FLASHINFER)``: the engine's start-up note."""
+    return f"Unused options: {', '.join(group['unused_options'])} (they do not apply to {group['selected']})"
 
 
 def _kv_cache_line(report: dict) -> str:
@@ -280,6 +294,8 @@ def render_rich(report: dict) -> None:
         console.print(table)
         if group.get("flashinfer_kernels"):
             console.print(_kernels_line(group["flashinfer_kernels"]))
+        if group["unused_options"]:
+            console.print(_unused_line(group))
     console.print("Priority order: " + " > ".join(report["priority"]))
     console.print(f"[bold]{_verdict(report)}[/bold]")
 
