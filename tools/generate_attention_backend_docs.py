@@ -84,6 +84,18 @@ def _rows() -> list[str]:
     return rows
 
 
+def _version_preferences() -> str:
+    """FLASH_ATTN's versions by preference for each GPU generation, as the selector tries them (those that run there):
+    ``CC 9.x: 3, 4, 2; CC 10.x: 4; CC 8.x: 2``."""
+    from attnserve.attention.backends.flash_attn_versions import FLASH_ATTN_VERSIONS, version_preference
+
+    parts = []
+    for major in (9, 10, 8):
+        versions = [v for v in version_preference((major, 0)) if FLASH_ATTN_VERSIONS[v].supports_gpu((major, 0))]
+        parts.append(f"CC {major}.x: {', '.join(map(str, versions))}")
+    return "; ".join(parts)
+
+
 def render() -> str:
     """The full Markdown text of docs/attention_backends.md."""
     names = lambda members: " > ".join(m.name for m in members)  # noqa: E731
@@ -101,7 +113,7 @@ def render() -> str:
             "",
             "Notes:",
             "- FLASH_ATTN with `flash_attn_version` unset uses the best installed version for the GPU "
-            "(CC 9.x: 3, 4, 2; CC 10.x: 4; CC 8.x: 2, 4).",
+            f"({_version_preferences()}).",
             "- FLASH_ATTN version 3's row is what FA3 supports; an installed build that compiled features out "
             "(its `flash_attn_config.py`: soft cap, sliding window, fp8, float16, head sizes, paged KV, varlen) "
             "has those taken away, and each reason names the build switch (`FLASHATTENTION_DISABLE_SOFTCAP`). "

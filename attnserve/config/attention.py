@@ -110,8 +110,9 @@ class AttentionConfig:
     value other than the default with them."""
 
     use_trtllm_attention: bool | None = field(default=None, metadata=_only("FLASHINFER"))
-    """FLASHINFER only: FlashInfer's TRT-LLM kernels (CC 10.x only). None = where they apply; true on
-    another GPU is an error; false = never."""
+    """FLASHINFER only: vLLM's switch for FlashInfer's TRT-LLM kernels (Blackwell, CC 10.x), which attnserve does not
+    wire: None and false run FlashInfer's own kernels on every GPU; true is refused (on CC 10.x: not wired; on
+    another GPU: the kernels need CC 10.x)."""
 
     disable_flashinfer_prefill: bool = field(default=False, metadata=_only("FLASHINFER"))
     """FLASHINFER only: prefill tokens use the fallback prefill kernel (FlashAttention if installed, else

@@ -9,7 +9,8 @@ from attnserve.refusals import devices as words
 
 
 def cuda_backend_priorities(compute_capability: tuple[int, int] | None) -> list[AttentionBackendEnum]:
-    """vLLM's lists: Blackwell (CC 10.x) prefers FlashInfer (TRT-LLM kernels); every other GPU FlashAttention."""
+    """vLLM's lists: Blackwell (CC 10.x) prefers FlashInfer (vLLM's reason: its TRT-LLM kernels, which attnserve does
+    not wire: FlashInfer's own kernels run); every other GPU FlashAttention."""
     if compute_capability is not None and compute_capability[0] == 10:
         first = [AttentionBackendEnum.FLASHINFER, AttentionBackendEnum.FLASH_ATTN]
     else:

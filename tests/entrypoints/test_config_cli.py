@@ -444,7 +444,7 @@ def test_help_comes_from_field_docstrings(capsys):
     assert rc == 0
     flat = " ".join(out.split())
     assert "Tokens per KV-cache block" in flat
-    assert "FLASHINFER only: FlashInfer's TRT-LLM kernels" in flat
+    assert "FLASHINFER only: vLLM's switch for FlashInfer's TRT" in flat and "which attnserve does not wire" in flat
     assert "--attention-config.flash_attn_version" in flat
 
 

@@ -8,7 +8,7 @@ Which FlashAttention runs is ``attention_config.flash_attn_version``:
 | 4       | ``flash_attn.cute`` (``attnserve[fa4]``)      | Hopper, Blackwell: 9.0 to 10.3  | flash-attn-4 on PyPI: "for Hopper and Blackwell GPUs" |
 
 None picks the best version that is installed and supports this GPU (CC 9.x: 3, 4, 2; CC 10.x: 4;
-CC 8.x: 2, 4), preferring one that also supports the model. A version that is not installed, or does not
+CC 8.x: 2), preferring one that also supports the model. A version that is not installed, or does not
 support this GPU, is a reason naming the package that brings it; it is never silently swapped.
 
 Limits, per version:
@@ -98,7 +98,8 @@ FLASH_ATTN_VERSIONS: dict[int, FlashAttnVersion] = {
 }
 
 # Preference by compute-capability major (design §1); other GPUs try FA2 only, which then names its range.
-_PREFERENCE: dict[int, tuple[int, ...]] = {8: (2, 4), 9: (3, 4, 2), 10: (4,)}
+# Each lists only versions whose GPU range holds that major (FA4 starts at 9.0: not on Ampere or Ada).
+_PREFERENCE: dict[int, tuple[int, ...]] = {8: (2,), 9: (3, 4, 2), 10: (4,)}
 
 
 def version_preference(cc: tuple[int, int] | None) -> tuple[int, ...]:
