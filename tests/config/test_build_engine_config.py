@@ -1,6 +1,7 @@
 """The Python surface: build_engine_config(model, attention_backend=, attention_config=, **engine_kwargs)."""
 
 import dataclasses
+import json
 import logging
 
 import pytest
@@ -163,3 +164,41 @@ def test_unused_option_logged(caplog):
     with caplog.at_level(logging.WARNING, logger="attnserve.config"):
         build_engine_config(attention_backend="TRITON_ATTN", attention_config={"use_trtllm_attention": False})
     assert any("use_trtllm_attention" in r.getMessage() and "TRITON_ATTN" in r.getMessage() for r in caplog.records)
+
+
+def test_vllm_env_advice_in_the_flags_spelling():
+    """vLLM's booleans take 1/0, the flags true/false (1 is refused as an integer): the advice spells the flag's."""
+    from attnserve.config.env import ignored_vllm_env
+
+    got = ignored_vllm_env(
+        {
+            "VLLM_USE_TRTLLM_ATTENTION": "1",
+            "VLLM_DISABLE_FLASHINFER_PREFILL": "0",
+            "VLLM_V1_USE_PREFILL_DECODE_ATTENTION": "True",
+            "VLLM_FLASHINFER_DISABLE_Q_QUANTIZATION": "yes",
+            "VLLM_FLASH_ATTN_VERSION": "3",
+        }
+    )
+    assert {name: v[2] for name, v in got.items()} == {
+        "VLLM_V1_USE_PREFILL_DECODE_ATTENTION": "true",
+        "VLLM_FLASH_ATTN_VERSION": "3",  # not a boolean: as given
+        "VLLM_USE_TRTLLM_ATTENTION": "true",
+        "VLLM_DISABLE_FLASHINFER_PREFILL": "false",
+        "VLLM_FLASHINFER_DISABLE_Q_QUANTIZATION": "true|false",  # vLLM's meaning of 'yes' is not ours to guess
+    }
+    assert got["VLLM_USE_TRTLLM_ATTENTION"][:2] == ("1", "--attention-config.use_trtllm_attention")
+    for _, flag, value in got.values():  # each advised value is one the flag takes (a flag's value is JSON-decoded)
+        if value != "true|false":
+            build_engine_config(attention_config={flag.split(".", 1)[1]: json.loads(value)})
+
+
+def test_empty_vllm_env_is_unset(monkeypatch, caplog):
+    """VLLM_ATTENTION_BACKEND= (empty) is unset, as vLLM reads it: no warning with a blank value."""
+    from attnserve.config.env import ignored_vllm_env
+
+    assert ignored_vllm_env({"VLLM_ATTENTION_BACKEND": "", "VLLM_FLASH_ATTN_VERSION": " "}) == {}
+    monkeypatch.setattr(env_mod, "_warned", set())
+    monkeypatch.setenv("VLLM_ATTENTION_BACKEND", "")
+    with caplog.at_level(logging.WARNING, logger="attnserve.config"):
+        build_engine_config()
+    assert not [r for r in caplog.records if "VLLM_ATTENTION_BACKEND" in r.getMessage()]
