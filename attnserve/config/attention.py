@@ -89,8 +89,8 @@ class AttentionConfig:
 
     backend: AttentionBackendEnum | str | None = None
     """Attention backend: FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN, CUSTOM or the
-    name of a registered out-of-tree backend (case-insensitive); None or "auto" = the first backend of the
-    platform's priority list that supports the model."""
+    name of a registered out-of-tree backend (case-insensitive); unset (None in Python, null in a file) or "auto"
+    = the first backend of the platform's priority list that supports the model."""
 
     flash_attn_version: int | None = field(default=None, metadata={"choices": (2, 3, 4), **_only("FLASH_ATTN")})
     """FLASH_ATTN only: FlashAttention version 2, 3 or 4; None = the best version that is installed and

@@ -9,6 +9,9 @@ run, the value just has nowhere to go:
   steps only, and none are captured;
 - ``enable_pdl`` on CPU or a GPU of compute capability below 9.0: programmatic dependent launch is a CUDA launch
   option of Hopper and later;
+- ``enforce_eager`` on CPU: CUDA graphs are captured on CUDA only;
+- ``disable_custom_all_reduce`` at ``tensor_parallel_size`` 1 or on CPU: the custom all-reduce joins GPU ranks only;
+- ``disable_cascade_attn`` with prefix caching off: cascade attention reads a prefix cached for several requests;
 - ``revision`` with a local model (a folder, a .gguf file, or the default model's GGUF): it picks a hub snapshot,
   and applies to ``tokenizer`` only when that names the model itself; ``download_dir`` there too, unless
   ``tokenizer`` is a hub id (downloaded into it).
@@ -52,6 +55,35 @@ def _no_pdl(device: str) -> str | None:
     if cc[0] < 9:
         return f"programmatic dependent launch needs compute capability 9.0 or later, and this GPU's is {cc[0]}.{cc[1]}"
     return None
+
+
+def _on_cpu(device: str) -> bool:
+    """Whether the device setting runs on CPU: ``cpu``, or ``auto`` on a machine without CUDA."""
+    text = device.strip().lower()
+    if text == "cpu":
+        return True
+    if text != "auto":
+        return False
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def _cuda_only(config: EngineConfig, given: Collection[str]) -> dict[str, tuple[object, str]]:
+    """CUDA graphs' and GPU ranks' switches given where they have nothing to switch."""
+    out: dict[str, tuple[object, str]] = {}
+    on_cpu = _on_cpu(config.device)
+    if "enforce_eager" in given and config.enforce_eager and on_cpu:
+        out["enforce_eager"] = (True, "this runs on CPU, where no CUDA graphs are captured")
+    parallel = config.parallel
+    if "disable_custom_all_reduce" in given and parallel.disable_custom_all_reduce:
+        if parallel.tensor_parallel_size == 1:
+            out["disable_custom_all_reduce"] = (True, "tensor_parallel_size is 1: there is no all-reduce")
+        elif on_cpu:
+            out["disable_custom_all_reduce"] = (True, "this runs on CPU, where ranks all-reduce over gloo")
+    if "disable_cascade_attn" in given and config.disable_cascade_attn and not config.cache.enable_prefix_caching:
+        out["disable_cascade_attn"] = (True, "prefix caching is off, and cascade attention reads a cached prefix")
+    return out
 
 
 def _local(model: str | None) -> str | None:
@@ -101,6 +133,7 @@ def unused_settings(config: EngineConfig, given: Collection[str]) -> dict[str, t
         out[SPLITS] = (splits, "enforce_eager captures no CUDA graphs, and only CUDA-graph decode steps take the bound")
     if "enable_pdl" in given and config.enable_pdl and (why := _no_pdl(config.device)):
         out["enable_pdl"] = (True, why)
+    out.update(_cuda_only(config, given))
     out.update(_hub_settings(config, given))
     return out
 

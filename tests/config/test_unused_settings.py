@@ -48,6 +48,18 @@ def test_pdl_before_hopper():
     assert unused(device="cuda:8.0", settings=["device"]) == {}  # the default, not given
 
 
+def test_cuda_graph_and_gpu_rank_switches_where_nothing_uses_them():
+    got = unused(enforce_eager=True, device="cpu")
+    assert list(got) == ["enforce_eager"] and got["enforce_eager"][0] is True
+    assert unused(enforce_eager=True, device="cuda:9.0") == {}  # a GPU: no graphs captured, as asked
+    assert list(unused(disable_custom_all_reduce=True)) == ["disable_custom_all_reduce"]  # one rank
+    got = unused(disable_custom_all_reduce=True, tensor_parallel_size=2, device="cpu")
+    assert got["disable_custom_all_reduce"][1].startswith("this runs on CPU")
+    assert unused(disable_custom_all_reduce=True, tensor_parallel_size=2, device="cuda:9.0") == {}
+    assert list(unused(disable_cascade_attn=True, enable_prefix_caching=False)) == ["disable_cascade_attn"]
+    assert unused(disable_cascade_attn=True) == {}  # prefix caching on: cascade steps would run
+
+
 def test_warned_once_when_resolved(caplog):
     from attnserve.config.engine_args import Setting
 
