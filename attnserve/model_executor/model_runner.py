@@ -156,6 +156,7 @@ class ModelRunner:
         self.logits_processors = LogitsProcessors(self.device)  # rank 0's: penalties' token counts, masks, bias
         self.staging = PinnedStaging(self.device)
         self.block_table_rows = BlockTableRows()  # the running requests' block tables, kept between steps
+        self.sampling = SamplingState(self.device, config.model.seed)  # generators, the last batch and sample
         self._host_ahead: tuple[SchedulerOutput, HostBatch] | None = None  # prepare_ahead's plan and host batch
         # (set before the memory profile below: its forward pass reads it)
         self.cuda_graphs: CudaGraphRunner | None = None
@@ -171,7 +172,6 @@ class ModelRunner:
         if graphs and self.num_blocks > 1 and config.cache.num_gpu_blocks is None:
             self.num_blocks -= 1  # the last block is the graphs' padding ("null") block, never scheduled
         self.kv_caches = self._allocate(self.num_blocks + (1 if graphs else 0))
-        self.sampling = SamplingState(self.device, config.model.seed)  # generators, the last batch and sample
         logger.info(
             "KV cache: %d blocks of %d tokens (%s, fp8 scales %s, %s)",
             self.num_blocks,
