@@ -9,14 +9,18 @@
 # The selector change it decides on is benchmarks/gpu/triton_first.patch (`git am` it; its tests updated, 580
 # selector/backends tests passed on CPU): land it when the cascade passes and TRITON_ATTN's shared-prefix
 # throughput is at least FA3's; then rerun `vs_vllm.sh tp|lat-qwen|lat-llama` with the default flags.
-# Usage, from the checkout's root: bash benchmarks/gpu/triton_first.sh OUT_DIR
+# Usage, from the checkout's root: bash benchmarks/gpu/triton_first.sh OUT_DIR [PART...]
+# PARTs (default: all, in this order): cascade shared nano profile fp8; two calls of ~300 s each fit the 600-s limit
+# where one of all five may not.
 set -u
 out=${1:-/tmp}
+shift || true
+parts=" ${*:-cascade shared nano profile fp8} "
+want() { [[ $parts == *" $1 "* ]]; }
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTNSERVE_TEST_TOKENIZER=${ATTNSERVE_TEST_TOKENIZER:-/tmp/tok}
 tok=(--tokenizer "$ATTNSERVE_TEST_TOKENIZER")
-echo "== cascade tests"
-timeout 200 python3 -m pytest tests/gpu/test_cascade_gpu.py -m gpu -q -p no:cacheprovider 2>&1 | tail -4
-for be in TRITON_ATTN FLASH_ATTN; do
+want cascade && echo "== cascade tests" && timeout 200 python3 -m pytest tests/gpu/test_cascade_gpu.py -m gpu -q -p no:cacheprovider 2>&1 | tail -4
+want shared && for be in TRITON_ATTN FLASH_ATTN; do
   echo "== shared prefix, $be"
   timeout 150 python3 -m attnserve bench throughput --model benchmarks/shapes/qwen3-0.6b --load-format dummy \
     --dtype bfloat16 --no-progress "${tok[@]}" --num-prompts 256 --prefix-len 2048 --input-len 128 --output-len 128 \
@@ -24,15 +28,11 @@ for be in TRITON_ATTN FLASH_ATTN; do
 done
 nano=(--model benchmarks/shapes/qwen3-0.6b --load-format dummy --dtype bfloat16 --no-progress "${tok[@]}" --seed 0
       --num-prompts 256 --input-len 562 --output-len 562 --range-ratio 0.822 --max-num-seqs 256 --max-model-len 2304)
-echo "== nano-vllm, TRITON_ATTN (Triton compiles listed)"
-timeout 150 python3 -m benchmarks.gpu.triton_compiles --json "$out/compiles.json" -- attnserve bench throughput \
+want nano && echo "== nano-vllm, TRITON_ATTN (Triton compiles listed)" && timeout 150 python3 -m benchmarks.gpu.triton_compiles --json "$out/compiles.json" -- attnserve bench throughput \
   "${nano[@]}" --attention-backend TRITON_ATTN --output-json "$out/nano-TRITON_ATTN.json" 2>&1 | tail -25
-echo "== nano-vllm, FLASH_ATTN"
-timeout 120 python3 -m attnserve bench throughput "${nano[@]}" --attention-backend FLASH_ATTN \
+want nano && echo "== nano-vllm, FLASH_ATTN" && timeout 120 python3 -m attnserve bench throughput "${nano[@]}" --attention-backend FLASH_ATTN \
   --output-json "$out/nano-FLASH_ATTN.json" 2>&1 | tail -2
-echo "== nano-vllm step profile, TRITON_ATTN"
-timeout 150 python3 -m benchmarks.gpu.profile_throughput "${tok[@]}" --attention-backend TRITON_ATTN \
+want profile && echo "== nano-vllm step profile, TRITON_ATTN" && timeout 150 python3 -m benchmarks.gpu.profile_throughput "${tok[@]}" --attention-backend TRITON_ATTN \
   --json "$out/profile-TRITON_ATTN.json" 2>&1 | tail -30
-echo "== FA3 fp8 KV against the oracle"
-ATTNSERVE_GPU_BACKENDS=FLASH_ATTN/3 timeout 120 python3 -m pytest tests/gpu/test_fp8_kv_vs_reference.py -m gpu -q \
+want fp8 && echo "== FA3 fp8 KV against the oracle" && ATTNSERVE_GPU_BACKENDS=FLASH_ATTN/3 timeout 120 python3 -m pytest tests/gpu/test_fp8_kv_vs_reference.py -m gpu -q \
   -p no:cacheprovider 2>&1 | tail -4
