@@ -16,11 +16,6 @@ Measured on an H200 (``benchmarks/gpu/bench_fp8_keys_major.py``, docs/benchmarks
 timing probes (``PROBE``) show K's half of the loop near 4 TB/s and V's path (the transpose that
 ``V^T``'s dot needs for 8-bit data) taking the rest.
 
-V may also come stored (block, head, dim, slot) (``V_DIMS_MAJOR``, a permuted view with slot stride 1): then
-``V^T``'s tile is K-ordered in memory, as K's is, and loads in 16-byte copies and ``ldmatrix`` instead of the
-64 byte loads from shared memory a tile that the cache's own layout needs (the sm_90 SASS,
-``tests/kernels/test_triton_attention_compiles.py``); not yet timed, and the engine's cache does not store V so.
-
 One program per (request, KV head, split); decode only (request i's one query token is token i), no
 soft-capping, window or sinks: TRITON_ATTN runs ``paged_attention`` for those (``triton_attn.py``).
 """
@@ -84,13 +79,10 @@ def _fp8_decode_kernel(
     NUM_SPLITS: tl.constexpr,
     PV: tl.constexpr,
     PROBE: tl.constexpr,
-    V_DIMS_MAJOR: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
     """Grid (batch, Hkv, NUM_SPLITS). ``strides_o``, ``strides_q``: (token, head); ``strides_k``, ``strides_v``:
-    (block, slot, head) element strides; ``scales``: (softmax scale, k_scale, v_scale). ``V_DIMS_MAJOR``: V
-    stored (block, head, dim, slot), a page's tokens contiguous per dimension (its slot stride 1, its dim
-    stride PAGE), so that ``V^T``'s tile loads in the dot's K order."""
+    (block, slot, head) element strides; ``scales``: (softmax scale, k_scale, v_scale)."""
     stride_ot, stride_oh = strides_o
     stride_qt, stride_qh = strides_q
     stride_kb, stride_ks, stride_kh = strides_k
@@ -128,23 +120,15 @@ def _fp8_decode_kernel(
     for j in range(kv_lo, kv_hi):
         k_pos = j * BLOCK_N + offs_n
         n_valid = k_pos < seq_len
+        # each token's physical block; tokens past seq_len read no entry
+        blk = tl.load(bt_row + k_pos // PAGE, mask=n_valid, other=0).to(tl.int64)
         slot = k_pos % PAGE
-        # V dims-major reads whole pages (one mask value per page-long run, so the loads vectorize): the last
-        # page's slots past seq_len are read too, and their P is 0; they hold finite values (the engine's cache
-        # starts zeroed and every write saturates), so they add nothing
-        pg_valid = ((k_pos // PAGE) * PAGE < seq_len) if V_DIMS_MAJOR else n_valid
-        # each token's physical block; pages past seq_len read no entry
-        blk = tl.load(bt_row + k_pos // PAGE, mask=pg_valid, other=0).to(tl.int64)
         k_off = blk * stride_kb + slot * stride_ks + kvh * stride_kh
-        if V_DIMS_MAJOR:  # runs of PAGE contiguous slots, each starting on a 16-byte boundary
-            v_off = tl.max_contiguous(tl.multiple_of(blk * stride_vb + slot + kvh * stride_vh, 16), PAGE)
-        else:
-            v_off = blk * stride_vb + slot * stride_vs + kvh * stride_vh
+        v_off = blk * stride_vb + slot * stride_vs + kvh * stride_vh
         k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=n_valid[:, None], other=0.0)  # (BLOCK_N, HEAD)
         s_t = tl.dot(k.to(tl.float16), qt)  # (BLOCK_N, QROWS) float32
         if PROBE != "no_pv":
-            d_stride = PAGE if V_DIMS_MAJOR else 1
-            vt = tl.load(v_ptr + v_off[None, :] + offs_d[:, None] * d_stride, mask=pg_valid[None, :], other=0.0)
+            vt = tl.load(v_ptr + v_off[None, :] + offs_d[:, None], mask=n_valid[None, :], other=0.0)  # (HEAD, N)
             if PV == "f16v":
                 vt = fp8_operand(vt, tl.float16, "f16v", True, INTERPRET)
             else:
@@ -181,7 +165,7 @@ def fp8_decode_attention(
     out: torch.Tensor,  # (B, Hq, D): request i's one query token is row i
     query: torch.Tensor,  # (B, Hq, D) float16 or bfloat16, last dim contiguous
     key_cache: torch.Tensor,  # (num_blocks, block_size, Hkv, D) fp8 (e4m3 or e5m2), any strides, last dim contiguous
-    value_cache: torch.Tensor,  # same, or a (num_blocks, Hkv, D, block_size) storage's permuted view (slot stride 1)
+    value_cache: torch.Tensor,  # same
     block_table: torch.Tensor,  # (B, max_blocks) int32
     seq_lens: torch.Tensor,  # (B,) int32, the new token included
     scale: float,
@@ -206,8 +190,7 @@ def fp8_decode_attention(
     num_qpkv = num_heads // num_kv_heads
     assert key_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2), key_cache.dtype
     assert supports(head, num_qpkv) and query.dtype != torch.float32, (head, num_qpkv, query.dtype)
-    v_dims_major = value_cache.stride(1) == 1 and value_cache.stride(3) == page and head > 1
-    assert key_cache.stride(-1) == 1 and query.stride(-1) == 1 and (value_cache.stride(-1) == 1 or v_dims_major)
+    assert key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1 and query.stride(-1) == 1
     assert pv in PV_MODES and probe in PROBES, (pv, probe)
     if batch == 0:
         return out
@@ -239,7 +222,6 @@ def fp8_decode_attention(
         NUM_SPLITS=num_splits,
         PV=pv,
         PROBE=probe,
-        V_DIMS_MAJOR=v_dims_major,
         INTERPRET=INTERPRETED,
         **LAUNCH_OPTIONS,
         **(LAUNCH if launch is None else launch),

@@ -1,7 +1,6 @@
 """The keys-major fp8 decode (``kernels/triton_fp8_decode.py``) against TRITON_ATTN's unified kernel, bf16 and
-fp8, in one process: its PV conversions, KV tiles, warps, pipeline stages, splits, query rows, timing probes
-and V layouts (``dims``: V stored (block, head, dim, slot), so that ``V^T``'s tile loads in the dot's K order
-without the byte-wise transpose the cache's own layout needs).
+fp8, in one process: its PV conversions, KV tiles, warps, pipeline stages, splits, query rows and timing
+probes.
 
 ``python -m benchmarks.gpu.bench_fp8_keys_major [--json OUT] [--block-size 16] [--batch 64] [--context 8192]``
 on a GPU. The shape, data, reference check and timing are ``bench_fp8_decode``'s (default: batch 64 x
@@ -22,26 +21,19 @@ import torch
 
 from benchmarks.gpu.bench_fp8_decode import FP8, HEAD, K_SCALE, V_SCALE, build_step, fp8_cache, reference, runner
 
-KEYS = ("pv", "block_n", "q_rows", "splits", "probe", "v_layout")
+KEYS = ("pv", "block_n", "q_rows", "splits", "probe")
 
 
 def keys_major_runner(step: dict):
-    """``run(kv, **config)``: one ``fp8_decode_attention`` call of the step; ``v_layout="dims"`` reads V from a
-    (block, head, dim, slot) copy of the cache's values (made once per cache, outside the timed calls)."""
+    """``run(kv, **config)``: one ``fp8_decode_attention`` call of the step."""
     from attnserve.kernels.kv_write import kv_views
     from attnserve.kernels.triton_fp8_decode import fp8_decode_attention
 
     md, query = step["metadata"], step["query"]
     out = torch.empty_like(query)
-    dims_major = {}  # the cache's data_ptr -> its values stored (block, head, dim, slot), seen as (block, slot, head, dim)
 
-    def run(kv, splits=1, v_layout="slots", **config):
+    def run(kv, splits=1, **config):
         key_cache, value_cache = kv_views(kv, 1)
-        if v_layout == "dims":
-            if kv.data_ptr() not in dims_major:
-                dims_major.clear()
-                dims_major[kv.data_ptr()] = value_cache.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
-            value_cache = dims_major[kv.data_ptr()]
         return fp8_decode_attention(
             out,
             query,
@@ -60,11 +52,10 @@ def keys_major_runner(step: dict):
 
 
 def configs(args, planned_splits: int) -> list[dict]:
-    """The kernel's defaults with the builder's split count, then the grid: V layouts x PV x tiles x warps x
-    stages x splits x query rows x probes."""
+    """The kernel's defaults with the builder's split count, then the grid: PV x tiles x warps x stages x splits
+    x query rows x probes."""
     grid = [
-        dict(pv=pv, block_n=bn, launch=dict(num_warps=w, num_stages=st), splits=sp, q_rows=qr, probe=probe, v_layout=vl)
-        for vl in args.v_layout
+        dict(pv=pv, block_n=bn, launch=dict(num_warps=w, num_stages=st), splits=sp, q_rows=qr, probe=probe)
         for pv in args.pv
         for bn in args.tokens
         for w in args.warps
@@ -99,13 +90,6 @@ def main() -> None:
     ap.add_argument("--splits", type=int, nargs="+", default=[1])
     ap.add_argument("--q-rows", type=int, nargs="+", default=[8])
     ap.add_argument("--probes", nargs="+", choices=PROBES, default=[""])
-    ap.add_argument(
-        "--v-layout",
-        nargs="+",
-        choices=["slots", "dims"],
-        default=["dims", "slots"],
-        help="V as the cache stores it (slots: block, slot, head, dim) or a (block, head, dim, slot) copy",
-    )
     ap.add_argument("--budget", type=float, default=150.0)
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--replays", type=int, default=10)

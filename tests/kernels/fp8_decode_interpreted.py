@@ -23,13 +23,11 @@ def run_case(case: dict) -> dict:
         case["seq_lens"],
     )
     scale, ks, vs, splits = case["scale"], case["k_scale"], case["v_scale"], case["num_splits"]
-    # V stored (block, head, dim, slot), seen as (block, slot, head, dim)
-    vc_keys = vc.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2) if case["v_dims_major"] else vc
     keys = fp8_decode_attention(
         torch.empty_like(q),
         q,
         kc,
-        vc_keys,
+        vc,
         table,
         seq_lens,
         scale,

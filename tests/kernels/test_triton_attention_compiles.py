@@ -76,8 +76,7 @@ def built(tmp_path_factory) -> list:
     return build_sm90([dict(zip(keys, v)) for v in VARIANTS], tmp_path_factory.mktemp("sm90"))
 
 
-# the keys-major fp8 decode (triton_fp8_decode.py) as TRITON_ATTN launches it: (head, qpkv, page, splits, kv, pv[,
-# V stored (block, head, dim, slot)])
+# the keys-major fp8 decode (triton_fp8_decode.py) as TRITON_ATTN launches it: (head, qpkv, page, splits, kv, pv)
 KEYS_MAJOR = [
     (128, 4, 16, 1, "fp8e4nv", "f16"),  # Llama-3 8B batch-64 decode
     (128, 2, 16, 1, "fp8e5", "f16"),  # Qwen3, e5m2
@@ -86,15 +85,12 @@ KEYS_MAJOR = [
     (256, 8, 64, 1, "fp8e4nv", "f16"),  # head 256, 64-token pages
     (128, 12, 16, 1, "fp8e4nv", "f16"),  # 12 query heads per KV head: 16 rows (wgmma in Triton 3.6)
     (256, 16, 16, 1, "fp8e4nv", "f16"),  # the widest it takes: 255 registers, no stack
-    (128, 4, 16, 1, "fp8e4nv", "f16", True),  # V dims-major (bench_fp8_keys_major --v-layout dims)
-    (128, 2, 16, 8, "fp8e5", "f16", True),
-    (256, 8, 64, 1, "fp8e4nv", "f16", True),
 ]
 
 
 @pytest.fixture(scope="module")
 def built_keys_major(tmp_path_factory) -> list:
-    keys = ("head", "qpkv", "page", "num_splits", "kv", "pv", "v_dims_major")
+    keys = ("head", "qpkv", "page", "num_splits", "kv", "pv")
     return build_sm90([dict(zip(keys, v), kernel="keys") for v in KEYS_MAJOR], tmp_path_factory.mktemp("sm90k"))
 
 
@@ -103,16 +99,6 @@ def test_keys_major_fp8_decode_builds_for_sm90_without_spills(index, built_keys_
     res, shared = built_keys_major[index]
     assert res["REG"] <= 255 and res["STACK"] == 0 and res["LOCAL"] == 0, res
     assert shared <= FP8_SHARED_LIMIT, shared
-
-
-def test_v_dims_major_loads_v_without_byte_wise_transpose(tmp_path):
-    """V in the cache's layout reaches ``V^T``'s dot through 64 byte loads from shared memory a tile (8-bit data
-    has no transposing ldmatrix); stored (block, head, dim, slot) it loads in 16-byte copies and ldmatrix, as K."""
-    common = dict(kernel="keys", head=128, qpkv=4, page=16, num_splits=1, kv="fp8e4nv", pv="f16", asm=True)
-    (_, _, slots), (res, _, dims) = build_sm90([common, {**common, "v_dims_major": True}], tmp_path)
-    assert slots.count("LDS.U8") == 64 and "LDSM.16.M88.4" in slots
-    assert "LDS.U8" not in dims and "LDG.E.U8" not in dims and dims.count("LDSM.16.M88.4") == 8
-    assert res["STACK"] == 0 and res["LOCAL"] == 0
 
 
 # prefill tiles of more rows (paged_attention(block_m=...), benchmarks/gpu/bench_triton_prefill.py): Llama-3 8B,

@@ -175,13 +175,10 @@ def _inspect(kernel, asm: bool = False) -> tuple[dict, str | None]:
     return {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage)}, sass
 
 
-def compile_keys_major_sm90(
-    head: int, qpkv: int, page: int, num_splits: int, kv: str, pv: str = "f16", v_dims_major: bool = False, asm=False
-) -> tuple:
+def compile_keys_major_sm90(head: int, qpkv: int, page: int, num_splits: int, kv: str, pv: str = "f16") -> tuple:
     """``triton_fp8_decode._fp8_decode_kernel`` compiled for sm_90 as ``fp8_decode_attention`` launches it (its
     ``BLOCK_N`` and ``LAUNCH``, no FP contraction; pointers and integer strides divisible by 16); ``kv``: "fp8e4nv"
-    or "fp8e5"; ``v_dims_major``: V stored (block, head, dim, slot). Returns (resource usage, shared memory bytes),
-    and the SASS with ``asm``."""
+    or "fp8e5". Returns (resource usage, shared memory bytes)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -199,7 +196,6 @@ def compile_keys_major_sm90(
         NUM_SPLITS=num_splits,
         PV=pv,
         PROBE="",
-        V_DIMS_MAJOR=v_dims_major,
         INTERPRET=False,
     )
     pointers = dict(out_ptr="*bf16", q_ptr="*bf16", k_ptr=f"*{kv}", v_ptr=f"*{kv}", bt_ptr="*i32")
@@ -215,8 +211,7 @@ def compile_keys_major_sm90(
             attrs.update({(i, j): [["tt.divisibility", 16]] for j in range(len(tuples[n]))})
     src = ASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(enable_fp_fusion=False, **kd.LAUNCH))
-    usage, sass = _inspect(kernel, asm)
-    return (usage, kernel.metadata.shared, sass) if asm else (usage, kernel.metadata.shared)
+    return _inspect(kernel)[0], kernel.metadata.shared
 
 
 def main(inp: str, out: str) -> None:
