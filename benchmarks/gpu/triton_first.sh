@@ -20,12 +20,13 @@ want() { [[ $parts == *" $1 "* ]]; }
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTNSERVE_TEST_TOKENIZER=${ATTNSERVE_TEST_TOKENIZER:-/tmp/tok}
 tok=(--tokenizer "$ATTNSERVE_TEST_TOKENIZER")
 want cascade && echo "== cascade tests" && timeout 200 python3 -m pytest tests/gpu/test_cascade_gpu.py -m gpu -q -p no:cacheprovider 2>&1 | tail -4
-want shared && for be in TRITON_ATTN FLASH_ATTN; do
-  echo "== shared prefix, $be"
-  timeout 150 python3 -m attnserve bench throughput --model benchmarks/shapes/qwen3-0.6b --load-format dummy \
-    --dtype bfloat16 --no-progress "${tok[@]}" --num-prompts 256 --prefix-len 2048 --input-len 128 --output-len 128 \
-    --max-model-len 4096 --attention-backend $be --output-json "$out/shared-$be.json" 2>&1 | tail -2
-done
+shared=(--model benchmarks/shapes/qwen3-0.6b --load-format dummy --dtype bfloat16 --no-progress "${tok[@]}"
+        --num-prompts 256 --prefix-len 2048 --input-len 128 --output-len 128 --max-model-len 4096)
+want shared && echo "== shared prefix, TRITON_ATTN (Triton compiles listed)" && timeout 150 python3 -m \
+  benchmarks.gpu.triton_compiles --json "$out/compiles-shared.json" -- attnserve bench throughput "${shared[@]}" \
+  --attention-backend TRITON_ATTN --output-json "$out/shared-TRITON_ATTN.json" 2>&1 | tail -25
+want shared && echo "== shared prefix, FLASH_ATTN" && timeout 150 python3 -m attnserve bench throughput \
+  "${shared[@]}" --attention-backend FLASH_ATTN --output-json "$out/shared-FLASH_ATTN.json" 2>&1 | tail -2
 nano=(--model benchmarks/shapes/qwen3-0.6b --load-format dummy --dtype bfloat16 --no-progress "${tok[@]}" --seed 0
       --num-prompts 256 --input-len 562 --output-len 562 --range-ratio 0.822 --max-num-seqs 256 --max-model-len 2304)
 want nano && echo "== nano-vllm, TRITON_ATTN (Triton compiles listed)" && timeout 150 python3 -m benchmarks.gpu.triton_compiles --json "$out/compiles.json" -- attnserve bench throughput \
