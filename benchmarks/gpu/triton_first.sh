@@ -10,12 +10,12 @@
 # selector/backends tests passed on CPU): land it when the cascade passes and TRITON_ATTN's shared-prefix
 # throughput is at least FA3's; then rerun `vs_vllm.sh tp|lat-qwen|lat-llama` with the default flags.
 # Usage, from the checkout's root: bash benchmarks/gpu/triton_first.sh OUT_DIR [PART...]
-# PARTs (default: all, in this order): cascade shared nano profile fp8; two calls of ~300 s each fit the 600-s limit
-# where one of all five may not.
+# PARTs (default: all, in this order): cascade shared nano profile prefixprof fp8; calls of ~300 s each fit the 600-s
+# limit where one of all may not. prefixprof: where the shared-prefix workload's steps go on both backends.
 set -u
 out=${1:-/tmp}
 shift || true
-parts=" ${*:-cascade shared nano profile fp8} "
+parts=" ${*:-cascade shared nano profile prefixprof fp8} "
 want() { [[ $parts == *" $1 "* ]]; }
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTNSERVE_TEST_TOKENIZER=${ATTNSERVE_TEST_TOKENIZER:-/tmp/tok}
 tok=(--tokenizer "$ATTNSERVE_TEST_TOKENIZER")
@@ -35,5 +35,9 @@ want nano && echo "== nano-vllm, FLASH_ATTN" && timeout 120 python3 -m attnserve
   --output-json "$out/nano-FLASH_ATTN.json" 2>&1 | tail -2
 want profile && echo "== nano-vllm step profile, TRITON_ATTN" && timeout 150 python3 -m benchmarks.gpu.profile_throughput "${tok[@]}" --attention-backend TRITON_ATTN \
   --json "$out/profile-TRITON_ATTN.json" 2>&1 | tail -30
+want prefixprof && for be in TRITON_ATTN FLASH_ATTN; do
+  echo "== shared-prefix steps and kernels, $be" && timeout 150 python3 -m benchmarks.gpu.profile_prefix "${tok[@]}" \
+    --json "$out/prefixprof-$be.json" attention_backend=$be 2>&1 | tail -30
+done
 want fp8 && echo "== FA3 fp8 KV against the oracle" && ATTNSERVE_GPU_BACKENDS=FLASH_ATTN/3 timeout 120 python3 -m pytest tests/gpu/test_fp8_kv_vs_reference.py -m gpu -q \
   -p no:cacheprovider 2>&1 | tail -4
