@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
+from collections.abc import Collection
 from multiprocessing import connection
 from multiprocessing.reduction import ForkingPickler
 
@@ -122,19 +123,20 @@ class MultiprocExecutor(Executor):
                     self._fail(f"worker rank {rank} (pid {self.procs[rank].pid}) closed its pipe")
                 if kind == "error":
                     # a rank's error is often the echo of a peer that died (its collective lost the peer):
-                    # give a dead peer a moment to be reaped and name it, the cause, instead
-                    # (a worker that sent an error exits cleanly: not a crash); else the rank that failed first
+                    # give a dead peer a moment to be reaped and name it, the cause, instead; a rank that sent an
+                    # error is no silent crash, whatever its exit code (gloo's threads may abort its exit), so the
+                    # errors in every pipe are read first; else the rank that failed first
                     connection.wait([p.sentinel for r, p in enumerate(self.procs) if r != rank], timeout=1.0)
-                    self._check_dead(crashed_only=True)
-                    self._fail_with_errors({rank: payload})
+                    errors = self._collect_errors({rank: payload})
+                    self._check_dead(crashed_only=True, sent_errors=errors)
+                    self._fail_with_errors(errors)
                 if rank in ranks:
                     got[rank] = payload
             self._check_dead()
         return got
 
-    def _fail_with_errors(self, errors: dict[int, WorkerError]):
-        """Fail naming the rank whose error came first, among ``errors`` and any other rank's error already in
-        its pipe, with its traceback; a ConfigError there is raised as WorkerConfigError, its message and key."""
+    def _collect_errors(self, errors: dict[int, WorkerError]) -> dict[int, WorkerError]:
+        """``errors`` with every other rank's error already in its pipe (by rank; the dict itself, filled)."""
         for rank, c in enumerate(self.conns):
             try:
                 while rank not in errors and c.poll(0):
@@ -143,6 +145,12 @@ class MultiprocExecutor(Executor):
                         errors[rank] = payload
             except (EOFError, OSError):
                 pass
+        return errors
+
+    def _fail_with_errors(self, errors: dict[int, WorkerError]):
+        """Fail naming the rank whose error came first, among ``errors`` and any other rank's error already in
+        its pipe, with its traceback; a ConfigError there is raised as WorkerConfigError, its message and key."""
+        self._collect_errors(errors)
         first = min(errors, key=lambda r: errors[r].time)
         others = sorted(r for r in errors if r != first)
         also = f" (then rank {', '.join(map(str, others))} too)" if others else ""
@@ -154,13 +162,13 @@ class MultiprocExecutor(Executor):
             self._fail(message, WorkerConfigError(error.refusal))
         self._fail(message, WorkerDiedError(message, error.checkpoint_shape, f"{head} {error.exception_line}"))
 
-    def _check_dead(self, crashed_only: bool = False) -> None:
+    def _check_dead(self, crashed_only: bool = False, sent_errors: Collection[int] = ()) -> None:
         """Fail naming the first dead worker; ``crashed_only``: only one that did not exit cleanly (code 0 is
-        a worker's exit after it sent an error)."""
+        a worker's exit after it sent an error) and is not among ``sent_errors`` (ranks whose error was read)."""
         for rank, p in enumerate(self.procs):
             if not p.is_alive():
                 p.join(timeout=1)
-                if crashed_only and p.exitcode == 0:
+                if crashed_only and (p.exitcode == 0 or rank in sent_errors):
                     continue
                 self._fail(f"worker rank {rank} (pid {p.pid}) died (exit code {p.exitcode}); pending requests failed")
 
