@@ -13,6 +13,8 @@ mkdir -p "$out"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 quiet() { grep -v -E "^(INFO|WARNING):|Writing|it/s"; }
 FP8_BACKENDS="FLASH_ATTN FLASHINFER TRITON_ATTN"
+# the shapes carry no tokenizer: the staged one (stage.sh tok), else the default model's (installed)
+tok=(); [[ -n ${ATTNSERVE_TEST_TOKENIZER:-} ]] && tok=(--tokenizer "$ATTNSERVE_TEST_TOKENIZER")
 
 if [[ $part == attention || $part == all ]]; then
   for kv in auto fp8 fp8_e5m2; do
@@ -44,7 +46,7 @@ if [[ $part == latency || $part == all ]]; then
     for kv in auto fp8; do
       echo "== bench latency, Llama-3.1-8B shape, batch 64, 4k context, $backend, kv_cache_dtype $kv"
       python3 -m attnserve bench latency --model benchmarks/shapes/llama-3.1-8b --load-format dummy --dtype bfloat16 \
-        --attention-backend "$backend" --kv-cache-dtype "$kv" --batch-size 64 --input-len 4096 --output-len 128 \
+        "${tok[@]}" --attention-backend "$backend" --kv-cache-dtype "$kv" --batch-size 64 --input-len 4096 --output-len 128 \
         --max-model-len 4352 --num-iters 2 --num-iters-warmup 1 --no-progress \
         --output-json "$out/latency-$backend-$kv.json" 2>&1 | quiet
     done
