@@ -148,9 +148,8 @@ class MultiprocExecutor(Executor):
         return errors
 
     def _fail_with_errors(self, errors: dict[int, WorkerError]):
-        """Fail naming the rank whose error came first, among ``errors`` and any other rank's error already in
-        its pipe, with its traceback; a ConfigError there is raised as WorkerConfigError, its message and key."""
-        self._collect_errors(errors)
+        """Fail naming the rank whose error came first among ``errors`` (:meth:`_collect_errors`'), with its
+        traceback; a ConfigError there is raised as WorkerConfigError, its message and key."""
         first = min(errors, key=lambda r: errors[r].time)
         others = sorted(r for r in errors if r != first)
         also = f" (then rank {', '.join(map(str, others))} too)" if others else ""
