@@ -22,7 +22,7 @@ class BlockTableRows:
     """Rows of int32 block ids, one per request id, 0 past each table's end."""
 
     def __init__(self, rows: int = 64, width: int = 64) -> None:
-        self._rows = np.zeros((rows, _round_up(width)), dtype=np.int32)
+        self._rows = np.zeros((rows, table_width(width)), dtype=np.int32)
         # request id -> [its table (the scheduler's list), row, entries copied]
         self._entries: dict[str, list] = {}
         self._free: list[int] = list(range(rows - 1, -1, -1))
@@ -46,7 +46,7 @@ class BlockTableRows:
             index[i] = e[1]
             if count > width:
                 width = count
-        return self._rows[index, : _round_up(width)]
+        return self._rows[index, : table_width(width)]
 
     def release(self, request_ids: Iterable[str]) -> None:
         """Free the rows of requests that finished."""
@@ -73,7 +73,7 @@ class BlockTableRows:
     def _write(self, e: list, count: int) -> None:
         table, row, done = e
         if count > self._rows.shape[1]:
-            width = _round_up(max(count, 2 * self._rows.shape[1]))
+            width = table_width(max(count, 2 * self._rows.shape[1]))
             rows = np.zeros((self._rows.shape[0], width), dtype=np.int32)
             rows[:, : self._rows.shape[1]] = self._rows
             self._rows = rows
@@ -84,7 +84,8 @@ class BlockTableRows:
         e[2] = count
 
 
-def _round_up(width: int) -> int:
-    """``width`` rounded up to a multiple of ``WIDTH_MULTIPLE`` (the rows' capacity is one too, so a step's
-    rounded width always fits)."""
+def table_width(width: int) -> int:
+    """``width`` rounded up to a multiple of ``WIDTH_MULTIPLE``: the width of a step's table whose longest row
+    holds ``width`` blocks (the rows' capacity is rounded too, so a step's width always fits; so is the CUDA
+    graphs' static table, or a step wider than ``ceil(max_model_len / block_size)`` could not replay)."""
     return -(-width // WIDTH_MULTIPLE) * WIDTH_MULTIPLE

@@ -40,6 +40,7 @@ from attnserve.attention import cascade as cascade_rules
 from attnserve.attention.backend import AttentionMetadataBuilder, CommonAttentionMetadata
 from attnserve.attention.cascade import CascadePrefix
 from attnserve.attention.forward_batch import ForwardBatch
+from attnserve.model_executor.block_tables import table_width
 from attnserve.model_executor.forward_batch import HostBatch, PinnedStaging
 
 logger = logging.getLogger(__name__)
@@ -74,7 +75,8 @@ class CudaGraphRunner:
 
     ``forward`` is the model's forward pass (every rank of a tensor-parallel group captures the same buckets
     in the same order, so the collectives inside the graphs meet). ``null_block`` is a KV-cache block id no
-    request uses; ``max_blocks`` the block-table width (``ceil(max_model_len / block_size)``).
+    request uses; ``max_blocks`` the most blocks a request holds (``ceil(max_model_len / block_size)``): the static
+    block table is ``block_tables.table_width(max_blocks)`` wide, as wide as a step's host table can be.
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class CudaGraphRunner:
         self.slot_mapping = torch.full((n,), null_block * block_size, dtype=torch.int64, device=dev)
         self.seq_lens = torch.ones(n, dtype=torch.int32, device=dev)
         self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=dev)
+        max_blocks = table_width(max_blocks)  # a host table's width is rounded so (``block_tables.py``)
         self.block_table = torch.full((n, max_blocks), null_block, dtype=torch.int32, device=dev)
         self.hidden: torch.Tensor | None = None  # (max_size, H): allocated by the first warm-up run
         self.graphs: dict[int, _Graph] = {}

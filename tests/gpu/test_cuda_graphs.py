@@ -116,6 +116,24 @@ def test_decode_graph_matches_eager(label, backend, cfg, dtype, tol, default_ggu
     torch.cuda.empty_cache()
 
 
+def test_every_decode_step_replays_past_16_blocks(tiny_model_dir):
+    """A max_model_len whose block count is not a multiple of 16 (400 tokens: 25 blocks): the decode steps past
+    256 tokens (host tables 32 wide) replay the graphs too (before, every one of them ran eagerly)."""
+    llm = LLM(
+        tiny_model_dir("qwen3"), dtype="bfloat16", device="cuda", attention_backend="TRITON_ATTN", max_model_len=400
+    )
+    graphs = llm.engine.runner.cuda_graphs
+    assert graphs is not None and graphs.block_table.shape[1] == 32
+    before = graphs.replays
+    params = SamplingParams(temperature=0.0, max_tokens=360, ignore_eos=True)
+    out = llm.generate([[1] * 16], params)[0].outputs[0]
+    assert len(out.token_ids) == 360
+    assert graphs.replays - before == 359  # every decode step: the first token comes from the prefill
+    del llm
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
 def test_flex_attention_runs_eagerly_with_reason(default_gguf, caplog):
     import logging
 

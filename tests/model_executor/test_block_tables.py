@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnserve.model_executor.block_tables import WIDTH_MULTIPLE, BlockTableRows
+from attnserve.model_executor.block_tables import WIDTH_MULTIPLE, BlockTableRows, table_width
 
 
 @dataclass
@@ -50,3 +50,13 @@ def test_a_gathered_table_is_not_changed_by_later_steps():
     a.block_table.append(3)
     rows.gather([a])
     assert first.tolist() == _padded([[1, 2]])
+
+
+def test_table_width_holds_every_gathered_width():
+    """The CUDA graphs' static table is ``table_width(ceil(max_model_len / block_size))`` wide: every step's
+    table, up to a request of ``max_model_len`` tokens, fits it (a 400-token limit at 16-token blocks: 25 blocks,
+    a step's table 32 wide past 256 tokens; a 25-wide static table sent those steps to eager)."""
+    for max_blocks in (1, 15, 16, 17, 25, 144, 257):
+        rows = BlockTableRows(rows=1, width=1)
+        assert rows.gather([_Req("a", list(range(max_blocks)))]).shape[1] == table_width(max_blocks)
+    assert table_width(25) == 32 and table_width(144) == 144
