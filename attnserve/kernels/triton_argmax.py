@@ -47,7 +47,10 @@ def split_columns(rows: int, cols: int, num_sms: int) -> tuple[int, int]:
     return triton.cdiv(cols, chunk), chunk
 
 
-@triton.jit
+# one compiled kernel (split and unsplit) whatever the row count: the split count is not specialized and the
+# final reduction's width is the most chunks a row of ``n_cols`` can have on the device (``splits_pad``), so
+# an eager step's row count (a prefill step's requests) compiles nothing mid-run
+@triton.jit(do_not_specialize=["splits"])
 def _argmax_kernel(
     x_ptr,
     out_ptr,
@@ -103,6 +106,12 @@ def _argmax_kernel(
             tl.atomic_xchg(count_ptr + row, 0)  # ready for the next launch
 
 
+def splits_pad(cols: int, num_sms: int) -> int:
+    """The final reduction's width: the next power of two of the most chunks ``split_columns`` makes of a row
+    of ``cols`` columns on ``num_sms`` SMs (one row), at least 2."""
+    return max(2, triton.next_power_of_2(split_columns(1, cols, num_sms)[0]))
+
+
 def argmax(x: torch.Tensor) -> torch.Tensor:  # (B,) int64
     """``torch.argmax(x, dim=-1)`` of a (B, V) float32/float16/bfloat16 matrix (see the module docstring for
     NaN). Raises ValueError for another rank or dtype, or V >= 2**31."""
@@ -118,7 +127,8 @@ def argmax(x: torch.Tensor) -> torch.Tensor:  # (B,) int64
         return out
     if cols == 0:
         raise ValueError("argmax of an empty row")
-    splits, chunk = split_columns(rows, cols, _num_sms(x.device))
+    num_sms = _num_sms(x.device)
+    splits, chunk = split_columns(rows, cols, num_sms)
     if splits > 1 and rows <= TICKETS:
         part_val = torch.empty(rows * splits, dtype=torch.float32, device=x.device)
         part_idx = torch.empty(rows * splits, dtype=torch.int32, device=x.device)
@@ -137,7 +147,7 @@ def argmax(x: torch.Tensor) -> torch.Tensor:  # (B,) int64
         chunk,
         splits,
         BLOCK=BLOCK,
-        SPLITS_PAD=max(2, triton.next_power_of_2(splits)),
+        SPLITS_PAD=splits_pad(cols, num_sms),
         SPLIT=splits > 1,
         **pdl.launch(x),
     )
