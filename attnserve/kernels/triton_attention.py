@@ -94,6 +94,7 @@ def _paged_attention_kernel(
     CAUSAL: tl.constexpr,
     PART_SLOTS: tl.constexpr,
     PART_BASE: tl.constexpr,
+    FIRST_STAGE: tl.constexpr,
 ):
     """Grid (num_query_tiles, Hkv, NUM_SPLITS): one query tile of one KV head, over one split of its KV.
     ``USE_PDL``: launched with programmatic dependent launch (``kernels/pdl.py``); every input may come from
@@ -105,7 +106,8 @@ def _paged_attention_kernel(
     ``DECODE`` (decode tiles of requests 0, 1, ... in order, one query token each): tile i is request i's
     token i, known without loading the tile and query-start arrays, two dependent loads fewer before the
     program's first KV load. ``CAUSAL`` off: every query token sees every key below its sequence's length (a
-    cascade's prefix call). ``PART_SLOTS > 1``: the program writes its partial result (output, log-sum-exp) to slot
+    cascade's prefix call). ``FIRST_STAGE`` 0: the KV tiles that need no mask run first, in a loop without masks
+    (1: every tile masked). ``PART_SLOTS > 1``: the program writes its partial result (output, log-sum-exp) to slot
     ``PART_BASE + split`` of buffers of that many slots per token and head, for a merge after the call.
 
     Records (tuples): ``out_heads``, ``q_heads``: ``(ptr, stride_t, stride_h)``; ``kc``, ``vc``: the key and
@@ -204,60 +206,77 @@ def _paged_attention_kernel(
         m_i = tl.where(with_sink, sink, m_i)
         l_i = tl.where(with_sink, 1.0, l_i)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
-    # online softmax over KV tiles [kv_lo, kv_hi); keys at positions >= seq_len (the ragged last tile) are
-    # neither loaded nor attended
+    # online softmax over KV tiles [kv_lo, kv_hi) in two stages: tiles [kv_lo, kv_full) need no mask (every key
+    # below seq_len and, causal, at or before the tile's first query; no window), the rest (the diagonal and the
+    # ragged last tile) take the masks; keys at positions >= seq_len are neither loaded nor attended
+    if USE_WINDOW or FIRST_STAGE == 1:
+        kv_full = kv_lo
+    elif CAUSAL:
+        kv_full = (context + q_tile_start + 1) // BLOCK_N
+    else:
+        kv_full = seq_len // BLOCK_N
+    kv_full = tl.minimum(tl.maximum(kv_full, kv_lo), kv_hi)
     offs_n = tl.arange(0, BLOCK_N)
     bt_row = bt[0] + seq_idx * bt[1]
-    for j in range(kv_lo, kv_hi):
-        k_pos = j * BLOCK_N + offs_n
-        n_valid = k_pos < seq_len
-        if PAGES_PER_TILE == 1:
-            # one page per tile: one block id (a per-token vector load here, as below, is slower; what is slow
-            # with small pages is the one-page tile, not this scalar load: docs/benchmarks.md)
-            blk = tl.load(bt_row + j).to(tl.int64)
-            k_off = blk * stride_kb + offs_n * stride_ks  # (BLOCK_N,)
-            v_off = blk * stride_vb + offs_n * stride_vs
+    for stage in tl.static_range(FIRST_STAGE, 2):
+        if stage == 0:
+            lo = kv_lo
+            hi = kv_full
         else:
-            # each token's physical block: one (BLOCK_N,) load over the tile's PAGES_PER_TILE table
-            # entries; tokens past seq_len read no entry (the table may be exactly cdiv(seq_len, PAGE) wide)
-            blk = tl.load(bt_row + k_pos // PAGE, mask=n_valid, other=0).to(tl.int64)  # (BLOCK_N,)
-            slot = offs_n % PAGE
-            k_off = blk * stride_kb + slot * stride_ks
-            v_off = blk * stride_vb + slot * stride_vs
-        k = tl.load(
-            k_ptr + k_off[None, :] + kvh * stride_kh + offs_d[:, None],
-            mask=d_mask[:, None] & n_valid[None, :],
-            other=0.0,
-        )  # (HEAD_PAD, BLOCK_N)
-        v = tl.load(
-            v_ptr + v_off[:, None] + kvh * stride_vh + offs_d[None, :],
-            mask=n_valid[:, None] & d_mask[None, :],
-            other=0.0,
-        )  # (BLOCK_N, HEAD_PAD)
-        if KV_FP8:
-            if FP8_DOT == "scaled":
-                k = (k.to(tl.float32) * k_scale).to(q.dtype)
-                v = (v.to(tl.float32) * v_scale).to(q.dtype)
+            lo = kv_full
+            hi = kv_hi
+        for j in range(lo, hi):
+            k_pos = j * BLOCK_N + offs_n
+            n_valid = k_pos < seq_len
+            if PAGES_PER_TILE == 1:
+                # one page per tile: one block id (a per-token vector load here, as below, is slower; what is slow
+                # with small pages is the one-page tile, not this scalar load: docs/benchmarks.md)
+                blk = tl.load(bt_row + j).to(tl.int64)
+                k_off = blk * stride_kb + offs_n * stride_ks  # (BLOCK_N,)
+                v_off = blk * stride_vb + offs_n * stride_vs
             else:
-                k = fp8_operand(k, q.dtype, FP8_DOT, False, INTERPRET)
-                v = fp8_operand(v, q.dtype, FP8_DOT, True, INTERPRET)
-        s = tl.dot(q, k, input_precision=PREC) * qk_scale  # (BLOCK_M, BLOCK_N) float32
-        if USE_SOFTCAP:
-            # tanh(x) = 2 sigmoid(2x) - 1, exact enough and available in every Triton version
-            s = softcap * (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0)
-        allowed = row_valid[:, None] & n_valid[None, :]
-        if CAUSAL:
-            allowed = allowed & (k_pos[None, :] <= q_pos[:, None])
-        if USE_WINDOW:
-            allowed = allowed & (k_pos[None, :] > q_pos[:, None] - window)
-        s = tl.where(allowed, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing seen yet stay at 0
-        p = tl.exp(s - m_safe[:, None])
-        alpha = tl.exp(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
-        m_i = m_new
+                # each token's physical block: one (BLOCK_N,) load over the tile's PAGES_PER_TILE table
+                # entries; tokens past seq_len read no entry (the table may be exactly cdiv(seq_len, PAGE) wide)
+                if stage == 0:
+                    blk = tl.load(bt_row + k_pos // PAGE).to(tl.int64)  # (BLOCK_N,)
+                else:
+                    blk = tl.load(bt_row + k_pos // PAGE, mask=n_valid, other=0).to(tl.int64)
+                slot = offs_n % PAGE
+                k_off = blk * stride_kb + slot * stride_ks
+                v_off = blk * stride_vb + slot * stride_vs
+            k_mask = d_mask[:, None] if stage == 0 else d_mask[:, None] & n_valid[None, :]
+            v_mask = d_mask[None, :] if stage == 0 else n_valid[:, None] & d_mask[None, :]
+            k = tl.load(k_ptr + k_off[None, :] + kvh * stride_kh + offs_d[:, None], mask=k_mask, other=0.0)
+            v = tl.load(v_ptr + v_off[:, None] + kvh * stride_vh + offs_d[None, :], mask=v_mask, other=0.0)
+            # k: (HEAD_PAD, BLOCK_N), v: (BLOCK_N, HEAD_PAD)
+            if KV_FP8:
+                if FP8_DOT == "scaled":
+                    k = (k.to(tl.float32) * k_scale).to(q.dtype)
+                    v = (v.to(tl.float32) * v_scale).to(q.dtype)
+                else:
+                    k = fp8_operand(k, q.dtype, FP8_DOT, False, INTERPRET)
+                    v = fp8_operand(v, q.dtype, FP8_DOT, True, INTERPRET)
+            s = tl.dot(q, k, input_precision=PREC) * qk_scale  # (BLOCK_M, BLOCK_N) float32
+            if USE_SOFTCAP:
+                # tanh(x) = 2 sigmoid(2x) - 1, exact enough and available in every Triton version
+                s = softcap * (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0)
+            if stage == 1:
+                allowed = row_valid[:, None] & n_valid[None, :]
+                if CAUSAL:
+                    allowed = allowed & (k_pos[None, :] <= q_pos[:, None])
+                if USE_WINDOW:
+                    allowed = allowed & (k_pos[None, :] > q_pos[:, None] - window)
+                s = tl.where(allowed, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            if stage == 0:  # every score is finite here
+                m_safe = m_new
+            else:
+                m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing seen yet stay at 0
+            p = tl.exp(s - m_safe[:, None])
+            alpha = tl.exp(m_i - m_safe)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+            m_i = m_new
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     if KV_FP8 and FP8_DOT != "scaled":
         acc = acc * v_unit
@@ -276,6 +295,11 @@ def _paged_attention_kernel(
             mask=row_valid[:, None] & d_mask[None, :],
         )
 
+
+# query tiles of at least this many rows walk their unmasked KV tiles in a loop of their own (``FIRST_STAGE``):
+# faster for the 64-row prefill tiles, slower for 16-row prefill tiles, even for decode tiles
+# (benchmarks/gpu/bench_triton_prefill.py and bench attention: docs/benchmarks.md, "TRITON_ATTN's prefill")
+UNMASKED_STAGE_MIN_ROWS = 64
 
 # decode calls take tile i as request i's token i (``paged_attention(decode=True)``); a module switch for
 # same-process A/Bs (``benchmarks/gpu/bench_engine_variants.py``)
@@ -411,6 +435,7 @@ def paged_attention(
         CAUSAL=causal,
         PART_SLOTS=slots,
         PART_BASE=part_base,
+        FIRST_STAGE=0 if block_m >= UNMASKED_STAGE_MIN_ROWS and sliding_window is None else 1,
         INTERPRET=INTERPRETED,
         **rope_meta,
         **LAUNCH_OPTIONS,

@@ -151,7 +151,7 @@ def run_op_case(fields: dict, device: str = "cpu", oracle: torch.dtype = torch.f
     key_cache, value_cache = cache[:, 0], cache[:, 1]
     scale = f["head"] ** -0.5
     window, softcap = f.get("window"), f.get("softcap")
-    block_q = block_m_for(f["num_heads"] // f["num_kv_heads"])[1]
+    block_m, block_q = block_m_for(f["num_heads"] // f["num_kv_heads"], f.get("block_m", 16))
     tile_seq, tile_start = (t.to(device) for t in query_tiles(x["query_start_loc"].cpu(), block_q))
     out = torch.full_like(query, float("nan"))
     paged_attention(
@@ -172,6 +172,7 @@ def run_op_case(fields: dict, device: str = "cpu", oracle: torch.dtype = torch.f
         v_scale=x["v_scale"],
         pages_per_tile=f.get("pages_per_tile"),
         fp8_dot=f.get("fp8_dot"),
+        block_m=block_m,
     )
     ref_cache = torch.stack([key_cache.to(oracle) * x["k_scale"], value_cache.to(oracle) * x["v_scale"]])
     ref = reference_paged_attention(
