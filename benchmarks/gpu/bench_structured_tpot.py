@@ -5,6 +5,8 @@ noise, but the schema still constrains them, and every step fills and applies a 
         [--input-len 128] [--output-len 256] [--rounds 5] [--json OUT] [--no-host-parts] [--fill-threads N]
         [ENGINE FLAGS as LLM keyword=value, e.g. use_skinny_gemm=true]
 
+The shapes carry no tokenizer: ``$ATTNSERVE_TEST_TOKENIZER`` (``stage.sh tok``: /tmp/tok) or ``tokenizer=DIR``.
+
 Every request is ``--input-len`` random prompt tokens and runs exactly ``--output-len`` tokens (ignore_eos; the
 schema's long string field keeps a constrained request from ending sooner), greedy. TPOT per request is
 (finish - first token) / (tokens - 1), the median over the batch. Each mode runs once to warm up (compile, CUDA
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -191,6 +194,8 @@ def workload(a: argparse.Namespace) -> tuple[dict, LLM, list[list[int]], Samplin
     kw = dict(
         load_format="dummy", dtype="bfloat16", max_num_seqs=a.batch, max_model_len=a.input_len + a.output_len + 16
     )
+    if os.environ.get("ATTNSERVE_TEST_TOKENIZER"):  # the staged tokenizer (the shapes have none of their own)
+        kw["tokenizer"] = os.environ["ATTNSERVE_TEST_TOKENIZER"]
     kw.update({k: _value(v) for k, v in (e.split("=", 1) for e in a.engine)})
     llm = LLM(a.model, **kw)
     rng = np.random.default_rng(0)
