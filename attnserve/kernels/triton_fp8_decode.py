@@ -1,6 +1,6 @@
 """Paged decode over an fp8 KV cache with the KV tile as the dots' M side ("keys-major"), in Triton.
 
-TRITON_ATTN's unified kernel (``triton_attention.py``) computes ``S = Q K^T`` with the query heads of a KV
+TRITON_ATTN's unified kernel (``triton_attention_kernel.py``) computes ``S = Q K^T`` with the query heads of a KV
 head as the dot's rows: a decode program pads its 2-4 query heads to 16 rows (``mma.sync``'s smallest M),
 so most of its score tile and softmax is padding, and its fp8 decode loop stops near 2.9 TB/s of fp8 KV on
 an H200. Here both products are transposed: ``S^T = K Q^T`` is ``(BLOCK_N tokens, D) @ (D, QROWS)`` and

@@ -1,7 +1,7 @@
 """How an fp8 K or V tile becomes a float16 (or the query's dtype) dot operand inside a Triton kernel: the
 ``FP8_DOT`` modes of ``attention_tiles.FP8_DOT_MODES`` (Triton's conversions, PTX ``cvt`` that Triton leaves
 where it is placed, or bit moves), and what one unit of the result is worth (e4m3 bit moves land as value *
-2^-8). Shared by the unified paged-attention kernel (``triton_attention.py``) and the keys-major fp8 decode
+2^-8). Shared by the unified paged-attention kernel (``triton_attention_kernel.py``) and the keys-major fp8 decode
 (``triton_fp8_decode.py``). Importing this module imports Triton.
 """
 

@@ -1,7 +1,7 @@
 """Triton kernels for RoPE on q and k (+ Qwen3's per-head q/k RMSNorm first), alone or with the paged-KV-cache
 write of k and v in the same kernel. One ``@triton.jit`` function does one token's work for a range of its KV
 heads (:func:`rope_kv_write_token`): ``_rope_kernel`` calls it for whole tokens, TRITON_ATTN's decode kernel
-(``triton_attention.py``) for one token and KV head before it attends. ``fused_ops.rotary_embedding`` /
+(``triton_attention_kernel.py``) for one token and KV head before it attends. ``fused_ops.rotary_embedding`` /
 ``rotary_embedding_kv_write`` reach them through ``triton_fused_ops``. Numerics as ``triton_common``'s
 docstring says. Importing this module imports Triton.
 

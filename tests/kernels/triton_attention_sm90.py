@@ -104,8 +104,9 @@ def compile_sm90(
     from triton.compiler import ASTSource
 
     from attnserve.kernels import triton_attention as ta
+    from attnserve.kernels.triton_attention_kernel import _paged_attention_kernel
 
-    fn = ta._paged_attention_kernel
+    fn = _paged_attention_kernel
     names = list(fn.arg_names)
     block_m, block_q = ta.block_m_for(qpkv, block_m)
     head_pad = max(16, triton.next_power_of_2(head))
