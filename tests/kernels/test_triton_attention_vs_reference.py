@@ -87,6 +87,8 @@ def _op_cases() -> dict[str, dict]:
                 DECODE, page, 4, "bfloat16", splits, kv_fp8=True
             )
         cases[f"mixed-bs{page}-gqa4-kvfp8-float32"] = _op(MIXED, page, 4, "float32", kv_fp8=True)
+        # the engine's prefill tiles over an fp8 cache: 64 rows, unmasked KV tiles first
+        cases[f"mixed-bs{page}-gqa4-kvfp8-m64-bfloat16"] = _op(MIXED_LONG, page, 4, "bfloat16", kv_fp8=True, block_m=64)
     for mode in FP8_DOT_MODES:  # every way of feeding fp8 tiles to the dots, e4m3 and e5m2
         for kv in ("e4m3", "e5m2"):
             cases[f"decode-bs16-gqa4-s4-d128-kv{kv}-{mode}-bfloat16"] = _op(
