@@ -19,7 +19,7 @@ def partial_results(
     num_tokens: int, num_heads: int, num_splits: int, head_pad: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Uninitialized buffers for a split call: outputs (T, Hq, NUM_SPLITS, HEAD_PAD) and log-sum-exps
-    (T, Hq, NUM_SPLITS), float32; ``num_splits`` a power of two."""
+    (T, Hq, NUM_SPLITS), float32; ``num_splits`` any count of slots (a cascade's two calls' splits together)."""
     part_out = torch.empty((num_tokens, num_heads, num_splits, head_pad), dtype=torch.float32, device=device)
     return part_out, torch.empty((num_tokens, num_heads, num_splits), dtype=torch.float32, device=device)
 
@@ -34,6 +34,7 @@ def _merge_splits_kernel(
     stride_oh,
     num_q_heads,
     NUM_SPLITS: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
     HEAD: tl.constexpr,
     HEAD_PAD: tl.constexpr,
     USE_PDL: tl.constexpr,
@@ -41,13 +42,17 @@ def _merge_splits_kernel(
     pdl_wait(USE_PDL)
     tok = tl.program_id(0).to(tl.int64) + tok_offset
     head = tl.program_id(1)
-    offs_s = tl.arange(0, NUM_SPLITS)
+    offs_s = tl.arange(0, SPLITS_PAD)  # slots past NUM_SPLITS: lse -inf, weight 0
     offs_d = tl.arange(0, HEAD_PAD)
     row = (tok * num_q_heads + head) * NUM_SPLITS
-    lse = tl.load(part_lse_ptr + row + offs_s)
+    lse = tl.load(part_lse_ptr + row + offs_s, mask=offs_s < NUM_SPLITS, other=float("-inf"))
     lse_max = tl.max(lse, 0)
     w = tl.where(lse == float("-inf"), 0.0, tl.exp(lse - lse_max))
-    o = tl.load(part_out_ptr + (row + offs_s)[:, None] * HEAD_PAD + offs_d[None, :])
+    o = tl.load(
+        part_out_ptr + (row + offs_s)[:, None] * HEAD_PAD + offs_d[None, :],
+        mask=(offs_s < NUM_SPLITS)[:, None],
+        other=0.0,
+    )
     merged = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
     tl.store(
         out_ptr + tok * stride_ot + head * stride_oh + offs_d, merged.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD
@@ -73,6 +78,7 @@ def merge_splits(
         out.stride(1),
         num_heads,
         NUM_SPLITS=num_splits,
+        SPLITS_PAD=triton.next_power_of_2(num_splits),
         HEAD=head,
         HEAD_PAD=head_pad,
         **pdl.launch(out),

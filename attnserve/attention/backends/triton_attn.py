@@ -8,7 +8,7 @@ fill the GPU takes the split-KV kernel (up to 32 splits of at least one 64-token
 prefills always run as separate calls, ``use_prefill_decode_attention`` is refused (it would change nothing).
 A cascade step (``attention/cascade.py``, CUDA graphs; 16-bit cache, no window) is two calls into one buffer of
 partial results, merged once: every query token over the shared prefix (one sequence of prefill tiles,
-non-causal) and each request over its suffix (decode tiles).
+non-causal) and each request over its suffix (decode tiles), each call with its own split count.
 The kernels launch with programmatic dependent launch on sm_90+ (``kernels/pdl.py``), so the RoPE + KV-write
 kernel before them and the GEMV after them overlap their launches. New K/V go into the cache with the
 Triton ``reshape_and_cache`` kernel; an fp8 cache (e4m3 or e5m2) stores ``x / scale`` per tensor, saturated (the
@@ -167,9 +167,10 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
     def _cascade_calls(self, common: CommonAttentionMetadata) -> list[TritonAttentionTiles]:
         """A cascade decode step (``attention/cascade.py``; ``common``'s table and lengths are the suffixes'): the
         prefix call (every query token as one sequence of prefill tiles over the shared prefix, non-causal) and the
-        suffix call (decode tiles), each with the same power-of-two split count, both writing partial results that
-        the Impl merges: the larger of the two calls' own split counts (``_splits``; the prefix's from its
-        programs and ``prefix.max_len``)."""
+        suffix call (decode tiles), each with its own power-of-two split count (the prefix's from its programs and
+        ``prefix.max_len``, the suffix's ``_splits``), both writing partial results that the Impl merges: every
+        token writes the two counts' sum of slots, each a (head size,) float32 row, and the merge reads them all
+        (with one count for both, a short suffix's empty splits wrote as many slots as the prefix's)."""
         from attnserve.kernels.triton_attention import block_m_for, kv_tile_tokens, next_power_of_2, query_tiles
 
         spec, p, n = self.layer_spec, common.cascade, common.num_reqs
@@ -183,11 +184,11 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         )
         programs = seq.numel() * spec.num_kv_heads
         prefix_splits = min(_MAX_SPLITS, -(-_PROGRAMS_PER_SM * self.num_sms // programs), max(1, p.max_len // tile))
-        splits = next_power_of_2(max(prefix_splits, self._splits(n, common.max_seq_len, common.block_size)))
+        suffix_splits = next_power_of_2(self._splits(n, common.max_seq_len, common.block_size))
         prefix = TritonAttentionTiles(
             seq.to(self.device, non_blocking=True),
             start.to(self.device, non_blocking=True),
-            splits,
+            next_power_of_2(prefix_splits),
             (0, n),
             launch,
             False,
@@ -195,7 +196,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             pages,
             p,
         )
-        return [prefix, self._tiles(common, 0, n, splits, decode=True)]
+        return [prefix, self._tiles(common, 0, n, suffix_splits, decode=True)]
 
     def build(self, common: CommonAttentionMetadata) -> TritonAttentionMetadata:
         """A decode-only step: one call, split-KV when too small to fill the GPU (a cascade step: its prefix and
@@ -336,7 +337,7 @@ class TritonAttentionImpl(AttentionImpl):
 
     def _cascade(self, out, query, key_cache, value_cache, metadata: TritonAttentionMetadata) -> torch.Tensor:
         """A cascade step: the prefix call and the suffix call write their splits' partial results into one
-        buffer (slots ``0 .. S-1`` and ``S .. 2S-1``), merged once (``merge_splits``). The sinks, if any, join the
+        buffer (slots ``0 .. P-1`` and ``P .. P+S-1``), merged once (``merge_splits``). The sinks, if any, join the
         prefix call only (its split 0), so that the softmax counts them once."""
         from attnserve.kernels.triton_attention import padded_head_size
         from attnserve.kernels.triton_merge_splits import merge_splits, partial_results
