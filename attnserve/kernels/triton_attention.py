@@ -33,6 +33,13 @@ from attnserve.kernels.triton_rope import DecodeRope
 # (benchmarks/gpu/bench_triton_prefill.py and bench attention: docs/benchmarks.md, "TRITON_ATTN's prefill")
 UNMASKED_STAGE_MIN_ROWS = 64
 
+
+def first_stage(block_m: int, windowed: bool) -> int:
+    """The kernel's ``FIRST_STAGE``: 0 (unmasked KV tiles first) for tiles of at least ``UNMASKED_STAGE_MIN_ROWS``
+    rows without a sliding window (a window masks the first tiles too), else 1 (one masked loop)."""
+    return 0 if block_m >= UNMASKED_STAGE_MIN_ROWS and not windowed else 1
+
+
 # decode calls take tile i as request i's token i (``paged_attention(decode=True)``); a module switch for
 # same-process A/Bs (``benchmarks/gpu/bench_engine_variants.py``)
 DECODE_DIRECT = True
@@ -167,7 +174,7 @@ def paged_attention(
         CAUSAL=causal,
         PART_SLOTS=slots,
         PART_BASE=part_base,
-        FIRST_STAGE=0 if block_m >= UNMASKED_STAGE_MIN_ROWS and sliding_window is None else 1,
+        FIRST_STAGE=first_stage(block_m, sliding_window is not None),
         INTERPRET=INTERPRETED,
         **rope_meta,
         **LAUNCH_OPTIONS,

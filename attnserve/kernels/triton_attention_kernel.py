@@ -95,7 +95,7 @@ def _paged_attention_kernel(
     token i, known without loading the tile and query-start arrays, two dependent loads fewer before the
     program's first KV load. ``CAUSAL`` off: every query token sees every key below its sequence's length (a
     cascade's prefix call). ``FIRST_STAGE`` 0: the KV tiles that need no mask run first, in a loop without masks
-    (1: every tile masked). ``PART_SLOTS > 1``: the program writes its partial result (output, log-sum-exp) to slot
+    (1: every tile masked; ``triton_attention.first_stage`` decides: 1 with a window). ``PART_SLOTS > 1``: the program writes its partial result (output, log-sum-exp) to slot
     ``PART_BASE + split`` of buffers of that many slots per token and head, for a merge after the call.
 
     Records (tuples): ``out_heads``, ``q_heads``: ``(ptr, stride_t, stride_h)``; ``kc``, ``vc``: the key and
@@ -197,7 +197,7 @@ def _paged_attention_kernel(
     # online softmax over KV tiles [kv_lo, kv_hi) in two stages: tiles [kv_lo, kv_full) need no mask (every key
     # below seq_len and, causal, at or before the tile's first query; no window), the rest (the diagonal and the
     # ragged last tile) take the masks; keys at positions >= seq_len are neither loaded nor attended
-    if USE_WINDOW or FIRST_STAGE == 1:
+    if FIRST_STAGE == 1:
         kv_full = kv_lo
     elif CAUSAL:
         kv_full = (context + q_tile_start + 1) // BLOCK_N

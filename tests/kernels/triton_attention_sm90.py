@@ -144,7 +144,7 @@ def compile_sm90(
         CAUSAL=causal,
         PART_SLOTS=num_splits if part_slots is None else part_slots,
         PART_BASE=part_base,
-        FIRST_STAGE=0 if block_m >= ta.UNMASKED_STAGE_MIN_ROWS and not window else 1,  # as paged_attention's
+        FIRST_STAGE=ta.first_stage(block_m, window),
     )
     sig, attrs, const_paths = _signature(names, const, dtype, rope, kv)
     constexprs = {(names.index(k),): v for k, v in const.items()} | const_paths
