@@ -9,13 +9,21 @@ from attnserve.refusals import devices as words
 
 
 def cuda_backend_priorities(compute_capability: tuple[int, int] | None) -> list[AttentionBackendEnum]:
-    """vLLM's lists: Blackwell (CC 10.x) prefers FlashInfer (vLLM's reason: its TRT-LLM kernels, which attnserve does
-    not wire: FlashInfer's own kernels run); every other GPU FlashAttention."""
-    if compute_capability is not None and compute_capability[0] == 10:
-        first = [AttentionBackendEnum.FLASHINFER, AttentionBackendEnum.FLASH_ATTN]
+    """The priority list by compute capability.
+
+    Hopper (CC 9.x) puts TRITON_ATTN first: on the H200 it beats FlashAttention-3 on every decode-bound
+    workload and on the shared-prefix (cascade) one (docs/benchmarks.md, "Beside vLLM 0.26.0"). Blackwell
+    (CC 10.x) prefers FlashInfer, as vLLM does (vLLM's reason: its TRT-LLM kernels, which attnserve does not
+    wire: FlashInfer's own kernels run); every other GPU FlashAttention first.
+    """
+    A = AttentionBackendEnum
+    if compute_capability is not None and compute_capability[0] == 9:
+        first = [A.TRITON_ATTN, A.FLASH_ATTN, A.FLASHINFER]
+    elif compute_capability is not None and compute_capability[0] == 10:
+        first = [A.FLASHINFER, A.FLASH_ATTN, A.TRITON_ATTN]
     else:
-        first = [AttentionBackendEnum.FLASH_ATTN, AttentionBackendEnum.FLASHINFER]
-    return first + [AttentionBackendEnum.TRITON_ATTN, AttentionBackendEnum.FLEX_ATTENTION]
+        first = [A.FLASH_ATTN, A.FLASHINFER, A.TRITON_ATTN]
+    return first + [A.FLEX_ATTENTION]
 
 
 def detect_cuda_platform(index: int = 0) -> Platform:

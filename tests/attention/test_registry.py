@@ -85,7 +85,7 @@ def test_override_is_used_by_explicit_and_automatic_selection():
 
 
 def test_register_clears_the_selector_cache():
-    platform, config = cuda("9.0"), cfg(128)
+    platform, config = cuda("8.0"), cfg(128)  # FLASH_ATTN first in the priority list
     first = get_attn_backend(None, config, platform, assume_installed=True)
     register_backend(B.FLASH_ATTN, FakeBackend)
     assert first is not FakeBackend

@@ -27,7 +27,8 @@ def auto(platform, config, **kw):
 
 
 @pytest.mark.parametrize(
-    "cc, expected", [("9.0", "FLASH_ATTN"), ("10.0", "FLASHINFER"), ("7.5", "FLASHINFER"), ("7.0", "TRITON_ATTN")]
+    "cc, expected",
+    [("9.0", "TRITON_ATTN"), ("8.0", "FLASHINFER"), ("10.0", "FLASHINFER"), ("7.5", "FLASHINFER"), ("7.0", "TRITON_ATTN")],
 )
 def test_reference_cases_by_gpu(cc, expected):
     assert auto(cuda(cc), cfg(128, BF16, block_size=16)) == expected
@@ -48,7 +49,7 @@ def test_explicit_flashinfer_head_80_names_size_and_supported_sizes():
     msg = str(e.value)
     assert "head_size 80 not supported (supported: 64, 128, 256)" in msg
     assert "compute capability 9.0" in msg
-    assert "Backends that would work: FLASH_ATTN, TRITON_ATTN, FLEX_ATTENTION." in msg
+    assert "Backends that would work: TRITON_ATTN, FLASH_ATTN, FLEX_ATTENTION." in msg
 
 
 @pytest.mark.parametrize("cc, version", [("8.0", 2), ("9.0", 3), ("10.0", 4)])
@@ -114,10 +115,12 @@ def flex_ok(cc, head, dtype, block, kv):
 
 
 def expected_cuda(cc, head, dtype, block, kv):
-    order = [("FLASH_ATTN", fa_ok), ("FLASHINFER", fi_ok)]
-    if cc[0] == 10:
-        order.reverse()
-    for name, ok in order + [("TRITON_ATTN", triton_ok), ("FLEX_ATTENTION", flex_ok)]:
+    order = [("FLASH_ATTN", fa_ok), ("FLASHINFER", fi_ok), ("TRITON_ATTN", triton_ok)]
+    if cc[0] == 9:
+        order = [order[2], order[0], order[1]]
+    elif cc[0] == 10:
+        order = [order[1], order[0], order[2]]
+    for name, ok in order + [("FLEX_ATTENTION", flex_ok)]:
         if ok(cc, head, dtype, block, kv):
             return name
     return None
@@ -274,12 +277,12 @@ def test_no_backend_error_lists_each_backend_with_reasons_on_one_line():
         get_attn_backend(None, cfg(80, block_size=8, kv_cache_dtype="fp8"), cuda("9.0"), assume_installed=True)
     assert str(e.value) == (
         "no attention backend can run this model (head_size 80, dtype bfloat16, kv_cache_dtype fp8, block_size 8) on "
-        "simulated CUDA device (compute capability 9.0): FLASH_ATTN: block_size 8 not supported with "
-        "flash_attn_version 3 (multiples of 16). FLASHINFER: head_size 80 not supported (supported: 64, 128, 256); "
-        "block_size 8 not supported (supported: 16, 32, 64). TRITON_ATTN: block_size 8 not supported (supported: 16, "
-        "32, 64, 128, 256). FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto)."
+        "simulated CUDA device (compute capability 9.0): TRITON_ATTN: block_size 8 not supported (supported: 16, "
+        "32, 64, 128, 256). FLASH_ATTN: block_size 8 not supported with flash_attn_version 3 (multiples of 16). "
+        "FLASHINFER: head_size 80 not supported (supported: 64, 128, 256); block_size 8 not supported (supported: "
+        "16, 32, 64). FLEX_ATTENTION: kv_cache_dtype fp8 not supported (supported: auto)."
     )
-    # block_size 16 would let FLASH_ATTN run, kv_cache_dtype auto only FLEX_ATTENTION (4th): the block size is to blame
+    # block_size 16 would let TRITON_ATTN (1st) run, kv_cache_dtype auto only FLEX_ATTENTION (4th): the block size is to blame
     assert e.value.key == "block_size"
 
 

@@ -22,13 +22,13 @@ def test_registered_as_subcommand():
     assert COMMANDS["backends"][0] == "attnserve.entrypoints.cli.backends"
 
 
-def test_planning_for_hopper_names_flash_attn(capsys):
+def test_planning_for_hopper_names_triton_attn_first(capsys):
     rc, report = run_json(capsys, "--device", "cuda:9.0", "--assume-installed")
     assert rc == 0
-    assert report["selected"] == "FLASH_ATTN" and report["flash_attn_version"] == 3
+    assert report["selected"] == "TRITON_ATTN" and report["flash_attn_version"] is None
     assert report["platform"]["compute_capability"] == "9.0"
     assert report["selector_config"]["head_size"] == 64 and report["selector_config"]["dtype"] == "bfloat16"
-    assert report["priority"] == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"]
+    assert report["priority"] == ["TRITON_ATTN", "FLASH_ATTN", "FLASHINFER", "FLEX_ATTENTION"]
     assert set(report["backends"]) >= set(report["priority"]) | {"CPU_ATTN"}
     assert report["backends"]["FLASH_ATTN"] == {"usable": True, "reasons": [], "in_priority": True}
 
@@ -289,7 +289,7 @@ GEMMA2_PLANS = {
     "7.5": ({"FLASH_ATTN": ["compute capability 7.5 not supported (needs >= 8.0)"]}, "FLASHINFER"),
     "8.0": ({"FLASH_ATTN": ["block_size 16 not supported with flash_attn_version 2 (multiples of 256)"]}, "FLASHINFER"),
     "8.6": ({"FLASH_ATTN": ["block_size 16 not supported with flash_attn_version 2 (multiples of 256)"]}, "FLASHINFER"),
-    "9.0": ({}, "FLASH_ATTN"),
+    "9.0": ({}, "TRITON_ATTN"),
     "10.0": (
         {"FLASH_ATTN": ["head_size 256 not supported with flash_attn_version 4 (multiples of 8 up to 128)"]},
         "FLASHINFER",
@@ -373,7 +373,7 @@ GPT_OSS_PLANS = {
     "7.5": ({"FLASH_ATTN": ["compute capability 7.5 not supported (needs >= 8.0)"]}, "TRITON_ATTN", None),
     "8.0": ({"FLASH_ATTN": _FA2_GPT_OSS}, "TRITON_ATTN", None),
     "8.6": ({"FLASH_ATTN": _FA2_GPT_OSS}, "TRITON_ATTN", None),
-    "9.0": ({}, "FLASH_ATTN", 4),
+    "9.0": ({}, "TRITON_ATTN", None),
     "10.0": ({}, "FLASH_ATTN", 4),
 }
 
@@ -434,8 +434,8 @@ def test_unused_options_are_noted(capsys):
     """As the engine warns at start-up: the attention_config options given that the selected backend ignores, in
     --json (a list, per group and over the groups) and in the table."""
     argv = ["--device", "cuda:9.0", "--assume-installed", "-ac.use_trtllm_attention", "false"]
-    _, report = run_json(capsys, *argv)  # automatic selection: FLASH_ATTN, which has no TRT-LLM option
-    assert report["selected"] == "FLASH_ATTN"
+    _, report = run_json(capsys, *argv)  # automatic selection: TRITON_ATTN, which has no TRT-LLM option
+    assert report["selected"] == "TRITON_ATTN"
     assert report["unused_options"] == report["groups"][0]["unused_options"] == ["use_trtllm_attention"]
     _, report = run_json(capsys, *argv, "--attention-backend", "FLASHINFER")  # its own option: used
     assert report["unused_options"] == []
@@ -444,5 +444,5 @@ def test_unused_options_are_noted(capsys):
     assert backends.main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [x for x in lines if x.startswith("Unused options: ")] == [
-        "Unused options: use_trtllm_attention (they do not apply to FLASH_ATTN)"
+        "Unused options: use_trtllm_attention (they do not apply to TRITON_ATTN)"
     ]
