@@ -105,8 +105,7 @@ def triton_cascade(args, s: dict, variant: tuple | None, part: str = "all"):
         block_q = block_m_for(hq // args.kv_heads, rows)[1]
         programs = -(-b // block_q) * args.kv_heads
         tile = pages * args.page
-        raw = min(triton_attn._MAX_SPLITS, -(-triton_attn._PROGRAMS_PER_SM * args.num_sms // programs), args.prefix // tile)
-        splits = 1 << max(0, raw - 1).bit_length()
+        splits = triton_attn.cascade_prefix_splits(programs, args.num_sms, args.prefix // tile)
     else:
         rows, splits, warps, stages, pages = variant
         launch = {"num_warps": warps, "num_stages": stages}

@@ -10,7 +10,7 @@
 # selector/backends tests passed on CPU): land it when the cascade passes and TRITON_ATTN's shared-prefix
 # throughput is at least FA3's; then rerun `vs_vllm.sh tp|lat-qwen|lat-llama` with the default flags.
 # Usage, from the checkout's root: bash benchmarks/gpu/triton_first.sh OUT_DIR [PART...]
-# PARTs (default: all, in this order): cascade shared nano profile prefixprof fp8; calls of ~300 s each fit the 600-s
+# PARTs (default: all but ab, in this order): cascade shared nano profile prefixprof fp8 (ab: below); calls of ~300 s each fit the 600-s
 # limit where one of all may not. prefixprof: where the shared-prefix workload's steps go on both backends.
 set -u
 out=${1:-/tmp}
@@ -35,6 +35,22 @@ want nano && echo "== nano-vllm, FLASH_ATTN" && timeout 120 python3 -m attnserve
   --output-json "$out/nano-FLASH_ATTN.json" 2>&1 | tail -2
 want profile && echo "== nano-vllm step profile, TRITON_ATTN" && timeout 150 python3 -m benchmarks.gpu.profile_throughput "${tok[@]}" --attention-backend TRITON_ATTN \
   --json "$out/profile-TRITON_ATTN.json" 2>&1 | tail -30
+# ab: the default flags (no --attention-backend: TRITON_ATTN first on 9.x) against FLASH_ATTN, alternated, $ROUNDS
+# rounds of the shared-prefix workload and one of nano-vllm's; one JSON per run, the selector's line printed
+if want ab; then
+  for r in $(seq 1 "${ROUNDS:-2}"); do
+    for be in default FLASH_ATTN; do
+      flag=(); [ "$be" = default ] || flag=(--attention-backend "$be")
+      echo "== shared prefix, $be, round $r" && timeout 150 python3 -m attnserve bench throughput "${shared[@]}" \
+        "${flag[@]}" --output-json "$out/ab-shared-$be-$r.json" 2>&1 | grep -E "attention backend|^attnserve " | tail -2
+    done
+  done
+  for be in default FLASH_ATTN; do
+    flag=(); [ "$be" = default ] || flag=(--attention-backend "$be")
+    echo "== nano-vllm, $be" && timeout 150 python3 -m attnserve bench throughput "${nano[@]}" "${flag[@]}" \
+      --output-json "$out/ab-nano-$be.json" 2>&1 | grep -E "attention backend|^attnserve " | tail -2
+  done
+fi
 want prefixprof && for be in TRITON_ATTN FLASH_ATTN; do
   echo "== shared-prefix steps and kernels, $be" && timeout 150 python3 -m benchmarks.gpu.profile_prefix "${tok[@]}" \
     --json "$out/prefixprof-$be.json" attention_backend=$be 2>&1 | tail -30

@@ -28,7 +28,13 @@ def auto(platform, config, **kw):
 
 @pytest.mark.parametrize(
     "cc, expected",
-    [("9.0", "TRITON_ATTN"), ("8.0", "FLASHINFER"), ("10.0", "FLASHINFER"), ("7.5", "FLASHINFER"), ("7.0", "TRITON_ATTN")],
+    [
+        ("9.0", "TRITON_ATTN"),
+        ("8.0", "FLASHINFER"),
+        ("10.0", "FLASHINFER"),
+        ("7.5", "FLASHINFER"),
+        ("7.0", "TRITON_ATTN"),
+    ],
 )
 def test_reference_cases_by_gpu(cc, expected):
     assert auto(cuda(cc), cfg(128, BF16, block_size=16)) == expected

@@ -111,8 +111,8 @@ def test_mixed_step_runs_decodes_then_prefills():
 
 def test_cascade_step_is_a_prefix_call_and_a_suffix_call():
     """64 decodes sharing a 2048-token prefix: the prefix call's 4 tiles of 16 tokens x 8 KV heads = 32 programs
-    want 9 splits (264 / 32): 16, a power of two; the suffix's 512 programs fill the GPU: 1 split (17 slots a
-    token to merge, not 32)."""
+    want 9 splits (264 / 32): 8, the power of two below; the suffix's 512 programs fill the GPU: 1 split (9 slots
+    a token to merge)."""
     import dataclasses
 
     from attnserve.attention.cascade import CascadePrefix
@@ -128,7 +128,7 @@ def test_cascade_step_is_a_prefix_call_and_a_suffix_call():
         prefix,
         False,
         64,
-        16,
+        8,
         (0, 64),
     )
     assert first.tile_seq.tolist() == [0] * 4 and first.tile_start.tolist() == [0, 16, 32, 48]

@@ -72,6 +72,14 @@ _PREFILL_KV_TOKENS = 64
 _PREFILL_LAUNCH = {"num_warps": 4, "num_stages": 2}
 
 
+def cascade_prefix_splits(programs: int, num_sms: int, prefix_tiles: int) -> int:
+    """A cascade prefix call's split count: enough for ``_PROGRAMS_PER_SM`` programs per SM over its ``programs``
+    query tiles x KV heads, at most ``_MAX_SPLITS`` and ``prefix_tiles`` (its KV tiles), rounded down to a power of
+    two (batch 256 at Qwen3-0.6B's heads: 4, not 8; ``benchmarks/gpu/bench_cascade_step.py``)."""
+    wanted = max(1, min(_MAX_SPLITS, -(-_PROGRAMS_PER_SM * num_sms // programs), prefix_tiles))
+    return 1 << (wanted.bit_length() - 1)
+
+
 @dataclass
 class TritonAttentionTiles:
     """One kernel call's query tiles: request index and first query token of each tile."""
@@ -167,10 +175,10 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
     def _cascade_calls(self, common: CommonAttentionMetadata) -> list[TritonAttentionTiles]:
         """A cascade decode step (``attention/cascade.py``; ``common``'s table and lengths are the suffixes'): the
         prefix call (every query token as one sequence of prefill tiles over the shared prefix, non-causal) and the
-        suffix call (decode tiles), each with its own power-of-two split count (the prefix's from its programs and
-        ``prefix.max_len``, the suffix's ``_splits``), both writing partial results that the Impl merges: every
-        token writes the two counts' sum of slots, each a (head size,) float32 row, and the merge reads them all
-        (with one count for both, a short suffix's empty splits wrote as many slots as the prefix's)."""
+        suffix call (decode tiles), each with its own power-of-two split count, both writing partial results that
+        the Impl merges: every token writes the two counts' sum of slots, each a (head size,) float32 row, and the
+        merge reads them all (with one count for both, a short suffix's empty splits wrote as many slots as the
+        prefix's). The counts: ``cascade_prefix_splits`` and ``_splits``."""
         from attnserve.kernels.triton_attention import block_m_for, kv_tile_tokens, next_power_of_2, query_tiles
 
         spec, p, n = self.layer_spec, common.cascade, common.num_reqs
@@ -183,12 +191,12 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             else kv_tile_tokens(common.block_size, spec.head_size, self.dtype.itemsize)
         )
         programs = seq.numel() * spec.num_kv_heads
-        prefix_splits = min(_MAX_SPLITS, -(-_PROGRAMS_PER_SM * self.num_sms // programs), max(1, p.max_len // tile))
+        prefix_splits = cascade_prefix_splits(programs, self.num_sms, p.max_len // tile)
         suffix_splits = next_power_of_2(self._splits(n, common.max_seq_len, common.block_size))
         prefix = TritonAttentionTiles(
             seq.to(self.device, non_blocking=True),
             start.to(self.device, non_blocking=True),
-            next_power_of_2(prefix_splits),
+            prefix_splits,
             (0, n),
             launch,
             False,
