@@ -11,8 +11,9 @@ from attnserve.refusals import devices as words
 def cuda_backend_priorities(compute_capability: tuple[int, int] | None) -> list[AttentionBackendEnum]:
     """The priority list by compute capability.
 
-    Hopper (CC 9.x) puts TRITON_ATTN first: on the H200 it beats FlashAttention-3 on every decode-bound
-    workload and on the shared-prefix (cascade) one (docs/benchmarks.md, "Beside vLLM 0.26.0"). Blackwell
+    Hopper (CC 9.x) puts TRITON_ATTN first: it beats FlashAttention-3 on decode-bound workloads (H200, H100)
+    and, since its cascade's split counts, on the shared-prefix (cascade) one (H100); docs/benchmarks.md,
+    "Beside vLLM 0.26.0". Blackwell
     (CC 10.x) prefers FlashInfer, as vLLM does (vLLM's reason: its TRT-LLM kernels, which attnserve does not
     wire: FlashInfer's own kernels run); every other GPU FlashAttention first.
     """

@@ -6,9 +6,8 @@
 #   2. the shared-prefix workload (2048 shared + 128 own, 128 out, 256 requests, Qwen3-0.6B), caching on, both backends
 #   3. the nano-vllm workload, both backends, TRITON_ATTN under benchmarks/gpu/triton_compiles.py (compiles in the run)
 #   4. where TRITON_ATTN's nano-vllm time goes (profile_throughput.py), and FA3's fp8 path against the oracle
-# The selector change it decides on is benchmarks/gpu/triton_first.patch (`git am` it; its tests updated, 580
-# selector/backends tests passed on CPU): land it when the cascade passes and TRITON_ATTN's shared-prefix
-# throughput is at least FA3's; then rerun `vs_vllm.sh tp|lat-qwen|lat-llama` with the default flags.
+# It decided the selector's order: TRITON_ATTN leads 9.x's list since session 32 (its cascade's split counts
+# made the shared-prefix workload faster than FA3's); the `ab` part checks the default flags against FLASH_ATTN.
 # Usage, from the checkout's root: bash benchmarks/gpu/triton_first.sh OUT_DIR [PART...]
 # PARTs (default: all but ab, in this order): cascade shared nano profile prefixprof fp8 (ab: below); calls of ~300 s each fit the 600-s
 # limit where one of all may not. prefixprof: where the shared-prefix workload's steps go on both backends.
