@@ -91,6 +91,7 @@ def paged_attention(
     causal: bool = True,  # False: every query token sees all its sequence's keys (a cascade's prefix call)
     parts: tuple[torch.Tensor, torch.Tensor] | None = None,  # partial_results buffers the caller merges
     part_base: int = 0,  # first slot of ``parts`` this call writes
+    fold: bool = False,  # ``parts`` holds an earlier call's partial results: fold them in, write ``out``
 ) -> torch.Tensor:
     """Causal paged attention of the given query tiles. ``num_splits > 1`` splits each tile's KV tiles
     across programs and merges the partial results (meant for decode tiles).
@@ -98,7 +99,9 @@ def paged_attention(
     ``parts`` (``triton_merge_splits.partial_results`` of S slots): the call writes each split's partial result
     to slots ``part_base .. part_base + num_splits - 1`` (``num_splits`` a power of two) and merges nothing; the
     caller merges all S slots (``merge_splits``) once every call that fills them has run: cascade attention's
-    prefix and suffix calls (``attention/cascade.py``).
+    prefix and suffix calls (``attention/cascade.py``). ``fold`` (one split): ``parts`` holds an earlier call's
+    partial results (all its S slots), which the call folds into its own before it writes ``out``: the
+    cascade's suffix call merges the prefix call's slots itself, and no merge kernel runs.
 
     The KV is walked in tiles of ``pages_per_tile`` pages (a power of two; None: ``default_pages_per_tile``
     for the page size, head size and element sizes; 1: the page-at-a-time loop of the first version, for
@@ -134,7 +137,12 @@ def paged_attention(
     part_out = part_lse = out  # unused placeholders when not splitting
     if num_splits > 1:
         num_splits = next_power_of_2(num_splits)
-    if parts is not None:
+    fold_slots = 0
+    if fold:
+        assert parts is not None and num_splits == 1, (num_splits, parts is None)
+        part_out, part_lse = parts
+        fold_slots, slots = part_lse.shape[-1], 0
+    elif parts is not None:
         part_out, part_lse = parts
         slots = part_lse.shape[-1]
         assert num_splits & (num_splits - 1) == 0 and part_base + num_splits <= slots, (num_splits, part_base, slots)
@@ -142,7 +150,7 @@ def paged_attention(
         slots = num_splits
         part_out, part_lse = partial_results(num_tokens, num_heads, num_splits, head_pad, query.device)
     else:
-        slots = 1
+        slots = 0  # the kernel writes ``out``
     rope_args, rope_meta = _rope_arguments(rope, query, (key_cache, value_cache, k_scale, v_scale), num_splits, launch)
     _paged_attention_kernel[(num_tiles, num_kv_heads, num_splits)](
         (out, out.stride(0), out.stride(1)),
@@ -175,6 +183,7 @@ def paged_attention(
         PART_SLOTS=slots,
         PART_BASE=part_base,
         FIRST_STAGE=first_stage(block_m, sliding_window is not None),
+        FOLD_SLOTS=fold_slots,
         INTERPRET=INTERPRETED,
         **rope_meta,
         **LAUNCH_OPTIONS,

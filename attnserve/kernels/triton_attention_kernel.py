@@ -83,6 +83,7 @@ def _paged_attention_kernel(
     PART_SLOTS: tl.constexpr,
     PART_BASE: tl.constexpr,
     FIRST_STAGE: tl.constexpr,
+    FOLD_SLOTS: tl.constexpr = 0,
 ):
     """Grid (num_query_tiles, Hkv, NUM_SPLITS): one query tile of one KV head, over one split of its KV.
     ``USE_PDL``: launched with programmatic dependent launch (``kernels/pdl.py``); every input may come from
@@ -95,8 +96,11 @@ def _paged_attention_kernel(
     token i, known without loading the tile and query-start arrays, two dependent loads fewer before the
     program's first KV load. ``CAUSAL`` off: every query token sees every key below its sequence's length (a
     cascade's prefix call). ``FIRST_STAGE`` 0: the KV tiles that need no mask run first, in a loop without masks
-    (1: every tile masked; ``triton_attention.first_stage`` decides: 1 with a window). ``PART_SLOTS > 1``: the program writes its partial result (output, log-sum-exp) to slot
+    (1: every tile masked; ``triton_attention.first_stage`` decides: 1 with a window). ``PART_SLOTS > 0``: the program writes its partial result (output, log-sum-exp) to slot
     ``PART_BASE + split`` of buffers of that many slots per token and head, for a merge after the call.
+    ``FOLD_SLOTS > 0`` (one split): ``parts`` holds an earlier call's partial results, that many slots per token and
+    head (a cascade's prefix call); the program folds them into its own before it writes the output, so that no
+    merge kernel runs after it.
 
     Records (tuples): ``out_heads``, ``q_heads``: ``(ptr, stride_t, stride_h)``; ``kc``, ``vc``: the key and
     value cache views ``(ptr, stride_b, stride_s, stride_h, fp8 scale)``; ``bt``: ``(block table, row stride)``;
@@ -265,12 +269,26 @@ def _paged_attention_kernel(
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
             m_i = m_new
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     if KV_FP8 and FP8_DOT != "scaled":
         acc = acc * v_unit
-    out = acc / l_safe[:, None]
     tok = (q_begin + q_tok).to(tl.int64)
-    if PART_SLOTS > 1:
+    if FOLD_SLOTS > 0:  # a slot's normalized output o and lse are the state (m, l, acc) = (lse, 1, o)
+        fold_row = (tok * num_q_heads + head) * FOLD_SLOTS
+        for sl in tl.static_range(FOLD_SLOTS):
+            lse_p = tl.load(parts[1] + fold_row + sl, mask=row_valid, other=float("-inf"))
+            o_p = tl.load(
+                parts[0] + (fold_row + sl)[:, None] * HEAD_PAD + offs_d[None, :], mask=row_valid[:, None], other=0.0
+            )
+            m_new = tl.maximum(m_i, lse_p)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m_i - m_safe)
+            beta = tl.exp(lse_p - m_safe)
+            acc = acc * alpha[:, None] + o_p * beta[:, None]
+            l_i = l_i * alpha + beta
+            m_i = m_new
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    if PART_SLOTS > 0:
         # partials: (T, Hq, PART_SLOTS, HEAD_PAD) and (T, Hq, PART_SLOTS), float32
         row = (tok * num_q_heads + head) * PART_SLOTS + PART_BASE + split
         tl.store(parts[0] + row[:, None] * HEAD_PAD + offs_d[None, :], out, mask=row_valid[:, None])

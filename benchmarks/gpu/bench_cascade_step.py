@@ -90,9 +90,11 @@ def reference(args, s: dict) -> torch.Tensor:
     return out
 
 
-def triton_cascade(args, s: dict, variant: tuple | None, part: str = "all"):
+def triton_cascade(args, s: dict, variant: tuple | None, part: str = "all", fold: bool = True):
     """A callable(cache) running TRITON_ATTN's cascade calls (``part``: all, prefix, suffix or merge) with the prefix
-    call's ``variant`` (rows, splits, warps, stages, pages; None: the engine's builder's choice)."""
+    call's ``variant`` (rows, splits, warps, stages, pages; None: the engine's builder's choice). ``fold``: the
+    suffix call folds the prefix's partial results in (the engine's unsplit suffix); else it writes its own slot
+    and a merge kernel reads all (the engine before, and its split suffix)."""
     from attnserve.attention.backends import triton_attn
     from attnserve.kernels.attention_tiles import block_m_for, query_tiles
     from attnserve.kernels.triton_attention import paged_attention
@@ -116,7 +118,7 @@ def triton_cascade(args, s: dict, variant: tuple | None, part: str = "all"):
         for t in query_tiles(torch.arange(b + 1, dtype=torch.int32), block_m_for(hq // args.kv_heads, 16)[1])
     )
     q, scale = s["query"], 1.0 / math.sqrt(head)
-    slots = splits + 1
+    slots = splits + (0 if fold else 1)
     parts = partial_results(b, hq, slots, head, q.device)
     out = torch.empty_like(q)
 
@@ -130,9 +132,10 @@ def triton_cascade(args, s: dict, variant: tuple | None, part: str = "all"):
         if part in ("all", "suffix"):
             paged_attention(
                 out, q, kc, vc, s["table"], s["seq_lens"], s["qsl"], sseq, sstart, scale,
-                launch=triton_attn._DECODE_LAUNCH[False], decode=True, parts=parts, part_base=splits,
+                launch=triton_attn._DECODE_LAUNCH[False], decode=True, parts=parts,
+                **(dict(fold=True) if fold else dict(part_base=splits)),
             )  # fmt: skip
-        if part in ("all", "merge"):
+        if part in ("all", "merge") and not fold:
             merge_splits(out, *parts, (0, b), head)
         return out
 
@@ -223,8 +226,12 @@ def main() -> None:
             record(f"fa3:{part}", fa3_cascade(args, s, part), False)
     run, meta = triton_cascade(args, s, None)
     record("triton", run, True, meta)
-    for part in ("prefix", "suffix", "merge"):
+    for part in ("prefix", "suffix"):
         record(f"triton:{part}", triton_cascade(args, s, None, part)[0], False)
+    run, meta = triton_cascade(args, s, None, fold=False)
+    record("triton-merge", run, True, meta)  # the suffix's own slot and a merge kernel (the engine before)
+    for part in ("suffix", "merge"):
+        record(f"triton-merge:{part}", triton_cascade(args, s, None, part, fold=False)[0], False)
     for name in args.variants:
         variant = PREFIX_VARIANTS[name]
         if args.tiny:

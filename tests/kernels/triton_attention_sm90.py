@@ -87,6 +87,7 @@ def compile_sm90(
     causal: bool = True,
     part_slots: int | None = None,
     part_base: int = 0,
+    fold_slots: int = 0,
 ) -> tuple:
     """``_paged_attention_kernel`` compiled for sm_90 with the constants and launch options ``paged_attention``
     would get from TRITON_ATTN's builder on an H200 (PDL on, no FP contraction; pointers and strides
@@ -96,8 +97,8 @@ def compile_sm90(
     (``DecodeRope``; 8 KV heads), a decode call. ``kv``: an fp8 cache ("fp8e4nv" or "fp8e5") read the
     ``fp8_dot`` way (None: ``default_fp8_dot``), with the builder's fp8 decode launch options; ``launch``:
     launch options instead of the builder's; ``asm``: the SASS too (``cuobjdump -sass``); ``block_m``: query
-    rows of a tile (``paged_attention(block_m=)``); ``causal``, ``part_slots`` (None: ``num_splits``), ``part_base``:
-    ``paged_attention(causal=, parts=, part_base=)``, a cascade's calls.
+    rows of a tile (``paged_attention(block_m=)``); ``causal``, ``part_slots`` (None: ``num_splits``), ``part_base``,
+    ``fold_slots``: ``paged_attention(causal=, parts=, part_base=, fold=)``, a cascade's calls.
     Returns (cuobjdump's resource usage: {"REG": n, "STACK": n, "LOCAL": n, ...}, shared memory bytes[, SASS])."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -142,9 +143,10 @@ def compile_sm90(
         DECODE=decode,
         USE_SINKS=False,
         CAUSAL=causal,
-        PART_SLOTS=num_splits if part_slots is None else part_slots,
+        PART_SLOTS=(num_splits if num_splits > 1 else 0) if part_slots is None else part_slots,
         PART_BASE=part_base,
         FIRST_STAGE=ta.first_stage(block_m, window),
+        FOLD_SLOTS=fold_slots,
     )
     sig, attrs, const_paths = _signature(names, const, dtype, rope, kv)
     constexprs = {(names.index(k),): v for k, v in const.items()} | const_paths

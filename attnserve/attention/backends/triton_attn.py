@@ -175,10 +175,9 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
     def _cascade_calls(self, common: CommonAttentionMetadata) -> list[TritonAttentionTiles]:
         """A cascade decode step (``attention/cascade.py``; ``common``'s table and lengths are the suffixes'): the
         prefix call (every query token as one sequence of prefill tiles over the shared prefix, non-causal) and the
-        suffix call (decode tiles), each with its own power-of-two split count, both writing partial results that
-        the Impl merges: every token writes the two counts' sum of slots, each a (head size,) float32 row, and the
-        merge reads them all (with one count for both, a short suffix's empty splits wrote as many slots as the
-        prefix's). The counts: ``cascade_prefix_splits`` and ``_splits``."""
+        suffix call (decode tiles), each with its own power-of-two split count; the prefix call writes partial
+        results (a (head size,) float32 row per token, head and split) that the suffix call folds in or, split
+        itself, a merge reads with its own (``TritonAttentionImpl._cascade``). The counts: ``cascade_prefix_splits`` and ``_splits``."""
         from attnserve.kernels.triton_attention import block_m_for, kv_tile_tokens, next_power_of_2, query_tiles
 
         spec, p, n = self.layer_spec, common.cascade, common.num_reqs
@@ -344,22 +343,28 @@ class TritonAttentionImpl(AttentionImpl):
         )
 
     def _cascade(self, out, query, key_cache, value_cache, metadata: TritonAttentionMetadata) -> torch.Tensor:
-        """A cascade step: the prefix call and the suffix call write their splits' partial results into one
-        buffer (slots ``0 .. P-1`` and ``P .. P+S-1``), merged once (``merge_splits``). The sinks, if any, join the
-        prefix call only (its split 0), so that the softmax counts them once."""
+        """A cascade step: the prefix call writes its splits' partial results (slots ``0 .. P-1``); an unsplit
+        suffix call folds them into its own and writes the output (``paged_attention(fold=True)``: no merge
+        kernel, no suffix slots), a split one writes slots ``P .. P+S-1`` and one merge
+        (``merge_splits``) reads all. The sinks, if any, join the prefix call only (its split 0), so that the
+        softmax counts them once."""
         from attnserve.kernels.triton_attention import padded_head_size
         from attnserve.kernels.triton_merge_splits import merge_splits, partial_results
 
         prefix, suffix = metadata.calls
         p = prefix.cascade
         num_tokens, num_heads, head = query.shape
-        slots = prefix.num_splits + suffix.num_splits
+        fold = suffix.num_splits == 1
+        slots = prefix.num_splits + (0 if fold else suffix.num_splits)
         parts = partial_results(num_tokens, num_heads, slots, padded_head_size(head), query.device)
         step = (metadata.block_table, metadata.seq_lens, metadata.query_start_loc)
         prefix_step = (p.block_table, p.seq_lens, p.query_start_loc)
         self._paged(
             prefix, out, query, key_cache, value_cache, prefix_step, causal=False, sinks=self.sinks, parts=parts
         )
+        if fold:
+            self._paged(suffix, out, query, key_cache, value_cache, step, parts=parts, fold=True)
+            return out
         self._paged(suffix, out, query, key_cache, value_cache, step, parts=parts, part_base=prefix.num_splits)
         merge_splits(out, *parts, prefix.token_range, head)
         return out
