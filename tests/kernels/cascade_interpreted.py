@@ -1,5 +1,6 @@
-"""TRITON_ATTN's cascade step (``TritonAttentionImpl._cascade``: the prefix call, the suffix call, one merge) against
-the plain-PyTorch oracle over each request's whole table, under the Triton interpreter.
+"""TRITON_ATTN's cascade step (``TritonAttentionImpl._cascade``: the prefix call, then the suffix call that folds its
+partial results in, or a merge) against the plain-PyTorch oracle over each request's whole table, under the Triton
+interpreter.
 
 ``python -m tests.kernels.cascade_interpreted IN OUT`` with ``TRITON_INTERPRET=1`` (``tests.helpers.
 run_cases_in_triton_interpreter`` starts it): IN holds ``{name: case fields}``, OUT gets ``{name: {"cascade": ...,

@@ -1,7 +1,7 @@
 """TRITON_ATTN's cascade attention in the Triton interpreter: a decode step whose requests share a prefix of KV
-blocks, run as the prefix call (every query token over the prefix, non-causal, 64-row tiles) and the suffix call
-(decode tiles) into one partial-result buffer and one merge, against the float32 oracle over each request's whole
-table, and against the plain decode call. The GPU run is ``tests/gpu/test_cascade_gpu.py``."""
+blocks, run as the prefix call (every query token over the prefix, non-causal, 64-row tiles, its splits' partial
+results) and the suffix call (decode tiles), which folds those in when unsplit and else writes its own for one
+merge, against the float32 oracle over each request's whole table, and against the plain decode call. The GPU run is ``tests/gpu/test_cascade_gpu.py``."""
 
 from __future__ import annotations
 
@@ -18,9 +18,18 @@ CASES = {
     "bf16-softcap": dict(dtype="bfloat16", hq=8, hkv=2, head=64, prefix_blocks=16, own=OWN, softcap=5.0),
     "bf16-sinks": dict(dtype="bfloat16", hq=8, hkv=2, head=64, prefix_blocks=16, own=OWN, sinks=True),
     "f32-gqa3": dict(dtype="float32", hq=9, hkv=3, head=64, prefix_blocks=16, own=OWN),
+    # 4 requests with up to 200 own tokens: the suffix call splits too (4 + 4 slots, merged by the merge kernel)
+    "bf16-split-suffix": dict(dtype="bfloat16", hq=8, hkv=2, head=64, prefix_blocks=16, own=[130, 3, 70, 200]),
 }
-# [prefix call, suffix call]: each its own count (the suffix's 18 decode programs fill the interpreter's one "SM")
-SPLITS = {"bf16-short": [1, 1], "bf16-splits": [4, 1], "bf16-softcap": [4, 1], "bf16-sinks": [4, 1], "f32-gqa3": [4, 1]}
+# [prefix call, suffix call]: each its own count (with 132 SMs; an unsplit suffix call folds the prefix's slots in)
+SPLITS = {
+    "bf16-short": [1, 1],
+    "bf16-splits": [4, 1],
+    "bf16-softcap": [4, 1],
+    "bf16-sinks": [4, 1],
+    "f32-gqa3": [4, 1],
+    "bf16-split-suffix": [4, 4],
+}
 ROWS = {name: [16 if c["dtype"] == "float32" else 64, 16] for name, c in CASES.items()}
 TOLERANCE = {"bfloat16": 1.6e-2, "float32": 1e-5}
 
