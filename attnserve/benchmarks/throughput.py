@@ -284,7 +284,7 @@ def run_throughput(
     config,
     *,
     num_prompts: int | None,
-    input_len: int,
+    input_len: int | None,
     output_len: int,
     range_ratio: float,
     prompts_file: str | None = None,
@@ -296,6 +296,7 @@ def run_throughput(
 ) -> dict:
     """The whole benchmark: requests, the engine's row (and its row with prefix caching the other way, with
     ``compare_prefix_caching``), the baseline's row; the JSON-ready result.
+    ``input_len``: the random prompts' length; None with ``prompts_file``.
 
     Raises ValueError (requests that do not fit max_model_len; a baseline with ``num_turns`` > 1, whose later
     prompts hold the engine's answers), PromptsFileError (a ValueError: a prompts file that is not UTF-8 text or

@@ -126,6 +126,7 @@ def test_throughput_prompts_file_cycles_to_num_prompts(tmp_path, tiny_model_dir,
     data = json.loads(out.read_text())
     w = data["workload"]
     assert w["num_prompts"] == 5 and w["output_lens"] == [3] * 5 and w["total_output_tokens"] == 15
+    assert w["input_len"] is None  # the file sets the prompts
     a, b = w["input_lens"][:2]
     assert w["input_lens"] == [a, b, a, b, a]
     assert data["results"][0]["total_output_tokens"] == 15 and data["ratio_vs_baseline"] is None
@@ -638,6 +639,7 @@ def test_throughput_compares_prefix_caching_on_the_same_requests(tmp_path, tiny_
     "argv, message",
     [
         (["--prompts-file", "x.txt", "--prefix-len", "8"], "argument --prefix-len: 8 not allowed with --prompts-file"),
+        (["--prompts-file", "x.txt", "--input-len", "50"], "argument --input-len: 50 not allowed with --prompts-file"),
         (["--num-turns", "2", "--baseline", "transformers"], "argument --num-turns: 2 not allowed with --baseline"),
     ],
 )

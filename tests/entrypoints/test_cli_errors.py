@@ -497,6 +497,12 @@ CASES = [
     (["bench", "attention", "--backends", "NOPE"], 2, "argument --backends", None),
     (["bench", "attention", "--num-heads", "6", "--num-kv-heads", "4"], 2, "argument --num-heads", None),
     (["bench", "serve", "--dataset", "file"], 2, "argument --dataset", None),
+    (
+        ["bench", "serve", "--model", "m", "--prompt-file", "{tmp}/nokey.jsonl", "--input-len", "50"],
+        2,
+        "argument --input-len",
+        {"value": 50},
+    ),
     (["bench", "serve", "--port", "70000"], 2, "argument --port", {"value": 70000, "allowed": "integer in [1, 65535]"}),
     (["bench", "serve", "--base-url", "http://127.0.0.1:99999"], 2, "argument --base-url", None),
     (["bench", "serve", "--host", "::::"], 2, "argument --host", None),

@@ -63,7 +63,7 @@ def _add_throughput(kinds) -> None:
         default=None,
         help="requests (default 1000; with --prompts-file: the file's prompts, cycled to N if given)",
     )
-    g.add_argument("--input-len", type=positive_int, default=128, help="prompt tokens (random prompts)")
+    g.add_argument("--input-len", type=positive_int, default=None, help="prompt tokens (random prompts; default 128)")
     g.add_argument("--output-len", type=positive_int, default=128, help="tokens to generate per request")
     g.add_argument(
         "--range-ratio",
@@ -170,7 +170,12 @@ def run_throughput(args: argparse.Namespace) -> int:
     config = engine_config_from_args(args)
     check_plot(args, args._engine_arg_parser)
     _check_baseline(args, config)
-    for flag, value, unused in (("--prefix-len", args.prefix_len, 0), ("--num-turns", args.num_turns, 1)):
+    random_only = (
+        ("--input-len", args.input_len, None),
+        ("--prefix-len", args.prefix_len, 0),
+        ("--num-turns", args.num_turns, 1),
+    )
+    for flag, value, unused in random_only:
         if value != unused and args.prompts_file:
             args._engine_arg_parser.error(message(words.with_prompts_file(flag, value)))
     if args.num_turns > 1 and args.baseline:
@@ -182,7 +187,7 @@ def run_throughput(args: argparse.Namespace) -> int:
         result = run(
             config,
             num_prompts=args.num_prompts,
-            input_len=args.input_len,
+            input_len=None if args.prompts_file else (args.input_len or 128),
             output_len=args.output_len,
             range_ratio=args.range_ratio,
             prompts_file=args.prompts_file,

@@ -55,7 +55,9 @@ def add_serve_parser(kinds) -> None:
     s.add_argument(
         "--prompt-file", default=None, help="one prompt per line, or JSONL 'prompt' (implies --dataset file)"
     )
-    s.add_argument("--input-len", type=positive_int, default=128, help="random prompts: words per prompt")
+    s.add_argument(
+        "--input-len", type=positive_int, default=None, help="random prompts: words per prompt (default 128)"
+    )
     s.add_argument("--output-len", type=positive_int, default=128, help="max_tokens per request")
     s.add_argument(
         "--prefix-len",
@@ -115,8 +117,9 @@ def run_serve(args: argparse.Namespace) -> int:
         args.dataset = "file" if args.prompt_file else "random"
     if args.dataset == "file" and not args.prompt_file:
         args._bench_parser.error(message(words.FILE_NEEDS_PROMPT_FILE))
-    if args.dataset == "file" and args.prefix_len:
-        args._bench_parser.error(message(words.with_prompts_file("--prefix-len", args.prefix_len, "a prompt file")))
+    for flag, value in (("--prefix-len", args.prefix_len), ("--input-len", args.input_len)):
+        if args.dataset == "file" and value:
+            args._bench_parser.error(message(words.with_prompts_file(flag, value, "a prompt file")))
     if args.dataset == "random" and args.prompt_file:
         args._bench_parser.error(message(words.PROMPT_FILE_UNUSED))
     cfg = BenchConfig(
@@ -126,7 +129,7 @@ def run_serve(args: argparse.Namespace) -> int:
         num_prompts=args.num_prompts,
         request_rate=args.request_rate,
         max_concurrency=args.max_concurrency,
-        input_len=args.input_len,
+        input_len=args.input_len or 128,
         output_len=args.output_len,
         prefix_len=args.prefix_len,
         num_turns=args.num_turns,
