@@ -75,9 +75,13 @@ class AttentionRow:
         return asdict(self)
 
 
-def usable_backends(shape: AttentionBenchShape, platform, names: list[str] | None = None) -> dict[str, list[str]]:
+def usable_backends(
+    shape: AttentionBenchShape, platform, names: list[str] | None = None, attention_config=None
+) -> dict[str, list[str]]:
     """Reasons per backend (empty = usable): the platform's priority list, or ``names`` (where "auto" stands
-    for the priority list, as it does for --attention-backend). Raises ValueError for an unknown name."""
+    for the priority list, as it does for --attention-backend); ``attention_config`` refuses what the engine's
+    selector refuses with it (e.g. ``use_prefill_decode_attention`` on CPU_ATTN). Raises ValueError for an
+    unknown name."""
     from attnserve.attention.registry import lookup_backend
     from attnserve.attention.selector import AttentionSelectorConfig, evaluate_backends
 
@@ -91,7 +95,7 @@ def usable_backends(shape: AttentionBenchShape, platform, names: list[str] | Non
     config = AttentionSelectorConfig(
         head_size=shape.head_size, dtype=shape.dtype, block_size=shape.block_size, kv_cache_dtype=shape.kv_cache_dtype
     )
-    return evaluate_backends(config, platform, backends=members)
+    return evaluate_backends(config, platform, attention_config, backends=members)
 
 
 def make_step(
@@ -338,7 +342,7 @@ def run_attention(
         (torch.bfloat16 if dev.type == "cuda" else torch.float32) if dtype == "auto" else getattr(torch, dtype)
     )
     shape = AttentionBenchShape(num_heads, num_kv_heads, head_size, block_size, torch_dtype, kv_cache_dtype)
-    reasons = usable_backends(shape, platform, backends)
+    reasons = usable_backends(shape, platform, backends, attention_config)
     usable = [n for n, r in reasons.items() if not r]
     if attention_config is not None and usable:  # an option no timed backend reads would be ignored: refused
         unused = set.intersection(*(set(attention_config.unused_options(lookup_backend(n))) for n in usable))
@@ -346,7 +350,10 @@ def run_attention(
             raise Refused(options_unused(sorted(unused), usable))
     rows: list[AttentionRow] = []
     with tqdm(
-        total=len(usable) * (len(context_lens) + len(prefill_lens)), desc="attention", unit="case", disable=not progress
+        total=len(usable) * (len(context_lens) + len(prefill_lens)),
+        desc="attention",
+        unit="case",
+        disable=not (progress and usable),
     ) as bar:
         for name in usable:
             cls = get_backend_class(lookup_backend(name))

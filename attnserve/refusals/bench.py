@@ -62,6 +62,11 @@ def options_unused(fields: list[str], backends: list[str]) -> Refusal:
     )
 
 
+def nothing_to_time() -> Refusal:
+    """``bench attention`` with ``--context-lens`` and ``--prefill-lens`` both given empty."""
+    return at("--context-lens", [], "no decode or prefill case left to time (--prefill-lens is empty too)")
+
+
 def no_backend_runs(backends: list[str], device: str, skipped: dict[str, list[str]]) -> Refusal:
     why = ". ".join(f"{n}: {'; '.join(r)}" for n, r in skipped.items())
     return at("--backends", reason=f"no backend of {', '.join(backends)} can run on {device}: {why}")

@@ -218,17 +218,28 @@ def test_attention_config_reaches_the_backend_and_bad_ones_are_refused(tmp_path,
     out = tmp_path / "attn.json"
     argv = ["bench", "attention", "--device", "cpu", "--num-heads", "4", "--num-kv-heads", "2", "--head-size", "16"]
     argv += ["--block-size", "4", "--batch-size", "2", "--context-lens", "16", "--prefill-lens", "--backends"]
-    argv += ["CPU_ATTN", "--warmup", "1", "--repeats", "1", "--no-progress"]
+    argv += ["FLEX_ATTENTION", "--warmup", "1", "--repeats", "1", "--no-progress"]
     assert main([*argv, "-ac", '{"use_prefill_decode_attention": true}', "--output-json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["attention_config"]["use_prefill_decode_attention"] is True
-    assert [r["status"] for r in data["results"]] == ["ok"]
-    # an option CPU_ATTN does not read, an unknown field, not JSON, the backend
-    for bad in ('{"flash_attn_version": 3}', '{"flash_attn_versionx": 3}', "{x", '{"backend": "CPU_ATTN"}'):
+    assert [(r["backend"], r["status"]) for r in data["results"]] == [("FLEX_ATTENTION", "ok")]
+    # an option FLEX_ATTENTION does not read, an unknown field, not JSON, the backend; and CPU_ATTN, whose
+    # selector refuses use_prefill_decode_attention (it would change nothing there)
+    cpu = [*argv[:-6], "CPU_ATTN", *argv[-5:]]
+    for args, bad in (
+        (argv, '{"flash_attn_version": 3}'),
+        (argv, '{"flash_attn_versionx": 3}'),
+        (argv, "{x"),
+        (argv, '{"backend": "CPU_ATTN"}'),
+        (cpu, '{"use_prefill_decode_attention": true}'),
+    ):
         with pytest.raises(SystemExit) as e:
-            main([*argv, "-ac", bad])
+            main([*args, "-ac", bad])
         assert e.value.code == 2
-        assert "attention" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "attention" in err
+        if args is cpu:  # refused for CPU_ATTN itself, the one backend asked for
+            assert "no backend of CPU_ATTN can run" in err and "use_prefill_decode_attention" in err
 
 
 def test_attention_backends_rows_and_plot(tmp_path, capsys):

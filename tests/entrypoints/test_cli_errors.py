@@ -496,6 +496,13 @@ CASES = [
     ),
     (["bench", "attention", "--backends", "NOPE"], 2, "argument --backends", None),
     (["bench", "attention", "--num-heads", "6", "--num-kv-heads", "4"], 2, "argument --num-heads", None),
+    (["bench", "attention", "--context-lens", "--prefill-lens"], 2, "argument --context-lens", {"value": []}),
+    (
+        ["bench", "attention", "--backends", "CPU_ATTN", "-ac", '{"use_prefill_decode_attention": true}'],
+        2,
+        "argument --backends",
+        None,
+    ),
     (["bench", "serve", "--dataset", "file"], 2, "argument --dataset", None),
     (
         ["bench", "serve", "--model", "m", "--prompt-file", "{tmp}/nokey.jsonl", "--input-len", "50"],

@@ -112,6 +112,8 @@ def run_attention(args: argparse.Namespace) -> int:
     check_plot(args, args._bench_parser)
     if args.num_heads % args.num_kv_heads:
         args._bench_parser.error(message(words.heads_not_grouped(args.num_heads, args.num_kv_heads)))
+    if args.context_lens == [] and args.prefill_lens == []:  # both given empty: no case to time
+        args._bench_parser.error(message(words.nothing_to_time()))
     try:
         attention_config = _attention_config(args.attention_config)
         result = run(
