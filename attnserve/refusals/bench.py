@@ -62,6 +62,14 @@ def options_unused(fields: list[str], backends: list[str]) -> Refusal:
     )
 
 
+def penalty_with_baseline(field: str, value: float, baseline: str) -> Refusal:
+    """A ``bench latency`` penalty beside ``--baseline``, whose runs take no penalty: the ratio would compare
+    unlike work."""
+    return at(
+        f"--{field.replace('_', '-')}", value, f"not allowed with --baseline {baseline} (its runs take no penalty)"
+    )
+
+
 def nothing_to_time() -> Refusal:
     """``bench attention`` with ``--context-lens`` and ``--prefill-lens`` both given empty."""
     return at("--context-lens", [], "no decode or prefill case left to time (--prefill-lens is empty too)")

@@ -661,6 +661,15 @@ def test_throughput_workload_flags_that_would_be_ignored_are_refused(argv, messa
     assert message in capsys.readouterr().err
 
 
+def test_latency_penalty_beside_a_baseline_is_refused(tiny_model_dir, capsys):
+    """The baselines run without penalties: a penalty beside one would make the ratio compare unlike work."""
+    argv = ["bench", "latency", "--model", tiny_model_dir("llama"), "--repetition-penalty", "1.2"]
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--baseline", "transformers", *SMALL_ENGINE])
+    assert e.value.code == 2
+    assert "argument --repetition-penalty: 1.2 not allowed with --baseline transformers" in capsys.readouterr().err
+
+
 def test_attention_config_field_no_timed_backend_reads_is_a_refusal_record(capsys):
     from attnserve.benchmarks.attention import run_attention
     from attnserve.config import AttentionConfig

@@ -220,6 +220,8 @@ def run_latency(args: argparse.Namespace) -> int:
     config = engine_config_from_args(args)
     check_plot(args, args._engine_arg_parser)
     _check_baseline(args, config)
+    for field, value in _penalties(args).items() if args.baseline else ():  # the baseline would run without it
+        args._engine_arg_parser.error(message(words.penalty_with_baseline(field, value, args.baseline)))
     from attnserve.benchmarks.latency import run_latency as run
     from attnserve.benchmarks.plots import plot_latency
 
