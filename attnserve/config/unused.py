@@ -11,7 +11,9 @@ run, the value just has nowhere to go:
   option of Hopper and later;
 - ``enforce_eager`` on CPU: CUDA graphs are captured on CUDA only;
 - ``disable_custom_all_reduce`` at ``tensor_parallel_size`` 1 or on CPU: the custom all-reduce joins GPU ranks only;
-- ``disable_cascade_attn`` with prefix caching off: cascade attention reads a prefix cached for several requests;
+- ``disable_cascade_attn`` with prefix caching off (cascade attention reads a prefix cached for several requests)
+  or on CPU (no CPU backend has a cascade path);
+- ``kv_cache_memory`` beside ``num_gpu_blocks``: the block count sets the cache's size;
 - ``revision`` with a local model (a folder, a .gguf file, or the default model's GGUF): it picks a hub snapshot,
   and applies to ``tokenizer`` only when that names the model itself; ``download_dir`` there too, unless
   ``tokenizer`` is a hub id (downloaded into it).
@@ -81,8 +83,11 @@ def _cuda_only(config: EngineConfig, given: Collection[str]) -> dict[str, tuple[
             out["disable_custom_all_reduce"] = (True, "tensor_parallel_size is 1: there is no all-reduce")
         elif on_cpu:
             out["disable_custom_all_reduce"] = (True, "this runs on CPU, where ranks all-reduce over gloo")
-    if "disable_cascade_attn" in given and config.disable_cascade_attn and not config.cache.enable_prefix_caching:
-        out["disable_cascade_attn"] = (True, "prefix caching is off, and cascade attention reads a cached prefix")
+    if "disable_cascade_attn" in given and config.disable_cascade_attn:
+        if not config.cache.enable_prefix_caching:
+            out["disable_cascade_attn"] = (True, "prefix caching is off, and cascade attention reads a cached prefix")
+        elif on_cpu:
+            out["disable_cascade_attn"] = (True, "this runs on CPU, whose attention backends have no cascade path")
     return out
 
 
@@ -133,6 +138,9 @@ def unused_settings(config: EngineConfig, given: Collection[str]) -> dict[str, t
         out[SPLITS] = (splits, "enforce_eager captures no CUDA graphs, and only CUDA-graph decode steps take the bound")
     if "enable_pdl" in given and config.enable_pdl and (why := _no_pdl(config.device)):
         out["enable_pdl"] = (True, why)
+    cache = config.cache
+    if "kv_cache_memory" in given and cache.kv_cache_memory is not None and cache.num_gpu_blocks is not None:
+        out["kv_cache_memory"] = (cache.kv_cache_memory, "num_gpu_blocks sets the KV cache's size")
     out.update(_cuda_only(config, given))
     out.update(_hub_settings(config, given))
     return out

@@ -57,7 +57,17 @@ def test_cuda_graph_and_gpu_rank_switches_where_nothing_uses_them():
     assert got["disable_custom_all_reduce"][1].startswith("this runs on CPU")
     assert unused(disable_custom_all_reduce=True, tensor_parallel_size=2, device="cuda:9.0") == {}
     assert list(unused(disable_cascade_attn=True, enable_prefix_caching=False)) == ["disable_cascade_attn"]
-    assert unused(disable_cascade_attn=True) == {}  # prefix caching on: cascade steps would run
+    # prefix caching on, a GPU: cascade steps would run; on CPU no backend has a cascade path
+    assert unused(disable_cascade_attn=True, device="cuda:9.0") == {}
+    got = unused(disable_cascade_attn=True, device="cpu")
+    assert list(got) == ["disable_cascade_attn"] and got["disable_cascade_attn"][1].startswith("this runs on CPU")
+
+
+def test_kv_cache_memory_beside_a_block_count():
+    got = unused(kv_cache_memory=1 << 30, num_gpu_blocks=600)
+    assert list(got) == ["kv_cache_memory"] and got["kv_cache_memory"][0] == 1 << 30
+    assert unused(kv_cache_memory=1 << 30) == {}  # the budget sizes the cache
+    assert unused(num_gpu_blocks=600) == {}
 
 
 def test_warned_once_when_resolved(caplog):
