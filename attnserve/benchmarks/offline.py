@@ -34,6 +34,8 @@ class EngineFacts:
     device: torch.device
     dtype: torch.dtype
     attention_backend: str
+    kv_cache_dtype: torch.dtype  # the cache's storage type (fp8 with --kv-cache-dtype fp8)
+    block_size: int  # tokens per KV-cache block
     max_num_seqs: int
     max_num_batched_tokens: int
     max_model_len: int
@@ -47,6 +49,8 @@ class EngineFacts:
             "device": str(self.device),
             "dtype": str(self.dtype).removeprefix("torch."),
             "attention_backend": self.attention_backend,
+            "kv_cache_dtype": str(self.kv_cache_dtype).removeprefix("torch."),
+            "block_size": self.block_size,
             "max_num_seqs": self.max_num_seqs,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "max_model_len": self.max_model_len,
@@ -82,6 +86,8 @@ def start_engine(config: EngineConfig):
         device=info.device,
         dtype=info.dtype,
         attention_backend=info.backend_name,
+        kv_cache_dtype=info.kv_dtype,
+        block_size=engine.config.cache.block_size,
         max_num_seqs=config.scheduler.max_num_seqs,
         max_num_batched_tokens=engine.config.scheduler.max_num_batched_tokens,
         max_model_len=engine.max_model_len,

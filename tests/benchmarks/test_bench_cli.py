@@ -98,6 +98,7 @@ def test_throughput_counts_lengths_baseline_and_plot(tmp_path, tiny_model_dir):
     assert theirs["num_steps"] == max(lens[:4]) + max(lens[4:])
     assert data["ratio_vs_baseline"] == pytest.approx(ours["output_tokens_per_s"] / theirs["output_tokens_per_s"])
     assert data["engine"]["attention_backend"] == "CPU_ATTN" and data["engine"]["device"] == "cpu"
+    assert data["engine"]["kv_cache_dtype"] == data["engine"]["dtype"] == "float32"
     assert _png(png)
 
 

@@ -428,3 +428,15 @@ def test_chat_template_and_generation_config_flags(tmp_path, tiny_model_dir, cap
         main([*base, "--chat-template", str(tmp_path / "missing.jinja")])
     assert e.value.code == 2
     assert "argument --chat-template: " in capsys.readouterr().err
+
+
+def test_the_summary_line_names_an_fp8_cache(tiny_model_dir, capsys):
+    """generate sets up no log handler, so the start-up KV-cache line may not show: the summary line names the
+    cache's type where it is not the model's."""
+    argv = ["generate", "--model", tiny_model_dir("llama"), "--device", "cpu", "--prompt", "one", "--max-tokens", "2"]
+    capsys.readouterr()
+    assert main([*argv, "--kv-cache-dtype", "fp8"]) == 0
+    summary = capsys.readouterr().err.splitlines()[-1]
+    assert summary.startswith("[attnserve] ") and ", float32, KV cache float8_e4m3fn; " in summary
+    assert main(argv) == 0
+    assert "KV cache" not in capsys.readouterr().err.splitlines()[-1]  # a 16-/32-bit cache: the model's type

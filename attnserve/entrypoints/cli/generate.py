@@ -352,9 +352,12 @@ def generate_to_terminal(
         "attention_backend": engine.info.backend_name,
         "device": str(engine.info.device),
         "dtype": str(engine.info.dtype).removeprefix("torch."),
+        "kv_cache_dtype": str(engine.info.kv_dtype).removeprefix("torch."),
     }
+    # the cache's type where it is not the model's (fp8): the start-up log line may not be shown
+    kv = f", KV cache {stats['kv_cache_dtype']}" if stats["kv_cache_dtype"] != stats["dtype"] else ""
     err.write(
         f"[attnserve] {new_tokens} tokens in {gen_s:.2f} s ({stats['output_tokens_per_s']:.1f} tok/s), "
-        f"backend {stats['attention_backend']}, {stats['device']}, {stats['dtype']}; model loaded in {load_s:.1f} s\n"
+        f"backend {stats['attention_backend']}, {stats['device']}, {stats['dtype']}{kv}; model loaded in {load_s:.1f} s\n"
     )
     return outputs, stats
