@@ -343,8 +343,26 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
             s = ab
         raise _located(e, s) from None
     _log_unused_options(config.attention)
-    warn_unused_settings(config, chosen)
+    warn_unused_settings(config, _away_from_default(config, chosen, table))
     return Resolved(config, chosen)
+
+
+def _away_from_default(config: EngineConfig, chosen: dict[str, Setting], table: dict) -> set[str]:
+    """The chosen engine arguments whose value is not the default's: a file written by ``attnserve config`` lists
+    every default, which the user did not pick (a default that changes nothing here is not warned about)."""
+    default = EngineConfig()
+    out = set()
+    for key in chosen:
+        arg = table.get(key)
+        if arg is None:  # attention options: warned by their own rule
+            out.add(key)
+            continue
+        here, there = (
+            (config, default) if arg.section is None else (getattr(config, arg.section), getattr(default, arg.section))
+        )
+        if getattr(here, arg.name) != getattr(there, arg.name):
+            out.add(key)
+    return out
 
 
 @functools.cache

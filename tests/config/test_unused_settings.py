@@ -85,7 +85,7 @@ def test_warned_once_when_resolved(caplog):
     ]
 
 
-@pytest.mark.parametrize("argv", [["--enable-pdl", "--device", "cpu"], ["--distributed-executor-backend", "ray"]])
+@pytest.mark.parametrize("argv", [["--enforce-eager", "--device", "cpu"], ["--distributed-executor-backend", "ray"]])
 def test_the_command_line_warns(argv, capsys, caplog):
     from attnserve.entrypoints.cli.main import main
 
@@ -93,6 +93,24 @@ def test_the_command_line_warns(argv, capsys, caplog):
     with caplog.at_level(logging.WARNING, logger="attnserve.config"):
         assert main(["config", *argv]) in (0, None)
     assert sum("has no effect" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_written_config_file_read_back_warns_of_nothing(tmp_path, capsys, caplog):
+    """`attnserve config` writes every default (enable_pdl true, distributed_executor_backend mp): read back on
+    CPU at one rank they are not the user's choices, so none is warned about; a value away from its default is."""
+    from attnserve.entrypoints.cli.main import main
+
+    assert main(["config", "--device", "cpu"]) in (0, None)
+    path = tmp_path / "c.json"
+    path.write_text(capsys.readouterr().out)
+    log_unused_setting_once.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="attnserve.config"):
+        assert main(["config", "--config", str(path)]) in (0, None)
+        assert not [r.getMessage() for r in caplog.records if "has no effect" in r.getMessage()]
+        assert main(["config", "--config", str(path), "--enforce-eager"]) in (0, None)
+    assert [r.getMessage().split(" ", 1)[0] for r in caplog.records if "has no effect" in r.getMessage()] == [
+        "enforce_eager"
+    ]
 
 
 def test_hub_options_with_a_local_model(tmp_path):
