@@ -70,7 +70,12 @@ class _Forced:
         width = -(-(max(map(len, prompts)) + num_tokens) // bs)
         # disjoint blocks per request, from 1 (the profiling step's convention; the last block is the graphs' null)
         self.tables = [list(range(1 + i * width, 1 + (i + 1) * width)) for i in range(len(prompts))]
-        assert 1 + len(prompts) * width <= self.runner.num_blocks, "num_gpu_blocks too small for the prompt set"
+        if 1 + len(prompts) * width > self.runner.num_blocks:
+            most = (self.runner.num_blocks - 1) // len(prompts) * bs - max(map(len, prompts))
+            raise ValueError(
+                f"argument --num-tokens: {num_tokens} not allowed (allowed: at most {max(most, 0)}: the "
+                f"{len(prompts)} prompts and their tokens fill {self.runner.num_blocks} KV blocks of {bs} tokens)"
+            )
         self.sequences = [list(p) for p in prompts]
 
     def step(self, new_tokens: list[int] | None) -> torch.Tensor:  # (P, vocab) float32 logits of the next token
@@ -159,6 +164,17 @@ def run(
     }
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} not allowed (allowed: integer >= 1)")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m attnserve.benchmarks.kv_cache_agreement", description=__doc__.split("\n\n")[0]
@@ -167,20 +183,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-cache-dtype", default="fp8", choices=["fp8", "fp8_e4m3", "fp8_e5m2"])
     p.add_argument("--calculate-kv-scales", action="store_true")
     p.add_argument("--attention-backend", default=None)
-    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--device", default="auto")
-    p.add_argument("--num-tokens", type=int, default=64)
+    p.add_argument("--num-tokens", type=_positive_int, default=64)
     p.add_argument("--output-json", default=None)
     args = p.parse_args(argv)
-    result = run(
-        args.model,
-        args.kv_cache_dtype,
-        args.attention_backend,
-        args.num_tokens,
-        args.dtype,
-        args.device,
-        args.calculate_kv_scales,
-    )
+    try:
+        result = run(
+            args.model,
+            args.kv_cache_dtype,
+            args.attention_backend,
+            args.num_tokens,
+            args.dtype,
+            args.device,
+            args.calculate_kv_scales,
+        )
+    except ValueError as e:  # refusals (config, backend, device) and the token count: one line, exit 2
+        p.error(str(e))
     text = json.dumps(result, indent=2)
     print(text)
     if args.output_json:

@@ -33,3 +33,25 @@ def test_fp8_against_16_bit(tiny_model_dir, kv):
     assert result["kv_scales"] == "1.0 (no scales in the checkpoint)"
     assert 0.0 <= result["greedy_agreement"] <= 1.0
     assert 0.0 < result["mean_kl"] <= result["max_kl"] < 1.0  # the fp8 cache changes the distribution, a little
+
+
+@pytest.mark.parametrize(
+    "argv, where",
+    [
+        (["--num-tokens", "0"], "argument --num-tokens: 0 not allowed"),
+        (["--dtype", "float64"], "argument --dtype: invalid choice"),
+        (["--attention-backend", "bogus"], "attention_backend 'bogus' not allowed"),
+        (["--num-tokens", "100000"], "argument --num-tokens: 100000 not allowed (allowed: at most "),
+    ],
+)
+def test_bad_arguments_are_one_line(argv, where, tiny_model_dir, capsys):
+    """One line naming the value (exit 2), not a traceback; the token count is checked against the KV blocks."""
+    from attnserve.benchmarks.kv_cache_agreement import main
+
+    base = ["--model", tiny_model_dir("llama"), "--device", "cpu", "--dtype", "float32"]
+    with pytest.raises(SystemExit) as e:
+        main([*base, *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()  # argparse's usage, then the one error line
+    assert err[0].startswith("usage: ") and "Traceback" not in "\n".join(err)
+    assert err[-1].startswith("python -m attnserve.benchmarks.kv_cache_agreement: error: " + where)
