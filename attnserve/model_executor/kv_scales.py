@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from attnserve.refusals.backends import bad_kv_scale
+
 if TYPE_CHECKING:
     from attnserve.model_executor.model_runner import ModelRunner
 
@@ -56,6 +58,7 @@ class KVScales:
     k: dict[int, float] = field(default_factory=dict)  # layer index -> scale
     v: dict[int, float] = field(default_factory=dict)
     q: dict[int, float] = field(default_factory=dict)
+    names: dict[tuple[int, str], str] = field(default_factory=dict)  # (layer, "k" / "v" / "q") -> tensor read
 
     def add(self, name: str, tensor) -> bool:
         """Record ``tensor`` if ``name`` is a KV scale (:func:`kv_scale_name`); whether it was."""
@@ -67,6 +70,7 @@ class KVScales:
         value = float(t.float().abs().max())
         for w in which:
             getattr(self, w)[layer] = value
+            self.names[layer, w] = name
         self.source = CHECKPOINT
         return True
 
@@ -140,9 +144,17 @@ def apply_kv_scales(runner: ModelRunner, checkpoint: KVScales) -> str:
         return describe_kv_scales("auto", False, False)
     if cache.calculate_kv_scales:
         return describe_kv_scales(cache.kv_cache_dtype, True, bool(checkpoint.k or checkpoint.v))
-    found = sorted(set(checkpoint.k) | set(checkpoint.v))
+    given = set(checkpoint.k) | set(checkpoint.v)
+    found = sorted(given & set(runner.attn_impls))
+    if extra := sorted(given - set(runner.attn_impls)):  # read, but no layer of the model takes them
+        names = sorted({n for (i, _), n in checkpoint.names.items() if i in extra})
+        _runner_log.warning("KV-cache scales of layers the model does not have, unused: %s", ", ".join(names))
     for index, impl in runner.attn_impls.items():
-        impl.set_kv_scales(*checkpoint.layer(index))
+        scales = checkpoint.layer(index)
+        for w, value in zip("kvq", scales):  # a zero, negative or non-finite scale: named by its tensor
+            if value is not None and not (0.0 < value < float("inf")):
+                raise ValueError(f"{checkpoint.names[index, w]}: {bad_kv_scale(f'{w}_scale', value)}")
+        impl.set_kv_scales(*scales)
     text = describe_kv_scales(cache.kv_cache_dtype, False, bool(found))
     if found and len(found) < len(runner.attn_impls):
         text += f" for {len(found)} of {len(runner.attn_impls)} layers, 1.0 for the others"

@@ -40,8 +40,9 @@ def test_kv_scale_names(name, parsed):
     assert kv_scale_name(name) == parsed
 
 
-def _folder_with_scales(tiny_model_dir, tmp_path) -> str:
-    """The tiny Llama (2 layers) plus a safetensors file of KV scales in two tools' spellings."""
+def _folder_with_scales(tiny_model_dir, tmp_path, **extra) -> str:
+    """The tiny Llama (2 layers) plus a safetensors file of KV scales in two tools' spellings (``extra``: more
+    tensors, by name)."""
     from safetensors.torch import save_file
 
     folder = tmp_path / "llama_fp8_scales"
@@ -52,10 +53,38 @@ def _folder_with_scales(tiny_model_dir, tmp_path) -> str:
             "model.layers.0.self_attn.v_scale": torch.tensor(0.25),
             "model.layers.1.self_attn.k_proj.output_scale": torch.tensor([0.125]),
             "model.layers.1.self_attn.v_proj.output_scale": torch.tensor([2.0, 4.0]),
+            **extra,
         },  # per head: the max
         str(folder / "kv_scales.safetensors"),
     )
     return str(folder)
+
+
+def test_a_bad_checkpoint_scale_names_its_tensor(tiny_model_dir, tmp_path):
+    folder = _folder_with_scales(tiny_model_dir, tmp_path, **{"model.layers.0.self_attn.k_scale": torch.tensor(0.0)})
+    with pytest.raises(ValueError) as e:
+        _llm(folder, kv_cache_dtype="fp8")
+    assert (
+        str(e.value) == "model.layers.0.self_attn.k_scale: k_scale 0.0 not allowed (allowed: a positive finite number)"
+    )
+
+
+def test_scales_of_layers_the_model_lacks_are_not_counted(tiny_model_dir, tmp_path, caplog):
+    """A scale for layer 7 of a 2-layer model is warned about and unused; layer 1 has none: the start-up line says
+    the checkpoint's scales cover 1 of 2 layers."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "partial"
+    shutil.copytree(tiny_model_dir("llama"), folder)
+    save_file(
+        {"model.layers.0.self_attn.k_scale": torch.tensor(0.5), "model.layers.7.self_attn.k_scale": torch.tensor(2.0)},
+        str(folder / "kv_scales.safetensors"),
+    )
+    with caplog.at_level(logging.INFO, logger=RUNNER_LOG):
+        llm = _llm(str(folder), kv_cache_dtype="fp8")
+    assert _scales(llm) == [(0.5, 1.0), (1.0, 1.0)]
+    assert "KV-cache scales of layers the model does not have, unused: model.layers.7.self_attn.k_scale" in caplog.text
+    assert "for 1 of 2 layers, 1.0 for the others" in caplog.text
 
 
 def _llm(model, **kw):
