@@ -343,18 +343,18 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
             s = ab
         raise _located(e, s) from None
     _log_unused_options(config.attention)
-    warn_unused_settings(config, _away_from_default(config, chosen, table))
+    warn_unused_settings(config, _picked(config, chosen, table))
     return Resolved(config, chosen)
 
 
-def _away_from_default(config: EngineConfig, chosen: dict[str, Setting], table: dict) -> set[str]:
-    """The chosen engine arguments whose value is not the default's: a file written by ``attnserve config`` lists
-    every default, which the user did not pick (a default that changes nothing here is not warned about)."""
+def _picked(config: EngineConfig, chosen: dict[str, Setting], table: dict) -> set[str]:
+    """The chosen engine arguments the user picked: a flag or keyword, or a file's value away from the default (a
+    file written by ``attnserve config`` restates every default, which the user did not pick)."""
     default = EngineConfig()
     out = set()
-    for key in chosen:
+    for key, setting in chosen.items():
         arg = table.get(key)
-        if arg is None:  # attention options: warned by their own rule
+        if arg is None or not setting.source.startswith("file "):  # attention options: warned by their own rule
             out.add(key)
             continue
         here, there = (

@@ -1,6 +1,7 @@
 """Settings given that change nothing where they run: warned once each when the config is resolved, as the
-attention_config options of another backend are (``engine_args.log_unused_options_once``). Given means set away
-from the default (``engine_args.resolve``): a file written by ``attnserve config`` restates every default.
+attention_config options of another backend are (``engine_args.log_unused_options_once``). Given means a flag or a
+keyword, or a file's value away from the default (``engine_args.resolve``): a file written by ``attnserve config``
+restates every default.
 
 A setting that cannot work is refused (the selector refuses a split bound with FlashAttention 2 or 4); these would
 run, the value just has nowhere to go:

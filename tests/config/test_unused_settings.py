@@ -85,7 +85,14 @@ def test_warned_once_when_resolved(caplog):
     ]
 
 
-@pytest.mark.parametrize("argv", [["--enforce-eager", "--device", "cpu"], ["--distributed-executor-backend", "ray"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--enable-pdl", "--device", "cpu"],
+        ["--enforce-eager", "--device", "cpu"],
+        ["--distributed-executor-backend", "ray"],
+    ],
+)
 def test_the_command_line_warns(argv, capsys, caplog):
     from attnserve.entrypoints.cli.main import main
 
@@ -97,7 +104,8 @@ def test_the_command_line_warns(argv, capsys, caplog):
 
 def test_a_written_config_file_read_back_warns_of_nothing(tmp_path, capsys, caplog):
     """`attnserve config` writes every default (enable_pdl true, distributed_executor_backend mp): read back on
-    CPU at one rank they are not the user's choices, so none is warned about; a value away from its default is."""
+    CPU at one rank they are not the user's choices, so none is warned about; a flag is (the flag restating a
+    default too: --enable-pdl above)."""
     from attnserve.entrypoints.cli.main import main
 
     assert main(["config", "--device", "cpu"]) in (0, None)
