@@ -190,6 +190,15 @@ def test_later_keys_override_earlier_across_forms(capsys):
                 reason=f"conflicts with --kv-cache-memory-bytes {1 << 30}: two spellings of one setting",
             ),
         ),
+        (  # one flag to argparse, written two ways on one command line
+            ["--block-size", "16", "--block_size", "32"],
+            Refuses(
+                "argument --block_size: ",
+                value=32,
+                key="block_size",
+                reason="conflicts with --block-size 16: two spellings of one setting",
+            ),
+        ),
     ],
 )
 def test_two_spellings_with_two_values_are_refused(argv, want, capsys, worded):
@@ -800,6 +809,9 @@ def test_vllm_short_tensor_parallel_flag(capsys, worded):
     assert config(["--model", "org/m", "-tp", "2"], capsys)["tensor_parallel_size"] == 2
     # one flag: given again in either form, the later wins (not two spellings of one setting)
     assert config(["--model", "org/m", "-tp", "4", "--tensor-parallel-size", "2"], capsys)["tensor_parallel_size"] == 2
+    # _ and - alike: the same value twice is one setting; one spelling repeated, the later wins
+    assert config(["--model", "org/m", "--block-size", "32", "--block_size", "32"], capsys)["block_size"] == 32
+    assert config(["--model", "org/m", "--block_size", "8", "--block_size", "32"], capsys)["block_size"] == 32
     rc, _, err = run(["config", "-tp", "0"], capsys)
     assert rc == 2
     assert_cli_refusal(

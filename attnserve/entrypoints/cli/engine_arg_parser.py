@@ -39,18 +39,30 @@ class EngineArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.splitlines())}\n")
 
     def _canonical_flags(self, arg_strings: Sequence[str]) -> list[str]:
+        """``arg_strings`` with each flag in its parser spelling (``--block_size`` -> ``--block-size``); how each
+        occurrence was written is kept in order per flag (``written``), for :meth:`written_as`."""
         by_norm = {_norm(o): o for o in self._option_string_actions}
+        self.written: dict[str, list[str]] = {}
         out, rest = [], list(arg_strings)
         while rest:
             arg = rest.pop(0)
             if arg == "--":
                 out += [arg, *rest]
                 break
-            if arg.startswith("-") and arg not in self._option_string_actions:
+            if arg.startswith("-"):
                 name, eq, value = arg.partition("=")
-                arg = by_norm.get(_norm(name), name) + eq + value
+                canonical = name if name in self._option_string_actions else by_norm.get(_norm(name), name)
+                if canonical in self._option_string_actions:
+                    self.written.setdefault(canonical, []).append(name)
+                arg = canonical + eq + value
             out.append(arg)
         return out
+
+    def written_as(self, option_string: str | None) -> str | None:
+        """How the user wrote the next occurrence of ``option_string`` (taken from :meth:`_canonical_flags`' record),
+        or None where not recorded."""
+        occurrences = getattr(self, "written", {}).get(option_string or "")
+        return occurrences.pop(0) if occurrences else None
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):  # type: ignore[override]
         arg_strings = self._canonical_flags(sys.argv[1:] if args is None else list(args))

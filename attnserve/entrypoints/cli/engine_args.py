@@ -81,7 +81,11 @@ class _SettingAction(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
         if self.nargs == 0:
             values = not (option_string or "").startswith("--no-")
-        name = option_string or self.metavar or self.dest
+        # --block_size and --block-size are one flag to argparse, two spellings to check_spellings (and to the user)
+        written = parser.written_as(option_string) if hasattr(parser, "written_as") else None
+        respelled = written is not None and written != option_string
+        spelling = written if respelled else self.spelling
+        name = written if respelled else (option_string or self.metavar or self.dest)
         _record(
             namespace,
             Setting(
@@ -92,7 +96,7 @@ class _SettingAction(argparse.Action):
                 f"argument {name}",
                 own_flag=True,
                 cli=True,
-                spelling=self.spelling,
+                spelling=spelling,
             ),
         )
 
