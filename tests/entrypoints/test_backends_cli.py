@@ -258,6 +258,9 @@ def test_model_folder_reads_config_only(tmp_path, capsys):
             ["--attention-backend", "FLASH_ATTN", "-ac.backend", "FLASHINFER"],
             "argument -ac.backend: 'FLASHINFER' conflicts with --attention-backend 'FLASH_ATTN'",
         ),
+        # settings the default model bounds, judged as generate judges them (its 9 query heads over 3 KV heads)
+        (["--device", "cpu", "--max-model-len", "100000"], "argument --max-model-len: 100000 not allowed"),
+        (["--device", "cpu", "--tensor-parallel-size", "4"], "argument --tensor-parallel-size: 4 cannot split 9"),
     ],
 )
 def test_bad_values_exit_2_with_one_line(argv, message, capsys):

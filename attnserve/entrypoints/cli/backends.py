@@ -10,7 +10,8 @@ Engine settings come from the argument layer that ``generate``, ``serve`` and ``
 command's own.
 
 Prints every backend with ✓ or its reasons, the platform's priority order and the backend automatic
-selection picks. Exit status: 0; 2 with one line on stderr for a bad flag value, and as in ``generate``
+selection picks. Exit status: 0; 2 with one line on stderr for a bad flag value or a setting the model bounds
+(``--max-model-len``, a KV cache too small for one request, ``--tensor-parallel-size``), and as in ``generate``
 for an explicit backend (``--attention-backend X`` or ``attention_config.backend``) that cannot run the
 model (the table, or with ``--json`` the report, still goes to stdout first).
 """
@@ -80,6 +81,18 @@ def _model_facts(args, model: str | None) -> ModelAttentionFacts:
     return dataclasses.replace(facts, **overrides)
 
 
+def _check_against_model(config, facts: ModelAttentionFacts) -> None:
+    """The settings the model bounds, judged as ``generate`` and ``config`` judge them (a max_model_len beyond the
+    model's, a KV cache sized by a flag too small for one request, a tensor-parallel size its heads do not split):
+    a backend table for settings that cannot run would answer the wrong question. Raises their ConfigError."""
+    from attnserve.distributed.sharding import check_tensor_parallel_size
+    from attnserve.entrypoints.cli.config import check_against_model
+
+    check_against_model(config)
+    if facts.hf_config is not None and config.parallel.tensor_parallel_size > 1:
+        check_tensor_parallel_size(facts.hf_config, config.parallel.tensor_parallel_size)
+
+
 def _layer_groups(args, facts: ModelAttentionFacts) -> list[tuple[tuple[int, ...] | None, object]]:
     """``(layers, LayerAttention)`` of each layer group the engine would form (``attention_selection``'s rule);
     ``--head-size`` and ``--sliding-window`` replace every group's. One group of unknown layers (None) when only
@@ -136,6 +149,7 @@ def build_report(args, errors: list | None = None) -> dict:
     config = engine_config_from_args(args)
     platform = detect_platform(config.device)
     facts = _model_facts(args, config.model.model)
+    _check_against_model(config, facts)
     attention_config = config.attention
     explicit = attention_config.backend
     priority = [m.name for m in platform.backend_priorities()]
@@ -305,8 +319,8 @@ def run_backends(args) -> int:
     errors: list = []
     try:
         report = build_report(args, errors)
-    except ValueError as e:
-        print(f"attnserve backends: error: {e}", file=sys.stderr)
+    except ValueError as e:  # a flag value, or a setting the model bounds: one line naming the flag
+        print(f"attnserve backends: error: {error_line(args, e)}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report, indent=2))
