@@ -303,8 +303,13 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
                 parsed[key] = parse_backend(s.value, key=key)
             except ConfigError as e:
                 raise _located(e, s) from None
+    position = {id(s): i for i, s in enumerate(settings)}
     if ab is not None and cb is not None and len(set(parsed.values())) > 1:
-        position = {id(s): i for i, s in enumerate(settings)}
+        first, later = sorted((ab, cb), key=lambda s: position[id(s)])
+        if _given_in(first) != _given_in(later):  # two places: the later one's precedence (command line > files)
+            del chosen[first.key], parsed[first.key]
+            ab, cb = (None, cb) if first is ab else (ab, None)
+    if ab is not None and cb is not None and len(set(parsed.values())) > 1:
         first, later = sorted((ab, cb), key=lambda s: position[id(s)])
         other = first if later.cli else cb  # a flag: argparse's form, the flag that came second named first
         head = later if later.cli else ab
