@@ -497,6 +497,12 @@ CASES = [
     (["bench", "attention", "--backends", "NOPE"], 2, "argument --backends", None),
     (["bench", "attention", "--num-heads", "6", "--num-kv-heads", "4"], 2, "argument --num-heads", None),
     (["bench", "attention", "--context-lens", "--prefill-lens"], 2, "argument --context-lens", {"value": []}),
+    (  # refused before the model loads, at its flag
+        ["bench", "latency", "--model", "/no/such/model", "--frequency-penalty", "5"],
+        2,
+        "argument --frequency-penalty",
+        {"value": 5.0, "allowed": "number in [-2, 2]"},
+    ),
     (
         ["bench", "attention", "--backends", "CPU_ATTN", "-ac", '{"use_prefill_decode_attention": true}'],
         2,

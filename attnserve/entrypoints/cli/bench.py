@@ -214,14 +214,27 @@ def _penalties(args: argparse.Namespace) -> dict:
     return {k: getattr(args, k) for k, v in off.items() if getattr(args, k) != v}
 
 
+def _check_penalty(args: argparse.Namespace, field: str, value: float) -> None:
+    """Exit 2 at the penalty's flag for a value SamplingParams refuses, before any model loads."""
+    from attnserve.core.sampling_params import SamplingParams
+
+    try:
+        SamplingParams(**{field: value})
+    except Refused as e:
+        flag = "--" + field.replace("_", "-")
+        args._engine_arg_parser.error(message(at_argument(e.refusal, flag, written=e.refusal.written)))
+
+
 def run_latency(args: argparse.Namespace) -> int:
     from attnserve.entrypoints.cli.engine_args import engine_config_from_args, error_line
 
     config = engine_config_from_args(args)
     check_plot(args, args._engine_arg_parser)
     _check_baseline(args, config)
-    for field, value in _penalties(args).items() if args.baseline else ():  # the baseline would run without it
-        args._engine_arg_parser.error(message(words.penalty_with_baseline(field, value, args.baseline)))
+    for field, value in _penalties(args).items():
+        if args.baseline:  # the baseline would run without it
+            args._engine_arg_parser.error(message(words.penalty_with_baseline(field, value, args.baseline)))
+        _check_penalty(args, field, value)
     from attnserve.benchmarks.latency import run_latency as run
     from attnserve.benchmarks.plots import plot_latency
 
