@@ -497,6 +497,7 @@ CASES = [
     (["bench", "attention", "--backends", "NOPE"], 2, "argument --backends", None),
     (["bench", "attention", "--num-heads", "6", "--num-kv-heads", "4"], 2, "argument --num-heads", None),
     (["bench", "attention", "--context-lens", "--prefill-lens"], 2, "argument --context-lens", {"value": []}),
+    (["bench", "attention", "-ac.flash_attn_version", "3"], 2, "argument -ac.flash_attn_version", None),
     (  # refused before the model loads, at its flag
         ["bench", "latency", "--model", "/no/such/model", "--frequency-penalty", "5"],
         2,

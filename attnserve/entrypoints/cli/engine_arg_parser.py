@@ -72,7 +72,22 @@ class EngineArgumentParser(argparse.ArgumentParser):
             self._refuse_flag_values(arg_strings, extras)
         if extras and self.has_engine_args:
             self._unrecognized(extras)
+        if extras and "-ac" in self._option_string_actions:  # -ac of its own (bench attention): JSON only
+            self._dotted_attention_config(extras)
         return ns, extras
+
+    def _dotted_attention_config(self, extras: list[str]) -> None:
+        """Refuse ``-ac.FIELD VALUE`` where ``-ac`` takes only a JSON object, saying which form is taken (argparse
+        would say "unrecognized arguments")."""
+        for extra in extras:
+            flag = extra.partition("=")[0]
+            prefix = next((p for p in _ATTENTION_DOTTED if _norm(flag).startswith(p)), None)
+            if prefix is not None:
+                field = flag[len(prefix) :]
+                self.error(
+                    f"argument {flag}: the dotted form is not taken here; give -ac a JSON object "
+                    f"(-ac '{{\"{field}\": VALUE}}')"
+                )
 
     def _refuse_flag_values(self, arg_strings: list[str], extras: list[str] | None = None) -> None:
         """A flag that takes no value given one: ``--enforce-eager=maybe`` or, when ``maybe`` was left over
