@@ -130,6 +130,15 @@ def kv_cache_torch_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch
 Q_SCALE_CONSTANT, K_SCALE_CONSTANT, V_SCALE_CONSTANT = 200.0, 200.0, 100.0
 
 
+def first_bad_kv_scale(k_scale: float, v_scale: float, q_scale: float | None = None) -> tuple[str, float] | None:
+    """``(name, value)`` of the first fp8 scale that is not a positive finite number (``q_scale`` None: not set),
+    or None when all are."""
+    for name, value in (("k_scale", k_scale), ("v_scale", v_scale), ("q_scale", q_scale)):
+        if value is not None and not (0.0 < value < float("inf")):
+            return name, value
+    return None
+
+
 class AttentionImpl(ABC):
     """Per-layer attention computation over the paged KV cache."""
 
@@ -155,10 +164,9 @@ class AttentionImpl(ABC):
 
     def set_kv_scales(self, k_scale: float, v_scale: float, q_scale: float | None = None) -> None:
         """Set this layer's fp8 scales (stored value = x / scale). Raises ValueError for a scale that is not a
-        positive finite number."""
-        for name, value in (("k_scale", k_scale), ("v_scale", v_scale), ("q_scale", q_scale)):
-            if value is not None and not (0.0 < value < float("inf")):
-                raise ValueError(bad_kv_scale(name, value))
+        positive finite number (:func:`first_bad_kv_scale`)."""
+        if bad := first_bad_kv_scale(k_scale, v_scale, q_scale):
+            raise ValueError(bad_kv_scale(*bad))
         self.k_scale, self.v_scale = float(k_scale), float(v_scale)
         if q_scale is not None:
             self.q_scale = float(q_scale)

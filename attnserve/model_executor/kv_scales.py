@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from attnserve.attention.backend import first_bad_kv_scale
 from attnserve.refusals.backends import bad_kv_scale
 
 if TYPE_CHECKING:
@@ -151,9 +152,8 @@ def apply_kv_scales(runner: ModelRunner, checkpoint: KVScales) -> str:
         _runner_log.warning("KV-cache scales of layers the model does not have, unused: %s", ", ".join(names))
     for index, impl in runner.attn_impls.items():
         scales = checkpoint.layer(index)
-        for w, value in zip("kvq", scales):  # a zero, negative or non-finite scale: named by its tensor
-            if value is not None and not (0.0 < value < float("inf")):
-                raise ValueError(f"{checkpoint.names[index, w]}: {bad_kv_scale(f'{w}_scale', value)}")
+        if bad := first_bad_kv_scale(*scales):  # a zero, negative or non-finite scale: named by its tensor
+            raise ValueError(f"{checkpoint.names[index, bad[0].removesuffix('_scale')]}: {bad_kv_scale(*bad)}")
         impl.set_kv_scales(*scales)
     text = describe_kv_scales(cache.kv_cache_dtype, False, bool(found))
     if found and len(found) < len(runner.attn_impls):
