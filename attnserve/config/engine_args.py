@@ -303,27 +303,26 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
                 parsed[key] = parse_backend(s.value, key=key)
             except ConfigError as e:
                 raise _located(e, s) from None
-    position = {id(s): i for i, s in enumerate(settings)}
     if ab is not None and cb is not None and len(set(parsed.values())) > 1:
+        position = {id(s): i for i, s in enumerate(settings)}
         first, later = sorted((ab, cb), key=lambda s: position[id(s)])
         if _given_in(first) != _given_in(later):  # two places: the later one's precedence (command line > files)
             del chosen[first.key], parsed[first.key]
             ab, cb = (None, cb) if first is ab else (ab, None)
-    if ab is not None and cb is not None and len(set(parsed.values())) > 1:
-        first, later = sorted((ab, cb), key=lambda s: position[id(s)])
-        other = first if later.cli else cb  # a flag: argparse's form, the flag that came second named first
-        head = later if later.cli else ab
-        raise ConfigError(
-            Refusal(
-                value=head.value,
-                **backends_conflict(other.label, _shown(other)),
-                key=ATTENTION_BACKEND,
-                subject=None if head.cli else head.label,
-                origin=head.where if head.cli else "",
-                names_path=head.cli,
-                written=TEXT if head.where else PYTHON,
+        else:  # one place, two spellings naming two backends
+            other = first if later.cli else cb  # a flag: argparse's form, the flag that came second named first
+            head = later if later.cli else ab
+            raise ConfigError(
+                Refusal(
+                    value=head.value,
+                    **backends_conflict(other.label, _shown(other)),
+                    key=ATTENTION_BACKEND,
+                    subject=None if head.cli else head.label,
+                    origin=head.where if head.cli else "",
+                    names_path=head.cli,
+                    written=TEXT if head.where else PYTHON,
+                )
             )
-        )
 
     sections: dict[str | None, dict[str, Any]] = {}
     table = engine_args()
@@ -348,26 +347,21 @@ def resolve(settings: Iterable[Setting]) -> Resolved:
             s = ab
         raise _located(e, s) from None
     _log_unused_options(config.attention)
-    warn_unused_settings(config, _picked(config, chosen, table))
+    warn_unused_settings(config, _picked(config, chosen))
     return Resolved(config, chosen)
 
 
-def _picked(config: EngineConfig, chosen: dict[str, Setting], table: dict) -> set[str]:
+def _picked(config: EngineConfig, chosen: dict[str, Setting]) -> set[str]:
     """The chosen engine arguments the user picked: a flag or keyword, or a file's value away from the default (a
     file written by ``attnserve config`` restates every default, which the user did not pick)."""
-    default = EngineConfig()
-    out = set()
-    for key, setting in chosen.items():
-        arg = table.get(key)
-        if arg is None or not setting.source.startswith("file "):  # attention options: warned by their own rule
-            out.add(key)
-            continue
-        here, there = (
-            (config, default) if arg.section is None else (getattr(config, arg.section), getattr(default, arg.section))
-        )
-        if getattr(here, arg.name) != getattr(there, arg.name):
-            out.add(key)
-    return out
+    if not any(s.source.startswith("file ") for s in chosen.values()):
+        return set(chosen)
+    values, defaults = engine_arg_values(config), engine_arg_values(EngineConfig())
+    return {
+        key
+        for key, s in chosen.items()
+        if not s.source.startswith("file ") or key not in values or values[key] != defaults[key]
+    }
 
 
 @functools.cache
