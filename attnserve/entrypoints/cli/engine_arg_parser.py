@@ -26,6 +26,11 @@ def _norm(flag: str) -> str:
     return flag.replace("_", "-")
 
 
+def _dotted_prefix(flag: str) -> str | None:
+    """The attention-config dotted prefix ``flag`` starts with (``-ac.``, ``--attention-config.``), or None."""
+    return next((p for p in _ATTENTION_DOTTED if _norm(flag).startswith(p)), None)
+
+
 class EngineArgumentParser(argparse.ArgumentParser):
     """ArgumentParser with one-line errors (exit 2), ``_``/``-`` interchangeable in flag names, no
     abbreviations, and, once engine args are added, unknown flags named with a suggestion."""
@@ -81,8 +86,7 @@ class EngineArgumentParser(argparse.ArgumentParser):
         would say "unrecognized arguments")."""
         for extra in extras:
             flag = extra.partition("=")[0]
-            prefix = next((p for p in _ATTENTION_DOTTED if _norm(flag).startswith(p)), None)
-            if prefix is not None:
+            if (prefix := _dotted_prefix(flag)) is not None:
                 field = flag[len(prefix) :]
                 self.error(
                     f"argument {flag}: the dotted form is not taken here; give -ac a JSON object "
@@ -120,11 +124,10 @@ class EngineArgumentParser(argparse.ArgumentParser):
 
     def _unrecognized(self, extras: list[str]) -> NoReturn:
         flag = next((e.partition("=")[0] for e in extras if e.startswith("-")), None)
-        for prefix in _ATTENTION_DOTTED if flag else ():
-            if _norm(flag).startswith(prefix):  # type: ignore[union-attr]
-                try:
-                    AttentionConfig.normalize_key(flag[len(prefix) :], f"in {flag}")  # type: ignore[index]
-                except ConfigError as e:
-                    self.error(message(e.refusal.at(f"argument {flag}", written=e.refusal.written)))
+        if flag and (prefix := _dotted_prefix(flag)) is not None:
+            try:
+                AttentionConfig.normalize_key(flag[len(prefix) :], f"in {flag}")
+            except ConfigError as e:
+                self.error(message(e.refusal.at(f"argument {flag}", written=e.refusal.written)))
         near = closest(_norm(flag), list(self._option_string_actions)) if flag else None
         self.error(unrecognized_arguments(extras, near))
