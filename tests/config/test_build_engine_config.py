@@ -161,6 +161,9 @@ def test_vllm_env_warned_once(monkeypatch, caplog):
 
 
 def test_unused_option_logged(caplog):
+    from attnserve.config.engine_args import log_unused_options_once
+
+    log_unused_options_once.cache_clear()  # once per process: an earlier test may have logged this pair
     with caplog.at_level(logging.WARNING, logger="attnserve.config"):
         build_engine_config(attention_backend="TRITON_ATTN", attention_config={"use_trtllm_attention": False})
     assert any("use_trtllm_attention" in r.getMessage() and "TRITON_ATTN" in r.getMessage() for r in caplog.records)
