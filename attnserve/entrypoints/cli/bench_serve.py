@@ -129,7 +129,7 @@ def run_serve(args: argparse.Namespace) -> int:
         num_prompts=args.num_prompts,
         request_rate=args.request_rate,
         max_concurrency=args.max_concurrency,
-        input_len=args.input_len or 128,
+        input_len=args.input_len or BenchConfig.input_len,  # its default: random prompts only
         output_len=args.output_len,
         prefix_len=args.prefix_len,
         num_turns=args.num_turns,
