@@ -2,6 +2,8 @@
 # On the H200 machine, after the vLLM kit (../shared/gpu/vllm-kit, calls 1-2) and the fa3 part of .stage are
 # installed into /tmp/site: attnserve with its default flags beside vLLM 0.26.0 in one process tree
 # (`--baseline vllm`: vLLM runs in a subprocess after attnserve's engine has exited). Results under $OUT.
+# Stage `fia xg` (stage.sh) after the kit: the kit's xgrammar 0.2.3 brings apache-tvm-ffi 0.1.10, which leaves a
+# mixed tvm_ffi in /tmp/site that vLLM's import of xgrammar fails on (undefined symbol).
 # Usage: bash benchmarks/gpu/vs_vllm.sh tp|lat-qwen|lat-llama|shared...
 #   BASELINE= (empty): attnserve alone (vLLM then from the kit's run_vllm_bench.sh in a call of its own);
 #   TOK=DIR: the tokenizer (default: the kit's SmolLM2 one; `stage.sh tok` puts the same at /tmp/tok);
