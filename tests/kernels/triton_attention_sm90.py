@@ -200,6 +200,7 @@ def compile_keys_major_sm90(head: int, qpkv: int, page: int, num_splits: int, kv
         NUM_SPLITS=num_splits,
         PV=pv,
         PROBE="",
+        PREFETCH=False,
         INTERPRET=False,
     )
     pointers = dict(out_ptr="*bf16", q_ptr="*bf16", k_ptr=f"*{kv}", v_ptr=f"*{kv}", bt_ptr="*i32")
