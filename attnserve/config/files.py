@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from attnserve.config.engine_args import Setting, settings_from_mapping
+from attnserve.config.settings import Setting, settings_from_mapping
 from attnserve.config.fields import ConfigError
 from attnserve.refusals import Refusal
 from attnserve.refusals.config import (

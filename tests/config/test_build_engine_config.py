@@ -17,7 +17,7 @@ from attnserve.config import (
     build_engine_config,
 )
 from attnserve.config import env as env_mod
-from attnserve.config.engine_args import engine_args
+from attnserve.config.engine_arg_table import engine_args
 
 FA = AttentionBackendEnum.FLASH_ATTN
 FI = AttentionBackendEnum.FLASHINFER

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from attnserve.config import AttentionConfig, ConfigError
-from attnserve.config.engine_args import engine_args, resolve
+from attnserve.config.engine_arg_table import engine_args
+from attnserve.config.engine_args import resolve
 from attnserve.config.fields import allowed_values, field_types, split_optional
 from attnserve.config.files import file_settings
 

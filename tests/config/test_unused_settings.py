@@ -71,7 +71,7 @@ def test_kv_cache_memory_beside_a_block_count():
 
 
 def test_warned_once_when_resolved(caplog):
-    from attnserve.config.engine_args import Setting
+    from attnserve.config.settings import Setting
 
     log_unused_setting_once.cache_clear()
     s = Setting("distributed_executor_backend", "ray", "python", "distributed_executor_backend=")

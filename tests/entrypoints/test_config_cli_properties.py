@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from attnserve.attention.registry import AttentionBackendEnum
 from attnserve.config import AttentionConfig, build_engine_config
-from attnserve.config.engine_args import engine_arg_values, engine_args
+from attnserve.config.engine_arg_table import engine_args
+from attnserve.config.engine_args import engine_arg_values
 from attnserve.config.fields import split_optional
 from attnserve.entrypoints.cli.config import config_file_text
 from attnserve.entrypoints.cli.engine_args import resolve_engine_args

@@ -9,7 +9,8 @@ import json
 import pytest
 import yaml
 
-from attnserve.config.engine_args import engine_arg_names, engine_arg_values
+from attnserve.config.engine_arg_table import engine_arg_names
+from attnserve.config.engine_args import engine_arg_values
 from attnserve.entrypoints.cli.engine_args import engine_config_from_args
 from attnserve.entrypoints.cli.main import build_parser, main
 

@@ -32,15 +32,9 @@ from typing import Any, NoReturn
 
 from attnserve.config import AttentionConfig, ConfigError, EngineConfig
 from attnserve.config.engine_arg_table import EngineArg
-from attnserve.config.engine_args import (
-    ATTENTION_BACKEND,
-    ATTENTION_PREFIX,
-    Resolved,
-    Setting,
-    attention_settings,
-    engine_args,
-    resolve,
-)
+from attnserve.config.engine_arg_table import ATTENTION_BACKEND, ATTENTION_PREFIX, engine_args
+from attnserve.config.engine_args import Resolved, resolve
+from attnserve.config.settings import Setting, attention_settings
 from attnserve.config.fields import HUMAN_INT_WORDS, field_docs, split_optional
 from attnserve.config.files import file_settings, loads_json
 from attnserve.refusals import PYTHON, Refusal, Refused, message
