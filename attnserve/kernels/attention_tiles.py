@@ -13,7 +13,7 @@ import torch
 KV_TILE_TOKENS = 64
 # ... as long as one K tile (BLOCK_N x HEAD_PAD elements) stays within 16 KiB: Triton stages K and V
 # through shared memory, pipelined over 3 iterations by default (2 in decode launches:
-# ``triton_attn._DECODE_LAUNCH``), so 16 KiB tiles keep a program near 40 KB (sm_90 build: 16-bit, head
+# ``triton_attn_plan._DECODE_LAUNCH``), so 16 KiB tiles keep a program near 40 KB (sm_90 build: 16-bit, head
 # 128, 64 tokens: 39 KB, 152 registers). Wider tiles for float32 or head 256 would need 76-152 KB (more
 # than sm_75/sm_8x's per-block limit, and spills for float32/256).
 KV_TILE_BYTES = 16 * 1024

@@ -95,7 +95,7 @@ def triton_cascade(args, s: dict, variant: tuple | None, part: str = "all", fold
     call's ``variant`` (rows, splits, warps, stages, pages; None: the engine's builder's choice). ``fold``: the
     suffix call folds the prefix's partial results in (the engine's unsplit suffix); else it writes its own slot
     and a merge kernel reads all (the engine before, and its split suffix)."""
-    from attnserve.attention.backends import triton_attn
+    from attnserve.attention.backends import triton_attn_plan as triton_attn
     from attnserve.kernels.attention_tiles import block_m_for, query_tiles
     from attnserve.kernels.triton_attention import paged_attention
     from attnserve.kernels.triton_merge_splits import merge_splits, partial_results

@@ -8,7 +8,7 @@ meaningless as timings).
 A 16-row tile is 4 query tokens x 4 query heads at GQA 4, so a prefill in such tiles walks the whole KV of a
 sequence once per 4 of its tokens; a tile of 64 or 128 rows walks it once per 16 or 32 (``paged_attention(
 block_m=...)``, the tiles from ``query_tiles`` of its BLOCK_Q). This chose the builder's prefill tiles
-(``triton_attn._PREFILL_ROWS``). Each case is a prefill of fresh sequences (context 0, causal), bf16 (or an e4m3
+(``triton_attn_plan._PREFILL_ROWS``). Each case is a prefill of fresh sequences (context 0, causal), bf16 (or an e4m3
 cache: ``--kv-cache-dtype fp8``), the case's head size, 16-token pages scattered over the cache. Every row's
 output is compared with the 16-row tiles' (``max_abs``; that kernel is the one tested against the float32
 reference) and, in ``--tiny``, with the reference itself. Timing: ``bench_fp8_decode.graph_median_us`` (CUDA

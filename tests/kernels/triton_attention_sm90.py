@@ -92,7 +92,7 @@ def compile_sm90(
     """``_paged_attention_kernel`` compiled for sm_90 with the constants and launch options ``paged_attention``
     would get from TRITON_ATTN's builder on an H200 (PDL on, no FP contraction; pointers and strides
     specialised as divisible by 16, as the launcher does for such arguments). ``decode``: a decode call, with
-    the builder's decode launch options (``triton_attn._DECODE_LAUNCH``: 2 stages, and 8 warps when the KV is
+    the builder's decode launch options (``triton_attn_plan._DECODE_LAUNCH``: 2 stages, and 8 warps when the KV is
     split; the builder splits only decode calls); ``rope``: with RoPE + q/k norm + the KV write inside
     (``DecodeRope``; 8 KV heads), a decode call. ``kv``: an fp8 cache ("fp8e4nv" or "fp8e5") read the
     ``fp8_dot`` way (None: ``default_fp8_dot``), with the builder's fp8 decode launch options; ``launch``:
@@ -151,7 +151,7 @@ def compile_sm90(
     sig, attrs, const_paths = _signature(names, const, dtype, rope, kv)
     constexprs = {(names.index(k),): v for k, v in const.items()} | const_paths
     src = ASTSource(fn, sig, constexprs=constexprs, attrs=attrs)
-    from attnserve.attention.backends.triton_attn import _DECODE_LAUNCH, _FP8_DECODE_LAUNCH
+    from attnserve.attention.backends.triton_attn_plan import _DECODE_LAUNCH, _FP8_DECODE_LAUNCH
 
     if launch is None:
         launch = (_FP8_DECODE_LAUNCH if kv else _DECODE_LAUNCH)[num_splits > 1] if decode or rope else {}
