@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The open issues' decisive H200 measurements (26 fp8 KV, 28 vs vLLM, 30 structured outputs), one step per device
+# call; each call within 30 s of the last (the machine, and /tmp/site, go after 30 s idle). Results under $OUT.
+#
+#   call  carry                                                                 command
+#   1     .stage/fa3 .stage/fia .stage/xg .stage/tok.tgz                        bash benchmarks/gpu/open_issues.sh stage
+#   2     -                                                                     ... structured   (issue 30, ~150 s)
+#   3     .stage/fib                                                            ... fib
+#   4     -                                                                     ... fp8          (issue 26, ~390 s)
+#   5     -                                                                     ... keys         (issue 26's kernel sweep)
+#   6     .vllmkit/p1 .vllmkit/install_part.sh .vllmkit/run_vllm_bench.sh       ... kit1
+#   7     .vllmkit/p2 .vllmkit/install_part.sh .vllmkit/run_vllm_bench.sh .stage/fia .stage/xg   ... kit2
+#   8     -                                                                     ... vllm         (issue 28: tp, lat-qwen; ~190 s)
+#   9     -                                                                     ... llama        (issue 28: lat-llama; ~200 s)
+# Session 34 ran 1-4 and 6-9 this way in 1,100 s of device time. Parts: `bash benchmarks/gpu/make_stage.sh` and the
+# vLLM kit (../shared/gpu/vllm-kit/build.sh .vllmkit), built here first.
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export OUT PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FLASHINFER_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 ATTNSERVE_TEST_TOKENIZER=/tmp/tok
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+quiet() { grep -v -E "^(INFO|WARNING)|^\(|it/s\]|Building JIT" | grep -v "^\s*$"; }
+case ${1:-} in
+  stage) bash benchmarks/gpu/stage.sh fa3 fia xg tok | tail -3 ;;
+  structured) timeout 560 python3 -m benchmarks.gpu.bench_structured_tpot --rounds 11 --json "$OUT/structured.json" 2>&1 | quiet ;;
+  fib) bash benchmarks/gpu/stage.sh fib | tail -2 ;;
+  fp8) timeout 580 bash benchmarks/gpu/fp8_kv.sh "$OUT" attention 2>&1 | tail -40 ;;
+  keys) timeout 560 python3 -m benchmarks.gpu.bench_fp8_keys_major --prefetch 0 1 --pv f16 f16v --tokens 64 32 --warps 8 4 \
+          --stages 2 --splits 1 2 --budget 420 --json "$OUT/keys.json" 2>&1 | tail -45 ;;
+  kit1) bash .vllmkit/install_part.sh p1 | tail -2 ;;
+  # the kit's xgrammar 0.2.3 brings apache-tvm-ffi 0.1.10 over the staged 0.1.15: stage both again after it
+  kit2) bash .vllmkit/install_part.sh p2 | tail -2
+        rm -rf /tmp/site/tvm_ffi /tmp/site/apache_tvm_ffi* /tmp/site/xgrammar /tmp/site/xgrammar-*
+        bash benchmarks/gpu/stage.sh fia xg | grep staged ;;
+  vllm) BASELINE=vllm TOK=/tmp/tok timeout 560 bash benchmarks/gpu/vs_vllm.sh tp lat-qwen 2>&1 | quiet | tail -30 ;;
+  llama) BASELINE=vllm TOK=/tmp/tok timeout 560 bash benchmarks/gpu/vs_vllm.sh lat-llama 2>&1 | quiet | tail -20 ;;
+  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama" >&2; exit 2 ;;
+esac
