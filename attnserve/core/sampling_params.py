@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import dataclasses
 from dataclasses import dataclass, field
 
 from attnserve.config.model import SEED_MAX, SEED_MIN
@@ -256,6 +257,13 @@ class SamplingParams:
         self._logits_rules = (
             self.has_penalties or bool(self.logit_bias) or self.min_tokens > 0 or self.allowed_token_ids is not None
         )
+
+    def snapshot(self) -> SamplingParams:
+        """A copy checked and derived anew from the current field values, for the engine to keep: a field changed
+        after construction (``sp.presence_penalty = 1.5``, as vLLM code does) takes effect or is refused here, as at
+        construction (SamplingParamsError), and later changes to this object reach no queued request. Bad words are
+        tokenized again (``bad_words_token_ids`` cleared)."""
+        return dataclasses.replace(self, bad_words_token_ids=None)
 
     @property
     def greedy(self) -> bool:

@@ -202,8 +202,10 @@ class LLMEngine:
         ``final_only``: :meth:`step` returns the request's output only when it finishes (``LLM.generate``, which
         reads only those, as vLLM's FINAL_ONLY output kind).
         Raises PromptTooLongError when the prompt has max_model_len tokens or more, :meth:`check_params`'
-        SamplingParamsError for parameters the model cannot honour.
+        SamplingParamsError for parameters the model cannot honour. The request keeps ``params.snapshot()``: fields
+        changed after construction are checked, and later changes reach no queued request.
         """
+        params = params.snapshot()
         self.check_params(params)
         request_id = request_id if request_id is not None else str(next(self._ids))
         token_ids = prompt_token_ids if prompt_token_ids is not None else self.check_prompt(prompt)

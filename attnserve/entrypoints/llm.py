@@ -238,7 +238,9 @@ def _params_list(
 ) -> list[SamplingParams]:
     """One SamplingParams per prompt (one for all, or a list as long as the prompts; none given: ``default``, the
     generation config's defaults (--generation-config), as vLLM's LLM does); Refused (a ValueError) otherwise: a
-    list of another length, or an item that is no SamplingParams (a dict of its fields too), named by its index."""
+    list of another length, or an item that is no SamplingParams (a dict of its fields too), named by its index.
+    Each is a :meth:`SamplingParams.snapshot`: fields changed since construction are checked before any prompt is
+    queued."""
     params = sampling_params if sampling_params is not None else default
     if isinstance(params, Sequence) and not isinstance(params, (str, bytes)):
         params_list = list(params)
@@ -247,7 +249,7 @@ def _params_list(
         bad = next((i for i, p in enumerate(params_list) if not isinstance(p, SamplingParams)), None)
         if bad is not None:
             raise Refused(not_sampling_params(("sampling_params", bad), params_list[bad], n))
-        return params_list
+        return [p.snapshot() for p in params_list]
     if not isinstance(params, SamplingParams):
         raise Refused(not_sampling_params(("sampling_params",), params, n))
-    return [params] * n
+    return [params.snapshot()] * n

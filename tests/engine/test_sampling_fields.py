@@ -139,6 +139,36 @@ def test_bad_values_are_refused(bad, name):
         assert e.value.refusal.value == bad[name]
 
 
+def test_fields_changed_after_construction_take_effect(default_llm):
+    """vLLM code sets fields on a built SamplingParams: the engine reads them (``SamplingParams.snapshot``)."""
+    changed = SamplingParams(**GREEDY)
+    changed.presence_penalty = 1.5
+    built = SamplingParams(**GREEDY, presence_penalty=1.5)
+    out = default_llm.generate([PROMPT], changed)[0].outputs[0].token_ids
+    assert out == default_llm.generate([PROMPT], built)[0].outputs[0].token_ids
+    assert out != _text(default_llm).token_ids
+    first = _text(default_llm, max_tokens=1).token_ids[0]
+    sp = SamplingParams(temperature=0, max_tokens=1)
+    sp.logit_bias = {first: -100.0}
+    assert default_llm.generate([PROMPT], sp)[0].outputs[0].token_ids[0] != first
+    sp.bad_words, sp.logit_bias = [" Paris"], None  # tokenized again, not the last request's words
+    assert default_llm.generate([PROMPT], sp)[0].outputs[0].token_ids[0] != first
+
+
+@pytest.mark.parametrize(
+    "name, value", [("n", 0), ("temperature", float("nan")), ("max_tokens", -5), ("seed", 2**70), ("top_p", 2.0)]
+)
+def test_fields_changed_after_construction_are_checked_before_any_prompt_is_queued(default_llm, name, value):
+    from attnserve.core.sampling_params import SamplingParamsError
+
+    good, bad = SamplingParams(temperature=0, max_tokens=2), SamplingParams(temperature=0, max_tokens=2)
+    setattr(bad, name, value)
+    with pytest.raises(SamplingParamsError) as e:
+        default_llm.generate([PROMPT, PROMPT], [good, bad])
+    assert e.value.name == name
+    assert not default_llm.engine.has_unfinished_requests()
+
+
 def test_token_ids_outside_the_vocabulary_are_refused(default_llm):
     from attnserve.core.sampling_params import SamplingParamsError
 
