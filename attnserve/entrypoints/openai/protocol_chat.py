@@ -101,6 +101,8 @@ class ChatCompletionRequest(SamplingFields):
     functions: list[dict[str, Any]] | None = Field(None, description="deprecated by OpenAI for tools; must be empty")
     # None: "auto" when tools are given, else "none" (OpenAI's and vLLM's defaults)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    # false: at most one tool call (``required``: constrained to one; ``auto``: the first one parsed, as vLLM)
+    parallel_tool_calls: bool | None = None
     function_call: str | dict[str, Any] | None = Field(
         None, description="deprecated by OpenAI for tool_choice; only 'none'"
     )

@@ -43,12 +43,14 @@ class ToolMode:
     kind: str
     function: str | None = None
     parser: ToolParser | None = None
+    parallel: bool = True  # False (``parallel_tool_calls: false``): at most one call
 
 
 def tool_mode(req: ChatCompletionRequest, enable_auto_tool_choice: bool, tool_parser: str | None) -> ToolMode:
     """The request's tool mode; 400 (param ``tool_choice``) for a choice without tools, a named function not among
     them, or ``auto`` on a server started without ``--enable-auto-tool-choice --tool-call-parser``."""
     choice = req.tool_choice if req.tool_choice is not None else ("auto" if req.tools else "none")
+    parallel = req.parallel_tool_calls is not False
     if choice == "none":
         return ToolMode("none")
     if not req.tools:
@@ -57,9 +59,9 @@ def tool_mode(req: ChatCompletionRequest, enable_auto_tool_choice: bool, tool_pa
     if choice == "auto":
         if not (enable_auto_tool_choice and tool_parser):
             raise refusal_error(AUTO_TOOL_CHOICE, param="tool_choice")
-        return ToolMode("auto", parser=TOOL_PARSERS[tool_parser]())
+        return ToolMode("auto", parser=TOOL_PARSERS[tool_parser](), parallel=parallel)
     if choice == "required":
-        return ToolMode("required")
+        return ToolMode("required", parallel=parallel)
     names = [t.function.name for t in req.tools]
     if choice.function.name not in names:
         raise refusal_error(not_a_tool(choice.function.name, names))
@@ -83,6 +85,8 @@ def tool_constraint(req: ChatCompletionRequest, mode: ToolMode) -> tuple[str, St
             }
 
         schema = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": [one(t) for t in req.tools]}}
+        if not mode.parallel:
+            schema["maxItems"] = 1
         return "tools", StructuredOutputsParams(json=schema)
     return None
 
@@ -113,6 +117,8 @@ def tool_reply(mode: ToolMode, text: str, finish_reason: str | None) -> tuple[st
         content, calls = mode.parser.extract(text)
     if not calls:
         return content if content is not None else text, [], finish_reason
+    if not mode.parallel:  # the first call only (vLLM's maybe_filter_parallel_tool_calls)
+        calls = calls[:1]
     out = [ToolCall(id=tool_call_id(), function=FunctionCall(name=c.name, arguments=c.arguments)) for c in calls]
     return content, out, "tool_calls" if finish_reason == "stop" else finish_reason
 
@@ -133,22 +139,19 @@ class ToolStream:
         if kind == "none":
             delta, self.sent = text[self.sent :], len(text)
             return delta, None, finish_reason
-        if kind == "named":
-            deltas = []
+        if kind == "named":  # one call: its first delta carries the id, the name and the arguments so far
+            args, self.sent = text[self.sent :], len(text)
             if not self.started:
                 self.started = True
-                deltas.append(
-                    DeltaToolCall(
-                        index=0,
-                        id=tool_call_id(),
-                        type="function",
-                        function=DeltaFunctionCall(name=self.mode.function, arguments=""),
-                    )
+                call = DeltaToolCall(
+                    index=0,
+                    id=tool_call_id(),
+                    type="function",
+                    function=DeltaFunctionCall(name=self.mode.function, arguments=args),
                 )
-            if len(text) > self.sent:
-                deltas.append(DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=text[self.sent :])))
-                self.sent = len(text)
-            return None, deltas or None, finish_reason
+                return None, [call], finish_reason
+            more = [DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=args))] if args else None
+            return None, more, finish_reason
         content = None
         if kind == "auto" and not self.held:
             safe, self.held = self.mode.parser.split(text)

@@ -111,7 +111,6 @@ CHAT_FIELDS: dict[str, tuple | None] = {
     "tool_choice": (None, "none"),
     "reasoning_effort": _NULL,
     "include_reasoning": _TRUE,
-    "parallel_tool_calls": (None, True, False),  # without tools it changes nothing
     "best_of": _NULL,
     "echo": _FALSE,
     "add_generation_prompt": _TRUE,

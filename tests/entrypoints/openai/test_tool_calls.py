@@ -187,3 +187,45 @@ def test_auto_without_a_call_is_content(hermes):
     )
     c = r.choices[0]
     assert c.message.tool_calls in (None, []) and c.message.content and c.finish_reason == "length"
+
+
+def test_required_with_parallel_tool_calls_false_makes_one_call(client, model_name):
+    kw = dict(model=model_name, messages=MESSAGES, tools=TOOLS, tool_choice="required", max_tokens=80, temperature=0)
+    c = client.chat.completions.create(parallel_tool_calls=False, **kw).choices[0]
+    assert len(c.message.tool_calls) == 1 and c.finish_reason == "tool_calls"
+    _check_calls([(t.function.name, t.function.arguments) for t in c.message.tool_calls])
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call_and_constrains_required():
+    from attnserve.entrypoints.openai.protocol_chat import ChatCompletionRequest
+    from attnserve.entrypoints.openai.tool_parsers import TOOL_PARSERS
+    from attnserve.entrypoints.openai.tools import ToolMode, tool_constraint, tool_mode, tool_reply
+
+    call = '<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "{}", "days": 1}}}}\n</tool_call>\n'
+    text = call.format("Paris") + call.format("Rome")
+    for parallel, n in ((True, 2), (False, 1)):
+        _, calls, finish = tool_reply(
+            ToolMode("auto", parser=TOOL_PARSERS["hermes"](), parallel=parallel), text, "stop"
+        )
+        assert len(calls) == n and finish == "tool_calls"
+        assert json.loads(calls[0].function.arguments) == {"city": "Paris", "days": 1}
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA_OF["get_weather"]}}]
+    for parallel, most in ((None, None), (False, 1)):
+        req = ChatCompletionRequest(
+            messages=MESSAGES, tools=tools, tool_choice="required", parallel_tool_calls=parallel
+        )
+        _, constraint = tool_constraint(req, tool_mode(req, False, None))
+        assert constraint.json.get("maxItems") == most
+
+
+def test_a_streamed_named_call_sends_one_delta_per_chunk():
+    from attnserve.entrypoints.openai.tools import ToolMode, ToolStream
+
+    s = ToolStream(ToolMode("named", function="get_weather"))
+    _, first, _ = s.feed('{"city"', None)
+    assert len(first) == 1 and first[0].index == 0 and first[0].id
+    assert (first[0].function.name, first[0].function.arguments) == ("get_weather", '{"city"')
+    assert s.feed('{"city"', None)[1] is None  # nothing new
+    _, last, finish = s.feed('{"city": "Paris"}', "stop")
+    assert [(d.index, d.id, d.function.name, d.function.arguments) for d in last] == [(0, None, None, ': "Paris"}')]
+    assert finish == "stop"
