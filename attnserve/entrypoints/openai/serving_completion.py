@@ -218,7 +218,10 @@ def _logprobs(c: CompletionOutput, start: int, end: int, offset: int) -> Complet
         sampled = entry[tid]
         lp.tokens.append(sampled.decoded_token)
         lp.token_logprobs.append(sampled.logprob)
-        lp.top_logprobs.append({e.decoded_token: e.logprob for e in sorted(entry.values(), key=lambda e: e.rank)})
+        top: dict[str, float] = {}
+        for e in sorted(entry.values(), key=lambda e: e.rank):  # tokens that decode alike ("\ufffd"): the best rank's
+            top.setdefault(e.decoded_token, e.logprob)
+        lp.top_logprobs.append(top)
         lp.text_offset.append(offset)
         offset += len(sampled.decoded_token)
     return lp

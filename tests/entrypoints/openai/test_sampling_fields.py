@@ -127,3 +127,20 @@ def test_bad_values_are_400s_naming_the_field(client, model_name, kw, extra, par
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=model_name, prompt=PROMPT, max_tokens=10, stream=stream, extra_body=extra, **kw)
     assert e.value.body["param"] == param
+
+
+def test_completion_top_logprobs_keep_the_best_rank_of_tokens_that_decode_alike():
+    """Byte-fallback tokens all decode to U+FFFD: the legacy map's key then holds the best-ranked one's logprob (the
+    sampled token's here), not the last one's."""
+    from attnserve.engine.outputs import CompletionOutput, Logprob
+    from attnserve.entrypoints.openai.serving_completion import _logprobs
+
+    entry = {
+        7: Logprob(-1.25, 1, "\ufffd"),
+        8: Logprob(-2.5, 2, " a"),
+        9: Logprob(-3.5, 3, "\ufffd"),
+    }
+    lp = _logprobs(CompletionOutput(0, "", [7], logprobs=[entry]), 0, 1, 0)
+    assert lp.token_logprobs == [-1.25]
+    assert lp.top_logprobs == [{"\ufffd": -1.25, " a": -2.5}]
+    assert list(lp.top_logprobs[0]) == ["\ufffd", " a"]
