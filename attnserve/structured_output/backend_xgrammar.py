@@ -65,6 +65,9 @@ class XgrammarBackend:
         try:
             if kind == "json":
                 schema = params.json if isinstance(params.json, str) else json.dumps(params.json)
+                bad = self._unsupported_pattern(json.loads(schema))
+                if bad is not None:  # xgrammar would drop the feature from the pattern, and constrain less
+                    raise ValueError(bad)
                 compiled = c.compile_json_schema(schema, any_whitespace=not params.disable_any_whitespace)
             elif kind == "json_object":  # an object, not any JSON value (vLLM compiles the same schema)
                 compiled = c.compile_json_schema('{"type": "object"}', any_whitespace=not params.disable_any_whitespace)
@@ -82,6 +85,26 @@ class XgrammarBackend:
         with self._lock:
             self._cache[key] = compiled
         return compiled
+
+    def _unsupported_pattern(self, schema) -> str | None:
+        """The first ``pattern`` of a JSON schema that xgrammar's regex reader refuses (a lookahead, a word boundary),
+        as ``pattern '(?=a)b': <its reason>``; None when there is none. A schema's patterns compile without those
+        features (xgrammar logs that it ignores them), so the output would not match the pattern."""
+        nodes = [schema]
+        while nodes:
+            node = nodes.pop()
+            if isinstance(node, list):
+                nodes.extend(node)
+            elif isinstance(node, dict):
+                pattern = node.get("pattern")
+                if isinstance(pattern, str):
+                    try:
+                        self.xgr.Grammar.from_regex(pattern)
+                    except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError / its own errors
+                        lines = str(e).strip().splitlines()
+                        return f"pattern {pattern!r}: {_LOG_PREFIX.sub('', lines[0]) if lines else type(e).__name__}"
+                nodes.extend(node.values())
+        return None
 
     def matcher(self, compiled):
         """A fresh matcher at the grammar's start."""

@@ -129,14 +129,32 @@ def test_n_completions_each_follow_the_constraint(default_llm):
         (S(json={"type": "objectx"}), ("structured_outputs", "json")),
         (S(regex="(("), ("structured_outputs", "regex")),
         (S(grammar="root ::= foo"), ("structured_outputs", "grammar")),
+        # xgrammar compiles a schema's pattern without a lookahead (logging that it ignores it): refused instead
+        (S(json={"type": "string", "pattern": "(?=a)b"}), ("structured_outputs", "json")),
+        (
+            S(json={"type": "object", "properties": {"w": {"type": "string", "pattern": r"\bw"}}}),
+            ("structured_outputs", "json"),
+        ),
     ],
-    ids=["schema", "regex", "grammar"],
+    ids=["schema", "regex", "grammar", "schema_pattern_lookahead", "nested_pattern_word_boundary"],
 )
 def test_invalid_constraints_are_refused_before_queueing(default_llm, params, path):
     with pytest.raises(Refused) as e:
         default_llm.generate(["x"], SamplingParams(max_tokens=2, structured_outputs=params))
     assert e.value.path == path and "is not a valid" in str(e.value)
     assert not default_llm.engine.structured.matchers
+
+
+def test_a_schema_with_supported_patterns_compiles(default_llm):
+    schema = {
+        "type": "object",
+        "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{3}$"}},
+        "required": ["id"],
+    }
+    out = default_llm.generate(
+        ["An id:"], SamplingParams(temperature=0, max_tokens=20, structured_outputs=S(json=schema))
+    )
+    jsonschema.validate(json.loads(out[0].outputs[0].text), schema)
 
 
 def test_async_abort_while_the_next_step_is_scheduled_ahead(default_llm):
