@@ -62,6 +62,19 @@ def query_rows(num_queries_per_kv: int) -> int:
 
 
 @triton.jit
+def _kv_tile(k_ptr, v_ptr, blk, slot, valid, kvh, offs_d, strides_k, strides_v):
+    """A KV tile's fp8 K (BLOCK_N, HEAD) and V^T (HEAD, BLOCK_N) from the tokens' blocks ``blk`` (int64) and
+    slots; tokens ``valid`` marks off read 0. Strides: (block, slot, head), elements."""
+    stride_kb, stride_ks, stride_kh = strides_k
+    stride_vb, stride_vs, stride_vh = strides_v
+    k_off = blk * stride_kb + slot * stride_ks + kvh * stride_kh
+    v_off = blk * stride_vb + slot * stride_vs + kvh * stride_vh
+    k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+    vt = tl.load(v_ptr + v_off[None, :] + offs_d[:, None], mask=valid[None, :], other=0.0)
+    return k, vt
+
+
+@triton.jit
 def _softmax_pv(s_t, valid, vt, m_i, l_i, acc, qk_scale):
     """One KV tile's online-softmax update: scores ``s_t`` (BLOCK_N, QROWS) of the tokens ``valid`` marks, V^T
     ``vt`` (HEAD, BLOCK_N) float16; returns the new (m_i, l_i, acc), log2 units."""
@@ -149,31 +162,13 @@ def _fp8_decode_kernel(
         pos_n = pos_c + BLOCK_N
         val_n = (pos_n < seq_len) & (kv_lo + 1 < kv_hi)
         blk_n = tl.load(bt_row + pos_n // PAGE, mask=val_n, other=0).to(tl.int64)
-        k_c = tl.load(
-            k_ptr + (blk_c * stride_kb + (pos_c % PAGE) * stride_ks + kvh * stride_kh)[:, None] + offs_d[None, :],
-            mask=val_c[:, None],
-            other=0.0,
-        )
-        vt_c = tl.load(
-            v_ptr + (blk_c * stride_vb + (pos_c % PAGE) * stride_vs + kvh * stride_vh)[None, :] + offs_d[:, None],
-            mask=val_c[None, :],
-            other=0.0,
-        )
+        k_c, vt_c = _kv_tile(k_ptr, v_ptr, blk_c, pos_c % PAGE, val_c, kvh, offs_d, strides_k, strides_v)
         for j in tl.range(kv_lo, kv_hi, num_stages=1):
             # issue: tile j+1's K and V (block entries from the last iteration), tile j+2's block entries
             pos_nn = pos_n + BLOCK_N
             val_nn = (pos_nn < seq_len) & (j + 2 < kv_hi)
             blk_nn = tl.load(bt_row + pos_nn // PAGE, mask=val_nn, other=0).to(tl.int64)
-            k_n = tl.load(
-                k_ptr + (blk_n * stride_kb + (pos_n % PAGE) * stride_ks + kvh * stride_kh)[:, None] + offs_d[None, :],
-                mask=val_n[:, None],
-                other=0.0,
-            )
-            vt_n = tl.load(
-                v_ptr + (blk_n * stride_vb + (pos_n % PAGE) * stride_vs + kvh * stride_vh)[None, :] + offs_d[:, None],
-                mask=val_n[None, :],
-                other=0.0,
-            )
+            k_n, vt_n = _kv_tile(k_ptr, v_ptr, blk_n, pos_n % PAGE, val_n, kvh, offs_d, strides_k, strides_v)
             # compute tile j
             s_t = tl.dot(k_c.to(tl.float16), qt)
             if PV == "f16v":
