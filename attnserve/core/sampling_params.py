@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
-import dataclasses
 from dataclasses import dataclass, field
 
 from attnserve.config.model import SEED_MAX, SEED_MIN
