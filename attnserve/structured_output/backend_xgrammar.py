@@ -12,6 +12,7 @@ import re
 import threading
 
 from attnserve.core.structured_outputs import StructuredOutputsParams
+from attnserve.structured_output.lark import is_lark, lark_to_ebnf
 from attnserve.refusals import Refused
 from attnserve.refusals.sampling import NO_XGRAMMAR, invalid_constraint
 from attnserve.refusals.sampling import STRUCTURED_EXTRA as EXTRA  # noqa: F401 (re-exported)
@@ -75,8 +76,9 @@ class XgrammarBackend:
                 compiled = c.compile_regex(params.regex)
             elif kind == "choice":
                 compiled = c.compile_grammar(choice_grammar(params.choice))
-            else:
-                compiled = c.compile_grammar(params.grammar)
+            else:  # xgrammar's EBNF, or Lark (vLLM takes either): converted, or LarkError says what cannot be
+                grammar = lark_to_ebnf(params.grammar) if is_lark(params.grammar) else params.grammar
+                compiled = c.compile_grammar(grammar)
         except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError / ValueError / its own errors
             value = getattr(params, kind)
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
