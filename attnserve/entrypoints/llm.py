@@ -18,10 +18,11 @@ from attnserve.entrypoints.chat_utils import (
     check_chat_template_options,
     is_list,
 )
-from attnserve.refusals import Refused
+from attnserve.refusals import Refusal, Refused
 from attnserve.refusals.requests import (
     A_LIST,
     CONVERSATIONS_WORDS,
+    TOOLS_WORDS,
     not_a_prompt,
     not_sampling_params,
     params_per_prompt,
@@ -133,13 +134,16 @@ class LLM:
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
         chat_template_kwargs: dict[str, Any] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> list[RequestOutput]:
         """Apply the chat template to each conversation and generate the assistant's reply (vLLM's ``LLM.chat``).
 
         ``chat_template``: the template's text (None: the tokenizer's); ``add_generation_prompt``: end with the
         assistant's header, so that the model answers; ``continue_final_message``: leave the last message open for the
         model to continue (``add_generation_prompt=False`` with it; both true is refused, as in vLLM);
-        ``chat_template_kwargs``: more variables for the template (``{"enable_thinking": False}`` for Qwen3). A template
+        ``chat_template_kwargs``: more variables for the template (``{"enable_thinking": False}`` for Qwen3); ``tools``:
+        function definitions (OpenAI's ``{"type": "function", "function": {...}}``) the template renders, as the
+        server's ``tools`` (the output is text: no tool-call parsing, no constraint). A template
         that fails, or none at all, raises Refused (a ValueError) naming ``chat_template`` or ``messages``.
 
         ``messages`` is one conversation (a list of ``{"role", "content"}`` dicts) or a list of them. They are
@@ -164,8 +168,10 @@ class LLM:
             chat_template, add_generation_prompt, continue_final_message, chat_template_kwargs
         )
         check_chat_template_options(options)  # before any message: the options' own mistakes first
+        if tools is not None and not (is_list(tools) and all(isinstance(t, Mapping) for t in tools)):
+            raise Refused(Refusal(("tools",), tools, TOOLS_WORDS))
         prompts = [
-            apply_chat_template(self.tokenizer, chat_messages(conv, path), options)
+            apply_chat_template(self.tokenizer, chat_messages(conv, path), options, tools=tools)
             for conv, path in zip(conversations, paths)
         ]
         # the template already holds the special tokens (BOS, ...); all checked before any is queued

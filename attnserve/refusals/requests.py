@@ -63,6 +63,8 @@ CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")  # protocol.Ch
 MESSAGES_WORDS = "a non-empty list of chat messages"
 CONVERSATIONS_WORDS = f"{MESSAGES_WORDS}, or a list of such lists"
 """What ``LLM.chat`` takes: one conversation or a batch of them."""
+TOOLS_WORDS = 'a list of tool definitions {"type": "function", "function": {...}}, or None'
+"""What ``LLM.chat``'s ``tools`` takes."""
 MESSAGE_WORDS = 'an object with "role" and "content", optionally "name", "tool_calls" and "tool_call_id"'
 ROLE_WORDS = ", ".join(json.dumps(r) for r in CHAT_ROLES)
 CONTENT_WORDS = 'a string, or a non-empty list of text parts {"type": "text", "text": string}'

@@ -365,3 +365,17 @@ def test_chat_takes_vllms_template_options(llm):
         llm.chat(prefill, GREEDY, continue_final_message=True)
     assert e.value.path == ("continue_final_message",)
     assert not llm.engine.has_unfinished_requests()
+
+
+def test_chat_passes_tools_to_the_template(llm):
+    template = "{% for t in tools or [] %}<{{ t['function']['name'] }}>{% endfor %}{{ messages[0]['content'] }}"
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    (out,) = llm.chat(HI, GREEDY, chat_template=template, tools=tools)
+    assert out.prompt == "<get_weather>Hi"
+    (out,) = llm.chat(HI, GREEDY, chat_template=template)
+    assert out.prompt == "Hi"
+    for bad in ("get_weather", [1]):
+        with pytest.raises(ValueError) as e:
+            llm.chat(HI, GREEDY, chat_template=template, tools=bad)
+        assert e.value.path == ("tools",) and e.value.refusal.value == bad
+    assert not llm.engine.has_unfinished_requests()
