@@ -261,9 +261,9 @@ class SamplingParams:
     def snapshot(self) -> SamplingParams:
         """A copy checked and derived anew from the current field values, for the engine to keep: a field changed
         after construction (``sp.presence_penalty = 1.5``, as vLLM code does) takes effect or is refused here, as at
-        construction (SamplingParamsError), and later changes to this object reach no queued request. Bad words are
-        tokenized again (``bad_words_token_ids`` cleared)."""
-        return dataclasses.replace(self, bad_words_token_ids=None)
+        construction (SamplingParamsError), and later changes to this object reach no queued request. The engine
+        tokenizes bad words into the copy (``bad_words_token_ids``), never into this object."""
+        return dataclasses.replace(self)
 
     @property
     def greedy(self) -> bool:
