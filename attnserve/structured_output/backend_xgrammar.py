@@ -20,6 +20,13 @@ from attnserve.refusals.sampling import STRUCTURED_EXTRA as EXTRA  # noqa: F401 
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: ")
 
 
+def _reason(e: Exception) -> str:
+    """The first line of a grammar engine's error, without xgrammar's ``[12:00:00] /project/cpp/x.cc:94: `` prefix
+    (the exception's type name when it says nothing)."""
+    text = str(e).strip()
+    return _LOG_PREFIX.sub("", text.splitlines()[0]) if text else type(e).__name__
+
+
 def import_xgrammar():
     """The xgrammar module; :class:`Refused` naming the extra when it is not installed."""
     try:
@@ -80,10 +87,7 @@ class XgrammarBackend:
                 grammar = lark_to_ebnf(params.grammar) if is_lark(params.grammar) else params.grammar
                 compiled = c.compile_grammar(grammar)
         except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError / ValueError / its own errors
-            value = getattr(params, kind)
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            reason = _LOG_PREFIX.sub("", reason)  # xgrammar's "[12:00:00] /project/cpp/x.cc:94: "
-            raise Refused(invalid_constraint(kind, value, reason)) from None
+            raise Refused(invalid_constraint(kind, getattr(params, kind), _reason(e))) from None
         with self._lock:
             self._cache[key] = compiled
         return compiled
@@ -103,8 +107,7 @@ class XgrammarBackend:
                     try:
                         self.xgr.Grammar.from_regex(pattern)
                     except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError / its own errors
-                        lines = str(e).strip().splitlines()
-                        return f"pattern {pattern!r}: {_LOG_PREFIX.sub('', lines[0]) if lines else type(e).__name__}"
+                        return f"pattern {pattern!r}: {_reason(e)}"
                 nodes.extend(node.values())
         return None
 
