@@ -14,6 +14,8 @@ import re
 
 _DEF = re.compile(r"^\s*\??([A-Za-z_]\w*)\s*:(?!:)(.*)$")  # name: body (not name ::= body)
 _RANGE = re.compile(r'"(\\.|[^"\\])"\.\."(\\.|[^"\\])"')
+# a range or a string literal, whole: what a body's code (rule names, operators) is read around
+_LITERALS = re.compile(r'("(?:\\.|[^"\\])"\.\."(?:\\.|[^"\\])"|"(?:\\.|[^"\\])*")')
 _START = re.compile(r"\bstart\b")
 
 
@@ -47,11 +49,18 @@ def _code(line: str) -> str:
 
 
 def _body(body: str, lineno: int) -> str:
-    """One definition's expansion in EBNF: ranges as character classes, ``start`` as ``root``."""
-    if re.search(r"(^|[\s(|])/", body):
-        raise LarkError(f"line {lineno}: a regex terminal (/.../) has no EBNF form here; write it with strings")
-    body = _RANGE.sub(lambda m: f"[{m.group(1)}-{m.group(2)}]", body)
-    return _START.sub("root", body.strip())
+    """One definition's expansion in EBNF: ranges as character classes, ``start`` as ``root`` (string literals
+    kept as they are: ``"start"``, ``"a/b"``)."""
+    out = []
+    for i, part in enumerate(_LITERALS.split(body.strip())):
+        if i % 2:  # a literal or a range
+            m = _RANGE.fullmatch(part)
+            out.append(f"[{m.group(1)}-{m.group(2)}]" if m else part)
+        elif "/" in part:
+            raise LarkError(f"line {lineno}: a regex terminal (/.../) has no EBNF form here; write it with strings")
+        else:
+            out.append(_START.sub("root", part))
+    return "".join(out)
 
 
 def lark_to_ebnf(grammar: str) -> str:

@@ -27,6 +27,8 @@ def test_lark_converts_to_ebnf():
     ]
     assert lark_to_ebnf('start: "x" LETTER+\nLETTER: "a".."f"') == 'root ::= "x" LETTER+\nLETTER ::= [a-f]'
     assert lark_to_ebnf('start: "a//b" // note') == 'root ::= "a//b"'
+    # string literals stay as written: neither renamed (start) nor read as a regex (/)
+    assert lark_to_ebnf('start: "start" | "a /b" | start_x') == 'root ::= "start" | "a /b" | start_x'
 
 
 @pytest.mark.parametrize(
