@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, KVCacheLayout, kv_cache_torch_dtype
+from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, KVCacheLayout
+from attnserve.attention.kv_cache_dtype import kv_cache_torch_dtype
 from attnserve.benchmarks.attention_table import format_table
 from attnserve.refusals import Refused
 from attnserve.refusals.bench import options_unused, simulated_device

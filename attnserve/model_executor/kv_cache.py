@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from attnserve.attention.backend import kv_cache_torch_dtype  # noqa: F401 - re-exported: the runner's import
+from attnserve.attention.kv_cache_dtype import kv_cache_torch_dtype  # noqa: F401 - re-exported: the runner's import
 from attnserve.config.cache import CacheConfig
 from attnserve.config.fields import ConfigError
 from attnserve.refusals.capacity import (

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from attnserve.attention.backend import first_bad_kv_scale
+from attnserve.attention.kv_cache_dtype import first_bad_kv_scale
 from attnserve.refusals.backends import bad_kv_scale
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def kv_cache_summary(kv_cache_dtype: str, model_dtype: torch.dtype | str, calcul
     """What ``attnserve backends`` and ``attnserve config --explain`` say about the cache: its element type
     (``model_dtype`` for ``auto``; a name such as ``"auto"`` when the model's dtype is not resolved) and where an
     fp8 cache's scales come from (``folder``: a local safetensors checkpoint, its headers read for KV scales)."""
-    from attnserve.attention.backend import kv_cache_torch_dtype
+    from attnserve.attention.kv_cache_dtype import kv_cache_torch_dtype
 
     if kv_cache_dtype == "auto":
         dtype = str(model_dtype).removeprefix("torch.")

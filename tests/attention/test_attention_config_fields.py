@@ -176,7 +176,7 @@ def _spec(kv: str):
 def run_plan(backend: str, cfg: AttentionConfig, rec: Recorder, kv: str | None = None) -> list:
     """What one mixed step (2 decodes, 1 prefill) and one CUDA-graph decode capture run for ``backend`` with
     ``cfg``: the kernel libraries' calls, or the builder's plan where the kernels are our own."""
-    from attnserve.attention.backend import kv_cache_torch_dtype
+    from attnserve.attention.kv_cache_dtype import kv_cache_torch_dtype
     from attnserve.model_executor.kv_cache import allocate_kv_caches
 
     backend_cls = B[backend].get_class()

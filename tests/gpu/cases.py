@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, KVCacheLayout, kv_cache_torch_dtype
+from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata, KVCacheLayout
+from attnserve.attention.kv_cache_dtype import kv_cache_torch_dtype
 from attnserve.kernels.kv_write import kv_views, write_kv_torch
 from attnserve.kernels.reference import reference_paged_attention
 

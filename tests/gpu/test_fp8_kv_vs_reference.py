@@ -100,7 +100,7 @@ def test_fp8_write_saturates_on_the_gpu(kv):
     """The Triton KV write (every GPU backend's) stores out-of-range values as +-max, never inf or nan."""
     if not _has("triton"):
         pytest.skip("no Triton")
-    from attnserve.attention.backend import kv_cache_torch_dtype
+    from attnserve.attention.kv_cache_dtype import kv_cache_torch_dtype
     from attnserve.kernels.kv_write import write_kv
 
     dtype = kv_cache_torch_dtype(kv, torch.bfloat16)

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from attnserve.attention.backend import K_SCALE_CONSTANT, Q_SCALE_CONSTANT, V_SCALE_CONSTANT, AttentionLayerSpec
+from attnserve.attention.backend import AttentionLayerSpec
+from attnserve.attention.kv_cache_dtype import K_SCALE_CONSTANT, Q_SCALE_CONSTANT, V_SCALE_CONSTANT
 from attnserve.attention.layer import Attention
 from attnserve.attention.registry import AttentionBackendEnum
 from attnserve.model_executor.kv_scales import KVScales, kv_scale_name

@@ -33,7 +33,8 @@ from typing import Any
 
 import torch
 
-from attnserve.attention.backend import AttentionLayerSpec, kv_cache_torch_dtype
+from attnserve.attention.backend import AttentionLayerSpec
+from attnserve.attention.kv_cache_dtype import kv_cache_torch_dtype
 from attnserve.kernels.kv_write import FP8_DTYPES
 
 logger = logging.getLogger(__name__)
