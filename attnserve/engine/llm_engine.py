@@ -99,7 +99,9 @@ class LLMEngine:
         self.output_processor = OutputProcessor(self.tokenizer)
         # the bitmask buffers pinned where this process copies them to a GPU (not for worker processes: pickled)
         local_gpu = self.runner is not None and self.info.device.type == "cuda"
-        self.structured = StructuredOutputManager(self.tokenizer, self.vocab_size, self.eos_token_id, local_gpu)
+        self.structured = StructuredOutputManager(
+            self.tokenizer, self.vocab_size, self.eos_token_id, local_gpu, config.scheduler.max_num_seqs
+        )
         if local_gpu and importlib.util.find_spec("xgrammar") is not None:  # no compile in a constrained step
             self.runner.greedy_head.warm_masked()
         self.checks = InputChecks(

@@ -43,7 +43,7 @@ def choice_grammar(choices: list[str]) -> str:
 
 class XgrammarBackend:
     """Compiles constraints for one tokenizer (thread-safe: the server compiles on its tokenizer thread while the
-    engine's thread runs matchers)."""
+    engine's thread adds requests); the matchers run in the grammar process (``grammar_process.py``)."""
 
     def __init__(self, tokenizer, vocab_size: int, stop_token_ids: list[int]) -> None:
         xgr = import_xgrammar()
@@ -54,10 +54,10 @@ class XgrammarBackend:
         # accept_token looks up linearly (see docs/benchmarks.md, structured outputs).
         self.vocab_size = min(vocab_size, tokenizer_size(tokenizer))
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size, stop_token_ids=stop_token_ids)
+        self.info = info
         self.compiler = xgr.GrammarCompiler(info, max_threads=8)
         # a matcher (terminate_without_stop_token off, xgrammar's default) terminates only by accepting one of these
         self.stop_token_ids = frozenset(info.stop_token_ids)
-        self._accept_raw = _raw_batch_accept(xgr)
         self._cache: dict[tuple[str, str, bool], object] = {}
         self._lock = threading.Lock()
 
@@ -111,42 +111,30 @@ class XgrammarBackend:
                 nodes.extend(node.values())
         return None
 
-    def matcher(self, compiled):
-        """A fresh matcher at the grammar's start."""
-        return self.xgr.GrammarMatcher(compiled)
-
-    def accept(self, matchers: list, tokens: list[int]) -> list[int]:
-        """Advance ``matchers[i]`` by ``tokens[i]`` in one batched call; the indices whose matcher rejected its
-        token or terminated (accepted a stop token).
-
-        The all-accepted case, every step's, costs one membership test on the results instead of a conversion
-        of each, and termination is asked only of the matchers that took a stop token."""
-        raw = self._accept_raw
-        if raw is not None:
-            results = raw([m._handle for m in matchers], tokens, False)
-        elif hasattr(self.xgr.BatchGrammarMatcher, "batch_accept_token"):  # xgrammar >= 0.2's wrapper
-            results = self.xgr.BatchGrammarMatcher.batch_accept_token(matchers, tokens)
-        else:
-            results = [m.accept_token(t) for m, t in zip(matchers, tokens)]
-        stop = self.stop_token_ids
-        if 0 in results:  # a rejection (False == 0 in the list of older xgrammar versions)
-            results = [bool(r) for r in results]
-            return [i for i, (m, t, ok) in enumerate(zip(matchers, tokens, results)) if not ok or m.is_terminated()]
-        return [i for i, t in enumerate(tokens) if t in stop and matchers[i].is_terminated()]
-
-    def batch_filler(self, threads: int):
-        """xgrammar's bitmask filler over ``threads`` threads (``batch_fill_next_token_bitmask(matchers,
-        bitmask)``) and batched token acceptance (``batch_accept_token(matchers, tokens)``)."""
-        return self.xgr.BatchGrammarMatcher(max_threads=threads)
+    def tokenizer_info_json(self) -> str:
+        """The tokenizer's vocabulary and stop tokens as xgrammar serializes them (for the grammar process)."""
+        return self.info.serialize_json()
 
 
-def _raw_batch_accept(xgr):
-    """xgrammar's own batched accept over matcher handles, whose results the caller tests without converting each
-    (its Python wrapper converts each, one foreign call apiece); None where this xgrammar has no such entry (the
-    wrapper is used then)."""
+def batch_accept(xgr, matchers: list, tokens: list[int], stop_token_ids: frozenset[int]) -> list[int]:
+    """Advance ``matchers[i]`` by ``tokens[i]`` in one batched call; the indices whose matcher rejected its token
+    or terminated (accepted a stop token).
+
+    The all-accepted case, every step's, costs one membership test on the results instead of a conversion of each
+    (xgrammar's own batched accept over matcher handles; its Python wrapper converts each result, one foreign call
+    apiece), and termination is asked only of the matchers that took a stop token."""
     core = getattr(getattr(xgr, "base", None), "_core", None)
-    fn = getattr(getattr(core, "BatchGrammarMatcher", None), "batch_accept_token", None)
-    return fn if callable(fn) and hasattr(xgr.GrammarMatcher, "_handle") else None
+    raw = getattr(getattr(core, "BatchGrammarMatcher", None), "batch_accept_token", None)
+    if callable(raw) and hasattr(xgr.GrammarMatcher, "_handle"):
+        results = raw([m._handle for m in matchers], tokens, False)
+    elif hasattr(xgr.BatchGrammarMatcher, "batch_accept_token"):  # xgrammar >= 0.2's wrapper
+        results = xgr.BatchGrammarMatcher.batch_accept_token(matchers, tokens)
+    else:
+        results = [m.accept_token(t) for m, t in zip(matchers, tokens)]
+    if 0 in results:  # a rejection (False == 0 in the list of older xgrammar versions)
+        results = [bool(r) for r in results]
+        return [i for i, (m, ok) in enumerate(zip(matchers, results)) if not ok or m.is_terminated()]
+    return [i for i, t in enumerate(tokens) if t in stop_token_ids and matchers[i].is_terminated()]
 
 
 def tokenizer_size(tokenizer) -> int:

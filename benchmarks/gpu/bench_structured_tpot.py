@@ -2,7 +2,7 @@
 noise, but the schema still constrains them, and every step fills and applies a bitmask for every row).
 
     python -m benchmarks.gpu.bench_structured_tpot [--model benchmarks/shapes/qwen3-0.6b] [--batch 64]
-        [--input-len 128] [--output-len 256] [--rounds 5] [--json OUT] [--no-host-parts] [--fill-threads N]
+        [--input-len 128] [--output-len 256] [--rounds 5] [--json OUT] [--no-host-parts] [--variants ...]
         [ENGINE FLAGS as LLM keyword=value, e.g. use_skinny_gemm=true]
 
 The shapes carry no tokenizer: ``$ATTNSERVE_TEST_TOKENIZER`` (``stage.sh tok``: /tmp/tok) or ``tokenizer=DIR``.
@@ -18,9 +18,7 @@ host's time per all-decode step by part (``benchmarks/structured_host.py``'s ``S
 bitmask fill and copy, schedule, the launches of the forward pass and of the sampling, the wait for the device's
 tokens, ...; medians, ms), the tails of the
 step and of its slow parts (mean, p90, p99, max: a TPOT is a mean step) and the timed run's garbage
-collections. ``--fill-threads``: the bitmask fill's threads (default: half the cores, at most
-``manager.FILL_THREADS``); ``--switch-interval S``: the GIL switch interval while a fill runs (default
-``manager.FILL_SWITCH_INTERVAL``); ``--serial-fill``: the fill on the engine thread (no worker), for comparison.
+collections. ``--variants``: more JSON modes per round, each the engine's path with one change (``VARIANTS``).
 Each constrained output the grammar ended (finish reason stop) is checked against the schema (``jsonschema``,
 where installed): "valid" is how many of those parse and validate.
 """
@@ -62,48 +60,8 @@ SCHEMA = {
 }
 
 
-class PoolWorker:
-    """The fill's thread as it was before ``FillWorker``: a one-thread ThreadPoolExecutor (variant ``json_pool``)."""
-
-    def __init__(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnserve-grammar-pool")
-        self._future = None
-
-    def submit(self, job) -> None:
-        self._future = self._pool.submit(job)
-
-    def wait(self) -> None:
-        future, self._future = self._future, None
-        if future is not None:
-            future.result()
-
-    def close(self) -> None:
-        self.wait()
-        self._pool.shutdown()
-
-
-def _pool_worker(structured):
-    own, structured._worker = structured._worker, PoolWorker()
-
-    def undo():
-        structured._worker.close()
-        structured._worker = own
-
-    return undo
-
-
-def _switch_interval_20us(structured):
-    """The GIL switch interval while a fill runs 20 us instead of ``manager.FILL_SWITCH_INTERVAL``."""
-    import attnserve.structured_output.manager as manager
-
-    own, manager.FILL_SWITCH_INTERVAL = manager.FILL_SWITCH_INTERVAL, 2e-5
-    return lambda: setattr(manager, "FILL_SWITCH_INTERVAL", own)
-
-
 def _accept_on_engine_thread(structured):
-    """Every token accepted by the engine's thread at once (no deferred accepts in the worker)."""
+    """Every token accepted at once, each step's accepts a round trip of their own (none deferred to the fill)."""
     timed = structured.accept_tokens
     structured.accept_tokens = lambda tokens, defer=False: timed(tokens, False)
     return lambda: setattr(structured, "accept_tokens", timed)
@@ -111,8 +69,6 @@ def _accept_on_engine_thread(structured):
 
 # name -> patch(engine.structured) returning its undo: the JSON path with one change, for --variants
 VARIANTS = {
-    "json_pool": _pool_worker,  # the fill's thread a ThreadPoolExecutor, as before FillWorker
-    "json_si20": _switch_interval_20us,
     "json_accept_main": _accept_on_engine_thread,
 }
 
@@ -218,9 +174,6 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=256)
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--no-host-parts", action="store_true", help="do not time the host's parts of each step")
-    ap.add_argument("--fill-threads", type=int, default=None, help="threads of the bitmask fill")
-    ap.add_argument("--switch-interval", type=float, default=None, help="GIL switch interval while a fill runs, s")
-    ap.add_argument("--serial-fill", action="store_true", help="fill on the engine thread (no worker thread)")
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds, one run of each mode apiece")
     ap.add_argument(
         "--variants",
@@ -231,15 +184,6 @@ def main() -> None:
     )
     ap.add_argument("engine", nargs="*", help="LLM keyword=value")
     a = ap.parse_args()
-    import attnserve.structured_output.manager as manager
-
-    if a.fill_threads is not None:  # read when the first constrained request makes the grammar backend
-        manager.fill_threads = lambda: a.fill_threads
-    if a.switch_interval is not None:
-        manager.FILL_SWITCH_INTERVAL = a.switch_interval
-    if a.serial_fill:
-        start = manager.StructuredOutputManager.start_bitmask
-        manager.StructuredOutputManager.start_bitmask = lambda self, sched, in_thread=True: start(self, sched, False)
     kw, llm, prompts, free, constrained = workload(a)
     modes = (("unconstrained", free), ("json_schema", constrained)) + tuple((v, constrained) for v in a.variants)
     structured = llm.engine.structured
@@ -284,10 +228,7 @@ def main() -> None:
             results[name]["tpot_ms_parts_timed"] = timed[name]["tpot_ms"]
     base = results["unconstrained"]["tpot_ms"]
     cost = statistics.median(ratios) - 1
-    print(
-        f"engine: {kw}, fill threads {a.fill_threads or 'default'}, switch interval "
-        f"{manager.FILL_SWITCH_INTERVAL}, {'serial fill' if a.serial_fill else 'fill in the worker'}"
-    )
+    print(f"engine: {kw}")
     print(f"{'mode':<14} {'TPOT ms':>8} {'vs free':>8} {'tokens':>7} {'out tok/s':>10} {'valid':>6}")
     for name, r in results.items():
         valid = "-" if r["valid_json"] is None else "{}/{}".format(*r["valid_json"])

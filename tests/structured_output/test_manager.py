@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import threading
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from attnserve.core.sampling_params import SamplingParams
 from attnserve.core.step import ScheduledRequest, SchedulerOutput
 from attnserve.core.structured_outputs import StructuredOutputsParams as S
+from attnserve.structured_output.grammar_process import GrammarProcessError
 from attnserve.structured_output.manager import StructuredOutputManager
 
 pytest.importorskip("xgrammar")
@@ -62,29 +62,40 @@ def test_deferred_accepts_run_before_the_next_fill(default_tokenizer):
     assert manager.accept_tokens([("c", tok.eos_token_id)], defer=True) == ["c"]  # a stop token: at once
 
 
-def _fill_once(manager, tok) -> threading.Thread:
+def _fill_once(manager):
     manager.add("a", S(regex="ab"))
     sched = SchedulerOutput([ScheduledRequest("a", [1], 0, [0], SamplingParams(), True)])
     manager.start_bitmask(sched).result()
-    return manager._worker._thread
+    return manager._process._proc
 
 
-def test_close_ends_the_fill_thread_and_a_later_fill_starts_another(default_tokenizer):
+def test_close_ends_the_grammar_process_and_a_later_add_starts_another(default_tokenizer):
     tok = default_tokenizer
     manager = StructuredOutputManager(tok, len(tok), tok.eos_token_id)
-    first = _fill_once(manager, tok)
+    first = _fill_once(manager)
     manager.close()
-    assert not first.is_alive()
-    second = _fill_once(manager, tok)
-    assert second is not first and second.is_alive()
+    assert first.poll() == 0
+    second = _fill_once(manager)
+    assert second.pid != first.pid and second.poll() is None
     manager.close()
+    assert second.poll() == 0
 
 
-def test_a_dropped_manager_ends_its_fill_thread(default_tokenizer):
+def test_a_dropped_manager_ends_its_grammar_process(default_tokenizer):
     tok = default_tokenizer
     manager = StructuredOutputManager(tok, len(tok), tok.eos_token_id)
-    thread = _fill_once(manager, tok)
+    proc = _fill_once(manager)
     del manager
     gc.collect()
-    thread.join(timeout=5)
-    assert not thread.is_alive()
+    assert proc.wait(timeout=10) == 0
+
+
+def test_a_step_of_more_constrained_rows_than_the_buffers_hold_is_an_error(default_tokenizer):
+    tok = default_tokenizer
+    manager = StructuredOutputManager(tok, len(tok), tok.eos_token_id, max_rows=2)
+    for rid in "abc":
+        manager.add(rid, S(regex="ab"))
+    sched = SchedulerOutput([ScheduledRequest(rid, [1], 0, [0], SamplingParams(), True) for rid in "abc"])
+    with pytest.raises(GrammarProcessError, match="3 constrained rows in a step, buffers of 2"):
+        manager.start_bitmask(sched)
+    manager.close()
