@@ -76,7 +76,8 @@ def test_bitmask_is_filled_pinned_and_applied_on_the_device(llm_fp32):
         [PROMPTS[0]], SamplingParams(temperature=0.0, max_tokens=4, structured_outputs=S(json=SCHEMAS[0]))
     )
     structured = llm_fp32.engine.structured
-    assert structured.pin_memory and structured._buffers and all(b.is_pinned() for b in structured._buffers)
+    pinned = structured._process.pinned  # the grammar process's shared buffers, registered with CUDA
+    assert structured.pin_memory and pinned is not None and pinned.is_pinned()
     gen = torch.Generator().manual_seed(0)
     vocab, tokens, rows = 1000, 900, [1, 4, 5]
     words = torch.randint(-(2**31), 2**31 - 1, (len(rows), (tokens + 31) // 32), dtype=torch.int32, generator=gen)
