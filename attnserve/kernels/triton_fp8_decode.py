@@ -17,11 +17,9 @@ timing probes (``PROBE``) show K's half of the loop near 4 TB/s and V's path (th
 ``V^T``'s dot needs for 8-bit data) taking the rest.
 
 Its loop as Triton pipelines it (2 or more stages) keeps one shared buffer per operand: tile j+1's copies are
-issued at the end of iteration j and waited for at the start of j+1 (sm_90 TTGIR: ``1x64x128`` buffers, the
-extra stages spent on the block table), so a program overlaps no load with its own math and only the other
-programs of its SM hide the latency. ``PREFETCH`` instead loads tile j+1's K and V into registers while tile j
-is computed (its block-table entries a tile earlier still): 226 registers at 4 warps and 64-token tiles, 128 at
-8 warps, 144 at 4 warps and 32-token tiles (no spills). Not yet timed on a GPU, so not the default.
+issued at the end of iteration j and waited for at the start of j+1 (sm_90 TTGIR), so a program overlaps no load
+with its own math and the other programs of its SM hide the latency. Loading tile j+1 into registers while tile j is
+computed instead (226 registers at 4 warps) ran 507 us against 345 on an H200 (docs/benchmarks.md, session 35).
 
 One program per (request, KV head, split); decode only (request i's one query token is token i), no
 soft-capping, window or sinks: TRITON_ATTN runs ``paged_attention`` for those (``triton_attn.py``).
@@ -59,19 +57,6 @@ def supports(head_size: int, num_queries_per_kv: int) -> bool:
 def query_rows(num_queries_per_kv: int) -> int:
     """The dots' N: the query heads of a KV head, padded to a power of two, at least 8 (mma's n8)."""
     return max(8, triton.next_power_of_2(num_queries_per_kv))
-
-
-@triton.jit
-def _kv_tile(k_ptr, v_ptr, blk, slot, valid, kvh, offs_d, strides_k, strides_v):
-    """A KV tile's fp8 K (BLOCK_N, HEAD) and V^T (HEAD, BLOCK_N) from the tokens' blocks ``blk`` (int64) and
-    slots; tokens ``valid`` marks off read 0. Strides: (block, slot, head), elements."""
-    stride_kb, stride_ks, stride_kh = strides_k
-    stride_vb, stride_vs, stride_vh = strides_v
-    k_off = blk * stride_kb + slot * stride_ks + kvh * stride_kh
-    v_off = blk * stride_vb + slot * stride_vs + kvh * stride_vh
-    k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-    vt = tl.load(v_ptr + v_off[None, :] + offs_d[:, None], mask=valid[None, :], other=0.0)
-    return k, vt
 
 
 @triton.jit
@@ -113,7 +98,6 @@ def _fp8_decode_kernel(
     NUM_SPLITS: tl.constexpr,
     PV: tl.constexpr,
     PROBE: tl.constexpr,
-    PREFETCH: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
     """Grid (batch, Hkv, NUM_SPLITS). ``strides_o``, ``strides_q``: (token, head); ``strides_k``, ``strides_v``:
@@ -152,55 +136,28 @@ def _fp8_decode_kernel(
     acc = tl.zeros([HEAD, QROWS], tl.float32)  # O^T
     offs_n = tl.arange(0, BLOCK_N)
     bt_row = bt_ptr + seq * bt_stride
-    if PREFETCH:
-        # tile j+1's K and V are loaded into registers while tile j is computed, and its block-table entries one
-        # tile earlier still (the loop is not left to Triton's pipeliner, which keeps one shared buffer per
-        # operand here: each tile's loads would wait at the top of its iteration)
-        pos_c = kv_lo * BLOCK_N + offs_n
-        val_c = (pos_c < seq_len) & (kv_lo < kv_hi)
-        blk_c = tl.load(bt_row + pos_c // PAGE, mask=val_c, other=0).to(tl.int64)
-        pos_n = pos_c + BLOCK_N
-        val_n = (pos_n < seq_len) & (kv_lo + 1 < kv_hi)
-        blk_n = tl.load(bt_row + pos_n // PAGE, mask=val_n, other=0).to(tl.int64)
-        k_c, vt_c = _kv_tile(k_ptr, v_ptr, blk_c, pos_c % PAGE, val_c, kvh, offs_d, strides_k, strides_v)
-        for j in tl.range(kv_lo, kv_hi, num_stages=1):
-            # issue: tile j+1's K and V (block entries from the last iteration), tile j+2's block entries
-            pos_nn = pos_n + BLOCK_N
-            val_nn = (pos_nn < seq_len) & (j + 2 < kv_hi)
-            blk_nn = tl.load(bt_row + pos_nn // PAGE, mask=val_nn, other=0).to(tl.int64)
-            k_n, vt_n = _kv_tile(k_ptr, v_ptr, blk_n, pos_n % PAGE, val_n, kvh, offs_d, strides_k, strides_v)
-            # compute tile j
-            s_t = tl.dot(k_c.to(tl.float16), qt)
+    for j in range(kv_lo, kv_hi):
+        k_pos = j * BLOCK_N + offs_n
+        n_valid = k_pos < seq_len
+        # each token's physical block; tokens past seq_len read no entry
+        blk = tl.load(bt_row + k_pos // PAGE, mask=n_valid, other=0).to(tl.int64)
+        slot = k_pos % PAGE
+        k_off = blk * stride_kb + slot * stride_ks + kvh * stride_kh
+        v_off = blk * stride_vb + slot * stride_vs + kvh * stride_vh
+        k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=n_valid[:, None], other=0.0)  # (BLOCK_N, HEAD)
+        s_t = tl.dot(k.to(tl.float16), qt)  # (BLOCK_N, QROWS) float32
+        if PROBE != "no_pv":
+            vt = tl.load(v_ptr + v_off[None, :] + offs_d[:, None], mask=n_valid[None, :], other=0.0)  # (HEAD, N)
             if PV == "f16v":
-                vt = fp8_operand(vt_c, tl.float16, "f16v", True, INTERPRET)
+                vt = fp8_operand(vt, tl.float16, "f16v", True, INTERPRET)
             else:
-                vt = vt_c.to(tl.float16)
-            m_i, l_i, acc = _softmax_pv(s_t, val_c, vt, m_i, l_i, acc, qk_scale)
-            k_c, vt_c, val_c = k_n, vt_n, val_n
-            pos_n, val_n, blk_n = pos_nn, val_nn, blk_nn
-    else:
-        for j in range(kv_lo, kv_hi):
-            k_pos = j * BLOCK_N + offs_n
-            n_valid = k_pos < seq_len
-            # each token's physical block; tokens past seq_len read no entry
-            blk = tl.load(bt_row + k_pos // PAGE, mask=n_valid, other=0).to(tl.int64)
-            slot = k_pos % PAGE
-            k_off = blk * stride_kb + slot * stride_ks + kvh * stride_kh
-            v_off = blk * stride_vb + slot * stride_vs + kvh * stride_vh
-            k = tl.load(k_ptr + k_off[:, None] + offs_d[None, :], mask=n_valid[:, None], other=0.0)  # (BLOCK_N, HEAD)
-            s_t = tl.dot(k.to(tl.float16), qt)  # (BLOCK_N, QROWS) float32
-            if PROBE != "no_pv":
-                vt = tl.load(v_ptr + v_off[None, :] + offs_d[:, None], mask=n_valid[None, :], other=0.0)  # (HEAD, N)
-                if PV == "f16v":
-                    vt = fp8_operand(vt, tl.float16, "f16v", True, INTERPRET)
-                else:
-                    vt = vt.to(tl.float16)
-            if PROBE == "no_softmax":
-                acc = acc + tl.dot(vt, s_t.to(tl.float16))
-            elif PROBE == "no_pv":  # V is not read
-                acc = acc + tl.sum(s_t, 0)[None, :]
-            else:
-                m_i, l_i, acc = _softmax_pv(s_t, n_valid, vt, m_i, l_i, acc, qk_scale)
+                vt = vt.to(tl.float16)
+        if PROBE == "no_softmax":
+            acc = acc + tl.dot(vt, s_t.to(tl.float16))
+        elif PROBE == "no_pv":  # V is not read
+            acc = acc + tl.sum(s_t, 0)[None, :]
+        else:
+            m_i, l_i, acc = _softmax_pv(s_t, n_valid, vt, m_i, l_i, acc, qk_scale)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc * (v_scale / l_safe)[None, :]  # (HEAD, QROWS)
     tok = seq.to(tl.int64)
@@ -232,14 +189,13 @@ def fp8_decode_attention(
     pv: str = "f16",
     q_rows: int | None = None,
     probe: str = "",
-    prefetch: bool = False,
     launch: dict | None = None,
 ) -> torch.Tensor:
     """Decode attention over an fp8 paged cache (module docstring), written into ``out``.
 
     ``num_splits`` (rounded up to a power of two) splits each request's KV tiles across programs and merges the partial
     results (``triton_merge_splits``); ``block_n``: tokens per KV tile (a power of two, >= 16); ``q_rows``: the
-    dots' N (None: :func:`query_rows`); ``prefetch``: the register-prefetching loop (``PREFETCH``, no probes);
+    dots' N (None: :func:`query_rows`);
     ``launch``: launch options
     (None: :data:`LAUNCH`). The layer must pass :func:`supports`."""
     batch, num_heads, head = query.shape
@@ -248,7 +204,7 @@ def fp8_decode_attention(
     assert key_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2), key_cache.dtype
     assert supports(head, num_qpkv) and query.dtype != torch.float32, (head, num_qpkv, query.dtype)
     assert key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1 and query.stride(-1) == 1
-    assert pv in PV_MODES and probe in PROBES and not (prefetch and probe), (pv, probe, prefetch)
+    assert pv in PV_MODES and probe in PROBES, (pv, probe)
     if batch == 0:
         return out
     part_out = part_lse = out  # placeholders when not splitting
@@ -279,7 +235,6 @@ def fp8_decode_attention(
         NUM_SPLITS=num_splits,
         PV=pv,
         PROBE=probe,
-        PREFETCH=prefetch,
         INTERPRET=INTERPRETED,
         **LAUNCH_OPTIONS,
         **(LAUNCH if launch is None else launch),

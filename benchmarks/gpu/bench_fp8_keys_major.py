@@ -21,7 +21,7 @@ import torch
 
 from benchmarks.gpu.bench_fp8_decode import FP8, HEAD, K_SCALE, V_SCALE, build_step, fp8_cache, reference, runner
 
-KEYS = ("pv", "block_n", "q_rows", "splits", "probe", "prefetch", "launch")
+KEYS = ("pv", "block_n", "q_rows", "splits", "probe", "launch")
 
 
 def keys_major_runner(step: dict):
@@ -55,8 +55,7 @@ def configs(args, planned_splits: int) -> list[dict]:
     """The kernel's defaults with the builder's split count, then the grid: PV x tiles x warps x stages x splits
     x query rows x probes."""
     grid = [
-        dict(pv=pv, block_n=bn, launch=dict(num_warps=w, num_stages=st), splits=sp, q_rows=qr, probe=probe, prefetch=pf)
-        for pf in args.prefetch
+        dict(pv=pv, block_n=bn, launch=dict(num_warps=w, num_stages=st), splits=sp, q_rows=qr, probe=probe)
         for pv in args.pv
         for bn in args.tokens
         for w in args.warps
@@ -64,7 +63,6 @@ def configs(args, planned_splits: int) -> list[dict]:
         for sp in args.splits
         for qr in args.q_rows
         for probe in args.probes
-        if not (pf and probe)
     ]
     return [dict(splits=planned_splits)] + grid
 
@@ -91,7 +89,6 @@ def main() -> None:
     ap.add_argument("--stages", type=int, nargs="+", default=[2, 3])
     ap.add_argument("--splits", type=int, nargs="+", default=[1])
     ap.add_argument("--q-rows", type=int, nargs="+", default=[8])
-    ap.add_argument("--prefetch", type=int, nargs="+", choices=(0, 1), default=[0], help="register prefetch loop")
     ap.add_argument("--probes", nargs="+", choices=PROBES, default=[""])
     ap.add_argument("--budget", type=float, default=150.0)
     ap.add_argument("--calls", type=int, default=20)

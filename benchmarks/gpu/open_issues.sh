@@ -24,7 +24,7 @@ case ${1:-} in
   structured) timeout 560 python3 -m benchmarks.gpu.bench_structured_tpot --rounds 11 --json "$OUT/structured.json" 2>&1 | quiet ;;
   fib) bash benchmarks/gpu/stage.sh fib | tail -2 ;;
   fp8) timeout 580 bash benchmarks/gpu/fp8_kv.sh "$OUT" attention 2>&1 | tail -40 ;;
-  keys) timeout 560 python3 -m benchmarks.gpu.bench_fp8_keys_major --prefetch 0 1 --pv f16 f16v --tokens 64 32 --warps 8 4 \
+  keys) timeout 560 python3 -m benchmarks.gpu.bench_fp8_keys_major --pv f16 f16v --tokens 64 32 --warps 8 4 \
           --stages 2 --splits 1 2 --budget 420 --json "$OUT/keys.json" 2>&1 | tail -45 ;;
   kit1) bash .vllmkit/install_part.sh p1 | tail -2 ;;
   # the kit's xgrammar 0.2.3 brings apache-tvm-ffi 0.1.10 over the staged 0.1.15: stage both again after it

@@ -36,7 +36,6 @@ def run_case(case: dict) -> dict:
         num_splits=splits,
         block_n=case["block_n"],
         pv=case["pv"],
-        prefetch=case.get("prefetch", False),
     )
     batch = q.shape[0]
     qsl = torch.arange(batch + 1, dtype=torch.int32)

@@ -12,7 +12,7 @@ import torch
 from tests.helpers import run_cases_in_triton_interpreter
 
 FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
-# name -> (query heads, kv heads, head size, page, seq lens, format, splits, KV tile, PV conversion[, prefetch])
+# name -> (query heads, kv heads, head size, page, seq lens, format, splits, KV tile, PV conversion)
 CASES = {
     "llama-gqa4-page16": (8, 2, 128, 16, [100, 37, 16], "e4m3", 1, 64, "f16v"),
     "qwen-gqa2-e5m2": (4, 2, 128, 16, [65, 1], "e5m2", 1, 64, "f16v"),
@@ -21,14 +21,10 @@ CASES = {
     "splits4": (8, 2, 128, 16, [300, 5, 129], "e4m3", 4, 64, "f16v"),
     "splits3-rounded-to-4": (8, 2, 128, 16, [300, 70], "e4m3", 3, 64, "f16v"),  # the builder's counts are any
     "gqa16-head256": (16, 1, 256, 32, [90], "e5m2", 2, 64, "f16"),
-    # the register-prefetching loop: one tile, ragged tails, splits that own no tile, pages longer than the tile
-    "prefetch-llama": (8, 2, 128, 16, [100, 37, 16, 64], "e4m3", 1, 64, "f16", True),
-    "prefetch-splits3": (8, 2, 128, 16, [300, 70, 5], "e4m3", 3, 64, "f16v", True),
-    "prefetch-page64-tile32-e5m2": (16, 2, 64, 64, [150, 64, 33], "e5m2", 2, 32, "f16", True),
 }
 
 
-def fp8_decode_case(hq, hkv, head, page, seq_lens, fmt, splits, block_n, pv, prefetch=False, seed=0) -> dict:
+def fp8_decode_case(hq, hkv, head, page, seq_lens, fmt, splits, block_n, pv, seed=0) -> dict:
     """A decode step over an fp8 cache: N(0, 2^2) K/V stored as ``x / scale`` (saturated), N(0, 1) bf16 queries,
     pages a random permutation of the cache."""
     g = torch.Generator().manual_seed(seed)
@@ -51,7 +47,6 @@ def fp8_decode_case(hq, hkv, head, page, seq_lens, fmt, splits, block_n, pv, pre
         num_splits=splits,
         block_n=block_n,
         pv=pv,
-        prefetch=prefetch,
     )
 
 
