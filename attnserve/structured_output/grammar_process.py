@@ -48,7 +48,10 @@ class GrammarProcess:
         self._dir = tempfile.mkdtemp(prefix="attnserve-grammar-")
         info_path = self._file("tokenizer_info.json", info_json)
         size = 2 * rows * width * 4
-        mem_fd = os.memfd_create("attnserve-grammar-bitmask")
+        if hasattr(os, "memfd_create"):  # Linux: memory without a file
+            mem_fd = os.memfd_create("attnserve-grammar-bitmask")
+        else:  # a file in the private folder, removed by close()
+            mem_fd = os.open(os.path.join(self._dir, "bitmask"), os.O_RDWR | os.O_CREAT, 0o600)
         os.ftruncate(mem_fd, size)
         self._mm = mmap.mmap(mem_fd, size)
         # (2, rows, width) int32: buffer ``turn`` holds a step's bitmask while the other is filled for the next
