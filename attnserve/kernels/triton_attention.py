@@ -85,6 +85,7 @@ def paged_attention(
     launch: dict | None = None,  # extra launch options of the attention kernel (num_warps, num_stages, maxnreg)
     rope: DecodeRope | None = None,
     decode: bool = False,  # tile i is request i's one query token, token i (a decode call's tiles)
+    ordered: bool = False,  # with decode: tile i is request tile_seq[i], KV heads together (longest first)
     sinks: torch.Tensor | None = None,  # (Hq,) a sink logit per query head (any float dtype)
     fp8_dot: str | None = None,  # an fp8 cache's path to the dots (FP8_DOT_MODES; None: default_fp8_dot)
     block_m: int = 16,  # query rows of a tile (block_m_for's ``rows``); the tiles: query_tiles of its BLOCK_Q
@@ -178,6 +179,7 @@ def paged_attention(
         FP8_DOT=fp8_dot,
         PREC=prec,
         DECODE=decode and DECODE_DIRECT,
+        ORDERED=ordered and decode and DECODE_DIRECT,
         USE_SINKS=sinks is not None,
         CAUSAL=causal,
         PART_SLOTS=slots,

@@ -84,6 +84,7 @@ def _paged_attention_kernel(
     PART_BASE: tl.constexpr,
     FIRST_STAGE: tl.constexpr,
     FOLD_SLOTS: tl.constexpr = 0,
+    ORDERED: tl.constexpr = False,
 ):
     """Grid (num_query_tiles, Hkv, NUM_SPLITS): one query tile of one KV head, over one split of its KV.
     ``USE_PDL``: launched with programmatic dependent launch (``kernels/pdl.py``); every input may come from
@@ -94,7 +95,9 @@ def _paged_attention_kernel(
     those stores visible to the whole program, attends as usual: one kernel instead of two per layer.
     ``DECODE`` (decode tiles of requests 0, 1, ... in order, one query token each): tile i is request i's
     token i, known without loading the tile and query-start arrays, two dependent loads fewer before the
-    program's first KV load. ``CAUSAL`` off: every query token sees every key below its sequence's length (a
+    program's first KV load; with ``ORDERED`` request ``tile_seq[i]`` instead, and the programs of a request's KV
+    heads start one after another (the builder can order the requests longest first, ``ORDER_DECODES``: a decode
+    step's long contexts then do not run last, alone on a few SMs). ``CAUSAL`` off: every query token sees every key below its sequence's length (a
     cascade's prefix call). ``FIRST_STAGE`` 0: the KV tiles that need no mask run first, in a loop without masks
     (1: every tile masked; ``triton_attention.first_stage`` decides: 1 with a window). ``PART_SLOTS > 0``: the program writes its partial result (output, log-sum-exp) to slot
     ``PART_BASE + split`` of buffers of that many slots per token and head, for a merge after the call.
@@ -119,9 +122,14 @@ def _paged_attention_kernel(
     split = tl.program_id(2)
     pdl_wait(USE_PDL)
     if DECODE:
-        seq_idx = tile
+        if ORDERED:  # programs in tile_seq's order, each request's KV heads one after another
+            linear = tile + kvh * tl.num_programs(0)  # the order the GPU starts programs in: x fastest
+            kvh = linear % tl.num_programs(1)
+            seq_idx = tl.load(tile_seq_ptr + linear // tl.num_programs(1))
+        else:
+            seq_idx = tile
         q_tile_start = 0
-        q_begin = tile
+        q_begin = seq_idx
     else:
         seq_idx = tl.load(tile_seq_ptr + tile)
         q_tile_start = tl.load(tile_start_ptr + tile)  # first query token of this tile, relative to its request

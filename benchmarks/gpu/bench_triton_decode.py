@@ -56,7 +56,7 @@ def _wall_us(call, copies, calls=1, replays=1) -> float:  # --dry-run's stand-in
 
 def decode_call(
     table: torch.Tensor,
-    ctx: int,
+    ctx: int | list[int],
     block: int,
     hq: int,
     hkv: int,
@@ -66,13 +66,16 @@ def decode_call(
     kv_cache_dtype: str = "auto",
 ):
     """TRITON_ATTN's metadata and its one kernel call (``metadata.calls``) for a decode step of ``table``'s
-    requests (block table (B, width) int32 on the host), each ``ctx`` tokens long; ``num_sms``: the builder's SM
+    requests (block table (B, width) int32 on the host), each ``ctx`` tokens long (a list: request i's
+    ``ctx[i]``); ``num_sms``: the builder's SM
     count (None: this GPU's); ``kv_cache_dtype``: the layer's cache dtype (the engine's ``--kv-cache-dtype``)."""
     from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata
     from attnserve.attention.backends.triton_attn import TritonAttentionBackend
 
     batch = table.shape[0]
-    seq_lens = torch.full((batch,), ctx, dtype=torch.int32)
+    seq_lens = (
+        torch.tensor(ctx, dtype=torch.int32) if isinstance(ctx, list) else torch.full((batch,), ctx, dtype=torch.int32)
+    )
     qsl = torch.arange(batch + 1, dtype=torch.int32)
     common = CommonAttentionMetadata(
         query_start_loc=qsl.to(dev),

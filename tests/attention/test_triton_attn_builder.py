@@ -139,3 +139,25 @@ def test_cascade_step_is_a_prefix_call_and_a_suffix_call():
 def test_no_cascade_over_fp8_or_with_a_window(kw):
     spec = AttentionLayerSpec(num_heads=32, head_size=128, scale=128**-0.5, num_kv_heads=8, **kw)
     assert not TritonAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), torch.bfloat16).supports_cascade
+
+
+def test_ordered_decode_calls_take_the_longest_context_first(monkeypatch):
+    """``ORDER_DECODES`` on: a decode call's tiles are its requests longest context first (ties in request order)
+    and marked ``ordered``; a step's prefill call is not; off (the default), request order."""
+    import attnserve.attention.backends.triton_attn_plan as plan
+
+    spec = AttentionLayerSpec(num_heads=32, head_size=128, scale=128**-0.5, num_kv_heads=8)
+    builder = TritonAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), torch.bfloat16)
+    builder.num_sms = 132
+    gen, cpu = torch.Generator().manual_seed(0), torch.device("cpu")
+    decode, _ = make_step([1, 1, 1, 1], [5, 70, 33, 70], 16, gen, cpu)
+    mixed, _ = make_step([1, 1, 40], [5, 70, 90], 16, gen, cpu)
+    monkeypatch.setattr(plan, "ORDER_DECODES", True)
+    (call,) = builder.build(decode).calls
+    assert call.ordered and call.decode and call.tile_seq.tolist() == [1, 3, 2, 0]
+    decodes, prefills = builder.build(mixed).calls
+    assert decodes.ordered and decodes.tile_seq.tolist() == [1, 0]
+    assert not prefills.ordered and prefills.tile_seq.tolist() == [2, 2, 2]  # its 40 tokens in 16-token tiles
+    monkeypatch.setattr(plan, "ORDER_DECODES", False)
+    (call,) = builder.build(decode).calls
+    assert not call.ordered and call.tile_seq.tolist() == [0, 1, 2, 3]

@@ -150,6 +150,41 @@ FI_SHAPES = [  # (num_heads, num_kv_heads, head_size, block_size, sliding_window
 ]
 
 
+def test_decode_longest_first_gives_the_request_order_tokens(tiny_model_dir):
+    """TRITON_ATTN's decode calls take their requests longest context first (``triton_attn_plan.ORDER_DECODES``; in
+    a graph sorted again on the device at every replay): float32 greedy tokens of prompts of different lengths
+    equal those of the request order, with graphs and eagerly."""
+    import attnserve.attention.backends.triton_attn_plan as plan
+
+    prompts = [[1 + (i * 7 + j) % 50 for j in range(n)] for i, n in enumerate((5, 70, 33, 140, 1, 96))]
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    runs, default = {}, plan.ORDER_DECODES
+    try:
+        for ordered in (True, False):
+            plan.ORDER_DECODES = ordered
+            for eager in (False, True):
+                llm = LLM(
+                    tiny_model_dir("qwen3"),
+                    dtype="float32",
+                    device="cuda",
+                    attention_backend="TRITON_ATTN",
+                    enforce_eager=eager,
+                    max_model_len=512,
+                    max_num_seqs=8,
+                )
+                graphs = llm.engine.runner.cuda_graphs
+                before = 0 if graphs is None else graphs.replays
+                runs[ordered, eager] = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+                if not eager:
+                    assert graphs.replays - before >= 39
+                del llm
+                gc.collect()
+    finally:
+        plan.ORDER_DECODES = default
+    assert runs[True, False] == runs[False, False] == runs[True, True] == runs[False, True]
+    torch.cuda.empty_cache()
+
+
 @pytest.mark.parametrize("hq,hkv,d,page,window", FI_SHAPES, ids=lambda x: str(x))
 @torch.inference_mode()  # as the model runner runs (FlashInfer's plan() updates buffers made in inference mode)
 def test_flashinfer_graph_replays_match_reference(hq, hkv, d, page, window):

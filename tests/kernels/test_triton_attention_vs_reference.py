@@ -98,6 +98,9 @@ def _op_cases() -> dict[str, dict]:
     cases["decode-bs16-gqa4-s1-kve5m2-float16"] = _op(DECODE, 16, 4, "float16", 1, kv_fp8="e5m2")
     cases["decode-bs16-gqa4-s4-d96-float32"] = _op(DECODE, 16, 4, "float32", 4, head=96)  # HEAD_PAD 128
     cases["decode-bs16-gqa4-s4-float16"] = _op(DECODE, 16, 4, "float16", 4)
+    # decode programs in the builder's order (longest first, a request's KV heads together), split and not
+    cases["decode-bs16-gqa4-ordered-bfloat16"] = _op(DECODE, 16, 4, "bfloat16", ordered=True)
+    cases["decode-bs16-gqa4-s4-ordered-float32"] = _op(DECODE, 16, 4, "float32", 4, ordered=True)
     cases["mixed-bs32-gqa4-s2-float32"] = _op(MIXED[2:4], 32, 4, "float32", 2)  # split-KV over prefill tiles too
     return cases
 

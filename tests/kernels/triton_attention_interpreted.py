@@ -153,6 +153,9 @@ def run_op_case(fields: dict, device: str = "cpu", oracle: torch.dtype = torch.f
     window, softcap = f.get("window"), f.get("softcap")
     block_m, block_q = block_m_for(f["num_heads"] // f["num_kv_heads"], f.get("block_m", 16))
     tile_seq, tile_start = (t.to(device) for t in query_tiles(x["query_start_loc"].cpu(), block_q))
+    ordered = f.get("ordered", False)  # decode tiles longest first, a request's KV heads together
+    if ordered:
+        tile_seq = x["seq_lens"].argsort(descending=True).to(torch.int32)
     out = torch.full_like(query, float("nan"))
     paged_attention(
         out,
@@ -173,6 +176,8 @@ def run_op_case(fields: dict, device: str = "cpu", oracle: torch.dtype = torch.f
         pages_per_tile=f.get("pages_per_tile"),
         fp8_dot=f.get("fp8_dot"),
         block_m=block_m,
+        decode=ordered,
+        ordered=ordered,
     )
     ref_cache = torch.stack([key_cache.to(oracle) * x["k_scale"], value_cache.to(oracle) * x["v_scale"]])
     ref = reference_paged_attention(

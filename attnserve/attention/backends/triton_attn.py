@@ -163,6 +163,7 @@ class TritonAttentionImpl(AttentionImpl):
             v_scale=self.v_scale,
             launch=call.launch,
             decode=call.decode,
+            ordered=call.ordered,
             block_m=call.block_m,
             pages_per_tile=call.pages_per_tile,
             **kw,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from attnserve.attention.backend import AttentionMetadataBuilder, CommonAttentionMetadata
@@ -30,6 +31,10 @@ _FP8_DECODE_LAUNCH = {False: {"num_stages": 3}, True: {"num_stages": 2, "num_war
 # tokens; otherwise the decode tiles' 16 rows and the default KV tiles (chosen by
 # ``benchmarks/gpu/bench_triton_prefill.py``: 1.8-2.5x faster than 16 rows at heads 64, 128 and 256 and over
 # an fp8 cache; see docs/benchmarks.md)
+# decode calls take their requests longest context first (``TritonAttentionTiles.ordered``). Off until measured on
+# a GPU: ``benchmarks/gpu/bench_decode_order.py`` (the kernel), ``decode_order_ab.py`` (the nano-vllm workload, on
+# and off), ``tests/gpu/test_cuda_graphs.py`` (graphs sort on the device); correct under the Triton interpreter
+ORDER_DECODES = False
 _PREFILL_ROWS = 64
 _PREFILL_KV_TOKENS = 64
 _PREFILL_LAUNCH = {"num_warps": 4, "num_stages": 2}
@@ -56,6 +61,9 @@ class TritonAttentionTiles:
     block_m: int = 16  # query rows of a tile (``paged_attention(block_m=)``)
     pages_per_tile: int | None = None  # pages of a KV tile (``paged_attention(pages_per_tile=)``; None: its default)
     cascade: CascadePrefix | None = None  # a cascade's prefix call: every query token over this shared prefix
+    # decode tiles longest context first (``tile_seq``: request indices), a request's KV heads together
+    # (``paged_attention(ordered=True)``): a step's long contexts are not left to run last on a few SMs
+    ordered: bool = False
 
 
 @dataclass
@@ -105,9 +113,16 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         return 16, {}, None
 
     def _tiles(
-        self, common: CommonAttentionMetadata, first: int, last: int, splits: int, decode: bool = False
+        self,
+        common: CommonAttentionMetadata,
+        first: int,
+        last: int,
+        splits: int,
+        decode: bool = False,
+        ordered: bool = False,
     ) -> TritonAttentionTiles:
-        """The call over requests ``[first, last)``: decode tiles (16 rows), else prefill tiles."""
+        """The call over requests ``[first, last)``: decode tiles (16 rows), else prefill tiles. ``ordered`` (decode
+        tiles of requests from 0): the tiles longest context first (``paged_attention(ordered=True)``)."""
         from attnserve.kernels.triton_attention import block_m_for, query_tiles
 
         spec = self.layer_spec
@@ -119,6 +134,9 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             common.query_start_loc_cpu, block_m_for(spec.num_heads // spec.num_kv_heads, rows)[1], first, last
         )
         qsl = common.query_start_loc_cpu
+        ordered = ordered and decode and first == 0
+        if ordered:
+            seq = torch.from_numpy(np.argsort(-common.seq_lens_cpu[:last].numpy(), kind="stable").astype(np.int32))
         return TritonAttentionTiles(
             seq.to(self.device, non_blocking=True),
             start.to(self.device, non_blocking=True),
@@ -128,7 +146,15 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             decode,
             rows,
             pages,
+            ordered=ordered,
         )
+
+    def cudagraph_prologue(self, metadata: TritonAttentionMetadata) -> None:
+        """Each ordered decode call's tiles sorted again from the static sequence lengths, on the device: a
+        replay's contexts are not the capture's."""
+        for call in metadata.calls:
+            if call.ordered:
+                call.tile_seq.copy_(torch.argsort(metadata.seq_lens[: call.tile_seq.numel()], descending=True))
 
     @property
     def supports_cascade(self) -> bool:
@@ -176,12 +202,13 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             calls = self._cascade_calls(common)
         elif nd == b:
             splits = self._splits(nd, common.max_seq_len, common.block_size)
-            calls = [self._tiles(common, 0, b, splits, decode=common.max_query_len == 1)]
+            calls = [self._tiles(common, 0, b, splits, decode=common.max_query_len == 1, ordered=ORDER_DECODES)]
         else:
             calls = []
             if nd:
                 longest = int(common.seq_lens_cpu[:nd].max())
-                calls.append(self._tiles(common, 0, nd, self._splits(nd, longest, common.block_size), decode=True))
+                splits = self._splits(nd, longest, common.block_size)
+                calls.append(self._tiles(common, 0, nd, splits, decode=True, ordered=ORDER_DECODES))
             calls.append(self._tiles(common, nd, b, 1))
         return TritonAttentionMetadata(
             common.slot_mapping, common.query_start_loc, common.seq_lens, common.block_table, calls
