@@ -124,13 +124,16 @@ def test_prefill_tiles_of_more_rows_build_for_sm90_without_spills(index, built_p
 
 # TRITON_ATTN's cascade calls (``TritonAttentionImpl._cascade``), Llama-3 8B heads: the prefix call (64-row tiles,
 # non-causal, 4 splits) and the decode suffix call, unsplit (a large batch: it folds the prefix's 4 slots into its
-# output) or in 4 splits (8 warps, a small batch: 8 slots for a merge)
+# output) or in 4 splits (8 warps, a small batch: 8 slots for a merge); and decode calls in the builder's order
 CASCADE_CALLS = {
     "prefix": dict(
         block_m=64, launch=dict(num_warps=4, num_stages=2), pages_per_tile=4, causal=False, part_base=0, part_slots=4
     ),
     "suffix": dict(decode=True, num_splits=1, part_slots=0, fold_slots=4),
     "suffix-split": dict(decode=True, part_base=4),
+    # decode calls in the builder's order (``ORDER_DECODES``): Llama-3 8B heads, and Qwen3's with RoPE inside
+    "ordered": dict(decode=True, num_splits=1, part_slots=0, ordered=True),
+    "ordered-rope": dict(decode=True, num_splits=1, part_slots=0, ordered=True, rope=True, qpkv=2),
 }
 
 

@@ -88,6 +88,7 @@ def compile_sm90(
     part_slots: int | None = None,
     part_base: int = 0,
     fold_slots: int = 0,
+    ordered: bool = False,
 ) -> tuple:
     """``_paged_attention_kernel`` compiled for sm_90 with the constants and launch options ``paged_attention``
     would get from TRITON_ATTN's builder on an H200 (PDL on, no FP contraction; pointers and strides
@@ -98,7 +99,8 @@ def compile_sm90(
     ``fp8_dot`` way (None: ``default_fp8_dot``), with the builder's fp8 decode launch options; ``launch``:
     launch options instead of the builder's; ``asm``: the SASS too (``cuobjdump -sass``); ``block_m``: query
     rows of a tile (``paged_attention(block_m=)``); ``causal``, ``part_slots`` (None: ``num_splits``), ``part_base``,
-    ``fold_slots``: ``paged_attention(causal=, parts=, part_base=, fold=)``, a cascade's calls.
+    ``fold_slots``: ``paged_attention(causal=, parts=, part_base=, fold=)``, a cascade's calls; ``ordered``: a decode
+    call's ``paged_attention(ordered=True)``.
     Returns (cuobjdump's resource usage: {"REG": n, "STACK": n, "LOCAL": n, ...}, shared memory bytes[, SASS])."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -147,6 +149,7 @@ def compile_sm90(
         PART_BASE=part_base,
         FIRST_STAGE=ta.first_stage(block_m, window),
         FOLD_SLOTS=fold_slots,
+        ORDERED=ordered,
     )
     sig, attrs, const_paths = _signature(names, const, dtype, rope, kv)
     constexprs = {(names.index(k),): v for k, v in const.items()} | const_paths
@@ -200,7 +203,6 @@ def compile_keys_major_sm90(head: int, qpkv: int, page: int, num_splits: int, kv
         NUM_SPLITS=num_splits,
         PV=pv,
         PROBE="",
-        PREFETCH=False,
         INTERPRET=False,
     )
     pointers = dict(out_ptr="*bf16", q_ptr="*bf16", k_ptr=f"*{kv}", v_ptr=f"*{kv}", bt_ptr="*i32")
