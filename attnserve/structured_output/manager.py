@@ -130,6 +130,12 @@ class StructuredOutputManager:
     def remove(self, request_id: str) -> None:
         slot = self.matchers.pop(request_id, None)
         if slot is not None:
+            pending = self._deferred
+            if slot in pending.slots:  # its deferred token must not reach the slot's next request
+                keep = [i for i, s in enumerate(pending.slots) if s != slot]
+                pending.ids = [pending.ids[i] for i in keep]
+                pending.slots = [pending.slots[i] for i in keep]
+                pending.tokens = [pending.tokens[i] for i in keep]
             self._process.remove(slot)
             self._free_slots.append(slot)
 

@@ -99,3 +99,18 @@ def test_a_step_of_more_constrained_rows_than_the_buffers_hold_is_an_error(defau
     with pytest.raises(GrammarProcessError, match="3 constrained rows in a step, buffers of 2"):
         manager.start_bitmask(sched)
     manager.close()
+
+
+def test_a_removed_requests_deferred_token_does_not_reach_the_next_request_in_its_slot(default_tokenizer):
+    tok = default_tokenizer
+    manager = StructuredOutputManager(tok, len(tok), tok.eos_token_id)
+    manager.add("a", S(regex="ab"))
+    a, b, x = tok.convert_tokens_to_ids(["a", "b", "x"])
+    assert manager.accept_tokens([("a", x)], defer=True) == []  # "x" would end "a" (rejected)
+    manager.remove("a")
+    manager.add("c", S(regex="ab"))  # takes a's slot
+    assert manager.matchers["c"] == 0
+    sched = SchedulerOutput([ScheduledRequest("c", [1], 0, [0], SamplingParams(), True)])
+    mask = manager.start_bitmask(sched).result()
+    assert manager.take_ended() == [] and a in _allowed(mask.words[0]) and b not in _allowed(mask.words[0])
+    manager.close()
