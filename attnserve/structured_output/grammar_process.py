@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import pickle
 import shutil
 import socket
 import subprocess
@@ -44,7 +43,7 @@ class GrammarProcess:
     with CUDA (page-locked: the runner's non-blocking copy then does not wait)."""
 
     def __init__(self, info_json: str, rows: int, width: int, pin: bool = False) -> None:
-        self.rows, self.width = rows, width
+        self.rows = rows
         self._dir = tempfile.mkdtemp(prefix="attnserve-grammar-")
         info_path = self._file("tokenizer_info.json", info_json)
         size = 2 * rows * width * 4
@@ -111,16 +110,19 @@ class GrammarProcess:
         try:
             status, value = self._conn.recv()
         except (EOFError, OSError):
-            raise GrammarProcessError(f"the grammar process ended (exit code {self._proc.poll()})") from None
+            raise self._ended() from None
         if status != "ok":
             raise GrammarProcessError(value)
         return value
 
     def _send(self, msg: tuple) -> None:
         try:
-            self._conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+            self._conn.send(msg)
         except OSError:
-            raise GrammarProcessError(f"the grammar process ended (exit code {self._proc.poll()})") from None
+            raise self._ended() from None
+
+    def _ended(self) -> GrammarProcessError:
+        return GrammarProcessError(f"the grammar process ended (exit code {self._proc.poll()})")
 
     def close(self) -> None:
         """End the child (it exits when its socket closes) and release the buffers and files."""
@@ -171,7 +173,7 @@ def serve(sock_fd: int, mem_fd: int, rows: int, width: int, info_path: str) -> N
     failed: str | None = None  # a grammar or matcher that could not be made: said in the next reply
     while True:
         try:
-            msg = pickle.loads(conn.recv_bytes())
+            msg = conn.recv()
         except (EOFError, OSError):
             return
         op = msg[0]

@@ -57,6 +57,25 @@ class _Deferred:
         self.slots: list[int] = []
         self.tokens: list[int] = []
 
+    def add(self, request_id: str, slot: int, token: int) -> None:
+        self.ids.append(request_id)
+        self.slots.append(slot)
+        self.tokens.append(token)
+
+    def extend(self, other: _Deferred) -> _Deferred:
+        """These, then ``other``'s (in place); returns self."""
+        self.ids += other.ids
+        self.slots += other.slots
+        self.tokens += other.tokens
+        return self
+
+    def drop(self, slot: int) -> None:
+        """Forget the tokens of ``slot``."""
+        keep = [i for i, s in enumerate(self.slots) if s != slot]
+        self.ids = [self.ids[i] for i in keep]
+        self.slots = [self.slots[i] for i in keep]
+        self.tokens = [self.tokens[i] for i in keep]
+
 
 class StructuredOutputManager:
     """The constrained requests' matchers (by request id: their slot in the grammar process) and the host side of
@@ -130,12 +149,8 @@ class StructuredOutputManager:
     def remove(self, request_id: str) -> None:
         slot = self.matchers.pop(request_id, None)
         if slot is not None:
-            pending = self._deferred
-            if slot in pending.slots:  # its deferred token must not reach the slot's next request
-                keep = [i for i, s in enumerate(pending.slots) if s != slot]
-                pending.ids = [pending.ids[i] for i in keep]
-                pending.slots = [pending.slots[i] for i in keep]
-                pending.tokens = [pending.tokens[i] for i in keep]
+            if slot in self._deferred.slots:  # its deferred token must not reach the slot's next request
+                self._deferred.drop(slot)
             self._process.remove(slot)
             self._free_slots.append(slot)
 
@@ -148,32 +163,18 @@ class StructuredOutputManager:
         others are accepted in the grammar process before the next :meth:`start_bitmask` fills (or by the next call
         that accepts now); an id among them that its token still ended comes from :meth:`take_ended`, or with the
         ids this call returns (deferred accepts still pending run first)."""
-        matchers = self.matchers
-        later = self._deferred
+        matchers, pending, now = self.matchers, self._deferred, _Deferred()
         stop = self.backend.stop_token_ids if defer else None
-        now, self._deferred = (later, _Deferred()) if stop is None else (_Deferred(), later)
         for rid, t in tokens:
             slot = matchers.get(rid)
-            if slot is None:
-                continue
-            batch = later if stop is not None and t not in stop else now
-            batch.ids.append(rid)
-            batch.slots.append(slot)
-            batch.tokens.append(t)
-        if stop is not None and later.ids and now.ids:  # the pending accepts of those ids go first
-            now = self._take_deferred_with(now)
+            if slot is not None:
+                (pending if stop is not None and t not in stop else now).add(rid, slot, t)
+        if pending.ids and (now.ids or not defer):  # the pending accepts go first; a call that defers none runs them
+            self._deferred, now = _Deferred(), pending.extend(now)
         ended = self.take_ended()
         if not now.ids:
             return ended
         return ended + [now.ids[i] for i in self._process.accept(now.slots, now.tokens)]
-
-    def _take_deferred_with(self, now: _Deferred) -> _Deferred:
-        """The pending deferred accepts (taken) followed by ``now``'s."""
-        first, self._deferred = self._deferred, _Deferred()
-        first.ids += now.ids
-        first.slots += now.slots
-        first.tokens += now.tokens
-        return first
 
     def take_ended(self) -> list[str]:
         """The ids whose deferred token ended their grammar since the last call (rejected: a bitmask bug or a
