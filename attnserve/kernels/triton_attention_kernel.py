@@ -97,8 +97,8 @@ def _paged_attention_kernel(
     token i, known without loading the tile and query-start arrays, two dependent loads fewer before the
     program's first KV load; with ``ORDERED`` request ``tile_seq[i]`` instead, and the programs of a request's KV
     heads start one after another (the builder can order the requests longest first, ``ORDER_DECODES``: a decode
-    step's long contexts then do not run last, alone on a few SMs). ``CAUSAL`` off: every query token sees every key below its sequence's length (a
-    cascade's prefix call). ``FIRST_STAGE`` 0: the KV tiles that need no mask run first, in a loop without masks
+    step's long contexts then do not run last, alone on a few SMs). ``CAUSAL`` off: every query token sees every
+    key below its sequence's length (a cascade's prefix call). ``FIRST_STAGE`` 0: the KV tiles that need no mask run first, in a loop without masks
     (1: every tile masked; ``triton_attention.first_stage`` decides: 1 with a window). ``PART_SLOTS > 0``: the program writes its partial result (output, log-sum-exp) to slot
     ``PART_BASE + split`` of buffers of that many slots per token and head, for a merge after the call.
     ``FOLD_SLOTS > 0`` (one split): ``parts`` holds an earlier call's partial results, that many slots per token and

@@ -195,9 +195,8 @@ def fp8_decode_attention(
 
     ``num_splits`` (rounded up to a power of two) splits each request's KV tiles across programs and merges the partial
     results (``triton_merge_splits``); ``block_n``: tokens per KV tile (a power of two, >= 16); ``q_rows``: the
-    dots' N (None: :func:`query_rows`);
-    ``launch``: launch options
-    (None: :data:`LAUNCH`). The layer must pass :func:`supports`."""
+    dots' N (None: :func:`query_rows`); ``launch``: launch options (None: :data:`LAUNCH`). The layer must pass
+    :func:`supports`."""
     batch, num_heads, head = query.shape
     num_kv_heads, page = key_cache.shape[2], key_cache.shape[1]
     num_qpkv = num_heads // num_kv_heads

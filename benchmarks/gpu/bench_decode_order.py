@@ -53,8 +53,8 @@ def main() -> None:
     from attnserve.attention.backends.triton_attn import TritonAttentionBackend
     from attnserve.gemv import timing
     from attnserve.kernels.kv_write import kv_views
-    from attnserve.kernels.reference import reference_paged_attention
     from attnserve.kernels.triton_attention import paged_attention
+    from benchmarks.gpu.bench_triton_decode import step_reference
     from tests.gpu.cases import TOLERANCE
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -83,15 +83,7 @@ def main() -> None:
             ]
             query = torch.randn(a.batch, a.q_heads, HEAD, generator=dgen, device=dev).to(torch.bfloat16)
             out = torch.empty_like(query)
-            k0, v0 = kv_views(copies[0], 1)
-            ref = reference_paged_attention(
-                query.float(),
-                torch.stack([k0.float(), v0.float()]),
-                md.query_start_loc,
-                md.seq_lens,
-                md.block_table,
-                HEAD**-0.5,
-            )
+            ref = step_reference(query, copies[0], md)
             kv_bytes = 2 * sum(order_lens) * a.kv_heads * HEAD * 2
             by_len = torch.tensor(order_lens).argsort(descending=True).to(torch.int32)
             # name -> (tile_seq, decode, ordered): the engine's decode call takes tile i as request i (decode)

@@ -66,9 +66,9 @@ def decode_call(
     kv_cache_dtype: str = "auto",
 ):
     """TRITON_ATTN's metadata and its one kernel call (``metadata.calls``) for a decode step of ``table``'s
-    requests (block table (B, width) int32 on the host), each ``ctx`` tokens long (a list: request i's
-    ``ctx[i]``); ``num_sms``: the builder's SM
-    count (None: this GPU's); ``kv_cache_dtype``: the layer's cache dtype (the engine's ``--kv-cache-dtype``)."""
+    requests (block table (B, width) int32 on the host), each ``ctx`` tokens long (a list: request i's ``ctx[i]``);
+    ``num_sms``: the builder's SM count (None: this GPU's); ``kv_cache_dtype``: the layer's cache dtype (the engine's
+    ``--kv-cache-dtype``)."""
     from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetadata
     from attnserve.attention.backends.triton_attn import TritonAttentionBackend
 
@@ -102,6 +102,17 @@ def decode_call(
     metadata = builder.build(common)
     (call,) = metadata.calls
     return metadata, call
+
+
+def step_reference(query: torch.Tensor, kv: torch.Tensor, md) -> torch.Tensor:
+    """float32 attention of a decode step (``md``: its TRITON_ATTN metadata) over the cache ``kv`` (TRITON_ATTN's
+    shape, 16-bit): ``reference_paged_attention``, the check every variant's output meets."""
+    from attnserve.kernels.kv_write import kv_views
+    from attnserve.kernels.reference import reference_paged_attention
+
+    key_cache, value_cache = kv_views(kv, 1)
+    kv32 = torch.stack([key_cache.float(), value_cache.float()])
+    return reference_paged_attention(query.float(), kv32, md.query_start_loc, md.seq_lens, md.block_table, HEAD**-0.5)
 
 
 def make_step(
@@ -150,7 +161,6 @@ def bench_case(
     time_us,
 ) -> dict:
     from attnserve.kernels.kv_write import kv_views
-    from attnserve.kernels.reference import reference_paged_attention
     from attnserve.kernels.triton_attention import default_pages_per_tile, paged_attention
     from tests.gpu.cases import TOLERANCE
 
@@ -187,15 +197,7 @@ def bench_case(
             launch=launch,
         )
 
-    key_cache, value_cache = kv_views(copies[0], 1)
-    ref = reference_paged_attention(
-        query.float(),
-        torch.stack([key_cache.float(), value_cache.float()]),
-        md.query_start_loc,
-        md.seq_lens,
-        md.block_table,
-        HEAD**-0.5,
-    )
+    ref = step_reference(query, copies[0], md)
     scale = float(ref.abs().max())
     rows = {}
     for label, ppt in VARIANTS.items():

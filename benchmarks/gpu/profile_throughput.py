@@ -55,7 +55,14 @@ def _run(
     profs = {"first": cProfile.Profile(), "decode": cProfile.Profile()}
     n = decode_seen = 0
     window = None  # the kernel profile's torch.profiler, while it records
-    cuda = torch.autograd.DeviceType.CUDA
+
+    def close_window() -> None:  # its kernels (name, device us) into ``kernels``; no second window after it
+        torch.cuda.synchronize()
+        window.stop()
+        cuda = torch.autograd.DeviceType.CUDA
+        kernels["events"] = [(e.name, e.device_time) for e in window.events() if e.device_type == cuda]
+        kernels["want"] = kernels["steps"]
+
     t0 = time.perf_counter()
     while engine.has_unfinished_requests():
         if kernels is not None and last and last[0] == 0 and last[1] >= 128 and kernels["steps"] < kernels["want"]:
@@ -67,13 +74,8 @@ def _run(
             kernels["context_tokens"] += last[2]
             kernels["decode_rows"] += last[1]
         elif window is not None:
-            torch.cuda.synchronize()
-            window.stop()
-            kernels["events"] = [
-                (e.name, e.device_time) for e in window.events() if e.device_type == torch.autograd.DeviceType.CUDA
-            ]
+            close_window()
             window = None
-            kernels["want"] = kernels["steps"]  # one window: no second start
         prof = None
         if n < prof_first:
             prof = profs["first"]
@@ -92,8 +94,7 @@ def _run(
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     if window is not None:  # the run ended inside the window
-        window.stop()
-        kernels["events"] = [(e.name, e.device_time) for e in window.events() if e.device_type == cuda]
+        close_window()
     sched.schedule = original
     wall = time.perf_counter() - t0
     if prof_first or prof_decode:
