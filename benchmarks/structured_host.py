@@ -13,7 +13,7 @@ own methods:
 
     accept     the grammar matchers advanced by the step's new tokens (StructuredOutputManager)
     fill       the step's token bitmask filled on the host: its start and the wait for it (the fill itself runs in
-               a worker thread beside the outputs and the next schedule: StructuredOutputManager.start_bitmask)
+               the grammar process beside the outputs and the next schedule: StructuredOutputManager.start_bitmask)
     stage      the bitmask to the device (pinned buffer, non-blocking copy; on the CPU no copy is made)
     apply      the bitmask applied to the logits (on the CPU: the CPU's cost, not a GPU's)
     schedule   Scheduler.schedule

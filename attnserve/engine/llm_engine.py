@@ -321,7 +321,7 @@ class LLMEngine:
 
     def shutdown(self) -> None:
         """Stop the executor's workers or release its in-process runner (also done when the engine is
-        garbage-collected or at exit), and the grammar's fill thread; the engine runs nothing afterwards."""
+        garbage-collected or at exit), and the grammar process; the engine runs nothing afterwards."""
         self.runner = None
         self.structured.close()
         self.executor.shutdown()

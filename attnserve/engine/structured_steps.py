@@ -5,7 +5,7 @@ A step's grammar bitmask needs the tokens of the step before (a matcher must hol
 first). With async scheduling in one process (:meth:`StructuredSteps.step_async`) step k+1's forward pass is
 queued first, then step k is read (its tokens advance the grammar matchers), step k+1's bitmask filled and then
 its sampling queued (vLLM's order). The matchers' accepts of step k's tokens (all but stop tokens, accepted
-now) and the fill run in the grammar's worker thread (xgrammar releases the GIL); meanwhile the engine's thread
+now) and the fill run in the grammar process (``structured_output/grammar_process.py``); meanwhile the engine's thread
 makes step k's outputs and schedules step k+2 on the host while the device runs the forward pass. The matchers
 stay as they are until the fill is read. Step k+2's forward pass can only follow step k+1's sampling (its
 inputs are those tokens): scheduled ahead, its plan and host batch (``ModelRunner.prepare_ahead``) are ready
@@ -57,7 +57,7 @@ class StructuredSteps:
 
     def step_async(self) -> list[RequestOutput]:
         """One async step k+1 with constrained requests: queue its forward pass, read step k, fill step k+1's
-        bitmask in the grammar's worker thread beside step k's outputs and step k+2's plan, then queue step k+1's
+        bitmask in the grammar process beside step k's outputs and step k+2's plan, then queue step k+1's
         sampling (the module docstring has the order)."""
         engine = self.engine
         sched = engine._schedule()
@@ -66,7 +66,7 @@ class StructuredSteps:
             forward = engine.executor.queue_forward(sched)
             previous, engine._in_flight = engine._in_flight, None
             updated = engine._update(*previous, defer_accept=True) if previous is not None else []
-            # the deferred accepts and the fill, in the worker thread: the matchers stay as they are until it is read
+            # the deferred accepts and the fill, in the grammar process: the matchers stay as they are until it is read
             fill = engine.structured.start_bitmask(sched)
             outputs = engine._outputs(updated)
             if not sched.is_empty and engine.structured.has_unfinished(engine.scheduler.requests):
@@ -84,7 +84,7 @@ class StructuredSteps:
         except BaseException:
             engine._in_flight = self.scheduled_ahead = None
             engine.block_manager.reset_prefix_cache()
-            if fill is not None:  # the worker is done with the matchers, and the GIL switch interval restored
+            if fill is not None:  # the grammar process's reply read: the next request to it finds none outstanding
                 with contextlib.suppress(Exception):
                     fill.result()
             raise
