@@ -153,3 +153,40 @@ def test_another_flashinfer_version_is_skipped(monkeypatch, caplog):
     with caplog.at_level(logging.INFO):
         assert fj.start([spec()], torch.device("cuda"), BF16, None) is None
     assert "FlashInfer 0.8.0" in caplog.text and "first use" in caplog.text
+
+
+def first(specs, compiled=frozenset(), resolve=sm90, cfg=None) -> fj.FirstUse:
+    fp8_query = resolve is sm90
+    settings = [fj.plan_settings(s, BF16, cfg, fp8_query) for s in specs]
+    return fj.first_use(settings, resolve, lambda m: m in compiled)
+
+
+def test_first_use_puts_sm90s_fa3_prefill_behind_the_fa2_one():
+    fa2, fa3 = M("prefill", "fa2", BF16, BF16), M("prefill", "fa3", BF16, BF16)
+    # GQA: the interim prefill is the tensor-core decode's module: one module before the first step
+    assert first([spec()]) == fj.FirstUse([fa2], [fa3])
+    assert first([spec()], {fa2}) == fj.FirstUse([], [fa3])
+    assert first([spec()], {fa3}) == fj.FirstUse([fa2], [])  # fa3 compiled: no interim
+    assert first([spec()], {fa2, fa3}) == fj.FirstUse([], [])
+    assert first([spec()], resolve=sm80) == fj.FirstUse([fa2], [])  # fa2 is the prefill: nothing behind it
+
+
+def test_first_use_mha_waits_for_the_cuda_core_decode_and_the_interim_prefill():
+    d = M("decode", None, BF16, BF16, d=64)
+    fa2, fa3 = M("prefill", "fa2", BF16, BF16, d=64), M("prefill", "fa3", BF16, BF16, d=64)
+    assert first([spec(hq=9, hkv=9, d=64)]) == fj.FirstUse([d, fa2], [fa3])
+
+
+def test_first_use_fp8_interim_prefill_takes_the_16_bit_query():
+    # fa2 refuses an fp8 query: the interim plans the model's, the fa3 prefill the cache's once loaded
+    assert first([spec(kv="fp8")]) == fj.FirstUse([M("prefill", "fa2", BF16, E4M3)], [M("prefill", "fa3", E4M3, E4M3)])
+
+
+def test_first_use_without_a_prefill_wrapper_has_nothing_behind():
+    cfg = AttentionConfig(disable_flashinfer_prefill=True)
+    assert first([spec()], cfg=cfg) == fj.FirstUse([M("prefill", "fa2", BF16, BF16)], [])
+
+
+def test_module_names_for_the_log():
+    assert M("prefill", "fa3", E4M3, E4M3).name() == "prefill/fa3 (head 128, KV float8_e4m3fn)"
+    assert M("decode", None, BF16, BF16, d=64).name() == "decode (head 64, KV bfloat16)"

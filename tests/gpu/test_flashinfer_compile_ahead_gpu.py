@@ -49,6 +49,9 @@ def test_plan_and_run_load_only_modules_compiled_ahead(case, monkeypatch):
     warm = flashinfer_jit.start([spec], torch.device("cuda"), case.dtype, None)
     assert warm is not None, "compile-ahead skipped (see the log)"
     flashinfer_jit.wait()
+    for item in flashinfer_jit._LATER.values():  # the fa3 prefill behind the interim: loaded before the check
+        item.done.wait()
+        assert item.error is None
     assert warm.error is None
     listed = {s.name for s in flashinfer_jit.loaded_specs(warm.modules)}
     built: list[tuple[str, bool]] = []
@@ -66,6 +69,27 @@ def test_plan_and_run_load_only_modules_compiled_ahead(case, monkeypatch):
     print(case.name, "listed", sorted(listed), "loaded", [n for n, _ in built])
 
 
+@pytest.mark.parametrize("kv", ["auto", "fp8"])
+def test_interim_fa2_prefill_matches_the_oracle(kv, monkeypatch):
+    """While sm90's prefill module is pending (a ``Later`` never set), prefill and mixed steps run the interim fa2
+    wrapper with the model-dtype query, against the float64 oracle."""
+    import threading
+
+    from attnserve.attention.backends import flashinfer_jit as fj
+    from attnserve.attention.backends.flashinfer import FlashInferBackend
+
+    for shape in ("prefill", "mixed"):
+        case = Case(shape, kv_cache_dtype=kv)
+        spec = AttentionLayerSpec(case.num_heads, case.head_size, case.head_size**-0.5, case.num_kv_heads,
+                                  kv_cache_dtype=kv)  # fmt: skip
+        settings = fj.plan_settings(spec, case.dtype, None, fj.takes_fp8_query(torch.device("cuda")))
+        module = fj._prefill_module(settings, fj.device_resolver(torch.device("cuda")))
+        assert module.backend == "fa3"
+        monkeypatch.setitem(fj._LATER, module, fj.Later(module, threading.Event()))
+        result = run_case(FlashInferBackend, case, "cuda")
+        assert result["pass"], result
+
+
 def test_engine_start_compiles_the_runners_modules_ahead(monkeypatch):
     monkeypatch.setenv("ATTNSERVE_FLASHINFER_COMPILE_AHEAD", "1")
     from attnserve import LLM
@@ -74,5 +98,7 @@ def test_engine_start_compiles_the_runners_modules_ahead(monkeypatch):
     llm = LLM(attention_backend="FLASHINFER", dtype="bfloat16", num_gpu_blocks=512)
     b = llm.engine.runner.builders[0]
     expected = fj.device_modules([b.layer_spec], b.device, b.dtype, b.attention_config)
+    for item in fj._LATER.values():
+        item.done.wait()
     assert any(set(expected) <= set(w.modules) for w in fj._WARMUPS.values()), (expected, fj._WARMUPS)
     assert all(s.is_compiled for s in fj.loaded_specs(expected))

@@ -197,6 +197,11 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
             ws, layout, use_tensor_cores=self.tensor_cores, backend=self.decode_backend
         )
         self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, layout)
+        # sm90's fa3 prefill still compiling in the background (flashinfer_jit.first_use): fa2's until it loads
+        self._later = flashinfer_jit.pending_prefill(settings, self.device)
+        self.prefill_interim = None
+        if self._later is not None:
+            self.prefill_interim = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, layout, backend="fa2")
         self.window_left = settings.window_left
         self._compiled_ahead = False  # the first build waits for the background compile (flashinfer_jit.wait)
         # the CUDA-graph decode path: its buffers, pinned ring, split limit and fast-plan state
@@ -262,15 +267,16 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         if kind == "decode":
             self._plan_decode(common, first, last)
             return FlashInferCall(kind, q0, q1, self.decode, q_dtype=self.decode_q_dtype)
+        wrapper, q_dtype = self._prefill_wrapper()
         ring = self._rings["prefill"]
         ring.acquire()
         indptr, indices, last_len, lens = self._pages(common, first, last, ring)
         qo = ring.buffer("qo", last - first + 1)
         torch.sub(qsl[first : last + 1], q0, out=qo)
-        self.prefill._pin_memory_int_workspace_buffer = ring.buffer(
-            "plan", self.prefill._int_workspace_buffer.numel(), torch.uint8
+        wrapper._pin_memory_int_workspace_buffer = ring.buffer(
+            "plan", wrapper._int_workspace_buffer.numel(), torch.uint8
         )
-        self.prefill.plan(
+        wrapper.plan(
             qo,
             indptr,
             indices,
@@ -283,13 +289,22 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
             sm_scale=spec.scale,
             window_left=self.window_left,
             logits_soft_cap=spec.logits_soft_cap,
-            q_data_type=self.prefill_q_dtype,
+            q_data_type=q_dtype,
             kv_data_type=self.kv_dtype,
             o_data_type=self.dtype,
             seq_lens=lens,
         )
         ring.release()
-        return FlashInferCall(kind, q0, q1, self.prefill, q_dtype=self.prefill_q_dtype)
+        return FlashInferCall(kind, q0, q1, wrapper, q_dtype=q_dtype)
+
+    def _prefill_wrapper(self) -> tuple[Any, torch.dtype]:
+        """The prefill wrapper to plan and its query type: the interim fa2 one, with the model-dtype query, while
+        the prefill's own module compiles in the background (or after that failed), then the prefill's own."""
+        if self._later is not None:
+            if not self._later.ready():
+                return self.prefill_interim, self.dtype
+            self._later = self.prefill_interim = None
+        return self.prefill, self.prefill_q_dtype
 
     def _wait_for_kernels(self) -> None:
         """Before the first plan(): the kernels this process compiles ahead (flashinfer_jit), if any."""

@@ -1,23 +1,25 @@
-"""FLASHINFER's JIT kernels compiled ahead: one background ninja run instead of one module after another.
+"""FLASHINFER's JIT kernels compiled ahead, in the background, the slow one behind a fast interim.
 
 FlashInfer 0.7.2 compiles each kernel module when a wrapper's ``plan()`` first asks for it, one after another
-(the default model's first engine load on the H200: 119 s). There are no precompiled kernels for 0.7.2 to install
-(flashinfer-cubin stops at 0.6.13, flashinfer-jit-cache is not on PyPI), so the engine lists, from its layer specs,
-the modules the wrappers will load, and compiles the missing ones with one ``flashinfer.jit.build_jit_specs`` call
-(one ninja over every source file: all cores) in a thread that runs while the weights load. The builder's first
-``plan()`` waits for it (:func:`wait`).
+(the default model's first engine load on the H200: 119 s, most of it sm90's fa3 prefill module). There are no
+precompiled kernels for 0.7.2 on PyPI (flashinfer-cubin stops at 0.6.13; flashinfer-jit-cache, which FlashInfer
+finds by itself when installed, comes from FlashInfer's own index), so the engine lists, from its layer specs, the
+modules the wrappers will load (:func:`first_use`) and, in a thread started before the weights load:
+
+* ``now``: the decode module and an fa2 prefill module (for GQA one and the same), each compiled and loaded through
+  FlashInfer's own cached getter in a thread of its own; the builder's first ``plan()`` waits for them (:func:`wait`);
+* ``later``: the prefill module FlashInfer itself picks (fa3 on sm90), at a lower CPU priority; until it is loaded
+  the builder plans its prefill on FlashInfer's fa2 kernel with the model-dtype query (:func:`pending_prefill`).
 
     settings = plan_settings(layer_spec, dtype, attention_config, takes_fp8_query(device))  # the builder's
-    kernel_modules([settings], resolve)                            # pure: the module getters' arguments
-    start(layer_specs, device, dtype, attention_config)            # FlashInfer: JitSpecs, is_compiled, the thread
-    wait()                                                         # the builder's first plan()
+    first_use([settings], resolve, compiled)                       # pure: which modules, now or later
+    start(layer_specs, device, dtype, attention_config)            # FlashInfer: the thread
+    wait(); pending_prefill(settings, device)                      # the builder
 
 Whatever fails here is logged once and leaves FlashInfer's own lazy compile in charge; another FlashInfer version
 than the one whose internals this mirrors (:data:`MIRRORED_VERSION`) is skipped with a log line.
-Off unless ``ATTNSERVE_FLASHINFER_COMPILE_AHEAD=1`` (``benchmarks/gpu/flashinfer_first_use.sh`` sets 1 and 0):
-the module list has not yet been checked against what the wrappers load on a GPU, nor the time it saves, so the
-default stays FlashInfer's own lazy compile until ``tests/gpu/test_flashinfer_compile_ahead_gpu.py`` and that
-benchmark have run on the H200.
+``ATTNSERVE_FLASHINFER_COMPILE_AHEAD``: "1" on, "0" FlashInfer's lazy compile; :data:`DEFAULT_ON` when unset
+(``python -m benchmarks.gpu.flashinfer_first_use`` times both on a GPU).
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from attnserve.kernels.kv_write import FP8_DTYPES
 logger = logging.getLogger(__name__)
 
 MIRRORED_VERSION = "0.7.2"  # decode.py / prefill.py / jit/attention/modules.py of flashinfer-python 0.7.2.post1
-ON_ENV = "ATTNSERVE_FLASHINFER_COMPILE_AHEAD"  # "1": compile ahead; unset or "0": FlashInfer's lazy compile
+ON_ENV = "ATTNSERVE_FLASHINFER_COMPILE_AHEAD"  # "1": compile ahead; "0": FlashInfer's lazy compile
+DEFAULT_ON = "0"  # ON_ENV's value when unset
 # (q_dtype, kv_dtype, head_dim) -> "fa2" | "fa3": FlashInfer's determine_attention_backend on the device
 Resolver = Callable[[torch.dtype, torch.dtype, int], str]
 
@@ -117,6 +120,11 @@ class KernelModule:
     use_sliding_window: bool
     use_logits_soft_cap: bool
 
+    def name(self) -> str:
+        """A short label for logs: ``decode`` or ``prefill/fa2``, with the head dim and the KV dtype."""
+        kind = self.getter if self.backend is None else f"{self.getter}/{self.backend}"
+        return f"{kind} (head {self.head_dim}, KV {str(self.kv_dtype).removeprefix('torch.')})"
+
     def args(self) -> tuple:
         """The getter's positional arguments after ``backend``: dtypes, index dtype (int32 page arrays), head dims
         (qk = vo), pos_encoding_mode 0 (NONE), window, soft cap, and for prefill use_fp16_qk_reduction False."""
@@ -152,6 +160,43 @@ def kernel_modules(settings: Iterable[PlanSettings], resolve: Resolver) -> list[
         if s.plans_prefill:
             found[_prefill_module(s, resolve)] = None
     return list(found)
+
+
+def interim_prefill(s: PlanSettings) -> KernelModule:
+    """The prefill module run while sm90's fa3 one compiles in the background: FlashInfer's fa2 template with the
+    model-dtype query (fa2 takes no fp8 one). For GQA it is the tensor-core decode's module itself."""
+    window, cap = s.window_left >= 0, s.logits_soft_cap > 0
+    return KernelModule("prefill", "fa2", s.dtype, s.kv_dtype, s.dtype, s.head_size, window, cap)
+
+
+@dataclass(frozen=True)
+class FirstUse:
+    """What a start compiles: ``now`` before the first plan, ``later`` in the background behind the interim
+    prefill (sm90's fa3 prefill: ~100 s of nvcc for one module on the H200, against ~30 s for the fa2 one)."""
+
+    now: list[KernelModule]
+    later: list[KernelModule]
+
+
+def first_use(
+    settings: Iterable[PlanSettings], resolve: Resolver, compiled: Callable[[KernelModule], bool]
+) -> FirstUse:
+    """The uncompiled modules of these layer groups, split as :class:`FirstUse` says: a prefill module other than
+    fa2's waits behind :func:`interim_prefill` unless it is already compiled. Pure (``resolve``, ``compiled``:
+    FlashInfer's choice of template and its file check)."""
+    now: dict[KernelModule, None] = {}
+    later: dict[KernelModule, None] = {}
+    for s in settings:
+        now[_decode_module(s)] = None
+        if not s.plans_prefill:
+            continue
+        prefill = _prefill_module(s, resolve)
+        if prefill.backend == "fa2" or compiled(prefill):
+            now[prefill] = None
+        else:
+            now[interim_prefill(s)] = None
+            later[prefill] = None
+    return FirstUse([m for m in now if not compiled(m)], [m for m in later if m not in now])
 
 
 # ------------------------------------------------------------------------------------------ FlashInfer's side
@@ -193,22 +238,55 @@ def loaded_specs(modules: Iterable[KernelModule]) -> list:
     return [spec for module in modules for spec in jit_specs(module)[0]]
 
 
+def load(module: KernelModule) -> None:
+    """Compile ``module`` where missing and load it, through the cached getter plan() itself calls: plan() then
+    finds it loaded. (FlashInfer's ``build_jit_specs`` compiles into another ninja log than the getter's build
+    reads, so the getter compiled every module a second time: session 22's 280 s.)"""
+    if module.getter == "decode":
+        from flashinfer.decode import get_batch_decode_module
+
+        get_batch_decode_module(*module.args())
+    else:
+        from flashinfer.prefill import get_batch_prefill_module
+
+        get_batch_prefill_module(module.backend, *module.args())
+
+
+@dataclass
+class Later:
+    """A module compiled behind the interim prefill: ``done`` is set once it is loaded or has failed."""
+
+    module: KernelModule
+    done: threading.Event
+    error: str | None = None
+
+    def ready(self) -> bool:
+        """Loaded: the builder may plan its wrapper now (never after a failure: the interim stays)."""
+        return self.done.is_set() and self.error is None
+
+
 @dataclass
 class Warmup:
-    """One background build: the modules listed, the specs it compiles, the thread."""
+    """One background build: the modules the first plan waits for (``first.now``), those compiled after them
+    behind the interim prefill (``first.later``), the thread."""
 
-    modules: list[KernelModule]
-    missing: list[str]  # JitSpec names compiled by the thread
+    first: FirstUse
     thread: threading.Thread | None
     started: float
+    now_done: threading.Event
     error: str | None = None
     waited: bool = False
 
+    @property
+    def modules(self) -> list[KernelModule]:
+        return self.first.now + self.first.later
+
     def wait(self) -> None:
+        """Block until ``first.now`` is loaded (or failed); ``first.later`` goes on in the background."""
         if self.thread is None or self.waited:
             return
         t = time.perf_counter()
-        self.thread.join()
+        self.now_done.wait()
         self.waited = True
         if self.error is None:
             logger.info(
@@ -219,6 +297,7 @@ class Warmup:
 
 
 _WARMUPS: dict[frozenset, Warmup] = {}
+_LATER: dict[KernelModule, Later] = {}
 _LOCK = threading.Lock()
 
 
@@ -230,9 +309,10 @@ def _log_once(level: int, message: str) -> None:
 def start(
     specs: Iterable[AttentionLayerSpec], device: torch.device, dtype: torch.dtype, attention_config
 ) -> Warmup | None:
-    """List the modules ``specs``' wrappers will load and compile the missing ones in a background thread (one
-    ``build_jit_specs`` call). Idempotent per module set. Never raises: on any failure, logs once, returns None."""
-    if os.environ.get(ON_ENV) != "1" or device.type != "cuda":
+    """List the modules ``specs``' wrappers will load and compile the missing ones in a background thread
+    (:func:`first_use`: sm90's fa3 prefill after the others, behind the interim fa2 prefill). Idempotent per
+    module set. Never raises: on any failure, logs once, returns None."""
+    if os.environ.get(ON_ENV, DEFAULT_ON) != "1" or device.type != "cuda":
         return None
     try:
         import flashinfer
@@ -245,52 +325,90 @@ def start(
                 "they compile at their first use",
             )
             return None
-        modules = device_modules(specs, device, dtype, attention_config)
+        fp8_query = takes_fp8_query(device)
+        settings = [plan_settings(s, dtype, attention_config, fp8_query) for s in specs]
+        first = first_use(settings, device_resolver(device), _is_compiled)
         with _LOCK:
-            key = frozenset(modules)
+            key = frozenset(first.now + first.later)
             if key in _WARMUPS:
                 return _WARMUPS[key]
-            _WARMUPS[key] = warm = _start(modules)
+            _WARMUPS[key] = warm = _start(first)
         return warm
     except Exception as e:  # noqa: BLE001 - another FlashInfer's internals, an import error: lazy compile
         _log_once(logging.WARNING, f"FlashInfer kernels not compiled ahead ({type(e).__name__}: {e}); lazy compile")
         return None
 
 
-def _start(modules: list[KernelModule]) -> Warmup:
-    from flashinfer.jit import build_jit_specs, env
+def _is_compiled(module: KernelModule) -> bool:
+    return all(s.is_compiled for s in jit_specs(module)[0])
 
-    loaded = loaded_specs(modules)
-    missing = [s for s in loaded if not s.is_compiled]
-    warm = Warmup(modules, [s.name for s in missing], None, time.perf_counter())
-    if not missing:
-        logger.debug("FlashInfer kernels already compiled: %s", ", ".join(s.name for s in loaded))
+
+def _start(first: FirstUse) -> Warmup:
+    warm = Warmup(first, None, time.perf_counter(), threading.Event())
+    if not first.now and not first.later:
+        logger.debug("FlashInfer kernels already compiled")
+        warm.now_done.set()
         return warm
+    for module in first.later:
+        _LATER.setdefault(module, Later(module, threading.Event()))
+    later = [_LATER[m] for m in first.later]
 
     def build() -> None:
-        try:
-            build_jit_specs(missing, verbose=False)
-        except Exception as e:  # noqa: BLE001 - plan() then compiles lazily and shows FlashInfer's own error
-            warm.error = f"{type(e).__name__}: {e}"
-            logger.warning("FlashInfer background compile failed (%s); kernels compile at first use", warm.error)
+        loaders = [threading.Thread(target=_load_now, args=(m, warm), daemon=True) for m in first.now]
+        for t in loaders:
+            t.start()
+        for t in loaders:
+            t.join()
+        warm.now_done.set()
+        if later:  # behind the engine's own work: this thread, and the compilers it starts, at a lower priority
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        for item in later:
+            t0 = time.perf_counter()
+            try:
+                load(item.module)
+                logger.info(
+                    "FlashInfer's %s prefill kernels loaded after %.1f s in the background: prefill steps run "
+                    "them from now on (FlashInfer's fa2 kernel until now)",
+                    item.module.backend,
+                    time.perf_counter() - t0,
+                )
+            except Exception as e:  # noqa: BLE001 - the interim prefill stays
+                item.error = f"{type(e).__name__}: {e}"
+                logger.warning("FlashInfer background compile failed (%s); prefill stays on fa2", item.error)
+            item.done.set()
 
     logger.info(
-        "FlashInfer: first use on this machine of %d of its %d kernel modules for this model; compiling them in "
-        "the background (one ninja run, all cores) into %s while the model loads: %s",
-        len(missing),
-        len(loaded),
-        env.FLASHINFER_JIT_DIR,
-        ", ".join(warm.missing),
+        "FlashInfer: first use on this machine of %d kernel modules for this model; compiling %s now (the first "
+        "step waits for them) and %s in the background (prefill steps run FlashInfer's fa2 kernel meanwhile)",
+        len(first.now) + len(first.later),
+        ", ".join(m.name() for m in first.now) or "none",
+        ", ".join(m.name() for m in first.later) or "none",
     )
     warm.thread = threading.Thread(target=build, name="flashinfer-compile-ahead", daemon=True)
     warm.thread.start()
     return warm
 
 
+def _load_now(module: KernelModule, warm: Warmup) -> None:
+    try:
+        load(module)
+    except Exception as e:  # noqa: BLE001 - plan() then compiles lazily and shows FlashInfer's own error
+        warm.error = f"{type(e).__name__}: {e}"
+        logger.warning("FlashInfer background compile failed (%s); kernels compile at first use", warm.error)
+
+
 def wait() -> None:
-    """Block until every background build of this process has finished (the builder's first plan)."""
+    """Block until every background build of this process has loaded the modules the first plan needs."""
     for warm in list(_WARMUPS.values()):
         warm.wait()
+
+
+def pending_prefill(settings: PlanSettings, device: torch.device) -> Later | None:
+    """The prefill module a builder of ``settings`` must not plan yet (compiling in the background; the builder
+    runs :func:`interim_prefill` until ``ready()``), or None: plan the prefill wrapper as it is."""
+    if not settings.plans_prefill or not _LATER:
+        return None
+    return _LATER.get(_prefill_module(settings, device_resolver(device)))
 
 
 def compiled_status(
