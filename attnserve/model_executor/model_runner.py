@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from contextlib import contextmanager
 
 import numpy as np
 import torch
 
-from attnserve.attention.backend import AttentionImpl, AttentionLayerSpec, CudaGraphSupport
-from attnserve.attention.layer import Attention
+from attnserve.attention.backend import CudaGraphSupport
 from attnserve.config.engine import EngineConfig
 from attnserve.core.step import SchedulerOutput
 from attnserve.distributed.group import SINGLE, TPGroup
@@ -47,6 +45,7 @@ from attnserve.model_executor.attention_selection import select_model_attention
 from attnserve.model_executor.compile_ahead import compile_attention_kernels_ahead
 from attnserve.model_executor.kv_scales import KVScales, apply_kv_scales
 from attnserve.model_executor.memory_profile import activation_reserve_bytes
+from attnserve.model_executor.model_build import build_model
 from attnserve.model_executor.loader import ModelSource, load_weights, max_model_len_of
 from attnserve.model_executor.warmup import warm_up_mixed_steps
 from attnserve.model_executor.logits_processors import LogitsProcessors
@@ -59,17 +58,6 @@ from attnserve.models.registry import get_model_class
 from attnserve.platforms import detect_platform, runtime_device
 
 logger = logging.getLogger(__name__)
-
-
-@contextmanager
-def _default(device: torch.device, dtype: torch.dtype):
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            yield
-    finally:
-        torch.set_default_dtype(old)
 
 
 class ModelRunner:
@@ -105,29 +93,17 @@ class ModelRunner:
         group_configs = [self._attention_config(g.selection) for g in groups]
         if len(groups) > 1 and tp.is_driver:
             logger.info("Attention layer groups: %s", self.attention.describe())
-        self.layer_specs: list[AttentionLayerSpec] = []
-        group_specs: dict[int, AttentionLayerSpec] = {}
-
-        self.attn_impls: dict[int, AttentionImpl] = {}  # layer index -> its backend Impl (holds the fp8 scales)
-
-        def make_attention(spec: AttentionLayerSpec, layer_index: int) -> Attention:
-            # the models describe their heads; the cache's element type is the engine's (every plan reads it)
-            spec = dataclasses.replace(spec, kv_cache_dtype=config.cache.kv_cache_dtype)
-            self.layer_specs.append(spec)
-            group = self.attention.group_of(layer_index)
-            kind = group.kind
-            assert (spec.head_size, spec.sliding_window, spec.logits_soft_cap) == (
-                kind.head_size,
-                kind.sliding_window,
-                kind.logits_soft_cap,
-            ), f"layer {layer_index}'s attention {spec} differs from its model's dims ({kind})"
-            group_specs.setdefault(group.index, spec)  # with the engine's kv_cache_dtype: each group's builder plans it
-            impl = group.selection.backend_cls.get_impl_cls()(spec, attention_config=group_configs[group.index])
-            self.attn_impls[layer_index] = impl
-            return Attention(impl, layer_index, group.index if len(groups) > 1 else None)
-
-        with _default(self.device, self.dtype):
-            self.model = model_cls(hf_config, make_attention, **({"tp": tp} if tp.size > 1 else {}))
+        built = build_model(
+            model_cls,
+            hf_config,
+            self.attention,
+            group_configs,
+            config.cache.kv_cache_dtype,
+            self.device,
+            self.dtype,
+            tp,
+        )
+        self.model, self.layer_specs, self.attn_impls = built.model, built.layer_specs, built.attn_impls
         checkpoint_scales = KVScales()
         load_weights(
             self.model,
@@ -143,7 +119,7 @@ class ModelRunner:
 
         self.builders = [
             g.selection.backend_cls.get_builder_cls()(
-                group_specs[g.index],
+                built.group_specs[g.index],
                 self.device,
                 self.dtype,
                 attention_config=group_configs[g.index],
