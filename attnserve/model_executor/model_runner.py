@@ -14,9 +14,9 @@ shard of the model, a KV cache for its KV heads, and runs the same forward pass 
 collectives meet in lockstep); only rank 0 samples. With async scheduling a step's placeholder tokens are
 the last step's samples: the first step that needs them broadcasts them from rank 0 (``placeholders.py``).
 
-A step's records and its sampling stage: ``step_output.py``; the activation memory kept free of KV cache:
-``memory_profile.py``; the mixed steps run at start-up on CUDA: ``warmup.py``; each layer's fp8 KV-cache
-scales: ``kv_scales.apply_kv_scales``.
+A step's records and its sampling stage: ``step_output.py``; the layers and their attention Impls:
+``model_build.py``; the activation memory kept free of KV cache: ``memory_profile.py``; the mixed steps run at
+start-up on CUDA: ``warmup.py``; each layer's fp8 KV-cache scales: ``kv_scales.apply_kv_scales``.
 """
 
 from __future__ import annotations
