@@ -33,5 +33,18 @@ case ${1:-} in
         bash benchmarks/gpu/stage.sh fia xg | grep staged ;;
   vllm) BASELINE=vllm TOK=/tmp/tok timeout 560 bash benchmarks/gpu/vs_vllm.sh tp lat-qwen 2>&1 | quiet | tail -30 ;;
   llama) BASELINE=vllm TOK=/tmp/tok timeout 560 bash benchmarks/gpu/vs_vllm.sh lat-llama 2>&1 | quiet | tail -20 ;;
-  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama" >&2; exit 2 ;;
+  # issue 28: TRITON_ATTN's decode programs longest context first (triton_attn_plan.ORDER_DECODES), ~420 s
+  order) bash benchmarks/gpu/stage.sh tok fia | tail -1
+         timeout 120 python3 -m pytest -q -m gpu tests/gpu/test_cuda_graphs.py -k longest_first 2>&1 | tail -2
+         timeout 120 python3 -m benchmarks.gpu.bench_decode_order --json "$OUT/order_kernel.json" 2>&1 | tail -12
+         timeout 300 python3 -m benchmarks.gpu.decode_order_ab --tokenizer /tmp/tok --rounds 2 \
+           --json "$OUT/order_ab.json" 2>&1 | quiet | tail -8 ;;
+  kernels) timeout 400 python3 -m benchmarks.gpu.profile_throughput --tokenizer /tmp/tok --cprofile-steps 0 \
+             --cprofile-decode-steps 0 --kernel-steps 60 --json "$OUT/profile.json" 2>&1 | quiet | tail -40 ;;
+  # issue 28: FlashInfer's first use, compile-ahead (fa3 prefill behind fa2's) against lazy; after fia tok, fib
+  fifirst) bash benchmarks/gpu/stage.sh fib | tail -1
+           timeout 420 python3 -m benchmarks.gpu.flashinfer_first_use --model benchmarks/shapes/qwen3-0.6b \
+             --tokenizer /tmp/tok --load-format dummy --json "$OUT/fi_first.json" 2>&1 | tail -60
+           timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_flashinfer_compile_ahead_gpu.py -k interim 2>&1 | tail -3 ;;
+  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|kernels|fifirst" >&2; exit 2 ;;
 esac

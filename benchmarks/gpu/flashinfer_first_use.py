@@ -1,0 +1,90 @@
+"""FlashInfer's first use (issue 28): a cold engine start with FLASHINFER, each in a fresh process with empty
+FlashInfer and Triton caches, with its kernels compiled ahead (``ATTNSERVE_FLASHINFER_COMPILE_AHEAD=1``:
+``flashinfer_jit.first_use``, sm90's fa3 prefill in the background behind fa2's) and with FlashInfer's own lazy
+compile (``=0``).
+
+    python -m benchmarks.gpu.flashinfer_first_use [--model M --tokenizer T --load-format dummy] [--json OUT]
+
+Each run: the start and one greedy token (``first_token_s``, the figure a user waits for), then a prefill-bound
+call (``--prompts`` prompts of ``--prompt-len`` tokens, one output token each) timed three times; the compile-ahead
+run then waits for its background build and times that call again (the fa2 interim against the fa3 prefill).
+The default model by default (its GGUF staged); any model with ``--model`` (e.g. a ``benchmarks/shapes`` folder with
+``--load-format dummy``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from attnserve import LLM, SamplingParams
+from attnserve.attention.backends import flashinfer_jit as fj
+kw, prompts, plen = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+llm = LLM(attention_backend="FLASHINFER", dtype="bfloat16", **kw)
+greedy = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+llm.generate([[11] * 16], greedy)
+first = time.perf_counter() - t0
+batch = [[(7 * i + j) % 1000 + 10 for j in range(plen)] for i in range(prompts)]
+
+def timed():
+    out = []
+    for _ in range(3):
+        t = time.perf_counter()
+        llm.generate(batch, greedy)
+        out.append(round(time.perf_counter() - t, 4))
+    return min(out)
+
+report = {"first_token_s": round(first, 2), "prefill_call_s": timed()}
+warm = [w for w in fj._WARMUPS.values()]
+report["modules_now"] = [m.name() for w in warm for m in w.first.now]
+report["modules_later"] = [m.name() for w in warm for m in w.first.later]
+if any(w.first.later for w in warm):
+    t = time.perf_counter()
+    for item in fj._LATER.values():
+        item.done.wait()
+    report["later_wait_s"] = round(time.perf_counter() - t, 2)
+    report["later_errors"] = [i.error for i in fj._LATER.values() if i.error]
+    report["later_done_after_start_s"] = round(time.perf_counter() - t0, 2)
+    report["prefill_call_after_s"] = timed()
+print("REPORT " + json.dumps(report), flush=True)
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model")
+    ap.add_argument("--tokenizer")
+    ap.add_argument("--load-format")
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--prompt-len", type=int, default=1000)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    kw = {k: v for k, v in (("model", a.model), ("tokenizer", a.tokenizer), ("load_format", a.load_format)) if v}
+    results = {"model": a.model or "default (SmolLM2-135M-Instruct)", "prompts": [a.prompts, a.prompt_len]}
+    for label, on in (("compile_ahead", "1"), ("lazy", "0")):
+        with tempfile.TemporaryDirectory() as fresh:
+            env = dict(os.environ, FLASHINFER_WORKSPACE_BASE=fresh, TRITON_CACHE_DIR=f"{fresh}/triton")
+            env["ATTNSERVE_FLASHINFER_COMPILE_AHEAD"] = on
+            proc = subprocess.run(
+                [sys.executable, "-c", CHILD, json.dumps(kw), str(a.prompts), str(a.prompt_len)],
+                env=env, capture_output=True, text=True,
+            )  # fmt: skip
+            lines = (proc.stdout + proc.stderr).splitlines()
+            report = [json.loads(x[7:]) for x in lines if x.startswith("REPORT ")]
+            results[label] = report[0] if report else {"error": "\n".join(lines[-15:])}
+            results[label]["log"] = [x for x in lines if "FlashInfer" in x or "flashinfer" in x][:12]
+        print(label, json.dumps(results[label], indent=1), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
