@@ -46,5 +46,14 @@ case ${1:-} in
            timeout 420 python3 -m benchmarks.gpu.flashinfer_first_use --model benchmarks/shapes/qwen3-0.6b \
              --tokenizer /tmp/tok --load-format dummy --json "$OUT/fi_first.json" 2>&1 | tail -60
            timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_flashinfer_compile_ahead_gpu.py -k interim 2>&1 | tail -3 ;;
-  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|kernels|fifirst" >&2; exit 2 ;;
+  # issue 26: where the keys-major fp8 loop stalls, beside the bf16 decode (needs ncu and counter access)
+  ncu) N=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+       [ -n "$N" ] || { echo "no ncu on this machine"; exit 0; }
+       timeout 400 "$N" -k regex:"_fp8_decode_kernel|attention_kernel" --launch-skip 2 --launch-count 2 \
+         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+         --section WarpStateStats --section SchedulerStats --section SourceCounters \
+         python3 -m benchmarks.gpu.ncu_fp8_decode > "$OUT/ncu.txt" 2>&1; tail -5 "$OUT/ncu.txt"
+       grep -E "^  [a-z_].*kernel|Duration|Throughput|Stall|Warp Cycles|Issued|Eligible|Registers|Achieved Occ" \
+         "$OUT/ncu.txt" | head -80 ;;
+  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|kernels|fifirst|ncu" >&2; exit 2 ;;
 esac
