@@ -33,12 +33,13 @@ case ${1:-} in
         bash benchmarks/gpu/stage.sh fia xg | grep staged ;;
   vllm) BASELINE=vllm TOK=/tmp/tok timeout 560 bash benchmarks/gpu/vs_vllm.sh tp lat-qwen 2>&1 | quiet | tail -30 ;;
   llama) BASELINE=vllm TOK=/tmp/tok timeout 560 bash benchmarks/gpu/vs_vllm.sh lat-llama 2>&1 | quiet | tail -20 ;;
-  # issue 28: TRITON_ATTN's decode programs longest context first (triton_attn_plan.ORDER_DECODES), ~420 s
+  # issue 28: TRITON_ATTN's decode programs longest context first (triton_attn_plan.ORDER_DECODES): the GPU test
+  # and the kernel alone (~150 s; stages tok and fia for fifirst), then the throughput runs alternated (~200 s a round)
   order) bash benchmarks/gpu/stage.sh tok fia | tail -1
-         timeout 120 python3 -m pytest -q -m gpu tests/gpu/test_cuda_graphs.py -k longest_first 2>&1 | tail -2
-         timeout 120 python3 -m benchmarks.gpu.bench_decode_order --json "$OUT/order_kernel.json" 2>&1 | tail -12
-         timeout 300 python3 -m benchmarks.gpu.decode_order_ab --tokenizer /tmp/tok --rounds 2 \
-           --json "$OUT/order_ab.json" 2>&1 | quiet | tail -8 ;;
+         timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_cuda_graphs.py -k longest_first 2>&1 | tail -2
+         timeout 150 python3 -m benchmarks.gpu.bench_decode_order --json "$OUT/order_kernel.json" 2>&1 | tail -12 ;;
+  orderab) timeout 500 python3 -m benchmarks.gpu.decode_order_ab --tokenizer /tmp/tok --rounds "${ROUNDS:-1}" \
+             --json "$OUT/order_ab.json" 2>&1 | quiet | tail -8 ;;
   kernels) timeout 400 python3 -m benchmarks.gpu.profile_throughput --tokenizer /tmp/tok --cprofile-steps 0 \
              --cprofile-decode-steps 0 --kernel-steps 60 --json "$OUT/profile.json" 2>&1 | quiet | tail -40 ;;
   # issue 28: FlashInfer's first use, compile-ahead (fa3 prefill behind fa2's) against lazy; after fia tok, fib
@@ -55,5 +56,5 @@ case ${1:-} in
          python3 -m benchmarks.gpu.ncu_fp8_decode > "$OUT/ncu.txt" 2>&1; tail -5 "$OUT/ncu.txt"
        grep -E "^  [a-z_].*kernel|Duration|Throughput|Stall|Warp Cycles|Issued|Eligible|Registers|Achieved Occ" \
          "$OUT/ncu.txt" | head -80 ;;
-  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|kernels|fifirst|ncu" >&2; exit 2 ;;
+  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|orderab|kernels|fifirst|ncu" >&2; exit 2 ;;
 esac
