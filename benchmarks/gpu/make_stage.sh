@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu/make_stage.sh          # then, per device call, carry e.g. [".stage/fa3", ".stage/tok.tgz"]
 #
 # Parts (carry one or two per call; calls made within 30 s of each other find the earlier ones installed):
-#   .stage/fa3   FlashAttention-3 (28 MiB)        .stage/fia  apache-tvm-ffi (3 MiB)   .stage/fib  FlashInfer (60 MiB)
+#   .stage/fa3   FlashAttention-3 (28 MiB)        .stage/fia  apache-tvm-ffi (3 MiB)   .stage/fib  FlashInfer (46 MiB)
 #   .stage/g1    the default model's GGUF, first 36 MB, + the gguf wheel    .stage/g2  its other two pieces (60 MiB)
 #   .stage/xg    xgrammar + jsonschema + pydantic wheels (needs fia)         .stage/tok.tgz  the default tokenizer
 # On the machine: `bash benchmarks/gpu/stage.sh fa3` (fia, fib, g1, g2 alike; g2 after g1); xg by
@@ -29,18 +29,22 @@ get() {  # get DEST PACKAGE==VERSION...: wheels for the H200 machine's Python 3.
 }
 get .stage/g1 gguf==0.19.0
 get .stage/fa3 tokenspeed-fa3==3.0.0.post20260810
-# its 300 MB library deflated is 60 MiB; LZMA (pip reads it) makes it 28 MiB, so fa3 and tok.tgz fit one call
-python3 - .stage/fa3/tokenspeed_fa3-*.whl <<'PY'
+lzma() {  # lzma WHEEL MIN_BYTES: members of at least MIN_BYTES recompressed with LZMA (pip reads it)
+  python3 - "$1" "$2" <<'PY'
 import os, sys, zipfile
-src = sys.argv[1]
+src, least = sys.argv[1], int(sys.argv[2])
 with zipfile.ZipFile(src) as zi, zipfile.ZipFile(src + ".lzma", "w") as zo:
     for info in zi.infolist():
-        big = info.file_size > 1_000_000
-        zo.writestr(info, zi.read(info), compress_type=zipfile.ZIP_LZMA if big else zipfile.ZIP_DEFLATED)
+        kind = zipfile.ZIP_LZMA if info.file_size >= least else zipfile.ZIP_DEFLATED
+        zo.writestr(info, zi.read(info), compress_type=kind)
 os.replace(src + ".lzma", src)
 PY
+}
+# its 300 MB library deflated is 60 MiB; LZMA makes it 28 MiB, so fa3 and tok.tgz fit one call
+lzma .stage/fa3/tokenspeed_fa3-*.whl 1000000
 get .stage/fia apache-tvm-ffi==0.1.15.post2
 get .stage/fib flashinfer-python==0.7.2.post1
+lzma .stage/fib/flashinfer_python-*.whl 0  # 62 -> 48 MB: with fia and tok.tgz in one call
 get .stage/xg xgrammar==0.2.9 pydantic==2.13.4 pydantic_core==2.46.4 annotated_types==0.7.0 typing_inspection==0.4.2 \
   jsonschema==4.26.0 referencing==0.37.0 jsonschema_specifications==2025.9.1 rpds_py==0.30.0 attrs==26.1.0
 PYTHONPATH=$root python3 -c "

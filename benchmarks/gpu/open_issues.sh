@@ -42,8 +42,8 @@ case ${1:-} in
              --json "$OUT/order_ab.json" 2>&1 | quiet | tail -8 ;;
   kernels) timeout 400 python3 -m benchmarks.gpu.profile_throughput --tokenizer /tmp/tok --cprofile-steps 0 \
              --cprofile-decode-steps 0 --kernel-steps 60 --json "$OUT/profile.json" 2>&1 | quiet | tail -40 ;;
-  # issue 28: FlashInfer's first use, compile-ahead (fa3 prefill behind fa2's) against lazy; after fia tok, fib
-  fifirst) bash benchmarks/gpu/stage.sh fib | tail -1
+  # issue 28: FlashInfer's first use, compile-ahead (fa3 prefill behind fa2's) against lazy (~450 s)
+  fifirst) bash benchmarks/gpu/stage.sh tok fia fib | tail -1
            timeout 420 python3 -m benchmarks.gpu.flashinfer_first_use --model benchmarks/shapes/qwen3-0.6b \
              --tokenizer /tmp/tok --load-format dummy --json "$OUT/fi_first.json" 2>&1 | tail -60
            timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_flashinfer_compile_ahead_gpu.py -k interim 2>&1 | tail -3 ;;
