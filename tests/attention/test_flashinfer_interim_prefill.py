@@ -68,3 +68,16 @@ def test_no_pending_module_plans_flashinfers_own_prefill(recorder):  # noqa: F81
     builder = _builder("auto")
     assert builder.prefill_interim is None
     assert _prefill_plans(recorder, builder) == ["auto", torch.bfloat16, torch.bfloat16]
+
+
+def test_an_unresolvable_prefill_backend_plans_the_wrapper_as_it_is(monkeypatch, caplog):
+    def broken(device):
+        raise ImportError("no flashinfer.utils")
+
+    monkeypatch.setattr(fj, "device_resolver", broken)
+    settings = fj.plan_settings(_spec("auto"), torch.bfloat16, None, True)
+    module = fj._prefill_module(settings, sm90)
+    monkeypatch.setitem(fj._LATER, module, fj.Later(module, threading.Event()))
+    fj._log_once.cache_clear()
+    assert fj.pending_prefill(settings, torch.device("cpu")) is None
+    assert "not resolved (ImportError" in caplog.text

@@ -408,7 +408,11 @@ def pending_prefill(settings: PlanSettings, device: torch.device) -> Later | Non
     runs :func:`interim_prefill` until ``ready()``), or None: plan the prefill wrapper as it is."""
     if not settings.plans_prefill or not _LATER:
         return None
-    return _LATER.get(_prefill_module(settings, device_resolver(device)))
+    try:
+        return _LATER.get(_prefill_module(settings, device_resolver(device)))
+    except Exception as e:  # noqa: BLE001 - FlashInfer's resolver moved: plan the wrapper as it is (lazy compile)
+        _log_once(logging.WARNING, f"FlashInfer's prefill backend not resolved ({type(e).__name__}: {e})")
+        return None
 
 
 def compiled_status(
