@@ -9,7 +9,8 @@ Each run: the start and one greedy token (``first_token_s``, the figure a user w
 call (``--prompts`` prompts of ``--prompt-len`` tokens, one output token each) timed three times; the compile-ahead
 run then waits for its background build and times that call again (the fa2 interim against the fa3 prefill).
 The default model by default (its GGUF staged); any model with ``--model`` (e.g. a ``benchmarks/shapes`` folder with
-``--load-format dummy``).
+``--load-format dummy``). Every cache starts empty, attnserve's too (``ATTNSERVE_CACHE_DIR``: the GEMV plan is timed
+at a first start); ``--no-skinny-gemm`` leaves that timing out, to see FlashInfer's part alone.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import sys
 import tempfile
 
 CHILD = r"""
-import json, sys, time
+import json, logging, sys, time
 t0 = time.perf_counter()
+logging.basicConfig(level=logging.INFO, format="%(relativeCreated)7.0f ms %(name)s: %(message)s")
 from attnserve import LLM, SamplingParams
 from attnserve.attention.backends import flashinfer_jit as fj
 kw, prompts, plen = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
@@ -64,13 +66,19 @@ def main() -> None:
     ap.add_argument("--load-format")
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--prompt-len", type=int, default=1000)
+    ap.add_argument("--no-skinny-gemm", action="store_true", help="leave out the GEMV plan's first-start timing")
+    ap.add_argument("--modes", nargs="+", default=["compile_ahead", "lazy"], choices=["compile_ahead", "lazy"])
     ap.add_argument("--json")
     a = ap.parse_args()
     kw = {k: v for k, v in (("model", a.model), ("tokenizer", a.tokenizer), ("load_format", a.load_format)) if v}
+    if a.no_skinny_gemm:
+        kw["use_skinny_gemm"] = False
     results = {"model": a.model or "default (SmolLM2-135M-Instruct)", "prompts": [a.prompts, a.prompt_len]}
-    for label, on in (("compile_ahead", "1"), ("lazy", "0")):
-        with tempfile.TemporaryDirectory() as fresh:
+    for label in a.modes:
+        on = "1" if label == "compile_ahead" else "0"
+        with tempfile.TemporaryDirectory() as fresh:  # FlashInfer's, Triton's and attnserve's caches (GEMV plans)
             env = dict(os.environ, FLASHINFER_WORKSPACE_BASE=fresh, TRITON_CACHE_DIR=f"{fresh}/triton")
+            env["ATTNSERVE_CACHE_DIR"] = f"{fresh}/attnserve"
             env["ATTNSERVE_FLASHINFER_COMPILE_AHEAD"] = on
             proc = subprocess.run(
                 [sys.executable, "-c", CHILD, json.dumps(kw), str(a.prompts), str(a.prompt_len)],
@@ -79,7 +87,8 @@ def main() -> None:
             lines = (proc.stdout + proc.stderr).splitlines()
             report = [json.loads(x[7:]) for x in lines if x.startswith("REPORT ")]
             results[label] = report[0] if report else {"error": "\n".join(lines[-15:])}
-            results[label]["log"] = [x for x in lines if "FlashInfer" in x or "flashinfer" in x][:12]
+            keep = ("FlashInfer", "flashinfer", "Profiled", "KV cache", "graph", "GEMV", "warm")
+            results[label]["log"] = [x for x in lines if any(k in x for k in keep)][:24]
         print(label, json.dumps(results[label], indent=1), flush=True)
     if a.json:
         with open(a.json, "w") as f:
