@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,7 +48,7 @@ report = {"first_token_s": round(first, 2), "prefill_call_s": timed()}
 warm = [w for w in fj._WARMUPS.values()]
 report["modules_now"] = [m.name() for w in warm for m in w.first.now]
 report["modules_later"] = [m.name() for w in warm for m in w.first.later]
-if any(w.first.later for w in warm):
+if any(w.first.later for w in warm) and sys.argv[4] == "1":
     t = time.perf_counter()
     for item in fj._LATER.values():
         item.done.wait()
@@ -68,6 +69,7 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=1000)
     ap.add_argument("--no-skinny-gemm", action="store_true", help="leave out the GEMV plan's first-start timing")
     ap.add_argument("--modes", nargs="+", default=["compile_ahead", "lazy"], choices=["compile_ahead", "lazy"])
+    ap.add_argument("--no-wait", dest="wait", action="store_false", help="compile_ahead: skip the background's end")
     ap.add_argument("--json")
     a = ap.parse_args()
     kw = {k: v for k, v in (("model", a.model), ("tokenizer", a.tokenizer), ("load_format", a.load_format)) if v}
@@ -80,11 +82,15 @@ def main() -> None:
             env = dict(os.environ, FLASHINFER_WORKSPACE_BASE=fresh, TRITON_CACHE_DIR=f"{fresh}/triton")
             env["ATTNSERVE_CACHE_DIR"] = f"{fresh}/attnserve"
             env["ATTNSERVE_FLASHINFER_COMPILE_AHEAD"] = on
-            proc = subprocess.run(
-                [sys.executable, "-c", CHILD, json.dumps(kw), str(a.prompts), str(a.prompt_len)],
-                env=env, capture_output=True, text=True,
-            )  # fmt: skip
-            lines = (proc.stdout + proc.stderr).splitlines()
+            argv = [sys.executable, "-c", CHILD, json.dumps(kw), str(a.prompts), str(a.prompt_len), str(int(a.wait))]
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True)  # fmt: skip
+            out, _ = proc.communicate()
+            try:  # a background compile the child left running (its ninja and nvcc) must not meet the next run
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            lines = out.splitlines()
             report = [json.loads(x[7:]) for x in lines if x.startswith("REPORT ")]
             results[label] = report[0] if report else {"error": "\n".join(lines[-15:])}
             keep = ("FlashInfer", "flashinfer", "Profiled", "KV cache", "graph", "GEMV", "warm")
