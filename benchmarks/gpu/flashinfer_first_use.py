@@ -45,6 +45,7 @@ def timed():
     return min(out)
 
 report = {"first_token_s": round(first, 2), "prefill_call_s": timed()}
+report["interim_prefill_plans"] = sum(getattr(b, "interim_plans", 0) for b in llm.engine.runner.builders)
 warm = [w for w in fj._WARMUPS.values()]
 report["modules_now"] = [m.name() for w in warm for m in w.first.now]
 report["modules_later"] = [m.name() for w in warm for m in w.first.later]

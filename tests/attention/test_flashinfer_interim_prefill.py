@@ -51,7 +51,7 @@ def test_prefill_runs_fa2_until_the_fa3_module_is_loaded(recorder, monkeypatch, 
     assert _prefill_plans(recorder, builder) == ["fa2", torch.bfloat16, torch.bfloat16]
     pending.done.set()
     assert _prefill_plans(recorder, builder) == ["auto", own_q, own_q]
-    assert builder.prefill_interim is None
+    assert builder.prefill_interim is None and builder.interim_plans == 2
 
 
 def test_a_failed_background_compile_keeps_the_interim(recorder, monkeypatch):  # noqa: F811

@@ -200,6 +200,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         # sm90's fa3 prefill still compiling in the background (flashinfer_jit.first_use): fa2's until it loads
         self._later = flashinfer_jit.pending_prefill(settings, self.device)
         self.prefill_interim = None
+        self.interim_plans = 0  # prefill plans made on the interim wrapper (flashinfer_first_use reports it)
         if self._later is not None:
             self.prefill_interim = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, layout, backend="fa2")
         self.window_left = settings.window_left
@@ -302,6 +303,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         the prefill's own module compiles in the background (or after that failed), then the prefill's own."""
         if self._later is not None:
             if not self._later.ready():
+                self.interim_plans += 1
                 return self.prefill_interim, self.dtype
             self._later = self.prefill_interim = None
         return self.prefill, self.prefill_q_dtype
