@@ -12,6 +12,8 @@
 #   7     .vllmkit/p2 .vllmkit/install_part.sh .vllmkit/run_vllm_bench.sh .stage/fia .stage/xg   ... kit2
 #   8     -                                                                     ... vllm         (issue 28: tp, lat-qwen; ~190 s)
 #   9     -                                                                     ... llama        (issue 28: lat-llama; ~200 s)
+#   then  .stage/tok.tgz .stage/fia .stage/fib                               ... fifirst      (issue 28, ~400 s)
+#   then  -                                                                     ... order, orderab, kernels, ncu
 # Session 34 ran 1-4 and 6-9 this way in 1,100 s of device time. Parts: `bash benchmarks/gpu/make_stage.sh` and the
 # vLLM kit (../shared/gpu/vllm-kit/build.sh .vllmkit), built here first.
 set -u
@@ -35,7 +37,7 @@ case ${1:-} in
   llama) BASELINE=vllm TOK=/tmp/tok timeout 560 bash benchmarks/gpu/vs_vllm.sh lat-llama 2>&1 | quiet | tail -20 ;;
   # issue 28: TRITON_ATTN's decode programs longest context first (triton_attn_plan.ORDER_DECODES): the GPU test
   # and the kernel alone (~150 s; stages tok and fia for fifirst), then the throughput runs alternated (~200 s a round)
-  order) bash benchmarks/gpu/stage.sh tok fia | tail -1
+  order) [ -f .stage/tok.tgz ] && bash benchmarks/gpu/stage.sh tok fia | tail -1
          timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_cuda_graphs.py -k longest_first 2>&1 | tail -2
          timeout 150 python3 -m benchmarks.gpu.bench_decode_order --json "$OUT/order_kernel.json" 2>&1 | tail -12 ;;
   orderab) timeout 500 python3 -m benchmarks.gpu.decode_order_ab --tokenizer /tmp/tok --rounds "${ROUNDS:-1}" \
@@ -45,7 +47,7 @@ case ${1:-} in
   # issue 28: FlashInfer's first use, compile-ahead (fa3 prefill behind fa2's) against lazy (~450 s)
   fifirst) bash benchmarks/gpu/stage.sh tok fia fib | tail -1
            timeout 420 python3 -m benchmarks.gpu.flashinfer_first_use --model benchmarks/shapes/qwen3-0.6b \
-             --tokenizer /tmp/tok --load-format dummy --json "$OUT/fi_first.json" 2>&1 | tail -60
+             --tokenizer /tmp/tok --load-format dummy --no-skinny-gemm --json "$OUT/fi_first.json" 2>&1 | tail -80
            timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_flashinfer_compile_ahead_gpu.py -k interim 2>&1 | tail -3 ;;
   # issue 26: where the keys-major fp8 loop stalls, beside the bf16 decode (needs ncu and counter access)
   ncu) N=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
