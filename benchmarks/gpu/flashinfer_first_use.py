@@ -1,6 +1,6 @@
 """FlashInfer's first use (issue 28): a cold engine start with FLASHINFER, each in a fresh process with empty
 FlashInfer and Triton caches, with its kernels compiled ahead (``ATTNSERVE_FLASHINFER_COMPILE_AHEAD=1``:
-``flashinfer_jit.first_use``, sm90's fa3 prefill in the background behind fa2's) and with FlashInfer's own lazy
+``flashinfer_modules.first_use``, sm90's fa3 prefill in the background behind fa2's) and with FlashInfer's own lazy
 compile (``=0``).
 
     python -m benchmarks.gpu.flashinfer_first_use [--model M --tokenizer T --load-format dummy] [--json OUT]

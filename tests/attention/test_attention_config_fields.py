@@ -272,7 +272,7 @@ def test_flashinfer_fp8_plans_and_runs(recorder):
     calls = run_plan("FLASHINFER", AttentionConfig(use_prefill_decode_attention=True), recorder)
     plans = {c[0]: _kwargs(c) for c in calls if c[0].endswith(".plan")}
     runs = {c[0]: c for c in calls if c[0].endswith(".run")}
-    # on 9.0 the prefill's query is quantized, the decode's stays 16-bit (flashinfer_jit.query_dtypes)
+    # on 9.0 the prefill's query is quantized, the decode's stays 16-bit (flashinfer_modules.query_dtypes)
     for kind, q in (("decode", torch.bfloat16), ("prefill", torch.float8_e4m3fn)):
         assert plans[f"{kind}.plan"]["kv_data_type"] == torch.float8_e4m3fn
         assert plans[f"{kind}.plan"]["q_data_type"] == q

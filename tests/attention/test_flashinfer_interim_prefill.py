@@ -1,6 +1,6 @@
 """FLASHINFER's builder while sm90's fa3 prefill module compiles in the background (``flashinfer_jit.Later``):
 prefill steps plan an fa2 wrapper with the model-dtype query, then, once the module is loaded, the prefill wrapper
-FlashInfer resolves itself, with the query type of :func:`flashinfer_jit.query_dtypes`. FlashInfer's wrappers are
+FlashInfer resolves itself, with the query type of :func:`flashinfer_modules.query_dtypes`. FlashInfer's wrappers are
 the recorders of test_attention_config_fields (CPU)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import torch
 
 from attnserve.attention.backend import AttentionLayerSpec, KVCacheLayout
 from attnserve.attention.backends import flashinfer_jit as fj
+from attnserve.attention.backends import flashinfer_modules as fm
 from attnserve.attention.backends.flashinfer import FlashInferMetadataBuilder
 from attnserve.benchmarks.attention import make_step
 from tests.attention.test_attention_config_fields import recorder  # noqa: F401 - the fixture
@@ -40,8 +41,8 @@ def _prefill_plans(rec, builder) -> list[tuple]:
 @pytest.mark.parametrize("kv, own_q", [("auto", torch.bfloat16), ("fp8", torch.float8_e4m3fn)])
 def test_prefill_runs_fa2_until_the_fa3_module_is_loaded(recorder, monkeypatch, kv, own_q):  # noqa: F811
     monkeypatch.setattr(fj, "device_resolver", lambda device: sm90)
-    settings = fj.plan_settings(_spec(kv), torch.bfloat16, None, True)
-    pending = fj.Later(fj._prefill_module(settings, sm90), threading.Event())
+    settings = fm.plan_settings(_spec(kv), torch.bfloat16, None, True)
+    pending = fj.Later(fm.prefill_module(settings, sm90), threading.Event())
     assert pending.module.backend == "fa3"
     monkeypatch.setitem(fj._LATER, pending.module, pending)
     builder = _builder(kv)
@@ -56,8 +57,8 @@ def test_prefill_runs_fa2_until_the_fa3_module_is_loaded(recorder, monkeypatch, 
 
 def test_a_failed_background_compile_keeps_the_interim(recorder, monkeypatch):  # noqa: F811
     monkeypatch.setattr(fj, "device_resolver", lambda device: sm90)
-    settings = fj.plan_settings(_spec("auto"), torch.bfloat16, None, True)
-    pending = fj.Later(fj._prefill_module(settings, sm90), threading.Event(), error="RuntimeError: nvcc")
+    settings = fm.plan_settings(_spec("auto"), torch.bfloat16, None, True)
+    pending = fj.Later(fm.prefill_module(settings, sm90), threading.Event(), error="RuntimeError: nvcc")
     pending.done.set()
     monkeypatch.setitem(fj._LATER, pending.module, pending)
     builder = _builder("auto")
@@ -75,8 +76,8 @@ def test_an_unresolvable_prefill_backend_plans_the_wrapper_as_it_is(monkeypatch,
         raise ImportError("no flashinfer.utils")
 
     monkeypatch.setattr(fj, "device_resolver", broken)
-    settings = fj.plan_settings(_spec("auto"), torch.bfloat16, None, True)
-    module = fj._prefill_module(settings, sm90)
+    settings = fm.plan_settings(_spec("auto"), torch.bfloat16, None, True)
+    module = fm.prefill_module(settings, sm90)
     monkeypatch.setitem(fj._LATER, module, fj.Later(module, threading.Event()))
     fj._log_once.cache_clear()
     assert fj.pending_prefill(settings, torch.device("cpu")) is None

@@ -1,5 +1,6 @@
-"""Which FlashInfer JIT modules a model's layer groups need (``flashinfer_jit.kernel_modules``), without FlashInfer:
-the arguments FlashInfer 0.7.2's plan() passes to get_batch_decode_module / get_batch_prefill_module."""
+"""Which FlashInfer JIT modules a model's layer groups need (``flashinfer_modules``), without FlashInfer: the
+arguments FlashInfer 0.7.2's plan() passes to get_batch_decode_module / get_batch_prefill_module; and when the
+compile-ahead start (``flashinfer_jit.start``) steps aside."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from attnserve.attention.backend import AttentionLayerSpec
 from attnserve.attention.backends import flashinfer_jit as fj
+from attnserve.attention.backends import flashinfer_modules as fm
 from attnserve.config import AttentionConfig
 
 BF16, E4M3 = torch.bfloat16, torch.float8_e4m3fn
@@ -31,13 +33,13 @@ def spec(hq=32, hkv=8, d=128, window=None, cap=None, kv="auto") -> AttentionLaye
     return AttentionLayerSpec(hq, d, d**-0.5, hkv, sliding_window=window, logits_soft_cap=cap, kv_cache_dtype=kv)
 
 
-def modules(specs, resolve=sm90, cfg=None, dtype=BF16) -> list[fj.KernelModule]:
-    fp8_query = resolve is sm90  # FlashInfer's sm90 prefill takes an fp8 query (fj.takes_fp8_query)
-    return fj.kernel_modules([fj.plan_settings(s, dtype, cfg, fp8_query) for s in specs], resolve)
+def modules(specs, resolve=sm90, cfg=None, dtype=BF16) -> list[fm.KernelModule]:
+    fp8_query = resolve is sm90  # FlashInfer's sm90 prefill takes an fp8 query (fm.takes_fp8_query)
+    return fm.kernel_modules([fm.plan_settings(s, dtype, cfg, fp8_query) for s in specs], resolve)
 
 
-def M(getter, backend, q, kv, d=128, window=False, cap=False, o=BF16) -> fj.KernelModule:
-    return fj.KernelModule(getter, backend, q, kv, o, d, window, cap)
+def M(getter, backend, q, kv, d=128, window=False, cap=False, o=BF16) -> fm.KernelModule:
+    return fm.KernelModule(getter, backend, q, kv, o, d, window, cap)
 
 
 def test_gqa_bf16_tensor_core_decode_is_fa2_and_prefill_fa3_on_sm90():
@@ -60,7 +62,7 @@ def test_mha_bf16_uses_the_cuda_core_decode_module():
 
 
 def test_fp8_kv_decodes_a_16_bit_query_and_quantizes_the_sm90_prefill_query():
-    settings = fj.plan_settings(spec(kv="fp8"), BF16, None, True)
+    settings = fm.plan_settings(spec(kv="fp8"), BF16, None, True)
     assert (settings.decode_q_dtype, settings.prefill_q_dtype, settings.decode_backend) == (BF16, E4M3, "fa2")
     assert modules([spec(kv="fp8")]) == [M("prefill", "fa2", BF16, E4M3), M("prefill", "fa3", E4M3, E4M3)]
     # MHA: the CUDA-core decode of the 16-bit query
@@ -71,7 +73,7 @@ def test_fp8_kv_decodes_a_16_bit_query_and_quantizes_the_sm90_prefill_query():
 
 def test_fp8_kv_query_stays_16_bit_where_the_prefill_kernel_refuses_fp8():
     # sm80: FlashInfer's fa2 prefill refuses an fp8 query, so neither wrapper gets one; both load one module
-    assert fj.plan_settings(spec(kv="fp8"), BF16, None, False).prefill_q_dtype == BF16
+    assert fm.plan_settings(spec(kv="fp8"), BF16, None, False).prefill_q_dtype == BF16
     assert modules([spec(kv="fp8")], sm80) == [M("prefill", "fa2", BF16, E4M3)]
 
 
@@ -85,7 +87,7 @@ def test_fp8_kv_without_query_quantization():
 
 def test_sliding_window_and_soft_cap_set_their_flags():
     s = spec(hq=8, hkv=4, d=256, window=4096, cap=50.0)
-    assert fj.plan_settings(s, BF16, None, True).window_left == 4095
+    assert fm.plan_settings(s, BF16, None, True).window_left == 4095
     assert modules([s]) == [
         M("prefill", "fa2", BF16, BF16, d=256, window=True, cap=True),
         M("prefill", "fa3", BF16, BF16, d=256, window=True, cap=True),
@@ -155,36 +157,36 @@ def test_another_flashinfer_version_is_skipped(monkeypatch, caplog):
     assert "FlashInfer 0.8.0" in caplog.text and "first use" in caplog.text
 
 
-def first(specs, compiled=frozenset(), resolve=sm90, cfg=None) -> fj.FirstUse:
+def first(specs, compiled=frozenset(), resolve=sm90, cfg=None) -> fm.FirstUse:
     fp8_query = resolve is sm90
-    settings = [fj.plan_settings(s, BF16, cfg, fp8_query) for s in specs]
-    return fj.first_use(settings, resolve, lambda m: m in compiled)
+    settings = [fm.plan_settings(s, BF16, cfg, fp8_query) for s in specs]
+    return fm.first_use(settings, resolve, lambda m: m in compiled)
 
 
 def test_first_use_puts_sm90s_fa3_prefill_behind_the_fa2_one():
     fa2, fa3 = M("prefill", "fa2", BF16, BF16), M("prefill", "fa3", BF16, BF16)
     # GQA: the interim prefill is the tensor-core decode's module: one module before the first step
-    assert first([spec()]) == fj.FirstUse([fa2], [fa3])
-    assert first([spec()], {fa2}) == fj.FirstUse([], [fa3])
-    assert first([spec()], {fa3}) == fj.FirstUse([fa2], [])  # fa3 compiled: no interim
-    assert first([spec()], {fa2, fa3}) == fj.FirstUse([], [])
-    assert first([spec()], resolve=sm80) == fj.FirstUse([fa2], [])  # fa2 is the prefill: nothing behind it
+    assert first([spec()]) == fm.FirstUse([fa2], [fa3])
+    assert first([spec()], {fa2}) == fm.FirstUse([], [fa3])
+    assert first([spec()], {fa3}) == fm.FirstUse([fa2], [])  # fa3 compiled: no interim
+    assert first([spec()], {fa2, fa3}) == fm.FirstUse([], [])
+    assert first([spec()], resolve=sm80) == fm.FirstUse([fa2], [])  # fa2 is the prefill: nothing behind it
 
 
 def test_first_use_mha_waits_for_the_cuda_core_decode_and_the_interim_prefill():
     d = M("decode", None, BF16, BF16, d=64)
     fa2, fa3 = M("prefill", "fa2", BF16, BF16, d=64), M("prefill", "fa3", BF16, BF16, d=64)
-    assert first([spec(hq=9, hkv=9, d=64)]) == fj.FirstUse([d, fa2], [fa3])
+    assert first([spec(hq=9, hkv=9, d=64)]) == fm.FirstUse([d, fa2], [fa3])
 
 
 def test_first_use_fp8_interim_prefill_takes_the_16_bit_query():
     # fa2 refuses an fp8 query: the interim plans the model's, the fa3 prefill the cache's once loaded
-    assert first([spec(kv="fp8")]) == fj.FirstUse([M("prefill", "fa2", BF16, E4M3)], [M("prefill", "fa3", E4M3, E4M3)])
+    assert first([spec(kv="fp8")]) == fm.FirstUse([M("prefill", "fa2", BF16, E4M3)], [M("prefill", "fa3", E4M3, E4M3)])
 
 
 def test_first_use_without_a_prefill_wrapper_has_nothing_behind():
     cfg = AttentionConfig(disable_flashinfer_prefill=True)
-    assert first([spec()], cfg=cfg) == fj.FirstUse([M("prefill", "fa2", BF16, BF16)], [])
+    assert first([spec()], cfg=cfg) == fm.FirstUse([M("prefill", "fa2", BF16, BF16)], [])
 
 
 def test_module_names_for_the_log():

@@ -76,14 +76,15 @@ def test_interim_fa2_prefill_matches_the_oracle(kv, monkeypatch):
     import threading
 
     from attnserve.attention.backends import flashinfer_jit as fj
+    from attnserve.attention.backends import flashinfer_modules as fm
     from attnserve.attention.backends.flashinfer import FlashInferBackend
 
     for shape in ("prefill", "mixed"):
         case = Case(shape, kv_cache_dtype=kv)
         spec = AttentionLayerSpec(case.num_heads, case.head_size, case.head_size**-0.5, case.num_kv_heads,
                                   kv_cache_dtype=kv)  # fmt: skip
-        settings = fj.plan_settings(spec, case.dtype, None, fj.takes_fp8_query(torch.device("cuda")))
-        module = fj._prefill_module(settings, fj.device_resolver(torch.device("cuda")))
+        settings = fm.plan_settings(spec, case.dtype, None, fm.takes_fp8_query(torch.device("cuda")))
+        module = fm.prefill_module(settings, fj.device_resolver(torch.device("cuda")))
         assert module.backend == "fa3"
         monkeypatch.setitem(fj._LATER, module, fj.Later(module, threading.Event()))
         result = run_case(FlashInferBackend, case, "cuda")

@@ -10,7 +10,7 @@ are planned with the cache's ``kv_data_type``. The decode keeps the model-dtype 
 the fp8 cache: FlashInfer's fp8-query decode is 3.4x slower on the H200). The prefill's query is quantized to
 the cache's fp8 type with the layer's static ``q_scale`` (1.0, the checkpoint's or calculate_kv_scales'),
 saturated, where the GPU's prefill kernel takes it (sm90's) unless ``disable_flashinfer_q_quantization``
-(:func:`flashinfer_jit.query_dtypes`); ``run()`` gets ``q_scale`` then, and ``k_scale``/``v_scale``.
+(:func:`flashinfer_modules.query_dtypes`); ``run()`` gets ``q_scale`` then, and ``k_scale``/``v_scale``.
 FlashInfer's TRT-LLM kernels are not wired: ``use_trtllm_attention`` unset never uses them, ``true`` is refused.
 
 Planning never synchronises with the device: plan() gets its host arrays (``indptr``, ``last_page_len``,
@@ -47,7 +47,7 @@ from attnserve.attention.backend import (
     CudaGraphSupport,
 )
 from attnserve.attention.backends import flashinfer_jit
-from attnserve.attention.backends.flashinfer_jit import plan_settings
+from attnserve.attention.backends.flashinfer_modules import plan_settings, takes_fp8_query
 from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
 from attnserve.kernels.paged_kv_indices import device_pages, host_pages
 from attnserve.attention.ops.pinned_ring import PinnedRing
@@ -172,8 +172,8 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
         self.prefill_decode = bool(cfg is not None and cfg.use_prefill_decode_attention)
         self.disable_prefill = bool(cfg is not None and cfg.disable_flashinfer_prefill)
         spec = self.layer_spec
-        # dtypes, tensor cores, decode backend, window: shared with the kernels compiled ahead (flashinfer_jit)
-        fp8_query = flashinfer_jit.takes_fp8_query(self.device)
+        # dtypes, tensor cores, decode backend, window: shared with the kernels compiled ahead (flashinfer_modules)
+        fp8_query = takes_fp8_query(self.device)
         settings = plan_settings(spec, self.dtype, cfg, fp8_query)
         self.kv_dtype = settings.kv_dtype
         self.decode_q_dtype = settings.decode_q_dtype  # the decode wrapper's query (the model's)
@@ -197,7 +197,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
             ws, layout, use_tensor_cores=self.tensor_cores, backend=self.decode_backend
         )
         self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, layout)
-        # sm90's fa3 prefill still compiling in the background (flashinfer_jit.first_use): fa2's until it loads
+        # sm90's fa3 prefill still compiling in the background (flashinfer_modules.first_use): fa2's until it loads
         self._later = flashinfer_jit.pending_prefill(settings, self.device)
         self.prefill_interim = None
         self.interim_plans = 0  # prefill plans made on the interim wrapper (flashinfer_first_use reports it)
@@ -381,7 +381,7 @@ class FlashInferImpl(AttentionImpl):
         assert physical.is_contiguous(), "KV cache must be NHD or HND ordered"
         fp8 = kv_cache.dtype in FP8_DTYPES
         out = torch.empty_like(query)
-        query_fp8 = None  # made once, for the calls planned with an fp8 query (flashinfer_jit.query_dtypes)
+        query_fp8 = None  # made once, for the calls planned with an fp8 query (flashinfer_modules.query_dtypes)
         for call in metadata.calls:
             q = query[call.query_start : call.query_end]
             if call.kind == "fallback":
