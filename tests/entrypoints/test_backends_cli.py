@@ -449,3 +449,25 @@ def test_unused_options_are_noted(capsys):
     assert [x for x in lines if x.startswith("Unused options: ")] == [
         "Unused options: use_trtllm_attention (they do not apply to TRITON_ATTN)"
     ]
+
+
+def test_flashinfer_kernels_line_says_when_the_engine_compiles_the_missing_ones():
+    from attnserve.attention.backends.flashinfer_jit import ON_ENV
+    from attnserve.entrypoints.cli.backends import _kernels_line
+
+    kernels = {"compiled": ["a"], "missing": ["b", "c"]}
+    lazy = _kernels_line({**kernels, "ahead": False})
+    ahead = _kernels_line({**kernels, "ahead": True})
+    assert "1 of 3 compiled" in lazy and "at its first step" in lazy and f"{ON_ENV}=1" in lazy and "b, c" in lazy
+    assert "in the background at its first start" in ahead and "first step" not in ahead
+    assert _kernels_line({"compiled": ["a"], "missing": [], "ahead": False}).endswith("1 of 1 compiled")
+
+
+def test_compile_ahead_follows_its_environment_variable(monkeypatch):
+    from attnserve.attention.backends import flashinfer_jit as fj
+
+    monkeypatch.delenv(fj.ON_ENV, raising=False)
+    assert fj.compile_ahead_on() == (fj.DEFAULT_ON == "1")
+    for value, on in (("1", True), ("0", False)):
+        monkeypatch.setenv(fj.ON_ENV, value)
+        assert fj.compile_ahead_on() is on

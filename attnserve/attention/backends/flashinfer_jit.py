@@ -161,13 +161,18 @@ def _log_once(level: int, message: str) -> None:
     logger.log(level, message)
 
 
+def compile_ahead_on() -> bool:
+    """Whether the engine compiles FlashInfer's modules ahead (:data:`ON_ENV`, else :data:`DEFAULT_ON`)."""
+    return os.environ.get(ON_ENV, DEFAULT_ON) == "1"
+
+
 def start(
     specs: Iterable[AttentionLayerSpec], device: torch.device, dtype: torch.dtype, attention_config
 ) -> Warmup | None:
     """List the modules ``specs``' wrappers will load and compile the missing ones in a background thread
     (:func:`flashinfer_modules.first_use`: sm90's fa3 prefill after the others, behind the interim fa2 prefill). Idempotent per
     module set. Never raises: on any failure, logs once, returns None."""
-    if os.environ.get(ON_ENV, DEFAULT_ON) != "1" or device.type != "cuda":
+    if not compile_ahead_on() or device.type != "cuda":
         return None
     try:
         import flashinfer
@@ -273,8 +278,9 @@ def pending_prefill(settings: PlanSettings, device: torch.device) -> Later | Non
 def compiled_status(
     specs: Iterable[AttentionLayerSpec], device: torch.device, dtype: torch.dtype, attention_config
 ) -> dict[str, Any] | None:
-    """``{"compiled": [...], "missing": [...]}`` JitSpec names of ``specs``' modules on this machine, or None where
-    FlashInfer is absent, another version, or fails (no compile happens: ``is_compiled`` is a file check)."""
+    """``{"compiled": [...], "missing": [...], "ahead": bool}``: JitSpec names of ``specs``' modules on this machine
+    and whether the engine compiles the missing ones ahead (:func:`compile_ahead_on`), or None where FlashInfer is
+    absent, another version, or fails (no compile happens: ``is_compiled`` is a file check)."""
     try:
         import flashinfer
 
@@ -284,6 +290,7 @@ def compiled_status(
         return {
             "compiled": [s.name for s in loaded if s.is_compiled],
             "missing": [s.name for s in loaded if not s.is_compiled],
+            "ahead": compile_ahead_on(),
         }
     except Exception:  # noqa: BLE001 - a report, never a failure
         return None

@@ -254,12 +254,19 @@ def render_plain(report: dict) -> str:
 
 
 def _kernels_line(kernels: dict) -> str:
-    """E.g. ``FlashInfer kernels: 2 of 2 compiled`` or ``... 0 of 2 compiled (first use compiles them: ...)``."""
+    """E.g. ``FlashInfer kernels: 2 of 2 compiled`` or ``... 0 of 2 compiled (the engine compiles the rest at its
+    first step ...: names)``: when, as ``kernels["ahead"]`` says (``flashinfer_jit.compile_ahead_on``)."""
+    from attnserve.attention.backends.flashinfer_jit import ON_ENV
+
     done, missing = len(kernels["compiled"]), len(kernels["missing"])
     line = f"FlashInfer kernels for this config: {done} of {done + missing} compiled"
     if missing:
-        line += " (the engine compiles the rest in the background at its first start: " + ", ".join(kernels["missing"])
-        line += ")"
+        when = (
+            "in the background at its first start"
+            if kernels.get("ahead")
+            else f"at its first step (FlashInfer's lazy compile; {ON_ENV}=1: in the background)"
+        )
+        line += f" (the engine compiles the rest {when}: " + ", ".join(kernels["missing"]) + ")"
     return line
 
 
