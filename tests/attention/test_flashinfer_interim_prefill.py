@@ -82,3 +82,29 @@ def test_an_unresolvable_prefill_backend_plans_the_wrapper_as_it_is(monkeypatch,
     fj._log_once.cache_clear()
     assert fj.pending_prefill(settings, torch.device("cpu")) is None
     assert "not resolved (ImportError" in caplog.text
+
+
+def test_start_builds_now_then_later_and_a_failed_later_keeps_the_interim(recorder, monkeypatch):  # noqa: F811
+    import sys
+
+    monkeypatch.setattr(sys.modules["flashinfer"], "__version__", "0.7.2.post1", raising=False)
+    monkeypatch.setenv(fj.ON_ENV, "1")
+    monkeypatch.setattr(fj, "device_resolver", lambda device: sm90)
+    monkeypatch.setattr(fj, "_is_compiled", lambda module: False)
+    monkeypatch.setattr(fj, "_WARMUPS", {})
+    monkeypatch.setattr(fj, "_LATER", {})
+    loaded = []
+
+    def load(module):
+        if module.backend == "fa3":
+            raise RuntimeError("nvcc failed")
+        loaded.append(module)
+
+    monkeypatch.setattr(fj, "load", load)
+    warm = fj.start([_spec("auto")], torch.device("cuda"), torch.bfloat16, None)
+    warm.thread.join()
+    (fa2,), (fa3,) = warm.first.now, warm.first.later
+    assert loaded == [fa2] and warm.error is None and warm.now_done.is_set()
+    later = fj._LATER[fa3]
+    assert later.done.is_set() and later.error == "RuntimeError: nvcc failed" and not later.ready()
+    assert _prefill_plans(recorder, _builder("auto")) == ["fa2", torch.bfloat16, torch.bfloat16]

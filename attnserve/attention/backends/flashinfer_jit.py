@@ -170,8 +170,8 @@ def start(
     specs: Iterable[AttentionLayerSpec], device: torch.device, dtype: torch.dtype, attention_config
 ) -> Warmup | None:
     """List the modules ``specs``' wrappers will load and compile the missing ones in a background thread
-    (:func:`flashinfer_modules.first_use`: sm90's fa3 prefill after the others, behind the interim fa2 prefill). Idempotent per
-    module set. Never raises: on any failure, logs once, returns None."""
+    (:func:`flashinfer_modules.first_use`: sm90's fa3 prefill after the others, behind the interim fa2 prefill).
+    Idempotent per module set. Never raises: on any failure, logs once, returns None."""
     if not compile_ahead_on() or device.type != "cuda":
         return None
     try:
@@ -224,17 +224,14 @@ def _start(first: FirstUse) -> Warmup:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         for item in later:
             t0 = time.perf_counter()
-            try:
-                load(item.module)
+            item.error = _try_load(item.module, "prefill stays on fa2")
+            if item.error is None:
                 logger.info(
                     "FlashInfer's %s prefill kernels loaded after %.1f s in the background: prefill steps run "
                     "them from now on (FlashInfer's fa2 kernel until now)",
                     item.module.backend,
                     time.perf_counter() - t0,
                 )
-            except Exception as e:  # noqa: BLE001 - the interim prefill stays
-                item.error = f"{type(e).__name__}: {e}"
-                logger.warning("FlashInfer background compile failed (%s); prefill stays on fa2", item.error)
             item.done.set()
 
     logger.info(
@@ -250,11 +247,20 @@ def _start(first: FirstUse) -> Warmup:
 
 
 def _load_now(module: KernelModule, warm: Warmup) -> None:
+    error = _try_load(module, "kernels compile at first use")  # plan() then shows FlashInfer's own error
+    if error is not None:
+        warm.error = error
+
+
+def _try_load(module: KernelModule, fallback: str) -> str | None:
+    """:func:`load`; on a failure, logs it with what happens instead (``fallback``) and returns it as text."""
     try:
         load(module)
-    except Exception as e:  # noqa: BLE001 - plan() then compiles lazily and shows FlashInfer's own error
-        warm.error = f"{type(e).__name__}: {e}"
-        logger.warning("FlashInfer background compile failed (%s); kernels compile at first use", warm.error)
+        return None
+    except Exception as e:  # noqa: BLE001 - a background compile never fails the engine
+        error = f"{type(e).__name__}: {e}"
+        logger.warning("FlashInfer background compile failed (%s); %s", error, fallback)
+        return error
 
 
 def wait() -> None:

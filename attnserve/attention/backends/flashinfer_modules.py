@@ -169,4 +169,4 @@ def first_use(
         else:
             now[interim_prefill(s)] = None
             later[prefill] = None
-    return FirstUse([m for m in now if not compiled(m)], [m for m in later if m not in now])
+    return FirstUse([m for m in now if not compiled(m)], list(later))
