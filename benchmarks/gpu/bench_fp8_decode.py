@@ -65,6 +65,15 @@ def graph_median_us(call, copies, calls: int = 20, replays: int = 10) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def step_args(ap: argparse.ArgumentParser) -> None:
+    """The step's shape flags that :func:`build_step` reads: batch, context, query and KV heads, block size."""
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--context", type=int, default=8192)
+    ap.add_argument("--q-heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--block-size", type=int, default=16)
+
+
 def build_step(args, dev: torch.device, num_sms: int) -> dict:
     """The decode step: block table, TRITON_ATTN's metadata and its kernel call for a bf16 and an fp8 cache
     (``calls[fp8]``), the query, a float32 cache ``(num_blocks, 2, block, Hkv, D)`` of N(0, 2^2) values."""
@@ -219,11 +228,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--context", type=int, default=8192)
-    ap.add_argument("--q-heads", type=int, default=32)
-    ap.add_argument("--kv-heads", type=int, default=8)
-    ap.add_argument("--block-size", type=int, default=16)
+    step_args(ap)
     ap.add_argument("--modes", nargs="+", choices=FP8_DOT_MODES, default=list(FP8_DOT_MODES), help="fp8 paths")
     ap.add_argument("--kv", nargs="+", choices=list(FP8), default=list(FP8), help="fp8 formats")
     ap.add_argument("--no-sweep", dest="sweep", action="store_false", help="only the modes at their defaults")

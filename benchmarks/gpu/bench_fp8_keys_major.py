@@ -19,7 +19,17 @@ import time
 
 import torch
 
-from benchmarks.gpu.bench_fp8_decode import FP8, HEAD, K_SCALE, V_SCALE, build_step, fp8_cache, reference, runner
+from benchmarks.gpu.bench_fp8_decode import (
+    FP8,
+    HEAD,
+    K_SCALE,
+    V_SCALE,
+    build_step,
+    fp8_cache,
+    reference,
+    runner,
+    step_args,
+)
 
 KEYS = ("pv", "block_n", "q_rows", "splits", "probe", "launch")
 
@@ -78,11 +88,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--context", type=int, default=8192)
-    ap.add_argument("--q-heads", type=int, default=32)
-    ap.add_argument("--kv-heads", type=int, default=8)
-    ap.add_argument("--block-size", type=int, default=16)
+    step_args(ap)
     ap.add_argument("--pv", nargs="+", choices=PV_MODES, default=["f16", "f16v"])
     ap.add_argument("--tokens", type=int, nargs="+", default=[64, 128], help="KV tile sizes")
     ap.add_argument("--warps", type=int, nargs="+", default=[4])

@@ -15,17 +15,13 @@ import statistics
 
 import torch
 
-from benchmarks.gpu.bench_fp8_decode import FP8, build_step, fp8_cache, runner
+from benchmarks.gpu.bench_fp8_decode import FP8, build_step, fp8_cache, runner, step_args
 from benchmarks.gpu.bench_fp8_keys_major import keys_major_runner
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--context", type=int, default=8192)
-    ap.add_argument("--q-heads", type=int, default=32)
-    ap.add_argument("--kv-heads", type=int, default=8)
-    ap.add_argument("--block-size", type=int, default=16)
+    step_args(ap)
     ap.add_argument("--calls", type=int, default=5)
     args = ap.parse_args()
     dev = torch.device("cuda")
