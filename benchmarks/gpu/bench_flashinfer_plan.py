@@ -39,11 +39,11 @@ from attnserve.attention.backend import AttentionLayerSpec, CommonAttentionMetad
 from attnserve.attention.backends.flashinfer import (
     FlashInferBackend,
     FlashInferCall,
-    FlashInferImpl,
     FlashInferMetadata,
     FlashInferMetadataBuilder,
     _workspace,
 )
+from attnserve.attention.backends.flashinfer_impl import FlashInferImpl
 from attnserve.model_executor.cuda_graph import CudaGraphRunner
 from attnserve.attention.forward_batch import ForwardBatch
 from attnserve.model_executor.forward_batch import HostBatch, PinnedStaging

@@ -1,8 +1,8 @@
 """FLASHINFER: FlashInfer's paged-KV prefill/decode kernels.
 
 The builder plans FlashInfer's wrappers once per step (``plan()``: page index arrays, split-KV schedule)
-and each layer only calls ``run()``. Decode-only steps use ``BatchDecodeWithPagedKVCacheWrapper`` (tensor
-cores when GQA groups query heads), prefill-only and mixed steps one ``BatchPrefillWithPagedKVCacheWrapper``
+and each layer's Impl (``flashinfer_impl.py``) only calls ``run()``. Decode-only steps use
+``BatchDecodeWithPagedKVCacheWrapper`` (tensor cores when GQA groups query heads), prefill-only and mixed steps one ``BatchPrefillWithPagedKVCacheWrapper``
 call; ``use_prefill_decode_attention`` splits a mixed step into a decode and a prefill call;
 ``disable_flashinfer_prefill`` runs the prefill part on our Triton kernel. The cache is
 ``(num_blocks, 2, block_size, Hkv, D)`` in NHD or HND memory order. fp8 KV cache (e4m3 or e5m2): both wrappers
@@ -39,7 +39,6 @@ import torch
 
 from attnserve.attention.backend import (
     AttentionBackend,
-    AttentionImpl,
     AttentionLayerSpec,
     AttentionMetadataBuilder,
     AttentionType,
@@ -48,14 +47,15 @@ from attnserve.attention.backend import (
 )
 from attnserve.attention.backends import flashinfer_jit
 from attnserve.attention.backends.flashinfer_modules import plan_settings, takes_fp8_query
-from attnserve.kernels.kv_write import FP8_DTYPES, KVWriteTarget, kv_views
+from attnserve.kernels.kv_write import FP8_DTYPES
 from attnserve.kernels.paged_kv_indices import device_pages, host_pages
 from attnserve.attention.ops.pinned_ring import PinnedRing
 from attnserve.refusals import Reason
 from attnserve.refusals.backends import TRTLLM_NOT_WIRED, trtllm_needs_blackwell
 
-if TYPE_CHECKING:  # flashinfer_graphs imports this module: the planner itself is imported in the builder
+if TYPE_CHECKING:  # flashinfer_graphs and flashinfer_impl import this module: imported where used
     from attnserve.attention.backends.flashinfer_graphs import FlashInferGraph
+    from attnserve.attention.backends.flashinfer_impl import FlashInferImpl
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,8 @@ class FlashInferBackend(AttentionBackend):
 
     @staticmethod
     def get_impl_cls() -> type["FlashInferImpl"]:
+        from attnserve.attention.backends.flashinfer_impl import FlashInferImpl
+
         return FlashInferImpl
 
     @staticmethod
@@ -359,57 +361,3 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder):
     @fast_plan_error.setter
     def fast_plan_error(self, value: str | None) -> None:
         self.graph_planner.fast_plan_error = value
-
-
-class FlashInferImpl(AttentionImpl):
-    """Writes K/V (Triton kernel), then run() of each planned wrapper on its slice of the queries."""
-
-    kv_dim = 1  # cache shape (num_blocks, 2, block_size, Hkv, D)
-
-    def kv_write_target(self, kv_cache, metadata: FlashInferMetadata) -> KVWriteTarget:
-        return KVWriteTarget(*kv_views(kv_cache, self.kv_dim), metadata.slot_mapping, self.k_scale, self.v_scale)
-
-    def forward(
-        self, query, key, value, kv_cache, metadata: FlashInferMetadata, kv_written: bool = False
-    ) -> torch.Tensor:
-        self.last_q_scales = []  # (first, end, scale) of each fp8-quantized query slice, for tests
-        key_cache, value_cache = kv_views(kv_cache, self.kv_dim)
-        if not kv_written:
-            self.kv_write_target(kv_cache, metadata).write(key, value)
-        # FlashInfer takes the cache in its physical order: (N, 2, B, H, D) for NHD, (N, 2, H, B, D) for HND
-        physical = kv_cache if kv_cache.is_contiguous() else kv_cache.transpose(2, 3)
-        assert physical.is_contiguous(), "KV cache must be NHD or HND ordered"
-        fp8 = kv_cache.dtype in FP8_DTYPES
-        out = torch.empty_like(query)
-        query_fp8 = None  # made once, for the calls planned with an fp8 query (flashinfer_modules.query_dtypes)
-        for call in metadata.calls:
-            q = query[call.query_start : call.query_end]
-            if call.kind == "fallback":
-                from attnserve.kernels.triton_attention import paged_attention
-
-                paged_attention(
-                    out,
-                    query,
-                    key_cache,
-                    value_cache,
-                    metadata.block_table,
-                    metadata.seq_lens,
-                    metadata.query_start_loc,
-                    *call.tiles,
-                    self.scale,
-                    sliding_window=self.sliding_window,
-                    logits_soft_cap=self.logits_soft_cap,
-                    k_scale=self.k_scale,
-                    v_scale=self.v_scale,
-                )
-                continue
-            scales = dict(k_scale=self.k_scale, v_scale=self.v_scale) if fp8 else {}
-            if call.q_dtype in FP8_DTYPES:  # the cache's type, with the static q_scale, saturated
-                if query_fp8 is None:
-                    fmax = torch.finfo(call.q_dtype).max
-                    query_fp8 = (query.float() / self.q_scale).clamp_(-fmax, fmax).to(call.q_dtype)
-                q = query_fp8[call.query_start : call.query_end]
-                scales["q_scale"] = self.q_scale
-                self.last_q_scales.append((call.query_start, call.query_end, self.q_scale))
-            call.wrapper.run(q, physical, out=out[call.query_start : call.query_end], **scales)
-        return out
