@@ -1,15 +1,15 @@
 """FLASHINFER: FlashInfer's paged-KV prefill/decode kernels.
 
-The builder plans FlashInfer's wrappers once per step (``plan()``: page index arrays, split-KV schedule)
-and each layer's Impl (``flashinfer_impl.py``) only calls ``run()``. Decode-only steps use
-``BatchDecodeWithPagedKVCacheWrapper`` (tensor cores when GQA groups query heads), prefill-only and mixed steps one ``BatchPrefillWithPagedKVCacheWrapper``
-call; ``use_prefill_decode_attention`` splits a mixed step into a decode and a prefill call;
-``disable_flashinfer_prefill`` runs the prefill part on our Triton kernel. The cache is
-``(num_blocks, 2, block_size, Hkv, D)`` in NHD or HND memory order. fp8 KV cache (e4m3 or e5m2): both wrappers
-are planned with the cache's ``kv_data_type``. The decode keeps the model-dtype query (fa2 tensor cores over
-the fp8 cache: FlashInfer's fp8-query decode is 3.4x slower on the H200). The prefill's query is quantized to
-the cache's fp8 type with the layer's static ``q_scale`` (1.0, the checkpoint's or calculate_kv_scales'),
-saturated, where the GPU's prefill kernel takes it (sm90's) unless ``disable_flashinfer_q_quantization``
+The builder plans FlashInfer's wrappers once per step (``plan()``: page index arrays, split-KV schedule) and each
+layer's Impl (``flashinfer_impl.py``) only calls ``run()``. Decode-only steps use
+``BatchDecodeWithPagedKVCacheWrapper`` (tensor cores when GQA groups query heads), prefill-only and mixed steps one
+``BatchPrefillWithPagedKVCacheWrapper`` call; ``use_prefill_decode_attention`` splits a mixed step into a decode
+and a prefill call; ``disable_flashinfer_prefill`` runs the prefill part on our Triton kernel. The cache is
+``(num_blocks, 2, block_size, Hkv, D)`` in NHD or HND memory order. fp8 KV cache (e4m3 or e5m2): both wrappers are
+planned with the cache's ``kv_data_type``. The decode keeps the model-dtype query (fa2 tensor cores over the fp8
+cache: FlashInfer's fp8-query decode is 3.4x slower on the H200). The prefill's query is quantized to the cache's
+fp8 type with the layer's static ``q_scale`` (1.0, the checkpoint's or calculate_kv_scales'), saturated, where the
+GPU's prefill kernel takes it (sm90's) unless ``disable_flashinfer_q_quantization``
 (:func:`flashinfer_modules.query_dtypes`); ``run()`` gets ``q_scale`` then, and ``k_scale``/``v_scale``.
 FlashInfer's TRT-LLM kernels are not wired: ``use_trtllm_attention`` unset never uses them, ``true`` is refused.
 
