@@ -36,13 +36,17 @@ llm.generate([[11] * 16], greedy)
 first = time.perf_counter() - t0
 batch = [[(7 * i + j) % 1000 + 10 for j in range(plen)] for i in range(prompts)]
 
-def timed():
+def timed(calls=3):
     out = []
-    for _ in range(3):
+    for _ in range(calls):
         t = time.perf_counter()
         llm.generate(batch, greedy)
         out.append(round(time.perf_counter() - t, 4))
     return min(out)
+
+def wrappers():  # which prefill wrapper each builder planned last, and FlashInfer's backend for it
+    return [{"interim_plans": b.interim_plans, "interim_pending": b.prefill_interim is not None,
+             "prefill_backend": getattr(b.prefill, "_backend", None)} for b in llm.engine.runner.builders]
 
 report = {"first_token_s": round(first, 2), "prefill_call_s": timed()}
 report["interim_prefill_plans"] = sum(getattr(b, "interim_plans", 0) for b in llm.engine.runner.builders)
@@ -56,7 +60,8 @@ if any(w.first.later for w in warm) and sys.argv[4] == "1":
     report["later_wait_s"] = round(time.perf_counter() - t, 2)
     report["later_errors"] = [i.error for i in fj._LATER.values() if i.error]
     report["later_done_after_start_s"] = round(time.perf_counter() - t0, 2)
-    report["prefill_call_after_s"] = timed()
+    report["prefill_call_after_s"] = timed(6)
+report["builders"] = wrappers()
 print("REPORT " + json.dumps(report), flush=True)
 """
 
@@ -97,6 +102,7 @@ def main() -> None:
             keep = ("FlashInfer", "flashinfer", "Profiled", "KV cache", "graph", "GEMV", "warm")
             results[label]["log"] = [x for x in lines if any(k in x for k in keep)][:24]
         print(label, json.dumps(results[label], indent=1), flush=True)
+        results[label]["output"] = lines[:400]  # the child's whole log (JSON only): where its start-up time goes
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
