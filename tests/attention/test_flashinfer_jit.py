@@ -132,17 +132,18 @@ def test_start_without_flashinfer_logs_and_returns_none(monkeypatch, caplog):
     fj.wait()  # nothing started: returns at once
 
 
-def test_start_is_off_unless_switched_on(monkeypatch, caplog):
+def test_start_is_on_unless_switched_off(monkeypatch, caplog):
     monkeypatch.setitem(__import__("sys").modules, "flashinfer", None)
     fj._log_once.cache_clear()
-    for value in (None, "0"):
-        if value is None:
-            monkeypatch.delenv(fj.ON_ENV, raising=False)
-        else:
-            monkeypatch.setenv(fj.ON_ENV, value)
-        with caplog.at_level(logging.INFO):
-            assert fj.start([spec()], torch.device("cuda"), BF16, None) is None
+    monkeypatch.setenv(fj.ON_ENV, "0")
+    with caplog.at_level(logging.INFO):
+        assert fj.start([spec()], torch.device("cuda"), BF16, None) is None
     assert caplog.text == ""  # off: FlashInfer is not even imported
+    monkeypatch.delenv(fj.ON_ENV)
+    assert fj.compile_ahead_on()  # unset: on (DEFAULT_ON)
+    with caplog.at_level(logging.INFO):
+        assert fj.start([spec()], torch.device("cuda"), BF16, None) is None  # FlashInfer missing here
+    assert "not compiled ahead" in caplog.text and "lazy compile" in caplog.text  # tried: the import failed
 
 
 def test_another_flashinfer_version_is_skipped(monkeypatch, caplog):

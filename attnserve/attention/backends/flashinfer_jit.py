@@ -52,7 +52,7 @@ from attnserve.attention.backends.flashinfer_modules import (
 logger = logging.getLogger(__name__)
 MIRRORED_VERSION = "0.7.2"  # decode.py / prefill.py / jit/attention/modules.py of flashinfer-python 0.7.2.post1
 ON_ENV = "ATTNSERVE_FLASHINFER_COMPILE_AHEAD"  # "1": compile ahead; "0": FlashInfer's lazy compile
-DEFAULT_ON = "0"  # ON_ENV's value when unset
+DEFAULT_ON = "1"  # ON_ENV's value when unset (measured against lazy: docs/benchmarks.md, FlashInfer's first use)
 
 
 def device_resolver(device: torch.device) -> Resolver:
