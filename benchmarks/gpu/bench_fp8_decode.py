@@ -151,17 +151,20 @@ def runner(step: dict, kv: torch.Tensor):
     return run
 
 
-def measure(label: str, run, kv, ref, args, time_us, kv_bytes: int, tol: float, **cfg) -> dict:
-    """One row: ``run(kv, **cfg)`` checked against ``ref`` and timed; an exception is the row's error."""
+def measure(label: str, run, kv, ref, args, time_us, kv_bytes: int, tol: float, ragged=None, **cfg) -> dict:
+    """One row: ``ragged()`` first where given (another step's rel error, ``row["ragged"]``, also within ``tol``),
+    then ``run(kv, **cfg)`` checked against ``ref`` and timed; an exception is the row's error."""
     row = dict(label=label, **{k: v for k, v in cfg.items() if v is not None})
     t0 = time.perf_counter()
     try:
+        if ragged is not None:
+            row["ragged"] = ragged()
         out = run(kv, **cfg).float()
         err = (out - ref).abs()
         row["max_abs"] = float(err.max())
         row["rel"] = row["max_abs"] / max(float(ref.abs().max()), 1e-30)
         row["nan"] = bool(torch.isnan(out).any())
-        row["ok"] = row["rel"] <= tol and not row["nan"]
+        row["ok"] = row["rel"] <= tol and not row["nan"] and (ragged is None or row["ragged"] <= tol)
         us = time_us(lambda x: run(x, **cfg), [kv], args.calls, args.replays)
         row["us"] = round(us, 2)
         row["tbps"] = round(kv_bytes / us / 1e6, 3)
@@ -180,9 +183,10 @@ def show(row: dict, bf16_us: float | None) -> str:
         return f"{row['label']:<14} {cfg}  ERROR {row['error'][:160]}"
     ratio = f"{bf16_us / row['us']:5.2f}x" if bf16_us else "   - "
     mark = "" if row["ok"] else "  WRONG"
+    ragged = f" ragged {row['ragged']:.2e}" if "ragged" in row else ""
     return (
         f"{row['label']:<14} {row['us']:9.2f} us {row['tbps']:6.3f} TB/s {ratio} bf16  max_abs {row['max_abs']:.2e} "
-        f"rel {row['rel']:.2e}{mark}  {cfg}"
+        f"rel {row['rel']:.2e}{ragged}{mark}  {cfg}"
     )
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import traceback
 
 import torch
 
@@ -30,11 +29,13 @@ from benchmarks.gpu.bench_fp8_decode import (
     build_step,
     fp8_cache,
     graph_median_us,
+    measure,
     reference,
     runner,
+    show,
     step_args,
 )
-from benchmarks.gpu.bench_fp8_keys_major import keys_major_runner
+from benchmarks.gpu.bench_fp8_keys_major import fp8_runner, keys_major_runner, tag
 
 KEYS = ("num_stages", "num_warps", "block_n", "k_width")
 # (num_stages, num_warps, block_n, k_width): the kernel's defaults are the first
@@ -55,27 +56,8 @@ RAGGED = [1, 15, 16, 17, 63, 64, 65, 100, 129, 700, 1000, 2049, 3001, 4095]
 def gluon_runner(step: dict):
     """``run(kv, **config)``: one ``gluon_fp8_decode_attention`` call of the step."""
     from attnserve.kernels.gluon_fp8_decode import gluon_fp8_decode_attention
-    from attnserve.kernels.kv_write import kv_views
 
-    md, query = step["metadata"], step["query"]
-    out = torch.empty_like(query)
-
-    def run(kv, **config):
-        key_cache, value_cache = kv_views(kv, 1)
-        return gluon_fp8_decode_attention(
-            out,
-            query,
-            key_cache,
-            value_cache,
-            md.block_table,
-            md.seq_lens,
-            HEAD**-0.5,
-            k_scale=K_SCALE,
-            v_scale=V_SCALE,
-            **config,
-        )
-
-    return run
+    return fp8_runner(step, gluon_fp8_decode_attention)
 
 
 def ragged_check(dtype: torch.dtype, block: int, q_heads: int, kv_heads: int, dev, **config) -> float:
@@ -106,46 +88,6 @@ def ragged_check(dtype: torch.dtype, block: int, q_heads: int, kv_heads: int, de
     if torch.isnan(out).any():
         return float("nan")
     return float((out - ref).abs().max()) / max(float(ref.abs().max()), 1e-30)
-
-
-def measure(label: str, run, kv, ref, args, kv_bytes: int, ragged=None, **cfg) -> dict:
-    """One row: ``ragged()`` (if given) and ``run(kv, **cfg)`` checked, then timed; an exception is the row's
-    error (its traceback's tail printed)."""
-    row = dict(label=label, **cfg)
-    t0 = time.perf_counter()
-    try:
-        if ragged is not None:
-            row["ragged"] = ragged()
-        out = run(kv, **cfg).float()
-        err = (out - ref).abs()
-        row["max_abs"] = float(err.max())
-        row["rel"] = row["max_abs"] / max(float(ref.abs().max()), 1e-30)
-        row["nan"] = bool(torch.isnan(out).any())
-        row["ok"] = row["rel"] <= args.tol and not row["nan"] and (ragged is None or row["ragged"] <= args.tol)
-        us = graph_median_us(lambda x: run(x, **cfg), [kv], args.calls, args.replays)
-        row["us"] = round(us, 2)
-        row["tbps"] = round(kv_bytes / us / 1e6, 3)
-    except Exception as e:  # noqa: BLE001 - a config that does not compile or launch is a row with its error
-        row["error"] = f"{type(e).__name__}: {e}"[:600]
-        print(f"   {label} {tag(row)}: ERROR\n{traceback.format_exc()[-2500:]}", flush=True)
-    row["s"] = round(time.perf_counter() - t0, 1)
-    return row
-
-
-def tag(row: dict) -> str:
-    return " ".join(f"{k}={row[k]}" for k in KEYS if k in row)
-
-
-def show(row: dict, bf16_us: float | None) -> str:
-    if "error" in row:
-        return f"{row['label']:<12} {tag(row)}  ERROR {row['error'][:200]}"
-    ratio = f"{bf16_us / row['us']:5.2f}x" if bf16_us else "   - "
-    mark = "" if row["ok"] else "  WRONG"
-    ragged = f" ragged {row['ragged']:.2e}" if "ragged" in row else ""
-    return (
-        f"{row['label']:<12} {row['us']:9.2f} us {row['tbps']:6.3f} TB/s {ratio} bf16  max_abs {row['max_abs']:.2e} "
-        f"rel {row['rel']:.2e}{ragged}{mark}  {tag(row)}"
-    )
 
 
 def main() -> None:
@@ -184,14 +126,16 @@ def main() -> None:
         elems = 2 * args.batch * args.context * args.kv_heads * HEAD
         kv16 = step["cache"].to(torch.bfloat16)
         ref = reference(step, kv16)
-        bf16 = measure("bf16", runner(step, kv16), kv16, ref, args, 2 * elems)
+        bf16 = measure("bf16", runner(step, kv16), kv16, ref, args, graph_median_us, 2 * elems, args.tol)
         rows, bf16_us = [bf16], bf16.get("us")
         print(show(bf16, bf16_us), flush=True)
         del kv16, ref
         for fmt in ("e4m3", "e5m2"):
             kv = fp8_cache(step["cache"], FP8[fmt])
             ref = reference(step, kv)
-            rows.append(measure(f"{fmt} keys", keys_major_runner(step), kv, ref, args, elems))
+            rows.append(
+                measure(f"{fmt} keys", keys_major_runner(step), kv, ref, args, graph_median_us, elems, args.tol)
+            )
             print(show(rows[-1], bf16_us), flush=True)
             for cfg in configs if fmt == "e4m3" else configs[:1]:
 
@@ -199,18 +143,19 @@ def main() -> None:
                     return ragged_check(FP8[fmt], args.block_size, args.q_heads, args.kv_heads, dev, **cfg)
 
                 row = measure(
-                    f"{fmt} gluon", gluon_runner(step), kv, ref, args, elems, ragged if args.ragged else None, **cfg
-                )
+                    f"{fmt} gluon", gluon_runner(step), kv, ref, args, graph_median_us, elems, args.tol,
+                    ragged if args.ragged else None, **cfg,
+                )  # fmt: skip
                 rows.append(row)
-                print(show(row, bf16_us), flush=True)
+                print(show(row, bf16_us), tag(row, KEYS), flush=True)
             del kv, ref
     ok = sorted([r for r in rows[1:] if "us" in r and r.get("ok")], key=lambda r: r["us"])
     print(f"\n== {time.perf_counter() - t0:.0f} s; table (x bf16: the bf16 row's {bf16_us} us over the row's)")
     for r in rows:
-        print(show(r, bf16_us))
+        print(show(r, bf16_us), tag(r, KEYS))
     print("fastest correct fp8 rows:")
     for r in ok[:5]:
-        print(show(r, bf16_us))
+        print(show(r, bf16_us), tag(r, KEYS))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(

@@ -34,17 +34,17 @@ from benchmarks.gpu.bench_fp8_decode import (
 KEYS = ("pv", "block_n", "q_rows", "splits", "probe", "launch")
 
 
-def keys_major_runner(step: dict):
-    """``run(kv, **config)``: one ``fp8_decode_attention`` call of the step."""
+def fp8_runner(step: dict, attention):
+    """``run(kv, **config)``: one call of the step to ``attention``, a decode over an fp8 cache with
+    ``fp8_decode_attention``'s arguments (out, query, key and value caches, block table, lengths, scale, k/v scales)."""
     from attnserve.kernels.kv_write import kv_views
-    from attnserve.kernels.triton_fp8_decode import fp8_decode_attention
 
     md, query = step["metadata"], step["query"]
     out = torch.empty_like(query)
 
-    def run(kv, splits=1, **config):
+    def run(kv, **config):
         key_cache, value_cache = kv_views(kv, 1)
-        return fp8_decode_attention(
+        return attention(
             out,
             query,
             key_cache,
@@ -54,11 +54,18 @@ def keys_major_runner(step: dict):
             HEAD**-0.5,
             k_scale=K_SCALE,
             v_scale=V_SCALE,
-            num_splits=splits,
             **config,
         )
 
     return run
+
+
+def keys_major_runner(step: dict):
+    """``run(kv, splits=1, **config)``: one ``fp8_decode_attention`` call of the step."""
+    from attnserve.kernels.triton_fp8_decode import fp8_decode_attention
+
+    run = fp8_runner(step, fp8_decode_attention)
+    return lambda kv, splits=1, **config: run(kv, num_splits=splits, **config)
 
 
 def configs(args, planned_splits: int) -> list[dict]:
@@ -77,8 +84,8 @@ def configs(args, planned_splits: int) -> list[dict]:
     return [dict(splits=planned_splits)] + grid
 
 
-def tag(r: dict) -> str:
-    return " ".join(f"{k}={r[k]}" for k in KEYS if r.get(k) not in (None, ""))
+def tag(r: dict, keys: tuple[str, ...] = KEYS) -> str:
+    return " ".join(f"{k}={r[k]}" for k in keys if r.get(k) not in (None, ""))
 
 
 def main() -> None:
