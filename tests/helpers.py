@@ -109,20 +109,29 @@ def seeded_randn(seed: int, device: str = "cpu"):
     return randn
 
 
-def run_cases_in_triton_interpreter(module: str, cases: dict, folder: Path) -> dict:
-    """``python -m module in.pt out.pt`` under ``TRITON_INTERPRET=1`` (a subprocess: the interpreter mode is
-    fixed when Triton's kernels are decorated); the cases go in and their results come back through ``folder``."""
+def run_cases_in_subprocess(module: str, cases, folder: Path, interpret: bool, timeout: float = 600):
+    """``python -m module in.pt out.pt`` in a process of its own, with ``TRITON_INTERPRET=1`` or without it (the
+    interpreter mode is fixed when Triton's kernels are decorated); the cases go in and their results come back
+    through ``folder``."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
     torch.save(cases, folder / "in.pt")
     proc = subprocess.run(
         [sys.executable, "-m", module, str(folder / "in.pt"), str(folder / "out.pt")],
         cwd=ROOT,
-        env={**os.environ, "TRITON_INTERPRET": "1"},
+        env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return torch.load(folder / "out.pt")
+
+
+def run_cases_in_triton_interpreter(module: str, cases: dict, folder: Path) -> dict:
+    """:func:`run_cases_in_subprocess` under ``TRITON_INTERPRET=1``."""
+    return run_cases_in_subprocess(module, cases, folder, interpret=True)
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,13 @@ here says anything about speed or correctness.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 
 import pytest
 import torch
 
-from tests.helpers import ROOT
+from tests.helpers import run_cases_in_subprocess
 
 # (head, query heads per KV head, page, block_n, num_stages, num_warps, kv, k_width); the first is the default
 VARIANTS = [
@@ -90,25 +88,11 @@ def built(tmp_path_factory) -> list:
         pytest.skip("needs triton.experimental.gluon")
     if _tool("ptxas") is None or _tool("cuobjdump") is None:
         pytest.skip("needs Triton's NVIDIA backend with ptxas and cuobjdump")
+    variants = [dict(zip(KEYS, v)) for v in VARIANTS]
     folder = tmp_path_factory.mktemp("gluon_sm90")
-    torch.save([dict(zip(KEYS, v)) for v in VARIANTS], folder / "in.pt")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.kernels.test_gluon_fp8_decode_compiles",
-            str(folder / "in.pt"),
-            str(folder / "out.pt"),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    return run_cases_in_subprocess(
+        "tests.kernels.test_gluon_fp8_decode_compiles", variants, folder, interpret=False, timeout=900
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return torch.load(folder / "out.pt")
 
 
 @pytest.mark.parametrize("index", range(len(VARIANTS)), ids=["-".join(map(str, v)) for v in VARIANTS])

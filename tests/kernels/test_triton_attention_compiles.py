@@ -12,14 +12,10 @@ here says anything about speed.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import pytest
-import torch
 
-from tests.helpers import ROOT
+from tests.helpers import run_cases_in_subprocess
 
 pytest.importorskip("triton")
 
@@ -56,18 +52,7 @@ def build_sm90(variants: list[dict], folder) -> list:
 
     if _tool("ptxas") is None or _tool("cuobjdump") is None:
         pytest.skip("needs Triton's NVIDIA backend with ptxas and cuobjdump")
-    torch.save(variants, folder / "in.pt")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.kernels.triton_attention_sm90", str(folder / "in.pt"), str(folder / "out.pt")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return torch.load(folder / "out.pt")
+    return run_cases_in_subprocess("tests.kernels.triton_attention_sm90", variants, folder, interpret=False)
 
 
 @pytest.fixture(scope="module")
