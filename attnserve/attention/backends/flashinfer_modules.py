@@ -9,7 +9,7 @@ FlashInfer's side (compiling, loading, the background thread): :mod:`flashinfer_
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -138,8 +138,7 @@ def kernel_modules(settings: Iterable[PlanSettings], resolve: Resolver) -> list[
 def interim_prefill(s: PlanSettings) -> KernelModule:
     """The prefill module run while sm90's fa3 one compiles in the background: FlashInfer's fa2 template with the
     model-dtype query (fa2 takes no fp8 one). For GQA it is the tensor-core decode's module itself."""
-    window, cap = s.window_left >= 0, s.logits_soft_cap > 0
-    return KernelModule("prefill", "fa2", s.dtype, s.kv_dtype, s.dtype, s.head_size, window, cap)
+    return prefill_module(replace(s, prefill_q_dtype=s.dtype), lambda q, kv, head_dim: "fa2")
 
 
 @dataclass(frozen=True)
