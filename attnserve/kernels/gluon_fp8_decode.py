@@ -25,6 +25,8 @@ needs it.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 try:  # Gluon ships with Triton 3.5+; without it this module still imports and available() is False
@@ -47,6 +49,20 @@ _jit = gluon.jit if gluon is not None else (lambda fn: fn)
 def available() -> bool:
     """Whether ``triton.experimental.gluon`` (with its Ampere ``cp.async`` and ``mma_v2``) imported here."""
     return gluon is not None
+
+
+ON_ENV = "ATTNSERVE_GLUON_FP8_DECODE"  # "1": TRITON_ATTN's unsplit fp8 decode calls run this kernel; "0": not
+DEFAULT_ON = "0"  # ON_ENV's value when unset: off until it is measured faster on the H200 (docs/benchmarks.md)
+
+
+def enabled() -> bool:
+    """Whether TRITON_ATTN runs its unsplit fp8 decode calls with this kernel: :data:`ON_ENV` (else
+    :data:`DEFAULT_ON`) is "1", Gluon imported, and the current CUDA GPU has ``cp.async`` and ``mma.sync``
+    (compute capability 8.0+). Raises ValueError for an :data:`ON_ENV` other than "0" or "1"."""
+    value = os.environ.get(ON_ENV, DEFAULT_ON)
+    if value not in ("0", "1"):
+        raise ValueError(f"{ON_ENV}={value!r}: expected '0' or '1'")
+    return value == "1" and available() and torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
 
 
 def supports(head_size: int, num_queries_per_kv: int) -> bool:

@@ -60,6 +60,16 @@ case ${1:-} in
   s37) timeout 150 python3 -m benchmarks.gpu.bench_fp8_gluon --json "$OUT/gluon.json" \
          --configs 3,4,64,4 2,4,64,4 3,4,64,2 4,4,32,4 2>&1 | tail -24
        MODES=compile_ahead bash "$0" fifirst ;;
+  # session 38's call (carry .stage/tok.tgz; ~480 s): the Gluon fp8 decode timed, then through TRITON_ATTN against the
+  # float64 oracle; the ordered-decode GPU test with its output; one round of the ordered-decode throughput A/B
+  s38) bash benchmarks/gpu/stage.sh tok | tail -1
+       timeout 150 python3 -m benchmarks.gpu.bench_fp8_gluon --json "$OUT/gluon.json" \
+         --configs 2,4,64,4 3,4,64,2 4,4,32,4 2>&1 | tail -24
+       ATTNSERVE_GPU_BACKENDS=TRITON_ATTN/gluon timeout 100 python3 -m pytest -q -m gpu -x \
+         tests/gpu/test_fp8_kv_vs_reference.py -k gluon 2>&1 | tail -4
+       timeout 100 python3 -m pytest -q -m gpu -x --tb=short tests/gpu/test_cuda_graphs.py -k longest_first 2>&1 \
+         | grep -v "^\s*$" | tail -30
+       ROUNDS=1 bash "$0" orderab ;;
   # issue 26: where the keys-major fp8 loop stalls, beside the bf16 decode (needs ncu and counter access)
   ncu) N=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
        [ -n "$N" ] || { echo "no ncu on this machine"; exit 0; }
@@ -70,5 +80,5 @@ case ${1:-} in
          python3 -m benchmarks.gpu.ncu_fp8_decode --calls 1 > "$OUT/ncu.txt" 2>&1; tail -5 "$OUT/ncu.txt"
        grep -E "^  [a-z_].*kernel|Duration|Throughput|Warp Cycles|Eligible|Registers|Achieved Occ|stalled_(long|short|mio|lg|wait|math|barrier|not_sel|selected|no_inst|dispatch)" \
          "$OUT/ncu.txt" | head -120 ;;
-  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|orderab|kernels|fifirst|s37|ncu" >&2; exit 2 ;;
+  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|orderab|kernels|fifirst|s37|s38|ncu" >&2; exit 2 ;;
 esac

@@ -40,6 +40,10 @@ def fp8_targets() -> list[tuple[str, str, AttentionConfig, tuple[str, ...]]]:
     targets = []
     if _has("triton"):
         targets.append(("TRITON_ATTN", "TRITON_ATTN", AttentionConfig(), ("fp8", "fp8_e5m2")))
+        from attnserve.kernels import gluon_fp8_decode
+
+        if gluon_fp8_decode.available():  # its decode calls through the Gluon kernel (ATTNSERVE_GLUON_FP8_DECODE=1)
+            targets.append(("TRITON_ATTN/gluon", "TRITON_ATTN", AttentionConfig(), ("fp8", "fp8_e5m2")))
     if _has("flash_attn_interface"):
         targets.append(("FLASH_ATTN/3", "FLASH_ATTN", AttentionConfig(flash_attn_version=3), ("fp8",)))
     if _has("flashinfer"):
@@ -72,8 +76,11 @@ PARAMS = [
 
 
 @pytest.mark.parametrize("label,backend_name,attention_config,case", PARAMS)
-def test_fp8_backend_matches_float64_oracle(label, backend_name, attention_config, case):
+def test_fp8_backend_matches_float64_oracle(label, backend_name, attention_config, case, monkeypatch):
     from attnserve.attention.registry import AttentionBackendEnum
+    from attnserve.kernels import gluon_fp8_decode
+
+    monkeypatch.setenv(gluon_fp8_decode.ON_ENV, "1" if label.endswith("/gluon") else "0")
 
     backend_cls = AttentionBackendEnum[backend_name].get_class()
     row = {"backend": label, "version": "-", "case": case.name}

@@ -17,7 +17,8 @@ scale and the output and dot fp8 tiles as float16 (``attention_tiles.default_fp8
 tokens (``FP8_KV_TILE_TOKENS``). Decode calls over an fp8 cache run the keys-major kernel instead
 (``kernels/triton_fp8_decode.py``: the KV tile as the dots' M side, the query rows padded to 8, not 16)
 where it applies (no window, soft cap or sinks; its ``supports``); those steps rotate and write K/V with the
-RoPE + KV-write kernel first.
+RoPE + KV-write kernel first. With ``ATTNSERVE_GLUON_FP8_DECODE=1`` its unsplit calls run the Gluon kernel
+(``kernels/gluon_fp8_decode.py``: a cp.async ring, no byte-wide shared loads) instead.
 Decode timings against FlashInfer (``benchmarks/gpu/bench_triton_decode.py``): docs/benchmarks.md.
 
 Limits: any CUDA GPU Triton compiles for (compute capability >= 7.0, the minimum of Triton's NVIDIA
@@ -59,7 +60,7 @@ class TritonAttentionImpl(AttentionImpl):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        from attnserve.kernels import triton_attention, triton_fp8_decode
+        from attnserve.kernels import gluon_fp8_decode, triton_attention, triton_fp8_decode
 
         self._ops = triton_attention
         self._fp8_ops = triton_fp8_decode
@@ -71,6 +72,13 @@ class TritonAttentionImpl(AttentionImpl):
             and spec.logits_soft_cap is None
             and triton_fp8_decode.supports(spec.head_size, spec.num_heads // spec.num_kv_heads)
         )
+        # its unsplit calls take the Gluon kernel instead where it is switched on (gluon_fp8_decode.enabled)
+        self._gluon_fp8 = (
+            self._fp8_decode_layer
+            and gluon_fp8_decode.enabled()
+            and gluon_fp8_decode.supports(spec.head_size, spec.num_heads // spec.num_kv_heads)
+        )
+        self._gluon_ops = gluon_fp8_decode
 
     def _keys_major(self, call: TritonAttentionTiles, query: torch.Tensor) -> bool:
         """Whether ``call`` runs ``triton_fp8_decode.fp8_decode_attention``: a decode call over an fp8 cache,
@@ -115,7 +123,9 @@ class TritonAttentionImpl(AttentionImpl):
         for call in metadata.calls:
             if rope is None and self._keys_major(call, query):
                 first, end = call.token_range  # decode tiles: request i is token i
-                self._fp8_ops.fp8_decode_attention(
+                gluon = self._gluon_fp8 and call.num_splits == 1
+                kernel = self._gluon_ops.gluon_fp8_decode_attention if gluon else self._fp8_ops.fp8_decode_attention
+                kernel(
                     out[first:end],
                     query[first:end],
                     key_cache,
@@ -125,7 +135,7 @@ class TritonAttentionImpl(AttentionImpl):
                     self.scale,
                     k_scale=self.k_scale,
                     v_scale=self.v_scale,
-                    num_splits=call.num_splits,
+                    **({} if gluon else {"num_splits": call.num_splits}),
                 )
                 continue
             self._paged(
