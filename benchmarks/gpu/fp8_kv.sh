@@ -12,7 +12,7 @@ part=${2:-all}
 mkdir -p "$out"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 quiet() { grep -v -E "^(INFO|WARNING):|Writing|it/s"; }
-FP8_BACKENDS="FLASH_ATTN FLASHINFER TRITON_ATTN"
+FP8_BACKENDS=${FP8_BACKENDS:-"FLASH_ATTN FLASHINFER TRITON_ATTN"}  # the environment may name fewer
 # the shapes carry no tokenizer: the staged one (stage.sh tok), else the default model's (installed)
 tok=(); [[ -n ${ATTNSERVE_TEST_TOKENIZER:-} ]] && tok=(--tokenizer "$ATTNSERVE_TEST_TOKENIZER")
 

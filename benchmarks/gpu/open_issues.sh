@@ -70,6 +70,9 @@ case ${1:-} in
        timeout 100 python3 -m pytest -q -m gpu -x --tb=short tests/gpu/test_cuda_graphs.py -k longest_first 2>&1 \
          | grep -v "^\s*$" | tail -30
        ROUNDS=1 bash "$0" orderab ;;
+  # issue 26's bench with the Gluon fp8 decode switched on, TRITON_ATTN alone (~150 s)
+  fp8g) ATTNSERVE_GLUON_FP8_DECODE=1 FP8_BACKENDS=TRITON_ATTN timeout 300 bash benchmarks/gpu/fp8_kv.sh "$OUT" attention \
+          2>&1 | tail -12 ;;
   # issue 26: where the keys-major fp8 loop stalls, beside the bf16 decode (needs ncu and counter access)
   ncu) N=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
        [ -n "$N" ] || { echo "no ncu on this machine"; exit 0; }
@@ -80,5 +83,5 @@ case ${1:-} in
          python3 -m benchmarks.gpu.ncu_fp8_decode --calls 1 > "$OUT/ncu.txt" 2>&1; tail -5 "$OUT/ncu.txt"
        grep -E "^  [a-z_].*kernel|Duration|Throughput|Warp Cycles|Eligible|Registers|Achieved Occ|stalled_(long|short|mio|lg|wait|math|barrier|not_sel|selected|no_inst|dispatch)" \
          "$OUT/ncu.txt" | head -120 ;;
-  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|orderab|kernels|fifirst|s37|s38|ncu" >&2; exit 2 ;;
+  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|orderab|kernels|fifirst|s37|s38|fp8g|ncu" >&2; exit 2 ;;
 esac
