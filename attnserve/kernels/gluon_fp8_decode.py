@@ -37,9 +37,10 @@ try:  # Gluon ships with Triton 3.5+; without it this module still imports and a
 except Exception:  # noqa: BLE001 - no Triton, or a Triton without Gluon
     gluon = gl = async_copy = mma_v2 = constexpr_function = None
 
-# the H200 aim (issue 26): 64-token tiles, 4 warps, 3 stages; the bench sweeps these
+# the fastest config measured (issue 26, H100 2026-12-07: 64-token tiles, 4 warps, 2 stages, K width 4; 3 and 4
+# stages and 32-token tiles 5% slower): benchmarks/gpu/bench_fp8_gluon.py sweeps these
 BLOCK_N = 64
-NUM_STAGES = 3
+NUM_STAGES = 2
 NUM_WARPS = 4
 _LOG2E = 1.4426950408889634
 # the kernels are plain (never called) functions where Gluon is missing
@@ -52,7 +53,7 @@ def available() -> bool:
 
 
 ON_ENV = "ATTNSERVE_GLUON_FP8_DECODE"  # "1": TRITON_ATTN's unsplit fp8 decode calls run this kernel; "0": not
-DEFAULT_ON = "0"  # ON_ENV's value when unset: off until it is measured faster on the H200 (docs/benchmarks.md)
+DEFAULT_ON = "1"  # ON_ENV's value when unset: 8% faster than the keys-major kernel (docs/benchmarks.md, FP8 KV)
 
 
 def enabled() -> bool:

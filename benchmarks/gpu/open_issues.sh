@@ -69,7 +69,12 @@ case ${1:-} in
          tests/gpu/test_fp8_kv_vs_reference.py -k gluon 2>&1 | tail -4
        timeout 100 python3 -m pytest -q -m gpu -x --tb=short tests/gpu/test_cuda_graphs.py -k longest_first 2>&1 \
          | grep -v "^\s*$" | tail -30
-       ROUNDS=1 bash "$0" orderab ;;
+       [ -n "${NO_AB:-}" ] || ROUNDS=1 bash "$0" orderab ;;
+  # session 38's second call (carry .stage/tok.tgz; ~420 s): the ordered-decode GPU test, fp8g, one A/B round
+  s38b) bash benchmarks/gpu/stage.sh tok | tail -1
+        timeout 100 python3 -m pytest -q -m gpu -x --tb=short tests/gpu/test_cuda_graphs.py -k longest_first 2>&1 | tail -3
+        bash "$0" fp8g
+        ROUNDS=1 bash "$0" orderab ;;
   # issue 26's bench with the Gluon fp8 decode switched on, TRITON_ATTN alone (~150 s)
   fp8g) ATTNSERVE_GLUON_FP8_DECODE=1 FP8_BACKENDS=TRITON_ATTN timeout 300 bash benchmarks/gpu/fp8_kv.sh "$OUT" attention \
           2>&1 | tail -12 ;;
@@ -83,5 +88,5 @@ case ${1:-} in
          python3 -m benchmarks.gpu.ncu_fp8_decode --calls 1 > "$OUT/ncu.txt" 2>&1; tail -5 "$OUT/ncu.txt"
        grep -E "^  [a-z_].*kernel|Duration|Throughput|Warp Cycles|Eligible|Registers|Achieved Occ|stalled_(long|short|mio|lg|wait|math|barrier|not_sel|selected|no_inst|dispatch)" \
          "$OUT/ncu.txt" | head -120 ;;
-  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|orderab|kernels|fifirst|s37|s38|fp8g|ncu" >&2; exit 2 ;;
+  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|orderab|kernels|fifirst|s37|s38|s38b|fp8g|ncu" >&2; exit 2 ;;
 esac

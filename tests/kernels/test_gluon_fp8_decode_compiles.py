@@ -23,9 +23,9 @@ from tests.helpers import run_cases_in_subprocess
 
 # (head, query heads per KV head, page, block_n, num_stages, num_warps, kv, k_width); the first is the default
 VARIANTS = [
-    (128, 4, 16, 64, 3, 4, "fp8e4nv", 4),  # Llama-3 8B batch-64 decode (issue 26)
-    (128, 4, 16, 64, 3, 4, "fp8e5", 4),  # e5m2
-    (128, 4, 16, 64, 2, 4, "fp8e4nv", 4),
+    (128, 4, 16, 64, 2, 4, "fp8e4nv", 4),  # Llama-3 8B batch-64 decode (issue 26)
+    (128, 4, 16, 64, 2, 4, "fp8e5", 4),  # e5m2
+    (128, 4, 16, 64, 3, 4, "fp8e4nv", 4),
     (128, 4, 16, 64, 4, 4, "fp8e4nv", 4),
     (128, 4, 16, 64, 3, 4, "fp8e4nv", 2),  # K through 16-bit shared loads
     (128, 4, 16, 32, 4, 4, "fp8e4nv", 4),  # fewer tokens than warps x 16: the compiler's max

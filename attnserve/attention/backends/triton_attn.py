@@ -17,8 +17,8 @@ scale and the output and dot fp8 tiles as float16 (``attention_tiles.default_fp8
 tokens (``FP8_KV_TILE_TOKENS``). Decode calls over an fp8 cache run the keys-major kernel instead
 (``kernels/triton_fp8_decode.py``: the KV tile as the dots' M side, the query rows padded to 8, not 16)
 where it applies (no window, soft cap or sinks; its ``supports``); those steps rotate and write K/V with the
-RoPE + KV-write kernel first. With ``ATTNSERVE_GLUON_FP8_DECODE=1`` its unsplit calls run the Gluon kernel
-(``kernels/gluon_fp8_decode.py``: a cp.async ring, no byte-wide shared loads) instead.
+RoPE + KV-write kernel first. Where Triton has Gluon, its unsplit calls run the Gluon kernel instead
+(``kernels/gluon_fp8_decode.py``: a cp.async ring, no byte-wide shared loads; ``ATTNSERVE_GLUON_FP8_DECODE=0``: not).
 Decode timings against FlashInfer (``benchmarks/gpu/bench_triton_decode.py``): docs/benchmarks.md.
 
 Limits: any CUDA GPU Triton compiles for (compute capability >= 7.0, the minimum of Triton's NVIDIA
