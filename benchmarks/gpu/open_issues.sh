@@ -14,9 +14,9 @@
 #   9     -                                                                     ... llama        (issue 28: lat-llama; ~200 s)
 #   then  .stage/tok.tgz .stage/fia .stage/fib                               ... fifirst      (issue 28, ~300 s)
 #   then  -                                                                     ... order, orderab, kernels, ncu
-# Next (session 37's plan, not run: no device start succeeded after its third call):
-#   .stage/tok.tgz .stage/fia .stage/fib   ... s37 (the Gluon fp8 decode, then compile-ahead's prefill after the switch)
-#   -                                      ... ROUNDS=2 orderab (ordered decode: 7% faster kernel on an H100)
+# Next (session 38 ran s38 on an H100; no later start succeeded): on an H200, .stage/tok.tgz ... s38b (the fixed
+# ordered-decode test, issue 26's bench with Gluon on, one A/B round); then kit1, kit2, vllm with ORDER_DECODES on
+# if that test passes (issue 28's 25,000 tok/s beside vLLM); then MODES=compile_ahead fifirst.
 # Session 34 ran 1-4 and 6-9 this way in 1,100 s of device time. Parts: `bash benchmarks/gpu/make_stage.sh` and the
 # vLLM kit (../shared/gpu/vllm-kit/build.sh .vllmkit), built here first.
 set -u
