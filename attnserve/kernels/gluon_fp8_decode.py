@@ -53,7 +53,7 @@ def available() -> bool:
 
 
 ON_ENV = "ATTNSERVE_GLUON_FP8_DECODE"  # "1": TRITON_ATTN's unsplit fp8 decode calls run this kernel; "0": not
-DEFAULT_ON = "1"  # ON_ENV's value when unset: 8% faster than the keys-major kernel (docs/benchmarks.md, FP8 KV)
+DEFAULT_ON = "1"  # ON_ENV's value when unset: 9% faster than the keys-major kernel on an H100 (docs/benchmarks.md)
 
 
 def enabled() -> bool:
