@@ -14,9 +14,9 @@
 #   9     -                                                                     ... llama        (issue 28: lat-llama; ~200 s)
 #   then  .stage/tok.tgz .stage/fia .stage/fib                               ... fifirst      (issue 28, ~300 s)
 #   then  -                                                                     ... order, orderab, kernels, ncu
-# Next (session 38 ran s38 on an H100; no later start succeeded): on an H200, .stage/tok.tgz ... s38b (the fixed
-# ordered-decode test, issue 26's bench with Gluon on, one A/B round); then kit1, kit2, vllm with ORDER_DECODES on
-# if that test passes (issue 28's 25,000 tok/s beside vLLM); then MODES=compile_ahead fifirst.
+# Next (session 39 ran s38b, kit1, kit2 and vllm on an H100; no H200 start succeeded): on an H200, .stage/tok.tgz ...
+# s39 (issue 26's bench, issue 28's throughput alone), or s38b then kit1, kit2, vllm (issue 28 beside vLLM); then
+# MODES=compile_ahead fifirst.
 # Session 34 ran 1-4 and 6-9 this way in 1,100 s of device time. Parts: `bash benchmarks/gpu/make_stage.sh` and the
 # vLLM kit (../shared/gpu/vllm-kit/build.sh .vllmkit), built here first.
 set -u
@@ -75,6 +75,14 @@ case ${1:-} in
         timeout 100 python3 -m pytest -q -m gpu -x --tb=short tests/gpu/test_cuda_graphs.py -k longest_first 2>&1 | tail -3
         bash "$0" fp8g
         [ -n "${NO_AB:-}" ] || ROUNDS=1 bash "$0" orderab ;;
+  # one call when little device time is left (carry .stage/tok.tgz .stage/fia .stage/fib): on an H200 issue 26's
+  # bench for TRITON_ATTN and issue 28's throughput run for attnserve alone (~150 s); on another card the
+  # compile-ahead run alone (~300 s)
+  s39) if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+         bash benchmarks/gpu/stage.sh tok | tail -1
+         bash "$0" fp8g
+         BASELINE= TOK=/tmp/tok timeout 200 bash benchmarks/gpu/vs_vllm.sh tp 2>&1 | quiet | tail -4
+       else MODES=compile_ahead bash "$0" fifirst; fi ;;
   # issue 26's bench with the Gluon fp8 decode switched on, TRITON_ATTN alone (~150 s)
   fp8g) ATTNSERVE_GLUON_FP8_DECODE=1 FP8_BACKENDS=TRITON_ATTN timeout 300 bash benchmarks/gpu/fp8_kv.sh "$OUT" attention \
           2>&1 | tail -12 ;;
@@ -88,5 +96,5 @@ case ${1:-} in
          python3 -m benchmarks.gpu.ncu_fp8_decode --calls 1 > "$OUT/ncu.txt" 2>&1; tail -5 "$OUT/ncu.txt"
        grep -E "^  [a-z_].*kernel|Duration|Throughput|Warp Cycles|Eligible|Registers|Achieved Occ|stalled_(long|short|mio|lg|wait|math|barrier|not_sel|selected|no_inst|dispatch)" \
          "$OUT/ncu.txt" | head -120 ;;
-  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|orderab|kernels|fifirst|s37|s38|s38b|fp8g|ncu" >&2; exit 2 ;;
+  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|orderab|kernels|fifirst|s37|s38|s38b|s39|fp8g|ncu" >&2; exit 2 ;;
 esac

@@ -26,10 +26,10 @@ _DECODE_LAUNCH = {False: {"num_stages": 2}, True: {"num_stages": 2, "num_warps":
 # ``triton_attention.default_fp8_dot``): a 3-stage pipeline for unsplit programs, chosen by
 # ``benchmarks/gpu/bench_fp8_decode.py`` (docs/benchmarks.md, "FP8 KV cache")
 _FP8_DECODE_LAUNCH = {False: {"num_stages": 3}, True: {"num_stages": 2, "num_warps": 8}}
-# decode calls take their requests longest context first (``TritonAttentionTiles.ordered``). Off until measured on
-# a GPU: ``benchmarks/gpu/bench_decode_order.py`` (the kernel), ``decode_order_ab.py`` (the nano-vllm workload, on
-# and off), ``tests/gpu/test_cuda_graphs.py`` (graphs sort on the device); correct under the Triton interpreter
-ORDER_DECODES = False
+# decode calls take their requests longest context first (``TritonAttentionTiles.ordered``): 7% off the kernel
+# (``benchmarks/gpu/bench_decode_order.py``), 4% more output tok/s on the nano-vllm workload (``decode_order_ab.py``),
+# graphs sort on the device (``tests/gpu/test_cuda_graphs.py -k longest_first``); docs/benchmarks.md, decode order
+ORDER_DECODES = True
 # Prefill calls: query tiles of 64 rows (16 tokens x 4 query heads at GQA 4; ``block_m_for``) over KV tiles of 64
 # tokens, with 4 warps and 2 stages, for 16-bit queries (over a 16-bit or an fp8 cache) and pages of at most 64
 # tokens; otherwise the decode tiles' 16 rows and the default KV tiles (chosen by
