@@ -130,8 +130,12 @@ def _parse_text(text: str) -> Any:
 
 
 def _refused(refusal: Refusal) -> HTTPException:
-    """The 400 for a body refused before validation, in the server's words (no ``param``: FastAPI's handler)."""
-    return HTTPException(400, openai_error(refusal)[0])
+    """The 400 for a body refused before validation, in the server's words; its ``param`` (the refused string's
+    place, or None for the body as a whole) rides on the exception to the server's handler."""
+    message, param = openai_error(refusal)
+    e = HTTPException(400, message)
+    e.param = param if refusal.path != ("body",) else None
+    return e
 
 
 class JSONBodyRequest(Request):

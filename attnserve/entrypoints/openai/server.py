@@ -246,7 +246,11 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
         return error_response(
-            str(e.detail), e.status_code, code=getattr(e, "code", None), headers=getattr(e, "headers", None)
+            str(e.detail),
+            e.status_code,
+            param=getattr(e, "param", None),
+            code=getattr(e, "code", None),
+            headers=getattr(e, "headers", None),
         )
 
     @app.exception_handler(Exception)
