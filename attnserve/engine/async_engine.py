@@ -52,6 +52,7 @@ class EngineStats:
     num_blocks: int = 0
     prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache since start
     prefix_cache_hits: int = 0  # of those, tokens found cached
+    num_preemptions: int = 0  # requests preempted (their blocks freed, recomputed later) since start
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -315,4 +316,5 @@ class AsyncLLMEngine:
             num_blocks=e.block_manager.num_blocks,
             prefix_cache_queries=e.scheduler.prefix_cache_stats.queries,
             prefix_cache_hits=e.scheduler.prefix_cache_stats.hits,
+            num_preemptions=e.scheduler.num_preemptions,
         )

@@ -84,6 +84,7 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self._finished_ids: list[str] = []
         self.prefix_cache_stats = PrefixCacheStats()
+        self.num_preemptions = 0  # since start, every request's (vLLM's num_preemptions counter)
         self.hash_memo = PromptHashMemo(block_manager.block_size)
 
     @property
@@ -223,6 +224,7 @@ class Scheduler:
         self.block_manager.free(req.request_id)
         req.num_computed_tokens = 0
         req.num_preemptions += 1
+        self.num_preemptions += 1
         req.status = RequestStatus.WAITING
         self.waiting.appendleft(req)
 

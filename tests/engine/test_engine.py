@@ -37,6 +37,7 @@ def test_preemption_with_a_small_kv_cache_gives_the_same_tokens(llama_dir, refer
     outs = small.generate(PROMPTS, GREEDY)
     assert [o.outputs[0].token_ids for o in outs] == reference_tokens
     assert sum(o.num_preemptions for o in outs) > 0  # the cache really was too small
+    assert small.engine.scheduler.num_preemptions == sum(o.num_preemptions for o in outs)  # /metrics' count
     assert small.engine.block_manager.num_free_blocks == 20
 
 

@@ -100,7 +100,7 @@ class ServerMetrics:
         for name, (doc, read) in gauges.items():
             g = Gauge(name, doc, labels, registry=r)
             g.labels(model_name).set_function(lambda read=read: float(read(stats())))
-        r.register(_PrefixCacheCounters(model_name, stats))
+        r.register(_EngineCounters(model_name, stats))
 
     def observe_request(
         self, ttft: float | None, e2e: float, num_output_tokens: int, num_prompt_tokens: int, finish_reasons: list[str]
@@ -121,9 +121,9 @@ class ServerMetrics:
         return generate_latest(self.registry)
 
 
-class _PrefixCacheCounters(Collector):
+class _EngineCounters(Collector):
     """vLLM's ``prefix_cache_queries`` / ``prefix_cache_hits`` counters (prompt tokens looked up in the prefix
-    cache, and found), read from the engine's counts at scrape time."""
+    cache, and found) and its ``num_preemptions``, read from the engine's counts at scrape time."""
 
     def __init__(self, model_name: str, stats: Callable[[], EngineStats]) -> None:
         self.model_name = model_name
@@ -134,6 +134,7 @@ class _PrefixCacheCounters(Collector):
         for name, doc, value in (
             ("attnserve_prefix_cache_queries", "Prompt tokens looked up in the prefix cache", s.prefix_cache_queries),
             ("attnserve_prefix_cache_hits", "Prompt tokens found in the prefix cache", s.prefix_cache_hits),
+            ("attnserve_num_preemptions", "Requests preempted (blocks freed, recomputed later)", s.num_preemptions),
         ):
             family = CounterMetricFamily(name, doc, labels=["model_name"])
             family.add_metric([self.model_name], value)

@@ -148,12 +148,24 @@ def test_metrics_parse(server, client, model_name):
         "attnserve_kv_cache_usage_perc",
         "attnserve_kv_cache_free_blocks",
         "attnserve_kv_cache_total_blocks",
+        "attnserve_num_preemptions",
     ):
         assert name in families, name
     m = server.metrics()
     assert m["attnserve_time_to_first_token_seconds_count"] >= 1
     assert m["attnserve_e2e_request_latency_seconds_count"] >= 1
     assert m["attnserve_kv_cache_total_blocks"] > 0
+
+
+def test_engine_counters_read_the_engine_snapshot():
+    """The counters read at scrape time from the engine's snapshot (vLLM's prefix_cache_*, num_preemptions)."""
+    from attnserve.engine.async_engine import EngineStats
+    from attnserve.entrypoints.openai.metrics import ServerMetrics
+
+    stats = EngineStats(prefix_cache_queries=48, prefix_cache_hits=32, num_preemptions=3)
+    text = ServerMetrics("m", lambda: stats).render().decode()
+    assert 'attnserve_num_preemptions_total{model_name="m"} 3.0' in text.splitlines()
+    assert 'attnserve_prefix_cache_hits_total{model_name="m"} 32.0' in text.splitlines()
 
 
 @pytest.mark.parametrize(
