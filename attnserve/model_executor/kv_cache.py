@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 
+import numpy as np
 import torch
 
 from attnserve.attention.kv_cache_dtype import kv_cache_torch_dtype  # noqa: F401 - re-exported: the runner's import
@@ -156,4 +158,15 @@ def allocate_kv_caches(
     order = backend.get_kv_cache_stride_order(layout)
     physical = tuple(shape[i] for i in order)
     inverse = [order.index(i) for i in range(len(order))]
-    return [torch.zeros(physical, dtype=dtype, device=device).permute(*inverse) for _ in range(num_layers)]
+    zeros = _zeros_on_first_touch if device.type == "cpu" else functools.partial(torch.zeros, device=device)
+    return [zeros(physical, dtype=dtype).permute(*inverse) for _ in range(num_layers)]
+
+
+def _zeros_on_first_touch(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zeroed CPU tensor whose pages the OS zeroes when first written (numpy's calloc), not all at allocation:
+    ``torch.zeros`` wrote the whole CPU cache (2 GiB by default) at every start, while a short run touches a few
+    MiB of it. 64-byte aligned, as PyTorch's allocator."""
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    raw = np.zeros(nbytes + 64, dtype=np.uint8)
+    start = -raw.ctypes.data % 64
+    return torch.from_numpy(raw[start : start + nbytes]).view(dtype).view(shape)
