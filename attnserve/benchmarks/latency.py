@@ -17,6 +17,7 @@ output_len / 2) cached tokens; limit TPOT = those bytes / copy bandwidth; % of l
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from attnserve.benchmarks.requests import BenchRequest, random_requests
@@ -189,14 +190,17 @@ def format_table(rows: list[LatencyRow]) -> str:
         f"{'batch TPOT ms':>13} {'E2E p50 s':>9} {'output tok/s':>12} {'% of limit':>10}"
     )
     lines = [head]
-    ms = lambda x: float("nan") if x is None else 1e3 * x  # noqa: E731
+
+    def ms(x: float | None, width: int) -> str:  # "-" where there is no value (no TPOT at --output-len 1)
+        return f"{'-':>{width}}" if x is None or math.isnan(x) else f"{1e3 * x:>{width}.2f}"
+
     for r in rows:
         pct = r.roofline.pct_of_limit
+        pct_text = f"{'-':>9} " if pct is None or math.isnan(pct) else f"{pct:>9.1f}%"
         lines.append(
-            f"{r.name:<13} {r.batch_size:>5} {ms(r.ttft_s['p50']):>11.2f} {ms(r.tpot_s['p50']):>11.2f} "
-            f"{ms(r.tpot_s['p99']):>11.2f} {ms(r.batch_tpot_s['p50']):>13.2f} {r.e2e_s['p50']:>9.3f} "
-            f"{r.output_tokens_per_s:>12.1f} "
-            f"{float('nan') if pct is None else pct:>9.1f}%"
+            f"{r.name:<13} {r.batch_size:>5} {ms(r.ttft_s['p50'], 11)} {ms(r.tpot_s['p50'], 11)} "
+            f"{ms(r.tpot_s['p99'], 11)} {ms(r.batch_tpot_s['p50'], 13)} {r.e2e_s['p50']:>9.3f} "
+            f"{r.output_tokens_per_s:>12.1f} {pct_text}"
         )
     return "\n".join(lines)
 

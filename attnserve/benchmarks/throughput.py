@@ -262,7 +262,7 @@ def format_table(rows: list[ThroughputRow], ratio: float | None) -> str:
     if caching is not None:
         lines.append(
             f"prefix caching on / off: output tok/s {caching['output_tokens_per_s']:.2f}x, "
-            f"TTFT p50 {caching['ttft_p50']:.2f}x faster"
+            f"TTFT p50 {caching['ttft_p50']:.2f}x as fast"
         )
     return "\n".join(lines)
 

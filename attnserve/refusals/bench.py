@@ -70,6 +70,17 @@ def penalty_with_baseline(field: str, value: float, baseline: str) -> Refusal:
     )
 
 
+def batch_beyond_max_num_seqs(batch_size: int, max_num_seqs: int) -> Refusal:
+    """A ``bench latency`` batch larger than the engine runs at once: its requests would queue, and the row would
+    time the queue under a batch size that never ran."""
+    return at(
+        "--batch-size",
+        batch_size,
+        f"more than --max-num-seqs {max_num_seqs}, the requests the engine runs at once (the rest would queue)",
+        allowed=f"at most {max_num_seqs}, or raise --max-num-seqs",
+    )
+
+
 def nothing_to_time() -> Refusal:
     """``bench attention`` with ``--context-lens`` and ``--prefill-lens`` both given empty."""
     return at("--context-lens", [], "no decode or prefill case left to time (--prefill-lens is empty too)")

@@ -563,7 +563,8 @@ def test_bench_serve_without_a_server_says_so_in_one_line(capsys):
     )
 
 
-def test_bench_serve_missing_prompt_file_exits_2_with_one_line(tmp_path, capsys):
+@pytest.mark.parametrize("flag", ["--prompt-file", "--prompts-file"])  # the second: bench throughput's spelling
+def test_bench_serve_missing_prompt_file_exits_2_with_one_line(tmp_path, capsys, flag):
     missing = tmp_path / "none.txt"
     with pytest.raises(SystemExit) as e:
         main(
@@ -576,7 +577,7 @@ def test_bench_serve_missing_prompt_file_exits_2_with_one_line(tmp_path, capsys)
                 "m",
                 "--dataset",
                 "file",
-                "--prompt-file",
+                flag,
                 str(missing),
             ]
         )
@@ -700,3 +701,32 @@ def test_attention_config_field_no_timed_backend_reads_is_a_refusal_record(capsy
     with pytest.raises(SystemExit):
         main([*argv, "-ac", '{"flash_attn_version": 3}'])
     assert "argument --attention-config: 'flash_attn_version' applies to none" in capsys.readouterr().err
+
+
+def test_latency_table_prints_a_dash_where_a_row_has_no_value():
+    """At --output-len 1 there is no decode step: the TPOT columns and % of limit print "-" (their JSON is null),
+    not nan (found by a fresh-user trial)."""
+    from attnserve.benchmarks.latency import _row
+    from attnserve.benchmarks.latency import format_table as latency_table
+    from attnserve.benchmarks.roofline import Roofline
+
+    roof = Roofline(copy_bandwidth=1e10, weight_bytes=10**6, kv_bytes_per_token=1024)
+    row = _row("attnserve", 2, 8, 1, [0.010, 0.012], [], [0.011, 0.013], [0.013, 0.013], roof)
+    assert row.tpot_s["p50"] is None and row.roofline.pct_of_limit is None
+    line = latency_table([row]).splitlines()[1]
+    assert line.split() == ["attnserve", "2", "11.00", "-", "-", "-", "0.012", f"{row.output_tokens_per_s:.1f}", "-"]
+
+
+def test_latency_batch_larger_than_max_num_seqs_is_refused(tiny_model_dir, capsys, worded):
+    """A batch the engine cannot run at once would queue, and its row would time the queue under a batch size that
+    never ran (found by a fresh-user trial: --batch-size 600 with --max-num-seqs 4 printed a "batch 600" row)."""
+    argv = ["bench", "latency", "--model", tiny_model_dir("llama"), "--batch-size", "2", "6", "--max-num-seqs", "4"]
+    with pytest.raises(SystemExit) as e:
+        main([*argv, *SMALL_ENGINE])
+    assert e.value.code == 2
+    assert_cli_refusal(
+        capsys.readouterr().err,
+        "attnserve bench latency",
+        Refuses("argument --batch-size", value=6, allowed="at most 4, or raise --max-num-seqs"),
+        worded,
+    )

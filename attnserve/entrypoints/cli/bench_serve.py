@@ -53,7 +53,10 @@ def add_serve_parser(kinds) -> None:
         help="random words, or the prompts of --prompt-file (default: file with --prompt-file, else random)",
     )
     s.add_argument(
-        "--prompt-file", default=None, help="one prompt per line, or JSONL 'prompt' (implies --dataset file)"
+        "--prompt-file",
+        "--prompts-file",  # bench throughput's spelling
+        default=None,
+        help="one prompt per line, or JSONL 'prompt' (implies --dataset file)",
     )
     s.add_argument(
         "--input-len", type=positive_int, default=None, help="random prompts: words per prompt (default 128)"
