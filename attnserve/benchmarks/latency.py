@@ -17,7 +17,6 @@ output_len / 2) cached tokens; limit TPOT = those bytes / copy bandwidth; % of l
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 from attnserve.benchmarks.requests import BenchRequest, random_requests
@@ -192,11 +191,11 @@ def format_table(rows: list[LatencyRow]) -> str:
     lines = [head]
 
     def ms(x: float | None, width: int) -> str:  # "-" where there is no value (no TPOT at --output-len 1)
-        return f"{'-':>{width}}" if x is None or math.isnan(x) else f"{1e3 * x:>{width}.2f}"
+        return f"{'-':>{width}}" if x is None else f"{1e3 * x:>{width}.2f}"
 
     for r in rows:
         pct = r.roofline.pct_of_limit
-        pct_text = f"{'-':>9} " if pct is None or math.isnan(pct) else f"{pct:>9.1f}%"
+        pct_text = f"{'-':>9} " if pct is None else f"{pct:>9.1f}%"
         lines.append(
             f"{r.name:<13} {r.batch_size:>5} {ms(r.ttft_s['p50'], 11)} {ms(r.tpot_s['p50'], 11)} "
             f"{ms(r.tpot_s['p99'], 11)} {ms(r.batch_tpot_s['p50'], 13)} {r.e2e_s['p50']:>9.3f} "

@@ -166,7 +166,7 @@ def _zeros_on_first_touch(shape: tuple[int, ...], dtype: torch.dtype) -> torch.T
     """A zeroed CPU tensor whose pages the OS zeroes when first written (numpy's calloc), not all at allocation:
     ``torch.zeros`` wrote the whole CPU cache (2 GiB by default) at every start, while a short run touches a few
     MiB of it. 64-byte aligned, as PyTorch's allocator."""
-    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = np.zeros(nbytes + 64, dtype=np.uint8)
     start = -raw.ctypes.data % 64
     return torch.from_numpy(raw[start : start + nbytes]).view(dtype).view(shape)

@@ -235,10 +235,9 @@ def run_latency(args: argparse.Namespace) -> int:
         if args.baseline:  # the baseline would run without it
             args._engine_arg_parser.error(message(words.penalty_with_baseline(field, value, args.baseline)))
         _check_penalty(args, field, value)
-    if max(args.batch_size) > config.scheduler.max_num_seqs:
-        args._engine_arg_parser.error(
-            message(words.batch_beyond_max_num_seqs(max(args.batch_size), config.scheduler.max_num_seqs))
-        )
+    largest, max_num_seqs = max(args.batch_size), config.scheduler.max_num_seqs
+    if largest > max_num_seqs:
+        args._engine_arg_parser.error(message(words.batch_beyond_max_num_seqs(largest, max_num_seqs)))
     from attnserve.benchmarks.latency import run_latency as run
     from attnserve.benchmarks.plots import plot_latency
 
