@@ -64,14 +64,31 @@ def safetensors_weights(folder: str, lazy: bool = False) -> Iterator[tuple[str, 
                 yield name, (LazySlice(f, name) if lazy else f.get_tensor(name))
 
 
-@functools.lru_cache(maxsize=1)
-def _gguf_reader(path: str, mtime_ns: int):
-    """One parse of a GGUF file (seconds for the default model) for the shape lookups and the weights of
-    a load; ``mtime_ns`` keys a rewritten file apart. The last file's memory map stays open."""
+def _plain_array_reader():
+    """gguf's ``GGUFReader`` parsing through a plain ndarray view of its memory map: the parse slices the map
+    once per field part (about 250,000 times for a 49k-token vocabulary), and a ``np.memmap`` slice runs
+    Python-level ``__getitem__`` and ``__array_finalize__`` each time. The same bytes, 3x faster to parse
+    (2.2 -> 0.7 s for the default model on one CPU core); the view keeps the map open."""
     from gguf import GGUFReader
 
+    class PlainArrayGGUFReader(GGUFReader):
+        @property
+        def data(self) -> np.ndarray:
+            return self._plain_data
+
+        @data.setter
+        def data(self, value: np.ndarray) -> None:
+            self._plain_data = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+
+    return PlainArrayGGUFReader
+
+
+@functools.lru_cache(maxsize=1)
+def _gguf_reader(path: str, mtime_ns: int):
+    """One parse of a GGUF file (under a second for the default model) for the shape lookups and the weights
+    of a load; ``mtime_ns`` keys a rewritten file apart. The last file's memory map stays open."""
     try:
-        return GGUFReader(path)
+        return _plain_array_reader()(path)
     except (struct.error, ValueError, IndexError) as e:  # an index or tensor data past the end of the file, ...
         raise ValueError(words.gguf_damaged(path, e)) from None
 
