@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 import httpx
 import numpy as np
 
-from attnserve.benchmarks.requests import PromptsFileError, read_prompts_file
+from attnserve.benchmarks.requests import PromptsFileError, numpy_rng, read_prompts_file
 from attnserve.refusals import bench as bench_words
 from attnserve.refusals.cli import RANDOM_PROMPTS, no_prompts
 
@@ -170,7 +170,7 @@ async def run_benchmark(cfg: BenchConfig) -> dict:
     async with httpx.AsyncClient(base_url=cfg.base_url, headers=headers, timeout=cfg.timeout, limits=limits) as client:
         model = cfg.model or await _served_model(client, cfg)
         gate = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
-        rng = np.random.default_rng(cfg.seed)
+        rng = numpy_rng(cfg.seed)
 
         async def limited(prompt: str | list[dict]) -> RequestResult:
             if gate is None:

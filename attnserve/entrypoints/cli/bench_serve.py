@@ -10,6 +10,8 @@ import json
 import math
 
 from attnserve.config.fields import range_words
+from attnserve.config.model import SEED_MAX, SEED_MIN
+from attnserve.refusals.sampling import SEED_WORDS
 from attnserve.entrypoints.cli.arg_types import checked, nonnegative_int, one_of, output_file, positive_int
 from attnserve.refusals import message
 from attnserve.refusals import bench as words
@@ -84,9 +86,9 @@ def add_serve_parser(kinds) -> None:
     s.add_argument("--temperature", type=_temperature, default=0.0, help="each request's temperature (default 0)")
     s.add_argument(
         "--seed",
-        type=nonnegative_int,
+        type=checked(int, lambda v: SEED_MIN <= v <= SEED_MAX, SEED_WORDS),
         default=0,
-        help="seeds the random prompts and the arrival times (numpy takes seeds >= 0)",
+        help="seeds the random prompts and the arrival times (any 64-bit integer, as the engine's --seed)",
     )
     s.add_argument("--api-key", default=None)
     s.add_argument("--output-json", type=output_file, default=None, metavar="FILE", help="write the results as JSON")
