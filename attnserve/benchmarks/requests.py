@@ -50,11 +50,20 @@ class BenchRequest:
         return 1 + len(self.next_turns)
 
     @property
+    def turn_lens(self) -> list[tuple[int, int]]:
+        """(prompt tokens, output tokens) of each turn in order: turn k's prompt holds every earlier turn's
+        message and answer (answers of exactly their output length: EOS is ignored)."""
+        lens, prompt_len, output_len = [(self.input_len, self.output_len)], self.input_len, self.output_len
+        for message, next_output_len in self.next_turns:
+            prompt_len += output_len + len(message)
+            output_len = next_output_len
+            lens.append((prompt_len, output_len))
+        return lens
+
+    @property
     def last_turn_lens(self) -> tuple[int, int]:
-        """(prompt tokens, output tokens) of the conversation's last turn: its prompt holds every earlier turn's
-        message and answer."""
-        outs = [self.output_len, *(o for _, o in self.next_turns)]
-        return self.input_len + sum(len(m) for m, _ in self.next_turns) + sum(outs[:-1]), outs[-1]
+        """(prompt tokens, output tokens) of the conversation's last turn."""
+        return self.turn_lens[-1]
 
 
 def length_bounds(length: int, range_ratio: float) -> tuple[int, int]:

@@ -383,8 +383,9 @@ def run_throughput(
             "temperature": 0.0,
             "total_input_tokens": rows[0].total_tokens - rows[0].total_output_tokens,
             "total_output_tokens": rows[0].total_output_tokens,
-            "input_lens": [r.input_len for r in requests],
-            "output_lens": [r.output_len for r in requests],
+            # every request run, a conversation's turns in order
+            "input_lens": [p for r in requests for p, _ in r.turn_lens],
+            "output_lens": [o for r in requests for _, o in r.turn_lens],
         },
         "roofline": roofline.to_dict(),
         "baseline": baseline,

@@ -595,6 +595,7 @@ def test_shared_prefix_and_multi_turn_requests():
     assert [r.prompt_token_ids[16:] for r in shared] == [r.prompt_token_ids for r in plain]  # same own tokens
     conv = random_requests(2, 10, 4, 0.0, 1000, 5, num_turns=3)[0]
     assert conv.num_turns == 3 and conv.last_turn_lens == (10 + 2 * 10 + 2 * 4, 4)
+    assert conv.turn_lens == [(10, 4), (10 + 4 + 10, 4), (10 + 2 * 4 + 2 * 10, 4)]
     second = conv.next_turn([1, 2, 3, 4])
     assert second.prompt_token_ids == conv.prompt_token_ids + [1, 2, 3, 4] + conv.next_turns[0][0]
     assert second.next_turn([5, 6, 7, 8]).next_turn([9]) is None
@@ -638,6 +639,9 @@ def test_throughput_compares_prefix_caching_on_the_same_requests(tmp_path, tiny_
     assert on["num_requests"] == off["num_requests"] == 8 and on["total_output_tokens"] == 8 * 3
     # 4 first turns of 46 tokens (the shared 40: 10 blocks), then 4 second turns of 46 + 3 + 6 tokens
     assert on["total_tokens"] == off["total_tokens"] == 4 * 46 + 4 * 55 + 8 * 3
+    workload = data["workload"]  # every request run, a conversation's two turns in order
+    assert (workload["input_lens"], workload["output_lens"]) == ([46, 55] * 4, [3] * 8)
+    assert workload["total_input_tokens"] == sum(workload["input_lens"])
     assert off["num_cached_tokens"] == 0 and off["prefix_cache_hit_rate"] == 0.0
     # first turns: 3 of 4 find the prefix (40); second turns: the first turn computed 48 of their 55 tokens
     assert on["num_cached_tokens"] == 3 * 40 + 4 * 48
