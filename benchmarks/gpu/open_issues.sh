@@ -16,7 +16,7 @@
 #   then  -                                                                     ... order, orderab, kernels, ncu
 # Next (session 39 ran s38b, kit1, kit2 and vllm on an H100; no H200 start succeeded): on an H200, .stage/tok.tgz ...
 # s39 (issue 26's bench, issue 28's throughput alone), or s38b then kit1, kit2, vllm (issue 28 beside vLLM); then
-# MODES=compile_ahead fifirst.
+# MODES=compile_ahead fifirst. Session 40: s40 (issue 26's bench on an H200, then kit1), kit2, vllm, llama.
 # Session 34 ran 1-4 and 6-9 this way in 1,100 s of device time. Parts: `bash benchmarks/gpu/make_stage.sh` and the
 # vLLM kit (../shared/gpu/vllm-kit/build.sh .vllmkit), built here first.
 set -u
@@ -83,6 +83,15 @@ case ${1:-} in
          bash "$0" fp8g
          BASELINE= TOK=/tmp/tok timeout 200 bash benchmarks/gpu/vs_vllm.sh tp 2>&1 | quiet | tail -4
        else MODES=compile_ahead bash "$0" fifirst; fi ;;
+  # session 40's first call (carry .stage/tok.tgz .vllmkit/p1 .vllmkit/install_part.sh .vllmkit/run_vllm_bench.sh;
+  # ~200 s on an H200, ~60 s else): on an H200 issue 26's bench and the throughput run alone; on any card the
+  # kit's first part, so that kit2, vllm and llama follow (each within 30 s of the last)
+  s40) bash benchmarks/gpu/stage.sh tok | tail -1
+       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+         bash "$0" fp8g
+         BASELINE= TOK=/tmp/tok timeout 200 bash benchmarks/gpu/vs_vllm.sh tp 2>&1 | quiet | tail -4
+       fi
+       bash "$0" kit1 ;;
   # issue 26's bench with the Gluon fp8 decode switched on, TRITON_ATTN alone (~150 s)
   fp8g) ATTNSERVE_GLUON_FP8_DECODE=1 FP8_BACKENDS=TRITON_ATTN timeout 300 bash benchmarks/gpu/fp8_kv.sh "$OUT" attention \
           2>&1 | tail -12 ;;
@@ -96,5 +105,5 @@ case ${1:-} in
          python3 -m benchmarks.gpu.ncu_fp8_decode --calls 1 > "$OUT/ncu.txt" 2>&1; tail -5 "$OUT/ncu.txt"
        grep -E "^  [a-z_].*kernel|Duration|Throughput|Warp Cycles|Eligible|Registers|Achieved Occ|stalled_(long|short|mio|lg|wait|math|barrier|not_sel|selected|no_inst|dispatch)" \
          "$OUT/ncu.txt" | head -120 ;;
-  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|orderab|kernels|fifirst|s37|s38|s38b|s39|fp8g|ncu" >&2; exit 2 ;;
+  *) echo "usage: $0 stage|structured|fib|fp8|keys|kit1|kit2|vllm|llama|order|orderab|kernels|fifirst|s37|s38|s38b|s39|s40|fp8g|ncu" >&2; exit 2 ;;
 esac
