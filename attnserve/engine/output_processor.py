@@ -206,18 +206,17 @@ class OutputProcessor:
             if delta:
                 c.text += delta
             return None
-        stop_string = None
+        stop_string, stop_at = None, -1
         old_len = len(kid.text)
         text = kid.text + delta
-        # vLLM: stop strings are looked for once the output has more than min_tokens tokens
+        # vLLM: stop strings are looked for once the output has more than min_tokens tokens, and only where the
+        # new text completes a match: an occurrence written earlier (inside min_tokens) neither stops nor cuts
         for s in p.stop if len(req.output_token_ids) > p.min_tokens else ():
-            # search only where the new text could complete a match
             idx = text.find(s, max(0, old_len - len(s) + 1))
-            if idx != -1 and (stop_string is None or idx < text.find(stop_string)):
-                stop_string = s
+            if idx != -1 and (stop_string is None or idx < stop_at):
+                stop_string, stop_at = s, idx
         if stop_string is not None:
-            end = text.find(stop_string) + (len(stop_string) if p.include_stop_str_in_output else 0)
-            text = text[:end]
+            text = text[: stop_at + (len(stop_string) if p.include_stop_str_in_output else 0)]
             c.finish_reason, c.stop_reason = FinishReason.STOP.value, stop_string
         elif ended:
             c.finish_reason = req.finish_reason.value

@@ -46,6 +46,15 @@ def test_min_tokens_holds_back_eos_and_stop_strings(default_llm):
     assert text.startswith(" Paris")
     assert _text(default_llm, stop=["Paris"]).text == " "
     assert _text(default_llm, stop=["Paris"], min_tokens=3).text.startswith(" Paris")
+    # tokens ' Paris', '.', '\n', '\n', 'The', ' answer': past min_tokens 5 the first match ends in ' answer', and
+    # the text is cut there, not at the 'e' of 'The' written inside min_tokens (streamed or not, as in vLLM)
+    assert text.startswith(" Paris.\n\nThe answer")
+    params = SamplingParams(**GREEDY, stop=["e"], min_tokens=5)
+    out = default_llm.generate([PROMPT], params)[0].outputs[0]
+    assert (out.text, out.stop_reason, len(out.token_ids)) == (" Paris.\n\nThe answ", "e", 6)
+    default_llm.engine.add_request(PROMPT, params)
+    deltas = [o.outputs[0].text_delta for _ in range(12) for o in default_llm.engine.step()]
+    assert "".join(deltas) == out.text
 
 
 def test_bad_words_allowed_token_ids_and_logit_bias(default_llm):
