@@ -160,17 +160,27 @@ class ChatTemplateOptions:
 def check_chat_template_options(options: ChatTemplateOptions) -> None:
     """Raise Refused for what no template can do: both ``add_generation_prompt`` and ``continue_final_message`` (a
     new assistant turn and the last message left open; vLLM refuses both true), a ``chat_template_kwargs`` that is
-    no mapping or names ``chat_template`` or ``tokenize`` (no template variables)."""
-    if options.add_generation_prompt and options.continue_final_message:
-        raise Refused(CONTINUE_FINAL_MESSAGE)
+    no mapping or names ``chat_template`` or ``tokenize`` (no template variables). ``add_generation_prompt`` and
+    ``continue_final_message`` inside ``chat_template_kwargs`` win over the fields, as in vLLM."""
     kwargs = options.chat_template_kwargs
-    if kwargs is None:
-        return
-    if not isinstance(kwargs, Mapping):
+    if kwargs is not None and not isinstance(kwargs, Mapping):
         raise Refused(Refusal(("chat_template_kwargs",), kwargs, TEMPLATE_KWARGS_WORDS, noun=A_MAPPING))
     for name in RESERVED_TEMPLATE_KWARGS:
-        if name in kwargs:
+        if kwargs is not None and name in kwargs:
             raise Refused(reserved_template_kwarg(name, kwargs[name]))
+    generation_prompt, continue_final = _template_flags(options)
+    if generation_prompt and continue_final:
+        raise Refused(CONTINUE_FINAL_MESSAGE)
+
+
+def _template_flags(options: ChatTemplateOptions) -> tuple[object, object]:
+    """(add_generation_prompt, continue_final_message) as the template sees them: ``chat_template_kwargs``' over the
+    fields (vLLM merges the kwargs last)."""
+    kwargs = options.chat_template_kwargs or {}
+    return (
+        kwargs.get("add_generation_prompt", options.add_generation_prompt),
+        kwargs.get("continue_final_message", options.continue_final_message),
+    )
 
 
 def apply_chat_template(
@@ -178,8 +188,8 @@ def apply_chat_template(
 ) -> str:
     """The prompt text of ``conversation`` (messages as :func:`chat_messages` returns them) under ``options``,
     through transformers' ``apply_chat_template``; the template sees ``chat_template_kwargs`` as variables (Qwen3's
-    ``enable_thinking``), under the explicit options; ``tools``: the request's function definitions, which the
-    template renders (None: none). Raises Refused: the options' own mistakes
+    ``enable_thinking``; its ``add_generation_prompt`` and ``continue_final_message`` over the fields, as in vLLM);
+    ``tools``: the request's function definitions, which the template renders (None: none). Raises Refused: the options' own mistakes
     (:func:`check_chat_template_options`), no template at all (the tokenizer has none and none is given), and what
     the template raised (a Jinja syntax error, its own ``raise_exception``, a final message that
     ``continue_final_message`` cannot find in the text), named by ``chat_template`` when the template was given,
@@ -188,10 +198,11 @@ def apply_chat_template(
     template = options.chat_template
     if template is None and getattr(tokenizer, "chat_template", None) is None:
         raise Refused(NO_CHAT_TEMPLATE)
+    generation_prompt, continue_final = _template_flags(options)
     kwargs = {
         **(options.chat_template_kwargs or {}),
-        "add_generation_prompt": options.add_generation_prompt,
-        "continue_final_message": options.continue_final_message,
+        "add_generation_prompt": generation_prompt,
+        "continue_final_message": continue_final,
     }
     try:
         text = tokenizer.apply_chat_template(

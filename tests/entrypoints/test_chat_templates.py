@@ -27,8 +27,10 @@ def test_custom_template_output_is_exact(default_tokenizer):
     assert render() == "user:Hi|assistant:Hel|A:"
     assert render(add_generation_prompt=False) == "user:Hi|assistant:Hel|"
     assert render(chat_template_kwargs={"flag": 7}) == "user:Hi|assistant:Hel|[7]A:"
-    # the explicit option wins over the same name among the kwargs (vLLM merges them so)
-    assert render(chat_template_kwargs={"add_generation_prompt": False}) == "user:Hi|assistant:Hel|A:"
+    # the same name among the kwargs wins over the field (vLLM's serving_engine and LLM.chat update the fields'
+    # dict with chat_template_kwargs last)
+    assert render(chat_template_kwargs={"add_generation_prompt": False}) == "user:Hi|assistant:Hel|"
+    assert render(add_generation_prompt=False, chat_template_kwargs={"add_generation_prompt": True}).endswith("A:")
     # the final message left open: the text ends with its content
     assert render(add_generation_prompt=False, continue_final_message=True) == "user:Hi|assistant:Hel"
 
@@ -46,12 +48,18 @@ def test_default_template_matches_transformers(default_tokenizer):
         tok, CHAT, ChatTemplateOptions(add_generation_prompt=False, continue_final_message=True)
     )
     assert opened.endswith("<|im_start|>assistant\nHel")  # SmolLM2's ChatML, the last turn not closed
+    # the same two inside chat_template_kwargs win over the fields (vLLM merges the kwargs last)
+    kwargs = {"add_generation_prompt": False, "continue_final_message": True}
+    assert apply_chat_template(tok, CHAT, ChatTemplateOptions(chat_template_kwargs=kwargs)) == opened
+    closed = apply_chat_template(tok, CHAT, ChatTemplateOptions(chat_template_kwargs={"add_generation_prompt": False}))
+    assert closed == tok.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=False)
 
 
 @pytest.mark.parametrize(
     "options, param, value",
     [
         (ChatTemplateOptions(continue_final_message=True), "continue_final_message", "true"),
+        (ChatTemplateOptions(chat_template_kwargs={"continue_final_message": True}), "continue_final_message", "true"),
         (ChatTemplateOptions(chat_template_kwargs={"tokenize": True}), "chat_template_kwargs.tokenize", "true"),
         (ChatTemplateOptions(chat_template_kwargs={"chat_template": "x"}), "chat_template_kwargs.chat_template", '"x"'),
     ],
