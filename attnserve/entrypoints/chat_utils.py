@@ -189,9 +189,9 @@ def apply_chat_template(
     """The prompt text of ``conversation`` (messages as :func:`chat_messages` returns them) under ``options``,
     through transformers' ``apply_chat_template``; the template sees ``chat_template_kwargs`` as variables (Qwen3's
     ``enable_thinking``; its ``add_generation_prompt`` and ``continue_final_message`` over the fields, as in vLLM);
-    ``tools``: the request's function definitions, which the template renders (None: none). Raises Refused: the options' own mistakes
-    (:func:`check_chat_template_options`), no template at all (the tokenizer has none and none is given), and what
-    the template raised (a Jinja syntax error, its own ``raise_exception``, a final message that
+    ``tools``: the request's function definitions, which the template renders (None: none). Raises Refused: the
+    options' own mistakes (:func:`check_chat_template_options`), no template at all (the tokenizer has none and none
+    is given), and what the template raised (a Jinja syntax error, its own ``raise_exception``, a final message that
     ``continue_final_message`` cannot find in the text), named by ``chat_template`` when the template was given,
     else ``messages``."""
     check_chat_template_options(options)

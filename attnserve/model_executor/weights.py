@@ -64,6 +64,7 @@ def safetensors_weights(folder: str, lazy: bool = False) -> Iterator[tuple[str, 
                 yield name, (LazySlice(f, name) if lazy else f.get_tensor(name))
 
 
+@functools.cache
 def _plain_array_reader():
     """gguf's ``GGUFReader`` parsing through a plain ndarray view of its memory map: the parse slices the map
     once per field part (about 250,000 times for a 49k-token vocabulary), and a ``np.memmap`` slice runs
