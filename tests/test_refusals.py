@@ -101,6 +101,10 @@ def test_values_are_spelled_by_surface():
         openai_error(Refusal(("stop",), None, "a string", written=JSON))[0]
         == "stop: null not allowed (allowed: a string)"
     )
+    # the allowed words too: Python's None is JSON's null
+    r = Refusal(("allowed_token_ids",), [], "a non-empty list of token ids, or None")
+    assert message(r) == "allowed_token_ids [] not allowed (allowed: a non-empty list of token ids, or None)"
+    assert openai_error(r)[0] == "allowed_token_ids: [] not allowed (allowed: a non-empty list of token ids, or null)"
 
 
 def test_reasons_are_records_and_cross_processes():

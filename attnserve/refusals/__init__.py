@@ -213,13 +213,18 @@ def statement(r: Refusal, names: Mapping[str, str] | Callable[[str], str] | None
             verb = r.reason if r.reason is not None else "not allowed"
         text = verb if r.value is NO_VALUE else f"{spell(r.value)} {verb}".rstrip()
         if r.allowed:
-            text += f" (allowed: {r.allowed})"
+            text += f" (allowed: {_allowed(r)})"
     if r.advice:
         name = names if callable(names) else (lambda k: (names or {}).get(k, k))  # type: ignore[union-attr]
         text += (" " if text.endswith(".") else "; ") + _ADVICE_NAME.sub(lambda m: name(m.group(1)), r.advice)
     if r.suggestion:
         text += f"; did you mean {r.suggestion!r}?"
     return text
+
+
+def _allowed(r: Refusal) -> str:
+    """The allowed values in the surface's spelling: a JSON client reads "or null" where Python reads "or None"."""
+    return r.allowed.replace(", or None", ", or null") if r.written == JSON else r.allowed
 
 
 # ---------------------------------------------------------------- the three surfaces
